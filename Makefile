@@ -1,0 +1,34 @@
+# Two entry points, both idempotent and quick when nothing changed:
+#   make book   set up .venv, execute every chapter (papermill, cached) and render the HTML book
+#   make test   set up .venv, run the test suite
+# Set PYTHON to choose the interpreter that creates the virtual environment (Python 3.11).
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: book test smoke bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+book: $(STAMP)
+	$(BIN)/python book/build.py
+
+smoke: $(STAMP)
+	$(BIN)/python book/build.py --profile smoke
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python tests/benchmark.py
+
+clean:
+	rm -rf book/_build book/chapters book/results

@@ -1,0 +1,52 @@
+"""FedAvg and FedAvg with local fine-tuning before deployment (FedAvg-FT).
+
+FedAvg: McMahan et al., "Communication-Efficient Learning of Deep Networks from Decentralized
+Data", AISTATS 2017 (arXiv:1602.05629), Algorithm 1. FedAvg-FT deploys, on each client, the
+global model fine-tuned on that client's training split (the "FedAvg-FT" baseline of FedGRC,
+Section V, and of most personalized-FL benchmarks).
+
+These two are the template for every other method: a method changes a hook, never the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..messages import Message, State
+from ..training import TrainConfig, local_train
+from .base import Algorithm, ClientContext, Predictor, load_model, model_arrays
+
+
+@dataclass
+class FedAvg(Algorithm):
+    """Local SGD from the global model; the server averages weighted by sample counts."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name = "fedavg"
+
+    def local_update(
+        self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
+    ) -> tuple[State, Message]:
+        model = load_model(ctx.model, message)
+        loss = local_train(model, data.train.x, data.train.y, self.train, generator)
+        reply = Message(
+            arrays=model_arrays(model), meta={"n_samples": len(data.train), "train_loss": loss}, kind="update"
+        )
+        return state, reply
+
+
+@dataclass
+class FedAvgFT(FedAvg):
+    """FedAvg training; each client deploys the global model fine-tuned on its own training split."""
+
+    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5, lr=0.01))
+    name = "fedavg_ft"
+
+    def deploy(
+        self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
+    ) -> Predictor:
+        model = load_model(ctx.model, message)
+        local_train(model, data.train.x, data.train.y, self.finetune, generator)
+        return model.eval()

@@ -1,0 +1,23 @@
+"""Shared fixtures: a tiny federation on a Gaussian mixture that trains in milliseconds."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from fedlib.data import make_gaussian_mixture
+from fedlib.federation import make_federation
+from fedlib.models import build_model
+
+
+@pytest.fixture(scope="session")
+def tiny_federation():
+    ds = make_gaussian_mixture(n_per_class=60, n_classes=3, dim=16, separation=4.0, seed=0).dataset
+    return make_federation(ds, n_clients=4, partition="dirichlet", alpha=0.5, min_size=8,
+                           global_test_per_class=10, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_fn():
+    return functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(16, 8))

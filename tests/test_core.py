@@ -1,0 +1,137 @@
+"""Aggregation, messages and the ledger, local training, profiles, seeds: hand-computed fixtures."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedlib.aggregate import normalized_weights, weighted_average
+from fedlib.io import atomic_write_text
+from fedlib.messages import DOWN, UP, Ledger, Message, State
+from fedlib.profiles import check_choice, resolve
+from fedlib.rng import derive_seed, isolated_torch_rng
+from fedlib.training import TrainConfig, minibatches
+
+
+def test_weighted_average_hand_computed():
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([4.0, 8.0]), "n": torch.tensor(5)}
+    out = weighted_average([a, b], [2, 1])  # (2*[1,2] + [4,8]) / 3 = [2, 4]
+    assert torch.equal(out["w"], torch.tensor([2.0, 4.0]))
+    assert int(out["n"]) == 5  # integer arrays (BatchNorm's num_batches_tracked) take the max
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.floats(0.1, 100), min_size=1, max_size=6), st.integers(0, 2**31 - 1))
+def test_weighted_average_matches_numpy(weights, seed):
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(len(weights), 5))
+    out = weighted_average([{"w": torch.tensor(v)} for v in values], weights)["w"].numpy()
+    np.testing.assert_allclose(out, np.average(values, axis=0, weights=weights), rtol=1e-12, atol=1e-12)
+
+
+def test_weighted_average_of_identical_arrays_is_exact():
+    x = torch.randn(7, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(weighted_average([{"w": x}] * 3, [1, 5, 9])["w"], x)
+
+
+@pytest.mark.parametrize("weights", [[], [0, 0], [-1, 2], [1, float("nan")]])
+def test_bad_weights_are_refused(weights):
+    with pytest.raises(ValueError):
+        normalized_weights(weights)
+
+
+def test_mismatched_updates_are_refused():
+    with pytest.raises(ValueError, match="update 1"):
+        weighted_average([{"a": torch.zeros(1)}, {"b": torch.zeros(1)}], [1, 1])
+
+
+def test_message_bytes_hand_computed():
+    m = Message(arrays={"w": torch.zeros(3, 4), "i": torch.zeros(2, dtype=torch.int64)}, meta={"n": 5}, kind="x")
+    # 12 float32 = 48 bytes, 2 int64 = 16 bytes, json '{"n": 5}' = 8 bytes
+    assert m.nbytes() == 48 + 16 + 8
+    assert State().nbytes() == 0
+
+
+def test_ledger_totals():
+    ledger = Ledger()
+    ledger.record(1, 0, DOWN, Message(arrays={"w": torch.zeros(10)}, kind="model"))
+    ledger.record(1, 0, UP, Message(arrays={"w": torch.zeros(5)}, kind="update"))
+    ledger.record(2, 1, UP, Message(arrays={"w": torch.zeros(5)}, kind="update"))
+    assert ledger.total() == 80 and ledger.total(UP) == 40 and ledger.total(DOWN) == 40
+    assert ledger.totals("kind").to_dict() == {"model": 40, "update": 40}
+    with pytest.raises(ValueError, match="sideways"):
+        ledger.record(1, 0, "sideways", Message())
+
+
+def test_nonfinite_detection():
+    assert Message(arrays={"w": torch.tensor([1.0, float("inf")])}).nonfinite_array() == "w"
+    assert Message(meta={"loss": float("nan")}).nonfinite_array() == "loss"
+    assert Message(arrays={"w": torch.ones(2)}).nonfinite_array() is None
+
+
+def test_state_round_trips_through_dict():
+    s = Message(arrays={"a": torch.ones(2)}, meta={"k": 1}, kind="z")
+    back = Message.from_dict(s.to_dict())
+    assert back.kind == "z" and back.meta == {"k": 1} and torch.equal(back.arrays["a"], s.arrays["a"])
+
+
+@pytest.mark.parametrize(("cfg", "n", "expected"), [
+    (TrainConfig(epochs=2, batch_size=4), 10, [4, 4, 2, 4, 4, 2]),
+    (TrainConfig(steps=5, batch_size=4), 10, [4, 4, 2, 4, 4]),
+    (TrainConfig(epochs=0), 10, []),
+    (TrainConfig(epochs=3), 0, []),
+])
+def test_minibatch_schedule(cfg, n, expected):
+    batches = list(minibatches(n, cfg, torch.Generator().manual_seed(0)))
+    assert [len(b) for b in batches] == expected
+    if cfg.steps is None and n and cfg.epochs:
+        assert sorted(torch.cat(batches[: math.ceil(n / cfg.batch_size)]).tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"optimizer": "rmsprop"}, "'rmsprop'; valid: sgd, adam"),
+    ({"lr": 0.0}, "lr must be > 0, got 0.0"),
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+])
+def test_bad_train_config(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**kwargs)
+
+
+def test_profiles_resolve_and_refuse_unknowns():
+    profiles = {"smoke": {"rounds": 2, "alphas": [0.3]}, "book": {"rounds": 20, "alphas": [0.3, 0.1]}}
+    p = resolve(profiles, "book", rounds=None, alphas=[0.5])
+    assert (p.profile, p.rounds, p.alphas) == ("book", 20, [0.5])
+    with pytest.raises(ValueError, match="unknown profile 'fast'; valid: smoke, book"):
+        resolve(profiles, "fast")
+    with pytest.raises(ValueError, match="unknown parameter 'epochs'.*valid: alphas, rounds"):
+        resolve(profiles, "book", epochs=3)
+    with pytest.raises(ValueError, match="unknown model 'vgg'; valid: cnn, mlp"):
+        check_choice("model", "vgg", ("cnn", "mlp"))
+
+
+def test_derived_seeds_are_distinct_and_stable():
+    seeds = {derive_seed(0, r, k, p) for r in range(5) for k in range(5) for p in range(3)}
+    assert len(seeds) == 75
+    assert derive_seed(1, 2, 3) == derive_seed(1, 2, 3)
+
+
+def test_isolated_rng_leaves_the_global_state_alone():
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    with isolated_torch_rng(5):
+        a = torch.rand(3)
+    with isolated_torch_rng(5):
+        b = torch.rand(3)
+    assert torch.equal(a, b) and torch.equal(torch.get_rng_state(), before)
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path):
+    p = atomic_write_text(tmp_path / "a" / "b.txt", "hello")
+    assert p.read_text() == "hello" and sorted(x.name for x in p.parent.iterdir()) == ["b.txt"]

@@ -1,0 +1,62 @@
+"""make_federation: the global test set is balanced and disjoint, clients own disjoint data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedlib.data import load_mnist5k, make_gaussian_mixture
+from fedlib.federation import make_federation
+
+
+def _ids(ds):
+    # identify samples by their exact feature vectors (the mixture's are continuous, hence unique)
+    return {tuple(np.round(r, 6)) for r in ds.x.reshape(len(ds), -1).numpy()}
+
+
+def test_federation_splits_are_disjoint_and_cover():
+    ds = make_gaussian_mixture(n_per_class=50, n_classes=4, dim=3, seed=1).dataset
+    fed = make_federation(ds, n_clients=5, alpha=0.3, min_size=5, global_test_per_class=10, seed=0)
+    assert np.bincount(fed.global_test.labels_np).tolist() == [10, 10, 10, 10]
+    parts = [_ids(fed.global_test)] + [_ids(c.train) for c in fed.clients] + [_ids(c.test) for c in fed.clients]
+    assert sum(len(p) for p in parts) == len(ds) == len(set().union(*parts))
+    for c in fed.clients:  # every class a client tests on locally, it has trained on
+        assert set(c.test.labels_np) <= set(c.train.labels_np)
+    assert fed.train_counts().shape == (5, 4)
+    assert fed.summary()["n_train"].sum() + fed.summary()["n_local_test"].sum() == 160
+
+
+def test_federation_is_seeded():
+    ds = make_gaussian_mixture(n_per_class=30, n_classes=3, dim=2, seed=0).dataset
+    a = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=4)
+    b = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=4)
+    c = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=5)
+    assert (a.train_counts() == b.train_counts()).all()
+    assert not (a.train_counts() == c.train_counts()).all()
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"partition": "shards"}, "shards"),
+    ({"alpha": 0.0}, "0.0"),
+    ({"alpha": -1.0}, "-1.0"),
+])
+def test_bad_federation_arguments(kwargs, match):
+    ds = make_gaussian_mixture(n_per_class=30, n_classes=3, dim=2, seed=0).dataset
+    kwargs = {"partition": "dirichlet", "alpha": 0.5, **kwargs}
+    if kwargs["partition"] != "dirichlet":
+        kwargs.pop("alpha")
+    with pytest.raises(ValueError, match=match):
+        make_federation(ds, n_clients=3, global_test_per_class=5, **kwargs)
+
+
+def test_more_clients_than_samples_is_refused():
+    ds = make_gaussian_mixture(n_per_class=10, n_classes=2, dim=2, seed=0).dataset
+    with pytest.raises(ValueError, match="100"):
+        make_federation(ds, n_clients=100, partition="dirichlet", alpha=1.0, global_test_per_class=2)
+
+
+def test_mnist_federation_matches_the_book_setting():
+    fed = make_federation(load_mnist5k(), n_clients=20, alpha=0.1, min_size=10, global_test_per_class=100, seed=0)
+    assert len(fed.global_test) == 1000
+    assert sum(len(c.train) + len(c.test) for c in fed.clients) == 4000
+    assert (fed.train_counts() == 0).any()  # alpha = 0.1 leaves classes unseen by some clients

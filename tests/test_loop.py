@@ -1,0 +1,197 @@
+"""The one round loop: determinism, resume, sampling, events, non-finite updates, equivalences."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedlib.algorithms import FedAvg, FedAvgFT, make_algorithm
+from fedlib.algorithms.base import Event
+from fedlib.loop import LoopConfig, NonFiniteUpdateError, RunResult, Server, evaluate_deployment, run_federated
+from fedlib.messages import Message, State
+from fedlib.rng import LOCAL_TRAIN, derive_seed, isolated_torch_rng, INIT
+from fedlib.training import TrainConfig, local_train
+
+TRAIN = TrainConfig(epochs=1, batch_size=8, lr=0.1)
+
+
+def _same_state(a: State, b: State) -> bool:
+    return a.arrays.keys() == b.arrays.keys() and all(torch.equal(a.arrays[k], b.arrays[k]) for k in a.arrays)
+
+
+def test_same_seed_same_results_bit_for_bit(tiny_federation, tiny_model_fn):
+    cfg = LoopConfig(rounds=3, seed=5, eval_every=1, participation=0.5)
+    r1 = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    # the caller's global RNG state must not matter
+    torch.manual_seed(1234)
+    r2 = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    pd.testing.assert_frame_equal(r1.frame, r2.frame)
+    assert _same_state(r1.server, r2.server)
+    assert r1.ledger.records == r2.ledger.records
+
+
+def test_different_seed_different_results(tiny_federation, tiny_model_fn):
+    r1 = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0))
+    r2 = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1))
+    assert not _same_state(r1.server, r2.server)
+
+
+def test_resume_equals_uninterrupted(tiny_federation, tiny_model_fn, tmp_path):
+    cfg = LoopConfig(rounds=5, seed=3, eval_every=2, participation=0.75,
+                     events=(Event(3, 1, "leave"),), checkpoint=str(tmp_path / "run.pt"))
+    full = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, dataclasses.replace(cfg, checkpoint=None))
+    part = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, stop_after=2)
+    assert part.rounds_done == 2 and (tmp_path / "run.pt").exists()
+    resumed = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    assert resumed.rounds_done == 5
+    pd.testing.assert_frame_equal(full.frame, resumed.frame)
+    assert _same_state(full.server, resumed.server)
+    assert full.ledger.records == resumed.ledger.records
+
+
+def test_checkpoint_of_another_run_is_refused(tiny_federation, tiny_model_fn, tmp_path):
+    path = str(tmp_path / "run.pt")
+    run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0, checkpoint=path), stop_after=1)
+    with pytest.raises(ValueError, match="different run"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1, checkpoint=path))
+
+
+def test_one_client_full_participation_equals_centralized_training(tiny_federation, tiny_model_fn):
+    """FedAvg with one client and one round is exactly local training on that client's data."""
+    from fedlib.federation import Federation
+
+    one = Federation([tiny_federation.clients[0]], tiny_federation.global_test, 3, {"one": 1})
+    cfg = LoopConfig(rounds=1, seed=7)
+    train = TrainConfig(epochs=3, batch_size=8, lr=0.1)
+    run = run_federated(FedAvg(train=train), one, tiny_model_fn, cfg)
+    with isolated_torch_rng(derive_seed(7, INIT)):
+        model = tiny_model_fn()
+    stream = derive_seed(7, 1, 0, LOCAL_TRAIN)
+    with isolated_torch_rng(stream):
+        data = one.clients[0].train
+        local_train(model, data.x, data.y, train, torch.Generator().manual_seed(stream))
+    for name, value in model.state_dict().items():
+        assert torch.equal(run.server.arrays["model/" + name], value), name
+
+
+def test_participation_samples_that_fraction(tiny_federation, tiny_model_fn):
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=4, participation=0.5))
+    ups = run.ledger.to_frame().query("direction == 'up'")
+    assert ups.groupby("round")["client"].nunique().tolist() == [2, 2, 2, 2]
+    assert ups["client"].nunique() > 2  # different clients in different rounds
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, 1.5])
+def test_participation_outside_unit_interval_is_refused(bad):
+    with pytest.raises(ValueError, match=str(bad)):
+        LoopConfig(participation=bad)
+
+
+def test_bad_config_values_name_the_value():
+    with pytest.raises(ValueError, match="'ignore'.*raise, drop"):
+        LoopConfig(on_nonfinite="ignore")
+    with pytest.raises(ValueError, match="'joined'"):
+        Event(2, 0, "joined")
+    with pytest.raises(ValueError, match="unknown algorithm 'fedsgd'; valid: fedavg, fedavg_ft"):
+        make_algorithm("fedsgd")
+
+
+def test_event_naming_a_missing_client_is_refused(tiny_federation, tiny_model_fn):
+    with pytest.raises(ValueError, match="client 9"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1, events=(Event(1, 9),)))
+
+
+class _Recorder(FedAvg):
+    """FedAvg that records which events the server was told about."""
+
+    def on_event(self, server: State, event: Event) -> State:
+        seen = str(server.meta.get("events", ""))
+        return State(server.arrays, {**server.meta, "events": seen + f"{event.kind}{event.client}@{event.round};"})
+
+
+def test_leave_and_join_events(tiny_federation, tiny_model_fn):
+    events = (Event(2, 1, "leave"), Event(3, 2, "join"))
+    run = run_federated(_Recorder(train=TRAIN), tiny_federation, tiny_model_fn,
+                        LoopConfig(rounds=4, eval_every=1, events=events))
+    ups = run.ledger.to_frame().query("direction == 'up'")
+    per_round = ups.groupby("round")["client"].apply(set).to_dict()
+    assert per_round[1] == {0, 1, 3} and per_round[2] == {0, 3} and per_round[3] == {0, 2, 3}
+    evaluated = run.frame[run.frame["metric"] == "local"].groupby("round")["client"].apply(set).to_dict()
+    assert evaluated[1] == {0, 1, 3} and evaluated[4] == {0, 2, 3}
+    assert run.server.meta["events"] == "leave1@2;join2@3;"
+    assert {"leave:1", "join:2"} <= set(run.frame["metric"])
+
+
+class _Poisoned(FedAvg):
+    """Client 1 sends NaN weights."""
+
+    def local_update(self, ctx, state, message, data, generator):
+        state, reply = super().local_update(ctx, state, message, data, generator)
+        if ctx.client == 1:
+            reply.arrays = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in reply.arrays.items()}
+        return state, reply
+
+
+def test_nonfinite_update_stops_the_run_naming_client_and_round(tiny_federation, tiny_model_fn):
+    with pytest.raises(NonFiniteUpdateError, match=r"client 1 .* round 1"):
+        run_federated(_Poisoned(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2))
+
+
+def test_nonfinite_update_dropped_and_recorded_when_configured(tiny_federation, tiny_model_fn):
+    run = run_federated(_Poisoned(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_nonfinite="drop"))
+    drops = run.frame[run.frame["metric"] == "dropped_nonfinite"]
+    assert drops["round"].tolist() == [1, 2] and drops["value"].tolist() == [1.0, 1.0]
+    assert all(bool(torch.isfinite(v).all()) for v in run.server.arrays.values() if v.is_floating_point())
+
+
+def test_server_receives_messages_only(tiny_federation):
+    server = Server(FedAvg(), State(arrays={"model/w": torch.zeros(2)}))
+    assert not any(isinstance(v, type(tiny_federation.clients[0])) for v in vars(server).values())
+    with pytest.raises(TypeError, match="Message"):
+        server.aggregate(1, [(0, tiny_federation.clients[0])])
+
+
+def test_ledger_counts_model_bytes(tiny_federation, tiny_model_fn):
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    model_bytes = sum(v.numel() * v.element_size() for v in tiny_model_fn().state_dict().values())
+    ledger = run.ledger.to_frame()
+    down = ledger.query("direction == 'down' and kind == 'model'")
+    assert (down["bytes"] == model_bytes).all() and len(down) == 4
+    up = ledger.query("direction == 'up'")
+    assert (up["bytes"] > model_bytes).all()  # the model plus n_samples and train_loss metadata
+
+
+def test_results_frame_is_tidy_and_round_trips(tiny_federation, tiny_model_fn, tmp_path):
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1))
+    assert list(run.frame.columns) == ["round", "client", "metric", "value"]
+    assert {"local", "global", "unseen", "rare", "train_loss"} <= set(run.frame["metric"])
+    back = RunResult.load(run.save(tmp_path / "res"))
+    pd.testing.assert_frame_equal(run.frame, back.frame)
+    assert back.ledger.records == run.ledger.records and _same_state(back.server, run.server)
+    assert back.summary() == pytest.approx(run.summary(), nan_ok=True)
+
+
+def test_finetuned_deployment_changes_predictions_not_training(tiny_federation, tiny_model_fn):
+    cfg = LoopConfig(rounds=2)
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    ft = FedAvgFT(train=TRAIN, finetune=TrainConfig(epochs=5, batch_size=8, lr=0.1))
+    ft_run = run_federated(ft, tiny_federation, tiny_model_fn, cfg)
+    assert _same_state(run.server, ft_run.server)  # same training, only deploy differs
+    frame = evaluate_deployment(ft, run, tiny_federation, tiny_model_fn, cfg)
+    pd.testing.assert_frame_equal(frame, ft_run.frame[ft_run.frame["metric"] != "train_loss"].reset_index(drop=True))
+    ft_local = frame[frame["metric"] == "local"].set_index("client")["value"]
+    assert not ft_local.equals(run.per_client()["local"].rename("value"))
+
+
+def test_shared_global_predictions_change_no_number(tiny_federation, tiny_model_fn, monkeypatch):
+    import fedlib.loop as loop
+
+    cfg = LoopConfig(rounds=2, eval_every=1)
+    cached = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    monkeypatch.setattr(loop, "_weights_key", lambda predictor: None)
+    uncached = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    pd.testing.assert_frame_equal(cached.frame, uncached.frame)

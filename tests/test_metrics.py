@@ -1,0 +1,491 @@
+"""Tests for fedlib.metrics: hand-computed fixtures, sklearn references, merge properties."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sklearn.metrics import balanced_accuracy_score, f1_score
+from sklearn.metrics import confusion_matrix as sk_confusion_matrix
+
+from fedlib.metrics import (
+    RARE_RATIO,
+    Confusion,
+    client_abilities,
+    client_floor,
+    confusion_matrix,
+    format_metric,
+    protocol_summary,
+    rare_classes,
+    summarize,
+    tail_mean,
+    unseen_classes,
+)
+
+NAN = float("nan")
+HYP = settings(max_examples=50, deadline=None)
+
+# --------------------------------------------------------------------------- hand-computed fixture
+#
+# 3 classes, one client with train_counts [10, 1, 0]:
+#   n = 11, uniform share 1/3, rare threshold 0.5 / 3 = 1/6
+#   class 0: 10/11 >= 1/6 -> frequent; class 1: 1/11 < 1/6 -> rare; class 2: 0 -> unseen
+#
+# Global test confusion (rows = true):       recall
+#   [[4, 0, 0],    class 0: 4/4             = 1
+#    [1, 2, 1],    class 1: 2/4             = 1/2
+#    [2, 1, 1]]    class 2: 1/4             = 1/4
+#   accuracy = (4 + 2 + 1) / 12 = 7/12
+#   balanced ("global") = (1 + 1/2 + 1/4) / 3 = 7/12   (coincides: 4 samples per class)
+#   unseen = recall_2 = 1/4 ; rare = recall_1 = 1/2
+#   column sums: [7, 3, 2]
+#   F1_0: tp 4, fp 3, fn 0 -> 8 / 11
+#   F1_1: tp 2, fp 1, fn 2 -> 4 / 7
+#   F1_2: tp 1, fp 1, fn 3 -> 2 / 6 = 1/3
+#
+# Local test confusion (class 2 absent locally):
+#   [[5, 0, 0], [1, 1, 0], [0, 0, 0]] -> accuracy 6/7 ; recall [1, 1/2, NaN]
+#   floor F = min(local 6/7, unseen 1/4, rare 1/2) = 1/4
+
+GLOBAL_M = np.array([[4, 0, 0], [1, 2, 1], [2, 1, 1]])
+LOCAL_M = np.array([[5, 0, 0], [1, 1, 0], [0, 0, 0]])
+COUNTS = [10, 1, 0]
+
+
+def test_hand_fixture_confusion_metrics():
+    g = Confusion(GLOBAL_M)
+    assert g.n_classes == 3 and g.n_samples == 12
+    assert g.accuracy() == pytest.approx(7 / 12)
+    np.testing.assert_allclose(g.per_class_recall(), [1, 0.5, 0.25])
+    assert g.balanced_accuracy() == pytest.approx(7 / 12)
+    assert g.balanced_accuracy([1, 2]) == pytest.approx(3 / 8)  # (1/2 + 1/4) / 2
+    assert g.f1(0) == pytest.approx(8 / 11)
+    assert g.f1(1) == pytest.approx(4 / 7)
+    assert g.f1(2) == pytest.approx(1 / 3)
+
+    loc = Confusion(LOCAL_M)
+    assert loc.accuracy() == pytest.approx(6 / 7)
+    recall = loc.per_class_recall()
+    np.testing.assert_allclose(recall[:2], [1, 0.5])
+    assert np.isnan(recall[2])
+    # balanced accuracy skips the class with no samples: (1 + 1/2) / 2
+    assert loc.balanced_accuracy() == pytest.approx(3 / 4)
+    assert math.isnan(loc.balanced_accuracy([2]))
+
+
+def test_balanced_accuracy_differs_from_accuracy_when_unbalanced():
+    # class 0: 8/8 correct, class 1: 0/2 correct -> acc 8/10, balanced (1 + 0)/2
+    c = Confusion(np.array([[8, 0], [2, 0]]))
+    assert c.accuracy() == pytest.approx(0.8)
+    assert c.balanced_accuracy() == pytest.approx(0.5)
+
+
+def test_hand_fixture_class_groups():
+    assert unseen_classes(COUNTS).tolist() == [False, False, True]
+    assert rare_classes(COUNTS).tolist() == [False, True, False]
+    # rare_ratio 3: threshold 3/3 = 1 -> both observed classes are below it? 10/11 < 1 yes
+    assert rare_classes(COUNTS, rare_ratio=3.0).tolist() == [True, True, False]
+
+
+def test_rare_boundary_is_strict():
+    # n = 6, C = 3, rho = 0.5 -> threshold 1/6; class 0 has exactly 1/6 -> not rare
+    assert rare_classes([1, 3, 2]).tolist() == [False, False, False]
+    # rho = 1 -> threshold 1/3: 1/6 rare, 3/6 not, 2/6 = 1/3 not (strict)
+    assert rare_classes([1, 3, 2], rare_ratio=1.0).tolist() == [True, False, False]
+    # n = 4, rho = 1: shares [1/2, 1/4, 1/4] -> classes 1, 2 rare
+    assert rare_classes([2, 1, 1], rare_ratio=1.0).tolist() == [False, True, True]
+
+
+def test_class_groups_edge_cases():
+    # a client with no training data: all unseen, none rare
+    assert unseen_classes([0, 0, 0]).all()
+    assert not rare_classes([0, 0, 0]).any()
+    # balanced client: nothing unseen or rare
+    assert not unseen_classes([5, 5, 5]).any()
+    assert not rare_classes([5, 5, 5]).any()
+    assert RARE_RATIO == 0.5
+
+
+def test_hand_fixture_client_abilities_and_floor():
+    ab = client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), COUNTS, f1_class=1)
+    assert set(ab) == {"local", "global", "unseen", "rare", "f1"}
+    assert ab["local"] == pytest.approx(6 / 7)
+    assert ab["global"] == pytest.approx(7 / 12)
+    assert ab["unseen"] == pytest.approx(1 / 4)
+    assert ab["rare"] == pytest.approx(1 / 2)
+    assert ab["f1"] == pytest.approx(4 / 7)
+    assert client_floor(ab) == pytest.approx(1 / 4)
+    # without f1_class there is no f1 key
+    assert "f1" not in client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), COUNTS)
+
+
+def test_client_abilities_nan_when_group_empty():
+    # balanced client: no unseen, no rare -> NaN, and the floor is the local accuracy
+    ab = client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), [5, 5, 5])
+    assert math.isnan(ab["unseen"]) and math.isnan(ab["rare"])
+    assert client_floor(ab) == pytest.approx(6 / 7)
+    # unseen class 1 and 2 (counts [4, 0, 0]): unseen = (1/2 + 1/4) / 2 = 3/8, no rare
+    ab = client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), [4, 0, 0])
+    assert ab["unseen"] == pytest.approx(3 / 8)
+    assert math.isnan(ab["rare"])
+    assert client_floor(ab) == pytest.approx(3 / 8)
+
+
+def test_client_floor_ignores_global_and_f1():
+    ab = {"local": 0.9, "global": 0.05, "unseen": NAN, "rare": 0.6, "f1": 0.0}
+    assert client_floor(ab) == pytest.approx(0.6)
+    assert math.isnan(client_floor({"local": NAN, "unseen": NAN, "rare": NAN}))
+    with pytest.raises(ValueError, match="at least one of"):
+        client_floor({"global": 0.5})
+    # a pandas row works as the mapping
+    assert client_floor(pd.Series({"local": 0.7, "rare": 0.4})) == pytest.approx(0.4)
+
+
+# --------------------------------------------------------------------------- F1 corner cases
+
+
+def test_f1_zero_division_is_zero():
+    # class 2 neither present nor predicted -> 0/0 -> 0
+    c = Confusion(np.array([[1, 0, 0], [0, 1, 0], [0, 0, 0]]))
+    assert c.f1(2) == 0.0
+    # class 1 present but never predicted -> precision 0/0 -> 0, recall 0 -> F1 0
+    c = Confusion(np.array([[2, 0], [3, 0]]))
+    assert c.f1(1) == 0.0
+    assert c.f1(0) == pytest.approx(4 / 7)  # tp 2, fp 3, fn 0
+
+
+# --------------------------------------------------------------------------- sklearn references
+
+
+def _labels(n_classes_max=5, max_size=40):
+    return st.integers(1, n_classes_max).flatmap(
+        lambda c: st.tuples(
+            st.just(c),
+            st.integers(0, max_size).flatmap(
+                lambda n: st.tuples(
+                    st.lists(st.integers(0, c - 1), min_size=n, max_size=n),
+                    st.lists(st.integers(0, c - 1), min_size=n, max_size=n),
+                )
+            ),
+        )
+    )
+
+
+@HYP
+@given(_labels())
+def test_confusion_matches_sklearn(data):
+    c, (y_true, y_pred) = data
+    got = confusion_matrix(y_true, y_pred, c)
+    assert got.shape == (c, c) and got.dtype == np.int64
+    if y_true:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "A single label was found"
+            ref = sk_confusion_matrix(y_true, y_pred, labels=list(range(c)))
+        np.testing.assert_array_equal(got, ref)
+    else:
+        assert got.sum() == 0
+
+
+@HYP
+@given(_labels())
+def test_f1_matches_sklearn(data):
+    c, (y_true, y_pred) = data
+    if not y_true:
+        return
+    conf = Confusion.from_predictions(y_true, y_pred, c)
+    ref = f1_score(y_true, y_pred, labels=list(range(c)), average=None, zero_division=0)
+    np.testing.assert_allclose([conf.f1(k) for k in range(c)], ref)
+
+
+@HYP
+@given(_labels())
+def test_balanced_accuracy_matches_sklearn(data):
+    c, (y_true, y_pred) = data
+    if not y_true:
+        return
+    conf = Confusion.from_predictions(y_true, y_pred, c)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "y_pred contains classes not in y_true"
+        ref = balanced_accuracy_score(y_true, y_pred)
+    assert conf.balanced_accuracy() == pytest.approx(ref)
+    assert conf.accuracy() == pytest.approx(np.mean(np.array(y_true) == np.array(y_pred)))
+
+
+def test_balanced_accuracy_sklearn_fixed():
+    y_true = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    y_pred = [0, 0, 0, 0, 0, 1, 1, 2, 0, 0, 1, 2]  # the GLOBAL_M fixture as predictions
+    conf = Confusion.from_predictions(y_true, y_pred, 3)
+    np.testing.assert_array_equal(conf.matrix, GLOBAL_M)
+    assert conf.balanced_accuracy() == pytest.approx(balanced_accuracy_score(y_true, y_pred))
+
+
+# --------------------------------------------------------------------------- merge = pooled
+
+
+@HYP
+@given(_labels(), _labels())
+def test_merge_equals_confusion_of_concatenation(a, b):
+    c = max(a[0], b[0])
+    (t1, p1), (t2, p2) = a[1], b[1]
+    merged = Confusion.from_predictions(t1, p1, c).merge(Confusion.from_predictions(t2, p2, c))
+    pooled = Confusion.from_predictions(t1 + t2, p1 + p2, c)
+    np.testing.assert_array_equal(merged.matrix, pooled.matrix)
+    np.testing.assert_array_equal((Confusion.from_predictions(t1, p1, c)
+                                   + Confusion.from_predictions(t2, p2, c)).matrix, pooled.matrix)
+
+
+@HYP
+@given(_labels(max_size=60), st.integers(1, 5))
+def test_federated_sum_equals_pooled(data, n_shards):
+    c, (y_true, y_pred) = data
+    cuts = np.array_split(np.arange(len(y_true)), n_shards)
+    shards = [Confusion.from_predictions(np.array(y_true)[i], np.array(y_pred)[i], c) for i in cuts]
+    pooled = Confusion.from_predictions(y_true, y_pred, c)
+    np.testing.assert_array_equal(sum(shards).matrix, pooled.matrix)  # sum() starts at 0
+    np.testing.assert_array_equal(
+        sum(shards, Confusion.zeros(c)).matrix, pooled.matrix
+    )
+
+
+def test_confusion_is_immutable_and_copies():
+    m = GLOBAL_M.copy()
+    conf = Confusion(m)
+    m[0, 0] = 99
+    assert conf.matrix[0, 0] == 4
+    with pytest.raises(ValueError):
+        conf.matrix[0, 0] = 1
+
+
+# --------------------------------------------------------------------------- tails
+
+
+def test_tail_mean_ceil_rounding_20_clients():
+    values = np.random.default_rng(0).permutation(np.arange(20)) / 20.0
+    # bottom 20 %: ceil(0.2 * 20) = 4 lowest -> (0 + 1 + 2 + 3) / 4 / 20 = 0.075
+    assert tail_mean(values, 0.2) == pytest.approx(0.075)
+    # @25: ceil(0.25 * 20) = 5 lowest -> (0 + ... + 4) / 5 / 20 = 0.1
+    assert tail_mean(values, 0.25) == pytest.approx(0.1)
+    assert tail_mean(values, 1.0) == pytest.approx(np.mean(values))
+
+
+def test_tail_mean_ceil_rounding_7_clients_and_nan():
+    values = [0.9, 0.1, 0.5, 0.7, 0.3, 0.8, 0.6]
+    # ceil(0.25 * 7) = ceil(1.75) = 2 -> (0.1 + 0.3) / 2
+    assert tail_mean(values, 0.25) == pytest.approx(0.2)
+    # ceil(0.2 * 7) = ceil(1.4) = 2 as well
+    assert tail_mean(values, 0.2) == pytest.approx(0.2)
+    # NaN clients do not count: 4 defined -> ceil(1.0) = 1 -> 0.3
+    assert tail_mean([NAN, 0.9, 0.3, NAN, 0.5, 0.7], 0.25) == pytest.approx(0.3)
+    assert math.isnan(tail_mean([NAN, NAN], 0.25))
+    assert math.isnan(tail_mean([], 0.25))
+
+
+def test_tail_mean_no_float_overshoot():
+    # 0.07 * 100 == 7.000000000000001 in floating point; the tail must still use 7 values
+    values = np.arange(100, dtype=float) / 100
+    assert tail_mean(values, 0.07) == pytest.approx(np.mean(values[:7]))
+
+
+@HYP
+@given(st.lists(st.floats(0, 1), min_size=1, max_size=30), st.floats(0.01, 1))
+def test_tail_mean_matches_sorted_slice(values, q):
+    k = math.ceil(round(q * len(values), 9))
+    expected = np.mean(np.sort(values)[:k])
+    got = tail_mean(values, q)
+    assert got == pytest.approx(expected)
+    assert min(values) - 1e-12 <= got <= np.mean(values) + 1e-12
+
+
+# --------------------------------------------------------------------------- summaries
+
+# 8 clients whose weakest ability differs (hand-computed):
+#   client  local  unseen  rare   F = min of assessed
+#   A       .90    .10     .80    .10   (weak on unseen)
+#   B       .90    .80     .20    .20   (weak on rare)
+#   C       .85    .70     .70    .70
+#   D       .80    .90     .90    .80
+#   E       .95    .60     .60    .60
+#   F       .90    n/a     .50    .50   (no unseen class: contributes via local, rare)
+#   G       .70    .75     n/a    .70
+#   H       .75    n/a     n/a    .75
+# L@25: m = 8, ceil(2) = 2 lowest of local: .70, .75 -> .725
+# U@25: m = 6, ceil(1.5) = 2 lowest of unseen: .10, .60 -> .35
+# R@25: m = 6, ceil(1.5) = 2 lowest of rare: .20, .50 -> .35
+# F@25: m = 8, 2 lowest of F: .10, .20 -> .15  !=  min(L@25, U@25, R@25) = .35
+PER_CLIENT = pd.DataFrame(
+    {
+        "local": [0.90, 0.90, 0.85, 0.80, 0.95, 0.90, 0.70, 0.75],
+        "global": [0.50, 0.60, 0.70, 0.80, 0.40, 0.55, 0.65, 0.75],
+        "unseen": [0.10, 0.80, 0.70, 0.90, 0.60, NAN, 0.75, NAN],
+        "rare": [0.80, 0.20, 0.70, 0.90, 0.60, 0.50, NAN, NAN],
+    },
+    index=pd.Index(list("ABCDEFGH"), name="client"),
+)
+
+
+def test_protocol_summary_floors_hand_computed():
+    s = protocol_summary(PER_CLIENT)
+    assert s["L@25"] == pytest.approx(0.725)
+    assert s["U@25"] == pytest.approx(0.35)
+    assert s["R@25"] == pytest.approx(0.35)
+    assert s["F@25"] == pytest.approx(0.15)
+    assert s["F@25"] < min(s["L@25"], s["U@25"], s["R@25"])
+    # means over the clients where defined
+    assert s["local"] == pytest.approx(6.75 / 8)
+    assert s["unseen"] == pytest.approx(3.85 / 6)
+    assert s["rare"] == pytest.approx(3.70 / 6)
+    assert s["global"] == pytest.approx(4.95 / 8)
+    # local: worst .70, bottom-20 % = ceil(1.6) = 2 lowest = .725, gap .95 - .70
+    assert s["worst_local"] == pytest.approx(0.70)
+    assert s["bottom20_local"] == pytest.approx(0.725)
+    assert s["gap_local"] == pytest.approx(0.25)
+    # global: sorted .40 .50 .55 ... .80 -> worst .40, bottom-20 % (.40 + .50) / 2, gap .40
+    assert s["worst_global"] == pytest.approx(0.40)
+    assert s["bottom20_global"] == pytest.approx(0.45)
+    assert s["gap_global"] == pytest.approx(0.40)
+    assert "f1" not in s
+    # the per-client floors agree with client_floor row by row
+    floors = [client_floor(row) for _, row in PER_CLIENT.iterrows()]
+    np.testing.assert_allclose(floors, [0.1, 0.2, 0.7, 0.8, 0.6, 0.5, 0.7, 0.75])
+
+
+def test_summarize_table():
+    t = summarize(PER_CLIENT.assign(f1=[0.0, 0.5, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5]))
+    assert list(t.index) == ["local", "global", "unseen", "rare", "f1"]
+    assert list(t.columns) == ["mean", "worst", "bottom20", "gap", "at25", "n_clients"]
+    assert t["n_clients"].tolist() == [8, 8, 6, 6, 8]
+    # unseen (6 defined): sorted .10 .60 .70 .75 .80 .90
+    u = t.loc["unseen"]
+    assert u["worst"] == pytest.approx(0.10)
+    assert u["gap"] == pytest.approx(0.80)
+    assert u["bottom20"] == pytest.approx(0.35)  # ceil(1.2) = 2 lowest
+    assert u["at25"] == pytest.approx(0.35)  # ceil(1.5) = 2 lowest
+    assert t.loc["f1", "mean"] == pytest.approx(4.0 / 8)
+    assert protocol_summary(PER_CLIENT.assign(f1=0.25))["f1"] == pytest.approx(0.25)
+
+
+def test_twenty_clients_bottom20_uses_4_and_at25_uses_5():
+    local = np.arange(20) / 20.0
+    s = protocol_summary(pd.DataFrame({a: local for a in ("local", "global", "unseen", "rare")}))
+    assert s["bottom20_local"] == pytest.approx(0.075)  # 4 lowest
+    assert s["L@25"] == pytest.approx(0.1)  # 5 lowest
+    assert s["F@25"] == pytest.approx(0.1)
+
+
+def test_no_client_with_unseen_classes_is_na_not_zero():
+    df = PER_CLIENT.assign(unseen=NAN)
+    s = protocol_summary(df)
+    assert math.isnan(s["unseen"]) and math.isnan(s["U@25"])
+    assert format_metric(s["U@25"]) == "n/a"
+    # F@25 is still defined through local and rare: F = [.8, .2, .7, .8, .6, .5, .7, .75]
+    # 2 lowest -> (.2 + .5) / 2
+    assert s["F@25"] == pytest.approx(0.35)
+    t = summarize(df)
+    assert t.loc["unseen", "n_clients"] == 0
+    assert t.loc["unseen", ["mean", "worst", "bottom20", "gap", "at25"]].isna().all()
+
+
+def test_client_abilities_to_protocol_end_to_end():
+    # two clients built from the hand fixture: the [10, 1, 0] client and a balanced one
+    g, loc = Confusion(GLOBAL_M), Confusion(LOCAL_M)
+    rows = {
+        "k0": client_abilities(loc, g, [10, 1, 0], f1_class=1),
+        "k1": client_abilities(loc, g, [5, 5, 5], f1_class=1),
+    }
+    s = protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
+    assert s["unseen"] == pytest.approx(0.25)  # only k0 has an unseen class
+    assert s["rare"] == pytest.approx(0.5)
+    # F = [1/4, 6/7]; ceil(0.25 * 2) = 1 -> 1/4
+    assert s["F@25"] == pytest.approx(0.25)
+    assert s["f1"] == pytest.approx(4 / 7)
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def test_format_metric():
+    assert format_metric(0.875) == "87.5"
+    assert format_metric(np.float64(0.12345), digits=2) == "12.35"
+    assert format_metric(0.5, digits=3, percent=False) == "0.500"
+    assert format_metric(1) == "100.0"
+    assert format_metric(NAN) == "n/a"
+    assert format_metric(np.nan) == "n/a"
+    assert format_metric(None) == "n/a"
+    assert format_metric(pd.NA) == "n/a"
+    with pytest.raises(TypeError, match="real number"):
+        format_metric("0.5")
+    with pytest.raises(ValueError, match="digits"):
+        format_metric(0.5, digits=-1)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_labels_out_of_range_name_value_and_range():
+    with pytest.raises(ValueError, match=r"label 3 outside the valid range \[0, 3\)"):
+        confusion_matrix([0, 3], [0, 1], 3)
+    with pytest.raises(ValueError, match=r"y_pred holds label -1"):
+        Confusion.from_predictions([0, 1], [0, -1], 3)
+    with pytest.raises(ValueError, match="same shape"):
+        confusion_matrix([0, 1], [0], 3)
+    with pytest.raises(ValueError, match="n_classes"):
+        confusion_matrix([0], [0], 0)
+    with pytest.raises(ValueError, match="integer class labels"):
+        confusion_matrix([0.5], [0], 2)
+    # integral floats are fine
+    np.testing.assert_array_equal(confusion_matrix([0.0, 1.0], [1, 1], 2), [[0, 1], [0, 1]])
+
+
+def test_confusion_validation():
+    with pytest.raises(ValueError, match="square"):
+        Confusion(np.zeros((2, 3), dtype=int))
+    with pytest.raises(ValueError, match=">= 0"):
+        Confusion(np.array([[1, -1], [0, 0]]))
+    with pytest.raises(ValueError, match=r"shapes \(2, 2\) and \(3, 3\)"):
+        Confusion.zeros(2).merge(Confusion.zeros(3))
+    with pytest.raises(ValueError, match=r"c must be a class index in \[0, 3\).*got 3"):
+        Confusion(GLOBAL_M).f1(3)
+    with pytest.raises(ValueError, match="class index 5"):
+        Confusion(GLOBAL_M).balanced_accuracy([0, 5])
+    with pytest.raises(ValueError, match=r"shape \(3,\)"):
+        Confusion(GLOBAL_M).balanced_accuracy(np.array([True, False]))
+
+
+def test_rare_ratio_and_fraction_validation():
+    for bad in (0, -0.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=f"rare_ratio must be .*got {bad}"):
+            rare_classes(COUNTS, rare_ratio=bad)
+    with pytest.raises(ValueError, match="rare_ratio"):
+        client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), COUNTS, rare_ratio=0)
+    for bad in (0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=rf"fraction must be in \(0, 1\], got {bad}"):
+            tail_mean([0.5], bad)
+    with pytest.raises(ValueError, match="finite or NaN"):
+        tail_mean([0.5, float("-inf")], 0.25)
+
+
+def test_train_counts_validation():
+    with pytest.raises(ValueError, match=r"got -1.0 at class 1"):
+        unseen_classes([3, -1, 0])
+    with pytest.raises(ValueError, match="1-D"):
+        rare_classes([[1, 2]])
+    with pytest.raises(ValueError, match="local has 3 classes but train_counts has 2"):
+        client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), [1, 2])
+    with pytest.raises(ValueError, match=r"f1_class must be a class index in \[0, 3\).*got 7"):
+        client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), COUNTS, f1_class=7)
+
+
+def test_per_client_table_validation():
+    with pytest.raises(ValueError, match=r"unknown column\(s\) \['acc'\]"):
+        summarize(PER_CLIENT.assign(acc=0.5))
+    with pytest.raises(ValueError, match=r"'local' holds 87.5.*\[0, 1\]"):
+        summarize(PER_CLIENT.assign(local=87.5))
+    with pytest.raises(ValueError, match=r"lacks required column\(s\) \['rare'\]"):
+        protocol_summary(PER_CLIENT.drop(columns="rare"))
+    with pytest.raises(TypeError, match="DataFrame"):
+        summarize({"local": [0.5]})
