@@ -28,7 +28,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
-	$(BIN)/python tests/benchmark.py
+	for b in tests/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
 	rm -rf book/_build book/chapters book/results

@@ -4,6 +4,7 @@
     python book/build.py --profile smoke       # seconds: the parameters the tests use
     python book/build.py --only setting -p seed=1 -p alphas='[0.5]'   # one chapter, own parameters
     python book/build.py --no-render           # execute only
+    python book/build.py --out /tmp/x --force  # execute into another folder (leaves the book alone)
 
 Pipeline (DESIGN.md, "The book pipeline"): ``notebooks/<name>.py`` (jupytext percent format) ->
 ``jupytext.read`` -> ``papermill.execute_notebook`` with parameters -> ``book/chapters/<name>.ipynb``
@@ -140,7 +141,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="a notebook parameter, e.g. -p seed=1 -p alphas='[0.5, 0.1]'")
     parser.add_argument("--no-render", action="store_true", help="execute the chapters, do not render HTML")
     parser.add_argument("--force", action="store_true", help="re-execute even where the cache is valid")
+    parser.add_argument("--out", help="write executed chapters and results under this folder instead of book/ "
+                        "(implies --no-render; for experiments that must not touch the book)")
     args = parser.parse_args(argv)
+    if args.out:
+        global CHAPTERS, RESULTS
+        CHAPTERS, RESULTS = Path(args.out) / "chapters", Path(args.out) / "results"
+        args.no_render = True
     overrides = {}
     for item in args.param:
         if "=" not in item:

@@ -67,6 +67,8 @@ class LoopConfig:
     checkpoint : a file path; when given the run state is saved after every round and a run
         started with an existing checkpoint resumes from it
     progress : show a progress bar over rounds with the current metrics
+    evaluate_last : evaluate after the last round (default); ``False`` skips every evaluation
+        when ``eval_every`` is 0 as well (timing the training alone, as the benchmark does)
     """
 
     rounds: int = 20
@@ -79,6 +81,7 @@ class LoopConfig:
     f1_class: int | None = None
     checkpoint: str | None = None
     progress: bool = False
+    evaluate_last: bool = True
 
     def __post_init__(self) -> None:
         if self.rounds < 0:
@@ -180,18 +183,11 @@ class RunResult:
 
     def per_client(self, round_: int | None = None) -> pd.DataFrame:
         """Client × metric table at ``round_`` (default: the last evaluated round)."""
-        f = self.frame[self.frame["client"] >= 0]
-        if f.empty:
-            raise ValueError("this run has no client evaluations yet")
-        r = int(f["round"].max()) if round_ is None else int(round_)
-        wide = f[f["round"] == r].pivot(index="client", columns="metric", values="value")
-        wide.columns.name = None
-        return wide
+        return per_client_table(self.frame, round_)
 
     def summary(self, round_: int | None = None) -> dict[str, float]:
         """The protocol summary (means, floors, tails) at ``round_``: :func:`fedlib.metrics.protocol_summary`."""
-        wide = self.per_client(round_)
-        return protocol_summary(wide.drop(columns=[c for c in wide.columns if c == "train_loss"]))
+        return protocol_summary(self.per_client(round_))
 
     def curve(self, metric: str) -> pd.Series:
         """Mean over clients of ``metric`` per evaluated round."""
@@ -231,6 +227,21 @@ class RunResult:
             algorithm=st["algorithm"],
             seconds=list(st["seconds"]),
         )
+
+
+def per_client_table(frame: pd.DataFrame, round_: int | None = None) -> pd.DataFrame:
+    """Client × metric table of a tidy results ``frame`` at ``round_`` (default: its last round
+    with client rows); ``train_loss`` is left out, so the table feeds
+    :func:`fedlib.metrics.protocol_summary` directly."""
+    f = frame[(frame["client"] >= 0) & (frame["metric"] != "train_loss")]
+    if f.empty:
+        raise ValueError("this frame has no client evaluations")
+    r = int(f["round"].max()) if round_ is None else int(round_)
+    if r not in set(f["round"]):
+        raise ValueError(f"no client evaluations in round {r}; evaluated rounds: {sorted(set(f['round']))}")
+    wide = f[f["round"] == r].pivot(index="client", columns="metric", values="value")
+    wide.columns.name = None
+    return wide
 
 
 def _frame(rows: list[tuple]) -> pd.DataFrame:
@@ -342,7 +353,7 @@ def run_federated(
             updates.append((k, up))
         server.aggregate(r, updates)
 
-        if r == config.rounds or (config.eval_every and r % config.eval_every == 0):
+        if (r == config.rounds and config.evaluate_last) or (config.eval_every and r % config.eval_every == 0):
             rows.extend(_evaluate(algorithm, server, clients, states, active, federation, config, r, workspace, ledger))
         seconds.append(time.perf_counter() - t0)
         rounds_done = r

@@ -60,7 +60,7 @@ from myst_nb import glue
 from fedlib.algorithms import FedAvg, FedAvgFT
 from fedlib.data import load_cifar, load_mnist5k, plot_partition
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
+from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
 from fedlib.metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary, summarize
 from fedlib.models import build_model
 from fedlib.profiles import resolve
@@ -276,9 +276,7 @@ for a in P.alphas:
     run = run_federated(FedAvg(train=train_cfg), fed, model_fn, loop_cfg)
     runs[a] = run
     ft_frame = evaluate_deployment(FedAvgFT(train=train_cfg, finetune=finetune_cfg), run, fed, model_fn, loop_cfg)
-    ft_wide = ft_frame.pivot(index="client", columns="metric", values="value")
-    ft_wide.columns.name = None
-    for method, wide in (("FedAvg", run.per_client().drop(columns="train_loss", errors="ignore")), ("FedAvg-FT", ft_wide)):
+    for method, wide in (("FedAvg", run.per_client()), ("FedAvg-FT", per_client_table(ft_frame))):
         per_client[(a, method)] = wide
         summaries.append({"alpha": a, "method": method, **protocol_summary(wide)})
     if results_dir is not None:

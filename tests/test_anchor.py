@@ -25,7 +25,7 @@ def test_central_cnn_and_iid_fedavg_anchor():
     central = build_model("cnn", in_channels=1, n_classes=10, seed=0)
     local_train(central, x, y, TrainConfig(epochs=3, batch_size=32, lr=0.05), torch_generator(0, 1))
     central_acc = Confusion.from_predictions(fed.global_test.labels_np, predict(central, fed.global_test.x).numpy(), 10).accuracy()
-    run = run_federated(FedAvg(train=TrainConfig(epochs=1, batch_size=32, lr=0.05)), fed, model_fn, LoopConfig(rounds=3))
+    run = run_federated(FedAvg(train=TrainConfig(epochs=1, batch_size=32, lr=0.05)), fed, model_fn, LoopConfig(rounds=6))
     fedavg_acc = run.summary()["global"]
-    assert central_acc >= 0.93, central_acc
-    assert fedavg_acc >= central_acc - 0.05, (central_acc, fedavg_acc)
+    assert central_acc >= 0.95, central_acc
+    assert fedavg_acc >= central_acc - 0.03, (central_acc, fedavg_acc)  # the book's 3-point tolerance

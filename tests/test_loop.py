@@ -185,6 +185,9 @@ def test_finetuned_deployment_changes_predictions_not_training(tiny_federation, 
     pd.testing.assert_frame_equal(frame, ft_run.frame[ft_run.frame["metric"] != "train_loss"].reset_index(drop=True))
     ft_local = frame[frame["metric"] == "local"].set_index("client")["value"]
     assert not ft_local.equals(run.per_client()["local"].rename("value"))
+    assert "train_loss" not in run.per_client().columns
+    with pytest.raises(ValueError, match="no client evaluations in round 1"):
+        run.per_client(1)
 
 
 def test_shared_global_predictions_change_no_number(tiny_federation, tiny_model_fn, monkeypatch):

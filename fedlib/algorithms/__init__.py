@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from .base import Algorithm, ClientContext, Event, load_model, model_arrays
 from .fedavg import FedAvg, FedAvgFT
+from .mpt import MPT
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"fedavg": FedAvg, "fedavg_ft": FedAvgFT}
+ALGORITHMS: dict[str, type[Algorithm]] = {"fedavg": FedAvg, "fedavg_ft": FedAvgFT, "mpt": MPT}
+
+from .fedprox import FedProx  # noqa: E402  (GGEUR chapter)
+from .fedproto import FedProto  # noqa: E402
+from .ggeur import GGEUR, FedFAStyle, FedMixStyle  # noqa: E402
+
+ALGORITHMS.update({"fedprox": FedProx, "fedproto": FedProto, "ggeur": GGEUR, "fedfa_style": FedFAStyle, "fedmix_style": FedMixStyle})
 
 
 def make_algorithm(name: str, **kwargs) -> Algorithm:
@@ -15,4 +22,4 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
     return ALGORITHMS[name](**kwargs)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "Event", "FedAvg", "FedAvgFT", "load_model", "make_algorithm", "model_arrays"]
+__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "Event", "FedAvg", "FedAvgFT", "MPT", "load_model", "make_algorithm", "model_arrays"]
