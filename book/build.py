@@ -110,7 +110,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     from fedlib.io import atomic_write_json  # after the venv is active
 
     for name in names:
-        params = {"profile": profile, **overrides, "results_dir": str(RESULTS / name)}
+        # relative to the notebooks' working directory, so no local path shows in the book
+        params = {"profile": profile, **overrides, "results_dir": os.path.relpath(RESULTS / name, NOTEBOOKS)}
         key = cache_key(name, params)
         output, meta = CHAPTERS / f"{name}.ipynb", CHAPTERS / f"{name}.json"
         if not force and output.exists() and meta.exists() and json.loads(meta.read_text()).get("key") == key:

@@ -140,7 +140,7 @@ for name, fed in federations.items():
 partition_table = pd.DataFrame(rows).set_index("partition")
 partition_table.round(2)
 
-# %%
+# %% tags=["remove-cell"]
 last = f"dir{P.alphas[-1]}"
 glue("n_clients", P.n_clients, display=False)
 glue("n_global_test", len(federations["iid"].global_test), display=False)
@@ -242,7 +242,7 @@ anchor = pd.DataFrame({
 }, index=pd.Index(["central SGD", "FedAvg, IID"], name="anchor"))
 anchor.round(2)
 
-# %%
+# %% tags=["remove-cell"]
 gap = 100 * (central_acc - iid_global)
 glue("central_acc", 100 * central_acc, display=False)
 glue("iid_acc", 100 * iid_global, display=False)
@@ -331,7 +331,7 @@ for ax, a in zip(axes[0], P.alphas):
 fig.tight_layout()
 plt.show()
 
-# %%
+# %% tags=["remove-cell"]
 def delta(a, metric):
     return float(100 * (summary.loc[(a, "FedAvg-FT"), metric] - summary.loc[(a, "FedAvg"), metric]))
 

@@ -615,6 +615,10 @@ def plot_partition(
     ax.figure.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("class")
     ax.set_ylabel("client")
+    from matplotlib.ticker import MaxNLocator
+
+    for axis in (ax.xaxis, ax.yaxis):  # clients and classes are integers
+        axis.set_major_locator(MaxNLocator(nbins=min(20, max(counts.shape)), integer=True))
     if counts.size <= _ANNOTATE_MAX_CELLS:
         threshold = counts.max() / 2 if counts.size else 0
         for (j, c), v in np.ndenumerate(counts):
