@@ -3,16 +3,30 @@
 from __future__ import annotations
 
 from .base import Algorithm, ClientContext, Event, load_model, model_arrays
+from .ditto import Ditto
 from .fedavg import FedAvg, FedAvgFT
-from .mpt import MPT
+from .fedbabu import FedBABU
+from .fedetf import FedETF
+from .fedproto import FedProto
+from .fedprox import FedProx
+from .fedrep import FedRep
+from .ggeur import GGEUR, FedFAStyle, FedMixStyle
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"fedavg": FedAvg, "fedavg_ft": FedAvgFT, "mpt": MPT}
-
-from .fedprox import FedProx  # noqa: E402  (GGEUR chapter)
-from .fedproto import FedProto  # noqa: E402
-from .ggeur import GGEUR, FedFAStyle, FedMixStyle  # noqa: E402
-
-ALGORITHMS.update({"fedprox": FedProx, "fedproto": FedProto, "ggeur": GGEUR, "fedfa_style": FedFAStyle, "fedmix_style": FedMixStyle})
+ALGORITHMS: dict[str, type[Algorithm]] = {
+    "fedavg": FedAvg,
+    "fedavg_ft": FedAvgFT,
+    # personalized-FL baselines (FedGRC and the other chapters)
+    "ditto": Ditto,
+    "fedbabu": FedBABU,
+    "fedetf": FedETF,
+    "fedrep": FedRep,
+    # GGEUR chapter
+    "fedprox": FedProx,
+    "fedproto": FedProto,
+    "ggeur": GGEUR,
+    "fedfa_style": FedFAStyle,
+    "fedmix_style": FedMixStyle,
+}
 
 
 def make_algorithm(name: str, **kwargs) -> Algorithm:
@@ -22,4 +36,7 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
     return ALGORITHMS[name](**kwargs)
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "ClientContext", "Event", "FedAvg", "FedAvgFT", "MPT", "load_model", "make_algorithm", "model_arrays"]
+__all__ = [
+    "ALGORITHMS", "Algorithm", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
+    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "load_model", "make_algorithm", "model_arrays",
+]

@@ -1,0 +1,38 @@
+"""FedBABU: train and average the body only, with the head frozen at its random initialization;
+personalize by fine-tuning before deployment.
+
+Oh, Kim and Yun, "FedBABU: Toward Enhanced Representation for Federated Image Classification",
+ICLR 2022 (arXiv:2106.06042), Algorithm 1: during federated training the head is never updated
+(the same random head on every client), so only the body is sent and averaged; at evaluation each
+client fine-tunes the whole model on its own data (the paper's default fine-tunes every layer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..messages import Message, State
+from ..training import TrainConfig, local_train
+from .base import MODEL, Algorithm, ClientContext, Predictor, load_model
+
+
+@dataclass
+class FedBABU(Algorithm):
+    """Body-only local training and averaging; ``finetune`` (epochs = 0: none) before deployment."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5, lr=0.01))
+    name = "fedbabu"
+
+    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+        model = load_model(ctx.model, message)
+        loss = local_train(model, data.train.x, data.train.y, self.train, generator, params=model.body_parameters())
+        body = {MODEL + k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("head.")}
+        return state, Message(arrays=body, meta={"n_samples": len(data.train), "train_loss": loss}, kind="update")
+
+    def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
+        model = load_model(ctx.model, message)
+        local_train(model, data.train.x, data.train.y, self.finetune, generator)
+        return model.eval()

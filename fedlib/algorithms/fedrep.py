@@ -1,0 +1,60 @@
+"""FedRep: a shared representation, personal heads.
+
+Collins, Hassani, Mokhtari and Shakkottai, "Exploiting Shared Representations for Personalized
+Federated Learning", ICML 2021 (arXiv:2102.07078), Algorithm 1: each round a sampled client first
+trains its own head with the body frozen, then the body with its head frozen; only the body is
+sent and averaged. A client's head never leaves it (it is the client's persistent state), and the
+deployed predictor is the global body with the client's head.
+
+The server's broadcast carries the body and the *initial* head (which the server never changes):
+a client adopts it as its personal head the first time it takes part, so every head starts from
+the same seeded initialization.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..messages import Message, State, prefixed
+from ..training import TrainConfig, local_train
+from .base import MODEL, Algorithm, ClientContext, Predictor, load_model
+
+HEAD = MODEL + "head."
+PERSONAL = "personal/"
+
+
+def personal_head(state: State, message: Message) -> dict[str, torch.Tensor]:
+    """The client's head from its state, or the broadcast initial head on its first round (``model/head.*``-prefixed)."""
+    own = state.with_prefix(PERSONAL)
+    return prefixed(MODEL, own) if own else {k: v for k, v in message.arrays.items() if k.startswith(HEAD)}
+
+
+def without_head(arrays: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in arrays.items() if not k.startswith(HEAD)}
+
+
+@dataclass
+class FedRep(Algorithm):
+    """Head epochs, then body epochs, per round; the body is averaged, heads stay personal."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)  # the body's local training
+    head_train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5))  # the head's, first
+    name = "fedrep"
+
+    def _load(self, ctx: ClientContext, state: State, message: Message) -> torch.nn.Module:
+        arrays = {**without_head(message.arrays), **personal_head(state, message)}
+        return load_model(ctx.model, State(arrays))
+
+    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+        model = self._load(ctx, state, message)
+        x, y = data.train.x, data.train.y
+        local_train(model, x, y, self.head_train, generator, params=model.head_parameters())
+        loss = local_train(model, x, y, self.train, generator, params=model.body_parameters())
+        new_state = State(arrays=prefixed(PERSONAL + "head.", model.head.state_dict()), meta=dict(state.meta))
+        body = {MODEL + k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("head.")}
+        return new_state, Message(arrays=body, meta={"n_samples": len(y), "train_loss": loss}, kind="update")
+
+    def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
+        return self._load(ctx, state, message).eval()
