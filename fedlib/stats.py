@@ -83,10 +83,13 @@ class ClassMoments:
             bad = int(labels.min()) if int(labels.min()) < 0 else int(labels.max())
             raise ValueError(f"label {bad} outside the valid range [0, {n_classes})")
         z = features.detach().to(torch.float64)
-        onehot = torch.nn.functional.one_hot(labels, n_classes).to(torch.float64)  # (n, C)
-        counts = onehot.sum(0)
-        sums = onehot.T @ z  # (C, d)
-        grams = torch.einsum("nc,nd,ne->cde", onehot, z, z)  # (C, d, d)
+        d = z.shape[1]
+        counts = torch.bincount(labels, minlength=n_classes).to(torch.float64)
+        sums = torch.zeros(n_classes, d, dtype=torch.float64).index_add_(0, labels, z)  # (C, d)
+        grams = torch.zeros(n_classes, d, d, dtype=torch.float64)
+        for c in torch.unique(labels).tolist():  # one (n_c, d)^T (n_c, d) product per class: O(n d^2) in all
+            zc = z[labels == c]
+            grams[c] = zc.T @ zc
         return cls(counts, sums, grams)
 
     def merge(self, other: "ClassMoments") -> "ClassMoments":
