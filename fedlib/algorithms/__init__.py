@@ -11,6 +11,7 @@ from .fedproto import FedProto
 from .fedprox import FedProx
 from .fedrep import FedRep
 from .ggeur import GGEUR, FedFAStyle, FedMixStyle
+from .mpt import MPT
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
@@ -26,6 +27,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "ggeur": GGEUR,
     "fedfa_style": FedFAStyle,
     "fedmix_style": FedMixStyle,
+    # MPT chapter
+    "mpt": MPT,
 }
 
 
@@ -38,5 +41,5 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
 
 __all__ = [
     "ALGORITHMS", "Algorithm", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
-    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "load_model", "make_algorithm", "model_arrays",
+    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "MPT", "load_model", "make_algorithm", "model_arrays",
 ]

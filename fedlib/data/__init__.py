@@ -27,6 +27,7 @@ from fedlib.data.partition import (
     plot_partition,
     split_train_test,
 )
+from fedlib.data.scenarios import DepartureScenario, make_departure_scenario
 
 __all__ = [
     "ArrayDataset",
@@ -52,4 +53,6 @@ __all__ = [
     "partition_summary",
     "plot_partition",
     "make_partition",
+    "DepartureScenario",
+    "make_departure_scenario",
 ]

@@ -1,0 +1,309 @@
+"""MPT's tracking maths and baselines (fedlib.tracking) and the MPT plug-in of the loop."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import scipy.linalg
+import scipy.optimize
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fedlib.algorithms import MPT, Event
+from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, evaluate_history, method_payload
+from fedlib.data import make_departure_scenario, make_gaussian_mixture
+from fedlib.loop import LoopConfig, run_federated
+from fedlib.models import build_model
+from fedlib.tracking import (
+    TrackingConfig,
+    adaptive_alpha,
+    barycentric_decomposition,
+    barycentric_weights,
+    growth_factor,
+    icarl_prototype,
+    ldc_fit_map,
+    reconstruct_lite,
+    reconstruct_mpt,
+    sdc_client_sums,
+    sdc_step,
+    span_projector,
+    stored_residual_prototype,
+    take_snapshot,
+    transport_map,
+)
+from fedlib.training import TrainConfig
+
+F = torch.float64
+
+
+def _rand(seed, *shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F)
+
+
+def _spd(seed, d):
+    A = _rand(seed, d, d)
+    return A @ A.T + 0.1 * torch.eye(d, dtype=F)
+
+
+# ----------------------------------------------------------------- Eq. (1)-(2)
+def test_barycentric_hand_computed():
+    M = torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=F)
+    w, r = barycentric_decomposition(torch.tensor([1.0, 1.0]), M)
+    assert torch.allclose(w, torch.tensor([0.5, 0.5], dtype=F)) and torch.allclose(r, torch.tensor([0.0, 1.0], dtype=F))
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.integers(2, 8), st.sampled_from([1e-3, 0.1, 1.0, 10.0]))
+def test_closed_form_equals_numerical_solver(seed, K, d, lam):
+    M, mu = _rand(seed, K, d), _rand(seed + 1, d)
+    w = barycentric_weights(mu, M, lam).numpy()
+    Mn, mun = M.numpy(), mu.numpy()
+    obj = lambda v: np.sum((mun - Mn.T @ v) ** 2) + lam * np.sum(v**2)  # noqa: E731
+    res = scipy.optimize.minimize(obj, np.ones(K) / K, constraints=[{"type": "eq", "fun": lambda v: v.sum() - 1}],
+                                  method="SLSQP", options={"ftol": 1e-14, "maxiter": 500})
+    assert abs(w.sum() - 1) < 1e-10
+    assert obj(w) <= res.fun + 1e-7
+    np.testing.assert_allclose(w, res.x, atol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 5), st.integers(6, 10))
+def test_unregularized_residual_is_orthogonal_to_affine_directions(seed, K, d):
+    M, mu = _rand(seed, K, d), _rand(seed + 1, d)
+    _, r = barycentric_decomposition(mu, M, 0.0)
+    P = span_projector(M, "affine")
+    assert torch.allclose(P @ r, r, atol=1e-9)
+    assert torch.allclose((M - M[0]) @ r, torch.zeros(K, dtype=F), atol=1e-9)
+
+
+def test_collinear_and_repeated_prototypes_give_finite_weights():
+    M = torch.tensor([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0]], dtype=F)
+    for lam in (0.0, 0.1):
+        w = barycentric_weights(torch.tensor([0.0, 5.0]), M, lam)
+        assert bool(torch.isfinite(w).all()) and abs(float(w.sum()) - 1) < 1e-9
+    w = barycentric_weights(torch.tensor([1.0, 0.0]), torch.zeros(3, 2, dtype=F), 0.0)
+    assert torch.allclose(w, torch.full((3,), 1 / 3, dtype=F))
+    P = span_projector(M)
+    assert torch.allclose(P @ P, P) and torch.linalg.matrix_rank(torch.eye(2, dtype=F) - P) == 1
+
+
+def test_bad_inputs_are_clear_errors():
+    with pytest.raises(ValueError, match="never observed"):
+        barycentric_weights(torch.tensor([float("nan"), 0.0]), torch.eye(2))
+    with pytest.raises(ValueError, match="lam"):
+        barycentric_weights(torch.zeros(2), torch.eye(2), -1.0)
+    with pytest.raises(ValueError, match="non-finite"):
+        barycentric_weights(torch.zeros(2), torch.tensor([[0.0, float("nan")]]))
+    with pytest.raises(ValueError, match="span"):
+        span_projector(torch.eye(2), "convex")
+    with pytest.raises(ValueError, match="singular"):
+        transport_map(torch.zeros(2, 2), torch.eye(2))
+    with pytest.raises(ValueError, match="noise"):
+        TrackingConfig(noise="other")
+
+
+# ----------------------------------------------------------------- Eq. (6) and the projector
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 7))
+def test_transport_map_properties_and_scipy_reference(seed, d):
+    Sd, St = _spd(seed, d), _spd(seed + 7, d)
+    T = transport_map(Sd, St)
+    assert torch.allclose(T, T.T)
+    assert float(torch.linalg.eigvalsh(T).min()) > 0
+    assert torch.allclose(T @ Sd @ T, St, atol=1e-7 * float(St.abs().max()) + 1e-9)
+    a, b = Sd.numpy(), St.numpy()
+    ah = np.real(scipy.linalg.sqrtm(a))
+    ref = np.linalg.inv(ah) @ np.real(scipy.linalg.sqrtm(ah @ b @ ah)) @ np.linalg.inv(ah)
+    np.testing.assert_allclose(T.numpy(), ref, atol=1e-6 * max(1.0, np.abs(ref).max()))
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 5), st.integers(2, 8), st.sampled_from(["affine", "linear"]))
+def test_projector_is_orthogonal_projector(seed, K, d, span):
+    M = _rand(seed, K, d)
+    P = span_projector(M, span)
+    assert torch.allclose(P, P.T, atol=1e-10) and torch.allclose(P @ P, P, atol=1e-10)
+    B = M - M.mean(0) if span == "affine" else M
+    assert torch.allclose(B @ P, torch.zeros_like(B), atol=1e-9)
+
+
+# ----------------------------------------------------------------- Eq. (7)
+def test_alpha_limits():
+    r1, r2 = torch.ones(4, dtype=F), torch.zeros(4, dtype=F)
+    assert adaptive_alpha(r1, r2, 1.0, 0) == 0.0  # no remaining rare sample: the prediction
+    assert adaptive_alpha(r1, r2, 1.0, 1e9) > 0.999  # N -> infinity: the measurement
+    assert adaptive_alpha(r1, r1, 1.0, 10) < 1e-9  # residuals agree: the prediction
+    assert adaptive_alpha(r1, r2, 0.0, 3) == 1.0  # noiseless measurement
+    a = adaptive_alpha(r1, r2, 2.0, 4)  # D = 1, noise 0.5: tau2 = 0.5, alpha = 0.5
+    assert a == pytest.approx(0.5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.0, 10.0), st.floats(0.1, 1e4))
+def test_alpha_in_unit_interval(seed, sigma2, n):
+    a = adaptive_alpha(_rand(seed, 5), _rand(seed + 1, 5), sigma2, n)
+    assert 0.0 <= a <= 1.0
+
+
+# ----------------------------------------------------------------- reconstructions with known answers
+def _setup(seed, K=4, d=8):
+    M = _rand(seed, K, d) * 3
+    mu = _rand(seed + 1, d) * 3
+    cov = _spd(seed + 2, d)
+    cfg = TrackingConfig(ridge=0.0, reg=0.1)
+    return M, mu, cov, cfg, take_snapshot(mu, M, cov, cfg)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000))
+def test_translation_drift_is_tracked_exactly(seed):
+    M, mu, cov, cfg, snap = _setup(seed)
+    b = _rand(seed + 3, M.shape[1]) * 5
+    rec = reconstruct_mpt(snap, M + b, cov, cfg=cfg)  # no rare sample: alpha = 0
+    assert rec.alpha == 0.0
+    assert torch.allclose(rec.prototype, mu + b, atol=1e-8)
+    assert torch.allclose(stored_residual_prototype(snap, M + b), mu + b, atol=1e-8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.floats(0.2, 5.0))
+def test_isotropic_scaling_is_tracked_by_mpt_and_lite(seed, s):
+    M, mu, cov, cfg, snap = _setup(seed)
+    rec = reconstruct_mpt(snap, s * M, s * s * cov, cfg=cfg)
+    assert torch.allclose(rec.prototype, s * mu, atol=1e-7 * (1 + float(mu.abs().max()) * s))
+    g = growth_factor(snap.trace_d, float(torch.trace(s * s * cov)))
+    assert g == pytest.approx(s)
+    assert torch.allclose(reconstruct_lite(snap, s * M, g), s * mu, atol=1e-8 * s * 10)
+    if abs(s - 1) > 0.05:
+        assert not torch.allclose(stored_residual_prototype(snap, s * M), s * mu, atol=1e-3)
+
+
+def test_measured_residual_with_many_samples_wins():
+    M, mu, cov, cfg, snap = _setup(3)
+    Q, _ = torch.linalg.qr(_rand(9, 8, 8))
+    M_t, mu_t = M @ Q.T, Q @ mu  # a rotation: the prediction cannot follow it
+    rec = reconstruct_mpt(snap, M_t, Q @ cov @ Q.T, 1e8, mu_t, Q @ cov @ Q.T, cfg)
+    assert rec.alpha > 0.999
+    P = span_projector(M_t)
+    target = M_t.T @ snap.w0 + P @ (mu_t - M_t.T @ snap.w0)
+    assert torch.allclose(rec.prototype, target, atol=1e-6)
+
+
+def test_zero_remaining_and_singular_covariance_give_finite_prototype():
+    M, mu, _, cfg, _ = _setup(4)
+    singular = torch.zeros(8, 8, dtype=F)
+    singular[0, 0] = 1.0
+    snap = take_snapshot(mu, M, singular, cfg)
+    rec = reconstruct_mpt(snap, M + 1, torch.zeros(8, 8, dtype=F), 0, None, None, cfg)
+    assert bool(torch.isfinite(rec.prototype).all()) and rec.alpha == 0.0
+    rec = reconstruct_mpt(snap, M + 1, singular, 1, mu, None, cfg)  # one sample: pooled noise
+    assert bool(torch.isfinite(rec.prototype).all()) and 0 <= rec.alpha <= 1
+
+
+# ----------------------------------------------------------------- baselines
+def test_baselines_on_known_drift():
+    g = torch.Generator().manual_seed(0)
+    z_old = torch.randn(200, 4, generator=g, dtype=F)
+    b = torch.tensor([1.0, -2.0, 0.5, 0.0], dtype=F)
+    swd, sw = sdc_client_sums(z_old, z_old + b, torch.ones(4, dtype=F))
+    assert torch.allclose(sdc_step(torch.ones(4, dtype=F), swd, sw), torch.ones(4, dtype=F) + b)
+    assert torch.allclose(sdc_step(torch.ones(4, dtype=F), swd, 0.0), torch.ones(4, dtype=F))
+    A = torch.tensor([[1.2, 0.1, 0, 0], [0, 0.9, 0, 0], [0, 0, 1.0, 0.2], [0, 0, 0, 1.1]], dtype=F)
+    W = ldc_fit_map(z_old, z_old @ A.T, epochs=120, lr=5e-2, batch_size=200, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(W, A, atol=2e-2)
+    assert torch.allclose(icarl_prototype(0, torch.zeros(4), torch.ones(4)), torch.ones(4, dtype=F))
+    assert torch.allclose(icarl_prototype(2, torch.full((4,), 4.0), torch.ones(4)), torch.full((4,), 2.0, dtype=F))
+
+
+# ----------------------------------------------------------------- the plug-in in the loop
+@pytest.fixture(scope="module")
+def scenario():
+    ds = make_gaussian_mixture(n_per_class=60, n_classes=3, dim=16, separation=4.0, seed=0).dataset
+    return make_departure_scenario(ds, n_clients=4, rare_class=1, departing_share=0.9, global_test_per_class=10, seed=0)
+
+
+def _model_fn():
+    return functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(16, 8))
+
+
+def test_plugin_runs_tracks_and_counts_bytes(scenario):
+    algo = MPT(train=TrainConfig(epochs=1), rare_class=1, train_rare_on=(0,), ldc_epochs=1, ccvr_steps=5)
+    cfg = LoopConfig(rounds=4, events=(Event(3, 0, "leave"),), f1_class=1)
+    res = run_federated(algo, scenario.federation, _model_fn(), cfg)
+    assert res.server.meta["tracking"] and res.server.meta["departure_round"] == 3
+    frame = evaluate_history(res.server, scenario.federation.global_test, _model_fn(), rare_class=1)
+    assert set(frame["method"]) >= set(PROTO_METHODS) | {"oracle", "fedavg", "ccvr"}
+    assert frame["value"].notna().all()
+    before = frame[(frame["round"] == 2) & (frame["metric"] == "f1") & frame["method"].isin(PROTO_METHODS)]["value"]
+    assert before.nunique() == 1  # before the departure every prototype method is the direct estimate
+    led = res.ledger.to_frame()
+    up = led[(led["direction"] == "up") & (led["round"] == 4)]["bytes"]
+    lite = run_federated(MPT(train=TrainConfig(epochs=1), rare_class=1, payload=METHOD_PAYLOAD["frozen"]),
+                         scenario.federation, _model_fn(), cfg).ledger.to_frame()
+    up_lite = lite[(lite["direction"] == "up") & (lite["round"] == 4)]["bytes"]
+    assert up.sum() > up_lite.sum()
+
+
+def test_departing_client_without_rare_samples_disables_tracking(scenario):
+    algo = MPT(train=TrainConfig(epochs=1), rare_class=1, payload=METHOD_PAYLOAD["mpt"])
+    res = run_federated(algo, scenario.federation, _model_fn(), LoopConfig(rounds=3, events=(Event(2, 3, "leave"),)))
+    # client 3 holds one or two remaining rare samples, so tracking starts; remove them to test the guard
+    assert res.server.meta["departed"] == 3
+    ds = make_gaussian_mixture(n_per_class=60, n_classes=3, dim=16, separation=4.0, seed=0).dataset
+    sc = make_departure_scenario(ds, n_clients=4, rare_class=1, departing_share=0.0, departing_client=0,
+                                 global_test_per_class=10, seed=0)
+    counts = sc.federation.train_counts()
+    empty = int(np.flatnonzero(counts[:, 1] == 0)[0]) if (counts[:, 1] == 0).any() else 0
+    res = run_federated(algo, sc.federation, _model_fn(), LoopConfig(rounds=3, events=(Event(2, empty, "leave"),)))
+    if counts[empty, 1] == 0:
+        assert res.server.meta["tracking"] is False and "nothing to track" in res.server.meta["note"]
+    assert bool(torch.isfinite(res.server.arrays["protos"]).all())
+
+
+def test_bad_plugin_arguments():
+    with pytest.raises(ValueError, match="payload"):
+        MPT(payload=("moments", "bogus"))
+    with pytest.raises(ValueError, match="deploy_method"):
+        MPT(deploy_method="nope")
+    with pytest.raises(ValueError, match="unknown method"):
+        method_payload("nope")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 6))
+def test_transport_map_attains_the_wasserstein_cost(seed, d):
+    Sd, St = _spd(seed, d), _spd(seed + 3, d)
+    T = transport_map(Sd, St)
+    eye = torch.eye(d, dtype=F)
+    cost = torch.trace((eye - T) @ Sd @ (eye - T))
+    h = torch.from_numpy(np.real(scipy.linalg.sqrtm(Sd.numpy())))
+    w2 = torch.trace(Sd) + torch.trace(St) - 2 * torch.trace(torch.from_numpy(np.real(scipy.linalg.sqrtm((h @ St @ h).numpy()))))
+    assert float(abs(cost - w2)) <= 1e-6 * max(1.0, float(w2))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(["euclidean", "whitened"]), st.sampled_from(["rare", "pooled"]))
+def test_reconstruction_options_give_finite_alpha_in_unit_interval(seed, metric, noise):
+    M, mu, cov, _, _ = _setup(seed)
+    cfg = TrackingConfig(ridge=1e-3, reg=0.1, metric=metric, noise=noise)
+    snap = take_snapshot(mu, M, cov, cfg)
+    rec = reconstruct_mpt(snap, M * 1.1 + 0.3, cov * 1.2, 5, mu + 0.5, cov, cfg)
+    assert 0.0 <= rec.alpha <= 1.0 and bool(torch.isfinite(rec.prototype).all())
+    with pytest.raises(ValueError, match="metric"):
+        TrackingConfig(metric="cosine")
+
+
+def test_ccvr_head_learns_separated_class_gaussians_and_skips_unobserved():
+    from fedlib.tracking import ccvr_head
+
+    means = torch.tensor([[4.0, 0.0], [-4.0, 0.0], [0.0, 4.0]], dtype=F)
+    covs = torch.eye(2, dtype=F).repeat(3, 1, 1)
+    counts = torch.tensor([50.0, 50.0, 0.0], dtype=F)
+    W, b = ccvr_head(means, covs, counts, torch.zeros(3, 2), torch.zeros(3), n_virtual=50, steps=200, lr=0.05,
+                     generator=torch.Generator().manual_seed(0))
+    pred = (means.float() @ W.T + b).argmax(1)
+    assert pred[:2].tolist() == [0, 1]
+    assert bool(torch.isfinite(W).all())
