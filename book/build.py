@@ -125,7 +125,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
         return 0
     cmd = [
         str(Path(sys.executable).parent / "jupyter-book"), "build", str(BOOK),
-        "--config", str(ROOT / "_config.yml"), "--toc", str(TOC), "-W", "-n", "--keep-going", "--all",
+        "--config", str(ROOT / "_config.yml"), "--toc", str(TOC), "--path-output", str(BOOK),
+        "-W", "-n", "--keep-going", "--all",
     ]
     print("[render]  ", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=ROOT)
