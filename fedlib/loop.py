@@ -380,10 +380,16 @@ def run_federated(
 
 
 def _weights_key(predictor: Predictor) -> str | None:
-    """A digest of a module predictor's weights (``None`` for other callables)."""
+    """A digest of what a module predictor computes with: its modules' types, their scalar
+    attributes (e.g. a temperature) and its ``state_dict`` (parameters and buffers). ``None``
+    for other callables, which are never shared."""
     if not isinstance(predictor, torch.nn.Module):
         return None
-    h = hashlib.sha1(type(predictor).__qualname__.encode())
+    h = hashlib.sha1()
+    for module in predictor.modules():
+        h.update(type(module).__qualname__.encode())
+        scalars = {k: v for k, v in vars(module).items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))}
+        h.update(repr(sorted(scalars.items())).encode())
     for name, t in predictor.state_dict().items():
         h.update(name.encode())
         h.update(t.detach().contiguous().numpy().tobytes())

@@ -198,3 +198,25 @@ def test_shared_global_predictions_change_no_number(tiny_federation, tiny_model_
     monkeypatch.setattr(loop, "_weights_key", lambda predictor: None)
     uncached = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
     pd.testing.assert_frame_equal(cached.frame, uncached.frame)
+
+
+def test_predictors_that_differ_only_in_a_scalar_attribute_are_not_shared():
+    from fedlib.loop import _weights_key
+
+    class Scaled(torch.nn.Module):
+        def __init__(self, scale):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.scale = scale
+
+        def forward(self, x):
+            return self.scale * self.lin(x)
+
+    with isolated_torch_rng(0):
+        a = Scaled(1.0)
+    with isolated_torch_rng(0):
+        b = Scaled(-1.0)
+    with isolated_torch_rng(0):
+        c = Scaled(1.0)
+    assert _weights_key(a) != _weights_key(b) and _weights_key(a) == _weights_key(c)
+    assert _weights_key(lambda x: x) is None
