@@ -132,7 +132,11 @@ class ClassMoments:
         .. math:: S = \sum_c \big(G_c - s_c m_c^\top - m_c s_c^\top + n_c m_c m_c^\top\big)
         """
         obs = self.observed
-        m = self.means() if centers is None else centers.to(torch.float64)
+        if centers is None:  # about the class means: sum_c G_c - t_c t_c^T / n_c, no (C, d, d) temporary
+            t = self.sums[obs] / torch.sqrt(self.counts[obs])[:, None]  # (C_obs, d)
+            scatter = self.grams.sum(0) - t.T @ t
+            return 0.5 * (scatter + scatter.T)
+        m = centers.to(torch.float64)
         m, s, g, n = m[obs], self.sums[obs], self.grams[obs], self.counts[obs]
         outer = lambda a, b: a[:, :, None] * b[:, None, :]  # noqa: E731
         return (g - outer(s, m) - outer(m, s) + n[:, None, None] * outer(m, m)).sum(0)
@@ -154,7 +158,8 @@ class ClassMoments:
         if float(n) <= 0:
             raise ValueError("total covariance of an empty set of features")
         mu = self.sums.sum(0) / n
-        return self.grams.sum(0) / n - mu[:, None] * mu[None, :]
+        total = self.grams.sum(0) / n - mu[:, None] * mu[None, :]
+        return 0.5 * (total + total.T)
 
     # ----- wire format ----------------------------------------------------------------------
     def to_message(self, kind: str = "statistics", prefix: str = "stats/") -> Message:
