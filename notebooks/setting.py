@@ -411,7 +411,7 @@ comm.round(2)
 # 2. **What counts as rare?** Change `rare_ratio` to 0.25 and to 1.0. Which clients gain or lose
 #    rare classes, and how do rare accuracy and F@25 respond? Argue which definition the FedGRC
 #    paper's claims would be most sensitive to.
-# 3. **A learning rate that drifts.** Re-run with `lr=0.05` (five times the default). Compare the
+# 3. **A learning rate that drifts.** Re-run with `lr=0.05` (the default is {glue:text}`train_lr`). Compare the
 #    IID anchor and the $\alpha = 0.1$ federation: which one suffers, and why does a larger local
 #    step hurt more when each client sees only a few classes (client drift)?
 # 4. **How much fine-tuning?** Vary `finetune_epochs` over 1, 5 and 20. Plot local and global

@@ -43,15 +43,16 @@ def test_fedbabu_never_updates_the_head(tiny_federation, tiny_model_fn):
 
 def test_ditto_with_a_huge_lambda_keeps_personal_models_at_the_global_one(tiny_federation, tiny_model_fn):
     # lam * lr must stay < 2 for the proximal step to be stable; lam = 19 with lr = 0.1 nearly pins v_k to w
-    run = run_federated(Ditto(train=TRAIN, personal_train=TrainConfig(epochs=1, batch_size=8, lr=0.1, momentum=0.0), lam=19.0),
-                        tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
-    init = _initial(tiny_model_fn)
-    for s in run.client_states.values():
-        gap = (s.arrays["personal/hidden.0.weight"] - init.hidden[0].weight).abs().max()
-        free = run_federated(Ditto(train=TRAIN, personal_train=TrainConfig(epochs=1, batch_size=8, lr=0.1, momentum=0.0), lam=0.0),
-                             tiny_federation, tiny_model_fn, LoopConfig(rounds=1)).client_states[0].arrays["personal/hidden.0.weight"]
-        assert gap < (free - init.hidden[0].weight).abs().max()
-        break
+    personal = TrainConfig(epochs=1, batch_size=8, lr=0.1, momentum=0.0)
+    pinned = run_federated(Ditto(train=TRAIN, personal_train=personal, lam=19.0), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    free = run_federated(Ditto(train=TRAIN, personal_train=personal, lam=0.0), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    w0 = _initial(tiny_model_fn).hidden[0].weight
+    gaps = [((pinned.client_states[k].arrays["personal/hidden.0.weight"] - w0).norm(),
+             (free.client_states[k].arrays["personal/hidden.0.weight"] - w0).norm()) for k in pinned.client_states]
+    # the proximal term is zero on a client's first step (v = w), so a client with a single
+    # mini-batch moves equally either way; with more steps the pull shows
+    assert all(p <= f + 1e-12 for p, f in gaps)
+    assert sum(p < f for p, f in gaps) >= 3
 
 
 def test_ditto_with_lambda_zero_trains_the_personal_model_like_local_training(tiny_federation, tiny_model_fn):
