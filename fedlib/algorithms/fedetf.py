@@ -1,7 +1,7 @@
 """FedETF: a fixed simplex equiangular-tight-frame classifier on normalized features, trained
 with a balanced-softmax loss; optionally fine-tuned locally before deployment (FedETF-FT).
 
-Li, Shang, Wang, Ye, Xu, Zhou and Lin, "No Fear of Classifier Biases: Neural Collapse Inspired
+Li, Shang, He, Lin and Wu, "No Fear of Classifier Biases: Neural Collapse Inspired
 Federated Learning with Synthetic and Fixed Classifier", ICCV 2023 (arXiv:2303.10058): the
 classifier is the simplex ETF
 

@@ -1,0 +1,308 @@
+r"""CGRL: FedGRC's consensus geometric representation learning (the local objective and the
+server's reference updates).
+
+From *Is High Local Accuracy Enough? Geometric Consensus with Support-Adaptive Statistical
+Personalization for Federated Learning* (FedGRC), Section IV-A, Appendix A-A, A-B and A-I. The
+training plug-in that uses these functions is :class:`fedlib.algorithms.fedgrc.CGRL`.
+
+A mini-batch of :math:`B` examples gives :math:`2B` views (a weak and a strong augmentation,
+concatenated). With :math:`h_\ell` the pooled features of layer :math:`\ell\in\Lambda`, :math:`L`
+the final backbone layer and :math:`u_i = \operatorname{unit}(h_L(x_i))`:
+
+* Eq. (11), supervised contrastive loss with temperature :math:`\tau`,
+
+  .. math:: \mathcal L_{CL} = \frac{1}{2B}\sum_i \frac{-1}{|P_i|}\sum_{p\in P_i}
+            \log\frac{\exp(u_i^\top u_p/\tau)}{\sum_{j\ne i}\exp(u_i^\top u_j/\tau)} ;
+
+* Eq. (12), prototype cross-entropy against the shared class directions :math:`p_c(t)`
+  (zero references give zero logits),
+  :math:`\mathcal L_{proto} = \frac{1}{2B}\sum_i -\log \operatorname{softmax}_c(u_i^\top p_c/\tau)_{y_i}`;
+* Eq. (13), :math:`\mathcal L_{dir} = \mathcal L_{CL} + \beta\,\mathcal L_{proto}`;
+* Eq. (14)-(15), stabilized log norms :math:`\rho_\ell = \tfrac12\log(\lVert h_\ell\rVert^2+\varepsilon^2)`
+  and the magnitude loss against shared per-class, per-layer references :math:`a_{\ell,c}(t)`,
+
+  .. math:: \mathcal L_{mag} = \frac{1}{|\Lambda|\,2B}\sum_{\ell\in\Lambda}\sum_i \chi_{\ell i}\,(\rho_\ell(x_i) - a_{\ell,y_i})^2,
+            \qquad \chi_{\ell i} = v_{y_i}(t)\,\mathbf 1\{r_\ell(x_i)\ge r_{\min}\},
+
+  with :math:`\chi` held fixed during differentiation;
+* Eq. (17), :math:`\mathcal L = \mathcal L_{CE} + w_t(\lambda_{dir}\mathcal L_{dir} + \lambda_{rad}\mathcal L_{mag})`,
+  :math:`w_t = \min\{(t+1)/T_w, 1\}`.
+
+Between rounds (Appendix A-I) the server updates the class directions from the clients'
+post-update directions (count-weighted, then temporal averaging with weight :math:`\xi`) and the
+log-norm references from the pooled means of all training occurrences (temporal weight
+:math:`\zeta`), with observation flags :math:`v_c`.
+
+Choices where the paper's text is silent (its Table X of hyper-parameters is missing) are the
+defaults of :class:`CGRLConfig`, each documented there; the normalization of :math:`\mathcal L_{mag}`
+over layers (a mean, so the weight :math:`\lambda_{rad}` does not grow with :math:`|\Lambda|`) is ours.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+AUGMENT_DOMAINS = ("digits", "cifar", "none")
+STRENGTHS = ("weak", "strong")
+
+
+@dataclass(frozen=True)
+class CGRLConfig:
+    """CGRL's hyper-parameters (the paper's Table X is missing: every default is our choice).
+
+    Attributes
+    ----------
+    tau : temperature :math:`\\tau` of the contrastive and prototype losses (0.1, the usual
+        supervised-contrastive value)
+    beta : weight :math:`\\beta` of the prototype loss inside :math:`\\mathcal L_{dir}` (1.0)
+    lambda_dir, lambda_rad : weights of the directional and magnitude terms (0.5 and 0.1)
+    warmup : warm-up rounds :math:`T_w` (5)
+    xi : weight of the current round's class directions in the temporal average (0.5)
+    zeta : weight of the current round's log-norm means in the temporal average (0.5)
+    r_min : safe-norm threshold :math:`r_{\\min}` below which the magnitude penalty is off (1e-2)
+    eps : stabilizer :math:`\\varepsilon` of the log norm (1e-3)
+    layers : the layers :math:`\\Lambda` (names of ``model.feature_layers``); ``None`` = all of them
+    augment : the augmentation family, ``"digits"`` (28×28 grey digits: no flips), ``"cifar"``
+        (32×32 colour images) or ``"none"`` (identity views, for tests and ablations)
+    """
+
+    tau: float = 0.1
+    beta: float = 1.0
+    lambda_dir: float = 0.5
+    lambda_rad: float = 0.1
+    warmup: int = 5
+    xi: float = 0.5
+    zeta: float = 0.5
+    r_min: float = 1e-2
+    eps: float = 1e-3
+    layers: tuple[str, ...] | None = None
+    augment: str = "digits"
+
+    def __post_init__(self) -> None:
+        for name in ("tau", "eps"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 < v < math.inf):
+                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+        for name in ("beta", "lambda_dir", "lambda_rad", "r_min"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 <= v < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        for name in ("xi", "zeta"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0 < v <= 1):
+                raise ValueError(f"{name} must be in (0, 1], got {v!r}")
+        if not (isinstance(self.warmup, int) and self.warmup >= 1):
+            raise ValueError(f"warmup must be an integer >= 1 (rounds), got {self.warmup!r}")
+        if self.augment not in AUGMENT_DOMAINS:
+            raise ValueError(f"unknown augment {self.augment!r}; valid: {', '.join(AUGMENT_DOMAINS)}")
+        if self.layers is not None:
+            object.__setattr__(self, "layers", tuple(self.layers))
+            if not self.layers:
+                raise ValueError("layers must name at least one layer (or be None for all of them)")
+
+
+def unit(v: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    r"""Row-wise :math:`v/\lVert v\rVert_2`, with :math:`\operatorname{unit}(0) = 0`; shape of ``v``.
+
+    >>> unit(torch.tensor([[3.0, 4.0], [0.0, 0.0]])).tolist()
+    [[0.6000000238418579, 0.800000011920929], [0.0, 0.0]]
+    """
+    norm = v.norm(dim=-1, keepdim=True)
+    return torch.where(norm > eps, v / norm.clamp_min(eps), torch.zeros_like(v))
+
+
+def log_norm(h: torch.Tensor, eps: float) -> torch.Tensor:
+    r"""Eq. (14): :math:`\rho = \tfrac12\log(\lVert h\rVert_2^2 + \varepsilon^2)` per row, shape (n,)."""
+    return 0.5 * torch.log((h * h).sum(dim=-1) + eps * eps)
+
+
+def supcon_loss(u: torch.Tensor, y: torch.Tensor, tau: float) -> torch.Tensor:
+    r"""Eq. (11): supervised contrastive loss of unit views ``u`` (n, d) with labels ``y`` (n,).
+
+    Anchors without a positive (no other view of their class) are left out of the mean; with two
+    views of every example there is none. Zero if no anchor has a positive.
+    """
+    n = u.shape[0]
+    logits = u @ u.T / tau  # (n, n)
+    eye = torch.eye(n, dtype=torch.bool, device=u.device)
+    logits = logits.masked_fill(eye, -math.inf)  # j != i in Z_i
+    log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
+    pos = (y[:, None] == y[None, :]) & ~eye  # P_i
+    n_pos = pos.sum(1)
+    has = n_pos > 0
+    if not bool(has.any()):
+        return u.sum() * 0.0
+    per_anchor = -(log_prob.masked_fill(~pos, 0.0)).sum(1)[has] / n_pos[has]
+    return per_anchor.mean()
+
+
+def prototype_ce(u: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, tau: float) -> torch.Tensor:
+    r"""Eq. (12): cross-entropy of the logits :math:`u_i^\top p_c/\tau`; zero references give zero logits."""
+    return F.cross_entropy(u @ prototypes.to(u.dtype).T / tau, y)
+
+
+def directional_loss(u, y, prototypes, tau: float, beta: float, use_prototypes: bool) -> torch.Tensor:
+    r"""Eq. (13): :math:`\mathcal L_{CL} + \beta\mathcal L_{proto}` (the latter only once references exist)."""
+    loss = supcon_loss(u, y, tau)
+    if use_prototypes and beta > 0:
+        loss = loss + beta * prototype_ce(u, y, prototypes, tau)
+    return loss
+
+
+def magnitude_gate(features: list[torch.Tensor], y: torch.Tensor, observed: torch.Tensor, r_min: float) -> torch.Tensor:
+    r""":math:`\chi_{\ell i} = v_{y_i}\mathbf 1\{\lVert h_\ell(x_i)\rVert \ge r_{\min}\}` of shape (L, n), no gradient."""
+    with torch.no_grad():
+        v = observed.to(torch.bool)[y]  # (n,)
+        return torch.stack([(h.norm(dim=1) >= r_min) & v for h in features])
+
+
+def magnitude_loss(features: list[torch.Tensor], y: torch.Tensor, references: torch.Tensor, observed: torch.Tensor,
+                   r_min: float, eps: float) -> torch.Tensor:
+    r"""Eq. (15): mean over layers and views of :math:`\chi_{\ell i}(\rho_\ell(x_i) - a_{\ell,y_i})^2`.
+
+    ``features`` is one (n, d_ell) tensor per layer, ``references`` (L, C), ``observed`` (C,) the
+    flags :math:`v_c`. The gate :math:`\chi` is held fixed (no gradient flows through it).
+    """
+    chi = magnitude_gate(features, y, observed, r_min)  # (L, n)
+    total = features[0].sum() * 0.0
+    for ell, h in enumerate(features):
+        rho = log_norm(h, eps)
+        a = references[ell].to(rho.dtype)[y]
+        total = total + (chi[ell].to(rho.dtype) * (rho - a) ** 2).mean()
+    return total / len(features)
+
+
+def warmup_weight(round_: int, warmup: int) -> float:
+    r""":math:`w_t = \min\{(t+1)/T_w, 1\}` with the loop's round :math:`r = t+1` (rounds numbered from 1)."""
+    return min(round_ / warmup, 1.0)
+
+
+# --- augmentations ---------------------------------------------------------------------------
+
+def _uniform(n: int, low: float, high: float, generator: torch.Generator) -> torch.Tensor:
+    return low + (high - low) * torch.rand(n, generator=generator)
+
+
+def _affine(x: torch.Tensor, angle: torch.Tensor, scale: torch.Tensor, tx: torch.Tensor, ty: torch.Tensor,
+            flip: torch.Tensor | None = None) -> torch.Tensor:
+    """Batched rotation/scale/translation (in units of half the image side) by one grid sample."""
+    cos, sin = torch.cos(angle) / scale, torch.sin(angle) / scale
+    sx = torch.ones_like(cos) if flip is None else torch.where(flip, -1.0, 1.0)
+    theta = torch.stack([torch.stack([cos * sx, -sin, tx], 1), torch.stack([sin * sx, cos, ty], 1)], 1)  # (n, 2, 3)
+    grid = F.affine_grid(theta.to(x.dtype), list(x.shape), align_corners=False)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def _cutout(x: torch.Tensor, size: int, generator: torch.Generator) -> torch.Tensor:
+    n, _, h, w = x.shape
+    cy = torch.randint(0, h, (n,), generator=generator)
+    cx = torch.randint(0, w, (n,), generator=generator)
+    rows = torch.arange(h)[None, :, None]
+    cols = torch.arange(w)[None, None, :]
+    mask = ((rows - cy[:, None, None]).abs() <= size // 2) & ((cols - cx[:, None, None]).abs() <= size // 2)
+    return x.masked_fill(mask[:, None], 0.0)
+
+
+def augment(x: torch.Tensor, strength: str, generator: torch.Generator, domain: str = "digits") -> torch.Tensor:
+    """A label-preserving random view of the image batch ``x`` (n, channels, H, W).
+
+    ``digits`` (28×28 grey digits, no flips: a flipped 2 is not a 2): weak = a shift of up to 2
+    pixels; strong = rotation up to 20°, scale 0.85-1.15, shift up to 3 pixels and a 10-pixel
+    cutout. ``cifar`` (32×32 colour): weak = a shift of up to 4 pixels and a horizontal flip;
+    strong = the weak view plus rotation up to 15°, brightness and contrast jitter of ±0.4 and a
+    12-pixel cutout (the usual RandAugment-style ingredients in tensor form). ``none``: the batch
+    itself. Randomness comes only from ``generator``.
+    """
+    if strength not in STRENGTHS:
+        raise ValueError(f"unknown strength {strength!r}; valid: {', '.join(STRENGTHS)}")
+    if domain not in AUGMENT_DOMAINS:
+        raise ValueError(f"unknown augmentation domain {domain!r}; valid: {', '.join(AUGMENT_DOMAINS)}")
+    if domain == "none":
+        return x
+    if x.dim() != 4:
+        raise ValueError(f"augment expects an image batch (n, channels, H, W), got shape {tuple(x.shape)}")
+    n, side = x.shape[0], x.shape[-1]
+    px = 2.0 / side  # one pixel in grid units
+    if domain == "digits":
+        if strength == "weak":
+            zero = torch.zeros(n)
+            return _affine(x, zero, torch.ones(n), _uniform(n, -2, 2, generator) * px, _uniform(n, -2, 2, generator) * px)
+        angle = _uniform(n, -20, 20, generator) * math.pi / 180
+        out = _affine(x, angle, _uniform(n, 0.85, 1.15, generator), _uniform(n, -3, 3, generator) * px,
+                      _uniform(n, -3, 3, generator) * px)
+        return _cutout(out, 10, generator)
+    flip = torch.rand(n, generator=generator) < 0.5
+    angle = torch.zeros(n) if strength == "weak" else _uniform(n, -15, 15, generator) * math.pi / 180
+    out = _affine(x, angle, torch.ones(n), _uniform(n, -4, 4, generator) * px, _uniform(n, -4, 4, generator) * px, flip)
+    if strength == "weak":
+        return out
+    mean = out.mean(dim=(1, 2, 3), keepdim=True)
+    contrast = _uniform(n, 0.6, 1.4, generator).view(n, 1, 1, 1)
+    bright = _uniform(n, 0.6, 1.4, generator).view(n, 1, 1, 1)
+    out = ((out - mean) * contrast + mean) * bright
+    return _cutout(out, 12, generator)
+
+
+# --- server-side reference updates (Appendix A-I) ---------------------------------------------
+
+def update_directions(prototypes: torch.Tensor, observed: torch.Tensor, counts, directions, xi: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Shared class directions after a round (Appendix A-I).
+
+    Parameters
+    ----------
+    prototypes : (C, d) current :math:`p_c(t)` (zero rows for classes never observed)
+    observed : (C,) bool, whether :math:`p_c` has been set
+    counts : (K, C) the participating clients' class counts :math:`n_c^{(k)}`
+    directions : (K, C, d) their post-update class directions (unit, zero where :math:`n_c^{(k)} = 0`)
+
+    .. math:: \hat p_c = \operatorname{unit}\Big(\sum_k n_c^{(k)} d_c^{(k)}\Big), \qquad
+              p_c(t+1) = \operatorname{unit}\big((1-\xi)p_c(t) + \xi\hat p_c\big)
+
+    for a class seen before and in this round; :math:`\hat p_c` for a first-time class; unchanged
+    for a class absent from the round. Returns ``(prototypes, observed)``.
+    """
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    directions = torch.as_tensor(directions, dtype=torch.float64)
+    p = prototypes.to(torch.float64)
+    pooled = (counts[:, :, None] * directions).sum(0)  # (C, d)
+    now = (counts.sum(0) > 0) & (pooled.norm(dim=1) > 0)
+    new = unit(pooled)
+    blended = unit((1 - xi) * p + xi * new)
+    upd = torch.where((observed & now)[:, None], blended, torch.where(now[:, None], new, p))
+    return upd.to(prototypes.dtype), observed | now
+
+
+def update_magnitudes(references: torch.Tensor, flags: torch.Tensor, sums, counts, zeta: float
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Shared log-norm references after a round (Appendix A-I).
+
+    Parameters
+    ----------
+    references : (L, C) current :math:`a_{\ell,c}(t)`; flags : (C,) bool :math:`v_c(t)`
+    sums : (L, C) the round's summed log norms :math:`\sum_k\sum_{i\in\mathcal Z^{(k)}_t, y_i=c}\rho_\ell(x_i)`
+    counts : (C,) the round's occurrence counts :math:`q_c(t)` (views, repeats counted)
+
+    .. math:: \bar a_{\ell,c} = \frac{\text{sums}_{\ell c}}{q_c}, \qquad
+              a_{\ell,c}(t+1) = (1-\zeta)a_{\ell,c}(t) + \zeta\bar a_{\ell,c}
+
+    where :math:`v_c(t) = 1` and :math:`q_c > 0`; :math:`\bar a_{\ell,c}` for a first-time class;
+    unchanged where :math:`q_c = 0`. Returns ``(references, flags)``.
+    """
+    sums = torch.as_tensor(sums, dtype=torch.float64)
+    q = torch.as_tensor(counts, dtype=torch.float64)
+    a = references.to(torch.float64)
+    now = q > 0
+    mean = sums / q.clamp_min(1.0)[None, :]
+    upd = torch.where((flags & now)[None, :], (1 - zeta) * a + zeta * mean, torch.where(now[None, :], mean, a))
+    return upd.to(references.dtype), flags | now
+
+
+__all__ = [
+    "AUGMENT_DOMAINS", "CGRLConfig", "augment", "directional_loss", "log_norm", "magnitude_gate", "magnitude_loss",
+    "prototype_ce", "supcon_loss", "unit", "update_directions", "update_magnitudes", "warmup_weight",
+]
