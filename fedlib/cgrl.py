@@ -153,11 +153,13 @@ def directional_loss(u, y, prototypes, tau: float, beta: float, use_prototypes: 
     return loss
 
 
-def magnitude_gate(features: list[torch.Tensor], y: torch.Tensor, observed: torch.Tensor, r_min: float) -> torch.Tensor:
-    r""":math:`\chi_{\ell i} = v_{y_i}\mathbf 1\{\lVert h_\ell(x_i)\rVert \ge r_{\min}\}` of shape (L, n), no gradient."""
+def magnitude_gate(features: list[torch.Tensor], y: torch.Tensor, observed: torch.Tensor, r_min: float,
+                   eps: float = 0.0) -> torch.Tensor:
+    r""":math:`\chi_{\ell i} = v_{y_i}\mathbf 1\{r_\ell(x_i)\ge r_{\min}\}` of shape (L, n), no gradient, with the
+    stabilized norm :math:`r_\ell = (\lVert h_\ell\rVert^2 + \varepsilon^2)^{1/2}` of Eq. (14)."""
     with torch.no_grad():
         v = observed.to(torch.bool)[y]  # (n,)
-        return torch.stack([(h.norm(dim=1) >= r_min) & v for h in features])
+        return torch.stack([(torch.sqrt((h * h).sum(dim=1) + eps * eps) >= r_min) & v for h in features])
 
 
 def magnitude_loss(features: list[torch.Tensor], y: torch.Tensor, references: torch.Tensor, observed: torch.Tensor,
@@ -167,7 +169,7 @@ def magnitude_loss(features: list[torch.Tensor], y: torch.Tensor, references: to
     ``features`` is one (n, d_ell) tensor per layer, ``references`` (L, C), ``observed`` (C,) the
     flags :math:`v_c`. The gate :math:`\chi` is held fixed (no gradient flows through it).
     """
-    chi = magnitude_gate(features, y, observed, r_min)  # (L, n)
+    chi = magnitude_gate(features, y, observed, r_min, eps)  # (L, n)
     total = features[0].sum() * 0.0
     for ell, h in enumerate(features):
         rho = log_norm(h, eps)

@@ -217,7 +217,7 @@ check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", u
 # The magnitude loss (Eq. (14)-(15)) penalizes, per layer $\ell$ and view $i$,
 # $\chi_{\ell i}(\rho_{\ell i} - a_{\ell,y_i})^2$ with the stabilized log norm
 # $\rho = \tfrac12\log(\lVert h\rVert^2 + \varepsilon^2)$, the shared reference $a_{\ell,c}$ and the gate
-# $\chi_{\ell i} = v_{y_i}\mathbf 1\{\lVert h_{\ell}(x_i)\rVert \ge r_{\min}\}$ (the class's reference
+# $\chi_{\ell i} = v_{y_i}\mathbf 1\{r_{\ell}(x_i) \ge r_{\min}\}$, $r_\ell = \sqrt{\lVert h_\ell\rVert^2 + \varepsilon^2}$ (the class's reference
 # exists and the feature is not tiny). Fix a class, a layer and a round; let
 # $p_\chi = \Pr(\chi = 1) > 0$ and $\bar\rho_\chi = \mathbb E[\rho\mid\chi=1]$. Since $\chi\in\{0,1\}$,
 #
@@ -230,10 +230,8 @@ check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", u
 # the cross term $2(\bar\rho_\chi - a)\,\mathbb E[\rho - \bar\rho_\chi\mid\chi=1]$ vanishing by
 # conditional centring; with $p_\chi = 0$ the penalty is zero. Under the **empirical** distribution
 # of a batch (the paper's closing remark in Appendix A-A) the expectation is the batch mean and the
-# variance is the biased $1/n_\chi$ one. (The paper's gate compares the stabilized norm
-# $r_\ell = \sqrt{\lVert h_\ell\rVert^2 + \varepsilon^2}$ with $r_{\min}$, fedlib the raw norm; the two
-# differ only in a sliver of width about $\varepsilon^2/(2r_{\min})$ below the threshold, and the
-# lemma holds for any gate fixed during differentiation.) The library's loss (`fedlib.cgrl.magnitude_loss`)
+# variance is the biased $1/n_\chi$ one; the lemma holds for any gate held fixed during
+# differentiation. The library's loss (`fedlib.cgrl.magnitude_loss`)
 # averages over views and layers, so over several classes and layers it must equal
 #
 # $$
@@ -278,7 +276,7 @@ for t in range(P.trials):
     expected = 0.0
     for ell, h in enumerate(feats):
         rho = log_norm(h, eps).numpy()
-        gate = (h.norm(dim=1) >= r_min).numpy() & observed.numpy()[y.numpy()]
+        gate = (torch.sqrt((h * h).sum(dim=1) + eps**2) >= r_min).numpy() & observed.numpy()[y.numpy()]  # stabilized r, Eq. (14)
         for c in range(C):
             sel = y.numpy() == c
             if sel.any():

@@ -92,7 +92,7 @@ def test_magnitude_loss_is_dispersion_plus_offset(seed, n_layers, c, n):
     yn = y.numpy()
     for ell, h in enumerate(feats):
         rho = log_norm(h, eps).numpy()
-        gate = (h.norm(dim=1) >= r_min).numpy() & observed.numpy()[yn]
+        gate = (torch.sqrt((h * h).sum(dim=1) + eps**2) >= r_min).numpy() & observed.numpy()[yn]
         for k in range(c):
             sel = yn == k
             kept = rho[sel & gate]
