@@ -1,8 +1,9 @@
 r"""Statistical-head baselines fitted from additive class moments on a frozen backbone.
 
 Every head here is a *linear* classifier :math:`s_c(z) = w_c^\top z + b_c` whose weights are a
-closed-form function of the merged ``fedlib.stats.ClassMoments`` (counts, sums, Gram matrices) that
-clients send; no feature vector reaches the server. They are the statistical-head baselines of
+function of the merged ``fedlib.stats.ClassMoments`` (counts, sums, Gram matrices) that clients
+send -- closed-form, except CCVR's, trained on virtual features drawn from them; no feature vector
+reaches the server. They are the statistical-head baselines of
 FedGRC's experiments (FedGRC, Section II and V; the facts on each baseline come from its reference
 code, see ``shared/papers/README.md``):
 
@@ -33,6 +34,18 @@ code, see ``shared/papers/README.md``):
   moments: :math:`\sum\phi\phi^\top = \sum_c G_c`, :math:`\sum \phi = \sum_c s_c`,
   :math:`\sum_i \phi_i [y_i = c] = s_c` and :math:`\sum_i [y_i = c] = N_c`.
 
+* :class:`CCVRHead` -- CCVR (Luo et al., "No Fear of Heterogeneity: Classifier Calibration for
+  Federated Learning with Non-IID Data", NeurIPS 2021, arXiv:2106.05001): class means and class
+  covariances (1/n) from the moments, ``n_virtual`` virtual features drawn per observed class from
+
+  .. math:: \hat z \sim \mathcal N\big(\mu_c,\ \Sigma_c + \lambda\operatorname{tr}(\Sigma_c)/d\, I\big),
+
+  and a linear head re-trained on them with cross-entropy (Adam), from a given ``init`` (the
+  backbone's own trained head when the features are its penultimate ones) or from zeros
+  (:func:`fedlib.tracking.ccvr_head` does the sampling and the training). It is the only head
+  here that needs the per-class Gram matrices (the others use :math:`\sum_c G_c` only) and the
+  only random one (a ``torch.Generator`` is an argument of ``fit``).
+
 Conventions (bad input never yields a NaN in a head):
 
 * a class with no sample in the federation (``N_c = 0``) has a zero weight row and an intercept of
@@ -40,10 +53,17 @@ Conventions (bad input never yields a NaN in a head):
   only); fitting with no sample at all is a ``ValueError``;
 * a zero class mean (e.g. all-zero features) keeps a zero FedNCM weight instead of 0/0;
 * a singular covariance (``reg=0``) is inverted by its pseudo-inverse, as scikit-learn's ``lsqr``
-  solver does (a minimum-norm least-squares solution).
+  solver does (a minimum-norm least-squares solution);
+* CCVR needs ``reg > 0``: a class covariance is singular whenever a class has fewer samples than
+  dimensions (or dead ReLU units), and the ridge :math:`\lambda\operatorname{tr}(\Sigma_c)/d`
+  (:math:`\lambda` alone when the trace is 0, e.g. all-zero features) makes it positive definite;
+  a covariance that rounding leaves indefinite (:math:`G_c/n_c - \mu_c\mu_c^\top` cancels) is
+  first projected onto the positive semi-definite cone; a class seen once uses the pooled
+  covariance of the classes seen at least twice; a class absent from every client gets no virtual
+  feature, a zero weight row and a :math:`-\infty` intercept.
 
 All heads follow the estimator contract: ``__init__`` stores hyper-parameters, ``fit(moments)``
-sets ``coef_`` (C, d), ``intercept_`` (C,), ``classes_`` (C,) and returns ``self``;
+(CCVR: ``fit(moments, generator=..., init=None)``) sets ``coef_`` (C, d), ``intercept_`` (C,), ``classes_`` (C,) and returns ``self``;
 ``decision_function(z)`` returns (n, C) float64 scores and ``predict(z)`` their argmax.
 """
 
@@ -55,6 +75,7 @@ import torch
 
 from .heads import _as_features, regularized_covariance, spd_inverse
 from .stats import ClassMoments
+from .tracking import ccvr_head
 
 _PRIORS = ("equal", "empirical")
 
@@ -298,4 +319,110 @@ class Fed3RHead(LinearHead):
         return self
 
 
-__all__ = ["FedCGSHead", "Fed3RHead", "FedNCMHead", "LDAHead", "LinearHead", "gaussian_linear_head"]
+def _check_ccvr(n_virtual, steps, lr, reg) -> None:
+    """Validate CCVR's hyper-parameters (shared by :class:`CCVRHead` and its callers' constructors)."""
+    def is_int(v) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if not (is_int(n_virtual) and n_virtual >= 1):
+        raise ValueError(f"n_virtual must be an int >= 1 (virtual features per class), got {n_virtual!r}")
+    if not (is_int(steps) and steps >= 0):
+        raise ValueError(f"steps must be an int >= 0, got {steps!r}")
+    if not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and 0 < lr < math.inf):
+        raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+    if not (isinstance(reg, (int, float)) and not isinstance(reg, bool) and 0 < reg < math.inf):
+        raise ValueError(f"reg must be a finite number > 0 (class covariances are often singular), got {reg!r}")
+
+
+def _psd_class_covariances(m: ClassMoments, reg: float) -> torch.Tensor:
+    r"""(C, d, d) class covariances (1/n), zero for absent classes, symmetric; each one whose ridge
+    :math:`\Sigma_c + \lambda\operatorname{tr}(\Sigma_c)/d\,I` fails a Cholesky factorization
+    (rounding left it indefinite) is replaced by its projection onto the PSD cone."""
+    obs = m.observed
+    covs = torch.where(obs[:, None, None], m.class_covariances(), torch.zeros_like(m.grams))  # NaN rows -> 0
+    covs = 0.5 * (covs + covs.transpose(1, 2))
+    d = m.dim
+    avg = torch.diagonal(covs, dim1=1, dim2=2).sum(-1) / d  # (C,)
+    scale = torch.where(avg > 0, avg, torch.ones_like(avg))
+    eye = torch.eye(d, dtype=torch.float64)
+    _, info = torch.linalg.cholesky_ex(covs + reg * scale[:, None, None] * eye)  # what ccvr_head factorizes
+    for c in torch.nonzero(info != 0).flatten().tolist():
+        w, q = torch.linalg.eigh(covs[c])
+        covs[c] = (q * w.clamp(min=0.0)[None, :]) @ q.T
+    return covs
+
+
+class CCVRHead(LinearHead):
+    r"""CCVR: a linear head re-trained with cross-entropy on virtual features drawn from class Gaussians.
+
+    For every class observed in the federation, ``n_virtual`` features are drawn from
+    :math:`\mathcal N(\mu_c, \Sigma_c + \lambda\operatorname{tr}(\Sigma_c)/d\,I)` (class mean and
+    1/n class covariance from the merged moments; a class seen once uses the pooled covariance of
+    the classes seen at least twice) and a linear head is trained on them for ``steps`` full-batch
+    Adam steps from ``init`` (:func:`fedlib.tracking.ccvr_head`).
+
+    Parameters
+    ----------
+    n_virtual : int, default 100
+        Virtual features per observed class.
+    steps : int, default 100
+        Full-batch Adam steps (0 returns ``init``, restricted to the observed classes).
+    lr : float, default 0.01
+        Adam's learning rate.
+    reg : float, default 0.1
+        Ridge :math:`\lambda > 0` relative to each class covariance's average variance.
+
+    Attributes
+    ----------
+    means_ : (C, d) class means (zero rows for absent classes)
+    covariances_ : (C, d, d) the class covariances used (PSD; zero for absent classes)
+    coef_, intercept_ : (C, d), (C,) float64; a class absent from every client has a zero row and
+        :math:`-\infty` (never predicted), whatever the training did to its row
+
+    >>> z = torch.tensor([[0.0, 0.0], [0.2, 0.1], [4.0, 4.0], [4.1, 3.8]])
+    >>> m = ClassMoments.from_features(z, torch.tensor([0, 0, 2, 2]), 3)
+    >>> head = CCVRHead(n_virtual=20, steps=200, lr=0.1).fit(m, generator=torch.Generator().manual_seed(0))
+    >>> head.predict(torch.tensor([[0.1, 0.0], [4.0, 3.9]])).tolist(), head.classes_.tolist()
+    ([0, 2], [True, False, True])
+    """
+
+    def __init__(self, n_virtual: int = 100, steps: int = 100, lr: float = 0.01, reg: float = 0.1) -> None:
+        self.n_virtual = n_virtual
+        self.steps = steps
+        self.lr = lr
+        self.reg = reg
+
+    def fit(self, moments, *, generator: torch.Generator, init=None) -> "CCVRHead":
+        """Fit from class moments (one ``ClassMoments`` or a list, merged by addition).
+
+        ``generator`` draws the virtual features; ``init`` is ``(weight (C, d), bias (C,))`` to
+        start from (e.g. the backbone's trained linear head), default zeros.
+        """
+        _check_ccvr(self.n_virtual, self.steps, self.lr, self.reg)
+        if not isinstance(generator, torch.Generator):
+            raise ValueError(f"generator must be a torch.Generator (randomness is an argument), got {type(generator).__name__}")
+        m = _check_moments(moments)
+        c, d = m.n_classes, m.dim
+        if init is None:
+            w0, b0 = torch.zeros(c, d, dtype=torch.float64), torch.zeros(c, dtype=torch.float64)
+        else:
+            w0, b0 = (torch.as_tensor(t).detach().to(torch.float64) for t in init)
+            if w0.shape != (c, d) or b0.shape != (c,):
+                raise ValueError(f"init must be (weight, bias) of shapes ({c}, {d}) and ({c},), "
+                                 f"got {tuple(w0.shape)} and {tuple(b0.shape)}")
+            if not bool(torch.isfinite(w0).all() and torch.isfinite(b0).all()):
+                raise ValueError("init holds a NaN or an infinity")
+        obs = m.observed
+        self.means_ = torch.where(obs[:, None], m.means(), torch.zeros_like(m.sums))
+        self.covariances_ = _psd_class_covariances(m, float(self.reg))
+        w, b = ccvr_head(self.means_, self.covariances_, m.counts, w0, b0, n_virtual=self.n_virtual, steps=self.steps,
+                         lr=float(self.lr), reg=float(self.reg), generator=generator)
+        w, b = w.to(torch.float64), b.to(torch.float64)
+        if not bool(torch.isfinite(w).all() and torch.isfinite(b).all()):  # e.g. a huge lr diverged
+            raise ValueError(f"CCVR's training diverged (non-finite head) with lr={self.lr!r}; lower lr or steps")
+        self.coef_ = torch.where(obs[:, None], w, torch.zeros_like(w))
+        self.intercept_ = torch.where(obs, b, torch.full_like(b, -math.inf))
+        return self
+
+
+__all__ = ["CCVRHead", "FedCGSHead", "Fed3RHead", "FedNCMHead", "LDAHead", "LinearHead", "gaussian_linear_head"]

@@ -102,14 +102,19 @@ class ClassMoments:
 
     @staticmethod
     def sum(parts: Iterable["ClassMoments"]) -> "ClassMoments":
-        """Merge many (e.g. one per client)."""
+        """Merge many (e.g. one per client): one allocation, then in-place sums (the parts are not modified)."""
         parts = list(parts)
         if not parts:
             raise ValueError("need at least one ClassMoments to sum")
-        out = parts[0]
+        first = parts[0]
+        counts, sums, grams = first.counts.clone(), first.sums.clone(), first.grams.clone()
         for p in parts[1:]:
-            out = out + p
-        return out
+            if (p.n_classes, p.dim) != (first.n_classes, first.dim):
+                raise ValueError(f"cannot merge moments of shape {(first.n_classes, first.dim)} and {(p.n_classes, p.dim)}")
+            counts += p.counts
+            sums += p.sums
+            grams += p.grams
+        return ClassMoments(counts, sums, grams)
 
     # ----- derived quantities ---------------------------------------------------------------
     @property

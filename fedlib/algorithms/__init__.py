@@ -7,11 +7,13 @@ from .ditto import Ditto
 from .fedavg import FedAvg, FedAvgFT
 from .fedbabu import FedBABU
 from .fedetf import FedETF
+from .fedgrc import CGRL
 from .fedproto import FedProto
 from .fedprox import FedProx
 from .fedrep import FedRep
 from .ggeur import GGEUR, FedFAStyle, FedMixStyle
 from .mpt import MPT
+from .stathead import StatHead, collect_statistics, evaluate_heads
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
@@ -29,6 +31,9 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedmix_style": FedMixStyle,
     # MPT chapter
     "mpt": MPT,
+    # FedGRC chapter
+    "cgrl": CGRL,
+    "stathead": StatHead,  # statistical heads on a trained backbone (deployment only)
 }
 
 
@@ -40,6 +45,7 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
 
 
 __all__ = [
-    "ALGORITHMS", "Algorithm", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
+    "ALGORITHMS", "Algorithm", "CGRL", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
     "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "MPT", "load_model", "make_algorithm", "model_arrays",
+    "StatHead", "collect_statistics", "evaluate_heads",
 ]

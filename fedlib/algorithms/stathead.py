@@ -1,0 +1,475 @@
+r"""The terminal statistics round and statistical-head deployment on any trained backbone (FedGRC).
+
+From *Is High Local Accuracy Enough? Geometric Consensus with Support-Adaptive Statistical
+Personalization for Federated Learning* (FedGRC), Section IV-B (MMS), IV-C (SASP), V-B (the
+statistical-head baselines on other backbones), V-C (Table IV: a head before and after local
+fine-tuning) and Appendix A-E / A-I: *"Terminal statistics are collected from all registered
+clients using the final post-aggregation backbone, with augmentation disabled and normalization
+statistics fixed."*
+
+Two steps, both through the one round loop's hooks (:mod:`fedlib.loop`):
+
+1. :func:`collect_statistics` runs **one** extra round after training (numbered
+   ``rounds_done + 1`` in the ledger): the server broadcasts the final backbone (kind
+   ``"stats_request"``), every registered client still in the federation computes
+   :func:`fedlib.stats.feature_moments` of the unscaled concatenated features of the selected
+   layers on its own raw training inputs (no augmentation; model in evaluation mode: no dropout,
+   normalization statistics fixed) and replies with its class counts, sums and
+   Gram matrices (kind ``"statistics"``, :math:`C(1 + d + d^2)` float64 values); the server merges
+   them by addition only. No feature vector leaves a client.
+2. :class:`StatHead` is a deployment rule for :func:`fedlib.loop.evaluate_deployment`: the server
+   fits one head from the merged moments (once per server state), broadcasts it with the
+   backbone, and every client deploys ``logits = concat(features) @ coef.T + intercept``
+   (:class:`StatPredictor`). Heads (:data:`HEADS`):
+
+   ==========  ==============================================================================
+   ``fedncm``  :class:`fedlib.stat_heads.FedNCMHead` (normalized class means)
+   ``lda``     :class:`fedlib.stat_heads.LDAHead` (pooled within-class covariance)
+   ``fedcgs``  :class:`fedlib.stat_heads.FedCGSHead` (total covariance, empirical priors)
+   ``fed3r``   :class:`fedlib.stat_heads.Fed3RHead` (closed-form ridge regression)
+   ``ccvr``    :class:`fedlib.stat_heads.CCVRHead` (virtual features, re-trained head; from the
+               backbone's own head when the features are the penultimate ones)
+   ``mms``     :class:`fedlib.mms.MMS`, the shared equal-prior head (SASP with :math:`m_0=\infty`)
+   ``sasp``    :class:`fedlib.mms.SASP`: the server broadcasts the MMS arrays (layer scales,
+               shared means, metric :math:`A`, global counts: :func:`mms_to_arrays`) and each
+               client fits its own head from its class counts and sums, computed locally
+   ==========  ==============================================================================
+
+   ``StatHead(finetune=TrainConfig(...))`` then fine-tunes the (fitted or personalized) linear
+   head on the client's own training features with cross-entropy, the backbone frozen (the
+   "statistical head + local fine-tuning" of Table IV; :func:`finetune_head`).
+
+Conventions: a class absent from every client is never predicted (zero weight row, intercept
+:math:`-\infty`; the predictor masks it to :math:`-\infty` whatever the features); a client with
+no training sample contributes zero moments and deploys the shared head (SASP with every
+:math:`\alpha = 0`); a layer name the model does not have is the model's own ``ValueError``,
+raised before any client works.
+
+>>> import functools
+>>> from fedlib.data import make_gaussian_mixture
+>>> from fedlib.federation import make_federation
+>>> from fedlib.models import build_model
+>>> from fedlib.algorithms import FedAvg
+>>> from fedlib.loop import LoopConfig, run_federated
+>>> ds = make_gaussian_mixture(n_per_class=30, n_classes=3, dim=16, seed=0).dataset
+>>> fed = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=0)
+>>> model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
+>>> run = run_federated(FedAvg(), fed, model_fn, LoopConfig(rounds=1, evaluate_last=False))
+>>> run = collect_statistics(run, fed, model_fn)
+>>> tuple(run.server.arrays["stats/grams"].shape), run.server.meta["stat_layers"]
+((3, 8, 8), 'penultimate')
+>>> frame = evaluate_heads(run, fed, model_fn, {"sasp": StatHead("sasp"), "fedncm": StatHead("fedncm")})
+>>> sorted(set(frame["head"]))
+['fedncm', 'sasp']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING
+
+import pandas as pd
+import torch
+from torch.nn import functional as F
+
+from ..federation import Federation
+from ..heads import _check_reg
+from ..messages import Ledger, Message, State
+from ..metrics import protocol_summary
+from ..mms import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, _check_gamma, _check_m0
+from ..rng import torch_generator
+from ..stat_heads import CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, _check_ccvr, _check_priors
+from ..stats import ClassMoments, feature_moments
+from ..training import TrainConfig, local_train
+from .base import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
+
+if TYPE_CHECKING:  # the loop imports this package: no runtime import at module level
+    from ..loop import LoopConfig, RunResult
+
+HEADS = ("fedncm", "lda", "fedcgs", "fed3r", "ccvr", "mms", "sasp")
+"""The statistical heads :class:`StatHead` deploys."""
+
+STATS = "stats/"
+"""Prefix of the merged moments in the server state (``stats/counts``, ``stats/sums``, ``stats/grams``)."""
+
+_HEAD = "head/"
+_MMS = "mms/"
+_CCVR_KEY = 43  # stream of the server's CCVR virtual features under StatHead.seed
+_PENULTIMATE = ("penultimate",)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. the terminal statistics round
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class _StatisticsRound(Algorithm):
+    """One round's hooks: broadcast the final backbone, clients reply with their class moments,
+    the server adds them up. ``init_server`` starts from the finished run's server state."""
+
+    server_state: State
+    layers: Sequence[str] | str | None = None
+    name = "statistics"
+
+    def init_server(self, model: torch.nn.Module) -> State:
+        names = model._check_layers(self.layers)  # the model's own ValueError, before any client works
+        dims = [int(model.feature_dims[n]) for n in names]
+        meta = {**self.server_state.meta, "stat_layers": ",".join(names), "stat_layer_dims": ",".join(map(str, dims))}
+        return State(arrays=dict(self.server_state.arrays), meta=meta)
+
+    def broadcast(self, server: State, round_: int) -> Message:
+        model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
+        return Message(arrays=model, meta={"layers": server.meta["stat_layers"]}, kind="stats_request")
+
+    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+        model = load_model(ctx.model, message)  # feature_moments puts it in eval mode
+        layers = str(message.meta["layers"]).split(",")
+        moments = feature_moments(model, data.train.x, data.train.y, ctx.n_classes, layers=layers)
+        return state, moments.to_message(kind="statistics", prefix=STATS)  # no meta: exactly C(1+d+d^2) float64
+
+    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+        merged = ClassMoments.sum([ClassMoments.from_message(m, prefix=STATS) for _, m in updates])  # addition only
+        arrays = {**server.arrays, **merged.to_message(prefix=STATS).arrays}
+        return State(arrays=arrays, meta={**server.meta, "stat_clients": len(updates)})
+
+
+def _registered_clients(result: RunResult, federation: Federation) -> list[int]:
+    """The clients :func:`fedlib.loop.evaluate_deployment` deploys on: registered, never left."""
+    left = {int(m.split(":")[1]) for m in result.frame["metric"] if str(m).startswith("leave:")}
+    clients = [k for k in sorted(result.client_states) if k not in left]
+    bad = [k for k in clients if not 0 <= k < federation.n_clients]
+    if bad:
+        raise ValueError(f"the run has client(s) {bad} that this federation of {federation.n_clients} clients lacks")
+    return clients
+
+
+def collect_statistics(result: RunResult, federation: Federation, model_fn: Callable[[], torch.nn.Module], *,
+                       layers: Sequence[str] | str | None = None, seed: int = 0) -> RunResult:
+    """One terminal statistics round on a finished run: every registered client's class moments
+    under the final backbone, merged by addition on the server.
+
+    Parameters
+    ----------
+    result : RunResult
+        A finished run (:class:`fedlib.loop.RunResult`) whose server state holds the backbone
+        (``model/`` arrays).
+    federation, model_fn : Federation, callable
+        As given to :func:`fedlib.loop.run_federated`.
+    layers : sequence of str, str or None
+        Layer names of the model (``model.feature_layers``) whose pooled features are
+        concatenated in this order; default the penultimate features.
+    seed : int
+        The loop seed of this round (the statistics themselves are deterministic).
+
+    Returns
+    -------
+    RunResult
+        A copy (``dataclasses.replace``) whose server state also holds the merged moments
+        ``stats/counts`` (C,), ``stats/sums`` (C, d), ``stats/grams`` (C, d, d) and the metadata
+        ``stat_layers`` / ``stat_layer_dims`` (comma-joined), ``stat_round``, ``stat_clients``;
+        its ledger is a copy of the run's plus this round's messages
+        (``stats_request`` down, ``statistics`` up, round ``rounds_done + 1``). ``frame``,
+        ``client_states`` and ``rounds_done`` are the run's.
+    """
+    from ..loop import LoopConfig, run_federated  # noqa: F811 (see TYPE_CHECKING above)
+
+    if not any(k.startswith(MODEL) for k in result.server.arrays):
+        raise ValueError("the run's server state holds no 'model/' arrays: there is no backbone to collect statistics with")
+    clients = _registered_clients(result, federation)
+    if not clients:
+        raise ValueError("no registered client is left in the federation: there are no statistics to collect")
+    gone = tuple(Event(1, k, "leave") for k in range(federation.n_clients) if k not in clients)
+    config = LoopConfig(rounds=1, participation=1.0, seed=seed, events=gone, evaluate_last=False)
+    stats = run_federated(_StatisticsRound(result.server, layers), federation, model_fn, config)
+    r = result.rounds_done + 1
+    ledger = Ledger([*result.ledger.records, *((r, k, d, kind, b) for _, k, d, kind, b in stats.ledger.records)])
+    meta = {**stats.server.meta, "stat_round": r}  # no wall time: the state stays bit-for-bit reproducible
+    return replace(result, ledger=ledger, server=State(arrays=stats.server.arrays, meta=meta))
+
+
+def merged_moments(server: State) -> ClassMoments:
+    """The merged :class:`~fedlib.stats.ClassMoments` a :func:`collect_statistics` server state holds."""
+    if STATS + "grams" not in server.arrays:
+        raise ValueError("this server state holds no statistics: call collect_statistics(result, federation, model_fn) first")
+    return ClassMoments.from_message(Message(arrays=server.arrays), prefix=STATS)
+
+
+def stat_layers(server: State) -> tuple[str, ...]:
+    """The layer names whose features the statistics concatenate, in order."""
+    merged_moments(server)  # the same clear error when absent
+    return tuple(str(server.meta["stat_layers"]).split(","))
+
+
+def stat_layer_dims(server: State) -> tuple[int, ...]:
+    """The feature dimension of each of :func:`stat_layers`."""
+    merged_moments(server)
+    return tuple(int(v) for v in str(server.meta["stat_layer_dims"]).split(","))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. the deployed predictor and the client-side helpers
+# ---------------------------------------------------------------------------------------------
+class StatPredictor(torch.nn.Module):
+    r"""A frozen backbone plus a linear head on its concatenated unscaled features (float64):
+
+    .. math:: \text{logits}(x) = [h_{\ell_1}(x); \dots; h_{\ell_m}(x)]\, W^\top + b,
+
+    with :math:`-\infty` for the classes marked invalid (non-finite intercept), whatever the
+    features (no ``0 * inf`` NaN). A module, so that :func:`fedlib.loop.evaluate_deployment` shares
+    the global-test predictions of clients with identical heads.
+    """
+
+    def __init__(self, model: torch.nn.Module, layers: Sequence[str], coef: torch.Tensor, intercept: torch.Tensor) -> None:
+        super().__init__()
+        self.model = model
+        self.layers = ",".join(layers)  # a str attribute: part of the loop's sharing key
+        self._layers = tuple(layers)
+        valid = torch.isfinite(intercept)
+        self.register_buffer("coef", torch.where(valid[:, None], coef.to(torch.float64), torch.zeros_like(coef, dtype=torch.float64)))
+        self.register_buffer("intercept", torch.where(valid, intercept.to(torch.float64), torch.zeros_like(intercept, dtype=torch.float64)))
+        self.register_buffer("valid", valid)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = torch.cat(list(self.model.features(x, self._layers).values()), dim=1).to(torch.float64)  # (n, d)
+        logits = z @ self.coef.T + self.intercept  # (n, C)
+        return torch.where(self.valid[None, :], logits, torch.full_like(logits, -math.inf))
+
+
+@torch.no_grad()
+def _features(model: torch.nn.Module, x: torch.Tensor, layers: Sequence[str], batch_size: int = 256) -> torch.Tensor:
+    """The client's concatenated unscaled features (n, d), float64, in batches (model in eval mode)."""
+    model.eval()
+    if len(x) == 0:
+        return torch.zeros(0, sum(model.feature_dims[n] for n in layers), dtype=torch.float64)
+    parts = [torch.cat(list(model.features(x[i : i + batch_size], layers).values()), dim=1) for i in range(0, len(x), batch_size)]
+    return torch.cat(parts).to(torch.float64)
+
+
+def finetune_head(coef: torch.Tensor, intercept: torch.Tensor, z: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fine-tune a linear head (C, d), (C,) on features ``z`` (n, d) with cross-entropy (float64).
+
+    Classes with a non-finite intercept (absent from the federation) are masked out of the
+    softmax and stay never predicted (zero row, :math:`-\\infty`). A client without samples keeps
+    the head. Raises ``ValueError`` if a label names a masked class or the training diverges.
+    """
+    ok = torch.isfinite(intercept)
+    if len(y) and not bool(ok[y].all()):
+        raise ValueError(f"labels {sorted(set(y[~ok[y]].tolist()))} name classes the head can never predict")
+    c, d = coef.shape
+    head = torch.nn.Linear(d, c, dtype=torch.float64)
+    with torch.no_grad():
+        head.weight.copy_(torch.where(ok[:, None], coef, torch.zeros_like(coef)))
+        head.bias.copy_(torch.where(ok, intercept, torch.zeros_like(intercept)))
+    mask = torch.where(ok, 0.0, -math.inf).to(torch.float64)  # (C,): absent classes out of the softmax
+
+    def loss_fn(m, xb, yb):
+        return F.cross_entropy(m(xb) + mask, yb)
+
+    local_train(head, z.to(torch.float64), y, cfg, generator, loss_fn=loss_fn)
+    w, b = head.weight.detach().clone(), head.bias.detach().clone()
+    if not bool(torch.isfinite(w[ok]).all() and torch.isfinite(b[ok]).all()):
+        raise ValueError(f"local fine-tuning of the head diverged (non-finite weights) with lr={cfg.lr!r}; lower it")
+    return torch.where(ok[:, None], w, torch.zeros_like(w)), torch.where(ok, b, torch.full_like(b, -math.inf))
+
+
+def mms_to_arrays(mms: MMS) -> dict[str, torch.Tensor]:
+    """What a client needs of a fitted :class:`~fedlib.mms.MMS` to run SASP: ``scales`` (m,),
+    ``feature_scale`` (d,), ``means`` (C, d), ``metric`` (d, d), ``counts`` (C,), the shared head
+    ``coef`` (C, d) and ``intercept`` (C,), and ``ridge`` (1,) (not the covariance: not needed)."""
+    mms._check_fitted()
+    return {"scales": mms.scales_, "feature_scale": mms.feature_scale_, "means": mms.means_, "metric": mms.metric_,
+            "counts": mms.counts_, "coef": mms.coef_, "intercept": mms.intercept_,
+            "ridge": torch.tensor([mms.ridge_], dtype=torch.float64)}
+
+
+def mms_from_arrays(arrays: Mapping[str, torch.Tensor], layer_dims: Sequence[int] | None = None,
+                    gamma: float = DEFAULT_GAMMA) -> MMS:
+    """A fitted :class:`~fedlib.mms.MMS` rebuilt from :func:`mms_to_arrays` (``covariance_`` is
+    not sent and stays unset); ``SASP(m0).fit`` accepts it."""
+    mms = MMS(gamma)
+    mms.scales_, mms.feature_scale_ = arrays["scales"], arrays["feature_scale"]
+    mms.means_, mms.metric_, mms.counts_ = arrays["means"], arrays["metric"], arrays["counts"]
+    mms.coef_, mms.intercept_ = arrays["coef"], arrays["intercept"]
+    mms.ridge_ = float(arrays["ridge"][0])
+    d = int(mms.feature_scale_.shape[0])
+    mms.layer_dims_ = tuple(int(v) for v in layer_dims) if layer_dims is not None else (d,)
+    mms.scaled_coef_ = mms.coef_ / mms.feature_scale_[None, :]
+    return mms
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. the deployment rule
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class StatHead(Algorithm):
+    """Deploy a statistical head on a run's backbone from its terminal statistics.
+
+    Use with :func:`fedlib.loop.evaluate_deployment` (or :func:`evaluate_heads`) on the result of
+    :func:`collect_statistics`; it does not train.
+
+    Parameters
+    ----------
+    head : str, default "sasp"
+        One of :data:`HEADS`.
+    gamma : float, default 0.1
+        MMS's relative ridge :math:`\\gamma > 0` (``mms``, ``sasp``).
+    m0 : float, default 10.0
+        SASP's reference strength :math:`m_0 \\ge 0` (``inf``: the shared MMS head).
+    lda_reg, lda_priors : float, str
+        :class:`~fedlib.stat_heads.LDAHead`'s ridge and priors.
+    fedcgs_reg : float
+        :class:`~fedlib.stat_heads.FedCGSHead`'s optional ridge (0: the paper's rule).
+    fed3r_lam : float
+        :class:`~fedlib.stat_heads.Fed3RHead`'s :math:`\\lambda`.
+    ccvr_virtual, ccvr_steps, ccvr_lr, ccvr_reg : int, int, float, float
+        :class:`~fedlib.stat_heads.CCVRHead`'s ``n_virtual``, ``steps``, ``lr``, ``reg``.
+    finetune : TrainConfig or None
+        ``None`` deploys the head as fitted; a ``TrainConfig`` fine-tunes the linear head on the
+        client's own training features (cross-entropy, backbone frozen) before deployment.
+    seed : int
+        Seed of the server's own randomness (CCVR's virtual features).
+    """
+
+    head: str = "sasp"
+    gamma: float = DEFAULT_GAMMA
+    m0: float = DEFAULT_M0
+    lda_reg: float = 0.0
+    lda_priors: str = "empirical"
+    fedcgs_reg: float = 0.0
+    fed3r_lam: float = 0.01
+    ccvr_virtual: int = 100
+    ccvr_steps: int = 100
+    ccvr_lr: float = 0.01
+    ccvr_reg: float = 0.1
+    finetune: TrainConfig | None = None
+    seed: int = 0
+    _cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
+    name = "stathead"
+
+    def __post_init__(self) -> None:
+        self._validate()
+
+    def _validate(self) -> None:
+        if self.head not in HEADS:
+            raise ValueError(f"unknown head {self.head!r}; valid: {', '.join(HEADS)}")
+        _check_gamma(self.gamma)
+        _check_m0(self.m0)
+        _check_reg(self.lda_reg)
+        _check_priors(self.lda_priors)
+        _check_reg(self.fedcgs_reg)
+        lam = self.fed3r_lam
+        if not (isinstance(lam, (int, float)) and not isinstance(lam, bool) and 0 < lam < math.inf):
+            raise ValueError(f"fed3r_lam must be a finite number > 0, got {lam!r}")
+        _check_ccvr(self.ccvr_virtual, self.ccvr_steps, self.ccvr_lr, self.ccvr_reg)
+        if self.finetune is not None and not isinstance(self.finetune, TrainConfig):
+            raise ValueError(f"finetune must be None or a TrainConfig, got {self.finetune!r}")
+
+    # ------------------------------------------------------------------ server side
+    def init_server(self, model: torch.nn.Module) -> State:
+        raise ValueError("StatHead does not train: train a backbone (e.g. FedAvg), call collect_statistics(...) "
+                         "and deploy with fedlib.loop.evaluate_deployment(StatHead(...), result, ...)")
+
+    def local_update(self, ctx, state, message, data, generator):
+        self.init_server(ctx.model)  # the same explanation
+
+    def _params(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self) if f.name not in ("finetune", "_cache"))
+
+    def server_head(self, server: State) -> dict[str, torch.Tensor]:
+        """The arrays the server broadcasts with the backbone: ``head/coef`` (C, d) and
+        ``head/intercept`` (C,) or, for ``sasp``, ``mms/*`` (:func:`mms_to_arrays`). Fitted once
+        per server state and parameters (cached on the identity of the moments' tensors)."""
+        keys = [STATS + "counts", STATS + "sums", STATS + "grams", MODEL + "head.weight", MODEL + "head.bias"]
+        key = tuple(server.arrays.get(k) for k in keys)
+        params = self._params()
+        if self._cache is not None and self._cache[1] == params and all(a is b for a, b in zip(self._cache[0], key)):
+            return self._cache[2]
+        self._validate()
+        arrays = self._fit(server)
+        self._cache = (key, params, arrays)  # holds the key tensors: their identities stay unique
+        return arrays
+
+    def _fit(self, server: State) -> dict[str, torch.Tensor]:
+        m = merged_moments(server)
+        layers, dims = stat_layers(server), stat_layer_dims(server)
+        h = self.head
+        if h == "fedncm":
+            fitted = FedNCMHead().fit(m)
+        elif h == "lda":
+            fitted = LDAHead(reg=self.lda_reg, priors=self.lda_priors).fit(m)
+        elif h == "fedcgs":
+            fitted = FedCGSHead(reg=self.fedcgs_reg).fit(m)
+        elif h == "fed3r":
+            fitted = Fed3RHead(lam=self.fed3r_lam).fit(m)
+        elif h == "ccvr":
+            w, b = server.arrays.get(MODEL + "head.weight"), server.arrays.get(MODEL + "head.bias")
+            own = layers == _PENULTIMATE and w is not None and b is not None and tuple(w.shape) == (m.n_classes, m.dim)
+            fitted = CCVRHead(self.ccvr_virtual, self.ccvr_steps, self.ccvr_lr, self.ccvr_reg).fit(
+                m, generator=torch_generator(self.seed, _CCVR_KEY), init=(w, b) if own else None)
+        else:
+            mms = MMS(self.gamma).fit(m, dims)
+            if h == "sasp":
+                return {_MMS + k: v for k, v in mms_to_arrays(mms).items()}
+            fitted = mms
+        return {_HEAD + "coef": fitted.coef_, _HEAD + "intercept": fitted.intercept_}
+
+    def broadcast(self, server: State, round_: int) -> Message:
+        arrays = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
+        arrays.update(self.server_head(server))
+        meta = {"stat_layers": server.meta["stat_layers"], "stat_layer_dims": server.meta["stat_layer_dims"]}
+        return Message(arrays=arrays, meta=meta, kind=f"stathead:{self.head}")
+
+    # ------------------------------------------------------------------ client side
+    def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
+        model = load_model(ctx.model, message).eval()
+        layers = tuple(str(message.meta["stat_layers"]).split(","))
+        x, y = data.train.x, data.train.y
+        z = _features(model, x, layers) if (self.head == "sasp" or self.finetune is not None) else None
+        if self.head == "sasp":
+            dims = [int(v) for v in str(message.meta["stat_layer_dims"]).split(",")]
+            mms = mms_from_arrays(message.with_prefix(_MMS), dims, self.gamma)
+            counts = torch.bincount(y, minlength=ctx.n_classes).to(torch.float64)  # (C,) the client's own n_c
+            sums = torch.zeros(ctx.n_classes, z.shape[1], dtype=torch.float64).index_add_(0, y, z)  # (C, d) its t_c
+            fitted = SASP(self.m0).fit(mms, counts, sums)
+            coef, intercept = fitted.coef_, fitted.intercept_
+        else:
+            coef, intercept = message.arrays[_HEAD + "coef"], message.arrays[_HEAD + "intercept"]
+        if self.finetune is not None:
+            coef, intercept = finetune_head(coef, intercept, z, y, self.finetune, generator)
+        return StatPredictor(model, layers, coef, intercept).eval()
+
+
+def evaluate_heads(result: RunResult, federation: Federation, model_fn: Callable[[], torch.nn.Module],
+                   heads: Mapping[str, Algorithm], config: LoopConfig | None = None) -> pd.DataFrame:
+    """Evaluate several deployment rules on one :func:`collect_statistics` result.
+
+    ``heads`` maps a name to a :class:`StatHead` (or any other deployment rule, e.g. ``FedAvg()``
+    for the backbone's own head). Returns the tidy rows of
+    :func:`fedlib.loop.evaluate_deployment` with a leading ``head`` column.
+    """
+    from ..loop import LoopConfig, evaluate_deployment  # noqa: F811
+
+    merged_moments(result.server)  # a clear error when the statistics round is missing
+    if not heads:
+        raise ValueError("heads is empty: pass {name: StatHead(...)}")
+    config = LoopConfig() if config is None else config
+    frames = []
+    for name, algorithm in heads.items():
+        f = evaluate_deployment(algorithm, result, federation, model_fn, config)
+        f.insert(0, "head", str(name))
+        frames.append(f)
+    return pd.concat(frames, ignore_index=True)
+
+
+def summarize_heads(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per head of an :func:`evaluate_heads` frame: :func:`fedlib.metrics.protocol_summary`."""
+    from ..loop import per_client_table
+
+    rows = {h: protocol_summary(per_client_table(g.drop(columns="head"))) for h, g in frame.groupby("head", sort=False)}
+    return pd.DataFrame.from_dict(rows, orient="index").rename_axis("head")
+
+
+__all__ = ["HEADS", "STATS", "StatHead", "StatPredictor", "collect_statistics", "evaluate_heads", "finetune_head",
+           "merged_moments", "mms_from_arrays", "mms_to_arrays", "stat_layer_dims", "stat_layers", "summarize_heads"]
