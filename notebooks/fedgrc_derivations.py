@@ -36,7 +36,7 @@
 # For each statement this chapter gives a short derivation, checks it numerically on many seeded
 # random instances (and symbolically with sympy where that is a proof), and records a row of the
 # **check table** at the end; the final section checks the stability theorem on the features of a
-# small CNN trained with FedAvg. The library code under test is `fedlib.cgrl` (the losses),
+# small CNN trained with FedAvg. The library code under test is {mod}`fedlib.cgrl` (the losses),
 # {mod}`fedlib.mms` ({class}`fedlib.mms.MMS`, {class}`fedlib.mms.SASP`) and
 # {class}`fedlib.stats.ClassMoments`; the same statements are property tests in
 # `tests/test_fedgrc_theory.py`.
@@ -176,7 +176,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # directions do, and the angular part is weighted by the product of the norms. sympy confirms that
 # the difference of the two sides is exactly $R_i^2(u_i^\top u_i - 1) + R_j^2(u_j^\top u_j - 1)$,
 # i.e. zero precisely on unit directions; numerically we split random raw features with
-# `fedlib.cgrl.unit` over six orders of magnitude of norms.
+# {func}`fedlib.cgrl.unit` over six orders of magnitude of norms.
 
 # %%
 Ri, Rj = sp.symbols("R_i R_j", positive=True)
@@ -231,7 +231,7 @@ check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", u
 # conditional centring; with $p_\chi = 0$ the penalty is zero. Under the **empirical** distribution
 # of a batch (the paper's closing remark in Appendix A-A) the expectation is the batch mean and the
 # variance is the biased $1/n_\chi$ one; the lemma holds for any gate held fixed during
-# differentiation. The library's loss (`fedlib.cgrl.magnitude_loss`)
+# differentiation. The library's loss ({func}`fedlib.cgrl.magnitude_loss`)
 # averages over views and layers, so over several classes and layers it must equal
 #
 # $$
@@ -329,7 +329,7 @@ check("fedlib.cgrl.magnitude_loss = mean over layers of sum_c (n_c/n) p_chi [Var
 # the reference and expands one below it. At the final layer, $v_i = \nabla_{h_i}\ell_{r,i}$ is
 # parallel to $h_i$, hence $g_i^\top v_i = 0$ (Eq. (20)).
 #
-# We differentiate `fedlib.cgrl.directional_loss` and `fedlib.cgrl.magnitude_loss`
+# We differentiate {func}`fedlib.cgrl.directional_loss` and {func}`fedlib.cgrl.magnitude_loss`
 # with autograd (float64) on random batches: $2B$ views with both views of each example, random
 # unit class directions with some zero references (classes never observed), feature norms over
 # three orders of magnitude. The library's losses are means over the $2B$ views, so each view's
