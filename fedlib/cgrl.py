@@ -253,7 +253,13 @@ def augment(x: torch.Tensor, strength: str, generator: torch.Generator, domain: 
 
 def update_directions(prototypes: torch.Tensor, observed: torch.Tensor, counts, directions, xi: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Shared class directions after a round (Appendix A-I).
+    r"""Shared class directions after a round (Appendix A-I):
+
+    .. math:: \hat p_c = \operatorname{unit}\Big(\sum_k n_c^{(k)} d_c^{(k)}\Big), \qquad
+              p_c(t+1) = \operatorname{unit}\big((1-\xi)p_c(t) + \xi\hat p_c\big)
+
+    for a class seen before and in this round; :math:`\hat p_c` for a first-time class; unchanged
+    for a class absent from the round.
 
     Parameters
     ----------
@@ -261,12 +267,11 @@ def update_directions(prototypes: torch.Tensor, observed: torch.Tensor, counts, 
     observed : (C,) bool, whether :math:`p_c` has been set
     counts : (K, C) the participating clients' class counts :math:`n_c^{(k)}`
     directions : (K, C, d) their post-update class directions (unit, zero where :math:`n_c^{(k)} = 0`)
+    xi : weight of the round's estimate in the temporal average
 
-    .. math:: \hat p_c = \operatorname{unit}\Big(\sum_k n_c^{(k)} d_c^{(k)}\Big), \qquad
-              p_c(t+1) = \operatorname{unit}\big((1-\xi)p_c(t) + \xi\hat p_c\big)
-
-    for a class seen before and in this round; :math:`\hat p_c` for a first-time class; unchanged
-    for a class absent from the round. Returns ``(prototypes, observed)``.
+    Returns
+    -------
+    (prototypes, observed) : the updated (C, d) directions and (C,) flags
     """
     counts = torch.as_tensor(counts, dtype=torch.float64)
     directions = torch.as_tensor(directions, dtype=torch.float64)
@@ -281,19 +286,25 @@ def update_directions(prototypes: torch.Tensor, observed: torch.Tensor, counts, 
 
 def update_magnitudes(references: torch.Tensor, flags: torch.Tensor, sums, counts, zeta: float
                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""Shared log-norm references after a round (Appendix A-I).
-
-    Parameters
-    ----------
-    references : (L, C) current :math:`a_{\ell,c}(t)`; flags : (C,) bool :math:`v_c(t)`
-    sums : (L, C) the round's summed log norms :math:`\sum_k\sum_{i\in\mathcal Z^{(k)}_t, y_i=c}\rho_\ell(x_i)`
-    counts : (C,) the round's occurrence counts :math:`q_c(t)` (views, repeats counted)
+    r"""Shared log-norm references after a round (Appendix A-I):
 
     .. math:: \bar a_{\ell,c} = \frac{\text{sums}_{\ell c}}{q_c}, \qquad
               a_{\ell,c}(t+1) = (1-\zeta)a_{\ell,c}(t) + \zeta\bar a_{\ell,c}
 
     where :math:`v_c(t) = 1` and :math:`q_c > 0`; :math:`\bar a_{\ell,c}` for a first-time class;
-    unchanged where :math:`q_c = 0`. Returns ``(references, flags)``.
+    unchanged where :math:`q_c = 0`.
+
+    Parameters
+    ----------
+    references : (L, C) current :math:`a_{\ell,c}(t)`
+    flags : (C,) bool :math:`v_c(t)`
+    sums : (L, C) the round's summed log norms :math:`\sum_k\sum_{i\in\mathcal Z^{(k)}_t, y_i=c}\rho_\ell(x_i)`
+    counts : (C,) the round's occurrence counts :math:`q_c(t)` (views, repeats counted)
+    zeta : weight of the round's estimate in the temporal average
+
+    Returns
+    -------
+    (references, flags) : the updated (L, C) references and (C,) flags
     """
     sums = torch.as_tensor(sums, dtype=torch.float64)
     q = torch.as_tensor(counts, dtype=torch.float64)
