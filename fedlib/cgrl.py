@@ -48,6 +48,7 @@ from torch.nn import functional as F
 
 AUGMENT_DOMAINS = ("digits", "cifar", "none")
 STRENGTHS = ("weak", "strong")
+DIRECTION_PASSES = ("eval", "train")
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,11 @@ class CGRLConfig:
     layers : the layers :math:`\\Lambda` (names of ``model.feature_layers``); ``None`` = all of them
     augment : the augmentation family, ``"digits"`` (28×28 grey digits: no flips), ``"cifar"``
         (32×32 colour images) or ``"none"`` (identity views, for tests and ablations)
+    direction_pass : where a client's class directions come from: ``"eval"`` (the paper: one pass
+        over its training split after local training, evaluation mode, no augmentation) or
+        ``"train"`` (ours, cheaper: the detached final-layer features of the weak views seen
+        during local training, summed as they go; no extra pass, but features of the model
+        *before* each step)
     """
 
     tau: float = 0.1
@@ -81,6 +87,7 @@ class CGRLConfig:
     eps: float = 1e-3
     layers: tuple[str, ...] | None = None
     augment: str = "digits"
+    direction_pass: str = "eval"
 
     def __post_init__(self) -> None:
         for name in ("tau", "eps"):
@@ -97,6 +104,8 @@ class CGRLConfig:
                 raise ValueError(f"{name} must be in (0, 1], got {v!r}")
         if not (isinstance(self.warmup, int) and self.warmup >= 1):
             raise ValueError(f"warmup must be an integer >= 1 (rounds), got {self.warmup!r}")
+        if self.direction_pass not in DIRECTION_PASSES:
+            raise ValueError(f"unknown direction_pass {self.direction_pass!r}; valid: {', '.join(DIRECTION_PASSES)}")
         if self.augment not in AUGMENT_DOMAINS:
             raise ValueError(f"unknown augment {self.augment!r}; valid: {', '.join(AUGMENT_DOMAINS)}")
         if self.layers is not None:

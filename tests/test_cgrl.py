@@ -122,7 +122,7 @@ def test_update_magnitudes_by_hand():
 
 
 @pytest.mark.parametrize("kw", [dict(tau=0), dict(xi=0), dict(zeta=1.5), dict(warmup=0), dict(augment="audio"),
-                                dict(lambda_dir=-1), dict(layers=())])
+                                dict(lambda_dir=-1), dict(layers=()), dict(direction_pass="test")])
 def test_config_rejects_bad_values(kw):
     with pytest.raises(ValueError):
         CGRLConfig(**kw)
@@ -211,3 +211,16 @@ def test_cgrl_trains_a_cnn_step_with_augmentation():
     model = load_model(model_fn(), res.server)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert res.server.arrays["cgrl/references"].shape == (3, 3)
+
+
+def test_direction_pass_train_matches_eval_when_the_model_does_not_move(tiny):
+    """With a learning rate too small to move the weights, the training-time directions of the
+    weak views (identity views here) equal the evaluation pass's, and neither needs the other."""
+    fed, model_fn = tiny
+    tc = TrainConfig(epochs=1, batch_size=16, lr=1e-12, momentum=0.0)
+    cfg = LoopConfig(rounds=1, seed=0, eval_every=0, evaluate_last=False)
+    runs = {p: run_federated(CGRL(train=tc, cgrl=CGRLConfig(augment="none", direction_pass=p)), fed, model_fn, cfg)
+            for p in ("eval", "train")}
+    a, b = (runs[p].server.arrays["cgrl/prototypes"] for p in ("eval", "train"))
+    assert torch.allclose(a, b, atol=1e-5)
+    assert torch.equal(runs["eval"].server.arrays["cgrl/proto_flags"], runs["train"].server.arrays["cgrl/proto_flags"])

@@ -12,8 +12,10 @@ the reference updates are :mod:`fedlib.cgrl`. One round ``r``:
    exists); the client sums the detached log norms :math:`\rho_\ell` of every training occurrence
    (both views, before the step that uses them), then makes one pass over its training split with
    the updated backbone in evaluation mode and without augmentation to get its class directions
-   :math:`d_c^{(k)} = \operatorname{unit}(\sum_i u_i)` (observed classes); it replies with the
-   model and these statistics (so the ledger counts them);
+   :math:`d_c^{(k)} = \operatorname{unit}(\sum_i u_i)` (observed classes; with
+   ``CGRLConfig(direction_pass="train")`` the sums come from the weak views during training
+   instead, which saves that pass); it replies with the model and these statistics (so the
+   ledger counts them);
 3. ``aggregate``: FedAvg for the model (weighted by training-set sizes);
    :func:`fedlib.cgrl.update_directions` and :func:`fedlib.cgrl.update_magnitudes` for the
    references.
@@ -100,6 +102,7 @@ class CGRL(Algorithm):
         w = warmup_weight(ctx.round, cfg.warmup)
         rho_sums = torch.zeros(len(layers), C, dtype=torch.float64)
         occurrences = torch.zeros(C, dtype=torch.float64)
+        direction_sums = torch.zeros(C, protos.shape[1], dtype=torch.float64)  # direction_pass="train"
 
         def loss_fn(m, x, y):
             views = torch.cat([augment(x, "weak", generator, cfg.augment), augment(x, "strong", generator, cfg.augment)])
@@ -111,6 +114,8 @@ class CGRL(Algorithm):
                 for ell, h in enumerate(hs):
                     rho_sums[ell].index_add_(0, yy, log_norm(h, cfg.eps).to(torch.float64))
                 occurrences.index_add_(0, yy, torch.ones(len(yy), dtype=torch.float64))
+                if cfg.direction_pass == "train":  # the weak views' directions, before the step
+                    direction_sums.index_add_(0, y, unit(feats[PENULTIMATE][: len(y)]).to(torch.float64))
             reg = 0.0
             if cfg.lambda_dir > 0:
                 u = unit(feats[PENULTIMATE])
@@ -120,7 +125,11 @@ class CGRL(Algorithm):
             return loss + w * reg  # Eq. (17)
 
         loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
-        directions, counts = class_directions(model, data.train.x, data.train.y, C)
+        if cfg.direction_pass == "eval":  # Appendix A-I: evaluation mode, no augmentation, updated backbone
+            directions, counts = class_directions(model, data.train.x, data.train.y, C)
+        else:
+            directions = unit(direction_sums).to(torch.float32)
+            counts = torch.bincount(data.train.y, minlength=C).to(torch.float64)
         arrays = {**model_arrays(model), REF + "directions": directions, REF + "dir_counts": counts,
                   REF + "rho_sums": rho_sums, REF + "occurrences": occurrences}
         meta = {"n_samples": len(data.train), "train_loss": loss}
