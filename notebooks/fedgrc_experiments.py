@@ -664,9 +664,9 @@ with pd.option_context("display.max_colwidth", None):
 # Of {glue:text}`fge_n_claims` claims, {glue:text}`fge_n_holds` hold here and
 # {glue:text}`fge_n_partly` hold in part. **Why a verdict can differ from the paper's.** MNIST
 # digits are nearly separable by the small CNN after a few rounds: every statistical head reaches
-# a high global accuracy on either backbone, so the margins between FedGRC and the best baseline
-# head are a point or two, within one seed's noise, where the paper reports several points on
-# CIFAR-100 and remote-sensing scenes with ResNet-18. SASP's premise is that a client's classes
+# a high global accuracy on either backbone, so FedGRC's margins over the best baseline head are
+# small (the claims table gives them) and come from one seed, where the paper's come from CIFAR-100
+# and remote-sensing scenes with ResNet-18. SASP's premise is that a client's classes
 # *look* different from the federation's (sensors, regions, styles); a Dirichlet label skew of
 # MNIST changes only how many images of each class a client holds, not what they look like, so
 # adapting class means can only add estimation noise (the $m_0$ curve above). Our training budget

@@ -214,7 +214,7 @@ def bench_heads(args) -> pd.DataFrame:
     gib = 2**30
     print(f"\nlargest case d = {memory['d']}: the server holds the merged moments, C(1 + d + d^2) float64 = "
           f"{memory['moments'] / gib:.3f} GiB, plus one client message while merging it; peak resident memory "
-          f"above that: merging a message {memory['merge_peak'] / gib:.3f} GiB (the new sum), fitting every head "
+          f"above that: merging a message with ClassMoments.__add__ {memory['merge_peak'] / gib:.3f} GiB (the new sum), fitting every head "
           f"{memory['fit_peak'] / gib:.3f} GiB")
     print(f"largest tensor any client or server operation formed: {memory['biggest']} (the (C, d, d) Gram matrices); "
           f"no (n, d, d) tensor (n = {memory['n_total']} samples would need {memory['nd2'] / gib:.1f} GiB): checked")
