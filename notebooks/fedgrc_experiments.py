@@ -138,14 +138,14 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 # | quantity | value | why |
 # |---|---|---|
 # | rounds × local epochs | {glue:text}`fge_rounds` × {glue:text}`fge_epochs` | the largest budget that keeps this page under 6 minutes on 2 cores |
-# | the CNN | {glue:text}`fge_width` channels in the first block, a {glue:text}`fge_fdim`-dimensional penultimate layer | half the width of {ref}`chapter-setting`'s CNN: twelve training runs must fit the page's budget |
+# | the CNN | {glue:text}`fge_width` channels in the first block, a {glue:text}`fge_fdim`-dimensional penultimate layer | half the width of {ref}`chapter-setting`'s CNN: {glue:text}`fge_n_runs` training runs must fit the page's budget |
 # | CGRL temperature $\tau$ | {glue:text}`fge_tau` | the usual supervised-contrastive value |
-# | $\lambda_{dir}$, $\lambda_{rad}$, $\beta$ | {glue:text}`fge_ldir`, {glue:text}`fge_lrad`, 1 | the auxiliary terms stay below the cross-entropy |
+# | $\lambda_{dir}$, $\lambda_{rad}$, $\beta$ | {glue:text}`fge_ldir`, {glue:text}`fge_lrad`, {glue:text}`fge_beta` | the auxiliary terms stay below the cross-entropy |
 # | warm-up $T_w$ | {glue:text}`fge_warmup` rounds | {class}`fedlib.cgrl.CGRLConfig` |
-# | $\xi$, $\zeta$ (temporal averaging) | 0.5, 0.5 | equal weight to the old and the new reference |
+# | $\xi$, $\zeta$ (temporal averaging) | {glue:text}`fge_xi`, {glue:text}`fge_zeta` | weights of the new estimate against the old reference |
 # | layers $\Lambda$ | {glue:text}`fge_layers` | every pooled block of the CNN |
 # | weak / strong views | shift ≤ 2 px / rotation ≤ 20°, scale, shift ≤ 3 px, 10-px cutout | label-preserving for digits (no flips) |
-# | MMS ridge $\gamma$ | {glue:text}`fge_gamma` | 10 % of the average within-class variance |
+# | MMS ridge $\gamma$ | {glue:text}`fge_gamma` | the ridge is $\gamma$ times the average within-class variance |
 # | SASP $m_0$ | {glue:text}`fge_m0` | the shared mean weighs as this many samples |
 # | baselines' statistical heads | penultimate features | as in their papers |
 # | FedRep head epochs, FedBABU / FedAvg-FT / FedETF-FT fine-tuning | 1, {glue:text}`fge_ft` epochs | |
@@ -156,6 +156,9 @@ glue("fge_epochs", P.local_epochs, display=False)
 glue("fge_tau", P.tau, display=False)
 glue("fge_ldir", P.lambda_dir, display=False)
 glue("fge_lrad", P.lambda_rad, display=False)
+glue("fge_beta", cgrl_cfg.beta, display=False)
+glue("fge_xi", cgrl_cfg.xi, display=False)
+glue("fge_zeta", cgrl_cfg.zeta, display=False)
 glue("fge_warmup", P.warmup, display=False)
 glue("fge_layers", ", ".join(LAYERS), display=False)
 glue("fge_gamma", P.gamma, display=False)
@@ -244,6 +247,7 @@ for a, fed in federations.items():
     if results_dir is not None:
         for name, run in runs.items():
             run.save(Path(results_dir) / f"alpha{a}" / name)
+glue("fge_n_runs", sum(len(v) for v in run_seconds.values()), display=False)
 
 # %% [markdown]
 # ## Tables I/II: every method under the protocol
@@ -289,7 +293,6 @@ for pos, a in POS.items():
         glue(f"fge_gap_{key(m)}_{pos}", 100 * (results[(a, FEDGRC)][m] - best[(a, m)][1]), display=False)
         glue(f"fge_best_{key(m)}_{pos}", best[(a, m)][0], display=False)
         glue(f"fge_bestval_{key(m)}_{pos}", 100 * best[(a, m)][1], display=False)
-        glue(f"fge_fedavg_{key(m)}_{pos}", 100 * results[(a, "FedAvg")][m], display=False)
     led = [m for m in ("global", "unseen", "rare", "F@25") if results[(a, FEDGRC)][m] > best[(a, m)][1]]
     glue(f"fge_leads_{pos}", ", ".join(led) if led else "none of them", display=False)
     glue(f"fge_head_gain_{pos}", 100 * (results[(a, "FedAvg + MMS")]["global"] - results[(a, "FedAvg")]["global"]), display=False)
@@ -424,55 +427,31 @@ glue("fge_n_alphas", len(P.alphas), display=False)
 # ($H_0$ = {glue:text}`fge_h0_hi`): positive in {glue:text}`fge_I_npos` of
 # {glue:text}`fge_n_alphas` settings. In global accuracy it is {glue:text}`fge_I_global_lo:+.2f`
 # and {glue:text}`fge_I_global_hi:+.2f`. One seed per setting: differences of a point or two are
-# within the noise of a 20-client F@25, which averages the weakest five clients.
+# within the noise of an F@25 over {glue:text}`fge_n_clients` clients, which averages only the
+# weakest quarter of them.
 #
 # ## Sensitivity to $m_0$ and $\gamma$
 #
 # Both parameters act only on the head, so we freeze the CGRL backbone at
-# $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once, and refit: SASP for
-# every $m_0$ (0 uses the raw local means of the observed classes, $\infty$ the shared head), and
-# MMS + SASP for every $\gamma$. Each head is evaluated by the same protocol.
+# $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once
+# ({class}`fedlib.algorithms.stathead.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
+# the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
+# $\gamma$. Each head is evaluated by the same protocol.
 
 # %%
-from fedlib.algorithms import load_model  # noqa: E402
-from fedlib.metrics import Confusion, client_abilities  # noqa: E402
+from fedlib.algorithms.stathead import FrozenFeatures  # noqa: E402
 from fedlib.mms import MMS, SASP  # noqa: E402
-from fedlib.stats import ClassMoments, feature_moments  # noqa: E402
 
-fed = federations[a_lo]
-frozen = stat_runs[(a_lo, "CGRL")]
-backbone = load_model(model_fn(), frozen.server).eval()
-merged = ClassMoments(*(frozen.server.arrays[f"stats/{k}"] for k in ("counts", "sums", "grams")))
-dims = [backbone.feature_dims[name] for name in LAYERS]
-
-
-@torch.no_grad()
-def feats(x):
-    return torch.cat(list(backbone.features(x, LAYERS).values()), dim=1)
-
-
-h_global = feats(fed.global_test.x)
-clients = [(feature_moments(backbone, c.train.x, c.train.y, C, layers=LAYERS), feats(c.test.x), c) for c in fed.clients]
-
-
-def protocol_of(heads):
-    """Protocol summary of one head per client, on the cached frozen features."""
-    rows = {}
-    for k, (head, (_, h_local, c)) in enumerate(zip(heads, clients)):
-        local = Confusion.from_predictions(c.test.labels_np, head.predict(h_local).numpy(), C)
-        glob = Confusion.from_predictions(fed.global_test.labels_np, head.predict(h_global).numpy(), C)
-        rows[k] = client_abilities(local, glob, c.train_counts(C), rare_ratio=RARE_RATIO)
-    return protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
-
-
-mms = MMS(gamma=P.gamma).fit(merged, dims)
-sens_m0 = pd.DataFrame([{"m0": m, **{k: 100 * v for k, v in protocol_of([SASP(m0=m).fit(mms, mom) for mom, _, _ in clients]).items()
-                                     if k in ("local", "global", "unseen", "F@25")}} for m in P.m0_grid]).set_index("m0")
+frozen = FrozenFeatures(stat_runs[(a_lo, "CGRL")], federations[a_lo], model_fn)  # one backbone pass per split
+mms = MMS(gamma=P.gamma).fit(frozen.moments, frozen.layer_dims)
+SENS = ("local", "global", "unseen", "F@25")
+sens_m0 = pd.DataFrame([{"m0": m, **{k: 100 * v for k, v in frozen.summary([SASP(m0=m).fit(mms, mom) for mom in frozen.client_moments]).items()
+                                     if k in SENS}} for m in P.m0_grid]).set_index("m0")
 sens_gamma = []
 for g in P.gamma_grid:
-    mg = MMS(gamma=g).fit(merged, dims)
-    shared = protocol_of([mg] * len(clients))
-    pers = protocol_of([SASP(m0=P.m0).fit(mg, mom) for mom, _, _ in clients])
+    mg = MMS(gamma=g).fit(frozen.moments, frozen.layer_dims)
+    shared = frozen.summary([mg] * len(frozen.client_moments))
+    pers = frozen.summary([SASP(m0=P.m0).fit(mg, mom) for mom in frozen.client_moments])
     sens_gamma.append({"gamma": g, "MMS global": 100 * shared["global"], "MMS + SASP local": 100 * pers["local"],
                        "MMS + SASP global": 100 * pers["global"], "MMS + SASP F@25": 100 * pers["F@25"]})
 sens_gamma = pd.DataFrame(sens_gamma).set_index("gamma")
@@ -505,7 +484,6 @@ glue("fge_m0_global_0", float(sens_m0.loc[min(m_fin), "global"]), display=False)
 glue("fge_m0_min", float(min(m_fin)), display=False)
 glue("fge_m0_local_inf", float(sens_m0.iloc[-1]["local"]), display=False)
 glue("fge_m0_global_inf", float(sens_m0.iloc[-1]["global"]), display=False)
-glue("fge_m0_best_local", float(sens_m0["local"].idxmax()), display=False)
 
 
 def trend(values):

@@ -18,6 +18,7 @@ from fedlib.algorithms import FedAvg, make_algorithm
 from fedlib.algorithms.base import ClientContext, Event, load_model
 from fedlib.algorithms.stathead import (
     HEADS,
+    FrozenFeatures,
     StatHead,
     StatPredictor,
     _StatisticsRound,
@@ -217,6 +218,22 @@ def test_sasp_with_infinite_m0_equals_the_mms_deployment(stats, fed):
     va = frame[frame["head"] == "mms"]["value"].to_numpy()
     vb = frame[frame["head"] == "sasp"]["value"].to_numpy()
     assert np.array_equal(va, vb, equal_nan=True)
+
+
+def test_frozen_features_give_the_protocol_of_the_deployed_heads(stats, fed):
+    """Refitting heads on cached features (the m0 / gamma sweeps) gives evaluate_deployment's numbers."""
+    frozen = FrozenFeatures(stats, fed, model_fn)
+    assert torch.equal(frozen.moments.grams, merged_moments(stats.server).grams)
+    assert frozen.layer_dims == stat_layer_dims(stats.server)
+    mms = MMS().fit(frozen.moments, frozen.layer_dims)
+    for m0 in (0.0, 3.0):
+        deployed = summarize_heads(evaluate_heads(stats, fed, model_fn, {"sasp": StatHead("sasp", m0=m0)})).loc["sasp"]
+        cached = frozen.summary([SASP(m0=m0).fit(mms, mom) for mom in frozen.client_moments])
+        assert cached.keys() == deployed.to_dict().keys()
+        for key, value in cached.items():
+            assert value == pytest.approx(deployed[key], nan_ok=True), key
+    with pytest.raises(ValueError, match="one head per registered client"):
+        frozen.summary([mms])
 
 
 def test_server_head_matches_the_heads_fitted_on_the_merged_moments(stats, fed):

@@ -77,7 +77,7 @@ from torch.nn import functional as F
 from ..federation import Federation
 from ..heads import _check_reg
 from ..messages import Ledger, Message, State
-from ..metrics import protocol_summary
+from ..metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary
 from ..mms import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, _check_gamma, _check_m0
 from ..rng import torch_generator
 from ..stat_heads import CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, _check_ccvr, _check_priors
@@ -471,5 +471,54 @@ def summarize_heads(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("head")
 
 
-__all__ = ["HEADS", "STATS", "StatHead", "StatPredictor", "collect_statistics", "evaluate_heads", "finetune_head",
+class FrozenFeatures:
+    r"""Every client's and the global test set's features under a run's frozen backbone, computed
+    once, to evaluate many fitted heads by the protocol without re-running the backbone.
+
+    :func:`fedlib.loop.evaluate_deployment` with :class:`StatHead` runs the backbone over the
+    global test set for every client whose head differs (every SASP head); a sweep over
+    :math:`m_0` or :math:`\gamma` only refits heads, so it can reuse the features. The
+    numbers are the same (``tests/test_stathead.py`` checks it against ``evaluate_deployment``).
+
+    Parameters
+    ----------
+    result : a :func:`collect_statistics` result (backbone and merged moments)
+    federation, model_fn : as given to :func:`fedlib.loop.run_federated`
+
+    Attributes
+    ----------
+    moments : the merged :class:`~fedlib.stats.ClassMoments` (what the server holds)
+    layer_dims : tuple of int, the concatenated blocks' sizes
+    client_moments : list of each client's own moments on its training split (what it computes locally)
+    """
+
+    def __init__(self, result: RunResult, federation: Federation, model_fn: Callable[[], torch.nn.Module]) -> None:
+        self.moments = merged_moments(result.server)
+        self.layer_dims = stat_layer_dims(result.server)
+        layers = stat_layers(result.server)
+        backbone = load_model(model_fn(), result.server).eval()
+        self._federation = federation
+        self._global = _features(backbone, federation.global_test.x, layers)
+        self._clients = _registered_clients(result, federation)
+        C = federation.n_classes
+        self.client_moments = [ClassMoments.from_features(_features(backbone, federation.clients[k].train.x, layers),
+                                                          federation.clients[k].train.y, C) for k in self._clients]
+        self._local = [_features(backbone, federation.clients[k].test.x, layers) for k in self._clients]
+
+    def summary(self, heads: Sequence, *, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
+        """:func:`fedlib.metrics.protocol_summary` of one fitted head per registered client (in order);
+        each head has ``predict(h)`` on unscaled concatenated features."""
+        if len(heads) != len(self._clients):
+            raise ValueError(f"need one head per registered client ({len(self._clients)}), got {len(heads)}")
+        fed, C = self._federation, self._federation.n_classes
+        rows = {}
+        for k, head, h_local in zip(self._clients, heads, self._local):
+            data = fed.clients[k]
+            local = Confusion.from_predictions(data.test.labels_np, head.predict(h_local).numpy(), C)
+            glob = Confusion.from_predictions(fed.global_test.labels_np, head.predict(self._global).numpy(), C)
+            rows[k] = client_abilities(local, glob, data.train_counts(C), rare_ratio=rare_ratio)
+        return protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
+
+
+__all__ = ["HEADS", "STATS", "FrozenFeatures", "StatHead", "StatPredictor", "collect_statistics", "evaluate_heads", "finetune_head",
            "merged_moments", "mms_from_arrays", "mms_to_arrays", "stat_layer_dims", "stat_layers", "summarize_heads"]
