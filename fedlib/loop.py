@@ -1,7 +1,7 @@
 """The one federated round loop.
 
 Every method in fedlib runs through :func:`run_federated`; a method changes hooks of
-:class:`~fedlib.algorithms.base.Algorithm`, never this loop (DESIGN.md, item 2). One round ``r``
+:class:`~fedlib.protocol.Algorithm`, never this loop (DESIGN.md, item 2). One round ``r``
 (rounds are numbered from 1):
 
 1. events of round ``r`` (a client leaves for good, or joins) are applied; the server is told;
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .algorithms.base import Algorithm, ClientContext, Event, Predictor
+from .protocol import Algorithm, ClientContext, Event, Predictor
 from .federation import ClientData, Federation
 from .io import atomic_torch_save, atomic_write_bytes
 from .messages import DOWN, UP, Ledger, Message, State
@@ -61,7 +61,7 @@ class LoopConfig:
     seed : the run seed from which every random stream is derived
     on_nonfinite : ``"raise"`` (stop with an error naming client and round) or ``"drop"``
         (skip the update and record a ``dropped_nonfinite`` row)
-    events : client departures / arrivals (:class:`~fedlib.algorithms.base.Event`)
+    events : client departures / arrivals (:class:`~fedlib.protocol.Event`)
     rare_ratio : the protocol's definition of a locally rare class (:mod:`fedlib.metrics`)
     f1_class : a designated class whose F1 every evaluation reports (optional)
     checkpoint : a file path; when given the run state is saved after every round and a run

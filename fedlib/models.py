@@ -181,6 +181,31 @@ class FeatureModel(nn.Module):
         """
         return self._features(x, self._check_layers(layers))[1]
 
+    @torch.no_grad()
+    def extract(self, x: Tensor, layers: Sequence[str] | str | None = None, batch_size: int = 256) -> Tensor:
+        """Concatenated pooled features of ``layers`` (in the given order) for a whole data set,
+        of shape ``(n, sum(feature_dims[l] for l in layers))``: in batches of ``batch_size``, in
+        evaluation mode (no dropout, normalization statistics fixed), without gradients. The one
+        batched extraction every statistics round, head and tracker uses.
+
+        >>> model = SmallCNN(width=4, feature_dim=8)
+        >>> model.extract(torch.zeros(300, 1, 28, 28), ("conv1", "penultimate")).shape
+        torch.Size([300, 12])
+        >>> model.extract(torch.zeros(0, 1, 28, 28)).shape
+        torch.Size([0, 8])
+        """
+        names = self._check_layers(layers)
+        if not (isinstance(batch_size, int) and batch_size >= 1):
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.eval()
+        if len(x) == 0:
+            return torch.zeros(0, sum(int(self.feature_dims[n]) for n in names))
+        parts = []
+        for i in range(0, len(x), batch_size):
+            feats = self._features(x[i : i + batch_size], names)[1]
+            parts.append(torch.cat([feats[n] for n in names], dim=1))
+        return torch.cat(parts)
+
     def embed(self, x: Tensor) -> Tensor:
         """Penultimate features (the head's input), of shape ``(n, feature_dims["penultimate"])``."""
         return self._forward_layers(x, frozenset())[0]

@@ -77,7 +77,7 @@ from myst_nb import glue
 from scipy.stats import multivariate_normal
 
 from fedlib.algorithms import FedAvg
-from fedlib.algorithms.base import load_model
+from fedlib.protocol import load_model
 from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
 from fedlib.data import load_mnist5k
 from fedlib.federation import make_federation

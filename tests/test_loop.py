@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedlib.algorithms import FedAvg, FedAvgFT, make_algorithm
-from fedlib.algorithms.base import Event
+from fedlib.protocol import Event
 from fedlib.loop import LoopConfig, NonFiniteUpdateError, RunResult, Server, evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.rng import LOCAL_TRAIN, derive_seed, isolated_torch_rng, INIT

@@ -89,7 +89,7 @@ def test_fedetf_and_its_finetuned_deployment(tiny_federation, tiny_model_fn):
         assert torch.equal(v, ft.server.arrays[k]), k
     assert plain.summary()["global"] > 0.5  # 3 well-separated Gaussian classes
     # fine-tuning changes the deployed predictor's logits (accuracy may already be saturated here)
-    from fedlib.algorithms.base import ClientContext
+    from fedlib.protocol import ClientContext
 
     alg_plain, alg_ft = FedETF(temperature=5.0), FedETF(temperature=5.0, finetune=TrainConfig(epochs=3, batch_size=8, lr=0.1))
     msg = alg_plain.broadcast(plain.server, 2)

@@ -15,7 +15,7 @@ import torch
 import fedlib.algorithms.stathead as stathead_module
 import fedlib.stat_heads as stat_heads_module
 from fedlib.algorithms import FedAvg, make_algorithm
-from fedlib.algorithms.base import ClientContext, Event, load_model
+from fedlib.protocol import ClientContext, Event, load_model
 from fedlib.algorithms.stathead import (
     HEADS,
     FrozenFeatures,

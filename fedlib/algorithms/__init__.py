@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .base import Algorithm, ClientContext, Event, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays
 from .ditto import Ditto
 from .fedavg import FedAvg, FedAvgFT
 from .fedbabu import FedBABU

@@ -16,7 +16,7 @@ import torch
 
 from ..messages import Message, State
 from ..training import TrainConfig, local_train
-from .base import Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 
 from ..messages import Message, State
 from ..training import TrainConfig, local_train
-from .base import MODEL, Algorithm, ClientContext, Predictor, load_model
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model
 
 
 @dataclass

@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from ..messages import Message, State
 from ..training import TrainConfig, local_train
-from .base import Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays
 
 
 def simplex_etf(dim: int, n_classes: int, generator: torch.Generator) -> torch.Tensor:

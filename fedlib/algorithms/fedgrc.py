@@ -46,7 +46,7 @@ from ..cgrl import (
 from ..messages import Message, State
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from .base import Algorithm, ClientContext, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, load_model, model_arrays
 
 REF = "cgrl/"
 _KEYS = ("prototypes", "proto_flags", "references", "ref_flags")

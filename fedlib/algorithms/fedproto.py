@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from ..messages import Message, State, prefixed
 from ..training import TrainConfig, local_train
-from .base import MODEL, Algorithm, ClientContext, load_model, model_arrays
+from ..protocol import MODEL, Algorithm, ClientContext, load_model, model_arrays
 
 PROTO = "proto/"
 

@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from ..messages import Message, State
 from ..training import TrainConfig, local_train
-from .base import Algorithm, ClientContext, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, load_model, model_arrays
 
 
 @dataclass

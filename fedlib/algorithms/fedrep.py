@@ -19,7 +19,7 @@ import torch
 
 from ..messages import Message, State, prefixed
 from ..training import TrainConfig, local_train
-from .base import MODEL, Algorithm, ClientContext, Predictor, load_model
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model
 
 HEAD = MODEL + "head."
 PERSONAL = "personal/"

@@ -53,7 +53,7 @@ from ..messages import Message, State
 from ..models import FeatureModel, build_model
 from ..stats import ClassMoments
 from ..training import TrainConfig, local_train
-from .base import Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays
 from .fedavg import FedAvg
 
 KNOW = "know/"

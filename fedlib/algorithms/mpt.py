@@ -72,7 +72,7 @@ from ..tracking import (
     take_snapshot,
 )
 from ..training import TrainConfig, local_train
-from .base import MODEL, ClientContext, Event, Predictor, load_model, model_arrays
+from ..protocol import MODEL, ClientContext, Event, Predictor, load_model, model_arrays
 from .fedavg import FedAvg
 
 PARTS = ("moments", "scatter", "rare_gram", "sqnorm", "class_grams", "sdc", "ldc")

@@ -83,7 +83,7 @@ from ..rng import torch_generator
 from ..stat_heads import CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, _check_ccvr, _check_priors
 from ..stats import ClassMoments, feature_moments
 from ..training import TrainConfig, local_train
-from .base import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
+from ..protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
 
 if TYPE_CHECKING:  # the loop imports this package: no runtime import at module level
     from ..loop import LoopConfig, RunResult

@@ -1,0 +1,167 @@
+"""The method contract: the hooks through which a method plugs into the one round loop.
+
+This module sits **below** :mod:`fedlib.loop` (which drives the hooks) and below every plug-in in
+:mod:`fedlib.algorithms` (which override them); importing it imports no method. The book's page
+"Inside fedlib" draws the layers and walks through adding a method. A method overrides some of
+these hooks and nothing else (one round loop, never a copy of it):
+
+==================  ==========  ==================================================================
+hook                runs on     does
+==================  ==========  ==================================================================
+``init_server``     server      the server state from the initial model
+``init_client``     client      a client's persistent state before its first round (default empty)
+``broadcast``       server      the message the server sends to a sampled client for training
+``local_update``    client      (state, message, data, generator) -> (new state, reply)
+``aggregate``       server      the new server state from the replies (messages only)
+``eval_broadcast``  server      the message sent to every active client for evaluation (default:
+                                the training broadcast of that round)
+``deploy``          client      the client's deployed predictor, evaluated unchanged by the protocol
+``on_event``        server      a client left or joined (the server learns the id, nothing else)
+==================  ==========  ==================================================================
+
+Server hooks receive :class:`~fedlib.messages.State` and :class:`~fedlib.messages.Message`
+objects only; client hooks receive the client's own data. A client's work is a function of
+(state, message, data, generator): ``ctx.model`` is a scratch copy of the architecture whose
+weights the hook must load from the message or state before use.
+
+Shared parts for plug-ins (so that no method writes them again): :func:`model_arrays` /
+:func:`body_arrays` (what a client sends), :func:`update_message` (the usual reply),
+:func:`load_model`; the prefixes :data:`MODEL` and :data:`HEAD`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from .aggregate import weighted_average
+from .messages import Message, State, prefixed
+from .models import HEAD_PREFIX
+
+MODEL = "model/"
+"""Prefix of the model's ``state_dict`` entries in a message or a state (``model/conv1.weight``)."""
+
+HEAD = MODEL + HEAD_PREFIX
+"""Prefix of the final classifier's entries (``model/head.weight``, ``model/head.bias``)."""
+
+Predictor = Callable[[torch.Tensor], torch.Tensor]
+"""A deployed predictor: inputs (n, ...) -> scores (n, C); the protocol takes their argmax."""
+
+
+@dataclass
+class ClientContext:
+    """What the loop tells a client besides its data: who and when it is, and a model workspace."""
+
+    client: int
+    round: int
+    model: torch.nn.Module
+    n_classes: int
+
+
+@dataclass(frozen=True)
+class Event:
+    """A client leaving the federation for good, or joining it, at the start of ``round``."""
+
+    round: int
+    client: int
+    kind: str = "leave"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("leave", "join"):
+            raise ValueError(f"unknown event kind {self.kind!r}; valid: 'leave', 'join'")
+        if self.round < 1:
+            raise ValueError(f"event round must be >= 1 (rounds are numbered from 1), got {self.round}")
+
+
+def model_arrays(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's ``state_dict`` as ``model/``-prefixed detached copies."""
+    return prefixed(MODEL, model.state_dict())
+
+
+def body_arrays(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """:func:`model_arrays` without the final classifier (``head.*``): what body-only methods
+    (FedRep, FedBABU, shared-encoder methods) send.
+
+    >>> from fedlib.models import build_model
+    >>> any(k.startswith(HEAD) for k in body_arrays(build_model("mlp", input_size=2, hidden=(3,))))
+    False
+    """
+    return {k: v for k, v in model_arrays(model).items() if not k.startswith(HEAD)}
+
+
+def without_head(arrays: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The entries of ``arrays`` that are not the ``model/head.*`` classifier."""
+    return {k: v for k, v in arrays.items() if not k.startswith(HEAD)}
+
+
+def update_message(arrays: Mapping[str, torch.Tensor], n_samples: int, train_loss: float | None = None,
+                   kind: str = "update", **meta) -> Message:
+    """The usual reply of a client: ``arrays`` plus ``n_samples`` (the aggregation weight) and,
+    when given, ``train_loss`` (the loop records it) and further scalar ``meta``.
+
+    >>> update_message({"model/w": torch.zeros(2)}, 5, 0.25).meta
+    {'n_samples': 5, 'train_loss': 0.25}
+    """
+    info: dict = {"n_samples": int(n_samples)}
+    if train_loss is not None:
+        info["train_loss"] = train_loss
+    info.update(meta)
+    return Message(arrays=dict(arrays), meta=info, kind=kind)
+
+
+def load_model(model: torch.nn.Module, state: State, prefix: str = MODEL, strict: bool = True) -> torch.nn.Module:
+    """Load the ``prefix``-ed arrays of ``state`` into ``model`` (in place) and return it."""
+    model.load_state_dict(state.with_prefix(prefix), strict=strict)
+    return model
+
+
+class Algorithm:
+    """Base class: FedAvg's server side (broadcast the model, sample-weighted average)."""
+
+    name = "base"
+
+    def init_server(self, model: torch.nn.Module) -> State:
+        return State(arrays=model_arrays(model))
+
+    def init_client(self, client: int, n_classes: int) -> State:
+        return State()
+
+    def broadcast(self, server: State, round_: int) -> Message:
+        return Message(arrays={k: v for k, v in server.arrays.items() if k.startswith(MODEL)}, kind="model")
+
+    def eval_broadcast(self, server: State, round_: int) -> Message:
+        """The message every active client deploys from when round ``round_`` is evaluated (after
+        its aggregation). Default: the training broadcast; a method whose evaluation needs
+        something else (MPT's prototypes, a knowledge round's plain model) overrides this hook
+        instead of guessing the phase from round numbers. The loop records it with kind
+        ``eval:<kind>``."""
+        return self.broadcast(server, round_)
+
+    def local_update(
+        self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
+    ) -> tuple[State, Message]:
+        raise NotImplementedError(f"{type(self).__name__} must implement local_update")
+
+    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+        """Sample-size-weighted average of the updates' ``model/`` arrays."""
+        if not updates:
+            return server
+        arrays = weighted_average(
+            [m.with_prefix(MODEL) for _, m in updates], [float(m.meta["n_samples"]) for _, m in updates]
+        )
+        return State(arrays={**server.arrays, **prefixed(MODEL, arrays)}, meta=dict(server.meta))
+
+    def deploy(
+        self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
+    ) -> Predictor:
+        """The deployed predictor; by default the broadcast model itself."""
+        return load_model(ctx.model, message).eval()
+
+    def on_event(self, server: State, event: Event) -> State:
+        return server
+
+
+__all__ = ["HEAD", "MODEL", "Algorithm", "ClientContext", "Event", "Predictor", "body_arrays", "load_model",
+           "model_arrays", "update_message", "without_head"]
