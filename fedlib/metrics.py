@@ -104,6 +104,7 @@ __all__ = [
     "unseen_classes",
     "rare_classes",
     "client_abilities",
+    "client_predictions_abilities",
     "client_floor",
     "tail_mean",
     "summarize",
@@ -515,6 +516,33 @@ def client_abilities(
     if f1_class is not None:
         out["f1"] = global_.f1(_check_class(f1_class, n_classes, "f1_class"))
     return out
+
+
+def client_predictions_abilities(
+    local_true,
+    local_pred,
+    global_true,
+    global_pred,
+    train_counts,
+    *,
+    rare_ratio: float = RARE_RATIO,
+    f1_class: int | None = None,
+) -> dict[str, float]:
+    """:func:`client_abilities` from label arrays: the one routine that both the round loop and
+    frozen-feature evaluation (:class:`fedlib.deployment.FrozenFeatures`) use.
+
+    ``local_true`` / ``local_pred`` are the client's local test labels and predictions (shape
+    (n_local,)), ``global_true`` / ``global_pred`` those on the global test set (n_global,),
+    ``train_counts`` its per-class training counts (C,).
+
+    >>> client_predictions_abilities([0, 1], [0, 0], [0, 1], [0, 1], [3, 0])["unseen"]
+    1.0
+    """
+    counts = _as_counts(train_counts)
+    n_classes = counts.shape[0]
+    local = Confusion.from_predictions(local_true, local_pred, n_classes)
+    glob = Confusion.from_predictions(global_true, global_pred, n_classes)
+    return client_abilities(local, glob, counts, rare_ratio=rare_ratio, f1_class=f1_class)
 
 
 def client_floor(abilities: Mapping) -> float:
