@@ -19,7 +19,7 @@
 # client's own data (local accuracy) and still recognize every class the federation knows,
 # including the classes the client never saw (global, unseen and rare accuracy, and the client
 # floors L@25, U@25, R@25 and F@25 of {ref}`chapter-setting`). It combines three parts, whose
-# mathematics the previous chapter checked ({ref}`chapter-fedgrc-derivations`):
+# mathematics the previous chapters checked ({ref}`chapter-fedgrc-cgrl`, {ref}`chapter-fedgrc-statistics`):
 #
 # 1. **CGRL**, a representation trained with cross-entropy on a weak and a strong view of every
 #    sample, a supervised contrastive loss {cite:p}`khosla2020supcon`, a prototype cross-entropy

@@ -3,7 +3,8 @@ invariances, SASP's stationarity and the prediction-stability theorem (fedlib.mm
 
 The moment identities of Appendix A-E, Proposition IV.1, the bounds of Eq. (31), the minimizer of
 Proposition IV.2 (against SciPy) and the Bayes / nearest-mean equivalence are in tests/test_mms.py;
-this file covers the other statements of the chapter notebooks/fedgrc_derivations.py.
+this file covers the other statements of the chapters notebooks/fedgrc_cgrl.py and
+notebooks/fedgrc_statistics.py.
 """
 
 from __future__ import annotations

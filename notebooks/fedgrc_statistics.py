@@ -12,18 +12,13 @@
 # ---
 
 # %% [markdown]
-# (chapter-fedgrc-derivations)=
-# # FedGRC: the geometry and the statistics, checked
+# (chapter-fedgrc-statistics)=
+# # FedGRC's statistics (MMS and SASP): the mathematics, checked
 #
-# FedGRC {cite:p}`fedgrc` has three parts, and each rests on a few exact statements:
+# FedGRC {cite:p}`fedgrc` freezes the backbone its representation learning (CGRL,
+# {ref}`chapter-fedgrc-cgrl`) trained and builds every client's head from class statistics. This
+# chapter checks the exact statements behind its two statistical parts:
 #
-# * **CGRL** (Section IV-A) trains the backbone with a *directional* loss on unit features (supervised
-#   contrastive {cite:p}`khosla2020supcon` plus cross-entropy against shared class directions) and a
-#   *magnitude* loss that pulls each feature's log norm to a shared reference per class and layer.
-#   The statements: the radial–angular split of a squared distance (Eq. (10)), the bias–variance
-#   form of the magnitude penalty (Lemma IV.1, Eq. (16)), the directional gradient is tangent to the
-#   sphere and the magnitude gradient radial (Eq. (18)-(20)), and the link to the trace of the class
-#   covariance (Eq. (21)).
 # * **MMS** (Section IV-B) builds a shared metric $A$ from multilayer features: per-layer scales,
 #   shared class means, a pooled within-class covariance about them (Proposition IV.1, Eq. (28)),
 #   computed exactly from additive client moments (Appendix A-E), and a ridge that bounds the
@@ -33,11 +28,12 @@
 #   head (Eq. (36)); adaptation can flip a prediction only inside a computable budget
 #   (Eq. (37)-(40)) and the risk bounds of Appendix A-H follow.
 #
-# For each statement this chapter gives a short derivation, checks it numerically on many seeded
-# random instances (and symbolically with sympy where that is a proof), and records a row of the
-# **check table** at the end; the final section checks the stability theorem on the features of a
-# small CNN trained with FedAvg. The library code under test is {mod}`fedlib.cgrl` (the losses),
-# {mod}`fedlib.mms` ({class}`fedlib.mms.MMS`, {class}`fedlib.mms.SASP`) and
+# It starts where CGRL's geometry meets the statistics: the trace of a class covariance in terms
+# of radial and angular distances (Eq. (21)). For each statement this chapter gives a short
+# derivation, checks it numerically on many seeded random instances (and symbolically with sympy
+# where that is a proof), and records a row of the **check table** at the end; the final section
+# checks the stability theorem on the features of a small CNN trained with FedAvg. The library
+# code under test is {mod}`fedlib.mms` ({class}`fedlib.mms.MMS`, {class}`fedlib.mms.SASP`) and
 # {class}`fedlib.stats.ClassMoments`; the same statements are property tests in
 # `tests/test_fedgrc_theory.py`.
 #
@@ -46,14 +42,13 @@
 # it and from the appendix proofs. Where that leaves a choice we make it explicit:
 #
 # * the paper does not show the perturbation budget $B^{(k)}(x)$ of Eq. (39); we use the smallest
-#   budget its proof in Appendix A-H supports, $b_{c^\star} + \max_{c\ne c^\star} b_c$ (Section 10);
+#   budget its proof in Appendix A-H supports, $b_{c^\star} + \max_{c\ne c^\star} b_c$ (Section 7);
 # * the paper does not show Eq. (28); we use $N\operatorname{tr}\widehat\Sigma_w = \sum_\ell s_\ell^{-2}\sum_c N_c\operatorname{tr}\widehat\Sigma_{\ell,c}$,
-#   the sum of squared residual blocks its proof describes (Section 4);
+#   the sum of squared residual blocks its proof describes (Section 1);
 # * the paper does not give $\gamma$ and $m_0$ (its Table X is missing); we use fedlib's defaults
-#   (Section 10), and the identities hold for every value we draw at random.
+#   (Section 7), and the identities hold for every value we draw at random.
 #
-# The gradients, the magnitude loss and the heads are fedlib's; this chapter re-derives them
-# independently and compares.
+# The heads are fedlib's; this chapter re-derives them independently and compares.
 
 # %% tags=["parameters"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more instances, a longer training run)
@@ -78,7 +73,7 @@ from scipy.stats import multivariate_normal
 
 from fedlib.algorithms import FedAvg
 from fedlib.protocol import load_model
-from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
+from fedlib.cgrl import unit
 from fedlib.data import load_mnist5k
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, run_federated
@@ -161,279 +156,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
       f"trained model: {P.n_clients} clients, {P.rounds} FedAvg rounds")
 
 # %% [markdown]
-# ## 1. The radial–angular split of a squared distance (Eq. (10))
-#
-# Write a nonzero feature as $h = R\,u$ with $R = \lVert h\rVert_2$ and $u = \operatorname{unit}(h)$.
-# Expanding the square and using $u_i^\top u_i = u_j^\top u_j = 1$,
-#
-# $$
-# \lVert h_i - h_j\rVert_2^2 = R_i^2 - 2R_iR_j\,u_i^\top u_j + R_j^2
-#   = \underbrace{(R_i - R_j)^2}_{\text{radial}} + \underbrace{2R_iR_j\,(1 - u_i^\top u_j)}_{\text{angular}} .
-#   \qquad (10)
-# $$
-#
-# Both terms are nonnegative: two features are far apart when their norms differ *or* their
-# directions do, and the angular part is weighted by the product of the norms. sympy confirms that
-# the difference of the two sides is exactly $R_i^2(u_i^\top u_i - 1) + R_j^2(u_j^\top u_j - 1)$,
-# i.e. zero precisely on unit directions; numerically we split random raw features with
-# {func}`fedlib.cgrl.unit` over six orders of magnitude of norms.
-
-# %%
-Ri, Rj = sp.symbols("R_i R_j", positive=True)
-ui, uj = sp.Matrix(sp.symbols("a0:3")), sp.Matrix(sp.symbols("b0:3"))
-lhs = ((Ri * ui - Rj * uj).T * (Ri * ui - Rj * uj))[0]
-rhs = (Ri - Rj) ** 2 + 2 * Ri * Rj * (1 - (ui.T * uj)[0])
-residual = sp.expand(lhs - rhs - (Ri**2 * ((ui.T * ui)[0] - 1) + Rj**2 * ((uj.T * uj)[0] - 1)))
-eq10_sym_ok = residual == 0
-print("sympy: lhs - rhs - [R_i^2(|u_i|^2-1) + R_j^2(|u_j|^2-1)] =", residual)
-
-rng = rng_for(1)
-eq10_err, n_pairs = 0.0, 0
-for t in range(P.trials):
-    d = int(rng.integers(1, P.dim + 1))
-    h = rng.normal(size=(40, d)) * 10.0 ** rng.uniform(-3, 3, size=(40, 1))
-    u = unit(T(h)).numpy()
-    R = np.linalg.norm(h, axis=1)
-    i, j = rng.integers(0, 40, size=(2, 200))
-    lhs_n = ((h[i] - h[j]) ** 2).sum(1)
-    rhs_n = (R[i] - R[j]) ** 2 + 2 * R[i] * R[j] * (1 - (u[i] * u[j]).sum(1))
-    eq10_err = max(eq10_err, float(np.max(np.abs(lhs_n - rhs_n) / (R[i] ** 2 + R[j] ** 2))))
-    n_pairs += len(i)
-unit_zero = float(unit(torch.zeros(2, 3, dtype=F64)).abs().max())
-glue("fgd_eq10_err", float(eq10_err), display=False)
-glue("fgd_eq10_pairs", int(n_pairs), display=False)
-check("Eq. (10): |h_i - h_j|^2 = (R_i - R_j)^2 + 2 R_i R_j (1 - u_i'u_j)", "sympy expansion (d = 3)",
-      0.0 if eq10_sym_ok else 1.0, 0.0)
-check("Eq. (10) numerically, u = fedlib.cgrl.unit(h)", f"{n_pairs} random pairs, norms 1e-3..1e3, error / (R_i^2 + R_j^2)",
-      eq10_err, 1e-12)
-check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", unit_zero, 0.0)
-
-# %% [markdown]
-# Over {glue:text}`fgd_eq10_pairs` random pairs the two sides agree to
-# {glue:text}`fgd_eq10_err:.1e` relative to $R_i^2 + R_j^2$ (rounding).
-#
-# ## 2. The magnitude penalty: dispersion plus offset (Lemma IV.1, Eq. (16))
-#
-# The magnitude loss (Eq. (14)-(15)) penalizes, per layer $\ell$ and view $i$,
-# $\chi_{\ell i}(\rho_{\ell i} - a_{\ell,y_i})^2$ with the stabilized log norm
-# $\rho = \tfrac12\log(\lVert h\rVert^2 + \varepsilon^2)$, the shared reference $a_{\ell,c}$ and the gate
-# $\chi_{\ell i} = v_{y_i}\mathbf 1\{r_{\ell}(x_i) \ge r_{\min}\}$, $r_\ell = \sqrt{\lVert h_\ell\rVert^2 + \varepsilon^2}$ (the class's reference
-# exists and the feature is not tiny). Fix a class, a layer and a round; let
-# $p_\chi = \Pr(\chi = 1) > 0$ and $\bar\rho_\chi = \mathbb E[\rho\mid\chi=1]$. Since $\chi\in\{0,1\}$,
-#
-# $$
-# \mathbb E[\chi(\rho - a)^2] = p_\chi\,\mathbb E[(\rho - \bar\rho_\chi + \bar\rho_\chi - a)^2\mid\chi=1]
-#  = p_\chi\Big[\underbrace{\operatorname{Var}(\rho\mid\chi=1)}_{\text{within-class log-norm dispersion}}
-#  + \underbrace{(\bar\rho_\chi - a)^2}_{\text{mean offset}}\Big], \qquad (16)
-# $$
-#
-# the cross term $2(\bar\rho_\chi - a)\,\mathbb E[\rho - \bar\rho_\chi\mid\chi=1]$ vanishing by
-# conditional centring; with $p_\chi = 0$ the penalty is zero. Under the **empirical** distribution
-# of a batch (the paper's closing remark in Appendix A-A) the expectation is the batch mean and the
-# variance is the biased $1/n_\chi$ one; the lemma holds for any gate held fixed during
-# differentiation. The library's loss ({func}`fedlib.cgrl.magnitude_loss`)
-# averages over views and layers, so over several classes and layers it must equal
-#
-# $$
-# \mathcal L_{\mathrm{mag}} = \frac1{|\Lambda|}\sum_{\ell}\sum_c \frac{n_c}{n}\,
-#   p_{\chi,\ell,c}\big[\widehat{\operatorname{Var}}_{\ell,c} + (\bar\rho_{\ell,c,\chi} - a_{\ell,c})^2\big].
-# $$
-#
-# First sympy, on a batch of five views with the gate pattern $(1,0,1,1,0)$ and symbolic log norms:
-
-# %%
-rho_s = sp.symbols("rho0:5", real=True)
-a_s = sp.Symbol("a", real=True)
-chi_s = [1, 0, 1, 1, 0]
-n_s, n_chi = len(chi_s), sum(chi_s)
-kept = [r for r, c in zip(rho_s, chi_s) if c]
-mean_chi = sum(kept) / n_chi
-lemma_lhs = sum(c * (r - a_s) ** 2 for r, c in zip(rho_s, chi_s)) / n_s
-lemma_rhs = sp.Rational(n_chi, n_s) * (sum((r - mean_chi) ** 2 for r in kept) / n_chi + (mean_chi - a_s) ** 2)
-lemma_sym = sp.simplify(sp.expand(lemma_lhs - lemma_rhs))
-print("sympy: empirical E[chi (rho - a)^2] - p_chi [Var + offset^2] =", lemma_sym)
-
-
-def lemma_rhs_numeric(rho, chi, a):
-    """p_chi [Var(rho | chi) + (mean(rho | chi) - a)^2] under the empirical distribution (0 if p_chi = 0)."""
-    if chi.sum() == 0:
-        return 0.0
-    r = rho[chi]
-    return chi.mean() * (r.var() + (r.mean() - a) ** 2)
-
-
-rng = rng_for(2)
-lemma_err, lemma_instances, zero_p = 0.0, 0, 0
-for t in range(P.trials):
-    L, C, n = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(2, 40))
-    dims = [int(x) for x in rng.integers(1, P.dim + 1, size=L)]
-    y = torch.as_tensor(rng.integers(0, C, size=n))
-    feats = [T(rng.normal(size=(n, dl)) * 10.0 ** rng.uniform(-3, 1, size=(n, 1))) for dl in dims]  # some below r_min
-    refs = T(rng.normal(size=(L, C)))
-    observed = torch.as_tensor(rng.random(C) < 0.7)
-    r_min, eps = float(10.0 ** rng.uniform(-3, -1)), float(10.0 ** rng.uniform(-6, -2))
-    loss = float(magnitude_loss(feats, y, refs, observed, r_min, eps))
-    expected = 0.0
-    for ell, h in enumerate(feats):
-        rho = log_norm(h, eps).numpy()
-        gate = (torch.sqrt((h * h).sum(dim=1) + eps**2) >= r_min).numpy() & observed.numpy()[y.numpy()]  # stabilized r, Eq. (14)
-        for c in range(C):
-            sel = y.numpy() == c
-            if sel.any():
-                expected += sel.mean() * lemma_rhs_numeric(rho[sel], gate[sel], float(refs[ell, c])) / L
-                zero_p += int(gate[sel].sum() == 0)
-    lemma_err = max(lemma_err, abs(loss - expected) / max(1.0, abs(expected)))
-    lemma_instances += 1
-glue("fgd_lemma_err", float(lemma_err), display=False)
-glue("fgd_lemma_zero_p", int(zero_p), display=False)
-check("Lemma IV.1 (Eq. (16)) under a batch's empirical distribution", "sympy, 5 views, gate (1,0,1,1,0)",
-      0.0 if lemma_sym == 0 else 1.0, 0.0)
-check("fedlib.cgrl.magnitude_loss = mean over layers of sum_c (n_c/n) p_chi [Var + offset^2]",
-      f"{lemma_instances} random batches (1-3 layers, 1-4 classes, gates from r_min and flags)", lemma_err, 1e-12)
-
-# %% [markdown]
-# The library's magnitude loss equals the lemma's decomposition to {glue:text}`fgd_lemma_err:.1e`
-# on batches that include {glue:text}`fgd_lemma_zero_p` (class, layer) groups with $p_\chi = 0$
-# (tiny features or a class without a reference yet), where both sides are zero. Among the
-# gated views the penalty is therefore a **dispersion** term (it shrinks the spread of log norms
-# within a class) plus an **offset** term (it moves their mean to the shared reference): it aligns
-# relative magnitudes, $\rho - a = \log(r/e^{a})$, not absolute ones.
-#
-# ## 3. Tangential and radial gradients (Eq. (17)-(20))
-#
-# **Normalization.** For $h \ne 0$ with $r = \lVert h\rVert$ and $u = h/r$, the differential is
-# $du = \tfrac1r(I - uu^\top)\,dh$ (Eq. (17)), so for any loss $\ell(u)$,
-# $\nabla_h\ell = \tfrac1r(I - uu^\top)\nabla_u\ell$.
-#
-# **Prototype cross-entropy.** With logits $u^\top p_c/\tau$, $q_c(u)$ the softmax and
-# $\ell_p = -\log q_y(u)$, differentiating the log-sum-exp gives
-# $\nabla_u\ell_p = \tfrac1\tau\big(\sum_c q_c\,p_c - p_y\big)$ (Eq. (18a)) and
-#
-# $$
-# \nabla_h\ell_p = \frac{1}{\tau r}\,(I - uu^\top)\Big(\sum_c q_c(u)\,p_c - p_y\Big). \qquad (18b)
-# $$
-#
-# The supervised contrastive loss also depends on $h_i$ only through $u_i$ (in every comparison
-# where it appears), so the full directional gradient $g_i = \nabla_{h_i}\mathcal L_{\mathrm{dir}}$ is
-# a sum of terms $(I - u_iu_i^\top)(\cdot)$ and $h_i^\top g_i = 0$: it is **tangent** to the sphere.
-# For an isolated feature-space step, $\lVert h_i - s g_i\rVert^2 = \lVert h_i\rVert^2 + s^2\lVert g_i\rVert^2$:
-# the squared norm changes only at second order.
-#
-# **Magnitude.** With $\chi$ and $a$ held fixed,
-#
-# $$
-# \nabla_h\,\chi(\rho - a)^2 = 2\chi(\rho - a)\,\frac{h}{\lVert h\rVert^2 + \varepsilon^2}, \qquad (19)
-# $$
-#
-# parallel to $h$ (**radial**): a small descent step contracts a feature whose log norm is above
-# the reference and expands one below it. At the final layer, $v_i = \nabla_{h_i}\ell_{r,i}$ is
-# parallel to $h_i$, hence $g_i^\top v_i = 0$ (Eq. (20)).
-#
-# We differentiate {func}`fedlib.cgrl.directional_loss` and {func}`fedlib.cgrl.magnitude_loss`
-# with autograd (float64) on random batches: $2B$ views with both views of each example, random
-# unit class directions with some zero references (classes never observed), feature norms over
-# three orders of magnitude. The library's losses are means over the $2B$ views, so each view's
-# closed-form gradient carries a factor $1/(2B)$ (and $1/|\Lambda|$ for the magnitude loss).
-
-# %%
-rng = rng_for(3)
-tang_err, ce_err, rad_err, par_err, orth_err, second_err, sign_viol, n_views, n_steps = (0.0,) * 6 + (0, 0, 0)
-for t in range(P.trials):
-    B, d, C = int(rng.integers(2, 10)), int(rng.integers(2, P.dim + 1)), int(rng.integers(2, 6))
-    y = torch.as_tensor(np.tile(rng.integers(0, C, size=B), 2))  # two views of each example
-    n = 2 * B
-    h = T(rng.normal(size=(n, d)) * 10.0 ** rng.uniform(-1, 2, size=(n, 1))).requires_grad_(True)
-    protos = unit(T(rng.normal(size=(C, d))))
-    protos[rng.random(C) < 0.3] = 0.0  # classes without a shared direction yet: zero logits
-    tau, beta = float(rng.uniform(0.05, 1.0)), float(rng.uniform(0.0, 2.0))
-    g = torch.autograd.grad(directional_loss(unit(h), y, protos, tau, beta, True), h)[0]
-    hn, gn = h.detach(), g
-    R = hn.norm(dim=1)
-    tang_err = max(tang_err, float(((hn * gn).sum(1).abs() / (R * gn.norm(dim=1)).clamp_min(1e-300)).max()))
-    # second order: |h - s g|^2 - |h|^2 = s^2 |g|^2 exactly (isolated feature-space step)
-    for s in (1e-3, 1e-1, 1.0):
-        s_i = s * R / gn.norm(dim=1).clamp_min(1e-300)  # a step of relative size s
-        change = ((hn - s_i[:, None] * gn) ** 2).sum(1) - R**2
-        second_err = max(second_err, float(((change - s_i**2 * (gn**2).sum(1)).abs() / R**2).max()))
-    # Eq. (18b) against autograd of the prototype cross-entropy alone
-    gp = torch.autograd.grad(prototype_ce(unit(h), y, protos, tau), h)[0]
-    u = unit(hn)
-    q = torch.softmax(u @ protos.T / tau, dim=1)
-    inner = q @ protos - protos[y]  # sum_c q_c p_c - p_y
-    proj = inner - (u * inner).sum(1, keepdim=True) * u  # (I - u u') (.)
-    closed = proj / (tau * R[:, None]) / n  # mean over the 2B views
-    ce_err = max(ce_err, float((gp - closed).norm() / gp.norm().clamp_min(1e-300)))
-    # Eq. (19) against autograd of the magnitude loss at the final layer, chi and a fixed
-    refs = T(rng.normal(size=(1, C)) + np.log(R.numpy()).mean())
-    observed = torch.ones(C, dtype=torch.bool)
-    r_min, eps = 1e-2, 1e-3
-    v = torch.autograd.grad(magnitude_loss([h], y, refs, observed, r_min, eps), h)[0]
-    rho = log_norm(hn, eps)
-    v_closed = 2 * (rho - refs[0, y])[:, None] * hn / (R**2 + eps**2)[:, None] / n
-    rad_err = max(rad_err, float((v - v_closed).norm() / v.norm().clamp_min(1e-300)))
-    par_err = max(par_err, float(((v - (v * u).sum(1, keepdim=True) * u).norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).max()))
-    orth_err = max(orth_err, float(((g * v).sum(1).abs() / (g.norm(dim=1) * v.norm(dim=1)).clamp_min(1e-300)).max()))
-    # a small descent step on the magnitude term moves the norm toward the reference
-    step = 1e-4 * R[:, None] / v.norm(dim=1, keepdim=True).clamp_min(1e-300)
-    new_norm = (hn - step * v).norm(dim=1)
-    above = rho > refs[0, y]
-    sign_viol += int(((above & (new_norm >= R)) | (~above & (new_norm <= R))).sum())
-    n_views += n
-    n_steps += n
-glue("fgd_tang_err", float(tang_err), display=False)
-glue("fgd_ce_err", float(ce_err), display=False)
-glue("fgd_rad_err", float(rad_err), display=False)
-glue("fgd_orth_err", float(orth_err), display=False)
-glue("fgd_grad_views", int(n_views), display=False)
-check("directional gradient is tangent: h_i' g_i = 0 (supcon + beta proto-CE)",
-      f"autograd through fedlib.cgrl, {n_views} views, |h'g| / (|h||g|)", tang_err, 1e-10)
-check("squared norm changes at second order: |h - s g|^2 = |h|^2 + s^2 |g|^2", "3 step sizes per view, error / |h|^2",
-      second_err, 1e-10)
-check("Eq. (18b): closed-form prototype-CE gradient = autograd", "relative error per batch", ce_err, 1e-12)
-check("Eq. (19): closed-form magnitude gradient = autograd (chi, a fixed)", "relative error per batch", rad_err, 1e-12)
-check("magnitude gradient is radial (parallel to h)", "norm of the tangential part / |v|", par_err, 1e-12)
-check("Eq. (20): g_i' v_i = 0 at the final layer", "|g'v| / (|g||v|)", orth_err, 1e-10)
-check("a small magnitude descent step contracts above the reference, expands below",
-      f"{n_steps} views, step 1e-4 |h|", sign_viol, 0, kind="count")
-
-# %% [markdown]
-# The directional gradient is tangent to within {glue:text}`fgd_tang_err:.1e` (cosine between
-# $h_i$ and $g_i$, over {glue:text}`fgd_grad_views` views), Eq. (18b) and Eq. (19) match autograd
-# to {glue:text}`fgd_ce_err:.1e` and {glue:text}`fgd_rad_err:.1e`, and the two feature-space
-# gradients are orthogonal to {glue:text}`fgd_orth_err:.1e`.
-#
-# **In parameter space they are not.** The paper is careful to say that the complementarity is a
-# feature-space statement: through the backbone Jacobian $J_i = \partial h_i/\partial\phi$ the
-# parameter-gradient inner product is $\sum_{i,j} g_i^\top J_iJ_j^\top v_j$, with no reason to vanish.
-# A two-layer random backbone shows it (a counterexample to the stronger reading):
-
-# %%
-rng = rng_for(4)
-param_cos = []
-for t in range(max(3, P.trials // 4)):
-    B, C, p_in, d = 6, 3, 5, 4
-    x = T(rng.normal(size=(2 * B, p_in)))
-    y = torch.as_tensor(np.tile(rng.integers(0, C, size=B), 2))
-    w1 = T(rng.normal(size=(8, p_in))).requires_grad_(True)
-    w2 = T(rng.normal(size=(d, 8))).requires_grad_(True)
-    hb = torch.tanh(x @ w1.T) @ w2.T  # final-layer features of a tiny backbone
-    protos = unit(T(rng.normal(size=(C, d))))
-    l_dir = directional_loss(unit(hb), y, protos, 0.5, 1.0, True)
-    l_mag = magnitude_loss([hb], y, T(rng.normal(size=(1, C))), torch.ones(C, dtype=torch.bool), 1e-2, 1e-3)
-    gd = torch.cat([x.flatten() for x in torch.autograd.grad(l_dir, [w1, w2], retain_graph=True)])
-    gm = torch.cat([x.flatten() for x in torch.autograd.grad(l_mag, [w1, w2])])
-    param_cos.append(float((gd @ gm).abs() / (gd.norm() * gm.norm())))
-param_cos_med = float(np.median(param_cos))
-glue("fgd_param_cos", float(param_cos_med), display=False)
-check("parameter gradients of the two terms need NOT be orthogonal (the paper's caveat)",
-      f"{len(param_cos)} random 2-layer backbones, median |cos|", param_cos_med, 1e-3, kind="at least")
-
-# %% [markdown]
-# The median absolute cosine between the two parameter gradients is
-# {glue:text}`fgd_param_cos:.2f`: in weight space the terms interact, which is why the paper
-# frames Eq. (20) as a statement about feature-space gradients only.
-#
-# ## 4. From feature geometry to covariance traces (Eq. (21), Eq. (28))
+# ## 1. From feature geometry to covariance traces (Eq. (21), Eq. (28))
 #
 # Pool the $N_c$ class-$c$ features of layer $\ell$ from all clients under one backbone, with mean
 # $\bar h$ and covariance $\widehat\Sigma_{\ell,c}$ (denominator $N_c$). Expanding about the mean,
@@ -510,7 +233,7 @@ check("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in p
 # %% [markdown]
 # Eq. (21) holds to {glue:text}`fgd_eq21_err:.1e` and Eq. (28) to {glue:text}`fgd_eq28_err:.1e`
 # (relative). The trace sees only the *total* within-class variation; the full covariance keeps
-# the directions and the cross-layer blocks (Section 6).
+# the directions and the cross-layer blocks (Section 3).
 #
 # **Invariances under layer scaling.** Multiplying a layer's raw features by $c > 0$ multiplies
 # every norm by $c$: norm ratios are unchanged, every raw log norm shifts by $\log c$, so the
@@ -559,7 +282,7 @@ check("... and so are its predictions", "same instances, changed predictions", i
 # With per-layer factors between $10^{-3}$ and $10^{3}$, MMS's scaled quantities move by at most
 # {glue:text}`fgd_inv_mms:.1e` (relative): rounding only.
 #
-# ## 5. Shared-mean covariance = within-client + between-client shift (Proposition IV.1)
+# ## 2. Shared-mean covariance = within-client + between-client shift (Proposition IV.1)
 #
 # With client means $\mu_c^{(k)}$, client covariances $\widehat\Sigma_c^{(k)}$ (denominator $n_c^{(k)}$)
 # and shifts $\Delta_c^{(k)} = \mu_c^{(k)} - \mu_c$, split each residual about the shared mean as
@@ -601,7 +324,7 @@ check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')"
 # class shifts) the between-client term carries a median {glue:text}`fgd_between_share:.2f` of
 # the trace, variation that a pool of client-centred covariances would not see.
 #
-# ## 6. Everything from additive client moments (Appendix A-E)
+# ## 3. Everything from additive client moments (Appendix A-E)
 #
 # Each client sends, per class, $n_c^{(k)}$, $t_c^{(k)} = \sum_i h_i$ and
 # $G_c^{(k)} = \sum_i h_ih_i^\top$ of its **unscaled** concatenated features; the server adds them. From
@@ -671,7 +394,7 @@ ae_table
 # whole matrix). Each scaled block has unit average coordinate variance, the property that makes
 # one relative ridge $\gamma$ meaningful across layers.
 #
-# ## 7. The ridge bounds the metric (Eq. (29)-(31))
+# ## 4. The ridge bounds the metric (Eq. (29)-(31))
 #
 # With $\widehat\Sigma_w = Q\operatorname{diag}(\sigma_1,\dots,\sigma_d)Q^\top$, $\sigma_j\ge 0$, and
 # $\lambda_A = \gamma\sum_j\sigma_j/d > 0$ (Eq. (29)), the metric $A = (\widehat\Sigma_w + \lambda_AI)^{-1}$
@@ -731,7 +454,7 @@ check("the condition bound is attained by a rank-one covariance", f"{P.trials} r
 # {glue:text}`fgd_kappa_tight:.1e` by rank-one covariances: it cannot be improved without
 # knowing more than $d$ and $\gamma$.
 #
-# ## 8. SASP's mean is a regularized estimate (Proposition IV.2, Eq. (33)-(35))
+# ## 5. SASP's mean is a regularized estimate (Proposition IV.2, Eq. (33)-(35))
 #
 # For client $k$ and class $c$ with $n$ samples summing to $t$ (scaled features), Proposition IV.2
 # minimizes
@@ -855,7 +578,7 @@ check("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increas
 # {glue:text}`fgd_cancel_err:.1e` (the optimizer's tolerance): the metric decides how a query is
 # compared with the means, never where the means are.
 #
-# ## 9. Equal priors: nearest personalized mean = Gaussian Bayes rule (Eq. (36), Appendix A-G)
+# ## 6. Equal priors: nearest personalized mean = Gaussian Bayes rule (Eq. (36), Appendix A-G)
 #
 # Expanding $\lVert z - \tilde\mu_c\rVert_A^2 = z^\top Az - 2\tilde\mu_c^\top Az + \tilde\mu_c^\top A\tilde\mu_c$
 # and dropping the class-independent $z^\top Az$,
@@ -902,7 +625,7 @@ check("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)", "scip
 # Over {glue:text}`fgd_bayes_queries` queries the linear head, the nearest personalized mean and
 # the Gaussian Bayes rule disagree {glue:text}`fgd_bayes_disagree` times.
 #
-# ## 10. Prediction stability under mean adaptation (Eq. (37)-(40), Appendix A-H)
+# ## 7. Prediction stability under mean adaptation (Eq. (37)-(40), Appendix A-H)
 #
 # Let $s_c^0(z) = \mu_c^\top Az - \tfrac12\mu_c^\top A\mu_c$ be the shared score (every $\alpha = 0$) and
 # $\delta_c = \tilde\mu_c - \mu_c = \alpha_c\Delta_c$ the adapted displacement. Substituting
@@ -1050,7 +773,7 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, agg["budget_lar
 #
 # ### On a trained model's features
 #
-# The statements of Sections 5-10 hold for *any* frozen backbone, however it was trained, so a
+# The statements of Sections 2-7 hold for *any* frozen backbone, however it was trained, so a
 # FedAvg backbone is enough to check them on real features (the CGRL-trained backbone is the
 # subject of the experiments chapter). We train a small CNN with FedAvg on MNIST-5k split over
 # Dirichlet label-skewed clients and freeze it; MMS is fitted from the clients' moments of the
@@ -1153,16 +876,16 @@ stab_table.round(3)
 # %%
 check_table = pd.DataFrame(checks)
 n_fail = int((check_table["verdict"] != "holds").sum())
-glue("fgd_n_checks", int(len(check_table)), display=False)
-glue("fgd_n_fail", int(n_fail), display=False)
-glue("fgd_seconds", float(time.perf_counter() - t_start), display=False)
+glue("fgd_stats_n_checks", int(len(check_table)), display=False)
+glue("fgd_stats_n_fail", int(n_fail), display=False)
+glue("fgd_stats_seconds", float(time.perf_counter() - t_start), display=False)
 glue("fgd_trials", int(P.trials), display=False)
 with pd.option_context("display.max_colwidth", 200):
     display(check_table)  # noqa: F821 (IPython's display)
 
 # %% [markdown]
-# {glue:text}`fgd_n_checks` statements checked with {glue:text}`fgd_trials` random instances per
-# numerical check, {glue:text}`fgd_n_fail` failing, in {glue:text}`fgd_seconds:.1f` s at this
+# {glue:text}`fgd_stats_n_checks` statements checked with {glue:text}`fgd_trials` random instances per
+# numerical check, {glue:text}`fgd_stats_n_fail` failing, in {glue:text}`fgd_stats_seconds:.1f` s at this
 # profile. Every statement is also a property test (hypothesis) in `tests/test_fedgrc_theory.py`;
 # the moment identities of Appendix A-E, Proposition IV.1, the bounds (31), Proposition IV.2 and
 # the Bayes equivalence are also in `tests/test_mms.py`.
