@@ -1,6 +1,6 @@
 """A federation: clients that own their data, and the shared class-balanced global test set.
 
-Data flows one way (DESIGN.md): dataset -> global test split -> partition of the rest ->
+Data flows one way (the book's page *Inside fedlib*): dataset -> global test split -> partition of the rest ->
 per-client train / local-test split -> :class:`Federation`. Only :class:`fedlib.loop.Client`
 objects hold a :class:`ClientData`; the server side of the loop never receives one.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .data import ArrayDataset, global_test_split, make_partition, partition_summary, split_train_test
-from .rng import derive_seed
+from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, derive_seed
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,10 @@ def make_federation(
     (4, 30)
     """
     labels = dataset.labels_np
-    test_idx, rest = global_test_split(labels, global_test_per_class, seed=derive_seed(seed, 11))
-    parts = make_partition(partition, labels[rest], n_clients, seed=derive_seed(seed, 12), **partition_kwargs)
+    test_idx, rest = global_test_split(labels, global_test_per_class, seed=derive_seed(seed, GLOBAL_TEST))
+    parts = make_partition(partition, labels[rest], n_clients, seed=derive_seed(seed, PARTITION), **partition_kwargs)
     parts = [rest[p] for p in parts]
-    train_parts, test_parts = split_train_test(labels, parts, test_fraction=test_fraction, seed=derive_seed(seed, 13))
+    train_parts, test_parts = split_train_test(labels, parts, test_fraction=test_fraction, seed=derive_seed(seed, LOCAL_SPLIT))
     clients = [ClientData(dataset.subset(tr), dataset.subset(te)) for tr, te in zip(train_parts, test_parts)]
     description = {
         "dataset": dataset.name,
@@ -116,4 +116,86 @@ def make_federation(
     return Federation(clients, dataset.subset(test_idx), dataset.n_classes, description)
 
 
-__all__ = ["ClientData", "Federation", "make_federation", "partition_summary"]
+@dataclass(frozen=True)
+class DepartureScenario:
+    """MPT's client-departure scenario: a federation with a designated rare class and the client
+    that holds most of it (Jang et al., arXiv:2609.12771, Section V-A, "Scenario").
+
+    Attributes
+    ----------
+    federation : the :class:`Federation` (built by :func:`make_federation` with the
+        ``"departure"`` partition, :func:`fedlib.data.partition.departure_partition`)
+    departing_client : the client id that will leave (a loop ``Event(round, client, "leave")``)
+    rare_class : the designated rare class
+    n_rare_departing : rare training+local-test samples on the departing client
+    n_rare_remaining : rare samples on all other clients together
+    """
+
+    federation: Federation
+    departing_client: int
+    rare_class: int
+    n_rare_departing: int
+    n_rare_remaining: int
+
+
+def make_departure_scenario(
+    dataset: ArrayDataset,
+    *,
+    n_clients: int = 10,
+    rare_class: int = 0,
+    departing_share: float = 0.98,
+    departing_client: int = 0,
+    global_test_per_class: int = 100,
+    test_fraction: float = 0.0,
+    seed: int = 0,
+) -> DepartureScenario:
+    """Build the departure scenario: :func:`make_federation` with the ``"departure"`` partition.
+
+    Parameters
+    ----------
+    dataset : the pooled data
+    n_clients : number of clients (>= 2)
+    rare_class : the class concentrated on the departing client, in ``[0, n_classes)``
+    departing_share : share of the rare class (after the global test split) held by the departing
+        client, in ``[0, 1]``; the remaining fraction ``1 - departing_share`` (the paper's 1, 2, 5,
+        10 %) is dealt over the other clients as evenly as possible, in random order
+    departing_client : its id, in ``[0, n_clients)``
+    global_test_per_class : samples of every class held out first as the shared global test set
+    test_fraction : each client's local test split (default 0: the few remaining rare samples
+        all stay on the clients' training side, where MPT measures them)
+    seed : run seed (global test split, dealing, local splits use derived streams)
+
+    Examples
+    --------
+    >>> from fedlib.data import make_gaussian_mixture
+    >>> ds = make_gaussian_mixture(n_per_class=120, n_classes=3, dim=2, seed=0).dataset
+    >>> sc = make_departure_scenario(ds, n_clients=4, rare_class=1, departing_share=0.9, global_test_per_class=20)
+    >>> sc.n_rare_departing, sc.n_rare_remaining
+    (90, 10)
+    """
+    C = dataset.n_classes
+    if not isinstance(rare_class, (int, np.integer)) or isinstance(rare_class, bool) or not 0 <= rare_class < C:
+        raise ValueError(f"rare_class must be a class index in [0, {C}) (valid: 0..{C - 1}), got {rare_class!r}")
+    if not np.any(dataset.labels_np == rare_class):
+        raise ValueError(f"rare_class {rare_class} has no sample in {dataset.name!r}; classes present: "
+                         f"{sorted(set(dataset.labels_np.tolist()))}")
+    labels = dataset.labels_np
+    _, rest = global_test_split(labels, global_test_per_class, seed=derive_seed(seed, GLOBAL_TEST))
+    if not np.any(labels[rest] == rare_class):
+        raise ValueError(f"rare_class {rare_class} has no sample left after the global test split "
+                         f"({global_test_per_class} per class); lower global_test_per_class")
+    fed = make_federation(
+        dataset, n_clients=n_clients, partition="departure", global_test_per_class=global_test_per_class,
+        test_fraction=test_fraction, seed=seed, rare_class=int(rare_class), departing_share=departing_share,
+        departing_client=departing_client, n_classes=C,
+    )
+    def rare(k: int) -> int:
+        c = fed.clients[k]
+        return int(np.sum(c.train.labels_np == rare_class) + np.sum(c.test.labels_np == rare_class))
+
+    n_dep = rare(int(departing_client))
+    n_rem = sum(rare(k) for k in range(fed.n_clients) if k != departing_client)
+    return DepartureScenario(fed, int(departing_client), int(rare_class), n_dep, n_rem)
+
+
+__all__ = ["ClientData", "DepartureScenario", "Federation", "make_departure_scenario", "make_federation", "partition_summary"]

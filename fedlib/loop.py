@@ -1,28 +1,34 @@
 """The one federated round loop.
 
 Every method in fedlib runs through :func:`run_federated`; a method changes hooks of
-:class:`~fedlib.protocol.Algorithm`, never this loop (DESIGN.md, item 2). One round ``r``
-(rounds are numbered from 1):
+:class:`fedlib.protocol.Algorithm`, never this loop. One round ``r`` (rounds are numbered from 1):
 
 1. events of round ``r`` (a client leaves for good, or joins) are applied; the server is told;
 2. a fraction of the active clients is sampled with a stream derived from (seed, r);
-3. each sampled client receives the server's broadcast, runs ``local_update`` with its own
-   generator derived from (seed, r, client) and replies;
+3. the server's broadcast goes to each sampled client through the **transport**
+   (:mod:`fedlib.engines`: in this process by default); each client runs ``local_update`` with
+   its own generator derived from (seed, r, client) and replies;
 4. replies holding a NaN or infinity are refused (error, or dropped and recorded);
 5. the server aggregates the replies;
-6. on the evaluation schedule, every active client deploys its predictor and evaluates it,
-   unchanged, under the protocol of :mod:`fedlib.metrics`;
+6. on the evaluation schedule, every active client receives the server's ``eval_broadcast``,
+   deploys its predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
 7. the whole run state is checkpointed atomically, so a stopped run resumes bit for bit.
 
-Structure, not convention, keeps the data on the clients: the :class:`Server` is built from an
-algorithm and a :class:`~fedlib.messages.State` and only ever receives messages; each
-:class:`Client` holds its own :class:`~fedlib.federation.ClientData`. Every message passes through
-the :class:`~fedlib.messages.Ledger`.
+The sampling, events, guard, aggregation, evaluation schedule, ledger and checkpoint are written
+here once; a transport only carries messages, so other engines (Flower, a vectorized executor)
+reuse all of it. Structure, not convention, keeps the data on the clients: the :class:`Server` is
+built from an algorithm and a :class:`~fedlib.messages.State` and only ever receives messages;
+only the transport's clients hold a :class:`~fedlib.federation.ClientData`. Every message passes
+through the :class:`~fedlib.messages.Ledger`.
+
+Files: results folders and checkpoints hold tensors, numbers and strings only and are read with
+``torch.load(weights_only=True)`` (:func:`fedlib.io.load_tensors_json`), so opening a results
+folder someone shared cannot run code.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -33,13 +39,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .protocol import Algorithm, ClientContext, Event, Predictor
-from .federation import ClientData, Federation
-from .io import atomic_torch_save, atomic_write_bytes
+from .engines import InProcessTransport, Transport
+from .federation import Federation
+from .io import atomic_write_bytes, load_tensors_json, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State
-from .metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary
-from .rng import DEPLOY, INIT, LOCAL_TRAIN, SAMPLING, derive_seed, isolated_torch_rng, numpy_rng, torch_generator
-from .training import predict
+from .metrics import RARE_RATIO, protocol_summary
+from .protocol import Algorithm, Event
+from .rng import SAMPLING, numpy_rng
 
 NONFINITE_POLICIES = ("raise", "drop")
 
@@ -113,6 +119,11 @@ class Server:
     def broadcast(self, round_: int) -> Message:
         return self._algorithm.broadcast(self.state, round_)
 
+    def eval_broadcast(self, round_: int) -> Message:
+        """The evaluation message of round ``round_``, recorded with kind ``eval:<kind>``."""
+        down = self._algorithm.eval_broadcast(self.state, round_)
+        return Message(arrays=down.arrays, meta=down.meta, kind=f"eval:{down.kind}")
+
     def aggregate(self, round_: int, updates: list[tuple[int, Message]]) -> None:
         for _, m in updates:
             if not isinstance(m, Message):
@@ -121,41 +132,6 @@ class Server:
 
     def notify(self, event: Event) -> None:
         self.state = self._algorithm.on_event(self.state, event)
-
-
-class Client:
-    """A client: its id and its own data. It runs the algorithm's client hooks on them."""
-
-    def __init__(self, cid: int, data: ClientData, n_classes: int) -> None:
-        self.cid = cid
-        self._data = data
-        self._n_classes = n_classes
-
-    def update(
-        self, algorithm: Algorithm, state: State, message: Message, round_: int, seed: int, workspace
-    ) -> tuple[State, Message]:
-        ctx = ClientContext(self.cid, round_, workspace, self._n_classes)
-        stream = derive_seed(seed, round_, self.cid, LOCAL_TRAIN)
-        with isolated_torch_rng(stream):
-            return algorithm.local_update(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
-
-    def deploy(
-        self, algorithm: Algorithm, state: State, message: Message, round_: int, seed: int, workspace
-    ) -> Predictor:
-        ctx = ClientContext(self.cid, round_, workspace, self._n_classes)
-        stream = derive_seed(seed, round_, self.cid, DEPLOY)
-        with isolated_torch_rng(stream):
-            return algorithm.deploy(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
-
-    def evaluate(
-        self, predictor: Predictor, global_test, global_pred: np.ndarray, *, rare_ratio: float, f1_class: int | None
-    ) -> dict[str, float]:
-        """The protocol's abilities of ``predictor`` on this client's local test split and on the
-        global test set, whose predictions ``global_pred`` (shape (n_global,)) the loop computes."""
-        data = self._data
-        local = Confusion.from_predictions(data.test.labels_np, predict(predictor, data.test.x).numpy(), self._n_classes)
-        glob = Confusion.from_predictions(global_test.labels_np, global_pred, self._n_classes)
-        return client_abilities(local, glob, data.train_counts(self._n_classes), rare_ratio=rare_ratio, f1_class=f1_class)
 
 
 @dataclass
@@ -170,7 +146,11 @@ class RunResult:
     server : the final server state
     client_states : each client's final persistent state
     rounds_done : the last completed round
+    algorithm : the algorithm's name
+    departed : the clients that left the federation for good (``leave`` events applied), in order
     seconds : wall-clock seconds per round (not part of ``frame``, which is bit-for-bit reproducible)
+    server_seconds : wall-clock seconds of the server's aggregation per round (never in the
+        server state, which stays bit-for-bit reproducible)
     """
 
     frame: pd.DataFrame
@@ -179,7 +159,15 @@ class RunResult:
     client_states: dict[int, State]
     rounds_done: int
     algorithm: str = ""
+    departed: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
+    server_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def registered(self) -> list[int]:
+        """The clients still in the federation: every client with a state, less :attr:`departed`."""
+        gone = set(self.departed)
+        return [k for k in sorted(self.client_states) if k not in gone]
 
     def per_client(self, round_: int | None = None) -> pd.DataFrame:
         """Client × metric table at ``round_`` (default: the last evaluated round)."""
@@ -195,38 +183,55 @@ class RunResult:
         return f.groupby("round")["value"].mean()
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``frame.csv``, ``ledger.csv`` and ``state.pt`` into ``folder`` (atomically)."""
+        """Write ``frame.csv``, ``ledger.csv`` and ``state.pt`` into ``folder`` (atomically).
+
+        ``state.pt`` holds the server's and every client's arrays (tensors) and, as one JSON
+        string, the metadata (states' scalars, rounds, departed clients, timings): it is read
+        back with ``torch.load(weights_only=True)``, which can run no code."""
         folder = Path(folder)
         atomic_write_bytes(folder / "frame.csv", self.frame.to_csv(index=False).encode())
         atomic_write_bytes(folder / "ledger.csv", self.ledger.to_frame().to_csv(index=False).encode())
-        atomic_torch_save(
-            folder / "state.pt",
-            {
-                "server": self.server.to_dict(),
-                "client_states": {k: v.to_dict() for k, v in self.client_states.items()},
-                "rounds_done": self.rounds_done,
-                "algorithm": self.algorithm,
-                "seconds": self.seconds,
-            },
-        )
+        tensors, metas = _flatten_states({"server": self.server, **{f"client/{k}": v for k, v in self.client_states.items()}})
+        meta = {"states": metas, "rounds_done": self.rounds_done, "algorithm": self.algorithm,
+                "departed": list(self.departed), "seconds": self.seconds, "server_seconds": self.server_seconds}
+        save_tensors_json(folder / "state.pt", tensors, meta)
         return folder
 
     @classmethod
     def load(cls, folder: str | Path) -> "RunResult":
-        """Read back what :meth:`save` wrote."""
+        """Read back what :meth:`save` wrote (refusing a ``state.pt`` that holds anything but
+        tensors, numbers and strings: :func:`fedlib.io.load_tensors_json`)."""
         folder = Path(folder)
         frame = pd.read_csv(folder / "frame.csv", dtype={"round": "int64", "client": "int64", "metric": str, "value": "float64"})
         ledger = Ledger(pd.read_csv(folder / "ledger.csv").itertuples(index=False, name=None))
-        st = torch.load(folder / "state.pt", weights_only=False)
+        tensors, meta = load_tensors_json(folder / "state.pt")
+        states = _unflatten_states(tensors, meta["states"])
         return cls(
             frame=frame,
             ledger=ledger,
-            server=State.from_dict(st["server"]),
-            client_states={int(k): State.from_dict(v) for k, v in st["client_states"].items()},
-            rounds_done=int(st["rounds_done"]),
-            algorithm=st["algorithm"],
-            seconds=list(st["seconds"]),
+            server=states.pop("server"),
+            client_states={int(name.split("/", 1)[1]): st for name, st in states.items()},
+            rounds_done=int(meta["rounds_done"]),
+            algorithm=str(meta["algorithm"]),
+            departed=[int(k) for k in meta["departed"]],
+            seconds=[float(v) for v in meta["seconds"]],
+            server_seconds=[float(v) for v in meta["server_seconds"]],
         )
+
+
+def _flatten_states(states: dict[str, State]) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:
+    """``{owner: State}`` -> tensors ``{"owner|array name": tensor}`` and JSON-able metadata."""
+    tensors, metas = {}, {}
+    for owner, st in states.items():
+        for name, t in st.arrays.items():
+            tensors[f"{owner}|{name}"] = t
+        metas[owner] = {"meta": st.meta, "arrays": list(st.arrays)}
+    return tensors, metas
+
+
+def _unflatten_states(tensors: dict[str, torch.Tensor], metas: dict[str, dict]) -> dict[str, State]:
+    return {owner: State(arrays={name: tensors[f"{owner}|{name}"] for name in m["arrays"]}, meta=dict(m["meta"]))
+            for owner, m in metas.items()}
 
 
 def per_client_table(frame: pd.DataFrame, round_: int | None = None) -> pd.DataFrame:
@@ -270,6 +275,7 @@ def run_federated(
     config: LoopConfig = LoopConfig(),
     *,
     stop_after: int | None = None,
+    transport: Transport | None = None,
 ) -> RunResult:
     """Run ``algorithm`` on ``federation`` for ``config.rounds`` rounds.
 
@@ -280,6 +286,8 @@ def run_federated(
         gives the same model whatever the caller's RNG state
     stop_after : stop after this round (as if interrupted); with ``config.checkpoint`` the run can
         be resumed by calling again without it
+    transport : how messages reach the clients (default: :class:`fedlib.engines.InProcessTransport`
+        over ``federation``, ``model_fn`` and ``config.seed``)
 
     Returns
     -------
@@ -288,38 +296,38 @@ def run_federated(
     n = federation.n_clients
     _validate_events(config.events, n)
     seed = config.seed
-    with isolated_torch_rng(derive_seed(seed, INIT)):
-        workspace = model_fn()
-    clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
+    transport = InProcessTransport(federation, model_fn, seed) if transport is None else transport
 
     ckpt = Path(config.checkpoint) if config.checkpoint else None
-    fingerprint = {"algorithm": algorithm.name, "loop": config.fingerprint(), "federation": federation.description}
+    fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": config.fingerprint(), "federation": federation.description})
     if ckpt is not None and ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
+        tensors, saved = load_tensors_json(ckpt)
         if saved["fingerprint"] != fingerprint:
             raise ValueError(
                 f"checkpoint {ckpt} was written by a different run ({saved['fingerprint']}); "
                 f"delete it or choose another checkpoint path for {fingerprint}"
             )
-        server = Server(algorithm, State.from_dict(saved["server"]))
-        states = {int(k): State.from_dict(v) for k, v in saved["client_states"].items()}
-        ledger = Ledger(saved["ledger"])
-        rows = list(saved["rows"])
-        active = list(saved["active"])
-        start, seconds = int(saved["rounds_done"]) + 1, list(saved["seconds"])
+        loaded = _unflatten_states(tensors, saved["states"])
+        server = Server(algorithm, loaded.pop("server"))
+        states = {int(name.split("/", 1)[1]): st for name, st in loaded.items()}
+        ledger = Ledger(tuple(r) for r in saved["ledger"])
+        rows = [tuple(r) for r in saved["rows"]]
+        active, departed = list(saved["active"]), list(saved["departed"])
+        start, seconds, server_seconds = int(saved["rounds_done"]) + 1, list(saved["seconds"]), list(saved["server_seconds"])
     else:
-        server = Server(algorithm, algorithm.init_server(workspace))
+        server = Server(algorithm, algorithm.init_server(transport.initial_model))
         states = {k: algorithm.init_client(k, federation.n_classes) for k in range(n)}
         ledger = Ledger()
         rows: list[tuple] = []
         joiners = {e.client for e in config.events if e.kind == "join"}
         active = [k for k in range(n) if k not in joiners]
-        start, seconds = 1, []
+        departed: list[int] = []
+        start, seconds, server_seconds = 1, [], []
 
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
     bar = None
     if config.progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # optional display dependency, imported only when asked for
 
         bar = tqdm(total=config.rounds, initial=start - 1, desc=algorithm.name, unit="round")
     rounds_done = start - 1
@@ -328,16 +336,17 @@ def run_federated(
         for e in (e for e in config.events if e.round == r):
             if e.kind == "leave" and e.client in active:
                 active.remove(e.client)
+                departed.append(e.client)
             elif e.kind == "join" and e.client not in active:
                 active = sorted(active + [e.client])
             server.notify(e)
             rows.append((r, -1, f"{e.kind}:{e.client}", 1.0))
 
+        messages = {k: server.broadcast(r) for k in _sample(active, config.participation, seed, r)}
         updates: list[tuple[int, Message]] = []
-        for k in _sample(active, config.participation, seed, r):
-            down = server.broadcast(r)
-            ledger.record(r, k, DOWN, down)
-            states[k], up = clients[k].update(algorithm, states[k], down, r, seed, workspace)
+        for k, new_state, up in transport.local_updates(algorithm, r, messages, states):
+            ledger.record(r, k, DOWN, messages[k])
+            states[k] = new_state
             ledger.record(r, k, UP, up)
             bad = up.nonfinite_array()
             if bad is not None:
@@ -351,71 +360,47 @@ def run_federated(
             if "train_loss" in up.meta:
                 rows.append((r, k, "train_loss", float(up.meta["train_loss"])))
             updates.append((k, up))
+        del messages
+        t_server = time.perf_counter()
         server.aggregate(r, updates)
+        server_seconds.append(time.perf_counter() - t_server)
+        del updates
 
         if (r == config.rounds and config.evaluate_last) or (config.eval_every and r % config.eval_every == 0):
-            rows.extend(_evaluate(algorithm, server, clients, states, active, federation, config, r, workspace, ledger))
+            rows.extend(_evaluate(algorithm, server, transport, states, active, config, r, ledger))
         seconds.append(time.perf_counter() - t0)
         rounds_done = r
         if ckpt is not None:
-            atomic_torch_save(
-                ckpt,
-                {
-                    "fingerprint": fingerprint,
-                    "server": server.state.to_dict(),
-                    "client_states": {k: v.to_dict() for k, v in states.items()},
-                    "ledger": ledger.records,
-                    "rows": rows,
-                    "active": active,
-                    "rounds_done": r,
-                    "seconds": seconds,
-                },
-            )
+            tensors, metas = _flatten_states({"server": server.state, **{f"client/{k}": v for k, v in states.items()}})
+            save_tensors_json(ckpt, tensors, {
+                "fingerprint": fingerprint, "states": metas, "ledger": ledger.records, "rows": rows, "active": active,
+                "departed": departed, "rounds_done": r, "seconds": seconds, "server_seconds": server_seconds,
+            })
         if bar is not None:
             bar.update(1)
             _postfix(bar, rows, r)
     if bar is not None:
         bar.close()
-    return RunResult(_frame(rows), ledger, server.state, states, rounds_done, algorithm.name, seconds)
+    return RunResult(_frame(rows), ledger, server.state, states, rounds_done, algorithm.name, departed, seconds, server_seconds)
 
 
-def _weights_key(predictor: Predictor) -> str | None:
-    """A digest of what a module predictor computes with: its modules' types, their scalar
-    attributes (e.g. a temperature) and its ``state_dict`` (parameters and buffers). ``None``
-    for other callables, which are never shared."""
-    if not isinstance(predictor, torch.nn.Module):
-        return None
-    h = hashlib.sha1()
-    for module in predictor.modules():
-        h.update(type(module).__qualname__.encode())
-        scalars = {k: v for k, v in vars(module).items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))}
-        h.update(repr(sorted(scalars.items())).encode())
-    for name, t in predictor.state_dict().items():
-        h.update(name.encode())
-        h.update(t.detach().contiguous().numpy().tobytes())
-    return h.hexdigest()
+def _canonical_json(obj) -> str:
+    """A canonical JSON text of a fingerprint (numpy scalars as Python numbers)."""
+    def plain(v):
+        if isinstance(v, np.generic):
+            return v.item()
+        raise TypeError(f"cannot record {v!r} ({type(v).__name__}) in a checkpoint fingerprint")
+
+    return json.dumps(obj, sort_keys=True, default=plain)
 
 
-def _evaluate(algorithm, server, clients, states, active, federation, config, r, workspace, ledger) -> list[tuple]:
-    """Deploy and evaluate every active client. Clients whose deployed modules hold identical
-    weights (all of FedAvg's do) share one pass over the global test set: identical weights give
-    identical predictions, so this changes no number, only the time."""
-    rows, global_cache = [], {}
+def _evaluate(algorithm, server, transport, states, active, config, r, ledger) -> list[tuple]:
+    """Every active client receives the evaluation broadcast, deploys and is evaluated."""
+    messages = {k: server.eval_broadcast(r) for k in active}
     for k in active:
-        down = server.broadcast(r)
-        down = Message(arrays=down.arrays, meta=down.meta, kind=f"eval:{down.kind}")
-        ledger.record(r, k, DOWN, down)
-        predictor = clients[k].deploy(algorithm, states[k], down, r, config.seed, workspace)
-        key = _weights_key(predictor)
-        if key is None or key not in global_cache:
-            pred = predict(predictor, federation.global_test.x).numpy()
-            if key is not None:
-                global_cache[key] = pred
-        else:
-            pred = global_cache[key]
-        abilities = clients[k].evaluate(
-            predictor, federation.global_test, pred, rare_ratio=config.rare_ratio, f1_class=config.f1_class
-        )
+        ledger.record(r, k, DOWN, messages[k])
+    rows = []
+    for k, abilities in transport.evaluate(algorithm, r, messages, states, rare_ratio=config.rare_ratio, f1_class=config.f1_class):
         rows.extend((r, k, name, float(v)) for name, v in abilities.items())
     return rows
 
@@ -435,19 +420,23 @@ def evaluate_deployment(
     federation: Federation,
     model_fn: Callable[[], torch.nn.Module],
     config: LoopConfig = LoopConfig(),
+    *,
+    transport: Transport | None = None,
 ) -> pd.DataFrame:
     """Evaluate another deployment rule on a finished run's final server state.
 
     For example, FedAvg-FT's deployment on a FedAvg run: the training is the same, only the
-    ``deploy`` hook differs, so there is no need to train twice. Returns the tidy rows for the
-    last round, like ``result.frame``.
+    ``deploy`` hook differs, so there is no need to train twice. Every registered client
+    (:attr:`RunResult.registered`) is evaluated; the messages are not recorded in the run's
+    ledger. Returns the tidy rows for the last round, like ``result.frame``.
     """
-    with isolated_torch_rng(derive_seed(config.seed, INIT)):
-        workspace = model_fn()
-    clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
+    transport = InProcessTransport(federation, model_fn, config.seed) if transport is None else transport
+    bad = [k for k in result.registered if not 0 <= k < federation.n_clients]
+    if bad:
+        raise ValueError(f"the run has client(s) {bad} that this federation of {federation.n_clients} clients lacks")
     server = Server(algorithm, result.server)
-    active = sorted(result.client_states)
-    left = {int(m.split(":")[1]) for m in result.frame["metric"] if str(m).startswith("leave:")}
-    active = [k for k in active if k not in left]
-    rows = _evaluate(algorithm, server, clients, result.client_states, active, federation, config, result.rounds_done, workspace, Ledger())
+    rows = _evaluate(algorithm, server, transport, result.client_states, result.registered, config, result.rounds_done, Ledger())
     return _frame(rows)
+
+
+__all__ = ["LoopConfig", "NonFiniteUpdateError", "RunResult", "Server", "evaluate_deployment", "per_client_table", "run_federated"]

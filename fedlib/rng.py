@@ -14,11 +14,42 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-# Purposes, so that two consumers of the same (round, client) never share a stream.
+# Every purpose of a random stream is a named constant here, with a value no other purpose uses,
+# so that two consumers never share a stream (a stream is the run seed plus these keys; see
+# derive_seed). The values are fixed forever: changing one changes every number drawn from it.
+
+# the round loop, keyed by (round, client, purpose) or (purpose,)
 SAMPLING = 0
+"""Which clients a round samples: ``numpy_rng(seed, round, SAMPLING)``."""
 LOCAL_TRAIN = 1
+"""A client's local work in a round: ``derive_seed(seed, round, client, LOCAL_TRAIN)``."""
 DEPLOY = 2
+"""A client's deployment (e.g. fine-tuning) in an evaluated round: ``(seed, round, client, DEPLOY)``."""
 INIT = 3
+"""The initial model weights: ``derive_seed(seed, INIT)``."""
+# building a federation (fedlib.federation.make_federation), keyed by (purpose,)
+GLOBAL_TEST = 11
+"""The class-balanced global test split."""
+PARTITION = 12
+"""The partition of the remaining samples over the clients."""
+LOCAL_SPLIT = 13
+"""Each client's train / local-test split."""
+# frozen encoders (fedlib.encoders), keyed by (purpose,)
+PUBLIC_SPLIT = 41
+"""The public (encoder-training) share of a data set."""
+ENCODER_INIT = 42
+"""A public encoder's initial weights."""
+ENCODER_TRAIN = 43
+"""A public encoder's training batches."""
+# server-side randomness of the statistical heads, keyed by (round, purpose) or (purpose,)
+CCVR_VIRTUAL = 44
+"""CCVR's virtual features on the server (MPT's per-round CCVR baseline, the FedGRC CCVR head)."""
+# chapters
+DATA_SUBSET = 99
+"""A chapter's seeded subsample of its data set."""
+
+PURPOSES = {name: value for name, value in globals().items() if name.isupper() and isinstance(value, int)}
+"""Every named purpose and its stream key (a test checks that the values are distinct)."""
 
 
 def derive_seed(seed: int, *keys: int) -> int:

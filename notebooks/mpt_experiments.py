@@ -72,7 +72,8 @@ from myst_nb import glue
 
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, evaluate_history
-from fedlib.data import load_cifar, load_mnist5k, load_uci_digits, make_departure_scenario, plot_partition
+from fedlib.data import load_cifar, load_mnist5k, load_uci_digits, plot_partition
+from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.models import build_model
 from fedlib.profiles import resolve
@@ -431,7 +432,7 @@ model.load_state_dict(init)
 t_stats = timed(stats)
 t_sdc = timed(lambda: (embed(), sdc_client_sums(z_old, z_now, z_now.mean(0))))
 t_ldc = timed(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=P.ldc_epochs, batch_size=128)), repeats=1)
-server_seconds = float(run.server.meta.get("server_seconds", float("nan")))  # all methods' server work, last round
+server_seconds = float(run.server_seconds[-1])  # the server's aggregation (all methods), last round; timed by the loop
 time_table = pd.DataFrame({"seconds": {"local training (one client, one round)": t_train,
                                        "re-embedding + statistics (every prototype method)": t_stats,
                                        "SDC extra (client)": t_sdc, "LDC extra (client)": t_ldc,

@@ -29,7 +29,8 @@ import time
 
 import torch
 
-from fedlib.data import load_mnist5k, make_departure_scenario
+from fedlib.data import load_mnist5k
+from fedlib.federation import make_departure_scenario
 from fedlib.heads import MahalanobisNCM
 from fedlib.models import build_model
 from fedlib.stats import ClassMoments

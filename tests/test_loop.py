@@ -191,17 +191,17 @@ def test_finetuned_deployment_changes_predictions_not_training(tiny_federation, 
 
 
 def test_shared_global_predictions_change_no_number(tiny_federation, tiny_model_fn, monkeypatch):
-    import fedlib.loop as loop
+    import fedlib.engines.inprocess as inprocess
 
     cfg = LoopConfig(rounds=2, eval_every=1)
     cached = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
-    monkeypatch.setattr(loop, "_weights_key", lambda predictor: None)
+    monkeypatch.setattr(inprocess, "weights_key", lambda predictor: None)
     uncached = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
     pd.testing.assert_frame_equal(cached.frame, uncached.frame)
 
 
 def test_predictors_that_differ_only_in_a_scalar_attribute_are_not_shared():
-    from fedlib.loop import _weights_key
+    from fedlib.engines.inprocess import weights_key as _weights_key
 
     class Scaled(torch.nn.Module):
         def __init__(self, scale):

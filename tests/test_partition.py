@@ -369,7 +369,7 @@ def test_plot_partition_returns_axes():
 
 
 def test_make_partition_registry():
-    assert PARTITIONS == ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet")
+    assert PARTITIONS == ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet", "departure")
     assert same(make_partition("iid", BIG_LABELS, 4, 0), iid_partition(BIG_LABELS, 4, 0))
     assert same(
         make_partition("dirichlet", BIG_LABELS, 4, 0, alpha=0.3),

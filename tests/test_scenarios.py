@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedlib.data import make_departure_scenario, make_gaussian_mixture
+from fedlib.data import make_gaussian_mixture
+from fedlib.federation import make_departure_scenario
 
 
 @pytest.fixture(scope="module")

@@ -50,10 +50,10 @@ from ..data import ArrayDataset
 from ..federation import ClientData
 from ..geometry import FORMULAS, GeometricShapes, augment_around_prototypes, class_shapes, fill_to_total
 from ..messages import Message, State
-from ..models import FeatureModel, build_model
+from ..models import PENULTIMATE, FeatureModel, build_model
 from ..stats import ClassMoments
 from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
 from .fedavg import FedAvg
 
 KNOW = "know/"
@@ -76,8 +76,8 @@ class LinearClassifier(FeatureModel):
         super().__init__()
         self.head = nn.Linear(in_features, n_classes)
         self.n_classes = n_classes
-        self.feature_layers = ("penultimate",)
-        self.feature_dims = {"penultimate": in_features}
+        self.feature_layers = (PENULTIMATE,)
+        self.feature_dims = {PENULTIMATE: in_features}
 
     def _forward_layers(self, x: Tensor, layers: frozenset[str]) -> tuple[Tensor, dict[str, Tensor]]:
         return x.flatten(1), {}
@@ -132,12 +132,16 @@ class StatisticsFirst(Algorithm):
 
     def broadcast(self, server: State, round_: int) -> Message:
         down = self.base.broadcast(server, round_)
-        if round_ == 1:  # the model rides along so that round 1 can be evaluated
+        if round_ == 1:  # the statistics request (the model rides along: it costs one model copy)
             return Message(arrays=down.arrays, meta=down.meta, kind=REQUEST)
         if round_ == 2:
             know = {k: v for k, v in server.arrays.items() if k.startswith(KNOW)}
             return Message(arrays={**down.arrays, **know}, meta=down.meta, kind=f"{down.kind}+knowledge")
         return down
+
+    def eval_broadcast(self, server: State, round_: int) -> Message:
+        """Evaluation is the base's, in every round: no statistics request, no knowledge."""
+        return self.base.eval_broadcast(server, round_)
 
     @staticmethod
     def _split(state: State) -> tuple[State, dict[str, Tensor]]:
@@ -148,7 +152,7 @@ class StatisticsFirst(Algorithm):
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         if message.kind == REQUEST:
             stats = self.client_statistics(ctx, data.train, generator)
-            return state, Message(arrays=stats, meta={"n_samples": len(data.train)}, kind="statistics")
+            return state, update_message(stats, len(data.train), kind="statistics")
         base_state, cache = self._split(state)
         knowledge = message.with_prefix(KNOW)
         if not cache:
@@ -322,4 +326,4 @@ class FedMixStyle(StatisticsFirst):
             return -(target * F.log_softmax(m(xm), dim=1)).sum(1).mean()
 
         loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
-        return state, Message(arrays=model_arrays(model), meta={"n_samples": len(data.train), "train_loss": loss}, kind="update")
+        return state, update_message(model_arrays(model), len(data.train), loss)

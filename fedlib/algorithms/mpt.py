@@ -42,7 +42,6 @@ part             arrays per client and round                 needed by
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -53,7 +52,7 @@ from torch import nn
 from ..heads import MahalanobisNCM, NearestClassMean, mahalanobis
 from ..messages import Message, State, prefixed
 from ..metrics import Confusion
-from ..rng import torch_generator
+from ..rng import CCVR_VIRTUAL, torch_generator
 from ..stats import ClassMoments
 from ..tracking import (
     TrackingConfig,
@@ -95,7 +94,6 @@ PROTO_METHODS = ("frozen", "icarl", "barycentric", "stored_residual", "mpt_lite"
                  "mpt_measured", "sdc", "ldc")
 """Methods that differ only in the server's rare-class prototype (one training run serves all)."""
 
-_CCVR_KEY = 41
 _STATS_MODEL = "stats_model/"
 
 
@@ -187,16 +185,20 @@ class MPT(FedAvg):
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model), meta={"tracking": False, "departed": -1, "methods": ",".join(self.methods())})
 
+    def eval_broadcast(self, server: State, round_: int) -> Message:
+        """After round ``round_``'s aggregation: deploy :math:`\\theta_r` with its own prototypes
+        (the model the statistics were computed under); before any aggregation, the model."""
+        if server.meta.get("aggregated_round") != round_ or "protos" not in server.arrays:
+            return self.broadcast(server, round_)
+        methods = str(server.meta["methods"]).split(",")
+        m = self.deploy_method if self.deploy_method in methods else methods[0]  # e.g. a reduced payload
+        means = server.arrays["protos"][methods.index(m)]
+        arrays = {MODEL + k: v for k, v in server.with_prefix(_STATS_MODEL).items()}
+        arrays.update({"deploy/means": means, "deploy/cov": server.arrays["cov"]})
+        return Message(arrays=arrays, kind="deploy")
+
     def broadcast(self, server: State, round_: int) -> Message:
         model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        if server.meta.get("aggregated_round") == round_ and "protos" in server.arrays:
-            # the loop's evaluation after aggregation: deploy theta_r with its own prototypes
-            methods = str(server.meta["methods"]).split(",")
-            m = self.deploy_method if self.deploy_method in methods else methods[0]  # e.g. a reduced payload
-            means = server.arrays["protos"][methods.index(m)]
-            arrays = {MODEL + k: v for k, v in server.with_prefix(_STATS_MODEL).items()}
-            arrays.update({"deploy/means": means, "deploy/cov": server.arrays["cov"]})
-            return Message(arrays=arrays, kind="deploy")
         arrays = dict(model)
         tracking = bool(server.meta.get("tracking"))
         if tracking and "sdc" in self.payload:
@@ -235,7 +237,6 @@ class MPT(FedAvg):
         meta["aggregated_round"] = round_
         if not self.payload:
             return State(arrays=arrays, meta=meta)
-        t0 = time.perf_counter()
         c = self.rare_class
         total = lambda name: sum(m.arrays[name] for _, m in updates)  # noqa: E731
         counts, sums = total("stats/counts"), total("stats/sums")
@@ -274,12 +275,11 @@ class MPT(FedAvg):
         if "class_grams" in self.payload:
             mom = ClassMoments(counts, sums, total("stats/grams"))
             w, b = stats_model[MODEL + "head.weight"], stats_model[MODEL + "head.bias"]
-            gen = torch_generator(self.seed, round_, _CCVR_KEY)
+            gen = torch_generator(self.seed, round_, CCVR_VIRTUAL)
             covs = torch.nan_to_num(mom.class_covariances())
             arrays["ccvr/weight"], arrays["ccvr/bias"] = ccvr_head(
                 torch.nan_to_num(means), covs, counts, w, b, n_virtual=self.ccvr_virtual, steps=self.ccvr_steps,
                 lr=self.ccvr_lr, reg=self.tracking.reg, generator=gen)
-        meta["server_seconds"] = time.perf_counter() - t0
         if self.history:
             h = f"hist/{round_:04d}/"
             arrays.update({h + "model/" + k[len(MODEL):]: v for k, v in stats_model.items()})

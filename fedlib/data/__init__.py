@@ -27,7 +27,6 @@ from fedlib.data.partition import (
     plot_partition,
     split_train_test,
 )
-from fedlib.data.scenarios import DepartureScenario, make_departure_scenario
 
 __all__ = [
     "ArrayDataset",
@@ -53,6 +52,4 @@ __all__ = [
     "partition_summary",
     "plot_partition",
     "make_partition",
-    "DepartureScenario",
-    "make_departure_scenario",
 ]

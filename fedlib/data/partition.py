@@ -13,6 +13,8 @@ index array per client. The arrays are pairwise disjoint and, unless stated othe
 * :func:`group_partition` -- clients divided among domains / rotation groups;
 * :func:`grouped_dirichlet_partition` -- the COSMOS label-group split: Dirichlet inside label
   groups plus a shared random pool;
+* :func:`departure_partition` -- MPT's client-departure scenario: one client holds most of a rare
+  class, every other class is spread uniformly;
 * :func:`split_train_test`, :func:`global_test_split` -- local and global evaluation splits.
 
 Examples
@@ -41,6 +43,7 @@ __all__ = [
     "label_subset_partition",
     "group_partition",
     "grouped_dirichlet_partition",
+    "departure_partition",
     "split_train_test",
     "global_test_split",
     "client_class_counts",
@@ -49,7 +52,7 @@ __all__ = [
     "make_partition",
 ]
 
-PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet")
+PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet", "departure")
 """Names accepted by :func:`make_partition`."""
 
 _ANNOTATE_MAX_CELLS = 400
@@ -631,6 +634,74 @@ def plot_partition(
     return ax
 
 
+def departure_partition(
+    labels: np.ndarray,
+    n_clients: int,
+    seed: int,
+    *,
+    rare_class: int = 0,
+    departing_share: float = 0.98,
+    departing_client: int = 0,
+    n_classes: int | None = None,
+) -> list[np.ndarray]:
+    """MPT's client-departure scenario (Jang et al., arXiv:2609.12771, Section V-A, "Scenario").
+
+    The client ``departing_client`` receives the share ``departing_share`` of class
+    ``rare_class`` (rounded half to even, as Python's ``round``); the rest of that class is dealt
+    over the other clients one by one in a random order (as evenly as possible); every other class
+    is shuffled and split into ``n_clients`` nearly equal consecutive chunks (IID). The client
+    leaves at the departure round, a loop ``Event(round, client, "leave")``:
+    :func:`fedlib.federation.make_departure_scenario` builds the whole federation.
+
+    Parameters
+    ----------
+    labels : np.ndarray of shape (n,)
+    n_clients : int >= 2
+    seed : seed of ``np.random.default_rng``; the draws are, class by class in increasing
+        order, a permutation of the class's samples and, for the rare class, a permutation of
+        the other clients
+    rare_class : the designated class, in ``[0, n_classes)``; it must have a sample
+    departing_share : in ``[0, 1]``; ``1 - departing_share`` is the paper's remaining fraction
+    departing_client : in ``[0, n_clients)``
+    n_classes : number of classes (default ``labels.max() + 1``)
+
+    >>> labels = np.repeat([0, 1, 2], 10)
+    >>> parts = departure_partition(labels, 3, seed=0, rare_class=1, departing_share=0.8)
+    >>> [int((labels[p] == 1).sum()) for p in parts]
+    [8, 1, 1]
+    """
+    labels = _check_labels(labels)
+    C = int(labels.max()) + 1 if n_classes is None else _check_int("n_classes", n_classes, 1)
+    if not isinstance(n_clients, (int, np.integer)) or isinstance(n_clients, bool) or n_clients < 2:
+        raise ValueError(f"n_clients must be an integer >= 2, got {n_clients!r}")
+    if not isinstance(rare_class, (int, np.integer)) or isinstance(rare_class, bool) or not 0 <= rare_class < C:
+        raise ValueError(f"rare_class must be a class index in [0, {C}) (valid: 0..{C - 1}), got {rare_class!r}")
+    if not isinstance(departing_client, (int, np.integer)) or isinstance(departing_client, bool) \
+            or not 0 <= departing_client < n_clients:
+        raise ValueError(f"departing_client must be in [0, {n_clients}), got {departing_client!r}")
+    if not (isinstance(departing_share, (int, float)) and not isinstance(departing_share, bool)
+            and 0.0 <= departing_share <= 1.0):
+        raise ValueError(f"departing_share must be in [0, 1], got {departing_share!r}")
+    if not np.any(labels == rare_class):
+        raise ValueError(f"rare_class {rare_class} has no sample; classes present: {sorted(set(labels.tolist()))}")
+    rng = np.random.default_rng(seed)
+    parts: list[list[int]] = [[] for _ in range(n_clients)]
+    others = [k for k in range(n_clients) if k != departing_client]
+    for c in range(C):
+        idx = np.flatnonzero(labels == c)
+        idx = idx[rng.permutation(len(idx))]
+        if c == rare_class:
+            n_dep = int(round(departing_share * len(idx)))
+            parts[departing_client].extend(idx[:n_dep].tolist())
+            order = rng.permutation(others)
+            for j, i in enumerate(idx[n_dep:]):
+                parts[int(order[j % len(order)])].append(int(i))
+        else:
+            for j, chunk in enumerate(np.array_split(idx, n_clients)):
+                parts[j].extend(chunk.tolist())
+    return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
+
+
 # --------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------
@@ -643,7 +714,8 @@ def make_partition(
 
     ``"iid"``, ``"dirichlet"`` (``alpha=``, ``min_size=``), ``"label_subset"``
     (``class_fraction=``), ``"grouped_dirichlet"`` (``n_groups=``, ``alpha=``,
-    ``pool_fraction=``) and ``"group"`` (``groups=`` required; ``labels`` is then unused and the
+    ``pool_fraction=``), ``"departure"`` (``rare_class=``, ``departing_share=``,
+    ``departing_client=``, ``n_classes=``) and ``"group"`` (``groups=`` required; ``labels`` is then unused and the
     client-group array is dropped -- call :func:`group_partition` to get it).
 
     Returns
@@ -661,6 +733,8 @@ def make_partition(
         return label_subset_partition(labels, n_clients, seed=seed, **kwargs)
     if name == "grouped_dirichlet":
         return grouped_dirichlet_partition(labels, n_clients, seed=seed, **kwargs)
+    if name == "departure":
+        return departure_partition(labels, n_clients, seed=seed, **kwargs)
     if "groups" not in kwargs:
         raise ValueError("partition 'group' needs group ids: pass groups=<array of shape (n,)>")
     parts, _ = group_partition(n_clients=n_clients, seed=seed, **kwargs)

@@ -1,0 +1,16 @@
+"""Transports: how the one round loop's messages reach the clients and their replies come back.
+
+:mod:`fedlib.loop` writes a round once (sampling, events, the non-finite guard, aggregation, the
+evaluation schedule, the ledger, checkpoints); a transport only carries messages:
+"send these messages to these clients and collect the replies" (:class:`Transport`).
+
+* :class:`InProcessTransport` (the default): the clients run in this process, one after another.
+
+Further engines (Flower's simulation and deployment engines, a vectorized executor) are further
+implementations of :class:`Transport`; the loop does not change.
+"""
+
+from .base import Transport
+from .inprocess import InProcessTransport
+
+__all__ = ["InProcessTransport", "Transport"]

@@ -1,0 +1,45 @@
+"""The transport contract of the round loop (:mod:`fedlib.loop`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+import torch
+
+from ..messages import Message, State
+from ..protocol import Algorithm
+
+
+class Transport:
+    """Carries one round's messages to clients and brings their replies back.
+
+    The loop builds every message (and records it in the ledger), hands them to the transport,
+    and receives, client by client **in the order of** ``messages``, what each client returned.
+    A transport owns the clients (their data, their model workspace and the random stream of
+    their work: ``derive_seed(seed, round, client, LOCAL_TRAIN)`` for training,
+    ``... DEPLOY`` for deployment, see :mod:`fedlib.rng`), never the server state.
+
+    Attributes
+    ----------
+    initial_model : the architecture with the run's initial weights (drawn under
+        ``derive_seed(seed, INIT)``), from which the server state is initialized
+    """
+
+    name = "transport"
+    initial_model: torch.nn.Module
+
+    def local_updates(
+        self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State]
+    ) -> Iterator[tuple[int, State, Message]]:
+        """Run ``algorithm.local_update`` on every client ``k`` of ``messages`` with its state
+        ``states[k]``; yield ``(k, new_state, reply)`` in the order of ``messages``."""
+        raise NotImplementedError
+
+    def evaluate(
+        self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State], *,
+        rare_ratio: float, f1_class: int | None,
+    ) -> Iterator[tuple[int, dict[str, float]]]:
+        """Deploy ``algorithm`` on every client of ``messages`` and evaluate the predictor by the
+        protocol (:func:`fedlib.metrics.client_predictions_abilities`) on the client's local test
+        split and the global test set; yield ``(k, abilities)`` in the order of ``messages``."""
+        raise NotImplementedError

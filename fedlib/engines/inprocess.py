@@ -1,0 +1,111 @@
+"""The in-process transport: every client runs in this process, one after another."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+
+from ..federation import ClientData, Federation
+from ..messages import Message, State
+from ..metrics import client_predictions_abilities
+from ..protocol import Algorithm, ClientContext, Predictor
+from ..rng import DEPLOY, INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
+from ..training import predict
+from .base import Transport
+
+
+class Client:
+    """A client: its id and its own data. It runs the algorithm's client hooks on them."""
+
+    def __init__(self, cid: int, data: ClientData, n_classes: int) -> None:
+        self.cid = cid
+        self._data = data
+        self._n_classes = n_classes
+
+    def update(
+        self, algorithm: Algorithm, state: State, message: Message, round_: int, seed: int, workspace
+    ) -> tuple[State, Message]:
+        ctx = ClientContext(self.cid, round_, workspace, self._n_classes)
+        stream = derive_seed(seed, round_, self.cid, LOCAL_TRAIN)
+        with isolated_torch_rng(stream):
+            return algorithm.local_update(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
+
+    def deploy(
+        self, algorithm: Algorithm, state: State, message: Message, round_: int, seed: int, workspace
+    ) -> Predictor:
+        ctx = ClientContext(self.cid, round_, workspace, self._n_classes)
+        stream = derive_seed(seed, round_, self.cid, DEPLOY)
+        with isolated_torch_rng(stream):
+            return algorithm.deploy(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
+
+    def abilities(
+        self, predictor: Predictor, global_test, global_pred: np.ndarray, *, rare_ratio: float, f1_class: int | None
+    ) -> dict[str, float]:
+        """The protocol's abilities of ``predictor`` on this client's local test split and on the
+        global test set, whose predictions ``global_pred`` (shape (n_global,)) are given."""
+        data = self._data
+        return client_predictions_abilities(
+            data.test.labels_np, predict(predictor, data.test.x).numpy(), global_test.labels_np, global_pred,
+            data.train_counts(self._n_classes), rare_ratio=rare_ratio, f1_class=f1_class,
+        )
+
+
+def weights_key(predictor: Predictor) -> str | None:
+    """A digest of what a module predictor computes with: its modules' types, their scalar
+    attributes (e.g. a temperature) and its ``state_dict`` (parameters and buffers). ``None``
+    for other callables, which are never shared."""
+    if not isinstance(predictor, torch.nn.Module):
+        return None
+    h = hashlib.sha1()
+    for module in predictor.modules():
+        h.update(type(module).__qualname__.encode())
+        scalars = {k: v for k, v in vars(module).items() if not k.startswith("_") and isinstance(v, (bool, int, float, str))}
+        h.update(repr(sorted(scalars.items())).encode())
+    for name, t in predictor.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+class InProcessTransport(Transport):
+    """The clients of ``federation`` in this process, sharing one model workspace (built by
+    ``model_fn`` under the run's ``INIT`` stream, so its initial weights are the run's).
+
+    Evaluation: clients whose deployed modules hold identical weights (all of FedAvg's do) share
+    one pass over the global test set: identical weights give identical predictions, so this
+    changes no number, only the time.
+    """
+
+    name = "in-process"
+
+    def __init__(self, federation: Federation, model_fn: Callable[[], torch.nn.Module], seed: int) -> None:
+        with isolated_torch_rng(derive_seed(seed, INIT)):
+            self.initial_model = model_fn()
+        self._workspace = self.initial_model
+        self._clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
+        self._global_test = federation.global_test
+        self._seed = seed
+
+    def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
+        for k, down in messages.items():
+            state, up = self._clients[k].update(algorithm, states[k], down, round_, self._seed, self._workspace)
+            yield k, state, up
+
+    def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class) -> Iterator[tuple[int, dict[str, float]]]:
+        global_cache: dict[str, np.ndarray] = {}
+        for k, down in messages.items():
+            predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self._workspace)
+            key = weights_key(predictor)
+            if key is None or key not in global_cache:
+                pred = predict(predictor, self._global_test.x).numpy()
+                if key is not None:
+                    global_cache[key] = pred
+            else:
+                pred = global_cache[key]
+            yield k, self._clients[k].abilities(predictor, self._global_test, pred, rare_ratio=rare_ratio, f1_class=f1_class)
+
+
+__all__ = ["Client", "InProcessTransport", "weights_key"]
