@@ -52,7 +52,7 @@ import torch
 from myst_nb import glue
 
 from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
-from fedlib.profiles import resolve
+from fedlib.chapter import CheckTable, resolve
 from fedlib.rng import numpy_rng
 
 PROFILES = {
@@ -66,18 +66,8 @@ P = resolve(PROFILES, profile, trials=trials, dim=dim)
 torch.set_num_threads(1)
 F64 = torch.float64
 t_start = time.perf_counter()
-checks = []  # rows of the closing check table
-
-
-def check(statement, how, worst, tol, kind="error"):
-    """Record a check; the verdict is computed: ``worst <= tol`` ('error', 'count') or ``worst >= tol`` ('at least')."""
-    worst = float(worst)
-    ok = worst >= tol if kind == "at least" else worst <= tol
-    shown = f"{int(worst)} counterexamples" if kind == "count" else f"{worst:.1e}"
-    bound = {"error": f"<= {tol:.0e}", "count": f"<= {int(tol)}", "at least": f">= {tol:.0e}"}[kind]
-    checks.append({"statement": statement, "how checked": how, "worst error / counterexamples": shown,
-                   "tolerance": bound, "verdict": "holds" if ok else "FAILS"})
-    return None
+checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
+check = checks.add
 
 
 def rng_for(*keys):
@@ -366,10 +356,9 @@ check("parameter gradients of the two terms need NOT be orthogonal (the paper's 
 # ## The check table
 
 # %%
-check_table = pd.DataFrame(checks)
-n_fail = int((check_table["verdict"] != "holds").sum())
-glue("fgd_cgrl_n_checks", int(len(check_table)), display=False)
-glue("fgd_cgrl_n_fail", int(n_fail), display=False)
+check_table = checks.frame()
+glue("fgd_cgrl_n_checks", len(checks), display=False)
+glue("fgd_cgrl_n_fail", checks.n_fail, display=False)
 glue("fgd_cgrl_seconds", float(time.perf_counter() - t_start), display=False)
 glue("fgd_trials", int(P.trials), display=False)
 with pd.option_context("display.max_colwidth", 200):

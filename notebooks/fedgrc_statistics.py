@@ -74,12 +74,11 @@ from scipy.stats import multivariate_normal
 from fedlib.algorithms import FedAvg
 from fedlib.protocol import load_model
 from fedlib.cgrl import unit
-from fedlib.data import load_mnist5k
+from fedlib.chapter import CheckTable, load_data, resolve
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.mms import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
 from fedlib.models import build_model
-from fedlib.profiles import resolve
 from fedlib.rng import numpy_rng
 from fedlib.stats import ClassMoments, feature_moments
 from fedlib.training import TrainConfig
@@ -95,18 +94,8 @@ P = resolve(PROFILES, profile, trials=trials, dim=dim, rounds=rounds, n_clients=
 torch.set_num_threads(1)
 F64 = torch.float64
 t_start = time.perf_counter()
-checks = []  # rows of the closing check table
-
-
-def check(statement, how, worst, tol, kind="error"):
-    """Record a check; the verdict is computed: ``worst <= tol`` ('error', 'count') or ``worst >= tol`` ('at least')."""
-    worst = float(worst)
-    ok = worst >= tol if kind == "at least" else worst <= tol
-    shown = f"{int(worst)} counterexamples" if kind == "count" else f"{worst:.1e}"
-    bound = {"error": f"<= {tol:.0e}", "count": f"<= {int(tol)}", "at least": f">= {tol:.0e}"}[kind]
-    checks.append({"statement": statement, "how checked": how, "worst error / counterexamples": shown,
-                   "tolerance": bound, "verdict": "holds" if ok else "FAILS"})
-    return None
+checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
+check = checks.add
 
 
 def rng_for(*keys):
@@ -785,10 +774,7 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, agg["budget_lar
 
 # %%
 t_train = time.perf_counter()
-data = load_mnist5k()
-if P.n_samples is not None:  # the smoke profile trains on a seeded subset
-    keep = np.sort(rng_for(13).choice(len(data), P.n_samples, replace=False))
-    data = data.subset(keep)
+data = load_data("mnist5k", n_samples=P.n_samples, seed=seed, key=13)  # the smoke profile trains on a seeded subset
 fed = make_federation(data, n_clients=P.n_clients, partition="dirichlet", alpha=P.alpha, min_size=10,
                       global_test_per_class=P.gtpc, seed=seed)
 model_fn = functools.partial(build_model, "cnn", in_channels=1, n_classes=data.n_classes, input_size=28)
@@ -874,10 +860,9 @@ stab_table.round(3)
 # ## The check table
 
 # %%
-check_table = pd.DataFrame(checks)
-n_fail = int((check_table["verdict"] != "holds").sum())
-glue("fgd_stats_n_checks", int(len(check_table)), display=False)
-glue("fgd_stats_n_fail", int(n_fail), display=False)
+check_table = checks.frame()
+glue("fgd_stats_n_checks", len(checks), display=False)
+glue("fgd_stats_n_fail", checks.n_fail, display=False)
 glue("fgd_stats_seconds", float(time.perf_counter() - t_start), display=False)
 glue("fgd_trials", int(P.trials), display=False)
 with pd.option_context("display.max_colwidth", 200):

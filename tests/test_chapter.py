@@ -1,0 +1,84 @@
+"""The chapter helper (fedlib.chapter): profile resolution, the seeded data choice, the check table
+and the claims verdict, plus the module's doctests."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+import torch
+
+import fedlib.chapter
+from fedlib.chapter import CheckTable, load_data, resolve, subsample, verdict
+from fedlib.data import ArrayDataset
+from fedlib.rng import DATA_SUBSET, derive_seed
+
+
+def test_doctests():
+    result = doctest.testmod(fedlib.chapter)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_resolve_applies_overrides_and_refuses_unknowns():
+    profiles = {"smoke": {"rounds": 2, "alphas": [0.3]}, "book": {"rounds": 20, "alphas": [0.3, 0.1]}}
+    p = resolve(profiles, "book", rounds=None, alphas=[0.5])
+    assert (p.profile, p.rounds, p.alphas) == ("book", 20, [0.5])
+    with pytest.raises(ValueError, match="unknown profile 'fast'; valid: smoke, book"):
+        resolve(profiles, "fast")
+    with pytest.raises(ValueError, match="unknown parameter 'epochs'.*valid: alphas, rounds"):
+        resolve(profiles, "book", epochs=3)
+
+
+def _toy(n=50):
+    return ArrayDataset(torch.arange(float(n))[:, None], torch.arange(n) % 3, n_classes=3, name="toy")
+
+
+def test_subsample_is_the_sorted_seeded_choice_of_the_purpose_stream():
+    toy = _toy()
+    for seed in (0, 3):
+        expected = np.sort(np.random.default_rng(derive_seed(seed, DATA_SUBSET)).choice(50, 7, replace=False))
+        assert subsample(toy, 7, seed).x.flatten().long().tolist() == expected.tolist()
+        other = np.sort(np.random.default_rng(derive_seed(seed, 13)).choice(50, 7, replace=False))
+        assert subsample(toy, 7, seed, key=13).x.flatten().long().tolist() == other.tolist()
+    assert subsample(toy, None, 0) is toy and subsample(toy, 80, 0) is toy
+    with pytest.raises(ValueError, match="n_samples must be >= 1 or None, got 0"):
+        subsample(toy, 0, 0)
+
+
+def test_load_data_names_and_cifar_root():
+    with pytest.raises(ValueError, match="unknown data set 'svhn'; valid: mnist5k, uci, cifar10, cifar100"):
+        load_data("svhn")
+    with pytest.raises(ValueError, match="cifar100 needs cifar_root: the folder that holds cifar-100-python/"):
+        load_data("cifar100")
+    uci = load_data("uci", n_samples=5000)  # more than it has: every sample
+    assert len(uci) == 1797 and tuple(uci.x.shape[1:]) == (1, 28, 28)
+    assert len(load_data("mnist5k", n_samples=300, seed=1)) == 300
+
+
+def test_check_table_verdicts_and_columns():
+    checks = CheckTable()
+    assert checks.add("a", "h", 1e-13, 1e-12) is None  # a cell ending with a check shows nothing
+    checks.add("b", "h", 3, 0, kind="count")
+    checks.add("c", "h", 0.2, 1e-3, kind="at least")
+    checks.add("d", "h", "shrinks for 80 %", ok=False, partly=True)
+    table = checks.frame()
+    assert list(table.columns) == ["statement", "how checked", "worst error / counterexamples", "tolerance", "verdict"]
+    assert table["verdict"].tolist() == ["holds", "FAILS", "holds", "partly"]
+    assert table["tolerance"].tolist() == ["<= 1e-12", "<= 0", ">= 1e-03", ""]
+    assert (len(checks), checks.n_fail) == (4, 2)
+    only_ok = CheckTable()
+    only_ok.add("e", "h", "0 (symbolic)", ok=True)
+    assert "tolerance" not in only_ok.frame().columns
+    with pytest.raises(ValueError, match="give exactly one of tol and ok"):
+        only_ok.add("f", "h", 0.0)
+    with pytest.raises(ValueError, match="unknown kind 'relative'"):
+        only_ok.add("f", "h", 0.0, 1.0, kind="relative")
+
+
+@pytest.mark.parametrize("ok", [True, False, np.bool_(True), np.bool_(False)])
+@pytest.mark.parametrize("partly", [True, False, np.bool_(True), np.bool_(False)])
+def test_verdict_is_the_claims_tables_rule(ok, partly):
+    old = "holds" if ok else ("partly" if partly else "does not hold at this scale")  # the notebooks' former copies
+    assert verdict(ok, partly) == old
+    assert verdict(ok) == ("holds" if ok else "does not hold at this scale")
