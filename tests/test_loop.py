@@ -220,3 +220,137 @@ def test_predictors_that_differ_only_in_a_scalar_attribute_are_not_shared():
         c = Scaled(1.0)
     assert _weights_key(a) != _weights_key(b) and _weights_key(a) == _weights_key(c)
     assert _weights_key(lambda x: x) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# departed clients as data, safe files, the evaluation broadcast, a replaceable transport
+# ------------------------------------------------------------------------------------------------
+def test_departed_clients_are_data_and_survive_save_load_and_resume(tiny_federation, tiny_model_fn, tmp_path):
+    cfg = LoopConfig(rounds=4, seed=2, eval_every=2, events=(Event(2, 3, "leave"), Event(3, 1, "leave")),
+                     checkpoint=str(tmp_path / "ck.pt"))
+    part = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, stop_after=2)
+    assert part.departed == [3]
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    assert run.departed == [3, 1] and run.registered == [0, 2]
+    back = RunResult.load(run.save(tmp_path / "res"))
+    assert back.departed == [3, 1] and back.registered == [0, 2]
+    assert _same_state(back.server, run.server) and back.server.meta == run.server.meta
+    assert all(_same_state(back.client_states[k], run.client_states[k]) for k in run.client_states)
+    pd.testing.assert_frame_equal(back.frame, run.frame)
+    assert back.ledger.records == run.ledger.records and back.seconds == run.seconds
+    # evaluate_deployment deploys on the registered clients only
+    rows = evaluate_deployment(FedAvg(train=TRAIN), run, tiny_federation, tiny_model_fn)
+    assert sorted(set(rows["client"])) == [0, 2]
+
+
+class _Evil:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def _write_evil(path):
+    import pickle
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        torch.save({"format": "fedlib-state-1", "tensors": {}, "json": "{}", "x": _Evil()}, f)
+    # torch.save pickled _Evil via __reduce__ (os.system): loading it unsafely would run the command
+    assert b"system" in path.read_bytes()
+    return pickle
+
+
+def test_a_malicious_results_folder_is_refused(tiny_federation, tiny_model_fn, tmp_path, monkeypatch):
+    import os
+
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    folder = run.save(tmp_path / "shared")
+    _write_evil(folder / "state.pt")
+    called = []
+    monkeypatch.setattr(os, "system", lambda *a: called.append(a))
+    with pytest.raises(ValueError, match="refusing to load .*state.pt"):
+        RunResult.load(folder)
+    assert not called
+
+
+def test_a_malicious_checkpoint_is_refused(tiny_federation, tiny_model_fn, tmp_path):
+    path = tmp_path / "ck.pt"
+    _write_evil(path)
+    with pytest.raises(ValueError, match="refusing to load"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1, checkpoint=str(path)))
+
+
+def test_a_state_file_of_another_format_is_refused(tmp_path):
+    from fedlib.io import load_tensors_json
+
+    torch.save({"w": torch.zeros(2)}, tmp_path / "plain.pt")
+    with pytest.raises(ValueError, match="not a fedlib state file"):
+        load_tensors_json(tmp_path / "plain.pt")
+
+
+class _TaggedEval(FedAvg):
+    """FedAvg whose evaluation broadcast carries a marker the deployment checks."""
+
+    name = "tagged"
+
+    def eval_broadcast(self, server, round_):
+        down = self.broadcast(server, round_)
+        return Message(arrays=down.arrays, meta={"phase": "evaluation"}, kind="deploy")
+
+    def local_update(self, ctx, state, message, data, generator):
+        assert "phase" not in message.meta, "training received the evaluation broadcast"
+        return super().local_update(ctx, state, message, data, generator)
+
+    def deploy(self, ctx, state, message, data, generator):
+        assert message.meta == {"phase": "evaluation"}, "deployment did not receive the evaluation broadcast"
+        return super().deploy(ctx, state, message, data, generator)
+
+
+def test_the_evaluation_broadcast_is_a_hook(tiny_federation, tiny_model_fn):
+    run = run_federated(_TaggedEval(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1))
+    led = run.ledger.to_frame()
+    assert set(led.loc[led["kind"].str.startswith("eval"), "kind"]) == {"eval:deploy"}
+    plain = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1))
+    pd.testing.assert_frame_equal(run.frame, plain.frame)  # same predictor, same numbers
+
+
+def test_a_replacement_transport_carries_the_same_round(tiny_federation, tiny_model_fn):
+    from fedlib.engines import InProcessTransport, Transport
+
+    class Recording(Transport):
+        """Delegates to the in-process transport and records what it carried."""
+
+        def __init__(self, inner):
+            self.inner, self.initial_model, self.carried = inner, inner.initial_model, []
+
+        def local_updates(self, algorithm, round_, messages, states):
+            self.carried.append((round_, "train", list(messages)))
+            return self.inner.local_updates(algorithm, round_, messages, states)
+
+        def evaluate(self, algorithm, round_, messages, states, **kw):
+            self.carried.append((round_, "evaluate", list(messages)))
+            return self.inner.evaluate(algorithm, round_, messages, states, **kw)
+
+    cfg = LoopConfig(rounds=3, seed=4, eval_every=2, participation=0.5)
+    transport = Recording(InProcessTransport(tiny_federation, tiny_model_fn, cfg.seed))
+    via = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, transport=transport)
+    ref = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    pd.testing.assert_frame_equal(via.frame, ref.frame)
+    assert _same_state(via.server, ref.server) and via.ledger.records == ref.ledger.records
+    assert [c[:2] for c in transport.carried] == [(1, "train"), (2, "train"), (2, "evaluate"), (3, "train"), (3, "evaluate")]
+    assert all(len(c[2]) == 2 for c in transport.carried if c[1] == "train")  # half of 4 clients
+
+
+def test_server_time_is_measured_outside_the_server_state(tiny_federation, tiny_model_fn):
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2))
+    assert len(run.server_seconds) == 2 and all(s >= 0 for s in run.server_seconds)
+    assert not any("second" in k or "time" in k for k in run.server.meta)
+
+
+def test_every_random_stream_purpose_is_distinct():
+    from fedlib import rng
+
+    values = list(rng.PURPOSES.values())
+    assert len(values) == len(set(values)), rng.PURPOSES
+    assert {"SAMPLING", "LOCAL_TRAIN", "DEPLOY", "INIT", "GLOBAL_TEST", "PARTITION", "LOCAL_SPLIT", "CCVR_VIRTUAL"} <= set(rng.PURPOSES)
