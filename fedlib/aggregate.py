@@ -1,4 +1,5 @@
-"""Aggregation as free functions over ``(values, weights)`` (DESIGN.md, item 3)."""
+"""Aggregation as free functions over ``(values, weights)``, tested on hand-computed arrays (the
+book's page *Inside fedlib*, "Conventions")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Seed derivation: one run seed, independent streams per (round, client, purpose).
 
-Randomness is always an argument in fedlib (DESIGN.md, item 9). A run has one integer seed;
-every consumer derives its own stream from it with :func:`derive_seed`, so that results do not
-depend on the order in which clients are visited, and a resumed run draws exactly the numbers an
-uninterrupted run would have drawn.
+Randomness is always an argument in fedlib (the book's page *Inside fedlib*, "Conventions"). A
+run has one integer seed; every consumer derives its own stream from it with :func:`derive_seed`,
+so that results do not depend on the order in which clients are visited, and a resumed run draws
+exactly the numbers an uninterrupted run would have drawn.
 """
 
 from __future__ import annotations
