@@ -75,13 +75,12 @@ from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedBABU, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
 from fedlib.algorithms.stathead import StatHead, collect_statistics
 from fedlib.cgrl import CGRLConfig
-from fedlib.data import load_cifar, load_mnist5k, plot_partition
+from fedlib.chapter import load_data, resolve, verdict
+from fedlib.data import plot_partition
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
 from fedlib.metrics import RARE_RATIO, protocol_summary
 from fedlib.models import build_model
-from fedlib.profiles import resolve
-from fedlib.rng import derive_seed
 from fedlib.training import TrainConfig
 
 t_start = time.perf_counter()
@@ -103,15 +102,7 @@ PROFILES = {
 P = resolve(PROFILES, profile, alphas=alphas, rounds=rounds, local_epochs=local_epochs, lr=lr, m0=m0, gamma=gamma,
             tau=tau, lambda_dir=lambda_dir, lambda_rad=lambda_rad, warmup=warmup, layers=layers, m0_grid=m0_grid,
             gamma_grid=gamma_grid)
-if P.dataset.startswith("cifar"):
-    if cifar_root is None:
-        raise ValueError("the paper profile needs cifar_root: the folder that holds cifar-10-batches-py/ or cifar-100-python/")
-    data = load_cifar(cifar_root, P.dataset, split="all")
-else:
-    data = load_mnist5k()
-if P.n_samples is not None:  # the smoke profile uses a seeded subset
-    keep = np.sort(np.random.default_rng(derive_seed(seed, 99)).choice(len(data), P.n_samples, replace=False))
-    data = data.subset(keep)
+data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)  # smoke: a seeded subset
 C = data.n_classes
 in_channels, input_size = data.x.shape[1], data.x.shape[-1]
 model_fn = functools.partial(build_model, P.model, in_channels=in_channels, n_classes=C, input_size=input_size, **P.model_kw)
@@ -563,10 +554,6 @@ glue("fge_stats_kib", float(c_lo.loc["terminal statistics (multilayer)", "KiB pe
 # our run, with its small CNN, MNIST-5k, a short budget and one seed, does not show it.
 
 # %%
-def verdict(ok, partly=False):
-    return "holds" if ok else ("partly" if partly else "does not hold at this scale")
-
-
 fmt = lambda d: "; ".join(f"α={k}: {v:+.1f}" for k, v in d.items())  # noqa: E731
 lead4 = {a: [m for m in ("global", "unseen", "rare", "F@25") if results[(a, FEDGRC)][m] > best[(a, m)][1]] for a in P.alphas}
 gap_g = {a: 100 * (results[(a, FEDGRC)]["global"] - best[(a, "global")][1]) for a in P.alphas}

@@ -49,11 +49,11 @@ import pandas as pd
 import torch
 from myst_nb import glue
 
+from fedlib.chapter import CheckTable, resolve
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.geometry import (augment, augment_around_prototypes, augment_loop, class_shapes, combine_local_covariances,
                              eigen_shape, fill_to_total, frechet_distance, generated_covariance, geometry_similarity)
-from fedlib.profiles import resolve
 from fedlib.rng import numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
 
@@ -67,7 +67,7 @@ PROFILES = {
     "paper": dict(n_trials=300, n_draws=1_000_000, mix_dim=16, mix_classes=10, mix_per_class=600, n_clients=10, alpha=0.1, total=600),
 }
 P = resolve(PROFILES, profile, n_trials=n_trials, n_draws=n_draws)
-checks = []  # rows of the closing check table: statement, how checked, worst error / counterexamples, verdict
+checks = CheckTable()  # the closing check table
 t_start = time.perf_counter()
 print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 
@@ -145,12 +145,10 @@ eq4_table = pd.DataFrame({
 glue("eq4_err", float(eq4_err), display=False)
 glue("eq4_trials", int(P.n_trials), display=False)
 glue("single_client_cases", int(single_client_cases), display=False)
-checks += [
-    ("Eq. 4 equals the covariance of the pooled samples (unequal sizes, single-client and one-sample classes)",
-     f"{P.n_trials} random federations vs numpy.cov(bias=True)", f"{eq4_err:.1e}", "holds" if eq4_err < 1e-10 else "does not hold"),
-    ("the cross terms of the expansion vanish (the paper: 'in expectation')", "sum of (x - mu_k)(mu_k - mu)^T per client and class",
-     f"{cross_max:.1e}", "holds exactly" if cross_max < 1e-10 else "does not hold"),
-]
+checks.add("Eq. 4 equals the covariance of the pooled samples (unequal sizes, single-client and one-sample classes)",
+           f"{P.n_trials} random federations vs numpy.cov(bias=True)", f"{eq4_err:.1e}", ok=eq4_err < 1e-10)
+checks.add("the cross terms of the expansion vanish exactly (the paper: 'in expectation')",
+           "sum of (x - mu_k)(mu_k - mu)^T per client and class", f"{cross_max:.1e}", ok=cross_max < 1e-10)
 eq4_table
 
 # %% [markdown]
@@ -203,14 +201,12 @@ glue("paper_gap", float(paper_gap), display=False)
 glue("n_draws", int(P.n_draws), display=False)
 glue("scale_paper_small", float(scale_table.iloc[0, 1]), display=False)
 glue("scale_paper_large", float(scale_table.iloc[-1, 1]), display=False)
-checks += [
-    ("code's formula: Cov(beta) = Sigma", f"{P.n_draws} draws, Frobenius relative error", f"{rows[0]['relative error empirical vs analytic']:.3f}",
-     "holds" if rows[0]["relative error empirical vs analytic"] < 0.05 else "does not hold"),
-    ("paper's formula: Cov(beta) = sum lambda^2 xi xi^T = Sigma^2", f"{P.n_draws} draws, Frobenius relative error", f"{rows[1]['relative error empirical vs analytic']:.3f}",
-     "holds" if rows[1]["relative error empirical vs analytic"] < 0.05 else "does not hold"),
-    ("the paper's formula reproduces the global covariance Sigma", "||Sigma^2 - Sigma|| / ||Sigma||", f"{paper_gap:.2f}",
-     "does not hold (unless all eigenvalues are 0 or 1)"),
-]
+checks.add("code's formula: Cov(beta) = Sigma", f"{P.n_draws} draws, Frobenius relative error",
+           f"{rows[0]['relative error empirical vs analytic']:.3f}", ok=rows[0]["relative error empirical vs analytic"] < 0.05)
+checks.add("paper's formula: Cov(beta) = sum lambda^2 xi xi^T = Sigma^2", f"{P.n_draws} draws, Frobenius relative error",
+           f"{rows[1]['relative error empirical vs analytic']:.3f}", ok=rows[1]["relative error empirical vs analytic"] < 0.05)
+checks.add("the paper's formula does not reproduce the global covariance Sigma (unless all eigenvalues are 0 or 1)",
+           "||Sigma^2 - Sigma|| / ||Sigma||", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
 display(formula_table.round(4))
 scale_table.round(4)
 
@@ -268,14 +264,13 @@ sim_table = pd.DataFrame({
           "|S - k| for identical bases up to sign", "mean S/k for a 5 % perturbation",
           "k = 5, same subspace, first two eigenvectors swapped"])
 glue("s_swap", s_swap, display=False)
-checks += [
-    ("S lies in [0, k]", f"{P.n_trials} random orthonormal bases", f"{out_of_range} counterexamples", "holds" if out_of_range == 0 else "does not hold"),
-    ("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sign_dev:.1e}", "holds" if sign_dev < 1e-12 else "does not hold"),
-    ("S = k iff the top-k eigenvectors coincide pairwise up to sign", "identical bases with random signs; perturbed bases score < k",
-     f"{max_at_equal:.1e}", "holds" if max_at_equal < 1e-12 and max(near) < 1 else "does not hold"),
-    ("S = k iff the top-k *subspaces* coincide", "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)",
-     f"S = {s_swap:.0f} of 5", "does not hold: S depends on the order of the eigenvectors"),
-]
+checks.add("S lies in [0, k]", f"{P.n_trials} random orthonormal bases", f"{out_of_range} counterexamples", ok=out_of_range == 0)
+checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sign_dev:.1e}", ok=sign_dev < 1e-12)
+checks.add("S = k iff the top-k eigenvectors coincide pairwise up to sign",
+           "identical bases with random signs; perturbed bases score < k", f"{max_at_equal:.1e}",
+           ok=max_at_equal < 1e-12 and max(near) < 1)
+checks.add("S is not a similarity of *subspaces*: it depends on the order of the eigenvectors",
+           "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)", f"S = {s_swap:.0f} of 5", ok=s_swap < 5)
 sim_table
 
 # %% [markdown]
@@ -342,9 +337,9 @@ glue("share_large", 100 * float(large_code["shrinks"].mean()) if len(large_code)
 glue("n_small_cut", SMALL, display=False)
 glue("tr_ratio_large", float(large_code["tr ratio"].median()) if len(large_code) else float("nan"), display=False)
 glue("n_pairs", int(len(dist) // 2), display=False)
-checks.append(("augmentation moves each client's local class distribution toward the global one",
-               f"Fréchet distance to the global fit, {len(dist) // 2} (client, class) pairs, code's formula",
-               f"shrinks for {100 * share_code:.0f} %", "holds" if share_code == 1 else "partly"))
+checks.add("augmentation moves each client's local class distribution toward the global one",
+           f"Fréchet distance to the global fit, {len(dist) // 2} (client, class) pairs, code's formula",
+           f"shrinks for {100 * share_code:.0f} %", ok=share_code == 1, partly=share_code > 0)
 summary.round(3)
 
 # %%
@@ -409,8 +404,8 @@ bad_rows.append(("a domain with no samples of a class", "its prototype is not us
                  bool(torch.isnan(xs).any()), len(xs) == 5 * int(present.sum())))
 bad_table = pd.DataFrame(bad_rows, columns=["input", "behaviour", "NaN generated", "as specified"]).set_index("input")
 n_bad_ok = int(bad_table["as specified"].sum()) - int(bad_table["NaN generated"].sum())
-checks.append(("degenerate inputs have defined behaviour and never give a NaN sample", f"{len(bad_table)} cases below",
-               f"{len(bad_table) - n_bad_ok} failures", "holds" if n_bad_ok == len(bad_table) else "does not hold"))
+checks.add("degenerate inputs have defined behaviour and never give a NaN sample", f"{len(bad_table)} cases below",
+           f"{len(bad_table) - n_bad_ok} failures", ok=n_bad_ok == len(bad_table))
 bad_table
 
 # %% [markdown]
@@ -429,8 +424,8 @@ t0 = time.perf_counter(); slow = augment_loop(centers, v, V, n_new, eps=eps); t_
 loop_err = float((fast - slow).abs().max())
 glue("loop_err", loop_err, display=False)
 glue("loop_ratio", t_slow / t_fast, display=False)
-checks.append(("batched generation equals the per-sample loop", f"{n_new} samples, d = {dd}, same draws", f"{loop_err:.1e}",
-               "holds" if loop_err < 1e-10 else "does not hold"))
+checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dd}, same draws", f"{loop_err:.1e}",
+           ok=loop_err < 1e-10)
 
 # %% [markdown]
 # The largest difference is {glue:text}`loop_err:.1e`, and the loop is
@@ -440,7 +435,7 @@ checks.append(("batched generation equals the per-sample loop", f"{n_new} sample
 # ## Check table
 
 # %%
-check_table = pd.DataFrame(checks, columns=["statement", "how checked", "worst error / counterexamples", "verdict"])
+check_table = checks.frame()
 glue("deriv_seconds", time.perf_counter() - t_start, display=False)
 with pd.option_context("display.max_colwidth", None):
     display(check_table)

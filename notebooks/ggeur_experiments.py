@@ -64,12 +64,12 @@ from myst_nb import glue
 
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import CACHE, classifier_fn
-from fedlib.data import ArrayDataset, load_mnist5k, make_digit_domains
+from fedlib.chapter import load_data, resolve, verdict
+from fedlib.data import ArrayDataset, make_digit_domains
 from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.geometry import augment, class_shapes, similarity_matrix
 from fedlib.loop import LoopConfig, run_federated
-from fedlib.profiles import resolve
 from fedlib.rng import derive_seed, numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
@@ -110,10 +110,7 @@ print(f"profile {P.profile}: betas {P.betas}, {P.n_clients} clients, {P.rounds} 
 # (noise covariance $\Sigma^2$) compares in size with the code's ($\Sigma$) on these embeddings.
 
 # %%
-mnist = load_mnist5k()
-if P.n_samples is not None:  # the smoke profile uses a seeded subset
-    keep = np.sort(numpy_rng(seed, 99).choice(len(mnist), P.n_samples, replace=False))
-    mnist = mnist.subset(keep)
+mnist = load_data("mnist5k", n_samples=P.n_samples, seed=seed)  # the smoke profile uses a seeded subset
 pub, rest = public_split(mnist, P.public_fraction, seed=seed)
 t0 = time.perf_counter()
 if clip_checkpoint is not None:
@@ -423,10 +420,6 @@ pd.Series({"generate one class (ms)": gen_ms, "all label-skew runs (s)": float(s
 # numbers above by the rule stated in the last column's sentence.
 
 # %%
-def verdict(ok, partly=False):
-    return "holds" if ok else ("partly" if partly else "does not hold at this scale")
-
-
 ggeur_beats = all(acc[(b, G)] > best_baseline[b] for b in P.betas)
 ggeur_beats_some = any(acc[(b, G)] > best_baseline[b] for b in P.betas)
 gains_grow = gain[b_lo] > gain[b_hi]

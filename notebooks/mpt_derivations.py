@@ -49,8 +49,8 @@ import sympy as sp
 import torch
 from myst_nb import glue
 
+from fedlib.chapter import CheckTable, resolve
 from fedlib.heads import regularized_covariance
-from fedlib.profiles import resolve
 from fedlib.rng import torch_generator
 from fedlib.tracking import (
     TrackingConfig,
@@ -75,7 +75,8 @@ PROFILES = {
 P = resolve(PROFILES, profile, trials=trials, dim=dim)
 F64 = torch.float64
 t_start = time.perf_counter()
-checks = []  # rows of the final check table
+checks = CheckTable()  # the final check table: check(statement, how, worst, ok=...)
+check = checks.add
 
 
 def gen(*keys):
@@ -89,11 +90,6 @@ def rand(shape, *keys):
 def spd(d, *keys):
     A = rand((d, d), *keys)
     return A @ A.T / d + 0.05 * torch.eye(d, dtype=F64)
-
-
-def check(statement, how, worst, ok):
-    checks.append({"statement": statement, "how checked": how, "worst error / counterexamples": worst,
-                   "verdict": "holds" if ok else "FAILS"})
 
 
 print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, K = {P.K} remaining classes")
@@ -135,7 +131,7 @@ sym_diff = [sp.simplify(sol[w_sym[i]] - closed[i]) for i in range(K_sym)]
 sym_ok = all(dd == 0 for dd in sym_diff)
 print("sympy KKT solution minus closed form:", sym_diff)
 check("KKT solution of Eq. (1) equals the closed form", "sympy: solve the KKT system for a symbolic 3x3 A, b",
-      "0 (symbolic)" if sym_ok else str(sym_diff), sym_ok)
+      "0 (symbolic)" if sym_ok else str(sym_diff), ok=sym_ok)
 
 # %% [markdown]
 # Numerically, the closed form ({func}`fedlib.tracking.barycentric_weights`) against SciPy's
@@ -160,7 +156,7 @@ for i in range(P.trials):
 glue("bary_worst_obj", float(worst_obj), display=False)
 check("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
       f"{P.trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
-      f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}", worst_obj <= 1e-8 and worst_sum < 1e-9)
+      f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}", ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
 
 # %% [markdown]
 # **The residual is orthogonal to the affine directions.** Stationarity reads
@@ -183,7 +179,7 @@ for i in range(P.trials):
     worst_lin = max(worst_lin, float((span_projector(M, "linear") @ r0 - r0).norm() / r0.norm()))
 glue("orth_linear_loss", float(worst_lin), display=False)
 check("with lambda = 0, r0 is orthogonal to the affine directions (P_aff r0 = r0)",
-      f"{P.trials} random instances, relative error", f"{worst_orth:.1e}", worst_orth < 1e-8)
+      f"{P.trials} random instances, relative error", f"{worst_orth:.1e}", ok=worst_orth < 1e-8)
 print(f"relative part of r0 the LINEAR span would discard (largest over instances): {worst_lin:.3f}")
 
 # %% [markdown]
@@ -226,13 +222,13 @@ for i in range(P.trials):
     other = np.real(scipy.linalg.sqrtm(b_)) @ Q @ np.linalg.inv(ah)
     n_beaten += int(np.trace((eye - other) @ a_ @ (eye - other).T) < cost - 1e-9 * w2)
 check("T_t is symmetric positive definite", f"{P.trials} random SPD pairs", f"asymmetry {worst_sym:.1e}, min eigenvalue {min_eig:.2e}",
-      worst_sym < 1e-10 and min_eig > 0)
-check("T_t Sigma_d T_t = Sigma_t", f"{P.trials} random SPD pairs, relative max error", f"{worst_push:.1e}", worst_push < 1e-8)
+      ok=worst_sym < 1e-10 and min_eig > 0)
+check("T_t Sigma_d T_t = Sigma_t", f"{P.trials} random SPD pairs, relative max error", f"{worst_push:.1e}", ok=worst_push < 1e-8)
 check("T_t equals the Gaussian OT map computed with SciPy sqrtm", f"{P.trials} random SPD pairs, relative max error",
-      f"{worst_ref:.1e}", worst_ref < 1e-6)
+      f"{worst_ref:.1e}", ok=worst_ref < 1e-6)
 check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
       f"{P.trials} pairs; a random orthogonal Q per pair", f"relative gap {worst_w2:.1e}; {n_beaten} cheaper maps",
-      worst_w2 < 1e-6 and n_beaten == 0)
+      ok=worst_w2 < 1e-6 and n_beaten == 0)
 
 # %% [markdown]
 # ## 3. The projector off the span
@@ -253,7 +249,7 @@ for i in range(P.trials):
         worst_proj = max(worst_proj, float((Pp - Pp.T).abs().max()), float((Pp @ Pp - Pp).abs().max()),
                          float((B @ Pp).abs().max() / max(1.0, float(B.abs().max()))))
 check("P_perp is an orthogonal projector off the span (both spans, collinear cases included)",
-      f"{P.trials} instances x 2 spans; every 5th collinear", f"{worst_proj:.1e}", worst_proj < 1e-9)
+      f"{P.trials} instances x 2 spans; every 5th collinear", f"{worst_proj:.1e}", ok=worst_proj < 1e-9)
 
 # %% [markdown]
 # ## 4. The adaptive weight as a method-of-moments shrinkage
@@ -276,9 +272,9 @@ lim_N = sp.limit(alpha_star, N, sp.oo)
 lim_tau = sp.limit(alpha_star, tau2, 0)
 print("limit N -> oo:", lim_N, "; limit tau2 -> 0 (the residuals agree):", lim_tau)
 check("alpha* = tau2 / (tau2 + sigma2/N) minimizes the blend's MSE", "sympy: d MSE / d alpha = 0",
-      "0 (symbolic)" if alpha_ok else "differs", alpha_ok)
+      "0 (symbolic)" if alpha_ok else "differs", ok=alpha_ok)
 check("alpha -> 1 as N -> oo and alpha -> 0 as the two residuals agree", "sympy limits of alpha*",
-      f"limits {lim_N}, {lim_tau}", lim_N == 1 and lim_tau == 0)
+      f"limits {lim_N}, {lim_tau}", ok=lim_N == 1 and lim_tau == 0)
 
 # %% [markdown]
 # $\tau^2$ is unknown. Since $\mathbb E[D] = \mathbb E\lVert\hat r_{ho} - \hat r_{pred}\rVert^2/d
@@ -323,12 +319,12 @@ never_worst = bool((biased["adaptive"] <= biased[["measured", "predicted"]].max(
 glue("alpha_worst_ratio", worst_ratio, display=False)
 glue("alpha_large_n_ratio", large_n_ratio, display=False)
 check("implementation: alpha = 0 with no rare sample, -> 1 as N grows, -> 0 when the residuals agree",
-      "adaptive_alpha at N = 0, N = 1e12, equal residuals", f"{3 - sum(lim_checks)} of 3 fail", all(lim_checks))
+      "adaptive_alpha at N = 0, N = 1e12, equal residuals", f"{3 - sum(lim_checks)} of 3 fail", ok=all(lim_checks))
 check("with N >= 20 the plug-in blend is within 10 % of the better pure estimate (or beats both)",
-      "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}", f"worst risk ratio {large_n_ratio:.2f}", large_n_ratio <= 1.1)
+      "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}", f"worst risk ratio {large_n_ratio:.2f}", ok=large_n_ratio <= 1.1)
 check("with few samples the plug-in blend is never worse than the worse pure estimate",
       "Monte Carlo, N in {1..1000} x bias in {0.3, 1}",
-      f"holds in every cell; worst ratio to the better one {worst_ratio:.2f}", never_worst)
+      f"holds in every cell; worst ratio to the better one {worst_ratio:.2f}", ok=never_worst)
 
 # %% [markdown]
 # With twenty or more remaining samples the plug-in blend's risk is at most
@@ -388,15 +384,15 @@ glue("mpt_axis", mpt_axis, display=False)
 check("translation and isotropic scaling are tracked exactly by MPT and MPT-lite",
       "known drift z -> Az + b, relative error",
       f"{max(drift_table.loc[['translation', 'isotropic scaling x1.5'], ['MPT-lite', 'MPT (prediction)']].max()):.1e}",
-      max(drift_table.loc[["translation", "isotropic scaling x1.5"], ["MPT-lite", "MPT (prediction)"]].max()) < 1e-8)
+      ok=max(drift_table.loc[["translation", "isotropic scaling x1.5"], ["MPT-lite", "MPT (prediction)"]].max()) < 1e-8)
 check("MPT-lite's scalar cannot follow a rotation (counterexample)", "random rotation of the feature space",
-      f"relative error {lite_rot:.2f}", lite_rot > 1e-3)
+      f"relative error {lite_rot:.2f}", ok=lite_rot > 1e-3)
 noproj_axis = float(drift_table.loc["axis-aligned scaling", "MPT without the projector"])
 glue("noproj_axis", noproj_axis, display=False)
 check("T_t r_0 is the exactly moved residual under an axis-aligned scaling (diagonal covariance)",
-      "diagonal drift A: then T = A; error of M_t'w0 + T r0", f"{noproj_axis:.1e}", noproj_axis < 1e-8)
+      "diagonal drift A: then T = A; error of M_t'w0 + T r0", f"{noproj_axis:.1e}", ok=noproj_axis < 1e-8)
 check("Eq. (4)'s projector discards the part of T r0 that drifts into the new span (counterexample)",
-      "same drift, with P_perp", f"relative error {mpt_axis:.3f} (lite {lite_axis:.3f})", mpt_axis > 1e-3)
+      "same drift, with P_perp", f"relative error {mpt_axis:.3f} (lite {lite_axis:.3f})", ok=mpt_axis > 1e-3)
 
 # %% [markdown]
 # The scalar follows translations and uniform rescaling exactly but is blind to directions: under
@@ -416,10 +412,9 @@ check("Eq. (4)'s projector discards the part of T r0 that drifts into the new sp
 # ## The check table
 
 # %%
-check_table = pd.DataFrame(checks)
-n_fail = int((check_table["verdict"] != "holds").sum())
-glue("n_checks", int(len(check_table)), display=False)
-glue("n_fail", n_fail, display=False)
+check_table = checks.frame()
+glue("n_checks", len(checks), display=False)
+glue("n_fail", checks.n_fail, display=False)
 glue("deriv_seconds", float(time.perf_counter() - t_start), display=False)
 check_table
 

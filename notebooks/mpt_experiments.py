@@ -72,12 +72,11 @@ from myst_nb import glue
 
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, evaluate_history
-from fedlib.data import load_cifar, load_mnist5k, load_uci_digits, plot_partition
+from fedlib.chapter import load_data, resolve, verdict
+from fedlib.data import plot_partition
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.models import build_model
-from fedlib.profiles import resolve
-from fedlib.rng import derive_seed
 from fedlib.stats import ClassMoments
 from fedlib.tracking import TrackingConfig, ldc_fit_map, sdc_client_sums
 from fedlib.training import TrainConfig, local_train
@@ -104,22 +103,7 @@ if not 1 < P.departure_round <= P.rounds:
 DEPARTING = 0
 
 
-def load(name):
-    if name == "cifar10":
-        if cifar_root is None:
-            raise ValueError("the paper profile needs cifar_root: the folder that holds cifar-10-batches-py/")
-        ds = load_cifar(cifar_root, "cifar10", split="all")
-    elif name == "uci":
-        ds = load_uci_digits(size=28)
-    else:
-        ds = load_mnist5k()
-    if P.n_samples is not None and P.n_samples < len(ds):
-        keep = np.sort(np.random.default_rng(derive_seed(seed, 99)).choice(len(ds), P.n_samples, replace=False))
-        ds = ds.subset(keep)
-    return ds
-
-
-DATA = {name: load(name) for name in P.datasets}
+DATA = {name: load_data(name, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root) for name in P.datasets}  # seeded subsets
 TRACK = TrackingConfig()  # ridge 1e-3 (relative), lambda_Sigma 0.1, affine span, rare-sample noise
 
 
@@ -488,10 +472,6 @@ lite_cnn_ok = bool(f1_last["mpt_lite"] >= f1_last["mpt"] - 0.05)
 lite_table_ok = bool(means.loc["mpt_lite"].mean() >= means.loc["mpt"].mean() - 0.05)
 closest = min(["icarl", "sdc", "ldc", "frozen"], key=lambda m: float(dist.loc[last, m]))
 near_oracle = bool(abs(gap_oracle) <= 0.05 or gap_oracle > 0)
-
-
-def verdict(ok, partly=False):
-    return "holds" if ok else ("partly" if partly else "does not hold at this scale")
 
 
 claims = pd.DataFrame([

@@ -59,12 +59,12 @@ import torch
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg, FedAvgFT
-from fedlib.data import load_cifar, load_mnist5k, plot_partition
+from fedlib.chapter import load_data, resolve
+from fedlib.data import plot_partition
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
 from fedlib.metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary, summarize
 from fedlib.models import build_model
-from fedlib.profiles import resolve
 from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
 from fedlib.training import TrainConfig, local_train, predict
 
@@ -83,15 +83,7 @@ PROFILES = {
 # %%
 P = resolve(PROFILES, profile, n_clients=n_clients, alphas=alphas, rounds=rounds, lr=lr, local_epochs=local_epochs,
             finetune_epochs=finetune_epochs, rare_ratio=rare_ratio)
-if P.dataset == "cifar10":
-    if cifar_root is None:
-        raise ValueError("the paper profile needs cifar_root: the folder that holds cifar-10-batches-py/")
-    data = load_cifar(cifar_root, "cifar10", split="all")
-else:
-    data = load_mnist5k()
-if P.n_samples is not None:  # the smoke profile uses a seeded subset
-    keep = np.sort(np.random.default_rng(derive_seed(seed, 99)).choice(len(data), P.n_samples, replace=False))
-    data = data.subset(keep)
+data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)  # smoke: a seeded subset
 in_channels, input_size = data.x.shape[1], data.x.shape[-1]
 model_fn = functools.partial(build_model, P.model, in_channels=in_channels, n_classes=data.n_classes,
                              input_size=input_size)
