@@ -1,14 +1,23 @@
 """Build the book: execute every chapter with papermill, then render it with Jupyter Book.
 
     python book/build.py                       # every chapter at the default ("book") profile
-    python book/build.py --profile smoke       # seconds: the parameters the tests use
+    python book/build.py --profile smoke       # seconds: the tests' parameters, into book/_smoke/
     python book/build.py --only setting -p seed=1 -p alphas='[0.5]'   # one chapter, own parameters
     python book/build.py --no-render           # execute only
     python book/build.py --out /tmp/x --force  # execute into another folder (leaves the book alone)
 
-Pipeline (DESIGN.md, "The book pipeline"): ``notebooks/<name>.py`` (jupytext percent format) ->
-``jupytext.read`` -> ``papermill.execute_notebook`` with parameters -> ``book/chapters/<name>.ipynb``
+Pipeline (the book's page *Inside fedlib*): ``notebooks/<name>.py`` (jupytext percent format) ->
+``jupytext.read`` -> ``papermill.execute_notebook`` with parameters -> ``<out>/chapters/<name>.ipynb``
 -> ``jupyter-book build`` with execution off, warnings as errors and references checked.
+
+Where it writes: the ``book`` profile into ``book/`` itself (``book/chapters``, ``book/results``,
+HTML in ``book/_build/html``); any other profile into its own folder ``book/_<profile>/``, which
+holds a copy of the book's own pages next to its executed chapters and renders to
+``book/_<profile>/_build/html``, so a smoke build never leaves its numbers in the book or
+invalidates the book's cache. ``--out DIR`` executes into ``DIR`` instead and does not render.
+
+Parameters: ``-p key=value`` goes to every selected chapter whose ``parameters`` cell declares
+``key``; a key that no selected chapter declares stops the build before anything runs.
 
 Execution cache: a chapter is re-executed only when its key changes; the key hashes the
 notebook's source, every file of ``fedlib/``, the parameters and ``requirements.txt`` (Jupyter
@@ -24,29 +33,62 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
-CHAPTERS = BOOK / "chapters"
-RESULTS = BOOK / "results"
 TOC = BOOK / "_toc.yml"
 PROFILES = ("smoke", "book", "paper")
+DEFAULT_PROFILE = "book"
+
+
+def toc_files(toc: Path = TOC) -> list[str]:
+    """Every file the table of contents names (the root first), in reading order."""
+    files: list[str] = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if "file" in node:
+                files.append(str(node["file"]))
+            for key in ("parts", "chapters", "sections"):
+                for child in node.get(key) or ():
+                    walk(child)
+
+    data = yaml.safe_load(toc.read_text())
+    files.append(str(data["root"]))
+    walk(data)
+    return files
 
 
 def chapter_names(toc: Path = TOC) -> list[str]:
     """The executed chapters the toc lists (entries ``chapters/<name>``), in toc order."""
-    names = []
-    for line in toc.read_text().splitlines():
-        line = line.strip()
-        if line.startswith("- file: chapters/") or line.startswith("file: chapters/"):
-            names.append(line.split("chapters/", 1)[1].strip())
-    return names
+    return [f.split("/", 1)[1] for f in toc_files(toc) if f.startswith("chapters/")]
+
+
+def output_dir(profile: str) -> Path:
+    """Where a profile's executed chapters, results and HTML go: ``book/`` or ``book/_<profile>/``."""
+    return BOOK if profile == DEFAULT_PROFILE else BOOK / f"_{profile}"
+
+
+def notebook_parameters(name: str) -> list[str]:
+    """The names the chapter's cell tagged ``parameters`` assigns."""
+    import jupytext
+
+    nb = jupytext.read(NOTEBOOKS / f"{name}.py")
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", ()):
+            tree = ast.parse(cell.source)
+            return [t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+                    if isinstance(t, ast.Name)]
+    raise SystemExit(f"notebooks/{name}.py has no cell tagged 'parameters'")
 
 
 def cache_key(name: str, params: dict) -> str:
@@ -98,7 +140,38 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
     return time.perf_counter() - t0
 
 
-def build(profile: str, only: list[str] | None, overrides: dict, render: bool, force: bool) -> int:
+def stage_pages(out: Path) -> None:
+    """Copy the book's own pages and the toc into ``out`` (next to its executed chapters) for rendering."""
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = Path(folder) == BOOK
+        return {n for n in names if n == "__pycache__" or n.endswith(".py")
+                or (top and (n in ("chapters", "results") or (n.startswith("_") and (BOOK / n).is_dir())))}
+
+    shutil.copytree(BOOK, out, ignore=ignore, dirs_exist_ok=True)
+
+
+def render_book(out: Path) -> int:
+    """Render the book whose source folder is ``out`` (``book/`` or a staged copy) with warnings as errors."""
+    if out != BOOK:
+        stage_pages(out)
+    cmd = [
+        str(Path(sys.executable).parent / "jupyter-book"), "build", str(out),
+        "--config", str(ROOT / "_config.yml"), "--toc", str(out / "_toc.yml"), "--path-output", str(out),
+        "-W", "-n", "--keep-going", "--all",
+    ]
+    print("[render]  ", " ".join(cmd), flush=True)
+    rc = subprocess.call(cmd, cwd=ROOT)
+    if rc == 0:
+        print(f"\nThe book is at {out / '_build' / 'html' / 'index.html'}")
+    return rc
+
+
+def build(profile: str, only: list[str] | None, overrides: dict, render: bool, force: bool,
+          out: Path | None = None) -> int:
+    """Execute the chapters (``only``, or every chapter of the toc) into ``out``, then render if asked.
+
+    ``out`` defaults to :func:`output_dir` of the profile; ``overrides`` are the ``-p`` parameters.
+    """
     if profile not in PROFILES:
         raise SystemExit(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
     names = chapter_names()
@@ -107,13 +180,21 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
         if bad:
             raise SystemExit(f"unknown chapter(s) {', '.join(bad)}; valid: {', '.join(names)}")
         names = only
+    declared = {name: notebook_parameters(name) for name in names}
+    unknown = sorted(set(overrides) - {p for ps in declared.values() for p in ps})
+    if unknown:
+        valid = sorted({p for ps in declared.values() for p in ps})
+        raise SystemExit(f"unknown parameter(s) {', '.join(unknown)} for {', '.join(names)}; valid: {', '.join(valid)}")
+    out = Path(out) if out is not None else output_dir(profile)
+    chapters, results = out / "chapters", out / "results"
     from fedlib.io import atomic_write_json  # after the venv is active
 
     for name in names:
         # relative to the notebooks' working directory, so no local path shows in the book
-        params = {"profile": profile, **overrides, "results_dir": os.path.relpath(RESULTS / name, NOTEBOOKS)}
+        params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared[name]},
+                  "results_dir": os.path.relpath(results / name, NOTEBOOKS)}
         key = cache_key(name, params)
-        output, meta = CHAPTERS / f"{name}.ipynb", CHAPTERS / f"{name}.json"
+        output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
         if not force and output.exists() and meta.exists() and json.loads(meta.read_text()).get("key") == key:
             print(f"[cached]   {name}")
             continue
@@ -121,42 +202,29 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
         seconds = execute_chapter(name, params, output)
         atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
         print(f"[done]     {name}  {seconds:.1f} s", flush=True)
-    if not render:
-        return 0
-    cmd = [
-        str(Path(sys.executable).parent / "jupyter-book"), "build", str(BOOK),
-        "--config", str(ROOT / "_config.yml"), "--toc", str(TOC), "--path-output", str(BOOK),
-        "-W", "-n", "--keep-going", "--all",
-    ]
-    print("[render]  ", " ".join(cmd), flush=True)
-    rc = subprocess.call(cmd, cwd=ROOT)
-    if rc == 0:
-        print(f"\nThe book is at {BOOK / '_build' / 'html' / 'index.html'}")
-    return rc
+    return render_book(out) if render else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="book", help=f"one of {', '.join(PROFILES)} (default: book)")
+    parser.add_argument("--profile", default=DEFAULT_PROFILE,
+                        help=f"one of {', '.join(PROFILES)} (default: {DEFAULT_PROFILE}; the others build into book/_<profile>/)")
     parser.add_argument("--only", nargs="*", help="execute only these chapters (default: all in the toc)")
     parser.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a notebook parameter, e.g. -p seed=1 -p alphas='[0.5, 0.1]'")
     parser.add_argument("--no-render", action="store_true", help="execute the chapters, do not render HTML")
     parser.add_argument("--force", action="store_true", help="re-execute even where the cache is valid")
-    parser.add_argument("--out", help="write executed chapters and results under this folder instead of book/ "
+    parser.add_argument("--out", help="write executed chapters and results under this folder instead "
                         "(implies --no-render; for experiments that must not touch the book)")
     args = parser.parse_args(argv)
-    if args.out:
-        global CHAPTERS, RESULTS
-        CHAPTERS, RESULTS = Path(args.out) / "chapters", Path(args.out) / "results"
-        args.no_render = True
     overrides = {}
     for item in args.param:
         if "=" not in item:
             raise SystemExit(f"parameters are KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         overrides[k.strip()] = parse_value(v)
-    return build(args.profile, args.only, overrides, not args.no_render, args.force)
+    out = Path(args.out).resolve() if args.out else None
+    return build(args.profile, args.only, overrides, not (args.no_render or args.out), args.force, out)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,16 @@
 """The book pipeline: every chapter executes through papermill at the smoke profile; the execution
-cache re-runs nothing when nothing changed and re-runs when the parameters or fedlib change."""
+cache re-runs nothing when nothing changed and re-runs when the parameters or fedlib change; the
+table of contents is read as YAML; a non-book profile builds into its own folder; the example of
+the page *Inside fedlib* runs."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
+import re
 import shutil
+import sys
 from pathlib import Path
 
 import nbformat
@@ -25,10 +30,64 @@ def test_toc_lists_every_notebook_once():
 
 
 @pytest.fixture
-def sandbox(tmp_path, monkeypatch):
-    monkeypatch.setattr(build, "CHAPTERS", tmp_path / "chapters")
-    monkeypatch.setattr(build, "RESULTS", tmp_path / "results")
+def sandbox(tmp_path):
+    """A folder to execute chapters into (the ``out`` of :func:`build.build`)."""
     return tmp_path
+
+
+def test_toc_is_read_as_yaml(tmp_path):
+    toc = tmp_path / "_toc.yml"
+    toc.write_text(
+        "# a comment naming chapters/not_this\n"
+        "format: jb-book\nroot: intro\nparts:\n"
+        "  - caption: 'A: part'\n    chapters:\n"
+        "      - file: reading\n      - file: \"chapters/one\"\n"
+        "        sections:\n          - file: chapters/two\n"
+        "  - caption: B\n    chapters:\n      - {file: chapters/three}\n"
+    )
+    assert build.toc_files(toc) == ["intro", "reading", "chapters/one", "chapters/two", "chapters/three"]
+    assert build.chapter_names(toc) == ["one", "two", "three"]
+
+
+@pytest.fixture
+def stub_execution(tmp_path, monkeypatch):
+    """build.execute_chapter replaced by a stub that records the parameters and writes a file."""
+    calls = {}
+
+    def execute(name, params, output, **_):
+        calls[name] = params
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("{}")
+        return 0.0
+
+    monkeypatch.setattr(build, "execute_chapter", execute)
+    monkeypatch.setattr(build, "BOOK", tmp_path / "book")
+    return calls
+
+
+def test_a_non_book_profile_builds_into_its_own_folder(stub_execution, tmp_path):
+    assert build.output_dir("book") == build.BOOK
+    assert build.build("smoke", CHAPTERS[:1], {}, render=False, force=False) == 0
+    assert (tmp_path / "book" / "_smoke" / "chapters" / f"{CHAPTERS[0]}.ipynb").exists()
+    assert not (tmp_path / "book" / "chapters").exists()
+    assert stub_execution[CHAPTERS[0]]["results_dir"].endswith(f"book/_smoke/results/{CHAPTERS[0]}")
+
+
+def test_a_parameter_goes_to_the_chapters_that_declare_it(stub_execution, tmp_path):
+    assert "n_clients" in build.notebook_parameters("setting")
+    assert "n_clients" not in build.notebook_parameters("mpt_derivations")
+    build.build("smoke", ["setting", "mpt_derivations"], {"n_clients": 3}, render=False, force=False, out=tmp_path)
+    assert stub_execution["setting"]["n_clients"] == 3 and "n_clients" not in stub_execution["mpt_derivations"]
+    with pytest.raises(SystemExit, match="unknown parameter\\(s\\) n_client for setting; valid: .*n_clients"):
+        build.build("smoke", ["setting"], {"n_client": 3}, render=False, force=False, out=tmp_path)
+
+
+def test_staged_pages_hold_the_books_own_pages_and_toc(tmp_path):
+    build.stage_pages(tmp_path)
+    staged = {p.name for p in tmp_path.iterdir()}
+    pages = [f for f in build.toc_files() if not f.startswith("chapters/")]
+    assert {"_toc.yml", "references.bib", *(f"{f}.md" for f in pages)} <= staged
+    assert not staged & {"build.py", "chapters", "results", "_build", "_smoke"}
 
 
 def _glued_keys(nb) -> set[str]:
@@ -44,7 +103,7 @@ def _glued_keys(nb) -> set[str]:
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", CHAPTERS)
 def test_chapter_executes_at_smoke_profile_and_is_cached(name, sandbox, capsys):
-    assert build.build("smoke", [name], {}, render=False, force=False) == 0
+    assert build.build("smoke", [name], {}, render=False, force=False, out=sandbox) == 0
     out = sandbox / "chapters" / f"{name}.ipynb"
     nb = nbformat.read(out, as_version=4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -55,16 +114,16 @@ def test_chapter_executes_at_smoke_profile_and_is_cached(name, sandbox, capsys):
     meta = json.loads((sandbox / "chapters" / f"{name}.json").read_text())
     assert meta["params"]["profile"] == "smoke"
     capsys.readouterr()
-    assert build.build("smoke", [name], {}, render=False, force=False) == 0
+    assert build.build("smoke", [name], {}, render=False, force=False, out=sandbox) == 0
     assert f"[cached]   {name}" in capsys.readouterr().out
     assert not list((sandbox / "chapters").glob(".*.ipynb")), "a temporary file was left behind"
 
 
 def test_unknown_profile_is_refused_before_executing(sandbox):
     with pytest.raises(SystemExit, match="unknown profile 'fast'; valid: smoke, book, paper"):
-        build.build("fast", None, {}, render=False, force=False)
+        build.build("fast", None, {}, render=False, force=False, out=sandbox)
     with pytest.raises(SystemExit, match="unknown chapter"):
-        build.build("smoke", ["nope"], {}, render=False, force=False)
+        build.build("smoke", ["nope"], {}, render=False, force=False, out=sandbox)
 
 
 @pytest.mark.notebook
@@ -98,3 +157,43 @@ def test_cache_key_covers_parameters_fedlib_and_requirements(tmp_path, monkeypat
 @pytest.mark.parametrize(("text", "value"), [("1", 1), ("0.3", 0.3), ("[0.3, 0.1]", [0.3, 0.1]), ("None", None), ("cnn", "cnn")])
 def test_parameter_values_parse_as_literals(text, value):
     assert build.parse_value(text) == value
+
+
+def _inside_example() -> str:
+    """The one Python code block of the page *Inside fedlib* (book/inside.md)."""
+    text = (ROOT / "book" / "inside.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", text, flags=re.S | re.M)
+    assert len(blocks) == 1, f"expected one python block in book/inside.md, found {len(blocks)}"
+    return blocks[0]
+
+
+def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(monkeypatch):
+    import types
+
+    import torch
+
+    from fedlib.algorithms import FedAvg
+    from fedlib.loop import LoopConfig, run_federated
+    from fedlib.protocol import MODEL, ClientContext
+
+    module = types.ModuleType("inside_example")  # a real module: dataclasses look their module up
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(_inside_example(), "book/inside.md", "exec"), module.__dict__)
+    ns = module.__dict__
+    summary = ns["run"].summary()
+    assert 0.0 <= summary["global"] <= 1.0
+    method, fed, model_fn = ns["method"], ns["fed"], ns["model_fn"]
+    # every client's update respects the bound
+    message = method.broadcast(method.init_server(model_fn()), 1)
+    for k, client in enumerate(fed.clients):
+        ctx = ClientContext(client=k, round=1, model=model_fn(), n_classes=10)
+        _, reply = method.local_update(ctx, method.init_client(k, 10), message, client, torch.Generator().manual_seed(k))
+        sq = sum(float(((reply.arrays[n] - message.arrays[n]) ** 2).sum()) for n in reply.arrays
+                 if n.startswith(MODEL) and reply.arrays[n].is_floating_point())
+        assert sq ** 0.5 <= method.max_norm * (1 + 1e-6)
+    # without a bound it is FedAvg, bit for bit
+    config = LoopConfig(rounds=2, seed=1)
+    unbounded = run_federated(ns["ClippedFedAvg"](train=method.train, max_norm=math.inf), fed, model_fn, config)
+    fedavg = run_federated(FedAvg(train=method.train), fed, model_fn, config)
+    assert unbounded.frame.equals(fedavg.frame)
+    assert all(torch.equal(unbounded.server.arrays[n], fedavg.server.arrays[n]) for n in fedavg.server.arrays)
