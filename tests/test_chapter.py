@@ -1,23 +1,15 @@
 """The chapter helper (fedlib.chapter): profile resolution, the seeded data choice, the check table
-and the claims verdict, plus the module's doctests."""
+and the claims verdict (its doctests run with the others: pytest --doctest-modules)."""
 
 from __future__ import annotations
-
-import doctest
 
 import numpy as np
 import pytest
 import torch
 
-import fedlib.chapter
 from fedlib.chapter import CheckTable, load_data, resolve, subsample, verdict
 from fedlib.data import ArrayDataset
 from fedlib.rng import DATA_SUBSET, derive_seed
-
-
-def test_doctests():
-    result = doctest.testmod(fedlib.chapter)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_resolve_applies_overrides_and_refuses_unknowns():
