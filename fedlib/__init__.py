@@ -13,7 +13,8 @@ The companion library of the book in ``book/``. Modules (one per concept):
 - :mod:`fedlib.training`: local training and prediction;
 - :mod:`fedlib.metrics`: the evaluation protocol (local, global, unseen, rare accuracy; floors);
 - :mod:`fedlib.algorithms`: one small module per method (FedAvg, FedAvg-FT, ...);
-- :mod:`fedlib.profiles`: the ``smoke`` / ``book`` / ``paper`` parameter profiles of the notebooks.
+- :mod:`fedlib.chapter`: the chapter helper of the notebooks: the ``smoke`` / ``book`` / ``paper``
+  profiles, the seeded data choice, the check table and the claims verdict.
 """
 
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Aggregation, messages and the ledger, local training, profiles, seeds: hand-computed fixtures."""
+"""Aggregation, messages and the ledger, local training, seeds: hand-computed fixtures."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from fedlib.aggregate import normalized_weights, weighted_average
 from fedlib.io import atomic_write_text
 from fedlib.messages import DOWN, UP, Ledger, Message, State
-from fedlib.profiles import check_choice, resolve
 from fedlib.rng import derive_seed, isolated_torch_rng
 from fedlib.training import TrainConfig, minibatches
 
@@ -102,18 +101,6 @@ def test_minibatch_schedule(cfg, n, expected):
 def test_bad_train_config(kwargs, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig(**kwargs)
-
-
-def test_profiles_resolve_and_refuse_unknowns():
-    profiles = {"smoke": {"rounds": 2, "alphas": [0.3]}, "book": {"rounds": 20, "alphas": [0.3, 0.1]}}
-    p = resolve(profiles, "book", rounds=None, alphas=[0.5])
-    assert (p.profile, p.rounds, p.alphas) == ("book", 20, [0.5])
-    with pytest.raises(ValueError, match="unknown profile 'fast'; valid: smoke, book"):
-        resolve(profiles, "fast")
-    with pytest.raises(ValueError, match="unknown parameter 'epochs'.*valid: alphas, rounds"):
-        resolve(profiles, "book", epochs=3)
-    with pytest.raises(ValueError, match="unknown model 'vgg'; valid: cnn, mlp"):
-        check_choice("model", "vgg", ("cnn", "mlp"))
 
 
 def test_derived_seeds_are_distinct_and_stable():
