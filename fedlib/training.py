@@ -7,7 +7,9 @@ Batches are drawn by index from tensors that already sit in memory (no ``DataLoa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import math
+import numbers
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -17,12 +19,32 @@ from torch.nn import functional as F
 OPTIMIZERS = ("sgd", "adam")
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """How a client trains locally.
 
     ``steps`` (if given) overrides ``epochs``: the client takes exactly that many mini-batch
     steps, cycling through fresh permutations of its data.
+
+    Every field is checked once, here, with the offending value and the valid range in the
+    message: ``epochs`` an int >= 0 (not a bool; ``0.5`` epochs is refused, use ``steps``),
+    ``steps`` None or an int >= 0, ``batch_size`` an int >= 1, ``lr`` a finite number > 0,
+    ``momentum`` in [0, 1), ``weight_decay`` a finite number >= 0.
+
+    >>> TrainConfig(epochs=2, lr=0.1).epochs
+    2
+    >>> TrainConfig(epochs=0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: epochs must be an int >= 0, got 0.5
     """
 
     epochs: int = 1
@@ -36,14 +58,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
-        if self.steps is not None and self.steps < 0:
-            raise ValueError(f"steps must be >= 0 or None, got {self.steps}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not (_is_int(self.epochs) and self.epochs >= 0):
+            raise ValueError(f"epochs must be an int >= 0, got {self.epochs!r}")
+        if self.steps is not None and not (_is_int(self.steps) and self.steps >= 0):
+            raise ValueError(f"steps must be None or an int >= 0, got {self.steps!r}")
+        if not (_is_int(self.batch_size) and self.batch_size >= 1):
+            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        if not (_is_real(self.lr) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        if not (_is_real(self.momentum) and 0 <= self.momentum < 1):
+            raise ValueError(f"momentum must be a number in [0, 1), got {self.momentum!r}")
+        if not (_is_real(self.weight_decay) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
@@ -77,6 +103,26 @@ LossFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 def cross_entropy_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The default local objective: mean cross-entropy of ``model(x)`` against ``y``."""
     return F.cross_entropy(model(x), y)
+
+
+def proximal_term(model: nn.Module, anchor: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    r"""The squared distance of ``model``'s parameters to ``anchor``, the proximal term of FedProx
+    (Eq. 2) and Ditto (Algorithm 1):
+
+    .. math:: \lVert w - a \rVert^2 = \sum_{\text{name}} \lVert w_{\text{name}} - a_{\text{name}} \rVert^2 ,
+
+    summed over the model's named parameters (in ``named_parameters`` order) whose names are in
+    ``anchor`` (unprefixed ``state_dict`` names; buffers and extra entries are ignored). A scalar
+    tensor with gradients toward the parameters; zero when no name matches.
+
+    >>> model = nn.Linear(2, 1)
+    >>> anchor = {k: torch.zeros_like(v) for k, v in model.state_dict().items()}
+    >>> bool(proximal_term(model, anchor) == model.weight.pow(2).sum() + model.bias.pow(2).sum())
+    True
+    """
+    # Python's sum (0 + t_1 + t_2 + ...) in parameter order: the arithmetic FedProx and Ditto used
+    total = sum(((p - anchor[name]) ** 2).sum() for name, p in model.named_parameters() if name in anchor)
+    return total if isinstance(total, torch.Tensor) else torch.zeros(())
 
 
 def local_train(

@@ -1,0 +1,139 @@
+"""fedlib.training: TrainConfig's validation, the shared proximal term, partial local training."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedlib.models import build_model
+from fedlib.training import TrainConfig, local_train, proximal_term
+
+# --- TrainConfig ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"epochs": 0}, {"epochs": 3}, {"epochs": np.int64(2)}, {"steps": 0}, {"steps": 7}, {"batch_size": 1},
+    {"lr": 1e-12}, {"lr": 5}, {"momentum": 0.0}, {"momentum": 0.999}, {"weight_decay": 0}, {"weight_decay": 1e-4},
+    {"optimizer": "adam"},
+])
+def test_valid_train_configs(kwargs):
+    cfg = TrainConfig(**kwargs)
+    for k, v in kwargs.items():
+        assert getattr(cfg, k) == v
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"optimizer": "rmsprop"}, "unknown optimizer 'rmsprop'; valid: sgd, adam"),
+    ({"epochs": 0.5}, "epochs must be an int >= 0, got 0.5"),
+    ({"epochs": 1.0}, "epochs must be an int >= 0, got 1.0"),
+    ({"epochs": -1}, "epochs must be an int >= 0, got -1"),
+    ({"epochs": True}, "epochs must be an int >= 0, got True"),
+    ({"epochs": "1"}, "epochs must be an int >= 0, got '1'"),
+    ({"epochs": None}, "epochs must be an int >= 0, got None"),
+    ({"steps": -1}, "steps must be None or an int >= 0, got -1"),
+    ({"steps": 2.5}, "steps must be None or an int >= 0, got 2.5"),
+    ({"steps": False}, "steps must be None or an int >= 0, got False"),
+    ({"batch_size": 0}, "batch_size must be an int >= 1, got 0"),
+    ({"batch_size": 8.0}, "batch_size must be an int >= 1, got 8.0"),
+    ({"batch_size": True}, "batch_size must be an int >= 1, got True"),
+    ({"lr": 0.0}, "lr must be a finite number > 0, got 0.0"),
+    ({"lr": -0.1}, "lr must be a finite number > 0, got -0.1"),
+    ({"lr": math.inf}, "lr must be a finite number > 0, got inf"),
+    ({"lr": math.nan}, "lr must be a finite number > 0, got nan"),
+    ({"lr": "0.1"}, "lr must be a finite number > 0, got '0.1'"),
+    ({"lr": True}, "lr must be a finite number > 0, got True"),
+    ({"momentum": -0.1}, r"momentum must be a number in \[0, 1\), got -0.1"),
+    ({"momentum": 1.0}, r"momentum must be a number in \[0, 1\), got 1.0"),
+    ({"momentum": math.nan}, r"momentum must be a number in \[0, 1\), got nan"),
+    ({"momentum": None}, r"momentum must be a number in \[0, 1\), got None"),
+    ({"weight_decay": -1e-4}, "weight_decay must be a finite number >= 0, got -0.0001"),
+    ({"weight_decay": math.inf}, "weight_decay must be a finite number >= 0, got inf"),
+    ({"weight_decay": math.nan}, "weight_decay must be a finite number >= 0, got nan"),
+])
+def test_bad_train_config_names_the_value_and_the_valid_range(kwargs, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        TrainConfig(**kwargs)
+
+
+# --- the proximal term ---------------------------------------------------------------------------
+
+
+def _mlp(seed: int) -> nn.Module:
+    return build_model("mlp", in_channels=1, n_classes=3, input_size=2, hidden=(5, 4), seed=seed)
+
+
+def test_proximal_term_hand_computed():
+    model = nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, 2.0]]))
+        model.bias.fill_(-1.0)
+    anchor = {"weight": torch.tensor([[0.0, 4.0]]), "bias": torch.tensor([1.0]), "unused": torch.ones(3)}
+    value = proximal_term(model, anchor)
+    assert float(value.detach()) == 1.0 + 4.0 + 4.0  # (1-0)^2 + (2-4)^2 + (-1-1)^2; extra names are ignored
+    value.backward()
+    assert torch.equal(model.weight.grad, torch.tensor([[2.0, -4.0]]))  # 2 (w - a)
+    assert torch.equal(model.bias.grad, torch.tensor([-4.0]))
+    assert float(proximal_term(model, {"bias": torch.tensor([-1.0])}).detach()) == 0.0
+    assert proximal_term(model, {}).shape == () and float(proximal_term(model, {})) == 0.0
+
+
+def test_proximal_term_equals_the_forms_fedprox_and_ditto_used():
+    """Bit for bit, value and gradients: FedProx zipped ``parameters()`` with a list of clones;
+    Ditto paired named parameters with the broadcast ``state_dict`` (buffers included) in its order."""
+    model = build_model("cnn", in_channels=1, n_classes=3, input_size=8, width=8, norm="batch", seed=0)
+    anchor_model = build_model("cnn", in_channels=1, n_classes=3, input_size=8, width=8, norm="batch", seed=1)
+    anchor = {k: v.clone() for k, v in anchor_model.state_dict().items()}  # with BatchNorm buffers
+    assert any(k not in dict(model.named_parameters()) for k in anchor)
+
+    new = proximal_term(model, anchor)
+    g_new = torch.autograd.grad(new, list(model.parameters()))
+    fedprox_anchor = [p.detach().clone() for p in anchor_model.parameters()]
+    fedprox = sum(((p - a) ** 2).sum() for p, a in zip(model.parameters(), fedprox_anchor))
+    g_fedprox = torch.autograd.grad(fedprox, list(model.parameters()))
+    params = dict(model.named_parameters())
+    pairs = [(params[n], a) for n, a in anchor.items() if n in params]
+    ditto = sum(((p - a) ** 2).sum() for p, a in pairs)
+    g_ditto = torch.autograd.grad(ditto, list(model.parameters()))
+    assert torch.equal(new, fedprox) and torch.equal(new, ditto)
+    for a, b, c in zip(g_new, g_fedprox, g_ditto):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+# --- local training ------------------------------------------------------------------------------
+
+
+def test_local_train_with_params_leaves_the_other_parameters_untouched():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 1, 2, 2, generator=g), torch.randint(0, 3, (40,), generator=g)
+    model, before = _mlp(0), _mlp(0).state_dict()
+    loss = local_train(model, x, y, TrainConfig(epochs=2, batch_size=8, lr=0.1), torch.Generator().manual_seed(1),
+                       params=model.head_parameters())
+    assert math.isfinite(loss)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]) != k.startswith("head."), k  # only the head moved
+
+
+def test_local_train_is_plain_sgd_by_hand():
+    """Momentum 0, one batch per epoch: each step is w <- w - lr * grad of the mean cross-entropy."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(6, 1, 2, 2, generator=g), torch.randint(0, 3, (6,), generator=g)
+    cfg = TrainConfig(epochs=3, batch_size=6, lr=0.2, momentum=0.0)
+    model, ref = _mlp(2), _mlp(2)
+    losses = []
+    gen = torch.Generator().manual_seed(4)
+    for _ in range(cfg.epochs):
+        idx = torch.randperm(6, generator=gen)
+        loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
+        grads = torch.autograd.grad(loss, list(ref.parameters()))
+        with torch.no_grad():
+            for p, gr in zip(ref.parameters(), grads):
+                p.sub_(cfg.lr * gr)
+        losses.append(float(loss.detach()))
+    mean_loss = local_train(model, x, y, cfg, torch.Generator().manual_seed(4))
+    assert mean_loss == pytest.approx(sum(losses) / 3, rel=1e-6)
+    for (k, v), r in zip(model.state_dict().items(), ref.state_dict().values()):
+        torch.testing.assert_close(v, r, rtol=1e-6, atol=1e-7, msg=k)
