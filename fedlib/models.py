@@ -38,6 +38,7 @@ __all__ = [
     "HEAD_PREFIX",
     "MODELS",
     "NORMS",
+    "PENULTIMATE",
     "FeatureModel",
     "MLP",
     "SmallCNN",
@@ -51,6 +52,7 @@ HEAD_PREFIX = "head."
 """Prefix of the head's parameter and buffer names in every :class:`FeatureModel`."""
 
 PENULTIMATE = "penultimate"
+"""Name of the head's input layer, the last of every :class:`FeatureModel`'s ``feature_layers``."""
 
 NORMS = ("group", "batch", "none")
 """Normalisation choices of :class:`SmallCNN`; the torchvision backbones accept ``NORMS[:2]``."""

@@ -196,6 +196,24 @@ def test_class_directions_are_unit_means():
     assert torch.equal(d[2], torch.zeros(5))
 
 
+@pytest.mark.parametrize("batch_size", [1, 64, 256, 5000])
+def test_class_directions_equal_the_batch_by_batch_sums_bit_for_bit(batch_size):
+    """One extraction and one index_add_ over the rows in order give the very numbers of summing
+    unit(embed(batch)) batch by batch (the form the FedGRC results were computed with)."""
+    model = build_model("mlp", in_channels=1, n_classes=5, input_size=4, hidden=(32, 16), seed=1)
+    g = torch.Generator().manual_seed(2)
+    x, y = torch.randn(1500, 1, 4, 4, generator=g), torch.randint(0, 5, (1500,), generator=g)
+    y[y == 3] = 4  # one class without a sample
+    model.eval()
+    total = torch.zeros(5, 16, dtype=torch.float64)
+    with torch.no_grad():
+        for i in range(0, len(y), batch_size):
+            total.index_add_(0, y[i : i + batch_size], unit(model.embed(x[i : i + batch_size])).to(torch.float64))
+    d, n = class_directions(model, x, y, 5, batch_size=batch_size)
+    assert torch.equal(d, unit(total).to(torch.float32))
+    assert torch.equal(d[3], torch.zeros(16)) and n.tolist() == torch.bincount(y, minlength=5).double().tolist()
+
+
 def test_cgrl_trains_a_cnn_step_with_augmentation():
     """One round on a few images with both views and every term on: finite, and the model moves."""
     g = torch.Generator().manual_seed(0)

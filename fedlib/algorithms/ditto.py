@@ -19,8 +19,8 @@ import torch
 from torch.nn import functional as F
 
 from ..messages import Message, State, prefixed
-from ..training import TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..training import TrainConfig, local_train, proximal_term
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
 
 PERSONAL = "personal/"
 
@@ -46,22 +46,18 @@ class Ditto(Algorithm):
         x, y = data.train.x, data.train.y
         # 1. the personal model, pulled toward the broadcast global model
         model = self._personal(ctx, state, message)
-        anchor = [t.detach().clone() for t in message.with_prefix(MODEL).values()]
-        names = list(message.with_prefix(MODEL))
-        params = dict(model.named_parameters())
-        pairs = [(params[n], a) for n, a in zip(names, anchor) if n in params]
+        anchor = {name: t.detach().clone() for name, t in message.with_prefix(MODEL).items()}  # w^t
         lam = self.lam
 
         def loss_fn(m, xb, yb):
-            prox = sum(((p - a) ** 2).sum() for p, a in pairs)
-            return F.cross_entropy(m(xb), yb) + 0.5 * lam * prox
+            return F.cross_entropy(m(xb), yb) + 0.5 * lam * proximal_term(m, anchor)
 
         local_train(model, x, y, self.personal_train, generator, loss_fn=loss_fn)
         new_state = State(arrays=prefixed(PERSONAL, model.state_dict()), meta=dict(state.meta))
         # 2. the global model's local update, exactly as FedAvg
         model = load_model(ctx.model, message)
         loss = local_train(model, x, y, self.train, generator)
-        return new_state, Message(arrays=model_arrays(model), meta={"n_samples": len(y), "train_loss": loss}, kind="update")
+        return new_state, update_message(model_arrays(model), len(y), loss)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         return self._personal(ctx, state, message).eval()

@@ -16,7 +16,7 @@ import torch
 
 from ..messages import Message, State
 from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
 
 
 @dataclass
@@ -31,10 +31,7 @@ class FedAvg(Algorithm):
     ) -> tuple[State, Message]:
         model = load_model(ctx.model, message)
         loss = local_train(model, data.train.x, data.train.y, self.train, generator)
-        reply = Message(
-            arrays=model_arrays(model), meta={"n_samples": len(data.train), "train_loss": loss}, kind="update"
-        )
-        return state, reply
+        return state, update_message(model_arrays(model), len(data.train), loss)
 
 
 @dataclass

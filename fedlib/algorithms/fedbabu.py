@@ -15,7 +15,7 @@ import torch
 
 from ..messages import Message, State
 from ..training import TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model
+from ..protocol import Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message
 
 
 @dataclass
@@ -29,8 +29,7 @@ class FedBABU(Algorithm):
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message)
         loss = local_train(model, data.train.x, data.train.y, self.train, generator, params=model.body_parameters())
-        body = {MODEL + k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("head.")}
-        return state, Message(arrays=body, meta={"n_samples": len(data.train), "train_loss": loss}, kind="update")
+        return state, update_message(body_arrays(model), len(data.train), loss)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         model = load_model(ctx.model, message)

@@ -25,8 +25,9 @@ import torch
 from torch.nn import functional as F
 
 from ..messages import Message, State
+from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
 
 
 def simplex_etf(dim: int, n_classes: int, generator: torch.Generator) -> torch.Tensor:
@@ -73,7 +74,7 @@ class FedETF(Algorithm):
     name = "fedetf"
 
     def _etf(self, model: torch.nn.Module) -> torch.Tensor:
-        return simplex_etf(model.feature_dims["penultimate"], model.n_classes, torch.Generator().manual_seed(self.etf_seed))
+        return simplex_etf(model.feature_dims[PENULTIMATE], model.n_classes, torch.Generator().manual_seed(self.etf_seed))
 
     def init_server(self, model: torch.nn.Module) -> State:
         state = super().init_server(model)
@@ -91,7 +92,7 @@ class FedETF(Algorithm):
         counts = torch.bincount(data.train.y, minlength=ctx.n_classes)
         loss = local_train(model, data.train.x, data.train.y, self.train, generator,
                            loss_fn=lambda m, x, y: balanced_softmax_loss(etf_logits(m, x, etf, tau), y, counts))
-        return state, Message(arrays=model_arrays(model), meta={"n_samples": len(data.train), "train_loss": loss}, kind="update")
+        return state, update_message(model_arrays(model), len(data.train), loss)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         model = load_model(ctx.model, message)

@@ -46,7 +46,7 @@ from ..cgrl import (
 from ..messages import Message, State
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, load_model, model_arrays, update_message
 
 REF = "cgrl/"
 _KEYS = ("prototypes", "proto_flags", "references", "ref_flags")
@@ -132,8 +132,7 @@ class CGRL(Algorithm):
             counts = torch.bincount(data.train.y, minlength=C).to(torch.float64)
         arrays = {**model_arrays(model), REF + "directions": directions, REF + "dir_counts": counts,
                   REF + "rho_sums": rho_sums, REF + "occurrences": occurrences}
-        meta = {"n_samples": len(data.train), "train_loss": loss}
-        return state, Message(arrays=arrays, meta=meta, kind="update")
+        return state, update_message(arrays, len(data.train), loss)
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         new = super().aggregate(server, updates, round_)
@@ -160,14 +159,12 @@ def class_directions(model, x: torch.Tensor, y: torch.Tensor, n_classes: int, ba
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     r"""Post-update class directions :math:`\operatorname{unit}(\sum_{i: y_i = c} u_i)` (C, d) and counts (C,).
 
-    Evaluation mode, no augmentation; zero rows for classes without a sample.
+    Evaluation mode, no augmentation (:meth:`fedlib.models.FeatureModel.extract`, in batches of
+    ``batch_size``); zero rows for classes without a sample.
     """
-    model.eval()
-    d = model.feature_dims[PENULTIMATE]
-    total = torch.zeros(n_classes, d, dtype=torch.float64)
-    for i in range(0, len(y), batch_size):
-        u = unit(model.embed(x[i : i + batch_size])).to(torch.float64)
-        total.index_add_(0, y[i : i + batch_size], u)
+    u = unit(model.extract(x, batch_size=batch_size)).to(torch.float64)  # (n, d), rows in order
+    total = torch.zeros(n_classes, model.feature_dims[PENULTIMATE], dtype=torch.float64)
+    total.index_add_(0, y, u)  # row by row in sample order, as the batch-by-batch sums did
     counts = torch.bincount(y, minlength=n_classes).to(torch.float64)
     return unit(total).to(torch.float32), counts
 

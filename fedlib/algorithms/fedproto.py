@@ -25,8 +25,9 @@ import torch
 from torch.nn import functional as F
 
 from ..messages import Message, State, prefixed
+from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, load_model, model_arrays
+from ..protocol import MODEL, Algorithm, ClientContext, load_model, model_arrays, update_message
 
 PROTO = "proto/"
 
@@ -67,7 +68,7 @@ class FedProto(Algorithm):
             if glob is not None and lam > 0:
                 sel = have[y]
                 if bool(sel.any()):
-                    loss = loss + lam * F.mse_loss(feats["penultimate"][sel], glob[y[sel]])
+                    loss = loss + lam * F.mse_loss(feats[PENULTIMATE][sel], glob[y[sel]])
             return loss
 
         loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
@@ -76,7 +77,7 @@ class FedProto(Algorithm):
         counts, sums = _class_sums(z, data.train.y, ctx.n_classes)
         means = sums / counts.clamp(min=1)[:, None]
         arrays = {**model_arrays(model), **prefixed(PROTO, {"means": means, "counts": counts})}
-        return state, Message(arrays=arrays, meta={"n_samples": len(data.train), "train_loss": loss}, kind="update+prototypes")
+        return state, update_message(arrays, len(data.train), loss, kind="update+prototypes")
 
     def aggregate(self, server: State, updates, round_: int) -> State:
         new = super().aggregate(server, updates, round_)

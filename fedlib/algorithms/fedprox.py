@@ -17,8 +17,8 @@ import torch
 from torch.nn import functional as F
 
 from ..messages import Message, State
-from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, load_model, model_arrays
+from ..training import TrainConfig, local_train, proximal_term
+from ..protocol import Algorithm, ClientContext, load_model, model_arrays, update_message
 
 
 @dataclass
@@ -35,12 +35,11 @@ class FedProx(Algorithm):
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message)
-        anchor = [p.detach().clone() for p in model.parameters()]
+        anchor = {name: p.detach().clone() for name, p in model.named_parameters()}  # w^t
         mu = self.mu
 
-        def loss_fn(m, x, y):
-            prox = sum(((p - a) ** 2).sum() for p, a in zip(m.parameters(), anchor))
-            return F.cross_entropy(m(x), y) + 0.5 * mu * prox
+        def loss_fn(m, x, y):  # Eq. (2)
+            return F.cross_entropy(m(x), y) + 0.5 * mu * proximal_term(m, anchor)
 
         loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
-        return state, Message(arrays=model_arrays(model), meta={"n_samples": len(data.train), "train_loss": loss}, kind="update")
+        return state, update_message(model_arrays(model), len(data.train), loss)

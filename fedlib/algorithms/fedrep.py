@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..messages import Message, State, prefixed
+from ..models import HEAD_PREFIX
 from ..training import TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model
+from ..protocol import (HEAD, MODEL, Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message,
+                        without_head)
 
-HEAD = MODEL + "head."
 PERSONAL = "personal/"
 
 
@@ -29,10 +30,6 @@ def personal_head(state: State, message: Message) -> dict[str, torch.Tensor]:
     """The client's head from its state, or the broadcast initial head on its first round (``model/head.*``-prefixed)."""
     own = state.with_prefix(PERSONAL)
     return prefixed(MODEL, own) if own else {k: v for k, v in message.arrays.items() if k.startswith(HEAD)}
-
-
-def without_head(arrays: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in arrays.items() if not k.startswith(HEAD)}
 
 
 @dataclass
@@ -52,9 +49,8 @@ class FedRep(Algorithm):
         x, y = data.train.x, data.train.y
         local_train(model, x, y, self.head_train, generator, params=model.head_parameters())
         loss = local_train(model, x, y, self.train, generator, params=model.body_parameters())
-        new_state = State(arrays=prefixed(PERSONAL + "head.", model.head.state_dict()), meta=dict(state.meta))
-        body = {MODEL + k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith("head.")}
-        return new_state, Message(arrays=body, meta={"n_samples": len(y), "train_loss": loss}, kind="update")
+        new_state = State(arrays=prefixed(PERSONAL + HEAD_PREFIX, model.head.state_dict()), meta=dict(state.meta))
+        return new_state, update_message(body_arrays(model), len(y), loss)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         return self._load(ctx, state, message).eval()
