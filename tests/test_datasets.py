@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import builtins
+import codecs
+import os
 import pickle
+import re
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -139,10 +144,10 @@ def test_gaussian_mixture_seeded():
 # --------------------------------------------------------------------------------------------
 
 
-def _dump(path: Path, entry: dict) -> None:
+def _dump(path: Path, entry: dict, protocol: int = 2) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        pickle.dump(entry, f, protocol=2)
+        pickle.dump(entry, f, protocol=protocol)
 
 
 @pytest.fixture(scope="module")
@@ -244,6 +249,76 @@ def test_cifar_bad_name_and_split(cifar_root):
         load_cifar(root, name="cifar1000")
     with pytest.raises(ValueError, match="'val'.*train, test, all"):
         load_cifar(root, split="val")
+
+
+def _python2_batch(data: np.ndarray, labels: list[int]) -> bytes:
+    """The opcodes Python 2's cPickle writes at protocol 2 for ``{"data": uint8 array, "labels": [...]}``
+    (as in the official archives): ``numpy.core.multiarray._reconstruct``, py2 ``str`` (BINSTRING)."""
+    rows, cols = data.shape
+    dtype = b"cnumpy\ndtype\nU\x02u1K\x00K\x01\x87R(K\x03U\x01|NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb"
+    array = (b"cnumpy.core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85U\x01b\x87R"
+             + b"(K\x01M" + struct.pack("<H", rows) + b"M" + struct.pack("<H", cols) + b"\x86" + dtype
+             + b"\x89T" + struct.pack("<i", data.size) + data.tobytes() + b"tb")
+    label_list = b"](" + b"".join(b"K" + bytes([v]) for v in labels) + b"e"
+    return b"\x80\x02}(U\x04data" + array + b"U\x06labels" + label_list + b"u."
+
+
+def test_cifar_reads_the_python2_protocol2_format(tmp_path):
+    data = np.random.default_rng(1).integers(0, 256, size=(3, 3072), dtype=np.uint8)
+    raw = _python2_batch(data, [7, 0, 9])
+    plain = pickle.loads(raw, encoding="bytes")  # the hand-written opcodes are a valid pickle
+    np.testing.assert_array_equal(plain[b"data"], data)
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "test_batch").write_bytes(raw)
+    ds = load_cifar(tmp_path, split="test")
+    assert ds.y.tolist() == [7, 0, 9]
+    np.testing.assert_array_equal(np.rint(ds.x.numpy() * 255).astype(np.uint8).reshape(3, -1), data)
+
+
+class _Payload:
+    """Pickles as a call of ``fn(*args)``; pickling it records the reference and runs nothing."""
+
+    def __init__(self, fn, *args) -> None:
+        self.fn, self.args = fn, args
+
+    def __reduce__(self):
+        return self.fn, self.args
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+@pytest.mark.parametrize("where", ["data", "labels", "top"])
+@pytest.mark.parametrize("fn", [os.system, builtins.eval, builtins.exec])
+def test_cifar_refuses_a_crafted_pickle_and_runs_nothing(tmp_path, fn, where, protocol):
+    marker = tmp_path / "ran"
+    code = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+    payload = _Payload(fn, f"touch {marker}" if fn is os.system else code)
+    good = np.zeros((2, 3072), dtype=np.uint8)
+    entry = {"data": {b"data": payload, b"labels": [0, 1]},
+             "labels": {b"data": good, b"labels": [0, payload]},
+             "top": payload}[where]
+    path = tmp_path / "cifar-10-batches-py" / "test_batch"
+    _dump(path, entry, protocol)
+    # the global as the file spells it: os.system is posix.system on Linux; protocol 2 writes
+    # builtins as Python 2's __builtin__
+    module = "__builtin__" if protocol < 3 and fn.__module__ == "builtins" else fn.__module__
+    forbidden = f"{module}.{fn.__name__}"
+    with pytest.raises(pickle.UnpicklingError, match=re.escape(str(path)) + ".*" + re.escape(repr(forbidden))):
+        load_cifar(tmp_path, split="test")
+    assert not marker.exists()
+
+
+def test_cifar_refuses_other_codecs_and_non_batches(tmp_path):
+    path = tmp_path / "cifar-10-batches-py" / "test_batch"
+    _dump(path, {b"data": _Payload(codecs.encode, "abc", "rot13"), b"labels": [0]})
+    with pytest.raises(pickle.UnpicklingError, match=re.escape(str(path)) + ".*codec 'rot13'"):
+        load_cifar(tmp_path, split="test")
+    _dump(path, [1, 2, 3])
+    with pytest.raises(ValueError, match=re.escape(str(path)) + ".*not in the CIFAR python format.*a list"):
+        load_cifar(tmp_path, split="test")
+    _dump(path, {b"data": np.zeros((1, 3072), np.uint8)})
+    with pytest.raises(ValueError, match="b'labels'.*keys \\[b'data'\\]"):
+        load_cifar(tmp_path, split="test")
 
 
 # --------------------------------------------------------------------------------------------

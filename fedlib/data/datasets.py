@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import pickle
@@ -436,9 +437,73 @@ def _cifar_paths(root: Path, name: str, split: str) -> list[Path]:
     return [folder / f for s in splits for f in _CIFAR_FILES[name][s]]
 
 
+_NUMPY_RECONSTRUCT = np.ndarray(0).__reduce__()[0]
+"""numpy's array reconstructor (``numpy.core.multiarray._reconstruct`` in numpy 1,
+``numpy._core.multiarray._reconstruct`` in numpy 2), taken from numpy itself: no module is imported
+by name while unpickling."""
+
+
+_CIFAR_GLOBALS_ALLOWED = (
+    "numpy.core.multiarray._reconstruct",
+    "numpy._core.multiarray._reconstruct",
+    "numpy.ndarray",
+    "numpy.dtype",
+    "_codecs.encode (latin-1)",
+)
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    """An unpickler that builds only what a CIFAR python batch holds.
+
+    The official batches (written by Python 2 with pickle protocol 2) are dicts of byte-string keys
+    whose values are byte strings, lists of ints or byte strings, and one ``uint8`` numpy array.
+    Plain containers need no global; the array needs numpy's reconstructor, ``numpy.ndarray`` and
+    ``numpy.dtype``; a protocol-2 pickle written by Python 3 also spells every byte string as
+    ``_codecs.encode(text, "latin1")``. Any other global (``os.system``, ``builtins.eval``, ...) is
+    refused before it is looked up, so a crafted file can run nothing.
+    """
+
+    def __init__(self, file, path: Path) -> None:
+        super().__init__(file, encoding="bytes")
+        self._path = path
+
+    def _refuse(self, what: str) -> pickle.UnpicklingError:
+        return pickle.UnpicklingError(
+            f"{self._path} is not a CIFAR python batch: it asks to unpickle {what}, which is refused "
+            f"(allowed: {', '.join(_CIFAR_GLOBALS_ALLOWED)})"
+        )
+
+    def find_class(self, module: str, name: str) -> Any:
+        key = f"{module}.{name}"
+        if key in ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct"):
+            return _NUMPY_RECONSTRUCT
+        if key == "numpy.ndarray":
+            return np.ndarray
+        if key == "numpy.dtype":
+            return np.dtype
+        if key == "_codecs.encode":
+            return self._latin1_encode
+        raise self._refuse(f"the global {key!r}")
+
+    def _latin1_encode(self, text: str, encoding: str = "utf-8") -> bytes:
+        # how Python 3 writes bytes at protocol 2; only the latin-1 codec is admitted
+        if encoding not in ("latin1", "latin-1"):
+            raise self._refuse(f"_codecs.encode with the codec {encoding!r}")
+        return codecs.encode(text, "latin1")
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise self._refuse(f"the persistent id {pid!r}")
+
+
 def _read_cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as f:
-        entry = pickle.load(f, encoding="bytes")
+        entry = _CifarUnpickler(f, path).load()
+    if not isinstance(entry, dict) or b"data" not in entry or label_key not in entry:
+        keys = f"keys {list(entry)[:8]}" if isinstance(entry, dict) else f"a {type(entry).__name__}"
+        raise ValueError(
+            f"{path} is not in the CIFAR python format: expected a dict with keys b'data' and "
+            f"{label_key!r}, got {keys}"
+        )
     data = np.asarray(entry[b"data"], dtype=np.uint8)  # (N, 3072): R(1024) G(1024) B(1024)
     labels = np.asarray(entry[label_key], dtype=np.int64)
     if data.ndim != 2 or data.shape[1] != 3072 or len(labels) != len(data):
@@ -496,6 +561,18 @@ def load_cifar(
     FileNotFoundError
         If a file is missing and ``download`` is False; the message names the missing path and
         how to obtain the files.
+    pickle.UnpicklingError
+        If a file asks the unpickler for anything the official format does not hold (any global
+        but numpy's array reconstructor, ``numpy.ndarray``, ``numpy.dtype`` and latin-1
+        ``_codecs.encode``); the message names the file and the refused global. Nothing from the
+        file is run.
+    ValueError
+        If a file unpickles but is not a CIFAR batch (no ``b"data"`` and label keys, wrong shape).
+
+    Notes
+    -----
+    The batches are unpickled by a restricted :class:`pickle.Unpickler` whose ``find_class`` admits
+    only the globals listed above, so a tampered or foreign file in ``root`` cannot execute code.
     """
     name = _check_choice("CIFAR name", name, tuple(_CIFAR_URLS))
     split = _check_choice("split", split, CIFAR_SPLITS)
