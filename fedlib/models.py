@@ -190,9 +190,9 @@ class FeatureModel(nn.Module):
         evaluation mode (no dropout, normalization statistics fixed), without gradients. The one
         batched extraction every statistics round, head and tracker uses.
 
-        >>> model = SmallCNN(width=4, feature_dim=8)
+        >>> model = SmallCNN(width=8, feature_dim=8)
         >>> model.extract(torch.zeros(300, 1, 28, 28), ("conv1", "penultimate")).shape
-        torch.Size([300, 12])
+        torch.Size([300, 16])
         >>> model.extract(torch.zeros(0, 1, 28, 28)).shape
         torch.Size([0, 8])
         """
