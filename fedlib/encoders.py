@@ -28,7 +28,7 @@ from torch import nn
 
 from .data import ArrayDataset
 from .models import build_model
-from .rng import derive_seed, isolated_torch_rng, torch_generator
+from .rng import ENCODER_INIT, ENCODER_TRAIN, PUBLIC_SPLIT, derive_seed, isolated_torch_rng, torch_generator
 from .training import TrainConfig, local_train
 
 __all__ = ["FrozenEncoder", "public_split", "train_public_encoder", "encode_dataset", "OpenCLIPEncoder"]
@@ -78,7 +78,7 @@ def public_split(dataset: ArrayDataset, fraction: float, *, seed: int = 0) -> tu
     """
     if not 0.0 < fraction < 1.0:
         raise ValueError(f"fraction must be in (0, 1), got {fraction}")
-    rng = np.random.default_rng(derive_seed(seed, 41))
+    rng = np.random.default_rng(derive_seed(seed, PUBLIC_SPLIT))
     labels = dataset.labels_np
     strata = labels if dataset.domain is None else labels + dataset.n_classes * dataset.domain.numpy()
     public = []
@@ -101,11 +101,11 @@ def train_public_encoder(
     """
     if len(public) == 0:
         raise ValueError("the public split is empty; valid: at least one sample")
-    with isolated_torch_rng(derive_seed(seed, 42)):
+    with isolated_torch_rng(derive_seed(seed, ENCODER_INIT)):
         model = build_model("cnn", in_channels=public.x.shape[1], n_classes=public.n_classes,
                             input_size=public.x.shape[-1], feature_dim=feature_dim, width=width)
     local_train(model, public.x, public.y, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=0.9),
-                torch_generator(seed, 43))
+                torch_generator(seed, ENCODER_TRAIN))
     return FrozenEncoder(model.embed, feature_dim, f"CNN trained on {len(public)} public images, frozen", module=model)
 
 
