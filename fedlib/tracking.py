@@ -17,7 +17,8 @@ remaining classes:
   :func:`adaptive_alpha`; the reconstruction, Eq. (4): :func:`reconstruct_mpt`;
 * MPT-lite (the paper names it only): :func:`growth_factor`, :func:`reconstruct_lite`;
 * baselines: frozen, iCaRL nearest-mean (:func:`icarl_prototype`), SDC (:func:`sdc_client_sums`,
-  :func:`sdc_step`), LDC (:func:`ldc_fit_map`, :func:`ldc_step`), CCVR (:func:`ccvr_head`).
+  :func:`sdc_step`), LDC (:func:`ldc_fit_map`, :func:`ldc_step`); CCVR's calibration is a head
+  (:func:`fedlib.heads.ccvr_calibrate`).
 
 Choices the paper leaves open (each a parameter of :class:`TrackingConfig`):
 
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .heads import regularized_covariance
+from .training import TrainConfig, local_train
 
 SPANS = ("affine", "linear")
 NOISE = ("rare", "pooled")
@@ -416,21 +418,21 @@ def sdc_step(prototype: torch.Tensor, sum_w_delta: torch.Tensor, sum_w: float) -
 def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, lr: float = 1e-3, batch_size: int = 32,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     r"""LDC: a bias-free linear map :math:`W` (d, d) with :math:`z^{new} \approx W z^{old}`, trained
-    with MSE and Adam from the identity (one client's part; the server averages the maps)."""
+    with MSE (:math:`\tfrac1B\sum_i \lVert W z_i^{old} - z_i^{new}\rVert^2` per batch) and Adam from the
+    identity through :func:`fedlib.training.local_train` (one client's part; the server averages
+    the maps). ``generator`` orders the batches (default: torch's global generator)."""
     z_old, z_new = _t(z_old).float(), _t(z_new).float()
     d = z_old.shape[1]
-    W = torch.eye(d, requires_grad=True)
-    opt = torch.optim.Adam([W], lr=lr)
-    n = len(z_old)
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=generator)
-        for s in range(0, n, batch_size):
-            idx = perm[s : s + batch_size]
-            loss = ((z_old[idx] @ W.T - z_new[idx]) ** 2).sum(1).mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-    return W.detach().to(F64)
+    linear = torch.nn.Linear(d, d, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.eye(d))
+    cfg = TrainConfig(epochs=epochs, batch_size=batch_size, optimizer="adam", lr=lr)
+    local_train(linear, z_old, z_new, cfg, torch.default_generator if generator is None else generator, loss_fn=_mse_rows)
+    return linear.weight.detach().to(F64)
+
+
+def _mse_rows(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((model(x) - y) ** 2).sum(1).mean()
 
 
 def ldc_step(prototype: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
@@ -438,43 +440,9 @@ def ldc_step(prototype: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return _t(W) @ _t(prototype)
 
 
-def ccvr_head(means: torch.Tensor, covs: torch.Tensor, counts: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, *,
-              n_virtual: int = 100, steps: int = 100, lr: float = 0.01, reg: float = 0.1,
-              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""CCVR (Luo et al., NeurIPS 2021): sample ``n_virtual`` virtual features per observed class
-    from :math:`N(\mu_c, \tilde\Sigma_c)` and re-train the linear head (from ``weight`` (C, d),
-    ``bias`` (C,)) with cross-entropy. A class seen fewer than twice uses the pooled covariance;
-    an unobserved class gets no virtual feature. Returns the calibrated ``(weight, bias)``."""
-    means, covs, counts = _t(means), _t(covs), _t(counts)
-    C, d = means.shape
-    obs = counts > 0
-    if not bool(obs.any()):
-        return weight.clone(), bias.clone()
-    pooled = (covs[counts >= 2] * counts[counts >= 2, None, None]).sum(0) / counts[counts >= 2].sum().clamp_min(1)
-    feats, labels = [], []
-    for c in torch.nonzero(obs).flatten().tolist():
-        cov = covs[c] if counts[c] >= 2 else pooled
-        L = torch.linalg.cholesky(regularized_covariance(cov, reg))
-        eps = torch.randn(n_virtual, d, generator=generator, dtype=F64)
-        feats.append(means[c] + eps @ L.T)
-        labels.append(torch.full((n_virtual,), c, dtype=torch.long))
-    x, y = torch.cat(feats).float(), torch.cat(labels)
-    head = torch.nn.Linear(d, C)
-    with torch.no_grad():
-        head.weight.copy_(weight)
-        head.bias.copy_(bias)
-    opt = torch.optim.Adam(head.parameters(), lr=lr)
-    for _ in range(steps):
-        loss = torch.nn.functional.cross_entropy(head(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return head.weight.detach().clone(), head.bias.detach().clone()
-
-
 __all__ = [
     "METRICS", "NOISE", "SPANS", "Reconstruction", "Snapshot", "TrackingConfig", "adaptive_alpha", "barycentric_decomposition",
-    "barycentric_prototype", "barycentric_weights", "ccvr_head", "growth_factor", "icarl_prototype", "inv_sqrtm_pd",
+    "barycentric_prototype", "barycentric_weights", "growth_factor", "icarl_prototype", "inv_sqrtm_pd",
     "ldc_fit_map", "ldc_step", "measured_residual", "noise_variance", "reconstruct_lite", "reconstruct_mpt",
     "sdc_client_sums", "sdc_step", "span_projector", "sqrtm_psd", "stored_residual_prototype", "take_snapshot",
     "transport_map",

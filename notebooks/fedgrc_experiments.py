@@ -26,9 +26,9 @@
 #    against shared class directions and a log-norm magnitude loss against shared per-class,
 #    per-layer references ({mod}`fedlib.cgrl`, {class}`fedlib.algorithms.fedgrc.CGRL`);
 # 2. **MMS**, a shared statistical metric built from additive multilayer moments under the
-#    frozen backbone ({class}`fedlib.mms.MMS`);
+#    frozen backbone ({class}`fedlib.heads.MMS`);
 # 3. **SASP**, each client's linear head from class means shrunk toward the shared ones by
-#    $\alpha(n) = n/(n+m_0)$, with equal priors ({class}`fedlib.mms.SASP`).
+#    $\alpha(n) = n/(n+m_0)$, with equal priors ({class}`fedlib.heads.SASP`).
 #
 # This chapter re-makes the paper's Tables I/II (every method under the protocol), Table IV
 # (before and after personalization), Table IX (backbone × head, with the excess gain) and the
@@ -73,11 +73,12 @@ from myst_nb import glue
 
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedBABU, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
-from fedlib.algorithms.stathead import StatHead, collect_statistics
+from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
 from fedlib.cgrl import CGRLConfig
 from fedlib.chapter import load_data, resolve, verdict
 from fedlib.data import plot_partition
 from fedlib.federation import make_federation
+from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
 from fedlib.metrics import RARE_RATIO, protocol_summary
 from fedlib.models import build_model
@@ -176,7 +177,7 @@ plt.show()
 # {cite:p}`ditto` and FedETF {cite:p}`fedetf`. Methods that differ only in what a client deploys
 # reuse a run ({func}`fedlib.loop.evaluate_deployment`): FedAvg-FT {cite:p}`motley` and
 # FedETF-FT fine-tune the final model locally; every **statistical head** is fitted after a
-# terminal statistics round ({func}`fedlib.algorithms.stathead.collect_statistics`) in which each
+# terminal statistics round ({func}`fedlib.deployment.collect_statistics`) in which each
 # client sends the additive class moments (counts, sums, Gram matrices) of its training features
 # under the frozen final backbone, and nothing else. The baseline heads use the penultimate
 # features: FedNCM {cite:p}`fedncm`, an LDA-style pooled-covariance head, FedCGS
@@ -184,7 +185,7 @@ plt.show()
 # concatenated layers $\Lambda$.
 
 # %%
-BASELINE_HEADS = {"FedNCM": "fedncm", "LDA": "lda", "FedCGS": "fedcgs", "Fed3R": "fed3r", "CCVR": "ccvr"}
+BASELINE_HEADS = {"FedNCM": FedNCMHead(), "LDA": LDAHead(), "FedCGS": FedCGSHead(), "Fed3R": Fed3RHead(), "CCVR": CCVRHead()}
 
 
 def summarize_frame(frame):
@@ -225,13 +226,13 @@ for a, fed in federations.items():
         stat_runs[(a, backbone)] = multi
         for label, head in BASELINE_HEADS.items():
             deployments[f"{backbone} + {label}"] = evaluate_deployment(StatHead(head=head, seed=seed), pen, fed, model_fn, loop_cfg)
-        deployments[f"{backbone} + MMS"] = evaluate_deployment(StatHead(head="mms", gamma=P.gamma), multi, fed, model_fn, loop_cfg)
+        deployments[f"{backbone} + MMS"] = evaluate_deployment(StatHead(MMS(gamma=P.gamma)), multi, fed, model_fn, loop_cfg)
         deployments[f"{backbone} + MMS + SASP"] = evaluate_deployment(
-            StatHead(head="sasp", gamma=P.gamma, m0=P.m0), multi, fed, model_fn, loop_cfg)
+            StatHead(SASP(m0=P.m0, gamma=P.gamma)), multi, fed, model_fn, loop_cfg)
         ledgers[(a, backbone, "penultimate")] = pen.ledger
         ledgers[(a, backbone, "multilayer")] = multi.ledger
     deployments["FedAvg + FedCGS + FT"] = evaluate_deployment(
-        StatHead(head="fedcgs", finetune=finetune_cfg, seed=seed),
+        StatHead(FedCGSHead(), finetune=finetune_cfg, seed=seed),
         collect_statistics(runs["FedAvg"], fed, model_fn, layers=("penultimate",), seed=seed), fed, model_fn, loop_cfg)
     for name, frame in deployments.items():
         per_client[(a, name)], results[(a, name)] = summarize_frame(frame)
@@ -425,14 +426,11 @@ glue("fge_n_alphas", len(P.alphas), display=False)
 #
 # Both parameters act only on the head, so we freeze the CGRL backbone at
 # $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once
-# ({class}`fedlib.algorithms.stathead.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
+# ({class}`fedlib.deployment.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
 # the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
 # $\gamma$. Each head is evaluated by the same protocol.
 
 # %%
-from fedlib.algorithms.stathead import FrozenFeatures  # noqa: E402
-from fedlib.mms import MMS, SASP  # noqa: E402
-
 frozen = FrozenFeatures(stat_runs[(a_lo, "CGRL")], federations[a_lo], model_fn)  # one backbone pass per split
 mms = MMS(gamma=P.gamma).fit(frozen.moments, frozen.layer_dims)
 SENS = ("local", "global", "unseen", "F@25")

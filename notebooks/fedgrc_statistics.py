@@ -33,7 +33,7 @@
 # derivation, checks it numerically on many seeded random instances (and symbolically with sympy
 # where that is a proof), and records a row of the **check table** at the end; the final section
 # checks the stability theorem on the features of a small CNN trained with FedAvg. The library
-# code under test is {mod}`fedlib.mms` ({class}`fedlib.mms.MMS`, {class}`fedlib.mms.SASP`) and
+# code under test is {mod}`fedlib.heads.mms` ({class}`fedlib.heads.MMS`, {class}`fedlib.heads.SASP`) and
 # {class}`fedlib.stats.ClassMoments`; the same statements are property tests in
 # `tests/test_fedgrc_theory.py`.
 #
@@ -77,7 +77,7 @@ from fedlib.cgrl import unit
 from fedlib.chapter import CheckTable, load_data, resolve
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, run_federated
-from fedlib.mms import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
+from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
 from fedlib.models import build_model
 from fedlib.rng import numpy_rng
 from fedlib.stats import ClassMoments, feature_moments
@@ -167,7 +167,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 #
 # (The paper's display of Eq. (28) is missing; the prose says it sums the squared norms of the
 # layer residual blocks, which is the middle expression; the right one substitutes Eq. (21).)
-# We compute the left sides with {class}`fedlib.stats.ClassMoments` and {class}`fedlib.mms.MMS`
+# We compute the left sides with {class}`fedlib.stats.ClassMoments` and {class}`fedlib.heads.MMS`
 # fitted on per-client moments, the right sides from explicit pairwise sums.
 
 # %%
@@ -326,7 +326,7 @@ check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')"
 # $$
 #
 # because $\sum_{i\in c}(h_i - \bar h_c)(h_i - \bar h_c)^\top = G_c - t_ct_c^\top/N_c$. We compare
-# {class}`fedlib.mms.MMS` fitted on a *list* of per-client {class}`fedlib.stats.ClassMoments` with a
+# {class}`fedlib.heads.MMS` fitted on a *list* of per-client {class}`fedlib.stats.ClassMoments` with a
 # direct numpy computation on the pooled, explicitly scaled, concatenated features — the whole
 # matrix, and the off-diagonal (cross-layer) blocks on their own.
 
@@ -497,7 +497,7 @@ check("Prop. IV.2 in 2-d with a symbolic A: m* = (sum z + m0 mu)/(n + m0), A can
       0.0 if sasp_2d_ok else 1.0, 0.0)
 
 # %% [markdown]
-# Numerically: {class}`fedlib.mms.SASP`'s means against `scipy.optimize.minimize` (BFGS with the
+# Numerically: {class}`fedlib.heads.SASP`'s means against `scipy.optimize.minimize` (BFGS with the
 # analytic gradient) on $J$ with the fitted metric, and against the minimizer of $J$ under a
 # *different*, random SPD metric (it must not move); the absent-class case; the identities (35).
 

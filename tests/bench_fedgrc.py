@@ -13,9 +13,11 @@ of ``--repeats`` after one untimed warm-up; the merge once):
 * ``merge``: the server adding the clients' moments as they arrive, accumulated in place into one
   buffer (what ``ClassMoments.sum`` does); ``merge_alloc``: the same sum with ``ClassMoments.__add__``,
   which allocates a new (C, d, d) tensor per addition (page faults dominate; not in the total);
-* ``mms``: :class:`fedlib.mms.MMS` (layer scales over 4 layer blocks, pooled covariance, metric A);
-* ``sasp_all``: one :class:`fedlib.mms.SASP` head per client, from its counts and sums;
-* ``fedcgs``, ``lda``, ``fed3r``, ``fedncm``: the baselines of :mod:`fedlib.stat_heads`
+  ``merge_compact``: the in-place merge of the compact statistics (counts, sums and the total Gram
+  matrix (d, d) only, ``ClassMoments.compact()``; every head but CCVR fits from them; not in the total);
+* ``mms``: :class:`fedlib.heads.MMS` (layer scales over 4 layer blocks, pooled covariance, metric A);
+* ``sasp_all``: one :class:`fedlib.heads.SASP` head per client, from its counts and sums;
+* ``fedcgs``, ``lda``, ``fed3r``, ``fedncm``: the baselines of :mod:`fedlib.heads`
   (``ccvr`` with ``--ccvr``).
 
 It prints the table, the ratio time(d = 1000) / time(d = 512) per column next to the d^2 and d^3
@@ -42,8 +44,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from fedlib.mms import MMS, SASP
-from fedlib.stat_heads import CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
+from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
 from fedlib.stats import ClassMoments
 
 FULL = dict(dims=(64, 128, 256, 512, 1000), classes=100, clients=20, n_client=512)
@@ -150,7 +151,7 @@ def bench_heads(args) -> pd.DataFrame:
         largest = d == dims[-1]
         centers = np.random.default_rng(d).normal(scale=2.0, size=(classes, d))
         recorder = ShapeRecorder() if largest else None
-        own, merged, acc, t_merge, t_inplace, merge_peak = [], None, None, 0.0, 0.0, 0
+        own, merged, acc, acc_c, t_merge, t_inplace, t_compact, merge_peak = [], None, None, None, 0.0, 0.0, 0.0, 0
         for k in range(clients):
             with recorder if recorder is not None else contextlib.nullcontext():  # the client side, chunk by chunk
                 m, _ = client_moments(d, classes, n_client, k, args.chunk, centers)
@@ -167,9 +168,16 @@ def bench_heads(args) -> pd.DataFrame:
             else:
                 acc.counts.add_(m.counts), acc.sums.add_(m.sums), acc.grams.add_(m.grams)
             t_inplace += time.perf_counter() - t0
-            del m
+            mc = m.compact()  # what the client would send in the compact form
+            t0 = time.perf_counter()
+            if acc_c is None:
+                acc_c = ClassMoments(mc.counts.clone(), mc.sums.clone(), mc.grams.clone())
+            else:
+                acc_c.counts.add_(mc.counts), acc_c.sums.add_(mc.sums), acc_c.grams.add_(mc.grams)
+            t_compact += time.perf_counter() - t0
+            del m, mc
         assert torch.equal(acc.grams, merged.grams)
-        del acc
+        del acc, acc_c
         blocks = layer_blocks(d)
         fits = {
             "mms": lambda: MMS(0.1).fit(merged, blocks),
@@ -186,7 +194,7 @@ def bench_heads(args) -> pd.DataFrame:
             for fit in fits.values():  # the server side, once, untimed (also a warm-up)
                 fit()
         fit_peak = rss.extra
-        row = {"d": d, "merge": t_inplace, "merge_alloc": t_merge}
+        row = {"d": d, "merge": t_inplace, "merge_alloc": t_merge, "merge_compact": t_compact}
         row.update({name: _median_time(fit, repeats) for name, fit in fits.items()})
         rows.append(row)
         if largest:
@@ -197,15 +205,17 @@ def bench_heads(args) -> pd.DataFrame:
             assert not bad, f"a tensor of shape (n, d, d) was formed: {bad}"
             assert int(np.prod(biggest)) <= classes * d * d, f"a tensor larger than (C, d, d) was formed: {biggest}"
             memory = {"d": d, "merge_peak": merge_peak, "fit_peak": fit_peak, "moments": classes * (1 + d + d * d) * 8,
+                      "compact": (classes * (1 + d) + d * d) * 8,
                       "biggest": biggest, "n_total": n_total, "nd2": n_total * d * d * 8}
         del merged, own, mms, fits
 
     table = pd.DataFrame(rows).set_index("d")
     order = ["merge", "mms", "sasp_all", "fedcgs", "lda", "fed3r", "fedncm"] + (["ccvr"] if args.ccvr else [])
-    table = table[order + ["merge_alloc"]]
+    table = table[order + ["merge_alloc", "merge_compact"]]
     table.insert(len(order), "total", table[order].sum(axis=1))
     print("\nseconds (merges: once; fits: median); merge: accumulated in place as ClassMoments.sum does; "
-          "merge_alloc: the same sum with a new tensor per addition (ClassMoments.__add__; not in total)")
+          "merge_alloc: the same sum with a new tensor per addition (ClassMoments.__add__; not in total); "
+          "merge_compact: in place, the compact statistics (total Gram only; not in total)")
     print(table.to_string(float_format=lambda v: f"{v:9.4f}"))
     a, b = dims[-1], dims[-2]
     ratio = table.loc[a] / table.loc[b]
@@ -216,6 +226,8 @@ def bench_heads(args) -> pd.DataFrame:
           f"{memory['moments'] / gib:.3f} GiB, plus one client message while merging it; peak resident memory "
           f"above that: merging a message with ClassMoments.__add__ {memory['merge_peak'] / gib:.3f} GiB (the new sum), fitting every head "
           f"{memory['fit_peak'] / gib:.3f} GiB")
+    print(f"one client's message: {memory['moments'] / 2**20:.1f} MiB with the per-class Gram matrices, "
+          f"{memory['compact'] / 2**20:.1f} MiB in the compact form (the total Gram matrix only; every head but CCVR)")
     print(f"largest tensor any client or server operation formed: {memory['biggest']} (the (C, d, d) Gram matrices); "
           f"no (n, d, d) tensor (n = {memory['n_total']} samples would need {memory['nd2'] / gib:.1f} GiB): checked")
     return table

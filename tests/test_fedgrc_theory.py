@@ -1,5 +1,5 @@
 """FedGRC's theory as property tests: CGRL's geometry (fedlib.cgrl), MMS's trace identities and
-invariances, SASP's stationarity and the prediction-stability theorem (fedlib.mms).
+invariances, SASP's stationarity and the prediction-stability theorem (fedlib.heads.mms).
 
 The moment identities of Appendix A-E, Proposition IV.1, the bounds of Eq. (31), the minimizer of
 Proposition IV.2 (against SciPy) and the Bayes / nearest-mean equivalence are in tests/test_mms.py;
@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
-from fedlib.mms import MMS, SASP, adaptation_weights
+from fedlib.heads import MMS, SASP, adaptation_weights
 from fedlib.stats import ClassMoments
 
 F64 = torch.float64

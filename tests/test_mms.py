@@ -1,4 +1,4 @@
-"""FedGRC's MMS (layer scales, shared means, pooled covariance, metric) and SASP (fedlib.mms)."""
+"""FedGRC's MMS (layer scales, shared means, pooled covariance, metric) and SASP (fedlib.heads.mms)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
-from fedlib.mms import MMS, SASP, adaptation_weights, layer_scales, scale_moments
+from fedlib.heads import MMS, SASP, ZERO_VARIANCE_RTOL, adaptation_weights, layer_scales, scale_moments
 from fedlib.stats import ClassMoments
 
 T = lambda a: torch.as_tensor(np.asarray(a, dtype=np.float64))  # noqa: E731
@@ -268,3 +268,70 @@ def test_class_absent_everywhere_zero_features_and_singular_covariance_never_nan
     # one sample per class: Sigma_w = 0 exactly (singular), the head stays finite
     one = MMS().fit(moments([[0.0, 1.0], [3.0, 1.0]], [0, 1], 2))
     assert bool(torch.isfinite(one.metric_).all()) and one.predict(T([[0.1, 1.0], [2.9, 1.0]])).tolist() == [0, 1]
+
+
+# ---------------------------------------------------------------- layer scales of constant layers (bug fix)
+def _naive_layer_scales(moments, layer_dims):
+    """Eq. (22) without treating rounding residue as zero (the computation before the fix)."""
+    n = moments.counts.sum()
+    mean = moments.sums.sum(0) / n
+    var = (torch.diagonal(moments.grams, dim1=1, dim2=2).sum(0) / n - mean**2).clamp(min=0.0)
+    s = torch.stack([torch.sqrt(b.mean()) for b in torch.split(var, list(layer_dims))])
+    return torch.where(s > 0, s, torch.ones_like(s))
+
+
+@pytest.mark.parametrize("c", [1e-3, 1.0, 1e3, 1e6])
+def test_a_constant_non_zero_layer_keeps_scale_one(c):
+    """A layer whose features are constant but not zero has zero variance: s = 1, as documented.
+
+    Its E[x^2] - mean^2 is rounding residue of the merged moments; here a residue of a few ulps of
+    E[x^2] is put in by hand (the sums of n c^2 in some order), so that the formula before the fix
+    gives s = sqrt(residue) ~ 1e-8 |c| for every magnitude; the fix gives 1."""
+    n = torch.tensor([400.0, 300.0, 297.0], dtype=torch.float64)
+    const = torch.tensor([c, 0.37 * c, 2.9 * c], dtype=torch.float64)  # layer 0: 3 constant coordinates
+    rng = np.random.default_rng(0)
+    vary = T(rng.normal(size=(3, 4)))  # layer 1: class means of 4 varying coordinates
+    sums = torch.cat([n[:, None] * const[None, :], n[:, None] * vary], dim=1)  # (3, 7)
+    grams = sums[:, :, None] * sums[:, None, :] / n[:, None, None] + torch.diag_embed(torch.cat(
+        [torch.zeros(3), torch.ones(4)]).double()).expand(3, 7, 7) * n[:, None, None]  # within-class variance in layer 1 only
+    residue = 1 + 4 * torch.finfo(torch.float64).eps
+    grams[:, :3, :3] *= residue  # rounding residue of the constant coordinates' second moments
+    merged = ClassMoments(n, sums, grams)
+    assert float(_naive_layer_scales(merged, (3, 4))[0]) < 1e-7 * abs(c)  # the bug
+    s = layer_scales(merged, (3, 4))
+    assert s[0] == 1.0 and s[1] == _naive_layer_scales(merged, (3, 4))[1]  # the fix; the varying layer unchanged
+    assert layer_scales(merged.compact(), (3, 4))[0] == 1.0  # the compact form too
+    mms = MMS().fit(merged, (3, 4))
+    assert mms.scales_[0] == 1.0 and bool(torch.isfinite(mms.metric_).all())
+
+
+def test_a_constant_layer_of_float32_features_keeps_scale_one():
+    """The same from features: 997 float32 samples whose first layer is the constant 3.3, summarized
+    in chunks of 256 rows and merged (as a client does); before the fix its scale came out 2.4e-8."""
+    rng = np.random.default_rng(0)
+    h = np.concatenate([np.full((997, 3), 3.3) * np.array([1.0, 0.37, 2.9]), rng.normal(size=(997, 4))], axis=1)
+    h = T(h.astype(np.float32).astype(np.float64))
+    y = torch.from_numpy(rng.integers(0, 10, size=997))
+    merged = ClassMoments.sum([ClassMoments.from_features(h[i : i + 256], y[i : i + 256], 10) for i in range(0, 997, 256)])
+    assert float(_naive_layer_scales(merged, (3, 4))[0]) < 1e-6  # the bug, on this data
+    s = layer_scales(merged, (3, 4))
+    assert s[0] == 1.0
+    assert float(s[1]) == pytest.approx(math.sqrt(np.var(h[:, 3:].numpy(), axis=0).mean()), rel=1e-10)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([[2], [3, 1], [1, 2, 2]]))
+def test_a_varying_layer_keeps_its_scale_bit_for_bit(seed, dims):
+    """The fix only zeroes variances at rounding level: a normal layer's scale is unchanged."""
+    parts, h, y = federation(seed, 3, 3, dims)
+    merged = ClassMoments.sum([moments(ph, py, 3) for ph, py in parts])
+    assert torch.equal(layer_scales(merged, dims), _naive_layer_scales(merged, dims))
+    np.testing.assert_allclose(layer_scales(merged, dims).numpy(), centralized(h, y, 3, dims)[0], rtol=1e-9)
+
+
+def test_zero_variance_threshold_is_relative():
+    # a coordinate that varies by 1e-4 relative to its mean is kept (variance 1e-8 * E[x^2] > rtol)
+    h = np.array([[1e3 * (1 + 1e-4)], [1e3 * (1 - 1e-4)]])
+    s = layer_scales(moments(h, [0, 1], 2), [1])
+    assert float(s[0]) == pytest.approx(1e3 * 1e-4, rel=1e-6) and ZERO_VARIANCE_RTOL < 1e-8
+

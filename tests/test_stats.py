@@ -1,4 +1,5 @@
-"""Additive class moments equal the centralized computation on the pooled features."""
+"""Additive class moments (fedlib.stats): equal to the centralized computation on the pooled
+features, input validation, and the compact form (total Gram matrix only)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,86 @@ def test_feature_moments_of_a_model_equal_direct_computation():
     direct = ClassMoments.from_features(torch.cat(list(f.values()), 1), y, 4)
     assert m.dim == 64 + 128
     torch.testing.assert_close(m.grams, direct.grams, rtol=1e-4, atol=1e-5)  # float32 features, batched differently
+
+
+def test_feature_moments_is_the_per_batch_computation_bit_for_bit():
+    """feature_moments extracts with FeatureModel.extract and sums the moments of consecutive
+    chunks: the arithmetic of the per-batch loop it replaced, bit for bit."""
+    model = build_model("cnn", in_channels=1, n_classes=4, seed=0)
+    x = torch.rand(70, 1, 28, 28, generator=torch.Generator().manual_seed(2))
+    y = torch.arange(70) % 4
+    m = feature_moments(model, x, y, 4, layers=["conv1", "penultimate"], batch_size=32)
+    ref = None
+    with torch.no_grad():
+        for i in range(0, 70, 32):
+            z = torch.cat(list(model.features(x[i : i + 32], ["conv1", "penultimate"]).values()), dim=1)
+            part = ClassMoments.from_features(z, y[i : i + 32], 4)
+            ref = part if ref is None else ref + part
+    assert torch.equal(m.counts, ref.counts) and torch.equal(m.sums, ref.sums) and torch.equal(m.grams, ref.grams)
+    compact = feature_moments(model, x, y, 4, layers=["conv1", "penultimate"], batch_size=32, grams="total")
+    assert compact.form == "total" and torch.equal(compact.sums, m.sums)
+    torch.testing.assert_close(compact.grams, m.total_gram(), rtol=1e-12, atol=1e-9)
+    empty = feature_moments(model, x[:0], y[:0], 4, layers=["conv1", "penultimate"], grams="total")
+    assert empty.grams.shape == (m.dim, m.dim) and float(empty.counts.sum()) == 0
+
+
+# ---------------------------------------------------------------- input validation
+def test_from_features_rejects_non_finite_features_naming_the_value():
+    z, y = _data(0, 6, 3, 2)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        zz = z.clone()
+        zz[4, 1] = bad
+        with pytest.raises(ValueError, match=rf"features must be finite, got {bad!r} at row 4, column 1"):
+            ClassMoments.from_features(zz, y, 2)
+
+
+@pytest.mark.parametrize("labels, match", [
+    ([0.0, 0.5, 1.0], r"integer class indices in \[0, 2\), got 0.5 \(at position 1\)"),
+    ([0.0, float("nan"), 1.0], r"got nan \(at position 1\)"),
+    ([True, False, True], "dtype torch.bool"),
+    ([0, 2, 1], r"label 2 outside the valid range \[0, 2\) \(valid labels: 0 to 1\)"),
+    ([0, -1, 1], r"label -1 outside the valid range"),
+    ([0.0, 3.0, 1.0], r"label 3 outside the valid range"),
+])
+def test_from_features_rejects_bad_labels_naming_the_value(labels, match):
+    with pytest.raises(ValueError, match=match):
+        ClassMoments.from_features(torch.ones(3, 2), torch.tensor(labels), 2)
+
+
+def test_float_labels_holding_exact_integers_are_accepted():
+    z, y = _data(1, 12, 3, 3)
+    a = ClassMoments.from_features(z, y.double(), 3)
+    b = ClassMoments.from_features(z, y, 3)
+    assert torch.equal(a.grams, b.grams) and torch.equal(a.sums, b.sums) and torch.equal(a.counts, b.counts)
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="n_classes"):
+            ClassMoments.from_features(z, y, bad)
+
+
+# ---------------------------------------------------------------- the compact form
+def test_compact_form_shapes_bytes_merge_and_derived_quantities():
+    z, y = _data(4, 40, 3, 4)
+    full = ClassMoments.from_features(z, y, 4)
+    compact = ClassMoments.from_features(z, y, 4, grams="total")
+    assert full.form == "class" and compact.form == "total" and compact.dim == 3 and compact.n_classes == 4
+    assert compact.to_message().nbytes() == 8 * (4 + 4 * 3 + 3 * 3)  # C(1 + d) + d^2, vs C(1 + d + d^2)
+    assert full.to_message().nbytes() == 8 * (4 + 4 * 3 + 4 * 9)
+    back = ClassMoments.from_message(compact.to_message())
+    assert back.form == "total" and torch.equal(back.grams, compact.grams)
+    torch.testing.assert_close(compact.grams, z.T @ z, rtol=0, atol=0)
+    torch.testing.assert_close(compact.pooled_covariance(), full.pooled_covariance(), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(compact.total_covariance(), full.total_covariance(), rtol=1e-12, atol=1e-12)
+    assert torch.equal(full.compact().grams, full.grams.sum(0)) and full.compact().compact() is not None
+    halves = [ClassMoments.from_features(z[:20], y[:20], 4, grams="total"), ClassMoments.from_features(z[20:], y[20:], 4, grams="total")]
+    torch.testing.assert_close(ClassMoments.sum(halves).grams, compact.grams, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="class Grams.*total Grams|total Grams.*class Grams"):
+        full + compact
+    with pytest.raises(ValueError, match="per-class Gram matrices"):
+        compact.class_covariances()
+    with pytest.raises(ValueError, match="per-class Gram matrices"):
+        compact.pooled_covariance(centers=compact.means())
+    assert ClassMoments.zeros(4, 3, grams="total").grams.shape == (3, 3)
+    with pytest.raises(ValueError, match="grams must be one of"):
+        ClassMoments.from_features(z, y, 4, grams="diag")
+    with pytest.raises(ValueError, match=r"inconsistent shapes.*\(C, d, d\) or \(d, d\)"):
+        ClassMoments(full.counts, full.sums, torch.zeros(2, 3, 3))

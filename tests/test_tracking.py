@@ -295,16 +295,3 @@ def test_reconstruction_options_give_finite_alpha_in_unit_interval(seed, metric,
     assert 0.0 <= rec.alpha <= 1.0 and bool(torch.isfinite(rec.prototype).all())
     with pytest.raises(ValueError, match="metric"):
         TrackingConfig(metric="cosine")
-
-
-def test_ccvr_head_learns_separated_class_gaussians_and_skips_unobserved():
-    from fedlib.tracking import ccvr_head
-
-    means = torch.tensor([[4.0, 0.0], [-4.0, 0.0], [0.0, 4.0]], dtype=F)
-    covs = torch.eye(2, dtype=F).repeat(3, 1, 1)
-    counts = torch.tensor([50.0, 50.0, 0.0], dtype=F)
-    W, b = ccvr_head(means, covs, counts, torch.zeros(3, 2), torch.zeros(3), n_virtual=50, steps=200, lr=0.05,
-                     generator=torch.Generator().manual_seed(0))
-    pred = (means.float() @ W.T + b).argmax(1)
-    assert pred[:2].tolist() == [0, 1]
-    assert bool(torch.isfinite(W).all())

@@ -1,4 +1,9 @@
-"""One small module per method: only what its paper changes. :func:`make_algorithm` is the registry."""
+"""One small module per method: only what its paper changes. :func:`make_algorithm` is the registry.
+
+The registry lists training methods only. Deploying a statistical head on a trained backbone
+(:class:`fedlib.deployment.StatHead`) is a deployment rule, not a training method: it sits above
+the round loop in :mod:`fedlib.deployment` and takes a head object, so it is not registered here.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +18,6 @@ from .fedprox import FedProx
 from .fedrep import FedRep
 from .ggeur import GGEUR, FedFAStyle, FedMixStyle
 from .mpt import MPT
-from .stathead import StatHead, collect_statistics, evaluate_heads
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     "fedavg": FedAvg,
@@ -33,7 +37,6 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "mpt": MPT,
     # FedGRC chapter
     "cgrl": CGRL,
-    "stathead": StatHead,  # statistical heads on a trained backbone (deployment only)
 }
 
 
@@ -47,5 +50,4 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
 __all__ = [
     "ALGORITHMS", "Algorithm", "CGRL", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
     "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "MPT", "load_model", "make_algorithm", "model_arrays",
-    "StatHead", "collect_statistics", "evaluate_heads",
 ]

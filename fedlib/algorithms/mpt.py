@@ -49,7 +49,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ..heads import MahalanobisNCM, NearestClassMean, mahalanobis
+from ..heads import MahalanobisNCM, NearestClassMean, ccvr_calibrate, mahalanobis
 from ..messages import Message, State, prefixed
 from ..metrics import Confusion
 from ..rng import CCVR_VIRTUAL, torch_generator
@@ -58,7 +58,6 @@ from ..tracking import (
     TrackingConfig,
     Snapshot,
     barycentric_prototype,
-    ccvr_head,
     growth_factor,
     icarl_prototype,
     ldc_fit_map,
@@ -100,14 +99,6 @@ _STATS_MODEL = "stats_model/"
 def _needs(method: str) -> tuple[str, ...]:
     base = {"mpt_predicted": "mpt", "mpt_measured": "mpt"}.get(method, method)
     return METHOD_PAYLOAD[base]
-
-
-@torch.no_grad()
-def _embed(model: nn.Module, x: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
-    model.eval()
-    if len(x) == 0:
-        return torch.zeros(0, model.feature_dims["penultimate"])
-    return torch.cat([model.embed(x[i : i + batch_size]) for i in range(0, len(x), batch_size)])
 
 
 class NCMPredictor(nn.Module):
@@ -277,7 +268,7 @@ class MPT(FedAvg):
             w, b = stats_model[MODEL + "head.weight"], stats_model[MODEL + "head.bias"]
             gen = torch_generator(self.seed, round_, CCVR_VIRTUAL)
             covs = torch.nan_to_num(mom.class_covariances())
-            arrays["ccvr/weight"], arrays["ccvr/bias"] = ccvr_head(
+            arrays["ccvr/weight"], arrays["ccvr/bias"] = ccvr_calibrate(
                 torch.nan_to_num(means), covs, counts, w, b, n_virtual=self.ccvr_virtual, steps=self.ccvr_steps,
                 lr=self.ccvr_lr, reg=self.tracking.reg, generator=gen)
         if self.history:
@@ -352,7 +343,7 @@ class MPT(FedAvg):
         arrays: dict[str, torch.Tensor] = {}
         new_state = state
         if self.payload:
-            z = _embed(model, x).to(torch.float64)  # re-embedding under theta_r
+            z = model.extract(x).to(torch.float64)  # re-embedding under theta_r
             mom = ClassMoments.from_features(z, y, C)
             arrays["stats/counts"], arrays["stats/sums"] = mom.counts, mom.sums
             if "scatter" in self.payload:
@@ -368,7 +359,7 @@ class MPT(FedAvg):
                 prev_ok = state.meta.get("prev_round") == ctx.round - 1 and bool(message.meta.get("tracking"))
                 if prev_ok:
                     load_model(ctx.model, state, prefix="prev/" + MODEL)
-                    z_old = _embed(ctx.model, x).to(torch.float64)
+                    z_old = ctx.model.extract(x).to(torch.float64)
                     model = load_model(ctx.model, message)
                     if "sdc" in self.payload:
                         swd, sw = sdc_client_sums(z_old, z, message.arrays["sdc/prototype"], self.sdc_sigma)
@@ -431,7 +422,7 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
         h = f"hist/{r:04d}/"
         model.load_state_dict({k[len(h) + 6:]: v for k, v in server.arrays.items() if k.startswith(h + "model/")})
         model.eval()
-        z = _embed(model, global_test.x).to(torch.float64)
+        z = model.extract(global_test.x).to(torch.float64)
         logits = model.head(z.float())
         conf = Confusion.from_predictions(ynp, logits.argmax(1).numpy(), C)
         rows += [(r, "fedavg", "f1", conf.f1(rare_class)), (r, "fedavg", "accuracy", conf.accuracy())]

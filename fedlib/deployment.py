@@ -7,37 +7,38 @@ fine-tuning) and Appendix A-E / A-I: *"Terminal statistics are collected from al
 clients using the final post-aggregation backbone, with augmentation disabled and normalization
 statistics fixed."*
 
-Two steps, both through the one round loop's hooks (:mod:`fedlib.loop`):
+This module sits **above** the round loop (:mod:`fedlib.loop`): it runs the loop once more and
+evaluates deployments of a finished run; nothing under the loop imports it. Two steps, both
+through the loop's hooks:
 
 1. :func:`collect_statistics` runs **one** extra round after training (numbered
    ``rounds_done + 1`` in the ledger): the server broadcasts the final backbone (kind
-   ``"stats_request"``), every registered client still in the federation computes
-   :func:`fedlib.stats.feature_moments` of the unscaled concatenated features of the selected
-   layers on its own raw training inputs (no augmentation; model in evaluation mode: no dropout,
-   normalization statistics fixed) and replies with its class counts, sums and
-   Gram matrices (kind ``"statistics"``, :math:`C(1 + d + d^2)` float64 values); the server merges
-   them by addition only. No feature vector leaves a client.
-2. :class:`StatHead` is a deployment rule for :func:`fedlib.loop.evaluate_deployment`: the server
-   fits one head from the merged moments (once per server state), broadcasts it with the
-   backbone, and every client deploys ``logits = concat(features) @ coef.T + intercept``
-   (:class:`StatPredictor`). Heads (:data:`HEADS`):
+   ``"stats_request"``), every registered client (:attr:`fedlib.loop.RunResult.registered`)
+   computes :func:`fedlib.stats.feature_moments` of the unscaled concatenated features of the
+   selected layers on its own raw training inputs (no augmentation; model in evaluation mode: no
+   dropout, normalization statistics fixed) and replies with its class counts, sums and Gram
+   matrices (kind ``"statistics"``); the server merges them by addition only. No feature vector
+   leaves a client. The payload is :math:`C(1 + d + d^2)` float64 values with the per-class Gram
+   matrices (``grams="class"``, the default: every head, CCVR included) or
+   :math:`C(1 + d) + d^2` with their total only (``grams="total"``, the compact form: enough for
+   every head but CCVR; :func:`fedlib.heads.gram_form` says which a set of heads needs).
+   A run holds one statistics round: calling it again on its result is a ``ValueError``.
+2. :class:`StatHead` is a deployment rule for :func:`fedlib.loop.evaluate_deployment`, a
+   meta-estimator around one head object of :mod:`fedlib.heads` (``StatHead(LDAHead(reg=0.0))``,
+   ``StatHead(SASP(m0=10.0, gamma=0.1))``...): the server fits a clone of the head on the merged
+   moments (once per server state and hyper-parameters), broadcasts it with the backbone, and
+   every client deploys ``logits = concat(features) @ coef.T + intercept`` (:class:`StatPredictor`).
+   A :class:`~fedlib.heads.CCVRHead` starts from the backbone's own head when the features are
+   the penultimate ones. For :class:`~fedlib.heads.SASP` the server broadcasts the shared
+   :class:`~fedlib.heads.MMS` arrays (layer scales, shared means, metric :math:`A`, global
+   counts: :meth:`fedlib.heads.MMS.to_arrays`) and each client fits its own head from its class
+   counts and sums, computed locally. ``StatHead(head, finetune=TrainConfig(...))`` then
+   fine-tunes the (fitted or personalized) linear head on the client's own training features with
+   cross-entropy, the backbone frozen (the "statistical head + local fine-tuning" of Table IV;
+   :func:`finetune_head`).
 
-   ==========  ==============================================================================
-   ``fedncm``  :class:`fedlib.stat_heads.FedNCMHead` (normalized class means)
-   ``lda``     :class:`fedlib.stat_heads.LDAHead` (pooled within-class covariance)
-   ``fedcgs``  :class:`fedlib.stat_heads.FedCGSHead` (total covariance, empirical priors)
-   ``fed3r``   :class:`fedlib.stat_heads.Fed3RHead` (closed-form ridge regression)
-   ``ccvr``    :class:`fedlib.stat_heads.CCVRHead` (virtual features, re-trained head; from the
-               backbone's own head when the features are the penultimate ones)
-   ``mms``     :class:`fedlib.mms.MMS`, the shared equal-prior head (SASP with :math:`m_0=\infty`)
-   ``sasp``    :class:`fedlib.mms.SASP`: the server broadcasts the MMS arrays (layer scales,
-               shared means, metric :math:`A`, global counts: :func:`mms_to_arrays`) and each
-               client fits its own head from its class counts and sums, computed locally
-   ==========  ==============================================================================
-
-   ``StatHead(finetune=TrainConfig(...))`` then fine-tunes the (fitted or personalized) linear
-   head on the client's own training features with cross-entropy, the backbone frozen (the
-   "statistical head + local fine-tuning" of Table IV; :func:`finetune_head`).
+:class:`StatHead` is not in the registry ``fedlib.algorithms.ALGORITHMS``: it does not train (the loop
+refuses to run it), and it is configured by a head object, not by a name.
 
 Conventions: a class absent from every client is never predicted (zero weight row, intercept
 :math:`-\infty`; the predictor masks it to :math:`-\infty` whatever the features); a client with
@@ -48,6 +49,7 @@ raised before any client works.
 >>> import functools
 >>> from fedlib.data import make_gaussian_mixture
 >>> from fedlib.federation import make_federation
+>>> from fedlib.heads import SASP, FedNCMHead
 >>> from fedlib.models import build_model
 >>> from fedlib.algorithms import FedAvg
 >>> from fedlib.loop import LoopConfig, run_federated
@@ -55,48 +57,43 @@ raised before any client works.
 >>> fed = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=0)
 >>> model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
 >>> run = run_federated(FedAvg(), fed, model_fn, LoopConfig(rounds=1, evaluate_last=False))
->>> run = collect_statistics(run, fed, model_fn)
->>> tuple(run.server.arrays["stats/grams"].shape), run.server.meta["stat_layers"]
+>>> stats = collect_statistics(run, fed, model_fn)
+>>> tuple(stats.server.arrays["stats/grams"].shape), stats.server.meta["stat_layers"]
 ((3, 8, 8), 'penultimate')
->>> frame = evaluate_heads(run, fed, model_fn, {"sasp": StatHead("sasp"), "fedncm": StatHead("fedncm")})
+>>> frame = evaluate_heads(stats, fed, model_fn, {"sasp": StatHead(SASP()), "fedncm": StatHead(FedNCMHead())})
 >>> sorted(set(frame["head"]))
 ['fedncm', 'sasp']
+>>> compact = collect_statistics(run, fed, model_fn, grams="total")  # every head but CCVR
+>>> tuple(compact.server.arrays["stats/grams"].shape)
+(8, 8)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 import torch
 from torch.nn import functional as F
 
-from ..federation import Federation
-from ..heads import _check_reg
-from ..messages import Ledger, Message, State
-from ..metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary
-from ..mms import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, _check_gamma, _check_m0
-from ..rng import torch_generator
-from ..stat_heads import CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, _check_ccvr, _check_priors
-from ..stats import ClassMoments, feature_moments
-from ..training import TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
-
-if TYPE_CHECKING:  # the loop imports this package: no runtime import at module level
-    from ..loop import LoopConfig, RunResult
-
-HEADS = ("fedncm", "lda", "fedcgs", "fed3r", "ccvr", "mms", "sasp")
-"""The statistical heads :class:`StatHead` deploys."""
+from .federation import Federation
+from .heads import MMS, SASP, CCVRHead, LinearHead
+from .loop import LoopConfig, RunResult, evaluate_deployment, per_client_table, run_federated
+from .messages import Ledger, Message, State
+from .metrics import RARE_RATIO, client_predictions_abilities, protocol_summary
+from .protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
+from .rng import torch_generator
+from .stats import GRAM_FORMS, ClassMoments, feature_moments
+from .training import TrainConfig, local_train
 
 STATS = "stats/"
 """Prefix of the merged moments in the server state (``stats/counts``, ``stats/sums``, ``stats/grams``)."""
 
 _HEAD = "head/"
 _MMS = "mms/"
-_CCVR_KEY = 43  # stream of the server's CCVR virtual features under StatHead.seed
+_CCVR_KEY = 43  # the stream of the server's CCVR virtual features under StatHead.seed (the book's numbers use it)
 _PENULTIMATE = ("penultimate",)
 
 
@@ -105,11 +102,13 @@ _PENULTIMATE = ("penultimate",)
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class _StatisticsRound(Algorithm):
-    """One round's hooks: broadcast the final backbone, clients reply with their class moments,
-    the server adds them up. ``init_server`` starts from the finished run's server state."""
+    """One round's hooks: broadcast the final backbone, clients reply with their class moments
+    (in the Gram form ``grams``), the server adds them up. ``init_server`` starts from the
+    finished run's server state."""
 
     server_state: State
     layers: Sequence[str] | str | None = None
+    grams: str = "class"
     name = "statistics"
 
     def init_server(self, model: torch.nn.Module) -> State:
@@ -125,8 +124,8 @@ class _StatisticsRound(Algorithm):
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message)  # feature_moments puts it in eval mode
         layers = str(message.meta["layers"]).split(",")
-        moments = feature_moments(model, data.train.x, data.train.y, ctx.n_classes, layers=layers)
-        return state, moments.to_message(kind="statistics", prefix=STATS)  # no meta: exactly C(1+d+d^2) float64
+        moments = feature_moments(model, data.train.x, data.train.y, ctx.n_classes, layers=layers, grams=self.grams)
+        return state, moments.to_message(kind="statistics", prefix=STATS)  # no meta: the three arrays only
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         merged = ClassMoments.sum([ClassMoments.from_message(m, prefix=STATS) for _, m in updates])  # addition only
@@ -134,10 +133,10 @@ class _StatisticsRound(Algorithm):
         return State(arrays=arrays, meta={**server.meta, "stat_clients": len(updates)})
 
 
-def _registered_clients(result: RunResult, federation: Federation) -> list[int]:
-    """The clients :func:`fedlib.loop.evaluate_deployment` deploys on: registered, never left."""
-    left = {int(m.split(":")[1]) for m in result.frame["metric"] if str(m).startswith("leave:")}
-    clients = [k for k in sorted(result.client_states) if k not in left]
+def _registered(result: RunResult, federation: Federation) -> list[int]:
+    """The clients :func:`fedlib.loop.evaluate_deployment` deploys on (:attr:`RunResult.registered`),
+    checked against the federation."""
+    clients = result.registered
     bad = [k for k in clients if not 0 <= k < federation.n_clients]
     if bad:
         raise ValueError(f"the run has client(s) {bad} that this federation of {federation.n_clients} clients lacks")
@@ -145,20 +144,25 @@ def _registered_clients(result: RunResult, federation: Federation) -> list[int]:
 
 
 def collect_statistics(result: RunResult, federation: Federation, model_fn: Callable[[], torch.nn.Module], *,
-                       layers: Sequence[str] | str | None = None, seed: int = 0) -> RunResult:
+                       layers: Sequence[str] | str | None = None, grams: str = "class", seed: int = 0) -> RunResult:
     """One terminal statistics round on a finished run: every registered client's class moments
     under the final backbone, merged by addition on the server.
 
     Parameters
     ----------
     result : RunResult
-        A finished run (:class:`fedlib.loop.RunResult`) whose server state holds the backbone
-        (``model/`` arrays).
+        A finished training run (:class:`fedlib.loop.RunResult`) whose server state holds the
+        backbone (``model/`` arrays) and no statistics yet.
     federation, model_fn : Federation, callable
         As given to :func:`fedlib.loop.run_federated`.
     layers : sequence of str, str or None
         Layer names of the model (``model.feature_layers``) whose pooled features are
         concatenated in this order; default the penultimate features.
+    grams : {"class", "total"}
+        What clients send besides counts and sums: the per-class Gram matrices (C, d, d), which
+        every head can use, or their total (d, d), the compact payload (about C times fewer bytes)
+        that every head but :class:`~fedlib.heads.CCVRHead` can use
+        (:func:`fedlib.heads.gram_form`).
     seed : int
         The loop seed of this round (the statistics themselves are deterministic).
 
@@ -166,22 +170,32 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
     -------
     RunResult
         A copy (``dataclasses.replace``) whose server state also holds the merged moments
-        ``stats/counts`` (C,), ``stats/sums`` (C, d), ``stats/grams`` (C, d, d) and the metadata
-        ``stat_layers`` / ``stat_layer_dims`` (comma-joined), ``stat_round``, ``stat_clients``;
-        its ledger is a copy of the run's plus this round's messages
+        ``stats/counts`` (C,), ``stats/sums`` (C, d), ``stats/grams`` (C, d, d) or (d, d) and the
+        metadata ``stat_layers`` / ``stat_layer_dims`` (comma-joined), ``stat_round``,
+        ``stat_clients``; its ledger is a copy of the run's plus this round's messages
         (``stats_request`` down, ``statistics`` up, round ``rounds_done + 1``). ``frame``,
-        ``client_states`` and ``rounds_done`` are the run's.
-    """
-    from ..loop import LoopConfig, run_federated  # noqa: F811 (see TYPE_CHECKING above)
+        ``client_states``, ``departed`` and ``rounds_done`` are the run's.
 
+    Raises
+    ------
+    ValueError
+        If the run holds no backbone, no registered client, or already holds statistics (a run
+        has one statistics round; call this on the training result again for other layers).
+    """
+    if grams not in GRAM_FORMS:
+        raise ValueError(f"grams must be one of {GRAM_FORMS}, got {grams!r}")
     if not any(k.startswith(MODEL) for k in result.server.arrays):
         raise ValueError("the run's server state holds no 'model/' arrays: there is no backbone to collect statistics with")
-    clients = _registered_clients(result, federation)
+    if STATS + "grams" in result.server.arrays:
+        raise ValueError(f"this run already holds terminal statistics (round {result.server.meta.get('stat_round')}, layers "
+                         f"{result.server.meta.get('stat_layers')!r}): collect_statistics runs once per trained run; "
+                         "call it on the training result itself to collect other layers")
+    clients = _registered(result, federation)
     if not clients:
         raise ValueError("no registered client is left in the federation: there are no statistics to collect")
     gone = tuple(Event(1, k, "leave") for k in range(federation.n_clients) if k not in clients)
     config = LoopConfig(rounds=1, participation=1.0, seed=seed, events=gone, evaluate_last=False)
-    stats = run_federated(_StatisticsRound(result.server, layers), federation, model_fn, config)
+    stats = run_federated(_StatisticsRound(result.server, layers, grams), federation, model_fn, config)
     r = result.rounds_done + 1
     ledger = Ledger([*result.ledger.records, *((r, k, d, kind, b) for _, k, d, kind, b in stats.ledger.records)])
     meta = {**stats.server.meta, "stat_round": r}  # no wall time: the state stays bit-for-bit reproducible
@@ -236,19 +250,10 @@ class StatPredictor(torch.nn.Module):
         return torch.where(self.valid[None, :], logits, torch.full_like(logits, -math.inf))
 
 
-@torch.no_grad()
-def _features(model: torch.nn.Module, x: torch.Tensor, layers: Sequence[str], batch_size: int = 256) -> torch.Tensor:
-    """The client's concatenated unscaled features (n, d), float64, in batches (model in eval mode)."""
-    model.eval()
-    if len(x) == 0:
-        return torch.zeros(0, sum(model.feature_dims[n] for n in layers), dtype=torch.float64)
-    parts = [torch.cat(list(model.features(x[i : i + batch_size], layers).values()), dim=1) for i in range(0, len(x), batch_size)]
-    return torch.cat(parts).to(torch.float64)
-
-
 def finetune_head(coef: torch.Tensor, intercept: torch.Tensor, z: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fine-tune a linear head (C, d), (C,) on features ``z`` (n, d) with cross-entropy (float64).
+    """Fine-tune a linear head (C, d), (C,) on features ``z`` (n, d) with cross-entropy (float64),
+    through :func:`fedlib.training.local_train`.
 
     Classes with a non-finite intercept (absent from the federation) are masked out of the
     softmax and stay never predicted (zero row, :math:`-\\infty`). A client without samples keeps
@@ -274,34 +279,15 @@ def finetune_head(coef: torch.Tensor, intercept: torch.Tensor, z: torch.Tensor, 
     return torch.where(ok[:, None], w, torch.zeros_like(w)), torch.where(ok, b, torch.full_like(b, -math.inf))
 
 
-def mms_to_arrays(mms: MMS) -> dict[str, torch.Tensor]:
-    """What a client needs of a fitted :class:`~fedlib.mms.MMS` to run SASP: ``scales`` (m,),
-    ``feature_scale`` (d,), ``means`` (C, d), ``metric`` (d, d), ``counts`` (C,), the shared head
-    ``coef`` (C, d) and ``intercept`` (C,), and ``ridge`` (1,) (not the covariance: not needed)."""
-    mms._check_fitted()
-    return {"scales": mms.scales_, "feature_scale": mms.feature_scale_, "means": mms.means_, "metric": mms.metric_,
-            "counts": mms.counts_, "coef": mms.coef_, "intercept": mms.intercept_,
-            "ridge": torch.tensor([mms.ridge_], dtype=torch.float64)}
-
-
-def mms_from_arrays(arrays: Mapping[str, torch.Tensor], layer_dims: Sequence[int] | None = None,
-                    gamma: float = DEFAULT_GAMMA) -> MMS:
-    """A fitted :class:`~fedlib.mms.MMS` rebuilt from :func:`mms_to_arrays` (``covariance_`` is
-    not sent and stays unset); ``SASP(m0).fit`` accepts it."""
-    mms = MMS(gamma)
-    mms.scales_, mms.feature_scale_ = arrays["scales"], arrays["feature_scale"]
-    mms.means_, mms.metric_, mms.counts_ = arrays["means"], arrays["metric"], arrays["counts"]
-    mms.coef_, mms.intercept_ = arrays["coef"], arrays["intercept"]
-    mms.ridge_ = float(arrays["ridge"][0])
-    d = int(mms.feature_scale_.shape[0])
-    mms.layer_dims_ = tuple(int(v) for v in layer_dims) if layer_dims is not None else (d,)
-    mms.scaled_coef_ = mms.coef_ / mms.feature_scale_[None, :]
-    return mms
-
-
 # ---------------------------------------------------------------------------------------------
 # 3. the deployment rule
 # ---------------------------------------------------------------------------------------------
+def _kind(head: LinearHead) -> str:
+    """The head's short name in the ledger (``stathead:<name>``): ``LDAHead`` -> ``lda``, ``SASP`` -> ``sasp``."""
+    name = type(head).__name__
+    return (name[: -len("Head")] if name.endswith("Head") and len(name) > 4 else name).lower()
+
+
 @dataclass
 class StatHead(Algorithm):
     """Deploy a statistical head on a run's backbone from its terminal statistics.
@@ -311,38 +297,31 @@ class StatHead(Algorithm):
 
     Parameters
     ----------
-    head : str, default "sasp"
-        One of :data:`HEADS`.
-    gamma : float, default 0.1
-        MMS's relative ridge :math:`\\gamma > 0` (``mms``, ``sasp``).
-    m0 : float, default 10.0
-        SASP's reference strength :math:`m_0 \\ge 0` (``inf``: the shared MMS head).
-    lda_reg, lda_priors : float, str
-        :class:`~fedlib.stat_heads.LDAHead`'s ridge and priors.
-    fedcgs_reg : float
-        :class:`~fedlib.stat_heads.FedCGSHead`'s optional ridge (0: the paper's rule).
-    fed3r_lam : float
-        :class:`~fedlib.stat_heads.Fed3RHead`'s :math:`\\lambda`.
-    ccvr_virtual, ccvr_steps, ccvr_lr, ccvr_reg : int, int, float, float
-        :class:`~fedlib.stat_heads.CCVRHead`'s ``n_virtual``, ``steps``, ``lr``, ``reg``.
+    head : fedlib.heads.LinearHead, default ``SASP()``
+        The head to deploy, unfitted (a template: the server fits a clone of it, so one head
+        object may serve several deployments): :class:`~fedlib.heads.FedNCMHead`,
+        :class:`~fedlib.heads.LDAHead`, :class:`~fedlib.heads.FedCGSHead`,
+        :class:`~fedlib.heads.Fed3RHead`, :class:`~fedlib.heads.CCVRHead` (needs the per-class
+        Gram matrices), :class:`~fedlib.heads.MMS` (the shared equal-prior head, fitted with the
+        statistics' layer blocks), :class:`~fedlib.heads.SASP` (personalized on each client),
+        or any other linear head whose ``fit(moments)`` needs nothing else. Its
+        hyper-parameters are validated here (``ValueError`` naming the bad one).
     finetune : TrainConfig or None
         ``None`` deploys the head as fitted; a ``TrainConfig`` fine-tunes the linear head on the
         client's own training features (cross-entropy, backbone frozen) before deployment.
     seed : int
         Seed of the server's own randomness (CCVR's virtual features).
+
+    >>> from fedlib.heads import LDAHead
+    >>> StatHead(LDAHead(reg=0.5))
+    StatHead(head=LDAHead(reg=0.5, priors='empirical'), finetune=None, seed=0)
+    >>> StatHead(LDAHead(priors="uniform"))
+    Traceback (most recent call last):
+    ...
+    ValueError: priors must be one of ('equal', 'empirical'), got 'uniform'
     """
 
-    head: str = "sasp"
-    gamma: float = DEFAULT_GAMMA
-    m0: float = DEFAULT_M0
-    lda_reg: float = 0.0
-    lda_priors: str = "empirical"
-    fedcgs_reg: float = 0.0
-    fed3r_lam: float = 0.01
-    ccvr_virtual: int = 100
-    ccvr_steps: int = 100
-    ccvr_lr: float = 0.01
-    ccvr_reg: float = 0.1
+    head: LinearHead = field(default_factory=SASP)
     finetune: TrainConfig | None = None
     seed: int = 0
     _cache: tuple | None = field(default=None, init=False, repr=False, compare=False)
@@ -352,17 +331,10 @@ class StatHead(Algorithm):
         self._validate()
 
     def _validate(self) -> None:
-        if self.head not in HEADS:
-            raise ValueError(f"unknown head {self.head!r}; valid: {', '.join(HEADS)}")
-        _check_gamma(self.gamma)
-        _check_m0(self.m0)
-        _check_reg(self.lda_reg)
-        _check_priors(self.lda_priors)
-        _check_reg(self.fedcgs_reg)
-        lam = self.fed3r_lam
-        if not (isinstance(lam, (int, float)) and not isinstance(lam, bool) and 0 < lam < math.inf):
-            raise ValueError(f"fed3r_lam must be a finite number > 0, got {lam!r}")
-        _check_ccvr(self.ccvr_virtual, self.ccvr_steps, self.ccvr_lr, self.ccvr_reg)
+        if not isinstance(self.head, LinearHead):
+            raise ValueError(f"head must be a linear head of fedlib.heads (FedNCMHead, LDAHead, FedCGSHead, Fed3RHead, "
+                             f"CCVRHead, MMS, SASP), got {self.head!r}")
+        self.head.check_params()
         if self.finetune is not None and not isinstance(self.finetune, TrainConfig):
             raise ValueError(f"finetune must be None or a TrainConfig, got {self.finetune!r}")
 
@@ -375,12 +347,13 @@ class StatHead(Algorithm):
         self.init_server(ctx.model)  # the same explanation
 
     def _params(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self) if f.name not in ("finetune", "_cache"))
+        return (type(self.head), tuple(self.head.get_params().items()), self.seed)
 
     def server_head(self, server: State) -> dict[str, torch.Tensor]:
         """The arrays the server broadcasts with the backbone: ``head/coef`` (C, d) and
-        ``head/intercept`` (C,) or, for ``sasp``, ``mms/*`` (:func:`mms_to_arrays`). Fitted once
-        per server state and parameters (cached on the identity of the moments' tensors)."""
+        ``head/intercept`` (C,) or, for :class:`~fedlib.heads.SASP`, ``mms/*``
+        (:meth:`fedlib.heads.MMS.to_arrays`). Fitted once per server state and hyper-parameters
+        (cached on the identity of the moments' tensors)."""
         keys = [STATS + "counts", STATS + "sums", STATS + "grams", MODEL + "head.weight", MODEL + "head.bias"]
         key = tuple(server.arrays.get(k) for k in keys)
         params = self._params()
@@ -394,45 +367,38 @@ class StatHead(Algorithm):
     def _fit(self, server: State) -> dict[str, torch.Tensor]:
         m = merged_moments(server)
         layers, dims = stat_layers(server), stat_layer_dims(server)
-        h = self.head
-        if h == "fedncm":
-            fitted = FedNCMHead().fit(m)
-        elif h == "lda":
-            fitted = LDAHead(reg=self.lda_reg, priors=self.lda_priors).fit(m)
-        elif h == "fedcgs":
-            fitted = FedCGSHead(reg=self.fedcgs_reg).fit(m)
-        elif h == "fed3r":
-            fitted = Fed3RHead(lam=self.fed3r_lam).fit(m)
-        elif h == "ccvr":
+        head = self.head.clone()
+        if isinstance(head, SASP):
+            return {_MMS + k: v for k, v in head.shared(m, dims).to_arrays().items()}
+        if isinstance(head, MMS):
+            head.fit(m, dims)
+        elif isinstance(head, CCVRHead):
             w, b = server.arrays.get(MODEL + "head.weight"), server.arrays.get(MODEL + "head.bias")
             own = layers == _PENULTIMATE and w is not None and b is not None and tuple(w.shape) == (m.n_classes, m.dim)
-            fitted = CCVRHead(self.ccvr_virtual, self.ccvr_steps, self.ccvr_lr, self.ccvr_reg).fit(
-                m, generator=torch_generator(self.seed, _CCVR_KEY), init=(w, b) if own else None)
+            head.fit(m, generator=torch_generator(self.seed, _CCVR_KEY), init=(w, b) if own else None)
         else:
-            mms = MMS(self.gamma).fit(m, dims)
-            if h == "sasp":
-                return {_MMS + k: v for k, v in mms_to_arrays(mms).items()}
-            fitted = mms
-        return {_HEAD + "coef": fitted.coef_, _HEAD + "intercept": fitted.intercept_}
+            head.fit(m)
+        return {_HEAD + "coef": head.coef_, _HEAD + "intercept": head.intercept_}
 
     def broadcast(self, server: State, round_: int) -> Message:
         arrays = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
         arrays.update(self.server_head(server))
         meta = {"stat_layers": server.meta["stat_layers"], "stat_layer_dims": server.meta["stat_layer_dims"]}
-        return Message(arrays=arrays, meta=meta, kind=f"stathead:{self.head}")
+        return Message(arrays=arrays, meta=meta, kind=f"stathead:{_kind(self.head)}")
 
     # ------------------------------------------------------------------ client side
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         model = load_model(ctx.model, message).eval()
         layers = tuple(str(message.meta["stat_layers"]).split(","))
         x, y = data.train.x, data.train.y
-        z = _features(model, x, layers) if (self.head == "sasp" or self.finetune is not None) else None
-        if self.head == "sasp":
+        personal = isinstance(self.head, SASP)
+        z = model.extract(x, layers).to(torch.float64) if (personal or self.finetune is not None) else None  # (n, d)
+        if personal:
             dims = [int(v) for v in str(message.meta["stat_layer_dims"]).split(",")]
-            mms = mms_from_arrays(message.with_prefix(_MMS), dims, self.gamma)
+            mms = MMS.from_arrays(message.with_prefix(_MMS), dims, self.head.gamma)
             counts = torch.bincount(y, minlength=ctx.n_classes).to(torch.float64)  # (C,) the client's own n_c
             sums = torch.zeros(ctx.n_classes, z.shape[1], dtype=torch.float64).index_add_(0, y, z)  # (C, d) its t_c
-            fitted = SASP(self.m0).fit(mms, counts, sums)
+            fitted = self.head.clone().fit(mms, counts, sums)
             coef, intercept = fitted.coef_, fitted.intercept_
         else:
             coef, intercept = message.arrays[_HEAD + "coef"], message.arrays[_HEAD + "intercept"]
@@ -449,8 +415,6 @@ def evaluate_heads(result: RunResult, federation: Federation, model_fn: Callable
     for the backbone's own head). Returns the tidy rows of
     :func:`fedlib.loop.evaluate_deployment` with a leading ``head`` column.
     """
-    from ..loop import LoopConfig, evaluate_deployment  # noqa: F811
-
     merged_moments(result.server)  # a clear error when the statistics round is missing
     if not heads:
         raise ValueError("heads is empty: pass {name: StatHead(...)}")
@@ -465,8 +429,6 @@ def evaluate_heads(result: RunResult, federation: Federation, model_fn: Callable
 
 def summarize_heads(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per head of an :func:`evaluate_heads` frame: :func:`fedlib.metrics.protocol_summary`."""
-    from ..loop import per_client_table
-
     rows = {h: protocol_summary(per_client_table(g.drop(columns="head"))) for h, g in frame.groupby("head", sort=False)}
     return pd.DataFrame.from_dict(rows, orient="index").rename_axis("head")
 
@@ -478,7 +440,9 @@ class FrozenFeatures:
     :func:`fedlib.loop.evaluate_deployment` with :class:`StatHead` runs the backbone over the
     global test set for every client whose head differs (every SASP head); a sweep over
     :math:`m_0` or :math:`\gamma` only refits heads, so it can reuse the features. The
-    numbers are the same (``tests/test_stathead.py`` checks it against ``evaluate_deployment``).
+    numbers are the same (the tests check it against ``evaluate_deployment``): each client's
+    abilities come from :func:`fedlib.metrics.client_predictions_abilities`, the routine the loop
+    uses.
 
     Parameters
     ----------
@@ -489,7 +453,9 @@ class FrozenFeatures:
     ----------
     moments : the merged :class:`~fedlib.stats.ClassMoments` (what the server holds)
     layer_dims : tuple of int, the concatenated blocks' sizes
-    client_moments : list of each client's own moments on its training split (what it computes locally)
+    clients : list of int, the registered clients, in order
+    client_moments : list of each client's own moments on its training split (what it computes
+        locally), in the order of ``clients``
     """
 
     def __init__(self, result: RunResult, federation: Federation, model_fn: Callable[[], torch.nn.Module]) -> None:
@@ -497,28 +463,29 @@ class FrozenFeatures:
         self.layer_dims = stat_layer_dims(result.server)
         layers = stat_layers(result.server)
         backbone = load_model(model_fn(), result.server).eval()
+        feats = lambda x: backbone.extract(x, layers).to(torch.float64)  # noqa: E731  (n, d)
         self._federation = federation
-        self._global = _features(backbone, federation.global_test.x, layers)
-        self._clients = _registered_clients(result, federation)
+        self._global = feats(federation.global_test.x)
+        self.clients = _registered(result, federation)
         C = federation.n_classes
-        self.client_moments = [ClassMoments.from_features(_features(backbone, federation.clients[k].train.x, layers),
-                                                          federation.clients[k].train.y, C) for k in self._clients]
-        self._local = [_features(backbone, federation.clients[k].test.x, layers) for k in self._clients]
+        self.client_moments = [ClassMoments.from_features(feats(federation.clients[k].train.x), federation.clients[k].train.y, C)
+                               for k in self.clients]
+        self._local = [feats(federation.clients[k].test.x) for k in self.clients]
 
     def summary(self, heads: Sequence, *, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
         """:func:`fedlib.metrics.protocol_summary` of one fitted head per registered client (in order);
         each head has ``predict(h)`` on unscaled concatenated features."""
-        if len(heads) != len(self._clients):
-            raise ValueError(f"need one head per registered client ({len(self._clients)}), got {len(heads)}")
+        if len(heads) != len(self.clients):
+            raise ValueError(f"need one head per registered client ({len(self.clients)}), got {len(heads)}")
         fed, C = self._federation, self._federation.n_classes
         rows = {}
-        for k, head, h_local in zip(self._clients, heads, self._local):
+        for k, head, h_local in zip(self.clients, heads, self._local):
             data = fed.clients[k]
-            local = Confusion.from_predictions(data.test.labels_np, head.predict(h_local).numpy(), C)
-            glob = Confusion.from_predictions(fed.global_test.labels_np, head.predict(self._global).numpy(), C)
-            rows[k] = client_abilities(local, glob, data.train_counts(C), rare_ratio=rare_ratio)
+            rows[k] = client_predictions_abilities(
+                data.test.labels_np, head.predict(h_local).numpy(), fed.global_test.labels_np,
+                head.predict(self._global).numpy(), data.train_counts(C), rare_ratio=rare_ratio)
         return protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
 
 
-__all__ = ["HEADS", "STATS", "FrozenFeatures", "StatHead", "StatPredictor", "collect_statistics", "evaluate_heads", "finetune_head",
-           "merged_moments", "mms_from_arrays", "mms_to_arrays", "stat_layer_dims", "stat_layers", "summarize_heads"]
+__all__ = ["STATS", "FrozenFeatures", "StatHead", "StatPredictor", "collect_statistics", "evaluate_heads", "finetune_head",
+           "merged_moments", "stat_layer_dims", "stat_layers", "summarize_heads"]

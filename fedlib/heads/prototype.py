@@ -1,14 +1,13 @@
-r"""Statistical heads over class prototypes: Euclidean and Mahalanobis nearest-class-mean.
+r"""Prototype heads: Euclidean and Mahalanobis nearest-class-mean.
 
-Both heads follow the estimator contract (DESIGN.md, item 4): ``__init__`` stores
-hyper-parameters, ``fit`` sets ``attr_`` attributes and returns ``self``, ``predict`` and
-``decision_function`` check that the head was fitted. They are fitted either from
-``fedlib.stats.ClassMoments`` (what clients send) or from explicit class means and a
-covariance (what a server reconstructs, e.g. MPT's tracked prototype set).
+Both are fitted either from :class:`fedlib.stats.ClassMoments` (what clients send) or from
+explicit class means and a covariance (what a server reconstructs, e.g. MPT's tracked prototype
+set).
 
-* :class:`NearestClassMean`: :math:`\hat y(z) = \arg\min_c \lVert z - \mu_c \rVert_2^2`
-  (Mensink et al., TPAMI 2013; iCaRL's nearest-mean-of-exemplars rule).
-* :class:`MahalanobisNCM`: :math:`\hat y(z) = \arg\min_c (z-\mu_c)^\top \tilde\Sigma^{-1} (z-\mu_c)`
+* :class:`~fedlib.heads.NearestClassMean`: :math:`\hat y(z) = \arg\min_c \lVert z - \mu_c \rVert_2^2`
+  (Mensink et al., "Distance-Based Image Classification: Generalizing to New Classes at Near-Zero
+  Cost", TPAMI 2013; iCaRL's nearest-mean-of-exemplars rule).
+* :class:`~fedlib.heads.MahalanobisNCM`: :math:`\hat y(z) = \arg\min_c (z-\mu_c)^\top \tilde\Sigma^{-1} (z-\mu_c)`
   with the pooled within-class covariance regularized by a multiple of its average variance,
 
   .. math:: \tilde\Sigma = \Sigma + \lambda_\Sigma \, \frac{\operatorname{tr}\Sigma}{d}\, I_d
@@ -17,66 +16,16 @@ covariance (what a server reconstructs, e.g. MPT's tracked prototype set).
   :math:`\gamma \operatorname{tr}/d` appears in FedGRC's multilayer statistics).
 
 A class whose prototype is not finite (never observed) is never predicted: its score is
-:math:`-\infty`. Scores are float64.
+:math:`-\infty`. Scores are float64: :math:`-\tfrac12 d^2(z, \mu_c)`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .stats import ClassMoments
-
-
-def regularized_covariance(covariance: torch.Tensor, reg: float) -> torch.Tensor:
-    r"""The covariance plus ``reg`` times its average variance on the diagonal, shape (d, d).
-
-    .. math:: \tilde\Sigma = \Sigma + \lambda\, \bar\sigma\, I_d, \qquad \bar\sigma = \operatorname{tr}(\Sigma)/d
-
-    If :math:`\operatorname{tr}\Sigma = 0` (e.g. one sample per class) the added term would vanish,
-    so :math:`\lambda I_d` is added instead; the result is then still positive definite for
-    ``reg > 0``.
-
-    >>> regularized_covariance(torch.diag(torch.tensor([1.0, 3.0])), 0.5)
-    tensor([[2., 0.],
-            [0., 4.]], dtype=torch.float64)
-    """
-    cov = _check_covariance(covariance)
-    reg = _check_reg(reg)
-    d = cov.shape[0]
-    avg = float(torch.trace(cov)) / d
-    scale = avg if avg > 0 else 1.0
-    return cov + reg * scale * torch.eye(d, dtype=torch.float64)
-
-
-def _check_covariance(covariance: torch.Tensor) -> torch.Tensor:
-    cov = torch.as_tensor(covariance, dtype=torch.float64)
-    if cov.ndim != 2 or cov.shape[0] != cov.shape[1]:
-        raise ValueError(f"covariance must be a square (d, d) matrix, got shape {tuple(cov.shape)}")
-    if not bool(torch.isfinite(cov).all()):
-        raise ValueError("covariance holds a NaN or an infinity")
-    return 0.5 * (cov + cov.T)
-
-
-def _check_reg(reg: float) -> float:
-    if not (isinstance(reg, (int, float)) and reg >= 0 and reg == reg and reg != float("inf")):
-        raise ValueError(f"reg must be a finite number >= 0, got {reg!r}")
-    return float(reg)
-
-
-def spd_inverse(cov: torch.Tensor) -> torch.Tensor:
-    """Inverse of a symmetric PSD (d, d) matrix: a Cholesky solve when numerically positive definite
-    (every pivot above ``10 d eps`` times the largest), else the pseudo-inverse (scikit-learn's
-    ``lsqr`` minimum-norm solution; a covariance computed from moments is singular only up to
-    rounding). ``cholesky_solve`` against the identity is about 25x faster than
-    ``torch.cholesky_inverse`` on the CPU at d = 1,000."""
-    chol, info = torch.linalg.cholesky_ex(cov)
-    pivots = torch.diagonal(chol) ** 2  # Schur-complement pivots; a tiny one means numerically singular
-    eps = torch.finfo(cov.dtype).eps * cov.shape[0] * 10
-    if int(info) == 0 and float(pivots.min()) > eps * float(pivots.max()):
-        inv = torch.cholesky_solve(torch.eye(cov.shape[0], dtype=cov.dtype), chol)
-    else:
-        inv = torch.linalg.pinv(cov, hermitian=True)
-    return 0.5 * (inv + inv.T)
+from ..stats import ClassMoments
+from ._linalg import _check_covariance, _check_reg, regularized_covariance, spd_inverse
+from .base import Head
 
 
 def _squared_distances(z: torch.Tensor, means: torch.Tensor, precision: torch.Tensor | None) -> torch.Tensor:
@@ -91,13 +40,6 @@ def _squared_distances(z: torch.Tensor, means: torch.Tensor, precision: torch.Te
     return torch.where(ok[None, :], d2, torch.full_like(d2, float("inf")))
 
 
-def _as_features(z, dim: int) -> torch.Tensor:
-    z = torch.as_tensor(z).detach().to(torch.float64)
-    if z.ndim != 2 or z.shape[1] != dim:
-        raise ValueError(f"features must have shape (n, {dim}), got {tuple(z.shape)}")
-    return z
-
-
 def _means_from(moments: ClassMoments | None, means) -> torch.Tensor:
     if (moments is None) == (means is None):
         raise ValueError("pass exactly one of moments= or means=")
@@ -109,26 +51,17 @@ def _means_from(moments: ClassMoments | None, means) -> torch.Tensor:
     return m.clone()
 
 
-class _PrototypeHead:
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "means_"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(...) first")
+class _PrototypeHead(Head):
+    _fitted_attr = "means_"
 
-    @property
-    def classes_(self) -> torch.Tensor:
-        """Boolean (C,): classes that can be predicted (finite prototype)."""
-        self._check_fitted()
+    def _n_features(self) -> int:
+        return self.means_.shape[1]
+
+    def _predictable(self) -> torch.Tensor:
         return torch.isfinite(self.means_).all(dim=1)
 
-    def decision_function(self, z) -> torch.Tensor:
-        r"""Scores of shape (n, C): :math:`-\tfrac12 d^2(z, \mu_c)`, :math:`-\infty` for unfitted classes."""
-        self._check_fitted()
-        z = _as_features(z, self.means_.shape[1])
+    def _scores(self, z: torch.Tensor) -> torch.Tensor:
         return -0.5 * _squared_distances(z, self.means_, getattr(self, "precision_", None))
-
-    def predict(self, z) -> torch.Tensor:
-        """Predicted classes of shape (n,)."""
-        return self.decision_function(z).argmax(dim=1)
 
 
 class NearestClassMean(_PrototypeHead):
@@ -156,8 +89,8 @@ class MahalanobisNCM(_PrototypeHead):
     Parameters
     ----------
     reg : float, default 0.1
-        :math:`\lambda_\Sigma` of :func:`regularized_covariance`; 0 uses the covariance as is
-        (its pseudo-inverse if singular).
+        :math:`\lambda_\Sigma` of :func:`~fedlib.heads.regularized_covariance`; 0 uses the
+        covariance as is (its pseudo-inverse if singular).
 
     Attributes
     ----------
@@ -168,6 +101,9 @@ class MahalanobisNCM(_PrototypeHead):
     precision_ : torch.Tensor of shape (d, d)
         Its inverse.
 
+    From moments, the pooled within-class covariance needs the total Gram matrix only; restricted
+    to a subset of classes (``fit(moments, classes=...)``) it needs the per-class Gram matrices.
+
     >>> cov = torch.diag(torch.tensor([1.0, 100.0]))
     >>> head = MahalanobisNCM(reg=0.0).fit(means=torch.tensor([[0.0, 0.0], [1.0, 10.0]]), covariance=cov)
     >>> head.predict(torch.tensor([[1.0, 4.0]])).tolist()  # Euclidean NCM would say class 0
@@ -176,6 +112,10 @@ class MahalanobisNCM(_PrototypeHead):
 
     def __init__(self, reg: float = 0.1) -> None:
         self.reg = reg
+
+    def check_params(self) -> "MahalanobisNCM":
+        _check_reg(self.reg)
+        return self
 
     def fit(
         self, moments: ClassMoments | None = None, *, means=None, covariance=None, classes=None
@@ -192,6 +132,9 @@ class MahalanobisNCM(_PrototypeHead):
             if moments is None:
                 raise ValueError("with means= also pass covariance= (d, d)")
             if classes is not None:
+                if moments.form != "class":
+                    raise ValueError("fit(moments, classes=...) needs the per-class Gram matrices, got the compact "
+                                     "moments (total Gram only): collect the statistics with grams='class'")
                 mask = torch.zeros(moments.n_classes, dtype=torch.bool)
                 mask[torch.as_tensor(classes)] = True
                 moments = ClassMoments(moments.counts * mask, moments.sums * mask[:, None], moments.grams * mask[:, None, None])
@@ -205,9 +148,13 @@ class MahalanobisNCM(_PrototypeHead):
 
 
 def mahalanobis(a: torch.Tensor, b: torch.Tensor, precision: torch.Tensor) -> float:
-    r""":math:`\sqrt{(a-b)^\top P (a-b)}` for vectors ``a``, ``b`` of shape (d,)."""
+    r""":math:`\sqrt{(a-b)^\top P (a-b)}` for vectors ``a``, ``b`` of shape (d,) and ``precision`` :math:`P` (d, d).
+
+    >>> mahalanobis(torch.tensor([3.0, 0.0]), torch.zeros(2), torch.eye(2) / 4)
+    1.5
+    """
     diff = torch.as_tensor(a, dtype=torch.float64) - torch.as_tensor(b, dtype=torch.float64)
     return float(torch.sqrt(torch.clamp(diff @ precision.to(torch.float64) @ diff, min=0.0)))
 
 
-__all__ = ["MahalanobisNCM", "NearestClassMean", "mahalanobis", "regularized_covariance"]
+__all__ = ["MahalanobisNCM", "NearestClassMean", "mahalanobis"]

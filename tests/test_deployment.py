@@ -1,5 +1,4 @@
-"""The terminal statistics round and statistical-head deployment (fedlib.algorithms.stathead),
-and the CCVR head from moments (fedlib.stat_heads.CCVRHead)."""
+"""The terminal statistics round and statistical-head deployment (fedlib.deployment)."""
 
 from __future__ import annotations
 
@@ -12,12 +11,10 @@ import pandas as pd
 import pytest
 import torch
 
-import fedlib.algorithms.stathead as stathead_module
-import fedlib.stat_heads as stat_heads_module
-from fedlib.algorithms import FedAvg, make_algorithm
-from fedlib.protocol import ClientContext, Event, load_model
-from fedlib.algorithms.stathead import (
-    HEADS,
+import fedlib.deployment as deployment_module
+from fedlib.algorithms import ALGORITHMS, FedAvg, make_algorithm
+from fedlib.data import make_gaussian_mixture
+from fedlib.deployment import (
     FrozenFeatures,
     StatHead,
     StatPredictor,
@@ -26,28 +23,28 @@ from fedlib.algorithms.stathead import (
     evaluate_heads,
     finetune_head,
     merged_moments,
-    mms_from_arrays,
-    mms_to_arrays,
     stat_layer_dims,
     stat_layers,
     summarize_heads,
 )
-from fedlib.data import make_gaussian_mixture
+from fedlib.engines.inprocess import weights_key
 from fedlib.federation import ClientData, Federation, make_federation
-from fedlib.loop import LoopConfig, RunResult, _weights_key, evaluate_deployment, run_federated
+from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, MahalanobisNCM
+from fedlib.loop import LoopConfig, RunResult, evaluate_deployment, run_federated
 from fedlib.messages import State
-from fedlib.mms import MMS, SASP
 from fedlib.models import build_model
-from fedlib.stat_heads import CCVRHead
+from fedlib.protocol import ClientContext, Event, load_model
 from fedlib.stats import ClassMoments, feature_moments
-from fedlib.tracking import ccvr_head
 from fedlib.training import TrainConfig
 
 C = 4
 LAYERS = ("fc1", "penultimate")  # MLP hidden=(16, 8): d = 16 + 8
 D = 24
 TRAIN = TrainConfig(epochs=1, batch_size=8, lr=0.1)
-FAST_CCVR = dict(ccvr_virtual=20, ccvr_steps=30)
+HEADS = {  # a fresh, unfitted head of every kind StatHead deploys (CCVR with few virtual features and steps)
+    "fedncm": FedNCMHead, "lda": LDAHead, "fedcgs": FedCGSHead, "fed3r": Fed3RHead,
+    "ccvr": lambda: CCVRHead(n_virtual=20, steps=30), "mms": MMS, "sasp": SASP,
+}
 model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=C, input_size=4, hidden=(16, 8))
 
 
@@ -173,7 +170,8 @@ def test_departed_clients_are_skipped(fed):
     assert torch.equal(merged.counts, ref.counts) and torch.allclose(merged.grams, ref.grams, rtol=1e-10, atol=1e-10)
     led = got.ledger.to_frame()
     assert 1 not in set(led[led["kind"] == "statistics"]["client"])
-    frame = evaluate_deployment(StatHead("sasp"), got, fed, model_fn)
+    assert got.departed == [1] and got.registered == [0, 2, 3]
+    frame = evaluate_deployment(StatHead(SASP()), got, fed, model_fn)
     assert sorted(set(frame["client"])) == [0, 2, 3]
 
 
@@ -189,26 +187,27 @@ def test_a_run_without_backbone_or_clients_is_a_clear_error(run, fed):
     bare = RunResult(run.frame, run.ledger, State(), run.client_states, run.rounds_done)
     with pytest.raises(ValueError, match="no 'model/' arrays"):
         collect_statistics(bare, fed, model_fn)
-    gone = pd.concat([run.frame, pd.DataFrame({"round": [1] * 4, "client": [-1] * 4, "metric": [f"leave:{k}" for k in range(4)],
-                                               "value": [1.0] * 4})], ignore_index=True)
+    gone = RunResult(run.frame, run.ledger, run.server, run.client_states, run.rounds_done, departed=[0, 1, 2, 3])
     with pytest.raises(ValueError, match="no registered client"):
-        collect_statistics(RunResult(gone, run.ledger, run.server, run.client_states, run.rounds_done), fed, model_fn)
+        collect_statistics(gone, fed, model_fn)
     with pytest.raises(ValueError, match="collect_statistics"):
         evaluate_heads(run, fed, model_fn, {"sasp": StatHead()})
     with pytest.raises(ValueError, match="collect_statistics"):
-        evaluate_deployment(StatHead("lda"), run, fed, model_fn)
+        evaluate_deployment(StatHead(LDAHead()), run, fed, model_fn)
+    with pytest.raises(ValueError, match="grams must be one of"):
+        collect_statistics(run, fed, model_fn, grams="diagonal")
 
 
 def test_statistics_survive_save_and_load(stats, fed, tmp_path):
     back = RunResult.load(stats.save(tmp_path / "run"))
-    a = evaluate_deployment(StatHead("sasp"), stats, fed, model_fn)
-    b = evaluate_deployment(StatHead("sasp"), back, fed, model_fn)
+    a = evaluate_deployment(StatHead(SASP()), stats, fed, model_fn)
+    b = evaluate_deployment(StatHead(SASP()), back, fed, model_fn)
     pd.testing.assert_frame_equal(a, b)
 
 
 # ---------------------------------------------------------------- deployment
 def test_sasp_with_infinite_m0_equals_the_mms_deployment(stats, fed):
-    mms, inf = StatHead("mms"), StatHead("sasp", m0=math.inf)
+    mms, inf = StatHead(MMS()), StatHead(SASP(m0=math.inf))
     x = fed.global_test.x
     for k in range(fed.n_clients):
         a, b = deploy(mms, stats, fed, k), deploy(inf, stats, fed, k)
@@ -227,7 +226,7 @@ def test_frozen_features_give_the_protocol_of_the_deployed_heads(stats, fed):
     assert frozen.layer_dims == stat_layer_dims(stats.server)
     mms = MMS().fit(frozen.moments, frozen.layer_dims)
     for m0 in (0.0, 3.0):
-        deployed = summarize_heads(evaluate_heads(stats, fed, model_fn, {"sasp": StatHead("sasp", m0=m0)})).loc["sasp"]
+        deployed = summarize_heads(evaluate_heads(stats, fed, model_fn, {"sasp": StatHead(SASP(m0=m0))})).loc["sasp"]
         cached = frozen.summary([SASP(m0=m0).fit(mms, mom) for mom in frozen.client_moments])
         assert cached.keys() == deployed.to_dict().keys()
         for key, value in cached.items():
@@ -239,12 +238,12 @@ def test_frozen_features_give_the_protocol_of_the_deployed_heads(stats, fed):
 def test_server_head_matches_the_heads_fitted_on_the_merged_moments(stats, fed):
     m = merged_moments(stats.server)
     mms = MMS(0.1).fit(m, (16, 8))
-    pred = deploy(StatHead("mms", gamma=0.1), stats, fed, 1)
+    pred = deploy(StatHead(MMS(gamma=0.1)), stats, fed, 1)
     assert torch.equal(pred.coef, mms.coef_) and torch.equal(pred.intercept, mms.intercept_)
     # SASP on the client: its own counts and sums under the same backbone
     own = pooled_moments(stats, fed, [1])
     sasp = SASP(3.0).fit(mms, own)
-    got = deploy(StatHead("sasp", gamma=0.1, m0=3.0), stats, fed, 1)
+    got = deploy(StatHead(SASP(m0=3.0, gamma=0.1)), stats, fed, 1)
     assert torch.allclose(got.coef, sasp.coef_, rtol=1e-9, atol=1e-12)
     assert torch.allclose(got.intercept, sasp.intercept_, rtol=1e-9, atol=1e-12)
     # the predictor is the head on the concatenated unscaled features
@@ -254,7 +253,7 @@ def test_server_head_matches_the_heads_fitted_on_the_merged_moments(stats, fed):
 
 def test_mms_arrays_round_trip(stats):
     mms = MMS(0.2).fit(merged_moments(stats.server), (16, 8))
-    back = mms_from_arrays(mms_to_arrays(mms), (16, 8), 0.2)
+    back = MMS.from_arrays(mms.to_arrays(), (16, 8), 0.2)
     z = torch.randn(5, D, dtype=torch.float64)
     assert torch.equal(back.decision_function(z), mms.decision_function(z))
     assert torch.allclose(back.scaled_coef_, mms.scaled_coef_) and back.layer_dims_ == (16, 8)
@@ -265,7 +264,7 @@ def test_mms_arrays_round_trip(stats):
 @pytest.mark.parametrize("head", HEADS)
 def test_every_head_deploys_finite_logits_except_minus_inf_for_a_class_absent_everywhere(head, absent_case):
     fed, result = absent_case  # class 2 in no client's training split; client 0 has no training sample
-    alg = StatHead(head, **FAST_CCVR)
+    alg = StatHead(HEADS[head]())
     x = fed.global_test.x
     for k in range(fed.n_clients):
         pred = deploy(alg, result, fed, k)
@@ -285,10 +284,10 @@ def test_a_client_without_samples_deploys_the_shared_head(absent_case):
     assert len(up) == 1  # it replied (zero moments), like every registered client
     merged = merged_moments(result.server)
     assert torch.equal(merged.counts, pooled_moments(result, fed, [1, 2, 3]).counts)
-    a, b = deploy(StatHead("sasp", m0=0.0), result, fed, 0), deploy(StatHead("mms"), result, fed, 0)
+    a, b = deploy(StatHead(SASP(m0=0.0)), result, fed, 0), deploy(StatHead(MMS()), result, fed, 0)
     assert torch.equal(a.coef, b.coef) and torch.equal(a.intercept, b.intercept)
-    ft = deploy(StatHead("lda", finetune=TrainConfig(epochs=3, lr=0.1)), result, fed, 0)
-    assert torch.equal(ft.coef, deploy(StatHead("lda"), result, fed, 0).coef)  # nothing to fine-tune on
+    ft = deploy(StatHead(LDAHead(), finetune=TrainConfig(epochs=3, lr=0.1)), result, fed, 0)
+    assert torch.equal(ft.coef, deploy(StatHead(LDAHead()), result, fed, 0).coef)  # nothing to fine-tune on
 
 
 @pytest.mark.parametrize("head", ["lda", "fedcgs", "ccvr", "mms", "sasp"])
@@ -301,7 +300,7 @@ def test_singular_within_class_covariance_gives_finite_heads(head):
     result = collect_statistics(result, fed, wide, layers=("fc1", "penultimate"))
     m = merged_moments(result.server)
     assert int(torch.linalg.matrix_rank(m.class_covariances()[0])) < m.dim  # singular indeed
-    alg = StatHead(head, **FAST_CCVR)
+    alg = StatHead(HEADS[head]())
     ctx = ClientContext(1, 1, wide(), C)
     pred = alg.deploy(ctx, State(), alg.broadcast(result.server, 1), fed.clients[1], torch.Generator().manual_seed(0))
     assert bool(torch.isfinite(pred.coef).all() and torch.isfinite(pred.intercept).all())
@@ -320,7 +319,7 @@ def zero_stats(run, fed):
 def test_all_zero_features_give_no_nan_anywhere(head, zero_stats, fed):
     result = zero_stats
     assert float(merged_moments(result.server).grams.abs().sum()) == 0.0
-    alg = StatHead(head, finetune=TrainConfig(epochs=1, lr=0.1), **FAST_CCVR)
+    alg = StatHead(HEADS[head](), finetune=TrainConfig(epochs=1, lr=0.1))
     for k in range(fed.n_clients):
         pred = deploy(alg, result, fed, k)
         assert bool(torch.isfinite(pred.coef).all() and torch.isfinite(pred.intercept).all())
@@ -329,9 +328,9 @@ def test_all_zero_features_give_no_nan_anywhere(head, zero_stats, fed):
 
 def test_shared_heads_share_global_predictions_personalized_heads_do_not(stats, fed):
     for head, shared in (("fedcgs", True), ("mms", True), ("sasp", False)):
-        keys = {_weights_key(deploy(StatHead(head), stats, fed, k)) for k in range(fed.n_clients)}
+        keys = {weights_key(deploy(StatHead(HEADS[head]()), stats, fed, k)) for k in range(fed.n_clients)}
         assert (len(keys) == 1) == shared, head
-    ft = {_weights_key(deploy(StatHead("fedcgs", finetune=TrainConfig(epochs=1, lr=0.05)), stats, fed, k)) for k in range(4)}
+    ft = {weights_key(deploy(StatHead(FedCGSHead(), finetune=TrainConfig(epochs=1, lr=0.05)), stats, fed, k)) for k in range(4)}
     assert len(ft) == fed.n_clients
 
 
@@ -339,18 +338,20 @@ def test_the_server_fits_once_per_server_state(stats, fed, monkeypatch):
     calls = []
     original = StatHead._fit
     monkeypatch.setattr(StatHead, "_fit", lambda self, server: calls.append(1) or original(self, server))
-    alg = StatHead("lda")
+    template = LDAHead()
+    alg = StatHead(template)
     evaluate_deployment(alg, stats, fed, model_fn)
     evaluate_deployment(alg, stats, fed, model_fn)
     assert len(calls) == 1
-    alg.lda_reg = 0.5  # new parameters: fitted again
+    assert not hasattr(template, "coef_")  # the server fits a clone: the template stays unfitted
+    alg.head.reg = 0.5  # new hyper-parameters: fitted again
     evaluate_deployment(alg, stats, fed, model_fn)
     assert len(calls) == 2
 
 
 def test_ccvr_starts_from_the_backbones_head_on_penultimate_features(run, fed):
     pen = collect_statistics(run, fed, model_fn)  # penultimate only
-    alg = StatHead("ccvr", ccvr_steps=0)
+    alg = StatHead(CCVRHead(steps=0))
     pred = deploy(alg, pen, fed, 0)
     w, b = run.server.arrays["model/head.weight"], run.server.arrays["model/head.bias"]
     assert torch.allclose(pred.coef, w.double()) and torch.allclose(pred.intercept, b.double())
@@ -361,8 +362,8 @@ def test_ccvr_starts_from_the_backbones_head_on_penultimate_features(run, fed):
 def test_local_finetuning_fits_the_local_data_and_keeps_absent_classes_out(absent_case):
     fed, result = absent_case
     k = 1
-    base = deploy(StatHead("fedncm"), result, fed, k)
-    tuned = deploy(StatHead("fedncm", finetune=TrainConfig(epochs=20, lr=0.1)), result, fed, k)
+    base = deploy(StatHead(FedNCMHead()), result, fed, k)
+    tuned = deploy(StatHead(FedNCMHead(), finetune=TrainConfig(epochs=20, lr=0.1)), result, fed, k)
     x, y = fed.clients[k].train.x, fed.clients[k].train.y
     ce = lambda p: float(torch.nn.functional.cross_entropy(p(x).detach().masked_fill(~p.valid, -1e30), y))  # noqa: E731
     assert ce(tuned) < ce(base)
@@ -378,7 +379,7 @@ def test_finetune_head_refuses_labels_of_never_predicted_classes():
 
 
 def test_evaluate_heads_and_summary(stats, fed):
-    heads = {"fedavg": FedAvg(), "fedncm": StatHead("fedncm"), "sasp": StatHead("sasp")}
+    heads = {"fedavg": FedAvg(), "fedncm": StatHead(FedNCMHead()), "sasp": StatHead(SASP())}
     frame = evaluate_heads(stats, fed, model_fn, heads)
     assert list(frame.columns) == ["head", "round", "client", "metric", "value"]
     assert list(dict.fromkeys(frame["head"])) == list(heads)
@@ -389,99 +390,73 @@ def test_evaluate_heads_and_summary(stats, fed):
 
 
 # ---------------------------------------------------------------- bad input
-@pytest.mark.parametrize("kwargs, match", [
-    ({"head": "knn"}, "unknown head 'knn'; valid: fedncm, lda, fedcgs, fed3r, ccvr, mms, sasp"),
-    ({"gamma": 0.0}, "gamma"), ({"gamma": -1.0}, "gamma"), ({"gamma": math.nan}, "gamma"),
-    ({"m0": -1.0}, "m0"), ({"m0": math.nan}, "m0"),
-    ({"lda_reg": -0.1}, "reg"), ({"lda_priors": "uniform"}, "priors"), ({"fedcgs_reg": math.inf}, "reg"),
-    ({"fed3r_lam": 0.0}, "fed3r_lam"), ({"ccvr_virtual": 0}, "n_virtual"), ({"ccvr_steps": -1}, "steps"),
-    ({"ccvr_lr": 0.0}, "lr"), ({"ccvr_reg": 0.0}, "reg"), ({"finetune": {"epochs": 1}}, "finetune"),
+@pytest.mark.parametrize("head, match", [
+    ("sasp", "head must be a linear head of fedlib.heads .* got 'sasp'"),
+    (MahalanobisNCM(), r"head must be a linear head .* got MahalanobisNCM\(reg=0.1\)"),
+    (MMS(gamma=0.0), "gamma"), (MMS(gamma=-1.0), "gamma"), (MMS(gamma=math.nan), "gamma"),
+    (SASP(m0=-1.0), "m0"), (SASP(m0=math.nan), "m0"), (SASP(gamma=0.0), "gamma"),
+    (LDAHead(reg=-0.1), "reg"), (LDAHead(priors="uniform"), "priors"), (FedCGSHead(reg=math.inf), "reg"),
+    (Fed3RHead(lam=0.0), "lam"), (CCVRHead(n_virtual=0), "n_virtual"), (CCVRHead(steps=-1), "steps"),
+    (CCVRHead(lr=0.0), "lr"), (CCVRHead(reg=0.0), "reg"),
 ])
-def test_bad_parameters_are_clear_errors_at_construction(kwargs, match):
+def test_bad_heads_are_clear_errors_at_construction(head, match):
     with pytest.raises(ValueError, match=match):
-        StatHead(**kwargs)
+        StatHead(head)
 
 
-def test_stathead_is_registered_and_does_not_train(fed):
-    alg = make_algorithm("stathead", head="lda")
-    assert isinstance(alg, StatHead) and alg.head == "lda" and StatHead().head == "sasp"
+def test_bad_finetune_is_a_clear_error():
+    with pytest.raises(ValueError, match="finetune"):
+        StatHead(LDAHead(), finetune={"epochs": 1})
+
+
+def test_stathead_is_a_deployment_rule_not_a_registered_algorithm(fed):
+    assert "stathead" not in ALGORITHMS
+    with pytest.raises(ValueError, match="unknown algorithm 'stathead'"):
+        make_algorithm("stathead")
+    assert isinstance(StatHead().head, SASP)  # the default: FedGRC's personalized head
     with pytest.raises(ValueError, match="does not train"):
-        run_federated(alg, fed, model_fn, LoopConfig(rounds=1))
+        run_federated(StatHead(LDAHead()), fed, model_fn, LoopConfig(rounds=1))
 
 
-# ---------------------------------------------------------------- CCVRHead
-def _moments(z, y, c=3):
-    return ClassMoments.from_features(torch.as_tensor(np.asarray(z), dtype=torch.float64), torch.as_tensor(y), c)
+# ---------------------------------------------------------------- one statistics round per run
+def test_collecting_statistics_twice_on_one_result_is_an_error(run, fed, stats):
+    with pytest.raises(ValueError, match=r"already holds terminal statistics \(round 3, layers 'fc1,penultimate'\)"):
+        collect_statistics(stats, fed, model_fn)
+    again = collect_statistics(run, fed, model_fn, layers=LAYERS)  # from the training result: the same round
+    assert again.server.meta["stat_round"] == stats.server.meta["stat_round"]
+    for k in STATS_KEYS:
+        assert torch.equal(again.server.arrays[k], stats.server.arrays[k])
 
 
-def test_ccvr_head_equals_tracking_ccvr_head_and_is_reproducible():
-    rng = np.random.default_rng(0)
-    y = np.repeat([0, 1, 2], 10)
-    z = rng.normal(size=(30, 3)) + 3 * np.eye(3)[y]
-    m = _moments(z, y)
-    w0, b0 = torch.randn(3, 3, generator=torch.Generator().manual_seed(1)), torch.zeros(3)
-    head = CCVRHead(n_virtual=30, steps=50, lr=0.05).fit(m, generator=torch.Generator().manual_seed(2), init=(w0, b0))
-    covs = m.class_covariances()
-    w, b = ccvr_head(m.means(), covs, m.counts, w0, b0, n_virtual=30, steps=50, lr=0.05, reg=0.1,
-                     generator=torch.Generator().manual_seed(2))
-    assert torch.allclose(head.coef_, w.double()) and torch.allclose(head.intercept_, b.double())
-    again = CCVRHead(n_virtual=30, steps=50, lr=0.05).fit(m, generator=torch.Generator().manual_seed(2), init=(w0, b0))
-    assert torch.equal(head.coef_, again.coef_)
-    assert (head.predict(torch.as_tensor(z)).numpy() == y).mean() > 0.9
+# ---------------------------------------------------------------- the compact payload
+@pytest.fixture(scope="module")
+def compact(run, fed):
+    return collect_statistics(run, fed, model_fn, layers=LAYERS, grams="total")
 
 
-def test_ccvr_zero_steps_returns_init_on_observed_classes_absent_class_never_predicted():
-    z, y = [[0.0, 1.0], [1.0, 0.0], [5.0, 5.0], [6.0, 5.0]], [0, 0, 2, 2]
-    w0, b0 = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]), torch.tensor([0.5, 9.0, -0.5])
-    head = CCVRHead(steps=0).fit(_moments(z, y), generator=torch.Generator(), init=(w0, b0))
-    assert head.coef_.tolist() == [[1.0, 2.0], [0.0, 0.0], [5.0, 6.0]]
-    assert head.intercept_.tolist() == [0.5, -math.inf, -0.5] and head.classes_.tolist() == [True, False, True]
-    trained = CCVRHead(steps=50).fit(_moments(z, y), generator=torch.Generator().manual_seed(0), init=(w0, b0))
-    assert trained.intercept_[1] == -math.inf and not bool((trained.predict(torch.randn(50, 2) * 10) == 1).any())
+def test_compact_statistics_send_the_total_gram_only(run, fed, stats, compact):
+    led = compact.ledger.to_frame()
+    up = led[(led["kind"] == "statistics")]
+    assert (up["bytes"] == (C * (1 + D) + D * D) * 8).all()  # about C times fewer than C (1 + D + D^2)
+    merged, full = merged_moments(compact.server), merged_moments(stats.server)
+    assert merged.form == "total" and merged.grams.shape == (D, D)
+    assert torch.equal(merged.counts, full.counts) and torch.equal(merged.sums, full.sums)
+    torch.testing.assert_close(merged.grams, full.total_gram(), rtol=1e-10, atol=1e-10)
 
 
-def test_ccvr_singular_indefinite_zero_and_single_sample_covariances_stay_finite():
-    g = torch.Generator().manual_seed(0)
-    rng = np.random.default_rng(0)
-    # moments whose class covariance G/n - mu mu^T is indefinite (eigenvalues 1.5 and -0.5), as
-    # cancellation can leave it: the ridge 0.1 * tr/d = 0.05 does not fix it, plain ccvr_head fails
-    m = ClassMoments(torch.tensor([2.0, 2.0], dtype=torch.float64), torch.zeros(2, 2, dtype=torch.float64),
-                     torch.tensor([[[1.0, 2.0], [2.0, 1.0]], [[2.0, 0.0], [0.0, 2.0]]], dtype=torch.float64))
-    with pytest.raises(torch.linalg.LinAlgError):
-        ccvr_head(m.means(), m.class_covariances(), m.counts, torch.zeros(2, 2), torch.zeros(2), n_virtual=5, steps=1,
-                  generator=g)
-    head = CCVRHead(n_virtual=5, steps=3).fit(m, generator=g)
-    assert bool(torch.isfinite(head.coef_).all() and torch.isfinite(head.intercept_).all())
-    assert torch.allclose(head.covariances_[0], torch.tensor([[0.75, 0.75], [0.75, 0.75]], dtype=torch.float64))  # PSD part
-    assert torch.equal(head.covariances_[1], torch.eye(2, dtype=torch.float64))  # a valid one is kept
-    # all-zero features: zero covariances, virtual features from reg * I
-    zero = CCVRHead(n_virtual=5, steps=3).fit(_moments(np.zeros((4, 3)), [0, 0, 1, 1], 2), generator=g)
-    assert bool(torch.isfinite(zero.coef_).all())
-    # d > n: singular covariances; a class seen once uses the pooled covariance
-    wide = CCVRHead(n_virtual=5, steps=3).fit(_moments(rng.normal(size=(5, 8)), [0, 0, 0, 1, 2]), generator=g)
-    assert bool(torch.isfinite(wide.coef_).all()) and wide.classes_.tolist() == [True, True, True]
+@pytest.mark.parametrize("head", ["fedncm", "lda", "fedcgs", "fed3r", "mms", "sasp"])
+def test_heads_deployed_from_compact_statistics_equal_the_full_ones(head, fed, stats, compact):
+    for k in range(fed.n_clients):
+        a, b = deploy(StatHead(HEADS[head]()), compact, fed, k), deploy(StatHead(HEADS[head]()), stats, fed, k)
+        torch.testing.assert_close(a.coef, b.coef, rtol=1e-7, atol=1e-9)
+        torch.testing.assert_close(a.intercept, b.intercept, rtol=1e-7, atol=1e-9)
 
 
-def test_ccvr_bad_input():
-    m = _moments([[0.0], [1.0]], [0, 1], 2)
-    g = torch.Generator()
-    for kw, match in (({"reg": 0.0}, "reg"), ({"n_virtual": 0}, "n_virtual"), ({"steps": -1}, "steps"), ({"lr": -1.0}, "lr"),
-                      ({"n_virtual": 2.5}, "n_virtual")):
-        with pytest.raises(ValueError, match=match):
-            CCVRHead(**kw).fit(m, generator=g)
-    with pytest.raises(ValueError, match="generator"):
-        CCVRHead().fit(m, generator=0)
-    with pytest.raises(ValueError, match="init must be"):
-        CCVRHead().fit(m, generator=g, init=(torch.zeros(3, 1), torch.zeros(3)))
-    with pytest.raises(ValueError, match="NaN"):
-        CCVRHead().fit(m, generator=g, init=(torch.full((2, 1), math.nan), torch.zeros(2)))
-    with pytest.raises(ValueError, match="no sample"):
-        CCVRHead().fit(ClassMoments.zeros(2, 1), generator=g)
-    with pytest.raises(ValueError, match="diverged"):
-        CCVRHead(steps=20, lr=1e37).fit(_moments([[0.0], [1e3]], [0, 1], 2), generator=g)
+def test_ccvr_on_compact_statistics_is_a_clear_error(fed, compact):
+    with pytest.raises(ValueError, match="CCVRHead needs the per-class Gram matrices.*grams='class'"):
+        deploy(StatHead(CCVRHead()), compact, fed, 0)
 
 
 def test_module_examples_run():
-    for module in (stathead_module, stat_heads_module):
-        failed, _ = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
-        assert failed == 0, module.__name__
+    failed, _ = doctest.testmod(deployment_module, optionflags=doctest.ELLIPSIS)
+    assert failed == 0

@@ -6,7 +6,7 @@ to A-G. Everything is computed from the clients' additive moments of the **unsca
 multilayer features :math:`h = [h_{\ell_1}; \dots; h_{\ell_m}]` (``fedlib.stats.ClassMoments``,
 merged by addition); the server never sees a feature vector (Appendix A-E).
 
-MMS (:class:`MMS`):
+MMS (:class:`~fedlib.heads.MMS`):
 
 * Eq. (22), layer scales from the globally centred features of layer :math:`\ell`,
 
@@ -30,7 +30,7 @@ MMS (:class:`MMS`):
 
   with :math:`\lVert A\rVert_2 \le 1/\lambda_A` and :math:`\kappa(A) \le 1 + d/\gamma` (Eq. (31)).
 
-SASP (:class:`SASP`), for client :math:`k` with class counts :math:`n_c` and sums :math:`t_c`:
+SASP (:class:`~fedlib.heads.SASP`), for client :math:`k` with class counts :math:`n_c` and sums :math:`t_c`:
 
 * Eq. (32)-(34): :math:`\alpha(n) = n/(n+m_0)`, the local mean :math:`\mu_c^{(k)} = D_s t_c/n_c`,
   :math:`\Delta_c = \mu_c^{(k)} - \mu_c` (0 when :math:`n_c = 0`) and
@@ -45,9 +45,9 @@ SASP (:class:`SASP`), for client :math:`k` with class counts :math:`n_c` and sum
 
   i.e. the nearest personalized mean under :math:`A` (Appendix A-G).
 
-Both classes are linear heads (``fedlib.stat_heads.LinearHead``): ``decision_function`` and
+Both classes are linear heads (:class:`fedlib.heads.LinearHead`): ``decision_function`` and
 ``predict`` take the **unscaled** concatenated features :math:`h` (what
-``fedlib.stats.feature_moments`` concatenates); ``coef_`` therefore folds the layer scaling in
+:func:`fedlib.stats.feature_moments` concatenates); ``coef_`` therefore folds the layer scaling in
 (``coef_ = scaled_coef_ * feature_scale_``), while ``scaled_coef_`` is the paper's :math:`W^{(k)}`
 acting on :math:`z`. With ``m0 = inf`` SASP is the shared head (``MMS`` itself); with ``m0 = 0`` it
 uses the local means of the observed classes.
@@ -59,23 +59,30 @@ Conventions for bad input (never a NaN in a head):
 * a class absent from every client is not federation-known: zero weights and an intercept of
   :math:`-\infty` (never predicted); a client reporting samples of such a class is a ``ValueError``;
 * a client with no samples gets the shared head (every :math:`\alpha = 0`);
-* a layer whose features do not vary at all (e.g. all-zero features) keeps :math:`s_\ell = 1`;
+* a layer whose features do not vary at all (all-zero or constant features) keeps :math:`s_\ell = 1`:
+  a coordinate variance :math:`\mathbb E[x^2] - \bar x^2` at most ``ZERO_VARIANCE_RTOL`` times
+  :math:`\mathbb E[x^2]` is rounding residue of the subtraction and is taken as 0;
   if :math:`\operatorname{tr}\widehat\Sigma_w = 0` (e.g. one sample per class; numerically: at most
   ``ZERO_VARIANCE_RTOL`` times the total variance, the rounding noise of :math:`G - tt^\top/N`)
   the covariance is taken as 0 and the ridge falls back to :math:`\lambda_A = \gamma` (each
-  varying scaled block has unit average variance; ``fedlib.heads.regularized_covariance``), so :math:`A` is always positive definite.
+  varying scaled block has unit average variance; :func:`fedlib.heads.regularized_covariance`), so
+  :math:`A` is always positive definite.
+
+Both need the clients' counts, sums and total Gram matrix :math:`\sum_c G_c` only (the compact
+statistics); SASP's client side needs only the client's own counts and sums, computed locally.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from .heads import _as_features, regularized_covariance, spd_inverse
-from .stat_heads import LinearHead, _check_moments, gaussian_linear_head
-from .stats import ClassMoments
+from ..stats import ClassMoments
+from ._linalg import _as_features, _check_moments, _check_positive, _is_real, regularized_covariance, spd_inverse
+from .base import LinearHead
+from .gaussian import gaussian_linear_head
 
 DEFAULT_GAMMA = 0.1
 """Default relative ridge :math:`\\gamma` (the paper's Table X is missing; 0.1 adds 10% of the average variance)."""
@@ -83,15 +90,17 @@ DEFAULT_GAMMA = 0.1
 DEFAULT_M0 = 10.0
 """Default reference strength :math:`m_0` (the paper's Table X is missing; the shared mean weighs as 10 samples)."""
 
+ZERO_VARIANCE_RTOL = 1e-10
+r"""A variance at most this fraction of its scale (a coordinate's :math:`\mathbb E[x^2]`, the total
+within-class variance) is rounding noise of a difference of moments: treated as 0."""
+
 
 def _check_gamma(gamma) -> float:
-    if not (isinstance(gamma, (int, float)) and not isinstance(gamma, bool) and 0 < gamma < math.inf):
-        raise ValueError(f"gamma must be a finite number > 0, got {gamma!r}")
-    return float(gamma)
+    return _check_positive(gamma, "gamma")
 
 
 def _check_m0(m0) -> float:
-    if not (isinstance(m0, (int, float)) and not isinstance(m0, bool) and m0 >= 0):  # NaN fails m0 >= 0; inf allowed
+    if not (_is_real(m0) and m0 >= 0):  # NaN fails m0 >= 0; inf allowed
         raise ValueError(f"m0 must be a number >= 0 (inf gives the shared head), got {m0!r}")
     return float(m0)
 
@@ -108,25 +117,35 @@ def _check_layer_dims(layer_dims, d: int) -> tuple[int, ...]:
 def layer_scales(moments: ClassMoments, layer_dims: Sequence[int]) -> torch.Tensor:
     r"""Eq. (22): :math:`s_\ell = \sqrt{\operatorname{tr}(S_{\ell\ell})/d_\ell}` from merged moments, shape (m,).
 
-    :math:`S` is the total covariance (about the global mean, 1/N); a layer with zero variance keeps
-    :math:`s_\ell = 1`.
+    :math:`S` is the total covariance (about the global mean, 1/N); its diagonal is
+    :math:`\mathbb E[x_j^2] - \bar x_j^2` per coordinate, taken as 0 when at most
+    ``ZERO_VARIANCE_RTOL`` times :math:`\mathbb E[x_j^2]` (the subtraction's rounding residue
+    when the coordinate is constant); a layer with zero variance keeps :math:`s_\ell = 1`.
 
+    >>> from fedlib.stats import ClassMoments
     >>> z = torch.tensor([[0.0, 0.0, 10.0], [2.0, 2.0, 30.0]])
     >>> layer_scales(ClassMoments.from_features(z, torch.tensor([0, 1]), 2), (2, 1)).tolist()
     [1.0, 10.0]
+    >>> const = torch.tensor([[0.1, 1.0], [0.1, 3.0], [0.1, 5.0]])  # layer 1 constant, not zero
+    >>> layer_scales(ClassMoments.from_features(const, torch.tensor([0, 1, 1]), 2), (1, 1)).tolist()[0]
+    1.0
     """
     n = moments.counts.sum()
     mean = moments.sums.sum(0) / n
-    var = (torch.diagonal(moments.grams, dim1=1, dim2=2).sum(0) / n - mean**2).clamp(min=0.0)  # (d,) coordinate variances
+    squares = torch.diagonal(moments.grams, dim1=-2, dim2=-1)  # (C, d) per class, (d,) compact
+    ex2 = (squares.sum(0) if moments.form == "class" else squares) / n  # (d,) E[x_j^2]
+    var = (ex2 - mean**2).clamp(min=0.0)  # (d,) coordinate variances
+    var = torch.where(var <= ZERO_VARIANCE_RTOL * ex2, torch.zeros_like(var), var)  # constant: rounding residue
     blocks = torch.split(var, list(layer_dims))
     s = torch.stack([torch.sqrt(b.mean()) for b in blocks])
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
 def scale_moments(moments: ClassMoments, feature_scale: torch.Tensor) -> ClassMoments:
-    r"""The moments of :math:`z = D h` for a diagonal :math:`D` = ``diag(feature_scale)`` (d,): exact, by linearity."""
+    r"""The moments of :math:`z = D h` for a diagonal :math:`D` = ``diag(feature_scale)`` (d,): exact, by linearity
+    (either Gram form)."""
     f = feature_scale.to(torch.float64)
-    return ClassMoments(moments.counts, moments.sums * f[None, :], moments.grams * f[None, :, None] * f[None, None, :])
+    return ClassMoments(moments.counts, moments.sums * f[None, :], moments.grams * f[..., :, None] * f[..., None, :])
 
 
 class MMS(LinearHead):
@@ -152,6 +171,7 @@ class MMS(LinearHead):
     metric_ : (d, d) :math:`A`
     scaled_coef_, coef_, intercept_ : the shared head on :math:`z` and on :math:`h`
 
+    >>> from fedlib.stats import ClassMoments
     >>> h = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 4.0], [2.0, 4.0]])
     >>> mms = MMS(gamma=1.0).fit(ClassMoments.from_features(h, torch.tensor([0, 0, 1, 1]), 2), [1, 1])
     >>> mms.scales_.tolist(), round(mms.ridge_, 12)
@@ -162,6 +182,10 @@ class MMS(LinearHead):
 
     def __init__(self, gamma: float = DEFAULT_GAMMA) -> None:
         self.gamma = gamma
+
+    def check_params(self) -> "MMS":
+        _check_gamma(self.gamma)
+        return self
 
     def fit(self, moments, layer_dims: Sequence[int] | None = None) -> "MMS":
         """Fit from the merged moments of the unscaled concatenated features (or a list, one per client).
@@ -199,9 +223,37 @@ class MMS(LinearHead):
         r""":math:`\lVert z - \mu_c\rVert_A^2` of shape (n, C) (inf for absent classes) for features ``h``."""
         return _metric_distances(self.transform(h), self.means_, self.metric_, self.classes_)
 
+    def to_arrays(self) -> dict[str, torch.Tensor]:
+        """What a client needs of the fitted MMS to run :class:`SASP` (what a server broadcasts):
+        ``scales`` (m,), ``feature_scale`` (d,), ``means`` (C, d), ``metric`` (d, d), ``counts`` (C,),
+        the shared head ``coef`` (C, d) and ``intercept`` (C,), and ``ridge`` (1,); not the
+        covariance (not needed). :meth:`from_arrays` rebuilds it."""
+        self._check_fitted()
+        return {"scales": self.scales_, "feature_scale": self.feature_scale_, "means": self.means_, "metric": self.metric_,
+                "counts": self.counts_, "coef": self.coef_, "intercept": self.intercept_,
+                "ridge": torch.tensor([self.ridge_], dtype=torch.float64)}
 
-ZERO_VARIANCE_RTOL = 1e-10
-"""Within-class average variance at most this fraction of the total one is rounding noise: treated as 0."""
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, torch.Tensor], layer_dims: Sequence[int] | None = None,
+                    gamma: float = DEFAULT_GAMMA) -> "MMS":
+        """A fitted MMS rebuilt from :meth:`to_arrays` (``covariance_`` is not sent and stays
+        unset); ``SASP(m0).fit`` accepts it.
+
+        >>> from fedlib.stats import ClassMoments
+        >>> h = torch.tensor([[0.0, 1.0], [2.0, 0.0], [5.0, 4.0], [7.0, 4.0]])
+        >>> mms = MMS().fit(ClassMoments.from_features(h, torch.tensor([0, 0, 1, 1]), 2))
+        >>> bool(torch.equal(MMS.from_arrays(mms.to_arrays()).decision_function(h), mms.decision_function(h)))
+        True
+        """
+        mms = cls(gamma)
+        mms.scales_, mms.feature_scale_ = arrays["scales"], arrays["feature_scale"]
+        mms.means_, mms.metric_, mms.counts_ = arrays["means"], arrays["metric"], arrays["counts"]
+        mms.coef_, mms.intercept_ = arrays["coef"], arrays["intercept"]
+        mms.ridge_ = float(arrays["ridge"][0])
+        d = int(mms.feature_scale_.shape[0])
+        mms.layer_dims_ = tuple(int(v) for v in layer_dims) if layer_dims is not None else (d,)
+        mms.scaled_coef_ = mms.coef_ / mms.feature_scale_[None, :]
+        return mms
 
 
 def _within_covariance(moments: ClassMoments, feature_scale: torch.Tensor) -> torch.Tensor:
@@ -247,6 +299,10 @@ class SASP(LinearHead):
     m0 : float, default 10.0
         Reference strength :math:`m_0 \ge 0`; ``float("inf")`` gives the shared head, 0 the local
         means of every observed class.
+    gamma : float, default 0.1
+        The relative ridge of the shared :class:`MMS` that :meth:`shared` fits (the server's side
+        of a SASP deployment, :class:`fedlib.deployment.StatHead`). :meth:`fit` personalizes the
+        fitted MMS it is given, whatever its ``gamma``.
 
     Attributes
     ----------
@@ -259,15 +315,32 @@ class SASP(LinearHead):
     means_ : (C, d) personalized means :math:`\tilde\mu_c^{(k)}`
     scaled_coef_, coef_, intercept_ : the head on :math:`z` (:math:`W^{(k)}, b^{(k)}`) and on :math:`h`
 
+    >>> from fedlib.stats import ClassMoments
     >>> h = torch.tensor([[0.0], [2.0], [10.0], [12.0]])
-    >>> mms = MMS().fit(ClassMoments.from_features(h, torch.tensor([0, 0, 1, 1]), 2))
+    >>> mms = SASP().shared(ClassMoments.from_features(h, torch.tensor([0, 0, 1, 1]), 2))
     >>> sasp = SASP(m0=2.0).fit(mms, torch.tensor([2.0, 0.0]), torch.tensor([[4.0], [0.0]]))
     >>> sasp.alpha_.tolist(), (sasp.means_ / mms.feature_scale_).tolist()  # back to h units
     ([0.5, 0.0], [[1.5], [11.0]])
     """
 
-    def __init__(self, m0: float = DEFAULT_M0) -> None:
+    def __init__(self, m0: float = DEFAULT_M0, gamma: float = DEFAULT_GAMMA) -> None:
         self.m0 = m0
+        self.gamma = gamma
+
+    def check_params(self) -> "SASP":
+        _check_m0(self.m0)
+        _check_gamma(self.gamma)
+        return self
+
+    def shared(self, moments, layer_dims: Sequence[int] | None = None) -> MMS:
+        """The server's side: ``MMS(self.gamma).fit(moments, layer_dims)`` on the merged moments."""
+        return MMS(self.gamma).fit(moments, layer_dims)
+
+    def fit_features(self, mms: MMS, z, y) -> "SASP":
+        """Fit one client's head from its own unscaled features ``z`` (n, d) and labels ``y`` (n,)."""
+        if not isinstance(mms, MMS) or not hasattr(mms, "metric_"):
+            raise ValueError("mms must be a fitted MMS (call MMS(gamma).fit(moments, layer_dims) first)")
+        return self.fit(mms, ClassMoments.from_features(torch.as_tensor(z), torch.as_tensor(y), mms.means_.shape[0]))
 
     def fit(self, mms: MMS, counts, sums=None) -> "SASP":
         """Fit one client's head from its class ``counts`` (C,) and ``sums`` (C, d) of unscaled features.
@@ -331,4 +404,5 @@ def _check_client(mms: MMS, counts, sums) -> tuple[torch.Tensor, torch.Tensor]:
     return n, t
 
 
-__all__ = ["DEFAULT_GAMMA", "DEFAULT_M0", "MMS", "SASP", "adaptation_weights", "layer_scales", "scale_moments"]
+__all__ = ["DEFAULT_GAMMA", "DEFAULT_M0", "MMS", "SASP", "ZERO_VARIANCE_RTOL", "adaptation_weights", "layer_scales",
+           "scale_moments"]
