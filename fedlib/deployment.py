@@ -84,7 +84,7 @@ from .loop import LoopConfig, RunResult, evaluate_deployment, per_client_table, 
 from .messages import Ledger, Message, State
 from .metrics import RARE_RATIO, client_predictions_abilities, protocol_summary
 from .protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
-from .rng import torch_generator
+from .rng import CCVR_VIRTUAL, torch_generator
 from .stats import GRAM_FORMS, ClassMoments, feature_moments
 from .training import TrainConfig, local_train
 
@@ -93,7 +93,6 @@ STATS = "stats/"
 
 _HEAD = "head/"
 _MMS = "mms/"
-_CCVR_KEY = 43  # the stream of the server's CCVR virtual features under StatHead.seed (the book's numbers use it)
 _PENULTIMATE = ("penultimate",)
 
 
@@ -375,7 +374,7 @@ class StatHead(Algorithm):
         elif isinstance(head, CCVRHead):
             w, b = server.arrays.get(MODEL + "head.weight"), server.arrays.get(MODEL + "head.bias")
             own = layers == _PENULTIMATE and w is not None and b is not None and tuple(w.shape) == (m.n_classes, m.dim)
-            head.fit(m, generator=torch_generator(self.seed, _CCVR_KEY), init=(w, b) if own else None)
+            head.fit(m, generator=torch_generator(self.seed, CCVR_VIRTUAL), init=(w, b) if own else None)
         else:
             head.fit(m)
         return {_HEAD + "coef": head.coef_, _HEAD + "intercept": head.intercept_}
