@@ -1,8 +1,9 @@
 """A federation: clients that own their data, and the shared class-balanced global test set.
 
-Data flows one way (the book's page *Inside fedlib*): dataset -> global test split -> partition of the rest ->
-per-client train / local-test split -> :class:`Federation`. Only :class:`fedlib.loop.Client`
-objects hold a :class:`ClientData`; the server side of the loop never receives one.
+Data flows one way (the book's page *Inside fedlib*): dataset -> global test split -> partition
+of the rest -> per-client train / local-test split -> :class:`Federation`. Only the transport's
+clients (:class:`fedlib.engines.inprocess.Client`) hold a :class:`ClientData`; the server side of
+the loop never receives one.
 """
 
 from __future__ import annotations

@@ -286,7 +286,7 @@ def run_federated(
         gives the same model whatever the caller's RNG state
     stop_after : stop after this round (as if interrupted); with ``config.checkpoint`` the run can
         be resumed by calling again without it
-    transport : how messages reach the clients (default: :class:`fedlib.engines.InProcessTransport`
+    transport : how messages reach the clients (default: :class:`fedlib.engines.inprocess.InProcessTransport`
         over ``federation``, ``model_fn`` and ``config.seed``)
 
     Returns

@@ -1,7 +1,7 @@
 """The method contract: the hooks through which a method plugs into the one round loop.
 
 This module sits **below** :mod:`fedlib.loop` (which drives the hooks) and below every plug-in in
-:mod:`fedlib.algorithms` (which override them); importing it imports no method. The book's page
+``fedlib.algorithms`` (which override them); importing it imports no method. The book's page
 "Inside fedlib" draws the layers and walks through adding a method. A method overrides some of
 these hooks and nothing else (one round loop, never a copy of it):
 

@@ -135,7 +135,7 @@ print(f"profile {P.profile}: {', '.join(f'{k} ({len(v)} samples)' for k, v in DA
 # %% [markdown]
 # ## The departure scenario
 #
-# {func}`fedlib.data.scenarios.make_departure_scenario` holds out a class-balanced global test set, gives
+# {func}`fedlib.federation.make_departure_scenario` holds out a class-balanced global test set, gives
 # client 0 a share $1 - f$ of the rare class and deals the remaining fraction $f$ over the other
 # clients; every other class is spread uniformly over all clients (Section V-A, "Scenario").
 # Following the paper's design choice (Fig. 7 (c)), the remaining rare samples are kept **out of

@@ -2,12 +2,12 @@
 
 :mod:`fedlib.loop` writes a round once (sampling, events, the non-finite guard, aggregation, the
 evaluation schedule, the ledger, checkpoints); a transport only carries messages:
-"send these messages to these clients and collect the replies" (:class:`Transport`).
+"send these messages to these clients and collect the replies" (:class:`~fedlib.engines.base.Transport`).
 
-* :class:`InProcessTransport` (the default): the clients run in this process, one after another.
+* :class:`~fedlib.engines.inprocess.InProcessTransport` (the default): the clients run in this process, one after another.
 
 Further engines (Flower's simulation and deployment engines, a vectorized executor) are further
-implementations of :class:`Transport`; the loop does not change.
+implementations of :class:`~fedlib.engines.base.Transport`; the loop does not change.
 """
 
 from .base import Transport
