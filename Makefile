@@ -31,4 +31,4 @@ bench: $(STAMP)
 	for b in tests/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf book/_build book/chapters book/results
+	rm -rf book/_build book/chapters book/results book/_smoke book/_paper

@@ -774,7 +774,7 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, agg["budget_lar
 
 # %%
 t_train = time.perf_counter()
-data = load_data("mnist5k", n_samples=P.n_samples, seed=seed, key=13)  # the smoke profile trains on a seeded subset
+data = load_data("mnist5k", n_samples=P.n_samples, seed=seed)  # the smoke profile trains on a seeded subset
 fed = make_federation(data, n_clients=P.n_clients, partition="dirichlet", alpha=P.alpha, min_size=10,
                       global_test_per_class=P.gtpc, seed=seed)
 model_fn = functools.partial(build_model, "cnn", in_channels=1, n_classes=data.n_classes, input_size=28)
