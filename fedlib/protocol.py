@@ -85,7 +85,7 @@ def body_arrays(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     (FedRep, FedBABU, shared-encoder methods) send.
 
     >>> from fedlib.models import build_model
-    >>> any(k.startswith(HEAD) for k in body_arrays(build_model("mlp", input_size=2, hidden=(3,))))
+    >>> any(k.startswith(HEAD) for k in body_arrays(build_model("mlp", in_channels=1, n_classes=2, input_size=2, hidden=(3,))))
     False
     """
     return {k: v for k, v in model_arrays(model).items() if not k.startswith(HEAD)}
