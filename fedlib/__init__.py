@@ -1,18 +1,26 @@
 """fedlib: a thin, tested PyTorch library for personalized and heterogeneous federated learning.
 
-The companion library of the book in ``book/``. Modules (one per concept):
+The companion library of the book in ``book/``. Modules (one per concept), from the bottom
+layer up (a module imports only from the layers below it; the book's page *Inside fedlib*):
 
+- :mod:`fedlib.rng`, :mod:`fedlib.io`, :mod:`fedlib.messages`, :mod:`fedlib.aggregate`: seeds
+  by purpose, atomic and safe files, messages / state / ledger, aggregation as free functions;
 - :mod:`fedlib.data`: loaders (UCI digits, MNIST-5k, Gaussian mixtures, CIFAR from a local root,
-  multi-domain digits) and seeded partitioners;
+  multi-domain digits) and seeded partitioners (the departure scenario among them);
 - :mod:`fedlib.models`: a small CNN, an MLP, ResNet-18 and MobileNetV2 behind one interface that
   returns logits and pooled per-layer features;
-- :mod:`fedlib.federation`: clients that own their data and the shared global test set;
-- :mod:`fedlib.loop`: the one round loop, with events, checkpoints and the evaluation schedule;
-- :mod:`fedlib.messages`: messages, explicit client state and the communication ledger;
-- :mod:`fedlib.aggregate`: aggregation as free functions;
 - :mod:`fedlib.training`: local training and prediction;
-- :mod:`fedlib.metrics`: the evaluation protocol (local, global, unseen, rare accuracy; floors);
-- :mod:`fedlib.algorithms`: one small module per method (FedAvg, FedAvg-FT, ...);
+- :mod:`fedlib.stats`: additive class moments; :mod:`fedlib.metrics`: the evaluation protocol
+  (local, global, unseen, rare accuracy; floors);
+- ``fedlib.heads``: the statistical heads (one estimator base, a module per family);
+- :mod:`fedlib.tracking`, :mod:`fedlib.geometry`, :mod:`fedlib.cgrl`, :mod:`fedlib.encoders`:
+  the papers' mathematics (MPT, GGEUR, FedGRC) as free functions, and frozen encoders;
+- :mod:`fedlib.federation`: clients that own their data and the shared global test set;
+- :mod:`fedlib.protocol`: the method contract (the hooks a method overrides);
+- :mod:`fedlib.engines`: transports that carry a round's messages (in-process);
+- :mod:`fedlib.loop`: the one round loop, with events, checkpoints and the evaluation schedule;
+- ``fedlib.algorithms``: one small module per method (FedAvg, FedAvg-FT, ...);
+- :mod:`fedlib.deployment`: the terminal statistics round and statistical-head deployment;
 - :mod:`fedlib.chapter`: the chapter helper of the notebooks: the ``smoke`` / ``book`` / ``paper``
   profiles, the seeded data choice, the check table and the claims verdict.
 """

@@ -18,6 +18,8 @@ fedlib* shows where this module sits among the library's layers.
 
 from __future__ import annotations
 
+import numbers
+
 import os
 from collections.abc import Mapping
 from types import SimpleNamespace
@@ -110,10 +112,11 @@ def subsample(data: ArrayDataset, n_samples: int | None, seed: int, key: int = D
     >>> subsample(toy, None, seed=0) is toy, subsample(toy, 10, seed=0) is toy
     (True, True)
     """
+    if n_samples is not None and not (isinstance(n_samples, numbers.Integral) and not isinstance(n_samples, bool)
+                                      and n_samples >= 1):
+        raise ValueError(f"n_samples must be None (all of the data) or an integer >= 1, got {n_samples!r}")
     if n_samples is None or n_samples >= len(data):
         return data
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1 or None, got {n_samples}")
     keep = np.sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))
     return data.subset(keep)
 

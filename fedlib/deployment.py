@@ -83,9 +83,10 @@ from .heads import MMS, SASP, CCVRHead, LinearHead
 from .loop import LoopConfig, RunResult, evaluate_deployment, per_client_table, run_federated
 from .messages import Ledger, Message, State
 from .metrics import RARE_RATIO, client_predictions_abilities, protocol_summary
-from .protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model
+from .models import PENULTIMATE
+from .protocol import HEAD, MODEL, Algorithm, ClientContext, Event, Predictor, load_model
 from .rng import CCVR_VIRTUAL, torch_generator
-from .stats import GRAM_FORMS, ClassMoments, feature_moments
+from .stats import GRAM_FORMS, ClassMoments, class_counts_sums, feature_moments
 from .training import TrainConfig, local_train
 
 STATS = "stats/"
@@ -93,7 +94,7 @@ STATS = "stats/"
 
 _HEAD = "head/"
 _MMS = "mms/"
-_PENULTIMATE = ("penultimate",)
+_PENULTIMATE = (PENULTIMATE,)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +354,7 @@ class StatHead(Algorithm):
         ``head/intercept`` (C,) or, for :class:`~fedlib.heads.SASP`, ``mms/*``
         (:meth:`fedlib.heads.MMS.to_arrays`). Fitted once per server state and hyper-parameters
         (cached on the identity of the moments' tensors)."""
-        keys = [STATS + "counts", STATS + "sums", STATS + "grams", MODEL + "head.weight", MODEL + "head.bias"]
+        keys = [STATS + "counts", STATS + "sums", STATS + "grams", HEAD + "weight", HEAD + "bias"]
         key = tuple(server.arrays.get(k) for k in keys)
         params = self._params()
         if self._cache is not None and self._cache[1] == params and all(a is b for a, b in zip(self._cache[0], key)):
@@ -372,7 +373,7 @@ class StatHead(Algorithm):
         if isinstance(head, MMS):
             head.fit(m, dims)
         elif isinstance(head, CCVRHead):
-            w, b = server.arrays.get(MODEL + "head.weight"), server.arrays.get(MODEL + "head.bias")
+            w, b = server.arrays.get(HEAD + "weight"), server.arrays.get(HEAD + "bias")
             own = layers == _PENULTIMATE and w is not None and b is not None and tuple(w.shape) == (m.n_classes, m.dim)
             head.fit(m, generator=torch_generator(self.seed, CCVR_VIRTUAL), init=(w, b) if own else None)
         else:
@@ -395,8 +396,7 @@ class StatHead(Algorithm):
         if personal:
             dims = [int(v) for v in str(message.meta["stat_layer_dims"]).split(",")]
             mms = MMS.from_arrays(message.with_prefix(_MMS), dims, self.head.gamma)
-            counts = torch.bincount(y, minlength=ctx.n_classes).to(torch.float64)  # (C,) the client's own n_c
-            sums = torch.zeros(ctx.n_classes, z.shape[1], dtype=torch.float64).index_add_(0, y, z)  # (C, d) its t_c
+            counts, sums = class_counts_sums(z, y, ctx.n_classes)  # (C,), (C, d): the client's own n_c and t_c
             fitted = self.head.clone().fit(mms, counts, sums)
             coef, intercept = fitted.coef_, fitted.intercept_
         else:

@@ -61,7 +61,7 @@ def save_tensors_json(path: str | os.PathLike, tensors: Mapping[str, torch.Tenso
     bad = [k for k, v in tensors.items() if not isinstance(v, torch.Tensor)]
     if bad:
         raise TypeError(f"save_tensors_json stores tensors only; not tensors: {bad}")
-    text = json.dumps(meta, sort_keys=True, default=_json_default)
+    text = json.dumps(meta, sort_keys=True, default=json_default)
     buffer = io.BytesIO()
     torch.save({"format": _FORMAT, "tensors": {k: v.detach().cpu() for k, v in tensors.items()}, "json": text}, buffer)
     return atomic_write_bytes(path, buffer.getvalue())
@@ -75,6 +75,10 @@ def load_tensors_json(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor],
     path = Path(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, OSError) as err:
+        if isinstance(err, FileNotFoundError):
+            raise
+        raise ValueError(f"{path} is not a readable fedlib state file (truncated or corrupt?): {str(err).splitlines()[0]}") from None
     except pickle.UnpicklingError as err:
         raise ValueError(
             f"refusing to load {path}: it holds objects other than tensors, numbers and strings "
@@ -90,9 +94,9 @@ def load_tensors_json(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor],
 _FORMAT = "fedlib-state-1"
 
 
-def _json_default(v: Any) -> Any:
+def json_default(v: Any) -> Any:
+    """``json.dumps(..., default=json_default)``: numpy scalars as Python numbers; anything else
+    that JSON cannot hold is a ``TypeError`` naming it."""
     if isinstance(v, np.generic):
         return v.item()
-    if isinstance(v, tuple):
-        return list(v)
     raise TypeError(f"cannot store {v!r} ({type(v).__name__}) as JSON metadata; use numbers, strings, lists or dicts")

@@ -41,7 +41,7 @@ import torch
 
 from .engines import InProcessTransport, Transport
 from .federation import Federation
-from .io import atomic_write_bytes, load_tensors_json, save_tensors_json
+from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State
 from .metrics import RARE_RATIO, protocol_summary
 from .protocol import Algorithm, Event
@@ -147,7 +147,8 @@ class RunResult:
     client_states : each client's final persistent state
     rounds_done : the last completed round
     algorithm : the algorithm's name
-    departed : the clients that left the federation for good (``leave`` events applied), in order
+    departed : the clients that left the federation (``leave`` events applied) and did not join
+        again, in the order they left
     seconds : wall-clock seconds per round (not part of ``frame``, which is bit-for-bit reproducible)
     server_seconds : wall-clock seconds of the server's aggregation per round (never in the
         server state, which stays bit-for-bit reproducible)
@@ -297,6 +298,7 @@ def run_federated(
     _validate_events(config.events, n)
     seed = config.seed
     transport = InProcessTransport(federation, model_fn, seed) if transport is None else transport
+    _check_transport(transport, federation, seed)
 
     ckpt = Path(config.checkpoint) if config.checkpoint else None
     fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": config.fingerprint(), "federation": federation.description})
@@ -339,6 +341,8 @@ def run_federated(
                 departed.append(e.client)
             elif e.kind == "join" and e.client not in active:
                 active = sorted(active + [e.client])
+                if e.client in departed:  # back in the federation: registered again
+                    departed.remove(e.client)
             server.notify(e)
             rows.append((r, -1, f"{e.kind}:{e.client}", 1.0))
 
@@ -384,14 +388,18 @@ def run_federated(
     return RunResult(_frame(rows), ledger, server.state, states, rounds_done, algorithm.name, departed, seconds, server_seconds)
 
 
+def _check_transport(transport: Transport, federation: Federation, seed: int) -> None:
+    if transport.seed != seed:
+        raise ValueError(f"the transport's clients derive their streams from seed {transport.seed}, but the run's seed "
+                         f"is {seed}: build the transport with the run's seed")
+    if transport.n_clients != federation.n_clients:
+        raise ValueError(f"the transport carries {transport.n_clients} clients, but the federation has "
+                         f"{federation.n_clients}: build the transport over this federation")
+
+
 def _canonical_json(obj) -> str:
     """A canonical JSON text of a fingerprint (numpy scalars as Python numbers)."""
-    def plain(v):
-        if isinstance(v, np.generic):
-            return v.item()
-        raise TypeError(f"cannot record {v!r} ({type(v).__name__}) in a checkpoint fingerprint")
-
-    return json.dumps(obj, sort_keys=True, default=plain)
+    return json.dumps(obj, sort_keys=True, default=json_default)
 
 
 def _evaluate(algorithm, server, transport, states, active, config, r, ledger) -> list[tuple]:
@@ -431,6 +439,7 @@ def evaluate_deployment(
     ledger. Returns the tidy rows for the last round, like ``result.frame``.
     """
     transport = InProcessTransport(federation, model_fn, config.seed) if transport is None else transport
+    _check_transport(transport, federation, config.seed)
     bad = [k for k in result.registered if not 0 <= k < federation.n_clients]
     if bad:
         raise ValueError(f"the run has client(s) {bad} that this federation of {federation.n_clients} clients lacks")

@@ -141,8 +141,7 @@ class ClassMoments:
             raise ValueError(f"label {bad} outside the valid range [0, {n_classes}) (valid labels: 0 to {n_classes - 1})")
         z = features.detach().to(torch.float64)
         d = z.shape[1]
-        counts = torch.bincount(labels, minlength=n_classes).to(torch.float64)
-        sums = torch.zeros(n_classes, d, dtype=torch.float64).index_add_(0, labels, z)  # (C, d)
+        counts, sums = class_counts_sums(z, labels, n_classes)
         if form == "total":
             return cls(counts, sums, z.T @ z)  # (d, d): one product
         grams = torch.zeros(n_classes, d, d, dtype=torch.float64)
@@ -253,6 +252,23 @@ class ClassMoments:
     def from_message(cls, message: Message, prefix: str = "stats/") -> "ClassMoments":
         a = message.with_prefix(prefix)
         return cls(a["counts"], a["sums"], a["grams"])
+
+
+def class_counts_sums(z: torch.Tensor, labels: torch.Tensor, n_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first two of the additive statistics, without the Gram matrices: class counts
+    :math:`n_c` (C,) and class sums :math:`t_c = \\sum_{i: y_i = c} z_i` (C, d), float64 (what SASP's
+    clients compute locally). ``z`` (n, d) and integer ``labels`` (n,) in [0, n_classes) are
+    assumed valid (:meth:`ClassMoments.from_features` checks them).
+
+    >>> class_counts_sums(torch.tensor([[1.0], [2.0], [4.0]]), torch.tensor([0, 1, 1]), 3)
+    (tensor([1., 2., 0.], dtype=torch.float64), tensor([[1.],
+            [6.],
+            [0.]], dtype=torch.float64))
+    """
+    z = z.to(torch.float64)
+    counts = torch.bincount(labels, minlength=n_classes).to(torch.float64)
+    sums = torch.zeros(n_classes, z.shape[1], dtype=torch.float64).index_add_(0, labels, z)  # (C, d)
+    return counts, sums
 
 
 def feature_moments(model, x: torch.Tensor, y: torch.Tensor, n_classes: int, *, layers=None, batch_size: int = 256,

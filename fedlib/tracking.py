@@ -423,7 +423,7 @@ def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, l
     the maps). ``generator`` orders the batches (default: torch's global generator)."""
     z_old, z_new = _t(z_old).float(), _t(z_new).float()
     d = z_old.shape[1]
-    linear = torch.nn.Linear(d, d, bias=False)
+    linear = torch.nn.utils.skip_init(torch.nn.Linear, d, d, bias=False)  # no draw from torch's global RNG
     with torch.no_grad():
         linear.weight.copy_(torch.eye(d))
     cfg = TrainConfig(epochs=epochs, batch_size=batch_size, optimizer="adam", lr=lr)

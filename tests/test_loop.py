@@ -323,6 +323,7 @@ def test_a_replacement_transport_carries_the_same_round(tiny_federation, tiny_mo
 
         def __init__(self, inner):
             self.inner, self.initial_model, self.carried = inner, inner.initial_model, []
+            self.seed, self.n_clients = inner.seed, inner.n_clients
 
         def local_updates(self, algorithm, round_, messages, states):
             self.carried.append((round_, "train", list(messages)))
@@ -354,3 +355,48 @@ def test_every_random_stream_purpose_is_distinct():
     values = list(rng.PURPOSES.values())
     assert len(values) == len(set(values)), rng.PURPOSES
     assert {"SAMPLING", "LOCAL_TRAIN", "DEPLOY", "INIT", "GLOBAL_TEST", "PARTITION", "LOCAL_SPLIT", "CCVR_VIRTUAL"} <= set(rng.PURPOSES)
+
+
+def test_one_transport_carries_several_runs_and_refuses_another_seed(tiny_federation, tiny_model_fn):
+    from fedlib.engines import InProcessTransport
+
+    cfg = LoopConfig(rounds=2, seed=3)
+    transport = InProcessTransport(tiny_federation, tiny_model_fn, seed=3)
+    first = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, transport=transport)
+    second = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, transport=transport)
+    assert _same_state(first.server, second.server)  # the clients trained in a copy: the initial model is intact
+    with pytest.raises(ValueError, match="seed 3, but the run's seed is 4"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=4), transport=transport)
+    from fedlib.federation import Federation
+
+    two = Federation(tiny_federation.clients[:2], tiny_federation.global_test, 3, {"two": 2})
+    with pytest.raises(ValueError, match="carries 4 clients, but the federation has 2"):
+        run_federated(FedAvg(train=TRAIN), two, tiny_model_fn, cfg, transport=transport)
+
+
+def test_a_client_that_leaves_and_joins_again_is_registered(tiny_federation, tiny_model_fn):
+    cfg = LoopConfig(rounds=3, events=(Event(1, 2, "leave"), Event(3, 2, "join")))
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    assert run.departed == [] and run.registered == [0, 1, 2, 3]
+    assert 2 in set(run.per_client().index)
+
+
+def test_a_truncated_state_file_gets_a_clear_error(tiny_federation, tiny_model_fn, tmp_path):
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    folder = run.save(tmp_path / "res")
+    data = (folder / "state.pt").read_bytes()
+    (folder / "state.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="not a readable fedlib state file"):
+        RunResult.load(folder)
+
+
+def test_an_error_in_a_client_hook_names_the_client_and_round(tiny_federation, tiny_model_fn):
+    class Broken(FedAvg):
+        def local_update(self, ctx, state, message, data, generator):
+            if ctx.client == 2:
+                raise ValueError("features must be finite")
+            return super().local_update(ctx, state, message, data, generator)
+
+    with pytest.raises(ValueError, match="finite") as info:
+        run_federated(Broken(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    assert "raised by client 2's local_update in round 1" in "\n".join(getattr(info.value, "__notes__", []))

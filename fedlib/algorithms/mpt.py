@@ -70,7 +70,7 @@ from ..tracking import (
     take_snapshot,
 )
 from ..training import TrainConfig, local_train
-from ..protocol import MODEL, ClientContext, Event, Predictor, load_model, model_arrays
+from ..protocol import HEAD, MODEL, ClientContext, Event, Predictor, load_model, model_arrays, update_message
 from .fedavg import FedAvg
 
 PARTS = ("moments", "scatter", "rare_gram", "sqnorm", "class_grams", "sdc", "ldc")
@@ -265,7 +265,7 @@ class MPT(FedAvg):
             arrays["cov"] = cov_t
         if "class_grams" in self.payload:
             mom = ClassMoments(counts, sums, total("stats/grams"))
-            w, b = stats_model[MODEL + "head.weight"], stats_model[MODEL + "head.bias"]
+            w, b = stats_model[HEAD + "weight"], stats_model[HEAD + "bias"]
             gen = torch_generator(self.seed, round_, CCVR_VIRTUAL)
             covs = torch.nan_to_num(mom.class_covariances())
             arrays["ccvr/weight"], arrays["ccvr/bias"] = ccvr_calibrate(
@@ -375,7 +375,7 @@ class MPT(FedAvg):
             keep = y != c
         loss = local_train(model, x[keep], y[keep], self.train, generator)
         arrays.update(model_arrays(model))
-        reply = Message(arrays=arrays, meta={"n_samples": int(keep.sum()), "train_loss": loss}, kind="update+stats")
+        reply = update_message(arrays, int(keep.sum()), loss, kind="update+stats")
         return new_state, reply
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:

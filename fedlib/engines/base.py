@@ -22,11 +22,17 @@ class Transport:
     Attributes
     ----------
     initial_model : the architecture with the run's initial weights (drawn under
-        ``derive_seed(seed, INIT)``), from which the server state is initialized
+        ``derive_seed(seed, INIT)``), from which the server state is initialized; clients never
+        train in it, so one transport can carry several runs
+    seed : the run seed its clients derive their streams from (the loop refuses a transport
+        whose seed is not the run's)
+    n_clients : the number of clients it carries
     """
 
     name = "transport"
     initial_model: torch.nn.Module
+    seed: int
+    n_clients: int
 
     def local_updates(
         self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State]

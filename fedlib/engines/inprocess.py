@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Iterator, Mapping
 
@@ -84,20 +85,30 @@ class InProcessTransport(Transport):
     def __init__(self, federation: Federation, model_fn: Callable[[], torch.nn.Module], seed: int) -> None:
         with isolated_torch_rng(derive_seed(seed, INIT)):
             self.initial_model = model_fn()
-        self._workspace = self.initial_model
+        self._workspace = copy.deepcopy(self.initial_model)  # clients train here; initial_model stays as drawn
+        self.seed = seed
+        self.n_clients = federation.n_clients
         self._clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
         self._global_test = federation.global_test
         self._seed = seed
 
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
         for k, down in messages.items():
-            state, up = self._clients[k].update(algorithm, states[k], down, round_, self._seed, self._workspace)
+            try:
+                state, up = self._clients[k].update(algorithm, states[k], down, round_, self._seed, self._workspace)
+            except Exception as err:
+                err.add_note(f"(raised by client {k}'s local_update in round {round_})")
+                raise
             yield k, state, up
 
     def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class) -> Iterator[tuple[int, dict[str, float]]]:
         global_cache: dict[str, np.ndarray] = {}
         for k, down in messages.items():
-            predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self._workspace)
+            try:
+                predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self._workspace)
+            except Exception as err:
+                err.add_note(f"(raised by client {k}'s deploy in round {round_})")
+                raise
             key = weights_key(predictor)
             if key is None or key not in global_cache:
                 pred = predict(predictor, self._global_test.x).numpy()

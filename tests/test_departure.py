@@ -1,4 +1,4 @@
-"""The departure scenario (fedlib.data.scenarios)."""
+"""The departure scenario: fedlib.data.partition.departure_partition and fedlib.federation.make_departure_scenario."""
 
 from __future__ import annotations
 
