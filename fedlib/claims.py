@@ -1,0 +1,561 @@
+r"""Claims a careful reviewer would accept: declarations, paired intervals, fixed decision rules.
+
+A claim of a paper is checked in the book as a **declaration made before the numbers exist**
+(the book's style guide, item 13): the paper's sentence quoted verbatim with its section, the
+quantity it is about, the claimed direction of the difference (ours − baseline), the smallest
+difference that counts, and the substitution of our small scale that affects it. The numbers
+then enter as one value per seed (or per test sample / client) for each side, paired, and the
+verdict is *computed* from the interval of the paired difference by the declared rule:
+
+- ``"holds"`` when the interval clears the minimum effect in the claimed direction;
+- ``"does not hold"`` when it clears it in the other direction;
+- ``"inconclusive at this scale"`` otherwise: an honest answer, not a failure.
+
+There is no "partly": a claim with several parts is several claims (several rows).
+
+Two intervals, both of the mean paired difference ours − baseline:
+
+- :func:`paired_interval`: Student's t interval of the mean paired difference over seeds
+  (the seeds vary the partition, the initialization and the data subset, so it covers all of
+  them at once). One seed gives the infinite interval: a single run cannot decide a claim.
+- :func:`paired_bootstrap`: the paired percentile bootstrap (Efron & Tibshirani, *An
+  Introduction to the Bootstrap*, 1993, ch. 13) of the mean difference over units of one run
+  (test samples scored 0/1, or clients' accuracies): it measures how much the test set alone
+  moves the difference. It needs many units (hundreds of test samples; a handful of clients is
+  too few, use seeds there), and its randomness is an argument (``seed``).
+
+Both return an :class:`Interval`; :func:`decide` applies a :class:`Claim`'s rule to it,
+:func:`evaluate` does both, :func:`claims_table` renders the book's table (each row's rule
+rendered from its declaration) and :func:`tally` counts the verdicts.
+
+Examples
+--------
+>>> claim = Claim("gain", "Method X improves accuracy.", "Section 5, Table 2",
+...               "global accuracy, X − FedAvg, points", "greater", min_effect=0.5)
+>>> result = evaluate(claim, [91.9, 92.4, 92.1, 91.7, 92.3], [90.1, 90.6, 90.2, 90.0, 90.4])
+>>> print(result.interval)
++1.82 [+1.72, +1.92], 5 seeds
+>>> result.verdict
+'holds'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+from scipy import stats
+
+HOLDS = "holds"
+"""The verdict when the interval clears the minimum effect in the claimed direction."""
+DOES_NOT_HOLD = "does not hold"
+"""The verdict when the interval clears the minimum effect in the other direction."""
+INCONCLUSIVE = "inconclusive at this scale"
+"""The verdict when the interval clears neither side (it includes one run's infinite interval)."""
+VERDICTS = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)
+"""Every verdict, in the order of :func:`tally` and of the book's tallies."""
+DIRECTIONS = ("greater", "less")
+"""The claimed sign of the difference ours − baseline."""
+METHODS = ("t", "bootstrap")
+"""How an :class:`Interval` was computed: Student's t over seeds, or a paired bootstrap over units."""
+OVER = ("seeds", "test samples", "clients")
+"""What :func:`evaluate` pairs over: seeds (t interval) or the units of one run (paired bootstrap)."""
+TABLE_COLUMNS = ("claim", "quantity", "ours", "rule", "verdict", "substitution")
+"""The columns of :func:`claims_table`."""
+
+_MINUS = "\N{MINUS SIGN}"
+
+
+def _check_level(level: float) -> float:
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1) (e.g. 0.95), got {level!r}")
+    return float(level)
+
+
+def _signed(x: float, digits: int) -> str:
+    """``+1.23`` / ``−0.40`` / ``+∞`` with a typographic minus."""
+    if math.isinf(x):
+        return ("+" if x > 0 else _MINUS) + "\N{INFINITY}"
+    return f"{x:+.{digits}f}".replace("-", _MINUS)
+
+
+def _effect(x: float) -> str:
+    """A minimum effect as declared (shortest form): ``0.5``, ``2.17``."""
+    return f"{x:g}".replace("-", _MINUS)
+
+
+def _percent(level: float) -> str:
+    return f"{round(level * 100, 6):g} %"
+
+
+@dataclass(frozen=True)
+class Claim:
+    r"""One claim of a paper, declared before the numbers exist.
+
+    Parameters
+    ----------
+    key : str
+        A short id, unique within a table (e.g. ``"gain-global-0.1"``).
+    quote : str
+        The paper's sentence, verbatim.
+    source : str
+        Where the sentence is, e.g. ``"Section V-C, Table IV"``.
+    quantity : str
+        What is measured and in which units, the difference written as ours − baseline, e.g.
+        ``"global accuracy, FedGRC − best baseline, points"``.
+    direction : {"greater", "less"}
+        The claimed sign of the difference.
+    min_effect : float, default 0
+        The smallest difference that counts, in the quantity's units (>= 0).
+    substitution : str, default ""
+        What our scale substitutes that affects this claim (a backbone, a baseline, a data set).
+    level : float, default 0.95
+        The level of the interval the rule reads.
+
+    Notes
+    -----
+    The decision rule, with :math:`[L, U]` the interval of the paired difference and
+    :math:`m` the minimum effect:
+
+    .. math::
+
+        \text{greater: holds} \iff L > m, \quad \text{does not hold} \iff U < -m;
+        \qquad \text{less: holds} \iff U < -m, \quad \text{does not hold} \iff L > m;
+
+    otherwise "inconclusive at this scale". The rule is symmetric: "does not hold" asserts the
+    *opposite* direction with the same margin, so an interval that reaches into
+    :math:`[-m, +m]` (for instance one that lies inside it: the difference is smaller than the
+    claimed size, but not shown to go the other way) is inconclusive, not a failure. Declare
+    ``min_effect`` with that in mind.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5)
+    >>> print(c.rule())
+    claimed greater than +0.5: holds if the whole 95 % interval of the paired difference lies
+    above +0.5; does not hold if it lies below −0.5; otherwise inconclusive at this scale
+    """
+
+    key: str
+    quote: str
+    source: str
+    quantity: str
+    direction: str
+    min_effect: float = 0.0
+    substitution: str = ""
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        for name in ("key", "quote", "source", "quantity"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"Claim.{name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.substitution, str):
+            raise ValueError(f"Claim.substitution must be a string ('' for none), got {self.substitution!r}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {self.direction!r}; valid: {', '.join(map(repr, DIRECTIONS))}")
+        m = self.min_effect
+        if isinstance(m, bool) or not isinstance(m, (int, float, np.integer, np.floating)) or not (
+            math.isfinite(m) and m >= 0
+        ):
+            raise ValueError(f"min_effect must be a finite number >= 0 (0 means: clears zero), got {m!r}")
+        object.__setattr__(self, "min_effect", float(m))
+        object.__setattr__(self, "level", _check_level(self.level))
+
+    def rule(self) -> str:
+        """The decision rule as a sentence, rendered from the declaration (the table's rule column)."""
+        m = self.min_effect
+        plus = f"+{_effect(m)}" if m > 0 else "0"
+        minus = f"{_MINUS}{_effect(m)}" if m > 0 else "0"
+        claimed, other = (plus, minus) if self.direction == "greater" else (minus, plus)
+        toward, away = ("above", "below") if self.direction == "greater" else ("below", "above")
+        return (
+            f"claimed {self.direction} than {claimed}: holds if the whole {_percent(self.level)} interval "
+            f"of the paired difference lies {toward} {claimed}; does not hold if it lies {away} {other}; "
+            f"otherwise {INCONCLUSIVE}"
+        )
+
+
+@dataclass(frozen=True)
+class Interval:
+    """The interval of a mean paired difference (ours − baseline).
+
+    Parameters
+    ----------
+    mean : float
+        The observed mean difference.
+    low, high : float
+        The interval's ends; infinite when the data cannot bound the difference (one seed).
+    n : int
+        How many pairs (seeds or units) it rests on.
+    level : float
+        Its nominal coverage, in (0, 1).
+    method : {"t", "bootstrap"}
+        Student's t over seeds, or a paired percentile bootstrap over units.
+    unit : str, default "seeds"
+        What the pairs are, plural (``"seeds"``, ``"test samples"``, ``"clients"``).
+
+    Examples
+    --------
+    >>> print(Interval(1.234, 0.4, 2.06, 5, 0.95, "t"))
+    +1.23 [+0.40, +2.06], 5 seeds
+    >>> print(Interval(0.5, -math.inf, math.inf, 1, 0.95, "t").format(1))
+    +0.5 [−∞, +∞], 1 seed
+    """
+
+    mean: float
+    low: float
+    high: float
+    n: int
+    level: float
+    method: str
+    unit: str = "seeds"
+
+    def __post_init__(self) -> None:
+        values = (self.mean, self.low, self.high)
+        if any(math.isnan(float(v)) for v in values) or math.isinf(float(self.mean)):
+            raise ValueError(f"an interval needs a finite mean and non-NaN ends, got {values!r}")
+        if not self.low <= self.high:
+            raise ValueError(f"an interval needs low <= high, got low={self.low!r}, high={self.high!r}")
+        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 1:
+            raise ValueError(f"n must be a positive integer, got {self.n!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"unknown method {self.method!r}; valid: {', '.join(map(repr, METHODS))}")
+        if not isinstance(self.unit, str) or not self.unit.strip():
+            raise ValueError(f"unit must be a non-empty string, got {self.unit!r}")
+        object.__setattr__(self, "level", _check_level(self.level))
+        for name, v in zip(("mean", "low", "high"), values):
+            object.__setattr__(self, name, float(v))
+        object.__setattr__(self, "n", int(self.n))
+
+    @property
+    def width(self) -> float:
+        """``high − low`` (infinite for one seed)."""
+        return self.high - self.low
+
+    def format(self, digits: int = 2) -> str:
+        """``"+1.23 [+0.40, +2.06], 5 seeds"``: the mean, the interval and what it rests on."""
+        unit = self.unit[:-1] if self.n == 1 and self.unit.endswith("s") else self.unit
+        return (
+            f"{_signed(self.mean, digits)} [{_signed(self.low, digits)}, {_signed(self.high, digits)}], "
+            f"{self.n} {unit}"
+        )
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+def _paired_differences(a: ArrayLike, b: ArrayLike | float) -> np.ndarray:
+    """``a − b`` as float64 of shape (n,), validated (the public edge of both intervals)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 1 or len(a) == 0:
+        raise ValueError(f"ours must be a non-empty 1-D array (one value per seed or unit), got shape {a.shape}")
+    if b.ndim == 0:
+        b = np.full_like(a, b)
+    if b.shape != a.shape:
+        raise ValueError(
+            f"ours and baseline must be paired (same length), got shapes {a.shape} and {b.shape}; "
+            "valid: two arrays of shape (n,), or a number for the baseline"
+        )
+    for name, x in (("ours", a), ("baseline", b)):
+        bad = np.flatnonzero(~np.isfinite(x))
+        if len(bad):
+            raise ValueError(
+                f"{name} has non-finite values {x[bad].tolist()} at positions {bad.tolist()}; "
+                "a missing run must be re-run or its seed dropped from both sides"
+            )
+    return a - b
+
+
+def paired_interval(ours: ArrayLike, baseline: ArrayLike | float = 0.0, level: float = 0.95) -> Interval:
+    r"""Student's t interval of the mean paired difference over seeds.
+
+    With :math:`d_s = a_s - b_s` over :math:`n` seeds, :math:`\bar d` their mean and
+    :math:`s` their standard deviation (``ddof=1``):
+
+    .. math:: \bar d \pm t_{(1+\text{level})/2,\; n-1} \, s / \sqrt{n}
+
+    (the interval of ``scipy.stats.ttest_rel(a, b).confidence_interval(level)``). One seed
+    gives :math:`(-\infty, +\infty)`: a single run cannot bound the difference. Equal
+    differences on every seed give a zero-width interval (the seeds agreed exactly).
+
+    Parameters
+    ----------
+    ours, baseline : array-like of shape (n_seeds,)
+        One value per seed, paired by seed (same partition, initialization and data subset).
+        ``baseline`` may be a number (e.g. 0 when ``ours`` already is a per-seed difference).
+    level : float in (0, 1), default 0.95
+
+    Raises
+    ------
+    ValueError
+        On unpaired shapes, a NaN or infinite value, or a level outside (0, 1).
+
+    Examples
+    --------
+    >>> print(paired_interval([3.0, 4.0, 5.0], [1.0, 2.0, 2.0]))
+    +2.33 [+0.90, +3.77], 3 seeds
+    >>> paired_interval([3.0], [1.0]).width
+    inf
+    """
+    level = _check_level(level)
+    d = _paired_differences(ours, baseline)
+    n, mean = len(d), float(d.mean())
+    if n == 1:
+        return Interval(mean, -math.inf, math.inf, 1, level, "t")
+    half = float(stats.t.ppf((1 + level) / 2, n - 1) * d.std(ddof=1) / math.sqrt(n))
+    return Interval(mean, mean - half, mean + half, n, level, "t")
+
+
+def paired_bootstrap(
+    ours: ArrayLike,
+    baseline: ArrayLike | float = 0.0,
+    *,
+    seed: int | np.random.Generator,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    unit: str = "units",
+) -> Interval:
+    r"""Paired percentile bootstrap of the mean difference over the units of one run.
+
+    The units (test samples scored 0/1, or clients' accuracies) are resampled with replacement,
+    the *same* indices for both sides (that is the pairing), ``n_boot`` times; the interval is
+    the :math:`(1-\text{level})/2` and :math:`(1+\text{level})/2` quantiles of the resampled
+    mean differences:
+
+    .. math:: \bar d^{*}_{b} = \frac{1}{n} \sum_{i=1}^{n} d_{I_{b,i}}, \quad
+              I_{b,i} \sim \mathcal U\{1..n\}, \quad
+              [L, U] = \big[q_{(1-\text{level})/2}(\bar d^{*}),\ q_{(1+\text{level})/2}(\bar d^{*})\big]
+
+    It measures how much the finite test set moves the difference, not how much training
+    does (that is :func:`paired_interval` over seeds). Use it with many units; one unit gives
+    the infinite interval.
+
+    Parameters
+    ----------
+    ours, baseline : array-like of shape (n_units,)
+        One value per unit, the same units on both sides; ``baseline`` may be a number.
+    seed : int or numpy.random.Generator
+        The resamples' randomness (required: results are reproducible from it).
+    n_boot : int, default 2000
+        Number of resamples (>= 100).
+    level : float in (0, 1), default 0.95
+    unit : str, default "units"
+        What the units are, plural, for the table (``"test samples"``, ``"clients"``).
+
+    Raises
+    ------
+    ValueError
+        On unpaired shapes, a NaN or infinite value, a level outside (0, 1), fewer than 100
+        resamples, or a missing seed.
+
+    Examples
+    --------
+    >>> correct_ours = [1, 1, 1, 0, 1, 1, 0, 1, 1, 1]
+    >>> correct_base = [1, 0, 1, 0, 1, 0, 0, 1, 1, 0]
+    >>> print(paired_bootstrap(correct_ours, correct_base, seed=0, unit="test samples"))
+    +0.30 [+0.00, +0.60], 10 test samples
+    """
+    level = _check_level(level)
+    d = _paired_differences(ours, baseline)
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 100:
+        raise ValueError(f"n_boot must be an integer >= 100 (e.g. 2000), got {n_boot!r}")
+    if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer, np.random.Generator)):
+        raise ValueError(f"seed must be an int or a numpy Generator (randomness is an argument), got {seed!r}")
+    if not isinstance(unit, str) or not unit.strip():
+        raise ValueError(f"unit must be a non-empty string, got {unit!r}")
+    n, mean = len(d), float(d.mean())
+    if n == 1:
+        return Interval(mean, -math.inf, math.inf, 1, level, "bootstrap", unit)
+    rng = np.random.default_rng(seed)
+    means = np.empty(int(n_boot))
+    rows = max(1, 2**22 // n)  # resamples per chunk: at most ~4M indices (32 MiB) at a time
+    for start in range(0, int(n_boot), rows):
+        stop = min(start + rows, int(n_boot))
+        idx = rng.integers(0, n, size=(stop - start, n))  # (rows, n): resampled unit indices
+        means[start:stop] = d[idx].mean(axis=1)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(mean, float(low), float(high), n, level, "bootstrap", unit)
+
+
+def decide(claim: Claim, interval: Interval) -> str:
+    """The verdict of ``claim`` on ``interval`` by the declared rule (see :class:`Claim`).
+
+    Raises
+    ------
+    ValueError
+        When the interval's level is not the level the claim declared.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5)
+    >>> [decide(c, Interval(0.0, lo, hi, 5, 0.95, "t")) for lo, hi in [(0.6, 2), (-2, -0.6), (-0.4, 0.4)]]
+    ['holds', 'does not hold', 'inconclusive at this scale']
+    """
+    if not isinstance(claim, Claim) or not isinstance(interval, Interval):
+        raise ValueError(
+            f"decide needs a Claim and an Interval, got {type(claim).__name__} and {type(interval).__name__}"
+        )
+    if not math.isclose(interval.level, claim.level):
+        raise ValueError(
+            f"claim {claim.key!r} declared a {_percent(claim.level)} interval but got a "
+            f"{_percent(interval.level)} one; compute the interval with level={claim.level}"
+        )
+    m = claim.min_effect
+    above, below = interval.low > m, interval.high < -m
+    if claim.direction == "greater":
+        return HOLDS if above else DOES_NOT_HOLD if below else INCONCLUSIVE
+    return HOLDS if below else DOES_NOT_HOLD if above else INCONCLUSIVE
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """A claim and the interval it was decided on; the verdict is computed from them, never stored.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater")
+    >>> ClaimResult(c, paired_interval([2.0, 3.0, 2.5])).verdict
+    'holds'
+    """
+
+    claim: Claim
+    interval: Interval
+
+    def __post_init__(self) -> None:
+        decide(self.claim, self.interval)  # validates the types and the level once
+
+    @property
+    def verdict(self) -> str:
+        """``decide(claim, interval)``: one of :data:`VERDICTS`."""
+        return decide(self.claim, self.interval)
+
+
+def evaluate(
+    claim: Claim,
+    ours: ArrayLike,
+    baseline: ArrayLike | float = 0.0,
+    *,
+    over: str = "seeds",
+    seed: int | np.random.Generator | None = None,
+    n_boot: int = 2000,
+) -> ClaimResult:
+    """Decide ``claim`` on paired values: the interval at the claim's level, and the verdict.
+
+    Parameters
+    ----------
+    claim : Claim
+    ours, baseline : array-like of shape (n,)
+        Paired values (``baseline`` may be a number, e.g. 0 for a per-seed difference).
+    over : {"seeds", "test samples", "clients"}, default "seeds"
+        ``"seeds"``: :func:`paired_interval` (Student's t over seeds). Otherwise the values are
+        the units of one run and the interval is :func:`paired_bootstrap` over them.
+    seed : int or numpy.random.Generator, optional
+        The bootstrap's randomness; required unless ``over="seeds"`` (where it is not used).
+    n_boot : int, default 2000
+        The bootstrap's resamples.
+
+    Examples
+    --------
+    >>> c = Claim("less-cost", "X is cheaper.", "Table 5", "seconds, X − Y", "less")
+    >>> evaluate(c, [9.0, 9.5, 9.2], [10.0, 10.4, 10.1]).verdict
+    'holds'
+    """
+    if not isinstance(claim, Claim):
+        raise ValueError(f"evaluate needs a Claim, got {type(claim).__name__}")
+    if over not in OVER:
+        raise ValueError(f"unknown over={over!r}; valid: {', '.join(map(repr, OVER))}")
+    if over == "seeds":
+        interval = paired_interval(ours, baseline, level=claim.level)
+    else:
+        if seed is None:
+            raise ValueError(
+                f"a paired bootstrap over {over} draws resamples: pass seed= (an int or a numpy Generator)"
+            )
+        interval = paired_bootstrap(ours, baseline, seed=seed, n_boot=n_boot, level=claim.level, unit=over)
+    return ClaimResult(claim, interval)
+
+
+def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFrame:
+    """The book's claims table: one row per claim, in the given order.
+
+    Columns (:data:`TABLE_COLUMNS`): ``claim`` (the quote and its source), ``quantity``,
+    ``ours`` (the mean paired difference, its interval and what it rests on, e.g.
+    ``"+1.23 [+0.40, +2.06], 5 seeds"``), ``rule`` (:meth:`Claim.rule`), ``verdict``
+    (:func:`decide`) and ``substitution``.
+
+    Raises
+    ------
+    ValueError
+        On an element that is not a :class:`ClaimResult`, or two rows with the same key.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5)
+    >>> table = claims_table([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
+    >>> table.loc[0, "claim"], table.loc[0, "ours"], table.loc[0, "verdict"]
+    ('“X beats Y.” (Table 2)', '+2.00 [+1.34, +2.66], 3 seeds', 'holds')
+    """
+    results = list(results)
+    for i, r in enumerate(results):
+        if not isinstance(r, ClaimResult):
+            raise ValueError(f"row {i} is a {type(r).__name__}, not a ClaimResult (see evaluate)")
+    keys = [r.claim.key for r in results]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"claim keys must be unique in a table, got duplicates {dupes}")
+    rows = [
+        {
+            "claim": f"\N{LEFT DOUBLE QUOTATION MARK}{r.claim.quote}\N{RIGHT DOUBLE QUOTATION MARK} ({r.claim.source})",
+            "quantity": r.claim.quantity,
+            "ours": r.interval.format(digits),
+            "rule": r.claim.rule(),
+            "verdict": r.verdict,
+            "substitution": r.claim.substitution,
+        }
+        for r in results
+    ]
+    return pd.DataFrame(rows, columns=list(TABLE_COLUMNS))
+
+
+def tally(results: Sequence[ClaimResult]) -> dict[str, int]:
+    """How many results have each verdict, every verdict listed (in :data:`VERDICTS` order).
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater")
+    >>> tally([evaluate(c, [2.0, 3.0, 2.5]), evaluate(c, [1.0])])
+    {'holds': 1, 'does not hold': 0, 'inconclusive at this scale': 1}
+    """
+    counts = dict.fromkeys(VERDICTS, 0)
+    for r in results:
+        if not isinstance(r, ClaimResult):
+            raise ValueError(f"tally counts ClaimResults, got a {type(r).__name__}")
+        counts[r.verdict] += 1
+    return counts
+
+
+__all__ = [
+    "DIRECTIONS",
+    "DOES_NOT_HOLD",
+    "HOLDS",
+    "INCONCLUSIVE",
+    "METHODS",
+    "OVER",
+    "TABLE_COLUMNS",
+    "VERDICTS",
+    "Claim",
+    "ClaimResult",
+    "Interval",
+    "claims_table",
+    "decide",
+    "evaluate",
+    "paired_bootstrap",
+    "paired_interval",
+    "tally",
+]

@@ -1,0 +1,308 @@
+"""fedlib.claims: the decision rule finds planted effects in the claimed direction, calls a null
+effect inconclusive, mirrors under the other direction; the intervals equal hand-computed and
+scipy's ones and cover at their nominal level by simulation; bad declarations are refused; the
+table renders each row's rule from its declaration."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from fedlib.claims import (
+    DOES_NOT_HOLD,
+    HOLDS,
+    INCONCLUSIVE,
+    TABLE_COLUMNS,
+    VERDICTS,
+    Claim,
+    ClaimResult,
+    Interval,
+    claims_table,
+    decide,
+    evaluate,
+    paired_bootstrap,
+    paired_interval,
+    tally,
+)
+
+
+def _claim(direction="greater", min_effect=0.0, key="c", level=0.95, substitution=""):
+    return Claim(key, "X improves accuracy.", "Section 5, Table 2", "accuracy, X − Y, points",
+                 direction, min_effect, substitution, level)
+
+
+def _paired(mean_diff, sd_diff, n, seed):
+    """(ours, baseline) over n seeds whose differences are N(mean_diff, sd_diff)."""
+    rng = np.random.default_rng(seed)
+    baseline = rng.normal(80.0, 3.0, n)  # the seeds move both sides; the pairing removes it
+    return baseline + rng.normal(mean_diff, sd_diff, n), baseline
+
+
+# --- the decision rule on planted effects ---------------------------------------------------
+
+PLANTED = {  # name: (mean difference, sd, seeds), and the verdict for "greater" / "less"
+    "positive": ((2.0, 0.3, 5), HOLDS, DOES_NOT_HOLD),
+    "opposite": ((-2.0, 0.3, 5), DOES_NOT_HOLD, HOLDS),
+    "null": ((0.0, 1.0, 3), INCONCLUSIVE, INCONCLUSIVE),
+}
+
+
+@pytest.mark.parametrize("name", PLANTED)
+@pytest.mark.parametrize("direction", ["greater", "less"])
+def test_planted_effects_are_found_and_mirror_under_the_other_direction(name, direction):
+    (mean, sd, n), if_greater, if_less = PLANTED[name]
+    ours, baseline = _paired(mean, sd, n, seed=7)
+    result = evaluate(_claim(direction, min_effect=0.5), ours, baseline)
+    assert result.verdict == (if_greater if direction == "greater" else if_less)
+    assert result.interval.n == n and result.interval.method == "t"
+
+
+def test_a_null_effect_is_rarely_decided_either_way():
+    # with min_effect 0, a null effect on 3 seeds is decided (either way) in about 5 % of experiments
+    rng = np.random.default_rng(3)
+    counts = tally([evaluate(_claim(), rng.normal(0.0, 1.0, 3)) for _ in range(1000)])
+    assert 0.03 <= (counts[HOLDS] + counts[DOES_NOT_HOLD]) / 1000 <= 0.07, counts
+    assert counts[HOLDS] > 0 and counts[DOES_NOT_HOLD] > 0
+
+
+def test_a_minimum_effect_turns_a_small_real_gain_into_inconclusive():
+    ours, baseline = _paired(0.4, 0.05, 5, seed=1)  # clearly positive, but below the declared 0.5
+    assert evaluate(_claim(min_effect=0.0), ours, baseline).verdict == HOLDS
+    assert evaluate(_claim(min_effect=0.5), ours, baseline).verdict == INCONCLUSIVE
+
+
+@pytest.mark.parametrize("direction", ["greater", "less"])
+@pytest.mark.parametrize("min_effect", [0.0, 0.5, 3.0])
+def test_one_seed_is_always_inconclusive(direction, min_effect):
+    for ours, baseline in [([100.0], [0.0]), ([0.0], [100.0]), ([1.0], 0.0)]:
+        result = evaluate(_claim(direction, min_effect), ours, baseline)
+        assert result.verdict == INCONCLUSIVE
+        assert result.interval.low == -math.inf and result.interval.high == math.inf
+    boot = paired_bootstrap([1.0], [0.0], seed=0)
+    assert math.isinf(boot.width) and decide(_claim(direction, min_effect), boot) == INCONCLUSIVE
+
+
+def test_the_rule_is_strict_at_its_threshold_and_symmetric():
+    c = _claim("greater", 0.5)
+    iv = lambda lo, hi: Interval((lo + hi) / 2, lo, hi, 5, 0.95, "t")  # noqa: E731
+    assert decide(c, iv(0.5, 1.0)) == INCONCLUSIVE  # touching the threshold does not clear it
+    assert decide(c, iv(0.5000001, 1.0)) == HOLDS
+    assert decide(c, iv(-1.0, -0.5)) == INCONCLUSIVE
+    assert decide(c, iv(-1.0, -0.5000001)) == DOES_NOT_HOLD
+    assert decide(c, iv(-0.4, 0.4)) == INCONCLUSIVE  # excludes the claimed size, not its opposite
+    assert decide(_claim("greater", 0.0), iv(0.0, 0.0)) == INCONCLUSIVE
+    # mirror: "less" on [L, U] is "greater" on [-U, -L]
+    rng = np.random.default_rng(0)
+    for lo, hi, m in zip(rng.normal(0, 2, 300), rng.exponential(2, 300), rng.exponential(1, 300)):
+        g = decide(_claim("greater", m), iv(lo, lo + hi))
+        assert decide(_claim("less", m), iv(-lo - hi, -lo)) == g
+
+
+# --- the intervals ---------------------------------------------------------------------------
+
+
+def test_t_interval_equals_a_hand_computed_one():
+    # d = (1, 2, 3): mean 2, s = 1, t_{0.975, 2} = 4.302653 (tables), half-width 4.302653 / sqrt(3)
+    iv = paired_interval([3.0, 5.0, 7.0], [2.0, 3.0, 4.0])
+    assert iv.mean == 2.0 and iv.n == 3 and iv.level == 0.95
+    assert iv.low == pytest.approx(2 - 4.302653 / math.sqrt(3), abs=1e-6)
+    assert iv.high == pytest.approx(2 + 4.302653 / math.sqrt(3), abs=1e-6)
+    # d = (0, 1, 0, 1, 3) at 90 %: mean 1, s = sqrt(1.5), t_{0.95, 4} = 2.131847
+    iv = paired_interval([0.0, 1.0, 0.0, 1.0, 3.0], level=0.90)
+    assert iv.high - iv.mean == pytest.approx(2.131847 * math.sqrt(1.5 / 5), abs=1e-6)
+
+
+@pytest.mark.parametrize("n, level", [(2, 0.95), (3, 0.95), (5, 0.9), (10, 0.99)])
+def test_t_interval_equals_scipy_ttest_rel(n, level):
+    a, b = _paired(1.0, 2.0, n, seed=n)
+    iv = paired_interval(a, b, level=level)
+    ref = stats.ttest_rel(a, b).confidence_interval(confidence_level=level)
+    assert iv.low == pytest.approx(ref.low, rel=1e-12, abs=1e-12)
+    assert iv.high == pytest.approx(ref.high, rel=1e-12, abs=1e-12)
+    assert iv.mean == pytest.approx(np.mean(a - b), abs=1e-12)
+
+
+def test_a_number_as_baseline_is_a_constant_on_every_seed():
+    d = [0.3, 0.7, 1.1, 0.2]
+    assert paired_interval(d) == paired_interval(d, np.zeros(4))
+    shifted = paired_interval(np.add(d, 5.0), 5.0)
+    assert (shifted.low, shifted.high) == pytest.approx((paired_interval(d).low, paired_interval(d).high))
+
+
+def test_t_interval_covers_the_true_mean_at_its_level():
+    # 2000 simulated experiments of 5 seeds: coverage 95 % ± 1.5 % (about 3 standard errors)
+    rng = np.random.default_rng(2024)
+    true_mean = 1.3
+    diffs = rng.normal(true_mean, 2.0, size=(2000, 5))
+    covered = [(iv := paired_interval(d)).low <= true_mean <= iv.high for d in diffs]
+    assert abs(np.mean(covered) - 0.95) <= 0.015, np.mean(covered)
+
+
+def test_bootstrap_hand_made_cases():
+    # equal differences on every unit: the resampled means are all that difference
+    iv = paired_bootstrap([3.0, 4.0, 5.0, 6.0], [1.0, 2.0, 3.0, 4.0], seed=0)
+    assert (iv.mean, iv.low, iv.high) == (2.0, 2.0, 2.0)
+    # d = (0, 1): resampled means 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4 -> the 95 % interval is [0, 1]
+    iv = paired_bootstrap([0.0, 1.0], [0.0, 0.0], seed=1, n_boot=4000)
+    assert (iv.mean, iv.low, iv.high, iv.method) == (0.5, 0.0, 1.0, "bootstrap")
+    # pairing: two classifiers that agree on most samples give a narrow interval of their difference
+    rng = np.random.default_rng(5)
+    base = (rng.random(400) < 0.7).astype(float)
+    ours = base.copy()
+    ours[rng.choice(np.flatnonzero(base == 0), 12, replace=False)] = 1.0  # 12 more samples right
+    paired = paired_bootstrap(ours, base, seed=0)
+    unpaired_width = 2 * 1.96 * math.sqrt(ours.var() / 400 + base.var() / 400)
+    assert paired.mean == pytest.approx(0.03) and paired.low > 0 and paired.width < unpaired_width / 3
+
+
+def test_bootstrap_is_reproducible_from_its_seed_and_takes_a_generator():
+    rng = np.random.default_rng(0)
+    a, b = (rng.random(300) < 0.8).astype(float), (rng.random(300) < 0.75).astype(float)
+    assert paired_bootstrap(a, b, seed=11) == paired_bootstrap(a, b, seed=11)
+    assert paired_bootstrap(a, b, seed=np.random.default_rng(11)) == paired_bootstrap(a, b, seed=11)
+    assert paired_bootstrap(a, b, seed=11) != paired_bootstrap(a, b, seed=12)
+
+
+def test_bootstrap_agrees_with_scipy_paired_percentile_bootstrap():
+    rng = np.random.default_rng(9)
+    a = (rng.random(200) < 0.8).astype(float)
+    b = np.where(rng.random(200) < 0.8, a, 1 - a)  # correlated with a: pairing matters
+    ours = paired_bootstrap(a, b, seed=0, n_boot=20000)
+    ref = stats.bootstrap((a, b), lambda x, y, axis: np.mean(x - y, axis=axis), paired=True,
+                          method="percentile", n_resamples=20000, vectorized=True, rng=1).confidence_interval
+    # different resamples: the ends agree up to Monte-Carlo error (one resampled mean step is 1/200)
+    assert ours.low == pytest.approx(ref.low, abs=0.0101)
+    assert ours.high == pytest.approx(ref.high, abs=0.0101)
+
+
+def test_bootstrap_covers_the_true_difference_at_about_its_level():
+    # 1000 simulated runs of 200 paired 0/1 scores (joint law below, true difference 0.05),
+    # 500 resamples each: coverage within 3 standard errors of 95 % (the percentile bootstrap
+    # covers slightly less than nominal at n = 200)
+    p = {(1, 1): 0.65, (1, 0): 0.15, (0, 1): 0.10, (0, 0): 0.10}
+    outcomes, probs = np.array(list(p)), np.array(list(p.values()))
+    true_diff = p[(1, 0)] - p[(0, 1)]
+    rng = np.random.default_rng(77)
+    covered = []
+    for run in range(1000):
+        pairs = outcomes[rng.choice(4, size=200, p=probs)]  # (200, 2)
+        iv = paired_bootstrap(pairs[:, 0], pairs[:, 1], seed=run, n_boot=500, unit="test samples")
+        covered.append(iv.low <= true_diff <= iv.high)
+    se = math.sqrt(0.95 * 0.05 / 1000)
+    assert abs(np.mean(covered) - 0.95) <= 3 * se, np.mean(covered)
+
+
+def test_evaluate_over_units_is_the_paired_bootstrap_at_the_claims_level():
+    rng = np.random.default_rng(4)
+    a, b = (rng.random(500) < 0.85).astype(float), (rng.random(500) < 0.75).astype(float)
+    c = _claim(level=0.9)
+    result = evaluate(c, a, b, over="test samples", seed=3, n_boot=1000)
+    assert result.interval == paired_bootstrap(a, b, seed=3, n_boot=1000, level=0.9, unit="test samples")
+    assert result.interval.format().endswith(", 500 test samples")
+    assert result.verdict == HOLDS
+
+
+# --- bad inputs -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda: paired_interval([1.0, 2.0, 3.0], [1.0, 2.0]), ["(3,)", "(2,)", "same length"]),
+        (lambda: paired_interval([1.0, float("nan"), 3.0], [0.0, 0.0, 0.0]), ["nan", "[1]", "ours"]),
+        (lambda: paired_interval([1.0, 2.0], [0.0, float("inf")]), ["inf", "[1]", "baseline"]),
+        (lambda: paired_interval([]), ["non-empty", "(0,)"]),
+        (lambda: paired_interval([[1.0, 2.0]]), ["1-D", "(1, 2)"]),
+        (lambda: paired_bootstrap([1.0, 2.0], [1.0], seed=0), ["(2,)", "(1,)"]),
+        (lambda: paired_bootstrap([1.0, float("nan")], seed=0), ["nan"]),
+        (lambda: paired_bootstrap([1.0, 2.0], seed=None), ["None", "int or a numpy Generator"]),
+        (lambda: paired_bootstrap([1.0, 2.0], seed=0, n_boot=10), ["10", ">= 100"]),
+        (lambda: evaluate(_claim(), [1.0, 2.0], over="units"), ["'units'", "'seeds'", "'test samples'", "'clients'"]),
+        (lambda: evaluate(_claim(), [1.0, 2.0], over="clients"), ["clients", "seed="]),
+        (lambda: _claim(direction="higher"), ["'higher'", "'greater'", "'less'"]),
+        (lambda: _claim(min_effect=-0.5), ["-0.5", ">= 0"]),
+        (lambda: _claim(min_effect=float("nan")), ["nan", ">= 0"]),
+        (lambda: _claim(key=""), ["key", "non-empty"]),
+        (lambda: decide(_claim(level=0.9), paired_interval([1.0, 2.0, 3.0])), ["90 %", "95 %", "level=0.9"]),
+        (lambda: Interval(0.0, 1.0, -1.0, 3, 0.95, "t"), ["low=1.0", "high=-1.0"]),
+        (lambda: Interval(0.0, -1.0, 1.0, 3, 0.95, "z"), ["'z'", "'t'", "'bootstrap'"]),
+        (lambda: claims_table([evaluate(_claim(), [1.0, 2.0])] * 2), ["duplicates", "'c'"]),
+        (lambda: claims_table(["holds"]), ["str", "ClaimResult"]),
+    ],
+)
+def test_bad_inputs_are_refused_naming_the_value_and_the_valid_ones(call, words):
+    with pytest.raises(ValueError) as info:
+        call()
+    for w in words:
+        assert w in str(info.value), (w, str(info.value))
+
+
+@pytest.mark.parametrize("level", [0, 1, 1.5, -0.1, 95, float("nan"), True, "0.95"])
+def test_a_level_outside_zero_one_is_refused(level):
+    for call in (lambda: paired_interval([1.0, 2.0], level=level),
+                 lambda: paired_bootstrap([1.0, 2.0], seed=0, level=level),
+                 lambda: _claim(level=level)):
+        with pytest.raises(ValueError) as info:
+            call()
+        assert "(0, 1)" in str(info.value) and repr(level) in str(info.value)
+
+
+# --- declarations, results and the table -------------------------------------------------------
+
+
+def test_a_claim_is_frozen_and_a_result_stores_no_verdict():
+    c = _claim()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        c.min_effect = 1.0
+    assert [f.name for f in dataclasses.fields(ClaimResult)] == ["claim", "interval"]
+    assert VERDICTS == (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)
+
+
+def test_the_rule_renders_the_declaration():
+    assert _claim("greater", 0.5).rule() == (
+        "claimed greater than +0.5: holds if the whole 95 % interval of the paired difference lies "
+        "above +0.5; does not hold if it lies below −0.5; otherwise inconclusive at this scale"
+    )
+    assert _claim("less", 2.17, level=0.9).rule() == (
+        "claimed less than −2.17: holds if the whole 90 % interval of the paired difference lies "
+        "below −2.17; does not hold if it lies above +2.17; otherwise inconclusive at this scale"
+    )
+    assert "greater than 0: " in _claim("greater", 0).rule() and "below 0;" in _claim("greater", 0).rule()
+
+
+def test_claims_table_renders_each_rule_from_its_declaration_and_computes_each_verdict():
+    rng = np.random.default_rng(8)
+    declared = [
+        (_claim("greater", 0.5, key="gain", substitution="CGRL backbone for FedYoYo"), 2.0, 0.3, 5),
+        (_claim("less", 0.0, key="cost"), 2.0, 0.3, 5),
+        (_claim("greater", 2.17, key="size"), 1.0, 1.0, 3),
+        (_claim("less", 1.5, key="one-seed", level=0.9), -3.0, 1.0, 1),
+    ]
+    results = [evaluate(c, *_paired(m, s, n, seed=int(rng.integers(1000)))) for c, m, s, n in declared]
+    table = claims_table(results)
+    assert tuple(table.columns) == TABLE_COLUMNS
+    assert isinstance(table.index, pd.RangeIndex) and len(table) == len(declared)
+    for (_, row), r in zip(table.iterrows(), results):
+        c = r.claim
+        assert row["rule"] == c.rule()
+        assert f"{c.min_effect:g}" in row["rule"] and c.direction in row["rule"]
+        assert row["verdict"] == decide(c, r.interval) == r.verdict
+        assert c.quote in row["claim"] and c.source in row["claim"]
+        assert row["quantity"] == c.quantity and row["substitution"] == c.substitution
+        assert row["ours"] == r.interval.format(2)
+    assert table["verdict"].tolist() == [HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, INCONCLUSIVE]
+    assert table.loc[3, "ours"].endswith("[−∞, +∞], 1 seed")
+    assert tally(results) == {HOLDS: 1, DOES_NOT_HOLD: 1, INCONCLUSIVE: 2}
+    assert tally([]) == dict.fromkeys(VERDICTS, 0)
+
+
+def test_interval_format():
+    iv = Interval(1.234, 0.4, 2.06, 5, 0.95, "t")
+    assert iv.format() == str(iv) == "+1.23 [+0.40, +2.06], 5 seeds"
+    iv = Interval(-0.5, -1.25, 0.25, 200, 0.95, "bootstrap", "clients")
+    assert iv.format(1) == "−0.5 [−1.2, +0.2], 200 clients"
