@@ -1,7 +1,7 @@
 r"""Claims a careful reviewer would accept: declarations, paired intervals, fixed decision rules.
 
-A claim of a paper is checked in the book as a **declaration made before the numbers exist**
-(the book's style guide, item 13): the paper's sentence quoted verbatim with its section, the
+A claim of a paper is checked in the book as a **declaration made before the numbers exist**:
+the paper's sentence quoted verbatim with its section, the
 quantity it is about, the claimed direction of the difference (ours − baseline), the smallest
 difference that counts, and the substitution of our small scale that affects it. The numbers
 then enter as one value per seed (or per test sample / client) for each side, paired, and the
