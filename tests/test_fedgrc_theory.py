@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
@@ -127,6 +127,7 @@ def test_directional_gradient_is_tangent_and_keeps_the_norm_to_second_order(seed
 
 @settings(max_examples=30, deadline=None)
 @given(seeds, st.integers(1, 8), st.integers(2, 10), st.integers(2, 5), st.floats(0.05, 1.0))
+@example(33554429, 1, 2, 2, 0.0625)  # a saturated softmax: the gradient is 1e-7 of its terms
 def test_prototype_ce_gradient_closed_form(seed, b, d, c, tau):
     """Eq. (18b): grad_h l_p = (1 / (tau r)) (I - u u') (sum_c q_c p_c - p_y), divided by 2B (the mean over views)."""
     _, y, h, protos = batch(seed, b, d, c)
@@ -135,7 +136,10 @@ def test_prototype_ce_gradient_closed_form(seed, b, d, c, tau):
     r, u = hn.norm(dim=1, keepdim=True), unit(hn)
     inner = torch.softmax(u @ protos.T / tau, 1) @ protos - protos[y]
     closed = (inner - (u * inner).sum(1, keepdim=True) * u) / (tau * r) / len(y)
-    assert torch.allclose(g, closed, rtol=1e-10, atol=1e-14 * float(closed.abs().max()) + 1e-300)
+    # the two sides differ by rounding at the scale of the terms (|inner| <= 2, over tau r 2B), which a
+    # saturated softmax can make far larger than the gradient itself
+    scale = float((1.0 / (tau * r)).max()) / len(y)
+    assert torch.allclose(g, closed, rtol=1e-10, atol=1e-14 * scale)
 
 
 @settings(max_examples=30, deadline=None)
