@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import torch
 
 from fedlib.data import ArrayDataset, load_cifar, load_mnist5k, load_uci_digits
 from fedlib.rng import DATA_SUBSET, numpy_rng
@@ -85,6 +86,16 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
         if value is not None:
             values[key] = value
     return SimpleNamespace(profile=profile, **values)
+
+
+def float64_tensor(a: Any) -> torch.Tensor:
+    """``a`` (an array, a nested list, a number) as a float64 tensor: the derivations chapters
+    check identities in double precision.
+
+    >>> float64_tensor([[1, 2]]).dtype
+    torch.float64
+    """
+    return torch.as_tensor(np.asarray(a, dtype=np.float64))
 
 
 def subsample(data: ArrayDataset, n_samples: int | None, seed: int, key: int = DATA_SUBSET) -> ArrayDataset:
@@ -261,4 +272,5 @@ class CheckTable:
         return table if any(row["tolerance"] for row in self.rows) else table.drop(columns="tolerance")
 
 
-__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "load_data", "resolve", "subsample", "verdict"]
+__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "float64_tensor", "load_data", "resolve", "subsample",
+           "verdict"]

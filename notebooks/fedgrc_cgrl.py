@@ -43,6 +43,7 @@ dim = None  # largest feature dimension of the random instances
 results_dir = None  # unused here (nothing is saved)
 
 # %%
+import functools
 import time
 
 import numpy as np
@@ -52,7 +53,7 @@ import torch
 from myst_nb import glue
 
 from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
-from fedlib.chapter import CheckTable, resolve
+from fedlib.chapter import CheckTable, float64_tensor, resolve
 from fedlib.rng import numpy_rng
 
 PROFILES = {
@@ -69,13 +70,8 @@ t_start = time.perf_counter()
 checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
 check = checks.add
 
-
-def rng_for(*keys):
-    return numpy_rng(seed, *keys)
-
-
-def T(a):
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))
+rng_for = functools.partial(numpy_rng, seed)  # rng_for(*keys): this chapter's stream for a purpose
+T = float64_tensor
 
 
 print(f"profile {P.profile}: {P.trials} random instances per check, dimension up to {P.dim}")

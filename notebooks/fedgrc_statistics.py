@@ -74,7 +74,7 @@ from scipy.stats import multivariate_normal
 from fedlib.algorithms import FedAvg
 from fedlib.protocol import load_model
 from fedlib.cgrl import unit
-from fedlib.chapter import CheckTable, load_data, resolve
+from fedlib.chapter import CheckTable, float64_tensor, load_data, resolve
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
@@ -97,13 +97,8 @@ t_start = time.perf_counter()
 checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
 check = checks.add
 
-
-def rng_for(*keys):
-    return numpy_rng(seed, *keys)
-
-
-def T(a):
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))
+rng_for = functools.partial(numpy_rng, seed)  # rng_for(*keys): this chapter's stream for a purpose
+T = float64_tensor
 
 
 def random_federation(rng, n_clients_, n_classes, layer_dims, n_per_client=(4, 25)):
