@@ -41,6 +41,7 @@ Examples
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ OVER = ("seeds", "test samples", "clients")
 """What :func:`evaluate` pairs over: seeds (t interval) or the units of one run (paired bootstrap)."""
 TABLE_COLUMNS = ("claim", "quantity", "ours", "rule", "verdict", "substitution")
 """The columns of :func:`claims_table`."""
+KINDS = ("claim", "control")
+"""A paper's claim (counted by :func:`tally`), or a control the book adds to read a claim (not counted)."""
 
 _MINUS = "\N{MINUS SIGN}"
 
@@ -115,6 +118,11 @@ class Claim:
         What our scale substitutes that affects this claim (a backbone, a baseline, a data set).
     level : float, default 0.95
         The level of the interval the rule reads.
+    kind : {"claim", "control"}, default "claim"
+        ``"control"`` for a question the book asks to read a claim (a matched-steps or a
+        rebalancing-only control, say): decided by the same rule, rendered with the book's
+        question instead of a quotation (``quote`` holds the question, ``source`` names the claim
+        it serves) and left out of :func:`tally`.
 
     Notes
     -----
@@ -148,6 +156,7 @@ class Claim:
     min_effect: float = 0.0
     substitution: str = ""
     level: float = 0.95
+    kind: str = "claim"
 
     def __post_init__(self) -> None:
         for name in ("key", "quote", "source", "quantity"):
@@ -156,6 +165,8 @@ class Claim:
                 raise ValueError(f"Claim.{name} must be a non-empty string, got {value!r}")
         if not isinstance(self.substitution, str):
             raise ValueError(f"Claim.substitution must be a string ('' for none), got {self.substitution!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown kind {self.kind!r}; valid: {', '.join(map(repr, KINDS))}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {self.direction!r}; valid: {', '.join(map(repr, DIRECTIONS))}")
         m = self.min_effect
@@ -481,10 +492,17 @@ def evaluate(
     return ClaimResult(claim, interval)
 
 
+def _claim_text(claim: Claim) -> str:
+    if claim.kind == "control":
+        return f"Control: {claim.quote} (for {claim.source})"
+    return f"\N{LEFT DOUBLE QUOTATION MARK}{claim.quote}\N{RIGHT DOUBLE QUOTATION MARK} ({claim.source})"
+
+
 def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFrame:
     """The book's claims table: one row per claim, in the given order.
 
-    Columns (:data:`TABLE_COLUMNS`): ``claim`` (the quote and its source), ``quantity``,
+    Columns (:data:`TABLE_COLUMNS`): ``claim`` (the quote and its source; for a control,
+    ``"Control: <question> (for <claim>)"``), ``quantity``,
     ``ours`` (the mean paired difference, its interval and what it rests on, e.g.
     ``"+1.23 [+0.40, +2.06], 5 seeds"``), ``rule`` (:meth:`Claim.rule`), ``verdict``
     (:func:`decide`) and ``substitution``.
@@ -511,7 +529,7 @@ def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFram
         raise ValueError(f"claim keys must be unique in a table, got duplicates {dupes}")
     rows = [
         {
-            "claim": f"\N{LEFT DOUBLE QUOTATION MARK}{r.claim.quote}\N{RIGHT DOUBLE QUOTATION MARK} ({r.claim.source})",
+            "claim": _claim_text(r.claim),
             "quantity": r.claim.quantity,
             "ours": r.interval.format(digits),
             "rule": r.claim.rule(),
@@ -524,7 +542,10 @@ def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFram
 
 
 def tally(results: Sequence[ClaimResult]) -> dict[str, int]:
-    """How many results have each verdict, every verdict listed (in :data:`VERDICTS` order).
+    """How many claims have each verdict, every verdict listed (in :data:`VERDICTS` order).
+
+    Controls (``kind="control"``) are the book's own questions, not the paper's claims: they are
+    not counted.
 
     Examples
     --------
@@ -536,8 +557,123 @@ def tally(results: Sequence[ClaimResult]) -> dict[str, int]:
     for r in results:
         if not isinstance(r, ClaimResult):
             raise ValueError(f"tally counts ClaimResults, got a {type(r).__name__}")
-        counts[r.verdict] += 1
+        if r.claim.kind == "claim":
+            counts[r.verdict] += 1
     return counts
+
+
+_VERDICT_COLOURS = {HOLDS: "#d9f2d9", DOES_NOT_HOLD: "#f8d7d7", INCONCLUSIVE: "#eeeeee"}
+
+
+def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
+    """The claims table for a notebook page: every cell in full (pandas cuts text at 50
+    characters by default), text wrapped and top-aligned, the index hidden, each verdict shaded.
+
+    Takes the results (rendered by :func:`claims_table`) or a table already rendered.
+
+    Returns
+    -------
+    pandas.io.formats.style.Styler
+        The notebook displays it as an HTML table; ``.to_html()`` gives the markup, the same
+        for the same table (its id is derived from the content).
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y by a margin worth quoting in full, longer than fifty characters.",
+    ...           "Table 2", "accuracy, X − Y, points", "greater")
+    >>> html = show([evaluate(c, [2.1, 1.8, 2.4])]).to_html()
+    >>> "longer than fifty characters." in html, "holds" in html
+    (True, True)
+    """
+    table = results if isinstance(results, pd.DataFrame) else claims_table(results, digits)
+    missing = [c for c in ("verdict",) if c not in table.columns]
+    if missing:
+        raise ValueError(f"show needs a claims table with a 'verdict' column, got columns {list(table.columns)}")
+    # a stable id from the content (pandas draws a random one): the same table, the same page
+    uuid = hashlib.sha1(table.to_json().encode()).hexdigest()[:8]
+    return (
+        table.style.set_uuid(f"claims-{uuid}")
+        .hide(axis="index")
+        .map(lambda v: f"background-color: {_VERDICT_COLOURS.get(v, 'transparent')}", subset=["verdict"])
+        .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
+        .set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
+    )
+
+
+def mean_interval(values: ArrayLike, level: float = 0.95) -> Interval:
+    """The mean over seeds of one quantity and its Student's t interval (:func:`paired_interval`
+    against 0): what a results table shows in each cell.
+
+    Examples
+    --------
+    >>> print(mean_interval([90.0, 91.0, 92.0]).format(1))
+    +91.0 [+88.5, +93.5], 3 seeds
+    """
+    return paired_interval(values, 0.0, level)
+
+
+def seed_table(
+    frame: pd.DataFrame,
+    index: str | list[str],
+    columns: str | list[str] | None,
+    values: str,
+    *,
+    seed: str = "seed",
+    digits: int = 1,
+    level: float = 0.95,
+) -> pd.DataFrame:
+    """A results table over seeds: each cell ``"mean ± half-width"`` of the t interval.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Tidy results: one row per seed and cell.
+    index, columns : str or list of str
+        The table's rows and columns (``columns=None``: one column, named after ``values``).
+    values : str
+        The column holding the numbers.
+    seed : str, default "seed"
+        The column naming the seed; every cell must have the same seeds.
+    digits : int, default 1
+    level : float, default 0.95
+
+    Raises
+    ------
+    ValueError
+        On a missing column, a NaN, a cell with duplicated seeds, or cells with different seeds.
+
+    Examples
+    --------
+    >>> tidy = pd.DataFrame({"seed": [0, 1, 2, 0, 1, 2], "method": ["A"] * 3 + ["B"] * 3,
+    ...                      "acc": [90.0, 91.0, 92.0, 80.0, 80.0, 80.0]})
+    >>> seed_table(tidy, "method", None, "acc").to_dict()
+    {'acc': {'A': '91.0 ± 2.5', 'B': '80.0 ± 0.0'}}
+    """
+    level = _check_level(level)
+    index = [index] if isinstance(index, str) else list(index)
+    cols = [] if columns is None else ([columns] if isinstance(columns, str) else list(columns))
+    needed = [*index, *cols, values, seed]
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise ValueError(f"seed_table: columns {missing} are not in the frame; valid: {list(frame.columns)}")
+    keys = [*index, *cols]
+    if frame[values].isna().any():
+        raise ValueError(f"seed_table: {values!r} has NaN values; re-run those seeds or drop them from every cell")
+    if frame.duplicated([*keys, seed]).any():
+        raise ValueError(f"seed_table: a cell has the same {seed!r} twice; one row per seed and cell")
+    seed_sets = frame.groupby(keys)[seed].apply(lambda s: tuple(sorted(s)))
+    if seed_sets.nunique() > 1:
+        raise ValueError(f"seed_table: cells have different seeds ({sorted(set(seed_sets))}); pair them")
+
+    def cell(x: pd.Series) -> str:
+        iv = mean_interval(x.to_numpy(), level)
+        half = iv.high - iv.mean
+        return f"{iv.mean:.{digits}f} ± {half:.{digits}f}".replace("inf", "\N{INFINITY}")
+
+    out = frame.groupby(keys, sort=False)[values].apply(cell)
+    if not cols:
+        return out.to_frame(values).rename_axis(index if len(index) > 1 else index[0])
+    return out.unstack(cols)
 
 
 __all__ = [
@@ -545,6 +681,7 @@ __all__ = [
     "DOES_NOT_HOLD",
     "HOLDS",
     "INCONCLUSIVE",
+    "KINDS",
     "METHODS",
     "OVER",
     "TABLE_COLUMNS",
@@ -556,6 +693,9 @@ __all__ = [
     "decide",
     "evaluate",
     "paired_bootstrap",
+    "mean_interval",
     "paired_interval",
+    "seed_table",
+    "show",
     "tally",
 ]

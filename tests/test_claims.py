@@ -25,8 +25,11 @@ from fedlib.claims import (
     claims_table,
     decide,
     evaluate,
+    mean_interval,
     paired_bootstrap,
     paired_interval,
+    seed_table,
+    show,
     tally,
 )
 
@@ -306,3 +309,66 @@ def test_interval_format():
     assert iv.format() == str(iv) == "+1.23 [+0.40, +2.06], 5 seeds"
     iv = Interval(-0.5, -1.25, 0.25, 200, 0.95, "bootstrap", "clients")
     assert iv.format(1) == "−0.5 [−1.2, +0.2], 200 clients"
+
+
+# --- controls, the rendered table and the seed tables ---------------------------------------
+
+
+def test_a_control_is_decided_by_the_same_rule_rendered_as_a_question_and_not_tallied():
+    control = Claim("ms", "Does GGEUR still lead with as many local steps?", "the gain claim",
+                    "accuracy, GGEUR − FedAvg (matched steps), points", "greater", kind="control")
+    claim = _claim()
+    results = [evaluate(claim, [2.0, 2.5, 2.2]), evaluate(control, [2.0, 2.5, 2.2])]
+    table = claims_table(results)
+    assert table.loc[1, "claim"] == "Control: Does GGEUR still lead with as many local steps? (for the gain claim)"
+    assert table.loc[0, "claim"].startswith("\N{LEFT DOUBLE QUOTATION MARK}X improves")
+    assert table["verdict"].tolist() == [HOLDS, HOLDS]
+    assert tally(results) == {HOLDS: 1, DOES_NOT_HOLD: 0, INCONCLUSIVE: 0}
+    with pytest.raises(ValueError, match=r"unknown kind 'check'; valid: 'claim', 'control'"):
+        Claim("k", "q", "s", "x", "greater", kind="check")
+
+
+def test_show_keeps_every_cell_whole_and_shades_each_verdict():
+    long_quote = "a sentence of the paper " * 12  # far beyond pandas' 50-character cut
+    c = Claim("long", long_quote.strip(), "Section IV", "accuracy, X − Y, points", "greater", 0.5,
+              substitution="an MLP for ResNet-18 " * 4)
+    results = [evaluate(c, [2.1, 1.8, 2.4]), evaluate(_claim(key="b"), [-2.0, -2.5, -2.2])]
+    html = show(results).to_html()
+    assert long_quote.strip() in html and c.rule() in html and ("an MLP for ResNet-18 " * 4).strip() in html
+    assert "#d9f2d9" in html and "#f8d7d7" in html  # holds / does not hold shaded
+    assert ">0<" not in html  # the index is hidden
+    assert show(claims_table(results)).to_html() == html
+    with pytest.raises(ValueError, match="'verdict' column"):
+        show(pd.DataFrame({"a": [1]}))
+
+
+def test_mean_interval_is_the_one_sample_t_interval():
+    x = np.array([90.0, 91.0, 92.0])
+    iv = mean_interval(x)
+    half = stats.t.ppf(0.975, 2) * 1.0 / math.sqrt(3)  # sd 1
+    assert iv.mean == 91.0 and math.isclose(iv.low, 91 - half) and math.isclose(iv.high, 91 + half)
+    lo, hi = stats.ttest_1samp(x, 0).confidence_interval(0.95)
+    assert math.isclose(iv.low, lo) and math.isclose(iv.high, hi)
+
+
+def test_seed_table_cells_are_mean_and_half_width_over_paired_seeds():
+    half = stats.t.ppf(0.975, 2) / math.sqrt(3)  # sd 1 over 3 seeds
+    tidy = pd.DataFrame({
+        "seed": [0, 1, 2] * 4,
+        "method": ["A"] * 6 + ["B"] * 6,
+        "alpha": ([0.1] * 3 + [0.3] * 3) * 2,
+        "acc": [90, 91, 92, 80, 80, 80, 70, 71, 72, 60, 62, 64],
+    })
+    wide = seed_table(tidy, "method", "alpha", "acc", digits=2)
+    assert wide.loc["A", 0.1] == f"91.00 ± {half:.2f}" and wide.loc["A", 0.3] == "80.00 ± 0.00"
+    assert wide.loc["B", 0.3] == f"62.00 ± {2 * half:.2f}"
+    one = seed_table(tidy[tidy["seed"] == 0], "method", "alpha", "acc")
+    assert one.loc["A", 0.1] == "90.0 ± ∞"
+    with pytest.raises(ValueError, match="different seeds"):
+        seed_table(tidy.drop(index=0), "method", "alpha", "acc")
+    with pytest.raises(ValueError, match=r"columns \['acc2'\] are not in the frame"):
+        seed_table(tidy, "method", "alpha", "acc2")
+    with pytest.raises(ValueError, match="same 'seed' twice"):
+        seed_table(pd.concat([tidy, tidy.iloc[:1]]), "method", "alpha", "acc")
+    with pytest.raises(ValueError, match="NaN"):
+        seed_table(tidy.assign(acc=tidy["acc"].where(tidy.index > 0)), "method", "alpha", "acc")
