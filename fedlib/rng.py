@@ -34,6 +34,8 @@ PARTITION = 12
 """The partition of the remaining samples over the clients."""
 LOCAL_SPLIT = 13
 """Each client's train / local-test split."""
+VALIDATION = 14
+"""Validation splits: what a chapter selects on (a head, a setting) is chosen on them, never on a test set."""
 # frozen encoders (fedlib.encoders), keyed by (purpose,)
 PUBLIC_SPLIT = 41
 """The public (encoder-training) share of a data set."""
