@@ -111,6 +111,11 @@ def test_chapter_executes_at_smoke_profile_and_is_cached(name, sandbox, capsys):
     for piece in source.split("{glue:text}`")[1:]:
         referenced.add(piece.split("`", 1)[0].split(":", 1)[0])
     assert referenced <= _glued_keys(nb), f"prose references keys that were not glued: {referenced - _glued_keys(nb)}"
+    if name.endswith("_experiments"):  # its claims table comes from fedlib.claims.show, shaded verdicts and all
+        html = "".join("".join(out.get("data", {}).get("text/html", ""))  # a str or a list of lines
+                       for cell in nb.cells for out in cell.get("outputs", []))
+        assert 'id="T_claims-' in html, "an experiments chapter shows its claims with fedlib.claims.show"
+        assert not re.search(r">\s*partly\s*<", html), "there is no 'partly' verdict any more"
     meta = json.loads((sandbox / "chapters" / f"{name}.json").read_text())
     assert meta["params"]["profile"] == "smoke"
     capsys.readouterr()
