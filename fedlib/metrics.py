@@ -3,7 +3,7 @@ r"""Per-client recognition abilities and their lower-tail summaries.
 Implements the evaluation protocol of *Is High Local Accuracy Enough? Geometric Consensus with
 Support-Adaptive Statistical Personalization for Federated Learning* (FedGRC): the local and global
 all-class risks of Section III-C, the local / global / unseen / rare accuracies and client floors
-L@25, U@25, R@25, F@25 of Section V-A2, and the "client-wise minima before aggregation" discussion
+``L@25``, ``U@25``, ``R@25``, ``F@25`` of Section V-A2, and the "client-wise minima before aggregation" discussion
 of Appendix B. The client-level tails (mean, worst client, bottom-20 %, fairness gap) are those of
 the HDC-FL paper (worst-client and bottom-20 % = 4 lowest of 20 clients). The rare-class F1 of the
 MPT paper is :meth:`Confusion.f1`.
@@ -60,7 +60,7 @@ client, e.g. no unseen classes), write :math:`\operatorname{tail}_q(a)` for the 
 :math:`\lceil q m \rceil` values (:func:`tail_mean`). Then mean, worst :math:`= \min_k a^{(k)}`,
 bottom-20 % :math:`= \operatorname{tail}_{0.2}(a)` (4 of 20 clients), fairness gap
 :math:`= \max_k a^{(k)} - \min_k a^{(k)}` and the floor "@25" :math:`= \operatorname{tail}_{0.25}(a)`
-(5 of 20 clients, 2 of 7). L@25, U@25 and R@25 are the @25 floors of local, unseen and rare
+(5 of 20 clients, 2 of 7). ``L@25``, ``U@25`` and ``R@25`` are the @25 floors of local, unseen and rare
 accuracy. The client floor takes the minimum over each client's assessed abilities *before*
 aggregating over clients:
 
@@ -68,8 +68,8 @@ aggregating over clients:
           A^{(k)}_{\mathrm{rare}}\} \setminus \{\mathrm{NaN}\}, \qquad
           \mathrm{F@25} = \operatorname{tail}_{0.25}(F).
 
-Clients without unseen (rare) classes contribute to F@25 through their other abilities. Because the
-weakest ability can differ across clients, F@25 is in general not
+Clients without unseen (rare) classes contribute to ``F@25`` through their other abilities. Because the
+weakest ability can differ across clients, ``F@25`` is in general not
 :math:`\min(\mathrm{L@25}, \mathrm{U@25}, \mathrm{R@25})` (Appendix B). An ability with no
 participating client is NaN ("n/a" via :func:`format_metric`), never 0.
 

@@ -1,4 +1,6 @@
-"""Shared fixtures: a tiny federation on a Gaussian mixture that trains in milliseconds."""
+"""Shared fixtures: a tiny federation on a Gaussian mixture that trains in milliseconds, and the
+folder the smoke-profile chapters execute into (shared by the notebook tests and the browser
+tests, so that each chapter executes once per test session)."""
 
 from __future__ import annotations
 
@@ -27,3 +29,9 @@ def tiny_federation():
 @pytest.fixture(scope="session")
 def tiny_model_fn():
     return functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(16, 8))
+
+
+@pytest.fixture(scope="session")
+def smoke_out(tmp_path_factory):
+    """The ``out`` folder of a smoke-profile build for this session (chapters execute into it once)."""
+    return tmp_path_factory.mktemp("smoke_book")

@@ -102,26 +102,26 @@ def _glued_keys(nb) -> set[str]:
 
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", CHAPTERS)
-def test_chapter_executes_at_smoke_profile_and_is_cached(name, sandbox, capsys):
-    assert build.build("smoke", [name], {}, render=False, force=False, out=sandbox) == 0
-    out = sandbox / "chapters" / f"{name}.ipynb"
-    nb = nbformat.read(out, as_version=4)
+def test_chapter_executes_at_smoke_profile_and_is_cached(name, smoke_out, capsys):
+    # into the session's smoke build, which the browser tests then render
+    assert build.build("smoke", [name], {}, render=False, force=False, out=smoke_out) == 0
+    nb = nbformat.read(smoke_out / "chapters" / f"{name}.ipynb", as_version=4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     referenced = set()
     for piece in source.split("{glue:text}`")[1:]:
         referenced.add(piece.split("`", 1)[0].split(":", 1)[0])
     assert referenced <= _glued_keys(nb), f"prose references keys that were not glued: {referenced - _glued_keys(nb)}"
     if name.endswith("_experiments"):  # its claims table comes from fedlib.claims.show, shaded verdicts and all
-        html = "".join("".join(out.get("data", {}).get("text/html", ""))  # a str or a list of lines
-                       for cell in nb.cells for out in cell.get("outputs", []))
+        html = "".join("".join(o.get("data", {}).get("text/html", ""))  # a str or a list of lines
+                       for cell in nb.cells for o in cell.get("outputs", []))
         assert 'id="T_claims-' in html, "an experiments chapter shows its claims with fedlib.claims.show"
         assert not re.search(r">\s*partly\s*<", html), "there is no 'partly' verdict any more"
-    meta = json.loads((sandbox / "chapters" / f"{name}.json").read_text())
+    meta = json.loads((smoke_out / "chapters" / f"{name}.json").read_text())
     assert meta["params"]["profile"] == "smoke"
     capsys.readouterr()
-    assert build.build("smoke", [name], {}, render=False, force=False, out=sandbox) == 0
+    assert build.build("smoke", [name], {}, render=False, force=False, out=smoke_out) == 0
     assert f"[cached]   {name}" in capsys.readouterr().out
-    assert not list((sandbox / "chapters").glob(".*.ipynb")), "a temporary file was left behind"
+    assert not list((smoke_out / "chapters").glob(".*.ipynb")), "a temporary file was left behind"
 
 
 def test_unknown_profile_is_refused_before_executing(sandbox):

@@ -1,0 +1,195 @@
+"""The book as a reader's browser shows it: a smoke-profile build, rendered into a temporary
+folder and opened page by page in headless Chromium with every non-local request blocked (a copy
+of the book read offline).
+
+On every page: no console error and no uncaught script error; no request that had to leave the
+book (each one is blocked, so it would show as failed); every formula typeset by the bundled
+MathJax (no raw TeX, no MathJax error node); no ``mailto:`` or ``file:`` link and no link to a
+path outside the book; every internal link and its anchor resolve. The built-in search finds a
+term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
+``<build>/screenshots/`` for a person to look at.
+
+The browser is Debian's ``chromium`` driven by Playwright's Python API (``executable_path``:
+nothing is downloaded). Without it the suite skips with the install command, except under CI
+(``CI`` set), where a missing browser is a failure: ``.ci/run`` installs it first.
+"""
+
+from __future__ import annotations
+
+import html.parser
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+INSTALL = "apt-get install -y chromium && pip install -r requirements.txt"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WIDTHS = {"wide": (1280, 900), "phone": (390, 844)}
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - the pinned requirements install it
+    sync_playwright = None
+
+if CHROMIUM is None or sync_playwright is None:
+    missing = "Debian's chromium" if CHROMIUM is None else "playwright"
+    if os.environ.get("CI"):
+        pytest.fail(f"the browser tests need {missing} and must not skip in CI; install: {INSTALL}",
+                    pytrace=False)
+    pytest.skip(f"the browser tests need {missing}; install: {INSTALL}", allow_module_level=True)
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def site(smoke_out) -> Path:
+    """The rendered smoke-profile book (the chapters execute once per session, see conftest)."""
+    assert build.build("smoke", None, {}, render=True, force=False, out=smoke_out) == 0
+    return smoke_out / "_build" / "html"
+
+
+def _pages(site: Path, redirects: bool = True) -> list[Path]:
+    """The book's HTML pages; ``redirects=False`` leaves out the ones that only redirect (``index.html``)."""
+    pages = sorted(p for p in site.rglob("*.html") if "_static" not in p.parts and "_sources" not in p.parts)
+    if not redirects:
+        pages = [p for p in pages if 'http-equiv="Refresh"' not in p.read_text(encoding="utf-8")[:2000]]
+    return pages
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def _context(browser, width: str = "wide"):
+    w, h = WIDTHS[width]
+    ctx = browser.new_context(viewport={"width": w, "height": h})
+    # offline: anything that is not a file of the book is refused (and then counts as failed)
+    ctx.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:") else route.abort())
+    return ctx
+
+
+def _open(ctx, path: Path, query: str = ""):
+    """Open a page; return it with the console errors and failed requests it produced."""
+    page = ctx.new_page()
+    errors, failed = [], []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(f"uncaught: {e}"))
+    page.on("requestfailed", lambda r: failed.append(r.url))
+    page.goto(path.as_uri() + query, wait_until="load")
+    # the bundled MathJax (a deferred script) typesets after loading: wait for it to finish
+    page.evaluate("async () => { if (window.MathJax && MathJax.startup && MathJax.startup.promise)"
+                  " await MathJax.startup.promise; }")
+    return page, errors, failed
+
+
+def test_every_page_loads_offline_without_errors_and_its_math_is_typeset(site, browser):
+    pages = _pages(site, redirects=False)
+    assert len(pages) >= len(build.toc_files()), f"missing pages in {site}"
+    ctx = _context(browser)
+    problems, n_math = [], 0
+    for path in pages:
+        page, errors, failed = _open(ctx, path)
+        name = path.relative_to(site).as_posix()
+        # sphinx wraps every formula in .math; MathJax puts an mjx-container inside each one it typeset
+        raw = page.evaluate(
+            "() => [...document.querySelectorAll('span.math, div.math')]"
+            ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))"
+        )
+        merror = page.evaluate("() => document.querySelectorAll('mjx-merror').length")
+        n_math += page.evaluate("() => document.querySelectorAll('mjx-container').length")
+        problems += [f"{name}: console: {e}" for e in errors]
+        problems += [f"{name}: request left the book: {u}" for u in failed]
+        problems += [f"{name}: raw TeX: {t!r}" for t in raw[:3]]
+        if merror:
+            problems.append(f"{name}: {merror} MathJax error node(s)")
+        page.close()
+    ctx.close()
+    assert not problems, "\n".join(problems)
+    assert n_math > 100, f"only {n_math} typeset formulas in the whole book: is MathJax loading?"
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+        self.ids: set[str] = set()
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("href") is not None:
+            self.hrefs.append(a["href"])
+
+
+def _parse(path: Path) -> _Links:
+    p = _Links()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+def test_every_link_stays_in_the_book_and_resolves(site):
+    parsed = {path: _parse(path) for path in _pages(site)}
+    problems = []
+    for path, links in parsed.items():
+        name = path.relative_to(site).as_posix()
+        for href in links.hrefs:
+            parts = urlsplit(href)
+            if parts.scheme in ("mailto", "file"):
+                problems.append(f"{name}: {parts.scheme}: link {href!r}")
+                continue
+            if parts.scheme or parts.netloc or href.startswith("javascript:"):
+                continue  # an external page (a paper, a documentation site) is a plain link, not an asset
+            target = path if not parts.path else (path.parent / unquote(parts.path)).resolve()
+            if not target.is_relative_to(site.resolve()):
+                problems.append(f"{name}: link outside the book {href!r}")
+                continue
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.append(f"{name}: broken link {href!r}")
+                continue
+            if parts.fragment and target.suffix == ".html":
+                ids = parsed[target].ids if target in parsed else _parse(target).ids
+                if unquote(parts.fragment) not in ids:
+                    problems.append(f"{name}: missing anchor {href!r}")
+    assert not problems, "\n".join(sorted(set(problems))[:40])
+
+
+def test_search_finds_a_term_offline(site, browser):
+    ctx = _context(browser)
+    page, errors, failed = _open(ctx, site / "search.html", "?q=Dirichlet")
+    page.wait_for_selector("#search-results li", timeout=20_000)
+    hits = page.evaluate("() => document.querySelectorAll('#search-results li').length")
+    ctx.close()
+    # from file:// the browser refuses the search's fetches of page summaries (its file-origin rule,
+    # a console error); the hits come from the bundled index, and nothing may leave the book
+    left = [u for u in failed if not u.startswith("file:")]
+    assert hits >= 1 and not left, (hits, left)
+
+
+def test_screenshots_for_a_person_to_look_at(site, browser):
+    shots = site / "screenshots"
+    shots.mkdir(exist_ok=True)
+    chapter = site / "chapters" / "setting.html"
+    for width in WIDTHS:
+        ctx = _context(browser, width)
+        for path in (site / "intro.html", chapter):
+            page, _, _ = _open(ctx, path)
+            out = shots / f"{path.stem}-{width}.png"
+            page.screenshot(path=str(out), full_page=False)
+            assert out.stat().st_size > 10_000, f"{out} looks empty"
+            page.close()
+        ctx.close()
