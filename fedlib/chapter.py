@@ -62,8 +62,10 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
     Raises
     ------
     ValueError
-        On an unknown profile or an override that is not a setting of the profile; the message
-        names the valid values.
+        On an unknown profile, an override that is not a setting of the profile, or one of
+        another kind than the profile's value (a number for a list, a string for a number; an
+        integer is a number; a setting that is ``None`` in the profile takes anything); the
+        message names the valid values.
 
     Examples
     --------
@@ -76,6 +78,10 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
     Traceback (most recent call last):
     ...
     ValueError: unknown profile 'fast'; valid: book
+    >>> resolve({"book": {"alphas": [0.3, 0.1]}}, "book", alphas=0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: parameter 'alphas' must be a list (profile 'book' has [0.3, 0.1]), got 0.5; for one value write [0.5]
     """
     if profile not in profiles:
         raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(profiles)}")
@@ -84,8 +90,47 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
         if key not in values:
             raise ValueError(f"unknown parameter {key!r} for profile {profile!r}; valid: {', '.join(sorted(values))}")
         if value is not None:
+            _check_kind(key, value, values[key], profile)
             values[key] = value
     return SimpleNamespace(profile=profile, **values)
+
+
+def _kind(value: Any) -> str | None:
+    """The kind of a profile value an override must match (``None``: any)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, numbers.Integral):
+        return "an integer"
+    if isinstance(value, numbers.Real):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a dict"
+    return None
+
+
+def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
+    """Refuse an override of another kind than the profile's value (``alphas=0.5`` for a list)."""
+    kind = _kind(default)
+    ok = {
+        None: True,
+        "true or false": isinstance(value, bool),
+        "an integer": isinstance(value, numbers.Integral) and not isinstance(value, bool),
+        "a number": isinstance(value, numbers.Real) and not isinstance(value, bool),
+        "a string": isinstance(value, str),
+        "a list": isinstance(value, (list, tuple)),
+        "a dict": isinstance(value, Mapping),
+    }[kind]
+    if not ok:
+        raise ValueError(
+            f"parameter {key!r} must be {kind} (profile {profile!r} has {default!r}), got {value!r}"
+            + (f"; for one value write [{value!r}]" if kind == "a list" else "")
+        )
 
 
 def float64_tensor(a: Any) -> torch.Tensor:

@@ -22,6 +22,26 @@ def test_resolve_applies_overrides_and_refuses_unknowns():
         resolve(profiles, "book", epochs=3)
 
 
+@pytest.mark.parametrize("key, value, words", [
+    ("alphas", 0.5, r"'alphas' must be a list \(profile 'book' has \[0.3, 0.1\]\), got 0.5; for one value write \[0.5\]"),
+    ("rounds", 2.5, r"'rounds' must be an integer .* got 2.5"),
+    ("rounds", True, r"'rounds' must be an integer .* got True"),
+    ("lr", "fast", r"'lr' must be a number .* got 'fast'"),
+    ("dataset", 3, r"'dataset' must be a string .* got 3"),
+    ("plot", 1, r"'plot' must be true or false .* got 1"),
+])
+def test_resolve_refuses_an_override_of_another_kind(key, value, words):
+    profiles = {"book": {"rounds": 20, "alphas": [0.3, 0.1], "lr": 0.05, "dataset": "uci", "plot": True, "layers": None}}
+    with pytest.raises(ValueError, match=words):
+        resolve(profiles, "book", **{key: value})
+
+
+def test_resolve_accepts_an_integer_for_a_number_a_tuple_for_a_list_and_anything_for_none():
+    profiles = {"book": {"lr": 0.05, "alphas": [0.3], "layers": None}}
+    p = resolve(profiles, "book", lr=1, alphas=(0.5, 0.1), layers=["block1"])
+    assert (p.lr, p.alphas, p.layers) == (1, (0.5, 0.1), ["block1"])
+
+
 def _toy(n=50):
     return ArrayDataset(torch.arange(float(n))[:, None], torch.arange(n) % 3, n_classes=3, name="toy")
 
