@@ -189,20 +189,37 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     chapters, results = out / "chapters", out / "results"
     from fedlib.io import atomic_write_json  # after the venv is active
 
+    todo = []
     for name in names:
         # relative to the notebooks' working directory, so no local path shows in the book
         params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared[name]},
                   "results_dir": os.path.relpath(results / name, NOTEBOOKS)}
         key = cache_key(name, params)
         output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
-        if not force and output.exists() and meta.exists() and json.loads(meta.read_text()).get("key") == key:
+        last = json.loads(meta.read_text()) if meta.exists() else {}
+        if not force and output.exists() and last.get("key") == key:
             print(f"[cached]   {name}")
             continue
-        print(f"[execute]  {name}  {json.dumps(params)}", flush=True)
+        todo.append((name, params, key, output, meta, last.get("seconds")))
+    known = [t[-1] for t in todo if t[-1] is not None]
+    if todo:
+        estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""
+        print(f"[plan]     {len(todo)} chapter(s) to execute{estimate}", flush=True)
+    t0 = time.perf_counter()
+    for i, (name, params, key, output, meta, last_seconds) in enumerate(todo, 1):
+        before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
+        print(f"[execute]  {name}  ({i} of {len(todo)}, {_minutes(time.perf_counter() - t0)} elapsed{before})  "
+              f"{json.dumps(params)}", flush=True)
         seconds = execute_chapter(name, params, output)
         atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
         print(f"[done]     {name}  {seconds:.1f} s", flush=True)
     return render_book(out) if render else 0
+
+
+def _minutes(seconds: float) -> str:
+    """``"4 min 05 s"`` / ``"38 s"``: a duration for the progress lines."""
+    m, s = divmod(int(round(seconds)), 60)
+    return f"{m} min {s:02d} s" if m else f"{s} s"
 
 
 def main(argv: list[str] | None = None) -> int:

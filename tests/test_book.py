@@ -82,6 +82,23 @@ def test_a_parameter_goes_to_the_chapters_that_declare_it(stub_execution, tmp_pa
         build.build("smoke", ["setting"], {"n_client": 3}, render=False, force=False, out=tmp_path)
 
 
+def test_progress_names_each_chapter_its_rank_and_the_last_builds_time(stub_execution, tmp_path, capsys):
+    two = ["setting", "mpt_derivations"]
+    build.build("smoke", two, {}, render=False, force=False, out=tmp_path)
+    first = capsys.readouterr().out
+    assert "[plan]     2 chapter(s) to execute\n" in first  # no estimate before a first build
+    assert "[execute]  setting  (1 of 2, 0 s elapsed)" in first
+    assert "[execute]  mpt_derivations  (2 of 2, 0 s elapsed)" in first
+    for name, seconds in zip(two, (65.4, 200.0)):  # as if the last builds took this long
+        meta = tmp_path / "chapters" / f"{name}.json"
+        meta.write_text(json.dumps({**json.loads(meta.read_text()), "seconds": seconds}))
+    build.build("smoke", two, {}, render=False, force=True, out=tmp_path)
+    again = capsys.readouterr().out
+    assert "[plan]     2 chapter(s) to execute; the last builds took 4 min 25 s" in again
+    assert "(1 of 2, 0 s elapsed, last build 1 min 05 s)" in again
+    assert build._minutes(38.4) == "38 s" and build._minutes(3600) == "60 min 00 s"
+
+
 def test_staged_pages_hold_the_books_own_pages_and_toc(tmp_path):
     build.stage_pages(tmp_path)
     staged = {p.name for p in tmp_path.iterdir()}
