@@ -18,10 +18,11 @@ fedlib* shows where this module sits among the library's layers.
 
 from __future__ import annotations
 
+import ast
 import numbers
-
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -59,10 +60,15 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
     types.SimpleNamespace
         The settings as attributes, plus ``profile``.
 
+    Run inside a notebook, it first calls :func:`check_injected` on the notebook's executed cells
+    (IPython's ``In``, read from the caller's namespace), so a misspelled papermill parameter
+    (``-p sede 1``) stops the chapter here instead of running the defaults.
+
     Raises
     ------
     ValueError
-        On an unknown profile, an override that is not a setting of the profile, or one of
+        On a parameter papermill injected that the parameters cell does not declare, an unknown
+        profile, an override that is not a setting of the profile, or one of
         another kind than the profile's value (a number for a list, a string for a number; an
         integer is a number; a setting that is ``None`` in the profile takes anything); the
         message names the valid values.
@@ -83,6 +89,9 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
     ...
     ValueError: parameter 'alphas' must be a list (profile 'book' has [0.3, 0.1]), got 0.5; for one value write [0.5]
     """
+    history = sys._getframe(1).f_globals.get("In")  # the notebook's executed cells (IPython), if any
+    if isinstance(history, list):
+        check_injected(history)
     if profile not in profiles:
         raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(profiles)}")
     values = dict(profiles[profile])
@@ -93,6 +102,49 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
             _check_kind(key, value, values[key], profile)
             values[key] = value
     return SimpleNamespace(profile=profile, **values)
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell assigns at its top level (``x = ...``, ``x: int = ...``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def check_injected(history: Sequence[str]) -> None:
+    r"""Refuse a parameter that papermill injected but the chapter's parameters cell does not declare.
+
+    Papermill writes the caller's parameters into a cell headed ``# Parameters`` right after the
+    cell tagged ``parameters`` and runs it, even for a name the notebook never reads (it only
+    logs a warning): ``-p sede 1`` would run the defaults silently. ``history`` is the
+    notebook's executed cell sources in order (IPython's ``In``); nothing happens outside
+    papermill (no such cell).
+
+    Raises
+    ------
+    ValueError
+        Naming the unknown parameters and the declared ones.
+
+    Examples
+    --------
+    >>> check_injected(["", "profile = 'book'  # ...\nseed = 0", "# Parameters\nseed = 1\n"])
+    >>> check_injected(["", "profile = 'book'\nseed = 0", "# Parameters\nsede = 1\n"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown parameter(s) sede; valid: profile, seed
+    """
+    for i, source in enumerate(history):
+        if i > 0 and source.lstrip().startswith("# Parameters"):
+            declared = _assigned(history[i - 1])
+            unknown = sorted(_assigned(source) - declared)
+            if unknown:
+                raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(declared))}")
 
 
 def _kind(value: Any) -> str | None:

@@ -157,6 +157,15 @@ def test_unknown_parameter_value_stops_the_notebook_with_a_clear_message(sandbox
     assert (sandbox / "x.failed.ipynb").exists() and not (sandbox / "x.ipynb").exists()
 
 
+@pytest.mark.notebook
+def test_a_misspelled_papermill_parameter_stops_the_notebook_before_any_work(sandbox):
+    import papermill
+
+    # build.py refuses it before papermill starts; papermill alone would inject it and warn only
+    with pytest.raises(papermill.PapermillExecutionError, match=r"unknown parameter\(s\) sede; valid: .*seed"):
+        build.execute_chapter("setting", {"profile": "smoke", "sede": 1}, sandbox / "x.ipynb")
+
+
 def test_cache_key_covers_parameters_fedlib_and_requirements(tmp_path, monkeypatch):
     for part in ("notebooks", "fedlib"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))

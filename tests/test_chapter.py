@@ -94,3 +94,15 @@ def test_verdict_is_the_claims_tables_rule(ok, partly):
     old = "holds" if ok else ("partly" if partly else "does not hold at this scale")  # the notebooks' former copies
     assert verdict(ok, partly) == old
     assert verdict(ok) == ("holds" if ok else "does not hold at this scale")
+
+
+def test_resolve_reads_the_notebooks_history_and_refuses_an_injected_unknown_parameter():
+    profiles = {"book": {"rounds": 20}}
+    history = ["", "profile = 'book'\nrounds = None  # communication rounds", "# Parameters\nround = 5\n"]
+    namespace = {"In": history, "resolve": resolve, "profiles": profiles}
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) round; valid: profile, rounds"):
+        exec("resolve(profiles, 'book', rounds=None)", namespace)
+    namespace["In"] = [*history[:2], "# Parameters\nrounds = 5\n"]
+    exec("P = resolve(profiles, 'book', rounds=5)", namespace)
+    assert namespace["P"].rounds == 5
+    assert resolve(profiles, "book").rounds == 20  # outside a notebook there is no history to check
