@@ -369,5 +369,5 @@ class CheckTable:
         return table if any(row["tolerance"] for row in self.rows) else table.drop(columns="tolerance")
 
 
-__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "float64_tensor", "load_data", "resolve", "subsample",
+__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "check_injected", "float64_tensor", "load_data", "resolve", "subsample",
            "verdict"]
