@@ -33,6 +33,8 @@ def weighted_average(
     arrays : sequence of K dicts with the same names and shapes
     weights : sequence of K non-negative numbers (e.g. sample counts)
 
+    Examples
+    --------
     >>> weighted_average([{"w": torch.tensor([0.0])}, {"w": torch.tensor([3.0])}], [2, 1])["w"]
     tensor([1.])
     """

@@ -312,6 +312,8 @@ class StatHead(Algorithm):
     seed : int
         Seed of the server's own randomness (CCVR's virtual features).
 
+    Examples
+    --------
     >>> from fedlib.heads import LDAHead
     >>> StatHead(LDAHead(reg=0.5))
     StatHead(head=LDAHead(reg=0.5, priors='empirical'), finetune=None, seed=0)

@@ -4,8 +4,9 @@ of the book read offline).
 
 On every page: no console error and no uncaught script error; no request that had to leave the
 book (each one is blocked, so it would show as failed); every formula typeset by the bundled
-MathJax (no raw TeX, no MathJax error node); no ``mailto:`` or ``file:`` link and no link to a
-path outside the book; every internal link and its anchor resolve. The built-in search finds a
+MathJax (no raw TeX, no MathJax error node); nothing cut off at the right edge on a phone
+(390 px: long formulas and wide tables scroll in their own box); no ``mailto:`` or ``file:`` link
+and no link to a path outside the book; every internal link and its anchor resolve. The built-in search finds a
 term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
 ``<build>/screenshots/`` for a person to look at.
 
@@ -118,6 +119,37 @@ def test_every_page_loads_offline_without_errors_and_its_math_is_typeset(site, b
     ctx.close()
     assert not problems, "\n".join(problems)
     assert n_math > 100, f"only {n_math} typeset formulas in the whole book: is MathJax loading?"
+
+
+# elements right of the viewport that the reader cannot scroll to: not inside a box that
+# scrolls or clips, not in the theme's off-canvas drawers (the sidebars slide in on a phone)
+_CUT_OFF = """() => {
+  const W = document.documentElement.clientWidth, out = [];
+  const boxed = e => {
+    if (e.closest('.bd-sidebar-primary, .bd-sidebar-secondary, mjx-assistive-mml')) return true;
+    for (let a = e.parentElement; a && a !== document.documentElement; a = a.parentElement)
+      if (getComputedStyle(a).overflowX !== 'visible') return true;
+    return false;
+  };
+  for (const e of document.querySelectorAll('body *')) {
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && r.right > W + 2 && !boxed(e))
+      out.push(`${e.tagName.toLowerCase()}: ${(e.textContent || '').trim().slice(0, 50)}`);
+  }
+  return out;
+}"""
+
+
+def test_nothing_is_cut_off_at_phone_width(site, browser):
+    ctx = _context(browser, "phone")
+    problems = []
+    for path in _pages(site, redirects=False):
+        page, _, _ = _open(ctx, path)
+        cut = page.evaluate(_CUT_OFF)
+        problems += [f"{path.relative_to(site).as_posix()}: {c}" for c in cut[:3]]
+        page.close()
+    ctx.close()
+    assert not problems, "\n".join(problems)
 
 
 class _Links(html.parser.HTMLParser):

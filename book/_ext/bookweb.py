@@ -7,12 +7,18 @@ page, each checked by ``tests/test_browser.py``:
   twice: a console error); with Thebe off (``launch_buttons.thebe: false``) its scripts and style
   are dropped altogether, which also leaves no address outside the book in the page;
 - the theme's colour mode reaches the page empty ("Got invalid theme mode"): it is set to
-  ``auto`` (the reader's system setting) unless configured.
+  ``auto`` (the reader's system setting) unless configured;
+- on a phone (390 px) nothing may run off the right edge of the page: ``static/bookweb.css``
+  makes display equations, long inline formulas and wide tables scroll in their own box and
+  lets long identifiers and signatures break.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+STATIC = Path(__file__).resolve().parent / "static"
 
 
 def _thebe_on(app) -> bool:
@@ -43,6 +49,12 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
         context["default_mode"] = "auto"
 
 
+def _static_path(app) -> None:
+    app.config.html_static_path.append(str(STATIC))
+
+
 def setup(app) -> dict[str, Any]:
+    app.connect("builder-inited", _static_path)
+    app.add_css_file("bookweb.css")
     app.connect("html-page-context", _page_context, priority=900)  # after the themes have filled the context
     return {"parallel_read_safe": True, "parallel_write_safe": True}

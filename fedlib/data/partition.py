@@ -665,6 +665,8 @@ def departure_partition(
     departing_client : in ``[0, n_clients)``
     n_classes : number of classes (default ``labels.max() + 1``)
 
+    Examples
+    --------
     >>> labels = np.repeat([0, 1, 2], 10)
     >>> parts = departure_partition(labels, 3, seed=0, rare_class=1, departing_share=0.8)
     >>> [int((labels[p] == 1).sum()) for p in parts]

@@ -153,6 +153,8 @@ class CCVRHead(LinearHead):
     coef_, intercept_ : (C, d), (C,) float64; a class absent from every client has a zero row and
         :math:`-\infty` (never predicted), whatever the training did to its row
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> z = torch.tensor([[0.0, 0.0], [0.2, 0.1], [4.0, 4.0], [4.1, 3.8]])
     >>> m = ClassMoments.from_features(z, torch.tensor([0, 0, 2, 2]), 3)

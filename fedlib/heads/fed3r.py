@@ -44,6 +44,8 @@ class Fed3RHead(LinearHead):
     weights_ : (d + 1, C) the matrix :math:`W` (after normalization)
     coef_, intercept_ : (C, d), (C,)
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     >>> Fed3RHead().fit(ClassMoments.from_features(z, torch.tensor([0, 1]), 2)).predict(z).tolist()

@@ -31,6 +31,8 @@ class FedNCMHead(LinearHead):
     means_ : (C, d) class means (zero rows for classes without samples)
     coef_, intercept_ : (C, d), (C,): normalized means, 0 (:math:`-\infty` for absent classes)
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> z = torch.tensor([[3.0, 0.0], [0.0, 1.0], [0.0, 3.0]])
     >>> head = FedNCMHead().fit(ClassMoments.from_features(z, torch.tensor([0, 1, 1]), 2))

@@ -96,11 +96,15 @@ class LDAHead(LinearHead):
     precision_ : (d, d) its inverse
     coef_, intercept_ : (C, d), (C,)
 
+    Notes
+    -----
     With ``reg=0, priors="empirical"`` this equals ``sklearn.discriminant_analysis.
     LinearDiscriminantAnalysis(solver="lsqr")`` fitted on the pooled features (sklearn weights the
     class covariances by the priors, hence the empirical priors); with balanced classes also with
     equal priors.
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> z = torch.tensor([[0.0, 0.0], [2.0, 0.0], [4.0, 0.0], [6.0, 0.0]])
     >>> head = LDAHead(reg=0.5).fit(ClassMoments.from_features(z, torch.tensor([0, 0, 1, 1]), 2))
@@ -142,6 +146,8 @@ class FedCGSHead(LinearHead):
     ----------
     means_, covariance_, precision_, coef_, intercept_ : as :class:`LDAHead`'s, with :math:`S`
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> z = torch.tensor([[0.0, 1.0], [0.0, -1.0], [4.0, 1.0], [4.0, -1.0]])
     >>> FedCGSHead().fit(ClassMoments.from_features(z, torch.tensor([0, 0, 1, 1]), 2)).predict(z).tolist()

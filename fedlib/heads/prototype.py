@@ -72,6 +72,8 @@ class NearestClassMean(_PrototypeHead):
     means_ : torch.Tensor of shape (C, d), float64
         Set by ``fit``; non-finite rows are never predicted.
 
+    Examples
+    --------
     >>> head = NearestClassMean().fit(means=torch.tensor([[0.0, 0.0], [4.0, 0.0]]))
     >>> head.predict(torch.tensor([[1.0, 1.0], [3.0, -1.0]])).tolist()
     [0, 1]
@@ -101,9 +103,13 @@ class MahalanobisNCM(_PrototypeHead):
     precision_ : torch.Tensor of shape (d, d)
         Its inverse.
 
+    Notes
+    -----
     From moments, the pooled within-class covariance needs the total Gram matrix only; restricted
     to a subset of classes (``fit(moments, classes=...)``) it needs the per-class Gram matrices.
 
+    Examples
+    --------
     >>> cov = torch.diag(torch.tensor([1.0, 100.0]))
     >>> head = MahalanobisNCM(reg=0.0).fit(means=torch.tensor([[0.0, 0.0], [1.0, 10.0]]), covariance=cov)
     >>> head.predict(torch.tensor([[1.0, 4.0]])).tolist()  # Euclidean NCM would say class 0
