@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fedlib.algorithms import ALGORITHMS, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx, GGEUR, make_algorithm
-from fedlib.algorithms.ggeur import CACHE, KNOW, LinearClassifier, classifier_fn
+from fedlib.algorithms.ggeur import CACHE, KNOW, LinearClassifier, Rebalanced, classifier_fn
 from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import ClientData, Federation, make_federation
@@ -130,6 +130,26 @@ def test_fedfa_style_fills_held_classes(fed):
     ya = run.client_states[0].arrays[CACHE + "y"]
     held = torch.bincount(fed.clients[0].train.y, minlength=fed.n_classes)
     assert bool((torch.bincount(ya, minlength=fed.n_classes)[held > 0] >= 25).all())
+
+
+def test_rebalanced_control_has_ggeurs_class_counts_and_only_real_samples(fed):
+    """The rebalancing-only control: GGEUR's step-1 set size and class counts exactly, made of copies."""
+    g = _run(GGEUR(base=FedAvg(train=TC), total_per_class=40), fed, rounds=2)
+    r = _run(Rebalanced(base=FedAvg(train=TC), total_per_class=40), fed, rounds=2)
+    led = r.ledger.to_frame()
+    assert set(led[(led["round"] == 1) & (led["direction"] == "up")]["kind"]) == {"statistics"}
+    for k, c in enumerate(fed.clients):
+        yr, yg = r.client_states[k].arrays[CACHE + "y"], g.client_states[k].arrays[CACHE + "y"]
+        assert torch.equal(torch.bincount(yr, minlength=fed.n_classes), torch.bincount(yg, minlength=fed.n_classes))
+        xr = r.client_states[k].arrays[CACHE + "x"]
+        # every row is one of the client's real samples, of its own class
+        match = (xr[:, None, :] == c.train.x[None, :, :]).all(-1)
+        assert bool(match.any(1).all())
+        assert bool((c.train.y[match.float().argmax(1)] == yr).all())
+    again = _run(Rebalanced(base=FedAvg(train=TC), total_per_class=40), fed, rounds=2)
+    torch.testing.assert_close(again.client_states[0].arrays[CACHE + "x"], r.client_states[0].arrays[CACHE + "x"])
+    with pytest.raises(ValueError, match="total_per_class"):
+        Rebalanced(total_per_class=-1)
 
 
 def test_linear_classifier_interface():

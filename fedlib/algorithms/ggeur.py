@@ -30,6 +30,10 @@ Baselines (our implementations on embeddings, not the original code):
   clients share means of random batches of ``mix_batch`` embeddings and their mean one-hot
   labels; locally every mini-batch is mixed, :math:`\\tilde x = (1-\\lambda)x + \\lambda\\bar x_j`,
   with the soft target :math:`(1-\\lambda)e_y + \\lambda\\bar y_j`.
+- :class:`Rebalanced` - a control, not a method of the literature: every held class is filled up
+  to ``total_per_class`` with copies of the client's *own* samples (resampling with replacement),
+  so the local set has exactly GGEUR's size and class balance, and nothing generated or shared.
+  It separates GGEUR's class rebalancing (and its extra local steps) from its new samples.
 - :class:`FedFAStyle` - "Gaussian feature augmentation around class prototypes", as the GGEUR paper
   describes FedFA (Zhou and Konukoglu, ICLR 2023, arXiv:2301.12995): every held class is filled up
   to ``total_per_class`` with samples from :math:`\\mathcal N(\\mu_c, \\mathrm{diag}\\,\\sigma_c^2)`, the
@@ -62,7 +66,7 @@ CACHE = "aug/"
 """Prefix of the augmented set in a client's own state (never sent)."""
 REQUEST = "statistics_request"
 
-__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "StatisticsFirst"]
+__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst"]
 
 
 class LinearClassifier(FeatureModel):
@@ -327,3 +331,48 @@ class FedMixStyle(StatisticsFirst):
 
         loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
         return state, update_message(model_arrays(model), len(data.train), loss)
+
+
+@dataclass
+class Rebalanced(StatisticsFirst):
+    """Control: fill every held class to ``total_per_class`` by resampling the client's real samples.
+
+    The local set has GGEUR's step-1 size and class counts exactly (so the same optimizer steps per
+    epoch), but holds only copies of real samples: no statistics beyond the counts leave the client
+    and nothing is generated. The statistics round is kept (it exchanges only the class counts) so
+    that the rounds line up with GGEUR's.
+
+    >>> import torch
+    >>> from fedlib.algorithms.ggeur import Rebalanced
+    >>> x, y = torch.arange(6.0).reshape(3, 2), torch.tensor([0, 0, 1])
+    >>> rb = Rebalanced(total_per_class=4)
+    >>> out = rb.prepare(None, ArrayDataset(x, y, 3, "toy"), {}, torch.Generator().manual_seed(0))
+    >>> torch.bincount(out["y"]).tolist(), bool((out["x"][out["y"] == 1] == x[2]).all())
+    ([4, 4], True)
+    """
+
+    total_per_class: int = 500
+    suffix = "rebalanced"
+
+    def __post_init__(self) -> None:
+        v = self.total_per_class
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"total_per_class must be an int >= 0, got {v!r}")
+
+    def client_statistics(self, ctx, train, generator):
+        return {"counts": torch.bincount(train.y.long(), minlength=ctx.n_classes).to(torch.float64)}
+
+    def server_knowledge(self, updates):
+        return {"counts": torch.stack([m.arrays["counts"] for _, m in updates]).sum(0)}
+
+    def prepare(self, ctx, train, knowledge, generator):
+        xs, ys = [train.x.float()], [train.y.long()]
+        for c in torch.unique(train.y).tolist():
+            idx = torch.nonzero(train.y == c).flatten()
+            need = self.total_per_class - len(idx)
+            if need <= 0:
+                continue
+            pick = idx[torch.randint(len(idx), (need,), generator=generator)]
+            xs.append(train.x[pick].float())
+            ys.append(torch.full((need,), c, dtype=torch.long))
+        return {"x": torch.cat(xs), "y": torch.cat(ys)}
