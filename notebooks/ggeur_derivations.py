@@ -154,7 +154,7 @@ eq4_table
 # %% [markdown]
 # Over {glue:text}`eq4_trials` random federations (with {glue:text}`single_client_cases` classes
 # held by a single client) the largest relative deviation of Eq. 4 from the pooled covariance is
-# {glue:text}`eq4_err:.1e`: round-off. A class held by one client gets that client's covariance,
+# {glue:text}`eq4_err:.1e`: round-off. A class held by a single client gets that client's covariance,
 # as the authors' code does; a class with one sample in the whole federation gets a zero
 # covariance, a degenerate shape that Section 5 handles.
 #
@@ -275,7 +275,7 @@ sim_table
 
 # %% [markdown]
 # $S$ behaves as the paper says for ordered bases, but it compares the $i$-th eigenvector with the
-# $i$-th: two classes with the same principal subspace whose two leading eigenvalues are nearly
+# $i$-th: a pair of classes with the same principal subspace whose two leading eigenvalues are nearly
 # equal (so their order is decided by noise) can score as low as {glue:text}`s_swap:.0f` out of 5.
 # The heat maps of the experiments chapter use the paper's $S$; the subspace form is a one-word
 # change there (`method="subspace"`).
