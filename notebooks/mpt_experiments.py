@@ -18,7 +18,7 @@
 # A client that holds almost every sample of one class leaves the federation for good; the
 # backbone keeps training on the others; how long does the federation still recognize that class,
 # and can the server keep its prototype aligned from class-level statistics alone? This chapter
-# runs MPT {cite:p}`mpt` and its baselines in fedlib's one round loop:
+# runs MPT {cite:p}`mpt` and its baselines in fedlib's round loop:
 #
 # * **FedAvg** {cite:p}`fedavg`: the model's own softmax head;
 # * **CCVR** {cite:p}`ccvr`: the head re-trained each round on virtual features drawn from the
@@ -28,8 +28,8 @@
 # * **SDC** {cite:p}`sdc`: the stored prototype moved by the Gaussian-weighted drift of the
 #   clients' samples between the previous and the current model (sent as aggregates);
 # * **LDC** {cite:p}`ldc`: a bias-free linear old-to-new feature map trained on each client (MSE,
-#   Adam, lr 0.001, 20 epochs from the identity as in the reference; mini-batches of 128 here, to
-#   save time) and averaged by the server;
+#   Adam from the identity, learning rate and epochs as in the reference, see {ref}`mpt-ldc-steps`)
+#   and averaged by the server;
 # * **frozen** (the departure prototype), **oracle** (the current rare-class *test* mean,
 #   unavailable in practice), **MPT-lite** and **MPT**, plus the ablations of the paper's
 #   Section V-D (barycentric only, barycentric + stored residual, prediction only, measurement
@@ -48,8 +48,8 @@
 
 # %% tags=["parameters"]
 profile = "book"  # "smoke" (seconds), "book" (the default, minutes on 2 cores), "paper" (CIFAR-10, ResNet-18)
-seed = 0  # the first run seed; the table uses seed, seed + 1, ...
-n_seeds = None  # seeds of the fraction table
+seed = 0  # the first run seed; every run uses seed, seed + 1, ..., seed + n_seeds - 1
+n_seeds = None  # run seeds of the figure runs, the fraction table and the claims
 fractions = None  # remaining rare fractions of the table, e.g. [0.01, 0.02, 0.05, 0.1]
 rounds = None  # communication rounds
 departure_round = None  # the round at whose start the client leaves
@@ -72,7 +72,8 @@ from myst_nb import glue
 
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, evaluate_history
-from fedlib.chapter import load_data, resolve, verdict
+from fedlib.chapter import load_data, resolve
+from fedlib.claims import Claim, evaluate, mean_interval, seed_table, show, tally
 from fedlib.data import plot_partition
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig, run_federated
@@ -86,14 +87,14 @@ t_start = time.perf_counter()
 
 PROFILES = {
     "smoke": dict(datasets=["mnist5k"], n_samples=500, rare_class=5, n_clients=4, rounds=4, departure_round=3,
-                  local_epochs=1, lr=0.05, fig_model="mlp", table_model="mlp", fractions=[0.02, 0.1], n_seeds=1,
-                  global_test_per_class=10, ldc_epochs=2, ccvr_steps=10, ccvr_virtual=20),
+                  local_epochs=1, lr=0.05, fig_model="mlp", table_model="mlp", fractions=[0.02, 0.1], n_seeds=2,
+                  global_test_per_class=10, ldc_epochs=2, ldc_batch=32, ccvr_steps=10, ccvr_virtual=20),
     "book": dict(datasets=["mnist5k", "uci"], n_samples=2000, rare_class=5, n_clients=10, rounds=20, departure_round=6,
                  local_epochs=1, lr=0.05, fig_model="cnn", table_model="mlp", fractions=[0.01, 0.02, 0.05, 0.1],
-                 n_seeds=3, global_test_per_class=40, ldc_epochs=20, ccvr_steps=100, ccvr_virtual=100),
+                 n_seeds=3, global_test_per_class=40, ldc_epochs=20, ldc_batch=32, ccvr_steps=100, ccvr_virtual=100),
     "paper": dict(datasets=["cifar10"], n_samples=None, rare_class=9, n_clients=10, rounds=100, departure_round=15,
                   local_epochs=5, lr=0.01, fig_model="resnet18", table_model="resnet18",
-                  fractions=[0.01, 0.02, 0.05, 0.1], n_seeds=3, global_test_per_class=600, ldc_epochs=20,
+                  fractions=[0.01, 0.02, 0.05, 0.1], n_seeds=3, global_test_per_class=600, ldc_epochs=20, ldc_batch=32,
                   ccvr_steps=100, ccvr_virtual=100),
 }
 P = resolve(PROFILES, profile, n_seeds=n_seeds, fractions=fractions, rounds=rounds, departure_round=departure_round,
@@ -101,10 +102,16 @@ P = resolve(PROFILES, profile, n_seeds=n_seeds, fractions=fractions, rounds=roun
 if not 1 < P.departure_round <= P.rounds:
     raise ValueError(f"departure_round must be in [2, rounds={P.rounds}], got {P.departure_round}")
 DEPARTING = 0
+SEEDS = list(range(seed, seed + P.n_seeds))
+BATCH = 32  # local training mini-batch
+LDC_BATCH_OLD = 128  # the LDC mini-batch of the chapter's earlier builds (the LDC check below)
+TRACK = TrackingConfig()  # fixed defaults, nothing selected at run time (see "MPT's settings")
 
 
-DATA = {name: load_data(name, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root) for name in P.datasets}  # seeded subsets
-TRACK = TrackingConfig()  # ridge 1e-3 (relative), lambda_Sigma 0.1, affine span, rare-sample noise
+@functools.cache
+def data(name, run_seed):
+    """The data set's seeded subset: each run seed draws its own (``load_data(..., seed=run_seed)``)."""
+    return load_data(name, n_samples=P.n_samples, seed=run_seed, cifar_root=cifar_root)
 
 
 def model_fn_for(name, ds):
@@ -116,11 +123,11 @@ def scenario(ds, fraction, run_seed):
                                    departing_client=DEPARTING, global_test_per_class=P.global_test_per_class, seed=run_seed)
 
 
-def algorithm(payload=None, steps=None):
-    train = TrainConfig(epochs=P.local_epochs, steps=steps, batch_size=32, lr=P.lr, momentum=0.9)
+def algorithm(run_seed, payload=None, steps=None, ldc_batch=None):
+    train = TrainConfig(epochs=P.local_epochs, steps=steps, batch_size=BATCH, lr=P.lr, momentum=0.9)
     kw = {} if payload is None else {"payload": payload}
     return MPT(train=train, rare_class=P.rare_class, tracking=TRACK, train_rare_on=(DEPARTING,), ldc_epochs=P.ldc_epochs,
-               ldc_batch=128, ccvr_steps=P.ccvr_steps, ccvr_virtual=P.ccvr_virtual, seed=seed, **kw)
+               ldc_batch=ldc_batch or P.ldc_batch, ccvr_steps=P.ccvr_steps, ccvr_virtual=P.ccvr_virtual, seed=run_seed, **kw)
 
 
 def loop_config(run_seed, rounds=None):
@@ -128,9 +135,126 @@ def loop_config(run_seed, rounds=None):
                       f1_class=P.rare_class)
 
 
-print(f"profile {P.profile}: {', '.join(f'{k} ({len(v)} samples)' for k, v in DATA.items())}; {P.n_clients} clients, "
+print(f"profile {P.profile}: {', '.join(P.datasets)}; seeds {SEEDS}; {P.n_clients} clients, "
       f"{P.rounds} rounds, departure at round {P.departure_round}, {P.local_epochs} local epoch(s); "
       f"figure model {P.fig_model}, table model {P.table_model}")
+glue("n_seeds", P.n_seeds, display=False)
+glue("local_batch", BATCH, display=False)
+glue("ldc_epochs", P.ldc_epochs, display=False)
+glue("ldc_batch", P.ldc_batch, display=False)
+glue("ldc_batch_old", LDC_BATCH_OLD, display=False)
+glue("ldc_lr", algorithm(seed).ldc_lr, display=False)
+
+# %% [markdown]
+# Every run seed $s$ in `seed, seed + 1, …` ({glue:text}`n_seeds` at this profile) draws its own
+# data subset (`load_data(..., seed=s)`), its own departure scenario (which samples the departing
+# client holds, the global test set) and its own model initialization and batch order
+# (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
+# interval, and every claim is decided on differences paired by seed ({mod}`fedlib.claims`).
+#
+# ## The claims, declared before any run
+#
+# Each claim of the paper is a row with its decision rule fixed here, before the runs: "holds"
+# when the 95 % interval of the paired difference (over seeds) clears the minimum effect in the
+# claimed direction, "does not hold" when it clears it in the other direction, otherwise
+# "inconclusive at this scale". The minimum effects:
+#
+# * **a lead in rare-class F1** must exceed {glue:text}`min_lead` F1 (the paper's smallest margin
+#   over the strongest baseline is quoted in Section V-C as “3.2%p on coarse-grained Car-1000”; a
+#   lead under a few test images of the rare class is not a lead). "All baselines" is read
+#   strictly: per seed and cell, MPT against the *best* of the six baselines on that cell (a
+#   maximum picked on the test set favours the baselines, so no selection is needed on our side);
+# * **"close to" / "competitive with"** is a non-inferiority statement: the rule adds a tolerance of
+#   {glue:text}`tolerance` F1 to the method and asks that it clear the reference (the method is shown
+#   to be less than {glue:text}`tolerance` below it);
+# * **"progressively degrades"**: the frozen prototype's F1 must fall by more than
+#   {glue:text}`min_drop` between the round before the departure and the last round;
+# * **Figure 6 (b)**: the Spearman correlation between distance and F1 must lie below
+#   −{glue:text}`min_rho` (a clear negative relation, not just a negative sign);
+# * **distances (Figure 6 (a))** and **costs (Figure 5)**: any difference in the claimed direction
+#   (minimum effect 0); bytes are deterministic given the shapes, so their interval has zero width.
+#
+# The oracle prototype is the rare-class *test* mean under the current model, by definition (as
+# in the paper's Section V-A: "an upper reference that is unavailable in the actual departure
+# scenario"); it is a reference, never a method that is selected or tuned.
+
+# %%
+MIN_LEAD, TOL, MIN_DROP, MIN_RHO = 0.02, 0.05, 0.05, 0.3
+for k, v in {"min_lead": MIN_LEAD, "tolerance": TOL, "min_drop": MIN_DROP, "min_rho": MIN_RHO}.items():
+    glue(k, v, display=False)
+BASELINES = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen"]
+SUB_TABLE = (f"Table II replica on an MLP ({P.table_model}), not the paper's CNN; small data sets "
+             f"({', '.join(P.datasets)}, {P.n_samples} samples) instead of nuImages / Car-1000; {P.rounds} rounds "
+             f"(departure at {P.departure_round}) instead of 100 (15); baselines implemented here from their "
+             "papers (no reference code run); the readout is Mahalanobis NCM for every prototype method")
+SUB_FIG = (f"one small {P.fig_model} on {P.datasets[0]} (not the paper's 3-layer CNN on nuImages, nor four backbones); "
+           f"{P.rounds} rounds instead of 100")
+SUB_COMM = ("our readout is a Mahalanobis NCM, so every prototype method (MPT-lite included) sends one d×d scatter "
+            "per client and round; the paper's MPT-lite sends no covariance. The ordering of our bytes therefore "
+            "differs from the paper's Figure 5 (a) for the lighter methods (frozen, iCaRL, MPT-lite cost the same)")
+Q = {
+    "beats": ("MPT outperforms all baselines in rare class F1", "Abstract; Section V-B, Table II"),
+    "oracle": ("MPT consistently outperforms five representative baselines while closely tracking the oracle prototype",
+               "Section VII"),
+    "frozen": ("After departure, Frozen prototype, which retains the departure-time rare-class prototype, "
+               "progressively degrades as backbone updates gradually misalign with the current feature space.",
+               "Section V-B, Figure 4"),
+    "lite": ("MPT-lite remains competitive with MPT across CNN backbones", "Section V-C"),
+    "fig6b": ("Figure 6 (b) relates this distance to rare-class F1 and shows that prototypes closer to the oracle "
+              "achieve higher F1.", "Section V-D, Figure 6 (b)"),
+    "fig6a_stored": ("The green “Barycentric + Stored Residual” plot adds this missing component and substantially "
+                     "reduces the initial gap.", "Section V-D, Figure 6 (a)"),
+    "fig6a_update": ("These results show that barycentric reconstruction tracks in-span drift, while sustained "
+                     "alignment requires out-of-span residual updates.", "Section V-D, Figure 6 (a)"),
+    "comm_mpt": ("The (more noticeable) cost increase from MPT-lite to MPT comes from transmitting one covariance "
+                 "summary per client for constructing the pooled covariance in Eq. (6).", "Section V-B, Figure 5 (a)"),
+    "comm_ccvr": ("CCVR incurs a further increase by transmitting a separate covariance for each class at all clients",
+                  "Section V-B, Figure 5 (a)"),
+    "time_ldc": ("LDC and CCVR incur substantially larger overhead due to drift-map training in LDC and ghost-sample "
+                 "generation followed by classifier-head retraining in CCVR.", "Section V-B, Figure 5 (b)"),
+}
+CLAIMS = {}
+for name in P.datasets:
+    CLAIMS[f"beats-{name}"] = Claim(f"beats-{name}", *Q["beats"],
+                                    f"{name}: rare-class F1 at the last round, MPT − best of the six baselines per "
+                                    "cell, averaged over fractions", "greater", MIN_LEAD, SUB_TABLE)
+    CLAIMS[f"oracle-{name}"] = Claim(f"oracle-{name}", *Q["oracle"],
+                                     f"{name}: rare-class F1, (MPT + {TOL}) − oracle, averaged over fractions", "greater",
+                                     0.0, SUB_TABLE + "; the oracle is the rare-class test mean (a reference)")
+CLAIMS["frozen"] = Claim("frozen", *Q["frozen"], "figure runs: frozen prototype's rare-class F1, last round − round "
+                         "before the departure", "less", MIN_DROP, SUB_FIG)
+CLAIMS["lite-cnn"] = Claim("lite-cnn", *Q["lite"], f"figure runs ({P.fig_model}): rare-class F1 at the last round, "
+                           f"(MPT-lite + {TOL}) − MPT", "greater", 0.0,
+                           SUB_FIG + "; MPT-lite's form (scalar growth of the stored residual) is our reading of the "
+                           "paper's one-line description")
+CLAIMS["lite-mlp"] = Claim("lite-mlp", *Q["lite"], f"table runs ({P.table_model}, all data sets and fractions): "
+                           f"rare-class F1, (MPT-lite + {TOL}) − MPT", "greater", 0.0,
+                           SUB_TABLE + "; an MLP is not a CNN: this row tests the claim outside its stated scope")
+CLAIMS["fig6b"] = Claim("fig6b", *Q["fig6b"], "figure runs: Spearman correlation of the Mahalanobis distance to the "
+                        "oracle with rare-class F1 (methods × post-departure rounds)", "less", MIN_RHO, SUB_FIG)
+CLAIMS["fig6a-stored"] = Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle at "
+                               "the departure round, barycentric + stored residual − barycentric only", "less", 0.0,
+                               SUB_FIG)
+CLAIMS["fig6a-update"] = Claim("fig6a-update", *Q["fig6a_update"], "figure runs: Mahalanobis distance to the oracle at "
+                               "the last round, MPT − barycentric + stored residual", "less", 0.0, SUB_FIG)
+CLAIMS["fig6a-bary"] = Claim("fig6a-bary", *Q["fig6a_update"], "figure runs: Mahalanobis distance to the oracle at "
+                             "the last round, MPT − barycentric only", "less", 0.0, SUB_FIG)
+CLAIMS["comm-mpt"] = Claim("comm-mpt", *Q["comm_mpt"], "bytes per client and round (after the departure), MPT − "
+                           "MPT-lite, relative to FedAvg's", "greater", 0.0, SUB_COMM)
+CLAIMS["comm-ccvr"] = Claim("comm-ccvr", *Q["comm_ccvr"], "bytes per client and round, CCVR − MPT, relative to "
+                            "FedAvg's", "greater", 0.0, SUB_COMM)
+CLAIMS["time-ldc"] = Claim("time-ldc", *Q["time_ldc"], "extra client time per round, LDC − MPT, relative to one "
+                           "client's local training", "greater", 0.0,
+                           "time measured on one client of the figure run's final model, CPU, one thread; "
+                           "CCVR's server-side time is not separated from the other methods' (not decided)")
+LDC_CHECK = P.datasets[-1]
+CLAIMS["ldc-batch"] = Claim("ldc-batch", f"does LDC's rare-class F1 on {LDC_CHECK} depend on the number of Adam steps "
+                            f"of its map (mini-batches of {P.ldc_batch} against {LDC_BATCH_OLD})?", "LDC rows",
+                            f"{LDC_CHECK}, fraction of the figure: LDC's rare-class F1 at the last round, batch "
+                            f"{P.ldc_batch} − batch {LDC_BATCH_OLD}", "greater", MIN_LEAD,
+                            "same runs otherwise (same seeds, scenario, model)", kind="control")
+print(f"{sum(c.kind == 'claim' for c in CLAIMS.values())} claims and "
+      f"{sum(c.kind == 'control' for c in CLAIMS.values())} control declared")
 
 # %% [markdown]
 # ## The departure scenario
@@ -140,12 +264,13 @@ print(f"profile {P.profile}: {', '.join(f'{k} ({len(v)} samples)' for k, v in DA
 # clients; every other class is spread uniformly over all clients (Section V-A, "Scenario").
 # Following the paper's design choice (Fig. 7 (c)), the remaining rare samples are kept **out of
 # training** and only re-embedded and measured (`MPT(train_rare_on=(0,))`). Client 0 leaves for good
-# at the start of the departure round: the loop's `Event(round, 0, "leave")`.
+# at the start of the departure round: the loop's `Event(round, 0, "leave")`. Below, the first seed's
+# scenario.
 
 # %%
 fig_name = P.datasets[0]
 fig_fraction = 0.02 if 0.02 in P.fractions else P.fractions[0]
-sc = scenario(DATA[fig_name], fig_fraction, seed)
+sc = scenario(data(fig_name, seed), fig_fraction, seed)
 fig, ax = plt.subplots(figsize=(5, 3.6))
 plot_partition(sc.federation.train_counts(), ax=ax, title=f"{fig_name}: training counts (rare class {P.rare_class})")
 plt.show()
@@ -164,227 +289,286 @@ glue("n_rounds", P.rounds, display=False)
 #
 # ## Per-round rare-class F1 (the paper's Figure 4)
 #
-# One run on {glue:text}`fig_dataset` with the figure model, the client leaving at the start of
-# round {glue:text}`departure_round` of {glue:text}`n_rounds`. A method's curve at round $r$ pairs
-# the global model $\theta_r$ with the prototypes the server computed under it (see
-# {mod}`fedlib.algorithms.mpt` for the one-round bookkeeping). Rare-class F1 is
-# {meth}`fedlib.metrics.Confusion.f1` on the global test set; overall accuracy is beside it.
+# The figure runs: {glue:text}`fig_dataset` with the figure model, one run per seed, the client
+# leaving at the start of round {glue:text}`departure_round` of {glue:text}`n_rounds`. A method's
+# curve at round $r$ pairs the global model $\theta_r$ with the prototypes the server computed under
+# it (see {mod}`fedlib.algorithms.mpt` for the one-round bookkeeping); the line is the mean over
+# seeds and the band its 95 % interval. Rare-class F1 is {meth}`fedlib.metrics.Confusion.f1` on the
+# global test set; overall accuracy is beside it.
 
 # %%
-fig_model_fn = model_fn_for(P.fig_model, DATA[fig_name])
+fig_model_fn = model_fn_for(P.fig_model, data(fig_name, seed))
+fig_runs, fig_scen, hists = {}, {}, []
 t0 = time.perf_counter()
-run = run_federated(algorithm(), sc.federation, fig_model_fn, loop_config(seed))
-fig_run_seconds = time.perf_counter() - t0
-hist = evaluate_history(run.server, sc.federation.global_test, fig_model_fn, rare_class=P.rare_class, reg=TRACK.reg)
+for s in SEEDS:
+    fig_scen[s] = scenario(data(fig_name, s), fig_fraction, s)
+    fig_runs[s] = run_federated(algorithm(s), fig_scen[s].federation, fig_model_fn, loop_config(s))
+    h = evaluate_history(fig_runs[s].server, fig_scen[s].federation.global_test, fig_model_fn, rare_class=P.rare_class,
+                         reg=TRACK.reg)
+    hists.append(h.assign(seed=s))
+    if results_dir is not None:
+        fig_runs[s].save(Path(results_dir) / f"figure_run_{s}")
+fig_run_seconds = (time.perf_counter() - t0) / len(SEEDS)
+hist = pd.concat(hists, ignore_index=True)
 if results_dir is not None:
-    run.save(Path(results_dir) / "figure_run")
-    hist.to_csv(Path(results_dir) / "figure_run" / "history.csv", index=False)
+    hist.to_csv(Path(results_dir) / "figure_runs_history.csv", index=False)
 SHOW = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen", "mpt_lite", "mpt", "oracle"]
 LABEL = {"fedavg": "FedAvg (softmax)", "ccvr": "CCVR", "icarl": "iCaRL-NME", "sdc": "SDC", "ldc": "LDC",
          "frozen": "frozen prototype", "mpt_lite": "MPT-lite", "mpt": "MPT", "oracle": "oracle (unavailable)",
          "barycentric": "barycentric only", "stored_residual": "barycentric + stored residual",
          "mpt_predicted": "MPT, predicted residual only", "mpt_measured": "MPT, measured residual only"}
-f1 = hist[hist["metric"] == "f1"].pivot(index="round", columns="method", values="value")
-acc = hist[hist["metric"] == "accuracy"].pivot(index="round", columns="method", values="value")
+
+
+def per_seed(metric):
+    """{seed: frame round × method} of one metric of the figure runs."""
+    part = hist[hist["metric"] == metric]
+    return {s: g.pivot(index="round", columns="method", values="value") for s, g in part.groupby("seed")}
+
+
+def band(metric, method):
+    """Mean over seeds per round and its 95 % t interval (NaN band with one seed)."""
+    frames = per_seed(metric)
+    stack = np.stack([frames[s][method].to_numpy() for s in SEEDS])  # (seeds, rounds)
+    rounds_ = frames[SEEDS[0]].index.to_numpy()
+    ivs = [mean_interval(stack[:, j]) for j in range(stack.shape[1])]
+    return rounds_, np.array([i.mean for i in ivs]), np.array([i.low for i in ivs]), np.array([i.high for i in ivs])
+
+
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 for m in SHOW:
-    style = dict(ls="--", color="k") if m == "oracle" else {}
-    axes[0].plot(f1.index, f1[m], label=LABEL[m], **style)
-    axes[1].plot(acc.index, acc[m], label=LABEL[m], **style)
+    for ax, metric in zip(axes, ["f1", "accuracy"]):
+        r_, mu, lo, hi = band(metric, m)
+        line, = ax.plot(r_, mu, label=LABEL[m], **(dict(ls="--", color="k") if m == "oracle" else {}))
+        if np.isfinite(lo).all():
+            ax.fill_between(r_, lo, hi, color=line.get_color(), alpha=0.12, lw=0)
 for ax, title in zip(axes, ["rare-class F1", "overall accuracy"]):
     ax.axvline(P.departure_round - 0.5, color="grey", lw=1)
     ax.set_xlabel("round")
-    ax.set_title(title)
+    ax.set_title(f"{title} (mean and 95 % interval over seeds)")
 axes[0].legend(fontsize=7, ncol=2)
 fig.tight_layout()
 plt.show()
 
 # %%
-last = int(f1.index.max())
-final = pd.DataFrame({"rare-class F1": f1.loc[last], "overall accuracy": acc.loc[last]})
-final.index = [LABEL.get(m, m) for m in final.index]
-final = final.sort_values("rare-class F1", ascending=False)
-for m in f1.columns:
-    glue(f"fig_f1_{m}", float(f1.loc[last, m]), display=False)
-    glue(f"fig_acc_{m}", float(acc.loc[last, m]), display=False)
-pre = f1.loc[P.departure_round - 1]
-glue("fig_f1_pre", float(pre["mpt"]), display=False)
-glue("fig_f1_pre_fedavg", float(pre["fedavg"]), display=False)
+last = int(hist["round"].max())
+pre_round = P.departure_round - 1
+at = lambda metric, r: hist[(hist["metric"] == metric) & (hist["round"] == r)]  # noqa: E731
+final = pd.concat([
+    seed_table(at("f1", last), "method", None, "value", digits=3).rename(columns={"value": "rare-class F1"}),
+    seed_table(at("accuracy", last), "method", None, "value", digits=3).rename(columns={"value": "overall accuracy"}),
+], axis=1).loc[SHOW]
+fig_mean = lambda metric, r, m: float(at(metric, r).query("method == @m")["value"].mean())  # noqa: E731
+for m in SHOW + ["barycentric", "stored_residual", "mpt_predicted", "mpt_measured"]:
+    glue(f"fig_f1_{m}", fig_mean("f1", last, m), display=False)
+    glue(f"fig_acc_{m}", fig_mean("accuracy", last, m), display=False)
+glue("fig_f1_pre", fig_mean("f1", pre_round, "mpt"), display=False)
+glue("fig_f1_pre_fedavg", fig_mean("f1", pre_round, "fedavg"), display=False)
 glue("fig_run_seconds", fig_run_seconds, display=False)
-final.round(3)
+final.index = [LABEL[m] for m in final.index]
+final
 
 # %% [markdown]
-# Before the departure every prototype method is the direct estimate (rare-class F1
-# {glue:text}`fig_f1_pre:.2f` at round {glue:text}`departure_round` − 1, against FedAvg's softmax
-# {glue:text}`fig_f1_pre_fedavg:.2f`). At the last round MPT reaches {glue:text}`fig_f1_mpt:.2f`,
-# MPT-lite {glue:text}`fig_f1_mpt_lite:.2f`, the frozen prototype {glue:text}`fig_f1_frozen:.2f`,
-# iCaRL {glue:text}`fig_f1_icarl:.2f`, SDC {glue:text}`fig_f1_sdc:.2f`, LDC
-# {glue:text}`fig_f1_ldc:.2f`, CCVR {glue:text}`fig_f1_ccvr:.2f`, FedAvg
-# {glue:text}`fig_f1_fedavg:.2f` and the oracle {glue:text}`fig_f1_oracle:.2f`; overall accuracy
-# barely separates them (MPT {glue:text}`fig_acc_mpt:.3f`, frozen {glue:text}`fig_acc_frozen:.3f`):
-# accuracy hides the loss of one class in ten. The run took {glue:text}`fig_run_seconds:.0f` s.
+# Means over the seeds (the table: mean ± half-width of the 95 % interval). Before the departure
+# every prototype method is the direct estimate (rare-class F1 {glue:text}`fig_f1_pre:.2f` at round
+# {glue:text}`departure_round` − 1, against FedAvg's softmax {glue:text}`fig_f1_pre_fedavg:.2f`).
+# At the last round MPT reaches {glue:text}`fig_f1_mpt:.2f`, MPT-lite {glue:text}`fig_f1_mpt_lite:.2f`,
+# the frozen prototype {glue:text}`fig_f1_frozen:.2f`, iCaRL {glue:text}`fig_f1_icarl:.2f`, SDC
+# {glue:text}`fig_f1_sdc:.2f`, LDC {glue:text}`fig_f1_ldc:.2f`, CCVR {glue:text}`fig_f1_ccvr:.2f`,
+# FedAvg {glue:text}`fig_f1_fedavg:.2f` and the oracle {glue:text}`fig_f1_oracle:.2f`; compare the
+# overall accuracies (MPT {glue:text}`fig_acc_mpt:.3f`, frozen {glue:text}`fig_acc_frozen:.3f`):
+# the rare class is one class in ten, so its loss moves overall accuracy by a tenth at most. One run
+# took {glue:text}`fig_run_seconds:.0f` s on average.
 #
 # ## Final rare-class F1 by remaining fraction (Table II style)
 #
-# The table model on every dataset, for each remaining fraction and seed; the value is the
-# rare-class F1 at the last round, mean ± standard deviation over seeds.
+# The table model on every data set, for each remaining fraction and seed; each cell is the
+# rare-class F1 at the last round, mean ± half-width of the 95 % interval over the seeds.
 
 # %%
 TABLE_METHODS = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen", "mpt_lite", "mpt", "oracle"]
 rows = []
 t0 = time.perf_counter()
-for name, ds in DATA.items():
-    mfn = model_fn_for(P.table_model, ds)
+for name in P.datasets:
     for frac in P.fractions:
-        for s in range(seed, seed + P.n_seeds):
+        for s in SEEDS:
+            ds = data(name, s)
+            mfn = model_fn_for(P.table_model, ds)
             sc_t = scenario(ds, frac, s)
-            alg = algorithm()
-            alg.history = True
-            res = run_federated(alg, sc_t.federation, mfn, loop_config(s))
+            res = run_federated(algorithm(s), sc_t.federation, mfn, loop_config(s))
             h = evaluate_history(res.server, sc_t.federation.global_test, mfn, rare_class=P.rare_class,
                                  rounds=[P.rounds], reg=TRACK.reg)
-            for m in TABLE_METHODS:
-                v = h[(h["method"] == m) & (h["metric"] == "f1")]["value"]
-                rows.append({"dataset": name, "fraction": frac, "seed": s, "method": m, "f1": float(v.iloc[0]),
-                             "n_remaining": sc_t.n_rare_remaining})
+            f1s = h[h["metric"] == "f1"].set_index("method")["value"]
+            rows += [{"dataset": name, "fraction": frac, "seed": s, "method": m, "f1": float(f1s[m]),
+                      "n_remaining": sc_t.n_rare_remaining} for m in TABLE_METHODS]
 table_seconds = time.perf_counter() - t0
 table_long = pd.DataFrame(rows)
 if results_dir is not None:
     Path(results_dir).mkdir(parents=True, exist_ok=True)
     table_long.to_csv(Path(results_dir) / "fraction_table.csv", index=False)
-agg = table_long.groupby(["dataset", "fraction", "method"])["f1"].agg(["mean", "std"]).reset_index()
-agg["cell"] = [f"{m:.3f} ± {0 if np.isnan(sd) else sd:.3f}" for m, sd in zip(agg["mean"], agg["std"])]
-table2 = agg.pivot(index="method", columns=["dataset", "fraction"], values="cell").loc[TABLE_METHODS]
+table2 = seed_table(table_long, "method", ["dataset", "fraction"], "f1", digits=3).loc[TABLE_METHODS]
 table2.index = [LABEL[m] for m in table2.index]
 glue("table_seconds", table_seconds, display=False)
-glue("table_seeds", P.n_seeds, display=False)
 glue("table_model", P.table_model, display=False)
 table2
 
 # %%
-means = agg.pivot(index="method", columns=["dataset", "fraction"], values="mean")
-baselines = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen"]
-best_base = means.loc[baselines].max()
-mpt_wins = int((means.loc["mpt"] > best_base).sum())
-lite_wins = int((means.loc["mpt_lite"] > best_base).sum())
-mpt_or_lite_wins = int((means.loc[["mpt", "mpt_lite"]].max() > best_base).sum())
-n_cells = int(means.shape[1])
-gap_oracle = float((means.loc["mpt"] - means.loc["oracle"]).mean())
-frozen_drop = float((means.loc["frozen"] - means.loc["oracle"]).mean())
-best_name = means.loc[baselines].mean(axis=1).idxmax()
+wide = table_long.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="f1")
+wide["best_baseline"] = wide[BASELINES].max(axis=1)
+by_seed = wide.groupby(["dataset", "seed"]).mean()  # per data set and seed: mean over fractions
+cell_means = wide.groupby(["dataset", "fraction"]).mean()
+n_cells = len(cell_means)
+mpt_wins = int((cell_means["mpt"] > cell_means[BASELINES].max(axis=1)).sum())
 glue("mpt_wins", mpt_wins, display=False)
-glue("lite_wins", lite_wins, display=False)
-glue("any_wins", mpt_or_lite_wins, display=False)
 glue("n_cells", n_cells, display=False)
-glue("gap_oracle", gap_oracle, display=False)
-glue("frozen_gap", frozen_drop, display=False)
+glue("mpt_mean_f1", float(cell_means["mpt"].mean()), display=False)
+glue("lite_mean_f1", float(cell_means["mpt_lite"].mean()), display=False)
+best_name = cell_means[BASELINES].mean().idxmax()
 glue("best_baseline", LABEL[best_name], display=False)
-glue("best_baseline_f1", float(means.loc[best_name].mean()), display=False)
-glue("mpt_mean_f1", float(means.loc["mpt"].mean()), display=False)
-glue("lite_mean_f1", float(means.loc["mpt_lite"].mean()), display=False)
+glue("best_baseline_f1", float(cell_means[best_name].mean()), display=False)
+glue("gap_oracle", float((cell_means["mpt"] - cell_means["oracle"]).mean()), display=False)
 
 # %% [markdown]
-# Over the {glue:text}`n_cells` dataset × fraction cells ({glue:text}`table_seeds` seeds each, model
-# {glue:text}`table_model`, {glue:text}`table_seconds:.0f` s in all), MPT beats the best baseline
-# in {glue:text}`mpt_wins` cells, MPT-lite in {glue:text}`lite_wins`, one of the two in
-# {glue:text}`any_wins`. Averaged over cells, MPT scores {glue:text}`mpt_mean_f1:.3f`, MPT-lite
-# {glue:text}`lite_mean_f1:.3f`, the strongest baseline ({glue:text}`best_baseline`)
-# {glue:text}`best_baseline_f1:.3f`; MPT is {glue:text}`gap_oracle:.3f` from the oracle on
-# average (negative: below), the frozen prototype {glue:text}`frozen_gap:.3f`.
+# Over the {glue:text}`n_cells` data set × fraction cells (model {glue:text}`table_model`,
+# {glue:text}`table_seconds:.0f` s in all), MPT's mean is above every baseline's mean in
+# {glue:text}`mpt_wins` cells (a count of means, not a test: the claims table decides). Averaged
+# over cells, MPT scores {glue:text}`mpt_mean_f1:.3f`, MPT-lite {glue:text}`lite_mean_f1:.3f`, the
+# baseline with the highest average ({glue:text}`best_baseline`) {glue:text}`best_baseline_f1:.3f`;
+# MPT − oracle is {glue:text}`gap_oracle:.3f` on average.
 #
+# (mpt-ldc-steps)=
+# ### LDC and the number of Adam steps of its map
+#
+# Earlier builds of this chapter trained LDC's map with mini-batches of {glue:text}`ldc_batch_old`
+# "to save time" and LDC's rare-class F1 on UCI digits collapsed to about zero while it stayed
+# near MNIST's other trackers. It was not a bug in {func}`fedlib.tracking.ldc_fit_map`: a UCI client
+# holds about as many samples as one such mini-batch, so the map got one Adam step per epoch
+# ({glue:text}`ldc_epochs` steps per round at learning rate {glue:text}`ldc_lr` from the identity), too few to
+# fit; the per-round under-correction accumulates over the rounds in the low-variance directions
+# that the Mahalanobis readout weighs most. (Offline, with the map's old mini-batch, each single
+# round's map still moved the rare-class test mean closer than the identity, while the composed
+# map ended far from the oracle in Mahalanobis distance though close in Euclidean distance.) The
+# book now uses mini-batches of {glue:text}`ldc_batch` (the default of `ldc_fit_map`), and the
+# control row "ldc-batch" of the claims table re-runs LDC alone with the old mini-batch on the same
+# seeds: LDC's F1 on {glue:text}`ldc_check_dataset` is {glue:text}`ldc_f1_new:.3f` with the new
+# mini-batch and {glue:text}`ldc_f1_old:.3f` with the old one.
+
+# %%
+ldc_rows = []
+for s in SEEDS:
+    ds = data(LDC_CHECK, s)
+    mfn = model_fn_for(P.table_model, ds)
+    sc_l = scenario(ds, fig_fraction, s)
+    res = run_federated(algorithm(s, payload=METHOD_PAYLOAD["ldc"], ldc_batch=LDC_BATCH_OLD), sc_l.federation, mfn,
+                        loop_config(s))
+    h = evaluate_history(res.server, sc_l.federation.global_test, mfn, rare_class=P.rare_class, rounds=[P.rounds],
+                         reg=TRACK.reg)
+    ldc_rows.append(float(h[(h["method"] == "ldc") & (h["metric"] == "f1")]["value"].iloc[0]))
+ldc_new = wide.xs((LDC_CHECK, fig_fraction), level=("dataset", "fraction"))["ldc"].loc[SEEDS].to_numpy()
+glue("ldc_check_dataset", LDC_CHECK, display=False)
+glue("ldc_f1_new", float(np.mean(ldc_new)), display=False)
+glue("ldc_f1_old", float(np.mean(ldc_rows)), display=False)
+pd.DataFrame({f"batch {P.ldc_batch}": ldc_new, f"batch {LDC_BATCH_OLD}": ldc_rows}, index=pd.Index(SEEDS, name="seed"))
+
+# %% [markdown]
 # ## Where the error comes from (the paper's Figure 6)
 #
 # The Mahalanobis distance (under the round's regularized pooled covariance) from each
-# reconstruction to the oracle prototype, per round, for the figure run; and, over the rounds after
-# the departure, its relation to rare-class F1.
+# reconstruction to the oracle prototype, per round, mean over the figure runs' seeds; and, over
+# the rounds after the departure, its relation to rare-class F1 (all seeds).
 
 # %%
-dist = hist[hist["metric"] == "dist_oracle"].pivot(index="round", columns="method", values="value")
+dist_s, f1_s = per_seed("dist_oracle"), per_seed("f1")
 ABL = ["frozen", "barycentric", "stored_residual", "mpt_lite", "mpt_predicted", "mpt_measured", "mpt", "icarl", "sdc", "ldc"]
 fig, axes = plt.subplots(1, 2, figsize=(12, 4))
 for m in ABL:
-    axes[0].plot(dist.index, dist[m], label=LABEL[m])
+    r_, mu, lo, hi = band("dist_oracle", m)
+    line, = axes[0].plot(r_, mu, label=LABEL[m])
+    if np.isfinite(lo).all():
+        axes[0].fill_between(r_, lo, hi, color=line.get_color(), alpha=0.1, lw=0)
 axes[0].axvline(P.departure_round - 0.5, color="grey", lw=1)
 axes[0].set_xlabel("round")
 axes[0].set_ylabel("Mahalanobis distance to the oracle prototype")
 axes[0].legend(fontsize=7)
-post = [r for r in dist.index if r >= P.departure_round]
-xs = np.concatenate([dist.loc[post, m].to_numpy() for m in ABL])
-ys = np.concatenate([f1.loc[post, m].to_numpy() for m in ABL])
-axes[1].scatter(xs, ys, s=8)
+rhos = {}
+for s in SEEDS:
+    post = [r for r in dist_s[s].index if r >= P.departure_round]
+    xs = np.concatenate([dist_s[s].loc[post, m].to_numpy() for m in ABL])
+    ys = np.concatenate([f1_s[s].loc[post, m].to_numpy() for m in ABL])
+    axes[1].scatter(xs, ys, s=8, label=f"seed {s}")
+    rhos[s] = float(pd.Series(xs).corr(pd.Series(ys), method="spearman"))
 axes[1].set_xlabel("distance to the oracle prototype")
 axes[1].set_ylabel("rare-class F1")
+axes[1].legend(fontsize=7)
 fig.tight_layout()
 plt.show()
-rho = float(pd.Series(xs).corr(pd.Series(ys), method="spearman"))
-glue("spearman", rho, display=False)
-abl_final = dist.loc[last, ABL].rename(index=LABEL).to_frame("distance at the last round")
+glue("spearman", float(np.mean(list(rhos.values()))), display=False)
+abl_final = seed_table(at("dist_oracle", last), "method", None, "value", digits=2).loc[ABL]
+abl_final.index = [LABEL[m] for m in abl_final.index]
 for m in ABL:
-    glue(f"dist_{m}", float(dist.loc[last, m]), display=False)
-alpha_series = hist[hist["metric"] == "alpha"].set_index("round")["value"]
+    glue(f"dist_{m}", fig_mean("dist_oracle", last, m), display=False)
+alpha_series = hist[(hist["metric"] == "alpha")]["value"]
 glue("alpha_mean", float(alpha_series.mean()) if len(alpha_series) else float("nan"), display=False)
-growth_last = float(run.server.meta.get("growth", float("nan")))
-glue("growth_last", growth_last, display=False)
-abl_final.round(2)
+growth = [float(fig_runs[s].server.meta.get("growth", float("nan"))) for s in SEEDS]
+glue("growth_last", float(np.mean(growth)), display=False)
+abl_final.rename(columns={"value": "distance at the last round"})
 
 # %% [markdown]
-# At the last round the frozen prototype is {glue:text}`dist_frozen:.2f` from the oracle, the
-# barycentric in-span part alone {glue:text}`dist_barycentric:.2f`, barycentric + stored residual
-# {glue:text}`dist_stored_residual:.2f`, MPT {glue:text}`dist_mpt:.2f` (its prediction alone
-# {glue:text}`dist_mpt_predicted:.2f`, its measurement alone {glue:text}`dist_mpt_measured:.2f`;
-# the adaptive weight averaged $\alpha_t =$ {glue:text}`alpha_mean:.2f` after the departure).
-# Across methods and post-departure rounds the Spearman correlation between the distance and
-# rare-class F1 is {glue:text}`spearman:.2f` (negative: closer prototypes classify better, as
-# the paper's Figure 6 (b) says).
+# At the last round (means over seeds) the frozen prototype is {glue:text}`dist_frozen:.2f` from
+# the oracle, the barycentric in-span part alone {glue:text}`dist_barycentric:.2f`, barycentric +
+# stored residual {glue:text}`dist_stored_residual:.2f`, MPT {glue:text}`dist_mpt:.2f` (its
+# prediction alone {glue:text}`dist_mpt_predicted:.2f`, its measurement alone
+# {glue:text}`dist_mpt_measured:.2f`; the adaptive weight averaged $\alpha_t =$
+# {glue:text}`alpha_mean:.2f` after the departure). Across methods and post-departure rounds the
+# Spearman correlation between the distance and rare-class F1 is {glue:text}`spearman:.2f` on
+# average over seeds (the claims table decides Figure 6 (b) on it).
 #
 # One mechanism to watch: MPT's predicted residual (and MPT-lite's) **grows with the spread of
 # the remaining classes**. At the last round MPT-lite's growth factor is
-# $g_t =$ {glue:text}`growth_last:.2f`: the within-class spread of the classes still being trained
-# has changed by that factor since the departure. The rare class is no longer trained, and its
-# offset from the span need not follow; when it does not, scaling the stored residual by $g_t$ or
-# transporting it by $T_t$ moves the prototype *away* from the oracle (compare the distances of
-# "barycentric + stored residual", "MPT-lite" and "MPT, predicted residual only" above).
+# $g_t =$ {glue:text}`growth_last:.2f` (mean over seeds): the within-class spread of the classes
+# still being trained has changed by that factor since the departure. The rare class is no longer
+# trained, and its offset from the span need not follow; when it does not, scaling the stored
+# residual by $g_t$ or transporting it by $T_t$ moves the prototype *away* from the oracle (compare
+# the distances of "barycentric + stored residual", "MPT-lite" and "MPT, predicted residual only"
+# above).
 #
 # ## Cost: communication and time (the paper's Figure 5)
 #
-# **Communication.** Each method alone, through the ledger: a short run per method whose clients
-# send only that method's payload ({data}`fedlib.algorithms.mpt.METHOD_PAYLOAD`), on a small
-# subset of the same scenario (message sizes depend on shapes, not on the number of samples), one
+# **Communication.** Each method alone, through the ledger: per seed, a short run per method whose
+# clients send only that method's payload ({data}`fedlib.algorithms.mpt.METHOD_PAYLOAD`), on a
+# quarter of the seed's data (message sizes depend on shapes, not on the number of samples), one
 # local step per round; the bytes of the last round (after the departure, with SDC's and LDC's
 # extras) per client, up and down, relative to FedAvg's.
 
 # %%
-small = scenario(DATA[fig_name].subset(np.arange(0, len(DATA[fig_name]), 4)), fig_fraction, seed)
+COMM_METHODS = ["fedavg", "ccvr", "frozen", "icarl", "sdc", "ldc", "mpt_lite", "mpt"]
 byte_rows = []
-for m in ["fedavg", "ccvr", "frozen", "icarl", "sdc", "ldc", "mpt_lite", "mpt"]:
-    alg = algorithm(payload=METHOD_PAYLOAD[m], steps=1)
-    alg.history, alg.ldc_epochs, alg.ccvr_steps = False, 1, 1
-    cfg = LoopConfig(rounds=2, seed=seed, events=(Event(2, DEPARTING, "leave"),))  # sizes do not depend on the round
-    led = run_federated(alg, small.federation, fig_model_fn, cfg).ledger.to_frame()
-    led = led[(led["round"] == 2) & ~led["kind"].str.startswith("eval")]
-    byte_rows.append({"method": m, "bytes per client and round": led["bytes"].sum() / led["client"].nunique()})
-comm = pd.DataFrame(byte_rows).set_index("method")
-comm["relative to FedAvg"] = comm["bytes per client and round"] / comm.loc["fedavg", "bytes per client and round"]
-for m in comm.index:
-    glue(f"comm_{m}", float(comm.loc[m, "relative to FedAvg"]), display=False)
+for s in SEEDS:
+    ds = data(fig_name, s)
+    small = scenario(ds.subset(np.arange(0, len(ds), 4)), fig_fraction, s)
+    for m in COMM_METHODS:
+        alg = algorithm(s, payload=METHOD_PAYLOAD[m], steps=1)
+        alg.history, alg.ldc_epochs, alg.ccvr_steps = False, 1, 1
+        cfg = LoopConfig(rounds=2, seed=s, events=(Event(2, DEPARTING, "leave"),))  # sizes do not depend on the round
+        led = run_federated(alg, small.federation, fig_model_fn, cfg).ledger.to_frame()
+        led = led[(led["round"] == 2) & ~led["kind"].str.startswith("eval")]
+        byte_rows.append({"seed": s, "method": m, "bytes": led["bytes"].sum() / led["client"].nunique()})
+comm_long = pd.DataFrame(byte_rows)
+comm_long["relative"] = comm_long["bytes"] / comm_long["seed"].map(comm_long.query("method == 'fedavg'").set_index("seed")["bytes"])
+comm_w = comm_long.pivot(index="seed", columns="method", values="relative")
+comm = comm_w.mean().loc[COMM_METHODS].to_frame("bytes per client and round, relative to FedAvg")
+for m in COMM_METHODS:
+    glue(f"comm_{m}", float(comm_w[m].mean()), display=False)
 comm.rename(index=LABEL).round(4)
 
 # %% [markdown]
-# **Time.** The extra work each method adds to a round, measured side by side on the figure
-# run's final model and one client's data (the departing client's size is typical): the
-# clients' re-embedding and statistics (every prototype method), SDC's second embedding under the
-# previous model, LDC's second embedding and map training, and the server's per-round work (CCVR's
-# virtual features and head re-training; MPT's reconstruction), each relative to one client's
-# local training of one round.
+# **Time.** The extra work each method adds to a round, measured side by side on each figure run's
+# final model and one remaining client's data: the clients' re-embedding and statistics (every
+# prototype method), SDC's second embedding under the previous model, LDC's second embedding and
+# map training, and the server's per-round work for all methods together (CCVR's virtual features
+# and head re-training, MPT's reconstruction), each relative to a client's local training of a
+# round (median of repeats).
 
 # %%
-client = sc.federation.clients[1]
-x, y = client.train.x, client.train.y
-model = fig_model_fn()
-model.load_state_dict({k[len("model/"):]: v for k, v in run.server.arrays.items() if k.startswith("model/")})
-init = {k: v.clone() for k, v in model.state_dict().items()}
-
-
 def timed(fn, repeats=3):
     out = []
     for _ in range(repeats):
@@ -394,55 +578,61 @@ def timed(fn, repeats=3):
     return float(np.median(out))
 
 
-def train_once():
+time_rows = []
+for s in SEEDS:
+    client = fig_scen[s].federation.clients[1]
+    x, y = client.train.x, client.train.y
+    model = fig_model_fn()
+    arrays = fig_runs[s].server.arrays
+    model.load_state_dict({k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")})
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def train_once():
+        model.load_state_dict(init)
+        local_train(model, x, y, TrainConfig(epochs=P.local_epochs, batch_size=BATCH, lr=P.lr), torch.Generator().manual_seed(s))
+
+    @torch.no_grad()
+    def embed():
+        model.eval()
+        return model.embed(x).double()
+
+    z_now = embed()
+    z_old = z_now + 0.01 * torch.randn(z_now.shape, generator=torch.Generator().manual_seed(s), dtype=z_now.dtype)
+    t_train = timed(train_once)
     model.load_state_dict(init)
-    local_train(model, x, y, TrainConfig(epochs=P.local_epochs, lr=P.lr), torch.Generator().manual_seed(0))
-
-
-@torch.no_grad()
-def embed():
-    model.eval()
-    return model.embed(x).double()
-
-
-def stats():
-    ClassMoments.from_features(embed(), y, 10)
-
-
-z_now = embed()
-z_old = z_now + 0.01 * torch.randn_like(z_now)
-t_train = timed(train_once)
-model.load_state_dict(init)
-t_stats = timed(stats)
-t_sdc = timed(lambda: (embed(), sdc_client_sums(z_old, z_now, z_now.mean(0))))
-t_ldc = timed(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=P.ldc_epochs, batch_size=128)), repeats=1)
-server_seconds = float(run.server_seconds[-1])  # the server's aggregation (all methods), last round; timed by the loop
-time_table = pd.DataFrame({"seconds": {"local training (one client, one round)": t_train,
-                                       "re-embedding + statistics (every prototype method)": t_stats,
-                                       "SDC extra (client)": t_sdc, "LDC extra (client)": t_ldc,
-                                       "server, all methods incl. CCVR (per round)": server_seconds}})
-time_table["relative to local training"] = time_table["seconds"] / t_train
-for key, name in [("stats", "re-embedding + statistics (every prototype method)"), ("sdc", "SDC extra (client)"),
+    t_stats = timed(lambda: ClassMoments.from_features(embed(), y, 10))
+    t_sdc = timed(lambda: (embed(), sdc_client_sums(z_old, z_now, z_now.mean(0))))
+    t_ldc = timed(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=P.ldc_epochs, batch_size=P.ldc_batch,
+                                                generator=torch.Generator().manual_seed(s))), repeats=1)
+    server = float(fig_runs[s].server_seconds[-1])  # the server's aggregation (all methods), last round
+    for part, t in [("re-embedding + statistics (every prototype method)", t_stats), ("SDC extra (client)", t_sdc),
+                    ("LDC extra (client)", t_ldc), ("server, all methods incl. CCVR (per round)", server)]:
+        time_rows.append({"seed": s, "part": part, "relative": t / t_train})
+time_long = pd.DataFrame(time_rows)
+time_table = seed_table(time_long, "part", None, "relative", digits=2).rename(
+    columns={"relative": "relative to one client's local training"})
+time_w = time_long.pivot(index="seed", columns="part", values="relative")
+for key, part in [("stats", "re-embedding + statistics (every prototype method)"), ("sdc", "SDC extra (client)"),
                   ("ldc", "LDC extra (client)"), ("server", "server, all methods incl. CCVR (per round)")]:
-    glue(f"time_{key}", float(time_table.loc[name, "relative to local training"]), display=False)
-time_table.round(3)
+    glue(f"time_{key}", float(time_w[part].mean()), display=False)
+time_table
 
 # %%
-overhead_time = {"fedavg": 0.0, "ccvr": float(time_table.iloc[1, 1]), "frozen": float(time_table.iloc[1, 1]),
-                 "icarl": float(time_table.iloc[1, 1]), "sdc": float(time_table.iloc[1, 1] + time_table.iloc[2, 1]),
-                 "ldc": float(time_table.iloc[1, 1] + time_table.iloc[3, 1]), "mpt_lite": float(time_table.iloc[1, 1]),
-                 "mpt": float(time_table.iloc[1, 1])}
+t_stats_m = float(time_w["re-embedding + statistics (every prototype method)"].mean())
+overhead_time = {"fedavg": 0.0, "ccvr": t_stats_m, "frozen": t_stats_m, "icarl": t_stats_m,
+                 "sdc": t_stats_m + float(time_w["SDC extra (client)"].mean()),
+                 "ldc": t_stats_m + float(time_w["LDC extra (client)"].mean()), "mpt_lite": t_stats_m, "mpt": t_stats_m}
 fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-for m in comm.index:
-    axes[0].scatter(comm.loc[m, "relative to FedAvg"], f1.loc[last, m])
-    axes[0].annotate(LABEL[m], (comm.loc[m, "relative to FedAvg"], f1.loc[last, m]), fontsize=7)
-    axes[1].scatter(overhead_time[m], f1.loc[last, m])
-    axes[1].annotate(LABEL[m], (overhead_time[m], f1.loc[last, m]), fontsize=7)
+for m in COMM_METHODS:
+    f1m = fig_mean("f1", last, m)
+    for ax, xv in zip(axes, [float(comm_w[m].mean()), overhead_time[m]]):
+        ax.scatter(xv, f1m)
+        ax.annotate(LABEL[m], (xv, f1m), fontsize=7)
 axes[0].set_xscale("log")
 axes[0].set_xlabel("bytes per client and round, relative to FedAvg")
 axes[1].set_xlabel("extra client time per round, relative to local training")
 for ax in axes:
-    ax.set_ylabel("final rare-class F1")
+    ax.set_ylabel("final rare-class F1 (mean over seeds)")
 fig.tight_layout()
 plt.show()
 
@@ -452,59 +642,66 @@ plt.show()
 # {glue:text}`comm_frozen:.3f` × FedAvg's bytes, MPT {glue:text}`comm_mpt:.3f` × (one more
 # $d\times d$ matrix: the rare class's, for its noise estimate), SDC {glue:text}`comm_sdc:.3f` ×,
 # LDC {glue:text}`comm_ldc:.3f` × (a $d\times d$ map) and CCVR {glue:text}`comm_ccvr:.3f` × (a
-# covariance per class). This ordering differs from the paper's Figure 5 (a), where MPT-lite is
-# cheaper than MPT: there the lighter methods evidently do not send a covariance; here the readout
-# needs one. In time, re-embedding costs {glue:text}`time_stats:.2f` × one client's local training,
-# SDC adds {glue:text}`time_sdc:.2f` ×, LDC {glue:text}`time_ldc:.2f` × and the server's work for
-# all methods together {glue:text}`time_server:.2f` × (the benchmark `tests/bench_mpt.py` measures
+# covariance per class). The paper's Figure 5 (a) orders the lighter methods differently (there
+# MPT-lite sends "$K+d+1$ scalars in total" and no covariance); here the readout needs one, which
+# the claims table states as the substitution of the communication rows. In time, re-embedding
+# costs {glue:text}`time_stats:.2f` × a client's local training, SDC adds
+# {glue:text}`time_sdc:.2f` ×, LDC {glue:text}`time_ldc:.2f` × and the server's work for all
+# methods together {glue:text}`time_server:.2f` × (the benchmark `tests/bench_mpt.py` measures
 # MPT's server cost alone at $d = 512$).
+#
+# ## MPT's settings
+#
+# MPT's tracking settings ({class}`fedlib.tracking.TrackingConfig`: the relative ridge of Eq. (1),
+# $\lambda_\Sigma$ of Eq. (3), the affine span, the rare-sample noise estimate, the Euclidean
+# metric of Eq. (7)) are **not selected at run time**: the chapter uses the defaults. The paper
+# gives none of their values; the defaults were fixed when fedlib's tracker was written, from the
+# derivations (the affine span makes the reconstruction exact at the departure, the ridge is
+# scale-free, the noise estimate is the method of moments of {ref}`chapter-mpt-derivations`), with
+# no search over them on this chapter's test sets, and they are not changed here. Exercise 3 varies
+# them; a reader who picks one from the results should pick it on a validation split (e.g. a part of
+# the remaining clients' data, {data}`fedlib.rng.VALIDATION`), not on the global test set the
+# claims use.
 #
 # ## Claims
 #
-# The paper's claims against our measurement at this scale (book profile: small data sets and
-# models, far fewer rounds than the paper's 100; verdicts are produced by the code below).
+# The paper's claims against our measurements, decided by the rules declared above (each row: the
+# quotation and its section, the quantity, our mean paired difference with its 95 % interval and
+# the number of seeds, the rule, the verdict, and the substitution that affects it).
 
 # %%
-f1_last = f1.loc[last]
-post_f1 = f1.loc[[r for r in f1.index if r >= P.departure_round]]
-frozen_degrades = bool(f1_last["frozen"] < f1.loc[P.departure_round - 1, "frozen"] - 0.05)
-lite_cnn_ok = bool(f1_last["mpt_lite"] >= f1_last["mpt"] - 0.05)
-lite_table_ok = bool(means.loc["mpt_lite"].mean() >= means.loc["mpt"].mean() - 0.05)
-closest = min(["icarl", "sdc", "ldc", "frozen"], key=lambda m: float(dist.loc[last, m]))
-near_oracle = bool(abs(gap_oracle) <= 0.05 or gap_oracle > 0)
-
-
-claims = pd.DataFrame([
-    {"claim (paper)": "\"MPT outperforms all baselines in rare class F1\" (Abstract; Table II)",
-     "ours": f"MPT above the best baseline in {mpt_wins}/{n_cells} cells (MPT or MPT-lite: {mpt_or_lite_wins}/{n_cells})",
-     "verdict": verdict(mpt_wins == n_cells, mpt_or_lite_wins > 0),
-     "why": ("MPT leads every cell" if mpt_wins == n_cells else
-             f"at the figure run's last round MPT is {float(dist.loc[last, 'mpt']):.2f} from the oracle, "
-             f"{LABEL[closest]} {float(dist.loc[last, closest]):.2f}; the covariance-transported residual follows "
-             f"the trained classes' spread (growth {growth_last:.2f}), which the untrained rare class need not share")},
-    {"claim (paper)": "\"MPT ... closely tracking the oracle prototype\" (Section VII)",
-     "ours": f"MPT - oracle F1 = {gap_oracle:+.3f} on average",
-     "verdict": verdict(near_oracle, gap_oracle > -0.15),
-     "why": "within 0.05 (or above) counts as close; the oracle is the rare-class test mean itself"},
-    {"claim (paper)": "\"Frozen prototype ... progressively degrades\" (Section V-B)",
-     "ours": f"frozen F1 {f1.loc[P.departure_round - 1, 'frozen']:.2f} before the departure, {f1_last['frozen']:.2f} at the end",
-     "verdict": verdict(frozen_degrades),
-     "why": "a drop of more than 0.05 counts; the backbone keeps training on the other classes only"},
-    {"claim (paper)": "\"MPT-lite remains competitive with MPT across CNN backbones\" (Section V-C)",
-     "ours": f"CNN figure run: MPT-lite {f1_last['mpt_lite']:.3f} vs MPT {f1_last['mpt']:.3f}; "
-             f"{P.table_model} table: {means.loc['mpt_lite'].mean():.3f} vs {means.loc['mpt'].mean():.3f}",
-     "verdict": verdict(lite_cnn_ok and lite_table_ok, lite_cnn_ok),
-     "why": "competitive = at most 0.05 below MPT; the claim is about CNN features (the figure run, one seed); "
-            "on the table's features the scalar growth factor, which follows the trained classes' spread, "
-            "over-scales the stored residual"},
-    {"claim (paper)": "\"prototypes closer to the oracle achieve higher F1\" (Section V-D, Fig. 6 (b))",
-     "ours": f"Spearman(distance, F1) = {rho:.2f}",
-     "verdict": verdict(rho < -0.5, rho < 0), "why": "over methods and post-departure rounds of the figure run"},
-])
+results = []
+for name in P.datasets:
+    bs = by_seed.loc[name].loc[SEEDS]
+    results.append(evaluate(CLAIMS[f"beats-{name}"], bs["mpt"].to_numpy(), bs["best_baseline"].to_numpy()))
+    results.append(evaluate(CLAIMS[f"oracle-{name}"], bs["mpt"].to_numpy() + TOL, bs["oracle"].to_numpy()))
+last_f1 = {s: f1_s[s].loc[last] for s in SEEDS}
+last_d = {s: dist_s[s].loc[last] for s in SEEDS}
+dep_d = {s: dist_s[s].loc[P.departure_round] for s in SEEDS}
+col = lambda frames, m: np.array([frames[s][m] for s in SEEDS])  # noqa: E731
+results.append(evaluate(CLAIMS["frozen"], col(last_f1, "frozen"), np.array([f1_s[s].loc[pre_round, "frozen"] for s in SEEDS])))
+results.append(evaluate(CLAIMS["lite-cnn"], col(last_f1, "mpt_lite") + TOL, col(last_f1, "mpt")))
+all_seed = wide.groupby("seed").mean().loc[SEEDS]
+results.append(evaluate(CLAIMS["lite-mlp"], all_seed["mpt_lite"].to_numpy() + TOL, all_seed["mpt"].to_numpy()))
+results.append(evaluate(CLAIMS["fig6b"], np.array([rhos[s] for s in SEEDS])))
+results.append(evaluate(CLAIMS["fig6a-stored"], col(dep_d, "stored_residual"), col(dep_d, "barycentric")))
+results.append(evaluate(CLAIMS["fig6a-update"], col(last_d, "mpt"), col(last_d, "stored_residual")))
+results.append(evaluate(CLAIMS["fig6a-bary"], col(last_d, "mpt"), col(last_d, "barycentric")))
+results.append(evaluate(CLAIMS["comm-mpt"], comm_w.loc[SEEDS, "mpt"].to_numpy(), comm_w.loc[SEEDS, "mpt_lite"].to_numpy()))
+results.append(evaluate(CLAIMS["comm-ccvr"], comm_w.loc[SEEDS, "ccvr"].to_numpy(), comm_w.loc[SEEDS, "mpt"].to_numpy()))
+results.append(evaluate(CLAIMS["time-ldc"], time_w.loc[SEEDS, "LDC extra (client)"].to_numpy()))
+results.append(evaluate(CLAIMS["ldc-batch"], ldc_new, np.array(ldc_rows)))
+counts = tally(results)
+glue("n_holds", counts["holds"], display=False)
+glue("n_not", counts["does not hold"], display=False)
+glue("n_inconclusive", counts["inconclusive at this scale"], display=False)
+glue("n_claims", sum(counts.values()), display=False)
 glue("total_seconds", float(time.perf_counter() - t_start), display=False)
-claims
+show(results, digits=3)
 
 # %% [markdown]
+# Of the {glue:text}`n_claims` claim rows (the control is not counted), {glue:text}`n_holds` hold,
+# {glue:text}`n_not` do not hold and {glue:text}`n_inconclusive` are inconclusive at this scale.
 # This chapter ran in {glue:text}`total_seconds:.0f` s at this profile.
 #
 # ## Exercises
@@ -512,10 +709,15 @@ claims
 # 1. **More remaining samples.** Set `fractions = [0.2, 0.5]`: as $N_t$ grows the adaptive weight
 #    should move toward the measurement (the derivation's limit $\alpha_t \to 1$). Does MPT then
 #    beat its prediction-only variant?
-# 2. **Longer drift.** Set `rounds = 60` (keeping the profile's `departure_round`): does the frozen prototype
-#    keep degrading, and does the stored residual (barycentric + stored residual) fall behind MPT as
-#    in the paper's Figure 6 (a)?
+# 2. **Longer drift.** Set `rounds = 60` (keeping the profile's `departure_round`): does the frozen
+#    prototype keep degrading, and does the stored residual (barycentric + stored residual) fall
+#    behind MPT as in the paper's Figure 6 (a)? Read the rows "fig6a-update" and "fig6a-bary".
 # 3. **The paper's unstated choices.** In the cell after the parameters, set
 #    `TRACK = TrackingConfig(span="linear")`, `TrackingConfig(noise="pooled")` or
 #    `TrackingConfig(metric="whitened")` (the adaptive weight measured in the readout's metric)
-#    and compare MPT's distance to the oracle and its F1: which choice matters at this scale?
+#    and compare MPT's distance to the oracle and its F1: which choice matters at this scale? To
+#    *choose* one, hold out part of the remaining clients' data as a validation split and compare
+#    there, not on the global test set.
+# 4. **LDC's steps.** In `PROFILES`, set the book profile's `ldc_batch` to
+#    {glue:text}`ldc_batch_old` and re-run: which data set's LDC row of the fraction table moves,
+#    and why (count the Adam steps per round a client's map gets)?
