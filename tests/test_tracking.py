@@ -219,6 +219,25 @@ def test_baselines_on_known_drift():
     assert torch.allclose(icarl_prototype(2, torch.full((4,), 4.0), torch.ones(4)), torch.full((4,), 2.0, dtype=F))
 
 
+
+def test_ldc_map_fit_is_limited_by_adam_steps():
+    """The MPT chapter's LDC finding: at the reference's Adam lr 1e-3 and 20 epochs, a client
+    whose data fit in one mini-batch gets 20 steps, each moving an entry of W by about lr, so the
+    map stays near the identity; smaller mini-batches (more steps) fit it further. Not a bug of
+    ldc_fit_map (with enough steps it recovers the map, test above)."""
+    g = torch.Generator().manual_seed(0)
+    z_old = torch.randn(128, 4, generator=g, dtype=F)
+    A = torch.tensor([[1.2, 0.1, 0, 0], [0, 0.9, 0, 0], [0, 0, 1.0, 0.2], [0, 0, 0, 1.1]], dtype=F)
+    err = {}
+    for batch in (128, 32):
+        W = ldc_fit_map(z_old, z_old @ A.T, epochs=20, lr=1e-3, batch_size=batch,
+                        generator=torch.Generator().manual_seed(1))
+        err[batch] = float((W - A).abs().max())
+        steps = 20 * -(-128 // batch)
+        assert float((W - torch.eye(4, dtype=F)).abs().max()) <= 1.05 * steps * 1e-3  # Adam: about lr per step
+    assert err[128] > 0.15  # one step per epoch: most of the drift is left
+    assert err[32] < err[128] - 0.05
+
 # ----------------------------------------------------------------- the plug-in in the loop
 @pytest.fixture(scope="module")
 def scenario():
