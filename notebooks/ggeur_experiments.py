@@ -415,6 +415,8 @@ for key, m in (("fedavg", "FedAvg"), ("ggeur", G), ("paper", "+GGEUR (paper: λ 
 glue("gain_lo", mean(b_lo, G) - mean(b_lo, "FedAvg"), display=False)
 glue("gain_hi", mean(b_hi, G) - mean(b_hi, "FedAvg"), display=False)
 glue("gain_rb_lo", mean(b_lo, G) - mean(b_lo, "FedAvg, rebalanced"), display=False)
+glue("rb_gain_lo", mean(b_lo, "FedAvg, rebalanced") - mean(b_lo, "FedAvg"), display=False)
+glue("fa_gain_lo", mean(b_lo, "FedFA-style") - mean(b_lo, "FedAvg"), display=False)
 glue("early_round", int(early), display=False)
 glue("early_fedavg", float(E[(b_lo, "FedAvg")].mean()), display=False)
 glue("early_ggeur", float(E[(b_lo, G)].mean()), display=False)
@@ -428,7 +430,11 @@ glue("early_ms", float(E[(b_lo, "FedAvg, matched steps")].mean()), display=False
 # {glue:text}`acc_fedmix_lo:.1f` % and FedFA-style {glue:text}`acc_fedfa_lo:.1f` %. The
 # matched-steps control reaches {glue:text}`acc_ms_lo:.1f` % and the rebalancing-only control
 # {glue:text}`acc_rb_lo:.1f` %: GGEUR's difference from plain FedAvg with the *same set size, steps
-# and class balance* is {glue:text}`gain_rb_lo:+.1f` points. After {glue:text}`early_round`
+# and class balance* is {glue:text}`gain_rb_lo:+.1f` points. Measured from FedAvg at this $\beta$,
+# rebalancing with copies of real samples gains {glue:text}`rb_gain_lo:+.1f` points, the FedFA-style
+# Gaussian samples {glue:text}`fa_gain_lo:+.1f` and GGEUR {glue:text}`gain_lo:+.1f`: the part of
+# GGEUR's gain that its geometry adds beyond class balance is the difference between the first and
+# the last. After {glue:text}`early_round`
 # training round(s) the curves stand at {glue:text}`early_fedavg:.1f` % (FedAvg),
 # {glue:text}`early_ms:.1f` % (matched steps) and {glue:text}`early_ggeur:.1f` % (GGEUR). Whether
 # these differences are larger than the spread over seeds is the claims table's business.
