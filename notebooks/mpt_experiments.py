@@ -448,8 +448,8 @@ glue("gap_oracle", float((cell_means["mpt"] - cell_means["oracle"]).mean()), dis
 # round's map still moved the rare-class test mean closer than the identity, while the composed
 # map ended far from the oracle in Mahalanobis distance though close in Euclidean distance.) The
 # book now uses mini-batches of {glue:text}`ldc_batch` (the default of `ldc_fit_map`), and the
-# control row "ldc-batch" of the claims table re-runs LDC alone with the old mini-batch on the same
-# seeds: LDC's F1 on {glue:text}`ldc_check_dataset` is {glue:text}`ldc_f1_new:.3f` with the new
+# control row of the claims table re-runs LDC alone with the old mini-batch on the same seeds
+# (`tests/test_tracking.py` checks the step limit on a planted map): LDC's F1 on {glue:text}`ldc_check_dataset` is {glue:text}`ldc_f1_new:.3f` with the new
 # mini-batch and {glue:text}`ldc_f1_old:.3f` with the old one.
 
 # %%
@@ -655,10 +655,11 @@ plt.show()
 # MPT's tracking settings ({class}`fedlib.tracking.TrackingConfig`: the relative ridge of Eq. (1),
 # $\lambda_\Sigma$ of Eq. (3), the affine span, the rare-sample noise estimate, the Euclidean
 # metric of Eq. (7)) are **not selected at run time**: the chapter uses the defaults. The paper
-# gives none of their values; the defaults were fixed when fedlib's tracker was written, from the
-# derivations (the affine span makes the reconstruction exact at the departure, the ridge is
-# scale-free, the noise estimate is the method of moments of {ref}`chapter-mpt-derivations`), with
-# no search over them on this chapter's test sets, and they are not changed here. Exercise 3 varies
+# gives none of their values; the defaults were fixed in the commit that introduced fedlib's
+# tracker, with reasons from the derivations (the affine span makes the reconstruction exact at
+# the departure, the ridge is scale-free, the noise estimate is the method of moments of
+# {ref}`chapter-mpt-derivations`); the repository holds no selection code and no record of a search
+# over them, and this chapter does not change them after seeing its numbers. Exercise 3 varies
 # them; a reader who picks one from the results should pick it on a validation split (e.g. a part of
 # the remaining clients' data, {data}`fedlib.rng.VALIDATION`), not on the global test set the
 # claims use.
@@ -711,7 +712,7 @@ show(results, digits=3)
 #    beat its prediction-only variant?
 # 2. **Longer drift.** Set `rounds = 60` (keeping the profile's `departure_round`): does the frozen
 #    prototype keep degrading, and does the stored residual (barycentric + stored residual) fall
-#    behind MPT as in the paper's Figure 6 (a)? Read the rows "fig6a-update" and "fig6a-bary".
+#    behind MPT as in the paper's Figure 6 (a)? Read the Figure 6 (a) rows of the claims table.
 # 3. **The paper's unstated choices.** In the cell after the parameters, set
 #    `TRACK = TrackingConfig(span="linear")`, `TrackingConfig(noise="pooled")` or
 #    `TrackingConfig(metric="whitened")` (the adaptive weight measured in the readout's metric)
