@@ -246,7 +246,9 @@ CLAIMS["comm-ccvr"] = Claim("comm-ccvr", *Q["comm_ccvr"], "bytes per client and 
 CLAIMS["time-ldc"] = Claim("time-ldc", *Q["time_ldc"], "extra client time per round, LDC − MPT, relative to one "
                            "client's local training", "greater", 0.0,
                            "time measured on one client of the figure run's final model, CPU, one thread; "
-                           "CCVR's server-side time is not separated from the other methods' (not decided)")
+                           "the server's per-round work (MPT's reconstruction, CCVR's ghost features and head "
+                           "re-training) is timed for all methods together, so CCVR's half of the sentence is not "
+                           "decided and MPT's server time is counted on neither side")
 LDC_CHECK = P.datasets[-1]
 CLAIMS["ldc-batch"] = Claim("ldc-batch", f"does LDC's rare-class F1 on {LDC_CHECK} depend on the number of Adam steps "
                             f"of its map (mini-batches of {P.ldc_batch} against {LDC_BATCH_OLD})?", "LDC rows",
