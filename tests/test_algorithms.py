@@ -28,6 +28,7 @@ KWARGS = {
     "ggeur": dict(total_per_class=10),
     "fedfa_style": dict(),
     "fedmix_style": dict(),
+    "rebalanced": dict(total_per_class=10),
     "mpt": dict(train=TRAIN, rare_class=1, ldc_epochs=1, ccvr_steps=2, ccvr_virtual=4),
     "cgrl": dict(train=TRAIN, cgrl=CGRLConfig(augment="none", warmup=1)),
 }

@@ -16,7 +16,7 @@ from .fedgrc import CGRL
 from .fedproto import FedProto
 from .fedprox import FedProx
 from .fedrep import FedRep
-from .ggeur import GGEUR, FedFAStyle, FedMixStyle
+from .ggeur import GGEUR, FedFAStyle, FedMixStyle, Rebalanced
 from .mpt import MPT
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
@@ -33,6 +33,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "ggeur": GGEUR,
     "fedfa_style": FedFAStyle,
     "fedmix_style": FedMixStyle,
+    "rebalanced": Rebalanced,
     # MPT chapter
     "mpt": MPT,
     # FedGRC chapter
@@ -49,5 +50,5 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
 
 __all__ = [
     "ALGORITHMS", "Algorithm", "CGRL", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
-    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "MPT", "load_model", "make_algorithm", "model_arrays",
+    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "MPT", "Rebalanced", "load_model", "make_algorithm", "model_arrays",
 ]
