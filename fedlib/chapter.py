@@ -8,8 +8,9 @@ The next cell turns them into the chapter's settings and data in a few lines::
     data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)
 
 A *derivations* chapter records every numerical or symbolic check in a :class:`CheckTable` and
-shows it at the end; an *experiments* chapter decides each claim of its paper with
-:func:`verdict`. Every verdict is computed, never typed.
+shows it at the end; an *experiments* chapter declares each claim of its paper with
+:class:`fedlib.claims.Claim` and decides it from an interval over seeds
+(:func:`fedlib.claims.evaluate`). Every verdict is computed, never typed.
 
 Profiles: ``smoke`` (seconds; the tests), ``book`` (the default; minutes on 2 CPU cores) and
 ``paper`` (the paper's own scale; needs the data and ideally a GPU). The book's page *Inside
@@ -273,20 +274,6 @@ def load_data(
     return subsample(data, n_samples, seed, key)
 
 
-def verdict(ok: bool, partly: bool = False) -> str:
-    """A claim's verdict: ``"holds"``, ``"partly"`` or ``"does not hold at this scale"``.
-
-    ``ok`` and ``partly`` are the outcomes of the claim's rule (the claims table states the rule
-    in words next to the verdict).
-
-    Examples
-    --------
-    >>> verdict(True), verdict(False, partly=True), verdict(False)
-    ('holds', 'partly', 'does not hold at this scale')
-    """
-    return "holds" if ok else ("partly" if partly else "does not hold at this scale")
-
-
 class CheckTable:
     """The live table of checks that closes a derivations chapter.
 
@@ -369,5 +356,5 @@ class CheckTable:
         return table if any(row["tolerance"] for row in self.rows) else table.drop(columns="tolerance")
 
 
-__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "check_injected", "float64_tensor", "load_data", "resolve", "subsample",
-           "verdict"]
+__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "check_injected", "float64_tensor", "load_data",
+           "resolve", "subsample"]

@@ -1,5 +1,5 @@
 """The chapter helper (fedlib.chapter): profile resolution, the seeded data choice, the check table
-and the claims verdict (its doctests run with the others: pytest --doctest-modules)."""
+(its doctests run with the others: pytest --doctest-modules)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.chapter import CheckTable, load_data, resolve, subsample, verdict
+from fedlib.chapter import CheckTable, load_data, resolve, subsample
 from fedlib.data import ArrayDataset
 from fedlib.rng import DATA_SUBSET, derive_seed
 
@@ -86,14 +86,6 @@ def test_check_table_verdicts_and_columns():
         only_ok.add("f", "h", 0.0)
     with pytest.raises(ValueError, match="unknown kind 'relative'"):
         only_ok.add("f", "h", 0.0, 1.0, kind="relative")
-
-
-@pytest.mark.parametrize("ok", [True, False, np.bool_(True), np.bool_(False)])
-@pytest.mark.parametrize("partly", [True, False, np.bool_(True), np.bool_(False)])
-def test_verdict_is_the_claims_tables_rule(ok, partly):
-    old = "holds" if ok else ("partly" if partly else "does not hold at this scale")  # the notebooks' former copies
-    assert verdict(ok, partly) == old
-    assert verdict(ok) == ("holds" if ok else "does not hold at this scale")
 
 
 def test_resolve_reads_the_notebooks_history_and_refuses_an_injected_unknown_parameter():
