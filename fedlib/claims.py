@@ -59,8 +59,10 @@ INCONCLUSIVE = "inconclusive at this scale"
 """The verdict when the interval clears neither side (it includes one run's infinite interval)."""
 VERDICTS = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)
 """Every verdict, in the order of :func:`tally` and of the book's tallies."""
-DIRECTIONS = ("greater", "less")
-"""The claimed sign of the difference ours − baseline."""
+DIRECTIONS = ("greater", "less", "at least", "at most")
+"""The claim about the difference ours − baseline: a sign ("greater", "less"), or non-inferiority
+within a tolerance ("at least": ours is no worse than the baseline by more than ``min_effect``;
+"at most": ours exceeds it by no more than ``min_effect``)."""
 METHODS = ("t", "bootstrap")
 """How an :class:`Interval` was computed: Student's t over seeds, or a paired bootstrap over units."""
 OVER = ("seeds", "test samples", "clients")
@@ -110,10 +112,13 @@ class Claim:
     quantity : str
         What is measured and in which units, the difference written as ours − baseline, e.g.
         ``"global accuracy, FedGRC − best baseline, points"``.
-    direction : {"greater", "less"}
-        The claimed sign of the difference.
+    direction : {"greater", "less", "at least", "at most"}
+        The claimed sign of the difference; or, for a claim of *closeness* ("competitive with",
+        "closely tracks"), non-inferiority: "at least" (the difference is above
+        ``-min_effect``) or "at most" (below ``+min_effect``).
     min_effect : float, default 0
-        The smallest difference that counts, in the quantity's units (>= 0).
+        The smallest difference that counts, in the quantity's units (>= 0); for "at least" /
+        "at most", the tolerance.
     substitution : str, default ""
         What our scale substitutes that affects this claim (a backbone, a baseline, a data set).
     level : float, default 0.95
@@ -138,7 +143,12 @@ class Claim:
     *opposite* direction with the same margin, so an interval that reaches into
     :math:`[-m, +m]` (for instance one that lies inside it: the difference is smaller than the
     claimed size, but not shown to go the other way) is inconclusive, not a failure. Declare
-    ``min_effect`` with that in mind.
+    ``min_effect`` with that in mind. Non-inferiority reads one threshold on both sides:
+
+    .. math::
+
+        \text{at least: holds} \iff L > -m, \quad \text{does not hold} \iff U < -m;
+        \qquad \text{at most: holds} \iff U < m, \quad \text{does not hold} \iff L > m.
 
     Examples
     --------
@@ -180,6 +190,14 @@ class Claim:
     def rule(self) -> str:
         """The decision rule as a sentence, rendered from the declaration (the table's rule column)."""
         m = self.min_effect
+        if self.direction in ("at least", "at most"):
+            bound = (f"{_MINUS}{_effect(m)}" if self.direction == "at least" else f"+{_effect(m)}") if m > 0 else "0"
+            toward, away = ("above", "below") if self.direction == "at least" else ("below", "above")
+            return (
+                f"claimed {self.direction} {bound} (within {_effect(m)} of the baseline): holds if the whole "
+                f"{_percent(self.level)} interval of the paired difference lies {toward} {bound}; does not hold "
+                f"if it lies {away} {bound}; otherwise {INCONCLUSIVE}"
+            )
         plus = f"+{_effect(m)}" if m > 0 else "0"
         minus = f"{_MINUS}{_effect(m)}" if m > 0 else "0"
         claimed, other = (plus, minus) if self.direction == "greater" else (minus, plus)
@@ -418,6 +436,10 @@ def decide(claim: Claim, interval: Interval) -> str:
             f"{_percent(interval.level)} one; compute the interval with level={claim.level}"
         )
     m = claim.min_effect
+    if claim.direction == "at least":
+        return HOLDS if interval.low > -m else DOES_NOT_HOLD if interval.high < -m else INCONCLUSIVE
+    if claim.direction == "at most":
+        return HOLDS if interval.high < m else DOES_NOT_HOLD if interval.low > m else INCONCLUSIVE
     above, below = interval.low > m, interval.high < -m
     if claim.direction == "greater":
         return HOLDS if above else DOES_NOT_HOLD if below else INCONCLUSIVE

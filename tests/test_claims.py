@@ -372,3 +372,28 @@ def test_seed_table_cells_are_mean_and_half_width_over_paired_seeds():
         seed_table(pd.concat([tidy, tidy.iloc[:1]]), "method", "alpha", "acc")
     with pytest.raises(ValueError, match="NaN"):
         seed_table(tidy.assign(acc=tidy["acc"].where(tidy.index > 0)), "method", "alpha", "acc")
+
+
+@pytest.mark.parametrize("direction, interval, verdict", [
+    ("at least", (-0.04, 0.10), HOLDS),  # within 0.05 below the baseline, or above it
+    ("at least", (-0.30, -0.06), DOES_NOT_HOLD),  # worse by more than the tolerance
+    ("at least", (-0.30, 0.10), INCONCLUSIVE),
+    ("at most", (-0.50, 0.04), HOLDS),
+    ("at most", (0.06, 0.20), DOES_NOT_HOLD),
+    ("at most", (-0.10, 0.20), INCONCLUSIVE),
+])
+def test_non_inferiority_reads_one_tolerance_on_both_sides(direction, interval, verdict):
+    c = Claim("close", "X closely tracks the oracle.", "Section VII", "F1, X − oracle", direction, 0.05)
+    assert decide(c, Interval(sum(interval) / 2, *interval, 5, 0.95, "t")) == verdict
+    bound = "−0.05" if direction == "at least" else "+0.05"
+    assert c.rule() == (
+        f"claimed {direction} {bound} (within 0.05 of the baseline): holds if the whole 95 % interval of the "
+        f"paired difference lies {'above' if direction == 'at least' else 'below'} {bound}; does not hold if it lies "
+        f"{'below' if direction == 'at least' else 'above'} {bound}; otherwise inconclusive at this scale"
+    )
+
+
+def test_a_planted_small_deficit_is_non_inferior_and_a_large_one_is_not():
+    close = Claim("close", "X is competitive with Y.", "Section V-C", "F1, X − Y", "at least", 0.05)
+    assert evaluate(close, *_paired(-0.01, 0.01, 5, seed=3)).verdict == HOLDS
+    assert evaluate(close, *_paired(-0.30, 0.01, 5, seed=4)).verdict == DOES_NOT_HOLD
