@@ -872,8 +872,8 @@ show(results)
 #
 # 1. **Where does the backbone matter?** Set `lambda_dir=0` and then `lambda_rad=0` (one CGRL
 #    term at a time) and re-run. Which of the two moves Table IX's $B_1$ column, and does the
-#    excess gain $I$ keep its sign? With both at zero, CGRL *is* FedAvg-Aug: check that the two
-#    rows then agree. Then try `rounds=30`: does CGRL's advantage grow with the budget, as its
+#    excess gain $I$ keep its sign? With both at zero, CGRL trains with FedAvg-Aug's loss: how
+#    close are the two rows then? Then try `rounds=30`: does CGRL's advantage grow with the budget, as its
 #    warm-up suggests?
 # 2. **Give SASP something to adapt to.** SASP pays off when a client's images of a class look
 #    different from the federation's. Make them: in the training cell, right after
