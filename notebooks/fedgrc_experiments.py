@@ -225,11 +225,11 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # "positive"); where the paper claims a size, the rows test the size itself: the quantity is our
 # gain minus the paper's smallest reported gain (the lower ends of its ranges of gains over the
 # best baselines, in global accuracy and in F@25), claimed positive, so such a row holds when our
-# gain is surely at least the paper's and does not hold when it is surely smaller; one point where the paper speaks of a
-# substantial change ("substantially reducing") or of a contrast between two backbones, the
+# gain is surely at least the paper's and does not hold when it is surely smaller; one point
+# where the paper speaks of a substantial change ("substantially reducing") or of a contrast between two backbones, the
 # smallest change we would call more than a handful of test images; and a one-point tolerance
-# for "largely retaining", written as a non-inferiority margin (the quantity is the change in
-# global accuracy plus one point, claimed positive).
+# for "largely retaining", declared as non-inferiority (direction "at least": the change in global
+# accuracy is surely above minus one point).
 #
 # **Which baseline.** "The highest … scores" means ahead of *every* baseline, so the quantity
 # of those rows is FedGRC minus the *strongest* baseline of each seed on that metric (the
@@ -307,7 +307,7 @@ for a in P.alphas:
     claims.append(Claim(f"sasp-F25-{a}", Q_SASP, "Section V-C, Table IV",
                         f"F@25 (α = {a}), FedGRC − CGRL + MMS, points", "greater", 0.0, SCALE))
     claims.append(Claim(f"sasp-global-{a}", Q_SASP, "Section V-C, Table IV",
-                        f"global (α = {a}), FedGRC − CGRL + MMS, plus the 1-point tolerance, points", "greater", 0.0,
+                        f"global (α = {a}), FedGRC − CGRL + MMS, points", "at least", 1.0,
                         f"{SCALE}; 'largely retaining' read as a loss under one point"))
 T9_SUB = ("B0 = FedAvg-Aug (for FedYoYo); H0 = the baseline head of best validation global accuracy (the paper picks "
           "the best F@25 on its tables)")
@@ -816,7 +816,7 @@ def ours_base(k):
         for m in ("local", "F25", "global"):
             if k == f"sasp-{m}-{a}":
                 mm = m.replace("F25", "F@25")
-                return v(a, FEDGRC, mm) + (1.0 if m == "global" else 0.0), v(a, "CGRL + MMS", mm)
+                return v(a, FEDGRC, mm), v(a, "CGRL + MMS", mm)
         if k == f"t9-vs-B1H0-{a}":
             return v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B1 + H0")
         if k == f"t9-vs-B0H1-{a}":
