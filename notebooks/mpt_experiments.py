@@ -69,6 +69,7 @@ import numpy as np
 import pandas as pd
 import torch
 from myst_nb import glue
+from scipy.stats import t as student_t
 
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, evaluate_history
@@ -78,6 +79,7 @@ from fedlib.data import plot_partition
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.models import build_model
+from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.tracking import TrackingConfig, ldc_fit_map, sdc_client_sums
 from fedlib.training import TrainConfig, local_train
@@ -123,11 +125,14 @@ def scenario(ds, fraction, run_seed):
                                    departing_client=DEPARTING, global_test_per_class=P.global_test_per_class, seed=run_seed)
 
 
-def algorithm(run_seed, payload=None, steps=None, ldc_batch=None):
+def algorithm(run_seed, payload=None, steps=None, **overrides):
+    """The chapter's MPT plug-in; ``overrides`` replace constructor arguments (e.g. ``ldc_batch``, ``history``)."""
     train = TrainConfig(epochs=P.local_epochs, steps=steps, batch_size=BATCH, lr=P.lr, momentum=0.9)
-    kw = {} if payload is None else {"payload": payload}
-    return MPT(train=train, rare_class=P.rare_class, tracking=TRACK, train_rare_on=(DEPARTING,), ldc_epochs=P.ldc_epochs,
-               ldc_batch=ldc_batch or P.ldc_batch, ccvr_steps=P.ccvr_steps, ccvr_virtual=P.ccvr_virtual, seed=run_seed, **kw)
+    kw = dict(ldc_epochs=P.ldc_epochs, ldc_batch=P.ldc_batch, ccvr_steps=P.ccvr_steps, ccvr_virtual=P.ccvr_virtual)
+    kw.update(overrides)
+    if payload is not None:
+        kw["payload"] = payload
+    return MPT(train=train, rare_class=P.rare_class, tracking=TRACK, train_rare_on=(DEPARTING,), seed=run_seed, **kw)
 
 
 def loop_config(run_seed, rounds=None):
@@ -144,12 +149,15 @@ glue("ldc_epochs", P.ldc_epochs, display=False)
 glue("ldc_batch", P.ldc_batch, display=False)
 glue("ldc_batch_old", LDC_BATCH_OLD, display=False)
 glue("ldc_lr", algorithm(seed).ldc_lr, display=False)
+glue("rare_test", P.global_test_per_class, display=False)
+glue("one_image", 1 / P.global_test_per_class, display=False)
 
 # %% [markdown]
 # Every run seed $s$ in `seed, seed + 1, …` ({glue:text}`n_seeds` at this profile) draws its own
-# data subset (`load_data(..., seed=s)`), its own departure scenario (which samples the departing
-# client holds, the global test set) and its own model initialization and batch order
-# (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
+# data subset (`load_data(..., seed=s)`) where the data set is larger than the profile's
+# {glue:text}`n_samples_profile` images ({glue:text}`full_sets_text`), its own departure scenario
+# (which samples the departing client holds, the global test set) and its own model initialization
+# and batch order (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
 # interval, and every claim is decided on differences paired by seed ({mod}`fedlib.claims`).
 #
 # ## The claims, declared before any run
@@ -159,20 +167,29 @@ glue("ldc_lr", algorithm(seed).ldc_lr, display=False)
 # claimed direction, "does not hold" when it clears it in the other direction, otherwise
 # "inconclusive at this scale". The minimum effects:
 #
-# * **a lead in rare-class F1** must exceed {glue:text}`min_lead` F1 (the paper's smallest margin
-#   over the strongest baseline is quoted in Section V-C as “3.2%p on coarse-grained Car-1000”; a
-#   lead under a few test images of the rare class is not a lead). "All baselines" is read
-#   strictly: per seed and cell, MPT against the *best* of the six baselines on that cell (a
-#   maximum picked on the test set favours the baselines, so no selection is needed on our side);
-# * **"close to" / "competitive with"** is a non-inferiority statement: the rule adds a tolerance of
-#   {glue:text}`tolerance` F1 to the method and asks that it clear the reference (the method is shown
-#   to be less than {glue:text}`tolerance` below it);
+# * **a lead in rare-class F1** must exceed {glue:text}`min_lead` F1. The paper's margins over the
+#   strongest baseline in Table II go down to about 1.0 %p, but our global test set holds only
+#   {glue:text}`rare_test` images of the rare class, so one image moves its recall by
+#   {glue:text}`one_image:.3f`: a lead smaller than about one test image is not resolved here, and
+#   {glue:text}`min_lead` is that resolution (stricter than the paper's smallest margin).
+#   "All baselines" means the paper's five (FedAvg, CCVR, iCaRL, SDC, LDC; the frozen prototype is,
+#   as in Section V-A, a reference bound, not a baseline) and is read strictly: per seed and cell,
+#   MPT against the *best* of the five on that cell. That maximum is picked on the test set, so it
+#   is biased upward: it favours the baselines, which makes "holds" harder to reach and "does not
+#   hold" easier; a "holds" is therefore conservative, a "does not hold" is not (read it with the
+#   per-baseline columns of the fraction table);
+# * **"closely tracking" / "competitive with"** is a non-inferiority statement (direction "at least"):
+#   it holds when the 95 % interval of the difference (method − reference) lies above
+#   −{glue:text}`tolerance` F1, i.e. the method is shown to be less than {glue:text}`tolerance` below
+#   the reference; it does not hold when the interval lies below −{glue:text}`tolerance`;
 # * **"progressively degrades"**: the frozen prototype's F1 must fall by more than
 #   {glue:text}`min_drop` between the round before the departure and the last round;
 # * **Figure 6 (b)**: the Spearman correlation between distance and F1 must lie below
 #   −{glue:text}`min_rho` (a clear negative relation, not just a negative sign);
 # * **distances (Figure 6 (a))** and **costs (Figure 5)**: any difference in the claimed direction
-#   (minimum effect 0); bytes are deterministic given the shapes, so their interval has zero width.
+#   (minimum effect 0); "reduces the initial gap" is read on the mean distance over the
+#   {glue:text}`stored_rounds` rounds after the departure round (at the departure round itself the
+#   stored residual reproduces the departure prototype); bytes are deterministic given the shapes, so their interval has zero width.
 #
 # The oracle prototype is the rare-class *test* mean under the current model, by definition (as
 # in the paper's Section V-A: "an upper reference that is unavailable in the actual departure
@@ -182,9 +199,19 @@ glue("ldc_lr", algorithm(seed).ldc_lr, display=False)
 MIN_LEAD, TOL, MIN_DROP, MIN_RHO = 0.02, 0.05, 0.05, 0.3
 for k, v in {"min_lead": MIN_LEAD, "tolerance": TOL, "min_drop": MIN_DROP, "min_rho": MIN_RHO}.items():
     glue(k, v, display=False)
-BASELINES = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen"]
+BASELINES = ["fedavg", "ccvr", "icarl", "sdc", "ldc"]  # the paper's five; the frozen prototype is a reference bound
+STORED_ROUNDS = 3  # fig6a-stored: the rounds after the departure over which the distance is averaged
+SIZES = {name: sorted({len(data(name, s)) for s in SEEDS}) for name in P.datasets}
+size_text = ", ".join(f"{name} {'/'.join(f'{n:,}' for n in SIZES[name])} images" for name in P.datasets)
+FULL = [name for name in P.datasets if P.n_samples is None or len(data(name, seed)) < P.n_samples]
+glue("stored_rounds", STORED_ROUNDS, display=False)
+glue("n_samples_profile", "all" if P.n_samples is None else f"{P.n_samples:,}", display=False)
+glue("full_sets_text", "; ".join(
+    [f"{name}: {'/'.join(f'{n:,}' for n in SIZES[name])} images" for name in P.datasets]
+    + [f"{', '.join(FULL)} {'is' if len(FULL) == 1 else 'are'} used whole at every seed, so there the seeds vary only "
+       "the partition, the test set, the initialization and the batch order"] * bool(FULL)), display=False)
 SUB_TABLE = (f"Table II replica on an MLP ({P.table_model}), not the paper's CNN; small data sets "
-             f"({', '.join(P.datasets)}, {P.n_samples} samples) instead of nuImages / Car-1000; {P.rounds} rounds "
+             f"({size_text}) instead of nuImages / Car-1000; {P.rounds} rounds "
              f"(departure at {P.departure_round}) instead of 100 (15); baselines implemented here from their "
              "papers (no reference code run); the readout is Mahalanobis NCM for every prototype method")
 SUB_FIG = (f"one small {P.fig_model} on {P.datasets[0]} (not the paper's 3-layer CNN on nuImages, nor four backbones); "
@@ -192,10 +219,11 @@ SUB_FIG = (f"one small {P.fig_model} on {P.datasets[0]} (not the paper's 3-layer
 SUB_COMM = ("our readout is a Mahalanobis NCM, so every prototype method (MPT-lite included) sends one d×d scatter "
             "per client and round; the paper's MPT-lite sends no covariance. The ordering of our bytes therefore "
             "differs from the paper's Figure 5 (a) for the lighter methods (frozen, iCaRL, MPT-lite cost the same)")
+SUB_COMM_MPT = (SUB_COMM + "; so the paper's reason (one covariance summary per client for the pooled covariance) does "
+                "not apply here: our MPT − MPT-lite difference is the rare class's d×d matrix (its noise estimate)")
 Q = {
     "beats": ("MPT outperforms all baselines in rare class F1", "Abstract; Section V-B, Table II"),
-    "oracle": ("MPT consistently outperforms five representative baselines while closely tracking the oracle prototype",
-               "Section VII"),
+    "oracle": ("… closely tracking the oracle prototype", "Section VII"),
     "frozen": ("After departure, Frozen prototype, which retains the departure-time rare-class prototype, "
                "progressively degrades as backbone updates gradually misalign with the current feature space.",
                "Section V-B, Figure 4"),
@@ -206,55 +234,57 @@ Q = {
                      "reduces the initial gap.", "Section V-D, Figure 6 (a)"),
     "fig6a_update": ("These results show that barycentric reconstruction tracks in-span drift, while sustained "
                      "alignment requires out-of-span residual updates.", "Section V-D, Figure 6 (a)"),
-    "comm_mpt": ("The (more noticeable) cost increase from MPT-lite to MPT comes from transmitting one covariance "
-                 "summary per client for constructing the pooled covariance in Eq. (6).", "Section V-B, Figure 5 (a)"),
+    "comm_mpt": ("The (more noticeable) cost increase from MPT-lite to MPT …", "Section V-B, Figure 5 (a)"),
     "comm_ccvr": ("CCVR incurs a further increase by transmitting a separate covariance for each class at all clients",
                   "Section V-B, Figure 5 (a)"),
-    "time_ldc": ("LDC and CCVR incur substantially larger overhead due to drift-map training in LDC and ghost-sample "
-                 "generation followed by classifier-head retraining in CCVR.", "Section V-B, Figure 5 (b)"),
+    "time_ldc": ("LDC … incur substantially larger overhead due to drift-map training in LDC …",
+                 "Section V-B, Figure 5 (b)"),
 }
 CLAIMS = {}
 for name in P.datasets:
     CLAIMS[f"beats-{name}"] = Claim(f"beats-{name}", *Q["beats"],
-                                    f"{name}: rare-class F1 at the last round, MPT − best of the six baselines per "
-                                    "cell, averaged over fractions", "greater", MIN_LEAD, SUB_TABLE)
+                                    f"{name}: rare-class F1 at the last round, MPT − best of the five baselines per "
+                                    "cell and seed (picked on the test set: favours the baselines), averaged over "
+                                    "fractions", "greater", MIN_LEAD, SUB_TABLE)
     CLAIMS[f"oracle-{name}"] = Claim(f"oracle-{name}", *Q["oracle"],
-                                     f"{name}: rare-class F1, (MPT + {TOL}) − oracle, averaged over fractions", "greater",
-                                     0.0, SUB_TABLE + "; the oracle is the rare-class test mean (a reference)")
+                                     f"{name}: rare-class F1, MPT − oracle, averaged over fractions", "at least",
+                                     TOL, SUB_TABLE + "; the oracle is the rare-class test mean (a reference)")
 CLAIMS["frozen"] = Claim("frozen", *Q["frozen"], "figure runs: frozen prototype's rare-class F1, last round − round "
                          "before the departure", "less", MIN_DROP, SUB_FIG)
 CLAIMS["lite-cnn"] = Claim("lite-cnn", *Q["lite"], f"figure runs ({P.fig_model}): rare-class F1 at the last round, "
-                           f"(MPT-lite + {TOL}) − MPT", "greater", 0.0,
+                           "MPT-lite − MPT", "at least", TOL,
                            SUB_FIG + "; MPT-lite's form (scalar growth of the stored residual) is our reading of the "
                            "paper's one-line description")
-CLAIMS["lite-mlp"] = Claim("lite-mlp", *Q["lite"], f"table runs ({P.table_model}, all data sets and fractions): "
-                           f"rare-class F1, (MPT-lite + {TOL}) − MPT", "greater", 0.0,
-                           SUB_TABLE + "; an MLP is not a CNN: this row tests the claim outside its stated scope")
+CLAIMS["lite-mlp"] = Claim("lite-mlp", f"is MPT-lite within {TOL} F1 of MPT on an MLP ({P.table_model}), outside the "
+                           "paper's “across CNN backbones”?", "lite-cnn", f"table runs ({P.table_model}, all data sets "
+                           "and fractions): rare-class F1, MPT-lite − MPT", "at least", TOL, SUB_TABLE, kind="control")
 CLAIMS["fig6b"] = Claim("fig6b", *Q["fig6b"], "figure runs: Spearman correlation of the Mahalanobis distance to the "
                         "oracle with rare-class F1 (methods × post-departure rounds)", "less", MIN_RHO, SUB_FIG)
-CLAIMS["fig6a-stored"] = Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle at "
-                               "the departure round, barycentric + stored residual − barycentric only", "less", 0.0,
-                               SUB_FIG)
+CLAIMS["fig6a-stored"] = Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle, "
+                               f"mean over the {STORED_ROUNDS} rounds after the departure round, barycentric + stored "
+                               "residual − barycentric only", "less", 0.0, SUB_FIG)
 CLAIMS["fig6a-update"] = Claim("fig6a-update", *Q["fig6a_update"], "figure runs: Mahalanobis distance to the oracle at "
                                "the last round, MPT − barycentric + stored residual", "less", 0.0, SUB_FIG)
 CLAIMS["fig6a-bary"] = Claim("fig6a-bary", *Q["fig6a_update"], "figure runs: Mahalanobis distance to the oracle at "
                              "the last round, MPT − barycentric only", "less", 0.0, SUB_FIG)
 CLAIMS["comm-mpt"] = Claim("comm-mpt", *Q["comm_mpt"], "bytes per client and round (after the departure), MPT − "
-                           "MPT-lite, relative to FedAvg's", "greater", 0.0, SUB_COMM)
+                           "MPT-lite, relative to FedAvg's", "greater", 0.0, SUB_COMM_MPT)
 CLAIMS["comm-ccvr"] = Claim("comm-ccvr", *Q["comm_ccvr"], "bytes per client and round, CCVR − MPT, relative to "
                             "FedAvg's", "greater", 0.0, SUB_COMM)
 CLAIMS["time-ldc"] = Claim("time-ldc", *Q["time_ldc"], "extra client time per round, LDC − MPT, relative to one "
                            "client's local training", "greater", 0.0,
                            "time measured on one client of the figure run's final model, CPU, one thread; "
                            "the server's per-round work (MPT's reconstruction, CCVR's ghost features and head "
-                           "re-training) is timed for all methods together, so CCVR's half of the sentence is not "
-                           "decided and MPT's server time is counted on neither side")
+                           "re-training) is timed for all methods together, so CCVR's part of the sentence is left "
+                           "out and MPT's server time is counted on neither side")
 LDC_CHECK = P.datasets[-1]
 CLAIMS["ldc-batch"] = Claim("ldc-batch", f"does LDC's rare-class F1 on {LDC_CHECK} depend on the number of Adam steps "
                             f"of its map (mini-batches of {P.ldc_batch} against {LDC_BATCH_OLD})?", "LDC rows",
                             f"{LDC_CHECK}, fraction of the figure: LDC's rare-class F1 at the last round, batch "
                             f"{P.ldc_batch} − batch {LDC_BATCH_OLD}", "greater", MIN_LEAD,
-                            "same runs otherwise (same seeds, scenario, model)", kind="control")
+                            "same seeds, scenario and model; the batch-128 side runs with LDC's payload only (no "
+                            "other statistics); the backbone is checked to be the same below (LDC's map draws one "
+                            "permutation per epoch whatever its batch, from the client's local stream)", kind="control")
 print(f"{sum(c.kind == 'claim' for c in CLAIMS.values())} claims and "
       f"{sum(c.kind == 'control' for c in CLAIMS.values())} control declared")
 
@@ -388,7 +418,8 @@ final
 
 # %%
 TABLE_METHODS = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen", "mpt_lite", "mpt", "oracle"]
-rows = []
+model_arrays = lambda server: {k: v for k, v in server.arrays.items() if k.startswith("model/")}  # noqa: E731
+rows, growth_rows, ldc_check_models, client_sizes = [], [], {}, {}
 t0 = time.perf_counter()
 for name in P.datasets:
     for frac in P.fractions:
@@ -402,6 +433,11 @@ for name in P.datasets:
             f1s = h[h["metric"] == "f1"].set_index("method")["value"]
             rows += [{"dataset": name, "fraction": frac, "seed": s, "method": m, "f1": float(f1s[m]),
                       "n_remaining": sc_t.n_rare_remaining} for m in TABLE_METHODS]
+            growth_rows.append({"dataset": name, "fraction": frac, "seed": s,
+                                "growth": float(res.server.meta.get("growth", float("nan")))})
+            if name == P.datasets[-1] and frac == fig_fraction:  # kept for the LDC control's backbone check
+                ldc_check_models[s] = model_arrays(res.server)
+                client_sizes[s] = np.mean([len(c.train.y) for c in sc_t.federation.clients])
 table_seconds = time.perf_counter() - t0
 table_long = pd.DataFrame(rows)
 if results_dir is not None:
@@ -428,6 +464,16 @@ best_name = cell_means[BASELINES].mean().idxmax()
 glue("best_baseline", LABEL[best_name], display=False)
 glue("best_baseline_f1", float(cell_means[best_name].mean()), display=False)
 glue("gap_oracle", float((cell_means["mpt"] - cell_means["oracle"]).mean()), display=False)
+half = table_long.groupby(["dataset", "fraction", "method"])["f1"].apply(
+    lambda v: (mean_interval(v.to_numpy()).high - mean_interval(v.to_numpy()).low) / 2)
+glue("half_min", float(half.min()), display=False)
+glue("half_max", float(half.max()), display=False)
+glue("t_mult", float(student_t.ppf(0.975, len(SEEDS) - 1)) if len(SEEDS) > 1 else float("nan"), display=False)
+growth_t = pd.DataFrame(growth_rows).groupby("dataset")["growth"]
+glue("growth_table_text", "; ".join(f"{name}: median {growth_t.median()[name]:.2f}, range {growth_t.min()[name]:.2f} "
+                                    f"to {growth_t.max()[name]:.2f}" for name in P.datasets), display=False)
+glue("lite_mean_text", ", ".join(f"{name} {cell_means.loc[name, 'mpt_lite'].mean():.3f}" for name in P.datasets),
+     display=False)
 
 # %% [markdown]
 # Over the {glue:text}`n_cells` data set × fraction cells (model {glue:text}`table_model`,
@@ -437,13 +483,28 @@ glue("gap_oracle", float((cell_means["mpt"] - cell_means["oracle"]).mean()), dis
 # baseline with the highest average ({glue:text}`best_baseline`) {glue:text}`best_baseline_f1:.3f`;
 # MPT − oracle is {glue:text}`gap_oracle:.3f` on average.
 #
+# Many rows of the claims table below end "inconclusive at this scale" for a plain reason: with
+# {glue:text}`n_seeds` seeds the 95 % interval is the mean ± {glue:text}`t_mult:.2f` standard errors,
+# and the half-widths of the cells above run from {glue:text}`half_min:.3f` to
+# {glue:text}`half_max:.3f` F1, up to the scale of the effects the claims are about.
+#
+# MPT-lite's mean F1 per data set is {glue:text}`lite_mean_text`. One diagnostic of MPT-lite and of
+# MPT's predicted residual on the table runs: the growth factor $g_t$ at the last round (the factor
+# by which the remaining classes' within-class spread changed since the departure, which scales the
+# stored residual) is {glue:text}`growth_table_text`. A $g_t$ far from one scales the stored residual
+# by that much whether or not the rare class's offset followed; this chapter does not establish
+# that it is the cause of MPT-lite's scores or of MPT's variance on UCI (that would need a run with
+# $g_t$ fixed to one), it only shows the factor the predictions applied.
+#
 # (mpt-ldc-steps)=
 # ### LDC and the number of Adam steps of its map
 #
 # Earlier builds of this chapter trained LDC's map with mini-batches of {glue:text}`ldc_batch_old`
 # "to save time" and LDC's rare-class F1 on UCI digits collapsed to about zero while it stayed
-# near MNIST's other trackers. It was not a bug in {func}`fedlib.tracking.ldc_fit_map`: a UCI client
-# holds about as many samples as one such mini-batch, so the map got one Adam step per epoch
+# near MNIST's other trackers. It was not a bug in {func}`fedlib.tracking.ldc_fit_map`: a
+# {glue:text}`ldc_check_dataset` client holds {glue:text}`ldc_client_n:.0f` training samples on average
+# (first figure fraction, mean over clients and seeds), about one mini-batch of {glue:text}`ldc_batch_old`,
+# so the map got about one Adam step per epoch
 # ({glue:text}`ldc_epochs` steps per round at learning rate {glue:text}`ldc_lr` from the identity), too few to
 # fit; the per-round under-correction accumulates over the rounds in the low-variance directions
 # that the Mahalanobis readout weighs most. (Offline, with the map's old mini-batch, each single
@@ -452,10 +513,12 @@ glue("gap_oracle", float((cell_means["mpt"] - cell_means["oracle"]).mean()), dis
 # book now uses mini-batches of {glue:text}`ldc_batch` (the default of `ldc_fit_map`), and the
 # control row of the claims table re-runs LDC alone with the old mini-batch on the same seeds
 # (`tests/test_tracking.py` checks the step limit on a planted map): LDC's F1 on {glue:text}`ldc_check_dataset` is {glue:text}`ldc_f1_new:.3f` with the new
-# mini-batch and {glue:text}`ldc_f1_old:.3f` with the old one.
+# mini-batch and {glue:text}`ldc_f1_old:.3f` with the old one. The old-batch runs send LDC's
+# payload only; their final backbone, compared parameter by parameter with the table run's of the
+# same seed, is {glue:text}`backbone_same`.
 
 # %%
-ldc_rows = []
+ldc_rows, backbone_diff = [], []
 for s in SEEDS:
     ds = data(LDC_CHECK, s)
     mfn = model_fn_for(P.table_model, ds)
@@ -465,6 +528,11 @@ for s in SEEDS:
     h = evaluate_history(res.server, sc_l.federation.global_test, mfn, rare_class=P.rare_class, rounds=[P.rounds],
                          reg=TRACK.reg)
     ldc_rows.append(float(h[(h["method"] == "ldc") & (h["metric"] == "f1")]["value"].iloc[0]))
+    other = model_arrays(res.server)
+    backbone_diff.append(max(float((other[k].double() - v.double()).abs().max()) for k, v in ldc_check_models[s].items()))
+glue("backbone_same", "identical (largest parameter difference 0)" if max(backbone_diff) == 0 else
+     f"not identical (largest parameter difference {max(backbone_diff):.2g})", display=False)
+glue("ldc_client_n", float(np.mean(list(client_sizes.values()))), display=False)
 ldc_new = wide.xs((LDC_CHECK, fig_fraction), level=("dataset", "fraction"))["ldc"].loc[SEEDS].to_numpy()
 glue("ldc_check_dataset", LDC_CHECK, display=False)
 glue("ldc_f1_new", float(np.mean(ldc_new)), display=False)
@@ -512,6 +580,16 @@ alpha_series = hist[(hist["metric"] == "alpha")]["value"]
 glue("alpha_mean", float(alpha_series.mean()) if len(alpha_series) else float("nan"), display=False)
 growth = [float(fig_runs[s].server.meta.get("growth", float("nan"))) for s in SEEDS]
 glue("growth_last", float(np.mean(growth)), display=False)
+
+
+def relation(m, ref="stored_residual"):
+    """Computed wording: is ``m`` closer to or farther from the oracle than ``ref`` at the last round (means)?"""
+    a, b = fig_mean("dist_oracle", last, m), fig_mean("dist_oracle", last, ref)
+    return f"{'closer to' if a < b else 'farther from'} the oracle ({a:.2f} against {b:.2f})"
+
+
+glue("lite_vs_stored", relation("mpt_lite"), display=False)
+glue("pred_vs_stored", relation("mpt_predicted"), display=False)
 abl_final.rename(columns={"value": "distance at the last round"})
 
 # %% [markdown]
@@ -528,10 +606,11 @@ abl_final.rename(columns={"value": "distance at the last round"})
 # the remaining classes**. At the last round MPT-lite's growth factor is
 # $g_t =$ {glue:text}`growth_last:.2f` (mean over seeds): the within-class spread of the classes
 # still being trained has changed by that factor since the departure. The rare class is no longer
-# trained, and its offset from the span need not follow; when it does not, scaling the stored
-# residual by $g_t$ or transporting it by $T_t$ moves the prototype *away* from the oracle (compare
-# the distances of "barycentric + stored residual", "MPT-lite" and "MPT, predicted residual only"
-# above).
+# trained, and its offset from the span need not follow it; whether scaling or transporting the
+# stored residual helps is measured here against the stored residual left as it is: at the last
+# round MPT-lite (scaled by $g_t$) is {glue:text}`lite_vs_stored`, and MPT's predicted residual
+# alone (transported by $T_t$) is {glue:text}`pred_vs_stored` (means over seeds; the
+# per-seed spread is in the band of the figure).
 #
 # ## Cost: communication and time (the paper's Figure 5)
 #
@@ -548,8 +627,7 @@ for s in SEEDS:
     ds = data(fig_name, s)
     small = scenario(ds.subset(np.arange(0, len(ds), 4)), fig_fraction, s)
     for m in COMM_METHODS:
-        alg = algorithm(s, payload=METHOD_PAYLOAD[m], steps=1)
-        alg.history, alg.ldc_epochs, alg.ccvr_steps = False, 1, 1
+        alg = algorithm(s, payload=METHOD_PAYLOAD[m], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
         cfg = LoopConfig(rounds=2, seed=s, events=(Event(2, DEPARTING, "leave"),))  # sizes do not depend on the round
         led = run_federated(alg, small.federation, fig_model_fn, cfg).ledger.to_frame()
         led = led[(led["round"] == 2) & ~led["kind"].str.startswith("eval")]
@@ -591,7 +669,7 @@ for s in SEEDS:
 
     def train_once():
         model.load_state_dict(init)
-        local_train(model, x, y, TrainConfig(epochs=P.local_epochs, batch_size=BATCH, lr=P.lr), torch.Generator().manual_seed(s))
+        local_train(model, x, y, TrainConfig(epochs=P.local_epochs, batch_size=BATCH, lr=P.lr), torch_generator(s, LOCAL_TRAIN))
 
     @torch.no_grad()
     def embed():
@@ -599,13 +677,13 @@ for s in SEEDS:
         return model.embed(x).double()
 
     z_now = embed()
-    z_old = z_now + 0.01 * torch.randn(z_now.shape, generator=torch.Generator().manual_seed(s), dtype=z_now.dtype)
+    z_old = z_now + 0.01 * torch.randn(z_now.shape, generator=torch_generator(s, LOCAL_TRAIN, 1), dtype=z_now.dtype)  # a stand-in old embedding
     t_train = timed(train_once)
     model.load_state_dict(init)
     t_stats = timed(lambda: ClassMoments.from_features(embed(), y, 10))
     t_sdc = timed(lambda: (embed(), sdc_client_sums(z_old, z_now, z_now.mean(0))))
     t_ldc = timed(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=P.ldc_epochs, batch_size=P.ldc_batch,
-                                                generator=torch.Generator().manual_seed(s))), repeats=1)
+                                                generator=torch_generator(s, LOCAL_TRAIN))), repeats=1)
     server = float(fig_runs[s].server_seconds[-1])  # the server's aggregation (all methods), last round
     for part, t in [("re-embedding + statistics (every prototype method)", t_stats), ("SDC extra (client)", t_sdc),
                     ("LDC extra (client)", t_ldc), ("server, all methods incl. CCVR (per round)", server)]:
@@ -677,17 +755,24 @@ results = []
 for name in P.datasets:
     bs = by_seed.loc[name].loc[SEEDS]
     results.append(evaluate(CLAIMS[f"beats-{name}"], bs["mpt"].to_numpy(), bs["best_baseline"].to_numpy()))
-    results.append(evaluate(CLAIMS[f"oracle-{name}"], bs["mpt"].to_numpy() + TOL, bs["oracle"].to_numpy()))
+    results.append(evaluate(CLAIMS[f"oracle-{name}"], bs["mpt"].to_numpy(), bs["oracle"].to_numpy()))
 last_f1 = {s: f1_s[s].loc[last] for s in SEEDS}
 last_d = {s: dist_s[s].loc[last] for s in SEEDS}
-dep_d = {s: dist_s[s].loc[P.departure_round] for s in SEEDS}
+after = [r for r in dist_s[SEEDS[0]].index if P.departure_round < r <= P.departure_round + STORED_ROUNDS]
+early_d = {s: dist_s[s].loc[after].mean() for s in SEEDS}  # mean over the first rounds after the departure round
 col = lambda frames, m: np.array([frames[s][m] for s in SEEDS])  # noqa: E731
 results.append(evaluate(CLAIMS["frozen"], col(last_f1, "frozen"), np.array([f1_s[s].loc[pre_round, "frozen"] for s in SEEDS])))
-results.append(evaluate(CLAIMS["lite-cnn"], col(last_f1, "mpt_lite") + TOL, col(last_f1, "mpt")))
+results.append(evaluate(CLAIMS["lite-cnn"], col(last_f1, "mpt_lite"), col(last_f1, "mpt")))
 all_seed = wide.groupby("seed").mean().loc[SEEDS]
-results.append(evaluate(CLAIMS["lite-mlp"], all_seed["mpt_lite"].to_numpy() + TOL, all_seed["mpt"].to_numpy()))
+results.append(evaluate(CLAIMS["lite-mlp"], all_seed["mpt_lite"].to_numpy(), all_seed["mpt"].to_numpy()))
 results.append(evaluate(CLAIMS["fig6b"], np.array([rhos[s] for s in SEEDS])))
-results.append(evaluate(CLAIMS["fig6a-stored"], col(dep_d, "stored_residual"), col(dep_d, "barycentric")))
+results.append(evaluate(CLAIMS["fig6a-stored"], col(early_d, "stored_residual"), col(early_d, "barycentric")))
+stored_check = pd.DataFrame({"barycentric only": col(early_d, "barycentric"),
+                             "barycentric + stored residual": col(early_d, "stored_residual")},
+                            index=pd.Index(SEEDS, name="seed"))
+glue("stored_rounds_text", ", ".join(map(str, after)), display=False)
+glue("stored_seed_text", "; ".join(f"seed {s}: {r['barycentric + stored residual']:.2f} against {r['barycentric only']:.2f}"
+                                   for s, r in stored_check.iterrows()), display=False)
 results.append(evaluate(CLAIMS["fig6a-update"], col(last_d, "mpt"), col(last_d, "stored_residual")))
 results.append(evaluate(CLAIMS["fig6a-bary"], col(last_d, "mpt"), col(last_d, "barycentric")))
 results.append(evaluate(CLAIMS["comm-mpt"], comm_w.loc[SEEDS, "mpt"].to_numpy(), comm_w.loc[SEEDS, "mpt_lite"].to_numpy()))
@@ -703,7 +788,10 @@ glue("total_seconds", float(time.perf_counter() - t_start), display=False)
 show(results, digits=3)
 
 # %% [markdown]
-# Of the {glue:text}`n_claims` claim rows (the control is not counted), {glue:text}`n_holds` hold,
+# The Figure 6 (a) "initial gap" row averages the distance over rounds {glue:text}`stored_rounds_text`;
+# per seed, barycentric + stored residual against barycentric only: {glue:text}`stored_seed_text`.
+#
+# Of the {glue:text}`n_claims` claim rows (the controls are not counted), {glue:text}`n_holds` hold,
 # {glue:text}`n_not` do not hold and {glue:text}`n_inconclusive` are inconclusive at this scale.
 # This chapter ran in {glue:text}`total_seconds:.0f` s at this profile.
 #
