@@ -65,7 +65,6 @@ clip_checkpoint = None  # optional: path of a local open_clip checkpoint (ViT-B-
 results_dir = None  # where tidy results are saved (None: not saved)
 
 # %%
-import math
 import time
 from pathlib import Path
 
@@ -76,15 +75,16 @@ import torch
 from myst_nb import glue
 
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
-from fedlib.algorithms.ggeur import Rebalanced, classifier_fn
+from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
 from fedlib.chapter import load_data, resolve
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, mean_interval, seed_table, show, tally
 from fedlib.data import ArrayDataset, make_digit_domains
+from fedlib.data.domains import one_client_per_domain
 from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
-from fedlib.federation import ClientData, Federation, make_federation
+from fedlib.federation import make_federation
 from fedlib.geometry import augment, class_shapes, similarity_matrix
 from fedlib.loop import LoopConfig, run_federated
-from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, PARTITION, numpy_rng, torch_generator
+from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
 
@@ -371,15 +371,9 @@ def run(alg, fed, model_fn, training_rounds, extra_round, s):
     return res, curve, time.perf_counter() - t0
 
 
-def filled_size(y, n_classes, total):
-    """The size of a client's set after step 1 (every held class filled to ``total``)."""
-    counts = np.bincount(np.asarray(y), minlength=n_classes)
-    return int(np.where(counts > 0, np.maximum(counts, total), 0).sum())
-
-
-def matched(steps_from_sizes):
-    steps = int(math.ceil(float(np.mean(steps_from_sizes)) / P.batch_size)) * P.local_epochs
-    return TrainConfig(steps=steps, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
+def matched(sizes):
+    """FedAvg's budget with as many local steps as GGEUR's clients take on sets of these sizes."""
+    return matched_train(sizes, P.batch_size, P.local_epochs, P.lr)
 
 
 LABEL_METHODS = ["FedAvg", "FedAvg, matched steps", "FedAvg, rebalanced", "+GGEUR (code: N(x, Σ))", "+GGEUR (paper: λ scaling)",
@@ -506,18 +500,8 @@ def domain_federation(s):
     else:
         enc = encoder
     e = encode_dataset(enc, d_all.subset(rest))
-    rng = numpy_rng(s, PARTITION)  # each domain's test / client shares
-    clients, tests, sizes = [], [], {}
-    for d, dname in enumerate(d_all.domain_names):
-        idx = rng.permutation(np.flatnonzero(e.domain.numpy() == d))
-        n_dom = int((d_all.domain == d).sum())
-        n_test, n_client = int(round(P.domain_test * n_dom)), int(round(P.domain_client * n_dom))
-        test_d, train_d = e.subset(idx[:n_test]), e.subset(idx[n_test:n_test + n_client])
-        clients.append(ClientData(train_d, test_d)); tests.append(idx[:n_test])
-        sizes[dname] = {"domain size": n_dom, "client train": len(train_d), "domain test": len(test_d),
-                        "classes held": int((torch.bincount(train_d.y, minlength=10) > 0).sum())}
-    fed = Federation(clients, e.subset(np.concatenate(tests)), e.n_classes,
-                     {"dataset": "digit_domains:emb", "clients": "one per domain", "seed": s})
+    totals = {name: int((d_all.domain == d).sum()) for d, name in enumerate(d_all.domain_names)}
+    fed, sizes = one_client_per_domain(e, totals, P.domain_test, P.domain_client, seed=s)
     return d_all, pub, enc, e, fed, sizes, len(enc_pub)
 
 
@@ -534,14 +518,6 @@ glue("hidden", P.hidden, display=False)
 pd.DataFrame(domain_sizes).T
 
 # %%
-def step12_size(fed, k):
-    """Client k's set size after steps 1 and 2 (its filled classes plus samples around every other
-    client's class prototypes)."""
-    own = filled_size(fed.clients[k].train.y, fed.n_classes, P.total_per_class)
-    held = [int((torch.bincount(c.train.y, minlength=fed.n_classes) > 0).sum()) for c in fed.clients]
-    return own + P.per_prototype * (sum(held) - held[k])
-
-
 def similarity_rows(s, d_all, e):
     shapes = {}
     for d, dname in enumerate(d_all.domain_names):
@@ -566,7 +542,7 @@ for s in SEEDS:
     mlp_fn = classifier_fn(P.domain_classifier, enc_s.dim, e_s.n_classes, hidden=P.hidden)
     makers = {"FedAvg": lambda: FedAvg(train=train_cfg), "FedProx": lambda: FedProx(train=train_cfg, mu=P.prox_mu),
               "FedProto": lambda: FedProto(train=train_cfg, lam=P.proto_lam)}
-    ms_cfg = matched([step12_size(fed_s, k) for k in range(fed_s.n_clients)])
+    ms_cfg = matched([augmented_size(fed_s, k, P.total_per_class, P.per_prototype) for k in range(fed_s.n_clients)])
     runs = {}
     for bname, make in makers.items():
         runs[(bname, bname)] = (make(), False)

@@ -186,3 +186,42 @@ def test_frozen_encoder_checks_output_and_openclip_needs_local_file(tmp_path):
         bad.embed(torch.zeros(4, 5))
     with pytest.raises(ValueError, match="not a local file"):
         OpenCLIPEncoder("ViT-B-32", tmp_path / "missing.bin")
+
+
+# ------------------------------------------------------------------ the chapter's domain federation and matched steps
+def test_one_client_per_domain_is_disjoint_seeded_and_sized():
+    from fedlib.data.domains import one_client_per_domain
+    n = 120
+    ds = ArrayDataset(torch.randn(n, 4), torch.arange(n) % 5, 5, "toy", domain=torch.arange(n) % 3,
+                      domain_names=("a", "b", "c"))
+    ds.x[:, 0] = torch.arange(n, dtype=torch.float32)  # a sample's id, to check disjointness
+    totals = {"a": 50, "b": 50, "c": 50}  # the full domains were larger (a public part is gone)
+    fed, sizes = one_client_per_domain(ds, totals, test_share=0.2, client_share=0.5, seed=3)
+    assert fed.n_clients == 3 and fed.n_classes == 5
+    ids = [set(c.train.x[:, 0].tolist()) | set(c.test.x[:, 0].tolist()) for c in fed.clients]
+    assert all(not (ids[i] & ids[j]) for i in range(3) for j in range(i + 1, 3))
+    for d, c in enumerate(fed.clients):
+        assert len(c.train) == 25 and len(c.test) == 10
+        assert set(c.train.domain.tolist()) == {d} and set(c.test.domain.tolist()) == {d}
+        assert not set(c.train.x[:, 0].tolist()) & set(c.test.x[:, 0].tolist())
+    assert len(fed.global_test) == 30 and sizes["b"] == {"domain size": 50, "client train": 25, "domain test": 10,
+                                                         "classes held": 5}
+    again, _ = one_client_per_domain(ds, totals, 0.2, 0.5, seed=3)
+    other, _ = one_client_per_domain(ds, totals, 0.2, 0.5, seed=4)
+    assert torch.equal(again.clients[0].train.x, fed.clients[0].train.x)
+    assert not torch.equal(other.clients[0].train.x, fed.clients[0].train.x)
+    with pytest.raises(ValueError):
+        one_client_per_domain(ds, {"a": 100, "b": 100, "c": 100}, 0.3, 0.5, seed=0)
+
+
+def test_matched_steps_follow_ggeur_set_sizes(fed):
+    from fedlib.algorithms.ggeur import augmented_size, filled_size, matched_train
+    for k, c in enumerate(fed.clients):
+        counts = torch.bincount(c.train.y, minlength=fed.n_classes)
+        assert filled_size(c.train.y, fed.n_classes, 1000) == 1000 * int((counts > 0).sum())
+        assert filled_size(c.train.y, fed.n_classes, 1) == len(c.train)
+        assert augmented_size(fed, k, 1, 0) == len(c.train)
+    # the matched budget equals the steps GGEUR's Rebalanced/GGEUR clients take per round on average
+    sizes = [filled_size(c.train.y, fed.n_classes, 40) for c in fed.clients]
+    tc = matched_train(sizes, batch_size=32, local_epochs=2, lr=0.01)
+    assert tc.steps == 2 * int(np.ceil(np.mean(sizes) / 32)) and tc.batch_size == 32

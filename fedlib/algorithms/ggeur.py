@@ -44,6 +44,7 @@ Baselines (our implementations on embeddings, not the original code):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -66,7 +67,8 @@ CACHE = "aug/"
 """Prefix of the augmented set in a client's own state (never sent)."""
 REQUEST = "statistics_request"
 
-__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst"]
+__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst",
+           "filled_size", "augmented_size", "matched_train"]
 
 
 class LinearClassifier(FeatureModel):
@@ -376,3 +378,43 @@ class Rebalanced(StatisticsFirst):
             xs.append(train.x[pick].float())
             ys.append(torch.full((need,), c, dtype=torch.long))
         return {"x": torch.cat(xs), "y": torch.cat(ys)}
+
+
+# --------------------------------------------------------------------------- matched-steps controls
+def filled_size(y, n_classes: int, total: int) -> int:
+    """The size of a client's set after GGEUR's step 1: every class it holds filled to ``total``
+    (a class already larger keeps its size; an absent class stays absent).
+
+    >>> filled_size([0, 0, 1], n_classes=3, total=5)
+    10
+    """
+    counts = torch.bincount(torch.as_tensor(y, dtype=torch.int64), minlength=n_classes)
+    return int(torch.where(counts > 0, counts.clamp(min=total), torch.zeros_like(counts)).sum())
+
+
+def augmented_size(fed, k: int, total: int, per_prototype: int) -> int:
+    """Client ``k``'s set size after GGEUR's steps 1 and 2: its filled classes plus ``per_prototype``
+    samples around every other client's class prototypes (one prototype per class a client holds).
+
+    >>> from fedlib.data import ArrayDataset
+    >>> from fedlib.federation import ClientData, Federation
+    >>> mk = lambda ys: ArrayDataset(torch.zeros(len(ys), 2), torch.tensor(ys), 3, "toy")
+    >>> fed = Federation([ClientData(mk([0, 0]), mk([0])), ClientData(mk([1, 2]), mk([1]))], mk([0, 1, 2]), 3, {})
+    >>> augmented_size(fed, 0, total=4, per_prototype=3)  # 4 (class 0 filled) + 3 x 2 prototypes
+    10
+    """
+    own = filled_size(fed.clients[k].train.y, fed.n_classes, total)
+    held = [int((torch.bincount(c.train.y, minlength=fed.n_classes) > 0).sum()) for c in fed.clients]
+    return own + per_prototype * (sum(held) - held[k])
+
+
+def matched_train(sizes, batch_size: int, local_epochs: int, lr: float, optimizer: str = "adam") -> TrainConfig:
+    """A local-training budget of as many steps per round as GGEUR's clients take on average:
+    ``ceil(mean(sizes) / batch_size)`` batches per epoch, ``local_epochs`` epochs (the book's
+    matched-steps controls).
+
+    >>> matched_train([100, 60], batch_size=32, local_epochs=2, lr=0.01).steps
+    6
+    """
+    steps = int(math.ceil(float(sum(sizes)) / len(sizes) / batch_size)) * local_epochs
+    return TrainConfig(steps=steps, batch_size=batch_size, optimizer=optimizer, lr=lr)
