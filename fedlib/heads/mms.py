@@ -171,6 +171,8 @@ class MMS(LinearHead):
     metric_ : (d, d) :math:`A`
     scaled_coef_, coef_, intercept_ : the shared head on :math:`z` and on :math:`h`
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> h = torch.tensor([[0.0, 0.0], [2.0, 0.0], [0.0, 4.0], [2.0, 4.0]])
     >>> mms = MMS(gamma=1.0).fit(ClassMoments.from_features(h, torch.tensor([0, 0, 1, 1]), 2), [1, 1])
@@ -315,6 +317,8 @@ class SASP(LinearHead):
     means_ : (C, d) personalized means :math:`\tilde\mu_c^{(k)}`
     scaled_coef_, coef_, intercept_ : the head on :math:`z` (:math:`W^{(k)}, b^{(k)}`) and on :math:`h`
 
+    Examples
+    --------
     >>> from fedlib.stats import ClassMoments
     >>> h = torch.tensor([[0.0], [2.0], [10.0], [12.0]])
     >>> mms = SASP().shared(ClassMoments.from_features(h, torch.tensor([0, 0, 1, 1]), 2))
