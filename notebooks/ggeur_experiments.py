@@ -79,7 +79,7 @@ from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, f
 from fedlib.chapter import load_data, resolve
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, mean_interval, seed_table, show, tally
 from fedlib.data import ArrayDataset, make_digit_domains
-from fedlib.data.domains import one_client_per_domain
+from fedlib.federation import one_client_per_domain
 from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import make_federation
 from fedlib.geometry import augment, class_shapes, similarity_matrix

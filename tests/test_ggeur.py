@@ -190,7 +190,7 @@ def test_frozen_encoder_checks_output_and_openclip_needs_local_file(tmp_path):
 
 # ------------------------------------------------------------------ the chapter's domain federation and matched steps
 def test_one_client_per_domain_is_disjoint_seeded_and_sized():
-    from fedlib.data.domains import one_client_per_domain
+    from fedlib.federation import one_client_per_domain
     n = 120
     ds = ArrayDataset(torch.randn(n, 4), torch.arange(n) % 5, 5, "toy", domain=torch.arange(n) % 3,
                       domain_names=("a", "b", "c"))
