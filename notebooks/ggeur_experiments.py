@@ -708,21 +708,19 @@ pd.Series({"generate one class (ms)": gen_ms, "all label-skew runs, all seeds (s
 # book's own questions, decided by the same rule and not counted.
 
 # %%
+LABEL_BASELINE = {  # label-skew rows per β: the key's prefix and the run GGEUR is paired with
+    "label-vs-FedMix-style": "FedMix-style", "label-vs-FedFA-style": "FedFA-style", "label-gain": "FedAvg",
+    "ctrl-matched": "FedAvg, matched steps", "ctrl-rebalanced": "FedAvg, rebalanced",
+    "ctrl-fedmix-matched": "FedMix-style, matched steps",
+}
+
+
 def ours_base(key):
     """The paired per-seed values (ours, baseline) of a declared row."""
     for b in P.betas:
-        if key == f"label-vs-FedMix-style-{b}":
-            return lab(b, G), lab(b, "FedMix-style")
-        if key == f"label-vs-FedFA-style-{b}":
-            return lab(b, G), lab(b, "FedFA-style")
-        if key == f"label-gain-{b}":
-            return lab(b, G), lab(b, "FedAvg")
-        if key == f"ctrl-matched-{b}":
-            return lab(b, G), lab(b, "FedAvg, matched steps")
-        if key == f"ctrl-rebalanced-{b}":
-            return lab(b, G), lab(b, "FedAvg, rebalanced")
-        if key == f"ctrl-fedmix-matched-{b}":
-            return lab(b, G), lab(b, "FedMix-style, matched steps")
+        for prefix, baseline in LABEL_BASELINE.items():
+            if key == f"{prefix}-{b}":
+                return lab(b, G), lab(b, baseline)
     if key == "label-trend":
         return lab(b_lo, G) - lab(b_lo, "FedAvg"), lab(b_hi, G) - lab(b_hi, "FedAvg")
     if key == "label-convergence":
