@@ -14,7 +14,7 @@ Where it writes: the ``book`` profile into ``book/`` itself (``book/chapters``, 
 HTML in ``book/_build/html``); any other profile into its own folder ``book/_<profile>/``, which
 holds a copy of the book's own pages next to its executed chapters and renders to
 ``book/_<profile>/_build/html``, so a smoke build never leaves its numbers in the book or
-invalidates the book's cache. ``--out DIR`` executes into ``DIR`` instead and does not render.
+invalidates the book's cache. ``--out DIR`` executes into ``DIR`` instead and does not render (``--render`` renders it too).
 
 Parameters: ``-p key=value`` goes to every selected chapter whose ``parameters`` cell declares
 ``key``; a key that no selected chapter declares stops the build before anything runs.
@@ -232,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-render", action="store_true", help="execute the chapters, do not render HTML")
     parser.add_argument("--force", action="store_true", help="re-execute even where the cache is valid")
     parser.add_argument("--out", help="write executed chapters and results under this folder instead "
-                        "(implies --no-render; for experiments that must not touch the book)")
+                        "(implies --no-render unless --render; for experiments that must not touch the book)")
+    parser.add_argument("--render", action="store_true",
+                        help="with --out: render the HTML there too (every chapter of the toc must be executed there)")
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.param:
@@ -241,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
         k, v = item.split("=", 1)
         overrides[k.strip()] = parse_value(v)
     out = Path(args.out).resolve() if args.out else None
-    return build(args.profile, args.only, overrides, not (args.no_render or args.out), args.force, out)
+    render = not args.no_render and (args.render or not args.out)
+    return build(args.profile, args.only, overrides, render, args.force, out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,10 @@ fedlib* shows where this module sits among the library's layers.
 from __future__ import annotations
 
 import ast
+import hashlib
+import math
 import numbers
+import re
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -42,6 +45,12 @@ DATA_NAMES = ("mnist5k", "uci", "cifar10", "cifar100")
 
 CHECK_KINDS = ("error", "count", "at least")
 """How :meth:`CheckTable.add` compares a measured value with its tolerance."""
+
+BEST_KINDS = ("max", "min")
+"""Which value of a column :func:`show_table` marks as the best."""
+
+MISSING = "\N{EM DASH}"
+"""How :func:`show_table` shows an undefined value (NaN, None): a dash, never ``nan``."""
 
 
 def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides: Any) -> SimpleNamespace:
@@ -355,6 +364,145 @@ class CheckTable:
         table = pd.DataFrame(self.rows, columns=list(self.COLUMNS))
         return table if any(row["tolerance"] for row in self.rows) else table.drop(columns="tolerance")
 
+    def show(self):
+        """The table for a page (:func:`show_table`): statements wrapped so the verdict column
+        stays on screen, verdicts shaded (holds green, anything else red).
 
-__all__ = ["CHECK_KINDS", "DATA_NAMES", "PROFILE_NAMES", "CheckTable", "check_injected", "float64_tensor", "load_data",
-           "resolve", "subsample"]
+        >>> checks = CheckTable()
+        >>> checks.add("x = y", "100 random pairs", 3e-16, 1e-12)
+        >>> "holds" in checks.show().to_html()
+        True
+        """
+        return show_table(self.frame(), wrap=True, index=False).map(
+            lambda v: f"background-color: {'#d9f2d9' if v == 'holds' else '#f8d7d7'}", subset=["verdict"])
+
+
+_LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
+
+
+def _leading_number(value: Any) -> float:
+    """The number a cell starts with (``"91.0 ± 2.5"`` -> 91.0), NaN for none: what ``best`` compares."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    match = _LEADING_NUMBER.match(str(value)) if isinstance(value, str) else None
+    return float(match.group(1).replace(",", "")) if match else math.nan
+
+
+def _three_digits(x: float) -> str:
+    """``x`` with three significant digits, trailing zeros kept (``25.0``, ``3.37``, ``512``)."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def format_bytes(n: float) -> str:
+    """A byte count for a reader: ``"3.37 MB"`` (decimal units, three significant digits).
+
+    >>> format_bytes(3373973), format_bytes(512), format_bytes(2.5e10)
+    ('3.37 MB', '512 B', '25.0 GB')
+    """
+    n = float(n)
+    if not math.isfinite(n):
+        return MISSING
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{_three_digits(n / size)} {unit}"
+    return f"{int(round(n))} B"
+
+
+def _format_cell(value: Any, spec: Any) -> str:
+    """One cell as text: ``spec`` a format spec (``".2f"``), a callable, or ``None`` (the default rule)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
+        return MISSING
+    if callable(spec):
+        return str(spec(value))
+    if isinstance(spec, str):
+        return format(value, spec)
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if not math.isfinite(v):
+            return "\N{INFINITY}" if v > 0 else "\N{MINUS SIGN}\N{INFINITY}"
+        return f"{v:,.{spec if isinstance(spec, int) else 2}f}"
+    return str(value)
+
+
+def show_table(
+    frame: pd.DataFrame,
+    *,
+    digits: int | Mapping[str, int] = 2,
+    formats: Mapping[str, Any] | None = None,
+    best: Mapping[str, str] | None = None,
+    index: bool = True,
+    wrap: bool = False,
+):
+    """A results table for reading on a page: key columns first, no pandas index column, every
+    number formatted, undefined values as a dash, the best value of chosen columns in bold.
+
+    Parameters
+    ----------
+    frame : DataFrame
+    digits : int or dict, default 2
+        Decimals of float cells (one number, or per column; integers get thousands separators).
+    formats : dict, optional
+        Per column: a format spec (``".1e"``, ``".1%"``) or a callable (e.g. :func:`format_bytes`).
+    best : dict, optional
+        Per column: ``"max"`` or ``"min"``; the best value (ties: every one) is shown in bold.
+        Cells that are text (``"91.0 ± 2.5"``) compare by the number they start with.
+    index : bool, default True
+        Show the frame's index as its first column(s), named after it (``False``: drop it).
+    wrap : bool, default False
+        Wrap long text in its cell (statement columns) instead of widening the table.
+
+    Returns
+    -------
+    pandas.io.formats.style.Styler
+        Displayed as an HTML table; its id comes from the content, so the same table gives the
+        same page.
+
+    Raises
+    ------
+    ValueError
+        A column of ``digits``, ``formats`` or ``best`` that the table does not have, or a ``best``
+        kind other than ``"max"`` / ``"min"``.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"acc": [91.234, float("nan")], "bytes": [3373973, 512]},
+    ...                  index=pd.Index(["FedAvg", "Ditto"], name="method"))
+    >>> html = show_table(t, digits=1, formats={"bytes": format_bytes}, best={"acc": "max"}).to_html()
+    >>> "91.2" in html, "3.37 MB" in html, "nan" in html, "font-weight: bold" in html
+    (True, True, False, True)
+    """
+    formats, best = dict(formats or {}), dict(best or {})
+    table = frame.reset_index() if index and not isinstance(frame.index, pd.RangeIndex) else frame.reset_index(drop=True)
+    table.columns = [" ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in table.columns]
+    per_column = dict(digits) if isinstance(digits, Mapping) else {}
+    for name, option in (("digits", per_column), ("formats", formats), ("best", best)):
+        unknown = [c for c in option if c not in table.columns]
+        if unknown:
+            raise ValueError(f"show_table: {name} names columns {unknown} that the table does not have; "
+                             f"valid: {list(table.columns)}")
+    bad = {c: k for c, k in best.items() if k not in BEST_KINDS}
+    if bad:
+        raise ValueError(f"show_table: best must be one of {', '.join(BEST_KINDS)} per column, got {bad}")
+    default_digits = digits if isinstance(digits, int) else 2
+    uuid = hashlib.sha1(table.to_json(default_handler=str).encode()).hexdigest()[:8]
+    styler = table.style.set_uuid(f"table-{uuid}").hide(axis="index")
+    for column in table.columns:
+        spec = formats.get(column, per_column.get(column, default_digits))
+        styler = styler.format(lambda v, spec=spec: _format_cell(v, spec), subset=[column])
+    for column, kind in best.items():
+        values = table[column].map(_leading_number)
+        target = values.max() if kind == "max" else values.min()
+        styler = styler.apply(lambda s, v=values, t=target: ["font-weight: bold" if x == t else "" for x in v],
+                              subset=[column])
+    props = [("text-align", "left"), ("vertical-align", "top")]
+    if wrap:
+        props.append(("white-space", "normal"))
+    return styler.set_properties(**dict(props)).set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
+
+
+__all__ = ["BEST_KINDS", "CHECK_KINDS", "DATA_NAMES", "MISSING", "PROFILE_NAMES", "CheckTable", "check_injected",
+           "float64_tensor", "format_bytes", "load_data", "resolve", "show_table", "subsample"]
