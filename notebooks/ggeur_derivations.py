@@ -15,7 +15,8 @@
 # (chapter-ggeur-derivations)=
 # # GGEUR: the geometry, checked
 #
-# GGEUR {cite:p}`ggeur` describes each class of frozen embeddings by its covariance
+# GGEUR (Global Geometry-Guided Embedding Uncertainty Representation) {cite:p}`ggeur` is a
+# federated-learning method for clients whose data are skewed: it describes each class of frozen embeddings by its covariance
 # $\Sigma_c = \sum_m \lambda_c^m \xi_c^m {\xi_c^m}^\top$, the class's *geometric shape*
 # (eigenvalues $\lambda$ and eigenvectors $\xi$, Eq. 2). The server builds the global shape of
 # each class from the clients' local means and covariances (Eq. 4), and every client generates new
@@ -33,14 +34,14 @@
 # `tests/test_geometry.py`. The implementation is {mod}`fedlib.geometry`; the class moments come
 # from `fedlib.stats.ClassMoments`.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials)
 seed = 0  # every random draw is derived from it
 n_trials = None  # random federations / bases per property check
 n_draws = None  # Monte-Carlo draws for the generated covariances
 results_dir = None  # unused; kept for the build's common interface
 
-# %%
+# %% tags=["hide-input"]
 import time
 
 import matplotlib.pyplot as plt
@@ -49,7 +50,10 @@ import pandas as pd
 import torch
 from myst_nb import glue
 
-from fedlib.chapter import CheckTable, resolve
+from matplotlib.colors import LogNorm
+from matplotlib.lines import Line2D
+
+from fedlib.chapter import CheckTable, resolve, show_table
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.geometry import (augment, augment_around_prototypes, augment_loop, class_shapes, combine_local_covariances,
@@ -87,7 +91,7 @@ print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 # classes with a single sample, against `numpy.cov` of the pooled samples and against the additive
 # moments of `fedlib.stats.ClassMoments` (which is how fedlib computes it).
 
-# %%
+# %% tags=["hide-input"]
 def random_federation(rng, K, C, d):
     parts = []
     for k in range(K):
@@ -141,15 +145,16 @@ for t in range(P.n_trials):
 
 eq4_table = pd.DataFrame({
     "max relative error": [eq4_err, moments_err, cross_max],
-}, index=["Eq. 4 vs numpy.cov of pooled samples", "ClassMoments (merged) vs numpy.cov", "cross term of the expansion"])
+}, index=pd.Index(["Eq. 4 vs numpy.cov of pooled samples", "ClassMoments (merged) vs numpy.cov",
+                   "cross term of the expansion"], name="quantity compared"))
 glue("eq4_err", float(eq4_err), display=False)
 glue("eq4_trials", int(P.n_trials), display=False)
 glue("single_client_cases", int(single_client_cases), display=False)
 checks.add("Eq. 4 equals the covariance of the pooled samples (unequal sizes, single-client and one-sample classes)",
            f"{P.n_trials} random federations vs numpy.cov(bias=True)", f"{eq4_err:.1e}", ok=eq4_err < 1e-10)
 checks.add("the cross terms of the expansion vanish exactly (the paper: 'in expectation')",
-           "sum of (x - mu_k)(mu_k - mu)^T per client and class", f"{cross_max:.1e}", ok=cross_max < 1e-10)
-eq4_table
+           "sum of (x − μ_k)(μ_k − μ)ᵀ per client and class", f"{cross_max:.1e}", ok=cross_max < 1e-10)
+show_table(eq4_table, formats={"max relative error": ".1e"})
 
 # %% [markdown]
 # Over {glue:text}`eq4_trials` random federations (with {glue:text}`single_client_cases` classes
@@ -171,7 +176,7 @@ eq4_table
 # embeddings by $c$ multiplies $\Sigma$ by $c^2$ but the paper's noise covariance by $c^4$. We
 # compare the analytic covariances with the empirical covariance of many generated $\beta$.
 
-# %%
+# %% tags=["hide-input"]
 rng = numpy_rng(seed, 2)
 d = 6
 a = rng.normal(size=(d, d))
@@ -183,32 +188,33 @@ for formula in ("code", "paper"):
                   generator=torch_generator(seed, 3))
     emp = torch.tensor(np.cov(out.numpy().T))
     ana = generated_covariance(vals, vecs, formula)
-    rows.append({"formula": formula, "analytic Cov(beta)": "Sigma" if formula == "code" else "Sigma^2",
+    rows.append({"formula": formula, "analytic Cov(β)": "Σ" if formula == "code" else "Σ²",
                  "relative error empirical vs analytic": float((emp - ana).norm() / ana.norm()),
-                 "relative distance of Cov(beta) from Sigma": float((ana - sigma).norm() / sigma.norm())})
+                 "relative distance of Cov(β) from Σ": float((ana - sigma).norm() / sigma.norm())})
 formula_table = pd.DataFrame(rows).set_index("formula")
 scale_rows = []
 for c in (0.1, 1.0, 10.0):
     v, V = eigen_shape(sigma * c**2)
     scale_rows.append({"feature scale c": c,
-                       "tr Cov(beta) / tr Sigma, code": float(generated_covariance(v, V, "code").trace() / (sigma * c**2).trace()),
-                       "tr Cov(beta) / tr Sigma, paper": float(generated_covariance(v, V, "paper").trace() / (sigma * c**2).trace())})
+                       "tr Cov(β) / tr Σ, code": float(generated_covariance(v, V, "code").trace() / (sigma * c**2).trace()),
+                       "tr Cov(β) / tr Σ, paper": float(generated_covariance(v, V, "paper").trace() / (sigma * c**2).trace())})
 scale_table = pd.DataFrame(scale_rows).set_index("feature scale c")
 emp_err = max(r["relative error empirical vs analytic"] for r in rows)
-paper_gap = rows[1]["relative distance of Cov(beta) from Sigma"]
+paper_gap = rows[1]["relative distance of Cov(β) from Σ"]
 glue("emp_err", float(emp_err), display=False)
 glue("paper_gap", float(paper_gap), display=False)
 glue("n_draws", int(P.n_draws), display=False)
 glue("scale_paper_small", float(scale_table.iloc[0, 1]), display=False)
 glue("scale_paper_large", float(scale_table.iloc[-1, 1]), display=False)
-checks.add("code's formula: Cov(beta) = Sigma", f"{P.n_draws} draws, Frobenius relative error",
+checks.add("code's formula: Cov(β) = Σ", f"{P.n_draws} draws, Frobenius relative error",
            f"{rows[0]['relative error empirical vs analytic']:.3f}", ok=rows[0]["relative error empirical vs analytic"] < 0.05)
-checks.add("paper's formula: Cov(beta) = sum lambda^2 xi xi^T = Sigma^2", f"{P.n_draws} draws, Frobenius relative error",
+checks.add("paper's formula: Cov(β) = Σ λ² ξ ξᵀ = Σ²", f"{P.n_draws} draws, Frobenius relative error",
            f"{rows[1]['relative error empirical vs analytic']:.3f}", ok=rows[1]["relative error empirical vs analytic"] < 0.05)
-checks.add("the paper's formula does not reproduce the global covariance Sigma (unless all eigenvalues are 0 or 1)",
-           "||Sigma^2 - Sigma|| / ||Sigma||", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
-display(formula_table.round(4))
-scale_table.round(4)
+checks.add("the paper's formula does not reproduce the global covariance Σ (unless all eigenvalues are 0 or 1)",
+           "‖Σ² − Σ‖ / ‖Σ‖", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
+display(show_table(formula_table, digits={"relative error empirical vs analytic": 3, "relative distance of Cov(β) from Σ": 2}))
+three_sig = lambda v: f"{v:.3g}"  # noqa: E731  (0.0192, 1, 192)
+show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, code": three_sig, "tr Cov(β) / tr Σ, paper": three_sig})
 
 # %% [markdown]
 # With {glue:text}`n_draws` draws the empirical covariances match the analytic ones to
@@ -216,19 +222,25 @@ scale_table.round(4)
 # $\Sigma$ by {glue:text}`paper_gap:.2f` of its norm. Under the paper's formula the spread of the
 # new samples, relative to the class's own spread, depends on the units of the embeddings: it is
 # {glue:text}`scale_paper_small:.4f` of $\mathrm{tr}\,\Sigma$ when the features are scaled by 0.1
-# and {glue:text}`scale_paper_large:.0f` times $\mathrm{tr}\,\Sigma$ when scaled by 10. The
-# picture shows both in two dimensions, around one sample, for eigenvalues 4 and 0.25.
+# and {glue:text}`scale_paper_large:.0f` times $\mathrm{tr}\,\Sigma$ when scaled by 10.
+# {numref}`fig-ggeur-formulas` shows both in two dimensions, around one sample, for eigenvalues 4
+# and 0.25.
 
-# %%
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "New samples generated around one real sample (the cross) for a class shape with eigenvalues 4 and 0.25: the authors' code draws from $\\mathcal N(x, \\Sigma)$ (blue), the paper's formula scales each eigenvector by $\\lambda$ instead of $\\sqrt{\\lambda}$, so its cloud has covariance $\\Sigma^2$ (orange): longer along the large eigenvalue, thinner along the small one.", "name": "fig-ggeur-formulas"}, "image": {"alt": "Scatter plot of two point clouds centred on a black cross at the origin, both elongated along the same tilted axis. The orange cloud (paper's formula) stretches about twice as far along the long axis as the blue cloud (code's formula) and is thinner across it."}}
 lam2 = torch.tensor([4.0, 0.25], dtype=torch.float64)
 rot = torch.tensor([[np.cos(0.5), -np.sin(0.5)], [np.sin(0.5), np.cos(0.5)]], dtype=torch.float64)
-fig, ax = plt.subplots(figsize=(5, 5))
+fig, ax = plt.subplots(figsize=(5.5, 5.5))
 for formula, color in (("code", "C0"), ("paper", "C1")):
     pts = augment(torch.zeros(1, 2, dtype=torch.float64), lam2, rot, 1500, formula=formula, generator=torch_generator(seed, 4))
-    ax.scatter(pts[:, 0], pts[:, 1], s=3, alpha=0.4, color=color, label=f"{formula}: Cov = " + ("Σ" if formula == "code" else "Σ²"))
+    ax.scatter(pts[:, 0], pts[:, 1], s=3, alpha=0.4, color=color,
+               label=f"{formula}'s formula: Cov = " + ("Σ" if formula == "code" else "Σ²"))
 ax.scatter([0], [0], color="k", marker="x", s=60, label="the real sample")
-ax.set_aspect("equal"); ax.legend(loc="upper left"); ax.set_title("new samples around one sample, λ = (4, 0.25)")
-plt.show()
+ax.set_aspect("equal"); ax.set_xlabel("first coordinate"); ax.set_ylabel("second coordinate")
+legend = ax.legend(loc="lower right", fontsize=8)  # the cloud lies along the other diagonal
+for handle in legend.legend_handles[:2]:
+    handle.set_sizes([20]); handle.set_alpha(1)
+ax.set_title("new samples around one sample, λ = (4, 0.25)")
+fig.tight_layout(); plt.show()
 
 # %% [markdown]
 # ## 3. The geometry similarity $S$
@@ -241,7 +253,7 @@ plt.show()
 # fedlib also offers the rotation-invariant $\lVert V_k^\top V_k'\rVert_F^2$
 # (`method="subspace"`).
 
-# %%
+# %% tags=["hide-input"]
 rng = numpy_rng(seed, 5)
 out_of_range, sign_dev, max_at_equal, near = 0, 0.0, 0.0, []
 for t in range(P.n_trials):
@@ -260,18 +272,18 @@ s_swap_sub = float(geometry_similarity(torch.eye(5, dtype=torch.float64), swap, 
 sim_table = pd.DataFrame({
     "result": [f"{out_of_range} of {P.n_trials}", f"{sign_dev:.1e}", f"{max_at_equal:.1e}", f"{np.mean(near):.3f}",
                f"S = {s_swap:.0f} (subspace similarity {s_swap_sub:.0f})"],
-}, index=["S outside [0, k] for random bases", "largest change of S under sign flips",
-          "|S - k| for identical bases up to sign", "mean S/k for a 5 % perturbation",
-          "k = 5, same subspace, first two eigenvectors swapped"])
+}, index=pd.Index(["S outside [0, k] for random bases", "largest change of S under sign flips",
+                   "|S - k| for identical bases up to sign", "mean S/k for a 5 % perturbation",
+                   "k = 5, same subspace, first two eigenvectors swapped"], name="property"))
 glue("s_swap", s_swap, display=False)
 checks.add("S lies in [0, k]", f"{P.n_trials} random orthonormal bases", f"{out_of_range} counterexamples", ok=out_of_range == 0)
 checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sign_dev:.1e}", ok=sign_dev < 1e-12)
 checks.add("S = k iff the top-k eigenvectors coincide pairwise up to sign",
            "identical bases with random signs; perturbed bases score < k", f"{max_at_equal:.1e}",
            ok=max_at_equal < 1e-12 and max(near) < 1)
-checks.add("S is not a similarity of *subspaces*: it depends on the order of the eigenvectors",
+checks.add("S is not a similarity of subspaces: it depends on the order of the eigenvectors",
            "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)", f"S = {s_swap:.0f} of 5", ok=s_swap < 5)
-sim_table
+show_table(sim_table, wrap=True)
 
 # %% [markdown]
 # $S$ behaves as the paper says for ordered bases, but it compares the $i$-th eigenvector with the
@@ -293,11 +305,11 @@ sim_table
 # What to expect: new samples are centred on the client's samples, so the **mean does not move**;
 # only the covariance does, to about $\Sigma_{\text{local}} + \frac{m}{n+m}\,\mathrm{Cov}(\beta)$
 # with $m$ generated and $n$ real samples. Under the code's formula that is
-# $\Sigma_{\text{local}} + \approx\Sigma$: right for a client with very few samples
+# $\approx \Sigma_{\text{local}} + \Sigma$: right for a client with very few samples
 # ($\Sigma_{\text{local}}\approx 0$), about twice too wide for a client whose samples already
 # represent the class.
 
-# %%
+# %% tags=["hide-input"]
 mix = make_gaussian_mixture(n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim, separation=3.0, seed=seed)
 fed = make_federation(mix.dataset, n_clients=P.n_clients, alpha=P.alpha, min_size=5, global_test_per_class=10, seed=seed)
 merged = ClassMoments.sum(ClassMoments.from_features(c.train.x, c.train.y, P.mix_classes) for c in fed.clients)
@@ -321,9 +333,12 @@ for k, cl in enumerate(fed.clients):
 dist = pd.DataFrame(rows)
 dist["shrinks"] = dist["after"] < dist["before"]
 SMALL = 10  # "few samples": the local covariance is then far below the global one
-dist["small"] = np.where(dist["n"] < SMALL, f"n < {SMALL}", f"n >= {SMALL}")
+dist["small"] = np.where(dist["n"] < SMALL, f"fewer than {SMALL}", f"{SMALL} or more")
 summary = dist.groupby(["formula", "small"]).agg(pairs=("shrinks", "size"), share_shrinking=("shrinks", "mean"),
                                                  median_before=("before", "median"), median_after=("after", "median"))
+summary["share_shrinking"] *= 100
+summary.index.names = ["formula", "local samples"]
+summary.columns = ["(client, class) pairs", "distance shrinks (% of pairs)", "median d² before", "median d² after"]
 share_code = float(dist[dist.formula == "code"]["shrinks"].mean())
 share_paper = float(dist[dist.formula == "paper"]["shrinks"].mean())
 med_ratio_code = float((dist[dist.formula == "code"]["after"] / dist[dist.formula == "code"]["before"]).median())
@@ -337,41 +352,58 @@ glue("share_large", 100 * float(large_code["shrinks"].mean()) if len(large_code)
 glue("n_small_cut", SMALL, display=False)
 glue("tr_ratio_large", float(large_code["tr ratio"].median()) if len(large_code) else float("nan"), display=False)
 glue("n_pairs", int(len(dist) // 2), display=False)
+_scarce_better = len(small_code) > 0 and len(large_code) > 0 and small_code["shrinks"].mean() > large_code["shrinks"].mean()
+_too_wide = len(large_code) > 0 and float(large_code["tr ratio"].median()) > 1
+glue("aug_reading", ("GGEUR's augmentation is a remedy for *scarce* classes" if _scarce_better else
+                     "the scarce classes do not gain more often than the well-represented ones here")
+     + ("; filling a well-represented class up to the total makes it too wide" if _too_wide else
+        "; filling a well-represented class up to the total does not make it wider than the global class here"),
+     display=False)
+glue("aug_closing", "mostly for under-represented classes" if _scarce_better else
+     "no more often for under-represented classes than for the others", display=False)
 checks.add("augmentation moves each client's local class distribution toward the global one",
            f"Fréchet distance to the global fit, {len(dist) // 2} (client, class) pairs, code's formula",
            f"shrinks for {100 * share_code:.0f} %", ok=share_code == 1, partly=share_code > 0)
-summary.round(3)
+show_table(summary, digits={"distance shrinks (% of pairs)": 0, "median d² before": 3, "median d² after": 3})
 
-# %%
-fig, ax = plt.subplots(figsize=(5.5, 4.5))
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Squared Fréchet distance to the global class fit, before (real samples only, horizontal) and after augmentation (real plus generated, vertical), one point per (client, class) pair and formula; colour: the pair's number of real samples. Points below the dashed diagonal moved toward the global class.", "name": "fig-ggeur-frechet"}, "image": {"alt": "Log-log scatter plot of distance after against distance before augmentation, circles for the code's formula and triangles for the paper's, coloured from dark (few local samples) to yellow (many), with a dashed diagonal. Dark points with large distances tend to lie below the diagonal; yellow points with small distances lie above it."}}
+fig, ax = plt.subplots(figsize=(6.5, 5))
+norm = LogNorm(vmin=dist["n"].min(), vmax=dist["n"].max())
 for formula, marker in (("code", "o"), ("paper", "^")):
     d_ = dist[dist.formula == formula]
-    sc = ax.scatter(d_["before"], d_["after"], c=np.log10(d_["n"]), marker=marker, cmap="viridis", s=25, label=formula)
+    sc = ax.scatter(d_["before"], d_["after"], c=d_["n"], norm=norm, marker=marker, cmap="viridis", s=28,
+                    edgecolors="0.3", linewidths=0.3, label=f"{formula}'s formula")
 lim = [dist[["before", "after"]].min().min() * 0.8, dist[["before", "after"]].max().max() * 1.2]
 ax.plot(lim, lim, "k--", lw=0.8); ax.set_xscale("log"); ax.set_yscale("log")
 ax.set_xlabel("d² (local real, global)"); ax.set_ylabel("d² (local real + generated, global)")
-fig.colorbar(sc, label="log10 local samples n"); ax.legend(); plt.show()
+bar = fig.colorbar(sc, label="local real samples n (log scale)")
+bar.set_ticks([t for t in (2, 5, 10, 20, 50, 100, 200, 500, 1000) if norm.vmin <= t <= norm.vmax])
+bar.set_ticklabels([f"{t:g}" for t in bar.get_ticks()]); bar.ax.minorticks_off()
+# the legend's markers in grey: a point's colour is its sample count, not its formula
+ax.legend(handles=[Line2D([], [], marker=m, ls="", color="0.6", markeredgecolor="0.3", label=f"{f}'s formula")
+                   for f, m in (("code", "o"), ("paper", "^"))] + [Line2D([], [], color="k", ls="--", lw=0.8, label="no change")],
+          loc="upper left", fontsize=9)
+fig.tight_layout(); plt.show()
 
 # %% [markdown]
 # Under the code's formula the distance shrinks for {glue:text}`share_code:.0f` % of the
 # {glue:text}`n_pairs` (client, class) pairs (median ratio after/before
 # {glue:text}`med_ratio_code:.2f`); for pairs with fewer than {glue:text}`n_small_cut` real samples it
 # shrinks in {glue:text}`share_small:.0f` % of cases, for the better-represented ones in
-# {glue:text}`share_large:.0f` %. Under the paper's formula: {glue:text}`share_paper:.0f` %. Points
-# below the diagonal moved toward the global class. Two things limit the gain: the mean term
+# {glue:text}`share_large:.0f` %. Under the paper's formula: {glue:text}`share_paper:.0f` %. In
+# {numref}`fig-ggeur-frechet`, points below the diagonal moved toward the global class. Two things limit the gain: the mean term
 # $\lVert\mu_{\text{local}}-\mu\rVert^2$ is untouched by step 1 (only step 2's prototypes move
 # mass toward other means), and for a client that already holds a representative sample the
 # generated noise adds a second $\Sigma$ on top of the local spread: for the pairs with at least
 # {glue:text}`n_small_cut` samples the augmented covariance has a median trace of
-# {glue:text}`tr_ratio_large:.2f` times the global one. GGEUR's augmentation is a remedy for
-# *scarce* classes; filling a well-represented class up to the total makes it too wide.
+# {glue:text}`tr_ratio_large:.2f` times the global one: {glue:text}`aug_reading`.
 #
 # ## 5. Degenerate inputs and batched generation
 #
 # Each row below is computed now: the case, what fedlib does, and whether any generated value is
-# NaN.
+# NaN (not a number).
 
-# %%
+# %% tags=["hide-input"]
 rng = numpy_rng(seed, 7)
 bad_rows = []
 x1 = np.concatenate([rng.normal(size=(30, 4)), [[4.0, 4.0, 4.0, 4.0]]]); y1 = np.array([0] * 30 + [1])
@@ -406,7 +438,7 @@ bad_table = pd.DataFrame(bad_rows, columns=["input", "behaviour", "NaN generated
 n_bad_ok = int(bad_table["as specified"].sum()) - int(bad_table["NaN generated"].sum())
 checks.add("degenerate inputs have defined behaviour and never give a NaN sample", f"{len(bad_table)} cases below",
            f"{len(bad_table) - n_bad_ok} failures", ok=n_bad_ok == len(bad_table))
-bad_table
+show_table(bad_table, wrap=True)
 
 # %% [markdown]
 # Finally, {func}`fedlib.geometry.augment` generates all samples of a class with one matrix
@@ -414,7 +446,7 @@ bad_table
 # Algorithm 1 ({func}`fedlib.geometry.augment_loop`) must give the same samples from the same
 # draws.
 
-# %%
+# %% tags=["remove-cell"]
 rng = numpy_rng(seed, 11)
 dd, n_new = 32, 300
 v, V = eigen_shape(torch.tensor(np.cov(rng.normal(size=(dd, 100)))))
@@ -434,15 +466,13 @@ checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d
 #
 # ## Check table
 
-# %%
-check_table = checks.frame()
+# %% tags=["hide-input"]
 glue("deriv_seconds", time.perf_counter() - t_start, display=False)
-with pd.option_context("display.max_colwidth", None):
-    display(check_table)
+checks.show()
 
 # %% [markdown]
 # All numbers on this page were computed in {glue:text}`deriv_seconds:.0f` s when the page was
 # built. The derivation of Eq. 4 holds as an identity; the paper's written augmentation formula
 # does not produce samples with the global covariance (the code's does); $S$ is a similarity of
 # ordered eigenvector lists, not of subspaces; and augmentation brings a client's class
-# distribution closer to the global one mostly for under-represented classes.
+# distribution closer to the global one {glue:text}`aug_closing`.
