@@ -15,7 +15,7 @@
 # (chapter-mpt-derivations)=
 # # MPT: the maths of tracking a departed class
 #
-# MPT {cite:p}`mpt` keeps the prototype of a class whose main holder left the federation aligned
+# MPT (Missing Prototype Tracking) {cite:p}`mpt` keeps the prototype of a class whose main holder left the federation aligned
 # with a backbone that keeps training. Its reconstruction (Section IV-C, Eq. (4)) is
 #
 # $$
@@ -31,14 +31,14 @@
 # statements are property tests in `tests/test_tracking.py`. The implementation is
 # {mod}`fedlib.tracking`; the federated experiments are in {ref}`chapter-mpt-experiments`.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials, dimension 512)
 seed = 0  # every random draw is derived from it
 trials = None  # random instances per numerical check (None: the profile's value)
 dim = None  # feature dimension of the random instances
 results_dir = None  # unused here (nothing is trained)
 
-# %%
+# %% tags=["hide-input"]
 import time
 
 import numpy as np
@@ -49,7 +49,7 @@ import sympy as sp
 import torch
 from myst_nb import glue
 
-from fedlib.chapter import CheckTable, resolve
+from fedlib.chapter import CheckTable, resolve, show_table
 from fedlib.heads import regularized_covariance
 from fedlib.rng import torch_generator
 from fedlib.tracking import (
@@ -92,7 +92,8 @@ def spd(d, *keys):
     return A @ A.T / d + 0.05 * torch.eye(d, dtype=F64)
 
 
-print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, K = {P.K} remaining classes")
+print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, "
+      f"K = {P.K} remaining classes")
 
 # %% [markdown]
 # ## 1. The barycentric weights: a constrained ridge problem in closed form
@@ -107,7 +108,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim},
 #
 # With $A = M_dM_d^\top + \lambda I$ and $b = M_d\mu_c$ the Lagrangian is
 # $w^\top A w - 2b^\top w + \nu(\mathbf 1^\top w - 1)$ up to a constant. We let sympy solve the
-# KKT system (stationarity and the constraint) for a symbolic $A$ and $b$ with $K = 3$ and compare
+# Karush-Kuhn-Tucker (KKT) system (stationarity and the constraint) for a symbolic $A$ and $b$ with $K = 3$ and compare
 # with the closed form
 #
 # $$
@@ -130,12 +131,13 @@ closed = Ainv * b_sym + Ainv * one * (1 - (one.T * Ainv * b_sym)[0]) / (one.T * 
 sym_diff = [sp.simplify(sol[w_sym[i]] - closed[i]) for i in range(K_sym)]
 sym_ok = all(dd == 0 for dd in sym_diff)
 print("sympy KKT solution minus closed form:", sym_diff)
-check("KKT solution of Eq. (1) equals the closed form", "sympy: solve the KKT system for a symbolic 3x3 A, b",
+check("KKT solution of Eq. (1) equals the closed form",
+      "sympy: solve the KKT system for a symbolic 3x3 A, b",
       "0 (symbolic)" if sym_ok else str(sym_diff), ok=sym_ok)
 
 # %% [markdown]
 # Numerically, the closed form ({func}`fedlib.tracking.barycentric_weights`) against SciPy's
-# SLSQP solver on the constrained problem, on random instances of the profile's size, and over
+# SLSQP (sequential least-squares programming) solver on the constrained problem, on random instances of the profile's size, and over
 # a range of $\lambda$ (the solver's optimum is only approximate, so we compare objective values:
 # the closed form must never be worse).
 
@@ -156,7 +158,8 @@ for i in range(P.trials):
 glue("bary_worst_obj", float(worst_obj), display=False)
 check("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
       f"{P.trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
-      f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}", ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
+      f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}",
+      ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
 
 # %% [markdown]
 # **The residual is orthogonal to the affine directions.** Stationarity reads
@@ -180,7 +183,8 @@ for i in range(P.trials):
 glue("orth_linear_loss", float(worst_lin), display=False)
 check("with lambda = 0, r0 is orthogonal to the affine directions (P_aff r0 = r0)",
       f"{P.trials} random instances, relative error", f"{worst_orth:.1e}", ok=worst_orth < 1e-8)
-print(f"relative part of r0 the LINEAR span would discard (largest over instances): {worst_lin:.3f}")
+print("relative part of r0 the LINEAR span would discard (largest over instances): "
+      f"{worst_lin:.3f}")
 
 # %% [markdown]
 # The linear span would discard up to {glue:text}`orth_linear_loss:.2f` of the residual's norm
@@ -221,13 +225,16 @@ for i in range(P.trials):
     Q, _ = np.linalg.qr(np.random.default_rng(seed + i).normal(size=(P.dim, P.dim)))
     other = np.real(scipy.linalg.sqrtm(b_)) @ Q @ np.linalg.inv(ah)
     n_beaten += int(np.trace((eye - other) @ a_ @ (eye - other).T) < cost - 1e-9 * w2)
-check("T_t is symmetric positive definite", f"{P.trials} random SPD pairs", f"asymmetry {worst_sym:.1e}, min eigenvalue {min_eig:.2e}",
-      ok=worst_sym < 1e-10 and min_eig > 0)
-check("T_t Sigma_d T_t = Sigma_t", f"{P.trials} random SPD pairs, relative max error", f"{worst_push:.1e}", ok=worst_push < 1e-8)
-check("T_t equals the Gaussian OT map computed with SciPy sqrtm", f"{P.trials} random SPD pairs, relative max error",
+pairs = f"{P.trials} random SPD pairs"  # SPD: symmetric positive definite
+check("T_t is symmetric positive definite", pairs,
+      f"asymmetry {worst_sym:.1e}, min eigenvalue {min_eig:.2e}", ok=worst_sym < 1e-10 and min_eig > 0)
+check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{worst_push:.1e}",
+      ok=worst_push < 1e-8)
+check("T_t equals the Gaussian OT map computed with SciPy sqrtm", f"{pairs}, relative max error",
       f"{worst_ref:.1e}", ok=worst_ref < 1e-6)
 check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
-      f"{P.trials} pairs; a random orthogonal Q per pair", f"relative gap {worst_w2:.1e}; {n_beaten} cheaper maps",
+      f"{P.trials} pairs; a random orthogonal Q per pair",
+      f"relative gap {worst_w2:.1e}; {n_beaten} cheaper maps",
       ok=worst_w2 < 1e-6 and n_beaten == 0)
 
 # %% [markdown]
@@ -246,10 +253,12 @@ for i in range(P.trials):
     for span in ("affine", "linear"):
         Pp = span_projector(M, span)
         B = M - M.mean(0) if span == "affine" else M
-        worst_proj = max(worst_proj, float((Pp - Pp.T).abs().max()), float((Pp @ Pp - Pp).abs().max()),
+        worst_proj = max(worst_proj, float((Pp - Pp.T).abs().max()),
+                         float((Pp @ Pp - Pp).abs().max()),
                          float((B @ Pp).abs().max() / max(1.0, float(B.abs().max()))))
 check("P_perp is an orthogonal projector off the span (both spans, collinear cases included)",
-      f"{P.trials} instances x 2 spans; every 5th collinear", f"{worst_proj:.1e}", ok=worst_proj < 1e-9)
+      f"{P.trials} instances x 2 spans; every 5th collinear", f"{worst_proj:.1e}",
+      ok=worst_proj < 1e-9)
 
 # %% [markdown]
 # ## 4. The adaptive weight as a method-of-moments shrinkage
@@ -301,12 +310,21 @@ for n_samples in (1, 2, 5, 20, 100, 1000):
             s2_hat = float(noise.var(0, unbiased=True).mean()) if n_samples > 1 else 1.0
             r_pred = r_true + delta
             a_t = adaptive_alpha(r_ho, r_pred, s2_hat, n_samples)
-            for k, est in (("measured", r_ho), ("predicted", r_pred), ("adaptive", a_t * r_ho + (1 - a_t) * r_pred)):
+            blend = a_t * r_ho + (1 - a_t) * r_pred
+            for k, est in (("measured", r_ho), ("predicted", r_pred), ("adaptive", blend)):
                 errs[k].append(float(((est - r_true) ** 2).mean()))
-        rows.append({"N": n_samples, "bias tau": bias, **{k: float(np.mean(v)) for k, v in errs.items()}})
+        rows.append({"N": n_samples, "bias tau": bias,
+                     **{k: float(np.mean(v)) for k, v in errs.items()}})
 alpha_table = pd.DataFrame(rows)
-alpha_table["adaptive / best"] = alpha_table["adaptive"] / alpha_table[["measured", "predicted"]].min(axis=1).clip(lower=1e-12)
-alpha_table.round(4)
+better = alpha_table[["measured", "predicted"]].min(axis=1).clip(lower=1e-12)
+alpha_table["adaptive / best"] = alpha_table["adaptive"] / better
+
+# %% tags=["hide-input"]
+show_table(alpha_table.rename(columns={
+    "N": "N (rare samples)", "bias tau": "bias τ", "measured": "MSE, measured", "predicted": "MSE, predicted",
+    "adaptive": "MSE, adaptive blend", "adaptive / best": "adaptive / better of the two"}),
+    digits={"bias τ": 1, "MSE, measured": 4, "MSE, predicted": 4, "MSE, adaptive blend": 4,
+            "adaptive / better of the two": 2}, index=False)
 
 # %%
 lim_checks = [adaptive_alpha(torch.ones(4), torch.zeros(4), 1.0, 0) == 0.0,
@@ -319,9 +337,11 @@ never_worst = bool((biased["adaptive"] <= biased[["measured", "predicted"]].max(
 glue("alpha_worst_ratio", worst_ratio, display=False)
 glue("alpha_large_n_ratio", large_n_ratio, display=False)
 check("implementation: alpha = 0 with no rare sample, -> 1 as N grows, -> 0 when the residuals agree",
-      "adaptive_alpha at N = 0, N = 1e12, equal residuals", f"{3 - sum(lim_checks)} of 3 fail", ok=all(lim_checks))
+      "adaptive_alpha at N = 0, N = 1e12, equal residuals", f"{3 - sum(lim_checks)} of 3 fail",
+      ok=all(lim_checks))
 check("with N >= 20 the plug-in blend is within 10 % of the better pure estimate (or beats both)",
-      "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}", f"worst risk ratio {large_n_ratio:.2f}", ok=large_n_ratio <= 1.1)
+      "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}", f"worst risk ratio {large_n_ratio:.2f}",
+      ok=large_n_ratio <= 1.1)
 check("with few samples the plug-in blend is never worse than the worse pure estimate",
       "Monte Carlo, N in {1..1000} x bias in {0.3, 1}",
       f"holds in every cell; worst ratio to the better one {worst_ratio:.2f}", ok=never_worst)
@@ -356,7 +376,8 @@ Qr, _ = torch.linalg.qr(rand((d_, d_), 13))
 drifts = {
     "translation": (torch.eye(d_, dtype=F64), rand((d_,), 14)),
     "isotropic scaling x1.5": (1.5 * torch.eye(d_, dtype=F64), torch.zeros(d_, dtype=F64)),
-    "axis-aligned scaling": (torch.diag(torch.linspace(0.5, 2.0, d_, dtype=F64)), torch.zeros(d_, dtype=F64)),
+    "axis-aligned scaling": (torch.diag(torch.linspace(0.5, 2.0, d_, dtype=F64)),
+                             torch.zeros(d_, dtype=F64)),
     "rotation": (Qr, torch.zeros(d_, dtype=F64)),
 }
 rows = []
@@ -365,11 +386,18 @@ for name, (A_, b_) in drifts.items():
     g = growth_factor(snap0.trace_d, float(torch.trace(St)))
     recs = {"frozen": snap0.prototype, "barycentric": barycentric_prototype(snap0, Mt),
             "bary + stored residual": stored_residual_prototype(snap0, Mt),
-            "MPT-lite": reconstruct_lite(snap0, Mt, g), "MPT (prediction)": reconstruct_mpt(snap0, Mt, St, cfg=cfg0).prototype,
+            "MPT-lite": reconstruct_lite(snap0, Mt, g),
+            "MPT (prediction)": reconstruct_mpt(snap0, Mt, St, cfg=cfg0).prototype,
             "MPT without the projector": Mt.T @ snap0.w0 + transport_map(snap0.cov_d, St) @ snap0.r0}
     rows.append({"drift": name, **{k: float((v - mut).norm() / mut.norm()) for k, v in recs.items()}})
 drift_table = pd.DataFrame(rows).set_index("drift")
-drift_table.round(4)
+
+# %% [markdown]
+# The relative error $\lVert\hat\mu - \mu_t\rVert / \lVert\mu_t\rVert$ of each reconstruction
+# (columns) under each known drift (rows); 0 is exact:
+
+# %% tags=["hide-input"]
+show_table(drift_table, digits=4)
 
 # %%
 lite_iso = float(drift_table.loc["isotropic scaling x1.5", "MPT-lite"])
@@ -381,18 +409,19 @@ glue("lite_rot", lite_rot, display=False)
 glue("mpt_rot", mpt_rot, display=False)
 glue("lite_axis", lite_axis, display=False)
 glue("mpt_axis", mpt_axis, display=False)
+exact = drift_table.loc[["translation", "isotropic scaling x1.5"], ["MPT-lite", "MPT (prediction)"]]
 check("translation and isotropic scaling are tracked exactly by MPT and MPT-lite",
-      "known drift z -> Az + b, relative error",
-      f"{max(drift_table.loc[['translation', 'isotropic scaling x1.5'], ['MPT-lite', 'MPT (prediction)']].max()):.1e}",
-      ok=max(drift_table.loc[["translation", "isotropic scaling x1.5"], ["MPT-lite", "MPT (prediction)"]].max()) < 1e-8)
-check("MPT-lite's scalar cannot follow a rotation (counterexample)", "random rotation of the feature space",
-      f"relative error {lite_rot:.2f}", ok=lite_rot > 1e-3)
+      "known drift z -> Az + b, relative error", f"{max(exact.max()):.1e}", ok=max(exact.max()) < 1e-8)
+check("MPT-lite's scalar cannot follow a rotation (counterexample)",
+      "random rotation of the feature space", f"relative error {lite_rot:.2f}", ok=lite_rot > 1e-3)
 noproj_axis = float(drift_table.loc["axis-aligned scaling", "MPT without the projector"])
 glue("noproj_axis", noproj_axis, display=False)
 check("T_t r_0 is the exactly moved residual under an axis-aligned scaling (diagonal covariance)",
-      "diagonal drift A: then T = A; error of M_t'w0 + T r0", f"{noproj_axis:.1e}", ok=noproj_axis < 1e-8)
+      "diagonal drift A: then T = A; error of M_t'w0 + T r0", f"{noproj_axis:.1e}",
+      ok=noproj_axis < 1e-8)
 check("Eq. (4)'s projector discards the part of T r0 that drifts into the new span (counterexample)",
-      "same drift, with P_perp", f"relative error {mpt_axis:.3f} (lite {lite_axis:.3f})", ok=mpt_axis > 1e-3)
+      "same drift, with P_perp", f"relative error {mpt_axis:.3f} (lite {lite_axis:.3f})",
+      ok=mpt_axis > 1e-3)
 
 # %% [markdown]
 # The scalar follows translations and uniform rescaling exactly but is blind to directions: under
@@ -403,20 +432,21 @@ check("Eq. (4)'s projector discards the part of T r0 that drifts into the new sp
 # the drift ($T = A$): without the projector the reconstruction is exact (error
 # {glue:text}`noproj_axis:.1e`). **With** Eq. (4)'s projector $P^\perp_t$ the part of $A r_0$ that
 # the drift moved into the new span of the remaining prototypes is thrown away: MPT's prediction
-# then errs by {glue:text}`mpt_axis:.3f` (the lite's scalar by {glue:text}`lite_axis:.3f`); the
+# then errs by {glue:text}`mpt_axis:.3f` (MPT-lite's scalar by {glue:text}`lite_axis:.3f`); the
 # loss grows with the share of the $d$ dimensions that the span's $K-1$ directions take. The projector is there to keep the two residuals comparable
 # with the measured one, which is defined off the span; the cost is this blind spot. The paper's
-# explanation of MPT-lite's weakness on ViT features (Section V-C) is the other side of the same
+# explanation of MPT-lite's weakness on vision-transformer (ViT) features (Section V-C) is the other side of the same
 # coin: the scalar suffices when drift is close to a common rescaling.
 #
 # ## The check table
 
-# %%
-check_table = checks.frame()
+# %% tags=["remove-cell"]
 glue("n_checks", len(checks), display=False)
 glue("n_fail", checks.n_fail, display=False)
 glue("deriv_seconds", float(time.perf_counter() - t_start), display=False)
-check_table
+
+# %% tags=["hide-input"]
+checks.show()
 
 # %% [markdown]
 # {glue:text}`n_checks` statements checked, {glue:text}`n_fail` failing, in
