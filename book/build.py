@@ -5,6 +5,7 @@
     python book/build.py --only setting -p seed=1 -p alphas='[0.5]'   # one chapter, own parameters
     python book/build.py --no-render           # execute only
     python book/build.py --out /tmp/x --force  # execute into another folder (leaves the book alone)
+    python book/build.py --compare runs/mine   # which glued values of runs/mine differ from the book's
 
 Pipeline (the book's page *Inside fedlib*): ``notebooks/<name>.py`` (jupytext percent format) ->
 ``jupytext.read`` -> ``papermill.execute_notebook`` with parameters -> ``<out>/chapters/<name>.ipynb``
@@ -46,6 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
 TOC = BOOK / "_toc.yml"
+EXERCISES = BOOK / "exercises"
 PROFILES = ("smoke", "book", "paper")
 DEFAULT_PROFILE = "book"
 
@@ -91,8 +93,16 @@ def notebook_parameters(name: str) -> list[str]:
     raise SystemExit(f"notebooks/{name}.py has no cell tagged 'parameters'")
 
 
+RECORDS = "records"
+"""A chapter whose parameters cell declares ``records`` reads the build's own records (the
+teaching page: every chapter's run time and exercises). It gets ``{profile: folder of that
+profile's chapter records}`` (relative to ``notebooks/``), runs after the other chapters, and its
+cache key also covers those records and every notebook's source."""
+
+
 def cache_key(name: str, params: dict) -> str:
-    """sha256 of the notebook source, fedlib's source, the parameters and the requirements."""
+    """sha256 of the notebook source, fedlib's source, the parameters and the requirements (and,
+    for a chapter that reads the build's :data:`RECORDS`, every notebook and every other chapter's record)."""
     h = hashlib.sha256()
     h.update((NOTEBOOKS / f"{name}.py").read_bytes())
     for path in sorted((ROOT / "fedlib").rglob("*.py")):
@@ -100,6 +110,14 @@ def cache_key(name: str, params: dict) -> str:
         h.update(path.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update((ROOT / "requirements.txt").read_bytes())
+    if RECORDS in params:
+        for path in sorted(NOTEBOOKS.glob("*.py")):
+            h.update(path.read_bytes())
+        for folder in params[RECORDS].values():
+            for path in sorted((NOTEBOOKS / folder).glob("*.json")):
+                if path.stem != name:
+                    h.update(path.name.encode())
+                    h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -136,15 +154,57 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
             os.replace(tmp, failed)
             print(f"chapter {name} failed; the partly executed notebook is {failed}", file=sys.stderr)
         raise
+    collapse_injected(Path(tmp))
     os.replace(tmp, output)
     return time.perf_counter() - t0
+
+
+def handout(names: list[str], profile: str, overrides: dict, folder: Path) -> list[Path]:
+    """A notebook per chapter for a student: the chapter with ``profile`` and ``overrides``
+    injected (papermill's ``prepare_only``: nothing executed, no output, no local path), to run
+    in Jupyter from the repository's ``notebooks/`` folder. Returns the notebooks written."""
+    import jupytext
+    import papermill
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in names:
+        nb = jupytext.read(NOTEBOOKS / f"{name}.py")
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        declared = notebook_parameters(name)
+        params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared}}
+        target = folder / f"{name}.ipynb"
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ipynb")
+        os.close(fd)
+        papermill.execute_notebook(nb, tmp, parameters=params, prepare_only=True, kernel_name="python3",
+                                   progress_bar=False, log_output=False)
+        os.replace(tmp, target)
+        written.append(target)
+    return written
+
+
+def collapse_injected(path: Path) -> None:
+    """Collapse papermill's injected-parameters cell on the page (``hide-input``, like the
+    parameters cell it overrides): the values stay one click away, the reader starts at the text."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    changed = False
+    for cell in nb.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags and "hide-input" not in tags:
+            tags.append("hide-input")
+            changed = True
+    if changed:
+        nbformat.write(nb, path)
 
 
 def stage_pages(out: Path) -> None:
     """Copy the book's own pages and the toc into ``out`` (next to its executed chapters) for rendering."""
     def ignore(folder: str, names: list[str]) -> set[str]:
         top = Path(folder) == BOOK
-        return {n for n in names if n == "__pycache__" or n.endswith(".py")
+        exercises = Path(folder).is_relative_to(EXERCISES)  # their .py files are pages' downloads
+        return {n for n in names if n == "__pycache__" or (n.endswith(".py") and not exercises)
                 or (top and (n in ("chapters", "results") or (n.startswith("_") and (BOOK / n).is_dir())))}
 
     shutil.copytree(BOOK, out, ignore=ignore, dirs_exist_ok=True)
@@ -189,31 +249,89 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     chapters, results = out / "chapters", out / "results"
     from fedlib.io import atomic_write_json  # after the venv is active
 
-    todo = []
-    for name in names:
-        # relative to the notebooks' working directory, so no local path shows in the book
-        params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared[name]},
-                  "results_dir": os.path.relpath(results / name, NOTEBOOKS)}
-        key = cache_key(name, params)
-        output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
-        last = json.loads(meta.read_text()) if meta.exists() else {}
-        if not force and output.exists() and last.get("key") == key:
-            print(f"[cached]   {name}")
-            continue
-        todo.append((name, params, key, output, meta, last.get("seconds")))
-    known = [t[-1] for t in todo if t[-1] is not None]
-    if todo:
-        estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""
-        print(f"[plan]     {len(todo)} chapter(s) to execute{estimate}", flush=True)
+    records = {p: os.path.relpath(chapters if p == profile else output_dir(p) / "chapters", NOTEBOOKS)
+               for p in PROFILES}
+
+    def plan(group: list[str]) -> list[tuple]:
+        todo = []
+        for name in group:
+            # relative to the notebooks' working directory, so no local path shows in the book
+            params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared[name]},
+                      "results_dir": os.path.relpath(results / name, NOTEBOOKS)}
+            if RECORDS in declared[name]:
+                params[RECORDS] = records
+            key = cache_key(name, params)
+            output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
+            last = json.loads(meta.read_text()) if meta.exists() else {}
+            if not force and output.exists() and last.get("key") == key:
+                print(f"[cached]   {name}")
+                continue
+            todo.append((name, params, key, output, meta, last.get("seconds")))
+        return todo
+
+    # the chapters that read the build's records run last, once the others' records are written
+    readers = [n for n in names if RECORDS in declared[n]]
     t0 = time.perf_counter()
-    for i, (name, params, key, output, meta, last_seconds) in enumerate(todo, 1):
-        before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
-        print(f"[execute]  {name}  ({i} of {len(todo)}, {_minutes(time.perf_counter() - t0)} elapsed{before})  "
-              f"{json.dumps(params)}", flush=True)
-        seconds = execute_chapter(name, params, output)
-        atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
-        print(f"[done]     {name}  {seconds:.1f} s", flush=True)
+    for group in ([n for n in names if n not in readers], readers):
+        todo = plan(group)
+        known = [t[-1] for t in todo if t[-1] is not None]
+        if todo:
+            estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""
+            print(f"[plan]     {len(todo)} chapter(s) to execute{estimate}", flush=True)
+        for i, (name, params, key, output, meta, last_seconds) in enumerate(todo, 1):
+            before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
+            print(f"[execute]  {name}  ({i} of {len(todo)}, {_minutes(time.perf_counter() - t0)} elapsed{before})  "
+                  f"{json.dumps(params)}", flush=True)
+            seconds = execute_chapter(name, params, output)
+            atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
+            print(f"[done]     {name}  {seconds:.1f} s", flush=True)
     return render_book(out) if render else 0
+
+
+def glued_values(path: Path) -> dict[str, str]:
+    """The values an executed chapter glued (``myst_nb.glue``), as the text the page shows: key -> text."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    values = {}
+    for cell in nb.cells:
+        for output in cell.get("outputs", ()) if cell.cell_type == "code" else ():
+            record = output.get("metadata", {}).get("scrapbook")
+            if record:
+                prefix = record.get("mime_prefix", "")
+                values[record["name"]] = str(output.get("data", {}).get(prefix + "text/plain", ""))
+    return values
+
+
+def _as_number(text: str) -> float | None:
+    try:
+        return float(text.strip().strip("'\""))
+    except ValueError:
+        return None
+
+
+def compare(reference: Path, other: Path, rtol: float = 0.0) -> list[dict]:
+    """Every glued value of the chapters executed in both folders (``<folder>/chapters/*.ipynb``):
+    one row per value that differs (numbers beyond ``rtol``, relative), or that only one side has."""
+    rows = []
+    theirs = {p.stem: p for p in (other / "chapters").glob("*.ipynb") if not p.name.endswith(".failed.ipynb")}
+    if not theirs:
+        raise SystemExit(f"no executed chapter in {other / 'chapters'}; run book/build.py --out {other} first")
+    for name, path in sorted(theirs.items()):
+        ours_path = reference / "chapters" / f"{name}.ipynb"
+        if not ours_path.exists():
+            raise SystemExit(f"{name} is not executed in {reference / 'chapters'}; build it there first")
+        a, b = glued_values(ours_path), glued_values(path)
+        for key in sorted(set(a) | set(b)):
+            x, y = a.get(key), b.get(key)
+            nx, ny = _as_number(x or ""), _as_number(y or "")
+            if x is not None and y is not None and nx is not None and ny is not None:
+                same = abs(nx - ny) <= rtol * max(abs(nx), abs(ny)) or (nx != nx and ny != ny)
+            else:
+                same = x == y
+            if not same:
+                rows.append({"chapter": name, "key": key, "reference": x, "yours": y})
+    return rows
 
 
 def _minutes(seconds: float) -> str:
@@ -235,6 +353,14 @@ def main(argv: list[str] | None = None) -> int:
                         "(implies --no-render unless --render; for experiments that must not touch the book)")
     parser.add_argument("--render", action="store_true",
                         help="with --out: render the HTML there too (every chapter of the toc must be executed there)")
+    parser.add_argument("--handout", metavar="DIR",
+                        help="write each chosen chapter (--only) as a notebook with --profile and -p injected, "
+                        "not executed, into DIR: a notebook to hand to a student")
+    parser.add_argument("--compare", metavar="DIR",
+                        help="compare the glued values of the chapters executed in DIR (a --out folder) with "
+                        "the profile's own build; prints what differs, executes nothing")
+    parser.add_argument("--rtol", type=float, default=0.0,
+                        help="with --compare: relative tolerance for numbers (default 0: bit for bit)")
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.param:
@@ -242,6 +368,32 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"parameters are KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         overrides[k.strip()] = parse_value(v)
+    if args.handout:
+        if args.profile not in PROFILES:
+            raise SystemExit(f"unknown profile {args.profile!r}; valid: {', '.join(PROFILES)}")
+        names = args.only or chapter_names()
+        valid = chapter_names()
+        bad = [n for n in names if n not in valid]
+        if bad:
+            raise SystemExit(f"unknown chapter(s) {', '.join(bad)}; valid: {', '.join(valid)}")
+        declared = {p for n in names for p in notebook_parameters(n)}
+        unknown = sorted(set(overrides) - declared)
+        if unknown:
+            raise SystemExit(f"unknown parameter(s) {', '.join(unknown)} for {', '.join(names)}; "
+                             f"valid: {', '.join(sorted(declared))}")
+        for path in handout(names, args.profile, overrides, Path(args.handout).resolve()):
+            print(f"[handout]  {path}")
+        return 0
+    if args.compare:
+        other = Path(args.compare).resolve()
+        rows = compare(output_dir(args.profile), other, args.rtol)
+        total = sum(len(glued_values(p)) for p in (other / "chapters").glob("*.ipynb")
+                    if not p.name.endswith(".failed.ipynb"))
+        for r in rows:
+            print(f"{r['chapter']}: {r['key']}: the book has {r['reference']}, yours {r['yours']}")
+        print(f"{total - len(rows)} of {total} glued values agree with the {args.profile} build"
+              + (f" (numbers within a relative {args.rtol:g})" if args.rtol else " (bit for bit)"))
+        return 0
     out = Path(args.out).resolve() if args.out else None
     render = not args.no_render and (args.render or not args.out)
     return build(args.profile, args.only, overrides, render, args.force, out)

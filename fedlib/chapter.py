@@ -377,6 +377,90 @@ class CheckTable:
             lambda v: f"background-color: {'#d9f2d9' if v == 'holds' else '#f8d7d7'}", subset=["verdict"])
 
 
+EXERCISE_KINDS = ("parameters only", "code")
+"""What an exercise asks of a student, marked ``*(parameters only)*`` or ``*(code)*`` in its statement:
+re-running the chapter with other ``-p`` values, or changing code."""
+
+_EXERCISE = re.compile(r"^(?:### Exercise (\d+)[:.]?\s*|(\d+)\.\s+)(.*)$")
+_EXERCISE_TITLE = re.compile(r"\*\*(.+?)\*\*")
+_EXERCISE_KIND = re.compile(r"\*\((" + "|".join(map(re.escape, EXERCISE_KINDS)) + r")\)\*")
+
+
+def _markdown_lines(source: str) -> list[str | None]:
+    """The markdown text of a jupytext percent file, line by line (``None`` where code stands)."""
+    lines, markdown = [], False
+    for line in source.splitlines():
+        if line.startswith("# %%"):
+            markdown = "[markdown]" in line
+            lines.append(None)
+        elif markdown:
+            lines.append(line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line)
+        else:
+            lines.append(None)
+    return lines
+
+
+def chapter_title(path: str | os.PathLike) -> str:
+    r"""The first heading of a chapter's jupytext source (``# Title``), without the ``#``.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.py"
+    >>> _ = f.write_text("# %% [markdown]\n# (label)=\n# # A chapter\n")
+    >>> chapter_title(f)
+    'A chapter'
+    """
+    for line in _markdown_lines(open(path, encoding="utf-8").read()):
+        if line is not None and line.startswith("# "):
+            return line[2:].strip()
+    raise ValueError(f"{path} has no '# Title' heading in a markdown cell")
+
+
+def exercises(path: str | os.PathLike) -> pd.DataFrame:
+    r"""The exercises of a chapter's jupytext source: the ``### Exercise N: title`` headings (or
+    the numbered items ``N. **title**``) of its ``## Exercises`` section, with their title and kind
+    (:data:`EXERCISE_KINDS`, marked in the statement; ``None`` where unmarked).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``exercise`` (its number), ``title``, ``kind``; no row for a chapter without exercises.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.py"
+    >>> _ = f.write_text("# %% [markdown]\n# ## Exercises\n#\n# 1. **More seeds.** *(parameters only)* Re-run.\n"
+    ...                  "#\n# :::{dropdown} Hint\n# 2. not an exercise\n# :::\n# 2. **A new head** *(code)* Write.\n")
+    >>> exercises(f).values.tolist()
+    [[1, 'More seeds.', 'parameters only'], [2, 'A new head', 'code']]
+    """
+    rows, inside, fence = [], False, 0
+    for line in _markdown_lines(open(path, encoding="utf-8").read()):
+        if line is None:
+            continue
+        if line.startswith("## "):
+            inside = line[3:].strip().lower() == "exercises"
+            continue
+        if not inside:
+            continue
+        stripped = line.strip()
+        if stripped.startswith(":::"):  # a dropdown (hint, solution) opens (":::{...}") or closes (":::")
+            fence = fence + 1 if stripped.lstrip(":").startswith("{") else max(fence - 1, 0)
+            continue
+        match = _EXERCISE.match(line) if fence == 0 else None
+        if match:
+            number, text = int(match.group(1) or match.group(2)), match.group(3)
+            title, kind = _EXERCISE_TITLE.search(text), _EXERCISE_KIND.search(text)
+            heading = match.group(1) is not None
+            rows.append({"exercise": number, "title": text.strip() if heading else title.group(1) if title else text,
+                         "kind": kind.group(1) if kind else None})
+        elif rows and fence == 0 and stripped and rows[-1]["kind"] is None:
+            kind = _EXERCISE_KIND.search(line)
+            rows[-1]["kind"] = kind.group(1) if kind else None
+    table = pd.DataFrame(rows, columns=["exercise", "title", "kind"], dtype=object)  # None stays None
+    return table.astype({"exercise": int})
+
+
 _LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 
 
@@ -504,5 +588,6 @@ def show_table(
     return styler.set_properties(**dict(props)).set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
 
 
-__all__ = ["BEST_KINDS", "CHECK_KINDS", "DATA_NAMES", "MISSING", "PROFILE_NAMES", "CheckTable", "check_injected",
-           "float64_tensor", "format_bytes", "load_data", "resolve", "show_table", "subsample"]
+__all__ = ["BEST_KINDS", "CHECK_KINDS", "DATA_NAMES", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "CheckTable",
+           "chapter_title", "check_injected", "exercises", "float64_tensor", "format_bytes", "load_data", "resolve",
+           "show_table", "subsample"]

@@ -228,3 +228,153 @@ def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(
     fedavg = run_federated(FedAvg(train=method.train), fed, model_fn, config)
     assert unbounded.frame.equals(fedavg.frame)
     assert all(torch.equal(unbounded.server.arrays[n], fedavg.server.arrays[n]) for n in fedavg.server.arrays)
+
+
+def test_a_chapter_that_reads_the_records_runs_last_and_its_key_covers_them(stub_execution, tmp_path, capsys):
+    readers = [n for n in CHAPTERS if build.RECORDS in build.notebook_parameters(n)]
+    assert readers == ["teaching"]
+    build.build("smoke", ["teaching", "setting"], {}, render=False, force=False, out=tmp_path)
+    assert list(stub_execution) == ["setting", "teaching"]  # in toc order teaching comes first
+    records = stub_execution["teaching"][build.RECORDS]
+    assert set(records) == set(build.PROFILES) and (build.NOTEBOOKS / records["smoke"]).resolve() == tmp_path / "chapters"
+    assert build.RECORDS not in stub_execution["setting"]
+    capsys.readouterr()
+    build.build("smoke", ["teaching", "setting"], {}, render=False, force=False, out=tmp_path)
+    again = capsys.readouterr().out
+    assert "[cached]   setting" in again and "[cached]   teaching" in again
+    # a new record of another chapter (its time changed) re-runs the teaching page, not the chapter
+    meta = tmp_path / "chapters" / "setting.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "seconds": 99.0}))
+    stub_execution.clear()
+    build.build("smoke", ["teaching", "setting"], {}, render=False, force=False, out=tmp_path)
+    assert list(stub_execution) == ["teaching"]
+
+
+def test_the_injected_parameters_are_collapsed_on_the_page(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("profile = 'book'", metadata={"tags": ["parameters", "hide-input"]}),
+        nbformat.v4.new_code_cell("# Parameters\nprofile = 'smoke'\n", metadata={"tags": ["injected-parameters"]}),
+        nbformat.v4.new_code_cell("x = 1"),
+    ])
+    path = tmp_path / "c.ipynb"
+    nbformat.write(nb, path)
+    build.collapse_injected(path)
+    tags = [c.metadata.get("tags", []) for c in nbformat.read(path, as_version=4).cells]
+    assert tags == [["parameters", "hide-input"], ["injected-parameters", "hide-input"], []]
+
+
+def test_a_handout_has_the_students_parameters_and_nothing_executed(tmp_path):
+    written = build.handout(["setting"], "smoke", {"seed": 7}, tmp_path / "ana")
+    assert written == [tmp_path / "ana" / "setting.ipynb"] and not list((tmp_path / "ana").glob(".*"))
+    nb = nbformat.read(written[0], as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", ())]
+    assert len(injected) == 1 and 'profile = "smoke"' in injected[0].source and "seed = 7" in injected[0].source
+    assert "results_dir" not in injected[0].source and str(ROOT) not in json.dumps(nb)
+    assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
+    with pytest.raises(SystemExit, match=r"unknown parameter\(s\) sede for setting; valid: .*seed"):
+        build.main(["--handout", str(tmp_path / "bob"), "--only", "setting", "-p", "sede=7"])
+
+
+def _glue_notebook(path: Path, values: dict) -> None:
+    from myst_nb import glue  # noqa: F401  (the format below is glue's)
+
+    cells = [nbformat.v4.new_code_cell("glue(...)", outputs=[nbformat.v4.new_output(
+        "display_data", data={"application/papermill.record/text/plain": repr(v)},
+        metadata={"scrapbook": {"name": k, "mime_prefix": "application/papermill.record/"}})])
+        for k, v in values.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+
+
+def test_compare_lists_the_glued_values_that_differ(tmp_path, capsys, monkeypatch):
+    _glue_notebook(tmp_path / "ref" / "chapters" / "setting.ipynb", {"acc": 91.25, "name": "FedAvg", "n": 20})
+    _glue_notebook(tmp_path / "mine" / "chapters" / "setting.ipynb", {"acc": 91.5, "name": "FedAvg", "extra": 1})
+    assert build.glued_values(tmp_path / "ref" / "chapters" / "setting.ipynb") == {
+        "acc": "91.25", "name": "'FedAvg'", "n": "20"}
+    rows = build.compare(tmp_path / "ref", tmp_path / "mine")
+    assert [(r["key"], r["reference"], r["yours"]) for r in rows] == [
+        ("acc", "91.25", "91.5"), ("extra", None, "1"), ("n", "20", None)]
+    assert [r["key"] for r in build.compare(tmp_path / "ref", tmp_path / "mine", rtol=0.01)] == ["extra", "n"]
+    monkeypatch.setattr(build, "output_dir", lambda profile: tmp_path / "ref")
+    assert build.main(["--compare", str(tmp_path / "mine")]) == 0
+    out = capsys.readouterr().out
+    assert "setting: acc: the book has 91.25, yours 91.5" in out and "0 of 3 glued values agree" in out
+    with pytest.raises(SystemExit, match="no executed chapter"):
+        build.compare(tmp_path / "ref", tmp_path / "empty")
+
+
+def _exercise_test(module: str | None) -> int:
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "FEDLIB_EXERCISE"}
+    if module:
+        env["FEDLIB_EXERCISE"] = module
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "book" / "exercises")]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True).returncode
+
+
+def test_the_write_your_own_method_exercise_fails_as_handed_out_and_passes_when_solved():
+    assert _exercise_test(None) == 1  # the skeleton raises NotImplementedError: every test fails
+    assert _exercise_test("fedavgm_solution") == 0
+
+
+def test_every_exercise_is_marked_and_has_a_hint_and_a_worked_solution():
+    from fedlib.chapter import EXERCISE_KINDS, exercises
+
+    problems, total = [], 0
+    for name in CHAPTERS:
+        source = ROOT / "notebooks" / f"{name}.py"
+        table = exercises(source)
+        total += len(table)
+        for row in table.itertuples(index=False):
+            if row.kind not in EXERCISE_KINDS:
+                problems.append(f"{name} exercise {row.exercise}: not marked *(parameters only)* or *(code)*")
+        text = source.read_text()
+        section = text.split("# ## Exercises", 1)[1] if "# ## Exercises" in text else ""
+        if name == "teaching":
+            section = text.split("## Exercise: write your own method", 1)[1]
+        hints, solutions = section.count(":::{dropdown} Hint"), section.count(":::{dropdown} Worked solution")
+        expected = max(len(table), 1 if name == "teaching" else 0)
+        if hints != expected or solutions != expected:
+            problems.append(f"{name}: {expected} exercise(s), {hints} hint(s), {solutions} worked solution(s)")
+    assert total >= 14 and not problems, "\n".join(problems)
+
+
+def _bookweb():
+    spec = importlib.util.spec_from_file_location("bookweb", ROOT / "book" / "_ext" / "bookweb.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _page(bookweb, theme_options: dict, pagename: str = "chapters/setting") -> list[dict]:
+    import types
+
+    app = types.SimpleNamespace(config=types.SimpleNamespace(html_theme_options=theme_options))
+    context = {"header_buttons": [{"type": "group", "label": "download-buttons", "buttons": [{"label": "ipynb"}]}],
+               "pathto": lambda target, resource=0: f"../{target}", "default_mode": "auto"}
+    bookweb._page_context(app, pagename, "page.html", context, None)
+    return context["header_buttons"]
+
+
+def test_a_chapter_offers_its_jupytext_source_and_binder_only_with_a_repository():
+    bookweb = _bookweb()
+    buttons = _page(bookweb, {"repository_url": ""})
+    assert [b["label"] for b in buttons] == ["download-buttons"]  # no launch button without a repository
+    assert buttons[0]["buttons"][1]["url"] == "../_sources/chapters/setting.py"
+    buttons = _page(bookweb, {"repository_url": "https://github.com/someone/fedbook/", "repository_branch": "dev"})
+    launch = [b for b in buttons if b["label"] == "launch-buttons"]
+    assert launch[0]["buttons"][0]["url"] == \
+        "https://mybinder.org/v2/gh/someone/fedbook/dev?urlpath=lab%2Ftree%2Fnotebooks%2Fsetting.py"
+    assert _page(bookweb, {"repository_url": "https://example.org/fedbook"})[-1]["label"] == "download-buttons"
+    assert _page(bookweb, {"repository_url": "https://github.com/a/b"}, "intro") == \
+        [{"type": "group", "label": "download-buttons", "buttons": [{"label": "ipynb"}]}]  # not a chapter
+    import types
+
+    config = types.SimpleNamespace(html_theme_options={"repository_url": "https://github.com/a/b"})
+    bookweb._config(None, config)
+    assert config.html_theme_options["use_repository_button"] is True
+    config = types.SimpleNamespace(html_theme_options={"repository_url": ""})
+    bookweb._config(None, config)
+    assert config.html_theme_options["use_repository_button"] is False

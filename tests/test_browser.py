@@ -6,8 +6,11 @@ On every page: no console error and no uncaught script error; no request that ha
 book (each one is blocked, so it would show as failed); every formula typeset by the bundled
 MathJax (no raw TeX, no MathJax error node); nothing cut off at the right edge on a phone
 (390 px: long formulas and wide tables scroll in their own box); no ``mailto:`` or ``file:`` link
-and no link to a path outside the book; every internal link and its anchor resolve. The built-in search finds a
-term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
+and no link to a path outside the book; every internal link and its anchor resolve; every figure has
+a number, a caption and alt text; every glued value and table cell reads as a formatted number (no
+``nan``, no unformatted long float, no pandas index column); the parameters cells are collapsed;
+each chapter offers its executed notebook and its jupytext source for download, and no launch
+button while no repository is configured. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
 ``<build>/screenshots/`` for a person to look at.
 
 The browser is Debian's ``chromium`` driven by Playwright's Python API (``executable_path``:
@@ -20,6 +23,7 @@ from __future__ import annotations
 import html.parser
 import importlib.util
 import os
+import re
 import shutil
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -225,3 +229,85 @@ def test_screenshots_for_a_person_to_look_at(site, browser):
             assert out.stat().st_size > 10_000, f"{out} looks empty"
             page.close()
         ctx.close()
+
+
+_FIGURES = """() => [...document.querySelectorAll('article img, main img')].filter(i => !i.closest('.navbar-brand'))
+  .map(i => { const f = i.closest('figure'); const c = f && f.querySelector('figcaption');
+    return {alt: i.getAttribute('alt') || '', src: i.getAttribute('src') || '',
+            caption: c ? c.textContent.trim() : '', number: c ? !!c.querySelector('.caption-number') : false}; })"""
+
+
+def test_every_figure_has_a_number_a_caption_and_alt_text(site, browser):
+    ctx = _context(browser)
+    problems, n = [], 0
+    for path in _pages(site, redirects=False):
+        page, _, _ = _open(ctx, path)
+        name = path.relative_to(site).as_posix()
+        for fig in page.evaluate(_FIGURES):
+            n += 1
+            src = fig["src"].rsplit("/", 1)[-1]
+            if not fig["caption"] or not fig["number"]:
+                problems.append(f"{name}: {src}: no numbered caption")
+            alt = fig["alt"].strip()
+            if len(alt) < 15 or re.fullmatch(r"[0-9a-f]{16,}(\.\w+)?", alt) or alt == src:
+                problems.append(f"{name}: {src}: alt text {alt!r} does not describe the figure")
+        page.close()
+    ctx.close()
+    assert n >= 10 and not problems, f"{n} figures\n" + "\n".join(problems[:30])
+
+
+# a float nobody formatted (six decimals or more, or a mantissa of four digits and more), an undefined value
+_UNFORMATTED = re.compile(r"(?<![\w.])[-+]?\d+\.\d{6,}|\d\.\d{4,}e[-+]?\d+|^\s*(nan|NaN|None|<NA>)\s*$")
+
+_GLUED_AND_TABLES = """() => {
+  const visible = e => !e.closest('pre, code, .highlight, details:not([open])');
+  return {
+    glued: [...document.querySelectorAll('.pasted-text, .pasted-inline')].filter(visible).map(e => e.textContent),
+    cells: [...document.querySelectorAll('table td, table th')].filter(visible).map(e => e.textContent),
+    index: [...document.querySelectorAll('table th.row_heading, table th.index_name, table th.blank')]
+      .filter(visible).length,
+  };
+}"""
+
+
+def test_glued_values_and_table_cells_read_as_formatted_numbers(site, browser):
+    ctx = _context(browser)
+    problems, n_glued = [], 0
+    for path in _pages(site, redirects=False):
+        page, _, _ = _open(ctx, path)
+        name = path.relative_to(site).as_posix()
+        found = page.evaluate(_GLUED_AND_TABLES)
+        n_glued += len(found["glued"])
+        for kind in ("glued", "cells"):
+            for text in found[kind]:
+                if _UNFORMATTED.search(text) or (kind == "glued" and re.search(r"\bnan\b", text, re.I)):
+                    problems.append(f"{name}: {kind[:-1] if kind == 'cells' else 'glued value'}: {text.strip()[:60]!r}")
+        if found["index"]:
+            problems.append(f"{name}: {found['index']} pandas index header cell(s): show tables with show_table")
+        page.close()
+    ctx.close()
+    assert n_glued > 100 and not problems, f"{n_glued} glued values\n" + "\n".join(problems[:30])
+
+
+def test_setup_cells_are_collapsed_and_chapters_offer_their_sources(site):
+    import json
+
+    problems = []
+    for path in sorted((site / "chapters").glob("*.html")):
+        text = path.read_text(encoding="utf-8")
+        name = path.stem
+        for tag in ("tag_parameters", "tag_injected-parameters"):
+            cells = re.findall(rf'<div class="cell ([^"]*{tag}[^"]*)"', text)
+            if len(cells) != 1 or "tag_hide-input" not in cells[0]:
+                problems.append(f"{name}: the {tag[4:]} cell is not collapsed ({cells})")
+        for suffix in (".ipynb", ".py"):
+            if f'href="../_sources/chapters/{name}{suffix}"' not in text:
+                problems.append(f"{name}: no download of {name}{suffix}")
+        if "launch-buttons" in text or "mybinder" in text or "colab.research" in text:
+            problems.append(f"{name}: a launch button although no repository is configured")
+        notebook = json.loads((site / "_sources" / "chapters" / f"{name}.ipynb").read_text(encoding="utf-8"))
+        injected = ["".join(c["source"]) for c in notebook["cells"]
+                    if "injected-parameters" in c.get("metadata", {}).get("tags", ())]
+        if any("results_dir" in s for s in injected):
+            problems.append(f"{name}: the downloadable notebook carries the build's results_dir")
+    assert not problems, "\n".join(problems)

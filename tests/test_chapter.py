@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.chapter import CheckTable, load_data, resolve, subsample
+import re
+
+import pandas as pd
+
+from fedlib.chapter import (MISSING, CheckTable, chapter_title, exercises, format_bytes, load_data, resolve,
+                            show_table, subsample)
 from fedlib.data import ArrayDataset
 from fedlib.rng import DATA_SUBSET, derive_seed
 
@@ -98,3 +103,80 @@ def test_resolve_reads_the_notebooks_history_and_refuses_an_injected_unknown_par
     exec("P = resolve(profiles, 'book', rounds=5)", namespace)
     assert namespace["P"].rounds == 5
     assert resolve(profiles, "book").rounds == 20  # outside a notebook there is no history to check
+
+
+def _cells(styler) -> list[list[str]]:
+    """The body cells of a rendered table, as the page shows them."""
+    import html as _html
+    import re as _re
+
+    body = styler.to_html().split("<tbody>", 1)[1]
+    return [[_html.unescape(c) for c in _re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, flags=_re.S)]
+            for row in body.split("</tr>") if "<td" in row]
+
+
+def test_show_table_puts_the_key_columns_first_and_formats_every_cell():
+    frame = pd.DataFrame({"accuracy (%)": [91.234, float("nan"), 88.0], "bytes": [3373973, 512, 2.5e10],
+                          "clients": [20, 1500, 3], "gamma": [1e-4, 1e-3, 0.5]},
+                         index=pd.Index(["FedAvg", "Ditto", "FedRep"], name="method"))
+    styler = show_table(frame, digits={"accuracy (%)": 1}, formats={"bytes": format_bytes, "gamma": ".0e"})
+    assert _cells(styler) == [["FedAvg", "91.2", "3.37 MB", "20", "1e-04"],
+                              ["Ditto", MISSING, "512 B", "1,500", "1e-03"],
+                              ["FedRep", "88.0", "25.0 GB", "3", "5e-01"]]
+    html = styler.to_html()
+    assert ">method<" in html and "row_heading" not in html  # the index is a column, not pandas' index
+    assert styler.to_html() == show_table(frame, digits={"accuracy (%)": 1},
+                                          formats={"bytes": format_bytes, "gamma": ".0e"}).to_html()  # stable id
+
+
+def test_show_table_marks_the_best_value_and_compares_text_cells_by_their_number():
+    frame = pd.DataFrame({"method": ["A", "B", "C"], "global": ["91.0 ± 2.5", "92.1 ± 1.0", "92.1 ± 3.0"],
+                          "seconds": [3.0, 1.5, 2.0]})
+    html = show_table(frame, index=False, best={"global": "max", "seconds": "min"}).to_html()
+    bold = next(block for block in html.split("}") if "font-weight: bold" in block)
+    cells = sorted(re.findall(r"_(row\d+_col\d+)", bold))
+    # both 92.1 cells of the global column (a tie), and 1.5 of the seconds column
+    assert cells == ["row1_col1", "row1_col2", "row2_col1"]
+
+
+def test_show_table_refuses_unknown_columns_and_kinds():
+    frame = pd.DataFrame({"a": [1.0]})
+    with pytest.raises(ValueError, match=r"best names columns \['b'\].*valid: \['a'\]"):
+        show_table(frame, best={"b": "max"})
+    with pytest.raises(ValueError, match="best must be one of max, min per column, got {'a': 'largest'}"):
+        show_table(frame, best={"a": "largest"})
+    with pytest.raises(ValueError, match=r"formats names columns \['z'\]"):
+        show_table(frame, formats={"z": ".1f"})
+
+
+def test_format_bytes_uses_decimal_units_and_three_digits():
+    assert [format_bytes(n) for n in (0, 999, 1000, 15_300, 940_000, 3_373_973, 2.5e10)] == \
+        ["0 B", "999 B", "1.00 kB", "15.3 kB", "940 kB", "3.37 MB", "25.0 GB"]
+    assert format_bytes(float("nan")) == MISSING
+
+
+def test_check_table_show_wraps_and_shades_every_verdict():
+    checks = CheckTable()
+    checks.add("a long statement " * 8, "h", 1e-13, 1e-12)
+    checks.add("b", "h", 3, 0, kind="count")
+    html = checks.show().to_html()
+    assert "white-space: normal" in html and "#d9f2d9" in html and "#f8d7d7" in html
+    assert "row_heading" not in html
+
+
+def test_exercises_are_read_with_their_title_and_kind(tmp_path):
+    source = tmp_path / "c.py"
+    source.write_text(
+        "# %% [markdown]\n# # The chapter\n#\n# ## Results\n#\n# 1. not an exercise\n"
+        "# %%\nx = 1\n"
+        "# %% [markdown]\n# ## Exercises\n#\n# 1. **More seeds.** *(parameters only)* Re-run with\n"
+        "#    `n_seeds=5`.\n#\n# :::{dropdown} Hint\n# 1. a list inside a hint is not an exercise\n# :::\n"
+        "#\n# 2. **A head of your own.** Write it\n#    *(code)* and test it.\n# %%\nz = 3\n"
+        "# %% [markdown]\n# ### Exercise 3: Unmarked\n#\n# Think.\n"
+        "# %%\ny = 2\n# %% [markdown]\n# ## After\n# 4. **Not one either.** *(code)*\n"
+    )
+    table = exercises(source)
+    assert table.values.tolist() == [[1, "More seeds.", "parameters only"], [2, "A head of your own.", "code"],
+                                     [3, "Unmarked", None]]
+    assert chapter_title(source) == "The chapter"
+    assert exercises(tmp_path / "c.py").columns.tolist() == ["exercise", "title", "kind"]

@@ -11,14 +11,55 @@ page, each checked by ``tests/test_browser.py``:
 - on a phone (390 px) nothing may run off the right edge of the page: ``static/bookweb.css``
   makes display equations, long inline formulas and wide tables scroll in their own box and
   lets long identifiers and signatures break.
+
+And three additions for readers who take a chapter away:
+
+- each executed chapter's download menu offers its jupytext source (``notebooks/<name>.py``,
+  copied into the build) next to the executed notebook;
+- the executed notebook offered for download carries no path of the machine that built it:
+  the ``results_dir`` line papermill injected is removed from that copy (the page keeps it);
+- with a repository configured (``repository.url`` in ``_config.yml``), the header links to it
+  and each chapter gets a Binder button that opens its jupytext source; with none, no such
+  button appears (none that would lead nowhere).
 """
 
 from __future__ import annotations
 
+import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 STATIC = Path(__file__).resolve().parent / "static"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"  # book/_ext/ -> the repository's notebooks/
+SOURCES = "_sources"
+BINDER = "https://mybinder.org"
+_INJECTED_RESULTS = re.compile(r"^results_dir = .*\n?", flags=re.M)
+
+
+def _chapter(pagename: str) -> str | None:
+    """``chapters/<name>`` -> ``<name>`` where ``notebooks/<name>.py`` exists, else None."""
+    if pagename.startswith("chapters/") and (NOTEBOOKS / f"{pagename.split('/', 1)[1]}.py").exists():
+        return pagename.split("/", 1)[1]
+    return None
+
+
+def _repository(app) -> tuple[str, str]:
+    """The configured repository's URL (empty if none) and branch."""
+    opts = app.config.html_theme_options or {}
+    return str(opts.get("repository_url") or "").rstrip("/"), str(opts.get("repository_branch") or "main")
+
+
+def _binder_url(app, repo: str, branch: str, name: str) -> str | None:
+    """Binder's address for a chapter's jupytext source, for a GitHub repository; None otherwise."""
+    match = re.match(r"https://github\.com/([^/]+)/([^/]+?)(?:\.git)?$", repo)
+    if not match:
+        return None
+    hub = str(((app.config.html_theme_options or {}).get("launch_buttons") or {}).get("binderhub_url") or BINDER)
+    path = quote(f"lab/tree/notebooks/{name}.py", safe="")
+    return f"{hub.rstrip('/')}/v2/gh/{match.group(1)}/{match.group(2)}/{branch}?urlpath={path}"
 
 
 def _thebe_on(app) -> bool:
@@ -47,6 +88,50 @@ def _page_context(app, pagename: str, templatename: str, context: dict, doctree)
         context["css_files"][:] = [c for c in context["css_files"] if not _is_thebe(c)]
     if not context.get("default_mode"):
         context["default_mode"] = "auto"
+    name = _chapter(pagename)
+    buttons = context.get("header_buttons")
+    if name is None or buttons is None:
+        return
+    pathto = context["pathto"]
+    for group in buttons:
+        if group.get("label") == "download-buttons":
+            group["buttons"].insert(1, {
+                "type": "link", "url": f"{pathto(SOURCES, 1)}/chapters/{name}.py", "text": ".py (jupytext)",
+                "tooltip": "Download the chapter's jupytext source", "icon": "fas fa-file-code",
+                "label": "download-jupytext-button",
+            })
+    repo, branch = _repository(app)
+    binder = _binder_url(app, repo, branch, name) if repo else None
+    if binder:
+        buttons.append({
+            "type": "group", "tooltip": "Launch this chapter", "icon": "fas fa-rocket", "label": "launch-buttons",
+            "buttons": [{"type": "link", "url": binder, "text": "Binder", "tooltip": "Open the chapter on Binder",
+                         "icon": "fas fa-rocket", "label": "binder-button"}],
+        })
+
+
+def _config(app, config) -> None:
+    """A configured repository turns its header button on; without one, none is shown."""
+    opts = dict(config.html_theme_options or {})
+    opts["use_repository_button"] = bool(str(opts.get("repository_url") or "").strip())
+    config.html_theme_options = opts
+
+
+def _finished(app, exception) -> None:
+    """Copy each chapter's jupytext source beside its executed notebook in ``_sources``, and take
+    the injected ``results_dir`` (a path of the building machine) out of the notebook's copy."""
+    if exception is not None or app.builder.format != "html":
+        return
+    out = Path(app.outdir) / SOURCES / "chapters"
+    for notebook in sorted(out.glob("*.ipynb")) if out.exists() else ():
+        if (NOTEBOOKS / f"{notebook.stem}.py").exists():
+            shutil.copyfile(NOTEBOOKS / f"{notebook.stem}.py", out / f"{notebook.stem}.py")
+        nb = json.loads(notebook.read_text(encoding="utf-8"))
+        for cell in nb.get("cells", ()):
+            if "injected-parameters" in cell.get("metadata", {}).get("tags", ()):
+                source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+                cell["source"] = _INJECTED_RESULTS.sub("", source)
+        notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def _static_path(app) -> None:
@@ -54,7 +139,9 @@ def _static_path(app) -> None:
 
 
 def setup(app) -> dict[str, Any]:
+    app.connect("config-inited", _config)
     app.connect("builder-inited", _static_path)
+    app.connect("build-finished", _finished)
     app.add_css_file("bookweb.css")
     app.connect("html-page-context", _page_context, priority=900)  # after the themes have filled the context
     return {"parallel_read_safe": True, "parallel_write_safe": True}

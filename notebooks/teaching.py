@@ -1,0 +1,247 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (chapter-teaching)=
+# # Teaching with this book
+#
+# This page is for a teacher who wants to use a chapter in a course: how long each chapter takes
+# to run, which exercises need only new parameters and which need code, how to hand a chapter to
+# a student, how the student checks a re-run against the book, and one exercise in which the
+# student writes a federated method of their own and tests it. Every time and count on this page
+# comes from the build that produced it.
+
+# %% tags=["parameters", "hide-input"]
+profile = "book"  # "smoke", "book" or "paper": which build this page describes (it trains little itself)
+seed = 0  # the seed of the small FedAvgM run in the last section
+records = None  # {profile: folder of that build's chapter records}; book/build.py passes it
+results_dir = None  # unused here (every chapter accepts it)
+
+# %% tags=["hide-input"]
+import functools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pandas as pd
+import yaml
+from myst_nb import glue
+
+from fedlib.algorithms import FedAvg
+from fedlib.chapter import EXERCISE_KINDS, chapter_title, exercises, resolve, show_table
+from fedlib.data import load_uci_digits
+from fedlib.federation import make_federation
+from fedlib.loop import LoopConfig, run_federated
+from fedlib.models import build_model
+from fedlib.training import TrainConfig
+
+PROFILES = {
+    "smoke": dict(demo_rounds=2, demo_clients=4, beta=0.9),
+    "book": dict(demo_rounds=10, demo_clients=10, beta=0.9),
+    "paper": dict(demo_rounds=10, demo_clients=10, beta=0.9),
+}
+P = resolve(PROFILES, profile)
+ROOT = Path("..").resolve()  # the chapters execute in notebooks/
+records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
+toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+parts = [(part["caption"], [c["file"].split("/", 1)[1] for c in part["chapters"] if c["file"].startswith("chapters/")])
+         for part in toc["parts"]]
+this = "teaching"
+
+
+def seconds(prof: str, name: str) -> float | None:
+    """The execution time that build's record gives for a chapter, None where it has none."""
+    path = Path(records.get(prof, "")) / f"{name}.json" if prof in records else None
+    return json.loads(path.read_text())["seconds"] if path is not None and path.exists() else None
+
+
+# %% [markdown]
+# ## How long each chapter takes
+#
+# The times below are the execution times this build recorded for every chapter (the seconds in
+# `book/chapters/<name>.json`, and `book/_smoke/chapters/<name>.json` for the smoke profile), on
+# the machine that built this page. The `smoke` profile is what a student runs first: seconds per
+# chapter, the same code on a few hundred samples. The `book` profile produced the numbers in the
+# book. A dash means that profile has not been built on this machine yet (`make smoke` builds the
+# smoke profile; `make book` builds both).
+
+# %% tags=["hide-input"]
+rows = []
+for part, names in parts:
+    for name in names:
+        if name == this:
+            continue
+        rows.append({"part": part, "chapter": chapter_title(ROOT / "notebooks" / f"{name}.py"),
+                     "smoke (s)": seconds("smoke", name), "book (min)": (seconds("book", name) or float("nan")) / 60})
+timing = pd.DataFrame(rows)
+show_table(timing, digits={"smoke (s)": 0, "book (min)": 1}, index=False)
+
+# %% tags=["remove-cell"]
+book_total = timing["book (min)"].sum(min_count=1)
+smoke_total = timing["smoke (s)"].astype(float).sum(min_count=1)
+slowest = timing.loc[timing["book (min)"].idxmax()] if timing["book (min)"].notna().any() else None
+glue("n_chapters", len(timing), display=False)
+glue("book_total", "not measured yet" if pd.isna(book_total) else f"{book_total:.0f} minutes", display=False)
+glue("smoke_total", "not measured yet" if pd.isna(smoke_total) else f"{smoke_total / 60:.1f} minutes", display=False)
+glue("slowest", "none measured yet" if slowest is None else
+     f"{slowest['chapter']} ({slowest['book (min)']:.1f} minutes)", display=False)
+
+# %% [markdown]
+# Executing all {glue:text}`n_chapters` chapters takes {glue:text}`book_total` at the book profile
+# and {glue:text}`smoke_total` at the smoke profile on this machine; the slowest chapter at the
+# book profile is {glue:text}`slowest`. A class that works through one chapter per session can
+# run it at the book profile during the session; at the smoke profile every student re-runs a
+# whole chapter in seconds.
+#
+# ## The exercises
+#
+# Every experiments chapter ends with exercises. Each one says whether it needs only new
+# parameters (a re-run with `-p`, no code to write) or a change to the code, and has a hint and a
+# worked solution, each folded away until a student opens it. The worked solutions' numbers are
+# computed when the book is built; where an exercise asks for a run larger than the book can
+# afford, its solution computes a reduced version and says at what scale.
+
+# %% tags=["hide-input"]
+ex_rows = []
+for part, names in parts:
+    for name in names:
+        for row in exercises(ROOT / "notebooks" / f"{name}.py").itertuples(index=False):
+            ex_rows.append({"chapter": chapter_title(ROOT / "notebooks" / f"{name}.py"), "exercise": row.exercise,
+                            "title": row.title, "needs": row.kind or "not marked"})
+exercise_table = pd.DataFrame(ex_rows, columns=["chapter", "exercise", "title", "needs"])
+show_table(exercise_table, index=False, wrap=True)
+
+# %% tags=["remove-cell"]
+counts = exercise_table["needs"].value_counts()
+glue("n_exercises", len(exercise_table), display=False)
+glue("n_parameters_only", int(counts.get(EXERCISE_KINDS[0], 0)), display=False)
+glue("n_code", int(counts.get(EXERCISE_KINDS[1], 0)), display=False)
+
+# %% [markdown]
+# Of the {glue:text}`n_exercises` exercises, {glue:text}`n_parameters_only` need only parameters
+# and {glue:text}`n_code` need code. The last exercise of this page is a method of the student's
+# own, with a test to pass.
+#
+# ## Handing a chapter out
+#
+# A student needs Python 3.11, the repository and its pinned requirements. From the repository's
+# root:
+#
+# ```bash
+# python3.11 -m venv .venv
+# .venv/bin/python -m pip install -r requirements.txt
+# .venv/bin/python -m pip install --no-deps -e .      # fedlib, editable
+# ```
+#
+# (`make test` does the same and then runs the tests.) To give each student a chapter with their
+# own seed at the smoke profile, write one notebook per student: the chapter with its parameters
+# injected, nothing executed yet, no output and no path of your machine in it:
+#
+# ```bash
+# .venv/bin/python book/build.py --handout handouts/ana --profile smoke --only setting -p seed=7
+# ```
+#
+# The student opens `handouts/ana/setting.ipynb` in Jupyter with the repository's `notebooks/`
+# folder as the working directory and runs it top to bottom. The notebook refuses a misspelled or
+# ill-typed parameter in its first cells, before any work. Here is the cell such a handout
+# carries, made by the command above while this page was built:
+
+# %% tags=["hide-input"]
+with tempfile.TemporaryDirectory() as folder:
+    cmd = [sys.executable, str(ROOT / "book" / "build.py"), "--handout", folder, "--profile", "smoke",
+           "--only", "setting", "-p", "seed=7"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    handed = nbformat.read(Path(folder) / "setting.ipynb", as_version=4)
+injected = next(c for c in handed.cells if "injected-parameters" in c.metadata.get("tags", ()))
+executed = sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
+print(injected.source)
+print(f"cells with an output: {executed}")
+
+# %% [markdown]
+# ## Checking a re-run against the book
+#
+# A student who re-runs a chapter with the book's parameters gets the book's numbers bit for bit
+# (on a CPU: every random stream is derived from the seed). Any other seed or parameter changes
+# them, and the comparison below says which by how much. Execute the chapter into a folder of its
+# own, then compare its glued values (the numbers the page's text shows) with the book's build:
+#
+# ```bash
+# .venv/bin/python book/build.py --only setting -p seed=7 --out runs/ana
+# .venv/bin/python book/build.py --compare runs/ana            # bit for bit
+# .venv/bin/python book/build.py --compare runs/ana --rtol 0.05 # numbers within 5 %
+# ```
+#
+# The command prints every value that differs (with the book's and the student's) and then how
+# many agree. `--profile smoke` compares with the smoke build instead.
+#
+# (teaching-own-method)=
+# ## Exercise: write your own method
+#
+# *(code)* Write **FedAvgM**, FedAvg with server momentum {cite:p}`fedavgm`: the server treats the
+# change the clients' average makes to the global model as a gradient, $\Delta_t = w_t - \bar w_t$,
+# keeps a velocity $v_{t+1} = \beta v_t + \Delta_t$ and steps $w_{t+1} = w_t - \eta\, v_{t+1}$.
+# Only the server changes, so only the `aggregate` hook of {class}`fedlib.protocol.Algorithm` is
+# written ({ref}`inside-add-a-method` shows a complete plug-in). Download the skeleton
+# {download}`fedavgm.py <../exercises/fedavgm.py>` and its test
+# {download}`test_fedavgm.py <../exercises/test_fedavgm.py>` into the repository's
+# `book/exercises/` folder (they are already there in a clone), fill in the `TODO` and run
+#
+# ```bash
+# .venv/bin/python -m pytest book/exercises
+# ```
+#
+# The test checks one and two rounds against values computed by hand, that $\beta = 0$ and
+# $\eta = 1$ give FedAvg, and that the method trains in {func}`fedlib.loop.run_federated`. It fails
+# on the skeleton as it is handed out and passes on a correct answer.
+#
+# :::{dropdown} Hint
+# Call `super().aggregate(server, updates, round_)` first: it is FedAvg's sample-weighted average
+# $\bar w_t$. The current weights $w_t$ are in `server.arrays` under names that start with
+# `"model/"`; store $v$ under the same names with `"momentum/"` in front. In the first round there
+# is no velocity yet: take $v_1 = \Delta_1$.
+# :::
+#
+# :::{dropdown} Worked solution
+# ```{literalinclude} ../exercises/fedavgm_solution.py
+# :language: python
+# :pyobject: FedAvgM
+# ```
+# The run below trains it and FedAvg on the same seed, federation and client steps (UCI digits,
+# an MLP, Dirichlet label skew): {glue:text}`demo_clients` clients for {glue:text}`demo_rounds`
+# rounds, with $\beta =$ {glue:text}`demo_beta`. FedAvg's final global accuracy is
+# {glue:text}`demo_fedavg:.1f` %, FedAvgM's {glue:text}`demo_fedavgm:.1f` %; one seed on a small
+# federation tells nothing general about which is better (that would need the seeds and intervals
+# of the experiments chapters), but it shows that the method runs in the loop unchanged.
+# :::
+
+# %% tags=["remove-cell"]
+sys.path.insert(0, str(ROOT / "book" / "exercises"))
+from fedavgm_solution import FedAvgM  # noqa: E402  (the worked solution, importable from its folder)
+
+digits = load_uci_digits(size=8)
+demo_fed = make_federation(digits, n_clients=P.demo_clients, partition="dirichlet", alpha=0.5, min_size=10,
+                           global_test_per_class=20, seed=seed)
+demo_model = functools.partial(build_model, "mlp", in_channels=1, n_classes=digits.n_classes, input_size=8)
+demo_train = TrainConfig(epochs=1, lr=0.05)
+demo = {name: run_federated(method, demo_fed, demo_model, LoopConfig(rounds=P.demo_rounds, seed=seed)).summary()
+        for name, method in {"fedavg": FedAvg(train=demo_train),
+                             "fedavgm": FedAvgM(train=demo_train, beta=P.beta)}.items()}
+glue("demo_clients", P.demo_clients, display=False)
+glue("demo_rounds", P.demo_rounds, display=False)
+glue("demo_beta", P.beta, display=False)
+glue("demo_fedavg", 100 * float(demo["fedavg"]["global"]), display=False)
+glue("demo_fedavgm", 100 * float(demo["fedavgm"]["global"]), display=False)
