@@ -54,9 +54,20 @@ if CHROMIUM is None or sync_playwright is None:
 pytestmark = pytest.mark.browser
 
 
+SITE = "FEDLIB_BOOK_SITE"
+"""Set to a rendered book's HTML folder (``book/_build/html``) to check that build instead of a
+fresh smoke build: ``make browser-book`` checks the book-profile build this way."""
+
+
 @pytest.fixture(scope="module")
 def site(smoke_out) -> Path:
-    """The rendered smoke-profile book (the chapters execute once per session, see conftest)."""
+    """The rendered smoke-profile book (the chapters execute once per session, see conftest), or
+    the build that ``FEDLIB_BOOK_SITE`` names."""
+    if os.environ.get(SITE):
+        given = Path(os.environ[SITE]).resolve()
+        if not (given / "intro.html").exists():
+            pytest.fail(f"{SITE}={given} holds no rendered book (no intro.html); run make book first", pytrace=False)
+        return given
     assert build.build("smoke", None, {}, render=True, force=False, out=smoke_out) == 0
     return smoke_out / "_build" / "html"
 
