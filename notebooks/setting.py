@@ -145,13 +145,13 @@ class KeepPredictions(InProcessTransport):
 # least one training sample of every class the client observes.
 
 # %%
-federations = {"iid": make_federation(data, n_clients=P.n_clients, partition="iid",
-                                      global_test_per_class=P.global_test_per_class, seed=seed)}
+common = dict(n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
+              seed=seed)
+federations = {"iid": make_federation(data, partition="iid", **common)}
 for a in P.alphas:
-    federations[f"dir{a}"] = make_federation(data, n_clients=P.n_clients, partition="dirichlet",
-                                             alpha=a, min_size=10, seed=seed,
-                                             global_test_per_class=P.global_test_per_class)
-PARTITION_LABEL = {"iid": "IID", **{f"dir{a}": f"Dirichlet α = {a}" for a in P.alphas}}
+    federations[f"dir{a}"] = make_federation(data, partition="dirichlet", alpha=a,
+                                             min_size=10, **common)
+PARTITION_LABEL = {"iid": "IID"} | {f"dir{a}": f"Dirichlet α = {a}" for a in P.alphas}
 
 # %% [markdown]
 # {numref}`fig-setting-partitions` shows the training counts per client and class for the IID
@@ -305,7 +305,7 @@ glue("central_epochs", P.central_epochs, display=False)
 glue("central_lr", P.central_lr, display=False)
 
 # %% [markdown]
-# Trained centrally for {glue:text}`central_epochs` epochs (SGD with momentum 0.9, batch 32,
+# Trained centrally for {glue:text}`central_epochs` epoch(s) (SGD with momentum 0.9, batch 32,
 # learning rate {glue:text}`central_lr`), the CNN reaches
 # {glue:text}`central_acc:.1f` % on the global test set, which {glue:text}`central_verdict` the
 # 95 % target for this profile. FedAvg on the IID partition reaches {glue:text}`iid_acc:.1f` %,
@@ -316,7 +316,7 @@ glue("central_lr", P.central_lr, display=False)
 #
 # FedAvg deploys the global model on every client. FedAvg-FT {cite:p}`motley` trains exactly
 # the same global model and then, on every client, fine-tunes it on the client's own training
-# split before deployment ({glue:text}`ft_epochs` epochs of SGD at learning rate
+# split before deployment ({glue:text}`ft_epochs` epoch(s) of SGD at learning rate
 # {glue:text}`ft_lr`). Every client trains for {glue:text}`local_epochs` local epoch(s) per round
 # (SGD, momentum 0.9, batch 32, learning rate {glue:text}`train_lr`) and all clients take part in
 # every round, for {glue:text}`rounds` rounds.
@@ -345,12 +345,14 @@ for a in P.alphas:
     ft = FedAvgFT(train=train_cfg, finetune=finetune_cfg)
     ft_frame = evaluate_deployment(ft, run, fed, model_fn, loop_cfg,
                                    transport=kept[(a, "FedAvg-FT")])
-    for method, wide in (("FedAvg", run.per_client()), ("FedAvg-FT", per_client_table(ft_frame))):
+    deployed = (("FedAvg", run.per_client()), ("FedAvg-FT", per_client_table(ft_frame)))
+    for method, wide in deployed:
         per_client[(a, method)] = wide
         summaries.append({"alpha": a, "method": method, **protocol_summary(wide)})
     if results_dir is not None:
         run.save(Path(results_dir) / f"fedavg_alpha{a}")
-        ft_frame.to_csv(Path(results_dir) / f"fedavg_alpha{a}" / "fedavg_ft_frame.csv", index=False)
+        ft_frame.to_csv(Path(results_dir) / f"fedavg_alpha{a}" / "fedavg_ft_frame.csv",
+                        index=False)
 summary = pd.DataFrame(summaries).set_index(["alpha", "method"])
 
 
@@ -508,23 +510,24 @@ show_table(comm, formats={"bytes in the whole run": format_bytes})
 # parameters of the exercise for the full-scale answer.
 
 # %% tags=["hide-cell"]
-# Reduced federations for Exercises 1, 3 and 4: a seeded subset of the chapter's data, fewer
-# clients and rounds, one seed. Partition statistics (unseen classes) use the chapter's own scale.
+# Reduced federations for Exercises 1, 3 and 4: a seeded subset of the chapter's data,
+# fewer clients and rounds, one seed.
 t_ex = time.perf_counter()
 EX_ALPHAS = [1.0, 0.3, 0.1, 0.03]
 ex_data = subsample(data, P.ex_samples, seed)
 ex_cfg = LoopConfig(rounds=P.ex_rounds, seed=seed, rare_ratio=P.rare_ratio)
 
 
-def ex_federation(alpha=None, source=ex_data, n=P.ex_clients, per_class=P.ex_test_per_class):
-    """A federation of the exercises: IID for ``alpha=None``, else Dirichlet(alpha)."""
+def ex_federation(alpha=None):
+    """An exercise federation: IID for ``alpha=None``, else Dirichlet(alpha)."""
     kind = (dict(partition="iid") if alpha is None
             else dict(partition="dirichlet", alpha=alpha, min_size=10))
-    return make_federation(source, n_clients=n, global_test_per_class=per_class, seed=seed, **kind)
+    return make_federation(ex_data, n_clients=P.ex_clients, seed=seed,
+                           global_test_per_class=P.ex_test_per_class, **kind)
 
 
 def fedavg_global(fed, lr=P.lr):
-    """Mean global accuracy (%) of FedAvg on ``fed`` at the reduced scale, and the run."""
+    """FedAvg's mean global accuracy (%) on ``fed`` (reduced scale), and the run."""
     cfg = TrainConfig(epochs=P.local_epochs, batch_size=32, lr=lr, momentum=0.9)
     run = run_federated(FedAvg(train=cfg), fed, model_fn, ex_cfg)
     return 100 * run.summary()["global"], run
@@ -532,11 +535,13 @@ def fedavg_global(fed, lr=P.lr):
 
 ex_feds = {None: ex_federation()} | {a: ex_federation(a) for a in EX_ALPHAS}
 ex_runs = {a: fedavg_global(f) for a, f in ex_feds.items()}
-ex_scale = (f"{len(ex_data):,} samples ({P.ex_test_per_class} global test images per class), "
-            f"{P.ex_clients} clients, {P.ex_rounds} round(s), seed {seed}")
+ex_scale = (f"{len(ex_data):,} samples ({P.ex_test_per_class} global test images per "
+            f"class), {P.ex_clients} clients, {P.ex_rounds} round(s), seed {seed}")
 glue("ex_scale", ex_scale, display=False)
 
-# Exercise 1: unseen classes at the chapter's scale (partitions only), global accuracy at the reduced one
+# %% tags=["remove-cell"]
+# Exercise 1: unseen classes at the chapter's scale (partitions only), global accuracy at the
+# reduced one
 def mean_unseen(alpha):
     fed = make_federation(data, n_clients=P.n_clients, partition="dirichlet", alpha=alpha,
                           min_size=10, global_test_per_class=P.global_test_per_class, seed=seed)
@@ -587,7 +592,7 @@ glue("ex1_unseen_trend", "grows steadily" if grows else "does not grow monotonic
 # answer.
 # :::
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Exercise 2: the chapter's own deployments (kept predictions), scored under other rare thresholds
 def pct(x):
     return "n/a" if not np.isfinite(x) else f"{x:.1f} %"
@@ -651,7 +656,7 @@ glue("ex2_few", int(ex2.loc[0.25, "clients with rare"]), display=False)
 # clients it is averaged over.
 :::
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Exercise 3: a larger local learning rate at the reduced scale, on the IID and the alpha = 0.1 partitions
 EX_LR = 0.05
 ex3 = {}
@@ -700,7 +705,7 @@ glue("ex3_answer", ("the skewed federation suffers more from the larger step, as
 # (`-p lr=0.05`) separates the two effects better.
 # :::
 
-# %% tags=["hide-cell"]
+# %% tags=["remove-cell"]
 # Exercise 4: fine-tuning epochs on the reduced alpha = 0.1 federation (the same FedAvg run for all)
 ex4_fed, ex4_run = ex_feds[0.1], ex_runs[0.1][1]
 ex4_rows = [{"fine-tuning epochs": 0, **protocol_summary(ex4_run.per_client())}]
