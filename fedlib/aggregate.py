@@ -1,8 +1,10 @@
 """Aggregation as free functions over ``(values, weights)``, tested on hand-computed arrays (the
-book's page *Inside fedlib*, "Conventions")."""
+book's page *Inside fedlib*, "Conventions"), and as a fold over replies (:class:`WeightedMean`),
+which the round loop uses so that the server never holds a round's replies at once."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -18,10 +20,81 @@ def normalized_weights(weights: Sequence[float]) -> torch.Tensor:
     return w / w.sum()
 
 
+class WeightedMean:
+    r"""A running sample-weighted mean of named arrays: aggregation as a fold over replies.
+
+    .. math:: \bar\theta = \frac{\sum_k n_k \theta_k}{\sum_k n_k}
+
+    :meth:`add` one reply's arrays and weight at a time, :meth:`finish` once: the server holds one
+    float64 running sum per array, never the list of replies, so a round's memory does not grow
+    with the number of clients. Floating arrays are summed in float64 (in place, no temporary
+    copy) and cast back to their dtype; integer arrays (e.g. BatchNorm's
+    ``num_batches_tracked``) keep the running maximum. :func:`weighted_average` is this fold
+    over a list, so the list and the fold give the same bits.
+
+    Examples
+    --------
+    >>> mean = WeightedMean()
+    >>> mean.add({"w": torch.tensor([0.0])}, 2)
+    >>> mean.add({"w": torch.tensor([3.0])}, 1)
+    >>> len(mean), mean.finish()["w"]
+    (2, tensor([1.]))
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, torch.Tensor] = {}
+        self._dtypes: dict[str, torch.dtype] = {}
+        self._names: list[str] | None = None
+        self._total = 0.0
+        self._count = 0
+        self._weights: list[float] = []
+
+    def __len__(self) -> int:
+        """How many replies were added."""
+        return self._count
+
+    def add(self, arrays: Mapping[str, torch.Tensor], weight: float) -> None:
+        """Fold in one reply's ``arrays`` with its ``weight`` (finite, >= 0; e.g. its sample count)."""
+        w = float(weight)
+        if not math.isfinite(w) or w < 0:
+            raise ValueError(f"weights must be finite, >= 0 and sum to > 0, got {[*self._weights, w]}")
+        names = list(arrays)
+        if self._names is None:
+            self._names = names
+            for name, a in arrays.items():
+                self._dtypes[name] = a.dtype
+                if a.is_floating_point():
+                    self._sums[name] = torch.zeros(a.shape, dtype=torch.float64).add_(a.detach(), alpha=w)
+                else:
+                    self._sums[name] = a.detach().clone()
+        else:
+            if names != self._names:
+                raise ValueError(f"update {self._count} has arrays {sorted(names)} but update 0 has {sorted(self._names)}")
+            for name, a in arrays.items():
+                acc = self._sums[name]
+                if acc.dtype == torch.float64 and self._dtypes[name].is_floating_point:
+                    acc.add_(a.detach(), alpha=w)
+                else:
+                    torch.maximum(acc, a, out=acc)
+        self._total += w
+        self._count += 1
+        self._weights.append(w)
+
+    def finish(self) -> dict[str, torch.Tensor]:
+        """The weighted mean of everything added (each array in its own dtype)."""
+        if self._names is None:
+            raise ValueError("need a non-empty list of weights, got []: no reply was added")
+        if self._total <= 0:
+            raise ValueError(f"weights must be finite, >= 0 and sum to > 0, got {self._weights}")
+        return {name: (acc / self._total).to(self._dtypes[name]) if self._dtypes[name].is_floating_point else acc
+                for name, acc in self._sums.items()}
+
+
 def weighted_average(
     arrays: Sequence[Mapping[str, torch.Tensor]], weights: Sequence[float]
 ) -> dict[str, torch.Tensor]:
-    r"""Sample-size-weighted average of named arrays (FedAvg's rule).
+    r"""Sample-size-weighted average of named arrays (FedAvg's rule): :class:`WeightedMean`
+    folded over the list, so it gives the same bits as the streaming fold.
 
     .. math:: \bar\theta = \sum_k \frac{n_k}{\sum_j n_j} \theta_k
 
@@ -40,18 +113,11 @@ def weighted_average(
     """
     if len(arrays) != len(weights):
         raise ValueError(f"got {len(arrays)} arrays but {len(weights)} weights")
-    w = normalized_weights(weights)
-    names = list(arrays[0])
-    for k, a in enumerate(arrays[1:], start=1):
-        if list(a) != names:
-            raise ValueError(f"update {k} has arrays {sorted(a)} but update 0 has {sorted(names)}")
-    out: dict[str, torch.Tensor] = {}
-    for name in names:
-        first = arrays[0][name]
-        if first.is_floating_point():
-            stacked = torch.stack([a[name].to(torch.float64) for a in arrays])
-            avg = torch.tensordot(w, stacked, dims=1)
-            out[name] = avg.to(first.dtype)
-        else:
-            out[name] = torch.stack([a[name] for a in arrays]).max(dim=0).values
-    return out
+    normalized_weights(weights)  # the same checks, with every weight in the message
+    mean = WeightedMean()
+    for a, w in zip(arrays, weights):
+        mean.add(a, w)
+    return mean.finish()
+
+
+__all__ = ["WeightedMean", "normalized_weights", "weighted_average"]

@@ -9,7 +9,10 @@ Every method in fedlib runs through :func:`run_federated`; a method changes hook
    (:mod:`fedlib.engines`: in this process by default); each client runs ``local_update`` with
    its own generator derived from (seed, r, client) and replies;
 4. replies holding a NaN or infinity are refused (error, or dropped and recorded);
-5. the server aggregates the replies;
+5. the server aggregates the replies: as a fold, each reply added to a running sum as it arrives
+   and then freed (:meth:`fedlib.protocol.Algorithm.aggregator`), so a round's memory does not
+   grow with the number of clients; a method that needs every reply at once keeps the list
+   (``aggregation = "list"``);
 6. on the evaluation schedule, every active client receives the server's ``eval_broadcast``,
    deploys its predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
 7. the whole run state is checkpointed atomically, so a stopped run resumes bit for bit.
@@ -31,7 +34,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -45,7 +48,8 @@ from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensor
 from .messages import DOWN, UP, Ledger, Message, State
 from .metrics import RARE_RATIO, protocol_summary
 from .protocol import Algorithm, Event
-from .rng import SAMPLING, numpy_rng
+from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
+from .store import STATE_STORES, make_states
 
 NONFINITE_POLICIES = ("raise", "drop")
 
@@ -75,6 +79,13 @@ class LoopConfig:
     progress : show a progress bar over rounds with the current metrics
     evaluate_last : evaluate after the last round (default); ``False`` skips every evaluation
         when ``eval_every`` is 0 as well (timing the training alone, as the benchmark does)
+    eval_clients : evaluate a seeded sample of that many active clients in each evaluated round
+        (stream ``EVAL_SAMPLE``; ``None``, the default: every active client). The protocol's means,
+        floors and tails are then those of the sample: each such round has a row
+        ``(round, -1, "eval_sample", m)`` saying so (:meth:`RunResult.evaluated`)
+    states : where the clients' persistent states live, ``"memory"`` (default) or ``"disk"``
+        (one file per client in ``states_dir``: :mod:`fedlib.store`); the results are the same
+    states_dir : the folder of the ``"disk"`` store (it must hold no state files yet)
     """
 
     rounds: int = 20
@@ -88,6 +99,9 @@ class LoopConfig:
     checkpoint: str | None = None
     progress: bool = False
     evaluate_last: bool = True
+    eval_clients: int | None = None
+    states: str = "memory"
+    states_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.rounds < 0:
@@ -98,13 +112,23 @@ class LoopConfig:
             raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
         if self.on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"unknown on_nonfinite {self.on_nonfinite!r}; valid: {', '.join(NONFINITE_POLICIES)}")
+        if self.eval_clients is not None and (isinstance(self.eval_clients, bool) or not isinstance(self.eval_clients, int)
+                                              or self.eval_clients < 1):
+            raise ValueError(f"eval_clients must be None (every client) or an integer >= 1, got {self.eval_clients!r}")
+        if self.states not in STATE_STORES:
+            raise ValueError(f"unknown states {self.states!r}; valid: {', '.join(STATE_STORES)}")
+        if self.states == "disk" and not self.states_dir:
+            raise ValueError("states='disk' needs states_dir, the folder of the client state files")
         object.__setattr__(self, "events", tuple(self.events))
 
     def fingerprint(self) -> dict:
-        """What must match for a checkpoint to be resumed (everything but paths and display)."""
+        """What must match for a checkpoint to be resumed (everything but paths, display and
+        where the states live, none of which changes a result)."""
         d = asdict(self)
-        d.pop("checkpoint")
-        d.pop("progress")
+        for key in ("checkpoint", "progress", "states", "states_dir"):
+            d.pop(key)
+        if d["eval_clients"] is None:
+            d.pop("eval_clients")  # checkpoints written before the option resume as they were
         d["events"] = [asdict(e) for e in self.events]
         return d
 
@@ -125,13 +149,26 @@ class Server:
         return Message(arrays=down.arrays, meta=down.meta, kind=f"eval:{down.kind}")
 
     def aggregate(self, round_: int, updates: list[tuple[int, Message]]) -> None:
+        """Aggregate a list of replies at once (a method with ``aggregation = "list"``)."""
         for _, m in updates:
-            if not isinstance(m, Message):
-                raise TypeError(f"the server receives Message objects only, got {type(m).__name__}")
+            _check_message(m)
         self.state = self._algorithm.aggregate(self.state, updates, round_)
+
+    def aggregator(self, round_: int):
+        """The algorithm's fold for this round's replies, or ``None`` (it keeps a list)."""
+        return self._algorithm.aggregator(self.state, round_)
+
+    def finish(self, fold) -> None:
+        """The new state from a fold that every reply of the round was added to."""
+        self.state = fold.finish()
 
     def notify(self, event: Event) -> None:
         self.state = self._algorithm.on_event(self.state, event)
+
+
+def _check_message(m) -> None:
+    if not isinstance(m, Message):
+        raise TypeError(f"the server receives Message objects only, got {type(m).__name__}")
 
 
 @dataclass
@@ -144,7 +181,8 @@ class RunResult:
         federation-level rows such as events and dropped updates)
     ledger : the communication ledger
     server : the final server state
-    client_states : each client's final persistent state
+    client_states : each client's final persistent state (a dict, or the disk store of
+        ``LoopConfig(states="disk")``: the same mapping ``client -> State``)
     rounds_done : the last completed round
     algorithm : the algorithm's name
     departed : the clients that left the federation (``leave`` events applied) and did not join
@@ -157,7 +195,7 @@ class RunResult:
     frame: pd.DataFrame
     ledger: Ledger
     server: State
-    client_states: dict[int, State]
+    client_states: MutableMapping[int, State]
     rounds_done: int
     algorithm: str = ""
     departed: list[int] = field(default_factory=list)
@@ -169,6 +207,15 @@ class RunResult:
         """The clients still in the federation: every client with a state, less :attr:`departed`."""
         gone = set(self.departed)
         return [k for k in sorted(self.client_states) if k not in gone]
+
+    def evaluated(self, round_: int | None = None) -> int | None:
+        """How many clients round ``round_`` (default: the last evaluated) evaluated when it
+        evaluated a sample of them (``LoopConfig(eval_clients=...)``); ``None`` when it evaluated
+        every active client. Its means, floors and tails are then the sample's."""
+        self.per_client(round_)  # refuses a round without evaluations
+        r = int(self.frame.loc[self.frame["client"] >= 0, "round"].max()) if round_ is None else int(round_)
+        rows = self.frame[(self.frame["round"] == r) & (self.frame["metric"] == "eval_sample")]
+        return int(rows["value"].iloc[0]) if len(rows) else None
 
     def per_client(self, round_: int | None = None) -> pd.DataFrame:
         """Client × metric table at ``round_`` (default: the last evaluated round)."""
@@ -311,14 +358,19 @@ def run_federated(
             )
         loaded = _unflatten_states(tensors, saved["states"])
         server = Server(algorithm, loaded.pop("server"))
-        states = {int(name.split("/", 1)[1]): st for name, st in loaded.items()}
+        states = make_states(config.states, config.states_dir, overwrite=True)
+        for name, st in loaded.items():
+            states[int(name.split("/", 1)[1])] = st
+        del loaded, tensors
         ledger = Ledger(tuple(r) for r in saved["ledger"])
         rows = [tuple(r) for r in saved["rows"]]
         active, departed = list(saved["active"]), list(saved["departed"])
         start, seconds, server_seconds = int(saved["rounds_done"]) + 1, list(saved["seconds"]), list(saved["server_seconds"])
     else:
         server = Server(algorithm, algorithm.init_server(transport.initial_model))
-        states = {k: algorithm.init_client(k, federation.n_classes) for k in range(n)}
+        states = make_states(config.states, config.states_dir)
+        for k in range(n):
+            states[k] = algorithm.init_client(k, federation.n_classes)
         ledger = Ledger()
         rows: list[tuple] = []
         joiners = {e.client for e in config.events if e.kind == "join"}
@@ -346,8 +398,14 @@ def run_federated(
             server.notify(e)
             rows.append((r, -1, f"{e.kind}:{e.client}", 1.0))
 
-        messages = {k: server.broadcast(r) for k in _sample(active, config.participation, seed, r)}
+        # the broadcast depends on the server state and the round only: one message, sent to every sampled client
+        down = server.broadcast(r)
+        messages = {k: down for k in _sample(active, config.participation, seed, r)}
+        # streaming aggregation: each reply is folded in and freed (one running sum per array), unless
+        # the method keeps the list (aggregation = "list")
+        fold = server.aggregator(r)
         updates: list[tuple[int, Message]] = []
+        t_server = 0.0
         for k, new_state, up in transport.local_updates(algorithm, r, messages, states):
             ledger.record(r, k, DOWN, messages[k])
             states[k] = new_state
@@ -363,12 +421,22 @@ def run_federated(
                 continue
             if "train_loss" in up.meta:
                 rows.append((r, k, "train_loss", float(up.meta["train_loss"])))
-            updates.append((k, up))
-        del messages
-        t_server = time.perf_counter()
-        server.aggregate(r, updates)
-        server_seconds.append(time.perf_counter() - t_server)
-        del updates
+            if fold is None:
+                updates.append((k, up))
+            else:
+                _check_message(up)
+                t_add = time.perf_counter()
+                fold.add(k, up)
+                t_server += time.perf_counter() - t_add
+            del up, new_state
+        del messages, down
+        t_finish = time.perf_counter()
+        if fold is None:
+            server.aggregate(r, updates)
+        else:
+            server.finish(fold)
+        server_seconds.append(t_server + time.perf_counter() - t_finish)
+        del updates, fold
 
         if (r == config.rounds and config.evaluate_last) or (config.eval_every and r % config.eval_every == 0):
             rows.extend(_evaluate(algorithm, server, transport, states, active, config, r, ledger))
@@ -402,12 +470,23 @@ def _canonical_json(obj) -> str:
     return json.dumps(obj, sort_keys=True, default=json_default)
 
 
+def _evaluated_clients(active: list[int], eval_clients: int | None, seed: int, round_: int) -> list[int]:
+    """The clients evaluated in round ``round_``: every active one, or a seeded sample of ``eval_clients``."""
+    if eval_clients is None or eval_clients >= len(active):
+        return list(active)
+    rng = numpy_rng(seed, round_, EVAL_SAMPLE)
+    return sorted(int(c) for c in rng.choice(np.asarray(active), size=eval_clients, replace=False))
+
+
 def _evaluate(algorithm, server, transport, states, active, config, r, ledger) -> list[tuple]:
-    """Every active client receives the evaluation broadcast, deploys and is evaluated."""
-    messages = {k: server.eval_broadcast(r) for k in active}
-    for k in active:
+    """Every active client (or the round's evaluation sample) receives the evaluation broadcast,
+    deploys and is evaluated."""
+    clients = _evaluated_clients(active, config.eval_clients, config.seed, r)
+    down = server.eval_broadcast(r)  # one message for every client (it depends on the state and round only)
+    messages = {k: down for k in clients}
+    for k in clients:
         ledger.record(r, k, DOWN, messages[k])
-    rows = []
+    rows = [(r, -1, "eval_sample", float(len(clients)))] if len(clients) < len(active) else []
     for k, abilities in transport.evaluate(algorithm, r, messages, states, rare_ratio=config.rare_ratio, f1_class=config.f1_class):
         rows.extend((r, k, name, float(v)) for name, v in abilities.items())
     return rows

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .aggregate import weighted_average
+from .aggregate import WeightedMean
 from .messages import Message, State, prefixed
 from .models import HEAD_PREFIX
 
@@ -117,10 +117,41 @@ def load_model(model: torch.nn.Module, state: State, prefix: str = MODEL, strict
     return model
 
 
+AGGREGATIONS = ("fold", "list")
+"""How a method's server aggregates a round's replies: ``"fold"`` streams them (:meth:`Algorithm.aggregator`,
+one running sum per array, replies freed once folded), ``"list"`` keeps them all for
+:meth:`Algorithm.aggregate` (a method that needs every reply at once, at its own memory cost)."""
+
+
+class ModelAverage:
+    """FedAvg's aggregation as a fold: the running sample-weighted mean of the replies' ``model/``
+    arrays (:class:`fedlib.aggregate.WeightedMean`); the server's other arrays are kept."""
+
+    def __init__(self, server: State) -> None:
+        self._server = server
+        self._mean = WeightedMean()
+
+    def __len__(self) -> int:
+        return len(self._mean)
+
+    def add(self, client: int, message: Message) -> None:
+        """Fold in client ``client``'s reply (weighted by its ``n_samples``)."""
+        self._mean.add(message.with_prefix(MODEL), float(message.meta["n_samples"]))
+
+    def finish(self) -> State:
+        """The new server state (the old one where no reply was added)."""
+        if not len(self._mean):
+            return self._server
+        arrays = self._mean.finish()
+        return State(arrays={**self._server.arrays, **prefixed(MODEL, arrays)}, meta=dict(self._server.meta))
+
+
 class Algorithm:
     """Base class: FedAvg's server side (broadcast the model, sample-weighted average)."""
 
     name = "base"
+    aggregation = "fold"
+    """:data:`AGGREGATIONS`: a method that overrides :meth:`aggregate` says ``"list"`` (and why)."""
 
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model))
@@ -144,14 +175,21 @@ class Algorithm:
     ) -> tuple[State, Message]:
         raise NotImplementedError(f"{type(self).__name__} must implement local_update")
 
+    def aggregator(self, server: State, round_: int) -> ModelAverage | None:
+        """The fold the loop feeds this round's replies into, one at a time (``add(client,
+        message)``, then ``finish() -> State``), or ``None`` for a method with
+        ``aggregation = "list"``: the loop then keeps the replies and calls :meth:`aggregate`."""
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"{type(self).__name__}.aggregation is {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
+        return ModelAverage(server) if self.aggregation == "fold" else None
+
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        """Sample-size-weighted average of the updates' ``model/`` arrays."""
-        if not updates:
-            return server
-        arrays = weighted_average(
-            [m.with_prefix(MODEL) for _, m in updates], [float(m.meta["n_samples"]) for _, m in updates]
-        )
-        return State(arrays={**server.arrays, **prefixed(MODEL, arrays)}, meta=dict(server.meta))
+        """Sample-size-weighted average of the updates' ``model/`` arrays: :class:`ModelAverage`
+        folded over the list (the same bits as the loop's streaming fold)."""
+        fold = ModelAverage(server)
+        for k, m in updates:
+            fold.add(k, m)
+        return fold.finish()
 
     def deploy(
         self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
@@ -163,5 +201,5 @@ class Algorithm:
         return server
 
 
-__all__ = ["HEAD", "MODEL", "Algorithm", "ClientContext", "Event", "Predictor", "body_arrays", "load_model",
+__all__ = ["AGGREGATIONS", "HEAD", "MODEL", "Algorithm", "ModelAverage", "ClientContext", "Event", "Predictor", "body_arrays", "load_model",
            "model_arrays", "update_message", "without_head"]

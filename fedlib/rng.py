@@ -27,6 +27,8 @@ DEPLOY = 2
 """A client's deployment (e.g. fine-tuning) in an evaluated round: ``(seed, round, client, DEPLOY)``."""
 INIT = 3
 """The initial model weights: ``derive_seed(seed, INIT)``."""
+EVAL_SAMPLE = 4
+"""The clients evaluated in a round when evaluation is on a sample (``LoopConfig(eval_clients=...)``), keyed by (round, purpose)."""
 # building a federation (fedlib.federation.make_federation), keyed by (purpose,)
 GLOBAL_TEST = 11
 """The class-balanced global test split."""

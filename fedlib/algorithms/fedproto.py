@@ -44,6 +44,7 @@ class FedProto(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     lam: float = 2.0
     name = "fedproto"
+    aggregation = "list"  # the global prototypes are stacked from every reply (C x d each)
 
     def __post_init__(self) -> None:
         if not self.lam >= 0:

@@ -108,6 +108,7 @@ class StatisticsFirst(Algorithm):
 
     base: Algorithm = field(default_factory=FedAvg)
     suffix = "statistics"
+    aggregation = "list"  # round 1 builds the server's knowledge from every client's statistics at once
 
     @property
     def name(self) -> str:  # type: ignore[override]

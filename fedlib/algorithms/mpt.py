@@ -157,6 +157,7 @@ class MPT(FedAvg):
     history: bool = True
     seed: int = 0
     name = "mpt"
+    aggregation = "list"  # tracking reads each client's rare-class count and statistics at once
 
     def __post_init__(self) -> None:
         bad = [p for p in self.payload if p not in PARTS]

@@ -25,6 +25,8 @@ from fedlib.data.partition import (
     make_partition,
     partition_summary,
     plot_partition,
+    powerlaw_partition,
+    powerlaw_sizes,
     split_train_test,
 )
 
@@ -46,6 +48,8 @@ __all__ = [
     "label_subset_partition",
     "group_partition",
     "grouped_dirichlet_partition",
+    "powerlaw_partition",
+    "powerlaw_sizes",
     "split_train_test",
     "global_test_split",
     "client_class_counts",

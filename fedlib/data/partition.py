@@ -44,6 +44,8 @@ __all__ = [
     "group_partition",
     "grouped_dirichlet_partition",
     "departure_partition",
+    "powerlaw_partition",
+    "powerlaw_sizes",
     "split_train_test",
     "global_test_split",
     "client_class_counts",
@@ -52,7 +54,7 @@ __all__ = [
     "make_partition",
 ]
 
-PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet", "departure")
+PARTITIONS: tuple[str, ...] = ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet", "departure", "powerlaw")
 """Names accepted by :func:`make_partition`."""
 
 _ANNOTATE_MAX_CELLS = 400
@@ -225,6 +227,67 @@ def iid_partition(labels: np.ndarray, n_clients: int, seed: int) -> list[np.ndar
     n_clients = _check_n_clients(n_clients, len(labels))
     perm = np.random.default_rng(seed).permutation(len(labels))
     return [np.sort(p).astype(np.int64) for p in np.array_split(perm, n_clients)]
+
+
+def powerlaw_sizes(n: int, n_clients: int, exponent: float = 1.0, min_size: int = 1, seed: int = 0) -> np.ndarray:
+    r"""Client sizes of a cross-device federation: a few large clients and a long tail of small
+    ones (Zipf's law over the clients' size ranks, in a seeded order).
+
+    The client of rank :math:`r = 1, \dots, K` gets :math:`m + \lfloor (n - Km)\, r^{-a} / \sum_j
+    j^{-a} \rceil` samples (:math:`m` = ``min_size``, :math:`a` = ``exponent``; the rounding is
+    largest-remainder, so the sizes sum to ``n``); ranks are assigned to clients by a seeded
+    permutation. ``exponent=0`` gives near-equal sizes.
+
+    Returns
+    -------
+    np.ndarray of int64, shape (n_clients,)
+
+    Examples
+    --------
+    >>> powerlaw_sizes(100, 4, exponent=1.0, min_size=1, seed=0).sum()
+    np.int64(100)
+    >>> sorted(powerlaw_sizes(100, 4, exponent=1.0, min_size=1, seed=0).tolist())
+    [13, 16, 24, 47]
+    """
+    n_clients = _check_n_clients(n_clients, n)
+    min_size = _check_int("min_size", min_size, 1)
+    if n_clients * min_size > n:
+        raise ValueError(f"{n_clients} clients of at least min_size={min_size} need {n_clients * min_size} "
+                         f"samples, but there are {n}")
+    exponent = float(exponent)
+    if not np.isfinite(exponent) or exponent < 0:
+        raise ValueError(f"exponent must be a finite number >= 0, got {exponent}")
+    weights = np.arange(1, n_clients + 1, dtype=np.float64) ** -exponent
+    share = (n - n_clients * min_size) * weights / weights.sum()
+    extra = np.floor(share).astype(np.int64)
+    left = int((n - n_clients * min_size) - extra.sum())
+    extra[np.argsort(-(share - extra), kind="stable")[:left]] += 1  # largest remainders
+    sizes_by_rank = min_size + extra
+    return sizes_by_rank[np.random.default_rng(seed).permutation(n_clients)]
+
+
+def powerlaw_partition(
+    labels: np.ndarray, n_clients: int, exponent: float = 1.0, min_size: int = 1, seed: int = 0
+) -> list[np.ndarray]:
+    """Samples drawn at random (labels as in the pool) onto clients of power-law sizes
+    (:func:`powerlaw_sizes`): cross-device federations of many clients with a few samples each.
+
+    Returns
+    -------
+    list of np.ndarray
+        Per-client sorted ``int64`` index arrays, disjoint, covering ``range(n)``.
+
+    Examples
+    --------
+    >>> parts = powerlaw_partition(np.zeros(50, dtype=int), 10, exponent=1.5, seed=0)
+    >>> sum(len(p) for p in parts), min(len(p) for p in parts) >= 1
+    (50, True)
+    """
+    labels = _check_labels(labels)
+    rng = np.random.default_rng(seed)
+    sizes = powerlaw_sizes(len(labels), n_clients, exponent, min_size, seed=int(rng.integers(2**31)))
+    perm = rng.permutation(len(labels))
+    return [np.sort(p).astype(np.int64) for p in np.split(perm, np.cumsum(sizes)[:-1])]
 
 
 def dirichlet_partition(
@@ -717,7 +780,7 @@ def make_partition(
     ``"iid"``, ``"dirichlet"`` (``alpha=``, ``min_size=``), ``"label_subset"``
     (``class_fraction=``), ``"grouped_dirichlet"`` (``n_groups=``, ``alpha=``,
     ``pool_fraction=``), ``"departure"`` (``rare_class=``, ``departing_share=``,
-    ``departing_client=``, ``n_classes=``) and ``"group"`` (``groups=`` required; ``labels`` is then unused and the
+    ``departing_client=``, ``n_classes=``), ``"powerlaw"`` (``exponent=``, ``min_size=``) and ``"group"`` (``groups=`` required; ``labels`` is then unused and the
     client-group array is dropped -- call :func:`group_partition` to get it).
 
     Returns
@@ -737,6 +800,8 @@ def make_partition(
         return grouped_dirichlet_partition(labels, n_clients, seed=seed, **kwargs)
     if name == "departure":
         return departure_partition(labels, n_clients, seed=seed, **kwargs)
+    if name == "powerlaw":
+        return powerlaw_partition(labels, n_clients, seed=seed, **kwargs)
     if "groups" not in kwargs:
         raise ValueError("partition 'group' needs group ids: pass groups=<array of shape (n,)>")
     parts, _ = group_partition(n_clients=n_clients, seed=seed, **kwargs)

@@ -1,0 +1,119 @@
+"""Where the clients' persistent states live between rounds: in memory, or on disk.
+
+A stateful method (Ditto's personal models, FedRep's heads, MPT's per-client statistics) keeps
+one :class:`~fedlib.messages.State` per client. With thousands of clients those states need not
+all sit in memory: :class:`DiskStates` keeps each in a file of its own (atomic writes, read back
+with ``torch.load(weights_only=True)``: :func:`fedlib.io.save_tensors_json`), behind the same
+mapping ``client -> State`` the round loop uses, so the results are the same bit for bit.
+:func:`make_states` chooses by name (``LoopConfig(states="disk", states_dir=...)``).
+
+An empty state (no arrays, no metadata: every stateless method's) is never written: a
+federation of thousands of FedAvg clients costs no file and no memory per client.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, MutableMapping
+from pathlib import Path
+
+from .io import load_tensors_json, save_tensors_json
+from .messages import State
+
+STATE_STORES = ("memory", "disk")
+"""The places a run's client states can live (:func:`make_states`)."""
+
+
+def _empty(state: State) -> bool:
+    return not state.arrays and not state.meta
+
+
+class DiskStates(MutableMapping):
+    """``client -> State`` kept in ``folder``, one file per client (``client-<k>.pt``).
+
+    Reading a client loads its file (an empty state when it has none); writing replaces the
+    file atomically, so a run stopped mid-write leaves every state whole. Only the set of
+    clients is held in memory. A folder that already holds state files is refused, unless
+    ``overwrite`` (a resumed run, which refills the store from its checkpoint).
+
+    Examples
+    --------
+    >>> import tempfile, torch
+    >>> states = DiskStates(tempfile.mkdtemp())
+    >>> states[3] = State(arrays={"head/w": torch.ones(2)}, meta={"rounds": 1})
+    >>> states[7] = State()                      # empty: no file
+    >>> sorted(states), states[3].meta, len(list(states.folder.glob("*.pt")))
+    ([3, 7], {'rounds': 1}, 1)
+    """
+
+    def __init__(self, folder: str | Path, *, overwrite: bool = False) -> None:
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stale = sorted(self.folder.glob("client-*.pt"))
+        if stale and not overwrite:
+            raise ValueError(f"{self.folder} already holds {len(stale)} client state file(s) "
+                             f"(e.g. {stale[0].name}); give an empty folder, or delete them")
+        for path in stale:  # a resumed run refills the store from its checkpoint
+            path.unlink()
+        self._clients: set[int] = set()
+
+    def _path(self, client: int) -> Path:
+        return self.folder / f"client-{int(client)}.pt"
+
+    def __getitem__(self, client: int) -> State:
+        if client not in self._clients:
+            raise KeyError(client)
+        path = self._path(client)
+        if not path.exists():
+            return State()
+        tensors, meta = load_tensors_json(path)
+        return State(arrays={name: tensors[name] for name in meta["arrays"]}, meta=dict(meta["meta"]))
+
+    def __setitem__(self, client: int, state: State) -> None:
+        if not isinstance(state, State):
+            raise TypeError(f"a client state must be a State, got {type(state).__name__}")
+        path = self._path(client)
+        if _empty(state):
+            path.unlink(missing_ok=True)
+        else:
+            save_tensors_json(path, dict(state.arrays), {"arrays": list(state.arrays), "meta": state.meta})
+        self._clients.add(int(client))
+
+    def __delitem__(self, client: int) -> None:
+        if client not in self._clients:
+            raise KeyError(client)
+        self._path(client).unlink(missing_ok=True)
+        self._clients.discard(int(client))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(sorted(self._clients))
+
+    def __len__(self) -> int:
+        return len(self._clients)
+
+    def files(self) -> int:
+        """How many clients have a state file (a non-empty state)."""
+        return sum(1 for _ in self.folder.glob("client-*.pt"))
+
+    def remove(self) -> None:
+        """Delete the folder's state files (and the folder if nothing else is in it)."""
+        for path in self.folder.glob("client-*.pt"):
+            path.unlink()
+        self._clients.clear()
+        if self.folder.exists() and not any(self.folder.iterdir()):
+            shutil.rmtree(self.folder)
+
+
+def make_states(kind: str = "memory", folder: str | Path | None = None, *, overwrite: bool = False) -> MutableMapping:
+    """An empty ``client -> State`` store: ``"memory"`` (a dict) or ``"disk"`` (:class:`DiskStates`
+    in ``folder``, which must be given; ``overwrite`` as there)."""
+    if kind not in STATE_STORES:
+        raise ValueError(f"unknown state store {kind!r}; valid: {', '.join(STATE_STORES)}")
+    if kind == "memory":
+        return {}
+    if folder is None:
+        raise ValueError("the 'disk' state store needs a folder (LoopConfig(states_dir=...))")
+    return DiskStates(folder, overwrite=overwrite)
+
+
+__all__ = ["STATE_STORES", "DiskStates", "make_states"]

@@ -1,0 +1,251 @@
+"""Cross-device scale: aggregation as a fold (the same bits as the list), replies freed once
+folded, the client states on disk (the same results as in memory), evaluation on a seeded sample
+of clients, power-law client sizes and clients with a single sample, and a 1,000-client round."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gc
+import math
+import weakref
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from fedlib.aggregate import WeightedMean, weighted_average
+from fedlib.algorithms import ALGORITHMS, Ditto, FedAvg, FedRep, make_algorithm
+from fedlib.data import load_mnist5k, make_gaussian_mixture, powerlaw_partition, powerlaw_sizes
+from fedlib.engines import InProcessTransport
+from fedlib.federation import make_federation
+from fedlib.loop import LoopConfig, run_federated
+from fedlib.messages import Message, State
+from fedlib.models import build_model
+from fedlib.protocol import AGGREGATIONS, Algorithm
+from fedlib.store import DiskStates, make_states
+from fedlib.training import TrainConfig
+
+from test_algorithms import KWARGS
+
+TRAIN = TrainConfig(epochs=1, batch_size=16, lr=0.05)
+
+
+# --- the fold ------------------------------------------------------------------------------
+
+
+def test_the_fold_by_hand_and_equal_to_the_list_bit_for_bit():
+    a = {"w": torch.tensor([1.0, 2.0]), "n": torch.tensor(3)}
+    b = {"w": torch.tensor([4.0, 8.0]), "n": torch.tensor(5)}
+    mean = WeightedMean()
+    mean.add(a, 2)
+    mean.add(b, 1)
+    out = mean.finish()
+    assert torch.equal(out["w"], torch.tensor([2.0, 4.0])) and out["w"].dtype == torch.float32
+    assert int(out["n"]) == 5 and out["n"].dtype == torch.int64  # integer arrays: the maximum
+    listed = weighted_average([a, b], [2, 1])
+    assert all(torch.equal(listed[k], out[k]) for k in out)
+
+
+@given(st.lists(st.floats(0.0, 100.0), min_size=1, max_size=12).filter(lambda w: sum(w) > 0),
+       st.integers(0, 2**16))
+def test_the_fold_equals_the_list_and_numpy(weights, seed):
+    rng = np.random.default_rng(seed)
+    values = [rng.normal(size=(3, 2)).astype(np.float32) for _ in weights]
+    mean = WeightedMean()
+    for v, w in zip(values, weights):
+        mean.add({"w": torch.tensor(v)}, w)
+    folded = mean.finish()["w"]
+    assert torch.equal(folded, weighted_average([{"w": torch.tensor(v)} for v in values], weights)["w"])
+    expected = np.average(np.stack(values).astype(np.float64), axis=0, weights=weights)
+    np.testing.assert_allclose(folded.numpy(), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_the_fold_refuses_bad_weights_and_mismatched_replies():
+    mean = WeightedMean()
+    with pytest.raises(ValueError, match="need a non-empty list of weights, got \\[\\]"):
+        mean.finish()
+    with pytest.raises(ValueError, match="weights must be finite, >= 0"):
+        mean.add({"w": torch.zeros(1)}, float("nan"))
+    mean.add({"w": torch.zeros(1)}, 0.0)
+    with pytest.raises(ValueError, match="weights must be finite, >= 0 and sum to > 0, got \\[0.0\\]"):
+        mean.finish()
+    with pytest.raises(ValueError, match=r"update 1 has arrays \['v'\] but update 0 has \['w'\]"):
+        mean.add({"v": torch.zeros(1)}, 1.0)
+
+
+def _registered(name):
+    return make_algorithm(name, **KWARGS[name])
+
+
+def test_every_method_says_how_it_aggregates():
+    for name, cls in ALGORITHMS.items():
+        overrides = cls.aggregate is not Algorithm.aggregate
+        assert cls.aggregation in AGGREGATIONS, name
+        # a method with its own aggregation keeps the list; every other one streams
+        assert cls.aggregation == ("list" if overrides else "fold"), (name, cls.aggregation)
+    assert {n for n, c in ALGORITHMS.items() if c.aggregation == "fold"} >= {"fedavg", "fedprox", "ditto", "fedrep"}
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in ALGORITHMS.items() if c.aggregation == "fold"))
+def test_the_fold_and_the_list_give_the_same_run(name, tiny_federation, tiny_model_fn):
+    folded = _registered(name)
+    listed = dataclasses.replace(folded)
+    listed.aggregation = "list"  # the same method, its replies kept and averaged at once
+    assert folded.aggregator(State(), 1) is not None and listed.aggregator(State(), 1) is None
+    cfg = LoopConfig(rounds=2, seed=3, participation=0.75)
+    a = run_federated(folded, tiny_federation, tiny_model_fn, cfg)
+    b = run_federated(listed, tiny_federation, tiny_model_fn, cfg)
+    pd.testing.assert_frame_equal(a.frame, b.frame)
+    assert a.server.arrays.keys() == b.server.arrays.keys()
+    assert all(torch.equal(a.server.arrays[k], b.server.arrays[k]) for k in a.server.arrays)
+
+
+def test_a_folded_reply_is_freed_before_the_next_client_trains(tiny_federation, tiny_model_fn):
+    seen: list[int] = []
+
+    class Probe(InProcessTransport):
+        def local_updates(self, algorithm, round_, messages, states):
+            refs = []
+            for k, state, up in super().local_updates(algorithm, round_, messages, states):
+                gc.collect()
+                seen.append(sum(r() is not None for r in refs))  # earlier replies still alive
+                refs.append(weakref.ref(next(iter(up.arrays.values()))))
+                yield k, state, up
+                del up
+
+    streamed, listed = FedAvg(train=TRAIN), FedAvg(train=TRAIN)
+    listed.aggregation = "list"
+    n = tiny_federation.n_clients
+    for method, expected in ((streamed, [0] * n), (listed, list(range(n)))):
+        seen.clear()
+        run_federated(method, tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=0, evaluate_last=False),
+                      transport=Probe(tiny_federation, tiny_model_fn, 0))
+        # streamed: no earlier reply is alive when the next one arrives; the list keeps every one
+        assert seen == expected, method.aggregation
+
+
+# --- states on disk --------------------------------------------------------------------------
+
+
+def test_disk_states_round_trip_and_refuse_a_used_folder(tmp_path):
+    states = DiskStates(tmp_path / "s")
+    states[2] = State(arrays={"head/w": torch.arange(3.0)}, meta={"n": 4, "name": "x"})
+    states[5] = State()
+    assert sorted(states) == [2, 5] and len(states) == 2 and states.files() == 1
+    back = states[2]
+    assert torch.equal(back.arrays["head/w"], torch.arange(3.0)) and back.meta == {"n": 4, "name": "x"}
+    assert states[5] == State()
+    states[2] = State()  # an emptied state leaves no file
+    assert states.files() == 0
+    states[2] = State(arrays={"w": torch.ones(1)})
+    with pytest.raises(ValueError, match="already holds 1 client state file"):
+        DiskStates(tmp_path / "s")
+    assert len(DiskStates(tmp_path / "s", overwrite=True)) == 0
+    with pytest.raises(KeyError):
+        states[9]
+    with pytest.raises(TypeError, match="a client state must be a State"):
+        states[1] = {"w": 1}
+    with pytest.raises(ValueError, match="unknown state store 'cloud'; valid: memory, disk"):
+        make_states("cloud")
+    with pytest.raises(ValueError, match="needs a folder"):
+        make_states("disk")
+
+
+@pytest.mark.parametrize("method", [Ditto(train=TRAIN, personal_train=TRAIN), FedRep(train=TRAIN, head_train=TRAIN)],
+                         ids=["ditto", "fedrep"])
+def test_the_disk_store_gives_the_results_of_memory(method, tiny_federation, tiny_model_fn, tmp_path):
+    cfg = LoopConfig(rounds=3, seed=2, participation=0.5, eval_every=1)
+    memory = run_federated(method, tiny_federation, tiny_model_fn, cfg)
+    disk_cfg = dataclasses.replace(cfg, states="disk", states_dir=str(tmp_path / "states"))
+    disk = run_federated(method, tiny_federation, tiny_model_fn, disk_cfg)
+    pd.testing.assert_frame_equal(memory.frame, disk.frame)
+    assert all(torch.equal(memory.server.arrays[k], disk.server.arrays[k]) for k in memory.server.arrays)
+    assert isinstance(disk.client_states, DiskStates) and disk.client_states.files() > 0
+    for k, st_ in memory.client_states.items():
+        assert st_.arrays.keys() == disk.client_states[k].arrays.keys()
+        assert all(torch.equal(v, disk.client_states[k].arrays[n]) for n, v in st_.arrays.items())
+    # stopped after round 1 and resumed with the disk store: the same run
+    ckpt = tmp_path / "run.pt"
+    resumed_cfg = dataclasses.replace(disk_cfg, states_dir=str(tmp_path / "states2"), checkpoint=str(ckpt))
+    run_federated(method, tiny_federation, tiny_model_fn, resumed_cfg, stop_after=1)
+    resumed = run_federated(method, tiny_federation, tiny_model_fn, resumed_cfg)
+    pd.testing.assert_frame_equal(memory.frame, resumed.frame)
+
+
+def test_loop_config_refuses_bad_store_and_sample_settings():
+    with pytest.raises(ValueError, match="unknown states 'ram'; valid: memory, disk"):
+        LoopConfig(states="ram")
+    with pytest.raises(ValueError, match="states='disk' needs states_dir"):
+        LoopConfig(states="disk")
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match="eval_clients must be None"):
+            LoopConfig(eval_clients=bad)
+
+
+# --- evaluation on a sample ----------------------------------------------------------------------
+
+
+def test_evaluation_on_a_seeded_sample_of_clients(tiny_federation, tiny_model_fn):
+    method = FedAvg(train=TRAIN)
+    full = run_federated(method, tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0, eval_every=1))
+    cfg = LoopConfig(rounds=2, seed=0, eval_every=1, eval_clients=2)
+    sample = run_federated(method, tiny_federation, tiny_model_fn, cfg)
+    again = run_federated(method, tiny_federation, tiny_model_fn, cfg)
+    pd.testing.assert_frame_equal(sample.frame, again.frame)  # the same seed, the same sample
+    for r in (1, 2):
+        table = sample.per_client(r)
+        assert len(table) == 2 and sample.evaluated(r) == 2
+        # the sampled clients' numbers are the full evaluation's (training is unchanged)
+        pd.testing.assert_frame_equal(table, full.per_client(r).loc[table.index])
+    assert full.evaluated() is None
+    # the sample's summary is the protocol computed on the sample
+    assert sample.summary()["global"] == pytest.approx(full.per_client().loc[sample.per_client().index, "global"].mean())
+    everyone = run_federated(method, tiny_federation, tiny_model_fn, dataclasses.replace(cfg, eval_clients=99))
+    pd.testing.assert_frame_equal(everyone.frame, full.frame)  # a sample as large as the federation is everyone
+
+
+# --- cross-device partitions ------------------------------------------------------------------
+
+
+def test_powerlaw_sizes_by_hand_and_their_checks():
+    # weights 1, 1/2, 1/3, 1/4 (sum 25/12) of the 96 samples above min_size 1: 46.08, 23.04, 15.36, 11.52
+    assert sorted(powerlaw_sizes(100, 4, exponent=1.0, min_size=1, seed=0).tolist()) == [13, 16, 24, 47]
+    assert sorted(powerlaw_sizes(10, 5, exponent=0.0, min_size=1, seed=0).tolist()) == [2, 2, 2, 2, 2]
+    sizes = powerlaw_sizes(5000, 1000, exponent=1.5, min_size=2, seed=1)
+    assert sizes.sum() == 5000 and sizes.min() == 2 and sizes.max() > 100
+    with pytest.raises(ValueError, match="1000 clients of at least min_size=6 need 6000 samples, but there are 5000"):
+        powerlaw_sizes(5000, 1000, min_size=6)
+    with pytest.raises(ValueError, match="exponent must be a finite number >= 0, got -1.0"):
+        powerlaw_sizes(100, 4, exponent=-1)
+    parts = powerlaw_partition(np.zeros(300, dtype=int), 40, exponent=1.2, seed=0)
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(300))
+
+
+def test_clients_with_a_single_sample_train_and_their_undefined_numbers_are_nan(tiny_model_fn):
+    ds = make_gaussian_mixture(n_per_class=60, n_classes=3, dim=16, separation=4.0, seed=0).dataset
+    fed = make_federation(ds, n_clients=60, partition="powerlaw", exponent=1.5, global_test_per_class=10, seed=0)
+    sizes = [len(c.train) + len(c.test) for c in fed.clients]
+    assert min(sizes) == 1 and any(len(c.test) == 0 for c in fed.clients)
+    run = run_federated(FedAvg(train=TRAIN), fed, tiny_model_fn, LoopConfig(rounds=1, seed=0))
+    table = run.per_client()
+    empty = [k for k, c in enumerate(fed.clients) if len(c.test) == 0]
+    assert table.loc[empty, "local"].isna().all()  # no local test sample: local accuracy is undefined
+    assert table["global"].notna().all() and math.isfinite(run.summary()["local"])
+
+
+# --- a thousand clients -----------------------------------------------------------------------
+
+
+def test_a_round_of_a_thousand_clients_with_the_mlp():
+    data = load_mnist5k()
+    fed = make_federation(data, n_clients=1000, partition="iid", global_test_per_class=10, seed=0)
+    model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=10, input_size=28)
+    run = run_federated(FedAvg(train=TrainConfig(epochs=1, batch_size=32, lr=0.05)), fed, model_fn,
+                        LoopConfig(rounds=1, seed=0, evaluate_last=False))
+    ledger = run.ledger.to_frame()
+    assert run.rounds_done == 1 and len(ledger) == 2000  # one model down, one update up per client
+    assert all(bool(torch.isfinite(v).all()) for v in run.server.arrays.values() if v.is_floating_point())
