@@ -249,3 +249,21 @@ def test_a_round_of_a_thousand_clients_with_the_mlp():
     ledger = run.ledger.to_frame()
     assert run.rounds_done == 1 and len(ledger) == 2000  # one model down, one update up per client
     assert all(bool(torch.isfinite(v).all()) for v in run.server.arrays.values() if v.is_floating_point())
+
+
+def test_round_cost_measures_a_round_in_a_fresh_process_and_refuses_bad_input():
+    from fedlib.benchmarks import round_cost
+
+    fresh = round_cost(8, "mlp", "fold")
+    here = round_cost(8, "mlp", "list", fresh_process=False)
+    for c in (fresh, here):
+        assert c.n_clients == 8 and c.data == "mnist5k" and c.seconds > 0 and c.peak_mib >= c.baseline_mib > 0
+        assert c.n_parameters == sum(p.numel() for p in build_model("mlp", in_channels=1, n_classes=10,
+                                                                       input_size=28).parameters())
+    assert round_cost(3, "mlp", min_per_client=2000, fresh_process=False).data == "synthetic"
+    with pytest.raises(ValueError, match="unknown model 'vit'; valid: mlp, cnn"):
+        round_cost(5, "vit")
+    with pytest.raises(ValueError, match="unknown aggregation 'median'; valid: fold, list"):
+        round_cost(5, aggregation="median")
+    with pytest.raises(ValueError, match="n_clients must be >= 1, got 0"):
+        round_cost(0)

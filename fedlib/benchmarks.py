@@ -1,0 +1,151 @@
+"""Measuring what a round costs: peak memory and time, each measurement in a fresh process.
+
+Used by ``tests/bench_crossdevice.py`` (``make bench``) and by the book's page *Performance*, so
+both report the same measurement. :func:`round_cost` runs one FedAvg round without evaluation
+in a new Python process (``python -m fedlib.benchmarks``), so that the peak resident memory it
+reports belongs to that round's run alone and not to whatever ran before in the caller.
+
+The data: MNIST-5k split IID over the clients while it gives every client at least
+``min_per_client`` samples, beyond that a synthetic data set of 28 x 28 images (Gaussian noise,
+labels drawn uniformly) of ``min_per_client`` samples per client: cross-device federations have
+many clients with a few samples each.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .algorithms import FedAvg
+from .data import ArrayDataset, load_mnist5k
+from .federation import make_federation
+from .loop import LoopConfig, run_federated
+from .models import build_model
+from .protocol import AGGREGATIONS
+from .training import TrainConfig
+
+MODELS = ("mlp", "cnn")
+"""The models :func:`round_cost` can measure (``fedlib.models.build_model`` names)."""
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """One measured round.
+
+    Attributes
+    ----------
+    n_clients : clients in the federation, all sampled (full participation)
+    model, aggregation : the model and FedAvg's aggregation (``"fold"`` or ``"list"``)
+    data : ``"mnist5k"`` or ``"synthetic"``
+    n_parameters : the model's parameter count
+    baseline_mib : resident memory before the round (interpreter, torch, data, clients)
+    peak_mib : peak resident memory of the whole process (the round included)
+    seconds : wall-clock seconds of the round
+    """
+
+    n_clients: int
+    model: str
+    aggregation: str
+    data: str
+    n_parameters: int
+    baseline_mib: float
+    peak_mib: float
+    seconds: float
+
+    @property
+    def round_mib(self) -> float:
+        """What the round added to the process's resident memory at its peak."""
+        return self.peak_mib - self.baseline_mib
+
+    @property
+    def ms_per_client(self) -> float:
+        return 1000 * self.seconds / self.n_clients
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def _measure(n_clients: int, model: str, aggregation: str, min_per_client: int, seed: int, threads: int) -> dict:
+    """The child's side: build the federation, run one round, report (JSON on stdout)."""
+    torch.set_num_threads(threads)
+    data = load_mnist5k()
+    name = "mnist5k"
+    if n_clients * min_per_client > len(data):
+        g = torch.Generator().manual_seed(seed)
+        n = n_clients * min_per_client
+        data = ArrayDataset(torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g), 10,
+                            "synthetic")
+        name = "synthetic"
+    fed = make_federation(data, n_clients=n_clients, partition="iid", global_test_per_class=10, seed=seed)
+    model_fn = functools.partial(build_model, model, in_channels=1, n_classes=10, input_size=28)
+    method = FedAvg(train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
+    method.aggregation = aggregation
+    n_parameters = sum(p.numel() for p in model_fn().parameters())
+    baseline = _rss_mib()
+    t0 = time.perf_counter()
+    run_federated(method, fed, model_fn, LoopConfig(rounds=1, seed=seed, evaluate_last=False))
+    seconds = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return asdict(RoundCost(n_clients, model, aggregation, name, n_parameters, baseline, peak, seconds))
+
+
+def round_cost(n_clients: int, model: str = "mlp", aggregation: str = "fold", *, min_per_client: int = 5,
+               seed: int = 0, threads: int = 1, fresh_process: bool = True, timeout: float = 900) -> RoundCost:
+    """Peak memory and time of one FedAvg round of ``n_clients`` clients (all sampled, no
+    evaluation), measured in a fresh Python process.
+
+    Parameters
+    ----------
+    model : one of :data:`MODELS`
+    aggregation : ``"fold"`` (the loop's streaming aggregation) or ``"list"`` (every reply kept
+        and averaged at once, the way a method with ``aggregation = "list"`` runs)
+    min_per_client : samples per client below which the synthetic data set replaces MNIST-5k
+    threads : torch threads of the measured process (1: the time per client is not blurred by
+        threading)
+    fresh_process : measure in a new Python process (default); ``False`` runs the round in this
+        process, seconds faster (no interpreter and torch start), but its peak is this process's
+        peak so far, not the round's alone (the smoke profile's way)
+
+    Raises
+    ------
+    ValueError
+        An unknown model or aggregation, or fewer than one client.
+    RuntimeError
+        When the measuring process fails (its error output is in the message).
+    """
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
+    if int(n_clients) < 1:
+        raise ValueError(f"n_clients must be >= 1, got {n_clients}")
+    args = dict(n_clients=int(n_clients), model=model, aggregation=aggregation, min_per_client=int(min_per_client),
+                seed=int(seed), threads=int(threads))
+    if not fresh_process:
+        before = torch.get_num_threads()
+        try:
+            return RoundCost(**_measure(**args))
+        finally:
+            torch.set_num_threads(before)
+    done = subprocess.run([sys.executable, "-m", "fedlib.benchmarks", json.dumps(args)], capture_output=True,
+                          text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"the measuring process for {args} failed:\n{done.stderr[-2000:]}")
+    return RoundCost(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+__all__ = ["MODELS", "RoundCost", "round_cost"]
+
+
+if __name__ == "__main__":
+    print(json.dumps(_measure(**json.loads(sys.argv[1]))))

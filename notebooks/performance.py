@@ -1,0 +1,163 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (chapter-performance)=
+# # Performance: a round at cross-device scale
+#
+# Cross-device federated learning has thousands of clients with a few samples each, a small
+# share of them sampled in each round (LEAF's FEMNIST has 3,500 writers). A laptop can simulate
+# that only if a round's memory does not grow with the number of clients it samples. This page
+# measures, when the book is built, the peak memory and the time of one FedAvg round against the
+# number of clients, with fedlib's two ways of aggregating the replies:
+#
+# - **the fold** (the default of every method that averages): each client's reply is added to a
+#   running sum as it arrives and freed ({class}`fedlib.aggregate.WeightedMean`), so the server
+#   holds one float64 sum per array whatever the number of clients;
+# - **the list**: every reply is kept until all have arrived and then averaged, the way a method
+#   runs whose aggregation needs every reply at once (it says `aggregation = "list"`).
+#
+# Both give the same model bit for bit (the list is the fold over the list; the tests check it for
+# every registered method that averages). Each measurement runs in a fresh Python process
+# ({func}`fedlib.benchmarks.round_cost`), so its peak belongs to that round alone; this build
+# {glue:text}`perf_isolation`.
+
+# %% tags=["parameters", "hide-input"]
+profile = "book"  # "smoke" (seconds), "book" (the default, about a minute), "paper" (to 5,000 clients, and the CNN)
+seed = 0  # the run seed of every measured round
+clients = None  # numbers of clients to measure, e.g. [20, 200, 1000]
+models = None  # models to measure, e.g. ["mlp"] or ["mlp", "cnn"]
+results_dir = None  # where the measurements are saved as CSV (None: not saved)
+
+# %% tags=["hide-input"]
+import inspect
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
+from myst_nb import glue
+
+from fedlib.algorithms import ALGORITHMS
+from fedlib.benchmarks import round_cost
+from fedlib.chapter import resolve, show_table
+from fedlib.io import atomic_write_bytes
+from fedlib.protocol import AGGREGATIONS
+
+PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)
+    "smoke": dict(clients=[10, 40], models=["mlp"], fresh_process=False),
+    "book": dict(clients=[20, 200, 1000], models=["mlp"], fresh_process=True),
+    "paper": dict(clients=[20, 200, 1000, 5000], models=["mlp", "cnn"], fresh_process=True),
+}
+P = resolve(PROFILES, profile, clients=clients, models=models)
+
+# %% [markdown]
+# ## Peak memory and time against the number of clients
+#
+# One round of FedAvg, every client sampled, no evaluation, one torch thread, MNIST-5k split IID
+# while it gives every client {glue:text}`perf_per_client` samples (a synthetic set of 28 × 28
+# images beyond that). The
+# *baseline* is the process's resident memory before the round (the interpreter, torch, the data
+# and the clients' splits); the *peak* includes the round.
+
+# %% tags=["hide-input"]
+costs = [round_cost(n, model, aggregation, seed=seed, fresh_process=P.fresh_process) for model in P.models
+         for n in P.clients for aggregation in AGGREGATIONS]
+table = pd.DataFrame([{"model": c.model, "clients": c.n_clients, "aggregation": c.aggregation,
+                       "parameters": c.n_parameters, "baseline (MiB)": c.baseline_mib, "peak (MiB)": c.peak_mib,
+                       "added by the round (MiB)": c.round_mib, "ms per client": c.ms_per_client} for c in costs])
+if results_dir is not None:
+    atomic_write_bytes(Path(results_dir) / "round_cost.csv", table.to_csv(index=False).encode())
+show_table(table, digits={"baseline (MiB)": 0, "peak (MiB)": 0, "added by the round (MiB)": 0, "ms per client": 1},
+           index=False)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Peak resident memory (left) and time per client (right) of one FedAvg round against the number of clients, for the fold (each reply added to a running sum and freed) and the list (every reply kept until the round ends). Logarithmic client axis.", "name": "fig-performance-scale"}, "image": {"alt": "Two line plots against the number of clients on a logarithmic axis. Left: peak memory in MiB; the fold's line stays flat while the list's rises with the clients. Right: milliseconds per client, roughly flat for both."}}
+fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(9.5, 3.6))
+for (model, aggregation), part in table.groupby(["model", "aggregation"], sort=False):
+    style = dict(marker="o", linestyle="-" if aggregation == "fold" else "--", label=f"{model}, {aggregation}")
+    ax_mem.plot(part["clients"], part["peak (MiB)"], **style)
+    ax_time.plot(part["clients"], part["ms per client"], **style)
+for ax, label in ((ax_mem, "peak resident memory (MiB)"), (ax_time, "time per client (ms)")):
+    ax.set_xscale("log")
+    ax.set_xticks(P.clients)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
+    ax.xaxis.set_minor_locator(LogLocator(subs="auto"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlabel("clients in the round")
+    ax.set_ylabel(label)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+ax_mem.legend(loc="upper left", fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% tags=["remove-cell"]
+small, large = min(P.clients), max(P.clients)
+
+
+def pick(model, n, aggregation):
+    return next(c for c in costs if c.model == model and c.n_clients == n and c.aggregation == aggregation)
+
+
+main = P.models[0]
+fold_growth = 100 * (pick(main, large, "fold").peak_mib / pick(main, small, "fold").peak_mib - 1)
+list_growth = 100 * (pick(main, large, "list").peak_mib / pick(main, small, "list").peak_mib - 1)
+time_ratio = pick(main, large, "fold").ms_per_client / pick(main, small, "fold").ms_per_client
+kept = pick(main, large, "list").round_mib - pick(main, large, "fold").round_mib
+listing = sorted(name for name, cls in ALGORITHMS.items() if cls.aggregation == "list")
+glue("perf_model", main, display=False)
+glue("perf_small", small, display=False)
+glue("perf_large", f"{large:,}", display=False)
+glue("perf_fold_growth", fold_growth, display=False)
+glue("perf_list_growth", list_growth, display=False)
+glue("perf_time_ratio", time_ratio, display=False)
+glue("perf_kept", kept, display=False)
+glue("perf_params", f"{pick(main, small, 'fold').n_parameters:,}", display=False)
+glue("perf_list_methods", ", ".join(listing), display=False)
+glue("perf_isolation", "measured each round in a fresh process" if P.fresh_process else
+     "(the smoke profile) measured every round in the chapter's own process, so its peaks are not the rounds' alone",
+     display=False)
+glue("perf_per_client", inspect.signature(round_cost).parameters["min_per_client"].default, display=False)
+glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()), display=False)
+
+# %% [markdown]
+# From {glue:text}`perf_small` to {glue:text}`perf_large` clients the peak memory of a round of
+# the {glue:text}`perf_model` ({glue:text}`perf_params` parameters) changes by
+# {glue:text}`perf_fold_growth:+.1f` % with the fold and by {glue:text}`perf_list_growth:+.1f` %
+# with the list: at {glue:text}`perf_large` clients the list holds
+# {glue:text}`perf_kept:.0f` MiB of replies that the fold has already folded away. The time per
+# client at {glue:text}`perf_large` clients is {glue:text}`perf_time_ratio:.2f` times the time per
+# client at {glue:text}`perf_small`: a round's total time grows linearly with its clients. (A
+# single measurement per point on a shared machine: small differences in time are noise.)
+#
+# ## What else keeps a large federation small
+#
+# - **Which methods stream.** {glue:text}`perf_n_fold` registered methods aggregate with the fold;
+#   the ones whose aggregation needs every reply at once keep the list and say so:
+#   {glue:text}`perf_list_methods` (their replies carry statistics or prototypes that they stack).
+# - **One message per round.** The server's broadcast depends on its state and the round only, so
+#   the loop builds it once and sends the same message to every sampled client; the ledger still
+#   records every copy that would cross the network.
+# - **Client states on disk.** A stateful method (Ditto's personal models, FedRep's heads) with
+#   thousands of clients can keep each client's state in a file of its own:
+#   `LoopConfig(states="disk", states_dir=...)` ({class}`fedlib.store.DiskStates`, atomic writes),
+#   with the same results as in memory. An empty state (every stateless method's) costs no file.
+# - **Evaluation on a sample.** `LoopConfig(eval_clients=m)` evaluates a seeded sample of `m`
+#   clients in each evaluated round; the protocol's means, floors and tails are then the sample's,
+#   and the round says so ({meth}`fedlib.loop.RunResult.evaluated`).
+# - **Cross-device partitions.** The `"powerlaw"` partition ({func}`fedlib.data.powerlaw_sizes`)
+#   gives a few large clients and a long tail of small ones; a client with a single sample trains,
+#   and its local accuracy, with no local test sample, is undefined (NaN), as the protocol says.
+#
+# `make bench` runs `tests/bench_crossdevice.py`: the same measurement on larger federations, for
+# the MLP and the small CNN, with the ratios printed side by side.
