@@ -43,7 +43,7 @@
 # {glue:text}`fge_n_seeds` run seeds; the `paper` profile runs CIFAR with ResNet-18 for readers
 # who have the files and the hours.
 
-# %% tags=["parameters"]
+# %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default, minutes on 2 cores), "paper" (CIFAR, ResNet-18)
 seed = 0  # the first run seed; the runs use seed, seed + 1, ..., seed + n_seeds - 1
 n_seeds = None  # how many run seeds every number is averaged over (each varies data subset, partition, init)
@@ -65,14 +65,17 @@ val_fraction = None  # share of each class of the global test set held out for s
 cifar_root = None  # paper profile: folder holding cifar-10-batches-py/ (or cifar-100-python/)
 results_dir = None  # where tidy results are saved (None: not saved)
 
-# %%
+# %% tags=["hide-input"]
 import dataclasses
 import functools
 import math
 import time
 from pathlib import Path
 
+import matplotlib.lines
 import matplotlib.pyplot as plt
+import matplotlib.transforms
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 import torch
@@ -81,11 +84,11 @@ from myst_nb import glue
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedBABU, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
 from fedlib.cgrl import CGRLConfig
-from fedlib.chapter import load_data, resolve
+from fedlib.chapter import format_bytes, load_data, resolve, show_table, subsample
 from fedlib.claims import Claim, evaluate, mean_interval, seed_table, show, tally
-from fedlib.data import plot_partition
+from fedlib.data import ArrayDataset, plot_partition
 from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
-from fedlib.federation import make_federation
+from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
 from fedlib.metrics import RARE_RATIO, protocol_summary
@@ -99,17 +102,20 @@ PROFILES = {
     "smoke": dict(dataset="mnist5k", n_seeds=2, n_samples=700, n_clients=6, alphas=[0.1], global_test_per_class=20,
                   val_fraction=0.3, model="cnn", model_kw=dict(width=16, feature_dim=128),
                   rounds=2, local_epochs=1, lr=0.01, m0=10.0, gamma=0.1, tau=0.1, lambda_dir=0.5, lambda_rad=0.1, warmup=5,
-                  layers=None, m0_grid=[0.0, 10.0, math.inf], gamma_grid=[0.01, 0.1, 1.0], finetune_epochs=1),
+                  layers=None, m0_grid=[0.0, 10.0, math.inf], gamma_grid=[0.01, 0.1, 1.0], finetune_epochs=1,
+                  exercise_run=dict(n_samples=700, n_clients=6, global_test_per_class=20)),
     "book": dict(dataset="mnist5k", n_seeds=3, n_samples=2500, n_clients=16, alphas=[0.3, 0.1], global_test_per_class=70,
                  val_fraction=0.3, model="cnn", model_kw=dict(width=16, feature_dim=128),
                  rounds=10, local_epochs=1, lr=0.01, m0=10.0, gamma=0.1, tau=0.1, lambda_dir=0.5, lambda_rad=0.1, warmup=5,
                  layers=None, m0_grid=[0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0, math.inf],
-                 gamma_grid=[1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0], finetune_epochs=3),
+                 gamma_grid=[1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0], finetune_epochs=3,
+                 exercise_run=dict(n_samples=700, n_clients=6, global_test_per_class=20)),
     "paper": dict(dataset="cifar10", n_seeds=3, n_samples=None, n_clients=20, alphas=[0.3, 0.1], global_test_per_class=600,
                   val_fraction=0.3, model="resnet18", model_kw={}, rounds=100, local_epochs=5, lr=0.01, m0=10.0, gamma=0.1,
                   tau=0.1, lambda_dir=0.5, lambda_rad=0.1, warmup=5, layers=None,
                   m0_grid=[0.0, 1.0, 3.0, 10.0, 30.0, 100.0, 1000.0, math.inf],
-                  gamma_grid=[1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0], finetune_epochs=5),
+                  gamma_grid=[1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0], finetune_epochs=5,
+                  exercise_run=dict(n_samples=6000, n_clients=8, global_test_per_class=100)),
 }
 P = resolve(PROFILES, profile, n_seeds=n_seeds, n_samples=n_samples, alphas=alphas, rounds=rounds,
             local_epochs=local_epochs, lr=lr, m0=m0, gamma=gamma, tau=tau, lambda_dir=lambda_dir, lambda_rad=lambda_rad,
@@ -132,6 +138,19 @@ loop_cfgs = {s: LoopConfig(rounds=P.rounds, seed=s, eval_every=0, rare_ratio=RAR
 a_hi, a_lo = P.alphas[0], P.alphas[-1]
 print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} clients, alphas {P.alphas}, "
       f"{P.rounds} rounds, model {P.model}, MMS layers {LAYERS}, seeds {SEEDS}")
+
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def fmt_value(x):
+    """A grid value for prose: 0.1, 10, ∞, and 10⁻⁴ (not 0.0001) for very small or large ones."""
+    if not math.isfinite(x):
+        return "∞"
+    if x == 0 or 1e-2 <= abs(x) < 1e4:
+        return f"{x:g}"
+    mantissa, exponent = f"{x:.0e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    return power if mantissa == "1" else f"{mantissa} × {power}"
 
 # %% tags=["remove-cell"]
 glue("fge_n_samples", len(data), display=False)
@@ -188,9 +207,12 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # **The augmentation control.** CGRL trains on a weak and a strong augmented view of every
 # sample; the other methods see the raw images. To keep the augmentation apart from CGRL's
 # losses we add **FedAvg-Aug**: the same CGRL code with both auxiliary weights at zero, i.e.
-# FedAvg trained with cross-entropy on the same two views. It stands in for the paper's FedYoYo,
-# an augmentation-based FedAvg, which is not implemented here; wherever the chapter compares
-# backbones (Table IX, the statistical-heads claim), FedAvg-Aug is the baseline backbone.
+# FedAvg trained with cross-entropy on the same two views. It stands in for the paper's
+# **FedYoYo** (Yan et al., 2025, "You Are Your Own Best Teacher"), the paper's augmentation-based
+# baseline backbone: FedAvg in which every client distils its model's predictions on a weakly
+# augmented view into those on a strongly augmented view, with logits adjusted for the class
+# distribution. FedYoYo is not implemented here; wherever the chapter compares backbones
+# (Table IX, the statistical-heads claim), FedAvg-Aug is the baseline backbone in its place.
 #
 # The paper's Table X of hyper-parameters is missing from the text; these are our choices, each a
 # parameter of this notebook:
@@ -238,7 +260,7 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # the FedAvg and FedAvg-Aug backbones; rows built from FedGRC's own parts (CGRL's backbone, MMS,
 # SASP) are ablations.
 
-# %%
+# %% tags=["hide-input"]
 ABSENT = "absent baselines (BTFL, pFedFDA, FedLog, FedROD, FedTHE, HPFL, FedYoYo) are not in the comparison"
 SCALE = f"{P.dataset}, {P.model}, {P.n_clients} clients, {P.rounds} rounds instead of CIFAR/FedRS with ResNet-18"
 RARE = f"rare class = held with under {RARE_RATIO:g}× the uniform share (the paper's definition is not in the text)"
@@ -338,7 +360,7 @@ print(f"{len(claims)} claims declared")
 # LDA-style pooled-covariance head, FedCGS {cite:p}`fedcgs`, Fed3R {cite:p}`fed3r` and CCVR
 # {cite:p}`ccvr`; MMS and SASP use the concatenated layers $\Lambda$.
 
-# %%
+# %% tags=["hide-input"]
 BASELINE_HEADS = {"FedNCM": FedNCMHead(), "LDA": LDAHead(), "FedCGS": FedCGSHead(), "Fed3R": Fed3RHead(), "CCVR": CCVRHead()}
 BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
 HEAD_EPOCHS = 1
@@ -386,7 +408,7 @@ def own_head(b):
     return "CGRL (training head)" if b == "CGRL" else b
 
 
-frozen_lo = {}
+frozen_lo, pen_cgrl = {}, {}
 rows, val_rows, federations, stat_runs, ledgers, ledgers_train, round_seconds, n_runs = [], [], {}, {}, {}, {}, {}, 0
 for s in SEEDS:
     lc = loop_cfgs[s]
@@ -422,6 +444,8 @@ for s in SEEDS:
             summaries[f"{backbone} + MMS + SASP"] = frozen.summary([SASP(m0=P.m0).fit(mms, mom) for mom in frozen.client_moments])
             if backbone == "CGRL" and a == a_lo:
                 frozen_lo[s] = frozen  # reused by the sensitivity sweep
+            if backbone == "CGRL":
+                pen_cgrl[(s, a)] = pen  # reused by exercise 3 (MMS on the penultimate layer only)
             ledgers[(s, a, backbone, "penultimate")] = pen.ledger
             ledgers[(s, a, backbone, "multilayer")] = multi.ledger
             if backbone == "FedAvg":
@@ -438,7 +462,12 @@ val_table = pd.DataFrame(val_rows)
 if results_dir is not None:
     tidy.to_csv(Path(results_dir) / "fedgrc_results.csv", index=False)
 glue("fge_n_runs", n_runs, display=False)
-fig, axes = plt.subplots(1, len(P.alphas), figsize=(4.2 * len(P.alphas), 4.2), squeeze=False)
+
+# %% [markdown]
+# {numref}`fig-fedgrc-partition` shows what the clients hold: the label skew every method trains under.
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Training images per client (rows) and class (columns) in the federation of the first run seed, one panel per Dirichlet concentration α; brighter cells hold more images, and the number in each cell is the count. The smaller α, the fewer classes each client holds.", "name": "fig-fedgrc-partition"}, "image": {"alt": "Heat maps of client by class training counts, one per value of alpha; most rows are dark except for a few bright cells, more so for the smaller alpha."}}
+fig, axes = plt.subplots(1, len(P.alphas), figsize=(4.6 * len(P.alphas), 4.8), squeeze=False)
 for ax, a in zip(axes[0], P.alphas):
     plot_partition(federations[(seed, a)].train_counts(), ax=ax, title=f"Dirichlet α = {a}, seed {seed}")
 fig.tight_layout()
@@ -447,12 +476,16 @@ plt.show()
 # %% [markdown]
 # ## Tables I/II: every method under the protocol
 #
-# Mean local, global, unseen and rare accuracy over the clients and the four floors (%), each
-# cell the mean over the seeds ± the half-width of its 95 % interval. FedGRC is the last row of
-# each block: the CGRL backbone with the MMS metric and SASP heads. Rows are grouped as in the
-# paper: personalized-FL methods, statistical heads on the FedAvg, FedAvg-Aug and CGRL backbones.
+# Mean local, global, unseen and rare accuracy over the clients (the *abilities*) and the four
+# floors (%), each cell the mean over the seeds ± the half-width of its 95 % interval, one pair
+# of tables per $\alpha$; the best mean of each column is in bold. FedGRC is the last row: the
+# CGRL backbone with the MMS metric and SASP heads. Rows are grouped as in the paper:
+# personalized-FL methods, statistical heads on the FedAvg, FedAvg-Aug and CGRL backbones.
+# {glue:text}`fge_missing_note` (A metric is shown only where every seed defines it: rare
+# accuracy and R@25 need a client that holds a rare class, unseen accuracy and U@25 a client that
+# lacks a class.)
 
-# %%
+# %% tags=["hide-input"]
 METRICS = ["local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25"]
 PFL = ["FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedRep", "FedBABU", "Ditto", "FedETF", "FedETF-FT", "CGRL (training head)"]
 HEADS = [*BASELINE_HEADS, "MMS", "MMS + SASP"]
@@ -476,9 +509,16 @@ def strongest(a, m):
 main = tidy[tidy["metric"].isin(METRICS)].dropna(subset=["value"])
 main = main[main.groupby(["alpha", "method", "metric"])["seed"].transform("count") == len(SEEDS)]
 table = seed_table(main, ["alpha", "method"], "metric", "value")
-table = table.reindex(pd.MultiIndex.from_product([P.alphas, ORDER], names=["alpha", "method"]))[METRICS].fillna("n/a")
+table = table.reindex(pd.MultiIndex.from_product([P.alphas, ORDER], names=["alpha", "method"]))[METRICS]
 table = table.rename(index={FEDGRC: "FedGRC (CGRL + MMS + SASP)"})
-table
+n_missing = int(table.isna().to_numpy().sum())
+glue("fge_missing_note", f"{n_missing} cells are undefined and shown as a dash." if n_missing else
+     "Every cell is defined at this profile; a dash would mark an undefined one.", display=False)
+for a in P.alphas:
+    for part, cols in (("abilities", METRICS[:4]), ("floors", METRICS[4:])):
+        shown = table.loc[a, cols].rename(columns=lambda m: f"{m} (%)")
+        display(show_table(shown, best={f"{m} (%)": "max" for m in cols}).set_caption(  # noqa: F821
+            f"Tables I/II, α = {a}: {part} (%)"))
 
 # %% tags=["remove-cell"]
 POS = {"hi": a_hi, "lo": a_lo}
@@ -526,11 +566,11 @@ for pos, a in POS.items():
 # that is the part of the backbone effect that CGRL's losses, not its augmentation, account for.
 
 # %% [markdown]
-# Each point below is one method's mean local accuracy against its mean global accuracy (the
-# paper's Figure 1), with the 95 % intervals over the seeds as error bars: a method in the upper
-# right fits the clients *and* keeps the label space.
+# {numref}`fig-fedgrc-local-global` puts every method's mean local accuracy against its mean global
+# accuracy (the paper's Figure 1): a method in the upper right both fits its clients and keeps
+# the whole label space.
 
-# %%
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean local accuracy against mean global accuracy over the clients (%), one point per method and one panel per Dirichlet α, as in the paper's Figure 1; error bars are 95 % intervals over the seeds, cut at 0 and 100 %. Blue: personalized-FL methods; orange: statistical heads on the FedAvg and FedAvg-Aug backbones; green: heads on the CGRL backbone, FedGRC the star.", "name": "fig-fedgrc-local-global"}, "image": {"alt": "Two scatter plots of mean global accuracy against mean local accuracy, one per value of alpha: one point with horizontal and vertical error bars per method, coloured by family, seven methods labelled by name and FedGRC drawn as a large star."}}
 def mean_half(values):
     values = np.asarray(values, dtype=float)
     iv = mean_interval(values)
@@ -542,24 +582,73 @@ def family(name):
             "heads on CGRL" if name.startswith("CGRL +") else "heads on FedAvg / FedAvg-Aug")
 
 
-fig, axes = plt.subplots(1, len(P.alphas), figsize=(6 * len(P.alphas), 4.6), squeeze=False)
+def clipped(center, half):
+    """Asymmetric error-bar lengths of center ± half inside the 0-100 % range (None if undefined)."""
+    if not np.isfinite(half):
+        return None
+    return [[center - max(0.0, center - half)], [min(100.0, center + half) - center]]
+
+
+def place_labels(ax, labels, points, fontsize=7):
+    """Write each label next to its point where it overlaps no other label, no point and stays in
+    the axes: the first free spot among offsets in eight directions, at growing distances."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = []
+    for px, py in ax.transData.transform(np.asarray(points, dtype=float)):
+        taken.append(matplotlib.transforms.Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
+    directions = [(1, 1, "left", "bottom"), (1, -1, "left", "top"), (-1, 1, "right", "bottom"),
+                  (-1, -1, "right", "top"), (1, 0, "left", "center"), (-1, 0, "right", "center"),
+                  (0, 1, "center", "bottom"), (0, -1, "center", "top")]
+    for text, xy in labels:
+        placed = None
+        for dist in (4, 9, 15, 22):
+            for dx, dy, ha, va in directions:
+                t = ax.annotate(text, xy, xytext=(dx * dist, dy * dist), textcoords="offset points", ha=ha, va=va,
+                                fontsize=fontsize, arrowprops=dict(arrowstyle="-", lw=0.5, color="0.4") if dist > 9 else None)
+                box = t.get_window_extent(renderer)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                if inside and not any(box.overlaps(o) for o in taken):
+                    placed = box
+                    break
+                t.remove()
+            if placed is not None:
+                break
+        if placed is None:  # no free spot: the first offset, so the label is still there
+            placed = ax.annotate(text, xy, xytext=(4, 4), textcoords="offset points", fontsize=fontsize).get_window_extent(renderer)
+        taken.append(placed)
+
+LABELLED = ("FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedETF-FT", "Ditto", "FedRep", FEDGRC)
+fig, axes = plt.subplots(1, len(P.alphas), figsize=(4.8 * len(P.alphas), 4.6), squeeze=False)
 colors = {"personalized FL": "tab:blue", "heads on FedAvg / FedAvg-Aug": "tab:orange", "heads on CGRL": "tab:green"}
+to_label = []
 for ax, a in zip(axes[0], P.alphas):
-    seen = set()
+    labels, points = [], []
     for name in ORDER:
         (x, xe), (y, ye) = mean_half(v(a, name, "local")), mean_half(v(a, name, "global"))
+        if not (np.isfinite(x) and np.isfinite(y)):
+            continue
         fam, star = family(name), name == FEDGRC
-        ax.errorbar(x, y, xerr=xe if np.isfinite(xe) else None, yerr=ye if np.isfinite(ye) else None,
-                    color=colors[fam], marker="*" if star else "o", ms=12 if star else 5, lw=0.8,
-                    label=fam if fam not in seen else None, zorder=3 if star else 2)
-        seen.add(fam)
-        if name in ("FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedETF-FT", "Ditto", "FedRep") or star:
-            ax.annotate("FedGRC" if star else name, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.errorbar(x, y, xerr=clipped(x, xe), yerr=clipped(y, ye),
+                    color=colors[fam], marker="*" if star else "o", ms=14 if star else 5, lw=0.8, alpha=0.9,
+                    mec="black" if star else colors[fam], mew=0.8 if star else 0, zorder=3 if star else 2)
+        points.append((x, y))
+        if name in LABELLED:
+            labels.append(("FedGRC" if star else name, (x, y)))
+    to_label.append((ax, labels, points))
     ax.set_xlabel("mean local accuracy (%)")
     ax.set_ylabel("mean global accuracy (%)")
     ax.set_title(f"Dirichlet α = {a}")
-    ax.legend(fontsize=8, loc="lower left")
-fig.tight_layout()
+handles = [matplotlib.lines.Line2D([], [], color=c, marker="o", ls="", label=f) for f, c in colors.items()]
+handles.append(matplotlib.lines.Line2D([], [], color=colors["heads on CGRL"], marker="*", ms=12, mec="black", mew=0.8, ls="",
+                                      label="FedGRC"))
+wide = len(P.alphas) > 1
+fig.legend(handles=handles, loc="lower center", ncol=4 if wide else 2, fontsize=8, frameon=False)
+fig.tight_layout(rect=(0, 0.07 if wide else 0.12, 1, 1))
+fig.canvas.draw()
+for ax, labels, points in to_label:
+    place_labels(ax, labels, points)
 plt.show()
 
 # %% [markdown]
@@ -572,7 +661,7 @@ plt.show()
 # the paper's pFedGM, which is not implemented here), and the shared MMS head → SASP (only the
 # class means change).
 
-# %%
+# %% tags=["hide-input"]
 PAIRS = [("FedETF", "FedETF-FT"), ("FedAvg + FedCGS", "FedAvg + FedCGS + FT"), ("CGRL + MMS", FEDGRC)]
 SHOW4 = ["local", "global", "unseen", "F@25"]
 rows4 = []
@@ -585,7 +674,8 @@ for s_i, s in enumerate(SEEDS):
 d4 = pd.DataFrame(rows4).dropna(subset=["value"])
 d4 = d4[d4.groupby(["alpha", "before → after", "column"])["seed"].transform("count") == len(SEEDS)]
 table4 = seed_table(d4, ["alpha", "before → after"], "column", "value")
-table4[[c for c in (f"Δ {m}" for m in SHOW4) if c in table4.columns]]
+table4 = table4[[c for c in (f"Δ {m}" for m in SHOW4) if c in table4.columns]]
+show_table(table4.rename(columns=lambda c: f"{c} (points)"), formats={"alpha": "g"})
 
 # %% tags=["remove-cell"]
 for pos, a in POS.items():
@@ -613,11 +703,16 @@ for pos, a in POS.items():
 # MMS + SASP ($H_1$). With $F(B, H)$ the F@25 (or global accuracy) of a pairing, the **excess
 # gain** is
 #
-# $$ I = \big[F(B_1,H_1) - F(B_0,H_0)\big] - \big[F(B_1,H_0) - F(B_0,H_0)\big] - \big[F(B_0,H_1) - F(B_0,H_0)\big], $$
+# $$
+# \begin{aligned}
+# I = \big[F(B_1,H_1) - F(B_0,H_0)\big] &- \big[F(B_1,H_0) - F(B_0,H_0)\big] \\
+#   &- \big[F(B_0,H_1) - F(B_0,H_0)\big],
+# \end{aligned}
+# $$
 #
 # positive when the two replacements help more together than the sum of their separate effects.
 
-# %%
+# %% tags=["hide-input"]
 h0 = {}
 for (s, a), g in val_table[val_table["backbone"] == "FedAvg-Aug"].groupby(["seed", "alpha"]):
     h0[(s, a)] = g.set_index("head")["validation global (%)"].idxmax()
@@ -643,8 +738,12 @@ def v9(a, metric, col):
 
 table9 = seed_table(tidy9.dropna(subset=["value"]), ["alpha", "metric"], "column", "value", digits=2)
 h0_choice = pd.Series(h0).rename_axis(["seed", "alpha"]).unstack("alpha")
-display(table9[["B0 + H0", "B1 + H0", "B0 + H1", "B1 + H1 (FedGRC)", "excess gain I"]])
-display(h0_choice.rename_axis(columns="H0 chosen on validation, α"))
+T9_COLS = ["B0 + H0", "B1 + H0", "B0 + H1", "B1 + H1 (FedGRC)", "excess gain I"]
+display(show_table(table9[T9_COLS].rename(columns=lambda c: f"{c} (points)" if c == "excess gain I" else f"{c} (%)"),  # noqa: F821
+                   formats={"alpha": "g"})
+        .set_caption("Table IX: F@25 and global accuracy of each backbone × head pairing"))
+display(show_table(h0_choice.rename(columns=lambda a: f"H0 chosen on validation, α = {a:g}"))  # noqa: F821
+        .set_caption("The baseline head H0, per seed"))
 
 # %% tags=["remove-cell"]
 for pos, a in POS.items():
@@ -667,9 +766,9 @@ glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
 # ({class}`fedlib.deployment.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
 # the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
 # $\gamma$. Each head is evaluated by the same protocol; the bands are the 95 % intervals over
-# the seeds.
+# the seeds ({numref}`fig-fedgrc-sensitivity`).
 
-# %%
+# %% tags=["hide-input"]
 SENS = ("local", "global", "F@25")
 sens_rows = []
 for s in SEEDS:
@@ -695,30 +794,36 @@ def curve(grid, name):
     return np.array([o[0] for o in out]), np.array([o[1] for o in out])
 
 
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.8))
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Sensitivity of the heads on the frozen CGRL backbone at the smaller α (bands: 95 % intervals over the seeds, cut at 0 and 100 %). Left: mean local and global accuracy and F@25 (%) of SASP against its reference strength $m_0$, from the client's own means ($m_0 = 0$) to the shared head ($m_0 = \\infty$). Right: the shared MMS head's global accuracy and SASP's local and global accuracy against the ridge $\\gamma$.", "name": "fig-fedgrc-sensitivity"}, "image": {"alt": "Two line plots with shaded bands on logarithmic horizontal axes: accuracy against m0 for three curves (local, global, F@25), and accuracy against gamma for three curves (MMS global, MMS plus SASP local and global)."}}
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
 xm = [m if math.isfinite(m) else 10 * max(v_ for v_ in P.m0_grid if math.isfinite(v_)) for m in P.m0_grid]
 xm = [max(v_, 0.1) for v_ in xm]
 for col in SENS:
     mu, hw = curve("m0", col)
     ax1.plot(xm, mu, marker="o", label=col)
-    ax1.fill_between(xm, mu - hw, mu + hw, alpha=0.2)
+    ax1.fill_between(xm, np.clip(mu - hw, 0, 100), np.clip(mu + hw, 0, 100), alpha=0.2)
 ax1.set_xscale("log")
 ax1.set_xticks(xm, [("∞" if not math.isfinite(m) else f"{m:g}") for m in P.m0_grid], fontsize=8)
 ax1.set_xlabel("$m_0$ (left: 0, right: ∞ = shared head)")
 ax1.set_ylabel("accuracy (%)")
 ax1.set_title(f"SASP, CGRL backbone, α = {a_lo}")
-ax1.legend()
+ax1.legend(loc="best", fontsize=8)
 for col in ("MMS global", "MMS + SASP local", "MMS + SASP global"):
     mu, hw = curve("gamma", col)
     ax2.plot(P.gamma_grid, mu, marker="o", label=col)
-    ax2.fill_between(P.gamma_grid, mu - hw, mu + hw, alpha=0.2)
+    ax2.fill_between(P.gamma_grid, np.clip(mu - hw, 0, 100), np.clip(mu + hw, 0, 100), alpha=0.2)
 ax2.set_xscale("log")
 ax2.set_xlabel("$\\gamma$")
+ax2.set_ylabel("accuracy (%)")
 ax2.set_title(f"ridge, m0 = {P.m0:g}")
-ax2.legend()
+ax2.legend(loc="best", fontsize=8)
 fig.tight_layout()
 plt.show()
-seed_table(sens[sens["grid"] == "m0"], "x", "curve", "value").rename_axis("m0")
+
+# %% tags=["hide-input"]
+m0_table = seed_table(sens[sens["grid"] == "m0"], "x", "curve", "value").rename_axis("m0")[list(SENS)]
+show_table(m0_table.rename(columns=lambda c: f"{c} (%)"), formats={"m0": fmt_value},
+           best={f"{c} (%)": "max" for c in SENS}).set_caption("SASP against m0 (mean over the seeds ± 95 % interval)")
 
 # %% tags=["remove-cell"]
 m_fin = [m for m in P.m0_grid if math.isfinite(m)]
@@ -731,7 +836,7 @@ for k, tag in (("local", "local"), ("global", "global")):
     glue(f"fge_m0_{tag}_inf", iv_text(at_inf), display=False)
     glue(f"fge_m0_{tag}_change", iv_text(at_inf - at_min), display=False)
 gmu, _ = curve("gamma", "MMS + SASP global")
-glue("fge_gamma_best", float(P.gamma_grid[int(np.argmax(gmu))]), display=False)
+glue("fge_gamma_best", fmt_value(float(P.gamma_grid[int(np.argmax(gmu))])), display=False)
 glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
 
 # %% [markdown]
@@ -745,7 +850,7 @@ glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
 # none by construction (every client draws a class's images from the same distribution), so
 # whether local accuracy falls as $m_0$ grows is exactly what the intervals above test.
 # Across the $\gamma$ grid, the mean global accuracy of MMS + SASP varies by
-# {glue:text}`fge_gamma_range:.1f` points, highest at $\gamma =$ {glue:text}`fge_gamma_best:g`
+# {glue:text}`fge_gamma_range:.1f` points, highest at $\gamma =$ {glue:text}`fge_gamma_best`
 # (a description of the test set, not a selection: $\gamma$ stays at its default).
 #
 # ## What it costs
@@ -754,22 +859,26 @@ glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
 # sums and Gram matrices of the selected features, $C(1 + d + d^2)$ numbers: with the multilayer
 # features that is more than a model update of the small CNN, once. The CGRL reference arrays
 # ride along with every broadcast and update. Seconds are medians per round, averaged over seeds.
+# The statistics rows have no seconds (a dash): that round trains nothing and the loop does not
+# time it; it is one forward pass of the frozen backbone over each client's training images.
 
-# %%
+# %% tags=["hide-input"]
 cost_rows = []
 for a in P.alphas:
     for name in ("FedAvg", "FedAvg-Aug", "CGRL"):
         led = ledgers_train[(seed, a, name)]
         per_round = led.groupby("round")["bytes"].sum().mean() / P.n_clients
-        cost_rows.append({"alpha": a, "what": f"{name}: one training round", "KiB per client": per_round / 1024,
+        cost_rows.append({"alpha": a, "what": f"{name}: one training round", "bytes per client": per_round,
                           "seconds per round (median)": float(np.mean([round_seconds[(s, a, name)] for s in SEEDS]))})
     for kind in ("penultimate", "multilayer"):
         led = ledgers[(seed, a, "CGRL", kind)].to_frame()
         last = led[led["round"] == led["round"].max()]
-        cost_rows.append({"alpha": a, "what": f"terminal statistics ({kind})", "KiB per client": last["bytes"].sum() / P.n_clients / 1024,
+        cost_rows.append({"alpha": a, "what": f"terminal statistics ({kind})", "bytes per client": last["bytes"].sum() / P.n_clients,
                           "seconds per round (median)": math.nan})
 costs = pd.DataFrame(cost_rows).set_index(["alpha", "what"])
-costs.round(2)
+show_table(costs.rename(columns={"bytes per client": "bytes per client (up + down)", "seconds per round (median)":
+                                 "seconds per round (median, s)"}),
+           formats={"bytes per client (up + down)": format_bytes, "alpha": "g"})
 
 # %% tags=["remove-cell"]
 c_lo = costs.loc[a_lo]
@@ -777,16 +886,16 @@ glue("fge_round_ratio", float(c_lo.loc["CGRL: one training round", "seconds per 
                              / c_lo.loc["FedAvg: one training round", "seconds per round (median)"]), display=False)
 glue("fge_aug_round_ratio", float(c_lo.loc["FedAvg-Aug: one training round", "seconds per round (median)"]
                                  / c_lo.loc["FedAvg: one training round", "seconds per round (median)"]), display=False)
-glue("fge_bytes_ratio", float(c_lo.loc["CGRL: one training round", "KiB per client"]
-                             / c_lo.loc["FedAvg: one training round", "KiB per client"]), display=False)
-glue("fge_stats_kib", float(c_lo.loc["terminal statistics (multilayer)", "KiB per client"]), display=False)
+glue("fge_bytes_ratio", float(c_lo.loc["CGRL: one training round", "bytes per client"]
+                             / c_lo.loc["FedAvg: one training round", "bytes per client"]), display=False)
+glue("fge_stats_bytes", format_bytes(c_lo.loc["terminal statistics (multilayer)", "bytes per client"]), display=False)
 
 # %% [markdown]
 # A CGRL round took {glue:text}`fge_round_ratio:.2f` times as long as a FedAvg round here (two
 # views per sample, plus the post-update direction pass; `tests/bench_fedgrc.py` measures it
 # side by side), a FedAvg-Aug round {glue:text}`fge_aug_round_ratio:.2f` times, and a CGRL round
 # moved {glue:text}`fge_bytes_ratio:.3f` times the bytes of a FedAvg round. The multilayer
-# statistics cost {glue:text}`fge_stats_kib:.0f` KiB per client, once.
+# statistics cost {glue:text}`fge_stats_bytes` per client, once.
 #
 # ## Claims
 #
@@ -794,7 +903,7 @@ glue("fge_stats_kib", float(c_lo.loc["terminal statistics (multilayer)", "KiB pe
 # ({ref}`reading-claims` explains how to read the table). "Ours" is the mean paired difference
 # over the seeds with its 95 % interval.
 
-# %%
+# %% tags=["hide-input"]
 def mean_heads(a, b):
     return np.mean([v(a, f"{b} + {h}", "global") for h in HEADS], axis=0)
 
@@ -865,25 +974,221 @@ show(results)
 # training budget ({glue:text}`fge_rounds` rounds) is short for a method whose auxiliary losses
 # are warmed up over {glue:text}`fge_warmup` rounds, the hyper-parameters are our guesses
 # (Table X is missing), and {glue:text}`fge_n_seeds` seeds give wide intervals: an inconclusive
-# row is an honest "our scale cannot tell", not a failure. The whole page took
+# row is an honest "our scale cannot tell", not a failure. Everything above took
 # {glue:text}`fge_total_seconds:.0f` s to compute.
 #
 # ## Exercises
 #
-# 1. **Where does the backbone matter?** Set `lambda_dir=0` and then `lambda_rad=0` (one CGRL
-#    term at a time) and re-run. Which of the two moves Table IX's $B_1$ column, and does the
-#    excess gain $I$ keep its sign? With both at zero, CGRL trains with FedAvg-Aug's loss: how
-#    close are the two rows then? Then try `rounds=30`: does CGRL's advantage grow with the budget, as its
-#    warm-up suggests?
-# 2. **Give SASP something to adapt to.** SASP pays off when a client's images of a class look
-#    different from the federation's. Make them: in the training cell, right after
-#    `make_federation(...)` builds a federation (before `split_validation`), give every
-#    odd-numbered client quarter-turn-rotated images (training and local test) with
-#    `rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)` and
-#    `Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
-#    (from `fedlib.data` and `fedlib.federation`), then re-run. Does local accuracy now fall as
-#    $m_0$ grows (the `m0_grid` figure), as Eq. (35) predicts, and where is the best compromise
-#    with F@25?
-# 3. **Is the multilayer part worth it?** Set `layers=["penultimate"]` (MMS on the final layer
-#    only) and compare the rows "CGRL + MMS" and "FedGRC" with the default run. How large are the
-#    statistics messages in the cost table in each case?
+# Each exercise has a hint and a worked solution. The solutions reuse the chapter's own runs
+# wherever they can; where an exercise asks for new training, the solution computes a reduced
+# version and says at what scale.
+
+# %% tags=["hide-cell"]
+# Exercise 1, reduced: one seed, the smaller alpha, a smaller federation (the profile's exercise_run), the
+# chapter's rounds; the same CGRL code with one term switched off at a time, every backbone under MMS + SASP.
+t_ex1, cpu_ex1 = time.perf_counter(), time.process_time()
+EX = P.exercise_run
+ex_data = subsample(datasets[seed], EX["n_samples"], seed)
+ex_fed = make_federation(ex_data, n_clients=EX["n_clients"], partition="dirichlet", alpha=a_lo, min_size=10,
+                         global_test_per_class=EX["global_test_per_class"], seed=seed)
+ex_lc = LoopConfig(rounds=P.rounds, seed=seed, eval_every=0, rare_ratio=RARE_RATIO, evaluate_last=False)
+EX1_VARIANTS = {"FedAvg-Aug (both weights 0)": aug_cfg, "CGRL": cgrl_cfg,
+                "CGRL, λ_dir = 0": dataclasses.replace(cgrl_cfg, lambda_dir=0.0),
+                "CGRL, λ_rad = 0": dataclasses.replace(cgrl_cfg, lambda_rad=0.0)}
+ex1 = {}
+for label, cfg in EX1_VARIANTS.items():
+    ex_run = run_federated(CGRL(train=train_cfg, cgrl=cfg), ex_fed, model_fn, ex_lc)
+    ff = FrozenFeatures(collect_statistics(ex_run, ex_fed, model_fn, layers=LAYERS, seed=seed), ex_fed, model_fn)
+    mms_ex = MMS(gamma=P.gamma).fit(ff.moments, ff.layer_dims)
+    summ = ff.summary([SASP(m0=P.m0).fit(mms_ex, mom) for mom in ff.client_moments])
+    ex1[label] = {f"{m} (%)": 100 * summ[m] for m in ("local", "global", "F@25")}
+ex1_table = pd.DataFrame(ex1).T.rename_axis("backbone (head: MMS + SASP)")
+F = ex1_table["F@25 (%)"]
+drop_dir = F["CGRL, λ_dir = 0"] - F["CGRL"]  # what removing each term does to B1's F@25
+drop_rad = F["CGRL, λ_rad = 0"] - F["CGRL"]
+chapter_gap = mean_interval(v(a_lo, FEDGRC, "F@25") - v(a_lo, "FedAvg-Aug + MMS + SASP", "F@25"))
+spread = chapter_gap.high - chapter_gap.mean
+glue("ex1_scale", f"seed {seed}, α = {a_lo}, {len(ex_data):,} images over {ex_fed.n_clients} clients, "
+     f"{P.rounds} rounds", display=False)
+glue("ex1_table", show_table(ex1_table, digits=1), display=False)
+glue("ex1_full", float(F["CGRL"] - F["FedAvg-Aug (both weights 0)"]), display=False)
+glue("ex1_drop_dir", float(drop_dir), display=False)
+glue("ex1_drop_rad", float(drop_rad), display=False)
+glue("ex1_bigger", "the directional term moves it more" if abs(drop_dir) > abs(drop_rad) else
+     "the magnitude term moves it more" if abs(drop_rad) > abs(drop_dir) else "neither moves it more", display=False)
+glue("ex1_spread", float(spread), display=False)
+glue("ex1_verdict", "larger than" if max(abs(drop_dir), abs(drop_rad)) > spread else "within", display=False)
+glue("ex1_reading", "a one-seed hint, no more, of which term matters here" if max(abs(drop_dir), abs(drop_rad)) > spread
+     else "so this reduced run cannot tell which term matters", display=False)
+ex1_seconds = time.perf_counter() - t_ex1
+print(f"exercise 1, reduced run: {ex1_seconds:.1f} s ({time.process_time() - cpu_ex1:.1f} s of CPU)")
+
+# %% [markdown]
+# **1. Where does the backbone matter?** *(parameters only)* Set `lambda_dir=0` and then
+# `lambda_rad=0` (one CGRL term at a time) and re-run. Which of the two moves Table IX's $B_1$
+# column, and does the excess gain $I$ keep its sign? With both at zero, CGRL trains with
+# FedAvg-Aug's loss: how close are the two rows then? Then try `rounds=30`: does CGRL's advantage
+# grow with the budget, as its warm-up suggests?
+#
+# :::{dropdown} Hint
+# Compare each variant with FedAvg-Aug under the *same* head (MMS + SASP), so only the backbone
+# changes; then ask whether the differences exceed what a change of seed alone does.
+# :::
+#
+# :::{dropdown} Worked solution
+# A full re-run trains the whole chapter again, so the solution trains a **reduced** version:
+# {glue:text}`ex1_scale`, the four backbones from the same CGRL code with MMS + SASP on top
+# (one seed, no intervals, and no baseline heads, so $I$ is not recomputed):
+#
+# ```{glue:} ex1_table
+# ```
+#
+# Here the full CGRL backbone differs from FedAvg-Aug by {glue:text}`ex1_full:+.1f` points of F@25.
+# Switching off the directional term changes CGRL's F@25 by {glue:text}`ex1_drop_dir:+.1f` points,
+# switching off the magnitude term by {glue:text}`ex1_drop_rad:+.1f`: {glue:text}`ex1_bigger`.
+# The larger of the two changes is {glue:text}`ex1_verdict` the half-width of the 95 % interval of
+# the chapter's own CGRL − FedAvg-Aug comparison ({glue:text}`ex1_spread:.1f` points, over its
+# seeds at full scale; a single reduced run is noisier),
+# {glue:text}`ex1_reading`. At the chapter's scale that comparison is
+# {glue:text}`fge_cgrl_gain_lo` points and the excess gain in F@25 is {glue:text}`fge_I_F25_lo`;
+# with both weights at zero the CGRL code trains exactly FedAvg-Aug's loss (that is how the chapter
+# builds FedAvg-Aug), so the two rows then coincide by construction. The `rounds=30` run is not
+# computed here (every method trained for 30 rounds instead of {glue:text}`fge_rounds`); its
+# question is whether the CGRL −
+# FedAvg-Aug gap above grows once the warm-up of {glue:text}`fge_warmup` rounds is a small part
+# of training.
+# :::
+
+# %% tags=["hide-cell"]
+# Exercise 2, reduced: the chapter's CGRL backbone (seed, smaller alpha) stays frozen, trained on upright
+# digits; only the odd-numbered clients' images are rotated before the statistics round, then MMS and SASP
+# are refitted for every m0 of the grid.
+t_ex2, cpu_ex2 = time.perf_counter(), time.process_time()
+rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)  # noqa: E731
+fed_lo = federations[(seed, a_lo)]
+fed_rot = Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(fed_lo.clients)],
+                     fed_lo.global_test, fed_lo.n_classes, fed_lo.description)
+ff_rot = FrozenFeatures(stat_runs[(seed, a_lo, "CGRL")], fed_rot, model_fn)
+mms_rot = MMS(gamma=P.gamma).fit(ff_rot.client_moments, ff_rot.layer_dims)  # the rotated clients' moments
+ex2_rows = []
+for m in P.m0_grid:
+    summ = ff_rot.summary([SASP(m0=m).fit(mms_rot, mom) for mom in ff_rot.client_moments])
+    ex2_rows.append({"m0": m, **{f"{k} (%)": 100 * summ[k] for k in SENS}})
+ex2 = pd.DataFrame(ex2_rows).set_index("m0")
+upright = sens[(sens["grid"] == "m0") & (sens["seed"] == seed)].pivot(index="x", columns="curve", values="value")
+m_lo, m_hi = min(m_fin), P.m0_grid[-1]  # the smallest finite m0 and the shared head (m0 = inf)
+rot_change = ex2.loc[m_hi, "local (%)"] - ex2.loc[m_lo, "local (%)"]
+up_change = upright.loc[m_hi, "local"] - upright.loc[m_lo, "local"]
+best_m0 = ex2["F@25 (%)"].idxmax()
+glue("ex2_scale", f"seed {seed}, α = {a_lo}, {len(fed_lo.clients) // 2} of {len(fed_lo.clients)} clients rotated", display=False)
+glue("ex2_table", show_table(ex2, digits=1, formats={"m0": fmt_value}, best={f"{k} (%)": "max" for k in SENS}),
+     display=False)
+glue("ex2_m_lo", fmt_value(m_lo), display=False)
+glue("ex2_local_lo", float(ex2.loc[m_lo, "local (%)"]), display=False)
+glue("ex2_local_hi", float(ex2.loc[m_hi, "local (%)"]), display=False)
+glue("ex2_word", "falls" if rot_change < 0 else "rises" if rot_change > 0 else "stays", display=False)
+glue("ex2_change_abs", float(abs(rot_change)), display=False)
+glue("ex2_up_change", float(up_change), display=False)
+glue("ex2_reading", "local accuracy now falls as m0 grows, as Eq. (35) predicts" if rot_change < 0 else
+     "local accuracy still does not fall as m0 grows, but the rotation moves the curve toward the fall Eq. (35) predicts"
+     if rot_change < up_change else "the rotation does not move the curve toward the fall Eq. (35) predicts", display=False)
+glue("ex2_best_m0", fmt_value(best_m0), display=False)
+glue("ex2_best_F25", float(ex2.loc[best_m0, "F@25 (%)"]), display=False)
+glue("ex2_best_global", float(ex2.loc[best_m0, "global (%)"]), display=False)
+ex2_seconds = time.perf_counter() - t_ex2
+print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - cpu_ex2:.1f} s of CPU)")
+
+# %% [markdown]
+# **2. Give SASP something to adapt to.** *(code)* SASP pays off when a client's images of a class
+# look different from the federation's. Make them: in the training cell, right after
+# `make_federation(...)` builds a federation (before `split_validation`), give every
+# odd-numbered client quarter-turn-rotated images (training and local test) with
+# `rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)` and
+# `Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
+# (from `fedlib.data` and `fedlib.federation`), then re-run. Does local accuracy now fall as
+# $m_0$ grows (the $m_0$ panel of {numref}`fig-fedgrc-sensitivity`), as Eq. (35) predicts, and
+# where is the best compromise with F@25?
+#
+# :::{dropdown} Hint
+# Rotation gives the odd clients' classes their own look, a client-specific shift
+# $\Delta_c^{(k)}$; watch the local curve at the two ends of the $m_0$ grid, with and without it.
+# :::
+#
+# :::{dropdown} Worked solution
+# The solution does not retrain: it keeps the chapter's frozen CGRL backbone (trained on upright
+# digits), rotates the odd clients' images *before the statistics round* and refits MMS and SASP
+# for every $m_0$, a reduced version at {glue:text}`ex2_scale` (retraining with rotated clients,
+# as the exercise asks, would also let the backbone adapt to them):
+#
+# ```{glue:} ex2_table
+# ```
+#
+# From $m_0 =$ {glue:text}`ex2_m_lo` to the shared head, local accuracy {glue:text}`ex2_word` by
+# {glue:text}`ex2_change_abs:.1f` points (from {glue:text}`ex2_local_lo:.1f` % to
+# {glue:text}`ex2_local_hi:.1f` %); without the rotation, on the same seed, the same change is
+# {glue:text}`ex2_up_change:+.1f` points: {glue:text}`ex2_reading`.
+# The best F@25 on the grid, {glue:text}`ex2_best_F25:.1f` %, is at $m_0 =$
+# {glue:text}`ex2_best_m0` (global accuracy {glue:text}`ex2_best_global:.1f` % there). This is one
+# seed and one frozen backbone: read it as the direction of the effect, not its size.
+# :::
+
+# %% tags=["hide-cell"]
+# Exercise 3, reduced: the chapter's CGRL backbones (every seed and alpha) and their penultimate-layer
+# statistics, already collected for the baseline heads; MMS and SASP refitted on them.
+t_ex3, cpu_ex3 = time.perf_counter(), time.process_time()
+ex3_rows = []
+for s_i, s in enumerate(SEEDS):
+    for a in P.alphas:
+        ff = FrozenFeatures(pen_cgrl[(s, a)], federations[(s, a)], model_fn)
+        mms_pen = MMS(gamma=P.gamma).fit(ff.moments, ff.layer_dims)
+        for label, heads in (("CGRL + MMS", [mms_pen] * len(ff.client_moments)),
+                             (FEDGRC, [SASP(m0=P.m0).fit(mms_pen, mom) for mom in ff.client_moments])):
+            summ = ff.summary(heads)
+            ex3_rows += [{"seed": s, "alpha": a, "method": label, "metric": m,
+                          "value": v(a, label, m)[s_i] - 100 * summ[m]} for m in ("local", "global", "F@25")]
+ex3 = pd.DataFrame(ex3_rows)
+ex3_table = seed_table(ex3.replace({FEDGRC: "FedGRC"}), ["alpha", "method"], "metric", "value")[["local", "global", "F@25"]]
+glue("ex3_table", show_table(ex3_table.rename(columns=lambda c: f"Δ {c} (points)"), formats={"alpha": "g"}), display=False)
+glue("ex3_scale", f"{len(SEEDS)} seed{'s' * (len(SEEDS) > 1)} × {len(P.alphas)} value{'s' * (len(P.alphas) > 1)} of α",
+     display=False)
+for m in ("global", "F@25"):
+    iv = mean_interval(ex3[(ex3["alpha"] == a_lo) & (ex3["method"] == FEDGRC) & (ex3["metric"] == m)]["value"].to_numpy())
+    glue(f"ex3_{key(m)}", iv.format(1), display=False)
+    glue(f"ex3_{key(m)}_word", "ahead of" if iv.low > 0 else "behind" if iv.high < 0 else "not distinguishable from",
+         display=False)
+stats_pen = c_lo.loc["terminal statistics (penultimate)", "bytes per client"]
+stats_multi = c_lo.loc["terminal statistics (multilayer)", "bytes per client"]
+glue("ex3_bytes_pen", format_bytes(stats_pen), display=False)
+glue("ex3_bytes_multi", format_bytes(stats_multi), display=False)
+glue("ex3_bytes_ratio", float(stats_multi / stats_pen), display=False)
+ex3_seconds = time.perf_counter() - t_ex3
+print(f"exercise 3, refitted heads: {ex3_seconds:.1f} s ({time.process_time() - cpu_ex3:.1f} s of CPU)")
+
+# %% [markdown]
+# **3. Is the multilayer part worth it?** *(parameters only)* Set `layers=["penultimate"]` (MMS on
+# the final layer only) and compare the rows "CGRL + MMS" and "FedGRC" with the default run. How
+# large are the statistics messages in the cost table in each case?
+#
+# :::{dropdown} Hint
+# The penultimate-layer statistics already exist: the chapter collected them for the baseline
+# heads. Refit MMS and SASP on them and take paired differences per seed; the cost table has both
+# message sizes.
+# :::
+#
+# :::{dropdown} Worked solution
+# Without retraining, the solution refits MMS and SASP on the penultimate statistics of the
+# chapter's own CGRL backbones ({glue:text}`ex3_scale`; with `layers=["penultimate"]` CGRL's
+# magnitude loss would also act on that layer alone during training, which this reduced version
+# leaves out). The table gives the multilayer head minus the penultimate-only head, in points,
+# mean over the seeds ± 95 % interval:
+#
+# ```{glue:} ex3_table
+# ```
+#
+# At $\alpha =$ {glue:text}`fge_alpha_lo`, multilayer FedGRC differs from its penultimate-only
+# version by {glue:text}`ex3_global` points of global accuracy ({glue:text}`ex3_global_word` it)
+# and by {glue:text}`ex3_F25` points of F@25 ({glue:text}`ex3_F25_word` it). The statistics
+# message costs {glue:text}`ex3_bytes_pen` per client for the penultimate layer and
+# {glue:text}`ex3_bytes_multi` for the layers {glue:text}`fge_layers` ({glue:text}`ex3_bytes_ratio:.1f` times as
+# much), once per deployment: the $d^2$ Gram matrices grow with the concatenated dimension.
+# :::
