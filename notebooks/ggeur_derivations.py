@@ -206,9 +206,9 @@ glue("paper_gap", float(paper_gap), display=False)
 glue("n_draws", int(P.n_draws), display=False)
 glue("scale_paper_small", float(scale_table.iloc[0, 1]), display=False)
 glue("scale_paper_large", float(scale_table.iloc[-1, 1]), display=False)
-checks.add("code's formula: Cov(β) = Σ", f"{P.n_draws} draws, Frobenius relative error",
+checks.add("code's formula: Cov(β) = Σ", f"{P.n_draws:,} draws, Frobenius relative error",
            f"{rows[0]['relative error empirical vs analytic']:.3f}", ok=rows[0]["relative error empirical vs analytic"] < 0.05)
-checks.add("paper's formula: Cov(β) = Σ λ² ξ ξᵀ = Σ²", f"{P.n_draws} draws, Frobenius relative error",
+checks.add("paper's formula: Cov(β) = Σ λ² ξ ξᵀ = Σ²", f"{P.n_draws:,} draws, Frobenius relative error",
            f"{rows[1]['relative error empirical vs analytic']:.3f}", ok=rows[1]["relative error empirical vs analytic"] < 0.05)
 checks.add("the paper's formula does not reproduce the global covariance Σ (unless all eigenvalues are 0 or 1)",
            "‖Σ² − Σ‖ / ‖Σ‖", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
@@ -217,7 +217,7 @@ three_sig = lambda v: f"{v:.3g}"  # noqa: E731  (0.0192, 1, 192)
 show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, code": three_sig, "tr Cov(β) / tr Σ, paper": three_sig})
 
 # %% [markdown]
-# With {glue:text}`n_draws` draws the empirical covariances match the analytic ones to
+# With {glue:text}`n_draws:,` draws the empirical covariances match the analytic ones to
 # {glue:text}`emp_err:.3f` (relative Frobenius error); the paper's noise covariance differs from
 # $\Sigma$ by {glue:text}`paper_gap:.2f` of its norm. Under the paper's formula the spread of the
 # new samples, relative to the class's own spread, depends on the units of the embeddings: it is
@@ -336,6 +336,8 @@ SMALL = 10  # "few samples": the local covariance is then far below the global o
 dist["small"] = np.where(dist["n"] < SMALL, f"fewer than {SMALL}", f"{SMALL} or more")
 summary = dist.groupby(["formula", "small"]).agg(pairs=("shrinks", "size"), share_shrinking=("shrinks", "mean"),
                                                  median_before=("before", "median"), median_after=("after", "median"))
+summary = summary.loc[[(f, g) for f in ("code", "paper") for g in (f"fewer than {SMALL}", f"{SMALL} or more")
+                       if (f, g) in summary.index]]  # the scarce pairs first
 summary["share_shrinking"] *= 100
 summary.index.names = ["formula", "local samples"]
 summary.columns = ["(client, class) pairs", "distance shrinks (% of pairs)", "median d² before", "median d² after"]
@@ -354,7 +356,7 @@ glue("tr_ratio_large", float(large_code["tr ratio"].median()) if len(large_code)
 glue("n_pairs", int(len(dist) // 2), display=False)
 _scarce_better = len(small_code) > 0 and len(large_code) > 0 and small_code["shrinks"].mean() > large_code["shrinks"].mean()
 _too_wide = len(large_code) > 0 and float(large_code["tr ratio"].median()) > 1
-glue("aug_reading", ("GGEUR's augmentation is a remedy for *scarce* classes" if _scarce_better else
+glue("aug_reading", ("GGEUR's augmentation is a remedy for scarce classes" if _scarce_better else
                      "the scarce classes do not gain more often than the well-represented ones here")
      + ("; filling a well-represented class up to the total makes it too wide" if _too_wide else
         "; filling a well-represented class up to the total does not make it wider than the global class here"),
