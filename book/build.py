@@ -21,10 +21,15 @@ Parameters: ``-p key=value`` goes to every selected chapter whose ``parameters``
 ``key``; a key that no selected chapter declares stops the build before anything runs.
 
 Execution cache: a chapter is re-executed only when its key changes; the key hashes the
-notebook's source, every file of ``fedlib/``, the parameters and ``requirements.txt`` (Jupyter
-Book's own cache only sees code cells, so a change in fedlib would not re-run anything). Every
+notebook's source, the fedlib modules it imports (transitively: :func:`chapter_modules`), the
+parameters and ``requirements.txt`` (Jupyter Book's own cache only sees code cells, so a change in
+fedlib would not re-run anything; a change to a module no chapter code reaches re-runs nothing). Every
 write is atomic (a temporary file and ``os.replace``), so an interrupted build resumes: finished
 chapters are kept, the interrupted one runs again.
+
+Parallel: ``--jobs`` chapters (default: the number of cores) execute at once, each in a worker
+process, the longest (by its last build) first; every kernel runs ``--threads`` torch threads
+(default 1), so a chapter computes the same bits alone or beside others.
 """
 
 from __future__ import annotations
@@ -100,12 +105,64 @@ profile's chapter records}`` (relative to ``notebooks/``), runs after the other 
 cache key also covers those records and every notebook's source."""
 
 
+def _fedlib_modules() -> dict[str, Path]:
+    """Every module of fedlib by its dotted name (a package by its ``__init__.py``)."""
+    out = {}
+    for path in sorted((ROOT / "fedlib").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imported(tree: ast.AST, module: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
+    """The fedlib modules the import statements anywhere in ``tree`` name (submodules where
+    ``from a import b`` names one), ``module`` being the importer's name (for relative imports)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "fedlib"}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] == "fedlib":
+                found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names}
+    return found
+
+
+def chapter_modules(name: str) -> list[Path]:
+    """The fedlib files a chapter executes: the modules its code cells import and, transitively,
+    everything they import (with every package ``__init__`` on the way, which Python runs too)."""
+    import jupytext
+
+    modules = _fedlib_modules()
+    cells = [c.source for c in jupytext.read(NOTEBOOKS / f"{name}.py").cells if c.cell_type == "code"]
+    tree = ast.parse("\n".join(line for line in "\n".join(cells).splitlines() if not line.lstrip().startswith(("%", "!"))))
+    todo, seen = list(_imported(tree, "__main__", False, modules)), set()
+    while todo:
+        mod = todo.pop()
+        parents = [".".join(mod.split(".")[:i]) for i in range(1, mod.count(".") + 1)]
+        for m in [*parents, mod]:
+            if m in seen or m not in modules:
+                continue
+            seen.add(m)
+            path = modules[m]
+            todo.extend(_imported(ast.parse(path.read_text()), m, path.name == "__init__.py", modules))
+    return sorted(modules[m] for m in seen)
+
+
 def cache_key(name: str, params: dict) -> str:
-    """sha256 of the notebook source, fedlib's source, the parameters and the requirements (and,
-    for a chapter that reads the build's :data:`RECORDS`, every notebook and every other chapter's record)."""
+    """sha256 of the notebook source, the fedlib modules it executes (:func:`chapter_modules`),
+    the parameters and the requirements (and, for a chapter that reads the build's
+    :data:`RECORDS`, every notebook and every other chapter's record)."""
     h = hashlib.sha256()
     h.update((NOTEBOOKS / f"{name}.py").read_bytes())
-    for path in sorted((ROOT / "fedlib").rglob("*.py")):
+    for path in chapter_modules(name):
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
@@ -226,12 +283,90 @@ def render_book(out: Path) -> int:
     return rc
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""Set for every chapter's kernel to the build's ``threads`` (1 by default), so that a chapter
+computes the same bits whether the build runs it alone or next to others."""
+
+
+def _with_threads(threads: int):
+    """Context: the thread variables of :data:`THREAD_VARIABLES` set for kernels started inside it."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def scope():
+        saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
+        os.environ.update({k: str(threads) for k in THREAD_VARIABLES})
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    return scope()
+
+
+def _execute_in_worker(name: str, params: dict, output: Path, threads: int) -> float:
+    """One chapter in a worker process of a parallel build (its kernel gets ``threads``)."""
+    with _with_threads(threads):
+        return execute_chapter(name, params, output)
+
+
+def _run(todo: list[tuple], jobs: int, threads: int, t0: float) -> None:
+    """Execute the planned chapters, ``jobs`` at a time (the longest last build first), writing
+    each record as its chapter finishes; a failure stops the build once the running ones end."""
+    from fedlib.io import atomic_write_json
+
+    def started(i: int, name: str, params: dict, last_seconds) -> None:
+        before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
+        print(f"[execute]  {name}  ({i} of {len(todo)}, {_minutes(time.perf_counter() - t0)} elapsed{before})  "
+              f"{json.dumps(params)}", flush=True)
+
+    def finished(name: str, params: dict, key: str, meta: Path, seconds: float) -> None:
+        atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
+        print(f"[done]     {name}  {seconds:.1f} s", flush=True)
+
+    if jobs <= 1 or len(todo) <= 1:
+        for i, (name, params, key, output, meta, last_seconds) in enumerate(todo, 1):
+            started(i, name, params, last_seconds)
+            with _with_threads(threads):
+                seconds = execute_chapter(name, params, output)
+            finished(name, params, key, meta, seconds)
+        return
+    import concurrent.futures
+    import multiprocessing
+
+    order = sorted(todo, key=lambda t: -(t[-1] if t[-1] is not None else float("inf")))  # longest first
+    errors = []
+    with concurrent.futures.ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
+        running = {}
+        for i, (name, params, key, output, meta, last_seconds) in enumerate(order, 1):
+            started(i, name, params, last_seconds)
+            running[pool.submit(_execute_in_worker, name, params, output, threads)] = (name, params, key, meta)
+        for future in concurrent.futures.as_completed(running):
+            name, params, key, meta = running[future]
+            try:
+                finished(name, params, key, meta, future.result())
+            except BaseException as err:  # the others finish; the first failure is raised after them
+                print(f"[failed]   {name}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
+                      file=sys.stderr, flush=True)
+                errors.append(err)
+    if errors:
+        raise errors[0]
+
+
 def build(profile: str, only: list[str] | None, overrides: dict, render: bool, force: bool,
-          out: Path | None = None) -> int:
+          out: Path | None = None, *, jobs: int = 1, threads: int = 1) -> int:
     """Execute the chapters (``only``, or every chapter of the toc) into ``out``, then render if asked.
 
     ``out`` defaults to :func:`output_dir` of the profile; ``overrides`` are the ``-p`` parameters.
+    ``jobs`` chapters execute at once (each in a worker process of its own; the chapters that read
+    the build's records after the others), each kernel with ``threads`` torch threads.
     """
+    if int(jobs) < 1 or int(threads) < 1:
+        raise SystemExit(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     if profile not in PROFILES:
         raise SystemExit(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
     names = chapter_names()
@@ -247,7 +382,6 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
         raise SystemExit(f"unknown parameter(s) {', '.join(unknown)} for {', '.join(names)}; valid: {', '.join(valid)}")
     out = Path(out) if out is not None else output_dir(profile)
     chapters, results = out / "chapters", out / "results"
-    from fedlib.io import atomic_write_json  # after the venv is active
 
     records = {p: os.path.relpath(chapters if p == profile else output_dir(p) / "chapters", NOTEBOOKS)
                for p in PROFILES}
@@ -277,14 +411,10 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
         known = [t[-1] for t in todo if t[-1] is not None]
         if todo:
             estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""
-            print(f"[plan]     {len(todo)} chapter(s) to execute{estimate}", flush=True)
-        for i, (name, params, key, output, meta, last_seconds) in enumerate(todo, 1):
-            before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
-            print(f"[execute]  {name}  ({i} of {len(todo)}, {_minutes(time.perf_counter() - t0)} elapsed{before})  "
-                  f"{json.dumps(params)}", flush=True)
-            seconds = execute_chapter(name, params, output)
-            atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
-            print(f"[done]     {name}  {seconds:.1f} s", flush=True)
+            workers = f", {min(jobs, len(todo))} at a time" if jobs > 1 and len(todo) > 1 else ""
+            print(f"[plan]     {len(todo)} chapter(s) to execute{workers}{estimate}", flush=True)
+        _run(todo, jobs, threads, t0)
+    print(f"[built]    {len(names)} chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
     return render_book(out) if render else 0
 
 
@@ -310,9 +440,18 @@ def _as_number(text: str) -> float | None:
         return None
 
 
-def compare(reference: Path, other: Path, rtol: float = 0.0) -> list[dict]:
+TIMING_KEYS = r"seconds|minutes|_ms$|_ms_|time"
+"""Glued keys that hold a measured time (they differ from machine to machine and run to run):
+:func:`compare` leaves them out unless told otherwise."""
+
+
+def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = TIMING_KEYS) -> list[dict]:
     """Every glued value of the chapters executed in both folders (``<folder>/chapters/*.ipynb``):
-    one row per value that differs (numbers beyond ``rtol``, relative), or that only one side has."""
+    one row per value that differs (numbers beyond ``rtol``, relative), or that only one side has;
+    keys matching the regular expression ``skip`` (default: :data:`TIMING_KEYS`) are left out."""
+    import re
+
+    skipped = re.compile(skip) if skip else None
     rows = []
     theirs = {p.stem: p for p in (other / "chapters").glob("*.ipynb") if not p.name.endswith(".failed.ipynb")}
     if not theirs:
@@ -323,6 +462,8 @@ def compare(reference: Path, other: Path, rtol: float = 0.0) -> list[dict]:
             raise SystemExit(f"{name} is not executed in {reference / 'chapters'}; build it there first")
         a, b = glued_values(ours_path), glued_values(path)
         for key in sorted(set(a) | set(b)):
+            if skipped is not None and skipped.search(key):
+                continue
             x, y = a.get(key), b.get(key)
             nx, ny = _as_number(x or ""), _as_number(y or "")
             if x is not None and y is not None and nx is not None and ny is not None:
@@ -353,6 +494,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(implies --no-render unless --render; for experiments that must not touch the book)")
     parser.add_argument("--render", action="store_true",
                         help="with --out: render the HTML there too (every chapter of the toc must be executed there)")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+                        help="chapters executed at once, each in its own process (default: the number of cores)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads of each chapter's kernel (default 1: the same bits however many run at once)")
     parser.add_argument("--handout", metavar="DIR",
                         help="write each chosen chapter (--only) as a notebook with --profile and -p injected, "
                         "not executed, into DIR: a notebook to hand to a student")
@@ -361,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
                         "the profile's own build; prints what differs, executes nothing")
     parser.add_argument("--rtol", type=float, default=0.0,
                         help="with --compare: relative tolerance for numbers (default 0: bit for bit)")
+    parser.add_argument("--timings", action="store_true",
+                        help="with --compare: compare the glued timings too (left out by default: they differ by machine)")
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.param:
@@ -386,17 +533,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.compare:
         other = Path(args.compare).resolve()
-        rows = compare(output_dir(args.profile), other, args.rtol)
-        total = sum(len(glued_values(p)) for p in (other / "chapters").glob("*.ipynb")
-                    if not p.name.endswith(".failed.ipynb"))
+        import re
+
+        skip = None if args.timings else TIMING_KEYS
+        rows = compare(output_dir(args.profile), other, args.rtol, skip)
+        total = sum(sum(1 for k in glued_values(p) if skip is None or not re.search(skip, k))
+                    for p in (other / "chapters").glob("*.ipynb") if not p.name.endswith(".failed.ipynb"))
         for r in rows:
             print(f"{r['chapter']}: {r['key']}: the book has {r['reference']}, yours {r['yours']}")
         print(f"{total - len(rows)} of {total} glued values agree with the {args.profile} build"
-              + (f" (numbers within a relative {args.rtol:g})" if args.rtol else " (bit for bit)"))
+              + (f" (numbers within a relative {args.rtol:g})" if args.rtol else " (bit for bit)")
+              + ("" if args.timings else "; timings left out (--timings compares them too)"))
         return 0
     out = Path(args.out).resolve() if args.out else None
     render = not args.no_render and (args.render or not args.out)
-    return build(args.profile, args.only, overrides, render, args.force, out)
+    return build(args.profile, args.only, overrides, render, args.force, out, jobs=args.jobs, threads=args.threads)
 
 
 if __name__ == "__main__":

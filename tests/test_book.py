@@ -378,3 +378,40 @@ def test_a_chapter_offers_its_jupytext_source_and_binder_only_with_a_repository(
     config = types.SimpleNamespace(html_theme_options={"repository_url": ""})
     bookweb._config(None, config)
     assert config.html_theme_options["use_repository_button"] is False
+
+
+def test_the_cache_key_covers_the_modules_a_chapter_imports_and_no_other(tmp_path, monkeypatch):
+    for part in ("notebooks", "fedlib"):
+        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    monkeypatch.setattr(build, "NOTEBOOKS", tmp_path / "notebooks")
+    used = {p.relative_to(tmp_path).as_posix() for p in build.chapter_modules("mpt_derivations")}
+    # what the chapter imports, what that imports, and the packages on the way
+    assert {"fedlib/__init__.py", "fedlib/chapter.py", "fedlib/tracking.py", "fedlib/data/__init__.py",
+            "fedlib/data/datasets.py", "fedlib/rng.py"} <= used
+    assert "fedlib/claims.py" not in used and "fedlib/loop.py" not in used
+    key = build.cache_key("mpt_derivations", {"profile": "book"})
+    with open(tmp_path / "fedlib" / "claims.py", "a") as f:  # a module the chapter never runs
+        f.write("\n# unrelated\n")
+    assert build.cache_key("mpt_derivations", {"profile": "book"}) == key
+    with open(tmp_path / "fedlib" / "tracking.py", "a") as f:  # one it imports
+        f.write("\n# related\n")
+    assert build.cache_key("mpt_derivations", {"profile": "book"}) != key
+
+
+@pytest.mark.notebook
+def test_a_parallel_build_gives_the_bits_of_a_sequential_one(tmp_path):
+    import subprocess
+
+    two = ["fedgrc_cgrl", "mpt_derivations"]
+    for folder, jobs in (("parallel", "2"), ("sequential", "1")):
+        cmd = [sys.executable, str(ROOT / "book" / "build.py"), "--profile", "smoke", "--only", *two,
+               "--out", str(tmp_path / folder), "-j", jobs]
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert (f", 2 at a time" in done.stdout) == (jobs == "2")
+        assert all((tmp_path / folder / "chapters" / f"{n}.json").exists() for n in two)
+    assert build.compare(tmp_path / "sequential", tmp_path / "parallel") == []
+    with pytest.raises(SystemExit, match="jobs and threads must be >= 1"):
+        build.build("smoke", two, {}, render=False, force=False, out=tmp_path / "x", jobs=0)
