@@ -238,7 +238,7 @@ for i in range(P.trials):
     n_beaten += int(np.trace((eye - other) @ a_ @ (eye - other).T) < cost - 1e-9 * w2)
 pairs = f"{P.trials} random SPD pairs"  # SPD: symmetric positive definite
 check("T_t is symmetric positive definite", pairs,
-      f"asymmetry {worst_sym:.1e}, min eigenvalue {min_eig:.2e}",
+      f"asymmetry {worst_sym:.1e}, min eigenvalue {min_eig:.3g}",
       ok=worst_sym < 1e-10 and min_eig > 0)
 check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{worst_push:.1e}",
       ok=worst_push < 1e-8)

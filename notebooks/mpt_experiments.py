@@ -172,7 +172,8 @@ glue("one_image", 1 / P.global_test_per_class, display=False)
 # claimed direction, "does not hold" when it clears it in the other direction, otherwise
 # "inconclusive at this scale". The minimum effects:
 #
-# * **a lead in rare-class F1** must exceed {glue:text}`min_lead` F1. The paper's margins over the
+# * **a lead in rare-class F1** (the rare class's F1 score: the harmonic mean of its precision and
+#   recall on the global test set) must exceed {glue:text}`min_lead` F1. The paper's margins over the
 #   strongest baseline in Table II go down to about 1.0 %p, but our global test set holds only
 #   {glue:text}`rare_test` images of the rare class, so one image moves its recall by
 #   {glue:text}`one_image:.3f`: a lead smaller than about one test image is not resolved here, and
