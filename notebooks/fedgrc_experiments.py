@@ -208,10 +208,9 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # sample; the other methods see the raw images. To keep the augmentation apart from CGRL's
 # losses we add **FedAvg-Aug**: the same CGRL code with both auxiliary weights at zero, i.e.
 # FedAvg trained with cross-entropy on the same two views. It stands in for the paper's
-# **FedYoYo** (Yan et al., 2025, "You Are Your Own Best Teacher"), the paper's augmentation-based
-# baseline backbone: FedAvg in which every client distils its model's predictions on a weakly
-# augmented view into those on a strongly augmented view, with logits adjusted for the class
-# distribution. FedYoYo is not implemented here; wherever the chapter compares backbones
+# **FedYoYo** (the paper's reference [26]), its augmentation-based baseline backbone, which the
+# paper describes as combining "self-distillation across weakly and strongly augmented views with
+# distribution-aware logit adjustment" (its related-work discussion). FedYoYo is not implemented here; wherever the chapter compares backbones
 # (Table IX, the statistical-heads claim), FedAvg-Aug is the baseline backbone in its place.
 #
 # The paper's Table X of hyper-parameters is missing from the text; these are our choices, each a
@@ -1024,7 +1023,9 @@ ex1_seconds = time.perf_counter() - t_ex1
 print(f"exercise 1, reduced run: {ex1_seconds:.1f} s ({time.process_time() - cpu_ex1:.1f} s of CPU)")
 
 # %% [markdown]
-# **1. Where does the backbone matter?** *(parameters only)* Set `lambda_dir=0` and then
+# ### Exercise 1: Where does the backbone matter?
+#
+# *(parameters only)* Set `lambda_dir=0` and then
 # `lambda_rad=0` (one CGRL term at a time) and re-run. Which of the two moves Table IX's $B_1$
 # column, and does the excess gain $I$ keep its sign? With both at zero, CGRL trains with
 # FedAvg-Aug's loss: how close are the two rows then? Then try `rounds=30`: does CGRL's advantage
@@ -1099,7 +1100,9 @@ ex2_seconds = time.perf_counter() - t_ex2
 print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - cpu_ex2:.1f} s of CPU)")
 
 # %% [markdown]
-# **2. Give SASP something to adapt to.** *(code)* SASP pays off when a client's images of a class
+# ### Exercise 2: Give SASP something to adapt to
+#
+# *(code)* SASP pays off when a client's images of a class
 # look different from the federation's. Make them: in the training cell, right after
 # `make_federation(...)` builds a federation (before `split_validation`), give every
 # odd-numbered client quarter-turn-rotated images (training and local test) with
@@ -1165,7 +1168,9 @@ ex3_seconds = time.perf_counter() - t_ex3
 print(f"exercise 3, refitted heads: {ex3_seconds:.1f} s ({time.process_time() - cpu_ex3:.1f} s of CPU)")
 
 # %% [markdown]
-# **3. Is the multilayer part worth it?** *(parameters only)* Set `layers=["penultimate"]` (MMS on
+# ### Exercise 3: Is the multilayer part worth it?
+#
+# *(parameters only)* Set `layers=["penultimate"]` (MMS on
 # the final layer only) and compare the rows "CGRL + MMS" and "FedGRC" with the default run. How
 # large are the statistics messages in the cost table in each case?
 #
