@@ -585,7 +585,12 @@ def show_table(
     props = [("text-align", "left"), ("vertical-align", "top")]
     if wrap:
         props.append(("white-space", "normal"))
-    return styler.set_properties(**dict(props)).set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
+    # some space between columns, and numbers (every column but the first) kept on one line
+    styles = [{"selector": "th", "props": [("text-align", "left")]},
+              {"selector": "td, th", "props": [("padding", "0.2em 0.8em 0.2em 0.3em")]}]
+    numeric = [c for c in table.columns[1:] if pd.api.types.is_numeric_dtype(table[c])]
+    styler = styler.set_properties(subset=numeric, **{"white-space": "nowrap"}) if numeric else styler
+    return styler.set_properties(**dict(props)).set_table_styles(styles)
 
 
 __all__ = ["BEST_KINDS", "CHECK_KINDS", "DATA_NAMES", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "CheckTable",

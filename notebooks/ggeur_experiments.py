@@ -370,13 +370,6 @@ for _k, _v in (("total", "total_per_class"), ("rounds", "rounds"), ("epochs", "l
     glue(f"paper_{_k}", PROFILES["paper"][_v], display=False)
 
 
-def padded(styler):
-    """A show_table for narrow number columns: some space between the columns, numbers kept on one line."""
-    return styler.set_table_styles([{"selector": "td, th", "props": [("padding-right", "0.8em")]},
-                                    {"selector": "td:not(:first-child)", "props": [("white-space", "nowrap")]}],
-                                   overwrite=False)
-
-
 def run(alg, fed, model_fn, training_rounds, extra_round, s):
     """One run of seed s; returns the result and its accuracy curve indexed by *training* rounds."""
     cfg = LoopConfig(rounds=training_rounds + int(extra_round), seed=s, eval_every=P.eval_every)
@@ -633,8 +626,8 @@ domain_table.index = pd.Index([v if v in ("FedAvg", "FedProx", "FedProto") or no
 display(show_table(domain_table[["AVG", "STD"]].rename(columns={"AVG": "AVG over the domains (%)",
                                                                  "STD": "STD over the domains (points)"}),
                    best={"AVG over the domains (%)": "max", "STD over the domains (points)": "min"}))
-padded(show_table(domain_table[list(dom.domain_names)].rename(columns=lambda c: f"{c} (%)"),
-                  best={f"{c} (%)": "max" for c in dom.domain_names}))
+show_table(domain_table[list(dom.domain_names)].rename(columns=lambda c: f"{c} (%)"),
+           best={f"{c} (%)": "max" for c in dom.domain_names})
 
 # %% tags=["remove-cell"]
 D = domain.set_index(["seed", "base", "method"])
@@ -691,8 +684,8 @@ glue("swing_reading", "one domain accounts for most of AVG's spread over the see
      f"the seeds move the domains together (in seed {_weak}, the weakest, FedAvg's best domain reaches "
      f"{fa_seeds.loc[_weak, list(dom.domain_names)].max():.1f} %), so it is the seed, not one domain, that widens the AVG intervals",
      display=False)
-padded(show_table(per_seed.rename(columns=lambda c: f"{c} (%)").rename(index=lambda m: m if m == "FedAvg" else f"FedAvg {m}",
-                                                                     level="method"), digits=1))
+show_table(per_seed.rename(columns=lambda c: f"{c} (%)").rename(index=lambda m: m if m == "FedAvg" else f"FedAvg {m}",
+                                                              level="method"), digits=1)
 
 # %% [markdown]
 # ## Geometry similarity between domains (Figure 6)

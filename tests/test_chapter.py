@@ -125,6 +125,7 @@ def test_show_table_puts_the_key_columns_first_and_formats_every_cell():
                               ["FedRep", "88.0", "25.0 GB", "3", "5e-01"]]
     html = styler.to_html()
     assert ">method<" in html and "row_heading" not in html  # the index is a column, not pandas' index
+    assert "padding: 0.2em 0.8em" in html and "white-space: nowrap" in html  # columns apart, numbers unbroken
     assert styler.to_html() == show_table(frame, digits={"accuracy (%)": 1},
                                           formats={"bytes": format_bytes, "gamma": ".0e"}).to_html()  # stable id
 
@@ -133,8 +134,8 @@ def test_show_table_marks_the_best_value_and_compares_text_cells_by_their_number
     frame = pd.DataFrame({"method": ["A", "B", "C"], "global": ["91.0 ± 2.5", "92.1 ± 1.0", "92.1 ± 3.0"],
                           "seconds": [3.0, 1.5, 2.0]})
     html = show_table(frame, index=False, best={"global": "max", "seconds": "min"}).to_html()
-    bold = next(block for block in html.split("}") if "font-weight: bold" in block)
-    cells = sorted(re.findall(r"_(row\d+_col\d+)", bold))
+    bold = [block for block in html.split("}") if "font-weight: bold" in block]
+    cells = sorted(c for block in bold for c in re.findall(r"_(row\d+_col\d+)", block))
     # both 92.1 cells of the global column (a tie), and 1.5 of the seconds column
     assert cells == ["row1_col1", "row1_col2", "row2_col1"]
 
