@@ -440,7 +440,7 @@ def _as_number(text: str) -> float | None:
         return None
 
 
-TIMING_KEYS = r"seconds|minutes|_ms$|_ms_|time"
+TIMING_KEYS = r"seconds|minutes|time"
 """Glued keys that hold a measured time (they differ from machine to machine and run to run):
 :func:`compare` leaves them out unless told otherwise."""
 

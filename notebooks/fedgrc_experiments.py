@@ -881,18 +881,18 @@ show_table(costs.rename(columns={"bytes per client": "bytes per client (up + dow
 
 # %% tags=["remove-cell"]
 c_lo = costs.loc[a_lo]
-glue("fge_round_ratio", float(c_lo.loc["CGRL: one training round", "seconds per round (median)"]
+glue("fge_round_time_ratio", float(c_lo.loc["CGRL: one training round", "seconds per round (median)"]
                              / c_lo.loc["FedAvg: one training round", "seconds per round (median)"]), display=False)
-glue("fge_aug_round_ratio", float(c_lo.loc["FedAvg-Aug: one training round", "seconds per round (median)"]
+glue("fge_aug_round_time_ratio", float(c_lo.loc["FedAvg-Aug: one training round", "seconds per round (median)"]
                                  / c_lo.loc["FedAvg: one training round", "seconds per round (median)"]), display=False)
 glue("fge_bytes_ratio", float(c_lo.loc["CGRL: one training round", "bytes per client"]
                              / c_lo.loc["FedAvg: one training round", "bytes per client"]), display=False)
 glue("fge_stats_bytes", format_bytes(c_lo.loc["terminal statistics (multilayer)", "bytes per client"]), display=False)
 
 # %% [markdown]
-# A CGRL round took {glue:text}`fge_round_ratio:.2f` times as long as a FedAvg round here (two
+# A CGRL round took {glue:text}`fge_round_time_ratio:.2f` times as long as a FedAvg round here (two
 # views per sample, plus the post-update direction pass; `tests/bench_fedgrc.py` measures it
-# side by side), a FedAvg-Aug round {glue:text}`fge_aug_round_ratio:.2f` times, and a CGRL round
+# side by side), a FedAvg-Aug round {glue:text}`fge_aug_round_time_ratio:.2f` times, and a CGRL round
 # moved {glue:text}`fge_bytes_ratio:.3f` times the bytes of a FedAvg round. The multilayer
 # statistics cost {glue:text}`fge_stats_bytes` per client, once.
 #

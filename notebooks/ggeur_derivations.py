@@ -457,13 +457,13 @@ t0 = time.perf_counter(); fast = augment(centers, v, V, n_new, eps=eps); t_fast 
 t0 = time.perf_counter(); slow = augment_loop(centers, v, V, n_new, eps=eps); t_slow = time.perf_counter() - t0
 loop_err = float((fast - slow).abs().max())
 glue("loop_err", loop_err, display=False)
-glue("loop_ratio", t_slow / t_fast, display=False)
+glue("loop_time_ratio", t_slow / t_fast, display=False)
 checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dd}, same draws", f"{loop_err:.1e}",
            ok=loop_err < 1e-10)
 
 # %% [markdown]
 # The largest difference is {glue:text}`loop_err:.1e`, and the loop is
-# {glue:text}`loop_ratio:.0f` times slower here (the benchmark `tests/bench_ggeur.py` measures it
+# {glue:text}`loop_time_ratio:.0f` times slower here (the benchmark `tests/bench_ggeur.py` measures it
 # at the experiments' size).
 #
 # ## Check table

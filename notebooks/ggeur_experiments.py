@@ -754,16 +754,16 @@ t0 = time.perf_counter()
 for _ in range(5):
     augment(xc, shapes_all.eigenvalues[c0], shapes_all.eigenvectors[c0], P.total_per_class, 
             generator=torch_generator(seed, 0, 0, LOCAL_TRAIN))  # the stream of client 0's local work in round 0
-gen_ms = 1000 * (time.perf_counter() - t0) / 5
-glue("gen_ms", gen_ms, display=False)
+gen_time_ms = 1000 * (time.perf_counter() - t0) / 5
+glue("gen_time_ms", gen_time_ms, display=False)
 glue("label_seconds", label_seconds, display=False)
 glue("domain_seconds", dom_seconds, display=False)
-show_table(pd.Series({"generate one class (ms)": gen_ms, "all label-skew runs, all seeds (s)": label_seconds,
+show_table(pd.Series({"generate one class (ms)": gen_time_ms, "all label-skew runs, all seeds (s)": label_seconds,
                       "all domain-skew runs, all seeds (s)": dom_seconds}, name="value").rename_axis("task").to_frame(),
            digits=1)
 
 # %% [markdown]
-# One class takes {glue:text}`gen_ms:.1f` ms; all label-skew runs together took
+# One class takes {glue:text}`gen_time_ms:.1f` ms; all label-skew runs together took
 # {glue:text}`label_seconds:.0f` s and the domain-skew runs {glue:text}`domain_seconds:.0f` s
 # (wall-clock on a shared CPU: inflated by other work on the machine).
 #

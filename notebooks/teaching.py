@@ -95,15 +95,15 @@ book_total = timing["book (min)"].sum(min_count=1)
 smoke_total = timing["smoke (s)"].astype(float).sum(min_count=1)
 slowest = timing.loc[timing["book (min)"].idxmax()] if timing["book (min)"].notna().any() else None
 glue("n_chapters", len(timing), display=False)
-glue("book_total", "not measured yet" if pd.isna(book_total) else f"{book_total:.0f} minutes", display=False)
-glue("smoke_total", "not measured yet" if pd.isna(smoke_total) else f"{smoke_total / 60:.1f} minutes", display=False)
-glue("slowest", "none measured yet" if slowest is None else
+glue("book_total_time", "not measured yet" if pd.isna(book_total) else f"{book_total:.0f} minutes", display=False)
+glue("smoke_total_time", "not measured yet" if pd.isna(smoke_total) else f"{smoke_total / 60:.1f} minutes", display=False)
+glue("slowest_time", "none measured yet" if slowest is None else
      f"{slowest['chapter']} ({slowest['book (min)']:.1f} minutes)", display=False)
 
 # %% [markdown]
-# Executing all {glue:text}`n_chapters` chapters takes {glue:text}`book_total` at the book profile
-# and {glue:text}`smoke_total` at the smoke profile on this machine; the slowest chapter at the
-# book profile is {glue:text}`slowest`. A class that works through one chapter per session can
+# Executing all {glue:text}`n_chapters` chapters takes {glue:text}`book_total_time` at the book profile
+# and {glue:text}`smoke_total_time` at the smoke profile on this machine; the slowest chapter at the
+# book profile is {glue:text}`slowest_time`. A class that works through one chapter per session can
 # run it at the book profile during the session; at the smoke profile every student re-runs a
 # whole chapter in seconds.
 #
@@ -186,7 +186,9 @@ print(f"cells with an output: {executed}")
 # ```
 #
 # The command prints every value that differs (with the book's and the student's) and then how
-# many agree. `--profile smoke` compares with the smoke build instead.
+# many agree. Measured times differ from machine to machine: the values whose key names
+# `seconds`, `minutes` or `time` are left out unless `--timings` is given. `--profile smoke`
+# compares with the smoke build instead.
 #
 # (teaching-own-method)=
 # ## Exercise: write your own method
