@@ -934,10 +934,11 @@ glue("ex1_answer", ("MPT beats its prediction-only variant at both larger fracti
 # :::{dropdown} Worked solution
 # A **reduced run** ({glue:text}`ex_scale`) at the figure's fraction and at 0.2 and 0.5 gives
 # {glue:text}`ex1_text`. The mean adaptive weight after the departure
-# {glue:text}`ex1_alpha_word` as the remaining fraction grows, and {glue:text}`ex1_answer`. With
-# many remaining samples the measurement is accurate, so MPT's blend leans on it and lands near
-# "measurement only"; whether that beats the prediction depends on how far the prediction has
-# drifted in these few rounds. One seed and a few rounds cannot separate differences of a few test
+# {glue:text}`ex1_alpha_word` as the remaining fraction grows, and {glue:text}`ex1_answer`.
+# Where $\alpha_t$ is close to one the blend leans on the measurement and lands near "measurement
+# only"; whether that beats the prediction depends on how far the prediction has drifted in these
+# few rounds, and $\alpha_t$ itself is estimated from noisy statistics, so it need not grow with
+# every added sample. One seed and a few rounds cannot separate differences of a few test
 # images: re-run the chapter with `-p "fractions=[0.2, 0.5]"` for intervals over seeds.
 # :::
 

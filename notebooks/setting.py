@@ -494,15 +494,16 @@ show_table(comm, formats={"bytes in the whole run": format_bytes})
 # for example another seed, one $\alpha$ and 10 clients:
 #
 # ```bash
-# .venv/bin/python book/build.py --only setting -p seed=1 -p "alphas=[0.5]" -p n_clients=10 --no-render
+# .venv/bin/python book/build.py --only setting --no-render \
+#     -p seed=1 -p "alphas=[0.5]" -p n_clients=10
 # ```
 #
 # or with papermill directly on the paired notebook:
 #
 # ```bash
 # .venv/bin/jupytext --to ipynb notebooks/setting.py -o /tmp/setting.ipynb
-# .venv/bin/papermill /tmp/setting.ipynb /tmp/setting-seed1.ipynb -p seed 1 -p alphas "[0.5]" \
-#     --cwd notebooks
+# .venv/bin/papermill /tmp/setting.ipynb /tmp/setting-seed1.ipynb \
+#     -p seed 1 -p alphas "[0.5]" --cwd notebooks
 # ```
 #
 # ## Exercises
@@ -586,10 +587,10 @@ glue("ex1_unseen_trend", "grows steadily" if grows else "does not grow monotonic
 # :::
 #
 # :::{dropdown} Worked solution
-# At the chapter's scale the mean number of unseen classes per client is
+# At the chapter's scale the mean number of unseen classes per client, for each $\alpha$, is
 # {glue:text}`ex1_unseen_text`: it {glue:text}`ex1_unseen_trend` as $\alpha$ falls. Global
 # accuracy needs training; a **reduced run** ({glue:text}`ex_scale`) gives FedAvg on the IID
-# partition {glue:text}`ex1_iid:.1f` % and {glue:text}`ex1_acc_text`. So
+# partition {glue:text}`ex1_iid:.1f` % and, for each $\alpha$, {glue:text}`ex1_acc_text`. So
 # {glue:text}`ex1_answer`. A reduced run with few rounds and one seed can move by a few points
 # with the seed: re-run the chapter with `-p "alphas=[1.0, 0.3, 0.1, 0.03]"` for the full-scale
 # answer.
