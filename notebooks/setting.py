@@ -571,6 +571,15 @@ glue("ex1_answer", (f"FedAvg falls more than 5 points below the IID anchor at α
                     if broken else
                     "no α falls more than 5 points below the IID anchor at this reduced scale"),
      display=False)
+ordered = [drops[x] <= drops[y] for x, y in zip(EX_ALPHAS, EX_ALPHAS[1:])]
+if all(ordered):
+    caveat = "The drops grow as α falls, as the unseen-class counts lead one to expect."
+else:
+    x, y = next((x, y) for (x, y), ok in zip(zip(EX_ALPHAS, EX_ALPHAS[1:]), ordered) if not ok)
+    caveat = (f"The drops are not ordered by α here (α = {x:g} drops more than α = {y:g}): at this "
+              "reduced scale one seed and a few rounds are too noisy to rank the skews, so this part "
+              "of the answer is inconclusive; the unseen-class counts above are exact.")
+glue("ex1_caveat", caveat, display=False)
 grows = all(unseen[x] <= unseen[y] for x, y in zip(EX_ALPHAS, EX_ALPHAS[1:]))
 glue("ex1_unseen_trend", "grows steadily" if grows else "does not grow monotonically",
      display=False)
@@ -591,9 +600,8 @@ glue("ex1_unseen_trend", "grows steadily" if grows else "does not grow monotonic
 # {glue:text}`ex1_unseen_text`: it {glue:text}`ex1_unseen_trend` as $\alpha$ falls. Global
 # accuracy needs training; a **reduced run** ({glue:text}`ex_scale`) gives FedAvg on the IID
 # partition {glue:text}`ex1_iid:.1f` % and, for each $\alpha$, {glue:text}`ex1_acc_text`. So
-# {glue:text}`ex1_answer`. A reduced run with few rounds and one seed can move by a few points
-# with the seed: re-run the chapter with `-p "alphas=[1.0, 0.3, 0.1, 0.03]"` for the full-scale
-# answer.
+# {glue:text}`ex1_answer`. {glue:text}`ex1_caveat` Re-run the chapter with
+# `-p "alphas=[1.0, 0.3, 0.1, 0.03]"` for the full-scale answer.
 # :::
 
 # %% tags=["remove-cell"]
