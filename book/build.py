@@ -156,11 +156,13 @@ def chapter_modules(name: str) -> list[Path]:
     return sorted(modules[m] for m in seen)
 
 
-def cache_key(name: str, params: dict) -> str:
+def cache_key(name: str, params: dict, threads: int = 1) -> str:
     """sha256 of the notebook source, the fedlib modules it executes (:func:`chapter_modules`),
-    the parameters and the requirements (and, for a chapter that reads the build's
-    :data:`RECORDS`, every notebook and every other chapter's record)."""
+    the parameters, the kernel's torch ``threads`` (they can change the bits) and the
+    requirements (and, for a chapter that reads the build's :data:`RECORDS`, every notebook, the
+    exercises' files, this pipeline and every other chapter's record)."""
     h = hashlib.sha256()
+    h.update(f"threads={int(threads)}".encode())
     h.update((NOTEBOOKS / f"{name}.py").read_bytes())
     for path in chapter_modules(name):
         h.update(str(path.relative_to(ROOT)).encode())
@@ -168,7 +170,7 @@ def cache_key(name: str, params: dict) -> str:
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update((ROOT / "requirements.txt").read_bytes())
     if RECORDS in params:
-        for path in sorted(NOTEBOOKS.glob("*.py")):
+        for path in [*sorted(NOTEBOOKS.glob("*.py")), *sorted(EXERCISES.glob("*.py")), Path(__file__).resolve()]:
             h.update(path.read_bytes())
         for folder in params[RECORDS].values():
             for path in sorted((NOTEBOOKS / folder).glob("*.json")):
@@ -235,9 +237,29 @@ def handout(names: list[str], profile: str, overrides: dict, folder: Path) -> li
         os.close(fd)
         papermill.execute_notebook(nb, tmp, parameters=params, prepare_only=True, kernel_name="python3",
                                    progress_bar=False, log_output=False)
+        scrub_paths(Path(tmp))
         os.replace(tmp, target)
         written.append(target)
     return written
+
+
+def scrub_paths(path: Path) -> None:
+    """Take what names the machine out of a notebook someone else will open: papermill's record of
+    its input and output files (temporary paths of this machine, and the whole notebook again)
+    and the ``results_dir`` it injected (the injected cell's line and the recorded parameter)."""
+    import re
+
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    record = nb.metadata.get("papermill", {})
+    for key in ("input_path", "output_path"):
+        record.pop(key, None)
+    record.get("parameters", {}).pop("results_dir", None)
+    for cell in nb.cells:
+        if "injected-parameters" in cell.metadata.get("tags", ()):
+            cell.source = re.sub(r"^results_dir = .*\n?", "", cell.source, flags=re.M)
+    nbformat.write(nb, path)
 
 
 def collapse_injected(path: Path) -> None:
@@ -308,21 +330,31 @@ def _with_threads(threads: int):
     return scope()
 
 
-def _execute_in_worker(name: str, params: dict, output: Path, threads: int) -> float:
-    """One chapter in a worker process of a parallel build (its kernel gets ``threads``)."""
+def _started(i: int, n: int, name: str, params: dict, last_seconds, elapsed: float) -> None:
+    before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
+    print(f"[execute]  {name}  ({i} of {n}, {_minutes(elapsed)} elapsed{before})  {json.dumps(params)}", flush=True)
+
+
+def _execute_in_worker(i: int, n: int, name: str, params: dict, output: Path, threads: int, last_seconds,
+                       t0_wall: float) -> float:
+    """One chapter in a worker process of a parallel build (its kernel gets ``threads``); it says
+    when it starts."""
+    _started(i, n, name, params, last_seconds, time.time() - t0_wall)
     with _with_threads(threads):
         return execute_chapter(name, params, output)
 
 
+def _reason(err: BaseException) -> str:
+    """The first non-empty line of an error (papermill's start with a blank line)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"
+
+
 def _run(todo: list[tuple], jobs: int, threads: int, t0: float) -> None:
     """Execute the planned chapters, ``jobs`` at a time (the longest last build first), writing
-    each record as its chapter finishes; a failure stops the build once the running ones end."""
+    each record as its chapter finishes; after a failure the waiting chapters are cancelled, the
+    running ones finish, and the first failure is raised."""
     from fedlib.io import atomic_write_json
-
-    def started(i: int, name: str, params: dict, last_seconds) -> None:
-        before = f", last build {_minutes(last_seconds)}" if last_seconds is not None else ""
-        print(f"[execute]  {name}  ({i} of {len(todo)}, {_minutes(time.perf_counter() - t0)} elapsed{before})  "
-              f"{json.dumps(params)}", flush=True)
 
     def finished(name: str, params: dict, key: str, meta: Path, seconds: float) -> None:
         atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
@@ -330,7 +362,7 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float) -> None:
 
     if jobs <= 1 or len(todo) <= 1:
         for i, (name, params, key, output, meta, last_seconds) in enumerate(todo, 1):
-            started(i, name, params, last_seconds)
+            _started(i, len(todo), name, params, last_seconds, time.perf_counter() - t0)
             with _with_threads(threads):
                 seconds = execute_chapter(name, params, output)
             finished(name, params, key, meta, seconds)
@@ -340,19 +372,23 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float) -> None:
 
     order = sorted(todo, key=lambda t: -(t[-1] if t[-1] is not None else float("inf")))  # longest first
     errors = []
+    t0_wall = time.time() - (time.perf_counter() - t0)
     with concurrent.futures.ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
         running = {}
         for i, (name, params, key, output, meta, last_seconds) in enumerate(order, 1):
-            started(i, name, params, last_seconds)
-            running[pool.submit(_execute_in_worker, name, params, output, threads)] = (name, params, key, meta)
+            future = pool.submit(_execute_in_worker, i, len(todo), name, params, output, threads, last_seconds, t0_wall)
+            running[future] = (name, params, key, meta)
         for future in concurrent.futures.as_completed(running):
             name, params, key, meta = running[future]
+            if future.cancelled():
+                continue
             try:
                 finished(name, params, key, meta, future.result())
-            except BaseException as err:  # the others finish; the first failure is raised after them
-                print(f"[failed]   {name}: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}",
-                      file=sys.stderr, flush=True)
+            except BaseException as err:  # the running ones finish, the waiting ones are cancelled
+                print(f"[failed]   {name}: {_reason(err)}", file=sys.stderr, flush=True)
                 errors.append(err)
+                for other in running:
+                    other.cancel()
     if errors:
         raise errors[0]
 
@@ -394,7 +430,7 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                       "results_dir": os.path.relpath(results / name, NOTEBOOKS)}
             if RECORDS in declared[name]:
                 params[RECORDS] = records
-            key = cache_key(name, params)
+            key = cache_key(name, params, threads)
             output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
             last = json.loads(meta.read_text()) if meta.exists() else {}
             if not force and output.exists() and last.get("key") == key:
@@ -440,18 +476,22 @@ def _as_number(text: str) -> float | None:
         return None
 
 
-TIMING_KEYS = r"seconds|minutes|time"
-"""Glued keys that hold a measured time (they differ from machine to machine and run to run):
-:func:`compare` leaves them out unless told otherwise."""
+MEASURED_KEYS = r"seconds|minutes|time|measured"
+"""Glued keys that hold a measurement of the machine (a time, a memory peak): they differ from
+machine to machine and run to run, and their key says so (``seconds``, ``minutes``, ``time`` or
+``measured`` in it). :func:`compare` leaves them out unless told otherwise."""
 
 
-def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = TIMING_KEYS) -> list[dict]:
-    """Every glued value of the chapters executed in both folders (``<folder>/chapters/*.ipynb``):
-    one row per value that differs (numbers beyond ``rtol``, relative), or that only one side has;
-    keys matching the regular expression ``skip`` (default: :data:`TIMING_KEYS`) are left out."""
+def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = MEASURED_KEYS
+            ) -> tuple[list[dict], int]:
+    """The glued values of the chapters executed in both folders (``<folder>/chapters/*.ipynb``):
+    one row per value that differs (numbers beyond ``rtol``, relative) or that only one side has,
+    and how many values were compared (the keys of either side, less those matching the regular
+    expression ``skip``, by default :data:`MEASURED_KEYS`)."""
     import re
 
     skipped = re.compile(skip) if skip else None
+    compared = 0
     rows = []
     theirs = {p.stem: p for p in (other / "chapters").glob("*.ipynb") if not p.name.endswith(".failed.ipynb")}
     if not theirs:
@@ -464,15 +504,16 @@ def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = 
         for key in sorted(set(a) | set(b)):
             if skipped is not None and skipped.search(key):
                 continue
+            compared += 1
             x, y = a.get(key), b.get(key)
             nx, ny = _as_number(x or ""), _as_number(y or "")
             if x is not None and y is not None and nx is not None and ny is not None:
-                same = abs(nx - ny) <= rtol * max(abs(nx), abs(ny)) or (nx != nx and ny != ny)
+                same = nx == ny or abs(nx - ny) <= rtol * max(abs(nx), abs(ny)) or (nx != nx and ny != ny)
             else:
                 same = x == y
             if not same:
                 rows.append({"chapter": name, "key": key, "reference": x, "yours": y})
-    return rows
+    return rows, compared
 
 
 def _minutes(seconds: float) -> str:
@@ -507,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rtol", type=float, default=0.0,
                         help="with --compare: relative tolerance for numbers (default 0: bit for bit)")
     parser.add_argument("--timings", action="store_true",
-                        help="with --compare: compare the glued timings too (left out by default: they differ by machine)")
+                        help="with --compare: compare the glued measurements (times, memory) too (left out by default: they differ by machine)")
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.param:
@@ -533,17 +574,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.compare:
         other = Path(args.compare).resolve()
-        import re
-
-        skip = None if args.timings else TIMING_KEYS
-        rows = compare(output_dir(args.profile), other, args.rtol, skip)
-        total = sum(sum(1 for k in glued_values(p) if skip is None or not re.search(skip, k))
-                    for p in (other / "chapters").glob("*.ipynb") if not p.name.endswith(".failed.ipynb"))
+        rows, total = compare(output_dir(args.profile), other, args.rtol, None if args.timings else MEASURED_KEYS)
         for r in rows:
             print(f"{r['chapter']}: {r['key']}: the book has {r['reference']}, yours {r['yours']}")
         print(f"{total - len(rows)} of {total} glued values agree with the {args.profile} build"
               + (f" (numbers within a relative {args.rtol:g})" if args.rtol else " (bit for bit)")
-              + ("" if args.timings else "; timings left out (--timings compares them too)"))
+              + ("" if args.timings else "; measured times and memory left out (--timings compares them too)"))
         return 0
     out = Path(args.out).resolve() if args.out else None
     render = not args.no_render and (args.render or not args.out)

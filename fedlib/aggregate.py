@@ -26,7 +26,7 @@ class WeightedMean:
     .. math:: \bar\theta = \frac{\sum_k n_k \theta_k}{\sum_k n_k}
 
     :meth:`add` one reply's arrays and weight at a time, :meth:`finish` once: the server holds one
-    float64 running sum per array, never the list of replies, so a round's memory does not grow
+    float64 running sum per array (and the total weight), never the list of replies, so a round's memory does not grow
     with the number of clients. Floating arrays are summed in float64 (in place, no temporary
     copy) and cast back to their dtype; integer arrays (e.g. BatchNorm's
     ``num_batches_tracked``) keep the running maximum. :func:`weighted_average` is this fold
@@ -47,7 +47,6 @@ class WeightedMean:
         self._names: list[str] | None = None
         self._total = 0.0
         self._count = 0
-        self._weights: list[float] = []
 
     def __len__(self) -> int:
         """How many replies were added."""
@@ -57,7 +56,7 @@ class WeightedMean:
         """Fold in one reply's ``arrays`` with its ``weight`` (finite, >= 0; e.g. its sample count)."""
         w = float(weight)
         if not math.isfinite(w) or w < 0:
-            raise ValueError(f"weights must be finite, >= 0 and sum to > 0, got {[*self._weights, w]}")
+            raise ValueError(f"weights must be finite, >= 0 and sum to > 0, got {w} for update {self._count}")
         names = list(arrays)
         if self._names is None:
             self._names = names
@@ -72,20 +71,24 @@ class WeightedMean:
                 raise ValueError(f"update {self._count} has arrays {sorted(names)} but update 0 has {sorted(self._names)}")
             for name, a in arrays.items():
                 acc = self._sums[name]
+                if a.shape != acc.shape or a.is_floating_point() != self._dtypes[name].is_floating_point:
+                    raise ValueError(f"update {self._count} has '{name}' of shape {tuple(a.shape)} and dtype {a.dtype}, "
+                                     f"but update 0 has shape {tuple(acc.shape)} and dtype {self._dtypes[name]}")
+            for name, a in arrays.items():
+                acc = self._sums[name]
                 if acc.dtype == torch.float64 and self._dtypes[name].is_floating_point:
                     acc.add_(a.detach(), alpha=w)
                 else:
                     torch.maximum(acc, a, out=acc)
         self._total += w
         self._count += 1
-        self._weights.append(w)
 
     def finish(self) -> dict[str, torch.Tensor]:
         """The weighted mean of everything added (each array in its own dtype)."""
         if self._names is None:
             raise ValueError("need a non-empty list of weights, got []: no reply was added")
         if self._total <= 0:
-            raise ValueError(f"weights must be finite, >= 0 and sum to > 0, got {self._weights}")
+            raise ValueError(f"weights must be finite, >= 0 and sum to > 0, got {self._count} weight(s) summing to {self._total}")
         return {name: (acc / self._total).to(self._dtypes[name]) if self._dtypes[name].is_floating_point else acc
                 for name, acc in self._sums.items()}
 

@@ -69,9 +69,19 @@ class RoundCost:
         return 1000 * self.seconds / self.n_clients
 
 
+def _peak_mib() -> float:
+    """The process's peak resident memory so far (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
 def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        pages = int(f.read().split()[1])
+    """The process's resident memory now (``/proc`` on Linux; the peak so far elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except OSError:
+        return _peak_mib()
     return pages * resource.getpagesize() / 2**20
 
 
@@ -95,7 +105,7 @@ def _measure(n_clients: int, model: str, aggregation: str, min_per_client: int, 
     t0 = time.perf_counter()
     run_federated(method, fed, model_fn, LoopConfig(rounds=1, seed=seed, evaluate_last=False))
     seconds = time.perf_counter() - t0
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    peak = _peak_mib()
     return asdict(RoundCost(n_clients, model, aggregation, name, n_parameters, baseline, peak, seconds))
 
 

@@ -13,8 +13,9 @@ Every method in fedlib runs through :func:`run_federated`; a method changes hook
    and then freed (:meth:`fedlib.protocol.Algorithm.aggregator`), so a round's memory does not
    grow with the number of clients; a method that needs every reply at once keeps the list
    (``aggregation = "list"``);
-6. on the evaluation schedule, every active client receives the server's ``eval_broadcast``,
-   deploys its predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
+6. on the evaluation schedule, every active client (or a seeded sample of them,
+   ``LoopConfig(eval_clients=...)``) receives the server's ``eval_broadcast``, deploys its
+   predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
 7. the whole run state is checkpointed atomically, so a stopped run resumes bit for bit.
 
 The sampling, events, guard, aggregation, evaluation schedule, ledger and checkpoint are written
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import time
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -112,7 +114,8 @@ class LoopConfig:
             raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
         if self.on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"unknown on_nonfinite {self.on_nonfinite!r}; valid: {', '.join(NONFINITE_POLICIES)}")
-        if self.eval_clients is not None and (isinstance(self.eval_clients, bool) or not isinstance(self.eval_clients, int)
+        if self.eval_clients is not None and (isinstance(self.eval_clients, bool)
+                                              or not isinstance(self.eval_clients, numbers.Integral)
                                               or self.eval_clients < 1):
             raise ValueError(f"eval_clients must be None (every client) or an integer >= 1, got {self.eval_clients!r}")
         if self.states not in STATE_STORES:
@@ -212,8 +215,7 @@ class RunResult:
         """How many clients round ``round_`` (default: the last evaluated) evaluated when it
         evaluated a sample of them (``LoopConfig(eval_clients=...)``); ``None`` when it evaluated
         every active client. Its means, floors and tails are then the sample's."""
-        self.per_client(round_)  # refuses a round without evaluations
-        r = int(self.frame.loc[self.frame["client"] >= 0, "round"].max()) if round_ is None else int(round_)
+        r = _evaluated_round(self.frame, round_)
         rows = self.frame[(self.frame["round"] == r) & (self.frame["metric"] == "eval_sample")]
         return int(rows["value"].iloc[0]) if len(rows) else None
 
@@ -282,16 +284,28 @@ def _unflatten_states(tensors: dict[str, torch.Tensor], metas: dict[str, dict]) 
             for owner, m in metas.items()}
 
 
-def per_client_table(frame: pd.DataFrame, round_: int | None = None) -> pd.DataFrame:
-    """Client × metric table of a tidy results ``frame`` at ``round_`` (default: its last round
-    with client rows); ``train_loss`` is left out, so the table feeds
-    :func:`fedlib.metrics.protocol_summary` directly."""
-    f = frame[(frame["client"] >= 0) & (frame["metric"] != "train_loss")]
+def _evaluations(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of client evaluations (not training losses, not federation-level rows)."""
+    return frame[(frame["client"] >= 0) & (frame["metric"] != "train_loss")]
+
+
+def _evaluated_round(frame: pd.DataFrame, round_: int | None) -> int:
+    """``round_`` checked to hold client evaluations, or (``None``) the last round that does."""
+    f = _evaluations(frame)
     if f.empty:
         raise ValueError("this frame has no client evaluations")
     r = int(f["round"].max()) if round_ is None else int(round_)
     if r not in set(f["round"]):
         raise ValueError(f"no client evaluations in round {r}; evaluated rounds: {sorted(set(f['round']))}")
+    return r
+
+
+def per_client_table(frame: pd.DataFrame, round_: int | None = None) -> pd.DataFrame:
+    """Client × metric table of a tidy results ``frame`` at ``round_`` (default: its last round
+    with client rows); ``train_loss`` is left out, so the table feeds
+    :func:`fedlib.metrics.protocol_summary` directly."""
+    f = _evaluations(frame)
+    r = _evaluated_round(frame, round_)
     wide = f[f["round"] == r].pivot(index="client", columns="metric", values="value")
     wide.columns.name = None
     return wide

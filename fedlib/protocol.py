@@ -151,7 +151,8 @@ class Algorithm:
 
     name = "base"
     aggregation = "fold"
-    """:data:`AGGREGATIONS`: a method that overrides :meth:`aggregate` says ``"list"`` (and why)."""
+    """:data:`AGGREGATIONS`. A method that overrides :meth:`aggregate` keeps the list whatever this
+    says (:meth:`aggregator`); the registered ones say ``"list"`` too, with the reason."""
 
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model))
@@ -177,11 +178,14 @@ class Algorithm:
 
     def aggregator(self, server: State, round_: int) -> ModelAverage | None:
         """The fold the loop feeds this round's replies into, one at a time (``add(client,
-        message)``, then ``finish() -> State``), or ``None`` for a method with
-        ``aggregation = "list"``: the loop then keeps the replies and calls :meth:`aggregate`."""
+        message)``, then ``finish() -> State``), or ``None``: the loop then keeps the replies and
+        calls :meth:`aggregate`. ``None`` for a method with ``aggregation = "list"`` and for every
+        method that overrides :meth:`aggregate` (its own rule is what runs, whatever it declares)."""
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"{type(self).__name__}.aggregation is {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
-        return ModelAverage(server) if self.aggregation == "fold" else None
+        if self.aggregation == "list" or type(self).aggregate is not Algorithm.aggregate:
+            return None
+        return ModelAverage(server)
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         """Sample-size-weighted average of the updates' ``model/`` arrays: :class:`ModelAverage`

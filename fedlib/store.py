@@ -33,17 +33,21 @@ class DiskStates(MutableMapping):
 
     Reading a client loads its file (an empty state when it has none); writing replaces the
     file atomically, so a run stopped mid-write leaves every state whole. Only the set of
-    clients is held in memory. A folder that already holds state files is refused, unless
-    ``overwrite`` (a resumed run, which refills the store from its checkpoint).
+    clients is held in memory between rounds; a checkpoint (``LoopConfig(checkpoint=...)``) and
+    :meth:`fedlib.loop.RunResult.save` still read every state to write their one file. A folder
+    that already holds state files is refused, unless ``overwrite`` (a resumed run, which refills
+    the store from its checkpoint).
 
     Examples
     --------
     >>> import tempfile, torch
-    >>> states = DiskStates(tempfile.mkdtemp())
+    >>> folder = tempfile.TemporaryDirectory()
+    >>> states = DiskStates(folder.name)
     >>> states[3] = State(arrays={"head/w": torch.ones(2)}, meta={"rounds": 1})
     >>> states[7] = State()                      # empty: no file
     >>> sorted(states), states[3].meta, len(list(states.folder.glob("*.pt")))
     ([3, 7], {'rounds': 1}, 1)
+    >>> folder.cleanup()
     """
 
     def __init__(self, folder: str | Path, *, overwrite: bool = False) -> None:
@@ -84,6 +88,9 @@ class DiskStates(MutableMapping):
             raise KeyError(client)
         self._path(client).unlink(missing_ok=True)
         self._clients.discard(int(client))
+
+    def __contains__(self, client: object) -> bool:
+        return client in self._clients  # without reading the file
 
     def __iter__(self) -> Iterator[int]:
         return iter(sorted(self._clients))

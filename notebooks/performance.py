@@ -118,10 +118,10 @@ listing = sorted(name for name, cls in ALGORITHMS.items() if cls.aggregation == 
 glue("perf_model", main, display=False)
 glue("perf_small", small, display=False)
 glue("perf_large", f"{large:,}", display=False)
-glue("perf_fold_growth", fold_growth, display=False)
-glue("perf_list_growth", list_growth, display=False)
+glue("perf_fold_growth_measured", fold_growth, display=False)
+glue("perf_list_growth_measured", list_growth, display=False)
 glue("perf_time_ratio", time_ratio, display=False)
-glue("perf_kept", kept, display=False)
+glue("perf_kept_measured", kept, display=False)
 glue("perf_params", f"{pick(main, small, 'fold').n_parameters:,}", display=False)
 glue("perf_list_methods", ", ".join(listing), display=False)
 glue("perf_isolation", "measured each round in a fresh process" if P.fresh_process else
@@ -133,9 +133,9 @@ glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()
 # %% [markdown]
 # From {glue:text}`perf_small` to {glue:text}`perf_large` clients the peak memory of a round of
 # the {glue:text}`perf_model` ({glue:text}`perf_params` parameters) changes by
-# {glue:text}`perf_fold_growth:+.1f` % with the fold and by {glue:text}`perf_list_growth:+.1f` %
+# {glue:text}`perf_fold_growth_measured:+.1f` % with the fold and by {glue:text}`perf_list_growth_measured:+.1f` %
 # with the list: at {glue:text}`perf_large` clients the list holds
-# {glue:text}`perf_kept:.0f` MiB of replies that the fold has already folded away. The time per
+# {glue:text}`perf_kept_measured:.0f` MiB of replies that the fold has already folded away. The time per
 # client at {glue:text}`perf_large` clients is {glue:text}`perf_time_ratio:.2f` times the time per
 # client at {glue:text}`perf_small`: a round's total time grows linearly with its clients. (A
 # single measurement per point on a shared machine: small differences in time are noise.)

@@ -263,16 +263,34 @@ def test_the_injected_parameters_are_collapsed_on_the_page(tmp_path):
     assert tags == [["parameters", "hide-input"], ["injected-parameters", "hide-input"], []]
 
 
-def test_a_handout_has_the_students_parameters_and_nothing_executed(tmp_path):
-    written = build.handout(["setting"], "smoke", {"seed": 7}, tmp_path / "ana")
-    assert written == [tmp_path / "ana" / "setting.ipynb"] and not list((tmp_path / "ana").glob(".*"))
-    nb = nbformat.read(written[0], as_version=4)
+def test_a_handout_has_the_students_parameters_and_nothing_executed():
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir=ROOT) as folder:  # inside the repository, as handouts/ana is
+        written = build.handout(["setting"], "smoke", {"seed": 7}, Path(folder) / "ana")
+        assert written == [Path(folder) / "ana" / "setting.ipynb"] and not list((Path(folder) / "ana").glob(".*"))
+        text = written[0].read_text()
+        nb = nbformat.reads(text, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", ())]
     assert len(injected) == 1 and 'profile = "smoke"' in injected[0].source and "seed = 7" in injected[0].source
-    assert "results_dir" not in injected[0].source and str(ROOT) not in json.dumps(nb)
+    assert "results_dir" not in injected[0].source and "results_dir" not in json.dumps(nb.metadata)
+    assert str(ROOT) not in text and "output_path" not in text and "input_path" not in text  # no path of this machine
     assert not any(c.get("outputs") for c in nb.cells if c.cell_type == "code")
     with pytest.raises(SystemExit, match=r"unknown parameter\(s\) sede for setting; valid: .*seed"):
-        build.main(["--handout", str(tmp_path / "bob"), "--only", "setting", "-p", "sede=7"])
+        build.main(["--handout", "unused", "--only", "setting", "-p", "sede=7"])
+
+
+def test_scrub_paths_leaves_no_path_of_the_building_machine(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "# Parameters\nprofile = \"smoke\"\nresults_dir = \"../book/_smoke/results/setting\"\n",
+        metadata={"tags": ["injected-parameters", "hide-input"]})])
+    nb.metadata["papermill"] = {"input_path": "/work/x/in.ipynb", "output_path": "/tmp/.setting.abc.ipynb",
+                                "parameters": {"profile": "smoke", "results_dir": "../book/_smoke/results/setting"}}
+    path = tmp_path / "c.ipynb"
+    nbformat.write(nb, path)
+    build.scrub_paths(path)
+    text = path.read_text()
+    assert "results_dir" not in text and "/tmp" not in text and "/work" not in text and 'profile = \\"smoke\\"' in text
 
 
 def _glue_notebook(path: Path, values: dict) -> None:
@@ -291,14 +309,15 @@ def test_compare_lists_the_glued_values_that_differ(tmp_path, capsys, monkeypatc
     _glue_notebook(tmp_path / "mine" / "chapters" / "setting.ipynb", {"acc": 91.5, "name": "FedAvg", "extra": 1})
     assert build.glued_values(tmp_path / "ref" / "chapters" / "setting.ipynb") == {
         "acc": "91.25", "name": "'FedAvg'", "n": "20"}
-    rows = build.compare(tmp_path / "ref", tmp_path / "mine")
+    rows, compared = build.compare(tmp_path / "ref", tmp_path / "mine")
     assert [(r["key"], r["reference"], r["yours"]) for r in rows] == [
         ("acc", "91.25", "91.5"), ("extra", None, "1"), ("n", "20", None)]
-    assert [r["key"] for r in build.compare(tmp_path / "ref", tmp_path / "mine", rtol=0.01)] == ["extra", "n"]
+    assert compared == 4  # the keys of either side: acc, extra, n, name
+    assert [r["key"] for r in build.compare(tmp_path / "ref", tmp_path / "mine", rtol=0.01)[0]] == ["extra", "n"]
     monkeypatch.setattr(build, "output_dir", lambda profile: tmp_path / "ref")
     assert build.main(["--compare", str(tmp_path / "mine")]) == 0
     out = capsys.readouterr().out
-    assert "setting: acc: the book has 91.25, yours 91.5" in out and "0 of 3 glued values agree" in out
+    assert "setting: acc: the book has 91.25, yours 91.5" in out and "1 of 4 glued values agree" in out
     with pytest.raises(SystemExit, match="no executed chapter"):
         build.compare(tmp_path / "ref", tmp_path / "empty")
 
@@ -412,6 +431,7 @@ def test_a_parallel_build_gives_the_bits_of_a_sequential_one(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert (f", 2 at a time" in done.stdout) == (jobs == "2")
         assert all((tmp_path / folder / "chapters" / f"{n}.json").exists() for n in two)
-    assert build.compare(tmp_path / "sequential", tmp_path / "parallel") == []
+    rows, compared = build.compare(tmp_path / "sequential", tmp_path / "parallel")
+    assert rows == [] and compared > 10
     with pytest.raises(SystemExit, match="jobs and threads must be >= 1"):
         build.build("smoke", two, {}, render=False, force=False, out=tmp_path / "x", jobs=0)

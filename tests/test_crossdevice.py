@@ -71,14 +71,55 @@ def test_the_fold_refuses_bad_weights_and_mismatched_replies():
     with pytest.raises(ValueError, match="weights must be finite, >= 0"):
         mean.add({"w": torch.zeros(1)}, float("nan"))
     mean.add({"w": torch.zeros(1)}, 0.0)
-    with pytest.raises(ValueError, match="weights must be finite, >= 0 and sum to > 0, got \\[0.0\\]"):
+    with pytest.raises(ValueError, match="weights must be finite, >= 0 and sum to > 0, got 1 weight\\(s\\) summing to 0.0"):
         mean.finish()
     with pytest.raises(ValueError, match=r"update 1 has arrays \['v'\] but update 0 has \['w'\]"):
         mean.add({"v": torch.zeros(1)}, 1.0)
+    with pytest.raises(ValueError, match=r"update 1 has 'w' of shape \(3,\) and dtype torch.float32, but update 0 "
+                                         r"has shape \(1,\)"):
+        mean.add({"w": torch.zeros(3)}, 1.0)  # broadcasting would have hidden it
+    with pytest.raises(ValueError, match=r"update 1 has 'w' of shape \(1,\) and dtype torch.int64"):
+        mean.add({"w": torch.zeros(1, dtype=torch.int64)}, 1.0)
 
 
 def _registered(name):
     return make_algorithm(name, **KWARGS[name])
+
+
+def test_a_method_that_overrides_aggregate_runs_its_own_rule(tiny_federation, tiny_model_fn):
+    class Halfway(FedAvg):  # declares nothing: overriding aggregate is enough to keep the list
+        def aggregate(self, server, updates, round_):
+            avg = super().aggregate(server, updates, round_)
+            return State({k: (v + server.arrays[k]) / 2 if v.is_floating_point() else v
+                          for k, v in avg.arrays.items()}, dict(avg.meta))
+
+    method = Halfway(train=TRAIN)
+    assert method.aggregation == "fold" and method.aggregator(State(), 1) is None
+    cfg = LoopConfig(rounds=1, seed=0, evaluate_last=False)
+    ours = run_federated(method, tiny_federation, tiny_model_fn, cfg)
+    plain = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    start = method.init_server(InProcessTransport(tiny_federation, tiny_model_fn, 0).initial_model)
+    for k, v in plain.server.arrays.items():  # halfway between the initial model and FedAvg's average
+        if v.is_floating_point():
+            torch.testing.assert_close(ours.server.arrays[k], (v + start.arrays[k]) / 2)
+
+
+def test_the_loops_average_equals_an_independent_float64_average(tiny_federation, tiny_model_fn):
+    replies = {}
+
+    class Keep(InProcessTransport):
+        def local_updates(self, algorithm, round_, messages, states):
+            for k, state, up in super().local_updates(algorithm, round_, messages, states):
+                replies[k] = ({n: t.clone() for n, t in up.arrays.items()}, up.meta["n_samples"])
+                yield k, state, up
+
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=0, evaluate_last=False),
+                        transport=Keep(tiny_federation, tiny_model_fn, 0))
+    weights = np.array([n for _, n in replies.values()], dtype=np.float64)
+    for name, got in run.server.arrays.items():
+        stacked = np.stack([a[name].numpy().astype(np.float64) for a, _ in replies.values()])
+        expected = np.tensordot(weights / weights.sum(), stacked, axes=1)
+        np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-7)
 
 
 def test_every_method_says_how_it_aggregates():
@@ -204,6 +245,11 @@ def test_evaluation_on_a_seeded_sample_of_clients(tiny_federation, tiny_model_fn
     assert full.evaluated() is None
     # the sample's summary is the protocol computed on the sample
     assert sample.summary()["global"] == pytest.approx(full.per_client().loc[sample.per_client().index, "global"].mean())
+    odd = run_federated(method, tiny_federation, tiny_model_fn,  # the last round trains but is not evaluated
+                        LoopConfig(rounds=3, seed=0, eval_every=2, evaluate_last=False, eval_clients=2))
+    assert odd.evaluated() == 2 and len(odd.per_client()) == 2 and odd.evaluated(2) == 2
+    with pytest.raises(ValueError, match=r"no client evaluations in round 3; evaluated rounds: \[2\]"):
+        odd.evaluated(3)
     everyone = run_federated(method, tiny_federation, tiny_model_fn, dataclasses.replace(cfg, eval_clients=99))
     pd.testing.assert_frame_equal(everyone.frame, full.frame)  # a sample as large as the federation is everyone
 
@@ -217,10 +263,11 @@ def test_powerlaw_sizes_by_hand_and_their_checks():
     assert sorted(powerlaw_sizes(10, 5, exponent=0.0, min_size=1, seed=0).tolist()) == [2, 2, 2, 2, 2]
     sizes = powerlaw_sizes(5000, 1000, exponent=1.5, min_size=2, seed=1)
     assert sizes.sum() == 5000 and sizes.min() == 2 and sizes.max() > 100
-    with pytest.raises(ValueError, match="1000 clients of at least min_size=6 need 6000 samples, but there are 5000"):
+    with pytest.raises(ValueError, match="more clients than samples: n_clients=1000 x min_size=6 = 6000 > n_samples=5000"):
         powerlaw_sizes(5000, 1000, min_size=6)
-    with pytest.raises(ValueError, match="exponent must be a finite number >= 0, got -1.0"):
-        powerlaw_sizes(100, 4, exponent=-1)
+    for bad in (-1, float("inf"), "x", True):
+        with pytest.raises(ValueError, match=f"exponent must be a finite number >= 0, got {bad!r}"):
+            powerlaw_sizes(100, 4, exponent=bad)
     parts = powerlaw_partition(np.zeros(300, dtype=int), 40, exponent=1.2, seed=0)
     assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(300))
 

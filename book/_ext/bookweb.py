@@ -17,15 +17,18 @@ And three additions for readers who take a chapter away:
 - each executed chapter's download menu offers its jupytext source (``notebooks/<name>.py``,
   copied into the build) next to the executed notebook;
 - the executed notebook offered for download carries no path of the machine that built it:
-  the ``results_dir`` line papermill injected is removed from that copy (the page keeps it);
+  the ``results_dir`` papermill injected and its record of file paths are removed from that copy
+  (the page keeps the injected cell);
 - with a repository configured (``repository.url`` in ``_config.yml``), the header links to it
-  and each chapter gets a Binder button that opens its jupytext source; with none, no such
-  button appears (none that would lead nowhere).
+  and each chapter gets a Binder button that opens its jupytext source (Binder builds the
+  environment from the repository's ``binder/`` folder: the pinned requirements, fedlib, and
+  JupyterLab opening ``.py`` chapters as notebooks; Binder cannot be reached from the machines
+  that test this book, so that path is not tested here); with none, no such button appears.
 """
 
 from __future__ import annotations
 
-import json
+import importlib.util
 import re
 import shutil
 from pathlib import Path
@@ -36,7 +39,6 @@ STATIC = Path(__file__).resolve().parent / "static"
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"  # book/_ext/ -> the repository's notebooks/
 SOURCES = "_sources"
 BINDER = "https://mybinder.org"
-_INJECTED_RESULTS = re.compile(r"^results_dir = .*\n?", flags=re.M)
 
 
 def _chapter(pagename: str) -> str | None:
@@ -117,21 +119,27 @@ def _config(app, config) -> None:
     config.html_theme_options = opts
 
 
+def _build_module():
+    """``book/build.py`` (the pipeline), whose :func:`scrub_paths` cleans a notebook for download."""
+    spec = importlib.util.spec_from_file_location("book_build", Path(__file__).resolve().parents[1] / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _finished(app, exception) -> None:
     """Copy each chapter's jupytext source beside its executed notebook in ``_sources``, and take
-    the injected ``results_dir`` (a path of the building machine) out of the notebook's copy."""
+    what names the building machine (the injected ``results_dir``, papermill's file paths) out of
+    the notebook's copy (``book/build.py``'s ``scrub_paths``)."""
     if exception is not None or app.builder.format != "html":
         return
     out = Path(app.outdir) / SOURCES / "chapters"
-    for notebook in sorted(out.glob("*.ipynb")) if out.exists() else ():
+    notebooks = sorted(out.glob("*.ipynb")) if out.exists() else []
+    scrub = _build_module().scrub_paths if notebooks else None
+    for notebook in notebooks:
         if (NOTEBOOKS / f"{notebook.stem}.py").exists():
             shutil.copyfile(NOTEBOOKS / f"{notebook.stem}.py", out / f"{notebook.stem}.py")
-        nb = json.loads(notebook.read_text(encoding="utf-8"))
-        for cell in nb.get("cells", ()):
-            if "injected-parameters" in cell.get("metadata", {}).get("tags", ()):
-                source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-                cell["source"] = _INJECTED_RESULTS.sub("", source)
-        notebook.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        scrub(notebook)
 
 
 def _static_path(app) -> None:

@@ -74,9 +74,12 @@ def test_without_momentum_it_is_fedavg(federation):
         assert torch.allclose(ours.server.arrays[name], w, atol=1e-6), name
 
 
-def test_it_trains_in_the_loop(federation):
+def test_it_trains_in_the_loop_and_its_momentum_changes_the_model(federation):
     fed, model_fn = federation
-    run = run_federated(FedAvgM(train=TrainConfig(epochs=1, lr=0.05), beta=0.9), fed, model_fn,
-                        LoopConfig(rounds=3, seed=0))
+    train = TrainConfig(epochs=1, lr=0.05)
+    run = run_federated(FedAvgM(train=train, beta=0.9), fed, model_fn, LoopConfig(rounds=3, seed=0))
     acc = run.summary()["global"]
     assert math.isfinite(acc) and acc > 1 / fed.n_classes  # better than chance after three rounds
+    assert any(name.startswith("momentum/") for name in run.server.arrays)  # the velocity is kept
+    fedavg = run_federated(FedAvg(train=train), fed, model_fn, LoopConfig(rounds=3, seed=0))
+    assert any(not torch.equal(run.server.arrays[n], w) for n, w in fedavg.server.arrays.items())

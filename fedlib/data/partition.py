@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -233,10 +234,10 @@ def powerlaw_sizes(n: int, n_clients: int, exponent: float = 1.0, min_size: int 
     r"""Client sizes of a cross-device federation: a few large clients and a long tail of small
     ones (Zipf's law over the clients' size ranks, in a seeded order).
 
-    The client of rank :math:`r = 1, \dots, K` gets :math:`m + \lfloor (n - Km)\, r^{-a} / \sum_j
-    j^{-a} \rceil` samples (:math:`m` = ``min_size``, :math:`a` = ``exponent``; the rounding is
-    largest-remainder, so the sizes sum to ``n``); ranks are assigned to clients by a seeded
-    permutation. ``exponent=0`` gives near-equal sizes.
+    The client of rank :math:`r = 1, \dots, K` gets :math:`m` samples plus its share
+    :math:`(n - Km)\, r^{-a} / \sum_j j^{-a}` of the rest (:math:`m` = ``min_size``, :math:`a` =
+    ``exponent``), rounded by largest remainder so that the sizes sum to ``n``; ranks are assigned
+    to clients by a seeded permutation. ``exponent=0`` gives near-equal sizes.
 
     Returns
     -------
@@ -249,14 +250,11 @@ def powerlaw_sizes(n: int, n_clients: int, exponent: float = 1.0, min_size: int 
     >>> sorted(powerlaw_sizes(100, 4, exponent=1.0, min_size=1, seed=0).tolist())
     [13, 16, 24, 47]
     """
-    n_clients = _check_n_clients(n_clients, n)
     min_size = _check_int("min_size", min_size, 1)
-    if n_clients * min_size > n:
-        raise ValueError(f"{n_clients} clients of at least min_size={min_size} need {n_clients * min_size} "
-                         f"samples, but there are {n}")
+    n_clients = _check_n_clients(n_clients, n, min_size)
+    if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real) or not np.isfinite(exponent) or exponent < 0:
+        raise ValueError(f"exponent must be a finite number >= 0, got {exponent!r}")
     exponent = float(exponent)
-    if not np.isfinite(exponent) or exponent < 0:
-        raise ValueError(f"exponent must be a finite number >= 0, got {exponent}")
     weights = np.arange(1, n_clients + 1, dtype=np.float64) ** -exponent
     share = (n - n_clients * min_size) * weights / weights.sum()
     extra = np.floor(share).astype(np.int64)
