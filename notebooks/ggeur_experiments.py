@@ -949,7 +949,7 @@ glue("ex1_reading", "both gaps are within the seed-to-seed yardstick, so one see
 ex1_seconds = time.perf_counter() - t_ex
 
 # %% [markdown]
-# ### Exercise 1: which formula?
+# ### Exercise 1: Which formula?
 #
 # *(parameters only)* Re-run the chapter with `embedding_scale=0.1` (class eigenvalues fall
 # below 1). How do the paper's and the code's formulas change relative to each other, and why
@@ -1016,7 +1016,7 @@ glue("ex2_reading", "smaller than the seed-to-seed yardstick, so this one seed d
 ex2_seconds = time.perf_counter() - t_ex
 
 # %% [markdown]
-# ### Exercise 2: how many samples?
+# ### Exercise 2: How many samples?
 #
 # *(parameters only)* Vary `total_per_class` over 50, 200 and 1000 with `betas=[0.05]`, and
 # compare with "FedAvg, matched steps" and "FedAvg, rebalanced" each time. Where does the
@@ -1104,7 +1104,7 @@ glue("ex_seconds", ex1_seconds + ex2_seconds + ex3_seconds, display=False)
 print(f"worked solutions: {ex1_seconds:.1f} + {ex2_seconds:.1f} + {ex3_seconds:.1f} s")
 
 # %% [markdown]
-# ### Exercise 3: an encoder that has not seen the other domains
+# ### Exercise 3: An encoder that has not seen the other domains
 #
 # *(code)* Re-run with `encoder_sees="mnist"` (a parameter: the domain encoder trains on MNIST's
 # public part only). Does the spread across domains (STD) grow, and do step 2 and the diagonal of
