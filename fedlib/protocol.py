@@ -151,8 +151,9 @@ class Algorithm:
 
     name = "base"
     aggregation = "fold"
-    """:data:`AGGREGATIONS`. A method that overrides :meth:`aggregate` keeps the list whatever this
-    says (:meth:`aggregator`); the registered ones say ``"list"`` too, with the reason."""
+    """One of :data:`fedlib.protocol.AGGREGATIONS`. A method that overrides ``aggregate`` keeps the
+    list whatever this says (:meth:`fedlib.protocol.Algorithm.aggregator`); the registered ones say
+    ``"list"`` too, with the reason."""
 
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model))

@@ -155,7 +155,7 @@ glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()
 # - **Evaluation on a sample.** `LoopConfig(eval_clients=m)` evaluates a seeded sample of `m`
 #   clients in each evaluated round; the protocol's means, floors and tails are then the sample's,
 #   and the round says so ({meth}`fedlib.loop.RunResult.evaluated`).
-# - **Cross-device partitions.** The `"powerlaw"` partition ({func}`fedlib.data.powerlaw_sizes`)
+# - **Cross-device partitions.** The `"powerlaw"` partition ({func}`fedlib.data.partition.powerlaw_sizes`)
 #   gives a few large clients and a long tail of small ones; a client with a single sample trains,
 #   and its local accuracy, with no local test sample, is undefined (NaN), as the protocol says.
 #
