@@ -441,9 +441,10 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
 
     # the chapters that read the build's records run last, once the others' records are written
     readers = [n for n in names if RECORDS in declared[n]]
-    t0 = time.perf_counter()
+    t0 = None
     for group in ([n for n in names if n not in readers], readers):
         todo = plan(group)
+        t0 = time.perf_counter() if t0 is None else t0  # elapsed: from the first execution on
         known = [t[-1] for t in todo if t[-1] is not None]
         if todo:
             estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""

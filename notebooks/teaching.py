@@ -101,9 +101,10 @@ glue("slowest_time", "none measured yet" if slowest is None else
      f"{slowest['chapter']} ({slowest['book (min)']:.1f} minutes)", display=False)
 
 # %% [markdown]
-# Executing all {glue:text}`n_chapters` chapters takes {glue:text}`book_total_time` at the book profile
-# and {glue:text}`smoke_total_time` at the smoke profile on this machine; the slowest chapter at the
-# book profile is {glue:text}`slowest_time`. A class that works through one chapter per session can
+# Executing all {glue:text}`n_chapters` chapters one after another takes {glue:text}`book_total_time`
+# at the book profile and {glue:text}`smoke_total_time` at the smoke profile on this machine (`make
+# book` runs a chapter per core at a time, so its wall-clock time is shorter); the slowest chapter at
+# the book profile is {glue:text}`slowest_time`. A class that works through one chapter per session can
 # run it at the book profile during the session; at the smoke profile every student re-runs a
 # whole chapter in seconds.
 #

@@ -242,7 +242,8 @@ def test_screenshots_for_a_person_to_look_at(site, browser):
         ctx.close()
 
 
-_FIGURES = """() => [...document.querySelectorAll('article img, main img')].filter(i => !i.closest('.navbar-brand'))
+_FIGURES = """() => [...document.querySelectorAll('article img, main img')]
+  .filter(i => !i.closest('.navbar-brand') && !i.classList.contains('toggler'))  // not the module index's +/- icons
   .map(i => { const f = i.closest('figure'); const c = f && f.querySelector('figcaption');
     return {alt: i.getAttribute('alt') || '', src: i.getAttribute('src') || '',
             caption: c ? c.textContent.trim() : '', number: c ? !!c.querySelector('.caption-number') : false}; })"""

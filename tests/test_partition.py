@@ -26,6 +26,7 @@ from fedlib.data import (  # noqa: E402
     make_partition,
     partition_summary,
     plot_partition,
+    powerlaw_partition,
     split_train_test,
 )
 
@@ -369,7 +370,9 @@ def test_plot_partition_returns_axes():
 
 
 def test_make_partition_registry():
-    assert PARTITIONS == ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet", "departure")
+    assert PARTITIONS == ("iid", "dirichlet", "label_subset", "group", "grouped_dirichlet", "departure", "powerlaw")
+    assert same(make_partition("powerlaw", BIG_LABELS, 4, 3, exponent=1.2),
+                powerlaw_partition(BIG_LABELS, 4, exponent=1.2, seed=3))
     assert same(make_partition("iid", BIG_LABELS, 4, 0), iid_partition(BIG_LABELS, 4, 0))
     assert same(
         make_partition("dirichlet", BIG_LABELS, 4, 0, alpha=0.3),
