@@ -121,6 +121,11 @@ glue("perf_large", f"{large:,}", display=False)
 glue("perf_fold_growth_measured", fold_growth, display=False)
 glue("perf_list_growth_measured", list_growth, display=False)
 glue("perf_time_ratio", time_ratio, display=False)
+glue("perf_time_reading",
+     "flat, so a round's total time grows linearly with its clients" if 0.8 <= time_ratio <= 1.25 else
+     "lower, because a round's fixed costs (the first client's warm-up, the server's finish) are spread over "
+     "more clients; the total grows no faster than linearly" if time_ratio < 0.8 else
+     "higher: a round's total time grows faster than its number of clients here", display=False)
 glue("perf_kept_measured", kept, display=False)
 glue("perf_params", f"{pick(main, small, 'fold').n_parameters:,}", display=False)
 glue("perf_list_methods", ", ".join(listing), display=False)
@@ -137,8 +142,8 @@ glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()
 # with the list: at {glue:text}`perf_large` clients the list holds
 # {glue:text}`perf_kept_measured:.0f` MiB of replies that the fold has already folded away. The time per
 # client at {glue:text}`perf_large` clients is {glue:text}`perf_time_ratio:.2f` times the time per
-# client at {glue:text}`perf_small`: a round's total time grows linearly with its clients. (A
-# single measurement per point on a shared machine: small differences in time are noise.)
+# client at {glue:text}`perf_small`: {glue:text}`perf_time_reading`. (A single measurement per
+# point on a shared machine: small differences in time are noise.)
 #
 # ## What else keeps a large federation small
 #
