@@ -19,7 +19,7 @@ Every method in fedlib runs through :func:`run_federated`; a method changes hook
 7. the whole run state is checkpointed atomically, so a stopped run resumes bit for bit.
 
 The sampling, events, guard, aggregation, evaluation schedule, ledger and checkpoint are written
-here once; a transport only carries messages, so other engines (Flower, a vectorized executor)
+here once; a transport only carries messages, so other engines (the vectorized executor, Flower)
 reuse all of it. Structure, not convention, keeps the data on the clients: the :class:`Server` is
 built from an algorithm and a :class:`~fedlib.messages.State` and only ever receives messages;
 only the transport's clients hold a :class:`~fedlib.federation.ClientData`. Every message passes
@@ -45,6 +45,7 @@ import pandas as pd
 import torch
 
 from .engines import InProcessTransport, Transport
+from .engines.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedTransport
 from .federation import Federation
 from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State
@@ -54,6 +55,8 @@ from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
 from .store import STATE_STORES, make_states
 
 NONFINITE_POLICIES = ("raise", "drop")
+EXECUTIONS = ("sequential", "vectorized")
+"""How a round's sampled clients train (``LoopConfig.execution``)."""
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -88,6 +91,12 @@ class LoopConfig:
     states : where the clients' persistent states live, ``"memory"`` (default) or ``"disk"``
         (one file per client in ``states_dir``: :mod:`fedlib.store`); the results are the same
     states_dir : the folder of the ``"disk"`` store (it must hold no state files yet)
+    execution : how the sampled clients train: ``"sequential"`` (default, one after another) or
+        ``"vectorized"`` (stacked into one batched computation,
+        :class:`fedlib.engines.vectorized.VectorizedTransport`; equal to sequential to float32
+        rounding, and methods without a :class:`~fedlib.training.LocalProgram` still train
+        sequentially); used when ``run_federated`` builds the transport
+    memory_budget : bytes a chunk of stacked clients may take (``"vectorized"`` only)
     """
 
     rounds: int = 20
@@ -104,6 +113,8 @@ class LoopConfig:
     eval_clients: int | None = None
     states: str = "memory"
     states_dir: str | None = None
+    execution: str = "sequential"
+    memory_budget: int = DEFAULT_MEMORY_BUDGET
 
     def __post_init__(self) -> None:
         if self.rounds < 0:
@@ -120,6 +131,10 @@ class LoopConfig:
             raise ValueError(f"eval_clients must be None (every client) or an integer >= 1, got {self.eval_clients!r}")
         if self.states not in STATE_STORES:
             raise ValueError(f"unknown states {self.states!r}; valid: {', '.join(STATE_STORES)}")
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution {self.execution!r}; valid: {', '.join(EXECUTIONS)}")
+        if isinstance(self.memory_budget, bool) or not isinstance(self.memory_budget, numbers.Integral) or self.memory_budget < 1:
+            raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget!r}")
         if self.states == "disk" and not self.states_dir:
             raise ValueError("states='disk' needs states_dir, the folder of the client state files")
         object.__setattr__(self, "events", tuple(self.events))
@@ -132,6 +147,9 @@ class LoopConfig:
             d.pop(key)
         if d["eval_clients"] is None:
             d.pop("eval_clients")  # checkpoints written before the option resume as they were
+        if d["execution"] == "sequential":  # likewise; the chunks (memory budget) matter only when stacked
+            d.pop("execution")
+            d.pop("memory_budget")
         d["events"] = [asdict(e) for e in self.events]
         return d
 
@@ -358,7 +376,7 @@ def run_federated(
     n = federation.n_clients
     _validate_events(config.events, n)
     seed = config.seed
-    transport = InProcessTransport(federation, model_fn, seed) if transport is None else transport
+    transport = make_transport(federation, model_fn, config) if transport is None else transport
     _check_transport(transport, federation, seed)
 
     ckpt = Path(config.checkpoint) if config.checkpoint else None
@@ -470,6 +488,13 @@ def run_federated(
     return RunResult(_frame(rows), ledger, server.state, states, rounds_done, algorithm.name, departed, seconds, server_seconds)
 
 
+def make_transport(federation: Federation, model_fn: Callable[[], torch.nn.Module], config: LoopConfig) -> Transport:
+    """The transport ``config.execution`` names, over ``federation`` with the run's seed."""
+    if config.execution == "vectorized":
+        return VectorizedTransport(federation, model_fn, config.seed, memory_budget=int(config.memory_budget))
+    return InProcessTransport(federation, model_fn, config.seed)
+
+
 def _check_transport(transport: Transport, federation: Federation, seed: int) -> None:
     if transport.seed != seed:
         raise ValueError(f"the transport's clients derive their streams from seed {transport.seed}, but the run's seed "
@@ -531,7 +556,7 @@ def evaluate_deployment(
     (:attr:`RunResult.registered`) is evaluated; the messages are not recorded in the run's
     ledger. Returns the tidy rows for the last round, like ``result.frame``.
     """
-    transport = InProcessTransport(federation, model_fn, config.seed) if transport is None else transport
+    transport = make_transport(federation, model_fn, config) if transport is None else transport
     _check_transport(transport, federation, config.seed)
     bad = [k for k in result.registered if not 0 <= k < federation.n_clients]
     if bad:
@@ -541,4 +566,4 @@ def evaluate_deployment(
     return _frame(rows)
 
 
-__all__ = ["LoopConfig", "NonFiniteUpdateError", "RunResult", "Server", "evaluate_deployment", "per_client_table", "run_federated"]
+__all__ = ["EXECUTIONS", "LoopConfig", "make_transport", "NonFiniteUpdateError", "RunResult", "Server", "evaluate_deployment", "per_client_table", "run_federated"]

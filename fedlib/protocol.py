@@ -12,6 +12,8 @@ hook                runs on     does
 ``init_client``     client      a client's persistent state before its first round (default empty)
 ``broadcast``       server      the message the server sends to a sampled client for training
 ``local_update``    client      (state, message, data, generator) -> (new state, reply)
+``local_program``   client      the same local work as data (:class:`~fedlib.training.LocalProgram`),
+                                or ``None``: what lets a vectorized executor batch clients
 ``aggregate``       server      the new server state from the replies (messages only)
 ``eval_broadcast``  server      the message sent to every active client for evaluation (default:
                                 the training broadcast of that round)
@@ -39,6 +41,7 @@ import torch
 from .aggregate import WeightedMean
 from .messages import Message, State, prefixed
 from .models import HEAD_PREFIX
+from .training import LocalProgram
 
 MODEL = "model/"
 """Prefix of the model's ``state_dict`` entries in a message or a state (``model/conv1.weight``)."""
@@ -175,7 +178,23 @@ class Algorithm:
     def local_update(
         self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
     ) -> tuple[State, Message]:
-        raise NotImplementedError(f"{type(self).__name__} must implement local_update")
+        """The client's local work. Default: run :meth:`local_program` in ``ctx.model``
+        (a method either returns a program there, or overrides this hook)."""
+        program = self.local_program(ctx, state, message, data)
+        if program is None:
+            raise NotImplementedError(f"{type(self).__name__} must implement local_update or local_program")
+        return program.run(ctx.model, generator)
+
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram | None:
+        """This round's local work as a :class:`~fedlib.training.LocalProgram` (phases of SGD or
+        Adam steps on cross-entropy, optionally with a proximal term), or ``None`` when it is not
+        of that form (custom losses or control flow). A method that returns a program here and
+        leaves :meth:`local_update` to the default runs the same program sequentially or, with
+        ``LoopConfig(execution="vectorized")``, batched with the round's other clients; a method
+        that overrides :meth:`local_update` must return a program only where running it is
+        exactly what its ``local_update`` does (:func:`vectorizable` checks which class defines
+        each hook)."""
+        return None
 
     def aggregator(self, server: State, round_: int) -> ModelAverage | None:
         """The fold the loop feeds this round's replies into, one at a time (``add(client,
@@ -206,5 +225,22 @@ class Algorithm:
         return server
 
 
+def vectorizable(algorithm: Algorithm) -> bool:
+    """Whether ``algorithm``'s programs may stand for its ``local_update``: the class that
+    defines :meth:`Algorithm.local_program` is the one that defines ``local_update`` or a
+    subclass of it. A subclass that overrides ``local_update`` alone (custom control flow over
+    an inherited program) is not vectorizable, and neither is a method that defines no program.
+
+    >>> class Custom(Algorithm):
+    ...     def local_update(self, ctx, state, message, data, generator): ...
+    >>> vectorizable(Custom())
+    False
+    """
+    mro = type(algorithm).__mro__
+    owner_update = next(c for c in mro if "local_update" in vars(c))
+    owner_program = next(c for c in mro if "local_program" in vars(c))
+    return owner_program is not Algorithm and issubclass(owner_program, owner_update)
+
+
 __all__ = ["AGGREGATIONS", "HEAD", "MODEL", "Algorithm", "ModelAverage", "ClientContext", "Event", "Predictor", "body_arrays", "load_model",
-           "model_arrays", "update_message", "without_head"]
+           "model_arrays", "update_message", "vectorizable", "without_head"]

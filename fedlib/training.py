@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from .models import HEAD_PREFIX
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -157,6 +159,94 @@ def local_train(
         count += 1
     model.eval()
     return total / count if count else float("nan")
+
+
+PHASE_PARAMS = ("all", "head", "body")
+"""Which parameters a :class:`Phase` trains: every one, the final classifier's (``head.*``), or
+every other one (the body, as FedRep's and FedBABU's phases do)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    r"""One call of :func:`local_train`, as data: train ``params`` with ``train`` on the program's
+    data, minimizing the mean cross-entropy plus, when ``mu > 0``, FedProx's proximal term
+
+    .. math:: \frac{\mu}{2}\,\lVert w - w^{0} \rVert^2
+
+    around the program's start weights :math:`w^0` (:func:`proximal_term`).
+
+    >>> Phase(TrainConfig(), params="head").params
+    'head'
+    >>> Phase(TrainConfig(), params="encoder")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown params 'encoder'; valid: all, head, body
+    """
+
+    train: TrainConfig
+    params: str = "all"
+    mu: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.params not in PHASE_PARAMS:
+            raise ValueError(f"unknown params {self.params!r}; valid: {', '.join(PHASE_PARAMS)}")
+        if not (_is_real(self.mu) and math.isfinite(self.mu) and self.mu >= 0):
+            raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
+
+    def trains(self, name: str) -> bool:
+        """Whether this phase trains the parameter called ``name`` (a ``named_parameters`` name)."""
+        if self.params == "all":
+            return True
+        return name.startswith(HEAD_PREFIX) == (self.params == "head")
+
+
+@dataclass
+class LocalProgram:
+    """A client's local work as data, so that an executor can run many clients' programs at once.
+
+    Start from ``weights`` (the model's full ``state_dict``, unprefixed), run each :class:`Phase`
+    in order on ``(x, y)`` with the client's one generator (each phase a fresh optimizer, as
+    :func:`local_train` makes), then hand the trained model and the last phase's mean training
+    loss to ``finish``, which returns what the method's ``local_update`` returns:
+    ``(new_state, reply)``. :meth:`run` is the sequential execution (the method's
+    ``local_update``); :class:`fedlib.engines.vectorized.VectorizedTransport` runs the programs of
+    a round's clients as one batched computation and calls the same ``finish``.
+
+    Attributes
+    ----------
+    weights : the start weights, ``{state_dict name: tensor}``
+    x : torch.Tensor of shape (n, ...), the training inputs
+    y : torch.Tensor of shape (n,), their labels
+    phases : the phases, in order
+    finish : ``(trained model, mean training loss) -> (new_state, reply)``
+    """
+
+    weights: Mapping[str, torch.Tensor]
+    x: torch.Tensor
+    y: torch.Tensor
+    phases: tuple[Phase, ...]
+    finish: Callable[[nn.Module, float], tuple] = field(repr=False)
+
+    def run(self, model: nn.Module, generator: torch.Generator) -> tuple:
+        """Execute the program in ``model`` (its weights are replaced), one phase after another."""
+        model.load_state_dict(self.weights)
+        anchor = ({name: p.detach().clone() for name, p in model.named_parameters()}  # w^0
+                  if any(phase.mu for phase in self.phases) else {})
+        loss = float("nan")
+        for phase in self.phases:
+            loss = local_train(model, self.x, self.y, phase.train, generator, loss_fn=_phase_loss(phase.mu, anchor),
+                               params=[p for name, p in model.named_parameters() if phase.trains(name)])
+        return self.finish(model, loss)
+
+
+def _phase_loss(mu: float, anchor: Mapping[str, torch.Tensor]) -> LossFn:
+    if not mu:
+        return cross_entropy_loss
+
+    def loss_fn(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # FedProx, Eq. (2)
+        return F.cross_entropy(m(x), y) + 0.5 * mu * proximal_term(m, anchor)
+
+    return loss_fn
 
 
 @torch.no_grad()

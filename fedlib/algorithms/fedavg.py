@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..messages import Message, State
-from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..training import LocalProgram, Phase, TrainConfig, local_train
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
 
 
 @dataclass
@@ -26,12 +26,11 @@ class FedAvg(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     name = "fedavg"
 
-    def local_update(
-        self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
-    ) -> tuple[State, Message]:
-        model = load_model(ctx.model, message)
-        loss = local_train(model, data.train.x, data.train.y, self.train, generator)
-        return state, update_message(model_arrays(model), len(data.train), loss)
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+        """Local SGD from the broadcast model on the client's training split; the reply is the model."""
+        n = len(data.train)
+        return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train),),
+                            lambda model, loss: (state, update_message(model_arrays(model), n, loss)))
 
 
 @dataclass

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..messages import Message, State
-from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message
+from ..training import LocalProgram, Phase, TrainConfig, local_train
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message
 
 
 @dataclass
@@ -26,10 +26,11 @@ class FedBABU(Algorithm):
     finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5, lr=0.01))
     name = "fedbabu"
 
-    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
-        model = load_model(ctx.model, message)
-        loss = local_train(model, data.train.x, data.train.y, self.train, generator, params=model.body_parameters())
-        return state, update_message(body_arrays(model), len(data.train), loss)
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+        """The body trained from the broadcast model, the head frozen; the reply is the body."""
+        n = len(data.train)
+        return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train, params="body"),),
+                            lambda model, loss: (state, update_message(body_arrays(model), n, loss)))
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         model = load_model(ctx.model, message)

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
-from torch.nn import functional as F
-
 from ..messages import Message, State
-from ..training import TrainConfig, local_train, proximal_term
-from ..protocol import Algorithm, ClientContext, load_model, model_arrays, update_message
+from ..training import LocalProgram, Phase, TrainConfig
+from ..protocol import MODEL, Algorithm, ClientContext, model_arrays, update_message
 
 
 @dataclass
@@ -33,13 +30,8 @@ class FedProx(Algorithm):
         if not self.mu >= 0:
             raise ValueError(f"mu must be >= 0, got {self.mu}")
 
-    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
-        model = load_model(ctx.model, message)
-        anchor = {name: p.detach().clone() for name, p in model.named_parameters()}  # w^t
-        mu = self.mu
-
-        def loss_fn(m, x, y):  # Eq. (2)
-            return F.cross_entropy(m(x), y) + 0.5 * mu * proximal_term(m, anchor)
-
-        loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
-        return state, update_message(model_arrays(model), len(data.train), loss)
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+        """Eq. (2): local SGD on cross-entropy plus the proximal term around the broadcast :math:`w^t`."""
+        n = len(data.train)
+        return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train, mu=self.mu),),
+                            lambda model, loss: (state, update_message(model_arrays(model), n, loss)))

@@ -19,7 +19,7 @@ import torch
 
 from ..messages import Message, State, prefixed
 from ..models import HEAD_PREFIX
-from ..training import TrainConfig, local_train
+from ..training import LocalProgram, Phase, TrainConfig
 from ..protocol import (HEAD, MODEL, Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message,
                         without_head)
 
@@ -44,13 +44,18 @@ class FedRep(Algorithm):
         arrays = {**without_head(message.arrays), **personal_head(state, message)}
         return load_model(ctx.model, State(arrays))
 
-    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
-        model = self._load(ctx, state, message)
-        x, y = data.train.x, data.train.y
-        local_train(model, x, y, self.head_train, generator, params=model.head_parameters())
-        loss = local_train(model, x, y, self.train, generator, params=model.body_parameters())
-        new_state = State(arrays=prefixed(PERSONAL + HEAD_PREFIX, model.head.state_dict()), meta=dict(state.meta))
-        return new_state, update_message(body_arrays(model), len(y), loss)
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+        """The client's head trained on the global body, then the body under that head; the head
+        stays in the client's state, the body is the reply."""
+        weights = State({**without_head(message.arrays), **personal_head(state, message)}).with_prefix(MODEL)
+        n = len(data.train)
+
+        def finish(model, loss):
+            new_state = State(arrays=prefixed(PERSONAL + HEAD_PREFIX, model.head.state_dict()), meta=dict(state.meta))
+            return new_state, update_message(body_arrays(model), n, loss)
+
+        phases = (Phase(self.head_train, params="head"), Phase(self.train, params="body"))
+        return LocalProgram(weights, data.train.x, data.train.y, phases, finish)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         return self._load(ctx, state, message).eval()

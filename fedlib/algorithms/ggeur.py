@@ -44,6 +44,7 @@ Baselines (our implementations on embeddings, not the original code):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -57,8 +58,8 @@ from ..geometry import FORMULAS, GeometricShapes, augment_around_prototypes, cla
 from ..messages import Message, State
 from ..models import PENULTIMATE, FeatureModel, build_model
 from ..stats import ClassMoments
-from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..training import LocalProgram, TrainConfig, local_train
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message, vectorizable
 from .fedavg import FedAvg
 
 KNOW = "know/"
@@ -173,6 +174,30 @@ class StatisticsFirst(Algorithm):
         new_state, reply = self.train_on(ctx, base_state, base_msg, data, cache, generator)
         new_state = State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta))
         return new_state, reply
+
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram | None:
+        """From the third round on (the augmented set cached), the base's program on the augmented
+        set, with the cache kept in the new state: what :meth:`local_update` runs, as data. ``None``
+        in the statistics and knowledge rounds (they draw from the generator outside the
+        mini-batches), for a wrapper whose :meth:`train_on` is its own, and for a base without
+        programs."""
+        if message.kind == REQUEST or type(self).train_on is not StatisticsFirst.train_on or not vectorizable(self.base):
+            return None
+        base_state, cache = self._split(state)
+        if not cache:
+            return None
+        base_msg = Message({k: v for k, v in message.arrays.items() if not k.startswith(KNOW)}, dict(message.meta), message.kind)
+        aug = ArrayDataset(cache["x"], cache["y"].long(), data.train.n_classes, data.train.name + "+aug")
+        program = self.base.local_program(ctx, base_state, base_msg, ClientData(aug, data.test))
+        if program is None:
+            return None
+        base_finish = program.finish
+
+        def finish(model, loss):
+            new_state, reply = base_finish(model, loss)
+            return State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta)), reply
+
+        return dataclasses.replace(program, finish=finish)
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         if updates and all(m.kind == "statistics" for _, m in updates):

@@ -1,0 +1,214 @@
+"""Vectorized clients (``fedlib.engines.vectorized``): equal to the sequential path to float32
+rounding, deterministic, bounded in memory, and honest about what it cannot stack."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import pytest
+import torch
+
+from fedlib.algorithms import CGRL, Ditto, FedAvg, FedAvgFT, FedBABU, FedMixStyle, FedProto, FedProx, FedRep, GGEUR
+from fedlib.algorithms.ggeur import classifier_fn
+from fedlib.data import make_gaussian_mixture
+from fedlib.engines import InProcessTransport
+from fedlib.engines.vectorized import (VectorizedTransport, activation_numel, check_vectorizable_model, chunk_size,
+                                       train_programs)
+from fedlib.federation import make_federation
+from fedlib.loop import LoopConfig, run_federated
+from fedlib.messages import State
+from fedlib.models import build_model
+from fedlib.protocol import vectorizable
+from fedlib.training import LocalProgram, Phase, TrainConfig
+
+TOL = 1e-6
+
+
+@pytest.fixture(scope="module")
+def ragged():
+    """Six clients of very different sizes (Dirichlet 0.3): different numbers of steps and short last batches."""
+    ds = make_gaussian_mixture(n_per_class=70, n_classes=4, dim=16, separation=3.0, seed=1).dataset
+    fed = make_federation(ds, n_clients=6, partition="dirichlet", alpha=0.3, min_size=3, global_test_per_class=10, seed=2)
+    sizes = sorted(len(c.train) for c in fed.clients)
+    assert sizes[0] < 16 < sizes[-1] and len(set(sizes)) > 3  # ragged indeed
+    return fed
+
+
+MODEL = functools.partial(build_model, "mlp", in_channels=1, n_classes=4, input_size=4, hidden=(16, 8))
+SGD = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9)
+ADAM = TrainConfig(epochs=2, batch_size=8, optimizer="adam", lr=0.01, weight_decay=1e-3)
+
+
+def _max_diff(a: State, b: State) -> float:
+    assert set(a.arrays) == set(b.arrays)
+    return max([float((a.arrays[k].double() - b.arrays[k].double()).abs().max()) for k in a.arrays] or [0.0])
+
+
+def _assert_close(seq, vec):
+    assert _max_diff(seq.server, vec.server) <= TOL
+    for k in seq.client_states:
+        assert _max_diff(seq.client_states[k], vec.client_states[k]) <= TOL
+    fs, fv = seq.frame, vec.frame
+    assert fs[["round", "client", "metric"]].equals(fv[["round", "client", "metric"]])
+    assert (fs["value"] - fv["value"]).abs().max() <= TOL  # protocol metrics and training losses
+    ls, lv = seq.ledger.to_frame(), vec.ledger.to_frame()
+    keys = ["round", "client", "direction", "kind"]
+    assert ls[keys].equals(lv[keys])  # the same messages, in the same order
+    # and the same sizes, but for the digits of the training loss the reply's metadata spells out
+    # (the repr of a float: at most 24 characters)
+    assert (ls["bytes"] - lv["bytes"]).abs().max() <= 24
+
+
+@pytest.mark.parametrize("algorithm", [
+    FedAvg(train=SGD),
+    FedProx(train=ADAM, mu=0.5),
+    FedRep(train=SGD, head_train=TrainConfig(epochs=1, batch_size=8, lr=0.05)),  # a head-only phase, then the body
+    FedBABU(train=ADAM, finetune=TrainConfig(epochs=1, batch_size=8, lr=0.01)),
+    FedAvgFT(train=TrainConfig(steps=5, batch_size=8, lr=0.05, momentum=0.0, weight_decay=1e-2)),
+], ids=lambda a: a.name)
+def test_vectorized_equals_sequential_on_ragged_clients_and_partial_participation(ragged, algorithm):
+    cfg = LoopConfig(rounds=3, participation=0.5, eval_every=1, seed=4)
+    seq = run_federated(algorithm, ragged, MODEL, cfg)
+    transport = VectorizedTransport(ragged, MODEL, cfg.seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing falls back
+        vec = run_federated(algorithm, ragged, MODEL, cfg, transport=transport)
+    assert transport.stacked_clients == 3 * 3 and not transport.notes
+    _assert_close(seq, vec)
+
+
+def test_loop_config_execution_builds_the_vectorized_transport(ragged):
+    cfg = LoopConfig(rounds=2, participation=0.5, seed=4, execution="vectorized")
+    a = run_federated(FedAvg(train=SGD), ragged, MODEL, cfg)
+    b = run_federated(FedAvg(train=SGD), ragged, MODEL, cfg, transport=VectorizedTransport(ragged, MODEL, 4))
+    for k in a.server.arrays:  # the same transport, the same bits
+        assert torch.equal(a.server.arrays[k], b.server.arrays[k])
+
+
+def test_vectorized_is_deterministic_and_chunks_change_nothing_beyond_rounding(ragged):
+    cfg = LoopConfig(rounds=2, seed=5, execution="vectorized")
+    a = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg)
+    b = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg)
+    for k in a.server.arrays:
+        assert torch.equal(a.server.arrays[k], b.server.arrays[k])
+    assert a.frame.equals(b.frame)
+    one = VectorizedTransport(ragged, MODEL, 5, memory_budget=1)  # a chunk of one client
+    c = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg, transport=one)
+    assert one.stacked_clients == 2 * ragged.n_clients
+    assert _max_diff(a.server, c.server) <= TOL
+
+
+def _programs(fed, phases, weights):
+    finish = lambda model, loss: ({k: v.clone() for k, v in model.state_dict().items()}, loss)  # noqa: E731
+    return [LocalProgram(weights, c.train.x, c.train.y, phases, finish) for c in fed.clients]
+
+
+def test_train_programs_give_each_client_its_own_sequential_update(ragged):
+    model = MODEL()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    # an empty client and a one-sample client next to the others: 0 and 1 steps per epoch
+    data = [(c.train.x, c.train.y) for c in ragged.clients] + [(ragged.clients[0].train.x[:0], ragged.clients[0].train.y[:0]),
+                                                               (ragged.clients[0].train.x[:1], ragged.clients[0].train.y[:1])]
+    phases = (Phase(TrainConfig(epochs=1, batch_size=8, lr=0.1), params="head"), Phase(ADAM, params="body", mu=0.2))
+    finish = lambda model, loss: ({k: v.clone() for k, v in model.state_dict().items()}, loss)  # noqa: E731
+    programs = [LocalProgram(weights, x, y, phases, finish) for x, y in data]
+    seeds = range(10, 10 + len(programs))
+    stacked = train_programs(MODEL(), programs, [torch.Generator().manual_seed(s) for s in seeds])
+    for program, s, (w, loss) in zip(programs, seeds, stacked):
+        ref, ref_loss = program.run(MODEL(), torch.Generator().manual_seed(s))
+        assert max(float((ref[k] - w[k]).abs().max()) for k in ref) <= TOL
+        if len(program.y):
+            assert abs(ref_loss - loss) <= TOL
+        else:  # no step: the weights are the start weights and the loss is NaN, as local_train says
+            assert all(torch.equal(w[k], weights[k]) for k in weights) and loss != loss and ref_loss != ref_loss
+
+
+def test_methods_without_programs_fall_back_to_sequential_and_say_so_once(ragged):
+    cfg = LoopConfig(rounds=3, seed=1)
+    alg = Ditto(train=SGD, personal_train=SGD)
+    seq = run_federated(alg, ragged, MODEL, cfg)
+    transport = VectorizedTransport(ragged, MODEL, 1)
+    with pytest.warns(UserWarning, match="ditto: its local_update is not a LocalProgram") as record:
+        vec = run_federated(alg, ragged, MODEL, cfg, transport=transport)
+    assert len(record) == 1 and transport.notes == [str(record[0].message)] and transport.stacked_clients == 0
+    for k in seq.server.arrays:  # the sequential path itself: the same bits
+        assert torch.equal(seq.server.arrays[k], vec.server.arrays[k])
+
+
+def test_which_methods_are_vectorizable():
+    for alg in (FedAvg(), FedAvgFT(), FedProx(), FedRep(), FedBABU(), GGEUR(base=FedAvg(), total_per_class=10)):
+        assert vectorizable(alg), alg.name
+    for alg in (Ditto(), CGRL(), FedProto()):
+        assert not vectorizable(alg), alg.name
+
+    class Custom(FedAvg):  # inherits FedAvg's program but changes local_update: the program no longer stands for it
+        def local_update(self, ctx, state, message, data, generator):
+            return super().local_update(ctx, state, message, data, generator)
+
+    assert not vectorizable(Custom())
+
+
+def test_ggeur_stacks_its_classifier_from_the_third_round():
+    ds = make_gaussian_mixture(n_per_class=50, n_classes=4, dim=5, seed=0).dataset
+    fed = make_federation(ds, n_clients=4, alpha=0.5, global_test_per_class=8, seed=0)
+    model_fn = classifier_fn("linear", 5, 4)
+    alg = GGEUR(base=FedAvg(train=TrainConfig(epochs=1, batch_size=32, optimizer="adam", lr=1e-2)), total_per_class=30)
+    cfg = LoopConfig(rounds=4, seed=0)
+    seq = run_federated(alg, fed, model_fn, cfg)
+    transport = VectorizedTransport(fed, model_fn, 0)
+    with pytest.warns(UserWarning, match="client 0 has no LocalProgram in round 1"):
+        vec = run_federated(alg, fed, model_fn, cfg, transport=transport)
+    assert transport.stacked_clients == 2 * fed.n_clients  # rounds 3 and 4; rounds 1-2 exchange statistics
+    _assert_close(seq, vec)
+    # FedMix-style mixes batches with the generator inside its loss: it has no programs, whatever its wrapper has
+    mix = FedMixStyle(base=FedAvg(train=TrainConfig(epochs=1, batch_size=32)))
+    transport = VectorizedTransport(fed, model_fn, 0)
+    with pytest.warns(UserWarning, match="no LocalProgram"):
+        run_federated(mix, fed, model_fn, LoopConfig(rounds=3, seed=0), transport=transport)
+    assert transport.stacked_clients == 0
+
+
+def test_models_the_stack_cannot_reproduce_are_refused(ragged):
+    bn = functools.partial(build_model, "cnn", in_channels=1, n_classes=4, input_size=4, width=8, norm="batch")
+    with pytest.raises(ValueError, match=r"'conv1.1' \(BatchNorm2d\) keeps running statistics.*norm='group'"):
+        VectorizedTransport(ragged, bn, 0)
+    with pytest.raises(ValueError, match=r"'1' \(Dropout, p=0.5\) draws random numbers"):
+        check_vectorizable_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
+    check_vectorizable_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))  # p = 0 draws nothing
+    with pytest.raises(ValueError, match="memory_budget must be a positive number of bytes, got 0"):
+        VectorizedTransport(ragged, MODEL, 0, memory_budget=0)
+
+
+def test_chunk_size_from_the_memory_budget():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    assert activation_numel(model, torch.zeros(1, 3)) == 4 + 4 + 2  # the outputs of the three leaf modules
+    params = 3 * 4 + 4 + 4 * 2 + 2
+    per_client = 4 * (4 * params + 3 * 10 * (4 + 4 + 2))  # float32: parameters x 4, activations of a batch of 10 x 3
+    assert chunk_size(model, torch.zeros(1, 3), 10, 7 * per_client) == 7
+    assert chunk_size(model, torch.zeros(1, 3), 10, 7 * per_client - 1) == 6
+    assert chunk_size(model, torch.zeros(1, 3), 10, 1) == 1
+
+
+def test_bad_execution_settings_are_refused():
+    with pytest.raises(ValueError, match="unknown execution 'gpu'; valid: sequential, vectorized"):
+        LoopConfig(execution="gpu")
+    with pytest.raises(ValueError, match="memory_budget must be a positive number of bytes, got -1"):
+        LoopConfig(memory_budget=-1)
+    with pytest.raises(ValueError, match="unknown params 'encoder'; valid: all, head, body"):
+        Phase(TrainConfig(), params="encoder")
+    with pytest.raises(ValueError, match="mu must be a finite number >= 0, got -0.1"):
+        Phase(TrainConfig(), mu=-0.1)
+
+
+def test_sequential_checkpoints_keep_their_fingerprint():
+    assert "execution" not in LoopConfig().fingerprint() and "memory_budget" not in LoopConfig().fingerprint()
+    fp = LoopConfig(execution="vectorized", memory_budget=2**20).fingerprint()
+    assert fp["execution"] == "vectorized" and fp["memory_budget"] == 2**20
+
+
+def test_in_process_default_is_sequential(ragged):
+    # the default transport is the in-process one: LoopConfig's default keeps every published number
+    from fedlib.loop import make_transport
+    assert type(make_transport(ragged, MODEL, LoopConfig())) is InProcessTransport
+    assert type(make_transport(ragged, MODEL, LoopConfig(execution="vectorized"))) is VectorizedTransport
