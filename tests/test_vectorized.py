@@ -13,7 +13,7 @@ from fedlib.algorithms import CGRL, Ditto, FedAvg, FedAvgFT, FedBABU, FedMixStyl
 from fedlib.algorithms.ggeur import classifier_fn
 from fedlib.data import make_gaussian_mixture
 from fedlib.engines import InProcessTransport
-from fedlib.engines.vectorized import (VectorizedTransport, activation_numel, check_vectorizable_model, chunk_size,
+from fedlib.engines.vectorized import (SequentialFallback, VectorizedTransport, activation_numel, check_vectorizable_model, chunk_size,
                                        train_programs)
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, run_federated
@@ -129,7 +129,7 @@ def test_methods_without_programs_fall_back_to_sequential_and_say_so_once(ragged
     alg = Ditto(train=SGD, personal_train=SGD)
     seq = run_federated(alg, ragged, MODEL, cfg)
     transport = VectorizedTransport(ragged, MODEL, 1)
-    with pytest.warns(UserWarning, match="ditto: its local_update is not a LocalProgram") as record:
+    with pytest.warns(SequentialFallback, match="ditto: its local_update is not a LocalProgram") as record:
         vec = run_federated(alg, ragged, MODEL, cfg, transport=transport)
     assert len(record) == 1 and transport.notes == [str(record[0].message)] and transport.stacked_clients == 0
     for k in seq.server.arrays:  # the sequential path itself: the same bits
@@ -157,7 +157,7 @@ def test_ggeur_stacks_its_classifier_from_the_third_round():
     cfg = LoopConfig(rounds=4, seed=0)
     seq = run_federated(alg, fed, model_fn, cfg)
     transport = VectorizedTransport(fed, model_fn, 0)
-    with pytest.warns(UserWarning, match="client 0 has no LocalProgram in round 1"):
+    with pytest.warns(UserWarning, match=r"some clients have no LocalProgram in some rounds \(the first: client 0 in round 1\)"):
         vec = run_federated(alg, fed, model_fn, cfg, transport=transport)
     assert transport.stacked_clients == 2 * fed.n_clients  # rounds 3 and 4; rounds 1-2 exchange statistics
     _assert_close(seq, vec)

@@ -64,6 +64,11 @@ DEFAULT_MEMORY_BUDGET = 512 * 2**20
 """Bytes the stacked clients of one chunk may take (parameters, optimizer state, activations)."""
 
 
+class SequentialFallback(UserWarning):
+    """Some clients of a vectorized run trained sequentially (a method, or a round, without a
+    :class:`~fedlib.training.LocalProgram`); the results are the same, only slower."""
+
+
 def check_vectorizable_model(model: nn.Module) -> None:
     """Refuse a model whose training step the stacked computation cannot reproduce: a module
     with running statistics (BatchNorm) or a dropout layer with ``p > 0``."""
@@ -136,17 +141,17 @@ class _Stack:
                 lengths[t, c] = len(idx)
                 if len(idx) < width:
                     self.index[t, c, len(idx):] = offsets[c]
-        self.lengths = lengths
-        self.dtype = dtype
+        # per step: the batch width, every client's mask (1 for a real sample, 0 for padding) and length
+        self.widths = [int(lengths[t].max()) for t in range(T)]
+        self.masks = (torch.arange(width)[None, None, :] < lengths[:, :, None]).to(dtype)
+        self.lengths = lengths.to(dtype)
 
     def batch(self, t: int, a: int):
-        """Step ``t``'s inputs ``(a, b, ...)``, labels ``(a, b)``, masks ``(a, b)`` (1 for a real
-        sample, 0 for padding) and batch lengths ``(a,)`` of the first ``a`` clients."""
-        lengths = self.lengths[t, :a]
-        b = int(lengths.max())
+        """Step ``t``'s inputs ``(a, b, ...)``, labels ``(a, b)``, masks ``(a, b)`` and batch
+        lengths ``(a,)`` of the first ``a`` clients."""
+        b = self.widths[t]
         index = self.index[t, :a, :b]
-        mask = (torch.arange(b)[None, :] < lengths[:, None]).to(self.dtype)
-        return self.x[index], self.y[index], mask, lengths.to(self.dtype)
+        return self.x[index], self.y[index], self.masks[t, :a, :b], self.lengths[t, :a]
 
 
 def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor], anchor: dict[str, torch.Tensor],
@@ -282,7 +287,7 @@ class VectorizedTransport(InProcessTransport):
         if key not in self._noted:
             self._noted.add(key)
             self.notes.append(text)
-            warnings.warn(text, stacklevel=3)
+            warnings.warn(text, SequentialFallback, stacklevel=3)
 
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
         if not vectorizable(algorithm):
@@ -305,8 +310,8 @@ class VectorizedTransport(InProcessTransport):
         while i < len(order):
             k = order[i]
             if programs[k] is None:
-                self._note((algorithm.name, "client"), f"{algorithm.name}: client {k} has no LocalProgram in round {round_} (and maybe others "
-                           "in other rounds); such clients train sequentially")
+                self._note((algorithm.name, "client"), f"{algorithm.name}: some clients have no LocalProgram in some rounds "
+                           f"(the first: client {k} in round {round_}); those train sequentially")
                 yield from super().local_updates(algorithm, round_, {k: messages[k]}, states)
                 i += 1
                 continue
@@ -343,5 +348,5 @@ class VectorizedTransport(InProcessTransport):
         return self._chunk[sig]
 
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "VectorizedTransport", "activation_numel", "check_vectorizable_model", "chunk_size",
+__all__ = ["DEFAULT_MEMORY_BUDGET", "SequentialFallback", "VectorizedTransport", "activation_numel", "check_vectorizable_model", "chunk_size",
            "train_programs"]
