@@ -158,6 +158,10 @@ class Algorithm:
     list whatever this says (:meth:`fedlib.protocol.Algorithm.aggregator`); the registered ones say
     ``"list"`` too, with the reason."""
 
+    program_hooks: tuple[str, ...] = ("local_update",)
+    """The hooks whose work :meth:`local_program` reproduces; overriding one of them in a subclass
+    without overriding ``local_program`` too makes the method sequential (:func:`vectorizable`)."""
+
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model))
 
@@ -227,8 +231,10 @@ class Algorithm:
 
 def vectorizable(algorithm: Algorithm) -> bool:
     """Whether ``algorithm``'s programs may stand for its ``local_update``: the class that
-    defines :meth:`Algorithm.local_program` is the one that defines ``local_update`` or a
-    subclass of it. A subclass that overrides ``local_update`` alone (custom control flow over
+    defines :meth:`Algorithm.local_program` is, or derives from, the class that defines each of
+    the hooks its program reproduces (:attr:`Algorithm.program_hooks`: ``local_update``, and for
+    a wrapper the hooks its ``local_update`` calls); a wrapper's ``base`` method must be
+    vectorizable too. A subclass that overrides ``local_update`` alone (custom control flow over
     an inherited program) is not vectorizable, and neither is a method that defines no program.
 
     >>> class Custom(Algorithm):
@@ -237,9 +243,15 @@ def vectorizable(algorithm: Algorithm) -> bool:
     False
     """
     mro = type(algorithm).__mro__
-    owner_update = next(c for c in mro if "local_update" in vars(c))
     owner_program = next(c for c in mro if "local_program" in vars(c))
-    return owner_program is not Algorithm and issubclass(owner_program, owner_update)
+    if owner_program is Algorithm:
+        return False
+    for hook in algorithm.program_hooks:
+        owner = next(c for c in mro if hook in vars(c))
+        if not issubclass(owner_program, owner):
+            return False
+    base = getattr(algorithm, "base", None)
+    return vectorizable(base) if isinstance(base, Algorithm) else True
 
 
 __all__ = ["AGGREGATIONS", "HEAD", "MODEL", "Algorithm", "ModelAverage", "ClientContext", "Event", "Predictor", "body_arrays", "load_model",

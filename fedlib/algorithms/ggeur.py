@@ -110,6 +110,7 @@ class StatisticsFirst(Algorithm):
     base: Algorithm = field(default_factory=FedAvg)
     suffix = "statistics"
     aggregation = "list"  # round 1 builds the server's knowledge from every client's statistics at once
+    program_hooks = ("local_update", "train_on")  # local_program reproduces train_on's default
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -181,7 +182,7 @@ class StatisticsFirst(Algorithm):
         in the statistics and knowledge rounds (they draw from the generator outside the
         mini-batches), for a wrapper whose :meth:`train_on` is its own, and for a base without
         programs."""
-        if message.kind == REQUEST or type(self).train_on is not StatisticsFirst.train_on or not vectorizable(self.base):
+        if message.kind == REQUEST or not vectorizable(self):
             return None
         base_state, cache = self._split(state)
         if not cache:
