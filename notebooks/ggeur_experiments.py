@@ -69,6 +69,7 @@ embedding_scale = None  # multiplies every label-skew embedding (exercise 1: 0.1
 encoder_sees = None  # "all": the domain encoder trains on every domain's public part; "mnist": on MNIST's only
 clip_checkpoint = None  # optional: path of a local open_clip checkpoint (ViT-B-32); never downloaded
 execution = "vectorized"  # "vectorized": a round's clients train stacked where the method allows; "sequential"
+workers = 1  # processes the seeds run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
 results_dir = None  # where tidy results are saved (None: not saved)
 
 # %% tags=["hide-input"]
@@ -95,6 +96,7 @@ from fedlib.federation import make_federation
 from fedlib.geometry import augment, class_shapes, similarity_matrix
 from fedlib.engines.vectorized import SequentialFallback
 from fedlib.loop import EXECUTIONS, LoopConfig, run_federated
+from fedlib.parallel import map_parallel
 from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
@@ -419,20 +421,29 @@ def label_federation(e, beta, s):
 LABEL_METHODS = ["FedAvg", "FedAvg, matched steps", "FedAvg, rebalanced", "+GGEUR (code: N(x, Σ))", "+GGEUR (paper: λ scaling)",
                  "FedMix-style", "FedMix-style, matched steps", "FedFA-style"]
 G = "+GGEUR (code: N(x, Σ))"
-label_rows, curves, label_seconds = [], {}, 0.0
-for s in SEEDS:
+def label_seed(s):
+    """Seed s of the label-skew experiment: its rows, its accuracy curves and its seconds of training."""
+    rows, curves_s, seconds = [], {}, 0.0
     enc_s, emb_s, _ = (encoder, emb, n_public) if s == seed else label_embeddings(s)
     lin_fn = classifier_fn(P.label_classifier, enc_s.dim, emb_s.n_classes)
     for beta in P.betas:
         fed = label_federation(emb_s, beta, s)
         for name, (alg, extra) in label_methods(fed, emb_s.n_classes, P.total_per_class).items():
             res, curve, secs = run(alg, fed, lin_fn, P.rounds, extra, s)
-            curves[(s, beta, name)] = curve
-            label_seconds += secs
-            label_rows.append({"seed": s, "beta": beta, "method": name, "accuracy (%)": 100 * res.summary()["global"],
-                               "early (%)": 100 * float(curve.get(early, np.nan))})
+            curves_s[(s, beta, name)] = curve
+            seconds += secs
+            rows.append({"seed": s, "beta": beta, "method": name, "accuracy (%)": 100 * res.summary()["global"],
+                         "early (%)": 100 * float(curve.get(early, np.nan))})
             if results_dir is not None:
-                res.save(Path(results_dir) / f"label_seed{s}_beta{beta}_{len(label_rows)}")
+                res.save(Path(results_dir) / f"label_seed{s}_beta{beta}_{len(rows)}")
+    return rows, curves_s, seconds
+
+
+label_rows, curves, label_seconds = [], {}, 0.0
+for rows_s, curves_s, seconds_s in map_parallel(label_seed, SEEDS, workers):  # the seeds are independent
+    label_rows += rows_s
+    curves.update(curves_s)
+    label_seconds += seconds_s
 label = pd.DataFrame(label_rows)
 label_table = seed_table(label, "method", "beta", "accuracy (%)").loc[LABEL_METHODS, P.betas]
 label_table.columns = [f"accuracy (%), β = {b}" for b in P.betas]
@@ -610,19 +621,27 @@ def domain_row(alg, extra, fed_s, mlp_fn, names, s):
     return row, res, secs
 
 
-dom_rows, sim_rows, dom_seconds = [], [], 0.0
-for s in SEEDS:
+def domain_seed(s):
+    """Seed s of the domain-skew experiment: its rows, its similarity rows and matrices, its seconds."""
+    rows, seconds = [], 0.0
     d_all, _, enc_s, e_s, fed_s, _, _ = (dom, dpub, dom_encoder, dom_emb, dom_fed, domain_sizes, dom_n_public) if s == seed \
         else domain_federation(s)
     mlp_fn = classifier_fn(P.domain_classifier, enc_s.dim, e_s.n_classes, hidden=P.hidden)
     for (bname, vname), (alg, extra) in domain_runs(fed_s).items():
         row, res, secs = domain_row(alg, extra, fed_s, mlp_fn, d_all.domain_names, s)
-        dom_seconds += secs
-        dom_rows.append({"seed": s, "base": bname, "method": vname, **row})
+        seconds += secs
+        rows.append({"seed": s, "base": bname, "method": vname, **row})
         if results_dir is not None:
-            res.save(Path(results_dir) / f"domain_seed{s}_{bname}_{len(dom_rows)}")
-    rows_s, mats_s = similarity_rows(s, d_all, e_s)
-    sim_rows += rows_s
+            res.save(Path(results_dir) / f"domain_seed{s}_{bname}_{len(rows)}")
+    sims, mats = similarity_rows(s, d_all, e_s)
+    return rows, sims, mats, seconds
+
+
+dom_rows, sim_rows, dom_seconds = [], [], 0.0
+for s, (rows_s, sims_s, mats_s, seconds_s) in zip(SEEDS, map_parallel(domain_seed, SEEDS, workers)):
+    dom_rows += rows_s
+    sim_rows += sims_s
+    dom_seconds += seconds_s
     if s == seed:
         first_mats = mats_s
 domain = pd.DataFrame(dom_rows)

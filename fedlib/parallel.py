@@ -1,0 +1,118 @@
+"""Independent runs in parallel worker processes: a chapter's seeds on a laptop's cores.
+
+A chapter's seeds are independent: each run derives every random stream from its own seed
+(:mod:`fedlib.rng`), so the runs of seed 0 give the same bits whether they execute in this
+process or in another one, before or after seed 1's. :func:`map_parallel` maps a function over
+such items in ``workers`` processes and returns the results in the items' order, as the plain
+``[fn(item) for item in items]`` would.
+
+The workers are forked from the calling process (``multiprocessing``'s ``"fork"`` start method)
+when the call starts, so ``fn`` may be any function, a lambda or one defined in a notebook, and
+may use whatever the notebook built before the call (the data, the encoders): the children see a
+copy of it, and only the results travel back (pickled). Each worker runs ``threads`` torch threads (default 1), so that ``workers ×
+threads`` matches the cores. Where ``fork`` does not exist (Windows) or is unsafe (macOS, whose
+system libraries may not survive it), ``map_parallel`` runs the items one after another in this
+process, with the same results.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import numbers
+import os
+import sys
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def fork_available() -> bool:
+    """Whether worker processes can be forked here (Linux and the other POSIX systems but macOS)."""
+    return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+
+
+def default_workers() -> int:
+    """The cores this process may use (``os.sched_getaffinity`` where it exists)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+_TASK: tuple[Callable, list] | None = None
+"""The function and items of the running :func:`map_parallel`: forked workers inherit them, so
+only an item's index is sent to a worker and only its result comes back (``fn`` need not pickle)."""
+
+
+def _init_worker(threads: int) -> None:
+    torch.set_num_threads(threads)
+
+
+def _run(index: int):
+    fn, items = _TASK
+    return fn(items[index])
+
+
+def _check_count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, threads: int = 1) -> list[R]:
+    """``[fn(item) for item in items]``, computed in ``workers`` forked processes.
+
+    Parameters
+    ----------
+    fn : a function of one item; its results must pickle (tensors, DataFrames, dataclasses, ...)
+    items : the independent items (e.g. seeds)
+    workers : processes (1, the default: in this process, one item after another)
+    threads : torch threads per worker process
+
+    Returns
+    -------
+    list of ``fn``'s results, in the order of ``items``
+
+    Raises
+    ------
+    ValueError
+        ``workers`` or ``threads`` not an integer >= 1. An exception raised by ``fn`` in a worker
+        is raised here, with the item it was raised for noted.
+
+    >>> map_parallel(lambda s: s * s, [1, 2, 3])
+    [1, 4, 9]
+    """
+    workers = _check_count("workers", workers)
+    threads = _check_count("threads", threads)
+    items = list(items)
+    if workers == 1 or len(items) <= 1 or not fork_available():
+        return [fn(item) for item in items]
+    global _TASK
+    if _TASK is not None:
+        raise RuntimeError("map_parallel cannot be nested: call it from the top level of a notebook or script")
+    _TASK = (fn, items)
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=context, initializer=_init_worker,
+                                 initargs=(threads,)) as pool:
+            futures = [pool.submit(_run, i) for i in range(len(items))]
+            results = []
+            for item, future in zip(items, futures):
+                try:
+                    results.append(future.result())
+                except Exception as err:
+                    err.add_note(f"(raised in a worker process for item {item!r})")
+                    for f in futures:
+                        f.cancel()
+                    raise
+            return results
+    finally:
+        _TASK = None
+
+
+__all__ = ["default_workers", "fork_available", "map_parallel"]
