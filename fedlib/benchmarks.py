@@ -24,9 +24,13 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .algorithms import FedAvg
-from .data import ArrayDataset, load_mnist5k
+from .algorithms.ggeur import LinearClassifier
+from .data import ArrayDataset, load_mnist5k, load_uci_digits
+from .engines import InProcessTransport
+from .engines.vectorized import VectorizedTransport
 from .federation import make_federation
 from .loop import LoopConfig, run_federated
+from .messages import State
 from .models import build_model
 from .protocol import AGGREGATIONS
 from .training import TrainConfig
@@ -193,9 +197,6 @@ class SpeedUp:
 
 
 def _workload(name: str, n_clients: int, seed: int):
-    from .algorithms.ggeur import LinearClassifier  # the classifier of the GGEUR chapter
-    from .data import load_uci_digits
-
     if name == "mlp_digits":
         data = load_uci_digits(size=8)
         fed = make_federation(data, n_clients=n_clients, partition="iid", global_test_per_class=20, seed=seed)
@@ -223,10 +224,6 @@ def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1,
     ValueError
         An unknown workload, or fewer than one client or repeat.
     """
-    from .engines import InProcessTransport
-    from .engines.vectorized import VectorizedTransport
-    from .messages import State
-
     if workload not in WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}; valid: {', '.join(WORKLOADS)}")
     if int(n_clients) < 1 or int(repeats) < 1:

@@ -84,6 +84,8 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
         ``workers`` or ``threads`` not an integer >= 1. An exception raised by ``fn`` in a worker
         is raised here, with the item it was raised for noted.
 
+    Examples
+    --------
     >>> map_parallel(lambda s: s * s, [1, 2, 3])
     [1, 4, 9]
     """
