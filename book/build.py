@@ -116,13 +116,40 @@ def _fedlib_modules() -> dict[str, Path]:
     return out
 
 
+def _lazy_names(modules: dict[str, Path], package: str) -> tuple[dict[str, str], set[str]] | None:
+    """A lazily importing package's ``_LAZY`` map (name -> submodule, read as a literal) and the
+    names its ``__init__`` binds itself; ``None`` for a package without one."""
+    path = modules.get(package)
+    if path is None or path.name != "__init__.py":
+        return None
+    tree = ast.parse(path.read_text())
+    lazy, own = None, set()
+    for node in tree.body:
+        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id == "_LAZY" and node.value is not None:
+            lazy = ast.literal_eval(node.value)
+        elif isinstance(node, ast.ImportFrom):
+            own |= {a.asname or a.name for a in node.names}
+    return None if lazy is None else ({k: f"{package}.{v}" for k, v in lazy.items()}, own)
+
+
 def _imported(tree: ast.AST, module: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
     """The fedlib modules the import statements anywhere in ``tree`` name (submodules where
-    ``from a import b`` names one), ``module`` being the importer's name (for relative imports)."""
+    ``from a import b`` names one), ``module`` being the importer's name (for relative imports).
+
+    A package that imports lazily (``fedlib.algorithms``: a ``_LAZY`` map and a module
+    ``__getattr__``) resolves ``from package import Name`` to the submodule that defines
+    ``Name``; a name it neither maps nor binds itself (``ALGORITHMS``, ``make_algorithm``), or a
+    bare ``import package``, to every submodule it maps."""
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "fedlib"}
+            for a in node.names:
+                if a.name.split(".")[0] == "fedlib":
+                    found.add(a.name)
+                    lazy = _lazy_names(modules, a.name)
+                    if lazy is not None:
+                        found |= set(lazy[0].values())
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = module.split(".") if is_package else module.split(".")[:-1]
@@ -130,8 +157,20 @@ def _imported(tree: ast.AST, module: str, is_package: bool, modules: dict[str, P
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.split(".")[0] == "fedlib":
-                found |= {f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names}
+            if target.split(".")[0] != "fedlib":
+                continue
+            lazy = _lazy_names(modules, target) if target != module else None
+            for a in node.names:
+                if f"{target}.{a.name}" in modules:
+                    found.add(f"{target}.{a.name}")
+                    continue
+                found.add(target)
+                if lazy is not None:
+                    mapped, own = lazy
+                    if a.name in mapped:
+                        found.add(mapped[a.name])
+                    elif a.name not in own:
+                        found |= set(mapped.values())
     return found
 
 

@@ -419,6 +419,31 @@ def test_the_cache_key_covers_the_modules_a_chapter_imports_and_no_other(tmp_pat
     assert build.cache_key("mpt_derivations", {"profile": "book"}) != key
 
 
+def test_a_change_to_one_papers_module_reruns_only_that_papers_chapters():
+    """``fedlib.algorithms`` imports lazily, so a chapter that imports FedAvg from it does not
+    depend on MPT's or GGEUR's module (the build follows the package's ``_LAZY`` map)."""
+    papers = {"fedlib/algorithms/mpt.py": "mpt", "fedlib/tracking.py": "mpt", "fedlib/algorithms/ggeur.py": "ggeur",
+              "fedlib/geometry.py": "ggeur", "fedlib/algorithms/fedgrc.py": "fedgrc", "fedlib/cgrl.py": "fedgrc"}
+    uses = {name: {p.relative_to(ROOT).as_posix() for p in build.chapter_modules(name)} for name in CHAPTERS}
+    for module, paper in papers.items():
+        hit = {name for name, used in uses.items() if module in used}
+        # the performance page lists every registered method (fedlib.algorithms.ALGORITHMS)
+        assert hit - {"performance"} and all(name.startswith(paper) for name in hit - {"performance"}), (module, hit)
+    assert "fedlib/algorithms/fedavg.py" in uses["setting"] and "fedlib/algorithms/mpt.py" not in uses["setting"]
+
+
+def test_the_lazy_registry_gives_every_method_and_its_modules_on_demand():
+    import fedlib.algorithms as algorithms
+
+    assert algorithms.make_algorithm("fedavg").name == "fedavg"
+    assert set(algorithms.ALGORITHMS) >= {"fedavg", "mpt", "cgrl", "ggeur"}
+    assert algorithms.ggeur.LinearClassifier.__module__ == "fedlib.algorithms.ggeur"
+    with pytest.raises(AttributeError, match="has no attribute 'FedNothing'"):
+        algorithms.FedNothing  # noqa: B018
+    with pytest.raises(ValueError, match="unknown algorithm 'nope'; valid: cgrl, ditto"):
+        algorithms.make_algorithm("nope")
+
+
 @pytest.mark.notebook
 def test_a_parallel_build_gives_the_bits_of_a_sequential_one(tmp_path):
     import subprocess

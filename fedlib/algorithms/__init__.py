@@ -3,49 +3,86 @@
 The registry lists training methods only. Deploying a statistical head on a trained backbone
 (:class:`fedlib.deployment.StatHead`) is a deployment rule, not a training method: it sits above
 the round loop in :mod:`fedlib.deployment` and takes a head object, so it is not registered here.
+
+Imports are lazy (PEP 562): ``from fedlib.algorithms import FedAvg`` imports
+``fedlib.algorithms.fedavg`` and what it needs, not every paper's method. So a chapter depends
+only on the methods it uses, and the book's build (whose cache key follows a chapter's imports
+through :data:`_LAZY`) does not re-run the FedGRC chapters when MPT's module changes.
+:data:`ALGORITHMS` and :func:`make_algorithm` import every method.
 """
 
 from __future__ import annotations
 
-from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays
-from .ditto import Ditto
-from .fedavg import FedAvg, FedAvgFT
-from .fedbabu import FedBABU
-from .fedetf import FedETF
-from .fedgrc import CGRL
-from .fedproto import FedProto
-from .fedprox import FedProx
-from .fedrep import FedRep
-from .ggeur import GGEUR, FedFAStyle, FedMixStyle, Rebalanced
-from .mpt import MPT
+import importlib
 
-ALGORITHMS: dict[str, type[Algorithm]] = {
-    "fedavg": FedAvg,
-    "fedavg_ft": FedAvgFT,
-    # personalized-FL baselines (FedGRC and the other chapters)
-    "ditto": Ditto,
-    "fedbabu": FedBABU,
-    "fedetf": FedETF,
-    "fedrep": FedRep,
-    # GGEUR chapter
-    "fedprox": FedProx,
-    "fedproto": FedProto,
-    "ggeur": GGEUR,
-    "fedfa_style": FedFAStyle,
-    "fedmix_style": FedMixStyle,
-    "rebalanced": Rebalanced,
-    # MPT chapter
-    "mpt": MPT,
-    # FedGRC chapter
-    "cgrl": CGRL,
+from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays
+
+_LAZY: dict[str, str] = {
+    "Ditto": "ditto",
+    "FedAvg": "fedavg",
+    "FedAvgFT": "fedavg",
+    "FedBABU": "fedbabu",
+    "FedETF": "fedetf",
+    "CGRL": "fedgrc",
+    "FedProto": "fedproto",
+    "FedProx": "fedprox",
+    "FedRep": "fedrep",
+    "GGEUR": "ggeur",
+    "FedFAStyle": "ggeur",
+    "FedMixStyle": "ggeur",
+    "Rebalanced": "ggeur",
+    "MPT": "mpt",
 }
+"""Each method class and the submodule that defines it (a literal: the build reads it)."""
+
+_REGISTRY: dict[str, str] = {
+    "fedavg": "FedAvg",
+    "fedavg_ft": "FedAvgFT",
+    # personalized-FL baselines (FedGRC and the other chapters)
+    "ditto": "Ditto",
+    "fedbabu": "FedBABU",
+    "fedetf": "FedETF",
+    "fedrep": "FedRep",
+    # GGEUR chapter
+    "fedprox": "FedProx",
+    "fedproto": "FedProto",
+    "ggeur": "GGEUR",
+    "fedfa_style": "FedFAStyle",
+    "fedmix_style": "FedMixStyle",
+    "rebalanced": "Rebalanced",
+    # MPT chapter
+    "mpt": "MPT",
+    # FedGRC chapter
+    "cgrl": "CGRL",
+}
+
+ALGORITHMS: dict[str, type[Algorithm]]
+"""Every registered method class by its name (importing it imports every method)."""
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    elif name == "ALGORITHMS":
+        value = {key: __getattr__(cls) for key, cls in _REGISTRY.items()}
+    elif name in set(_LAZY.values()):  # a submodule as an attribute: fedlib.algorithms.ggeur
+        value = importlib.import_module(f".{name}", __name__)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def make_algorithm(name: str, **kwargs) -> Algorithm:
     """The algorithm registered as ``name``, built with ``kwargs``."""
-    if name not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(sorted(ALGORITHMS))}")
-    return ALGORITHMS[name](**kwargs)
+    registry = __getattr__("ALGORITHMS") if "ALGORITHMS" not in globals() else globals()["ALGORITHMS"]
+    if name not in registry:
+        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(sorted(registry))}")
+    return registry[name](**kwargs)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY) | {"ALGORITHMS"})
 
 
 __all__ = [
