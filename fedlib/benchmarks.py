@@ -16,13 +16,16 @@ from __future__ import annotations
 import functools
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 
 import torch
+from torch.nn import functional as F
 
+from .aggregate import weighted_average
 from .algorithms import FedAvg
 from .algorithms.ggeur import LinearClassifier
 from .data import ArrayDataset, load_mnist5k, load_uci_digits
@@ -33,6 +36,7 @@ from .loop import LoopConfig, run_federated
 from .messages import State
 from .models import build_model
 from .protocol import AGGREGATIONS
+from .rng import INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
 from .training import TrainConfig
 
 MODELS = ("mlp", "cnn")
@@ -254,7 +258,93 @@ def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1,
         torch.set_num_threads(before)
 
 
-__all__ = ["MODELS", "WORKLOADS", "RoundCost", "SpeedUp", "local_training_speed", "round_cost"]
+def hand_written_fedavg(fed, model_fn, cfg: TrainConfig, rounds: int, seed: int) -> dict[str, torch.Tensor]:
+    """FedAvg in plain PyTorch, full participation: the same initial weights, per-client
+    generators, batches, SGD and sample-weighted averaging as fedlib's FedAvg, none of fedlib's
+    machinery (no messages, ledger, states or guard). Returns the final ``state_dict``."""
+    with isolated_torch_rng(derive_seed(seed, INIT)):
+        model = model_fn()
+    global_sd = {k: v.clone() for k, v in model.state_dict().items()}
+    for r in range(1, rounds + 1):
+        states, sizes = [], []
+        for k, client in enumerate(fed.clients):
+            model.load_state_dict(global_sd)
+            model.train()
+            g = torch.Generator().manual_seed(derive_seed(seed, r, k, LOCAL_TRAIN))
+            opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+            x, y = client.train.x, client.train.y
+            for _ in range(cfg.epochs):
+                perm = torch.randperm(len(y), generator=g)
+                for s in range(0, len(y), cfg.batch_size):
+                    idx = perm[s : s + cfg.batch_size]
+                    loss = F.cross_entropy(model(x[idx]), y[idx])
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt.step()
+            states.append({k2: v.detach().clone() for k2, v in model.state_dict().items()})
+            sizes.append(len(y))
+        global_sd = weighted_average(states, sizes)
+    return global_sd
+
+
+@dataclass(frozen=True)
+class LoopOverhead:
+    """fedlib's round loop against :func:`hand_written_fedavg` on the same work.
+
+    Attributes
+    ----------
+    model, n_clients, rounds : the workload (FedAvg, MNIST-5k, Dirichlet 0.3, full participation)
+    fedlib_s, hand_s : median seconds of the whole run (``repeats`` alternating runs of each)
+    identical : whether the two final models are equal bit for bit
+    """
+
+    model: str
+    n_clients: int
+    rounds: int
+    fedlib_s: float
+    hand_s: float
+    identical: bool
+
+    @property
+    def ratio(self) -> float:
+        """fedlib's time over the hand-written loop's (1: no overhead)."""
+        return self.fedlib_s / self.hand_s
+
+
+def loop_overhead(model: str = "cnn", *, n_clients: int = 20, rounds: int = 3, repeats: int = 3,
+                  seed: int = 0) -> LoopOverhead:
+    """Time fedlib's FedAvg (:func:`fedlib.loop.run_federated`, no evaluation) and
+    :func:`hand_written_fedavg` alternately ``repeats`` times on the same federation; compare the
+    medians and the final weights.
+
+    Raises
+    ------
+    ValueError
+        An unknown model, or fewer than one client, round or repeat.
+    """
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}; valid: {', '.join(MODELS)}")
+    if min(int(n_clients), int(rounds), int(repeats)) < 1:
+        raise ValueError(f"n_clients, rounds and repeats must be >= 1, got {n_clients}, {rounds} and {repeats}")
+    fed = make_federation(load_mnist5k(), n_clients=n_clients, partition="dirichlet", alpha=0.3, min_size=10, seed=seed)
+    model_fn = functools.partial(build_model, model, in_channels=1, n_classes=10, input_size=28)
+    cfg = TrainConfig(epochs=1, batch_size=32, lr=0.05, momentum=0.9)
+    loop_cfg = LoopConfig(rounds=rounds, seed=seed, evaluate_last=False)
+    hand_written_fedavg(fed, model_fn, cfg, 1, seed)  # warm-up (the first calls of the kernels are slow)
+    t_lib, t_hand = [], []
+    for _ in range(int(repeats)):
+        t0 = time.perf_counter()
+        run = run_federated(FedAvg(train=cfg), fed, model_fn, loop_cfg)
+        t_lib.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        hand = hand_written_fedavg(fed, model_fn, cfg, rounds, seed)
+        t_hand.append(time.perf_counter() - t0)
+    same = all(torch.equal(run.server.arrays["model/" + k], v) for k, v in hand.items())
+    return LoopOverhead(model, n_clients, rounds, statistics.median(t_lib), statistics.median(t_hand), same)
+
+
+__all__ = ["MODELS", "WORKLOADS", "LoopOverhead", "RoundCost", "SpeedUp", "hand_written_fedavg", "local_training_speed",
+           "loop_overhead", "round_cost"]
 
 
 if __name__ == "__main__":

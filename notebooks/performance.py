@@ -51,18 +51,19 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
-from fedlib.benchmarks import WORKLOADS, local_training_speed, round_cost
+from fedlib.benchmarks import WORKLOADS, local_training_speed, loop_overhead, round_cost
 from fedlib.chapter import resolve, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.protocol import AGGREGATIONS, vectorizable
 
 PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)
     "smoke": dict(clients=[10, 40], models=["mlp"], fresh_process=False, workloads=["linear", "mlp_digits"], repeats=2,
-                  stack_clients=[5, 20]),
+                  stack_clients=[5, 20], overhead=dict(model="mlp", n_clients=5, rounds=1, repeats=1)),
     "book": dict(clients=[20, 200, 1000], models=["mlp"], fresh_process=True, workloads=list(WORKLOADS), repeats=5,
-                 stack_clients=[5, 10, 20, 40, 80]),
+                 stack_clients=[5, 10, 20, 40, 80], overhead=dict(model="cnn", n_clients=20, rounds=2, repeats=3)),
     "paper": dict(clients=[20, 200, 1000, 5000], models=["mlp", "cnn"], fresh_process=True, workloads=list(WORKLOADS),
-                  repeats=9, stack_clients=[5, 10, 20, 40, 80, 160]),
+                  repeats=9, stack_clients=[5, 10, 20, 40, 80, 160], overhead=dict(model="cnn", n_clients=20, rounds=5,
+                                                                                   repeats=5)),
 }
 P = resolve(PROFILES, profile, clients=clients, models=models, workloads=workloads)
 bad = [w for w in P.workloads if w not in WORKLOADS]
@@ -70,6 +71,33 @@ if bad:
     raise ValueError(f"unknown workloads {bad}; valid: {', '.join(WORKLOADS)}")
 
 # %% [markdown]
+# ## What the loop itself costs
+#
+# fedlib's round loop does more than a training loop: it builds messages, records every one in the
+# ledger, keeps client states, checks replies for NaN and infinity, and folds them. The check below
+# times FedAvg through {func}`fedlib.loop.run_federated` against FedAvg written in plain PyTorch
+# ({func}`fedlib.benchmarks.hand_written_fedavg`: the same initial weights, batches, SGD and
+# averaging, none of the machinery), alternately, on the same federation
+# ({glue:text}`perf_ovh_clients` clients, the {glue:text}`perf_ovh_model`, {glue:text}`perf_ovh_rounds`
+# round(s), medians of {glue:text}`perf_ovh_repeats` runs each).
+
+# %% tags=["hide-input"]
+ovh = loop_overhead(**P.overhead, seed=seed)
+show_table(pd.DataFrame([{"loop": "fedlib (run_federated)", "seconds": ovh.fedlib_s},
+                         {"loop": "hand-written PyTorch", "seconds": ovh.hand_s}]), digits={"seconds": 2}, index=False)
+glue("perf_ovh_clients", ovh.n_clients, display=False)
+glue("perf_ovh_model", {"cnn": "small CNN", "mlp": "MLP"}[ovh.model], display=False)
+glue("perf_ovh_rounds", ovh.rounds, display=False)
+glue("perf_ovh_repeats", P.overhead["repeats"], display=False)
+glue("perf_ovh_ratio", ovh.ratio, display=False)
+glue("perf_ovh_identical", "are identical bit for bit" if ovh.identical else "differ (a defect: the tests require equality)",
+     display=False)
+
+# %% [markdown]
+# fedlib takes {glue:text}`perf_ovh_ratio:.2f` times the hand-written loop's time, and the two final
+# models {glue:text}`perf_ovh_identical`: the loop's bookkeeping costs little next to the training
+# it wraps.
+#
 # ## Peak memory and time against the number of clients
 #
 # One round of FedAvg, every client sampled, no evaluation, one torch thread, MNIST-5k split IID
@@ -212,7 +240,7 @@ glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()
 # is the largest difference between the two paths' replies.
 
 # %% tags=["hide-input"]
-torch.set_num_threads(2)  # this machine's cores: the setting a reader re-runs a chapter in
+# the kernel's torch threads: book/build.py gives each parallel worker its share of the cores
 speed = [local_training_speed(w, repeats=P.repeats, seed=seed) for w in P.workloads]
 WORKLOAD_TEXT = {"linear": "linear head on 512-d frozen embeddings", "mlp_digits": "MLP 64-64-10, UCI digits 8 × 8",
                  "mlp": "MLP 784-256-128-10, MNIST-5k", "cnn": "small CNN (width 32), MNIST-5k 28 × 28"}

@@ -400,3 +400,15 @@ def test_an_error_in_a_client_hook_names_the_client_and_round(tiny_federation, t
     with pytest.raises(ValueError, match="finite") as info:
         run_federated(Broken(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
     assert "raised by client 2's local_update in round 1" in "\n".join(getattr(info.value, "__notes__", []))
+
+
+def test_the_loop_equals_a_hand_written_fedavg_bit_for_bit(tiny_federation, tiny_model_fn):
+    """The benchmark's reference (fedlib.benchmarks.hand_written_fedavg) does fedlib's arithmetic."""
+    from fedlib.algorithms import FedAvg
+    from fedlib.benchmarks import hand_written_fedavg
+    from fedlib.training import TrainConfig
+
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9)
+    run = run_federated(FedAvg(train=cfg), tiny_federation, tiny_model_fn, LoopConfig(rounds=3, seed=2, evaluate_last=False))
+    hand = hand_written_fedavg(tiny_federation, tiny_model_fn, cfg, 3, 2)
+    assert all(torch.equal(run.server.arrays["model/" + k], v) for k, v in hand.items())
