@@ -15,11 +15,16 @@
 # (chapter-performance)=
 # # Performance: a round at cross-device scale, and clients trained together
 #
+# This page measures, when the book is built and on the machine that builds it, what fedlib's
+# machinery costs: the round loop against a hand-written training loop; a round's memory and time
+# against the number of clients it samples; and how much faster a round's clients train when
+# they are stacked into one computation ({ref}`chapter-performance-vectorized`).
+#
 # Cross-device federated learning has thousands of clients with a few samples each, a small
 # share of them sampled in each round (LEAF's FEMNIST has 3,500 writers). A laptop can simulate
-# that only if a round's memory does not grow with the number of clients it samples. This page
-# measures, when the book is built, the peak memory and the time of one FedAvg round against the
-# number of clients, with fedlib's two ways of aggregating the replies:
+# that only if a round's memory does not grow with the number of clients it samples. The second
+# section measures the peak memory and the time of one FedAvg round against the number of
+# clients, with fedlib's two ways of aggregating the replies:
 #
 # - **the fold** (the default of every method that averages): each client's reply is added to a
 #   running sum as it arrives and freed ({class}`fedlib.aggregate.WeightedMean`), so the server
@@ -322,4 +327,15 @@ glue("perf_vec_stack_hi_ratio", stack[-1].ratio, display=False)
 # it and make no claim about its size.
 #
 # `make bench` runs `tests/bench_vectorized.py`: the same table, with the speed-ups against their
-# targets.
+# targets, and `tests/bench_chapter.py`: the GGEUR experiments chapter executed one client after
+# another in one process, and with vectorized clients and its seeds in two worker processes
+# ({func}`fedlib.parallel.map_parallel`, the chapter's parameter `workers`), side by side.
+#
+# ## The book's own build
+#
+# `book/build.py` executes independent chapters in parallel worker processes (one per core, each
+# with its share of torch threads) and caches each chapter under a key of what it executes: its
+# notebook, the fedlib modules it imports (followed transitively, and through the lazy registry
+# `fedlib.algorithms`, so that a change to MPT's module re-runs MPT's chapters and not FedGRC's),
+# its parameters and the requirements. Each chapter's minutes at the smoke and book profiles, read
+# from the build's own records, are on {ref}`the teaching page <chapter-teaching>`.

@@ -167,10 +167,10 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
     C = len(steps)
     mu = float(phase.mu)
     params = {n: weights[n].clone() for n in trained}
-    state1 = {n: None for n in trained}  # momentum buffer or Adam's first moment
-    state2 = {n: torch.zeros_like(params[n]) for n in trained} if cfg.optimizer == "adam" else {}
-    if cfg.optimizer == "adam":
-        state1 = {n: torch.zeros_like(params[n]) for n in trained}
+    adam = cfg.optimizer == "adam"
+    # SGD's momentum buffers (made at the first step) or Adam's first and second moments, (clients, ...) each
+    state1 = {n: torch.zeros_like(params[n]) if adam else None for n in trained}
+    state2 = {n: torch.zeros_like(params[n]) for n in trained} if adam else {}
     beta1, beta2, eps = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults
 
     # the forward pass of every stacked client at once; the backward pass is autograd's on the sum of
@@ -204,7 +204,7 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
                 p, d = params[n][:a], g[n]
                 if cfg.weight_decay:
                     d = d.add(p, alpha=cfg.weight_decay)
-                if cfg.optimizer == "sgd":
+                if not adam:
                     if cfg.momentum:
                         if t == 0:
                             state1[n] = d.clone()  # torch.optim.SGD: the first buffer is the gradient
