@@ -219,7 +219,7 @@ def _workload(name: str, n_clients: int, seed: int):
 def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1, repeats: int = 5, seed: int = 0,
                          threads: int | None = None) -> SpeedUp:
     """One round's local training (FedAvg, SGD with momentum, batch 32, ``epochs`` epochs) of
-    ``n_clients`` clients, sequential (:class:`fedlib.engines.InProcessTransport`) and vectorized
+    ``n_clients`` clients, sequential (:class:`fedlib.engines.inprocess.InProcessTransport`) and vectorized
     (:class:`fedlib.engines.vectorized.VectorizedTransport`), timed alternately ``repeats``
     times each in this process; the medians are compared.
 

@@ -159,8 +159,9 @@ class Algorithm:
     ``"list"`` too, with the reason."""
 
     program_hooks: tuple[str, ...] = ("local_update",)
-    """The hooks whose work :meth:`local_program` reproduces; overriding one of them in a subclass
-    without overriding ``local_program`` too makes the method sequential (:func:`vectorizable`)."""
+    """The hooks whose work :meth:`~fedlib.protocol.Algorithm.local_program` reproduces; overriding
+    one of them in a subclass without overriding ``local_program`` too makes the method sequential
+    (:func:`~fedlib.protocol.vectorizable`)."""
 
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model))
@@ -182,7 +183,7 @@ class Algorithm:
     def local_update(
         self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
     ) -> tuple[State, Message]:
-        """The client's local work. Default: run :meth:`local_program` in ``ctx.model``
+        """The client's local work. Default: run :meth:`~fedlib.protocol.Algorithm.local_program` in ``ctx.model``
         (a method either returns a program there, or overrides this hook)."""
         program = self.local_program(ctx, state, message, data)
         if program is None:
@@ -193,11 +194,11 @@ class Algorithm:
         """This round's local work as a :class:`~fedlib.training.LocalProgram` (phases of SGD or
         Adam steps on cross-entropy, optionally with a proximal term), or ``None`` when it is not
         of that form (custom losses or control flow). A method that returns a program here and
-        leaves :meth:`local_update` to the default runs the same program sequentially or, with
+        leaves :meth:`~fedlib.protocol.Algorithm.local_update` to the default runs the same program sequentially or, with
         ``LoopConfig(execution="vectorized")``, batched with the round's other clients; a method
-        that overrides :meth:`local_update` must return a program only where running it is
-        exactly what its ``local_update`` does (:func:`vectorizable` checks which class defines
-        each hook)."""
+        that overrides :meth:`~fedlib.protocol.Algorithm.local_update` must return a program only where running it is
+        exactly what its ``local_update`` does (:func:`~fedlib.protocol.vectorizable` checks
+        which class defines each hook)."""
         return None
 
     def aggregator(self, server: State, round_: int) -> ModelAverage | None:

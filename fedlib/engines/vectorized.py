@@ -229,7 +229,8 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
 
 def train_programs(model: nn.Module, programs: Sequence[LocalProgram], generators: Sequence[torch.Generator]
                    ) -> list[tuple[dict[str, torch.Tensor], float]]:
-    """Run ``programs`` (one per client, all of one :func:`_signature`) as one stacked
+    """Run ``programs`` (one per client, all of one signature: the same phases, input shape and
+    weight shapes) as one stacked
     computation in ``model``'s architecture; client ``c`` draws its batches from
     ``generators[c]``. Returns, per client in the given order, its trained ``state_dict`` and its
     last phase's mean training loss."""
