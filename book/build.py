@@ -389,8 +389,19 @@ def _reason(err: BaseException) -> str:
     return f"{type(err).__name__}: {lines[0] if lines else ''}"
 
 
-def _run(todo: list[tuple], jobs: int, threads: int, t0: float) -> None:
-    """Execute the planned chapters, ``jobs`` at a time (the longest last build first), writing
+def longest_first(todo: list[tuple], hints: dict[str, float]) -> list[tuple]:
+    """The planned chapters ``(name, ..., last seconds)``, the longest expected first: by this
+    profile's last build, else by ``hints`` (the chapter's seconds at another profile), and a
+    chapter with neither first (it may be the longest)."""
+    def expected(t) -> float:
+        return t[-1] if t[-1] is not None else hints.get(t[0], float("inf"))
+
+    return sorted(todo, key=lambda t: -expected(t))
+
+
+def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str, float] | None = None) -> None:
+    """Execute the planned chapters, ``jobs`` at a time (the longest last build first; a chapter
+    this profile never built is placed by ``hints``, its seconds at another profile), writing
     each record as its chapter finishes; after a failure the waiting chapters are cancelled, the
     running ones finish, and the first failure is raised."""
     from fedlib.io import atomic_write_json
@@ -409,7 +420,7 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float) -> None:
     import concurrent.futures
     import multiprocessing
 
-    order = sorted(todo, key=lambda t: -(t[-1] if t[-1] is not None else float("inf")))  # longest first
+    order = longest_first(todo, hints or {})
     errors = []
     t0_wall = time.time() - (time.perf_counter() - t0)
     with concurrent.futures.ProcessPoolExecutor(min(jobs, len(todo)), mp_context=multiprocessing.get_context("spawn")) as pool:
@@ -461,6 +472,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     records = {p: os.path.relpath(chapters if p == profile else output_dir(p) / "chapters", NOTEBOOKS)
                for p in PROFILES}
 
+    hints: dict[str, float] = {}
+
     def plan(group: list[str]) -> list[tuple]:
         todo = []
         for name in group:
@@ -476,6 +489,10 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                 print(f"[cached]   {name}")
                 continue
             todo.append((name, params, key, output, meta, last.get("seconds")))
+            for p in PROFILES:  # a cold build orders by the other profiles' times (the smoke build runs first)
+                other = (chapters if p == profile else output_dir(p) / "chapters") / f"{name}.json"
+                if name not in hints and other.exists() and "seconds" in json.loads(other.read_text()):
+                    hints[name] = float(json.loads(other.read_text())["seconds"])
         return todo
 
     # the chapters that read the build's records run last, once the others' records are written
@@ -489,7 +506,7 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
             estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""
             workers = f", {min(jobs, len(todo))} at a time" if jobs > 1 and len(todo) > 1 else ""
             print(f"[plan]     {len(todo)} chapter(s) to execute{workers}{estimate}", flush=True)
-        _run(todo, jobs, threads, t0)
+        _run(todo, jobs, threads, t0, hints)
     print(f"[built]    {len(names)} chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
     return render_book(out) if render else 0
 

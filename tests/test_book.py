@@ -65,6 +65,12 @@ def stub_execution(tmp_path, monkeypatch):
     return calls
 
 
+def test_a_cold_build_orders_chapters_by_their_times_at_another_profile():
+    todo = [("short", 0, 0, 0, 0, None), ("long", 0, 0, 0, 0, None), ("known", 0, 0, 0, 0, 50.0), ("new", 0, 0, 0, 0, None)]
+    order = [t[0] for t in build.longest_first(todo, {"short": 2.0, "long": 30.0})]
+    assert order == ["new", "known", "long", "short"]  # unknown first, then this profile's 50 s, then the hints
+
+
 def test_a_non_book_profile_builds_into_its_own_folder(stub_execution, tmp_path):
     assert build.output_dir("book") == build.BOOK
     assert build.build("smoke", CHAPTERS[:1], {}, render=False, force=False) == 0
