@@ -251,7 +251,7 @@ def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1,
                 times[name].append(time.perf_counter() - t0)
         diff = max(float((a.arrays[n] - b.arrays[n]).abs().max())
                    for a, b in zip(replies["sequential"], replies["vectorized"]) for n in a.arrays)
-        med = {k: sorted(v[1:])[len(v[1:]) // 2] for k, v in times.items()}
+        med = {k: statistics.median(v[1:]) for k, v in times.items()}
         n_parameters = sum(p.numel() for p in model_fn().parameters())
         return SpeedUp(workload, fed.n_clients, n_parameters, med["sequential"], med["vectorized"], diff)
     finally:
@@ -261,7 +261,15 @@ def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1,
 def hand_written_fedavg(fed, model_fn, cfg: TrainConfig, rounds: int, seed: int) -> dict[str, torch.Tensor]:
     """FedAvg in plain PyTorch, full participation: the same initial weights, per-client
     generators, batches, SGD and sample-weighted averaging as fedlib's FedAvg, none of fedlib's
-    machinery (no messages, ledger, states or guard). Returns the final ``state_dict``."""
+    machinery (no messages, ledger, states or guard). Returns the final ``state_dict``.
+
+    Raises
+    ------
+    ValueError
+        ``cfg`` asks for what this loop does not do (Adam, weight decay, ``steps``)."""
+    if cfg.optimizer != "sgd" or cfg.weight_decay or cfg.steps is not None:
+        raise ValueError(f"hand_written_fedavg runs SGD for whole epochs without weight decay; got optimizer={cfg.optimizer!r}, "
+                         f"weight_decay={cfg.weight_decay!r}, steps={cfg.steps!r}")
     with isolated_torch_rng(derive_seed(seed, INIT)):
         model = model_fn()
     global_sd = {k: v.clone() for k, v in model.state_dict().items()}
@@ -339,7 +347,8 @@ def loop_overhead(model: str = "cnn", *, n_clients: int = 20, rounds: int = 3, r
         t0 = time.perf_counter()
         hand = hand_written_fedavg(fed, model_fn, cfg, rounds, seed)
         t_hand.append(time.perf_counter() - t0)
-    same = all(torch.equal(run.server.arrays["model/" + k], v) for k, v in hand.items())
+    same = set(run.server.with_prefix("model/")) == set(hand) and all(
+        torch.equal(run.server.arrays["model/" + k], v) for k, v in hand.items())
     return LoopOverhead(model, n_clients, rounds, statistics.median(t_lib), statistics.median(t_hand), same)
 
 

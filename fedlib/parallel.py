@@ -72,7 +72,9 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
     fn : a function of one item; its results must pickle (tensors, DataFrames, dataclasses, ...)
     items : the independent items (e.g. seeds)
     workers : processes (1, the default: in this process, one item after another)
-    threads : torch threads per worker process
+    threads : torch threads per worker process; the in-process path keeps the caller's. Results
+        are bit for bit those of the plain loop when the caller runs with the same number of
+        threads (a chapter that sets one thread, as the book's build does, and ``threads=1``)
 
     Returns
     -------

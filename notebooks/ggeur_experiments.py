@@ -58,10 +58,10 @@
 # **How it runs.** A round's clients train their classifiers stacked into one computation
 # (`execution = "vectorized"`, {ref}`chapter-performance-vectorized`) wherever the method allows,
 # which gives each client's own update up to float32 rounding; `execution = "sequential"` trains
-# them one after another, and over ten rounds the rounding grows into differences of a few
-# hundredths of a point in the domain accuracies. `workers = 2` runs the seeds in two processes
-# ({func}`fedlib.parallel.map_parallel`) with the same bits, about twice as fast when the chapter
-# runs alone on two cores.
+# them one after another, and over the rounds the rounding grows into small differences in the
+# accuracies, so the two settings do not give the same digits. `workers = 2` runs the seeds in two
+# processes ({func}`fedlib.parallel.map_parallel`) with the same bits, which is faster when the
+# chapter runs alone on a machine with two or more cores.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default, minutes on 2 cores), "paper" (the authors' sizes)
@@ -802,7 +802,8 @@ show_table(pd.Series({"generate one class (ms)": gen_time_ms, "all label-skew ru
 # %% [markdown]
 # One class takes {glue:text}`gen_time_ms:.1f` ms; all label-skew runs together took
 # {glue:text}`label_seconds:.0f` s and the domain-skew runs {glue:text}`domain_seconds:.0f` s
-# (wall-clock on a shared CPU: inflated by other work on the machine).
+# (the runs' wall-clock seconds added up, over the worker processes when `workers` > 1; on a shared
+# CPU, inflated by other work on the machine).
 #
 # (chapter-ggeur-claims)=
 # ## Claims

@@ -47,6 +47,7 @@ results_dir = None  # where the measurements are saved as CSV (None: not saved)
 
 # %% tags=["hide-input"]
 import inspect
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -230,8 +231,8 @@ glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()
 #   separate ones, so the two paths differ by float32 rounding; the tests require 1e-6 on FedAvg,
 #   FedProx, FedRep, FedBABU, FedAvg-FT and GGEUR over ragged clients and partial participation,
 #   and the same seed gives the same bits within either path. The sequential path stays the
-#   loop's default; over many steps the rounding grows into small differences in accuracy (a few
-#   hundredths of a point in the GGEUR chapter, the one chapter that runs vectorized).
+#   loop's default; over many steps the rounding grows into small differences in accuracy, so the
+#   GGEUR chapter, the one chapter that runs vectorized, does not give sequential training's digits.
 # - **What it stacks.** A method stacks when its local work is a
 #   {class}`fedlib.training.LocalProgram` ({func}`fedlib.protocol.vectorizable`):
 #   {glue:text}`perf_vec_methods`. The others ({glue:text}`perf_seq_methods`) have their own losses
@@ -281,7 +282,7 @@ by = {r.workload: r for r in speed}
 def instance(cls):
     try:
         return cls()
-    except TypeError:  # a method with required arguments: not timed here, listed by its class alone
+    except TypeError:  # a method with required arguments cannot be built bare: left out of both lists
         return None
 
 
@@ -304,6 +305,10 @@ glue("perf_vec_stack_lo", P.stack_clients[0], display=False)
 glue("perf_vec_stack_lo_ratio_measured", stack[0].ratio, display=False)
 glue("perf_vec_stack_hi", P.stack_clients[-1], display=False)
 glue("perf_vec_stack_hi_ratio_measured", stack[-1].ratio, display=False)
+cnn = by.get("cnn")
+glue("perf_vec_cnn_reading_measured", "" if cnn is None else
+     f": stacked, the small CNN trains {cnn.ratio:.2f} times as fast as one client after another", display=False)
+glue("perf_cores", os.cpu_count(), display=False)
 glue("perf_vec_stack_reading_measured", "grows" if stack[-1].ratio > 1.1 * stack[0].ratio else
      "falls" if stack[-1].ratio < stack[0].ratio / 1.1 else "stays about the same", display=False)
 
@@ -315,7 +320,7 @@ glue("perf_vec_stack_reading_measured", "grows" if stack[-1].ratio > 1.1 * stack
 # fixed cost, while the larger models' steps are matrix products and convolutions the CPU already
 # runs near its speed one client at a time. A convolution whose weights differ per client becomes a
 # grouped convolution, which the CPU kernels run slower than ungrouped ones, most of all the first
-# layer's (one input channel per group): the small CNN is where stacking loses. The largest
+# layer's (one input channel per group){glue:text}`perf_vec_cnn_reading_measured`. The largest
 # difference between the two paths' replies is {glue:text}`perf_vec_maxdiff:.1e`. With the linear
 # head the speed-up {glue:text}`perf_vec_stack_reading_measured` with the round:
 # {glue:text}`perf_vec_stack_lo_ratio_measured:.1f` times for {glue:text}`perf_vec_stack_lo` clients,
@@ -324,12 +329,12 @@ glue("perf_vec_stack_reading_measured", "grows" if stack[-1].ratio > 1.1 * stack
 # runs vectorized by default (its parameter `execution`), and the chapters that train the CNN keep
 # the sequential path.
 #
-# **What a GPU would change (not measured here: this book is built on 2 CPU cores).** On a GPU the
-# fixed cost per operation is a kernel launch, and a small client's step does not fill the device,
-# so stacking clients is where the GPU's width comes from: the stacked path is written for it
-# (the tensors of a chunk move together; `memory_budget` sizes chunks to the device's memory), and
-# the grouped convolutions that are slow on a CPU are a native case for cuDNN. We have not measured
-# it and make no claim about its size.
+# **What a GPU would change (not measured here: this build ran on {glue:text}`perf_cores` CPU
+# cores and no GPU).** On a GPU the fixed cost per operation is a kernel launch, and a small
+# client's step does not fill the device, so stacking clients is where a GPU's width would come
+# from, and the grouped convolutions that are slow on a CPU are a case cuDNN implements natively.
+# The vectorized transport keeps every tensor on the CPU today: moving a chunk to a device is not
+# implemented. We have not measured a GPU and make no claim about the size of its gain.
 #
 # `make bench` runs `tests/bench_vectorized.py`: the same table, with the speed-ups against their
 # targets, and `tests/bench_chapter.py`: the GGEUR experiments chapter executed one client after

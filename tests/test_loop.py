@@ -411,4 +411,5 @@ def test_the_loop_equals_a_hand_written_fedavg_bit_for_bit(tiny_federation, tiny
     cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9)
     run = run_federated(FedAvg(train=cfg), tiny_federation, tiny_model_fn, LoopConfig(rounds=3, seed=2, evaluate_last=False))
     hand = hand_written_fedavg(tiny_federation, tiny_model_fn, cfg, 3, 2)
+    assert set(run.server.with_prefix("model/")) == set(hand)
     assert all(torch.equal(run.server.arrays["model/" + k], v) for k, v in hand.items())

@@ -66,7 +66,8 @@ def _assert_close(seq, vec):
     FedRep(train=SGD, head_train=TrainConfig(epochs=1, batch_size=8, lr=0.05)),  # a head-only phase, then the body
     FedBABU(train=ADAM, finetune=TrainConfig(epochs=1, batch_size=8, lr=0.01)),
     FedAvgFT(train=TrainConfig(steps=5, batch_size=8, lr=0.05, momentum=0.0, weight_decay=1e-2)),
-], ids=lambda a: a.name)
+    FedProx(train=TrainConfig(epochs=1, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-2), mu=0.1),
+], ids=lambda a: f"{a.name}-{a.train.optimizer}-wd{a.train.weight_decay}")
 def test_vectorized_equals_sequential_on_ragged_clients_and_partial_participation(ragged, algorithm):
     cfg = LoopConfig(rounds=3, participation=0.5, eval_every=1, seed=4)
     seq = run_federated(algorithm, ragged, MODEL, cfg)
@@ -76,6 +77,49 @@ def test_vectorized_equals_sequential_on_ragged_clients_and_partial_participatio
         vec = run_federated(algorithm, ragged, MODEL, cfg, transport=transport)
     assert transport.stacked_clients == 3 * 3 and not transport.notes
     _assert_close(seq, vec)
+
+
+def test_a_small_cnn_stacks_too(ragged):
+    """Convolutions whose weights differ per client (grouped under vmap), GroupNorm, max-pooling."""
+    from fedlib.data import ArrayDataset
+    from fedlib.federation import ClientData, Federation
+
+    def image(ds):
+        return ArrayDataset(ds.x.reshape(-1, 1, 4, 4), ds.y, ds.n_classes, ds.name)
+
+    fed = Federation([ClientData(image(c.train), image(c.test)) for c in ragged.clients], image(ragged.global_test),
+                     ragged.n_classes, ragged.description)
+    cnn = functools.partial(build_model, "cnn", in_channels=1, n_classes=4, input_size=4, width=8, feature_dim=16)
+    cfg = LoopConfig(rounds=2, participation=0.5, seed=3)
+    algorithm = FedAvg(train=TrainConfig(epochs=1, batch_size=8, lr=0.05, momentum=0.9))
+    _assert_close(run_federated(algorithm, fed, cnn, cfg), run_federated(algorithm, fed, cnn, cfg,
+                                                                          transport=VectorizedTransport(fed, cnn, 3)))
+
+
+class _PartlyFrozen(torch.nn.Module):
+    """An MLP with a frozen first layer and a parameter the loss never reaches."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Linear(16, 8)
+        self.body.weight.requires_grad_(False)
+        self.unused = torch.nn.Parameter(torch.ones(3))
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.body(x.flatten(1))))
+
+
+def test_frozen_and_unused_parameters_are_left_as_torch_optim_leaves_them(ragged):
+    cfg = LoopConfig(rounds=2, seed=6)
+    algorithm = FedAvg(train=TrainConfig(epochs=1, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-2))
+    seq = run_federated(algorithm, ragged, _PartlyFrozen, cfg)
+    vec = run_federated(algorithm, ragged, _PartlyFrozen, cfg, transport=VectorizedTransport(ragged, _PartlyFrozen, 6))
+    _assert_close(seq, vec)
+    start = VectorizedTransport(ragged, _PartlyFrozen, 6).initial_model
+    for res in (seq, vec):  # neither trained nor decayed
+        assert torch.equal(res.server.arrays["model/body.weight"], start.body.weight)
+        assert torch.equal(res.server.arrays["model/unused"], start.unused)
 
 
 def test_loop_config_execution_builds_the_vectorized_transport(ragged):
@@ -170,8 +214,10 @@ def test_ggeur_stacks_its_classifier_from_the_third_round():
 
 def test_models_the_stack_cannot_reproduce_are_refused(ragged):
     bn = functools.partial(build_model, "cnn", in_channels=1, n_classes=4, input_size=4, width=8, norm="batch")
-    with pytest.raises(ValueError, match=r"'conv1.1' \(BatchNorm2d\) keeps running statistics.*norm='group'"):
+    with pytest.raises(ValueError, match=r"'conv1.1' \(BatchNorm2d\) normalizes over the batch.*norm='group'"):
         VectorizedTransport(ragged, bn, 0)
+    with pytest.raises(ValueError, match=r"'0' \(BatchNorm1d\) normalizes over the batch"):  # batch statistics alone
+        check_vectorizable_model(torch.nn.Sequential(torch.nn.BatchNorm1d(2, track_running_stats=False)))
     with pytest.raises(ValueError, match=r"'1' \(Dropout, p=0.5\) draws random numbers"):
         check_vectorizable_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5)))
     check_vectorizable_model(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))  # p = 0 draws nothing
@@ -183,9 +229,10 @@ def test_chunk_size_from_the_memory_budget():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
     assert activation_numel(model, torch.zeros(1, 3)) == 4 + 4 + 2  # the outputs of the three leaf modules
     params = 3 * 4 + 4 + 4 * 2 + 2
-    per_client = 4 * (4 * params + 3 * 10 * (4 + 4 + 2))  # float32: parameters x 4, activations of a batch of 10 x 3
-    assert chunk_size(model, torch.zeros(1, 3), 10, 7 * per_client) == 7
-    assert chunk_size(model, torch.zeros(1, 3), 10, 7 * per_client - 1) == 6
+    # float32: parameters x 8 copies, activations of a batch of 10 x 3, and 100 bytes of the client's inputs
+    per_client = 4 * (8 * params + 3 * 10 * (4 + 4 + 2)) + 100
+    assert chunk_size(model, torch.zeros(1, 3), 10, 7 * per_client, data_bytes=100) == 7
+    assert chunk_size(model, torch.zeros(1, 3), 10, 7 * per_client - 1, data_bytes=100) == 6
     assert chunk_size(model, torch.zeros(1, 3), 10, 1) == 1
 
 
@@ -211,3 +258,45 @@ def test_in_process_default_is_sequential(ragged):
     from fedlib.loop import make_transport
     assert type(make_transport(ragged, MODEL, LoopConfig())) is InProcessTransport
     assert type(make_transport(ragged, MODEL, LoopConfig(execution="vectorized"))) is VectorizedTransport
+
+
+def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bit(ragged):
+    """The sequential path of a LocalProgram is what FedProx and FedRep wrote before they had
+    programs: load, local_train (with the proximal term / head then body), reply."""
+    from torch.nn import functional as F
+
+    from fedlib.algorithms.fedrep import PERSONAL, personal_head
+    from fedlib.messages import prefixed
+    from fedlib.models import HEAD_PREFIX
+    from fedlib.protocol import body_arrays, load_model, model_arrays, update_message, without_head
+    from fedlib.training import local_train, proximal_term
+
+    class WrittenFedProx(FedProx):
+        def local_update(self, ctx, state, message, data, generator):
+            model = load_model(ctx.model, message)
+            anchor = {name: p.detach().clone() for name, p in model.named_parameters()}
+            mu = self.mu
+
+            def loss_fn(m, x, y):
+                return F.cross_entropy(m(x), y) + 0.5 * mu * proximal_term(m, anchor)
+
+            loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
+            return state, update_message(model_arrays(model), len(data.train), loss)
+
+    class WrittenFedRep(FedRep):
+        def local_update(self, ctx, state, message, data, generator):
+            model = load_model(ctx.model, State({**without_head(message.arrays), **personal_head(state, message)}))
+            x, y = data.train.x, data.train.y
+            local_train(model, x, y, self.head_train, generator, params=model.head_parameters())
+            loss = local_train(model, x, y, self.train, generator, params=model.body_parameters())
+            new_state = State(arrays=prefixed(PERSONAL + HEAD_PREFIX, model.head.state_dict()), meta=dict(state.meta))
+            return new_state, update_message(body_arrays(model), len(y), loss)
+
+    cfg = LoopConfig(rounds=2, participation=0.5, seed=8)
+    for new, old in ((FedProx(train=ADAM, mu=0.3), WrittenFedProx(train=ADAM, mu=0.3)),
+                     (FedRep(train=SGD, head_train=SGD), WrittenFedRep(train=SGD, head_train=SGD))):
+        a, b = run_federated(new, ragged, MODEL, cfg), run_federated(old, ragged, MODEL, cfg)
+        assert all(torch.equal(a.server.arrays[k], b.server.arrays[k]) for k in b.server.arrays)
+        assert all(torch.equal(a.client_states[c].arrays[k], b.client_states[c].arrays[k])
+                   for c in b.client_states for k in b.client_states[c].arrays)
+        assert a.frame.equals(b.frame)

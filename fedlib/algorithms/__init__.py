@@ -75,10 +75,9 @@ def __getattr__(name: str):
 
 def make_algorithm(name: str, **kwargs) -> Algorithm:
     """The algorithm registered as ``name``, built with ``kwargs``."""
-    registry = __getattr__("ALGORITHMS") if "ALGORITHMS" not in globals() else globals()["ALGORITHMS"]
-    if name not in registry:
-        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(sorted(registry))}")
-    return registry[name](**kwargs)
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; valid: {', '.join(sorted(_REGISTRY))}")
+    return __getattr__(_REGISTRY[name])(**kwargs)  # imports that method's module only
 
 
 def __dir__() -> list[str]:

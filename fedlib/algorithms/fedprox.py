@@ -11,6 +11,7 @@ aggregation are FedAvg's. With ``mu = 0`` it is FedAvg exactly.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..messages import Message, State
@@ -27,8 +28,9 @@ class FedProx(Algorithm):
     name = "fedprox"
 
     def __post_init__(self) -> None:
-        if not self.mu >= 0:
-            raise ValueError(f"mu must be >= 0, got {self.mu}")
+        if not (isinstance(self.mu, (int, float)) and not isinstance(self.mu, bool) and math.isfinite(self.mu)
+                and self.mu >= 0):
+            raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
 
     def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """Eq. (2): local SGD on cross-entropy plus the proximal term around the broadcast :math:`w^t`."""

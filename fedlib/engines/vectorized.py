@@ -36,10 +36,12 @@ method without programs (custom losses or control flow: CGRL, Ditto, FedProto, M
 client whose program cannot be formed this round runs sequentially; the transport says so once
 per method (:attr:`VectorizedTransport.notes`).
 
-Memory. Clients are processed in chunks. The chunk size is the memory budget divided by one
-client's estimated footprint: its parameters four times over (weights, gradient, two optimizer
-buffers) and its activations for one batch (measured once with forward hooks on a one-sample
-input, times the batch size and three for the backward pass).
+Memory. Clients are processed in chunks. The chunk size is the memory budget divided by an
+estimate of one client's footprint (:func:`chunk_size`): its parameters eight times over (the
+stacked, sorted and trained copies, the gradient, two optimizer buffers, a proximal anchor), its
+activations for one batch (measured once with forward hooks on a one-sample input, times the
+batch size and three for the backward pass) and its training inputs. It is an estimate, not a
+hard bound: temporaries of the kernels come on top.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ from ..training import LocalProgram, Phase, minibatches
 from .inprocess import InProcessTransport
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20
-"""Bytes the stacked clients of one chunk may take (parameters, optimizer state, activations)."""
+"""Bytes the stacked clients of one chunk are estimated to take (:func:`chunk_size`)."""
 
 
 class SequentialFallback(UserWarning):
@@ -70,13 +72,15 @@ class SequentialFallback(UserWarning):
 
 
 def check_vectorizable_model(model: nn.Module) -> None:
-    """Refuse a model whose training step the stacked computation cannot reproduce: a module
-    with running statistics (BatchNorm) or a dropout layer with ``p > 0``."""
+    """Refuse a model whose training step the stacked computation cannot reproduce: a BatchNorm
+    layer (batch statistics, which padding would bias, and running statistics) or a dropout layer
+    with ``p > 0``."""
     for name, module in model.named_modules():
-        if isinstance(module, nn.modules.batchnorm._NormBase) and module.track_running_stats:
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
             raise ValueError(
-                f"module {name!r} ({type(module).__name__}) keeps running statistics, which vectorized clients cannot "
-                "update per client; use norm='group' (fedlib's default) or LoopConfig(execution='sequential')")
+                f"module {name!r} ({type(module).__name__}) normalizes over the batch (and may keep running statistics), "
+                "which vectorized clients cannot reproduce with padded batches; use norm='group' (fedlib's default) or "
+                "LoopConfig(execution='sequential')")
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
             raise ValueError(
                 f"module {name!r} ({type(module).__name__}, p={module.p}) draws random numbers in training, which "
@@ -104,12 +108,20 @@ def activation_numel(model: nn.Module, sample: torch.Tensor) -> int:
     return total
 
 
-def chunk_size(model: nn.Module, sample: torch.Tensor, batch_size: int, memory_budget: int) -> int:
-    """How many clients one chunk stacks: ``memory_budget`` bytes over one client's footprint
-    (see the module's docstring); at least 1."""
+PARAMETER_COPIES = 8
+"""Copies of a client's parameters a chunk holds at most: the stacked start weights, their sorted
+copy, the trained copy, the gradient, two optimizer buffers and, with a proximal term, the anchor
+and its sorted copy."""
+
+
+def chunk_size(model: nn.Module, sample: torch.Tensor, batch_size: int, memory_budget: int, data_bytes: int = 0) -> int:
+    """How many clients one chunk stacks: ``memory_budget`` bytes over an estimate of one
+    client's footprint: :data:`PARAMETER_COPIES` copies of its parameters, three times the
+    activations of one batch (measured on ``sample``, shape ``(1, ...)``) and ``data_bytes`` (its
+    training inputs, which the chunk concatenates); at least 1."""
     n_params = sum(p.numel() for p in model.parameters())
     itemsize = next(model.parameters()).element_size()
-    per_client = itemsize * (4 * n_params + 3 * batch_size * activation_numel(model, sample))
+    per_client = itemsize * (PARAMETER_COPIES * n_params + 3 * batch_size * activation_numel(model, sample)) + data_bytes
     return max(1, int(memory_budget // per_client))
 
 
@@ -162,7 +174,8 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
     place. Returns each client's mean loss."""
     cfg = phase.train
     names = [n for n, _ in model.named_parameters()]
-    trained = [n for n in names if phase.trains(n)]
+    # as torch.optim skips a parameter without a gradient: one that does not require it is not trained
+    trained = [n for n, p in model.named_parameters() if phase.trains(n) and p.requires_grad]
     steps = data.steps
     C = len(steps)
     mu = float(phase.mu)
@@ -188,10 +201,11 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
         if mu:  # FedProx, Eq. (2), over every parameter as proximal_term sums it (a frozen one adds a constant)
             every = {**frozen, **leaves}
             per = per + 0.5 * mu * sum(((every[n] - a[n]) ** 2).flatten(1).sum(1) for n in names)
-        grads = torch.autograd.grad(per.sum(), list(leaves.values()))
+        grads = torch.autograd.grad(per.sum(), list(leaves.values()), allow_unused=True)
         return dict(zip(leaves, grads)), per.detach()
 
     totals = [0.0] * C
+    model.train()  # as local_train: a module whose forward reads self.training sees training mode
     for t in range(max(steps, default=0)):
         a = sum(1 for s in steps if s > t)  # clients still training: a prefix of the sorted stack
         frozen = {n: v[:a] for n, v in weights.items() if n not in params}
@@ -202,11 +216,13 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
         with torch.no_grad():
             for n in trained:
                 p, d = params[n][:a], g[n]
+                if d is None:  # a parameter the loss does not reach: torch.optim skips it (no decay, no momentum)
+                    continue
                 if cfg.weight_decay:
                     d = d.add(p, alpha=cfg.weight_decay)
                 if not adam:
                     if cfg.momentum:
-                        if t == 0:
+                        if state1[n] is None:
                             state1[n] = d.clone()  # torch.optim.SGD: the first buffer is the gradient
                         else:
                             state1[n][:a].mul_(cfg.momentum).add_(d)
@@ -222,6 +238,7 @@ def _train_phase(model: nn.Module, phase: Phase, weights: dict[str, torch.Tensor
                     p.addcdiv_(m1, denom, value=-step_size)
         for c, v in enumerate(losses.tolist()):
             totals[c] += v
+    model.eval()
     for n in trained:
         weights[n] = params[n]
     return [totals[c] / steps[c] if steps[c] else float("nan") for c in range(C)]
@@ -317,7 +334,10 @@ class VectorizedTransport(InProcessTransport):
                 i += 1
                 continue
             sig = _signature(programs[k])
-            size = self._chunk_size(sig, programs[k])
+            # the footprint is measured on a client with data (an empty one has no sample)
+            sized = next((programs[c] for c in order[i:] if programs[c] is not None and len(programs[c].x)
+                          and _signature(programs[c]) == sig), programs[k])
+            size = self._chunk_size(sig, sized)
             chunk = [k]
             while (len(chunk) < size and i + len(chunk) < len(order) and programs[order[i + len(chunk)]] is not None
                    and _signature(programs[order[i + len(chunk)]]) == sig):
@@ -345,9 +365,10 @@ class VectorizedTransport(InProcessTransport):
         if sig not in self._chunk:
             batch = max(ph.train.batch_size for ph in program.phases)
             self._workspace.load_state_dict(program.weights)
-            self._chunk[sig] = chunk_size(self._workspace, program.x[:1], batch, self.memory_budget)
+            data_bytes = program.x.numel() * program.x.element_size()
+            self._chunk[sig] = chunk_size(self._workspace, program.x[:1], batch, self.memory_budget, data_bytes)
         return self._chunk[sig]
 
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "SequentialFallback", "VectorizedTransport", "activation_numel", "check_vectorizable_model", "chunk_size",
+__all__ = ["DEFAULT_MEMORY_BUDGET", "PARAMETER_COPIES", "SequentialFallback", "VectorizedTransport", "activation_numel", "check_vectorizable_model", "chunk_size",
            "train_programs"]
