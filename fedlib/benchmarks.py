@@ -216,9 +216,9 @@ def _workload(name: str, n_clients: int, seed: int):
     return fed, functools.partial(build_model, name, in_channels=1, n_classes=10, input_size=28)
 
 
-def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1, repeats: int = 5, seed: int = 0,
-                         threads: int | None = None) -> SpeedUp:
-    """One round's local training (FedAvg, SGD with momentum, batch 32, ``epochs`` epochs) of
+def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1, batch_size: int = 32, repeats: int = 5,
+                         seed: int = 0, threads: int | None = None) -> SpeedUp:
+    """One round's local training (FedAvg, SGD with momentum, ``batch_size``, ``epochs`` epochs) of
     ``n_clients`` clients, sequential (:class:`fedlib.engines.inprocess.InProcessTransport`) and vectorized
     (:class:`fedlib.engines.vectorized.VectorizedTransport`), timed alternately ``repeats``
     times each in this process; the medians are compared.
@@ -237,7 +237,7 @@ def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1,
         torch.set_num_threads(int(threads))
     try:
         fed, model_fn = _workload(workload, int(n_clients), seed)
-        method = FedAvg(train=TrainConfig(epochs=epochs, batch_size=32, lr=0.05))
+        method = FedAvg(train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=0.05))
         transports = {"sequential": InProcessTransport(fed, model_fn, seed), "vectorized": VectorizedTransport(fed, model_fn, seed)}
         down = method.broadcast(method.init_server(transports["sequential"].initial_model), 1)
         messages = {k: down for k in range(fed.n_clients)}

@@ -103,7 +103,7 @@ from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train
 from fedlib.federation import make_federation
 from fedlib.geometry import augment, class_shapes, similarity_matrix
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.loop import EXECUTIONS, LoopConfig, run_federated
+from fedlib.loop import LoopConfig, run_federated
 from fedlib.parallel import map_parallel
 from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
@@ -113,8 +113,7 @@ from fedlib.training import TrainConfig
 # wrappers from the third round on; FedProto and FedMix-style train one client after another, as do the
 # statistics rounds. That is said once per method as a SequentialFallback warning, silenced here.
 warnings.filterwarnings("ignore", category=SequentialFallback)
-if execution not in EXECUTIONS:
-    raise ValueError(f"unknown execution {execution!r}; valid: {', '.join(EXECUTIONS)}")
+LoopConfig(execution=execution)  # the loop's own check of the parameter, before any work
 
 # Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
 # eigh under thread contention was the bottleneck); this sets the kernel process only.

@@ -106,10 +106,9 @@ glue("perf_ovh_identical", "are identical bit for bit" if ovh.identical else "di
 #
 # ## Peak memory and time against the number of clients
 #
-# One round of FedAvg, every client sampled, no evaluation, one torch thread, MNIST-5k split IID
-# while it gives every client {glue:text}`perf_per_client` samples (a synthetic set of 28 × 28
-# images beyond that). The
-# *baseline* is the process's resident memory before the round (the interpreter, torch, the data
+# One round of FedAvg, every client sampled, no evaluation, {glue:text}`perf_round_threads` torch
+# thread(s), MNIST-5k split IID while it gives every client {glue:text}`perf_per_client` samples
+# (a synthetic set of 28 × 28 images beyond that). The *baseline* is the process's resident memory before the round (the interpreter, torch, the data
 # and the clients' splits); the *peak* includes the round.
 
 # %% tags=["hide-input"]
@@ -175,6 +174,7 @@ glue("perf_isolation", "measured each round in a fresh process" if P.fresh_proce
      "(the smoke profile) measured every round in the chapter's own process, so its peaks are not the rounds' alone",
      display=False)
 glue("perf_per_client", inspect.signature(round_cost).parameters["min_per_client"].default, display=False)
+glue("perf_round_threads", inspect.signature(round_cost).parameters["threads"].default, display=False)
 glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()), display=False)
 
 # %% [markdown]
@@ -241,8 +241,9 @@ glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()
 #   GroupNorm and no dropout. Clients are stacked in chunks sized from a memory budget
 #   (`LoopConfig(memory_budget=...)`, {func}`fedlib.engines.vectorized.chunk_size`).
 #
-# The table times one round's local training of {glue:text}`perf_vec_clients` clients (FedAvg, one
-# epoch, batch 32, SGD with momentum, {glue:text}`perf_vec_threads` torch threads), both paths
+# The table times one round's local training of {glue:text}`perf_vec_clients` clients (FedAvg,
+# {glue:text}`perf_vec_epochs` epoch(s), batch {glue:text}`perf_vec_batch`, SGD with momentum,
+# {glue:text}`perf_vec_threads` torch thread(s)), both paths
 # alternating in this process, medians of {glue:text}`perf_vec_repeats` runs each; *max difference*
 # is the largest difference between the two paths' replies.
 
@@ -290,6 +291,8 @@ made = {name: instance(cls) for name, cls in sorted(ALGORITHMS.items())}
 glue("perf_vec_methods", ", ".join(n for n, a in made.items() if a is not None and vectorizable(a)), display=False)
 glue("perf_seq_methods", ", ".join(n for n, a in made.items() if a is not None and not vectorizable(a)), display=False)
 glue("perf_vec_clients", speed[0].n_clients, display=False)
+glue("perf_vec_epochs", inspect.signature(local_training_speed).parameters["epochs"].default, display=False)
+glue("perf_vec_batch", inspect.signature(local_training_speed).parameters["batch_size"].default, display=False)
 glue("perf_vec_threads", torch.get_num_threads(), display=False)
 glue("perf_vec_repeats", P.repeats, display=False)
 best = max(speed, key=lambda r: r.ratio)

@@ -172,12 +172,19 @@ def test_a_misspelled_papermill_parameter_stops_the_notebook_before_any_work(san
         build.execute_chapter("setting", {"profile": "smoke", "sede": 1}, sandbox / "x.ipynb")
 
 
-def test_cache_key_covers_parameters_fedlib_and_requirements(tmp_path, monkeypatch):
+@pytest.fixture
+def project_copy(tmp_path, monkeypatch):
+    """A copy of the notebooks, fedlib and the requirements that build.py reads instead of the project's."""
     for part in ("notebooks", "fedlib"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
     monkeypatch.setattr(build, "ROOT", tmp_path)
     monkeypatch.setattr(build, "NOTEBOOKS", tmp_path / "notebooks")
+    return tmp_path
+
+
+def test_cache_key_covers_parameters_fedlib_and_requirements(project_copy):
+    tmp_path = project_copy
     name = CHAPTERS[0]
     key = build.cache_key(name, {"profile": "book"})
     assert build.cache_key(name, {"profile": "book"}) == key
@@ -405,12 +412,8 @@ def test_a_chapter_offers_its_jupytext_source_and_binder_only_with_a_repository(
     assert config.html_theme_options["use_repository_button"] is False
 
 
-def test_the_cache_key_covers_the_modules_a_chapter_imports_and_no_other(tmp_path, monkeypatch):
-    for part in ("notebooks", "fedlib"):
-        shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
-    monkeypatch.setattr(build, "ROOT", tmp_path)
-    monkeypatch.setattr(build, "NOTEBOOKS", tmp_path / "notebooks")
+def test_the_cache_key_covers_the_modules_a_chapter_imports_and_no_other(project_copy):
+    tmp_path = project_copy
     used = {p.relative_to(tmp_path).as_posix() for p in build.chapter_modules("mpt_derivations")}
     # what the chapter imports, what that imports, and the packages on the way
     assert {"fedlib/__init__.py", "fedlib/chapter.py", "fedlib/tracking.py", "fedlib/data/__init__.py",

@@ -40,14 +40,18 @@ class FedRep(Algorithm):
     head_train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5))  # the head's, first
     name = "fedrep"
 
+    @staticmethod
+    def _arrays(state: State, message: Message) -> State:
+        """The broadcast body with the client's own head (``model/``-prefixed)."""
+        return State({**without_head(message.arrays), **personal_head(state, message)})
+
     def _load(self, ctx: ClientContext, state: State, message: Message) -> torch.nn.Module:
-        arrays = {**without_head(message.arrays), **personal_head(state, message)}
-        return load_model(ctx.model, State(arrays))
+        return load_model(ctx.model, self._arrays(state, message))
 
     def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """The client's head trained on the global body, then the body under that head; the head
         stays in the client's state, the body is the reply."""
-        weights = State({**without_head(message.arrays), **personal_head(state, message)}).with_prefix(MODEL)
+        weights = self._arrays(state, message).with_prefix(MODEL)
         n = len(data.train)
 
         def finish(model, loss):

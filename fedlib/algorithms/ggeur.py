@@ -129,8 +129,7 @@ class StatisticsFirst(Algorithm):
 
     def train_on(self, ctx, state: State, message: Message, data: ClientData, cache: dict[str, Tensor], generator):
         """Local training given the cache: the base's ``local_update`` on the augmented set."""
-        aug = ArrayDataset(cache["x"], cache["y"].long(), data.train.n_classes, data.train.name + "+aug")
-        return self.base.local_update(ctx, state, message, ClientData(aug, data.test), generator)
+        return self.base.local_update(ctx, state, message, self._augmented(data, cache), generator)
 
     # --- hooks ----------------------------------------------------------------------------
     def init_server(self, model: nn.Module) -> State:
@@ -153,6 +152,17 @@ class StatisticsFirst(Algorithm):
         return self.base.eval_broadcast(server, round_)
 
     @staticmethod
+    def _without_knowledge(message: Message) -> Message:
+        """``message`` without the server's knowledge arrays: what the base method receives."""
+        return Message({k: v for k, v in message.arrays.items() if not k.startswith(KNOW)}, dict(message.meta), message.kind)
+
+    @staticmethod
+    def _augmented(data: ClientData, cache: dict[str, Tensor]) -> ClientData:
+        """The client's data with its cached augmented set as the training split."""
+        aug = ArrayDataset(cache["x"], cache["y"].long(), data.train.n_classes, data.train.name + "+aug")
+        return ClientData(aug, data.test)
+
+    @staticmethod
     def _split(state: State) -> tuple[State, dict[str, Tensor]]:
         cache = state.with_prefix(CACHE)
         rest = State({k: v for k, v in state.arrays.items() if not k.startswith(CACHE)}, dict(state.meta))
@@ -171,7 +181,7 @@ class StatisticsFirst(Algorithm):
                     "the statistics round (1) and the knowledge round (2) need full participation (LoopConfig(participation=1.0))"
                 )
             cache = self.prepare(ctx, data.train, knowledge, generator)
-        base_msg = Message({k: v for k, v in message.arrays.items() if not k.startswith(KNOW)}, dict(message.meta), message.kind)
+        base_msg = self._without_knowledge(message)
         new_state, reply = self.train_on(ctx, base_state, base_msg, data, cache, generator)
         new_state = State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta))
         return new_state, reply
@@ -187,9 +197,8 @@ class StatisticsFirst(Algorithm):
         base_state, cache = self._split(state)
         if not cache:
             return None
-        base_msg = Message({k: v for k, v in message.arrays.items() if not k.startswith(KNOW)}, dict(message.meta), message.kind)
-        aug = ArrayDataset(cache["x"], cache["y"].long(), data.train.n_classes, data.train.name + "+aug")
-        program = self.base.local_program(ctx, base_state, base_msg, ClientData(aug, data.test))
+        base_msg = self._without_knowledge(message)
+        program = self.base.local_program(ctx, base_state, base_msg, self._augmented(data, cache))
         if program is None:
             return None
         base_finish = program.finish
@@ -208,7 +217,7 @@ class StatisticsFirst(Algorithm):
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         base_state, _ = self._split(state)
-        base_msg = Message({k: v for k, v in message.arrays.items() if not k.startswith(KNOW)}, dict(message.meta), message.kind)
+        base_msg = self._without_knowledge(message)
         return self.base.deploy(ctx, base_state, base_msg, data, generator)
 
     def on_event(self, server, event):

@@ -14,7 +14,7 @@ from ..messages import Message, State
 from ..metrics import client_predictions_abilities
 from ..protocol import Algorithm, ClientContext, Predictor
 from ..rng import DEPLOY, INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
-from ..training import predict
+from ..training import LocalProgram, predict
 from .base import Transport
 
 
@@ -33,6 +33,15 @@ class Client:
         stream = derive_seed(seed, round_, self.cid, LOCAL_TRAIN)
         with isolated_torch_rng(stream):
             return algorithm.local_update(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
+
+    def program(self, algorithm: Algorithm, state: State, message: Message, round_: int, workspace) -> LocalProgram | None:
+        """The algorithm's :class:`~fedlib.training.LocalProgram` for this client and round (or ``None``)."""
+        return algorithm.local_program(ClientContext(self.cid, round_, workspace, self._n_classes), state, message, self._data)
+
+    def train_generator(self, round_: int, seed: int) -> torch.Generator:
+        """The generator of this client's local training in round ``round_``: the one
+        :meth:`update` hands to ``local_update``."""
+        return torch.Generator().manual_seed(derive_seed(seed, round_, self.cid, LOCAL_TRAIN))
 
     def deploy(
         self, algorithm: Algorithm, state: State, message: Message, round_: int, seed: int, workspace

@@ -47,6 +47,7 @@ hard bound: temporaries of the kernels come on top.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -57,8 +58,7 @@ from torch.nn import functional as F
 
 from ..federation import Federation
 from ..messages import Message, State
-from ..protocol import Algorithm, ClientContext, vectorizable
-from ..rng import LOCAL_TRAIN, derive_seed
+from ..protocol import vectorizable
 from ..training import LocalProgram, Phase, minibatches
 from .inprocess import InProcessTransport
 
@@ -289,11 +289,11 @@ class VectorizedTransport(InProcessTransport):
 
     def __init__(self, federation: Federation, model_fn: Callable[[], nn.Module], seed: int, *,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
-        if not (isinstance(memory_budget, int) and not isinstance(memory_budget, bool) and memory_budget > 0):
+        if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral) or memory_budget < 1:
             raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
         super().__init__(federation, model_fn, seed)
         check_vectorizable_model(self.initial_model)
-        self.memory_budget = memory_budget
+        self.memory_budget = int(memory_budget)
         self.notes: list[str] = []
         """What ran sequentially and why, each said once per method (as a warning too)."""
         self.stacked_clients = 0
@@ -315,9 +315,8 @@ class VectorizedTransport(InProcessTransport):
         order = list(messages)
         programs: dict[int, LocalProgram | None] = {}
         for k in order:
-            ctx = ClientContext(k, round_, self._workspace, self._clients[k]._n_classes)
             try:
-                programs[k] = algorithm.local_program(ctx, states[k], messages[k], self._clients[k]._data)
+                programs[k] = self._clients[k].program(algorithm, states[k], messages[k], round_, self._workspace)
             except Exception as err:
                 err.add_note(f"(raised by client {k}'s local_program in round {round_})")
                 raise
@@ -342,7 +341,7 @@ class VectorizedTransport(InProcessTransport):
             while (len(chunk) < size and i + len(chunk) < len(order) and programs[order[i + len(chunk)]] is not None
                    and _signature(programs[order[i + len(chunk)]]) == sig):
                 chunk.append(order[i + len(chunk)])
-            gens = [torch.Generator().manual_seed(derive_seed(self._seed, round_, c, LOCAL_TRAIN)) for c in chunk]
+            gens = [self._clients[c].train_generator(round_, self._seed) for c in chunk]
             try:
                 trained = train_programs(self._workspace, [programs[c] for c in chunk], gens)
             except Exception as err:
