@@ -40,7 +40,7 @@ class Client:
 
     def train_generator(self, round_: int, seed: int) -> torch.Generator:
         """The generator of this client's local training in round ``round_``: the one
-        :meth:`update` hands to ``local_update``."""
+        ``update`` hands to ``local_update``."""
         return torch.Generator().manual_seed(derive_seed(seed, round_, self.cid, LOCAL_TRAIN))
 
     def deploy(
