@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .data.datasets import _rotate
 from .data import ArrayDataset, global_test_split, make_partition, partition_summary, split_train_test
 from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, derive_seed, numpy_rng
 
@@ -254,5 +255,56 @@ def one_client_per_domain(data: ArrayDataset, domain_sizes: dict[str, int], test
     return fed, sizes
 
 
+def make_rotation_federation(
+    dataset: ArrayDataset,
+    *,
+    n_clients: int,
+    n_rotations: int = 4,
+    global_test_per_class: int = 100,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+) -> tuple[Federation, np.ndarray]:
+    """Covariate shift with equal label frequencies: an IID partition whose clients see their
+    images rotated, ``n_rotations`` rotation groups of contiguous clients (HDC-FL's rotation
+    setting, arXiv:2610.30075, Appendix A: 4 rotations x 5 clients).
+
+    Client ``k`` of group ``g`` (``np.array_split(range(n_clients), n_rotations)[g]``) has its
+    training and local test images rotated by ``g * 360 / n_rotations`` degrees
+    counter-clockwise (``torch.rot90`` for multiples of 90 degrees: exact, no interpolation;
+    bilinear otherwise). The global test set stays unrotated.
+
+    Returns
+    -------
+    (Federation, client_rotation)
+        ``client_rotation`` of shape (n_clients,): each client's group ``g``.
+
+    Examples
+    --------
+    >>> from fedlib.data import ArrayDataset
+    >>> ds = ArrayDataset(torch.rand(80, 1, 4, 4), torch.arange(80) % 4, 4, "toy")
+    >>> fed, rot = make_rotation_federation(ds, n_clients=4, n_rotations=2, global_test_per_class=2)
+    >>> rot.tolist(), fed.description["partition"]
+    ([0, 0, 1, 1], 'rotation')
+    """
+    if isinstance(n_rotations, bool) or not isinstance(n_rotations, (int, np.integer)) or not 1 <= n_rotations <= n_clients:
+        raise ValueError(f"n_rotations must be an integer in [1, n_clients={n_clients}], got {n_rotations!r}")
+    if dataset.x.dim() != 4:
+        raise ValueError(f"rotation needs images of shape (n, c, h, w), got inputs of shape {tuple(dataset.x.shape)}")
+    fed = make_federation(dataset, n_clients=n_clients, partition="iid", global_test_per_class=global_test_per_class,
+                          test_fraction=test_fraction, seed=seed)
+    group = np.empty(n_clients, dtype=np.int64)
+    for g, block in enumerate(np.array_split(np.arange(n_clients), n_rotations)):
+        group[block] = g
+
+    def rotated(ds: ArrayDataset, g: int) -> ArrayDataset:
+        degrees = g * 360 / n_rotations
+        x = torch.rot90(ds.x, int(degrees // 90), dims=(2, 3)) if degrees % 90 == 0 else _rotate(ds.x, degrees)
+        return ArrayDataset(x.contiguous(), ds.y, ds.n_classes, ds.name, ds.domain, ds.domain_names)
+
+    clients = [ClientData(rotated(c.train, int(g)), rotated(c.test, int(g))) for c, g in zip(fed.clients, group)]
+    description = {**fed.description, "partition": "rotation", "n_rotations": int(n_rotations)}
+    return Federation(clients, fed.global_test, fed.n_classes, description), group
+
+
 __all__ = ["ClientData", "DepartureScenario", "Federation", "make_departure_scenario", "make_federation",
-           "one_client_per_domain", "partition_summary"]
+           "make_rotation_federation", "one_client_per_domain", "partition_summary"]

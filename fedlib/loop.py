@@ -14,7 +14,8 @@ Every method in fedlib runs through :func:`run_federated`; a method changes hook
    grow with the number of clients; a method that needs every reply at once keeps the list
    (``aggregation = "list"``);
 6. on the evaluation schedule, every active client (or a seeded sample of them,
-   ``LoopConfig(eval_clients=...)``) receives the server's ``eval_broadcast``, deploys its
+   ``LoopConfig(eval_clients=...)``) receives the server's ``eval_broadcast`` (or its own
+   ``eval_message``, where the method personalizes on the server), deploys its
    predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
 7. the whole run state is checkpointed atomically, so a stopped run resumes bit for bit.
 
@@ -168,6 +169,12 @@ class Server:
         """The evaluation message of round ``round_``, recorded with kind ``eval:<kind>``."""
         down = self._algorithm.eval_broadcast(self.state, round_)
         return Message(arrays=down.arrays, meta=down.meta, kind=f"eval:{down.kind}")
+
+    def eval_message(self, message: Message, client: int, round_: int) -> Message:
+        """Client ``client``'s evaluation message from the round's ``message``
+        (:meth:`fedlib.protocol.Algorithm.eval_message`), recorded with kind ``eval:<kind>``."""
+        own = self._algorithm.eval_message(self.state, message, client, round_)
+        return own if own is message else Message(arrays=own.arrays, meta=own.meta, kind=f"eval:{own.kind}")
 
     def aggregate(self, round_: int, updates: list[tuple[int, Message]]) -> None:
         """Aggregate a list of replies at once (a method with ``aggregation = "list"``)."""
@@ -521,8 +528,8 @@ def _evaluate(algorithm, server, transport, states, active, config, r, ledger) -
     """Every active client (or the round's evaluation sample) receives the evaluation broadcast,
     deploys and is evaluated."""
     clients = _evaluated_clients(active, config.eval_clients, config.seed, r)
-    down = server.eval_broadcast(r)  # one message for every client (it depends on the state and round only)
-    messages = {k: down for k in clients}
+    down = server.eval_broadcast(r)  # one message (it depends on the state and round only) ...
+    messages = {k: server.eval_message(down, k, r) for k in clients}  # ... unless the method personalizes it
     for k in clients:
         ledger.record(r, k, DOWN, messages[k])
     rows = [(r, -1, "eval_sample", float(len(clients)))] if len(clients) < len(active) else []

@@ -14,9 +14,14 @@ hook                runs on     does
 ``local_update``    client      (state, message, data, generator) -> (new state, reply)
 ``local_program``   client      the same local work as data (:class:`~fedlib.training.LocalProgram`),
                                 or ``None``: what lets a vectorized executor batch clients
+``fold``            server      the aggregation rule as a fold over the replies (default: the
+                                sample-weighted mean of the ``model/`` arrays)
 ``aggregate``       server      the new server state from the replies (messages only)
 ``eval_broadcast``  server      the message sent to every active client for evaluation (default:
                                 the training broadcast of that round)
+``eval_message``    server      the evaluation message one client receives (default: the
+                                ``eval_broadcast`` itself; a method that personalizes on the
+                                server, as HDC-FL, returns that client's own)
 ``deploy``          client      the client's deployed predictor, evaluated unchanged by the protocol
 ``on_event``        server      a client left or joined (the server learns the id, nothing else)
 ==================  ==========  ==================================================================
@@ -180,6 +185,14 @@ class Algorithm:
         ``eval:<kind>``."""
         return self.broadcast(server, round_)
 
+    def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
+        """The evaluation message client ``client`` receives in round ``round_``, from the round's
+        :meth:`~fedlib.protocol.Algorithm.eval_broadcast` ``message``. Default: that message itself
+        (every client receives the same). A method that personalizes on the server (HDC-FL's
+        encoder mixtures) returns a message of the client's own; the ledger records each one, so
+        its bytes are counted per client."""
+        return message
+
     def local_update(
         self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
     ) -> tuple[State, Message]:
@@ -201,21 +214,31 @@ class Algorithm:
         which class defines each hook)."""
         return None
 
-    def aggregator(self, server: State, round_: int) -> ModelAverage | None:
+    def fold(self, server: State, round_: int):
+        """The method's aggregation rule as a fold: an object with ``add(client, message)`` and
+        ``finish() -> State``. Default: :class:`ModelAverage` (FedAvg's sample-weighted mean of
+        the ``model/`` arrays); a method with another rule that can stream (HDC-FL's cache,
+        IFCA's per-cluster means) overrides this hook, and both the loop's streaming path and
+        :meth:`~fedlib.protocol.Algorithm.aggregate` run it."""
+        return ModelAverage(server)
+
+    def aggregator(self, server: State, round_: int):
         """The fold the loop feeds this round's replies into, one at a time (``add(client,
         message)``, then ``finish() -> State``), or ``None``: the loop then keeps the replies and
         calls :meth:`aggregate`. ``None`` for a method with ``aggregation = "list"`` and for every
-        method that overrides :meth:`aggregate` (its own rule is what runs, whatever it declares)."""
+        method that overrides :meth:`aggregate` (its own rule is what runs, whatever it declares);
+        otherwise :meth:`~fedlib.protocol.Algorithm.fold`."""
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"{type(self).__name__}.aggregation is {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
         if self.aggregation == "list" or type(self).aggregate is not Algorithm.aggregate:
             return None
-        return ModelAverage(server)
+        return self.fold(server, round_)
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        """Sample-size-weighted average of the updates' ``model/`` arrays: :class:`ModelAverage`
-        folded over the list (the same bits as the loop's streaming fold)."""
-        fold = ModelAverage(server)
+        """The method's :meth:`~fedlib.protocol.Algorithm.fold` (by default the sample-size-weighted
+        average of the updates' ``model/`` arrays, :class:`ModelAverage`) over the list: the same
+        bits as the loop's streaming fold."""
+        fold = self.fold(server, round_)
         for k, m in updates:
             fold.add(k, m)
         return fold.finish()

@@ -48,6 +48,14 @@ ENCODER_TRAIN = 43
 # server-side randomness of the statistical heads, keyed by (round, purpose) or (purpose,)
 CCVR_VIRTUAL = 44
 """CCVR's virtual features on the server (MPT's per-round CCVR baseline, the FedGRC CCVR head)."""
+# server-side clustering (HDC-FL), keyed by (round, purpose)
+HDC_GROUPING = 45
+"""HDC-FL's k-means initializations at a refresh."""
+HDC_RANDOM_GROUPS = 46
+"""HDC-FL's random-groups ablation at a refresh."""
+# IFCA, keyed by (cluster, purpose)
+IFCA_INIT = 47
+"""The initial weights of IFCA's cluster models beyond the first (the run's own initial model)."""
 # chapters
 DATA_SUBSET = 99
 """A chapter's seeded subsample of its data set."""

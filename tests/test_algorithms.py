@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from fedlib.algorithms import ALGORITHMS, make_algorithm
+from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.cgrl import CGRLConfig
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.protocol import Algorithm
@@ -31,6 +32,9 @@ KWARGS = {
     "rebalanced": dict(total_per_class=10),
     "mpt": dict(train=TRAIN, rare_class=1, ldc_epochs=1, ccvr_steps=2, ccvr_virtual=4),
     "cgrl": dict(train=TRAIN, cgrl=CGRLConfig(augment="none", warmup=1)),
+    "fedavg_se": dict(train=TRAIN),
+    "hdcfl": dict(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=2)),
+    "ifca": dict(train=TRAIN, k=2),
 }
 
 

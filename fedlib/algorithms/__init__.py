@@ -27,6 +27,9 @@ _LAZY: dict[str, str] = {
     "FedProto": "fedproto",
     "FedProx": "fedprox",
     "FedRep": "fedrep",
+    "FedAvgSE": "fedrep",
+    "HDCFL": "hdcfl",
+    "IFCA": "ifca",
     "GGEUR": "ggeur",
     "FedFAStyle": "ggeur",
     "FedMixStyle": "ggeur",
@@ -50,6 +53,10 @@ _REGISTRY: dict[str, str] = {
     "fedfa_style": "FedFAStyle",
     "fedmix_style": "FedMixStyle",
     "rebalanced": "Rebalanced",
+    # HDC-FL chapter
+    "fedavg_se": "FedAvgSE",
+    "hdcfl": "HDCFL",
+    "ifca": "IFCA",
     # MPT chapter
     "mpt": "MPT",
     # FedGRC chapter
@@ -85,6 +92,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "ALGORITHMS", "Algorithm", "CGRL", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedBABU", "FedETF",
-    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "MPT", "Rebalanced", "load_model", "make_algorithm", "model_arrays",
+    "ALGORITHMS", "Algorithm", "CGRL", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedAvgSE", "FedBABU", "FedETF",
+    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "HDCFL", "IFCA", "MPT", "Rebalanced", "load_model", "make_algorithm", "model_arrays",
 ]

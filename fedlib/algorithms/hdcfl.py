@@ -1,0 +1,360 @@
+r"""HDC-FL: head-derived clustering, encoder prototypes and soft mixtures, on the server.
+
+Dehghanpour, Noori, Tanghatari, Omidvar and Rabiee, "From Classifier Heads to Encoder Prototypes:
+Personalized Federated Learning with Head-Derived Clustering", arXiv:2610.30075, Section 3 and
+Appendix A. Training is FedAvg-SE's (:class:`~fedlib.algorithms.fedrep.FedAvgSE`: the encoder is
+averaged, each head stays on its client) and is **not changed**; the method adds server work:
+
+1. **Cache** (Section 3.1): each reply carries the client's trained encoder (``model/``, averaged
+   as in FedAvg-SE) and its head (``head/``, never averaged); the server keeps each observed
+   client's latest pair, refreshed together, and its sample count. Unsampled clients keep their
+   last pair.
+2. **Refresh** every ``refresh_every`` rounds (Sections 3.2-3.5): the cached heads become
+   descriptors (:func:`fedlib.clustering.head_descriptors`), k-means with ``k`` chosen by
+   silhouette groups them (:class:`fedlib.clustering.SilhouetteKMeans`), each group's encoder
+   prototype is the size-weighted average of its cached encoders
+   (:func:`fedlib.aggregate.weighted_average`), and each client's membership is a softmax of its
+   descriptor's cosine similarity to the group centroids over a temperature ``T``.
+3. **Gate** (Section 3.5, Appendix A.2): personalization starts once the grouping has been stable
+   for ``patience`` consecutive refreshes (silhouette at least ``min_silhouette``, and either the
+   adjusted Rand index with the previous refresh at least ``min_ari`` or the descriptor drift at
+   most ``max_drift``), or at ``max_activation_round``.
+4. **Personalized encoder** (Section 3.4), sent to each client for evaluation
+   (:meth:`HDCFL.eval_message`) and deployed with the client's own head:
+
+   .. math:: \theta_k = \lambda \sum_j m_{kj} P_j + (1 - \lambda)\, \bar\theta ,
+
+   with :math:`P_j` the prototypes and :math:`\bar\theta` the shared encoder. It is never written
+   back into the cache or the shared trajectory.
+
+The summary the project has gives none of the thresholds, nor the temperature: the defaults of
+:class:`HDCConfig` are this project's choices, documented in the book. Everything the server
+keeps is in its :class:`~fedlib.messages.State` (so checkpoints resume bit for bit): tensors
+``cache/<k>/...``, ``proto/<j>/...``, ``hdcfl/...`` and scalars ``hdcfl_*`` in its metadata;
+:func:`refresh_history` reads the per-refresh diagnostics back as a table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..aggregate import weighted_average
+from ..clustering import (DESCRIPTORS, SilhouetteKMeans, assignment_agreement, descriptor_drift, group_centroids,
+                          hard_membership, head_descriptors, membership_entropy, random_groups, soft_membership)
+from ..messages import Message, State, prefixed
+from ..models import HEAD_PREFIX
+from ..protocol import MODEL, ModelAverage, body_arrays, update_message
+from ..rng import HDC_GROUPING, HDC_RANDOM_GROUPS, derive_seed, numpy_rng
+from .fedrep import FedAvgSE
+
+CACHE = "cache/"
+"""Prefix of the server's cache: ``cache/<client>/model/...`` (encoder), ``cache/<client>/head/...``, ``cache/<client>/n``."""
+HEAD_REPLY = "head/"
+"""Prefix of the head in a client's reply (``head/weight``, ``head/bias``): cached, never averaged."""
+PROTO = "proto/"
+"""Prefix of the encoder prototypes: ``proto/<group>/model/...``."""
+GROUPINGS = ("kmeans", "random")
+"""How a refresh groups the clients: k-means on the descriptors, or random groups (the ablation)."""
+MEMBERSHIPS = ("soft", "hard")
+"""Soft membership (softmax over ``T``) or hard assignment to the closest group (the ablation)."""
+HISTORY_COLUMNS = ("round", "k", "silhouette", "ari", "drift", "entropy", "stable", "active", "n_cached")
+"""The columns of :func:`refresh_history`, one row per refresh."""
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class HDCConfig:
+    """HDC-FL's server settings (every one checked here, with the valid values in the message).
+
+    Attributes
+    ----------
+    rank : r of the low-rank descriptor (the paper: 8), in 1..n_classes
+    descriptor : ``"lowrank"`` (default) or ``"raw"`` (the flattened head, the ablation)
+    k_min, k_max : the range of k tried by silhouette (the paper: 2..8); ``k_min = k_max = 1`` is
+        population-level prototype averaging (the ablation)
+    grouping : ``"kmeans"`` or ``"random"`` (random groups of the chosen k, the ablation)
+    membership : ``"soft"`` (softmax over ``temperature``) or ``"hard"`` (the T -> 0 limit)
+    temperature : T > 0 of the soft membership (cosine similarities lie in [-1, 1])
+    lam : λ in [0, 1], the weight of the prototype mixture against the shared encoder (the paper: 1)
+    refresh_every : R, refresh the grouping every R rounds
+    min_silhouette, min_ari, max_drift, patience : the stability gate (see the module's docstring)
+    max_activation_round : personalization starts at this round at the latest
+    n_init : k-means restarts per k
+    """
+
+    rank: int = 8
+    descriptor: str = "lowrank"
+    k_min: int = 2
+    k_max: int = 8
+    grouping: str = "kmeans"
+    membership: str = "soft"
+    temperature: float = 0.05
+    lam: float = 1.0
+    refresh_every: int = 2
+    min_silhouette: float = 0.1
+    min_ari: float = 0.8
+    max_drift: float = 0.05
+    patience: int = 2
+    max_activation_round: int = 20
+    n_init: int = 10
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.rank) or self.rank < 1:
+            raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
+        if self.descriptor not in DESCRIPTORS:
+            raise ValueError(f"unknown descriptor {self.descriptor!r}; valid: {', '.join(DESCRIPTORS)}")
+        SilhouetteKMeans(self.k_min, self.k_max, self.n_init)  # checks the k range and n_init
+        if self.grouping not in GROUPINGS:
+            raise ValueError(f"unknown grouping {self.grouping!r}; valid: {', '.join(GROUPINGS)}")
+        if self.membership not in MEMBERSHIPS:
+            raise ValueError(f"unknown membership {self.membership!r}; valid: {', '.join(MEMBERSHIPS)}")
+        if not _is_real(self.temperature) or self.temperature <= 0:
+            raise ValueError(f"temperature T must be a finite number > 0, got {self.temperature!r} "
+                             "(hard assignment is membership='hard')")
+        if not _is_real(self.lam) or not 0 <= self.lam <= 1:
+            raise ValueError(f"lam (λ) must be a number in [0, 1], got {self.lam!r}")
+        for name in ("refresh_every", "patience", "max_activation_round"):
+            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
+        if not _is_real(self.min_silhouette) or not -1 <= self.min_silhouette <= 1:
+            raise ValueError(f"min_silhouette must be a number in [-1, 1], got {self.min_silhouette!r}")
+        if not _is_real(self.min_ari) or not -1 <= self.min_ari <= 1:
+            raise ValueError(f"min_ari must be a number in [-1, 1], got {self.min_ari!r}")
+        if not _is_real(self.max_drift) or self.max_drift < 0:
+            raise ValueError(f"max_drift must be a finite number >= 0, got {self.max_drift!r}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The cache
+# ------------------------------------------------------------------------------------------------
+
+
+def cached_clients(server: State) -> list[int]:
+    """The clients with a cached (encoder, head) pair, in increasing order."""
+    return sorted(int(name[len(CACHE):-2]) for name in server.arrays if name.startswith(CACHE) and name.endswith("/n"))
+
+
+def cached_pair(server: State, client: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
+    """Client ``client``'s cached encoder (``{state_dict name: tensor}``, no head), head
+    (``{"weight", "bias"}``) and sample count."""
+    prefix = f"{CACHE}{client}/"
+    if prefix + "n" not in server.arrays:
+        raise ValueError(f"client {client} has no cached (encoder, head) pair: it has not taken part yet "
+                         f"(cached clients: {cached_clients(server)}); personalization needs its head")
+    return (State(server.with_prefix(prefix)).with_prefix(MODEL), State(server.with_prefix(prefix)).with_prefix(HEAD_REPLY),
+            int(server.arrays[prefix + "n"]))
+
+
+def head_matrix(head: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    """A linear head as one matrix ``[W, b]`` of shape ``(C, d + 1)`` (float64)."""
+    return torch.cat([head["weight"].double(), head["bias"].double()[:, None]], dim=1)
+
+
+def cache_entries(client: int, reply: Message) -> dict[str, torch.Tensor]:
+    """What the server caches from client ``client``'s reply: its encoder, head and sample count."""
+    prefix = f"{CACHE}{client}/"
+    arrays = {prefix + k: v for k, v in reply.arrays.items() if k.startswith((MODEL, HEAD_REPLY))}
+    arrays[prefix + "n"] = torch.tensor(int(reply.meta["n_samples"]), dtype=torch.int64)
+    return arrays
+
+
+# ------------------------------------------------------------------------------------------------
+# The refresh: descriptors, groups, prototypes, membership, gate
+# ------------------------------------------------------------------------------------------------
+
+
+def _history(server: State) -> list[list]:
+    """The refresh rows kept in the server's metadata (a JSON text: NaN written as null)."""
+    return json.loads(str(server.meta.get("hdcfl_history", "[]")))
+
+
+def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
+    """The server state after a refresh at round ``round_``: new prototypes, membership and
+    diagnostics from the current cache, and the gate updated. The shared encoder and the cache
+    are returned unchanged."""
+    clients = cached_clients(server)
+    if not clients:
+        return server
+    pairs = [cached_pair(server, k) for k in clients]
+    heads = torch.stack([head_matrix(h) for _, h, _ in pairs])  # (n, C, d + 1)
+    z = head_descriptors(heads, rank=config.rank, kind=config.descriptor).numpy()  # (n, p)
+    if config.k_max > 1 and len(clients) <= config.k_min:
+        return server  # the grouping waits for k_min + 1 cached clients (the silhouette needs k <= n - 1)
+    km = SilhouetteKMeans(config.k_min, config.k_max, config.n_init,
+                          seed=derive_seed(seed, round_, HDC_GROUPING) % 2**32).fit(z)
+    k, labels, centroids = km.k_, km.labels_, km.cluster_centers_
+    if config.grouping == "random":
+        labels = random_groups(len(clients), k, numpy_rng(seed, round_, HDC_RANDOM_GROUPS))
+        centroids = group_centroids(z, labels, k)
+    protos = {}
+    for j in range(k):
+        members = np.flatnonzero(labels == j)
+        proto = weighted_average([pairs[i][0] for i in members], [pairs[i][2] for i in members])
+        protos.update(prefixed(f"{PROTO}{j}/{MODEL}", proto))
+    m = soft_membership(z, centroids, config.temperature) if config.membership == "soft" else hard_membership(z, centroids)
+    gram = torch.as_tensor(z @ z.T)
+    ids = torch.as_tensor(clients, dtype=torch.int64)
+    # stability against the previous refresh, on the clients both saw
+    ari = drift = math.nan
+    if "hdcfl/labels" in server.arrays:
+        prev_ids = server.arrays["hdcfl/clients"].tolist()
+        common = [c for c in clients if c in prev_ids]
+        if len(common) >= 2:
+            now = [clients.index(c) for c in common]
+            before = [prev_ids.index(c) for c in common]
+            ari = assignment_agreement(server.arrays["hdcfl/labels"].numpy()[before], labels[now])
+            drift = descriptor_drift(server.arrays["hdcfl/gram"].numpy()[np.ix_(before, before)],
+                                     gram.numpy()[np.ix_(now, now)])
+    separated = k == 1 or km.silhouette_ >= config.min_silhouette
+    persistent = (not math.isnan(ari) and ari >= config.min_ari) or (not math.isnan(drift) and drift <= config.max_drift)
+    stable = bool(separated and persistent)
+    streak = int(server.meta.get("hdcfl_streak", 0)) + 1 if stable else 0
+    active = bool(server.meta.get("hdcfl_active", False)) or streak >= config.patience or round_ >= config.max_activation_round
+    row = [int(round_), int(k), km.silhouette_, ari, drift, membership_entropy(m), stable, active, len(clients)]
+    row = [None if isinstance(v, float) and math.isnan(v) else v for v in row]
+    arrays = {name: t for name, t in server.arrays.items() if not name.startswith(PROTO)}
+    arrays.update(protos)
+    arrays.update({"hdcfl/clients": ids, "hdcfl/labels": torch.as_tensor(labels, dtype=torch.int64), "hdcfl/gram": gram,
+                   "hdcfl/membership": torch.as_tensor(m)})
+    meta = {**server.meta, "hdcfl_streak": streak, "hdcfl_active": active,
+            "hdcfl_history": json.dumps(_history(server) + [row])}
+    if active and not server.meta.get("hdcfl_active", False):
+        meta["hdcfl_activated_round"] = int(round_)
+    return State(arrays=arrays, meta=meta)
+
+
+def personalized_encoder(server: State, client: int, lam: float) -> dict[str, torch.Tensor]:
+    r"""Client ``client``'s personalized encoder :math:`\lambda \sum_j m_{kj} P_j + (1 - \lambda)\bar\theta`
+    from the last refresh (``{state_dict name: tensor}``, no head), computed in float64 and cast
+    back to each array's dtype."""
+    if "hdcfl/membership" not in server.arrays:
+        raise ValueError("no refresh has run yet: there are no prototypes to personalize with")
+    ids = server.arrays["hdcfl/clients"].tolist()
+    if client not in ids:
+        raise ValueError(f"client {client} has no cached (encoder, head) pair at the last refresh (cached clients: "
+                         f"{ids}); personalization needs its head")
+    weights = server.arrays["hdcfl/membership"][ids.index(client)]  # (k,)
+    shared = {k: v for k, v in server.with_prefix(MODEL).items() if not k.startswith(HEAD_PREFIX)}
+    out = {}
+    for name, s in shared.items():
+        mix = sum(float(weights[j]) * server.arrays[f"{PROTO}{j}/{MODEL}{name}"].double() for j in range(len(weights)))
+        out[name] = (lam * mix + (1.0 - lam) * s.double()).to(s.dtype) if s.is_floating_point() else s
+    return out
+
+
+def refresh_history(server: State) -> pd.DataFrame:
+    """One row per refresh: round, chosen k, silhouette (NaN for one group), ARI and descriptor
+    drift against the previous refresh (NaN at the first), mean membership entropy (nats),
+    whether the grouping was stable, whether personalization was active, and how many clients
+    were cached."""
+    frame = pd.DataFrame(_history(server), columns=list(HISTORY_COLUMNS)).fillna(np.nan)
+    return frame.astype({"round": int, "k": int, "stable": bool, "active": bool, "n_cached": int})
+
+
+# ------------------------------------------------------------------------------------------------
+# The method
+# ------------------------------------------------------------------------------------------------
+
+
+class CacheAndAverage:
+    """HDC-FL's aggregation as a fold: the encoders averaged as FedAvg-SE's (:class:`~fedlib.protocol.ModelAverage`),
+    each reply's (encoder, head) cached, and a refresh on the refresh rounds."""
+
+    def __init__(self, algorithm: "HDCFL", server: State, round_: int) -> None:
+        self._algorithm, self._round = algorithm, round_
+        self._mean = ModelAverage(server)
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self._mean)
+
+    def add(self, client: int, message: Message) -> None:
+        self._mean.add(client, message)
+        self._cache.update(cache_entries(client, message))
+
+    def finish(self) -> State:
+        averaged = self._mean.finish()
+        state = State(arrays={**averaged.arrays, **self._cache}, meta=dict(averaged.meta))
+        if self._round % self._algorithm.config.refresh_every == 0:
+            state = refresh(state, self._round, self._algorithm.config, self._algorithm.seed)
+        return state
+
+
+@dataclass
+class HDCFL(FedAvgSE):
+    """FedAvg-SE training with HDC-FL's server: cache, head-derived groups, encoder prototypes,
+    soft mixtures deployed with each client's own head once the grouping is stable."""
+
+    config: HDCConfig = field(default_factory=HDCConfig)
+    seed: int = 0  # k-means initializations and random groups: streams derived from it per refresh
+    name = "hdcfl"
+
+    def reply(self, model: torch.nn.Module, n_samples: int, loss: float) -> Message:
+        """The encoder (averaged) and the head (cached on the server, never averaged nor sent on)."""
+        return update_message({**body_arrays(model), **prefixed(HEAD_REPLY, model.head.state_dict())}, n_samples, loss)
+
+    def fold(self, server: State, round_: int) -> CacheAndAverage:
+        return CacheAndAverage(self, server, round_)
+
+    def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
+        """Before activation, the broadcast (the shared encoder: FedAvg-SE's deployment); after,
+        the client's personalized encoder (body only: the client deploys it with its own head)."""
+        if not server.meta.get("hdcfl_active", False):
+            return message
+        own = prefixed(MODEL, personalized_encoder(server, client, self.config.lam))
+        return Message(arrays=own, kind="personalized")
+
+
+def with_variant(server: State, round_: int, config: HDCConfig, seed: int) -> State:
+    """A finished run's server state refreshed again under another ``config`` (an ablation:
+    another descriptor, k range, grouping, membership), with personalization active. Since
+    HDC-FL never changes the training trajectory, every server-side ablation is evaluated on
+    the same run (:func:`fedlib.loop.evaluate_deployment` with ``HDCFL(config=config)``)."""
+    fresh = State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(("hdcfl/", PROTO))},
+                  meta={k: v for k, v in server.meta.items() if not k.startswith("hdcfl_")})
+    state = refresh(fresh, round_, replace(config, max_activation_round=1), seed)
+    return state
+
+
+def donor_swap(server: State, score: Callable[[int, dict[str, torch.Tensor]], float]) -> pd.DataFrame:
+    """The donor-swap diagnostic (Appendix F): for each target client ``i`` and donor ``j != i``,
+    the target's cached head on the donor's cached encoder, scored by ``score(i, weights)``
+    (e.g. the accuracy on client ``i``'s local test split; ``weights`` a full ``state_dict``),
+    against the target's own pair.
+
+    Returns one row per (target, donor) with ``own``, ``swapped``, ``gain = swapped - own`` and
+    ``head_cosine``, the cosine similarity of their raw heads (flattened ``[W, b]``)."""
+    clients = cached_clients(server)
+    pairs = {k: cached_pair(server, k) for k in clients}
+    flat = {k: head_matrix(pairs[k][1]).flatten() for k in clients}
+    rows = []
+    for i in clients:
+        head = {"head." + name: t for name, t in pairs[i][1].items()}
+        own = score(i, {**pairs[i][0], **head})
+        for j in clients:
+            if j != i:
+                swapped = score(i, {**pairs[j][0], **head})
+                cos = float(torch.nn.functional.cosine_similarity(flat[i], flat[j], dim=0))
+                rows.append({"target": i, "donor": j, "own": own, "swapped": swapped, "gain": swapped - own,
+                             "head_cosine": cos})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["CACHE", "GROUPINGS", "HDCConfig", "HDCFL", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS", "PROTO",
+           "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_swap", "head_matrix",
+           "personalized_encoder", "refresh", "refresh_history", "with_variant"]

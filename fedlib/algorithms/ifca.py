@@ -1,0 +1,118 @@
+"""IFCA: k cluster models, each client trains the one with the lowest loss on its data.
+
+Ghosh, Chung, Yin and Ramchandran, "An Efficient Framework for Clustered Federated Learning",
+NeurIPS 2020 (arXiv:2006.04088), Algorithm 2 (model averaging): the server broadcasts all ``k``
+cluster models; a sampled client evaluates each on its training split, picks the one with the
+lowest mean cross-entropy (its cluster, a hard assignment), trains it locally and replies with it
+and the cluster's index; the server averages each cluster's replies (sample-weighted) and keeps a
+cluster that no client chose. A client deploys the cluster model with the lowest training loss.
+Several training trajectories (one per cluster) and hard clusters: the baseline HDC-FL contrasts
+itself with (arXiv:2610.30075, Section 2).
+
+Cluster 0 starts from the run's initial model; cluster ``j >= 1`` from a fresh initialization of
+the same architecture under the stream ``derive_seed(seed, j, IFCA_INIT)``.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
+
+from ..aggregate import WeightedMean
+from ..messages import Message, State, prefixed
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..rng import IFCA_INIT, derive_seed, isolated_torch_rng
+from ..training import LocalProgram, Phase, TrainConfig
+
+CLUSTER = "cluster/"
+"""Prefix of the cluster models in the server state and the broadcast: ``cluster/<j>/model/...``."""
+
+
+def _reinitialized(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """A copy of ``model`` with every parameter drawn again (each module's ``reset_parameters``) under ``seed``."""
+    fresh = copy.deepcopy(model)
+    with isolated_torch_rng(seed):
+        for module in fresh.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    return fresh
+
+
+@torch.no_grad()
+def cluster_losses(model: torch.nn.Module, message: Message, k: int, x: torch.Tensor, y: torch.Tensor,
+                   batch_size: int = 256) -> torch.Tensor:
+    """The mean cross-entropy of each of the ``k`` cluster models of ``message`` on ``(x, y)``, shape (k,)."""
+    out = torch.empty(k, dtype=torch.float64)
+    for j in range(k):
+        load_model(model, State(message.with_prefix(f"{CLUSTER}{j}/"))).eval()
+        total = sum(float(F.cross_entropy(model(x[i:i + batch_size]), y[i:i + batch_size], reduction="sum"))
+                    for i in range(0, len(x), batch_size))
+        out[j] = total / max(len(x), 1)
+    return out
+
+
+class ClusterAverage:
+    """IFCA's aggregation as a fold: one running sample-weighted mean per cluster."""
+
+    def __init__(self, server: State) -> None:
+        self._server = server
+        self._means: dict[int, WeightedMean] = {}
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self._means.values())
+
+    def add(self, client: int, message: Message) -> None:
+        j = int(message.meta["cluster"])
+        self._means.setdefault(j, WeightedMean()).add(message.with_prefix(MODEL), float(message.meta["n_samples"]))
+
+    def finish(self) -> State:
+        arrays = dict(self._server.arrays)
+        for j, mean in sorted(self._means.items()):
+            arrays.update(prefixed(f"{CLUSTER}{j}/{MODEL}", mean.finish()))
+        return State(arrays=arrays, meta=dict(self._server.meta))
+
+
+@dataclass
+class IFCA(Algorithm):
+    """``k`` cluster models; each sampled client trains the one with its lowest training loss."""
+
+    train: TrainConfig = field(default_factory=TrainConfig)
+    k: int = 2
+    seed: int = 0  # the initializations of clusters 1..k-1
+    name = "ifca"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
+            raise ValueError(f"k (the number of cluster models) must be an integer >= 1, got {self.k!r}")
+
+    def init_server(self, model: torch.nn.Module) -> State:
+        arrays = prefixed(f"{CLUSTER}0/", model_arrays(model))
+        for j in range(1, self.k):
+            arrays.update(prefixed(f"{CLUSTER}{j}/", model_arrays(_reinitialized(model, derive_seed(self.seed, j, IFCA_INIT)))))
+        return State(arrays=arrays)
+
+    def broadcast(self, server: State, round_: int) -> Message:
+        return Message(arrays=dict(server.arrays), kind="clusters")
+
+    def _choose(self, ctx: ClientContext, message: Message, x: torch.Tensor, y: torch.Tensor) -> int:
+        return int(torch.argmin(cluster_losses(ctx.model, message, self.k, x, y)))
+
+    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+        """The cluster model with the lowest training loss, trained locally; the reply names the cluster."""
+        x, y = data.train.x, data.train.y
+        j = self._choose(ctx, message, x, y)
+        return LocalProgram(message.with_prefix(f"{CLUSTER}{j}/{MODEL}"), x, y, (Phase(self.train),),
+                            lambda model, loss: (state, update_message(model_arrays(model), len(y), loss, cluster=j)))
+
+    def fold(self, server: State, round_: int) -> ClusterAverage:
+        return ClusterAverage(server)
+
+    def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
+        j = self._choose(ctx, message, data.train.x, data.train.y)
+        return load_model(ctx.model, State(message.with_prefix(f"{CLUSTER}{j}/"))).eval()
+
+
+__all__ = ["CLUSTER", "ClusterAverage", "IFCA", "cluster_losses"]

@@ -1,0 +1,317 @@
+r"""Grouping clients: head descriptors, k-means with k chosen by silhouette, soft membership.
+
+The server-side geometry of HDC-FL (Dehghanpour, Noori, Tanghatari, Omidvar and Rabiee, "From
+Classifier Heads to Encoder Prototypes: Personalized Federated Learning with Head-Derived
+Clustering", arXiv:2610.30075), Sections 3.2-3.3 and Appendix A.1, as free functions and one
+estimator. The k-means, the silhouette score and the adjusted Rand index are scikit-learn's.
+
+* :func:`head_descriptors`: each client's classifier head :math:`H_k = [W_k, b_k]` of shape
+  ``(C, d + 1)``, projected on a shared rank-``r`` basis of the class axis and L2-normalized
+  (the paper's "normalized low-rank descriptor": ``Cd`` values become ``rd``), or flattened
+  raw (the ablation);
+* :class:`SilhouetteKMeans`: k-means for every ``k`` of a range, the ``k`` of the highest
+  silhouette kept (Appendix A.1; ``k = 1`` is population-level averaging, no k-means);
+* :func:`soft_membership` / :func:`hard_membership`: a softmax of descriptor-to-centroid cosine
+  similarities over a temperature (Section 3.3), and its ``T -> 0`` limit;
+* :func:`membership_entropy`, :func:`descriptor_drift`, :func:`assignment_agreement`: the
+  stability diagnostics of the activation gate (Section 3.5, Appendix A.2).
+
+The paper describes the projection only in words. The basis chosen here, documented in the book:
+the top ``r`` left-singular vectors :math:`U_r` of the clients' heads side by side,
+:math:`[H_1, \dots, H_n]` of shape ``(C, n (d + 1))`` (equivalently the top eigenvectors of
+:math:`\sum_k H_k H_k^\top`), so that
+
+.. math:: z_k = \operatorname{vec}(U_r^\top H_k) / \lVert U_r^\top H_k \rVert_F \in \R^{r (d+1)} .
+
+The basis is recomputed at each refresh, so descriptors of two refreshes live in different
+coordinates; :func:`descriptor_drift` therefore compares their Gram matrices, which do not depend
+on the basis (nor on the signs of its vectors).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score, silhouette_score
+
+DESCRIPTORS = ("lowrank", "raw")
+"""What :func:`head_descriptors` computes: the rank-``r`` projection (default) or the raw head."""
+
+
+def _as_heads(heads) -> torch.Tensor:
+    h = torch.as_tensor(heads, dtype=torch.float64)
+    if h.ndim != 3 or h.shape[0] < 1 or h.shape[1] < 1 or h.shape[2] < 1:
+        raise ValueError(f"heads must be an array of shape (n_clients, n_classes, d) with every size >= 1, "
+                         f"got shape {tuple(h.shape)}")
+    if not bool(torch.isfinite(h).all()):
+        raise ValueError("heads hold a NaN or an infinity; a descriptor of them would be meaningless")
+    return h
+
+
+def _check_rank(rank, n_classes: int) -> int:
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
+        raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
+    if rank > n_classes:
+        raise ValueError(f"rank r={rank} is larger than the heads' rank: a head of {n_classes} classes has rank at most "
+                         f"{n_classes}; valid: 1..{n_classes}")
+    return int(rank)
+
+
+def lowrank_basis(heads, rank: int) -> torch.Tensor:
+    r"""The shared rank-``r`` basis of the class axis, of shape ``(C, r)``: the top ``r``
+    left-singular vectors of :math:`[H_1, \dots, H_n]` (heads of shape ``(n, C, d)``).
+
+    >>> h = torch.zeros(2, 3, 2); h[:, 0, 0] = 1.0
+    >>> lowrank_basis(h, 1).abs().flatten().tolist()
+    [1.0, 0.0, 0.0]
+    """
+    h = _as_heads(heads)
+    rank = _check_rank(rank, h.shape[1])
+    side_by_side = h.permute(1, 0, 2).reshape(h.shape[1], -1)  # (C, n d)
+    u, _, _ = torch.linalg.svd(side_by_side, full_matrices=False)
+    return u[:, :rank]
+
+
+def _normalize_rows(x: torch.Tensor) -> torch.Tensor:
+    norms = x.norm(dim=1, keepdim=True)
+    return x / torch.where(norms > 0, norms, torch.ones_like(norms))
+
+
+def head_descriptors(heads, rank: int = 8, kind: str = "lowrank") -> torch.Tensor:
+    r"""Each client's L2-normalized head descriptor, of shape ``(n, r d)`` (``"lowrank"``) or
+    ``(n, C d)`` (``"raw"``), float64.
+
+    .. math:: z_k = \operatorname{vec}(U_r^\top H_k) / \lVert U_r^\top H_k \rVert_F
+
+    Parameters
+    ----------
+    heads : array of shape (n_clients, n_classes, d)
+        The cached heads (weights with the bias as a last column: ``d = features + 1``).
+    rank : int, default 8
+        ``r``, in ``1..n_classes`` (used by ``"lowrank"`` only, but checked for both).
+    kind : {"lowrank", "raw"}
+
+    Examples
+    --------
+    >>> z = head_descriptors(torch.randn(5, 10, 4, generator=torch.Generator().manual_seed(0)), rank=3)
+    >>> tuple(z.shape), bool(torch.allclose(z.norm(dim=1), torch.ones(5, dtype=torch.float64)))
+    ((5, 12), True)
+    """
+    if kind not in DESCRIPTORS:
+        raise ValueError(f"unknown descriptor kind {kind!r}; valid: {', '.join(DESCRIPTORS)}")
+    h = _as_heads(heads)
+    _check_rank(rank, h.shape[1])
+    if kind == "raw":
+        return _normalize_rows(h.reshape(len(h), -1))
+    u = lowrank_basis(h, rank)  # (C, r)
+    projected = torch.einsum("cr,ncd->nrd", u, h)  # (n, r, d)
+    return _normalize_rows(projected.reshape(len(h), -1))
+
+
+def _as_points(x, name: str = "descriptors") -> np.ndarray:
+    a = np.asarray(x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else x, dtype=np.float64)
+    if a.ndim != 2 or len(a) < 1:
+        raise ValueError(f"{name} must be an array of shape (n, p) with n >= 1, got shape {a.shape}")
+    if not np.isfinite(a).all():
+        raise ValueError(f"{name} hold a NaN or an infinity")
+    return a
+
+
+def _check_k_range(k_min, k_max) -> tuple[int, int]:
+    for name, v in (("k_min", k_min), ("k_max", k_max)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if k_max < k_min:
+        raise ValueError(f"the k range is empty: k_min={k_min} > k_max={k_max}")
+    if k_min == 1 and k_max > 1:
+        raise ValueError(f"the silhouette compares k >= 2 only: give k_min >= 2, or k_min = k_max = 1 (one group), "
+                         f"got k_min=1, k_max={k_max}")
+    return int(k_min), int(k_max)
+
+
+@dataclass
+class SilhouetteKMeans:
+    """k-means (scikit-learn's :class:`~sklearn.cluster.KMeans`) for every ``k`` in
+    ``k_min..k_max``; the clustering with the highest silhouette score is kept (ties: the
+    smaller ``k``). ``k_min = k_max = 1`` is one group (no k-means, silhouette undefined).
+
+    Parameters
+    ----------
+    k_min, k_max : int, default 2 and 8
+        The range of ``k`` (Appendix A.1: 2..8). ``k_max`` is capped at ``n - 1`` (the
+        silhouette needs at least one point more than clusters); a range wholly above that is an
+        error.
+    n_init : int, default 10
+        k-means restarts per ``k``.
+    seed : int, default 0
+        The k-means initialization's seed (randomness is an argument).
+
+    Attributes
+    ----------
+    k_ : the chosen number of groups
+    labels_ : np.ndarray of shape (n,), the group of each point
+    cluster_centers_ : np.ndarray of shape (k_, p)
+    silhouette_ : float, the chosen clustering's silhouette (NaN for one group)
+    scores_ : dict, the silhouette of every ``k`` tried
+
+    Examples
+    --------
+    >>> x = np.r_[np.zeros((4, 2)), np.ones((4, 2))] + 0.01 * np.arange(8)[:, None]
+    >>> km = SilhouetteKMeans(2, 4).fit(x)
+    >>> km.k_, km.labels_.tolist() in ([0, 0, 0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0, 0, 0])
+    (2, True)
+    """
+
+    k_min: int = 2
+    k_max: int = 8
+    n_init: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        _check_k_range(self.k_min, self.k_max)
+        if isinstance(self.n_init, bool) or not isinstance(self.n_init, numbers.Integral) or self.n_init < 1:
+            raise ValueError(f"n_init must be an integer >= 1, got {self.n_init!r}")
+
+    def fit(self, x) -> "SilhouetteKMeans":
+        """Cluster the rows of ``x`` (shape (n, p))."""
+        x = _as_points(x)
+        n = len(x)
+        if self.k_max == 1:
+            self.k_, self.labels_ = 1, np.zeros(n, dtype=np.int64)
+            self.cluster_centers_, self.silhouette_, self.scores_ = x.mean(axis=0, keepdims=True), math.nan, {}
+            return self
+        if self.k_min > n - 1:
+            raise ValueError(f"the k range {self.k_min}..{self.k_max} lies above what {n} cached clients allow: the "
+                             f"silhouette needs k <= n - 1 = {n - 1}; lower k_min or wait for more clients")
+        best = None
+        self.scores_ = {}
+        for k in range(self.k_min, min(self.k_max, n - 1) + 1):
+            km = KMeans(n_clusters=k, n_init=self.n_init, random_state=self.seed).fit(x)
+            labels = km.labels_.astype(np.int64)
+            score = float(silhouette_score(x, labels)) if len(np.unique(labels)) > 1 else -1.0
+            self.scores_[k] = score
+            if best is None or score > best[0]:
+                best = (score, k, labels, km.cluster_centers_)
+        self.silhouette_, self.k_, self.labels_, self.cluster_centers_ = best
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "labels_"):
+            raise ValueError("this SilhouetteKMeans is not fitted yet: call fit(x) first")
+
+
+def random_groups(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """The random-groups ablation: ``n`` points dealt into ``k`` groups of near-equal size in a
+    random order (every group non-empty when ``k <= n``), shape (n,).
+
+    >>> sorted(np.bincount(random_groups(7, 3, np.random.default_rng(0))).tolist())
+    [2, 2, 3]
+    """
+    if not 1 <= k <= n:
+        raise ValueError(f"random groups need 1 <= k <= n, got k={k}, n={n}")
+    return rng.permutation(np.arange(n) % k).astype(np.int64)
+
+
+def group_centroids(x, labels: np.ndarray, k: int) -> np.ndarray:
+    """The mean of each group's rows, shape (k, p) (a group without rows: zeros)."""
+    x = _as_points(x)
+    out = np.zeros((k, x.shape[1]))
+    for j in range(k):
+        if np.any(labels == j):
+            out[j] = x[labels == j].mean(axis=0)
+    return out
+
+
+def _cosine(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    def unit(a):
+        n = np.linalg.norm(a, axis=1, keepdims=True)
+        return a / np.where(n > 0, n, 1.0)
+
+    return unit(x) @ unit(centroids).T  # (n, k)
+
+
+def soft_membership(x, centroids, temperature: float) -> np.ndarray:
+    r"""Soft membership of each row of ``x`` in each group, shape (n, k): a softmax of the cosine
+    similarity of the descriptor to each centroid over the temperature ``T`` (> 0)
+
+    .. math:: m_{kj} = \frac{\exp(\cos(z_k, c_j)/T)}{\sum_l \exp(\cos(z_k, c_l)/T)} .
+
+    Each row lies on the simplex; ``T -> 0`` gives :func:`hard_membership` (without ties),
+    ``T -> inf`` the uniform mixture.
+
+    >>> m = soft_membership(np.eye(2), np.eye(2), temperature=1.0)
+    >>> np.round(m, 3).tolist()
+    [[0.731, 0.269], [0.269, 0.731]]
+    """
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) \
+            or temperature <= 0:
+        raise ValueError(f"temperature T must be a finite number > 0, got {temperature!r} (hard membership is "
+                         "membership='hard', the limit T -> 0)")
+    s = _cosine(_as_points(x), _as_points(centroids, "centroids")) / float(temperature)
+    s -= s.max(axis=1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def hard_membership(x, centroids) -> np.ndarray:
+    """One-hot membership in the most similar group (cosine), shape (n, k): the ``T -> 0`` limit
+    of :func:`soft_membership` (ties go to the first group).
+
+    >>> hard_membership(np.array([[1.0, 0.1]]), np.eye(2)).tolist()
+    [[1.0, 0.0]]
+    """
+    s = _cosine(_as_points(x), _as_points(centroids, "centroids"))
+    out = np.zeros_like(s)
+    out[np.arange(len(s)), s.argmax(axis=1)] = 1.0
+    return out
+
+
+def membership_entropy(membership) -> float:
+    r"""Mean over clients of the membership's entropy :math:`-\sum_j m_{kj} \log m_{kj}` (nats; 0
+    for hard assignments, :math:`\log k` for the uniform mixture).
+
+    >>> round(membership_entropy(np.full((3, 4), 0.25)), 6) == round(math.log(4), 6)
+    True
+    """
+    m = _as_points(membership, "membership")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = np.where(m > 0, -m * np.log(m), 0.0)
+    return float(terms.sum(axis=1).mean())
+
+
+def descriptor_drift(previous, current) -> float:
+    r"""How much the descriptors moved between two refreshes, independent of each refresh's basis:
+    the relative change of their Gram matrices (pairwise cosine similarities),
+
+    .. math:: \lVert G_t - G_{t-1} \rVert_F / \lVert G_{t-1} \rVert_F, \qquad G = Z Z^\top .
+
+    ``previous`` and ``current`` are the Gram matrices (shape (n, n)) of the same clients.
+
+    >>> g = np.eye(3)
+    >>> descriptor_drift(g, g)
+    0.0
+    """
+    a, b = _as_points(previous, "previous Gram matrix"), _as_points(current, "current Gram matrix")
+    if a.shape != b.shape:
+        raise ValueError(f"the Gram matrices must have the same shape, got {a.shape} and {b.shape}")
+    return float(np.linalg.norm(b - a) / max(np.linalg.norm(a), 1e-300))
+
+
+def assignment_agreement(previous: np.ndarray, current: np.ndarray) -> float:
+    """The adjusted Rand index (scikit-learn's) between two groupings of the same clients: 1 for
+    the same partition up to relabelling, about 0 for unrelated ones.
+
+    >>> assignment_agreement(np.array([0, 0, 1, 1]), np.array([1, 1, 0, 0]))
+    1.0
+    """
+    return float(adjusted_rand_score(np.asarray(previous), np.asarray(current)))
+
+
+__all__ = ["DESCRIPTORS", "SilhouetteKMeans", "assignment_agreement", "descriptor_drift", "group_centroids",
+           "hard_membership", "head_descriptors", "lowrank_basis", "membership_entropy", "random_groups",
+           "soft_membership"]

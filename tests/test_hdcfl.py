@@ -1,0 +1,389 @@
+"""HDC-FL's server (arXiv:2610.30075) and its baselines: the cache, the descriptors, the grouping,
+the membership, the activation gate, the per-client evaluation message, IFCA, the rotation
+federation, and the bad inputs. Hand-computed fixtures; scikit-learn as the reference where it
+computes the same thing. The paper's identities as properties: tests/test_hdcfl_properties.py."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from sklearn.cluster import KMeans
+from sklearn.metrics import adjusted_rand_score, silhouette_score
+
+from fedlib.algorithms import FedAvgSE, FedRep, HDCFL, IFCA
+from fedlib.algorithms.hdcfl import (HDCConfig, cache_entries, cached_clients, cached_pair, donor_swap, head_matrix,
+                                     personalized_encoder, refresh, refresh_history, with_variant)
+from fedlib.algorithms.ifca import cluster_losses
+from fedlib.clustering import (SilhouetteKMeans, assignment_agreement, descriptor_drift, hard_membership,
+                               head_descriptors, lowrank_basis, membership_entropy, random_groups, soft_membership)
+from fedlib.data import ArrayDataset, make_gaussian_mixture
+from fedlib.federation import make_federation, make_rotation_federation
+from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
+from fedlib.messages import Message, State
+from fedlib.models import build_model
+from fedlib.protocol import vectorizable
+from fedlib.training import TrainConfig
+
+TRAIN = TrainConfig(epochs=1, batch_size=16, lr=0.05)
+
+
+def planted_heads(n_per_group=4, groups=3, C=5, d=6, noise=0.05, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.randn(groups, C, d, generator=g, dtype=torch.float64)
+    labels = np.repeat(np.arange(groups), n_per_group)
+    heads = centers[labels] + noise * torch.randn(len(labels), C, d, generator=g, dtype=torch.float64)
+    return heads, labels
+
+
+# --------------------------------------------------------------------------- descriptors
+
+
+def test_the_lowrank_basis_spans_the_heads_class_directions():
+    # every head lives in the span of classes 0 and 1: the rank-2 basis is that span
+    h = torch.zeros(3, 4, 2, dtype=torch.float64)
+    h[0, 0] = torch.tensor([1.0, 0.0])
+    h[1, 1] = torch.tensor([0.0, 2.0])
+    h[2, 0] = torch.tensor([3.0, 1.0])
+    u = lowrank_basis(h, 2)
+    projector = u @ u.T
+    assert torch.allclose(projector, torch.diag(torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)), atol=1e-12)
+
+
+def test_descriptors_by_hand():
+    # one class row each, C = 2, d = 2: rank 1 keeps the dominant class (row 0, norm 3 vs 1)
+    h = torch.tensor([[[3.0, 0.0], [0.0, 0.0]], [[0.0, 3.0], [0.0, 1.0]]], dtype=torch.float64)
+    z = head_descriptors(h, rank=1)
+    assert z.shape == (2, 2)
+    assert torch.allclose(z.abs(), torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64))
+    raw = head_descriptors(h, rank=1, kind="raw")
+    assert torch.allclose(raw[1], torch.tensor([0.0, 3.0, 0.0, 1.0], dtype=torch.float64) / math.sqrt(10))
+
+
+def test_head_matrix_appends_the_bias_as_a_column():
+    m = head_matrix({"weight": torch.tensor([[1.0, 2.0], [3.0, 4.0]]), "bias": torch.tensor([5.0, 6.0])})
+    assert m.tolist() == [[1.0, 2.0, 5.0], [3.0, 4.0, 6.0]] and m.dtype == torch.float64
+
+
+@pytest.mark.parametrize("rank, match", [(6, "rank r=6 is larger than the heads' rank.*valid: 1..5"),
+                                         (0, "rank must be an integer >= 1, got 0")])
+def test_a_rank_above_the_heads_rank_is_refused(rank, match):
+    with pytest.raises(ValueError, match=match):
+        head_descriptors(torch.randn(3, 5, 4), rank=rank)
+
+
+def test_bad_heads_and_kinds_are_refused():
+    with pytest.raises(ValueError, match="shape \\(n_clients, n_classes, d\\)"):
+        head_descriptors(torch.randn(3, 5), rank=1)
+    with pytest.raises(ValueError, match="unknown descriptor kind 'pca'; valid: lowrank, raw"):
+        head_descriptors(torch.randn(3, 5, 4), rank=1, kind="pca")
+    with pytest.raises(ValueError, match="NaN"):
+        head_descriptors(torch.full((2, 3, 2), math.nan), rank=1)
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def test_silhouette_kmeans_equals_scikit_learn_and_picks_the_planted_k():
+    heads, planted = planted_heads(groups=3)
+    z = head_descriptors(heads, rank=4).numpy()
+    km = SilhouetteKMeans(2, 6, n_init=10, seed=0).fit(z)
+    for k, score in km.scores_.items():  # each k is scikit-learn's k-means and silhouette
+        ref = KMeans(n_clusters=k, n_init=10, random_state=0).fit(z)
+        assert score == pytest.approx(silhouette_score(z, ref.labels_))
+    assert km.k_ == 3 and km.silhouette_ == max(km.scores_.values())
+    assert adjusted_rand_score(planted, km.labels_) == 1.0
+    assert set(km.scores_) == {2, 3, 4, 5, 6}
+
+
+def test_the_k_range_is_capped_at_n_minus_one_and_one_group_needs_no_kmeans():
+    z = np.random.default_rng(0).normal(size=(4, 3))
+    assert set(SilhouetteKMeans(2, 8).fit(z).scores_) == {2, 3}
+    one = SilhouetteKMeans(1, 1).fit(z)
+    assert one.k_ == 1 and one.labels_.tolist() == [0, 0, 0, 0] and math.isnan(one.silhouette_)
+    assert np.allclose(one.cluster_centers_, z.mean(axis=0, keepdims=True))
+
+
+@pytest.mark.parametrize("k_min, k_max, match", [
+    (5, 3, "the k range is empty: k_min=5 > k_max=3"),
+    (1, 4, "give k_min >= 2, or k_min = k_max = 1"),
+    (0, 2, "k_min must be an integer >= 1, got 0"),
+])
+def test_an_empty_or_invalid_k_range_is_refused(k_min, k_max, match):
+    with pytest.raises(ValueError, match=match):
+        SilhouetteKMeans(k_min, k_max)
+
+
+def test_a_k_range_above_the_cached_clients_is_refused():
+    with pytest.raises(ValueError, match="k range 4..8 lies above what 4 cached clients allow.*n - 1 = 3"):
+        SilhouetteKMeans(4, 8).fit(np.eye(4))
+
+
+def test_random_groups_are_balanced_and_seeded():
+    a = random_groups(10, 3, np.random.default_rng(1))
+    assert sorted(np.bincount(a).tolist()) == [3, 3, 4]
+    assert a.tolist() == random_groups(10, 3, np.random.default_rng(1)).tolist()
+
+
+# --------------------------------------------------------------------------- membership
+
+
+def test_soft_membership_by_hand():
+    # cosine similarities (1, 0) and (0, 1); T = 0.5 -> softmax of (2, 0)
+    m = soft_membership(np.eye(2), np.eye(2), temperature=0.5)
+    e = math.exp(2.0)
+    assert m[0].tolist() == pytest.approx([e / (e + 1), 1 / (e + 1)])
+    assert m.sum(axis=1) == pytest.approx([1.0, 1.0])
+
+
+def test_temperature_limits_hard_and_uniform():
+    x, c = np.array([[1.0, 0.2], [0.1, 1.0]]), np.eye(2)
+    assert np.allclose(soft_membership(x, c, 1e-4), hard_membership(x, c))
+    assert np.allclose(soft_membership(x, c, 1e6), 0.5, atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [0, -1.0, math.inf, math.nan, True])
+def test_a_temperature_that_is_not_positive_is_refused(t):
+    with pytest.raises(ValueError, match="temperature T must be a finite number > 0"):
+        soft_membership(np.eye(2), np.eye(2), t)
+
+
+def test_entropy_drift_and_agreement_by_hand():
+    assert membership_entropy(np.array([[1.0, 0.0], [0.5, 0.5]])) == pytest.approx(math.log(2) / 2)
+    g0, g1 = np.eye(2), np.array([[1.0, 0.5], [0.5, 1.0]])
+    assert descriptor_drift(g0, g1) == pytest.approx(math.sqrt(0.5) / math.sqrt(2))
+    assert assignment_agreement(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])) == pytest.approx(
+        adjusted_rand_score([0, 0, 1, 1], [0, 1, 0, 1]))
+
+
+# --------------------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(temperature=0.0), "temperature T must be a finite number > 0, got 0.0"),
+    (dict(lam=1.5), "lam \\(λ\\) must be a number in \\[0, 1\\], got 1.5"),
+    (dict(lam=-0.1), "lam \\(λ\\) must be a number in \\[0, 1\\]"),
+    (dict(k_min=9, k_max=8), "the k range is empty"),
+    (dict(grouping="spectral"), "unknown grouping 'spectral'; valid: kmeans, random"),
+    (dict(membership="fuzzy"), "unknown membership 'fuzzy'; valid: soft, hard"),
+    (dict(refresh_every=0), "refresh_every must be an integer >= 1, got 0"),
+    (dict(max_drift=-1.0), "max_drift must be a finite number >= 0"),
+    (dict(rank=0), "rank must be an integer >= 1, got 0"),
+])
+def test_bad_hdc_settings_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HDCConfig(**kwargs)
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def _server_with_cache(heads: torch.Tensor, sizes, encoders) -> State:
+    arrays = {"model/fc.weight": torch.zeros(2), "model/head.weight": torch.zeros(heads.shape[1], heads.shape[2] - 1),
+              "model/head.bias": torch.zeros(heads.shape[1])}
+    for k, (h, n, e) in enumerate(zip(heads, sizes, encoders)):
+        reply = Message(arrays={"model/fc.weight": e, "head/weight": h[:, :-1].float(), "head/bias": h[:, -1].float()},
+                        meta={"n_samples": n})
+        arrays.update(cache_entries(k, reply))
+    return State(arrays=arrays)
+
+
+def test_the_cache_keeps_each_clients_pair_and_size():
+    heads, _ = planted_heads(n_per_group=2, groups=2, C=3, d=3)
+    encoders = [torch.tensor([float(k), 0.0]) for k in range(4)]
+    server = _server_with_cache(heads, [1, 2, 3, 4], encoders)
+    assert cached_clients(server) == [0, 1, 2, 3]
+    enc, head, n = cached_pair(server, 2)
+    assert enc["fc.weight"].tolist() == [2.0, 0.0] and n == 3
+    assert torch.allclose(head_matrix(head), heads[2], atol=1e-6)
+    with pytest.raises(ValueError, match="client 7 has no cached \\(encoder, head\\) pair.*cached clients: \\[0, 1, 2, 3\\]"):
+        cached_pair(server, 7)
+
+
+def test_a_refresh_builds_size_weighted_prototypes_and_the_mixture_by_hand():
+    heads, planted = planted_heads(n_per_group=2, groups=2, C=3, d=3, noise=0.01)
+    encoders = [torch.tensor([1.0, 0.0]), torch.tensor([3.0, 0.0]), torch.tensor([0.0, 2.0]), torch.tensor([0.0, 4.0])]
+    server = _server_with_cache(heads, [1, 3, 1, 1], encoders)
+    server.arrays["model/fc.weight"] = torch.tensor([10.0, 10.0])
+    cfg = HDCConfig(rank=2, k_min=2, k_max=2, membership="hard", lam=0.5, max_activation_round=1)
+    new = refresh(server, 1, cfg, seed=0)
+    labels = new.arrays["hdcfl/labels"].numpy()
+    assert adjusted_rand_score(planted, labels) == 1.0
+    group_a = labels[0]
+    proto_a = new.arrays[f"proto/{group_a}/model/fc.weight"]
+    assert proto_a.tolist() == [(1.0 * 1 + 3.0 * 3) / 4, 0.0]  # size-weighted: 2.5
+    # hard membership, λ = 0.5: half the client's prototype, half the shared encoder
+    assert personalized_encoder(new, 0, cfg.lam)["fc.weight"].tolist() == [0.5 * 2.5 + 5.0, 5.0]
+    # the cache and the shared encoder are untouched by the refresh and by personalization
+    for name, t in server.arrays.items():
+        assert torch.equal(new.arrays[name], t)
+    assert refresh_history(new).loc[0, "k"] == 2 and bool(refresh_history(new).loc[0, "active"])
+
+
+def test_the_gate_waits_for_stable_refreshes_or_the_maximum_round():
+    heads, _ = planted_heads(n_per_group=3, groups=2, C=3, d=3, noise=0.01)
+    server = _server_with_cache(heads, [1] * 6, [torch.zeros(2)] * 6)
+    cfg = HDCConfig(rank=2, k_max=3, patience=2, max_activation_round=10, min_silhouette=0.1, min_ari=0.9)
+    s1 = refresh(server, 2, cfg, seed=0)   # first refresh: no previous grouping, not stable
+    s2 = refresh(s1, 4, cfg, seed=0)       # same heads: ARI 1, drift 0 -> stable, streak 1
+    s3 = refresh(s2, 6, cfg, seed=0)       # streak 2 = patience -> active
+    h = refresh_history(s3)
+    assert h["stable"].tolist() == [False, True, True] and h["active"].tolist() == [False, False, True]
+    assert h.loc[1, "ari"] == 1.0 and h.loc[1, "drift"] == 0.0 and math.isnan(h.loc[0, "ari"])
+    assert s3.meta["hdcfl_activated_round"] == 6
+    # a grouping never separated enough still activates at the maximum round
+    strict = HDCConfig(rank=2, k_max=3, min_silhouette=1.0, max_activation_round=4)
+    t = refresh(refresh(server, 2, strict, 0), 4, strict, 0)
+    assert refresh_history(t)["active"].tolist() == [False, True] and refresh_history(t)["stable"].tolist() == [False, False]
+
+
+def test_personalization_without_a_cached_pair_is_refused():
+    heads, _ = planted_heads(n_per_group=2, groups=2, C=3, d=3)
+    new = refresh(_server_with_cache(heads, [1] * 4, [torch.zeros(2)] * 4), 1, HDCConfig(rank=2, k_max=2), 0)
+    with pytest.raises(ValueError, match="client 9 has no cached \\(encoder, head\\) pair at the last refresh"):
+        personalized_encoder(new, 9, 1.0)
+    with pytest.raises(ValueError, match="no refresh has run yet"):
+        personalized_encoder(State(), 0, 1.0)
+
+
+# --------------------------------------------------------------------------- in the loop
+
+
+@pytest.fixture(scope="module")
+def grouped():
+    """Two planted groups of clients: the second group's labels are permuted (a head-visible shift)."""
+    ds = make_gaussian_mixture(n_per_class=80, n_classes=3, dim=8, separation=4.0, seed=0).dataset
+    fed = make_federation(ds, n_clients=6, partition="iid", global_test_per_class=10, seed=0)
+    clients = []
+    for k, c in enumerate(fed.clients):
+        if k >= 3:
+            c = type(c)(ArrayDataset(c.train.x, (c.train.y + 1) % 3, 3, "perm"), ArrayDataset(c.test.x, (c.test.y + 1) % 3, 3, "perm"))
+        clients.append(c)
+    fed = type(fed)(clients, fed.global_test, fed.n_classes, {**fed.description, "partition": "permuted"})
+    return fed, functools.partial(build_model, "mlp", in_channels=8, n_classes=3, input_size=1, hidden=(16,))
+
+
+def test_hdcfl_trains_exactly_as_fedavg_se_and_caches_heads_beside_their_encoders(grouped):
+    fed, model_fn = grouped
+    cfg = LoopConfig(rounds=4, seed=0)
+    hdc = run_federated(HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=2, max_activation_round=2)),
+                        fed, model_fn, cfg)
+    se = run_federated(FedAvgSE(train=TRAIN), fed, model_fn, cfg)
+    for name, t in se.server.arrays.items():  # the shared trajectory is FedAvg-SE's, bit for bit
+        assert torch.equal(hdc.server.arrays[name], t), name
+    for k in range(fed.n_clients):  # each cached head is the client's own latest head
+        _, head, n = cached_pair(hdc.server, k)
+        assert torch.equal(head["weight"], hdc.client_states[k].arrays["personal/head.weight"])
+        assert n == len(fed.clients[k].train)
+    # the planted groups are found, and the heads travelled up as messages the ledger counts
+    labels = hdc.server.arrays["hdcfl/labels"].numpy()
+    assert adjusted_rand_score([0, 0, 0, 1, 1, 1], labels) == 1.0
+    led = hdc.ledger.to_frame()
+    up_hdc = led[led.direction == "up"].bytes.sum()
+    up_se = se.ledger.to_frame().query("direction == 'up'").bytes.sum()
+    head_bytes = (3 * 16 + 3) * 4 * fed.n_clients * 4
+    assert up_hdc - up_se == pytest.approx(head_bytes, abs=100)
+    # after activation every client is evaluated on its own personalized encoder, one message each
+    evals = led[(led.direction == "down") & (led.kind == "eval:personalized")]
+    assert sorted(evals.client) == list(range(fed.n_clients))
+
+
+def test_personalized_messages_are_what_each_client_deploys(grouped):
+    fed, model_fn = grouped
+    cfg = LoopConfig(rounds=2, seed=1)
+    alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=1, lam=1.0))
+    run = run_federated(alg, fed, model_fn, cfg)
+    rows = evaluate_deployment(alg, run, fed, model_fn, cfg)
+    ref = run.frame[run.frame["round"] == 2]
+    pd.testing.assert_frame_equal(rows.reset_index(drop=True), ref[ref.metric != "train_loss"].reset_index(drop=True))
+    # λ = 0 deploys the shared encoder: FedAvg-SE's deployment exactly
+    zero = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, lam=0.0))
+    a = evaluate_deployment(zero, type(run)(**{**run.__dict__, "server": with_variant(run.server, 2, zero.config, 0)}),
+                            fed, model_fn, cfg)
+    b = evaluate_deployment(FedAvgSE(train=TRAIN), run, fed, model_fn, cfg)
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_hdcfl_is_vectorizable_and_the_vectorized_run_matches(grouped):
+    fed, model_fn = grouped
+    alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=1))
+    assert vectorizable(alg) and vectorizable(FedAvgSE()) and vectorizable(FedRep()) and vectorizable(IFCA())
+    a = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0))
+    b = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0, execution="vectorized"))
+    for name, t in a.server.arrays.items():
+        assert torch.allclose(b.server.arrays[name].double(), t.double(), atol=1e-5), name
+
+
+def test_a_checkpointed_hdcfl_run_resumes_bit_for_bit(grouped, tmp_path):
+    fed, model_fn = grouped
+    alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=2))
+    full = run_federated(alg, fed, model_fn, LoopConfig(rounds=3, seed=0))
+    cfg = LoopConfig(rounds=3, seed=0, checkpoint=str(tmp_path / "run.pt"))
+    run_federated(alg, fed, model_fn, cfg, stop_after=2)
+    resumed = run_federated(alg, fed, model_fn, cfg)
+    pd.testing.assert_frame_equal(full.frame, resumed.frame)
+    assert full.server.meta == resumed.server.meta
+
+
+def test_donor_swap_scores_every_ordered_pair(grouped):
+    fed, model_fn = grouped
+    run = run_federated(HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3)), fed, model_fn, LoopConfig(rounds=2, seed=0))
+    calls = []
+
+    def score(i, weights):
+        calls.append(i)
+        return float(weights["head.bias"].sum())  # a score that depends on the target's head only
+
+    table = donor_swap(run.server, score)
+    assert len(table) == 6 * 5 and (table["gain"] == 0).all()  # the target's head is kept
+    assert table["head_cosine"].between(-1, 1).all()
+
+
+# --------------------------------------------------------------------------- IFCA
+
+
+def test_ifca_clients_choose_the_lowest_loss_cluster_and_each_cluster_averages_its_own(grouped):
+    fed, model_fn = grouped
+    alg = IFCA(train=TRAIN, k=2, seed=0)
+    run = run_federated(alg, fed, model_fn, LoopConfig(rounds=6, seed=0))
+    led = run.ledger.to_frame()
+    assert set(led[led.direction == "down"].kind) >= {"clusters"}
+    model = model_fn()
+    msg = Message(arrays=run.server.arrays)
+    choice = [int(torch.argmin(cluster_losses(model, msg, 2, c.train.x, c.train.y))) for c in fed.clients]
+    assert len(set(choice[:3])) == 1 and len(set(choice[3:])) == 1 and choice[0] != choice[3]  # the planted groups
+    assert run.summary()["local"] > 0.8
+
+
+def test_ifca_cluster_models_start_apart_and_from_the_runs_initial_model(tiny_federation, tiny_model_fn):
+    model = tiny_model_fn()
+    server = IFCA(k=3, seed=0).init_server(model)
+    w = [server.arrays[f"cluster/{j}/model/head.weight"] for j in range(3)]
+    assert torch.equal(w[0], model.head.weight) and not torch.equal(w[0], w[1]) and not torch.equal(w[1], w[2])
+    assert torch.equal(IFCA(k=3, seed=0).init_server(model).arrays["cluster/2/model/head.weight"], w[2])
+    with pytest.raises(ValueError, match="k \\(the number of cluster models\\) must be an integer >= 1, got 0"):
+        IFCA(k=0)
+
+
+# --------------------------------------------------------------------------- the rotation federation
+
+
+def test_rotation_federation_rotates_each_group_and_keeps_labels():
+    x = torch.arange(40 * 16, dtype=torch.float32).reshape(40, 1, 4, 4)
+    ds = ArrayDataset(x, torch.arange(40) % 2, 2, "toy")
+    fed, group = make_rotation_federation(ds, n_clients=4, n_rotations=4, global_test_per_class=2, seed=0)
+    plain = make_federation(ds, n_clients=4, partition="iid", global_test_per_class=2, seed=0)
+    assert group.tolist() == [0, 1, 2, 3]
+    for k in range(4):
+        assert torch.equal(fed.clients[k].train.x, torch.rot90(plain.clients[k].train.x, k, dims=(2, 3)))
+        assert torch.equal(fed.clients[k].test.y, plain.clients[k].test.y)
+    assert torch.equal(fed.global_test.x, plain.global_test.x)
+    with pytest.raises(ValueError, match="n_rotations must be an integer in \\[1, n_clients=4\\], got 5"):
+        make_rotation_federation(ds, n_clients=4, n_rotations=5, global_test_per_class=2)
+    with pytest.raises(ValueError, match="rotation needs images"):
+        make_rotation_federation(ArrayDataset(torch.zeros(8, 3), torch.arange(8) % 2, 2, "v"), n_clients=2, n_rotations=2,
+                                 global_test_per_class=1)
