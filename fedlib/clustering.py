@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from sklearn.cluster import KMeans
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 DESCRIPTORS = ("lowrank", "raw")
@@ -53,12 +55,14 @@ def _as_heads(heads) -> torch.Tensor:
     return h
 
 
-def _check_rank(rank, n_classes: int) -> int:
+def _check_rank(rank, heads: torch.Tensor) -> int:
+    n, C, d = heads.shape
     if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
         raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
-    if rank > n_classes:
-        raise ValueError(f"rank r={rank} is larger than the heads' rank: a head of {n_classes} classes has rank at most "
-                         f"{n_classes}; valid: 1..{n_classes}")
+    most = min(C, n * d)
+    if rank > most:
+        raise ValueError(f"rank r={rank} is larger than the heads' rank: {n} head(s) of {C} classes x {d} columns side by "
+                         f"side have rank at most min(C, n d) = {most}; valid: 1..{most}")
     return int(rank)
 
 
@@ -71,7 +75,7 @@ def lowrank_basis(heads, rank: int) -> torch.Tensor:
     [1.0, 0.0, 0.0]
     """
     h = _as_heads(heads)
-    rank = _check_rank(rank, h.shape[1])
+    rank = _check_rank(rank, h)
     side_by_side = h.permute(1, 0, 2).reshape(h.shape[1], -1)  # (C, n d)
     u, _, _ = torch.linalg.svd(side_by_side, full_matrices=False)
     return u[:, :rank]
@@ -93,7 +97,8 @@ def head_descriptors(heads, rank: int = 8, kind: str = "lowrank") -> torch.Tenso
     heads : array of shape (n_clients, n_classes, d)
         The cached heads (weights with the bias as a last column: ``d = features + 1``).
     rank : int, default 8
-        ``r``, in ``1..n_classes`` (used by ``"lowrank"`` only, but checked for both).
+        ``r``, in ``1..min(n_classes, n_clients d)`` (the rank the heads side by side can have;
+        used by ``"lowrank"`` only, but checked for both).
     kind : {"lowrank", "raw"}
 
     Examples
@@ -105,7 +110,7 @@ def head_descriptors(heads, rank: int = 8, kind: str = "lowrank") -> torch.Tenso
     if kind not in DESCRIPTORS:
         raise ValueError(f"unknown descriptor kind {kind!r}; valid: {', '.join(DESCRIPTORS)}")
     h = _as_heads(heads)
-    _check_rank(rank, h.shape[1])
+    _check_rank(rank, h)
     if kind == "raw":
         return _normalize_rows(h.reshape(len(h), -1))
     u = lowrank_basis(h, rank)  # (C, r)
@@ -138,7 +143,8 @@ def _check_k_range(k_min, k_max) -> tuple[int, int]:
 class SilhouetteKMeans:
     """k-means (scikit-learn's :class:`~sklearn.cluster.KMeans`) for every ``k`` in
     ``k_min..k_max``; the clustering with the highest silhouette score is kept (ties: the
-    smaller ``k``). ``k_min = k_max = 1`` is one group (no k-means, silhouette undefined).
+    smaller ``k``). ``k_min = k_max = 1`` is one group (no k-means, silhouette undefined), and so
+    is a set of points too alike for any ``k`` of the range to give ``k`` non-empty groups.
 
     Parameters
     ----------
@@ -191,12 +197,18 @@ class SilhouetteKMeans:
         best = None
         self.scores_ = {}
         for k in range(self.k_min, min(self.k_max, n - 1) + 1):
-            km = KMeans(n_clusters=k, n_init=self.n_init, random_state=self.seed).fit(x)
+            with warnings.catch_warnings():  # fewer distinct points than k: handled below
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                km = KMeans(n_clusters=k, n_init=self.n_init, random_state=self.seed).fit(x)
             labels = km.labels_.astype(np.int64)
-            score = float(silhouette_score(x, labels)) if len(np.unique(labels)) > 1 else -1.0
+            if len(np.unique(labels)) < k:  # fewer distinct points than k: no grouping into k exists
+                continue
+            score = float(silhouette_score(x, labels))
             self.scores_[k] = score
             if best is None or score > best[0]:
                 best = (score, k, labels, km.cluster_centers_)
+        if best is None:  # every point the same (or nearly): one group
+            best = (math.nan, 1, np.zeros(n, dtype=np.int64), x.mean(axis=0, keepdims=True))
         self.silhouette_, self.k_, self.labels_, self.cluster_centers_ = best
         return self
 

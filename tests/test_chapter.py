@@ -64,7 +64,7 @@ def test_subsample_is_the_sorted_seeded_choice_of_the_purpose_stream():
 
 
 def test_load_data_names_and_cifar_root():
-    with pytest.raises(ValueError, match="unknown data set 'svhn'; valid: mnist5k, uci, cifar10, cifar100"):
+    with pytest.raises(ValueError, match="unknown data set 'svhn'; valid: mnist5k, uci, uci8, cifar10, cifar100"):
         load_data("svhn")
     with pytest.raises(ValueError, match="cifar100 needs cifar_root: the folder that holds cifar-100-python/"):
         load_data("cifar100")

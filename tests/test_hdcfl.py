@@ -123,6 +123,17 @@ def test_a_k_range_above_the_cached_clients_is_refused():
         SilhouetteKMeans(4, 8).fit(np.eye(4))
 
 
+def test_points_too_alike_for_k_groups_form_one_group():
+    km = SilhouetteKMeans(2, 3).fit(np.ones((4, 3)))  # k-means cannot make 2 non-empty groups of one point
+    assert km.k_ == 1 and km.labels_.tolist() == [0, 0, 0, 0] and math.isnan(km.silhouette_) and km.scores_ == {}
+
+
+def test_a_rank_above_what_few_heads_can_have_is_refused():
+    # 2 heads of 10 classes x 2 columns side by side have rank at most min(10, 4) = 4
+    with pytest.raises(ValueError, match="rank r=8 is larger.*min\\(C, n d\\) = 4; valid: 1..4"):
+        head_descriptors(torch.randn(2, 10, 2), rank=8)
+
+
 def test_random_groups_are_balanced_and_seeded():
     a = random_groups(10, 3, np.random.default_rng(1))
     assert sorted(np.bincount(a).tolist()) == [3, 3, 4]
@@ -241,6 +252,22 @@ def test_the_gate_waits_for_stable_refreshes_or_the_maximum_round():
     assert refresh_history(t)["active"].tolist() == [False, True] and refresh_history(t)["stable"].tolist() == [False, False]
 
 
+def test_identical_heads_refresh_into_one_group():
+    heads = torch.ones(4, 3, 3, dtype=torch.float64)
+    new = refresh(_server_with_cache(heads, [1] * 4, [torch.zeros(2)] * 4), 1, HDCConfig(rank=2, k_max=3), 0)
+    assert refresh_history(new).loc[0, "k"] == 1 and new.arrays["hdcfl/membership"].shape == (4, 1)
+
+
+def test_random_groups_report_their_own_silhouette():
+    heads, _ = planted_heads(n_per_group=4, groups=2, C=3, d=3, noise=0.01)
+    server = _server_with_cache(heads, [1] * 8, [torch.zeros(2)] * 8)
+    planted = refresh(server, 1, HDCConfig(rank=2, k_max=2), 0)
+    rand = refresh(server, 1, HDCConfig(rank=2, k_max=2, grouping="random"), 0)
+    z = head_descriptors(heads, rank=2).numpy()
+    assert refresh_history(rand).loc[0, "silhouette"] == pytest.approx(silhouette_score(z, rand.arrays["hdcfl/labels"].numpy()))
+    assert refresh_history(rand).loc[0, "silhouette"] < refresh_history(planted).loc[0, "silhouette"]
+
+
 def test_personalization_without_a_cached_pair_is_refused():
     heads, _ = planted_heads(n_per_group=2, groups=2, C=3, d=3)
     new = refresh(_server_with_cache(heads, [1] * 4, [torch.zeros(2)] * 4), 1, HDCConfig(rank=2, k_max=2), 0)
@@ -306,6 +333,18 @@ def test_personalized_messages_are_what_each_client_deploys(grouped):
                             fed, model_fn, cfg)
     b = evaluate_deployment(FedAvgSE(train=TRAIN), run, fed, model_fn, cfg)
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_a_client_the_server_never_saw_is_evaluated_on_the_shared_encoder(grouped):
+    fed, model_fn = grouped
+    alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=2, refresh_every=1, max_activation_round=1))
+    run = run_federated(alg, fed, model_fn, LoopConfig(rounds=1, seed=0, participation=0.5))
+    seen = set(cached_clients(run.server))
+    assert 0 < len(seen) < fed.n_clients
+    led = run.ledger.to_frame()
+    evals = led[(led.direction == "down") & led.kind.str.startswith("eval")]
+    assert set(evals[evals.kind == "eval:personalized"].client) == seen
+    assert set(evals[evals.kind == "eval:model"].client) == set(range(fed.n_clients)) - seen
 
 
 def test_hdcfl_is_vectorizable_and_the_vectorized_run_matches(grouped):

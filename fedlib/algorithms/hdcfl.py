@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 import torch
+from sklearn.metrics import silhouette_score
 
 from ..aggregate import weighted_average
 from ..clustering import (DESCRIPTORS, SilhouetteKMeans, assignment_agreement, descriptor_drift, group_centroids,
@@ -198,9 +199,11 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     km = SilhouetteKMeans(config.k_min, config.k_max, config.n_init,
                           seed=derive_seed(seed, round_, HDC_GROUPING) % 2**32).fit(z)
     k, labels, centroids = km.k_, km.labels_, km.cluster_centers_
+    silhouette = km.silhouette_
     if config.grouping == "random":
         labels = random_groups(len(clients), k, numpy_rng(seed, round_, HDC_RANDOM_GROUPS))
         centroids = group_centroids(z, labels, k)
+        silhouette = float(silhouette_score(z, labels)) if 1 < k < len(clients) else math.nan  # the random groups' own
     protos = {}
     for j in range(k):
         members = np.flatnonzero(labels == j)
@@ -220,12 +223,12 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
             ari = assignment_agreement(server.arrays["hdcfl/labels"].numpy()[before], labels[now])
             drift = descriptor_drift(server.arrays["hdcfl/gram"].numpy()[np.ix_(before, before)],
                                      gram.numpy()[np.ix_(now, now)])
-    separated = k == 1 or km.silhouette_ >= config.min_silhouette
+    separated = k == 1 or silhouette >= config.min_silhouette
     persistent = (not math.isnan(ari) and ari >= config.min_ari) or (not math.isnan(drift) and drift <= config.max_drift)
     stable = bool(separated and persistent)
     streak = int(server.meta.get("hdcfl_streak", 0)) + 1 if stable else 0
     active = bool(server.meta.get("hdcfl_active", False)) or streak >= config.patience or round_ >= config.max_activation_round
-    row = [int(round_), int(k), km.silhouette_, ari, drift, membership_entropy(m), stable, active, len(clients)]
+    row = [int(round_), int(k), silhouette, ari, drift, membership_entropy(m), stable, active, len(clients)]
     row = [None if isinstance(v, float) and math.isnan(v) else v for v in row]
     arrays = {name: t for name, t in server.arrays.items() if not name.startswith(PROTO)}
     arrays.update(protos)
@@ -313,8 +316,12 @@ class HDCFL(FedAvgSE):
 
     def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
         """Before activation, the broadcast (the shared encoder: FedAvg-SE's deployment); after,
-        the client's personalized encoder (body only: the client deploys it with its own head)."""
-        if not server.meta.get("hdcfl_active", False):
+        the client's personalized encoder (body only: the client deploys it with its own head).
+        A client the last refresh did not see (under partial participation, one never sampled
+        yet; a client that joined since) has no head on the server to personalize with: it gets
+        the broadcast too, FedAvg-SE's deployment."""
+        seen = server.arrays.get("hdcfl/clients")
+        if not server.meta.get("hdcfl_active", False) or seen is None or client not in seen.tolist():
             return message
         own = prefixed(MODEL, personalized_encoder(server, client, self.config.lam))
         return Message(arrays=own, kind="personalized")
