@@ -40,10 +40,10 @@
 # stability gate reads every refresh. The geometry is derived and checked in
 # {ref}`chapter-hdcfl-derivations`.
 #
-# **Our scale.** The paper trains ResNet-18 and MobileNetV2 on CIFAR-10/100 with 20 clients. The
-# book profile keeps the 20 clients and the three heterogeneities, but uses the UCI optical digits
-# at their native 8 × 8 pixels (1,797 images, bundled with scikit-learn) and a small CNN, so that the
-# whole chapter runs in minutes on two CPU cores. The `paper` profile takes CIFAR-10 and
+# **Our scale.** The paper trains ResNet-18 and MobileNetV2 on CIFAR-10/100 with twenty clients.
+# The book profile keeps {glue:text}`n_clients` clients and the three heterogeneities, but uses the
+# UCI optical digits at their native 8 × 8 pixels ({glue:text}`n_images` images, bundled with
+# scikit-learn) and a small CNN, so that the whole chapter runs in minutes on two CPU cores. The `paper` profile takes CIFAR-10 and
 # ResNet-18 where the files exist (`cifar_root`).
 
 # %% tags=["parameters", "hide-input"]
@@ -109,6 +109,7 @@ P = resolve(PROFILES, profile, n_seeds=n_seeds, rounds=rounds, local_epochs=loca
 SEEDS = list(range(seed, seed + P.n_seeds))
 TRAIN = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr, momentum=0.9)
 FINETUNE = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr / 5, momentum=0.9)
+TEST_FRACTION = 0.25  # each client's local test split (make_federation's default)
 HDC = HDCConfig(temperature=P.temperature, refresh_every=P.refresh_every, max_activation_round=P.max_activation_round)
 if not P.max_activation_round <= P.rounds:
     raise ValueError(f"max_activation_round={P.max_activation_round} must be <= rounds={P.rounds}: the tables read "
@@ -129,7 +130,8 @@ def model_fn_for(ds):
 def federation(setting, run_seed):
     """The setting's federation and each client's planted group (rotation; None otherwise)."""
     ds = dataset(run_seed)
-    common = dict(n_clients=P.n_clients, global_test_per_class=P.global_test_per_class, seed=run_seed)
+    common = dict(n_clients=P.n_clients, global_test_per_class=P.global_test_per_class, test_fraction=TEST_FRACTION,
+                  seed=run_seed)
     if setting == "rotation":
         return make_rotation_federation(ds, n_rotations=P.n_rotations, **common)
     if setting == "label subsets":
@@ -143,6 +145,10 @@ glue("n_seeds", P.n_seeds, display=False)
 glue("n_clients", P.n_clients, display=False)
 glue("rounds", P.rounds, display=False)
 glue("bottom_k", max(1, int(round(0.2 * P.n_clients))), display=False)
+glue("ft_epochs", FINETUNE.epochs, display=False)
+glue("n_images", len(load_data("uci8")), display=False)  # the whole data set the book profile draws from
+glue("test_pct", 100 * TEST_FRACTION, display=False)
+glue("train_pct", 100 * (1 - TEST_FRACTION), display=False)
 glue("class_pct", 100 * P.class_fraction, display=False)
 glue("alpha", P.alpha, display=False)
 glue("n_rot", P.n_rotations, display=False)
@@ -155,8 +161,8 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # ## The settings and HDC-FL's choices
 #
 # Three heterogeneities over {glue:text}`n_clients` clients, each a partition of the same digits
-# (75 % of a client's data trains, 25 % is its local test split, whose accuracy is the client's
-# accuracy below):
+# (a client trains on {glue:text}`train_pct:.0f` % of its data; the other {glue:text}`test_pct:.0f` % is its local
+# test split, whose accuracy is the client's accuracy below):
 #
 # * **label subsets**: each client holds {glue:text}`class_pct:.0f` % of the classes;
 # * **Dirichlet**: per-class proportions from a Dirichlet with $\alpha =$ {glue:text}`alpha`;
@@ -185,8 +191,8 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # IFCA needs its number of clusters: we give it {glue:text}`ifca_k`, the number of planted rotation
 # groups (its best case there). Every method trains the same local epochs with the same optimizer
 # (SGD with momentum), from the same initial model, over the same {glue:text}`rounds` rounds with
-# full participation; FedAvg-FT and FedBABU fine-tune for one more local epoch at a fifth of the
-# learning rate before deployment.
+# full participation; FedAvg-FT and FedBABU fine-tune for as many local epochs as a round has
+# ({glue:text}`ft_epochs`) at a fifth of the learning rate before deployment.
 #
 # ## The claims, declared before any run
 #
