@@ -156,7 +156,8 @@ rng = numpy_rng(seed, 101)
 err = dict(unit=0.0, formula=0.0, sign=0.0, rotation=0.0, drift=0.0, full=0.0)
 moved = []  # how far the coordinates themselves move under a rotation of the basis
 for t in range(P.trials):
-    n, C, d = int(rng.integers(2, 9)), int(rng.integers(2, 13)), int(rng.integers(1, 6))
+    n, d = int(rng.integers(2, 9)), int(rng.integers(1, 6))
+    C = int(rng.integers(2, min(13, n * (d + 1) + 1)))  # r = C must be a rank n heads side by side can have
     r = int(rng.integers(1, C + 1))
     g = torch_generator(seed, 102, t)
     heads = torch.randn(n, C, d + 1, generator=g, dtype=F64) * torch.rand(n, 1, 1, generator=g, dtype=F64).add(0.2)
@@ -516,15 +517,16 @@ glue("pl_ari_better", 100 * ari_better, display=False)
 glue("pl_gain_few", sil_gain_few, display=False)
 glue("pl_gain_all", sil_gain_all, display=False)
 ari_diff = planted_table["ARI low-rank"] - planted_table["ARI raw"]
+ARI_STEP = 0.05  # a difference in mean ARI smaller than this (about one client of twenty moved) is not read as a gain or a loss
 (fam_best, s_best), (fam_worst, s_worst) = ari_diff.idxmax(), ari_diff.idxmin()
 best_row, worst_row = planted_table.loc[(fam_best, s_best)], planted_table.loc[(fam_worst, s_worst)]
 glue("pl_gain_sentence", f"The largest gain in mean ARI from the projection is at σ = {s_best:g} with the groups "
      f"differing in {fam_best}: {best_row['ARI low-rank']:.2f} against {best_row['ARI raw']:.2f}."
-     if ari_diff.max() > 0.005 else "The projection raises the mean ARI in none of these settings.", display=False)
+     if ari_diff.max() > ARI_STEP else f"The projection raises the mean ARI by more than {ARI_STEP} in none of these settings.",
+     display=False)
 glue("pl_loss_sentence", f"The largest loss is at σ = {s_worst:g} with the groups differing in {fam_worst}: "
-     f"{worst_row['ARI low-rank']:.2f} against {worst_row['ARI raw']:.2f}, where the discarded class directions "
-     "carried part of the grouping." if ari_diff.min() < -0.005
-     else "The projection lowers the mean ARI in none of these settings.", display=False)
+     f"{worst_row['ARI low-rank']:.2f} against {worst_row['ARI raw']:.2f}." if ari_diff.min() < -ARI_STEP
+     else f"The projection lowers the mean ARI by more than {ARI_STEP} in none of these settings.", display=False)
 noisiest = planted[planted["σ"] == max(P.noises)]
 glue("pl_noisy_sentence", f"At the largest noise, σ = {max(P.noises):g}, the mean ARI over both families is "
      f"{noisiest['ARI raw'].mean():.2f} (raw) and {noisiest['ARI lowrank'].mean():.2f} (low-rank).", display=False)
@@ -618,9 +620,12 @@ glue("ls_size_min", float(sizes[0]), display=False)
 glue("ls_size_max", float(sizes[-1]), display=False)
 glue("ls_cos_first", float(cosines[0]), display=False)
 glue("ls_cos_last", float(cosines[-1]), display=False)
-glue("ls_cos_sentence", "longer local training does not make the clients' encoder changes point in more different "
-     "directions here (they share more of their direction, not less); it makes them larger." if cosines[-1] >= cosines[0]
-     else "longer local training makes the clients' encoder changes both larger and less aligned.", display=False)
+COS_STEP = 0.05  # a change of the mean pairwise cosine smaller than this is read as no change
+glue("ls_cos_sentence", "longer local training makes the clients' encoder changes larger and, on this run, more alike in "
+     "direction, not less." if cosines[-1] - cosines[0] > COS_STEP else
+     "longer local training makes the clients' encoder changes larger and, on this run, less aligned."
+     if cosines[-1] - cosines[0] < -COS_STEP else
+     "longer local training makes the clients' encoder changes larger, about as aligned as before.", display=False)
 how = f"{P.n_clients} clients, s in {{{', '.join(map(str, P.steps))}}}, probe: the global test set"
 checks.add("the clients' penultimate features move further from the common encoder's as local steps s grow",
            how, "monotone" if move_monotone else "not monotone: " + ", ".join(f"{v:.3f}" for v in movement),
@@ -728,5 +733,5 @@ checks.show()
 # {glue:text}`n_checks` statements checked, {glue:text}`n_fail` not holding, in
 # {glue:text}`deriv_seconds:.1f` s at this profile. Sections 1-3 and 6 check identities, to
 # round-off or bit for bit; sections 4 and 5 are measurements on the instances above, reported as
-# measured. Every statement of sections 1-4 and 6 is also a property test (hypothesis) in
-# `tests/test_hdcfl_properties.py`.
+# measured. The identities of sections 1-3 and 6, and the exact recovery of well-separated planted
+# groups of section 4, are also property tests (hypothesis) in `tests/test_hdcfl_properties.py`.

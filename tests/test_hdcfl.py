@@ -13,11 +13,13 @@ import pandas as pd
 import pytest
 import torch
 from sklearn.cluster import KMeans
+from scipy.stats import spearmanr
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from fedlib.algorithms import FedAvgSE, FedRep, HDCFL, IFCA
-from fedlib.algorithms.hdcfl import (HDCConfig, cache_entries, cached_clients, cached_pair, donor_swap, head_matrix,
-                                     personalized_encoder, refresh, refresh_history, with_variant)
+from fedlib.algorithms.hdcfl import (HDCConfig, cache_entries, cached_clients, cached_pair, donor_ranking, donor_swap,
+                                     head_matrix, partial_spearman, personalized_encoder, refresh, refresh_history,
+                                     with_variant)
 from fedlib.algorithms.ifca import cluster_losses
 from fedlib.clustering import (SilhouetteKMeans, assignment_agreement, descriptor_drift, hard_membership,
                                head_descriptors, lowrank_basis, membership_entropy, random_groups, soft_membership)
@@ -26,7 +28,7 @@ from fedlib.federation import make_federation, make_rotation_federation
 from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
-from fedlib.protocol import vectorizable
+from fedlib.protocol import Event, vectorizable
 from fedlib.training import TrainConfig
 
 TRAIN = TrainConfig(epochs=1, batch_size=16, lr=0.05)
@@ -224,6 +226,7 @@ def test_a_refresh_builds_size_weighted_prototypes_and_the_mixture_by_hand():
     new = refresh(server, 1, cfg, seed=0)
     labels = new.arrays["hdcfl/labels"].numpy()
     assert adjusted_rand_score(planted, labels) == 1.0
+    assert new.arrays["hdcfl/membership"].argmax(1).tolist() == labels.tolist()  # hard: each client's own group
     group_a = labels[0]
     proto_a = new.arrays[f"proto/{group_a}/model/fc.weight"]
     assert proto_a.tolist() == [(1.0 * 1 + 3.0 * 3) / 4, 0.0]  # size-weighted: 2.5
@@ -266,6 +269,41 @@ def test_random_groups_report_their_own_silhouette():
     z = head_descriptors(heads, rank=2).numpy()
     assert refresh_history(rand).loc[0, "silhouette"] == pytest.approx(silhouette_score(z, rand.arrays["hdcfl/labels"].numpy()))
     assert refresh_history(rand).loc[0, "silhouette"] < refresh_history(planted).loc[0, "silhouette"]
+
+
+def test_stability_is_read_on_the_clients_both_refreshes_saw():
+    heads, _ = planted_heads(n_per_group=3, groups=2, C=3, d=3, noise=0.01)
+    four = _server_with_cache(heads[[0, 1, 3, 4]], [1] * 4, [torch.zeros(2)] * 4)
+    cfg = HDCConfig(rank=2, k_max=2, max_activation_round=10)
+    first = refresh(four, 2, cfg, 0)
+    six = _server_with_cache(heads, [1] * 6, [torch.zeros(2)] * 6)  # clients 0..5: the old 2, 3 are new heads now
+    six.arrays.update({k: v for k, v in first.arrays.items() if k.startswith("hdcfl/")})
+    six.meta.update(first.meta)
+    second = refresh(six, 4, cfg, 0)
+    # common clients 0, 1, 2, 3: heads 0, 1 the same, 2, 3 moved from group 1 (heads 3, 4) to group 0 (heads 2) and 1
+    before = first.arrays["hdcfl/labels"].numpy()
+    now = second.arrays["hdcfl/labels"].numpy()[:4]
+    assert refresh_history(second).loc[1, "ari"] == pytest.approx(adjusted_rand_score(before, now))
+
+
+def test_a_rank_above_the_models_classes_is_refused_before_any_round(tiny_model_fn):
+    with pytest.raises(ValueError, match="HDCConfig.rank r=8 is larger than the head's rank.*valid: 1..3"):
+        HDCFL(config=HDCConfig(rank=8)).init_server(tiny_model_fn())
+
+
+def test_a_lambda_outside_the_unit_interval_is_refused_by_personalization():
+    heads, _ = planted_heads(n_per_group=2, groups=2, C=3, d=3)
+    new = refresh(_server_with_cache(heads, [1] * 4, [torch.zeros(2)] * 4), 1, HDCConfig(rank=2, k_max=2), 0)
+    with pytest.raises(ValueError, match="lam \\(λ\\) must be a number in \\[0, 1\\], got 1.5"):
+        personalized_encoder(new, 0, 1.5)
+
+
+def test_a_client_that_leaves_is_dropped_from_the_cache():
+    heads, _ = planted_heads(n_per_group=2, groups=2, C=3, d=3)
+    server = _server_with_cache(heads, [1] * 4, [torch.zeros(2)] * 4)
+    after = HDCFL(config=HDCConfig(rank=2)).on_event(server, Event(3, 1, "leave"))
+    assert cached_clients(after) == [0, 2, 3]
+    assert HDCFL().on_event(server, Event(3, 1, "join")) is server
 
 
 def test_personalization_without_a_cached_pair_is_refused():
@@ -327,6 +365,14 @@ def test_personalized_messages_are_what_each_client_deploys(grouped):
     rows = evaluate_deployment(alg, run, fed, model_fn, cfg)
     ref = run.frame[run.frame["round"] == 2]
     pd.testing.assert_frame_equal(rows.reset_index(drop=True), ref[ref.metric != "train_loss"].reset_index(drop=True))
+    # what a client deploys is its personalized encoder with its own head, by hand
+    model = model_fn()
+    for k in (0, 4):
+        head = {"head." + n: t for n, t in cached_pair(run.server, k)[1].items()}
+        model.load_state_dict({**personalized_encoder(run.server, k, 1.0), **head})
+        test = fed.clients[k].test
+        acc = float((model(test.x).argmax(1) == test.y).float().mean())
+        assert rows[(rows.client == k) & (rows.metric == "local")].value.item() == pytest.approx(acc)
     # λ = 0 deploys the shared encoder: FedAvg-SE's deployment exactly
     zero = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, lam=0.0))
     a = evaluate_deployment(zero, type(run)(**{**run.__dict__, "server": with_variant(run.server, 2, zero.config, 0)}),
@@ -366,20 +412,39 @@ def test_a_checkpointed_hdcfl_run_resumes_bit_for_bit(grouped, tmp_path):
     resumed = run_federated(alg, fed, model_fn, cfg)
     pd.testing.assert_frame_equal(full.frame, resumed.frame)
     assert full.server.meta == resumed.server.meta
+    assert full.server.arrays.keys() == resumed.server.arrays.keys()
+    assert all(torch.equal(full.server.arrays[k], resumed.server.arrays[k]) for k in full.server.arrays)  # cache, prototypes
 
 
-def test_donor_swap_scores_every_ordered_pair(grouped):
+def test_donor_swap_scores_every_ordered_pair_with_the_targets_head_on_the_donors_encoder(grouped):
     fed, model_fn = grouped
     run = run_federated(HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3)), fed, model_fn, LoopConfig(rounds=2, seed=0))
-    calls = []
 
-    def score(i, weights):
-        calls.append(i)
-        return float(weights["head.bias"].sum())  # a score that depends on the target's head only
+    def score(i, weights):  # depends on both halves: the encoder's first layer and the head's bias
+        return float(weights["hidden.0.weight"].sum()) + 1000.0 * float(weights["head.bias"].sum())
 
-    table = donor_swap(run.server, score)
-    assert len(table) == 6 * 5 and (table["gain"] == 0).all()  # the target's head is kept
-    assert table["head_cosine"].between(-1, 1).all()
+    table = donor_swap(run.server, score, rank=2)
+    assert len(table) == 6 * 5
+    for row in table.itertuples():
+        enc_i, head_i, _ = cached_pair(run.server, row.target)
+        enc_j, _, _ = cached_pair(run.server, row.donor)
+        own = float(enc_i["hidden.0.weight"].sum()) + 1000.0 * float(head_i["bias"].sum())
+        assert row.own == pytest.approx(own)
+        assert row.gain == pytest.approx(float(enc_j["hidden.0.weight"].sum()) - float(enc_i["hidden.0.weight"].sum()))
+    assert table["head_cosine"].between(-1, 1).all() and table["lowrank_cosine"].between(-1, 1).all()
+
+
+def test_donor_ranking_by_hand_and_against_scipy():
+    table = pd.DataFrame({"head_cosine": [0.9, 0.1, 0.5, 0.3], "lowrank_cosine": [0.8, 0.2, 0.4, 0.6],
+                          "gain": [2.0, -1.0, 0.5, -0.5], "overlap": [1.0, 0.2, 0.5, 0.5],
+                          "same_group": [True, False, False, True]})
+    out = donor_ranking(table)
+    assert out["rho_raw"] == pytest.approx(1.0) and out["rho_lowrank"] == pytest.approx(0.8)
+    assert out["auroc_helps"] == 1.0 and out["auroc_same_group"] == 0.75 and out["mean_gain"] == 0.25
+    x, y, z = (pd.Series(v).rank().to_numpy() for v in (table.head_cosine, table.gain, table.overlap))
+    rx, ry = (r - np.polyval(np.polyfit(z, r, 1), z) for r in (x, y))
+    assert out["partial_rho"] == pytest.approx(np.corrcoef(rx, ry)[0, 1])
+    assert partial_spearman([1, 2, 3], [3, 1, 2], [0, 0, 0]) == pytest.approx(spearmanr([1, 2, 3], [3, 1, 2]).statistic)
 
 
 # --------------------------------------------------------------------------- IFCA
@@ -398,13 +463,24 @@ def test_ifca_clients_choose_the_lowest_loss_cluster_and_each_cluster_averages_i
     assert run.summary()["local"] > 0.8
 
 
+def test_ifca_vectorized_equals_sequential_and_refuses_an_unknown_cluster(grouped):
+    fed, model_fn = grouped
+    a = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0))
+    b = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0, execution="vectorized"))
+    for name, t in a.server.arrays.items():
+        assert torch.allclose(b.server.arrays[name], t, atol=1e-5), name
+    fold = IFCA(k=2).fold(a.server, 3)
+    with pytest.raises(ValueError, match="client 4's reply names cluster 5; valid: 0, 1"):
+        fold.add(4, Message(arrays={}, meta={"cluster": 5, "n_samples": 3}))
+
+
 def test_ifca_cluster_models_start_apart_and_from_the_runs_initial_model(tiny_federation, tiny_model_fn):
     model = tiny_model_fn()
     server = IFCA(k=3, seed=0).init_server(model)
     w = [server.arrays[f"cluster/{j}/model/head.weight"] for j in range(3)]
     assert torch.equal(w[0], model.head.weight) and not torch.equal(w[0], w[1]) and not torch.equal(w[1], w[2])
     assert torch.equal(IFCA(k=3, seed=0).init_server(model).arrays["cluster/2/model/head.weight"], w[2])
-    with pytest.raises(ValueError, match="k \\(the number of cluster models\\) must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="k \\(the number of cluster models\\) must be an integer >= 1 \\(1 is FedAvg\\), got 0"):
         IFCA(k=0)
 
 

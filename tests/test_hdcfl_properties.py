@@ -76,6 +76,7 @@ def _bit_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 8), C=st.integers(2, 12), d=st.integers(1, 5), data=st.data(), seed=SEEDS)
 def test_descriptors_are_unit_norm_and_their_gram_is_basis_free(n, C, d, data, seed):
+    C = min(C, n * (d + 1))  # heads side by side have rank at most min(C, n (d + 1)): r beyond it is refused
     r = data.draw(st.integers(1, C), label="rank")
     heads = _heads(n, C, d + 1, seed)
     z = head_descriptors(heads, rank=r)
@@ -96,6 +97,7 @@ def test_descriptors_are_unit_norm_and_their_gram_is_basis_free(n, C, d, data, s
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 8), C=st.integers(1, 12), d=st.integers(1, 5), seed=SEEDS)
 def test_full_rank_descriptors_have_the_raw_heads_gram(n, C, d, seed):
+    C = min(C, n * (d + 1))  # r = C must be a rank the heads side by side can have
     heads = _heads(n, C, d + 1, seed)
     low, raw = head_descriptors(heads, rank=C), head_descriptors(heads, rank=C, kind="raw")
     assert torch.allclose(low @ low.T, raw @ raw.T, rtol=0, atol=1e-12)
@@ -266,7 +268,7 @@ def _kept(before: dict[str, torch.Tensor], state: State, prefix: str = "") -> bo
        log_t=st.floats(-2, 1), lam=st.floats(0, 1), data=st.data(), seed=SEEDS)
 def test_a_refresh_keeps_k_in_range_rows_on_the_simplex_and_the_cache_and_encoder_unchanged(
         n, C, d, k_min, k_extra, descriptor, grouping, membership, log_t, lam, data, seed):
-    config = HDCConfig(rank=data.draw(st.integers(1, C), label="rank"), descriptor=descriptor, k_min=k_min,
+    config = HDCConfig(rank=data.draw(st.integers(1, min(C, n * (d + 1))), label="rank"), descriptor=descriptor, k_min=k_min,
                        k_max=k_min + k_extra, grouping=grouping, membership=membership, temperature=10.0**log_t,
                        max_activation_round=1, n_init=3)
     server = _server(n, C, d, seed % 2**31)

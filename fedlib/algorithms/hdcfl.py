@@ -45,15 +45,17 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 import torch
-from sklearn.metrics import silhouette_score
+from scipy.stats import spearmanr
+from sklearn.metrics import roc_auc_score, silhouette_score
 
 from ..aggregate import weighted_average
 from ..clustering import (DESCRIPTORS, SilhouetteKMeans, assignment_agreement, descriptor_drift, group_centroids,
-                          hard_membership, head_descriptors, membership_entropy, random_groups, soft_membership)
+                          head_descriptors, membership_entropy, random_groups, soft_membership)
 from ..messages import Message, State, prefixed
 from ..models import HEAD_PREFIX
-from ..protocol import MODEL, ModelAverage, body_arrays, update_message
+from ..protocol import MODEL, Event, ModelAverage, body_arrays, update_message
 from ..rng import HDC_GROUPING, HDC_RANDOM_GROUPS, derive_seed, numpy_rng
+from ..training import _is_int, _is_real
 from .fedrep import FedAvgSE
 
 CACHE = "cache/"
@@ -65,17 +67,9 @@ PROTO = "proto/"
 GROUPINGS = ("kmeans", "random")
 """How a refresh groups the clients: k-means on the descriptors, or random groups (the ablation)."""
 MEMBERSHIPS = ("soft", "hard")
-"""Soft membership (softmax over ``T``) or hard assignment to the closest group (the ablation)."""
+"""Soft membership (softmax over ``T``) or hard assignment to the client's own group (the ablation)."""
 HISTORY_COLUMNS = ("round", "k", "silhouette", "ari", "drift", "entropy", "stable", "active", "n_cached")
 """The columns of :func:`refresh_history`, one row per refresh."""
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -89,7 +83,8 @@ class HDCConfig:
     k_min, k_max : the range of k tried by silhouette (the paper: 2..8); ``k_min = k_max = 1`` is
         population-level prototype averaging (the ablation)
     grouping : ``"kmeans"`` or ``"random"`` (random groups of the chosen k, the ablation)
-    membership : ``"soft"`` (softmax over ``temperature``) or ``"hard"`` (the T -> 0 limit)
+    membership : ``"soft"`` (softmax over ``temperature``) or ``"hard"`` (each client on its own
+        group's prototype alone)
     temperature : T > 0 of the soft membership (cosine similarities lie in [-1, 1])
     lam : λ in [0, 1], the weight of the prototype mixture against the shared encoder (the paper: 1)
     refresh_every : R, refresh the grouping every R rounds
@@ -189,13 +184,11 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     diagnostics from the current cache, and the gate updated. The shared encoder and the cache
     are returned unchanged."""
     clients = cached_clients(server)
-    if not clients:
-        return server
+    if not clients or (config.k_max > 1 and len(clients) <= config.k_min):
+        return server  # the grouping waits for k_min + 1 cached clients (the silhouette needs k <= n - 1)
     pairs = [cached_pair(server, k) for k in clients]
     heads = torch.stack([head_matrix(h) for _, h, _ in pairs])  # (n, C, d + 1)
     z = head_descriptors(heads, rank=config.rank, kind=config.descriptor).numpy()  # (n, p)
-    if config.k_max > 1 and len(clients) <= config.k_min:
-        return server  # the grouping waits for k_min + 1 cached clients (the silhouette needs k <= n - 1)
     km = SilhouetteKMeans(config.k_min, config.k_max, config.n_init,
                           seed=derive_seed(seed, round_, HDC_GROUPING) % 2**32).fit(z)
     k, labels, centroids = km.k_, km.labels_, km.cluster_centers_
@@ -209,7 +202,8 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
         members = np.flatnonzero(labels == j)
         proto = weighted_average([pairs[i][0] for i in members], [pairs[i][2] for i in members])
         protos.update(prefixed(f"{PROTO}{j}/{MODEL}", proto))
-    m = soft_membership(z, centroids, config.temperature) if config.membership == "soft" else hard_membership(z, centroids)
+    # soft: over the centroids; hard: each client's own group, whose prototype its encoder went into
+    m = soft_membership(z, centroids, config.temperature) if config.membership == "soft" else np.eye(k)[labels]
     gram = torch.as_tensor(z @ z.T)
     ids = torch.as_tensor(clients, dtype=torch.int64)
     # stability against the previous refresh, on the clients both saw
@@ -223,7 +217,8 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
             ari = assignment_agreement(server.arrays["hdcfl/labels"].numpy()[before], labels[now])
             drift = descriptor_drift(server.arrays["hdcfl/gram"].numpy()[np.ix_(before, before)],
                                      gram.numpy()[np.ix_(now, now)])
-    separated = k == 1 or silhouette >= config.min_silhouette
+    # one group by design (k_max = 1) needs no separation; one group because the heads are too alike has none
+    separated = config.k_max == 1 or (k > 1 and silhouette >= config.min_silhouette)
     persistent = (not math.isnan(ari) and ari >= config.min_ari) or (not math.isnan(drift) and drift <= config.max_drift)
     stable = bool(separated and persistent)
     streak = int(server.meta.get("hdcfl_streak", 0)) + 1 if stable else 0
@@ -245,6 +240,8 @@ def personalized_encoder(server: State, client: int, lam: float) -> dict[str, to
     r"""Client ``client``'s personalized encoder :math:`\lambda \sum_j m_{kj} P_j + (1 - \lambda)\bar\theta`
     from the last refresh (``{state_dict name: tensor}``, no head), computed in float64 and cast
     back to each array's dtype."""
+    if not _is_real(lam) or not 0 <= lam <= 1:
+        raise ValueError(f"lam (λ) must be a number in [0, 1], got {lam!r}")
     if "hdcfl/membership" not in server.arrays:
         raise ValueError("no refresh has run yet: there are no prototypes to personalize with")
     ids = server.arrays["hdcfl/clients"].tolist()
@@ -311,8 +308,23 @@ class HDCFL(FedAvgSE):
         """The encoder (averaged) and the head (cached on the server, never averaged nor sent on)."""
         return update_message({**body_arrays(model), **prefixed(HEAD_REPLY, model.head.state_dict())}, n_samples, loss)
 
+    def init_server(self, model: torch.nn.Module) -> State:
+        n_classes = int(model.head.out_features)
+        if self.config.rank > n_classes:
+            raise ValueError(f"HDCConfig.rank r={self.config.rank} is larger than the head's rank: a head of {n_classes} "
+                             f"classes has rank at most {n_classes}; valid: 1..{n_classes}")
+        return super().init_server(model)
+
     def fold(self, server: State, round_: int) -> CacheAndAverage:
         return CacheAndAverage(self, server, round_)
+
+    def on_event(self, server: State, event: Event) -> State:
+        """A client that leaves is dropped from the cache (its pair no longer joins a prototype);
+        the next refresh groups the clients that remain."""
+        if event.kind != "leave":
+            return server
+        prefix = f"{CACHE}{event.client}/"
+        return State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(prefix)}, meta=dict(server.meta))
 
     def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
         """Before activation, the broadcast (the shared encoder: FedAvg-SE's deployment); after,
@@ -338,30 +350,84 @@ def with_variant(server: State, round_: int, config: HDCConfig, seed: int) -> St
     return state
 
 
-def donor_swap(server: State, score: Callable[[int, dict[str, torch.Tensor]], float]) -> pd.DataFrame:
+def donor_swap(server: State, score: Callable[[int, dict[str, torch.Tensor]], float], *, rank: int = 8,
+               supports: np.ndarray | None = None, groups: np.ndarray | None = None) -> pd.DataFrame:
     """The donor-swap diagnostic (Appendix F): for each target client ``i`` and donor ``j != i``,
     the target's cached head on the donor's cached encoder, scored by ``score(i, weights)``
     (e.g. the accuracy on client ``i``'s local test split; ``weights`` a full ``state_dict``),
     against the target's own pair.
 
-    Returns one row per (target, donor) with ``own``, ``swapped``, ``gain = swapped - own`` and
-    ``head_cosine``, the cosine similarity of their raw heads (flattened ``[W, b]``)."""
+    Returns one row per (target, donor): ``own``, ``swapped``, ``gain = swapped - own``, the
+    similarity of the two heads as the cosine of the raw heads (``head_cosine``, flattened
+    ``[W, b]``) and of their rank-``rank`` descriptors (``lowrank_cosine``); with ``supports``
+    (shape (n_clients, n_classes), True where a client holds a class) the Jaccard index of their
+    label supports (``overlap``); with ``groups`` (shape (n_clients,), e.g. the rotations) whether
+    they share a group (``same_group``). :func:`donor_ranking` summarizes the table."""
     clients = cached_clients(server)
     pairs = {k: cached_pair(server, k) for k in clients}
-    flat = {k: head_matrix(pairs[k][1]).flatten() for k in clients}
+    heads = torch.stack([head_matrix(pairs[k][1]) for k in clients])
+    raw = head_descriptors(heads, rank=1, kind="raw")  # unit-norm flattened heads: their dot is the cosine
+    low = head_descriptors(heads, rank=rank)
+    at = {k: i for i, k in enumerate(clients)}
     rows = []
     for i in clients:
         head = {"head." + name: t for name, t in pairs[i][1].items()}
         own = score(i, {**pairs[i][0], **head})
         for j in clients:
-            if j != i:
-                swapped = score(i, {**pairs[j][0], **head})
-                cos = float(torch.nn.functional.cosine_similarity(flat[i], flat[j], dim=0))
-                rows.append({"target": i, "donor": j, "own": own, "swapped": swapped, "gain": swapped - own,
-                             "head_cosine": cos})
+            if j == i:
+                continue
+            swapped = score(i, {**pairs[j][0], **head})
+            row = {"target": i, "donor": j, "own": own, "swapped": swapped, "gain": swapped - own,
+                   "head_cosine": float(raw[at[i]] @ raw[at[j]]), "lowrank_cosine": float(low[at[i]] @ low[at[j]])}
+            if supports is not None:
+                union = np.sum(supports[i] | supports[j])
+                row["overlap"] = float(np.sum(supports[i] & supports[j]) / union) if union else 1.0
+            if groups is not None:
+                row["same_group"] = bool(groups[i] == groups[j])
+            rows.append(row)
     return pd.DataFrame(rows)
 
 
+def partial_spearman(x, y, z) -> float:
+    """The Spearman correlation of ``x`` and ``y`` after the ranks of ``z`` are regressed out of
+    both ranks (the partial rank correlation; Appendix F's "partial correlation with loss benefit
+    after residualizing overlap ranks"). A constant ``z`` gives the plain Spearman correlation.
+
+    >>> round(partial_spearman([1, 2, 3, 4], [1, 2, 4, 3], [5, 5, 5, 5]), 3)
+    0.8
+    """
+    rx, ry, rz = (pd.Series(np.asarray(v, dtype=float)).rank().to_numpy() for v in (x, y, z))
+    if np.ptp(rz) > 0:
+        rx, ry = (r - np.polyval(np.polyfit(rz, r, 1), rz) for r in (rx, ry))
+    if np.ptp(rx) == 0 or np.ptp(ry) == 0:
+        return math.nan
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
+    """The donor-swap table of one run (:func:`donor_swap`) in numbers: the Spearman correlation
+    of the swap gain with the raw-head and with the rank-r similarity, the AUROC of the raw-head
+    similarity for "the swap helps" (gain > 0) and, with ``same_group``, for "same group"; the
+    mean gain; with ``overlap``, the Spearman correlation of similarity and label overlap and
+    the partial correlation of similarity and gain given the overlap (:func:`partial_spearman`).
+    An undefined value (one class of labels only, a constant column) is NaN."""
+    def auroc(labels) -> float:
+        labels = np.asarray(labels, dtype=bool)
+        return float(roc_auc_score(labels, table["head_cosine"])) if 0 < labels.sum() < len(labels) else math.nan
+
+    def rho(a, b) -> float:
+        return float(spearmanr(a, b).statistic) if np.ptp(a) > 0 and np.ptp(b) > 0 else math.nan
+
+    out = {"rho_raw": rho(table["head_cosine"], table["gain"]), "rho_lowrank": rho(table["lowrank_cosine"], table["gain"]),
+           "auroc_helps": auroc(table["gain"] > 0), "mean_gain": float(table["gain"].mean())}
+    if "same_group" in table:
+        out["auroc_same_group"] = auroc(table["same_group"])
+    if "overlap" in table:
+        out["rho_overlap"] = rho(table["head_cosine"], table["overlap"])
+        out["partial_rho"] = partial_spearman(table["head_cosine"], table["gain"], table["overlap"])
+    return out
+
+
 __all__ = ["CACHE", "GROUPINGS", "HDCConfig", "HDCFL", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS", "PROTO",
-           "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_swap", "head_matrix",
-           "personalized_encoder", "refresh", "refresh_history", "with_variant"]
+           "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
+           "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "with_variant"]

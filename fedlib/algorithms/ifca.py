@@ -10,12 +10,16 @@ Several training trajectories (one per cluster) and hard clusters: the baseline 
 itself with (arXiv:2610.30075, Section 2).
 
 Cluster 0 starts from the run's initial model; cluster ``j >= 1`` from a fresh initialization of
-the same architecture under the stream ``derive_seed(seed, j, IFCA_INIT)``.
+the same architecture under the stream ``derive_seed(seed, j, IFCA_INIT)``: every module's
+``reset_parameters`` (PyTorch's default initialization; the ResNet-18 and MobileNetV2 stems, which
+torchvision initializes with Kaiming's rule at construction, are drawn by PyTorch's default rule
+in those clusters).
 """
 
 from __future__ import annotations
 
 import copy
+import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -60,12 +64,16 @@ class ClusterAverage:
     def __init__(self, server: State) -> None:
         self._server = server
         self._means: dict[int, WeightedMean] = {}
+        self._clusters = sorted({int(name.split("/")[1]) for name in server.arrays if name.startswith(CLUSTER)})
 
     def __len__(self) -> int:
         return sum(len(m) for m in self._means.values())
 
     def add(self, client: int, message: Message) -> None:
-        j = int(message.meta["cluster"])
+        j = message.meta.get("cluster")
+        if isinstance(j, bool) or not isinstance(j, numbers.Integral) or j not in self._clusters:
+            raise ValueError(f"client {client}'s reply names cluster {j!r}; valid: {', '.join(map(str, self._clusters))}")
+        j = int(j)
         self._means.setdefault(j, WeightedMean()).add(message.with_prefix(MODEL), float(message.meta["n_samples"]))
 
     def finish(self) -> State:
@@ -85,8 +93,9 @@ class IFCA(Algorithm):
     name = "ifca"
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
-            raise ValueError(f"k (the number of cluster models) must be an integer >= 1, got {self.k!r}")
+        if isinstance(self.k, bool) or not isinstance(self.k, numbers.Integral) or self.k < 1:
+            raise ValueError(f"k (the number of cluster models) must be an integer >= 1 (1 is FedAvg), got {self.k!r}")
+        self.k = int(self.k)
 
     def init_server(self, model: torch.nn.Module) -> State:
         arrays = prefixed(f"{CLUSTER}0/", model_arrays(model))
