@@ -159,11 +159,16 @@ class SilhouetteKMeans:
 
     Attributes
     ----------
-    k_ : the chosen number of groups
-    labels_ : np.ndarray of shape (n,), the group of each point
-    cluster_centers_ : np.ndarray of shape (k_, p)
-    silhouette_ : float, the chosen clustering's silhouette (NaN for one group)
-    scores_ : dict, the silhouette of every ``k`` tried
+    k_ : int
+        The chosen number of groups.
+    labels_ : np.ndarray of shape (n,)
+        The group of each point.
+    cluster_centers_ : np.ndarray of shape (k, p)
+        The groups' centres (k-means'), ``k`` the chosen number of groups.
+    silhouette_ : float
+        The chosen clustering's silhouette (NaN for one group).
+    scores_ : dict
+        The silhouette of every ``k`` tried.
 
     Examples
     --------

@@ -68,6 +68,7 @@ import time
 import warnings
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 import torch
@@ -498,6 +499,8 @@ for ax, (col, label) in zip(axes.flat, [("k", "chosen k"), ("silhouette", "silho
     ax.set_ylabel(label)
 for ax in axes[1]:
     ax.set_xlabel("round")
+for ax in axes.flat:
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 handles, labels = axes[0, 0].get_legend_handles_labels()
 fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
 fig.tight_layout(rect=(0, 0.14, 1, 1))
