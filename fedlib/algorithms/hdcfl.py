@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -346,8 +345,7 @@ def with_variant(server: State, round_: int, config: HDCConfig, seed: int) -> St
     the same run (:func:`fedlib.loop.evaluate_deployment` with ``HDCFL(config=config)``)."""
     fresh = State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(("hdcfl/", PROTO))},
                   meta={k: v for k, v in server.meta.items() if not k.startswith("hdcfl_")})
-    state = refresh(fresh, round_, replace(config, max_activation_round=1), seed)
-    return state
+    return refresh(fresh, round_, replace(config, max_activation_round=1), seed)
 
 
 def donor_swap(server: State, score: Callable[[int, dict[str, torch.Tensor]], float], *, rank: int = 8,
