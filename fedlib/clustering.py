@@ -16,6 +16,12 @@ estimator. The k-means, the silhouette score and the adjusted Rand index are sci
 * :func:`membership_entropy`, :func:`descriptor_drift`, :func:`assignment_agreement`: the
   stability diagnostics of the activation gate (Section 3.5, Appendix A.2).
 
+COSMOS's greedy clustering (Ge, Yeoh, Zhang and Vorobeychik, arXiv:2605.11165, Algorithm 1) lives
+here too: :class:`GreedyB0` groups clients from a matrix of pairwise distances (their
+pseudo-labels' :math:`\ell_1` distances, :func:`fedlib.distill.l1_distances`) with a threshold
+:math:`B_0`, and :func:`b0_for_clusters` finds the smallest :math:`B_0` that forms at most a
+target number of clusters.
+
 The paper describes the projection only in words. The basis chosen here, documented in the book:
 the top ``r`` left-singular vectors :math:`U_r` of the clients' heads side by side,
 :math:`[H_1, \dots, H_n]` of shape ``(C, n (d + 1))`` (equivalently the top eigenvectors of
@@ -329,6 +335,137 @@ def assignment_agreement(previous: np.ndarray, current: np.ndarray) -> float:
     return float(adjusted_rand_score(np.asarray(previous), np.asarray(current)))
 
 
-__all__ = ["DESCRIPTORS", "SilhouetteKMeans", "assignment_agreement", "descriptor_drift", "group_centroids",
+def _as_distances(d) -> np.ndarray:
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 2 or d.shape[0] != d.shape[1] or d.shape[0] == 0:
+        raise ValueError(f"distances must be a square (n, n) matrix with n >= 1, got shape {d.shape}")
+    if not np.isfinite(d).all() or (d < 0).any():
+        raise ValueError("distances must be finite and >= 0")
+    if not np.allclose(d, d.T, rtol=1e-9, atol=1e-9):
+        raise ValueError("distances must be symmetric: d(i, j) = d(j, i)")
+    return d
+
+
+def _check_b0(b0) -> float:
+    if isinstance(b0, bool) or not isinstance(b0, numbers.Real) or not math.isfinite(b0) or b0 < 0:
+        raise ValueError(f"B0 must be a finite number >= 0, got {b0!r}")
+    return float(b0)
+
+
+def greedy_b0(distances, b0: float) -> tuple[np.ndarray, list[int]]:
+    r"""Algorithm 1 of COSMOS on a distance matrix: ``(labels, seeds)``.
+
+    While clients remain unassigned, the seed is the unassigned client with the most
+    :math:`B_0`-close unassigned neighbours (:math:`d \le B_0`); it and those neighbours form the
+    next cluster. Ties (the paper leaves them open) go to the candidate whose neighbours are
+    closest in total (the tighter cluster), then to the lowest index. Every member lies within
+    :math:`B_0` of its seed, so a cluster's diameter is at most :math:`2 B_0` (triangle
+    inequality).
+
+    >>> d = np.array([[0, 1, 5, 6], [1, 0, 5, 6], [5, 5, 0, 1], [6, 6, 1, 0]], float)
+    >>> labels, seeds = greedy_b0(d, 1.5)
+    >>> labels.tolist(), seeds
+    ([0, 0, 1, 1], [0, 2])
+    """
+    d = _as_distances(distances)
+    b0 = _check_b0(b0)
+    n = len(d)
+    labels = np.full(n, -1, dtype=np.int64)
+    seeds: list[int] = []
+    remaining = np.arange(n)
+    while len(remaining):
+        sub = d[np.ix_(remaining, remaining)]
+        close = (sub <= b0) & ~np.eye(len(remaining), dtype=bool)
+        counts = close.sum(axis=1)
+        spread = np.where(close, sub, 0.0).sum(axis=1)
+        # most neighbours; then the smallest total distance to them; then the lowest index
+        best = min(range(len(remaining)), key=lambda j: (-counts[j], spread[j], remaining[j]))
+        members = remaining[close[best] | (np.arange(len(remaining)) == best)]
+        labels[members] = len(seeds)
+        seeds.append(int(remaining[best]))
+        remaining = remaining[labels[remaining] < 0]
+    return labels, seeds
+
+
+def b0_for_clusters(distances, target: int) -> float:
+    r"""The smallest :math:`B_0` at which :func:`greedy_b0` forms at most ``target`` clusters.
+
+    The clustering changes only where :math:`B_0` crosses a pairwise distance, so the candidates
+    are 0 and the distinct off-diagonal distances, tried in increasing order. (The authors' code
+    raises :math:`B_0` by a fixed step until about ``target`` clusters form; a step can overshoot
+    the smallest such value, this search cannot.) The count need not fall monotonically with
+    :math:`B_0` for a greedy rule, so the first candidate that reaches the target is returned.
+
+    >>> d = np.array([[0, 1, 5], [1, 0, 5], [5, 5, 0]], float)
+    >>> b0_for_clusters(d, 2), b0_for_clusters(d, 1)
+    (1.0, 5.0)
+    """
+    d = _as_distances(distances)
+    if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
+        raise ValueError(f"the target number of clusters must be an int >= 1, got {target!r}")
+    candidates = np.unique(np.r_[0.0, d[~np.eye(len(d), dtype=bool)]])
+    for b0 in candidates:
+        if len(greedy_b0(d, float(b0))[1]) <= target:
+            return float(b0)
+    return float(candidates[-1])
+
+
+def cluster_diameters(distances, labels: np.ndarray) -> np.ndarray:
+    """The largest within-cluster distance of each cluster ``0..max(labels)`` (0 for a singleton)."""
+    d = _as_distances(distances)
+    labels = np.asarray(labels)
+    return np.array([d[np.ix_(labels == g, labels == g)].max() for g in range(int(labels.max()) + 1)])
+
+
+@dataclass
+class GreedyB0:
+    """COSMOS's greedy clustering (Algorithm 1) as an estimator, on a distance matrix.
+
+    Parameters
+    ----------
+    b0 : float or None
+        The threshold :math:`B_0`; ``None`` searches it (:func:`b0_for_clusters`).
+    target : int or None
+        With ``b0=None``, the number of clusters to reach at most (the authors' code aims at 5).
+
+    Attributes
+    ----------
+    b0_ : float
+        The threshold used.
+    labels_ : np.ndarray of shape (n,)
+        Each client's cluster (clusters numbered in the order they were formed).
+    seeds_ : list of int
+        Each cluster's seed client.
+    n_clusters_ : int
+    diameters_ : np.ndarray of shape (n_clusters,)
+        The largest within-cluster distance of each cluster (at most ``2 * b0_``).
+
+    Examples
+    --------
+    >>> d = np.array([[0, 1, 5], [1, 0, 5], [5, 5, 0]], float)
+    >>> GreedyB0(target=2).fit(d).labels_.tolist()
+    [0, 0, 1]
+    """
+
+    b0: float | None = None
+    target: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.b0 is None and self.target is None:
+            raise ValueError("GreedyB0 needs b0 (the threshold) or target (a number of clusters to reach)")
+        if self.b0 is not None:
+            _check_b0(self.b0)
+
+    def fit(self, distances) -> "GreedyB0":
+        """Cluster the ``n`` clients of the ``(n, n)`` ``distances``."""
+        d = _as_distances(distances)
+        self.b0_ = float(self.b0) if self.b0 is not None else b0_for_clusters(d, self.target)
+        self.labels_, self.seeds_ = greedy_b0(d, self.b0_)
+        self.n_clusters_ = len(self.seeds_)
+        self.diameters_ = cluster_diameters(d, self.labels_)
+        return self
+
+
+__all__ = ["DESCRIPTORS", "GreedyB0", "SilhouetteKMeans", "b0_for_clusters", "cluster_diameters", "greedy_b0", "assignment_agreement", "descriptor_drift", "group_centroids",
            "hard_membership", "head_descriptors", "lowrank_basis", "membership_entropy", "random_groups",
            "soft_membership"]

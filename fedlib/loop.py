@@ -165,6 +165,11 @@ class Server:
     def broadcast(self, round_: int) -> Message:
         return self._algorithm.broadcast(self.state, round_)
 
+    def train_message(self, message: Message, client: int, round_: int) -> Message:
+        """Client ``client``'s training message from the round's broadcast ``message``
+        (:meth:`fedlib.protocol.Algorithm.train_message`)."""
+        return self._algorithm.train_message(self.state, message, client, round_)
+
     def eval_broadcast(self, round_: int) -> Message:
         """The evaluation message of round ``round_``, recorded with kind ``eval:<kind>``."""
         down = self._algorithm.eval_broadcast(self.state, round_)
@@ -385,6 +390,7 @@ def run_federated(
     seed = config.seed
     transport = make_transport(federation, model_fn, config) if transport is None else transport
     _check_transport(transport, federation, seed)
+    _check_agnostic(algorithm, transport)
 
     ckpt = Path(config.checkpoint) if config.checkpoint else None
     fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": config.fingerprint(), "federation": federation.description})
@@ -437,9 +443,10 @@ def run_federated(
             server.notify(e)
             rows.append((r, -1, f"{e.kind}:{e.client}", 1.0))
 
-        # the broadcast depends on the server state and the round only: one message, sent to every sampled client
+        # the broadcast depends on the server state and the round only: one message, sent to every sampled
+        # client, unless the method sends each its own (train_message)
         down = server.broadcast(r)
-        messages = {k: down for k in _sample(active, config.participation, seed, r)}
+        messages = {k: server.train_message(down, k, r) for k in _sample(active, config.participation, seed, r)}
         # streaming aggregation: each reply is folded in and freed (one running sum per array), unless
         # the method keeps the list (aggregation = "list")
         fold = server.aggregator(r)
@@ -509,6 +516,13 @@ def _check_transport(transport: Transport, federation: Federation, seed: int) ->
     if transport.n_clients != federation.n_clients:
         raise ValueError(f"the transport carries {transport.n_clients} clients, but the federation has "
                          f"{federation.n_clients}: build the transport over this federation")
+
+
+def _check_agnostic(algorithm: Algorithm, transport: Transport) -> None:
+    if getattr(transport, "heterogeneous", False) and not algorithm.model_agnostic:
+        raise ValueError(f"{algorithm.name} shares parameters, but the clients' architectures differ "
+                         f"({transport.architectures}); valid: a model-agnostic method (Algorithm.model_agnostic, "
+                         "e.g. cosmos, fedmd, fedct, comet) or one architecture for every client")
 
 
 def _canonical_json(obj) -> str:

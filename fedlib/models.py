@@ -28,7 +28,9 @@ Non-IID Data Quagmire of Decentralized Machine Learning", ICML 2020, arXiv:1910.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+import copy
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 import torchvision
@@ -42,8 +44,10 @@ __all__ = [
     "FeatureModel",
     "MLP",
     "SmallCNN",
+    "ClientArchitectures",
     "build_model",
     "count_parameters",
+    "reinitialized",
     "mobilenet_v2",
     "resnet18",
 ]
@@ -569,3 +573,111 @@ def build_model(
 def count_parameters(model: nn.Module) -> int:
     """Total number of parameter entries of ``model`` (trainable or not; buffers excluded)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def reinitialized(model: nn.Module, seed: int) -> nn.Module:
+    """A copy of ``model`` with every parameter drawn again (each module's ``reset_parameters``)
+    under ``seed``; the caller's RNG state is left untouched.
+
+    >>> m = build_model("mlp", in_channels=1, n_classes=2, input_size=2, hidden=(3,), seed=0)
+    >>> a, b = reinitialized(m, 5), reinitialized(m, 5)
+    >>> all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in a.state_dict())
+    True
+    """
+    fresh = copy.deepcopy(model)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for module in fresh.modules():
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+    return fresh
+
+
+@dataclass(frozen=True)
+class ClientArchitectures:
+    """Each client's own architecture: the model factory of a federation whose clients differ.
+
+    Give it where a run takes ``model_fn``. The transport then hands each client a workspace of
+    its own architecture (``ctx.model``), and the loop refuses every method that shares
+    parameters (:attr:`fedlib.protocol.Algorithm.model_agnostic` is ``False``). Calling the
+    object builds the first client's architecture: it is the run's initial model.
+
+    Parameters
+    ----------
+    specs : mapping of str to mapping
+        Architecture name -> :func:`build_model` arguments: ``"model"`` (one of :data:`MODELS`)
+        and its keyword arguments (e.g. ``{"model": "cnn", "width": 8}``).
+    assignment : sequence of str
+        Client ``k``'s architecture name, one per client.
+    in_channels, n_classes, input_size : int
+        As :func:`build_model`, shared by every client.
+
+    Examples
+    --------
+    >>> archs = ClientArchitectures.mixture({"small": {"model": "mlp", "hidden": (8,)},
+    ...                                     "wide": {"model": "mlp", "hidden": (32,)}}, 3,
+    ...                                     in_channels=1, n_classes=2, input_size=4)
+    >>> archs.assignment, archs.heterogeneous
+    (('small', 'wide', 'small'), True)
+    >>> archs.for_client(1).head.in_features
+    32
+    """
+
+    specs: Mapping[str, Mapping]
+    assignment: tuple[str, ...]
+    in_channels: int
+    n_classes: int
+    input_size: int = 28
+    _built: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "specs", {str(k): dict(v) for k, v in dict(self.specs).items()})
+        object.__setattr__(self, "assignment", tuple(self.assignment))
+        if not self.specs:
+            raise ValueError("ClientArchitectures needs at least one architecture in specs, got none")
+        for key, spec in self.specs.items():
+            if spec.get("model") not in MODELS:
+                raise ValueError(f"architecture {key!r} names model {spec.get('model')!r}; valid: {', '.join(MODELS)}")
+        if not self.assignment:
+            raise ValueError("ClientArchitectures needs one architecture per client, got an empty assignment")
+        unknown = sorted({a for a in self.assignment if a not in self.specs})
+        if unknown:
+            raise ValueError(f"assignment names unknown architecture(s) {unknown}; valid: {', '.join(self.specs)}")
+
+    @classmethod
+    def mixture(cls, specs: Mapping[str, Mapping], n_clients: int, **shared) -> "ClientArchitectures":
+        """``n_clients`` clients taking the architectures of ``specs`` in turn (client ``k`` the
+        ``k mod len(specs)``-th): every architecture on a near-equal share of the clients."""
+        names = list(specs)
+        return cls(specs, tuple(names[k % len(names)] for k in range(n_clients)), **shared)
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether the clients use more than one architecture."""
+        return len(set(self.assignment)) > 1
+
+    def key(self, client: int) -> str:
+        """Client ``client``'s architecture name."""
+        return self.assignment[client]
+
+    def build(self, name: str) -> FeatureModel:
+        """A fresh model of architecture ``name`` (drawn from the global RNG: seed around it)."""
+        spec = dict(self.specs[name])
+        model = spec.pop("model")
+        return build_model(model, in_channels=self.in_channels, n_classes=self.n_classes, input_size=self.input_size, **spec)
+
+    def for_client(self, client: int) -> FeatureModel:
+        """A fresh model of client ``client``'s architecture."""
+        if not 0 <= client < len(self.assignment):
+            raise ValueError(f"client {client} has no architecture: {len(self.assignment)} clients are assigned (0..{len(self.assignment) - 1})")
+        return self.build(self.assignment[client])
+
+    def parameters(self) -> dict[str, int]:
+        """Each architecture's parameter count."""
+        if not self._built:
+            with torch.random.fork_rng(devices=[]):
+                self._built.update({name: count_parameters(self.build(name)) for name in self.specs})
+        return dict(self._built)
+
+    def __call__(self) -> FeatureModel:
+        return self.for_client(0)

@@ -11,6 +11,9 @@ hook                runs on     does
 ``init_server``     server      the server state from the initial model
 ``init_client``     client      a client's persistent state before its first round (default empty)
 ``broadcast``       server      the message the server sends to a sampled client for training
+``train_message``   server      the training message one client receives (default: the
+                                ``broadcast`` itself; a method that sends each client its own,
+                                as COSMOS's cluster pseudo-labels, returns that client's)
 ``local_update``    client      (state, message, data, generator) -> (new state, reply)
 ``local_program``   client      the same local work as data (:class:`~fedlib.training.LocalProgram`),
                                 or ``None``: what lets a vectorized executor batch clients
@@ -163,6 +166,12 @@ class Algorithm:
     list whatever this says (:meth:`fedlib.protocol.Algorithm.aggregator`); the registered ones say
     ``"list"`` too, with the reason."""
 
+    model_agnostic = False
+    """Whether the method works with clients of different architectures
+    (:class:`fedlib.models.ClientArchitectures`): no parameter crosses between a client and the
+    server, nor between clients. The loop refuses a heterogeneous federation for every method
+    that leaves this ``False`` (all that average parameters)."""
+
     program_hooks: tuple[str, ...] = ("local_update",)
     """The hooks whose work :meth:`~fedlib.protocol.Algorithm.local_program` reproduces; overriding
     one of them in a subclass without overriding ``local_program`` too makes the method sequential
@@ -176,6 +185,14 @@ class Algorithm:
 
     def broadcast(self, server: State, round_: int) -> Message:
         return Message(arrays={k: v for k, v in server.arrays.items() if k.startswith(MODEL)}, kind="model")
+
+    def train_message(self, server: State, message: Message, client: int, round_: int) -> Message:
+        """The training message client ``client`` receives in round ``round_``, from the round's
+        :meth:`~fedlib.protocol.Algorithm.broadcast` ``message``. Default: that message itself
+        (every sampled client receives the same). A method that sends each client its own (COSMOS:
+        the pseudo-labels of the client's cluster model) returns it here; the ledger records each
+        one, so per-client bytes are counted honestly."""
+        return message
 
     def eval_broadcast(self, server: State, round_: int) -> Message:
         """The message every active client deploys from when round ``round_`` is evaluated (after

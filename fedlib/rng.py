@@ -56,6 +56,13 @@ HDC_RANDOM_GROUPS = 46
 # IFCA, keyed by (cluster, purpose)
 IFCA_INIT = 47
 """The initial weights of IFCA's cluster models beyond the first (the run's own initial model)."""
+# public-set distillation (COSMOS and its baselines), keyed by (client, purpose) or (round, purpose)
+DISTILL_CLIENT_INIT = 48
+"""A client's own model's initial weights in a model-agnostic federation, keyed by (client, purpose)."""
+DISTILL_SERVER = 49
+"""The server's distillation on the public set (COSMOS's cluster models), keyed by (round, purpose)."""
+COMET_KMEANS = 50
+"""COMET's k-means initializations on the clients' pseudo-labels, keyed by (round, purpose)."""
 # chapters
 DATA_SUBSET = 99
 """A chapter's seeded subsample of its data set."""

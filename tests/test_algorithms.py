@@ -3,6 +3,8 @@ deterministic, and its replies and deployments follow the protocol."""
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 import pytest
 import torch
@@ -10,11 +12,17 @@ import torch
 from fedlib.algorithms import ALGORITHMS, make_algorithm
 from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.cgrl import CGRLConfig
+from fedlib.distill import PublicSet
+from fedlib.models import build_model
 from fedlib.loop import LoopConfig, run_federated
 from fedlib.protocol import Algorithm
 from fedlib.training import TrainConfig
 
 TRAIN = TrainConfig(epochs=1, batch_size=16, lr=0.05)
+ADAM = TrainConfig(epochs=1, batch_size=16, optimizer="adam", lr=1e-2)
+# the model-agnostic methods' public set: random inputs of the mixture's shape (16 features)
+PUBLIC = PublicSet(torch.randn(12, 16, generator=torch.Generator().manual_seed(0)))
+SERVER = functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
 
 # the few arguments each method needs on a 3-class, 16-feature mixture (everything else: defaults)
 KWARGS = {
@@ -35,6 +43,10 @@ KWARGS = {
     "fedavg_se": dict(train=TRAIN),
     "hdcfl": dict(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=2)),
     "ifca": dict(train=TRAIN, k=2),
+    "cosmos": dict(public=PUBLIC, server_model=SERVER, target_clusters=2, train=ADAM, pretrain=ADAM, distill=ADAM, server_train=ADAM),
+    "fedmd": dict(public=PUBLIC, train=ADAM, pretrain=ADAM, distill=ADAM),
+    "fedct": dict(public=PUBLIC, train=ADAM, pretrain=ADAM, distill=ADAM),
+    "comet": dict(public=PUBLIC, k=2, train=ADAM, pretrain=ADAM, distill=ADAM),
 }
 
 

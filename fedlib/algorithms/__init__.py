@@ -35,6 +35,11 @@ _LAZY: dict[str, str] = {
     "FedMixStyle": "ggeur",
     "Rebalanced": "ggeur",
     "MPT": "mpt",
+    "PublicDistillation": "fedmd",
+    "FedMD": "fedmd",
+    "FedCT": "fedct",
+    "COMET": "comet",
+    "COSMOS": "cosmos",
 }
 """Each method class and the submodule that defines it (a literal: the build reads it)."""
 
@@ -59,6 +64,11 @@ _REGISTRY: dict[str, str] = {
     "ifca": "IFCA",
     # MPT chapter
     "mpt": "MPT",
+    # COSMOS chapter (model-agnostic: clients of different architectures, pseudo-labels only)
+    "cosmos": "COSMOS",
+    "fedmd": "FedMD",
+    "fedct": "FedCT",
+    "comet": "COMET",
     # FedGRC chapter
     "cgrl": "CGRL",
 }
@@ -92,6 +102,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "ALGORITHMS", "Algorithm", "CGRL", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedAvgSE", "FedBABU", "FedETF",
-    "FedFAStyle", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "HDCFL", "IFCA", "MPT", "Rebalanced", "load_model", "make_algorithm", "model_arrays",
+    "ALGORITHMS", "Algorithm", "CGRL", "COMET", "COSMOS", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedAvgSE", "FedBABU", "FedCT", "FedETF",
+    "FedFAStyle", "FedMD", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "HDCFL", "IFCA", "MPT", "PublicDistillation", "Rebalanced", "load_model", "make_algorithm", "model_arrays",
 ]

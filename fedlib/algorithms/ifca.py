@@ -18,7 +18,6 @@ in those clusters).
 
 from __future__ import annotations
 
-import copy
 import numbers
 from dataclasses import dataclass, field
 
@@ -28,21 +27,12 @@ from torch.nn import functional as F
 from ..aggregate import WeightedMean
 from ..messages import Message, State, prefixed
 from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
-from ..rng import IFCA_INIT, derive_seed, isolated_torch_rng
+from ..models import reinitialized
+from ..rng import IFCA_INIT, derive_seed
 from ..training import LocalProgram, Phase, TrainConfig
 
 CLUSTER = "cluster/"
 """Prefix of the cluster models in the server state and the broadcast: ``cluster/<j>/model/...``."""
-
-
-def _reinitialized(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """A copy of ``model`` with every parameter drawn again (each module's ``reset_parameters``) under ``seed``."""
-    fresh = copy.deepcopy(model)
-    with isolated_torch_rng(seed):
-        for module in fresh.modules():
-            if hasattr(module, "reset_parameters"):
-                module.reset_parameters()
-    return fresh
 
 
 @torch.no_grad()
@@ -100,7 +90,7 @@ class IFCA(Algorithm):
     def init_server(self, model: torch.nn.Module) -> State:
         arrays = prefixed(f"{CLUSTER}0/", model_arrays(model))
         for j in range(1, self.k):
-            arrays.update(prefixed(f"{CLUSTER}{j}/", model_arrays(_reinitialized(model, derive_seed(self.seed, j, IFCA_INIT)))))
+            arrays.update(prefixed(f"{CLUSTER}{j}/", model_arrays(reinitialized(model, derive_seed(self.seed, j, IFCA_INIT)))))
         return State(arrays=arrays)
 
     def broadcast(self, server: State, round_: int) -> Message:

@@ -30,6 +30,11 @@ class Transport:
     """
 
     name = "transport"
+    heterogeneous = False
+    """Whether its clients' architectures differ (:class:`fedlib.models.ClientArchitectures`);
+    the loop then runs model-agnostic methods only."""
+    architectures = ""
+    """The clients' architectures in words (for error messages)."""
     initial_model: torch.nn.Module
     seed: int
     n_clients: int

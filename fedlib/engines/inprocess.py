@@ -12,6 +12,7 @@ import torch
 from ..federation import ClientData, Federation
 from ..messages import Message, State
 from ..metrics import client_predictions_abilities
+from ..models import ClientArchitectures
 from ..protocol import Algorithm, ClientContext, Predictor
 from ..rng import DEPLOY, INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
 from ..training import LocalProgram, predict
@@ -82,7 +83,8 @@ def weights_key(predictor: Predictor) -> str | None:
 
 class InProcessTransport(Transport):
     """The clients of ``federation`` in this process, sharing one model workspace (built by
-    ``model_fn`` under the run's ``INIT`` stream, so its initial weights are the run's).
+    ``model_fn`` under the run's ``INIT`` stream, so its initial weights are the run's), or, when
+    ``model_fn`` is a :class:`~fedlib.models.ClientArchitectures`, one per architecture.
 
     Evaluation: clients whose deployed modules hold identical weights (all of FedAvg's do) share
     one pass over the global test set: identical weights give identical predictions, so this
@@ -95,16 +97,37 @@ class InProcessTransport(Transport):
         with isolated_torch_rng(derive_seed(seed, INIT)):
             self.initial_model = model_fn()
         self._workspace = copy.deepcopy(self.initial_model)  # clients train here; initial_model stays as drawn
+        self._archs = model_fn if isinstance(model_fn, ClientArchitectures) else None
+        self._workspaces: dict[str, torch.nn.Module] = {}
+        if self._archs is not None:
+            if len(self._archs.assignment) != federation.n_clients:
+                raise ValueError(f"ClientArchitectures assigns {len(self._archs.assignment)} clients, but the federation "
+                                 f"has {federation.n_clients}: give one architecture per client")
+            self.heterogeneous = self._archs.heterogeneous
+            counts = {a: self._archs.assignment.count(a) for a in self._archs.specs}
+            self.architectures = ", ".join(f"{a} x{c}" for a, c in counts.items() if c)
         self.seed = seed
         self.n_clients = federation.n_clients
         self._clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
         self._global_test = federation.global_test
         self._seed = seed
 
+    def workspace(self, client: int) -> torch.nn.Module:
+        """The model workspace client ``client`` trains and deploys in: the run's architecture, or
+        with :class:`~fedlib.models.ClientArchitectures` one per architecture (built under the
+        run's ``INIT`` stream; its weights are scratch, a hook loads what it needs)."""
+        if self._archs is None:
+            return self._workspace
+        name = self._archs.key(client)
+        if name not in self._workspaces:
+            with isolated_torch_rng(derive_seed(self._seed, INIT)):
+                self._workspaces[name] = self._archs.build(name)
+        return self._workspaces[name]
+
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
         for k, down in messages.items():
             try:
-                state, up = self._clients[k].update(algorithm, states[k], down, round_, self._seed, self._workspace)
+                state, up = self._clients[k].update(algorithm, states[k], down, round_, self._seed, self.workspace(k))
             except Exception as err:
                 err.add_note(f"(raised by client {k}'s local_update in round {round_})")
                 raise
@@ -114,7 +137,7 @@ class InProcessTransport(Transport):
         global_cache: dict[str, np.ndarray] = {}
         for k, down in messages.items():
             try:
-                predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self._workspace)
+                predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self.workspace(k))
             except Exception as err:
                 err.add_note(f"(raised by client {k}'s deploy in round {round_})")
                 raise

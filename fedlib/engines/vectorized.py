@@ -292,6 +292,9 @@ class VectorizedTransport(InProcessTransport):
         if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral) or memory_budget < 1:
             raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
         super().__init__(federation, model_fn, seed)
+        if self.heterogeneous:
+            raise ValueError(f"vectorized execution stacks clients of one architecture, but these differ ({self.architectures}); "
+                             "valid: execution='sequential' for a federation of mixed architectures")
         check_vectorizable_model(self.initial_model)
         self.memory_budget = int(memory_budget)
         self.notes: list[str] = []

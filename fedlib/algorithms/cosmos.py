@@ -1,0 +1,175 @@
+r"""COSMOS: clustered server models trained on pseudo-labels only.
+
+Ge, Yeoh, Zhang and Vorobeychik, "COSMOS: Model-Agnostic Personalized Federated Learning with
+Clustered Server Models and Pseudo-Label-Only Communication", arXiv:2605.11165, Section 4. The
+client side is the family's (:class:`~fedlib.algorithms.fedmd.PublicDistillation`: digest,
+revisit, communicate) with the paper's consistency term on the clients too (Eq. 2, :math:`w_i(x)
+= 1`). COSMOS changes the server:
+
+1. **Greedy clustering** (Algorithm 1; :class:`fedlib.clustering.GreedyB0`) of the clients by the
+   :math:`\ell_1` distance of their pseudo-labels (:func:`fedlib.distill.l1_distances`), with a
+   given threshold ``b0`` or, as the authors' code, the smallest threshold that forms at most
+   ``target_clusters`` clusters. The paper clusters once, on the PTC phase's labels
+   (:math:`d^{(1)}`), and keeps :math:`\pi` fixed (``recluster=False``); a client first seen later
+   joins the cluster of its nearest clustered client (this project's rule: the paper assumes every
+   client takes part in round 1).
+2. **Server distillation** (Eq. 1): one server model per cluster, of its own architecture
+   (``server_model``: a factory, larger than the clients' by default in the book), trained on
+   :math:`U` toward the cluster's aggregated labels :math:`\bar f_k` (``rule``: mean, median or
+   confidence-weighted) plus :math:`\lambda` times the consistency regularizer, with the
+   ``server_train`` optimizer; each round continues from the cluster's previous model.
+3. **Back to the clients**: the cluster model's pseudo-labels :math:`h_k(U)` at temperature ``T``
+   are its clients' targets for the next round's digest (:meth:`train_message`).
+
+Deployment (``deploy_model``): ``"server"`` is the paper's protocol (Appendix C: client ``i`` is
+evaluated with :math:`h_{\pi(i)}`, sent as its evaluation message, so the ledger counts it under
+``eval:cluster_model``); ``"client"`` is the client's own model :math:`f_i`, as the baselines
+deploy. Cluster models live in the server state under ``server/<k>/``, their common initial
+weights under ``server_init/``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..clustering import GreedyB0, cluster_diameters
+from ..distill import distill, l1_distances, pseudo_labels
+from ..messages import Message, State, prefixed
+from ..protocol import MODEL, ClientContext, Predictor
+from ..rng import DISTILL_SERVER, derive_seed, isolated_torch_rng, torch_generator
+from ..training import TrainConfig, _is_int, _is_real
+from .fedmd import GROUPS, PublicDistillation, _adam, client_model, grouping
+
+SERVER = "server/"
+"""Prefix of the cluster models (``server/<k>/<parameter>``)."""
+SERVER_INIT = "server_init/"
+"""Prefix of the cluster models' common initial weights."""
+DEPLOYS = ("server", "client")
+"""What COSMOS deploys for a client: its cluster's server model (the paper) or its own model."""
+
+
+@dataclass
+class COSMOS(PublicDistillation):
+    """Greedy pseudo-label clusters, one server model distilled per cluster, its labels sent back."""
+
+    server_model: Callable[[], nn.Module] | None = None
+    server_train: TrainConfig = field(default_factory=lambda: _adam(5, 1e-4))
+    b0: float | None = None
+    target_clusters: int | None = 5
+    recluster: bool = False
+    rule: str = "mean"
+    lam: float = 5.0
+    deploy_model: str = "server"
+    name = "cosmos"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not callable(self.server_model):
+            raise ValueError("COSMOS needs server_model: a factory of the server's architecture "
+                             "(e.g. functools.partial(build_model, 'cnn', ...))")
+        if self.b0 is None and self.target_clusters is None:
+            raise ValueError("COSMOS needs b0 (the threshold B0) or target_clusters (raise B0 until that many form)")
+        if self.b0 is not None and not (_is_real(self.b0) and np.isfinite(self.b0) and self.b0 >= 0):
+            raise ValueError(f"B0 must be a finite number >= 0, got {self.b0!r}")
+        if self.target_clusters is not None and not (_is_int(self.target_clusters) and self.target_clusters >= 1):
+            raise ValueError(f"target_clusters must be None or an int >= 1, got {self.target_clusters!r}")
+        if self.deploy_model not in DEPLOYS:
+            raise ValueError(f"unknown deploy_model {self.deploy_model!r}; valid: {', '.join(DEPLOYS)}")
+
+    def _server_module(self) -> nn.Module:
+        """The server architecture, built under the run's ``DISTILL_SERVER`` stream (its initial weights)."""
+        with isolated_torch_rng(derive_seed(self.seed, DISTILL_SERVER)):
+            return self.server_model()
+
+    def init_server(self, model: nn.Module) -> State:
+        state = super().init_server(model)
+        template = self._server_module()
+        with torch.no_grad():
+            out = template.eval()(self.public.x[:1]).shape[1]
+        if out != state.meta["n_classes"]:
+            raise ValueError(f"the server model predicts {out} classes, the clients' {state.meta['n_classes']}")
+        return State(arrays=prefixed(SERVER_INIT, template.state_dict()), meta={**state.meta, "cosmos_history": "[]"})
+
+    def group(self, server: State, labels: dict[int, torch.Tensor], round_: int) -> tuple[dict[int, int], dict]:
+        """Algorithm 1 on the first round's labels (or every round's, with ``recluster``); a
+        client not yet clustered joins its nearest clustered client's cluster."""
+        old = grouping(server)
+        clients = sorted(labels)
+        d = l1_distances(torch.stack([labels[k].float() for k in clients]))
+        if old and not self.recluster:
+            groups = dict(old)
+            known = [i for i, k in enumerate(clients) if k in old]
+            for i, k in enumerate(clients):
+                if k not in groups:
+                    groups[k] = old[clients[min(known, key=lambda j: (d[i, j], j))]]
+            b0, seeds = float(server.meta["cosmos_b0"]), json.loads(server.meta["cosmos_seeds"])
+        else:
+            fit = GreedyB0(b0=self.b0, target=self.target_clusters).fit(d)
+            groups = {k: int(g) for k, g in zip(clients, fit.labels_)}
+            b0, seeds = fit.b0_, [clients[s] for s in fit.seeds_]
+        lab = np.array([groups[k] for k in clients])
+        diam = cluster_diameters(d, lab)
+        history = json.loads(server.meta.get("cosmos_history", "[]"))
+        history.append({"round": int(round_), "b0": b0, "n_clusters": int(lab.max()) + 1,
+                        "max_diameter": float(diam.max()), "seeds": seeds})
+        return groups, {"cosmos_b0": b0, "cosmos_seeds": json.dumps(seeds), "cosmos_history": json.dumps(history)}
+
+    def teach(self, server: State, g: int, target: torch.Tensor, round_: int, arrays: dict[str, torch.Tensor],
+              meta: dict) -> torch.Tensor:
+        """Eq. (1): cluster ``g``'s model, continued from its previous weights (the common initial
+        ones when it is new; after a re-clustering, those of its seed client's previous cluster),
+        distilled on :math:`U` toward ``target``; returns its pseudo-labels at temperature ``T``."""
+        model = self._server_module()
+        model.load_state_dict(self._start(server, g, meta))
+        gen = torch_generator(self.seed, round_, g, DISTILL_SERVER)
+        distill(model, self.public.x, target.float(), self.server_train, gen, lam=self.lam, n_augment=self.n_augment,
+                detach_target=self.detach_target, shift=self.shift, noise=self.noise)
+        arrays.update(prefixed(f"{SERVER}{g}/", model.state_dict()))
+        return pseudo_labels(model, self.public.x, self.temperature)
+
+    def _start(self, server: State, g: int, meta: dict) -> dict[str, torch.Tensor]:
+        if self.recluster:
+            seeds, old = json.loads(meta["cosmos_seeds"]), grouping(server)
+            prev = server.with_prefix(f"{SERVER}{old[seeds[g]]}/") if g < len(seeds) and seeds[g] in old else {}
+        else:
+            prev = server.with_prefix(f"{SERVER}{g}/")
+        return prev or server.with_prefix(SERVER_INIT)
+
+    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+        """The family's aggregation; cluster models beyond the current clusters are dropped."""
+        state = super().aggregate(server, updates, round_)
+        n = state.meta["n_groups"]
+        kept = {k: v for k, v in state.arrays.items() if not (k.startswith(SERVER) and int(k[len(SERVER):].split("/")[0]) >= n)}
+        return State(arrays=kept, meta=state.meta)
+
+    # ---- evaluation ------------------------------------------------------------------------
+    def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
+        """``deploy_model="server"``: the client's cluster model (its parameters: evaluation traffic,
+        recorded as ``eval:cluster_model``); otherwise the broadcast. A client no cluster holds yet
+        gets cluster 0's (the first formed, the largest)."""
+        if self.deploy_model != "server" or GROUPS + "clients" not in server.arrays:
+            return message
+        g = grouping(server).get(client, 0)
+        return Message(arrays=prefixed(MODEL, server.with_prefix(f"{SERVER}{g}/")), meta={"group": int(g)}, kind="cluster_model")
+
+    def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
+        """The cluster model of the evaluation message, or the client's own model."""
+        if message.with_prefix(MODEL):
+            model = self._server_module()
+            model.load_state_dict(message.with_prefix(MODEL))
+            return model.eval()
+        return client_model(ctx, state, self.seed).eval()
+
+
+def cosmos_history(server: State) -> list[dict]:
+    """Each aggregation's clustering: round, threshold :math:`B_0`, clusters, largest diameter, seeds."""
+    return json.loads(server.meta.get("cosmos_history", "[]"))
+
+
+__all__ = ["COSMOS", "DEPLOYS", "SERVER", "SERVER_INIT", "cosmos_history"]

@@ -1,0 +1,59 @@
+"""FedCT: federated co-training on hard labels.
+
+Abourayya, Kleesiek, Rao, Ayday, Rao, Webb and Kamp, "Little Is Enough: Boosting Privacy by
+Sharing Only Hard Labels in Federated Semi-Supervised Learning", AAAI 2025 (arXiv:2310.05696),
+Algorithm 1. A :class:`~fedlib.algorithms.fedmd.PublicDistillation` method whose clients send
+**hard** labels on the public set (one small integer per sample: ``uint8`` up to 256 classes), the
+server's consensus is the majority vote (ties to the lowest class), and clients train on the
+public set with the consensus as ordinary labels (cross-entropy) before revisiting their data.
+One group, no server model, no consistency term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..distill import majority_vote, pseudo_labels
+from ..messages import State
+from ..training import local_train
+from .fedmd import PublicDistillation
+
+
+def hard_dtype(n_classes: int) -> torch.dtype:
+    """The smallest unsigned integer type that holds ``n_classes`` labels."""
+    return torch.uint8 if n_classes <= 256 else torch.int32
+
+
+@dataclass
+class FedCT(PublicDistillation):
+    """Hard labels up, their majority vote down, cross-entropy on the public set."""
+
+    name = "fedct"
+
+    def labels_of(self, model: nn.Module) -> torch.Tensor:
+        """The argmax class of every public sample, the smallest integer type that holds them."""
+        soft = pseudo_labels(model, self.public.x, 1.0)
+        return soft.argmax(dim=1).to(hard_dtype(soft.shape[1]))
+
+    def check_reply(self, server: State, client: int, labels: torch.Tensor) -> torch.Tensor:
+        n, c = len(self.public), int(server.meta["n_classes"])
+        if not isinstance(labels, torch.Tensor) or tuple(labels.shape) != (n,) or labels.is_floating_point():
+            shape = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
+            raise ValueError(f"client {client}'s hard labels have shape {shape}; valid: ({n},) integers, one per public sample")
+        if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= c):
+            raise ValueError(f"client {client}'s hard labels hold class {int(labels.max())}; valid: 0..{c - 1}")
+        return labels
+
+    def consensus(self, labels: torch.Tensor) -> torch.Tensor:
+        return majority_vote(labels, int(labels.max()) + 1 if labels.numel() else 1).to(labels.dtype)
+
+    def digest(self, model: nn.Module, teacher: torch.Tensor, n_classes: int, generator: torch.Generator) -> None:
+        if tuple(teacher.shape) != (len(self.public),) or teacher.is_floating_point():
+            raise ValueError(f"the server's hard labels have shape {tuple(teacher.shape)}; valid: ({len(self.public)},) integers")
+        local_train(model, self.public.x, teacher.long(), self.distill, generator)
+
+
+__all__ = ["FedCT", "hard_dtype"]

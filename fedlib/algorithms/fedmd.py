@@ -1,0 +1,260 @@
+r"""Model-agnostic federated learning through a public set, and FedMD.
+
+Li and Wang, "FedMD: Heterogenous Federated Learning via Model Distillation", arXiv:1910.03581,
+Section 2 ("communicate", "aggregate", "digest", "revisit"). FedMD is the simplest member of a
+family that the COSMOS chapter compares (COSMOS, FedMD, FedCT, COMET): clients of **any**
+architecture never send a parameter; they label a public unlabeled set :math:`U`
+(:class:`fedlib.distill.PublicSet`) and learn from labels the server sends back. The family is
+written once, in :class:`PublicDistillation`; a method says only how the server groups clients
+(:meth:`~PublicDistillation.group`), how a group's labels are combined
+(:meth:`~PublicDistillation.consensus`), what the server makes of the consensus
+(:meth:`~PublicDistillation.teach`), and, for hard labels, how a client sends and learns them.
+
+A round of every member, client ``i`` (its model lives in its own state, of its own
+architecture: :class:`fedlib.models.ClientArchitectures`):
+
+1. *Digest*: if the server sent targets for :math:`U` (``teacher``), distil on them
+   (:func:`fedlib.distill.distill`: KL to the targets, plus :math:`\lambda` times the
+   consistency regularizer where the method uses one);
+2. *Revisit*: train on its labelled data (``pretrain`` the first time it takes part, the
+   :math:`E_0` epochs of COSMOS's PTC phase; ``train`` afterwards);
+3. *Communicate*: send its pseudo-labels :math:`f_i(U)` at temperature ``temperature``.
+
+The server validates every matrix (:func:`fedlib.distill.check_pseudo_labels`), keeps each
+client's latest in its state (``labels/<k>``), groups the clients, combines each group's labels
+of the round and keeps a teacher per group (``teacher/<g>``); each client receives its group's
+(:meth:`~fedlib.protocol.Algorithm.train_message`). The deployed predictor is the client's own
+model. FedMD: one group, the mean (consensus soft labels over all clients). Its paper digests on
+logits with an L1 loss and starts from transfer learning on a *labelled* public set; here
+:math:`U` is unlabeled and every member digests with the same KL, so that the comparison changes
+one thing at a time (the book says so).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..distill import (LABEL_RULES, PublicSet, aggregate_labels, check_lam, check_pseudo_labels, check_temperature,
+                       distill, pseudo_labels)
+from ..messages import Message, State, prefixed
+from ..models import reinitialized
+from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..rng import DISTILL_CLIENT_INIT, derive_seed
+from ..training import TrainConfig, _is_int, local_train
+
+LABELS = "labels/"
+"""Prefix of the server's cache of each client's latest pseudo-labels (``labels/<k>``)."""
+TEACHER = "teacher/"
+"""Prefix of each group's targets on :math:`U` (``teacher/<g>``)."""
+GROUPS = "groups/"
+"""``groups/clients`` and ``groups/labels``: the server's grouping (int64 arrays)."""
+
+
+def _adam(epochs: int, lr: float) -> TrainConfig:
+    return TrainConfig(epochs=epochs, batch_size=32, optimizer="adam", lr=lr)
+
+
+def client_model(ctx: ClientContext, state: State, seed: int) -> nn.Module:
+    """The client's own model in ``ctx.model``: from its state, or, before its first round, drawn
+    afresh under ``derive_seed(seed, client, DISTILL_CLIENT_INIT)`` (each client its own)."""
+    if state.with_prefix(MODEL):
+        return load_model(ctx.model, state)
+    fresh = reinitialized(ctx.model, derive_seed(seed, ctx.client, DISTILL_CLIENT_INIT))
+    ctx.model.load_state_dict(fresh.state_dict())
+    return ctx.model
+
+
+def grouping(server: State) -> dict[int, int]:
+    """The server's current grouping, client -> group (empty before the first round)."""
+    if GROUPS + "clients" not in server.arrays:
+        return {}
+    return dict(zip(server.arrays[GROUPS + "clients"].tolist(), server.arrays[GROUPS + "labels"].tolist()))
+
+
+def cached_labels(server: State) -> dict[int, torch.Tensor]:
+    """Each client's latest pseudo-labels on the server, by client."""
+    return {int(k): v for k, v in server.with_prefix(LABELS).items()}
+
+
+@dataclass
+class PublicDistillation(Algorithm):
+    """Clients of any architecture exchange pseudo-labels on a public set (module docstring).
+
+    Parameters
+    ----------
+    public : PublicSet
+        :math:`U`; every client and the server read it, nobody sends it.
+    pretrain, train, distill : TrainConfig
+        A client's first training on its data (:math:`E_0` epochs), its later ones, and its
+        distillation on :math:`U` (the paper's Adam, 1e-3 on true labels and 1e-4 on pseudo-labels).
+    temperature : float
+        :math:`T` of the pseudo-labels sent (0: hard labels).
+    lam : float
+        :math:`\\lambda`, the client-side consistency weight (0 for FedMD, FedCT and COMET).
+    n_augment : int
+        Augmentations per public sample in the consistency term.
+    detach_target : bool
+        The consistency target as a constant (the authors' code) instead of the paper's gradient
+        through both sides (:func:`fedlib.distill.consistency_loss`).
+    shift, noise : int, float
+        The augmentations of the consistency term (:func:`fedlib.distill.augment`): translations
+        up to ``shift`` pixels and Gaussian noise of standard deviation ``noise`` (the paper's
+        radius :math:`d`, "significantly smaller than the typical norm of :math:`x`").
+    seed : int
+        The clients' initial weights and the server's randomness derive from it.
+    """
+
+    public: PublicSet = None
+    pretrain: TrainConfig = field(default_factory=lambda: _adam(5, 1e-3))
+    train: TrainConfig = field(default_factory=lambda: _adam(1, 1e-3))
+    distill: TrainConfig = field(default_factory=lambda: _adam(1, 1e-4))
+    temperature: float = 1.0
+    lam: float = 0.0
+    n_augment: int = 1
+    detach_target: bool = False
+    shift: int = 1
+    noise: float = 0.05
+    seed: int = 0
+    name = "public_distillation"
+    model_agnostic = True
+    aggregation = "list"  # the grouping needs every client's labels of the round at once
+    rule = "mean"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.public, PublicSet):
+            raise ValueError(f"{type(self).__name__} needs public=PublicSet(...) (the unlabeled set U), got {type(self.public).__name__}")
+        check_temperature(self.temperature)
+        check_lam(self.lam)
+        if not (_is_int(self.n_augment) and self.n_augment >= 1):
+            raise ValueError(f"n_augment must be an int >= 1, got {self.n_augment!r}")
+        if self.rule not in LABEL_RULES:
+            raise ValueError(f"unknown pseudo-label aggregation {self.rule!r}; valid: {', '.join(LABEL_RULES)}")
+
+    # ---- server ----------------------------------------------------------------------------
+    def init_server(self, model: torch.nn.Module) -> State:
+        """The number of classes, read from one forward pass of the initial model on :math:`U`
+        (which also checks that :math:`U`'s inputs fit the clients' models)."""
+        with torch.no_grad():
+            try:
+                n_classes = int(model.eval()(self.public.x[:1]).shape[1])
+            except RuntimeError as err:
+                raise ValueError(f"the public set's inputs of shape {tuple(self.public.x.shape[1:])} do not fit the "
+                                 f"clients' model: {err}") from err
+        return State(meta={"n_classes": n_classes, "n_public": len(self.public)})
+
+    def broadcast(self, server: State, round_: int) -> Message:
+        """No parameters: the round number only (a client without a group's teacher yet gets this)."""
+        return Message(meta={"round": int(round_)}, kind="start")
+
+    def train_message(self, server: State, message: Message, client: int, round_: int) -> Message:
+        """The client's group's targets on :math:`U`, once it has a group with a teacher."""
+        g = grouping(server).get(client)
+        teacher = None if g is None else server.arrays.get(f"{TEACHER}{g}")
+        if teacher is None:
+            return message
+        return Message(arrays={"teacher": teacher}, meta={"round": int(round_), "group": int(g)}, kind="teacher")
+
+    def check_reply(self, server: State, client: int, labels: torch.Tensor) -> torch.Tensor:
+        """A client's labels, validated (soft: rows on the simplex)."""
+        return check_pseudo_labels(labels, len(self.public), int(server.meta["n_classes"]),
+                                   who=f"client {client}'s pseudo-labels")
+
+    def group(self, server: State, labels: dict[int, torch.Tensor], round_: int) -> tuple[dict[int, int], dict]:
+        """Every known client's group (client -> group) from the cached ``labels``, and scalars
+        for the server's metadata. FedMD: one group."""
+        return {k: 0 for k in labels}, {}
+
+    def consensus(self, labels: torch.Tensor) -> torch.Tensor:
+        """One group's combined labels from its members' of shape ``(m, |U|, C)``."""
+        return aggregate_labels(labels.float(), self.rule)
+
+    def teach(self, server: State, g: int, target: torch.Tensor, round_: int, arrays: dict[str, torch.Tensor],
+              meta: dict) -> torch.Tensor:
+        """What group ``g``'s clients will distil on, from its ``target``; ``arrays`` is the new
+        server state's (a method with server models updates it), ``meta`` what :meth:`group`
+        returned. FedMD: the consensus itself."""
+        return target
+
+    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+        """Cache the round's labels, group the clients, and renew each group's teacher from the
+        labels its members sent this round (a group without a reply keeps its teacher)."""
+        fresh = {k: self.check_reply(server, k, m.arrays["labels"]) for k, m in updates}
+        labels = {**cached_labels(server), **fresh}
+        groups, meta = self.group(server, labels, round_)
+        arrays = {k: v for k, v in server.arrays.items() if not k.startswith((LABELS, GROUPS))}
+        arrays.update(prefixed(LABELS, {str(k): v for k, v in labels.items()}))
+        clients = sorted(groups)
+        arrays[GROUPS + "clients"] = torch.tensor(clients, dtype=torch.int64)
+        arrays[GROUPS + "labels"] = torch.tensor([groups[k] for k in clients], dtype=torch.int64)
+        for g in sorted(set(groups.values())):
+            members = [k for k in sorted(fresh) if groups[k] == g]
+            if not members:
+                continue
+            target = self.consensus(torch.stack([fresh[k] for k in members]))
+            arrays[f"{TEACHER}{g}"] = self.teach(server, g, target, round_, arrays, meta).detach().clone()
+        n_groups = len(set(groups.values()))
+        for key in [k for k in arrays if k.startswith(TEACHER) and int(k[len(TEACHER):].split("/")[0]) >= n_groups]:
+            del arrays[key]
+        return State(arrays=arrays, meta={**server.meta, "n_groups": n_groups, **meta})
+
+    # ---- client ----------------------------------------------------------------------------
+    def check_public(self, client: int, data) -> None:
+        """A client refuses a public set that holds any of its own samples (train or local test)."""
+        shared = self.public.overlap(data.train.x) + self.public.overlap(data.test.x)
+        if shared:
+            raise ValueError(f"the public set U overlaps client {client}'s data in {shared} samples; valid: a U held out "
+                             "from every client (fedlib.distill.make_public_set)")
+
+    def labels_of(self, model: nn.Module) -> torch.Tensor:
+        """What the client sends: its pseudo-labels on :math:`U` at ``temperature``, float32 ``(|U|, C)``."""
+        return pseudo_labels(model, self.public.x, self.temperature)
+
+    def digest(self, model: nn.Module, teacher: torch.Tensor, n_classes: int, generator: torch.Generator) -> None:
+        """Distil on the received targets (Eq. 2 with :math:`w_i(x) = 1`)."""
+        check_pseudo_labels(teacher, len(self.public), n_classes, who="the server's targets")
+        distill(model, self.public.x, teacher.float(), self.distill, generator, lam=self.lam, n_augment=self.n_augment,
+                detach_target=self.detach_target, shift=self.shift, noise=self.noise)
+
+    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+        first = not state.with_prefix(MODEL)
+        if first:
+            self.check_public(ctx.client, data)
+        model = client_model(ctx, state, self.seed)
+        if "teacher" in message.arrays:
+            self.digest(model, message.arrays["teacher"], ctx.n_classes, generator)
+        loss = local_train(model, data.train.x, data.train.y, self.pretrain if first else self.train, generator)
+        reply = update_message({"labels": self.labels_of(model)}, len(data.train),
+                               None if math.isnan(loss) else loss, kind="pseudo_labels")
+        return State(arrays=model_arrays(model), meta=dict(state.meta)), reply
+
+    def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
+        """The client's own model (a client that never trained: its initial weights)."""
+        return client_model(ctx, state, self.seed).eval()
+
+
+@dataclass
+class FedMD(PublicDistillation):
+    """FedMD: every client distils on the mean of all clients' soft labels, then revisits its data."""
+
+    name = "fedmd"
+
+
+def group_purity(groups: dict[int, int], planted: np.ndarray) -> float:
+    """The share of clients whose group's most common planted label is their own (1: every group
+    is one planted group; a planted group split over several groups still scores 1)."""
+    if not groups:
+        return float("nan")
+    clients = np.array(sorted(groups))
+    g = np.array([groups[k] for k in clients])
+    p = np.asarray(planted)[clients]
+    hits = sum(np.bincount(p[g == j]).max() for j in np.unique(g))
+    return float(hits / len(clients))
+
+
+__all__ = ["GROUPS", "LABELS", "TEACHER", "FedMD", "PublicDistillation", "cached_labels", "client_model", "group_purity",
+           "grouping"]

@@ -1,0 +1,319 @@
+"""COSMOS and its model-agnostic baselines: the public set, pseudo-labels, Algorithm 1, the
+distillation objective, clients of different architectures in the one loop, and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import cdist
+
+from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
+from fedlib.algorithms.cosmos import cosmos_history
+from fedlib.algorithms.fedmd import group_purity, grouping
+from fedlib.clustering import GreedyB0, b0_for_clusters, cluster_diameters, greedy_b0
+from fedlib.data import make_gaussian_mixture
+from fedlib.distill import (PublicSet, aggregate_labels, check_pseudo_labels, consistency_loss, distill,
+                            distillation_objective, kl_rows, l1_distances, lemma52, majority_vote, make_public_set,
+                            soft_labels)
+from fedlib.federation import make_federation
+from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
+from fedlib.messages import Message, State
+from fedlib.models import ClientArchitectures, build_model
+from fedlib.training import TrainConfig
+
+ADAM = TrainConfig(epochs=1, batch_size=16, optimizer="adam", lr=1e-2)
+FAST = dict(pretrain=ADAM, train=ADAM, distill=ADAM)
+
+
+@pytest.fixture(scope="module")
+def split():
+    ds = make_gaussian_mixture(n_per_class=60, n_classes=3, dim=16, separation=4.0, seed=0).dataset
+    public, rest, hidden = make_public_set(ds, 0.2, seed=0)
+    fed = make_federation(rest, n_clients=4, partition="dirichlet", alpha=0.5, min_size=8, global_test_per_class=10, seed=0)
+    return ds, public, rest, hidden, fed
+
+
+@pytest.fixture(scope="module")
+def archs():
+    return ClientArchitectures({"small": {"model": "mlp", "hidden": (8,)}, "wide": {"model": "mlp", "hidden": (32, 16)}},
+                               ("small", "wide", "small", "wide"), in_channels=1, n_classes=3, input_size=4)
+
+
+def server_fn():
+    return build_model("mlp", in_channels=1, n_classes=3, input_size=4, hidden=(24,))
+
+
+# ---- the public set --------------------------------------------------------------------------
+
+def test_the_public_set_holds_out_a_share_of_every_class_and_hides_its_labels(split):
+    ds, public, rest, hidden, _ = split
+    assert len(public) + len(rest) == len(ds)
+    assert np.bincount(hidden).tolist() == [12, 12, 12]  # 20 % of 60 per class
+    assert not hasattr(public, "y") and public.overlap(rest.x) == 0
+    assert public.overlap(ds.x) == len(public)
+
+
+def test_an_empty_or_overlapping_public_set_is_refused(split):
+    ds, public, *_ = split
+    with pytest.raises(ValueError, match="the public set U is empty"):
+        PublicSet(torch.zeros(0, 16))
+    with pytest.raises(ValueError, match="share must be a number in \\(0, 1\\), got 1.5"):
+        make_public_set(ds, 1.5)
+    leaky = make_federation(ds, n_clients=3, alpha=0.5, min_size=8, global_test_per_class=10, seed=0)
+    method = FedMD(public=public, **FAST)
+    with pytest.raises(ValueError, match="the public set U overlaps client 0's data in [0-9]+ samples"):
+        run_federated(method, leaky, functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4), LoopConfig(rounds=1))
+
+
+# ---- pseudo-labels ---------------------------------------------------------------------------
+
+def test_temperature_zero_is_hard_labels_and_a_negative_one_is_refused():
+    logits = torch.tensor([[1.0, 3.0, 0.0], [2.0, 2.0, -1.0]])
+    assert soft_labels(logits, 0).tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]  # ties to the lowest class
+    assert torch.allclose(soft_labels(logits, 2.0), torch.softmax(logits / 2, dim=1))
+    with pytest.raises(ValueError, match="temperature T must be a finite number >= 0 \\(0: hard labels\\), got -1"):
+        soft_labels(logits, -1)
+
+
+def test_received_pseudo_labels_must_have_the_shape_and_lie_on_the_simplex():
+    good = torch.full((4, 3), 1 / 3)
+    assert check_pseudo_labels(good, 4, 3) is good
+    with pytest.raises(ValueError, match="have shape \\(4, 2\\); valid: \\(4, 3\\)"):
+        check_pseudo_labels(torch.full((4, 2), 0.5), 4, 3)
+    with pytest.raises(ValueError, match="not on the probability simplex"):
+        check_pseudo_labels(torch.ones(4, 3), 4, 3)
+    with pytest.raises(ValueError, match="must be finite"):
+        check_pseudo_labels(torch.full((4, 3), float("nan")), 4, 3)
+
+
+def test_l1_distances_equal_scipys_cityblock():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.rand(5, 7, 3, generator=g).softmax(dim=2)
+    ref = cdist(labels.reshape(5, -1).double().numpy(), labels.reshape(5, -1).double().numpy(), "cityblock")
+    np.testing.assert_allclose(l1_distances(labels), ref, rtol=1e-12, atol=1e-12)
+
+
+def test_the_aggregation_rules_by_hand():
+    labels = torch.tensor([[[1.0, 0.0]], [[0.5, 0.5]], [[0.2, 0.8]]])
+    assert torch.allclose(aggregate_labels(labels, "mean"), torch.tensor([[1.7 / 3, 1.3 / 3]]))
+    assert torch.allclose(aggregate_labels(labels, "median"), torch.tensor([[0.5, 0.5]]))  # medians 0.5, 0.5
+    w = torch.tensor([1.0, 0.5, 0.8]) / 2.3
+    assert torch.allclose(aggregate_labels(labels, "confidence"), (w[:, None, None] * labels).sum(0))
+    with pytest.raises(ValueError, match="unknown pseudo-label aggregation 'max'; valid: mean, median, confidence"):
+        aggregate_labels(labels, "max")
+
+
+def test_majority_vote_breaks_ties_to_the_lowest_class():
+    assert majority_vote(torch.tensor([[2, 0, 1], [1, 0, 2], [2, 1, 0]]), 3).tolist() == [2, 0, 0]
+
+
+# ---- Algorithm 1 -----------------------------------------------------------------------------
+
+def test_algorithm_1_on_a_hand_worked_example():
+    # points on a line (l1 = |a - b|): 0, 1, 2, 10, 11, 30
+    x = np.array([0.0, 1, 2, 10, 11, 30])
+    d = np.abs(x[:, None] - x[None, :])
+    labels, seeds = greedy_b0(d, 1.0)
+    # neighbours within 1: client 1 has two (0, 2), clients 0, 2, 3, 4 one, client 5 none
+    assert seeds == [1, 3, 5] and labels.tolist() == [0, 0, 0, 1, 1, 2]
+    # a tie between 3 and 4 (one neighbour each, same distance): the lower index seeds
+    labels, seeds = greedy_b0(d[3:5, 3:5], 1.0)
+    assert seeds == [0] and labels.tolist() == [0, 0]
+    # B0 = 0: every client alone; B0 = 30: one cluster
+    assert len(greedy_b0(d, 0.0)[1]) == 6 and len(greedy_b0(d, 30.0)[1]) == 1
+    assert b0_for_clusters(d, 3) == 1.0 and b0_for_clusters(d, 6) == 0.0
+    fit = GreedyB0(target=3).fit(d)
+    assert fit.n_clusters_ == 3 and fit.b0_ == 1.0 and fit.diameters_.tolist() == [2.0, 1.0, 0.0]
+    assert (cluster_diameters(d, fit.labels_) <= 2 * fit.b0_).all()
+
+
+def test_the_tie_rule_prefers_the_tighter_cluster():
+    # clients 0 and 3 both have two neighbours within 2; 3's are closer in total
+    x = np.array([0.0, 2.0, -2.0, 10.0, 11.0, 9.5])
+    d = np.abs(x[:, None] - x[None, :])
+    _, seeds = greedy_b0(d, 2.0)
+    assert seeds[0] == 3
+
+
+def test_bad_thresholds_and_distances_are_refused():
+    d = np.zeros((2, 2))
+    with pytest.raises(ValueError, match="B0 must be a finite number >= 0, got -1"):
+        greedy_b0(d, -1)
+    with pytest.raises(ValueError, match="symmetric"):
+        greedy_b0(np.array([[0.0, 1.0], [2.0, 0.0]]), 1.0)
+    with pytest.raises(ValueError, match="needs b0 .* or target"):
+        GreedyB0()
+
+
+# ---- the distillation objective ---------------------------------------------------------------
+
+def test_kl_rows_equal_torchs_kl_div():
+    g = torch.Generator().manual_seed(1)
+    t, z = torch.rand(6, 4, generator=g).softmax(1), torch.randn(6, 4, generator=g)
+    ref = torch.nn.functional.kl_div(torch.log_softmax(z, 1), t, reduction="none").sum(1)
+    assert torch.allclose(kl_rows(t, z), ref, atol=1e-6)
+
+
+def test_the_consistency_gradient_with_and_without_the_detach():
+    g = torch.Generator().manual_seed(2)
+    clean = torch.randn(5, 3, generator=g, requires_grad=True)
+    aug = torch.randn(5, 3, generator=g, requires_grad=True)
+    consistency_loss(aug, clean, detach_target=True).sum().backward()
+    assert clean.grad is None and aug.grad.abs().sum() > 0
+    aug.grad = None
+    consistency_loss(aug, clean, detach_target=False).sum().backward()
+    # the paper's objective: d/dz_clean KL(p || q) = J_softmax^T (log p - log q + 1) (by hand)
+    p = torch.softmax(clean.detach(), 1)
+    dlogp = torch.log(p) - torch.log_softmax(aug.detach(), 1) + 1
+    expected = p * (dlogp - (p * dlogp).sum(1, keepdim=True))
+    assert torch.allclose(clean.grad, expected, atol=1e-6)
+    # the augmented side's gradient is the same in both
+    assert torch.allclose(aug.grad, torch.softmax(aug.detach(), 1) - p, atol=1e-6)
+
+
+def test_distillation_without_consistency_is_kl_training_and_with_it_differs():
+    x = torch.randn(40, 16, generator=torch.Generator().manual_seed(0))
+    target = torch.rand(40, 3, generator=torch.Generator().manual_seed(1)).softmax(1)
+    runs = {}
+    for lam in (0.0, 5.0):
+        m = build_model("mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,), seed=0)
+        distill(m, x, target, ADAM, torch.Generator().manual_seed(3), lam=lam)
+        runs[lam] = m
+    # the lam = 0 objective is batchmean KL: reproduce one step by hand
+    m0 = build_model("mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,), seed=0)
+    loss = distillation_objective(m0, x[:16], target[:16])
+    ref = torch.nn.functional.kl_div(torch.log_softmax(m0(x[:16]), 1), target[:16], reduction="batchmean")
+    assert torch.allclose(loss, ref, atol=1e-6)
+    assert not torch.equal(runs[0.0].head.weight, runs[5.0].head.weight)
+    with pytest.raises(ValueError, match="lambda \\(the consistency weight\\) must be a finite number >= 0, got -1"):
+        distill(m0, x, target, ADAM, torch.Generator(), lam=-1)
+
+
+# ---- Lemma 5.2 on a hand example ---------------------------------------------------------------
+
+def test_lemma52_terms_by_hand():
+    # one client (row 0) and a second member; three supported points
+    own = torch.tensor([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]])
+    other = torch.tensor([[0.0, 1.0], [0.9, 0.1], [0.2, 0.8]])
+    t = lemma52(torch.stack([own, other]), 0, np.array([0, 0, 1]), np.array([True, True, True]))
+    assert t.size == 3 and t.err_client == 0.0
+    # the mean is (0.45, 0.55), (0.85, 0.15), (0.25, 0.75): point 0 flips to class 1
+    assert t.err_mean == pytest.approx(1 / 3) and t.bad == 1
+    # margins 0.8, 0.6, 0.4; l1 distances 1.8 + 0.2 + 0.2 = 2.2 = 2B
+    assert t.gamma == pytest.approx(0.4) and t.B == pytest.approx(1.1)
+    assert t.holds and t.bound == pytest.approx(0.0 + 2 * t.B / (0.4 * 3))
+
+
+# ---- clients of different architectures in the one loop ---------------------------------------
+
+def test_architectures_are_validated_and_parameter_sharing_methods_refused(split, archs):
+    *_, fed = split
+    with pytest.raises(ValueError, match="architecture 'x' names model 'vgg16'; valid: cnn, mlp"):
+        ClientArchitectures({"x": {"model": "vgg16"}}, ("x",), in_channels=1, n_classes=3)
+    with pytest.raises(ValueError, match="assignment names unknown architecture\\(s\\) \\['big'\\]"):
+        ClientArchitectures({"x": {"model": "mlp"}}, ("big",), in_channels=1, n_classes=3)
+    with pytest.raises(ValueError, match="fedavg shares parameters, but the clients' architectures differ \\(small x2, wide x2\\)"):
+        run_federated(FedAvg(), fed, archs, LoopConfig(rounds=1))
+    with pytest.raises(ValueError, match="vectorized execution stacks clients of one architecture"):
+        run_federated(FedMD(public=split[1]), fed, archs, LoopConfig(rounds=1, execution="vectorized"))
+    short = dataclasses.replace(archs, assignment=("small",))
+    with pytest.raises(ValueError, match="assigns 1 clients, but the federation has 4"):
+        run_federated(FedMD(public=split[1]), fed, short, LoopConfig(rounds=1))
+
+
+@pytest.mark.parametrize("name", ["cosmos", "fedmd", "fedct", "comet"])
+def test_every_model_agnostic_method_runs_mixed_architectures_and_sends_no_parameter(name, split, archs):
+    _, public, _, _, fed = split
+    extra = dict(server_model=server_fn, target_clusters=2, server_train=ADAM) if name == "cosmos" else {}
+    if name == "comet":
+        extra = dict(k=2)
+    method = make_algorithm(name, public=public, **FAST, **extra)
+    cfg = LoopConfig(rounds=3, seed=4, eval_every=1)
+    a, b = run_federated(method, fed, archs, cfg), run_federated(method, fed, archs, cfg)
+    pd_a, pd_b = a.frame, b.frame
+    assert pd_a.equals(pd_b)  # same seed, same results, bit for bit
+    for k in range(fed.n_clients):  # each client's own model, of its own architecture
+        want = archs.for_client(k).state_dict()
+        got = a.client_states[k].with_prefix("model/")
+        assert {n: t.shape for n, t in got.items()} == {n: t.shape for n, t in want.items()}
+    led = a.ledger.to_frame()
+    train = led[~led["kind"].str.startswith("eval:")]
+    assert set(train["kind"]) <= {"start", "pseudo_labels", "teacher"}
+    per_up = train[train["kind"] == "pseudo_labels"]["bytes"]
+    n_u = len(public)
+    assert (per_up <= n_u * 3 * 4 + 200).all()  # at most |U| x C float32 (+ the metadata)
+    assert (train[train["kind"] == "teacher"]["round"] >= 2).all()  # the first round has no teacher yet
+    assert 0 <= a.summary()["local"] <= 1
+
+
+def test_fedct_sends_one_small_integer_per_public_sample(split, archs):
+    _, public, _, _, fed = split
+    run = run_federated(FedCT(public=public, **FAST), fed, archs, LoopConfig(rounds=2, seed=0, evaluate_last=False))
+    up = run.ledger.to_frame().query("kind == 'pseudo_labels'")["bytes"]
+    assert (up < len(public) + 100).all()
+
+
+def test_cosmos_clusters_deploys_and_records_its_history(split, archs):
+    _, public, _, _, fed = split
+    method = COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST)
+    run = run_federated(method, fed, archs, LoopConfig(rounds=2, seed=0))
+    groups = grouping(run.server)
+    assert sorted(groups) == [0, 1, 2, 3] and len(set(groups.values())) <= 2
+    hist = cosmos_history(run.server)
+    assert [h["round"] for h in hist] == [1, 2] and hist[0]["max_diameter"] <= 2 * hist[0]["b0"] + 1e-9
+    assert hist[0]["seeds"] == hist[1]["seeds"]  # fixed after PTC (the paper's default)
+    led = run.ledger.to_frame()
+    assert (led["kind"] == "eval:cluster_model").sum() == fed.n_clients
+    own = evaluate_deployment(dataclasses.replace(method, deploy_model="client"), run, fed, archs, LoopConfig(rounds=2, seed=0))
+    assert set(own["metric"]) >= {"local", "global"}
+    again = run_federated(dataclasses.replace(method, recluster=True), fed, archs, LoopConfig(rounds=2, seed=0))
+    assert len(cosmos_history(again.server)) == 2
+
+
+def test_cosmos_bad_input_is_refused(split):
+    public = split[1]
+    with pytest.raises(ValueError, match="B0 must be a finite number >= 0, got -0.5"):
+        COSMOS(public=public, server_model=server_fn, b0=-0.5)
+    with pytest.raises(ValueError, match="temperature T must be a finite number >= 0"):
+        COSMOS(public=public, server_model=server_fn, temperature=-1.0)
+    with pytest.raises(ValueError, match="lambda \\(the consistency weight\\) must be a finite number >= 0, got -2"):
+        COSMOS(public=public, server_model=server_fn, lam=-2)
+    with pytest.raises(ValueError, match="COSMOS needs server_model"):
+        COSMOS(public=public)
+    with pytest.raises(ValueError, match="needs public=PublicSet"):
+        FedMD()
+    with pytest.raises(ValueError, match="unknown deploy_model 'both'; valid: server, client"):
+        COSMOS(public=public, server_model=server_fn, deploy_model="both")
+    with pytest.raises(ValueError, match="COMET's number of clusters k must be an int >= 1, got 0"):
+        COMET(public=public, k=0)
+
+
+def test_a_reply_with_malformed_pseudo_labels_is_refused(split):
+    public = split[1]
+    method = FedMD(public=public)
+    server = method.init_server(server_fn())
+    bad = Message(arrays={"labels": torch.full((len(public), 2), 0.5)}, meta={"n_samples": 3}, kind="pseudo_labels")
+    with pytest.raises(ValueError, match="client 7's pseudo-labels have shape \\(36, 2\\); valid: \\(36, 3\\)"):
+        method.aggregate(server, [(7, bad)], 1)
+    off = Message(arrays={"labels": torch.full((len(public), 3), 0.5)}, meta={"n_samples": 3}, kind="pseudo_labels")
+    with pytest.raises(ValueError, match="client 7's pseudo-labels are not on the probability simplex"):
+        method.aggregate(server, [(7, off)], 1)
+    hard = FedCT(public=public)
+    with pytest.raises(ValueError, match="client 1's hard labels hold class 5; valid: 0..2"):
+        hard.aggregate(server, [(1, Message(arrays={"labels": torch.full((len(public),), 5, dtype=torch.uint8)},
+                                            meta={"n_samples": 1}))], 1)
+
+
+def test_the_default_training_message_is_the_broadcast():
+    method = FedAvg()
+    down = Message(arrays={"model/w": torch.zeros(2)}, kind="model")
+    assert method.train_message(State(), down, 3, 1) is down
+
+
+def test_group_purity_by_hand():
+    assert group_purity({0: 0, 1: 0, 2: 1, 3: 1}, np.array([0, 0, 1, 1])) == 1.0
+    assert group_purity({0: 0, 1: 0, 2: 0, 3: 0}, np.array([0, 0, 1, 1])) == 0.5
