@@ -115,7 +115,8 @@ def soft_labels(logits: Tensor, temperature: float) -> Tensor:
     check_temperature(temperature)
     if temperature == 0:
         return F.one_hot(logits.argmax(dim=1), logits.shape[1]).to(logits.dtype)
-    return torch.softmax(logits / temperature, dim=1)
+    # shifted by the row maximum first, so that a tiny T cannot overflow z / T (it tends to one-hot)
+    return torch.softmax((logits - logits.max(dim=1, keepdim=True).values) / temperature, dim=1)
 
 
 def check_temperature(temperature: float) -> float:
@@ -216,12 +217,9 @@ def augment(x: Tensor, generator: torch.Generator, *, shift: int = 1, noise: flo
         dy = torch.randint(-s, s + 1, (n,), generator=generator)
         dx = torch.randint(-s, s + 1, (n,), generator=generator)
         padded = F.pad(x, (s, s, s, s))
-        out = torch.empty_like(x)
-        for oy in range(-s, s + 1):
-            for ox in range(-s, s + 1):
-                m = (dy == oy) & (dx == ox)
-                if bool(m.any()):
-                    out[m] = padded[m, :, s + oy:s + oy + h, s + ox:s + ox + w]
+        rows = (torch.arange(h) + s + dy[:, None])[:, :, None]  # (n, h, 1)
+        cols = (torch.arange(w) + s + dx[:, None])[:, None, :]  # (n, 1, w)
+        out = padded[torch.arange(n)[:, None, None], :, rows, cols].permute(0, 3, 1, 2).contiguous()  # (n, h, w, c) -> (n, c, h, w)
     if noise > 0:
         out = out + noise * torch.randn(out.shape, generator=generator, dtype=out.dtype)
     return out

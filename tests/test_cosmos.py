@@ -16,7 +16,7 @@ from fedlib.algorithms.cosmos import cosmos_history
 from fedlib.algorithms.fedmd import group_purity, grouping
 from fedlib.clustering import GreedyB0, b0_for_clusters, cluster_diameters, greedy_b0
 from fedlib.data import make_gaussian_mixture
-from fedlib.distill import (PublicSet, aggregate_labels, check_pseudo_labels, consistency_loss, distill,
+from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_labels, consistency_loss, distill,
                             distillation_objective, kl_rows, l1_distances, lemma52, majority_vote, make_public_set,
                             soft_labels)
 from fedlib.federation import make_federation
@@ -75,6 +75,7 @@ def test_temperature_zero_is_hard_labels_and_a_negative_one_is_refused():
     logits = torch.tensor([[1.0, 3.0, 0.0], [2.0, 2.0, -1.0]])
     assert soft_labels(logits, 0).tolist() == [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]  # ties to the lowest class
     assert torch.allclose(soft_labels(logits, 2.0), torch.softmax(logits / 2, dim=1))
+    assert soft_labels(torch.tensor([[2.0, 0.0]]), 1e-40).tolist() == [[1.0, 0.0]]  # no overflow to NaN
     with pytest.raises(ValueError, match="temperature T must be a finite number >= 0 \\(0: hard labels\\), got -1"):
         soft_labels(logits, -1)
 
@@ -150,6 +151,18 @@ def test_bad_thresholds_and_distances_are_refused():
 
 
 # ---- the distillation objective ---------------------------------------------------------------
+
+def test_augment_translates_each_image_by_its_own_offset_and_adds_noise():
+    x = torch.randn(30, 2, 6, 6, generator=torch.Generator().manual_seed(0))
+    out = augment(x, torch.Generator().manual_seed(1), shift=2, noise=0.0)
+    g = torch.Generator().manual_seed(1)  # the same draws, by hand: zero padding then a crop per image
+    dy, dx = torch.randint(-2, 3, (30,), generator=g), torch.randint(-2, 3, (30,), generator=g)
+    padded = torch.nn.functional.pad(x, (2, 2, 2, 2))
+    ref = torch.stack([padded[i, :, 2 + int(dy[i]):8 + int(dy[i]), 2 + int(dx[i]):8 + int(dx[i])] for i in range(30)])
+    assert torch.equal(out, ref)
+    vec = torch.zeros(4, 5)
+    noisy = augment(vec, torch.Generator().manual_seed(0), noise=0.1)
+    assert noisy.shape == vec.shape and 0.01 < float(noisy.std()) < 0.3  # vectors: the noise only
 
 def test_kl_rows_equal_torchs_kl_div():
     g = torch.Generator().manual_seed(1)
