@@ -346,7 +346,8 @@ def _as_distances(d) -> np.ndarray:
     return d
 
 
-def _check_b0(b0) -> float:
+def check_b0(b0) -> float:
+    """``b0`` as a float if it is a finite number >= 0, else a ValueError naming it."""
     if isinstance(b0, bool) or not isinstance(b0, numbers.Real) or not math.isfinite(b0) or b0 < 0:
         raise ValueError(f"B0 must be a finite number >= 0, got {b0!r}")
     return float(b0)
@@ -368,7 +369,7 @@ def greedy_b0(distances, b0: float) -> tuple[np.ndarray, list[int]]:
     ([0, 0, 1, 1], [0, 2])
     """
     d = _as_distances(distances)
-    b0 = _check_b0(b0)
+    b0 = check_b0(b0)
     n = len(d)
     labels = np.full(n, -1, dtype=np.int64)
     seeds: list[int] = []
@@ -411,7 +412,8 @@ def b0_for_clusters(distances, target: int) -> float:
 
 
 def cluster_diameters(distances, labels: np.ndarray) -> np.ndarray:
-    """The largest within-cluster distance of each cluster ``0..max(labels)`` (0 for a singleton)."""
+    """The largest within-cluster distance of each cluster, float64 of shape ``(max(labels) + 1,)``,
+    from ``distances`` of shape ``(n, n)`` and ``labels`` of shape ``(n,)`` (0 for a singleton)."""
     d = _as_distances(distances)
     labels = np.asarray(labels)
     return np.array([d[np.ix_(labels == g, labels == g)].max() for g in range(int(labels.max()) + 1)])
@@ -424,7 +426,8 @@ class GreedyB0:
     Parameters
     ----------
     b0 : float or None
-        The threshold :math:`B_0`; ``None`` searches it (:func:`b0_for_clusters`).
+        The threshold :math:`B_0`; ``None`` searches it (:func:`b0_for_clusters`). A given ``b0``
+        is used as it is, whatever ``target`` says.
     target : int or None
         With ``b0=None``, the number of clusters to reach at most (the authors' code aims at 5).
 
@@ -454,7 +457,10 @@ class GreedyB0:
         if self.b0 is None and self.target is None:
             raise ValueError("GreedyB0 needs b0 (the threshold) or target (a number of clusters to reach)")
         if self.b0 is not None:
-            _check_b0(self.b0)
+            check_b0(self.b0)
+        if self.target is not None and (isinstance(self.target, bool) or not isinstance(self.target, numbers.Integral)
+                                        or self.target < 1):
+            raise ValueError(f"the target number of clusters must be an int >= 1, got {self.target!r}")
 
     def fit(self, distances) -> "GreedyB0":
         """Cluster the ``n`` clients of the ``(n, n)`` ``distances``."""
@@ -466,6 +472,22 @@ class GreedyB0:
         return self
 
 
-__all__ = ["DESCRIPTORS", "GreedyB0", "SilhouetteKMeans", "b0_for_clusters", "cluster_diameters", "greedy_b0", "assignment_agreement", "descriptor_drift", "group_centroids",
-           "hard_membership", "head_descriptors", "lowrank_basis", "membership_entropy", "random_groups",
-           "soft_membership"]
+def group_purity(groups: dict[int, int], planted: np.ndarray) -> float:
+    """The share of clients whose group's most common planted label is their own, from a grouping
+    ``{client: group}`` and the planted label of every client (``planted[client]``): 1 when every
+    group holds one planted group (a planted group split over several groups still scores 1).
+
+    >>> group_purity({0: 0, 1: 0, 2: 0, 3: 1}, np.array([0, 0, 1, 1]))
+    0.75
+    """
+    if not groups:
+        return float("nan")
+    clients = np.array(sorted(groups))
+    g = np.array([groups[k] for k in clients])
+    p = np.asarray(planted)[clients]
+    hits = sum(np.bincount(p[g == j]).max() for j in np.unique(g))
+    return float(hits / len(clients))
+
+
+__all__ = ["DESCRIPTORS", "GreedyB0", "SilhouetteKMeans", "assignment_agreement", "b0_for_clusters", "check_b0", "cluster_diameters", "descriptor_drift", "greedy_b0",
+           "group_centroids", "group_purity", "hard_membership", "head_descriptors", "lowrank_basis", "membership_entropy", "random_groups", "soft_membership"]

@@ -39,7 +39,7 @@ from .data import ArrayDataset
 from .encoders import public_split
 from .training import TrainConfig, _is_int, _is_real, local_train
 
-LABEL_RULES = ("mean", "median", "confidence")
+LABEL_RULES = ("mean", "median", "max", "confidence")
 """How a cluster's pseudo-labels are combined (:func:`aggregate_labels`)."""
 
 SIMPLEX_TOL = 1e-3
@@ -172,6 +172,8 @@ def aggregate_labels(labels: Tensor, rule: str = "mean") -> Tensor:
     - ``"mean"`` (COSMOS's :math:`\bar f_k`): :math:`\frac{1}{m} \sum_i f_i(x)`;
     - ``"median"``: the coordinate-wise median over clients, each row renormalized to sum to 1
       (uniform where every coordinate's median is 0);
+    - ``"max"``: the coordinate-wise maximum over clients, each row renormalized (the paper's
+      Figure 9 compares mean, median and max);
     - ``"confidence"``: each client weighted per sample by its confidence
       :math:`\max_c f_i(x)_c`, the weights of a sample summing to 1.
 
@@ -184,11 +186,12 @@ def aggregate_labels(labels: Tensor, rule: str = "mean") -> Tensor:
         raise ValueError(f"need labels of shape (m >= 1, n, C), got {tuple(labels.shape)}")
     if rule == "mean":
         return labels.mean(dim=0)
-    if rule == "median":
-        med = torch.quantile(labels, 0.5, dim=0)  # the midpoint of the two middle values when m is even
-        sums = med.sum(dim=1, keepdim=True)
-        uniform = torch.full_like(med, 1.0 / med.shape[1])
-        return torch.where(sums > 0, med / sums.clamp_min(torch.finfo(med.dtype).tiny), uniform)
+    if rule in ("median", "max"):
+        # the median: the midpoint of the two middle values when m is even
+        raw = torch.quantile(labels, 0.5, dim=0) if rule == "median" else labels.max(dim=0).values
+        sums = raw.sum(dim=1, keepdim=True)
+        uniform = torch.full_like(raw, 1.0 / raw.shape[1])
+        return torch.where(sums > 0, raw / sums.clamp_min(torch.finfo(raw.dtype).tiny), uniform)
     conf = labels.max(dim=2).values  # (m, n)
     w = conf / conf.sum(dim=0, keepdim=True)
     return (w.unsqueeze(2) * labels).sum(dim=0)

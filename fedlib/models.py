@@ -27,14 +27,16 @@ Non-IID Data Quagmire of Decentralized Machine Learning", ICML 2020, arXiv:1910.
 
 from __future__ import annotations
 
-import math
 import copy
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 import torchvision
 from torch import Tensor, nn
+
+from .rng import isolated_torch_rng
 
 __all__ = [
     "HEAD_PREFIX",
@@ -585,8 +587,7 @@ def reinitialized(model: nn.Module, seed: int) -> nn.Module:
     True
     """
     fresh = copy.deepcopy(model)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    with isolated_torch_rng(seed):
         for module in fresh.modules():
             if hasattr(module, "reset_parameters"):
                 module.reset_parameters()

@@ -168,9 +168,11 @@ class Algorithm:
 
     model_agnostic = False
     """Whether the method works with clients of different architectures
-    (:class:`fedlib.models.ClientArchitectures`): no parameter crosses between a client and the
-    server, nor between clients. The loop refuses a heterogeneous federation for every method
-    that leaves this ``False`` (all that average parameters)."""
+    (:class:`fedlib.models.ClientArchitectures`): no client's parameters are sent, averaged or
+    loaded into another client's model, and nothing a client receives must fit its own
+    architecture (COSMOS's evaluation message carries a *server* model, of the server's own
+    architecture). The loop refuses a heterogeneous federation for every method that leaves this
+    ``False`` (all that average parameters)."""
 
     program_hooks: tuple[str, ...] = ("local_update",)
     """The hooks whose work :meth:`~fedlib.protocol.Algorithm.local_program` reproduces; overriding

@@ -60,9 +60,11 @@ IFCA_INIT = 47
 DISTILL_CLIENT_INIT = 48
 """A client's own model's initial weights in a model-agnostic federation, keyed by (client, purpose)."""
 DISTILL_SERVER = 49
-"""The server's distillation on the public set (COSMOS's cluster models), keyed by (round, purpose)."""
+"""The server's distillation on the public set (COSMOS's cluster models), keyed by (round, cluster, purpose)."""
 COMET_KMEANS = 50
 """COMET's k-means initializations on the clients' pseudo-labels, keyed by (round, purpose)."""
+DISTILL_SERVER_INIT = 51
+"""The initial weights of COSMOS's cluster models (one draw, shared by every cluster), keyed by (purpose,)."""
 # chapters
 DATA_SUBSET = 99
 """A chapter's seeded subsample of its data set."""

@@ -13,8 +13,8 @@ from scipy.spatial.distance import cdist
 
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
 from fedlib.algorithms.cosmos import cosmos_history
-from fedlib.algorithms.fedmd import group_purity, grouping
-from fedlib.clustering import GreedyB0, b0_for_clusters, cluster_diameters, greedy_b0
+from fedlib.algorithms.fedmd import cached_labels, grouping
+from fedlib.clustering import GreedyB0, b0_for_clusters, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
 from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_labels, consistency_loss, distill,
                             distillation_objective, kl_rows, l1_distances, lemma52, majority_vote, make_public_set,
@@ -22,6 +22,7 @@ from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_l
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
 from fedlib.messages import Message, State
+from fedlib.protocol import Event
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.training import TrainConfig
 
@@ -104,8 +105,10 @@ def test_the_aggregation_rules_by_hand():
     assert torch.allclose(aggregate_labels(labels, "median"), torch.tensor([[0.5, 0.5]]))  # medians 0.5, 0.5
     w = torch.tensor([1.0, 0.5, 0.8]) / 2.3
     assert torch.allclose(aggregate_labels(labels, "confidence"), (w[:, None, None] * labels).sum(0))
-    with pytest.raises(ValueError, match="unknown pseudo-label aggregation 'max'; valid: mean, median, confidence"):
-        aggregate_labels(labels, "max")
+    # max: (1.0, 0.8) renormalized
+    assert torch.allclose(aggregate_labels(labels, "max"), torch.tensor([[1.0 / 1.8, 0.8 / 1.8]]))
+    with pytest.raises(ValueError, match="unknown pseudo-label aggregation 'vote'; valid: mean, median, max, confidence"):
+        aggregate_labels(labels, "vote")
 
 
 def test_majority_vote_breaks_ties_to_the_lowest_class():
@@ -284,7 +287,9 @@ def test_cosmos_clusters_deploys_and_records_its_history(split, archs):
     own = evaluate_deployment(dataclasses.replace(method, deploy_model="client"), run, fed, archs, LoopConfig(rounds=2, seed=0))
     assert set(own["metric"]) >= {"local", "global"}
     again = run_federated(dataclasses.replace(method, recluster=True), fed, archs, LoopConfig(rounds=2, seed=0))
-    assert len(cosmos_history(again.server)) == 2
+    # re-clustered on round 2's labels: Algorithm 1 on those labels gives the recorded seeds
+    from_labels = GreedyB0(target=2).fit(l1_distances(torch.stack([cached_labels(again.server)[k] for k in range(4)])))
+    assert cosmos_history(again.server)[1]["seeds"] == from_labels.seeds_
 
 
 def test_cosmos_bad_input_is_refused(split):
@@ -330,3 +335,98 @@ def test_the_default_training_message_is_the_broadcast():
 def test_group_purity_by_hand():
     assert group_purity({0: 0, 1: 0, 2: 1, 3: 1}, np.array([0, 0, 1, 1])) == 1.0
     assert group_purity({0: 0, 1: 0, 2: 0, 3: 0}, np.array([0, 0, 1, 1])) == 0.5
+
+
+# ---- bookkeeping under partial participation, events and re-clustering --------------------------
+
+def _labels(rows):
+    return Message(arrays={"labels": torch.tensor(rows)}, meta={"n_samples": 1}, kind="pseudo_labels")
+
+
+def test_a_renumbered_cluster_gets_its_own_members_teacher_not_the_old_number():
+    # round 1: {0, 1} say class 0, {2, 3} class 1; round 2 only client 0 replies, now like {2, 3}
+    pub = PublicSet(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)))
+    srv = functools.partial(build_model, "mlp", in_channels=1, n_classes=2, input_size=4, hidden=(4,))
+    m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, recluster=True, server_train=ADAM)
+    a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
+    s1 = m.aggregate(m.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))], 1)
+    s2 = m.aggregate(s1, [(0, _labels(b))], 2)
+    groups = grouping(s2)
+    assert groups[0] == groups[2] == groups[3] != groups[1]
+    # client 1 alone: its cluster model is distilled toward its own (cached) class-0 labels, not the old {2, 3}'s
+    teacher = m.train_message(s2, Message(kind="start"), 1, 3).arrays["teacher"]
+    assert int((teacher.argmax(1) == 0).sum()) >= 3
+    # COMET's teacher is the consensus itself: exactly client 1's own labels
+    comet = COMET(public=pub, k=2, **FAST)
+    c1 = comet.aggregate(comet.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))], 1)
+    c2 = comet.aggregate(c1, [(0, _labels(b))], 2)
+    assert torch.equal(comet.train_message(c2, Message(kind="start"), 1, 3).arrays["teacher"], torch.tensor(a))
+
+
+def test_comet_groups_by_kmeans_numbers_by_lowest_client_and_caps_k():
+    pub = PublicSet(torch.zeros(3, 16))
+    m = COMET(public=pub, k=2)
+    a, b = torch.tensor([[1.0, 0.0]] * 3), torch.tensor([[0.0, 1.0]] * 3)
+    groups, _ = m.group(State(), {5: b, 1: a, 2: a, 7: b}, 1)
+    assert groups == {1: 0, 2: 0, 5: 1, 7: 1}
+    assert set(COMET(public=pub, k=9).group(State(), {0: a, 1: b}, 1)[0].values()) == {0, 1}  # k capped at 2 clients
+
+
+def test_a_round_without_labels_changes_nothing_and_a_leaver_is_forgotten(split, archs):
+    _, public, _, _, fed = split
+    for method in (COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST),
+                   COMET(public=public, k=2, **FAST), FedMD(public=public, **FAST)):
+        empty = method.init_server(server_fn())
+        assert method.aggregate(empty, [], 1) is empty
+        # every client joins at round 2: round 1 has no reply at all
+        joins = tuple(Event(2, k, "join") for k in range(fed.n_clients))
+        run = run_federated(method, fed, archs, LoopConfig(rounds=2, seed=0, events=joins))
+        assert sorted(grouping(run.server)) == list(range(fed.n_clients))
+        left = run_federated(method, fed, archs, LoopConfig(rounds=3, seed=0, events=(Event(2, 3, "leave"),)))
+        assert 3 not in grouping(left.server) and 3 not in cached_labels(left.server)
+
+
+def test_partial_participation_and_a_resumed_cosmos_run_are_bit_for_bit(split, archs, tmp_path):
+    _, public, _, _, fed = split
+    method = COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST)
+    cfg = LoopConfig(rounds=3, seed=2, participation=0.5)
+    whole = run_federated(method, fed, archs, cfg)
+    ck = dataclasses.replace(cfg, checkpoint=str(tmp_path / "ck.json"))
+    run_federated(method, fed, archs, ck, stop_after=2)
+    resumed = run_federated(method, fed, archs, ck)
+    assert whole.frame.equals(resumed.frame)
+    assert all(torch.equal(whole.server.arrays[k], resumed.server.arrays[k]) for k in whole.server.arrays)
+    assert whole.server.meta == resumed.server.meta
+
+
+def test_an_unclustered_client_is_evaluated_with_the_first_cluster_model(split):
+    public = split[1]
+    m = COSMOS(public=public, server_model=server_fn, b0=100.0, target_clusters=None, server_train=ADAM)
+    s = m.aggregate(m.init_server(server_fn()), [(0, _labels([[1.0, 0.0, 0.0]] * len(public)))], 1)
+    msg = m.eval_message(s, Message(kind="start"), 9, 1)
+    assert msg.kind == "cluster_model" and msg.meta["group"] == 0
+
+
+def test_the_objective_with_consistency_by_hand():
+    torch.manual_seed(0)
+    model = build_model("mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,), seed=0)
+    x = torch.randn(6, 16, generator=torch.Generator().manual_seed(1))
+    t = torch.rand(6, 3, generator=torch.Generator().manual_seed(2)).softmax(1)
+    got = distillation_objective(model, x, t, torch.Generator().manual_seed(3), lam=2.0, n_augment=2)
+    g = torch.Generator().manual_seed(3)  # the same two draws of x', by hand
+    p = torch.softmax(model(x), 1)
+    kl = lambda a, b: (a * (a.log() - b.log())).sum(1)
+    want = kl(t, p)
+    for _ in range(2):
+        want = want + 2.0 * kl(p, torch.softmax(model(augment(x, g)), 1))
+    assert torch.allclose(got, want.mean(), atol=1e-6)
+
+
+def test_more_bad_values_are_refused():
+    neg = torch.tensor([[1.2, -0.2], [0.5, 0.5]])
+    with pytest.raises(ValueError, match="not on the probability simplex \\(smallest entry -0.2"):
+        check_pseudo_labels(neg, 2, 2)
+    with pytest.raises(ValueError, match="B0 must be a finite number >= 0, got nan"):
+        greedy_b0(np.zeros((2, 2)), float("nan"))
+    with pytest.raises(ValueError, match="the target number of clusters must be an int >= 1, got 0"):
+        GreedyB0(target=0)

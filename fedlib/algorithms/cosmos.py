@@ -15,8 +15,8 @@ revisit, communicate) with the paper's consistency term on the clients too (Eq. 
    client takes part in round 1).
 2. **Server distillation** (Eq. 1): one server model per cluster, of its own architecture
    (``server_model``: a factory, larger than the clients' by default in the book), trained on
-   :math:`U` toward the cluster's aggregated labels :math:`\bar f_k` (``rule``: mean, median or
-   confidence-weighted) plus :math:`\lambda` times the consistency regularizer, with the
+   :math:`U` toward the cluster's aggregated labels :math:`\bar f_k` (``rule``: mean, median, max
+   or confidence-weighted) plus :math:`\lambda` times the consistency regularizer, with the
    ``server_train`` optimizer; each round continues from the cluster's previous model.
 3. **Back to the clients**: the cluster model's pseudo-labels :math:`h_k(U)` at temperature ``T``
    are its clients' targets for the next round's digest (:meth:`train_message`).
@@ -38,13 +38,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..clustering import GreedyB0, cluster_diameters
+from ..clustering import GreedyB0, check_b0, cluster_diameters
 from ..distill import distill, l1_distances, pseudo_labels
 from ..messages import Message, State, prefixed
 from ..protocol import MODEL, ClientContext, Predictor
-from ..rng import DISTILL_SERVER, derive_seed, isolated_torch_rng, torch_generator
-from ..training import TrainConfig, _is_int, _is_real
-from .fedmd import GROUPS, PublicDistillation, _adam, client_model, grouping
+from ..rng import DISTILL_SERVER, DISTILL_SERVER_INIT, derive_seed, isolated_torch_rng, torch_generator
+from ..training import TrainConfig, _is_int
+from .fedmd import PublicDistillation, _adam, client_model, grouping
 
 SERVER = "server/"
 """Prefix of the cluster models (``server/<k>/<parameter>``)."""
@@ -75,16 +75,16 @@ class COSMOS(PublicDistillation):
                              "(e.g. functools.partial(build_model, 'cnn', ...))")
         if self.b0 is None and self.target_clusters is None:
             raise ValueError("COSMOS needs b0 (the threshold B0) or target_clusters (raise B0 until that many form)")
-        if self.b0 is not None and not (_is_real(self.b0) and np.isfinite(self.b0) and self.b0 >= 0):
-            raise ValueError(f"B0 must be a finite number >= 0, got {self.b0!r}")
+        if self.b0 is not None:
+            check_b0(self.b0)
         if self.target_clusters is not None and not (_is_int(self.target_clusters) and self.target_clusters >= 1):
             raise ValueError(f"target_clusters must be None or an int >= 1, got {self.target_clusters!r}")
         if self.deploy_model not in DEPLOYS:
             raise ValueError(f"unknown deploy_model {self.deploy_model!r}; valid: {', '.join(DEPLOYS)}")
 
     def _server_module(self) -> nn.Module:
-        """The server architecture, built under the run's ``DISTILL_SERVER`` stream (its initial weights)."""
-        with isolated_torch_rng(derive_seed(self.seed, DISTILL_SERVER)):
+        """The server architecture, built under the run's ``DISTILL_SERVER_INIT`` stream (its initial weights)."""
+        with isolated_torch_rng(derive_seed(self.seed, DISTILL_SERVER_INIT)):
             return self.server_model()
 
     def init_server(self, model: nn.Module) -> State:
@@ -142,20 +142,23 @@ class COSMOS(PublicDistillation):
         return prev or server.with_prefix(SERVER_INIT)
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        """The family's aggregation; cluster models beyond the current clusters are dropped."""
+        """The family's aggregation; the models of clusters that no longer exist are dropped."""
         state = super().aggregate(server, updates, round_)
-        n = state.meta["n_groups"]
-        kept = {k: v for k, v in state.arrays.items() if not (k.startswith(SERVER) and int(k[len(SERVER):].split("/")[0]) >= n)}
+        if state is server:  # nothing to aggregate yet
+            return state
+        live = {str(g) for g in set(grouping(state).values())}
+        kept = {k: v for k, v in state.arrays.items() if not (k.startswith(SERVER) and k[len(SERVER):].split("/")[0] not in live)}
         return State(arrays=kept, meta=state.meta)
 
     # ---- evaluation ------------------------------------------------------------------------
     def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
         """``deploy_model="server"``: the client's cluster model (its parameters: evaluation traffic,
         recorded as ``eval:cluster_model``); otherwise the broadcast. A client no cluster holds yet
-        gets cluster 0's (the first formed, the largest)."""
-        if self.deploy_model != "server" or GROUPS + "clients" not in server.arrays:
+        gets the lowest-numbered cluster's (the first formed, the largest)."""
+        groups = grouping(server)
+        if self.deploy_model != "server" or not groups:
             return message
-        g = grouping(server).get(client, 0)
+        g = groups.get(client, min(groups.values()))
         return Message(arrays=prefixed(MODEL, server.with_prefix(f"{SERVER}{g}/")), meta={"group": int(g)}, kind="cluster_model")
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:

@@ -6,7 +6,9 @@ Algorithm 1. A :class:`~fedlib.algorithms.fedmd.PublicDistillation` method whose
 **hard** labels on the public set (one small integer per sample: ``uint8`` up to 256 classes), the
 server's consensus is the majority vote (ties to the lowest class), and clients train on the
 public set with the consensus as ordinary labels (cross-entropy) before revisiting their data.
-One group, no server model, no consistency term.
+One group, no server model, no consistency term: the family's ``temperature``, ``lam``,
+``n_augment``, ``detach_target``, ``shift`` and ``noise`` fields are not used (a hard label has no
+temperature).
 """
 
 from __future__ import annotations

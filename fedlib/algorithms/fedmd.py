@@ -21,8 +21,8 @@ architecture: :class:`fedlib.models.ClientArchitectures`):
 3. *Communicate*: send its pseudo-labels :math:`f_i(U)` at temperature ``temperature``.
 
 The server validates every matrix (:func:`fedlib.distill.check_pseudo_labels`), keeps each
-client's latest in its state (``labels/<k>``), groups the clients, combines each group's labels
-of the round and keeps a teacher per group (``teacher/<g>``); each client receives its group's
+client's latest in its state (``labels/<k>``), groups the clients, combines each group's latest labels
+and keeps a teacher per group (``teacher/<g>``); each client receives its group's
 (:meth:`~fedlib.protocol.Algorithm.train_message`). The deployed predictor is the client's own
 model. FedMD: one group, the mean (consensus soft labels over all clients). Its paper digests on
 logits with an L1 loss and starts from transfer learning on a *labelled* public set; here
@@ -43,7 +43,7 @@ from ..distill import (LABEL_RULES, PublicSet, aggregate_labels, check_lam, chec
                        distill, pseudo_labels)
 from ..messages import Message, State, prefixed
 from ..models import reinitialized
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model, model_arrays, update_message
 from ..rng import DISTILL_CLIENT_INIT, derive_seed
 from ..training import TrainConfig, _is_int, local_train
 
@@ -181,26 +181,39 @@ class PublicDistillation(Algorithm):
         return target
 
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        """Cache the round's labels, group the clients, and renew each group's teacher from the
-        labels its members sent this round (a group without a reply keeps its teacher)."""
+        """Cache the round's labels, group every known client, and renew each group's teacher from
+        its members' latest labels (under partial participation a member that did not reply this
+        round counts with its cached labels, so a teacher always belongs to its group's current
+        members, however the groups were renumbered). A round without any labels yet changes nothing."""
         fresh = {k: self.check_reply(server, k, m.arrays["labels"]) for k, m in updates}
         labels = {**cached_labels(server), **fresh}
+        if not labels:
+            return server
         groups, meta = self.group(server, labels, round_)
-        arrays = {k: v for k, v in server.arrays.items() if not k.startswith((LABELS, GROUPS))}
+        live = sorted(set(groups.values()))
+        arrays = {k: v for k, v in server.arrays.items() if not k.startswith((LABELS, GROUPS, TEACHER))}
         arrays.update(prefixed(LABELS, {str(k): v for k, v in labels.items()}))
         clients = sorted(groups)
         arrays[GROUPS + "clients"] = torch.tensor(clients, dtype=torch.int64)
         arrays[GROUPS + "labels"] = torch.tensor([groups[k] for k in clients], dtype=torch.int64)
-        for g in sorted(set(groups.values())):
-            members = [k for k in sorted(fresh) if groups[k] == g]
-            if not members:
-                continue
-            target = self.consensus(torch.stack([fresh[k] for k in members]))
+        for g in live:
+            target = self.consensus(torch.stack([labels[k] for k in clients if groups[k] == g]))
             arrays[f"{TEACHER}{g}"] = self.teach(server, g, target, round_, arrays, meta).detach().clone()
-        n_groups = len(set(groups.values()))
-        for key in [k for k in arrays if k.startswith(TEACHER) and int(k[len(TEACHER):].split("/")[0]) >= n_groups]:
-            del arrays[key]
-        return State(arrays=arrays, meta={**server.meta, "n_groups": n_groups, **meta})
+        return State(arrays=arrays, meta={**server.meta, "n_groups": len(live), **meta})
+
+    def on_event(self, server: State, event: Event) -> State:
+        """A client that leaves is forgotten: its cached labels and its place in the grouping go
+        (the next aggregation groups the clients that remain); one that joins is grouped once it
+        has sent labels."""
+        if event.kind != "leave" or GROUPS + "clients" not in server.arrays:
+            return server
+        groups = grouping(server)
+        groups.pop(event.client, None)
+        arrays = {k: v for k, v in server.arrays.items() if k != f"{LABELS}{event.client}"}
+        clients = sorted(groups)
+        arrays[GROUPS + "clients"] = torch.tensor(clients, dtype=torch.int64)
+        arrays[GROUPS + "labels"] = torch.tensor([groups[k] for k in clients], dtype=torch.int64)
+        return State(arrays=arrays, meta=dict(server.meta))
 
     # ---- client ----------------------------------------------------------------------------
     def check_public(self, client: int, data) -> None:
@@ -244,17 +257,5 @@ class FedMD(PublicDistillation):
     name = "fedmd"
 
 
-def group_purity(groups: dict[int, int], planted: np.ndarray) -> float:
-    """The share of clients whose group's most common planted label is their own (1: every group
-    is one planted group; a planted group split over several groups still scores 1)."""
-    if not groups:
-        return float("nan")
-    clients = np.array(sorted(groups))
-    g = np.array([groups[k] for k in clients])
-    p = np.asarray(planted)[clients]
-    hits = sum(np.bincount(p[g == j]).max() for j in np.unique(g))
-    return float(hits / len(clients))
-
-
-__all__ = ["GROUPS", "LABELS", "TEACHER", "FedMD", "PublicDistillation", "cached_labels", "client_model", "group_purity",
+__all__ = ["GROUPS", "LABELS", "TEACHER", "FedMD", "PublicDistillation", "cached_labels", "client_model",
            "grouping"]
