@@ -303,7 +303,7 @@ def test_cosmos_bad_input_is_refused(split):
     with pytest.raises(ValueError, match="COSMOS needs server_model"):
         COSMOS(public=public)
     with pytest.raises(ValueError, match="needs public=PublicSet"):
-        FedMD()
+        FedMD(public=None)
     with pytest.raises(ValueError, match="unknown deploy_model 'both'; valid: server, client"):
         COSMOS(public=public, server_model=server_fn, deploy_model="both")
     with pytest.raises(ValueError, match="COMET's number of clusters k must be an int >= 1, got 0"):

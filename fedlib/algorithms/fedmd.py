@@ -109,7 +109,7 @@ class PublicDistillation(Algorithm):
         The clients' initial weights and the server's randomness derive from it.
     """
 
-    public: PublicSet = None
+    public: PublicSet
     pretrain: TrainConfig = field(default_factory=lambda: _adam(5, 1e-3))
     train: TrainConfig = field(default_factory=lambda: _adam(1, 1e-3))
     distill: TrainConfig = field(default_factory=lambda: _adam(1, 1e-4))
