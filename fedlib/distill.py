@@ -350,6 +350,6 @@ def lemma52(members: Tensor, i: int, truth: np.ndarray | Tensor, support: np.nda
                    gamma=gamma, B=B, bad=int((mean.argmax(1) != own.argmax(1)).sum()), bound=err_client + bound)
 
 
-__all__ = ["LABEL_RULES", "Lemma52", "PublicSet", "aggregate_labels", "augment", "check_lam", "check_pseudo_labels",
+__all__ = ["LABEL_RULES", "SIMPLEX_TOL", "Lemma52", "PublicSet", "aggregate_labels", "augment", "check_lam", "check_pseudo_labels",
            "check_temperature", "consistency_loss", "distill", "distillation_objective", "kl_rows", "l1_distances",
            "lemma52", "majority_vote", "make_public_set", "margins", "pseudo_labels", "soft_labels"]

@@ -19,7 +19,8 @@ revisit, communicate) with the paper's consistency term on the clients too (Eq. 
    or confidence-weighted) plus :math:`\lambda` times the consistency regularizer, with the
    ``server_train`` optimizer; each round continues from the cluster's previous model.
 3. **Back to the clients**: the cluster model's pseudo-labels :math:`h_k(U)` at temperature ``T``
-   are its clients' targets for the next round's digest (:meth:`train_message`).
+   are its clients' targets for the next round's digest
+   (:meth:`~fedlib.algorithms.fedmd.PublicDistillation.train_message`).
 
 Deployment (``deploy_model``): ``"server"`` is the paper's protocol (Appendix C: client ``i`` is
 evaluated with :math:`h_{\pi(i)}`, sent as its evaluation message, so the ledger counts it under
