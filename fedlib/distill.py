@@ -15,7 +15,7 @@ its baselines FedMD, FedCT and COMET (:mod:`fedlib.algorithms.fedmd`):
   received matrix passes;
 - :func:`l1_distances`: the clustering distance :math:`d(i, j) = \sum_{x \in U} \lVert f_i(x) -
   f_j(x) \rVert_1` (Section 4.1, Step 2);
-- :func:`aggregate_labels` (mean, coordinate median, confidence-weighted) and
+- :func:`aggregate_labels` (mean, coordinate median or maximum, confidence-weighted) and
   :func:`majority_vote` (FedCT's hard consensus);
 - :func:`augment`, :func:`consistency_loss` and :func:`distill`: Eq. (1)/(2), the KL loss to the
   targets plus :math:`\lambda` times the consistency regularizer

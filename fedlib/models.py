@@ -606,7 +606,7 @@ class ClientArchitectures:
     Parameters
     ----------
     specs : mapping of str to mapping
-        Architecture name -> :func:`build_model` arguments: ``"model"`` (one of :data:`MODELS`)
+        Architecture name -> :func:`build_model` arguments: ``"model"`` (one of ``fedlib.models.MODELS``)
         and its keyword arguments (e.g. ``{"model": "cnn", "width": 8}``).
     assignment : sequence of str
         Client ``k``'s architecture name, one per client.

@@ -187,7 +187,7 @@ class Algorithm:
 
     def broadcast(self, server: State, round_: int) -> Message:
         """The message the server sends to every sampled client for training in round ``round_``
-        (default: the ``model/`` arrays); :meth:`train_message` may make it each client's own."""
+        (default: the ``model/`` arrays); :meth:`~fedlib.protocol.Algorithm.train_message` may make it each client's own."""
         return Message(arrays={k: v for k, v in server.arrays.items() if k.startswith(MODEL)}, kind="model")
 
     def train_message(self, server: State, message: Message, client: int, round_: int) -> Message:
