@@ -449,7 +449,7 @@ def test_the_lazy_registry_gives_every_method_and_its_modules_on_demand():
     assert algorithms.ggeur.LinearClassifier.__module__ == "fedlib.algorithms.ggeur"
     with pytest.raises(AttributeError, match="has no attribute 'FedNothing'"):
         algorithms.FedNothing  # noqa: B018
-    with pytest.raises(ValueError, match="unknown algorithm 'nope'; valid: cgrl, ditto"):
+    with pytest.raises(ValueError, match="unknown algorithm 'nope'; valid: cgrl, comet, cosmos, ditto"):
         algorithms.make_algorithm("nope")
 
 
