@@ -448,16 +448,17 @@ glue("purity", purity, display=False)
 glue("comet_purity", float(np.mean([res["comet_purity"] for res in main_res])), display=False)
 glue("n_formed", float(clusters[clusters["round"] == 1]["n_clusters"].mean()), display=False)
 glue("b0_first", float(clusters[clusters["round"] == 1]["b0"].mean()), display=False)
-glue("diam_ratio", float((clusters["max_diameter"] / (2 * clusters["b0"])).max()), display=False)
+positive = clusters[clusters["b0"] > 0]  # B0 = 0 (every client alone) has no ratio
+glue("diam_text", f"the largest within-cluster distance was at most {(positive['max_diameter'] / (2 * positive['b0'])).max():.2f} "
+     "× 2B₀ over every round and seed (Algorithm 1 guarantees ≤ 1 in the round it clusters)" if len(positive) else
+     "every client formed a cluster of its own (B₀ = 0), so no within-cluster distance arises", display=False)
 
 # %% [markdown]
 # COSMOS's cluster models reach {glue:text}`cosmos_mean:.1f` % on average, its clients' own models
 # {glue:text}`cosmos_own_mean:.1f` %, the strongest baseline ({glue:text}`best_base`)
 # {glue:text}`best_base_mean:.1f` %. Algorithm 1 formed {glue:text}`n_formed:.1f` clusters on
 # average at $B_0 \approx$ {glue:text}`b0_first:.0f` (a sum of $\ell_1$ distances over the
-# {glue:text}`n_public` public images); the largest within-cluster distance was at most
-# {glue:text}`diam_ratio:.2f` × $2B_0$ over every round and seed (Algorithm 1 guarantees ≤ 1 in
-# the round it clusters). The clusters' purity against the planted label groups (the share of
+# {glue:text}`n_public` public images); {glue:text}`diam_text`. The clusters' purity against the planted label groups (the share of
 # clients whose cluster's majority group is their own) is {glue:text}`purity:.2f` for COSMOS and
 # {glue:text}`comet_purity:.2f` for COMET's k-means.
 #
