@@ -413,10 +413,12 @@ def b0_for_clusters(distances, target: int) -> float:
 
 def cluster_diameters(distances, labels: np.ndarray) -> np.ndarray:
     """The largest within-cluster distance of each cluster, float64 of shape ``(max(labels) + 1,)``,
-    from ``distances`` of shape ``(n, n)`` and ``labels`` of shape ``(n,)`` (0 for a singleton)."""
+    from ``distances`` of shape ``(n, n)`` and ``labels`` of shape ``(n,)`` (0 for a singleton, and for a
+    number no client holds: after a client left its one-member cluster)."""
     d = _as_distances(distances)
     labels = np.asarray(labels)
-    return np.array([d[np.ix_(labels == g, labels == g)].max() for g in range(int(labels.max()) + 1)])
+    return np.array([d[np.ix_(labels == g, labels == g)].max() if (labels == g).any() else 0.0
+                     for g in range(int(labels.max()) + 1)])
 
 
 @dataclass

@@ -135,6 +135,22 @@ def test_algorithm_1_on_a_hand_worked_example():
     assert (cluster_diameters(d, fit.labels_) <= 2 * fit.b0_).all()
 
 
+def test_a_cluster_left_empty_has_no_diameter_and_cosmos_keeps_going():
+    d = np.array([[0.0, 1.0, 9.0], [1.0, 0.0, 9.0], [9.0, 9.0, 0.0]])
+    assert cluster_diameters(d[:2, :2], np.array([0, 0])).tolist() == [1.0]
+    assert cluster_diameters(d[np.ix_([0, 2], [0, 2])], np.array([0, 2])).tolist() == [0.0, 0.0, 0.0]
+    # COSMOS with fixed clusters: the only member of a cluster leaves, the next round still aggregates
+    pub = PublicSet(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)))
+    srv = functools.partial(build_model, "mlp", in_channels=1, n_classes=2, input_size=4, hidden=(4,))
+    m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, server_train=ADAM)
+    a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
+    s1 = m.aggregate(m.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b))], 1)
+    lone = grouping(s1)[2]
+    s2 = m.aggregate(m.on_event(s1, Event(2, 2, "leave")), [(0, _labels(a)), (1, _labels(a))], 2)
+    assert 2 not in grouping(s2) and f"teacher/{lone}" not in s2.arrays and s2.meta["n_groups"] == 1
+    assert cosmos_history(s2)[-1]["n_clusters"] == 1
+
+
 def test_the_tie_rule_prefers_the_tighter_cluster():
     # clients 0 and 3 both have two neighbours within 2; 3's are closer in total
     x = np.array([0.0, 2.0, -2.0, 10.0, 11.0, 9.5])

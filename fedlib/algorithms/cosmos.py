@@ -117,7 +117,7 @@ class COSMOS(PublicDistillation):
         lab = np.array([groups[k] for k in clients])
         diam = cluster_diameters(d, lab)
         history = json.loads(server.meta.get("cosmos_history", "[]"))
-        history.append({"round": int(round_), "b0": b0, "n_clusters": int(lab.max()) + 1,
+        history.append({"round": int(round_), "b0": b0, "n_clusters": len(set(lab.tolist())),
                         "max_diameter": float(diam.max()), "seeds": seeds})
         return groups, {"cosmos_b0": b0, "cosmos_seeds": json.dumps(seeds), "cosmos_history": json.dumps(history)}
 
