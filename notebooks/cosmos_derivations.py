@@ -647,7 +647,7 @@ checks.add("λ = 2c/(c+1) lies in (3/2, 2) for every c > 3, so the experiments' 
 # Bayes classifier is in the model class. COSMOS runs unchanged on {glue:text}`sy_clients` clients
 # under two label skews (the smoke profile runs the first only): *mild skew* (Dirichlet,
 # $\alpha = 5$: every client holds every class) and *label groups* (the paper's split with two
-# groups of two classes, 10 % pooled). The consistency term uses Gaussian input noise of standard
+# groups of two classes, {glue:text}`sy_pool_pct:.0f` % pooled). The consistency term uses Gaussian input noise of standard
 # deviation {glue:text}`sy_noise:g` and $\lambda =$ {glue:text}`sy_lam:g` (the theorems' value for
 # $c =$ {glue:text}`sy_lam_c:g`).
 #
@@ -667,7 +667,7 @@ checks.add("λ = 2c/(c+1) lies in (3/2, 2) for every c > 3, so the experiments' 
 # conditions: $\bar b \le 1/3$ (Assumption 5.8) and $1/\bar b > 2 w_1 w_2 + 1$.
 
 # %% tags=["hide-input"]
-SY = dict(C=4, dim=2, radius=3.0, n_per_class=250, wd=1e-2, lam=1.8, noise=0.1, lr=1e-2)
+SY = dict(C=4, dim=2, radius=3.0, n_per_class=250, wd=1e-2, lam=1.8, noise=0.1, lr=1e-2, pool=0.1)
 SY_MEANS = SY["radius"] * np.stack([np.cos(2 * np.pi * np.arange(SY["C"]) / SY["C"]),
                                     np.sin(2 * np.pi * np.arange(SY["C"]) / SY["C"])], axis=1)
 
@@ -717,7 +717,7 @@ def synthetic_run(setting):
         target = 1
     else:
         fed_ = make_federation(rest_, n_clients=n, partition="grouped_dirichlet", n_groups=2, alpha=5.0,
-                               pool_fraction=0.1, global_test_per_class=20, seed=seed)
+                               pool_fraction=SY["pool"], global_test_per_class=20, seed=seed)
         target = 2
     held_counts = np.stack([np.bincount(np.r_[c_.train.labels_np, c_.test.labels_np], minlength=SY["C"])
                             for c_ in fed_.clients])
@@ -809,6 +809,7 @@ for key, value in dict(radius=SY["radius"], wd=SY["wd"], noise=SY["noise"], lam=
                        lam_c=SY["lam"] / (2 - SY["lam"])).items():
     glue(f"sy_{key}", float(value), display=False)
 glue("sy_clients", int(P.synth_clients), display=False)
+glue("sy_pool_pct", 100 * SY["pool"], display=False)
 glue("sy_n_eval", f"{P.n_eval:,}", display=False)
 glue("sy_rounds", int(P.synth_rounds), display=False)
 sentences = []

@@ -179,6 +179,8 @@ PSEUDO_BATCH = 64  # mini-batches on U (the client's distillation and the server
 # the parameter-sharing baselines' local epochs per round: COSMOS's clients' epochs on their own data, spread over the rounds
 MATCHED_EPOCHS = -(-(P.pretrain_epochs + (P.rounds - 1) * P.local_epochs) // P.rounds)
 glue("matched_epochs", MATCHED_EPOCHS, display=False)
+FT_EPOCHS = 1  # FedBABU's fine-tuning epochs before deployment
+glue("ft_epochs", FT_EPOCHS, display=False)
 glue("aug_shift", COSMOS.shift, display=False)
 glue("aug_noise", COSMOS.noise, display=False)
 CLIENT_TRAIN = dict(pretrain=adam(P.pretrain_epochs, P.lr_true), train=adam(P.local_epochs, P.lr_true),
@@ -352,7 +354,7 @@ def work(item):
         cfg = LoopConfig(rounds=P.rounds, seed=s, eval_every=0)
         # the book's usual optimizer for parameter sharing (SGD with momentum), as many local epochs in all as COSMOS's clients
         train = TrainConfig(epochs=MATCHED_EPOCHS, batch_size=32, lr=P.sgd_lr, momentum=0.9)
-        tune = dataclasses.replace(train, epochs=1, lr=P.sgd_lr / 5)
+        tune = dataclasses.replace(train, epochs=FT_EPOCHS, lr=P.sgd_lr / 5)
         pfl = {"FedAvg": FedAvg(train=train), "Ditto": Ditto(train=train, personal_train=train),
                "FedBABU": FedBABU(train=train, finetune=tune), "FedRep": FedRep(train=train, head_train=train)}
         for name, m in pfl.items():
@@ -483,7 +485,7 @@ display(show_table(mix_table.rename_axis("method"), best={c: "max" for c in orde
 # chapters) for {glue:text}`matched_epochs` local epochs per round over the same
 # {glue:text}`rounds` rounds: as many epochs on their own data in all as COSMOS's clients (its
 # pre-training plus its local epochs), so that neither side trains more. FedBABU fine-tunes for
-# one epoch before deployment. COSMOS and COMET are the one-architecture runs above.
+# {glue:text}`ft_epochs` epoch(s) before deployment. COSMOS and COMET are the one-architecture runs above.
 
 # %% tags=["hide-input"]
 homog_key = list(P.mixtures)[0]
