@@ -8,7 +8,8 @@ Every method in fedlib runs through :func:`run_federated`; a method changes hook
 3. the server's broadcast goes to each sampled client through the **transport**
    (:mod:`fedlib.engines`: in this process by default); each client runs ``local_update`` with
    its own generator derived from (seed, r, client) and replies;
-4. replies holding a NaN or infinity are refused (error, or dropped and recorded);
+4. replies holding a NaN or infinity are refused (error, or dropped and recorded), and so is a
+   client that gave no reply (its hook raised; on Flower, its node failed or timed out);
 5. the server aggregates the replies: as a fold, each reply added to a running sum as it arrives
    and then freed (:meth:`fedlib.protocol.Algorithm.aggregator`), so a round's memory does not
    grow with the number of clients; a method that needs every reply at once keeps the list
@@ -45,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .engines import InProcessTransport, Transport
+from .engines import ClientFailure, InProcessTransport, Transport
 from .engines.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedTransport
 from .federation import Federation
 from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
@@ -56,12 +57,19 @@ from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
 from .store import STATE_STORES, make_states
 
 NONFINITE_POLICIES = ("raise", "drop")
+FAILURE_POLICIES = ("raise", "drop")
+"""What the loop does with a client that gave no reply (``LoopConfig.on_failure``)."""
 EXECUTIONS = ("sequential", "vectorized")
 """How a round's sampled clients train (``LoopConfig.execution``)."""
 
 
 class NonFiniteUpdateError(RuntimeError):
     """A client's reply held a NaN or an infinity; it was not aggregated."""
+
+
+class ClientFailedError(RuntimeError):
+    """A client gave no reply (on Flower: its node failed, or did not reply in time); nothing of
+    it was aggregated."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +85,10 @@ class LoopConfig:
     seed : the run seed from which every random stream is derived
     on_nonfinite : ``"raise"`` (stop with an error naming client and round) or ``"drop"``
         (skip the update and record a ``dropped_nonfinite`` row)
+    on_failure : what to do with a client that gives no reply (its hook raised; on Flower, its
+        node failed or did not reply in time): ``"raise"`` (default: stop; the hook's own exception,
+        or :class:`ClientFailedError` naming client, node and round) or ``"drop"`` (go on without
+        it and record a ``dropped_failed`` row, ``dropped_failed_eval`` in an evaluation)
     events : client departures / arrivals (:class:`~fedlib.protocol.Event`)
     rare_ratio : the protocol's definition of a locally rare class (:mod:`fedlib.metrics`)
     f1_class : a designated class whose F1 every evaluation reports (optional)
@@ -105,6 +117,7 @@ class LoopConfig:
     eval_every: int = 0
     seed: int = 0
     on_nonfinite: str = "raise"
+    on_failure: str = "raise"
     events: tuple[Event, ...] = ()
     rare_ratio: float = RARE_RATIO
     f1_class: int | None = None
@@ -126,6 +139,8 @@ class LoopConfig:
             raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
         if self.on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"unknown on_nonfinite {self.on_nonfinite!r}; valid: {', '.join(NONFINITE_POLICIES)}")
+        if self.on_failure not in FAILURE_POLICIES:
+            raise ValueError(f"unknown on_failure {self.on_failure!r}; valid: {', '.join(FAILURE_POLICIES)}")
         if self.eval_clients is not None and (isinstance(self.eval_clients, bool)
                                               or not isinstance(self.eval_clients, numbers.Integral)
                                               or self.eval_clients < 1):
@@ -146,6 +161,8 @@ class LoopConfig:
         d = asdict(self)
         for key in ("checkpoint", "progress", "states", "states_dir"):
             d.pop(key)
+        if d["on_failure"] == "raise":
+            d.pop("on_failure")  # checkpoints written before the option resume as they were
         if d["eval_clients"] is None:
             d.pop("eval_clients")  # checkpoints written before the option resume as they were
         if d["execution"] == "sequential":  # likewise; the chunks (memory budget) matter only when stacked
@@ -454,6 +471,9 @@ def run_federated(
         t_server = 0.0
         for k, new_state, up in transport.local_updates(algorithm, r, messages, states):
             ledger.record(r, k, DOWN, messages[k])
+            if isinstance(up, ClientFailure):
+                rows.extend(_failed(up, config, r, "dropped_failed"))
+                continue
             states[k] = new_state
             ledger.record(r, k, UP, up)
             bad = up.nonfinite_array()
@@ -548,8 +568,22 @@ def _evaluate(algorithm, server, transport, states, active, config, r, ledger) -
         ledger.record(r, k, DOWN, messages[k])
     rows = [(r, -1, "eval_sample", float(len(clients)))] if len(clients) < len(active) else []
     for k, abilities in transport.evaluate(algorithm, r, messages, states, rare_ratio=config.rare_ratio, f1_class=config.f1_class):
+        if isinstance(abilities, ClientFailure):
+            rows.extend(_failed(abilities, config, r, "dropped_failed_eval"))
+            continue
         rows.extend((r, k, name, float(v)) for name, v in abilities.items())
     return rows
+
+
+def _failed(failure: ClientFailure, config: LoopConfig, r: int, metric: str) -> list[tuple]:
+    """A client that gave no reply: raise (its own exception where there is one), or the row that
+    records it dropped."""
+    if config.on_failure == "raise":
+        if failure.error is not None:
+            raise failure.error
+        raise ClientFailedError(f"client {failure.client} gave no reply in round {r}: {failure.reason}; nothing of it "
+                                "was aggregated (set LoopConfig(on_failure='drop') to go on without it and record it)")
+    return [(r, -1, metric, float(failure.client))]
 
 
 def _postfix(bar, rows, r) -> None:
@@ -587,4 +621,4 @@ def evaluate_deployment(
     return _frame(rows)
 
 
-__all__ = ["EXECUTIONS", "LoopConfig", "make_transport", "NonFiniteUpdateError", "RunResult", "Server", "evaluate_deployment", "per_client_table", "run_federated"]
+__all__ = ["ClientFailedError", "EXECUTIONS", "FAILURE_POLICIES", "LoopConfig", "make_transport", "NonFiniteUpdateError", "RunResult", "Server", "evaluate_deployment", "per_client_table", "run_federated"]

@@ -32,8 +32,9 @@ import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import importlib
+
 import torch
-import torchvision
 from torch import Tensor, nn
 
 from .rng import isolated_torch_rng
@@ -67,6 +68,12 @@ _BACKBONE_NORMS = ("group", "batch")
 
 MODELS = ("cnn", "mlp", "resnet18", "mobilenet_v2")
 """Names accepted by :func:`build_model`."""
+
+
+def _torchvision_models():
+    """``torchvision.models``, imported when a backbone is built (importing torchvision costs
+    about two seconds, which every process of a Flower deployment would pay)."""
+    return importlib.import_module("torchvision.models")
 
 
 def _pool(h: Tensor) -> Tensor:
@@ -373,7 +380,7 @@ class ResNet18(FeatureModel):
         _check_positive_int("in_channels", in_channels)
         _check_positive_int("n_classes", n_classes)
         _check_norm(norm, _BACKBONE_NORMS)
-        net = torchvision.models.resnet18(weights=None, num_classes=n_classes, norm_layer=_backbone_norm(norm))
+        net = _torchvision_models().resnet18(weights=None, num_classes=n_classes, norm_layer=_backbone_norm(norm))
         # CIFAR stem: 3x3 stride-1 conv and no max-pool, so 32x32 inputs reach layer4 at 4x4.
         self.conv1 = nn.Conv2d(in_channels, 64, kernel_size=3, stride=1, padding=1, bias=False)
         nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")  # torchvision's init
@@ -446,7 +453,7 @@ class MobileNetV2(FeatureModel):
         _check_positive_int("in_channels", in_channels)
         _check_positive_int("n_classes", n_classes)
         _check_norm(norm, _BACKBONE_NORMS)
-        net = torchvision.models.mobilenet_v2(
+        net = _torchvision_models().mobilenet_v2(
             weights=None,
             num_classes=n_classes,
             norm_layer=_backbone_norm(norm),

@@ -8,11 +8,15 @@ evaluation schedule, the ledger, checkpoints); a transport only carries messages
 * :class:`~fedlib.engines.vectorized.VectorizedTransport` (``LoopConfig(execution="vectorized")``):
   the clients run in this process, a round's sampled clients stacked into one batched computation.
 
-Further engines (Flower's simulation and deployment engines) are further
-implementations of :class:`~fedlib.engines.base.Transport`; the loop does not change.
+* :class:`~fedlib.engines.flower.FlowerTransport` (:func:`fedlib.engines.flower.run_flower`): the clients
+  run on Flower's nodes, in its simulation engine or a real deployment; imported on demand
+  (``import fedlib.engines.flower``), so fedlib itself does not import Flower.
+
+A client that gives no reply (its hook raised; on Flower, its node failed or timed out) is yielded as
+a :class:`~fedlib.engines.base.ClientFailure`, which the loop handles by ``LoopConfig(on_failure=...)``.
 """
 
-from .base import Transport
+from .base import ClientFailure, Transport
 from .inprocess import InProcessTransport
 
-__all__ = ["InProcessTransport", "Transport"]
+__all__ = ["ClientFailure", "InProcessTransport", "Transport"]

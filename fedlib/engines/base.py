@@ -3,11 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import torch
 
 from ..messages import Message, State
 from ..protocol import Algorithm
+
+
+@dataclass(frozen=True)
+class ClientFailure:
+    """What a transport yields in place of a reply when a client did not give one: its hook
+    raised, or (on Flower) its node failed or did not reply in time. The loop never aggregates
+    it: ``LoopConfig(on_failure="raise")`` stops the run (re-raising ``error`` where there is
+    one), ``"drop"`` records a row and goes on.
+
+    Attributes
+    ----------
+    client : the client
+    reason : what happened, in words (naming the node on Flower)
+    error : the exception the client's hook raised, where it was raised in this process
+    """
+
+    client: int
+    reason: str
+    error: BaseException | None = None
 
 
 class Transport:
@@ -43,7 +63,8 @@ class Transport:
         self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State]
     ) -> Iterator[tuple[int, State, Message]]:
         """Run ``algorithm.local_update`` on every client ``k`` of ``messages`` with its state
-        ``states[k]``; yield ``(k, new_state, reply)`` in the order of ``messages``."""
+        ``states[k]``; yield ``(k, new_state, reply)`` in the order of ``messages``, or
+        ``(k, None, ClientFailure)`` for a client that gave no reply."""
         raise NotImplementedError
 
     def evaluate(
@@ -52,5 +73,6 @@ class Transport:
     ) -> Iterator[tuple[int, dict[str, float]]]:
         """Deploy ``algorithm`` on every client of ``messages`` and evaluate the predictor by the
         protocol (:func:`fedlib.metrics.client_predictions_abilities`) on the client's local test
-        split and the global test set; yield ``(k, abilities)`` in the order of ``messages``."""
+        split and the global test set; yield ``(k, abilities)`` in the order of ``messages``, or
+        ``(k, ClientFailure)`` for a client that gave no reply."""
         raise NotImplementedError

@@ -16,7 +16,7 @@ from ..models import ClientArchitectures
 from ..protocol import Algorithm, ClientContext, Predictor
 from ..rng import DEPLOY, INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
 from ..training import LocalProgram, predict
-from .base import Transport
+from .base import ClientFailure, Transport
 
 
 class Client:
@@ -130,7 +130,8 @@ class InProcessTransport(Transport):
                 state, up = self._clients[k].update(algorithm, states[k], down, round_, self._seed, self.workspace(k))
             except Exception as err:
                 err.add_note(f"(raised by client {k}'s local_update in round {round_})")
-                raise
+                yield k, None, ClientFailure(k, f"local_update raised {type(err).__name__}: {err}", err)
+                continue
             yield k, state, up
 
     def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class) -> Iterator[tuple[int, dict[str, float]]]:
@@ -140,7 +141,8 @@ class InProcessTransport(Transport):
                 predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self.workspace(k))
             except Exception as err:
                 err.add_note(f"(raised by client {k}'s deploy in round {round_})")
-                raise
+                yield k, ClientFailure(k, f"deploy raised {type(err).__name__}: {err}", err)
+                continue
             key = weights_key(predictor)
             if key is None or key not in global_cache:
                 pred = predict(predictor, self._global_test.x).numpy()
