@@ -120,18 +120,26 @@ def _array(name: str, t: Any) -> Array:
         raise FlowerConversionError(
             f"array {name!r} has dtype {t.dtype}, which Flower's arrays (NumPy .npy) cannot carry; valid: the dtypes "
             "NumPy has (float16/32/64, complex, int8..int64, uint8, bool)") from err
-    return Array(np.ascontiguousarray(a))
+    return Array(a if a.flags.c_contiguous else a.copy(order="C"))  # (np.ascontiguousarray would make a 0-d array 1-d)
 
 
-def _scalar(name: str, v: Any) -> Any:
+def _scalar(name: str, v: Any) -> tuple[Any, bool]:
+    """A metadata value as Flower's records carry it, and whether it travels as JSON text (a
+    list or dict: fedlib's metadata is JSON, so a tuple comes back as a list, as from a checkpoint)."""
     if isinstance(v, np.generic) and isinstance(v.item(), _SCALARS):
         v = v.item()  # a NumPy scalar travels as the Python number of the same value
-    if not isinstance(v, _SCALARS):
-        raise FlowerConversionError(
-            f"metadata {name!r} is a {type(v).__name__} ({v!r}); valid metadata values: bool, int, float, str")
     if isinstance(v, int) and not isinstance(v, bool) and not -2**63 <= v < 2**63:
         raise FlowerConversionError(f"metadata {name!r} = {v} does not fit Flower's 64-bit integers")
-    return v
+    if isinstance(v, _SCALARS):
+        return v, False
+    if isinstance(v, (list, tuple, dict)):
+        try:
+            return json.dumps(v, allow_nan=True), True
+        except TypeError:
+            pass
+    raise FlowerConversionError(
+        f"metadata {name!r} is a {type(v).__name__} ({v!r}); valid metadata values: bool, int, float, str, and "
+        "lists or dicts of them (JSON)")
 
 
 def put_state(content: RecordDict, slot: str, state: State) -> None:
@@ -139,8 +147,10 @@ def put_state(content: RecordDict, slot: str, state: State) -> None:
     into ``content`` as records ``<slot>.arrays`` (an ``ArrayRecord``) and ``<slot>.meta`` (a
     ``ConfigRecord`` of the metadata, the orders of both and, for a message, its kind)."""
     arrays = {str(k): _array(k, t) for k, t in state.arrays.items()}
-    meta = {str(k): _scalar(k, v) for k, v in state.meta.items()}
-    info: dict[str, Any] = {"arrays": list(arrays), "meta": list(meta), "message": isinstance(state, Message)}
+    converted = {str(k): _scalar(k, v) for k, v in state.meta.items()}
+    meta = {k: v for k, (v, _) in converted.items()}
+    info: dict[str, Any] = {"arrays": list(arrays), "meta": list(meta), "message": isinstance(state, Message),
+                            "json": [k for k, (_, as_json) in converted.items() if as_json]}
     if isinstance(state, Message):
         info["kind"] = state.kind
     content[f"{slot}.arrays"] = ArrayRecord(arrays)
@@ -155,6 +165,8 @@ def take_state(content: RecordDict, slot: str) -> State:
     records, meta = content[f"{slot}.arrays"], content[f"{slot}.meta"]
     arrays = {k: torch.from_numpy(np.array(records[k].numpy(), copy=True)) for k in info["arrays"]}
     values = {k: meta[k] for k in info["meta"]}
+    for k in info["json"]:
+        values[k] = json.loads(values[k])
     if info["message"]:
         return Message(arrays=arrays, meta=values, kind=str(info["kind"]))
     return State(arrays=arrays, meta=values)
@@ -192,7 +204,8 @@ def flower_bytes(message: FlowerMessage | RecordDict) -> int:
 @dataclass(frozen=True)
 class Call:
     """A call of an importable function, as data: ``target`` is ``"package.module:name"``;
-    ``kwargs`` may hold further calls as ``{"call": ..., "kwargs": ...}`` dicts, made first.
+    ``kwargs`` may hold further calls as ``{"call": ..., "kwargs": ...}`` dicts, made first, and
+    functions with bound arguments (e.g. a model factory) as ``{"partial": ..., "kwargs": ...}``.
 
     >>> Call("fedlib.data:load_dataset", {"name": "uci_digits"}).to_dict()
     {'call': 'fedlib.data:load_dataset', 'kwargs': {'name': 'uci_digits'}}
@@ -241,6 +254,10 @@ def _plain(value: Any) -> Any:
 def _resolve(value: Any) -> Any:
     if isinstance(value, Mapping) and "call" in value:
         return Call.from_dict(value)()
+    if isinstance(value, Mapping) and "partial" in value:
+        if set(value) - {"partial", "kwargs"}:
+            raise ValueError(f"a partial is a dict {{'partial': 'module:name', 'kwargs': {{...}}}}, got {value!r}")
+        return Call(str(value["partial"]), dict(value.get("kwargs", {}))).partial()
     if isinstance(value, Mapping):
         return {k: _resolve(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -592,11 +609,12 @@ class FlowerTransport(Transport):
 
 
 def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None, *, timeout: float | None = None,
-                    mirror_states: bool = True, setup_timeout: float = 120.0) -> ServerApp:
+                    mirror_states: bool = True, setup_timeout: float = 120.0, stop_after: int | None = None) -> ServerApp:
     """A Flower ``ServerApp`` that runs ``job`` (or the run config's ``fedlib-job``) through the
     one round loop over a :class:`FlowerTransport`, and writes the run into ``out`` (or the run
     config's ``fedlib-out``): :meth:`fedlib.loop.RunResult.save`'s files, ``wire.csv`` and
-    ``flower.json`` (nodes, timings)."""
+    ``flower.json`` (nodes, timings). ``stop_after`` stops after that round, as
+    :func:`fedlib.loop.run_federated`'s does (with a checkpoint in the job, a later run resumes)."""
     app = ServerApp()
 
     @app.main()
@@ -610,7 +628,8 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
         t_setup = time.perf_counter() - t0
         t_limit = float(context.run_config.get("fedlib-timeout", -1.0)) if timeout is None else timeout
         transport = FlowerTransport(grid, j, nodes, timeout=None if t_limit < 0 else t_limit, mirror_states=mirror_states)
-        result = run_federated(j.build_algorithm(), federation, j.model_fn(), config, transport=transport)  # type: ignore[arg-type]
+        result = run_federated(j.build_algorithm(), federation, j.model_fn(), config, transport=transport,  # type: ignore[arg-type]
+                               stop_after=stop_after)
         result.save(folder)
         atomic_write_bytes(folder / "wire.csv", transport.wire_frame().to_csv(index=False).encode())
         info = {"nodes": {str(k): v for k, v in nodes.items()}, "setup_seconds": t_setup,
@@ -646,8 +665,9 @@ class LoopbackGrid(Grid):
     client_app : the ``ClientApp`` every node runs
     n_nodes : nodes, node ``k`` with ``node_config = {"partition-id": k, "num-partitions": n_nodes}``
     run_config : every node's run config
-    unresponsive : partition ids whose nodes never reply (a crashed node: the server's
-        ``send_and_receive`` returns without their replies once its timeout has passed)
+    unresponsive : partition ids whose nodes answer the handshake, then never reply (a node
+        that crashed mid-run: the server's ``send_and_receive`` returns without their replies
+        once its timeout has passed)
     node_configs : replaces the node configs (e.g. a node without a partition, for tests)
     """
 
@@ -684,7 +704,7 @@ class LoopbackGrid(Grid):
             node = msg.metadata.dst_node_id
             if node not in self._contexts:
                 raise ValueError(f"no node {node}; valid: {sorted(self._contexts)}")
-            if node in self._silent:
+            if node in self._silent and msg.metadata.message_type != "query":
                 continue
             received = message_from_proto(message_to_proto(msg))  # through the wire format
             try:
@@ -744,7 +764,7 @@ def _read_run(folder: Path, engine: str, seconds: float) -> FlowerRun:
 
 def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | None = None, timeout: float | None = None,
                mirror_states: bool = True, deployment: "LocalDeployment | None" = None, verbose: bool = False,
-               unresponsive: set[int] | frozenset[int] = frozenset()) -> FlowerRun:
+               unresponsive: set[int] | frozenset[int] = frozenset(), stop_after: int | None = None) -> FlowerRun:
     """Run ``job`` on one of Flower's engines and return its results.
 
     Parameters
@@ -758,7 +778,10 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
     timeout : seconds a round waits for its clients' replies (``None``: no limit)
     mirror_states : replies carry the clients' states too (needed to checkpoint)
     deployment : a running :class:`LocalDeployment` to submit to (it is left running)
-    unresponsive : ``"loopback"`` only: clients whose nodes never reply (see :class:`LoopbackGrid`)
+    unresponsive : ``"loopback"`` only: clients whose nodes stop replying after the handshake
+        (see :class:`LoopbackGrid`)
+    stop_after : stop after this round (simulation and loopback; with a checkpoint in the job a
+        later call resumes, its nodes given back their states from the checkpoint)
     """
     if engine not in ENGINES:
         raise ValueError(f"unknown Flower engine {engine!r}; valid: {', '.join(ENGINES)}")
@@ -771,13 +794,16 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
             out = stack.enter_context(tempfile.TemporaryDirectory(prefix="fedlib-flower-"))
         folder = Path(out)
         if engine == "simulation":
-            _simulate(job, folder, n, timeout, mirror_states, verbose)
+            _simulate(job, folder, n, timeout, mirror_states, verbose, stop_after)
         elif engine == "loopback":
             grid = LoopbackGrid(make_client_app(job), n, unresponsive=set(unresponsive))
-            server = make_server_app(job, folder, timeout=timeout, mirror_states=mirror_states, setup_timeout=1.0)
+            server = make_server_app(job, folder, timeout=timeout, mirror_states=mirror_states, setup_timeout=1.0,
+                                     stop_after=stop_after)
             with _task_identity(run_id=1, node_id=1):
                 server(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}))
         else:
+            if stop_after is not None:
+                raise ValueError("stop_after is for the simulation and loopback engines; a deployment runs its rounds")
             dep = deployment if deployment is not None else stack.enter_context(LocalDeployment(n, verbose=verbose))
             dep.submit(job, folder, timeout=timeout, mirror_states=mirror_states)
         return _read_run(folder, engine, time.perf_counter() - t0)
@@ -812,11 +838,12 @@ def _quiet(verbose: bool) -> Iterator[None]:
         flwr_logger.setLevel(level)
 
 
-def _simulate(job: FlowerJob, folder: Path, n: int, timeout: float | None, mirror_states: bool, verbose: bool) -> None:
+def _simulate(job: FlowerJob, folder: Path, n: int, timeout: float | None, mirror_states: bool, verbose: bool,
+              stop_after: int | None) -> None:
     from flwr.simulation import run_simulation  # Ray loads only when a simulation runs
 
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    server = make_server_app(job, folder, timeout=timeout, mirror_states=mirror_states)
+    server = make_server_app(job, folder, timeout=timeout, mirror_states=mirror_states, stop_after=stop_after)
     client = make_client_app(job)
     backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                "init_args": {"logging_level": "error" if not verbose else "info", "log_to_driver": verbose}}
@@ -904,6 +931,8 @@ class LocalDeployment:
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         env["FLWR_HOME"] = str(self.home)
         env["FEDLIB_FLOWER_DEPLOYMENT"] = self._marker
+        # the SuperExecs look for work to start every second by default; a local deployment can afford 0.2 s
+        env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
@@ -960,7 +989,8 @@ class LocalDeployment:
     def submit(self, job: FlowerJob, out: str | Path, *, timeout: float | None = None, mirror_states: bool = True,
                run_timeout: float = 1800.0) -> None:
         """Run ``job`` on this deployment (``flwr run``, waiting until it ends); the ServerApp
-        writes the run into ``out``."""
+        writes the run into ``out``. Several threads may submit at once: the SuperLink runs
+        them side by side, each node serving one message at a time."""
         if not mirror_states:
             raise ValueError("the deployment's ServerApp mirrors the clients' states; use the simulation engine or "
                              "make_server_app(mirror_states=False) in an app of your own")
@@ -971,14 +1001,14 @@ class LocalDeployment:
         app = self.home / "app"
         app.mkdir(exist_ok=True)
         (app / "pyproject.toml").write_text(_APP_TOML)
-        overrides = self.home / "run-config.toml"
+        overrides = self.home / f"run-config-{uuid.uuid4().hex[:8]}.toml"  # one per submission: runs may overlap
         overrides.write_text(
             f"fedlib-job = {json.dumps(job.to_json())}\nfedlib-out = {json.dumps(str(Path(out).resolve()))}\n"
             f"fedlib-clients = {n}\nfedlib-timeout = {-1.0 if timeout is None else float(timeout)}\n")
         exe = Path(sys.executable).parent / "flwr"
         done = subprocess.run([str(exe), "run", str(app), "fedlib", "--stream", "--run-config", str(overrides)],
                               env=self._env(), capture_output=True, text=True, timeout=run_timeout)
-        (self.logs / "flwr-run.log").write_text(done.stdout + done.stderr)
+        (self.logs / f"flwr-run-{overrides.stem[11:]}.log").write_text(done.stdout + done.stderr)
         if self.verbose:
             print(done.stdout + done.stderr)
         if done.returncode != 0 or not (Path(out) / "flower.json").exists():

@@ -1,0 +1,417 @@
+"""fedlib on Flower (fedlib.engines.flower): lossless records, the loopback grid, the simulation
+and deployment engines against the in-process loop, failures and bad input.
+
+The engine tests (simulation: Ray; deployment: a SuperLink and SuperNodes as processes) run a
+small job each; together they take under three minutes and leave no process running.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from flwr.app import Context, Message as FlowerMessage, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.common.serde import message_from_proto, message_to_proto
+
+from fedlib.algorithms import ALGORITHMS
+from fedlib.engines.base import Transport
+from fedlib.engines.flower import (
+    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, _task_identity,
+    flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
+)
+from fedlib.engines.inprocess import InProcessTransport
+from fedlib.loop import ClientFailedError, LoopConfig, run_federated
+from fedlib.messages import Message, State
+from fedlib.protocol import Event
+from test_algorithms import KWARGS
+
+# ---- a tiny job, in JSON: the test suite's 3-class, 16-feature mixture over 4 clients
+FED = {"call": "fedlib.federation:make_federation", "kwargs": {
+    "dataset": {"call": "fedlib.data:load_dataset", "kwargs": {
+        "name": "gaussian_mixture", "n_per_class": 60, "n_classes": 3, "dim": 16, "separation": 4.0, "seed": 0}},
+    "n_clients": 4, "partition": "dirichlet", "alpha": 0.5, "min_size": 8, "global_test_per_class": 10, "seed": 0}}
+MODEL = {"call": "fedlib.models:build_model",
+         "kwargs": {"name": "mlp", "in_channels": 1, "n_classes": 3, "input_size": 4, "hidden": [16, 8]}}
+TRAIN = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 16, "lr": 0.05}}
+ADAM = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 16, "optimizer": "adam", "lr": 1e-2}}
+PUBLIC = {"call": "test_flower:public_set", "kwargs": {}}
+SERVER = {"partial": "fedlib.models:build_model",
+          "kwargs": {"name": "mlp", "in_channels": 1, "n_classes": 3, "input_size": 4, "hidden": [8]}}
+
+# every registered method's arguments as JSON (test_algorithms.KWARGS, written as data)
+JSON_KWARGS = {
+    "fedavg": {"train": TRAIN},
+    "fedavg_ft": {"train": TRAIN, "finetune": TRAIN},
+    "ditto": {"train": TRAIN, "personal_train": TRAIN},
+    "fedbabu": {"train": TRAIN, "finetune": TRAIN},
+    "fedetf": {"train": TRAIN},
+    "fedrep": {"train": TRAIN, "head_train": TRAIN},
+    "fedprox": {"train": TRAIN},
+    "fedproto": {"train": TRAIN},
+    "ggeur": {"total_per_class": 10},
+    "fedfa_style": {},
+    "fedmix_style": {},
+    "rebalanced": {"total_per_class": 10},
+    "mpt": {"train": TRAIN, "rare_class": 1, "ldc_epochs": 1, "ccvr_steps": 2, "ccvr_virtual": 4},
+    "cgrl": {"train": TRAIN, "cgrl": {"call": "fedlib.cgrl:CGRLConfig", "kwargs": {"augment": "none", "warmup": 1}}},
+    "fedavg_se": {"train": TRAIN},
+    "hdcfl": {"train": TRAIN, "config": {"call": "fedlib.algorithms.hdcfl:HDCConfig", "kwargs": {
+        "rank": 2, "k_max": 3, "refresh_every": 1, "max_activation_round": 2}}},
+    "ifca": {"train": TRAIN, "k": 2},
+    "cosmos": {"public": PUBLIC, "server_model": SERVER, "target_clusters": 2, "train": ADAM, "pretrain": ADAM,
+               "distill": ADAM, "server_train": ADAM},
+    "fedmd": {"public": PUBLIC, "train": ADAM, "pretrain": ADAM, "distill": ADAM},
+    "fedct": {"public": PUBLIC, "train": ADAM, "pretrain": ADAM, "distill": ADAM},
+    "comet": {"public": PUBLIC, "k": 2, "train": ADAM, "pretrain": ADAM, "distill": ADAM},
+}
+
+
+def public_set():
+    """The model-agnostic methods' public set of test_algorithms (random inputs, 16 features)."""
+    from fedlib.distill import PublicSet
+
+    return PublicSet(torch.randn(12, 16, generator=torch.Generator().manual_seed(0)))
+
+
+def job(name: str, rounds: int = 2, n_clients: int = 4, **config) -> FlowerJob:
+    fed = {"call": FED["call"], "kwargs": {**FED["kwargs"], "n_clients": n_clients}}
+    return FlowerJob(name, Call.from_dict(fed), Call.from_dict(MODEL), {"rounds": rounds, "seed": 1, **config},
+                     JSON_KWARGS[name], threads=1)
+
+
+@pytest.fixture
+def one_thread():
+    """torch on one thread, as the Flower nodes of these jobs (``FlowerJob(threads=1)``): the
+    in-process reference then sums in the same order."""
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(saved)
+
+
+def reference(j: FlowerJob, **run_kwargs):
+    return run_federated(j.build_algorithm(), j.federation(), j.model_fn(), j.loop_config(), **run_kwargs)
+
+
+def same_tensors(a: dict, b: dict) -> bool:
+    if list(a) != list(b):
+        return False
+    for k in a:
+        x, y = a[k], b[k]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            if not torch.equal(torch.nan_to_num(x, nan=1234.5), torch.nan_to_num(y, nan=1234.5)) or \
+                    not torch.equal(x.isnan(), y.isnan()):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def assert_same_run(ref, run) -> None:
+    """Bit-identical: server state, every client's state, the tidy frame, the ledger."""
+    assert same_tensors(ref.server.arrays, run.server.arrays)
+    assert ref.server.meta == run.server.meta
+    pd.testing.assert_frame_equal(ref.frame, run.frame)
+    pd.testing.assert_frame_equal(ref.ledger.to_frame(), run.ledger.to_frame())
+    assert sorted(ref.client_states) == sorted(run.client_states)
+    for k in ref.client_states:
+        assert same_tensors(ref.client_states[k].arrays, run.client_states[k].arrays), k
+        assert ref.client_states[k].meta == run.client_states[k].meta
+
+
+# ------------------------------------------------------------------ records: lossless, clear errors
+
+class Recording(Transport):
+    """The in-process transport, keeping every message, reply and state it carried."""
+
+    def __init__(self, inner: InProcessTransport) -> None:
+        self.inner, self.seen = inner, []
+        self.initial_model, self.seed, self.n_clients = inner.initial_model, inner.seed, inner.n_clients
+
+    def local_updates(self, algorithm, round_, messages, states):
+        for k, state, up in self.inner.local_updates(algorithm, round_, messages, states):
+            self.seen += [messages[k], states[k], state, up]
+            yield k, state, up
+
+    def evaluate(self, algorithm, round_, messages, states, **kw):
+        self.seen += list(messages.values())
+        yield from self.inner.evaluate(algorithm, round_, messages, states, **kw)
+
+
+def through_the_wire(state: State) -> State:
+    """fedlib -> Flower records -> protobuf bytes -> Flower records -> fedlib."""
+    with _task_identity(run_id=1, node_id=1):
+        msg = FlowerMessage(message_to_records(state), dst_node_id=2, message_type="train")
+    return records_to_message(message_from_proto(message_to_proto(msg)).content)
+
+
+def jsonish(v):
+    """A metadata value as JSON gives it back (fedlib's metadata is JSON: a tuple is a list)."""
+    return [jsonish(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+def assert_identical(a: State, b: State) -> None:
+    assert type(a) is type(b)
+    assert same_tensors(a.arrays, b.arrays)
+    assert list(a.meta) == list(b.meta)
+    for k in a.meta:
+        assert type(jsonish(a.meta[k])) is type(b.meta[k]), k
+        assert jsonish(a.meta[k]) == b.meta[k] or (isinstance(a.meta[k], float) and math.isnan(a.meta[k]) and math.isnan(b.meta[k]))
+    if isinstance(a, Message):
+        assert a.kind == b.kind
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_message_kind_of_every_method_crosses_flower_losslessly(name, tiny_federation, tiny_model_fn):
+    rec = Recording(InProcessTransport(tiny_federation, tiny_model_fn, seed=1))
+    run_federated(ALGORITHMS[name](**KWARGS[name]), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1), transport=rec)
+    assert rec.seen
+    for state in rec.seen:
+        assert_identical(state, through_the_wire(state))
+
+
+def test_records_keep_dtypes_shapes_orders_and_scalar_types():
+    m = Message(arrays={"z": torch.arange(6, dtype=torch.int64).reshape(2, 3), "a": torch.tensor([1.5, float("nan")], dtype=torch.float64),
+                        "b": torch.tensor([True, False]), "h": torch.ones(2, 2, dtype=torch.float16).t(), "e": torch.zeros(0, 4),
+                        "s": torch.tensor(3.25)},
+                meta={"n": 7, "x": 0.1, "flag": True, "name": "é", "inf": float("inf"), "np": np.float64(2.5),
+                      "layers": ["fc1", "head"], "mixed": [1, "a", None], "d": {"k": [1.5]}}, kind="update")
+    back = through_the_wire(m)
+    assert back.meta["np"] == 2.5 and type(back.meta["np"]) is float  # a NumPy scalar travels as the Python number
+    m.meta["np"] = 2.5
+    assert_identical(m, back)
+    assert flower_bytes(message_to_records(m)) > m.nbytes() - len('"np": 2.5')
+
+
+@pytest.mark.parametrize("bad, match", [
+    (Message(arrays={"w": torch.zeros(2, dtype=torch.bfloat16)}), "array 'w' has dtype torch.bfloat16"),
+    (Message(meta={"layers": {1, 2}}), "metadata .layers. is a set .* valid metadata values: bool, int, float, str, and lists or dicts"),
+    (Message(meta={"big": 2**70}), "metadata 'big' = .* does not fit Flower's 64-bit integers"),
+    (Message(arrays={"w": [1.0, 2.0]}), "array 'w' is a list"),
+])
+def test_a_message_flower_cannot_carry_is_refused_by_name(bad, match):
+    with pytest.raises(FlowerConversionError, match=match):
+        message_to_records(bad)
+
+
+def test_a_job_is_checked_and_travels_as_json():
+    j = job("fedavg")
+    assert FlowerJob.from_json(j.to_json()) == j and FlowerJob.from_json(j.to_json()).digest == j.digest
+    with pytest.raises(ValueError, match=r"unknown loop setting\(s\) \['round'\] .*valid: rounds"):
+        FlowerJob("fedavg", Call.from_dict(FED), Call.from_dict(MODEL), {"round": 3})
+    with pytest.raises(ValueError, match="must be JSON-able"):
+        FlowerJob("fedavg", Call.from_dict(FED), Call.from_dict(MODEL), algorithm_kwargs={"train": object()})
+    with pytest.raises(ValueError, match="call target 'fedlib.nowhere:f' cannot be imported"):
+        Call("fedlib.nowhere:f")()
+    with pytest.raises(ValueError, match="unknown Flower engine 'ray'; valid: simulation, deployment, loopback"):
+        run_flower(j, "ray")
+
+
+# ------------------------------------------------------------------ every method, on Flower's messages
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_registered_method_on_flower_messages_equals_in_process(name, one_thread):
+    j = job(name, rounds=2, eval_every=1)
+    run = run_flower(j, "loopback")
+    assert_same_run(reference(j), run.result)
+    wire = run.wire
+    assert (wire["flower_bytes"] > 0).all() and len(wire) == len(run.result.ledger.to_frame())
+
+
+def test_every_method_is_covered_here():
+    assert set(JSON_KWARGS) == set(ALGORITHMS)
+
+
+def test_states_stay_on_the_nodes_without_the_mirror(one_thread):
+    j = job("ditto")
+    run = run_flower(j, "loopback", mirror_states=False)
+    ref = reference(j)
+    assert same_tensors(ref.server.arrays, run.result.server.arrays)
+    pd.testing.assert_frame_equal(ref.frame, run.result.frame)
+    assert all(not st.arrays and str(st.meta["fedlib.state"]).startswith("on node") for st in run.result.client_states.values())
+    with pytest.raises(ValueError, match="a checkpoint needs the clients' states on the server"):
+        run_flower(job("ditto", checkpoint="x.pt"), "loopback", mirror_states=False)
+
+
+def test_an_interrupted_flower_run_resumes_bit_for_bit_on_fresh_nodes(tmp_path, one_thread):
+    j = job("ditto", rounds=3, eval_every=1, checkpoint=str(tmp_path / "ckpt.pt"))
+    first = run_flower(j, "loopback", stop_after=1)
+    assert first.result.rounds_done == 1
+    resumed = run_flower(j, "loopback")  # new nodes: the server sends each its state from the checkpoint
+    assert (resumed.wire["round"] >= 2).all()
+    unbroken = job("ditto", rounds=3, eval_every=1)
+    assert_same_run(reference(unbroken), resumed.result)
+
+
+def test_events_reach_the_server_on_flower(one_thread):
+    j = job("fedavg", rounds=3, events=[{"round": 2, "client": 1, "kind": "leave"}])
+    run = run_flower(j, "loopback")
+    assert_same_run(reference(j), run.result)
+    assert run.result.departed == [1] and not ((run.wire["client"] == 1) & (run.wire["round"] >= 2)).any()
+    assert j.loop_config().events == (Event(2, 1, "leave"),)
+
+
+# ------------------------------------------------------------------ failures: dropped and recorded, or an error naming the node
+
+def test_a_node_that_never_replies_is_an_error_naming_it(one_thread):
+    with pytest.raises(ClientFailedError, match=r"client 2 gave no reply in round 1: node 1002 did not reply within 0.01 s"):
+        run_flower(job("fedavg"), "loopback", unresponsive={2}, timeout=0.01)
+
+
+def test_a_node_that_never_replies_is_dropped_and_recorded_when_asked(one_thread):
+    run = run_flower(job("fedavg", on_failure="drop"), "loopback", unresponsive={2}, timeout=0.01)
+    f = run.result.frame
+    assert list(f.loc[f["metric"] == "dropped_failed", "value"]) == [2.0, 2.0]
+    assert list(f.loc[f["metric"] == "dropped_failed_eval", "value"]) == [2.0]
+    assert 2 not in set(run.result.per_client().index)
+    assert all(torch.isfinite(t).all() for t in run.result.server.arrays.values())
+    # nothing of client 2 was averaged: the run equals one whose client 2 left before round 1
+    gone = job("fedavg", events=[{"round": 1, "client": 2, "kind": "leave"}])
+    assert same_tensors(reference(gone).server.arrays, run.result.server.arrays)
+
+
+def failing_client_app(j: FlowerJob, bad: int) -> ClientApp:
+    inner = make_client_app(j)
+    app = ClientApp()
+
+    @app.query()
+    def query(msg, context):
+        return inner(msg, context)
+
+    @app.train()
+    def train(msg, context):
+        if context.node_config["partition-id"] == bad and int(msg.content["fedlib.ctl"]["round"]) == 2:
+            raise RuntimeError("disk full")
+        return inner(msg, context)
+
+    @app.evaluate()
+    def evaluate(msg, context):
+        return inner(msg, context)
+
+    return app
+
+
+def run_on_grid(j: FlowerJob, grid, out, **server_kwargs):
+    with _task_identity(run_id=1, node_id=1):
+        make_server_app(j, out, setup_timeout=1.0, **server_kwargs)(
+            grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}))
+
+
+def test_a_client_that_fails_mid_run_is_an_error_naming_node_and_reason(tmp_path, one_thread):
+    j = job("fedavg", rounds=3)
+    with pytest.raises(ClientFailedError, match=r"client 1 gave no reply in round 2: node 1001 failed in round 2: .*disk full"):
+        run_on_grid(j, LoopbackGrid(failing_client_app(j, 1), 4), tmp_path)
+
+
+def test_a_client_that_fails_mid_run_is_dropped_when_asked(tmp_path, one_thread):
+    j = job("fedavg", rounds=3, on_failure="drop")
+    run_on_grid(j, LoopbackGrid(failing_client_app(j, 1), 4), tmp_path)
+    frame = pd.read_csv(tmp_path / "frame.csv")
+    assert frame.loc[frame["metric"] == "dropped_failed", ["round", "value"]].values.tolist() == [[2, 1.0]]
+
+
+def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny_model_fn):
+    from fedlib.algorithms.fedavg import FedAvg
+
+    class Faulty(FedAvg):
+        def local_update(self, ctx, state, message, data, generator):
+            if ctx.client == 3:
+                raise OSError("sensor offline")
+            return super().local_update(ctx, state, message, data, generator)
+
+    with pytest.raises(OSError, match="sensor offline"):
+        run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    run = run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"))
+    assert run.frame.loc[run.frame["metric"] == "dropped_failed", "value"].tolist() == [3.0, 3.0]
+    with pytest.raises(ValueError, match="unknown on_failure 'retry'; valid: raise, drop"):
+        LoopConfig(on_failure="retry")
+
+
+# ------------------------------------------------------------------ bad set-ups: clear errors
+
+@pytest.mark.parametrize("configs, match", [
+    ([{"partition-id": 0, "num-partitions": 4}, {}, {"partition-id": 2, "num-partitions": 4}, {"partition-id": 3, "num-partitions": 4}],
+     r"node 1001 has no partition: .*--node-config 'partition-id=K num-partitions=N'"),
+    ([{"partition-id": k % 3, "num-partitions": 4} for k in range(4)], r"nodes 1000 and 1003 both hold partition-id=0"),
+    ([{"partition-id": k, "num-partitions": 5} for k in range(4)], r"partition-id=0, num-partitions=5, but the job's federation has 4"),
+    ([{"partition-id": k, "num-partitions": 4} for k in range(3)], r"3 node\(s\) connected within 1 s, but the federation has 4 clients"),
+])
+def test_nodes_that_do_not_form_the_federation_are_refused(configs, match, tmp_path):
+    j = job("fedavg")
+    with pytest.raises(FlowerSetupError, match=match):
+        run_on_grid(j, LoopbackGrid(make_client_app(j), 4, node_configs=configs), tmp_path)
+
+
+def test_a_node_given_another_job_is_refused(tmp_path):
+    j = job("fedavg")
+    with pytest.raises(FlowerSetupError, match="the server runs job .*, this node job .*: they were given different jobs"):
+        run_on_grid(j, LoopbackGrid(make_client_app(job("fedavg", rounds=5)), 4), tmp_path)
+
+
+def test_a_port_in_use_is_refused_before_anything_starts():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        dep = LocalDeployment(2, port=port)
+        with pytest.raises(FlowerSetupError, match=rf"port\(s\) \[{port}\] on 127.0.0.1 are in use .*LocalDeployment\(port=...\)"):
+            dep.__enter__()
+        assert dep.pids() == []
+
+
+# ------------------------------------------------------------------ Flower's engines: the same bits
+
+# plain FedAvg, persistent client state used in training (Ditto, two rounds), per-round statistics (MPT)
+ENGINE_JOBS = {"fedavg": 1, "ditto": 2, "mpt": 1}
+
+
+@pytest.mark.parametrize("name", ENGINE_JOBS)
+def test_flower_simulation_equals_the_in_process_loop(name, one_thread):
+    j = job(name, rounds=ENGINE_JOBS[name])
+    run = run_flower(j, "simulation")
+    assert_same_run(reference(j), run.result)
+    assert run.engine == "simulation" and len(run.info["nodes"]) == 4
+
+
+@pytest.fixture(scope="module")
+def deployment():
+    with LocalDeployment(2, port=_free_port_block(3)) as dep:
+        yield dep
+    assert dep.pids() == [], "the deployment left processes running"
+
+
+def _free_port_block(n: int) -> int:
+    for base in range(19091, 30000, 10):
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free ports")
+
+
+def test_flower_deployment_equals_the_in_process_loop(deployment, one_thread):
+    """The three jobs at once on two SuperNodes (the SuperLink runs them side by side: a message
+    costs a deployment seconds, as Flower polls and starts a process per message)."""
+    jobs = {name: job(name, rounds=rounds, n_clients=2) for name, rounds in ENGINE_JOBS.items()}
+    with ThreadPoolExecutor(len(jobs)) as pool:
+        runs = dict(zip(jobs, pool.map(lambda j: run_flower(j, "deployment", deployment=deployment), jobs.values())))
+    for name, j in jobs.items():
+        assert_same_run(reference(j), runs[name].result)
+        assert runs[name].engine == "deployment" and sorted(runs[name].info["nodes"]) == ["0", "1"]
