@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: book test smoke bench browser-book clean venv
+.PHONY: book test smoke bench browser-book clean venv flower
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ browser-book: $(STAMP)
 
 bench: $(STAMP)
 	for b in tests/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+# a real Flower deployment on this machine: a SuperLink and 4 SuperNodes as processes on 127.0.0.1
+# (insecure mode: loopback only), 3 rounds of FedAvg; every process is stopped at the end
+flower: $(STAMP)
+	$(BIN)/python -m fedlib.engines.flower --engine deployment --clients 4 --rounds 3 --out flower-run
 
 clean:
 	rm -rf book/_build book/chapters book/results book/_smoke book/_paper

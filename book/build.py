@@ -53,6 +53,9 @@ BOOK = ROOT / "book"
 NOTEBOOKS = ROOT / "notebooks"
 TOC = BOOK / "_toc.yml"
 EXERCISES = BOOK / "exercises"
+DATA = BOOK / "data"
+"""Saved measurements a chapter may read (``make bench`` writes them); a chapter's cache key covers
+each file of it whose name the chapter's source mentions."""
 PROFILES = ("smoke", "book", "paper")
 DEFAULT_PROFILE = "book"
 
@@ -197,8 +200,8 @@ def chapter_modules(name: str) -> list[Path]:
 
 def cache_key(name: str, params: dict, threads: int = 1) -> str:
     """sha256 of the notebook source, the fedlib modules it executes (:func:`chapter_modules`),
-    the parameters, the kernel's torch ``threads`` (they can change the bits) and the
-    requirements (and, for a chapter that reads the build's :data:`RECORDS`, every notebook, the
+    the parameters, the kernel's torch ``threads`` (they can change the bits), the
+    requirements, the files of :data:`DATA` the notebook names (and, for a chapter that reads the build's :data:`RECORDS`, every notebook, the
     exercises' files, this pipeline and every other chapter's record)."""
     h = hashlib.sha256()
     h.update(f"threads={int(threads)}".encode())
@@ -208,6 +211,11 @@ def cache_key(name: str, params: dict, threads: int = 1) -> str:
         h.update(path.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update((ROOT / "requirements.txt").read_bytes())
+    source = (NOTEBOOKS / f"{name}.py").read_text()
+    for path in sorted(DATA.glob("*")):  # saved measurements the chapter reads (book/data/<file>, named in its source)
+        if path.name in source:
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
     if RECORDS in params:
         for path in [*sorted(NOTEBOOKS.glob("*.py")), *sorted(EXERCISES.glob("*.py")), Path(__file__).resolve()]:
             h.update(path.read_bytes())

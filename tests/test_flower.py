@@ -23,7 +23,7 @@ from flwr.common.serde import message_from_proto, message_to_proto
 from fedlib.algorithms import ALGORITHMS
 from fedlib.engines.base import Transport
 from fedlib.engines.flower import (
-    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, _task_identity,
+    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, _task_identity, free_port_block,
     flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
 )
 from fedlib.engines.inprocess import InProcessTransport
@@ -384,26 +384,9 @@ def test_flower_simulation_equals_the_in_process_loop(name, one_thread):
 
 @pytest.fixture(scope="module")
 def deployment():
-    with LocalDeployment(2, port=_free_port_block(3)) as dep:
+    with LocalDeployment(2, port=free_port_block(3)) as dep:
         yield dep
     assert dep.pids() == [], "the deployment left processes running"
-
-
-def _free_port_block(n: int) -> int:
-    for base in range(19091, 30000, 10):
-        socks = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free ports")
 
 
 def test_flower_deployment_equals_the_in_process_loop(deployment, one_thread):

@@ -9,8 +9,9 @@ evaluation schedule, the ledger, checkpoints); a transport only carries messages
   the clients run in this process, a round's sampled clients stacked into one batched computation.
 
 * :class:`~fedlib.engines.flower.FlowerTransport` (:func:`fedlib.engines.flower.run_flower`): the clients
-  run on Flower's nodes, in its simulation engine or a real deployment; imported on demand
-  (``import fedlib.engines.flower``), so fedlib itself does not import Flower.
+  run on Flower's nodes, in its simulation engine or a real deployment. It sits above the loop (its
+  ``ServerApp`` runs :func:`fedlib.loop.run_federated`) and is imported on demand
+  (``import fedlib.engines.flower``): the loop and this package do not import Flower.
 
 A client that gives no reply (its hook raised; on Flower, its node failed or timed out) is yielded as
 a :class:`~fedlib.engines.base.ClientFailure`, which the loop handles by ``LoopConfig(on_failure=...)``.

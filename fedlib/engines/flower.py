@@ -23,7 +23,7 @@ Flower's ``context.state``; the server sends it down only where the node does no
 (its first message in a Flower run: the state :meth:`~fedlib.protocol.Algorithm.init_client`
 gives, or a resumed run's). With ``mirror_states=True`` (default) each reply also carries a copy
 up, so the loop can checkpoint, resume and return every client's state as in-process; with
-``False`` the state never leaves the node (:class:`RunResult` then holds placeholders and the run
+``False`` the state never leaves the node (:class:`~fedlib.loop.RunResult` then holds placeholders and the run
 cannot be checkpointed).
 
 **Exactness.** A client's work is a function of (state, message, data, generator), the generator
@@ -35,7 +35,7 @@ and FedNCM on both engines).
 **Bytes.** The ledger counts fedlib's bytes (arrays' raw bytes plus JSON metadata). The transport
 also records, for every message, the bytes of the Flower message that carried it, as Flower
 serializes it (the deflated objects of its tree: array bytes in ``.npy`` form, headers, the
-control record, a restored or mirrored state): :attr:`FlowerTransport.wire`, saved as ``wire.csv``.
+control record, a restored or mirrored state): :meth:`FlowerTransport.wire_frame`, saved as ``wire.csv``.
 
 Engines: :func:`run_flower` with ``engine="simulation"`` (Flower's simulation engine, Ray backend,
 in this process) or ``engine="deployment"`` (a SuperLink and one SuperNode per client as separate
@@ -548,8 +548,7 @@ class FlowerTransport(Transport):
         self.timeout = timeout
         self.mirror_states = mirror_states
         self._holds: set[int] = set()  # clients whose node holds their state in this Flower run
-        self.wire: list[tuple[int, int, str, str, int, int]] = []
-        """One row per fedlib message: round, client, direction, kind, fedlib's bytes, Flower's bytes."""
+        self.wire: list[tuple[int, int, str, str, int, int]] = []  # (round, client, direction, kind, bytes, Flower's bytes)
 
     def _message(self, kind: str, k: int, round_: int, down: Message, state: State, extra: dict) -> FlowerMessage:
         content = RecordDict()
@@ -604,16 +603,21 @@ class FlowerTransport(Transport):
             yield k, {name: float(record[name]) for name in json.loads(rep.content[CTL]["order"])}
 
     def wire_frame(self) -> pd.DataFrame:
-        """:attr:`wire` as a table: ``round, client, direction, kind, bytes, flower_bytes``."""
+        """One row per fedlib message this transport carried: ``round, client, direction, kind,
+        bytes`` (fedlib's count, as in the ledger) ``, flower_bytes`` (:func:`flower_bytes` of the
+        Flower message that carried it)."""
         return pd.DataFrame(self.wire, columns=["round", "client", "direction", "kind", "bytes", "flower_bytes"])
 
 
 def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None, *, timeout: float | None = None,
-                    mirror_states: bool = True, setup_timeout: float = 120.0, stop_after: int | None = None) -> ServerApp:
+                    mirror_states: bool = True, setup_timeout: float = 600.0, stop_after: int | None = None) -> ServerApp:
     """A Flower ``ServerApp`` that runs ``job`` (or the run config's ``fedlib-job``) through the
     one round loop over a :class:`FlowerTransport`, and writes the run into ``out`` (or the run
     config's ``fedlib-out``): :meth:`fedlib.loop.RunResult.save`'s files, ``wire.csv`` and
-    ``flower.json`` (nodes, timings). ``stop_after`` stops after that round, as
+    ``flower.json`` (nodes, timings). ``setup_timeout``: seconds to wait for the nodes to connect
+    and answer the handshake (a deployment's first message starts a process on every node, which
+    imports torch and builds the node's data: on a small machine with many nodes, minutes).
+    ``stop_after`` stops after that round, as
     :func:`fedlib.loop.run_federated`'s does (with a checkpoint in the job, a later run resumes)."""
     app = ServerApp()
 
@@ -683,19 +687,25 @@ class LoopbackGrid(Grid):
         self._run = None
 
     def set_run(self, run) -> None:
+        """Flower's run (unused here)."""
         self._run = run
 
     @property
     def run(self):
+        """Flower's run (``None``: a loopback grid has none)."""
         return self._run
 
     def create_message(self, content, message_type, dst_node_id, group_id, ttl=None) -> FlowerMessage:
+        """A message to ``dst_node_id`` (Flower's deprecated helper; build a ``Message`` instead)."""
         return FlowerMessage(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> list[int]:
+        """The nodes: ``1000 + i`` for the ``i``-th node config."""
         return list(self._contexts)
 
     def push_messages(self, messages) -> list[str]:
+        """Deliver each message to its node's ``ClientApp`` now (through the wire format); the
+        reply waits for :meth:`pull_messages`. Returns the messages' ids."""
         ids = []
         for msg in messages:
             msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
@@ -716,9 +726,12 @@ class LoopbackGrid(Grid):
         return ids
 
     def pull_messages(self, message_ids) -> list[FlowerMessage]:
+        """The replies to these message ids that exist (a silent node's never do)."""
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list[FlowerMessage]:
+        """Push, then pull the replies; without a ``timeout``, a silent node is an error (a real
+        engine would wait for ever)."""
         msgs = list(messages)
         ids = self.push_messages(msgs)
         replies = self.pull_messages(ids)
@@ -859,6 +872,15 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
         except OSError:
             return False
     return True
+
+
+def free_port_block(n: int, start: int = 19091, stop: int = 30000) -> int:
+    """The first port ``p >= start`` such that ``p .. p + n - 1`` are all free on 127.0.0.1 (for a
+    :class:`LocalDeployment` of ``n - 1`` nodes: ``LocalDeployment(n - 1, port=free_port_block(n))``)."""
+    for base in range(start, stop - n):
+        if all(port_free(p) for p in range(base, base + n)):
+            return base
+    raise FlowerSetupError(f"no {n} consecutive free ports between {start} and {stop} on 127.0.0.1")
 
 
 _APP_TOML = """[build-system]
@@ -1064,7 +1086,208 @@ class LocalDeployment:
             self._tmp = None
 
 
+# --------------------------------------------------------------------------------------------
+# an example job, side-by-side costs of the engines, and the command line
+# --------------------------------------------------------------------------------------------
+
+def example_job(algorithm: str = "fedavg", *, n_clients: int = 4, rounds: int = 3, dataset: str = "uci_digits",
+                model: str = "mlp", alpha: float = 0.5, seed: int = 0, eval_every: int = 0, threads: int | None = 1,
+                algorithm_kwargs: Mapping | None = None) -> FlowerJob:
+    """A ready job: ``algorithm`` on a Dirichlet(``alpha``) split of ``dataset`` (``"uci_digits"``:
+    8 x 8 digits; ``"mnist5k"``: 28 x 28) over ``n_clients`` clients, ``model`` (``"mlp"`` or
+    ``"cnn"``, fedlib's small CNN), one local epoch of SGD (batch 32, lr 0.05) per round.
+
+    >>> example_job("fedavg", n_clients=2).federation.kwargs["n_clients"]
+    2
+    """
+    size = {"uci_digits": 8, "mnist5k": 28}
+    if dataset not in size:
+        raise ValueError(f"unknown example dataset {dataset!r}; valid: {', '.join(size)}")
+    data: dict = {"name": dataset, **({"size": 8} if dataset == "uci_digits" else {})}
+    federation = Call("fedlib.federation:make_federation", {
+        "dataset": {"call": "fedlib.data:load_dataset", "kwargs": data}, "n_clients": n_clients, "alpha": alpha,
+        "global_test_per_class": 20 if dataset == "uci_digits" else 50, "seed": seed})
+    net = Call("fedlib.models:build_model", {"name": model, "in_channels": 1, "n_classes": 10,
+                                             "input_size": size[dataset]})
+    train = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
+    defaults = {"fedavg": {"train": train}, "ditto": {"train": train, "personal_train": train},
+                "fedrep": {"train": train, "head_train": train}, "fedprox": {"train": train}}
+    kwargs = dict(algorithm_kwargs) if algorithm_kwargs is not None else defaults.get(algorithm, {})
+    return FlowerJob(algorithm, federation, net, {"rounds": rounds, "seed": seed, "eval_every": eval_every}, kwargs,
+                     threads=threads)
+
+
+ENGINE_CHOICES = ("in-process", *ENGINES)
+"""What :func:`main` and :func:`engine_costs` run: the in-process loop, or an engine of :data:`ENGINES`."""
+
+
+def run_job(job: FlowerJob, engine: str, out: str | Path, *, timeout: float | None = None,
+            verbose: bool = False) -> FlowerRun:
+    """Run ``job`` on ``engine`` (``"in-process"``: :func:`fedlib.loop.run_federated`, with the
+    job's threads) and write it into ``out`` as the ServerApp does."""
+    if engine not in ENGINE_CHOICES:
+        raise ValueError(f"unknown engine {engine!r}; valid: {', '.join(ENGINE_CHOICES)}")
+    folder = Path(out)
+    if engine != "in-process":
+        return run_flower(job, engine, out=folder, timeout=timeout, verbose=verbose)
+    t0 = time.perf_counter()
+    if job.threads is not None:
+        torch.set_num_threads(job.threads)
+    result = run_federated(job.build_algorithm(), job.federation(), job.model_fn(), job.loop_config())
+    result.save(folder)
+    wire = pd.DataFrame(columns=["round", "client", "direction", "kind", "bytes", "flower_bytes"])
+    atomic_write_bytes(folder / "wire.csv", wire.to_csv(index=False).encode())
+    atomic_write_bytes(folder / "flower.json", json.dumps({"nodes": {}, "setup_seconds": 0.0,
+                                                           "run_seconds": time.perf_counter() - t0}).encode())
+    return _read_run(folder, engine, time.perf_counter() - t0)
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _tree(root: int, marker: str) -> set[int]:
+    """``root``, its descendants, and every process whose environment holds ``marker``."""
+    parents: dict[int, int] = {}
+    found = {root}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            stat = (entry / "stat").read_text()
+            parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+            if marker.encode() in (entry / "environ").read_bytes():
+                found.add(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in found and pid not in found:
+                found.add(pid)
+                grew = True
+    return found
+
+
+def measure(command: list[str], *, interval: float = 0.2, env: Mapping[str, str] | None = None) -> dict:
+    """Run ``command`` as a process and measure it with everything it starts (descendants, and
+    detached processes by a marker in their environment): wall seconds and the peak of their
+    summed PSS (proportional set size: a page shared by k processes counts 1/k in each, so the
+    sum is the memory they take together), sampled every ``interval`` seconds."""
+    marker = f"FEDLIB_MEASURE={uuid.uuid4().hex}"
+    full_env = {**os.environ, **(env or {})}
+    key, value = marker.split("=")
+    full_env[key] = value
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    peak, processes = 0, 0
+    output: list[bytes] = []
+    reader = __import__("threading").Thread(target=lambda: output.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        pids = _tree(proc.pid, marker)
+        peak = max(peak, sum(_pss_kib(p) for p in pids))
+        processes = max(processes, len(pids))
+        time.sleep(interval)
+    reader.join()
+    return {"returncode": proc.returncode, "seconds": time.perf_counter() - t0, "peak_pss_mib": peak / 1024,
+            "processes": processes, "output": b"".join(output).decode(errors="replace")}
+
+
+def engine_costs(job: FlowerJob, engines: tuple[str, ...] = ENGINE_CHOICES[:1] + ENGINES[:2], *, folder: str | Path,
+                 port: int = 19091) -> pd.DataFrame:
+    """Run ``job`` on each engine in a fresh process (``python -m fedlib.engines.flower``), one
+    after another, and measure it side by side (:func:`measure`): wall seconds including start-up,
+    the mean seconds of a round as the loop timed it (rounds after the first: the first pays
+    one-off costs), peak PSS of all processes, the processes at the peak, and whether the final
+    server state and the frame are bit-identical to the in-process run's. Ratios are to
+    ``"in-process"`` (which must be first)."""
+    if not engines or engines[0] != "in-process":
+        raise ValueError(f"engine_costs measures against the in-process run: put 'in-process' first, got {engines}")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "job.json").write_text(job.to_json())
+    rows, ref = [], None
+    for engine in engines:
+        out = folder / engine
+        shutil.rmtree(out, ignore_errors=True)
+        cmd = [sys.executable, "-m", "fedlib.engines.flower", "--engine", engine, "--job", str(folder / "job.json"),
+               "--out", str(out), "--port", str(port), "--quiet"]
+        m = measure(cmd)
+        if m["returncode"] != 0:
+            raise RuntimeError(f"the {engine} run failed (exit {m['returncode']}):\n{m['output'][-3000:]}")
+        run = _read_run(out, engine, m["seconds"])
+        seconds = run.result.seconds[1:] or run.result.seconds
+        if ref is None:
+            ref = run.result
+        same = (list(ref.server.arrays) == list(run.result.server.arrays)
+                and all(torch.equal(ref.server.arrays[k], run.result.server.arrays[k]) for k in ref.server.arrays)
+                and ref.frame.equals(run.result.frame))
+        rows.append({"engine": engine, "wall_s": m["seconds"], "round_s": float(np.mean(seconds)),
+                     "setup_s": float(run.info.get("setup_seconds", 0.0)), "peak_pss_mib": m["peak_pss_mib"],
+                     "processes": m["processes"], "identical": bool(same),
+                     "flower_bytes": int(run.wire["flower_bytes"].sum()) if len(run.wire) else 0,
+                     "fedlib_bytes": int(run.result.ledger.total())})
+    frame = pd.DataFrame(rows).set_index("engine")
+    base = frame.loc["in-process"]
+    for col in ("wall_s", "round_s", "peak_pss_mib"):
+        frame[f"{col}_ratio"] = frame[col] / base[col]
+    return frame
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedlib.engines.flower``: run a job on an engine and print what it did."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m fedlib.engines.flower",
+                                     description="Run a fedlib method on Flower (or in-process) and print its results.")
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, default="simulation")
+    parser.add_argument("--job", help="a FlowerJob as JSON (default: example_job from the options below)")
+    parser.add_argument("--algorithm", default="fedavg")
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dataset", default="uci_digits", choices=("uci_digits", "mnist5k"))
+    parser.add_argument("--model", default="mlp", choices=("mlp", "cnn"))
+    parser.add_argument("--out", default="flower-run", help="the results folder (default: ./flower-run)")
+    parser.add_argument("--port", type=int, default=19091, help="the local deployment's SuperLink port")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds a round waits for its replies")
+    parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
+    args = parser.parse_args(argv)
+    job = (FlowerJob.from_json(Path(args.job).read_text()) if args.job else
+           example_job(args.algorithm, n_clients=args.clients, rounds=args.rounds, dataset=args.dataset, model=args.model))
+    if args.engine == "deployment":
+        n = _clients_of(job)
+        if not args.quiet:
+            print(f"starting a SuperLink on 127.0.0.1:{args.port} and {n} SuperNodes (insecure mode, loopback only)")
+        with LocalDeployment(n, port=args.port) as dep:
+            if not args.quiet:
+                print(f"running {job.algorithm} for {job.config.get('rounds')} rounds; logs under {dep.logs}")
+            run = run_flower(job, "deployment", out=args.out, deployment=dep, timeout=args.timeout)
+    else:
+        run = run_job(job, args.engine, args.out, timeout=args.timeout)
+    if not args.quiet:
+        print(f"{args.engine}: {run.seconds:.1f} s in all, rounds {', '.join(f'{s:.2f}' for s in run.result.seconds)} s")
+        print("protocol summary:", {k: round(v, 4) for k, v in run.result.summary().items()})
+        if len(run.wire):
+            print(run.wire.groupby(["direction", "kind"])[["bytes", "flower_bytes"]].sum().to_string())
+        print(f"results in {Path(args.out).resolve()}")
+    return 0
+
+
 __all__ = ["CTL", "Call", "ENGINES", "FlowerConversionError", "FlowerJob", "FlowerRun", "FlowerSetupError",
            "FlowerTransport", "LocalDeployment", "LoopbackGrid", "RemoteFederation", "client_app", "flower_bytes", "handshake",
            "has_state", "make_client_app", "make_server_app", "message_to_records", "port_free", "put_state",
-           "records_to_message", "run_flower", "server_app", "take_state"]
+           "records_to_message", "run_flower", "server_app", "take_state", "example_job", "engine_costs", "measure", "run_job",
+           "main", "ENGINE_CHOICES", "free_port_block"]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

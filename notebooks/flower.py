@@ -1,0 +1,407 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# (chapter-flower)=
+# # Running on Flower
+#
+# Every chapter of this book runs its federations in one Python process. A reader who outgrows
+# one machine (a lab cluster, real devices, a class whose students run the clients on their own
+# laptops) does not have to leave fedlib or rewrite a method: the same
+# {class}`~fedlib.protocol.Algorithm` objects, unchanged, run on [Flower](https://flower.ai), the
+# engine the field uses for that, in its **simulation engine** (Ray, one machine) and as a real
+# **deployment** (a SuperLink and one SuperNode per client, each a separate process). This page
+# shows how, runs both engines when the book is built and checks that they give the same numbers
+# as the in-process loop, bit for bit.
+#
+# ## How a method becomes a Flower App
+#
+# fedlib was written for this: a client's work is a function of (state, message, data, generator),
+# messages are named arrays with scalar metadata, and the round loop ({func}`fedlib.loop.run_federated`)
+# hands its messages to a *transport* that only carries them. {mod}`fedlib.engines.flower` adds one
+# transport and the two Flower apps around it; nothing else changes.
+#
+# | fedlib | on Flower |
+# |---|---|
+# | the round loop (sampling, events, the non-finite guard, aggregation, evaluation schedule, ledger, checkpoints) | runs unchanged inside the `ServerApp` |
+# | the transport: "send these messages to these clients, get replies" | {class}`~fedlib.engines.flower.FlowerTransport`: one Flower `Message` per fedlib message, through the `Grid` |
+# | a client's hooks (`local_update`, `deploy`, the protocol's evaluation) | the `ClientApp`'s `@app.train()` and `@app.evaluate()` handlers |
+# | a {class}`~fedlib.messages.Message` | a `RecordDict`: an `ArrayRecord` of the arrays, a `ConfigRecord` of the metadata ({func}`~fedlib.engines.flower.message_to_records`, lossless) |
+# | a client's persistent {class}`~fedlib.messages.State` | the node's `context.state` |
+# | client `k` and its data | the node started with `partition-id=k`; it builds the federation and keeps its own partition |
+# | the client's random stream, derived from (seed, round, client) | derived on the node, the same way |
+#
+# Both sides build what they need from one {class}`~fedlib.engines.flower.FlowerJob`: the
+# method by its registry name and arguments, the federation and the model as calls of importable
+# functions, the loop's settings. It is plain JSON, so it travels in Flower's run config. Before
+# round 1 a handshake asks every node which client it holds. It refuses a node without a partition,
+# two nodes with one partition, and a node that built another federation or was given another job,
+# each with an error that names the node. The job of this page's first run:
+
+# %% tags=["parameters", "hide-input"]
+profile = "book"  # "smoke" (loopback only, seconds), "book" (both Flower engines, a few minutes), "paper" (more clients and rounds)
+seed = 0  # the run seed
+methods = None  # the methods checked on every engine, e.g. ["fedavg", "ditto", "mpt"]
+engines = None  # a subset of ["loopback", "simulation", "deployment"]
+n_clients = None  # clients (one Flower node each)
+rounds = None  # communication rounds
+
+# %% tags=["hide-input"]
+import dataclasses
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+import torch
+from myst_nb import glue
+
+from fedlib.algorithms import ALGORITHMS
+from fedlib.chapter import format_bytes, resolve, show_table
+from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_port_block, run_flower
+from fedlib.loop import run_federated
+
+PROFILES = {
+    "smoke": dict(methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),
+    "book": dict(methods=["fedavg", "ditto", "mpt"], engines=["loopback", "simulation", "deployment"], n_clients=2, rounds=2),
+    "paper": dict(methods=["fedavg", "ditto", "mpt"], engines=["loopback", "simulation", "deployment"], n_clients=4, rounds=3),
+}
+P = resolve(PROFILES, profile, methods=methods, engines=engines, n_clients=n_clients, rounds=rounds)
+bad = [e for e in P.engines if e not in ENGINES]
+if bad:
+    raise ValueError(f"unknown engines {bad}; valid: {', '.join(ENGINES)}")
+bad = [m for m in P.methods if m not in ALGORITHMS]
+if bad:
+    raise ValueError(f"unknown methods {bad}; valid: {', '.join(sorted(ALGORITHMS))}")
+
+TRAIN = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
+KWARGS = {  # MPT with a short schedule (its defaults are the paper's); the others: example_job's defaults
+    "mpt": {"train": TRAIN, "rare_class": 1, "ldc_epochs": 1, "ccvr_steps": 2, "ccvr_virtual": 4},
+}
+JOBS = {m: example_job(m, n_clients=P.n_clients, rounds=P.rounds, seed=seed, eval_every=1, threads=1,
+                       algorithm_kwargs=KWARGS.get(m)) for m in P.methods}
+print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
+
+# %% [markdown]
+# A job names functions, not objects, so a node on another machine can build the same things from
+# it: `make_federation` over `load_dataset("uci_digits")` gives every node the same split, and a
+# node keeps the partition its `partition-id` names. The job's `threads` is torch's number of
+# threads on every node. With the same number of threads on both sides the arithmetic is the same.
+# With another number, torch's CPU kernels split their reductions differently and the results
+# differ in the last bits (about 1e-8 here).
+#
+# ## Commands
+#
+# From the repository, after `make test` or `make book` has set up `.venv`:
+#
+# ```bash
+# # Flower's simulation engine (Ray), 4 clients, 3 rounds of FedAvg on the UCI digits:
+# .venv/bin/python -m fedlib.engines.flower --engine simulation --clients 4 --rounds 3
+# # Flower's messages without its runtime (seconds; for debugging a method):
+# .venv/bin/python -m fedlib.engines.flower --engine loopback --algorithm ditto
+# # a real deployment on this machine: a SuperLink and 4 SuperNodes as processes on 127.0.0.1
+# make flower
+# ```
+#
+# or, from Python,
+#
+# ```python
+# from fedlib.engines.flower import example_job, run_flower
+# run = run_flower(example_job("ditto", n_clients=4, rounds=3), "simulation")
+# run.result.summary()      # the protocol's summary, as for an in-process run
+# run.wire                  # every message: fedlib's bytes and Flower's
+# ```
+#
+# `make flower` starts a SuperLink (`flower-superlink --insecure`) and one SuperNode per client
+# (`flower-supernode --insecure --node-config 'partition-id=k num-partitions=n'`), submits the job
+# with `flwr run`, prints the results and stops every process it started
+# ({class}`~fedlib.engines.flower.LocalDeployment`), also when the run fails. Its logs stay in the
+# Flower home folder it prints while it runs. **Insecure mode** means plain HTTP, no TLS and no
+# node authentication: it is for 127.0.0.1 only (see the last section).
+#
+# ## The same numbers on every engine
+#
+# Each method below runs with the same job on each engine and in-process. The table
+# compares the final server state, every client's state, the metrics of every evaluated round and
+# the ledger. The loopback engine ({class}`~fedlib.engines.flower.LoopbackGrid`) runs Flower's
+# messages, serialized to its wire format and back, through the `ClientApp` in this process, with
+# no runtime. The simulation runs them on Ray. The deployment runs them through a real SuperLink and
+# SuperNodes; the deployment's jobs run side by side on one deployment.
+
+# %% tags=["hide-input"]
+torch.set_num_threads(1)  # the jobs' threads: the in-process reference does the same arithmetic as the nodes
+
+
+def reference(job):
+    return run_federated(job.build_algorithm(), job.federation(), job.model_fn(), job.loop_config())
+
+
+def difference(a, b) -> float:
+    """The largest absolute difference between two runs' server arrays (NaN equal to NaN)."""
+    worst = 0.0
+    for k, x in a.server.arrays.items():
+        y = b.server.arrays[k]
+        if x.is_floating_point():
+            same_nan = torch.equal(x.isnan(), y.isnan())
+            worst = max(worst, float((x - y).nan_to_num(0.0).abs().max()) if x.numel() else 0.0, 0.0 if same_nan else float("inf"))
+        else:
+            worst = max(worst, float((x != y).any()))
+    return worst
+
+
+def identical(a, b) -> bool:
+    states = all(torch.equal(a.client_states[k].arrays[n].nan_to_num(1234.5), b.client_states[k].arrays[n].nan_to_num(1234.5))
+                 for k in a.client_states for n in a.client_states[k].arrays)
+    return (difference(a, b) == 0.0 and states and a.frame.equals(b.frame)
+            and a.ledger.to_frame().equals(b.ledger.to_frame()))
+
+
+t0 = time.perf_counter()
+refs = {m: reference(j) for m, j in JOBS.items()}
+runs = {}
+for engine in P.engines:
+    if engine == "deployment":
+        with LocalDeployment(P.n_clients, port=free_port_block(P.n_clients + 1)) as dep:
+            with ThreadPoolExecutor(len(JOBS)) as pool:
+                done = pool.map(lambda j: run_flower(j, "deployment", deployment=dep), JOBS.values())
+                runs.update({(m, engine): r for m, r in zip(JOBS, done)})
+            left = dep  # checked below: no process of it may survive the with-block
+        survivors = left.pids()
+    else:
+        runs.update({(m, engine): run_flower(j, engine) for m, j in JOBS.items()})
+flower_seconds = time.perf_counter() - t0
+
+rows = []
+for (m, engine), run in runs.items():
+    ref = refs[m]
+    rows.append({"method": m, "engine": engine, "identical": "yes" if identical(ref, run.result) else "no",
+                 "largest difference": difference(ref, run.result),
+                 "mean local accuracy": run.result.summary()["local"], "in-process": ref.summary()["local"],
+                 "seconds": run.seconds})
+equiv = pd.DataFrame(rows)
+show_table(equiv, digits={"largest difference": 1, "mean local accuracy": 4, "in-process": 4, "seconds": 1},
+           formats={"largest difference": ".1e"}, index=False)
+
+# %% tags=["remove-cell"]
+n_same = int((equiv["identical"] == "yes").sum())
+glue("fl_n_runs", len(equiv), display=False)
+glue("fl_n_same", n_same, display=False)
+glue("fl_same_reading", "every one of them is bit-identical to the in-process run: the same final weights, client states, "
+     "metrics and ledger" if n_same == len(equiv) else
+     f"{len(equiv) - n_same} differ from the in-process run (a defect: the tests require equality)", display=False)
+glue("fl_methods", ", ".join(P.methods), display=False)
+glue("fl_engines", ", ".join(P.engines), display=False)
+glue("fl_clients", P.n_clients, display=False)
+glue("fl_rounds", P.rounds, display=False)
+glue("fl_seconds", flower_seconds, display=False)
+glue("fl_survivors", "no process of the deployment was left running" if "deployment" not in P.engines or not survivors
+     else f"{len(survivors)} processes of the deployment were left running (a defect)", display=False)
+
+# %% [markdown]
+# {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on {glue:text}`fl_engines`;
+# {glue:text}`fl_clients` clients, {glue:text}`fl_rounds` rounds, evaluated every round):
+# {glue:text}`fl_same_reading`. They took {glue:text}`fl_seconds:.0f` s together, and
+# {glue:text}`fl_survivors`. The three methods exercise the three things a transport must carry
+# exactly: FedAvg's models and replies, Ditto's personal model (a persistent client state that
+# stays on the node between rounds), and MPT's per-round statistics and prototypes, which are
+# metadata as well as arrays. The test suite runs the same check for every registered method on
+# the loopback engine (`tests/test_flower.py`). It also checks that every message kind of every
+# method survives Flower's protobuf wire format with its dtypes, shapes, key orders and metadata
+# types.
+#
+# ## Bytes: fedlib's count and Flower's
+#
+# The ledger counts what fedlib's messages hold: the arrays' raw bytes plus their metadata as
+# JSON. The Flower transport also records, for every message, the bytes of the Flower message
+# that carried it, as Flower serializes it: each array in NumPy's `.npy` form with its header,
+# the records' and objects' headers, fedlib's control record (round, client, job), and the
+# client's state where it travels (sent down on a client's first message of a Flower run; mirrored
+# up with every reply unless `mirror_states=False`).
+
+# %% tags=["hide-input"]
+wire = pd.concat([r.wire.assign(method=m, engine=e) for (m, e), r in runs.items()])
+first_engine = P.engines[0]
+by_kind = (wire[wire["engine"] == first_engine].groupby(["method", "direction", "kind"])[["bytes", "flower_bytes"]]
+           .sum().reset_index())
+by_kind["Flower / fedlib"] = by_kind["flower_bytes"] / by_kind["bytes"]
+show_table(by_kind.rename(columns={"bytes": "fedlib bytes", "flower_bytes": "Flower bytes"}),
+           formats={"fedlib bytes": format_bytes, "Flower bytes": format_bytes}, digits={"Flower / fedlib": 2}, index=False)
+
+# %% tags=["remove-cell"]
+per_engine = wire.groupby("engine")["flower_bytes"].sum()
+glue("fl_bytes_same_engines", "the same on every engine" if per_engine.nunique() == 1 else
+     "nearly the same on every engine (the control record holds ids that differ in length)", display=False)
+overall = wire[wire["engine"] == first_engine]
+glue("fl_overhead", 100 * (overall["flower_bytes"].sum() / overall["bytes"].sum() - 1), display=False)
+glue("fl_first_engine", first_engine, display=False)
+
+# %% [markdown]
+# On the {glue:text}`fl_first_engine` engine Flower's messages are {glue:text}`fl_overhead:.0f` %
+# larger than fedlib's count over all of this page's messages; the counts are
+# {glue:text}`fl_bytes_same_engines`. Most of the difference is the mirrored state on the way up
+# (Ditto's personal model doubles its replies) and the per-array headers, which weigh most on small
+# models like this one.
+#
+# ## What an engine costs
+#
+# `make bench` runs `tests/bench_flower.py`: one workload (FedAvg, 20 clients, fedlib's small CNN,
+# MNIST-5k, 5 rounds) in-process, in Flower's simulation and in its deployment engine. Each runs
+# in a fresh process, one after another, and is measured side by side
+# ({func}`fedlib.engines.flower.engine_costs`). The times are wall time including start-up and
+# the mean round (rounds 2 to 5). The memory is the peak of the summed PSS of every process of the
+# run: a page shared by *k* processes counts 1/*k* in each, so the sum is what they take together.
+# **This table is read from the benchmark's saved results** (`book/data/bench_flower.json`, written
+# by the last `make bench`; the build does not re-run it, because it takes minutes). Its date and
+# machine are below the table.
+
+# %% tags=["hide-input"]
+saved = json.loads((Path("..") / "book" / "data" / "bench_flower.json").read_text())
+bench = pd.DataFrame(saved["table"]).set_index("engine")
+bench_view = bench[["wall_s", "wall_s_ratio", "round_s", "round_s_ratio", "peak_pss_mib", "peak_pss_mib_ratio", "processes",
+                    "identical"]].rename(columns={
+    "wall_s": "wall (s)", "wall_s_ratio": "wall ratio", "round_s": "round (s)", "round_s_ratio": "round ratio",
+    "peak_pss_mib": "peak PSS (MiB)", "peak_pss_mib_ratio": "memory ratio", "processes": "processes at the peak"})
+bench_view["identical"] = bench_view["identical"].map({True: "yes", False: "no"})
+show_table(bench_view, digits={"wall (s)": 1, "wall ratio": 1, "round (s)": 2, "round ratio": 1, "peak PSS (MiB)": 0,
+                               "memory ratio": 1})
+
+# %% tags=["remove-cell"]
+glue("fl_bench_date", saved["date"], display=False)
+glue("fl_bench_machine", saved["machine"], display=False)
+glue("fl_bench_workload", saved["workload"], display=False)
+for engine in ("simulation", "deployment"):
+    glue(f"fl_bench_{engine}_round", float(bench.loc[engine, "round_s_ratio"]), display=False)
+    glue(f"fl_bench_{engine}_wall", float(bench.loc[engine, "wall_s_ratio"]), display=False)
+    glue(f"fl_bench_{engine}_mem", float(bench.loc[engine, "peak_pss_mib_ratio"]), display=False)
+glue("fl_bench_identical", "bit-identical to the in-process run on both engines" if bool(bench["identical"].all())
+     else "not identical to the in-process run on every engine (a defect)", display=False)
+
+# %% [markdown]
+# Measured on {glue:text}`fl_bench_date` ({glue:text}`fl_bench_machine`; {glue:text}`fl_bench_workload`).
+# A round takes {glue:text}`fl_bench_simulation_round:.1f` times the in-process round's time in the
+# simulation and {glue:text}`fl_bench_deployment_round:.1f` times in the deployment. The whole run
+# takes {glue:text}`fl_bench_simulation_wall:.1f` and {glue:text}`fl_bench_deployment_wall:.1f`
+# times the in-process run's wall time, and {glue:text}`fl_bench_simulation_mem:.1f` and
+# {glue:text}`fl_bench_deployment_mem:.1f` times its memory; the results are
+# {glue:text}`fl_bench_identical`. The costs come from the runtime, not from the method. The simulation
+# starts Ray (a scheduler, an object store, worker processes that each import torch) and passes
+# every message through Ray's object store. The deployment polls: a SuperNode asks the SuperLink
+# for work every 3 s when idle, the `ServerApp` asks for replies every 3 s, and Flower starts a
+# fresh `ClientApp` process for every message, which imports torch and fedlib and rebuilds the
+# node's data. On two cores, with the 20 clients' processes taking turns, that is most of a round.
+# It buys what one process cannot give: clients that are real processes and can be real machines.
+#
+# ## On real machines
+#
+# The local deployment above is the real thing on one machine, with three shortcuts that a
+# multi-machine deployment must not take.
+#
+# - **TLS.** Start the SuperLink with `--ssl-ca-certfile`, `--ssl-certfile` and `--ssl-keyfile`
+#   instead of `--insecure`, and the SuperNodes with `--root-certificates` (the CA that signed the
+#   SuperLink's certificate). Without TLS every model and every reply crosses the network in the clear.
+# - **Node authentication.** Start the SuperLink with `--enable-supernode-auth` and register each
+#   node's public key, and each SuperNode with `--auth-supernode-private-key`. Otherwise any process
+#   that reaches the SuperLink's port can join the federation as a client.
+# - **Partitions loaded on the node.** Here every node builds the whole federation from the job
+#   and keeps its partition, which is only possible because the data ship inside the packages.
+#   On real machines each node has only its own data. Give the job a federation call that loads
+#   the node's own files, e.g. from a path in the SuperNode's `--node-config`, and keep the
+#   global test set wherever the protocol's evaluation runs.
+#
+# Two more choices matter off loopback. By default every reply also carries the client's new state
+# up (`mirror_states=True`), so the server can checkpoint and resume the run and return every
+# client's state as an in-process run does. A personalized method's state is personal: with
+# `mirror_states=False` it never leaves the node, and the run cannot be checkpointed. And a
+# client that fails, or does not reply within `run_flower(timeout=...)` seconds, is never averaged
+# in silence. `LoopConfig(on_failure="raise")`, the default, stops the run with an error that
+# names the client, its node, the round and Flower's reason. `"drop"` goes on without the client
+# and records a `dropped_failed` row, as the in-process loop does for a client whose hook raises.
+#
+# ## Exercises
+
+# %% tags=["remove-cell"]
+ex_job = example_job("fedavg", n_clients=4, rounds=3, seed=seed, threads=1, eval_every=0)
+ex_job_drop = dataclasses.replace(ex_job, config={**ex_job.config, "on_failure": "drop"})
+try:
+    run_flower(ex_job, "loopback", unresponsive={1}, timeout=0.01)
+    ex1_error = "no error (a defect)"
+except RuntimeError as err:
+    ex1_error = str(err).split(";")[0]
+dropped = run_flower(ex_job_drop, "loopback", unresponsive={1}, timeout=0.01)
+frame = dropped.result.frame
+glue("ex1_error", ex1_error, display=False)
+glue("ex1_dropped_rounds", ", ".join(str(int(r)) for r in frame.loc[frame["metric"] == "dropped_failed", "round"]), display=False)
+glue("ex1_evaluated", len(dropped.result.per_client()), display=False)
+nomirror = run_flower(JOBS[P.methods[-1]], "loopback", mirror_states=False)
+ref_bytes = runs[(P.methods[-1], "loopback")].wire if (P.methods[-1], "loopback") in runs else run_flower(JOBS[P.methods[-1]], "loopback").wire
+up = lambda w: int(w.loc[w["direction"] == "up", "flower_bytes"].sum())  # noqa: E731
+glue("ex2_method", P.methods[-1], display=False)
+glue("ex2_up_mirror", format_bytes(up(ref_bytes)), display=False)
+glue("ex2_up_nomirror", format_bytes(up(nomirror.wire)), display=False)
+glue("ex2_same", "the same final server state" if difference(refs[P.methods[-1]], nomirror.result) == 0.0
+     else "another final server state (a defect)", display=False)
+
+# %% [markdown]
+# ### Exercise 1: A node that stops answering
+#
+# *(code)* Run FedAvg on the loopback engine with client 1's node silent after the handshake
+# (`run_flower(job, "loopback", unresponsive={1}, timeout=0.01)`). What happens with the loop's
+# default failure policy, and with `on_failure="drop"` in the job's config?
+#
+# :::{dropdown} Hint
+# The policy is {class}`fedlib.loop.LoopConfig`'s `on_failure`; a dropped client leaves a row
+# `dropped_failed` in `run.result.frame`.
+# :::
+#
+# :::{dropdown} Worked solution
+# With the default the run stops: "{glue:text}`ex1_error`". With `"drop"` it goes on; client 1 is
+# recorded as dropped in rounds {glue:text}`ex1_dropped_rounds`, nothing of it is averaged, and the
+# final evaluation covers the {glue:text}`ex1_evaluated` clients that answered.
+# :::
+#
+# ### Exercise 2: Keep the state on the node
+#
+# *(code)* Run {glue:text}`ex2_method` with `mirror_states=False`. What changes in the bytes that
+# travel up, and what in the results?
+#
+# :::{dropdown} Hint
+# Compare the `flower_bytes` of the `up` rows of `run.wire` with and without the mirror.
+# :::
+#
+# :::{dropdown} Worked solution
+# The replies carry {glue:text}`ex2_up_nomirror` instead of {glue:text}`ex2_up_mirror` up, and the
+# run ends with {glue:text}`ex2_same`: the state was only ever a copy. What is lost is the server's
+# copy: `run.result.client_states` holds placeholders naming the node, and the job cannot
+# be checkpointed.
+# :::
+#
+# ### Exercise 3: Your method on Flower
+#
+# *(parameters only)* Re-run this page with another registered method, e.g.
+# `python book/build.py --only flower -p "methods=['fedrep']" -p "engines=['loopback', 'simulation']" --out runs/mine`.
+# Does it match the in-process loop?
+#
+# :::{dropdown} Hint
+# {func}`fedlib.engines.flower.example_job` gives FedAvg, Ditto, FedRep and FedProx their training
+# settings; another method takes its defaults, or pass `algorithm_kwargs` (JSON, with
+# `{"call": "module:function", "kwargs": {...}}` for objects).
+# :::
+#
+# :::{dropdown} Worked solution
+# It does, bit for bit: the transport carries messages only, and the test suite checks every
+# registered method this way (`tests/test_flower.py`, on the loopback engine). A method would differ
+# only if its client hooks kept something outside their state. For example, weights left in the
+# scratch model between two clients would be lost, because a Flower node starts a fresh process
+# for every message. That would be a bug in the method, and this check is how to find it.
+# :::
