@@ -8,8 +8,10 @@ small job each; together they take under three minutes and leave no process runn
 from __future__ import annotations
 
 import math
+import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -374,27 +376,48 @@ def test_a_port_in_use_is_refused_before_anything_starts():
 ENGINE_JOBS = {"fedavg": 1, "ditto": 2, "mpt": 1}
 
 
+def leftovers(marker: str) -> list[int]:
+    """Live processes other than this one whose environment holds ``marker`` (Ray's and Flower's
+    processes inherit it from this process)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "environ").read_bytes().split(b"\0") and \
+                        (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 @pytest.mark.parametrize("name", ENGINE_JOBS)
-def test_flower_simulation_equals_the_in_process_loop(name, one_thread):
+def test_flower_simulation_equals_the_in_process_loop(name, one_thread, monkeypatch):
+    monkeypatch.setenv("FEDLIB_TEST_SIMULATION", name)
     j = job(name, rounds=ENGINE_JOBS[name])
     run = run_flower(j, "simulation")
     assert_same_run(reference(j), run.result)
     assert run.engine == "simulation" and len(run.info["nodes"]) == 4
+    assert leftovers(f"FEDLIB_TEST_SIMULATION={name}") == [], "Ray left processes running"
 
 
-@pytest.fixture(scope="module")
-def deployment():
-    with LocalDeployment(2, port=free_port_block(3)) as dep:
-        yield dep
+def test_flower_deployment_equals_the_in_process_loop(one_thread):
+    """The three jobs side by side on one local deployment of two SuperNodes, one round each
+    (Ditto's state kept on the node between its training and its evaluation, two processes). A
+    message costs a deployment seconds: Flower polls, and starts a process per message, which
+    imports torch; the simulation and loopback tests cover the longer runs."""
+    jobs = {name: job(name, rounds=1, n_clients=2) for name in ENGINE_JOBS}
+    with LocalDeployment(2, port=free_port_block(3)) as dep, ThreadPoolExecutor(len(jobs)) as pool:
+        runs = dict(zip(jobs, pool.map(lambda j: run_flower(j, "deployment", deployment=dep), jobs.values())))
     assert dep.pids() == [], "the deployment left processes running"
-
-
-def test_flower_deployment_equals_the_in_process_loop(deployment, one_thread):
-    """The three jobs at once on two SuperNodes (the SuperLink runs them side by side: a message
-    costs a deployment seconds, as Flower polls and starts a process per message)."""
-    jobs = {name: job(name, rounds=rounds, n_clients=2) for name, rounds in ENGINE_JOBS.items()}
-    with ThreadPoolExecutor(len(jobs)) as pool:
-        runs = dict(zip(jobs, pool.map(lambda j: run_flower(j, "deployment", deployment=deployment), jobs.values())))
     for name, j in jobs.items():
         assert_same_run(reference(j), runs[name].result)
         assert runs[name].engine == "deployment" and sorted(runs[name].info["nodes"]) == ["0", "1"]
+
+
+def test_a_failed_deployment_run_leaves_no_process():
+    with pytest.raises(RuntimeError, match="the job has 4 clients, but this deployment runs 1 SuperNode"):
+        with LocalDeployment(1, port=free_port_block(2)) as dep:
+            assert len(dep.pids()) >= 3  # the SuperLink, the SuperNode, their SuperExecs
+            run_flower(job("fedavg"), "deployment", deployment=dep)
+    assert dep.pids() == []

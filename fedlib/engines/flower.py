@@ -385,12 +385,33 @@ def _check_job(job: FlowerJob, msg: FlowerMessage) -> dict:
     return ctl
 
 
+def _addressee(context: Context, ctl: Mapping) -> int:
+    """The client a message is for, checked to be the one this node holds."""
+    client = int(ctl["client"])
+    pid, _ = _partition(context)
+    if pid != client:
+        raise FlowerSetupError(f"node {context.node_id} holds client {pid}, but the message is for client {client}")
+    return client
+
+
 def _client_state(context: Context, msg: FlowerMessage, client: int) -> State:
     if has_state(msg.content, "fedlib.restore"):
         return take_state(msg.content, "fedlib.restore")
     if not has_state(context.state, "fedlib.state"):
         raise FlowerSetupError(f"client {client}'s node holds no state and the server sent none")
     return take_state(context.state, "fedlib.state")
+
+
+def _received(job: FlowerJob | None, context: Context, msg: FlowerMessage) -> tuple:
+    """What a training or evaluation message says, checked: its control record, the client (this
+    node's), the round, the node's algorithm and in-process transport, the client's state and
+    the fedlib message."""
+    j = _context_job(job, context)
+    ctl = _check_job(j, msg)
+    client = _addressee(context, ctl)
+    algorithm, transport, _ = _node(j)
+    return (ctl, client, int(ctl["round"]), algorithm, transport, _client_state(context, msg, client),
+            take_state(msg.content, "fedlib.down"))
 
 
 def make_client_app(job: FlowerJob | None = None) -> ClientApp:
@@ -415,15 +436,7 @@ def make_client_app(job: FlowerJob | None = None) -> ClientApp:
 
     @app.train()
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        j = _context_job(job, context)
-        ctl = _check_job(j, msg)
-        client, r = int(ctl["client"]), int(ctl["round"])
-        pid, _ = _partition(context)
-        if pid != client:
-            raise FlowerSetupError(f"node {context.node_id} holds client {pid}, but the message is for client {client}")
-        algorithm, transport, _ = _node(j)
-        state = _client_state(context, msg, client)
-        down = take_state(msg.content, "fedlib.down")
+        ctl, client, r, algorithm, transport, state, down = _received(job, context, msg)
         ((_, new_state, up),) = list(transport.local_updates(algorithm, r, {client: down}, {client: state}))
         if isinstance(up, ClientFailure):
             raise up.error if up.error is not None else RuntimeError(up.reason)
@@ -436,14 +449,9 @@ def make_client_app(job: FlowerJob | None = None) -> ClientApp:
 
     @app.evaluate()
     def evaluate(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        j = _context_job(job, context)
-        ctl = _check_job(j, msg)
-        client, r = int(ctl["client"]), int(ctl["round"])
-        algorithm, transport, _ = _node(j)
-        state = _client_state(context, msg, client)
+        ctl, client, r, algorithm, transport, state, down = _received(job, context, msg)
         if has_state(msg.content, "fedlib.restore"):
             put_state(context.state, "fedlib.state", state)
-        down = take_state(msg.content, "fedlib.down")
         f1 = int(ctl["f1_class"]) if int(ctl["f1_class"]) >= 0 else None
         ((_, abilities),) = list(transport.evaluate(algorithm, r, {client: down}, {client: state},
                                                     rare_ratio=float(ctl["rare_ratio"]), f1_class=f1))
@@ -528,12 +536,19 @@ class FlowerTransport(Transport):
         reply by then is a :class:`~fedlib.engines.base.ClientFailure`, handled by the loop's
         ``on_failure``
     mirror_states : whether replies also carry the client's new state (see the module's text)
+    max_in_flight : at most that many messages unanswered at a time (``None``: a round's messages
+        all at once). A local deployment sets it to twice the machine's cores: Flower starts a process
+        for every message on every node and gives it 30 s to report, which twenty processes
+        importing torch at once on two cores do not meet
+    poll : seconds between two requests for replies (Flower's own ``send_and_receive`` waits 3 s)
     """
 
     name = "flower"
 
     def __init__(self, grid: Grid, job: FlowerJob, nodes: Mapping[int, int], *, timeout: float | None = None,
-                 mirror_states: bool = True) -> None:
+                 mirror_states: bool = True, max_in_flight: int | None = None, poll: float = 0.5) -> None:
+        if max_in_flight is not None and max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be None (no limit) or >= 1, got {max_in_flight}")
         self.grid = grid
         self.job = job
         self.nodes = dict(nodes)
@@ -547,6 +562,8 @@ class FlowerTransport(Transport):
             self.architectures = ", ".join(sorted(set(model_fn.assignment)))
         self.timeout = timeout
         self.mirror_states = mirror_states
+        self.max_in_flight = max_in_flight
+        self.poll = poll
         self._holds: set[int] = set()  # clients whose node holds their state in this Flower run
         self.wire: list[tuple[int, int, str, str, int, int]] = []  # (round, client, direction, kind, bytes, Flower's bytes)
 
@@ -560,14 +577,33 @@ class FlowerTransport(Transport):
         return FlowerMessage(content, dst_node_id=self.nodes[k], message_type=kind)
 
     def _exchange(self, sent: dict[int, FlowerMessage]) -> dict[int, FlowerMessage]:
-        by_node = {self.nodes[k]: k for k in sent}
-        replies = self.grid.send_and_receive(list(sent.values()), timeout=self.timeout)
-        return {by_node[rep.metadata.src_node_id]: rep for rep in replies}
+        """Push the messages (at most ``max_in_flight`` unanswered at a time), pull the replies
+        every ``poll`` seconds; a message unanswered ``timeout`` seconds after it was pushed gets
+        no reply."""
+        queue = list(sent.items())
+        window = len(queue) if self.max_in_flight is None else self.max_in_flight
+        in_flight: dict[str, tuple[int, float]] = {}
+        replies: dict[int, FlowerMessage] = {}
+        while queue or in_flight:
+            while queue and len(in_flight) < window:
+                k, msg = queue.pop(0)
+                (mid,) = list(self.grid.push_messages([msg]))
+                in_flight[mid] = (k, time.monotonic())
+            for rep in self.grid.pull_messages(list(in_flight)):
+                k, _ = in_flight.pop(rep.metadata.reply_to_message_id)
+                replies[k] = rep
+            if self.timeout is not None:
+                late = [mid for mid, (_, t) in in_flight.items() if time.monotonic() - t > self.timeout]
+                for mid in late:
+                    del in_flight[mid]
+            if in_flight and (not queue or len(in_flight) >= window):
+                time.sleep(self.poll)
+        return replies
 
     def _failure(self, k: int, round_: int, rep: FlowerMessage | None) -> ClientFailure:
         node = self.nodes[k]
         if rep is None:
-            return ClientFailure(k, f"node {node} did not reply within {self.timeout} s (round {round_})")
+            return ClientFailure(k, f"node {node} did not reply within {self.timeout} s of the message (round {round_})")
         return ClientFailure(k, f"node {node} failed in round {round_}: {rep.error.reason}")
 
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
@@ -610,7 +646,8 @@ class FlowerTransport(Transport):
 
 
 def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None, *, timeout: float | None = None,
-                    mirror_states: bool = True, setup_timeout: float = 600.0, stop_after: int | None = None) -> ServerApp:
+                    mirror_states: bool = True, setup_timeout: float = 600.0, stop_after: int | None = None,
+                    max_in_flight: int | None = None) -> ServerApp:
     """A Flower ``ServerApp`` that runs ``job`` (or the run config's ``fedlib-job``) through the
     one round loop over a :class:`FlowerTransport`, and writes the run into ``out`` (or the run
     config's ``fedlib-out``): :meth:`fedlib.loop.RunResult.save`'s files, ``wire.csv`` and
@@ -631,7 +668,9 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
         nodes, federation = handshake(grid, j, n, setup_timeout)
         t_setup = time.perf_counter() - t0
         t_limit = float(context.run_config.get("fedlib-timeout", -1.0)) if timeout is None else timeout
-        transport = FlowerTransport(grid, j, nodes, timeout=None if t_limit < 0 else t_limit, mirror_states=mirror_states)
+        window = int(context.run_config.get("fedlib-max-in-flight", 0)) or max_in_flight
+        transport = FlowerTransport(grid, j, nodes, timeout=None if t_limit < 0 else t_limit, mirror_states=mirror_states,
+                                    max_in_flight=window)
         result = run_federated(j.build_algorithm(), federation, j.model_fn(), config, transport=transport,  # type: ignore[arg-type]
                                stop_after=stop_after)
         result.save(folder)
@@ -730,18 +769,8 @@ class LoopbackGrid(Grid):
         return [self._replies.pop(i) for i in message_ids if i in self._replies]
 
     def send_and_receive(self, messages, *, timeout: float | None = None) -> list[FlowerMessage]:
-        """Push, then pull the replies; without a ``timeout``, a silent node is an error (a real
-        engine would wait for ever)."""
-        msgs = list(messages)
-        ids = self.push_messages(msgs)
-        replies = self.pull_messages(ids)
-        if len(replies) < len(ids):
-            if timeout is None:
-                silent = sorted({m.metadata.dst_node_id for m in msgs} & self._silent)
-                raise FlowerSetupError(f"node(s) {silent} never reply and the server set no timeout: it would wait "
-                                       "for ever (give run_flower(timeout=...))")
-            time.sleep(min(timeout, 0.01))
-        return replies
+        """Push, then pull the replies (a silent node's never come)."""
+        return self.pull_messages(self.push_messages(list(messages)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -809,6 +838,9 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
         if engine == "simulation":
             _simulate(job, folder, n, timeout, mirror_states, verbose, stop_after)
         elif engine == "loopback":
+            if unresponsive and timeout is None:
+                raise ValueError(f"client(s) {sorted(unresponsive)} never reply and no timeout is set: the run would wait "
+                                 "for ever; give run_flower(timeout=...)")
             grid = LoopbackGrid(make_client_app(job), n, unresponsive=set(unresponsive))
             server = make_server_app(job, folder, timeout=timeout, mirror_states=mirror_states, setup_timeout=1.0,
                                      stop_after=stop_after)
@@ -865,8 +897,10 @@ def _simulate(job: FlowerJob, folder: Path, n: int, timeout: float | None, mirro
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
-    """Whether nothing listens on ``host:port`` (a port this process could bind)."""
+    """Whether nothing listens on ``host:port`` (a port a server could bind: with
+    ``SO_REUSEADDR``, as servers set it, so that a port whose last connections are closing counts free)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:
@@ -909,6 +943,7 @@ fedlib-job = "{}"
 fedlib-out = ""
 fedlib-clients = 0
 fedlib-timeout = -1.0
+fedlib-max-in-flight = 0
 """
 
 
@@ -929,16 +964,20 @@ class LocalDeployment:
         is in use.
     home : the Flower home folder (``FLWR_HOME``: the CLI's connection config, installed apps);
         default: a temporary folder
+    max_in_flight : the server sends at most that many messages at a time (default: twice this
+        machine's cores; ``None``: no limit): every node starts a process per message, and Flower
+        gives a starting process 30 s to report (:class:`FlowerTransport`)
     """
 
     def __init__(self, n_nodes: int, *, port: int = 19091, home: str | Path | None = None, verbose: bool = False,
-                 start_timeout: float = 60.0) -> None:
+                 start_timeout: float = 60.0, max_in_flight: int | None = 2 * (os.cpu_count() or 1)) -> None:
         if n_nodes < 1:
             raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
         self.n_nodes = int(n_nodes)
         self.port = int(port)
         self.verbose = verbose
         self.start_timeout = start_timeout
+        self.max_in_flight = max_in_flight
         self._home_arg = home
         self._procs: list[subprocess.Popen] = []
         self._marker = uuid.uuid4().hex
@@ -1026,7 +1065,8 @@ class LocalDeployment:
         overrides = self.home / f"run-config-{uuid.uuid4().hex[:8]}.toml"  # one per submission: runs may overlap
         overrides.write_text(
             f"fedlib-job = {json.dumps(job.to_json())}\nfedlib-out = {json.dumps(str(Path(out).resolve()))}\n"
-            f"fedlib-clients = {n}\nfedlib-timeout = {-1.0 if timeout is None else float(timeout)}\n")
+            f"fedlib-clients = {n}\nfedlib-timeout = {-1.0 if timeout is None else float(timeout)}\n"
+            f"fedlib-max-in-flight = {self.max_in_flight or 0}\n")
         exe = Path(sys.executable).parent / "flwr"
         done = subprocess.run([str(exe), "run", str(app), "fedlib", "--stream", "--run-config", str(overrides)],
                               env=self._env(), capture_output=True, text=True, timeout=run_timeout)
@@ -1264,6 +1304,8 @@ def main(argv: list[str] | None = None) -> int:
     job = (FlowerJob.from_json(Path(args.job).read_text()) if args.job else
            example_job(args.algorithm, n_clients=args.clients, rounds=args.rounds, dataset=args.dataset, model=args.model))
     if args.engine == "deployment":
+        # a TERM (e.g. from a benchmark's timeout) unwinds like an error, so the deployment stops its processes
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
         n = _clients_of(job)
         if not args.quiet:
             print(f"starting a SuperLink on 127.0.0.1:{args.port} and {n} SuperNodes (insecure mode, loopback only)")
