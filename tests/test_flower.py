@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -376,28 +377,33 @@ def test_a_port_in_use_is_refused_before_anything_starts():
 ENGINE_JOBS = {"fedavg": 1, "ditto": 2, "mpt": 1}
 
 
-def leftovers(marker: str) -> list[int]:
-    """Live processes other than this one whose environment holds ``marker`` (Ray's and Flower's
-    processes inherit it from this process)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker.encode() in (entry / "environ").read_bytes().split(b"\0") and \
-                        (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
+def leftovers(marker: str, wait: float = 20.0) -> list[str]:
+    """The command lines of live processes other than this one whose environment holds
+    ``marker`` (Ray's and Flower's processes inherit it from this process), once they had
+    ``wait`` seconds to exit (Ray's workers finish exiting after ``ray.shutdown`` returns)."""
+    t0 = time.monotonic()
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    if marker.encode() in (entry / "environ").read_bytes().split(b"\0") and \
+                            (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                        found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120])
+                except OSError:
+                    continue
+        if not found or time.monotonic() - t0 > wait:
+            return found
+        time.sleep(0.5)
 
 
 @pytest.mark.parametrize("name", ENGINE_JOBS)
 def test_flower_simulation_equals_the_in_process_loop(name, one_thread, monkeypatch):
     monkeypatch.setenv("FEDLIB_TEST_SIMULATION", name)
-    j = job(name, rounds=ENGINE_JOBS[name])
+    j = job(name, rounds=ENGINE_JOBS[name], n_clients=3)
     run = run_flower(j, "simulation")
     assert_same_run(reference(j), run.result)
-    assert run.engine == "simulation" and len(run.info["nodes"]) == 4
+    assert run.engine == "simulation" and len(run.info["nodes"]) == 3
     assert leftovers(f"FEDLIB_TEST_SIMULATION={name}") == [], "Ray left processes running"
 
 
