@@ -88,7 +88,8 @@ class LoopConfig:
     on_failure : what to do with a client that gives no reply (its hook raised; on Flower, its
         node failed or did not reply in time): ``"raise"`` (default: stop; the hook's own exception,
         or :class:`ClientFailedError` naming client, node and round) or ``"drop"`` (go on without
-        it and record a ``dropped_failed`` row, ``dropped_failed_eval`` in an evaluation)
+        it and record a ``dropped_failed`` row, ``dropped_failed_eval`` in an evaluation; clients
+        trained stacked by ``execution="vectorized"`` still raise)
     events : client departures / arrivals (:class:`~fedlib.protocol.Event`)
     rare_ratio : the protocol's definition of a locally rare class (:mod:`fedlib.metrics`)
     f1_class : a designated class whose F1 every evaluation reports (optional)

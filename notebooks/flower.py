@@ -55,6 +55,7 @@ methods = None  # the methods checked on every engine, e.g. ["fedavg", "ditto", 
 engines = None  # a subset of ["loopback", "simulation", "deployment"]
 n_clients = None  # clients (one Flower node each)
 rounds = None  # communication rounds
+results_dir = None  # where the equivalence and bytes tables are saved as CSV (None: not saved)
 
 # %% tags=["hide-input"]
 import dataclasses
@@ -69,6 +70,7 @@ from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
 from fedlib.chapter import format_bytes, resolve, show_table
+from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_port_block, run_flower
 from fedlib.loop import run_federated
 
@@ -99,7 +101,7 @@ print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
 # node keeps the partition its `partition-id` names. The job's `threads` is torch's number of
 # threads on every node. With the same number of threads on both sides the arithmetic is the same.
 # With another number, torch's CPU kernels split their reductions differently and the results
-# differ in the last bits (about 1e-8 here).
+# differ in the last bits.
 #
 # ## Commands
 #
@@ -167,8 +169,8 @@ def identical(a, b) -> bool:
             and a.ledger.to_frame().equals(b.ledger.to_frame()))
 
 
-t0 = time.perf_counter()
 refs = {m: reference(j) for m, j in JOBS.items()}
+t0 = time.perf_counter()
 runs = {}
 for engine in P.engines:
     if engine == "deployment":
@@ -190,6 +192,8 @@ for (m, engine), run in runs.items():
                  "mean local accuracy": run.result.summary()["local"], "in-process": ref.summary()["local"],
                  "seconds": run.seconds})
 equiv = pd.DataFrame(rows)
+if results_dir is not None:
+    atomic_write_bytes(Path(results_dir) / "equivalence.csv", equiv.to_csv(index=False).encode())
 show_table(equiv, digits={"largest difference": 1, "mean local accuracy": 4, "in-process": 4, "seconds": 1},
            formats={"largest difference": ".1e"}, index=False)
 
@@ -212,7 +216,7 @@ glue("fl_survivors", "no process of the deployment was left running" if "deploym
 # {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on {glue:text}`fl_engines`;
 # {glue:text}`fl_clients` clients, {glue:text}`fl_rounds` rounds, evaluated every round):
 # {glue:text}`fl_same_reading`. They took {glue:text}`fl_seconds:.0f` s together, and
-# {glue:text}`fl_survivors`. The three methods exercise the three things a transport must carry
+# {glue:text}`fl_survivors`. The book profile's methods exercise what a transport must carry
 # exactly: FedAvg's models and replies, Ditto's personal model (a persistent client state that
 # stays on the node between rounds), and MPT's per-round statistics and prototypes, which are
 # metadata as well as arrays. The test suite runs the same check for every registered method on
@@ -225,7 +229,8 @@ glue("fl_survivors", "no process of the deployment was left running" if "deploym
 # The ledger counts what fedlib's messages hold: the arrays' raw bytes plus their metadata as
 # JSON. The Flower transport also records, for every message, the bytes of the Flower message
 # that carried it, as Flower serializes it: each array in NumPy's `.npy` form with its header,
-# the records' and objects' headers, fedlib's control record (round, client, job), and the
+# the records' and objects' headers, Flower's message metadata (ids), fedlib's control record
+# (round, client, job), and the
 # client's state where it travels (sent down on a client's first message of a Flower run; mirrored
 # up with every reply unless `mirror_states=False`).
 
@@ -235,13 +240,16 @@ first_engine = P.engines[0]
 by_kind = (wire[wire["engine"] == first_engine].groupby(["method", "direction", "kind"])[["bytes", "flower_bytes"]]
            .sum().reset_index())
 by_kind["Flower / fedlib"] = by_kind["flower_bytes"] / by_kind["bytes"]
+if results_dir is not None:
+    atomic_write_bytes(Path(results_dir) / "bytes.csv", by_kind.to_csv(index=False).encode())
 show_table(by_kind.rename(columns={"bytes": "fedlib bytes", "flower_bytes": "Flower bytes"}),
            formats={"fedlib bytes": format_bytes, "Flower bytes": format_bytes}, digits={"Flower / fedlib": 2}, index=False)
 
 # %% tags=["remove-cell"]
 per_engine = wire.groupby("engine")["flower_bytes"].sum()
 glue("fl_bytes_same_engines", "the same on every engine" if per_engine.nunique() == 1 else
-     "nearly the same on every engine (the control record holds ids that differ in length)", display=False)
+     "nearly the same on every engine (Flower's message metadata, ids among them, differ in length between engines)",
+     display=False)
 overall = wire[wire["engine"] == first_engine]
 glue("fl_overhead", 100 * (overall["flower_bytes"].sum() / overall["bytes"].sum() - 1), display=False)
 glue("fl_first_engine", first_engine, display=False)
@@ -249,17 +257,17 @@ glue("fl_first_engine", first_engine, display=False)
 # %% [markdown]
 # On the {glue:text}`fl_first_engine` engine Flower's messages are {glue:text}`fl_overhead:.0f` %
 # larger than fedlib's count over all of this page's messages; the counts are
-# {glue:text}`fl_bytes_same_engines`. Most of the difference is the mirrored state on the way up
-# (Ditto's personal model doubles its replies) and the per-array headers, which weigh most on small
-# models like this one.
+# {glue:text}`fl_bytes_same_engines`. What Flower sends beyond fedlib's count is the per-array
+# headers and the control record on every message, which weigh most on small models like these,
+# and, for a method that keeps a client state (Ditto's personal model), that state on its way up
+# with every reply (the mirror) and down once.
 #
 # ## What an engine costs
 #
-# `make bench` runs `tests/bench_flower.py`: one workload (FedAvg, 20 clients, fedlib's small CNN,
-# MNIST-5k, 5 rounds) in-process, in Flower's simulation and in its deployment engine. Each runs
-# in a fresh process, one after another, and is measured side by side
-# ({func}`fedlib.engines.flower.engine_costs`). The times are wall time including start-up and
-# the mean round (rounds 2 to 5). The memory is the peak of the summed PSS of every process of the
+# `make bench` runs `tests/bench_flower.py`: one workload (named below the table) in-process, in
+# Flower's simulation and in its deployment engine. Each runs in a fresh process, one after
+# another, and is measured side by side ({func}`fedlib.engines.flower.engine_costs`). The times
+# are wall time including start-up and the mean round (every round after the first). The memory is the peak of the summed PSS of every process of the
 # run: a page shared by *k* processes counts 1/*k* in each, so the sum is what they take together.
 # **This table is read from the benchmark's saved results** (`book/data/bench_flower.json`, written
 # by the last `make bench`; the build does not re-run it, because it takes minutes). Its date and
@@ -271,7 +279,7 @@ bench = pd.DataFrame(saved["table"]).set_index("engine")
 bench_view = bench[["wall_s", "wall_s_ratio", "round_s", "round_s_ratio", "peak_pss_mib", "peak_pss_mib_ratio", "processes",
                     "identical"]].rename(columns={
     "wall_s": "wall (s)", "wall_s_ratio": "wall ratio", "round_s": "round (s)", "round_s_ratio": "round ratio",
-    "peak_pss_mib": "peak PSS (MiB)", "peak_pss_mib_ratio": "memory ratio", "processes": "processes at the peak"})
+    "peak_pss_mib": "peak PSS (MiB)", "peak_pss_mib_ratio": "memory ratio", "processes": "most processes at once"})
 bench_view["identical"] = bench_view["identical"].map({True: "yes", False: "no"})
 show_table(bench_view, digits={"wall (s)": 1, "wall ratio": 1, "round (s)": 2, "round ratio": 1, "peak PSS (MiB)": 0,
                                "memory ratio": 1})
@@ -296,11 +304,14 @@ glue("fl_bench_identical", "bit-identical to the in-process run on both engines"
 # {glue:text}`fl_bench_deployment_mem:.1f` times its memory; the results are
 # {glue:text}`fl_bench_identical`. The costs come from the runtime, not from the method. The simulation
 # starts Ray (a scheduler, an object store, worker processes that each import torch) and passes
-# every message through Ray's object store. The deployment polls: a SuperNode asks the SuperLink
-# for work every 3 s when idle, the `ServerApp` asks for replies every 3 s, and Flower starts a
-# fresh `ClientApp` process for every message, which imports torch and fedlib and rebuilds the
-# node's data. On two cores, with the 20 clients' processes taking turns, that is most of a round.
-# It buys what one process cannot give: clients that are real processes and can be real machines.
+# every message through Ray's object store. The deployment polls, and it starts processes. An
+# idle SuperNode asks the SuperLink for work at a fixed interval, and fedlib's transport asks for
+# replies at its own (`poll`). Flower starts a fresh `ClientApp` process for every message, and
+# that process imports torch and fedlib and rebuilds the node's data; a first optimizer step alone
+# imports torch's compiler. Flower gives a starting process a fixed time to report, so on one
+# machine the transport keeps only a few messages in flight (`max_in_flight`, by default twice
+# the cores), and the clients' processes take turns. The deployment buys what one process cannot
+# give: clients that are real processes and can be real machines.
 #
 # ## On real machines
 #
@@ -343,13 +354,13 @@ frame = dropped.result.frame
 glue("ex1_error", ex1_error, display=False)
 glue("ex1_dropped_rounds", ", ".join(str(int(r)) for r in frame.loc[frame["metric"] == "dropped_failed", "round"]), display=False)
 glue("ex1_evaluated", len(dropped.result.per_client()), display=False)
-nomirror = run_flower(JOBS[P.methods[-1]], "loopback", mirror_states=False)
-ref_bytes = runs[(P.methods[-1], "loopback")].wire if (P.methods[-1], "loopback") in runs else run_flower(JOBS[P.methods[-1]], "loopback").wire
+ex2_job = example_job("ditto", n_clients=P.n_clients, rounds=P.rounds, seed=seed, threads=1)
+mirrored = run_flower(ex2_job, "loopback")
+nomirror = run_flower(ex2_job, "loopback", mirror_states=False)
 up = lambda w: int(w.loc[w["direction"] == "up", "flower_bytes"].sum())  # noqa: E731
-glue("ex2_method", P.methods[-1], display=False)
-glue("ex2_up_mirror", format_bytes(up(ref_bytes)), display=False)
+glue("ex2_up_mirror", format_bytes(up(mirrored.wire)), display=False)
 glue("ex2_up_nomirror", format_bytes(up(nomirror.wire)), display=False)
-glue("ex2_same", "the same final server state" if difference(refs[P.methods[-1]], nomirror.result) == 0.0
+glue("ex2_same", "the same final server state" if difference(mirrored.result, nomirror.result) == 0.0
      else "another final server state (a defect)", display=False)
 
 # %% [markdown]
@@ -372,8 +383,8 @@ glue("ex2_same", "the same final server state" if difference(refs[P.methods[-1]]
 #
 # ### Exercise 2: Keep the state on the node
 #
-# *(code)* Run {glue:text}`ex2_method` with `mirror_states=False`. What changes in the bytes that
-# travel up, and what in the results?
+# *(code)* Run Ditto with `mirror_states=False`. What changes in the bytes that travel up, and
+# what in the results?
 #
 # :::{dropdown} Hint
 # Compare the `flower_bytes` of the `up` rows of `run.wire` with and without the mirror.
@@ -400,8 +411,9 @@ glue("ex2_same", "the same final server state" if difference(refs[P.methods[-1]]
 #
 # :::{dropdown} Worked solution
 # It does, bit for bit: the transport carries messages only, and the test suite checks every
-# registered method this way (`tests/test_flower.py`, on the loopback engine). A method would differ
-# only if its client hooks kept something outside their state. For example, weights left in the
-# scratch model between two clients would be lost, because a Flower node starts a fresh process
-# for every message. That would be a bug in the method, and this check is how to find it.
+# registered method this way (`tests/test_flower.py`, on the loopback engine). A method could
+# differ only if its client hooks kept something outside their state, e.g. weights left in the
+# scratch model between two clients. The deployment would show it, because a node starts a fresh
+# process for every message; the loopback grid and the simulation, whose nodes share a process,
+# would not. Such a method has a bug, and the deployment check is how to find it.
 # :::

@@ -10,8 +10,9 @@ the in-process transport does. Nothing of a method changes.
 **The job.** Both sides build what they need from one JSON-able :class:`FlowerJob`: the method by
 its registry name and keyword arguments, the federation and the model as calls of importable
 functions (:class:`Call`), the loop's settings. A node builds the federation and keeps only its
-partition's data; the server never builds it (it learns the clients' number, classes and the
-federation's description from the nodes, and checks that every node built the same one).
+partition's data; the ServerApp never builds it (it learns the clients' number, classes and the
+federation's description from the nodes, and checks that every node built the same one; only the
+loopback grid runs its nodes in the server's process).
 
 **A node is one client.** A node's ``node_config`` holds ``partition-id`` (the fedlib client it
 is) and ``num-partitions``; a handshake (a ``query`` message) maps every client to its node
@@ -20,8 +21,8 @@ whose job or federation differs from the server's.
 
 **Client state.** A client's persistent :class:`~fedlib.messages.State` lives on its node, in
 Flower's ``context.state``; the server sends it down only where the node does not hold it yet
-(its first message in a Flower run: the state :meth:`~fedlib.protocol.Algorithm.init_client`
-gives, or a resumed run's). With ``mirror_states=True`` (default) each reply also carries a copy
+(its first message in a Flower run: the state the method's ``init_client`` gives, or a resumed
+run's). With ``mirror_states=True`` (default) each reply also carries a copy
 up, so the loop can checkpoint, resume and return every client's state as in-process; with
 ``False`` the state never leaves the node (:class:`~fedlib.loop.RunResult` then holds placeholders and the run
 cannot be checkpointed).
@@ -30,7 +31,7 @@ cannot be checkpointed).
 is derived from (seed, round, client) on the node as in-process, and the conversion of messages to
 Flower's records is lossless (:func:`message_to_records`), so the final server state and every
 protocol metric are bit-identical to the in-process loop's on the CPU (tested for FedAvg, Ditto
-and FedNCM on both engines).
+and MPT on both engines, and for every registered method on the loopback grid).
 
 **Bytes.** The ledger counts fedlib's bytes (arrays' raw bytes plus JSON metadata). The transport
 also records, for every message, the bytes of the Flower message that carried it, as Flower
@@ -58,6 +59,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 import warnings
@@ -275,7 +277,7 @@ class FlowerJob:
 
     Attributes
     ----------
-    algorithm : a registered method's name (:func:`fedlib.algorithms.make_algorithm`)
+    algorithm : a registered method's name (as ``fedlib.algorithms.make_algorithm`` takes it)
     federation : a :class:`Call` that returns the :class:`~fedlib.federation.Federation`
         (deterministic: every node makes it and keeps its own partition)
     model : a :class:`Call` that returns the architecture (its keyword arguments bound; the loop
@@ -285,7 +287,7 @@ class FlowerJob:
     threads : torch's intra-op threads on every node (``torch.set_num_threads``); ``None``
         leaves each node's default. Results are bit-identical to an in-process run only with the
         same number of threads on both sides: torch's CPU kernels split a reduction into
-        per-thread parts, so another count sums in another order (differences near 1e-8)
+        per-thread parts, so another count sums in another order (the last bits differ)
     """
 
     algorithm: str
@@ -532,8 +534,8 @@ class FlowerTransport(Transport):
     grid : the ServerApp's grid
     job : the job every node runs
     nodes : client -> node id (:func:`handshake`)
-    timeout : seconds a round waits for its replies (``None``: no limit); a client with no
-        reply by then is a :class:`~fedlib.engines.base.ClientFailure`, handled by the loop's
+    timeout : seconds a message waits for its reply, from when it is sent (``None``: no limit); a
+        client with no reply by then is a :class:`~fedlib.engines.base.ClientFailure`, handled by the loop's
         ``on_failure``
     mirror_states : whether replies also carry the client's new state (see the module's text)
     max_in_flight : at most that many messages unanswered at a time (``None``: a round's messages
@@ -601,10 +603,12 @@ class FlowerTransport(Transport):
         return replies
 
     def _failure(self, k: int, round_: int, rep: FlowerMessage | None) -> ClientFailure:
+        # the node may have kept a state the server never saw (a late reply): its next message restores the server's
+        self._holds.discard(k)
         node = self.nodes[k]
         if rep is None:
-            return ClientFailure(k, f"node {node} did not reply within {self.timeout} s of the message (round {round_})")
-        return ClientFailure(k, f"node {node} failed in round {round_}: {rep.error.reason}")
+            return ClientFailure(k, f"node {node} did not reply within {self.timeout} s of the message")
+        return ClientFailure(k, f"node {node} failed: {rep.error.reason}")
 
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
         sent = {k: self._message("train", k, round_, down, states[k], {}) for k, down in messages.items()}
@@ -817,7 +821,7 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
         ``"loopback"`` (:class:`LoopbackGrid`: Flower's messages, no runtime; milliseconds)
     out : the folder the ServerApp writes the run into (default: a temporary one, removed after
         reading it back)
-    timeout : seconds a round waits for its clients' replies (``None``: no limit)
+    timeout : seconds a message waits for its client's reply, from when it is sent (``None``: no limit)
     mirror_states : replies carry the clients' states too (needed to checkpoint)
     deployment : a running :class:`LocalDeployment` to submit to (it is left running)
     unresponsive : ``"loopback"`` only: clients whose nodes stop replying after the handshake
@@ -835,6 +839,7 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
         if out is None:
             out = stack.enter_context(tempfile.TemporaryDirectory(prefix="fedlib-flower-"))
         folder = Path(out)
+        (folder / "flower.json").unlink(missing_ok=True)  # a folder reused: never read back an earlier run
         if engine == "simulation":
             _simulate(job, folder, n, timeout, mirror_states, verbose, stop_after)
         elif engine == "loopback":
@@ -844,8 +849,12 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
             grid = LoopbackGrid(make_client_app(job), n, unresponsive=set(unresponsive))
             server = make_server_app(job, folder, timeout=timeout, mirror_states=mirror_states, setup_timeout=1.0,
                                      stop_after=stop_after)
-            with _task_identity(run_id=1, node_id=1):
-                server(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}))
+            threads = torch.get_num_threads()  # the nodes run in this process and set their job's threads
+            try:
+                with _task_identity(run_id=1, node_id=1):
+                    server(grid, Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={}))
+            finally:
+                torch.set_num_threads(threads)
         else:
             if stop_after is not None:
                 raise ValueError("stop_after is for the simulation and loopback engines; a deployment runs its rounds")
@@ -1021,6 +1030,8 @@ class LocalDeployment:
             self.home.mkdir(parents=True, exist_ok=True)
         self.logs = self.home / "logs"
         self.logs.mkdir(exist_ok=True)
+        (self.home / "app").mkdir(exist_ok=True)
+        (self.home / "app" / "pyproject.toml").write_text(_APP_TOML)  # once: runs submitted side by side read it
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "fedlib"\n\n[superlink.fedlib]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
         try:
@@ -1060,13 +1071,12 @@ class LocalDeployment:
             raise FlowerSetupError(f"the job has {n} clients, but this deployment runs {self.n_nodes} SuperNode(s); "
                                    "valid: one SuperNode per client")
         app = self.home / "app"
-        app.mkdir(exist_ok=True)
-        (app / "pyproject.toml").write_text(_APP_TOML)
         overrides = self.home / f"run-config-{uuid.uuid4().hex[:8]}.toml"  # one per submission: runs may overlap
         overrides.write_text(
             f"fedlib-job = {json.dumps(job.to_json())}\nfedlib-out = {json.dumps(str(Path(out).resolve()))}\n"
             f"fedlib-clients = {n}\nfedlib-timeout = {-1.0 if timeout is None else float(timeout)}\n"
             f"fedlib-max-in-flight = {self.max_in_flight or 0}\n")
+        (Path(out) / "flower.json").unlink(missing_ok=True)
         exe = Path(sys.executable).parent / "flwr"
         done = subprocess.run([str(exe), "run", str(app), "fedlib", "--stream", "--run-config", str(overrides)],
                               env=self._env(), capture_output=True, text=True, timeout=run_timeout)
@@ -1230,7 +1240,7 @@ def measure(command: list[str], *, interval: float = 0.2, env: Mapping[str, str]
     proc = subprocess.Popen(command, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peak, processes = 0, 0
     output: list[bytes] = []
-    reader = __import__("threading").Thread(target=lambda: output.append(proc.stdout.read()), daemon=True)
+    reader = threading.Thread(target=lambda: output.append(proc.stdout.read()), daemon=True)
     reader.start()
     while proc.poll() is None:
         pids = _tree(proc.pid, marker)
@@ -1247,7 +1257,7 @@ def engine_costs(job: FlowerJob, engines: tuple[str, ...] = ENGINE_CHOICES[:1] +
     """Run ``job`` on each engine in a fresh process (``python -m fedlib.engines.flower``), one
     after another, and measure it side by side (:func:`measure`): wall seconds including start-up,
     the mean seconds of a round as the loop timed it (rounds after the first: the first pays
-    one-off costs), peak PSS of all processes, the processes at the peak, and whether the final
+    one-off costs), peak PSS of all processes, the most processes seen at once, and whether the final
     server state and the frame are bit-identical to the in-process run's. Ratios are to
     ``"in-process"`` (which must be first)."""
     if not engines or engines[0] != "in-process":
