@@ -427,3 +427,22 @@ def test_a_failed_deployment_run_leaves_no_process():
             assert len(dep.pids()) >= 3  # the SuperLink, the SuperNode, their SuperExecs
             run_flower(job("fedavg"), "deployment", deployment=dep)
     assert dep.pids() == []
+
+
+class RefusingGrid(LoopbackGrid):
+    """A grid that cannot send training messages to node 1001 (Flower's push returns no id)."""
+
+    def push_messages(self, messages):
+        msgs = list(messages)
+        if any(m.metadata.dst_node_id == 1001 and m.metadata.message_type == "train" for m in msgs):
+            return []
+        return super().push_messages(msgs)
+
+
+def test_a_message_flower_cannot_send_is_a_failure_naming_the_node(tmp_path, one_thread):
+    j = job("fedavg", on_failure="drop")
+    run_on_grid(j, RefusingGrid(make_client_app(j), 4), tmp_path)
+    frame = pd.read_csv(tmp_path / "frame.csv")
+    assert frame.loc[frame["metric"] == "dropped_failed", "value"].tolist() == [1.0, 1.0]
+    with pytest.raises(ClientFailedError, match="client 1 gave no reply in round 1: Flower could not send the message to node 1001"):
+        run_on_grid(job("fedavg"), RefusingGrid(make_client_app(job("fedavg")), 4), tmp_path / "b")

@@ -567,6 +567,7 @@ class FlowerTransport(Transport):
         self.max_in_flight = max_in_flight
         self.poll = poll
         self._holds: set[int] = set()  # clients whose node holds their state in this Flower run
+        self._unsent: set[int] = set()  # clients whose message Flower refused to send this exchange
         self.wire: list[tuple[int, int, str, str, int, int]] = []  # (round, client, direction, kind, bytes, Flower's bytes)
 
     def _message(self, kind: str, k: int, round_: int, down: Message, state: State, extra: dict) -> FlowerMessage:
@@ -589,8 +590,11 @@ class FlowerTransport(Transport):
         while queue or in_flight:
             while queue and len(in_flight) < window:
                 k, msg = queue.pop(0)
-                (mid,) = list(self.grid.push_messages([msg]))
-                in_flight[mid] = (k, time.monotonic())
+                ids = list(self.grid.push_messages([msg]))
+                if len(ids) != 1 or not ids[0]:  # Flower refused it (e.g. too large for the SuperLink)
+                    self._unsent.add(k)
+                    continue
+                in_flight[ids[0]] = (k, time.monotonic())
             for rep in self.grid.pull_messages(list(in_flight)):
                 k, _ = in_flight.pop(rep.metadata.reply_to_message_id)
                 replies[k] = rep
@@ -606,6 +610,9 @@ class FlowerTransport(Transport):
         # the node may have kept a state the server never saw (a late reply): its next message restores the server's
         self._holds.discard(k)
         node = self.nodes[k]
+        if k in self._unsent:
+            self._unsent.discard(k)
+            return ClientFailure(k, f"Flower could not send the message to node {node}")
         if rep is None:
             return ClientFailure(k, f"node {node} did not reply within {self.timeout} s of the message")
         return ClientFailure(k, f"node {node} failed: {rep.error.reason}")
