@@ -446,3 +446,18 @@ def test_a_message_flower_cannot_send_is_a_failure_naming_the_node(tmp_path, one
     assert frame.loc[frame["metric"] == "dropped_failed", "value"].tolist() == [1.0, 1.0]
     with pytest.raises(ClientFailedError, match="client 1 gave no reply in round 1: Flower could not send the message to node 1001"):
         run_on_grid(job("fedavg"), RefusingGrid(make_client_app(job("fedavg")), 4), tmp_path / "b")
+
+
+def test_the_server_computes_with_the_jobs_threads_and_gives_the_callers_back():
+    """MPT's server-side statistics depend on torch's threads; the ServerApp sets the job's (a
+    deployment's ServerApp is a process of its own) and restores the caller's."""
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        j = job("mpt", rounds=2, eval_every=1)
+        run = run_flower(j, "loopback")
+        assert torch.get_num_threads() == 2
+        torch.set_num_threads(1)
+        assert_same_run(reference(j), run.result)
+    finally:
+        torch.set_num_threads(saved)

@@ -284,8 +284,8 @@ class FlowerJob:
         draws the initial weights under the run's ``INIT`` stream)
     config : the :class:`~fedlib.loop.LoopConfig` settings (rounds, seed, ...; ``events`` as dicts)
     algorithm_kwargs : the method's keyword arguments (nested calls allowed)
-    threads : torch's intra-op threads on every node (``torch.set_num_threads``); ``None``
-        leaves each node's default. Results are bit-identical to an in-process run only with the
+    threads : torch's intra-op threads on every node and in the ServerApp while it runs
+        (``torch.set_num_threads``); ``None`` leaves each process's default. Results are bit-identical to an in-process run only with the
         same number of threads on both sides: torch's CPU kernels split a reduction into
         per-thread parts, so another count sums in another order (the last bits differ)
     """
@@ -678,6 +678,15 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
         n = int(context.run_config.get("fedlib-clients", 0)) or _clients_of(j)
         nodes, federation = handshake(grid, j, n, setup_timeout)
         t_setup = time.perf_counter() - t0
+        threads = torch.get_num_threads()
+        if j.threads is not None:  # the server's arithmetic too (a deployment's ServerApp is a process of its own)
+            torch.set_num_threads(j.threads)
+        try:
+            _serve(j, grid, context, folder, config, nodes, federation, t0, t_setup)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _serve(j, grid, context, folder, config, nodes, federation, t0, t_setup) -> None:
         t_limit = float(context.run_config.get("fedlib-timeout", -1.0)) if timeout is None else timeout
         window = int(context.run_config.get("fedlib-max-in-flight", 0)) or max_in_flight
         transport = FlowerTransport(grid, j, nodes, timeout=None if t_limit < 0 else t_limit, mirror_states=mirror_states,
