@@ -309,8 +309,8 @@ glue("fl_bench_identical", "bit-identical to the in-process run on both engines"
 # replies at its own (`poll`). Flower starts a fresh `ClientApp` process for every message, and
 # that process imports torch and fedlib and rebuilds the node's data; a first optimizer step alone
 # imports torch's compiler. Flower gives a starting process a fixed time to report, so on one
-# machine the transport keeps only a few messages in flight (`max_in_flight`, by default twice
-# the cores), and the clients' processes take turns. The deployment buys what one process cannot
+# machine the transport keeps only a few messages in flight (`max_in_flight`, by default a small
+# multiple of the cores), and the clients' processes take turns. The deployment buys what one process cannot
 # give: clients that are real processes and can be real machines.
 #
 # ## On real machines
