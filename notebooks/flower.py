@@ -251,7 +251,7 @@ glue("fl_bytes_same_engines", "the same on every engine" if per_engine.nunique()
      "nearly the same on every engine (Flower's message metadata, ids among them, differ in length between engines)",
      display=False)
 overall = wire[wire["engine"] == first_engine]
-glue("fl_overhead", 100 * (overall["flower_bytes"].sum() / overall["bytes"].sum() - 1), display=False)
+glue("fl_overhead", float(100 * (overall["flower_bytes"].sum() / overall["bytes"].sum() - 1)), display=False)
 glue("fl_first_engine", first_engine, display=False)
 
 # %% [markdown]
