@@ -322,23 +322,6 @@ def test_a_client_that_fails_mid_run_is_dropped_when_asked(tmp_path, one_thread)
     assert frame.loc[frame["metric"] == "dropped_failed", ["round", "value"]].values.tolist() == [[2, 1.0]]
 
 
-def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny_model_fn):
-    from fedlib.algorithms.fedavg import FedAvg
-
-    class Faulty(FedAvg):
-        def local_update(self, ctx, state, message, data, generator):
-            if ctx.client == 3:
-                raise OSError("sensor offline")
-            return super().local_update(ctx, state, message, data, generator)
-
-    with pytest.raises(OSError, match="sensor offline"):
-        run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
-    run = run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"))
-    assert run.frame.loc[run.frame["metric"] == "dropped_failed", "value"].tolist() == [3.0, 3.0]
-    with pytest.raises(ValueError, match="unknown on_failure 'retry'; valid: raise, drop"):
-        LoopConfig(on_failure="retry")
-
-
 # ------------------------------------------------------------------ bad set-ups: clear errors
 
 @pytest.mark.parametrize("configs, match", [

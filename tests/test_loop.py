@@ -390,6 +390,21 @@ def test_a_truncated_state_file_gets_a_clear_error(tiny_federation, tiny_model_f
         RunResult.load(folder)
 
 
+def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny_model_fn):
+    class Faulty(FedAvg):
+        def local_update(self, ctx, state, message, data, generator):
+            if ctx.client == 3:
+                raise OSError("sensor offline")
+            return super().local_update(ctx, state, message, data, generator)
+
+    with pytest.raises(OSError, match="sensor offline"):
+        run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    run = run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"))
+    assert run.frame.loc[run.frame["metric"] == "dropped_failed", "value"].tolist() == [3.0, 3.0]
+    with pytest.raises(ValueError, match="unknown on_failure 'retry'; valid: raise, drop"):
+        LoopConfig(on_failure="retry")
+
+
 def test_an_error_in_a_client_hook_names_the_client_and_round(tiny_federation, tiny_model_fn):
     class Broken(FedAvg):
         def local_update(self, ctx, state, message, data, generator):
