@@ -13,6 +13,7 @@ many clients with a few samples each.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import resource
@@ -32,10 +33,11 @@ from .data import ArrayDataset, load_mnist5k, load_uci_digits
 from .engines import InProcessTransport
 from .engines.vectorized import VectorizedTransport
 from .federation import make_federation
-from .loop import LoopConfig, run_federated
+from .loop import LoopConfig
 from .messages import State
 from .models import build_model
-from .protocol import AGGREGATIONS
+from .protocol import Algorithm, fold_replies, needs_all_replies
+from .run import run_federated
 from .rng import INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
 from .training import TrainConfig
 
@@ -93,6 +95,27 @@ def _rss_mib() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
+AGGREGATIONS = ("fold", "list")
+"""How :func:`round_cost` aggregates: the method's streaming fold, or every reply kept (:func:`keeping_replies`)."""
+
+
+def keeping_replies(algorithm: Algorithm) -> Algorithm:
+    """A copy of ``algorithm`` whose aggregation keeps every reply of the round and folds them
+    into the method's own fold at the end: the same bits, at the memory cost of a method that
+    needs every reply at once (:func:`fedlib.protocol.needs_all_replies`). For measuring what the
+    streaming fold saves."""
+    cls = type(algorithm)
+
+    def aggregate(self, server, replies, round_):
+        return fold_replies(cls.aggregate(self, server, round_), replies)
+
+    keeping = type(f"{cls.__name__}KeepingReplies", (cls,), {"aggregate": needs_all_replies(aggregate),
+                                                             "__module__": cls.__module__})
+    out = copy.copy(algorithm)
+    out.__class__ = keeping
+    return out
+
+
 def _measure(n_clients: int, model: str, aggregation: str, min_per_client: int, seed: int, threads: int) -> dict:
     """The child's side: build the federation, run one round, report (JSON on stdout)."""
     torch.set_num_threads(threads)
@@ -107,7 +130,8 @@ def _measure(n_clients: int, model: str, aggregation: str, min_per_client: int, 
     fed = make_federation(data, n_clients=n_clients, partition="iid", global_test_per_class=10, seed=seed)
     model_fn = functools.partial(build_model, model, in_channels=1, n_classes=10, input_size=28)
     method = FedAvg(train=TrainConfig(epochs=1, batch_size=32, lr=0.05))
-    method.aggregation = aggregation
+    if aggregation == "list":
+        method = keeping_replies(method)
     n_parameters = sum(p.numel() for p in model_fn().parameters())
     baseline = _rss_mib()
     t0 = time.perf_counter()
@@ -126,7 +150,7 @@ def round_cost(n_clients: int, model: str = "mlp", aggregation: str = "fold", *,
     ----------
     model : one of :data:`MODELS`
     aggregation : ``"fold"`` (the loop's streaming aggregation) or ``"list"`` (every reply kept
-        and averaged at once, the way a method with ``aggregation = "list"`` runs)
+        and averaged at once, the way a method that needs every reply runs: :func:`keeping_replies`)
     min_per_client : samples per client below which the synthetic data set replaces MNIST-5k
     threads : torch threads of the measured process (1: the time per client is not blurred by
         threading)
@@ -239,8 +263,7 @@ def local_training_speed(workload: str, *, n_clients: int = 20, epochs: int = 1,
         fed, model_fn = _workload(workload, int(n_clients), seed)
         method = FedAvg(train=TrainConfig(epochs=epochs, batch_size=batch_size, lr=0.05))
         transports = {"sequential": InProcessTransport(fed, model_fn, seed), "vectorized": VectorizedTransport(fed, model_fn, seed)}
-        down = method.broadcast(method.init_server(transports["sequential"].initial_model), 1)
-        messages = {k: down for k in range(fed.n_clients)}
+        messages = method.configure_train(method.init_server(transports["sequential"].initial_model), 1, range(fed.n_clients))
         states = {k: State() for k in range(fed.n_clients)}
         times: dict[str, list[float]] = {k: [] for k in transports}
         replies = {}
@@ -321,7 +344,7 @@ class LoopOverhead:
 
 def loop_overhead(model: str = "cnn", *, n_clients: int = 20, rounds: int = 3, repeats: int = 3,
                   seed: int = 0) -> LoopOverhead:
-    """Time fedlib's FedAvg (:func:`fedlib.loop.run_federated`, no evaluation) and
+    """Time fedlib's FedAvg (:func:`fedlib.run.run_federated`, no evaluation) and
     :func:`hand_written_fedavg` alternately ``repeats`` times on the same federation; compare the
     medians and the final weights.
 
@@ -352,7 +375,7 @@ def loop_overhead(model: str = "cnn", *, n_clients: int = 20, rounds: int = 3, r
     return LoopOverhead(model, n_clients, rounds, statistics.median(t_lib), statistics.median(t_hand), same)
 
 
-__all__ = ["MODELS", "WORKLOADS", "LoopOverhead", "RoundCost", "SpeedUp", "hand_written_fedavg", "local_training_speed",
+__all__ = ["AGGREGATIONS", "MODELS", "WORKLOADS", "keeping_replies", "LoopOverhead", "RoundCost", "SpeedUp", "hand_written_fedavg", "local_training_speed",
            "loop_overhead", "round_cost"]
 
 

@@ -23,7 +23,7 @@ through the loop's hooks:
    :math:`C(1 + d) + d^2` with their total only (``grams="total"``, the compact form: enough for
    every head but CCVR; :func:`fedlib.heads.gram_form` says which a set of heads needs).
    A run holds one statistics round: calling it again on its result is a ``ValueError``.
-2. :class:`StatHead` is a deployment rule for :func:`fedlib.loop.evaluate_deployment`, a
+2. :class:`StatHead` is a deployment rule for :func:`fedlib.run.evaluate_deployment`, a
    meta-estimator around one head object of :mod:`fedlib.heads` (``StatHead(LDAHead(reg=0.0))``,
    ``StatHead(SASP(m0=10.0, gamma=0.1))``...): the server fits a clone of the head on the merged
    moments (once per server state and hyper-parameters), broadcasts it with the backbone, and
@@ -52,7 +52,8 @@ raised before any client works.
 >>> from fedlib.heads import SASP, FedNCMHead
 >>> from fedlib.models import build_model
 >>> from fedlib.algorithms import FedAvg
->>> from fedlib.loop import LoopConfig, run_federated
+>>> from fedlib.loop import LoopConfig
+>>> from fedlib.run import run_federated
 >>> ds = make_gaussian_mixture(n_per_class=30, n_classes=3, dim=16, seed=0).dataset
 >>> fed = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=0)
 >>> model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
@@ -80,11 +81,12 @@ from torch.nn import functional as F
 
 from .federation import Federation
 from .heads import MMS, SASP, CCVRHead, LinearHead
-from .loop import LoopConfig, RunResult, evaluate_deployment, per_client_table, run_federated
+from .loop import LoopConfig, RunResult, per_client_table
+from .run import evaluate_deployment, run_federated
 from .messages import Ledger, Message, State
 from .metrics import RARE_RATIO, client_predictions_abilities, protocol_summary
 from .models import PENULTIMATE
-from .protocol import HEAD, MODEL, Algorithm, ClientContext, Event, Predictor, load_model
+from .protocol import HEAD, MODEL, Algorithm, ClientContext, Event, Predictor, load_model, needs_all_replies
 from .rng import CCVR_VIRTUAL, torch_generator
 from .stats import GRAM_FORMS, ClassMoments, class_counts_sums, feature_moments
 from .training import TrainConfig, local_train
@@ -110,7 +112,6 @@ class _StatisticsRound(Algorithm):
     layers: Sequence[str] | str | None = None
     grams: str = "class"
     name = "statistics"
-    aggregation = "list"  # one terminal round of class moments, summed at once
 
     def init_server(self, model: torch.nn.Module) -> State:
         names = model._check_layers(self.layers)  # the model's own ValueError, before any client works
@@ -118,9 +119,9 @@ class _StatisticsRound(Algorithm):
         meta = {**self.server_state.meta, "stat_layers": ",".join(names), "stat_layer_dims": ",".join(map(str, dims))}
         return State(arrays=dict(self.server_state.arrays), meta=meta)
 
-    def broadcast(self, server: State, round_: int) -> Message:
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
         model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        return Message(arrays=model, meta={"layers": server.meta["stat_layers"]}, kind="stats_request")
+        return dict.fromkeys(clients, Message(arrays=model, meta={"layers": server.meta["stat_layers"]}, kind="stats_request"))
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message)  # feature_moments puts it in eval mode
@@ -128,6 +129,7 @@ class _StatisticsRound(Algorithm):
         moments = feature_moments(model, data.train.x, data.train.y, ctx.n_classes, layers=layers, grams=self.grams)
         return state, moments.to_message(kind="statistics", prefix=STATS)  # no meta: the three arrays only
 
+    @needs_all_replies  # one terminal round of class moments, summed at once
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         merged = ClassMoments.sum([ClassMoments.from_message(m, prefix=STATS) for _, m in updates])  # addition only
         arrays = {**server.arrays, **merged.to_message(prefix=STATS).arrays}
@@ -135,7 +137,7 @@ class _StatisticsRound(Algorithm):
 
 
 def _registered(result: RunResult, federation: Federation) -> list[int]:
-    """The clients :func:`fedlib.loop.evaluate_deployment` deploys on (:attr:`RunResult.registered`),
+    """The clients :func:`fedlib.run.evaluate_deployment` deploys on (:attr:`RunResult.registered`),
     checked against the federation."""
     clients = result.registered
     bad = [k for k in clients if not 0 <= k < federation.n_clients]
@@ -155,7 +157,7 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
         A finished training run (:class:`fedlib.loop.RunResult`) whose server state holds the
         backbone (``model/`` arrays) and no statistics yet.
     federation, model_fn : Federation, callable
-        As given to :func:`fedlib.loop.run_federated`.
+        As given to :func:`fedlib.run.run_federated`.
     layers : sequence of str, str or None
         Layer names of the model (``model.feature_layers``) whose pooled features are
         concatenated in this order; default the penultimate features.
@@ -231,7 +233,7 @@ class StatPredictor(torch.nn.Module):
     .. math:: \text{logits}(x) = [h_{\ell_1}(x); \dots; h_{\ell_m}(x)]\, W^\top + b,
 
     with :math:`-\infty` for the classes marked invalid (non-finite intercept), whatever the
-    features (no ``0 * inf`` NaN). A module, so that :func:`fedlib.loop.evaluate_deployment` shares
+    features (no ``0 * inf`` NaN). A module, so that :func:`fedlib.run.evaluate_deployment` shares
     the global-test predictions of clients with identical heads.
     """
 
@@ -293,7 +295,7 @@ def _kind(head: LinearHead) -> str:
 class StatHead(Algorithm):
     """Deploy a statistical head on a run's backbone from its terminal statistics.
 
-    Use with :func:`fedlib.loop.evaluate_deployment` (or :func:`evaluate_heads`) on the result of
+    Use with :func:`fedlib.run.evaluate_deployment` (or :func:`evaluate_heads`) on the result of
     :func:`collect_statistics`; it does not train.
 
     Parameters
@@ -344,7 +346,7 @@ class StatHead(Algorithm):
     # ------------------------------------------------------------------ server side
     def init_server(self, model: torch.nn.Module) -> State:
         raise ValueError("StatHead does not train: train a backbone (e.g. FedAvg), call collect_statistics(...) "
-                         "and deploy with fedlib.loop.evaluate_deployment(StatHead(...), result, ...)")
+                         "and deploy with fedlib.run.evaluate_deployment(StatHead(...), result, ...)")
 
     def local_update(self, ctx, state, message, data, generator):
         self.init_server(ctx.model)  # the same explanation
@@ -383,11 +385,12 @@ class StatHead(Algorithm):
             head.fit(m)
         return {_HEAD + "coef": head.coef_, _HEAD + "intercept": head.intercept_}
 
-    def broadcast(self, server: State, round_: int) -> Message:
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The backbone with the fitted head (or SASP's shared arrays), one message shared by every client."""
         arrays = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
         arrays.update(self.server_head(server))
         meta = {"stat_layers": server.meta["stat_layers"], "stat_layer_dims": server.meta["stat_layer_dims"]}
-        return Message(arrays=arrays, meta=meta, kind=f"stathead:{_kind(self.head)}")
+        return dict.fromkeys(clients, Message(arrays=arrays, meta=meta, kind=f"stathead:{_kind(self.head)}"))
 
     # ------------------------------------------------------------------ client side
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
@@ -415,7 +418,7 @@ def evaluate_heads(result: RunResult, federation: Federation, model_fn: Callable
 
     ``heads`` maps a name to a :class:`StatHead` (or any other deployment rule, e.g. ``FedAvg()``
     for the backbone's own head). Returns the tidy rows of
-    :func:`fedlib.loop.evaluate_deployment` with a leading ``head`` column.
+    :func:`fedlib.run.evaluate_deployment` with a leading ``head`` column.
     """
     merged_moments(result.server)  # a clear error when the statistics round is missing
     if not heads:
@@ -439,7 +442,7 @@ class FrozenFeatures:
     r"""Every client's and the global test set's features under a run's frozen backbone, computed
     once, to evaluate many fitted heads by the protocol without re-running the backbone.
 
-    :func:`fedlib.loop.evaluate_deployment` with :class:`StatHead` runs the backbone over the
+    :func:`fedlib.run.evaluate_deployment` with :class:`StatHead` runs the backbone over the
     global test set for every client whose head differs (every SASP head); a sweep over
     :math:`m_0` or :math:`\gamma` only refits heads, so it can reuse the features. The
     numbers are the same (the tests check it against ``evaluate_deployment``): each client's
@@ -449,7 +452,7 @@ class FrozenFeatures:
     Parameters
     ----------
     result : a :func:`collect_statistics` result (backbone and merged moments)
-    federation, model_fn : as given to :func:`fedlib.loop.run_federated`
+    federation, model_fn : as given to :func:`fedlib.run.run_federated`
 
     Attributes
     ----------

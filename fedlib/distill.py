@@ -37,7 +37,8 @@ from torch.nn import functional as F
 
 from .data import ArrayDataset
 from .encoders import public_split
-from .training import TrainConfig, _is_int, _is_real, local_train
+from .training import TrainConfig, local_train
+from .validation import is_int, is_real
 
 LABEL_RULES = ("mean", "median", "max", "confidence")
 """How a cluster's pseudo-labels are combined (:func:`aggregate_labels`)."""
@@ -98,7 +99,7 @@ def make_public_set(dataset: ArrayDataset, share: float = 0.2, *, seed: int = 0)
     >>> len(u), len(rest), np.bincount(y).tolist()
     (6, 24, [2, 2, 2])
     """
-    if not (_is_real(share) and 0.0 < share < 1.0):
+    if not (is_real(share) and 0.0 < share < 1.0):
         raise ValueError(f"share must be a number in (0, 1), got {share!r}")
     pub, rest = public_split(dataset, float(share), seed=seed)
     public = PublicSet(dataset.x[pub].clone(), name=f"{dataset.name}:public")
@@ -121,7 +122,7 @@ def soft_labels(logits: Tensor, temperature: float) -> Tensor:
 
 def check_temperature(temperature: float) -> float:
     """``temperature`` if it is a finite number >= 0 (0 means hard labels), else a ValueError."""
-    if not (_is_real(temperature) and math.isfinite(temperature) and temperature >= 0):
+    if not (is_real(temperature) and math.isfinite(temperature) and temperature >= 0):
         raise ValueError(f"temperature T must be a finite number >= 0 (0: hard labels), got {temperature!r}")
     return float(temperature)
 
@@ -249,7 +250,7 @@ def consistency_loss(logits_aug: Tensor, logits_clean: Tensor, *, detach_target:
 
 def check_lam(lam: float) -> float:
     """``lam`` if it is a finite number >= 0, else a ValueError."""
-    if not (_is_real(lam) and math.isfinite(lam) and lam >= 0):
+    if not (is_real(lam) and math.isfinite(lam) and lam >= 0):
         raise ValueError(f"lambda (the consistency weight) must be a finite number >= 0, got {lam!r}")
     return float(lam)
 
@@ -281,7 +282,7 @@ def distill(model: nn.Module, x: Tensor, targets: Tensor, cfg: TrainConfig, gene
     ``(n, C)``) by :func:`distillation_objective`, mini-batches and optimizer from ``cfg``;
     returns the mean loss. ``weights`` (shape ``(n,)``) are Eq. (2)'s :math:`w_i(x)` (default 1)."""
     lam = check_lam(lam)
-    if not (_is_int(n_augment) and n_augment >= 1):
+    if not (is_int(n_augment) and n_augment >= 1):
         raise ValueError(f"n_augment must be an int >= 1, got {n_augment!r}")
     index = torch.arange(len(x))
 

@@ -1,31 +1,41 @@
 """The one federated round loop.
 
-Every method in fedlib runs through :func:`run_federated`; a method changes hooks of
-:class:`fedlib.protocol.Algorithm`, never this loop. One round ``r`` (rounds are numbered from 1):
+Every method in fedlib runs through :func:`run_rounds`; a method changes hooks of
+:class:`fedlib.protocol.Algorithm`, never this loop. The loop talks to the clients through a
+:class:`~fedlib.transport.Transport` it is given and imports no engine:
+:func:`fedlib.run.run_federated` builds the in-process or vectorized transport that
+:class:`RunOptions` names and calls this loop; Flower's ``ServerApp`` calls it over its own.
+One round ``r`` (rounds are numbered from 1):
 
-1. events of round ``r`` (a client leaves for good, or joins) are applied; the server is told;
+1. events of round ``r`` (a client leaves for good, or joins) are applied; the server is told
+   (``on_event``);
 2. a fraction of the active clients is sampled with a stream derived from (seed, r);
-3. the server's broadcast goes to each sampled client through the **transport**
-   (:mod:`fedlib.engines`: in this process by default); each client runs ``local_update`` with
-   its own generator derived from (seed, r, client) and replies;
+3. the server's training messages (``configure_train``) go to the sampled clients through the
+   **transport**; each client runs ``local_update`` with its own generator derived from
+   (seed, r, client) and replies;
 4. replies holding a NaN or infinity are refused (error, or dropped and recorded), and so is a
    client that gave no reply (its hook raised; on Flower, its node failed or timed out);
-5. the server aggregates the replies: as a fold, each reply added to a running sum as it arrives
-   and then freed (:meth:`fedlib.protocol.Algorithm.aggregator`), so a round's memory does not
-   grow with the number of clients; a method that needs every reply at once keeps the list
-   (``aggregation = "list"``);
+5. the server aggregates the replies through the method's fold (``aggregate``): each reply is
+   added as it arrives and then freed, so a round's memory does not grow with the number of
+   clients, unless the method declares that it needs every reply at once
+   (:func:`fedlib.protocol.needs_all_replies`);
 6. on the evaluation schedule, every active client (or a seeded sample of them,
-   ``LoopConfig(eval_clients=...)``) receives the server's ``eval_broadcast`` (or its own
-   ``eval_message``, where the method personalizes on the server), deploys its
-   predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
-7. the whole run state is checkpointed atomically, so a stopped run resumes bit for bit.
+   ``LoopConfig(eval_clients=...)``) receives its evaluation message (``configure_evaluate``),
+   deploys its predictor and evaluates it, unchanged, under the protocol of :mod:`fedlib.metrics`;
+7. the whole run state is checkpointed atomically (``RunOptions(checkpoint=...)``), so a stopped
+   run resumes bit for bit.
 
 The sampling, events, guard, aggregation, evaluation schedule, ledger and checkpoint are written
-here once; a transport only carries messages, so other engines (the vectorized executor, Flower)
-reuse all of it. Structure, not convention, keeps the data on the clients: the :class:`Server` is
-built from an algorithm and a :class:`~fedlib.messages.State` and only ever receives messages;
-only the transport's clients hold a :class:`~fedlib.federation.ClientData`. Every message passes
-through the :class:`~fedlib.messages.Ledger`.
+here once; a transport only carries messages. Structure, not convention, keeps the data on the
+clients: the :class:`Server` is built from an algorithm and a :class:`~fedlib.messages.State`
+and only ever receives messages; only the transport's clients hold a
+:class:`~fedlib.federation.ClientData`. Every message passes through the
+:class:`~fedlib.messages.Ledger`.
+
+Two small configs: :class:`LoopConfig` says what the run computes (rounds, participation,
+seed, events, failure policies, the evaluation schedule; a checkpoint's fingerprint covers it),
+:class:`RunOptions` how it is run and kept (engine, checkpoint, progress bar, where client
+states live, what else to keep), none of which changes a result.
 
 Files: results folders and checkpoints hold tensors, numbers and strings only and are read with
 ``torch.load(weights_only=True)`` (:func:`fedlib.io.load_tensors_json`), so opening a results
@@ -36,7 +46,6 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import time
 from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,21 +55,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .engines import ClientFailure, InProcessTransport, Transport
-from .engines.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedTransport
-from .federation import Federation
 from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State
 from .metrics import RARE_RATIO, protocol_summary
 from .protocol import Algorithm, Event
 from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
 from .store import STATE_STORES, make_states
+from .transport import ClientFailure, Transport
+from .validation import is_int
 
 NONFINITE_POLICIES = ("raise", "drop")
 FAILURE_POLICIES = ("raise", "drop")
 """What the loop does with a client that gave no reply (``LoopConfig.on_failure``)."""
 EXECUTIONS = ("sequential", "vectorized")
-"""How a round's sampled clients train (``LoopConfig.execution``)."""
+"""How a round's sampled clients train (``RunOptions.execution``): one after another, or stacked
+(:func:`fedlib.run.run_federated` builds the transport)."""
 
 
 class NonFiniteUpdateError(RuntimeError):
@@ -74,7 +83,7 @@ class ClientFailedError(RuntimeError):
 
 @dataclass(frozen=True)
 class LoopConfig:
-    """The round loop's settings.
+    """What a run computes: the round loop's settings (a checkpoint resumes only the same ones).
 
     Attributes
     ----------
@@ -89,28 +98,16 @@ class LoopConfig:
         node failed or did not reply in time): ``"raise"`` (default: stop; the hook's own exception,
         or :class:`ClientFailedError` naming client, node and round) or ``"drop"`` (go on without
         it and record a ``dropped_failed`` row, ``dropped_failed_eval`` in an evaluation; clients
-        trained stacked by ``execution="vectorized"`` still raise)
+        trained stacked by ``RunOptions(execution="vectorized")`` still raise)
     events : client departures / arrivals (:class:`~fedlib.protocol.Event`)
     rare_ratio : the protocol's definition of a locally rare class (:mod:`fedlib.metrics`)
     f1_class : a designated class whose F1 every evaluation reports (optional)
-    checkpoint : a file path; when given the run state is saved after every round and a run
-        started with an existing checkpoint resumes from it
-    progress : show a progress bar over rounds with the current metrics
     evaluate_last : evaluate after the last round (default); ``False`` skips every evaluation
         when ``eval_every`` is 0 as well (timing the training alone, as the benchmark does)
     eval_clients : evaluate a seeded sample of that many active clients in each evaluated round
         (stream ``EVAL_SAMPLE``; ``None``, the default: every active client). The protocol's means,
         floors and tails are then those of the sample: each such round has a row
         ``(round, -1, "eval_sample", m)`` saying so (:meth:`RunResult.evaluated`)
-    states : where the clients' persistent states live, ``"memory"`` (default) or ``"disk"``
-        (one file per client in ``states_dir``: :mod:`fedlib.store`); the results are the same
-    states_dir : the folder of the ``"disk"`` store (it must hold no state files yet)
-    execution : how the sampled clients train: ``"sequential"`` (default, one after another) or
-        ``"vectorized"`` (stacked into one batched computation,
-        :class:`fedlib.engines.vectorized.VectorizedTransport`; equal to sequential to float32
-        rounding, and methods without a :class:`~fedlib.training.LocalProgram` still train
-        sequentially); used when ``run_federated`` builds the transport
-    memory_budget : bytes a chunk of stacked clients may take (``"vectorized"`` only)
     """
 
     rounds: int = 20
@@ -122,14 +119,8 @@ class LoopConfig:
     events: tuple[Event, ...] = ()
     rare_ratio: float = RARE_RATIO
     f1_class: int | None = None
-    checkpoint: str | None = None
-    progress: bool = False
     evaluate_last: bool = True
     eval_clients: int | None = None
-    states: str = "memory"
-    states_dir: str | None = None
-    execution: str = "sequential"
-    memory_budget: int = DEFAULT_MEMORY_BUDGET
 
     def __post_init__(self) -> None:
         if self.rounds < 0:
@@ -142,35 +133,71 @@ class LoopConfig:
             raise ValueError(f"unknown on_nonfinite {self.on_nonfinite!r}; valid: {', '.join(NONFINITE_POLICIES)}")
         if self.on_failure not in FAILURE_POLICIES:
             raise ValueError(f"unknown on_failure {self.on_failure!r}; valid: {', '.join(FAILURE_POLICIES)}")
-        if self.eval_clients is not None and (isinstance(self.eval_clients, bool)
-                                              or not isinstance(self.eval_clients, numbers.Integral)
-                                              or self.eval_clients < 1):
+        if self.eval_clients is not None and not (is_int(self.eval_clients) and self.eval_clients >= 1):
             raise ValueError(f"eval_clients must be None (every client) or an integer >= 1, got {self.eval_clients!r}")
+        object.__setattr__(self, "events", tuple(self.events))
+
+    def fingerprint(self) -> dict:
+        """What must match for a checkpoint to be resumed: every setting (a default added since
+        checkpoints were first written is left out, so those resume as they were)."""
+        d = asdict(self)
+        if d["on_failure"] == "raise":
+            d.pop("on_failure")
+        if d["eval_clients"] is None:
+            d.pop("eval_clients")
+        d["events"] = [asdict(e) for e in self.events]
+        return d
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a run is executed and kept: none of these changes a result, so a checkpoint's
+    fingerprint leaves them out (except that clients trained stacked agree with sequential
+    training to float32 rounding only).
+
+    Attributes
+    ----------
+    execution : how the sampled clients train when :func:`fedlib.run.run_federated` builds the
+        transport: ``"sequential"`` (default, one after another) or ``"vectorized"`` (stacked into
+        one batched computation, :class:`fedlib.engines.vectorized.VectorizedTransport`; equal to
+        sequential to float32 rounding, and methods without a
+        :class:`~fedlib.training.LocalProgram` still train sequentially)
+    memory_budget : bytes a chunk of stacked clients may take (``"vectorized"`` only; ``None``: the
+        engine's default, :data:`fedlib.engines.vectorized.DEFAULT_MEMORY_BUDGET`)
+    checkpoint : a file path; when given the run state is saved after every round and a run
+        started with an existing checkpoint resumes from it
+    progress : show a progress bar over rounds with the current metrics
+    states : where the clients' persistent states live, ``"memory"`` (default) or ``"disk"``
+        (one file per client in ``states_dir``: :mod:`fedlib.store`); the results are the same
+    states_dir : the folder of the ``"disk"`` store (it must hold no state files yet)
+    keep_predictions : keep every evaluated client's predicted labels of the last evaluated
+        round in :attr:`RunResult.predictions` (to score them again, e.g. under another rare
+        threshold: :func:`fedlib.metrics.rescore`)
+    observe : called after every round with ``(round, server state)`` (e.g. to record the
+        server's trajectory); it must not change the state
+    """
+
+    execution: str = "sequential"
+    memory_budget: int | None = None
+    checkpoint: str | None = None
+    progress: bool = False
+    states: str = "memory"
+    states_dir: str | None = None
+    keep_predictions: bool = False
+    observe: Callable[[int, State], None] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
         if self.states not in STATE_STORES:
             raise ValueError(f"unknown states {self.states!r}; valid: {', '.join(STATE_STORES)}")
         if self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution {self.execution!r}; valid: {', '.join(EXECUTIONS)}")
-        if isinstance(self.memory_budget, bool) or not isinstance(self.memory_budget, numbers.Integral) or self.memory_budget < 1:
-            raise ValueError(f"memory_budget must be a positive number of bytes, got {self.memory_budget!r}")
+        if self.memory_budget is not None and not (is_int(self.memory_budget) and self.memory_budget >= 1):
+            raise ValueError(f"memory_budget must be None (the engine's default) or a positive number of bytes, "
+                             f"got {self.memory_budget!r}")
         if self.states == "disk" and not self.states_dir:
             raise ValueError("states='disk' needs states_dir, the folder of the client state files")
-        object.__setattr__(self, "events", tuple(self.events))
-
-    def fingerprint(self) -> dict:
-        """What must match for a checkpoint to be resumed (everything but paths, display and
-        where the states live, none of which changes a result)."""
-        d = asdict(self)
-        for key in ("checkpoint", "progress", "states", "states_dir"):
-            d.pop(key)
-        if d["on_failure"] == "raise":
-            d.pop("on_failure")  # checkpoints written before the option resume as they were
-        if d["eval_clients"] is None:
-            d.pop("eval_clients")  # checkpoints written before the option resume as they were
-        if d["execution"] == "sequential":  # likewise; the chunks (memory budget) matter only when stacked
-            d.pop("execution")
-            d.pop("memory_budget")
-        d["events"] = [asdict(e) for e in self.events]
-        return d
+        if self.observe is not None and not callable(self.observe):
+            raise ValueError(f"observe must be None or a callable (round, server state), got {self.observe!r}")
 
 
 class Server:
@@ -180,34 +207,25 @@ class Server:
         self._algorithm = algorithm
         self.state = state
 
-    def broadcast(self, round_: int) -> Message:
-        return self._algorithm.broadcast(self.state, round_)
+    def train_messages(self, round_: int, clients: Sequence[int]) -> dict[int, Message]:
+        """Each client's training message (:meth:`fedlib.protocol.Algorithm.configure_train`),
+        in the order of ``clients``."""
+        out = self._algorithm.configure_train(self.state, round_, list(clients))
+        return _one_per_client(out, clients, "configure_train", round_)
 
-    def train_message(self, message: Message, client: int, round_: int) -> Message:
-        """Client ``client``'s training message from the round's broadcast ``message``
-        (:meth:`fedlib.protocol.Algorithm.train_message`)."""
-        return self._algorithm.train_message(self.state, message, client, round_)
+    def eval_messages(self, round_: int, clients: Sequence[int]) -> dict[int, Message]:
+        """Each client's evaluation message (:meth:`fedlib.protocol.Algorithm.configure_evaluate`),
+        in the order of ``clients``, recorded with kind ``eval:<kind>`` (a message shared by
+        several clients stays one object)."""
+        out = _one_per_client(self._algorithm.configure_evaluate(self.state, round_, list(clients)), clients,
+                              "configure_evaluate", round_)
+        relabeled: dict[int, Message] = {}
+        return {k: relabeled.setdefault(id(m), Message(arrays=m.arrays, meta=m.meta, kind=f"eval:{m.kind}"))
+                for k, m in out.items()}
 
-    def eval_broadcast(self, round_: int) -> Message:
-        """The evaluation message of round ``round_``, recorded with kind ``eval:<kind>``."""
-        down = self._algorithm.eval_broadcast(self.state, round_)
-        return Message(arrays=down.arrays, meta=down.meta, kind=f"eval:{down.kind}")
-
-    def eval_message(self, message: Message, client: int, round_: int) -> Message:
-        """Client ``client``'s evaluation message from the round's ``message``
-        (:meth:`fedlib.protocol.Algorithm.eval_message`), recorded with kind ``eval:<kind>``."""
-        own = self._algorithm.eval_message(self.state, message, client, round_)
-        return own if own is message else Message(arrays=own.arrays, meta=own.meta, kind=f"eval:{own.kind}")
-
-    def aggregate(self, round_: int, updates: list[tuple[int, Message]]) -> None:
-        """Aggregate a list of replies at once (a method with ``aggregation = "list"``)."""
-        for _, m in updates:
-            _check_message(m)
-        self.state = self._algorithm.aggregate(self.state, updates, round_)
-
-    def aggregator(self, round_: int):
-        """The algorithm's fold for this round's replies, or ``None`` (it keeps a list)."""
-        return self._algorithm.aggregator(self.state, round_)
+    def fold(self, round_: int):
+        """The algorithm's fold for this round's replies (:meth:`fedlib.protocol.Algorithm.aggregate`)."""
+        return self._algorithm.aggregate(self.state, round_)
 
     def finish(self, fold) -> None:
         """The new state from a fold that every reply of the round was added to."""
@@ -215,6 +233,19 @@ class Server:
 
     def notify(self, event: Event) -> None:
         self.state = self._algorithm.on_event(self.state, event)
+
+
+def _one_per_client(messages, clients: Sequence[int], hook: str, round_: int) -> dict[int, Message]:
+    """``messages`` checked to hold one :class:`~fedlib.messages.Message` per client, in the order of ``clients``."""
+    missing = [k for k in clients if k not in messages]
+    if missing:
+        raise ValueError(f"{hook} gave no message for client(s) {missing} in round {round_}; it must return one per "
+                         f"client of {list(clients)}")
+    out = {k: messages[k] for k in clients}
+    for k, m in out.items():
+        if not isinstance(m, Message):
+            raise TypeError(f"{hook} gave client {k} a {type(m).__name__} in round {round_}; valid: a fedlib.messages.Message")
+    return out
 
 
 def _check_message(m) -> None:
@@ -241,6 +272,9 @@ class RunResult:
     seconds : wall-clock seconds per round (not part of ``frame``, which is bit-for-bit reproducible)
     server_seconds : wall-clock seconds of the server's aggregation per round (never in the
         server state, which stays bit-for-bit reproducible)
+    predictions : with ``RunOptions(keep_predictions=True)``, each client evaluated in the last
+        evaluated round: ``{client: (local test predictions, global test predictions)}``, label
+        arrays of shape (n_local,) and (n_global,) (kept in memory, not saved)
     """
 
     frame: pd.DataFrame
@@ -252,6 +286,7 @@ class RunResult:
     departed: list[int] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     server_seconds: list[float] = field(default_factory=list)
+    predictions: dict[int, tuple[np.ndarray, np.ndarray]] | None = field(default=None, repr=False)
 
     @property
     def registered(self) -> list[int]:
@@ -378,40 +413,39 @@ def _sample(active: list[int], participation: float, seed: int, round_: int) -> 
     return sorted(int(c) for c in rng.choice(np.asarray(active), size=m, replace=False))
 
 
-def run_federated(
+def run_rounds(
     algorithm: Algorithm,
-    federation: Federation,
-    model_fn: Callable[[], torch.nn.Module],
+    transport: Transport,
     config: LoopConfig = LoopConfig(),
+    options: RunOptions = RunOptions(),
     *,
     stop_after: int | None = None,
-    transport: Transport | None = None,
 ) -> RunResult:
-    """Run ``algorithm`` on ``federation`` for ``config.rounds`` rounds.
+    """Run ``algorithm`` for ``config.rounds`` rounds over the clients ``transport`` carries.
+
+    Most callers use :func:`fedlib.run.run_federated`, which builds the transport from a
+    federation, a model and ``options.execution``; Flower's ``ServerApp`` passes its own.
 
     Parameters
     ----------
-    model_fn : builds the architecture (e.g. ``functools.partial(build_model, "cnn", ...)``); the
-        initial weights are drawn under a stream derived from ``config.seed``, so the same seed
-        gives the same model whatever the caller's RNG state
-    stop_after : stop after this round (as if interrupted); with ``config.checkpoint`` the run can
-        be resumed by calling again without it
-    transport : how messages reach the clients (default: :class:`fedlib.engines.inprocess.InProcessTransport`
-        over ``federation``, ``model_fn`` and ``config.seed``)
+    transport : how messages reach the clients (:mod:`fedlib.engines`); built with the run's seed
+        (``config.seed``), its ``initial_model`` (drawn under that seed) initializes the server
+    stop_after : stop after this round (as if interrupted); with ``options.checkpoint`` the run
+        can be resumed by calling again without it
 
     Returns
     -------
     RunResult
     """
-    n = federation.n_clients
+    n = transport.n_clients
     _validate_events(config.events, n)
     seed = config.seed
-    transport = make_transport(federation, model_fn, config) if transport is None else transport
-    _check_transport(transport, federation, seed)
+    _check_transport(transport, seed)
     _check_agnostic(algorithm, transport)
 
-    ckpt = Path(config.checkpoint) if config.checkpoint else None
-    fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": config.fingerprint(), "federation": federation.description})
+    ckpt = Path(options.checkpoint) if options.checkpoint else None
+    fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": {**config.fingerprint(), **transport.fingerprint()},
+                                   "federation": transport.description})
     if ckpt is not None and ckpt.exists():
         tensors, saved = load_tensors_json(ckpt)
         if saved["fingerprint"] != fingerprint:
@@ -421,7 +455,7 @@ def run_federated(
             )
         loaded = _unflatten_states(tensors, saved["states"])
         server = Server(algorithm, loaded.pop("server"))
-        states = make_states(config.states, config.states_dir, overwrite=True)
+        states = make_states(options.states, options.states_dir, overwrite=True)
         for name, st in loaded.items():
             states[int(name.split("/", 1)[1])] = st
         del loaded, tensors
@@ -431,9 +465,9 @@ def run_federated(
         start, seconds, server_seconds = int(saved["rounds_done"]) + 1, list(saved["seconds"]), list(saved["server_seconds"])
     else:
         server = Server(algorithm, algorithm.init_server(transport.initial_model))
-        states = make_states(config.states, config.states_dir)
+        states = make_states(options.states, options.states_dir)
         for k in range(n):
-            states[k] = algorithm.init_client(k, federation.n_classes)
+            states[k] = State()  # a client's persistent state starts empty (protocol)
         ledger = Ledger()
         rows: list[tuple] = []
         joiners = {e.client for e in config.events if e.kind == "join"}
@@ -443,10 +477,11 @@ def run_federated(
 
     last = config.rounds if stop_after is None else min(config.rounds, stop_after)
     bar = None
-    if config.progress:
+    if options.progress:
         from tqdm.auto import tqdm  # optional display dependency, imported only when asked for
 
         bar = tqdm(total=config.rounds, initial=start - 1, desc=algorithm.name, unit="round")
+    predictions: dict[int, tuple[np.ndarray, np.ndarray]] | None = {} if options.keep_predictions else None
     rounds_done = start - 1
     for r in range(start, last + 1):
         t0 = time.perf_counter()
@@ -461,14 +496,10 @@ def run_federated(
             server.notify(e)
             rows.append((r, -1, f"{e.kind}:{e.client}", 1.0))
 
-        # the broadcast depends on the server state and the round only: one message, sent to every sampled
-        # client, unless the method sends each its own (train_message)
-        down = server.broadcast(r)
-        messages = {k: server.train_message(down, k, r) for k in _sample(active, config.participation, seed, r)}
+        messages = server.train_messages(r, _sample(active, config.participation, seed, r))
         # streaming aggregation: each reply is folded in and freed (one running sum per array), unless
-        # the method keeps the list (aggregation = "list")
-        fold = server.aggregator(r)
-        updates: list[tuple[int, Message]] = []
+        # the method's fold keeps the list (needs_all_replies)
+        fold = server.fold(r)
         t_server = 0.0
         for k, new_state, up in transport.local_updates(algorithm, r, messages, states):
             ledger.record(r, k, DOWN, messages[k])
@@ -488,25 +519,21 @@ def run_federated(
                 continue
             if "train_loss" in up.meta:
                 rows.append((r, k, "train_loss", float(up.meta["train_loss"])))
-            if fold is None:
-                updates.append((k, up))
-            else:
-                _check_message(up)
-                t_add = time.perf_counter()
-                fold.add(k, up)
-                t_server += time.perf_counter() - t_add
+            _check_message(up)
+            t_add = time.perf_counter()
+            fold.add(k, up)
+            t_server += time.perf_counter() - t_add
             del up, new_state
-        del messages, down
+        del messages
         t_finish = time.perf_counter()
-        if fold is None:
-            server.aggregate(r, updates)
-        else:
-            server.finish(fold)
+        server.finish(fold)
         server_seconds.append(t_server + time.perf_counter() - t_finish)
-        del updates, fold
+        del fold
 
         if (r == config.rounds and config.evaluate_last) or (config.eval_every and r % config.eval_every == 0):
-            rows.extend(_evaluate(algorithm, server, transport, states, active, config, r, ledger))
+            if predictions is not None:
+                predictions = {}
+            rows.extend(_evaluate(algorithm, server, transport, states, active, config, r, ledger, predictions))
         seconds.append(time.perf_counter() - t0)
         rounds_done = r
         if ckpt is not None:
@@ -515,28 +542,21 @@ def run_federated(
                 "fingerprint": fingerprint, "states": metas, "ledger": ledger.records, "rows": rows, "active": active,
                 "departed": departed, "rounds_done": r, "seconds": seconds, "server_seconds": server_seconds,
             })
+        if options.observe is not None:
+            options.observe(r, server.state)
         if bar is not None:
             bar.update(1)
             _postfix(bar, rows, r)
     if bar is not None:
         bar.close()
-    return RunResult(_frame(rows), ledger, server.state, states, rounds_done, algorithm.name, departed, seconds, server_seconds)
+    return RunResult(_frame(rows), ledger, server.state, states, rounds_done, algorithm.name, departed, seconds, server_seconds,
+                     predictions)
 
 
-def make_transport(federation: Federation, model_fn: Callable[[], torch.nn.Module], config: LoopConfig) -> Transport:
-    """The transport ``config.execution`` names, over ``federation`` with the run's seed."""
-    if config.execution == "vectorized":
-        return VectorizedTransport(federation, model_fn, config.seed, memory_budget=int(config.memory_budget))
-    return InProcessTransport(federation, model_fn, config.seed)
-
-
-def _check_transport(transport: Transport, federation: Federation, seed: int) -> None:
+def _check_transport(transport: Transport, seed: int) -> None:
     if transport.seed != seed:
         raise ValueError(f"the transport's clients derive their streams from seed {transport.seed}, but the run's seed "
                          f"is {seed}: build the transport with the run's seed")
-    if transport.n_clients != federation.n_clients:
-        raise ValueError(f"the transport carries {transport.n_clients} clients, but the federation has "
-                         f"{federation.n_clients}: build the transport over this federation")
 
 
 def _check_agnostic(algorithm: Algorithm, transport: Transport) -> None:
@@ -559,16 +579,17 @@ def _evaluated_clients(active: list[int], eval_clients: int | None, seed: int, r
     return sorted(int(c) for c in rng.choice(np.asarray(active), size=eval_clients, replace=False))
 
 
-def _evaluate(algorithm, server, transport, states, active, config, r, ledger) -> list[tuple]:
-    """Every active client (or the round's evaluation sample) receives the evaluation broadcast,
-    deploys and is evaluated."""
+def _evaluate(algorithm, server, transport, states, active, config, r, ledger, predictions=None) -> list[tuple]:
+    """Every active client (or the round's evaluation sample) receives its evaluation message,
+    deploys and is evaluated; ``predictions`` (a dict) collects their predicted labels."""
     clients = _evaluated_clients(active, config.eval_clients, config.seed, r)
-    down = server.eval_broadcast(r)  # one message (it depends on the state and round only) ...
-    messages = {k: server.eval_message(down, k, r) for k in clients}  # ... unless the method personalizes it
+    messages = server.eval_messages(r, clients)
     for k in clients:
         ledger.record(r, k, DOWN, messages[k])
     rows = [(r, -1, "eval_sample", float(len(clients)))] if len(clients) < len(active) else []
-    for k, abilities in transport.evaluate(algorithm, r, messages, states, rare_ratio=config.rare_ratio, f1_class=config.f1_class):
+    extra = {} if predictions is None else {"predictions": predictions}
+    for k, abilities in transport.evaluate(algorithm, r, messages, states, rare_ratio=config.rare_ratio,
+                                           f1_class=config.f1_class, **extra):
         if isinstance(abilities, ClientFailure):
             rows.extend(_failed(abilities, config, r, "dropped_failed_eval"))
             continue
@@ -596,30 +617,29 @@ def _postfix(bar, rows, r) -> None:
         bar.set_postfix({m: f"{100 * np.mean(v):.1f}" for m, v in vals.items()})
 
 
-def evaluate_deployment(
+def evaluate_result(
     algorithm: Algorithm,
     result: RunResult,
-    federation: Federation,
-    model_fn: Callable[[], torch.nn.Module],
+    transport: Transport,
     config: LoopConfig = LoopConfig(),
     *,
-    transport: Transport | None = None,
+    predictions: dict | None = None,
 ) -> pd.DataFrame:
-    """Evaluate another deployment rule on a finished run's final server state.
-
-    For example, FedAvg-FT's deployment on a FedAvg run: the training is the same, only the
-    ``deploy`` hook differs, so there is no need to train twice. Every registered client
+    """Evaluate another deployment rule on a finished run's final server state, over ``transport``
+    (:func:`fedlib.run.evaluate_deployment` builds it). Every registered client
     (:attr:`RunResult.registered`) is evaluated; the messages are not recorded in the run's
-    ledger. Returns the tidy rows for the last round, like ``result.frame``.
-    """
-    transport = make_transport(federation, model_fn, config) if transport is None else transport
-    _check_transport(transport, federation, config.seed)
-    bad = [k for k in result.registered if not 0 <= k < federation.n_clients]
+    ledger; ``predictions`` (a dict), when given, receives each client's predicted labels as
+    :attr:`RunResult.predictions` holds them. Returns the tidy rows for the last round, like
+    ``result.frame``."""
+    _check_transport(transport, config.seed)
+    bad = [k for k in result.registered if not 0 <= k < transport.n_clients]
     if bad:
-        raise ValueError(f"the run has client(s) {bad} that this federation of {federation.n_clients} clients lacks")
+        raise ValueError(f"the run has client(s) {bad} that this federation of {transport.n_clients} clients lacks")
     server = Server(algorithm, result.server)
-    rows = _evaluate(algorithm, server, transport, result.client_states, result.registered, config, result.rounds_done, Ledger())
+    rows = _evaluate(algorithm, server, transport, result.client_states, result.registered, config, result.rounds_done,
+                     Ledger(), predictions)
     return _frame(rows)
 
 
-__all__ = ["ClientFailedError", "EXECUTIONS", "FAILURE_POLICIES", "LoopConfig", "make_transport", "NonFiniteUpdateError", "RunResult", "Server", "evaluate_deployment", "per_client_table", "run_federated"]
+__all__ = ["ClientFailedError", "EXECUTIONS", "FAILURE_POLICIES", "LoopConfig", "NonFiniteUpdateError",
+           "RunOptions", "RunResult", "Server", "evaluate_result", "per_client_table", "run_rounds"]

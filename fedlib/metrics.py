@@ -88,12 +88,12 @@ Example
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from .validation import is_real
 
 __all__ = [
     "RARE_RATIO",
@@ -180,18 +180,15 @@ def _as_counts(train_counts) -> np.ndarray:
     return counts
 
 
-def _is_real(x) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
-
 
 def _check_rare_ratio(rare_ratio) -> float:
-    if not _is_real(rare_ratio) or not math.isfinite(rare_ratio) or not rare_ratio > 0:
+    if not is_real(rare_ratio) or not math.isfinite(rare_ratio) or not rare_ratio > 0:
         raise ValueError(f"rare_ratio must be a finite number > 0, got {_show(rare_ratio)}")
     return float(rare_ratio)
 
 
 def _check_fraction(fraction) -> float:
-    if not _is_real(fraction) or not (0 < fraction <= 1):
+    if not is_real(fraction) or not (0 < fraction <= 1):
         raise ValueError(f"fraction must be in (0, 1], got {_show(fraction)}")
     return float(fraction)
 
@@ -757,7 +754,7 @@ def format_metric(value, digits: int = 1, percent: bool = True) -> str:
         return "n/a"
     if value is pd.NA or value is pd.NaT:
         return "n/a"
-    if not _is_real(value):
+    if not is_real(value):
         raise TypeError(f"value must be a real number, NaN or None, got {_show(value)}")
     if math.isnan(value):
         return "n/a"

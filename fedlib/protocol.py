@@ -1,47 +1,51 @@
-"""The method contract: the hooks through which a method plugs into the one round loop.
+"""The method contract: the seven hooks through which a method plugs into the one round loop.
 
 This module sits **below** :mod:`fedlib.loop` (which drives the hooks) and below every plug-in in
 ``fedlib.algorithms`` (which override them); importing it imports no method. The book's page
-"Inside fedlib" draws the layers and walks through adding a method. A method overrides some of
-these hooks and nothing else (one round loop, never a copy of it):
+"Inside fedlib" draws the layers, compares the contract with Flower's strategies and FedJAX, and
+walks through adding a method. A method overrides some of these hooks and nothing else (one
+round loop, never a copy of it):
 
-==================  ==========  ==================================================================
-hook                runs on     does
-==================  ==========  ==================================================================
-``init_server``     server      the server state from the initial model
-``init_client``     client      a client's persistent state before its first round (default empty)
-``broadcast``       server      the message the server sends to a sampled client for training
-``train_message``   server      the training message one client receives (default: the
-                                ``broadcast`` itself; a method that sends each client its own,
-                                as COSMOS's cluster pseudo-labels, returns that client's)
-``local_update``    client      (state, message, data, generator) -> (new state, reply)
-``local_program``   client      the same local work as data (:class:`~fedlib.training.LocalProgram`),
-                                or ``None``: what lets a vectorized executor batch clients
-``fold``            server      the aggregation rule as a fold over the replies (default: the
-                                sample-weighted mean of the ``model/`` arrays)
-``aggregate``       server      the new server state from the replies (messages only)
-``eval_broadcast``  server      the message sent to every active client for evaluation (default:
-                                the training broadcast of that round)
-``eval_message``    server      the evaluation message one client receives (default: the
-                                ``eval_broadcast`` itself; a method that personalizes on the
-                                server, as HDC-FL, returns that client's own)
-``deploy``          client      the client's deployed predictor, evaluated unchanged by the protocol
-``on_event``        server      a client left or joined (the server learns the id, nothing else)
-==================  ==========  ==================================================================
+=======================  ==========  =============================================================
+hook                     runs on     does
+=======================  ==========  =============================================================
+``init_server``          server      the server state from the initial model
+``configure_train``      server      each sampled client's training message (default: the
+                                     ``model/`` arrays, **one** message object shared by every
+                                     client, so the loop and Flower can build it once)
+``local_update``         client      (state, message, data, generator) -> (new state, reply);
+                                     a :class:`ProgramMethod` writes it as a
+                                     :class:`~fedlib.training.LocalProgram` instead (stackable)
+``aggregate``            server      the aggregation rule as a fold over the replies: an object
+                                     with ``add(client, reply)`` and ``finish() -> State``
+                                     (default: :class:`ModelAverage`); a rule that needs every
+                                     reply at once says so with :func:`needs_all_replies`
+``configure_evaluate``   server      each evaluated client's message (default: the training
+                                     messages of that round)
+``deploy``               client      the client's deployed predictor, evaluated unchanged by the
+                                     protocol
+``on_event``             server      a client left or joined (the server learns the id, nothing else)
+=======================  ==========  =============================================================
 
-Server hooks receive :class:`~fedlib.messages.State` and :class:`~fedlib.messages.Message`
-objects only; client hooks receive the client's own data. A client's work is a function of
-(state, message, data, generator): ``ctx.model`` is a scratch copy of the architecture whose
-weights the hook must load from the message or state before use.
+and two class-level declarations: ``name`` (the method's name in tables and checkpoints) and
+``model_agnostic`` (whether clients of different architectures can run it).
+
+A client's persistent :class:`~fedlib.messages.State` starts empty; a method that keeps one
+(Ditto's personal model, FedRep's head) fills it in its first ``local_update``. Server hooks
+receive :class:`~fedlib.messages.State` and :class:`~fedlib.messages.Message` objects only;
+client hooks receive the client's own data. A client's work is a function of (state, message,
+data, generator): ``ctx.model`` is a scratch copy of the architecture whose weights the hook
+must load from the message or state before use.
 
 Shared parts for plug-ins (so that no method writes them again): :func:`model_arrays` /
 :func:`body_arrays` (what a client sends), :func:`update_message` (the usual reply),
-:func:`load_model`; the prefixes :data:`MODEL` and :data:`HEAD`.
+:func:`load_model`, :func:`model_message`, :func:`fold_replies`; the prefixes :data:`MODEL` and
+:data:`HEAD`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -49,7 +53,7 @@ import torch
 from .aggregate import WeightedMean
 from .messages import Message, State, prefixed
 from .models import HEAD_PREFIX
-from .training import LocalProgram
+from .training import LocalProgram, SequentialWork
 
 MODEL = "model/"
 """Prefix of the model's ``state_dict`` entries in a message or a state (``model/conv1.weight``)."""
@@ -59,6 +63,9 @@ HEAD = MODEL + HEAD_PREFIX
 
 Predictor = Callable[[torch.Tensor], torch.Tensor]
 """A deployed predictor: inputs (n, ...) -> scores (n, C); the protocol takes their argmax."""
+
+HOOKS = ("init_server", "configure_train", "local_update", "aggregate", "configure_evaluate", "deploy", "on_event")
+"""The hooks of :class:`Algorithm`, in the order a round calls them (the book's *Inside fedlib*)."""
 
 
 @dataclass
@@ -107,6 +114,16 @@ def without_head(arrays: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v for k, v in arrays.items() if not k.startswith(HEAD)}
 
 
+def model_message(server: State, **extra: torch.Tensor) -> Message:
+    """The server's ``model/`` arrays (plus ``extra`` arrays) as a message of kind ``"model"``:
+    what most methods send for training.
+
+    >>> model_message(State({"model/w": torch.zeros(1), "cache/x": torch.ones(1)})).arrays
+    {'model/w': tensor([0.])}
+    """
+    return Message(arrays={**{k: v for k, v in server.arrays.items() if k.startswith(MODEL)}, **extra}, kind="model")
+
+
 def update_message(arrays: Mapping[str, torch.Tensor], n_samples: int, train_loss: float | None = None,
                    kind: str = "update", **meta) -> Message:
     """The usual reply of a client: ``arrays`` plus ``n_samples`` (the aggregation weight) and,
@@ -128,10 +145,17 @@ def load_model(model: torch.nn.Module, state: State, prefix: str = MODEL, strict
     return model
 
 
-AGGREGATIONS = ("fold", "list")
-"""How a method's server aggregates a round's replies: ``"fold"`` streams them (:meth:`Algorithm.aggregator`,
-one running sum per array, replies freed once folded), ``"list"`` keeps them all for
-:meth:`Algorithm.aggregate` (a method that needs every reply at once, at its own memory cost)."""
+def map_messages(messages: Mapping[int, Message], change: Callable[[Message], Message]) -> dict[int, Message]:
+    """``change`` applied to each distinct message object of ``messages`` once: clients that
+    shared one message share its changed form (what a wrapper of another method's messages uses).
+
+    >>> m = Message(kind="model")
+    >>> out = map_messages({0: m, 1: m}, lambda msg: Message(kind="request"))
+    >>> out[0] is out[1], out[0].kind
+    (True, 'request')
+    """
+    done: dict[int, Message] = {}
+    return {k: done.setdefault(id(m), change(m)) for k, m in messages.items()}
 
 
 class ModelAverage:
@@ -157,14 +181,76 @@ class ModelAverage:
         return State(arrays={**self._server.arrays, **prefixed(MODEL, arrays)}, meta=dict(self._server.meta))
 
 
+class Collect:
+    """A fold that keeps every reply, in arrival order, and hands the list of ``(client, reply)``
+    pairs to ``merge`` at the end: the aggregation of a method that needs every reply at once
+    (:func:`needs_all_replies`), at the memory cost of holding them."""
+
+    def __init__(self, merge: Callable[[list[tuple[int, Message]]], State]) -> None:
+        self._merge = merge
+        self._replies: list[tuple[int, Message]] = []
+
+    def __len__(self) -> int:
+        return len(self._replies)
+
+    def add(self, client: int, message: Message) -> None:
+        """Keep client ``client``'s reply."""
+        self._replies.append((client, message))
+
+    def finish(self) -> State:
+        """The new server state: ``merge`` of the kept replies."""
+        return self._merge(self._replies)
+
+
+def fold_replies(fold, replies: Iterable[tuple[int, Message]]) -> State:
+    """Feed ``replies`` (``(client, reply)`` pairs) into ``fold`` (an ``aggregate`` hook's
+    result) and return the new server state: what a rule that keeps the list uses to apply
+    another rule to it (e.g. FedAvg's mean, ``fold_replies(ModelAverage(server), replies)``)."""
+    for client, message in replies:
+        fold.add(client, message)
+    return fold.finish()
+
+
+def needs_all_replies(merge: Callable) -> Callable:
+    """Declare an ``aggregate`` hook that needs every reply of the round at once.
+
+    Decorates ``merge(self, server, replies, round_) -> State`` (``replies`` the round's
+    ``(client, reply)`` pairs) and turns it into the hook ``aggregate(server, round_)``, which
+    returns a :class:`Collect` fold around it. :func:`streams` reads the declaration, so the
+    methods that keep every reply (at the memory cost of holding them) are known without
+    running them.
+
+    >>> class CountReplies(Algorithm):
+    ...     @needs_all_replies
+    ...     def aggregate(self, server, replies, round_):
+    ...         return State(meta={"replies": len(replies)})
+    >>> fold = CountReplies().aggregate(State(), 1)
+    >>> fold.add(0, Message()); fold.add(1, Message())
+    >>> fold.finish().meta, streams(CountReplies())
+    ({'replies': 2}, False)
+    """
+
+    def aggregate(self, server: State, round_: int) -> Collect:
+        return Collect(lambda replies: merge(self, server, replies, round_))
+
+    aggregate.__name__, aggregate.__qualname__ = merge.__name__, merge.__qualname__
+    aggregate.__module__ = merge.__module__
+    aggregate.__doc__ = (merge.__doc__ or "") + "\n\n(Every reply of the round at once: :func:`fedlib.protocol.needs_all_replies`.)"
+    aggregate.needs_all_replies = True  # type: ignore[attr-defined]
+    return aggregate
+
+
+def streams(algorithm: "Algorithm | type[Algorithm]") -> bool:
+    """Whether ``algorithm`` (a method or its class) aggregates as a stream, each reply folded and
+    freed, rather than keeping every reply (:func:`needs_all_replies`)."""
+    cls = algorithm if isinstance(algorithm, type) else type(algorithm)
+    return not getattr(cls.aggregate, "needs_all_replies", False)
+
+
 class Algorithm:
-    """Base class: FedAvg's server side (broadcast the model, sample-weighted average)."""
+    """Base class: FedAvg's server side (the model to every client, the sample-weighted average)."""
 
     name = "base"
-    aggregation = "fold"
-    """One of :data:`fedlib.protocol.AGGREGATIONS`. A method that overrides ``aggregate`` keeps the
-    list whatever this says (:meth:`fedlib.protocol.Algorithm.aggregator`); the registered ones say
-    ``"list"`` too, with the reason."""
 
     model_agnostic = False
     """Whether the method works with clients of different architectures
@@ -174,130 +260,95 @@ class Algorithm:
     architecture). The loop refuses a heterogeneous federation for every method that leaves this
     ``False`` (all that average parameters)."""
 
-    program_hooks: tuple[str, ...] = ("local_update",)
-    """The hooks whose work :meth:`~fedlib.protocol.Algorithm.local_program` reproduces; overriding
-    one of them in a subclass without overriding ``local_program`` too makes the method sequential
-    (:func:`~fedlib.protocol.vectorizable`)."""
-
     def init_server(self, model: torch.nn.Module) -> State:
+        """The server state before round 1, from the run's initial model (default: its arrays)."""
         return State(arrays=model_arrays(model))
 
-    def init_client(self, client: int, n_classes: int) -> State:
-        return State()
-
-    def broadcast(self, server: State, round_: int) -> Message:
-        """The message the server sends to every sampled client for training in round ``round_``
-        (default: the ``model/`` arrays); :meth:`~fedlib.protocol.Algorithm.train_message` may make it each client's own."""
-        return Message(arrays={k: v for k, v in server.arrays.items() if k.startswith(MODEL)}, kind="model")
-
-    def train_message(self, server: State, message: Message, client: int, round_: int) -> Message:
-        """The training message client ``client`` receives in round ``round_``, from the round's
-        :meth:`~fedlib.protocol.Algorithm.broadcast` ``message``. Default: that message itself
-        (every sampled client receives the same). A method that sends each client its own (COSMOS:
-        the pseudo-labels of the client's cluster model) returns it here; the ledger records each
-        one, so per-client bytes are counted honestly."""
-        return message
-
-    def eval_broadcast(self, server: State, round_: int) -> Message:
-        """The message every active client deploys from when round ``round_`` is evaluated (after
-        its aggregation). Default: the training broadcast; a method whose evaluation needs
-        something else (MPT's prototypes, a knowledge round's plain model) overrides this hook
-        instead of guessing the phase from round numbers. The loop records it with kind
-        ``eval:<kind>``."""
-        return self.broadcast(server, round_)
-
-    def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
-        """The evaluation message client ``client`` receives in round ``round_``, from the round's
-        :meth:`~fedlib.protocol.Algorithm.eval_broadcast` ``message``. Default: that message itself
-        (every client receives the same). A method that personalizes on the server (HDC-FL's
-        encoder mixtures) returns a message of the client's own; the ledger records each one, so
-        its bytes are counted per client."""
-        return message
+    def configure_train(self, server: State, round_: int, clients: Sequence[int]) -> dict[int, Message]:
+        """The training message of each client of ``clients`` (sampled for round ``round_``).
+        Default: the server's ``model/`` arrays, one :class:`~fedlib.messages.Message` object
+        shared by every client (``dict.fromkeys``). A method that sends each client its own
+        (COSMOS: its cluster's pseudo-labels) returns a message per client; the ledger records
+        every message a client receives, shared or not."""
+        return dict.fromkeys(clients, model_message(server))
 
     def local_update(
         self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
     ) -> tuple[State, Message]:
-        """The client's local work. Default: run :meth:`~fedlib.protocol.Algorithm.local_program` in ``ctx.model``
-        (a method either returns a program there, or overrides this hook)."""
-        program = self.local_program(ctx, state, message, data)
-        if program is None:
-            raise NotImplementedError(f"{type(self).__name__} must implement local_update or local_program")
-        return program.run(ctx.model, generator)
+        """The client's local work: ``(new state, reply)``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement local_update (or derive from ProgramMethod)")
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram | None:
-        """This round's local work as a :class:`~fedlib.training.LocalProgram` (phases of SGD or
-        Adam steps on cross-entropy, optionally with a proximal term), or ``None`` when it is not
-        of that form (custom losses or control flow). A method that returns a program here and
-        leaves :meth:`~fedlib.protocol.Algorithm.local_update` to the default runs the same program sequentially or, with
-        ``LoopConfig(execution="vectorized")``, batched with the round's other clients; a method
-        that overrides :meth:`~fedlib.protocol.Algorithm.local_update` must return a program only where running it is
-        exactly what its ``local_update`` does (:func:`~fedlib.protocol.vectorizable` checks
-        which class defines each hook)."""
-        return None
-
-    def fold(self, server: State, round_: int):
-        """The method's aggregation rule as a fold: an object with ``add(client, message)`` and
-        ``finish() -> State``. Default: :class:`ModelAverage` (FedAvg's sample-weighted mean of
-        the ``model/`` arrays); a method with another rule that can stream (HDC-FL's cache,
-        IFCA's per-cluster means) overrides this hook, and both the loop's streaming path and
-        :meth:`~fedlib.protocol.Algorithm.aggregate` run it."""
+    def aggregate(self, server: State, round_: int):
+        """The aggregation rule of round ``round_`` as a fold: an object with ``add(client,
+        reply)`` (the loop adds each reply as it arrives and frees it) and ``finish() -> State``.
+        Default: :class:`ModelAverage`, FedAvg's sample-weighted mean of the ``model/`` arrays. A
+        method whose rule needs every reply at once decorates a function of the list with
+        :func:`needs_all_replies`."""
         return ModelAverage(server)
 
-    def aggregator(self, server: State, round_: int):
-        """The fold the loop feeds this round's replies into, one at a time (``add(client,
-        message)``, then ``finish() -> State``), or ``None``: the loop then keeps the replies and
-        calls :meth:`aggregate`. ``None`` for a method with ``aggregation = "list"`` and for every
-        method that overrides :meth:`aggregate` (its own rule is what runs, whatever it declares);
-        otherwise :meth:`~fedlib.protocol.Algorithm.fold`."""
-        if self.aggregation not in AGGREGATIONS:
-            raise ValueError(f"{type(self).__name__}.aggregation is {self.aggregation!r}; valid: {', '.join(AGGREGATIONS)}")
-        if self.aggregation == "list" or type(self).aggregate is not Algorithm.aggregate:
-            return None
-        return self.fold(server, round_)
-
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        """The method's :meth:`~fedlib.protocol.Algorithm.fold` (by default the sample-size-weighted
-        average of the updates' ``model/`` arrays, :class:`ModelAverage`) over the list: the same
-        bits as the loop's streaming fold."""
-        fold = self.fold(server, round_)
-        for k, m in updates:
-            fold.add(k, m)
-        return fold.finish()
+    def configure_evaluate(self, server: State, round_: int, clients: Sequence[int]) -> dict[int, Message]:
+        """The message each client of ``clients`` deploys from when round ``round_`` is evaluated
+        (after its aggregation). Default: :meth:`configure_train`'s messages. A method whose
+        evaluation needs something else (MPT's prototypes, HDC-FL's personalized encoders)
+        overrides this hook instead of guessing the phase from round numbers. The loop records
+        each with kind ``eval:<kind>``."""
+        return self.configure_train(server, round_, clients)
 
     def deploy(
         self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator
     ) -> Predictor:
-        """The deployed predictor; by default the broadcast model itself."""
+        """The deployed predictor; by default the message's model itself."""
         return load_model(ctx.model, message).eval()
 
     def on_event(self, server: State, event: Event) -> State:
+        """The server state after ``event`` (a client left or joined); default: unchanged."""
         return server
 
 
+LocalWork = LocalProgram | SequentialWork
+"""What :meth:`ProgramMethod.program` returns: a stackable program, or sequential work."""
+
+
+class ProgramMethod(Algorithm):
+    """A method whose local work is data: :meth:`program` returns this round's
+    :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy,
+    optionally with a proximal term), which the vectorized transport
+    (:class:`fedlib.engines.vectorized.VectorizedTransport`) stacks with the round's other
+    clients, or a :class:`~fedlib.training.SequentialWork` for a round whose work is not of that
+    form (GGEUR's statistics round), which runs alone.
+
+    ``local_update`` is final: it runs the program, so what is stacked is by construction what
+    runs sequentially. A subclass that defines ``local_update`` is refused when it is defined.
+    """
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "local_update" in vars(cls):
+            raise TypeError(f"{cls.__name__} derives from ProgramMethod, whose local_update is final (it runs "
+                            "program()); write the local work in program(), or derive from Algorithm instead")
+
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
+        """This round's local work as data."""
+        raise NotImplementedError(f"{type(self).__name__} must implement program")
+
+    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+        """Run :meth:`program` in ``ctx.model`` with ``generator`` (final)."""
+        return self.program(ctx, state, message, data).run(ctx.model, generator)
+
+
 def vectorizable(algorithm: Algorithm) -> bool:
-    """Whether ``algorithm``'s programs may stand for its ``local_update``: the class that
-    defines :meth:`Algorithm.local_program` is, or derives from, the class that defines each of
-    the hooks its program reproduces (:attr:`Algorithm.program_hooks`: ``local_update``, and for
-    a wrapper the hooks its ``local_update`` calls); a wrapper's ``base`` method must be
-    vectorizable too. A subclass that overrides ``local_update`` alone (custom control flow over
-    an inherited program) is not vectorizable, and neither is a method that defines no program.
+    """Whether ``algorithm``'s local work can be stacked with other clients' (it is a
+    :class:`ProgramMethod`: each round, the clients whose :meth:`~ProgramMethod.program` is a
+    :class:`~fedlib.training.LocalProgram` train stacked).
 
     >>> class Custom(Algorithm):
     ...     def local_update(self, ctx, state, message, data, generator): ...
     >>> vectorizable(Custom())
     False
     """
-    mro = type(algorithm).__mro__
-    owner_program = next(c for c in mro if "local_program" in vars(c))
-    if owner_program is Algorithm:
-        return False
-    for hook in algorithm.program_hooks:
-        owner = next(c for c in mro if hook in vars(c))
-        if not issubclass(owner_program, owner):
-            return False
-    base = getattr(algorithm, "base", None)
-    return vectorizable(base) if isinstance(base, Algorithm) else True
+    return isinstance(algorithm, ProgramMethod)
 
 
-__all__ = ["AGGREGATIONS", "HEAD", "MODEL", "Algorithm", "ModelAverage", "ClientContext", "Event", "Predictor", "body_arrays", "load_model",
-           "model_arrays", "update_message", "vectorizable", "without_head"]
+__all__ = ["HEAD", "HOOKS", "MODEL", "Algorithm", "ClientContext", "Collect", "Event", "LocalWork", "ModelAverage",
+           "Predictor", "ProgramMethod", "body_arrays", "fold_replies", "load_model", "map_messages", "model_arrays",
+           "model_message", "needs_all_replies", "streams", "update_message", "vectorizable", "without_head"]

@@ -5,7 +5,7 @@ one :class:`~fedlib.messages.State` per client. With thousands of clients those 
 all sit in memory: :class:`DiskStates` keeps each in a file of its own (atomic writes, read back
 with ``torch.load(weights_only=True)``: :func:`fedlib.io.save_tensors_json`), behind the same
 mapping ``client -> State`` the round loop uses, so the results are the same bit for bit.
-:func:`make_states` chooses by name (``LoopConfig(states="disk", states_dir=...)``).
+:func:`make_states` chooses by name (``RunOptions(states="disk", states_dir=...)``).
 
 An empty state (no arrays, no metadata: every stateless method's) is never written: a
 federation of thousands of FedAvg clients costs no file and no memory per client.
@@ -33,7 +33,7 @@ class DiskStates(MutableMapping):
 
     Reading a client loads its file (an empty state when it has none); writing replaces the
     file atomically, so a run stopped mid-write leaves every state whole. Only the set of
-    clients is held in memory between rounds; a checkpoint (``LoopConfig(checkpoint=...)``) and
+    clients is held in memory between rounds; a checkpoint (``RunOptions(checkpoint=...)``) and
     :meth:`fedlib.loop.RunResult.save` still read every state to write their one file. A folder
     that already holds state files is refused, unless ``overwrite`` (a resumed run, which refills
     the store from its checkpoint).
@@ -119,7 +119,7 @@ def make_states(kind: str = "memory", folder: str | Path | None = None, *, overw
     if kind == "memory":
         return {}
     if folder is None:
-        raise ValueError("the 'disk' state store needs a folder (LoopConfig(states_dir=...))")
+        raise ValueError("the 'disk' state store needs a folder (RunOptions(states_dir=...))")
     return DiskStates(folder, overwrite=overwrite)
 
 

@@ -8,7 +8,6 @@ Batches are drawn by index from tensors that already sit in memory (no ``DataLoa
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -17,16 +16,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from .models import HEAD_PREFIX
+from .validation import is_int, is_real
 
 OPTIMIZERS = ("sgd", "adam")
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -60,17 +54,17 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {self.optimizer!r}; valid: {', '.join(OPTIMIZERS)}")
-        if not (_is_int(self.epochs) and self.epochs >= 0):
+        if not (is_int(self.epochs) and self.epochs >= 0):
             raise ValueError(f"epochs must be an int >= 0, got {self.epochs!r}")
-        if self.steps is not None and not (_is_int(self.steps) and self.steps >= 0):
+        if self.steps is not None and not (is_int(self.steps) and self.steps >= 0):
             raise ValueError(f"steps must be None or an int >= 0, got {self.steps!r}")
-        if not (_is_int(self.batch_size) and self.batch_size >= 1):
+        if not (is_int(self.batch_size) and self.batch_size >= 1):
             raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
-        if not (_is_real(self.lr) and math.isfinite(self.lr) and self.lr > 0):
+        if not (is_real(self.lr) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
-        if not (_is_real(self.momentum) and 0 <= self.momentum < 1):
+        if not (is_real(self.momentum) and 0 <= self.momentum < 1):
             raise ValueError(f"momentum must be a number in [0, 1), got {self.momentum!r}")
-        if not (_is_real(self.weight_decay) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+        if not (is_real(self.weight_decay) and math.isfinite(self.weight_decay) and self.weight_decay >= 0):
             raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
 
 
@@ -190,7 +184,7 @@ class Phase:
     def __post_init__(self) -> None:
         if self.params not in PHASE_PARAMS:
             raise ValueError(f"unknown params {self.params!r}; valid: {', '.join(PHASE_PARAMS)}")
-        if not (_is_real(self.mu) and math.isfinite(self.mu) and self.mu >= 0):
+        if not (is_real(self.mu) and math.isfinite(self.mu) and self.mu >= 0):
             raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
 
     def trains(self, name: str) -> bool:
@@ -208,9 +202,10 @@ class LocalProgram:
     in order on ``(x, y)`` with the client's one generator (each phase a fresh optimizer, as
     :func:`local_train` makes), then hand the trained model and the last phase's mean training
     loss to ``finish``, which returns what the method's ``local_update`` returns:
-    ``(new_state, reply)``. :meth:`run` is the sequential execution (the method's
-    ``local_update``); :class:`fedlib.engines.vectorized.VectorizedTransport` runs the programs of
-    a round's clients as one batched computation and calls the same ``finish``.
+    ``(new_state, reply)``. :meth:`run` is the sequential execution (the
+    :class:`~fedlib.protocol.ProgramMethod`'s ``local_update``);
+    :class:`fedlib.engines.vectorized.VectorizedTransport` runs the programs of a round's clients
+    as one batched computation and calls the same ``finish``.
 
     Attributes
     ----------
@@ -237,6 +232,21 @@ class LocalProgram:
             loss = local_train(model, self.x, self.y, phase.train, generator, loss_fn=_phase_loss(phase.mu, anchor),
                                params=[p for name, p in model.named_parameters() if phase.trains(name)])
         return self.finish(model, loss)
+
+
+@dataclass
+class SequentialWork:
+    """A client's local work that is not a :class:`LocalProgram` (its own losses or control flow,
+    e.g. a statistics round), as a function of the model workspace and the client's generator:
+    ``run(model, generator) -> (new_state, reply)``. A
+    :class:`~fedlib.protocol.ProgramMethod` returns it for a round whose work cannot be stacked;
+    every executor runs it as it is, alone.
+
+    >>> SequentialWork(lambda model, generator: ("state", "reply")).run(None, None)
+    ('state', 'reply')
+    """
+
+    run: Callable[[nn.Module, torch.Generator], tuple] = field(repr=False)
 
 
 def _phase_loss(mu: float, anchor: Mapping[str, torch.Tensor]) -> LossFn:

@@ -17,7 +17,7 @@ from sklearn.cluster import KMeans
 
 from ..messages import State
 from ..rng import COMET_KMEANS, derive_seed
-from ..training import _is_int
+from ..validation import is_int
 from .fedmd import PublicDistillation
 
 
@@ -31,7 +31,7 @@ class COMET(PublicDistillation):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not (_is_int(self.k) and self.k >= 1):
+        if not (is_int(self.k) and self.k >= 1):
             raise ValueError(f"COMET's number of clusters k must be an int >= 1, got {self.k!r}")
 
     def group(self, server: State, labels: dict[int, torch.Tensor], round_: int) -> tuple[dict[int, int], dict]:

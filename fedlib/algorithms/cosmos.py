@@ -20,7 +20,7 @@ revisit, communicate) with the paper's consistency term on the clients too (Eq. 
    ``server_train`` optimizer; each round continues from the cluster's previous model.
 3. **Back to the clients**: the cluster model's pseudo-labels :math:`h_k(U)` at temperature ``T``
    are its clients' targets for the next round's digest
-   (:meth:`~fedlib.algorithms.fedmd.PublicDistillation.train_message`).
+   (:meth:`~fedlib.algorithms.fedmd.PublicDistillation.configure_train`).
 
 Deployment (``deploy_model``): ``"server"`` is the paper's protocol (Appendix C: client ``i`` is
 evaluated with :math:`h_{\pi(i)}`, sent as its evaluation message, so the ledger counts it under
@@ -42,9 +42,10 @@ from torch import nn
 from ..clustering import GreedyB0, check_b0, cluster_diameters
 from ..distill import distill, l1_distances, pseudo_labels
 from ..messages import Message, State, prefixed
-from ..protocol import MODEL, ClientContext, Predictor
+from ..protocol import MODEL, ClientContext, Predictor, fold_replies, needs_all_replies
 from ..rng import DISTILL_SERVER, DISTILL_SERVER_INIT, derive_seed, isolated_torch_rng, torch_generator
-from ..training import TrainConfig, _is_int
+from ..training import TrainConfig
+from ..validation import is_int
 from .fedmd import PublicDistillation, _adam, client_model, grouping
 
 SERVER = "server/"
@@ -78,7 +79,7 @@ class COSMOS(PublicDistillation):
             raise ValueError("COSMOS needs b0 (the threshold B0) or target_clusters (raise B0 until that many form)")
         if self.b0 is not None:
             check_b0(self.b0)
-        if self.target_clusters is not None and not (_is_int(self.target_clusters) and self.target_clusters >= 1):
+        if self.target_clusters is not None and not (is_int(self.target_clusters) and self.target_clusters >= 1):
             raise ValueError(f"target_clusters must be None or an int >= 1, got {self.target_clusters!r}")
         if self.deploy_model not in DEPLOYS:
             raise ValueError(f"unknown deploy_model {self.deploy_model!r}; valid: {', '.join(DEPLOYS)}")
@@ -142,9 +143,10 @@ class COSMOS(PublicDistillation):
             prev = server.with_prefix(f"{SERVER}{g}/")
         return prev or server.with_prefix(SERVER_INIT)
 
+    @needs_all_replies
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         """The family's aggregation; the models of clusters that no longer exist are dropped."""
-        state = super().aggregate(server, updates, round_)
+        state = fold_replies(super().aggregate(server, round_), updates)
         if state is server:  # nothing to aggregate yet
             return state
         live = {str(g) for g in set(grouping(state).values())}
@@ -152,15 +154,19 @@ class COSMOS(PublicDistillation):
         return State(arrays=kept, meta=state.meta)
 
     # ---- evaluation ------------------------------------------------------------------------
-    def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
-        """``deploy_model="server"``: the client's cluster model (its parameters: evaluation traffic,
-        recorded as ``eval:cluster_model``); otherwise the broadcast. A client no cluster holds yet
-        gets the lowest-numbered cluster's (the first formed, the largest)."""
+    def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """``deploy_model="server"``: each client's cluster model (its parameters: evaluation
+        traffic, recorded as ``eval:cluster_model``); otherwise the family's message. A client no
+        cluster holds yet gets the lowest-numbered cluster's (the first formed, the largest)."""
+        shared = super().configure_evaluate(server, round_, clients)
         groups = grouping(server)
         if self.deploy_model != "server" or not groups:
-            return message
-        g = groups.get(client, min(groups.values()))
-        return Message(arrays=prefixed(MODEL, server.with_prefix(f"{SERVER}{g}/")), meta={"group": int(g)}, kind="cluster_model")
+            return shared
+        out = {}
+        for k in clients:
+            g = groups.get(k, min(groups.values()))
+            out[k] = Message(arrays=prefixed(MODEL, server.with_prefix(f"{SERVER}{g}/")), meta={"group": int(g)}, kind="cluster_model")
+        return out
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         """The cluster model of the evaluation message, or the client's own model."""

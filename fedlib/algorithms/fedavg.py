@@ -16,17 +16,17 @@ import torch
 
 from ..messages import Message, State
 from ..training import LocalProgram, Phase, TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..protocol import MODEL, ClientContext, Predictor, ProgramMethod, load_model, model_arrays, update_message
 
 
 @dataclass
-class FedAvg(Algorithm):
+class FedAvg(ProgramMethod):
     """Local SGD from the global model; the server averages weighted by sample counts."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
     name = "fedavg"
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """Local SGD from the broadcast model on the client's training split; the reply is the model."""
         n = len(data.train)
         return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train),),

@@ -15,18 +15,18 @@ import torch
 
 from ..messages import Message, State
 from ..training import LocalProgram, Phase, TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message
+from ..protocol import MODEL, ClientContext, ProgramMethod, Predictor, body_arrays, load_model, update_message
 
 
 @dataclass
-class FedBABU(Algorithm):
+class FedBABU(ProgramMethod):
     """Body-only local training and averaging; ``finetune`` (epochs = 0: none) before deployment."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
     finetune: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=5, lr=0.01))
     name = "fedbabu"
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """The body trained from the broadcast model, the head frozen; the reply is the body."""
         n = len(data.train)
         return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train, params="body"),),

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from ..messages import Message, State
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, model_message, update_message
 
 
 def simplex_etf(dim: int, n_classes: int, generator: torch.Generator) -> torch.Tensor:
@@ -81,10 +81,9 @@ class FedETF(Algorithm):
         state.arrays["etf"] = self._etf(model)  # fixed; broadcast with the model
         return state
 
-    def broadcast(self, server: State, round_: int) -> Message:
-        msg = super().broadcast(server, round_)
-        msg.arrays = {**msg.arrays, "etf": server.arrays["etf"]}
-        return msg
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The model and the fixed ETF classifier, one message shared by every client."""
+        return dict.fromkeys(clients, model_message(server, etf=server.arrays["etf"]))
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message)

@@ -46,7 +46,8 @@ from ..cgrl import (
 from ..messages import Message, State
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, load_model, model_arrays, update_message
+from ..protocol import (Algorithm, ClientContext, ModelAverage, fold_replies, load_model, model_arrays, model_message,
+                        needs_all_replies, update_message)
 
 REF = "cgrl/"
 _KEYS = ("prototypes", "proto_flags", "references", "ref_flags")
@@ -65,7 +66,6 @@ class CGRL(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     cgrl: CGRLConfig = field(default_factory=CGRLConfig)
     name = "cgrl"
-    aggregation = "list"  # the reference update (update_directions) takes every client's directions at once
 
     def _layers(self, model) -> tuple[str, ...]:
         layers = self.cgrl.layers if self.cgrl.layers is not None else tuple(model.feature_layers)
@@ -85,11 +85,11 @@ class CGRL(Algorithm):
         state.meta["cgrl_layers"] = list(layers)
         return state
 
-    def broadcast(self, server: State, round_: int) -> Message:
-        msg = super().broadcast(server, round_)
-        msg.arrays = {**msg.arrays, **{REF + k: server.arrays[REF + k] for k in _KEYS}}
-        msg.meta = {**msg.meta, "cgrl_layers": server.meta["cgrl_layers"]}
-        return msg
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The model, the class prototypes and magnitude references, one message shared by every client."""
+        msg = model_message(server, **{REF + k: server.arrays[REF + k] for k in _KEYS})
+        msg.meta = {"cgrl_layers": server.meta["cgrl_layers"]}
+        return dict.fromkeys(clients, msg)
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         cfg = self.cgrl
@@ -135,8 +135,10 @@ class CGRL(Algorithm):
                   REF + "rho_sums": rho_sums, REF + "occurrences": occurrences}
         return state, update_message(arrays, len(data.train), loss)
 
+    @needs_all_replies  # the reference update (update_directions) takes every client's directions at once
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        new = super().aggregate(server, updates, round_)
+        """FedAvg's mean of the models, then the direction and magnitude references."""
+        new = fold_replies(ModelAverage(server), updates)
         if not updates:
             return new
         a = new.arrays

@@ -23,7 +23,7 @@ architecture: :class:`fedlib.models.ClientArchitectures`):
 The server validates every matrix (:func:`fedlib.distill.check_pseudo_labels`), keeps each
 client's latest in its state (``labels/<k>``), groups the clients, combines each group's latest labels
 and keeps a teacher per group (``teacher/<g>``); each client receives its group's
-(:meth:`~fedlib.protocol.Algorithm.train_message`). The deployed predictor is the client's own
+(:meth:`~PublicDistillation.configure_train`). The deployed predictor is the client's own
 model. FedMD: one group, the mean (consensus soft labels over all clients). Its paper digests on
 logits with an L1 loss and starts from transfer learning on a *labelled* public set; here
 :math:`U` is unlabeled and every member digests with the same KL, so that the comparison changes
@@ -43,9 +43,11 @@ from ..distill import (LABEL_RULES, PublicSet, aggregate_labels, check_lam, chec
                        distill, pseudo_labels)
 from ..messages import Message, State, prefixed
 from ..models import reinitialized
-from ..protocol import MODEL, Algorithm, ClientContext, Event, Predictor, load_model, model_arrays, update_message
+from ..protocol import (MODEL, Algorithm, ClientContext, Event, Predictor, load_model, model_arrays, needs_all_replies,
+                        update_message)
 from ..rng import DISTILL_CLIENT_INIT, derive_seed
-from ..training import TrainConfig, _is_int, local_train
+from ..training import TrainConfig, local_train
+from ..validation import is_int
 
 LABELS = "labels/"
 """Prefix of the server's cache of each client's latest pseudo-labels (``labels/<k>``)."""
@@ -122,7 +124,6 @@ class PublicDistillation(Algorithm):
     seed: int = 0
     name = "public_distillation"
     model_agnostic = True
-    aggregation = "list"  # the grouping needs every client's labels of the round at once
     rule = "mean"
 
     def __post_init__(self) -> None:
@@ -130,7 +131,7 @@ class PublicDistillation(Algorithm):
             raise ValueError(f"{type(self).__name__} needs public=PublicSet(...) (the unlabeled set U), got {type(self.public).__name__}")
         check_temperature(self.temperature)
         check_lam(self.lam)
-        if not (_is_int(self.n_augment) and self.n_augment >= 1):
+        if not (is_int(self.n_augment) and self.n_augment >= 1):
             raise ValueError(f"n_augment must be an int >= 1, got {self.n_augment!r}")
         if self.rule not in LABEL_RULES:
             raise ValueError(f"unknown pseudo-label aggregation {self.rule!r}; valid: {', '.join(LABEL_RULES)}")
@@ -147,17 +148,22 @@ class PublicDistillation(Algorithm):
                                  f"clients' model: {err}") from err
         return State(meta={"n_classes": n_classes, "n_public": len(self.public)})
 
-    def broadcast(self, server: State, round_: int) -> Message:
-        """No parameters: the round number only (a client without a group's teacher yet gets this)."""
-        return Message(meta={"round": int(round_)}, kind="start")
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """Each client's group's targets on :math:`U`, once it has a group with a teacher; a client
+        without one gets no parameters, the round number only (one message shared by all such)."""
+        start = Message(meta={"round": int(round_)}, kind="start")
+        groups = grouping(server)
+        out = {}
+        for k in clients:
+            g = groups.get(k)
+            teacher = None if g is None else server.arrays.get(f"{TEACHER}{g}")
+            out[k] = start if teacher is None else Message(arrays={"teacher": teacher}, meta={"round": int(round_), "group": int(g)},
+                                                           kind="teacher")
+        return out
 
-    def train_message(self, server: State, message: Message, client: int, round_: int) -> Message:
-        """The client's group's targets on :math:`U`, once it has a group with a teacher."""
-        g = grouping(server).get(client)
-        teacher = None if g is None else server.arrays.get(f"{TEACHER}{g}")
-        if teacher is None:
-            return message
-        return Message(arrays={"teacher": teacher}, meta={"round": int(round_), "group": int(g)}, kind="teacher")
+    def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """No parameters (every client deploys its own model): the round number, one message shared by all."""
+        return dict.fromkeys(clients, Message(meta={"round": int(round_)}, kind="start"))
 
     def check_reply(self, server: State, client: int, labels: torch.Tensor) -> torch.Tensor:
         """A client's labels, validated (soft: rows on the simplex)."""
@@ -180,6 +186,7 @@ class PublicDistillation(Algorithm):
         returned. FedMD: the consensus itself."""
         return target
 
+    @needs_all_replies  # the grouping needs every client's labels of the round at once
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
         """Cache the round's labels, group every known client, and renew each group's teacher from
         its members' latest labels (under partial participation a member that did not reply this

@@ -27,7 +27,8 @@ from torch.nn import functional as F
 from ..messages import Message, State, prefixed
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import MODEL, Algorithm, ClientContext, load_model, model_arrays, update_message
+from ..protocol import (MODEL, Algorithm, ClientContext, ModelAverage, fold_replies, load_model, model_arrays, needs_all_replies,
+                        update_message)
 
 PROTO = "proto/"
 
@@ -44,15 +45,15 @@ class FedProto(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     lam: float = 2.0
     name = "fedproto"
-    aggregation = "list"  # the global prototypes are stacked from every reply (C x d each)
 
     def __post_init__(self) -> None:
         if not self.lam >= 0:
             raise ValueError(f"lam must be >= 0, got {self.lam}")
 
-    def broadcast(self, server: State, round_: int) -> Message:
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The model and the global prototypes, one message shared by every client."""
         keep = {k: v for k, v in server.arrays.items() if k.startswith(MODEL) or k.startswith(PROTO)}
-        return Message(arrays=keep, kind="model+prototypes")
+        return dict.fromkeys(clients, Message(arrays=keep, kind="model+prototypes"))
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message, strict=True)
@@ -80,8 +81,10 @@ class FedProto(Algorithm):
         arrays = {**model_arrays(model), **prefixed(PROTO, {"means": means, "counts": counts})}
         return state, update_message(arrays, len(data.train), loss, kind="update+prototypes")
 
+    @needs_all_replies  # the global prototypes are stacked from every reply (C x d each)
     def aggregate(self, server: State, updates, round_: int) -> State:
-        new = super().aggregate(server, updates, round_)
+        """FedAvg's mean of the models, and the count-weighted global class prototypes."""
+        new = fold_replies(ModelAverage(server), updates)
         if not updates:
             return new
         counts = torch.stack([m.arrays[PROTO + "counts"] for _, m in updates])  # (K, C)

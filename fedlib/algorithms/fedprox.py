@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 from ..messages import Message, State
 from ..training import LocalProgram, Phase, TrainConfig
-from ..protocol import MODEL, Algorithm, ClientContext, model_arrays, update_message
+from ..protocol import MODEL, ClientContext, ProgramMethod, model_arrays, update_message
 
 
 @dataclass
-class FedProx(Algorithm):
+class FedProx(ProgramMethod):
     """Local SGD on cross-entropy plus ``mu / 2 * ||w - w_global||^2``; FedAvg's server."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -32,7 +32,7 @@ class FedProx(Algorithm):
                 and self.mu >= 0):
             raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """Eq. (2): local SGD on cross-entropy plus the proximal term around the broadcast :math:`w^t`."""
         n = len(data.train)
         return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train, mu=self.mu),),

@@ -26,7 +26,7 @@ import torch
 from ..messages import Message, State, prefixed
 from ..models import HEAD_PREFIX
 from ..training import LocalProgram, Phase, TrainConfig
-from ..protocol import (HEAD, MODEL, Algorithm, ClientContext, Predictor, body_arrays, load_model, update_message,
+from ..protocol import (HEAD, MODEL, ClientContext, ProgramMethod, Predictor, body_arrays, load_model, update_message,
                         without_head)
 
 PERSONAL = "personal/"
@@ -38,7 +38,7 @@ def personal_head(state: State, message: Message) -> dict[str, torch.Tensor]:
     return prefixed(MODEL, own) if own else {k: v for k, v in message.arrays.items() if k.startswith(HEAD)}
 
 
-class PersonalHead(Algorithm):
+class PersonalHead(ProgramMethod):
     """The body/head split: local work starts from the broadcast body with the client's own head,
     the head stays in the client's state, the reply is the body (averaged by the server), and the
     deployed predictor is the message's body with the client's head. A subclass says which
@@ -59,7 +59,7 @@ class PersonalHead(Algorithm):
         """The message's body with the client's own head (``model/``-prefixed)."""
         return State({**without_head(message.arrays), **personal_head(state, message)})
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """The :meth:`phases` from the broadcast body and the client's head; the head stays in
         the client's state, :meth:`reply` is sent."""
         n = len(data.train)

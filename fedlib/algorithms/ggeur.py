@@ -58,8 +58,9 @@ from ..geometry import FORMULAS, GeometricShapes, augment_around_prototypes, cla
 from ..messages import Message, State
 from ..models import PENULTIMATE, FeatureModel, build_model
 from ..stats import ClassMoments
-from ..training import LocalProgram, TrainConfig, local_train
-from ..protocol import Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message, vectorizable
+from ..training import LocalProgram, SequentialWork, TrainConfig, local_train
+from ..protocol import (Algorithm, ClientContext, LocalWork, Predictor, ProgramMethod, fold_replies, load_model, map_messages,
+                        model_arrays, needs_all_replies, update_message)
 from .fedavg import FedAvg
 
 KNOW = "know/"
@@ -68,7 +69,7 @@ CACHE = "aug/"
 """Prefix of the augmented set in a client's own state (never sent)."""
 REQUEST = "statistics_request"
 
-__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst",
+__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst", "StatisticsRounds",
            "filled_size", "augmented_size", "matched_train"]
 
 
@@ -94,7 +95,7 @@ CLASSIFIERS = ("linear", "mlp")
 
 
 def classifier_fn(kind: str, dim: int, n_classes: int, hidden: int = 128):
-    """A ``model_fn`` for :func:`fedlib.loop.run_federated`: ``"linear"`` (:class:`LinearClassifier`)
+    """A ``model_fn`` for :func:`fedlib.run.run_federated`: ``"linear"`` (:class:`LinearClassifier`)
     or ``"mlp"`` (``build_model("mlp", ...)`` with one hidden layer of ``hidden`` units)."""
     if kind not in CLASSIFIERS:
         raise ValueError(f"unknown classifier {kind!r}; valid: {', '.join(CLASSIFIERS)}")
@@ -104,13 +105,15 @@ def classifier_fn(kind: str, dim: int, n_classes: int, hidden: int = 128):
 
 
 @dataclass
-class StatisticsFirst(Algorithm):
-    """Base of the statistics-first wrappers: round 1 exchanges statistics, round 2 knowledge."""
+class StatisticsRounds(Algorithm):
+    """The statistics and knowledge rounds around a base algorithm: round 1 exchanges statistics,
+    round 2 knowledge, from then on the base trains (see the module's table). A subclass says
+    what clients send (:meth:`client_statistics`), what the server makes of it
+    (:meth:`server_knowledge`), what a client caches (:meth:`prepare`) and how it trains on the
+    cache (:meth:`train_work`); :class:`StatisticsFirst` trains the base on an augmented set."""
 
     base: Algorithm = field(default_factory=FedAvg)
     suffix = "statistics"
-    aggregation = "list"  # round 1 builds the server's knowledge from every client's statistics at once
-    program_hooks = ("local_update", "train_on")  # local_program reproduces train_on's default
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -127,29 +130,29 @@ class StatisticsFirst(Algorithm):
         """The client's cached arrays (default: an augmented set ``x``, ``y``)."""
         raise NotImplementedError
 
-    def train_on(self, ctx, state: State, message: Message, data: ClientData, cache: dict[str, Tensor], generator):
-        """Local training given the cache: the base's ``local_update`` on the augmented set."""
-        return self.base.local_update(ctx, state, message, self._augmented(data, cache), generator)
+    def train_work(self, ctx: ClientContext, state: State, message: Message, data: ClientData,
+                   cache: dict[str, Tensor]) -> LocalWork:
+        """The local training of a round after the knowledge round, given the cache."""
+        raise NotImplementedError
 
     # --- hooks ----------------------------------------------------------------------------
     def init_server(self, model: nn.Module) -> State:
         return self.base.init_server(model)
 
-    def init_client(self, client: int, n_classes: int) -> State:
-        return self.base.init_client(client, n_classes)
-
-    def broadcast(self, server: State, round_: int) -> Message:
-        down = self.base.broadcast(server, round_)
-        if round_ == 1:  # the statistics request (the model rides along: it costs one model copy)
-            return Message(arrays=down.arrays, meta=down.meta, kind=REQUEST)
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """Round 1: the base's messages as statistics requests (the model rides along: it costs one
+        model copy); round 2: the base's messages plus the knowledge (sent once); later: the base's."""
+        down = self.base.configure_train(server, round_, clients)
+        if round_ == 1:
+            return map_messages(down, lambda m: Message(arrays=m.arrays, meta=m.meta, kind=REQUEST))
         if round_ == 2:
             know = {k: v for k, v in server.arrays.items() if k.startswith(KNOW)}
-            return Message(arrays={**down.arrays, **know}, meta=down.meta, kind=f"{down.kind}+knowledge")
+            return map_messages(down, lambda m: Message(arrays={**m.arrays, **know}, meta=m.meta, kind=f"{m.kind}+knowledge"))
         return down
 
-    def eval_broadcast(self, server: State, round_: int) -> Message:
+    def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
         """Evaluation is the base's, in every round: no statistics request, no knowledge."""
-        return self.base.eval_broadcast(server, round_)
+        return self.base.configure_evaluate(server, round_, clients)
 
     @staticmethod
     def _without_knowledge(message: Message) -> Message:
@@ -168,52 +171,49 @@ class StatisticsFirst(Algorithm):
         rest = State({k: v for k, v in state.arrays.items() if not k.startswith(CACHE)}, dict(state.meta))
         return rest, cache
 
-    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+    @staticmethod
+    def _keeping(cache: dict[str, Tensor], work: LocalWork) -> LocalWork:
+        """``work`` whose new state also holds the cache (which never leaves the client)."""
+        def keep(result):
+            new_state, reply = result
+            return State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta)), reply
+
+        if isinstance(work, LocalProgram):
+            finish = work.finish
+            return dataclasses.replace(work, finish=lambda model, loss: keep(finish(model, loss)))
+        return SequentialWork(lambda model, generator: keep(work.run(model, generator)))
+
+    def _work(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
+        """This round's local work: the statistics (round 1), the cache and the first training
+        (round 2: both draw from the generator, so they run sequentially), then
+        :meth:`train_work` on the cache."""
         if message.kind == REQUEST:
-            stats = self.client_statistics(ctx, data.train, generator)
-            return state, update_message(stats, len(data.train), kind="statistics")
+            return SequentialWork(lambda model, generator: (
+                state, update_message(self.client_statistics(ctx, data.train, generator), len(data.train), kind="statistics")))
         base_state, cache = self._split(state)
+        base_msg = self._without_knowledge(message)
+        if cache:
+            return self._keeping(cache, self.train_work(ctx, base_state, base_msg, data, cache))
         knowledge = message.with_prefix(KNOW)
-        if not cache:
+
+        def first(model, generator):
             if not knowledge:
                 raise ValueError(
                     f"client {ctx.client} has no augmented set and round {ctx.round}'s message carries no knowledge; "
                     "the statistics round (1) and the knowledge round (2) need full participation (LoopConfig(participation=1.0))"
                 )
-            cache = self.prepare(ctx, data.train, knowledge, generator)
-        base_msg = self._without_knowledge(message)
-        new_state, reply = self.train_on(ctx, base_state, base_msg, data, cache, generator)
-        new_state = State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta))
-        return new_state, reply
+            new_cache = self.prepare(ctx, data.train, knowledge, generator)
+            return self._keeping(new_cache, self.train_work(ctx, base_state, base_msg, data, new_cache)).run(model, generator)
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram | None:
-        """From the third round on (the augmented set cached), the base's program on the augmented
-        set, with the cache kept in the new state: what :meth:`local_update` runs, as data. ``None``
-        in the statistics and knowledge rounds (they draw from the generator outside the
-        mini-batches), for a wrapper whose :meth:`train_on` is its own, and for a base without
-        programs."""
-        if message.kind == REQUEST or not vectorizable(self):
-            return None
-        base_state, cache = self._split(state)
-        if not cache:
-            return None
-        base_msg = self._without_knowledge(message)
-        program = self.base.local_program(ctx, base_state, base_msg, self._augmented(data, cache))
-        if program is None:
-            return None
-        base_finish = program.finish
+        return SequentialWork(first)
 
-        def finish(model, loss):
-            new_state, reply = base_finish(model, loss)
-            return State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta)), reply
-
-        return dataclasses.replace(program, finish=finish)
-
+    @needs_all_replies  # round 1 builds the server's knowledge from every client's statistics at once
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+        """The knowledge from the statistics round; the base's aggregation afterwards."""
         if updates and all(m.kind == "statistics" for _, m in updates):
             know = self.server_knowledge(updates)
             return State({**server.arrays, **{KNOW + k: v for k, v in know.items()}}, dict(server.meta))
-        return self.base.aggregate(server, updates, round_)
+        return fold_replies(self.base.aggregate(server, round_), updates)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         base_state, _ = self._split(state)
@@ -222,6 +222,25 @@ class StatisticsFirst(Algorithm):
 
     def on_event(self, server, event):
         return self.base.on_event(server, event)
+
+
+@dataclass
+class StatisticsFirst(StatisticsRounds, ProgramMethod):
+    """The statistics-first wrappers that train the base method on an augmented set (GGEUR,
+    FedFA-style, the rebalanced control): from the third round on, the base's own work on the
+    cached set, which stacks with other clients' where the base's work is a
+    :class:`~fedlib.training.LocalProgram`."""
+
+    def train_work(self, ctx, state, message, data, cache) -> LocalWork:
+        """The base's local work on the augmented set (its program, or its ``local_update``)."""
+        augmented = self._augmented(data, cache)
+        if isinstance(self.base, ProgramMethod):
+            return self.base.program(ctx, state, message, augmented)
+        return SequentialWork(lambda model, generator: self.base.local_update(ctx, state, message, augmented, generator))
+
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
+        """This round's work (:meth:`StatisticsRounds._work`)."""
+        return self._work(ctx, state, message, data)
 
 
 def _moments_of(updates: list[tuple[int, Message]]) -> tuple[list[int], list[ClassMoments]]:
@@ -324,8 +343,9 @@ class FedFAStyle(StatisticsFirst):
 
 
 @dataclass
-class FedMixStyle(StatisticsFirst):
-    """NaiveMix with globally shared averaged batches; composes with FedAvg only (its own local loss)."""
+class FedMixStyle(StatisticsRounds):
+    """NaiveMix with globally shared averaged batches; composes with FedAvg only (its own local
+    loss, so its clients always train one after another)."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
     mix_batch: int = 10
@@ -357,7 +377,14 @@ class FedMixStyle(StatisticsFirst):
     def prepare(self, ctx, train, knowledge, generator):
         return {"xbar": knowledge["xbar"], "ybar": knowledge["ybar"]}
 
-    def train_on(self, ctx, state, message, data, cache, generator):
+    def train_work(self, ctx, state, message, data, cache) -> SequentialWork:
+        """Local SGD on mixed batches against the mixed soft targets."""
+        return SequentialWork(lambda model, generator: self._mix(ctx, state, message, data, cache, generator))
+
+    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
+        return self._work(ctx, state, message, data).run(ctx.model, generator)
+
+    def _mix(self, ctx, state, message, data, cache, generator):
         model = load_model(ctx.model, message)
         xbar, ybar, lam, C = cache["xbar"], cache["ybar"], self.lam, ctx.n_classes
 

@@ -20,7 +20,7 @@ averaged, each head stays on its client) and is **not changed**; the method adds
    adjusted Rand index with the previous refresh at least ``min_ari`` or the descriptor drift at
    most ``max_drift``), or at ``max_activation_round``.
 4. **Personalized encoder** (Section 3.4), sent to each client for evaluation
-   (:meth:`HDCFL.eval_message`) and deployed with the client's own head:
+   (:meth:`HDCFL.configure_evaluate`) and deployed with the client's own head:
 
    .. math:: \theta_k = \lambda \sum_j m_{kj} P_j + (1 - \lambda)\, \bar\theta ,
 
@@ -54,7 +54,7 @@ from ..messages import Message, State, prefixed
 from ..models import HEAD_PREFIX
 from ..protocol import MODEL, Event, ModelAverage, body_arrays, update_message
 from ..rng import HDC_GROUPING, HDC_RANDOM_GROUPS, derive_seed, numpy_rng
-from ..training import _is_int, _is_real
+from ..validation import is_int, is_real
 from .fedrep import FedAvgSE
 
 CACHE = "cache/"
@@ -109,7 +109,7 @@ class HDCConfig:
     n_init: int = 10
 
     def __post_init__(self) -> None:
-        if not _is_int(self.rank) or self.rank < 1:
+        if not is_int(self.rank) or self.rank < 1:
             raise ValueError(f"rank must be an integer >= 1, got {self.rank!r}")
         if self.descriptor not in DESCRIPTORS:
             raise ValueError(f"unknown descriptor {self.descriptor!r}; valid: {', '.join(DESCRIPTORS)}")
@@ -118,19 +118,19 @@ class HDCConfig:
             raise ValueError(f"unknown grouping {self.grouping!r}; valid: {', '.join(GROUPINGS)}")
         if self.membership not in MEMBERSHIPS:
             raise ValueError(f"unknown membership {self.membership!r}; valid: {', '.join(MEMBERSHIPS)}")
-        if not _is_real(self.temperature) or self.temperature <= 0:
+        if not is_real(self.temperature) or self.temperature <= 0:
             raise ValueError(f"temperature T must be a finite number > 0, got {self.temperature!r} "
                              "(hard assignment is membership='hard')")
-        if not _is_real(self.lam) or not 0 <= self.lam <= 1:
+        if not is_real(self.lam) or not 0 <= self.lam <= 1:
             raise ValueError(f"lam (λ) must be a number in [0, 1], got {self.lam!r}")
         for name in ("refresh_every", "patience", "max_activation_round"):
-            if not _is_int(getattr(self, name)) or getattr(self, name) < 1:
+            if not is_int(getattr(self, name)) or getattr(self, name) < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {getattr(self, name)!r}")
-        if not _is_real(self.min_silhouette) or not -1 <= self.min_silhouette <= 1:
+        if not is_real(self.min_silhouette) or not -1 <= self.min_silhouette <= 1:
             raise ValueError(f"min_silhouette must be a number in [-1, 1], got {self.min_silhouette!r}")
-        if not _is_real(self.min_ari) or not -1 <= self.min_ari <= 1:
+        if not is_real(self.min_ari) or not -1 <= self.min_ari <= 1:
             raise ValueError(f"min_ari must be a number in [-1, 1], got {self.min_ari!r}")
-        if not _is_real(self.max_drift) or self.max_drift < 0:
+        if not is_real(self.max_drift) or self.max_drift < 0:
             raise ValueError(f"max_drift must be a finite number >= 0, got {self.max_drift!r}")
 
 
@@ -239,7 +239,7 @@ def personalized_encoder(server: State, client: int, lam: float) -> dict[str, to
     r"""Client ``client``'s personalized encoder :math:`\lambda \sum_j m_{kj} P_j + (1 - \lambda)\bar\theta`
     from the last refresh (``{state_dict name: tensor}``, no head), computed in float64 and cast
     back to each array's dtype."""
-    if not _is_real(lam) or not 0 <= lam <= 1:
+    if not is_real(lam) or not 0 <= lam <= 1:
         raise ValueError(f"lam (λ) must be a number in [0, 1], got {lam!r}")
     if "hdcfl/membership" not in server.arrays:
         raise ValueError("no refresh has run yet: there are no prototypes to personalize with")
@@ -314,7 +314,7 @@ class HDCFL(FedAvgSE):
                              f"classes has rank at most {n_classes}; valid: 1..{n_classes}")
         return super().init_server(model)
 
-    def fold(self, server: State, round_: int) -> CacheAndAverage:
+    def aggregate(self, server: State, round_: int) -> CacheAndAverage:
         return CacheAndAverage(self, server, round_)
 
     def on_event(self, server: State, event: Event) -> State:
@@ -325,24 +325,26 @@ class HDCFL(FedAvgSE):
         prefix = f"{CACHE}{event.client}/"
         return State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(prefix)}, meta=dict(server.meta))
 
-    def eval_message(self, server: State, message: Message, client: int, round_: int) -> Message:
-        """Before activation, the broadcast (the shared encoder: FedAvg-SE's deployment); after,
-        the client's personalized encoder (body only: the client deploys it with its own head).
-        A client the last refresh did not see (under partial participation, one never sampled
-        yet; a client that joined since) has no head on the server to personalize with: it gets
-        the broadcast too, FedAvg-SE's deployment."""
+    def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """Before activation, the training message (the shared encoder: FedAvg-SE's deployment);
+        after, each client's personalized encoder (body only: the client deploys it with its own
+        head). A client the last refresh did not see (under partial participation, one never
+        sampled yet; a client that joined since) has no head on the server to personalize with:
+        it gets the shared message too, FedAvg-SE's deployment."""
+        shared = super().configure_evaluate(server, round_, clients)
         seen = server.arrays.get("hdcfl/clients")
-        if not server.meta.get("hdcfl_active", False) or seen is None or client not in seen.tolist():
-            return message
-        own = prefixed(MODEL, personalized_encoder(server, client, self.config.lam))
-        return Message(arrays=own, kind="personalized")
+        if not server.meta.get("hdcfl_active", False) or seen is None:
+            return shared
+        seen = set(seen.tolist())
+        return {k: Message(arrays=prefixed(MODEL, personalized_encoder(server, k, self.config.lam)), kind="personalized")
+                if k in seen else shared[k] for k in clients}
 
 
 def with_variant(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     """A finished run's server state refreshed again under another ``config`` (an ablation:
     another descriptor, k range, grouping, membership), with personalization active. Since
     HDC-FL never changes the training trajectory, every server-side ablation is evaluated on
-    the same run (:func:`fedlib.loop.evaluate_deployment` with ``HDCFL(config=config)``)."""
+    the same run (:func:`fedlib.run.evaluate_deployment` with ``HDCFL(config=config)``)."""
     fresh = State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(("hdcfl/", PROTO))},
                   meta={k: v for k, v in server.meta.items() if not k.startswith("hdcfl_")})
     return refresh(fresh, round_, replace(config, max_activation_round=1), seed)

@@ -18,7 +18,6 @@ in those clusters).
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass, field
 
 import torch
@@ -26,10 +25,11 @@ from torch.nn import functional as F
 
 from ..aggregate import WeightedMean
 from ..messages import Message, State, prefixed
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..protocol import MODEL, ClientContext, ProgramMethod, Predictor, load_model, model_arrays, update_message
 from ..models import reinitialized
 from ..rng import IFCA_INIT, derive_seed
 from ..training import LocalProgram, Phase, TrainConfig
+from ..validation import is_int
 
 CLUSTER = "cluster/"
 """Prefix of the cluster models in the server state and the broadcast: ``cluster/<j>/model/...``."""
@@ -61,7 +61,7 @@ class ClusterAverage:
 
     def add(self, client: int, message: Message) -> None:
         j = message.meta.get("cluster")
-        if isinstance(j, bool) or not isinstance(j, numbers.Integral) or j not in self._clusters:
+        if not is_int(j) or j not in self._clusters:
             raise ValueError(f"client {client}'s reply names cluster {j!r}; valid: {', '.join(map(str, self._clusters))}")
         j = int(j)
         self._means.setdefault(j, WeightedMean()).add(message.with_prefix(MODEL), float(message.meta["n_samples"]))
@@ -74,7 +74,7 @@ class ClusterAverage:
 
 
 @dataclass
-class IFCA(Algorithm):
+class IFCA(ProgramMethod):
     """``k`` cluster models; each sampled client trains the one with its lowest training loss."""
 
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -83,7 +83,7 @@ class IFCA(Algorithm):
     name = "ifca"
 
     def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, numbers.Integral) or self.k < 1:
+        if not (is_int(self.k) and self.k >= 1):
             raise ValueError(f"k (the number of cluster models) must be an integer >= 1 (1 is FedAvg), got {self.k!r}")
         self.k = int(self.k)
 
@@ -93,20 +93,21 @@ class IFCA(Algorithm):
             arrays.update(prefixed(f"{CLUSTER}{j}/", model_arrays(reinitialized(model, derive_seed(self.seed, j, IFCA_INIT)))))
         return State(arrays=arrays)
 
-    def broadcast(self, server: State, round_: int) -> Message:
-        return Message(arrays=dict(server.arrays), kind="clusters")
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """Every cluster model, one message shared by every client."""
+        return dict.fromkeys(clients, Message(arrays=dict(server.arrays), kind="clusters"))
 
     def _choose(self, ctx: ClientContext, message: Message, x: torch.Tensor, y: torch.Tensor) -> int:
         return int(torch.argmin(cluster_losses(ctx.model, message, self.k, x, y)))
 
-    def local_program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
         """The cluster model with the lowest training loss, trained locally; the reply names the cluster."""
         x, y = data.train.x, data.train.y
         j = self._choose(ctx, message, x, y)
         return LocalProgram(message.with_prefix(f"{CLUSTER}{j}/{MODEL}"), x, y, (Phase(self.train),),
                             lambda model, loss: (state, update_message(model_arrays(model), len(y), loss, cluster=j)))
 
-    def fold(self, server: State, round_: int) -> ClusterAverage:
+    def aggregate(self, server: State, round_: int) -> ClusterAverage:
         return ClusterAverage(server)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:

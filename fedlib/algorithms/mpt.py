@@ -70,8 +70,8 @@ from ..tracking import (
     take_snapshot,
 )
 from ..training import TrainConfig, local_train
-from ..protocol import HEAD, MODEL, ClientContext, Event, Predictor, load_model, model_arrays, update_message
-from .fedavg import FedAvg
+from ..protocol import (HEAD, MODEL, Algorithm, ClientContext, Event, ModelAverage, Predictor, fold_replies, load_model,
+                        model_arrays, model_message, needs_all_replies, update_message)
 
 PARTS = ("moments", "scatter", "rare_gram", "sqnorm", "class_grams", "sdc", "ldc")
 
@@ -120,7 +120,7 @@ class NCMPredictor(nn.Module):
 
 
 @dataclass
-class MPT(FedAvg):
+class MPT(Algorithm):
     """FedAvg training with per-round re-embedding and rare-class prototype tracking.
 
     Parameters
@@ -157,7 +157,6 @@ class MPT(FedAvg):
     history: bool = True
     seed: int = 0
     name = "mpt"
-    aggregation = "list"  # tracking reads each client's rare-class count and statistics at once
 
     def __post_init__(self) -> None:
         bad = [p for p in self.payload if p not in PARTS]
@@ -177,25 +176,27 @@ class MPT(FedAvg):
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model), meta={"tracking": False, "departed": -1, "methods": ",".join(self.methods())})
 
-    def eval_broadcast(self, server: State, round_: int) -> Message:
+    def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
         """After round ``round_``'s aggregation: deploy :math:`\\theta_r` with its own prototypes
-        (the model the statistics were computed under); before any aggregation, the model."""
+        (the model the statistics were computed under); before any aggregation, the model. One
+        message shared by every client."""
         if server.meta.get("aggregated_round") != round_ or "protos" not in server.arrays:
-            return self.broadcast(server, round_)
+            return self.configure_train(server, round_, clients)
         methods = str(server.meta["methods"]).split(",")
         m = self.deploy_method if self.deploy_method in methods else methods[0]  # e.g. a reduced payload
         means = server.arrays["protos"][methods.index(m)]
         arrays = {MODEL + k: v for k, v in server.with_prefix(_STATS_MODEL).items()}
         arrays.update({"deploy/means": means, "deploy/cov": server.arrays["cov"]})
-        return Message(arrays=arrays, kind="deploy")
+        return dict.fromkeys(clients, Message(arrays=arrays, kind="deploy"))
 
-    def broadcast(self, server: State, round_: int) -> Message:
-        model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        arrays = dict(model)
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The model (and, while tracking with SDC, its drifting prototype), one message shared by
+        every client."""
         tracking = bool(server.meta.get("tracking"))
-        if tracking and "sdc" in self.payload:
-            arrays["sdc/prototype"] = server.arrays["sdc/prototype"]
-        return Message(arrays=arrays, meta={"tracking": tracking}, kind="model")
+        extra = {"sdc/prototype": server.arrays["sdc/prototype"]} if tracking and "sdc" in self.payload else {}
+        msg = model_message(server, **extra)
+        msg.meta = {"tracking": tracking}
+        return dict.fromkeys(clients, msg)
 
     def on_event(self, server: State, event: Event) -> State:
         if event.kind != "leave" or server.meta.get("departed", -1) >= 0 or "last/means" not in server.arrays:
@@ -219,11 +220,14 @@ class MPT(FedAvg):
         meta["departure_round"] = event.round
         return State(arrays=arrays, meta=meta)
 
+    @needs_all_replies  # tracking reads each client's rare-class count and statistics at once
     def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+        """FedAvg's mean of the models, the class statistics under the broadcast model, and every
+        prototype method's rare-class prototype (tracked after the departure)."""
         if not updates:
             return server
         stats_model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        new = super().aggregate(server, updates, round_)
+        new = fold_replies(ModelAverage(server), updates)
         arrays, meta = dict(new.arrays), dict(new.meta)
         arrays.update({_STATS_MODEL + k[len(MODEL):]: v for k, v in stats_model.items()})
         meta["aggregated_round"] = round_
@@ -334,9 +338,6 @@ class MPT(FedAvg):
         return out, info
 
     # ------------------------------------------------------------------ client side
-    def init_client(self, client: int, n_classes: int) -> State:
-        return State()
-
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> tuple[State, Message]:
         C, c = ctx.n_classes, self.rare_class
         x, y = data.train.x, data.train.y

@@ -1,23 +1,17 @@
-"""Transports: how the one round loop's messages reach the clients and their replies come back.
+"""Engines: implementations of the transport contract (:class:`fedlib.transport.Transport`) that
+carry the one round loop's messages to the clients and their replies back.
 
-:mod:`fedlib.loop` writes a round once (sampling, events, the non-finite guard, aggregation, the
-evaluation schedule, the ledger, checkpoints); a transport only carries messages:
-"send these messages to these clients and collect the replies" (:class:`~fedlib.engines.base.Transport`).
-
-* :class:`~fedlib.engines.inprocess.InProcessTransport` (the default): the clients run in this process, one after another.
-* :class:`~fedlib.engines.vectorized.VectorizedTransport` (``LoopConfig(execution="vectorized")``):
+* :class:`~fedlib.engines.inprocess.InProcessTransport` (``RunOptions(execution="sequential")``,
+  the default): the clients run in this process, one after another.
+* :class:`~fedlib.engines.vectorized.VectorizedTransport` (``RunOptions(execution="vectorized")``):
   the clients run in this process, a round's sampled clients stacked into one batched computation.
+* ``fedlib.engines.flower``: the clients run on Flower's nodes, in its simulation engine or a real
+  deployment (imported on demand: nothing else of fedlib imports Flower).
 
-* :class:`~fedlib.engines.flower.FlowerTransport` (:func:`fedlib.engines.flower.run_flower`): the clients
-  run on Flower's nodes, in its simulation engine or a real deployment. It sits above the loop (its
-  ``ServerApp`` runs :func:`fedlib.loop.run_federated`) and is imported on demand
-  (``import fedlib.engines.flower``): the loop and this package do not import Flower.
-
-A client that gives no reply (its hook raised; on Flower, its node failed or timed out) is yielded as
-a :class:`~fedlib.engines.base.ClientFailure`, which the loop handles by ``LoopConfig(on_failure=...)``.
+An engine sits below the loop: it imports the transport contract and the method contract, never
+:mod:`fedlib.loop`; :func:`fedlib.run.run_federated` chooses one and hands it to the loop.
 """
 
-from .base import ClientFailure, Transport
 from .inprocess import InProcessTransport
 
-__all__ = ["ClientFailure", "InProcessTransport", "Transport"]
+__all__ = ["InProcessTransport"]

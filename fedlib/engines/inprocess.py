@@ -13,10 +13,10 @@ from ..federation import ClientData, Federation
 from ..messages import Message, State
 from ..metrics import client_predictions_abilities
 from ..models import ClientArchitectures
-from ..protocol import Algorithm, ClientContext, Predictor
+from ..protocol import Algorithm, ClientContext, LocalWork, Predictor, ProgramMethod
 from ..rng import DEPLOY, INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
-from ..training import LocalProgram, predict
-from .base import ClientFailure, Transport
+from ..training import SequentialWork, predict
+from ..transport import ClientFailure, Transport
 
 
 class Client:
@@ -35,9 +35,16 @@ class Client:
         with isolated_torch_rng(stream):
             return algorithm.local_update(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
 
-    def program(self, algorithm: Algorithm, state: State, message: Message, round_: int, workspace) -> LocalProgram | None:
-        """The algorithm's :class:`~fedlib.training.LocalProgram` for this client and round (or ``None``)."""
-        return algorithm.local_program(ClientContext(self.cid, round_, workspace, self._n_classes), state, message, self._data)
+    def program(self, algorithm: ProgramMethod, state: State, message: Message, round_: int, workspace) -> LocalWork:
+        """The method's work for this client and round (:meth:`fedlib.protocol.ProgramMethod.program`)."""
+        return algorithm.program(ClientContext(self.cid, round_, workspace, self._n_classes), state, message, self._data)
+
+    def run(self, work: SequentialWork, round_: int, seed: int, workspace) -> tuple[State, Message]:
+        """Run ``work`` in ``workspace`` with this client's generator and torch stream of round
+        ``round_``, as :meth:`update` runs ``local_update``."""
+        stream = derive_seed(seed, round_, self.cid, LOCAL_TRAIN)
+        with isolated_torch_rng(stream):
+            return work.run(workspace, torch.Generator().manual_seed(stream))
 
     def train_generator(self, round_: int, seed: int) -> torch.Generator:
         """The generator of this client's local training in round ``round_``: the one
@@ -52,14 +59,19 @@ class Client:
         with isolated_torch_rng(stream):
             return algorithm.deploy(ctx, state, message, self._data, torch.Generator().manual_seed(stream))
 
+    def local_predictions(self, predictor: Predictor) -> np.ndarray:
+        """``predictor``'s labels on this client's local test split, shape (n_local,)."""
+        return predict(predictor, self._data.test.x).numpy()
+
     def abilities(
-        self, predictor: Predictor, global_test, global_pred: np.ndarray, *, rare_ratio: float, f1_class: int | None
+        self, local_pred: np.ndarray, global_test, global_pred: np.ndarray, *, rare_ratio: float, f1_class: int | None
     ) -> dict[str, float]:
-        """The protocol's abilities of ``predictor`` on this client's local test split and on the
-        global test set, whose predictions ``global_pred`` (shape (n_global,)) are given."""
+        """The protocol's abilities from the predictions on this client's local test split
+        (``local_pred``, shape (n_local,)) and on the global test set (``global_pred``, shape
+        (n_global,))."""
         data = self._data
         return client_predictions_abilities(
-            data.test.labels_np, predict(predictor, data.test.x).numpy(), global_test.labels_np, global_pred,
+            data.test.labels_np, local_pred, global_test.labels_np, global_pred,
             data.train_counts(self._n_classes), rare_ratio=rare_ratio, f1_class=f1_class,
         )
 
@@ -108,6 +120,8 @@ class InProcessTransport(Transport):
             self.architectures = ", ".join(f"{a} x{c}" for a, c in counts.items() if c)
         self.seed = seed
         self.n_clients = federation.n_clients
+        self.n_classes = federation.n_classes
+        self.description = federation.description
         self._clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
         self._global_test = federation.global_test
         self._seed = seed
@@ -134,7 +148,8 @@ class InProcessTransport(Transport):
                 continue
             yield k, state, up
 
-    def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class) -> Iterator[tuple[int, dict[str, float]]]:
+    def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class,
+                 predictions=None) -> Iterator[tuple[int, dict[str, float]]]:
         global_cache: dict[str, np.ndarray] = {}
         for k, down in messages.items():
             try:
@@ -150,7 +165,10 @@ class InProcessTransport(Transport):
                     global_cache[key] = pred
             else:
                 pred = global_cache[key]
-            yield k, self._clients[k].abilities(predictor, self._global_test, pred, rare_ratio=rare_ratio, f1_class=f1_class)
+            local = self._clients[k].local_predictions(predictor)
+            if predictions is not None:
+                predictions[k] = (local, pred)
+            yield k, self._clients[k].abilities(local, self._global_test, pred, rare_ratio=rare_ratio, f1_class=f1_class)
 
 
 __all__ = ["Client", "InProcessTransport", "weights_key"]

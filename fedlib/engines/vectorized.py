@@ -47,7 +47,6 @@ hard bound: temporaries of the kernels come on top.
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -58,8 +57,10 @@ from torch.nn import functional as F
 
 from ..federation import Federation
 from ..messages import Message, State
-from ..protocol import vectorizable
-from ..training import LocalProgram, Phase, minibatches
+from ..protocol import LocalWork, vectorizable
+from ..training import LocalProgram, Phase, SequentialWork, minibatches
+from ..transport import ClientFailure
+from ..validation import is_int
 from .inprocess import InProcessTransport
 
 DEFAULT_MEMORY_BUDGET = 512 * 2**20
@@ -80,11 +81,11 @@ def check_vectorizable_model(model: nn.Module) -> None:
             raise ValueError(
                 f"module {name!r} ({type(module).__name__}) normalizes over the batch (and may keep running statistics), "
                 "which vectorized clients cannot reproduce with padded batches; use norm='group' (fedlib's default) or "
-                "LoopConfig(execution='sequential')")
+                "RunOptions(execution='sequential')")
         if isinstance(module, nn.modules.dropout._DropoutNd) and module.p > 0:
             raise ValueError(
                 f"module {name!r} ({type(module).__name__}, p={module.p}) draws random numbers in training, which "
-                "vectorized clients cannot reproduce client by client; remove it or use LoopConfig(execution='sequential')")
+                "vectorized clients cannot reproduce client by client; remove it or use RunOptions(execution='sequential')")
 
 
 def activation_numel(model: nn.Module, sample: torch.Tensor) -> int:
@@ -289,7 +290,7 @@ class VectorizedTransport(InProcessTransport):
 
     def __init__(self, federation: Federation, model_fn: Callable[[], nn.Module], seed: int, *,
                  memory_budget: int = DEFAULT_MEMORY_BUDGET) -> None:
-        if isinstance(memory_budget, bool) or not isinstance(memory_budget, numbers.Integral) or memory_budget < 1:
+        if not (is_int(memory_budget) and memory_budget >= 1):
             raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
         super().__init__(federation, model_fn, seed)
         if self.heterogeneous:
@@ -316,37 +317,38 @@ class VectorizedTransport(InProcessTransport):
             yield from super().local_updates(algorithm, round_, messages, states)
             return
         order = list(messages)
-        programs: dict[int, LocalProgram | None] = {}
+        works: dict[int, LocalWork] = {}
         for k in order:
             try:
-                programs[k] = self._clients[k].program(algorithm, states[k], messages[k], round_, self._workspace)
+                works[k] = self._clients[k].program(algorithm, states[k], messages[k], round_, self._workspace)
             except Exception as err:
-                err.add_note(f"(raised by client {k}'s local_program in round {round_})")
+                err.add_note(f"(raised by client {k}'s program in round {round_})")
                 raise
+        stacks = lambda c: isinstance(works[c], LocalProgram)  # noqa: E731
         # clients run in chunks of consecutive clients (in the order of messages, so replies keep
         # their order), a chunk ending where the memory budget or the program's signature says
         done: dict[int, tuple[State, Message]] = {}
         i = 0
         while i < len(order):
             k = order[i]
-            if programs[k] is None:
+            if not stacks(k):
                 self._note((algorithm.name, "client"), f"{algorithm.name}: some clients have no LocalProgram in some rounds "
                            f"(the first: client {k} in round {round_}); those train sequentially")
-                yield from super().local_updates(algorithm, round_, {k: messages[k]}, states)
+                yield self._alone(k, works[k], round_)
                 i += 1
                 continue
-            sig = _signature(programs[k])
+            sig = _signature(works[k])
             # the footprint is measured on a client with data (an empty one has no sample)
-            sized = next((programs[c] for c in order[i:] if programs[c] is not None and len(programs[c].x)
-                          and _signature(programs[c]) == sig), programs[k])
+            sized = next((works[c] for c in order[i:] if stacks(c) and len(works[c].x) and _signature(works[c]) == sig),
+                         works[k])
             size = self._chunk_size(sig, sized)
             chunk = [k]
-            while (len(chunk) < size and i + len(chunk) < len(order) and programs[order[i + len(chunk)]] is not None
-                   and _signature(programs[order[i + len(chunk)]]) == sig):
+            while (len(chunk) < size and i + len(chunk) < len(order) and stacks(order[i + len(chunk)])
+                   and _signature(works[order[i + len(chunk)]]) == sig):
                 chunk.append(order[i + len(chunk)])
             gens = [self._clients[c].train_generator(round_, self._seed) for c in chunk]
             try:
-                trained = train_programs(self._workspace, [programs[c] for c in chunk], gens)
+                trained = train_programs(self._workspace, [works[c] for c in chunk], gens)
             except Exception as err:
                 err.add_note(f"(raised while training clients {chunk} stacked in round {round_})")
                 raise
@@ -354,7 +356,7 @@ class VectorizedTransport(InProcessTransport):
             for c, (weights, loss) in zip(chunk, trained):
                 self._workspace.load_state_dict(weights)
                 try:
-                    done[c] = programs[c].finish(self._workspace, loss)
+                    done[c] = works[c].finish(self._workspace, loss)
                 except Exception as err:
                     err.add_note(f"(raised by client {c}'s program finish in round {round_})")
                     raise
@@ -362,6 +364,20 @@ class VectorizedTransport(InProcessTransport):
                 state, up = done.pop(c)
                 yield c, state, up
             i += len(chunk)
+
+    def _alone(self, k: int, work: SequentialWork, round_: int) -> tuple[int, State | None, Message | ClientFailure]:
+        """Client ``k``'s sequential work, as the in-process transport runs a ``local_update``."""
+        try:
+            state, up = self._clients[k].run(work, round_, self._seed, self._workspace)
+        except Exception as err:
+            err.add_note(f"(raised by client {k}'s local work in round {round_})")
+            return k, None, ClientFailure(k, f"local work raised {type(err).__name__}: {err}", err)
+        return k, state, up
+
+    def fingerprint(self) -> dict:
+        """Stacked clients agree with sequential ones to float32 rounding only, and the chunks
+        (the memory budget) fix the order of the sums: a checkpoint covers both."""
+        return {"execution": "vectorized", "memory_budget": self.memory_budget}
 
     def _chunk_size(self, sig: tuple, program: LocalProgram) -> int:
         if sig not in self._chunk:

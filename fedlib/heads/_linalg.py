@@ -7,31 +7,25 @@ assumes valid input. Everything is float64.
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
 from ..stats import ClassMoments
+from ..validation import is_real
 
 
-def _is_real(value: object) -> bool:
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def _check_reg(reg, name: str = "reg") -> float:
     """A finite number >= 0 (a relative ridge)."""
-    if not (_is_real(reg) and reg >= 0 and math.isfinite(reg)):
+    if not (is_real(reg) and reg >= 0 and math.isfinite(reg)):
         raise ValueError(f"{name} must be a finite number >= 0, got {reg!r}")
     return float(reg)
 
 
 def _check_positive(value, name: str) -> float:
     """A finite number > 0."""
-    if not (_is_real(value) and 0 < value < math.inf):
+    if not (is_real(value) and 0 < value < math.inf):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 

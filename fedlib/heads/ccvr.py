@@ -38,7 +38,8 @@ import torch
 from torch.nn import functional as F
 
 from ..stats import ClassMoments
-from ._linalg import _check_moments, _is_int, _is_real, regularized_covariance
+from ..validation import is_int, is_real
+from ._linalg import _check_moments, regularized_covariance
 from .base import LinearHead
 
 F64 = torch.float64
@@ -46,15 +47,15 @@ F64 = torch.float64
 
 def _check_ccvr(n_virtual, steps, lr, reg, *, reg_positive: bool = True) -> None:
     """Validate CCVR's hyper-parameters (each ``ValueError`` names the bad value)."""
-    if not (_is_int(n_virtual) and n_virtual >= 1):
+    if not (is_int(n_virtual) and n_virtual >= 1):
         raise ValueError(f"n_virtual must be an int >= 1 (virtual features per class), got {n_virtual!r}")
-    if not (_is_int(steps) and steps >= 0):
+    if not (is_int(steps) and steps >= 0):
         raise ValueError(f"steps must be an int >= 0, got {steps!r}")
-    if not (_is_real(lr) and 0 < lr < math.inf):
+    if not (is_real(lr) and 0 < lr < math.inf):
         raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-    if reg_positive and not (_is_real(reg) and 0 < reg < math.inf):
+    if reg_positive and not (is_real(reg) and 0 < reg < math.inf):
         raise ValueError(f"reg must be a finite number > 0 (class covariances are often singular), got {reg!r}")
-    if not reg_positive and not (_is_real(reg) and 0 <= reg < math.inf):
+    if not reg_positive and not (is_real(reg) and 0 <= reg < math.inf):
         raise ValueError(f"reg must be a finite number >= 0, got {reg!r}")
 
 

@@ -80,7 +80,8 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..stats import ClassMoments
-from ._linalg import _as_features, _check_moments, _check_positive, _is_real, regularized_covariance, spd_inverse
+from ..validation import is_real
+from ._linalg import _as_features, _check_moments, _check_positive, regularized_covariance, spd_inverse
 from .base import LinearHead
 from .gaussian import gaussian_linear_head
 
@@ -100,7 +101,7 @@ def _check_gamma(gamma) -> float:
 
 
 def _check_m0(m0) -> float:
-    if not (_is_real(m0) and m0 >= 0):  # NaN fails m0 >= 0; inf allowed
+    if not (is_real(m0) and m0 >= 0):  # NaN fails m0 >= 0; inf allowed
         raise ValueError(f"m0 must be a number >= 0 (inf gives the shared head), got {m0!r}")
     return float(m0)
 

@@ -1,4 +1,14 @@
-"""The transport contract of the round loop (:mod:`fedlib.loop`)."""
+"""The transport contract: how the one round loop's messages reach the clients and their replies come back.
+
+:mod:`fedlib.loop` writes a round once (sampling, events, the non-finite guard, aggregation, the
+evaluation schedule, the ledger, checkpoints) over a :class:`Transport`, which only carries
+messages: "send these messages to these clients and collect the replies". This module sits below
+the loop and below every engine that implements it (:mod:`fedlib.engines`: in this process, one
+after another or stacked; on Flower's nodes); the loop imports no engine.
+
+A client that gives no reply (its hook raised; on Flower, its node failed or timed out) is yielded as
+a :class:`ClientFailure`, which the loop handles by ``LoopConfig(on_failure=...)``.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..messages import Message, State
-from ..protocol import Algorithm
+from .messages import Message, State
+from .protocol import Algorithm
 
 
 @dataclass(frozen=True)
@@ -47,6 +57,9 @@ class Transport:
     seed : the run seed its clients derive their streams from (the loop refuses a transport
         whose seed is not the run's)
     n_clients : the number of clients it carries
+    n_classes : the federation's number of classes
+    description : how the federation was built (:attr:`fedlib.federation.Federation.description`):
+        part of a checkpoint's fingerprint
     """
 
     name = "transport"
@@ -58,6 +71,13 @@ class Transport:
     initial_model: torch.nn.Module
     seed: int
     n_clients: int
+    n_classes: int
+    description: dict
+
+    def fingerprint(self) -> dict:
+        """What of this transport a checkpoint's fingerprint must cover: nothing for one that
+        computes every client's work exactly as in-process (the default)."""
+        return {}
 
     def local_updates(
         self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State]
@@ -69,10 +89,12 @@ class Transport:
 
     def evaluate(
         self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State], *,
-        rare_ratio: float, f1_class: int | None,
+        rare_ratio: float, f1_class: int | None, predictions: dict | None = None,
     ) -> Iterator[tuple[int, dict[str, float]]]:
         """Deploy ``algorithm`` on every client of ``messages`` and evaluate the predictor by the
         protocol (:func:`fedlib.metrics.client_predictions_abilities`) on the client's local test
         split and the global test set; yield ``(k, abilities)`` in the order of ``messages``, or
-        ``(k, ClientFailure)`` for a client that gave no reply."""
+        ``(k, ClientFailure)`` for a client that gave no reply. ``predictions`` (a dict), when
+        given, receives ``predictions[k] = (local test labels predicted, global test labels
+        predicted)`` of every evaluated client (a transport that cannot return them raises)."""
         raise NotImplementedError

@@ -1,0 +1,113 @@
+"""Running a method on a federation: the entry point that builds a transport and runs the loop.
+
+:func:`run_federated` is what most code calls: it builds the engine that
+``RunOptions.execution`` names over the federation and the model (the clients in this process,
+one after another or stacked: :mod:`fedlib.engines`) and runs the one round loop
+(:func:`fedlib.loop.run_rounds`) over it. :func:`evaluate_deployment` evaluates another
+deployment rule on a finished run the same way. This module sits above both the loop and the
+engines; the loop itself imports no engine.
+
+>>> import functools
+>>> from fedlib.algorithms import FedAvg
+>>> from fedlib.data import make_gaussian_mixture
+>>> from fedlib.federation import make_federation
+>>> from fedlib.loop import LoopConfig
+>>> from fedlib.models import build_model
+>>> ds = make_gaussian_mixture(n_per_class=20, n_classes=3, dim=16, seed=0).dataset
+>>> fed = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=5, seed=0)
+>>> model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
+>>> run = run_federated(FedAvg(), fed, model_fn, LoopConfig(rounds=2))
+>>> run.rounds_done, sorted(run.per_client().index)
+(2, [0, 1, 2])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+import torch
+
+from .engines.inprocess import InProcessTransport
+from .engines.vectorized import DEFAULT_MEMORY_BUDGET, VectorizedTransport
+from .federation import Federation
+from .loop import LoopConfig, RunOptions, RunResult, evaluate_result, run_rounds
+from .protocol import Algorithm
+from .transport import Transport
+
+
+def make_transport(federation: Federation, model_fn: Callable[[], torch.nn.Module], seed: int,
+                   options: RunOptions = RunOptions()) -> Transport:
+    """The engine ``options.execution`` names over ``federation``, with the run's ``seed``:
+    :class:`~fedlib.engines.inprocess.InProcessTransport` (``"sequential"``) or
+    :class:`~fedlib.engines.vectorized.VectorizedTransport` (``"vectorized"``)."""
+    if options.execution == "vectorized":
+        budget = DEFAULT_MEMORY_BUDGET if options.memory_budget is None else options.memory_budget
+        return VectorizedTransport(federation, model_fn, seed, memory_budget=int(budget))
+    return InProcessTransport(federation, model_fn, seed)
+
+
+def _checked(transport: Transport, federation: Federation) -> Transport:
+    if transport.n_clients != federation.n_clients:
+        raise ValueError(f"the transport carries {transport.n_clients} clients, but the federation has "
+                         f"{federation.n_clients}: build the transport over this federation")
+    return transport
+
+
+def run_federated(
+    algorithm: Algorithm,
+    federation: Federation,
+    model_fn: Callable[[], torch.nn.Module],
+    config: LoopConfig = LoopConfig(),
+    options: RunOptions = RunOptions(),
+    *,
+    stop_after: int | None = None,
+    transport: Transport | None = None,
+) -> RunResult:
+    """Run ``algorithm`` on ``federation`` for ``config.rounds`` rounds (:func:`fedlib.loop.run_rounds`).
+
+    Parameters
+    ----------
+    model_fn : builds the architecture (e.g. ``functools.partial(build_model, "cnn", ...)``, or a
+        :class:`~fedlib.models.ClientArchitectures` for clients of different architectures); the
+        initial weights are drawn under a stream derived from ``config.seed``, so the same seed
+        gives the same model whatever the caller's RNG state
+    config : what the run computes (:class:`fedlib.loop.LoopConfig`)
+    options : how it is run and kept (:class:`fedlib.loop.RunOptions`: the engine, a checkpoint, ...)
+    stop_after : stop after this round (as if interrupted); with ``options.checkpoint`` the run
+        can be resumed by calling again without it
+    transport : a transport built by the caller over ``federation`` (e.g. one kept to reuse its
+        workspace); default: the one ``options.execution`` names (:func:`make_transport`)
+
+    Returns
+    -------
+    fedlib.loop.RunResult
+    """
+    transport = make_transport(federation, model_fn, config.seed, options) if transport is None else transport
+    return run_rounds(algorithm, _checked(transport, federation), config, options, stop_after=stop_after)
+
+
+def evaluate_deployment(
+    algorithm: Algorithm,
+    result: RunResult,
+    federation: Federation,
+    model_fn: Callable[[], torch.nn.Module],
+    config: LoopConfig = LoopConfig(),
+    *,
+    transport: Transport | None = None,
+    predictions: dict | None = None,
+) -> pd.DataFrame:
+    """Evaluate another deployment rule on a finished run's final server state.
+
+    For example, FedAvg-FT's deployment on a FedAvg run: the training is the same, only the
+    ``deploy`` hook differs, so there is no need to train twice. Every registered client
+    (:attr:`fedlib.loop.RunResult.registered`) is evaluated in this process; the messages are not
+    recorded in the run's ledger. ``predictions`` (a dict), when given, receives every client's
+    predicted labels ``{client: (local test, global test)}``. Returns the tidy rows for the last
+    round, like ``result.frame`` (:func:`fedlib.loop.evaluate_result`).
+    """
+    transport = InProcessTransport(federation, model_fn, config.seed) if transport is None else transport
+    return evaluate_result(algorithm, result, _checked(transport, federation), config, predictions=predictions)
+
+
+__all__ = ["evaluate_deployment", "make_transport", "run_federated"]
