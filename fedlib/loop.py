@@ -173,8 +173,9 @@ class RunOptions:
     keep_predictions : keep every evaluated client's predicted labels of the last evaluated
         round in :attr:`RunResult.predictions` (to score them again, e.g. under another rare
         threshold: :func:`fedlib.metrics.rescore`)
-    observe : called after every round with ``(round, server state)`` (e.g. to record the
-        server's trajectory); it must not change the state
+    observe : called after every round with ``(round, server state, client states)`` (the
+        latter the mapping ``client -> State``), e.g. to record the run's trajectory; it must not
+        change them
     """
 
     execution: str = "sequential"
@@ -184,7 +185,7 @@ class RunOptions:
     states: str = "memory"
     states_dir: str | None = None
     keep_predictions: bool = False
-    observe: Callable[[int, State], None] | None = field(default=None, compare=False)
+    observe: Callable[[int, State, MutableMapping[int, State]], None] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.states not in STATE_STORES:
@@ -197,7 +198,7 @@ class RunOptions:
         if self.states == "disk" and not self.states_dir:
             raise ValueError("states='disk' needs states_dir, the folder of the client state files")
         if self.observe is not None and not callable(self.observe):
-            raise ValueError(f"observe must be None or a callable (round, server state), got {self.observe!r}")
+            raise ValueError(f"observe must be None or a callable (round, server state, client states), got {self.observe!r}")
 
 
 class Server:
@@ -226,6 +227,12 @@ class Server:
     def fold(self, round_: int):
         """The algorithm's fold for this round's replies (:meth:`fedlib.protocol.Algorithm.aggregate`)."""
         return self._algorithm.aggregate(self.state, round_)
+
+    @staticmethod
+    def add(fold, client: int, message: Message) -> None:
+        """Fold in client ``client``'s reply; the server receives :class:`~fedlib.messages.Message` objects only."""
+        _check_message(message)
+        fold.add(client, message)
 
     def finish(self, fold) -> None:
         """The new state from a fold that every reply of the round was added to."""
@@ -519,9 +526,8 @@ def run_rounds(
                 continue
             if "train_loss" in up.meta:
                 rows.append((r, k, "train_loss", float(up.meta["train_loss"])))
-            _check_message(up)
             t_add = time.perf_counter()
-            fold.add(k, up)
+            server.add(fold, k, up)
             t_server += time.perf_counter() - t_add
             del up, new_state
         del messages
@@ -543,7 +549,7 @@ def run_rounds(
                 "departed": departed, "rounds_done": r, "seconds": seconds, "server_seconds": server_seconds,
             })
         if options.observe is not None:
-            options.observe(r, server.state)
+            options.observe(r, server.state, states)
         if bar is not None:
             bar.update(1)
             _postfix(bar, rows, r)

@@ -96,6 +96,7 @@ import pandas as pd
 from .validation import is_real
 
 __all__ = [
+    "rescore",
     "RARE_RATIO",
     "ABILITIES",
     "FLOOR_ABILITIES",
@@ -694,6 +695,34 @@ def summarize(per_client: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame.from_dict(rows, orient="index")
     out.index.name = "ability"
     return out.astype({"n_clients": "int64"})
+
+
+def rescore(federation, predictions, rare_ratio: float = RARE_RATIO, f1_class: int | None = None) -> pd.DataFrame:
+    """Client × ability table of kept predictions, scored again (e.g. under another rare
+    threshold) without deploying anything again.
+
+    Parameters
+    ----------
+    federation : the :class:`fedlib.federation.Federation` the predictions were made on (its
+        clients' local test labels and training counts, the global test labels)
+    predictions : ``{client: (local test predictions, global test predictions)}``, label arrays
+        as :attr:`fedlib.loop.RunResult.predictions` holds them (``RunOptions(keep_predictions=True)``)
+        or :func:`fedlib.run.evaluate_deployment` fills them (``predictions={}``)
+    rare_ratio, f1_class : as :func:`client_predictions_abilities`
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per client (sorted), one column per ability: what :func:`protocol_summary` takes.
+    """
+    rows = {}
+    for k in sorted(predictions):
+        local_pred, global_pred = predictions[k]
+        client = federation.clients[k]
+        rows[k] = client_predictions_abilities(client.test.labels_np, local_pred, federation.global_test.labels_np,
+                                               global_pred, client.train_counts(federation.n_classes),
+                                               rare_ratio=rare_ratio, f1_class=f1_class)
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def protocol_summary(per_client: pd.DataFrame) -> dict[str, float]:

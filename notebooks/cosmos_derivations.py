@@ -52,9 +52,7 @@ results_dir = None  # unused; kept for the build's common interface
 # %% tags=["hide-input"]
 import functools
 import math
-import tempfile
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -75,7 +73,8 @@ from fedlib.data import ArrayDataset
 from fedlib.distill import (augment, consistency_loss, distillation_objective, l1_distances, lemma52, make_public_set,
                             margins)
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig, RunOptions
+from fedlib.run import run_federated
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.rng import derive_seed, numpy_rng, torch_generator
 from fedlib.training import TrainConfig, local_train
@@ -456,12 +455,9 @@ method = COSMOS(public=public, server_model=server_fn, server_train=ADAM(epochs=
 counts = fed.train_counts()
 held = [np.flatnonzero(c / c.sum() >= support_share) for c in counts]
 iterations = []  # per round t: every client's cached pseudo-labels, the grouping and the clustering record
-with tempfile.TemporaryDirectory() as tmp:
-    loop = LoopConfig(rounds=P.rounds, seed=seed, checkpoint=str(Path(tmp) / "cosmos.ckpt"), evaluate_last=False)
-    for t in range(1, P.rounds + 1):
-        run = run_federated(method, fed, archs, loop, stop_after=t)  # resumes from the checkpoint of round t − 1
-        iterations.append(dict(t=t, labels={k: v.double() for k, v in cached_labels(run.server).items()},
-                               groups=grouping(run.server), history=cosmos_history(run.server)[-1]))
+run = run_federated(method, fed, archs, LoopConfig(rounds=P.rounds, seed=seed, evaluate_last=False), RunOptions(
+    observe=lambda t, server, _: iterations.append(dict(t=t, labels={k: v.double() for k, v in cached_labels(server).items()},
+                                                        groups=grouping(server), history=cosmos_history(server)[-1]))))
 
 
 def lemma_rows(iterations, held):
@@ -744,27 +740,28 @@ def synthetic_run(setting):
         model = Linear()
         local_train(model, client.train.x, client.train.y, adam(epochs=P.local_epochs), torch_generator(seed, 323, i))
         local.append(error(model.eval(), *evals[i]))
-    rows, hessian_points = [], None
-    with tempfile.TemporaryDirectory() as tmp:
-        loop = LoopConfig(rounds=P.synth_rounds, seed=seed, checkpoint=str(Path(tmp) / "synth.ckpt"), evaluate_last=False)
-        for t in range(1, P.synth_rounds + 1):
-            run_ = run_federated(cosmos, fed_, Linear, loop, stop_after=t)
-            groups = grouping(run_.server)
-            clients = [linear_from(run_.client_states[i].with_prefix("model/")) for i in range(n)]
-            servers = {g: linear_from(run_.server.with_prefix(f"{SERVER}{g}/")) for g in set(groups.values())}
+    rows, hessian_points = [], []
 
-            def mean_of(g):
-                members_ = [clients[j] for j in range(n) if groups[j] == g]
-                return lambda z: torch.stack([torch.softmax(mm(z), 1) for mm in members_]).mean(0)
+    def observe(t, server, states):
+        groups = grouping(server)
+        clients = [linear_from(states[i].with_prefix("model/")) for i in range(n)]
+        servers = {g: linear_from(server.with_prefix(f"{SERVER}{g}/")) for g in set(groups.values())}
 
-            r_server = [error(servers[groups[i]], *evals[i]) for i in range(n)]
-            r_client = [error(clients[i], *evals[i]) for i in range(n)]
-            b_q = max(max(error(servers[g], *eval_q), error(mean_of(g), *eval_q)) for g in servers)
-            b_d = max(max(error(servers[groups[i]], *evals[i]), error(mean_of(groups[i]), *evals[i])) for i in range(n))
-            rows.append({"t": t, "R†(h)": float(np.mean(r_server)), "mean R(f_i^(t,1))": float(np.mean(r_client)),
-                         "b̄ on Q": b_q, "b̄ on D_i": b_d})
-            if t == P.synth_rounds:  # the clients' distillation objective at their final parameters (Definition 5.4)
-                hessian_points = [(clients[i], run_.server.arrays[f"{TEACHER}{groups[i]}"].double()) for i in range(n)]
+        def mean_of(g):
+            members_ = [clients[j] for j in range(n) if groups[j] == g]
+            return lambda z: torch.stack([torch.softmax(mm(z), 1) for mm in members_]).mean(0)
+
+        r_server = [error(servers[groups[i]], *evals[i]) for i in range(n)]
+        r_client = [error(clients[i], *evals[i]) for i in range(n)]
+        b_q = max(max(error(servers[g], *eval_q), error(mean_of(g), *eval_q)) for g in servers)
+        b_d = max(max(error(servers[groups[i]], *evals[i]), error(mean_of(groups[i]), *evals[i])) for i in range(n))
+        rows.append({"t": t, "R†(h)": float(np.mean(r_server)), "mean R(f_i^(t,1))": float(np.mean(r_client)),
+                     "b̄ on Q": b_q, "b̄ on D_i": b_d})
+        # the clients' distillation objective at their final parameters (Definition 5.4)
+        hessian_points[:] = [(clients[i], server.arrays[f"{TEACHER}{groups[i]}"].double()) for i in range(n)]
+
+    run_federated(cosmos, fed_, Linear, LoopConfig(rounds=P.synth_rounds, seed=seed, evaluate_last=False),
+                  RunOptions(observe=observe))
     frame = pd.DataFrame(rows).set_index("t")
     return dict(frame=frame, bayes=float(bayes.mean()), local=float(np.mean(local)), prior=prior, public=pub,
                 w_exact=(max(w for w, _ in w_exact), max(w for _, w in w_exact)),

@@ -82,7 +82,8 @@ from fedlib.claims import Claim, evaluate, paired_interval, seed_table, show, ta
 from fedlib.clustering import assignment_agreement, group_purity
 from fedlib.distill import make_public_set
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
+from fedlib.loop import LoopConfig, per_client_table
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.metrics import protocol_summary
 from fedlib.models import ClientArchitectures, build_model, count_parameters
 from fedlib.parallel import map_parallel
@@ -279,7 +280,7 @@ glue("tol", TOL, display=False)
 # the curves); COSMOS and COMET on each other mixture; with one architecture, the four
 # parameter-sharing methods; and one COSMOS run per sensitivity setting (with
 # {glue:text}`sweep_rounds` rounds). One COSMOS run also gives its clients' own models
-# ({func}`fedlib.loop.evaluate_deployment` with `deploy_model="client"`).
+# ({func}`fedlib.run.evaluate_deployment` with `deploy_model="client"`).
 
 # %% tags=["hide-input"]
 def metrics(rows):
@@ -754,7 +755,7 @@ glue("ex_seconds", time.perf_counter() - t_ex, display=False)
 #
 # *(code)* Evaluate every client with the model of cluster 0 instead of its own cluster's
 # (overwrite `groups/labels` in the final server state and call
-# {func}`fedlib.loop.evaluate_deployment`). What does the drop say about where COSMOS's accuracy
+# {func}`fedlib.run.evaluate_deployment`). What does the drop say about where COSMOS's accuracy
 # comes from?
 #
 # :::{dropdown} Hint

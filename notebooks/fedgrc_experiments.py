@@ -90,7 +90,8 @@ from fedlib.data import ArrayDataset, plot_partition
 from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
-from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
+from fedlib.loop import LoopConfig, per_client_table
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.metrics import RARE_RATIO, protocol_summary
 from fedlib.models import build_model
 from fedlib.rng import VALIDATION, derive_seed
@@ -348,10 +349,10 @@ print(f"{len(claims)} claims declared")
 # ## Training every method, for every α and seed
 #
 # {glue:text}`fge_n_algs` training runs per $\alpha$ and seed share the same round loop
-# ({func}`fedlib.loop.run_federated`): FedAvg {cite:p}`fedavg`, FedAvg-Aug, CGRL, FedRep
+# ({func}`fedlib.run.run_federated`): FedAvg {cite:p}`fedavg`, FedAvg-Aug, CGRL, FedRep
 # {cite:p}`fedrep`, FedBABU {cite:p}`fedbabu`, Ditto {cite:p}`ditto` and FedETF
 # {cite:p}`fedetf`. Methods that differ only in what a client deploys reuse a run
-# ({func}`fedlib.loop.evaluate_deployment`): FedAvg-FT {cite:p}`motley` and FedETF-FT fine-tune
+# ({func}`fedlib.run.evaluate_deployment`): FedAvg-FT {cite:p}`motley` and FedETF-FT fine-tune
 # the final model locally; every **statistical head** is fitted after a terminal statistics round
 # ({func}`fedlib.deployment.collect_statistics`) in which each client sends the additive class
 # moments (counts, sums, Gram matrices) of its training features under the frozen final backbone,

@@ -76,7 +76,8 @@ from fedlib.protocol import load_model
 from fedlib.cgrl import unit
 from fedlib.chapter import CheckTable, float64_tensor, load_data, resolve, show_table
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
 from fedlib.models import build_model
 from fedlib.rng import numpy_rng

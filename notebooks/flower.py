@@ -27,7 +27,7 @@
 # ## How a method becomes a Flower App
 #
 # fedlib was written for this: a client's work is a function of (state, message, data, generator),
-# messages are named arrays with scalar metadata, and the round loop ({func}`fedlib.loop.run_federated`)
+# messages are named arrays with scalar metadata, and the round loop ({func}`fedlib.run.run_federated`)
 # hands its messages to a *transport* that only carries them. {mod}`fedlib.engines.flower` adds one
 # transport and the two Flower apps around it; nothing else changes.
 #
@@ -72,7 +72,7 @@ from fedlib.algorithms import ALGORITHMS
 from fedlib.chapter import format_bytes, resolve, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_port_block, run_flower
-from fedlib.loop import run_federated
+from fedlib.run import run_federated
 
 PROFILES = {
     "smoke": dict(methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),

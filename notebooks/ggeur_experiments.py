@@ -103,7 +103,8 @@ from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train
 from fedlib.federation import make_federation
 from fedlib.geometry import augment, class_shapes, similarity_matrix
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig, RunOptions
+from fedlib.run import run_federated
 from fedlib.parallel import map_parallel
 from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
@@ -113,7 +114,7 @@ from fedlib.training import TrainConfig
 # wrappers from the third round on; FedProto and FedMix-style train one client after another, as do the
 # statistics rounds. That is said once per method as a SequentialFallback warning, silenced here.
 warnings.filterwarnings("ignore", category=SequentialFallback)
-LoopConfig(execution=execution)  # the loop's own check of the parameter, before any work
+RUN = RunOptions(execution=execution)  # checks the parameter before any work
 
 # Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
 # eigh under thread contention was the bottleneck); this sets the kernel process only.
@@ -391,9 +392,9 @@ for _k, _v in (("total", "total_per_class"), ("rounds", "rounds"), ("epochs", "l
 
 def run(alg, fed, model_fn, training_rounds, extra_round, s):
     """One run of seed s; returns the result and its accuracy curve indexed by *training* rounds."""
-    cfg = LoopConfig(rounds=training_rounds + int(extra_round), seed=s, eval_every=P.eval_every, execution=execution)
+    cfg = LoopConfig(rounds=training_rounds + int(extra_round), seed=s, eval_every=P.eval_every)
     t0 = time.perf_counter()
-    res = run_federated(alg, fed, model_fn, cfg)
+    res = run_federated(alg, fed, model_fn, cfg, RUN)
     curve = res.curve("global")
     curve.index = curve.index - int(extra_round)
     return res, curve, time.perf_counter() - t0

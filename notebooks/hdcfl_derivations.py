@@ -73,7 +73,8 @@ from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membersh
                                membership_entropy, soft_membership)
 from fedlib.data import load_uci_digits
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.models import build_model
 from fedlib.rng import derive_seed, numpy_rng, torch_generator
 from fedlib.training import TrainConfig, local_train
@@ -695,7 +696,7 @@ for t in range(P.trials):
     for c in cached_clients(state):
         personalized_encoder(state, c, float(rng.uniform()))
     written_back &= same_arrays(after_refresh, state)
-    sent = HDCFL(train=TRAIN, config=config).broadcast(state, P.rounds + 2 + t)
+    sent = HDCFL(train=TRAIN, config=config).configure_train(state, P.rounds + 2 + t, [0])[0]
     broadcast_kept &= all(torch.equal(v, before[name]) for name, v in sent.arrays.items())
 glue("rf_trials", int(P.trials), display=False)
 glue("rf_n", int(n_cached), display=False)

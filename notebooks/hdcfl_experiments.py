@@ -35,7 +35,7 @@
 # work on the cached (encoder, head) pairs. So one HDC-FL run per seed gives FedAvg-SE (its
 # shared encoder with each client's head) and every server-side ablation (another temperature,
 # hard membership, one group, random groups, another λ or rank), each evaluated on the final
-# server state ({func}`fedlib.algorithms.hdcfl.with_variant`, {func}`fedlib.loop.evaluate_deployment`).
+# server state ({func}`fedlib.algorithms.hdcfl.with_variant`, {func}`fedlib.run.evaluate_deployment`).
 # Only the raw-head ablation needs its own run: its grouping differs at every refresh, and the
 # stability gate reads every refresh. The geometry is derived and checked in
 # {ref}`chapter-hdcfl-derivations`.
@@ -82,14 +82,15 @@ from fedlib.claims import HOLDS, INCONCLUSIVE, Claim, evaluate, seed_table, show
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.engines.vectorized import SequentialFallback
 from fedlib.federation import make_federation, make_rotation_federation
-from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
+from fedlib.loop import LoopConfig, RunOptions, per_client_table
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
 from fedlib.parallel import map_parallel
 from fedlib.training import TrainConfig, predict
 
 warnings.filterwarnings("ignore", category=SequentialFallback)  # Ditto trains sequentially: said once, silenced here
-LoopConfig(execution=execution)  # the loop's own check of the parameter, before any work
+RUN = RunOptions(execution=execution)  # checks the parameter before any work
 torch.set_num_threads(threads)
 t_start = time.perf_counter()
 
@@ -333,7 +334,7 @@ def seed_work(item):
     setting, s = item
     fed, group = federation(setting, s)
     model_fn = model_fn_for(fed.global_test)
-    cfg = LoopConfig(rounds=P.rounds, seed=s, execution=execution)
+    cfg = LoopConfig(rounds=P.rounds, seed=s)
     t0 = time.perf_counter()
     out = {"rows": [], "variants": [], "history": [], "curves": [], "bytes": [], "server": []}
 
@@ -341,7 +342,7 @@ def seed_work(item):
         out["rows"].append({"setting": setting, "seed": s, "method": method, **metrics(rows)})
 
     hdc = run_federated(HDCFL(train=TRAIN, config=HDC, seed=s), fed, model_fn,
-                        dataclasses.replace(cfg, eval_every=P.refresh_every))
+                        dataclasses.replace(cfg, eval_every=P.refresh_every), RUN)
     add("HDC-FL", hdc.frame)
     add("FedAvg-SE", evaluate_deployment(FedAvgSE(train=TRAIN), hdc, fed, model_fn, cfg))
     for name, change in VARIANTS.items():
@@ -353,7 +354,7 @@ def seed_work(item):
         out["variants"].append({"setting": setting, "seed": s, "variant": name, **metrics(rows),
                                 "k": int(last["k"]), "silhouette": float(last["silhouette"])})
     raw_cfg = dataclasses.replace(HDC, descriptor="raw")
-    raw = run_federated(HDCFL(train=TRAIN, config=raw_cfg, seed=s), fed, model_fn, cfg)
+    raw = run_federated(HDCFL(train=TRAIN, config=raw_cfg, seed=s), fed, model_fn, cfg, RUN)
     for name, run_ in (("rank-r descriptors", hdc), ("raw heads", raw)):
         h = refresh_history(run_.server)
         out["history"].append(h.assign(setting=setting, seed=s, descriptor=name))
@@ -372,7 +373,7 @@ def seed_work(item):
     for name, alg in (("FedRep", FedRep(train=TRAIN, head_train=TRAIN)), ("FedBABU", FedBABU(train=TRAIN, finetune=FINETUNE)),
                       ("Ditto", Ditto(train=TRAIN, personal_train=TRAIN)), ("FedAvg", FedAvg(train=TRAIN)),
                       ("IFCA", IFCA(train=TRAIN, k=P.ifca_k, seed=s))):
-        run_ = run_federated(alg, fed, model_fn, cfg)
+        run_ = run_federated(alg, fed, model_fn, cfg, RUN)
         if name == "FedAvg":
             add("FedAvg-FT", evaluate_deployment(FedAvgFT(train=TRAIN, finetune=FINETUNE), run_, fed, model_fn, cfg))
             continue

@@ -80,7 +80,8 @@ from fedlib.chapter import format_bytes, load_data, resolve, show_table
 from fedlib.claims import Claim, evaluate, mean_interval, seed_table, show, tally
 from fedlib.data import plot_partition
 from fedlib.federation import make_departure_scenario
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.models import build_model
 from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.stats import ClassMoments

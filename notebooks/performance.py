@@ -30,7 +30,7 @@
 #   running sum as it arrives and freed ({class}`fedlib.aggregate.WeightedMean`), so the server
 #   holds one float64 sum per array whatever the number of clients;
 # - **the list**: every reply is kept until all have arrived and then averaged, the way a method
-#   runs whose aggregation needs every reply at once (it says `aggregation = "list"`).
+#   runs whose aggregation needs every reply at once (it says so: {func}`fedlib.protocol.needs_all_replies`).
 #
 # Both give the same model bit for bit (the list is the fold over the list; the tests check it for
 # every registered method that averages). Each measurement runs in a fresh Python process
@@ -57,10 +57,10 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
-from fedlib.benchmarks import WORKLOADS, local_training_speed, loop_overhead, round_cost
+from fedlib.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost
 from fedlib.chapter import resolve, show_table
 from fedlib.io import atomic_write_bytes
-from fedlib.protocol import AGGREGATIONS, vectorizable
+from fedlib.protocol import streams, vectorizable
 
 PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)
     "smoke": dict(clients=[10, 40], models=["mlp"], fresh_process=False, workloads=["linear", "mlp_digits"], repeats=2,
@@ -81,7 +81,7 @@ if bad:
 #
 # fedlib's round loop does more than a training loop: it builds messages, records every one in the
 # ledger, keeps client states, checks replies for NaN and infinity, and folds them. The check below
-# times FedAvg through {func}`fedlib.loop.run_federated` against FedAvg written in plain PyTorch
+# times FedAvg through {func}`fedlib.run.run_federated` against FedAvg written in plain PyTorch
 # ({func}`fedlib.benchmarks.hand_written_fedavg`: the same initial weights, batches, SGD and
 # averaging, none of the machinery), alternately, on the same federation
 # ({glue:text}`perf_ovh_clients` clients, the {glue:text}`perf_ovh_model`, {glue:text}`perf_ovh_rounds`
@@ -155,7 +155,7 @@ fold_growth = 100 * (pick(main, large, "fold").peak_mib / pick(main, small, "fol
 list_growth = 100 * (pick(main, large, "list").peak_mib / pick(main, small, "list").peak_mib - 1)
 time_ratio = pick(main, large, "fold").ms_per_client / pick(main, small, "fold").ms_per_client
 kept = pick(main, large, "list").round_mib - pick(main, large, "fold").round_mib
-listing = sorted(name for name, cls in ALGORITHMS.items() if cls.aggregation == "list")
+listing = sorted(name for name, cls in ALGORITHMS.items() if not streams(cls))
 glue("perf_model", main, display=False)
 glue("perf_small", small, display=False)
 glue("perf_large", f"{large:,}", display=False)
@@ -175,7 +175,7 @@ glue("perf_isolation", "measured each round in a fresh process" if P.fresh_proce
      display=False)
 glue("perf_per_client", inspect.signature(round_cost).parameters["min_per_client"].default, display=False)
 glue("perf_round_threads", inspect.signature(round_cost).parameters["threads"].default, display=False)
-glue("perf_n_fold", sum(cls.aggregation == "fold" for cls in ALGORITHMS.values()), display=False)
+glue("perf_n_fold", sum(streams(cls) for cls in ALGORITHMS.values()), display=False)
 
 # %% [markdown]
 # From {glue:text}`perf_small` to {glue:text}`perf_large` clients the peak memory of a round of

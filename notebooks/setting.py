@@ -62,10 +62,10 @@ from myst_nb import glue
 from fedlib.algorithms import FedAvg, FedAvgFT
 from fedlib.chapter import format_bytes, load_data, resolve, show_table, subsample
 from fedlib.data import plot_partition
-from fedlib.engines.inprocess import InProcessTransport, weights_key
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, evaluate_deployment, per_client_table, run_federated
-from fedlib.metrics import RARE_RATIO, Confusion, client_abilities, client_predictions_abilities, protocol_summary
+from fedlib.loop import LoopConfig, RunOptions, per_client_table
+from fedlib.run import evaluate_deployment, run_federated
+from fedlib.metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary, rescore
 from fedlib.models import build_model
 from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
 from fedlib.training import TrainConfig, local_train, predict
@@ -97,40 +97,6 @@ train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=32, lr=P.lr, momentum=
 finetune_cfg = TrainConfig(epochs=P.finetune_epochs, batch_size=32, lr=P.finetune_lr, momentum=0.9)
 print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} clients, "
       f"alphas {P.alphas}, {P.rounds} rounds, model {P.model}")
-
-
-# %% tags=["hide-input"]
-class KeepPredictions(InProcessTransport):
-    """The in-process transport that also keeps every evaluated client's predictions, so that the
-    same deployments can be scored again under another rare threshold (Exercise 2) without
-    training or fine-tuning again. The numbers it reports are those of the default transport."""
-
-    def __init__(self, federation, model_fn, seed):
-        super().__init__(federation, model_fn, seed)
-        self.federation, self.kept = federation, {}
-
-    def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class):
-        fed, cache = self.federation, {}
-        for k, down in messages.items():
-            predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self.seed, self._workspace)
-            key = weights_key(predictor)
-            if key is None or key not in cache:
-                cache[key] = predict(predictor, fed.global_test.x).numpy()
-            local_pred = predict(predictor, fed.clients[k].test.x).numpy()
-            self.kept[k] = (local_pred, cache[key])
-            yield k, self.score(k, rare_ratio, f1_class)
-
-    def score(self, k, rare_ratio, f1_class=None):
-        """Client ``k``'s abilities from its kept predictions, under the rare threshold ``rare_ratio``."""
-        fed, (local_pred, global_pred) = self.federation, self.kept[k]
-        client = fed.clients[k]
-        return client_predictions_abilities(client.test.labels_np, local_pred, fed.global_test.labels_np,
-                                            global_pred, client.train_counts(fed.n_classes),
-                                            rare_ratio=rare_ratio, f1_class=f1_class)
-
-    def rescored(self, rare_ratio):
-        """The client x ability table of the kept predictions under another rare threshold."""
-        return pd.DataFrame.from_dict({k: self.score(k, rare_ratio) for k in sorted(self.kept)}, orient="index")
 
 
 # %% [markdown]
@@ -325,9 +291,9 @@ glue("central_lr", P.central_lr, display=False)
 # every round, for {glue:text}`rounds` rounds.
 # Because only the deployment hook differs, we train once per $\alpha$ and evaluate both
 # deployments of the same final global model
-# ({func}`fedlib.loop.evaluate_deployment`). The transport `KeepPredictions` (defined in a
-# collapsed cell above) is fedlib's in-process transport that also keeps every client's
-# predictions, for Exercise 2.
+# ({func}`fedlib.run.evaluate_deployment`). Both keep every client's predicted labels
+# (`RunOptions(keep_predictions=True)`, `predictions={}`), so that Exercise 2 can score them again
+# under other rare thresholds ({func}`fedlib.metrics.rescore`) without training again.
 
 # %% tags=["remove-cell"]
 glue("ft_epochs", P.finetune_epochs, display=False)
@@ -340,14 +306,10 @@ glue("rounds", P.rounds, display=False)
 runs, per_client, kept, summaries = {}, {}, {}, []
 for a in P.alphas:
     fed = federations[f"dir{a}"]
-    kept[(a, "FedAvg")] = KeepPredictions(fed, model_fn, seed)
-    kept[(a, "FedAvg-FT")] = KeepPredictions(fed, model_fn, seed)
-    run = run_federated(FedAvg(train=train_cfg), fed, model_fn, loop_cfg,
-                        transport=kept[(a, "FedAvg")])
-    runs[a] = run
+    run = run_federated(FedAvg(train=train_cfg), fed, model_fn, loop_cfg, RunOptions(keep_predictions=True))
+    runs[a], kept[(a, "FedAvg")], kept[(a, "FedAvg-FT")] = run, run.predictions, {}
     ft = FedAvgFT(train=train_cfg, finetune=finetune_cfg)
-    ft_frame = evaluate_deployment(ft, run, fed, model_fn, loop_cfg,
-                                   transport=kept[(a, "FedAvg-FT")])
+    ft_frame = evaluate_deployment(ft, run, fed, model_fn, loop_cfg, predictions=kept[(a, "FedAvg-FT")])
     deployed = (("FedAvg", run.per_client()), ("FedAvg-FT", per_client_table(ft_frame)))
     for method, wide in deployed:
         per_client[(a, method)] = wide
@@ -618,11 +580,11 @@ for rho in sorted({0.25, P.rare_ratio, 1.0}):
     row = {"rho": rho, "rare per client": rare_sets.sum(axis=1).mean(),
            "clients with rare": int(rare_sets.any(axis=1).sum())}
     for method in ("FedAvg", "FedAvg-FT"):
-        s = protocol_summary(kept[(a, method)].rescored(rho))
+        s = protocol_summary(rescore(federations[f"dir{a}"], kept[(a, method)], rho))
         row[f"rare {method}"], row[f"F@25 {method}"] = 100 * s["rare"], 100 * s["F@25"]
     ex2_rows.append(row)
 ex2 = pd.DataFrame(ex2_rows).set_index("rho")
-same = protocol_summary(kept[(a, "FedAvg-FT")].rescored(P.rare_ratio))["F@25"]
+same = protocol_summary(rescore(federations[f"dir{a}"], kept[(a, "FedAvg-FT")], P.rare_ratio))["F@25"]
 assert np.allclose(same, summary.loc[(a, "FedAvg-FT"), "F@25"], equal_nan=True)  # kept scores agree
 glue("ex2_alpha", a, display=False)
 glue("ex2_text", "; ".join(
@@ -748,7 +710,7 @@ glue("ex_seconds", ex_seconds, display=False)
 #
 # :::{dropdown} Hint
 # Fine-tuning changes only the deployment: one FedAvg run serves every number of epochs
-# ({func}`fedlib.loop.evaluate_deployment`). Watch the clients' unseen classes: the more epochs,
+# ({func}`fedlib.run.evaluate_deployment`). Watch the clients' unseen classes: the more epochs,
 # the more the model forgets the classes a client never saw.
 # :::
 #

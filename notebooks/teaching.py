@@ -45,7 +45,8 @@ from fedlib.algorithms import FedAvg
 from fedlib.chapter import EXERCISE_KINDS, chapter_title, exercises, resolve, show_table
 from fedlib.data import load_uci_digits
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.models import build_model
 from fedlib.training import TrainConfig
 
@@ -197,8 +198,10 @@ print(f"cells with an output: {executed}")
 # *(code)* Write **FedAvgM**, FedAvg with server momentum {cite:p}`fedavgm`: the server treats the
 # change the clients' average makes to the global model as a gradient, $\Delta_t = w_t - \bar w_t$,
 # keeps a velocity $v_{t+1} = \beta v_t + \Delta_t$ and steps $w_{t+1} = w_t - \eta\, v_{t+1}$.
-# Only the server changes, so only the `aggregate` hook of {class}`fedlib.protocol.Algorithm` is
-# written ({ref}`inside-add-a-method` shows a complete plug-in). Download the skeleton
+# Only the server changes, so only the `aggregate` hook of {class}`fedlib.protocol.Algorithm`
+# changes: it returns a *fold*, which the loop feeds one reply at a time, and the skeleton's fold
+# extends FedAvg's running average ({class}`fedlib.protocol.ModelAverage`), so only its `finish`
+# is left to write ({ref}`inside-add-a-method` shows a complete plug-in). Download the skeleton
 # {download}`fedavgm.py <../exercises/fedavgm.py>` and its test
 # {download}`test_fedavgm.py <../exercises/test_fedavgm.py>` into the repository's
 # `book/exercises/` folder (they are already there in a clone), fill in the `TODO` and run
@@ -208,20 +211,20 @@ print(f"cells with an output: {executed}")
 # ```
 #
 # The test checks one and two rounds against values computed by hand, that $\beta = 0$ and
-# $\eta = 1$ give FedAvg, and that the method trains in {func}`fedlib.loop.run_federated`. It fails
+# $\eta = 1$ give FedAvg, and that the method trains in {func}`fedlib.run.run_federated`. It fails
 # on the skeleton as it is handed out and passes on a correct answer.
 #
 # :::{dropdown} Hint
-# Call `super().aggregate(server, updates, round_)` first: it is FedAvg's sample-weighted average
-# $\bar w_t$. The current weights $w_t$ are in `server.arrays` under names that start with
-# `"model/"`; store $v$ under the same names with `"momentum/"` in front. In the first round there
+# Call `super().finish()` first: it is FedAvg's sample-weighted average $\bar w_t$ of the
+# replies the loop added (the server state itself when none came). The current weights $w_t$ are
+# in `self.server.arrays` under names that start with `"model/"`; store $v$ under the same names with `"momentum/"` in front. In the first round there
 # is no velocity yet: take $v_1 = \Delta_1$.
 # :::
 #
 # :::{dropdown} Worked solution
 # ```{literalinclude} ../exercises/fedavgm_solution.py
 # :language: python
-# :pyobject: FedAvgM
+# :start-after: MOMENTUM = "momentum/"
 # ```
 # The run below trains it and FedAvg on the same seed, federation and client steps (UCI digits,
 # an MLP, Dirichlet label skew): {glue:text}`demo_clients` clients for {glue:text}`demo_rounds`

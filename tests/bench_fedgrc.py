@@ -249,7 +249,8 @@ def bench_rounds(args) -> pd.DataFrame:
     from fedlib.cgrl import CGRLConfig
     from fedlib.data import load_mnist5k
     from fedlib.federation import make_federation
-    from fedlib.loop import LoopConfig, run_federated
+    from fedlib.loop import LoopConfig
+    from fedlib.run import run_federated
     from fedlib.models import build_model
     from fedlib.training import TrainConfig
 

@@ -14,7 +14,8 @@ from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.cgrl import CGRLConfig
 from fedlib.distill import PublicSet
 from fedlib.models import build_model
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.protocol import Algorithm
 from fedlib.training import TrainConfig
 

@@ -10,7 +10,8 @@ import torch
 from fedlib.algorithms import FedAvg
 from fedlib.data import load_mnist5k
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.metrics import Confusion
 from fedlib.models import build_model
 from fedlib.rng import torch_generator

@@ -217,7 +217,8 @@ def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(
     import torch
 
     from fedlib.algorithms import FedAvg
-    from fedlib.loop import LoopConfig, run_federated
+    from fedlib.loop import LoopConfig
+    from fedlib.run import run_federated
     from fedlib.protocol import MODEL, ClientContext
 
     module = types.ModuleType("inside_example")  # a real module: dataclasses look their module up

@@ -27,7 +27,8 @@ from fedlib.cgrl import (
 )
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.models import build_model
 from fedlib.training import TrainConfig
 

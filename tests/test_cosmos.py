@@ -20,9 +20,10 @@ from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_l
                             distillation_objective, kl_rows, l1_distances, lemma52, majority_vote, make_public_set,
                             soft_labels)
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
+from fedlib.loop import LoopConfig, RunOptions
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import Message, State
-from fedlib.protocol import Event
+from fedlib.protocol import Event, fold_replies
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.training import TrainConfig
 
@@ -144,9 +145,9 @@ def test_a_cluster_left_empty_has_no_diameter_and_cosmos_keeps_going():
     srv = functools.partial(build_model, "mlp", in_channels=1, n_classes=2, input_size=4, hidden=(4,))
     m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, server_train=ADAM)
     a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
-    s1 = m.aggregate(m.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b))], 1)
+    s1 = fold_replies(m.aggregate(m.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b))])
     lone = grouping(s1)[2]
-    s2 = m.aggregate(m.on_event(s1, Event(2, 2, "leave")), [(0, _labels(a)), (1, _labels(a))], 2)
+    s2 = fold_replies(m.aggregate(m.on_event(s1, Event(2, 2, "leave")), 2), [(0, _labels(a)), (1, _labels(a))])
     assert 2 not in grouping(s2) and f"teacher/{lone}" not in s2.arrays and s2.meta["n_groups"] == 1
     assert cosmos_history(s2)[-1]["n_clusters"] == 1
 
@@ -251,7 +252,7 @@ def test_architectures_are_validated_and_parameter_sharing_methods_refused(split
     with pytest.raises(ValueError, match="fedavg shares parameters, but the clients' architectures differ \\(small x2, wide x2\\)"):
         run_federated(FedAvg(), fed, archs, LoopConfig(rounds=1))
     with pytest.raises(ValueError, match="vectorized execution stacks clients of one architecture"):
-        run_federated(FedMD(public=split[1]), fed, archs, LoopConfig(rounds=1, execution="vectorized"))
+        run_federated(FedMD(public=split[1]), fed, archs, LoopConfig(rounds=1), RunOptions(execution="vectorized"))
     short = dataclasses.replace(archs, assignment=("small",))
     with pytest.raises(ValueError, match="assigns 1 clients, but the federation has 4"):
         run_federated(FedMD(public=split[1]), fed, short, LoopConfig(rounds=1))
@@ -332,20 +333,22 @@ def test_a_reply_with_malformed_pseudo_labels_is_refused(split):
     server = method.init_server(server_fn())
     bad = Message(arrays={"labels": torch.full((len(public), 2), 0.5)}, meta={"n_samples": 3}, kind="pseudo_labels")
     with pytest.raises(ValueError, match="client 7's pseudo-labels have shape \\(36, 2\\); valid: \\(36, 3\\)"):
-        method.aggregate(server, [(7, bad)], 1)
+        fold_replies(method.aggregate(server, 1), [(7, bad)])
     off = Message(arrays={"labels": torch.full((len(public), 3), 0.5)}, meta={"n_samples": 3}, kind="pseudo_labels")
     with pytest.raises(ValueError, match="client 7's pseudo-labels are not on the probability simplex"):
-        method.aggregate(server, [(7, off)], 1)
+        fold_replies(method.aggregate(server, 1), [(7, off)])
     hard = FedCT(public=public)
     with pytest.raises(ValueError, match="client 1's hard labels hold class 5; valid: 0..2"):
-        hard.aggregate(server, [(1, Message(arrays={"labels": torch.full((len(public),), 5, dtype=torch.uint8)},
-                                            meta={"n_samples": 1}))], 1)
+        fold_replies(hard.aggregate(server, 1), [(1, Message(arrays={"labels": torch.full((len(public),), 5, dtype=torch.uint8)},
+                                            meta={"n_samples": 1}))])
 
 
-def test_the_default_training_message_is_the_broadcast():
+def test_the_default_training_message_is_one_object_shared_by_every_client():
     method = FedAvg()
-    down = Message(arrays={"model/w": torch.zeros(2)}, kind="model")
-    assert method.train_message(State(), down, 3, 1) is down
+    server = State(arrays={"model/w": torch.zeros(2), "extra": torch.ones(1)})
+    out = method.configure_train(server, 1, [3, 5])
+    assert list(out) == [3, 5] and out[3] is out[5] and list(out[3].arrays) == ["model/w"]
+    assert method.configure_evaluate(server, 1, [3])[3].arrays.keys() == out[3].arrays.keys()
 
 
 def test_group_purity_by_hand():
@@ -365,18 +368,18 @@ def test_a_renumbered_cluster_gets_its_own_members_teacher_not_the_old_number():
     srv = functools.partial(build_model, "mlp", in_channels=1, n_classes=2, input_size=4, hidden=(4,))
     m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, recluster=True, server_train=ADAM)
     a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
-    s1 = m.aggregate(m.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))], 1)
-    s2 = m.aggregate(s1, [(0, _labels(b))], 2)
+    s1 = fold_replies(m.aggregate(m.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))])
+    s2 = fold_replies(m.aggregate(s1, 2), [(0, _labels(b))])
     groups = grouping(s2)
     assert groups[0] == groups[2] == groups[3] != groups[1]
     # client 1 alone: its cluster model is distilled toward its own (cached) class-0 labels, not the old {2, 3}'s
-    teacher = m.train_message(s2, Message(kind="start"), 1, 3).arrays["teacher"]
+    teacher = m.configure_train(s2, 3, [1])[1].arrays["teacher"]
     assert int((teacher.argmax(1) == 0).sum()) >= 3
     # COMET's teacher is the consensus itself: exactly client 1's own labels
     comet = COMET(public=pub, k=2, **FAST)
-    c1 = comet.aggregate(comet.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))], 1)
-    c2 = comet.aggregate(c1, [(0, _labels(b))], 2)
-    assert torch.equal(comet.train_message(c2, Message(kind="start"), 1, 3).arrays["teacher"], torch.tensor(a))
+    c1 = fold_replies(comet.aggregate(comet.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))])
+    c2 = fold_replies(comet.aggregate(c1, 2), [(0, _labels(b))])
+    assert torch.equal(comet.configure_train(c2, 3, [1])[1].arrays["teacher"], torch.tensor(a))
 
 
 def test_comet_groups_by_kmeans_numbers_by_lowest_client_and_caps_k():
@@ -393,7 +396,7 @@ def test_a_round_without_labels_changes_nothing_and_a_leaver_is_forgotten(split,
     for method in (COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST),
                    COMET(public=public, k=2, **FAST), FedMD(public=public, **FAST)):
         empty = method.init_server(server_fn())
-        assert method.aggregate(empty, [], 1) is empty
+        assert fold_replies(method.aggregate(empty, 1), []) is empty
         # every client joins at round 2: round 1 has no reply at all
         joins = tuple(Event(2, k, "join") for k in range(fed.n_clients))
         run = run_federated(method, fed, archs, LoopConfig(rounds=2, seed=0, events=joins))
@@ -407,9 +410,9 @@ def test_partial_participation_and_a_resumed_cosmos_run_are_bit_for_bit(split, a
     method = COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST)
     cfg = LoopConfig(rounds=3, seed=2, participation=0.5)
     whole = run_federated(method, fed, archs, cfg)
-    ck = dataclasses.replace(cfg, checkpoint=str(tmp_path / "ck.json"))
-    run_federated(method, fed, archs, ck, stop_after=2)
-    resumed = run_federated(method, fed, archs, ck)
+    ck = RunOptions(checkpoint=str(tmp_path / "ck.json"))
+    run_federated(method, fed, archs, cfg, ck, stop_after=2)
+    resumed = run_federated(method, fed, archs, cfg, ck)
     assert whole.frame.equals(resumed.frame)
     assert all(torch.equal(whole.server.arrays[k], resumed.server.arrays[k]) for k in whole.server.arrays)
     assert whole.server.meta == resumed.server.meta
@@ -418,8 +421,8 @@ def test_partial_participation_and_a_resumed_cosmos_run_are_bit_for_bit(split, a
 def test_an_unclustered_client_is_evaluated_with_the_first_cluster_model(split):
     public = split[1]
     m = COSMOS(public=public, server_model=server_fn, b0=100.0, target_clusters=None, server_train=ADAM)
-    s = m.aggregate(m.init_server(server_fn()), [(0, _labels([[1.0, 0.0, 0.0]] * len(public)))], 1)
-    msg = m.eval_message(s, Message(kind="start"), 9, 1)
+    s = fold_replies(m.aggregate(m.init_server(server_fn()), 1), [(0, _labels([[1.0, 0.0, 0.0]] * len(public)))])
+    msg = m.configure_evaluate(s, 1, [9])[9]
     assert msg.kind == "cluster_model" and msg.meta["group"] == 0
 
 

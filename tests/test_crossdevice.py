@@ -22,10 +22,12 @@ from fedlib.algorithms import ALGORITHMS, Ditto, FedAvg, FedRep, make_algorithm
 from fedlib.data import load_mnist5k, make_gaussian_mixture, powerlaw_partition, powerlaw_sizes
 from fedlib.engines import InProcessTransport
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig, RunOptions
+from fedlib.run import run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
-from fedlib.protocol import AGGREGATIONS, Algorithm
+from fedlib.benchmarks import keeping_replies
+from fedlib.protocol import Collect, fold_replies, needs_all_replies, streams
 from fedlib.store import DiskStates, make_states
 from fedlib.training import TrainConfig
 
@@ -87,14 +89,15 @@ def _registered(name):
 
 
 def test_a_method_that_overrides_aggregate_runs_its_own_rule(tiny_federation, tiny_model_fn):
-    class Halfway(FedAvg):  # declares nothing: overriding aggregate is enough to keep the list
+    class Halfway(FedAvg):  # its rule reads every reply at once, and says so
+        @needs_all_replies
         def aggregate(self, server, updates, round_):
-            avg = super().aggregate(server, updates, round_)
+            avg = fold_replies(super().aggregate(server, round_), updates)
             return State({k: (v + server.arrays[k]) / 2 if v.is_floating_point() else v
                           for k, v in avg.arrays.items()}, dict(avg.meta))
 
     method = Halfway(train=TRAIN)
-    assert method.aggregation == "fold" and method.aggregator(State(), 1) is None
+    assert not streams(method) and isinstance(method.aggregate(State(), 1), Collect)
     cfg = LoopConfig(rounds=1, seed=0, evaluate_last=False)
     ours = run_federated(method, tiny_federation, tiny_model_fn, cfg)
     plain = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
@@ -122,21 +125,20 @@ def test_the_loops_average_equals_an_independent_float64_average(tiny_federation
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-7)
 
 
-def test_every_method_says_how_it_aggregates():
-    for name, cls in ALGORITHMS.items():
-        overrides = cls.aggregate is not Algorithm.aggregate
-        assert cls.aggregation in AGGREGATIONS, name
-        # a method with its own aggregation keeps the list; every other one streams
-        assert cls.aggregation == ("list" if overrides else "fold"), (name, cls.aggregation)
-    assert {n for n, c in ALGORITHMS.items() if c.aggregation == "fold"} >= {"fedavg", "fedprox", "ditto", "fedrep"}
+def test_every_method_aggregates_through_one_fold_and_says_when_it_keeps_every_reply():
+    for name in ALGORITHMS:
+        fold = _registered(name).aggregate(State(), 1)
+        assert callable(fold.add) and callable(fold.finish), name
+        # what streams() reads off the class is what the hook returns: a Collect exactly when declared
+        assert isinstance(fold, Collect) == (not streams(ALGORITHMS[name])), name
+    assert {n for n, c in ALGORITHMS.items() if streams(c)} >= {"fedavg", "fedprox", "ditto", "fedrep", "hdcfl", "ifca"}
 
 
-@pytest.mark.parametrize("name", sorted(n for n, c in ALGORITHMS.items() if c.aggregation == "fold"))
+@pytest.mark.parametrize("name", sorted(n for n, c in ALGORITHMS.items() if streams(c)))
 def test_the_fold_and_the_list_give_the_same_run(name, tiny_federation, tiny_model_fn):
     folded = _registered(name)
-    listed = dataclasses.replace(folded)
-    listed.aggregation = "list"  # the same method, its replies kept and averaged at once
-    assert folded.aggregator(State(), 1) is not None and listed.aggregator(State(), 1) is None
+    listed = keeping_replies(folded)  # the same method, its replies kept and folded at once
+    assert streams(folded) and not streams(listed) and isinstance(listed.aggregate(State(), 1), Collect)
     cfg = LoopConfig(rounds=2, seed=3, participation=0.75)
     a = run_federated(folded, tiny_federation, tiny_model_fn, cfg)
     b = run_federated(listed, tiny_federation, tiny_model_fn, cfg)
@@ -158,15 +160,14 @@ def test_a_folded_reply_is_freed_before_the_next_client_trains(tiny_federation, 
                 yield k, state, up
                 del up
 
-    streamed, listed = FedAvg(train=TRAIN), FedAvg(train=TRAIN)
-    listed.aggregation = "list"
+    streamed, listed = FedAvg(train=TRAIN), keeping_replies(FedAvg(train=TRAIN))
     n = tiny_federation.n_clients
     for method, expected in ((streamed, [0] * n), (listed, list(range(n)))):
         seen.clear()
         run_federated(method, tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=0, evaluate_last=False),
                       transport=Probe(tiny_federation, tiny_model_fn, 0))
         # streamed: no earlier reply is alive when the next one arrives; the list keeps every one
-        assert seen == expected, method.aggregation
+        assert seen == expected, streams(method)
 
 
 # --- states on disk --------------------------------------------------------------------------
@@ -201,8 +202,8 @@ def test_disk_states_round_trip_and_refuse_a_used_folder(tmp_path):
 def test_the_disk_store_gives_the_results_of_memory(method, tiny_federation, tiny_model_fn, tmp_path):
     cfg = LoopConfig(rounds=3, seed=2, participation=0.5, eval_every=1)
     memory = run_federated(method, tiny_federation, tiny_model_fn, cfg)
-    disk_cfg = dataclasses.replace(cfg, states="disk", states_dir=str(tmp_path / "states"))
-    disk = run_federated(method, tiny_federation, tiny_model_fn, disk_cfg)
+    disk_options = RunOptions(states="disk", states_dir=str(tmp_path / "states"))
+    disk = run_federated(method, tiny_federation, tiny_model_fn, cfg, disk_options)
     pd.testing.assert_frame_equal(memory.frame, disk.frame)
     assert all(torch.equal(memory.server.arrays[k], disk.server.arrays[k]) for k in memory.server.arrays)
     assert isinstance(disk.client_states, DiskStates) and disk.client_states.files() > 0
@@ -211,17 +212,17 @@ def test_the_disk_store_gives_the_results_of_memory(method, tiny_federation, tin
         assert all(torch.equal(v, disk.client_states[k].arrays[n]) for n, v in st_.arrays.items())
     # stopped after round 1 and resumed with the disk store: the same run
     ckpt = tmp_path / "run.pt"
-    resumed_cfg = dataclasses.replace(disk_cfg, states_dir=str(tmp_path / "states2"), checkpoint=str(ckpt))
-    run_federated(method, tiny_federation, tiny_model_fn, resumed_cfg, stop_after=1)
-    resumed = run_federated(method, tiny_federation, tiny_model_fn, resumed_cfg)
+    resumed_options = dataclasses.replace(disk_options, states_dir=str(tmp_path / "states2"), checkpoint=str(ckpt))
+    run_federated(method, tiny_federation, tiny_model_fn, cfg, resumed_options, stop_after=1)
+    resumed = run_federated(method, tiny_federation, tiny_model_fn, cfg, resumed_options)
     pd.testing.assert_frame_equal(memory.frame, resumed.frame)
 
 
-def test_loop_config_refuses_bad_store_and_sample_settings():
+def test_the_configs_refuse_bad_store_and_sample_settings():
     with pytest.raises(ValueError, match="unknown states 'ram'; valid: memory, disk"):
-        LoopConfig(states="ram")
+        RunOptions(states="ram")
     with pytest.raises(ValueError, match="states='disk' needs states_dir"):
-        LoopConfig(states="disk")
+        RunOptions(states="disk")
     for bad in (0, -3, 2.5, True):
         with pytest.raises(ValueError, match="eval_clients must be None"):
             LoopConfig(eval_clients=bad)

@@ -30,10 +30,11 @@ from fedlib.deployment import (
 from fedlib.engines.inprocess import weights_key
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, MahalanobisNCM
-from fedlib.loop import LoopConfig, RunResult, evaluate_deployment, run_federated
+from fedlib.loop import LoopConfig, RunResult
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import ClientContext, Event, load_model
+from fedlib.protocol import ClientContext, Event, fold_replies, load_model, needs_all_replies
 from fedlib.stats import ClassMoments, feature_moments
 from fedlib.training import TrainConfig
 
@@ -81,7 +82,7 @@ def pooled_moments(result: RunResult, fed: Federation, clients, layers=LAYERS) -
 def deploy(alg: StatHead, result: RunResult, fed: Federation, k: int) -> StatPredictor:
     """Client ``k``'s predictor through the hooks, as the loop's evaluation builds it (own workspace)."""
     ctx = ClientContext(k, result.rounds_done, model_fn(), C)
-    msg = alg.broadcast(result.server, result.rounds_done)
+    msg = alg.configure_evaluate(result.server, result.rounds_done, [k])[k]
     return alg.deploy(ctx, result.client_states[k], msg, fed.clients[k], torch.Generator().manual_seed(k))
 
 
@@ -153,9 +154,9 @@ def test_server_receives_moments_only(run, fed, monkeypatch):
 
     def spy(self, server, updates, round_):
         seen.extend((k, {n: tuple(t.shape) for n, t in m.arrays.items()}, dict(m.meta)) for k, m in updates)
-        return original(self, server, updates, round_)
+        return fold_replies(original(self, server, round_), updates)
 
-    monkeypatch.setattr(_StatisticsRound, "aggregate", spy)
+    monkeypatch.setattr(_StatisticsRound, "aggregate", needs_all_replies(spy))
     collect_statistics(run, fed, model_fn, layers=LAYERS)
     assert [k for k, _, _ in seen] == list(range(fed.n_clients))
     for _, shapes, meta in seen:
@@ -302,7 +303,7 @@ def test_singular_within_class_covariance_gives_finite_heads(head):
     assert int(torch.linalg.matrix_rank(m.class_covariances()[0])) < m.dim  # singular indeed
     alg = StatHead(HEADS[head]())
     ctx = ClientContext(1, 1, wide(), C)
-    pred = alg.deploy(ctx, State(), alg.broadcast(result.server, 1), fed.clients[1], torch.Generator().manual_seed(0))
+    pred = alg.deploy(ctx, State(), alg.configure_evaluate(result.server, 1, [1])[1], fed.clients[1], torch.Generator().manual_seed(0))
     assert bool(torch.isfinite(pred.coef).all() and torch.isfinite(pred.intercept).all())
     assert bool(torch.isfinite(pred(fed.global_test.x)).all())
 

@@ -30,7 +30,8 @@ from fedlib.engines.flower import (
     flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
 )
 from fedlib.engines.inprocess import InProcessTransport
-from fedlib.loop import ClientFailedError, LoopConfig, run_federated
+from fedlib.loop import ClientFailedError, LoopConfig
+from fedlib.run import run_federated
 from fedlib.messages import Message, State
 from fedlib.protocol import Event
 from test_algorithms import KWARGS

@@ -12,7 +12,8 @@ from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.geometry import GeometricShapes, class_shapes
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
 

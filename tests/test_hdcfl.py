@@ -25,7 +25,8 @@ from fedlib.clustering import (SilhouetteKMeans, assignment_agreement, descripto
                                head_descriptors, lowrank_basis, membership_entropy, random_groups, soft_membership)
 from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.federation import make_federation, make_rotation_federation
-from fedlib.loop import LoopConfig, evaluate_deployment, run_federated
+from fedlib.loop import LoopConfig, RunOptions
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
 from fedlib.protocol import Event, vectorizable
@@ -398,7 +399,7 @@ def test_hdcfl_is_vectorizable_and_the_vectorized_run_matches(grouped):
     alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=1))
     assert vectorizable(alg) and vectorizable(FedAvgSE()) and vectorizable(FedRep()) and vectorizable(IFCA())
     a = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0))
-    b = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0, execution="vectorized"))
+    b = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0), RunOptions(execution="vectorized"))
     for name, t in a.server.arrays.items():
         assert torch.allclose(b.server.arrays[name].double(), t.double(), atol=1e-5), name
 
@@ -407,9 +408,9 @@ def test_a_checkpointed_hdcfl_run_resumes_bit_for_bit(grouped, tmp_path):
     fed, model_fn = grouped
     alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=2))
     full = run_federated(alg, fed, model_fn, LoopConfig(rounds=3, seed=0))
-    cfg = LoopConfig(rounds=3, seed=0, checkpoint=str(tmp_path / "run.pt"))
-    run_federated(alg, fed, model_fn, cfg, stop_after=2)
-    resumed = run_federated(alg, fed, model_fn, cfg)
+    cfg, ckpt = LoopConfig(rounds=3, seed=0), RunOptions(checkpoint=str(tmp_path / "run.pt"))
+    run_federated(alg, fed, model_fn, cfg, ckpt, stop_after=2)
+    resumed = run_federated(alg, fed, model_fn, cfg, ckpt)
     pd.testing.assert_frame_equal(full.frame, resumed.frame)
     assert full.server.meta == resumed.server.meta
     assert full.server.arrays.keys() == resumed.server.arrays.keys()
@@ -466,10 +467,10 @@ def test_ifca_clients_choose_the_lowest_loss_cluster_and_each_cluster_averages_i
 def test_ifca_vectorized_equals_sequential_and_refuses_an_unknown_cluster(grouped):
     fed, model_fn = grouped
     a = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0))
-    b = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0, execution="vectorized"))
+    b = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0), RunOptions(execution="vectorized"))
     for name, t in a.server.arrays.items():
         assert torch.allclose(b.server.arrays[name], t, atol=1e-5), name
-    fold = IFCA(k=2).fold(a.server, 3)
+    fold = IFCA(k=2).aggregate(a.server, 3)
     with pytest.raises(ValueError, match="client 4's reply names cluster 5; valid: 0, 1"):
         fold.add(4, Message(arrays={}, meta={"cluster": 5, "n_samples": 3}))
 

@@ -30,7 +30,8 @@ from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                soft_membership)
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.messages import State
 from fedlib.training import TrainConfig
 
@@ -289,5 +290,5 @@ def test_a_refresh_keeps_k_in_range_rows_on_the_simplex_and_the_cache_and_encode
     for client in cached_clients(state):
         personalized_encoder(state, client, lam)
     assert _kept(after, state)  # nothing written back
-    sent = HDCFL(config=config).broadcast(state, 2)
+    sent = HDCFL(config=config).configure_train(state, 2, [0])[0]
     assert _bit_equal(dict(sent.arrays), {k: v for k, v in before.items() if k.startswith("model/")})

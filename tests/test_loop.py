@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from fedlib.algorithms import FedAvg, FedAvgFT, make_algorithm
-from fedlib.protocol import Event
-from fedlib.loop import LoopConfig, NonFiniteUpdateError, RunResult, Server, evaluate_deployment, run_federated
+from fedlib.protocol import Algorithm, Event, model_message
+from fedlib.loop import LoopConfig, NonFiniteUpdateError, RunOptions, RunResult, Server
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.rng import LOCAL_TRAIN, derive_seed, isolated_torch_rng, INIT
 from fedlib.training import TrainConfig, local_train
@@ -41,12 +42,12 @@ def test_different_seed_different_results(tiny_federation, tiny_model_fn):
 
 
 def test_resume_equals_uninterrupted(tiny_federation, tiny_model_fn, tmp_path):
-    cfg = LoopConfig(rounds=5, seed=3, eval_every=2, participation=0.75,
-                     events=(Event(3, 1, "leave"),), checkpoint=str(tmp_path / "run.pt"))
-    full = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, dataclasses.replace(cfg, checkpoint=None))
-    part = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, stop_after=2)
+    cfg = LoopConfig(rounds=5, seed=3, eval_every=2, participation=0.75, events=(Event(3, 1, "leave"),))
+    ckpt = RunOptions(checkpoint=str(tmp_path / "run.pt"))
+    full = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    part = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, ckpt, stop_after=2)
     assert part.rounds_done == 2 and (tmp_path / "run.pt").exists()
-    resumed = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    resumed = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, ckpt)
     assert resumed.rounds_done == 5
     pd.testing.assert_frame_equal(full.frame, resumed.frame)
     assert _same_state(full.server, resumed.server)
@@ -55,9 +56,10 @@ def test_resume_equals_uninterrupted(tiny_federation, tiny_model_fn, tmp_path):
 
 def test_checkpoint_of_another_run_is_refused(tiny_federation, tiny_model_fn, tmp_path):
     path = str(tmp_path / "run.pt")
-    run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0, checkpoint=path), stop_after=1)
+    run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path),
+                  stop_after=1)
     with pytest.raises(ValueError, match="different run"):
-        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1, checkpoint=path))
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1), RunOptions(checkpoint=path))
 
 
 def test_one_client_full_participation_equals_centralized_training(tiny_federation, tiny_model_fn):
@@ -126,11 +128,14 @@ def test_leave_and_join_events(tiny_federation, tiny_model_fn):
     assert {"leave:1", "join:2"} <= set(run.frame["metric"])
 
 
-class _Poisoned(FedAvg):
-    """Client 1 sends NaN weights."""
+class _Poisoned(Algorithm):
+    """FedAvg whose client 1 sends NaN weights."""
+
+    def __init__(self, train=TRAIN):
+        self.fedavg = FedAvg(train=train)
 
     def local_update(self, ctx, state, message, data, generator):
-        state, reply = super().local_update(ctx, state, message, data, generator)
+        state, reply = self.fedavg.local_update(ctx, state, message, data, generator)
         if ctx.client == 1:
             reply.arrays = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in reply.arrays.items()}
         return state, reply
@@ -152,7 +157,7 @@ def test_server_receives_messages_only(tiny_federation):
     server = Server(FedAvg(), State(arrays={"model/w": torch.zeros(2)}))
     assert not any(isinstance(v, type(tiny_federation.clients[0])) for v in vars(server).values())
     with pytest.raises(TypeError, match="Message"):
-        server.aggregate(1, [(0, tiny_federation.clients[0])])
+        server.add(server.fold(1), 0, tiny_federation.clients[0])
 
 
 def test_ledger_counts_model_bytes(tiny_federation, tiny_model_fn):
@@ -226,11 +231,11 @@ def test_predictors_that_differ_only_in_a_scalar_attribute_are_not_shared():
 # departed clients as data, safe files, the evaluation broadcast, a replaceable transport
 # ------------------------------------------------------------------------------------------------
 def test_departed_clients_are_data_and_survive_save_load_and_resume(tiny_federation, tiny_model_fn, tmp_path):
-    cfg = LoopConfig(rounds=4, seed=2, eval_every=2, events=(Event(2, 3, "leave"), Event(3, 1, "leave")),
-                     checkpoint=str(tmp_path / "ck.pt"))
-    part = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, stop_after=2)
+    cfg = LoopConfig(rounds=4, seed=2, eval_every=2, events=(Event(2, 3, "leave"), Event(3, 1, "leave")))
+    ckpt = RunOptions(checkpoint=str(tmp_path / "ck.pt"))
+    part = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, ckpt, stop_after=2)
     assert part.departed == [3]
-    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg, ckpt)
     assert run.departed == [3, 1] and run.registered == [0, 2]
     back = RunResult.load(run.save(tmp_path / "res"))
     assert back.departed == [3, 1] and back.registered == [0, 2]
@@ -278,7 +283,7 @@ def test_a_malicious_checkpoint_is_refused(tiny_federation, tiny_model_fn, tmp_p
     path = tmp_path / "ck.pt"
     _write_evil(path)
     with pytest.raises(ValueError, match="refusing to load"):
-        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1, checkpoint=str(path)))
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1), RunOptions(checkpoint=str(path)))
 
 
 def test_a_state_file_of_another_format_is_refused(tmp_path):
@@ -290,24 +295,24 @@ def test_a_state_file_of_another_format_is_refused(tmp_path):
 
 
 class _TaggedEval(FedAvg):
-    """FedAvg whose evaluation broadcast carries a marker the deployment checks."""
+    """FedAvg whose evaluation messages carry a marker the deployment checks."""
 
     name = "tagged"
 
-    def eval_broadcast(self, server, round_):
-        down = self.broadcast(server, round_)
-        return Message(arrays=down.arrays, meta={"phase": "evaluation"}, kind="deploy")
+    def configure_evaluate(self, server, round_, clients):
+        down = model_message(server)
+        return dict.fromkeys(clients, Message(arrays=down.arrays, meta={"phase": "evaluation"}, kind="deploy"))
 
-    def local_update(self, ctx, state, message, data, generator):
-        assert "phase" not in message.meta, "training received the evaluation broadcast"
-        return super().local_update(ctx, state, message, data, generator)
+    def program(self, ctx, state, message, data):
+        assert "phase" not in message.meta, "training received the evaluation message"
+        return super().program(ctx, state, message, data)
 
     def deploy(self, ctx, state, message, data, generator):
         assert message.meta == {"phase": "evaluation"}, "deployment did not receive the evaluation broadcast"
         return super().deploy(ctx, state, message, data, generator)
 
 
-def test_the_evaluation_broadcast_is_a_hook(tiny_federation, tiny_model_fn):
+def test_the_evaluation_message_is_a_hook(tiny_federation, tiny_model_fn):
     run = run_federated(_TaggedEval(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1))
     led = run.ledger.to_frame()
     assert set(led.loc[led["kind"].str.startswith("eval"), "kind"]) == {"eval:deploy"}
@@ -316,14 +321,15 @@ def test_the_evaluation_broadcast_is_a_hook(tiny_federation, tiny_model_fn):
 
 
 def test_a_replacement_transport_carries_the_same_round(tiny_federation, tiny_model_fn):
-    from fedlib.engines import InProcessTransport, Transport
+    from fedlib.engines import InProcessTransport
+    from fedlib.transport import Transport
 
     class Recording(Transport):
         """Delegates to the in-process transport and records what it carried."""
 
         def __init__(self, inner):
             self.inner, self.initial_model, self.carried = inner, inner.initial_model, []
-            self.seed, self.n_clients = inner.seed, inner.n_clients
+            self.seed, self.n_clients, self.n_classes, self.description = inner.seed, inner.n_clients, inner.n_classes, inner.description
 
         def local_updates(self, algorithm, round_, messages, states):
             self.carried.append((round_, "train", list(messages)))
@@ -392,10 +398,10 @@ def test_a_truncated_state_file_gets_a_clear_error(tiny_federation, tiny_model_f
 
 def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny_model_fn):
     class Faulty(FedAvg):
-        def local_update(self, ctx, state, message, data, generator):
+        def program(self, ctx, state, message, data):
             if ctx.client == 3:
                 raise OSError("sensor offline")
-            return super().local_update(ctx, state, message, data, generator)
+            return super().program(ctx, state, message, data)
 
     with pytest.raises(OSError, match="sensor offline"):
         run_federated(Faulty(), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
@@ -407,10 +413,10 @@ def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny
 
 def test_an_error_in_a_client_hook_names_the_client_and_round(tiny_federation, tiny_model_fn):
     class Broken(FedAvg):
-        def local_update(self, ctx, state, message, data, generator):
+        def program(self, ctx, state, message, data):
             if ctx.client == 2:
                 raise ValueError("features must be finite")
-            return super().local_update(ctx, state, message, data, generator)
+            return super().program(ctx, state, message, data)
 
     with pytest.raises(ValueError, match="finite") as info:
         run_federated(Broken(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fedlib.algorithms import FedAvg
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.parallel import fork_available, map_parallel
 from fedlib.training import TrainConfig
 

@@ -12,7 +12,8 @@ from torch.nn import functional as F
 from fedlib.aggregate import weighted_average
 from fedlib.algorithms import Ditto, FedAvg, FedBABU, FedETF, FedRep, make_algorithm
 from fedlib.algorithms.fedetf import balanced_softmax_loss, etf_logits, simplex_etf
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.models import HEAD_PREFIX
 from fedlib.protocol import HEAD, MODEL, ClientContext
 from fedlib.rng import INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
@@ -85,7 +86,7 @@ def test_fedbabu_deploys_the_global_model_fine_tuned_with_the_deploy_generator(t
     finetune = TrainConfig(epochs=2, batch_size=8, lr=0.05)
     run = run_federated(FedBABU(train=TRAIN, finetune=finetune), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
     alg, data = FedBABU(train=TRAIN, finetune=finetune), tiny_federation.clients[1]
-    msg = alg.broadcast(run.server, 1)
+    msg = alg.configure_evaluate(run.server, 1, [1])[1]
     deployed = alg.deploy(ClientContext(1, 1, tiny_model_fn(), 3), run.client_states[1], msg, data,
                           torch.Generator().manual_seed(7))
     by_hand = tiny_model_fn()
@@ -177,7 +178,7 @@ def test_fedetf_and_its_finetuned_deployment(tiny_federation, tiny_model_fn):
 
     finetune = TrainConfig(epochs=3, batch_size=8, lr=0.1)
     alg_plain, alg_ft = FedETF(temperature=5.0), FedETF(temperature=5.0, finetune=finetune)
-    msg = alg_plain.broadcast(plain.server, 2)
+    msg = alg_plain.configure_evaluate(plain.server, 2, [0])[0]
     data = tiny_federation.clients[0]
     etf = msg.arrays["etf"]
     deployed = {}

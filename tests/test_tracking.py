@@ -16,7 +16,8 @@ from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, evaluate_history, method_payload
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_departure_scenario
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig
+from fedlib.run import run_federated
 from fedlib.models import build_model
 from fedlib.tracking import (
     TrackingConfig,

@@ -16,10 +16,11 @@ from fedlib.engines import InProcessTransport
 from fedlib.engines.vectorized import (SequentialFallback, VectorizedTransport, activation_numel, check_vectorizable_model, chunk_size,
                                        train_programs)
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, run_federated
+from fedlib.loop import LoopConfig, RunOptions
+from fedlib.run import run_federated
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import vectorizable
+from fedlib.protocol import Algorithm, vectorizable
 from fedlib.training import LocalProgram, Phase, TrainConfig
 
 TOL = 1e-6
@@ -92,8 +93,13 @@ def test_a_small_cnn_stacks_too(ragged):
     cnn = functools.partial(build_model, "cnn", in_channels=1, n_classes=4, input_size=4, width=8, feature_dim=16)
     cfg = LoopConfig(rounds=2, participation=0.5, seed=3)
     algorithm = FedAvg(train=TrainConfig(epochs=1, batch_size=8, lr=0.05, momentum=0.9))
-    _assert_close(run_federated(algorithm, fed, cnn, cfg), run_federated(algorithm, fed, cnn, cfg,
-                                                                          transport=VectorizedTransport(fed, cnn, 3)))
+    transport = VectorizedTransport(fed, cnn, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a fallback to sequential training would be an error here
+        vec = run_federated(algorithm, fed, cnn, cfg, transport=transport)
+    # every sampled client of both rounds (half of six) was trained stacked, none alone
+    assert transport.stacked_clients == 2 * 3 and not transport.notes
+    _assert_close(run_federated(algorithm, fed, cnn, cfg), vec)
 
 
 class _PartlyFrozen(torch.nn.Module):
@@ -122,18 +128,18 @@ def test_frozen_and_unused_parameters_are_left_as_torch_optim_leaves_them(ragged
         assert torch.equal(res.server.arrays["model/unused"], start.unused)
 
 
-def test_loop_config_execution_builds_the_vectorized_transport(ragged):
-    cfg = LoopConfig(rounds=2, participation=0.5, seed=4, execution="vectorized")
-    a = run_federated(FedAvg(train=SGD), ragged, MODEL, cfg)
+def test_run_options_execution_builds_the_vectorized_transport(ragged):
+    cfg = LoopConfig(rounds=2, participation=0.5, seed=4)
+    a = run_federated(FedAvg(train=SGD), ragged, MODEL, cfg, RunOptions(execution="vectorized"))
     b = run_federated(FedAvg(train=SGD), ragged, MODEL, cfg, transport=VectorizedTransport(ragged, MODEL, 4))
     for k in a.server.arrays:  # the same transport, the same bits
         assert torch.equal(a.server.arrays[k], b.server.arrays[k])
 
 
 def test_vectorized_is_deterministic_and_chunks_change_nothing_beyond_rounding(ragged):
-    cfg = LoopConfig(rounds=2, seed=5, execution="vectorized")
-    a = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg)
-    b = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg)
+    cfg, vectorized = LoopConfig(rounds=2, seed=5), RunOptions(execution="vectorized")
+    a = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg, vectorized)
+    b = run_federated(FedProx(train=SGD, mu=0.1), ragged, MODEL, cfg, vectorized)
     for k in a.server.arrays:
         assert torch.equal(a.server.arrays[k], b.server.arrays[k])
     assert a.frame.equals(b.frame)
@@ -182,14 +188,27 @@ def test_methods_without_programs_fall_back_to_sequential_and_say_so_once(ragged
 def test_which_methods_are_vectorizable():
     for alg in (FedAvg(), FedAvgFT(), FedProx(), FedRep(), FedBABU(), GGEUR(base=FedAvg(), total_per_class=10)):
         assert vectorizable(alg), alg.name
-    for alg in (Ditto(), CGRL(), FedProto(), FedMixStyle(), GGEUR(base=Ditto(), total_per_class=10)):
-        assert not vectorizable(alg), alg.name  # FedMix-style's own train_on; a wrapper of a sequential base
+    for alg in (Ditto(), CGRL(), FedProto(), FedMixStyle()):
+        assert not vectorizable(alg), alg.name  # their own losses or control flow; FedMix-style mixes batches
+    # stackability is structural: a program method's local_update is the program, and cannot be changed
+    with pytest.raises(TypeError, match="Custom derives from ProgramMethod, whose local_update is final"):
+        class Custom(FedAvg):
+            def local_update(self, ctx, state, message, data, generator):
+                return super().local_update(ctx, state, message, data, generator)
 
-    class Custom(FedAvg):  # inherits FedAvg's program but changes local_update: the program no longer stands for it
-        def local_update(self, ctx, state, message, data, generator):
-            return super().local_update(ctx, state, message, data, generator)
 
-    assert not vectorizable(Custom())
+def test_a_wrapper_of_a_sequential_base_trains_every_client_alone(ragged):
+    """GGEUR around Ditto is a program method whose every round is sequential work: nothing stacks,
+    and the results are the sequential path's bits."""
+    fed = ragged
+    alg = GGEUR(base=Ditto(train=SGD, personal_train=SGD), total_per_class=10)
+    cfg = LoopConfig(rounds=3, seed=0)
+    transport = VectorizedTransport(fed, MODEL, 0)
+    with pytest.warns(SequentialFallback, match="some clients have no LocalProgram"):
+        vec = run_federated(alg, fed, MODEL, cfg, transport=transport)
+    seq = run_federated(alg, fed, MODEL, cfg)
+    assert transport.stacked_clients == 0
+    assert all(torch.equal(seq.server.arrays[k], vec.server.arrays[k]) for k in seq.server.arrays)
 
 
 def test_ggeur_stacks_its_classifier_from_the_third_round():
@@ -238,26 +257,31 @@ def test_chunk_size_from_the_memory_budget():
 
 def test_bad_execution_settings_are_refused():
     with pytest.raises(ValueError, match="unknown execution 'gpu'; valid: sequential, vectorized"):
-        LoopConfig(execution="gpu")
-    with pytest.raises(ValueError, match="memory_budget must be a positive number of bytes, got -1"):
-        LoopConfig(memory_budget=-1)
+        RunOptions(execution="gpu")
+    with pytest.raises(ValueError, match="memory_budget must be None .* or a positive number of bytes, got -1"):
+        RunOptions(memory_budget=-1)
     with pytest.raises(ValueError, match="unknown params 'encoder'; valid: all, head, body"):
         Phase(TrainConfig(), params="encoder")
     with pytest.raises(ValueError, match="mu must be a finite number >= 0, got -0.1"):
         Phase(TrainConfig(), mu=-0.1)
 
 
-def test_sequential_checkpoints_keep_their_fingerprint():
-    assert "execution" not in LoopConfig().fingerprint() and "memory_budget" not in LoopConfig().fingerprint()
-    fp = LoopConfig(execution="vectorized", memory_budget=2**20).fingerprint()
-    assert fp["execution"] == "vectorized" and fp["memory_budget"] == 2**20
+def test_a_checkpoint_covers_stacked_execution_only(ragged, tmp_path):
+    assert "execution" not in LoopConfig().fingerprint() and InProcessTransport(ragged, MODEL, 0).fingerprint() == {}
+    fp = VectorizedTransport(ragged, MODEL, 0, memory_budget=2**20).fingerprint()
+    assert fp == {"execution": "vectorized", "memory_budget": 2**20}
+    # a run stopped stacked does not resume sequentially (the two differ by float32 rounding)
+    options = RunOptions(execution="vectorized", checkpoint=str(tmp_path / "ck.pt"))
+    run_federated(FedAvg(train=SGD), ragged, MODEL, LoopConfig(rounds=2), options, stop_after=1)
+    with pytest.raises(ValueError, match="different run"):
+        run_federated(FedAvg(train=SGD), ragged, MODEL, LoopConfig(rounds=2), RunOptions(checkpoint=options.checkpoint))
 
 
 def test_in_process_default_is_sequential(ragged):
-    # the default transport is the in-process one: LoopConfig's default keeps every published number
-    from fedlib.loop import make_transport
-    assert type(make_transport(ragged, MODEL, LoopConfig())) is InProcessTransport
-    assert type(make_transport(ragged, MODEL, LoopConfig(execution="vectorized"))) is VectorizedTransport
+    # the default transport is the in-process one: RunOptions' default keeps every published number
+    from fedlib.run import make_transport
+    assert type(make_transport(ragged, MODEL, 0)) is InProcessTransport
+    assert type(make_transport(ragged, MODEL, 0, RunOptions(execution="vectorized"))) is VectorizedTransport
 
 
 def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bit(ragged):
@@ -271,7 +295,10 @@ def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bi
     from fedlib.protocol import body_arrays, load_model, model_arrays, update_message, without_head
     from fedlib.training import local_train, proximal_term
 
-    class WrittenFedProx(FedProx):
+    class WrittenFedProx(Algorithm):
+        def __init__(self, train, mu):
+            self.train, self.mu = train, mu
+
         def local_update(self, ctx, state, message, data, generator):
             model = load_model(ctx.model, message)
             anchor = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -283,7 +310,11 @@ def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bi
             loss = local_train(model, data.train.x, data.train.y, self.train, generator, loss_fn=loss_fn)
             return state, update_message(model_arrays(model), len(data.train), loss)
 
-    class WrittenFedRep(FedRep):
+    class WrittenFedRep(Algorithm):
+        def __init__(self, train, head_train):
+            self.train, self.head_train = train, head_train
+            self.deploy = FedRep(train=train, head_train=head_train).deploy  # the personal head with the body
+
         def local_update(self, ctx, state, message, data, generator):
             model = load_model(ctx.model, State({**without_head(message.arrays), **personal_head(state, message)}))
             x, y = data.train.x, data.train.y
