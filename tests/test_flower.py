@@ -26,9 +26,10 @@ from flwr.common.serde import message_from_proto, message_to_proto
 from fedlib.algorithms import ALGORITHMS
 from fedlib.engines.base import Transport
 from fedlib.engines.flower import (
-    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, _task_identity, free_port_block,
+    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, free_port_block,
     flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
 )
+from fedlib.engines.flower.deployment import _task_identity
 from fedlib.engines.inprocess import InProcessTransport
 from fedlib.loop import ClientFailedError, LoopConfig, run_federated
 from fedlib.messages import Message, State
