@@ -13,7 +13,7 @@ Two measurements, for two kinds of workload:
   library once per process) of the command's process, its descendants and every process whose
   environment holds a marker it sets (detached processes, e.g. a Flower deployment's, keep it).
   Peak RSS would count torch's shared pages once per process.
-  ``fedlib.engines.flower.cli.engine_costs`` measures Flower's engines this way.
+  :func:`fedlib.engines.flower.cli.engine_costs` measures Flower's engines this way.
 
 Linux reads ``/proc``; elsewhere :func:`rss_mib` falls back to the peak and the PSS of a process
 reads 0. Only the standard library: every layer may import it.
