@@ -3,7 +3,8 @@
 Used by ``tests/bench_crossdevice.py`` (``make bench``) and by the book's page *Performance*, so
 both report the same measurement. :func:`round_cost` runs one FedAvg round without evaluation
 in a new Python process (``python -m fedlib.benchmarks``), so that the peak resident memory it
-reports belongs to that round's run alone and not to whatever ran before in the caller.
+reports belongs to that round's run alone and not to whatever ran before in the caller
+(:func:`fedlib.memory.rss_mib` before the round, :func:`fedlib.memory.peak_rss_mib` after it).
 
 The data: MNIST-5k split IID over the clients while it gives every client at least
 ``min_per_client`` samples, beyond that a synthetic data set of 28 x 28 images (Gaussian noise,
@@ -16,7 +17,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -34,6 +34,7 @@ from .engines import InProcessTransport
 from .engines.vectorized import VectorizedTransport
 from .federation import make_federation
 from .loop import LoopConfig
+from .memory import peak_rss_mib, rss_mib
 from .messages import State
 from .models import build_model
 from .protocol import Algorithm, fold_replies, needs_all_replies
@@ -79,22 +80,6 @@ class RoundCost:
         return 1000 * self.seconds / self.n_clients
 
 
-def _peak_mib() -> float:
-    """The process's peak resident memory so far (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
-
-
-def _rss_mib() -> float:
-    """The process's resident memory now (``/proc`` on Linux; the peak so far elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            pages = int(f.read().split()[1])
-    except OSError:
-        return _peak_mib()
-    return pages * resource.getpagesize() / 2**20
-
-
 AGGREGATIONS = ("fold", "list")
 """How :func:`round_cost` aggregates: the method's streaming fold, or every reply kept (:func:`keeping_replies`)."""
 
@@ -133,11 +118,11 @@ def _measure(n_clients: int, model: str, aggregation: str, min_per_client: int, 
     if aggregation == "list":
         method = keeping_replies(method)
     n_parameters = sum(p.numel() for p in model_fn().parameters())
-    baseline = _rss_mib()
+    baseline = rss_mib()
     t0 = time.perf_counter()
     run_federated(method, fed, model_fn, LoopConfig(rounds=1, seed=seed, evaluate_last=False))
     seconds = time.perf_counter() - t0
-    peak = _peak_mib()
+    peak = peak_rss_mib()
     return asdict(RoundCost(n_clients, model, aggregation, name, n_parameters, baseline, peak, seconds))
 
 

@@ -34,14 +34,14 @@
 # | fedlib | on Flower |
 # |---|---|
 # | the round loop (sampling, events, the non-finite guard, aggregation, evaluation schedule, ledger, checkpoints) | runs unchanged inside the `ServerApp` |
-# | the transport: "send these messages to these clients, get replies" | {class}`~fedlib.engines.flower.FlowerTransport`: one Flower `Message` per fedlib message, through the `Grid` |
+# | the transport: "send these messages to these clients, get replies" | {class}`~fedlib.engines.flower.transport.FlowerTransport`: one Flower `Message` per fedlib message, through the `Grid` |
 # | a client's hooks (`local_update`, `deploy`, the protocol's evaluation) | the `ClientApp`'s `@app.train()` and `@app.evaluate()` handlers |
-# | a {class}`~fedlib.messages.Message` | a `RecordDict`: an `ArrayRecord` of the arrays, a `ConfigRecord` of the metadata ({func}`~fedlib.engines.flower.message_to_records`, lossless) |
+# | a {class}`~fedlib.messages.Message` | a `RecordDict`: an `ArrayRecord` of the arrays, a `ConfigRecord` of the metadata ({func}`~fedlib.engines.flower.records.message_to_records`, lossless) |
 # | a client's persistent {class}`~fedlib.messages.State` | the node's `context.state` |
 # | client `k` and its data | the node started with `partition-id=k`; it builds the federation and keeps its own partition |
 # | the client's random stream, derived from (seed, round, client) | derived on the node, the same way |
 #
-# Both sides build what they need from one {class}`~fedlib.engines.flower.FlowerJob`: the
+# Both sides build what they need from one {class}`~fedlib.engines.flower.job.FlowerJob`: the
 # method by its registry name and arguments, the federation and the model as calls of importable
 # functions, the loop's settings. It is plain JSON, so it travels in Flower's run config. Before
 # round 1 a handshake asks every node which client it holds. It refuses a node without a partition,
@@ -128,7 +128,7 @@ print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
 # `make flower` starts a SuperLink (`flower-superlink --insecure`) and one SuperNode per client
 # (`flower-supernode --insecure --node-config 'partition-id=k num-partitions=n'`), submits the job
 # with `flwr run`, prints the results and stops every process it started
-# ({class}`~fedlib.engines.flower.LocalDeployment`), also when the run fails. Its logs stay in the
+# ({class}`~fedlib.engines.flower.deployment.LocalDeployment`), also when the run fails. Its logs stay in the
 # Flower home folder it prints while it runs. **Insecure mode** means plain HTTP, no TLS and no
 # node authentication: it is for 127.0.0.1 only (see the last section).
 #
@@ -136,7 +136,7 @@ print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
 #
 # Each method below runs with the same job on each engine and in-process. The table
 # compares the final server state, every client's state, the metrics of every evaluated round and
-# the ledger. The loopback engine ({class}`~fedlib.engines.flower.LoopbackGrid`) runs Flower's
+# the ledger. The loopback engine ({class}`~fedlib.engines.flower.loopback.LoopbackGrid`) runs Flower's
 # messages, serialized to its wire format and back, through the `ClientApp` in this process, with
 # no runtime. The simulation runs them on Ray. The deployment runs them through a real SuperLink and
 # SuperNodes; the deployment's jobs run side by side on one deployment.
@@ -146,7 +146,7 @@ torch.set_num_threads(1)  # the jobs' threads: the in-process reference does the
 
 
 def reference(job):
-    return run_federated(job.build_algorithm(), job.federation(), job.model_fn(), job.loop_config())
+    return run_federated(job.build_algorithm(), job.build_federation(), job.model_fn(), job.loop_config())
 
 
 def difference(a, b) -> float:
@@ -266,7 +266,7 @@ glue("fl_first_engine", first_engine, display=False)
 #
 # `make bench` runs `tests/bench_flower.py`: one workload (named below the table) in-process, in
 # Flower's simulation and in its deployment engine. Each runs in a fresh process, one after
-# another, and is measured side by side ({func}`fedlib.engines.flower.engine_costs`). The times
+# another, and is measured side by side ({func}`fedlib.engines.flower.cli.engine_costs`). The times
 # are wall time including start-up and the mean round (every round after the first). The memory is the peak of the summed PSS of every process of the
 # run: a page shared by *k* processes counts 1/*k* in each, so the sum is what they take together.
 # **This table is read from the benchmark's saved results** (`book/data/bench_flower.json`, written
@@ -404,7 +404,7 @@ glue("ex2_same", "the same final server state" if difference(mirrored.result, no
 # Does it match the in-process loop?
 #
 # :::{dropdown} Hint
-# {func}`fedlib.engines.flower.example_job` gives FedAvg, Ditto, FedRep and FedProx their training
+# {func}`fedlib.engines.flower.job.example_job` gives FedAvg, Ditto, FedRep and FedProx their training
 # settings; another method takes its defaults, or pass `algorithm_kwargs` (JSON, with
 # `{"call": "module:function", "kwargs": {...}}` for objects).
 # :::

@@ -2,7 +2,7 @@
 5 rounds, one local epoch per round, evaluation after the last round) in-process, in Flower's
 simulation engine (Ray) and in its deployment engine (a SuperLink and 20 SuperNodes as processes
 on 127.0.0.1), each in a fresh process, one after another in this run
-(fedlib.engines.flower.engine_costs).
+(fedlib.engines.flower.cli.engine_costs).
 
     .venv/bin/python tests/bench_flower.py              # the workload above (about 10 minutes)
     .venv/bin/python tests/bench_flower.py --quick      # 4 clients, 2 rounds, the digits MLP

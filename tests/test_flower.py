@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import os
 import socket
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,12 +25,14 @@ from flwr.app import Context, Message as FlowerMessage, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.serde import message_from_proto, message_to_proto
 
+import fedlib.engines.flower as flower
 from fedlib.algorithms import ALGORITHMS
-from fedlib.engines.base import Transport
+from fedlib.transport import Transport
 from fedlib.engines.flower import (
-    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, _task_identity, free_port_block,
+    Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, free_port_block,
     flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
 )
+from fedlib.engines.flower.deployment import _APP_TOML, _task_identity
 from fedlib.engines.inprocess import InProcessTransport
 from fedlib.loop import ClientFailedError, LoopConfig
 from fedlib.run import run_federated
@@ -101,7 +105,7 @@ def one_thread():
 
 
 def reference(j: FlowerJob, **run_kwargs):
-    return run_federated(j.build_algorithm(), j.federation(), j.model_fn(), j.loop_config(), **run_kwargs)
+    return run_federated(j.build_algorithm(), j.build_federation(), j.model_fn(), j.loop_config(), j.run_options(), **run_kwargs)
 
 
 def same_tensors(a: dict, b: dict) -> bool:
@@ -132,6 +136,56 @@ def assert_same_run(ref, run) -> None:
         assert ref.client_states[k].meta == run.client_states[k].meta
 
 
+# ------------------------------------------------------------------ the package's layers
+
+# what importing each module may not load: the records and the transport sit below the round loop
+# (no loop, no method, no job, no apps, no Flower simulation engine); no module but the entry point
+# builds an app
+ABOVE_THE_LOOP = ("fedlib.loop", "fedlib.algorithms", "flwr.simulation", "fedlib.engines.flower.job",
+                  "fedlib.engines.flower.apps", "fedlib.engines.flower.app", "fedlib.engines.flower.deployment",
+                  "fedlib.engines.flower.cli")
+LAYERS = {
+    "fedlib.engines.flower": ABOVE_THE_LOOP,
+    "fedlib.engines.flower.records": ABOVE_THE_LOOP + ("fedlib.engines.flower.transport",),
+    "fedlib.engines.flower.transport": ABOVE_THE_LOOP,
+    "fedlib.engines.flower.loopback": ABOVE_THE_LOOP,
+    "fedlib.engines.flower.deployment": ("flwr.simulation", "fedlib.engines.flower.app", "fedlib.engines.flower.cli"),
+    "fedlib.engines.flower.cli": ("flwr.simulation", "fedlib.engines.flower.app"),
+}
+
+
+def loaded_by(module: str) -> tuple[list[str], list[str]]:
+    """(the modules a fresh interpreter has loaded after ``import module``, the Flower apps that exist then)."""
+    code = (f"import gc, sys, {module}\n"
+            "from flwr.clientapp import ClientApp\nfrom flwr.serverapp import ServerApp\n"
+            "print(sorted(sys.modules))\n"
+            "print(sorted(type(o).__name__ for o in gc.get_objects() if type(o) in (ServerApp, ClientApp)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.splitlines()
+    return eval(out[-2]), eval(out[-1])
+
+
+@pytest.mark.parametrize("module", LAYERS)
+def test_a_flower_module_loads_no_layer_above_it_and_builds_no_app(module):
+    modules, apps = loaded_by(module)
+    bad = [m for m in modules if any(m == f or m.startswith(f + ".") for f in LAYERS[module])]
+    assert not bad, f"importing {module} loads {bad}"
+    assert apps == [], f"importing {module} builds {apps}"
+
+
+def test_the_entry_point_builds_the_two_apps_a_deployment_names():
+    assert loaded_by("fedlib.engines.flower.app")[1] == ["ClientApp", "ServerApp"]
+    assert 'serverapp = "fedlib.engines.flower.app:server_app"' in _APP_TOML
+    assert 'clientapp = "fedlib.engines.flower.app:client_app"' in _APP_TOML
+
+
+def test_the_package_gives_every_public_name_from_its_module():
+    for name, module in flower._LAZY.items():
+        assert getattr(flower, name) is getattr(__import__(f"fedlib.engines.flower.{module}", fromlist=[name]), name)
+    assert set(flower.__all__) == set(flower._LAZY) <= set(dir(flower))
+    with pytest.raises(AttributeError, match="has no attribute 'server_app'"):
+        flower.server_app  # noqa: B018 (the apps live in fedlib.engines.flower.app only)
+
+
 # ------------------------------------------------------------------ records: lossless, clear errors
 
 class Recording(Transport):
@@ -140,6 +194,7 @@ class Recording(Transport):
     def __init__(self, inner: InProcessTransport) -> None:
         self.inner, self.seen = inner, []
         self.initial_model, self.seed, self.n_clients = inner.initial_model, inner.seed, inner.n_clients
+        self.n_classes, self.description = inner.n_classes, inner.description
 
     def local_updates(self, algorithm, round_, messages, states):
         for k, state, up in self.inner.local_updates(algorithm, round_, messages, states):

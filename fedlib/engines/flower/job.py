@@ -1,0 +1,225 @@
+"""What a Flower run runs, as JSON: the method, the federation, the model and the loop's settings.
+
+The ServerApp and every node build what they need from one :class:`FlowerJob`: the method by its
+registry name and keyword arguments, the federation and the model as calls of importable
+functions (:class:`Call`), the loop's settings. :func:`example_job` gives a ready one.
+
+This module sits above the round loop: it builds a :class:`~fedlib.loop.LoopConfig` and a
+registered method (``fedlib.algorithms.make_algorithm``).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ...algorithms import make_algorithm
+from ...federation import Federation
+from ...loop import LoopConfig, RunOptions
+from ...protocol import Algorithm, Event
+
+
+@dataclass(frozen=True)
+class Call:
+    """A call of an importable function, as data: ``target`` is ``"package.module:name"``;
+    ``kwargs`` may hold further calls as ``{"call": ..., "kwargs": ...}`` dicts, made first, and
+    functions with bound arguments (e.g. a model factory) as ``{"partial": ..., "kwargs": ...}``.
+
+    >>> Call("fedlib.data:load_dataset", {"name": "uci_digits"}).to_dict()
+    {'call': 'fedlib.data:load_dataset', 'kwargs': {'name': 'uci_digits'}}
+    """
+
+    target: str
+    kwargs: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"call": self.target, "kwargs": _plain(self.kwargs)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Call":
+        if not isinstance(d, Mapping) or set(d) - {"call", "kwargs"} or "call" not in d:
+            raise ValueError(f"a call is a dict {{'call': 'module:name', 'kwargs': {{...}}}}, got {d!r}")
+        return cls(str(d["call"]), dict(d.get("kwargs", {})))
+
+    def function(self) -> Callable:
+        """The function ``target`` names (imported)."""
+        module, _, name = self.target.partition(":")
+        if not module or not name:
+            raise ValueError(f"call target {self.target!r} must read 'package.module:name'")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"call target {self.target!r} cannot be imported: {err}") from err
+
+    def partial(self) -> Callable:
+        """The function with its keyword arguments bound (nested calls made now)."""
+        return functools.partial(self.function(), **_resolve(self.kwargs))
+
+    def __call__(self) -> Any:
+        return self.partial()()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Call):
+        return value.to_dict()
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _resolve(value: Any) -> Any:
+    if isinstance(value, Mapping) and "call" in value:
+        return Call.from_dict(value)()
+    if isinstance(value, Mapping) and "partial" in value:
+        if set(value) - {"partial", "kwargs"}:
+            raise ValueError(f"a partial is a dict {{'partial': 'module:name', 'kwargs': {{...}}}}, got {value!r}")
+        return Call(str(value["partial"]), dict(value.get("kwargs", {}))).partial()
+    if isinstance(value, Mapping):
+        return {k: _resolve(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v) for v in value]
+    return value
+
+
+_LOOP_FIELDS = ("rounds", "participation", "eval_every", "seed", "on_nonfinite", "on_failure", "events", "rare_ratio",
+                "f1_class", "evaluate_last", "eval_clients")
+_RUN_FIELDS = ("checkpoint",)
+"""The run options a job may set (:class:`~fedlib.loop.RunOptions`): the server's checkpoint."""
+
+
+@dataclass(frozen=True)
+class FlowerJob:
+    """What a Flower run runs, as JSON-able data that the server and every node build from.
+
+    Attributes
+    ----------
+    algorithm : a registered method's name (as ``fedlib.algorithms.make_algorithm`` takes it)
+    federation : a :class:`Call` that returns the :class:`~fedlib.federation.Federation`
+        (deterministic: every node makes it and keeps its own partition)
+    model : a :class:`Call` that returns the architecture (its keyword arguments bound; the loop
+        draws the initial weights under the run's ``INIT`` stream)
+    config : the :class:`~fedlib.loop.LoopConfig` settings (rounds, seed, ...; ``events`` as dicts) and
+        the server's ``checkpoint`` (a :class:`~fedlib.loop.RunOptions` setting)
+    algorithm_kwargs : the method's keyword arguments (nested calls allowed)
+    threads : torch's intra-op threads on every node and in the ServerApp while it runs
+        (``torch.set_num_threads``); ``None`` leaves each process's default. Results are bit-identical to an in-process run only with the
+        same number of threads on both sides: torch's CPU kernels split a reduction into
+        per-thread parts, so another count sums in another order (the last bits differ)
+    """
+
+    algorithm: str
+    federation: Call
+    model: Call
+    config: dict = field(default_factory=dict)
+    algorithm_kwargs: dict = field(default_factory=dict)
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        bad = sorted(set(self.config) - set(_LOOP_FIELDS) - set(_RUN_FIELDS))
+        if bad:
+            raise ValueError(f"unknown loop setting(s) {bad} in a Flower job; valid: {', '.join(_LOOP_FIELDS + _RUN_FIELDS)}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+            raise ValueError(f"threads must be None (each node's default) or an integer >= 1, got {self.threads!r}")
+        try:
+            json.dumps(self.to_dict())
+        except TypeError as err:
+            raise ValueError(f"a Flower job must be JSON-able (numbers, strings, lists, dicts, Calls): {err}") from err
+
+    def to_dict(self) -> dict:
+        return {"algorithm": self.algorithm, "federation": self.federation.to_dict(), "model": self.model.to_dict(),
+                "config": _plain(self.config), "algorithm_kwargs": _plain(self.algorithm_kwargs), "threads": self.threads}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "FlowerJob":
+        d = json.loads(text)
+        return cls(d["algorithm"], Call.from_dict(d["federation"]), Call.from_dict(d["model"]), d.get("config", {}),
+                   d.get("algorithm_kwargs", {}), d.get("threads"))
+
+    @property
+    def digest(self) -> str:
+        """A short digest of the job (server and nodes check they run the same one)."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+
+    @property
+    def seed(self) -> int:
+        """The run seed: ``config["seed"]``, or :class:`~fedlib.loop.LoopConfig`'s default."""
+        return int(self.config.get("seed", LoopConfig().seed))
+
+    def n_clients(self) -> int:
+        """The federation's number of clients, read from its call's ``n_clients`` argument
+        (without building it); a ``ValueError`` when the call has none."""
+        kwargs = self.federation.kwargs
+        if "n_clients" in kwargs:
+            return int(kwargs["n_clients"])
+        raise ValueError(f"say how many clients the job's federation has: the federation call {self.federation.target} "
+                         "has no n_clients argument (run_flower(n_clients=...))")
+
+    def loop_config(self) -> LoopConfig:
+        """The loop's settings as a :class:`~fedlib.loop.LoopConfig` (``events`` made
+        :class:`~fedlib.protocol.Event` objects)."""
+        cfg = {k: v for k, v in self.config.items() if k in _LOOP_FIELDS}
+        cfg["events"] = tuple(Event(**e) if isinstance(e, Mapping) else e for e in cfg.get("events", ()))
+        return LoopConfig(**cfg)
+
+    def run_options(self) -> RunOptions:
+        """The server's :class:`~fedlib.loop.RunOptions`: the job's ``checkpoint``, if any."""
+        return RunOptions(**{k: v for k, v in self.config.items() if k in _RUN_FIELDS})
+
+    def build_algorithm(self) -> Algorithm:
+        """The method: ``make_algorithm(algorithm, **algorithm_kwargs)``, nested calls made."""
+        return make_algorithm(self.algorithm, **_resolve(self.algorithm_kwargs))
+
+    def model_fn(self) -> Callable[[], torch.nn.Module]:
+        """The architecture's factory: the model call with its keyword arguments bound."""
+        return self.model.partial()
+
+    def build_federation(self) -> Federation:
+        """The federation the federation call makes, checked to be a
+        :class:`~fedlib.federation.Federation` (``TypeError`` otherwise)."""
+        federation = self.federation()
+        if not isinstance(federation, Federation):
+            raise TypeError(f"the job's federation call {self.federation.target} returned a {type(federation).__name__}, "
+                            "not a fedlib Federation")
+        return federation
+
+
+def example_job(algorithm: str = "fedavg", *, n_clients: int = 4, rounds: int = 3, dataset: str = "uci_digits",
+                model: str = "mlp", alpha: float = 0.5, seed: int = 0, eval_every: int = 0, threads: int | None = 1,
+                algorithm_kwargs: Mapping | None = None) -> FlowerJob:
+    """A ready job: ``algorithm`` on a Dirichlet(``alpha``) split of ``dataset`` (``"uci_digits"``:
+    8 x 8 digits; ``"mnist5k"``: 28 x 28) over ``n_clients`` clients, ``model`` (``"mlp"`` or
+    ``"cnn"``, fedlib's small CNN), one local epoch of SGD (batch 32, lr 0.05) per round.
+
+    >>> example_job("fedavg", n_clients=2).federation.kwargs["n_clients"]
+    2
+    """
+    size = {"uci_digits": 8, "mnist5k": 28}
+    if dataset not in size:
+        raise ValueError(f"unknown example dataset {dataset!r}; valid: {', '.join(size)}")
+    data: dict = {"name": dataset, **({"size": 8} if dataset == "uci_digits" else {})}
+    federation = Call("fedlib.federation:make_federation", {
+        "dataset": {"call": "fedlib.data:load_dataset", "kwargs": data}, "n_clients": n_clients, "alpha": alpha,
+        "global_test_per_class": 20 if dataset == "uci_digits" else 50, "seed": seed})
+    net = Call("fedlib.models:build_model", {"name": model, "in_channels": 1, "n_classes": 10,
+                                             "input_size": size[dataset]})
+    train = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
+    defaults = {"fedavg": {"train": train}, "ditto": {"train": train, "personal_train": train},
+                "fedrep": {"train": train, "head_train": train}, "fedprox": {"train": train}}
+    kwargs = dict(algorithm_kwargs) if algorithm_kwargs is not None else defaults.get(algorithm, {})
+    return FlowerJob(algorithm, federation, net, {"rounds": rounds, "seed": seed, "eval_every": eval_every}, kwargs,
+                     threads=threads)
+
+
+__all__ = ["Call", "FlowerJob", "example_job"]
