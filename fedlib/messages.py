@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Union
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -22,6 +23,8 @@ Scalar = Union[int, float, str, bool]
 
 UP = "up"
 DOWN = "down"
+PHASES = ("all", "train", "eval")
+"""Which messages :meth:`Ledger.select` keeps: all, the training traffic, or the evaluation messages (kind ``eval:...``)."""
 
 
 @dataclass
@@ -127,6 +130,47 @@ class Ledger:
     def total(self, direction: str | None = None) -> int:
         """Total bytes, optionally in one direction."""
         return int(sum(r[4] for r in self._records if direction is None or r[2] == direction))
+
+    def select(self, direction: str | None = None, *, phase: str = "all", rounds=None) -> pd.DataFrame:
+        """The rows of :meth:`to_frame` of one ``direction`` (``"up"``, ``"down"``, ``None``: both),
+        one ``phase`` (``"train"``: the training traffic; ``"eval"``: the evaluation messages,
+        whose kind starts with ``eval:``; ``"all"``) and some ``rounds`` (an int, a collection of
+        ints, or ``None``: every round)."""
+        if direction not in (None, UP, DOWN):
+            raise ValueError(f"direction must be None, {UP!r} or {DOWN!r}, got {direction!r}")
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}; valid: {', '.join(PHASES)}")
+        frame = self.to_frame()
+        keep = pd.Series(True, index=frame.index)
+        if direction is not None:
+            keep &= frame["direction"] == direction
+        if phase != "all":
+            keep &= frame["kind"].str.startswith("eval:") == (phase == "eval")
+        if rounds is not None:
+            keep &= frame["round"].isin([int(rounds)] if isinstance(rounds, (int, np.integer)) else [int(r) for r in rounds])
+        return frame[keep]
+
+    def per_client_and_round(self, direction: str | None = None, *, phase: str = "train", rounds=None,
+                             n_clients: int | None = None, n_rounds: int | None = None) -> float:
+        """Mean bytes per client and round of the messages :meth:`select` chooses: their total over
+        ``n_clients`` × ``n_rounds`` (default: the clients and the rounds that appear among them).
+
+        >>> ledger = Ledger()
+        >>> for r in (1, 2):
+        ...     for k in (0, 1):
+        ...         _ = ledger.record(r, k, DOWN, Message(arrays={"w": torch.zeros(4)}, kind="model"))
+        ...         _ = ledger.record(r, k, UP, Message(arrays={"w": torch.zeros(2)}, kind="update"))
+        >>> ledger.per_client_and_round(UP), ledger.per_client_and_round()  # 8 bytes up, 16 + 8 both ways
+        (8.0, 24.0)
+        >>> ledger.per_client_and_round(DOWN, n_clients=4)  # 4 clients in the federation, 2 rounds
+        8.0
+        """
+        rows = self.select(direction, phase=phase, rounds=rounds)
+        clients = rows["client"].nunique() if n_clients is None else int(n_clients)
+        count = rows["round"].nunique() if n_rounds is None else int(n_rounds)
+        if clients * count == 0:
+            return math.nan
+        return float(rows["bytes"].sum() / (clients * count))
 
     def __len__(self) -> int:
         return len(self._records)
