@@ -219,6 +219,7 @@ def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(
     from fedlib.algorithms import FedAvg
     from fedlib.loop import LoopConfig
     from fedlib.run import run_federated
+    from fedlib.messages import State
     from fedlib.protocol import MODEL, ClientContext
 
     module = types.ModuleType("inside_example")  # a real module: dataclasses look their module up
@@ -228,14 +229,17 @@ def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(
     summary = ns["run"].summary()
     assert 0.0 <= summary["global"] <= 1.0
     method, fed, model_fn = ns["method"], ns["fed"], ns["model_fn"]
-    # every client's update respects the bound
-    message = method.broadcast(method.init_server(model_fn()), 1)
+    # every client's update respects the bound, and the server counts the clipped ones
+    messages = method.configure_train(method.init_server(model_fn()), 1, range(fed.n_clients))
+    clipped = 0
     for k, client in enumerate(fed.clients):
         ctx = ClientContext(client=k, round=1, model=model_fn(), n_classes=10)
-        _, reply = method.local_update(ctx, method.init_client(k, 10), message, client, torch.Generator().manual_seed(k))
-        sq = sum(float(((reply.arrays[n] - message.arrays[n]) ** 2).sum()) for n in reply.arrays
+        _, reply = method.local_update(ctx, State(), messages[k], client, torch.Generator().manual_seed(k))
+        sq = sum(float(((reply.arrays[n] - messages[k].arrays[n]) ** 2).sum()) for n in reply.arrays
                  if n.startswith(MODEL) and reply.arrays[n].is_floating_point())
         assert sq ** 0.5 <= method.max_norm * (1 + 1e-6)
+        clipped += bool(reply.meta["clipped"])
+    assert 0 < clipped and 0 <= ns["run"].server.meta["clipped"] <= 3 * fed.n_clients
     # without a bound it is FedAvg, bit for bit
     config = LoopConfig(rounds=2, seed=1)
     unbounded = run_federated(ns["ClippedFedAvg"](train=method.train, max_norm=math.inf), fed, model_fn, config)
