@@ -1,0 +1,600 @@
+"""The book's tooling: what every chapter does the same way, written once (fedlib's top layer).
+
+A chapter (``notebooks/<name>.py``) opens with a cell tagged ``parameters`` holding ``profile``,
+``seed`` and overrides that default to ``None``; papermill injects the caller's values after it.
+The next cell turns them into the chapter's settings in one call, :func:`setup`: it refuses a
+misspelled papermill parameter, applies the overrides to the profile's values, sets the torch
+threads and starts the chapter's clock::
+
+    P = setup(PROFILES, profile, threads=1, rounds=rounds, alphas=alphas)
+    data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)
+    ...
+    glue("total_seconds", P.elapsed(), display=False)
+
+A *derivations* chapter records every numerical or symbolic check in a
+:class:`fedlib.checks.CheckTable` and shows it at the end. An *experiments* chapter declares each
+claim of its paper with :class:`fedlib.claims.Claim`, the way its numbers are read included
+(``values``), before anything is trained, and closes with one call, :func:`claims_report`: every
+claim decided from an interval over seeds, the counts glued, the table shown. Every verdict is
+computed, never typed. Tables for reading (:func:`show_table`, :func:`format_bytes`) and the
+index of a chapter's exercises (:func:`exercises`, :func:`chapter_title`) complete the tooling.
+
+Profiles (:data:`PROFILE_NAMES`): ``smoke`` (seconds; the tests), ``book`` (the default; minutes
+on 2 CPU cores) and ``paper`` (the paper's own scale; needs the data and ideally a GPU).
+
+This module is the top layer of fedlib: it may import any module of the library, and no module of
+the library imports it (the book's page *Inside fedlib*). The data choice by name is
+:mod:`fedlib.data.choice`; the check table, :mod:`fedlib.checks`.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import math
+import numbers
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from IPython import get_ipython
+from IPython.display import display as ipython_display
+from myst_nb import glue as myst_glue
+
+from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, evaluate, show, tally
+
+PROFILE_NAMES = ("smoke", "book", "paper")
+"""The parameter profiles every chapter defines."""
+
+BEST_KINDS = ("max", "min")
+"""Which value of a column :func:`show_table` marks as the best."""
+
+MISSING = "\N{EM DASH}"
+"""How :func:`show_table` shows an undefined value (NaN, None): a dash, never ``nan``."""
+
+REPORT_KEYS = ("n_claims", "n_holds", "n_not", "n_inconclusive")
+"""The counts :func:`claims_report` glues (after the chapter's prefix): the claims decided (the
+controls are not counted), and how many of them hold, do not hold, and are inconclusive."""
+
+
+class Settings(SimpleNamespace):
+    """A chapter's settings (:func:`setup`): the profile's values with the overrides applied, as
+    attributes, plus ``profile``; and the chapter's clock, started by :func:`setup`.
+
+    Examples
+    --------
+    >>> P = setup({"book": {"rounds": 20}}, "book", history=[])
+    >>> P.rounds, P.elapsed() >= 0
+    (20, True)
+    """
+
+    __slots__ = ("_started",)  # the clock is not a setting: not in the namespace, its repr or equality
+
+    def elapsed(self) -> float:
+        """Seconds since :func:`setup` returned these settings (``time.perf_counter``)."""
+        return time.perf_counter() - self._started
+
+
+def notebook_history() -> list[str] | None:
+    """The cells the running IPython kernel has executed so far, in order (IPython's ``In``, read
+    through ``IPython.get_ipython()``); ``None`` outside IPython.
+
+    Examples
+    --------
+    >>> notebook_history() is None  # a doctest runs outside IPython
+    True
+    """
+    shell = get_ipython()
+    history = shell.user_ns.get("In") if shell is not None else None
+    return history if isinstance(history, list) else None
+
+
+def setup(
+    profiles: Mapping[str, Mapping[str, Any]],
+    profile: str,
+    *,
+    threads: int | None = None,
+    history: Sequence[str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """A chapter's settings, in the one call that follows its parameters cell.
+
+    In order: refuse a parameter that papermill injected but the parameters cell does not declare
+    (:func:`check_injected` on the notebook's executed cells), resolve the profile and the
+    overrides (:func:`resolve`), set torch's CPU threads, and start the chapter's clock
+    (:meth:`Settings.elapsed`, for the glued total time).
+
+    Parameters
+    ----------
+    profiles : mapping of str to mapping
+        The chapter's ``PROFILES``: per profile name, every setting the chapter reads.
+    profile : str
+        The ``profile`` parameter.
+    threads : int, optional
+        ``torch.set_num_threads(threads)``; ``None`` leaves torch's threads as they are.
+    history : sequence of str, optional
+        The notebook's executed cell sources in order; ``None`` reads them from the running
+        IPython kernel (:func:`notebook_history`; outside IPython there is nothing to check).
+    **overrides
+        The chapter's override parameters (``None`` keeps the profile's value).
+
+    Returns
+    -------
+    Settings
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_injected` and :func:`resolve` do (the message names the valid values), and
+        on ``threads`` that is not a positive integer or a profile setting named ``elapsed``.
+
+    Examples
+    --------
+    >>> PROFILES = {"smoke": {"rounds": 2, "alphas": [0.3]}, "book": {"rounds": 20, "alphas": [0.3, 0.1]}}
+    >>> P = setup(PROFILES, "smoke", rounds=None, alphas=[0.5], history=[])
+    >>> P
+    Settings(profile='smoke', rounds=2, alphas=[0.5])
+    >>> setup(PROFILES, "book", rounds=None, history=["", "profile = 'book'\\nrounds = None", "# Parameters\\nround = 5\\n"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown parameter(s) round; valid: profile, rounds
+    """
+    check_injected(notebook_history() if history is None else history)
+    reserved = [k for k in profiles.get(profile, {}) if k in dir(Settings) and not k.startswith("__")]
+    if reserved:
+        raise ValueError(f"profile settings may not be named {', '.join(reserved)} (a method of the settings)")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1):
+        raise ValueError(f"threads must be None (torch's own) or an integer >= 1, got {threads!r}")
+    settings = Settings(**vars(resolve(profiles, profile, **overrides)))
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    settings._started = time.perf_counter()
+    return settings
+
+
+def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides: Any) -> SimpleNamespace:
+    """The values of ``profiles[profile]`` with the non-``None`` ``overrides`` applied.
+
+    A chapter calls :func:`setup`, which calls this after checking papermill's parameters.
+
+    Parameters
+    ----------
+    profiles : mapping of str to mapping
+        The chapter's ``PROFILES``: per profile name, every setting the chapter reads.
+    profile : str
+        The ``profile`` parameter.
+    **overrides
+        The chapter's override parameters (``None`` keeps the profile's value).
+
+    Returns
+    -------
+    types.SimpleNamespace
+        The settings as attributes, plus ``profile``.
+
+    Raises
+    ------
+    ValueError
+        On an unknown profile, an override that is not a setting of the profile, or one of
+        another kind than the profile's value (a number for a list, a string for a number; an
+        integer is a number; a setting that is ``None`` in the profile takes anything); the
+        message names the valid values.
+
+    Examples
+    --------
+    >>> P = resolve({"smoke": {"rounds": 2}, "book": {"rounds": 20}}, "smoke", rounds=None)
+    >>> P.rounds, P.profile
+    (2, 'smoke')
+    >>> resolve({"book": {"rounds": 20}}, "book", rounds=5).rounds
+    5
+    >>> resolve({"book": {"rounds": 20}}, "fast")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown profile 'fast'; valid: book
+    >>> resolve({"book": {"alphas": [0.3, 0.1]}}, "book", alphas=0.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: parameter 'alphas' must be a list (profile 'book' has [0.3, 0.1]), got 0.5; for one value write [0.5]
+    """
+    if profile not in profiles:
+        raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(profiles)}")
+    values = dict(profiles[profile])
+    for key, value in overrides.items():
+        if key not in values:
+            raise ValueError(f"unknown parameter {key!r} for profile {profile!r}; valid: {', '.join(sorted(values))}")
+        if value is not None:
+            _check_kind(key, value, values[key], profile)
+            values[key] = value
+    return SimpleNamespace(profile=profile, **values)
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell assigns at its top level (``x = ...``, ``x: int = ...``)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def check_injected(history: Sequence[str] | None) -> None:
+    r"""Refuse a parameter that papermill injected but the chapter's parameters cell does not declare.
+
+    Papermill writes the caller's parameters into a cell headed ``# Parameters`` right after the
+    cell tagged ``parameters`` and runs it, even for a name the notebook never reads (it only
+    logs a warning): ``-p sede 1`` would run the defaults silently. ``history`` is the
+    notebook's executed cell sources in order (IPython's ``In``: :func:`notebook_history`);
+    nothing happens outside papermill (no such cell) or without a history (``None``).
+
+    Raises
+    ------
+    ValueError
+        Naming the unknown parameters and the declared ones.
+
+    Examples
+    --------
+    >>> check_injected(["", "profile = 'book'  # ...\nseed = 0", "# Parameters\nseed = 1\n"])
+    >>> check_injected(["", "profile = 'book'\nseed = 0", "# Parameters\nsede = 1\n"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown parameter(s) sede; valid: profile, seed
+    """
+    for i, source in enumerate(history or ()):
+        if i > 0 and source.lstrip().startswith("# Parameters"):
+            declared = _assigned(history[i - 1])
+            unknown = sorted(_assigned(source) - declared)
+            if unknown:
+                raise ValueError(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(declared))}")
+
+
+def _kind(value: Any) -> str | None:
+    """The kind of a profile value an override must match (``None``: any)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, numbers.Integral):
+        return "an integer"
+    if isinstance(value, numbers.Real):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a dict"
+    return None
+
+
+def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
+    """Refuse an override of another kind than the profile's value (``alphas=0.5`` for a list)."""
+    kind = _kind(default)
+    ok = {
+        None: True,
+        "true or false": isinstance(value, bool),
+        "an integer": isinstance(value, numbers.Integral) and not isinstance(value, bool),
+        "a number": isinstance(value, numbers.Real) and not isinstance(value, bool),
+        "a string": isinstance(value, str),
+        "a list": isinstance(value, (list, tuple)),
+        "a dict": isinstance(value, Mapping),
+    }[kind]
+    if not ok:
+        raise ValueError(
+            f"parameter {key!r} must be {kind} (profile {profile!r} has {default!r}), got {value!r}"
+            + (f"; for one value write [{value!r}]" if kind == "a list" else "")
+        )
+
+
+def claims_report(
+    claims: Iterable[Claim],
+    *,
+    prefix: str = "",
+    digits: int = 2,
+    total_seconds: float | None = None,
+    glue: Callable[..., Any] = myst_glue,
+    display: Callable[[Any], Any] = ipython_display,
+) -> dict[str, ClaimResult]:
+    """Decide every declared claim and control, glue the counts, show the table: an experiments
+    chapter's closing call.
+
+    Each claim's ``values`` (:class:`fedlib.claims.Claim`) is called now, in the given order;
+    a claim whose ``values`` returns ``None`` (the chapter did not run what it needs at this
+    profile) is left out of the table and the counts. The others are decided by
+    :func:`fedlib.claims.evaluate` over seeds. Then, with ``prefix`` before each key, it glues
+    :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted), and
+    ``total_seconds`` when given, and displays :func:`fedlib.claims.show` of the results.
+
+    Parameters
+    ----------
+    claims : iterable of Claim
+        The chapter's declarations, claims and controls, in the table's order; each with ``values``.
+    prefix : str, default ""
+        Put before every glued key (``"fge_"`` glues ``fge_n_claims``, ...).
+    digits : int, default 2
+        Decimals of the table's intervals.
+    total_seconds : float, optional
+        Also glued, as ``<prefix>total_seconds`` (e.g. ``P.elapsed()``: the chapter's time).
+    glue, display : callable
+        What glues (``glue(key, value, display=False)``; default ``myst_nb.glue``) and what shows
+        the table (default IPython's ``display``); a test passes its own.
+
+    Returns
+    -------
+    dict of str to ClaimResult
+        The decided rows by key, in the table's order.
+
+    Raises
+    ------
+    ValueError
+        On a declaration that is not a Claim or has no ``values``, two with the same key, or
+        ``values`` that returns neither ``None`` nor a pair ``(ours, baseline)``.
+
+    Examples
+    --------
+    >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5,
+    ...              values=lambda: ([2.1, 1.8, 2.4], [0.0, 0.1, 0.2]))
+    >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater",
+    ...              values=lambda: None)  # not run at this profile: left out
+    >>> glued = {}
+    >>> R = claims_report([gain, wide], glue=lambda k, v, display: glued.update({k: v}), display=lambda t: None)
+    >>> R["gain"].verdict, list(R), glued
+    ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0})
+    """
+    claims = list(claims)
+    for c in claims:
+        if not isinstance(c, Claim):
+            raise ValueError(f"claims_report takes Claims, got a {type(c).__name__}")
+    missing = [c.key for c in claims if c.values is None]
+    if missing:
+        raise ValueError(f"claims {missing} declare no values: pass values=, a function returning (ours, baseline)")
+    keys = [c.key for c in claims]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"claim keys must be unique in a report, got duplicates {dupes}")
+    results = []
+    for c in claims:
+        pair = c.values()
+        if pair is None:
+            continue
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise ValueError(f"claim {c.key!r}: values() must return (ours, baseline) or None, got {pair!r}")
+        results.append(evaluate(c, *pair))
+    counts = tally(results)
+    glued = {"n_claims": sum(counts.values()), "n_holds": counts[HOLDS], "n_not": counts[DOES_NOT_HOLD],
+             "n_inconclusive": counts[INCONCLUSIVE]}
+    if total_seconds is not None:
+        glued["total_seconds"] = total_seconds
+    for key, value in glued.items():
+        glue(f"{prefix}{key}", value, display=False)
+    display(show(results, digits))
+    return {r.claim.key: r for r in results}
+
+
+EXERCISE_KINDS = ("parameters only", "code")
+"""What an exercise asks of a student, marked ``*(parameters only)*`` or ``*(code)*`` in its statement:
+re-running the chapter with other ``-p`` values, or changing code."""
+
+_EXERCISE = re.compile(r"^(?:### Exercise (\d+)[:.]?\s*|(\d+)\.\s+)(.*)$")
+_EXERCISE_TITLE = re.compile(r"\*\*(.+?)\*\*")
+_EXERCISE_KIND = re.compile(r"\*\((" + "|".join(map(re.escape, EXERCISE_KINDS)) + r")\)\*")
+
+
+def _markdown_lines(source: str) -> list[str | None]:
+    """The markdown text of a jupytext percent file, line by line (``None`` where code stands)."""
+    lines, markdown = [], False
+    for line in source.splitlines():
+        if line.startswith("# %%"):
+            markdown = "[markdown]" in line
+            lines.append(None)
+        elif markdown:
+            lines.append(line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line)
+        else:
+            lines.append(None)
+    return lines
+
+
+def chapter_title(path: str | os.PathLike) -> str:
+    r"""The first heading of a chapter's jupytext source (``# Title``), without the ``#``.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.py"
+    >>> _ = f.write_text("# %% [markdown]\n# (label)=\n# # A chapter\n")
+    >>> chapter_title(f)
+    'A chapter'
+    """
+    for line in _markdown_lines(open(path, encoding="utf-8").read()):
+        if line is not None and line.startswith("# "):
+            return line[2:].strip()
+    raise ValueError(f"{path} has no '# Title' heading in a markdown cell")
+
+
+def exercises(path: str | os.PathLike) -> pd.DataFrame:
+    r"""The exercises of a chapter's jupytext source: the ``### Exercise N: title`` headings (or
+    the numbered items ``N. **title**``) of its ``## Exercises`` section, with their title and kind
+    (:data:`EXERCISE_KINDS`, marked in the statement; ``None`` where unmarked).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``exercise`` (its number), ``title``, ``kind``; no row for a chapter without exercises.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.py"
+    >>> _ = f.write_text("# %% [markdown]\n# ## Exercises\n#\n# 1. **More seeds.** *(parameters only)* Re-run.\n"
+    ...                  "#\n# :::{dropdown} Hint\n# 2. not an exercise\n# :::\n# 2. **A new head** *(code)* Write.\n")
+    >>> exercises(f).values.tolist()
+    [[1, 'More seeds.', 'parameters only'], [2, 'A new head', 'code']]
+    """
+    rows, inside, fence = [], False, 0
+    for line in _markdown_lines(open(path, encoding="utf-8").read()):
+        if line is None:
+            continue
+        if line.startswith("## "):
+            inside = line[3:].strip().lower() == "exercises"
+            continue
+        if not inside:
+            continue
+        stripped = line.strip()
+        if stripped.startswith(":::"):  # a dropdown (hint, solution) opens (":::{...}") or closes (":::")
+            fence = fence + 1 if stripped.lstrip(":").startswith("{") else max(fence - 1, 0)
+            continue
+        match = _EXERCISE.match(line) if fence == 0 else None
+        if match:
+            number, text = int(match.group(1) or match.group(2)), match.group(3)
+            title, kind = _EXERCISE_TITLE.search(text), _EXERCISE_KIND.search(text)
+            heading = match.group(1) is not None
+            rows.append({"exercise": number, "title": text.strip() if heading else title.group(1) if title else text,
+                         "kind": kind.group(1) if kind else None})
+        elif rows and fence == 0 and stripped and rows[-1]["kind"] is None:
+            kind = _EXERCISE_KIND.search(line)
+            rows[-1]["kind"] = kind.group(1) if kind else None
+    table = pd.DataFrame(rows, columns=["exercise", "title", "kind"], dtype=object)  # None stays None
+    return table.astype({"exercise": int})
+
+
+_LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
+
+
+def _leading_number(value: Any) -> float:
+    """The number a cell starts with (``"91.0 ± 2.5"`` -> 91.0), NaN for none: what ``best`` compares."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    match = _LEADING_NUMBER.match(str(value)) if isinstance(value, str) else None
+    return float(match.group(1).replace(",", "")) if match else math.nan
+
+
+def _three_digits(x: float) -> str:
+    """``x`` with three significant digits, trailing zeros kept (``25.0``, ``3.37``, ``512``)."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
+
+
+def format_bytes(n: float) -> str:
+    """A byte count for a reader: ``"3.37 MB"`` (decimal units, three significant digits).
+
+    >>> format_bytes(3373973), format_bytes(512), format_bytes(2.5e10)
+    ('3.37 MB', '512 B', '25.0 GB')
+    """
+    n = float(n)
+    if not math.isfinite(n):
+        return MISSING
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{_three_digits(n / size)} {unit}"
+    return f"{int(round(n))} B"
+
+
+def _format_cell(value: Any, spec: Any) -> str:
+    """One cell as text: ``spec`` a format spec (``".2f"``), a callable, or ``None`` (the default rule)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
+        return MISSING
+    if callable(spec):
+        return str(spec(value))
+    if isinstance(spec, str):
+        return format(value, spec)
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        if not math.isfinite(v):
+            return "\N{INFINITY}" if v > 0 else "\N{MINUS SIGN}\N{INFINITY}"
+        return f"{v:,.{spec if isinstance(spec, int) else 2}f}"
+    return str(value)
+
+
+def show_table(
+    frame: pd.DataFrame,
+    *,
+    digits: int | Mapping[str, int] = 2,
+    formats: Mapping[str, Any] | None = None,
+    best: Mapping[str, str] | None = None,
+    index: bool = True,
+    wrap: bool = False,
+):
+    """A results table for reading on a page: key columns first, no pandas index column, every
+    number formatted, undefined values as a dash, the best value of chosen columns in bold.
+
+    Parameters
+    ----------
+    frame : DataFrame
+    digits : int or dict, default 2
+        Decimals of float cells (one number, or per column; integers get thousands separators).
+    formats : dict, optional
+        Per column: a format spec (``".1e"``, ``".1%"``) or a callable (e.g. :func:`format_bytes`).
+    best : dict, optional
+        Per column: ``"max"`` or ``"min"``; the best value (ties: every one) is shown in bold.
+        Cells that are text (``"91.0 ± 2.5"``) compare by the number they start with.
+    index : bool, default True
+        Show the frame's index as its first column(s), named after it (``False``: drop it).
+    wrap : bool, default False
+        Wrap long text in its cell (statement columns) instead of widening the table.
+
+    Returns
+    -------
+    pandas.io.formats.style.Styler
+        Displayed as an HTML table; its id comes from the content, so the same table gives the
+        same page.
+
+    Raises
+    ------
+    ValueError
+        A column of ``digits``, ``formats`` or ``best`` that the table does not have, or a ``best``
+        kind other than ``"max"`` / ``"min"``.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"acc": [91.234, float("nan")], "bytes": [3373973, 512]},
+    ...                  index=pd.Index(["FedAvg", "Ditto"], name="method"))
+    >>> html = show_table(t, digits=1, formats={"bytes": format_bytes}, best={"acc": "max"}).to_html()
+    >>> "91.2" in html, "3.37 MB" in html, "nan" in html, "font-weight: bold" in html
+    (True, True, False, True)
+    """
+    formats, best = dict(formats or {}), dict(best or {})
+    table = frame.reset_index() if index and not isinstance(frame.index, pd.RangeIndex) else frame.reset_index(drop=True)
+    table.columns = [" ".join(map(str, c)) if isinstance(c, tuple) else str(c) for c in table.columns]
+    per_column = dict(digits) if isinstance(digits, Mapping) else {}
+    for name, option in (("digits", per_column), ("formats", formats), ("best", best)):
+        unknown = [c for c in option if c not in table.columns]
+        if unknown:
+            raise ValueError(f"show_table: {name} names columns {unknown} that the table does not have; "
+                             f"valid: {list(table.columns)}")
+    bad = {c: k for c, k in best.items() if k not in BEST_KINDS}
+    if bad:
+        raise ValueError(f"show_table: best must be one of {', '.join(BEST_KINDS)} per column, got {bad}")
+    default_digits = digits if isinstance(digits, int) else 2
+    uuid = hashlib.sha1(table.to_json(default_handler=str).encode()).hexdigest()[:8]
+    styler = table.style.set_uuid(f"table-{uuid}").hide(axis="index")
+    for column in table.columns:
+        spec = formats.get(column, per_column.get(column, default_digits))
+        styler = styler.format(lambda v, spec=spec: _format_cell(v, spec), subset=[column])
+    for column, kind in best.items():
+        values = table[column].map(_leading_number)
+        target = values.max() if kind == "max" else values.min()
+        styler = styler.apply(lambda s, v=values, t=target: ["font-weight: bold" if x == t else "" for x in v],
+                              subset=[column])
+    props = [("text-align", "left"), ("vertical-align", "top")]
+    if wrap:
+        props.append(("white-space", "normal"))
+    # some space between columns, and numbers (every column but the first) kept on one line
+    styles = [{"selector": "th", "props": [("text-align", "left")]},
+              {"selector": "td, th", "props": [("padding", "0.2em 0.8em 0.2em 0.3em")]}]
+    numeric = [c for c in table.columns[1:] if pd.api.types.is_numeric_dtype(table[c])]
+    styler = styler.set_properties(subset=numeric, **{"white-space": "nowrap"}) if numeric else styler
+    return styler.set_properties(**dict(props)).set_table_styles(styles)
+
+
+__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_title",
+           "check_injected", "claims_report", "exercises", "format_bytes", "notebook_history", "resolve", "setup",
+           "show_table"]
