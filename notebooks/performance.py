@@ -58,7 +58,7 @@ from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
 from fedlib.benchmarks import WORKLOADS, local_training_speed, loop_overhead, round_cost
-from fedlib.chapter import resolve, show_table
+from fedlib.book import setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.protocol import AGGREGATIONS, vectorizable
 
@@ -71,7 +71,7 @@ PROFILES = {  # fresh_process: each round measured in a new process (the smoke p
                   repeats=9, stack_clients=[5, 10, 20, 40, 80, 160], overhead=dict(model="cnn", n_clients=20, rounds=5,
                                                                                    repeats=5)),
 }
-P = resolve(PROFILES, profile, clients=clients, models=models, workloads=workloads)
+P = setup(PROFILES, profile, clients=clients, models=models, workloads=workloads)
 bad = [w for w in P.workloads if w not in WORKLOADS]
 if bad:
     raise ValueError(f"unknown workloads {bad}; valid: {', '.join(WORKLOADS)}")
