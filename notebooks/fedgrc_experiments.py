@@ -930,7 +930,7 @@ def paired(ours, base):
     return (ours[ok], base[ok]) if ok.any() else (np.zeros(1), np.zeros(1))
 
 
-R = claims_report(claims, prefix="fge_", total_seconds=P.elapsed())
+results = claims_report(claims, prefix="fge_", total_seconds=P.elapsed())
 
 # %% [markdown]
 # Of {glue:text}`fge_n_claims` rows, {glue:text}`fge_n_holds` hold here,

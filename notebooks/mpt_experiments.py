@@ -837,7 +837,7 @@ stored_check = pd.DataFrame({"barycentric only": col(early_d, "barycentric"),
 glue("stored_rounds_text", ", ".join(map(str, after)), display=False)
 glue("stored_seed_text", "; ".join(f"seed {s}: {r['barycentric + stored residual']:.2f} against {r['barycentric only']:.2f}"
                                    for s, r in stored_check.iterrows()), display=False)
-R = claims_report(CLAIMS.values(), digits=3, total_seconds=float(P.elapsed()))
+results = claims_report(CLAIMS.values(), digits=3, total_seconds=float(P.elapsed()))
 
 # %% [markdown]
 # The Figure 6 (a) "initial gap" row averages the distance over rounds {glue:text}`stored_rounds_text`;
