@@ -369,8 +369,7 @@ def claims_report(
             raise ValueError(f"claim {c.key!r}: values() must return (ours, baseline) or None, got {pair!r}")
         results.append(evaluate(c, *pair))
     counts = tally(results)
-    glued = {"n_claims": sum(counts.values()), "n_holds": counts[HOLDS], "n_not": counts[DOES_NOT_HOLD],
-             "n_inconclusive": counts[INCONCLUSIVE]}
+    glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
     if total_seconds is not None:
         glued["total_seconds"] = total_seconds
     for key, value in glued.items():
