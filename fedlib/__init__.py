@@ -6,7 +6,8 @@ layer up (a module imports only from the layers below it; the book's page *Insid
 - :mod:`fedlib.rng`, :mod:`fedlib.io`, :mod:`fedlib.messages`, :mod:`fedlib.aggregate`: seeds
   by purpose, atomic and safe files, messages / state / ledger, aggregation as free functions;
 - :mod:`fedlib.data`: loaders (UCI digits, MNIST-5k, Gaussian mixtures, CIFAR from a local root,
-  multi-domain digits) and seeded partitioners (the departure scenario among them);
+  multi-domain digits), seeded partitioners (the departure scenario among them) and a chapter's
+  data choice by name (:mod:`fedlib.data.choice`);
 - :mod:`fedlib.models`: a small CNN, an MLP, ResNet-18 and MobileNetV2 behind one interface that
   returns logits and pooled per-layer features;
 - :mod:`fedlib.training`: local training and prediction;
@@ -21,8 +22,11 @@ layer up (a module imports only from the layers below it; the book's page *Insid
 - :mod:`fedlib.loop`: the one round loop, with events, checkpoints and the evaluation schedule;
 - ``fedlib.algorithms``: one small module per method (FedAvg, FedAvg-FT, ...);
 - :mod:`fedlib.deployment`: the terminal statistics round and statistical-head deployment;
-- :mod:`fedlib.chapter`: the chapter helper of the notebooks: the ``smoke`` / ``book`` / ``paper``
-  profiles, the seeded data choice, the check table and the claims verdict.
+- :mod:`fedlib.claims`, :mod:`fedlib.checks`: claims decided from paired intervals over seeds by
+  rules declared in advance, and the check table of a derivations chapter;
+- :mod:`fedlib.book`: the book's tooling, the top layer (nothing in fedlib imports it): a chapter's
+  setup in one call (the ``smoke`` / ``book`` / ``paper`` profiles, papermill's parameters checked),
+  tables for reading, the exercises' index and the claims report.
 """
 
 __version__ = "0.1.0"

@@ -43,8 +43,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -128,6 +128,13 @@ class Claim:
         rebalancing-only control, say): decided by the same rule, rendered with the book's
         question instead of a quotation (``quote`` holds the question, ``source`` names the claim
         it serves) and left out of :func:`tally`.
+    values : callable, optional
+        How the claim's numbers are read: a function of no argument returning ``(ours,
+        baseline)``, the paired per-seed values :func:`evaluate` takes (``baseline`` may be a
+        number), or ``None`` where the chapter did not run what the claim needs (at a smaller
+        profile, say). It is called only when the claim is decided (the book's claims report,
+        :func:`fedlib.book.claims_report`), so it may read results computed after the
+        declaration. Not part of the declaration's identity (equality, ``repr``).
 
     Notes
     -----
@@ -167,6 +174,8 @@ class Claim:
     substitution: str = ""
     level: float = 0.95
     kind: str = "claim"
+    values: Callable[[], tuple[ArrayLike, ArrayLike | float] | None] | None = field(
+        default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("key", "quote", "source", "quantity"):
@@ -179,6 +188,11 @@ class Claim:
             raise ValueError(f"unknown kind {self.kind!r}; valid: {', '.join(map(repr, KINDS))}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {self.direction!r}; valid: {', '.join(map(repr, DIRECTIONS))}")
+        if self.values is not None and not callable(self.values):
+            raise ValueError(
+                f"Claim.values must be a function of no argument returning (ours, baseline), or None; "
+                f"got {self.values!r}"
+            )
         m = self.min_effect
         if isinstance(m, bool) or not isinstance(m, (int, float, np.integer, np.floating)) or not (
             math.isfinite(m) and m >= 0

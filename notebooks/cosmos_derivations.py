@@ -67,9 +67,10 @@ from torch import nn
 
 from fedlib.algorithms.cosmos import COSMOS, SERVER, cosmos_history
 from fedlib.algorithms.fedmd import TEACHER, cached_labels, grouping
-from fedlib.chapter import CheckTable, load_data, resolve, show_table
+from fedlib.book import setup, show_table
+from fedlib.checks import CheckTable
 from fedlib.clustering import b0_for_clusters, cluster_diameters, greedy_b0
-from fedlib.data import ArrayDataset
+from fedlib.data import ArrayDataset, load_data
 from fedlib.distill import (augment, consistency_loss, distillation_objective, l1_distances, lemma52, make_public_set,
                             margins)
 from fedlib.federation import make_federation
@@ -78,9 +79,6 @@ from fedlib.run import run_federated
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.rng import derive_seed, numpy_rng, torch_generator
 from fedlib.training import TrainConfig, local_train
-
-torch.set_num_threads(threads)
-t_start = time.perf_counter()
 
 PROFILES = {
     "smoke": dict(trials=20, grid_trials=4, grid=100, mono_trials=30, lemma_trials=100, n_clients=5, rounds=2,
@@ -93,7 +91,7 @@ PROFILES = {
                   rounds=8, pretrain_epochs=20, server_epochs=5, synth_rounds=12, synth_clients=10, n_eval=200000,
                   synth_settings=["mild skew", "label groups"], local_epochs=40, hessian_points=100, grad_trials=100),
 }
-P = resolve(PROFILES, profile, trials=trials, n_clients=n_clients, rounds=rounds, synth_rounds=synth_rounds)
+P = setup(PROFILES, profile, threads=threads, trials=trials, n_clients=n_clients, rounds=rounds, synth_rounds=synth_rounds)
 checks = CheckTable()  # the closing check table
 F64 = torch.float64
 TOL = 1e-12  # round-off allowance of the float64 comparisons
@@ -1103,7 +1101,7 @@ checks.add("the detach changes the gradient (relative difference > 1 % on every 
 # %% tags=["remove-cell"]
 glue("n_checks", len(checks), display=False)
 glue("n_fail", checks.n_fail, display=False)
-glue("deriv_seconds", float(time.perf_counter() - t_start), display=False)
+glue("deriv_seconds", float(P.elapsed()), display=False)
 
 # %% tags=["hide-input"]
 checks.show()

@@ -77,9 +77,10 @@ from myst_nb import glue
 from fedlib.algorithms import COMET, COSMOS, Ditto, FedAvg, FedBABU, FedCT, FedMD, FedRep
 from fedlib.algorithms.cosmos import cosmos_history
 from fedlib.algorithms.fedmd import grouping
-from fedlib.chapter import format_bytes, load_data, resolve, show_table
-from fedlib.claims import Claim, evaluate, paired_interval, seed_table, show, tally
+from fedlib.book import claims_report, format_bytes, setup, show_table
+from fedlib.claims import Claim, paired_interval, seed_table
 from fedlib.clustering import assignment_agreement, group_purity
+from fedlib.data import load_data
 from fedlib.distill import make_public_set
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, per_client_table
@@ -88,9 +89,6 @@ from fedlib.metrics import protocol_summary
 from fedlib.models import ClientArchitectures, build_model, count_parameters
 from fedlib.parallel import map_parallel
 from fedlib.training import TrainConfig
-
-torch.set_num_threads(threads)
-t_start = time.perf_counter()
 
 
 def adam(epochs, lr, batch_size=32):
@@ -125,7 +123,8 @@ PROFILES = {
                   sweeps={"λ": [0.0, 1.0, 10.0], "T": [0.0, 4.0], "rule": ["median", "max", "confidence"], "clusters": [1, 3, 8],
                           "|U| share": [0.1, 0.4], "clients": [10, 40], "server": ["small"], "detach": [True]}),
 }
-P = resolve(PROFILES, profile, n_seeds=n_seeds, rounds=rounds, n_clients=n_clients, lam=lam, temperature=temperature)
+P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, rounds=rounds, n_clients=n_clients, lam=lam,
+          temperature=temperature)
 SEEDS = list(range(seed, seed + P.n_seeds))
 if P.n_clients < P.n_groups:
     raise ValueError(f"n_clients={P.n_clients} must be at least the {P.n_groups} label groups of the partition")
@@ -231,44 +230,82 @@ CLIENT_TRAIN = dict(pretrain=adam(P.pretrain_epochs, P.lr_true), train=adam(P.lo
 MIN_GAIN = 0.5  # points: a gain must exceed this (more than one image's worth of the mean over clients)
 TOL = 2.0  # points: "competitive" (non-inferiority margin)
 SUB = f"{DATA_LABEL}, clients {' + '.join(BASE_MIX)}, MLP server; {P.rounds} rounds"
+# Each claim's values: (ours, baseline) per seed, read when the claims are decided (of, main, mix, homog,
+# best_agnostic, best_pfl, per_seed_bytes, sweep_seed, best_other: computed with the runs). A sensitivity claim
+# reads a sweep that a profile may not run (P.sweeps): its values are then None, and this profile does not decide it.
+def more_clients():
+    """The sweep's most clients against the default number (the default against the fewest where the sweep tries
+    only fewer); None where this profile does not sweep the number of clients."""
+    if "clients" not in P.sweeps:
+        return None
+    more = [v for v in P.sweeps["clients"] if v > P.n_clients]
+    fewer = [v for v in P.sweeps["clients"] if v < P.n_clients]
+    return ((sweep_seed("clients", max(more)), sweep_seed("clients", P.n_clients)) if more
+            else (sweep_seed("clients", P.n_clients), sweep_seed("clients", min(fewer))))
+
+
+def more_clusters():
+    """The sweep's most clusters against the target number; None where this profile tries no more than the target."""
+    if "clusters" not in P.sweeps or not max(P.sweeps["clusters"]) > P.target_clusters:
+        return None
+    return sweep_seed("clusters", max(P.sweeps["clusters"])), sweep_seed("clusters", P.target_clusters)
+
+
 claims = [
     Claim("beats", "COSMOS consistently outperforms all model-agnostic FL baselines", "Abstract; Section 6, Figure 2",
-          "mean accuracy, COSMOS − best model-agnostic baseline, points", "greater", MIN_GAIN, SUB),
+          "mean accuracy, COSMOS − best model-agnostic baseline, points", "greater", MIN_GAIN, SUB,
+          values=lambda: (of(main, "COSMOS"), best_agnostic)),
     Claim("beats-own", "COSMOS consistently outperforms all model-agnostic FL baselines (the client's own model deployed)",
           "Abstract; Section 6 (our control: the client model f_i instead of h_π(i))",
-          "mean accuracy, COSMOS's client models − best baseline, points", "greater", MIN_GAIN, SUB),
+          "mean accuracy, COSMOS's client models − best baseline, points", "greater", MIN_GAIN, SUB,
+          values=lambda: (of(main, "COSMOS (client models)"), best_agnostic)),
     Claim("mixtures", "Across all combinations, COSMOS remains robust to heterogeneity in client capabilities", "Section 6, Figure 3",
           "mean accuracy, COSMOS with three architectures − with one, points (no loss)", "at least", TOL,
-          "one / three architectures of small CNNs and MLPs"),
+          "one / three architectures of small CNNs and MLPs",
+          values=lambda: (of(mix, "COSMOS", list(P.mixtures)[1]), of(mix, "COSMOS", list(P.mixtures)[0]))),
     Claim("mixtures-edge", "maintaining substantial performance edge over baselines", "Section 6, Figure 3",
-          "mean accuracy with three architectures, COSMOS − COMET, points", "greater", MIN_GAIN, "COMET as the baseline"),
+          "mean accuracy with three architectures, COSMOS − COMET, points", "greater", MIN_GAIN, "COMET as the baseline",
+          values=lambda: (of(mix, "COSMOS", list(P.mixtures)[1]), of(mix, "COMET", list(P.mixtures)[1]))),
     Claim("homogeneous", "COSMOS remains competitive with state-of-the-art personalized FL methods", "Appendix D, Table 7",
           "mean accuracy with one architecture, COSMOS − best of FedAvg, Ditto, FedBABU, FedRep, points", "at least", TOL,
-          "our four parameter-sharing baselines"),
+          "our four parameter-sharing baselines",
+          values=lambda: (of(homog, "COSMOS"), best_pfl)),
     Claim("comm", "reducing communication from parameter sharing by 1-2 orders of magnitude", "Section 1, Appendix C Table 4",
           "log10(FedAvg bytes ÷ COSMOS bytes) − 1, training traffic per client and round (above 0: an order of magnitude or more)",
           "greater", 0.0,
-          "our client models are small (the ratio scales with the parameter count over |U| x C)"),
+          "our client models are small (the ratio scales with the parameter count over |U| x C)",
+          values=lambda: (np.log10(per_seed_bytes["FedAvg (one architecture)"] / per_seed_bytes["COSMOS"]).to_numpy(), 1.0)),
     Claim("lambda", "λ = 5 yielding the best overall results", "Appendix D, Figure 9(a)",
-          "mean accuracy, λ = 5 − best other λ tried, points", "greater", 0.0, f"{P.sweep_rounds} rounds per sweep run"),
+          "mean accuracy, λ = 5 − best other λ tried, points", "greater", 0.0, f"{P.sweep_rounds} rounds per sweep run",
+          values=lambda: (sweep_seed("λ", P.lam), best_other("λ")) if "λ" in P.sweeps else None),
     Claim("T", "T = 1 performs best across datasets", "Appendix D, Figure 9(b)",
           "mean accuracy, T = 1 − best other T tried, points", "greater", 0.0,
-          f"T = {', '.join(f'{t:g}' for t in P.sweeps.get('T', []))} tried (the paper: also larger T); {P.sweep_rounds} rounds per sweep run"),
+          f"T = {', '.join(f'{t:g}' for t in P.sweeps.get('T', []))} tried (the paper: also larger T); {P.sweep_rounds} rounds per sweep run",
+          values=lambda: (sweep_seed("T", P.temperature), best_other("T")) if "T" in P.sweeps else None),
     Claim("rule", "mean aggregation consistently achieves the strongest performance", "Appendix D, Figure 9(b)",
           "mean accuracy, mean − best other aggregation rule, points", "greater", 0.0,
-          f"{', '.join(P.sweeps.get('rule', []))} as the others; {P.sweep_rounds} rounds per sweep run"),
+          f"{', '.join(P.sweeps.get('rule', []))} as the others; {P.sweep_rounds} rounds per sweep run",
+          values=lambda: (sweep_seed("rule", "mean"), best_other("rule")) if "rule" in P.sweeps else None),
     Claim("clients", "As the number of clients increases, COSMOS continues to improve", "Appendix D, Figure 7(a)",
-          "mean accuracy, more clients − fewer, points", "greater", 0.0, "fewer clients each hold more data here"),
+          "mean accuracy, more clients − fewer, points", "greater", 0.0, "fewer clients each hold more data here",
+          values=more_clients),
     Claim("U", "increasing |U| results in consistent performance gains", "Appendix D, Figure 7(b)",
-          "mean accuracy, larger |U| − the default, points", "greater", 0.0, "a larger U leaves less data to the clients"),
+          "mean accuracy, larger |U| − the default, points", "greater", 0.0, "a larger U leaves less data to the clients",
+          values=lambda: ((sweep_seed("|U| share", max(P.sweeps["|U| share"])), sweep_seed("|U| share", P.public_share))
+                          if "|U| share" in P.sweeps else None)),
     Claim("server", "COSMOS further benefits from stronger server-side models", "Appendix D, Figure 7(c)",
-          "mean accuracy, the default server − a smaller one, points", "greater", 0.0, "MLP servers of two widths"),
+          "mean accuracy, the default server − a smaller one, points", "greater", 0.0, "MLP servers of two widths",
+          values=lambda: (sweep_seed("server", "default"), sweep_seed("server", "small")) if "server" in P.sweeps else None),
     Claim("saturate", "performance saturates once the number of clusters reaches approximately five", "Appendix D, Figure 8",
-          "mean accuracy, ~5 clusters − fewer (1), points", "greater", MIN_GAIN, "targets of 1 and 5 clusters"),
+          "mean accuracy, ~5 clusters − fewer (1), points", "greater", MIN_GAIN, "targets of 1 and 5 clusters",
+          values=lambda: ((sweep_seed("clusters", P.target_clusters), sweep_seed("clusters", min(P.sweeps["clusters"])))
+                          if "clusters" in P.sweeps and min(P.sweeps["clusters"]) < P.target_clusters else None)),
     Claim("saturate-more", "with no further improvement beyond this point", "Appendix D, Figure 8",
-          "mean accuracy, more clusters (8) − ~5, points (no gain)", "at most", TOL, "a target of 8 clusters"),
+          "mean accuracy, more clusters (8) − ~5, points (no gain)", "at most", TOL, "a target of 8 clusters",
+          values=more_clusters),
     Claim("saturate-flat", "performance saturates once the number of clusters reaches approximately five", "Appendix D, Figure 8",
-          "mean accuracy, more clusters (8) − ~5, points (no loss: a plateau)", "at least", TOL, "a target of 8 clusters"),
+          "mean accuracy, more clusters (8) − ~5, points (no loss: a plateau)", "at least", TOL, "a target of 8 clusters",
+          values=more_clusters),
 ]
 glue("min_gain", MIN_GAIN, display=False)
 glue("tol", TOL, display=False)
@@ -628,53 +665,16 @@ def of(frame, method, setting=None):
 best_agnostic = np.max(np.stack([of(main, b) for b in BASE]), axis=0)
 best_pfl = np.max(np.stack([of(homog, b) for b in ["FedAvg", "Ditto", "FedBABU", "FedRep"]]), axis=0)
 per_seed_bytes = nbytes.assign(total=nbytes.up + nbytes.down).pivot(index="seed", columns="method", values="total")
-PAIRS = {
-    "beats": (of(main, "COSMOS"), best_agnostic),
-    "beats-own": (of(main, "COSMOS (client models)"), best_agnostic),
-    "mixtures": (of(mix, "COSMOS", list(P.mixtures)[1]), of(mix, "COSMOS", list(P.mixtures)[0])),
-    "mixtures-edge": (of(mix, "COSMOS", list(P.mixtures)[1]), of(mix, "COMET", list(P.mixtures)[1])),
-    "homogeneous": (of(homog, "COSMOS"), best_pfl),
-    "comm": (np.log10(per_seed_bytes["FedAvg (one architecture)"] / per_seed_bytes["COSMOS"]).to_numpy(), 1.0),
-}
-if "λ" in P.sweeps:
-    PAIRS["lambda"] = (sweep_seed("λ", P.lam), best_other("λ"))
-if "T" in P.sweeps:
-    PAIRS["T"] = (sweep_seed("T", P.temperature), best_other("T"))
-if "rule" in P.sweeps:
-    PAIRS["rule"] = (sweep_seed("rule", "mean"), best_other("rule"))
-if "clients" in P.sweeps:
-    more = [v for v in P.sweeps["clients"] if v > P.n_clients]
-    fewer = [v for v in P.sweeps["clients"] if v < P.n_clients]
-    PAIRS["clients"] = ((sweep_seed("clients", max(more)), sweep_seed("clients", P.n_clients)) if more
-                        else (sweep_seed("clients", P.n_clients), sweep_seed("clients", min(fewer))))
-if "|U| share" in P.sweeps:
-    PAIRS["U"] = (sweep_seed("|U| share", max(P.sweeps["|U| share"])), sweep_seed("|U| share", P.public_share))
-if "server" in P.sweeps:
-    PAIRS["server"] = (sweep_seed("server", "default"), sweep_seed("server", "small"))
-if "clusters" in P.sweeps:
-    if min(P.sweeps["clusters"]) < P.target_clusters:
-        PAIRS["saturate"] = (sweep_seed("clusters", P.target_clusters), sweep_seed("clusters", min(P.sweeps["clusters"])))
-    if max(P.sweeps["clusters"]) > P.target_clusters:
-        PAIRS["saturate-more"] = (sweep_seed("clusters", max(P.sweeps["clusters"])), sweep_seed("clusters", P.target_clusters))
-        PAIRS["saturate-flat"] = PAIRS["saturate-more"]
-decided = [c for c in claims if c.key in PAIRS]
-claim_results = [evaluate(c, *PAIRS[c.key]) for c in decided]
-counts = tally(claim_results)
-glue("n_claims", len(decided), display=False)
-glue("n_holds", counts["holds"], display=False)
-glue("n_not", counts["does not hold"], display=False)
-glue("n_inconclusive", counts["inconclusive at this scale"], display=False)
-show(claim_results)
+R = claims_report(claims)
 
 # %% tags=["hide-input"]
-R = {r.claim.key: r for r in claim_results}
 glue("beats_verdict", R["beats"].verdict, display=False)
 glue("beats_interval", R["beats"].interval.format(1), display=False)
 glue("own_verdict", R["beats-own"].verdict, display=False)
 glue("comm_verdict", R["comm"].verdict, display=False)
 glue("comm_reading", "with models this small the pseudo-label matrix is about as large as the model" if fedavg_total / cosmos_total < 10
      else "the pseudo-label matrix is an order of magnitude or more smaller than the model", display=False)
-glue("total_seconds", time.perf_counter() - t_start, display=False)
+glue("total_seconds", P.elapsed(), display=False)
 
 # %% [markdown]
 # **Reading the table.** The headline claim, that COSMOS beats every model-agnostic baseline, is

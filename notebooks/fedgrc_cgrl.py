@@ -44,7 +44,6 @@ results_dir = None  # unused here (nothing is saved)
 
 # %% tags=["hide-input"]
 import functools
-import time
 
 import numpy as np
 import sympy as sp
@@ -52,7 +51,8 @@ import torch
 from myst_nb import glue
 
 from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
-from fedlib.chapter import CheckTable, float64_tensor, resolve
+from fedlib.book import setup
+from fedlib.checks import CheckTable, float64_tensor
 from fedlib.rng import numpy_rng
 
 PROFILES = {
@@ -60,12 +60,10 @@ PROFILES = {
     "book": dict(trials=60, dim=16),
     "paper": dict(trials=300, dim=48),
 }
-P = resolve(PROFILES, profile, trials=trials, dim=dim)
 # Small matrices and a shared 2-core machine: one intra-op thread is many times faster here (two threads
 # contend with the other processes); this sets the kernel process only.
-torch.set_num_threads(1)
+P = setup(PROFILES, profile, threads=1, trials=trials, dim=dim)
 F64 = torch.float64
-t_start = time.perf_counter()
 checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
 check = checks.add
 
@@ -360,7 +358,7 @@ check("parameter gradients of the two terms need NOT be orthogonal (the paper's 
 # %% tags=["remove-cell"]
 glue("fgd_cgrl_n_checks", len(checks), display=False)
 glue("fgd_cgrl_n_fail", checks.n_fail, display=False)
-glue("fgd_cgrl_seconds", float(time.perf_counter() - t_start), display=False)
+glue("fgd_cgrl_seconds", float(P.elapsed()), display=False)
 glue("fgd_trials", int(P.trials), display=False)
 
 # %%

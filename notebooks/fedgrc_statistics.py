@@ -74,7 +74,9 @@ from scipy.stats import multivariate_normal
 from fedlib.algorithms import FedAvg
 from fedlib.protocol import load_model
 from fedlib.cgrl import unit
-from fedlib.chapter import CheckTable, float64_tensor, load_data, resolve, show_table
+from fedlib.book import setup, show_table
+from fedlib.checks import CheckTable, float64_tensor
+from fedlib.data import load_data
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
@@ -89,12 +91,10 @@ PROFILES = {
     "book": dict(trials=60, dim=16, rounds=4, n_clients=8, n_samples=None, gtpc=50, alpha=0.3),
     "paper": dict(trials=300, dim=48, rounds=20, n_clients=20, n_samples=None, gtpc=100, alpha=0.3),
 }
-P = resolve(PROFILES, profile, trials=trials, dim=dim, rounds=rounds, n_clients=n_clients)
 # Small matrices and a shared 2-core machine: one intra-op thread is many times faster here (two threads
 # contend with the other processes); this sets the kernel process only.
-torch.set_num_threads(1)
+P = setup(PROFILES, profile, threads=1, trials=trials, dim=dim, rounds=rounds, n_clients=n_clients)
 F64 = torch.float64
-t_start = time.perf_counter()
 checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
 check = checks.add
 
@@ -904,7 +904,7 @@ for target, caption in (("global (Q)", "On the global test set (R = Q)"),
 # %% tags=["remove-cell"]
 glue("fgd_stats_n_checks", len(checks), display=False)
 glue("fgd_stats_n_fail", checks.n_fail, display=False)
-glue("fgd_stats_seconds", float(time.perf_counter() - t_start), display=False)
+glue("fgd_stats_seconds", float(P.elapsed()), display=False)
 glue("fgd_trials", int(P.trials), display=False)
 
 # %%

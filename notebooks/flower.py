@@ -69,7 +69,7 @@ import torch
 from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
-from fedlib.chapter import format_bytes, resolve, show_table
+from fedlib.book import format_bytes, setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_port_block, run_flower
 from fedlib.run import run_federated
@@ -79,7 +79,7 @@ PROFILES = {
     "book": dict(methods=["fedavg", "ditto", "mpt"], engines=["loopback", "simulation", "deployment"], n_clients=2, rounds=2),
     "paper": dict(methods=["fedavg", "ditto", "mpt"], engines=["loopback", "simulation", "deployment"], n_clients=4, rounds=3),
 }
-P = resolve(PROFILES, profile, methods=methods, engines=engines, n_clients=n_clients, rounds=rounds)
+P = setup(PROFILES, profile, methods=methods, engines=engines, n_clients=n_clients, rounds=rounds)
 bad = [e for e in P.engines if e not in ENGINES]
 if bad:
     raise ValueError(f"unknown engines {bad}; valid: {', '.join(ENGINES)}")

@@ -53,7 +53,8 @@ from myst_nb import glue
 from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
 
-from fedlib.chapter import CheckTable, resolve, show_table
+from fedlib.book import setup, show_table
+from fedlib.checks import CheckTable
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.geometry import (augment, augment_around_prototypes, augment_loop, class_shapes, combine_local_covariances,
@@ -61,18 +62,15 @@ from fedlib.geometry import (augment, augment_around_prototypes, augment_loop, c
 from fedlib.rng import numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
 
-# Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
-# eigh under thread contention was the bottleneck); this sets the kernel process only.
-torch.set_num_threads(1)
-
 PROFILES = {
     "smoke": dict(n_trials=10, n_draws=20_000, mix_dim=6, mix_classes=4, mix_per_class=120, n_clients=6, alpha=0.1, total=120),
     "book": dict(n_trials=60, n_draws=200_000, mix_dim=8, mix_classes=6, mix_per_class=300, n_clients=10, alpha=0.1, total=300),
     "paper": dict(n_trials=300, n_draws=1_000_000, mix_dim=16, mix_classes=10, mix_per_class=600, n_clients=10, alpha=0.1, total=600),
 }
-P = resolve(PROFILES, profile, n_trials=n_trials, n_draws=n_draws)
+# Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
+# eigh under thread contention was the bottleneck); this sets the kernel process only.
+P = setup(PROFILES, profile, threads=1, n_trials=n_trials, n_draws=n_draws)
 checks = CheckTable()  # the closing check table
-t_start = time.perf_counter()
 print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 
 # %% [markdown]
@@ -469,7 +467,7 @@ checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d
 # ## Check table
 
 # %% tags=["hide-input"]
-glue("deriv_seconds", time.perf_counter() - t_start, display=False)
+glue("deriv_seconds", P.elapsed(), display=False)
 checks.show()
 
 # %% [markdown]

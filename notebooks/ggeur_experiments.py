@@ -89,15 +89,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 import pandas as pd
-import torch
 from IPython.display import Markdown
 from myst_nb import glue
 
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
-from fedlib.chapter import load_data, resolve, show_table
-from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, mean_interval, seed_table, show, tally
-from fedlib.data import ArrayDataset, make_digit_domains
+from fedlib.book import claims_report, setup, show_table
+from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, mean_interval, seed_table
+from fedlib.data import ArrayDataset, load_data, make_digit_domains
 from fedlib.federation import one_client_per_domain
 from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import make_federation
@@ -116,10 +115,6 @@ from fedlib.training import TrainConfig
 warnings.filterwarnings("ignore", category=SequentialFallback)
 RUN = RunOptions(execution=execution)  # checks the parameter before any work
 
-# Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
-# eigh under thread contention was the bottleneck); this sets the kernel process only.
-torch.set_num_threads(1)
-
 COMMON = dict(global_test_per_class=100, batch_size=64, label_classifier="linear", domain_classifier="mlp", hidden=128,
               prox_mu=0.01, proto_lam=2.0, k=5, eval_every=1, public_fraction=0.2, domain_public=0.3, domain_test=0.2,
               domain_client=0.1, embedding_scale=1.0, encoder_sees="all", level=0.95)
@@ -134,16 +129,17 @@ PROFILES = {
                   total_per_class=2000, per_prototype=500, encoder_epochs=10, lr=1e-3, domain_max=None, encoder_width=32,
                   domain_rounds=50),
 }
-P = resolve(PROFILES, profile, n_seeds=n_seeds, betas=betas, rounds=rounds, local_epochs=local_epochs,
-            total_per_class=total_per_class, per_prototype=per_prototype, encoder_epochs=encoder_epochs,
-            embedding_scale=embedding_scale, encoder_sees=encoder_sees)
+# Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
+# eigh under thread contention was the bottleneck); this sets the kernel process only.
+P = setup(PROFILES, profile, threads=1, n_seeds=n_seeds, betas=betas, rounds=rounds, local_epochs=local_epochs,
+          total_per_class=total_per_class, per_prototype=per_prototype, encoder_epochs=encoder_epochs,
+          embedding_scale=embedding_scale, encoder_sees=encoder_sees)
 if P.encoder_sees not in ("all", "mnist"):
     raise ValueError(f"encoder_sees must be 'all' or 'mnist', got {P.encoder_sees!r}")
 SEEDS = [seed + i for i in range(P.n_seeds)]
 train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
 b_lo, b_hi = min(P.betas), max(P.betas)
 early = max(1, P.rounds // 5)  # the round at which the convergence claim reads the curves
-t_start = time.perf_counter()
 glue("n_seeds", P.n_seeds, display=False)
 glue("level_pct", 100 * P.level, display=False)
 print(f"profile {P.profile}: seeds {SEEDS}, betas {P.betas}, {P.n_clients} clients, {P.rounds} rounds x {P.local_epochs} "
@@ -218,81 +214,97 @@ Q_FIG6 = "across domains, the geometric shapes of embeddings for the same catego
 BASES = ("FedAvg", "FedProx", "FedProto")
 MOON = "MOON is not implemented: FedProx stands in for it (a regularized base); "
 
+# Each row's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter (G, lab,
+# E, dom_v, sim_seed, rowmax_share: defined with the runs)
 claims = []
 for b in P.betas:
     for other, extra in (("FedMix-style", "FedMix → our NaiveMix-style baseline on embeddings"),
                          ("FedFA-style", "FedFA → Gaussian N(global prototype, diagonal variance) on embeddings")):
         claims.append(Claim(f"label-vs-{other}-{b}", Q_OUT, "Section 4.2, Table 1",
                             f"global accuracy at β = {b}, GGEUR − {other}, points", "greater", 0,
-                            f"{extra}; FEDGEN absent (not implemented); {SUB_LABEL}"))
+                            f"{extra}; FEDGEN absent (not implemented); {SUB_LABEL}",
+                            values=lambda b=b, other=other: (lab(b, G), lab(b, other))))
 for b in P.betas:
     claims.append(Claim(f"label-gain-{b}", Q_GAIN, "Section 4.2, Tables 1-3",
                         f"global accuracy at β = {b}, GGEUR − FedAvg, points", "greater", MIN_GAIN,
-                        f"the paper's gains are on CIFAR-100 at β down to 0.01; {SUB_LABEL}"))
+                        f"the paper's gains are on CIFAR-100 at β down to 0.01; {SUB_LABEL}",
+                        values=lambda b=b: (lab(b, G), lab(b, "FedAvg"))))
 if len(P.betas) >= 2:  # a trend needs two concentrations at least
     claims.append(Claim("label-trend", Q_GAIN, "Section 4.2, Tables 1-3",
-                        f"gain over FedAvg at β = {b_lo} − gain at β = {b_hi}, points", "greater", 0, SUB_LABEL))
+                        f"gain over FedAvg at β = {b_lo} − gain at β = {b_hi}, points", "greater", 0, SUB_LABEL,
+                        values=lambda: (lab(b_lo, G) - lab(b_lo, "FedAvg"), lab(b_hi, G) - lab(b_hi, "FedAvg"))))
 else:
     print("one β only: the trend row (label-trend) is not declared")
 claims.append(Claim("label-convergence", Q_CONV, "Section 4.5, Figure 8",
                     f"global accuracy after {early} training round(s) at β = {b_lo}, GGEUR − FedAvg, points", "greater", 0,
-                    f"the paper's curves are on Office-Home-LDS; ours on label skew; {SUB_LABEL}"))
+                    f"the paper's curves are on Office-Home-LDS; ours on label skew; {SUB_LABEL}",
+                    values=lambda: (E[(b_lo, G)].to_numpy(), E[(b_lo, "FedAvg")].to_numpy())))
 for b in BASES:
     claims.append(Claim(f"dom-gain-{b}", Q_DOM, "Section 4.3, Table 4",
                         f"AVG accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "greater", MIN_GAIN,
-                        (MOON if b == "FedProx" else "") + SUB_DOM))
+                        (MOON if b == "FedProx" else "") + SUB_DOM,
+                        values=lambda b=b: (dom_v(b, "+ GGEUR (steps 1 & 2)"), dom_v(b, b))))
 ABLATION_BASES = ("FedAvg", "FedProx")  # the paper's ablation covers FedAvg and MOON (FedProx stands in for MOON)
 for b in ABLATION_BASES:
     claims.append(Claim(f"dom-step1-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
                         f"AVG accuracy, {b} + GGEUR step 1 − {b}, points", "greater", 0,
-                        (MOON if b == "FedProx" else "") + SUB_DOM))
+                        (MOON if b == "FedProx" else "") + SUB_DOM,
+                        values=lambda b=b: (dom_v(b, "+ GGEUR (step 1)"), dom_v(b, b))))
     claims.append(Claim(f"dom-step2-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
                         f"AVG accuracy, {b} + GGEUR steps 1 & 2 − {b} + GGEUR step 1, points", "greater", 0,
-                        (MOON if b == "FedProx" else "") + SUB_DOM))
+                        (MOON if b == "FedProx" else "") + SUB_DOM,
+                        values=lambda b=b: (dom_v(b, "+ GGEUR (steps 1 & 2)"), dom_v(b, "+ GGEUR (step 1)"))))
 for b in BASES:
     claims.append(Claim(f"dom-std-{b}", Q_STD, "Section 4.3, Table 4",
                         f"STD of accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "less", 0,
-                        (MOON if b == "FedProx" else "") + SUB_DOM))
+                        (MOON if b == "FedProx" else "") + SUB_DOM,
+                        values=lambda b=b: (dom_v(b, "+ GGEUR (steps 1 & 2)", "STD"), dom_v(b, b, "STD"))))
 for other, extra in (("FedMix-style", "FedMix → our NaiveMix-style baseline"), ("FedFA-style", "FedFA → our Gaussian-style baseline")):
     claims.append(Claim(f"digits-vs-{other}", Q_DIG, "Section 4.3, Table 4",
                         f"AVG accuracy over the domains, FedAvg + GGEUR (steps 1 & 2) − {other}, points", "greater", 0,
-                        f"{extra}; FEDGEN absent (not implemented, no row); {SUB_DOM}"))
+                        f"{extra}; FEDGEN absent (not implemented, no row); {SUB_DOM}",
+                        values=lambda other=other: (dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", other))))
 SUB_FIG6 = "CLIP → our CNN encoder; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST"
 claims.append(Claim("fig6-diagonal", Q_FIG6, "Section 3.2.2, Figure 6",
                     f"similarity S (k = {P.k}) averaged over MNIST vs each other domain, same class − different classes", "greater", 0,
-                    SUB_FIG6))
+                    SUB_FIG6,
+                    values=lambda: (sim_seed["mean S, same class"].to_numpy(), sim_seed["mean S, different classes"].to_numpy())))
 claims.append(Claim("fig6-rowmax", Q_FIG6, "Section 3.2.2, Figure 6",
                     f"share of MNIST classes whose most similar class of the other domain is the same class − chance (1 in 10), "
-                    "percentage points", "greater", 0, SUB_FIG6))
+                    "percentage points", "greater", 0, SUB_FIG6, values=lambda: (100 * rowmax_share, 100 / dom_emb.n_classes)))
 CLAIM_FOR = {"label": "“GGEUR significantly outperforms other methods” / “notably enhances … FedAvg” (Section 4.2)",
              "dom": "“GGEUR improves the average performance of FedAvg” (Section 4.3)"}
 controls = []
 for b in P.betas:
     controls.append(Claim(f"ctrl-matched-{b}", f"Is GGEUR ahead of FedAvg trained on the real samples for as many local steps (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (matched steps), points", "greater", 0,
-                          SUB_LABEL, kind="control"))
+                          SUB_LABEL, kind="control", values=lambda b=b: (lab(b, G), lab(b, "FedAvg, matched steps"))))
     controls.append(Claim(f"ctrl-rebalanced-{b}", f"Is GGEUR ahead of FedAvg on the real samples resampled to GGEUR's class counts (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (rebalanced), points", "greater", 0,
-                          SUB_LABEL, kind="control"))
+                          SUB_LABEL, kind="control", values=lambda b=b: (lab(b, G), lab(b, "FedAvg, rebalanced"))))
     controls.append(Claim(f"ctrl-fedmix-matched-{b}", f"Is GGEUR ahead of FedMix-style given GGEUR's local steps (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedMix-style (matched steps), points", "greater", 0,
-                          SUB_LABEL, kind="control"))
+                          SUB_LABEL, kind="control", values=lambda b=b: (lab(b, G), lab(b, "FedMix-style, matched steps"))))
 controls.append(Claim("ctrl-convergence-matched", f"Is GGEUR ahead early (round {early}, β = {b_lo}) of FedAvg with matched steps?",
                       "“our method enhances the convergence speed” (Section 4.5)",
                       f"global accuracy after {early} round(s), GGEUR − FedAvg (matched steps), points", "greater", 0, SUB_LABEL,
-                      kind="control"))
+                      kind="control", values=lambda: (E[(b_lo, G)].to_numpy(), E[(b_lo, "FedAvg, matched steps")].to_numpy())))
 STEP_FOR = "“each step incrementally improves the original methods” (Section 4.3; the paper's ablation covers FedAvg and MOON)"
 controls.append(Claim("dom-step1-FedProto", "Does GGEUR step 1 improve FedProto (outside the paper's ablation)?", STEP_FOR,
-                      "AVG accuracy, FedProto + GGEUR step 1 − FedProto, points", "greater", 0, SUB_DOM, kind="control"))
+                      "AVG accuracy, FedProto + GGEUR step 1 − FedProto, points", "greater", 0, SUB_DOM, kind="control",
+                      values=lambda: (dom_v("FedProto", "+ GGEUR (step 1)"), dom_v("FedProto", "FedProto"))))
 controls.append(Claim("dom-step2-FedProto", "Does GGEUR step 2 improve FedProto + step 1 (outside the paper's ablation)?", STEP_FOR,
                       "AVG accuracy, FedProto + GGEUR steps 1 & 2 − FedProto + GGEUR step 1, points", "greater", 0, SUB_DOM,
-                      kind="control"))
+                      kind="control",
+                      values=lambda: (dom_v("FedProto", "+ GGEUR (steps 1 & 2)"), dom_v("FedProto", "+ GGEUR (step 1)"))))
 controls.append(Claim("ctrl-dom-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedAvg trained on the real samples for as many local steps?",
                       CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedAvg (matched steps), points", "greater", 0,
-                      SUB_DOM, kind="control"))
+                      SUB_DOM, kind="control",
+                      values=lambda: (dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", "FedAvg, matched steps"))))
 controls.append(Claim("ctrl-dom-fedmix-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedMix-style given GGEUR's local steps?",
                       CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedMix-style (matched steps), points", "greater", 0,
-                      SUB_DOM, kind="control"))
+                      SUB_DOM, kind="control",
+                      values=lambda: (dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", "FedMix-style, matched steps"))))
 print(f"{len(claims)} claims and {len(controls)} controls declared")
 
 # %% [markdown]
@@ -817,59 +829,9 @@ show_table(pd.Series({"generate one class (ms)": gen_time_ms, "all label-skew ru
 # book's own questions, decided by the same rule and not counted.
 
 # %% tags=["hide-input"]
-LABEL_BASELINE = {  # label-skew rows per β: the key's prefix and the run GGEUR is paired with
-    "label-vs-FedMix-style": "FedMix-style", "label-vs-FedFA-style": "FedFA-style", "label-gain": "FedAvg",
-    "ctrl-matched": "FedAvg, matched steps", "ctrl-rebalanced": "FedAvg, rebalanced",
-    "ctrl-fedmix-matched": "FedMix-style, matched steps",
-}
-
-
-def ours_base(key):
-    """The paired per-seed values (ours, baseline) of a declared row."""
-    for b in P.betas:
-        for prefix, baseline in LABEL_BASELINE.items():
-            if key == f"{prefix}-{b}":
-                return lab(b, G), lab(b, baseline)
-    if key == "label-trend":
-        return lab(b_lo, G) - lab(b_lo, "FedAvg"), lab(b_hi, G) - lab(b_hi, "FedAvg")
-    if key == "label-convergence":
-        return E[(b_lo, G)].to_numpy(), E[(b_lo, "FedAvg")].to_numpy()
-    if key == "ctrl-convergence-matched":
-        return E[(b_lo, G)].to_numpy(), E[(b_lo, "FedAvg, matched steps")].to_numpy()
-    for b in BASES:
-        if key == f"dom-gain-{b}":
-            return dom_v(b, "+ GGEUR (steps 1 & 2)"), dom_v(b, b)
-        if key == f"dom-step1-{b}":
-            return dom_v(b, "+ GGEUR (step 1)"), dom_v(b, b)
-        if key == f"dom-step2-{b}":
-            return dom_v(b, "+ GGEUR (steps 1 & 2)"), dom_v(b, "+ GGEUR (step 1)")
-        if key == f"dom-std-{b}":
-            return dom_v(b, "+ GGEUR (steps 1 & 2)", "STD"), dom_v(b, b, "STD")
-    if key.startswith("digits-vs-"):
-        return dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", key[len("digits-vs-"):])
-    if key == "ctrl-dom-matched":
-        return dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", "FedAvg, matched steps")
-    if key == "ctrl-dom-fedmix-matched":
-        return dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", "FedMix-style, matched steps")
-    if key == "fig6-diagonal":
-        return sim_seed["mean S, same class"].to_numpy(), sim_seed["mean S, different classes"].to_numpy()
-    if key == "fig6-rowmax":
-        return 100 * rowmax_share, 100 / dom_emb.n_classes
-    raise KeyError(key)
-
-
-results = [evaluate(c, *ours_base(c.key)) for c in claims + controls]
-counts = tally(results)
-glue("n_claims", len(claims), display=False)
-glue("n_holds", counts["holds"], display=False)
-glue("n_not", counts["does not hold"], display=False)
-glue("n_inconclusive", counts["inconclusive at this scale"], display=False)
-show(results)
+R = claims_report(claims + controls)
 
 # %% tags=["hide-input"]
-R = {r.claim.key: r for r in results}
-
-
 def says(key):
     """'<key> holds' / 'does not hold' / 'is inconclusive at this scale', with its interval."""
     v = R[key].verdict
@@ -1175,4 +1137,4 @@ print(f"worked solutions: {ex1_seconds:.1f} + {ex2_seconds:.1f} + {ex3_seconds:.
 # ::::
 
 # %% tags=["remove-cell"]
-glue("total_seconds", time.perf_counter() - t_start, display=False)
+glue("total_seconds", P.elapsed(), display=False)

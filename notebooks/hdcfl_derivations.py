@@ -55,7 +55,6 @@ results_dir = None  # unused; kept for the build's common interface
 import functools
 import itertools
 import math
-import time
 
 import numpy as np
 import pandas as pd
@@ -68,7 +67,8 @@ from sklearn.metrics import adjusted_rand_score, silhouette_score
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history,
                                      with_variant)
-from fedlib.chapter import CheckTable, resolve, show_table
+from fedlib.book import setup, show_table
+from fedlib.checks import CheckTable
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                membership_entropy, soft_membership)
 from fedlib.data import load_uci_digits
@@ -79,9 +79,6 @@ from fedlib.models import build_model
 from fedlib.rng import derive_seed, numpy_rng, torch_generator
 from fedlib.training import TrainConfig, local_train
 
-torch.set_num_threads(threads)
-t_start = time.perf_counter()
-
 PROFILES = {
     "smoke": dict(trials=5, noises=[0.5, 2.5], planted_trials=1, steps=[1, 4, 16], n_clients=6, rounds=2,
                   warm_rounds=1, local_steps=3, sep_noise=0.5),
@@ -90,7 +87,7 @@ PROFILES = {
     "paper": dict(trials=300, noises=[0.25, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 5.0], planted_trials=20, steps=[1, 4, 16, 64, 256],
                   n_clients=20, rounds=2, warm_rounds=20, local_steps=5, sep_noise=0.5),
 }
-P = resolve(PROFILES, profile, trials=trials, noises=noises, steps=steps, n_clients=n_clients)
+P = setup(PROFILES, profile, threads=threads, trials=trials, noises=noises, steps=steps, n_clients=n_clients)
 checks = CheckTable()  # the closing check table
 F64 = torch.float64
 
@@ -725,7 +722,7 @@ checks.add("computing personalized encoders writes nothing back; the broadcast s
 # %% tags=["remove-cell"]
 glue("n_checks", len(checks), display=False)
 glue("n_fail", checks.n_fail, display=False)
-glue("deriv_seconds", float(time.perf_counter() - t_start), display=False)
+glue("deriv_seconds", float(P.elapsed()), display=False)
 
 # %% tags=["hide-input"]
 checks.show()

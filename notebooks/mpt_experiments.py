@@ -76,9 +76,9 @@ from scipy.stats import t as student_t
 
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, evaluate_history
-from fedlib.chapter import format_bytes, load_data, resolve, show_table
-from fedlib.claims import Claim, evaluate, mean_interval, seed_table, show, tally
-from fedlib.data import plot_partition
+from fedlib.book import claims_report, format_bytes, setup, show_table
+from fedlib.claims import Claim, mean_interval, seed_table
+from fedlib.data import load_data, plot_partition
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
@@ -87,9 +87,6 @@ from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.tracking import TrackingConfig, ldc_fit_map, sdc_client_sums
 from fedlib.training import TrainConfig, local_train
-
-torch.set_num_threads(threads)
-t_start = time.perf_counter()
 
 PROFILES = {
     "smoke": dict(datasets=["mnist5k"], n_samples=500, rare_class=5, n_clients=4, rounds=4, departure_round=3,
@@ -103,8 +100,8 @@ PROFILES = {
                   fractions=[0.01, 0.02, 0.05, 0.1], n_seeds=3, global_test_per_class=600, ldc_epochs=20, ldc_batch=32,
                   ccvr_steps=100, ccvr_virtual=100),
 }
-P = resolve(PROFILES, profile, n_seeds=n_seeds, fractions=fractions, rounds=rounds, departure_round=departure_round,
-            local_epochs=local_epochs, n_clients=n_clients)
+P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, fractions=fractions, rounds=rounds,
+          departure_round=departure_round, local_epochs=local_epochs, n_clients=n_clients)
 if not 1 < P.departure_round <= P.rounds:
     raise ValueError(f"departure_round must be in [2, rounds={P.rounds}], got {P.departure_round}")
 DEPARTING = 0
@@ -247,43 +244,58 @@ Q = {
     "time_ldc": ("LDC … incur substantially larger overhead due to drift-map training in LDC …",
                  "Section V-B, Figure 5 (b)"),
 }
+# Each claim's values: (ours, baseline) per seed, read when the claims are decided (by_seed, col, last_f1, last_d,
+# early_d, f1_s, all_seed, rhos, comm_w, time_w, ldc_new, ldc_rows: computed with the runs)
 CLAIMS = {}
 for name in P.datasets:
     CLAIMS[f"beats-{name}"] = Claim(f"beats-{name}", *Q["beats"],
                                     f"{name}: rare-class F1 at the last round, MPT − best of the five baselines per "
                                     "cell and seed (picked on the test set: favours the baselines), averaged over "
-                                    "fractions", "greater", MIN_LEAD, SUB_TABLE)
+                                    "fractions", "greater", MIN_LEAD, SUB_TABLE,
+                                    values=lambda name=name: (by_seed.loc[name].loc[SEEDS]["mpt"].to_numpy(),
+                                                              by_seed.loc[name].loc[SEEDS]["best_baseline"].to_numpy()))
     CLAIMS[f"oracle-{name}"] = Claim(f"oracle-{name}", *Q["oracle"],
                                      f"{name}: rare-class F1, MPT − oracle, averaged over fractions", "at least",
-                                     TOL, SUB_TABLE + "; the oracle is the rare-class test mean (a reference)")
+                                     TOL, SUB_TABLE + "; the oracle is the rare-class test mean (a reference)",
+                                     values=lambda name=name: (by_seed.loc[name].loc[SEEDS]["mpt"].to_numpy(),
+                                                               by_seed.loc[name].loc[SEEDS]["oracle"].to_numpy()))
 CLAIMS["frozen"] = Claim("frozen", *Q["frozen"], "figure runs: frozen prototype's rare-class F1, last round − round "
-                         "before the departure", "less", MIN_DROP, SUB_FIG)
+                         "before the departure", "less", MIN_DROP, SUB_FIG,
+                         values=lambda: (col(last_f1, "frozen"), np.array([f1_s[s].loc[pre_round, "frozen"] for s in SEEDS])))
 CLAIMS["lite-cnn"] = Claim("lite-cnn", *Q["lite"], f"figure runs ({P.fig_model}): rare-class F1 at the last round, "
                            "MPT-lite − MPT", "at least", TOL,
                            SUB_FIG + "; MPT-lite's form (scalar growth of the stored residual) is our reading of the "
-                           "paper's one-line description")
+                           "paper's one-line description", values=lambda: (col(last_f1, "mpt_lite"), col(last_f1, "mpt")))
 CLAIMS["lite-mlp"] = Claim("lite-mlp", f"is MPT-lite within {TOL} F1 of MPT on an MLP ({P.table_model}), outside the "
                            "paper's “across CNN backbones”?", "lite-cnn", f"table runs ({P.table_model}, all data sets "
-                           "and fractions): rare-class F1, MPT-lite − MPT", "at least", TOL, SUB_TABLE, kind="control")
+                           "and fractions): rare-class F1, MPT-lite − MPT", "at least", TOL, SUB_TABLE, kind="control",
+                           values=lambda: (all_seed["mpt_lite"].to_numpy(), all_seed["mpt"].to_numpy()))
 CLAIMS["fig6b"] = Claim("fig6b", *Q["fig6b"], "figure runs: Spearman correlation of the Mahalanobis distance to the "
-                        "oracle with rare-class F1 (methods × post-departure rounds)", "less", MIN_RHO, SUB_FIG)
+                        "oracle with rare-class F1 (methods × post-departure rounds)", "less", MIN_RHO, SUB_FIG,
+                        values=lambda: (np.array([rhos[s] for s in SEEDS]), 0.0))
 CLAIMS["fig6a-stored"] = Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle, "
                                f"mean over the {STORED_ROUNDS} rounds after the departure round, barycentric + stored "
-                               "residual − barycentric only", "less", 0.0, SUB_FIG)
+                               "residual − barycentric only", "less", 0.0, SUB_FIG,
+                               values=lambda: (col(early_d, "stored_residual"), col(early_d, "barycentric")))
 CLAIMS["fig6a-update"] = Claim("fig6a-update", *Q["fig6a_update"], "figure runs: Mahalanobis distance to the oracle at "
-                               "the last round, MPT − barycentric + stored residual", "less", 0.0, SUB_FIG)
+                               "the last round, MPT − barycentric + stored residual", "less", 0.0, SUB_FIG,
+                               values=lambda: (col(last_d, "mpt"), col(last_d, "stored_residual")))
 CLAIMS["fig6a-bary"] = Claim("fig6a-bary", *Q["fig6a_update"], "figure runs: Mahalanobis distance to the oracle at "
-                             "the last round, MPT − barycentric only", "less", 0.0, SUB_FIG)
+                             "the last round, MPT − barycentric only", "less", 0.0, SUB_FIG,
+                             values=lambda: (col(last_d, "mpt"), col(last_d, "barycentric")))
 CLAIMS["comm-mpt"] = Claim("comm-mpt", *Q["comm_mpt"], "bytes per client and round (after the departure), MPT − "
-                           "MPT-lite, relative to FedAvg's", "greater", 0.0, SUB_COMM_MPT)
+                           "MPT-lite, relative to FedAvg's", "greater", 0.0, SUB_COMM_MPT,
+                           values=lambda: (comm_w.loc[SEEDS, "mpt"].to_numpy(), comm_w.loc[SEEDS, "mpt_lite"].to_numpy()))
 CLAIMS["comm-ccvr"] = Claim("comm-ccvr", *Q["comm_ccvr"], "bytes per client and round, CCVR − MPT, relative to "
-                            "FedAvg's", "greater", 0.0, SUB_COMM)
+                            "FedAvg's", "greater", 0.0, SUB_COMM,
+                            values=lambda: (comm_w.loc[SEEDS, "ccvr"].to_numpy(), comm_w.loc[SEEDS, "mpt"].to_numpy()))
 CLAIMS["time-ldc"] = Claim("time-ldc", *Q["time_ldc"], "extra client time per round, LDC − MPT, relative to one "
                            "client's local training", "greater", 0.0,
                            "time measured on one client of the figure run's final model, CPU, one thread; "
                            "the server's per-round work (MPT's reconstruction, CCVR's ghost features and head "
                            "re-training) is timed for all methods together, so CCVR's part of the sentence is left "
-                           "out and MPT's server time is counted on neither side")
+                           "out and MPT's server time is counted on neither side",
+                           values=lambda: (time_w.loc[SEEDS, "LDC extra (client)"].to_numpy(), 0.0))
 LDC_CHECK = P.datasets[-1]
 CLAIMS["ldc-batch"] = Claim("ldc-batch", f"does LDC's rare-class F1 on {LDC_CHECK} depend on the number of Adam steps "
                             f"of its map (mini-batches of {P.ldc_batch} against {LDC_BATCH_OLD})?", "LDC rows",
@@ -291,7 +303,8 @@ CLAIMS["ldc-batch"] = Claim("ldc-batch", f"does LDC's rare-class F1 on {LDC_CHEC
                             f"{P.ldc_batch} − batch {LDC_BATCH_OLD}", "greater", MIN_LEAD,
                             "same seeds, scenario and model; the batch-128 side runs with LDC's payload only (no "
                             "other statistics); the backbone is checked to be the same below (LDC's map draws one "
-                            "permutation per epoch whatever its batch, from the client's local stream)", kind="control")
+                            "permutation per epoch whatever its batch, from the client's local stream)", kind="control",
+                            values=lambda: (ldc_new, np.array(ldc_rows)))
 print(f"{sum(c.kind == 'claim' for c in CLAIMS.values())} claims and "
       f"{sum(c.kind == 'control' for c in CLAIMS.values())} control declared")
 
@@ -813,41 +826,19 @@ plt.show()
 # the number of seeds, the rule, the verdict, and the substitution that affects it).
 
 # %% tags=["hide-input"]
-results = []
-for name in P.datasets:
-    bs = by_seed.loc[name].loc[SEEDS]
-    results.append(evaluate(CLAIMS[f"beats-{name}"], bs["mpt"].to_numpy(), bs["best_baseline"].to_numpy()))
-    results.append(evaluate(CLAIMS[f"oracle-{name}"], bs["mpt"].to_numpy(), bs["oracle"].to_numpy()))
 last_f1 = {s: f1_s[s].loc[last] for s in SEEDS}
 last_d = {s: dist_s[s].loc[last] for s in SEEDS}
 after = [r for r in dist_s[SEEDS[0]].index if P.departure_round < r <= P.departure_round + STORED_ROUNDS]
 early_d = {s: dist_s[s].loc[after].mean() for s in SEEDS}  # mean over the first rounds after the departure round
 col = lambda frames, m: np.array([frames[s][m] for s in SEEDS])  # noqa: E731
-results.append(evaluate(CLAIMS["frozen"], col(last_f1, "frozen"), np.array([f1_s[s].loc[pre_round, "frozen"] for s in SEEDS])))
-results.append(evaluate(CLAIMS["lite-cnn"], col(last_f1, "mpt_lite"), col(last_f1, "mpt")))
 all_seed = wide.groupby("seed").mean().loc[SEEDS]
-results.append(evaluate(CLAIMS["lite-mlp"], all_seed["mpt_lite"].to_numpy(), all_seed["mpt"].to_numpy()))
-results.append(evaluate(CLAIMS["fig6b"], np.array([rhos[s] for s in SEEDS])))
-results.append(evaluate(CLAIMS["fig6a-stored"], col(early_d, "stored_residual"), col(early_d, "barycentric")))
 stored_check = pd.DataFrame({"barycentric only": col(early_d, "barycentric"),
                              "barycentric + stored residual": col(early_d, "stored_residual")},
                             index=pd.Index(SEEDS, name="seed"))
 glue("stored_rounds_text", ", ".join(map(str, after)), display=False)
 glue("stored_seed_text", "; ".join(f"seed {s}: {r['barycentric + stored residual']:.2f} against {r['barycentric only']:.2f}"
                                    for s, r in stored_check.iterrows()), display=False)
-results.append(evaluate(CLAIMS["fig6a-update"], col(last_d, "mpt"), col(last_d, "stored_residual")))
-results.append(evaluate(CLAIMS["fig6a-bary"], col(last_d, "mpt"), col(last_d, "barycentric")))
-results.append(evaluate(CLAIMS["comm-mpt"], comm_w.loc[SEEDS, "mpt"].to_numpy(), comm_w.loc[SEEDS, "mpt_lite"].to_numpy()))
-results.append(evaluate(CLAIMS["comm-ccvr"], comm_w.loc[SEEDS, "ccvr"].to_numpy(), comm_w.loc[SEEDS, "mpt"].to_numpy()))
-results.append(evaluate(CLAIMS["time-ldc"], time_w.loc[SEEDS, "LDC extra (client)"].to_numpy()))
-results.append(evaluate(CLAIMS["ldc-batch"], ldc_new, np.array(ldc_rows)))
-counts = tally(results)
-glue("n_holds", counts["holds"], display=False)
-glue("n_not", counts["does not hold"], display=False)
-glue("n_inconclusive", counts["inconclusive at this scale"], display=False)
-glue("n_claims", sum(counts.values()), display=False)
-glue("total_seconds", float(time.perf_counter() - t_start), display=False)
-show(results, digits=3)
+results = claims_report(CLAIMS.values(), digits=3, total_seconds=float(P.elapsed()))
 
 # %% [markdown]
 # The Figure 6 (a) "initial gap" row averages the distance over rounds {glue:text}`stored_rounds_text`;

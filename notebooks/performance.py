@@ -58,7 +58,7 @@ from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
 from fedlib.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost
-from fedlib.chapter import resolve, show_table
+from fedlib.book import setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.protocol import streams, vectorizable
 
@@ -71,7 +71,7 @@ PROFILES = {  # fresh_process: each round measured in a new process (the smoke p
                   repeats=9, stack_clients=[5, 10, 20, 40, 80, 160], overhead=dict(model="cnn", n_clients=20, rounds=5,
                                                                                    repeats=5)),
 }
-P = resolve(PROFILES, profile, clients=clients, models=models, workloads=workloads)
+P = setup(PROFILES, profile, clients=clients, models=models, workloads=workloads)
 bad = [w for w in P.workloads if w not in WORKLOADS]
 if bad:
     raise ValueError(f"unknown workloads {bad}; valid: {', '.join(WORKLOADS)}")
@@ -216,7 +216,7 @@ glue("perf_n_fold", sum(streams(cls) for cls in ALGORITHMS.values()), display=Fa
 # A round's sampled clients all run the same local program on models of the same shape: SGD or Adam
 # steps on the cross-entropy of their own data, from the same broadcast weights (or their own
 # head). Run one after another, each small step pays Python's and torch's fixed cost per
-# operation. `LoopConfig(execution="vectorized")` stacks them instead
+# operation. `RunOptions(execution="vectorized")` stacks them instead
 # ({class}`fedlib.engines.vectorized.VectorizedTransport`): one tensor of shape (clients, ...) per
 # parameter and per optimizer buffer, and one forward pass per step for every client at once,
 # `vmap(functional_call(model, ...))` from `torch.func`, then one backward pass. It is a transport

@@ -60,8 +60,8 @@ from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg, FedAvgFT
-from fedlib.chapter import format_bytes, load_data, resolve, show_table, subsample
-from fedlib.data import plot_partition
+from fedlib.book import format_bytes, setup, show_table
+from fedlib.data import load_data, plot_partition, subsample
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, RunOptions, per_client_table
 from fedlib.run import evaluate_deployment, run_federated
@@ -87,8 +87,8 @@ PROFILES = {
 }
 
 # %% tags=["hide-input"]
-P = resolve(PROFILES, profile, n_clients=n_clients, alphas=alphas, rounds=rounds, lr=lr, local_epochs=local_epochs,
-            finetune_epochs=finetune_epochs, rare_ratio=rare_ratio)
+P = setup(PROFILES, profile, n_clients=n_clients, alphas=alphas, rounds=rounds, lr=lr, local_epochs=local_epochs,
+          finetune_epochs=finetune_epochs, rare_ratio=rare_ratio)
 data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)  # smoke: a seeded subset
 in_channels, input_size = data.x.shape[1], data.x.shape[-1]
 model_fn = functools.partial(build_model, P.model, in_channels=in_channels, n_classes=data.n_classes,

@@ -42,7 +42,7 @@ import yaml
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
-from fedlib.chapter import EXERCISE_KINDS, chapter_title, exercises, resolve, show_table
+from fedlib.book import EXERCISE_KINDS, chapter_title, exercises, setup, show_table
 from fedlib.data import load_uci_digits
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
@@ -55,7 +55,7 @@ PROFILES = {
     "book": dict(demo_rounds=10, demo_clients=10, beta=0.9),
     "paper": dict(demo_rounds=10, demo_clients=10, beta=0.9),
 }
-P = resolve(PROFILES, profile)
+P = setup(PROFILES, profile)
 ROOT = Path("..").resolve()  # the chapters execute in notebooks/
 records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
 toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())

@@ -397,3 +397,15 @@ def test_a_planted_small_deficit_is_non_inferior_and_a_large_one_is_not():
     close = Claim("close", "X is competitive with Y.", "Section V-C", "F1, X − Y", "at least", 0.05)
     assert evaluate(close, *_paired(-0.01, 0.01, 5, seed=3)).verdict == HOLDS
     assert evaluate(close, *_paired(-0.30, 0.01, 5, seed=4)).verdict == DOES_NOT_HOLD
+
+
+def test_a_claim_carries_how_its_values_are_read_outside_its_identity():
+    later = {}
+    read = lambda: (later["ours"], 0.0)  # noqa: E731  (read when the claim is decided, not when declared)
+    c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", values=read)
+    later["ours"] = [2.0, 3.0, 2.5]
+    assert evaluate(c, *c.values()).verdict == HOLDS
+    bare = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater")
+    assert bare.values is None and c == bare and hash(c) == hash(bare) and "values" not in repr(c)
+    with pytest.raises(ValueError, match=r"Claim.values must be a function of no argument returning \(ours, baseline\)"):
+        Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", values=([2.0], 0.0))

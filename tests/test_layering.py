@@ -137,3 +137,11 @@ def test_a_layer_does_not_load_the_layers_above(module, forbidden):
     loaded = eval(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     bad = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in forbidden)]
     assert not bad, f"importing {module} loads {bad}"
+
+
+def test_the_book_tooling_is_the_top_layer():
+    """fedlib.book (the chapters' setup, tables and claims report) may import any module of fedlib;
+    no module of fedlib imports it."""
+    importers = sorted(m for m, deps in _graph().items() if "fedlib.book" in deps)
+    assert not importers, f"fedlib.book is the top layer, but {importers} import it"
+    assert "fedlib.claims" in _graph()["fedlib.book"]  # its claims report decides with fedlib.claims

@@ -1,4 +1,5 @@
-"""Data: loaders returning :class:`ArrayDataset` and seeded client partitioners."""
+"""Data: loaders returning :class:`ArrayDataset`, seeded client partitioners, and a chapter's
+data choice by name (:mod:`fedlib.data.choice`)."""
 
 from fedlib.data.datasets import (
     CIFAR_SPLITS,
@@ -29,6 +30,7 @@ from fedlib.data.partition import (
     powerlaw_sizes,
     split_train_test,
 )
+from fedlib.data.choice import DATA_NAMES, load_data, subsample
 
 __all__ = [
     "ArrayDataset",
@@ -56,4 +58,7 @@ __all__ = [
     "partition_summary",
     "plot_partition",
     "make_partition",
+    "DATA_NAMES",
+    "load_data",
+    "subsample",
 ]

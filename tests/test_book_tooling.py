@@ -1,0 +1,228 @@
+"""The book's tooling (fedlib.book): the chapter setup (profile resolution, papermill's parameters
+checked, torch threads, the clock), tables for reading, the exercises' index, and the claims report
+(its doctests run with the others: pytest --doctest-modules)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import fedlib.book as book
+from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_title, claims_report, exercises, format_bytes, resolve,
+                         setup, show_table)
+from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
+
+
+def test_resolve_applies_overrides_and_refuses_unknowns():
+    profiles = {"smoke": {"rounds": 2, "alphas": [0.3]}, "book": {"rounds": 20, "alphas": [0.3, 0.1]}}
+    p = resolve(profiles, "book", rounds=None, alphas=[0.5])
+    assert (p.profile, p.rounds, p.alphas) == ("book", 20, [0.5])
+    with pytest.raises(ValueError, match="unknown profile 'fast'; valid: smoke, book"):
+        resolve(profiles, "fast")
+    with pytest.raises(ValueError, match="unknown parameter 'epochs'.*valid: alphas, rounds"):
+        resolve(profiles, "book", epochs=3)
+
+
+@pytest.mark.parametrize("key, value, words", [
+    ("alphas", 0.5, r"'alphas' must be a list \(profile 'book' has \[0.3, 0.1\]\), got 0.5; for one value write \[0.5\]"),
+    ("rounds", 2.5, r"'rounds' must be an integer .* got 2.5"),
+    ("rounds", True, r"'rounds' must be an integer .* got True"),
+    ("lr", "fast", r"'lr' must be a number .* got 'fast'"),
+    ("dataset", 3, r"'dataset' must be a string .* got 3"),
+    ("plot", 1, r"'plot' must be true or false .* got 1"),
+])
+def test_resolve_refuses_an_override_of_another_kind(key, value, words):
+    profiles = {"book": {"rounds": 20, "alphas": [0.3, 0.1], "lr": 0.05, "dataset": "uci", "plot": True, "layers": None}}
+    with pytest.raises(ValueError, match=words):
+        resolve(profiles, "book", **{key: value})
+
+
+def test_resolve_accepts_an_integer_for_a_number_a_tuple_for_a_list_and_anything_for_none():
+    profiles = {"book": {"lr": 0.05, "alphas": [0.3], "layers": None}}
+    p = resolve(profiles, "book", lr=1, alphas=(0.5, 0.1), layers=["block1"])
+    assert (p.lr, p.alphas, p.layers) == (1, (0.5, 0.1), ["block1"])
+
+
+class _Shell:
+    """A stand-in for the IPython shell ``IPython.get_ipython()`` returns: its namespace holds ``In``."""
+
+    def __init__(self, history):
+        self.user_ns = {"In": history}
+
+
+def test_setup_reads_the_notebooks_history_and_refuses_an_injected_unknown_parameter(monkeypatch):
+    profiles = {"book": {"rounds": 20}}
+    history = ["", "profile = 'book'\nrounds = None  # communication rounds", "# Parameters\nround = 5\n"]
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) round; valid: profile, rounds"):
+        setup(profiles, "book", rounds=None, history=history)  # the history given explicitly
+    monkeypatch.setattr(book, "get_ipython", lambda: _Shell(history))  # or read from the running kernel
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) round; valid: profile, rounds"):
+        setup(profiles, "book", rounds=None)
+    monkeypatch.setattr(book, "get_ipython", lambda: _Shell([*history[:2], "# Parameters\nrounds = 5\n"]))
+    assert setup(profiles, "book", rounds=5).rounds == 5
+    monkeypatch.setattr(book, "get_ipython", lambda: None)
+    assert setup(profiles, "book").rounds == 20  # outside a notebook there is no history to check
+    assert resolve(profiles, "book").rounds == 20  # resolve alone reads no history
+
+
+def test_setup_refuses_the_parameter_before_anything_else():
+    threads = torch.get_num_threads()
+    history = ["", "profile = 'book'\nseed = 0", "# Parameters\nsede = 1\n"]
+    with pytest.raises(ValueError, match=r"unknown parameter\(s\) sede; valid: profile, seed"):
+        setup({"book": {"rounds": 20}}, "fast", threads=threads + 1, history=history)  # not 'unknown profile'
+    assert torch.get_num_threads() == threads  # nothing was set
+
+
+def test_setup_sets_the_threads_starts_the_clock_and_keeps_the_namespace(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    P = setup({"smoke": {"rounds": 2, "alphas": [0.3]}}, "smoke", threads=1, rounds=None, alphas=[0.5], history=[])
+    assert calls == [1] and isinstance(P, Settings)
+    assert (P.profile, P.rounds, P.alphas) == ("smoke", 2, [0.5])
+    assert vars(P) == {"profile": "smoke", "rounds": 2, "alphas": [0.5]}  # the clock is not a setting
+    assert repr(P) == "Settings(profile='smoke', rounds=2, alphas=[0.5])"
+    first = P.elapsed()
+    time.sleep(0.01)
+    assert 0 <= first < P.elapsed()
+    setup({"smoke": {"rounds": 2}}, "smoke", history=[])  # threads=None: torch's threads left alone
+    assert calls == [1]
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="threads must be None .* or an integer >= 1"):
+            setup({"smoke": {"rounds": 2}}, "smoke", threads=bad, history=[])
+    with pytest.raises(ValueError, match="may not be named elapsed"):
+        setup({"smoke": {"elapsed": 2}}, "smoke", history=[])
+
+
+def _cells(styler) -> list[list[str]]:
+    """The body cells of a rendered table, as the page shows them."""
+    import html as _html
+    import re as _re
+
+    body = styler.to_html().split("<tbody>", 1)[1]
+    return [[_html.unescape(c) for c in _re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, flags=_re.S)]
+            for row in body.split("</tr>") if "<td" in row]
+
+
+def test_show_table_puts_the_key_columns_first_and_formats_every_cell():
+    frame = pd.DataFrame({"accuracy (%)": [91.234, float("nan"), 88.0], "bytes": [3373973, 512, 2.5e10],
+                          "clients": [20, 1500, 3], "gamma": [1e-4, 1e-3, 0.5]},
+                         index=pd.Index(["FedAvg", "Ditto", "FedRep"], name="method"))
+    styler = show_table(frame, digits={"accuracy (%)": 1}, formats={"bytes": format_bytes, "gamma": ".0e"})
+    assert _cells(styler) == [["FedAvg", "91.2", "3.37 MB", "20", "1e-04"],
+                              ["Ditto", MISSING, "512 B", "1,500", "1e-03"],
+                              ["FedRep", "88.0", "25.0 GB", "3", "5e-01"]]
+    html = styler.to_html()
+    assert ">method<" in html and "row_heading" not in html  # the index is a column, not pandas' index
+    assert "padding: 0.2em 0.8em" in html and "white-space: nowrap" in html  # columns apart, numbers unbroken
+    assert styler.to_html() == show_table(frame, digits={"accuracy (%)": 1},
+                                          formats={"bytes": format_bytes, "gamma": ".0e"}).to_html()  # stable id
+
+
+def test_show_table_marks_the_best_value_and_compares_text_cells_by_their_number():
+    frame = pd.DataFrame({"method": ["A", "B", "C"], "global": ["91.0 ± 2.5", "92.1 ± 1.0", "92.1 ± 3.0"],
+                          "seconds": [3.0, 1.5, 2.0]})
+    html = show_table(frame, index=False, best={"global": "max", "seconds": "min"}).to_html()
+    bold = [block for block in html.split("}") if "font-weight: bold" in block]
+    cells = sorted(c for block in bold for c in re.findall(r"_(row\d+_col\d+)", block))
+    # both 92.1 cells of the global column (a tie), and 1.5 of the seconds column
+    assert cells == ["row1_col1", "row1_col2", "row2_col1"]
+
+
+def test_show_table_refuses_unknown_columns_and_kinds():
+    frame = pd.DataFrame({"a": [1.0]})
+    with pytest.raises(ValueError, match=r"best names columns \['b'\].*valid: \['a'\]"):
+        show_table(frame, best={"b": "max"})
+    with pytest.raises(ValueError, match="best must be one of max, min per column, got {'a': 'largest'}"):
+        show_table(frame, best={"a": "largest"})
+    with pytest.raises(ValueError, match=r"formats names columns \['z'\]"):
+        show_table(frame, formats={"z": ".1f"})
+
+
+def test_format_bytes_uses_decimal_units_and_three_digits():
+    assert [format_bytes(n) for n in (0, 999, 1000, 15_300, 940_000, 3_373_973, 2.5e10)] == \
+        ["0 B", "999 B", "1.00 kB", "15.3 kB", "940 kB", "3.37 MB", "25.0 GB"]
+    assert format_bytes(float("nan")) == MISSING
+
+
+def test_exercises_are_read_with_their_title_and_kind(tmp_path):
+    source = tmp_path / "c.py"
+    source.write_text(
+        "# %% [markdown]\n# # The chapter\n#\n# ## Results\n#\n# 1. not an exercise\n"
+        "# %%\nx = 1\n"
+        "# %% [markdown]\n# ## Exercises\n#\n# 1. **More seeds.** *(parameters only)* Re-run with\n"
+        "#    `n_seeds=5`.\n#\n# :::{dropdown} Hint\n# 1. a list inside a hint is not an exercise\n# :::\n"
+        "#\n# 2. **A head of your own.** Write it\n#    *(code)* and test it.\n# %%\nz = 3\n"
+        "# %% [markdown]\n# ### Exercise 3: Unmarked\n#\n# Think.\n"
+        "# %%\ny = 2\n# %% [markdown]\n# ## After\n# 4. **Not one either.** *(code)*\n"
+    )
+    table = exercises(source)
+    assert table.values.tolist() == [[1, "More seeds.", "parameters only"], [2, "A head of your own.", "code"],
+                                     [3, "Unmarked", None]]
+    assert chapter_title(source) == "The chapter"
+    assert exercises(tmp_path / "c.py").columns.tolist() == ["exercise", "title", "kind"]
+
+
+class _Glue:
+    """Captures what a report glues: key -> value, and that nothing was displayed by the glue."""
+
+    def __init__(self):
+        self.values, self.shown = {}, []
+
+    def __call__(self, key, value, display=True):
+        assert display is False and key not in self.values
+        self.values[key] = value
+
+
+def _claim(key, values, direction="greater", min_effect=0.0, kind="claim"):
+    return Claim(key, f"{key} is so.", "Table 1", "accuracy, ours − baseline, points", direction, min_effect,
+                 kind=kind, values=values)
+
+
+def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table():
+    later = {}  # results computed after the declarations: read only when the report runs
+    claims = [
+        _claim("gain", lambda: (later["ours"], later["base"]), min_effect=0.5),  # every difference +2: holds
+        _claim("loss", lambda: ([0.0, 0.0], [1.0, 1.0])),  # every difference −1: does not hold
+        _claim("one-seed", lambda: ([1.0], 0.0)),  # one seed, an infinite interval: inconclusive
+        _claim("ctrl", lambda: ([0.0, 0.0, 0.0], 5.0), direction="less", kind="control"),  # holds, not counted
+        _claim("not-run", lambda: None),  # not run at this profile: left out
+    ]
+    later.update(ours=np.array([3.0, 3.0, 3.0]), base=np.array([1.0, 1.0, 1.0]))
+    glue, shown = _Glue(), []
+    R = claims_report(claims, prefix="x_", total_seconds=12.5, glue=glue, display=shown.append)
+    assert list(R) == ["gain", "loss", "one-seed", "ctrl"]
+    assert [R[k].verdict for k in R] == [HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, HOLDS]
+    assert glue.values == {"x_n_claims": 3, "x_n_holds": 1, "x_n_not": 1, "x_n_inconclusive": 1, "x_total_seconds": 12.5}
+    assert all(type(v) is int for k, v in glue.values.items() if k != "x_total_seconds")  # glued as the page shows them
+    assert [k.removeprefix("x_") for k in glue.values][:4] == list(REPORT_KEYS)
+    assert R["gain"].interval == evaluate(claims[0], [3.0, 3.0, 3.0], [1.0, 1.0, 1.0]).interval
+    assert (R["gain"].interval.low, R["gain"].interval.high) == (2.0, 2.0)
+    (table,) = shown  # one table, fedlib.claims.show's (shaded verdicts, stable id)
+    html = table.to_html()
+    assert html == show(list(R.values())).to_html() and 'id="T_claims-' in html
+    assert "Control: ctrl is so." in html and "not-run" not in html
+
+
+def test_claims_report_without_prefix_or_time_glues_the_four_counts_and_a_digits_choice():
+    glue, shown = _Glue(), []
+    R = claims_report([_claim("gain", lambda: ([2.0, 3.0, 2.5], [0.0, 0.0, 0.0]))], digits=3, glue=glue,
+                      display=shown.append)
+    assert glue.values == {"n_claims": 1, "n_holds": 1, "n_not": 0, "n_inconclusive": 0}
+    assert "+2.500 [" in shown[0].to_html() and R["gain"].verdict == HOLDS
+
+
+def test_claims_report_refuses_what_it_cannot_decide():
+    quiet = dict(glue=_Glue(), display=lambda table: None)
+    with pytest.raises(ValueError, match=r"claims \['bare'\] declare no values"):
+        claims_report([Claim("bare", "q", "s", "x", "greater")], **quiet)
+    with pytest.raises(ValueError, match=r"duplicates \['a'\]"):
+        claims_report([_claim("a", lambda: ([1.0], 0.0)), _claim("a", lambda: ([1.0], 0.0))], **quiet)
+    with pytest.raises(ValueError, match=r"claim 'three': values\(\) must return \(ours, baseline\) or None"):
+        claims_report([_claim("three", lambda: ([1.0], [1.0], [1.0]))], **quiet)
+    with pytest.raises(ValueError, match="claims_report takes Claims, got a str"):
+        claims_report(["gain"], **quiet)
