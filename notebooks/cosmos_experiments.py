@@ -35,7 +35,7 @@
 # Every method of the first group runs with clients of **different architectures** in one
 # federation ({class}`fedlib.models.ClientArchitectures`): the loop hands each client a model
 # workspace of its own architecture, sends each client its own message
-# ({meth}`fedlib.protocol.Algorithm.train_message`) and refuses a parameter-sharing method on such
+# ({meth}`fedlib.protocol.Algorithm.configure_train`) and refuses a parameter-sharing method on such
 # a federation. The ledger counts pseudo-label bytes and parameter bytes alike. The derivations
 # (Algorithm 1's diameter, Lemma 5.2, the contraction rate, the consistency gradient) are in
 # {ref}`chapter-cosmos-derivations`.

@@ -1,5 +1,7 @@
-"""The layers of fedlib (the book's page *Inside fedlib*): no import cycle, no function-local
-import that exists only to dodge one, and the round loop imports no method."""
+"""The layers of fedlib (the book's page *Inside fedlib*), declared here as data: every module
+belongs to exactly one layer, every import edge goes to the same layer or one below it, a few
+pairs of layers do not import each other at all (the loop, the engines and the methods), there is
+no import cycle and no function-local import that exists only to dodge one."""
 
 from __future__ import annotations
 
@@ -122,12 +124,87 @@ def test_no_function_local_import_of_fedlib():
     assert not offenders, f"function-local imports of fedlib modules (import at module level instead): {offenders}"
 
 
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    # (layer, its modules), from the bottom up; "pkg.*" is every module of a package but the package's own __init__
+    ("foundation", ("fedlib", "fedlib.validation", "fedlib.rng", "fedlib.io", "fedlib.messages", "fedlib.aggregate",
+                    "fedlib.store", "fedlib.memory", "fedlib.parallel")),
+    ("data", ("fedlib.data", "fedlib.data.*")),
+    ("models and local training", ("fedlib.models", "fedlib.training")),
+    ("statistics, metrics and the papers' mathematics",
+     ("fedlib.stats", "fedlib.metrics", "fedlib.heads", "fedlib.heads.*", "fedlib.geometry", "fedlib.tracking", "fedlib.cgrl",
+      "fedlib.clustering", "fedlib.encoders", "fedlib.distill")),
+    ("federation", ("fedlib.federation",)),
+    ("the method contract", ("fedlib.protocol",)),
+    ("methods", ("fedlib.algorithms", "fedlib.algorithms.*")),
+    ("the transport contract", ("fedlib.transport",)),
+    ("engines", ("fedlib.engines", "fedlib.engines.inprocess", "fedlib.engines.vectorized", "fedlib.engines.flower",
+                 "fedlib.engines.flower.records", "fedlib.engines.flower.transport", "fedlib.engines.flower.loopback")),
+    ("the round loop", ("fedlib.loop",)),
+    ("running and deployment", ("fedlib.run", "fedlib.deployment")),
+    ("Flower's job, apps and drivers", ("fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
+                                        "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
+                                        "fedlib.engines.flower.__main__")),
+    ("measurements", ("fedlib.benchmarks",)),
+    ("evidence", ("fedlib.claims", "fedlib.checks")),
+    ("book tooling", ("fedlib.book",)),
+]
+"""fedlib's layers, bottom up (the book's page *Inside fedlib* draws them)."""
+
+INDEPENDENT = [("the round loop", "engines"), ("the round loop", "methods"), ("engines", "methods"),
+               ("the transport contract", "methods")]
+"""Pairs of layers with no import edge between them, in either direction: the loop takes a
+transport and imports no engine and no method; an engine carries any method's messages."""
+
+
+def layer_of(module: str) -> str:
+    """The layer that declares ``module`` (an exact name before a ``pkg.*`` pattern)."""
+    exact = [name for name, mods in LAYERS if module in mods]
+    pattern = [name for name, mods in LAYERS for m in mods if m.endswith(".*") and module.startswith(m[:-1])]
+    found = exact or pattern
+    if len(found) != 1:
+        raise KeyError(f"{module} is declared in {len(found)} layers ({found}); declare it in exactly one of LAYERS")
+    return found[0]
+
+
+def test_every_module_is_declared_in_exactly_one_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_every_import_edge_goes_to_the_same_layer_or_below():
+    rank = {name: i for i, (name, _) in enumerate(LAYERS)}
+    bad = [f"{m} ({layer_of(m)}) imports {d} ({layer_of(d)})" for m, deps in _graph().items() for d in sorted(deps)
+           if rank[layer_of(d)] > rank[layer_of(m)]]
+    assert not bad, "imports of a layer above:\n" + "\n".join(bad)
+
+
+def test_independent_layers_do_not_import_each_other():
+    pairs = {frozenset(p) for p in INDEPENDENT}
+    bad = [f"{m} imports {d}" for m, deps in _graph().items() for d in sorted(deps)
+           if frozenset((layer_of(m), layer_of(d))) in pairs]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_layer_check_finds_an_edge_upwards(monkeypatch):
+    """The check itself can fail: an edge from the loop to an engine, and from data to the loop."""
+    import test_layering as me
+
+    graph = {m: set(d) for m, d in _graph().items()}
+    graph["fedlib.loop"].add("fedlib.engines.inprocess")
+    graph["fedlib.data.partition"].add("fedlib.loop")
+    monkeypatch.setattr(me, "_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="fedlib.data.partition \\(data\\) imports fedlib.loop"):
+        test_every_import_edge_goes_to_the_same_layer_or_below()
+    with pytest.raises(AssertionError, match="fedlib.loop imports fedlib.engines.inprocess"):
+        test_independent_layers_do_not_import_each_other()
+
+
 @pytest.mark.parametrize(
     "module, forbidden",
     [
-        ("fedlib.protocol", ("fedlib.loop", "fedlib.algorithms", "fedlib.deployment", "fedlib.engines")),
-        ("fedlib.loop", ("fedlib.algorithms", "fedlib.deployment")),
-        ("fedlib.engines", ("fedlib.loop", "fedlib.algorithms", "fedlib.deployment")),
+        ("fedlib.protocol", ("fedlib.loop", "fedlib.algorithms", "fedlib.deployment", "fedlib.engines", "fedlib.transport")),
+        ("fedlib.loop", ("fedlib.algorithms", "fedlib.deployment", "fedlib.engines", "fedlib.run")),
+        ("fedlib.engines", ("fedlib.loop", "fedlib.algorithms", "fedlib.deployment", "fedlib.run")),
         ("fedlib.federation", ("fedlib.loop", "fedlib.protocol")),
         ("fedlib.data", ("fedlib.federation", "fedlib.loop")),
     ],
