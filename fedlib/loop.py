@@ -56,7 +56,7 @@ import pandas as pd
 import torch
 
 from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
-from .messages import DOWN, UP, Ledger, Message, State
+from .messages import DOWN, UP, Ledger, Message, State, same_arrays
 from .metrics import RARE_RATIO, protocol_summary
 from .protocol import Algorithm, Event
 from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
@@ -390,6 +390,45 @@ def _evaluated_round(frame: pd.DataFrame, round_: int | None) -> int:
     return r
 
 
+def run_differences(a: RunResult, b: RunResult) -> list[str]:
+    """What differs between two runs, bit for bit: ``"server"`` (its arrays or metadata),
+    ``"client <k>"`` (a client's state, or a client only one run has), ``"frame"`` (the tidy
+    results), ``"ledger"``; empty when the runs are identical (e.g. one engine against another).
+
+    >>> same = RunResult(_frame([(1, 0, "local", 0.5)]), Ledger(), State(), {}, 1)
+    >>> run_differences(same, same), run_differences(same, RunResult(_frame([]), Ledger(), State(), {}, 1))
+    ([], ['frame'])
+    """
+    out = []
+    if not (same_arrays(a.server.arrays, b.server.arrays) and a.server.meta == b.server.meta):
+        out.append("server")
+    for k in sorted(set(a.client_states) | set(b.client_states)):
+        sa, sb = a.client_states.get(k), b.client_states.get(k)
+        if sa is None or sb is None or not (same_arrays(sa.arrays, sb.arrays) and sa.meta == sb.meta):
+            out.append(f"client {k}")
+    if not a.frame.equals(b.frame):
+        out.append("frame")
+    if a.ledger.records != b.ledger.records:
+        out.append("ledger")
+    return out
+
+
+def largest_difference(a: RunResult, b: RunResult) -> float:
+    """The largest absolute difference between two runs' server arrays of the same names: 0 when
+    they agree bit for bit (a NaN equal to a NaN), ``inf`` where the NaNs differ, 1 where an
+    integer array differs."""
+    worst = 0.0
+    for name, x in a.server.arrays.items():
+        y = b.server.arrays[name]
+        if x.is_floating_point():
+            same_nan = torch.equal(x.isnan(), y.isnan())
+            gap = float((x - y).nan_to_num(0.0).abs().max()) if x.numel() else 0.0
+            worst = max(worst, gap, 0.0 if same_nan else math.inf)
+        else:
+            worst = max(worst, float((x != y).any()))
+    return worst
+
+
 def per_client_table(frame: pd.DataFrame, round_: int | None = None) -> pd.DataFrame:
     """Client × metric table of a tidy results ``frame`` at ``round_`` (default: its last round
     with client rows); ``train_loss`` is left out, so the table feeds
@@ -648,4 +687,5 @@ def evaluate_result(
 
 
 __all__ = ["ClientFailedError", "EXECUTIONS", "FAILURE_POLICIES", "LoopConfig", "NonFiniteUpdateError",
-           "RunOptions", "RunResult", "Server", "evaluate_result", "per_client_table", "run_rounds"]
+           "RunOptions", "RunResult", "Server", "evaluate_result", "largest_difference", "per_client_table", "run_differences",
+           "run_rounds"]

@@ -91,6 +91,29 @@ def prefixed(prefix: str, arrays: Mapping[str, torch.Tensor]) -> dict[str, torch
     return {prefix + k: v.detach().cpu().clone() for k, v in arrays.items()}
 
 
+def same_arrays(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """Whether two sets of named arrays are the same bit for bit: the same names in the same
+    order, dtypes, shapes and values (a NaN equal to a NaN).
+
+    >>> same_arrays({"w": torch.tensor([1.0, float("nan")])}, {"w": torch.tensor([1.0, float("nan")])})
+    True
+    >>> same_arrays({"w": torch.zeros(2)}, {"w": torch.zeros(2, dtype=torch.float64)})
+    False
+    """
+    if list(a) != list(b):
+        return False
+    for name, x in a.items():
+        y = b[name]
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            if not (torch.equal(x.isnan(), y.isnan()) and torch.equal(x.nan_to_num(0.0), y.nan_to_num(0.0))):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
 class Ledger:
     """Records every message's size: per round, client, direction (``up``/``down``) and kind.
 

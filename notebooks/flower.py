@@ -72,7 +72,7 @@ from fedlib.algorithms import ALGORITHMS
 from fedlib.book import format_bytes, setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_port_block, run_flower
-from fedlib.run import run_federated
+from fedlib.loop import largest_difference, run_differences
 
 PROFILES = {
     "smoke": dict(methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),
@@ -144,32 +144,7 @@ print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
 # %% tags=["hide-input"]
 torch.set_num_threads(1)  # the jobs' threads: the in-process reference does the same arithmetic as the nodes
 
-
-def reference(job):
-    return run_federated(job.build_algorithm(), job.build_federation(), job.model_fn(), job.loop_config())
-
-
-def difference(a, b) -> float:
-    """The largest absolute difference between two runs' server arrays (NaN equal to NaN)."""
-    worst = 0.0
-    for k, x in a.server.arrays.items():
-        y = b.server.arrays[k]
-        if x.is_floating_point():
-            same_nan = torch.equal(x.isnan(), y.isnan())
-            worst = max(worst, float((x - y).nan_to_num(0.0).abs().max()) if x.numel() else 0.0, 0.0 if same_nan else float("inf"))
-        else:
-            worst = max(worst, float((x != y).any()))
-    return worst
-
-
-def identical(a, b) -> bool:
-    states = all(torch.equal(a.client_states[k].arrays[n].nan_to_num(1234.5), b.client_states[k].arrays[n].nan_to_num(1234.5))
-                 for k in a.client_states for n in a.client_states[k].arrays)
-    return (difference(a, b) == 0.0 and states and a.frame.equals(b.frame)
-            and a.ledger.to_frame().equals(b.ledger.to_frame()))
-
-
-refs = {m: reference(j) for m, j in JOBS.items()}
+refs = {m: j.run_in_process() for m, j in JOBS.items()}
 t0 = time.perf_counter()
 runs = {}
 for engine in P.engines:
@@ -187,8 +162,8 @@ flower_seconds = time.perf_counter() - t0
 rows = []
 for (m, engine), run in runs.items():
     ref = refs[m]
-    rows.append({"method": m, "engine": engine, "identical": "yes" if identical(ref, run.result) else "no",
-                 "largest difference": difference(ref, run.result),
+    rows.append({"method": m, "engine": engine, "identical": "no" if run_differences(ref, run.result) else "yes",
+                 "largest difference": largest_difference(ref, run.result),
                  "mean local accuracy": run.result.summary()["local"], "in-process": ref.summary()["local"],
                  "seconds": run.seconds})
 equiv = pd.DataFrame(rows)

@@ -19,7 +19,6 @@ import pandas as pd
 import torch
 
 from ...io import atomic_write_bytes
-from ...run import run_federated
 from ...memory import measure_command
 from .deployment import ENGINES, FlowerRun, LocalDeployment, _term_exits, run_flower
 from .job import FlowerJob, example_job
@@ -41,7 +40,7 @@ def run_job(job: FlowerJob, engine: str, out: str | Path, *, timeout: float | No
     t0 = time.perf_counter()
     if job.threads is not None:
         torch.set_num_threads(job.threads)
-    result = run_federated(job.build_algorithm(), job.build_federation(), job.model_fn(), job.loop_config(), job.run_options())
+    result = job.run_in_process()
     result.save(folder)
     wire = pd.DataFrame(columns=["round", "client", "direction", "kind", "bytes", "flower_bytes"])
     atomic_write_bytes(folder / "wire.csv", wire.to_csv(index=False).encode())

@@ -22,7 +22,8 @@ import torch
 
 from ...algorithms import make_algorithm
 from ...federation import Federation
-from ...loop import LoopConfig, RunOptions
+from ...loop import LoopConfig, RunOptions, RunResult
+from ...run import run_federated
 from ...protocol import Algorithm, Event
 
 
@@ -176,6 +177,12 @@ class FlowerJob:
     def run_options(self) -> RunOptions:
         """The server's :class:`~fedlib.loop.RunOptions`: the job's ``checkpoint``, if any."""
         return RunOptions(**{k: v for k, v in self.config.items() if k in _RUN_FIELDS})
+
+    def run_in_process(self) -> RunResult:
+        """The job run by the in-process loop (:func:`fedlib.run.run_federated`): the reference
+        that every Flower engine equals bit for bit (with the same torch threads)."""
+        return run_federated(self.build_algorithm(), self.build_federation(), self.model_fn(), self.loop_config(),
+                             self.run_options())
 
     def build_algorithm(self) -> Algorithm:
         """The method: ``make_algorithm(algorithm, **algorithm_kwargs)``, nested calls made."""
