@@ -48,6 +48,7 @@ from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, evaluate, show, tally
+from .validation import is_int, is_real
 
 PROFILE_NAMES = ("smoke", "book", "paper")
 """The parameter profiles every chapter defines."""
@@ -149,7 +150,7 @@ def setup(
     reserved = [k for k in profiles.get(profile, {}) if k in dir(Settings) and not k.startswith("__")]
     if reserved:
         raise ValueError(f"profile settings may not be named {', '.join(reserved)} (a method of the settings)")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, numbers.Integral) or threads < 1):
+    if threads is not None and (not is_int(threads) or threads < 1):
         raise ValueError(f"threads must be None (torch's own) or an integer >= 1, got {threads!r}")
     settings = Settings(**vars(resolve(profiles, profile, **overrides)))
     if threads is not None:
@@ -281,8 +282,8 @@ def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
     ok = {
         None: True,
         "true or false": isinstance(value, bool),
-        "an integer": isinstance(value, numbers.Integral) and not isinstance(value, bool),
-        "a number": isinstance(value, numbers.Real) and not isinstance(value, bool),
+        "an integer": is_int(value),
+        "a number": is_real(value),
         "a string": isinstance(value, str),
         "a list": isinstance(value, (list, tuple)),
         "a dict": isinstance(value, Mapping),
@@ -467,7 +468,7 @@ _LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+
 
 def _leading_number(value: Any) -> float:
     """The number a cell starts with (``"91.0 ± 2.5"`` -> 91.0), NaN for none: what ``best`` compares."""
-    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+    if is_real(value):
         return float(value)
     match = _LEADING_NUMBER.match(str(value)) if isinstance(value, str) else None
     return float(match.group(1).replace(",", "")) if match else math.nan

@@ -37,7 +37,6 @@ on the basis (nor on the signs of its vectors).
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from dataclasses import dataclass
 
@@ -46,6 +45,8 @@ import torch
 from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score, silhouette_score
+
+from .validation import is_int, is_real
 
 DESCRIPTORS = ("lowrank", "raw")
 """What :func:`head_descriptors` computes: the rank-``r`` projection (default) or the raw head."""
@@ -63,7 +64,7 @@ def _as_heads(heads) -> torch.Tensor:
 
 def _check_rank(rank, heads: torch.Tensor) -> int:
     n, C, d = heads.shape
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral) or rank < 1:
+    if not is_int(rank) or rank < 1:
         raise ValueError(f"rank must be an integer >= 1, got {rank!r}")
     most = min(C, n * d)
     if rank > most:
@@ -135,7 +136,7 @@ def _as_points(x, name: str = "descriptors") -> np.ndarray:
 
 def _check_k_range(k_min, k_max) -> tuple[int, int]:
     for name, v in (("k_min", k_min), ("k_max", k_max)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        if not is_int(v) or v < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     if k_max < k_min:
         raise ValueError(f"the k range is empty: k_min={k_min} > k_max={k_max}")
@@ -191,7 +192,7 @@ class SilhouetteKMeans:
 
     def __post_init__(self) -> None:
         _check_k_range(self.k_min, self.k_max)
-        if isinstance(self.n_init, bool) or not isinstance(self.n_init, numbers.Integral) or self.n_init < 1:
+        if not is_int(self.n_init) or self.n_init < 1:
             raise ValueError(f"n_init must be an integer >= 1, got {self.n_init!r}")
 
     def fit(self, x) -> "SilhouetteKMeans":
@@ -271,7 +272,7 @@ def soft_membership(x, centroids, temperature: float) -> np.ndarray:
     >>> np.round(m, 3).tolist()
     [[0.731, 0.269], [0.269, 0.731]]
     """
-    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not math.isfinite(temperature) \
+    if not is_real(temperature) or not math.isfinite(temperature) \
             or temperature <= 0:
         raise ValueError(f"temperature T must be a finite number > 0, got {temperature!r} (hard membership is "
                          "membership='hard', the limit T -> 0)")
@@ -348,7 +349,7 @@ def _as_distances(d) -> np.ndarray:
 
 def check_b0(b0) -> float:
     """``b0`` as a float if it is a finite number >= 0, else a ValueError naming it."""
-    if isinstance(b0, bool) or not isinstance(b0, numbers.Real) or not math.isfinite(b0) or b0 < 0:
+    if not is_real(b0) or not math.isfinite(b0) or b0 < 0:
         raise ValueError(f"B0 must be a finite number >= 0, got {b0!r}")
     return float(b0)
 
@@ -402,7 +403,7 @@ def b0_for_clusters(distances, target: int) -> float:
     (1.0, 5.0)
     """
     d = _as_distances(distances)
-    if isinstance(target, bool) or not isinstance(target, numbers.Integral) or target < 1:
+    if not is_int(target) or target < 1:
         raise ValueError(f"the target number of clusters must be an int >= 1, got {target!r}")
     candidates = np.unique(np.r_[0.0, d[~np.eye(len(d), dtype=bool)]])
     for b0 in candidates:
@@ -460,7 +461,7 @@ class GreedyB0:
             raise ValueError("GreedyB0 needs b0 (the threshold) or target (a number of clusters to reach)")
         if self.b0 is not None:
             check_b0(self.b0)
-        if self.target is not None and (isinstance(self.target, bool) or not isinstance(self.target, numbers.Integral)
+        if self.target is not None and (not is_int(self.target)
                                         or self.target < 1):
             raise ValueError(f"the target number of clusters must be an int >= 1, got {self.target!r}")
 

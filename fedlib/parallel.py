@@ -18,7 +18,6 @@ process, with the same results.
 from __future__ import annotations
 
 import multiprocessing
-import numbers
 import os
 import sys
 from collections.abc import Callable, Iterable
@@ -26,6 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import TypeVar
 
 import torch
+
+from .validation import is_int
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -59,7 +60,7 @@ def _run(index: int):
 
 
 def _check_count(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    if not is_int(value) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 

@@ -29,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numbers
 
 import torch
 
 from .messages import Message
+from .validation import is_int
 
 GRAM_FORMS = ("class", "total")
 """The Gram forms of :class:`ClassMoments`: per-class :math:`G_c` (C, d, d), or their total (d, d)."""
@@ -121,7 +121,7 @@ class ClassMoments:
         features, labels = torch.as_tensor(features), torch.as_tensor(labels)
         if features.ndim != 2 or labels.ndim != 1 or len(features) != len(labels):
             raise ValueError(f"need features (n, d) and labels (n,), got {tuple(features.shape)} and {tuple(labels.shape)}")
-        if not (isinstance(n_classes, numbers.Integral) and not isinstance(n_classes, bool) and n_classes >= 1):
+        if not (is_int(n_classes) and n_classes >= 1):
             raise ValueError(f"n_classes must be an int >= 1, got {n_classes!r}")
         if labels.dtype == torch.bool or labels.is_complex():
             raise ValueError(f"labels must be integer class indices in [0, {n_classes}), got dtype {labels.dtype}")

@@ -11,7 +11,9 @@ a number, a caption and alt text; every glued value and table cell reads as a fo
 ``nan``, no unformatted long float, no pandas index column); the parameters cells are collapsed;
 each chapter offers its executed notebook and its jupytext source for download, and no launch
 button while no repository is configured. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
-``<build>/screenshots/`` for a person to look at.
+``<build>/screenshots/`` for a person to look at, and checked for what they show (the title and
+the first paragraph drawn inside the picture, the navigation shown on a wide screen and folded
+away on a phone).
 
 The browser is Debian's ``chromium`` driven by Playwright's Python API (``executable_path``:
 nothing is downloaded). Without it the suite skips with the install command, except under CI
@@ -227,19 +229,74 @@ def test_search_finds_a_term_offline(site, browser):
     assert hits >= 1 and not left, (hits, left)
 
 
-def test_screenshots_for_a_person_to_look_at(site, browser):
+_SEEN = """() => { const box = e => { if (!e) return null; const r = e.getBoundingClientRect();
+    return [r.left, r.top, r.width, r.height]; };
+  const side = document.querySelector('.bd-sidebar-primary');
+  return {title: box(document.querySelector('article h1')), text: box(document.querySelector('article p')),
+          sidebar: box(side), sidebar_visible: !!side && getComputedStyle(side).visibility !== 'hidden'}; }"""
+
+
+def _ink(image, box) -> float:
+    """The share of the pixels of ``box`` (left, top, width, height in CSS pixels, clipped to the
+    picture) whose luminance differs from the box's median by more than a quarter: about 0 for an
+    empty area, a few to a few tens of percent where text is drawn."""
+    h, w = image.shape[:2]
+    left, top, width, height = box
+    x0, y0, x1, y1 = max(0, int(left)), max(0, int(top)), min(w, int(left + width)), min(h, int(top + height))
+    if x1 <= x0 or y1 <= y0:
+        return 0.0
+    rgb = image[y0:y1, x0:x1, :3].astype(float)
+    luminance = rgb @ [0.2126, 0.7152, 0.0722]
+    return float((abs(luminance - float(sorted(luminance.ravel())[luminance.size // 2])) > 0.25).mean())
+
+
+def test_screenshots_show_the_title_the_text_and_the_navigation(site, browser):
+    """The screenshots (kept for a person to look at) are checked for what they show: a picture of
+    the viewport's size whose title and first paragraph are drawn inside it (text: some dark
+    pixels on the background, neither an empty box nor a filled one), with the navigation shown at
+    1280 px and folded away at 390 px, where the text keeps the width."""
+    from matplotlib.image import imread
+
     shots = site / "screenshots"
     shots.mkdir(exist_ok=True)
     chapter = site / "chapters" / "setting.html"
-    for width in WIDTHS:
+    for width, (w, h) in WIDTHS.items():
         ctx = _context(browser, width)
         for path in (site / "intro.html", chapter):
             page, _, _ = _open(ctx, path)
+            seen = page.evaluate(_SEEN)
             out = shots / f"{path.stem}-{width}.png"
             page.screenshot(path=str(out), full_page=False)
-            assert out.stat().st_size > 10_000, f"{out} looks empty"
             page.close()
+            image = imread(out)
+            where = f"{out.name}"
+            assert image.shape[:2] == (h, w), f"{where}: {image.shape[:2]} is not the viewport {(h, w)}"
+            assert _ink(image, (0, 0, w, h)) > 0.01, f"{where}: the picture is blank"
+            title, text = seen["title"], seen["text"]
+            assert title and 0 <= title[0] and title[0] + title[2] <= w + 1 and 0 <= title[1] < h / 2, \
+                f"{where}: the title is not in the upper half of the picture: {title}"
+            for name, box in (("title", title), ("first paragraph", text)):
+                assert 0.02 < _ink(image, box) < 0.6, f"{where}: no text is drawn where the {name} is ({_ink(image, box):.3f})"
+            if width == "wide":
+                assert seen["sidebar_visible"] and seen["sidebar"][0] >= 0, f"{where}: the navigation is not shown"
+                assert _ink(image, seen["sidebar"]) > 0.005, f"{where}: the navigation area is empty"
+            else:
+                side = seen["sidebar"]
+                assert not seen["sidebar_visible"] or side is None or side[0] + side[2] <= 0, \
+                    f"{where}: the navigation covers the page on a phone: {side}"
+                assert text[2] >= 0.8 * w, f"{where}: the text does not take the phone's width ({text[2]:.0f} of {w} px)"
         ctx.close()
+
+
+def test_the_picture_check_tells_text_from_an_empty_area():
+    import numpy as np
+
+    blank = np.ones((40, 100, 3))
+    assert _ink(blank, (0, 0, 100, 40)) == 0.0
+    written = blank.copy()
+    written[10:30:4, 10:90] = 0.0  # five dark lines, as letters would be
+    assert 0.02 < _ink(written, (0, 0, 100, 40)) < 0.6
+    assert _ink(written, (200, 0, 50, 40)) == 0.0  # a box outside the picture shows nothing
 
 
 _FIGURES = """() => [...document.querySelectorAll('article img, main img')]

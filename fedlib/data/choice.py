@@ -13,13 +13,13 @@ Examples
 
 from __future__ import annotations
 
-import numbers
 import os
 
 import numpy as np
 
 from fedlib.data.datasets import ArrayDataset, load_cifar, load_mnist5k, load_uci_digits
 from fedlib.rng import DATA_SUBSET, numpy_rng
+from fedlib.validation import is_int
 
 __all__ = ["DATA_NAMES", "load_data", "subsample"]
 
@@ -52,7 +52,7 @@ def subsample(data: ArrayDataset, n_samples: int | None, seed: int, key: int = D
     >>> subsample(toy, None, seed=0) is toy, subsample(toy, 10, seed=0) is toy
     (True, True)
     """
-    if n_samples is not None and not (isinstance(n_samples, numbers.Integral) and not isinstance(n_samples, bool)
+    if n_samples is not None and not (is_int(n_samples)
                                       and n_samples >= 1):
         raise ValueError(f"n_samples must be None (all of the data) or an integer >= 1, got {n_samples!r}")
     if n_samples is None or n_samples >= len(data):

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import heapq
 import math
-import numbers
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
+
+from ..validation import is_real
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -252,7 +253,7 @@ def powerlaw_sizes(n: int, n_clients: int, exponent: float = 1.0, min_size: int 
     """
     min_size = _check_int("min_size", min_size, 1)
     n_clients = _check_n_clients(n_clients, n, min_size)
-    if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real) or not np.isfinite(exponent) or exponent < 0:
+    if not is_real(exponent) or not np.isfinite(exponent) or exponent < 0:
         raise ValueError(f"exponent must be a finite number >= 0, got {exponent!r}")
     exponent = float(exponent)
     weights = np.arange(1, n_clients + 1, dtype=np.float64) ** -exponent
