@@ -3,8 +3,9 @@
 The companion library of the book in ``book/``. Modules (one per concept), from the bottom
 layer up (a module imports only from the layers below it; the book's page *Inside fedlib*):
 
-- :mod:`fedlib.rng`, :mod:`fedlib.io`, :mod:`fedlib.messages`, :mod:`fedlib.aggregate`: seeds
-  by purpose, atomic and safe files, messages / state / ledger, aggregation as free functions;
+- :mod:`fedlib.validation`, :mod:`fedlib.rng`, :mod:`fedlib.io`, :mod:`fedlib.messages`,
+  :mod:`fedlib.aggregate`: the number checks at the public edge, seeds by purpose, atomic and safe
+  files, messages / state / ledger, aggregation as free functions;
 - :mod:`fedlib.data`: loaders (UCI digits, MNIST-5k, Gaussian mixtures, CIFAR from a local root,
   multi-domain digits), seeded partitioners (the departure scenario among them) and a chapter's
   data choice by name (:mod:`fedlib.data.choice`);
@@ -17,11 +18,14 @@ layer up (a module imports only from the layers below it; the book's page *Insid
 - :mod:`fedlib.tracking`, :mod:`fedlib.geometry`, :mod:`fedlib.cgrl`, :mod:`fedlib.encoders`:
   the papers' mathematics (MPT, GGEUR, FedGRC) as free functions, and frozen encoders;
 - :mod:`fedlib.federation`: clients that own their data and the shared global test set;
-- :mod:`fedlib.protocol`: the method contract (the hooks a method overrides);
-- :mod:`fedlib.engines`: transports that carry a round's messages (in-process);
-- :mod:`fedlib.loop`: the one round loop, with events, checkpoints and the evaluation schedule;
+- :mod:`fedlib.protocol`: the method contract (the seven hooks a method overrides);
 - ``fedlib.algorithms``: one small module per method (FedAvg, FedAvg-FT, ...);
-- :mod:`fedlib.deployment`: the terminal statistics round and statistical-head deployment;
+- :mod:`fedlib.transport`: the transport contract; :mod:`fedlib.engines`: the transports that
+  carry a round's messages (in this process, stacked, on Flower's nodes);
+- :mod:`fedlib.loop`: the one round loop over a given transport, with events, checkpoints and the
+  evaluation schedule (it imports no engine and no method);
+- :mod:`fedlib.run`: ``run_federated``, which builds the engine a run asks for and runs the loop;
+  :mod:`fedlib.deployment`: the terminal statistics round and statistical-head deployment;
 - :mod:`fedlib.claims`, :mod:`fedlib.checks`: claims decided from paired intervals over seeds by
   rules declared in advance, and the check table of a derivations chapter;
 - :mod:`fedlib.book`: the book's tooling, the top layer (nothing in fedlib imports it): a chapter's
