@@ -335,7 +335,7 @@ nomirror = run_flower(ex2_job, "loopback", mirror_states=False)
 up = lambda w: int(w.loc[w["direction"] == "up", "flower_bytes"].sum())  # noqa: E731
 glue("ex2_up_mirror", format_bytes(up(mirrored.wire)), display=False)
 glue("ex2_up_nomirror", format_bytes(up(nomirror.wire)), display=False)
-glue("ex2_same", "the same final server state" if difference(mirrored.result, nomirror.result) == 0.0
+glue("ex2_same", "the same final server state" if largest_difference(mirrored.result, nomirror.result) == 0.0
      else "another final server state (a defect)", display=False)
 
 # %% [markdown]
