@@ -594,7 +594,6 @@ SENS = SENSITIVITY_CURVES  # local, global, F@25
 sens = sensitivity(runs.features, P.m0_grid, P.gamma_grid, gamma=P.gamma, m0=P.m0)
 sub_m0, sub_gamma = sens[sens["grid"] == "m0"], sens[sens["grid"] == "gamma"]
 
-
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Sensitivity of the heads on the frozen CGRL backbone at the smaller α (bands: 95 % intervals over the seeds, cut at 0 and 100 %). Left: mean local and global accuracy and F@25 (%) of SASP against its reference strength $m_0$, from the client's own means ($m_0 = 0$) to the shared head ($m_0 = \\infty$). Right: the shared MMS head's global accuracy and SASP's local and global accuracy against the ridge $\\gamma$.", "name": "fig-fedgrc-sensitivity"}, "image": {"alt": "Two line plots with shaded bands on logarithmic horizontal axes: accuracy against m0 for three curves (local, global, F@25), and accuracy against gamma for three curves (MMS global, MMS plus SASP local and global)."}}
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
 xm = [m if math.isfinite(m) else 10 * max(v_ for v_ in P.m0_grid if math.isfinite(v_)) for m in P.m0_grid]
