@@ -16,8 +16,10 @@ A *derivations* chapter records every numerical or symbolic check in a
 claim of its paper with :class:`fedlib.claims.Claim`, the way its numbers are read included
 (``values``), before anything is trained, and closes with one call, :func:`claims_report`: every
 claim decided from an interval over seeds, the counts glued, the table shown. Every verdict is
-computed, never typed. Tables for reading (:func:`show_table`, :func:`format_bytes`) and the
-index of a chapter's exercises (:func:`exercises`, :func:`chapter_title`) complete the tooling.
+computed, never typed. Tables for reading (:func:`show_table`, :func:`format_bytes`,
+:func:`format_value`), figures' error bars and point labels (:func:`clipped_error`,
+:func:`place_labels`) and the index of a chapter's exercises (:func:`exercises`,
+:func:`chapter_title`) complete the tooling.
 
 Profiles (:data:`PROFILE_NAMES`): ``smoke`` (seconds; the tests), ``book`` (the default; minutes
 on 2 CPU cores) and ``paper`` (the paper's own scale; needs the data and ideally a GPU).
@@ -44,6 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 from IPython import get_ipython
+from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
@@ -494,6 +497,27 @@ def format_bytes(n: float) -> str:
     return f"{int(round(n))} B"
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def format_value(x: float) -> str:
+    """A value of a parameter grid for prose and tables: ``0.1``, ``10``, ``∞``, and a power of
+    ten written as one (``10⁻⁴``, ``2 × 10⁵``) when it is very small or very large.
+
+    Examples
+    --------
+    >>> format_value(0.1), format_value(10.0), format_value(float("inf")), format_value(1e-4), format_value(2e5)
+    ('0.1', '10', '∞', '10⁻⁴', '2 × 10⁵')
+    """
+    if not math.isfinite(x):
+        return "∞"
+    if x == 0 or 1e-2 <= abs(x) < 1e4:
+        return f"{x:g}"
+    mantissa, exponent = f"{x:.0e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    return power if mantissa == "1" else f"{mantissa} × {power}"
+
+
 def _format_cell(value: Any, spec: Any) -> str:
     """One cell as text: ``spec`` a format spec (``".2f"``), a callable, or ``None`` (the default rule)."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
@@ -509,7 +533,7 @@ def _format_cell(value: Any, spec: Any) -> str:
     if isinstance(value, numbers.Real):
         v = float(value)
         if not math.isfinite(v):
-            return "\N{INFINITY}" if v > 0 else "\N{MINUS SIGN}\N{INFINITY}"
+            return "∞" if v > 0 else "\N{MINUS SIGN}\N{INFINITY}"
         return f"{v:,.{spec if isinstance(spec, int) else 2}f}"
     return str(value)
 
@@ -595,6 +619,79 @@ def show_table(
     return styler.set_properties(**dict(props)).set_table_styles(styles)
 
 
+def clipped_error(center: float, half: float, low: float = 0.0, high: float = 100.0) -> list[list[float]] | None:
+    """Asymmetric error-bar lengths of ``center ± half`` cut at ``[low, high]`` (an accuracy in %
+    stays in 0-100), as matplotlib's ``errorbar`` takes them (``xerr``/``yerr``); ``None`` when
+    ``half`` is not finite (one seed: no bar).
+
+    Examples
+    --------
+    >>> clipped_error(98.0, 5.0), clipped_error(50.0, float("inf"))
+    ([[5.0], [2.0]], None)
+    """
+    if not np.isfinite(half):
+        return None
+    return [[center - max(low, center - half)], [min(high, center + half) - center]]
+
+
+def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: Sequence[tuple[float, float]],
+                 fontsize: float = 7) -> None:
+    """Write each label next to its point where it overlaps no other label and no point and stays
+    inside the axes: the first free spot among offsets in eight directions, at growing distances
+    (a thin leader line from the third distance on). A label with no free spot goes at the first
+    offset, so it is still there.
+
+    Call it after the figure's layout is final (``fig.tight_layout()``, ``fig.canvas.draw()``): it
+    measures the labels in display coordinates.
+
+    Parameters
+    ----------
+    ax : matplotlib.axes.Axes
+    labels : sequence of (str, (x, y))
+        The text and the data point it names, placed in this order (the first gets the best spot).
+    points : sequence of (x, y)
+        Every point drawn (labelled or not): no label covers one.
+    fontsize : float, default 7
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import matplotlib.pyplot as plt
+    >>> fig, ax = plt.subplots()
+    >>> _ = ax.plot([0, 1], [0, 1], "o")
+    >>> place_labels(ax, [("A", (0, 0)), ("B", (1, 1))], [(0, 0), (1, 1)])
+    >>> [t.get_text() for t in ax.texts]
+    ['A', 'B']
+    >>> plt.close(fig)
+    """
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = []
+    for px, py in ax.transData.transform(np.asarray(points, dtype=float)):
+        taken.append(Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
+    directions = [(1, 1, "left", "bottom"), (1, -1, "left", "top"), (-1, 1, "right", "bottom"),
+                  (-1, -1, "right", "top"), (1, 0, "left", "center"), (-1, 0, "right", "center"),
+                  (0, 1, "center", "bottom"), (0, -1, "center", "top")]
+    for text, xy in labels:
+        placed = None
+        for dist in (4, 9, 15, 22):
+            for dx, dy, ha, va in directions:
+                t = ax.annotate(text, xy, xytext=(dx * dist, dy * dist), textcoords="offset points", ha=ha, va=va,
+                                fontsize=fontsize, arrowprops=dict(arrowstyle="-", lw=0.5, color="0.4") if dist > 9 else None)
+                box = t.get_window_extent(renderer)
+                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+                if inside and not any(box.overlaps(o) for o in taken):
+                    placed = box
+                    break
+                t.remove()
+            if placed is not None:
+                break
+        if placed is None:  # no free spot: the first offset, so the label is still there
+            placed = ax.annotate(text, xy, xytext=(4, 4), textcoords="offset points", fontsize=fontsize).get_window_extent(renderer)
+        taken.append(placed)
+
+
 __all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_title",
-           "check_injected", "claims_report", "exercises", "format_bytes", "notebook_history", "resolve", "setup",
-           "show_table"]
+           "check_injected", "claims_report", "clipped_error", "exercises", "format_bytes", "format_value",
+           "notebook_history", "place_labels", "resolve", "setup", "show_table"]

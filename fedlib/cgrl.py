@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch.nn import functional as F
 
@@ -187,6 +188,91 @@ def magnitude_loss(features: list[torch.Tensor], y: torch.Tensor, references: to
     return total / len(features)
 
 
+def dispersion_plus_offset(rho: np.ndarray, chi: np.ndarray, reference: float) -> float:
+    r"""Lemma IV.1 (Eq. (16)) under a batch's empirical distribution: the right side
+    :math:`p_\chi\,[\operatorname{Var}(\rho\mid\chi=1) + (\bar\rho_\chi - a)^2]` for one class and layer.
+
+    :math:`p_\chi` is the share of gated views, the variance is the biased :math:`1/n_\chi` one of
+    the gated log norms and :math:`\bar\rho_\chi` their mean; 0 when no view is gated. It equals
+    the batch mean of :math:`\chi(\rho - a)^2`, the class's and layer's part of
+    :func:`magnitude_loss`.
+
+    Parameters
+    ----------
+    rho : ndarray of shape (n,)
+        The log norms :math:`\rho` of the class's views at one layer (:func:`log_norm`).
+    chi : ndarray of bool, shape (n,)
+        The gate :math:`\chi` of each view (:func:`magnitude_gate`).
+    reference : float
+        The reference :math:`a` of the class and layer.
+
+    Returns
+    -------
+    float
+        The dispersion plus the squared mean offset, weighted by :math:`p_\chi`.
+
+    Raises
+    ------
+    ValueError
+        On ``rho`` and ``chi`` of different shapes or not one-dimensional, or ``chi`` that is not boolean.
+
+    Examples
+    --------
+    >>> rho, chi = np.array([0.0, 1.0, 2.0, 5.0]), np.array([True, True, True, False])
+    >>> float(dispersion_plus_offset(rho, chi, 0.0))  # 3/4 (2/3 + 1) = mean of (0, 1, 4, 0)
+    1.25
+    """
+    rho, chi = np.asarray(rho), np.asarray(chi)
+    if rho.ndim != 1 or rho.shape != chi.shape:
+        raise ValueError(f"rho and chi must be of the same shape (n,), got {rho.shape} and {chi.shape}")
+    if chi.dtype != np.bool_:
+        raise ValueError(f"chi must be boolean (the gate), got dtype {chi.dtype}")
+    if chi.sum() == 0:
+        return 0.0
+    r = rho[chi]
+    return chi.mean() * (r.var() + (r.mean() - reference) ** 2)
+
+
+def trace_from_pairs(h: np.ndarray) -> tuple[float, float, float]:
+    r"""Eq. (21): the trace of a class's covariance (denominator :math:`N`) from pairwise radial and
+    angular distances, and its two parts,
+
+    .. math:: \operatorname{tr}\widehat\Sigma = \frac{1}{2N^2}\sum_{i,j}\Big[(R_i - R_j)^2
+              + 2R_iR_j\,(1 - u_i^\top u_j)\Big],
+
+    with :math:`R_i = \lVert h_i\rVert_2` and :math:`u_i = \operatorname{unit}(h_i)` (:func:`unit`).
+
+    Parameters
+    ----------
+    h : ndarray of shape (N, d)
+        The class's features at one layer, :math:`N \ge 1`.
+
+    Returns
+    -------
+    (float, float, float)
+        The trace, its radial part and its angular part (the trace is their sum).
+
+    Raises
+    ------
+    ValueError
+        On ``h`` that is not two-dimensional with at least one row.
+
+    Examples
+    --------
+    >>> [float(t) for t in trace_from_pairs(np.array([[1.0, 0.0], [0.0, 3.0]]))]  # |h_1 - h_2|^2 / 4 = 10 / 4
+    [2.5, 1.0, 1.5]
+    """
+    h = np.asarray(h, dtype=np.float64)
+    if h.ndim != 2 or len(h) == 0:
+        raise ValueError(f"h must be of shape (N, d) with N >= 1, got {h.shape}")
+    R = np.linalg.norm(h, axis=1)
+    u = unit(torch.as_tensor(h)).numpy()
+    radial = ((R[:, None] - R[None, :]) ** 2).sum()
+    angular = (2 * R[:, None] * R[None, :] * (1 - u @ u.T)).sum()
+    n = len(h)
+    return (radial + angular) / (2 * n * n), radial / (2 * n * n), angular / (2 * n * n)
+
+
 def warmup_weight(round_: int, warmup: int) -> float:
     r""":math:`w_t = \min\{(t+1)/T_w, 1\}` with the loop's round :math:`r = t+1` (rounds numbered from 1)."""
     return min(round_ / warmup, 1.0)
@@ -325,6 +411,7 @@ def update_magnitudes(references: torch.Tensor, flags: torch.Tensor, sums, count
 
 
 __all__ = [
-    "AUGMENT_DOMAINS", "CGRLConfig", "augment", "directional_loss", "log_norm", "magnitude_gate", "magnitude_loss",
-    "prototype_ce", "supcon_loss", "unit", "update_directions", "update_magnitudes", "warmup_weight",
+    "AUGMENT_DOMAINS", "CGRLConfig", "augment", "directional_loss", "dispersion_plus_offset", "log_norm", "magnitude_gate",
+    "magnitude_loss", "prototype_ce", "supcon_loss", "trace_from_pairs", "unit", "update_directions", "update_magnitudes",
+    "warmup_weight",
 ]

@@ -280,6 +280,17 @@ class Interval:
         """``high − low`` (infinite for one seed)."""
         return self.high - self.low
 
+    @property
+    def half_width(self) -> float:
+        """``high − mean``: the ± of a table cell or an error bar (infinite for one seed).
+
+        Examples
+        --------
+        >>> round(mean_interval([90.0, 91.0, 92.0]).half_width, 4)  # t_{0.975, 2} * 1 / sqrt(3)
+        2.4841
+        """
+        return self.high - self.mean
+
     def format(self, digits: int = 2) -> str:
         """``"+1.23 [+0.40, +2.06], 5 seeds"``: the mean, the interval and what it rests on."""
         unit = self.unit[:-1] if self.n == 1 and self.unit.endswith("s") else self.unit
@@ -648,6 +659,123 @@ def mean_interval(values: ArrayLike, level: float = 0.95) -> Interval:
     return paired_interval(values, 0.0, level)
 
 
+def seed_band(frame: pd.DataFrame, x: str, xs: Sequence, *, value: str = "value",
+              level: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """A figure's line and band over seeds: at each ``x`` of ``xs``, the mean of ``value`` over the
+    rows where ``frame[x]`` equals it (one per seed) and the half-width of its interval
+    (:func:`mean_interval`, :attr:`Interval.half_width`).
+
+    Returns
+    -------
+    (ndarray, ndarray)
+        The means and the half-widths, of shape (len(xs),).
+
+    Raises
+    ------
+    ValueError
+        On a missing column, or an ``x`` of ``xs`` without rows.
+
+    Examples
+    --------
+    >>> curve = pd.DataFrame({"seed": [0, 1, 0, 1], "m0": [1.0, 1.0, 10.0, 10.0], "value": [90.0, 92.0, 80.0, 80.0]})
+    >>> means, halves = seed_band(curve, "m0", [1.0, 10.0])
+    >>> means.tolist(), float(halves[1])
+    ([91.0, 80.0], 0.0)
+    """
+    missing = [c for c in (x, value) if c not in frame.columns]
+    if missing:
+        raise ValueError(f"seed_band: columns {missing} are not in the frame; valid: {list(frame.columns)}")
+    ivs = []
+    for at in xs:
+        rows = frame[frame[x] == at]
+        if len(rows) == 0:
+            raise ValueError(f"seed_band: no row has {x} = {at!r}; valid: {sorted(set(frame[x]))}")
+        ivs.append(mean_interval(np.asarray(rows[value], dtype=float), level))
+    return np.array([iv.mean for iv in ivs]), np.array([iv.half_width for iv in ivs])
+
+
+def interval_text(values: ArrayLike, digits: int = 1, level: float = 0.95) -> str:
+    """The mean over the defined values (NaN left out: a seed where the metric is undefined) and
+    its interval, as the prose quotes it (:meth:`Interval.format` of :func:`mean_interval`).
+
+    With no defined value, the text of a zero over one seed (an infinite interval), so that a
+    sentence still reads when a metric is undefined at some profile.
+
+    Examples
+    --------
+    >>> interval_text([90.0, float("nan"), 92.0])
+    '+91.0 [+78.3, +103.7], 2 seeds'
+    >>> interval_text([float("nan")])
+    '+0.0 [−∞, +∞], 1 seed'
+    """
+    values = np.asarray(values, dtype=float)
+    values = values[~np.isnan(values)]
+    return mean_interval(values if len(values) else np.zeros(1), level).format(digits)
+
+
+def defined_pairs(ours: ArrayLike, baseline: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs (one per seed) where both sides are defined: a seed where either side is NaN
+    (an undefined metric, e.g. no client holds a rare class) is dropped from both. With no pair
+    left, one pair of zeros (an inconclusive one-seed interval). What a claim's ``values`` returns.
+
+    Raises
+    ------
+    ValueError
+        On sides of different shapes.
+
+    Examples
+    --------
+    >>> defined_pairs([1.0, float("nan"), 3.0], [0.5, 1.0, float("nan")])
+    (array([1.]), array([0.5]))
+    """
+    ours, baseline = np.asarray(ours, dtype=float), np.asarray(baseline, dtype=float)
+    if ours.shape != baseline.shape:
+        raise ValueError(f"ours and baseline must be paired (same shape), got {ours.shape} and {baseline.shape}")
+    ok = ~(np.isnan(ours) | np.isnan(baseline))
+    return (ours[ok], baseline[ok]) if ok.any() else (np.zeros(1), np.zeros(1))
+
+
+class SeedValues:
+    """One value per seed of each cell of a tidy results frame, the seeds in a fixed order:
+    ``values(*cell)`` is an array of shape (n_seeds,), NaN where a seed has no row.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Tidy results: one row per cell and seed.
+    keys : list of str
+        The columns naming a cell, in the order the call gives them.
+    seeds : sequence
+        The seeds, in the order of the returned arrays (the pairing of every claim).
+    value, seed : str
+        The columns of the numbers and of the seeds.
+
+    Raises
+    ------
+    ValueError
+        On a column the frame lacks.
+
+    Examples
+    --------
+    >>> tidy = pd.DataFrame({"seed": [1, 0, 0], "method": ["A", "A", "B"], "acc": [91.0, 90.0, 80.0]})
+    >>> v = SeedValues(tidy, ["method"], seeds=[0, 1], value="acc")
+    >>> v("A"), v("B")
+    (array([90., 91.]), array([80., nan]))
+    """
+
+    def __init__(self, frame: pd.DataFrame, keys: Sequence[str], seeds: Sequence, *, value: str = "value",
+                 seed: str = "seed") -> None:
+        missing = [c for c in [*keys, seed, value] if c not in frame.columns]
+        if missing:
+            raise ValueError(f"SeedValues: columns {missing} are not in the frame; valid: {list(frame.columns)}")
+        self.series = frame.set_index([*keys, seed])[value].sort_index()
+        self.seeds = list(seeds)
+
+    def __call__(self, *cell) -> np.ndarray:
+        """The values of ``cell`` (one key per column of ``keys``), one per seed; a ``KeyError`` for a cell with no row."""
+        return self.series.loc[cell].reindex(self.seeds).to_numpy(dtype=float)
+
+
 def seed_table(
     frame: pd.DataFrame,
     index: str | list[str],
@@ -703,7 +831,7 @@ def seed_table(
 
     def cell(x: pd.Series) -> str:
         iv = mean_interval(x.to_numpy(), level)
-        half = iv.high - iv.mean
+        half = iv.half_width
         return f"{iv.mean:.{digits}f} ± {half:.{digits}f}".replace("inf", "\N{INFINITY}")
 
     out = frame.groupby(keys, sort=False)[values].apply(cell)
@@ -725,12 +853,16 @@ __all__ = [
     "Claim",
     "ClaimResult",
     "Interval",
+    "SeedValues",
     "claims_table",
     "decide",
+    "defined_pairs",
     "evaluate",
+    "interval_text",
     "paired_bootstrap",
     "mean_interval",
     "paired_interval",
+    "seed_band",
     "seed_table",
     "show",
     "tally",

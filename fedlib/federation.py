@@ -8,7 +8,7 @@ the loop never receives one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -16,7 +16,8 @@ import torch
 
 from .data.datasets import _rotate
 from .data import ArrayDataset, global_test_split, make_partition, partition_summary, split_train_test
-from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, derive_seed, numpy_rng
+from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, VALIDATION, derive_seed, numpy_rng
+from .validation import check_real
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,50 @@ def make_federation(
         "seed": seed,
     }
     return Federation(clients, dataset.subset(test_idx), dataset.n_classes, description)
+
+
+def hold_out_validation(federation: Federation, fraction: float, seed: int) -> tuple[Federation, ArrayDataset]:
+    """Hold out a class-balanced share of the global test set as a validation set.
+
+    What a chapter selects (a baseline head, a setting) it selects on the validation images and
+    reports on the rest, so the selection does not profit from the luck of the test draw. From
+    each class of the global test set, ``round(fraction * n_c)`` of its ``n_c`` images are drawn
+    with the stream :data:`fedlib.rng.VALIDATION` of ``seed``.
+
+    Parameters
+    ----------
+    federation : Federation
+    fraction : float in [0, 1)
+        The share of each class held out.
+    seed : int
+        The run seed.
+
+    Returns
+    -------
+    (Federation, ArrayDataset)
+        The federation whose global test set is the rest (in its order; the clients are
+        unchanged), and the validation set (in the order of the global test set).
+
+    Raises
+    ------
+    ValueError
+        On a ``fraction`` outside [0, 1).
+
+    Examples
+    --------
+    >>> from fedlib.data import make_gaussian_mixture
+    >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
+    >>> fed, val = hold_out_validation(make_federation(ds, n_clients=2, alpha=0.5, global_test_per_class=10, seed=0), 0.3, 0)
+    >>> len(fed.global_test), len(val), np.bincount(val.labels_np).tolist()
+    (21, 9, [3, 3, 3])
+    """
+    check_real("fraction", fraction, low=0.0, high=1.0, high_open=True)
+    rng = numpy_rng(seed, VALIDATION)
+    y = federation.global_test.labels_np
+    val = np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[: int(round(fraction * (y == c).sum()))]
+                                  for c in range(federation.n_classes)]))
+    test = np.setdiff1d(np.arange(len(y)), val)
+    return replace(federation, global_test=federation.global_test.subset(test)), federation.global_test.subset(val)
 
 
 @dataclass(frozen=True)
@@ -306,5 +351,5 @@ def make_rotation_federation(
     return Federation(clients, fed.global_test, fed.n_classes, description), group
 
 
-__all__ = ["ClientData", "DepartureScenario", "Federation", "make_departure_scenario", "make_federation",
+__all__ = ["ClientData", "DepartureScenario", "Federation", "hold_out_validation", "make_departure_scenario", "make_federation",
            "make_rotation_federation", "one_client_per_domain", "partition_summary"]

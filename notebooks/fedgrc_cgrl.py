@@ -50,7 +50,7 @@ import sympy as sp
 import torch
 from myst_nb import glue
 
-from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
+from fedlib.cgrl import directional_loss, dispersion_plus_offset, log_norm, magnitude_loss, prototype_ce, unit
 from fedlib.book import setup
 from fedlib.checks import CheckTable, float64_tensor
 from fedlib.rng import numpy_rng
@@ -159,6 +159,7 @@ check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", u
 # \end{aligned}
 # $$
 #
+# (one class's and layer's term $p_{\chi,\ell,c}[\dots]$ is {func}`fedlib.cgrl.dispersion_plus_offset`).
 # First sympy, on a batch of five views with the gate pattern $(1,0,1,1,0)$ and symbolic log norms:
 
 # %%
@@ -172,15 +173,6 @@ lemma_lhs = sum(c * (r - a_s) ** 2 for r, c in zip(rho_s, chi_s)) / n_s
 lemma_rhs = sp.Rational(n_chi, n_s) * (sum((r - mean_chi) ** 2 for r in kept) / n_chi + (mean_chi - a_s) ** 2)
 lemma_sym = sp.simplify(sp.expand(lemma_lhs - lemma_rhs))
 print("sympy: empirical E[chi (rho - a)^2] - p_chi [Var + offset^2] =", lemma_sym)
-
-
-def lemma_rhs_numeric(rho, chi, a):
-    """p_chi [Var(rho | chi) + (mean(rho | chi) - a)^2] under the empirical distribution (0 if p_chi = 0)."""
-    if chi.sum() == 0:
-        return 0.0
-    r = rho[chi]
-    return chi.mean() * (r.var() + (r.mean() - a) ** 2)
-
 
 rng = rng_for(2)
 lemma_err, lemma_instances, zero_p = 0.0, 0, 0
@@ -200,7 +192,7 @@ for t in range(P.trials):
         for c in range(C):
             sel = y.numpy() == c
             if sel.any():
-                expected += sel.mean() * lemma_rhs_numeric(rho[sel], gate[sel], float(refs[ell, c])) / L
+                expected += sel.mean() * dispersion_plus_offset(rho[sel], gate[sel], float(refs[ell, c])) / L
                 zero_p += int(gate[sel].sum() == 0)
     lemma_err = max(lemma_err, abs(loss - expected) / max(1.0, abs(expected)))
     lemma_instances += 1

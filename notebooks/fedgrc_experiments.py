@@ -70,31 +70,28 @@ import dataclasses
 import functools
 import math
 import time
-from pathlib import Path
 
 import matplotlib.lines
 import matplotlib.pyplot as plt
-import matplotlib.transforms
-from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 import torch
 from myst_nb import glue
 
-from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedBABU, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
+from fedlib.book import claims_report, clipped_error, format_bytes, format_value, place_labels, setup, show_table
 from fedlib.cgrl import CGRLConfig
-from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import Claim, mean_interval, seed_table
+from fedlib.claims import Claim, SeedValues, defined_pairs, interval_text, mean_interval, seed_band, seed_table
 from fedlib.data import ArrayDataset, load_data, plot_partition, subsample
-from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
+from fedlib.deployment import FrozenFeatures, collect_statistics
+from fedlib.experiments.fedgrc import (SENSITIVITY_CURVES, FedGRCStudy, baseline_head, before_after, excess_gain_rows,
+                                       mean_over_heads, sensitivity, strongest)
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
-from fedlib.loop import LoopConfig, per_client_table
-from fedlib.run import evaluate_deployment, run_federated
-from fedlib.metrics import RARE_RATIO, protocol_summary
+from fedlib.loop import LoopConfig
+from fedlib.metrics import RARE_RATIO
 from fedlib.models import build_model
-from fedlib.rng import VALIDATION, derive_seed
+from fedlib.run import run_federated
 from fedlib.training import TrainConfig
 
 PROFILES = {
@@ -138,19 +135,6 @@ loop_cfgs = {s: LoopConfig(rounds=P.rounds, seed=s, eval_every=0, rare_ratio=RAR
 a_hi, a_lo = P.alphas[0], P.alphas[-1]
 print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} clients, alphas {P.alphas}, "
       f"{P.rounds} rounds, model {P.model}, MMS layers {LAYERS}, seeds {SEEDS}")
-
-_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
-
-
-def fmt_value(x):
-    """A grid value for prose: 0.1, 10, ∞, and 10⁻⁴ (not 0.0001) for very small or large ones."""
-    if not math.isfinite(x):
-        return "∞"
-    if x == 0 or 1e-2 <= abs(x) < 1e4:
-        return f"{x:g}"
-    mantissa, exponent = f"{x:.0e}".split("e")
-    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
-    return power if mantissa == "1" else f"{mantissa} × {power}"
 
 # %% tags=["remove-cell"]
 glue("fge_n_samples", len(data), display=False)
@@ -283,26 +267,26 @@ Q_I = ("The excess gain I measures how much the joint improvement exceeds the su
        "in four settings.")
 SIZES = {"global": 2.17, "F@25": 2.13}  # the lower ends of the paper's ranges, quoted in Q_SIZE
 # Each claim's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter
-# (v, strongest, v9, mean_heads, paired: defined with the results; paired keeps the seeds where both are defined)
+# (v, best, heads_mean and v9 are defined with the results; defined_pairs keeps the seeds where both sides are defined)
 claims = []
 for a in P.alphas:
     for m in ("global", "unseen", "rare", "F@25"):
         claims.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III",
                             f"{m} (α = {a}), FedGRC − strongest baseline of the seed, points", "greater", 0.0,
                             f"{SCALE}; {ABSENT}" + (f"; {RARE}" if m == "rare" else ""),
-                            values=lambda a=a, m=m: paired(v(a, FEDGRC, m), strongest(a, m))))
+                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m), best(a, m))))
     for m, size in SIZES.items():
         claims.append(Claim(f"size-{m}-{a}", Q_SIZE, "Section V-B, Tables I–III",
                             f"{m} (α = {a}), FedGRC − strongest baseline of the seed − {size:g} (the paper's smallest "
                             "gain), points", "greater", 0.0,
                             f"{SCALE}; {ABSENT}; the paper's sizes are on other data",
-                            values=lambda a=a, m=m: paired(v(a, FEDGRC, m) - SIZES[m], strongest(a, m))))
+                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m) - SIZES[m], best(a, m))))
 claims.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
                     f"local (α = {a_hi}), FedGRC − strongest baseline of the seed, points", "greater", 0.0,
-                    f"{SCALE}; {ABSENT}", values=lambda: paired(v(a_hi, FEDGRC, "local"), strongest(a_hi, "local"))))
+                    f"{SCALE}; {ABSENT}", values=lambda: defined_pairs(v(a_hi, FEDGRC, "local"), best(a_hi, "local"))))
 claims.append(Claim(f"local-trail-{a_lo}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
                     f"local (α = {a_lo}), FedGRC − strongest baseline of the seed, points", "less", 0.0,
-                    f"{SCALE}; {ABSENT}", values=lambda: paired(v(a_lo, FEDGRC, "local"), strongest(a_lo, "local"))))
+                    f"{SCALE}; {ABSENT}", values=lambda: defined_pairs(v(a_lo, FEDGRC, "local"), best(a_lo, "local"))))
 SHIFT_METHODS = {"FedRep": "FedRep, named by the paper",
                  "FedAvg + FedCGS + FT": "pFedGM → FedCGS + fine-tuning (pFedGM is not implemented)",
                  "Ditto": "Ditto stands in for the absent pFedFDA, FedLog, FedROD, BTFL"}
@@ -310,19 +294,19 @@ for name, sub in SHIFT_METHODS.items():
     for m, d in (("local", "greater"), ("global", "less")):
         claims.append(Claim(f"shift-{m}-{name}", Q_SHIFT, "Section V-B, Fig. 1",
                             f"{m} of {name}, α = {a_lo} − α = {a_hi}, points", d, 0.0, f"{sub}; {SCALE}",
-                            values=lambda name=name, m=m: paired(v(a_lo, name, m), v(a_hi, name, m))))
+                            values=lambda name=name, m=m: defined_pairs(v(a_lo, name, m), v(a_hi, name, m))))
 HEAD_SUB = ("FedYoYo → FedAvg-Aug (FedAvg on the same two augmented views); the heads are our five baseline heads "
             "plus MMS and MMS + SASP")
 for a in P.alphas:
     claims.append(Claim(f"heads-gain-{a}", Q_HEADS, "Section V-B",
                         f"global (α = {a}), gain of the mean head over the backbone's own head, FedAvg-Aug − FedAvg, points",
                         "greater", 1.0, HEAD_SUB,
-                        values=lambda a=a: paired(mean_heads(a, "FedAvg-Aug") - v(a, "FedAvg-Aug", "global"),
-                                                  mean_heads(a, "FedAvg") - v(a, "FedAvg", "global"))))
+                        values=lambda a=a: defined_pairs(heads_mean(a, "FedAvg-Aug") - v(a, "FedAvg-Aug", "global"),
+                                                         heads_mean(a, "FedAvg") - v(a, "FedAvg", "global"))))
     claims.append(Claim(f"heads-level-{a}", Q_HEADS, "Section V-B",
                         f"global (α = {a}), mean accuracy of the heads, FedAvg-Aug backbone − FedAvg backbone, points",
                         "greater", 1.0, HEAD_SUB,
-                        values=lambda a=a: paired(mean_heads(a, "FedAvg-Aug"), mean_heads(a, "FedAvg"))))
+                        values=lambda a=a: defined_pairs(heads_mean(a, "FedAvg-Aug"), heads_mean(a, "FedAvg"))))
 FT_PAIRS = {"FedETF → FedETF-FT": ("FedETF", "FedETF-FT", "FedETF, as in the paper"),
             "FedCGS → FedCGS + FT": ("FedAvg + FedCGS", "FedAvg + FedCGS + FT",
                                       "pFedGM → FedCGS + fine-tuning on the FedAvg backbone")}
@@ -330,35 +314,35 @@ for label, (before, after, sub) in FT_PAIRS.items():
     for m, d, eff in (("local", "greater", 0.0), ("global", "less", 1.0), ("F@25", "less", 1.0)):
         claims.append(Claim(f"ft-{m}-{before}", Q_FT, "Section V-C, Table IV",
                             f"{m}, {after} − {before}, mean over α ∈ {P.alphas}, points", d, eff, f"{sub}; {SCALE}",
-                            values=lambda before=before, after=after, m=m: paired(
+                            values=lambda before=before, after=after, m=m: defined_pairs(
                                 np.mean([v(a, after, m) for a in P.alphas], axis=0),
                                 np.mean([v(a, before, m) for a in P.alphas], axis=0))))
 for a in P.alphas:
     claims.append(Claim(f"sasp-local-{a}", Q_SASP, "Section V-C, Table IV",
                         f"local (α = {a}), FedGRC − CGRL + MMS, points", "greater", 0.0, SCALE,
-                        values=lambda a=a: paired(v(a, FEDGRC, "local"), v(a, "CGRL + MMS", "local"))))
+                        values=lambda a=a: defined_pairs(v(a, FEDGRC, "local"), v(a, "CGRL + MMS", "local"))))
     claims.append(Claim(f"sasp-F25-{a}", Q_SASP, "Section V-C, Table IV",
                         f"F@25 (α = {a}), FedGRC − CGRL + MMS, points", "greater", 0.0, SCALE,
-                        values=lambda a=a: paired(v(a, FEDGRC, "F@25"), v(a, "CGRL + MMS", "F@25"))))
+                        values=lambda a=a: defined_pairs(v(a, FEDGRC, "F@25"), v(a, "CGRL + MMS", "F@25"))))
     claims.append(Claim(f"sasp-global-{a}", Q_SASP, "Section V-C, Table IV",
                         f"global (α = {a}), FedGRC − CGRL + MMS, points", "at least", 1.0,
                         f"{SCALE}; 'largely retaining' read as a loss under one point",
-                        values=lambda a=a: paired(v(a, FEDGRC, "global"), v(a, "CGRL + MMS", "global"))))
+                        values=lambda a=a: defined_pairs(v(a, FEDGRC, "global"), v(a, "CGRL + MMS", "global"))))
 T9_SUB = ("B0 = FedAvg-Aug (for FedYoYo); H0 = the baseline head of best validation global accuracy (the paper picks "
           "the best F@25 on its tables)")
 for a in P.alphas:
     claims.append(Claim(f"t9-vs-B1H0-{a}", Q_T9, "Section V-D, Table IX", f"F@25 (α = {a}), B1 + H1 − B1 + H0, points",
                         "greater", 0.0, T9_SUB,
-                        values=lambda a=a: paired(v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B1 + H0"))))
+                        values=lambda a=a: defined_pairs(v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B1 + H0"))))
     claims.append(Claim(f"t9-vs-B0H1-{a}", Q_T9, "Section V-D, Table IX", f"F@25 (α = {a}), B1 + H1 − B0 + H1, points",
                         "greater", 0.0, T9_SUB,
-                        values=lambda a=a: paired(v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B0 + H1"))))
+                        values=lambda a=a: defined_pairs(v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B0 + H1"))))
     claims.append(Claim(f"excess-F25-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in F@25 (α = {a}), points",
                         "greater", 0.0, T9_SUB,
-                        values=lambda a=a: paired(v9(a, "F@25", "excess gain I"), np.zeros(len(SEEDS)))))
+                        values=lambda a=a: defined_pairs(v9(a, "F@25", "excess gain I"), np.zeros(len(SEEDS)))))
     claims.append(Claim(f"excess-global-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in global accuracy (α = {a}), points",
                         "greater", 0.0, T9_SUB,
-                        values=lambda a=a: paired(v9(a, "global", "excess gain I"), np.zeros(len(SEEDS)))))
+                        values=lambda a=a: defined_pairs(v9(a, "global", "excess gain I"), np.zeros(len(SEEDS)))))
 print(f"{len(claims)} claims declared")
 
 # %% [markdown]
@@ -374,110 +358,22 @@ print(f"{len(claims)} claims declared")
 # moments (counts, sums, Gram matrices) of its training features under the frozen final backbone,
 # and nothing else. The baseline heads use the penultimate features: FedNCM {cite:p}`fedncm`, an
 # LDA-style pooled-covariance head, FedCGS {cite:p}`fedcgs`, Fed3R {cite:p}`fed3r` and CCVR
-# {cite:p}`ccvr`; MMS and SASP use the concatenated layers $\Lambda$.
+# {cite:p}`ccvr`; MMS and SASP use the concatenated layers $\Lambda$. One object holds what is
+# trained and deployed ({class}`fedlib.experiments.fedgrc.FedGRCStudy`), and one call runs it for
+# every seed and $\alpha$.
 
 # %% tags=["hide-input"]
 BASELINE_HEADS = {"FedNCM": FedNCMHead(), "LDA": LDAHead(), "FedCGS": FedCGSHead(), "Fed3R": Fed3RHead(), "CCVR": CCVRHead()}
 BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
 HEAD_EPOCHS = 1
-
-
-def split_validation(fed, s):
-    """The federation with a class-balanced share of its global test set held out, and that share."""
-    rng = np.random.default_rng(derive_seed(s, VALIDATION))
-    y = fed.global_test.labels_np
-    val = np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[: int(round(P.val_fraction * (y == c).sum()))]
-                                  for c in range(fed.n_classes)]))
-    test = np.setdiff1d(np.arange(len(y)), val)
-    return dataclasses.replace(fed, global_test=fed.global_test.subset(test)), fed.global_test.subset(val)
-
-
-def make_algs():
-    return {
-        "FedAvg": FedAvg(train=train_cfg),
-        "FedAvg-Aug": CGRL(train=train_cfg, cgrl=aug_cfg),
-        "CGRL": CGRL(train=train_cfg, cgrl=cgrl_cfg),
-        "FedRep": FedRep(train=train_cfg, head_train=TrainConfig(epochs=HEAD_EPOCHS, batch_size=32, lr=P.lr)),
-        "FedBABU": FedBABU(train=train_cfg, finetune=finetune_cfg),
-        "Ditto": Ditto(train=train_cfg, personal_train=train_cfg),
-        "FedETF": FedETF(train=train_cfg),
-    }
-
-
-def train_runs(fed, lc):
-    runs, seconds = {}, {}
-    for name, alg in make_algs().items():
-        t0 = time.perf_counter()
-        runs[name] = run_federated(alg, fed, model_fn, lc)
-        seconds[name] = time.perf_counter() - t0
-    return runs, seconds
-
-
-glue("fge_n_algs", len(make_algs()), display=False)
-
-
-def final(run):
-    return run.frame[run.frame["round"] == run.rounds_done]
-
-
-def own_head(b):
-    return "CGRL (training head)" if b == "CGRL" else b
-
-
-frozen_lo, pen_cgrl = {}, {}
-rows, val_rows, federations, stat_runs, ledgers, ledgers_train, round_seconds, n_runs = [], [], {}, {}, {}, {}, {}, 0
-for s in SEEDS:
-    lc = loop_cfgs[s]
-    for a in P.alphas:
-        fed, val_set = split_validation(make_federation(datasets[s], n_clients=P.n_clients, partition="dirichlet", alpha=a,
-                                                        min_size=10, global_test_per_class=P.global_test_per_class, seed=s), s)
-        fed_val = dataclasses.replace(fed, global_test=val_set)
-        federations[(s, a)] = fed
-        runs, secs = train_runs(fed, lc)
-        n_runs += len(runs)
-        for name, run in runs.items():
-            ledgers_train[(s, a, name)] = run.ledger.to_frame()
-            round_seconds[(s, a, name)] = float(np.median(run.seconds))  # the last round includes the evaluation
-        deployments = {own_head(name): final(run) for name, run in runs.items()}
-        summaries = {}
-        deployments["FedAvg-FT"] = evaluate_deployment(FedAvgFT(train=train_cfg, finetune=finetune_cfg), runs["FedAvg"], fed, model_fn, lc)
-        deployments["FedETF-FT"] = evaluate_deployment(FedETF(train=train_cfg, finetune=finetune_cfg), runs["FedETF"], fed, model_fn, lc)
-        for backbone in BACKBONES:
-            pen = collect_statistics(runs[backbone], fed, model_fn, layers=("penultimate",), seed=s)
-            multi = collect_statistics(runs[backbone], fed, model_fn, layers=LAYERS, seed=s)
-            stat_runs[(s, a, backbone)] = multi
-            for label, head in BASELINE_HEADS.items():
-                deployments[f"{backbone} + {label}"] = evaluate_deployment(StatHead(head=head, seed=s), pen, fed, model_fn, lc)
-                if backbone == "FedAvg-Aug":  # the selection of H0 (Table IX's B0) on the validation images
-                    vf = evaluate_deployment(StatHead(head=head, seed=s), pen, fed_val, model_fn, lc)
-                    val_rows.append({"seed": s, "alpha": a, "backbone": backbone, "head": label,
-                                     "validation global (%)": 100 * protocol_summary(per_client_table(vf))["global"]})
-            # MMS and SASP: the features once per split (FrozenFeatures gives the protocol's numbers without a
-            # backbone pass over the global test set per client)
-            frozen = FrozenFeatures(multi, fed, model_fn)
-            mms = MMS(gamma=P.gamma).fit(frozen.moments, frozen.layer_dims)
-            summaries[f"{backbone} + MMS"] = frozen.summary([mms] * len(frozen.client_moments))
-            summaries[f"{backbone} + MMS + SASP"] = frozen.summary([SASP(m0=P.m0).fit(mms, mom) for mom in frozen.client_moments])
-            if backbone == "CGRL" and a == a_lo:
-                frozen_lo[s] = frozen  # reused by the sensitivity sweep
-            if backbone == "CGRL":
-                pen_cgrl[(s, a)] = pen  # reused by exercise 3 (MMS on the penultimate layer only)
-            ledgers[(s, a, backbone, "penultimate")] = pen.ledger
-            ledgers[(s, a, backbone, "multilayer")] = multi.ledger
-            if backbone == "FedAvg":
-                deployments["FedAvg + FedCGS + FT"] = evaluate_deployment(
-                    StatHead(FedCGSHead(), finetune=finetune_cfg, seed=s), pen, fed, model_fn, lc)
-        summaries.update({name: protocol_summary(per_client_table(frame)) for name, frame in deployments.items()})
-        for name, summary in summaries.items():
-            rows += [{"seed": s, "alpha": a, "method": name, "metric": m, "value": 100 * v} for m, v in summary.items()]
-        if results_dir is not None:
-            for name, run in runs.items():
-                run.save(Path(results_dir) / f"seed{s}" / f"alpha{a}" / name)
-tidy = pd.DataFrame(rows)
-val_table = pd.DataFrame(val_rows)
-if results_dir is not None:
-    tidy.to_csv(Path(results_dir) / "fedgrc_results.csv", index=False)
-glue("fge_n_runs", n_runs, display=False)
+study = FedGRCStudy(model_fn=model_fn, train=train_cfg, finetune=finetune_cfg,
+                    head_train=TrainConfig(epochs=HEAD_EPOCHS, batch_size=32, lr=P.lr), cgrl=cgrl_cfg, augmentation=aug_cfg,
+                    layers=LAYERS, baseline_heads=BASELINE_HEADS, gamma=P.gamma, m0=P.m0, n_clients=P.n_clients,
+                    global_test_per_class=P.global_test_per_class, val_fraction=P.val_fraction, backbones=BACKBONES)
+glue("fge_n_algs", len(study.methods()), display=False)
+runs = study.run(datasets, SEEDS, P.alphas, loop_cfgs, keep_features_at=a_lo, results_dir=results_dir)
+federations, tidy, val_table = runs.federations, runs.tidy, runs.validation
+glue("fge_n_runs", runs.n_runs, display=False)
 
 # %% [markdown]
 # {numref}`fig-fedgrc-partition` shows what the clients hold: the label skew every method trains under.
@@ -508,19 +404,9 @@ HEADS = [*BASELINE_HEADS, "MMS", "MMS + SASP"]
 ORDER = PFL + ["FedAvg + FedCGS + FT"] + [f"{b} + {h}" for b in BACKBONES for h in HEADS]
 FEDGRC = "CGRL + MMS + SASP"
 BASELINES = [n for n in PFL if n != "CGRL (training head)"] + [f"{b} + {h}" for b in ("FedAvg", "FedAvg-Aug") for h in BASELINE_HEADS]
-R = tidy.set_index(["alpha", "method", "metric", "seed"])["value"].sort_index()
-
-
-def v(a, name, m):
-    """One number per seed (percent), in SEEDS order."""
-    return R.loc[(a, name, m)].reindex(SEEDS).to_numpy(dtype=float)
-
-
-def strongest(a, m):
-    """Per seed, the best baseline on metric m (NaN-aware)."""
-    stack = np.stack([v(a, n, m) for n in BASELINES])
-    return np.array([np.nan if np.isnan(col).all() else np.nanmax(col) for col in stack.T])
-
+v = SeedValues(tidy, ["alpha", "method", "metric"], SEEDS)  # v(a, method, metric): one number per seed (percent)
+best = functools.partial(strongest, v, baselines=BASELINES)  # best(a, metric): per seed, the strongest baseline
+heads_mean = functools.partial(mean_over_heads, v, heads=HEADS)  # heads_mean(a, backbone): per seed, over HEADS
 
 main = tidy[tidy["metric"].isin(METRICS)].dropna(subset=["value"])
 main = main[main.groupby(["alpha", "method", "metric"])["seed"].transform("count") == len(SEEDS)]
@@ -539,21 +425,13 @@ for a in P.alphas:
 # %% tags=["remove-cell"]
 POS = {"hi": a_hi, "lo": a_lo}
 key = lambda m: m.replace("@", "")  # noqa: E731  (glue keys without '@')
-
-
-def iv_text(values, digits=1):
-    values = np.asarray(values, dtype=float)
-    values = values[~np.isnan(values)]
-    return mean_interval(values if len(values) else np.zeros(1)).format(digits)
-
-
 for pos, a in POS.items():
     for m in ("local", "global", "F@25"):
-        glue(f"fge_fedgrc_{key(m)}_{pos}", iv_text(v(a, FEDGRC, m)), display=False)
-        glue(f"fge_gap_{key(m)}_{pos}", iv_text(v(a, FEDGRC, m) - strongest(a, m)), display=False)
-    glue(f"fge_head_gain_{pos}", iv_text(v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global")), display=False)
-    glue(f"fge_aug_gain_{pos}", iv_text(v(a, "FedAvg-Aug", "global") - v(a, "FedAvg", "global")), display=False)
-    glue(f"fge_cgrl_gain_{pos}", iv_text(v(a, FEDGRC, "F@25") - v(a, "FedAvg-Aug + MMS + SASP", "F@25")), display=False)
+        glue(f"fge_fedgrc_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m)), display=False)
+        glue(f"fge_gap_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m) - best(a, m)), display=False)
+    glue(f"fge_head_gain_{pos}", interval_text(v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global")), display=False)
+    glue(f"fge_aug_gain_{pos}", interval_text(v(a, "FedAvg-Aug", "global") - v(a, "FedAvg", "global")), display=False)
+    glue(f"fge_cgrl_gain_{pos}", interval_text(v(a, FEDGRC, "F@25") - v(a, "FedAvg-Aug + MMS + SASP", "F@25")), display=False)
 
 # %% [markdown]
 # We call **baselines** the personalized-FL methods, FedAvg-Aug and the five baseline heads on
@@ -587,54 +465,8 @@ for pos, a in POS.items():
 # the whole label space.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean local accuracy against mean global accuracy over the clients (%), one point per method and one panel per Dirichlet α, as in the paper's Figure 1; error bars are 95 % intervals over the seeds, cut at 0 and 100 %. Blue: personalized-FL methods; orange: statistical heads on the FedAvg and FedAvg-Aug backbones; green: heads on the CGRL backbone, FedGRC the star.", "name": "fig-fedgrc-local-global"}, "image": {"alt": "Two scatter plots of mean global accuracy against mean local accuracy, one per value of alpha: one point with horizontal and vertical error bars per method, coloured by family, seven methods labelled by name and FedGRC drawn as a large star."}}
-def mean_half(values):
-    values = np.asarray(values, dtype=float)
-    iv = mean_interval(values)
-    return iv.mean, iv.high - iv.mean
-
-
-def family(name):
-    return ("personalized FL" if name in PFL or name == "FedAvg + FedCGS + FT" else
-            "heads on CGRL" if name.startswith("CGRL +") else "heads on FedAvg / FedAvg-Aug")
-
-
-def clipped(center, half):
-    """Asymmetric error-bar lengths of center ± half inside the 0-100 % range (None if undefined)."""
-    if not np.isfinite(half):
-        return None
-    return [[center - max(0.0, center - half)], [min(100.0, center + half) - center]]
-
-
-def place_labels(ax, labels, points, fontsize=7):
-    """Write each label next to its point where it overlaps no other label, no point and stays in
-    the axes: the first free spot among offsets in eight directions, at growing distances."""
-    fig = ax.figure
-    renderer = fig.canvas.get_renderer()
-    frame = ax.get_window_extent(renderer)
-    taken = []
-    for px, py in ax.transData.transform(np.asarray(points, dtype=float)):
-        taken.append(matplotlib.transforms.Bbox.from_extents(px - 4, py - 4, px + 4, py + 4))
-    directions = [(1, 1, "left", "bottom"), (1, -1, "left", "top"), (-1, 1, "right", "bottom"),
-                  (-1, -1, "right", "top"), (1, 0, "left", "center"), (-1, 0, "right", "center"),
-                  (0, 1, "center", "bottom"), (0, -1, "center", "top")]
-    for text, xy in labels:
-        placed = None
-        for dist in (4, 9, 15, 22):
-            for dx, dy, ha, va in directions:
-                t = ax.annotate(text, xy, xytext=(dx * dist, dy * dist), textcoords="offset points", ha=ha, va=va,
-                                fontsize=fontsize, arrowprops=dict(arrowstyle="-", lw=0.5, color="0.4") if dist > 9 else None)
-                box = t.get_window_extent(renderer)
-                inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
-                if inside and not any(box.overlaps(o) for o in taken):
-                    placed = box
-                    break
-                t.remove()
-            if placed is not None:
-                break
-        if placed is None:  # no free spot: the first offset, so the label is still there
-            placed = ax.annotate(text, xy, xytext=(4, 4), textcoords="offset points", fontsize=fontsize).get_window_extent(renderer)
-        taken.append(placed)
-
+FAMILY = {name: "personalized FL" if name in PFL or name == "FedAvg + FedCGS + FT" else
+          "heads on CGRL" if name.startswith("CGRL +") else "heads on FedAvg / FedAvg-Aug" for name in ORDER}
 LABELLED = ("FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedETF-FT", "Ditto", "FedRep", FEDGRC)
 fig, axes = plt.subplots(1, len(P.alphas), figsize=(4.8 * len(P.alphas), 4.6), squeeze=False)
 colors = {"personalized FL": "tab:blue", "heads on FedAvg / FedAvg-Aug": "tab:orange", "heads on CGRL": "tab:green"}
@@ -642,11 +474,10 @@ to_label = []
 for ax, a in zip(axes[0], P.alphas):
     labels, points = [], []
     for name in ORDER:
-        (x, xe), (y, ye) = mean_half(v(a, name, "local")), mean_half(v(a, name, "global"))
-        if not (np.isfinite(x) and np.isfinite(y)):
-            continue
-        fam, star = family(name), name == FEDGRC
-        ax.errorbar(x, y, xerr=clipped(x, xe), yerr=clipped(y, ye),
+        ix, iy = mean_interval(v(a, name, "local")), mean_interval(v(a, name, "global"))  # 95 % intervals over the seeds
+        x, y = ix.mean, iy.mean
+        fam, star = FAMILY[name], name == FEDGRC
+        ax.errorbar(x, y, xerr=clipped_error(x, ix.half_width), yerr=clipped_error(y, iy.half_width),
                     color=colors[fam], marker="*" if star else "o", ms=14 if star else 5, lw=0.8, alpha=0.9,
                     mec="black" if star else colors[fam], mew=0.8 if star else 0, zorder=3 if star else 2)
         points.append((x, y))
@@ -680,14 +511,7 @@ plt.show()
 # %% tags=["hide-input"]
 PAIRS = [("FedETF", "FedETF-FT"), ("FedAvg + FedCGS", "FedAvg + FedCGS + FT"), ("CGRL + MMS", FEDGRC)]
 SHOW4 = ["local", "global", "unseen", "F@25"]
-rows4 = []
-for s_i, s in enumerate(SEEDS):
-    for a in P.alphas:
-        for before, after in PAIRS:
-            for m in SHOW4:
-                d = v(a, after, m)[s_i] - v(a, before, m)[s_i]
-                rows4.append({"seed": s, "alpha": a, "before → after": f"{before} → {after}", "column": f"Δ {m}", "value": d})
-d4 = pd.DataFrame(rows4).dropna(subset=["value"])
+d4 = before_after(v, SEEDS, P.alphas, PAIRS, SHOW4).dropna(subset=["value"])  # after − before, per seed
 d4 = d4[d4.groupby(["alpha", "before → after", "column"])["seed"].transform("count") == len(SEEDS)]
 table4 = seed_table(d4, ["alpha", "before → after"], "column", "value")
 table4 = table4[[c for c in (f"Δ {m}" for m in SHOW4) if c in table4.columns]]
@@ -697,7 +521,7 @@ show_table(table4.rename(columns=lambda c: f"{c} (points)"), formats={"alpha": "
 for pos, a in POS.items():
     for (before, after), tag in zip(PAIRS, ("etf", "head", "sasp")):
         for m in ("local", "global", "F@25"):
-            glue(f"fge_t4_{tag}_{key(m)}_{pos}", iv_text(v(a, after, m) - v(a, before, m)), display=False)
+            glue(f"fge_t4_{tag}_{key(m)}_{pos}", interval_text(v(a, after, m) - v(a, before, m)), display=False)
 
 # %% [markdown]
 # At $\alpha =$ {glue:text}`fge_alpha_lo`, fine-tuning FedETF changes local accuracy by
@@ -729,29 +553,9 @@ for pos, a in POS.items():
 # positive when the two replacements help more together than the sum of their separate effects.
 
 # %% tags=["hide-input"]
-h0 = {}
-for (s, a), g in val_table[val_table["backbone"] == "FedAvg-Aug"].groupby(["seed", "alpha"]):
-    h0[(s, a)] = g.set_index("head")["validation global (%)"].idxmax()
-rows9 = []
-for s_i, s in enumerate(SEEDS):
-    for a in P.alphas:
-        for metric in ("F@25", "global"):
-            f = {(b, hk): v(a, f"{b} + {hh}", metric)[s_i]
-                 for b in ("FedAvg-Aug", "CGRL") for hk, hh in (("H0", h0[(s, a)]), ("H1", "MMS + SASP"))}
-            i_gain = (f[("CGRL", "H1")] - f[("FedAvg-Aug", "H0")]) - (f[("CGRL", "H0")] - f[("FedAvg-Aug", "H0")]) \
-                - (f[("FedAvg-Aug", "H1")] - f[("FedAvg-Aug", "H0")])
-            for col, val in (("B0 + H0", f[("FedAvg-Aug", "H0")]), ("B1 + H0", f[("CGRL", "H0")]),
-                             ("B0 + H1", f[("FedAvg-Aug", "H1")]), ("B1 + H1 (FedGRC)", f[("CGRL", "H1")]),
-                             ("excess gain I", i_gain)):
-                rows9.append({"seed": s, "alpha": a, "metric": metric, "column": col, "value": val})
-tidy9 = pd.DataFrame(rows9)
-T9 = tidy9.set_index(["alpha", "metric", "column", "seed"])["value"].sort_index()
-
-
-def v9(a, metric, col):
-    return T9.loc[(a, metric, col)].reindex(SEEDS).to_numpy(dtype=float)
-
-
+h0 = baseline_head(val_table)  # per (seed, alpha): the baseline head of best validation global accuracy on FedAvg-Aug
+tidy9 = excess_gain_rows(v, h0, SEEDS, P.alphas)  # F(B, H) of each pairing and I, per seed
+v9 = SeedValues(tidy9, ["alpha", "metric", "column"], SEEDS)
 table9 = seed_table(tidy9.dropna(subset=["value"]), ["alpha", "metric"], "column", "value", digits=2)
 h0_choice = pd.Series(h0).rename_axis(["seed", "alpha"]).unstack("alpha")
 T9_COLS = ["B0 + H0", "B1 + H0", "B0 + H1", "B1 + H1 (FedGRC)", "excess gain I"]
@@ -763,8 +567,8 @@ display(show_table(h0_choice.rename(columns=lambda a: f"H0 chosen on validation,
 
 # %% tags=["remove-cell"]
 for pos, a in POS.items():
-    glue(f"fge_I_F25_{pos}", iv_text(v9(a, "F@25", "excess gain I"), 2), display=False)
-    glue(f"fge_I_global_{pos}", iv_text(v9(a, "global", "excess gain I"), 2), display=False)
+    glue(f"fge_I_F25_{pos}", interval_text(v9(a, "F@25", "excess gain I"), 2), display=False)
+    glue(f"fge_I_global_{pos}", interval_text(v9(a, "global", "excess gain I"), 2), display=False)
 glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
 
 # %% [markdown]
@@ -781,41 +585,21 @@ glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
 # $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once
 # ({class}`fedlib.deployment.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
 # the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
-# $\gamma$. Each head is evaluated by the same protocol; the bands are the 95 % intervals over
-# the seeds ({numref}`fig-fedgrc-sensitivity`).
+# $\gamma$ ({func}`fedlib.experiments.fedgrc.sensitivity`). Each head is evaluated by the same
+# protocol; the bands are the 95 % intervals over the seeds ({numref}`fig-fedgrc-sensitivity`).
 
 # %% tags=["hide-input"]
-SENS = ("local", "global", "F@25")
-sens_rows = []
-for s in SEEDS:
-    frozen = frozen_lo[s]  # the CGRL backbone's features, extracted once in the training cell
-    mms = MMS(gamma=P.gamma).fit(frozen.moments, frozen.layer_dims)
-    for m in P.m0_grid:
-        summ = frozen.summary([SASP(m0=m).fit(mms, mom) for mom in frozen.client_moments])
-        sens_rows += [{"seed": s, "grid": "m0", "x": m, "curve": k, "value": 100 * summ[k]} for k in SENS]
-    for g in P.gamma_grid:
-        mg = MMS(gamma=g).fit(frozen.moments, frozen.layer_dims)
-        shared = frozen.summary([mg] * len(frozen.client_moments))
-        pers = frozen.summary([SASP(m0=P.m0).fit(mg, mom) for mom in frozen.client_moments])
-        sens_rows += [{"seed": s, "grid": "gamma", "x": g, "curve": "MMS global", "value": 100 * shared["global"]},
-                      {"seed": s, "grid": "gamma", "x": g, "curve": "MMS + SASP local", "value": 100 * pers["local"]},
-                      {"seed": s, "grid": "gamma", "x": g, "curve": "MMS + SASP global", "value": 100 * pers["global"]}]
-sens = pd.DataFrame(sens_rows)
-
-
-def curve(grid, name):
-    """Mean and half-width over the seeds along the grid."""
-    sub = sens[(sens["grid"] == grid) & (sens["curve"] == name)]
-    out = [mean_half(sub[sub["x"] == x]["value"]) for x in (P.m0_grid if grid == "m0" else P.gamma_grid)]
-    return np.array([o[0] for o in out]), np.array([o[1] for o in out])
-
+SENS = SENSITIVITY_CURVES  # local, global, F@25
+# the CGRL backbone's features at the smaller alpha, extracted once in the training cell, for every head refitted
+sens = sensitivity(runs.features, P.m0_grid, P.gamma_grid, gamma=P.gamma, m0=P.m0)
+sub_m0, sub_gamma = sens[sens["grid"] == "m0"], sens[sens["grid"] == "gamma"]
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Sensitivity of the heads on the frozen CGRL backbone at the smaller α (bands: 95 % intervals over the seeds, cut at 0 and 100 %). Left: mean local and global accuracy and F@25 (%) of SASP against its reference strength $m_0$, from the client's own means ($m_0 = 0$) to the shared head ($m_0 = \\infty$). Right: the shared MMS head's global accuracy and SASP's local and global accuracy against the ridge $\\gamma$.", "name": "fig-fedgrc-sensitivity"}, "image": {"alt": "Two line plots with shaded bands on logarithmic horizontal axes: accuracy against m0 for three curves (local, global, F@25), and accuracy against gamma for three curves (MMS global, MMS plus SASP local and global)."}}
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
 xm = [m if math.isfinite(m) else 10 * max(v_ for v_ in P.m0_grid if math.isfinite(v_)) for m in P.m0_grid]
 xm = [max(v_, 0.1) for v_ in xm]
 for col in SENS:
-    mu, hw = curve("m0", col)
+    mu, hw = seed_band(sub_m0[sub_m0["curve"] == col], "x", P.m0_grid)  # mean and 95 % half-width over the seeds
     ax1.plot(xm, mu, marker="o", label=col)
     ax1.fill_between(xm, np.clip(mu - hw, 0, 100), np.clip(mu + hw, 0, 100), alpha=0.2)
 ax1.set_xscale("log")
@@ -825,7 +609,7 @@ ax1.set_ylabel("accuracy (%)")
 ax1.set_title(f"SASP, CGRL backbone, α = {a_lo}")
 ax1.legend(loc="best", fontsize=8)
 for col in ("MMS global", "MMS + SASP local", "MMS + SASP global"):
-    mu, hw = curve("gamma", col)
+    mu, hw = seed_band(sub_gamma[sub_gamma["curve"] == col], "x", P.gamma_grid)
     ax2.plot(P.gamma_grid, mu, marker="o", label=col)
     ax2.fill_between(P.gamma_grid, np.clip(mu - hw, 0, 100), np.clip(mu + hw, 0, 100), alpha=0.2)
 ax2.set_xscale("log")
@@ -837,22 +621,21 @@ fig.tight_layout()
 plt.show()
 
 # %% tags=["hide-input"]
-m0_table = seed_table(sens[sens["grid"] == "m0"], "x", "curve", "value").rename_axis("m0")[list(SENS)]
-show_table(m0_table.rename(columns=lambda c: f"{c} (%)"), formats={"m0": fmt_value},
+m0_table = seed_table(sub_m0, "x", "curve", "value").rename_axis("m0")[list(SENS)]
+show_table(m0_table.rename(columns=lambda c: f"{c} (%)"), formats={"m0": format_value},
            best={f"{c} (%)": "max" for c in SENS}).set_caption("SASP against m0 (mean over the seeds ± 95 % interval)")
 
 # %% tags=["remove-cell"]
 m_fin = [m for m in P.m0_grid if math.isfinite(m)]
-sub_m0 = sens[sens["grid"] == "m0"]
 glue("fge_m0_min", float(min(m_fin)), display=False)
 for k, tag in (("local", "local"), ("global", "global")):
     at_min = sub_m0[(sub_m0["x"] == min(m_fin)) & (sub_m0["curve"] == k)]["value"].to_numpy()
     at_inf = sub_m0[(sub_m0["x"] == P.m0_grid[-1]) & (sub_m0["curve"] == k)]["value"].to_numpy()
-    glue(f"fge_m0_{tag}_0", iv_text(at_min), display=False)
-    glue(f"fge_m0_{tag}_inf", iv_text(at_inf), display=False)
-    glue(f"fge_m0_{tag}_change", iv_text(at_inf - at_min), display=False)
-gmu, _ = curve("gamma", "MMS + SASP global")
-glue("fge_gamma_best", fmt_value(float(P.gamma_grid[int(np.argmax(gmu))])), display=False)
+    glue(f"fge_m0_{tag}_0", interval_text(at_min), display=False)
+    glue(f"fge_m0_{tag}_inf", interval_text(at_inf), display=False)
+    glue(f"fge_m0_{tag}_change", interval_text(at_inf - at_min), display=False)
+gmu, _ = seed_band(sub_gamma[sub_gamma["curve"] == "MMS + SASP global"], "x", P.gamma_grid)
+glue("fge_gamma_best", format_value(float(P.gamma_grid[int(np.argmax(gmu))])), display=False)
 glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
 
 # %% [markdown]
@@ -882,14 +665,14 @@ glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
 cost_rows = []
 for a in P.alphas:
     for name in ("FedAvg", "FedAvg-Aug", "CGRL"):
-        led = ledgers_train[(seed, a, name)]
-        per_round = led.groupby("round")["bytes"].sum().mean() / P.n_clients
+        # a round's bytes over all clients (n_clients=1: the ledger's total per round), then per client
+        per_round = runs.train_ledgers[(seed, a, name)].per_client_and_round(phase="all", n_clients=1) / P.n_clients
         cost_rows.append({"alpha": a, "what": f"{name}: one training round", "bytes per client": per_round,
-                          "seconds per round (median)": float(np.mean([round_seconds[(s, a, name)] for s in SEEDS]))})
-    for kind in ("penultimate", "multilayer"):
-        led = ledgers[(seed, a, "CGRL", kind)].to_frame()
-        last = led[led["round"] == led["round"].max()]
-        cost_rows.append({"alpha": a, "what": f"terminal statistics ({kind})", "bytes per client": last["bytes"].sum() / P.n_clients,
+                          "seconds per round (median)": float(np.mean([runs.round_seconds[(s, a, name)] for s in SEEDS]))})
+    for kind in ("penultimate", "multilayer"):  # the statistics round follows the last training round
+        stats_bytes = runs.ledgers[(seed, a, "CGRL", kind)].per_client_and_round(phase="all", rounds=P.rounds + 1,
+                                                                                 n_clients=P.n_clients, n_rounds=1)
+        cost_rows.append({"alpha": a, "what": f"terminal statistics ({kind})", "bytes per client": stats_bytes,
                           "seconds per round (median)": math.nan})
 costs = pd.DataFrame(cost_rows).set_index(["alpha", "what"])
 show_table(costs.rename(columns={"bytes per client": "bytes per client (up + down)", "seconds per round (median)":
@@ -920,17 +703,6 @@ glue("fge_stats_bytes", format_bytes(c_lo.loc["terminal statistics (multilayer)"
 # over the seeds with its 95 % interval.
 
 # %% tags=["hide-input"]
-def mean_heads(a, b):
-    return np.mean([v(a, f"{b} + {h}", "global") for h in HEADS], axis=0)
-
-
-def paired(ours, base):
-    """The seeds where both sides are defined (an undefined metric, e.g. no rare class, drops a seed)."""
-    ours, base = np.asarray(ours, dtype=float), np.asarray(base, dtype=float)
-    ok = ~(np.isnan(ours) | np.isnan(base))
-    return (ours[ok], base[ok]) if ok.any() else (np.zeros(1), np.zeros(1))
-
-
 results = claims_report(claims, prefix="fge_", total_seconds=P.elapsed())
 
 # %% [markdown]
@@ -1042,7 +814,7 @@ rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.na
 fed_lo = federations[(seed, a_lo)]
 fed_rot = Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(fed_lo.clients)],
                      fed_lo.global_test, fed_lo.n_classes, fed_lo.description)
-ff_rot = FrozenFeatures(stat_runs[(seed, a_lo, "CGRL")], fed_rot, model_fn)
+ff_rot = FrozenFeatures(runs.statistics[(seed, a_lo, "CGRL")], fed_rot, model_fn)
 mms_rot = MMS(gamma=P.gamma).fit(ff_rot.client_moments, ff_rot.layer_dims)  # the rotated clients' moments
 ex2_rows = []
 for m in P.m0_grid:
@@ -1055,9 +827,9 @@ rot_change = ex2.loc[m_hi, "local (%)"] - ex2.loc[m_lo, "local (%)"]
 up_change = upright.loc[m_hi, "local"] - upright.loc[m_lo, "local"]
 best_m0 = ex2["F@25 (%)"].idxmax()
 glue("ex2_scale", f"seed {seed}, α = {a_lo}, {len(fed_lo.clients) // 2} of {len(fed_lo.clients)} clients rotated", display=False)
-glue("ex2_table", show_table(ex2, digits=1, formats={"m0": fmt_value}, best={f"{k} (%)": "max" for k in SENS}),
+glue("ex2_table", show_table(ex2, digits=1, formats={"m0": format_value}, best={f"{k} (%)": "max" for k in SENS}),
      display=False)
-glue("ex2_m_lo", fmt_value(m_lo), display=False)
+glue("ex2_m_lo", format_value(m_lo), display=False)
 glue("ex2_local_lo", float(ex2.loc[m_lo, "local (%)"]), display=False)
 glue("ex2_local_hi", float(ex2.loc[m_hi, "local (%)"]), display=False)
 glue("ex2_word", "falls" if rot_change < 0 else "rises" if rot_change > 0 else "stays", display=False)
@@ -1066,7 +838,7 @@ glue("ex2_up_change", float(up_change), display=False)
 glue("ex2_reading", "local accuracy now falls as m0 grows, as Eq. (35) predicts" if rot_change < 0 else
      "local accuracy still does not fall as m0 grows, but the rotation moves the curve toward the fall Eq. (35) predicts"
      if rot_change < up_change else "the rotation does not move the curve toward the fall Eq. (35) predicts", display=False)
-glue("ex2_best_m0", fmt_value(best_m0), display=False)
+glue("ex2_best_m0", format_value(best_m0), display=False)
 glue("ex2_best_F25", float(ex2.loc[best_m0, "F@25 (%)"]), display=False)
 glue("ex2_best_global", float(ex2.loc[best_m0, "global (%)"]), display=False)
 ex2_seconds = time.perf_counter() - t_ex2
@@ -1076,11 +848,12 @@ print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - 
 # ### Exercise 2: Give SASP something to adapt to
 #
 # *(code)* SASP pays off when a client's images of a class
-# look different from the federation's. Make them: in the training cell, right after
-# `make_federation(...)` builds a federation (before `split_validation`), give every
-# odd-numbered client quarter-turn-rotated images (training and local test) with
+# look different from the federation's. Make them: in the training cell, give `study.run(...)` an
+# `edit_federation` that is applied to every federation right after it is built (before the
+# validation split) and gives every odd-numbered client quarter-turn-rotated images (training
+# and local test), with
 # `rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)` and
-# `Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
+# `edit_federation=lambda f: Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
 # (from `fedlib.data` and `fedlib.federation`), then re-run. Does local accuracy now fall as
 # $m_0$ grows (the $m_0$ panel of {numref}`fig-fedgrc-sensitivity`), as Eq. (35) predicts, and
 # where is the best compromise with F@25?
@@ -1115,7 +888,7 @@ t_ex3, cpu_ex3 = time.perf_counter(), time.process_time()
 ex3_rows = []
 for s_i, s in enumerate(SEEDS):
     for a in P.alphas:
-        ff = FrozenFeatures(pen_cgrl[(s, a)], federations[(s, a)], model_fn)
+        ff = FrozenFeatures(runs.penultimate[(s, a)], federations[(s, a)], model_fn)
         mms_pen = MMS(gamma=P.gamma).fit(ff.moments, ff.layer_dims)
         for label, heads in (("CGRL + MMS", [mms_pen] * len(ff.client_moments)),
                              (FEDGRC, [SASP(m0=P.m0).fit(mms_pen, mom) for mom in ff.client_moments])):

@@ -35,7 +35,10 @@
 # checks the stability theorem on the features of a small CNN trained with FedAvg. The library
 # code under test is {mod}`fedlib.heads.mms` ({class}`fedlib.heads.MMS`, {class}`fedlib.heads.SASP`) and
 # {class}`fedlib.stats.ClassMoments`; the same statements are property tests in
-# `tests/test_fedgrc_theory.py`.
+# `tests/test_fedgrc_theory.py`. The random instances are federations of unscaled multilayer
+# features with label skew, client-specific class shifts and a magnitude per layer
+# ({func}`fedlib.data.synthetic.random_multilayer_federation`); each numerical check is a function of
+# {mod}`fedlib.experiments.fedgrc_checks`, named where it is used.
 #
 # **About the source.** The extracted text of the paper lacks every displayed equation: the
 # numbered equations are referred to but not shown. We reconstruct each one from the prose around
@@ -65,25 +68,23 @@ import time
 
 import numpy as np
 import pandas as pd
-import scipy.optimize
 import sympy as sp
 import torch
 from myst_nb import glue
-from scipy.stats import multivariate_normal
 
 from fedlib.algorithms import FedAvg
-from fedlib.protocol import load_model
-from fedlib.cgrl import unit
 from fedlib.book import setup, show_table
-from fedlib.checks import CheckTable, float64_tensor
+from fedlib.checks import CheckTable
 from fedlib.data import load_data
+from fedlib.experiments import fedgrc_checks
 from fedlib.federation import make_federation
+from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, adaptation_weights
 from fedlib.loop import LoopConfig
-from fedlib.run import run_federated
-from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
 from fedlib.models import build_model
+from fedlib.protocol import load_model
 from fedlib.rng import numpy_rng
-from fedlib.stats import ClassMoments, feature_moments
+from fedlib.run import run_federated
+from fedlib.stats import feature_moments
 from fedlib.training import TrainConfig
 
 PROFILES = {
@@ -99,44 +100,6 @@ checks = CheckTable()  # the closing check table: check(statement, how, worst, t
 check = checks.add
 
 rng_for = functools.partial(numpy_rng, seed)  # rng_for(*keys): this chapter's stream for a purpose
-T = float64_tensor
-
-
-def random_federation(rng, n_clients_, n_classes, layer_dims, n_per_client=(4, 25)):
-    """Unscaled multilayer features of clients with label skew and client-specific class shifts.
-
-    Each layer has its own magnitude (so MMS's layer scales matter), the within-class noise is
-    correlated, and some classes are absent on some clients; every class is federation-known.
-    Returns a list of (h, y) per client.
-    """
-    d = int(sum(layer_dims))
-    mag = np.repeat(10.0 ** rng.uniform(-1, 2, size=len(layer_dims)), layer_dims)
-    centers = rng.normal(scale=2.0, size=(n_classes, d))
-    mix = rng.normal(size=(d, d)) * 0.5
-    parts = []
-    for _ in range(n_clients_):
-        n = int(rng.integers(*n_per_client))
-        y = rng.choice(n_classes, size=n, p=rng.dirichlet(np.full(n_classes, 0.4)))
-        shift = rng.normal(scale=0.8, size=(n_classes, d))
-        h = (centers[y] + shift[y] + rng.normal(size=(n, d)) @ mix) * mag
-        parts.append((h, y))
-    missing = sorted(set(range(n_classes)) - set(np.concatenate([p[1] for p in parts]).tolist()))
-    if missing:  # make every class federation-known (one sample each on client 0)
-        h0, y0 = parts[0]
-        extra = (centers[missing] + rng.normal(size=(len(missing), d)) @ mix) * mag
-        parts[0] = (np.concatenate([h0, extra]), np.concatenate([y0, missing]))
-    return parts
-
-
-def random_layer_dims(rng, dmax):
-    m = int(rng.integers(1, 4))
-    return [int(x) for x in rng.integers(1, max(2, dmax // m) + 1, size=m)]
-
-
-def moments(h, y, c):
-    return ClassMoments.from_features(T(h), torch.as_tensor(np.asarray(y)), c)
-
-
 print(f"profile {P.profile}: {P.trials} random instances per check, dimension up to {P.dim}; "
       f"trained model: {P.n_clients} clients, {P.rounds} FedAvg rounds")
 
@@ -170,56 +133,19 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # (The paper's display of Eq. (28) is missing; the prose says it sums the squared norms of the
 # layer residual blocks, which is the middle expression; the right one substitutes Eq. (21).)
 # We compute the left sides with {class}`fedlib.stats.ClassMoments` and {class}`fedlib.heads.MMS`
-# fitted on per-client moments, the right sides from explicit pairwise sums.
+# fitted on per-client moments, the right sides from explicit pairwise sums
+# ({func}`fedlib.cgrl.trace_from_pairs`; the check is {func}`fedlib.experiments.fedgrc_checks.trace_identities`).
 
 # %%
-def pairwise_trace(hc):
-    """Eq. (21)'s right side: (1 / 2N^2) sum_ij [(R_i - R_j)^2 + 2 R_i R_j (1 - u_i'u_j)], plus its two parts."""
-    R = np.linalg.norm(hc, axis=1)
-    u = unit(T(hc)).numpy()
-    radial = ((R[:, None] - R[None, :]) ** 2).sum()
-    angular = (2 * R[:, None] * R[None, :] * (1 - u @ u.T)).sum()
-    n = len(hc)
-    return (radial + angular) / (2 * n * n), radial / (2 * n * n), angular / (2 * n * n)
-
-
-rng = rng_for(5)
-eq21_err, eq28_err, eq28_pair_err, aligned_radial = 0.0, 0.0, 0.0, []
-for t in range(P.trials):
-    C, dims = int(rng.integers(2, 5)), random_layer_dims(rng, P.dim)
-    parts = random_federation(rng, int(rng.integers(1, 5)), C, dims)
-    h = np.concatenate([p[0] for p in parts])
-    y = np.concatenate([p[1] for p in parts])
-    mms = MMS(gamma=0.1).fit([moments(ph, py, C) for ph, py in parts], dims)
-    bounds = np.cumsum([0] + dims)
-    total_blocks, total_pairs = 0.0, 0.0
-    for ell in range(len(dims)):
-        hl = h[:, bounds[ell]:bounds[ell + 1]]
-        cov = ClassMoments.from_features(T(hl), torch.as_tensor(y), C).class_covariances()  # 1/N_c, raw layer features
-        s2 = float(mms.scales_[ell]) ** 2
-        for c in range(C):
-            hc = hl[y == c]
-            tr_moments = float(torch.trace(cov[c]))
-            tr_pairs, _, _ = pairwise_trace(hc)
-            eq21_err = max(eq21_err, abs(tr_moments - tr_pairs) / max(1e-300, float((hc**2).sum(1).mean())))
-            total_blocks += len(hc) * tr_moments / s2
-            total_pairs += len(hc) * tr_pairs / s2
-    lhs28 = len(y) * float(torch.trace(mms.covariance_))
-    eq28_err = max(eq28_err, abs(lhs28 - total_blocks) / lhs28)
-    eq28_pair_err = max(eq28_pair_err, abs(lhs28 - total_pairs) / lhs28)
-    # aligned directions, different norms: the trace is all radial
-    direction = unit(T(rng.normal(size=(1, dims[0])))).numpy()
-    aligned = direction * rng.uniform(0.5, 3.0, size=(10, 1))
-    full, radial, angular = pairwise_trace(aligned)
-    aligned_radial.append(abs(full - radial) / full)
-glue("fgd_eq21_err", float(eq21_err), display=False)
-glue("fgd_eq28_err", float(max(eq28_err, eq28_pair_err)), display=False)
+traces = fedgrc_checks.trace_identities(rng_for(5), P.trials, P.dim)
+glue("fgd_eq21_err", float(traces["eq21"]), display=False)
+glue("fgd_eq28_err", float(traces["eq28"]), display=False)
 check("Eq. (21): tr Sigma_{l,c} = (1/2N_c^2) sum_ij [(R_i-R_j)^2 + 2R_iR_j(1-cos)]",
-      f"{P.trials} random federations, ClassMoments vs explicit pairs, error / mean |h|^2", eq21_err, 1e-10)
+      f"{P.trials} random federations, ClassMoments vs explicit pairs, error / mean |h|^2", traces["eq21"], 1e-10)
 check("Eq. (21): aligned directions leave a purely radial, nonzero trace", "10 collinear features of different norms",
-      max(aligned_radial), 1e-12)
+      traces["aligned_radial"], 1e-12)
 check("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in pairwise form)",
-      "MMS fitted on client moments vs per-layer class traces, relative error", max(eq28_err, eq28_pair_err), 1e-10)
+      "MMS fitted on client moments vs per-layer class traces, relative error", traces["eq28"], 1e-10)
 
 # %% [markdown]
 # Eq. (21) holds to {glue:text}`fgd_eq21_err:.1e` and Eq. (28) to {glue:text}`fgd_eq28_err:.1e`
@@ -232,42 +158,17 @@ check("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in p
 # unchanged, and Eq. (21) scales by $c^2$. MMS's scale $s_\ell$ (Eq. (22)) is then multiplied by
 # $c$ as well, so the scaled features $z$, the shared means, $\widehat\Sigma_w$, the metric $A$ and
 # every prediction are **exactly invariant**: the statistical head does not depend on the
-# arbitrary scale of each layer, while the magnitude structure *within* a layer survives.
+# arbitrary scale of each layer, while the magnitude structure *within* a layer survives
+# ({func}`fedlib.experiments.fedgrc_checks.layer_scaling_invariance`).
 
 # %%
-rng = rng_for(6)
-inv_geom, inv_mms, inv_pred = 0.0, 0.0, 0
-for t in range(P.trials):
-    C, dims = int(rng.integers(2, 5)), random_layer_dims(rng, P.dim)
-    parts = random_federation(rng, 3, C, dims)
-    factors = 10.0 ** rng.uniform(-3, 3, size=len(dims))
-    f_rep = np.repeat(factors, dims)
-    parts2 = [(ph * f_rep, py) for ph, py in parts]
-    h = np.concatenate([p[0] for p in parts])
-    y = np.concatenate([p[1] for p in parts])
-    bounds = np.cumsum([0] + dims)
-    for ell in range(len(dims)):  # raw geometry of one layer
-        hl, hl2 = h[:, bounds[ell]:bounds[ell + 1]], h[:, bounds[ell]:bounds[ell + 1]] * factors[ell]
-        R, R2 = np.linalg.norm(hl, axis=1), np.linalg.norm(hl2, axis=1)
-        lr, lr2 = np.log(R), np.log(R2)
-        ratio = np.abs(R2[:, None] / R2[None, :] - R[:, None] / R[None, :]).max() / (R.max() / R.min())
-        var = max(abs(lr[y == c].var() - lr2[y == c].var()) for c in range(C) if (y == c).any())
-        cm = np.array([lr[y == c].mean() for c in range(C)])
-        cm2 = np.array([lr2[y == c].mean() for c in range(C)])
-        diff = np.abs((cm[:, None] - cm[None, :]) - (cm2[:, None] - cm2[None, :])).max()
-        inv_geom = max(inv_geom, ratio, var, diff)
-    m1 = MMS(gamma=0.1).fit([moments(ph, py, C) for ph, py in parts], dims)
-    m2 = MMS(gamma=0.1).fit([moments(ph, py, C) for ph, py in parts2], dims)
-    rel = lambda a, b: float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))  # noqa: E731
-    inv_mms = max(inv_mms, rel(m2.scales_, m1.scales_ * T(factors)), rel(m2.transform(T(h * f_rep)), m1.transform(T(h))),
-                  rel(m2.means_, m1.means_), rel(m2.covariance_, m1.covariance_), rel(m2.metric_, m1.metric_))
-    inv_pred += int((m1.predict(T(h)) != m2.predict(T(h * f_rep))).sum())
-glue("fgd_inv_mms", float(inv_mms), display=False)
+inv = fedgrc_checks.layer_scaling_invariance(rng_for(6), P.trials, P.dim)
+glue("fgd_inv_mms", float(inv["mms"]), display=False)
 check("layer scaling: norm ratios, log-norm variance, class log-norm mean differences unchanged",
-      f"{P.trials} federations, factors 1e-3..1e3 per layer", inv_geom, 1e-9)
+      f"{P.trials} federations, factors 1e-3..1e3 per layer", inv["geometry"], 1e-9)
 check("MMS is invariant to per-layer rescaling (s_l scales; z, mu, Sigma_w, A unchanged)",
-      "MMS fitted before and after, relative error", inv_mms, 1e-8)
-check("... and so are its predictions", "same instances, changed predictions", inv_pred, 0, kind="count")
+      "MMS fitted before and after, relative error", inv["mms"], 1e-8)
+check("... and so are its predictions", "same instances, changed predictions", inv["predictions"], 0, kind="count")
 
 # %% [markdown]
 # With per-layer factors between $10^{-3}$ and $10^{3}$, MMS's scaled quantities move by at most
@@ -287,30 +188,15 @@ check("... and so are its predictions", "same instances, changed predictions", i
 # \end{aligned}
 # $$
 #
-# Pooling client-centred covariances would drop the second (between-client) term; MMS keeps it.
+# Pooling client-centred covariances would drop the second (between-client) term; MMS keeps it
+# ({func}`fedlib.experiments.fedgrc_checks.shift_decomposition` compares the two sides).
 
 # %%
-rng = rng_for(7)
-prop1_err, between_share = 0.0, []
-for t in range(P.trials):
-    C, dims = int(rng.integers(2, 5)), random_layer_dims(rng, P.dim)
-    parts = random_federation(rng, int(rng.integers(2, 6)), C, dims)
-    mms = MMS().fit([moments(ph, py, C) for ph, py in parts], dims)
-    within = torch.zeros_like(mms.covariance_)
-    between = torch.zeros_like(mms.covariance_)
-    for ph, py in parts:
-        zk = scale_moments(moments(ph, py, C), mms.feature_scale_)
-        for c in zk.observed.nonzero().flatten().tolist():
-            delta = zk.means()[c] - mms.means_[c]
-            within += zk.counts[c] * zk.class_covariances()[c]
-            between += zk.counts[c] * torch.outer(delta, delta)
-    n_all = float(mms.counts_.sum())
-    prop1_err = max(prop1_err, float((mms.covariance_ - (within + between) / n_all).abs().max() / mms.covariance_.abs().max()))
-    between_share.append(float(torch.trace(between) / (torch.trace(within) + torch.trace(between))))
-glue("fgd_prop1_err", float(prop1_err), display=False)
-glue("fgd_between_share", float(np.median(between_share)), display=False)
+prop1 = fedgrc_checks.shift_decomposition(rng_for(7), P.trials, P.dim)
+glue("fgd_prop1_err", float(prop1["error"]), display=False)
+glue("fgd_between_share", float(np.median(prop1["between_share"])), display=False)
 check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')",
-      f"{P.trials} random federations (2-5 clients), entrywise / max|Sigma_w|", prop1_err, 1e-10)
+      f"{P.trials} random federations (2-5 clients), entrywise / max|Sigma_w|", prop1["error"], 1e-10)
 
 # %% [markdown]
 # The decomposition holds to {glue:text}`fgd_prop1_err:.1e`; on these federations (client-specific
@@ -331,49 +217,12 @@ check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')"
 #
 # because $\sum_{i\in c}(h_i - \bar h_c)(h_i - \bar h_c)^\top = G_c - t_ct_c^\top/N_c$. We compare
 # {class}`fedlib.heads.MMS` fitted on a *list* of per-client {class}`fedlib.stats.ClassMoments` with a
-# direct numpy computation on the pooled, explicitly scaled, concatenated features — the whole
-# matrix, and the off-diagonal (cross-layer) blocks on their own.
+# direct numpy computation on the pooled, explicitly scaled, concatenated features
+# ({func}`fedlib.experiments.fedgrc_checks.centralized_mms`) — the whole matrix, and the
+# off-diagonal (cross-layer) blocks on their own.
 
 # %%
-def centralized(h, y, c, layer_dims):
-    """MMS's quantities computed directly on the pooled features (numpy, no moments)."""
-    blocks = np.split(np.arange(h.shape[1]), np.cumsum(layer_dims)[:-1])
-    scales = np.array([np.sqrt(((h[:, b] - h[:, b].mean(0)) ** 2).sum(1).mean() / len(b)) for b in blocks])  # Eq. (22)
-    z = h / np.repeat(scales, layer_dims)  # Eq. (23): scaled without centring
-    mu = np.stack([z[y == k].mean(0) for k in range(c)])  # Eq. (24)
-    e = z - mu[y]
-    return scales, z, mu, e.T @ e / len(y)  # Eq. (25)
-
-
-rng = rng_for(8)
-errs = {"scales": 0.0, "means": 0.0, "covariance": 0.0, "cross-layer blocks": 0.0, "ridge": 0.0, "metric": 0.0,
-        "unit block variance": 0.0}
-n_cross = 0
-for t in range(P.trials):
-    C = int(rng.integers(2, 5))
-    dims = random_layer_dims(rng, P.dim)
-    if len(dims) == 1:
-        dims = dims + [int(rng.integers(1, 4))]  # at least two layers: cross-layer blocks exist
-    parts = random_federation(rng, int(rng.integers(1, 6)), C, dims)
-    h = np.concatenate([p[0] for p in parts])
-    y = np.concatenate([p[1] for p in parts])
-    gamma = float(10.0 ** rng.uniform(-2, 1))
-    mms = MMS(gamma=gamma).fit([moments(ph, py, C) for ph, py in parts], dims)
-    scales, z, mu, sigma = centralized(h, y, C, dims)
-    d = h.shape[1]
-    rel = lambda a, b: float(np.abs(np.asarray(a) - b).max() / max(np.abs(b).max(), 1e-300))  # noqa: E731
-    errs["scales"] = max(errs["scales"], rel(mms.scales_.numpy(), scales))
-    errs["means"] = max(errs["means"], rel(mms.means_.numpy(), mu))
-    errs["covariance"] = max(errs["covariance"], rel(mms.covariance_.numpy(), sigma))
-    off = np.ones((d, d), dtype=bool)
-    for b in np.split(np.arange(d), np.cumsum(dims)[:-1]):
-        off[np.ix_(b, b)] = False
-        errs["unit block variance"] = max(errs["unit block variance"], abs(np.var(z[:, b], axis=0).mean() - 1.0))
-    errs["cross-layer blocks"] = max(errs["cross-layer blocks"], rel(mms.covariance_.numpy()[off], sigma[off]) * np.abs(sigma[off]).max() / np.abs(sigma).max())
-    n_cross += int(off.sum())
-    lam = gamma * np.trace(sigma) / d
-    errs["ridge"] = max(errs["ridge"], abs(mms.ridge_ - lam) / lam)
-    errs["metric"] = max(errs["metric"], rel(mms.metric_.numpy(), np.linalg.inv(sigma + lam * np.eye(d))))
+errs = fedgrc_checks.moments_against_centralized(rng_for(8), P.trials, P.dim)
 ae_table = pd.DataFrame({"quantity (moments vs centralized)": list(errs), "worst relative error": list(errs.values())})
 for name, err in errs.items():
     check(f"Appendix A-E: {name} from client moments = centralized", f"{P.trials} federations, 1-5 clients, 2-3 layers",
@@ -405,44 +254,20 @@ show_table(ae_table, formats={"worst relative error": ".1e"}, index=False)
 # using $\sigma_{\min}\ge0$ and $\sigma_{\max}\le\sum_j\sigma_j$. Neither bound needs
 # $\widehat\Sigma_w$ to be invertible: we include covariances from fewer samples than dimensions
 # ($n < d$). The condition-number bound is **attained** when $\widehat\Sigma_w$ has rank one
-# ($\sigma_{\max} = \sum_j\sigma_j$, $\sigma_{\min} = 0$): two samples of one class.
+# ($\sigma_{\max} = \sum_j\sigma_j$, $\sigma_{\min} = 0$): two samples of one class
+# ({func}`fedlib.experiments.fedgrc_checks.metric_bounds`).
 
 # %%
-rng = rng_for(9)
-op_exact, kappa_exact, op_bound, kappa_bound, n_singular = 0.0, 0.0, 0.0, 0.0, 0
-for t in range(P.trials):
-    d = int(rng.integers(1, P.dim + 1))
-    n = int(rng.integers(2, 2 * d + 3))
-    gamma = float(10.0 ** rng.uniform(-3, 2))
-    h = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) * 10.0 ** rng.uniform(-2, 2)
-    mms = MMS(gamma=gamma).fit(moments(h, rng.integers(0, 2, size=n), 2))
-    sig = np.clip(np.linalg.eigvalsh(mms.covariance_.numpy()), 0.0, None)
-    eig = np.linalg.eigvalsh(mms.metric_.numpy())
-    lam = mms.ridge_
-    op_exact = max(op_exact, abs(eig.max() - 1 / (sig.min() + lam)) * (sig.min() + lam))
-    kappa = eig.max() / eig.min()
-    kappa_exact = max(kappa_exact, abs(kappa - (sig.max() + lam) / (sig.min() + lam)) / kappa)
-    op_bound = max(op_bound, eig.max() * lam - 1.0)  # <= 0 if the bound holds
-    kappa_bound = max(kappa_bound, kappa / (1 + d / gamma) - 1.0)
-    n_singular += int(sig.min() <= 1e-12 * max(sig.max(), 1e-300))  # a singular within-class covariance
-# rank one: two samples of one class (one more of another class adds no within-class variation)
-tight = []
-for t in range(P.trials):
-    d = int(rng.integers(2, P.dim + 1))
-    gamma = float(10.0 ** rng.uniform(-2, 1))
-    h = rng.normal(size=(3, d))
-    mms = MMS(gamma=gamma).fit(moments(h, [0, 0, 1], 2))
-    eig = np.linalg.eigvalsh(mms.metric_.numpy())
-    tight.append(abs(eig.max() / eig.min() / (1 + d / gamma) - 1.0))
-glue("fgd_op_exact", float(max(op_exact, kappa_exact)), display=False)
-glue("fgd_n_singular", int(n_singular), display=False)
-glue("fgd_kappa_tight", float(max(tight)), display=False)
+bounds = fedgrc_checks.metric_bounds(rng_for(9), P.trials, P.dim)
+glue("fgd_op_exact", float(bounds["identities"]), display=False)
+glue("fgd_n_singular", int(bounds["n_singular"]), display=False)
+glue("fgd_kappa_tight", float(bounds["tight"]), display=False)
 check("Eq. (31) identities: |A|_2 = 1/(s_min + lam), kappa = (s_max + lam)/(s_min + lam)",
-      f"{P.trials} random covariances ({n_singular} singular), relative error", max(op_exact, kappa_exact), 1e-8)
-check("|A|_2 <= 1/lambda_A", "largest relative excess over the bound", max(op_bound, 0.0), 1e-9)
-check("kappa(A) <= 1 + d/gamma, including singular covariances", "largest relative excess", max(kappa_bound, 0.0), 1e-9)
+      f"{P.trials} random covariances ({bounds['n_singular']} singular), relative error", bounds["identities"], 1e-8)
+check("|A|_2 <= 1/lambda_A", "largest relative excess over the bound", bounds["op_bound"], 1e-9)
+check("kappa(A) <= 1 + d/gamma, including singular covariances", "largest relative excess", bounds["kappa_bound"], 1e-9)
 check("the condition bound is attained by a rank-one covariance", f"{P.trials} rank-one instances, |kappa/(1+d/gamma) - 1|",
-      max(tight), 1e-8)
+      bounds["tight"], 1e-8)
 
 # %% [markdown]
 # The identities hold to {glue:text}`fgd_op_exact:.1e` on instances including
@@ -514,65 +339,28 @@ check("Prop. IV.2 in 2-d with a symbolic A: m* = (sum z + m0 mu)/(n + m0), A can
 # %% [markdown]
 # Numerically: {class}`fedlib.heads.SASP`'s means against `scipy.optimize.minimize` (BFGS with the
 # analytic gradient) on $J$ with the fitted metric, and against the minimizer of $J$ under a
-# *different*, random SPD metric (it must not move); the absent-class case; the identities (35).
+# *different*, random SPD metric (it must not move); the absent-class case; the identities (35)
+# ({func}`fedlib.experiments.fedgrc_checks.sasp_minimizer`).
 
 # %%
-rng = rng_for(10)
-opt_err, cancel_err, absent_err, res_err, dep_err, n_classes_opt, n_absent, n_obj_worse = 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0
-for t in range(P.trials):
-    C, dims = int(rng.integers(2, 5)), random_layer_dims(rng, min(P.dim, 8))
-    parts = random_federation(rng, 3, C, dims)
-    mms = MMS(gamma=float(10.0 ** rng.uniform(-2, 0))).fit([moments(ph, py, C) for ph, py in parts], dims)
-    m0 = float(10.0 ** rng.uniform(-1, 2))
-    ph, py = parts[int(rng.integers(0, 3))]
-    sasp = SASP(m0=m0).fit(mms, moments(ph, py, C))
-    z = mms.transform(T(ph)).numpy()
-    d = z.shape[1]
-    B_ = rng.normal(size=(d, d))
-    other_metric = B_ @ B_.T / d + 0.1 * np.eye(d)
-    for c in range(C):
-        zc, mu = z[py == c], mms.means_[c].numpy()
-        closed = sasp.means_[c].numpy()
-        for metric, name in ((mms.metric_.numpy(), "fit"), (other_metric, "other")):
-            def J(m, zc=zc, mu=mu, A=metric):
-                r = zc - m
-                return float(np.einsum("id,de,ie->", r, A, r) + m0 * (m - mu) @ A @ (m - mu))
-
-            def dJ(m, zc=zc, mu=mu, A=metric):
-                return -2 * A @ (zc - m).sum(0) + 2 * m0 * A @ (m - mu)
-
-            x0 = mu + rng.normal(size=d) * (1 + np.abs(mu).max())
-            res = scipy.optimize.minimize(J, x0, jac=dJ, method="BFGS", options={"gtol": 1e-12, "maxiter": 2000})
-            err = float(np.abs(res.x - closed).max() / (1 + np.abs(closed).max()))
-            if name == "fit":
-                opt_err = max(opt_err, err)
-                n_obj_worse += int(J(closed) > res.fun * (1 + 1e-12) + 1e-12)
-            else:
-                cancel_err = max(cancel_err, err)
-        n_classes_opt += 1
-        if len(zc) == 0:
-            absent_err = max(absent_err, float(np.abs(closed - mu).max()))
-            n_absent += 1
-        else:
-            A = mms.metric_
-            anorm = lambda v: float(torch.sqrt(v @ A @ v))  # noqa: E731
-            alpha, delta = float(sasp.alpha_[c]), sasp.displacement_[c]
-            scale = anorm(delta) + anorm(mms.means_[c])  # |Delta|_A can be 0 (a class held by this client only)
-            res_err = max(res_err, abs(anorm(sasp.means_[c] - sasp.local_means_[c]) - (1 - alpha) * anorm(delta)) / scale)
-            dep_err = max(dep_err, abs(anorm(sasp.means_[c] - mms.means_[c]) - alpha * anorm(delta)) / scale)
+sasp_opt = fedgrc_checks.sasp_minimizer(rng_for(10), P.trials, P.dim)
 nn_ = np.arange(0, 200)
 alpha_mono = int((np.diff(1 - adaptation_weights(torch.as_tensor(nn_, dtype=F64), 10.0).numpy()) > 0).sum())
-glue("fgd_opt_err", float(opt_err), display=False)
-glue("fgd_cancel_err", float(cancel_err), display=False)
-glue("fgd_opt_classes", int(n_classes_opt), display=False)
-glue("fgd_absent", int(n_absent), display=False)
-check("Prop. IV.2: SASP mean = numerical minimizer of J (BFGS)", f"{n_classes_opt} (client, class) instances, error / (1 + |m|)",
-      opt_err, 1e-6)
-check("... the closed form's objective is never above the optimizer's", "same instances", n_obj_worse, 0, kind="count")
-check("A cancels: the minimizer under a different random SPD metric is the same", "same instances", cancel_err, 1e-6)
-check("n = 0: the SASP mean is the shared mean", f"{n_absent} locally absent (client, class) pairs", absent_err, 0.0)
-check("Eq. (35): |mu~ - mu_local|_A = (1 - alpha)|Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)", res_err, 1e-10)
-check("departure |mu~ - mu|_A = alpha |Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)", dep_err, 1e-10)
+glue("fgd_opt_err", float(sasp_opt["optimum"]), display=False)
+glue("fgd_cancel_err", float(sasp_opt["cancel"]), display=False)
+glue("fgd_opt_classes", int(sasp_opt["n_classes"]), display=False)
+glue("fgd_absent", int(sasp_opt["n_absent"]), display=False)
+check("Prop. IV.2: SASP mean = numerical minimizer of J (BFGS)",
+      f"{sasp_opt['n_classes']} (client, class) instances, error / (1 + |m|)", sasp_opt["optimum"], 1e-6)
+check("... the closed form's objective is never above the optimizer's", "same instances", sasp_opt["objective_worse"], 0,
+      kind="count")
+check("A cancels: the minimizer under a different random SPD metric is the same", "same instances", sasp_opt["cancel"], 1e-6)
+check("n = 0: the SASP mean is the shared mean", f"{sasp_opt['n_absent']} locally absent (client, class) pairs",
+      sasp_opt["absent"], 0.0)
+check("Eq. (35): |mu~ - mu_local|_A = (1 - alpha)|Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)",
+      sasp_opt["eq35_local"], 1e-10)
+check("departure |mu~ - mu|_A = alpha |Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)",
+      sasp_opt["eq35_departure"], 1e-10)
 check("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increases counted", alpha_mono, 0, kind="count")
 
 # %% [markdown]
@@ -596,36 +384,19 @@ check("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increas
 #
 # and under $z\mid y = c\sim\mathcal N(\tilde\mu_c, A^{-1})$ with $\pi_c = 1/C$ the log posterior is
 # $-\tfrac12\lVert z - \tilde\mu_c\rVert_A^2$ plus a constant: the same rule. We compare SASP's
-# linear head, the nearest mean and `scipy.stats.multivariate_normal`'s log densities.
+# linear head, the nearest mean and `scipy.stats.multivariate_normal`'s log densities
+# ({func}`fedlib.experiments.fedgrc_checks.bayes_equivalence`).
 
 # %%
-rng = rng_for(11)
-bayes_err, head_vs_nn, head_vs_gauss, n_queries = 0.0, 0, 0, 0
-for t in range(P.trials):
-    C, dims = int(rng.integers(2, 6)), random_layer_dims(rng, P.dim)
-    parts = random_federation(rng, 3, C, dims)
-    mms = MMS(gamma=float(10.0 ** rng.uniform(-2, 0))).fit([moments(ph, py, C) for ph, py in parts], dims)
-    ph, py = parts[int(rng.integers(0, 3))]
-    sasp = SASP(m0=float(10.0 ** rng.uniform(-1, 2))).fit(mms, moments(ph, py, C))
-    hq = np.concatenate([p[0] for p in parts])
-    z = mms.transform(T(hq))
-    scores = sasp.decision_function(T(hq))
-    d2 = sasp.squared_distances(T(hq))
-    za = torch.einsum("nd,de,ne->n", z, mms.metric_, z)
-    bayes_err = max(bayes_err, float(((scores + 0.5 * d2 - 0.5 * za[:, None]).abs() / (1 + za[:, None])).max()))
-    cov = np.linalg.inv(mms.metric_.numpy())
-    loglik = np.stack([multivariate_normal(sasp.means_[c].numpy(), cov).logpdf(z.numpy()).reshape(-1) for c in range(C)], 1)
-    pred = sasp.predict(T(hq)).numpy()
-    head_vs_nn += int((pred != d2.argmin(1).numpy()).sum())
-    head_vs_gauss += int((pred != loglik.argmax(1)).sum())
-    n_queries += len(hq)
-glue("fgd_bayes_queries", int(n_queries), display=False)
-glue("fgd_bayes_disagree", int(head_vs_nn + head_vs_gauss), display=False)
-check("Eq. (36): s_c(z) = -1/2 |z - mu~_c|_A^2 + 1/2 z'Az", f"{n_queries} queries, error / (1 + z'Az)", bayes_err, 1e-10)
-check("SASP head argmax = nearest personalized mean under A", f"{n_queries} queries, disagreements", head_vs_nn, 0,
-      kind="count")
+bayes = fedgrc_checks.bayes_equivalence(rng_for(11), P.trials, P.dim)
+glue("fgd_bayes_queries", int(bayes["n_queries"]), display=False)
+glue("fgd_bayes_disagree", int(bayes["nearest_mean"] + bayes["gaussian"]), display=False)
+check("Eq. (36): s_c(z) = -1/2 |z - mu~_c|_A^2 + 1/2 z'Az", f"{bayes['n_queries']} queries, error / (1 + z'Az)",
+      bayes["scores"], 1e-10)
+check("SASP head argmax = nearest personalized mean under A", f"{bayes['n_queries']} queries, disagreements",
+      bayes["nearest_mean"], 0, kind="count")
 check("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)", "scipy.stats.multivariate_normal, disagreements",
-      head_vs_gauss, 0, kind="count")
+      bayes["gaussian"], 0, kind="count")
 
 # %% [markdown]
 # Over {glue:text}`fgd_bayes_queries` queries the linear head, the nearest personalized mean and
@@ -679,104 +450,30 @@ check("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)", "scip
 #
 # Finally, SASP's budget is never larger than that of direct local-mean adaptation ($\alpha = 1$
 # for every observed class), because $b_c$ grows with $\lVert\delta_c\rVert_A = \alpha_c\lVert\Delta_c\rVert_A$.
-# One function computes all these quantities from a fitted shared head and a client's head:
+# One function computes all these quantities from a fitted shared head and a client's head
+# ({func}`fedlib.heads.stability.stability_terms`), another counts the counterexamples to each
+# statement on labelled queries ({func}`fedlib.heads.stability.stability_summary`); the check
+# adds them up over random federations ({func}`fedlib.experiments.fedgrc_checks.stability_on_random_federations`):
 
 # %%
-def stability_terms(mms, sasp, h):
-    """Scores, Eq. (37) error, budgets and margins of a client's SASP head against the shared head.
-
-    Returns a dict of numpy arrays over the queries ``h`` (unscaled features): shared and adapted
-    predictions, Eq. (37)'s worst absolute error (relative to the score scale), per-class budget
-    violations, the margin M0, the budget B (SASP) and B_local (alpha = 1), and whether any class
-    outside the client's support changed its score.
-    """
-    z = mms.transform(h)
-    A = mms.metric_
-    ok = mms.classes_
-    s0, s = mms.decision_function(h)[:, ok], sasp.decision_function(h)[:, ok]
-    mu, delta, Delta, alpha = mms.means_[ok], (sasp.means_ - mms.means_)[ok], sasp.displacement_[ok], sasp.alpha_[ok]
-    diff = z[:, None, :] - mu[None, :, :]  # (n, C, d)
-    exact = torch.einsum("cd,de,nce->nc", delta, A, diff) - 0.5 * torch.einsum("cd,de,ce->c", delta, A, delta)[None, :]
-    exact_alpha = alpha[None, :] * torch.einsum("cd,de,nce->nc", Delta, A, diff) \
-        - 0.5 * alpha[None, :] ** 2 * torch.einsum("cd,de,ce->c", Delta, A, Delta)[None, :]
-    scale = s0.abs().max() + 1.0
-    eq37 = float(torch.maximum((s - s0 - exact).abs().max(), (s - s0 - exact_alpha).abs().max()) / scale)
-    dist = torch.sqrt(torch.einsum("ncd,de,nce->nc", diff, A, diff).clamp_min(0))  # |z - mu_c|_A
-    dn = torch.sqrt(torch.einsum("cd,de,ce->c", delta, A, delta).clamp_min(0))  # |delta_c|_A
-    Dn = torch.sqrt(torch.einsum("cd,de,ce->c", Delta, A, Delta).clamp_min(0))  # |Delta_c|_A
-    b = dn[None, :] * dist + 0.5 * dn[None, :] ** 2  # Eq. (38)
-    b_local = Dn[None, :] * dist + 0.5 * Dn[None, :] ** 2  # alpha = 1 for observed classes
-    budget_viol = int(((s - s0).abs() > b + 1e-9 * scale).sum())
-    absent = (sasp.counts_[ok] == 0)
-    absent_change = float((s - s0)[:, absent].abs().max()) if bool(absent.any()) else 0.0
-    f0, fk = s0.argmax(1), s.argmax(1)
-    top2 = s0.topk(min(2, s0.shape[1]), dim=1).values
-    margin = top2[:, 0] - top2[:, 1] if s0.shape[1] > 1 else torch.full_like(top2[:, 0], np.inf)
-    idx = torch.arange(len(z))
-
-    def budget(bb):
-        other = bb.clone()
-        other[idx, f0] = -np.inf
-        return bb[idx, f0] + other.max(1).values
-
-    classes = torch.nonzero(ok).flatten()  # back to class labels
-    return dict(f0=classes[f0].numpy(), fk=classes[fk].numpy(), eq37=eq37, budget_viol=budget_viol,
-                absent_change=absent_change, margin=margin.numpy(), B=budget(b).numpy(), B_local=budget(b_local).numpy())
-
-
-def stability_summary(terms, y):
-    """Counterexamples to Eq. (40) and the risk bounds on labelled queries y."""
-    certified = terms["margin"] > terms["B"]
-    flipped = terms["fk"] != terms["f0"]
-    err0, errk = terms["f0"] != y, terms["fk"] != y
-    pointwise = int((errk.astype(int) > err0.astype(int) + (~certified).astype(int)).sum())
-    risk_slack = err0.mean() + (~certified).mean() - errk.mean()
-    classwise = 0
-    for c in np.unique(y):
-        sel = y == c
-        classwise += int(errk[sel].mean() > err0[sel].mean() + (~certified[sel]).mean() + 1e-12)
-    return dict(n=len(y), certified=int(certified.sum()), flipped=int(flipped.sum()),
-                certified_flipped=int((certified & flipped).sum()), pointwise=pointwise, risk_slack=float(risk_slack),
-                classwise=classwise, budget_larger=int((terms["B"] > terms["B_local"] * (1 + 1e-12) + 1e-12).sum()),
-                err0=float(err0.mean()), errk=float(errk.mean()), pr_uncertified=float((~certified).mean()))
-
-
-rng = rng_for(12)
-agg = dict(eq37=0.0, budget_viol=0, absent_change=0.0, certified_flipped=0, pointwise=0, min_slack=np.inf, classwise=0,
-           budget_larger=0, n=0, flipped=0, certified=0)
-for t in range(P.trials):
-    C, dims = int(rng.integers(2, 6)), random_layer_dims(rng, P.dim)
-    parts = random_federation(rng, 4, C, dims, n_per_client=(10, 40))
-    mms = MMS(gamma=float(10.0 ** rng.uniform(-2, 0))).fit([moments(ph, py, C) for ph, py in parts], dims)
-    k = int(rng.integers(0, 4))
-    sasp = SASP(m0=float(10.0 ** rng.uniform(-1, 1.5))).fit(mms, moments(*parts[k], C))
-    hq = np.concatenate([p[0] for p in parts])  # queries from every client: the all-class population
-    yq = np.concatenate([p[1] for p in parts])
-    terms = stability_terms(mms, sasp, T(hq))
-    summ = stability_summary(terms, yq)
-    agg["eq37"] = max(agg["eq37"], terms["eq37"])
-    agg["absent_change"] = max(agg["absent_change"], terms["absent_change"])
-    agg["budget_viol"] += terms["budget_viol"]
-    agg["min_slack"] = min(agg["min_slack"], summ["risk_slack"])
-    for key in ("certified_flipped", "pointwise", "classwise", "budget_larger", "n", "flipped", "certified"):
-        agg[key] += summ[key]
+rand = fedgrc_checks.stability_on_random_federations(rng_for(12), P.trials, P.dim)
 for key in ("n", "flipped", "certified", "certified_flipped", "budget_viol"):
-    glue(f"fgd_rand_{key}", int(agg[key]), display=False)
-glue("fgd_rand_uncertified", int(agg["n"] - agg["certified"]), display=False)
-glue("fgd_rand_eq37", float(agg["eq37"]), display=False)
-how = f"{P.trials} random federations, {agg['n']} queries"
+    glue(f"fgd_rand_{key}", int(getattr(rand, key)), display=False)
+glue("fgd_rand_uncertified", int(rand.n - rand.certified), display=False)
+glue("fgd_rand_eq37", float(rand.eq37), display=False)
+how = f"{P.trials} random federations, {rand.n} queries"
 check("Eq. (37): s_c - s_c^0 = delta'A(z - mu_c) - 1/2 |delta|_A^2 (also in alpha, Delta form)", how + ", error / score scale",
-      agg["eq37"], 1e-10)
-check("locally absent classes keep their scores", how, agg["absent_change"], 1e-9)
-check("Eq. (38): |s_c - s_c^0| <= b_c(z) (Cauchy-Schwarz)", how + ", (query, class) violations", agg["budget_viol"], 0,
+      rand.eq37, 1e-10)
+check("locally absent classes keep their scores", how, rand.absent_change, 1e-9)
+check("Eq. (38): |s_c - s_c^0| <= b_c(z) (Cauchy-Schwarz)", how + ", (query, class) violations", rand.budget_viol, 0,
       kind="count")
-check("Eq. (40): M^0 > B => unchanged prediction", how + ", certified but flipped", agg["certified_flipped"], 0, kind="count")
-check("pointwise: 1{f^k != y} <= 1{f^0 != y} + 1{M^0 <= B}", how, agg["pointwise"], 0, kind="count")
-check("risk bound E(f^k) <= E(f^0) + Pr(M^0 <= B)", how + ", smallest slack (bound - risk)", agg["min_slack"], 0.0,
+check("Eq. (40): M^0 > B => unchanged prediction", how + ", certified but flipped", rand.certified_flipped, 0, kind="count")
+check("pointwise: 1{f^k != y} <= 1{f^0 != y} + 1{M^0 <= B}", how, rand.pointwise, 0, kind="count")
+check("risk bound E(f^k) <= E(f^0) + Pr(M^0 <= B)", how + ", smallest slack (bound - risk)", rand.min_slack, 0.0,
       kind="at least")
-check("class-wise bound e_c^k <= e_c^0 + Pr_Qc(M^0 <= B)", how + ", (instance, class) violations", agg["classwise"], 0,
+check("class-wise bound e_c^k <= e_c^0 + Pr_Qc(M^0 <= B)", how + ", (instance, class) violations", rand.classwise, 0,
       kind="count")
-check("SASP's budget <= the local-mean (alpha = 1) budget", how, agg["budget_larger"], 0, kind="count")
+check("SASP's budget <= the local-mean (alpha = 1) budget", how, rand.budget_larger, 0, kind="count")
 
 # %% [markdown]
 # On {glue:text}`fgd_rand_n` random queries Eq. (37) holds to {glue:text}`fgd_rand_eq37:.1e`
@@ -796,7 +493,7 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, agg["budget_lar
 # per client, with fedlib's defaults $\gamma$ = {glue:text}`fgd_gamma:.2f` and $m_0$ = {glue:text}`fgd_m0:.0f`
 # (the paper's hyper-parameter table is missing). Each client's adapted head is compared with the
 # shared head on the **global test set** (class-balanced: $R = Q$) and on its **local test split**
-# ($R = P^{(k)}$).
+# ($R = P^{(k)}$): {func}`fedlib.experiments.fedgrc_checks.stability_by_client`.
 
 # %% tags=["hide-input"]
 t_train = time.perf_counter()
@@ -811,36 +508,7 @@ layers = ("conv1", "conv2", "penultimate")
 layer_dims = [model.feature_dims[name] for name in layers]
 client_moments = [feature_moments(model, c.train.x, c.train.y, data.n_classes, layers=layers) for c in fed.clients]
 mms_cnn = MMS(gamma=DEFAULT_GAMMA).fit(client_moments, layer_dims)
-
-
-def concat_features(x):
-    with torch.no_grad():
-        return torch.cat(list(model.features(x, layers).values()), dim=1).to(F64)
-
-
-h_global = concat_features(fed.global_test.x)
-y_global = fed.global_test.labels_np
-rows, worst = [], dict(eq37=0.0, budget_viol=0, absent_change=0.0, certified_flipped=0, pointwise=0, classwise=0,
-                       budget_larger=0, min_slack=np.inf)
-for k, client in enumerate(fed.clients):
-    sasp = SASP(m0=DEFAULT_M0).fit(mms_cnn, client_moments[k])
-    for target, hq, yq in (("global (Q)", h_global, y_global),
-                           ("local (P_k)", concat_features(client.test.x), client.test.labels_np)):
-        if len(yq) == 0:
-            continue
-        terms = stability_terms(mms_cnn, sasp, hq)
-        summ = stability_summary(terms, yq)
-        for key in ("eq37", "absent_change"):
-            worst[key] = max(worst[key], terms[key])
-        worst["budget_viol"] += terms["budget_viol"]
-        for key in ("certified_flipped", "pointwise", "classwise", "budget_larger"):
-            worst[key] += summ[key]
-        worst["min_slack"] = min(worst["min_slack"], summ["risk_slack"])
-        rows.append({"client": k, "target": target, "queries": summ["n"], "error shared": summ["err0"],
-                     "error SASP": summ["errk"], "Pr(M0 <= B)": summ["pr_uncertified"],
-                     "bound": summ["err0"] + summ["pr_uncertified"], "changed": summ["flipped"],
-                     "certified & changed": summ["certified_flipped"]})
-stab_table = pd.DataFrame(rows)
+stab_table, worst = fedgrc_checks.stability_by_client(mms_cnn, client_moments, fed, model, layers, m0=DEFAULT_M0)
 train_seconds = time.perf_counter() - t_train
 g_tab = stab_table[stab_table["target"] == "global (Q)"]
 glue("fgd_gamma", float(DEFAULT_GAMMA), display=False)
@@ -852,21 +520,21 @@ glue("fgd_cnn_err0", float(100 * g_tab["error shared"].mean()), display=False)
 glue("fgd_cnn_errk", float(100 * g_tab["error SASP"].mean()), display=False)
 glue("fgd_cnn_uncert", float(100 * g_tab["Pr(M0 <= B)"].mean()), display=False)
 glue("fgd_cnn_changed", int(stab_table["changed"].sum()), display=False)
-glue("fgd_cnn_cert_changed", int(worst["certified_flipped"]), display=False)
-glue("fgd_cnn_eq37", float(worst["eq37"]), display=False)
-glue("fgd_cnn_min_slack", float(100 * worst["min_slack"]), display=False)
+glue("fgd_cnn_cert_changed", int(worst.certified_flipped), display=False)
+glue("fgd_cnn_eq37", float(worst.eq37), display=False)
+glue("fgd_cnn_min_slack", float(100 * worst.min_slack), display=False)
 how = f"FedAvg CNN, {fed.n_clients} clients x (global + local test), d = {sum(layer_dims)}"
-check("trained CNN: Eq. (37) exact score change", how + ", error / score scale", worst["eq37"], 1e-9)
-check("trained CNN: locally absent classes keep their scores", how, worst["absent_change"], 1e-8)
-check("trained CNN: Eq. (38) budget", how + ", violations", worst["budget_viol"], 0, kind="count")
+check("trained CNN: Eq. (37) exact score change", how + ", error / score scale", worst.eq37, 1e-9)
+check("trained CNN: locally absent classes keep their scores", how, worst.absent_change, 1e-8)
+check("trained CNN: Eq. (38) budget", how + ", violations", worst.budget_viol, 0, kind="count")
 check("trained CNN: Eq. (40) margin > budget => unchanged prediction", how + ", certified but changed",
-      worst["certified_flipped"], 0, kind="count")
-check("trained CNN: pointwise and class-wise risk bounds", how + ", violations", worst["pointwise"] + worst["classwise"], 0,
+      worst.certified_flipped, 0, kind="count")
+check("trained CNN: pointwise and class-wise risk bounds", how + ", violations", worst.pointwise + worst.classwise, 0,
       kind="count")
 check("trained CNN: E_R(f^k) <= E_R(f^0) + Pr_R(M^0 <= B) for R = Q and R = P_k", how + ", smallest slack",
-      worst["min_slack"], 0.0, kind="at least")
-check("trained CNN: SASP's budget <= the local-mean budget", how, worst["budget_larger"], 0, kind="count")
-print(f"training, statistics and {len(rows)} evaluations: {train_seconds:.1f} s")
+      worst.min_slack, 0.0, kind="at least")
+check("trained CNN: SASP's budget <= the local-mean budget", how, worst.budget_larger, 0, kind="count")
+print(f"training, statistics and {len(stab_table)} evaluations: {train_seconds:.1f} s")
 
 # %% [markdown]
 # Per client, the shared head's and the SASP head's error, the uncertified share

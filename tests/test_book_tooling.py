@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import fedlib.book as book
-from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_title, claims_report, exercises, format_bytes, resolve,
-                         setup, show_table)
+from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_title, claims_report, clipped_error, exercises,
+                         format_bytes, format_value, place_labels, resolve, setup, show_table)
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
 
 
@@ -226,3 +226,39 @@ def test_claims_report_refuses_what_it_cannot_decide():
         claims_report([_claim("three", lambda: ([1.0], [1.0], [1.0]))], **quiet)
     with pytest.raises(ValueError, match="claims_report takes Claims, got a str"):
         claims_report(["gain"], **quiet)
+
+
+# ---------------------------------------------------------------- figures and grid values
+@pytest.mark.parametrize("x, text", [(0.0, "0"), (0.01, "0.01"), (0.1, "0.1"), (10.0, "10"), (1000.0, "1000"),
+                                     (1e4, "10⁴"), (1e-4, "10⁻⁴"), (3e-3, "3 × 10⁻³"), (float("inf"), "∞")])
+def test_format_value(x, text):
+    assert format_value(x) == text
+
+
+def test_clipped_error_keeps_the_bar_inside_the_range():
+    assert clipped_error(50.0, 5.0) == [[5.0], [5.0]]
+    assert clipped_error(98.0, 5.0) == [[5.0], [2.0]] and clipped_error(1.0, 5.0) == [[1.0], [5.0]]
+    assert clipped_error(0.5, 1.0, low=0.0, high=1.0) == [[0.5], [0.5]]
+    assert clipped_error(50.0, float("inf")) is None and clipped_error(50.0, float("nan")) is None
+
+
+def test_place_labels_puts_labels_inside_the_axes_without_overlaps():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 3))
+    points = [(0.0, 0.0), (0.05, 0.0), (0.0, 0.05), (1.0, 1.0)]  # three crowded points, one alone in a corner
+    ax.plot(*zip(*points), "o")
+    ax.set_xlim(-0.1, 1.1)
+    ax.set_ylim(-0.1, 1.1)
+    fig.canvas.draw()
+    place_labels(ax, [(f"label {i}", p) for i, p in enumerate(points)], points)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    frame = ax.get_window_extent(renderer)
+    assert [t.get_text() for t in ax.texts] == [f"label {i}" for i in range(4)]
+    assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)

@@ -22,11 +22,15 @@ from fedlib.claims import (
     Claim,
     ClaimResult,
     Interval,
+    SeedValues,
     claims_table,
     decide,
+    defined_pairs,
     evaluate,
+    interval_text,
     mean_interval,
     paired_bootstrap,
+    seed_band,
     paired_interval,
     seed_table,
     show,
@@ -409,3 +413,51 @@ def test_a_claim_carries_how_its_values_are_read_outside_its_identity():
     assert bare.values is None and c == bare and hash(c) == hash(bare) and "values" not in repr(c)
     with pytest.raises(ValueError, match=r"Claim.values must be a function of no argument returning \(ours, baseline\)"):
         Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", values=([2.0], 0.0))
+
+
+# ---------------------------------------------------------------- reading values per seed, quoting intervals
+def test_half_width_is_the_plus_minus_of_a_table_cell():
+    iv = mean_interval([90.0, 91.0, 92.0])
+    assert iv.half_width == pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3), rel=1e-12)
+    assert iv.half_width == iv.high - iv.mean and mean_interval([1.0]).half_width == math.inf
+    assert seed_table(pd.DataFrame({"seed": [0, 1, 2], "m": "A", "v": [90.0, 91.0, 92.0]}), "m", None, "v").iloc[0, 0] \
+        == f"91.0 ± {iv.half_width:.1f}"
+
+
+def test_interval_text_leaves_undefined_seeds_out():
+    assert interval_text([1.0, 2.0, float("nan"), 3.0]) == mean_interval([1.0, 2.0, 3.0]).format(1)
+    assert interval_text([1.25, 1.75], 2) == mean_interval([1.25, 1.75]).format(2)
+    assert interval_text([float("nan"), float("nan")]) == "+0.0 [−∞, +∞], 1 seed"
+
+
+def test_defined_pairs_drops_a_seed_undefined_on_either_side():
+    ours, base = defined_pairs([1.0, np.nan, 3.0, 4.0], [0.0, 1.0, np.nan, 2.0])
+    assert ours.tolist() == [1.0, 4.0] and base.tolist() == [0.0, 2.0]
+    ours, base = defined_pairs([np.nan], [1.0])
+    assert ours.tolist() == [0.0] and base.tolist() == [0.0]  # nothing left: an inconclusive zero
+    with pytest.raises(ValueError, match="paired"):
+        defined_pairs([1.0, 2.0], [1.0])
+
+
+def test_seed_values_read_a_tidy_frame_per_seed_in_the_given_order():
+    tidy = pd.DataFrame({"seed": [2, 0, 1, 0], "alpha": 0.1, "method": ["A", "A", "A", "B"], "value": [3.0, 1.0, 2.0, 5.0]})
+    v = SeedValues(tidy, ["alpha", "method"], seeds=[0, 1, 2])
+    assert v(0.1, "A").tolist() == [1.0, 2.0, 3.0]
+    assert np.array_equal(v(0.1, "B"), [5.0, np.nan, np.nan], equal_nan=True)  # seeds without a row: NaN
+    assert SeedValues(tidy, ["alpha", "method"], seeds=[2, 0])(0.1, "A").tolist() == [3.0, 1.0]
+    with pytest.raises(KeyError):
+        v(0.1, "C")
+    with pytest.raises(ValueError, match="'metric'"):
+        SeedValues(tidy, ["metric"], seeds=[0])
+
+
+def test_seed_band_is_the_mean_and_half_width_at_each_x():
+    curve = pd.DataFrame({"seed": [0, 1, 2, 0, 1, 2], "x": [1.0] * 3 + [2.0] * 3, "value": [1.0, 2.0, 3.0, 5.0, 5.0, 5.0]})
+    means, halves = seed_band(curve, "x", [2.0, 1.0])
+    assert means.tolist() == [5.0, 2.0]
+    assert halves.tolist() == [0.0, pytest.approx(stats.t.ppf(0.975, 2) / math.sqrt(3))]
+    assert np.isinf(seed_band(curve[curve["seed"] == 0], "x", [1.0])[1]).all()  # one seed: no band
+    with pytest.raises(ValueError, match="no row has x = 3.0"):
+        seed_band(curve, "x", [3.0])
+    with pytest.raises(ValueError, match="'y'"):
+        seed_band(curve, "y", [1.0])

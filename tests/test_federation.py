@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedlib.data import load_mnist5k, make_gaussian_mixture
-from fedlib.federation import make_federation
+from fedlib.federation import hold_out_validation, make_federation
 
 
 def _ids(ds):
@@ -60,3 +60,19 @@ def test_mnist_federation_matches_the_book_setting():
     assert len(fed.global_test) == 1000
     assert sum(len(c.train) + len(c.test) for c in fed.clients) == 4000
     assert (fed.train_counts() == 0).any()  # alpha = 0.1 leaves classes unseen by some clients
+
+
+def test_hold_out_validation_is_class_balanced_disjoint_and_seeded():
+    ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
+    fed = make_federation(ds, n_clients=3, alpha=0.5, global_test_per_class=10, seed=0)
+    rest, val = hold_out_validation(fed, 0.3, seed=5)
+    assert np.bincount(val.labels_np).tolist() == [3, 3, 3] and np.bincount(rest.global_test.labels_np).tolist() == [7, 7, 7]
+    both = np.concatenate([val.x.reshape(len(val), -1), rest.global_test.x.reshape(len(rest.global_test), -1)])
+    assert len(np.unique(both, axis=0)) == len(fed.global_test)  # disjoint, and together the whole global test set
+    assert rest.clients is fed.clients and rest.n_classes == fed.n_classes
+    assert np.array_equal(hold_out_validation(fed, 0.3, seed=5)[1].x, val.x)  # the same seed, the same split
+    assert not np.array_equal(hold_out_validation(fed, 0.3, seed=6)[1].x, val.x)  # another seed, another split
+    assert len(hold_out_validation(fed, 0.0, seed=5)[1]) == 0
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError, match="fraction"):
+            hold_out_validation(fed, bad, seed=5)

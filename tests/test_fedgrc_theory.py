@@ -17,8 +17,10 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fedlib.cgrl import directional_loss, log_norm, magnitude_loss, prototype_ce, unit
+from fedlib.cgrl import directional_loss, dispersion_plus_offset, log_norm, magnitude_loss, prototype_ce, trace_from_pairs, unit
+from fedlib.data.synthetic import random_layer_dims, random_multilayer_federation
 from fedlib.heads import MMS, SASP, adaptation_weights
+from fedlib.heads.stability import StabilityTally, stability_summary, stability_terms
 from fedlib.stats import ClassMoments
 
 F64 = torch.float64
@@ -77,6 +79,18 @@ def test_lemma_iv1_hand_computed():
     loss = magnitude_loss([h], y, torch.zeros(1, 1, dtype=F64), torch.ones(1, dtype=torch.bool), 1e-2, 1e-12)
     assert float(loss) == pytest.approx(1.25, rel=1e-12)
     assert float(magnitude_loss([h], y, torch.zeros(1, 1, dtype=F64), torch.zeros(1, dtype=torch.bool), 1e-2, 1e-12)) == 0.0
+    # the same by the lemma's right side: rho = (0, 1, 2) gated, the fourth view not
+    rho, chi = np.array([0.0, 1.0, 2.0, math.log(1e-4)]), np.array([True, True, True, False])
+    assert dispersion_plus_offset(rho, chi, 0.0) == pytest.approx(1.25, rel=1e-12)
+    assert dispersion_plus_offset(rho, np.zeros(4, dtype=bool), 0.0) == 0.0  # p_chi = 0
+    assert dispersion_plus_offset(rho, chi, 1.0) == pytest.approx(0.75 * (2 / 3 + 0.0), rel=1e-12)  # no offset
+
+
+def test_dispersion_plus_offset_refuses_bad_input():
+    with pytest.raises(ValueError, match="same shape"):
+        dispersion_plus_offset(np.zeros(3), np.ones(2, dtype=bool), 0.0)
+    with pytest.raises(ValueError, match="boolean"):
+        dispersion_plus_offset(np.zeros(3), np.ones(3), 0.0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -96,9 +110,8 @@ def test_magnitude_loss_is_dispersion_plus_offset(seed, n_layers, c, n):
         gate = (torch.sqrt((h * h).sum(dim=1) + eps**2) >= r_min).numpy() & observed.numpy()[yn]
         for k in range(c):
             sel = yn == k
-            kept = rho[sel & gate]
-            if len(kept):
-                expected += sel.mean() * gate[sel].mean() * (kept.var() + (kept.mean() - float(refs[ell, k])) ** 2) / n_layers
+            if sel.any():
+                expected += sel.mean() * dispersion_plus_offset(rho[sel], gate[sel], float(refs[ell, k])) / n_layers
     loss = float(magnitude_loss(feats, y, refs, observed, r_min, eps))
     assert loss == pytest.approx(expected, rel=1e-12, abs=1e-14)
 
@@ -169,7 +182,14 @@ def test_trace_identity_hand_computed():
     # radial (1 - 3)^2 = 4 and angular 2 * 1 * 3 * (1 - 0) = 6, each counted twice over ordered pairs, / (2 * 2^2)
     m = moments([[1.0, 0.0], [0.0, 3.0]], [0, 0], 1)
     assert float(torch.trace(m.class_covariances()[0])) == pytest.approx(2.5)
-    assert (2 * 4 + 2 * 6) / (2 * 2**2) == 2.5
+    total, radial, angular = trace_from_pairs(np.array([[1.0, 0.0], [0.0, 3.0]]))
+    assert (total, radial, angular) == pytest.approx((2.5, 8 / 8, 12 / 8), rel=1e-15)
+    assert trace_from_pairs(np.array([[2.0, 0.0]])) == (0.0, 0.0, 0.0)  # one feature: no spread
+    # collinear features: the trace is all radial; a zero feature has unit(0) = 0 and only a radial part
+    assert trace_from_pairs(np.array([[1.0, 1.0], [3.0, 3.0]]))[2] == pytest.approx(0.0, abs=1e-15)
+    assert trace_from_pairs(np.array([[0.0, 0.0], [0.0, 2.0]])) == pytest.approx((1.0, 1.0, 0.0))
+    with pytest.raises(ValueError, match="at least one row|N >= 1"):
+        trace_from_pairs(np.zeros((0, 3)))
 
 
 @settings(max_examples=30, deadline=None)
@@ -187,8 +207,8 @@ def test_trace_of_pooled_covariance_is_the_scaled_radial_angular_scatter(seed, k
         cov = moments(hl, y, c).class_covariances()
         for cl in range(c):
             hc = hl[y == cl]
-            r, u = np.linalg.norm(hc, axis=1), unit(T(hc)).numpy()
-            pairs = ((r[:, None] - r[None, :]) ** 2 + 2 * r[:, None] * r[None, :] * (1 - u @ u.T)).sum() / (2 * len(hc) ** 2)
+            pairs, radial, angular = trace_from_pairs(hc)
+            assert pairs == pytest.approx(radial + angular, rel=1e-12) and radial >= 0 and angular >= -1e-12 * pairs
             assert float(torch.trace(cov[cl])) == pytest.approx(pairs, rel=1e-9, abs=1e-12 * float((hc**2).sum(1).mean()))
             total += len(hc) * pairs / float(mms.scales_[ell]) ** 2
     assert len(y) * float(torch.trace(mms.covariance_)) == pytest.approx(total, rel=1e-9)
@@ -335,3 +355,104 @@ def test_shared_head_has_zero_budget_and_never_changes():
     sasp = SASP(m0=math.inf).fit(mms, moments(*parts[0], 3))
     s0, s, exact, b, margin, B, *_ = stability(mms, sasp, T(np.concatenate([p[0] for p in parts])))
     assert torch.equal(s, s0) and bool((b == 0).all()) and bool((B == 0).all())
+
+
+# ---------------------------------------------------------------- fedlib.heads.stability: the library's terms
+def _hand_heads():
+    # the fixture of test_stability_hand_computed: A = diag(2/3, 2), mu_0 = (1, 0), mu_1 = (1, 2); the client holds
+    # one sample of class 0 at (2, 0) and none of class 1, SASP with m0 = 1: delta_0 = (1/2, 0), Delta_0 = (1, 0)
+    mms = MMS(gamma=1.0).fit(moments([[0, 0], [2, 0], [0, 4], [2, 4]], [0, 0, 1, 1], 2), [1, 1])
+    return mms, SASP(m0=1.0).fit(mms, T([1, 0]), T([[2, 0], [0, 0]]))
+
+
+def test_stability_terms_hand_computed():
+    # at z = 0: s^0 = (-1/3, -13/3), so f^0 = 0 and M^0 = 4; b_0 = |delta|_A |z - mu_0|_A + |delta|_A^2 / 2
+    # = 1/3 + 1/12 (tight: z - mu_0 is parallel to delta), b_1 = 0 (class 1 is locally absent), B = 5/12;
+    # local-mean adaptation (alpha = 1): 2/3 + 1/3 = 1
+    mms, sasp = _hand_heads()
+    terms = stability_terms(mms, sasp, T([[0.0, 0.0]]))
+    assert terms["f0"].tolist() == [0] and terms["fk"].tolist() == [0]
+    assert terms["margin"].tolist() == pytest.approx([4.0], rel=1e-12)
+    assert terms["B"].tolist() == pytest.approx([5 / 12], rel=1e-12)
+    assert terms["B_local"].tolist() == pytest.approx([1.0], rel=1e-12)
+    assert terms["eq37"] < 1e-15 and terms["budget_viol"] == 0 and terms["absent_change"] == 0.0
+    summary = stability_summary(terms, np.array([1]))  # wrong under both heads, certified
+    assert (summary["certified"], summary["flipped"], summary["pointwise"], summary["err0"], summary["errk"]) == (1, 0, 0, 1.0, 1.0)
+    assert summary["risk_slack"] == 0.0 and summary["pr_uncertified"] == 0.0
+
+
+def test_stability_summary_counts_a_counterexample():
+    # a certified query whose prediction changed (impossible for SASP, but the summary must see it) and an uncertified
+    # query the adapted head gets wrong while the shared head was right: the pointwise bound still holds there
+    terms = dict(f0=np.array([0, 1, 2]), fk=np.array([1, 0, 2]), margin=np.array([2.0, 0.1, 1.0]),
+                 B=np.array([1.0, 0.5, 0.5]), B_local=np.array([0.5, 0.5, 0.5]))
+    s = stability_summary(terms, np.array([0, 1, 2]))
+    assert (s["certified"], s["flipped"], s["certified_flipped"]) == (2, 2, 1)
+    assert s["pointwise"] == 1  # query 0: wrong now, right before, certified
+    assert s["budget_larger"] == 1 and s["classwise"] == 1
+    assert s["risk_slack"] == pytest.approx(0 + 1 / 3 - 2 / 3)
+    with pytest.raises(ValueError, match="one label per query"):
+        stability_summary(terms, np.array([0, 1]))
+
+
+def test_stability_tally_keeps_worst_errors_and_sums_counts():
+    tally = StabilityTally()
+    counts = dict(certified_flipped=0, pointwise=1, classwise=0, budget_larger=2, n=5, flipped=1, certified=3)
+    tally.add(dict(eq37=1e-12, absent_change=0.0, budget_viol=1), dict(risk_slack=0.5, **counts))
+    tally.add(dict(eq37=1e-14, absent_change=1e-13, budget_viol=0), dict(risk_slack=0.25, **counts))
+    assert (tally.eq37, tally.absent_change, tally.budget_viol, tally.min_slack) == (1e-12, 1e-13, 1, 0.25)
+    assert (tally.pointwise, tally.budget_larger, tally.n, tally.flipped, tally.certified) == (2, 4, 10, 2, 6)
+
+
+@settings(max_examples=20, deadline=None)
+@given(seeds, st.integers(2, 5), dims_strategy, st.floats(0.0, 30.0))
+def test_stability_terms_agree_with_the_independent_computation(seed, c, dims, m0):
+    """fedlib.heads.stability against this file's own computation (stability above) on random heads."""
+    parts = federation(seed, 4, c, dims, n=20)
+    mms = fit(parts, c, dims)
+    sasp = SASP(m0=m0).fit(mms, moments(*parts[seed % 4], c))
+    hq = T(np.concatenate([p[0] for p in parts]))
+    terms = stability_terms(mms, sasp, hq)
+    s0, s, exact, b, margin, B, B_local, f0, fk = stability(mms, sasp, hq)
+    assert np.array_equal(terms["f0"], f0.numpy()) and np.array_equal(terms["fk"], fk.numpy())
+    assert np.allclose(terms["margin"], margin.numpy(), rtol=1e-12)
+    assert np.allclose(terms["B"], B.numpy(), rtol=1e-12, atol=1e-300)
+    assert np.allclose(terms["B_local"], B_local.numpy(), rtol=1e-12, atol=1e-300)
+    summary = stability_summary(terms, np.concatenate([p[1] for p in parts]))
+    assert summary["certified_flipped"] == summary["pointwise"] == summary["classwise"] == summary["budget_larger"] == 0
+    assert terms["budget_viol"] == 0 and summary["risk_slack"] >= 0
+
+
+# ---------------------------------------------------------------- fedlib.data.synthetic: the random instances
+@settings(max_examples=30, deadline=None)
+@given(seeds, st.integers(1, 5), st.integers(1, 6), st.integers(1, 20))
+def test_random_multilayer_federation_is_seeded_and_makes_every_class_known(seed, k, c, max_dim):
+    dims = random_layer_dims(np.random.default_rng(seed), max_dim)
+    assert 1 <= len(dims) <= 3 and all(1 <= x <= max(2, max_dim // len(dims)) for x in dims)
+    a = random_multilayer_federation(np.random.default_rng(seed), k, c, dims)
+    b = random_multilayer_federation(np.random.default_rng(seed), k, c, dims)
+    assert len(a) == k
+    assert all(np.array_equal(ha, hb) and np.array_equal(ya, yb) for (ha, ya), (hb, yb) in zip(a, b))
+    assert all(h.shape == (len(y), sum(dims)) and 4 <= len(y) for h, y in a[1:])
+    assert 4 <= len(a[0][1]) <= 24 + c
+    assert sorted(set(np.concatenate([y for _, y in a]).tolist())) == list(range(c))
+
+
+def test_random_multilayer_federation_gives_each_layer_its_magnitude():
+    # layers drawn with magnitudes 10^U(-1, 2): the per-layer mean norms differ, which is what MMS's scales undo
+    parts = random_multilayer_federation(np.random.default_rng(4), 3, 3, [4, 4], n_per_client=(200, 201))
+    h = np.concatenate([p[0] for p in parts])
+    n1, n2 = np.linalg.norm(h[:, :4], axis=1).mean(), np.linalg.norm(h[:, 4:], axis=1).mean()
+    assert max(n1, n2) / min(n1, n2) > 2.0
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(n_clients=0), "n_clients"), (dict(n_classes=0), "n_classes"), (dict(layer_dims=[]), "at least one layer"),
+    (dict(layer_dims=[2, 0]), "layer_dims"), (dict(n_per_client=(5, 5)), "n_per_client"),
+])
+def test_random_multilayer_federation_refuses_bad_arguments(kw, match):
+    args = dict(n_clients=2, n_classes=3, layer_dims=[2, 1]) | kw
+    with pytest.raises(ValueError, match=match):
+        random_multilayer_federation(np.random.default_rng(0), **args)
+    with pytest.raises(ValueError, match="max_dim"):
+        random_layer_dims(np.random.default_rng(0), 0)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
+from fedlib.experiments.fedgrc_checks import centralized_mms as centralized
 from fedlib.heads import MMS, SASP, ZERO_VARIANCE_RTOL, adaptation_weights, layer_scales, scale_moments
 from fedlib.stats import ClassMoments
 
@@ -39,16 +40,6 @@ def federation(seed: int, n_clients: int, c: int, layer_dims, n: int = 15, absen
         h = (centers[y] + shift[y] + rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) * 0.5) * mag
         parts.append((h, y))
     return parts, np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
-
-
-def centralized(h, y, c, layer_dims):
-    """The paper's MMS quantities computed directly on the pooled features (numpy)."""
-    blocks = np.split(np.arange(h.shape[1]), np.cumsum(layer_dims)[:-1])
-    scales = np.array([math.sqrt(np.var(h[:, b], axis=0).mean()) for b in blocks])  # Eq. (22), 1/N
-    z = h / np.repeat(scales, layer_dims)
-    mu = np.stack([z[y == k].mean(0) if (y == k).any() else np.zeros(h.shape[1]) for k in range(c)])
-    e = z - mu[y]  # residuals about the shared class means
-    return scales, z, mu, e.T @ e / len(y)
 
 
 # ---------------------------------------------------------------- hand-computed fixture
