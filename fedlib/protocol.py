@@ -281,14 +281,14 @@ class Algorithm:
     def aggregate(self, server: State, round_: int):
         """The aggregation rule of round ``round_`` as a fold: an object with ``add(client,
         reply)`` (the loop adds each reply as it arrives and frees it) and ``finish() -> State``.
-        Default: :class:`ModelAverage`, FedAvg's sample-weighted mean of the ``model/`` arrays. A
+        Default: :class:`~fedlib.protocol.ModelAverage`, FedAvg's sample-weighted mean of the ``model/`` arrays. A
         method whose rule needs every reply at once decorates a function of the list with
-        :func:`needs_all_replies`."""
+        :func:`~fedlib.protocol.needs_all_replies`."""
         return ModelAverage(server)
 
     def configure_evaluate(self, server: State, round_: int, clients: Sequence[int]) -> dict[int, Message]:
         """The message each client of ``clients`` deploys from when round ``round_`` is evaluated
-        (after its aggregation). Default: :meth:`configure_train`'s messages. A method whose
+        (after its aggregation). Default: :meth:`~fedlib.protocol.Algorithm.configure_train`'s messages. A method whose
         evaluation needs something else (MPT's prototypes, HDC-FL's personalized encoders)
         overrides this hook instead of guessing the phase from round numbers. The loop records
         each with kind ``eval:<kind>``."""
@@ -310,7 +310,7 @@ LocalWork = LocalProgram | SequentialWork
 
 
 class ProgramMethod(Algorithm):
-    """A method whose local work is data: :meth:`program` returns this round's
+    """A method whose local work is data: :meth:`~fedlib.protocol.ProgramMethod.program` returns this round's
     :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy,
     optionally with a proximal term), which the vectorized transport
     (:class:`fedlib.engines.vectorized.VectorizedTransport`) stacks with the round's other
@@ -332,13 +332,13 @@ class ProgramMethod(Algorithm):
         raise NotImplementedError(f"{type(self).__name__} must implement program")
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
-        """Run :meth:`program` in ``ctx.model`` with ``generator`` (final)."""
+        """Run :meth:`~fedlib.protocol.ProgramMethod.program` in ``ctx.model`` with ``generator`` (final)."""
         return self.program(ctx, state, message, data).run(ctx.model, generator)
 
 
 def vectorizable(algorithm: Algorithm) -> bool:
     """Whether ``algorithm``'s local work can be stacked with other clients' (it is a
-    :class:`ProgramMethod`: each round, the clients whose :meth:`~ProgramMethod.program` is a
+    :class:`~fedlib.protocol.ProgramMethod`: each round, the clients whose :meth:`~ProgramMethod.program` is a
     :class:`~fedlib.training.LocalProgram` train stacked).
 
     >>> class Custom(Algorithm):

@@ -108,8 +108,8 @@ def classifier_fn(kind: str, dim: int, n_classes: int, hidden: int = 128):
 class StatisticsRounds(Algorithm):
     """The statistics and knowledge rounds around a base algorithm: round 1 exchanges statistics,
     round 2 knowledge, from then on the base trains (see the module's table). A subclass says
-    what clients send (:meth:`client_statistics`), what the server makes of it
-    (:meth:`server_knowledge`), what a client caches (:meth:`prepare`) and how it trains on the
+    what clients send (``client_statistics``), what the server makes of it
+    (``server_knowledge``), what a client caches (:meth:`prepare`) and how it trains on the
     cache (:meth:`train_work`); :class:`StatisticsFirst` trains the base on an augmented set."""
 
     base: Algorithm = field(default_factory=FedAvg)
@@ -239,7 +239,7 @@ class StatisticsFirst(StatisticsRounds, ProgramMethod):
         return SequentialWork(lambda model, generator: self.base.local_update(ctx, state, message, augmented, generator))
 
     def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
-        """This round's work (:meth:`StatisticsRounds._work`)."""
+        """This round's work: the statistics, the cache and the first training, or the base's work on the cache."""
         return self._work(ctx, state, message, data)
 
 

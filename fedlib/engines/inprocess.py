@@ -41,7 +41,7 @@ class Client:
 
     def run(self, work: SequentialWork, round_: int, seed: int, workspace) -> tuple[State, Message]:
         """Run ``work`` in ``workspace`` with this client's generator and torch stream of round
-        ``round_``, as :meth:`update` runs ``local_update``."""
+        ``round_``, as ``update`` runs ``local_update``."""
         stream = derive_seed(seed, round_, self.cid, LOCAL_TRAIN)
         with isolated_torch_rng(stream):
             return work.run(workspace, torch.Generator().manual_seed(stream))
