@@ -159,19 +159,19 @@ print("relative part of r0 the LINEAR span would discard (largest over instances
 # check all three against SciPy's `sqrtm`.
 
 # %%
-T_ = transport_map_against_scipy(seed, P.trials, P.dim)
+ot = transport_map_against_scipy(seed, P.trials, P.dim)
 pairs = f"{P.trials} random SPD pairs"  # SPD: symmetric positive definite
 check("T_t is symmetric positive definite", pairs,
-      f"asymmetry {T_['asymmetry']:.1e}, min eigenvalue {T_['min_eigenvalue']:.3g}",
-      ok=T_["asymmetry"] < 1e-10 and T_["min_eigenvalue"] > 0)
-check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{T_['pushforward']:.1e}",
-      ok=T_["pushforward"] < 1e-8)
+      f"asymmetry {ot['asymmetry']:.1e}, min eigenvalue {ot['min_eigenvalue']:.3g}",
+      ok=ot["asymmetry"] < 1e-10 and ot["min_eigenvalue"] > 0)
+check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
+      ok=ot["pushforward"] < 1e-8)
 check("T_t equals the Gaussian OT map computed with SciPy sqrtm",
-      f"{pairs}, relative max error", f"{T_['scipy']:.1e}", ok=T_["scipy"] < 1e-6)
+      f"{pairs}, relative max error", f"{ot['scipy']:.1e}", ok=ot["scipy"] < 1e-6)
 check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
       f"{P.trials} pairs; a random orthogonal Q per pair",
-      f"relative gap {T_['w2_gap']:.1e}; {T_['n_cheaper']} cheaper maps",
-      ok=T_["w2_gap"] < 1e-6 and T_["n_cheaper"] == 0)
+      f"relative gap {ot['w2_gap']:.1e}; {ot['n_cheaper']} cheaper maps",
+      ok=ot["w2_gap"] < 1e-6 and ot["n_cheaper"] == 0)
 
 # %% [markdown]
 # ## 3. The projector off the span
