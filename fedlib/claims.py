@@ -647,6 +647,39 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
     )
 
 
+def interval_band(values: ArrayLike, level: float = 0.95) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A figure's line and band over seeds: :func:`mean_interval` of every column of ``values``.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_seeds, n_points)
+        One row per seed, one column per point of the curve (e.g. a round).
+    level : float in (0, 1), default 0.95
+
+    Returns
+    -------
+    (ndarray, ndarray, ndarray)
+        The means, the lows and the highs, each of shape (n_points,); with one seed the ends are
+        infinite (draw no band).
+
+    Raises
+    ------
+    ValueError
+        On ``values`` that is not 2-D, and as :func:`mean_interval` does (a NaN, a level outside (0, 1)).
+
+    Examples
+    --------
+    >>> mean, low, high = interval_band([[90.0, 1.0], [91.0, 1.0], [92.0, 1.0]])
+    >>> mean.tolist(), round(float(low[0]), 2), float(high[1])
+    ([91.0, 1.0], 88.52, 1.0)
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim != 2:
+        raise ValueError(f"values must be 2-D (n_seeds, n_points), got shape {values.shape}")
+    ivs = [mean_interval(values[:, j], level) for j in range(values.shape[1])]
+    return np.array([i.mean for i in ivs]), np.array([i.low for i in ivs]), np.array([i.high for i in ivs])
+
+
 def mean_interval(values: ArrayLike, level: float = 0.95) -> Interval:
     """The mean over seeds of one quantity and its Student's t interval (:func:`paired_interval`
     against 0): what a results table shows in each cell.
@@ -685,13 +718,16 @@ def seed_band(frame: pd.DataFrame, x: str, xs: Sequence, *, value: str = "value"
     missing = [c for c in (x, value) if c not in frame.columns]
     if missing:
         raise ValueError(f"seed_band: columns {missing} are not in the frame; valid: {list(frame.columns)}")
-    ivs = []
+    columns = []
     for at in xs:
         rows = frame[frame[x] == at]
         if len(rows) == 0:
             raise ValueError(f"seed_band: no row has {x} = {at!r}; valid: {sorted(set(frame[x]))}")
-        ivs.append(mean_interval(np.asarray(rows[value], dtype=float), level))
-    return np.array([iv.mean for iv in ivs]), np.array([iv.half_width for iv in ivs])
+        columns.append(np.asarray(rows[value], dtype=float))
+    if len({len(c) for c in columns}) > 1:
+        raise ValueError(f"seed_band: the points of {x} have different numbers of seeds ({[len(c) for c in columns]})")
+    mean, _, high = interval_band(np.stack(columns, axis=1), level)  # one seed per row
+    return mean, high - mean  # Interval.half_width
 
 
 def interval_text(values: ArrayLike, digits: int = 1, level: float = 0.95) -> str:
@@ -850,6 +886,7 @@ __all__ = [
     "OVER",
     "TABLE_COLUMNS",
     "VERDICTS",
+    "interval_band",
     "Claim",
     "ClaimResult",
     "Interval",

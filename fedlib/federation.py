@@ -185,6 +185,21 @@ class DepartureScenario:
     n_rare_departing: int
     n_rare_remaining: int
 
+    def remaining_train_sizes(self) -> np.ndarray:
+        """The training samples of every client but the departing one, in client order, shape
+        (n_clients - 1,).
+
+        Examples
+        --------
+        >>> from fedlib.data import make_gaussian_mixture
+        >>> ds = make_gaussian_mixture(n_per_class=120, n_classes=3, dim=2, seed=0).dataset
+        >>> sc = make_departure_scenario(ds, n_clients=4, rare_class=1, departing_share=0.9, global_test_per_class=20)
+        >>> sizes = sc.remaining_train_sizes()
+        >>> len(sizes), int(sizes.sum()) == sum(len(c.train.y) for c in sc.federation.clients[1:])
+        (3, True)
+        """
+        return np.array([len(c.train.y) for k, c in enumerate(self.federation.clients) if k != self.departing_client])
+
 
 def make_departure_scenario(
     dataset: ArrayDataset,

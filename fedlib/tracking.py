@@ -17,7 +17,8 @@ remaining classes:
   :func:`adaptive_alpha`; the reconstruction, Eq. (4): :func:`reconstruct_mpt`;
 * MPT-lite (the paper names it only): :func:`growth_factor`, :func:`reconstruct_lite`;
 * baselines: frozen, iCaRL nearest-mean (:func:`icarl_prototype`), SDC (:func:`sdc_client_sums`,
-  :func:`sdc_step`), LDC (:func:`ldc_fit_map`, :func:`ldc_step`); CCVR's calibration is a head
+  :func:`sdc_step`), LDC (:func:`ldc_fit_map`, its Adam steps :func:`ldc_steps_per_round`,
+  :func:`ldc_step`); CCVR's calibration is a head
   (:func:`fedlib.heads.ccvr_calibrate`).
 
 Choices the paper leaves open (each a parameter of :class:`TrackingConfig`):
@@ -48,10 +49,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from .heads import regularized_covariance
 from .training import TrainConfig, local_train
+from .validation import check_int
 
 SPANS = ("affine", "linear")
 NOISE = ("rare", "pooled")
@@ -431,6 +434,36 @@ def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, l
     return linear.weight.detach().to(F64)
 
 
+def ldc_steps_per_round(sizes, batch_size: int, epochs: int) -> float:
+    r"""The Adam steps :func:`ldc_fit_map` gives a client's map in a round, averaged over clients:
+    :math:`\lceil n / \text{batch\_size}\rceil` mini-batches per epoch (the last one partial)
+    times ``epochs``, for clients of ``sizes`` training samples each.
+
+    Parameters
+    ----------
+    sizes : array-like of int, shape (n_clients,)
+        The clients' training samples (each >= 0).
+    batch_size, epochs : int
+        As passed to :func:`ldc_fit_map` (each >= 1).
+
+    Raises
+    ------
+    ValueError
+        On no client, a negative size, or ``batch_size`` or ``epochs`` below 1.
+
+    Examples
+    --------
+    >>> ldc_steps_per_round([32, 33, 100], 32, 20)  # 1, 2 and 4 steps per epoch
+    46.66666666666667
+    """
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1 or len(sizes) == 0 or (sizes < 0).any():
+        raise ValueError(f"sizes must be a non-empty list of sample counts >= 0, got {sizes.tolist()!r}")
+    check_int("batch_size", batch_size, low=1)
+    check_int("epochs", epochs, low=1)
+    return float(np.mean(np.ceil(sizes / batch_size)) * epochs)
+
+
 def _mse_rows(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ((model(x) - y) ** 2).sum(1).mean()
 
@@ -443,7 +476,7 @@ def ldc_step(prototype: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 __all__ = [
     "METRICS", "NOISE", "SPANS", "Reconstruction", "Snapshot", "TrackingConfig", "adaptive_alpha", "barycentric_decomposition",
     "barycentric_prototype", "barycentric_weights", "growth_factor", "icarl_prototype", "inv_sqrtm_pd",
-    "ldc_fit_map", "ldc_step", "measured_residual", "noise_variance", "reconstruct_lite", "reconstruct_mpt",
+    "ldc_fit_map", "ldc_step", "ldc_steps_per_round", "measured_residual", "noise_variance", "reconstruct_lite", "reconstruct_mpt",
     "sdc_client_sums", "sdc_step", "span_projector", "sqrtm_psd", "stored_residual_prototype", "take_snapshot",
     "transport_map",
 ]

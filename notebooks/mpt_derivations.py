@@ -29,7 +29,8 @@
 # prototypes, and the **adaptive weight** $\alpha_t$. This chapter derives each one, checks it
 # numerically against an independent reference, and ends with a table of every check. The same
 # statements are property tests in `tests/test_tracking.py`. The implementation is
-# {mod}`fedlib.tracking`; the federated experiments are in {ref}`chapter-mpt-experiments`.
+# {mod}`fedlib.tracking`, the random instances and the numerical checks are
+# {mod}`fedlib.experiments.mpt_checks`; the federated experiments are in {ref}`chapter-mpt-experiments`.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials, dimension 512)
@@ -39,32 +40,15 @@ dim = None  # feature dimension of the random instances
 results_dir = None  # unused here (nothing is trained)
 
 # %% tags=["hide-input"]
-import numpy as np
-import pandas as pd
-import scipy.linalg
-import scipy.optimize
 import sympy as sp
 import torch
 from myst_nb import glue
 
 from fedlib.book import setup, show_table
 from fedlib.checks import CheckTable
-from fedlib.heads import regularized_covariance
-from fedlib.rng import torch_generator
-from fedlib.tracking import (
-    TrackingConfig,
-    adaptive_alpha,
-    barycentric_decomposition,
-    barycentric_weights,
-    growth_factor,
-    reconstruct_lite,
-    reconstruct_mpt,
-    span_projector,
-    stored_residual_prototype,
-    barycentric_prototype,
-    take_snapshot,
-    transport_map,
-)
+from fedlib.experiments.mpt_checks import (alpha_risk_table, barycentric_against_slsqp, known_drift_table,
+                                           projector_errors, residual_off_span, transport_map_against_scipy)
+from fedlib.tracking import adaptive_alpha
 
 PROFILES = {
     "smoke": dict(trials=5, dim=8, K=4, mc=2000),
@@ -72,24 +56,8 @@ PROFILES = {
     "paper": dict(trials=100, dim=512, K=9, mc=50000),
 }
 P = setup(PROFILES, profile, trials=trials, dim=dim)
-F64 = torch.float64
 checks = CheckTable()  # the final check table: check(statement, how, worst, ok=...)
 check = checks.add
-
-
-def gen(*keys):
-    return torch_generator(seed, *keys)
-
-
-def rand(shape, *keys):
-    return torch.randn(*shape, generator=gen(*keys), dtype=F64)
-
-
-def spd(d, *keys):
-    A = rand((d, d), *keys)
-    return A @ A.T / d + 0.05 * torch.eye(d, dtype=F64)
-
-
 print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, "
       f"K = {P.K} remaining classes")
 
@@ -144,21 +112,7 @@ check("KKT solution of Eq. (1) equals the closed form",
 # the closed form must never be worse).
 
 # %%
-worst_obj, worst_sum = 0.0, 0.0
-for i in range(P.trials):
-    M = rand((P.K, P.dim), 1, i)
-    mu = rand((P.dim,), 2, i)
-    lam = [1e-3, 0.1, 1.0, 10.0][i % 4]
-    w = barycentric_weights(mu, M, lam).numpy()
-    Mn, mun = M.numpy(), mu.numpy()
-    def obj(v, Mn=Mn, mun=mun, lam=lam):
-        return float(np.sum((mun - Mn.T @ v) ** 2) + lam * np.sum(v**2))
-    sums_to_one = {"type": "eq", "fun": lambda v: v.sum() - 1}
-    res = scipy.optimize.minimize(obj, np.ones(P.K) / P.K, method="SLSQP",
-                                  constraints=[sums_to_one],
-                                  options={"ftol": 1e-14, "maxiter": 1000})
-    worst_obj = max(worst_obj, (obj(w) - res.fun) / max(1.0, abs(res.fun)))
-    worst_sum = max(worst_sum, abs(w.sum() - 1))
+worst_obj, worst_sum = barycentric_against_slsqp(seed, P.trials, P.K, P.dim)
 glue("bary_worst_obj", float(worst_obj), display=False)
 check("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
       f"{P.trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
@@ -177,15 +131,7 @@ check("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
 # a term of order $\lambda$.
 
 # %%
-worst_orth, worst_lin = 0.0, 0.0
-for i in range(P.trials):
-    M = rand((P.K, P.dim), 3, i)
-    mu = rand((P.dim,), 4, i)
-    _, r0 = barycentric_decomposition(mu, M, 0.0)
-    kept_off = {span: float((span_projector(M, span) @ r0 - r0).norm() / r0.norm())
-                for span in ("affine", "linear")}
-    worst_orth = max(worst_orth, kept_off["affine"])
-    worst_lin = max(worst_lin, kept_off["linear"])
+worst_orth, worst_lin = residual_off_span(seed, P.trials, P.K, P.dim)
 glue("orth_linear_loss", float(worst_lin), display=False)
 check("with lambda = 0, r0 is orthogonal to the affine directions (P_aff r0 = r0)",
       f"{P.trials} random instances, relative error", f"{worst_orth:.1e}",
@@ -213,39 +159,19 @@ print("relative part of r0 the LINEAR span would discard (largest over instances
 # check all three against SciPy's `sqrtm`.
 
 # %%
-worst_sym = worst_push = worst_ref = worst_w2 = 0.0
-n_beaten, min_eig = 0, np.inf
-for i in range(P.trials):
-    Sd = regularized_covariance(spd(P.dim, 5, i), 0.1)
-    St = regularized_covariance(spd(P.dim, 6, i), 0.1)
-    T = transport_map(Sd, St)
-    worst_sym = max(worst_sym, float((T - T.T).abs().max()))
-    min_eig = min(min_eig, float(torch.linalg.eigvalsh(T).min()))
-    worst_push = max(worst_push, float((T @ Sd @ T - St).abs().max() / St.abs().max()))
-    a_, b_ = Sd.numpy(), St.numpy()
-    ah = np.real(scipy.linalg.sqrtm(a_))
-    middle = np.real(scipy.linalg.sqrtm(ah @ b_ @ ah))
-    ref = np.linalg.inv(ah) @ middle @ np.linalg.inv(ah)
-    worst_ref = max(worst_ref, float(np.abs(T.numpy() - ref).max() / np.abs(ref).max()))
-    eye = np.eye(P.dim)
-    cost = np.trace((eye - ref) @ a_ @ (eye - ref).T)
-    w2 = np.trace(a_) + np.trace(b_) - 2 * np.trace(middle)
-    worst_w2 = max(worst_w2, abs(cost - w2) / w2)
-    Q, _ = np.linalg.qr(np.random.default_rng(seed + i).normal(size=(P.dim, P.dim)))
-    other = np.real(scipy.linalg.sqrtm(b_)) @ Q @ np.linalg.inv(ah)
-    n_beaten += int(np.trace((eye - other) @ a_ @ (eye - other).T) < cost - 1e-9 * w2)
+ot = transport_map_against_scipy(seed, P.trials, P.dim)
 pairs = f"{P.trials} random SPD pairs"  # SPD: symmetric positive definite
 check("T_t is symmetric positive definite", pairs,
-      f"asymmetry {worst_sym:.1e}, min eigenvalue {min_eig:.3g}",
-      ok=worst_sym < 1e-10 and min_eig > 0)
-check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{worst_push:.1e}",
-      ok=worst_push < 1e-8)
+      f"asymmetry {ot['asymmetry']:.1e}, min eigenvalue {ot['min_eigenvalue']:.3g}",
+      ok=ot["asymmetry"] < 1e-10 and ot["min_eigenvalue"] > 0)
+check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
+      ok=ot["pushforward"] < 1e-8)
 check("T_t equals the Gaussian OT map computed with SciPy sqrtm",
-      f"{pairs}, relative max error", f"{worst_ref:.1e}", ok=worst_ref < 1e-6)
+      f"{pairs}, relative max error", f"{ot['scipy']:.1e}", ok=ot["scipy"] < 1e-6)
 check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
       f"{P.trials} pairs; a random orthogonal Q per pair",
-      f"relative gap {worst_w2:.1e}; {n_beaten} cheaper maps",
-      ok=worst_w2 < 1e-6 and n_beaten == 0)
+      f"relative gap {ot['w2_gap']:.1e}; {ot['n_cheaper']} cheaper maps",
+      ok=ot["w2_gap"] < 1e-6 and ot["n_cheaper"] == 0)
 
 # %% [markdown]
 # ## 3. The projector off the span
@@ -255,17 +181,7 @@ check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
 # $P^\perp = I - Q^\top Q$ is symmetric, idempotent and annihilates every direction of the span.
 
 # %%
-worst_proj = 0.0
-for i in range(P.trials):
-    M = rand((P.K, P.dim), 7, i)
-    if i % 5 == 0:  # collinear prototypes
-        M = torch.linspace(-1, 1, P.K, dtype=F64)[:, None] * rand((1, P.dim), 8, i)
-    for span in ("affine", "linear"):
-        Pp = span_projector(M, span)
-        B = M - M.mean(0) if span == "affine" else M
-        worst_proj = max(worst_proj, float((Pp - Pp.T).abs().max()),
-                         float((Pp @ Pp - Pp).abs().max()),
-                         float((B @ Pp).abs().max() / max(1.0, float(B.abs().max()))))
+worst_proj = projector_errors(seed, P.trials, P.K, P.dim)
 check("P_perp is an orthogonal projector off the span "
       "(both spans, collinear cases included)",
       f"{P.trials} instances x 2 spans; every 5th collinear", f"{worst_proj:.1e}",
@@ -309,29 +225,7 @@ check("alpha -> 1 as N -> oo and alpha -> 0 as the two residuals agree",
 # implementation's own limits, and of the plug-in rule's risk against the two pure estimates:
 
 # %%
-d_mc = P.dim
-rng_t = gen(9)
-r_true = torch.randn(d_mc, generator=rng_t, dtype=F64)
-rows = []
-for n_samples in (1, 2, 5, 20, 100, 1000):
-    for bias in (0.0, 0.3, 1.0):
-        errs = {"measured": [], "predicted": [], "adaptive": []}
-        delta = bias * torch.randn(d_mc, generator=rng_t, dtype=F64)
-        for rep in range(max(20, P.mc // 200)):
-            noise = torch.randn(n_samples, d_mc, generator=rng_t, dtype=F64)
-            r_ho = r_true + noise.mean(0)
-            s2_hat = float(noise.var(0, unbiased=True).mean()) if n_samples > 1 else 1.0
-            r_pred = r_true + delta
-            a_t = adaptive_alpha(r_ho, r_pred, s2_hat, n_samples)
-            blend = a_t * r_ho + (1 - a_t) * r_pred
-            estimates = {"measured": r_ho, "predicted": r_pred, "adaptive": blend}
-            for k, est in estimates.items():
-                errs[k].append(float(((est - r_true) ** 2).mean()))
-        rows.append({"N": n_samples, "bias tau": bias,
-                     **{k: float(np.mean(v)) for k, v in errs.items()}})
-alpha_table = pd.DataFrame(rows)
-better = alpha_table[["measured", "predicted"]].min(axis=1).clip(lower=1e-12)
-alpha_table["adaptive / best"] = alpha_table["adaptive"] / better
+alpha_table = alpha_risk_table(seed, P.dim, P.mc)
 
 # %% tags=["hide-input"]
 show_table(alpha_table.rename(columns={
@@ -384,34 +278,7 @@ check("with few samples the plug-in blend is never worse than the worse pure est
 # error relative to the true moved prototype:
 
 # %%
-d_, K_ = P.dim, P.K
-M0 = rand((K_, d_), 10) * 2
-mu0 = rand((d_,), 11) * 2
-S0 = torch.diag(torch.rand(d_, generator=gen(12), dtype=F64) + 0.2)  # axis-aligned
-cfg0 = TrackingConfig(ridge=0.0, reg=0.0)
-snap0 = take_snapshot(mu0, M0, S0, cfg0)
-Qr, _ = torch.linalg.qr(rand((d_, d_), 13))
-drifts = {
-    "translation": (torch.eye(d_, dtype=F64), rand((d_,), 14)),
-    "isotropic scaling x1.5": (1.5 * torch.eye(d_, dtype=F64),
-                               torch.zeros(d_, dtype=F64)),
-    "axis-aligned scaling": (torch.diag(torch.linspace(0.5, 2.0, d_, dtype=F64)),
-                             torch.zeros(d_, dtype=F64)),
-    "rotation": (Qr, torch.zeros(d_, dtype=F64)),
-}
-rows = []
-for name, (A_, b_) in drifts.items():
-    Mt, mut, St = M0 @ A_.T + b_, A_ @ mu0 + b_, A_ @ S0 @ A_.T
-    g = growth_factor(snap0.trace_d, float(torch.trace(St)))
-    recs = {"frozen": snap0.prototype, "barycentric": barycentric_prototype(snap0, Mt),
-            "bary + stored residual": stored_residual_prototype(snap0, Mt),
-            "MPT-lite": reconstruct_lite(snap0, Mt, g),
-            "MPT (prediction)": reconstruct_mpt(snap0, Mt, St, cfg=cfg0).prototype,
-            "MPT without the projector": (Mt.T @ snap0.w0
-                                          + transport_map(snap0.cov_d, St) @ snap0.r0)}
-    rows.append({"drift": name,
-                 **{k: float((v - mut).norm() / mut.norm()) for k, v in recs.items()}})
-drift_table = pd.DataFrame(rows).set_index("drift")
+drift_table = known_drift_table(seed, P.K, P.dim)
 
 # %% [markdown]
 # The relative error $\lVert\hat\mu - \mu_t\rVert / \lVert\mu_t\rVert$ of each reconstruction

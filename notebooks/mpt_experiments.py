@@ -66,27 +66,20 @@ import time
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
-import torch
 from IPython.display import display
 from myst_nb import glue
 from scipy.stats import t as student_t
 
-from fedlib.algorithms import MPT, Event
-from fedlib.algorithms.mpt import METHOD_PAYLOAD, evaluate_history
+from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import Claim, mean_interval, seed_table
-from fedlib.data import load_data, plot_partition
-from fedlib.federation import make_departure_scenario
-from fedlib.loop import LoopConfig
-from fedlib.run import run_federated
-from fedlib.models import build_model
-from fedlib.rng import LOCAL_TRAIN, torch_generator
-from fedlib.stats import ClassMoments
-from fedlib.tracking import TrackingConfig, ldc_fit_map, sdc_client_sums
-from fedlib.training import TrainConfig, local_train
+from fedlib.claims import Claim, interval_band, mean_interval, seed_table
+from fedlib.data import plot_partition
+from fedlib.experiments.mpt import (TIME_PARTS, MPTStudy, bytes_per_method, distance_relation, extra_work_times,
+                                    figure_runs, fraction_table, history_value, largest_difference, ldc_batch_runs,
+                                    mean_at, per_seed, round_axis, seed_curves)
+from fedlib.tracking import TrackingConfig, ldc_steps_per_round
 
 PROFILES = {
     "smoke": dict(datasets=["mnist5k"], n_samples=500, rare_class=5, n_clients=4, rounds=4, departure_round=3,
@@ -102,56 +95,21 @@ PROFILES = {
 }
 P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, fractions=fractions, rounds=rounds,
           departure_round=departure_round, local_epochs=local_epochs, n_clients=n_clients)
-if not 1 < P.departure_round <= P.rounds:
-    raise ValueError(f"departure_round must be in [2, rounds={P.rounds}], got {P.departure_round}")
-DEPARTING = 0
 SEEDS = list(range(seed, seed + P.n_seeds))
-BATCH = 32  # local training mini-batch
 LDC_BATCH_OLD = 128  # the LDC mini-batch of the chapter's earlier builds (the LDC check below)
 TRACK = TrackingConfig()  # fixed defaults, nothing selected at run time (see "MPT's settings")
-
-
-@functools.cache
-def data(name, run_seed):
-    """The data set's seeded subset: each run seed draws its own (``load_data(..., seed=run_seed)``)."""
-    return load_data(name, n_samples=P.n_samples, seed=run_seed, cifar_root=cifar_root)
-
-
-def model_fn_for(name, ds):
-    return functools.partial(build_model, name, in_channels=ds.x.shape[1], n_classes=ds.n_classes, input_size=ds.x.shape[-1])
-
-
-def scenario(ds, fraction, run_seed):
-    return make_departure_scenario(ds, n_clients=P.n_clients, rare_class=P.rare_class, departing_share=1 - fraction,
-                                   departing_client=DEPARTING, global_test_per_class=P.global_test_per_class, seed=run_seed)
-
-
-def algorithm(run_seed, payload=None, steps=None, **overrides):
-    """The chapter's MPT plug-in; ``overrides`` replace constructor arguments (e.g. ``ldc_batch``,
-    ``history``, ``tracking``)."""
-    train = TrainConfig(epochs=P.local_epochs, steps=steps, batch_size=BATCH, lr=P.lr, momentum=0.9)
-    kw = dict(tracking=TRACK, ldc_epochs=P.ldc_epochs, ldc_batch=P.ldc_batch, ccvr_steps=P.ccvr_steps,
-              ccvr_virtual=P.ccvr_virtual)
-    kw.update(overrides)
-    if payload is not None:
-        kw["payload"] = payload
-    return MPT(train=train, rare_class=P.rare_class, train_rare_on=(DEPARTING,), seed=run_seed, **kw)
-
-
-def loop_config(run_seed, rounds=None):
-    return LoopConfig(rounds=rounds or P.rounds, seed=run_seed, events=(Event(P.departure_round, DEPARTING, "leave"),),
-                      f1_class=P.rare_class)
-
-
+# every run: the seed's data subset, the departure scenario (client 0 leaves), the MPT plug-in, the loop's settings
+study = MPTStudy.from_settings(P, cifar_root=cifar_root, tracking=TRACK)
+data = study.data
 print(f"profile {P.profile}: {', '.join(P.datasets)}; seeds {SEEDS}; {P.n_clients} clients, "
       f"{P.rounds} rounds, departure at round {P.departure_round}, {P.local_epochs} local epoch(s); "
       f"figure model {P.fig_model}, table model {P.table_model}")
 glue("n_seeds", P.n_seeds, display=False)
-glue("local_batch", BATCH, display=False)
+glue("local_batch", study.batch, display=False)
 glue("ldc_epochs", P.ldc_epochs, display=False)
 glue("ldc_batch", P.ldc_batch, display=False)
 glue("ldc_batch_old", LDC_BATCH_OLD, display=False)
-glue("ldc_lr", algorithm(seed).ldc_lr, display=False)
+glue("ldc_lr", study.algorithm(seed).ldc_lr, display=False)
 glue("rare_test", P.global_test_per_class, display=False)
 glue("one_image", 1 / P.global_test_per_class, display=False)
 
@@ -161,7 +119,8 @@ glue("one_image", 1 / P.global_test_per_class, display=False)
 # {glue:text}`n_samples_profile` images ({glue:text}`full_sets_text`), its own departure scenario
 # (which samples the departing client holds, the global test set) and its own model initialization
 # and batch order (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
-# interval, and every claim is decided on differences paired by seed ({mod}`fedlib.claims`).
+# interval, and every claim is decided on differences paired by seed ({mod}`fedlib.claims`). Every run is
+# built the same way by {class}`fedlib.experiments.mpt.MPTStudy`.
 #
 # ## The claims, declared before any run
 #
@@ -322,7 +281,7 @@ print(f"{sum(c.kind == 'claim' for c in CLAIMS.values())} claims and "
 # %% tags=["remove-cell"]
 fig_name = P.datasets[0]
 fig_fraction = 0.02 if 0.02 in P.fractions else P.fractions[0]
-sc = scenario(data(fig_name, seed), fig_fraction, seed)
+sc = study.scenario(data(fig_name, seed), fig_fraction, seed)
 glue("rare_class", P.rare_class, display=False)
 glue("n_rare_departing", sc.n_rare_departing, display=False)
 glue("n_rare_remaining", sc.n_rare_remaining, display=False)
@@ -345,7 +304,7 @@ plt.show()
 #
 # ## Per-round rare-class F1 (the paper's Figure 4)
 #
-# The figure runs: {glue:text}`fig_dataset` with the figure model, one run per seed, the client
+# The figure runs ({func}`fedlib.experiments.mpt.figure_runs`): {glue:text}`fig_dataset` with the figure model, one run per seed, the client
 # leaving at the start of round {glue:text}`departure_round` of {glue:text}`n_rounds`. A method's
 # curve at round $r$ pairs the global model $\theta_r$ with the prototypes the server computed under
 # it (see {mod}`fedlib.algorithms.mpt` for the one-round bookkeeping); the line is the mean over
@@ -353,21 +312,13 @@ plt.show()
 # {meth}`fedlib.metrics.Confusion.f1` on the global test set; overall accuracy is beside it.
 
 # %%
-fig_model_fn = model_fn_for(P.fig_model, data(fig_name, seed))
-fig_runs, fig_scen, hists = {}, {}, []
+fig_model_fn = study.model_fn(P.fig_model, data(fig_name, seed))
 t0 = time.perf_counter()
-for s in SEEDS:
-    fig_scen[s] = scenario(data(fig_name, s), fig_fraction, s)
-    federation = fig_scen[s].federation
-    fig_runs[s] = run_federated(algorithm(s), federation, fig_model_fn, loop_config(s))
-    h = evaluate_history(fig_runs[s].server, federation.global_test, fig_model_fn,
-                         rare_class=P.rare_class, reg=TRACK.reg)
-    hists.append(h.assign(seed=s))
-    if results_dir is not None:
-        fig_runs[s].save(Path(results_dir) / f"figure_run_{s}")
+fig_runs, fig_scen, hist = figure_runs(study, fig_name, fig_model_fn, fig_fraction, SEEDS)
 fig_run_seconds = (time.perf_counter() - t0) / len(SEEDS)
-hist = pd.concat(hists, ignore_index=True)
 if results_dir is not None:
+    for s, run in fig_runs.items():
+        run.save(Path(results_dir) / f"figure_run_{s}")
     hist.to_csv(Path(results_dir) / "figure_runs_history.csv", index=False)
 
 # %% tags=["hide-input"]
@@ -378,38 +329,17 @@ LABEL = {"fedavg": "FedAvg (softmax)", "ccvr": "CCVR", "icarl": "iCaRL-NME", "sd
          "mpt_predicted": "MPT, predicted residual only", "mpt_measured": "MPT, measured residual only"}
 
 
-def per_seed(metric):
-    """{seed: frame round × method} of one metric of the figure runs."""
-    part = hist[hist["metric"] == metric]
-    return {s: g.pivot(index="round", columns="method", values="value") for s, g in part.groupby("seed")}
-
-
-def band(metric, method):
-    """Mean over seeds per round and its 95 % t interval (NaN band with one seed)."""
-    frames = per_seed(metric)
-    stack = np.stack([frames[s][method].to_numpy() for s in SEEDS])  # (seeds, rounds)
-    rounds_ = frames[SEEDS[0]].index.to_numpy()
-    ivs = [mean_interval(stack[:, j]) for j in range(stack.shape[1])]
-    return rounds_, np.array([i.mean for i in ivs]), np.array([i.low for i in ivs]), np.array([i.high for i in ivs])
-
-
-def round_axis(ax):
-    """Integer round ticks and the departure marked (a grey line before the departure round)."""
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.axvline(P.departure_round - 0.5, color="grey", lw=1)
-    ax.set_xlabel("round")
-
-
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Rare-class F1 (left) and overall accuracy (right) of every method per round of the figure runs: the line is the mean over seeds, the band its 95 % interval (clipped to [0, 1]), the grey vertical line the departure. The oracle (dashed) uses the rare-class test mean and is unavailable in practice.", "name": "fig-mpt-f1-rounds"}, "image": {"alt": "Two line plots against the round, rare-class F1 on the left and overall accuracy on the right, with one line and shaded band per method (FedAvg, CCVR, iCaRL, SDC, LDC, frozen prototype, MPT-lite, MPT and a dashed black oracle), a grey vertical line at the departure, and a shared legend below."}}
 fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
 for m in SHOW:
     for ax, metric in zip(axes, ["f1", "accuracy"]):
-        r_, mu, lo, hi = band(metric, m)
+        r_, curves = seed_curves(hist, metric, m, SEEDS)  # (rounds,), (seeds, rounds)
+        mu, lo, hi = interval_band(curves)  # mean over seeds and its 95 % interval per round
         line, = ax.plot(r_, mu, label=LABEL[m], **(dict(ls="--", color="k") if m == "oracle" else {}))
         if np.isfinite(lo).all():
             ax.fill_between(r_, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=line.get_color(), alpha=0.12, lw=0)
 for ax, title in zip(axes, ["rare-class F1", "overall accuracy"]):
-    round_axis(ax)
+    round_axis(ax, P.departure_round)
     ax.set_ylim(-0.02, 1.02)
     ax.set_ylabel(title)
 handles, labels = axes[0].get_legend_handles_labels()
@@ -425,7 +355,7 @@ final = pd.concat([
     seed_table(at("f1", last), "method", None, "value", digits=3).rename(columns={"value": "rare-class F1"}),
     seed_table(at("accuracy", last), "method", None, "value", digits=3).rename(columns={"value": "overall accuracy"}),
 ], axis=1).loc[SHOW]
-fig_mean = lambda metric, r, m: float(at(metric, r).query("method == @m")["value"].mean())  # noqa: E731
+fig_mean = functools.partial(mean_at, hist)  # (metric, round, method): the mean over the seeds
 for m in SHOW + ["barycentric", "stored_residual", "mpt_predicted", "mpt_measured"]:
     glue(f"fig_f1_{m}", fig_mean("f1", last, m), display=False)
     glue(f"fig_acc_{m}", fig_mean("accuracy", last, m), display=False)
@@ -455,33 +385,17 @@ show_table(final, best={"rare-class F1": "max", "overall accuracy": "max"})
 #
 # ## Final rare-class F1 by remaining fraction (Table II style)
 #
-# The table model on every data set, for each remaining fraction and seed; each cell is the
+# The table model on every data set, for each remaining fraction and seed
+# ({func}`fedlib.experiments.mpt.fraction_table`); each cell is the
 # rare-class F1 at the last round, mean ± half-width of the 95 % interval over the seeds.
 
 # %% tags=["hide-input"]
 TABLE_METHODS = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen", "mpt_lite", "mpt", "oracle"]
-model_arrays = lambda server: {k: v for k, v in server.arrays.items() if k.startswith("model/")}  # noqa: E731
-rows, growth_rows, ldc_check_models, client_sizes = [], [], {}, {}
 t0 = time.perf_counter()
-for name in P.datasets:
-    for frac in P.fractions:
-        for s in SEEDS:
-            ds = data(name, s)
-            mfn = model_fn_for(P.table_model, ds)
-            sc_t = scenario(ds, frac, s)
-            res = run_federated(algorithm(s), sc_t.federation, mfn, loop_config(s))
-            h = evaluate_history(res.server, sc_t.federation.global_test, mfn,
-                                 rare_class=P.rare_class, rounds=[P.rounds], reg=TRACK.reg)
-            f1s = h[h["metric"] == "f1"].set_index("method")["value"]
-            rows += [{"dataset": name, "fraction": frac, "seed": s, "method": m, "f1": float(f1s[m]),
-                      "n_remaining": sc_t.n_rare_remaining} for m in TABLE_METHODS]
-            growth_rows.append({"dataset": name, "fraction": frac, "seed": s,
-                                "growth": float(res.server.meta.get("growth", float("nan")))})
-            if name == P.datasets[-1] and frac == fig_fraction:  # kept for the LDC control's backbone check
-                ldc_check_models[s] = model_arrays(res.server)
-                client_sizes[s] = [len(c.train.y) for c in sc_t.federation.clients[1:]]  # the remaining clients
+# every data set x fraction x seed; the final models of one cell are kept for the LDC control's backbone check
+table_long, growth_frame, ldc_check_models = fraction_table(study, P.datasets, P.fractions, SEEDS, P.table_model,
+                                                            TABLE_METHODS, keep=(P.datasets[-1], fig_fraction))
 table_seconds = time.perf_counter() - t0
-table_long = pd.DataFrame(rows)
 if results_dir is not None:
     Path(results_dir).mkdir(parents=True, exist_ok=True)
     table_long.to_csv(Path(results_dir) / "fraction_table.csv", index=False)
@@ -519,7 +433,7 @@ half = table_long.groupby(["dataset", "fraction", "method"])["f1"].apply(
 glue("half_median", float(half.median()), display=False)
 glue("half_max", float(half.max()), display=False)
 glue("t_mult", float(student_t.ppf(0.975, len(SEEDS) - 1)) if len(SEEDS) > 1 else float("nan"), display=False)
-growth_t = pd.DataFrame(growth_rows).groupby("dataset")["growth"]
+growth_t = growth_frame.groupby("dataset")["growth"]
 glue("growth_table_text", "; ".join(f"{name}: median {growth_t.median()[name]:.2f}, range {growth_t.min()[name]:.2f} "
                                     f"to {growth_t.max()[name]:.2f}" for name in P.datasets), display=False)
 glue("lite_mean_text", ", ".join(f"{name} {cell_means.loc[name, 'mpt_lite'].mean():.3f}" for name in P.datasets),
@@ -556,37 +470,27 @@ glue("lite_mean_text", ", ".join(f"{name} {cell_means.loc[name, 'mpt_lite'].mean
 # remaining {glue:text}`ldc_check_dataset` client holds {glue:text}`ldc_client_n:.0f` training samples
 # on average (the figure's fraction, mean over clients and seeds), about one mini-batch of
 # {glue:text}`ldc_batch_old`, so the map got {glue:text}`ldc_steps_old:.0f` Adam steps per round on
-# average ({glue:text}`ldc_epochs` epochs at learning rate {glue:text}`ldc_lr` from the identity;
+# average ({func}`fedlib.tracking.ldc_steps_per_round`; {glue:text}`ldc_epochs` epochs at learning rate {glue:text}`ldc_lr` from the identity;
 # {glue:text}`ldc_steps_new:.0f` with mini-batches of {glue:text}`ldc_batch`), too few to fit; the per-round under-correction accumulates over the rounds in the low-variance directions
 # that the Mahalanobis readout weighs most. (Offline, with the map's old mini-batch, each single
 # round's map still moved the rare-class test mean closer than the identity, while the composed
 # map ended far from the oracle in Mahalanobis distance though close in Euclidean distance.) The
 # book now uses mini-batches of {glue:text}`ldc_batch` (the default of `ldc_fit_map`), and the
 # control row of the claims table re-runs LDC alone with the old mini-batch on the same seeds
-# (`tests/test_tracking.py` checks the step limit on a planted map): LDC's F1 on {glue:text}`ldc_check_dataset` is {glue:text}`ldc_f1_new:.3f` with the new
+# ({func}`fedlib.experiments.mpt.ldc_batch_runs`; `tests/test_tracking.py` checks the step limit on a planted map): LDC's F1 on {glue:text}`ldc_check_dataset` is {glue:text}`ldc_f1_new:.3f` with the new
 # mini-batch and {glue:text}`ldc_f1_old:.3f` with the old one. The old-batch runs send LDC's
 # payload only; their final backbone, compared parameter by parameter with the table run's of the
 # same seed, is {glue:text}`backbone_same`.
 
 # %% tags=["hide-input"]
-ldc_rows, backbone_diff = [], []
-for s in SEEDS:
-    ds = data(LDC_CHECK, s)
-    mfn = model_fn_for(P.table_model, ds)
-    sc_l = scenario(ds, fig_fraction, s)
-    res = run_federated(algorithm(s, payload=METHOD_PAYLOAD["ldc"], ldc_batch=LDC_BATCH_OLD), sc_l.federation, mfn,
-                        loop_config(s))
-    h = evaluate_history(res.server, sc_l.federation.global_test, mfn, rare_class=P.rare_class, rounds=[P.rounds],
-                         reg=TRACK.reg)
-    ldc_rows.append(float(h[(h["method"] == "ldc") & (h["metric"] == "f1")]["value"].iloc[0]))
-    other = model_arrays(res.server)
-    backbone_diff.append(max(float((other[k].double() - v.double()).abs().max()) for k, v in ldc_check_models[s].items()))
+ldc_rows, ldc_models = ldc_batch_runs(study, LDC_CHECK, P.table_model, fig_fraction, SEEDS, LDC_BATCH_OLD)
+backbone_diff = [largest_difference(ldc_models[s], ldc_check_models[s]) for s in SEEDS]
 glue("backbone_same", "identical (largest parameter difference 0)" if max(backbone_diff) == 0 else
      f"not identical (largest parameter difference {max(backbone_diff):.2g})", display=False)
-sizes_ = np.concatenate([np.asarray(v) for v in client_sizes.values()])
+sizes_ = np.concatenate([study.scenario(data(LDC_CHECK, s), fig_fraction, s).remaining_train_sizes() for s in SEEDS])
 glue("ldc_client_n", float(sizes_.mean()), display=False)
 for key, b in [("ldc_steps_old", LDC_BATCH_OLD), ("ldc_steps_new", P.ldc_batch)]:
-    glue(key, float(np.mean(np.ceil(sizes_ / b)) * P.ldc_epochs), display=False)
+    glue(key, ldc_steps_per_round(sizes_, b, P.ldc_epochs), display=False)
 ldc_new = wide.xs((LDC_CHECK, fig_fraction), level=("dataset", "fraction"))["ldc"].loc[SEEDS].to_numpy()
 glue("ldc_check_dataset", LDC_CHECK, display=False)
 glue("ldc_f1_new", float(np.mean(ldc_new)), display=False)
@@ -604,16 +508,17 @@ show_table(pd.DataFrame({f"LDC rare-class F1, batch {P.ldc_batch}": ldc_new,
 # rare-class F1, all seeds ({numref}`fig-mpt-distance-f1`).
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mahalanobis distance from each method's rare-class prototype to the oracle prototype (the current rare-class test mean) per round of the figure runs: mean over seeds with its 95 % interval (band, clipped at 0); the grey vertical line is the departure. Lower is closer.", "name": "fig-mpt-distance-rounds"}, "image": {"alt": "Line plot of the distance to the oracle prototype against the round for ten methods (frozen, barycentric only, barycentric plus stored residual, MPT-lite, MPT's predicted and measured residuals alone, MPT, iCaRL, SDC, LDC), all near zero before the departure line and spreading apart after it; legend below the plot."}}
-dist_s, f1_s = per_seed("dist_oracle"), per_seed("f1")
+dist_s, f1_s = per_seed(hist, "dist_oracle"), per_seed(hist, "f1")
 ABL = ["frozen", "barycentric", "stored_residual", "mpt_lite", "mpt_predicted", "mpt_measured", "mpt", "icarl",
        "sdc", "ldc"]
 fig, ax = plt.subplots(figsize=(9, 5))
 for m in ABL:
-    r_, mu, lo, hi = band("dist_oracle", m)
+    r_, curves = seed_curves(hist, "dist_oracle", m, SEEDS)
+    mu, lo, hi = interval_band(curves)
     line, = ax.plot(r_, mu, label=LABEL[m])
     if np.isfinite(lo).all():
         ax.fill_between(r_, np.clip(lo, 0, None), hi, color=line.get_color(), alpha=0.1, lw=0)
-round_axis(ax)
+round_axis(ax, P.departure_round)
 ax.set_ylabel("Mahalanobis distance to the oracle prototype")
 ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
 fig.tight_layout()
@@ -644,16 +549,8 @@ alpha_series = hist[(hist["metric"] == "alpha")]["value"]
 glue("alpha_mean", float(alpha_series.mean()) if len(alpha_series) else float("nan"), display=False)
 growth = [float(fig_runs[s].server.meta.get("growth", float("nan"))) for s in SEEDS]
 glue("growth_last", float(np.mean(growth)), display=False)
-
-
-def relation(m, ref="stored_residual"):
-    """Computed wording: is ``m`` closer to or farther from the oracle than ``ref`` at the last round (means)?"""
-    a, b = fig_mean("dist_oracle", last, m), fig_mean("dist_oracle", last, ref)
-    return f"{'closer to' if a < b else 'farther from'} the oracle ({a:.2f} against {b:.2f})"
-
-
-glue("lite_vs_stored", relation("mpt_lite"), display=False)
-glue("pred_vs_stored", relation("mpt_predicted"), display=False)
+glue("lite_vs_stored", distance_relation(hist, last, "mpt_lite"), display=False)
+glue("pred_vs_stored", distance_relation(hist, last, "mpt_predicted"), display=False)
 
 # %% [markdown]
 # The distances at the last round (mean ± half-width of the 95 % interval over seeds; bold: the
@@ -685,7 +582,7 @@ show_table(abl_show, best={"distance to the oracle at the last round": "min"})
 #
 # ## Cost: communication and time (the paper's Figure 5)
 #
-# **Communication.** Each method alone, through the ledger: per seed, a short run per method whose
+# **Communication.** Each method alone, through the ledger ({func}`fedlib.experiments.mpt.bytes_per_method`): per seed, a short run per method whose
 # clients send only that method's payload ({data}`fedlib.algorithms.mpt.METHOD_PAYLOAD`), on a
 # quarter of the seed's data (message sizes depend on shapes, not on the number of samples), one
 # local step per round; the bytes of the last round (after the departure, with SDC's and LDC's
@@ -693,18 +590,7 @@ show_table(abl_show, best={"distance to the oracle at the last round": "min"})
 
 # %% tags=["hide-input"]
 COMM_METHODS = ["fedavg", "ccvr", "frozen", "icarl", "sdc", "ldc", "mpt_lite", "mpt"]
-byte_rows = []
-for s in SEEDS:
-    ds = data(fig_name, s)
-    small = scenario(ds.subset(np.arange(0, len(ds), 4)), fig_fraction, s)
-    for m in COMM_METHODS:
-        alg = algorithm(s, payload=METHOD_PAYLOAD[m], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
-        cfg = LoopConfig(rounds=2, seed=s, events=(Event(2, DEPARTING, "leave"),))  # sizes do not depend on the round
-        led = run_federated(alg, small.federation, fig_model_fn, cfg).ledger.to_frame()
-        led = led[(led["round"] == 2) & ~led["kind"].str.startswith("eval")]
-        byte_rows.append({"seed": s, "method": m, "bytes": led["bytes"].sum() / led["client"].nunique()})
-comm_long = pd.DataFrame(byte_rows)
-comm_long["relative"] = comm_long["bytes"] / comm_long["seed"].map(comm_long.query("method == 'fedavg'").set_index("seed")["bytes"])
+comm_long = bytes_per_method(study, fig_name, fig_model_fn, fig_fraction, SEEDS, COMM_METHODS)
 comm_w = comm_long.pivot(index="seed", columns="method", values="relative")
 comm = comm_w.mean().loc[COMM_METHODS].to_frame("bytes per client and round, relative to FedAvg")
 comm.insert(0, "bytes per client and round", comm_long.groupby("method")["bytes"].mean().loc[COMM_METHODS])
@@ -720,54 +606,15 @@ show_table(comm.rename(index=LABEL).rename_axis("method"), digits=3,
 # prototype method), SDC's second embedding under the previous model, LDC's second embedding and
 # map training, and the server's per-round work for all methods together (CCVR's virtual features
 # and head re-training, MPT's reconstruction), each relative to a client's local training of a
-# round (median of repeats).
+# round (median of repeats; {func}`fedlib.experiments.mpt.extra_work_times`).
 
 # %% tags=["hide-input"]
-def timed(fn, repeats=3):
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return float(np.median(out))
-
-
-time_rows = []
-for s in SEEDS:
-    client = fig_scen[s].federation.clients[1]
-    x, y = client.train.x, client.train.y
-    model = fig_model_fn()
-    arrays = fig_runs[s].server.arrays
-    model.load_state_dict({k[len("model/"):]: v for k, v in arrays.items() if k.startswith("model/")})
-    init = {k: v.clone() for k, v in model.state_dict().items()}
-
-    def train_once():
-        model.load_state_dict(init)
-        local_train(model, x, y, TrainConfig(epochs=P.local_epochs, batch_size=BATCH, lr=P.lr), torch_generator(s, LOCAL_TRAIN))
-
-    @torch.no_grad()
-    def embed():
-        model.eval()
-        return model.embed(x).double()
-
-    z_now = embed()
-    z_old = z_now + 0.01 * torch.randn(z_now.shape, generator=torch_generator(s, LOCAL_TRAIN, 1), dtype=z_now.dtype)  # a stand-in old embedding
-    t_train = timed(train_once)
-    model.load_state_dict(init)
-    t_stats = timed(lambda: ClassMoments.from_features(embed(), y, 10))
-    t_sdc = timed(lambda: (embed(), sdc_client_sums(z_old, z_now, z_now.mean(0))))
-    t_ldc = timed(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=P.ldc_epochs, batch_size=P.ldc_batch,
-                                                generator=torch_generator(s, LOCAL_TRAIN))), repeats=1)
-    server = float(fig_runs[s].server_seconds[-1])  # the server's aggregation (all methods), last round
-    for part, t in [("re-embedding + statistics (every prototype method)", t_stats), ("SDC extra (client)", t_sdc),
-                    ("LDC extra (client)", t_ldc), ("server, all methods incl. CCVR (per round)", server)]:
-        time_rows.append({"seed": s, "part": part, "relative": t / t_train})
-time_long = pd.DataFrame(time_rows)
+times = {s: extra_work_times(study, fig_runs[s], fig_scen[s], fig_model_fn, s) for s in SEEDS}  # relative to training
+time_long = pd.DataFrame([{"seed": s, "part": part, "relative": t} for s in SEEDS for part, t in times[s].items()])
 time_table = seed_table(time_long, "part", None, "relative", digits=2).rename(
     columns={"relative": "time relative to one client's local training"}).rename_axis("extra work")
 time_w = time_long.pivot(index="seed", columns="part", values="relative")
-for key, part in [("stats", "re-embedding + statistics (every prototype method)"), ("sdc", "SDC extra (client)"),
-                  ("ldc", "LDC extra (client)"), ("server", "server, all methods incl. CCVR (per round)")]:
+for key, part in zip(["stats", "sdc", "ldc", "server"], TIME_PARTS):
     glue(f"time_{key}", float(time_w[part].mean()), display=False)
 show_table(time_table)
 
@@ -862,32 +709,9 @@ results = claims_report(CLAIMS.values(), digits=3, total_seconds=float(P.elapsed
 t_ex = time.perf_counter()
 EX_NAME, EX_ROUNDS = P.datasets[0], min(P.rounds, P.departure_round + 4)
 ex_ds = data(EX_NAME, seed)
-ex_mfn = model_fn_for(P.table_model, ex_ds)
-
-
-def reduced_run(fraction, rounds=EX_ROUNDS, eval_rounds=None, **overrides):
-    """One reduced run: its history frame (round, method, metric, value) over
-    ``eval_rounds`` (default: the departure round to the last), and its scenario."""
-    sc_x = scenario(ex_ds, fraction, seed)
-    payload = overrides.pop("payload", METHOD_PAYLOAD["mpt"])
-    res = run_federated(algorithm(seed, payload=payload, **overrides), sc_x.federation,
-                        ex_mfn, loop_config(seed, rounds))
-    if eval_rounds is None:
-        eval_rounds = range(P.departure_round, rounds + 1)
-    h = evaluate_history(res.server, sc_x.federation.global_test, ex_mfn,
-                         rare_class=P.rare_class, rounds=list(eval_rounds),
-                         reg=TRACK.reg)
-    return h, sc_x
-
-
-def value(h, method, metric, r=None):
-    """History value at round ``r`` (default: the last); for alpha, the mean."""
-    f = h[(h["method"] == method) & (h["metric"] == metric)]
-    if metric == "alpha":
-        return float(f["value"].mean())
-    return float(f[f["round"] == (r or f["round"].max())]["value"].iloc[0])
-
-
+# (run, scenario, history over the departure round to the last) of one reduced run at a remaining fraction
+reduced_run = functools.partial(study.run, ex_ds, study.model_fn(P.table_model, ex_ds), seed=seed, rounds=EX_ROUNDS,
+                                eval_rounds=range(P.departure_round, EX_ROUNDS + 1), payload=METHOD_PAYLOAD["mpt"])
 ex_scale = (f"{EX_NAME}, table model {P.table_model}, seed {seed}, {EX_ROUNDS} rounds "
             f"with the departure at round {P.departure_round}")
 glue("ex_scale", ex_scale, display=False)
@@ -896,10 +720,11 @@ glue("ex_scale", ex_scale, display=False)
 # Exercise 1: the adaptive weight and MPT against its prediction-only variant, by remaining fraction
 ex1, ex1_hist = {}, {}
 for frac in (fig_fraction, 0.2, 0.5):
-    h, sc_x = reduced_run(frac)
+    _, sc_x, h = reduced_run(frac)
     ex1_hist[frac] = h
-    ex1[frac] = {"N": sc_x.n_rare_remaining, "alpha": value(h, "mpt", "alpha"), "mpt": value(h, "mpt", "f1"),
-                 "pred": value(h, "mpt_predicted", "f1"), "meas": value(h, "mpt_measured", "f1")}
+    ex1[frac] = {"N": sc_x.n_rare_remaining, "alpha": history_value(h, "mpt", "alpha"),
+                 "mpt": history_value(h, "mpt", "f1"), "pred": history_value(h, "mpt_predicted", "f1"),
+                 "meas": history_value(h, "mpt_measured", "f1")}
 glue("ex1_text", "; ".join(f"f = {f:g} ({r['N']} remaining rare sample(s)): mean α_t {r['alpha']:.3f}, "
                            f"F1 of MPT {r['mpt']:.3f}, prediction only {r['pred']:.3f}, "
                            f"measurement only {r['meas']:.3f}" for f, r in ex1.items()), display=False)
@@ -937,10 +762,11 @@ glue("ex1_answer", ("MPT beats its prediction-only variant at both larger fracti
 # %% tags=["remove-cell"]
 # Exercise 2: a longer drift (twice the profile's rounds), one seed, frozen / stored residual / MPT
 EX_LONG = 2 * P.rounds
-h2, _ = reduced_run(fig_fraction, rounds=EX_LONG, eval_rounds=[P.departure_round - 1, P.rounds, EX_LONG])
-ex2 = {r: {"frozen": value(h2, "frozen", "f1", r), "d_stored": value(h2, "stored_residual", "dist_oracle", r),
-           "d_mpt": value(h2, "mpt", "dist_oracle", r)} for r in (P.rounds, EX_LONG)}
-f_pre = value(h2, "frozen", "f1", P.departure_round - 1)
+_, _, h2 = reduced_run(fig_fraction, rounds=EX_LONG, eval_rounds=[P.departure_round - 1, P.rounds, EX_LONG])
+ex2 = {r: {"frozen": history_value(h2, "frozen", "f1", r),
+           "d_stored": history_value(h2, "stored_residual", "dist_oracle", r),
+           "d_mpt": history_value(h2, "mpt", "dist_oracle", r)} for r in (P.rounds, EX_LONG)}
+f_pre = history_value(h2, "frozen", "f1", P.departure_round - 1)
 glue("ex2_long", EX_LONG, display=False)
 glue("ex2_frozen_text", f"{f_pre:.3f} before the departure, {ex2[P.rounds]['frozen']:.3f} at round {P.rounds} "
                         f"and {ex2[EX_LONG]['frozen']:.3f} at round {EX_LONG}", display=False)
@@ -981,8 +807,8 @@ variants = {"default (affine span, rare noise, Euclidean)": TRACK, "span='linear
             "noise='pooled'": TrackingConfig(noise="pooled"), "metric='whitened'": TrackingConfig(metric="whitened")}
 ex3 = {}
 for label, cfg in variants.items():
-    h3 = ex1_hist[fig_fraction] if label.startswith("default") else reduced_run(fig_fraction, tracking=cfg)[0]
-    ex3[label] = (value(h3, "mpt", "dist_oracle"), value(h3, "mpt", "f1"))
+    h3 = ex1_hist[fig_fraction] if label.startswith("default") else reduced_run(fig_fraction, tracking=cfg)[2]
+    ex3[label] = (history_value(h3, "mpt", "dist_oracle"), history_value(h3, "mpt", "f1"))
 glue("ex3_text", "; ".join(f"{k}: distance {d:.2f}, F1 {f:.3f}" for k, (d, f) in ex3.items()), display=False)
 spread_d = max(d for d, _ in ex3.values()) - min(d for d, _ in ex3.values())
 spread_f = max(f for _, f in ex3.values()) - min(f for _, f in ex3.values())
@@ -1021,20 +847,13 @@ glue("ex3_f1_word", ("below the resolution of one test image" if spread_f < 1 / 
 # Exercise 4: LDC's Adam steps per round on every data set, and its F1 with the old mini-batch
 ex4_rows = []
 for name in P.datasets:
-    sizes = [len(c.train.y) for c in scenario(data(name, seed), fig_fraction, seed).federation.clients[1:]]
-    steps = {b: float(np.mean(np.ceil(np.asarray(sizes) / b)) * P.ldc_epochs) for b in (P.ldc_batch, LDC_BATCH_OLD)}
+    sizes = study.scenario(data(name, seed), fig_fraction, seed).remaining_train_sizes()
+    steps = {b: ldc_steps_per_round(sizes, b, P.ldc_epochs) for b in (P.ldc_batch, LDC_BATCH_OLD)}
     new = float(wide.loc[(name, fig_fraction, seed), "ldc"])
     if name == LDC_CHECK:  # the control above ran every seed; take the same seed
         old = ldc_rows[SEEDS.index(seed)]
     else:  # one reduced LDC-only run of the table model at the old mini-batch, full rounds
-        ds = data(name, seed)
-        mfn = model_fn_for(P.table_model, ds)
-        sc_l = scenario(ds, fig_fraction, seed)
-        res = run_federated(algorithm(seed, payload=METHOD_PAYLOAD["ldc"], ldc_batch=LDC_BATCH_OLD),
-                            sc_l.federation, mfn, loop_config(seed))
-        h4 = evaluate_history(res.server, sc_l.federation.global_test, mfn, rare_class=P.rare_class,
-                              rounds=[P.rounds], reg=TRACK.reg)
-        old = value(h4, "ldc", "f1")
+        old = ldc_batch_runs(study, name, P.table_model, fig_fraction, [seed], LDC_BATCH_OLD)[0][0]
     ex4_rows.append({"name": name, "n": float(np.mean(sizes)), "new": new, "old": old, **steps})
 glue("ex4_text", "; ".join(f"{r['name']}: {r['n']:.0f} training samples per remaining client, "
                            f"{r[P.ldc_batch]:.0f} Adam steps per round with batch {P.ldc_batch} and "

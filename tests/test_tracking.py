@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, evaluate_history, method_payload
 from fedlib.data import make_gaussian_mixture
+from fedlib.experiments.mpt_checks import random_normal, random_spd
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
@@ -41,15 +42,6 @@ from fedlib.training import TrainConfig
 F = torch.float64
 
 
-def _rand(seed, *shape):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F)
-
-
-def _spd(seed, d):
-    A = _rand(seed, d, d)
-    return A @ A.T + 0.1 * torch.eye(d, dtype=F)
-
-
 # ----------------------------------------------------------------- Eq. (1)-(2)
 def test_barycentric_hand_computed():
     M = torch.tensor([[0.0, 0.0], [2.0, 0.0]], dtype=F)
@@ -60,7 +52,7 @@ def test_barycentric_hand_computed():
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 10_000), st.integers(2, 6), st.integers(2, 8), st.sampled_from([1e-3, 0.1, 1.0, 10.0]))
 def test_closed_form_equals_numerical_solver(seed, K, d, lam):
-    M, mu = _rand(seed, K, d), _rand(seed + 1, d)
+    M, mu = random_normal(seed, (K, d)), random_normal(seed, (d,), 1)
     w = barycentric_weights(mu, M, lam).numpy()
     Mn, mun = M.numpy(), mu.numpy()
     obj = lambda v: np.sum((mun - Mn.T @ v) ** 2) + lam * np.sum(v**2)  # noqa: E731
@@ -74,7 +66,7 @@ def test_closed_form_equals_numerical_solver(seed, K, d, lam):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.integers(2, 5), st.integers(6, 10))
 def test_unregularized_residual_is_orthogonal_to_affine_directions(seed, K, d):
-    M, mu = _rand(seed, K, d), _rand(seed + 1, d)
+    M, mu = random_normal(seed, (K, d)), random_normal(seed, (d,), 1)
     _, r = barycentric_decomposition(mu, M, 0.0)
     P = span_projector(M, "affine")
     assert torch.allclose(P @ r, r, atol=1e-9)
@@ -111,7 +103,7 @@ def test_bad_inputs_are_clear_errors():
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 7))
 def test_transport_map_properties_and_scipy_reference(seed, d):
-    Sd, St = _spd(seed, d), _spd(seed + 7, d)
+    Sd, St = random_spd(seed, d), random_spd(seed, d, 7)
     T = transport_map(Sd, St)
     assert torch.allclose(T, T.T)
     assert float(torch.linalg.eigvalsh(T).min()) > 0
@@ -125,7 +117,7 @@ def test_transport_map_properties_and_scipy_reference(seed, d):
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 5), st.integers(2, 8), st.sampled_from(["affine", "linear"]))
 def test_projector_is_orthogonal_projector(seed, K, d, span):
-    M = _rand(seed, K, d)
+    M = random_normal(seed, (K, d))
     P = span_projector(M, span)
     assert torch.allclose(P, P.T, atol=1e-10) and torch.allclose(P @ P, P, atol=1e-10)
     B = M - M.mean(0) if span == "affine" else M
@@ -146,15 +138,15 @@ def test_alpha_limits():
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.floats(0.0, 10.0), st.floats(0.1, 1e4))
 def test_alpha_in_unit_interval(seed, sigma2, n):
-    a = adaptive_alpha(_rand(seed, 5), _rand(seed + 1, 5), sigma2, n)
+    a = adaptive_alpha(random_normal(seed, (5,)), random_normal(seed, (5,), 1), sigma2, n)
     assert 0.0 <= a <= 1.0
 
 
 # ----------------------------------------------------------------- reconstructions with known answers
 def _setup(seed, K=4, d=8):
-    M = _rand(seed, K, d) * 3
-    mu = _rand(seed + 1, d) * 3
-    cov = _spd(seed + 2, d)
+    M = random_normal(seed, (K, d)) * 3
+    mu = random_normal(seed, (d,), 1) * 3
+    cov = random_spd(seed, d, 2)
     cfg = TrackingConfig(ridge=0.0, reg=0.1)
     return M, mu, cov, cfg, take_snapshot(mu, M, cov, cfg)
 
@@ -163,7 +155,7 @@ def _setup(seed, K=4, d=8):
 @given(st.integers(0, 10_000))
 def test_translation_drift_is_tracked_exactly(seed):
     M, mu, cov, cfg, snap = _setup(seed)
-    b = _rand(seed + 3, M.shape[1]) * 5
+    b = random_normal(seed, (M.shape[1],), 3) * 5
     rec = reconstruct_mpt(snap, M + b, cov, cfg=cfg)  # no rare sample: alpha = 0
     assert rec.alpha == 0.0
     assert torch.allclose(rec.prototype, mu + b, atol=1e-8)
@@ -185,7 +177,7 @@ def test_isotropic_scaling_is_tracked_by_mpt_and_lite(seed, s):
 
 def test_measured_residual_with_many_samples_wins():
     M, mu, cov, cfg, snap = _setup(3)
-    Q, _ = torch.linalg.qr(_rand(9, 8, 8))
+    Q, _ = torch.linalg.qr(random_normal(9, (8, 8)))
     M_t, mu_t = M @ Q.T, Q @ mu  # a rotation: the prediction cannot follow it
     rec = reconstruct_mpt(snap, M_t, Q @ cov @ Q.T, 1e8, mu_t, Q @ cov @ Q.T, cfg)
     assert rec.alpha > 0.999
@@ -296,7 +288,7 @@ def test_bad_plugin_arguments():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 10_000), st.integers(1, 6))
 def test_transport_map_attains_the_wasserstein_cost(seed, d):
-    Sd, St = _spd(seed, d), _spd(seed + 3, d)
+    Sd, St = random_spd(seed, d), random_spd(seed, d, 3)
     T = transport_map(Sd, St)
     eye = torch.eye(d, dtype=F)
     cost = torch.trace((eye - T) @ Sd @ (eye - T))
