@@ -294,7 +294,7 @@ class HDCFLStudy:
     Parameters
     ----------
     dataset, n_samples, cifar_root
-        The data (:func:`fedlib.data.load_data`, a subset seeded by the run seed).
+        The data (:func:`fedlib.data.choice.load_data`, a subset seeded by the run seed).
     model, width, feature_dim
         The model (:func:`fedlib.models.build_model`; ``width`` ``None``: the model's own sizes).
     n_clients, global_test_per_class, test_fraction

@@ -589,13 +589,9 @@ def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.
     -------
     DataFrame
         Indexed by ``local steps s``: (a) the mean pairwise cosine of the clients' encoder changes
-        :math:`\Delta	heta_k`; (b) their mean size :math:`\lVert\Delta	heta_k
-Vert / \lVert	heta_0
-Vert`;
+        :math:`\Delta\theta_k`; (b) their mean size :math:`\lVert\Delta\theta_k\rVert / \lVert\theta_0\rVert`;
         (c) the mean relative movement of the probe's penultimate features,
-        :math:`\lVert f_k(x) - f_0(x)
-Vert / \lVert f_0(x)
-Vert`; (d) the mean share of the
+        :math:`\lVert f_k(x) - f_0(x)\rVert / \lVert f_0(x)\rVert`; (d) the mean share of the
         probe on which a client's trained head predicts the same class on the common features
         :math:`f_0(x)` as on its own :math:`f_k(x)`.
 
@@ -644,7 +640,7 @@ Vert`; (d) the mean share of the
 def refresh_invariants(server: State, trials: int, first_round: int, seed: int) -> dict:
     r"""Section 6's checks: ``trials`` refreshes (:func:`fedlib.algorithms.hdcfl.refresh`) of
     ``server``'s cache, trial ``t`` at round ``first_round + t`` under random settings (rank
-    1..:data:`MAX_RANK`, raw or low-rank descriptor, :math:`k_{\min}` in 2..3, :math:`k_{\max}` in
+    from 1 to :data:`MAX_RANK`, raw or low-rank descriptor, :math:`k_{\min}` in 2..3, :math:`k_{\max}` in
     :math:`k_{\min}..12`, k-means or random groups, soft or hard membership, :math:`T` log-uniform
     in [0.01, 10]); after each, every cached client's personalized encoder for a random
     :math:`\lambda`, and the next round's training message.
@@ -654,8 +650,7 @@ def refresh_invariants(server: State, trials: int, first_round: int, seed: int) 
     dict
         ``n_cached`` (the cached clients); ``ks`` (the chosen ``k`` per trial); ``k_viol`` (how
         often ``k`` fell outside :math:`[k_{\min}, \min(k_{\max}, n - 1)]`); ``row_err`` (the
-        largest :math:`\lvert\sum_j m_{kj} - 1
-vert`, ``inf`` on a negative entry);
+        largest :math:`\lvert\sum_j m_{kj} - 1\rvert`, ``inf`` on a negative entry);
         ``cache_kept`` (the cache, and the state given, unchanged by every refresh);
         ``model_kept`` (the shared encoder unchanged); ``nothing_written_back`` (computing the
         personalized encoders left the refreshed state unchanged); ``broadcast_kept`` (the
