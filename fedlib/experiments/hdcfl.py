@@ -52,7 +52,7 @@ METHODS = ("HDC-FL", *BASELINES)
 """The rows of the main table."""
 TAIL_METRICS = ("mean", "worst", "bottom-20 %", "gap")
 """The columns :func:`tail_metrics` returns (points)."""
-DESCRIPTORS = ("rank-r descriptors", "raw heads")
+REFRESH_RUNS = ("rank-r descriptors", "raw heads")
 """The two HDC-FL runs per seed whose refresh histories :attr:`HDCFLRuns.history` holds."""
 RAW_RUN = "raw heads (own run)"
 """The ablation with a run of its own (raw-head descriptors), after the server-side variants."""
@@ -155,7 +155,7 @@ def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequ
     curves : DataFrame
         :attr:`HDCFLRuns.curves`: ``setting``, ``seed``, ``round``, ``mean`` (points).
     """
-    main = history[history.descriptor == DESCRIPTORS[0]]
+    main = history[history.descriptor == REFRESH_RUNS[0]]
     table = main[main.active].groupby(["setting", "seed"])["round"].min().groupby("setting").agg(["mean", "min", "max"])
     table = table.reindex(settings)
     table.columns = ["activation round (mean)", "earliest", "latest"]
@@ -267,7 +267,7 @@ class HDCFLRuns:
 
     def refreshes(self, setting: str, descriptor: str, column: str, how: str) -> np.ndarray:
         """Per seed, the last refresh's value (``how="last"``) or the mean over the refreshes
-        (``how="mean"``) of a :attr:`history` column, for one of :data:`DESCRIPTORS`."""
+        (``how="mean"``) of a :attr:`history` column, for one of :data:`REFRESH_RUNS`."""
         if how not in ("last", "mean"):
             raise ValueError(f"how must be 'last' or 'mean', got {how!r}")
         h = self.history[(self.history.setting == setting) & (self.history.descriptor == descriptor)]
@@ -410,7 +410,7 @@ class HDCFLStudy:
             out["variants"].append({**tag, "variant": name, **metrics, **last_refresh(state)})
         raw = run_federated(HDCFL(train=self.train, config=dataclasses.replace(self.hdc, descriptor="raw"), seed=seed), fed,
                             model_fn, cfg, self.options)
-        for name, run in zip(DESCRIPTORS, (hdc, raw)):
+        for name, run in zip(REFRESH_RUNS, (hdc, raw)):
             out["history"].append(refresh_history(run.server).assign(**tag, descriptor=name))
         out["variants"].append({**tag, "variant": RAW_RUN, **tail_metrics(raw.frame), **last_refresh(raw.server)})
         curve = hdc.curve("local")
@@ -444,6 +444,6 @@ class HDCFLStudy:
         return HDCFLRuns.gather(outputs)
 
 
-__all__ = ["BASELINES", "DESCRIPTORS", "DONOR_COLUMNS", "HDCFLRuns", "HDCFLStudy", "METHODS", "RAW_RUN", "SETTINGS",
+__all__ = ["BASELINES", "DONOR_COLUMNS", "HDCFLRuns", "HDCFLStudy", "METHODS", "RAW_RUN", "REFRESH_RUNS", "SETTINGS",
            "STEP_COLUMN", "TAIL_METRICS", "activation_table", "donor_table", "ledger_costs", "server_seconds", "step_text",
            "tail_metrics"]
