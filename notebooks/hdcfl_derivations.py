@@ -53,31 +53,25 @@ results_dir = None  # unused; kept for the build's common interface
 
 # %% tags=["hide-input"]
 import functools
-import itertools
 import math
 
 import numpy as np
 import pandas as pd
 import sympy as sp
-import torch
 from myst_nb import glue
-from scipy.special import expit
-from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from fedlib.algorithms.fedrep import FedAvgSE
-from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history,
-                                     with_variant)
+from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.book import setup, show_table
 from fedlib.checks import CheckTable
-from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
-                               membership_entropy, soft_membership)
 from fedlib.data import load_uci_digits
+from fedlib.experiments.hdcfl_checks import (PlantedHeads, descriptor_invariance, local_drift, membership_limits,
+                                             one_group_identity, planted_grouping, planted_summary, refresh_invariants)
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.models import build_model
-from fedlib.rng import derive_seed, numpy_rng, torch_generator
-from fedlib.training import TrainConfig, local_train
+from fedlib.training import TrainConfig
 
 PROFILES = {
     "smoke": dict(trials=5, noises=[0.5, 2.5], planted_trials=1, steps=[1, 4, 16], n_clients=6, rounds=2,
@@ -89,7 +83,6 @@ PROFILES = {
 }
 P = setup(PROFILES, profile, threads=threads, trials=trials, noises=noises, steps=steps, n_clients=n_clients)
 checks = CheckTable()  # the closing check table
-F64 = torch.float64
 
 # the small federation of sections 3, 5 and 6: UCI digits at 8 x 8, a Dirichlet label skew
 ALPHA = 0.3
@@ -136,45 +129,12 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 # $G$ equals the Gram matrix of the raw flattened heads.
 #
 # We check each statement on random heads of random sizes ($n$ clients, $C$ classes, $d$
-# features, rank $r$), against the formula computed here from `lowrank_basis`.
+# features, rank $r$), against the formula written out on its own
+# ({func}`fedlib.experiments.hdcfl_checks.descriptors_in_basis`) in the basis
+# {func}`fedlib.clustering.lowrank_basis` ({func}`fedlib.experiments.hdcfl_checks.descriptor_invariance`).
 
 # %% tags=["hide-input"]
-def descriptors_in_basis(heads, basis):
-    """z_k = vec(U^T H_k) / ||U^T H_k||_F for a given basis U of shape (C, r)."""
-    z = torch.einsum("cr,ncd->nrd", basis, heads).reshape(len(heads), -1)
-    return z / z.norm(dim=1, keepdim=True)
-
-
-def random_orthogonal(r, generator):
-    q, _ = torch.linalg.qr(torch.randn(r, r, generator=generator, dtype=F64))
-    return q
-
-
-rng = numpy_rng(seed, 101)
-err = dict(unit=0.0, formula=0.0, sign=0.0, rotation=0.0, drift=0.0, full=0.0)
-moved = []  # how far the coordinates themselves move under a rotation of the basis
-for t in range(P.trials):
-    n, d = int(rng.integers(2, 9)), int(rng.integers(1, 6))
-    C = int(rng.integers(2, min(13, n * (d + 1) + 1)))  # r = C must be a rank n heads side by side can have
-    r = int(rng.integers(1, C + 1))
-    g = torch_generator(seed, 102, t)
-    heads = torch.randn(n, C, d + 1, generator=g, dtype=F64) * torch.rand(n, 1, 1, generator=g, dtype=F64).add(0.2)
-    z = head_descriptors(heads, rank=r)
-    u = lowrank_basis(heads, r)
-    gram = z @ z.T
-    err["unit"] = max(err["unit"], float((z.norm(dim=1) - 1).abs().max()))
-    err["formula"] = max(err["formula"], float((z - descriptors_in_basis(heads, u)).abs().max()))
-    signs = torch.where(torch.rand(u.shape[1], generator=g) < 0.5, -1.0, 1.0).to(F64)
-    z_sign = descriptors_in_basis(heads, u * signs)
-    err["sign"] = max(err["sign"], float((z_sign @ z_sign.T - gram).abs().max()))
-    z_rot = descriptors_in_basis(heads, u @ random_orthogonal(u.shape[1], g))
-    err["rotation"] = max(err["rotation"], float((z_rot @ z_rot.T - gram).abs().max()))
-    err["drift"] = max(err["drift"], descriptor_drift(gram.numpy(), (z_rot @ z_rot.T).numpy()))
-    if u.shape[1] > 1:
-        moved.append(float((z_rot - z).norm() / z.norm()))
-    z_full, z_raw = head_descriptors(heads, rank=C), head_descriptors(heads, rank=C, kind="raw")
-    err["full"] = max(err["full"], float((z_full @ z_full.T - z_raw @ z_raw.T).abs().max()))
-
+err, moved = descriptor_invariance(P.trials, seed)  # the worst errors over the random head sets
 descriptor_table = pd.DataFrame({"max abs error": list(err.values())}, index=pd.Index([
     "‖z_k‖ − 1", "library's z_k vs the formula from U_r", "Gram after flipping basis signs",
     "Gram after rotating the basis within its span", "descriptor_drift between the two bases",
@@ -260,39 +220,10 @@ checks.add("two groups: m_1 → 1 (s_1 > s_2) or 0 (s_1 < s_2) as T → 0+, and 
 
 # %% tags=["hide-input"]
 TEMPERATURES = [1e-4, 1e-3, 1e-2, 0.05, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4]
-rng = numpy_rng(seed, 103)
-rows, simplex_err, min_entry, cold_viol, hot_viol, closed_err = [], 0.0, 1.0, 0, 0, 0.0
-instances = []
-for t in range(P.trials):
-    n, p, k = int(rng.integers(3, 30)), int(rng.integers(2, 12)), int(rng.integers(2, 7))
-    instances.append((rng.normal(size=(n, p)), rng.normal(size=(k, p))))
-for temp in TEMPERATURES:
-    dev_hard, dev_uniform, entropy_ratio = 0.0, 0.0, []
-    for x, c in instances:
-        k = len(c)
-        m = soft_membership(x, c, temp)
-        hard = hard_membership(x, c)
-        cos = (x / np.linalg.norm(x, axis=1, keepdims=True)) @ (c / np.linalg.norm(c, axis=1, keepdims=True)).T
-        top2 = np.sort(cos, axis=1)[:, -2:]
-        g_rows = top2[:, 1] - top2[:, 0]
-        simplex_err = max(simplex_err, float(np.abs(m.sum(axis=1) - 1).max()))
-        min_entry = min(min_entry, float(m.min()))
-        d_hard = np.abs(m - hard).max(axis=1)
-        cold_viol += int((d_hard > (k - 1) * np.exp(-g_rows / temp) + 1e-12).sum())
-        d_unif = np.abs(m - 1 / k).max(axis=1)
-        hot_viol += int((d_unif > math.expm1(min(2 / temp, 700)) / k + 1e-12).sum())
-        dev_hard, dev_uniform = max(dev_hard, float(d_hard.max())), max(dev_uniform, float(d_unif.max()))
-        entropy_ratio.append(membership_entropy(m) / math.log(k))
-        if k == 2:  # the two-group closed form, numerically
-            closed = expit((cos[:, 0] - cos[:, 1]) / temp)  # 1 / (1 + exp((s_2 - s_1) / T)), without overflow
-            closed_err = max(closed_err, float(np.abs(m[:, 0] - closed).max()))
-    rows.append({"T": temp, "max |m − hard|": dev_hard, "max |m − 1/k|": dev_uniform,
-                 "mean entropy / log k": float(np.mean(entropy_ratio))})
-membership_table = pd.DataFrame(rows).set_index("T")
-n_rows = sum(len(x) for x, _ in instances) * len(TEMPERATURES)
-glue("memb_rows", int(n_rows), display=False)
-glue("memb_bounds", f"Both bounds hold on all {n_rows} rows." if cold_viol + hot_viol == 0 else
-     f"The bounds fail on {cold_viol} (T → 0) and {hot_viol} (T → ∞) of {n_rows} rows.", display=False)
+membership_table, M = membership_limits(P.trials, TEMPERATURES, seed)  # the table, and the checks' worst values
+glue("memb_rows", int(M["n_rows"]), display=False)
+glue("memb_bounds", f"Both bounds hold on all {M['n_rows']} rows." if M["cold_viol"] + M["hot_viol"] == 0 else
+     f"The bounds fail on {M['cold_viol']} (T → 0) and {M['hot_viol']} (T → ∞) of {M['n_rows']} rows.", display=False)
 glue("memb_cold", float(membership_table["max |m − hard|"].iloc[0]), display=False)
 glue("memb_hot", float(membership_table["max |m − 1/k|"].iloc[-1]), display=False)
 glue("memb_t_min", float(TEMPERATURES[0]), display=False)
@@ -301,14 +232,16 @@ glue("memb_default_t", float(HDCConfig().temperature), display=False)
 SHARE = 0.95  # the weight on the closer of two centroids quoted in the text
 glue("memb_share", 100 * SHARE, display=False)
 glue("memb_gap", float(HDCConfig().temperature * math.log(SHARE / (1 - SHARE))), display=False)
-how = f"{n_rows} membership rows: {len(instances)} random instances × {len(TEMPERATURES)} temperatures"
+how = f"{M['n_rows']} membership rows: {M['n_instances']} random instances × {len(TEMPERATURES)} temperatures"
 checks.add("soft membership rows lie on the simplex (nonnegative, sum to 1)", how,
-           f"min entry {min_entry:.1e}, max |Σ − 1| {simplex_err:.1e}", ok=min_entry >= 0 and simplex_err < 1e-12)
+           f"min entry {M['min_entry']:.1e}, max |Σ − 1| {M['simplex_err']:.1e}",
+           ok=M["min_entry"] >= 0 and M["simplex_err"] < 1e-12)
 checks.add("T → 0: soft membership → hard_membership, with |m − hard| ≤ (k−1)·exp(−gap/T)", how,
-           cold_viol, 0, kind="count")
-checks.add("T → ∞: soft membership → uniform 1/k, with |m − 1/k| ≤ (exp(2/T) − 1)/k", how, hot_viol, 0, kind="count")
+           M["cold_viol"], 0, kind="count")
+checks.add("T → ∞: soft membership → uniform 1/k, with |m − 1/k| ≤ (exp(2/T) − 1)/k", how, M["hot_viol"], 0,
+           kind="count")
 checks.add("two groups: soft_membership equals the closed form", "the k = 2 instances at every temperature",
-           closed_err, 1e-12)
+           M["closed_err"], 1e-12)
 show_table(membership_table, formats={"T": "g", "max |m − hard|": ".1e", "max |m − 1/k|": ".1e",
                                       "mean entropy / log k": ".3f"})
 
@@ -344,82 +277,30 @@ show_table(membership_table, formats={"T": "g", "max |m − hard|": ".1e", "max 
 # label skew, $\alpha =$ {glue:text}`alpha:g`, a small CNN), same seed.
 
 # %% tags=["hide-input"]
-def body(arrays):
-    """The encoder arrays of a model/ state_dict (names not starting with head.)."""
-    return {k: v for k, v in arrays.items() if not k.startswith("head.")}
-
-
-def max_abs(a, b):
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
-
-
-def bit_equal(a, b):
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-one_group = HDCConfig(k_min=1, k_max=1, refresh_every=1, lam=1.0, max_activation_round=1)
-loop = LoopConfig(rounds=P.rounds, seed=seed)
-run = run_federated(HDCFL(train=TRAIN, config=one_group), fed, model_fn, loop)
-se = run_federated(FedAvgSE(train=TRAIN), fed, model_fn, loop)
-shared = body(run.server.with_prefix("model/"))
-shared_se = body(se.server.with_prefix("model/"))
-clients = cached_clients(run.server)
-pers = {c: personalized_encoder(run.server, c, 1.0) for c in clients}
-# λ = 0 on a grouping with k >= 2 (the same cache, refreshed again by k-means on the descriptors)
-grouped = with_variant(run.server, P.rounds, HDCConfig(k_min=2, k_max=8), seed)
-k_grouped = int(refresh_history(grouped)["k"].iloc[-1])
-pers0 = {c: personalized_encoder(grouped, c, 0.0) for c in clients}
-pers1 = {c: personalized_encoder(grouped, c, 1.0) for c in clients}
-shared_norm = math.sqrt(sum(float(v.double().pow(2).sum()) for v in shared.values()))
-rel_k = [math.sqrt(sum(float((pers1[c][n].double() - shared[n].double()).pow(2).sum()) for n in shared)) / shared_norm
-         for c in clients]
-# partial participation: stale cache entries enter the one-group prototype
-PARTICIPATION = 0.5
-partial = run_federated(HDCFL(train=TRAIN, config=one_group), fed, model_fn,
-                        LoopConfig(rounds=P.rounds, seed=seed, participation=PARTICIPATION, evaluate_last=False))
-shared_partial = body(partial.server.with_prefix("model/"))
-diff_partial = max(max_abs(personalized_encoder(partial.server, c, 1.0), shared_partial)
-                   for c in cached_clients(partial.server))
-
-identity_rows = [
-    ("HDC-FL's shared encoder vs FedAvg-SE's (the trajectory is intact)", max_abs(shared, shared_se),
-     f"{int(bit_equal(shared, shared_se))} of 1"),
-    ("personalized (k = 1, λ = 1) vs HDC-FL's shared encoder", max(max_abs(pers[c], shared) for c in clients),
-     f"{sum(bit_equal(pers[c], shared) for c in clients)} of {len(clients)}"),
-    ("personalized (k = 1, λ = 1) vs FedAvg-SE's shared encoder", max(max_abs(pers[c], shared_se) for c in clients),
-     f"{sum(bit_equal(pers[c], shared_se) for c in clients)} of {len(clients)}"),
-    (f"personalized (k = {k_grouped}, λ = 0) vs the shared encoder", max(max_abs(pers0[c], shared) for c in clients),
-     f"{sum(bit_equal(pers0[c], shared) for c in clients)} of {len(clients)}"),
-    (f"personalized (k = {k_grouped}, λ = 1) vs the shared encoder, for contrast",
-     max(max_abs(pers1[c], shared) for c in clients), f"{sum(bit_equal(pers1[c], shared) for c in clients)} of {len(clients)}"),
-    (f"personalized (k = 1, λ = 1) vs shared, participation {PARTICIPATION}, for contrast", diff_partial, "—"),
-]
-identity_table = pd.DataFrame(identity_rows, columns=["comparison", "max abs difference", "bit-equal clients"])
-identity_table = identity_table.set_index("comparison")
-same_eval = run.per_client().equals(se.per_client())
-d_identity = max(max_abs(pers[c], shared_se) for c in clients)
-d_zero = max(max_abs(pers0[c], shared) for c in clients)
+ident = one_group_identity(fed, model_fn, TRAIN, P.rounds, seed, participation=0.5)
+run = ident.run  # HDC-FL with one group: its cache is refreshed again in section 6
+bits = f"{ident.identity_bits} of {ident.n_clients}"
 glue("id_rounds", int(P.rounds), display=False)
-glue("id_diff", d_identity, display=False)
-glue("id_bits", f"{sum(bit_equal(pers[c], shared_se) for c in clients)} of {len(clients)}", display=False)
-glue("id_zero", d_zero, display=False)
-glue("id_k", k_grouped, display=False)
-glue("id_rel_k", float(np.median(rel_k)), display=False)
-glue("id_partial", diff_partial, display=False)
-glue("id_participation", PARTICIPATION, display=False)
-glue("id_partial_sentence", f"the one-group prototype differs from the round's average by up to {diff_partial:.1e}."
-     if diff_partial > 0 else "yet here the one-group prototype equals the round's average (the same clients were "
+glue("id_diff", ident.identity_diff, display=False)
+glue("id_bits", bits, display=False)
+glue("id_zero", ident.zero_diff, display=False)
+glue("id_k", ident.k_grouped, display=False)
+glue("id_rel_k", float(np.median(ident.rel_moves)), display=False)
+glue("id_partial", ident.partial_diff, display=False)
+glue("id_participation", ident.participation, display=False)
+glue("id_partial_sentence", f"the one-group prototype differs from the round's average by up to {ident.partial_diff:.1e}."
+     if ident.partial_diff > 0 else "yet here the one-group prototype equals the round's average (the same clients were "
      "sampled in every round).", display=False)
-glue("id_eval", "identical" if same_eval else "not identical", display=False)
+glue("id_eval", "identical" if ident.same_eval else "not identical", display=False)
 checks.add("HDC-FL leaves the shared-encoder trajectory intact (its shared encoder is FedAvg-SE's)",
-           f"{P.n_clients} clients, {P.rounds} rounds, same seed", max_abs(shared, shared_se), 0.0)
+           f"{P.n_clients} clients, {P.rounds} rounds, same seed", ident.shared_diff, 0.0)
 checks.add("k = 1, λ = 1, full participation, refresh every round: personalized encoder = FedAvg-SE's shared encoder",
-           f"every client after {P.rounds} rounds; bit-equal: {sum(bit_equal(pers[c], shared_se) for c in clients)} "
-           f"of {len(clients)}", d_identity, 0.0)
-checks.add("λ = 0 gives exactly the shared encoder for every client", f"k = {k_grouped} groups by k-means", d_zero, 0.0)
+           f"every client after {P.rounds} rounds; bit-equal: {bits}", ident.identity_diff, 0.0)
+checks.add("λ = 0 gives exactly the shared encoder for every client", f"k = {ident.k_grouped} groups by k-means",
+           ident.zero_diff, 0.0)
 checks.add("k = 1, λ = 1: the loop's per-client evaluation equals FedAvg-SE's", "RunResult.per_client() of both runs",
-           "identical" if same_eval else "differs", ok=same_eval)
-show_table(identity_table, formats={"max abs difference": ".1e"})
+           "identical" if ident.same_eval else "differs", ok=ident.same_eval)
+show_table(ident.table, formats={"max abs difference": ".1e"})
 
 # %% [markdown]
 # After {glue:text}`id_rounds` rounds, the largest difference between a client's personalized
@@ -456,46 +337,12 @@ show_table(identity_table, formats={"max abs difference": ".1e"})
 # $r =$ {glue:text}`pl_rank` (the paper's).
 
 # %% tags=["hide-input"]
-PL = dict(G=4, m=5, C=20, d1=17, common=3.0, signal=1.0, common_rank=4, sig_rank=3, rank=HDCConfig().rank,
-          kmin=2, kmax=8)
+PLANTED = PlantedHeads(G=4, m=5, C=20, d1=17, common=3.0, signal=1.0, common_rank=4, sig_rank=3)
+PL = dict(vars(PLANTED), rank=HDCConfig().rank, kmin=2, kmax=8)
 for key, value in PL.items():
     glue(f"pl_{key}", value, display=False)
-
-
-def planted_heads(rng, noise, family, G, m, C, d1, common, signal, common_rank, sig_rank, **_):
-    """n = G m heads (n, C, d1): common + group head + noise; the planted labels (n,)."""
-    labels = np.repeat(np.arange(G), m)
-
-    def rms(a, level):
-        return a * level / np.sqrt(np.mean(a**2))
-
-    M = rms(rng.normal(size=(C, common_rank)) @ rng.normal(size=(common_rank, d1)), common)
-    basis = np.linalg.qr(rng.normal(size=(C, sig_rank)))[0]
-    A = [rms(basis @ rng.normal(size=(sig_rank, d1)) if family == "few class directions" else rng.normal(size=(C, d1)),
-             signal) for _ in range(G)]
-    heads = np.stack([M + A[labels[k]] + noise * rng.normal(size=(C, d1)) for k in range(G * m)])
-    return heads, labels
-
-
-rows = []
-FAMILIES = ("few class directions", "all class directions")
-for (f, family), noise, t in itertools.product(enumerate(FAMILIES), P.noises, range(P.planted_trials)):
-    rng = numpy_rng(seed, 104, f, int(round(1000 * noise)), t)
-    heads, labels = planted_heads(rng, noise, family, **PL)
-    row = {"signal": family, "σ": noise, "instance": t}
-    for kind in ("raw", "lowrank"):
-        z = head_descriptors(torch.tensor(heads), rank=PL["rank"], kind=kind).numpy()
-        km = SilhouetteKMeans(PL["kmin"], PL["kmax"], seed=derive_seed(seed, 105, t) % 2**32).fit(z)
-        row[f"silhouette {kind}"] = float(silhouette_score(z, labels))
-        row[f"k {kind}"] = int(km.k_)
-        row[f"ARI {kind}"] = float(adjusted_rand_score(labels, km.labels_))
-    rows.append(row)
-planted = pd.DataFrame(rows)
-planted_table = planted.groupby(["signal", "σ"], sort=False).agg(
-    **{"silhouette raw": ("silhouette raw", "mean"), "silhouette low-rank": ("silhouette lowrank", "mean"),
-       "k raw": ("k raw", "mean"), "k low-rank": ("k lowrank", "mean"),
-       "ARI raw": ("ARI raw", "mean"), "ARI low-rank": ("ARI lowrank", "mean"),
-       "min ARI low-rank": ("ARI lowrank", "min")})
+planted = planted_grouping(PLANTED, P.noises, P.planted_trials, seed, rank=PL["rank"], k_min=PL["kmin"], k_max=PL["kmax"])
+planted_table = planted_summary(planted)  # per family and σ
 separated = planted[planted["σ"] <= P.sep_noise]
 min_ari_sep = float(separated["ARI lowrank"].min()) if len(separated) else float("nan")
 sil_better = float((planted["silhouette lowrank"] >= planted["silhouette raw"]).mean())
@@ -567,35 +414,7 @@ show_table(planted_table, digits={"silhouette raw": 3, "silhouette low-rank": 3,
 # %% tags=["hide-input"]
 warm = run_federated(FedAvgSE(train=TRAIN), fed, model_fn,
                      LoopConfig(rounds=P.warm_rounds, seed=seed, evaluate_last=False))
-common = warm.server.with_prefix("model/")  # the shared body (and the initial head, replaced below)
-probe = fed.global_test.x
-base = model_fn(seed=seed)
-base.load_state_dict(common)
-base.eval()
-with torch.no_grad():
-    f0 = base.embed(probe)
-theta0 = torch.cat([v.flatten() for v in body(base.state_dict()).values()])
-rows = []
-for s in P.steps:
-    deltas, moves, agree = [], [], []
-    for k, client in enumerate(fed.clients):
-        model = model_fn(seed=seed)
-        model.load_state_dict({**common, **warm.client_states[k].with_prefix("personal/")})  # the client's own head
-        generator = torch.Generator().manual_seed(derive_seed(seed, 106, s, k))
-        cfg = TrainConfig(steps=s, batch_size=TRAIN.batch_size, lr=TRAIN.lr, momentum=TRAIN.momentum)
-        local_train(model, client.train.x, client.train.y, cfg, generator)
-        with torch.no_grad():
-            fk = model.embed(probe)
-            agree.append(float((model.head(fk).argmax(1) == model.head(f0).argmax(1)).double().mean()))
-        deltas.append(torch.cat([v.flatten() for v in body(model.state_dict()).values()]) - theta0)
-        moves.append(float((fk - f0).norm() / f0.norm()))
-    D = torch.stack(deltas)
-    unit = D / D.norm(dim=1, keepdim=True)
-    iu = torch.triu_indices(len(D), len(D), 1)
-    rows.append({"local steps s": s, "(a) mean pairwise cosine of Δθ": float((unit @ unit.T)[iu[0], iu[1]].mean()),
-                 "(b) ‖Δθ‖ / ‖θ₀‖": float((D.norm(dim=1) / theta0.norm()).mean()),
-                 "(c) feature movement": float(np.mean(moves)), "(d) same prediction on f₀": float(np.mean(agree))})
-steps_table = pd.DataFrame(rows).set_index("local steps s")
+steps_table = local_drift(warm, fed, model_fn, TRAIN, P.steps, seed)  # (a)-(d) per local step count s
 movement = steps_table["(c) feature movement"].to_numpy()
 agreement = steps_table["(d) same prediction on f₀"].to_numpy()
 cosines = steps_table["(a) mean pairwise cosine of Δθ"].to_numpy()
@@ -658,60 +477,24 @@ show_table(steps_table, digits=3)
 # personalized encoder for random $\lambda$.
 
 # %% tags=["hide-input"]
-def snapshot(state):
-    return {name: t.clone() for name, t in state.arrays.items()}
-
-
-def same_arrays(before, state, prefix=""):
-    names = {n for n in before if n.startswith(prefix)}
-    now = {n for n in state.arrays if n.startswith(prefix)}
-    return names == now and all(torch.equal(before[n], state.arrays[n]) for n in names)
-
-
-rng = numpy_rng(seed, 107)
-server = run.server
-n_cached = len(cached_clients(server))
-k_viol = row_err = 0
-cache_kept = model_kept = written_back = broadcast_kept = True
-ks = []
-for t in range(P.trials):
-    k_min = int(rng.integers(2, 4))
-    config = HDCConfig(rank=int(rng.integers(1, 11)), descriptor=str(rng.choice(["lowrank", "raw"])),
-                       k_min=k_min, k_max=int(rng.integers(k_min, 13)), grouping=str(rng.choice(["kmeans", "random"])),
-                       membership=str(rng.choice(["soft", "hard"])), temperature=float(10 ** rng.uniform(-2, 1)),
-                       max_activation_round=1)
-    before = snapshot(server)
-    state = refresh(server, P.rounds + 1 + t, config, seed)
-    k = int(refresh_history(state)["k"].iloc[-1])
-    ks.append(k)
-    k_viol += int(not config.k_min <= k <= min(config.k_max, n_cached - 1))
-    m = state.arrays["hdcfl/membership"].numpy()
-    row_err = max(row_err, float(np.abs(m.sum(axis=1) - 1).max()) if m.min() >= 0 else math.inf)
-    cache_kept &= same_arrays(before, state, "cache/") and same_arrays(before, server)
-    model_kept &= same_arrays(before, state, "model/")
-    after_refresh = snapshot(state)
-    for c in cached_clients(state):
-        personalized_encoder(state, c, float(rng.uniform()))
-    written_back &= same_arrays(after_refresh, state)
-    sent = HDCFL(train=TRAIN, config=config).configure_train(state, P.rounds + 2 + t, [0])[0]
-    broadcast_kept &= all(torch.equal(v, before[name]) for name, v in sent.arrays.items())
+RF = refresh_invariants(run.server, P.trials, P.rounds + 1, seed)  # refreshes at rounds P.rounds + 1, + 2, ...
 glue("rf_trials", int(P.trials), display=False)
-glue("rf_n", int(n_cached), display=False)
-glue("rf_ks", ", ".join(str(k) for k in sorted(set(ks))), display=False)
-read_only = cache_kept and model_kept and written_back and broadcast_kept
-glue("rf_reading", ("each within its range" if k_viol == 0 else f"{k_viol} outside their range") + ". " + (
+glue("rf_n", int(RF["n_cached"]), display=False)
+glue("rf_ks", ", ".join(str(k) for k in sorted(set(RF["ks"]))), display=False)
+written = RF["nothing_written_back"] and RF["broadcast_kept"]
+read_only = RF["cache_kept"] and RF["model_kept"] and written
+glue("rf_reading", ("each within its range" if RF["k_viol"] == 0 else f"{RF['k_viol']} outside their range") + ". " + (
     "Personalization is read-only on the server: nothing a client receives for evaluation enters the cache or the "
     "trajectory." if read_only else "Some server arrays changed (see the check table)."), display=False)
-how = f"{P.trials} random refresh settings on the cache of {n_cached} clients"
-checks.add("the chosen k lies in [k_min, min(k_max, n − 1)]", how, k_viol, 0, kind="count")
-checks.add("membership rows are nonnegative and sum to 1", how, row_err, 1e-12)
+how = f"{P.trials} random refresh settings on the cache of {RF['n_cached']} clients"
+checks.add("the chosen k lies in [k_min, min(k_max, n − 1)]", how, RF["k_viol"], 0, kind="count")
+checks.add("membership rows are nonnegative and sum to 1", how, RF["row_err"], 1e-12)
 checks.add("a refresh leaves the cache (and the state it was given) unchanged", how,
-           "bit-identical" if cache_kept else "changed", ok=cache_kept)
-checks.add("a refresh leaves the shared encoder unchanged", how, "bit-identical" if model_kept else "changed",
-           ok=model_kept)
+           "bit-identical" if RF["cache_kept"] else "changed", ok=RF["cache_kept"])
+checks.add("a refresh leaves the shared encoder unchanged", how, "bit-identical" if RF["model_kept"] else "changed",
+           ok=RF["model_kept"])
 checks.add("computing personalized encoders writes nothing back; the broadcast stays the shared encoder",
-           how + ", every client, random λ", "bit-identical" if written_back and broadcast_kept else "changed",
-           ok=written_back and broadcast_kept)
+           how + ", every client, random λ", "bit-identical" if written else "changed", ok=written)
 
 # %% [markdown]
 # Over {glue:text}`rf_trials` random settings on the cache of {glue:text}`rf_n` clients the refresh

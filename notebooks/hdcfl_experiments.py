@@ -62,7 +62,6 @@ results_dir = None  # where tidy results are saved (None: not saved)
 
 # %% tags=["hide-input"]
 import dataclasses
-import functools
 import math
 import time
 import warnings
@@ -74,20 +73,16 @@ import pandas as pd
 from IPython.display import Markdown, display
 from myst_nb import glue
 
-from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
-from fedlib.algorithms.hdcfl import HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
+from fedlib.algorithms.hdcfl import HDCConfig, refresh_history
 from fedlib.book import claims_report, format_bytes, setup, show_table
 from fedlib.claims import HOLDS, INCONCLUSIVE, Claim, seed_table
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import load_data
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.federation import make_federation, make_rotation_federation
-from fedlib.loop import LoopConfig, RunOptions, per_client_table
-from fedlib.run import evaluate_deployment, run_federated
-from fedlib.metrics import protocol_summary
-from fedlib.models import build_model
-from fedlib.parallel import map_parallel
-from fedlib.training import TrainConfig, predict
+from fedlib.experiments.hdcfl import (BASELINES, DONOR_COLUMNS, METHODS, RAW_RUN, STEP_COLUMN, TAIL_METRICS,
+                                      HDCFLStudy, activation_table, step_text)
+from fedlib.loop import RunOptions
+from fedlib.training import TrainConfig
 
 warnings.filterwarnings("ignore", category=SequentialFallback)  # Ditto trains sequentially: said once, silenced here
 RUN = RunOptions(execution=execution)  # checks the parameter before any work
@@ -110,33 +105,6 @@ TRAIN = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr, mom
 FINETUNE = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr / 5, momentum=0.9)
 TEST_FRACTION = 0.25  # each client's local test split (make_federation's default)
 HDC = HDCConfig(temperature=P.temperature, refresh_every=P.refresh_every, max_activation_round=P.max_activation_round)
-if not P.max_activation_round <= P.rounds:
-    raise ValueError(f"max_activation_round={P.max_activation_round} must be <= rounds={P.rounds}: the tables read "
-                     "HDC-FL after activation")
-
-
-def dataset(run_seed):
-    """The profile's data set: UCI digits at 8 x 8 (book, smoke) or CIFAR-10 (paper), seeded subset."""
-    return load_data(P.dataset, n_samples=P.n_samples, seed=run_seed, cifar_root=cifar_root)
-
-
-def model_fn_for(ds):
-    extra = {} if P.width is None else dict(width=P.width, feature_dim=P.feature_dim)
-    return functools.partial(build_model, P.model, in_channels=ds.x.shape[1], n_classes=ds.n_classes,
-                             input_size=ds.x.shape[-1], **extra)
-
-
-def federation(setting, run_seed):
-    """The setting's federation and each client's planted group (rotation; None otherwise)."""
-    ds = dataset(run_seed)
-    common = dict(n_clients=P.n_clients, global_test_per_class=P.global_test_per_class, test_fraction=TEST_FRACTION,
-                  seed=run_seed)
-    if setting == "rotation":
-        return make_rotation_federation(ds, n_rotations=P.n_rotations, **common)
-    if setting == "label subsets":
-        return make_federation(ds, partition="label_subset", class_fraction=P.class_fraction, **common), None
-    return make_federation(ds, partition="dirichlet", alpha=P.alpha, min_size=10, **common), None
-
 
 print(f"profile {P.profile}: seeds {SEEDS}; {P.n_clients} clients, {P.rounds} rounds x {P.local_epochs} local epoch(s); "
       f"{P.dataset}, {P.model}; settings {P.settings}")
@@ -230,65 +198,65 @@ DATA_LABEL = {"uci8": "UCI digits at 8 x 8", "mnist5k": "MNIST-5k", "uci": "UCI 
 MODEL_LABEL = {"cnn": "a small CNN", "mlp": "an MLP", "resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}[P.model]
 SUB_SCALE = f"{DATA_LABEL} and {MODEL_LABEL} for CIFAR-10/100 and ResNet-18 / MobileNetV2; {P.rounds} rounds"
 LS_SUB = f"{DATA_LABEL}, {100 * P.class_fraction:.0f} % of the classes per client"
-# Each claim's values: (ours, baseline) per seed, read when the claims are decided (macro_of, best_baseline,
-# vmean, hist_seed, rho, donor_seed: defined with the results)
+# Each claim's values: (ours, baseline) per seed, read when the claims are decided (from `runs`, the results:
+# fedlib.experiments.hdcfl.HDCFLRuns)
 claims = [
     Claim("mean", "HDC-FL is competitive with the strongest baselines in macro-averaged mean accuracy", "Section 1, Section 4.2",
           "macro mean accuracy, HDC-FL − best baseline, points", "at least", TOL_MEAN, SUB_SCALE,
-          values=lambda: (macro_of("HDC-FL", "mean"), best_baseline("mean"))),
+          values=lambda: (runs.macro_of("HDC-FL", "mean"), runs.best_baseline("mean"))),
     Claim("worst", "[HDC-FL] attains the highest macro-averaged worst-client [...] accuracy", "Section 1, Section 4.3",
           "macro worst-client accuracy, HDC-FL − best baseline, points", "greater", 0.0, SUB_SCALE,
-          values=lambda: (macro_of("HDC-FL", "worst"), best_baseline("worst"))),
+          values=lambda: (runs.macro_of("HDC-FL", "worst"), runs.best_baseline("worst"))),
     Claim("bottom", "[HDC-FL] attains the highest macro-averaged [...] bottom-20% accuracy", "Section 1, Section 4.3",
           "macro bottom-20 % accuracy, HDC-FL − best baseline, points", "greater", 0.0, SUB_SCALE,
-          values=lambda: (macro_of("HDC-FL", "bottom-20 %"), best_baseline("bottom-20 %"))),
+          values=lambda: (runs.macro_of("HDC-FL", "bottom-20 %"), runs.best_baseline("bottom-20 %"))),
     Claim("proto", "four head-derived groups add 0.74 mean-accuracy points beyond population-level prototype averaging",
           "Section 4.4 (CIFAR-10 rotation)", "rotation mean accuracy, HDC-FL − HDC-FL with k = 1, points", "greater", 0.0,
           f"{DATA_LABEL}, {P.n_rotations} rotations; k chosen by silhouette, not fixed",
-          values=lambda: (vmean(S_ROT, "HDC-FL (λ = 1, the default)"), vmean(S_ROT, "k = 1 (population-level prototype)"))),
+          values=lambda: (runs.variant(S_ROT, "HDC-FL (λ = 1, the default)"), runs.variant(S_ROT, "k = 1 (population-level prototype)"))),
     Claim("soft", "hard assignment costs 0.85 mean-accuracy points [...] versus soft mixing", "Section 4.4, Appendix E.3 (CIFAR-100, α = 0.3)",
           "Dirichlet mean accuracy, soft − hard membership, points", "greater", 0.0,
           f"{DATA_LABEL}, Dirichlet α = {P.alpha}; T = {P.temperature} our choice",
-          values=lambda: (vmean(S_DIR, "HDC-FL (λ = 1, the default)"), vmean(S_DIR, "hard membership"))),
+          values=lambda: (runs.variant(S_DIR, "HDC-FL (λ = 1, the default)"), runs.variant(S_DIR, "hard membership"))),
     Claim("lambda", "76.95% mean accuracy at λ = 0 rises to 83.72% at λ = 0.5 and 85.22% at λ = 1", "Appendix E.4 (CIFAR-100 LS3)",
           "label-subsets mean accuracy, λ = 1 − λ = 0.5, points", "greater", 0.0, LS_SUB,
-          values=lambda: (vmean(S_LS, "HDC-FL (λ = 1, the default)"), vmean(S_LS, "λ = 0.5"))),
+          values=lambda: (runs.variant(S_LS, "HDC-FL (λ = 1, the default)"), runs.variant(S_LS, "λ = 0.5"))),
     Claim("lambda-0", "76.95% mean accuracy at λ = 0 rises to 83.72% at λ = 0.5 and 85.22% at λ = 1", "Appendix E.4 (CIFAR-100 LS3)",
           "label-subsets mean accuracy, λ = 0.5 − λ = 0, points", "greater", 0.0, LS_SUB,
-          values=lambda: (vmean(S_LS, "λ = 0.5"), vmean(S_LS, "λ = 0 (the shared encoder)"))),
+          values=lambda: (runs.variant(S_LS, "λ = 0.5"), runs.variant(S_LS, "λ = 0 (the shared encoder)"))),
     Claim("lowrank-sil", "The low-rank projection [...] yields higher silhouette scores [...] than raw heads", "Section 3.2, Appendix E.1",
           "rotation silhouette at the last refresh, rank-r − raw heads", "greater", MIN_SIL, "one run per seed with each descriptor",
-          values=lambda: (hist_seed(S_ROT, "rank-r descriptors", "silhouette", "last"),
-                          hist_seed(S_ROT, "raw heads", "silhouette", "last"))),
+          values=lambda: (runs.refreshes(S_ROT, "rank-r descriptors", "silhouette", "last"),
+                          runs.refreshes(S_ROT, "raw heads", "silhouette", "last"))),
     Claim("lowrank-ari", "[The low-rank projection yields] greater agreement between consecutive cluster assignments than raw heads",
           "Section 3.2, Appendix E.1", "rotation mean ARI between consecutive refreshes, rank-r − raw heads", "greater", 0.0,
           "one run per seed with each descriptor",
-          values=lambda: (hist_seed(S_ROT, "rank-r descriptors", "ari", "mean"),
-                          hist_seed(S_ROT, "raw heads", "ari", "mean"))),
+          values=lambda: (runs.refreshes(S_ROT, "rank-r descriptors", "ari", "mean"),
+                          runs.refreshes(S_ROT, "raw heads", "ari", "mean"))),
     Claim("lowrank-acc", "Mean predictive accuracy changes little, so the projection is used primarily for [...] stable grouping",
           "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no loss)", "at least", TOL_MEAN,
           "the same tolerance as 'competitive mean'",
-          values=lambda: (vmean(S_ROT, "HDC-FL (λ = 1, the default)"), vmean(S_ROT, "raw heads (own run)"))),
+          values=lambda: (runs.variant(S_ROT, "HDC-FL (λ = 1, the default)"), runs.variant(S_ROT, "raw heads (own run)"))),
     Claim("lowrank-acc-up", "Mean predictive accuracy changes little, so the projection is used primarily for [...] stable grouping",
           "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no gain)", "at most", TOL_MEAN,
           "the same tolerance as 'competitive mean'",
-          values=lambda: (vmean(S_ROT, "HDC-FL (λ = 1, the default)"), vmean(S_ROT, "raw heads (own run)"))),
+          values=lambda: (runs.variant(S_ROT, "HDC-FL (λ = 1, the default)"), runs.variant(S_ROT, "raw heads (own run)"))),
     Claim("donor-rot", "Head similarity positively ranks donor-transfer benefit in all three tested settings", "Section 4.5 (rotation)",
           "Spearman ρ(head cosine, swap gain), rotation", "greater", MIN_RHO, "the last round's cached pairs; raw-head cosine",
-          values=lambda: (rho(S_ROT), 0.0)),
+          values=lambda: (runs.donor(S_ROT), 0.0)),
     Claim("donor-ls", "Head similarity positively ranks donor-transfer benefit in all three tested settings", "Section 4.5 (label skew)",
           "Spearman ρ(head cosine, swap gain), label subsets", "greater", MIN_RHO, "the last round's cached pairs; raw-head cosine",
-          values=lambda: (rho(S_LS), 0.0)),
+          values=lambda: (runs.donor(S_LS), 0.0)),
     Claim("donor-dir", "Head similarity positively ranks donor-transfer benefit in all three tested settings", "Section 4.5 (Dirichlet)",
           "Spearman ρ(head cosine, swap gain), Dirichlet", "greater", MIN_RHO, "the last round's cached pairs; raw-head cosine",
-          values=lambda: (rho(S_DIR), 0.0)),
+          values=lambda: (runs.donor(S_DIR), 0.0)),
     Claim("donor-most", "the strongest reported association is under rotation", "Section 4.5",
           "Spearman ρ, rotation − max(label subsets, Dirichlet)", "greater", 0.0, "three settings, not the paper's",
-          values=lambda: (rho(S_ROT), np.maximum(rho(S_LS), rho(S_DIR)))),
+          values=lambda: (runs.donor(S_ROT), np.maximum(runs.donor(S_LS), runs.donor(S_DIR)))),
     Claim("donor-auroc", "Head similarity detects same-rotation pairs with AUROC 0.887", "Appendix F",
           "AUROC of the raw-head cosine for 'same rotation' − 0.5 (chance)", "greater", MIN_AUROC,
           f"the last round's cached pairs; {P.n_rotations} rotations of {DATA_LABEL}",
-          values=lambda: (donor_seed[donor_seed.setting == S_ROT].sort_values("seed")["AUROC same rotation"].to_numpy(), 0.5)),
+          values=lambda: (runs.donor(S_ROT, "AUROC same rotation"), 0.5)),
 ]
 glue("tol_mean", TOL_MEAN, display=False)
 glue("min_rho", MIN_RHO, display=False)
@@ -303,8 +271,6 @@ glue("min_auroc", MIN_AUROC, display=False)
 # evaluation reads each client's local accuracy at the last round.
 
 # %% tags=["hide-input"]
-BASELINES = ["FedAvg-SE", "FedRep", "FedBABU", "Ditto", "FedAvg-FT", "IFCA"]
-METHODS = ["HDC-FL", *BASELINES]
 VARIANTS = {  # server-side ablations on the HDC-FL run's final state
     "HDC-FL (λ = 1, the default)": {},
     "k = 1 (population-level prototype)": dict(k_min=1, k_max=1),
@@ -314,112 +280,23 @@ VARIANTS = {  # server-side ablations on the HDC-FL run's final state
     "λ = 0 (the shared encoder)": dict(lam=0.0),
     **{f"rank r = {r}": dict(rank=r) for r in P.ranks},
 }
-
-
-def metrics(rows):
-    """The protocol's tail summary of a run's last-round rows, in points."""
-    s = protocol_summary(per_client_table(rows))
-    return {"mean": 100 * s["local"], "worst": 100 * s["worst_local"], "bottom-20 %": 100 * s["bottom20_local"],
-            "gap": 100 * s["gap_local"]}
-
-
-def donor_table(run, fed, model_fn, group):
-    """Donor swaps on the last round's cached pairs, scored on the target's local test split (accuracy, points)."""
-    model = model_fn()
-
-    def score(i, weights):
-        model.load_state_dict(weights)
-        test = fed.clients[i].test
-        return 100 * float((predict(model, test.x) == test.y).float().mean())
-
-    return donor_swap(run.server, score, rank=HDC.rank, supports=fed.train_counts() > 0, groups=group)
-
-
-def ledger_costs(run):
-    """Bytes from the ledger: upload and training broadcast per client and round, and the evaluation
-    message per client at the last round (after activation HDC-FL's is the client's own encoder)."""
-    led = run.ledger.to_frame()
-    n = P.rounds * P.n_clients
-    evals = led[led.kind.str.startswith("eval")]
-    last = evals[evals["round"] == evals["round"].max()]
-    return {"up per client and round": led[led.direction == "up"].bytes.sum() / n,
-            "training broadcast per client and round": led[(led.direction == "down") & ~led.kind.str.startswith("eval")].bytes.sum() / n,
-            "evaluation message per client, last round": last.bytes.sum() / P.n_clients}
-
-
-def seed_work(item):
-    """Every run of one (setting, seed): the tidy tables the chapter reads."""
-    setting, s = item
-    fed, group = federation(setting, s)
-    model_fn = model_fn_for(fed.global_test)
-    cfg = LoopConfig(rounds=P.rounds, seed=s)
-    t0 = time.perf_counter()
-    out = {"rows": [], "variants": [], "history": [], "curves": [], "bytes": [], "server": []}
-
-    def add(method, rows):
-        out["rows"].append({"setting": setting, "seed": s, "method": method, **metrics(rows)})
-
-    hdc = run_federated(HDCFL(train=TRAIN, config=HDC, seed=s), fed, model_fn,
-                        dataclasses.replace(cfg, eval_every=P.refresh_every), RUN)
-    add("HDC-FL", hdc.frame)
-    add("FedAvg-SE", evaluate_deployment(FedAvgSE(train=TRAIN), hdc, fed, model_fn, cfg))
-    for name, change in VARIANTS.items():
-        variant = dataclasses.replace(HDC, **change)
-        state = with_variant(hdc.server, hdc.rounds_done, variant, s)
-        rows = evaluate_deployment(HDCFL(train=TRAIN, config=variant, seed=s), dataclasses.replace(hdc, server=state),
-                                   fed, model_fn, cfg)
-        last = refresh_history(state).iloc[-1]
-        out["variants"].append({"setting": setting, "seed": s, "variant": name, **metrics(rows),
-                                "k": int(last["k"]), "silhouette": float(last["silhouette"])})
-    raw_cfg = dataclasses.replace(HDC, descriptor="raw")
-    raw = run_federated(HDCFL(train=TRAIN, config=raw_cfg, seed=s), fed, model_fn, cfg, RUN)
-    for name, run_ in (("rank-r descriptors", hdc), ("raw heads", raw)):
-        h = refresh_history(run_.server)
-        out["history"].append(h.assign(setting=setting, seed=s, descriptor=name))
-    out["variants"].append({"setting": setting, "seed": s, "variant": "raw heads (own run)", **metrics(raw.frame),
-                            "k": int(refresh_history(raw.server).iloc[-1]["k"]),
-                            "silhouette": float(refresh_history(raw.server).iloc[-1]["silhouette"])})
-    curve = hdc.curve("local")
-    out["curves"].append(pd.DataFrame({"setting": setting, "seed": s, "round": curve.index, "mean": 100 * curve.values}))
-    out["bytes"].append({"setting": setting, "seed": s, "method": "HDC-FL", **ledger_costs(hdc)})
-    refresh_rounds = set(range(P.refresh_every, P.rounds + 1, P.refresh_every))
-    out["server"].append({"setting": setting, "seed": s,
-                          "refresh": np.mean([t for r, t in enumerate(hdc.server_seconds, 1) if r in refresh_rounds]),
-                          "other": np.mean([t for r, t in enumerate(hdc.server_seconds, 1) if r not in refresh_rounds] or [np.nan])})
-    out["donors"] = donor_table(hdc, fed, model_fn, group).assign(setting=setting, seed=s)
-    out["first"] = hdc if s == seed else None  # the worked solutions re-evaluate the first seed's runs
-    for name, alg in (("FedRep", FedRep(train=TRAIN, head_train=TRAIN)), ("FedBABU", FedBABU(train=TRAIN, finetune=FINETUNE)),
-                      ("Ditto", Ditto(train=TRAIN, personal_train=TRAIN)), ("FedAvg", FedAvg(train=TRAIN)),
-                      ("IFCA", IFCA(train=TRAIN, k=P.ifca_k, seed=s))):
-        run_ = run_federated(alg, fed, model_fn, cfg, RUN)
-        if name == "FedAvg":
-            add("FedAvg-FT", evaluate_deployment(FedAvgFT(train=TRAIN, finetune=FINETUNE), run_, fed, model_fn, cfg))
-            continue
-        add(name, run_.frame)
-        if name == "FedRep":
-            out["bytes"].append({"setting": setting, "seed": s, "method": "FedRep", **ledger_costs(run_)})
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-ITEMS = [(setting, s) for s in SEEDS for setting in P.settings]
-results = map_parallel(seed_work, ITEMS, workers)
-main = pd.DataFrame([r for res in results for r in res["rows"]])
-variants = pd.DataFrame([r for res in results for r in res["variants"]])
-history = pd.concat([h for res in results for h in res["history"]], ignore_index=True)
-curves = pd.concat([c for res in results for c in res["curves"]], ignore_index=True)
-donors = pd.concat([res["donors"] for res in results], ignore_index=True)
-run_seconds = sum(res["seconds"] for res in results)
-glue("run_seconds", run_seconds, display=False)
+study = HDCFLStudy(dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_root, model=P.model, width=P.width,
+                   feature_dim=P.feature_dim, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
+                   test_fraction=TEST_FRACTION, class_fraction=P.class_fraction, alpha=P.alpha, n_rotations=P.n_rotations,
+                   rounds=P.rounds, train=TRAIN, finetune=FINETUNE, hdc=HDC, variants=VARIANTS, ifca_k=P.ifca_k, options=RUN)
+runs = study.run(P.settings, SEEDS, workers)  # every method, setting and seed
+main, variants, history, curves, donors = runs.main, runs.variants, runs.history, runs.curves, runs.donors
+glue("run_seconds", runs.seconds, display=False)
 if results_dir is not None:
     from pathlib import Path
 
     Path(results_dir).mkdir(parents=True, exist_ok=True)
     for name, frame in (("main", main), ("variants", variants), ("history", history), ("donors", donors)):
         frame.to_csv(Path(results_dir) / f"{name}.csv", index=False)
-test_size = float(np.mean([len(c.test) for c in federation(P.settings[0], seed)[0].clients]))
+fed0, _ = study.federation(P.settings[0], seed)
+test_size = float(np.mean([len(c.test) for c in fed0.clients]))
 glue("test_size", test_size, display=False)
-glue("train_size", float(np.mean([len(c.train) for c in federation(P.settings[0], seed)[0].clients])), display=False)
+glue("train_size", float(np.mean([len(c.train) for c in fed0.clients])), display=False)
 glue("data_label", DATA_LABEL.replace(" x ", " × "), display=False)
 glue("model_label", MODEL_LABEL, display=False)
 glue("one_image", 100 / test_size, display=False)
@@ -434,14 +311,13 @@ glue("one_image_mean", 100 / test_size / P.n_clients, display=False)
 # settings on that metric. The best value of each column is in bold.
 
 # %% tags=["hide-input"]
-METRICS = ["mean", "worst", "bottom-20 %", "gap"]
-macro = main.groupby(["seed", "method"])[METRICS].mean().reset_index().assign(setting="macro")
-both = pd.concat([main, macro], ignore_index=True)
+METRICS = list(TAIL_METRICS)
+both = pd.concat([main, runs.macro], ignore_index=True)  # runs.macro: the mean over the settings, per seed and method
 for metric in METRICS:
-    cells = seed_table(both, "method", "setting", metric, digits=1).reindex(METHODS)[[*P.settings, "macro"]]
+    cells = seed_table(both, "method", "setting", metric, digits=1).reindex(list(METHODS))[[*P.settings, "macro"]]
     means = both.groupby(["method", "setting"])[metric].mean().unstack()[P.settings]
     ranks = means.rank(axis=0, ascending=metric == "gap", method="average").mean(axis=1)
-    cells["average rank"] = ranks.reindex(METHODS).map(lambda v: f"{v:.1f}")
+    cells["average rank"] = ranks.reindex(list(METHODS)).map(lambda v: f"{v:.1f}")
     cells.columns.name = None
     display(Markdown(f"**{metric}** (points" + ("; lower is fairer)" if metric == "gap" else ")")))
     display(show_table(cells.rename_axis("method"), best={c: ("min" if metric == "gap" else "max") for c in [*P.settings, "macro"]}
@@ -450,7 +326,7 @@ for metric in METRICS:
 mm = both[both.setting == "macro"].groupby("method")[METRICS].mean()
 for metric, key in (("mean", "mean"), ("worst", "worst"), ("bottom-20 %", "bottom")):
     glue(f"macro_{key}_hdc", float(mm.loc["HDC-FL", metric]), display=False)
-    best_base = mm.loc[BASELINES, metric].idxmax()
+    best_base = mm.loc[list(BASELINES), metric].idxmax()
     glue(f"macro_{key}_best", str(best_base), display=False)
     glue(f"macro_{key}_best_value", float(mm.loc[best_base, metric]), display=False)
 glue("macro_worst_se", float(mm.loc["FedAvg-SE", "worst"]), display=False)
@@ -471,7 +347,7 @@ glue("macro_worst_se", float(mm.loc["FedAvg-SE", "worst"]), display=False)
 # seeds; a dash where one group makes the silhouette undefined).
 
 # %% tags=["hide-input"]
-var_names = list(VARIANTS) + ["raw heads (own run)"]
+var_names = list(VARIANTS) + [RAW_RUN]
 for setting in P.settings:
     v = variants[variants.setting == setting]
     table = seed_table(v, "variant", None, "mean", digits=1).reindex(var_names)
@@ -484,14 +360,9 @@ for setting in P.settings:
                        best={"mean (points)": "max", "worst": "max", "bottom-20 %": "max"}))
 
 
-def vmean(setting, variant, metric="mean"):
-    v = variants[(variants.setting == setting) & (variants.variant == variant)].sort_values("seed")
-    return v[metric].to_numpy()
-
-
-glue("rot_k1_gain", float((vmean(S_ROT, "HDC-FL (λ = 1, the default)") - vmean(S_ROT, "k = 1 (population-level prototype)")).mean()),
+glue("rot_k1_gain", float((runs.variant(S_ROT, "HDC-FL (λ = 1, the default)") - runs.variant(S_ROT, "k = 1 (population-level prototype)")).mean()),
      display=False)
-glue("lam0_gain", float(np.mean([(vmean(s_, "HDC-FL (λ = 1, the default)") - vmean(s_, "λ = 0 (the shared encoder)")).mean()
+glue("lam0_gain", float(np.mean([(runs.variant(s_, "HDC-FL (λ = 1, the default)") - runs.variant(s_, "λ = 0 (the shared encoder)")).mean()
                                  for s_ in P.settings])), display=False)
 
 # %% [markdown]
@@ -526,28 +397,10 @@ fig.tight_layout(rect=(0, 0.14, 1, 1))
 plt.show()
 
 # %% tags=["hide-input"]
-main_hist = history[history.descriptor == "rank-r descriptors"]
-activation = main_hist[main_hist.active].groupby(["setting", "seed"])["round"].min().groupby("setting").agg(["mean", "min", "max"])
-activation = activation.reindex(P.settings)
-activation.columns = ["activation round (mean)", "earliest", "latest"]
-curve = curves.groupby(["setting", "round"])["mean"].mean().unstack(0)[P.settings]
-step = {}
-for setting in P.settings:
-    r_act = main_hist[(main_hist.setting == setting) & main_hist.active].groupby("seed")["round"].min()
-    before = [curves[(curves.setting == setting) & (curves.seed == s_) & (curves["round"] == r - P.refresh_every)]["mean"].mean()
-              for s_, r in r_act.items()]
-    after = [curves[(curves.setting == setting) & (curves.seed == s_) & (curves["round"] == r)]["mean"].mean() for s_, r in r_act.items()]
-    step[setting] = float(np.nanmean(np.array(after) - np.array(before)))
-activation["mean accuracy step at activation (points)"] = pd.Series(step)
+activation = activation_table(history, curves, P.settings, P.refresh_every)  # and the accuracy step at activation
 display(show_table(activation, digits=1))
-
-
-def step_text(setting):
-    v = step.get(setting, float("nan"))
-    return "not measurable (activation at the first refresh)" if math.isnan(v) else f"{v:+.1f} points"
-
-
-glue("step_text", f"{step_text(S_ROT)} under rotation and {step_text(S_DIR)}", display=False)
+glue("step_text", f"{step_text(activation.loc[S_ROT, STEP_COLUMN])} under rotation and "
+     f"{step_text(activation.loc[S_DIR, STEP_COLUMN])}", display=False)
 glue("refresh_every", P.refresh_every, display=False)
 
 # %% [markdown]
@@ -569,13 +422,7 @@ glue("refresh_every", P.refresh_every, display=False)
 # ranks of the label-support overlap (the Jaccard index of the two clients' classes) from both.
 
 # %% tags=["hide-input"]
-DONOR_COLUMNS = {"rho_raw": "ρ (raw heads)", "rho_lowrank": "ρ (rank-r)", "auroc_helps": "AUROC helps",
-                 "auroc_same_group": "AUROC same rotation", "mean_gain": "mean gain (points)",
-                 "rho_overlap": "ρ(similarity, overlap)", "partial_rho": "partial ρ given overlap"}
-donor_rows = [{"setting": setting, "seed": s_, **donor_ranking(d.dropna(axis=1, how="all"))}
-              for (setting, s_), d in donors.groupby(["setting", "seed"])]
-donor_seed = pd.DataFrame(donor_rows).rename(columns=DONOR_COLUMNS)
-donor_view = donor_seed.groupby("setting").mean(numeric_only=True).drop(columns="seed").reindex(P.settings)[list(DONOR_COLUMNS.values())]
+donor_view = runs.donor_seed.groupby("setting").mean(numeric_only=True).drop(columns="seed").reindex(P.settings)[list(DONOR_COLUMNS.values())]
 display(show_table(donor_view, digits=3))
 rot = donors[donors.setting == S_ROT].astype({"same_group": bool})
 nearest = rot.loc[rot.groupby(["seed", "target"])["head_cosine"].idxmax()]
@@ -619,13 +466,12 @@ for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
 # every k, the prototypes and the membership) is measured on this machine while the book builds.
 
 # %% tags=["hide-input"]
-cost = pd.DataFrame([r for res in results for r in res["bytes"]]).groupby("method").mean(numeric_only=True).drop(columns="seed")
+cost = runs.costs.groupby("method").mean(numeric_only=True).drop(columns="seed")
 display(show_table(cost, formats={c: format_bytes for c in cost.columns}))
 extra_up = float(cost.loc["HDC-FL", "up per client and round"] - cost.loc["FedRep", "up per client and round"])
 glue("extra_up_bytes", format_bytes(extra_up), display=False)
 glue("extra_up_pct", 100 * extra_up / float(cost.loc["FedRep", "up per client and round"]), display=False)
-srv = pd.DataFrame([r for res in results for r in res["server"]])
-refresh_ms, other_ms = 1000 * float(srv["refresh"].mean()), 1000 * float(srv["other"].mean())
+refresh_ms, other_ms = 1000 * float(runs.server["refresh"].mean()), 1000 * float(runs.server["other"].mean())
 glue("server_seconds_text", f"A refresh round takes the server {refresh_ms:.0f} ms against {other_ms:.1f} ms for a plain "
      "averaging round" if not math.isnan(other_ms) else
      f"Every round is a refresh round at this profile; one takes the server {refresh_ms:.0f} ms", display=False)
@@ -643,27 +489,6 @@ glue("server_seconds_text", f"A refresh round takes the server {refresh_ms:.0f} 
 # and {glue:text}`n_inconclusive` are inconclusive at this scale.
 
 # %% tags=["hide-input"]
-def per_seed(setting, method, metric):
-    return main[(main.setting == setting) & (main.method == method)].sort_values("seed")[metric].to_numpy()
-
-
-def macro_of(method, metric):
-    return macro[macro.method == method].sort_values("seed")[metric].to_numpy()
-
-
-def best_baseline(metric):
-    """Per seed, the best baseline's macro value on ``metric`` (picked on the test data: the strict reading)."""
-    return np.max(np.stack([macro_of(b, metric) for b in BASELINES]), axis=0)
-
-
-def hist_seed(setting, descriptor, column, how):
-    """Per seed, the last refresh's value (``how="last"``) or the mean over refreshes of a history column."""
-    h = history[(history.setting == setting) & (history.descriptor == descriptor)].sort_values(["seed", "round"])
-    g = h.groupby("seed")[column]
-    return (g.agg(lambda v: v.iloc[-1]) if how == "last" else g.mean()).sort_index().to_numpy()
-
-
-rho = lambda setting: donor_seed[donor_seed.setting == setting].sort_values("seed")["ρ (raw heads)"].to_numpy()
 R = claims_report(claims)
 
 # %% tags=["hide-input"]
@@ -704,18 +529,14 @@ display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'
 t_ex = time.perf_counter()
 ex_noise = float(R["mean"].interval.high - R["mean"].interval.mean)
 glue("ex_noise", ex_noise, display=False)
-first = {setting: (res["first"], federation(setting, seed)[0]) for (setting, s_), res in zip(ITEMS, results) if s_ == seed}
-first_groups = {setting: federation(setting, seed)[1] for setting in P.settings}
-runs0 = {setting: (run0, fed, model_fn_for(fed.global_test)) for setting, (run0, fed) in first.items()}
+runs0 = {setting: (run0, *study.federation(setting, seed)) for setting, run0 in runs.first.items()}  # run, fed, groups
 EX1_T = [0.01, P.temperature, 0.2, 1.0]
 ex1 = []
-for setting, (run0, fed, model_fn) in runs0.items():
+for setting, (run0, fed, _) in runs0.items():
     for t in EX1_T:
-        variant = dataclasses.replace(HDC, temperature=t)
-        state = with_variant(run0.server, run0.rounds_done, variant, seed)
-        rows = evaluate_deployment(HDCFL(train=TRAIN, config=variant, seed=seed), dataclasses.replace(run0, server=state), fed, model_fn,
-                                   LoopConfig(rounds=P.rounds, seed=seed))
-        ex1.append({"setting": setting, "T": t, **metrics(rows), "entropy": float(refresh_history(state).iloc[-1]["entropy"])})
+        scores, state = study.deploy_variant(run0, fed, study.model_fn(fed.global_test),
+                                             dataclasses.replace(HDC, temperature=t), seed)
+        ex1.append({"setting": setting, "T": t, **scores, "entropy": float(refresh_history(state).iloc[-1]["entropy"])})
 ex1 = pd.DataFrame(ex1)
 glue("ex1_t_list", ", ".join(f"{t:g}" for t in EX1_T), display=False)
 best_t = ex1.loc[ex1.groupby("setting")["worst"].idxmax()].set_index("setting")["T"]
@@ -732,7 +553,7 @@ for setting in P.settings:
     hist_ = counts_ / counts_.sum(axis=1, keepdims=True)
     by_labels = SilhouetteKMeans(HDC.k_min, HDC.k_max, seed=seed).fit(hist_)
     hdc_labels = runs0[setting][0].server.arrays["hdcfl/labels"].numpy()
-    planted = first_groups[setting]
+    planted = runs0[setting][2]
     ex2.append({"setting": setting, "k (labels)": by_labels.k_, "k (heads)": int(hdc_labels.max() + 1),
                 "ARI(heads, labels)": assignment_agreement(hdc_labels, by_labels.labels_),
                 "ARI(heads, planted rotations)": assignment_agreement(hdc_labels, planted) if planted is not None else float("nan"),

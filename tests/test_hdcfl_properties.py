@@ -27,9 +27,12 @@ from sklearn.metrics import adjusted_rand_score
 from threadpoolctl import threadpool_limits
 
 from fedlib.algorithms.fedrep import FedAvgSE
-from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history
+from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history,
+                                     shared_encoder)
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                soft_membership)
+from fedlib.experiments.hdcfl_checks import (PlantedHeads, arrays_kept, bit_equal, descriptors_in_basis, random_orthogonal,
+                                             snapshot)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.messages import State
@@ -55,20 +58,6 @@ def _heads(n: int, C: int, d1: int, seed: int) -> torch.Tensor:
     return torch.randn(n, C, d1, generator=g, dtype=F64) * (0.2 + torch.rand(n, 1, 1, generator=g, dtype=F64))
 
 
-def _in_basis(heads: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
-    """z_k = vec(U^T H_k) / ||U^T H_k||_F for a given basis U of shape (C, r)."""
-    z = torch.einsum("cr,ncd->nrd", basis, heads).reshape(len(heads), -1)
-    return z / z.norm(dim=1, keepdim=True)
-
-
-def _body(arrays: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in arrays.items() if not k.startswith("head.")}
-
-
-def _bit_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
 # ------------------------------------------------------------------------------------------------
 # 1. The descriptor
 # ------------------------------------------------------------------------------------------------
@@ -83,13 +72,12 @@ def test_descriptors_are_unit_norm_and_their_gram_is_basis_free(n, C, d, data, s
     z = head_descriptors(heads, rank=r)
     assert torch.allclose(z.norm(dim=1), torch.ones(n, dtype=F64), rtol=0, atol=1e-12)
     u = lowrank_basis(heads, r)
-    assert torch.allclose(z, _in_basis(heads, u), rtol=0, atol=1e-12)  # the documented formula
+    assert torch.allclose(z, descriptors_in_basis(heads, u), rtol=0, atol=1e-12)  # the documented formula
     gram = z @ z.T
     g = torch.Generator().manual_seed(seed + 1)
     signs = torch.where(torch.rand(u.shape[1], generator=g) < 0.5, -1.0, 1.0).to(F64)
-    q, _ = torch.linalg.qr(torch.randn(u.shape[1], u.shape[1], generator=g, dtype=F64))
-    for basis in (u * signs, u @ q):
-        z_other = _in_basis(heads, basis)
+    for basis in (u * signs, u @ random_orthogonal(u.shape[1], g)):
+        z_other = descriptors_in_basis(heads, basis)
         gram_other = z_other @ z_other.T
         assert torch.allclose(gram_other, gram, rtol=0, atol=1e-12)
         assert descriptor_drift(gram.numpy(), gram_other.numpy()) <= 1e-12
@@ -179,12 +167,11 @@ def test_one_group_and_full_mixing_give_fedavg_se_shared_encoder_bit_for_bit(tin
     loop = LoopConfig(rounds=rounds, seed=seed, evaluate_last=False)
     run = run_federated(HDCFL(train=train, config=config), tiny_federation, tiny_model_fn, loop)
     se = run_federated(FedAvgSE(train=train), tiny_federation, tiny_model_fn, loop)
-    shared = _body(run.server.with_prefix("model/"))
-    shared_se = _body(se.server.with_prefix("model/"))
-    assert _bit_equal(shared, shared_se)  # the trajectory is FedAvg-SE's
+    shared, shared_se = shared_encoder(run.server), shared_encoder(se.server)
+    assert bit_equal(shared, shared_se)  # the trajectory is FedAvg-SE's
     assert cached_clients(run.server) == list(range(tiny_federation.n_clients))
     for client in range(tiny_federation.n_clients):
-        assert _bit_equal(personalized_encoder(run.server, client, 1.0), shared_se)
+        assert bit_equal(personalized_encoder(run.server, client, 1.0), shared_se)
 
 
 @settings(max_examples=25, deadline=None)
@@ -196,9 +183,9 @@ def test_lambda_zero_gives_the_shared_encoder_for_every_client(tiny_federation, 
                        lam=0.0, max_activation_round=1, n_init=3)
     run = run_federated(HDCFL(train=TrainConfig(steps=2, batch_size=16), config=config), tiny_federation,
                         tiny_model_fn, LoopConfig(rounds=1, seed=seed, evaluate_last=False))
-    shared = _body(run.server.with_prefix("model/"))
+    shared = shared_encoder(run.server)
     for client in cached_clients(run.server):
-        assert _bit_equal(personalized_encoder(run.server, client, 0.0), shared)
+        assert bit_equal(personalized_encoder(run.server, client, 0.0), shared)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,27 +193,12 @@ def test_lambda_zero_gives_the_shared_encoder_for_every_client(tiny_federation, 
 # ------------------------------------------------------------------------------------------------
 
 
-def _planted(G: int, m: int, C: int, d1: int, noise: float, seed: int, common_rank: int = 2, sig_rank: int = 2,
-             common: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
-    """G groups of m heads: a common component + a group head in a few class directions + noise
-    (root-mean-square entries: common, 1 and noise)."""
-    rng = np.random.default_rng(seed)
-
-    def rms(a, level):
-        return a * level / np.sqrt(np.mean(a**2))
-
-    labels = np.repeat(np.arange(G), m)
-    M = rms(rng.normal(size=(C, common_rank)) @ rng.normal(size=(common_rank, d1)), common)
-    basis = np.linalg.qr(rng.normal(size=(C, sig_rank)))[0]
-    A = [rms(basis @ rng.normal(size=(sig_rank, d1)), 1.0) for _ in range(G)]
-    return np.stack([M + A[labels[k]] + noise * rng.normal(size=(C, d1)) for k in range(G * m)]), labels
-
-
 @settings(max_examples=25, deadline=None)
 @given(G=st.integers(2, 4), m=st.integers(3, 5), C=st.integers(6, 16), d1=st.integers(3, 8),
        noise=st.floats(0.01, 0.2), seed=SEEDS)
 def test_lowrank_descriptor_recovers_a_clearly_separated_planted_grouping(G, m, C, d1, noise, seed):
-    heads, labels = _planted(G, m, C, d1, noise, seed)
+    spec = PlantedHeads(G, m, C, d1, common=3.0, signal=1.0, common_rank=2, sig_rank=2)  # group heads: 2 class directions
+    heads, labels = spec.draw(np.random.default_rng(seed), noise, "few class directions")
     z = head_descriptors(torch.tensor(heads), rank=4)  # r covers the common and the group directions
     km = SilhouetteKMeans(2, min(6, G * m - 1), n_init=3, seed=0).fit(z)
     assert km.k_ == G
@@ -252,16 +224,6 @@ def _server(n: int, C: int, d: int, seed: int) -> State:
     return State(arrays=arrays, meta={})
 
 
-def _snapshot(state: State) -> dict[str, torch.Tensor]:
-    return {name: t.clone() for name, t in state.arrays.items()}
-
-
-def _kept(before: dict[str, torch.Tensor], state: State, prefix: str = "") -> bool:
-    names = {n for n in before if n.startswith(prefix)}
-    return names == {n for n in state.arrays if n.startswith(prefix)} and all(
-        torch.equal(before[n], state.arrays[n]) for n in names)
-
-
 @settings(max_examples=25, deadline=None)
 @given(n=st.integers(2, 9), C=st.integers(2, 6), d=st.integers(1, 4), k_min=st.integers(2, 3),
        k_extra=st.integers(0, 8), descriptor=st.sampled_from(["lowrank", "raw"]),
@@ -273,9 +235,9 @@ def test_a_refresh_keeps_k_in_range_rows_on_the_simplex_and_the_cache_and_encode
                        k_max=k_min + k_extra, grouping=grouping, membership=membership, temperature=10.0**log_t,
                        max_activation_round=1, n_init=3)
     server = _server(n, C, d, seed % 2**31)
-    before = _snapshot(server)
+    before = snapshot(server)
     state = refresh(server, 1, config, seed)
-    assert _kept(before, server)  # the state given is not mutated
+    assert arrays_kept(before, server)  # the state given is not mutated
     if n <= k_min:  # the grouping waits for k_min + 1 cached clients
         assert state is server
         return
@@ -285,10 +247,10 @@ def test_a_refresh_keeps_k_in_range_rows_on_the_simplex_and_the_cache_and_encode
     assert m.shape == (n, k) and (m >= 0).all() and np.abs(m.sum(axis=1) - 1).max() <= 1e-12
     if membership == "hard":
         assert set(np.unique(m)) <= {0.0, 1.0}
-    assert _kept(before, state, "cache/") and _kept(before, state, "model/")
-    after = _snapshot(state)
+    assert arrays_kept(before, state, "cache/") and arrays_kept(before, state, "model/")
+    after = snapshot(state)
     for client in cached_clients(state):
         personalized_encoder(state, client, lam)
-    assert _kept(after, state)  # nothing written back
+    assert arrays_kept(after, state)  # nothing written back
     sent = HDCFL(config=config).configure_train(state, 2, [0])[0]
-    assert _bit_equal(dict(sent.arrays), {k: v for k, v in before.items() if k.startswith("model/")})
+    assert bit_equal(dict(sent.arrays), {k: v for k, v in before.items() if k.startswith("model/")})

@@ -235,6 +235,18 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     return State(arrays=arrays, meta=meta)
 
 
+def shared_encoder(server: State) -> dict[str, torch.Tensor]:
+    r"""The server's shared encoder :math:`\bar\theta` (``{state_dict name: tensor}``, no head):
+    FedAvg-SE's average of the clients' encoders, which no refresh changes.
+
+    Examples
+    --------
+    >>> list(shared_encoder(State({"model/enc.weight": torch.ones(1), "model/head.weight": torch.ones(1)})))
+    ['enc.weight']
+    """
+    return {k: v for k, v in server.with_prefix(MODEL).items() if not k.startswith(HEAD_PREFIX)}
+
+
 def personalized_encoder(server: State, client: int, lam: float) -> dict[str, torch.Tensor]:
     r"""Client ``client``'s personalized encoder :math:`\lambda \sum_j m_{kj} P_j + (1 - \lambda)\bar\theta`
     from the last refresh (``{state_dict name: tensor}``, no head), computed in float64 and cast
@@ -248,7 +260,7 @@ def personalized_encoder(server: State, client: int, lam: float) -> dict[str, to
         raise ValueError(f"client {client} has no cached (encoder, head) pair at the last refresh (cached clients: "
                          f"{ids}); personalization needs its head")
     weights = server.arrays["hdcfl/membership"][ids.index(client)]  # (k,)
-    shared = {k: v for k, v in server.with_prefix(MODEL).items() if not k.startswith(HEAD_PREFIX)}
+    shared = shared_encoder(server)
     out = {}
     for name, s in shared.items():
         mix = sum(float(weights[j]) * server.arrays[f"{PROTO}{j}/{MODEL}{name}"].double() for j in range(len(weights)))
@@ -430,4 +442,4 @@ def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
 
 __all__ = ["CACHE", "GROUPINGS", "HDCConfig", "HDCFL", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS", "PROTO",
            "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
-           "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "with_variant"]
+           "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "shared_encoder", "with_variant"]

@@ -1,0 +1,704 @@
+r"""The checks of HDC-FL's derivations on seeded random instances (the chapter *HDC-FL:
+head-derived clustering, checked*, ``notebooks/hdcfl_derivations.py``).
+
+From HDC-FL (Dehghanpour, Noori, Tanghatari, Omidvar and Rabiee, "From Classifier Heads to Encoder
+Prototypes: Personalized Federated Learning with Head-Derived Clustering", arXiv:2610.30075),
+Sections 3.2-3.5 and Appendix E.1. Each procedure compares what fedlib computes
+(:mod:`fedlib.clustering`, :mod:`fedlib.algorithms.hdcfl`) with an independent computation of
+the statement, and returns the worst error or the count of counterexamples; the chapter records
+each in its check table, one section each:
+
+1. :func:`descriptor_invariance`: the descriptor is unit-norm, is the formula
+   :func:`descriptors_in_basis` in the basis :func:`fedlib.clustering.lowrank_basis`, and its
+   Gram matrix does not depend on the basis (signs, rotations: :func:`random_orthogonal`);
+2. :func:`membership_limits`: the soft membership on the simplex, its bounds as :math:`T \to 0`
+   and :math:`T \to \infty`, and the two-group closed form;
+3. :func:`one_group_identity`: one group and :math:`\lambda = 1` give FedAvg-SE's shared
+   encoder bit for bit; :math:`\lambda = 0` gives the shared encoder for any grouping;
+4. :class:`PlantedHeads`, :func:`planted_grouping`, :func:`planted_summary`: how well the
+   rank-:math:`r` projection keeps a planted grouping (a measurement);
+5. :func:`local_drift`: how far short local updates move the clients' encoders and features (a
+   measurement);
+6. :func:`refresh_invariants`: what a refresh may and may not change on the server.
+
+The array comparisons the checks (and the tests) share are :func:`bit_equal`,
+:func:`max_abs_difference`, :func:`snapshot` and :func:`arrays_kept`. Every random draw comes
+from a stream derived from the chapter's ``seed`` (:mod:`fedlib.rng`) under the keys below.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.special import expit
+from sklearn.metrics import adjusted_rand_score, silhouette_score
+
+from fedlib.algorithms.fedrep import PERSONAL, FedAvgSE
+from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history,
+                                     shared_encoder, with_variant)
+from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
+                               membership_entropy, soft_membership)
+from fedlib.federation import Federation
+from fedlib.loop import LoopConfig, RunResult
+from fedlib.messages import State
+from fedlib.models import HEAD_PREFIX
+from fedlib.protocol import MODEL
+from fedlib.rng import derive_seed, numpy_rng, torch_generator
+from fedlib.run import run_federated
+from fedlib.training import TrainConfig, local_train
+from fedlib.validation import check_int, check_real
+
+F64 = torch.float64
+
+DESCRIPTOR_SIZES, DESCRIPTOR_HEADS = 101, 102
+"""Stream keys of :func:`descriptor_invariance`: the sizes of every instance, and trial ``t``'s heads (``(seed, 102, t)``)."""
+MEMBERSHIP_POINTS = 103
+"""Stream key of :func:`membership_limits`: the random descriptors and centroids."""
+PLANTED_DRAW, PLANTED_KMEANS = 104, 105
+"""Stream keys of :func:`planted_grouping`: an instance's heads, and its k-means initializations."""
+LOCAL_STEPS = 106
+"""Stream key of :func:`local_drift`: client ``k``'s batches at ``s`` local steps (``(seed, 106, s, k)``)."""
+REFRESH_SETTINGS = 107
+"""Stream key of :func:`refresh_invariants`: the random refresh settings and mixing weights."""
+MAX_RANK = 10
+"""The largest descriptor rank :func:`refresh_invariants` draws."""
+
+PLANTED_FAMILIES = ("few class directions", "all class directions")
+"""How the planted group heads differ (:meth:`PlantedHeads.draw`): in a few shared class directions, or in all of them."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Array comparisons
+# ------------------------------------------------------------------------------------------------
+
+
+def bit_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """Whether two sets of named arrays have the same names and equal values, bit for bit
+    (``torch.equal``).
+
+    Examples
+    --------
+    >>> bit_equal({"w": torch.ones(2)}, {"w": torch.ones(2)}), bit_equal({"w": torch.ones(2)}, {"v": torch.ones(2)})
+    (True, False)
+    """
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def max_abs_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
+    """The largest absolute difference between the arrays of ``a`` and those of the same names in
+    ``b`` (in float64; every name of ``a`` must be in ``b``).
+
+    Examples
+    --------
+    >>> max_abs_difference({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.5, 2.0]), "v": torch.zeros(1)})
+    0.5
+    """
+    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
+
+
+def snapshot(state: State) -> dict[str, torch.Tensor]:
+    """Copies of a state's arrays, to compare with the state after a call (:func:`arrays_kept`)."""
+    return {name: t.clone() for name, t in state.arrays.items()}
+
+
+def arrays_kept(before: Mapping[str, torch.Tensor], state: State, prefix: str = "") -> bool:
+    """Whether ``state`` holds exactly the arrays of a :func:`snapshot` ``before`` whose names
+    start with ``prefix``: the same names under the prefix, bit for bit the same values.
+
+    Examples
+    --------
+    >>> s = State({"cache/w": torch.ones(2), "model/w": torch.zeros(1)})
+    >>> before = snapshot(s)
+    >>> after = State({**s.arrays, "model/w": torch.ones(1)})
+    >>> arrays_kept(before, after, "cache/"), arrays_kept(before, after)
+    (True, False)
+    """
+    names = {n for n in before if n.startswith(prefix)}
+    now = {n for n in state.arrays if n.startswith(prefix)}
+    return names == now and all(torch.equal(before[n], state.arrays[n]) for n in names)
+
+
+# ------------------------------------------------------------------------------------------------
+# 1. The descriptor and its basis
+# ------------------------------------------------------------------------------------------------
+
+
+def descriptors_in_basis(heads: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    r"""The descriptors :math:`z_k = \operatorname{vec}(U^\top H_k) / \lVert U^\top H_k \rVert_F`
+    in a given basis, written out independently of :func:`fedlib.clustering.head_descriptors`.
+
+    Parameters
+    ----------
+    heads : Tensor of shape (n, C, d)
+    basis : Tensor of shape (C, r)
+        ``U``, e.g. :func:`fedlib.clustering.lowrank_basis`, or it rotated within its span.
+
+    Returns
+    -------
+    Tensor of shape (n, r d)
+
+    Examples
+    --------
+    >>> h = torch.tensor([[[3.0], [4.0]]])  # one head, C = 2, d = 1
+    >>> descriptors_in_basis(h, torch.eye(2)).tolist(), descriptors_in_basis(h, torch.eye(2)[:, :1]).tolist()
+    ([[0.6000000238418579, 0.800000011920929]], [[1.0]])
+    """
+    if heads.ndim != 3 or basis.ndim != 2 or basis.shape[0] != heads.shape[1]:
+        raise ValueError(f"heads of shape (n, C, d) need a basis of shape (C, r); got heads {tuple(heads.shape)} "
+                         f"and basis {tuple(basis.shape)}")
+    z = torch.einsum("cr,ncd->nrd", basis, heads).reshape(len(heads), -1)
+    return z / z.norm(dim=1, keepdim=True)
+
+
+def random_orthogonal(r: int, generator: torch.Generator) -> torch.Tensor:
+    """A random orthogonal matrix of shape (r, r), float64: the Q of a QR decomposition of a
+    standard normal matrix drawn from ``generator``.
+
+    Examples
+    --------
+    >>> q = random_orthogonal(3, torch.Generator().manual_seed(0))
+    >>> bool(torch.allclose(q @ q.T, torch.eye(3, dtype=torch.float64)))
+    True
+    """
+    r = check_int("r", r, low=1)
+    q, _ = torch.linalg.qr(torch.randn(r, r, generator=generator, dtype=F64))
+    return q
+
+
+DESCRIPTOR_ERRORS = ("unit", "formula", "sign", "rotation", "drift", "full")
+"""The worst errors :func:`descriptor_invariance` returns, by name."""
+
+
+def descriptor_invariance(trials: int, seed: int) -> tuple[dict[str, float], list[float]]:
+    r"""Section 1's checks on ``trials`` random head sets: ``n`` in 2..8 clients, ``C`` in 2..12
+    classes (at most the rank ``n (d + 1)`` of the heads side by side), ``d`` in 1..5 features
+    (plus the bias column), rank ``r`` in ``1..C``; each head scaled by a random factor in
+    [0.2, 1.2).
+
+    Returns
+    -------
+    errors : dict of str to float
+        The worst absolute error over the trials (:data:`DESCRIPTOR_ERRORS`): ``unit``,
+        :math:`\lVert z_k\rVert - 1`; ``formula``, :func:`fedlib.clustering.head_descriptors`
+        against :func:`descriptors_in_basis` in :func:`fedlib.clustering.lowrank_basis`;
+        ``sign`` and ``rotation``, the Gram matrix after flipping the signs of the basis vectors
+        and after rotating the basis within its span (:func:`random_orthogonal`); ``drift``,
+        :func:`fedlib.clustering.descriptor_drift` between the two bases' Gram matrices;
+        ``full``, the Gram matrix at :math:`r = C` against the raw heads'.
+    moved : list of float
+        Per trial with :math:`r > 1`, how far the rotation moves the descriptors themselves,
+        :math:`\lVert Z_Q - Z\rVert_F / \lVert Z\rVert_F`.
+
+    Raises
+    ------
+    ValueError
+        ``trials`` that is not an integer >= 1.
+
+    Examples
+    --------
+    >>> errors, moved = descriptor_invariance(3, seed=0)
+    >>> max(errors.values()) < 1e-12, all(m > 0 for m in moved)
+    (True, True)
+    """
+    check_int("trials", trials, low=1)
+    rng = numpy_rng(seed, DESCRIPTOR_SIZES)
+    err = dict.fromkeys(DESCRIPTOR_ERRORS, 0.0)
+    moved = []
+    for t in range(trials):
+        n, d = int(rng.integers(2, 9)), int(rng.integers(1, 6))
+        C = int(rng.integers(2, min(13, n * (d + 1) + 1)))  # r = C must be a rank n heads side by side can have
+        r = int(rng.integers(1, C + 1))
+        g = torch_generator(seed, DESCRIPTOR_HEADS, t)
+        heads = torch.randn(n, C, d + 1, generator=g, dtype=F64) * torch.rand(n, 1, 1, generator=g, dtype=F64).add(0.2)
+        z = head_descriptors(heads, rank=r)
+        u = lowrank_basis(heads, r)
+        gram = z @ z.T
+        err["unit"] = max(err["unit"], float((z.norm(dim=1) - 1).abs().max()))
+        err["formula"] = max(err["formula"], float((z - descriptors_in_basis(heads, u)).abs().max()))
+        signs = torch.where(torch.rand(u.shape[1], generator=g) < 0.5, -1.0, 1.0).to(F64)
+        z_sign = descriptors_in_basis(heads, u * signs)
+        err["sign"] = max(err["sign"], float((z_sign @ z_sign.T - gram).abs().max()))
+        z_rot = descriptors_in_basis(heads, u @ random_orthogonal(u.shape[1], g))
+        err["rotation"] = max(err["rotation"], float((z_rot @ z_rot.T - gram).abs().max()))
+        err["drift"] = max(err["drift"], descriptor_drift(gram.numpy(), (z_rot @ z_rot.T).numpy()))
+        if u.shape[1] > 1:
+            moved.append(float((z_rot - z).norm() / z.norm()))
+        z_full, z_raw = head_descriptors(heads, rank=C), head_descriptors(heads, rank=C, kind="raw")
+        err["full"] = max(err["full"], float((z_full @ z_full.T - z_raw @ z_raw.T).abs().max()))
+    return err, moved
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. Soft membership and its limits
+# ------------------------------------------------------------------------------------------------
+
+
+def membership_limits(trials: int, temperatures: Sequence[float], seed: int) -> tuple[pd.DataFrame, dict]:
+    r"""Section 2's checks of :func:`fedlib.clustering.soft_membership` on ``trials`` random
+    instances (``n`` in 3..29 descriptors of dimension ``p`` in 2..11, ``k`` in 2..6 centroids,
+    standard normal), each at every temperature.
+
+    With :math:`g_k` the gap between row ``k``'s two largest cosine similarities, the bounds
+    checked are :math:`\max_j \lvert m_{kj} - \text{hard}_{kj}\rvert \le (k - 1) e^{-g_k/T}`
+    (the :math:`T \to 0` limit, :func:`fedlib.clustering.hard_membership`) and
+    :math:`\max_j \lvert m_{kj} - 1/k\rvert \le (e^{2/T} - 1)/k` (the :math:`T \to \infty`
+    limit), each up to 1e-12.
+
+    Returns
+    -------
+    table : DataFrame
+        Indexed by ``T``: the largest deviation from the hard and from the uniform membership,
+        and the mean over instances of the membership entropy over :math:`\log k`.
+    summary : dict
+        ``n_instances``; ``n_rows`` (membership rows checked: rows of every instance × the
+        temperatures); ``simplex_err`` (the largest :math:`\lvert\sum_j m_{kj} - 1\rvert`);
+        ``min_entry``; ``cold_viol`` and ``hot_viol`` (rows breaking the :math:`T \to 0` and
+        :math:`T \to \infty` bounds); ``closed_err`` (the largest error of the two-group closed
+        form :math:`m_1 = 1/(1 + e^{(s_2 - s_1)/T})` on the instances with ``k = 2``).
+
+    Raises
+    ------
+    ValueError
+        ``trials`` that is not an integer >= 1, or a temperature that is not a finite number > 0.
+
+    Examples
+    --------
+    >>> table, summary = membership_limits(4, [1e-3, 1e3], seed=0)
+    >>> summary["cold_viol"] + summary["hot_viol"], summary["simplex_err"] < 1e-12, list(table.index)
+    (0, True, [0.001, 1000.0])
+    """
+    check_int("trials", trials, low=1)
+    for temp in temperatures:
+        check_real("temperature", temp, low=0, low_open=True)
+    rng = numpy_rng(seed, MEMBERSHIP_POINTS)
+    rows, simplex_err, min_entry, cold_viol, hot_viol, closed_err = [], 0.0, 1.0, 0, 0, 0.0
+    instances = []
+    for t in range(trials):
+        n, p, k = int(rng.integers(3, 30)), int(rng.integers(2, 12)), int(rng.integers(2, 7))
+        instances.append((rng.normal(size=(n, p)), rng.normal(size=(k, p))))
+    for temp in temperatures:
+        dev_hard, dev_uniform, entropy_ratio = 0.0, 0.0, []
+        for x, c in instances:
+            k = len(c)
+            m = soft_membership(x, c, temp)
+            hard = hard_membership(x, c)
+            cos = (x / np.linalg.norm(x, axis=1, keepdims=True)) @ (c / np.linalg.norm(c, axis=1, keepdims=True)).T
+            top2 = np.sort(cos, axis=1)[:, -2:]
+            g_rows = top2[:, 1] - top2[:, 0]
+            simplex_err = max(simplex_err, float(np.abs(m.sum(axis=1) - 1).max()))
+            min_entry = min(min_entry, float(m.min()))
+            d_hard = np.abs(m - hard).max(axis=1)
+            cold_viol += int((d_hard > (k - 1) * np.exp(-g_rows / temp) + 1e-12).sum())
+            d_unif = np.abs(m - 1 / k).max(axis=1)
+            hot_viol += int((d_unif > math.expm1(min(2 / temp, 700)) / k + 1e-12).sum())
+            dev_hard, dev_uniform = max(dev_hard, float(d_hard.max())), max(dev_uniform, float(d_unif.max()))
+            entropy_ratio.append(membership_entropy(m) / math.log(k))
+            if k == 2:  # the two-group closed form, numerically
+                closed = expit((cos[:, 0] - cos[:, 1]) / temp)  # 1 / (1 + exp((s_2 - s_1) / T)), without overflow
+                closed_err = max(closed_err, float(np.abs(m[:, 0] - closed).max()))
+        rows.append({"T": temp, "max |m − hard|": dev_hard, "max |m − 1/k|": dev_uniform,
+                     "mean entropy / log k": float(np.mean(entropy_ratio))})
+    summary = {"n_instances": len(instances), "n_rows": sum(len(x) for x, _ in instances) * len(temperatures),
+               "simplex_err": simplex_err, "min_entry": min_entry, "cold_viol": cold_viol, "hot_viol": hot_viol,
+               "closed_err": closed_err}
+    return pd.DataFrame(rows).set_index("T"), summary
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. One group and λ = 1 is FedAvg-SE's shared encoder
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class OneGroupIdentity:
+    """What :func:`one_group_identity` measured.
+
+    Attributes
+    ----------
+    run, fedavg_se : RunResult
+        HDC-FL with one group, :math:`\\lambda = 1` and a refresh every round; FedAvg-SE.
+    table : DataFrame
+        Indexed by ``comparison``: the largest absolute difference and how many clients are
+        bit-equal, per comparison of encoders.
+    n_clients : int
+        The clients cached at the end of ``run``.
+    shared_diff : float
+        HDC-FL's shared encoder against FedAvg-SE's.
+    identity_diff, identity_bits : float, int
+        The personalized encoders (one group, :math:`\\lambda = 1`) against FedAvg-SE's shared
+        encoder: the largest difference, and how many are bit-equal.
+    k_grouped : int
+        The groups of the k-means regrouping of the same cache.
+    zero_diff : float
+        The personalized encoders with :math:`\\lambda = 0` on those groups against the shared
+        encoder.
+    rel_moves : list of float
+        Per client, its personalized encoder with :math:`\\lambda = 1` on those groups minus the
+        shared encoder, in norm, over the shared encoder's norm.
+    participation : float
+        The share of clients sampled per round in the contrast run.
+    partial_diff : float
+        That run's personalized encoders (one group, :math:`\\lambda = 1`) against its shared encoder.
+    same_eval : bool
+        Whether the loop's per-client evaluation of ``run`` equals FedAvg-SE's.
+    """
+
+    run: RunResult
+    fedavg_se: RunResult
+    table: pd.DataFrame
+    n_clients: int
+    shared_diff: float
+    identity_diff: float
+    identity_bits: int
+    k_grouped: int
+    zero_diff: float
+    rel_moves: list
+    participation: float
+    partial_diff: float
+    same_eval: bool
+
+
+def one_group_identity(fed: Federation, model_fn: Callable[..., torch.nn.Module], train: TrainConfig, rounds: int,
+                       seed: int, *, participation: float = 0.5, k_max: int = 8, rank: int = 8) -> OneGroupIdentity:
+    r"""Section 3: with one group (:math:`k_{\min} = k_{\max} = 1`), :math:`\lambda = 1`, full
+    participation and a refresh every round, every client's personalized encoder is FedAvg-SE's
+    shared encoder; with :math:`\lambda = 0` it is the shared encoder for any grouping.
+
+    Runs HDC-FL (one group) and FedAvg-SE on ``fed`` for ``rounds`` rounds with the same
+    ``seed``; regroups the HDC-FL cache by k-means with ``k`` in ``2..k_max``
+    (:func:`fedlib.algorithms.hdcfl.with_variant`) for :math:`\lambda = 0` and, for contrast,
+    :math:`\lambda = 1`; and runs HDC-FL (one group) again with a share ``participation`` of the
+    clients per round, whose cache keeps stale encoders (another contrast). Every refresh
+    describes the heads at rank ``rank`` (:class:`fedlib.algorithms.hdcfl.HDCConfig`'s default:
+    8; at most the model's classes).
+
+    Returns
+    -------
+    OneGroupIdentity
+
+    Raises
+    ------
+    ValueError
+        ``rounds`` that is not an integer >= 1, ``participation`` outside (0, 1], ``k_max`` < 2.
+    """
+    rounds = check_int("rounds", rounds, low=1)
+    check_real("participation", participation, low=0, high=1, low_open=True)
+    check_int("k_max", k_max, low=2)
+    one_group = HDCConfig(rank=rank, k_min=1, k_max=1, refresh_every=1, lam=1.0, max_activation_round=1)
+    loop = LoopConfig(rounds=rounds, seed=seed)
+    run = run_federated(HDCFL(train=train, config=one_group), fed, model_fn, loop)
+    se = run_federated(FedAvgSE(train=train), fed, model_fn, loop)
+    shared, shared_se = shared_encoder(run.server), shared_encoder(se.server)
+    clients = cached_clients(run.server)
+    pers = {c: personalized_encoder(run.server, c, 1.0) for c in clients}
+    # λ = 0 on a grouping with k >= 2 (the same cache, refreshed again by k-means on the descriptors)
+    grouped = with_variant(run.server, rounds, HDCConfig(rank=rank, k_min=2, k_max=k_max), seed)
+    k_grouped = int(refresh_history(grouped)["k"].iloc[-1])
+    pers0 = {c: personalized_encoder(grouped, c, 0.0) for c in clients}
+    pers1 = {c: personalized_encoder(grouped, c, 1.0) for c in clients}
+    shared_norm = math.sqrt(sum(float(v.double().pow(2).sum()) for v in shared.values()))
+    rel_k = [math.sqrt(sum(float((pers1[c][n].double() - shared[n].double()).pow(2).sum()) for n in shared)) / shared_norm
+             for c in clients]
+    # partial participation: stale cache entries enter the one-group prototype
+    partial = run_federated(HDCFL(train=train, config=one_group), fed, model_fn,
+                            LoopConfig(rounds=rounds, seed=seed, participation=participation, evaluate_last=False))
+    shared_partial = shared_encoder(partial.server)
+    diff_partial = max(max_abs_difference(personalized_encoder(partial.server, c, 1.0), shared_partial)
+                       for c in cached_clients(partial.server))
+
+    def versus(encoders, reference):
+        return (max(max_abs_difference(encoders[c], reference) for c in clients),
+                f"{sum(bit_equal(encoders[c], reference) for c in clients)} of {len(clients)}")
+
+    rows = [
+        ("HDC-FL's shared encoder vs FedAvg-SE's (the trajectory is intact)", max_abs_difference(shared, shared_se),
+         f"{int(bit_equal(shared, shared_se))} of 1"),
+        ("personalized (k = 1, λ = 1) vs HDC-FL's shared encoder", *versus(pers, shared)),
+        ("personalized (k = 1, λ = 1) vs FedAvg-SE's shared encoder", *versus(pers, shared_se)),
+        (f"personalized (k = {k_grouped}, λ = 0) vs the shared encoder", *versus(pers0, shared)),
+        (f"personalized (k = {k_grouped}, λ = 1) vs the shared encoder, for contrast", *versus(pers1, shared)),
+        (f"personalized (k = 1, λ = 1) vs shared, participation {participation}, for contrast", diff_partial, "—"),
+    ]
+    table = pd.DataFrame(rows, columns=["comparison", "max abs difference", "bit-equal clients"]).set_index("comparison")
+    return OneGroupIdentity(
+        run=run, fedavg_se=se, table=table, n_clients=len(clients), shared_diff=max_abs_difference(shared, shared_se),
+        identity_diff=max(max_abs_difference(pers[c], shared_se) for c in clients),
+        identity_bits=sum(bit_equal(pers[c], shared_se) for c in clients), k_grouped=k_grouped,
+        zero_diff=max(max_abs_difference(pers0[c], shared) for c in clients), rel_moves=rel_k,
+        participation=participation, partial_diff=diff_partial, same_eval=run.per_client().equals(se.per_client()))
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. Planted groupings
+# ------------------------------------------------------------------------------------------------
+
+
+def _rms(a: np.ndarray, level: float) -> np.ndarray:
+    """``a`` rescaled to the root-mean-square entry ``level``."""
+    return a * level / np.sqrt(np.mean(a**2))
+
+
+@dataclass(frozen=True)
+class PlantedHeads:
+    r"""Synthetic heads with a planted grouping: ``G`` groups of ``m`` clients, client ``k`` of
+    group ``g(k)`` with the head
+
+    .. math:: H_k = M + A_{g(k)} + \sigma E_k \in \mathbb R^{C \times d_1},
+
+    a common component :math:`M` of class rank ``common_rank`` and root-mean-square entry
+    ``common`` (what every client learns), a group head :math:`A_g` of root-mean-square entry
+    ``signal`` (the unit of :math:`\sigma`) and noise :math:`E_k` with independent standard
+    normal entries.
+
+    Raises
+    ------
+    ValueError
+        A size that is not an integer >= 1, a rank above ``C``, or a level that is not a finite
+        number > 0.
+    """
+
+    G: int = 4
+    m: int = 5
+    C: int = 20
+    d1: int = 17
+    common: float = 3.0
+    signal: float = 1.0
+    common_rank: int = 4
+    sig_rank: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("G", "m", "C", "d1", "common_rank", "sig_rank"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("common_rank", self.common_rank, high=self.C)
+        check_int("sig_rank", self.sig_rank, high=self.C)
+        for name in ("common", "signal"):
+            check_real(name, getattr(self, name), low=0, low_open=True)
+
+    def draw(self, rng: np.random.Generator, noise: float, family: str) -> tuple[np.ndarray, np.ndarray]:
+        """One instance: the heads of shape ``(G m, C, d1)`` and the planted labels of shape ``(G m,)``.
+
+        ``family`` (:data:`PLANTED_FAMILIES`): the group heads differ in a ``sig_rank``-dimensional
+        subspace of class directions shared by the groups (``"few class directions"``), or in all
+        ``C`` of them.
+
+        Examples
+        --------
+        >>> heads, labels = PlantedHeads(G=2, m=3, C=6, d1=4).draw(np.random.default_rng(0), 0.1, "few class directions")
+        >>> heads.shape, labels.tolist()
+        ((6, 6, 4), [0, 0, 0, 1, 1, 1])
+        """
+        if family not in PLANTED_FAMILIES:
+            raise ValueError(f"unknown family {family!r}; valid: {', '.join(PLANTED_FAMILIES)}")
+        check_real("noise", noise, low=0)
+        labels = np.repeat(np.arange(self.G), self.m)
+        M = _rms(rng.normal(size=(self.C, self.common_rank)) @ rng.normal(size=(self.common_rank, self.d1)), self.common)
+        basis = np.linalg.qr(rng.normal(size=(self.C, self.sig_rank)))[0]
+        A = [_rms(basis @ rng.normal(size=(self.sig_rank, self.d1)) if family == PLANTED_FAMILIES[0]
+                  else rng.normal(size=(self.C, self.d1)), self.signal) for _ in range(self.G)]
+        heads = np.stack([M + A[labels[k]] + noise * rng.normal(size=(self.C, self.d1)) for k in range(self.G * self.m)])
+        return heads, labels
+
+
+def planted_grouping(spec: PlantedHeads, noises: Sequence[float], trials: int, seed: int, *, rank: int, k_min: int,
+                     k_max: int) -> pd.DataFrame:
+    """Section 4's measurement: per family (:data:`PLANTED_FAMILIES`), noise level and trial, one
+    instance of ``spec``, described raw and at rank ``rank``
+    (:func:`fedlib.clustering.head_descriptors`); in each descriptor space the silhouette
+    (scikit-learn's) of the planted grouping, and the ``k`` that
+    :class:`fedlib.clustering.SilhouetteKMeans` chooses in ``k_min..k_max`` with its adjusted
+    Rand index against the planted labels.
+
+    Returns
+    -------
+    DataFrame
+        One row per instance: ``signal`` (the family), ``σ``, ``instance``, and per descriptor
+        ``kind`` in ``raw``, ``lowrank``: ``silhouette <kind>``, ``k <kind>``, ``ARI <kind>``.
+
+    Raises
+    ------
+    ValueError
+        ``trials`` that is not an integer >= 1 (and as the descriptors and the k-means do).
+
+    Examples
+    --------
+    >>> t = planted_grouping(PlantedHeads(G=2, m=3, C=6, d1=4), [0.1], 1, seed=0, rank=3, k_min=2, k_max=4)
+    >>> len(t), t["ARI lowrank"].tolist()
+    (2, [1.0, 1.0])
+    """
+    check_int("trials", trials, low=1)
+    rows = []
+    for (f, family), noise, t in itertools.product(enumerate(PLANTED_FAMILIES), noises, range(trials)):
+        rng = numpy_rng(seed, PLANTED_DRAW, f, int(round(1000 * noise)), t)
+        heads, labels = spec.draw(rng, noise, family)
+        row = {"signal": family, "σ": noise, "instance": t}
+        for kind in ("raw", "lowrank"):
+            z = head_descriptors(torch.tensor(heads), rank=rank, kind=kind).numpy()
+            km = SilhouetteKMeans(k_min, k_max, seed=derive_seed(seed, PLANTED_KMEANS, t) % 2**32).fit(z)
+            row[f"silhouette {kind}"] = float(silhouette_score(z, labels))
+            row[f"k {kind}"] = int(km.k_)
+            row[f"ARI {kind}"] = float(adjusted_rand_score(labels, km.labels_))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+PLANTED_COLUMNS = {"silhouette raw": ("silhouette raw", "mean"), "silhouette low-rank": ("silhouette lowrank", "mean"),
+                   "k raw": ("k raw", "mean"), "k low-rank": ("k lowrank", "mean"),
+                   "ARI raw": ("ARI raw", "mean"), "ARI low-rank": ("ARI lowrank", "mean"),
+                   "min ARI low-rank": ("ARI lowrank", "min")}
+"""The columns of :func:`planted_summary`: (column of :func:`planted_grouping`, aggregation)."""
+
+
+def planted_summary(planted: pd.DataFrame) -> pd.DataFrame:
+    """:func:`planted_grouping`'s instances per family and noise level (in their order): the
+    means of the silhouettes, the chosen ``k`` and the ARIs, and the smallest low-rank ARI
+    (:data:`PLANTED_COLUMNS`).
+
+    Examples
+    --------
+    >>> t = planted_grouping(PlantedHeads(G=2, m=3, C=6, d1=4), [0.1], 2, seed=0, rank=3, k_min=2, k_max=4)
+    >>> planted_summary(t).index.tolist()
+    [('few class directions', 0.1), ('all class directions', 0.1)]
+    """
+    return planted.groupby(["signal", "σ"], sort=False).agg(**PLANTED_COLUMNS)
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. Local steps and the drift of the clients' coordinates
+# ------------------------------------------------------------------------------------------------
+
+
+def _encoder_vector(model: torch.nn.Module) -> torch.Tensor:
+    """The model's encoder (every ``state_dict`` entry but the head) as one flat vector."""
+    return torch.cat([v.flatten() for k, v in model.state_dict().items() if not k.startswith(HEAD_PREFIX)])
+
+
+def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.nn.Module], train: TrainConfig,
+                steps: Sequence[int], seed: int) -> pd.DataFrame:
+    r"""Section 5's measurement: from the common point of a FedAvg-SE run ``warm`` (its shared
+    encoder), each client trains its encoder and its own head (its state in ``warm``) locally
+    for ``s`` steps of ``train``'s batch size, learning rate and momentum, for each ``s`` of
+    ``steps``; the probe is the global test set.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by ``local steps s``: (a) the mean pairwise cosine of the clients' encoder changes
+        :math:`\Delta\theta_k`; (b) their mean size :math:`\lVert\Delta\theta_k\rVert / \lVert\theta_0\rVert`;
+        (c) the mean relative movement of the probe's penultimate features,
+        :math:`\lVert f_k(x) - f_0(x)\rVert / \lVert f_0(x)\rVert`; (d) the mean share of the
+        probe on which a client's trained head predicts the same class on the common features
+        :math:`f_0(x)` as on its own :math:`f_k(x)`.
+
+    Raises
+    ------
+    ValueError
+        A step count that is not an integer >= 1.
+    """
+    for s in steps:
+        check_int("local steps", s, low=1)
+    common = warm.server.with_prefix(MODEL)  # the shared body (and the initial head, replaced below)
+    probe = fed.global_test.x
+    base = model_fn(seed=seed)
+    base.load_state_dict(common)
+    base.eval()
+    with torch.no_grad():
+        f0 = base.embed(probe)
+    theta0 = _encoder_vector(base)
+    rows = []
+    for s in steps:
+        deltas, moves, agree = [], [], []
+        for k, client in enumerate(fed.clients):
+            model = model_fn(seed=seed)
+            model.load_state_dict({**common, **warm.client_states[k].with_prefix(PERSONAL)})  # the client's own head
+            cfg = TrainConfig(steps=s, batch_size=train.batch_size, lr=train.lr, momentum=train.momentum)
+            local_train(model, client.train.x, client.train.y, cfg, torch_generator(seed, LOCAL_STEPS, s, k))
+            with torch.no_grad():
+                fk = model.embed(probe)
+                agree.append(float((model.head(fk).argmax(1) == model.head(f0).argmax(1)).double().mean()))
+            deltas.append(_encoder_vector(model) - theta0)
+            moves.append(float((fk - f0).norm() / f0.norm()))
+        D = torch.stack(deltas)
+        unit = D / D.norm(dim=1, keepdim=True)
+        iu = torch.triu_indices(len(D), len(D), 1)
+        rows.append({"local steps s": s, "(a) mean pairwise cosine of Δθ": float((unit @ unit.T)[iu[0], iu[1]].mean()),
+                     "(b) ‖Δθ‖ / ‖θ₀‖": float((D.norm(dim=1) / theta0.norm()).mean()),
+                     "(c) feature movement": float(np.mean(moves)), "(d) same prediction on f₀": float(np.mean(agree))})
+    return pd.DataFrame(rows).set_index("local steps s")
+
+
+# ------------------------------------------------------------------------------------------------
+# 6. What a refresh changes
+# ------------------------------------------------------------------------------------------------
+
+
+def refresh_invariants(server: State, trials: int, first_round: int, seed: int) -> dict:
+    r"""Section 6's checks: ``trials`` refreshes (:func:`fedlib.algorithms.hdcfl.refresh`) of
+    ``server``'s cache, trial ``t`` at round ``first_round + t`` under random settings (rank
+    from 1 to :data:`MAX_RANK`, raw or low-rank descriptor, :math:`k_{\min}` in 2..3, :math:`k_{\max}` in
+    :math:`k_{\min}..12`, k-means or random groups, soft or hard membership, :math:`T` log-uniform
+    in [0.01, 10]); after each, every cached client's personalized encoder for a random
+    :math:`\lambda`, and the next round's training message.
+
+    Returns
+    -------
+    dict
+        ``n_cached`` (the cached clients); ``ks`` (the chosen ``k`` per trial); ``k_viol`` (how
+        often ``k`` fell outside :math:`[k_{\min}, \min(k_{\max}, n - 1)]`); ``row_err`` (the
+        largest :math:`\lvert\sum_j m_{kj} - 1\rvert`, ``inf`` on a negative entry);
+        ``cache_kept`` (the cache, and the state given, unchanged by every refresh);
+        ``model_kept`` (the shared encoder unchanged); ``nothing_written_back`` (computing the
+        personalized encoders left the refreshed state unchanged); ``broadcast_kept`` (the
+        training message is the shared encoder given).
+
+    Raises
+    ------
+    ValueError
+        ``trials`` that is not an integer >= 1, or a server whose cached heads have fewer than
+        :data:`MAX_RANK` classes (the ranks drawn).
+    """
+    check_int("trials", trials, low=1)
+    clients = cached_clients(server)
+    n_classes = len(server.arrays[f"cache/{clients[0]}/head/bias"]) if clients else 0
+    if n_classes < MAX_RANK:
+        raise ValueError(f"refresh_invariants draws ranks up to {MAX_RANK}: the cached heads need at least {MAX_RANK} "
+                         f"classes, got {n_classes} (cached clients: {clients})")
+    rng = numpy_rng(seed, REFRESH_SETTINGS)
+    n_cached = len(clients)
+    k_viol = row_err = 0
+    cache_kept = model_kept = nothing_written_back = broadcast_kept = True
+    ks = []
+    for t in range(trials):
+        k_min = int(rng.integers(2, 4))
+        config = HDCConfig(rank=int(rng.integers(1, MAX_RANK + 1)), descriptor=str(rng.choice(["lowrank", "raw"])),
+                           k_min=k_min, k_max=int(rng.integers(k_min, 13)), grouping=str(rng.choice(["kmeans", "random"])),
+                           membership=str(rng.choice(["soft", "hard"])), temperature=float(10 ** rng.uniform(-2, 1)),
+                           max_activation_round=1)
+        before = snapshot(server)
+        state = refresh(server, first_round + t, config, seed)
+        k = int(refresh_history(state)["k"].iloc[-1])
+        ks.append(k)
+        k_viol += int(not config.k_min <= k <= min(config.k_max, n_cached - 1))
+        m = state.arrays["hdcfl/membership"].numpy()
+        row_err = max(row_err, float(np.abs(m.sum(axis=1) - 1).max()) if m.min() >= 0 else math.inf)
+        cache_kept &= arrays_kept(before, state, "cache/") and arrays_kept(before, server)
+        model_kept &= arrays_kept(before, state, MODEL)
+        after_refresh = snapshot(state)
+        for c in cached_clients(state):
+            personalized_encoder(state, c, float(rng.uniform()))
+        nothing_written_back &= arrays_kept(after_refresh, state)
+        sent = HDCFL(config=config).configure_train(state, first_round + 1 + t, [0])[0]
+        broadcast_kept &= all(torch.equal(v, before[name]) for name, v in sent.arrays.items())
+    return {"n_cached": n_cached, "ks": ks, "k_viol": k_viol, "row_err": row_err, "cache_kept": cache_kept,
+            "model_kept": model_kept, "nothing_written_back": nothing_written_back, "broadcast_kept": broadcast_kept}
+
+
+__all__ = ["DESCRIPTOR_ERRORS", "MAX_RANK", "OneGroupIdentity", "PLANTED_COLUMNS", "PLANTED_FAMILIES", "PlantedHeads", "arrays_kept",
+           "bit_equal", "descriptor_invariance", "descriptors_in_basis", "local_drift", "max_abs_difference",
+           "membership_limits", "one_group_identity", "planted_grouping", "planted_summary", "random_orthogonal",
+           "refresh_invariants", "snapshot"]

@@ -1,0 +1,157 @@
+"""The check procedures of the chapter ``hdcfl_derivations`` (fedlib.experiments.hdcfl_checks): each
+gives the verdicts the chapter reports on the library, and each can fail on a wrong library."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import fedlib.experiments.hdcfl_checks as hc
+from fedlib.algorithms.fedrep import FedAvgSE
+from fedlib.algorithms.hdcfl import refresh
+from fedlib.clustering import head_descriptors, soft_membership
+from fedlib.experiments.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, bit_equal, descriptor_invariance,
+                                             descriptors_in_basis, local_drift, max_abs_difference, membership_limits,
+                                             one_group_identity, planted_grouping, planted_summary, random_orthogonal,
+                                             refresh_invariants, snapshot)
+from fedlib.loop import LoopConfig
+from fedlib.messages import State
+from fedlib.run import run_federated
+from fedlib.training import TrainConfig
+
+
+def test_array_comparisons_by_hand():
+    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.0])}
+    assert bit_equal(a, {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.0])})
+    assert not bit_equal(a, {"w": torch.tensor([1.0, 2.0])})
+    assert not bit_equal(a, {"w": torch.tensor([1.0, 2.0 + 2**-20]), "b": torch.tensor([0.0])})
+    assert max_abs_difference(a, {"w": torch.tensor([1.0, -1.0]), "b": torch.tensor([0.5])}) == 3.0
+    state = State({"cache/0/w": torch.ones(2), "model/w": torch.zeros(2)})
+    before = snapshot(state)
+    state.arrays["model/w"] += 1  # a change in place: the snapshot is a copy
+    assert arrays_kept(before, state, "cache/") and not arrays_kept(before, state, "model/")
+    assert not arrays_kept(before, State({**state.arrays, "cache/1/w": torch.ones(1)}), "cache/")  # a new name
+
+
+def test_descriptors_in_a_basis_by_hand_and_a_random_orthogonal_matrix():
+    heads = torch.tensor([[[3.0, 0.0], [4.0, 0.0], [0.0, 0.0]], [[0.0, 1.0], [0.0, 0.0], [0.0, 1.0]]],
+                         dtype=torch.float64)  # (2, 3, 2)
+    basis = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)  # the first two classes
+    assert descriptors_in_basis(heads, basis).tolist() == [[0.6, 0.0, 0.8, 0.0], [0.0, 1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match=r"basis of shape \(C, r\).*basis \(2, 2\)"):
+        descriptors_in_basis(heads, torch.eye(2))
+    q = random_orthogonal(4, torch.Generator().manual_seed(3))
+    assert q.dtype == torch.float64 and torch.allclose(q.T @ q, torch.eye(4, dtype=torch.float64), atol=1e-14)
+    assert torch.equal(q, random_orthogonal(4, torch.Generator().manual_seed(3)))
+    with pytest.raises(ValueError, match="r must be an int >= 1, got 0"):
+        random_orthogonal(0, torch.Generator())
+
+
+def test_descriptor_invariance_holds_and_fails_on_an_unnormalized_descriptor(monkeypatch):
+    errors, moved = descriptor_invariance(4, seed=1)
+    assert set(errors) == set(hc.DESCRIPTOR_ERRORS) and max(errors.values()) < 1e-12
+    assert moved and min(moved) > 1e-3  # a rotation moves the coordinates, not the Gram matrix
+    monkeypatch.setattr(hc, "head_descriptors", lambda heads, rank=8, kind="lowrank": 2 * head_descriptors(heads, rank, kind))
+    errors, _ = descriptor_invariance(2, seed=1)
+    assert errors["unit"] == pytest.approx(1.0) and errors["formula"] > 0.1
+    with pytest.raises(ValueError, match="trials must be an int >= 1, got 0"):
+        descriptor_invariance(0, seed=1)
+
+
+def test_membership_limits_hold_and_fail_on_a_wrong_softmax(monkeypatch):
+    table, summary = membership_limits(3, [1e-3, 1.0, 1e3], seed=2)
+    assert list(table.index) == [1e-3, 1.0, 1e3]
+    assert summary["cold_viol"] == summary["hot_viol"] == 0 and summary["simplex_err"] < 1e-12
+    assert summary["closed_err"] < 1e-12 and summary["min_entry"] >= 0
+    assert table["max |m − hard|"].iloc[0] < table["max |m − hard|"].iloc[-1]  # colder is harder
+    assert summary["n_instances"] == 3 and summary["n_rows"] % 3 == 0 and summary["n_rows"] >= 3 * 3 * 3  # n >= 3 rows each
+    # a softmax at twice the temperature breaks the cold bound
+    monkeypatch.setattr(hc, "soft_membership", lambda x, c, t: soft_membership(x, c, 2 * t))
+    _, wrong = membership_limits(3, [1e-2, 0.1], seed=2)
+    assert wrong["cold_viol"] > 0
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0, got 0"):
+        membership_limits(3, [0], seed=2)
+
+
+def test_one_group_identity_on_a_tiny_federation(tiny_federation, tiny_model_fn):
+    train = TrainConfig(steps=2, batch_size=16, lr=0.05)
+    ident = one_group_identity(tiny_federation, tiny_model_fn, train, 2, seed=0, k_max=3, rank=2)
+    n = tiny_federation.n_clients
+    assert ident.shared_diff == ident.identity_diff == ident.zero_diff == 0.0
+    assert ident.identity_bits == ident.n_clients == n and ident.same_eval
+    assert 2 <= ident.k_grouped <= 3 and len(ident.rel_moves) == n and max(ident.rel_moves) > 0
+    assert ident.table["bit-equal clients"].tolist()[:4] == ["1 of 1", f"{n} of {n}", f"{n} of {n}", f"{n} of {n}"]
+    assert ident.table["max abs difference"].iloc[4] > 0  # λ = 1 on k >= 2 groups moves the encoders
+    with pytest.raises(ValueError, match="participation must be a finite number > 0 and <= 1, got 0"):
+        one_group_identity(tiny_federation, tiny_model_fn, train, 2, seed=0, participation=0, rank=2)
+
+
+def test_planted_heads_differ_in_the_family_s_class_directions():
+    spec = PlantedHeads(G=3, m=2, C=8, d1=5, common_rank=2, sig_rank=2)
+    for family, most in zip(PLANTED_FAMILIES, (2, 8)):
+        heads, labels = spec.draw(np.random.default_rng(0), 0.0, family)
+        assert heads.shape == (6, 8, 5) and labels.tolist() == [0, 0, 1, 1, 2, 2]
+        assert np.array_equal(heads[0], heads[1])  # no noise: a group's heads are equal
+        differences = np.concatenate([heads[2] - heads[0], heads[4] - heads[0]], axis=1)  # (C, 2 d1)
+        assert np.linalg.matrix_rank(differences) == most
+    heads, _ = spec.draw(np.random.default_rng(0), 1.0, PLANTED_FAMILIES[0])
+    assert not np.array_equal(heads[0], heads[1])
+    with pytest.raises(ValueError, match="sig_rank must be an int <= 8, got 9"):
+        PlantedHeads(C=8, common_rank=2, sig_rank=9)
+    with pytest.raises(ValueError, match="unknown family 'some'"):
+        spec.draw(np.random.default_rng(0), 0.1, "some")
+
+
+def test_planted_grouping_recovers_separated_groups_and_its_summary_by_hand():
+    spec = PlantedHeads(G=2, m=4, C=8, d1=5, common_rank=2, sig_rank=2)
+    planted = planted_grouping(spec, [0.05], 2, seed=0, rank=4, k_min=2, k_max=4)
+    assert len(planted) == 4 and (planted["ARI lowrank"] == 1.0).all() and (planted["k lowrank"] == 2).all()
+    rows = pd.DataFrame({"signal": ["a", "a", "b"], "σ": [0.5, 0.5, 0.5], "silhouette raw": [0.1, 0.3, 0.5],
+                         "silhouette lowrank": [0.2, 0.4, 0.6], "k raw": [2, 4, 3], "k lowrank": [2, 2, 3],
+                         "ARI raw": [1.0, 0.0, 0.5], "ARI lowrank": [1.0, 0.5, 0.25]})
+    table = planted_summary(rows)
+    assert table.loc[("a", 0.5)].tolist() == pytest.approx([0.2, 0.3, 3.0, 2.0, 0.5, 0.75, 0.5])
+    assert table.loc[("b", 0.5), "min ARI low-rank"] == 0.25
+
+
+def test_local_drift_is_nothing_for_a_vanishing_step_and_something_for_a_real_one(tiny_federation, tiny_model_fn):
+    train = TrainConfig(steps=2, batch_size=16, lr=0.05)
+    warm = run_federated(FedAvgSE(train=train), tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=0, evaluate_last=False))
+    still = local_drift(warm, tiny_federation, tiny_model_fn, TrainConfig(batch_size=16, lr=1e-12), [1], seed=0)
+    assert still.index.tolist() == [1]
+    assert still.loc[1, "(b) ‖Δθ‖ / ‖θ₀‖"] < 1e-9 and still.loc[1, "(c) feature movement"] < 1e-9
+    assert still.loc[1, "(d) same prediction on f₀"] == 1.0
+    moving = local_drift(warm, tiny_federation, tiny_model_fn, train, [1, 8], seed=0)
+    assert (moving["(b) ‖Δθ‖ / ‖θ₀‖"] > 1e-4).all() and moving["(c) feature movement"].iloc[1] > 0
+    assert ((moving["(d) same prediction on f₀"] >= 0) & (moving["(d) same prediction on f₀"] <= 1)).all()
+
+
+def _cached_server(n: int = 6, C: int = 10, d: int = 3) -> State:
+    g = torch.Generator().manual_seed(0)
+    arrays = {"model/enc.weight": torch.randn(3, 4, generator=g), "model/head.weight": torch.randn(C, d, generator=g),
+              "model/head.bias": torch.randn(C, generator=g)}
+    for k in range(n):
+        arrays[f"cache/{k}/model/enc.weight"] = torch.randn(3, 4, generator=g)
+        arrays[f"cache/{k}/head/weight"] = torch.randn(C, d, generator=g)
+        arrays[f"cache/{k}/head/bias"] = torch.randn(C, generator=g)
+        arrays[f"cache/{k}/n"] = torch.tensor(k + 1)
+    return State(arrays=arrays, meta={})
+
+
+def test_refresh_invariants_hold_and_fail_on_a_refresh_that_writes_into_the_cache(monkeypatch):
+    server = _cached_server()
+    out = refresh_invariants(server, 4, 3, seed=0)
+    assert out["n_cached"] == 6 and len(out["ks"]) == 4 and out["k_viol"] == 0 and out["row_err"] < 1e-12
+    assert out["cache_kept"] and out["model_kept"] and out["nothing_written_back"] and out["broadcast_kept"]
+
+    def leaky(state, round_, config, seed):
+        fresh = refresh(state, round_, config, seed)
+        return State({**fresh.arrays, "cache/0/model/enc.weight": fresh.arrays["cache/0/model/enc.weight"] + 1}, fresh.meta)
+
+    monkeypatch.setattr(hc, "refresh", leaky)
+    wrong = refresh_invariants(server, 2, 3, seed=0)
+    assert not wrong["cache_kept"] and wrong["model_kept"]
+    with pytest.raises(ValueError, match="need at least 10 classes, got 4"):
+        refresh_invariants(_cached_server(C=4), 2, 3, seed=0)
