@@ -144,6 +144,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("Flower's job, apps and drivers", ("fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
                                         "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
+    ("chapter experiments", ("fedlib.experiments", "fedlib.experiments.*")),
     ("measurements", ("fedlib.benchmarks",)),
     ("evidence", ("fedlib.claims", "fedlib.checks")),
     ("book tooling", ("fedlib.book",)),
