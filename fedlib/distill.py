@@ -411,8 +411,8 @@ def margin_profile_bound(own_on_support: Tensor, two_b: float) -> float:
 
     Parameters
     ----------
-    own_on_support : tensor of shape (|U_i|, C)
-        The client's pseudo-labels on :math:`U_i`.
+    own_on_support : tensor of shape (n_i, C)
+        The client's pseudo-labels on the ``n_i`` points of :math:`U_i`.
     two_b : float
         :math:`2B`, a sum over :math:`U_i` (:func:`lemma52`'s ``2 * B``).
 

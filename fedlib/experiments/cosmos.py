@@ -48,7 +48,7 @@ mixture; COSMOS and COMET on another mixture; the parameter-sharing methods with
 one COSMOS run of a sensitivity setting."""
 
 STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "detach")
-"""The sensitivity studies a study can sweep (:attr:`COSMOSStudy.sweeps`)."""
+"""The sensitivity studies a study can sweep (the ``sweeps`` of :class:`COSMOSStudy`)."""
 
 
 def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
@@ -352,7 +352,7 @@ class Sensitivity:
     defaults : mapping
         :attr:`COSMOSStudy.sweep_defaults`; the default setting ran once, under ``"λ"``.
     sweeps : mapping of str to sequence
-        :attr:`COSMOSStudy.sweeps`.
+        The values tried per study (the ``sweeps`` of :class:`COSMOSStudy`).
 
     Examples
     --------
@@ -377,7 +377,7 @@ class Sensitivity:
 
     def best_other(self, study: str) -> np.ndarray | None:
         """Per seed, the best of ``study``'s values other than the default; ``None`` where none is swept."""
-        others = [v for v in self.sweeps.get(study, [])]
+        others = list(self.sweeps.get(study, []))
         return np.max(np.stack([self.values(study, v) for v in others]), axis=0) if others else None
 
     def larger_vs_smaller(self, study: str) -> tuple[np.ndarray, np.ndarray] | None:

@@ -356,8 +356,8 @@ def lemma_rows(iterations: Sequence[dict], held: Sequence[np.ndarray], truth: np
     held : sequence of np.ndarray
         Per client, the classes of its support; :math:`U_i` is the public points whose true
         class is one of them (a client with an empty :math:`U_i` is left out).
-    truth : np.ndarray of shape (|U|,)
-        The public set's true labels (analysis only).
+    truth : np.ndarray of shape (n,)
+        The true label of each of the public set's ``n`` points (analysis only).
     tol : float
         The round-off allowance of the comparisons.
 
