@@ -469,6 +469,23 @@ def exercises(path: str | os.PathLike) -> pd.DataFrame:
 _LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 
 
+def format_number(value: float | None, spec: str = ".3f") -> str:
+    """A number for prose and tables in ``spec``, with the limits in words: ``"∞"`` for an
+    infinity or ``None`` (a bound that does not exist, a ratio that cannot be fitted), ``"not
+    defined"`` for NaN.
+
+    Examples
+    --------
+    >>> format_number(0.12345), format_number(2.5, ".2f"), format_number(math.inf), format_number(None), format_number(math.nan)
+    ('0.123', '2.50', '∞', '∞', 'not defined')
+    """
+    if value is None or (isinstance(value, float) and math.isinf(value)):
+        return "\N{INFINITY}"
+    if isinstance(value, float) and math.isnan(value):
+        return "not defined"
+    return format(value, spec)
+
+
 def _leading_number(value: Any) -> float:
     """The number a cell starts with (``"91.0 ± 2.5"`` -> 91.0), NaN for none: what ``best`` compares."""
     if is_real(value):
@@ -693,5 +710,5 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
 
 
 __all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_title",
-           "check_injected", "claims_report", "clipped_error", "exercises", "format_bytes", "format_value",
+           "check_injected", "claims_report", "clipped_error", "exercises", "format_bytes", "format_number", "format_value",
            "notebook_history", "place_labels", "resolve", "setup", "show_table"]

@@ -20,7 +20,8 @@ COSMOS's greedy clustering (Ge, Yeoh, Zhang and Vorobeychik, arXiv:2605.11165, A
 here too: :class:`GreedyB0` groups clients from a matrix of pairwise distances (their
 pseudo-labels' :math:`\ell_1` distances, :func:`fedlib.distill.l1_distances`) with a threshold
 :math:`B_0`, and :func:`b0_for_clusters` finds the smallest :math:`B_0` that forms at most a
-target number of clusters.
+target number of clusters among the thresholds where the clustering can change
+(:func:`candidate_thresholds`).
 
 The paper describes the projection only in words. The basis chosen here, documented in the book:
 the top ``r`` left-singular vectors :math:`U_r` of the clients' heads side by side,
@@ -389,6 +390,20 @@ def greedy_b0(distances, b0: float) -> tuple[np.ndarray, list[int]]:
     return labels, seeds
 
 
+def candidate_thresholds(distances) -> np.ndarray:
+    r"""The thresholds at which :func:`greedy_b0` can change: 0 and every distinct off-diagonal
+    distance, increasing, float64 of shape ``(k,)``. The clustering depends on :math:`B_0` only
+    through which pairs have :math:`d \le B_0`, so between two candidates it is constant.
+
+    Examples
+    --------
+    >>> candidate_thresholds(np.array([[0, 1, 5], [1, 0, 5], [5, 5, 0]], float)).tolist()
+    [0.0, 1.0, 5.0]
+    """
+    d = _as_distances(distances)
+    return np.unique(np.r_[0.0, d[~np.eye(len(d), dtype=bool)]])
+
+
 def b0_for_clusters(distances, target: int) -> float:
     r"""The smallest :math:`B_0` at which :func:`greedy_b0` forms at most ``target`` clusters.
 
@@ -405,7 +420,7 @@ def b0_for_clusters(distances, target: int) -> float:
     d = _as_distances(distances)
     if not is_int(target) or target < 1:
         raise ValueError(f"the target number of clusters must be an int >= 1, got {target!r}")
-    candidates = np.unique(np.r_[0.0, d[~np.eye(len(d), dtype=bool)]])
+    candidates = candidate_thresholds(d)
     for b0 in candidates:
         if len(greedy_b0(d, float(b0))[1]) <= target:
             return float(b0)
@@ -492,5 +507,5 @@ def group_purity(groups: dict[int, int], planted: np.ndarray) -> float:
     return float(hits / len(clients))
 
 
-__all__ = ["DESCRIPTORS", "GreedyB0", "SilhouetteKMeans", "assignment_agreement", "b0_for_clusters", "check_b0", "cluster_diameters", "descriptor_drift", "greedy_b0",
+__all__ = ["DESCRIPTORS", "GreedyB0", "SilhouetteKMeans", "assignment_agreement", "b0_for_clusters", "candidate_thresholds", "check_b0", "cluster_diameters", "descriptor_drift", "greedy_b0",
            "group_centroids", "group_purity", "hard_membership", "head_descriptors", "lowrank_basis", "membership_entropy", "random_groups", "soft_membership"]

@@ -21,7 +21,9 @@ its baselines FedMD, FedCT and COMET (:mod:`fedlib.algorithms.fedmd`):
   targets plus :math:`\lambda` times the consistency regularizer
   :math:`r_\mathcal{B}(g)(x) = \sum_{x' \in S} \ell(g(x'), g(x))` over augmentations :math:`S` of
   :math:`x`;
-- :func:`margins` and :func:`lemma52`: the quantities of Lemma 5.2.
+- :func:`margins` and :func:`lemma52`: the quantities of Lemma 5.2; :func:`lemma52_chain`, the
+  terms of its proof's chain (Appendix B.1), and :func:`margin_profile_bound`, the lemma with the
+  margin floor replaced by the best threshold.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -351,6 +354,87 @@ def lemma52(members: Tensor, i: int, truth: np.ndarray | Tensor, support: np.nda
                    gamma=gamma, B=B, bad=int((mean.argmax(1) != own.argmax(1)).sum()), bound=err_client + bound)
 
 
-__all__ = ["LABEL_RULES", "SIMPLEX_TOL", "Lemma52", "PublicSet", "aggregate_labels", "augment", "check_lam", "check_pseudo_labels",
+class Lemma52Chain(NamedTuple):
+    r"""The terms of the proof chain of Lemma 5.2 (Appendix B.1) for client :math:`i`, each a sum
+    over :math:`U_i`: :math:`\gamma |\mathrm{Bad}| \le` ``S`` :math:`\le` ``mean_distance``
+    :math:`\le` ``max_distance`` :math:`= 2B`; ``diameter`` is the cluster's largest distance on
+    :math:`U_i` (Assumption 5.1's :math:`B` read on :math:`U_i`)."""
+
+    S: float
+    mean_distance: float
+    max_distance: float
+    diameter: float
+
+
+def lemma52_chain(members: Tensor, i: int, support: np.ndarray | Tensor) -> Lemma52Chain:
+    r"""The proof chain of Lemma 5.2 measured for client ``i`` of a cluster.
+
+    Parameters
+    ----------
+    members : tensor of shape (m, n, C)
+        The cluster's pseudo-labels on :math:`U`; row ``i`` is the client's own.
+    i : int
+        The client's row.
+    support : bool of shape (n,)
+        :math:`U_i`, the public points in the client's support.
+
+    Returns
+    -------
+    Lemma52Chain
+        :math:`S = \sum_{x \in U_i} \lVert \bar f_k(x) - f_i(x) \rVert_1` (step iii), the mean
+        and the largest over members :math:`j` of :math:`d_{U_i}(i, j)` (the distance summed over
+        :math:`U_i` only; :math:`j = i` included, as in the mean :math:`\bar f_k`), and the
+        cluster's largest :math:`d_{U_i}`.
+
+    Examples
+    --------
+    >>> members = torch.tensor([[[1.0, 0.0], [0.5, 0.5]], [[0.0, 1.0], [0.5, 0.5]]], dtype=torch.float64)
+    >>> lemma52_chain(members, 0, np.array([True, True]))
+    Lemma52Chain(S=1.0, mean_distance=1.0, max_distance=2.0, diameter=2.0)
+    """
+    sup = torch.as_tensor(np.asarray(support), dtype=torch.bool)
+    own, mean = members[i][sup], members.mean(dim=0)[sup]
+    S = float((mean - own).abs().sum())
+    flat = members[:, sup].reshape(len(members), -1).double()
+    dU = torch.cdist(flat, flat, p=1)  # (m, m): d_{U_i} between every two members
+    return Lemma52Chain(S, float(dU[i].mean()), float(dU[i].max()), float(dU.max()))
+
+
+def margin_profile_bound(own_on_support: Tensor, two_b: float) -> float:
+    r"""Lemma 5.2's extra term with the margin floor :math:`\gamma` replaced by the best threshold,
+
+    .. math:: \min_\tau \Big[ P_{U_i}(\Delta_{f_i} < \tau) + \frac{2B}{\tau |U_i|} \Big] ,
+
+    over the thresholds :math:`\tau` among the client's positive margins: the points below
+    :math:`\tau` count as bad, and step (ii) of the proof holds with :math:`\tau` on the others;
+    :math:`\tau = \gamma` gives the lemma's own term.
+
+    Parameters
+    ----------
+    own_on_support : tensor of shape (n_i, C)
+        The client's pseudo-labels on the ``n_i`` points of :math:`U_i`.
+    two_b : float
+        :math:`2B`, a sum over :math:`U_i` (:func:`lemma52`'s ``2 * B``).
+
+    Returns
+    -------
+    float
+        The smallest term; ``inf`` when no margin is positive.
+
+    Examples
+    --------
+    >>> own = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.55, 0.45], [0.95, 0.05]])
+    >>> round(margin_profile_bound(own, 0.4), 6)  # tau = 0.8: 2 of the 4 margins below it, 0.5 + 0.4 / (0.8 * 4)
+    0.625
+    """
+    delta = np.sort(margins(own_on_support).double().numpy())
+    size = len(delta)
+    below = np.searchsorted(delta, delta, side="left") / size  # the share of points strictly below each margin
+    with np.errstate(divide="ignore"):
+        terms = np.where(delta > 0, below + two_b / (delta * size), np.inf)
+    return float(terms.min())
+
+
+__all__ = ["LABEL_RULES", "SIMPLEX_TOL", "Lemma52", "Lemma52Chain", "PublicSet", "aggregate_labels", "augment", "check_lam", "check_pseudo_labels",
            "check_temperature", "consistency_loss", "distill", "distillation_objective", "kl_rows", "l1_distances",
-           "lemma52", "majority_vote", "make_public_set", "margins", "pseudo_labels", "soft_labels"]
+           "lemma52", "lemma52_chain", "majority_vote", "make_public_set", "margin_profile_bound", "margins", "pseudo_labels", "soft_labels"]

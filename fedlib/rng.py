@@ -66,6 +66,9 @@ COMET_KMEANS = 50
 DISTILL_SERVER_INIT = 51
 """The initial weights of COSMOS's cluster models (one draw, shared by every cluster), keyed by (purpose,)."""
 # chapters
+LOCAL_ONLY_INIT = 98
+"""The initial weights of a model trained on one client's data alone (a chapter's local-training-alone
+reference: COSMOS's synthetic federation, :mod:`fedlib.experiments.cosmos_synthetic`), keyed by (client, purpose)."""
 DATA_SUBSET = 99
 """A chapter's seeded subsample of its data set."""
 

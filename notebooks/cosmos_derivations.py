@@ -36,7 +36,9 @@
 # `tests/test_cosmos_properties.py`. The implementation is {mod}`fedlib.distill` (pseudo-labels,
 # distances, the objective, Lemma 5.2's terms), {func}`fedlib.clustering.greedy_b0` and
 # {func}`fedlib.clustering.b0_for_clusters` (Algorithm 1), and {mod}`fedlib.algorithms.cosmos`; the
-# federated experiments are in {ref}`chapter-cosmos-experiments`.
+# chapter's check procedures are {mod}`fedlib.experiments.cosmos_checks` and its synthetic federation
+# {mod}`fedlib.experiments.cosmos_synthetic`; the federated experiments are in
+# {ref}`chapter-cosmos-experiments`.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default, under a minute), "paper" (more trials, longer runs)
@@ -58,27 +60,22 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import sympy as sp
-import torch
-from IPython.display import display
 from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
-from scipy.special import logsumexp
-from torch import nn
 
-from fedlib.algorithms.cosmos import COSMOS, SERVER, cosmos_history
-from fedlib.algorithms.fedmd import TEACHER, cached_labels, grouping
-from fedlib.book import setup, show_table
+from fedlib.algorithms.cosmos import COSMOS
+from fedlib.book import format_number, setup, show_table
 from fedlib.checks import CheckTable
-from fedlib.clustering import b0_for_clusters, cluster_diameters, greedy_b0
-from fedlib.data import ArrayDataset, load_data
-from fedlib.distill import (augment, consistency_loss, distillation_objective, l1_distances, lemma52, make_public_set,
-                            margins)
+from fedlib.data import load_data
+from fedlib.distill import make_public_set
+from fedlib.experiments.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
+                                              consistency_gradient_checks, cosmos_iterations, lemma52_random_checks,
+                                              lemma_rows, monotonicity_search)
+from fedlib.experiments.cosmos_synthetic import Circle, hessian_checks, synthetic_run, theory_table
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, RunOptions
-from fedlib.run import run_federated
 from fedlib.models import ClientArchitectures, build_model
-from fedlib.rng import derive_seed, numpy_rng, torch_generator
-from fedlib.training import TrainConfig, local_train
+from fedlib.rng import numpy_rng
+from fedlib.training import TrainConfig
 
 PROFILES = {
     "smoke": dict(trials=20, grid_trials=4, grid=100, mono_trials=30, lemma_trials=100, n_clients=5, rounds=2,
@@ -93,7 +90,6 @@ PROFILES = {
 }
 P = setup(PROFILES, profile, threads=threads, trials=trials, n_clients=n_clients, rounds=rounds, synth_rounds=synth_rounds)
 checks = CheckTable()  # the closing check table
-F64 = torch.float64
 TOL = 1e-12  # round-off allowance of the float64 comparisons
 print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients} clients, {P.rounds} COSMOS iterations")
 
@@ -132,56 +128,10 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 # points and $C$ classes, with $B_0$ a random quantile of the instance's pairwise distances.
 
 # %% tags=["hide-input"]
-def random_pseudo_labels(rng, m, n, C):
-    """m clients' soft labels on n public points, (m, n, C) float64: a few planted groups plus client noise."""
-    k = int(rng.integers(1, min(m, 4) + 1))
-    group = rng.integers(0, k, size=m)
-    base = rng.normal(size=(k, n, C)) * rng.uniform(0.5, 4.0)
-    logits = base[group] + rng.normal(size=(m, n, C)) * rng.uniform(0.05, 2.0)
-    return torch.softmax(torch.tensor(logits), dim=2)
-
-
-def off_diagonal(d):
-    return d[~np.eye(len(d), dtype=bool)]
-
-
-def greedy_rule_violations(d, b0, labels, seeds):
-    """Replay Algorithm 1: each seed has the most B0-close neighbours among the clients still
-    unassigned, and its cluster is it plus exactly those neighbours. Returns the number of steps that differ."""
-    remaining, bad = np.arange(len(d)), 0
-    for k, s in enumerate(seeds):
-        sub = d[np.ix_(remaining, remaining)]
-        close = (sub <= b0) & ~np.eye(len(remaining), dtype=bool)
-        pos = int(np.flatnonzero(remaining == s)[0])
-        expected = set(remaining[close[pos]].tolist()) | {s}
-        bad += int(close[pos].sum() != close.sum(axis=1).max() or set(np.flatnonzero(labels == k).tolist()) != expected)
-        remaining = np.array([j for j in remaining if j not in expected])
-    return bad + int(len(remaining) > 0)
-
-
-rng = numpy_rng(seed, 301)
-radius_excess, diam_excess, worst_ratio = -math.inf, -math.inf, 0.0
-partition_bad = rule_bad = n_clusters = over_b0 = inst_over_b0 = 0
-for t in range(P.trials):
-    m, n, C = int(rng.integers(2, 17)), int(rng.integers(3, 41)), int(rng.integers(2, 7))
-    d = l1_distances(random_pseudo_labels(rng, m, n, C))
-    b0 = float(np.quantile(off_diagonal(d), rng.uniform(0.0, 1.0)))
-    labels, seeds = greedy_b0(d, b0)
-    k = len(seeds)
-    partition_bad += int(labels.min() < 0 or labels.max() != k - 1 or len(set(seeds)) != k
-                         or any(labels[s] != g for g, s in enumerate(seeds)) or not 1 <= k <= m)
-    rule_bad += greedy_rule_violations(d, b0, labels, seeds)
-    radius_excess = max(radius_excess, float(max(d[seeds[labels[j]], j] for j in range(m)) - b0))
-    diam = cluster_diameters(d, labels)
-    diam_excess = max(diam_excess, float((diam - 2 * b0).max()))
-    if b0 > 0:
-        worst_ratio = max(worst_ratio, float(diam.max() / (2 * b0)))
-    n_clusters += k
-    over_b0 += int((diam > b0 + TOL).sum())
-    inst_over_b0 += int((diam > b0 + TOL).any())
-
-radius_table = pd.DataFrame({"value": [
-    P.trials, partition_bad, rule_bad, radius_excess, diam_excess, worst_ratio, n_clusters, over_b0, inst_over_b0]},
+A1 = algorithm1_checks(numpy_rng(seed, 301), P.trials, tol=TOL)  # fedlib.experiments.cosmos_checks
+radius_excess, diam_excess, worst_ratio, rule_bad = A1["radius_excess"], A1["diam_excess"], A1["worst_ratio"], A1["rule_bad"]
+radius_table = pd.DataFrame({"value": [P.trials, *(A1[k] for k in ("partition_bad", "rule_bad", "radius_excess", "diam_excess",
+                                                                   "worst_ratio", "n_clusters", "over_b0", "inst_over_b0"))]},
     index=pd.Index(["random instances", "instances whose output is not a partition with seeds in their own cluster",
                     "greedy steps that differ from Algorithm 1 replayed", "max over members of d(seed, j) − B₀",
                     "max over clusters of diameter − 2B₀", "worst diameter / (2B₀)", "clusters formed",
@@ -192,22 +142,22 @@ glue("s1_diam_sentence", f"is {diam_excess:.2e} (negative: no diameter reaches 2
      f"is {diam_excess:.1e}: a diameter attains 2B₀ up to round-off" if diam_excess <= TOL else
      f"is {diam_excess:.2e}: a diameter exceeds 2B₀", display=False)
 glue("s1_ratio", float(worst_ratio), display=False)
-glue("s1_clusters", int(n_clusters), display=False)
-glue("s1_over", int(over_b0), display=False)
-glue("s1_inst_over", int(inst_over_b0), display=False)
-glue("s1_inst_over_pct", 100 * inst_over_b0 / P.trials, display=False)
+glue("s1_clusters", int(A1["n_clusters"]), display=False)
+glue("s1_over", int(A1["over_b0"]), display=False)
+glue("s1_inst_over", int(A1["inst_over_b0"]), display=False)
+glue("s1_inst_over_pct", 100 * A1["inst_over_b0"] / P.trials, display=False)
 glue("s1_rule", "matches Algorithm 1 replayed step by step on every instance" if rule_bad == 0 else
      f"differs from Algorithm 1 replayed in {rule_bad} steps", display=False)
 how = f"{P.trials} random pseudo-label instances, m ≤ 16 clients, n ≤ 40 points, C ≤ 6, B₀ a random distance quantile"
 checks.add("Algorithm 1 returns a partition: every client in exactly one cluster, each seed in its own, 1 ≤ K ≤ m",
-           how, partition_bad, 0, kind="count")
+           how, A1["partition_bad"], 0, kind="count")
 checks.add("greedy_b0 is Algorithm 1: each seed has the most B₀-close unassigned neighbours and its cluster is exactly them",
            how, rule_bad, 0, kind="count")
 checks.add("every member lies within B₀ of its cluster's seed (a radius)", how, max(radius_excess, 0.0), TOL)
 checks.add("every cluster's diameter is at most 2B₀ (triangle inequality), so Assumption 5.1 holds with B = 2B₀",
            how + f"; worst diameter/(2B₀) = {worst_ratio:.3f}", max(diam_excess, 0.0), TOL)
 checks.add("B = B₀ is not enough for Assumption 5.1: some cluster diameters exceed B₀",
-           how, f"{over_b0} of {n_clusters} clusters", ok=over_b0 > 0)
+           how, f"{A1['over_b0']} of {A1['n_clusters']} clusters", ok=A1["over_b0"] > 0)
 show_table(radius_table, formats={"value": lambda v: f"{v:.3g}" if isinstance(v, float) and not float(v).is_integer()
                                   else f"{int(v):,}"})
 
@@ -233,37 +183,19 @@ show_table(radius_table, formats={"value": lambda v: f"{v:.3g}" if isinstance(v,
 # step unless the cluster count is not monotone in $B_0$.
 
 # %% tags=["hide-input"]
-def cluster_count(d, b0):
-    return len(greedy_b0(d, float(b0))[1])
-
-
-rng = numpy_rng(seed, 302)
-reach_bad = smaller_bad = grid_bad = 0
-overshoot = []
-for t in range(P.grid_trials):
-    m, n, C = int(rng.integers(3, 13)), int(rng.integers(3, 31)), int(rng.integers(2, 6))
-    d = l1_distances(random_pseudo_labels(rng, m, n, C))
-    target = int(rng.integers(1, m + 1))
-    b_star = b0_for_clusters(d, target)
-    reach_bad += int(cluster_count(d, b_star) > target)
-    candidates = np.unique(np.r_[0.0, off_diagonal(d)])
-    smaller_bad += sum(cluster_count(d, c) <= target for c in candidates[candidates < b_star])
-    grid = np.linspace(0.0, float(d.max()), P.grid + 1)
-    g_star = next(float(g) for g in grid if cluster_count(d, g) <= target)
-    grid_bad += int(g_star < b_star - TOL)
-    overshoot.append((g_star - b_star) / (grid[1] - grid[0]))
-overshoot = np.array(overshoot)
+B0S = b0_search_checks(numpy_rng(seed, 302), P.grid_trials, P.grid, tol=TOL)
+overshoot = B0S["overshoot"]
 glue("s1_grid_trials", int(P.grid_trials), display=False)
 glue("s1_grid", int(P.grid), display=False)
 glue("s1_over_max", float(overshoot.max()), display=False)
 glue("s1_over_far", int((overshoot > 1).sum()), display=False)
 how = f"{P.grid_trials} random instances, m ≤ 12, random target in 1..m"
 checks.add("b0_for_clusters reaches the target: greedy_b0 at the returned B₀ forms at most the target number of clusters",
-           how, reach_bad, 0, kind="count")
-checks.add("no smaller candidate distance reaches the target (the returned B₀ is the smallest)", how, smaller_bad, 0,
+           how, B0S["reach_bad"], 0, kind="count")
+checks.add("no smaller candidate distance reaches the target (the returned B₀ is the smallest)", how, B0S["smaller_bad"], 0,
            kind="count")
 checks.add("a brute-force fixed-step scan never finds a smaller B₀ reaching the target",
-           how + f", grid of {P.grid} steps up to the largest distance", grid_bad, 0, kind="count")
+           how + f", grid of {P.grid} steps up to the largest distance", B0S["grid_bad"], 0, kind="count")
 
 # %% [markdown]
 # On {glue:text}`s1_grid_trials` instances a scan of {glue:text}`s1_grid` equal steps lands at most
@@ -277,20 +209,7 @@ checks.add("a brute-force fixed-step scan never finds a smaller B₀ reaching th
 # ($4 \le m \le 9$ clients) and look for an increase. This is a search, not a claim either way.
 
 # %% tags=["hide-input"]
-rng = numpy_rng(seed, 303)
-non_monotone, example = 0, None
-for t in range(P.mono_trials):
-    m, n = int(rng.integers(4, 10)), int(rng.integers(2, 6))
-    d = l1_distances(random_pseudo_labels(rng, m, n, 3))
-    candidates = np.unique(np.r_[0.0, off_diagonal(d)])
-    counts = np.array([cluster_count(d, c) for c in candidates])
-    up = np.flatnonzero(np.diff(counts) > 0)
-    if len(up):
-        non_monotone += 1
-        if example is None:
-            j = int(up[0])
-            example = dict(m=m, low=float(candidates[j]), high=float(candidates[j + 1]), k_low=int(counts[j]),
-                           k_high=int(counts[j + 1]))
+non_monotone, example = monotonicity_search(numpy_rng(seed, 303), P.mono_trials)
 glue("s1_mono_trials", int(P.mono_trials), display=False)
 glue("s1_mono_found", int(non_monotone), display=False)
 if example is not None:
@@ -348,55 +267,9 @@ checks.add("the cluster count of Algorithm 1 need not fall monotonically as B₀
 # step of the proof chain, the diameter reading, and the per-sample-mean reading.
 
 # %% tags=["hide-input"]
-def chain_terms(members, i, support):
-    """S = Σ_{U_i} ‖f̄ − f_i‖₁, the mean and max over members of d_{U_i}(i, j), and the U_i-diameter of the cluster."""
-    sup = torch.as_tensor(np.asarray(support), dtype=torch.bool)
-    own, mean = members[i][sup], members.mean(dim=0)[sup]
-    S = float((mean - own).abs().sum())
-    flat = members[:, sup].reshape(len(members), -1).double()
-    dU = torch.cdist(flat, flat, p=1)
-    return S, float(dU[i].mean()), float(dU[i].max()), float(dU.max())
-
-
-def profile_bound(own_on_support, two_b):
-    """min over thresholds τ of P(Δ < τ) + 2B / (τ |U_i|): the lemma with the margin replaced by any threshold
-    (the points below τ count as bad; above it step (ii) holds with τ). τ = γ gives the lemma's term."""
-    delta = np.sort(margins(own_on_support).double().numpy())
-    size = len(delta)
-    below = np.searchsorted(delta, delta, side="left") / size  # the share of points strictly below each margin
-    with np.errstate(divide="ignore"):
-        terms = np.where(delta > 0, below + two_b / (delta * size), np.inf)
-    return float(terms.min())
-
-
-rng = numpy_rng(seed, 311)
-lemma_bad = chain_bad = diam_bad = profile_bad = mean_reading_bad = 0
-slack, bound_terms = [], []
-for t in range(P.lemma_trials):
-    m, n, C = int(rng.integers(1, 9)), int(rng.integers(5, 61)), int(rng.integers(2, 7))
-    own_logits = rng.normal(size=(n, C)) * rng.uniform(0.5, 8.0)
-    logits = own_logits[None] + rng.normal(size=(m, n, C)) * rng.uniform(0.0, 3.0)
-    i = int(rng.integers(0, m))
-    logits[i] = own_logits
-    members = torch.softmax(torch.tensor(logits), dim=2)
-    truth = own_logits.argmax(axis=1)
-    flip = rng.random(n) < rng.uniform(0.0, 0.5)
-    truth[flip] = rng.integers(0, C, size=int(flip.sum()))
-    support = rng.random(n) < rng.uniform(0.2, 1.0)
-    support[rng.integers(0, n)] = True
-    r = lemma52(members, i, truth, support)
-    if r.gamma <= 0:  # a tie in f_i's top two classes: the lemma says nothing (γ = 0)
-        continue
-    S, d_mean, d_max, d_diam = chain_terms(members, i, support)
-    lemma_bad += int(not r.holds)
-    chain_bad += int(not (r.gamma * r.bad <= S + TOL and S <= d_mean + TOL and d_mean <= d_max + TOL
-                          and abs(d_max - 2 * r.B) <= TOL))
-    diam_bad += int(r.err_mean > r.err_client + d_diam / (r.gamma * r.size) + TOL)
-    profile_bad += int(r.err_mean > r.err_client + profile_bound(members[i][torch.as_tensor(support)], 2 * r.B) + TOL)
-    mean_reading_bad += int(r.err_mean > r.err_client + 2 * (r.B / r.size) / (r.gamma * r.size) + TOL)
-    bound_terms.append(2 * r.B / (r.gamma * r.size))
-    slack.append(r.bound - r.err_mean)
-n_lemma = len(slack)
+LM = lemma52_random_checks(numpy_rng(seed, 311), P.lemma_trials, tol=TOL)
+lemma_bad, chain_bad, mean_reading_bad, bound_terms = LM["lemma_bad"], LM["chain_bad"], LM["mean_reading_bad"], LM["bound_terms"]
+n_lemma = len(LM["slack"])
 glue("lm_trials", int(n_lemma), display=False)
 glue("lm_mean_bad", int(mean_reading_bad), display=False)
 glue("lm_mean_bad_pct", 100 * mean_reading_bad / max(n_lemma, 1), display=False)
@@ -410,8 +283,8 @@ checks.add("Lemma 5.2: Err_{U_i}(f̄_k) ≤ Err_{U_i}(f_i) + 2B/(γ|U_i|), with 
 checks.add("the proof chain: γ|Bad| ≤ Σ_{U_i}‖f̄ − f_i‖₁ ≤ mean_j d_{U_i}(i, j) ≤ max_j d_{U_i}(i, j) = 2B", how,
            chain_bad, 0, kind="count")
 checks.add("with B the cluster's diameter (Assumption 5.1) the lemma holds with B/(γ|U_i|): the factor 2 is spare",
-           how, diam_bad, 0, kind="count")
-checks.add("the margin-profile version min_τ [P(Δ < τ) + 2B/(τ|U_i|)] is also a valid bound", how, profile_bad, 0,
+           how, LM["diam_bad"], 0, kind="count")
+checks.add("the margin-profile version min_τ [P(Δ < τ) + 2B/(τ|U_i|)] is also a valid bound", how, LM["profile_bad"], 0,
            kind="count")
 checks.add("B must be a sum over U_i: read as a per-sample mean (B/|U_i|) the bound is false",
            how, f"{mean_reading_bad} counterexamples", ok=mean_reading_bad > 0)
@@ -452,57 +325,15 @@ method = COSMOS(public=public, server_model=server_fn, server_train=ADAM(epochs=
                 distill=ADAM(epochs=1, lr=1e-3), target_clusters=5, seed=seed)
 counts = fed.train_counts()
 held = [np.flatnonzero(c / c.sum() >= support_share) for c in counts]
-iterations = []  # per round t: every client's cached pseudo-labels, the grouping and the clustering record
-run = run_federated(method, fed, archs, LoopConfig(rounds=P.rounds, seed=seed, evaluate_last=False), RunOptions(
-    observe=lambda t, server, _: iterations.append(dict(t=t, labels={k: v.double() for k, v in cached_labels(server).items()},
-                                                        groups=grouping(server), history=cosmos_history(server)[-1]))))
-
-
-def lemma_rows(iterations, held):
-    rows = []
-    for it in iterations:
-        labels, groups = it["labels"], it["groups"]
-        for i in sorted(groups):
-            members = [k for k in sorted(groups) if groups[k] == groups[i]]
-            M = torch.stack([labels[k] for k in members])
-            support = np.isin(hidden, held[i])
-            if not support.any():
-                continue
-            r = lemma52(M, members.index(i), hidden, support)
-            S, d_mean, d_max, d_diam = chain_terms(M, members.index(i), support)
-            flat = M.reshape(len(M), -1)
-            diam_U = float(torch.cdist(flat, flat, p=1).max())  # Assumption 5.1's B at iteration t (a sum over all of U)
-            term = 2 * r.B / (r.gamma * r.size) if r.gamma > 0 else math.inf
-            rows.append({"t": it["t"], "client": i, "cluster size": len(members), "|U_i|": r.size, "γ": r.gamma,
-                         "2B": 2 * r.B, "Err(f_i)": r.err_client, "Err(f̄)": r.err_mean, "bad": r.bad,
-                         "2B/(γ|U_i|)": term, "holds": r.holds,
-                         "holds, B = diameter on U": r.err_mean <= r.err_client + 2 * diam_U / (r.gamma * r.size) + TOL
-                         if r.gamma > 0 else True,
-                         "gap": r.err_mean - r.err_client,
-                         "margin-profile term": profile_bound(M[members.index(i)][torch.as_tensor(support)], 2 * r.B),
-                         "S/(γ|U_i|)": S / (r.gamma * r.size) if r.gamma > 0 else math.inf,
-                         "mean reading holds": r.err_mean <= r.err_client + 2 * (r.B / r.size) / (r.gamma * r.size) + TOL
-                         if r.gamma > 0 else True})
-    return pd.DataFrame(rows)
-
-
-real = lemma_rows(iterations, held)
+iterations = cosmos_iterations(method, fed, archs, P.rounds, seed)  # per round t: pseudo-labels, grouping, clustering record
+real = lemma_rows(iterations, held, hidden, tol=TOL)
 summary = real.groupby("t").agg(**{
     "client-iterations": ("client", "size"), "lemma holds": ("holds", "mean"), "median |U_i|": ("|U_i|", "median"),
     "median γ": ("γ", "median"), "median 2B": ("2B", "median"), "median 2B/(γ|U_i|)": ("2B/(γ|U_i|)", "median"),
     "vacuous (term ≥ 1)": ("2B/(γ|U_i|)", lambda v: float((v >= 1).mean())),
     "median gap Err(f̄) − Err(f_i)": ("gap", "median"), "median margin-profile term": ("margin-profile term", "median")})
 b0 = iterations[0]["history"]["b0"]
-radius_rows = []
-for it in iterations:
-    clients = sorted(it["groups"])
-    d_t = l1_distances(torch.stack([it["labels"][k] for k in clients]))
-    lab = np.array([it["groups"][k] for k in clients])
-    seeds = [clients.index(s) for s in it["history"]["seeds"]]
-    radius_rows.append({"t": it["t"], "clusters": int(lab.max()) + 1,
-                        "max seed radius / B₀": float(max(d_t[seeds[g], j] for j, g in enumerate(lab)) / b0) if b0 > 0 else 0.0,
-                        "max diameter / B₀": float(cluster_diameters(d_t, lab).max() / b0) if b0 > 0 else 0.0})
-radius_over_time = pd.DataFrame(radius_rows).set_index("t")
+radius_over_time = assumption51_over_time(iterations)
 n_real = len(real)
 glue("rr_clients", int(P.n_clients), display=False)
 glue("rr_share", float(support_share), display=False)
@@ -661,191 +492,56 @@ checks.add("λ = 2c/(c+1) lies in (3/2, 2) for every c > 3, so the experiments' 
 # conditions: $\bar b \le 1/3$ (Assumption 5.8) and $1/\bar b > 2 w_1 w_2 + 1$.
 
 # %% tags=["hide-input"]
-SY = dict(C=4, dim=2, radius=3.0, n_per_class=250, wd=1e-2, lam=1.8, noise=0.1, lr=1e-2, pool=0.1)
-SY_MEANS = SY["radius"] * np.stack([np.cos(2 * np.pi * np.arange(SY["C"]) / SY["C"]),
-                                    np.sin(2 * np.pi * np.arange(SY["C"]) / SY["C"])], axis=1)
-
-
-class Linear(nn.Module):
-    """Multinomial logistic regression: one linear layer on the flattened input."""
-
-    def __init__(self, dim=SY["dim"], n_classes=SY["C"]):
-        super().__init__()
-        self.head = nn.Linear(dim, n_classes)
-
-    def forward(self, x):
-        return self.head(x.reshape(len(x), -1))
-
-
-def draw(rng, prior, n):
-    y = rng.choice(SY["C"], size=n, p=prior)
-    return SY_MEANS[y] + rng.normal(size=(n, SY["dim"])), y
-
-
-def log_phi(x):
-    """log N(x; μ_y, I) up to the common constant, shape (n, C)."""
-    return -0.5 * ((x[:, None, :] - SY_MEANS[None]) ** 2).sum(-1)
-
-
-def error(predict, x, y):
-    with torch.no_grad():
-        return float((predict(torch.tensor(x, dtype=torch.float32)).argmax(1).numpy() != y).mean())
-
-
-def linear_from(arrays):
-    model = Linear()
-    model.load_state_dict(arrays)
-    return model.eval()
-
-
-def synthetic_run(setting):
-    """COSMOS on the circle federation, measured after every iteration."""
-    rng = numpy_rng(seed, 321)
-    x, y = draw(rng, np.full(SY["C"], 1 / SY["C"]), SY["C"] * SY["n_per_class"])
-    data = ArrayDataset(torch.tensor(x, dtype=torch.float32), torch.tensor(y), n_classes=SY["C"], name="circle")
-    pub, rest_, _ = make_public_set(data, 0.3, seed=seed)
-    n = P.synth_clients
-    if setting == "mild skew":
-        fed_ = make_federation(rest_, n_clients=n, partition="dirichlet", alpha=5.0, min_size=10,
-                               global_test_per_class=20, seed=seed)
-        target = 1
-    else:
-        fed_ = make_federation(rest_, n_clients=n, partition="grouped_dirichlet", n_groups=2, alpha=5.0,
-                               pool_fraction=SY["pool"], global_test_per_class=20, seed=seed)
-        target = 2
-    held_counts = np.stack([np.bincount(np.r_[c_.train.labels_np, c_.test.labels_np], minlength=SY["C"])
-                            for c_ in fed_.clients])
-    prior = held_counts / held_counts.sum(axis=1, keepdims=True)
-    adam = functools.partial(TrainConfig, batch_size=32, optimizer="adam", lr=SY["lr"], weight_decay=SY["wd"])
-    cosmos = COSMOS(public=pub, server_model=Linear, server_train=adam(epochs=10), pretrain=adam(epochs=20),
-                    train=adam(epochs=2), distill=adam(epochs=2), target_clusters=target, lam=SY["lam"],
-                    noise=SY["noise"], seed=seed)
-    erng = numpy_rng(seed, 322)
-    evals = [draw(erng, prior[i], P.n_eval) for i in range(n)]
-    eval_q = draw(erng, np.full(SY["C"], 1 / SY["C"]), P.n_eval)
-    with np.errstate(divide="ignore"):
-        log_prior = np.log(prior)
-    bayes = np.array([float((np.argmax(log_phi(xe) + log_prior[i], 1) != ye).mean()) for i, (xe, ye) in enumerate(evals)])
-    w_mc = []
-    for i in range(n):
-        lp_ = log_phi(np.r_[evals[i][0], eval_q[0]])
-        log_p, log_q = logsumexp(lp_ + log_prior[i], axis=1), logsumexp(lp_, axis=1) - np.log(SY["C"])
-        w_mc.append((float(np.exp(log_p - log_q).max()), float(np.exp(log_q - log_p).max())))
-    with np.errstate(divide="ignore"):
-        w_exact = [(float(SY["C"] * prior[i].max()), float(1 / (SY["C"] * prior[i].min()))) for i in range(n)]
-    local = []  # local training alone: the same model on the client's data, long enough to converge
-    for i, client in enumerate(fed_.clients):
-        model = Linear()
-        local_train(model, client.train.x, client.train.y, adam(epochs=P.local_epochs), torch_generator(seed, 323, i))
-        local.append(error(model.eval(), *evals[i]))
-    rows, hessian_points = [], []
-
-    def observe(t, server, states):
-        groups = grouping(server)
-        clients = [linear_from(states[i].with_prefix("model/")) for i in range(n)]
-        servers = {g: linear_from(server.with_prefix(f"{SERVER}{g}/")) for g in set(groups.values())}
-
-        def mean_of(g):
-            members_ = [clients[j] for j in range(n) if groups[j] == g]
-            return lambda z: torch.stack([torch.softmax(mm(z), 1) for mm in members_]).mean(0)
-
-        r_server = [error(servers[groups[i]], *evals[i]) for i in range(n)]
-        r_client = [error(clients[i], *evals[i]) for i in range(n)]
-        b_q = max(max(error(servers[g], *eval_q), error(mean_of(g), *eval_q)) for g in servers)
-        b_d = max(max(error(servers[groups[i]], *evals[i]), error(mean_of(groups[i]), *evals[i])) for i in range(n))
-        rows.append({"t": t, "R†(h)": float(np.mean(r_server)), "mean R(f_i^(t,1))": float(np.mean(r_client)),
-                     "b̄ on Q": b_q, "b̄ on D_i": b_d})
-        # the clients' distillation objective at their final parameters (Definition 5.4)
-        hessian_points[:] = [(clients[i], server.arrays[f"{TEACHER}{groups[i]}"].double()) for i in range(n)]
-
-    run_federated(cosmos, fed_, Linear, LoopConfig(rounds=P.synth_rounds, seed=seed, evaluate_last=False),
-                  RunOptions(observe=observe))
-    frame = pd.DataFrame(rows).set_index("t")
-    return dict(frame=frame, bayes=float(bayes.mean()), local=float(np.mean(local)), prior=prior, public=pub,
-                w_exact=(max(w for w, _ in w_exact), max(w for _, w in w_exact)),
-                w_mc=(max(w for w, _ in w_mc), max(w for _, w in w_mc)), hessian_points=hessian_points)
-
-
-def fitted_ratio(values):
-    """exp of the least-squares slope of log(values) against the iteration: a per-iteration contraction ratio."""
-    v = np.asarray(values, dtype=float)
-    if len(v) < 2 or (v <= 0).any():
-        return None
-    return float(np.exp(np.polyfit(np.arange(len(v)), np.log(v), 1)[0]))
-
-
-synth = {setting: synthetic_run(setting) for setting in P.synth_settings}
-theory_rows = []
-for setting, res in synth.items():
-    f = res["frame"]
-    b_bar = float(f[["b̄ on Q", "b̄ on D_i"]].to_numpy().max())
-    w1_, w2_ = res["w_exact"]
-    w1_mc, w2_mc = res["w_mc"]
-    wprod = w1_ * w2_
-    k2_low = 4 * wprod / (1 / b_bar - 1) ** 2 if 0 < b_bar < 1 else math.inf
-    k2_low_mc = 4 * w1_mc * w2_mc / (1 / b_bar - 1) ** 2 if 0 < b_bar < 1 else math.inf
-    excess = f["R†(h)"] - res["bayes"]
-    theory_rows.append({
-        "setting": setting, "w1": w1_, "w2": w2_, "w1 (Monte Carlo)": w1_mc, "w2 (Monte Carlo)": w2_mc, "b̄": b_bar,
-        "b̄ ≤ 1/3 (Ass. 5.8)": b_bar <= 1 / 3, "1/b̄ > 2w1w2 + 1": 1 / b_bar > 2 * wprod + 1 if b_bar > 0 else True,
-        "κ2 ≥": k2_low, "κ2 ≥ (Monte Carlo w)": k2_low_mc,
-        "fitted ratio of R†": fitted_ratio(f["R†(h)"]), "fitted ratio of R† − Bayes": fitted_ratio(excess),
-        "R† first": float(f["R†(h)"].iloc[0]), "R† last": float(f["R†(h)"].iloc[-1]), "Bayes risk": res["bayes"],
-        "local only": res["local"]})
-theory = pd.DataFrame(theory_rows).set_index("setting")
-
-
-def text(v, spec=".3f"):
-    return "∞" if v is None or (isinstance(v, float) and math.isinf(v)) else (
-        "not defined" if isinstance(v, float) and math.isnan(v) else format(v, spec))
-
-
-for key, value in dict(radius=SY["radius"], wd=SY["wd"], noise=SY["noise"], lam=SY["lam"],
-                       lam_c=SY["lam"] / (2 - SY["lam"])).items():
+SY = Circle(n_classes=4, radius=3.0, n_per_class=250, weight_decay=1e-2, lam=1.8, noise=0.1, lr=1e-2, pool=0.1)
+synth = {setting: synthetic_run(setting, seed=seed, n_clients=P.synth_clients, n_eval=P.n_eval, local_epochs=P.local_epochs,
+                                rounds=P.synth_rounds, circle=SY) for setting in P.synth_settings}
+theory = theory_table(synth)
+for key, value in dict(radius=SY.radius, wd=SY.weight_decay, noise=SY.noise, lam=SY.lam, lam_c=SY.lam / (2 - SY.lam)).items():
     glue(f"sy_{key}", float(value), display=False)
 glue("sy_clients", int(P.synth_clients), display=False)
-glue("sy_pool_pct", 100 * SY["pool"], display=False)
+glue("sy_pool_pct", 100 * SY.pool, display=False)
 glue("sy_n_eval", f"{P.n_eval:,}", display=False)
 glue("sy_rounds", int(P.synth_rounds), display=False)
 sentences = []
 for setting, row in theory.iterrows():
     ratio, ratio_ex = row["fitted ratio of R†"], row["fitted ratio of R† − Bayes"]
     sentences.append(
-        f"*{setting}*: w1 = {text(row['w1'], '.2f')} and w2 = {text(row['w2'], '.2f')} (Monte Carlo over the sampled "
-        f"region: {text(row['w1 (Monte Carlo)'], '.3g')} and {text(row['w2 (Monte Carlo)'], '.3g')}), b̄ = {row['b̄']:.3f}, "
+        f"*{setting}*: w1 = {format_number(row['w1'], '.2f')} and w2 = {format_number(row['w2'], '.2f')} (Monte Carlo over "
+        f"the sampled region: {format_number(row['w1 (Monte Carlo)'], '.3g')} and "
+        f"{format_number(row['w2 (Monte Carlo)'], '.3g')}), b̄ = {row['b̄']:.3f}, "
         + ("so Assumption 5.8 holds" if row["b̄ ≤ 1/3 (Ass. 5.8)"] else "so Assumption 5.8 (b̄ ≤ 1/3) fails")
         + (" and the necessary condition 1/b̄ > 2w1w2 + 1 holds; " if row["1/b̄ > 2w1w2 + 1"] else
            " and the necessary condition 1/b̄ > 2w1w2 + 1 fails; ")
-        + f"κ2 is at least {text(row['κ2 ≥'])}"
+        + f"κ2 is at least {format_number(row['κ2 ≥'])}"
         + (", so κ2 < 1 is possible if the unmeasurable c̄ is large enough. " if row["κ2 ≥"] < 1 else
            ", so the theorems' rate cannot be below 1 here. ")
         + f"Over {P.synth_rounds} iterations the personalization risk goes from {row['R† first']:.4f} to "
         f"{row['R† last']:.4f} (Bayes risk {row['Bayes risk']:.4f}, local training alone {row['local only']:.4f}): a fitted "
-        f"per-iteration ratio of {text(ratio)} for the risk and {text(ratio_ex)} for its excess over the Bayes risk.")
+        f"per-iteration ratio of {format_number(ratio)} for the risk and {format_number(ratio_ex)} for its excess over the "
+        "Bayes risk.")
 glue("sy_sentences", " ".join(sentences), display=False)
 if "label groups" in synth:
     lg = synth["label groups"]
     glue("sy_groups_sentence", "Under label groups a client that lacks a class has w2 = ∞, and the cluster teachers, "
          "trained on their group's pseudo-labels, misclassify the other group's classes: their largest error on Q is "
-         f"{float(lg['frame']['b̄ on Q'].max()):.3f}. With full-support distributions Q_i = Q, so under label skew "
+         f"{float(lg.frame['b̄ on Q'].max()):.3f}. With full-support distributions Q_i = Q, so under label skew "
          "Assumption 5.8 asks the teachers to be right on classes their clients barely hold, which those "
          "clients' pseudo-labels cannot teach.", display=False)
 else:
     glue("sy_groups_sentence", "(The label-group federation runs at the book and paper profiles.)", display=False)
 for setting, row in theory.iterrows():
-    name = setting.replace(" ", "-")
     checks.add(f"{setting}: Assumption 5.8 (b̄ ≤ 1/3) and the necessary condition 1/b̄ > 2 w1 w2 + 1",
                f"{P.synth_clients} linear clients, {P.synth_rounds} iterations, errors on {P.n_eval:,} fresh samples",
-               f"b̄ = {row['b̄']:.3f}, w1 w2 = {text(row['w1'] * row['w2'], '.2f')}",
+               f"b̄ = {row['b̄']:.3f}, w1 w2 = {format_number(row['w1'] * row['w2'], '.2f')}",
                ok=bool(row["b̄ ≤ 1/3 (Ass. 5.8)"] and row["1/b̄ > 2w1w2 + 1"]))
     ratio_ex = row["fitted ratio of R† − Bayes"]
     checks.add(f"{setting}: the personalization risk's excess over the Bayes risk contracts (fitted ratio < 1)",
                f"least squares on log(R† − Bayes) over {P.synth_rounds} iterations",
-               f"ratio {text(ratio_ex)}; κ2 ≥ {text(row['κ2 ≥'])}", ok=ratio_ex is not None and ratio_ex < 1)
+               f"ratio {format_number(ratio_ex)}; κ2 ≥ {format_number(row['κ2 ≥'])}", ok=ratio_ex is not None and ratio_ex < 1)
 show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
-           formats={"w2": lambda v: text(v, ".2f"), "κ2 ≥": lambda v: text(v, ".3g"),
-                    "κ2 ≥ (Monte Carlo w)": lambda v: text(v, ".3g"),
-                    "fitted ratio of R†": lambda v: text(v), "fitted ratio of R† − Bayes": lambda v: text(v)})
+           formats={"w2": lambda v: format_number(v, ".2f"), "κ2 ≥": lambda v: format_number(v, ".3g"),
+                    "κ2 ≥ (Monte Carlo w)": lambda v: format_number(v, ".3g"),
+                    "fitted ratio of R†": format_number, "fitted ratio of R† − Bayes": format_number})
 
 # %% [markdown]
 # {glue:text}`sy_sentences` The lower bound on $\kappa_2$ and the observed ratio measure different
@@ -857,11 +553,11 @@ show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "COSMOS on the synthetic circle federations: the personalization risk R† of the cluster models and the mean risk of the clients' own models after each iteration's local training, with each setting's mean Bayes risk (dotted) and the risk of local training alone (dashed).", "name": "fig-cosmos-synthetic-risk"}, "image": {"alt": "Line plots of risk against the COSMOS iteration, one panel per synthetic setting: a solid line for the cluster models' personalization risk, a line with markers for the clients' own models, a dotted horizontal line at the Bayes risk and a dashed one at the risk of local training alone."}}
 fig, axes = plt.subplots(1, len(synth), figsize=(4.2 * len(synth), 3.2), squeeze=False)
 for ax, (setting, res) in zip(axes[0], synth.items()):
-    f = res["frame"]
+    f = res.frame
     ax.plot(f.index, f["R†(h)"], "-", color="tab:blue", label="R† (cluster models)")
     ax.plot(f.index, f["mean R(f_i^(t,1))"], "o-", ms=3, color="tab:orange", label="clients' own models")
-    ax.axhline(res["bayes"], ls=":", color="black", label="Bayes risk")
-    ax.axhline(res["local"], ls="--", color="grey", label="local training alone")
+    ax.axhline(res.bayes, ls=":", color="black", label="Bayes risk")
+    ax.axhline(res.local, ls="--", color="grey", label="local training alone")
     ax.set_title(setting)
     ax.set_xlabel("iteration t")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -880,64 +576,14 @@ plt.show()
 # for three augmentation radii.
 
 # %% tags=["hide-input"]
-def client_objective(theta, x, x_aug, target, lam):
-    """F̂ of a linear client without the ridge: mean over U of KL(t ‖ g(x)) + λ KL(g(x) ‖ g(x'))."""
-    C_, D_ = SY["C"], SY["dim"]
-    W, b = theta[:C_ * D_].reshape(C_, D_), theta[C_ * D_:]
-    z, z_aug = x @ W.T + b, x_aug @ W.T + b
-    kl = (torch.special.xlogy(target, target) - target * torch.log_softmax(z, 1)).sum(1)
-    return (kl + lam * consistency_loss(z_aug, z)).mean()
-
-
-def shift_basis():
-    """The D + 1 parameter directions that add the same number to every logit (W rows += v, b += s)."""
-    C_, D_ = SY["C"], SY["dim"]
-    cols = []
-    for j in range(D_):
-        W = torch.zeros(C_, D_, dtype=F64)
-        W[:, j] = 1
-        cols.append(torch.cat([W.flatten(), torch.zeros(C_, dtype=F64)]))
-    cols.append(torch.cat([torch.zeros(C_ * D_, dtype=F64), torch.ones(C_, dtype=F64)]))
-    return torch.linalg.qr(torch.stack(cols, 1))[0]
-
-
-S_basis = shift_basis()
-n_params = SY["C"] * (SY["dim"] + 1)
-complement = torch.linalg.eigh(torch.eye(n_params, dtype=F64) - S_basis @ S_basis.T)[1][:, S_basis.shape[1]:]
-g_aug = torch_generator(seed, 331)
-hess_rows, flat_err = [], 0.0
-for setting, res in synth.items():
-    xU = res["public"].x.double()
-    x_aug = xU + SY["noise"] * torch.randn(xU.shape, generator=g_aug, dtype=F64)
-    for model, teacher in res["hessian_points"]:
-        theta = torch.cat([model.head.weight.detach().double().flatten(), model.head.bias.detach().double()])
-        H = torch.autograd.functional.hessian(lambda th: client_objective(th, xU, x_aug, teacher, SY["lam"]), theta)
-        flat_err = max(flat_err, float((H @ S_basis).abs().max()))
-        hess_rows.append({"where": f"{setting}: final client parameters", "radius": SY["noise"],
-                          "min eigenvalue": float(torch.linalg.eigvalsh(complement.T @ H @ complement).min())})
-rng = numpy_rng(seed, 332)
-teacher = torch.softmax(torch.tensor(rng.normal(size=(len(xU), SY["C"])) * 2), 1)
-for radius in (SY["noise"], 1.0, 3.0):
-    x_aug = xU + radius * torch.randn(xU.shape, generator=g_aug, dtype=F64)
-    for k in range(P.hessian_points):
-        theta = torch.tensor(rng.normal(size=n_params) * rng.uniform(0.1, 5.0))
-        H = torch.autograd.functional.hessian(lambda th: client_objective(th, xU, x_aug, teacher, SY["lam"]), theta)
-        flat_err = max(flat_err, float((H @ S_basis).abs().max()))
-        hess_rows.append({"where": "random parameters", "radius": radius,
-                          "min eigenvalue": float(torch.linalg.eigvalsh(complement.T @ H @ complement).min())})
-hess = pd.DataFrame(hess_rows).groupby(["where", "radius"], sort=False).agg(
-    points=("min eigenvalue", "size"), **{"smallest eigenvalue off the shift directions": ("min eigenvalue", "min"),
-                                          "share of points with negative curvature": ("min eigenvalue", lambda v: float((v < -1e-9).mean()))})
-final_min = float(hess.loc[[i for i in hess.index if i[0] != "random parameters"], "smallest eigenvalue off the shift directions"].min())
-small_radius = hess.loc[("random parameters", SY["noise"])]
-large_neg = float(hess.loc[[i for i in hess.index if i[0] == "random parameters" and i[1] > SY["noise"]],
-                           "share of points with negative curvature"].max())
-glue("sy_n_params", int(n_params), display=False)
+H = hessian_checks(synth, seed=seed, hessian_points=P.hessian_points, circle=SY)
+flat_err, final_min, large_neg = H["flat_err"], H["final_min"], H["large_neg"]
+glue("sy_n_params", int(H["n_params"]), display=False)
 glue("sy_h_points", int(P.hessian_points), display=False)
 glue("sy_flat", float(flat_err), display=False)
-glue("sy_shift_dims", int(S_basis.shape[1]), display=False)
+glue("sy_shift_dims", int(H["shift_dims"]), display=False)
 glue("sy_final_min", final_min, display=False)
-glue("sy_small_min", float(small_radius["smallest eigenvalue off the shift directions"]), display=False)
+glue("sy_small_min", float(H["small_min"]), display=False)
 glue("sy_large_neg_pct", 100 * large_neg, display=False)
 checks.add("without the ridge a linear softmax client's objective is flat along the D + 1 logit-shift directions (μ = 0)",
            "Hessian of F̂ times the shift basis, every point evaluated", flat_err, 1e-10)
@@ -946,7 +592,7 @@ checks.add("at the clients' final parameters F̂ is convex off the shift directi
 checks.add("the paper's two-sided consistency term keeps F̂ convex for larger augmentation radii",
            f"{P.hessian_points} random parameter points per radius 1 and 3",
            f"negative curvature at {100 * large_neg:.0f} % of them", ok=large_neg == 0)
-show_table(hess, digits={"smallest eigenvalue off the shift directions": 4, "share of points with negative curvature": 2})
+show_table(H["table"], digits={"smallest eigenvalue off the shift directions": 4, "share of points with negative curvature": 2})
 
 # %% [markdown]
 # The Hessian annihilates the {glue:text}`sy_shift_dims` shift directions to
@@ -1007,56 +653,10 @@ checks.add("∂KL(p‖q)/∂z = p ⊙ (a − ⟨p, a⟩), a = log p − log q + 
 # `detach_target`, whose difference must be exactly $\lambda/n$ times the clean branch.
 
 # %% tags=["hide-input"]
-rng = numpy_rng(seed, 341)
-err_logits = err_none = err_params_nd = err_params_d = err_objective = 0.0
-rel_diff, cosines, clean_share = [], [], []
-clean_grad_is_none = True
-for trial in range(P.grad_trials):
-    n_cls, side, n = int(rng.integers(2, 7)), int(rng.integers(2, 5)), int(rng.integers(4, 33))
-    model = build_model("mlp", in_channels=1, n_classes=n_cls, input_size=side, hidden=(8,),
-                        seed=derive_seed(seed, 342, trial)).double()
-    params = list(model.parameters())
-    g = torch_generator(seed, 343, trial)
-    x = torch.randn(n, side * side, generator=g, dtype=F64)
-    x_aug = augment(x, g, noise=float(rng.uniform(0.05, 1.0)))
-    z, z_aug = model(x), model(x_aug)
-    p, q = torch.softmax(z, 1), torch.softmax(z_aug, 1)
-    a = torch.log(p) - torch.log(q) + 1
-    g_clean = (p * (a - (p * a).sum(1, keepdim=True))).detach()
-    g_aug_formula = (q - p).detach()
-    loss = consistency_loss(z_aug, z).sum()
-    dz_aug, dz = torch.autograd.grad(loss, [z_aug, z], retain_graph=True)
-    err_logits = max(err_logits, float((dz - g_clean).abs().max()), float((dz_aug - g_aug_formula).abs().max()))
-    loss_d = consistency_loss(z_aug, z, detach_target=True).sum()
-    dz_aug_d, dz_d = torch.autograd.grad(loss_d, [z_aug, z], retain_graph=True, allow_unused=True)
-    clean_grad_is_none &= dz_d is None
-    err_none = max(err_none, float((dz_aug_d - g_aug_formula).abs().max()))
-    G_nd = torch.autograd.grad(loss, params, retain_graph=True)
-    G_d = torch.autograd.grad(loss_d, params, retain_graph=True)
-    G_a = torch.autograd.grad(z_aug, params, grad_outputs=g_aug_formula, retain_graph=True)
-    G_c = torch.autograd.grad(z, params, grad_outputs=g_clean, retain_graph=True)
-    flat = lambda gs: torch.cat([t_.flatten() for t_ in gs])  # noqa: E731
-    err_params_nd = max(err_params_nd, float((flat(G_nd) - flat(G_a) - flat(G_c)).abs().max()))
-    err_params_d = max(err_params_d, float((flat(G_d) - flat(G_a)).abs().max()))
-    rel_diff.append(float((flat(G_nd) - flat(G_d)).norm() / flat(G_nd).norm()))
-    cosines.append(float(torch.nn.functional.cosine_similarity(flat(G_nd), flat(G_d), dim=0)))
-    clean_share.append(float(flat(G_c).norm() / flat(G_a).norm()))
-    # the library's objective: same augmentation draw for both flags (the generator's first draw)
-    lam = float(rng.uniform(0.5, 5.0))
-    targets = torch.softmax(torch.randn(n, n_cls, generator=g, dtype=F64), 1)
-    draw_seed = derive_seed(seed, 344, trial)
-    grads = {}
-    for detach in (False, True):
-        obj = distillation_objective(model, x, targets, torch.Generator().manual_seed(draw_seed), lam=lam,
-                                     detach_target=detach, noise=0.1)
-        grads[detach] = flat(torch.autograd.grad(obj, params))
-    x_draw = augment(x, torch.Generator().manual_seed(draw_seed), noise=0.1)
-    z_draw, zc = model(x_draw), model(x)
-    pc, qd = torch.softmax(zc, 1), torch.softmax(z_draw, 1)
-    ad = torch.log(pc) - torch.log(qd) + 1
-    clean_branch = flat(torch.autograd.grad(zc, params, grad_outputs=(pc * (ad - (pc * ad).sum(1, keepdim=True))).detach()))
-    err_objective = max(err_objective, float((grads[False] - grads[True] - lam / n * clean_branch).abs().max()))
-
+CG = consistency_gradient_checks(numpy_rng(seed, 341), seed, P.grad_trials)
+err_logits, err_none, err_params_nd, err_params_d = CG["err_logits"], CG["err_none"], CG["err_params_nd"], CG["err_params_d"]
+err_objective, clean_grad_is_none, rel_diff, cosines = CG["err_objective"], CG["clean_grad_is_none"], CG["rel_diff"], CG["cosines"]
+clean_share = CG["clean_share"]
 glue("cg_trials", int(P.grad_trials), display=False)
 glue("cg_err_logits", float(err_logits), display=False)
 glue("cg_err_nd", float(err_params_nd), display=False)
@@ -1127,7 +727,7 @@ t_ex = time.perf_counter()
 EX1_SHARES = sorted({0.02, support_share, 0.3})
 ex1 = []
 for share in EX1_SHARES:
-    rows_ = lemma_rows(iterations, [np.flatnonzero(c / c.sum() >= share) for c in counts])
+    rows_ = lemma_rows(iterations, [np.flatnonzero(c / c.sum() >= share) for c in counts], hidden, tol=TOL)
     ex1.append({"support share": share, "median |U_i|": float(rows_["|U_i|"].median()),
                 "median γ": float(rows_["γ"].median()), "median 2B/(γ|U_i|)": float(rows_["2B/(γ|U_i|)"].median()),
                 "median Err(f_i)": float(rows_["Err(f_i)"].median()), "median gap": float(rows_["gap"].median()),
@@ -1173,15 +773,7 @@ glue("ex2_table", show_table(ex2, digits={"median": 3, "share below 1": 2}), dis
 rng = numpy_rng(seed, 351)
 EX3_M = list(range(3, 8))
 EX3_TRIALS = max(20, P.mono_trials // 2)
-ex3 = []
-for m in EX3_M:
-    found_ = 0
-    for t in range(EX3_TRIALS):
-        d = l1_distances(random_pseudo_labels(rng, m, int(rng.integers(2, 6)), 3))
-        cand = np.unique(np.r_[0.0, off_diagonal(d)])
-        cnt = np.array([cluster_count(d, c) for c in cand])
-        found_ += int((np.diff(cnt) > 0).any())
-    ex3.append({"clients m": m, "instances": EX3_TRIALS, "non-monotone": found_})
+ex3 = [{"clients m": m, "instances": EX3_TRIALS, "non-monotone": monotonicity_search(rng, EX3_TRIALS, m=m)[0]} for m in EX3_M]
 ex3 = pd.DataFrame(ex3).set_index("clients m")
 smallest = ex3.index[ex3["non-monotone"] > 0]
 glue("ex3_trials", int(EX3_TRIALS), display=False)

@@ -71,30 +71,23 @@ from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 import torch
-from IPython.display import Markdown, display
+from IPython.display import display
 from myst_nb import glue
 
-from fedlib.algorithms import COMET, COSMOS, Ditto, FedAvg, FedBABU, FedCT, FedMD, FedRep
+from fedlib.algorithms import COSMOS
 from fedlib.algorithms.cosmos import cosmos_history
 from fedlib.algorithms.fedmd import grouping
 from fedlib.book import claims_report, format_bytes, setup, show_table
 from fedlib.claims import Claim, paired_interval, seed_table
 from fedlib.clustering import assignment_agreement, group_purity
 from fedlib.data import load_data
-from fedlib.distill import make_public_set
-from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, per_client_table
+from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points, seed_values
+from fedlib.loop import LoopConfig
 from fedlib.run import evaluate_deployment, run_federated
-from fedlib.metrics import protocol_summary
-from fedlib.models import ClientArchitectures, build_model, count_parameters
-from fedlib.parallel import map_parallel
+from fedlib.models import build_model, count_parameters
 from fedlib.training import TrainConfig
 
-
-def adam(epochs, lr, batch_size=32):
-    return TrainConfig(epochs=epochs, batch_size=batch_size, optimizer="adam", lr=lr)
-
-
+ADAM = functools.partial(TrainConfig, batch_size=32, optimizer="adam")
 COMMON = dict(n_groups=5, alpha=5.0, pool_fraction=0.1, public_share=0.2, temperature=1.0, lam=5.0, target_clusters=5,
               comet_k=5, lr_true=1e-3, lr_pseudo=1e-3, sgd_lr=0.05, level=0.95)
 SMALL = dict(model="cnn", width=8, feature_dim=32)
@@ -126,8 +119,6 @@ PROFILES = {
 P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, rounds=rounds, n_clients=n_clients, lam=lam,
           temperature=temperature)
 SEEDS = list(range(seed, seed + P.n_seeds))
-if P.n_clients < P.n_groups:
-    raise ValueError(f"n_clients={P.n_clients} must be at least the {P.n_groups} label groups of the partition")
 DATA_LABEL = {"uci8": "UCI digits at 8 × 8", "cifar100": "CIFAR-100", "cifar10": "CIFAR-10", "mnist5k": "MNIST-5k"}[P.dataset]
 ALL_ARCHS = {**P.archs, **P.extra_archs}
 BASE_MIX = list(P.archs)
@@ -152,29 +143,6 @@ glue("lr_true", P.lr_true, display=False)
 glue("lr_pseudo", P.lr_pseudo, display=False)
 glue("sgd_lr", P.sgd_lr, display=False)
 
-
-def split(run_seed, share=None, clients=None):
-    """U (labels hidden), the federation of the rest, and each client's planted label group."""
-    ds = load_data(P.dataset, n_samples=P.n_samples, seed=run_seed, cifar_root=cifar_root)
-    public, rest, hidden = make_public_set(ds, P.public_share if share is None else share, seed=run_seed)
-    n = P.n_clients if clients is None else clients
-    fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=P.n_groups, alpha=P.alpha,
-                          pool_fraction=P.pool_fraction, global_test_per_class=P.global_test_per_class, seed=run_seed)
-    planted = np.concatenate([np.full(len(b), g) for g, b in enumerate(np.array_split(np.arange(n), P.n_groups))])
-    return public, hidden, fed, planted
-
-
-def architectures(names, n, ds):
-    specs = {a: ALL_ARCHS[a] for a in names}
-    return ClientArchitectures.mixture(specs, n, in_channels=ds.x.shape[1], n_classes=ds.n_classes, input_size=ds.x.shape[-1])
-
-
-def server_factory(ds, spec):
-    spec = dict(spec)
-    return functools.partial(build_model, spec.pop("model"), in_channels=ds.x.shape[1], n_classes=ds.n_classes,
-                             input_size=ds.x.shape[-1], **spec)
-
-
 PSEUDO_BATCH = 64  # mini-batches on U (the client's distillation and the server's)
 # the parameter-sharing baselines' local epochs per round: COSMOS's clients' epochs on their own data, spread over the rounds
 MATCHED_EPOCHS = -(-(P.pretrain_epochs + (P.rounds - 1) * P.local_epochs) // P.rounds)
@@ -183,8 +151,18 @@ FT_EPOCHS = 1  # FedBABU's fine-tuning epochs before deployment
 glue("ft_epochs", FT_EPOCHS, display=False)
 glue("aug_shift", COSMOS.shift, display=False)
 glue("aug_noise", COSMOS.noise, display=False)
-CLIENT_TRAIN = dict(pretrain=adam(P.pretrain_epochs, P.lr_true), train=adam(P.local_epochs, P.lr_true),
-                    distill=adam(1, P.lr_pseudo, PSEUDO_BATCH))
+CLIENT_TRAIN = dict(pretrain=ADAM(epochs=P.pretrain_epochs, lr=P.lr_true), train=ADAM(epochs=P.local_epochs, lr=P.lr_true),
+                    distill=ADAM(epochs=1, lr=P.lr_pseudo, batch_size=PSEUDO_BATCH))
+# the book's usual optimizer for parameter sharing (SGD with momentum), as many local epochs in all as COSMOS's clients
+PFL_TRAIN = TrainConfig(epochs=MATCHED_EPOCHS, batch_size=32, lr=P.sgd_lr, momentum=0.9)
+STUDY = COSMOSStudy(  # every run of the chapter: fedlib.experiments.cosmos
+    dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_root, public_share=P.public_share, n_clients=P.n_clients,
+    n_groups=P.n_groups, alpha=P.alpha, pool_fraction=P.pool_fraction, global_test_per_class=P.global_test_per_class,
+    arch_specs=ALL_ARCHS, base_mix=BASE_MIX, mixtures=P.mixtures, server=P.server, small_server=P.small_server,
+    client_train=CLIENT_TRAIN, server_train=ADAM(epochs=P.server_epochs, lr=P.lr_pseudo, batch_size=PSEUDO_BATCH),
+    pfl_train=PFL_TRAIN, finetune=dataclasses.replace(PFL_TRAIN, epochs=FT_EPOCHS, lr=P.sgd_lr / 5),
+    temperature=P.temperature, lam=P.lam, target_clusters=P.target_clusters, comet_k=P.comet_k, rounds=P.rounds,
+    sweep_rounds=P.sweep_rounds, sweeps=P.sweeps, first_seed=seed)
 
 # %% [markdown]
 # ## The setting and what we chose
@@ -230,46 +208,28 @@ CLIENT_TRAIN = dict(pretrain=adam(P.pretrain_epochs, P.lr_true), train=adam(P.lo
 MIN_GAIN = 0.5  # points: a gain must exceed this (more than one image's worth of the mean over clients)
 TOL = 2.0  # points: "competitive" (non-inferiority margin)
 SUB = f"{DATA_LABEL}, clients {' + '.join(BASE_MIX)}, MLP server; {P.rounds} rounds"
-# Each claim's values: (ours, baseline) per seed, read when the claims are decided (of, main, mix, homog,
-# best_agnostic, best_pfl, per_seed_bytes, sweep_seed, best_other: computed with the runs). A sensitivity claim
-# reads a sweep that a profile may not run (P.sweeps): its values are then None, and this profile does not decide it.
-def more_clients():
-    """The sweep's most clients against the default number (the default against the fewest where the sweep tries
-    only fewer); None where this profile does not sweep the number of clients."""
-    if "clients" not in P.sweeps:
-        return None
-    more = [v for v in P.sweeps["clients"] if v > P.n_clients]
-    fewer = [v for v in P.sweeps["clients"] if v < P.n_clients]
-    return ((sweep_seed("clients", max(more)), sweep_seed("clients", P.n_clients)) if more
-            else (sweep_seed("clients", P.n_clients), sweep_seed("clients", min(fewer))))
-
-
-def more_clusters():
-    """The sweep's most clusters against the target number; None where this profile tries no more than the target."""
-    if "clusters" not in P.sweeps or not max(P.sweeps["clusters"]) > P.target_clusters:
-        return None
-    return sweep_seed("clusters", max(P.sweeps["clusters"])), sweep_seed("clusters", P.target_clusters)
-
-
+# Each claim's values: (ours, baseline) per seed, read when the claims are decided (main, mix, homog, best_agnostic,
+# best_pfl, per_seed_bytes and sens, the sensitivity runs: computed with the runs). A sensitivity claim reads a sweep
+# that a profile may not run (P.sweeps): its values are then None, and this profile does not decide it.
 claims = [
     Claim("beats", "COSMOS consistently outperforms all model-agnostic FL baselines", "Abstract; Section 6, Figure 2",
           "mean accuracy, COSMOS − best model-agnostic baseline, points", "greater", MIN_GAIN, SUB,
-          values=lambda: (of(main, "COSMOS"), best_agnostic)),
+          values=lambda: (seed_values(main, "COSMOS"), best_agnostic)),
     Claim("beats-own", "COSMOS consistently outperforms all model-agnostic FL baselines (the client's own model deployed)",
           "Abstract; Section 6 (our control: the client model f_i instead of h_π(i))",
           "mean accuracy, COSMOS's client models − best baseline, points", "greater", MIN_GAIN, SUB,
-          values=lambda: (of(main, "COSMOS (client models)"), best_agnostic)),
+          values=lambda: (seed_values(main, "COSMOS (client models)"), best_agnostic)),
     Claim("mixtures", "Across all combinations, COSMOS remains robust to heterogeneity in client capabilities", "Section 6, Figure 3",
           "mean accuracy, COSMOS with three architectures − with one, points (no loss)", "at least", TOL,
           "one / three architectures of small CNNs and MLPs",
-          values=lambda: (of(mix, "COSMOS", list(P.mixtures)[1]), of(mix, "COSMOS", list(P.mixtures)[0]))),
+          values=lambda: (seed_values(mix, "COSMOS", list(P.mixtures)[1]), seed_values(mix, "COSMOS", list(P.mixtures)[0]))),
     Claim("mixtures-edge", "maintaining substantial performance edge over baselines", "Section 6, Figure 3",
           "mean accuracy with three architectures, COSMOS − COMET, points", "greater", MIN_GAIN, "COMET as the baseline",
-          values=lambda: (of(mix, "COSMOS", list(P.mixtures)[1]), of(mix, "COMET", list(P.mixtures)[1]))),
+          values=lambda: (seed_values(mix, "COSMOS", list(P.mixtures)[1]), seed_values(mix, "COMET", list(P.mixtures)[1]))),
     Claim("homogeneous", "COSMOS remains competitive with state-of-the-art personalized FL methods", "Appendix D, Table 7",
           "mean accuracy with one architecture, COSMOS − best of FedAvg, Ditto, FedBABU, FedRep, points", "at least", TOL,
           "our four parameter-sharing baselines",
-          values=lambda: (of(homog, "COSMOS"), best_pfl)),
+          values=lambda: (seed_values(homog, "COSMOS"), best_pfl)),
     Claim("comm", "reducing communication from parameter sharing by 1-2 orders of magnitude", "Section 1, Appendix C Table 4",
           "log10(FedAvg bytes ÷ COSMOS bytes) − 1, training traffic per client and round (above 0: an order of magnitude or more)",
           "greater", 0.0,
@@ -277,35 +237,35 @@ claims = [
           values=lambda: (np.log10(per_seed_bytes["FedAvg (one architecture)"] / per_seed_bytes["COSMOS"]).to_numpy(), 1.0)),
     Claim("lambda", "λ = 5 yielding the best overall results", "Appendix D, Figure 9(a)",
           "mean accuracy, λ = 5 − best other λ tried, points", "greater", 0.0, f"{P.sweep_rounds} rounds per sweep run",
-          values=lambda: (sweep_seed("λ", P.lam), best_other("λ")) if "λ" in P.sweeps else None),
+          values=lambda: (sens.values("λ", P.lam), sens.best_other("λ")) if "λ" in P.sweeps else None),
     Claim("T", "T = 1 performs best across datasets", "Appendix D, Figure 9(b)",
           "mean accuracy, T = 1 − best other T tried, points", "greater", 0.0,
           f"T = {', '.join(f'{t:g}' for t in P.sweeps.get('T', []))} tried (the paper: also larger T); {P.sweep_rounds} rounds per sweep run",
-          values=lambda: (sweep_seed("T", P.temperature), best_other("T")) if "T" in P.sweeps else None),
+          values=lambda: (sens.values("T", P.temperature), sens.best_other("T")) if "T" in P.sweeps else None),
     Claim("rule", "mean aggregation consistently achieves the strongest performance", "Appendix D, Figure 9(b)",
           "mean accuracy, mean − best other aggregation rule, points", "greater", 0.0,
           f"{', '.join(P.sweeps.get('rule', []))} as the others; {P.sweep_rounds} rounds per sweep run",
-          values=lambda: (sweep_seed("rule", "mean"), best_other("rule")) if "rule" in P.sweeps else None),
+          values=lambda: (sens.values("rule", "mean"), sens.best_other("rule")) if "rule" in P.sweeps else None),
     Claim("clients", "As the number of clients increases, COSMOS continues to improve", "Appendix D, Figure 7(a)",
           "mean accuracy, more clients − fewer, points", "greater", 0.0, "fewer clients each hold more data here",
-          values=more_clients),
+          values=lambda: sens.larger_vs_smaller("clients")),
     Claim("U", "increasing |U| results in consistent performance gains", "Appendix D, Figure 7(b)",
           "mean accuracy, larger |U| − the default, points", "greater", 0.0, "a larger U leaves less data to the clients",
-          values=lambda: ((sweep_seed("|U| share", max(P.sweeps["|U| share"])), sweep_seed("|U| share", P.public_share))
+          values=lambda: ((sens.values("|U| share", max(P.sweeps["|U| share"])), sens.values("|U| share", P.public_share))
                           if "|U| share" in P.sweeps else None)),
     Claim("server", "COSMOS further benefits from stronger server-side models", "Appendix D, Figure 7(c)",
           "mean accuracy, the default server − a smaller one, points", "greater", 0.0, "MLP servers of two widths",
-          values=lambda: (sweep_seed("server", "default"), sweep_seed("server", "small")) if "server" in P.sweeps else None),
+          values=lambda: (sens.values("server", "default"), sens.values("server", "small")) if "server" in P.sweeps else None),
     Claim("saturate", "performance saturates once the number of clusters reaches approximately five", "Appendix D, Figure 8",
           "mean accuracy, ~5 clusters − fewer (1), points", "greater", MIN_GAIN, "targets of 1 and 5 clusters",
-          values=lambda: ((sweep_seed("clusters", P.target_clusters), sweep_seed("clusters", min(P.sweeps["clusters"])))
+          values=lambda: ((sens.values("clusters", P.target_clusters), sens.values("clusters", min(P.sweeps["clusters"])))
                           if "clusters" in P.sweeps and min(P.sweeps["clusters"]) < P.target_clusters else None)),
     Claim("saturate-more", "with no further improvement beyond this point", "Appendix D, Figure 8",
           "mean accuracy, more clusters (8) − ~5, points (no gain)", "at most", TOL, "a target of 8 clusters",
-          values=more_clusters),
+          values=lambda: sens.largest_vs_default("clusters")),
     Claim("saturate-flat", "performance saturates once the number of clusters reaches approximately five", "Appendix D, Figure 8",
           "mean accuracy, more clusters (8) − ~5, points (no loss: a plateau)", "at least", TOL, "a target of 8 clusters",
-          values=more_clusters),
+          values=lambda: sens.largest_vs_default("clusters")),
 ]
 glue("min_gain", MIN_GAIN, display=False)
 glue("tol", TOL, display=False)
@@ -317,121 +277,13 @@ glue("tol", TOL, display=False)
 # the curves); COSMOS and COMET on each other mixture; with one architecture, the four
 # parameter-sharing methods; and one COSMOS run per sensitivity setting (with
 # {glue:text}`sweep_rounds` rounds). One COSMOS run also gives its clients' own models
-# ({func}`fedlib.run.evaluate_deployment` with `deploy_model="client"`).
+# ({func}`fedlib.run.evaluate_deployment` with `deploy_model="client"`). The runs are
+# {class}`fedlib.experiments.cosmos.COSMOSStudy`'s.
 
 # %% tags=["hide-input"]
-def metrics(rows):
-    s = protocol_summary(per_client_table(rows))
-    return {"mean": 100 * s["local"], "worst": 100 * s["worst_local"], "bottom-20 %": 100 * s["bottom20_local"],
-            "L@25": 100 * s["L@25"]}
-
-
-def training_bytes(run, n_clients, n_rounds):
-    """Training traffic per client and round, up and down (evaluation messages excluded)."""
-    led = run.ledger.to_frame()
-    led = led[~led["kind"].str.startswith("eval:")]
-    n = n_clients * n_rounds
-    return {"up": led[led.direction == "up"].bytes.sum() / n, "down": led[led.direction == "down"].bytes.sum() / n}
-
-
-def cosmos_method(ds, public, run_seed, **change):
-    kw = dict(public=public, server_model=server_factory(ds, P.server), server_train=adam(P.server_epochs, P.lr_pseudo, PSEUDO_BATCH),
-              temperature=P.temperature, lam=P.lam, target_clusters=P.target_clusters, seed=run_seed, **CLIENT_TRAIN)
-    kw.update(change)
-    return COSMOS(**kw)
-
-
-def baselines(public, run_seed):
-    kw = dict(public=public, temperature=P.temperature, seed=run_seed, **CLIENT_TRAIN)
-    return {"FedMD": FedMD(**kw), "FedCT": FedCT(**kw), "COMET": COMET(k=P.comet_k, **kw)}
-
-
-def work(item):
-    kind, key, s = item
-    out = {"rows": [], "curves": [], "bytes": [], "clusters": []}
-    t0 = time.perf_counter()
-    if kind == "main":
-        public, hidden, fed, planted = split(s)
-        ds = fed.global_test
-        archs = architectures(BASE_MIX, P.n_clients, ds)
-        cfg = LoopConfig(rounds=P.rounds, seed=s, eval_every=1)
-        methods = {"COSMOS": cosmos_method(ds, public, s), **baselines(public, s)}
-        for name, m in methods.items():
-            run = run_federated(m, fed, archs, cfg)
-            out["rows"].append({"study": "main", "setting": "default", "seed": s, "method": name, **metrics(run.frame)})
-            curve = run.curve("local")
-            out["curves"].append(pd.DataFrame({"seed": s, "method": name, "round": curve.index, "mean": 100 * curve.values}))
-            out["bytes"].append({"seed": s, "method": name, **training_bytes(run, P.n_clients, P.rounds)})
-            if name == "COSMOS":  # the paper's protocol: each evaluated client downloads its cluster model
-                led = run.ledger.to_frame()
-                out["deploy_bytes"] = float(led[led["kind"] == "eval:cluster_model"]["bytes"].mean())
-            if name == "COSMOS":
-                own = evaluate_deployment(dataclasses.replace(m, deploy_model="client"), run, fed, archs, cfg)
-                out["rows"].append({"study": "main", "setting": "default", "seed": s, "method": "COSMOS (client models)", **metrics(own)})
-                for h in cosmos_history(run.server):
-                    out["clusters"].append({"seed": s, **{k: v for k, v in h.items() if k != "seeds"}})
-                out["purity"] = group_purity(grouping(run.server), planted)
-                out["n_public"], out["test_size"] = len(public), float(np.mean([len(c.test) for c in fed.clients]))
-                out["train_size"] = float(np.mean([len(c.train) for c in fed.clients]))
-                out["params"] = architectures(P.mixtures[list(P.mixtures)[0]], 1, ds).parameters()[P.mixtures[list(P.mixtures)[0]][0]]
-                out["first"] = (run, m) if s == seed else None
-            if name == "COMET":
-                out["comet_purity"] = group_purity(grouping(run.server), planted)
-    elif kind == "mixture":
-        public, hidden, fed, planted = split(s)
-        ds = fed.global_test
-        archs = architectures(P.mixtures[key], P.n_clients, ds)
-        cfg = LoopConfig(rounds=P.rounds, seed=s, eval_every=0)
-        for name, m in (("COSMOS", cosmos_method(ds, public, s)), ("COMET", baselines(public, s)["COMET"])):
-            run = run_federated(m, fed, archs, cfg)
-            out["rows"].append({"study": "mixture", "setting": key, "seed": s, "method": name, **metrics(run.frame)})
-    elif kind == "homogeneous":
-        public, hidden, fed, planted = split(s)
-        ds = fed.global_test
-        archs = architectures(P.mixtures[key], P.n_clients, ds)
-        cfg = LoopConfig(rounds=P.rounds, seed=s, eval_every=0)
-        # the book's usual optimizer for parameter sharing (SGD with momentum), as many local epochs in all as COSMOS's clients
-        train = TrainConfig(epochs=MATCHED_EPOCHS, batch_size=32, lr=P.sgd_lr, momentum=0.9)
-        tune = dataclasses.replace(train, epochs=FT_EPOCHS, lr=P.sgd_lr / 5)
-        pfl = {"FedAvg": FedAvg(train=train), "Ditto": Ditto(train=train, personal_train=train),
-               "FedBABU": FedBABU(train=train, finetune=tune), "FedRep": FedRep(train=train, head_train=train)}
-        for name, m in pfl.items():
-            run = run_federated(m, fed, archs, cfg)
-            out["rows"].append({"study": "homogeneous", "setting": key, "seed": s, "method": name, **metrics(run.frame)})
-            if name == "FedAvg":
-                out["bytes"].append({"seed": s, "method": "FedAvg (one architecture)", **training_bytes(run, P.n_clients, P.rounds)})
-    else:  # a sensitivity setting of COSMOS
-        study, value = key
-        share = value if study == "|U| share" else None
-        clients = value if study == "clients" else None
-        public, hidden, fed, planted = split(s, share=share, clients=clients)
-        ds = fed.global_test
-        archs = architectures(BASE_MIX, fed.n_clients, ds)
-        change = {"λ": dict(lam=value), "T": dict(temperature=value), "rule": dict(rule=value),
-                  "clusters": dict(target_clusters=value), "detach": dict(detach_target=value),
-                  "server": dict(server_model=server_factory(ds, P.small_server))}.get(study, {})
-        m = cosmos_method(ds, public, s, **change)
-        run = run_federated(m, fed, archs, LoopConfig(rounds=P.sweep_rounds, seed=s, eval_every=0))
-        out["rows"].append({"study": study, "setting": str(value), "seed": s, "method": "COSMOS", **metrics(run.frame),
-                            "clusters": int(run.server.meta["n_groups"]), "purity": group_purity(grouping(run.server), planted)})
-    out["seconds"] = time.perf_counter() - t0
-    return out
-
-
-ITEMS = [("main", None, s) for s in SEEDS]
-ITEMS += [("mixture", name, s) for name in P.mixtures for s in SEEDS]
-ITEMS += [("homogeneous", list(P.mixtures)[0], s) for s in SEEDS]
-SWEEP_DEFAULT = {"λ": P.lam, "T": P.temperature, "rule": "mean", "clusters": P.target_clusters, "|U| share": P.public_share,
-                 "clients": P.n_clients, "server": "default", "detach": False}
-ITEMS += [("sweep", (study, v), s) for study, values in P.sweeps.items() for v in [SWEEP_DEFAULT[study], *values] for s in SEEDS
-          if not (v == SWEEP_DEFAULT[study] and study not in ("λ",))]  # the default runs once (under "λ")
-results = map_parallel(work, ITEMS, workers, threads=threads)
-rows = pd.DataFrame([r for res in results for r in res["rows"]])
-curves = pd.concat([c for res in results for c in res["curves"]], ignore_index=True)
-nbytes = pd.DataFrame([r for res in results for r in res["bytes"]])
-clusters = pd.DataFrame([r for res in results for r in res["clusters"]])
-main_res = [res for (kind, _, _), res in zip(ITEMS, results) if kind == "main"]
-run_seconds = sum(res["seconds"] for res in results)
+results = STUDY.run(SEEDS, workers, threads)
+rows, curves, nbytes, clusters, main_res = results.rows, results.curves, results.nbytes, results.clusters, results.main
+run_seconds = results.seconds
 glue("run_seconds", run_seconds, display=False)
 test_size = main_res[0]["test_size"]
 glue("test_size", test_size, display=False)
@@ -601,39 +453,24 @@ glue("paper_reading", "neither reaches one order of magnitude" if (orders < 1).a
 # same runs in every block): the last round's mean accuracy, the clusters formed and their purity.
 
 # %% tags=["hide-input"]
-sweep = rows[~rows.study.isin(["main", "mixture", "homogeneous"])]
-default = sweep[sweep.study == "λ"]
-default = default[default.setting == str(P.lam)]
+sens = Sensitivity(rows, STUDY.sweep_defaults, P.sweeps)  # the sensitivity runs, read per seed
 blocks = []
 for study in P.sweeps:
-    part = sweep[sweep.study == study]
-    if study != "λ":
-        part = pd.concat([part, default.assign(study=study, setting=str(SWEEP_DEFAULT[study]))], ignore_index=True)
+    part = sens.study_rows(study)
     cell = seed_table(part, "setting", None, "mean", digits=1)
     extra = part.groupby("setting")[["clusters", "purity"]].mean()
     blocks.append(cell.join(extra).assign(study=study).reset_index().rename(columns={"setting": "value"}))
-sens = pd.concat(blocks, ignore_index=True)[["study", "value", "mean", "clusters", "purity"]]
-sens["value"] = sens.apply(lambda r: f"{r['value']} (default)" if r["value"] == str(SWEEP_DEFAULT[r["study"]]) else r["value"], axis=1)
-display(show_table(sens, digits={"clusters": 1, "purity": 2}, index=False))
-
-
-def sweep_seed(study, value):
-    part = default if value == SWEEP_DEFAULT[study] else sweep[(sweep.study == study) & (sweep.setting == str(value))]
-    return part.sort_values("seed")["mean"].to_numpy()
-
-
-def best_other(study):
-    others = [v for v in P.sweeps.get(study, [])]
-    return np.max(np.stack([sweep_seed(study, v) for v in others]), axis=0) if others else None
-
-
-lams = {v: float(sweep_seed("λ", v).mean()) for v in [P.lam, *P.sweeps["λ"]]}
+sens_table = pd.concat(blocks, ignore_index=True)[["study", "value", "mean", "clusters", "purity"]]
+sens_table["value"] = sens_table.apply(lambda r: f"{r['value']} (default)" if r["value"] == str(STUDY.sweep_defaults[r["study"]])
+                                       else r["value"], axis=1)
+display(show_table(sens_table, digits={"clusters": 1, "purity": 2}, index=False))
+lams = {v: float(sens.values("λ", v).mean()) for v in [P.lam, *P.sweeps["λ"]]}
 best_lam = max(lams, key=lams.get)
 glue("lam_reading", f"the paper's λ = {P.lam:g} is the best value tried here" if best_lam == P.lam else
      f"λ = {best_lam:g} scores highest ({lams[best_lam]:.1f} % against {lams[P.lam]:.1f} % at the paper's λ = {P.lam:g}; "
      "the claims table says whether the difference exceeds the seed-to-seed spread)", display=False)
 if "detach" in P.sweeps:
-    d_on, d_off = float(sweep_seed("detach", True).mean()), float(sweep_seed("detach", False).mean())
+    d_on, d_off = float(sens.values("detach", True).mean()), float(sens.values("detach", False).mean())
     glue("detach_reading", f"the authors' code's variant (the consistency target detached) reaches {d_on:.1f} % against "
          f"{d_off:.1f} % for the paper's objective", display=False)
 else:
@@ -655,15 +492,8 @@ else:
 # {glue:text}`n_not` do not hold and {glue:text}`n_inconclusive` are inconclusive at this scale.
 
 # %% tags=["hide-input"]
-def of(frame, method, setting=None):
-    f = frame[frame.method == method]
-    if setting is not None:
-        f = f[f.setting == setting]
-    return f.sort_values("seed")["mean"].to_numpy()
-
-
-best_agnostic = np.max(np.stack([of(main, b) for b in BASE]), axis=0)
-best_pfl = np.max(np.stack([of(homog, b) for b in ["FedAvg", "Ditto", "FedBABU", "FedRep"]]), axis=0)
+best_agnostic = np.max(np.stack([seed_values(main, b) for b in BASE]), axis=0)
+best_pfl = np.max(np.stack([seed_values(homog, b) for b in ["FedAvg", "Ditto", "FedBABU", "FedRep"]]), axis=0)
 per_seed_bytes = nbytes.assign(total=nbytes.up + nbytes.down).pivot(index="seed", columns="method", values="total")
 R = claims_report(claims)
 
@@ -701,13 +531,13 @@ glue("total_seconds", P.elapsed(), display=False)
 # %% tags=["remove-cell"]
 t_ex = time.perf_counter()
 first_run, first_method = main_res[0]["first"]
-public0, hidden0, fed0, planted0 = split(seed)
-archs0 = architectures(BASE_MIX, P.n_clients, fed0.global_test)
+public0, hidden0, fed0, planted0 = STUDY.split(seed)
+archs0 = STUDY.architectures(BASE_MIX, P.n_clients, fed0.global_test)
 cfg0 = LoopConfig(rounds=P.rounds, seed=seed)
 # Exercise 1: re-clustering every round
 re_run = run_federated(dataclasses.replace(first_method, recluster=True), fed0, archs0, cfg0)
-glue("ex1_fixed", metrics(first_run.frame)["mean"], display=False)
-glue("ex1_re", metrics(re_run.frame)["mean"], display=False)
+glue("ex1_fixed", accuracy_points(first_run.frame)["mean"], display=False)
+glue("ex1_re", accuracy_points(re_run.frame)["mean"], display=False)
 glue("ex1_re_purity", group_purity(grouping(re_run.server), planted0), display=False)
 glue("ex1_changes", int(sum(h["seeds"] != cosmos_history(re_run.server)[0]["seeds"] for h in cosmos_history(re_run.server))), display=False)
 clients0 = sorted(grouping(first_run.server))
@@ -721,10 +551,10 @@ state = first_run.server
 wrong = dataclasses.replace(first_run, server=type(state)(arrays={**state.arrays, "groups/labels": torch.zeros_like(state.arrays["groups/labels"])},
                                                           meta=dict(state.meta)))
 ex2 = evaluate_deployment(first_method, wrong, fed0, archs0, cfg0)
-glue("ex2_one_model", metrics(ex2)["mean"], display=False)
+glue("ex2_one_model", accuracy_points(ex2)["mean"], display=False)
 glue("ex2_reading", "a cluster model knows its own label group's classes and little else, because its targets come from "
      "clients that hold those classes only: the personalization is the clustering"
-     if metrics(first_run.frame)["mean"] - metrics(ex2)["mean"] > 10 else
+     if accuracy_points(first_run.frame)["mean"] - accuracy_points(ex2)["mean"] > 10 else
      "one cluster's model serves the other clusters nearly as well here: the clusters matter less than the server's training",
      display=False)
 glue("ex_seconds", time.perf_counter() - t_ex, display=False)

@@ -14,7 +14,7 @@ import torch
 
 import fedlib.book as book
 from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_title, claims_report, clipped_error, exercises,
-                         format_bytes, format_value, place_labels, resolve, setup, show_table)
+                         format_bytes, format_number, format_value, place_labels, resolve, setup, show_table)
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
 
 
@@ -141,6 +141,12 @@ def test_show_table_refuses_unknown_columns_and_kinds():
         show_table(frame, best={"a": "largest"})
     with pytest.raises(ValueError, match=r"formats names columns \['z'\]"):
         show_table(frame, formats={"z": ".1f"})
+
+
+def test_format_number_writes_the_limits_in_words():
+    assert [format_number(v) for v in (0.12345, np.float64(2.0), 7, None, float("inf"), -np.inf, float("nan"))] == \
+        ["0.123", "2.000", "7.000", "∞", "∞", "∞", "not defined"]
+    assert format_number(1234.5, ".3g") == "1.23e+03" and format_number(0.5, ".2f") == "0.50"
 
 
 def test_format_bytes_uses_decimal_units_and_three_digits():

@@ -14,11 +14,11 @@ from scipy.spatial.distance import cdist
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
 from fedlib.algorithms.cosmos import cosmos_history
 from fedlib.algorithms.fedmd import cached_labels, grouping
-from fedlib.clustering import GreedyB0, b0_for_clusters, cluster_diameters, greedy_b0, group_purity
+from fedlib.clustering import GreedyB0, b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
 from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_labels, consistency_loss, distill,
-                            distillation_objective, kl_rows, l1_distances, lemma52, majority_vote, make_public_set,
-                            soft_labels)
+                            distillation_objective, kl_rows, l1_distances, lemma52, lemma52_chain, majority_vote,
+                            make_public_set, margin_profile_bound, soft_labels)
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig, RunOptions
 from fedlib.run import evaluate_deployment, run_federated
@@ -239,6 +239,32 @@ def test_lemma52_terms_by_hand():
     # margins 0.8, 0.6, 0.4; l1 distances 1.8 + 0.2 + 0.2 = 2.2 = 2B
     assert t.gamma == pytest.approx(0.4) and t.B == pytest.approx(1.1)
     assert t.holds and t.bound == pytest.approx(0.0 + 2 * t.B / (0.4 * 3))
+    # the proof's chain: S = |0.45 - 0.9| * 2 + |0.85 - 0.8| * 2 + |0.25 - 0.3| * 2 = 1.1; d_U(0, ·) = (0, 2.2)
+    chain = lemma52_chain(torch.stack([own, other]).double(), 0, np.array([True, True, True]))
+    assert chain.S == pytest.approx(1.1) and chain.mean_distance == pytest.approx(1.1)
+    assert chain.max_distance == pytest.approx(2.2) and chain.diameter == pytest.approx(2.2)
+    # on U_i = the first two points only: S = 1.0, d_U(0, 1) = 2.0
+    assert lemma52_chain(torch.stack([own, other]).double(), 0, np.array([True, True, False])).S == pytest.approx(1.0)
+
+
+def test_the_margin_profile_bound_by_hand():
+    own = torch.tensor([[0.9, 0.1], [0.6, 0.4], [0.55, 0.45], [0.95, 0.05]], dtype=torch.float64)
+    # margins 0.1, 0.2, 0.8, 0.9 (sorted): the terms 0 + 2B/(0.1 · 4), 1/4 + 2B/(0.2 · 4), 2/4 + 2B/(0.8 · 4), 3/4 + 2B/(0.9 · 4)
+    for two_b in (0.04, 0.4, 4.0):
+        terms = [0 + two_b / 0.4, 0.25 + two_b / 0.8, 0.5 + two_b / 3.2, 0.75 + two_b / 3.6]
+        assert margin_profile_bound(own, two_b) == pytest.approx(min(terms), rel=1e-12)
+    assert margin_profile_bound(own, 0.04) == pytest.approx(0.1)  # small B: τ = γ, the lemma's own term
+    # a tie (margin 0) never gives the minimum; all ties: no bound
+    assert margin_profile_bound(torch.tensor([[0.5, 0.5], [0.9, 0.1]], dtype=torch.float64), 0.2) == pytest.approx(0.5 + 0.2 / 1.6)
+    assert margin_profile_bound(torch.tensor([[0.5, 0.5]], dtype=torch.float64), 0.2) == float("inf")
+
+
+def test_the_candidate_thresholds_are_zero_and_every_distinct_distance():
+    d = np.array([[0, 2, 1, 2], [2, 0, 2, 3], [1, 2, 0, 2], [2, 3, 2, 0]], float)
+    assert candidate_thresholds(d).tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert candidate_thresholds(np.zeros((1, 1))).tolist() == [0.0]
+    with pytest.raises(ValueError, match="distances must be symmetric"):
+        candidate_thresholds(np.array([[0, 1], [2, 0]], float))
 
 
 # ---- clients of different architectures in the one loop ---------------------------------------

@@ -7,7 +7,9 @@
 (b) :func:`fedlib.clustering.b0_for_clusters` reaches the target and no smaller candidate does;
 (c) every pseudo-label aggregation rule keeps rows on the simplex, and the mean (and the
     confidence-weighted mean) lies coordinate-wise between the clients' smallest and largest labels;
-(d) Lemma 5.2 (:func:`fedlib.distill.lemma52` with its default ``B``) holds on random instances;
+(d) Lemma 5.2 (:func:`fedlib.distill.lemma52` with its default ``B``) holds on random instances,
+    and so do the steps of its proof (:func:`fedlib.distill.lemma52_chain`) and its margin-profile
+    version (:func:`fedlib.distill.margin_profile_bound`), never weaker than the lemma;
 (e) the clustering distance :func:`fedlib.distill.l1_distances` is a metric;
 (f) :func:`fedlib.distill.soft_labels` tends to the one-hot argmax as ``T -> 0`` when the top
     class is unique (with the explicit bound ``(C - 1) exp(-gap / T)``), and ``T = 0`` is exactly it.
@@ -25,8 +27,9 @@ from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
 from threadpoolctl import threadpool_limits
 
-from fedlib.clustering import b0_for_clusters, cluster_diameters, greedy_b0
-from fedlib.distill import LABEL_RULES, aggregate_labels, l1_distances, lemma52, soft_labels
+from fedlib.clustering import b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0
+from fedlib.distill import LABEL_RULES, aggregate_labels, l1_distances, lemma52, lemma52_chain, margin_profile_bound, soft_labels
+from fedlib.experiments.cosmos_checks import greedy_rule_violations
 
 SEEDS = st.integers(0, 2**31 - 1)
 TOL = 1e-12
@@ -82,6 +85,7 @@ def test_greedy_clusters_partition_the_clients_within_b0_of_their_seeds(n, dim, 
         assert d[seeds[labels[j]], j] <= b0  # a radius around the seed
     diam = cluster_diameters(d, labels)
     assert (diam <= 2 * b0 + TOL).all()  # so a diameter of at most 2 B0 (triangle inequality)
+    assert greedy_rule_violations(d, b0, labels, seeds) == 0  # Algorithm 1 replayed step by step agrees
     for g in range(k):  # the same, pair by pair
         members = np.flatnonzero(labels == g)
         assert d[np.ix_(members, members)].max() <= 2 * b0 + TOL
@@ -108,7 +112,8 @@ def test_b0_for_clusters_reaches_the_target_and_no_smaller_candidate_does(n, dim
     d = _points_distances(n, dim, seed)
     target = data.draw(st.integers(1, n), label="target")
     b_star = b0_for_clusters(d, target)
-    candidates = np.unique(np.r_[0.0, _off_diagonal(d)])
+    candidates = candidate_thresholds(d)
+    assert np.array_equal(candidates, np.unique(np.r_[0.0, _off_diagonal(d)]))
     assert b_star in candidates
     assert len(greedy_b0(d, b_star)[1]) <= target
     for c in candidates[candidates < b_star]:
@@ -164,6 +169,16 @@ def test_lemma_5_2_holds_on_random_clusters(m, n, C, seed, sharpness, spread, fl
     sup = torch.as_tensor(support)
     d_i = (members[:, sup] - members[i][sup]).abs().sum(dim=(1, 2))
     assert math.isclose(2 * r.B, float(d_i.max()), rel_tol=1e-12, abs_tol=1e-12)
+    # the proof's chain: γ|Bad| <= S <= mean_j d_{U_i}(i, j) <= max_j d_{U_i}(i, j) = 2B <= the diameter on U_i
+    chain = lemma52_chain(members, i, support)
+    assert chain.S <= chain.mean_distance + 1e-9 <= chain.max_distance + 2e-9 <= chain.diameter + 3e-9
+    assert math.isclose(chain.max_distance, 2 * r.B, rel_tol=1e-12, abs_tol=1e-12)
+    if r.gamma > 0:
+        assert r.gamma * r.bad <= chain.S + 1e-9
+        # the margin profile: a valid bound, and at τ = γ (no point below) the lemma's own term, so never weaker
+        profile = margin_profile_bound(members[i][sup], 2 * r.B)
+        assert r.err_mean <= r.err_client + profile + 1e-9
+        assert profile <= 2 * r.B / (r.gamma * r.size) * (1 + 1e-12)
 
 
 # ------------------------------------------------------------------------------------------------

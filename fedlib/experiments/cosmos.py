@@ -1,0 +1,412 @@
+r"""COSMOS's experiments: every method run per seed on the paper's partition, and the sensitivity
+runs (the chapter *COSMOS: can pseudo-labels alone personalize clients of different
+architectures?*, ``notebooks/cosmos_experiments.py``).
+
+From COSMOS (Ge, Yeoh, Zhang and Vorobeychik, "COSMOS: Model-Agnostic Personalized Federated
+Learning with Clustered Server Models and Pseudo-Label-Only Communication", arXiv:2605.11165),
+Section 6 and Appendices C-D: Figure 2 and Table 2 (COSMOS against FedMD, FedCT and COMET on
+clients of mixed architectures), Figure 3 and Table 3 (mixtures of architectures), Table 7 (one
+architecture, against parameter sharing), Table 4 (communication) and Figures 7-9 (sensitivity).
+
+:class:`COSMOSStudy` holds what is run; :meth:`COSMOSStudy.run` runs every item of
+:meth:`COSMOSStudy.items` and returns a :class:`StudyResults`, whose tidy rows
+(:func:`accuracy_points` of every run, in points) the chapter reads per seed with
+:func:`seed_values` and, for the sensitivity runs, :class:`Sensitivity`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from torch import nn
+
+from fedlib.algorithms import COMET, COSMOS, Ditto, FedAvg, FedBABU, FedCT, FedMD, FedRep
+from fedlib.algorithms.cosmos import cosmos_history
+from fedlib.algorithms.fedmd import grouping
+from fedlib.clustering import group_purity
+from fedlib.data import ArrayDataset
+from fedlib.data.choice import load_data
+from fedlib.distill import PublicSet, make_public_set
+from fedlib.federation import Federation, make_federation
+from fedlib.loop import LoopConfig, RunResult, per_client_table
+from fedlib.messages import DOWN, UP
+from fedlib.metrics import protocol_summary
+from fedlib.models import ClientArchitectures, build_model
+from fedlib.parallel import map_parallel
+from fedlib.run import evaluate_deployment, run_federated
+from fedlib.training import TrainConfig
+
+KINDS = ("main", "mixture", "homogeneous", "sweep")
+"""The items of a study (:meth:`COSMOSStudy.items`): the four model-agnostic methods on the default
+mixture; COSMOS and COMET on another mixture; the parameter-sharing methods with one architecture;
+one COSMOS run of a sensitivity setting."""
+
+STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "detach")
+"""The sensitivity studies a study can sweep (the ``sweeps`` of :class:`COSMOSStudy`)."""
+
+
+def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
+    """The protocol's local accuracy of a run's last evaluated round, in points: the mean over
+    clients (``mean``), the worst client (``worst``), the mean of the lowest 20 % (``bottom-20 %``)
+    and the @25 floor (``L@25``) (:func:`fedlib.metrics.protocol_summary`).
+
+    Parameters
+    ----------
+    frame : DataFrame
+        A run's tidy frame (:attr:`fedlib.loop.RunResult.frame`).
+    """
+    s = protocol_summary(per_client_table(frame))
+    return {"mean": 100 * s["local"], "worst": 100 * s["worst_local"], "bottom-20 %": 100 * s["bottom20_local"],
+            "L@25": 100 * s["L@25"]}
+
+
+def training_bytes(run: RunResult, n_clients: int, n_rounds: int) -> dict[str, float]:
+    """A run's training traffic per client and round, ``{"up": ..., "down": ...}`` in bytes
+    (:meth:`fedlib.messages.Ledger.per_client_and_round`; evaluation messages excluded), over the
+    federation's ``n_clients`` and the run's ``n_rounds``."""
+    return {"up": run.ledger.per_client_and_round(UP, n_clients=n_clients, n_rounds=n_rounds),
+            "down": run.ledger.per_client_and_round(DOWN, n_clients=n_clients, n_rounds=n_rounds)}
+
+
+def seed_values(frame: pd.DataFrame, method: str, setting: str | None = None) -> np.ndarray:
+    """The ``mean`` accuracy of ``method`` (in ``setting`` if given) per seed, in seed order.
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"seed": [1, 0, 0], "method": ["A", "A", "B"], "setting": "x", "mean": [2.0, 1.0, 5.0]})
+    >>> seed_values(rows, "A").tolist(), seed_values(rows, "A", "y").tolist()
+    ([1.0, 2.0], [])
+    """
+    f = frame[frame.method == method]
+    if setting is not None:
+        f = f[f.setting == setting]
+    return f.sort_values("seed")["mean"].to_numpy()
+
+
+@dataclass
+class StudyResults:
+    """What :meth:`COSMOSStudy.run` computed.
+
+    Attributes
+    ----------
+    rows : DataFrame
+        One row per run (and per deployment): ``study, setting, seed, method`` and
+        :func:`accuracy_points`; a sensitivity run adds ``clusters`` and ``purity``.
+    curves : DataFrame
+        ``seed, method, round, mean``: the main runs' mean client accuracy per round, in points.
+    nbytes : DataFrame
+        ``seed, method, up, down``: training bytes per client and round (:func:`training_bytes`)
+        of the main runs and of FedAvg with one architecture.
+    clusters : DataFrame
+        ``seed`` and COSMOS's clustering record per round of the main runs
+        (:func:`fedlib.algorithms.cosmos.cosmos_history`, less the seeds).
+    main : list of dict
+        Per seed, what a main item measured besides: ``purity`` and ``comet_purity`` (against the
+        planted groups), ``deploy_bytes`` (a cluster model's evaluation message), ``n_public``,
+        ``test_size``, ``train_size`` (mean local split sizes), ``params`` (the first mixture's
+        client model's parameters) and ``first`` (COSMOS's run and method on the study's first
+        seed, else ``None``).
+    seconds : float
+        The runs' wall-clock seconds, summed over the items.
+    """
+
+    rows: pd.DataFrame
+    curves: pd.DataFrame
+    nbytes: pd.DataFrame
+    clusters: pd.DataFrame
+    main: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class COSMOSStudy:
+    """What the chapter runs for every seed.
+
+    Parameters
+    ----------
+    dataset : str
+        The data set's name (:func:`fedlib.data.choice.load_data`), with ``n_samples`` and ``cifar_root``.
+    n_samples : int or None
+    public_share : float
+        The share of every class held out as the public set :math:`U` (:func:`fedlib.distill.make_public_set`).
+    n_clients, n_groups, alpha, pool_fraction, global_test_per_class
+        The paper's partition (``"grouped_dirichlet"``, :func:`fedlib.federation.make_federation`).
+    arch_specs : mapping of str to mapping
+        Every client architecture by name (:meth:`fedlib.models.ClientArchitectures.mixture`).
+    base_mix : sequence of str
+        The default mixture of the main runs.
+    mixtures : mapping of str to sequence of str
+        The other mixtures; the first is the one-architecture federation of the parameter-sharing runs.
+    server, small_server : mapping
+        COSMOS's server architecture (:func:`fedlib.models.build_model`'s name under ``model`` and
+        its options), and the smaller one of the ``server`` sweep.
+    client_train : mapping of str to TrainConfig
+        The model-agnostic methods' ``pretrain``, ``train`` and ``distill``.
+    server_train : TrainConfig
+        COSMOS's server distillation.
+    pfl_train, finetune : TrainConfig
+        The parameter-sharing methods' local training, and FedBABU's fine-tuning.
+    temperature, lam : float
+        The pseudo-labels' :math:`T` and COSMOS's :math:`\\lambda`.
+    target_clusters, comet_k : int
+        COSMOS's target number of clusters and COMET's :math:`K`.
+    rounds, sweep_rounds : int
+        The rounds of the main, mixture and one-architecture runs, and of a sensitivity run.
+    sweeps : mapping of str to sequence
+        The values tried per sensitivity study (:data:`STUDIES`), the default aside.
+    first_seed : int
+        The seed whose COSMOS run is kept (:attr:`StudyResults.main`'s ``first``).
+    cifar_root : str or None
+    """
+
+    dataset: str
+    n_samples: int | None
+    public_share: float
+    n_clients: int
+    n_groups: int
+    alpha: float
+    pool_fraction: float
+    global_test_per_class: int
+    arch_specs: Mapping[str, Mapping]
+    base_mix: Sequence[str]
+    mixtures: Mapping[str, Sequence[str]]
+    server: Mapping
+    small_server: Mapping
+    client_train: Mapping[str, TrainConfig]
+    server_train: TrainConfig
+    pfl_train: TrainConfig
+    finetune: TrainConfig
+    temperature: float
+    lam: float
+    target_clusters: int
+    comet_k: int
+    rounds: int
+    sweep_rounds: int
+    sweeps: Mapping[str, Sequence]
+    first_seed: int
+    cifar_root: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.n_clients < self.n_groups:
+            raise ValueError(f"n_clients={self.n_clients} must be at least the {self.n_groups} label groups of the partition")
+        unknown = [s for s in self.sweeps if s not in STUDIES]
+        if unknown:
+            raise ValueError(f"unknown sensitivity studies {unknown}; valid: {', '.join(STUDIES)}")
+
+    @property
+    def sweep_defaults(self) -> dict:
+        """Each sensitivity study's default value: the main runs' setting."""
+        return {"λ": self.lam, "T": self.temperature, "rule": "mean", "clusters": self.target_clusters,
+                "|U| share": self.public_share, "clients": self.n_clients, "server": "default", "detach": False}
+
+    def items(self, seeds: Sequence[int]) -> list[tuple[str, object, int]]:
+        """Every run of the study, ``(kind, key, seed)`` (:data:`KINDS`): the main runs, each
+        mixture, the one-architecture runs, and each sensitivity setting; the default setting of
+        the sweeps runs once, under ``"λ"``."""
+        defaults = self.sweep_defaults
+        items = [("main", None, s) for s in seeds]
+        items += [("mixture", name, s) for name in self.mixtures for s in seeds]
+        items += [("homogeneous", list(self.mixtures)[0], s) for s in seeds]
+        items += [("sweep", (study, v), s) for study, values in self.sweeps.items() for v in [defaults[study], *values]
+                  for s in seeds if not (v == defaults[study] and study not in ("λ",))]
+        return items
+
+    def split(self, run_seed: int, share: float | None = None, clients: int | None = None
+              ) -> tuple[PublicSet, np.ndarray, Federation, np.ndarray]:
+        """``(public, hidden, federation, planted)``: :math:`U` (its labels ``hidden``), the federation
+        of the rest, and each client's planted label group (blocks of clients, in order)."""
+        ds = load_data(self.dataset, n_samples=self.n_samples, seed=run_seed, cifar_root=self.cifar_root)
+        public, rest, hidden = make_public_set(ds, self.public_share if share is None else share, seed=run_seed)
+        n = self.n_clients if clients is None else clients
+        fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=self.n_groups, alpha=self.alpha,
+                              pool_fraction=self.pool_fraction, global_test_per_class=self.global_test_per_class, seed=run_seed)
+        planted = np.concatenate([np.full(len(b), g) for g, b in enumerate(np.array_split(np.arange(n), self.n_groups))])
+        return public, hidden, fed, planted
+
+    def architectures(self, names: Sequence[str], n: int, ds: ArrayDataset) -> ClientArchitectures:
+        """``n`` clients taking the architectures ``names`` in turn, for the data of ``ds``."""
+        specs = {a: self.arch_specs[a] for a in names}
+        return ClientArchitectures.mixture(specs, n, in_channels=ds.x.shape[1], n_classes=ds.n_classes, input_size=ds.x.shape[-1])
+
+    def server_factory(self, ds: ArrayDataset, spec: Mapping) -> Callable[[], nn.Module]:
+        """The server architecture ``spec`` for the data of ``ds``."""
+        spec = dict(spec)
+        return functools.partial(build_model, spec.pop("model"), in_channels=ds.x.shape[1], n_classes=ds.n_classes,
+                                 input_size=ds.x.shape[-1], **spec)
+
+    def cosmos_method(self, ds: ArrayDataset, public: PublicSet, run_seed: int, **change) -> COSMOS:
+        """COSMOS with the study's settings, ``change`` applied."""
+        kw = dict(public=public, server_model=self.server_factory(ds, self.server), server_train=self.server_train,
+                  temperature=self.temperature, lam=self.lam, target_clusters=self.target_clusters, seed=run_seed,
+                  **self.client_train)
+        kw.update(change)
+        return COSMOS(**kw)
+
+    def baselines(self, public: PublicSet, run_seed: int) -> dict:
+        """FedMD, FedCT and COMET with the study's settings."""
+        kw = dict(public=public, temperature=self.temperature, seed=run_seed, **self.client_train)
+        return {"FedMD": FedMD(**kw), "FedCT": FedCT(**kw), "COMET": COMET(k=self.comet_k, **kw)}
+
+    def run_item(self, item: tuple[str, object, int]) -> dict:
+        """One item of :meth:`items`: ``rows``, ``curves``, ``bytes``, ``clusters`` (lists) and
+        ``seconds``; a main item adds what :attr:`StudyResults.main` lists."""
+        kind, key, s = item
+        out = {"rows": [], "curves": [], "bytes": [], "clusters": []}
+        t0 = time.perf_counter()
+        if kind == "main":
+            public, hidden, fed, planted = self.split(s)
+            ds = fed.global_test
+            archs = self.architectures(self.base_mix, self.n_clients, ds)
+            cfg = LoopConfig(rounds=self.rounds, seed=s, eval_every=1)
+            methods = {"COSMOS": self.cosmos_method(ds, public, s), **self.baselines(public, s)}
+            for name, m in methods.items():
+                run = run_federated(m, fed, archs, cfg)
+                out["rows"].append({"study": "main", "setting": "default", "seed": s, "method": name, **accuracy_points(run.frame)})
+                curve = run.curve("local")
+                out["curves"].append(pd.DataFrame({"seed": s, "method": name, "round": curve.index, "mean": 100 * curve.values}))
+                out["bytes"].append({"seed": s, "method": name, **training_bytes(run, self.n_clients, self.rounds)})
+                if name == "COSMOS":  # the paper's protocol: each evaluated client downloads its cluster model
+                    led = run.ledger.to_frame()
+                    out["deploy_bytes"] = float(led[led["kind"] == "eval:cluster_model"]["bytes"].mean())
+                    own = evaluate_deployment(dataclasses.replace(m, deploy_model="client"), run, fed, archs, cfg)
+                    out["rows"].append({"study": "main", "setting": "default", "seed": s, "method": "COSMOS (client models)",
+                                        **accuracy_points(own)})
+                    for h in cosmos_history(run.server):
+                        out["clusters"].append({"seed": s, **{k: v for k, v in h.items() if k != "seeds"}})
+                    out["purity"] = group_purity(grouping(run.server), planted)
+                    out["n_public"], out["test_size"] = len(public), float(np.mean([len(c.test) for c in fed.clients]))
+                    out["train_size"] = float(np.mean([len(c.train) for c in fed.clients]))
+                    one = list(self.mixtures.values())[0]
+                    out["params"] = self.architectures(one, 1, ds).parameters()[one[0]]
+                    out["first"] = (run, m) if s == self.first_seed else None
+                if name == "COMET":
+                    out["comet_purity"] = group_purity(grouping(run.server), planted)
+        elif kind == "mixture":
+            public, hidden, fed, planted = self.split(s)
+            ds = fed.global_test
+            archs = self.architectures(self.mixtures[key], self.n_clients, ds)
+            cfg = LoopConfig(rounds=self.rounds, seed=s, eval_every=0)
+            for name, m in (("COSMOS", self.cosmos_method(ds, public, s)), ("COMET", self.baselines(public, s)["COMET"])):
+                run = run_federated(m, fed, archs, cfg)
+                out["rows"].append({"study": "mixture", "setting": key, "seed": s, "method": name, **accuracy_points(run.frame)})
+        elif kind == "homogeneous":
+            public, hidden, fed, planted = self.split(s)
+            ds = fed.global_test
+            archs = self.architectures(self.mixtures[key], self.n_clients, ds)
+            cfg = LoopConfig(rounds=self.rounds, seed=s, eval_every=0)
+            train = self.pfl_train
+            pfl = {"FedAvg": FedAvg(train=train), "Ditto": Ditto(train=train, personal_train=train),
+                   "FedBABU": FedBABU(train=train, finetune=self.finetune), "FedRep": FedRep(train=train, head_train=train)}
+            for name, m in pfl.items():
+                run = run_federated(m, fed, archs, cfg)
+                out["rows"].append({"study": "homogeneous", "setting": key, "seed": s, "method": name, **accuracy_points(run.frame)})
+                if name == "FedAvg":
+                    out["bytes"].append({"seed": s, "method": "FedAvg (one architecture)",
+                                         **training_bytes(run, self.n_clients, self.rounds)})
+        elif kind == "sweep":
+            study, value = key
+            share = value if study == "|U| share" else None
+            clients = value if study == "clients" else None
+            public, hidden, fed, planted = self.split(s, share=share, clients=clients)
+            ds = fed.global_test
+            archs = self.architectures(self.base_mix, fed.n_clients, ds)
+            change = {"λ": dict(lam=value), "T": dict(temperature=value), "rule": dict(rule=value),
+                      "clusters": dict(target_clusters=value), "detach": dict(detach_target=value),
+                      "server": dict(server_model=self.server_factory(ds, self.small_server))}.get(study, {})
+            m = self.cosmos_method(ds, public, s, **change)
+            run = run_federated(m, fed, archs, LoopConfig(rounds=self.sweep_rounds, seed=s, eval_every=0))
+            out["rows"].append({"study": study, "setting": str(value), "seed": s, "method": "COSMOS", **accuracy_points(run.frame),
+                                "clusters": int(run.server.meta["n_groups"]), "purity": group_purity(grouping(run.server), planted)})
+        else:
+            raise ValueError(f"unknown item kind {kind!r}; valid: {', '.join(KINDS)}")
+        out["seconds"] = time.perf_counter() - t0
+        return out
+
+    def run(self, seeds: Sequence[int], workers: int = 1, threads: int = 1) -> StudyResults:
+        """Every item of :meth:`items` (spread over ``workers`` processes with ``threads`` torch
+        threads each, :func:`fedlib.parallel.map_parallel`), gathered."""
+        items = self.items(seeds)
+        results = map_parallel(self.run_item, items, workers, threads=threads)
+        return StudyResults(rows=pd.DataFrame([r for res in results for r in res["rows"]]),
+                            curves=pd.concat([c for res in results for c in res["curves"]], ignore_index=True),
+                            nbytes=pd.DataFrame([r for res in results for r in res["bytes"]]),
+                            clusters=pd.DataFrame([r for res in results for r in res["clusters"]]),
+                            main=[res for (kind, _, _), res in zip(items, results) if kind == "main"],
+                            seconds=sum(res["seconds"] for res in results))
+
+
+class Sensitivity:
+    """The sensitivity runs of a study read per seed: a study's value against its default.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        :attr:`StudyResults.rows` (the rows of the sensitivity runs are those of no main, mixture
+        or one-architecture study).
+    defaults : mapping
+        :attr:`COSMOSStudy.sweep_defaults`; the default setting ran once, under ``"λ"``.
+    sweeps : mapping of str to sequence
+        The values tried per study (the ``sweeps`` of :class:`COSMOSStudy`).
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"study": ["λ", "λ", "T"], "setting": ["5.0", "0.0", "0.0"], "seed": 0, "method": "COSMOS",
+    ...                      "mean": [80.0, 70.0, 75.0], "clusters": 5, "purity": 1.0})
+    >>> s = Sensitivity(rows, {"λ": 5.0, "T": 1.0}, {"λ": [0.0], "T": [0.0]})
+    >>> s.values("T", 1.0).tolist(), s.best_other("T").tolist(), s.best_other("rule")
+    ([80.0], [75.0], None)
+    """
+
+    def __init__(self, rows: pd.DataFrame, defaults: Mapping, sweeps: Mapping[str, Sequence]) -> None:
+        self.defaults, self.sweeps = dict(defaults), dict(sweeps)
+        self.sweep = rows[~rows.study.isin(["main", "mixture", "homogeneous"])]
+        default = self.sweep[self.sweep.study == "λ"]
+        self.default = default[default.setting == str(self.defaults["λ"])]
+
+    def values(self, study: str, value) -> np.ndarray:
+        """The ``mean`` accuracy per seed (in seed order) of ``study`` at ``value`` (the default runs at its default)."""
+        part = self.default if value == self.defaults[study] else \
+            self.sweep[(self.sweep.study == study) & (self.sweep.setting == str(value))]
+        return part.sort_values("seed")["mean"].to_numpy()
+
+    def best_other(self, study: str) -> np.ndarray | None:
+        """Per seed, the best of ``study``'s values other than the default; ``None`` where none is swept."""
+        others = list(self.sweeps.get(study, []))
+        return np.max(np.stack([self.values(study, v) for v in others]), axis=0) if others else None
+
+    def larger_vs_smaller(self, study: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(values at the larger, values at the smaller)``: the sweep's largest value against the
+        default where it tries a larger one, else the default against its smallest; ``None`` where
+        ``study`` is not swept."""
+        if study not in self.sweeps:
+            return None
+        default = self.defaults[study]
+        more = [v for v in self.sweeps[study] if v > default]
+        fewer = [v for v in self.sweeps[study] if v < default]
+        return ((self.values(study, max(more)), self.values(study, default)) if more
+                else (self.values(study, default), self.values(study, min(fewer))))
+
+    def largest_vs_default(self, study: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(values at the sweep's largest value, values at the default)``; ``None`` where the sweep
+        tries no value above the default."""
+        if study not in self.sweeps or not max(self.sweeps[study]) > self.defaults[study]:
+            return None
+        return self.values(study, max(self.sweeps[study])), self.values(study, self.defaults[study])
+
+    def study_rows(self, study: str) -> pd.DataFrame:
+        """The rows of ``study``'s runs, the default setting's included (the runs of the λ default,
+        relabelled as ``study`` at its default value)."""
+        part = self.sweep[self.sweep.study == study]
+        if study != "λ":
+            part = pd.concat([part, self.default.assign(study=study, setting=str(self.defaults[study]))], ignore_index=True)
+        return part
+
+
+__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "seed_values",
+           "training_bytes"]

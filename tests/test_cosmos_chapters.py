@@ -1,0 +1,251 @@
+"""The procedures of the COSMOS derivations chapter (fedlib.experiments.cosmos_checks and
+fedlib.experiments.cosmos_synthetic): hand-computed fixtures, the identities they rely on, each
+check shown to fail on a wrong library function, and the synthetic federation's independence of
+torch's global random state."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from threadpoolctl import threadpool_limits
+from scipy.stats import multivariate_normal
+
+import fedlib.experiments.cosmos_checks as cc
+from fedlib.algorithms import COSMOS
+from fedlib.data import make_gaussian_mixture
+from fedlib.distill import PublicSet, consistency_loss, kl_rows, make_public_set
+from fedlib.experiments.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
+                                              consistency_gradient_checks, cosmos_iterations, greedy_rule_violations,
+                                              lemma52_random_checks, lemma_rows, monotonicity_search, random_pseudo_labels)
+from fedlib.experiments.cosmos_synthetic import (Circle, Linear, SyntheticRun, client_objective, error_rate, fitted_ratio,
+                                                 hessian_checks, linear_from, shift_basis, synthetic_run, theory_table)
+from fedlib.federation import make_federation
+from fedlib.models import build_model
+from fedlib.rng import numpy_rng
+from fedlib.training import TrainConfig
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Small models on a shared 2-core machine: one torch and one BLAS/OpenMP thread (restored after this module)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(before)
+
+
+F64 = torch.float64
+
+
+# ---- Algorithm 1 ---------------------------------------------------------------------------------
+
+def test_random_pseudo_labels_are_seeded_rows_on_the_simplex():
+    a = random_pseudo_labels(np.random.default_rng(3), 6, 7, 5)
+    b = random_pseudo_labels(np.random.default_rng(3), 6, 7, 5)
+    assert a.shape == (6, 7, 5) and a.dtype == F64 and torch.equal(a, b)
+    assert torch.allclose(a.sum(dim=2), torch.ones(6, 7, dtype=F64)) and bool((a > 0).all())
+
+
+def test_the_greedy_replay_accepts_algorithm_1_and_counts_each_wrong_step():
+    d = np.abs(np.subtract.outer([0.0, 1.0, 2.0, 10.0], [0.0, 1.0, 2.0, 10.0]))  # points on a line
+    # at B0 = 1.5 client 1 has two close neighbours, the others at most one: it seeds {0, 1, 2}, then {3}
+    assert greedy_rule_violations(d, 1.5, np.array([0, 0, 0, 1]), [1, 3]) == 0
+    assert greedy_rule_violations(d, 1.5, np.array([0, 0, 1, 2]), [0, 2, 3]) == 1  # seed 0 has fewer neighbours than 1
+    assert greedy_rule_violations(d, 1.5, np.array([0, 0, 0, 0]), [1]) == 2  # cluster 0 too large, and 3 left over
+
+
+def test_algorithm1_checks_pass_on_greedy_b0_and_fail_on_a_wrong_rule(monkeypatch):
+    r = algorithm1_checks(numpy_rng(0, 301), 15)
+    assert (r["partition_bad"], r["rule_bad"]) == (0, 0)
+    assert r["radius_excess"] <= 0 and r["diam_excess"] <= 1e-12 and 0 < r["worst_ratio"] <= 1 + 1e-12
+    assert r["n_clusters"] >= 15 and r["inst_over_b0"] <= r["over_b0"] <= r["n_clusters"]
+
+    def alone(d, b0):  # every client a cluster of its own, whatever B0 says
+        return np.arange(len(d)), list(range(len(d)))
+
+    monkeypatch.setattr(cc, "greedy_b0", alone)
+    wrong = algorithm1_checks(numpy_rng(0, 301), 15)
+    assert wrong["partition_bad"] == 0 and wrong["rule_bad"] > 0
+
+
+def test_b0_search_checks_pass_and_fail_on_a_threshold_that_is_not_the_smallest(monkeypatch):
+    r = b0_search_checks(numpy_rng(0, 302), 4, 60)
+    assert (r["reach_bad"], r["smaller_bad"], r["grid_bad"]) == (0, 0, 0)
+    assert r["overshoot"].shape == (4,) and (r["overshoot"] >= -1e-9).all()
+    monkeypatch.setattr(cc, "b0_for_clusters", lambda d, target: float(d.max()))  # always reaches the target
+    wrong = b0_search_checks(numpy_rng(0, 302), 4, 60)
+    assert wrong["reach_bad"] == 0 and wrong["smaller_bad"] > 0
+
+
+def test_the_monotonicity_search_finds_none_with_three_clients_and_a_checkable_example_with_more():
+    assert monotonicity_search(np.random.default_rng(1), 40, m=3) == (0, None)  # provably none (exercise 3)
+    found, example = monotonicity_search(numpy_rng(0, 303), 30)
+    assert found > 0 and 4 <= example["m"] <= 9
+    assert example["low"] < example["high"] and example["k_low"] < example["k_high"]
+
+
+# ---- Lemma 5.2 -----------------------------------------------------------------------------------
+
+def test_the_random_lemma_checks_pass_find_the_mean_reading_false_and_catch_a_wrong_b(monkeypatch):
+    r = lemma52_random_checks(numpy_rng(0, 311), 100)
+    assert (r["lemma_bad"], r["chain_bad"], r["diam_bad"], r["profile_bad"]) == (0, 0, 0, 0)
+    assert r["mean_reading_bad"] > 0 and 0 < len(r["slack"]) == len(r["bound_terms"]) <= 100
+    assert min(r["slack"]) >= -1e-12
+    true_lemma52 = cc.lemma52
+    monkeypatch.setattr(cc, "lemma52", lambda *a, **k: true_lemma52(*a, radius=0.0, **k))  # B = 0: the chain breaks
+    assert lemma52_random_checks(numpy_rng(0, 311), 30)["chain_bad"] > 0
+
+
+def _iterations(b0: float) -> list[dict]:
+    labels = {0: torch.tensor([[0.9, 0.1], [0.2, 0.8]], dtype=F64), 1: torch.tensor([[0.7, 0.3], [0.6, 0.4]], dtype=F64),
+              2: torch.tensor([[0.1, 0.9], [0.5, 0.5]], dtype=F64)}
+    return [dict(t=1, labels=labels, groups={0: 0, 1: 0, 2: 1}, history={"b0": b0, "seeds": [0, 2]})]
+
+
+def test_lemma_rows_by_hand():
+    # U holds two points of classes 0 and 1; clients 0 and 1 share a cluster; client 2 (alone) supports class 0 only
+    rows = lemma_rows(_iterations(0.6), [np.array([0, 1]), np.array([0, 1]), np.array([0])], np.array([0, 1])).set_index("client")
+    assert rows["t"].tolist() == [1, 1, 1] and rows["cluster size"].tolist() == [2, 2, 1] and rows["|U_i|"].tolist() == [2, 2, 1]
+    # d_U(0, 1) = 0.2 + 0.2 + 0.4 + 0.4 = 1.2 = 2B for both; the mean is (0.8, 0.2), (0.4, 0.6): right on both points
+    assert rows["2B"].tolist() == pytest.approx([1.2, 1.2, 0.0])
+    assert rows["γ"].tolist() == pytest.approx([0.6, 0.2, 0.8])
+    assert rows["Err(f_i)"].tolist() == pytest.approx([0.0, 0.5, 1.0]) and rows["Err(f̄)"].tolist() == pytest.approx([0.0, 0.0, 1.0])
+    assert rows["bad"].tolist() == [0, 1, 0] and rows["gap"].tolist() == pytest.approx([0.0, -0.5, 0.0])
+    assert rows["2B/(γ|U_i|)"].tolist() == pytest.approx([1.2 / 1.2, 1.2 / 0.4, 0.0])
+    # S: |0.8 - 0.9| · 2 + |0.4 - 0.2| · 2 = 0.6 for client 0, |0.8 - 0.7| · 2 + |0.4 - 0.6| · 2 = 0.6 for client 1
+    assert rows["S/(γ|U_i|)"].tolist() == pytest.approx([0.6 / 1.2, 0.6 / 0.4, 0.0])
+    assert rows["holds"].all() and rows["holds, B = diameter on U"].all() and rows["mean reading holds"].all()
+    # the margin profile of client 1 (margins 0.2, 0.4): min(0 + 1.2/(0.2 · 2), 1/2 + 1.2/(0.4 · 2)) = 2
+    assert rows.loc[1, "margin-profile term"] == pytest.approx(2.0)
+    # a client with no supported public point is left out
+    assert len(lemma_rows(_iterations(0.6), [np.array([0, 1]), np.array([0, 1]), np.array([5])], np.array([0, 1]))) == 2
+
+
+def test_assumption_5_1_over_time_by_hand():
+    table = assumption51_over_time(_iterations(0.6))
+    # on all of U: d(0, 1) = 1.2, seed 0's member 1 at 1.2 and client 2 alone: 1.2 / 0.6 = 2 for both
+    assert table.index.tolist() == [1] and table.loc[1, "clusters"] == 2
+    assert table.loc[1, "max seed radius / B₀"] == pytest.approx(2.0) and table.loc[1, "max diameter / B₀"] == pytest.approx(2.0)
+    assert assumption51_over_time(_iterations(0.0)).loc[1, "max diameter / B₀"] == 0.0  # B0 = 0: no ratio
+
+
+def test_cosmos_iterations_record_every_round():
+    ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=16, separation=4.0, seed=0).dataset
+    public, rest, _ = make_public_set(ds, 0.2, seed=0)
+    fed = make_federation(rest, n_clients=4, partition="dirichlet", alpha=0.5, min_size=8, global_test_per_class=5, seed=0)
+    adam = TrainConfig(epochs=1, batch_size=16, optimizer="adam", lr=1e-2)
+    model = lambda: build_model("mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))  # noqa: E731
+    method = COSMOS(public=public, server_model=model, server_train=adam, pretrain=adam, train=adam, distill=adam,
+                    target_clusters=2, seed=0)
+    its = cosmos_iterations(method, fed, model, 2, 0)
+    assert [it["t"] for it in its] == [1, 2] and [it["history"]["round"] for it in its] == [1, 2]
+    for it in its:
+        assert sorted(it["groups"]) == [0, 1, 2, 3] and len(set(it["groups"].values())) <= 2
+        assert all(v.dtype == F64 and v.shape == (len(public), 3) for v in it["labels"].values())
+
+
+# ---- the consistency gradient ----------------------------------------------------------------------
+
+def test_the_gradient_checks_hold_and_catch_an_objective_that_ignores_the_detach(monkeypatch):
+    r = consistency_gradient_checks(numpy_rng(0, 341), 0, 3)
+    assert r["clean_grad_is_none"] and max(r["err_logits"], r["err_none"], r["err_params_nd"], r["err_params_d"],
+                                           r["err_objective"]) < 1e-12
+    assert min(r["rel_diff"]) > 0 and len(r["cosines"]) == len(r["clean_share"]) == 3
+    true_objective = cc.distillation_objective
+    monkeypatch.setattr(cc, "distillation_objective", lambda *a, detach_target, **k: true_objective(*a, detach_target=False, **k))
+    assert consistency_gradient_checks(numpy_rng(0, 341), 0, 3)["err_objective"] > 1e-6
+
+
+# ---- the synthetic federation --------------------------------------------------------------------
+
+def test_the_circle_by_hand():
+    circle = Circle(n_classes=4, radius=2.0)
+    np.testing.assert_allclose(circle.means, [[2, 0], [0, 2], [-2, 0], [0, -2]], atol=1e-15)
+    x, y = circle.draw(np.random.default_rng(0), np.array([0.5, 0.5, 0.0, 0.0]), 400)
+    assert x.shape == (400, 2) and set(np.unique(y)) == {0, 1}
+    # the log densities are N(x; μ_y, I)'s up to one constant, -log(2π)
+    ref = np.stack([multivariate_normal(mean=m).logpdf(x) for m in circle.means], axis=1)
+    np.testing.assert_allclose(ref - circle.log_density(x), -math.log(2 * math.pi), atol=1e-12)
+    with pytest.raises(ValueError, match="n_classes must be an int >= 2, got 1"):
+        Circle(n_classes=1)
+
+
+def test_linear_from_loads_the_weights_without_touching_the_global_random_state():
+    source = Linear(2, 3)
+    before = torch.random.get_rng_state()
+    model = linear_from(source.state_dict(), 2, 3)
+    assert torch.equal(torch.random.get_rng_state(), before) and not model.training
+    assert torch.equal(model.head.weight, source.head.weight) and torch.equal(model.head.bias, source.head.bias)
+
+
+def test_error_rate_and_fitted_ratio_by_hand():
+    assert error_rate(lambda z: torch.cat([z, -z], 1), np.array([[1.0], [-2.0], [3.0], [-4.0]]), np.array([0, 0, 0, 1])) == 0.25
+    assert fitted_ratio([0.9 * 0.7**t for t in range(5)]) == pytest.approx(0.7, rel=1e-12)
+    assert fitted_ratio([0.5]) is None and fitted_ratio([0.5, -0.1]) is None and fitted_ratio([0.5, 0.0]) is None
+
+
+def _run(frame: pd.DataFrame, w_exact=(2.0, 1.5), w_mc=(1.5, 1.2)) -> SyntheticRun:
+    return SyntheticRun(frame=frame, bayes=0.1, local=0.3, prior=np.full((2, 4), 0.25), public=PublicSet(torch.zeros(3, 2)),
+                        w_exact=w_exact, w_mc=w_mc, hessian_points=[])
+
+
+def test_the_theory_table_by_hand():
+    frame = pd.DataFrame({"t": [1, 2, 3], "R†(h)": [0.5, 0.3, 0.2], "mean R(f_i^(t,1))": [0.4, 0.3, 0.3],
+                          "b̄ on Q": [0.2, 0.1, 0.1], "b̄ on D_i": [0.25, 0.1, 0.05]}).set_index("t")
+    row = theory_table({"s": _run(frame)}).loc["s"]
+    assert row["b̄"] == 0.25 and row["b̄ ≤ 1/3 (Ass. 5.8)"] and row["1/b̄ > 2w1w2 + 1"] == (4 > 2 * 3 + 1)
+    assert row["κ2 ≥"] == pytest.approx(4 * 3.0 / 3**2) and row["κ2 ≥ (Monte Carlo w)"] == pytest.approx(4 * 1.8 / 9)
+    assert row["fitted ratio of R† − Bayes"] == pytest.approx(fitted_ratio([0.4, 0.2, 0.1]))
+    assert (row["R† first"], row["R† last"], row["Bayes risk"], row["local only"]) == (0.5, 0.2, 0.1, 0.3)
+    perfect = theory_table({"s": _run(frame.assign(**{"b̄ on Q": 0.0, "b̄ on D_i": 0.0}))}).loc["s"]
+    assert perfect["κ2 ≥"] == math.inf and perfect["1/b̄ > 2w1w2 + 1"]
+
+
+def test_the_client_objective_is_the_distillation_objective_and_flat_along_the_logit_shifts():
+    g = torch.Generator().manual_seed(0)
+    C, D, n = 3, 2, 7
+    x, x_aug = torch.randn(n, D, generator=g, dtype=F64), torch.randn(n, D, generator=g, dtype=F64)
+    target = torch.softmax(torch.randn(n, C, generator=g, dtype=F64), 1)
+    theta = torch.randn(C * (D + 1), generator=g, dtype=F64)
+    W, b = theta[:C * D].reshape(C, D), theta[C * D:]
+    ref = (kl_rows(target, x @ W.T + b) + 1.5 * consistency_loss(x_aug @ W.T + b, x @ W.T + b)).mean()
+    assert float(client_objective(theta, x, x_aug, target, 1.5, C, D)) == pytest.approx(float(ref), rel=1e-14)
+    S = shift_basis(C, D)
+    assert S.shape == (C * (D + 1), D + 1) and torch.allclose(S.T @ S, torch.eye(D + 1, dtype=F64), atol=1e-14)
+    for v in torch.randn(5, D + 1, generator=g, dtype=F64):
+        shifted = client_objective(theta + S @ v * 3, x, x_aug, target, 1.5, C, D)
+        assert float(shifted) == pytest.approx(float(client_objective(theta, x, x_aug, target, 1.5, C, D)), abs=1e-12)
+
+
+def test_the_hessian_checks_on_hand_made_points():
+    circle = Circle()
+    g = torch.Generator().manual_seed(1)
+    public = PublicSet(torch.randn(30, 2, generator=g))
+    points = [(Linear(2, 4), torch.softmax(torch.randn(30, 4, generator=g, dtype=F64), 1)) for _ in range(2)]
+    run = SyntheticRun(frame=pd.DataFrame(), bayes=0.0, local=0.0, prior=np.zeros((2, 4)), public=public,
+                       w_exact=(1.0, 1.0), w_mc=(1.0, 1.0), hessian_points=points)
+    h = hessian_checks({"s": run}, seed=0, hessian_points=3, circle=circle)
+    assert (h["n_params"], h["shift_dims"]) == (12, 3) and h["flat_err"] < 1e-10
+    assert h["table"]["points"].tolist() == [2, 3, 3, 3]
+    assert h["table"].index.tolist() == [("s: final client parameters", 0.1), ("random parameters", 0.1),
+                                         ("random parameters", 1.0), ("random parameters", 3.0)]
+    assert math.isfinite(h["final_min"]) and math.isfinite(h["small_min"]) and 0 <= h["large_neg"] <= 1
+
+
+def test_synthetic_run_does_not_depend_on_torchs_global_random_state():
+    """Local training alone draws its initial weights from the run's seed, not from torch's global generator."""
+    runs = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        runs.append(synthetic_run("mild skew", seed=0, n_clients=3, n_eval=200, local_epochs=1, rounds=1))
+    a, b = runs
+    assert a.local == b.local and a.frame.equals(b.frame) and a.bayes == b.bayes
+    assert a.w_exact == (float(4 * a.prior.max(axis=1).max()), float(1 / (4 * a.prior.min(axis=1).min())))
+    assert len(a.hessian_points) == 3 and a.frame.index.tolist() == [1]
+    with pytest.raises(ValueError, match="unknown setting 'wild'; valid: mild skew, label groups"):
+        synthetic_run("wild", seed=0, n_clients=3, n_eval=10, local_epochs=1, rounds=1)
