@@ -271,7 +271,7 @@ class RunResult:
     ledger : the communication ledger
     server : the final server state
     client_states : each client's final persistent state (a dict, or the disk store of
-        ``LoopConfig(states="disk")``: the same mapping ``client -> State``)
+        ``RunOptions(states="disk")``: the same mapping ``client -> State``)
     rounds_done : the last completed round
     algorithm : the algorithm's name
     departed : the clients that left the federation (``leave`` events applied) and did not join

@@ -197,7 +197,7 @@ glue("perf_n_fold", sum(streams(cls) for cls in ALGORITHMS.values()), display=Fa
 #   records every copy that would cross the network.
 # - **Client states on disk.** A stateful method (Ditto's personal models, FedRep's heads) with
 #   thousands of clients can keep each client's state in a file of its own:
-#   `LoopConfig(states="disk", states_dir=...)` ({class}`fedlib.store.DiskStates`, atomic writes),
+#   `RunOptions(states="disk", states_dir=...)` ({class}`fedlib.store.DiskStates`, atomic writes),
 #   with the same results as in memory. An empty state (every stateless method's) costs no file.
 # - **Evaluation on a sample.** `LoopConfig(eval_clients=m)` evaluates a seeded sample of `m`
 #   clients in each evaluated round; the protocol's means, floors and tails are then the sample's,
