@@ -530,6 +530,8 @@ def format_value(x: float) -> str:
         return "∞"
     if x == 0 or 1e-2 <= abs(x) < 1e4:
         return f"{x:g}"
+    if float(f"{x:.0e}") != x:  # not a digit times a power of ten: no rounding to one digit
+        return f"{x:.3g}"
     mantissa, exponent = f"{x:.0e}".split("e")
     power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
     return power if mantissa == "1" else f"{mantissa} × {power}"

@@ -35,7 +35,8 @@ and only ever receives messages; only the transport's clients hold a
 Two small configs: :class:`LoopConfig` says what the run computes (rounds, participation,
 seed, events, failure policies, the evaluation schedule; a checkpoint's fingerprint covers it),
 :class:`RunOptions` how it is run and kept (engine, checkpoint, progress bar, where client
-states live, what else to keep), none of which changes a result.
+states live, what else to keep), none of which changes a result beyond the float32 rounding of
+clients trained stacked (which a checkpoint's fingerprint covers too).
 
 Files: results folders and checkpoints hold tensors, numbers and strings only and are read with
 ``torch.load(weights_only=True)`` (:func:`fedlib.io.load_tensors_json`), so opening a results
@@ -47,7 +48,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,7 +59,7 @@ import torch
 from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State, same_arrays
 from .metrics import RARE_RATIO, protocol_summary
-from .protocol import Algorithm, Event
+from .protocol import Algorithm, Event, map_messages
 from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
 from .store import STATE_STORES, make_states
 from .transport import ClientFailure, Transport
@@ -173,9 +174,10 @@ class RunOptions:
     keep_predictions : keep every evaluated client's predicted labels of the last evaluated
         round in :attr:`RunResult.predictions` (to score them again, e.g. under another rare
         threshold: :func:`fedlib.metrics.rescore`)
-    observe : called after every round with ``(round, server state, client states)`` (the
-        latter the mapping ``client -> State``), e.g. to record the run's trajectory; it must not
-        change them
+    observe : called after every round this call runs with ``(round, server state, client states)``
+        (the latter the mapping ``client -> State``), e.g. to record the run's trajectory; it must
+        not change them. A run resumed from a checkpoint calls it for the rounds it runs, not for
+        those the checkpoint holds
     """
 
     execution: str = "sequential"
@@ -220,13 +222,15 @@ class Server:
         several clients stays one object)."""
         out = _one_per_client(self._algorithm.configure_evaluate(self.state, round_, list(clients)), clients,
                               "configure_evaluate", round_)
-        relabeled: dict[int, Message] = {}
-        return {k: relabeled.setdefault(id(m), Message(arrays=m.arrays, meta=m.meta, kind=f"eval:{m.kind}"))
-                for k, m in out.items()}
+        return map_messages(out, lambda m: Message(arrays=m.arrays, meta=m.meta, kind=f"eval:{m.kind}"))
 
     def fold(self, round_: int):
         """The algorithm's fold for this round's replies (:meth:`fedlib.protocol.Algorithm.aggregate`)."""
-        return self._algorithm.aggregate(self.state, round_)
+        fold = self._algorithm.aggregate(self.state, round_)
+        if not (callable(getattr(fold, "add", None)) and callable(getattr(fold, "finish", None))):
+            raise TypeError(f"{type(self._algorithm).__name__}.aggregate returned {type(fold).__name__} in round {round_}; "
+                            "valid: a fold with add(client, reply) and finish() -> State (e.g. fedlib.protocol.ModelAverage)")
+        return fold
 
     @staticmethod
     def add(fold, client: int, message: Message) -> None:
@@ -244,6 +248,9 @@ class Server:
 
 def _one_per_client(messages, clients: Sequence[int], hook: str, round_: int) -> dict[int, Message]:
     """``messages`` checked to hold one :class:`~fedlib.messages.Message` per client, in the order of ``clients``."""
+    if not isinstance(messages, Mapping):
+        raise TypeError(f"{hook} returned {type(messages).__name__} in round {round_}; valid: a mapping client -> "
+                        "Message, one per client (one message for all: dict.fromkeys(clients, message))")
     missing = [k for k in clients if k not in messages]
     if missing:
         raise ValueError(f"{hook} gave no message for client(s) {missing} in round {round_}; it must return one per "
@@ -281,7 +288,8 @@ class RunResult:
         server state, which stays bit-for-bit reproducible)
     predictions : with ``RunOptions(keep_predictions=True)``, each client evaluated in the last
         evaluated round: ``{client: (local test predictions, global test predictions)}``, label
-        arrays of shape (n_local,) and (n_global,) (kept in memory, not saved)
+        arrays of shape (n_local,) and (n_global,) (kept in memory, not saved; empty when no
+        round was evaluated); ``None`` otherwise
     """
 
     frame: pd.DataFrame
@@ -483,12 +491,15 @@ def run_rounds(
     -------
     RunResult
     """
+    _check_transport(transport, config.seed)
     n = transport.n_clients
     _validate_events(config.events, n)
     seed = config.seed
-    _check_transport(transport, seed)
     _check_agnostic(algorithm, transport)
 
+    if options.keep_predictions and not transport.keeps_predictions:
+        raise ValueError(f"the {transport.name} transport cannot return the clients' predictions (they stay on the "
+                         "clients); valid: RunOptions(keep_predictions=False)")
     ckpt = Path(options.checkpoint) if options.checkpoint else None
     fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": {**config.fingerprint(), **transport.fingerprint()},
                                    "federation": transport.description})
@@ -599,6 +610,10 @@ def run_rounds(
 
 
 def _check_transport(transport: Transport, seed: int) -> None:
+    missing = [a for a in ("initial_model", "seed", "n_clients", "description") if not hasattr(transport, a)]
+    if missing:
+        raise TypeError(f"{type(transport).__name__} lacks {', '.join(missing)}: a transport says what it carries "
+                        "(fedlib.transport.Transport)")
     if transport.seed != seed:
         raise ValueError(f"the transport's clients derive their streams from seed {transport.seed}, but the run's seed "
                          f"is {seed}: build the transport with the run's seed")

@@ -12,7 +12,7 @@ hook                     runs on     does
 ``init_server``          server      the server state from the initial model
 ``configure_train``      server      each sampled client's training message (default: the
                                      ``model/`` arrays, **one** message object shared by every
-                                     client, so the loop and Flower can build it once)
+                                     client, so the server builds it once)
 ``local_update``         client      (state, message, data, generator) -> (new state, reply);
                                      a :class:`ProgramMethod` writes it as a
                                      :class:`~fedlib.training.LocalProgram` instead (stackable)
@@ -45,6 +45,7 @@ Shared parts for plug-ins (so that no method writes them again): :func:`model_ar
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -155,7 +156,12 @@ def map_messages(messages: Mapping[int, Message], change: Callable[[Message], Me
     (True, 'request')
     """
     done: dict[int, Message] = {}
-    return {k: done.setdefault(id(m), change(m)) for k, m in messages.items()}
+    out = {}
+    for k, m in messages.items():
+        if id(m) not in done:
+            done[id(m)] = change(m)
+        out[k] = done[id(m)]
+    return out
 
 
 class ModelAverage:
@@ -247,10 +253,33 @@ def streams(algorithm: "Algorithm | type[Algorithm]") -> bool:
     return not getattr(cls.aggregate, "needs_all_replies", False)
 
 
+REMOVED_HOOKS = {
+    "broadcast": "configure_train", "train_message": "configure_train", "eval_broadcast": "configure_evaluate",
+    "eval_message": "configure_evaluate", "local_program": "ProgramMethod.program", "fold": "aggregate",
+    "aggregator": "aggregate", "init_client": "local_update (a client's state starts empty)",
+    "aggregation": "aggregate (with needs_all_replies)", "program_hooks": "ProgramMethod",
+}
+"""Names of an earlier method contract and what replaced them: a method that defines one is
+refused when its class is defined, so that no hook is silently never called."""
+
+
 class Algorithm:
     """Base class: FedAvg's server side (the model to every client, the sample-weighted average)."""
 
     name = "base"
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        old = sorted(set(vars(cls)) & set(REMOVED_HOOKS))
+        if old:
+            raise TypeError(f"{cls.__name__} defines {', '.join(old)}, which the method contract no longer calls; "
+                            + "; ".join(f"{name} -> {REMOVED_HOOKS[name]}" for name in old))
+        aggregate = vars(cls).get("aggregate")
+        if aggregate is not None and not getattr(aggregate, "needs_all_replies", False):
+            if len(inspect.signature(aggregate).parameters) != 3:  # (self, server, round_)
+                raise TypeError(f"{cls.__name__}.aggregate{inspect.signature(aggregate)} does not have the hook's "
+                                "form aggregate(self, server, round_) -> fold; a rule over the list of the round's "
+                                "replies is declared with @needs_all_replies")
 
     model_agnostic = False
     """Whether the method works with clients of different architectures
@@ -321,9 +350,14 @@ class ProgramMethod(Algorithm):
     runs sequentially. A subclass that defines ``local_update`` is refused when it is defined.
     """
 
+    stacks = True
+    """Whether this method's programs can be stacked at all (:func:`fedlib.protocol.vectorizable`);
+    a method whose every round is :class:`~fedlib.training.SequentialWork` (FedMix-style's mixing)
+    says ``False``, and a wrapper says what its base allows."""
+
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        if "local_update" in vars(cls):
+        if cls.local_update is not ProgramMethod.local_update:  # defined here or inherited from a mixin
             raise TypeError(f"{cls.__name__} derives from ProgramMethod, whose local_update is final (it runs "
                             "program()); write the local work in program(), or derive from Algorithm instead")
 
@@ -337,18 +371,19 @@ class ProgramMethod(Algorithm):
 
 
 def vectorizable(algorithm: Algorithm) -> bool:
-    """Whether ``algorithm``'s local work can be stacked with other clients' (it is a
-    :class:`~fedlib.protocol.ProgramMethod`: each round, the clients whose :meth:`~ProgramMethod.program` is a
-    :class:`~fedlib.training.LocalProgram` train stacked).
+    """Whether ``algorithm``'s local work can be stacked with other clients': it is a
+    :class:`~fedlib.protocol.ProgramMethod` whose ``stacks`` says so (each round, the clients whose
+    :meth:`~fedlib.protocol.ProgramMethod.program` is a :class:`~fedlib.training.LocalProgram`
+    train stacked; the others alone).
 
     >>> class Custom(Algorithm):
     ...     def local_update(self, ctx, state, message, data, generator): ...
     >>> vectorizable(Custom())
     False
     """
-    return isinstance(algorithm, ProgramMethod)
+    return isinstance(algorithm, ProgramMethod) and bool(algorithm.stacks)
 
 
-__all__ = ["HEAD", "HOOKS", "MODEL", "Algorithm", "ClientContext", "Collect", "Event", "LocalWork", "ModelAverage",
+__all__ = ["HEAD", "HOOKS", "MODEL", "REMOVED_HOOKS", "Algorithm", "ClientContext", "Collect", "Event", "LocalWork", "ModelAverage",
            "Predictor", "ProgramMethod", "body_arrays", "fold_replies", "load_model", "map_messages", "model_arrays",
            "model_message", "needs_all_replies", "streams", "update_message", "vectorizable", "without_head"]

@@ -83,7 +83,11 @@ def run_federated(
     -------
     fedlib.loop.RunResult
     """
-    transport = make_transport(federation, model_fn, config.seed, options) if transport is None else transport
+    if transport is None:
+        transport = make_transport(federation, model_fn, config.seed, options)
+    elif options.execution != "sequential" or options.memory_budget is not None:
+        raise ValueError(f"RunOptions(execution={options.execution!r}, memory_budget={options.memory_budget!r}) choose "
+                         f"the engine, but a transport ({transport.name}) was given: give one or the other")
     return run_rounds(algorithm, _checked(transport, federation), config, options, stop_after=stop_after)
 
 

@@ -57,7 +57,6 @@ class Transport:
     seed : the run seed its clients derive their streams from (the loop refuses a transport
         whose seed is not the run's)
     n_clients : the number of clients it carries
-    n_classes : the federation's number of classes
     description : how the federation was built (:attr:`fedlib.federation.Federation.description`):
         part of a checkpoint's fingerprint
     """
@@ -68,10 +67,12 @@ class Transport:
     the loop then runs model-agnostic methods only."""
     architectures = ""
     """The clients' architectures in words (for error messages)."""
+    keeps_predictions = True
+    """Whether :meth:`evaluate` can return the clients' predictions (``RunOptions(keep_predictions=True)``;
+    not on Flower, where they stay on the nodes)."""
     initial_model: torch.nn.Module
     seed: int
     n_clients: int
-    n_classes: int
     description: dict
 
     def fingerprint(self) -> dict:

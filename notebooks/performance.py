@@ -192,9 +192,10 @@ glue("perf_n_fold", sum(streams(cls) for cls in ALGORITHMS.values()), display=Fa
 # - **Which methods stream.** {glue:text}`perf_n_fold` registered methods aggregate with the fold;
 #   the ones whose aggregation needs every reply at once keep the list and say so:
 #   {glue:text}`perf_list_methods` (their replies carry statistics or prototypes that they stack).
-# - **One message per round.** The server's broadcast depends on its state and the round only, so
-#   the loop builds it once and sends the same message to every sampled client; the ledger still
-#   records every copy that would cross the network.
+# - **One message per round.** By default a method's training message depends on the server's
+#   state and the round only, so the server builds it once and every sampled client receives the
+#   same object (a method that personalizes on the server, as COSMOS, sends each client its own);
+#   the ledger still records every copy that would cross the network.
 # - **Client states on disk.** A stateful method (Ditto's personal models, FedRep's heads) with
 #   thousands of clients can keep each client's state in a file of its own:
 #   `RunOptions(states="disk", states_dir=...)` ({class}`fedlib.store.DiskStates`, atomic writes),
@@ -239,7 +240,7 @@ glue("perf_n_fold", sum(streams(cls) for cls in ALGORITHMS.values()), display=Fa
 #   or control flow and train sequentially, which the transport says once per method.
 # - **Refused.** BatchNorm (running statistics per client) and dropout; fedlib's models default to
 #   GroupNorm and no dropout. Clients are stacked in chunks sized from a memory budget
-#   (`LoopConfig(memory_budget=...)`, {func}`fedlib.engines.vectorized.chunk_size`).
+#   (`RunOptions(memory_budget=...)`, {func}`fedlib.engines.vectorized.chunk_size`).
 #
 # The table times one round's local training of {glue:text}`perf_vec_clients` clients (FedAvg,
 # {glue:text}`perf_vec_epochs` epoch(s), batch {glue:text}`perf_vec_batch`, SGD with momentum,

@@ -7,21 +7,19 @@
    same batches (same initial weights, same per-client generators, same averaging): the ratio of
    their times (target <= 1.10) and whether their final weights agree bit for bit. The two are
    timed alternately, several times, and the medians compared, so that machine noise hits both.
-2. The time and peak memory (max RSS of the executing processes) of executing every chapter at
+2. The time and peak memory (summed PSS of the build and its kernels) of executing every chapter at
    the smoke profile and, with ``--book``, at the book profile, into a temporary folder.
 """
 
 from __future__ import annotations
 
 import argparse
-import resource
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from fedlib.benchmarks import loop_overhead
+from fedlib.memory import measure_command
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,14 +35,13 @@ def report_loop_overhead(rounds: int, repeats: int) -> None:
 
 
 def build_cost(profile: str) -> tuple[float, float]:
+    """The build's wall seconds and the peak memory (PSS, MiB) of it and every kernel it starts
+    (fedlib's one memory meter, :func:`fedlib.memory.measure_command`)."""
     with tempfile.TemporaryDirectory() as out:
-        before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, str(ROOT / "book" / "build.py"), "--profile", profile, "--out", out, "--force"],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
-        seconds = time.perf_counter() - t0
-        peak = max(before, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-    return seconds, peak / 1024
+        m = measure_command([sys.executable, str(ROOT / "book" / "build.py"), "--profile", profile, "--out", out, "--force"])
+    if m["returncode"] != 0:
+        raise RuntimeError(f"the {profile} build failed:\n{m['output'][-2000:]}")
+    return m["seconds"], m["peak_pss_mib"]
 
 
 def main() -> None:

@@ -268,3 +268,8 @@ def test_place_labels_puts_labels_inside_the_axes_without_overlaps():
     assert all(frame.x0 <= b.x0 and b.x1 <= frame.x1 and frame.y0 <= b.y0 and b.y1 <= frame.y1 for b in boxes)
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     plt.close(fig)
+
+
+def test_a_grid_value_is_never_rounded_to_one_digit():
+    assert format_value(1e-4) == "10⁻⁴" and format_value(2e5) == "2 × 10⁵"  # a digit times a power of ten
+    assert format_value(1.5e-3) == "0.0015" and format_value(2.5e-5) == "2.5e-05" and format_value(12345.0) == "1.23e+04"

@@ -112,3 +112,25 @@ def test_isolated_rng_leaves_the_global_state_alone():
 def test_atomic_write_leaves_no_temporary_files(tmp_path):
     p = atomic_write_text(tmp_path / "a" / "b.txt", "hello")
     assert p.read_text() == "hello" and sorted(x.name for x in p.parent.iterdir()) == ["b.txt"]
+
+
+def test_ledger_bytes_per_client_and_round_by_hand():
+    from fedlib.messages import DOWN, UP, Ledger, Message
+
+    ledger = Ledger()
+    for r in (1, 2):
+        for k in (0, 1, 2):
+            ledger.record(r, k, DOWN, Message(arrays={"w": torch.zeros(4)}, kind="model"))  # 16 bytes
+            if k < 2:  # client 2 never replies
+                ledger.record(r, k, UP, Message(arrays={"w": torch.zeros(2)}, kind="update"))  # 8 bytes
+    ledger.record(2, 0, DOWN, Message(arrays={"w": torch.zeros(8)}, kind="eval:model"))  # 32 bytes of evaluation
+    assert ledger.per_client_and_round(UP) == 8.0  # 32 bytes over the 2 clients that replied, 2 rounds
+    assert ledger.per_client_and_round(UP, n_clients=4) == 4.0  # over the federation's 4 clients
+    assert ledger.per_client_and_round(DOWN) == 16.0  # training traffic only: the evaluation message is left out
+    assert ledger.per_client_and_round(DOWN, phase="eval") == 32.0 and ledger.per_client_and_round(phase="all", rounds=2) == (48 + 16 + 32) / 3
+    assert len(ledger.select(rounds=[1])) == 5 and len(ledger.select(UP, rounds=2)) == 2
+    assert math.isnan(Ledger().per_client_and_round(UP))  # no message: no mean
+    with pytest.raises(ValueError, match="unknown phase 'evaluation'; valid: all, train, eval"):
+        ledger.select(phase="evaluation")
+    with pytest.raises(ValueError, match="direction must be None, 'up' or 'down', got 'sideways'"):
+        ledger.select("sideways")

@@ -173,7 +173,7 @@ class Recording(Transport):
     def __init__(self, inner: InProcessTransport) -> None:
         self.inner, self.seen = inner, []
         self.initial_model, self.seed, self.n_clients = inner.initial_model, inner.seed, inner.n_clients
-        self.n_classes, self.description = inner.n_classes, inner.description
+        self.description = inner.description
 
     def local_updates(self, algorithm, round_, messages, states):
         for k, state, up in self.inner.local_updates(algorithm, round_, messages, states):

@@ -64,7 +64,24 @@ def _imports(module: str) -> tuple[set[str], list[tuple[int, str]]]:
             visit(child, inside)
 
     visit(tree, False)
+    top.update(_lazy_imports(module, tree, is_package))
     return top, local
+
+
+def _lazy_imports(module: str, tree: ast.Module, is_package: bool) -> set[str]:
+    """The submodules a package imports on demand (PEP 562): the string values of its module-level
+    ``_LAZY`` mapping and ``_SUBMODULES`` tuple, as ``fedlib.algorithms`` and
+    ``fedlib.engines.flower`` declare them. They are import edges like any other."""
+    if not is_package:
+        return set()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id in ("_LAZY", "_SUBMODULES") for t in targets):
+                values = node.value.values if isinstance(node.value, ast.Dict) else getattr(node.value, "elts", [])
+                names.update(v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str))
+    return {f"{module}.{n}" for n in names if f"{module}.{n}" in MODULES}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -137,11 +154,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the method contract", ("fedlib.protocol",)),
     ("methods", ("fedlib.algorithms", "fedlib.algorithms.*")),
     ("the transport contract", ("fedlib.transport",)),
-    ("engines", ("fedlib.engines", "fedlib.engines.inprocess", "fedlib.engines.vectorized", "fedlib.engines.flower",
+    ("engines", ("fedlib.engines", "fedlib.engines.inprocess", "fedlib.engines.vectorized",
                  "fedlib.engines.flower.records", "fedlib.engines.flower.transport", "fedlib.engines.flower.loopback")),
     ("the round loop", ("fedlib.loop",)),
     ("running and deployment", ("fedlib.run", "fedlib.deployment")),
-    ("Flower's job, apps and drivers", ("fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
+    ("Flower's job, apps and drivers", ("fedlib.engines.flower", "fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
                                         "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
     ("evidence", ("fedlib.claims", "fedlib.checks")),

@@ -329,7 +329,7 @@ def test_a_replacement_transport_carries_the_same_round(tiny_federation, tiny_mo
 
         def __init__(self, inner):
             self.inner, self.initial_model, self.carried = inner, inner.initial_model, []
-            self.seed, self.n_clients, self.n_classes, self.description = inner.seed, inner.n_clients, inner.n_classes, inner.description
+            self.seed, self.n_clients, self.description = inner.seed, inner.n_clients, inner.description
 
         def local_updates(self, algorithm, round_, messages, states):
             self.carried.append((round_, "train", list(messages)))
@@ -451,3 +451,100 @@ def test_two_runs_are_compared_bit_for_bit_and_every_difference_is_named(tiny_fe
     assert largest_difference(a, b) == float("inf")
     b.frame.loc[0, "value"] = -1.0
     assert "frame" in run_differences(a, b)
+
+
+# ------------------------------------------------------------------------------------------------
+# the contract's guards, kept predictions, the observer
+# ------------------------------------------------------------------------------------------------
+def test_a_method_written_for_the_earlier_contract_is_refused_when_defined():
+    with pytest.raises(TypeError, match="defines broadcast, fold, which the method contract no longer calls; "
+                                        "broadcast -> configure_train; fold -> aggregate"):
+        class Old(Algorithm):
+            def broadcast(self, server, round_): ...
+
+            def fold(self, server, round_): ...
+    with pytest.raises(TypeError, match="takes|does not have the hook's form aggregate\\(self, server, round_\\)"):
+        class ListRule(Algorithm):
+            def aggregate(self, server, replies, round_): ...
+
+
+def test_hooks_that_return_the_wrong_kind_of_thing_are_named(tiny_federation, tiny_model_fn):
+    class OneMessage(FedAvg):
+        def configure_train(self, server, round_, clients):
+            return model_message(server)  # one message, not one per client
+
+    with pytest.raises(TypeError, match="configure_train returned Message in round 1; valid: a mapping client -> Message"):
+        run_federated(OneMessage(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+
+    class NoFold(FedAvg):
+        def aggregate(self, server, round_):
+            return server
+
+    with pytest.raises(TypeError, match="NoFold.aggregate returned State in round 1; valid: a fold with add"):
+        run_federated(NoFold(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+
+
+def test_a_shared_message_is_changed_once_for_all_its_clients():
+    from fedlib.protocol import map_messages
+
+    calls = []
+    shared, own = Message(kind="model"), Message(kind="own")
+    out = map_messages({0: shared, 1: shared, 2: own, 3: shared}, lambda m: calls.append(m.kind) or Message(kind=m.kind + "!"))
+    assert calls == ["model", "own"] and out[0] is out[1] is out[3] and out[2].kind == "own!"
+
+
+def test_kept_predictions_score_to_the_runs_own_numbers(tiny_federation, tiny_model_fn):
+    from fedlib.metrics import rescore
+
+    cfg = LoopConfig(rounds=2, seed=2)
+    run = run_federated(FedAvgFT(train=TRAIN), tiny_federation, tiny_model_fn, cfg, RunOptions(keep_predictions=True))
+    assert sorted(run.predictions) == list(range(tiny_federation.n_clients))
+    local, global_ = run.predictions[1]
+    assert local.shape == (len(tiny_federation.clients[1].test),) and global_.shape == (len(tiny_federation.global_test),)
+    pd.testing.assert_frame_equal(rescore(tiny_federation, run.predictions).sort_index(axis=1),
+                                  run.per_client().sort_index(axis=1), check_names=False)
+    plain = run_federated(FedAvgFT(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    assert plain.predictions is None and plain.frame.equals(run.frame)  # keeping them changes no number
+    kept = {}
+    rows = evaluate_deployment(FedAvg(train=TRAIN), run, tiny_federation, tiny_model_fn, cfg, predictions=kept)
+    assert sorted(kept) == sorted(run.registered) and len(rows)
+
+
+def test_a_transport_that_cannot_keep_predictions_is_refused_before_any_round(tiny_federation, tiny_model_fn):
+    from fedlib.engines import InProcessTransport
+
+    class Remote(InProcessTransport):
+        keeps_predictions = False
+
+    with pytest.raises(ValueError, match="cannot return the clients' predictions"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1), RunOptions(keep_predictions=True),
+                      transport=Remote(tiny_federation, tiny_model_fn, 0))
+
+
+def test_the_engine_is_chosen_once(tiny_federation, tiny_model_fn):
+    from fedlib.engines import InProcessTransport
+
+    with pytest.raises(ValueError, match="choose the engine, but a transport \\(in-process\\) was given"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1), RunOptions(execution="vectorized"),
+                      transport=InProcessTransport(tiny_federation, tiny_model_fn, 0))
+
+
+def test_the_observer_sees_every_round_and_changes_nothing(tiny_federation, tiny_model_fn):
+    seen = []
+    cfg = LoopConfig(rounds=3, seed=1, participation=0.5)
+    observed = run_federated(Ditto(train=TRAIN, personal_train=TRAIN), tiny_federation, tiny_model_fn, cfg,
+                             RunOptions(observe=lambda r, server, states: seen.append((r, dict(server.arrays), len(states)))))
+    plain = run_federated(Ditto(train=TRAIN, personal_train=TRAIN), tiny_federation, tiny_model_fn, cfg)
+    assert [r for r, _, _ in seen] == [1, 2, 3] and all(n == tiny_federation.n_clients for _, _, n in seen)
+    assert all(torch.equal(seen[-1][1][k], v) for k, v in observed.server.arrays.items())  # the last round's state
+    assert run_differences(observed, plain) == []
+    with pytest.raises(ValueError, match="observe must be None or a callable"):
+        RunOptions(observe=3)
+
+
+def test_a_transport_that_does_not_say_what_it_carries_is_refused(tiny_federation, tiny_model_fn):
+    from fedlib.loop import run_rounds
+    from fedlib.transport import Transport
+
+    with pytest.raises(TypeError, match="lacks initial_model, seed, n_clients, description"):
+        run_rounds(FedAvg(train=TRAIN), Transport(), LoopConfig(rounds=1))

@@ -188,8 +188,15 @@ def test_methods_without_programs_fall_back_to_sequential_and_say_so_once(ragged
 def test_which_methods_are_vectorizable():
     for alg in (FedAvg(), FedAvgFT(), FedProx(), FedRep(), FedBABU(), GGEUR(base=FedAvg(), total_per_class=10)):
         assert vectorizable(alg), alg.name
-    for alg in (Ditto(), CGRL(), FedProto(), FedMixStyle()):
+    for alg in (Ditto(), CGRL(), FedProto(), FedMixStyle(), GGEUR(base=Ditto(), total_per_class=10)):
         assert not vectorizable(alg), alg.name  # their own losses or control flow; FedMix-style mixes batches
+    # ... and a mixin cannot sneak a local_update in either
+    class Mixin:
+        def local_update(self, ctx, state, message, data, generator): ...
+
+    with pytest.raises(TypeError, match="Sneaky derives from ProgramMethod, whose local_update is final"):
+        class Sneaky(Mixin, FedAvg):
+            pass
     # stackability is structural: a program method's local_update is the program, and cannot be changed
     with pytest.raises(TypeError, match="Custom derives from ProgramMethod, whose local_update is final"):
         class Custom(FedAvg):
@@ -198,13 +205,13 @@ def test_which_methods_are_vectorizable():
 
 
 def test_a_wrapper_of_a_sequential_base_trains_every_client_alone(ragged):
-    """GGEUR around Ditto is a program method whose every round is sequential work: nothing stacks,
-    and the results are the sequential path's bits."""
+    """GGEUR around Ditto is a program method whose base does not stack: it says so, nothing
+    stacks, and the results are the sequential path's bits."""
     fed = ragged
     alg = GGEUR(base=Ditto(train=SGD, personal_train=SGD), total_per_class=10)
     cfg = LoopConfig(rounds=3, seed=0)
     transport = VectorizedTransport(fed, MODEL, 0)
-    with pytest.warns(SequentialFallback, match="some clients have no LocalProgram"):
+    with pytest.warns(SequentialFallback, match=r"ditto\+ggeur\[code\]: its local_update is not a LocalProgram"):
         vec = run_federated(alg, fed, MODEL, cfg, transport=transport)
     seq = run_federated(alg, fed, MODEL, cfg)
     assert transport.stacked_clients == 0

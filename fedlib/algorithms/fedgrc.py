@@ -4,7 +4,7 @@ r"""FedGRC's representation learning (CGRL) as a plug-in of the one round loop.
 Personalization for Federated Learning* (FedGRC), Section IV-A and Appendix A-I; the losses and
 the reference updates are :mod:`fedlib.cgrl`. One round ``r``:
 
-1. ``broadcast``: the model and the shared references: class directions :math:`p_c` (C, d) with
+1. ``configure_train``: the model and the shared references: class directions :math:`p_c` (C, d) with
    their flags, log-norm references :math:`a_{\ell,c}` (L, C) with the flags :math:`v_c`;
 2. ``local_update``: local SGD on :math:`\mathcal L_{CE} + w_t(\lambda_{dir}\mathcal L_{dir} +
    \lambda_{rad}\mathcal L_{mag})` over a weak and a strong view of every mini-batch (the

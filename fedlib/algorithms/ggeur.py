@@ -60,7 +60,7 @@ from ..models import PENULTIMATE, FeatureModel, build_model
 from ..stats import ClassMoments
 from ..training import LocalProgram, SequentialWork, TrainConfig, local_train
 from ..protocol import (Algorithm, ClientContext, LocalWork, Predictor, ProgramMethod, fold_replies, load_model, map_messages,
-                        model_arrays, needs_all_replies, update_message)
+                        model_arrays, needs_all_replies, update_message, vectorizable)
 from .fedavg import FedAvg
 
 KNOW = "know/"
@@ -69,7 +69,7 @@ CACHE = "aug/"
 """Prefix of the augmented set in a client's own state (never sent)."""
 REQUEST = "statistics_request"
 
-__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst", "StatisticsRounds",
+__all__ = ["LinearClassifier", "classifier_fn", "GGEUR", "FedFAStyle", "FedMixStyle", "Rebalanced", "StatisticsFirst",
            "filled_size", "augmented_size", "matched_train"]
 
 
@@ -105,12 +105,13 @@ def classifier_fn(kind: str, dim: int, n_classes: int, hidden: int = 128):
 
 
 @dataclass
-class StatisticsRounds(Algorithm):
+class StatisticsFirst(ProgramMethod):
     """The statistics and knowledge rounds around a base algorithm: round 1 exchanges statistics,
     round 2 knowledge, from then on the base trains (see the module's table). A subclass says
     what clients send (``client_statistics``), what the server makes of it
     (``server_knowledge``), what a client caches (:meth:`prepare`) and how it trains on the
-    cache (:meth:`train_work`); :class:`StatisticsFirst` trains the base on an augmented set."""
+    cache (:meth:`train_work`: by default the base's own work on the augmented set, which stacks
+    with other clients' where the base's work is a :class:`~fedlib.training.LocalProgram`)."""
 
     base: Algorithm = field(default_factory=FedAvg)
     suffix = "statistics"
@@ -132,8 +133,21 @@ class StatisticsRounds(Algorithm):
 
     def train_work(self, ctx: ClientContext, state: State, message: Message, data: ClientData,
                    cache: dict[str, Tensor]) -> LocalWork:
-        """The local training of a round after the knowledge round, given the cache."""
-        raise NotImplementedError
+        """The local training of a round after the knowledge round, given the cache: the base's
+        local work on the augmented set (its program, or its ``local_update``)."""
+        augmented = self._augmented(data, cache)
+        if isinstance(self.base, ProgramMethod):
+            return self.base.program(ctx, state, message, augmented)
+        return SequentialWork(lambda model, generator: self.base.local_update(ctx, state, message, augmented, generator))
+
+    @property
+    def stacks(self) -> bool:  # type: ignore[override]
+        """From the third round on the base's work runs: it stacks where the base's does."""
+        return vectorizable(self.base)
+
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
+        """This round's work: the statistics, the cache and the first training, or :meth:`train_work` on the cache."""
+        return self._work(ctx, state, message, data)
 
     # --- hooks ----------------------------------------------------------------------------
     def init_server(self, model: nn.Module) -> State:
@@ -222,25 +236,6 @@ class StatisticsRounds(Algorithm):
 
     def on_event(self, server, event):
         return self.base.on_event(server, event)
-
-
-@dataclass
-class StatisticsFirst(StatisticsRounds, ProgramMethod):
-    """The statistics-first wrappers that train the base method on an augmented set (GGEUR,
-    FedFA-style, the rebalanced control): from the third round on, the base's own work on the
-    cached set, which stacks with other clients' where the base's work is a
-    :class:`~fedlib.training.LocalProgram`."""
-
-    def train_work(self, ctx, state, message, data, cache) -> LocalWork:
-        """The base's local work on the augmented set (its program, or its ``local_update``)."""
-        augmented = self._augmented(data, cache)
-        if isinstance(self.base, ProgramMethod):
-            return self.base.program(ctx, state, message, augmented)
-        return SequentialWork(lambda model, generator: self.base.local_update(ctx, state, message, augmented, generator))
-
-    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
-        """This round's work: the statistics, the cache and the first training, or the base's work on the cache."""
-        return self._work(ctx, state, message, data)
 
 
 def _moments_of(updates: list[tuple[int, Message]]) -> tuple[list[int], list[ClassMoments]]:
@@ -343,7 +338,7 @@ class FedFAStyle(StatisticsFirst):
 
 
 @dataclass
-class FedMixStyle(StatisticsRounds):
+class FedMixStyle(StatisticsFirst):
     """NaiveMix with globally shared averaged batches; composes with FedAvg only (its own local
     loss, so its clients always train one after another)."""
 
@@ -351,6 +346,7 @@ class FedMixStyle(StatisticsRounds):
     mix_batch: int = 10
     lam: float = 0.1
     suffix = "fedmix_style"
+    stacks = False  # every round's work mixes batches with the generator inside its loss
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lam < 1.0:
@@ -380,9 +376,6 @@ class FedMixStyle(StatisticsRounds):
     def train_work(self, ctx, state, message, data, cache) -> SequentialWork:
         """Local SGD on mixed batches against the mixed soft targets."""
         return SequentialWork(lambda model, generator: self._mix(ctx, state, message, data, cache, generator))
-
-    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
-        return self._work(ctx, state, message, data).run(ctx.model, generator)
 
     def _mix(self, ctx, state, message, data, cache, generator):
         model = load_model(ctx.model, message)

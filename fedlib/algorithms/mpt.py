@@ -4,7 +4,7 @@ Barycentric Reconstruction in Vehicular Federated Learning", arXiv:2609.12771, S
 
 One round ``r`` (the loop's hooks only):
 
-1. ``broadcast``: the global model :math:`\theta_r` (plus, after the departure and when SDC is
+1. ``configure_train``: the global model :math:`\theta_r` (plus, after the departure and when SDC is
    on, SDC's current rare prototype, :math:`d` floats);
 2. ``local_update``: the client **re-embeds** its training data under :math:`\theta_r` (the model
    the server aggregated at the end of round ``r-1``: the paper's step 4, moved to the start of the

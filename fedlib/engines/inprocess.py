@@ -120,7 +120,6 @@ class InProcessTransport(Transport):
             self.architectures = ", ".join(f"{a} x{c}" for a, c in counts.items() if c)
         self.seed = seed
         self.n_clients = federation.n_clients
-        self.n_classes = federation.n_classes
         self.description = federation.description
         self._clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
         self._global_test = federation.global_test

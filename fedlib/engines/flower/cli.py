@@ -20,7 +20,7 @@ import torch
 
 from ...io import atomic_write_bytes
 from ...memory import measure_command
-from .deployment import ENGINES, FlowerRun, LocalDeployment, _term_exits, run_flower
+from .deployment import ENGINES, FlowerRun, LocalDeployment, term_exits, run_flower
 from .job import FlowerJob, example_job
 
 ENGINE_CHOICES = ("in-process", *ENGINES)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.engine == "deployment":
         # a TERM (e.g. from a benchmark's timeout) unwinds like an error, so the deployment stops its processes
         n = job.n_clients()
-        with _term_exits():
+        with term_exits():
             if not args.quiet:
                 print(f"starting a SuperLink on 127.0.0.1:{args.port} and {n} SuperNodes (insecure mode, loopback only)")
             with LocalDeployment(n, port=args.port) as dep:

@@ -161,7 +161,7 @@ def _quiet(verbose: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _term_exits() -> Iterator[None]:
+def term_exits() -> Iterator[None]:
     """A TERM signal (e.g. from a benchmark's timeout) unwinds like an error while inside (exit
     status 128 + 15), so a :class:`LocalDeployment` stops its processes on its way out; the
     previous handler is restored afterwards. Main thread only (Python's signal handlers)."""
@@ -418,4 +418,4 @@ class LocalDeployment:
 
 
 
-__all__ = ["ENGINES", "FlowerRun", "LocalDeployment", "free_port_block", "port_free", "run_flower"]
+__all__ = ["ENGINES", "FlowerRun", "LocalDeployment", "free_port_block", "port_free", "run_flower", "term_exits"]

@@ -120,6 +120,7 @@ class FlowerTransport(Transport):
     """
 
     name = "flower"
+    keeps_predictions = False  # the predictions stay on the nodes
 
     def __init__(self, grid: Grid, nodes: Mapping[int, int], *, federation: RemoteFederation,
                  model_fn: Callable[[], torch.nn.Module], seed: int, job_digest: str, timeout: float | None = None,
@@ -133,7 +134,7 @@ class FlowerTransport(Transport):
         self.n_clients = len(self.nodes)
         if federation.n_clients != self.n_clients:
             raise FlowerSetupError(f"{self.n_clients} nodes for a federation of {federation.n_clients} clients: one node per client")
-        self.n_classes, self.description = federation.n_classes, federation.description
+        self.description = federation.description
         with isolated_torch_rng(derive_seed(self.seed, INIT)):
             self.initial_model = model_fn()
         if isinstance(model_fn, ClientArchitectures):
@@ -214,9 +215,6 @@ class FlowerTransport(Transport):
 
     def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class,
                  predictions=None) -> Iterator[tuple[int, dict[str, float]]]:
-        if predictions is not None:
-            raise ValueError("predictions stay on the nodes on Flower: a run there cannot keep them "
-                             "(RunOptions(keep_predictions=False))")
         extra = {"rare_ratio": float(rare_ratio), "f1_class": -1 if f1_class is None else int(f1_class)}
         sent = {k: self._message("evaluate", k, round_, down, states[k], extra) for k, down in messages.items()}
         replies = self._exchange(sent)
