@@ -336,17 +336,17 @@ class ProgramMethod(Algorithm):
         return self.program(ctx, state, message, data).run(ctx.model, generator)
 
 
-def vectorizable(algorithm: Algorithm) -> bool:
-    """Whether ``algorithm``'s local work can be stacked with other clients' (it is a
-    :class:`ProgramMethod`: each round, the clients whose :meth:`~ProgramMethod.program` is a
-    :class:`~fedlib.training.LocalProgram` train stacked).
+def vectorizable(algorithm: "Algorithm | type[Algorithm]") -> bool:
+    """Whether ``algorithm``'s (a method's or its class's) local work can be stacked with other
+    clients' (it is a :class:`ProgramMethod`: each round, the clients whose
+    :meth:`~ProgramMethod.program` is a :class:`~fedlib.training.LocalProgram` train stacked).
 
     >>> class Custom(Algorithm):
     ...     def local_update(self, ctx, state, message, data, generator): ...
-    >>> vectorizable(Custom())
-    False
+    >>> vectorizable(Custom()), vectorizable(Custom), vectorizable(ProgramMethod)
+    (False, False, True)
     """
-    return isinstance(algorithm, ProgramMethod)
+    return issubclass(algorithm if isinstance(algorithm, type) else type(algorithm), ProgramMethod)
 
 
 __all__ = ["HEAD", "HOOKS", "MODEL", "Algorithm", "ClientContext", "Collect", "Event", "LocalWork", "ModelAverage",
