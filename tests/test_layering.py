@@ -144,8 +144,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("Flower's job, apps and drivers", ("fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
                                         "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
-    ("measurements", ("fedlib.benchmarks",)),
     ("evidence", ("fedlib.claims", "fedlib.checks")),
+    ("chapter experiments", ("fedlib.experiments", "fedlib.experiments.*")),
+    ("measurements", ("fedlib.benchmarks",)),
     ("book tooling", ("fedlib.book",)),
 ]
 """fedlib's layers, bottom up (the book's page *Inside fedlib* draws them)."""

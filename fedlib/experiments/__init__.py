@@ -1,0 +1,1 @@
+"""Chapter experiments: the procedures that one chapter of the book runs, over fedlib's layers below."""
