@@ -424,8 +424,8 @@ def loop_overhead(model: str = "cnn", *, n_clients: int = 20, rounds: int = 3, r
     return LoopOverhead(model, n_clients, rounds, statistics.median(t_lib), statistics.median(t_hand), same)
 
 
-__all__ = ["AGGREGATIONS", "MODELS", "WORKLOADS", "keeping_replies", "LoopOverhead", "RoundCost", "RoundScaling", "SpeedUp", "hand_written_fedavg", "local_training_speed",
-           "loop_overhead", "round_cost", "round_scaling"]
+__all__ = ["AGGREGATIONS", "MODELS", "WORKLOADS", "keeping_replies", "LoopOverhead", "RoundCost", "SpeedUp", "hand_written_fedavg", "local_training_speed",
+           "loop_overhead", "round_cost", "RoundScaling", "round_scaling"]
 
 
 if __name__ == "__main__":

@@ -266,7 +266,8 @@ glue("central_lr", P.central_lr, display=False)
 # every round, for {glue:text}`rounds` rounds.
 # Because only the deployment hook differs, we train once per $\alpha$ and evaluate both
 # deployments of the same final global model
-# ({func}`fedlib.run.evaluate_deployment`). Both keep every client's predicted labels
+# ({func}`fedlib.experiments.setting.fedavg_and_finetune`, through
+# {func}`fedlib.run.evaluate_deployment`). Both keep every client's predicted labels
 # (`RunOptions(keep_predictions=True)`, `predictions={}`), so that Exercise 2 can score them again
 # under other rare thresholds ({func}`fedlib.metrics.rescore`) without training again.
 

@@ -100,8 +100,8 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
 
 
 def registered(*, streams: bool | None = None, stacks: bool | None = None, bare: bool = False) -> list[str]:
-    """The registered names of the methods (sorted) that the classes say are chosen; no method is
-    built (importing them imports every method).
+    """The registered names (sorted) of the methods chosen by what their classes declare; none is
+    built (the call imports every method).
 
     Parameters
     ----------
