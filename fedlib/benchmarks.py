@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import torch
@@ -169,6 +170,69 @@ def round_cost(n_clients: int, model: str = "mlp", aggregation: str = "fold", *,
     if done.returncode != 0:
         raise RuntimeError(f"the measuring process for {args} failed:\n{done.stderr[-2000:]}")
     return RoundCost(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@dataclass(frozen=True)
+class RoundScaling:
+    """How a round's cost changes from the fewest to the most clients measured, for one model
+    (:func:`round_scaling`).
+
+    Attributes
+    ----------
+    model : the model
+    small, large : the fewest and the most clients measured
+    n_parameters : the model's parameter count
+    fold_growth, list_growth : the change of the peak memory from ``small`` to ``large`` clients,
+        in percent, with the fold and with the list
+    time_ratio : the fold's time per client at ``large`` clients over its time at ``small``
+    kept_mib : what the list's round added to the memory at ``large`` clients beyond the fold's
+        (the replies the fold has already folded away)
+    """
+
+    model: str
+    small: int
+    large: int
+    n_parameters: int
+    fold_growth: float
+    list_growth: float
+    time_ratio: float
+    kept_mib: float
+
+
+def round_scaling(costs: Sequence[RoundCost], model: str) -> RoundScaling:
+    """The fold's and the list's growth from the fewest to the most clients among ``costs``
+    (:func:`round_cost`'s measurements; both aggregations at both sizes) for ``model``.
+
+    Raises
+    ------
+    ValueError
+        When ``costs`` lacks one of the four measurements.
+
+    Examples
+    --------
+    >>> costs = [RoundCost(n, "mlp", a, "mnist5k", 1000, 100.0, peak, seconds)
+    ...          for n, a, peak, seconds in [(10, "fold", 200.0, 1.0), (10, "list", 210.0, 1.0),
+    ...                                      (40, "fold", 202.0, 2.0), (40, "list", 250.0, 2.0)]]
+    >>> s = round_scaling(costs, "mlp")
+    >>> s.small, s.large, round(s.fold_growth, 6), round(s.list_growth, 6), s.time_ratio, s.kept_mib
+    (10, 40, 1.0, 19.047619, 0.5, 48.0)
+    """
+    sizes = [c.n_clients for c in costs if c.model == model]
+    if not sizes:
+        raise ValueError(f"no measurement of {model!r} among the costs")
+    small, large = min(sizes), max(sizes)
+
+    def pick(n: int, aggregation: str) -> RoundCost:
+        found = [c for c in costs if c.model == model and c.n_clients == n and c.aggregation == aggregation]
+        if not found:
+            raise ValueError(f"no measurement of {model!r} at {n} clients with the {aggregation}")
+        return found[0]
+
+    return RoundScaling(model, small, large, pick(small, "fold").n_parameters,
+                        fold_growth=100 * (pick(large, "fold").peak_mib / pick(small, "fold").peak_mib - 1),
+                        list_growth=100 * (pick(large, "list").peak_mib / pick(small, "list").peak_mib - 1),
+                        time_ratio=pick(large, "fold").ms_per_client / pick(small, "fold").ms_per_client,
+                        kept_mib=pick(large, "list").round_mib - pick(large, "fold").round_mib)
 
 
 WORKLOADS = ("linear", "mlp_digits", "mlp", "cnn")
@@ -361,7 +425,7 @@ def loop_overhead(model: str = "cnn", *, n_clients: int = 20, rounds: int = 3, r
 
 
 __all__ = ["AGGREGATIONS", "MODELS", "WORKLOADS", "keeping_replies", "LoopOverhead", "RoundCost", "SpeedUp", "hand_written_fedavg", "local_training_speed",
-           "loop_overhead", "round_cost"]
+           "loop_overhead", "round_cost", "RoundScaling", "round_scaling"]
 
 
 if __name__ == "__main__":

@@ -24,6 +24,10 @@ computed, never typed. Tables for reading (:func:`show_table`, :func:`format_byt
 Profiles (:data:`PROFILE_NAMES`): ``smoke`` (seconds; the tests), ``book`` (the default; minutes
 on 2 CPU cores) and ``paper`` (the paper's own scale; needs the data and ideally a GPU).
 
+The teaching page reads the build itself: the chapters of the table of contents
+(:func:`toc_chapters`), their execution times in the build's records (:func:`record_seconds`,
+:func:`chapter_times`) and every chapter's exercises (:func:`exercise_index`).
+
 This module is the top layer of fedlib: it may import any module of the library, and no module of
 the library imports it (the book's page *Inside fedlib*). The data choice by name is
 :mod:`fedlib.data.choice`; the check table, :mod:`fedlib.checks`.
@@ -33,18 +37,21 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import json
 import math
 import numbers
 import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
+import yaml
 from IPython import get_ipython
 from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
@@ -466,6 +473,81 @@ def exercises(path: str | os.PathLike) -> pd.DataFrame:
     return table.astype({"exercise": int})
 
 
+def toc_chapters(toc: str | os.PathLike) -> list[tuple[str, list[str]]]:
+    r"""The executed chapters of each part of the book's table of contents (``book/_toc.yml``): per
+    part, its caption and the names of its entries under ``chapters/``, in the book's order (a
+    part without one has an empty list).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "_toc.yml"
+    >>> _ = f.write_text("parts:\n  - caption: Basics\n    chapters:\n      - file: intro\n"
+    ...                  "      - file: chapters/setting\n  - caption: End\n    chapters:\n      - file: api\n")
+    >>> toc_chapters(f)
+    [('Basics', ['setting']), ('End', [])]
+    """
+    parts = yaml.safe_load(Path(toc).read_text(encoding="utf-8"))["parts"]
+    return [(part["caption"], [c["file"].split("/", 1)[1] for c in part["chapters"] if c["file"].startswith("chapters/")])
+            for part in parts]
+
+
+def record_seconds(folder: str | os.PathLike | None, name: str) -> float | None:
+    r"""The execution seconds that a build's record gives for a chapter (``<folder>/<name>.json``,
+    written by ``book/build.py``); ``None`` where the folder (``None``: that profile was not
+    built) or the record does not exist.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "setting.json").write_text('{"key": "abc", "params": {}, "seconds": 12.5}')
+    >>> record_seconds(folder, "setting"), record_seconds(folder, "flower"), record_seconds(None, "setting")
+    (12.5, None, None)
+    """
+    path = Path(folder) / f"{name}.json" if folder is not None else None
+    return json.loads(path.read_text())["seconds"] if path is not None and path.exists() else None
+
+
+def chapter_times(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]],
+                  records: Mapping[str, str | os.PathLike], *, leave_out: Iterable[str] = ()) -> pd.DataFrame:
+    """How long each chapter took to execute in the build's records: one row per chapter of
+    ``parts`` (:func:`toc_chapters`) but those in ``leave_out``, with its part, its title (from
+    ``<notebooks>/<name>.py``), its seconds at the smoke profile and its minutes at the book
+    profile (:func:`record_seconds` in ``records[profile]``; missing where that build has no
+    record).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``part``, ``chapter``, ``smoke (s)``, ``book (min)``.
+    """
+    leave_out = set(leave_out)
+    rows = [{"part": part, "chapter": chapter_title(Path(notebooks) / f"{name}.py"),
+             "smoke (s)": record_seconds(records.get("smoke"), name),
+             "book (min)": (record_seconds(records.get("book"), name) or float("nan")) / 60}
+            for part, names in parts for name in names if name not in leave_out]
+    return pd.DataFrame(rows, columns=["part", "chapter", "smoke (s)", "book (min)"])
+
+
+def exercise_index(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
+    """The exercises of every chapter of ``parts`` (:func:`toc_chapters`), in the book's order:
+    :func:`exercises` of ``<notebooks>/<name>.py`` under the chapter's title, an unmarked
+    exercise's kind as ``"not marked"``.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``chapter``, ``exercise``, ``title``, ``needs`` (one of :data:`EXERCISE_KINDS`
+        or ``"not marked"``).
+    """
+    rows = [{"chapter": chapter_title(Path(notebooks) / f"{name}.py"), "exercise": row.exercise, "title": row.title,
+             "needs": row.kind or "not marked"}
+            for _, names in parts for name in names
+            for row in exercises(Path(notebooks) / f"{name}.py").itertuples(index=False)]
+    return pd.DataFrame(rows, columns=["chapter", "exercise", "title", "needs"])
+
+
 _LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 
 
@@ -714,3 +796,6 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
 __all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_title",
            "check_injected", "claims_report", "clipped_error", "exercises", "format_bytes", "format_number", "format_value",
            "notebook_history", "place_labels", "resolve", "setup", "show_table"]
+__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_times",
+           "chapter_title", "check_injected", "claims_report", "exercise_index", "exercises", "format_bytes",
+           "notebook_history", "record_seconds", "resolve", "setup", "show_table", "toc_chapters"]

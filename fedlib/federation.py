@@ -8,6 +8,7 @@ the loop never receives one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -16,6 +17,7 @@ import torch
 
 from .data.datasets import _rotate
 from .data import ArrayDataset, global_test_split, make_partition, partition_summary, split_train_test
+from .metrics import rare_classes
 from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, VALIDATION, derive_seed, numpy_rng
 from .validation import check_real
 
@@ -57,19 +59,34 @@ class Federation:
         """Client × class training counts, shape (n_clients, n_classes)."""
         return np.stack([c.train_counts(self.n_classes) for c in self.clients])
 
-    def summary(self) -> pd.DataFrame:
-        """One row per client: training and local-test sizes, classes seen, largest class share."""
+    def summary(self, rare_ratio: float | None = None) -> pd.DataFrame:
+        """One row per client: training and local-test sizes, classes seen, largest class share;
+        with ``rare_ratio`` also ``rare_classes``, the client's locally rare classes
+        (:func:`fedlib.metrics.rare_classes` at that threshold).
+
+        Examples
+        --------
+        >>> from fedlib.data import make_gaussian_mixture
+        >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
+        >>> fed = make_federation(ds, n_clients=2, alpha=0.5, global_test_per_class=10, seed=0)
+        >>> fed.train_counts().tolist()
+        [[1, 4, 15], [21, 19, 7]]
+        >>> fed.summary(rare_ratio=0.5)["rare_classes"].tolist()  # 1 * 3 < 0.5 * 20, 7 * 3 < 0.5 * 47
+        [1, 1]
+        >>> fed.summary(rare_ratio=1.0)["rare_classes"].tolist()  # 4 * 3 < 1.0 * 20 as well
+        [2, 1]
+        """
         counts = self.train_counts()
         n = counts.sum(axis=1)
-        return pd.DataFrame(
-            {
-                "n_train": n,
-                "n_local_test": [len(c.test) for c in self.clients],
-                "classes_seen": (counts > 0).sum(axis=1),
-                "largest_class_share": np.where(n > 0, counts.max(axis=1) / np.maximum(n, 1), 0.0),
-            },
-            index=pd.RangeIndex(self.n_clients, name="client"),
-        )
+        columns = {
+            "n_train": n,
+            "n_local_test": [len(c.test) for c in self.clients],
+            "classes_seen": (counts > 0).sum(axis=1),
+            "largest_class_share": np.where(n > 0, counts.max(axis=1) / np.maximum(n, 1), 0.0),
+        }
+        if rare_ratio is not None:
+            columns["rare_classes"] = [int(rare_classes(row, rare_ratio).sum()) for row in counts]
+        return pd.DataFrame(columns, index=pd.RangeIndex(self.n_clients, name="client"))
 
 
 def make_federation(
@@ -146,6 +163,17 @@ def hold_out_validation(federation: Federation, fraction: float, seed: int) -> t
     ------
     ValueError
         On a ``fraction`` outside [0, 1).
+def make_federations(dataset: ArrayDataset, alphas: Iterable[float | None], *, min_size: int = 10,
+                     **kwargs) -> dict[float | None, Federation]:
+    """One federation of ``dataset`` per Dirichlet concentration of ``alphas`` (``None``: the IID
+    partition), all with the same clients, global test set size and seed (``kwargs``, as
+    :func:`make_federation` takes them); each Dirichlet partition gives every client at least
+    ``min_size`` samples.
+
+    Returns
+    -------
+    dict
+        The federations by their ``alphas`` entry, in its order.
 
     Examples
     --------
@@ -162,6 +190,12 @@ def hold_out_validation(federation: Federation, fraction: float, seed: int) -> t
                                   for c in range(federation.n_classes)]))
     test = np.setdiff1d(np.arange(len(y)), val)
     return replace(federation, global_test=federation.global_test.subset(test)), federation.global_test.subset(val)
+    >>> feds = make_federations(ds, [None, 0.1], n_clients=4, global_test_per_class=10, seed=0)
+    >>> {a: f.description["partition"] for a, f in feds.items()}
+    {None: 'iid', 0.1: 'dirichlet'}
+    """
+    return {a: make_federation(dataset, partition="iid", **kwargs) if a is None else
+            make_federation(dataset, partition="dirichlet", alpha=a, min_size=min_size, **kwargs) for a in alphas}
 
 
 @dataclass(frozen=True)
@@ -368,3 +402,5 @@ def make_rotation_federation(
 
 __all__ = ["ClientData", "DepartureScenario", "Federation", "hold_out_validation", "make_departure_scenario", "make_federation",
            "make_rotation_federation", "one_client_per_domain", "partition_summary"]
+__all__ = ["ClientData", "DepartureScenario", "Federation", "make_departure_scenario", "make_federation",
+           "make_federations", "make_rotation_federation", "one_client_per_domain", "partition_summary"]

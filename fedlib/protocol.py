@@ -370,17 +370,20 @@ class ProgramMethod(Algorithm):
         return self.program(ctx, state, message, data).run(ctx.model, generator)
 
 
-def vectorizable(algorithm: Algorithm) -> bool:
-    """Whether ``algorithm``'s local work can be stacked with other clients': it is a
-    :class:`~fedlib.protocol.ProgramMethod` whose ``stacks`` says so (each round, the clients whose
-    :meth:`~fedlib.protocol.ProgramMethod.program` is a :class:`~fedlib.training.LocalProgram`
-    train stacked; the others alone).
+def vectorizable(algorithm: "Algorithm | type[Algorithm]") -> bool:
+    """Whether ``algorithm``'s (a method's, or its class's) local work can be stacked with other
+    clients': it is a :class:`~fedlib.protocol.ProgramMethod` whose ``stacks`` says so (each
+    round, the clients whose :meth:`~fedlib.protocol.ProgramMethod.program` is a
+    :class:`~fedlib.training.LocalProgram` train stacked; the others alone). A class whose
+    ``stacks`` depends on the instance (a wrapper, on its base) counts as stacking.
 
     >>> class Custom(Algorithm):
     ...     def local_update(self, ctx, state, message, data, generator): ...
-    >>> vectorizable(Custom())
-    False
+    >>> vectorizable(Custom()), vectorizable(Custom), vectorizable(ProgramMethod)
+    (False, False, True)
     """
+    if isinstance(algorithm, type):
+        return issubclass(algorithm, ProgramMethod) and algorithm.stacks is not False
     return isinstance(algorithm, ProgramMethod) and bool(algorithm.stacks)
 
 

@@ -56,11 +56,10 @@ import torch
 from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from myst_nb import glue
 
-from fedlib.algorithms import ALGORITHMS
-from fedlib.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost
+from fedlib.algorithms import registered
+from fedlib.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost, round_scaling
 from fedlib.book import setup, show_table
 from fedlib.io import atomic_write_bytes
-from fedlib.protocol import streams, vectorizable
 
 PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)
     "smoke": dict(clients=[10, 40], models=["mlp"], fresh_process=False, workloads=["linear", "mlp_digits"], repeats=2,
@@ -143,39 +142,27 @@ fig.tight_layout()
 plt.show()
 
 # %% tags=["remove-cell"]
-small, large = min(P.clients), max(P.clients)
-
-
-def pick(model, n, aggregation):
-    return next(c for c in costs if c.model == model and c.n_clients == n and c.aggregation == aggregation)
-
-
-main = P.models[0]
-fold_growth = 100 * (pick(main, large, "fold").peak_mib / pick(main, small, "fold").peak_mib - 1)
-list_growth = 100 * (pick(main, large, "list").peak_mib / pick(main, small, "list").peak_mib - 1)
-time_ratio = pick(main, large, "fold").ms_per_client / pick(main, small, "fold").ms_per_client
-kept = pick(main, large, "list").round_mib - pick(main, large, "fold").round_mib
-listing = sorted(name for name, cls in ALGORITHMS.items() if not streams(cls))
-glue("perf_model", main, display=False)
-glue("perf_small", small, display=False)
-glue("perf_large", f"{large:,}", display=False)
-glue("perf_fold_growth_measured", fold_growth, display=False)
-glue("perf_list_growth_measured", list_growth, display=False)
-glue("perf_time_ratio", time_ratio, display=False)
+scale = round_scaling(costs, P.models[0])
+glue("perf_model", scale.model, display=False)
+glue("perf_small", scale.small, display=False)
+glue("perf_large", f"{scale.large:,}", display=False)
+glue("perf_fold_growth_measured", scale.fold_growth, display=False)
+glue("perf_list_growth_measured", scale.list_growth, display=False)
+glue("perf_time_ratio", scale.time_ratio, display=False)
 glue("perf_time_reading",
-     "flat, so a round's total time grows linearly with its clients" if 0.8 <= time_ratio <= 1.25 else
+     "flat, so a round's total time grows linearly with its clients" if 0.8 <= scale.time_ratio <= 1.25 else
      "lower, because a round's fixed costs (the first client's warm-up, the server's finish) are spread over "
-     "more clients; the total grows no faster than linearly" if time_ratio < 0.8 else
+     "more clients; the total grows no faster than linearly" if scale.time_ratio < 0.8 else
      "higher: a round's total time grows faster than its number of clients here", display=False)
-glue("perf_kept_measured", kept, display=False)
-glue("perf_params", f"{pick(main, small, 'fold').n_parameters:,}", display=False)
-glue("perf_list_methods", ", ".join(listing), display=False)
+glue("perf_kept_measured", scale.kept_mib, display=False)
+glue("perf_params", f"{scale.n_parameters:,}", display=False)
+glue("perf_list_methods", ", ".join(registered(streams=False)), display=False)
 glue("perf_isolation", "measured each round in a fresh process" if P.fresh_process else
      "(the smoke profile) measured every round in the chapter's own process, so its peaks are not the rounds' alone",
      display=False)
 glue("perf_per_client", inspect.signature(round_cost).parameters["min_per_client"].default, display=False)
 glue("perf_round_threads", inspect.signature(round_cost).parameters["threads"].default, display=False)
-glue("perf_n_fold", sum(streams(cls) for cls in ALGORITHMS.values()), display=False)
+glue("perf_n_fold", len(registered(streams=True)), display=False)
 
 # %% [markdown]
 # From {glue:text}`perf_small` to {glue:text}`perf_large` clients the peak memory of a round of
@@ -279,18 +266,8 @@ plt.show()
 
 # %% tags=["remove-cell"]
 by = {r.workload: r for r in speed}
-
-
-def instance(cls):
-    try:
-        return cls()
-    except TypeError:  # a method with required arguments cannot be built bare: left out of both lists
-        return None
-
-
-made = {name: instance(cls) for name, cls in sorted(ALGORITHMS.items())}
-glue("perf_vec_methods", ", ".join(n for n, a in made.items() if a is not None and vectorizable(a)), display=False)
-glue("perf_seq_methods", ", ".join(n for n, a in made.items() if a is not None and not vectorizable(a)), display=False)
+glue("perf_vec_methods", ", ".join(registered(stacks=True, bare=True)), display=False)
+glue("perf_seq_methods", ", ".join(registered(stacks=False, bare=True)), display=False)
 glue("perf_vec_clients", speed[0].n_clients, display=False)
 glue("perf_vec_epochs", inspect.signature(local_training_speed).parameters["epochs"].default, display=False)
 glue("perf_vec_batch", inspect.signature(local_training_speed).parameters["batch_size"].default, display=False)

@@ -48,27 +48,29 @@ cifar_root = None  # paper profile: folder holding cifar-10-batches-py/
 results_dir = None  # where tidy results are saved (None: not saved)
 
 # %% tags=["hide-input"]
+import dataclasses
 import functools
 import time
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-import torch
-from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
 
-from fedlib.algorithms import FedAvg, FedAvgFT
+from fedlib.algorithms import FedAvg
 from fedlib.book import format_bytes, setup, show_table
 from fedlib.data import load_data, plot_partition, subsample
-from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, RunOptions, per_client_table
-from fedlib.run import evaluate_deployment, run_federated
-from fedlib.metrics import RARE_RATIO, Confusion, client_abilities, protocol_summary, rescore
+from fedlib.experiments.setting import (FLOORS, MEANS, TAILS, by_points, central_accuracy, direction,
+                                        fedavg_and_finetune, finetune_sweep, finetune_words, learning_rate_words,
+                                        mean_unseen, partition_label, partition_table, points_below,
+                                        rare_threshold_words, rare_thresholds, skew_words, tradeoff_text)
+from fedlib.federation import make_federations
+from fedlib.loop import LoopConfig
+from fedlib.messages import DOWN
+from fedlib.run import run_federated
+from fedlib.metrics import RARE_RATIO, Confusion, client_abilities
 from fedlib.models import build_model
-from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
-from fedlib.training import TrainConfig, local_train, predict
+from fedlib.training import TrainConfig
 
 # ex_*: the reduced scale of the exercises' worked solutions (data subset, clients, rounds, test images per class)
 PROFILES = {
@@ -111,13 +113,9 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 # least one training sample of every class the client observes.
 
 # %%
-common = dict(n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
-              seed=seed)
-federations = {"iid": make_federation(data, partition="iid", **common)}
-for a in P.alphas:
-    federations[f"dir{a}"] = make_federation(data, partition="dirichlet", alpha=a,
-                                             min_size=10, **common)
-PARTITION_LABEL = {"iid": "IID"} | {f"dir{a}": f"Dirichlet α = {a}" for a in P.alphas}
+# None: the IID partition; each Dirichlet partition gives every client at least 10 samples
+federations = make_federations(data, [None, *P.alphas], n_clients=P.n_clients,
+                               global_test_per_class=P.global_test_per_class, seed=seed)
 
 # %% [markdown]
 # {numref}`fig-setting-partitions` shows the training counts per client and class for the IID
@@ -125,8 +123,8 @@ PARTITION_LABEL = {"iid": "IID"} | {f"dir{a}": f"Dirichlet α = {a}" for a in P.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Training samples per class (rows) and client (columns), one panel per partition: the IID partition on top, then each Dirichlet concentration $\\alpha$. The colour is the count (written in the cells when they are few); a cell of the darkest colour, 0 samples, is a class the client never sees (an unseen class).", "name": "fig-setting-partitions"}, "image": {"alt": "Heat maps stacked vertically, one per partition, with clients on the horizontal axis and the ten classes on the vertical axis, coloured by its training count. The IID panel is uniform; the Dirichlet panels show a few bright cells per client and many dark, empty cells, more so for smaller alpha."}}
 fig, axes = plt.subplots(len(federations), 1, figsize=(10, 3.6 * len(federations)), squeeze=False)
-for ax, (name, fed) in zip(axes[:, 0], federations.items()):
-    plot_partition(fed.train_counts().T, ax=ax, title=PARTITION_LABEL[name])
+for ax, (alpha, fed) in zip(axes[:, 0], federations.items()):
+    plot_partition(fed.train_counts().T, ax=ax, title=partition_label(alpha))
     if fed.train_counts().size > 100:  # many cells: the colours alone, without the counts
         for text in list(ax.texts):
             text.remove()
@@ -136,30 +134,17 @@ fig.tight_layout()
 plt.show()
 
 # %% tags=["hide-input"]
-rows = []
-for name, fed in federations.items():
-    s = fed.summary()
-    counts = fed.train_counts()
-    n = counts.sum(axis=1, keepdims=True)
-    rare = ((counts > 0) & (counts * data.n_classes < P.rare_ratio * n)).sum(axis=1)
-    rows.append({"partition": name, "train samples": int(s["n_train"].sum()),
-                 "local test samples": int(s["n_local_test"].sum()),
-                 "global test samples": len(fed.global_test),
-                 "classes seen (mean)": s["classes_seen"].mean(),
-                 "unseen classes (mean)": (data.n_classes - s["classes_seen"]).mean(),
-                 "rare classes (mean)": rare.mean(),
-                 "largest class share (mean)": s["largest_class_share"].mean()})
-partition_table = pd.DataFrame(rows).set_index("partition")
-show_table(partition_table.rename(index=PARTITION_LABEL), digits=2)
+partitions = partition_table(federations, P.rare_ratio)
+show_table(partitions, digits=2)
 
 # %% tags=["remove-cell"]
-last = f"dir{P.alphas[-1]}"
+last = partition_label(P.alphas[-1])
 glue("n_clients", P.n_clients, display=False)
-glue("n_global_test", len(federations["iid"].global_test), display=False)
+glue("n_global_test", len(federations[None].global_test), display=False)
 glue("alpha_last", P.alphas[-1], display=False)
-glue("seen_last", float(partition_table.loc[last, "classes seen (mean)"]), display=False)
-glue("unseen_last", float(partition_table.loc[last, "unseen classes (mean)"]), display=False)
-glue("seen_iid", float(partition_table.loc["iid", "classes seen (mean)"]), display=False)
+glue("seen_last", float(partitions.loc[last, "classes seen (mean)"]), display=False)
+glue("unseen_last", float(partitions.loc[last, "unseen classes (mean)"]), display=False)
+glue("seen_iid", float(partitions.loc["IID", "classes seen (mean)"]), display=False)
 
 # %% [markdown]
 # With {glue:text}`n_clients` clients and a global test set of {glue:text}`n_global_test`
@@ -235,19 +220,9 @@ show_table(pd.DataFrame([toy]), digits=3)
 # running statistics FedAvg then averages like any other array.
 
 # %%
-fed = federations["iid"]
-central_x = torch.cat([c.train.x for c in fed.clients])
-central_y = torch.cat([c.train.y for c in fed.clients])
-with isolated_torch_rng(derive_seed(seed, INIT)):
-    central = model_fn()
-t0 = time.perf_counter()
+fed = federations[None]
 central_cfg = TrainConfig(epochs=P.central_epochs, batch_size=32, lr=P.central_lr)
-local_train(central, central_x, central_y, central_cfg, torch_generator(seed, 0, 0, 7))
-central_seconds = time.perf_counter() - t0
-central_pred = predict(central, fed.global_test.x).numpy()
-central_confusion = Confusion.from_predictions(fed.global_test.labels_np, central_pred,
-                                               data.n_classes)
-central_acc = central_confusion.accuracy()
+central_acc, central_seconds = central_accuracy(fed, model_fn, central_cfg, seed)
 
 loop_cfg = LoopConfig(rounds=P.rounds, seed=seed, rare_ratio=P.rare_ratio)
 t0 = time.perf_counter()
@@ -267,7 +242,7 @@ show_table(anchor, digits={"global-test accuracy (%)": 1, "seconds": 1})
 gap = 100 * (central_acc - iid_global)
 glue("central_acc", 100 * central_acc, display=False)
 glue("iid_acc", 100 * iid_global, display=False)
-glue("anchor_gap_text", f"{abs(gap):.1f} points {'below' if gap >= 0 else 'above'}", display=False)
+glue("anchor_gap_text", points_below(gap), display=False)
 glue("central_verdict", "meets" if central_acc >= 0.95 else "misses", display=False)
 glue("iid_verdict", "within" if abs(gap) <= 3 else "not within", display=False)
 glue("central_epochs", P.central_epochs, display=False)
@@ -291,7 +266,8 @@ glue("central_lr", P.central_lr, display=False)
 # every round, for {glue:text}`rounds` rounds.
 # Because only the deployment hook differs, we train once per $\alpha$ and evaluate both
 # deployments of the same final global model
-# ({func}`fedlib.run.evaluate_deployment`). Both keep every client's predicted labels
+# ({func}`fedlib.experiments.setting.fedavg_and_finetune`, through
+# {func}`fedlib.run.evaluate_deployment`). Both keep every client's predicted labels
 # (`RunOptions(keep_predictions=True)`, `predictions={}`), so that Exercise 2 can score them again
 # under other rare thresholds ({func}`fedlib.metrics.rescore`) without training again.
 
@@ -303,55 +279,29 @@ glue("train_lr", P.lr, display=False)
 glue("rounds", P.rounds, display=False)
 
 # %%
-runs, per_client, kept, summaries = {}, {}, {}, []
-for a in P.alphas:
-    fed = federations[f"dir{a}"]
-    run = run_federated(FedAvg(train=train_cfg), fed, model_fn, loop_cfg, RunOptions(keep_predictions=True))
-    runs[a], kept[(a, "FedAvg")], kept[(a, "FedAvg-FT")] = run, run.predictions, {}
-    ft = FedAvgFT(train=train_cfg, finetune=finetune_cfg)
-    ft_frame = evaluate_deployment(ft, run, fed, model_fn, loop_cfg, predictions=kept[(a, "FedAvg-FT")])
-    deployed = (("FedAvg", run.per_client()), ("FedAvg-FT", per_client_table(ft_frame)))
-    for method, wide in deployed:
-        per_client[(a, method)] = wide
-        summaries.append({"alpha": a, "method": method, **protocol_summary(wide)})
-    if results_dir is not None:
-        run.save(Path(results_dir) / f"fedavg_alpha{a}")
-        ft_frame.to_csv(Path(results_dir) / f"fedavg_alpha{a}" / "fedavg_ft_frame.csv",
-                        index=False)
-summary = pd.DataFrame(summaries).set_index(["alpha", "method"])
-
-
-# %% tags=["hide-input"]
-def percent_table(columns):
-    """Columns of ``summary`` (renamed) in percent, for show_table; α shown as given (0.03, not 0.0)."""
-    return (100 * summary[list(columns)]).rename(columns=columns).rename_axis(["α", "method"])
-
-
-MEANS = {"local": "local accuracy (%)", "global": "global accuracy (%)", "unseen": "unseen accuracy (%)",
-         "rare": "rare accuracy (%)"}
-FLOORS = {"L@25": "L@25 (%)", "U@25": "U@25 (%)", "R@25": "R@25 (%)", "F@25": "F@25 (%)"}
-TAILS = {"worst_local": "worst client (%)", "bottom20_local": "bottom 20 % of clients (%)",
-         "gap_local": "fairness gap, best − worst (points)"}
+ft = fedavg_and_finetune({a: federations[a] for a in P.alphas}, model_fn, loop_cfg, train_cfg, finetune_cfg,
+                         results_dir=results_dir)
+summary = ft.summary
 
 # %% [markdown]
 # The mean abilities over clients, per $\alpha$ and deployment (a dash: no client has that
 # ability, e.g. no client has an unseen class):
 
 # %% tags=["hide-input"]
-show_table(percent_table(MEANS), digits=1, formats={"α": "g"})
+show_table(ft.percent(MEANS), digits=1, formats={"α": "g"})
 
 # %% [markdown]
 # The floors over clients (the mean of the lowest quarter of clients, per ability; F@25 of each
 # client's weakest ability):
 
 # %% tags=["hide-input"]
-show_table(percent_table(FLOORS), digits=1, formats={"α": "g"})
+show_table(ft.percent(FLOORS), digits=1, formats={"α": "g"})
 
 # %% [markdown]
 # And the lower tail of local accuracy (HDC-FL's worst client, bottom 20 % and fairness gap):
 
 # %% tags=["hide-input"]
-show_table(percent_table(TAILS), digits=1, formats={"α": "g"})
+show_table(ft.percent(TAILS), digits=1, formats={"α": "g"})
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean abilities and @25 floors of FedAvg and FedAvg-FT, one panel per Dirichlet concentration $\\alpha$ (percent, higher is better). A missing bar is an ability no client has (n/a).", "name": "fig-setting-ft-bars"}, "image": {"alt": "Grouped bar charts, one panel per alpha, with eight groups (local, global, unseen, rare, L@25, U@25, R@25, F@25) of two bars each, FedAvg and FedAvg-FT, on a 0 to 100 percent axis."}}
 SHOW = ["local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25"]
@@ -377,7 +327,7 @@ plt.show()
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Each client's local accuracy (horizontal) against its global accuracy (vertical), deploying the global model (FedAvg) and after fine-tuning (FedAvg-FT); a grey line joins the two points of one client. One panel per Dirichlet concentration $\\alpha$.", "name": "fig-setting-clients"}, "image": {"alt": "Scatter plots, one per alpha, with one point per client for FedAvg and one for FedAvg-FT joined by grey lines; points move between the two deployments, showing how fine-tuning shifts each client's local and global accuracy."}}
 fig, axes = plt.subplots(1, len(P.alphas), figsize=(min(10, 5 * len(P.alphas)), 4.2), squeeze=False)
 for ax, a in zip(axes[0], P.alphas):
-    before, after = per_client[(a, "FedAvg")], per_client[(a, "FedAvg-FT")]
+    before, after = ft.per_client[(a, "FedAvg")], ft.per_client[(a, "FedAvg-FT")]
     for k in before.index:
         ax.plot([100 * before.loc[k, "local"], 100 * after.loc[k, "local"]],
                 [100 * before.loc[k, "global"], 100 * after.loc[k, "global"]], color="0.8", lw=0.8, zorder=1)
@@ -392,29 +342,12 @@ plt.show()
 
 
 # %% tags=["remove-cell"]
-def delta(a, metric):
-    return float(100 * (summary.loc[(a, "FedAvg-FT"), metric] - summary.loc[(a, "FedAvg"), metric]))
-
-
-def direction(x):
-    return "rises" if x > 0.05 else ("falls" if x < -0.05 else "stays level")
-
-
 a = P.alphas[-1]
 for metric, key in (("local", "local"), ("global", "global"), ("unseen", "unseen"), ("rare", "rare"),
                     ("F@25", "f25"), ("L@25", "l25")):
-    d = delta(a, metric)
-    glue(f"d_{key}", f"by {abs(d):.1f} points" if np.isfinite(d) else "", display=False)
-    glue(f"dir_{key}", direction(d) if np.isfinite(d) else "is n/a", display=False)
-d_loc, d_glob = delta(a, "local"), delta(a, "global")
-if d_loc > 0 and d_glob < 0:
-    tradeoff = ("This is the trade-off the personalization chapters start from: a predictor fitted to the "
-                "client's own label distribution loses recognition of the classes it rarely or never saw, "
-                "and a mean over clients of local accuracy alone would not show it.")
-else:
-    tradeoff = ("In this run fine-tuning did not trade global for local accuracy, so the pattern reported "
-                "by the personalization papers does not appear at these parameters.")
-glue("tradeoff", tradeoff, display=False)
+    glue(f"d_{key}", by_points(ft.change(a, metric)), display=False)
+    glue(f"dir_{key}", direction(ft.change(a, metric)), display=False)
+glue("tradeoff", tradeoff_text(ft.change(a, "local"), ft.change(a, "global")), display=False)
 glue("alpha_ft", a, display=False)
 glue("ft_local_before", float(100 * summary.loc[(a, "FedAvg"), "local"]), display=False)
 glue("ft_local_after", float(100 * summary.loc[(a, "FedAvg-FT"), "local"]), display=False)
@@ -440,10 +373,9 @@ glue("ft_global_after", float(100 * summary.loc[(a, "FedAvg-FT"), "global"]), di
 # {glue:text}`alpha_last`:
 
 # %% tags=["hide-input"]
-ledger = runs[P.alphas[-1]].ledger.to_frame()
-comm = ledger.groupby(["direction", "kind"])["bytes"].sum().rename("bytes in the whole run").to_frame()
-per_round = ledger[ledger["kind"] == "model"].groupby("round")["bytes"].sum().mean()
-glue("bytes_per_round", format_bytes(per_round), display=False)
+ledger = ft.runs[P.alphas[-1]].ledger
+comm = ledger.totals(["direction", "kind"]).rename("bytes in the whole run").to_frame()
+glue("bytes_per_round", format_bytes(ledger.per_client_and_round(DOWN, n_clients=1)), display=False)
 show_table(comm, formats={"bytes in the whole run": format_bytes})
 
 # %% [markdown]
@@ -482,25 +414,10 @@ t_ex = time.perf_counter()
 EX_ALPHAS = [1.0, 0.3, 0.1, 0.03]
 ex_data = subsample(data, P.ex_samples, seed)
 ex_cfg = LoopConfig(rounds=P.ex_rounds, seed=seed, rare_ratio=P.rare_ratio)
-
-
-def ex_federation(alpha=None):
-    """An exercise federation: IID for ``alpha=None``, else Dirichlet(alpha)."""
-    kind = (dict(partition="iid") if alpha is None
-            else dict(partition="dirichlet", alpha=alpha, min_size=10))
-    return make_federation(ex_data, n_clients=P.ex_clients, seed=seed,
-                           global_test_per_class=P.ex_test_per_class, **kind)
-
-
-def fedavg_global(fed, lr=P.lr):
-    """FedAvg's mean global accuracy (%) on ``fed`` (reduced scale), and the run."""
-    cfg = TrainConfig(epochs=P.local_epochs, batch_size=32, lr=lr, momentum=0.9)
-    run = run_federated(FedAvg(train=cfg), fed, model_fn, ex_cfg)
-    return 100 * run.summary()["global"], run
-
-
-ex_feds = {None: ex_federation()} | {a: ex_federation(a) for a in EX_ALPHAS}
-ex_runs = {a: fedavg_global(f) for a, f in ex_feds.items()}
+ex_feds = make_federations(ex_data, [None, *EX_ALPHAS], n_clients=P.ex_clients,
+                           global_test_per_class=P.ex_test_per_class, seed=seed)
+ex_runs = {a: run_federated(FedAvg(train=train_cfg), f, model_fn, ex_cfg) for a, f in ex_feds.items()}
+ex_global = {a: 100 * run.summary()["global"] for a, run in ex_runs.items()}  # FedAvg's global accuracy (%)
 ex_scale = (f"{len(ex_data):,} samples ({P.ex_test_per_class} global test images per "
             f"class), {P.ex_clients} clients, {P.ex_rounds} round(s), seed {seed}")
 glue("ex_scale", ex_scale, display=False)
@@ -508,43 +425,11 @@ glue("ex_scale", ex_scale, display=False)
 # %% tags=["remove-cell"]
 # Exercise 1: unseen classes at the chapter's scale (partitions only), global accuracy at the
 # reduced one
-def mean_unseen(alpha):
-    fed = make_federation(data, n_clients=P.n_clients, partition="dirichlet", alpha=alpha,
-                          min_size=10, global_test_per_class=P.global_test_per_class, seed=seed)
-    return float(data.n_classes - fed.summary()["classes_seen"].mean())
-
-
-def below(d):
-    return f"{abs(d):.1f} points {'below' if d >= 0 else 'above'} IID"
-
-
-unseen = {a: mean_unseen(a) for a in EX_ALPHAS}
-iid_ex = ex_runs[None][0]
-drops = {a: iid_ex - ex_runs[a][0] for a in EX_ALPHAS}
-broken = [a for a in EX_ALPHAS if drops[a] > 5]
-kept_up = [a for a in EX_ALPHAS if drops[a] <= 5]
-glue("ex1_unseen_text", "; ".join(f"α = {a:g}: {unseen[a]:.1f}" for a in EX_ALPHAS), display=False)
-glue("ex1_iid", iid_ex, display=False)
-glue("ex1_acc_text", "; ".join(f"α = {a:g}: {ex_runs[a][0]:.1f} % ({below(drops[a])})"
-                               for a in EX_ALPHAS), display=False)
-glue("ex1_answer", (f"FedAvg falls more than 5 points below the IID anchor at α = "
-                    f"{', '.join(f'{a:g}' for a in broken)}"
-                    + (f" and not at α = {', '.join(f'{a:g}' for a in kept_up)}" if kept_up else "")
-                    if broken else
-                    "no α falls more than 5 points below the IID anchor at this reduced scale"),
-     display=False)
-ordered = [drops[x] <= drops[y] for x, y in zip(EX_ALPHAS, EX_ALPHAS[1:])]
-if all(ordered):
-    caveat = "The drops grow as α falls, as the unseen-class counts lead one to expect."
-else:
-    x, y = next((x, y) for (x, y), ok in zip(zip(EX_ALPHAS, EX_ALPHAS[1:]), ordered) if not ok)
-    caveat = (f"The drops are not ordered by α here (α = {x:g} drops more than α = {y:g}): at this "
-              "reduced scale one seed and a few rounds are too noisy to rank the skews, so this part "
-              "of the answer is inconclusive; the unseen-class counts above are exact.")
-glue("ex1_caveat", caveat, display=False)
-grows = all(unseen[x] <= unseen[y] for x, y in zip(EX_ALPHAS, EX_ALPHAS[1:]))
-glue("ex1_unseen_trend", "grows steadily" if grows else "does not grow monotonically",
-     display=False)
+unseen = {a: mean_unseen(f) for a, f in make_federations(
+    data, EX_ALPHAS, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class, seed=seed).items()}
+glue("ex1_iid", ex_global[None], display=False)
+for key, text in skew_words(unseen, ex_global[None], ex_global).items():
+    glue(f"ex1_{key}", text, display=False)
 
 # %% [markdown]
 # 1. *(parameters only)* **How much skew breaks the global model?** Re-run with
@@ -568,41 +453,14 @@ glue("ex1_unseen_trend", "grows steadily" if grows else "does not grow monotonic
 
 # %% tags=["remove-cell"]
 # Exercise 2: the chapter's own deployments (kept predictions), scored under other rare thresholds
-def pct(x):
-    return "n/a" if not np.isfinite(x) else f"{x:.1f} %"
-
-
 a = P.alphas[-1]
-counts = federations[f"dir{a}"].train_counts()
-ex2_rows = []
-for rho in sorted({0.25, P.rare_ratio, 1.0}):
-    rare_sets = (counts > 0) & (counts * data.n_classes < rho * counts.sum(axis=1, keepdims=True))
-    row = {"rho": rho, "rare per client": rare_sets.sum(axis=1).mean(),
-           "clients with rare": int(rare_sets.any(axis=1).sum())}
-    for method in ("FedAvg", "FedAvg-FT"):
-        s = protocol_summary(rescore(federations[f"dir{a}"], kept[(a, method)], rho))
-        row[f"rare {method}"], row[f"F@25 {method}"] = 100 * s["rare"], 100 * s["F@25"]
-    ex2_rows.append(row)
-ex2 = pd.DataFrame(ex2_rows).set_index("rho")
-same = protocol_summary(rescore(federations[f"dir{a}"], kept[(a, "FedAvg-FT")], P.rare_ratio))["F@25"]
-assert np.allclose(same, summary.loc[(a, "FedAvg-FT"), "F@25"], equal_nan=True)  # kept scores agree
+ex2 = rare_thresholds(federations[a], {m: ft.predictions[(a, m)] for m in ("FedAvg", "FedAvg-FT")},
+                      [0.25, P.rare_ratio, 1.0])
+assert np.allclose(ex2.loc[P.rare_ratio, "F@25 FedAvg-FT"], 100 * summary.loc[(a, "FedAvg-FT"), "F@25"],
+                   equal_nan=True)  # the kept predictions score as the deployment did
 glue("ex2_alpha", a, display=False)
-glue("ex2_text", "; ".join(
-    f"ρ = {rho:g}: {r['rare per client']:.1f} rare classes per client on average, "
-    f"{r['clients with rare']:.0f} of {P.n_clients} clients with one; rare accuracy "
-    f"{pct(r['rare FedAvg'])} (FedAvg) and {pct(r['rare FedAvg-FT'])} (FedAvg-FT), "
-    f"F@25 {pct(r['F@25 FedAvg'])} and {pct(r['F@25 FedAvg-FT'])}" for rho, r in ex2.iterrows()),
-    display=False)
-spread = {m: float(ex2[f"F@25 {m}"].max() - ex2[f"F@25 {m}"].min())
-          for m in ("FedAvg", "FedAvg-FT")}
-d_rare_ft = float(ex2.loc[1.0, "rare FedAvg-FT"] - ex2.loc[0.25, "rare FedAvg-FT"])
-glue("ex2_spread_fedavg", spread["FedAvg"], display=False)
-glue("ex2_spread_ft", spread["FedAvg-FT"], display=False)
-glue("ex2_more_sensitive", "FedAvg-FT's" if spread["FedAvg-FT"] > spread["FedAvg"] + 0.05 else
-     "FedAvg's" if spread["FedAvg"] > spread["FedAvg-FT"] + 0.05 else "neither", display=False)
-glue("ex2_rare_ft_word", "n/a at one of the thresholds" if not np.isfinite(d_rare_ft) else
-     f"{'rises' if d_rare_ft > 0 else 'falls'} by {abs(d_rare_ft):.1f} points", display=False)
-glue("ex2_few", int(ex2.loc[0.25, "clients with rare"]), display=False)
+for key, value in rare_threshold_words(ex2, P.n_clients).items():
+    glue(f"ex2_{key}", value, display=False)
 
 # %% [markdown]
 # 2. *(parameters only)* **What counts as rare?** Change `rare_ratio` to 0.25 and to 1.0. Which
@@ -633,27 +491,12 @@ glue("ex2_few", int(ex2.loc[0.25, "clients with rare"]), display=False)
 # %% tags=["remove-cell"]
 # Exercise 3: a larger local learning rate at the reduced scale, on the IID and the alpha = 0.1 partitions
 EX_LR = 0.05
-ex3 = {}
-for a in (None, 0.1):
-    ex3[a] = (ex_runs[a][0], fedavg_global(ex_feds[a], lr=EX_LR)[0])
-d_iid, d_skew = (ex3[a][1] - ex3[a][0] for a in (None, 0.1))
+larger_cfg = dataclasses.replace(train_cfg, lr=EX_LR)
+ex3 = {a: (ex_global[a], 100 * run_federated(FedAvg(train=larger_cfg), ex_feds[a], model_fn,
+                                              ex_cfg).summary()["global"]) for a in (None, 0.1)}
 glue("ex3_lr", EX_LR, display=False)
-glue("ex3_text", (f"IID: {ex3[None][0]:.1f} % at learning rate {P.lr:g}, "
-                  f"{ex3[None][1]:.1f} % at {EX_LR:g}; "
-                  f"α = 0.1: {ex3[0.1][0]:.1f} % and {ex3[0.1][1]:.1f} %"), display=False)
-
-
-def change(d):
-    return f"{'gains' if d > 0 else 'loses'} {abs(d):.1f} points"
-
-
-glue("ex3_iid_word", change(d_iid), display=False)
-glue("ex3_skew_word", change(d_skew), display=False)
-glue("ex3_answer", ("the skewed federation suffers more from the larger step, as client drift "
-                    "predicts" if d_skew < d_iid else
-                    "the skewed federation does not suffer more than the IID one here, so this "
-                    "reduced run does not show the drift effect (more rounds, or a larger step, "
-                    "may be needed to see it)"), display=False)
+for key, text in learning_rate_words(ex3[None], ex3[0.1], P.lr, EX_LR, alpha=0.1).items():
+    glue(f"ex3_{key}", text, display=False)
 
 # %% [markdown]
 # 3. *(parameters only)* **A learning rate that drifts.** Re-run with `lr=0.05` (the default is
@@ -681,25 +524,9 @@ glue("ex3_answer", ("the skewed federation suffers more from the larger step, as
 
 # %% tags=["remove-cell"]
 # Exercise 4: fine-tuning epochs on the reduced alpha = 0.1 federation (the same FedAvg run for all)
-ex4_fed, ex4_run = ex_feds[0.1], ex_runs[0.1][1]
-ex4_rows = [{"fine-tuning epochs": 0, **protocol_summary(ex4_run.per_client())}]
-for e in (1, 5, 20):
-    ft_cfg = TrainConfig(epochs=e, batch_size=32, lr=P.finetune_lr, momentum=0.9)
-    ft = FedAvgFT(train=train_cfg, finetune=ft_cfg)
-    frame = evaluate_deployment(ft, ex4_run, ex4_fed, model_fn, ex_cfg)
-    ex4_rows.append({"fine-tuning epochs": e, **protocol_summary(per_client_table(frame))})
-ex4 = pd.DataFrame(ex4_rows).set_index("fine-tuning epochs")
-base = ex4.loc[0]
-good = [e for e in (1, 5, 20)
-        if ex4.loc[e, "local"] > base["local"] and ex4.loc[e, "F@25"] >= base["F@25"]]
-ex4_label = {0: "FedAvg (no fine-tuning)", 1: "1 epoch", 5: "5 epochs", 20: "20 epochs"}
-glue("ex4_text", "; ".join(f"{ex4_label[e]}: local {100 * r['local']:.1f} %, "
-                           f"global {100 * r['global']:.1f} %, F@25 {100 * r['F@25']:.1f} %"
-                           for e, r in ex4.iterrows()), display=False)
-glue("ex4_answer", (f"{', '.join(map(str, good))} epoch(s) raise local accuracy without lowering "
-                    "F@25" if good else
-                    "no number of epochs raises local accuracy without lowering F@25"),
-     display=False)
+ex4 = finetune_sweep(ex_runs[0.1], ex_feds[0.1], model_fn, ex_cfg, train_cfg, finetune_cfg, epochs=(1, 5, 20))
+for key, text in finetune_words(ex4).items():
+    glue(f"ex4_{key}", text, display=False)
 ex_seconds = time.perf_counter() - t_ex
 glue("ex_seconds", ex_seconds, display=False)
 

@@ -29,8 +29,6 @@ results_dir = None  # unused here (every chapter accepts it)
 
 # %% tags=["hide-input"]
 import functools
-import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -38,11 +36,10 @@ from pathlib import Path
 
 import nbformat
 import pandas as pd
-import yaml
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
-from fedlib.book import EXERCISE_KINDS, chapter_title, exercises, setup, show_table
+from fedlib.book import EXERCISE_KINDS, chapter_times, exercise_index, setup, show_table, toc_chapters
 from fedlib.data import load_uci_digits
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
@@ -58,17 +55,7 @@ PROFILES = {
 P = setup(PROFILES, profile)
 ROOT = Path("..").resolve()  # the chapters execute in notebooks/
 records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
-toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
-parts = [(part["caption"], [c["file"].split("/", 1)[1] for c in part["chapters"] if c["file"].startswith("chapters/")])
-         for part in toc["parts"]]
-this = "teaching"
-
-
-def seconds(prof: str, name: str) -> float | None:
-    """The execution time that build's record gives for a chapter, None where it has none."""
-    path = Path(records.get(prof, "")) / f"{name}.json" if prof in records else None
-    return json.loads(path.read_text())["seconds"] if path is not None and path.exists() else None
-
+parts = toc_chapters(ROOT / "book" / "_toc.yml")
 
 # %% [markdown]
 # ## How long each chapter takes
@@ -81,14 +68,7 @@ def seconds(prof: str, name: str) -> float | None:
 # smoke profile; `make book` builds both).
 
 # %% tags=["hide-input"]
-rows = []
-for part, names in parts:
-    for name in names:
-        if name == this:
-            continue
-        rows.append({"part": part, "chapter": chapter_title(ROOT / "notebooks" / f"{name}.py"),
-                     "smoke (s)": seconds("smoke", name), "book (min)": (seconds("book", name) or float("nan")) / 60})
-timing = pd.DataFrame(rows)
+timing = chapter_times(ROOT / "notebooks", parts, records, leave_out=["teaching"])
 show_table(timing, digits={"smoke (s)": 0, "book (min)": 1}, index=False)
 
 # %% tags=["remove-cell"]
@@ -118,13 +98,7 @@ glue("slowest_time", "none measured yet" if slowest is None else
 # afford, its solution computes a reduced version and says at what scale.
 
 # %% tags=["hide-input"]
-ex_rows = []
-for part, names in parts:
-    for name in names:
-        for row in exercises(ROOT / "notebooks" / f"{name}.py").itertuples(index=False):
-            ex_rows.append({"chapter": chapter_title(ROOT / "notebooks" / f"{name}.py"), "exercise": row.exercise,
-                            "title": row.title, "needs": row.kind or "not marked"})
-exercise_table = pd.DataFrame(ex_rows, columns=["chapter", "exercise", "title", "needs"])
+exercise_table = exercise_index(ROOT / "notebooks", parts)
 show_table(exercise_table, index=False, wrap=True)
 
 # %% tags=["remove-cell"]

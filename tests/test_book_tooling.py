@@ -4,6 +4,7 @@ checked, torch threads, the clock), tables for reading, the exercises' index, an
 
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -13,8 +14,9 @@ import pytest
 import torch
 
 import fedlib.book as book
-from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_title, claims_report, clipped_error, exercises,
-                         format_bytes, format_number, format_value, place_labels, resolve, setup, show_table)
+from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
+                         exercise_index, exercises, format_bytes, format_number, format_value, place_labels, record_seconds,
+                         resolve, setup, show_table, toc_chapters)
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
 
 
@@ -171,6 +173,40 @@ def test_exercises_are_read_with_their_title_and_kind(tmp_path):
                                      [3, "Unmarked", None]]
     assert chapter_title(source) == "The chapter"
     assert exercises(tmp_path / "c.py").columns.tolist() == ["exercise", "title", "kind"]
+
+
+def test_the_build_is_read_chapter_by_chapter_with_its_times_and_exercises(tmp_path):
+    (tmp_path / "_toc.yml").write_text(
+        "parts:\n  - caption: Basics\n    chapters:\n      - file: intro\n      - file: chapters/one\n"
+        "      - file: chapters/two\n  - caption: Back\n    chapters:\n      - file: chapters/three\n"
+        "  - caption: Pages\n    chapters:\n      - file: api\n")
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "one.py").write_text("# %% [markdown]\n# # One\n# ## Exercises\n# 1. **A.** *(code)* Do.\n"
+                                      "# 2. **B.** Think.\n")
+    (notebooks / "two.py").write_text("# %% [markdown]\n# # Two\n")
+    (notebooks / "three.py").write_text("# %% [markdown]\n# # Three\n# ## Exercises\n"
+                                        "# 1. **C.** *(parameters only)* Re-run.\n")
+    smoke = tmp_path / "smoke"
+    smoke.mkdir()
+    (smoke / "one.json").write_text('{"seconds": 30.0}')
+    (smoke / "three.json").write_text('{"seconds": 4.5}')
+    book = tmp_path / "book"
+    book.mkdir()
+    (book / "one.json").write_text('{"seconds": 90.0}')
+
+    parts = toc_chapters(tmp_path / "_toc.yml")
+    assert parts == [("Basics", ["one", "two"]), ("Back", ["three"]), ("Pages", [])]
+    times = chapter_times(notebooks, parts, {"smoke": smoke, "book": book}, leave_out=["two"])
+    assert times.columns.tolist() == ["part", "chapter", "smoke (s)", "book (min)"]
+    assert times[["part", "chapter", "smoke (s)"]].values.tolist() == [["Basics", "One", 30.0], ["Back", "Three", 4.5]]
+    assert times["book (min)"].iloc[0] == 1.5 and math.isnan(times["book (min)"].iloc[1])
+    only_smoke = chapter_times(notebooks, parts, {"smoke": smoke})  # the book profile never built: no record
+    assert only_smoke["smoke (s)"].isna().tolist() == [False, True, False] and only_smoke["book (min)"].isna().all()
+    assert record_seconds(smoke, "two") is None and record_seconds(None, "one") is None
+    assert exercise_index(notebooks, parts).values.tolist() == [["One", 1, "A.", "code"], ["One", 2, "B.", "not marked"],
+                                                                ["Three", 1, "C.", "parameters only"]]
+    assert exercise_index(notebooks, [("Basics", ["two"])]).columns.tolist() == ["chapter", "exercise", "title", "needs"]
 
 
 class _Glue:

@@ -26,7 +26,7 @@ from fedlib.loop import LoopConfig, RunOptions
 from fedlib.run import run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
-from fedlib.benchmarks import keeping_replies
+from fedlib.benchmarks import RoundCost, keeping_replies, round_scaling
 from fedlib.protocol import Collect, fold_replies, needs_all_replies, streams
 from fedlib.store import DiskStates, make_states
 from fedlib.training import TrainConfig
@@ -315,3 +315,21 @@ def test_round_cost_measures_a_round_in_a_fresh_process_and_refuses_bad_input():
         round_cost(5, aggregation="median")
     with pytest.raises(ValueError, match="n_clients must be >= 1, got 0"):
         round_cost(0)
+
+
+def test_round_scaling_reads_the_growth_of_one_model_from_the_fewest_to_the_most_clients():
+    def cost(n, model, aggregation, peak, seconds):
+        return RoundCost(n, model, aggregation, "mnist5k", 7 if model == "mlp" else 9, 50.0, peak, seconds)
+
+    costs = [cost(20, "mlp", "fold", 100.0, 2.0), cost(20, "mlp", "list", 110.0, 2.0),
+             cost(80, "mlp", "fold", 125.0, 4.0), cost(80, "mlp", "list", 200.0, 4.0),
+             cost(5, "cnn", "fold", 1.0, 1.0), cost(500, "cnn", "fold", 1.0, 1.0)]  # another model: not read
+    s = round_scaling(costs, "mlp")
+    assert (s.model, s.small, s.large, s.n_parameters) == ("mlp", 20, 80, 7)
+    assert s.fold_growth == pytest.approx(25.0) and s.list_growth == pytest.approx(100 * (200 / 110 - 1))
+    assert s.time_ratio == pytest.approx((1000 * 4 / 80) / (1000 * 2 / 20))  # 50 ms against 100 ms per client
+    assert s.kept_mib == pytest.approx((200 - 50) - (125 - 50))
+    with pytest.raises(ValueError, match="no measurement of 'cnn' at 500 clients with the list"):
+        round_scaling(costs, "cnn")
+    with pytest.raises(ValueError, match="no measurement of 'vit'"):
+        round_scaling(costs, "vit")

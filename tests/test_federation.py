@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedlib.data import load_mnist5k, make_gaussian_mixture
-from fedlib.federation import hold_out_validation, make_federation
+from fedlib.federation import hold_out_validation, make_federation, make_federations
 
 
 def _ids(ds):
@@ -76,3 +76,25 @@ def test_hold_out_validation_is_class_balanced_disjoint_and_seeded():
     for bad in (-0.1, 1.0, float("nan")):
         with pytest.raises(ValueError, match="fraction"):
             hold_out_validation(fed, bad, seed=5)
+def test_make_federations_builds_one_federation_per_alpha_as_make_federation_does():
+    ds = make_gaussian_mixture(n_per_class=40, n_classes=4, dim=2, seed=0).dataset
+    common = dict(n_clients=5, global_test_per_class=5, seed=3)
+    feds = make_federations(ds, [None, 0.5, 0.1], **common)
+    assert list(feds) == [None, 0.5, 0.1]
+    assert np.array_equal(feds[None].train_counts(), make_federation(ds, partition="iid", **common).train_counts())
+    for a in (0.5, 0.1):
+        alone = make_federation(ds, partition="dirichlet", alpha=a, min_size=10, **common)
+        assert np.array_equal(feds[a].train_counts(), alone.train_counts()) and feds[a].description == alone.description
+    assert (make_federations(ds, [0.1], min_size=2, **common)[0.1].description["min_size"]) == 2
+
+
+@pytest.mark.parametrize("rare_ratio", [0.25, 0.5, 1.0])
+def test_the_summary_counts_each_clients_rare_classes_as_the_protocol_defines_them(rare_ratio):
+    ds = make_gaussian_mixture(n_per_class=60, n_classes=5, dim=2, seed=1).dataset
+    fed = make_federation(ds, n_clients=6, alpha=0.3, min_size=5, global_test_per_class=5, seed=0)
+    counts = fed.train_counts()
+    # n_c / n < rho / C, written out on the client x class matrix (the setting chapter's former table)
+    by_hand = ((counts > 0) & (counts * fed.n_classes < rare_ratio * counts.sum(axis=1, keepdims=True))).sum(axis=1)
+    summary = fed.summary(rare_ratio)
+    assert summary["rare_classes"].tolist() == by_hand.tolist() and by_hand.any()
+    assert summary.drop(columns="rare_classes").equals(fed.summary()) and "rare_classes" not in fed.summary()

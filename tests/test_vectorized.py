@@ -9,7 +9,8 @@ import warnings
 import pytest
 import torch
 
-from fedlib.algorithms import CGRL, Ditto, FedAvg, FedAvgFT, FedBABU, FedMixStyle, FedProto, FedProx, FedRep, GGEUR
+from fedlib.algorithms import (ALGORITHMS, CGRL, GGEUR, Ditto, FedAvg, FedAvgFT, FedBABU, FedMixStyle, FedProto, FedProx,
+                               FedRep, registered)
 from fedlib.algorithms.ggeur import classifier_fn
 from fedlib.data import make_gaussian_mixture
 from fedlib.engines import InProcessTransport
@@ -20,7 +21,7 @@ from fedlib.loop import LoopConfig, RunOptions
 from fedlib.run import run_federated
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import Algorithm, vectorizable
+from fedlib.protocol import Algorithm, streams, vectorizable
 from fedlib.training import LocalProgram, Phase, TrainConfig
 
 TOL = 1e-6
@@ -338,3 +339,19 @@ def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bi
         assert all(torch.equal(a.client_states[c].arrays[k], b.client_states[c].arrays[k])
                    for c in b.client_states for k in b.client_states[c].arrays)
         assert a.frame.equals(b.frame)
+
+
+def test_the_registered_methods_that_stack_and_stream_are_read_off_their_classes():
+    built = {}
+    for name, cls in ALGORITHMS.items():  # what a bare build says, as the performance chapter once computed it
+        try:
+            built[name] = cls()
+        except TypeError:
+            pass
+    assert registered(bare=True) == sorted(built) and set(registered()) - set(built) == {"comet", "cosmos", "fedct", "fedmd"}
+    assert registered(stacks=True, bare=True) == sorted(n for n, a in built.items() if vectorizable(a))
+    assert registered(stacks=False, bare=True) == sorted(n for n, a in built.items() if not vectorizable(a))
+    assert "fedavg" in registered(stacks=True) and "ditto" in registered(stacks=False)
+    assert registered(streams=False) == sorted(n for n, c in ALGORITHMS.items() if not streams(c))
+    assert registered(streams=True, stacks=False) == sorted(n for n, c in ALGORITHMS.items() if streams(c) and not vectorizable(c))
+    assert registered() == sorted(ALGORITHMS)

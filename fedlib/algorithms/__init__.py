@@ -14,8 +14,10 @@ through :data:`_LAZY`) does not re-run the FedGRC chapters when MPT's module cha
 from __future__ import annotations
 
 import importlib
+import inspect
 
-from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays
+from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays, vectorizable
+from ..protocol import streams as _streams
 
 _LAZY: dict[str, str] = {
     "Ditto": "ditto",
@@ -97,6 +99,42 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
     return __getattr__(_REGISTRY[name])(**kwargs)  # imports that method's module only
 
 
+def registered(*, streams: bool | None = None, stacks: bool | None = None, bare: bool = False) -> list[str]:
+    """The registered names (sorted) of the methods chosen by what their classes declare; none is
+    built (the call imports every method).
+
+    Parameters
+    ----------
+    streams : bool, optional
+        Only the methods that aggregate as a stream, each reply folded and freed (``True``), or
+        only those that keep every reply of a round (``False``): :func:`fedlib.protocol.streams`.
+    stacks : bool, optional
+        Only the methods whose clients can train stacked (``True``) or only those that train one
+        after another (``False``): :func:`fedlib.protocol.vectorizable`.
+    bare : bool, default False
+        Only the methods that can be built without arguments (every parameter of the constructor
+        has a default; COSMOS and the other public-set methods need their public set).
+
+    Examples
+    --------
+    >>> registered(stacks=False, bare=True)
+    ['cgrl', 'ditto', 'fedetf', 'fedmix_style', 'fedproto', 'mpt']
+    >>> set(registered(bare=True)) < set(registered())
+    True
+    """
+    chosen = []
+    for key, cls in sorted(__getattr__("ALGORITHMS").items()):
+        if streams is not None and _streams(cls) != streams:
+            continue
+        if stacks is not None and vectorizable(cls) != stacks:
+            continue
+        if bare and any(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                        for p in inspect.signature(cls).parameters.values()):
+            continue
+        chosen.append(key)
+    return chosen
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY) | {"ALGORITHMS"})
 
@@ -104,4 +142,5 @@ def __dir__() -> list[str]:
 __all__ = [
     "ALGORITHMS", "Algorithm", "CGRL", "COMET", "COSMOS", "ClientContext", "Ditto", "Event", "FedAvg", "FedAvgFT", "FedAvgSE", "FedBABU", "FedCT", "FedETF",
     "FedFAStyle", "FedMD", "FedMixStyle", "FedProto", "FedProx", "FedRep", "GGEUR", "HDCFL", "IFCA", "MPT", "PublicDistillation", "Rebalanced", "load_model", "make_algorithm", "model_arrays",
+    "registered",
 ]
