@@ -163,17 +163,6 @@ def hold_out_validation(federation: Federation, fraction: float, seed: int) -> t
     ------
     ValueError
         On a ``fraction`` outside [0, 1).
-def make_federations(dataset: ArrayDataset, alphas: Iterable[float | None], *, min_size: int = 10,
-                     **kwargs) -> dict[float | None, Federation]:
-    """One federation of ``dataset`` per Dirichlet concentration of ``alphas`` (``None``: the IID
-    partition), all with the same clients, global test set size and seed (``kwargs``, as
-    :func:`make_federation` takes them); each Dirichlet partition gives every client at least
-    ``min_size`` samples.
-
-    Returns
-    -------
-    dict
-        The federations by their ``alphas`` entry, in its order.
 
     Examples
     --------
@@ -190,6 +179,24 @@ def make_federations(dataset: ArrayDataset, alphas: Iterable[float | None], *, m
                                   for c in range(federation.n_classes)]))
     test = np.setdiff1d(np.arange(len(y)), val)
     return replace(federation, global_test=federation.global_test.subset(test)), federation.global_test.subset(val)
+
+
+def make_federations(dataset: ArrayDataset, alphas: Iterable[float | None], *, min_size: int = 10,
+                     **kwargs) -> dict[float | None, Federation]:
+    """One federation of ``dataset`` per Dirichlet concentration of ``alphas`` (``None``: the IID
+    partition), all with the same clients, global test set size and seed (``kwargs``, as
+    :func:`make_federation` takes them); each Dirichlet partition gives every client at least
+    ``min_size`` samples.
+
+    Returns
+    -------
+    dict
+        The federations by their ``alphas`` entry, in its order.
+
+    Examples
+    --------
+    >>> from fedlib.data import make_gaussian_mixture
+    >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
     >>> feds = make_federations(ds, [None, 0.1], n_clients=4, global_test_per_class=10, seed=0)
     >>> {a: f.description["partition"] for a, f in feds.items()}
     {None: 'iid', 0.1: 'dirichlet'}
@@ -400,7 +407,6 @@ def make_rotation_federation(
     return Federation(clients, fed.global_test, fed.n_classes, description), group
 
 
-__all__ = ["ClientData", "DepartureScenario", "Federation", "hold_out_validation", "make_departure_scenario", "make_federation",
-           "make_rotation_federation", "one_client_per_domain", "partition_summary"]
-__all__ = ["ClientData", "DepartureScenario", "Federation", "make_departure_scenario", "make_federation",
-           "make_federations", "make_rotation_federation", "one_client_per_domain", "partition_summary"]
+__all__ = ["ClientData", "DepartureScenario", "Federation", "hold_out_validation", "make_departure_scenario",
+           "make_federation", "make_federations", "make_rotation_federation", "one_client_per_domain",
+           "partition_summary"]
