@@ -793,9 +793,7 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
         taken.append(placed)
 
 
-__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_title",
-           "check_injected", "claims_report", "clipped_error", "exercises", "format_bytes", "format_number", "format_value",
-           "notebook_history", "place_labels", "resolve", "setup", "show_table"]
-__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "Settings", "chapter_times",
-           "chapter_title", "check_injected", "claims_report", "exercise_index", "exercises", "format_bytes",
-           "notebook_history", "record_seconds", "resolve", "setup", "show_table", "toc_chapters"]
+__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "chapter_times",
+           "chapter_title", "check_injected", "claims_report", "clipped_error", "exercise_index", "exercises",
+           "format_bytes", "format_number", "format_value", "notebook_history", "place_labels", "record_seconds",
+           "resolve", "Settings", "setup", "show_table", "toc_chapters"]
