@@ -680,24 +680,13 @@ _gain_iv = R[f"label-gain-{b_lo}"].interval
 ex_noise = (_gain_iv.high - _gain_iv.low) / 2
 glue("ex_noise", ex_noise, display=False)
 
-
-def seed0_label(total, names, e=emb):
-    """Accuracy (%) of the named label-skew runs on the first seed at β = b_lo, embeddings e, step-1 total."""
-    return study.first_seed_label(e, b_lo, seed, total, names)
-
-
-def chapter_label(name):
-    """The chapter's own accuracy (%) of a label-skew run, first seed, β = b_lo."""
-    return label_runs.of_seed(seed, b_lo, name)
-
-
 # Exercise 1: the chapter's embeddings multiplied by EX1_SCALE.
 EX1_SCALE = 0.1
 PAPER_F = GGEUR_PAPER
 ex1_emb = ArrayDataset(EX1_SCALE * emb.x, emb.y, emb.n_classes, emb.name)
 ex1_ratio = float(trace_ratio(class_shapes(ClassMoments.from_features(ex1_emb.x, ex1_emb.y, ex1_emb.n_classes)).eigenvalues).median())
-ex1_small = seed0_label(P.total_per_class, ["FedAvg", "FedAvg, rebalanced", G, PAPER_F], ex1_emb)
-ex1_full = {name: chapter_label(name) for name in ex1_small}
+ex1_small = study.first_seed_label(ex1_emb, b_lo, seed, P.total_per_class, ["FedAvg", "FedAvg, rebalanced", G, PAPER_F])
+ex1_full = {name: label_runs.of_seed(seed, b_lo, name) for name in ex1_small}  # the chapter's own run
 ex1_gap_full, ex1_gap_small = ex1_full[PAPER_F] - ex1_full[G], ex1_small[PAPER_F] - ex1_small[G]
 ex1_rb_full, ex1_rb_small = ex1_full[PAPER_F] - ex1_full["FedAvg, rebalanced"], ex1_small[PAPER_F] - ex1_small["FedAvg, rebalanced"]
 glue("ex1_scale", EX1_SCALE, display=False)
@@ -761,8 +750,9 @@ ex1_seconds = time.perf_counter() - t_ex
 t_ex = time.perf_counter()
 EX2_NAMES = [G, "FedAvg, matched steps", "FedAvg, rebalanced"]
 ex2_totals = sorted({max(10, P.total_per_class // 4), P.total_per_class, 5 * P.total_per_class})
-ex2 = pd.DataFrame([{"total": t, **({n: chapter_label(n) for n in EX2_NAMES} if t == P.total_per_class
-                                    else seed0_label(t, EX2_NAMES))} for t in ex2_totals]).set_index("total")
+ex2 = pd.DataFrame([{"total": t, **({n: label_runs.of_seed(seed, b_lo, n) for n in EX2_NAMES} if t == P.total_per_class
+                                    else study.first_seed_label(emb, b_lo, seed, t, EX2_NAMES))}
+                    for t in ex2_totals]).set_index("total")
 ex2["GGEUR − rebalanced"] = ex2[G] - ex2["FedAvg, rebalanced"]
 ex2["GGEUR − matched steps"] = ex2[G] - ex2["FedAvg, matched steps"]
 ex2_table = ex2.rename(columns={G: "GGEUR (%)", "FedAvg, matched steps": "matched steps (%)",
@@ -825,15 +815,9 @@ ex3_runs = study.domain_runs(ex3_fed)
 ex3_alt = {v: study.domain_row(*ex3_runs[("FedAvg", v)], ex3_fed, ex3_mlp, dom.domain_names, seed)[0] for v in EX3_VARIANTS}
 ex3_own = {v: dom_runs.row(seed, "FedAvg", v) for v in EX3_VARIANTS}
 S2 = GAIN_STEP2
-
-
-def ex3_column(runs, e):
-    return encoder_column(runs, seed, dom, e, P.k)
-
-
 SEES_NAME = {"all": "encoder on every domain", "mnist": "encoder on MNIST only"}
-ex3 = pd.DataFrame({SEES_NAME[P.encoder_sees] + " (the chapter's)": ex3_column(ex3_own, dom_emb),
-                    SEES_NAME[ex3_sees]: ex3_column(ex3_alt, ex3_emb)}).rename_axis("first seed")
+ex3 = pd.DataFrame({SEES_NAME[P.encoder_sees] + " (the chapter's)": encoder_column(ex3_own, seed, dom, dom_emb, P.k),
+                    SEES_NAME[ex3_sees]: encoder_column(ex3_alt, seed, dom, ex3_emb, P.k)}).rename_axis("first seed")
 mn, al = (ex3.columns[1], ex3.columns[0]) if ex3_sees == "mnist" else (ex3.columns[0], ex3.columns[1])
 ex3_d = ex3[mn] - ex3[al]  # MNIST-only encoder − every-domain encoder
 glue("ex3_table", show_table(ex3, digits=2), display=False)
