@@ -596,6 +596,23 @@ def format_bytes(n: float) -> str:
     return f"{int(round(n))} B"
 
 
+def sign_word(change: float, up: str, down: str, same: str = "does not change", tol: float = 0.05) -> str:
+    """The word for the sign of a computed change: ``up`` above ``tol``, ``down`` below
+    ``-tol``, ``same`` within it (and for NaN). :func:`fedlib.experiments.setting.direction` is
+    the case ``"rises"`` / ``"falls"`` / ``"stays level"`` with NaN said apart.
+
+    Examples
+    --------
+    >>> sign_word(0.3, "grows", "shrinks"), sign_word(-0.3, "grows", "shrinks"), sign_word(0.01, "grows", "shrinks")
+    ('grows', 'shrinks', 'does not change')
+    >>> sign_word(0.003, "larger", "smaller", "the same", tol=0.005)
+    'the same'
+    """
+    if not is_real(tol) or not tol >= 0:
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    return up if change > tol else down if change < -tol else same
+
+
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
 
 
@@ -796,4 +813,4 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
 __all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "chapter_times",
            "chapter_title", "check_injected", "claims_report", "clipped_error", "exercise_index", "exercises",
            "format_bytes", "format_number", "format_value", "notebook_history", "place_labels", "record_seconds",
-           "resolve", "Settings", "setup", "show_table", "toc_chapters"]
+           "resolve", "Settings", "setup", "show_table", "sign_word", "toc_chapters"]

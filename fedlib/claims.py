@@ -609,6 +609,23 @@ def tally(results: Sequence[ClaimResult]) -> dict[str, int]:
     return counts
 
 
+def says(result: ClaimResult, digits: int = 1) -> str:
+    """A decided row in a sentence: ``"<key> holds (<interval>)"``, ``"<key> does not hold
+    (...)"`` or ``"<key> is inconclusive at this scale (...)"``, the interval with ``digits``
+    decimals (:meth:`Interval.format`).
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater")
+    >>> says(evaluate(c, [2.0, 3.0, 2.5])).split(" (")[0], says(evaluate(c, [1.0])).split(" (")[0]
+    ('gain holds', 'gain is inconclusive at this scale')
+    """
+    if not isinstance(result, ClaimResult):
+        raise ValueError(f"says reads a ClaimResult, got a {type(result).__name__}")
+    v = result.verdict
+    return f"{result.claim.key} {'is ' if v == INCONCLUSIVE else ''}{v} ({result.interval.format(digits)})"
+
+
 _VERDICT_COLOURS = {HOLDS: "#d9f2d9", DOES_NOT_HOLD: "#f8d7d7", INCONCLUSIVE: "#eeeeee"}
 
 
@@ -900,6 +917,7 @@ __all__ = [
     "mean_interval",
     "paired_interval",
     "seed_band",
+    "says",
     "seed_table",
     "show",
     "tally",

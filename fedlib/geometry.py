@@ -58,6 +58,8 @@ __all__ = [
     "geometry_similarity",
     "similarity_matrix",
     "noise_scales",
+    "numerical_ranks",
+    "trace_ratio",
     "augment",
     "augment_loop",
     "fill_to_total",
@@ -333,6 +335,28 @@ def similarity_matrix(shapes_a: GeometricShapes, shapes_b: GeometricShapes, k: i
 # ------------------------------------------------------------------------------------------
 # Eq. (5), Algorithms 1 and 2: generation
 # ------------------------------------------------------------------------------------------
+
+
+def trace_ratio(eigenvalues: torch.Tensor) -> torch.Tensor:
+    r""":math:`\mathrm{tr}(\Sigma^2)/\mathrm{tr}(\Sigma)` per class, from the eigenvalues ``(C, d)``
+    of :class:`GeometricShapes`: the total variance of the paper's noise (covariance
+    :math:`\Sigma^2`) over the code's (:math:`\Sigma`). Above 1 when the eigenvalues are mostly
+    above 1; NaN for a class without spread.
+
+    >>> trace_ratio(torch.tensor([[4.0, 1.0], [0.5, 0.5]]))
+    tensor([3.4000, 0.5000])
+    """
+    return (eigenvalues**2).sum(-1) / eigenvalues.sum(-1)
+
+
+def numerical_ranks(eigenvalues: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
+    """Per class, how many of the descending eigenvalues ``(C, d)`` exceed ``tol`` times the
+    largest: the rank of each class covariance up to round-off.
+
+    >>> numerical_ranks(torch.tensor([[2.0, 1.0, 1e-12], [1.0, 0.0, 0.0]]))
+    tensor([2, 1])
+    """
+    return (eigenvalues > tol * eigenvalues[:, :1]).sum(1)
 
 
 def noise_scales(eigenvalues: torch.Tensor, formula: str = "code") -> torch.Tensor:

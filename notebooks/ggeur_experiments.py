@@ -83,7 +83,6 @@ results_dir = None  # where tidy results are saved (None: not saved)
 # %% tags=["hide-input"]
 import time
 import warnings
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -92,20 +91,15 @@ import pandas as pd
 from IPython.display import Markdown
 from myst_nb import glue
 
-from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
-from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
-from fedlib.book import claims_report, setup, show_table
-from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, mean_interval, seed_table
-from fedlib.data import ArrayDataset, load_data, make_digit_domains
-from fedlib.federation import one_client_per_domain
-from fedlib.encoders import OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
-from fedlib.federation import make_federation
-from fedlib.geometry import augment, class_shapes, similarity_matrix
+from fedlib.book import claims_report, setup, show_table, sign_word
+from fedlib.claims import Claim, mean_interval, seed_table
+from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.loop import LoopConfig, RunOptions
-from fedlib.run import run_federated
-from fedlib.parallel import map_parallel
-from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
+from fedlib.experiments.ggeur import (BASES, DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
+                                      ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, claims_reading, encoder_column)
+from fedlib.geometry import augment, class_shapes, numerical_ranks, trace_ratio
+from fedlib.loop import RunOptions
+from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
 
@@ -134,12 +128,19 @@ PROFILES = {
 P = setup(PROFILES, profile, threads=1, n_seeds=n_seeds, betas=betas, rounds=rounds, local_epochs=local_epochs,
           total_per_class=total_per_class, per_prototype=per_prototype, encoder_epochs=encoder_epochs,
           embedding_scale=embedding_scale, encoder_sees=encoder_sees)
-if P.encoder_sees not in ("all", "mnist"):
-    raise ValueError(f"encoder_sees must be 'all' or 'mnist', got {P.encoder_sees!r}")
 SEEDS = [seed + i for i in range(P.n_seeds)]
 train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
 b_lo, b_hi = min(P.betas), max(P.betas)
 early = max(1, P.rounds // 5)  # the round at which the convergence claim reads the curves
+study = GGEURStudy(  # what is embedded and trained for every seed (fedlib.experiments.ggeur); checks encoder_sees
+    n_samples=P.n_samples, public_fraction=P.public_fraction, encoder_epochs=P.encoder_epochs,
+    encoder_width=P.encoder_width, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
+    total_per_class=P.total_per_class, per_prototype=P.per_prototype, rounds=P.rounds, domain_rounds=P.domain_rounds,
+    train=train_cfg, early=early, label_classifier=P.label_classifier, domain_classifier=P.domain_classifier,
+    hidden=P.hidden, prox_mu=P.prox_mu, proto_lam=P.proto_lam, k=P.k, domain_max=P.domain_max,
+    domain_public=P.domain_public, domain_test=P.domain_test, domain_client=P.domain_client,
+    embedding_scale=P.embedding_scale, encoder_sees=P.encoder_sees, eval_every=P.eval_every,
+    clip_checkpoint=clip_checkpoint, options=RUN, results_dir=results_dir)
 glue("n_seeds", P.n_seeds, display=False)
 glue("level_pct", 100 * P.level, display=False)
 print(f"profile {P.profile}: seeds {SEEDS}, betas {P.betas}, {P.n_clients} clients, {P.rounds} rounds x {P.local_epochs} "
@@ -211,11 +212,10 @@ Q_STD = "compared to other methods, GGEUR significantly reduces the accuracy var
 Q_DIG = "When GGEUR is applied to FedAvg (CLIP+MLP), it outperforms these three methods by 3.51%, 2.17%, and 1.60%, respectively."
 Q_CONV = "our method enhances the convergence speed of the FL methods …"  # "resulting in smoother curves" is not tested
 Q_FIG6 = "across domains, the geometric shapes of embeddings for the same category exhibit a consistent pattern, rather than being randomly distributed"
-BASES = ("FedAvg", "FedProx", "FedProto")
 MOON = "MOON is not implemented: FedProx stands in for it (a regularized base); "
 
-# Each row's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter (G, lab,
-# E, dom_v, sim_seed, rowmax_share: defined with the runs)
+# Each row's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter (label_runs
+# and dom_runs, fedlib.experiments.ggeur's LabelRuns and DomainRuns: made by the runs below)
 claims = []
 for b in P.betas:
     for other, extra in (("FedMix-style", "FedMix → our NaiveMix-style baseline on embeddings"),
@@ -223,88 +223,88 @@ for b in P.betas:
         claims.append(Claim(f"label-vs-{other}-{b}", Q_OUT, "Section 4.2, Table 1",
                             f"global accuracy at β = {b}, GGEUR − {other}, points", "greater", 0,
                             f"{extra}; FEDGEN absent (not implemented); {SUB_LABEL}",
-                            values=lambda b=b, other=other: (lab(b, G), lab(b, other))))
+                            values=lambda b=b, other=other: (label_runs.accuracy(b, G), label_runs.accuracy(b, other))))
 for b in P.betas:
     claims.append(Claim(f"label-gain-{b}", Q_GAIN, "Section 4.2, Tables 1-3",
                         f"global accuracy at β = {b}, GGEUR − FedAvg, points", "greater", MIN_GAIN,
                         f"the paper's gains are on CIFAR-100 at β down to 0.01; {SUB_LABEL}",
-                        values=lambda b=b: (lab(b, G), lab(b, "FedAvg"))))
+                        values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg"))))
 if len(P.betas) >= 2:  # a trend needs two concentrations at least
     claims.append(Claim("label-trend", Q_GAIN, "Section 4.2, Tables 1-3",
                         f"gain over FedAvg at β = {b_lo} − gain at β = {b_hi}, points", "greater", 0, SUB_LABEL,
-                        values=lambda: (lab(b_lo, G) - lab(b_lo, "FedAvg"), lab(b_hi, G) - lab(b_hi, "FedAvg"))))
+                        values=lambda: (label_runs.accuracy(b_lo, G) - label_runs.accuracy(b_lo, "FedAvg"), label_runs.accuracy(b_hi, G) - label_runs.accuracy(b_hi, "FedAvg"))))
 else:
     print("one β only: the trend row (label-trend) is not declared")
 claims.append(Claim("label-convergence", Q_CONV, "Section 4.5, Figure 8",
                     f"global accuracy after {early} training round(s) at β = {b_lo}, GGEUR − FedAvg, points", "greater", 0,
                     f"the paper's curves are on Office-Home-LDS; ours on label skew; {SUB_LABEL}",
-                    values=lambda: (E[(b_lo, G)].to_numpy(), E[(b_lo, "FedAvg")].to_numpy())))
+                    values=lambda: (label_runs.early(b_lo, G), label_runs.early(b_lo, "FedAvg"))))
 for b in BASES:
     claims.append(Claim(f"dom-gain-{b}", Q_DOM, "Section 4.3, Table 4",
                         f"AVG accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "greater", MIN_GAIN,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_v(b, "+ GGEUR (steps 1 & 2)"), dom_v(b, b))))
+                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)"), dom_runs.value(b, b))))
 ABLATION_BASES = ("FedAvg", "FedProx")  # the paper's ablation covers FedAvg and MOON (FedProx stands in for MOON)
 for b in ABLATION_BASES:
     claims.append(Claim(f"dom-step1-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
                         f"AVG accuracy, {b} + GGEUR step 1 − {b}, points", "greater", 0,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_v(b, "+ GGEUR (step 1)"), dom_v(b, b))))
+                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (step 1)"), dom_runs.value(b, b))))
     claims.append(Claim(f"dom-step2-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
                         f"AVG accuracy, {b} + GGEUR steps 1 & 2 − {b} + GGEUR step 1, points", "greater", 0,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_v(b, "+ GGEUR (steps 1 & 2)"), dom_v(b, "+ GGEUR (step 1)"))))
+                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)"), dom_runs.value(b, "+ GGEUR (step 1)"))))
 for b in BASES:
     claims.append(Claim(f"dom-std-{b}", Q_STD, "Section 4.3, Table 4",
                         f"STD of accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "less", 0,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_v(b, "+ GGEUR (steps 1 & 2)", "STD"), dom_v(b, b, "STD"))))
+                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)", "STD"), dom_runs.value(b, b, "STD"))))
 for other, extra in (("FedMix-style", "FedMix → our NaiveMix-style baseline"), ("FedFA-style", "FedFA → our Gaussian-style baseline")):
     claims.append(Claim(f"digits-vs-{other}", Q_DIG, "Section 4.3, Table 4",
                         f"AVG accuracy over the domains, FedAvg + GGEUR (steps 1 & 2) − {other}, points", "greater", 0,
                         f"{extra}; FEDGEN absent (not implemented, no row); {SUB_DOM}",
-                        values=lambda other=other: (dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", other))))
+                        values=lambda other=other: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", other))))
 SUB_FIG6 = "CLIP → our CNN encoder; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST"
 claims.append(Claim("fig6-diagonal", Q_FIG6, "Section 3.2.2, Figure 6",
                     f"similarity S (k = {P.k}) averaged over MNIST vs each other domain, same class − different classes", "greater", 0,
                     SUB_FIG6,
-                    values=lambda: (sim_seed["mean S, same class"].to_numpy(), sim_seed["mean S, different classes"].to_numpy())))
+                    values=lambda: (dom_runs.similarity_per_seed()[SAME].to_numpy(), dom_runs.similarity_per_seed()[DIFFERENT].to_numpy())))
 claims.append(Claim("fig6-rowmax", Q_FIG6, "Section 3.2.2, Figure 6",
                     f"share of MNIST classes whose most similar class of the other domain is the same class − chance (1 in 10), "
-                    "percentage points", "greater", 0, SUB_FIG6, values=lambda: (100 * rowmax_share, 100 / dom_emb.n_classes)))
+                    "percentage points", "greater", 0, SUB_FIG6, values=lambda: (100 * dom_runs.rowmax_share(dom_emb.n_classes), 100 / dom_emb.n_classes)))
 CLAIM_FOR = {"label": "“GGEUR significantly outperforms other methods” / “notably enhances … FedAvg” (Section 4.2)",
              "dom": "“GGEUR improves the average performance of FedAvg” (Section 4.3)"}
 controls = []
 for b in P.betas:
     controls.append(Claim(f"ctrl-matched-{b}", f"Is GGEUR ahead of FedAvg trained on the real samples for as many local steps (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (matched steps), points", "greater", 0,
-                          SUB_LABEL, kind="control", values=lambda b=b: (lab(b, G), lab(b, "FedAvg, matched steps"))))
+                          SUB_LABEL, kind="control", values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg, matched steps"))))
     controls.append(Claim(f"ctrl-rebalanced-{b}", f"Is GGEUR ahead of FedAvg on the real samples resampled to GGEUR's class counts (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (rebalanced), points", "greater", 0,
-                          SUB_LABEL, kind="control", values=lambda b=b: (lab(b, G), lab(b, "FedAvg, rebalanced"))))
+                          SUB_LABEL, kind="control", values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg, rebalanced"))))
     controls.append(Claim(f"ctrl-fedmix-matched-{b}", f"Is GGEUR ahead of FedMix-style given GGEUR's local steps (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedMix-style (matched steps), points", "greater", 0,
-                          SUB_LABEL, kind="control", values=lambda b=b: (lab(b, G), lab(b, "FedMix-style, matched steps"))))
+                          SUB_LABEL, kind="control", values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedMix-style, matched steps"))))
 controls.append(Claim("ctrl-convergence-matched", f"Is GGEUR ahead early (round {early}, β = {b_lo}) of FedAvg with matched steps?",
                       "“our method enhances the convergence speed” (Section 4.5)",
                       f"global accuracy after {early} round(s), GGEUR − FedAvg (matched steps), points", "greater", 0, SUB_LABEL,
-                      kind="control", values=lambda: (E[(b_lo, G)].to_numpy(), E[(b_lo, "FedAvg, matched steps")].to_numpy())))
+                      kind="control", values=lambda: (label_runs.early(b_lo, G), label_runs.early(b_lo, "FedAvg, matched steps"))))
 STEP_FOR = "“each step incrementally improves the original methods” (Section 4.3; the paper's ablation covers FedAvg and MOON)"
 controls.append(Claim("dom-step1-FedProto", "Does GGEUR step 1 improve FedProto (outside the paper's ablation)?", STEP_FOR,
                       "AVG accuracy, FedProto + GGEUR step 1 − FedProto, points", "greater", 0, SUB_DOM, kind="control",
-                      values=lambda: (dom_v("FedProto", "+ GGEUR (step 1)"), dom_v("FedProto", "FedProto"))))
+                      values=lambda: (dom_runs.value("FedProto", "+ GGEUR (step 1)"), dom_runs.value("FedProto", "FedProto"))))
 controls.append(Claim("dom-step2-FedProto", "Does GGEUR step 2 improve FedProto + step 1 (outside the paper's ablation)?", STEP_FOR,
                       "AVG accuracy, FedProto + GGEUR steps 1 & 2 − FedProto + GGEUR step 1, points", "greater", 0, SUB_DOM,
                       kind="control",
-                      values=lambda: (dom_v("FedProto", "+ GGEUR (steps 1 & 2)"), dom_v("FedProto", "+ GGEUR (step 1)"))))
+                      values=lambda: (dom_runs.value("FedProto", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedProto", "+ GGEUR (step 1)"))))
 controls.append(Claim("ctrl-dom-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedAvg trained on the real samples for as many local steps?",
                       CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedAvg (matched steps), points", "greater", 0,
                       SUB_DOM, kind="control",
-                      values=lambda: (dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", "FedAvg, matched steps"))))
+                      values=lambda: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", "FedAvg, matched steps"))))
 controls.append(Claim("ctrl-dom-fedmix-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedMix-style given GGEUR's local steps?",
                       CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedMix-style (matched steps), points", "greater", 0,
                       SUB_DOM, kind="control",
-                      values=lambda: (dom_v("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_v("FedAvg", "FedMix-style, matched steps"))))
+                      values=lambda: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", "FedMix-style, matched steps"))))
 print(f"{len(claims)} claims and {len(controls)} controls declared")
 
 # %% [markdown]
@@ -318,28 +318,15 @@ print(f"{len(claims)} claims and {len(controls)} controls declared")
 # (noise covariance $\Sigma^2$) compares in size with the code's ($\Sigma$) on these embeddings.
 
 # %% tags=["hide-input"]
-def label_embeddings(s):
-    """Seed s: the data subset, the public split, the encoder and the embeddings."""
-    data = load_data("mnist5k", n_samples=P.n_samples, seed=s)  # the smoke profile uses a seeded subset
-    pub, rest = public_split(data, P.public_fraction, seed=s)
-    if clip_checkpoint is not None:
-        enc = OpenCLIPEncoder("ViT-B-32", clip_checkpoint)
-    else:
-        enc = train_public_encoder(data.subset(pub), epochs=P.encoder_epochs, width=P.encoder_width, seed=s)
-    e = encode_dataset(enc, data.subset(rest))
-    if P.embedding_scale != 1.0:
-        e = ArrayDataset(P.embedding_scale * e.x, e.y, e.n_classes, e.name)
-    return enc, e, len(pub)
-
-
 t0 = time.perf_counter()
-encoder, emb, n_public = label_embeddings(seed)
+label_first = study.label_embeddings(seed)  # the first seed's data, public split, encoder and embeddings; reused by its runs
+encoder, emb, n_public = label_first
 glue("min_gain_images", int(round(MIN_GAIN / 100 * emb.n_classes * P.global_test_per_class)), display=False)
 glue("label_test_size", emb.n_classes * P.global_test_per_class, display=False)
 enc_seconds = time.perf_counter() - t0
 shapes_all = class_shapes(ClassMoments.from_features(emb.x, emb.y, emb.n_classes))
-ranks = (shapes_all.eigenvalues > 1e-8 * shapes_all.eigenvalues[:, :1]).sum(1).double()
-ratio = (shapes_all.eigenvalues**2).sum(1) / shapes_all.eigenvalues.sum(1)
+ranks = numerical_ranks(shapes_all.eigenvalues).double()
+ratio = trace_ratio(shapes_all.eigenvalues)  # tr(Σ²)/tr(Σ) per class
 emb_table = pd.Series({
     "encoder": encoder.name, "embedding dimension": encoder.dim, "public images": n_public, "embedded images": len(emb),
     "mean norm of an embedding": float(emb.x.norm(dim=1).mean()), "mean rank of a class covariance": float(ranks.mean()),
@@ -400,72 +387,10 @@ glue("rounds", P.rounds, display=False)
 glue("total", P.total_per_class, display=False)
 for _k, _v in (("total", "total_per_class"), ("rounds", "rounds"), ("epochs", "local_epochs"), ("lr", "lr")):
     glue(f"paper_{_k}", PROFILES["paper"][_v], display=False)
-
-
-def run(alg, fed, model_fn, training_rounds, extra_round, s):
-    """One run of seed s; returns the result and its accuracy curve indexed by *training* rounds."""
-    cfg = LoopConfig(rounds=training_rounds + int(extra_round), seed=s, eval_every=P.eval_every)
-    t0 = time.perf_counter()
-    res = run_federated(alg, fed, model_fn, cfg, RUN)
-    curve = res.curve("global")
-    curve.index = curve.index - int(extra_round)
-    return res, curve, time.perf_counter() - t0
-
-
-def matched(sizes):
-    """FedAvg's budget with as many local steps as GGEUR's clients take on sets of these sizes."""
-    return matched_train(sizes, P.batch_size, P.local_epochs, P.lr)
-
-
-def label_methods(fed, n_classes, total):
-    """The label-skew runs on one federation, by name: (algorithm, whether it adds a statistics round)."""
-    ms_cfg = matched([filled_size(c.train.y, n_classes, total) for c in fed.clients])
-    return {
-        "FedAvg": (FedAvg(train=train_cfg), False),
-        "FedAvg, matched steps": (FedAvg(train=ms_cfg), False),
-        "FedAvg, rebalanced": (Rebalanced(base=FedAvg(train=train_cfg), total_per_class=total), True),
-        G: (GGEUR(base=FedAvg(train=train_cfg), total_per_class=total, formula="code"), True),
-        "+GGEUR (paper: λ scaling)": (GGEUR(base=FedAvg(train=train_cfg), total_per_class=total, formula="paper"), True),
-        "FedMix-style": (FedMixStyle(train=train_cfg), True),
-        "FedMix-style, matched steps": (FedMixStyle(train=ms_cfg), True),
-        "FedFA-style": (FedFAStyle(base=FedAvg(train=train_cfg), total_per_class=total), True),
-    }
-
-
-def label_federation(e, beta, s):
-    """The label-skew federation of embeddings e at concentration beta, seed s."""
-    return make_federation(e, n_clients=P.n_clients, partition="dirichlet", alpha=beta, min_size=10,
-                           global_test_per_class=P.global_test_per_class, seed=s)
-
-
-LABEL_METHODS = ["FedAvg", "FedAvg, matched steps", "FedAvg, rebalanced", "+GGEUR (code: N(x, Σ))", "+GGEUR (paper: λ scaling)",
-                 "FedMix-style", "FedMix-style, matched steps", "FedFA-style"]
-G = "+GGEUR (code: N(x, Σ))"
-def label_seed(s):
-    """Seed s of the label-skew experiment: its rows, its accuracy curves and its seconds of training."""
-    rows, curves_s, seconds = [], {}, 0.0
-    enc_s, emb_s, _ = (encoder, emb, n_public) if s == seed else label_embeddings(s)
-    lin_fn = classifier_fn(P.label_classifier, enc_s.dim, emb_s.n_classes)
-    for beta in P.betas:
-        fed = label_federation(emb_s, beta, s)
-        for name, (alg, extra) in label_methods(fed, emb_s.n_classes, P.total_per_class).items():
-            res, curve, secs = run(alg, fed, lin_fn, P.rounds, extra, s)
-            curves_s[(s, beta, name)] = curve
-            seconds += secs
-            rows.append({"seed": s, "beta": beta, "method": name, "accuracy (%)": 100 * res.summary()["global"],
-                         "early (%)": 100 * float(curve.get(early, np.nan))})
-            if results_dir is not None:
-                res.save(Path(results_dir) / f"label_seed{s}_beta{beta}_{len(rows)}")
-    return rows, curves_s, seconds
-
-
-label_rows, curves, label_seconds = [], {}, 0.0
-for rows_s, curves_s, seconds_s in map_parallel(label_seed, SEEDS, workers):  # the seeds are independent
-    label_rows += rows_s
-    curves.update(curves_s)
-    label_seconds += seconds_s
-label = pd.DataFrame(label_rows)
-label_table = seed_table(label, "method", "beta", "accuracy (%)").loc[LABEL_METHODS, P.betas]
+label_runs = study.run_label(SEEDS, P.betas, workers, first=label_first)  # every seed and β (the seeds are independent)
+curves, label_seconds = label_runs.curves, label_runs.seconds
+label = label_runs.table
+label_table = seed_table(label, "method", "beta", "accuracy (%)").loc[list(LABEL_METHODS), P.betas]
 label_table.columns = [f"accuracy (%), β = {b}" for b in P.betas]
 show_table(label_table, best={c: "max" for c in label_table.columns})
 
@@ -490,15 +415,7 @@ fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=Fals
 fig.tight_layout(rect=(0, 0.13, 1, 1)); plt.show()
 
 # %% tags=["remove-cell"]
-L = label.pivot_table(index="seed", columns=["beta", "method"], values="accuracy (%)")
-E = label.pivot_table(index="seed", columns=["beta", "method"], values="early (%)")
-
-
-def lab(beta, m):
-    return L[(beta, m)].to_numpy()
-
-
-mean = lambda beta, m: float(L[(beta, m)].mean())  # noqa: E731
+mean = label_runs.mean  # (beta, method): the mean accuracy (%) over the seeds
 glue("b_lo", b_lo, display=False)
 glue("b_hi", b_hi, display=False)
 for key, m in (("fedavg", "FedAvg"), ("ggeur", G), ("paper", "+GGEUR (paper: λ scaling)"), ("ms", "FedAvg, matched steps"),
@@ -511,9 +428,9 @@ glue("gain_paper_lo", mean(b_lo, "+GGEUR (paper: λ scaling)") - mean(b_lo, "Fed
 glue("rb_gain_lo", mean(b_lo, "FedAvg, rebalanced") - mean(b_lo, "FedAvg"), display=False)
 glue("fa_gain_lo", mean(b_lo, "FedFA-style") - mean(b_lo, "FedAvg"), display=False)
 glue("early_round", int(early), display=False)
-glue("early_fedavg", float(E[(b_lo, "FedAvg")].mean()), display=False)
-glue("early_ggeur", float(E[(b_lo, G)].mean()), display=False)
-glue("early_ms", float(E[(b_lo, "FedAvg, matched steps")].mean()), display=False)
+glue("early_fedavg", mean(b_lo, "FedAvg", "early (%)"), display=False)
+glue("early_ggeur", mean(b_lo, G, "early (%)"), display=False)
+glue("early_ms", mean(b_lo, "FedAvg, matched steps", "early (%)"), display=False)
 
 # %% [markdown]
 # Means over the seeds: at $\beta =$ {glue:text}`b_lo` FedAvg reaches {glue:text}`acc_fedavg_lo:.1f` %
@@ -550,38 +467,9 @@ glue("early_ms", float(E[(b_lo, "FedAvg, matched steps")].mean()), display=False
 # the seeds, AVG and STD first, then each domain's.
 
 # %% tags=["hide-input"]
-def domain_data(s):
-    """Seed s: the domains and their public split (indices public, rest)."""
-    d_all = make_digit_domains(("mnist", "uci", "mnist_rotated", "mnist_inverted"), seed=s)
-    if P.domain_max is not None:  # the smoke profile keeps a seeded subset of every domain
-        r_ = numpy_rng(s, DATA_SUBSET)
-        d_all = d_all.subset(np.sort(np.concatenate([r_.permutation(np.flatnonzero(d_all.domain.numpy() == d))[:P.domain_max]
-                                                     for d in range(len(d_all.domain_names))])))
-    pub, rest = public_split(d_all, P.domain_public, seed=s)
-    return d_all, pub, rest
-
-
-def domain_federation(s, sees=None, data=None):
-    """Seed s: the domains, the public split, the encoder and one client per domain.
-
-    sees: what the encoder trains on ("all" or "mnist"; None: the chapter's encoder_sees); data: the
-    output of domain_data(s), if already built."""
-    sees = P.encoder_sees if sees is None else sees
-    d_all, pub, rest = domain_data(s) if data is None else data
-    enc_pub = pub if sees == "all" else pub[d_all.domain.numpy()[pub] == 0]
-    if clip_checkpoint is None:
-        enc = train_public_encoder(d_all.subset(enc_pub), epochs=P.encoder_epochs, width=P.encoder_width,
-                                   seed=s)  # train_public_encoder derives its own streams
-    else:
-        enc = encoder
-    e = encode_dataset(enc, d_all.subset(rest))
-    totals = {name: int((d_all.domain == d).sum()) for d, name in enumerate(d_all.domain_names)}
-    fed, sizes = one_client_per_domain(e, totals, P.domain_test, P.domain_client, seed=s)
-    return d_all, pub, enc, e, fed, sizes, len(enc_pub)
-
-
-dom_data = domain_data(seed)
-dom, dpub, dom_encoder, dom_emb, dom_fed, domain_sizes, dom_n_public = domain_federation(seed, data=dom_data)
+dom_data = study.domain_data(seed)  # the first seed's domains and public split (exercise 3 reuses them)
+dom_first = study.domain_federation(seed, data=dom_data, encoder=encoder)  # encoder: read only with a CLIP checkpoint
+dom, dpub, dom_encoder, dom_emb, dom_fed, domain_sizes, dom_n_public = dom_first
 glue("dom_public_pct", 100 * P.domain_public, display=False)
 glue("dom_test_pct", 100 * P.domain_test, display=False)
 glue("dom_client_pct", 100 * P.domain_client, display=False)
@@ -596,75 +484,9 @@ SIZE_NAMES = {"domain size": "domain size (images)", "client train": "client's t
 show_table(pd.DataFrame(domain_sizes).T.rename(columns=SIZE_NAMES).rename_axis("domain"))
 
 # %% tags=["hide-input"]
-def similarity_rows(s, d_all, e, method="paper"):
-    """Seed s: per other domain, the similarity S between MNIST's classes and its classes (and the matrices)."""
-    shapes = {}
-    for d, dname in enumerate(d_all.domain_names):
-        sel = e.domain == d
-        shapes[dname] = class_shapes(ClassMoments.from_features(e.x[sel], e.y[sel], 10))
-    out, mats = [], {}
-    for other in [n for n in d_all.domain_names if n != "mnist"]:
-        S = similarity_matrix(shapes["mnist"], shapes[other], k=P.k, method=method).numpy()
-        mats[other] = S
-        out.append({"seed": s, "other domain": other, "mean S, same class": float(np.nanmean(np.diag(S))),
-                    "mean S, different classes": float(np.nanmean(S[~np.eye(10, dtype=bool)])),
-                    "classes whose diagonal is its row's maximum": float((np.nanargmax(S, axis=1) == np.arange(10)).sum())})
-    return out, mats
-
-
-DOM_ORDER = [(b, v) for b in BASES for v in (b, "+ GGEUR (step 1)", "+ GGEUR (steps 1 & 2)")] + [
-    ("FedAvg", "FedAvg, matched steps"), ("FedAvg", "FedMix-style"), ("FedAvg", "FedMix-style, matched steps"), ("FedAvg", "FedFA-style")]
-def domain_runs(fed_s):
-    """The domain-skew runs on one federation, by (base, variant): (algorithm, whether it adds a statistics round)."""
-    makers = {"FedAvg": lambda: FedAvg(train=train_cfg), "FedProx": lambda: FedProx(train=train_cfg, mu=P.prox_mu),
-              "FedProto": lambda: FedProto(train=train_cfg, lam=P.proto_lam)}
-    ms_cfg = matched([augmented_size(fed_s, k, P.total_per_class, P.per_prototype) for k in range(fed_s.n_clients)])
-    runs = {}
-    for bname, make in makers.items():
-        runs[(bname, bname)] = (make(), False)
-        runs[(bname, "+ GGEUR (step 1)")] = (GGEUR(base=make(), total_per_class=P.total_per_class), True)
-        runs[(bname, "+ GGEUR (steps 1 & 2)")] = (GGEUR(base=make(), total_per_class=P.total_per_class, cross_domain=True,
-                                                        per_prototype=P.per_prototype), True)
-    runs[("FedAvg", "FedAvg, matched steps")] = (FedAvg(train=ms_cfg), False)
-    runs[("FedAvg", "FedMix-style")] = (FedMixStyle(train=train_cfg), True)
-    runs[("FedAvg", "FedMix-style, matched steps")] = (FedMixStyle(train=ms_cfg), True)
-    runs[("FedAvg", "FedFA-style")] = (FedFAStyle(base=FedAvg(train=train_cfg), total_per_class=P.total_per_class), True)
-    return runs
-
-
-def domain_row(alg, extra, fed_s, mlp_fn, names, s):
-    """One domain-skew run of seed s: its per-domain accuracy (%), AVG and STD, and the result."""
-    res, curve, secs = run(alg, fed_s, mlp_fn, P.domain_rounds, extra, s)
-    per = res.per_client()["local"] * 100
-    row = {names[k]: float(per.loc[k]) for k in per.index}
-    row["AVG"] = float(per.mean()); row["STD"] = float(per.std(ddof=0))
-    return row, res, secs
-
-
-def domain_seed(s):
-    """Seed s of the domain-skew experiment: its rows, its similarity rows and matrices, its seconds."""
-    rows, seconds = [], 0.0
-    d_all, _, enc_s, e_s, fed_s, _, _ = (dom, dpub, dom_encoder, dom_emb, dom_fed, domain_sizes, dom_n_public) if s == seed \
-        else domain_federation(s)
-    mlp_fn = classifier_fn(P.domain_classifier, enc_s.dim, e_s.n_classes, hidden=P.hidden)
-    for (bname, vname), (alg, extra) in domain_runs(fed_s).items():
-        row, res, secs = domain_row(alg, extra, fed_s, mlp_fn, d_all.domain_names, s)
-        seconds += secs
-        rows.append({"seed": s, "base": bname, "method": vname, **row})
-        if results_dir is not None:
-            res.save(Path(results_dir) / f"domain_seed{s}_{bname}_{len(rows)}")
-    sims, mats = similarity_rows(s, d_all, e_s)
-    return rows, sims, mats, seconds
-
-
-dom_rows, sim_rows, dom_seconds = [], [], 0.0
-for s, (rows_s, sims_s, mats_s, seconds_s) in zip(SEEDS, map_parallel(domain_seed, SEEDS, workers)):
-    dom_rows += rows_s
-    sim_rows += sims_s
-    dom_seconds += seconds_s
-    if s == seed:
-        first_mats = mats_s
-domain = pd.DataFrame(dom_rows)
+dom_runs = study.run_domain(SEEDS, workers, first=dom_first)  # every seed's runs and similarity rows
+dom_seconds, first_mats = dom_runs.seconds, dom_runs.first_matrices
+domain = dom_runs.table
 dom_cols = [*dom.domain_names, "AVG", "STD"]
 domain_long = domain.melt(id_vars=["seed", "base", "method"], value_vars=dom_cols, var_name="column", value_name="value")
 domain_table = seed_table(domain_long, ["base", "method"], "column", "value").loc[DOM_ORDER, dom_cols]
@@ -679,13 +501,7 @@ show_table(domain_table[list(dom.domain_names)].rename(columns=lambda c: f"{c} (
            best={f"{c} (%)": "max" for c in dom.domain_names})
 
 # %% tags=["remove-cell"]
-D = domain.set_index(["seed", "base", "method"])
-
-
-def dom_v(b, m, col="AVG"):
-    return D.xs((b, m), level=("base", "method"))[col].reindex(SEEDS).to_numpy()
-
-
+dom_v = dom_runs.value  # (base, method, column="AVG"): per seed
 for b in BASES:
     glue(f"dom_{b}_avg", float(dom_v(b, b).mean()), display=False)
     glue(f"dom_{b}_s1", float(dom_v(b, "+ GGEUR (step 1)").mean()), display=False)
@@ -765,21 +581,19 @@ fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label=f"similarity S (0 t
 plt.show()
 
 # %% tags=["hide-input"]
-sim = pd.DataFrame(sim_rows)
+sim = dom_runs.similarity
 sim_long = sim.melt(id_vars=["seed", "other domain"], var_name="column", value_name="value")
 sim_table = seed_table(sim_long, "other domain", "column", "value", digits=2)
-sim_seed = sim.groupby("seed")[["mean S, same class", "mean S, different classes"]].mean().reindex(SEEDS)
-glue("sim_diag", float(sim_seed["mean S, same class"].mean()), display=False)
-glue("sim_off", float(sim_seed["mean S, different classes"].mean()), display=False)
-glue("sim_rowmax", float(sim.groupby("seed")["classes whose diagonal is its row's maximum"].sum().mean()), display=False)
+sim_seed = dom_runs.similarity_per_seed()
+glue("sim_diag", float(sim_seed[SAME].mean()), display=False)
+glue("sim_off", float(sim_seed[DIFFERENT].mean()), display=False)
+glue("sim_rowmax", float(sim.groupby("seed")[ROWMAX].sum().mean()), display=False)
 glue("sim_rowmax_of", dom_emb.n_classes * len(others), display=False)
-rowmax_share = (sim.groupby("seed")["classes whose diagonal is its row's maximum"].sum().reindex(SEEDS)
-                / (dom_emb.n_classes * len(others))).to_numpy()
+rowmax_share = dom_runs.rowmax_share(dom_emb.n_classes)
 glue("sim_rowmax_pct", float(100 * rowmax_share.mean()), display=False)
 glue("chance_pct", 100 / dom_emb.n_classes, display=False)
 sim_table.columns.name = None
-show_table(sim_table.rename(columns={"classes whose diagonal is its row's maximum":
-                                     f"classes whose diagonal is its row's maximum (of {dom_emb.n_classes})"}))
+show_table(sim_table.rename(columns={ROWMAX: f"{ROWMAX} (of {dom_emb.n_classes})"}))
 
 # %% [markdown]
 # Averaged over the domain pairs and the seeds, $S$ is {glue:text}`sim_diag:.2f` for the same class
@@ -832,41 +646,7 @@ show_table(pd.Series({"generate one class (ms)": gen_time_ms, "all label-skew ru
 R = claims_report(claims + controls)
 
 # %% tags=["hide-input"]
-def says(key):
-    """'<key> holds' / 'does not hold' / 'is inconclusive at this scale', with its interval."""
-    v = R[key].verdict
-    return f"{key} {'is ' if v == INCONCLUSIVE else ''}{v} ({R[key].interval.format(1)})"
-
-
-VS_COPIES = {HOLDS: "generated samples beat copies of real samples at the same class counts",
-             DOES_NOT_HOLD: "copies of real samples at GGEUR's class counts do better",
-             INCONCLUSIVE: "generated samples and copies of real samples at the same class counts cannot be told apart at this scale"}
-VS_STEPS = {HOLDS: "the lead survives giving the baseline GGEUR's local steps",
-            DOES_NOT_HOLD: "the baseline given GGEUR's local steps does better",
-            INCONCLUSIVE: "with GGEUR's local steps the baseline cannot be told apart from GGEUR at this scale"}
-parts = []
-for b in P.betas:
-    parts.append(f"At β = {b}, {says(f'label-gain-{b}')}; its rebalancing-only control {says(f'ctrl-rebalanced-{b}')}: "
-                 f"{VS_COPIES[R[f'ctrl-rebalanced-{b}'].verdict]}; its matched-steps control {says(f'ctrl-matched-{b}')}: "
-                 f"{VS_STEPS[R[f'ctrl-matched-{b}'].verdict]}. Against FedMix-style, {says(f'label-vs-FedMix-style-{b}')}, and "
-                 f"given GGEUR's local steps {says(f'ctrl-fedmix-matched-{b}')}.")
-gained = [b for b in P.betas if R[f"label-gain-{b}"].verdict == HOLDS]
-beyond = [b for b in gained if R[f"ctrl-rebalanced-{b}"].verdict == HOLDS]
-if not gained:
-    parts.append("No label-skew gain over FedAvg holds, so there is no gain to attribute to the geometry or to the class balance.")
-elif beyond == gained:
-    parts.append("Is GGEUR's gain only class rebalancing? Not here: every gain that holds is also ahead of rebalancing alone.")
-elif not beyond:
-    parts.append("Is GGEUR's gain only class rebalancing? At this scale it is not shown to be more: none of the gains that hold "
-                 "is ahead of rebalancing alone.")
-else:
-    parts.append(f"Is GGEUR's gain only class rebalancing? At β = {', '.join(map(str, beyond))} the gain is ahead of rebalancing "
-                 f"alone; at β = {', '.join(str(b) for b in gained if b not in beyond)} it is not shown to be.")
-parts.append(f"Early in training, {says('label-convergence')}; with matched steps {says('ctrl-convergence-matched')}.")
-parts.append(f"Under domain skew, {says('dom-gain-FedAvg')}; its matched-steps control {says('ctrl-dom-matched')}: "
-             f"{VS_STEPS[R['ctrl-dom-matched'].verdict]}; {says('digits-vs-FedMix-style')}, and given GGEUR's local steps "
-             f"{says('ctrl-dom-fedmix-matched')}.")
-display(Markdown("**The claims read with their controls.** " + " ".join(parts)))  # a paragraph computed from the verdicts
+display(Markdown("**The claims read with their controls.** " + claims_reading(R, P.betas)))  # a paragraph computed from the verdicts
 
 # %% [markdown]
 # **Why a verdict can differ from the paper's.** Our encoder is a small CNN trained on
@@ -899,35 +679,14 @@ t_ex = time.perf_counter()
 _gain_iv = R[f"label-gain-{b_lo}"].interval
 ex_noise = (_gain_iv.high - _gain_iv.low) / 2
 glue("ex_noise", ex_noise, display=False)
-lin_fn0 = classifier_fn(P.label_classifier, encoder.dim, emb.n_classes)
-
-
-def seed0_label(total, names, e=emb):
-    """Accuracy (%) of the named label-skew runs on the first seed at β = b_lo, embeddings e, step-1 total."""
-    fed = label_federation(e, b_lo, seed)
-    methods = label_methods(fed, e.n_classes, total)
-    return {name: 100 * run(methods[name][0], fed, lin_fn0, P.rounds, methods[name][1], seed)[0].summary()["global"]
-            for name in names}
-
-
-def chapter_label(name):
-    """The chapter's own accuracy (%) of a label-skew run, first seed, β = b_lo."""
-    return float(label[(label.seed == seed) & (label.beta == b_lo) & (label.method == name)]["accuracy (%)"].iloc[0])
-
-
-def word(x, up, down, same="does not change", tol=0.05):
-    """The word for the sign of a computed difference x."""
-    return up if x > tol else down if x < -tol else same
-
 
 # Exercise 1: the chapter's embeddings multiplied by EX1_SCALE.
 EX1_SCALE = 0.1
-PAPER_F = "+GGEUR (paper: λ scaling)"
+PAPER_F = GGEUR_PAPER
 ex1_emb = ArrayDataset(EX1_SCALE * emb.x, emb.y, emb.n_classes, emb.name)
-_ev = class_shapes(ClassMoments.from_features(ex1_emb.x, ex1_emb.y, ex1_emb.n_classes)).eigenvalues
-ex1_ratio = float(((_ev**2).sum(1) / _ev.sum(1)).median())
-ex1_small = seed0_label(P.total_per_class, ["FedAvg", "FedAvg, rebalanced", G, PAPER_F], ex1_emb)
-ex1_full = {name: chapter_label(name) for name in ex1_small}
+ex1_ratio = float(trace_ratio(class_shapes(ClassMoments.from_features(ex1_emb.x, ex1_emb.y, ex1_emb.n_classes)).eigenvalues).median())
+ex1_small = study.first_seed_label(ex1_emb, b_lo, seed, P.total_per_class, ["FedAvg", "FedAvg, rebalanced", G, PAPER_F])
+ex1_full = {name: label_runs.of_seed(seed, b_lo, name) for name in ex1_small}  # the chapter's own run
 ex1_gap_full, ex1_gap_small = ex1_full[PAPER_F] - ex1_full[G], ex1_small[PAPER_F] - ex1_small[G]
 ex1_rb_full, ex1_rb_small = ex1_full[PAPER_F] - ex1_full["FedAvg, rebalanced"], ex1_small[PAPER_F] - ex1_small["FedAvg, rebalanced"]
 glue("ex1_scale", EX1_SCALE, display=False)
@@ -942,7 +701,7 @@ glue("ex1_prb_full", ex1_rb_full, display=False)
 glue("ex1_prb_small", ex1_rb_small, display=False)
 glue("ex1_code_move", ex1_small[G] - ex1_full[G], display=False)
 glue("ex1_fedavg_move", ex1_small["FedAvg"] - ex1_full["FedAvg"], display=False)
-glue("ex1_rb_word", word(abs(ex1_rb_full) - abs(ex1_rb_small), "closer to", "further from", "as close to"), display=False)
+glue("ex1_rb_word", sign_word(abs(ex1_rb_full) - abs(ex1_rb_small), "closer to", "further from", "as close to"), display=False)
 glue("ex1_reading", "both gaps are within the seed-to-seed yardstick, so one seed cannot tell the formulas apart"
      if max(abs(ex1_gap_full), abs(ex1_gap_small)) < ex_noise else
      "at least one gap exceeds the seed-to-seed yardstick", display=False)
@@ -991,8 +750,9 @@ ex1_seconds = time.perf_counter() - t_ex
 t_ex = time.perf_counter()
 EX2_NAMES = [G, "FedAvg, matched steps", "FedAvg, rebalanced"]
 ex2_totals = sorted({max(10, P.total_per_class // 4), P.total_per_class, 5 * P.total_per_class})
-ex2 = pd.DataFrame([{"total": t, **({n: chapter_label(n) for n in EX2_NAMES} if t == P.total_per_class
-                                    else seed0_label(t, EX2_NAMES))} for t in ex2_totals]).set_index("total")
+ex2 = pd.DataFrame([{"total": t, **({n: label_runs.of_seed(seed, b_lo, n) for n in EX2_NAMES} if t == P.total_per_class
+                                    else study.first_seed_label(emb, b_lo, seed, t, EX2_NAMES))}
+                    for t in ex2_totals]).set_index("total")
 ex2["GGEUR − rebalanced"] = ex2[G] - ex2["FedAvg, rebalanced"]
 ex2["GGEUR − matched steps"] = ex2[G] - ex2["FedAvg, matched steps"]
 ex2_table = ex2.rename(columns={G: "GGEUR (%)", "FedAvg, matched steps": "matched steps (%)",
@@ -1001,7 +761,7 @@ ex2_table = ex2.rename(columns={G: "GGEUR (%)", "FedAvg, matched steps": "matche
 glue("ex2_table", show_table(ex2_table, digits=1, formats={c: "+.1f" for c in ex2_table.columns if "points" in c}),
      display=False)
 gaps = ex2["GGEUR − rebalanced"]
-steps = [f"from {a} to {b} it {word(gaps[b] - gaps[a], 'rises', 'falls', 'stays level')}"
+steps = [f"from {a} to {b} it {sign_word(gaps[b] - gaps[a], 'rises', 'falls', 'stays level')}"
          + (f" by {abs(gaps[b] - gaps[a]):.1f} points" if abs(gaps[b] - gaps[a]) > 0.05 else "")
          for a, b in zip(ex2_totals, ex2_totals[1:])]
 peak = int(gaps.idxmax())
@@ -1047,48 +807,32 @@ ex2_seconds = time.perf_counter() - t_ex
 # Exercise 3: the domain encoder trained on the other choice of public images, first seed only.
 t_ex = time.perf_counter()
 ex3_sees = "mnist" if P.encoder_sees == "all" else "all"
-_, _, ex3_enc, ex3_emb, ex3_fed, _, ex3_n_public = domain_federation(seed, sees=ex3_sees, data=dom_data)
-ex3_mlp = classifier_fn(P.domain_classifier, ex3_enc.dim, ex3_emb.n_classes, hidden=P.hidden)
-EX3_VARIANTS = ["FedAvg", "+ GGEUR (step 1)", "+ GGEUR (steps 1 & 2)"]
-ex3_runs = domain_runs(ex3_fed)
-ex3_alt = {v: domain_row(*ex3_runs[("FedAvg", v)], ex3_fed, ex3_mlp, dom.domain_names, seed)[0] for v in EX3_VARIANTS}
-ex3_own = {v: D.loc[(seed, "FedAvg", v)] for v in EX3_VARIANTS}
-
-
-def diagonal_gap(rows):
-    """Mean S over the other domains, same class − different classes."""
-    return float(np.mean([r["mean S, same class"] - r["mean S, different classes"] for r in rows]))
-
-
-S2 = "gain of step 2 over step 1, AVG (points)"
-
-
-def ex3_column(runs, e):
-    return {"AVG, FedAvg (%)": runs["FedAvg"]["AVG"], "STD, FedAvg (points)": runs["FedAvg"]["STD"],
-            "gain of step 1 over FedAvg, AVG (points)": runs["+ GGEUR (step 1)"]["AVG"] - runs["FedAvg"]["AVG"],
-            S2: runs["+ GGEUR (steps 1 & 2)"]["AVG"] - runs["+ GGEUR (step 1)"]["AVG"],
-            "S same − different classes, paper's S": diagonal_gap(similarity_rows(seed, dom, e)[0]),
-            "S same − different classes, subspace S": diagonal_gap(similarity_rows(seed, dom, e, method="subspace")[0])}
-
-
+_, _, ex3_enc, ex3_emb, ex3_fed, _, ex3_n_public = ex3_first = study.domain_federation(seed, sees=ex3_sees, data=dom_data,
+                                                                                      encoder=encoder)
+ex3_mlp = study.domain_classifier_fn(ex3_first)
+EX3_VARIANTS = ["FedAvg", STEP1, STEPS12]
+ex3_runs = study.domain_runs(ex3_fed)
+ex3_alt = {v: study.domain_row(*ex3_runs[("FedAvg", v)], ex3_fed, ex3_mlp, dom.domain_names, seed)[0] for v in EX3_VARIANTS}
+ex3_own = {v: dom_runs.row(seed, "FedAvg", v) for v in EX3_VARIANTS}
+S2 = GAIN_STEP2
 SEES_NAME = {"all": "encoder on every domain", "mnist": "encoder on MNIST only"}
-ex3 = pd.DataFrame({SEES_NAME[P.encoder_sees] + " (the chapter's)": ex3_column(ex3_own, dom_emb),
-                    SEES_NAME[ex3_sees]: ex3_column(ex3_alt, ex3_emb)}).rename_axis("first seed")
+ex3 = pd.DataFrame({SEES_NAME[P.encoder_sees] + " (the chapter's)": encoder_column(ex3_own, seed, dom, dom_emb, P.k),
+                    SEES_NAME[ex3_sees]: encoder_column(ex3_alt, seed, dom, ex3_emb, P.k)}).rename_axis("first seed")
 mn, al = (ex3.columns[1], ex3.columns[0]) if ex3_sees == "mnist" else (ex3.columns[0], ex3.columns[1])
 ex3_d = ex3[mn] - ex3[al]  # MNIST-only encoder − every-domain encoder
 glue("ex3_table", show_table(ex3, digits=2), display=False)
 glue("ex3_alt", ex3_sees, display=False)
 glue("ex3_n_public", ex3_n_public, display=False)
-glue("ex3_std_word", word(ex3_d["STD, FedAvg (points)"], "grows", "shrinks", "stays the same"), display=False)
+glue("ex3_std_word", sign_word(ex3_d["STD, FedAvg (points)"], "grows", "shrinks", "stays the same"), display=False)
 glue("ex3_std_d", float(ex3_d["STD, FedAvg (points)"]), display=False)
 glue("ex3_avg_d", float(ex3_d["AVG, FedAvg (%)"]), display=False)
-glue("ex3_s2_word", word(ex3_d[S2], "larger", "smaller", "the same"),
+glue("ex3_s2_word", sign_word(ex3_d[S2], "larger", "smaller", "the same"),
      display=False)
 glue("ex3_s2_mn", float(ex3.loc[S2, mn]), display=False)
 glue("ex3_s2_al", float(ex3.loc[S2, al]), display=False)
-glue("ex3_diag_word", word(ex3_d["S same − different classes, paper's S"], "larger", "smaller", "the same", tol=0.005),
+glue("ex3_diag_word", sign_word(ex3_d["S same − different classes, paper's S"], "larger", "smaller", "the same", tol=0.005),
      display=False)
-glue("ex3_sub_word", word(ex3_d["S same − different classes, subspace S"], "larger", "smaller", "the same", tol=0.005),
+glue("ex3_sub_word", sign_word(ex3_d["S same − different classes, subspace S"], "larger", "smaller", "the same", tol=0.005),
      display=False)
 _std_iv = mean_interval(dom_v("FedAvg", "FedAvg", "STD"), P.level)
 _s2_iv = R["dom-step2-FedAvg"].interval
@@ -1108,8 +852,8 @@ print(f"worked solutions: {ex1_seconds:.1f} + {ex2_seconds:.1f} + {ex3_seconds:.
 #
 # *(code)* Re-run with `encoder_sees="mnist"` (a parameter: the domain encoder trains on MNIST's
 # public part only). Does the spread across domains (STD) grow, and do step 2 and the diagonal of
-# the heat maps respond? Then try `method="subspace"` in `similarity_matrix` too (a one-word code
-# change in `similarity_rows`).
+# the heat maps respond? Then try `method="subspace"` in `similarity_matrix` too (the `method`
+# argument of {func}`fedlib.experiments.ggeur.similarity_rows`).
 #
 # :::{dropdown} Hint
 # Compare FedAvg's STD, the gain of step 2 over step 1 and the mean $S$ of the diagonal minus the
