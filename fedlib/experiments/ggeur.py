@@ -59,7 +59,7 @@ DOM_ORDER = ([(b, v) for b in BASES for v in (b, STEP1, STEPS12)]
                 ("FedAvg", "FedFA-style")])
 """The domain-skew runs of every seed, ``(base, variant)``, in the table's order (:meth:`GGEURStudy.domain_runs`)."""
 DOMAINS = ("mnist", "uci", "mnist_rotated", "mnist_inverted")
-"""The digit domains (:func:`fedlib.data.make_digit_domains`); the first is the one the similarity rows compare with."""
+"""The digit domains (:func:`fedlib.data.datasets.make_digit_domains`); the first is the one the similarity rows compare with."""
 ENCODER_SEES = ("all", "mnist")
 """What the domain encoder trains on: every domain's public part, or MNIST's only."""
 SIMILARITY_METHODS = ("paper", "subspace")
@@ -235,7 +235,7 @@ class LabelRuns:
     ----------
     table : DataFrame
         ``seed, beta, method, accuracy (%), early (%)``: the global accuracy at the end and after
-        :attr:`GGEURStudy.early` training rounds, one row per seed, concentration and run.
+        ``early`` training rounds (:class:`GGEURStudy`), one row per seed, concentration and run.
     curves : dict
         ``(seed, beta, method)``: the global accuracy (a fraction) per training round.
     seconds : float
