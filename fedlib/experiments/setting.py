@@ -288,7 +288,7 @@ def rare_thresholds(federation: Federation, predictions: Mapping[str, Mapping], 
                     ) -> pd.DataFrame:
     """Kept predictions scored again under other rare thresholds (:func:`fedlib.metrics.rescore`):
     per threshold :math:`\\rho` (sorted), the rare classes per client on average, the clients with
-    one, and per method of ``predictions`` its mean rare accuracy and its F@25 (%).
+    one, and per method of ``predictions`` its mean rare accuracy and its ``F@25`` (%).
 
     Returns
     -------
@@ -318,8 +318,8 @@ def rare_threshold_words(table: pd.DataFrame, n_clients: int) -> dict:
     Returns
     -------
     dict
-        ``text`` (per threshold), ``spread_fedavg`` and ``spread_ft`` (how far each method's F@25
-        moves across the thresholds, points), ``more_sensitive`` (whose F@25 moves more, by more
+        ``text`` (per threshold), ``spread_fedavg`` and ``spread_ft`` (how far each method's ``F@25``
+        moves across the thresholds, points), ``more_sensitive`` (whose ``F@25`` moves more, by more
         than 0.05 points: ``"FedAvg's"``, ``"FedAvg-FT's"`` or ``"neither"``), ``rare_ft_word``
         (FedAvg-FT's rare accuracy from the smallest threshold to the largest) and ``few`` (the
         clients with a rare class at the smallest threshold).
@@ -402,8 +402,8 @@ def finetune_sweep(run: RunResult, federation: Federation, model_fn: Callable[[]
 
 def finetune_words(table: pd.DataFrame) -> dict[str, str]:
     """Exercise 4 (how much fine-tuning?) in words, from :func:`finetune_sweep`: ``text`` (local,
-    global accuracy and F@25 per number of epochs) and ``answer`` (the numbers of epochs that raise
-    local accuracy without lowering F@25).
+    global accuracy and ``F@25`` per number of epochs) and ``answer`` (the numbers of epochs that raise
+    local accuracy without lowering ``F@25``).
 
     Examples
     --------
