@@ -32,7 +32,8 @@
 #
 # The chapter ends with a live check table. The same statements are property tests in
 # `tests/test_geometry.py`. The implementation is {mod}`fedlib.geometry`; the class moments come
-# from `fedlib.stats.ClassMoments`.
+# from `fedlib.stats.ClassMoments`. The checks themselves, with their seeded random instances, are
+# {mod}`fedlib.experiments.ggeur_checks`; this page runs them and reads the results.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials)
@@ -42,8 +43,6 @@ n_draws = None  # Monte-Carlo draws for the generated covariances
 results_dir = None  # unused; kept for the build's common interface
 
 # %% tags=["hide-input"]
-import time
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -55,12 +54,12 @@ from matplotlib.lines import Line2D
 
 from fedlib.book import setup, show_table
 from fedlib.checks import CheckTable
-from fedlib.data import make_gaussian_mixture
-from fedlib.federation import make_federation
-from fedlib.geometry import (augment, augment_around_prototypes, augment_loop, class_shapes, combine_local_covariances,
-                             eigen_shape, fill_to_total, frechet_distance, generated_covariance, geometry_similarity)
-from fedlib.rng import numpy_rng, torch_generator
-from fedlib.stats import ClassMoments
+from fedlib.experiments.ggeur_checks import (FIGURE_DRAWS, SMALL, augmentation_distances, augmentation_shares,
+                                             batched_against_loop, degenerate_failures, degenerate_inputs, distance_summary,
+                                             eq4_on_random_federations, generation_covariances, similarity_properties,
+                                             similarity_table)
+from fedlib.geometry import augment
+from fedlib.rng import torch_generator
 
 PROFILES = {
     "smoke": dict(n_trials=10, n_draws=20_000, mix_dim=6, mix_classes=4, mix_per_class=120, n_clients=6, alpha=0.1, total=120),
@@ -87,60 +86,12 @@ print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 # (the law of total covariance), and it needs no assumption about the clients' distributions.
 # We check it on random federations with unequal client sizes, classes held by a single client and
 # classes with a single sample, against `numpy.cov` of the pooled samples and against the additive
-# moments of `fedlib.stats.ClassMoments` (which is how fedlib computes it).
+# moments of `fedlib.stats.ClassMoments` (which is how fedlib computes it):
+# {func}`fedlib.experiments.ggeur_checks.eq4_on_random_federations`, on the federations of
+# {func}`fedlib.experiments.ggeur_checks.random_federation`.
 
 # %% tags=["hide-input"]
-def random_federation(rng, K, C, d):
-    parts = []
-    for k in range(K):
-        m = int(rng.integers(1, 25))
-        y = rng.integers(0, C, size=m)
-        if k == 0:
-            y[0] = C - 1  # class C-1 may end up on a single client with a single sample
-        parts.append((rng.normal(size=(m, d)) * rng.uniform(0.5, 2) + 3 * k, y))
-    for k in range(1, K):
-        parts[k] = (parts[k][0][parts[k][1] != C - 1], parts[k][1][parts[k][1] != C - 1])
-    return parts
-
-
-def local_stats(parts, C, d):
-    K = len(parts)
-    n, mu, cov = np.zeros((K, C)), np.zeros((K, C, d)), np.zeros((K, C, d, d))
-    for k, (x, y) in enumerate(parts):
-        for c in range(C):
-            xc = x[y == c]
-            n[k, c] = len(xc)
-            if len(xc):
-                mu[k, c] = xc.mean(0)
-                cov[k, c] = (xc - mu[k, c]).T @ (xc - mu[k, c]) / len(xc)
-    return n, mu, cov
-
-
-rng = numpy_rng(seed, 1)
-eq4_err, moments_err, cross_max, single_client_cases = 0.0, 0.0, 0.0, 0
-for t in range(P.n_trials):
-    K, C, d = int(rng.integers(2, 6)), int(rng.integers(2, 5)), int(rng.integers(1, 7))
-    parts = random_federation(rng, K, C, d)
-    n, mu, cov = local_stats(parts, C, d)
-    N, _, S = combine_local_covariances(torch.tensor(n), torch.tensor(mu), torch.tensor(cov))
-    merged = ClassMoments.sum(ClassMoments.from_features(torch.tensor(x), torch.tensor(y), C) for x, y in parts)
-    x_all = np.concatenate([p[0] for p in parts]); y_all = np.concatenate([p[1] for p in parts])
-    for c in range(C):
-        xc = x_all[y_all == c]
-        if not len(xc):
-            continue
-        single_client_cases += int((n[:, c] > 0).sum() == 1)
-        ref = np.cov(xc.T, bias=True).reshape(d, d) if len(xc) > 1 else np.zeros((d, d))
-        scale = max(1.0, np.abs(ref).max())
-        eq4_err = max(eq4_err, np.abs(S[c].numpy() - ref).max() / scale)
-        moments_err = max(moments_err, np.abs(merged.class_covariances()[c].numpy() - ref).max() / scale)
-        mu_c = xc.mean(0)
-        for k, (x, y) in enumerate(parts):  # the cross term sum_j (x_j - mu_k)(mu_k - mu)^T
-            xk = x[y == c]
-            if len(xk):
-                cross = (xk - xk.mean(0)).sum(0)[:, None] * (xk.mean(0) - mu_c)[None, :]
-                cross_max = max(cross_max, np.abs(cross).max() / scale)
-
+eq4_err, moments_err, cross_max, single_client_cases = eq4_on_random_federations(seed, P.n_trials)
 eq4_table = pd.DataFrame({
     "max relative error": [eq4_err, moments_err, cross_max],
 }, index=pd.Index(["Eq. 4 vs numpy.cov of pooled samples", "ClassMoments (merged) vs numpy.cov",
@@ -172,42 +123,22 @@ show_table(eq4_table, formats={"max relative error": ".1e"})
 # $\sqrt{\lambda_m}$, so $\mathbb E[\beta\beta^\top] = \Sigma$. The two agree only when every
 # eigenvalue is 0 or 1. The paper's version is not even consistent in units: multiplying all
 # embeddings by $c$ multiplies $\Sigma$ by $c^2$ but the paper's noise covariance by $c^4$. We
-# compare the analytic covariances with the empirical covariance of many generated $\beta$.
+# compare the analytic covariances with the empirical covariance of many generated $\beta$
+# ({func}`fedlib.experiments.ggeur_checks.generation_covariances`).
 
 # %% tags=["hide-input"]
-rng = numpy_rng(seed, 2)
-d = 6
-a = rng.normal(size=(d, d))
-sigma = torch.tensor(a @ a.T / d + 0.2 * np.eye(d))
-vals, vecs = eigen_shape(sigma)
-rows = []
-for formula in ("code", "paper"):
-    out = augment(torch.zeros(1, d, dtype=torch.float64), vals, vecs, P.n_draws, formula=formula,
-                  generator=torch_generator(seed, 3))
-    emp = torch.tensor(np.cov(out.numpy().T))
-    ana = generated_covariance(vals, vecs, formula)
-    rows.append({"formula": formula, "analytic Cov(β)": "Σ" if formula == "code" else "Σ²",
-                 "relative error empirical vs analytic": float((emp - ana).norm() / ana.norm()),
-                 "relative distance of Cov(β) from Σ": float((ana - sigma).norm() / sigma.norm())})
-formula_table = pd.DataFrame(rows).set_index("formula")
-scale_rows = []
-for c in (0.1, 1.0, 10.0):
-    v, V = eigen_shape(sigma * c**2)
-    scale_rows.append({"feature scale c": c,
-                       "tr Cov(β) / tr Σ, code": float(generated_covariance(v, V, "code").trace() / (sigma * c**2).trace()),
-                       "tr Cov(β) / tr Σ, paper": float(generated_covariance(v, V, "paper").trace() / (sigma * c**2).trace())})
-scale_table = pd.DataFrame(scale_rows).set_index("feature scale c")
-emp_err = max(r["relative error empirical vs analytic"] for r in rows)
-paper_gap = rows[1]["relative distance of Cov(β) from Σ"]
-glue("emp_err", float(emp_err), display=False)
+formula_table, scale_table = generation_covariances(seed, P.n_draws)
+emp = formula_table["relative error empirical vs analytic"]  # per formula
+paper_gap = formula_table.loc["paper", "relative distance of Cov(β) from Σ"]
+glue("emp_err", float(emp.max()), display=False)
 glue("paper_gap", float(paper_gap), display=False)
 glue("n_draws", int(P.n_draws), display=False)
 glue("scale_paper_small", float(scale_table.iloc[0, 1]), display=False)
 glue("scale_paper_large", float(scale_table.iloc[-1, 1]), display=False)
 checks.add("code's formula: Cov(β) = Σ", f"{P.n_draws:,} draws, Frobenius relative error",
-           f"{rows[0]['relative error empirical vs analytic']:.3f}", ok=rows[0]["relative error empirical vs analytic"] < 0.05)
+           f"{emp['code']:.3f}", ok=emp["code"] < 0.05)
 checks.add("paper's formula: Cov(β) = Σ λ² ξ ξᵀ = Σ²", f"{P.n_draws:,} draws, Frobenius relative error",
-           f"{rows[1]['relative error empirical vs analytic']:.3f}", ok=rows[1]["relative error empirical vs analytic"] < 0.05)
+           f"{emp['paper']:.3f}", ok=emp["paper"] < 0.05)
 checks.add("the paper's formula does not reproduce the global covariance Σ (unless all eigenvalues are 0 or 1)",
            "‖Σ² − Σ‖ / ‖Σ‖", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
 display(show_table(formula_table, digits={"relative error empirical vs analytic": 3, "relative distance of Cov(β) from Σ": 2}))
@@ -229,7 +160,7 @@ lam2 = torch.tensor([4.0, 0.25], dtype=torch.float64)
 rot = torch.tensor([[np.cos(0.5), -np.sin(0.5)], [np.sin(0.5), np.cos(0.5)]], dtype=torch.float64)
 fig, ax = plt.subplots(figsize=(5.5, 5.5))
 for formula, color in (("code", "C0"), ("paper", "C1")):
-    pts = augment(torch.zeros(1, 2, dtype=torch.float64), lam2, rot, 1500, formula=formula, generator=torch_generator(seed, 4))
+    pts = augment(torch.zeros(1, 2, dtype=torch.float64), lam2, rot, 1500, formula=formula, generator=torch_generator(seed, FIGURE_DRAWS))
     ax.scatter(pts[:, 0], pts[:, 1], s=3, alpha=0.4, color=color,
                label=f"{formula}'s formula: Cov = " + ("Σ" if formula == "code" else "Σ²"))
 ax.scatter([0], [0], color="k", marker="x", s=60, label="the real sample")
@@ -249,36 +180,18 @@ fig.tight_layout(); plt.show()
 # (an eigen-solver may return either sign), that $S = k$ when the top-$k$ bases coincide up to
 # sign, and what happens when they span the same subspace in another order. For comparison,
 # fedlib also offers the rotation-invariant $\lVert V_k^\top V_k'\rVert_F^2$
-# (`method="subspace"`).
+# (`method="subspace"`). The check is {func}`fedlib.experiments.ggeur_checks.similarity_properties`.
 
 # %% tags=["hide-input"]
-rng = numpy_rng(seed, 5)
-out_of_range, sign_dev, max_at_equal, near = 0, 0.0, 0.0, []
-for t in range(P.n_trials):
-    dd = int(rng.integers(2, 12)); k = int(rng.integers(1, dd + 1))
-    A = torch.tensor(np.linalg.qr(rng.normal(size=(dd, dd)))[0]); B = torch.tensor(np.linalg.qr(rng.normal(size=(dd, dd)))[0])
-    s = float(geometry_similarity(A, B, k))
-    out_of_range += int(not (0.0 <= s <= k + 1e-12))
-    signs = torch.tensor(rng.choice([-1.0, 1.0], size=dd))
-    sign_dev = max(sign_dev, abs(float(geometry_similarity(A * signs, B * signs.flip(0), k)) - s))
-    max_at_equal = max(max_at_equal, abs(float(geometry_similarity(A, A * signs, k)) - k))
-    Bp = torch.tensor(np.linalg.qr(A.numpy() + 0.05 * rng.normal(size=(dd, dd)))[0])  # a small perturbation
-    near.append(float(geometry_similarity(A, Bp, k)) / k)
-swap = torch.eye(5, dtype=torch.float64)[:, [1, 0, 2, 3, 4]]
-s_swap = float(geometry_similarity(torch.eye(5, dtype=torch.float64), swap, 5))
-s_swap_sub = float(geometry_similarity(torch.eye(5, dtype=torch.float64), swap, 5, method="subspace"))
-sim_table = pd.DataFrame({
-    "result": [f"{out_of_range} of {P.n_trials}", f"{sign_dev:.1e}", f"{max_at_equal:.1e}", f"{np.mean(near):.3f}",
-               f"S = {s_swap:.0f} (subspace similarity {s_swap_sub:.0f})"],
-}, index=pd.Index(["S outside [0, k] for random bases", "largest change of S under sign flips",
-                   "|S - k| for identical bases up to sign", "mean S/k for a 5 % perturbation",
-                   "k = 5, same subspace, first two eigenvectors swapped"], name="property"))
+sim = similarity_properties(seed, P.n_trials)
+out_of_range, sign_dev, max_at_equal, s_swap = sim["out_of_range"], sim["sign_dev"], sim["max_at_equal"], sim["s_swap"]
+sim_table = similarity_table(sim, P.n_trials)
 glue("s_swap", s_swap, display=False)
 checks.add("S lies in [0, k]", f"{P.n_trials} random orthonormal bases", f"{out_of_range} counterexamples", ok=out_of_range == 0)
 checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sign_dev:.1e}", ok=sign_dev < 1e-12)
 checks.add("S = k iff the top-k eigenvectors coincide pairwise up to sign",
            "identical bases with random signs; perturbed bases score < k", f"{max_at_equal:.1e}",
-           ok=max_at_equal < 1e-12 and max(near) < 1)
+           ok=max_at_equal < 1e-12 and sim["near_max"] < 1)
 checks.add("S is not a similarity of subspaces: it depends on the order of the eigenvectors",
            "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)", f"S = {s_swap:.0f} of 5", ok=s_swap < 5)
 show_table(sim_table, wrap=True)
@@ -305,61 +218,29 @@ show_table(sim_table, wrap=True)
 # with $m$ generated and $n$ real samples. Under the code's formula that is
 # $\approx \Sigma_{\text{local}} + \Sigma$: right for a client with very few samples
 # ($\Sigma_{\text{local}}\approx 0$), about twice too wide for a client whose samples already
-# represent the class.
+# represent the class. The distances are
+# {func}`fedlib.experiments.ggeur_checks.augmentation_distances`.
 
 # %% tags=["hide-input"]
-mix = make_gaussian_mixture(n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim, separation=3.0, seed=seed)
-fed = make_federation(mix.dataset, n_clients=P.n_clients, alpha=P.alpha, min_size=5, global_test_per_class=10, seed=seed)
-merged = ClassMoments.sum(ClassMoments.from_features(c.train.x, c.train.y, P.mix_classes) for c in fed.clients)
-shapes = class_shapes(merged)
-g_mu, g_cov = merged.means(), merged.class_covariances()
-rows = []
-for k, cl in enumerate(fed.clients):
-    for formula in ("code", "paper"):
-        xa, ya = fill_to_total(cl.train.x.double(), cl.train.y, shapes, P.total, formula=formula, generator=torch_generator(seed, 6, k))
-        aug = ClassMoments.from_features(xa, ya, P.mix_classes)
-        loc = ClassMoments.from_features(cl.train.x, cl.train.y, P.mix_classes)
-        for c in range(P.mix_classes):
-            n = int(loc.counts[c])
-            if n < 2 or n >= P.total:  # nothing is generated for a class already at the total
-                continue
-            before = frechet_distance(loc.means()[c], loc.class_covariances()[c], g_mu[c], g_cov[c])
-            after = frechet_distance(aug.means()[c], aug.class_covariances()[c], g_mu[c], g_cov[c])
-            mean_part = float(((loc.means()[c] - g_mu[c]) ** 2).sum())
-            rows.append({"client": k, "class": c, "n": n, "formula": formula, "before": before, "after": after,
-                         "mean part": mean_part, "tr ratio": float(aug.class_covariances()[c].trace() / g_cov[c].trace())})
-dist = pd.DataFrame(rows)
-dist["shrinks"] = dist["after"] < dist["before"]
-SMALL = 10  # "few samples": the local covariance is then far below the global one
-dist["small"] = np.where(dist["n"] < SMALL, f"fewer than {SMALL}", f"{SMALL} or more")
-summary = dist.groupby(["formula", "small"]).agg(pairs=("shrinks", "size"), share_shrinking=("shrinks", "mean"),
-                                                 median_before=("before", "median"), median_after=("after", "median"))
-summary = summary.loc[[(f, g) for f in ("code", "paper") for g in (f"fewer than {SMALL}", f"{SMALL} or more")
-                       if (f, g) in summary.index]]  # the scarce pairs first
-summary["share_shrinking"] *= 100
-summary.index.names = ["formula", "local samples"]
-summary.columns = ["(client, class) pairs", "distance shrinks (% of pairs)", "median d² before", "median d² after"]
-share_code = float(dist[dist.formula == "code"]["shrinks"].mean())
-share_paper = float(dist[dist.formula == "paper"]["shrinks"].mean())
-med_ratio_code = float((dist[dist.formula == "code"]["after"] / dist[dist.formula == "code"]["before"]).median())
-small_code = dist[(dist.formula == "code") & (dist.n < SMALL)]
-large_code = dist[(dist.formula == "code") & (dist.n >= SMALL)]
+dist = augmentation_distances(seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
+                              n_clients=P.n_clients, alpha=P.alpha, total=P.total)
+summary = distance_summary(dist)
+shares = augmentation_shares(dist)
+share_code = shares["share_code"]
 glue("share_code", 100 * share_code, display=False)
-glue("share_paper", 100 * share_paper, display=False)
-glue("med_ratio_code", med_ratio_code, display=False)
-glue("share_small", 100 * float(small_code["shrinks"].mean()) if len(small_code) else float("nan"), display=False)
-glue("share_large", 100 * float(large_code["shrinks"].mean()) if len(large_code) else float("nan"), display=False)
+glue("share_paper", 100 * shares["share_paper"], display=False)
+glue("med_ratio_code", shares["med_ratio_code"], display=False)
+glue("share_small", 100 * shares["share_small"], display=False)
+glue("share_large", 100 * shares["share_large"], display=False)
 glue("n_small_cut", SMALL, display=False)
-glue("tr_ratio_large", float(large_code["tr ratio"].median()) if len(large_code) else float("nan"), display=False)
-glue("n_pairs", int(len(dist) // 2), display=False)
-_scarce_better = len(small_code) > 0 and len(large_code) > 0 and small_code["shrinks"].mean() > large_code["shrinks"].mean()
-_too_wide = len(large_code) > 0 and float(large_code["tr ratio"].median()) > 1
-glue("aug_reading", ("GGEUR's augmentation is a remedy for scarce classes" if _scarce_better else
+glue("tr_ratio_large", shares["tr_ratio_large"], display=False)
+glue("n_pairs", shares["n_pairs"], display=False)
+glue("aug_reading", ("GGEUR's augmentation is a remedy for scarce classes" if shares["scarce_better"] else
                      "the scarce classes do not gain more often than the well-represented ones here")
-     + ("; filling a well-represented class up to the total makes it too wide" if _too_wide else
+     + ("; filling a well-represented class up to the total makes it too wide" if shares["too_wide"] else
         "; filling a well-represented class up to the total does not make it wider than the global class here"),
      display=False)
-glue("aug_closing", "mostly for under-represented classes" if _scarce_better else
+glue("aug_closing", "mostly for under-represented classes" if shares["scarce_better"] else
      "no more often for under-represented classes than for the others", display=False)
 checks.add("augmentation moves each client's local class distribution toward the global one",
            f"Fréchet distance to the global fit, {len(dist) // 2} (client, class) pairs, code's formula",
@@ -401,59 +282,24 @@ fig.tight_layout(); plt.show()
 # ## 5. Degenerate inputs and batched generation
 #
 # Each row below is computed now: the case, what fedlib does, and whether any generated value is
-# NaN (not a number).
+# NaN (not a number) ({func}`fedlib.experiments.ggeur_checks.degenerate_inputs`).
 
 # %% tags=["hide-input"]
-rng = numpy_rng(seed, 7)
-bad_rows = []
-x1 = np.concatenate([rng.normal(size=(30, 4)), [[4.0, 4.0, 4.0, 4.0]]]); y1 = np.array([0] * 30 + [1])
-m1 = ClassMoments.from_features(torch.tensor(x1), torch.tensor(y1), 3)
-s1 = class_shapes(m1)
-xa, _ = fill_to_total(torch.tensor(x1), torch.tensor(y1), s1, 50, generator=torch_generator(seed, 8))
-bad_rows.append(("class with one sample (rank-0 covariance)", "falls back to the pooled within-class covariance",
-                 bool(torch.isnan(xa).any()), bool(s1.fallback[1])))
-bad_rows.append(("class absent from the federation", "no shape (observed = False); nothing generated", False, not bool(s1.observed[2])))
-x2 = rng.normal(size=(5, 50)); y2 = np.zeros(5, dtype=int)
-s2 = class_shapes(ClassMoments.from_features(torch.tensor(x2), torch.tensor(y2), 1))
-xa2, _ = fill_to_total(torch.tensor(x2), torch.tensor(y2), s2, 40, generator=torch_generator(seed, 9))
-bad_rows.append(("d = 50 larger than n = 5", f"rank {int((s2.eigenvalues[0] > 1e-10).sum())}; zero directions get no noise",
-                 bool(torch.isnan(xa2).any()), bool((s2.eigenvalues >= 0).all())))
-near_psd = torch.tensor(x2.T @ x2 / 5) - 1e-13 * torch.eye(50, dtype=torch.float64)
-v_np, _ = eigen_shape(near_psd)
-raw_min = float(torch.linalg.eigvalsh(near_psd).min())
-bad_rows.append((f"negative eigenvalues from round-off (min {raw_min:.1e})", "clipped to 0", False, float(v_np.min()) == 0.0))
-try:
-    eigen_shape(torch.diag(torch.tensor([1.0, -0.5], dtype=torch.float64)))
-    raised = False
-except ValueError:
-    raised = True
-bad_rows.append(("an indefinite matrix (eigenvalue -0.5)", "ValueError naming the ratio", False, raised))
-protos = torch.tensor(rng.normal(size=(2, 3, 4))); protos[1, 0] = float("nan")
-present = torch.tensor([[True, True, False], [False, True, True]])
-xs, ys = augment_around_prototypes(protos, present, class_shapes(ClassMoments.from_features(
-    torch.tensor(rng.normal(size=(30, 4))), torch.tensor(np.repeat([0, 1, 2], 10)), 3)), 5, generator=torch_generator(seed, 10))
-bad_rows.append(("a domain with no samples of a class", "its prototype is not used (present = False)",
-                 bool(torch.isnan(xs).any()), len(xs) == 5 * int(present.sum())))
-bad_table = pd.DataFrame(bad_rows, columns=["input", "behaviour", "NaN generated", "as specified"]).set_index("input")
-n_bad_ok = int(bad_table["as specified"].sum()) - int(bad_table["NaN generated"].sum())
+bad_table = degenerate_inputs(seed)
+n_bad_failed = degenerate_failures(bad_table)
 checks.add("degenerate inputs have defined behaviour and never give a NaN sample", f"{len(bad_table)} cases below",
-           f"{len(bad_table) - n_bad_ok} failures", ok=n_bad_ok == len(bad_table))
+           f"{n_bad_failed} failures", ok=n_bad_failed == 0)
 show_table(bad_table, wrap=True)
 
 # %% [markdown]
 # Finally, {func}`fedlib.geometry.augment` generates all samples of a class with one matrix
 # product, $X_{\text{new}} = X_{[j \bmod n]} + (E \odot s) V^\top$; the per-sample loop of
 # Algorithm 1 ({func}`fedlib.geometry.augment_loop`) must give the same samples from the same
-# draws.
+# draws ({func}`fedlib.experiments.ggeur_checks.batched_against_loop`).
 
 # %% tags=["remove-cell"]
-rng = numpy_rng(seed, 11)
 dd, n_new = 32, 300
-v, V = eigen_shape(torch.tensor(np.cov(rng.normal(size=(dd, 100)))))
-centers = torch.tensor(rng.normal(size=(7, dd))); eps = torch.tensor(rng.normal(size=(n_new, dd)))
-t0 = time.perf_counter(); fast = augment(centers, v, V, n_new, eps=eps); t_fast = time.perf_counter() - t0
-t0 = time.perf_counter(); slow = augment_loop(centers, v, V, n_new, eps=eps); t_slow = time.perf_counter() - t0
-loop_err = float((fast - slow).abs().max())
+loop_err, t_fast, t_slow = batched_against_loop(seed, dd, n_new)
 glue("loop_err", loop_err, display=False)
 glue("loop_time_ratio", t_slow / t_fast, display=False)
 checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dd}, same draws", f"{loop_err:.1e}",
