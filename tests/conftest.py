@@ -7,7 +7,9 @@ from __future__ import annotations
 import functools
 
 import pytest
+import torch
 from hypothesis import settings
+from threadpoolctl import threadpool_limits
 
 # Property tests draw their examples deterministically (from each test's source), so that a CI run
 # is reproducible: a failure found once is found again. Hypothesis still searches ~30-100 cases a test.
@@ -17,6 +19,18 @@ settings.load_profile("fedlib")
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.models import build_model
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch and one BLAS/OpenMP thread for a module of tiny models and matrices, restored after
+    it (on a shared 2-core machine many threads only contend). A module asks for it with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from threadpoolctl import threadpool_limits
 from scipy.stats import multivariate_normal
 
 import fedlib.experiments.cosmos_checks as cc
@@ -29,14 +28,7 @@ from fedlib.rng import numpy_rng
 from fedlib.training import TrainConfig
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small models on a shared 2-core machine: one torch and one BLAS/OpenMP thread (restored after this module)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 F64 = torch.float64

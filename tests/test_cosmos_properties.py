@@ -25,7 +25,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.spatial.distance import cdist
-from threadpoolctl import threadpool_limits
 
 from fedlib.clustering import b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0
 from fedlib.distill import LABEL_RULES, aggregate_labels, l1_distances, lemma52, lemma52_chain, margin_profile_bound, soft_labels
@@ -35,14 +34,7 @@ SEEDS = st.integers(0, 2**31 - 1)
 TOL = 1e-12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors and 2-core machines: one torch and one BLAS/OpenMP thread (restored after this module)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _points_distances(n: int, dim: int, seed: int) -> np.ndarray:

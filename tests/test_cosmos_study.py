@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from threadpoolctl import threadpool_limits
 
 from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points, seed_values, training_bytes
 from fedlib.loop import per_client_table
@@ -18,14 +17,7 @@ from fedlib.messages import DOWN, UP, Ledger, Message
 from fedlib.training import TrainConfig
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small models on a shared 2-core machine: one torch and one BLAS/OpenMP thread (restored after this module)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 ADAM = TrainConfig(epochs=1, batch_size=32, optimizer="adam", lr=1e-3)

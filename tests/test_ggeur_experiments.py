@@ -201,15 +201,6 @@ def test_the_study_s_pieces_refuse_bad_input(tiny_federation):
 
 
 @pytest.fixture(scope="module")
-def one_thread():
-    """One intra-op thread, as the chapter runs (tiny matrices: many threads only contend)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
 def tiny_runs(one_thread):
     study = GGEURStudy(**SIZES)
     with warnings.catch_warnings():

@@ -24,7 +24,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import adjusted_rand_score
-from threadpoolctl import threadpool_limits
 
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personalized_encoder, refresh, refresh_history,
@@ -42,15 +41,7 @@ F64 = torch.float64
 SEEDS = st.integers(0, 2**31 - 1)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models and 2-core machines: one torch and one BLAS/OpenMP thread is several times
-    faster here (restored after this module)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with threadpool_limits(1):
-        yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _heads(n: int, C: int, d1: int, seed: int) -> torch.Tensor:
