@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import torch
 
 from .stats import ClassMoments
+from .validation import check_real
 
 __all__ = [
     "FORMULAS",
@@ -76,6 +77,7 @@ FALLBACKS = ("pooled", "zero", "error")
 """What a class with too few samples for its own covariance gets."""
 
 SIMILARITY_METHODS = ("paper", "subspace")
+"""The similarities :func:`geometry_similarity` computes: ``"paper"`` (Eq. 3, order-sensitive) and ``"subspace"`` (rotation-invariant)."""
 
 
 def _check_choice(kind: str, value, valid) -> None:
@@ -350,13 +352,14 @@ def trace_ratio(eigenvalues: torch.Tensor) -> torch.Tensor:
 
 
 def numerical_ranks(eigenvalues: torch.Tensor, tol: float = 1e-8) -> torch.Tensor:
-    """Per class, how many of the descending eigenvalues ``(C, d)`` exceed ``tol`` times the
-    largest: the rank of each class covariance up to round-off.
+    """Per class, how many of the descending eigenvalues ``(..., d)`` exceed ``tol`` (>= 0) times
+    the largest: the rank of each class covariance up to round-off.
 
     >>> numerical_ranks(torch.tensor([[2.0, 1.0, 1e-12], [1.0, 0.0, 0.0]]))
     tensor([2, 1])
     """
-    return (eigenvalues > tol * eigenvalues[:, :1]).sum(1)
+    check_real("tol", tol, low=0.0)
+    return (eigenvalues > tol * eigenvalues[..., :1]).sum(-1)
 
 
 def noise_scales(eigenvalues: torch.Tensor, formula: str = "code") -> torch.Tensor:

@@ -75,6 +75,7 @@ per_prototype = None  # step 2: samples around each other domain's class prototy
 encoder_epochs = None  # epochs of the public-split CNN encoder
 embedding_scale = None  # multiplies every label-skew embedding (exercise 1: 0.1 puts class eigenvalues below 1)
 encoder_sees = None  # "all": the domain encoder trains on every domain's public part; "mnist": on MNIST's only
+similarity = None  # the heat maps' and Figure 6 claims' similarity: "paper" (Eq. 3) or "subspace" (exercise 3)
 clip_checkpoint = None  # optional: path of a local open_clip checkpoint (ViT-B-32); never downloaded
 execution = "vectorized"  # "vectorized": a round's clients train stacked where the method allows; "sequential"
 workers = 1  # processes the seeds run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
@@ -111,7 +112,7 @@ RUN = RunOptions(execution=execution)  # checks the parameter before any work
 
 COMMON = dict(global_test_per_class=100, batch_size=64, label_classifier="linear", domain_classifier="mlp", hidden=128,
               prox_mu=0.01, proto_lam=2.0, k=5, eval_every=1, public_fraction=0.2, domain_public=0.3, domain_test=0.2,
-              domain_client=0.1, embedding_scale=1.0, encoder_sees="all", level=0.95)
+              domain_client=0.1, embedding_scale=1.0, encoder_sees="all", similarity="paper", level=0.95)
 PROFILES = {
     "smoke": dict(COMMON, n_seeds=2, n_samples=1000, betas=[0.5, 0.1], n_clients=4, rounds=2, local_epochs=1, total_per_class=30,
                   per_prototype=15, encoder_epochs=1, global_test_per_class=20, lr=1e-2, domain_max=400, encoder_width=16,
@@ -127,7 +128,7 @@ PROFILES = {
 # eigh under thread contention was the bottleneck); this sets the kernel process only.
 P = setup(PROFILES, profile, threads=1, n_seeds=n_seeds, betas=betas, rounds=rounds, local_epochs=local_epochs,
           total_per_class=total_per_class, per_prototype=per_prototype, encoder_epochs=encoder_epochs,
-          embedding_scale=embedding_scale, encoder_sees=encoder_sees)
+          embedding_scale=embedding_scale, encoder_sees=encoder_sees, similarity=similarity)
 SEEDS = [seed + i for i in range(P.n_seeds)]
 train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
 b_lo, b_hi = min(P.betas), max(P.betas)
@@ -139,7 +140,7 @@ study = GGEURStudy(  # what is embedded and trained for every seed (fedlib.exper
     train=train_cfg, early=early, label_classifier=P.label_classifier, domain_classifier=P.domain_classifier,
     hidden=P.hidden, prox_mu=P.prox_mu, proto_lam=P.proto_lam, k=P.k, domain_max=P.domain_max,
     domain_public=P.domain_public, domain_test=P.domain_test, domain_client=P.domain_client,
-    embedding_scale=P.embedding_scale, encoder_sees=P.encoder_sees, eval_every=P.eval_every,
+    embedding_scale=P.embedding_scale, encoder_sees=P.encoder_sees, eval_every=P.eval_every, similarity_method=P.similarity,
     clip_checkpoint=clip_checkpoint, options=RUN, results_dir=results_dir)
 glue("n_seeds", P.n_seeds, display=False)
 glue("level_pct", 100 * P.level, display=False)
@@ -852,8 +853,8 @@ print(f"worked solutions: {ex1_seconds:.1f} + {ex2_seconds:.1f} + {ex3_seconds:.
 #
 # *(code)* Re-run with `encoder_sees="mnist"` (a parameter: the domain encoder trains on MNIST's
 # public part only). Does the spread across domains (STD) grow, and do step 2 and the diagonal of
-# the heat maps respond? Then try `method="subspace"` in `similarity_matrix` too (the `method`
-# argument of {func}`fedlib.experiments.ggeur.similarity_rows`).
+# the heat maps respond? Then try `similarity="subspace"` too (a parameter: the heat maps and the
+# Figure 6 claims then use the subspace similarity of {func}`fedlib.geometry.geometry_similarity`).
 #
 # :::{dropdown} Hint
 # Compare FedAvg's STD, the gain of step 2 over step 1 and the mean $S$ of the diagonal minus the

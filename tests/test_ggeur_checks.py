@@ -165,6 +165,8 @@ def test_degenerate_inputs_and_batched_generation():
     assert t.loc["d = 50 larger than n = 5", "behaviour"].startswith("rank 4;")
     broken = t.copy(); broken.iloc[0, -1] = False; broken.iloc[1, -2] = True
     assert degenerate_failures(broken) == 2
+    broken.iloc[1, -1] = False  # row 1 now fails both ways: it counts once
+    assert degenerate_failures(broken) == 2
     err, t_fast, t_slow = batched_against_loop(0, dim=5, n_new=12)
     assert err < 1e-12 and t_fast > 0 and t_slow > 0
 

@@ -15,8 +15,8 @@ from fedlib.book import sign_word
 from fedlib.claims import Claim, evaluate, says
 from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.experiments.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, LABEL_METHODS, ROWMAX, SAME, STEP1, STEPS12,
-                                      DomainRuns, GGEURStudy, LabelRuns, claims_reading, diagonal_gap, encoder_column,
+from fedlib.experiments.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, LABEL_METHODS, ROWMAX, SAME,
+                                      STEP1, STEPS12, DomainRuns, GGEURStudy, LabelRuns, claims_reading, diagonal_gap, encoder_column,
                                       similarity_rows)
 from fedlib.geometry import class_shapes, numerical_ranks, similarity_matrix, trace_ratio
 from fedlib.stats import ClassMoments
@@ -63,6 +63,15 @@ def test_similarity_rows_refuse_bad_k_and_method():
         similarity_rows(0, ds, ds, k=0)
     with pytest.raises(ValueError, match="unknown similarity method 'cosine'; valid: paper, subspace"):
         similarity_rows(0, ds, ds, k=2, method="cosine")
+    plain = ArrayDataset(ds.x, ds.y, ds.n_classes, "plain")
+    with pytest.raises(ValueError, match=r"embeddings must carry each image's domain"):
+        similarity_rows(0, ds, plain, k=2)
+    with pytest.raises(ValueError, match=r"domains must name 2 or more, got \[\]"):
+        similarity_rows(0, plain, ds, k=2)
+    renamed = ArrayDataset(ds.x, ds.y, ds.n_classes, "renamed", domain=ds.domain,
+                           domain_names=list(reversed(ds.domain_names)))
+    with pytest.raises(ValueError, match=r"domains names \['mnist_inverted', .* but the embeddings' domains are \['mnist'"):
+        similarity_rows(0, renamed, ds, k=2)
 
 
 def test_diagonal_gap_and_encoder_column_by_hand():
@@ -168,6 +177,18 @@ def test_trace_ratio_and_ranks_equal_the_chapter_s_former_expressions():
     ev = class_shapes(ClassMoments.from_features(ds.x, ds.y, 10)).eigenvalues
     assert torch.equal(trace_ratio(ev), (ev**2).sum(1) / ev.sum(1))
     assert torch.equal(numerical_ranks(ev).double(), (ev > 1e-8 * ev[:, :1]).sum(1).double())
+    # against their definitions: tr(C @ C) / tr(C) of each class covariance, and the rank of a
+    # covariance built with rank 2 (3 classes in 4 dimensions; a batch of them reads the last axis)
+    cov = ClassMoments.from_features(ds.x.double(), ds.y, 10).class_covariances()
+    by_trace = torch.stack([torch.trace(c @ c) / torch.trace(c) for c in cov])
+    assert torch.allclose(trace_ratio(torch.linalg.eigvalsh(cov).flip(-1)), by_trace, rtol=1e-10)
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(4, 2, generator=g, dtype=torch.float64)
+    ev2 = torch.linalg.eigvalsh(a @ a.T).flip(-1)
+    assert numerical_ranks(ev2[None]).tolist() == [2] == [int(torch.linalg.matrix_rank(a @ a.T))]
+    assert numerical_ranks(torch.stack([ev2[None], ev2[None]])).shape == (2, 1)
+    with pytest.raises(ValueError, match="tol must be a finite number >= 0.0, got -1"):
+        numerical_ranks(ev, tol=-1)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -177,6 +198,10 @@ def test_trace_ratio_and_ranks_equal_the_chapter_s_former_expressions():
     (dict(public_fraction=1.0), r"public_fraction must be a finite number > 0.0 and < 1.0, got 1.0"),
     (dict(domain_max=0), "domain_max must be an int >= 1, got 0"),
     (dict(embedding_scale=0.0), "embedding_scale must be a finite number"),
+    (dict(early=2), "early must be a training round, 1 to rounds = 1, got 2"),
+    (dict(eval_every=2), "eval_every must be 1 .every curve is read at round early = 1., got 2"),
+    (dict(similarity_method="cosine"), "unknown similarity_method 'cosine'; valid: paper, subspace"),
+    (dict(train=TrainConfig(steps=3)), "train must count epochs, not steps .* got steps=3"),
 ])
 def test_the_study_refuses_bad_settings(change, message):
     with pytest.raises(ValueError, match=message):
@@ -198,6 +223,10 @@ def test_the_study_s_pieces_refuse_bad_input(tiny_federation):
     assert list(study.label_methods(tiny_federation, 3, 10)) == list(LABEL_METHODS)
     assert list(study.domain_runs(tiny_federation)) == DOM_ORDER
     assert study.matched([40, 60]).steps == 2  # ceil(50 / 32) batches, one epoch
+    # the matched controls keep the study's optimizer, momentum and weight decay
+    sgd = GGEURStudy(**{**SIZES, "train": TrainConfig(epochs=2, batch_size=32, optimizer="sgd", lr=0.1, weight_decay=1e-4)})
+    m = sgd.matched([40, 60])
+    assert (m.optimizer, m.momentum, m.weight_decay, m.lr, m.batch_size, m.steps) == ("sgd", 0.9, 1e-4, 0.1, 32, 4)
 
 
 @pytest.fixture(scope="module")
@@ -216,8 +245,10 @@ def test_a_tiny_study_end_to_end(tiny_runs):
     study, first, label, dom_first, domain = tiny_runs
     assert label.table.method.tolist() == list(LABEL_METHODS) and set(label.table.seed) == {0}
     assert set(label.curves) == {(0, 0.5, m) for m in LABEL_METHODS} and label.seconds > 0
-    # the statistics round is not a training round: every curve starts at training round 1
-    assert all(c.index.min() >= 0 for c in label.curves.values())
+    # the statistics round is not a training round: one training round (rounds=1) is round 1 of
+    # every curve; an augmentation method's curve also has round 0, its statistics round
+    assert label.curves[(0, 0.5, "FedAvg")].index.tolist() == [1]
+    assert label.curves[(0, 0.5, GGEUR_CODE)].index.tolist() == [0, 1]
     assert [(b, v) for b, v in zip(domain.table.base, domain.table.method)] == DOM_ORDER
     assert list(domain.first_matrices) == ["uci", "mnist_rotated", "mnist_inverted"]
     assert domain.value("FedAvg", "FedAvg").shape == (1,)

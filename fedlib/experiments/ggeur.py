@@ -18,6 +18,7 @@ by the runs and the worked solutions. The pieces are free functions: :func:`simi
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, says
 from fedlib.data import ArrayDataset, load_data, make_digit_domains
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import Federation, make_federation, one_client_per_domain
-from fedlib.geometry import class_shapes, similarity_matrix
+from fedlib.geometry import SIMILARITY_METHODS, class_shapes, similarity_matrix
 from fedlib.loop import LoopConfig, RunOptions, RunResult
 from fedlib.parallel import map_parallel
 from fedlib.protocol import Algorithm
@@ -62,8 +63,6 @@ DOMAINS = ("mnist", "uci", "mnist_rotated", "mnist_inverted")
 """The digit domains (:func:`fedlib.data.datasets.make_digit_domains`); the first is the one the similarity rows compare with."""
 ENCODER_SEES = ("all", "mnist")
 """What the domain encoder trains on: every domain's public part, or MNIST's only."""
-SIMILARITY_METHODS = ("paper", "subspace")
-"""The similarities :func:`similarity_rows` may compute (:func:`fedlib.geometry.similarity_matrix`)."""
 SAME, DIFFERENT, ROWMAX = "mean S, same class", "mean S, different classes", "classes whose diagonal is its row's maximum"
 """The columns of :func:`similarity_rows` (besides ``seed`` and ``other domain``)."""
 GAIN_STEP2 = "gain of step 2 over step 1, AVG (points)"
@@ -113,7 +112,13 @@ def similarity_rows(seed: int, domains: ArrayDataset, embeddings: ArrayDataset, 
     check_int("k", k, low=1)
     if method not in SIMILARITY_METHODS:
         raise ValueError(f"unknown similarity method {method!r}; valid: {', '.join(SIMILARITY_METHODS)}")
-    names = list(domains.domain_names)
+    if embeddings.domain is None:
+        raise ValueError("embeddings must carry each image's domain (ArrayDataset.domain), got none")
+    names = list(domains.domain_names or [])
+    if len(names) < 2:
+        raise ValueError(f"the similarity compares the first domain with the others: domains must name 2 or more, got {names}")
+    if embeddings.domain_names is not None and list(embeddings.domain_names) != names:
+        raise ValueError(f"domains names {names} but the embeddings' domains are {list(embeddings.domain_names)}")
     n = embeddings.n_classes
     shapes = {}
     for d, dname in enumerate(names):
@@ -338,9 +343,10 @@ class GGEURStudy:
         Training rounds of the label-skew and the domain-skew runs (an augmentation method adds
         one statistics round).
     train : TrainConfig
-        Every client's local training (the matched-steps controls read its batch size, epochs and lr).
+        Every client's local training, counted in epochs (``steps`` is refused: the matched-steps
+        controls turn its epochs into steps, :meth:`matched`).
     early : int
-        The training round the convergence claim reads (``early (%)``).
+        The training round the convergence claim reads (``early (%)``), at most ``rounds``.
     label_classifier, domain_classifier, hidden
         The classifiers (:func:`fedlib.algorithms.ggeur.classifier_fn`).
     prox_mu, proto_lam : float
@@ -356,7 +362,11 @@ class GGEURStudy:
     encoder_sees : {"all", "mnist"}
         What the domain encoder trains on.
     eval_every : int
-        Evaluate every this many rounds.
+        Evaluate every this many rounds. Only 1 is accepted while the convergence claim reads
+        round ``early`` of every curve: a method with a statistics round is evaluated one round
+        later than one without, so a longer period leaves one of the two without round ``early``.
+    similarity_method : {"paper", "subspace"}
+        The similarity of the heat maps and the Figure 6 claims (:func:`similarity_rows`).
     clip_checkpoint : str, optional
         A local open_clip checkpoint (ViT-B-32): the encoder instead of the public-split CNN.
     options : RunOptions
@@ -367,8 +377,11 @@ class GGEURStudy:
     Raises
     ------
     ValueError
-        A count that is not an integer >= 1, a share outside (0, 1), a negative weight or an
-        ``encoder_sees`` not in :data:`ENCODER_SEES`.
+        A count that is not an integer >= 1, a share outside (0, 1), a negative weight, an
+        ``embedding_scale`` that is not > 0, an ``early`` beyond ``rounds``, an ``eval_every``
+        other than 1, a ``train`` counted in steps, an ``encoder_sees`` not in
+        :data:`ENCODER_SEES` or a ``similarity_method`` not in
+        :data:`fedlib.geometry.SIMILARITY_METHODS`.
 
     Examples
     --------
@@ -404,6 +417,7 @@ class GGEURStudy:
     embedding_scale: float = 1.0
     encoder_sees: str = "all"
     eval_every: int = 1
+    similarity_method: str = "paper"
     clip_checkpoint: str | None = None
     options: RunOptions = field(default_factory=RunOptions)
     results_dir: Any = None
@@ -423,6 +437,15 @@ class GGEURStudy:
         check_real("embedding_scale", self.embedding_scale, low=0.0, low_open=True)
         if self.encoder_sees not in ENCODER_SEES:
             raise ValueError(f"encoder_sees must be 'all' or 'mnist', got {self.encoder_sees!r}")
+        if self.similarity_method not in SIMILARITY_METHODS:
+            raise ValueError(f"unknown similarity_method {self.similarity_method!r}; valid: {', '.join(SIMILARITY_METHODS)}")
+        if self.early > self.rounds:
+            raise ValueError(f"early must be a training round, 1 to rounds = {self.rounds}, got {self.early}")
+        if self.eval_every != 1:
+            raise ValueError(f"eval_every must be 1 (every curve is read at round early = {self.early}), got {self.eval_every}")
+        if self.train.steps is not None:
+            raise ValueError(f"train must count epochs, not steps (the matched-steps controls count them), "
+                             f"got steps={self.train.steps}")
 
     # -- the pieces of a run ------------------------------------------------------------------
 
@@ -440,8 +463,10 @@ class GGEURStudy:
 
     def matched(self, sizes: Sequence[int]) -> TrainConfig:
         """FedAvg's budget with as many local steps as GGEUR's clients take on sets of these
-        sizes (:func:`fedlib.algorithms.ggeur.matched_train`)."""
-        return matched_train(sizes, self.train.batch_size, self.train.epochs, self.train.lr)
+        sizes (:func:`fedlib.algorithms.ggeur.matched_train`): the study's ``train`` (optimizer,
+        momentum, weight decay as they are) with its epochs turned into that many steps."""
+        m = matched_train(sizes, self.train.batch_size, self.train.epochs, self.train.lr, self.train.optimizer)
+        return dataclasses.replace(self.train, epochs=m.epochs, steps=m.steps)
 
     # -- label skew -----------------------------------------------------------------------------
 
@@ -613,7 +638,7 @@ class GGEURStudy:
             rows.append({"seed": seed, "base": bname, "method": vname, **row})
             if self.results_dir is not None:
                 res.save(Path(self.results_dir) / f"domain_seed{seed}_{bname}_{len(rows)}")
-        sims, mats = similarity_rows(seed, setup.domains, setup.embeddings, self.k)
+        sims, mats = similarity_rows(seed, setup.domains, setup.embeddings, self.k, self.similarity_method)
         return {"rows": rows, "sims": sims, "matrices": mats, "seconds": seconds}
 
     def run_domain(self, seeds: Sequence[int], workers: int = 1, first: DomainSetup | None = None) -> DomainRuns:
@@ -630,5 +655,5 @@ class GGEURStudy:
 
 __all__ = ["BASES", "DIFFERENT", "DOMAINS", "DOM_ORDER", "DomainRuns", "DomainSetup", "ENCODER_SEES", "GAIN_STEP2",
            "GGEURStudy", "GGEUR_CODE", "GGEUR_PAPER", "LABEL_METHODS", "LabelRuns", "LabelSetup", "ROWMAX", "SAME",
-           "SIMILARITY_METHODS", "STEP1", "STEPS12", "VS_COPIES", "VS_STEPS", "claims_reading", "diagonal_gap",
+           "STEP1", "STEPS12", "VS_COPIES", "VS_STEPS", "claims_reading", "diagonal_gap",
            "encoder_column", "similarity_rows"]

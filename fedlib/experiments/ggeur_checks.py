@@ -43,8 +43,9 @@ import torch
 
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
-from fedlib.geometry import (augment, augment_around_prototypes, augment_loop, class_shapes, combine_local_covariances,
-                             eigen_shape, fill_to_total, frechet_distance, generated_covariance, geometry_similarity)
+from fedlib.geometry import (FORMULAS, augment, augment_around_prototypes, augment_loop, class_shapes,
+                             combine_local_covariances, eigen_shape, fill_to_total, frechet_distance,
+                             generated_covariance, geometry_similarity)
 from fedlib.rng import numpy_rng, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.validation import check_int, check_real
@@ -68,9 +69,6 @@ BATCHED_SAMPLES = 11
 
 SMALL = 10
 """A (client, class) pair with fewer real samples than this is "scarce" (:func:`augmentation_distances`)."""
-
-FORMULAS = ("code", "paper")
-"""The two augmentation formulas: the authors' code (:math:`\\sqrt\\lambda`) and the paper's (:math:`\\lambda`)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -236,7 +234,7 @@ def eq4_on_random_federations(seed: int, trials: int) -> Eq4Errors:
 
 def generation_covariances(seed: int, n_draws: int, dim: int = 6,
                            scales: Sequence[float] = (0.1, 1.0, 10.0)) -> tuple[pd.DataFrame, pd.DataFrame]:
-    r"""The covariance of the generated noise :math:`\beta` under both formulas (:data:`FORMULAS`):
+    r"""The covariance of the generated noise :math:`\beta` under both formulas (:data:`fedlib.geometry.FORMULAS`):
     ``n_draws`` draws around the origin (:func:`fedlib.geometry.augment`, the same stream
     ``torch_generator(seed, 3)`` for both) against :func:`fedlib.geometry.generated_covariance`,
     for :math:`\Sigma = AA^\top/d + 0.2 I` with :math:`A` (dim, dim) standard normal from
@@ -381,13 +379,13 @@ def augmentation_distances(seed: int, *, n_per_class: int, n_classes: int, dim: 
     r"""The squared Fréchet distance (:func:`fedlib.geometry.frechet_distance`) of every
     (client, class) pair's Gaussian fit to the global class fit, before and after augmentation.
 
-    The data: a Gaussian mixture (:func:`fedlib.data.make_gaussian_mixture`, separation 3) split
+    The data: a Gaussian mixture (:func:`fedlib.data.datasets.make_gaussian_mixture`, separation 3) split
     over ``n_clients`` by a Dirichlet label skew ``alpha`` (:func:`fedlib.federation.make_federation`,
     at least 5 samples per client, 10 global test samples per class), both seeded with ``seed``.
     The global shapes come from the merged :class:`~fedlib.stats.ClassMoments`; every client fills
     each class up to ``total`` (:func:`fedlib.geometry.fill_to_total`) under both
-    :data:`FORMULAS`, from the stream ``torch_generator(seed, 6, k)``. Pairs with fewer than 2 or
-    at least ``total`` real samples are left out (nothing is generated for the latter).
+    :data:`fedlib.geometry.FORMULAS`, from the stream ``torch_generator(seed, 6, k)``. Pairs with
+    fewer than 2 or at least ``total`` real samples are left out (nothing is generated for the latter).
 
     Returns
     -------
@@ -563,15 +561,15 @@ def degenerate_inputs(seed: int) -> pd.DataFrame:
 
 
 def degenerate_failures(table: pd.DataFrame) -> int:
-    """The rows of a :func:`degenerate_inputs` ``table`` that failed, counted as the chapter
-    counts them: the rows minus those as specified plus those that generated a NaN.
+    """The rows of a :func:`degenerate_inputs` ``table`` that failed: not as specified, or
+    generated a NaN (a row that did both counts once).
 
     Examples
     --------
-    >>> degenerate_failures(pd.DataFrame({"NaN generated": [False, True], "as specified": [True, True]}))
-    1
+    >>> degenerate_failures(pd.DataFrame({"NaN generated": [False, True, True], "as specified": [True, True, False]}))
+    2
     """
-    return len(table) - (int(table["as specified"].sum()) - int(table["NaN generated"].sum()))
+    return int((~table["as specified"].astype(bool) | table["NaN generated"].astype(bool)).sum())
 
 
 def batched_against_loop(seed: int, dim: int = 32, n_new: int = 300) -> tuple[float, float, float]:
@@ -607,7 +605,7 @@ def batched_against_loop(seed: int, dim: int = 32, n_new: int = 300) -> tuple[fl
     return float((fast - slow).abs().max()), t_fast, t_slow
 
 
-__all__ = ["BATCHED_SAMPLES", "DEGENERATE_SAMPLES", "EQ4_FEDERATIONS", "FIGURE_DRAWS", "FILL_DRAWS", "FORMULAS",
+__all__ = ["BATCHED_SAMPLES", "DEGENERATE_SAMPLES", "EQ4_FEDERATIONS", "FIGURE_DRAWS", "FILL_DRAWS",
            "GENERATION_DRAWS", "GENERATION_SHAPE", "SIMILARITY_BASES", "SMALL", "Eq4Errors", "augmentation_distances",
            "augmentation_shares", "batched_against_loop", "degenerate_failures", "degenerate_inputs", "distance_summary",
            "eq4_on_random_federations", "generation_covariances", "local_stats", "random_federation", "similarity_properties",
