@@ -104,6 +104,14 @@ def test_label_readers_equal_the_chapter_s_former_pivots():
             assert runs.mean(b, m, "early (%)") == float(E[(b, m)].mean())
     assert runs.accuracy(0.5, "FedAvg").tolist() == [0.5, 10.5, 20.5]  # seed order, not row order
     assert runs.of_seed(1, 0.1, "FedFA-style") == 10.0 + 0.1 + 7
+    with pytest.raises(ValueError, match=r"no label-skew run 'FedSGD' at beta = 0.5; betas: \[0.1, 0.5\], runs: FedAvg, "):
+        runs.accuracy(0.5, "FedSGD")
+    with pytest.raises(ValueError, match=r"no label-skew run 'FedAvg' at beta = 0.05"):
+        runs.early(0.05, "FedAvg")
+    with pytest.raises(ValueError, match=r"unknown column 'late \(%\)'; valid: 'accuracy \(%\)', 'early \(%\)'"):
+        runs.mean(0.5, "FedAvg", "late (%)")
+    with pytest.raises(ValueError, match=r"no run seed 7; the seeds: \[0, 1, 2\]"):
+        runs.of_seed(7, 0.5, "FedAvg")
 
 
 def _domain_runs(seeds=(1, 0)) -> DomainRuns:
@@ -122,6 +130,12 @@ def test_domain_readers_equal_the_chapter_s_former_arithmetic():
     assert runs.value("FedProx", STEP1).tolist() == [14.0, 4.0]  # the seeds' order
     assert runs.value("FedAvg", "FedAvg", "STD").tolist() == [0.0, 0.0]
     assert runs.row(1, "FedAvg", STEPS12)["AVG"] == 12.0
+    with pytest.raises(ValueError, match=r"no domain-skew run \('FedAvg', 'FedSGD'\); valid: "):
+        runs.value("FedAvg", "FedSGD")
+    with pytest.raises(ValueError, match=r"unknown column 'usps'; valid: mnist, AVG, STD"):
+        runs.value("FedAvg", "FedAvg", "usps")
+    with pytest.raises(ValueError, match=r"no run seed 5; the seeds: \[1, 0\]"):
+        runs.row(5, "FedAvg", STEPS12)
     per_seed = runs.similarity_per_seed()
     assert per_seed.index.tolist() == [1, 0] and per_seed[SAME].tolist() == [3.0, 2.0]
     sim = runs.similarity

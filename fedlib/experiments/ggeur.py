@@ -251,25 +251,34 @@ class LabelRuns:
     curves: dict = field(default_factory=dict)
     seconds: float = 0.0
 
-    def _pivot(self, column: str) -> pd.DataFrame:
-        return self.table.pivot_table(index="seed", columns=["beta", "method"], values=column)
+    def _column(self, column: str, beta: float, method: str) -> pd.Series:
+        """Per seed (in seed order), one run's ``column``; a clear error on what the table lacks."""
+        if column not in ("accuracy (%)", "early (%)"):
+            raise ValueError(f"unknown column {column!r}; valid: 'accuracy (%)', 'early (%)'")
+        t = self.table
+        if not ((t.beta == beta) & (t.method == method)).any():
+            raise ValueError(f"no label-skew run {method!r} at beta = {beta!r}; betas: {sorted(set(t.beta))}, "
+                             f"runs: {', '.join(dict.fromkeys(t.method))}")
+        return t.pivot_table(index="seed", columns=["beta", "method"], values=column)[(beta, method)]
 
     def accuracy(self, beta: float, method: str) -> np.ndarray:
         """Per seed (in seed order), ``method``'s global accuracy (%) at ``beta``."""
-        return self._pivot("accuracy (%)")[(beta, method)].to_numpy()
+        return self._column("accuracy (%)", beta, method).to_numpy()
 
     def early(self, beta: float, method: str) -> np.ndarray:
         """Per seed (in seed order), ``method``'s global accuracy (%) after the early rounds at ``beta``."""
-        return self._pivot("early (%)")[(beta, method)].to_numpy()
+        return self._column("early (%)", beta, method).to_numpy()
 
     def mean(self, beta: float, method: str, column: str = "accuracy (%)") -> float:
         """The mean over the seeds of ``column`` (``"accuracy (%)"`` or ``"early (%)"``)."""
-        return float(self._pivot(column)[(beta, method)].mean())
+        return float(self._column(column, beta, method).mean())
 
     def of_seed(self, seed: int, beta: float, method: str) -> float:
         """One seed's global accuracy (%) of ``method`` at ``beta``."""
-        t = self.table
-        return float(t[(t.seed == seed) & (t.beta == beta) & (t.method == method)]["accuracy (%)"].iloc[0])
+        per_seed = self._column("accuracy (%)", beta, method)
+        if seed not in per_seed.index:
+            raise ValueError(f"no run seed {seed!r}; the seeds: {per_seed.index.tolist()}")
+        return float(per_seed.loc[seed])
 
 
 @dataclass
@@ -297,13 +306,25 @@ class DomainRuns:
     seeds: list
     seconds: float = 0.0
 
+    def _check(self, base: str, method: str, seed: int | None = None) -> None:
+        t = self.table
+        if (base, method) not in set(zip(t.base, t.method)):
+            raise ValueError(f"no domain-skew run ({base!r}, {method!r}); valid: {DOM_ORDER}")
+        if seed is not None and seed not in self.seeds:
+            raise ValueError(f"no run seed {seed!r}; the seeds: {self.seeds}")
+
     def value(self, base: str, method: str, column: str = "AVG") -> np.ndarray:
         """Per seed, a run's ``column`` (``"AVG"``, ``"STD"`` or a domain's name)."""
+        self._check(base, method)
+        columns = [c for c in self.table.columns if c not in ("seed", "base", "method")]
+        if column not in columns:
+            raise ValueError(f"unknown column {column!r}; valid: {', '.join(columns)}")
         d = self.table.set_index(["seed", "base", "method"])
         return d.xs((base, method), level=("base", "method"))[column].reindex(self.seeds).to_numpy()
 
     def row(self, seed: int, base: str, method: str) -> pd.Series:
         """One seed's row of a run."""
+        self._check(base, method, seed)
         return self.table.set_index(["seed", "base", "method"]).loc[(seed, base, method)]
 
     def similarity_per_seed(self) -> pd.DataFrame:
@@ -529,7 +550,8 @@ class GGEURStudy:
     def run_label(self, seeds: Sequence[int], betas: Sequence[float], workers: int = 1,
                   first: LabelSetup | None = None) -> LabelRuns:
         """:meth:`label_seed` for every seed in ``workers`` processes (the same bits as one after
-        another); ``first``: the first seed's embeddings, if already built."""
+        another when torch runs one thread, as :func:`fedlib.parallel.map_parallel` says);
+        ``first``: the embeddings of ``seeds[0]``, if already built."""
         if not seeds:
             raise ValueError("seeds must hold at least one run seed, got none")
         if not betas:
