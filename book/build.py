@@ -485,9 +485,10 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     def plan(group: list[str]) -> list[tuple]:
         todo = []
         for name in group:
-            # relative to the notebooks' working directory, so no local path shows in the book
-            params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared[name]},
-                      "results_dir": os.path.relpath(results / name, NOTEBOOKS)}
+            params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared[name]}}
+            if "results_dir" in declared[name]:  # a chapter that saves results declares where
+                # relative to the notebooks' working directory, so no local path shows in the book
+                params["results_dir"] = os.path.relpath(results / name, NOTEBOOKS)
             if RECORDS in declared[name]:
                 params[RECORDS] = records
             key = cache_key(name, params, threads)

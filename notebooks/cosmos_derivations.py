@@ -49,7 +49,6 @@ rounds = None  # COSMOS iterations of the real runs (section 2)
 synth_rounds = None  # COSMOS iterations on the synthetic federations (section 3)
 support_share = 0.1  # U_i: the public points of the classes holding at least this share of client i's training data
 threads = 1  # torch CPU threads (1 is fastest on a shared 2-core machine)
-results_dir = None  # unused; kept for the build's common interface
 
 # %% tags=["hide-input"]
 import functools

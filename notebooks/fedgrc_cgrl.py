@@ -40,7 +40,6 @@ profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more insta
 seed = 0  # every random draw is derived from it
 trials = None  # random instances per numerical check (None: the profile's value)
 dim = None  # largest feature dimension of the random instances
-results_dir = None  # unused here (nothing is saved)
 
 # %% tags=["hide-input"]
 import functools

@@ -60,7 +60,6 @@ trials = None  # random instances per numerical check (None: the profile's value
 dim = None  # largest feature dimension of the random instances
 rounds = None  # FedAvg rounds of the trained model in the last section
 n_clients = None  # clients of the trained model's federation
-results_dir = None  # unused here (nothing is saved)
 
 # %% tags=["hide-input"]
 import functools

@@ -40,7 +40,6 @@ profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trial
 seed = 0  # every random draw is derived from it
 n_trials = None  # random federations / bases per property check
 n_draws = None  # Monte-Carlo draws for the generated covariances
-results_dir = None  # unused; kept for the build's common interface
 
 # %% tags=["hide-input"]
 import matplotlib.pyplot as plt

@@ -49,7 +49,6 @@ noises = None  # noise levels of the planted head instances (section 4), e.g. [0
 steps = None  # local step counts s of section 5, e.g. [1, 4, 16, 64]
 n_clients = None  # clients of the small federation (sections 3, 5, 6)
 threads = 1  # torch CPU threads (1 is fastest on a shared 2-core machine)
-results_dir = None  # unused; kept for the build's common interface
 
 # %% tags=["hide-input"]
 import functools

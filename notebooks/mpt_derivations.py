@@ -37,7 +37,6 @@ profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trial
 seed = 0  # every random draw is derived from it
 trials = None  # random instances per numerical check (None: the profile's value)
 dim = None  # feature dimension of the random instances
-results_dir = None  # unused here (nothing is trained)
 
 # %% tags=["hide-input"]
 import sympy as sp

@@ -25,7 +25,6 @@
 profile = "book"  # "smoke", "book" or "paper": which build this page describes (it trains little itself)
 seed = 0  # the seed of the small FedAvgM run in the last section
 records = None  # {profile: folder of that build's chapter records}; book/build.py passes it
-results_dir = None  # unused here (every chapter accepts it)
 
 # %% tags=["hide-input"]
 import functools
