@@ -52,6 +52,7 @@ from .validation import check_real
 __all__ = [
     "FORMULAS",
     "FALLBACKS",
+    "SIMILARITY_METHODS",
     "GeometricShapes",
     "combine_local_covariances",
     "eigen_shape",
