@@ -78,10 +78,10 @@ from fedlib.algorithms import COSMOS
 from fedlib.algorithms.cosmos import cosmos_history
 from fedlib.algorithms.fedmd import grouping
 from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import Claim, paired_interval, seed_table
+from fedlib.claims import Claim, SeedValues, paired_interval, seed_table
 from fedlib.clustering import assignment_agreement, group_purity
 from fedlib.data import load_data
-from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points, seed_values
+from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points
 from fedlib.loop import LoopConfig
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.models import build_model, count_parameters
@@ -208,28 +208,28 @@ STUDY = COSMOSStudy(  # every run of the chapter: fedlib.experiments.cosmos
 MIN_GAIN = 0.5  # points: a gain must exceed this (more than one image's worth of the mean over clients)
 TOL = 2.0  # points: "competitive" (non-inferiority margin)
 SUB = f"{DATA_LABEL}, clients {' + '.join(BASE_MIX)}, MLP server; {P.rounds} rounds"
-# Each claim's values: (ours, baseline) per seed, read when the claims are decided (main, mix, homog, best_agnostic,
+# Each claim's values: (ours, baseline) per seed, read when the claims are decided (main_v, mix_v, homog_v, best_agnostic,
 # best_pfl, per_seed_bytes and sens, the sensitivity runs: computed with the runs). A sensitivity claim reads a sweep
 # that a profile may not run (P.sweeps): its values are then None, and this profile does not decide it.
 claims = [
     Claim("beats", "COSMOS consistently outperforms all model-agnostic FL baselines", "Abstract; Section 6, Figure 2",
           "mean accuracy, COSMOS − best model-agnostic baseline, points", "greater", MIN_GAIN, SUB,
-          values=lambda: (seed_values(main, "COSMOS"), best_agnostic)),
+          values=lambda: (main_v("COSMOS"), best_agnostic)),
     Claim("beats-own", "COSMOS consistently outperforms all model-agnostic FL baselines (the client's own model deployed)",
           "Abstract; Section 6 (our control: the client model f_i instead of h_π(i))",
           "mean accuracy, COSMOS's client models − best baseline, points", "greater", MIN_GAIN, SUB,
-          values=lambda: (seed_values(main, "COSMOS (client models)"), best_agnostic)),
+          values=lambda: (main_v("COSMOS (client models)"), best_agnostic)),
     Claim("mixtures", "Across all combinations, COSMOS remains robust to heterogeneity in client capabilities", "Section 6, Figure 3",
           "mean accuracy, COSMOS with three architectures − with one, points (no loss)", "at least", TOL,
           "one / three architectures of small CNNs and MLPs",
-          values=lambda: (seed_values(mix, "COSMOS", list(P.mixtures)[1]), seed_values(mix, "COSMOS", list(P.mixtures)[0]))),
+          values=lambda: (mix_v("COSMOS", list(P.mixtures)[1]), mix_v("COSMOS", list(P.mixtures)[0]))),
     Claim("mixtures-edge", "maintaining substantial performance edge over baselines", "Section 6, Figure 3",
           "mean accuracy with three architectures, COSMOS − COMET, points", "greater", MIN_GAIN, "COMET as the baseline",
-          values=lambda: (seed_values(mix, "COSMOS", list(P.mixtures)[1]), seed_values(mix, "COMET", list(P.mixtures)[1]))),
+          values=lambda: (mix_v("COSMOS", list(P.mixtures)[1]), mix_v("COMET", list(P.mixtures)[1]))),
     Claim("homogeneous", "COSMOS remains competitive with state-of-the-art personalized FL methods", "Appendix D, Table 7",
           "mean accuracy with one architecture, COSMOS − best of FedAvg, Ditto, FedBABU, FedRep, points", "at least", TOL,
           "our four parameter-sharing baselines",
-          values=lambda: (seed_values(homog, "COSMOS"), best_pfl)),
+          values=lambda: (homog_v("COSMOS"), best_pfl)),
     Claim("comm", "reducing communication from parameter sharing by 1-2 orders of magnitude", "Section 1, Appendix C Table 4",
           "log10(FedAvg bytes ÷ COSMOS bytes) − 1, training traffic per client and round (above 0: an order of magnitude or more)",
           "greater", 0.0,
@@ -492,8 +492,11 @@ else:
 # {glue:text}`n_not` do not hold and {glue:text}`n_inconclusive` are inconclusive at this scale.
 
 # %% tags=["hide-input"]
-best_agnostic = np.max(np.stack([seed_values(main, b) for b in BASE]), axis=0)
-best_pfl = np.max(np.stack([seed_values(homog, b) for b in ["FedAvg", "Ditto", "FedBABU", "FedRep"]]), axis=0)
+# each frame's mean accuracy per seed, in the order of SEEDS (fedlib.claims.SeedValues)
+main_v, homog_v = (SeedValues(f, ["method"], SEEDS, value="mean") for f in (main, homog))
+mix_v = SeedValues(mix, ["method", "setting"], SEEDS, value="mean")
+best_agnostic = np.max(np.stack([main_v(b) for b in BASE]), axis=0)
+best_pfl = np.max(np.stack([homog_v(b) for b in ["FedAvg", "Ditto", "FedBABU", "FedRep"]]), axis=0)
 per_seed_bytes = nbytes.assign(total=nbytes.up + nbytes.down).pivot(index="seed", columns="method", values="total")
 R = claims_report(claims)
 

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points, seed_values, training_bytes
+from fedlib.claims import SeedValues
+from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points, training_bytes
 from fedlib.loop import per_client_table
 from fedlib.messages import DOWN, UP, Ledger, Message
 from fedlib.training import TrainConfig
@@ -80,11 +81,13 @@ def test_training_bytes_count_training_traffic_per_client_and_round():
     assert training_bytes(run, 4, 2) == {"up": 20.0, "down": 10.0}  # two clients of four never spoke
 
 
-def test_seed_values_sort_by_seed_and_filter_the_setting():
+def test_the_chapter_reads_its_rows_per_seed_in_seed_order_by_setting():
+    # the chapter reads accuracy_points' rows with fedlib.claims.SeedValues: seed order, one setting
     rows = pd.DataFrame({"seed": [2, 0, 1, 0], "method": ["A", "A", "A", "A"], "setting": ["x", "x", "x", "y"],
                          "mean": [3.0, 1.0, 2.0, 9.0]})
-    assert seed_values(rows, "A", "x").tolist() == [1.0, 2.0, 3.0]
-    assert sorted(seed_values(rows, "A").tolist()) == [1.0, 2.0, 3.0, 9.0] and seed_values(rows, "B").size == 0
+    per_seed = SeedValues(rows, ["method", "setting"], [0, 1, 2], value="mean")
+    assert per_seed("A", "x").tolist() == [1.0, 2.0, 3.0]
+    assert np.isnan(per_seed("A", "y")[1:]).all() and per_seed("A", "y")[0] == 9.0
 
 
 def _sweep_rows() -> pd.DataFrame:

@@ -11,7 +11,7 @@ architecture, against parameter sharing), Table 4 (communication) and Figures 7-
 :class:`COSMOSStudy` holds what is run; :meth:`COSMOSStudy.run` runs every item of
 :meth:`COSMOSStudy.items` and returns a :class:`StudyResults`, whose tidy rows
 (:func:`accuracy_points` of every run, in points) the chapter reads per seed with
-:func:`seed_values` and, for the sensitivity runs, :class:`Sensitivity`.
+:class:`fedlib.claims.SeedValues` and, for the sensitivity runs, :class:`Sensitivity`.
 """
 
 from __future__ import annotations
@@ -72,21 +72,6 @@ def training_bytes(run: RunResult, n_clients: int, n_rounds: int) -> dict[str, f
     federation's ``n_clients`` and the run's ``n_rounds``."""
     return {"up": run.ledger.per_client_and_round(UP, n_clients=n_clients, n_rounds=n_rounds),
             "down": run.ledger.per_client_and_round(DOWN, n_clients=n_clients, n_rounds=n_rounds)}
-
-
-def seed_values(frame: pd.DataFrame, method: str, setting: str | None = None) -> np.ndarray:
-    """The ``mean`` accuracy of ``method`` (in ``setting`` if given) per seed, in seed order.
-
-    Examples
-    --------
-    >>> rows = pd.DataFrame({"seed": [1, 0, 0], "method": ["A", "A", "B"], "setting": "x", "mean": [2.0, 1.0, 5.0]})
-    >>> seed_values(rows, "A").tolist(), seed_values(rows, "A", "y").tolist()
-    ([1.0, 2.0], [])
-    """
-    f = frame[frame.method == method]
-    if setting is not None:
-        f = f[f.setting == setting]
-    return f.sort_values("seed")["mean"].to_numpy()
 
 
 @dataclass
@@ -408,5 +393,5 @@ class Sensitivity:
         return part
 
 
-__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "seed_values",
+__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points",
            "training_bytes"]
