@@ -651,7 +651,7 @@ def _format_cell(value: Any, spec: Any) -> str:
     if isinstance(value, numbers.Real):
         v = float(value)
         if not math.isfinite(v):
-            return "∞" if v > 0 else "\N{MINUS SIGN}\N{INFINITY}"
+            return "\N{INFINITY}" if v > 0 else "\N{MINUS SIGN}\N{INFINITY}"
         return f"{v:,.{spec if isinstance(spec, int) else 2}f}"
     return str(value)
 

@@ -47,7 +47,7 @@ from sklearn.cluster import KMeans
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
-from .validation import is_int, is_real
+from .validation import check_real, is_int, is_real
 
 DESCRIPTORS = ("lowrank", "raw")
 """What :func:`head_descriptors` computes: the rank-``r`` projection (default) or the raw head."""
@@ -350,9 +350,7 @@ def _as_distances(d) -> np.ndarray:
 
 def check_b0(b0) -> float:
     """``b0`` as a float if it is a finite number >= 0, else a ValueError naming it."""
-    if not is_real(b0) or not math.isfinite(b0) or b0 < 0:
-        raise ValueError(f"B0 must be a finite number >= 0, got {b0!r}")
-    return float(b0)
+    return check_real("B0", b0, low=0)
 
 
 def greedy_b0(distances, b0: float) -> tuple[np.ndarray, list[int]]:

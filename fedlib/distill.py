@@ -395,8 +395,7 @@ def lemma52_chain(members: Tensor, i: int, support: np.ndarray | Tensor) -> Lemm
     sup = torch.as_tensor(np.asarray(support), dtype=torch.bool)
     own, mean = members[i][sup], members.mean(dim=0)[sup]
     S = float((mean - own).abs().sum())
-    flat = members[:, sup].reshape(len(members), -1).double()
-    dU = torch.cdist(flat, flat, p=1)  # (m, m): d_{U_i} between every two members
+    dU = torch.from_numpy(l1_distances(members[:, sup]))  # (m, m): d_{U_i} between every two members
     return Lemma52Chain(S, float(dU[i].mean()), float(dU[i].max()), float(dU.max()))
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from ..validation import is_real
+from ..validation import check_int, is_real
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -80,12 +80,6 @@ def _check_labels(labels: Any, name: str = "labels") -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def _check_fraction(name: str, value: Any, low: float, high: float, closed: str) -> float:
     """``closed`` is one of "[]", "(]", "[)"."""
     ok_type = not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
@@ -105,7 +99,7 @@ def _check_alpha(alpha: Any) -> float:
 
 
 def _check_n_clients(n_clients: Any, n: int, min_size: int = 1) -> int:
-    n_clients = _check_int("n_clients", n_clients, 1)
+    n_clients = check_int("n_clients", n_clients, low=1)
     if n_clients * min_size > n:
         need = (
             f"n_clients={n_clients}"
@@ -251,7 +245,7 @@ def powerlaw_sizes(n: int, n_clients: int, exponent: float = 1.0, min_size: int 
     >>> sorted(powerlaw_sizes(100, 4, exponent=1.0, min_size=1, seed=0).tolist())
     [13, 16, 24, 47]
     """
-    min_size = _check_int("min_size", min_size, 1)
+    min_size = check_int("min_size", min_size, low=1)
     n_clients = _check_n_clients(n_clients, n, min_size)
     if not is_real(exponent) or not np.isfinite(exponent) or exponent < 0:
         raise ValueError(f"exponent must be a finite number >= 0, got {exponent!r}")
@@ -331,7 +325,7 @@ def dirichlet_partition(
     """
     labels = _check_labels(labels)
     alpha = _check_alpha(alpha)
-    min_size = _check_int("min_size", min_size, 0)
+    min_size = check_int("min_size", min_size, low=0)
     n_clients = _check_n_clients(n_clients, len(labels), min_size)
     rng = np.random.default_rng(seed)
     owner = np.empty(len(labels), dtype=np.int64)
@@ -372,7 +366,7 @@ def label_subset_partition(
     class is shared by exactly 2 clients.
     """
     labels = _check_labels(labels)
-    n_clients = _check_int("n_clients", n_clients, 1)
+    n_clients = check_int("n_clients", n_clients, low=1)
     class_fraction = _check_fraction("class_fraction", class_fraction, 0.0, 1.0, "(]")
     classes = np.unique(labels)
     n_cls = len(classes)
@@ -418,7 +412,7 @@ def group_partition(
         The group id of each client (a value of ``groups``).
     """
     groups = _check_labels(groups, "groups")
-    n_clients = _check_int("n_clients", n_clients, 1)
+    n_clients = check_int("n_clients", n_clients, low=1)
     group_ids, group_sizes = np.unique(groups, return_counts=True)
     if n_clients < len(group_ids):
         raise ValueError(
@@ -480,7 +474,7 @@ def grouped_dirichlet_partition(
     """
     labels = _check_labels(labels)
     n_clients = _check_n_clients(n_clients, len(labels))
-    n_groups = _check_int("n_groups", n_groups, 1)
+    n_groups = check_int("n_groups", n_groups, low=1)
     alpha = _check_alpha(alpha)
     pool_fraction = _check_fraction("pool_fraction", pool_fraction, 0.0, 1.0, "[]")
     classes = np.unique(labels)
@@ -576,7 +570,7 @@ def global_test_split(
         Both sorted; disjoint; together they cover ``range(n)``.
     """
     labels = _check_labels(labels)
-    n_per_class = _check_int("n_per_class", n_per_class, 1)
+    n_per_class = check_int("n_per_class", n_per_class, low=1)
     classes, counts = np.unique(labels, return_counts=True)
     short = counts < n_per_class
     if np.any(short):
@@ -610,7 +604,7 @@ def client_class_counts(
         ``counts[j, c]`` is the number of samples of class ``c`` on client ``j``.
     """
     labels = _check_labels(labels)
-    n_classes = _check_int("n_classes", n_classes, 1)
+    n_classes = check_int("n_classes", n_classes, low=1)
     if labels.max() >= n_classes:
         raise ValueError(f"labels must be < n_classes={n_classes}, got maximum {labels.max()}")
     parts = _check_parts(parts, len(labels))
@@ -735,7 +729,7 @@ def departure_partition(
     [8, 1, 1]
     """
     labels = _check_labels(labels)
-    C = int(labels.max()) + 1 if n_classes is None else _check_int("n_classes", n_classes, 1)
+    C = int(labels.max()) + 1 if n_classes is None else check_int("n_classes", n_classes, low=1)
     if not isinstance(n_clients, (int, np.integer)) or isinstance(n_clients, bool) or n_clients < 2:
         raise ValueError(f"n_clients must be an integer >= 2, got {n_clients!r}")
     if not isinstance(rare_class, (int, np.integer)) or isinstance(rare_class, bool) or not 0 <= rare_class < C:
