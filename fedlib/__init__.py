@@ -13,7 +13,7 @@ layer up (a module imports only from the layers below it; the book's page *Insid
   returns logits and pooled per-layer features;
 - :mod:`fedlib.training`: local training and prediction;
 - :mod:`fedlib.stats`: additive class moments; :mod:`fedlib.metrics`: the evaluation protocol
-  (local, global, unseen, rare accuracy; floors);
+  (local, pooled, global, unseen, rare accuracy; floors);
 - ``fedlib.heads``: the statistical heads (one estimator base, a module per family);
 - :mod:`fedlib.tracking`, :mod:`fedlib.geometry`, :mod:`fedlib.cgrl`, :mod:`fedlib.encoders`:
   the papers' mathematics (MPT, GGEUR, FedGRC) as free functions, and frozen encoders;

@@ -447,7 +447,11 @@ class FrozenFeatures:
     :math:`m_0` or :math:`\gamma` only refits heads, so it can reuse the features. The
     numbers are the same (the tests check it against ``evaluate_deployment``): each client's
     abilities come from :func:`fedlib.metrics.client_predictions_abilities`, the routine the loop
-    uses.
+    uses. The ``pooled`` ability is scored as the loop scores it: on the global test features for
+    a client whose pool is the global test set, on the features of its own pool
+    (:attr:`fedlib.federation.ClientData.pool`, computed once per pool object: the clients of a
+    rotation group share one; a pool that is the global test set or the local test split itself
+    reuses their features) for a client that has one.
 
     Parameters
     ----------
@@ -476,6 +480,13 @@ class FrozenFeatures:
         self.client_moments = [ClassMoments.from_features(feats(federation.clients[k].train.x), federation.clients[k].train.y, C)
                                for k in self.clients]
         self._local = [feats(federation.clients[k].test.x) for k in self.clients]
+        pools: dict[int, torch.Tensor] = {id(federation.global_test): self._global}  # id of a pool -> (n_pool, d)
+        for k, h_local in zip(self.clients, self._local):
+            data = federation.clients[k]
+            if data.pool is not None and id(data.pool) not in pools:
+                pools[id(data.pool)] = h_local if data.pool is data.test else feats(data.pool.x)
+        self._pool = [None if federation.clients[k].pool is None else pools[id(federation.clients[k].pool)]
+                      for k in self.clients]
 
     def summary(self, heads: Sequence, *, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
         """:func:`fedlib.metrics.protocol_summary` of one fitted head per registered client (in order);
@@ -484,11 +495,12 @@ class FrozenFeatures:
             raise ValueError(f"need one head per registered client ({len(self.clients)}), got {len(heads)}")
         fed, C = self._federation, self._federation.n_classes
         rows = {}
-        for k, head, h_local in zip(self.clients, heads, self._local):
+        for k, head, h_local, h_pool in zip(self.clients, heads, self._local, self._pool):
             data = fed.clients[k]
+            pool = {} if h_pool is None else {"pool_true": data.pool.labels_np, "pool_pred": head.predict(h_pool).numpy()}
             rows[k] = client_predictions_abilities(
                 data.test.labels_np, head.predict(h_local).numpy(), fed.global_test.labels_np,
-                head.predict(self._global).numpy(), data.train_counts(C), rare_ratio=rare_ratio)
+                head.predict(self._global).numpy(), data.train_counts(C), rare_ratio=rare_ratio, **pool)
         return protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
 
 

@@ -17,17 +17,34 @@ import torch
 
 from .data.datasets import _rotate
 from .data import ArrayDataset, global_test_split, make_partition, partition_summary, split_train_test
-from .metrics import rare_classes
+from .metrics import pooled_effective_size, rare_classes
 from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, VALIDATION, derive_seed, numpy_rng
 from .validation import check_real
 
 
 @dataclass(frozen=True)
 class ClientData:
-    """One client's training split and local test split."""
+    """One client's training split, local test split and, optionally, its own held-out pool.
+
+    Attributes
+    ----------
+    train, test : ArrayDataset
+        The client's training split and local test split.
+    pool : ArrayDataset or None
+        A held-out set drawn from the client's own input distribution (class-balanced where it
+        can be), on which its predictor's ``pooled`` accuracy is scored
+        (:func:`fedlib.metrics.pooled_accuracy`), when it differs in inputs from the global test
+        set: the global test set rotated by the client's rotation
+        (:func:`make_rotation_federation`), its domain's test share (:func:`one_client_per_domain`).
+        ``None`` (the default): the pool is the federation's global test set, as under label skew
+        (:func:`make_federation`). A pool that is the global test set object itself, or the
+        client's local test split itself, is recognised by the engines, which then reuse those
+        predictions.
+    """
 
     train: ArrayDataset
     test: ArrayDataset
+    pool: ArrayDataset | None = None
 
     def train_counts(self, n_classes: int) -> np.ndarray:
         """Per-class training counts, shape (n_classes,)."""
@@ -59,6 +76,35 @@ class Federation:
         """Client × class training counts, shape (n_clients, n_classes)."""
         return np.stack([c.train_counts(self.n_classes) for c in self.clients])
 
+    def client_pool(self, k: int) -> ArrayDataset:
+        """The held-out pool client ``k``'s ``pooled`` accuracy is scored on: its own
+        (:attr:`ClientData.pool`), or the global test set."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < self.n_clients:
+            raise ValueError(f"client must be an index in [0, {self.n_clients}) (valid: 0..{self.n_clients - 1}), "
+                             f"got {k!r}")
+        pool = self.clients[k].pool
+        return self.global_test if pool is None else pool
+
+    def pool_sizes(self) -> np.ndarray:
+        """Each client's effective pool size, shape (n_clients,): the number of independent
+        images its ``pooled`` accuracy rests on (:func:`fedlib.metrics.pooled_effective_size` of
+        its pool's class counts and its training counts; NaN for a client without training
+        sample). A client's local test split holds a few dozen images; this, hundreds.
+
+        Examples
+        --------
+        >>> from fedlib.data import make_gaussian_mixture
+        >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
+        >>> fed = make_federation(ds, n_clients=2, alpha=0.5, global_test_per_class=10, seed=0)
+        >>> fed.train_counts().tolist()
+        [[19, 4, 19], [4, 18, 3]]
+        >>> fed.pool_sizes().round(1).tolist()  # 10 global test images per class; 1 / sum(pi_c^2 / 10)
+        [23.9, 17.9]
+        """
+        counts = self.train_counts()
+        return np.array([pooled_effective_size(np.bincount(self.client_pool(k).labels_np, minlength=self.n_classes),
+                                               counts[k]) for k in range(self.n_clients)], dtype=float)
+
     def summary(self, rare_ratio: float | None = None) -> pd.DataFrame:
         """One row per client: training and local-test sizes, classes seen, largest class share;
         with ``rare_ratio`` also ``rare_classes``, the client's locally rare classes
@@ -70,11 +116,11 @@ class Federation:
         >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
         >>> fed = make_federation(ds, n_clients=2, alpha=0.5, global_test_per_class=10, seed=0)
         >>> fed.train_counts().tolist()
-        [[1, 4, 15], [21, 19, 7]]
-        >>> fed.summary(rare_ratio=0.5)["rare_classes"].tolist()  # 1 * 3 < 0.5 * 20, 7 * 3 < 0.5 * 47
-        [1, 1]
-        >>> fed.summary(rare_ratio=1.0)["rare_classes"].tolist()  # 4 * 3 < 1.0 * 20 as well
-        [2, 1]
+        [[19, 4, 19], [4, 18, 3]]
+        >>> fed.summary(rare_ratio=0.5)["rare_classes"].tolist()  # 4 * 3 < 0.5 * 42; 4 * 3, 3 * 3 < 0.5 * 25
+        [1, 2]
+        >>> fed.summary(rare_ratio=0.25)["rare_classes"].tolist()  # 4 * 3 > 0.25 * 42, 3 * 3 > 0.25 * 25
+        [0, 0]
         """
         counts = self.train_counts()
         n = counts.sum(axis=1)
@@ -156,8 +202,12 @@ def hold_out_validation(federation: Federation, fraction: float, seed: int) -> t
     Returns
     -------
     (Federation, ArrayDataset)
-        The federation whose global test set is the rest (in its order; the clients are
-        unchanged), and the validation set (in the order of the global test set).
+        The federation whose global test set is the rest (in its order), and the validation set
+        (in the order of the global test set). The clients keep their data; a client's own pool
+        that is a copy of the global test set in its own inputs (the same labels in the same
+        order, as :func:`make_rotation_federation` builds it) loses the same images, so that its
+        ``pooled`` score rests on the rest too; any other pool (a domain's test share) is kept
+        as it is, as the local test splits are.
 
     Raises
     ------
@@ -178,7 +228,20 @@ def hold_out_validation(federation: Federation, fraction: float, seed: int) -> t
     val = np.sort(np.concatenate([rng.permutation(np.flatnonzero(y == c))[: int(round(fraction * (y == c).sum()))]
                                   for c in range(federation.n_classes)]))
     test = np.setdiff1d(np.arange(len(y)), val)
-    return replace(federation, global_test=federation.global_test.subset(test)), federation.global_test.subset(val)
+    kept = federation.global_test.subset(test)
+    subsets: dict[int, ArrayDataset] = {id(federation.global_test): kept}  # one subset per shared pool object
+
+    def rest(pool: ArrayDataset | None) -> ArrayDataset | None:
+        if pool is None or len(pool) != len(y) or not np.array_equal(pool.labels_np, y):
+            return pool
+        if id(pool) not in subsets:
+            subsets[id(pool)] = pool.subset(test)
+        return subsets[id(pool)]
+
+    clients = [c if rest(c.pool) is c.pool else replace(c, pool=rest(c.pool)) for c in federation.clients]
+    if all(a is b for a, b in zip(clients, federation.clients)):
+        clients = federation.clients  # no pool changed: the very same clients
+    return replace(federation, clients=clients, global_test=kept), federation.global_test.subset(val)
 
 
 def make_federations(dataset: ArrayDataset, alphas: Iterable[float | None], *, min_size: int = 10,
@@ -322,9 +385,11 @@ def one_client_per_domain(data: ArrayDataset, domain_sizes: dict[str, int], test
     Returns
     -------
     (Federation, sizes)
-        Client ``d`` holds domain ``d``'s training share and tests on its test share; the global
-        test set is the union of the domain tests. ``sizes`` lists, per domain, its size, the
-        client's training size, the test size and how many classes the client holds.
+        Client ``d`` holds domain ``d``'s training share and tests on its test share, which is
+        also its pool (:attr:`ClientData.pool`: its ``pooled`` accuracy reweights that share's
+        recalls by its class mix); the global test set is the union of the domain tests.
+        ``sizes`` lists, per domain, its size, the client's training size, the test size and how
+        many classes the client holds.
 
     Examples
     --------
@@ -347,7 +412,7 @@ def one_client_per_domain(data: ArrayDataset, domain_sizes: dict[str, int], test
         if n_test + n_client > len(idx):
             raise ValueError(f"domain {dname!r}: {n_test} test + {n_client} client samples exceed the {len(idx)} available")
         test_d, train_d = data.subset(idx[:n_test]), data.subset(idx[n_test:n_test + n_client])
-        clients.append(ClientData(train_d, test_d))
+        clients.append(ClientData(train_d, test_d, pool=test_d))
         tests.append(idx[:n_test])
         sizes[dname] = {"domain size": n_dom, "client train": len(train_d), "domain test": len(test_d),
                         "classes held": int((torch.bincount(train_d.y, minlength=data.n_classes) > 0).sum())}
@@ -372,7 +437,10 @@ def make_rotation_federation(
     Client ``k`` of group ``g`` (``np.array_split(range(n_clients), n_rotations)[g]``) has its
     training and local test images rotated by ``g * 360 / n_rotations`` degrees
     counter-clockwise (``torch.rot90`` for multiples of 90 degrees: exact, no interpolation;
-    bilinear otherwise). The global test set stays unrotated.
+    bilinear otherwise). The global test set stays unrotated; each client's pool
+    (:attr:`ClientData.pool`) is the global test set rotated by its group's rotation, one copy
+    per group shared by its clients (group 0's is the global test set object itself), so its
+    ``pooled`` accuracy is scored on images of its own distribution.
 
     Returns
     -------
@@ -386,6 +454,10 @@ def make_rotation_federation(
     >>> fed, rot = make_rotation_federation(ds, n_clients=4, n_rotations=2, global_test_per_class=2)
     >>> rot.tolist(), fed.description["partition"]
     ([0, 0, 1, 1], 'rotation')
+    >>> torch.equal(fed.clients[2].pool.x, torch.rot90(fed.global_test.x, 2, dims=(2, 3)))
+    True
+    >>> fed.clients[2].pool is fed.clients[3].pool
+    True
     """
     if isinstance(n_rotations, bool) or not isinstance(n_rotations, (int, np.integer)) or not 1 <= n_rotations <= n_clients:
         raise ValueError(f"n_rotations must be an integer in [1, n_clients={n_clients}], got {n_rotations!r}")
@@ -402,7 +474,10 @@ def make_rotation_federation(
         x = torch.rot90(ds.x, int(degrees // 90), dims=(2, 3)) if degrees % 90 == 0 else _rotate(ds.x, degrees)
         return ArrayDataset(x.contiguous(), ds.y, ds.n_classes, ds.name, ds.domain, ds.domain_names)
 
-    clients = [ClientData(rotated(c.train, int(g)), rotated(c.test, int(g))) for c, g in zip(fed.clients, group)]
+    # one copy per group, shared by its clients; group 0 (no rotation) scores on the global test set itself
+    pools = [fed.global_test] + [rotated(fed.global_test, g) for g in range(1, n_rotations)]
+    clients = [ClientData(rotated(c.train, int(g)), rotated(c.test, int(g)), pool=pools[g])
+               for c, g in zip(fed.clients, group)]
     description = {**fed.description, "partition": "rotation", "n_rotations": int(n_rotations)}
     return Federation(clients, fed.global_test, fed.n_classes, description), group
 

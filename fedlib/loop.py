@@ -671,7 +671,7 @@ def _failed(failure: ClientFailure, config: LoopConfig, r: int, metric: str) -> 
 def _postfix(bar, rows, r) -> None:
     vals: dict[str, list[float]] = {}
     for rr, k, m, v in rows:
-        if rr == r and k >= 0 and m in ("local", "global") and not math.isnan(v):
+        if rr == r and k >= 0 and m in ("local", "pooled", "global") and not math.isnan(v):
             vals.setdefault(m, []).append(v)
     if vals:
         bar.set_postfix({m: f"{100 * np.mean(v):.1f}" for m, v in vals.items()})

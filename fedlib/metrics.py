@@ -31,6 +31,25 @@ the shared class-balanced global test set (confusion :math:`M^{\mathrm{glob}}`, 
 
 * local accuracy (:math:`1 - \mathcal{E}^{(k)}_{\mathrm{local}}`), the sample accuracy of
   :math:`M^{\mathrm{loc}}`;
+* pooled accuracy, the same quantity measured on many images: the local test split holds a few
+  dozen images at most, so local accuracy cannot tell two clients apart; the predictor is also
+  scored on a held-out *pool* drawn from the client's own input distribution (confusion
+  :math:`M^{\mathrm{pool}}`, recalls :math:`r_c^{\mathrm{pool}}`, :math:`N_c^{\mathrm{pool}}`
+  images of class :math:`c`), class-balanced, whose recalls are weighted by the client's class mix
+  :math:`\pi_c^{(k)} = n_c^{(k)} / n^{(k)}` (its local test split is drawn from the same label
+  distribution):
+
+  .. math:: A_{\mathrm{pooled}}^{(k)} = \sum_{c} \pi_c^{(k)}\, r_c^{\mathrm{pool}} .
+
+  The pool is the global test set itself when the clients differ only in their label mix
+  (class-balanced and disjoint from every client's data: no extra inference), and a copy of it
+  in the client's own input distribution under covariate shift (the rotated global test set of
+  :func:`fedlib.federation.make_rotation_federation`; a domain's test share in
+  :func:`fedlib.federation.one_client_per_domain`). A class the client trains on but the pool
+  lacks is dropped and :math:`\pi` renormalised over the classes the pool holds (never on a
+  class-balanced pool); NaN for a client without training sample. Its binomial standard error
+  is :func:`pooled_standard_error`, the number of images it rests on
+  :func:`pooled_effective_size`;
 * global accuracy (:math:`1 - \mathcal{E}^{(k)}_{\mathrm{global}}`, equal weight per class, as the
   paper's all-class risk under :math:`Q`):
 
@@ -79,8 +98,8 @@ Example
 >>> glob = Confusion(np.array([[4, 0, 0], [1, 2, 1], [2, 1, 1]]))
 >>> loc = Confusion(np.array([[5, 0, 0], [1, 1, 0], [0, 0, 0]]))
 >>> ab = client_abilities(loc, glob, train_counts=[10, 1, 0], f1_class=1)
->>> {k: round(v, 4) for k, v in ab.items()}
-{'local': 0.8571, 'global': 0.5833, 'unseen': 0.25, 'rare': 0.5, 'f1': 0.5714}
+>>> {k: round(v, 4) for k, v in ab.items()}  # pooled = (10 * 1 + 1 * 0.5) / 11 on the global test
+{'local': 0.8571, 'pooled': 0.9545, 'global': 0.5833, 'unseen': 0.25, 'rare': 0.5, 'f1': 0.5714}
 >>> client_floor(ab)
 0.25
 """
@@ -106,6 +125,9 @@ __all__ = [
     "rare_classes",
     "client_abilities",
     "client_predictions_abilities",
+    "pooled_accuracy",
+    "pooled_standard_error",
+    "pooled_effective_size",
     "client_floor",
     "tail_mean",
     "summarize",
@@ -116,7 +138,7 @@ __all__ = [
 RARE_RATIO = 0.5
 """Default rare threshold: a class is rare below ``RARE_RATIO`` times the uniform share ``1/C``."""
 
-ABILITIES = ("local", "global", "unseen", "rare", "f1")
+ABILITIES = ("local", "pooled", "global", "unseen", "rare", "f1")
 """Ability columns understood by :func:`summarize`, in output order."""
 
 FLOOR_ABILITIES = ("local", "unseen", "rare")
@@ -165,17 +187,20 @@ def _as_labels(y, name: str, n_classes: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _as_counts(train_counts) -> np.ndarray:
-    counts = np.asarray(train_counts, dtype=float)
+def _as_counts(train_counts, name: str = "train_counts") -> np.ndarray:
+    try:
+        counts = np.asarray(train_counts, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be numeric counts of shape (n_classes,), got {train_counts!r}") from err
     if counts.ndim != 1 or counts.size == 0:
         raise ValueError(
-            "train_counts must be a non-empty 1-D array of shape (n_classes,), "
+            f"{name} must be a non-empty 1-D array of shape (n_classes,), "
             f"got shape {counts.shape}"
         )
     bad = ~np.isfinite(counts) | (counts < 0)
     if np.any(bad):
         raise ValueError(
-            f"train_counts must be finite and >= 0, got {counts[bad][0].item()!r} "
+            f"{name} must be finite and >= 0, got {counts[bad][0].item()!r} "
             f"at class {int(np.flatnonzero(bad)[0])}"
         )
     return counts
@@ -457,6 +482,146 @@ def _rare(counts: np.ndarray, rare_ratio: float) -> np.ndarray:
     return (counts > 0) & (counts * n_classes < rare_ratio * counts.sum())
 
 
+# --------------------------------------------------------------------------- pooled accuracy
+
+
+def _pool_weights(support: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+    """The client's class mix renormalised over the classes the pool holds, of shape (C,);
+    ``None`` when no class of the mix has a pool sample (or the client has no training sample)."""
+    held = np.where(support > 0, counts, 0.0)  # (C,)
+    total = held.sum()
+    return held / total if total > 0 else None
+
+
+def _check_pool(pool, n_classes: int, name: str = "pool") -> Confusion:
+    if not isinstance(pool, Confusion):
+        raise TypeError(f"{name} must be a Confusion, got {type(pool).__name__}")
+    if pool.n_classes != n_classes:
+        raise ValueError(
+            f"{name} has {pool.n_classes} classes but train_counts has {n_classes}; "
+            "every client predicts over all C classes"
+        )
+    return pool
+
+
+def _pooled(pool: Confusion, counts: np.ndarray) -> float:
+    weights = _pool_weights(pool.support(), counts)
+    if weights is None:
+        return math.nan
+    recall = np.nan_to_num(pool.per_class_recall())  # NaN only where the weight is 0
+    return float(np.sum(weights * recall))
+
+
+def pooled_accuracy(pool: Confusion, train_counts) -> float:
+    r"""A client's accuracy on a held-out pool, each class's recall weighted by its class mix.
+
+    Parameters
+    ----------
+    pool : Confusion of shape (C, C)
+        The client's predictor on its pool (class-balanced, drawn from the client's own input
+        distribution; the global test set under label skew).
+    train_counts : array-like of shape (C,)
+        The client's per-class training counts :math:`n_c`.
+
+    Returns
+    -------
+    float
+        With :math:`\pi_c = n_c / n` and :math:`r_c` the pool's recalls,
+
+        .. math:: A_{\mathrm{pooled}} = \sum_c \pi_c\, r_c ,
+
+        the expected accuracy on test images drawn from the client's own label distribution.
+        A class with :math:`\pi_c > 0` but no pool sample is dropped and :math:`\pi` renormalised
+        over the classes the pool holds (on a class-balanced pool this never happens); NaN when
+        the client has no training sample or the pool none of its classes.
+
+    Example
+    -------
+    >>> pool = Confusion(np.array([[8, 2], [5, 5]]))  # recalls 0.8 and 0.5
+    >>> round(pooled_accuracy(pool, [3, 1]), 6)       # 0.75 * 0.8 + 0.25 * 0.5
+    0.725
+    """
+    counts = _as_counts(train_counts)
+    return _pooled(_check_pool(pool, counts.shape[0]), counts)
+
+
+def pooled_standard_error(pool: Confusion, train_counts) -> float:
+    r"""Binomial standard error of :func:`pooled_accuracy`: the noise of the finite pool.
+
+    Each class's :math:`N_c` pool images are independent Bernoulli(:math:`r_c`) draws, so
+
+    .. math:: \mathrm{SE} = \sqrt{\sum_c \pi_c^2\, \frac{r_c (1 - r_c)}{N_c}}
+
+    with the pool's recalls plugged in for :math:`r_c` and :math:`\pi` renormalised as in
+    :func:`pooled_accuracy` (classes without pool sample dropped). NaN where the pooled score is.
+    It is the test-sample noise only: the predictor is held fixed.
+
+    Parameters
+    ----------
+    pool : Confusion of shape (C, C)
+    train_counts : array-like of shape (C,)
+
+    Example
+    -------
+    >>> pool = Confusion(np.array([[8, 2], [5, 5]]))
+    >>> round(pooled_standard_error(pool, [3, 1]), 6)  # sqrt(.75^2 * .8 * .2 / 10 + .25^2 * .5 * .5 / 10)
+    0.102774
+    """
+    counts = _as_counts(train_counts)
+    pool = _check_pool(pool, counts.shape[0])
+    support = pool.support()
+    weights = _pool_weights(support, counts)
+    if weights is None:
+        return math.nan
+    has = support > 0
+    r = pool.per_class_recall()[has]
+    return float(np.sqrt(np.sum(weights[has] ** 2 * r * (1.0 - r) / support[has])))
+
+
+def pooled_effective_size(pool_class_counts, train_counts) -> float:
+    r"""The number of independent images the pooled score rests on.
+
+    Parameters
+    ----------
+    pool_class_counts : array-like of shape (C,)
+        The pool's images per class :math:`N_c`.
+    train_counts : array-like of shape (C,)
+        The client's per-class training counts (its class mix :math:`\pi`, renormalised as in
+        :func:`pooled_accuracy`).
+
+    Returns
+    -------
+    float
+        .. math:: n_{\mathrm{eff}} = \Big(\sum_{c : N_c > 0} \frac{\pi_c^2}{N_c}\Big)^{-1}
+
+        the size of a plain sample whose mean has the pooled score's variance: when every class
+        has the same recall :math:`r`, :math:`\operatorname{Var} = \sum_c \pi_c^2 r (1-r) / N_c
+        = r(1-r) / n_{\mathrm{eff}}`. By Cauchy-Schwarz :math:`n_{\mathrm{eff}} \le \sum_{c:
+        \pi_c > 0} N_c`, with equality when :math:`\pi_c \propto N_c`: a uniform mix over a pool of
+        :math:`N/C` images per class gives :math:`N`; a client of one class, that class's
+        :math:`N_c`. NaN where the pooled score is.
+
+    Example
+    -------
+    >>> pooled_effective_size([100, 100, 100, 100], [5, 5, 5, 5])  # uniform mix: all 400 images
+    400.0
+    >>> round(pooled_effective_size([100, 100, 100, 100], [9, 1, 0, 0]), 2)  # 1 / (.81 / 100 + .01 / 100)
+    121.95
+    """
+    counts = _as_counts(train_counts)
+    pool = _as_counts(pool_class_counts, "pool_class_counts")
+    if pool.shape != counts.shape:
+        raise ValueError(
+            f"pool_class_counts has {pool.shape[0]} classes but train_counts has {counts.shape[0]}; "
+            "give both over all C classes"
+        )
+    weights = _pool_weights(pool, counts)
+    if weights is None:
+        return math.nan
+    has = pool > 0
+    return float(1.0 / np.sum(weights[has] ** 2 / pool[has]))
+
+
 # --------------------------------------------------------------------------- per-client abilities
 
 
@@ -467,6 +632,7 @@ def client_abilities(
     *,
     rare_ratio: float = RARE_RATIO,
     f1_class: int | None = None,
+    pool: Confusion | None = None,
 ) -> dict[str, float]:
     r"""The assessed abilities of one client's deployed predictor.
 
@@ -482,23 +648,30 @@ def client_abilities(
         Rare threshold :math:`\rho` of :func:`rare_classes`.
     f1_class : int, optional
         A designated class whose global-test F1 is reported as ``"f1"``.
+    pool : Confusion of shape (C, C), optional
+        The predictor on the client's own held-out pool (:attr:`fedlib.federation.ClientData.pool`);
+        ``None``: the pool is the global test set (``global_``), as under label skew, where the
+        clients' inputs come from one distribution.
 
     Returns
     -------
     dict
-        ``local`` (sample accuracy), ``global`` (mean recall over all classes), ``unseen`` and
-        ``rare`` (mean recall over :math:`\mathcal{U}^{(k)}`, :math:`\mathcal{R}^{(k)}`; NaN when
-        empty) and ``f1`` when ``f1_class`` is given:
+        ``local`` (sample accuracy), ``pooled`` (:func:`pooled_accuracy` on the pool), ``global``
+        (mean recall over all classes), ``unseen`` and ``rare`` (mean recall over
+        :math:`\mathcal{U}^{(k)}`, :math:`\mathcal{R}^{(k)}`; NaN when empty) and ``f1`` when
+        ``f1_class`` is given:
 
         .. math:: A_S^{(k)} = \frac{1}{|S|} \sum_{c \in S} r_c^{\mathrm{glob}}, \quad
-                  S \in \{[C], \mathcal{U}^{(k)}, \mathcal{R}^{(k)}\}
+                  S \in \{[C], \mathcal{U}^{(k)}, \mathcal{R}^{(k)}\}, \qquad
+                  A_{\mathrm{pooled}}^{(k)} = \sum_c \pi_c^{(k)} r_c^{\mathrm{pool}}
     """
-    for name, conf in (("local", local), ("global_", global_)):
+    named = [("local", local), ("global_", global_)] + ([] if pool is None else [("pool", pool)])
+    for name, conf in named:
         if not isinstance(conf, Confusion):
             raise TypeError(f"{name} must be a Confusion, got {type(conf).__name__}")
     counts = _as_counts(train_counts)
     n_classes = counts.shape[0]
-    for name, conf in (("local", local), ("global_", global_)):
+    for name, conf in named:
         if conf.n_classes != n_classes:
             raise ValueError(
                 f"{name} has {conf.n_classes} classes but train_counts has {n_classes}; "
@@ -507,6 +680,7 @@ def client_abilities(
     rare_ratio = _check_rare_ratio(rare_ratio)
     out = {
         "local": local.accuracy(),
+        "pooled": _pooled(global_ if pool is None else pool, counts),
         "global": global_.balanced_accuracy(),
         "unseen": global_.balanced_accuracy(counts == 0),
         "rare": global_.balanced_accuracy(_rare(counts, rare_ratio)),
@@ -525,22 +699,40 @@ def client_predictions_abilities(
     *,
     rare_ratio: float = RARE_RATIO,
     f1_class: int | None = None,
+    pool_true=None,
+    pool_pred=None,
 ) -> dict[str, float]:
     """:func:`client_abilities` from label arrays: the one routine that both the round loop and
     frozen-feature evaluation (:class:`fedlib.deployment.FrozenFeatures`) use.
 
     ``local_true`` / ``local_pred`` are the client's local test labels and predictions (shape
     (n_local,)), ``global_true`` / ``global_pred`` those on the global test set (n_global,),
-    ``train_counts`` its per-class training counts (C,).
+    ``train_counts`` its per-class training counts (C,), ``pool_true`` / ``pool_pred`` those on
+    the client's own pool (n_pool,), both or neither (then the pool is the global test set).
 
     >>> client_predictions_abilities([0, 1], [0, 0], [0, 1], [0, 1], [3, 0])["unseen"]
     1.0
+    >>> ab = client_predictions_abilities([0], [0], [0, 1], [0, 1], [3, 1], pool_true=[0, 0, 1, 1], pool_pred=[0, 1, 1, 1])
+    >>> ab["pooled"]  # 0.75 * 1/2 + 0.25 * 1 on the pool (on the global test it would be 1.0)
+    0.625
     """
+    if (pool_true is None) != (pool_pred is None):
+        given, missing = ("pool_true", "pool_pred") if pool_pred is None else ("pool_pred", "pool_true")
+        raise ValueError(f"{given} is given but {missing} is None; give both (the client's own pool) or neither "
+                         "(the pool is the global test set)")
     counts = _as_counts(train_counts)
     n_classes = counts.shape[0]
     local = Confusion.from_predictions(local_true, local_pred, n_classes)
     glob = Confusion.from_predictions(global_true, global_pred, n_classes)
-    return client_abilities(local, glob, counts, rare_ratio=rare_ratio, f1_class=f1_class)
+    pool = None
+    if pool_true is not None:
+        pool_true = _as_labels(pool_true, "pool_true", n_classes)
+        pool_pred = _as_labels(pool_pred, "pool_pred", n_classes)
+        if pool_true.shape != pool_pred.shape:
+            raise ValueError(f"pool_true and pool_pred must have the same shape, got {pool_true.shape} and "
+                             f"{pool_pred.shape}")
+        pool = Confusion(_confusion(pool_true, pool_pred, n_classes))
+    return client_abilities(local, glob, counts, rare_ratio=rare_ratio, f1_class=f1_class, pool=pool)
 
 
 def client_floor(abilities: Mapping) -> float:
@@ -678,7 +870,7 @@ def summarize(per_client: pd.DataFrame) -> pd.DataFrame:
     Parameters
     ----------
     per_client : DataFrame of shape (n_clients, n_abilities)
-        One row per client, columns among ``local, global, unseen, rare, f1`` (fractions in
+        One row per client, columns among ``local, pooled, global, unseen, rare, f1`` (fractions in
         [0, 1]; NaN = not defined for that client). Client identifiers belong in the index.
 
     Returns
@@ -707,21 +899,33 @@ def rescore(federation, predictions, rare_ratio: float = RARE_RATIO, f1_class: i
         clients' local test labels and training counts, the global test labels)
     predictions : ``{client: (local test predictions, global test predictions)}``, label arrays
         as :attr:`fedlib.loop.RunResult.predictions` holds them (``RunOptions(keep_predictions=True)``)
-        or :func:`fedlib.run.evaluate_deployment` fills them (``predictions={}``)
+        or :func:`fedlib.run.evaluate_deployment` fills them (``predictions={}``); a third
+        entry, the predictions on the client's own pool, may follow
     rare_ratio, f1_class : as :func:`client_predictions_abilities`
 
     Returns
     -------
     pandas.DataFrame
         One row per client (sorted), one column per ability: what :func:`protocol_summary` takes.
+        ``pooled`` is scored on the global test predictions for a client whose pool is the global
+        test set (``ClientData.pool is None``); for a client with a pool of its own it needs the
+        third entry, and is NaN without it (the kept predictions do not hold the pool's).
     """
     rows = {}
     for k in sorted(predictions):
-        local_pred, global_pred = predictions[k]
+        entry = tuple(predictions[k])
+        if len(entry) not in (2, 3):
+            raise ValueError(f"predictions[{k}] must be (local, global) or (local, global, pool) label arrays, "
+                             f"got {len(entry)} entries")
+        local_pred, global_pred = entry[:2]
         client = federation.clients[k]
+        own = getattr(client, "pool", None)
+        pool = {} if own is None else {"pool_true": own.labels_np, "pool_pred": entry[2]} if len(entry) == 3 else None
         rows[k] = client_predictions_abilities(client.test.labels_np, local_pred, federation.global_test.labels_np,
                                                global_pred, client.train_counts(federation.n_classes),
-                                               rare_ratio=rare_ratio, f1_class=f1_class)
+                                               rare_ratio=rare_ratio, f1_class=f1_class, **(pool or {}))
+        if pool is None:
+            rows[k]["pooled"] = math.nan
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
@@ -731,14 +935,16 @@ def protocol_summary(per_client: pd.DataFrame) -> dict[str, float]:
     Parameters
     ----------
     per_client : DataFrame of shape (n_clients, n_abilities)
-        As for :func:`summarize`; must contain ``local, global, unseen, rare`` (``f1`` optional).
+        As for :func:`summarize`; must contain ``local, global, unseen, rare`` (``pooled`` and
+        ``f1`` optional).
 
     Returns
     -------
     dict
-        ``local, global, unseen, rare`` (means over clients), ``L@25, U@25, R@25`` (@25 floors of
-        local, unseen, rare), ``F@25``, ``worst_local, bottom20_local, gap_local, worst_global,
-        bottom20_global, gap_global`` and ``f1`` (mean) when present. NaN = "n/a".
+        ``local, pooled, global, unseen, rare`` (means over clients), ``L@25, U@25, R@25`` (@25
+        floors of local, unseen, rare), ``F@25``, ``worst_a, bottom20_a, gap_a`` for ``a`` in
+        ``local, pooled, global``, and ``f1`` (mean) when present. NaN = "n/a"; the ``pooled`` keys
+        are NaN for a table without that column (one made before the ability existed).
 
         .. math:: \mathrm{F@25} = \operatorname{tail}_{0.25}\big(F^{(1)}, \dots, F^{(K)}\big),
                   \quad F^{(k)} = \min_{a\ \mathrm{assessed}} A_a^{(k)}
@@ -746,15 +952,15 @@ def protocol_summary(per_client: pd.DataFrame) -> dict[str, float]:
     _check_per_client(per_client, required=("local", "global", "unseen", "rare"))
     table = summarize(per_client)
     floors = _row_floor(per_client[list(FLOOR_ABILITIES)].to_numpy(dtype=float))  # (n_clients,)
-    out = {a: float(table.loc[a, "mean"]) for a in ("local", "global", "unseen", "rare")}
+    out = {a: float(table.loc[a, "mean"]) if a in table.index else math.nan
+           for a in ("local", "pooled", "global", "unseen", "rare")}
     out["L@25"] = float(table.loc["local", "at25"])
     out["U@25"] = float(table.loc["unseen", "at25"])
     out["R@25"] = float(table.loc["rare", "at25"])
     out["F@25"] = _tail(floors, _FLOOR_FRACTION)
-    for a in ("local", "global"):
-        out[f"worst_{a}"] = float(table.loc[a, "worst"])
-        out[f"bottom20_{a}"] = float(table.loc[a, "bottom20"])
-        out[f"gap_{a}"] = float(table.loc[a, "gap"])
+    for a in ("local", "pooled", "global"):
+        for stat in ("worst", "bottom20", "gap"):
+            out[f"{stat}_{a}"] = float(table.loc[a, stat]) if a in table.index else math.nan
     if "f1" in table.index:
         out["f1"] = float(table.loc["f1", "mean"])
     return out

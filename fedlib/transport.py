@@ -94,7 +94,8 @@ class Transport:
     ) -> Iterator[tuple[int, dict[str, float]]]:
         """Deploy ``algorithm`` on every client of ``messages`` and evaluate the predictor by the
         protocol (:func:`fedlib.metrics.client_predictions_abilities`) on the client's local test
-        split and the global test set; yield ``(k, abilities)`` in the order of ``messages``, or
+        split, the global test set and its pool (its own :attr:`fedlib.federation.ClientData.pool`,
+        or the global test set); yield ``(k, abilities)`` in the order of ``messages``, or
         ``(k, ClientFailure)`` for a client that gave no reply. ``predictions`` (a dict), when
         given, receives ``predictions[k] = (local test labels predicted, global test labels
         predicted)`` of every evaluated client (a transport that cannot return them raises)."""

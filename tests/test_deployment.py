@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import functools
 import math
@@ -234,6 +235,28 @@ def test_frozen_features_give_the_protocol_of_the_deployed_heads(stats, fed):
             assert value == pytest.approx(deployed[key], nan_ok=True), key
     with pytest.raises(ValueError, match="one head per registered client"):
         frozen.summary([mms])
+
+
+def test_frozen_features_score_each_clients_own_pool_as_the_loop_does(stats, fed):
+    """Clients 2 and 3 share a pool of their own (the global test set shifted: another input
+    distribution); clients 0 and 1 keep the global test set as their pool. The cached features
+    give evaluate_deployment's pooled scores, and the own pool changes them."""
+    shifted = dataclasses.replace(fed.global_test, x=fed.global_test.x + 0.7)
+    pooled_fed = dataclasses.replace(fed, clients=[c if k < 2 else dataclasses.replace(c, pool=shifted)
+                                                   for k, c in enumerate(fed.clients)])
+    frozen = FrozenFeatures(stats, pooled_fed, model_fn)
+    assert frozen._pool[2] is frozen._pool[3] and frozen._pool[0] is None  # one feature pass per pool object
+    mms = MMS().fit(frozen.moments, frozen.layer_dims)
+    heads = [SASP(m0=3.0).fit(mms, mom) for mom in frozen.client_moments]
+    deployed = summarize_heads(evaluate_heads(stats, pooled_fed, model_fn, {"sasp": StatHead(SASP(m0=3.0))})).loc["sasp"]
+    cached = frozen.summary(heads)
+    for key, value in cached.items():
+        assert value == pytest.approx(deployed[key], nan_ok=True), key
+    per_client = evaluate_heads(stats, pooled_fed, model_fn, {"sasp": StatHead(SASP(m0=3.0))})
+    plain = evaluate_heads(stats, fed, model_fn, {"sasp": StatHead(SASP(m0=3.0))})
+    pooled = lambda f: f[f["metric"] == "pooled"].set_index("client")["value"]  # noqa: E731
+    assert np.array_equal(pooled(per_client)[[0, 1]], pooled(plain)[[0, 1]])  # the global test: the same
+    assert not np.array_equal(pooled(per_client)[[2, 3]], pooled(plain)[[2, 3]])  # their own pool: other images
 
 
 def test_server_head_matches_the_heads_fitted_on_the_merged_moments(stats, fed):

@@ -111,8 +111,11 @@ def reference(j: FlowerJob):
 
 
 def assert_same_run(ref, run) -> None:
-    """Bit-identical: server state, every client's state, the tidy frame, the ledger."""
+    """Bit-identical: server state, every client's state, the tidy frame (every ability the
+    nodes' records carry, pooled among them), the ledger."""
     assert not run_differences(ref, run), run_differences(ref, run)
+    evaluated = set(run.frame.loc[run.frame["client"] >= 0, "metric"])
+    assert not evaluated or {"local", "pooled", "global"} <= evaluated
 
 
 # ------------------------------------------------------------------ the package's layers

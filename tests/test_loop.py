@@ -173,7 +173,7 @@ def test_ledger_counts_model_bytes(tiny_federation, tiny_model_fn):
 def test_results_frame_is_tidy_and_round_trips(tiny_federation, tiny_model_fn, tmp_path):
     run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1))
     assert list(run.frame.columns) == ["round", "client", "metric", "value"]
-    assert {"local", "global", "unseen", "rare", "train_loss"} <= set(run.frame["metric"])
+    assert {"local", "pooled", "global", "unseen", "rare", "train_loss"} <= set(run.frame["metric"])
     back = RunResult.load(run.save(tmp_path / "res"))
     pd.testing.assert_frame_equal(run.frame, back.frame)
     assert back.ledger.records == run.ledger.records and _same_state(back.server, run.server)

@@ -14,14 +14,20 @@ from sklearn.metrics import balanced_accuracy_score, f1_score
 from sklearn.metrics import confusion_matrix as sk_confusion_matrix
 
 from fedlib.metrics import (
+    ABILITIES,
     RARE_RATIO,
     Confusion,
     client_abilities,
     client_floor,
+    client_predictions_abilities,
     confusion_matrix,
     format_metric,
+    pooled_accuracy,
+    pooled_effective_size,
+    pooled_standard_error,
     protocol_summary,
     rare_classes,
+    rescore,
     summarize,
     tail_mean,
     unseen_classes,
@@ -113,8 +119,10 @@ def test_class_groups_edge_cases():
 
 def test_hand_fixture_client_abilities_and_floor():
     ab = client_abilities(Confusion(LOCAL_M), Confusion(GLOBAL_M), COUNTS, f1_class=1)
-    assert set(ab) == {"local", "global", "unseen", "rare", "f1"}
+    assert list(ab) == ["local", "pooled", "global", "unseen", "rare", "f1"]
     assert ab["local"] == pytest.approx(6 / 7)
+    # no own pool: the global test set is the pool; pi = (10, 1, 0) / 11, recalls (1, 1/2, 1/4)
+    assert ab["pooled"] == pytest.approx((10 * 1 + 1 * 0.5) / 11)
     assert ab["global"] == pytest.approx(7 / 12)
     assert ab["unseen"] == pytest.approx(1 / 4)
     assert ab["rare"] == pytest.approx(1 / 2)
@@ -356,7 +364,7 @@ def test_protocol_summary_floors_hand_computed():
 
 def test_summarize_table():
     t = summarize(PER_CLIENT.assign(f1=[0.0, 0.5, 1.0, 0.5, 0.5, 0.5, 0.5, 0.5]))
-    assert list(t.index) == ["local", "global", "unseen", "rare", "f1"]
+    assert list(t.index) == ["local", "global", "unseen", "rare", "f1"]  # in ABILITIES order, pooled absent
     assert list(t.columns) == ["mean", "worst", "bottom20", "gap", "at25", "n_clients"]
     assert t["n_clients"].tolist() == [8, 8, 6, 6, 8]
     # unseen (6 defined): sorted .10 .60 .70 .75 .80 .90
@@ -489,3 +497,183 @@ def test_per_client_table_validation():
         protocol_summary(PER_CLIENT.drop(columns="rare"))
     with pytest.raises(TypeError, match="DataFrame"):
         summarize({"local": [0.5]})
+
+
+# --------------------------------------------------------------------------- pooled accuracy
+#
+# One client with train_counts [6, 3, 1, 0]: n = 10, pi = (0.6, 0.3, 0.1, 0).
+# Its own pool (class-balanced, 10 per class), confusion rows = true class:
+#   [[9, 1, 0, 0],   r_0 = 9/10 = 0.9
+#    [2, 6, 2, 0],   r_1 = 6/10 = 0.6
+#    [0, 5, 5, 0],   r_2 = 5/10 = 0.5
+#    [0, 0, 0, 10]]  r_3 = 1 (weight 0)
+#   pooled = 0.6 * 0.9 + 0.3 * 0.6 + 0.1 * 0.5 = 0.54 + 0.18 + 0.05 = 0.77
+#   SE^2 = 0.36 * 0.9 * 0.1 / 10 + 0.09 * 0.6 * 0.4 / 10 + 0.01 * 0.5 * 0.5 / 10
+#        = 0.00324 + 0.00216 + 0.00025 = 0.00565 ;  SE = sqrt(0.00565)
+#   n_eff = 1 / ((0.36 + 0.09 + 0.01) / 10) = 10 / 0.46 = 21.739...
+# Its (tiny) local test split: [[2, 1, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]] -> 3/4.
+
+POOL_M = np.array([[9, 1, 0, 0], [2, 6, 2, 0], [0, 5, 5, 0], [0, 0, 0, 10]])
+POOL_COUNTS = [6, 3, 1, 0]
+
+
+def test_pooled_hand_computed():
+    pool = Confusion(POOL_M)
+    assert pooled_accuracy(pool, POOL_COUNTS) == pytest.approx(0.77)
+    assert pooled_standard_error(pool, POOL_COUNTS) == pytest.approx(math.sqrt(0.00565))
+    assert pooled_effective_size(pool.support(), POOL_COUNTS) == pytest.approx(10 / 0.46)
+    local = Confusion(np.array([[2, 1, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]]))
+    glob = Confusion(np.diag([10, 10, 10, 10]))  # a perfect global test score: the pool is not the global test
+    ab = client_abilities(local, glob, POOL_COUNTS, pool=pool)
+    assert ab["pooled"] == pytest.approx(0.77) and ab["local"] == pytest.approx(0.75) and ab["global"] == 1.0
+    # without the pool, the pooled score is read off the global test set
+    assert client_abilities(local, glob, POOL_COUNTS)["pooled"] == pytest.approx(1.0)
+
+
+def test_pooled_from_label_arrays_and_rescore_match():
+    # the pool of POOL_M as label arrays: pooled from predictions equals pooled from the confusion
+    y_true = np.repeat(np.arange(4), POOL_M.sum(axis=1))
+    y_pred = np.concatenate([np.repeat(np.arange(4), row) for row in POOL_M])
+    ab = client_predictions_abilities([0], [0], [0, 1, 2, 3], [0, 1, 2, 3], POOL_COUNTS, pool_true=y_true, pool_pred=y_pred)
+    assert ab["pooled"] == pytest.approx(0.77)
+    with pytest.raises(ValueError, match="pool_true is given but pool_pred is None"):
+        client_predictions_abilities([0], [0], [0], [0], POOL_COUNTS, pool_true=y_true)
+    with pytest.raises(ValueError, match="pool_pred is given but pool_true is None"):
+        client_predictions_abilities([0], [0], [0], [0], POOL_COUNTS, pool_pred=y_pred)
+
+
+def test_pooled_effective_size_uniform_and_one_class():
+    # uniform mix over a pool of N / C per class: all N images count
+    assert pooled_effective_size([25, 25, 25, 25], [1, 1, 1, 1]) == pytest.approx(100)
+    # pi proportional to N_c: the whole pool as well (Cauchy-Schwarz's equality case)
+    assert pooled_effective_size([10, 30, 60], [1, 3, 6]) == pytest.approx(100)
+    # one class: that class's images only
+    assert pooled_effective_size([25, 25, 25, 25], [0, 7, 0, 0]) == pytest.approx(25)
+    # never above the pool images of the client's classes
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n_pool, counts = rng.integers(1, 50, size=5), rng.integers(0, 20, size=5)
+        if counts.sum() == 0:
+            continue
+        assert pooled_effective_size(n_pool, counts) <= n_pool[counts > 0].sum() + 1e-9
+
+
+def test_pooled_standard_error_and_effective_size_against_simulation():
+    # binomial draws of the pool's per-class hits at known recalls r_c: the pooled score's spread
+    # matches the standard error; with equal recalls its variance is r (1 - r) / n_eff
+    rng = np.random.default_rng(1)
+    n_pool = np.array([40, 40, 40, 40, 40])
+    counts = np.array([50, 20, 20, 10, 0])
+    pi = counts / counts.sum()
+    r = np.array([0.9, 0.7, 0.5, 0.3, 0.8])
+    hits = rng.binomial(n_pool, r, size=(40_000, 5))  # (draws, C)
+    scores = (hits / n_pool) @ pi  # (draws,)
+    # a pool confusion with exactly these recalls (40 r_c = 36, 28, 20, 12, 32 hits; misses go to the next class)
+    m = np.diag((n_pool * r).round().astype(int))
+    m[np.arange(5), (np.arange(5) + 1) % 5] = n_pool - np.diag(m)
+    expected_confusion = Confusion(m)
+    np.testing.assert_allclose(expected_confusion.per_class_recall(), r)
+    se = pooled_standard_error(expected_confusion, counts)
+    assert se == pytest.approx(math.sqrt(np.sum(pi ** 2 * r * (1 - r) / n_pool)))
+    assert scores.std() == pytest.approx(se, rel=0.02)
+    assert scores.mean() == pytest.approx(pooled_accuracy(expected_confusion, counts), abs=3 * se / 200)
+    # equal recalls: Var = r (1 - r) / n_eff
+    hits = rng.binomial(n_pool, 0.6, size=(40_000, 5))
+    n_eff = pooled_effective_size(n_pool, counts)
+    assert ((hits / n_pool) @ pi).var() == pytest.approx(0.6 * 0.4 / n_eff, rel=0.03)
+
+
+def test_pooled_renormalises_over_classes_the_pool_holds():
+    # class 1 (pi = 0.5) has no pool sample: pi renormalised over classes 0 and 2 -> (0.6, 0.4)
+    pool = Confusion(np.array([[4, 1, 0], [0, 0, 0], [0, 3, 2]]))  # r = (0.8, NaN, 0.4)
+    counts = [3, 5, 2]
+    assert pooled_accuracy(pool, counts) == pytest.approx(0.6 * 0.8 + 0.4 * 0.4)
+    assert pooled_standard_error(pool, counts) == pytest.approx(math.sqrt(0.36 * 0.16 / 5 + 0.16 * 0.24 / 5))
+    assert pooled_effective_size(pool.support(), counts) == pytest.approx(1 / (0.36 / 5 + 0.16 / 5))
+
+
+def test_pooled_is_nan_safe():
+    pool = Confusion(POOL_M)
+    # no training sample: NaN, not 0
+    for f in (pooled_accuracy, pooled_standard_error):
+        assert math.isnan(f(pool, [0, 0, 0, 0]))
+    assert math.isnan(pooled_effective_size([10, 10, 10, 10], [0, 0, 0, 0]))
+    # the pool holds none of the client's classes: NaN
+    only3 = Confusion(np.diag([0, 0, 0, 10]))
+    assert math.isnan(pooled_accuracy(only3, [1, 2, 0, 0]))
+    assert math.isnan(pooled_effective_size([0, 0, 0, 10], [1, 2, 0, 0]))
+    # an empty pool: NaN
+    assert math.isnan(pooled_accuracy(Confusion.zeros(4), POOL_COUNTS))
+    ab = client_abilities(Confusion.zeros(4), Confusion.zeros(4), [0, 0, 0, 0])
+    assert math.isnan(ab["pooled"])
+    # a NaN pooled score is "not defined" in the summaries, never 0
+    per_client = pd.DataFrame({"local": [0.5, 0.7], "pooled": [NAN, 0.6], "global": [0.4, 0.4],
+                               "unseen": [0.1, 0.2], "rare": [NAN, NAN]})
+    s = protocol_summary(per_client)
+    assert s["pooled"] == pytest.approx(0.6) and s["worst_pooled"] == pytest.approx(0.6) and s["gap_pooled"] == 0.0
+    assert summarize(per_client).loc["pooled", "n_clients"] == 1
+
+
+def test_pooled_refuses_bad_input():
+    pool = Confusion(POOL_M)
+    with pytest.raises(TypeError, match="pool must be a Confusion, got ndarray"):
+        pooled_accuracy(POOL_M, POOL_COUNTS)
+    with pytest.raises(TypeError, match="pool must be a Confusion, got list"):
+        client_abilities(Confusion(POOL_M), Confusion(POOL_M), POOL_COUNTS, pool=[1])
+    with pytest.raises(ValueError, match="pool has 4 classes but train_counts has 3"):
+        pooled_standard_error(pool, [1, 2, 3])
+    with pytest.raises(ValueError, match="pool has 4 classes but train_counts has 3"):
+        client_abilities(Confusion(GLOBAL_M), Confusion(GLOBAL_M), COUNTS, pool=pool)
+    with pytest.raises(ValueError, match=r"train_counts must be finite and >= 0, got -1.0 at class 1"):
+        pooled_accuracy(pool, [1, -1, 0, 0])
+    with pytest.raises(ValueError, match=r"pool_class_counts must be finite and >= 0, got nan at class 2"):
+        pooled_effective_size([10, 10, NAN, 10], POOL_COUNTS)
+    with pytest.raises(ValueError, match="pool_class_counts has 3 classes but train_counts has 4"):
+        pooled_effective_size([10, 10, 10], POOL_COUNTS)
+    with pytest.raises(ValueError, match=r"pool_class_counts must be a non-empty 1-D array of shape \(n_classes,\)"):
+        pooled_effective_size([[10, 10]], [1, 1])
+    with pytest.raises(ValueError, match="pool_true holds label 7 outside the valid range"):
+        client_predictions_abilities([0], [0], [0], [0], POOL_COUNTS, pool_true=[7], pool_pred=[0])
+    with pytest.raises(ValueError, match=r"pool_true and pool_pred must have the same shape, got \(2,\) and \(1,\)"):
+        client_predictions_abilities([0], [0], [0], [0], POOL_COUNTS, pool_true=[0, 1], pool_pred=[0])
+
+
+def test_abilities_order_and_protocol_summary_pooled_keys():
+    assert ABILITIES == ("local", "pooled", "global", "unseen", "rare", "f1")
+    s = protocol_summary(PER_CLIENT.assign(pooled=[0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2]))
+    assert s["pooled"] == pytest.approx(0.55)
+    assert s["worst_pooled"] == pytest.approx(0.2)
+    assert s["bottom20_pooled"] == pytest.approx(0.25)  # ceil(1.6) = 2 lowest
+    assert s["gap_pooled"] == pytest.approx(0.7)
+    assert list(s)[:5] == ["local", "pooled", "global", "unseen", "rare"]
+    # a table without the pooled column (made before it existed): the pooled keys are n/a
+    old = protocol_summary(PER_CLIENT)
+    assert all(math.isnan(old[k]) for k in ("pooled", "worst_pooled", "bottom20_pooled", "gap_pooled"))
+    assert {k: v for k, v in old.items() if "pooled" not in k} == pytest.approx(
+        {k: v for k, v in s.items() if "pooled" not in k}, nan_ok=True)
+
+
+def test_rescore_scores_pooled_on_the_right_pool():
+    from types import SimpleNamespace
+
+    from fedlib.data import ArrayDataset
+    import torch
+
+    def ds(labels):
+        return ArrayDataset(torch.zeros(len(labels), 1), torch.tensor(labels), 2, "toy")
+
+    glob = ds([0, 0, 1, 1])
+    own = ds([0, 1, 0, 1])
+    clients = [SimpleNamespace(train=ds([0, 0, 0, 1]), test=ds([0]), pool=None,
+                               train_counts=lambda C: np.array([3, 1])),
+               SimpleNamespace(train=ds([0, 0, 0, 1]), test=ds([0]), pool=own,
+                               train_counts=lambda C: np.array([3, 1]))]
+    fed = SimpleNamespace(clients=clients, global_test=glob, n_classes=2)
+    g_pred = np.array([0, 1, 1, 1])  # recalls (1/2, 1) on the global test
+    table = rescore(fed, {0: (np.array([0]), g_pred), 1: (np.array([0]), g_pred, np.array([0, 1, 0, 0]))})
+    assert table.loc[0, "pooled"] == pytest.approx(0.75 * 0.5 + 0.25 * 1)
+    assert table.loc[1, "pooled"] == pytest.approx(0.75 * 1 + 0.25 * 0.5)  # recalls (1, 1/2) on its own pool
+    # kept predictions without the pool's: n/a, never the global test's score
+    assert math.isnan(rescore(fed, {1: (np.array([0]), g_pred)}).loc[1, "pooled"])
+    with pytest.raises(ValueError, match=r"predictions\[0\] must be \(local, global\) or \(local, global, pool\)"):
+        rescore(fed, {0: (np.array([0]),)})

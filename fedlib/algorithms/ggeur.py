@@ -177,7 +177,7 @@ class StatisticsFirst(ProgramMethod):
     def _augmented(data: ClientData, cache: dict[str, Tensor]) -> ClientData:
         """The client's data with its cached augmented set as the training split."""
         aug = ArrayDataset(cache["x"], cache["y"].long(), data.train.n_classes, data.train.name + "+aug")
-        return ClientData(aug, data.test)
+        return dataclasses.replace(data, train=aug)  # the local test split and the pool stay
 
     @staticmethod
     def _split(state: State) -> tuple[State, dict[str, Tensor]]:

@@ -63,16 +63,35 @@ class Client:
         """``predictor``'s labels on this client's local test split, shape (n_local,)."""
         return predict(predictor, self._data.test.x).numpy()
 
+    @property
+    def local_test(self):
+        """This client's local test split."""
+        return self._data.test
+
+    @property
+    def pool(self):
+        """This client's own held-out pool (:attr:`fedlib.federation.ClientData.pool`), or
+        ``None`` when its pool is the global test set."""
+        return self._data.pool
+
     def abilities(
-        self, local_pred: np.ndarray, global_test, global_pred: np.ndarray, *, rare_ratio: float, f1_class: int | None
+        self, local_pred: np.ndarray, global_test, global_pred: np.ndarray, *, rare_ratio: float, f1_class: int | None,
+        pool_pred: np.ndarray | None = None,
     ) -> dict[str, float]:
         """The protocol's abilities from the predictions on this client's local test split
-        (``local_pred``, shape (n_local,)) and on the global test set (``global_pred``, shape
-        (n_global,))."""
+        (``local_pred``, shape (n_local,)), on the global test set (``global_pred``, shape
+        (n_global,)) and, when the client has a pool of its own (:attr:`pool`), on it
+        (``pool_pred``, shape (n_pool,)); without one, ``pooled`` is scored on the global test
+        predictions."""
         data = self._data
+        if (data.pool is None) != (pool_pred is None):
+            raise ValueError(f"client {self.cid} {'has' if data.pool is not None else 'has no'} pool of its own, "
+                             f"but pool_pred is {'None' if pool_pred is None else 'given'}; valid: predictions on "
+                             "its pool exactly when it has one")
+        pool = {} if pool_pred is None else {"pool_true": data.pool.labels_np, "pool_pred": pool_pred}
         return client_predictions_abilities(
             data.test.labels_np, local_pred, global_test.labels_np, global_pred,
-            data.train_counts(self._n_classes), rare_ratio=rare_ratio, f1_class=f1_class,
+            data.train_counts(self._n_classes), rare_ratio=rare_ratio, f1_class=f1_class, **pool,
         )
 
 
@@ -100,7 +119,12 @@ class InProcessTransport(Transport):
 
     Evaluation: clients whose deployed modules hold identical weights (all of FedAvg's do) share
     one pass over the global test set: identical weights give identical predictions, so this
-    changes no number, only the time.
+    changes no number, only the time. A client with a pool of its own
+    (:attr:`fedlib.federation.ClientData.pool`, e.g. the rotated global test set of its rotation
+    group) is also predicted on it, once per pool and weights (the clients of a rotation group
+    share their pool object; a pool that is the global test set or the local test split itself
+    reuses their predictions);
+    without one, its ``pooled`` score reuses the global test predictions (no extra inference).
     """
 
     name = "in-process"
@@ -150,6 +174,7 @@ class InProcessTransport(Transport):
     def evaluate(self, algorithm, round_, messages, states, *, rare_ratio, f1_class,
                  predictions=None) -> Iterator[tuple[int, dict[str, float]]]:
         global_cache: dict[str, np.ndarray] = {}
+        pool_cache: dict[tuple[str, int], np.ndarray] = {}  # (weights, id of the pool object) -> predictions
         for k, down in messages.items():
             try:
                 predictor = self._clients[k].deploy(algorithm, states[k], down, round_, self._seed, self.workspace(k))
@@ -165,9 +190,22 @@ class InProcessTransport(Transport):
             else:
                 pred = global_cache[key]
             local = self._clients[k].local_predictions(predictor)
+            pool, pool_pred = self._clients[k].pool, None
+            if pool is self._global_test:  # e.g. rotation group 0: the global test set itself
+                pool_pred = pred
+            elif pool is not None and pool is self._clients[k].local_test:  # one_client_per_domain: the local test
+                pool_pred = local
+            elif pool is not None:
+                if key is None or (key, id(pool)) not in pool_cache:
+                    pool_pred = predict(predictor, pool.x).numpy()
+                    if key is not None:
+                        pool_cache[key, id(pool)] = pool_pred
+                else:
+                    pool_pred = pool_cache[key, id(pool)]
             if predictions is not None:
                 predictions[k] = (local, pred)
-            yield k, self._clients[k].abilities(local, self._global_test, pred, rare_ratio=rare_ratio, f1_class=f1_class)
+            yield k, self._clients[k].abilities(local, self._global_test, pred, rare_ratio=rare_ratio, f1_class=f1_class,
+                                                pool_pred=pool_pred)
 
 
 __all__ = ["Client", "InProcessTransport", "weights_key"]
