@@ -320,7 +320,10 @@ def claims_report(
     Each claim's ``values`` (:class:`fedlib.claims.Claim`) is called now, in the given order;
     a claim whose ``values`` returns ``None`` (the chapter did not run what it needs at this
     profile) is left out of the table and the counts. The others are decided by
-    :func:`fedlib.claims.evaluate` over seeds. Then, with ``prefix`` before each key, it glues
+    :func:`fedlib.claims.evaluate` over seeds, on ``(ours, baseline)`` or ``(ours, baseline,
+    within)`` as ``values`` returns them (``baseline`` a dict of each baseline's values for a
+    claim against every baseline of a tuple; ``within`` the per-seed variances of the test noise,
+    else the floor of the claim's ``resolution``). Then, with ``prefix`` before each key, it glues
     :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted), and
     ``total_seconds`` when given, and displays :func:`fedlib.claims.show` of the results.
 
@@ -346,15 +349,16 @@ def claims_report(
     Raises
     ------
     ValueError
-        On a declaration that is not a Claim or has no ``values``, two with the same key, or
-        ``values`` that returns neither ``None`` nor a pair ``(ours, baseline)``.
+        On a declaration that is not a Claim or has no ``values``, two with the same key,
+        ``values`` that returns neither ``None``, ``(ours, baseline)`` nor ``(ours, baseline,
+        within)``, and as :func:`fedlib.claims.evaluate` does.
 
     Examples
     --------
     >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5,
-    ...              values=lambda: ([2.1, 1.8, 2.4], [0.0, 0.1, 0.2]))
+    ...              values=lambda: ([2.1, 1.8, 2.4], [0.0, 0.1, 0.2]), resolution=0.1)
     >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater",
-    ...              values=lambda: None)  # not run at this profile: left out
+    ...              values=lambda: None, resolution=0.1)  # not run at this profile: left out
     >>> glued = {}
     >>> R = claims_report([gain, wide], glue=lambda k, v, display: glued.update({k: v}), display=lambda t: None)
     >>> R["gain"].verdict, list(R), glued
@@ -366,19 +370,25 @@ def claims_report(
             raise ValueError(f"claims_report takes Claims, got a {type(c).__name__}")
     missing = [c.key for c in claims if c.values is None]
     if missing:
-        raise ValueError(f"claims {missing} declare no values: pass values=, a function returning (ours, baseline)")
+        raise ValueError(
+            f"claims {missing} declare no values: pass values=, a function returning (ours, baseline) or "
+            "(ours, baseline, within)"
+        )
     keys = [c.key for c in claims]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise ValueError(f"claim keys must be unique in a report, got duplicates {dupes}")
     results = []
     for c in claims:
-        pair = c.values()
-        if pair is None:
+        read = c.values()
+        if read is None:
             continue
-        if not isinstance(pair, tuple) or len(pair) != 2:
-            raise ValueError(f"claim {c.key!r}: values() must return (ours, baseline) or None, got {pair!r}")
-        results.append(evaluate(c, *pair))
+        if not isinstance(read, tuple) or len(read) not in (2, 3):
+            raise ValueError(
+                f"claim {c.key!r}: values() must return (ours, baseline), (ours, baseline, within) or None, "
+                f"got {read!r}"
+            )
+        results.append(evaluate(c, *read))  # within, else the floor of c.resolution
     counts = tally(results)
     glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
     if total_seconds is not None:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy import stats
 
 import fedlib.book as book
 from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
@@ -220,9 +221,9 @@ class _Glue:
         self.values[key] = value
 
 
-def _claim(key, values, direction="greater", min_effect=0.0, kind="claim"):
+def _claim(key, values, direction="greater", min_effect=0.1, kind="claim", versus=None):
     return Claim(key, f"{key} is so.", "Table 1", "accuracy, ours − baseline, points", direction, min_effect,
-                 kind=kind, values=values)
+                 kind=kind, values=values, resolution=0.1, versus=versus)
 
 
 def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table():
@@ -243,7 +244,12 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     assert all(type(v) is int for k, v in glue.values.items() if k != "x_total_seconds")  # glued as the page shows them
     assert [k.removeprefix("x_") for k in glue.values][:4] == list(REPORT_KEYS)
     assert R["gain"].interval == evaluate(claims[0], [3.0, 3.0, 3.0], [1.0, 1.0, 1.0]).interval
-    assert (R["gain"].interval.low, R["gain"].interval.high) == (2.0, 2.0)
+    # every difference +2: the seeds agree, but each is read at the resolution 0.1, so the interval keeps a
+    # floor from that quantization, w = 0.1² / 6, at the share chi2_{2, 0.05} / 2 of it that 3 seeds make
+    # plausible (t_{0.975, 2} * sqrt(w * chi2 / 2 / 3)), not a zero width read as certain
+    half = stats.t.ppf(0.975, 2) * math.sqrt(0.1**2 / 6 * stats.chi2.ppf(0.05, 2) / 2 / 3)
+    assert (R["gain"].interval.low, R["gain"].interval.high) == (pytest.approx(2 - half), pytest.approx(2 + half))
+    assert R["gain"].interval.method == "t+floor"
     (table,) = shown  # one table, fedlib.claims.show's (shaded verdicts, stable id)
     html = table.to_html()
     assert html == show(list(R.values())).to_html() and 'id="T_claims-' in html
@@ -258,14 +264,39 @@ def test_claims_report_without_prefix_or_time_glues_the_four_counts_and_a_digits
     assert "+2.500 [" in shown[0].to_html() and R["gain"].verdict == HOLDS
 
 
+def test_claims_report_takes_within_and_every_baseline_of_a_tuple():
+    ours, base = [2.0, 2.0, 2.0], [1.0, 1.0, 1.0]
+    within = [3.0, 5.0, 4.0]  # per seed, the variance of the difference from the test sample alone
+    every = {"A": [1.0, 1.2, 0.9], "B": [0.2, 0.1, 0.3]}
+    claims = [
+        _claim("floor", lambda: (ours, base)),  # the floor of the resolution 0.1
+        _claim("within", lambda: (ours, base, within)),  # the floor of the test noise: 4 at the share 3 seeds allow
+        _claim("every", lambda: (ours, every, {"A": within, "B": [0.0] * 3}), versus=("A", "B")),
+    ]
+    glue, shown = _Glue(), []
+    R = claims_report(claims, glue=glue, display=shown.append)
+    assert R["floor"].interval == evaluate(claims[0], ours, base).interval and R["floor"].verdict == HOLDS
+    assert R["within"].interval == evaluate(claims[1], ours, base, within).interval
+    half = stats.t.ppf(0.975, 2) * math.sqrt(4.0 * stats.chi2.ppf(0.05, 2) / 2 / 3)
+    assert R["within"].interval.high == pytest.approx(1 + half) and R["within"].verdict == INCONCLUSIVE
+    assert list(R["every"].intervals) == ["A", "B"] and R["every"].binding == "A"
+    assert R["every"].interval == R["every"].intervals["A"] == evaluate(claims[1], ours, every["A"], within).interval
+    assert glue.values == {"n_claims": 3, "n_holds": 1, "n_not": 0, "n_inconclusive": 2}
+    html = shown[0].to_html()
+    assert "(vs A, B)" in html and "vs A +" in html and "; vs B +" in html and "seeds to decide" in html
+
+
 def test_claims_report_refuses_what_it_cannot_decide():
     quiet = dict(glue=_Glue(), display=lambda table: None)
     with pytest.raises(ValueError, match=r"claims \['bare'\] declare no values"):
-        claims_report([Claim("bare", "q", "s", "x", "greater")], **quiet)
+        claims_report([Claim("bare", "q", "s", "x", "greater", resolution=0.1)], **quiet)
     with pytest.raises(ValueError, match=r"duplicates \['a'\]"):
         claims_report([_claim("a", lambda: ([1.0], 0.0)), _claim("a", lambda: ([1.0], 0.0))], **quiet)
-    with pytest.raises(ValueError, match=r"claim 'three': values\(\) must return \(ours, baseline\) or None"):
-        claims_report([_claim("three", lambda: ([1.0], [1.0], [1.0]))], **quiet)
+    with pytest.raises(ValueError, match=r"claim 'four': values\(\) must return \(ours, baseline\), "
+                                         r"\(ours, baseline, within\) or None"):
+        claims_report([_claim("four", lambda: ([1.0], [1.0], [1.0], [1.0]))], **quiet)
+    with pytest.raises(ValueError, match=r"versus='B'\) but its baseline is a dict of \['A', 'B'\]"):
+        claims_report([_claim("dict", lambda: ([1.0], {"A": [0.0], "B": [0.0]}), versus="B")], **quiet)
     with pytest.raises(ValueError, match="claims_report takes Claims, got a str"):
         claims_report(["gain"], **quiet)
 

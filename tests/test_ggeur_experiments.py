@@ -152,7 +152,7 @@ def _results(verdicts: dict[str, str], betas) -> dict:
              "ctrl-dom-fedmix-matched"]
     out = {}
     for key in keys:
-        c = Claim(key, "q", "s", "accuracy, X − Y, points", "greater")
+        c = Claim(key, "q", "s", "accuracy, X − Y, points", "greater", resolution=0.1)
         out[key] = evaluate(c, values[verdicts.get(key, "inconclusive at this scale")])
     return out
 
@@ -176,7 +176,7 @@ def test_claims_reading_branches():
 
 
 def test_says_and_sign_word():
-    c = Claim("gain", "q", "s", "accuracy, X − Y, points", "greater")
+    c = Claim("gain", "q", "s", "accuracy, X − Y, points", "greater", resolution=0.1)
     assert says(evaluate(c, [2.0, 3.0, 2.5])) == f"gain holds ({evaluate(c, [2.0, 3.0, 2.5]).interval.format(1)})"
     with pytest.raises(ValueError, match="says reads a ClaimResult, got a str"):
         says("gain")
