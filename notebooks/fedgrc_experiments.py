@@ -81,11 +81,12 @@ from myst_nb import glue
 from fedlib.algorithms.fedgrc import CGRL
 from fedlib.book import claims_report, clipped_error, format_bytes, format_value, place_labels, setup, show_table
 from fedlib.cgrl import CGRLConfig
-from fedlib.claims import Claim, SeedValues, defined_pairs, interval_text, mean_interval, seed_band, seed_table
+from fedlib.claims import (Claim, SeedValues, defined_pairs, interval_text, mean_interval, resolution_of, seed_band,
+                           seed_table, strongest_baseline)
 from fedlib.data import ArrayDataset, load_data, plot_partition, subsample
 from fedlib.deployment import FrozenFeatures, collect_statistics
 from fedlib.experiments.fedgrc import (SENSITIVITY_CURVES, FedGRCStudy, baseline_head, before_after, excess_gain_rows,
-                                       mean_over_heads, sensitivity, strongest)
+                                       each_baseline, mean_over_heads, sensitivity)
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig
@@ -236,12 +237,24 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # for "largely retaining", declared as non-inferiority (direction "at least": the change in global
 # accuracy is surely above minus one point).
 #
-# **Which baseline.** "The highest … scores" means ahead of *every* baseline, so the quantity
-# of those rows is FedGRC minus the *strongest* baseline of each seed on that metric (the
-# maximum over the baselines, per seed: a declared aggregate that can only make the claim
-# harder). The baselines are the personalized-FL methods, FedAvg-Aug, and the baseline heads on
+# **Which baseline.** "The highest … scores" means ahead of *every* baseline, and a gain "over
+# the respective best baselines" is a gain over each of them, so those rows hold one paired
+# interval per named baseline ({func}`fedlib.claims.evaluate`): a row holds when every interval
+# clears the minimum effect in the claimed direction (an intersection-union test), does not hold
+# when one of them, at the Bonferroni level, clears it in the other, and is inconclusive
+# otherwise. No comparator is picked from the test results (the maximum over the baselines, seed
+# by seed, would be biased upwards under a tie and reject a true claim more often the more seeds
+# are run). The baselines are the personalized-FL methods, FedAvg-Aug, and the baseline heads on
 # the FedAvg and FedAvg-Aug backbones; rows built from FedGRC's own parts (CGRL's backbone, MMS,
 # SASP) are ablations.
+#
+# **Resolution.** Every row declares the smallest difference its quantity can show, and its
+# minimum effect is at least that: one test image of one class for the accuracies read on the
+# global test set ({glue:text}`fge_res_class:.2f` points for a class's recall, so for the unseen,
+# rare and floor scores; {glue:text}`fge_res_global:.2f` for global accuracy, which weighs every
+# image of the global test set), and one image of a mean local test split for local accuracy
+# ({glue:text}`fge_res_local:.1f` points: the clients' own test splits are small). Where the paper
+# claims only a direction, the minimum effect is that resolution.
 
 # %% tags=["hide-input"]
 ABSENT = "absent baselines (BTFL, pFedFDA, FedLog, FedROD, FedTHE, HPFL, FedYoYo) are not in the comparison"
@@ -266,82 +279,99 @@ Q_I = ("The excess gain I measures how much the joint improvement exceeds the su
        "replacements. It is positive for F@25 in all five settings, ranging from 0.86% to 2.61%, and for global accuracy "
        "in four settings.")
 SIZES = {"global": 2.17, "F@25": 2.13}  # the lower ends of the paper's ranges, quoted in Q_SIZE
+# the personalized-FL methods, and the baselines: those and the baseline heads on the FedAvg and FedAvg-Aug backbones
+PFL = ["FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedRep", "FedBABU", "Ditto", "FedETF", "FedETF-FT", "CGRL (training head)"]
+BASELINE_HEAD_NAMES = ("FedNCM", "LDA", "FedCGS", "Fed3R", "CCVR")  # the five baseline heads (built with the runs below)
+BASELINES = [n for n in PFL if n != "CGRL (training head)"] + [f"{b} + {h}" for b in ("FedAvg", "FedAvg-Aug") for h in BASELINE_HEAD_NAMES]
+N_CLASS_TEST = P.global_test_per_class - round(P.val_fraction * P.global_test_per_class)  # a class's test images
+LOCAL_TEST = (len(data) - C * P.global_test_per_class) / P.n_clients * 0.25  # a client's local test split (a quarter of its data), on average
+RES = {"global": resolution_of(C * N_CLASS_TEST), "unseen": resolution_of(N_CLASS_TEST), "rare": resolution_of(N_CLASS_TEST),
+       "F@25": resolution_of(N_CLASS_TEST), "local": resolution_of(max(1, math.floor(LOCAL_TEST)))}
+glue("fge_res_class", RES["unseen"], display=False)
+glue("fge_res_global", RES["global"], display=False)
+glue("fge_res_local", RES["local"], display=False)
 # Each claim's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter
 # (v, best, heads_mean and v9 are defined with the results; defined_pairs keeps the seeds where both sides are defined)
 claims = []
 for a in P.alphas:
     for m in ("global", "unseen", "rare", "F@25"):
         claims.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III",
-                            f"{m} (α = {a}), FedGRC − strongest baseline of the seed, points", "greater", 0.0,
+                            f"{m} (α = {a}), FedGRC − each baseline, points", "greater", RES[m],
                             f"{SCALE}; {ABSENT}" + (f"; {RARE}" if m == "rare" else ""),
-                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m), best(a, m))))
+                            resolution=RES[m], versus=tuple(BASELINES),
+                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m), every(a, m))))
     for m, size in SIZES.items():
         claims.append(Claim(f"size-{m}-{a}", Q_SIZE, "Section V-B, Tables I–III",
-                            f"{m} (α = {a}), FedGRC − strongest baseline of the seed − {size:g} (the paper's smallest "
-                            "gain), points", "greater", 0.0,
+                            f"{m} (α = {a}), FedGRC − each baseline − {size:g} (the paper's smallest "
+                            "gain), points", "greater", RES[m],
                             f"{SCALE}; {ABSENT}; the paper's sizes are on other data",
-                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m) - SIZES[m], best(a, m))))
+                            resolution=RES[m], versus=tuple(BASELINES),
+                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m) - SIZES[m], every(a, m))))
 claims.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
-                    f"local (α = {a_hi}), FedGRC − strongest baseline of the seed, points", "greater", 0.0,
-                    f"{SCALE}; {ABSENT}", values=lambda: defined_pairs(v(a_hi, FEDGRC, "local"), best(a_hi, "local"))))
+                    f"local (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["local"],
+                    f"{SCALE}; {ABSENT}", resolution=RES["local"], versus=tuple(BASELINES),
+                    values=lambda: defined_pairs(v(a_hi, FEDGRC, "local"), every(a_hi, "local"))))
 claims.append(Claim(f"local-trail-{a_lo}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
-                    f"local (α = {a_lo}), FedGRC − strongest baseline of the seed, points", "less", 0.0,
-                    f"{SCALE}; {ABSENT}", values=lambda: defined_pairs(v(a_lo, FEDGRC, "local"), best(a_lo, "local"))))
+                    f"local (α = {a_lo}), FedGRC − each baseline, points", "less", RES["local"],
+                    f"{SCALE}; {ABSENT}", resolution=RES["local"], versus=tuple(BASELINES),
+                    values=lambda: defined_pairs(v(a_lo, FEDGRC, "local"), every(a_lo, "local"))))
 SHIFT_METHODS = {"FedRep": "FedRep, named by the paper",
                  "FedAvg + FedCGS + FT": "pFedGM → FedCGS + fine-tuning (pFedGM is not implemented)",
                  "Ditto": "Ditto stands in for the absent pFedFDA, FedLog, FedROD, BTFL"}
 for name, sub in SHIFT_METHODS.items():
     for m, d in (("local", "greater"), ("global", "less")):
         claims.append(Claim(f"shift-{m}-{name}", Q_SHIFT, "Section V-B, Fig. 1",
-                            f"{m} of {name}, α = {a_lo} − α = {a_hi}, points", d, 0.0, f"{sub}; {SCALE}",
+                            f"{m} of {name}, α = {a_lo} − α = {a_hi}, points", d, RES[m], f"{sub}; {SCALE}",
+                            resolution=RES[m],
                             values=lambda name=name, m=m: defined_pairs(v(a_lo, name, m), v(a_hi, name, m))))
 HEAD_SUB = ("FedYoYo → FedAvg-Aug (FedAvg on the same two augmented views); the heads are our five baseline heads "
             "plus MMS and MMS + SASP")
 for a in P.alphas:
     claims.append(Claim(f"heads-gain-{a}", Q_HEADS, "Section V-B",
                         f"global (α = {a}), gain of the mean head over the backbone's own head, FedAvg-Aug − FedAvg, points",
-                        "greater", 1.0, HEAD_SUB,
+                        "greater", 1.0, HEAD_SUB, resolution=RES["global"],
                         values=lambda a=a: defined_pairs(heads_mean(a, "FedAvg-Aug") - v(a, "FedAvg-Aug", "global"),
                                                          heads_mean(a, "FedAvg") - v(a, "FedAvg", "global"))))
     claims.append(Claim(f"heads-level-{a}", Q_HEADS, "Section V-B",
                         f"global (α = {a}), mean accuracy of the heads, FedAvg-Aug backbone − FedAvg backbone, points",
-                        "greater", 1.0, HEAD_SUB,
+                        "greater", 1.0, HEAD_SUB, resolution=RES["global"],
                         values=lambda a=a: defined_pairs(heads_mean(a, "FedAvg-Aug"), heads_mean(a, "FedAvg"))))
 FT_PAIRS = {"FedETF → FedETF-FT": ("FedETF", "FedETF-FT", "FedETF, as in the paper"),
             "FedCGS → FedCGS + FT": ("FedAvg + FedCGS", "FedAvg + FedCGS + FT",
                                       "pFedGM → FedCGS + fine-tuning on the FedAvg backbone")}
 for label, (before, after, sub) in FT_PAIRS.items():
-    for m, d, eff in (("local", "greater", 0.0), ("global", "less", 1.0), ("F@25", "less", 1.0)):
+    for m, d, eff in (("local", "greater", RES["local"]), ("global", "less", 1.0), ("F@25", "less", max(1.0, RES["F@25"]))):
         claims.append(Claim(f"ft-{m}-{before}", Q_FT, "Section V-C, Table IV",
                             f"{m}, {after} − {before}, mean over α ∈ {P.alphas}, points", d, eff, f"{sub}; {SCALE}",
+                            resolution=RES[m],
                             values=lambda before=before, after=after, m=m: defined_pairs(
                                 np.mean([v(a, after, m) for a in P.alphas], axis=0),
                                 np.mean([v(a, before, m) for a in P.alphas], axis=0))))
 for a in P.alphas:
     claims.append(Claim(f"sasp-local-{a}", Q_SASP, "Section V-C, Table IV",
-                        f"local (α = {a}), FedGRC − CGRL + MMS, points", "greater", 0.0, SCALE,
+                        f"local (α = {a}), FedGRC − CGRL + MMS, points", "greater", RES["local"], SCALE, resolution=RES["local"],
                         values=lambda a=a: defined_pairs(v(a, FEDGRC, "local"), v(a, "CGRL + MMS", "local"))))
     claims.append(Claim(f"sasp-F25-{a}", Q_SASP, "Section V-C, Table IV",
-                        f"F@25 (α = {a}), FedGRC − CGRL + MMS, points", "greater", 0.0, SCALE,
+                        f"F@25 (α = {a}), FedGRC − CGRL + MMS, points", "greater", RES["F@25"], SCALE, resolution=RES["F@25"],
                         values=lambda a=a: defined_pairs(v(a, FEDGRC, "F@25"), v(a, "CGRL + MMS", "F@25"))))
     claims.append(Claim(f"sasp-global-{a}", Q_SASP, "Section V-C, Table IV",
                         f"global (α = {a}), FedGRC − CGRL + MMS, points", "at least", 1.0,
-                        f"{SCALE}; 'largely retaining' read as a loss under one point",
+                        f"{SCALE}; 'largely retaining' read as a loss under one point", resolution=RES["global"],
                         values=lambda a=a: defined_pairs(v(a, FEDGRC, "global"), v(a, "CGRL + MMS", "global"))))
 T9_SUB = ("B0 = FedAvg-Aug (for FedYoYo); H0 = the baseline head of best validation global accuracy (the paper picks "
           "the best F@25 on its tables)")
 for a in P.alphas:
     claims.append(Claim(f"t9-vs-B1H0-{a}", Q_T9, "Section V-D, Table IX", f"F@25 (α = {a}), B1 + H1 − B1 + H0, points",
-                        "greater", 0.0, T9_SUB,
+                        "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"],
                         values=lambda a=a: defined_pairs(v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B1 + H0"))))
     claims.append(Claim(f"t9-vs-B0H1-{a}", Q_T9, "Section V-D, Table IX", f"F@25 (α = {a}), B1 + H1 − B0 + H1, points",
-                        "greater", 0.0, T9_SUB,
+                        "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"],
                         values=lambda a=a: defined_pairs(v9(a, "F@25", "B1 + H1 (FedGRC)"), v9(a, "F@25", "B0 + H1"))))
     claims.append(Claim(f"excess-F25-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in F@25 (α = {a}), points",
-                        "greater", 0.0, T9_SUB,
+                        "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"],
                         values=lambda a=a: defined_pairs(v9(a, "F@25", "excess gain I"), np.zeros(len(SEEDS)))))
     claims.append(Claim(f"excess-global-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in global accuracy (α = {a}), points",
-                        "greater", 0.0, T9_SUB,
+                        "greater", RES["global"], T9_SUB, resolution=RES["global"],
                         values=lambda a=a: defined_pairs(v9(a, "global", "excess gain I"), np.zeros(len(SEEDS)))))
 print(f"{len(claims)} claims declared")
 
@@ -363,7 +393,7 @@ print(f"{len(claims)} claims declared")
 # every seed and $\alpha$.
 
 # %% tags=["hide-input"]
-BASELINE_HEADS = {"FedNCM": FedNCMHead(), "LDA": LDAHead(), "FedCGS": FedCGSHead(), "Fed3R": Fed3RHead(), "CCVR": CCVRHead()}
+BASELINE_HEADS = dict(zip(BASELINE_HEAD_NAMES, (FedNCMHead(), LDAHead(), FedCGSHead(), Fed3RHead(), CCVRHead())))
 BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
 HEAD_EPOCHS = 1
 study = FedGRCStudy(model_fn=model_fn, train=train_cfg, finetune=finetune_cfg,
@@ -399,13 +429,11 @@ plt.show()
 
 # %% tags=["hide-input"]
 METRICS = ["local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25"]
-PFL = ["FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedRep", "FedBABU", "Ditto", "FedETF", "FedETF-FT", "CGRL (training head)"]
 HEADS = [*BASELINE_HEADS, "MMS", "MMS + SASP"]
 ORDER = PFL + ["FedAvg + FedCGS + FT"] + [f"{b} + {h}" for b in BACKBONES for h in HEADS]
 FEDGRC = "CGRL + MMS + SASP"
-BASELINES = [n for n in PFL if n != "CGRL (training head)"] + [f"{b} + {h}" for b in ("FedAvg", "FedAvg-Aug") for h in BASELINE_HEADS]
 v = SeedValues(tidy, ["alpha", "method", "metric"], SEEDS)  # v(a, method, metric): one number per seed (percent)
-best = functools.partial(strongest, v, baselines=BASELINES)  # best(a, metric): per seed, the strongest baseline
+every = functools.partial(each_baseline, v, baselines=BASELINES)  # every(a, metric): {baseline: one value per seed}
 heads_mean = functools.partial(mean_over_heads, v, heads=HEADS)  # heads_mean(a, backbone): per seed, over HEADS
 
 main = tidy[tidy["metric"].isin(METRICS)].dropna(subset=["value"])
@@ -428,7 +456,9 @@ key = lambda m: m.replace("@", "")  # noqa: E731  (glue keys without '@')
 for pos, a in POS.items():
     for m in ("local", "global", "F@25"):
         glue(f"fge_fedgrc_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m)), display=False)
-        glue(f"fge_gap_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m) - best(a, m)), display=False)
+        closest = strongest_baseline(every(a, m), on="the test runs").name  # for the prose only: the claims read every baseline
+        glue(f"fge_closest_{key(m)}_{pos}", closest, display=False)
+        glue(f"fge_gap_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m) - v(a, closest, m)), display=False)
     glue(f"fge_head_gain_{pos}", interval_text(v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global")), display=False)
     glue(f"fge_aug_gain_{pos}", interval_text(v(a, "FedAvg-Aug", "global") - v(a, "FedAvg", "global")), display=False)
     glue(f"fge_cgrl_gain_{pos}", interval_text(v(a, FEDGRC, "F@25") - v(a, "FedAvg-Aug + MMS + SASP", "F@25")), display=False)
@@ -439,11 +469,14 @@ for pos, a in POS.items():
 # ablations, which Table IX below takes apart. Differences below are means over the seeds with
 # their 95 % intervals. At $\alpha =$ {glue:text}`fge_alpha_lo`, FedGRC reaches a mean global
 # accuracy of {glue:text}`fge_fedgrc_global_lo` % and an F@25 of {glue:text}`fge_fedgrc_F25_lo` %;
-# against the strongest baseline of each seed it differs by {glue:text}`fge_gap_global_lo` points
-# in global accuracy, {glue:text}`fge_gap_F25_lo` in F@25 and {glue:text}`fge_gap_local_lo` in
-# local accuracy (at $\alpha =$ {glue:text}`fge_alpha_hi`: {glue:text}`fge_gap_global_hi`,
-# {glue:text}`fge_gap_F25_hi` and {glue:text}`fge_gap_local_hi`). The claims table decides
-# these by their declared rules. The personalized-FL methods that fine-tune or keep personal heads
+# against the baseline with the highest mean on each metric it differs by
+# {glue:text}`fge_gap_global_lo` points in global accuracy (against
+# {glue:text}`fge_closest_global_lo`), {glue:text}`fge_gap_F25_lo` in F@25 (against
+# {glue:text}`fge_closest_F25_lo`) and {glue:text}`fge_gap_local_lo` in local accuracy (against
+# {glue:text}`fge_closest_local_lo`); at $\alpha =$ {glue:text}`fge_alpha_hi`:
+# {glue:text}`fge_gap_global_hi`, {glue:text}`fge_gap_F25_hi` and {glue:text}`fge_gap_local_hi`.
+# That baseline is named here only to read the table: it is picked on the test results, so the
+# claims table does not use it; it decides each claim on one interval per baseline. The personalized-FL methods that fine-tune or keep personal heads
 # (FedAvg-FT, FedRep, FedBABU, Ditto, FedETF-FT) fit their clients and can lose the classes their
 # clients do not hold: compare their local and U@25 columns.
 #
@@ -812,7 +845,8 @@ print(f"exercise 1, reduced run: {ex1_seconds:.1f} s ({time.process_time() - cpu
 t_ex2, cpu_ex2 = time.perf_counter(), time.process_time()
 rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)  # noqa: E731
 fed_lo = federations[(seed, a_lo)]
-fed_rot = Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(fed_lo.clients)],
+rot_pool = rot(fed_lo.global_test)  # a rotated client's held-out pool: the global test set, rotated like its images
+fed_rot = Federation([ClientData(rot(c.train), rot(c.test), pool=rot_pool) if k % 2 else c for k, c in enumerate(fed_lo.clients)],
                      fed_lo.global_test, fed_lo.n_classes, fed_lo.description)
 ff_rot = FrozenFeatures(runs.statistics[(seed, a_lo, "CGRL")], fed_rot, model_fn)
 mms_rot = MMS(gamma=P.gamma).fit(ff_rot.client_moments, ff_rot.layer_dims)  # the rotated clients' moments
@@ -853,7 +887,7 @@ print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - 
 # validation split) and gives every odd-numbered client quarter-turn-rotated images (training
 # and local test), with
 # `rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)` and
-# `edit_federation=lambda f: Federation([ClientData(rot(c.train), rot(c.test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
+# `edit_federation=lambda f: Federation([ClientData(rot(c.train), rot(c.test), pool=rot(f.global_test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
 # (from `fedlib.data` and `fedlib.federation`), then re-run. Does local accuracy now fall as
 # $m_0$ grows (the $m_0$ panel of {numref}`fig-fedgrc-sensitivity`), as Eq. (35) predicts, and
 # where is the best compromise with F@25?

@@ -93,7 +93,7 @@ from IPython.display import Markdown
 from myst_nb import glue
 
 from fedlib.book import claims_report, setup, show_table, sign_word
-from fedlib.claims import Claim, mean_interval, seed_table
+from fedlib.claims import Claim, mean_interval, resolution_of, seed_table
 from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
 from fedlib.experiments.ggeur import (BASES, DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
@@ -158,8 +158,12 @@ print(f"profile {P.profile}: seeds {SEEDS}, betas {P.betas}, {P.n_clients} clien
 #
 # - the paper's **orderings** (GGEUR outperforms a baseline, each step improves, the variance
 #   falls, the curves are ahead early, the gain grows as $\beta$ falls, the diagonal of Figure 6
-#   is higher) give no size at our scale, so their minimum effect is zero: the interval of the
-#   paired difference must clear zero in the claimed direction;
+#   is higher) give no size at our scale, so their minimum effect is the quantity's resolution,
+#   the smallest difference it can show (every row declares it, and {func}`fedlib.claims.Claim`
+#   refuses a smaller minimum effect): one image of the label-skew global test set
+#   ({glue:text}`res_label:.1f` points), a declared {glue:text}`res_dom:.1f` point for the
+#   domain-skew averages, {glue:text}`res_sim:.2f` for a similarity, and one class of ten for a
+#   share of classes; the interval of the paired difference must clear it in the claimed direction;
 # - the paper's **gains over FedAvg** are quoted as large ("notably", "improves … by" several
 #   points); a gain that counts must clear {glue:text}`min_gain` point(s) of accuracy, that is
 #   {glue:text}`min_gain_images` images of the label-skew global test set of
@@ -173,7 +177,7 @@ print(f"profile {P.profile}: seeds {SEEDS}, betas {P.betas}, {P.n_clients} clien
 #   the runs (each row's substitution says so); the paper's text formula runs alongside in the
 #   results table;
 # - the book's **controls** (matched steps, rebalancing only) ask whether GGEUR is still ahead of a
-#   baseline given the same local computation or the same class balance: zero.
+#   baseline given the same local computation or the same class balance: the resolution.
 #
 # MOON (model-contrastive federated learning) is not implemented; FedProx (another regularized base) stands in for it, so the MOON rows
 # of the paper's domain-skew gain, ablation and variance sentences are FedProx rows, and each says
@@ -203,8 +207,15 @@ SUB_DOM = (f"Digits (MNIST, USPS, SVHN, SYN) → MNIST, UCI digits, rotated and 
            + f"; {P.total_per_class} samples per class and {P.per_prototype} per prototype instead of "
            f"{PP['total_per_class']} per class; {P.domain_rounds} rounds × {P.local_epochs} local epoch(s) instead of "
            f"{PP['domain_rounds']}; {SUB_FORMULA}")
-MIN_GAIN = 1.0  # points of accuracy
+RES_LABEL = resolution_of(10 * P.global_test_per_class)  # one image of the label-skew global test set (10 classes)
+RES_DOM = 0.1  # declared: the domain-skew AVG and STD average test sets of several sizes; a tenth of a point is not read
+RES_SIM = 0.01  # declared: similarities S below a hundredth are not read
+RES_SHARE = resolution_of(10)  # one class of ten, in percentage points
+MIN_GAIN = max(1.0, RES_LABEL)  # points of accuracy
 glue("min_gain", MIN_GAIN, display=False)
+glue("res_label", RES_LABEL, display=False)
+glue("res_dom", RES_DOM, display=False)
+glue("res_sim", RES_SIM, display=False)
 Q_OUT = "Under all label distribution skew settings, GGEUR significantly outperforms other methods” … “in all cases, our method outperformed these three approaches"
 Q_GAIN = "Particularly at lower β values (i.e., with more severe label skew), GGEUR notably enhances the performance of FedAvg (CLIP+MLP) …"
 Q_DOM = "GGEUR improves the average performance of FedAvg (CLIP+MLP), MOON (CLIP+MLP), and FedProto (CLIP+MLP) by 5.76%, 18.06%, and 5.38%, respectively"
@@ -222,90 +233,90 @@ for b in P.betas:
     for other, extra in (("FedMix-style", "FedMix → our NaiveMix-style baseline on embeddings"),
                          ("FedFA-style", "FedFA → Gaussian N(global prototype, diagonal variance) on embeddings")):
         claims.append(Claim(f"label-vs-{other}-{b}", Q_OUT, "Section 4.2, Table 1",
-                            f"global accuracy at β = {b}, GGEUR − {other}, points", "greater", 0,
+                            f"global accuracy at β = {b}, GGEUR − {other}, points", "greater", RES_LABEL,
                             f"{extra}; FEDGEN absent (not implemented); {SUB_LABEL}",
-                            values=lambda b=b, other=other: (label_runs.accuracy(b, G), label_runs.accuracy(b, other))))
+                            resolution=RES_LABEL, values=lambda b=b, other=other: (label_runs.accuracy(b, G), label_runs.accuracy(b, other))))
 for b in P.betas:
     claims.append(Claim(f"label-gain-{b}", Q_GAIN, "Section 4.2, Tables 1-3",
                         f"global accuracy at β = {b}, GGEUR − FedAvg, points", "greater", MIN_GAIN,
                         f"the paper's gains are on CIFAR-100 at β down to 0.01; {SUB_LABEL}",
-                        values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg"))))
+                        resolution=RES_LABEL, values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg"))))
 if len(P.betas) >= 2:  # a trend needs two concentrations at least
     claims.append(Claim("label-trend", Q_GAIN, "Section 4.2, Tables 1-3",
-                        f"gain over FedAvg at β = {b_lo} − gain at β = {b_hi}, points", "greater", 0, SUB_LABEL,
-                        values=lambda: (label_runs.accuracy(b_lo, G) - label_runs.accuracy(b_lo, "FedAvg"), label_runs.accuracy(b_hi, G) - label_runs.accuracy(b_hi, "FedAvg"))))
+                        f"gain over FedAvg at β = {b_lo} − gain at β = {b_hi}, points", "greater", RES_LABEL, SUB_LABEL,
+                        resolution=RES_LABEL, values=lambda: (label_runs.accuracy(b_lo, G) - label_runs.accuracy(b_lo, "FedAvg"), label_runs.accuracy(b_hi, G) - label_runs.accuracy(b_hi, "FedAvg"))))
 else:
     print("one β only: the trend row (label-trend) is not declared")
 claims.append(Claim("label-convergence", Q_CONV, "Section 4.5, Figure 8",
-                    f"global accuracy after {early} training round(s) at β = {b_lo}, GGEUR − FedAvg, points", "greater", 0,
+                    f"global accuracy after {early} training round(s) at β = {b_lo}, GGEUR − FedAvg, points", "greater", RES_LABEL,
                     f"the paper's curves are on Office-Home-LDS; ours on label skew; {SUB_LABEL}",
-                    values=lambda: (label_runs.early(b_lo, G), label_runs.early(b_lo, "FedAvg"))))
+                    resolution=RES_LABEL, values=lambda: (label_runs.early(b_lo, G), label_runs.early(b_lo, "FedAvg"))))
 for b in BASES:
     claims.append(Claim(f"dom-gain-{b}", Q_DOM, "Section 4.3, Table 4",
                         f"AVG accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "greater", MIN_GAIN,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)"), dom_runs.value(b, b))))
+                        resolution=RES_DOM, values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)"), dom_runs.value(b, b))))
 ABLATION_BASES = ("FedAvg", "FedProx")  # the paper's ablation covers FedAvg and MOON (FedProx stands in for MOON)
 for b in ABLATION_BASES:
     claims.append(Claim(f"dom-step1-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
-                        f"AVG accuracy, {b} + GGEUR step 1 − {b}, points", "greater", 0,
+                        f"AVG accuracy, {b} + GGEUR step 1 − {b}, points", "greater", RES_DOM,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (step 1)"), dom_runs.value(b, b))))
+                        resolution=RES_DOM, values=lambda b=b: (dom_runs.value(b, "+ GGEUR (step 1)"), dom_runs.value(b, b))))
     claims.append(Claim(f"dom-step2-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
-                        f"AVG accuracy, {b} + GGEUR steps 1 & 2 − {b} + GGEUR step 1, points", "greater", 0,
+                        f"AVG accuracy, {b} + GGEUR steps 1 & 2 − {b} + GGEUR step 1, points", "greater", RES_DOM,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)"), dom_runs.value(b, "+ GGEUR (step 1)"))))
+                        resolution=RES_DOM, values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)"), dom_runs.value(b, "+ GGEUR (step 1)"))))
 for b in BASES:
     claims.append(Claim(f"dom-std-{b}", Q_STD, "Section 4.3, Table 4",
-                        f"STD of accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "less", 0,
+                        f"STD of accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "less", RES_DOM,
                         (MOON if b == "FedProx" else "") + SUB_DOM,
-                        values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)", "STD"), dom_runs.value(b, b, "STD"))))
+                        resolution=RES_DOM, values=lambda b=b: (dom_runs.value(b, "+ GGEUR (steps 1 & 2)", "STD"), dom_runs.value(b, b, "STD"))))
 for other, extra in (("FedMix-style", "FedMix → our NaiveMix-style baseline"), ("FedFA-style", "FedFA → our Gaussian-style baseline")):
     claims.append(Claim(f"digits-vs-{other}", Q_DIG, "Section 4.3, Table 4",
-                        f"AVG accuracy over the domains, FedAvg + GGEUR (steps 1 & 2) − {other}, points", "greater", 0,
+                        f"AVG accuracy over the domains, FedAvg + GGEUR (steps 1 & 2) − {other}, points", "greater", RES_DOM,
                         f"{extra}; FEDGEN absent (not implemented, no row); {SUB_DOM}",
-                        values=lambda other=other: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", other))))
+                        resolution=RES_DOM, values=lambda other=other: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", other))))
 SUB_FIG6 = "CLIP → our CNN encoder; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST"
 claims.append(Claim("fig6-diagonal", Q_FIG6, "Section 3.2.2, Figure 6",
-                    f"similarity S (k = {P.k}) averaged over MNIST vs each other domain, same class − different classes", "greater", 0,
+                    f"similarity S (k = {P.k}) averaged over MNIST vs each other domain, same class − different classes", "greater", RES_SIM,
                     SUB_FIG6,
-                    values=lambda: (dom_runs.similarity_per_seed()[SAME].to_numpy(), dom_runs.similarity_per_seed()[DIFFERENT].to_numpy())))
+                    resolution=RES_SIM, values=lambda: (dom_runs.similarity_per_seed()[SAME].to_numpy(), dom_runs.similarity_per_seed()[DIFFERENT].to_numpy())))
 claims.append(Claim("fig6-rowmax", Q_FIG6, "Section 3.2.2, Figure 6",
                     f"share of MNIST classes whose most similar class of the other domain is the same class − chance (1 in 10), "
-                    "percentage points", "greater", 0, SUB_FIG6, values=lambda: (100 * dom_runs.rowmax_share(dom_emb.n_classes), 100 / dom_emb.n_classes)))
+                    "percentage points", "greater", RES_SHARE, SUB_FIG6, resolution=RES_SHARE, values=lambda: (100 * dom_runs.rowmax_share(dom_emb.n_classes), 100 / dom_emb.n_classes)))
 CLAIM_FOR = {"label": "“GGEUR significantly outperforms other methods” / “notably enhances … FedAvg” (Section 4.2)",
              "dom": "“GGEUR improves the average performance of FedAvg” (Section 4.3)"}
 controls = []
 for b in P.betas:
     controls.append(Claim(f"ctrl-matched-{b}", f"Is GGEUR ahead of FedAvg trained on the real samples for as many local steps (β = {b})?",
-                          CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (matched steps), points", "greater", 0,
-                          SUB_LABEL, kind="control", values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg, matched steps"))))
+                          CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (matched steps), points", "greater", RES_LABEL,
+                          SUB_LABEL, kind="control", resolution=RES_LABEL, values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg, matched steps"))))
     controls.append(Claim(f"ctrl-rebalanced-{b}", f"Is GGEUR ahead of FedAvg on the real samples resampled to GGEUR's class counts (β = {b})?",
-                          CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (rebalanced), points", "greater", 0,
-                          SUB_LABEL, kind="control", values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg, rebalanced"))))
+                          CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (rebalanced), points", "greater", RES_LABEL,
+                          SUB_LABEL, kind="control", resolution=RES_LABEL, values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedAvg, rebalanced"))))
     controls.append(Claim(f"ctrl-fedmix-matched-{b}", f"Is GGEUR ahead of FedMix-style given GGEUR's local steps (β = {b})?",
-                          CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedMix-style (matched steps), points", "greater", 0,
-                          SUB_LABEL, kind="control", values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedMix-style, matched steps"))))
+                          CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedMix-style (matched steps), points", "greater", RES_LABEL,
+                          SUB_LABEL, kind="control", resolution=RES_LABEL, values=lambda b=b: (label_runs.accuracy(b, G), label_runs.accuracy(b, "FedMix-style, matched steps"))))
 controls.append(Claim("ctrl-convergence-matched", f"Is GGEUR ahead early (round {early}, β = {b_lo}) of FedAvg with matched steps?",
                       "“our method enhances the convergence speed” (Section 4.5)",
-                      f"global accuracy after {early} round(s), GGEUR − FedAvg (matched steps), points", "greater", 0, SUB_LABEL,
-                      kind="control", values=lambda: (label_runs.early(b_lo, G), label_runs.early(b_lo, "FedAvg, matched steps"))))
+                      f"global accuracy after {early} round(s), GGEUR − FedAvg (matched steps), points", "greater", RES_LABEL, SUB_LABEL,
+                      kind="control", resolution=RES_LABEL, values=lambda: (label_runs.early(b_lo, G), label_runs.early(b_lo, "FedAvg, matched steps"))))
 STEP_FOR = "“each step incrementally improves the original methods” (Section 4.3; the paper's ablation covers FedAvg and MOON)"
 controls.append(Claim("dom-step1-FedProto", "Does GGEUR step 1 improve FedProto (outside the paper's ablation)?", STEP_FOR,
-                      "AVG accuracy, FedProto + GGEUR step 1 − FedProto, points", "greater", 0, SUB_DOM, kind="control",
-                      values=lambda: (dom_runs.value("FedProto", "+ GGEUR (step 1)"), dom_runs.value("FedProto", "FedProto"))))
+                      "AVG accuracy, FedProto + GGEUR step 1 − FedProto, points", "greater", RES_DOM, SUB_DOM, kind="control",
+                      resolution=RES_DOM, values=lambda: (dom_runs.value("FedProto", "+ GGEUR (step 1)"), dom_runs.value("FedProto", "FedProto"))))
 controls.append(Claim("dom-step2-FedProto", "Does GGEUR step 2 improve FedProto + step 1 (outside the paper's ablation)?", STEP_FOR,
-                      "AVG accuracy, FedProto + GGEUR steps 1 & 2 − FedProto + GGEUR step 1, points", "greater", 0, SUB_DOM,
+                      "AVG accuracy, FedProto + GGEUR steps 1 & 2 − FedProto + GGEUR step 1, points", "greater", RES_DOM, SUB_DOM,
                       kind="control",
-                      values=lambda: (dom_runs.value("FedProto", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedProto", "+ GGEUR (step 1)"))))
+                      resolution=RES_DOM, values=lambda: (dom_runs.value("FedProto", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedProto", "+ GGEUR (step 1)"))))
 controls.append(Claim("ctrl-dom-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedAvg trained on the real samples for as many local steps?",
-                      CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedAvg (matched steps), points", "greater", 0,
+                      CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedAvg (matched steps), points", "greater", RES_DOM,
                       SUB_DOM, kind="control",
-                      values=lambda: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", "FedAvg, matched steps"))))
+                      resolution=RES_DOM, values=lambda: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", "FedAvg, matched steps"))))
 controls.append(Claim("ctrl-dom-fedmix-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedMix-style given GGEUR's local steps?",
-                      CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedMix-style (matched steps), points", "greater", 0,
+                      CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedMix-style (matched steps), points", "greater", RES_DOM,
                       SUB_DOM, kind="control",
-                      values=lambda: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", "FedMix-style, matched steps"))))
+                      resolution=RES_DOM, values=lambda: (dom_runs.value("FedAvg", "+ GGEUR (steps 1 & 2)"), dom_runs.value("FedAvg", "FedMix-style, matched steps"))))
 print(f"{len(claims)} claims and {len(controls)} controls declared")
 
 # %% [markdown]

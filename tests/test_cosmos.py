@@ -392,7 +392,8 @@ def test_a_renumbered_cluster_gets_its_own_members_teacher_not_the_old_number():
     # round 1: {0, 1} say class 0, {2, 3} class 1; round 2 only client 0 replies, now like {2, 3}
     pub = PublicSet(torch.randn(4, 16, generator=torch.Generator().manual_seed(0)))
     srv = functools.partial(build_model, "mlp", in_channels=1, n_classes=2, input_size=4, hidden=(4,))
-    m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, recluster=True, server_train=ADAM)
+    fit = TrainConfig(epochs=30, batch_size=16, optimizer="adam", lr=1e-2)  # enough steps to fit four public samples
+    m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, recluster=True, server_train=fit)
     a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
     s1 = fold_replies(m.aggregate(m.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))])
     s2 = fold_replies(m.aggregate(s1, 2), [(0, _labels(b))])

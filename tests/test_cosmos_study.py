@@ -105,7 +105,8 @@ def test_the_sensitivity_reader_by_hand():
     defaults = {"λ": 5.0, "clients": 20, "clusters": 5}
     sens = Sensitivity(_sweep_rows(), defaults, {"λ": [0.0, 1.0], "clients": [10], "clusters": [1, 8]})
     assert sens.values("λ", 5.0).tolist() == [80.0, 81.0] and sens.values("clusters", 5).tolist() == [80.0, 81.0]
-    assert sens.best_other("λ").tolist() == [85.0, 86.0] and sens.best_other("T") is None
+    assert {k: v.tolist() for k, v in sens.others("λ").items()} == {"λ = 0": [70.0, 71.0], "λ = 1": [85.0, 86.0]}
+    assert sens.others("T") is None  # by name, every other value: never the per-seed maximum
     more, fewer = sens.larger_vs_smaller("clients")  # only fewer clients tried: the default against them
     assert more.tolist() == [80.0, 81.0] and fewer.tolist() == [60.0, 61.0]
     larger, default = sens.larger_vs_smaller("clusters")  # 8 > 5 is tried: it against the default
@@ -138,10 +139,10 @@ def test_a_small_study_runs_every_kind_and_counts_pseudo_label_bytes():
     assert set(res.nbytes.method) == {"COSMOS", "FedMD", "FedCT", "COMET", "FedAvg (one architecture)"}
     assert res.curves.groupby("method").size().to_dict() == {"COMET": 2, "COSMOS": 2, "FedCT": 2, "FedMD": 2}
     assert res.clusters["round"].tolist() == [1, 2] and 0 <= first["purity"] <= 1 and first["deploy_bytes"] > 0
-    # accuracy_points: the protocol's local accuracy of the last round, in points
+    # accuracy_points: the clients' pooled scores of the last round, in points
     run, method = first["first"]
     table = per_client_table(run.frame)
     points = accuracy_points(run.frame)
-    assert points["mean"] == pytest.approx(100 * table["local"].mean()) and points["worst"] == pytest.approx(100 * table["local"].min())
+    assert points["mean"] == pytest.approx(100 * table["pooled"].mean()) and points["worst"] == pytest.approx(100 * table["pooled"].min())
     assert points["worst"] <= points["bottom-20 %"] <= points["mean"] and points["mean"] == main.iloc[0]["mean"]
     assert method.name == "cosmos" and np.isfinite(first["params"])

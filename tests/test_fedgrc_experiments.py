@@ -16,7 +16,7 @@ from fedlib.claims import SeedValues, seed_band
 from fedlib.data import make_gaussian_mixture
 from fedlib.deployment import FrozenFeatures, collect_statistics
 from fedlib.experiments.fedgrc import (EXCESS_COLUMNS, FedGRCStudy, baseline_head, before_after, deployed_name,
-                                      excess_gain_rows, final_round, mean_over_heads, sensitivity, strongest)
+                                      each_baseline, excess_gain_rows, final_round, mean_over_heads, sensitivity)
 from fedlib.federation import hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig
@@ -96,11 +96,12 @@ def _tidy(values):
     return SeedValues(pd.DataFrame(rows), ["alpha", "method", "metric"], [0, 1])
 
 
-def test_strongest_and_mean_over_heads_by_hand():
+def test_each_baseline_and_mean_over_heads_by_hand():
     v = _tidy({("A", "g"): [1.0, np.nan], ("B", "g"): [2.0, np.nan], ("C", "g"): [0.5, 3.0],
                ("X + H1", "g"): [10.0, 20.0], ("X + H2", "g"): [30.0, 40.0]})
-    assert strongest(v, 0.1, "g", ["A", "B", "C"]).tolist() == [2.0, 3.0]
-    assert np.isnan(strongest(v, 0.1, "g", ["A", "B"])[1])  # every baseline undefined on seed 1
+    every = each_baseline(v, 0.1, "g", ["A", "B", "C"])
+    assert list(every) == ["A", "B", "C"] and every["C"].tolist() == [0.5, 3.0]  # by name, never a per-seed maximum
+    assert np.isnan(every["A"][1])
     assert mean_over_heads(v, 0.1, "X", ["H1", "H2"], "g").tolist() == [20.0, 30.0]
 
 

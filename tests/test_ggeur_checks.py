@@ -112,7 +112,8 @@ def test_generation_covariances_and_a_wrong_analytic_covariance(monkeypatch):
     assert by_scale.index.tolist() == [0.5, 2.0] and np.allclose(by_scale["tr Cov(β) / tr Σ, code"], 1.0)
     # the paper's ratio grows with the square of the feature scale
     assert by_scale.loc[2.0, "tr Cov(β) / tr Σ, paper"] == pytest.approx(16 * by_scale.loc[0.5, "tr Cov(β) / tr Σ, paper"])
-    monkeypatch.setattr(gc, "generated_covariance", lambda v, V, formula: 2 * (V * v) @ V.T)
+    right = gc.generated_covariance  # a wrong analytic covariance: twice each formula's own
+    monkeypatch.setattr(gc, "generated_covariance", lambda v, V, formula: 2 * right(v, V, formula))
     assert (generation_covariances(2, 5000, dim=3)[0]["relative error empirical vs analytic"] > 0.3).all()
 
 

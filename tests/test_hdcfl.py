@@ -454,7 +454,7 @@ def test_donor_ranking_by_hand_and_against_scipy():
 def test_ifca_clients_choose_the_lowest_loss_cluster_and_each_cluster_averages_its_own(grouped):
     fed, model_fn = grouped
     alg = IFCA(train=TRAIN, k=2, seed=0)
-    run = run_federated(alg, fed, model_fn, LoopConfig(rounds=6, seed=0))
+    run = run_federated(alg, fed, model_fn, LoopConfig(rounds=10, seed=0))  # FedAvg, one model for both groups: 0.52
     led = run.ledger.to_frame()
     assert set(led[led.direction == "down"].kind) >= {"clusters"}
     model = model_fn()

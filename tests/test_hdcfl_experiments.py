@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients
-from fedlib.experiments.hdcfl import (METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_table,
+from fedlib.experiments.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_table,
                                       donor_table, ledger_costs, server_seconds, step_text, tail_metrics)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
@@ -19,8 +19,9 @@ from fedlib.training import TrainConfig, predict
 
 
 def _frame(values: list[float]) -> pd.DataFrame:
-    rows = [(2, k, m, v) for k, v in enumerate(values) for m in ("local", "global", "unseen", "rare")]
-    rows += [(1, k, "local", 0.0) for k in range(len(values))]  # an earlier round is not read
+    rows = [(2, k, m, v) for k, v in enumerate(values) for m in ("pooled", "global", "unseen", "rare")]
+    rows += [(2, k, "local", 1.0) for k in range(len(values))]  # the clients' own small splits: not what the tails read
+    rows += [(1, k, "pooled", 0.0) for k in range(len(values))]  # an earlier round is not read
     return pd.DataFrame(rows, columns=["round", "client", "metric", "value"])
 
 
@@ -77,8 +78,10 @@ def test_the_readings_per_seed_by_hand():
     runs = _runs()
     assert runs.macro_of("HDC-FL", "mean").tolist() == [0.0, 1.0]  # seeds 0, 1; HDC-FL's v is 0
     assert runs.macro_of("IFCA", "mean").tolist() == [6.0, (100.0 + 100.0) / 2]
-    assert runs.best_baseline("mean").tolist() == [6.0, 100.0]
-    assert runs.best_baseline("mean", baselines=["FedAvg-SE", "FedRep"]).tolist() == [2.0, 3.0]
+    every = runs.each_baseline("mean")
+    assert list(every) == list(BASELINES) and every["IFCA"].tolist() == [6.0, 100.0]  # by name, no per-seed maximum
+    assert {k: v.tolist() for k, v in runs.each_baseline("mean", baselines=["FedAvg-SE", "FedRep"]).items()} == {
+        "FedAvg-SE": runs.macro_of("FedAvg-SE", "mean").tolist(), "FedRep": runs.macro_of("FedRep", "mean").tolist()}
     assert runs.variant("x", "v").tolist() == [2.0, 3.0]
     assert runs.refreshes("x", "raw heads", "silhouette", "last").tolist() == [0.4, 0.3]
     assert runs.refreshes("x", "raw heads", "silhouette", "mean").tolist() == pytest.approx([0.3, 0.2])

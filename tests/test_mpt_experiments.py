@@ -148,7 +148,7 @@ def test_bytes_per_method_is_the_ledgers_last_round(study, figure):
     frame = bytes_per_method(study, "mix", model_fn, 0.1, [0], ["fedavg", "mpt_lite", "mpt"])
     assert frame.set_index("method")["relative"]["fedavg"] == 1.0
     ds = study.data("mix", 0)
-    small = study.scenario(ds.subset(np.arange(0, len(ds), 4)), 0.1, 0)
+    small = study.scenario(ds.subset(np.arange(0, len(ds), 2)), 0.1, 0)
     alg = study.algorithm(0, payload=METHOD_PAYLOAD["mpt"], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
     led = run_federated(alg, small.federation, model_fn,
                         LoopConfig(rounds=2, seed=0, events=(Event(2, 0, "leave"),))).ledger.to_frame()

@@ -51,10 +51,23 @@ STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "det
 """The sensitivity studies a study can sweep (the ``sweeps`` of :class:`COSMOSStudy`)."""
 
 
+def sweep_label(study: str, value) -> str:
+    """The name of one swept value in a claim's comparators: ``"λ = 0.5"``, ``"rule = median"``.
+
+    Examples
+    --------
+    >>> sweep_label("λ", 0.5), sweep_label("rule", "median")
+    ('λ = 0.5', 'rule = median')
+    """
+    return f"{study} = {value:g}" if isinstance(value, (int, float, np.integer, np.floating)) else f"{study} = {value}"
+
+
 def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
-    """The protocol's local accuracy of a run's last evaluated round, in points: the mean over
-    clients (``mean``), the worst client (``worst``), the mean of the lowest 20 % (``bottom-20 %``)
-    and the @25 floor (``L@25``) (:func:`fedlib.metrics.protocol_summary`).
+    """The protocol's client accuracies of a run's last evaluated round, in points: the mean over
+    clients (``mean``), the worst client (``worst``) and the mean of the lowest 20 %
+    (``bottom-20 %``) of the clients' pooled scores (each client's model on the held-out pool of
+    its own distribution, the ability ``pooled`` of :mod:`fedlib.metrics`), and the @25 floor of
+    their local test accuracy (``L@25``) (:func:`fedlib.metrics.protocol_summary`).
 
     Parameters
     ----------
@@ -62,7 +75,7 @@ def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
         A run's tidy frame (:attr:`fedlib.loop.RunResult.frame`).
     """
     s = protocol_summary(per_client_table(frame))
-    return {"mean": 100 * s["local"], "worst": 100 * s["worst_local"], "bottom-20 %": 100 * s["bottom20_local"],
+    return {"mean": 100 * s["pooled"], "worst": 100 * s["worst_pooled"], "bottom-20 %": 100 * s["bottom20_pooled"],
             "L@25": 100 * s["L@25"]}
 
 
@@ -253,7 +266,7 @@ class COSMOSStudy:
             for name, m in methods.items():
                 run = run_federated(m, fed, archs, cfg)
                 out["rows"].append({"study": "main", "setting": "default", "seed": s, "method": name, **accuracy_points(run.frame)})
-                curve = run.curve("local")
+                curve = run.curve("pooled")  # the clients' pooled scores, as the table
                 out["curves"].append(pd.DataFrame({"seed": s, "method": name, "round": curve.index, "mean": 100 * curve.values}))
                 out["bytes"].append({"seed": s, "method": name, **training_bytes(run, self.n_clients, self.rounds)})
                 if name == "COSMOS":  # the paper's protocol: each evaluated client downloads its cluster model
@@ -344,8 +357,8 @@ class Sensitivity:
     >>> rows = pd.DataFrame({"study": ["λ", "λ", "T"], "setting": ["5.0", "0.0", "0.0"], "seed": 0, "method": "COSMOS",
     ...                      "mean": [80.0, 70.0, 75.0], "clusters": 5, "purity": 1.0})
     >>> s = Sensitivity(rows, {"λ": 5.0, "T": 1.0}, {"λ": [0.0], "T": [0.0]})
-    >>> s.values("T", 1.0).tolist(), s.best_other("T").tolist(), s.best_other("rule")
-    ([80.0], [75.0], None)
+    >>> s.values("T", 1.0).tolist(), {k: v.tolist() for k, v in s.others("T").items()}, s.others("rule")
+    ([80.0], {'T = 0': [75.0]}, None)
     """
 
     def __init__(self, rows: pd.DataFrame, defaults: Mapping, sweeps: Mapping[str, Sequence]) -> None:
@@ -360,10 +373,12 @@ class Sensitivity:
             self.sweep[(self.sweep.study == study) & (self.sweep.setting == str(value))]
         return part.sort_values("seed")["mean"].to_numpy()
 
-    def best_other(self, study: str) -> np.ndarray | None:
-        """Per seed, the best of ``study``'s values other than the default; ``None`` where none is swept."""
+    def others(self, study: str) -> dict[str, np.ndarray] | None:
+        """Every value of ``study`` other than the default, its ``mean`` accuracy per seed, by
+        :func:`sweep_label`: what a claim that the default is "the best" reads (one paired
+        interval per other value; never the per-seed maximum); ``None`` where none is swept."""
         others = list(self.sweeps.get(study, []))
-        return np.max(np.stack([self.values(study, v) for v in others]), axis=0) if others else None
+        return {sweep_label(study, v): self.values(study, v) for v in others} if others else None
 
     def larger_vs_smaller(self, study: str) -> tuple[np.ndarray, np.ndarray] | None:
         """``(values at the larger, values at the smaller)``: the sweep's largest value against the
@@ -393,5 +408,5 @@ class Sensitivity:
         return part
 
 
-__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points",
+__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "sweep_label",
            "training_bytes"]

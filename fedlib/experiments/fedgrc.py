@@ -11,7 +11,7 @@ and the excess gain :math:`I`) and the sensitivity to :math:`m_0` and :math:`\ga
 every seed and :math:`\alpha` and returns a :class:`StudyRuns`, whose tidy results (one row per
 seed, :math:`\alpha`, method and metric, in percent) the chapter reads per seed with
 :class:`fedlib.claims.SeedValues`. The other functions take such a reader ``v(alpha, method,
-metric)`` (an array with one value per seed) and make the chapter's tables: :func:`strongest`,
+metric)`` (an array with one value per seed) and make the chapter's tables: :func:`each_baseline`,
 :func:`mean_over_heads`, :func:`before_after`, :func:`baseline_head`, :func:`excess_gain_rows`
 and :func:`sensitivity`.
 """
@@ -248,19 +248,18 @@ class FedGRCStudy:
                 run.save(Path(results_dir) / f"seed{s}" / f"alpha{a}" / name)
 
 
-def strongest(v: Callable[..., np.ndarray], alpha: float, metric: str, baselines: Sequence[str]) -> np.ndarray:
-    """Per seed, the best of the ``baselines`` on ``metric`` at ``alpha`` (NaN-aware: NaN only where
-    every baseline is undefined). A declared aggregate: the maximum is taken per seed, after the
-    test results are known, so it favours the baselines.
+def each_baseline(v: Callable[..., np.ndarray], alpha: float, metric: str, baselines: Sequence[str]) -> dict[str, np.ndarray]:
+    """Every baseline's values of ``metric`` at ``alpha``, one per seed, by name: what a claim
+    against every baseline reads (:class:`fedlib.claims.Claim` with ``versus`` the names; one
+    paired interval per baseline, never the per-seed maximum of the test results).
 
     Examples
     --------
     >>> values = {"A": np.array([90.0, 80.0]), "B": np.array([95.0, np.nan])}  # two seeds
-    >>> strongest(lambda alpha, method, metric: values[method], 0.1, "global", ["A", "B"])
-    array([95., 80.])
+    >>> each_baseline(lambda alpha, method, metric: values[method], 0.1, "global", ["A", "B"])["B"]
+    array([95., nan])
     """
-    stack = np.stack([v(alpha, n, metric) for n in baselines])
-    return np.array([np.nan if np.isnan(col).all() else np.nanmax(col) for col in stack.T])
+    return {n: v(alpha, n, metric) for n in baselines}
 
 
 def mean_over_heads(v: Callable[..., np.ndarray], alpha: float, backbone: str, heads: Sequence[str], metric: str = "global") -> np.ndarray:
@@ -399,4 +398,4 @@ def sensitivity(features: Mapping[int, FrozenFeatures], m0_grid: Sequence[float]
 
 
 __all__ = ["EXCESS_COLUMNS", "SENSITIVITY_CURVES", "FedGRCStudy", "StudyRuns", "baseline_head", "before_after",
-           "deployed_name", "excess_gain_rows", "final_round", "mean_over_heads", "sensitivity", "strongest"]
+           "deployed_name", "each_baseline", "excess_gain_rows", "final_round", "mean_over_heads", "sensitivity"]

@@ -373,7 +373,7 @@ def bytes_per_method(study: MPTStudy, name: str, model_fn: Callable[[], torch.nn
     """Figure 5 (a): each method alone, its clients sending only its payload
     (:data:`fedlib.algorithms.mpt.METHOD_PAYLOAD`), through the ledger.
 
-    Per seed, a two-round run per method on a quarter of the seed's data (message sizes depend on
+    Per seed, a two-round run per method on half of the seed's data (message sizes depend on
     shapes, not on the number of samples), one local step per round, no history, the client
     leaving at round 2; the training bytes of round 2 (after the departure, with SDC's and LDC's
     extras) per client, up and down (:meth:`fedlib.messages.Ledger.per_client_and_round`).
@@ -395,7 +395,7 @@ def bytes_per_method(study: MPTStudy, name: str, model_fn: Callable[[], torch.nn
     rows = []
     for s in seeds:
         ds = study.data(name, s)
-        small = study.scenario(ds.subset(np.arange(0, len(ds), 4)), fraction, s)
+        small = study.scenario(ds.subset(np.arange(0, len(ds), 2)), fraction, s)  # half the data: every client keeps samples at the smoke profile
         for m in methods:
             alg = study.algorithm(s, payload=METHOD_PAYLOAD[m], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
             cfg = LoopConfig(rounds=2, seed=s, events=(Event(2, study.departing, "leave"),))  # sizes do not depend on the round

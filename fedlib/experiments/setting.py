@@ -68,7 +68,7 @@ def partition_table(federations: Mapping[float | None, Federation], rare_ratio: 
     >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
     >>> feds = make_federations(ds, [None, 0.1], n_clients=4, global_test_per_class=10, seed=0)
     >>> partition_table(feds, 0.5).loc["IID", ["train samples", "global test samples", "unseen classes (mean)"]].tolist()
-    [68.0, 30.0, 0.0]
+    [66.0, 30.0, 0.0]
     """
     rows = []
     for alpha, fed in federations.items():
