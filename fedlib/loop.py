@@ -60,7 +60,7 @@ from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensor
 from .messages import DOWN, UP, Ledger, Message, State, same_arrays
 from .metrics import RARE_RATIO, protocol_summary
 from .protocol import Algorithm, Event, map_messages
-from .rng import EVAL_SAMPLE, SAMPLING, numpy_rng
+from .rng import EVAL_SAMPLE, SAMPLING, STREAMS_VERSION, numpy_rng
 from .store import STATE_STORES, make_states
 from .transport import ClientFailure, Transport
 from .validation import is_int
@@ -288,8 +288,9 @@ class RunResult:
         server state, which stays bit-for-bit reproducible)
     predictions : with ``RunOptions(keep_predictions=True)``, each client evaluated in the last
         evaluated round: ``{client: (local test predictions, global test predictions)}``, label
-        arrays of shape (n_local,) and (n_global,) (kept in memory, not saved; empty when no
-        round was evaluated); ``None`` otherwise
+        arrays of shape (n_local,) and (n_global,), with a third, the predictions on the client's
+        own pool, for a client that has one (:attr:`fedlib.federation.ClientData.pool`; kept in
+        memory, not saved; empty when no round was evaluated); ``None`` otherwise
     """
 
     frame: pd.DataFrame
@@ -502,7 +503,7 @@ def run_rounds(
                          "clients); valid: RunOptions(keep_predictions=False)")
     ckpt = Path(options.checkpoint) if options.checkpoint else None
     fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": {**config.fingerprint(), **transport.fingerprint()},
-                                   "federation": transport.description})
+                                   "federation": transport.description, "streams": STREAMS_VERSION})
     if ckpt is not None and ckpt.exists():
         tensors, saved = load_tensors_json(ckpt)
         if saved["fingerprint"] != fingerprint:

@@ -908,8 +908,8 @@ def rescore(federation, predictions, rare_ratio: float = RARE_RATIO, f1_class: i
     pandas.DataFrame
         One row per client (sorted), one column per ability: what :func:`protocol_summary` takes.
         ``pooled`` is scored on the global test predictions for a client whose pool is the global
-        test set (``ClientData.pool is None``); for a client with a pool of its own it needs the
-        third entry, and is NaN without it (the kept predictions do not hold the pool's).
+        test set (``ClientData.pool is None``); for a client with a pool of its own on the third
+        entry (which the round loop keeps for such a client), and is NaN without it.
     """
     rows = {}
     for k in sorted(predictions):
@@ -941,8 +941,8 @@ def protocol_summary(per_client: pd.DataFrame) -> dict[str, float]:
     Returns
     -------
     dict
-        ``local, pooled, global, unseen, rare`` (means over clients), ``L@25, U@25, R@25`` (@25
-        floors of local, unseen, rare), ``F@25``, ``worst_a, bottom20_a, gap_a`` for ``a`` in
+        ``local, pooled, global, unseen, rare`` (means over clients), ``L@25, P@25, U@25, R@25``
+        (@25 floors of local, pooled, unseen, rare), ``F@25``, ``worst_a, bottom20_a, gap_a`` for ``a`` in
         ``local, pooled, global``, and ``f1`` (mean) when present. NaN = "n/a"; the ``pooled`` keys
         are NaN for a table without that column (one made before the ability existed).
 
@@ -955,6 +955,7 @@ def protocol_summary(per_client: pd.DataFrame) -> dict[str, float]:
     out = {a: float(table.loc[a, "mean"]) if a in table.index else math.nan
            for a in ("local", "pooled", "global", "unseen", "rare")}
     out["L@25"] = float(table.loc["local", "at25"])
+    out["P@25"] = float(table.loc["pooled", "at25"]) if "pooled" in table.index else math.nan
     out["U@25"] = float(table.loc["unseen", "at25"])
     out["R@25"] = float(table.loc["rare", "at25"])
     out["F@25"] = _tail(floors, _FLOOR_FRACTION)

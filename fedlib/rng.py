@@ -76,6 +76,10 @@ PURPOSES = {name: value for name, value in globals().items() if name.isupper() a
 """Every named purpose and its stream key (a test checks that the values are distinct)."""
 
 
+STREAMS_VERSION = 2
+"""The version of :func:`derive_seed`'s derivation (2: length-separated keys). A checkpoint's
+fingerprint carries it, so a run saved under another derivation is refused instead of resuming
+with other random numbers."""
 SEED_RANGE = (0, 2**32)
 """Run seeds and stream keys are integers in ``[0, 2**32)`` (one 32-bit word each): larger values
 would be split into several words and alias other keys, so they are refused."""

@@ -98,5 +98,6 @@ class Transport:
         or the global test set); yield ``(k, abilities)`` in the order of ``messages``, or
         ``(k, ClientFailure)`` for a client that gave no reply. ``predictions`` (a dict), when
         given, receives ``predictions[k] = (local test labels predicted, global test labels
-        predicted)`` of every evaluated client (a transport that cannot return them raises)."""
+        predicted)`` of every evaluated client, and the labels predicted on its own pool third for a
+        client that has one (a transport that cannot return them raises)."""
         raise NotImplementedError

@@ -212,7 +212,8 @@ STUDY = COSMOSStudy(  # every run of the chapter: fedlib.experiments.cosmos
 # effect; none is picked from the test results.
 
 # %% tags=["hide-input"]
-RES_MEAN = resolution_of(P.global_test_per_class * {"cifar100": 100}.get(P.dataset, 10))  # one image of the pool
+N_CLASSES = load_data(P.dataset, cifar_root=cifar_root).n_classes
+RES_MEAN = resolution_of(P.global_test_per_class * N_CLASSES)  # one image of the pool (the class-balanced global test set)
 RES_LOG = 0.01  # the declared resolution of a base-10 log ratio
 MIN_GAIN = max(0.5, RES_MEAN)  # points: a gain must exceed this
 TOL = max(2.0, RES_MEAN)  # points: "competitive" (non-inferiority margin)
@@ -322,9 +323,8 @@ if results_dir is not None:
 #
 # Mean client accuracy per round (the clients' pooled scores, points; the mean over the
 # {glue:text}`n_seeds` seeds, the band the 95 % interval), then the last round's table with the
-# protocol's tails of the same scores: the worst client and the bottom 20 % of clients; and the
-# @25 floor of the clients' accuracy on their own small test splits (the mean of the lowest quarter,
-# {ref}`chapter-setting`). The first round is COSMOS's pre-training and clustering phase: the
+# protocol's tails of the same scores: the worst client, the bottom 20 % of clients and the @25
+# floor P@25 (the mean of the lowest quarter, {ref}`chapter-setting`). The first round is COSMOS's pre-training and clustering phase: the
 # clients have trained on their own data only, and the cluster models have just been distilled.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean client accuracy per round on the default mixture of architectures (COSMOS deploys each client's cluster model), mean over the seeds with the 95 % interval as a band.", "name": "fig-cosmos-curves"}, "image": {"alt": "Line plot of mean client accuracy in percent against the round for COSMOS, FedMD, FedCT and COMET, one line per method with a shaded band over seeds."}}
@@ -343,7 +343,7 @@ fig.tight_layout()
 plt.show()
 
 # %% tags=["hide-input"]
-METRICS = ["mean", "worst", "bottom-20 %", "L@25"]
+METRICS = ["mean", "worst", "bottom-20 %", "P@25"]
 MAIN_METHODS = ["COSMOS", "COSMOS (client models)", "FedMD", "FedCT", "COMET"]
 main = rows[rows.study == "main"]
 table = pd.concat({m: seed_table(main, "method", None, m, digits=1)[m] for m in METRICS}, axis=1).reindex(MAIN_METHODS)
@@ -520,6 +520,7 @@ R = claims_report(claims)
 # %% tags=["hide-input"]
 glue("beats_verdict", R["beats"].verdict, display=False)
 glue("beats_interval", R["beats"].interval.format(1), display=False)
+glue("beats_binding", R["beats"].binding, display=False)
 glue("own_verdict", R["beats-own"].verdict, display=False)
 glue("comm_verdict", R["comm"].verdict, display=False)
 glue("comm_reading", "with models this small the pseudo-label matrix is about as large as the model" if fedavg_total / cosmos_total < 10
@@ -528,7 +529,8 @@ glue("total_seconds", P.elapsed(), display=False)
 
 # %% [markdown]
 # **Reading the table.** The headline claim, that COSMOS beats every model-agnostic baseline, is
-# *{glue:text}`beats_verdict`* here (COSMOS − best baseline: {glue:text}`beats_interval` points);
+# *{glue:text}`beats_verdict`* here (against the baseline nearest to failing it,
+# {glue:text}`beats_binding`: COSMOS − {glue:text}`beats_binding` {glue:text}`beats_interval` points);
 # deploying the clients' own models instead of the cluster models, it is
 # *{glue:text}`own_verdict`*. The communication claim is *{glue:text}`comm_verdict`*:
 # {glue:text}`comm_reading` (see the arithmetic at the paper's scale above).

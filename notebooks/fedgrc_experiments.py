@@ -246,15 +246,26 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # by seed, would be biased upwards under a tie and reject a true claim more often the more seeds
 # are run). The baselines are the personalized-FL methods, FedAvg-Aug, and the baseline heads on
 # the FedAvg and FedAvg-Aug backbones; rows built from FedGRC's own parts (CGRL's backbone, MMS,
-# SASP) are ablations.
+# SASP) are ablations. Against {glue:text}`fge_n_baselines` baselines and few seeds, the side
+# that says "does not hold" is wide (its Bonferroni level is high), so those rows mostly hold or
+# stay inconclusive.
+#
+# The paper's Dir(0.1) **trade-off** says the opposite of a lead: some baseline is ahead of FedGRC
+# in local accuracy. That row compares with one named baseline, the strongest in mean local
+# accuracy at $\alpha =$ {glue:text}`fge_alpha_lo` on a **pilot seed** ({glue:text}`fge_pilot`)
+# that none of the claims uses: {glue:text}`fge_leader` ({glue:text}`fge_leader_local:.1f` % on the
+# pilot), named before the claims' seeds are run.
 #
 # **Resolution.** Every row declares the smallest difference its quantity can show, and its
-# minimum effect is at least that: one test image of one class for the accuracies read on the
-# global test set ({glue:text}`fge_res_class:.2f` points for a class's recall, so for the unseen,
-# rare and floor scores; {glue:text}`fge_res_global:.2f` for global accuracy, which weighs every
-# image of the global test set), and one image of a mean local test split for local accuracy
-# ({glue:text}`fge_res_local:.1f` points: the clients' own test splits are small). Where the paper
-# claims only a direction, the minimum effect is that resolution.
+# minimum effect is at least that. The rule: the step one test image makes in the quantity when
+# it changes in every client's evaluation, read on the test set the quantity uses (sizes from the
+# first seed's federations). For global accuracy, which weighs every image of the global test
+# set, that is {glue:text}`fge_res_global:.2f` points; for the unseen and rare accuracies, means
+# of class recalls, one image of a class, {glue:text}`fge_res_class:.2f` points; for local
+# accuracy one image of a mean local test split, {glue:text}`fge_res_local:.1f` points (the
+# clients' own test splits are small); and for the floors, which take each client's weakest of
+# the three, the coarser of those, {glue:text}`fge_res_floor:.1f` points. Where the paper claims
+# only a direction, the minimum effect is that resolution.
 
 # %% tags=["hide-input"]
 ABSENT = "absent baselines (BTFL, pFedFDA, FedLog, FedROD, FedTHE, HPFL, FedYoYo) are not in the comparison"
@@ -283,13 +294,24 @@ SIZES = {"global": 2.17, "F@25": 2.13}  # the lower ends of the paper's ranges, 
 PFL = ["FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedRep", "FedBABU", "Ditto", "FedETF", "FedETF-FT", "CGRL (training head)"]
 BASELINE_HEAD_NAMES = ("FedNCM", "LDA", "FedCGS", "Fed3R", "CCVR")  # the five baseline heads (built with the runs below)
 BASELINES = [n for n in PFL if n != "CGRL (training head)"] + [f"{b} + {h}" for b in ("FedAvg", "FedAvg-Aug") for h in BASELINE_HEAD_NAMES]
-N_CLASS_TEST = P.global_test_per_class - round(P.val_fraction * P.global_test_per_class)  # a class's test images
-LOCAL_TEST = (len(data) - C * P.global_test_per_class) / P.n_clients * 0.25  # a client's local test split (a quarter of its data), on average
+BASELINE_HEADS = dict(zip(BASELINE_HEAD_NAMES, (FedNCMHead(), LDAHead(), FedCGSHead(), Fed3RHead(), CCVRHead())))
+BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
+HEAD_EPOCHS = 1
+study = FedGRCStudy(model_fn=model_fn, train=train_cfg, finetune=finetune_cfg,
+                    head_train=TrainConfig(epochs=HEAD_EPOCHS, batch_size=32, lr=P.lr), cgrl=cgrl_cfg, augmentation=aug_cfg,
+                    layers=LAYERS, baseline_heads=BASELINE_HEADS, gamma=P.gamma, m0=P.m0, n_clients=P.n_clients,
+                    global_test_per_class=P.global_test_per_class, val_fraction=P.val_fraction, backbones=BACKBONES)
+FED0 = {a: study.federation(data, seed, a)[0] for a in P.alphas}  # the first seed's federations: the test sets' sizes
+N_CLASS_TEST = int(np.bincount(FED0[a_lo].global_test.labels_np, minlength=C).min())  # a class's test images
+LOCAL_TEST = float(np.mean([len(c.test) for f in FED0.values() for c in f.clients]))  # a client's local test split
 RES = {"global": resolution_of(C * N_CLASS_TEST), "unseen": resolution_of(N_CLASS_TEST), "rare": resolution_of(N_CLASS_TEST),
-       "F@25": resolution_of(N_CLASS_TEST), "local": resolution_of(max(1, math.floor(LOCAL_TEST)))}
+       "local": resolution_of(max(1, math.floor(LOCAL_TEST)))}
+RES["F@25"] = max(RES["local"], RES["rare"])  # a floor takes each client's weakest of local, unseen and rare
 glue("fge_res_class", RES["unseen"], display=False)
 glue("fge_res_global", RES["global"], display=False)
 glue("fge_res_local", RES["local"], display=False)
+glue("fge_res_floor", RES["F@25"], display=False)
+glue("fge_n_baselines", len(BASELINES), display=False)
 # Each claim's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter
 # (v, best, heads_mean and v9 are defined with the results; defined_pairs keeps the seeds where both sides are defined)
 claims = []
@@ -311,10 +333,11 @@ claims.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I�
                     f"local (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["local"],
                     f"{SCALE}; {ABSENT}", resolution=RES["local"], versus=tuple(BASELINES),
                     values=lambda: defined_pairs(v(a_hi, FEDGRC, "local"), every(a_hi, "local"))))
-claims.append(Claim(f"local-trail-{a_lo}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
-                    f"local (α = {a_lo}), FedGRC − each baseline, points", "less", RES["local"],
-                    f"{SCALE}; {ABSENT}", resolution=RES["local"], versus=tuple(BASELINES),
-                    values=lambda: defined_pairs(v(a_lo, FEDGRC, "local"), every(a_lo, "local"))))
+# "local-trail" (the Dir(0.1) trade-off: a baseline is ahead in local accuracy) compares with one named baseline, the
+# strongest in local accuracy at the smaller α on a pilot seed that is not among the claims' seeds: it is appended
+# with the training below, once the pilot has named it (fedlib.claims.strongest_baseline), before the claims' runs
+LOCAL_TRAIL = dict(key=f"local-trail-{a_lo}", quote=Q_LOCAL_LEAD, source="Section V-B, Tables I–II", direction="less",
+                   min_effect=RES["local"], resolution=RES["local"])
 SHIFT_METHODS = {"FedRep": "FedRep, named by the paper",
                  "FedAvg + FedCGS + FT": "pFedGM → FedCGS + fine-tuning (pFedGM is not implemented)",
                  "Ditto": "Ditto stands in for the absent pFedFDA, FedLog, FedROD, BTFL"}
@@ -393,14 +416,20 @@ print(f"{len(claims)} claims declared")
 # every seed and $\alpha$.
 
 # %% tags=["hide-input"]
-BASELINE_HEADS = dict(zip(BASELINE_HEAD_NAMES, (FedNCMHead(), LDAHead(), FedCGSHead(), Fed3RHead(), CCVRHead())))
-BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
-HEAD_EPOCHS = 1
-study = FedGRCStudy(model_fn=model_fn, train=train_cfg, finetune=finetune_cfg,
-                    head_train=TrainConfig(epochs=HEAD_EPOCHS, batch_size=32, lr=P.lr), cgrl=cgrl_cfg, augmentation=aug_cfg,
-                    layers=LAYERS, baseline_heads=BASELINE_HEADS, gamma=P.gamma, m0=P.m0, n_clients=P.n_clients,
-                    global_test_per_class=P.global_test_per_class, val_fraction=P.val_fraction, backbones=BACKBONES)
 glue("fge_n_algs", len(study.methods()), display=False)
+PILOT = seed + P.n_seeds  # not among SEEDS: its runs only name the comparator of local-trail
+pilot = study.run({PILOT: load_data(P.dataset, n_samples=P.n_samples, seed=PILOT, cifar_root=cifar_root)}, [PILOT], [a_lo],
+                  {PILOT: LoopConfig(rounds=P.rounds, seed=PILOT, eval_every=0, rare_ratio=RARE_RATIO)},
+                  keep_features_at=math.nan)  # nan: no features kept
+pilot_v = SeedValues(pilot.tidy, ["alpha", "method", "metric"], [PILOT])
+LEADER = strongest_baseline({b: pilot_v(a_lo, b, "local") for b in BASELINES}, on=f"the pilot seed {PILOT} at α = {a_lo}")
+claims.insert([c.key for c in claims].index(f"local-lead-{a_hi}") + 1, Claim(
+    **LOCAL_TRAIL, quantity=f"local (α = {a_lo}), FedGRC − {LEADER.name} (the strongest baseline in local accuracy on the "
+    f"pilot seed {PILOT}), points", substitution=f"{SCALE}; {ABSENT}", versus=LEADER.name,
+    values=lambda: defined_pairs(v(a_lo, FEDGRC, "local"), v(a_lo, LEADER.name, "local"))))
+glue("fge_pilot", PILOT, display=False)
+glue("fge_leader", LEADER.name, display=False)
+glue("fge_leader_local", float(LEADER.scores[LEADER.name]), display=False)
 runs = study.run(datasets, SEEDS, P.alphas, loop_cfgs, keep_features_at=a_lo, results_dir=results_dir)
 federations, tidy, val_table = runs.federations, runs.tidy, runs.validation
 glue("fge_n_runs", runs.n_runs, display=False)
@@ -456,7 +485,7 @@ key = lambda m: m.replace("@", "")  # noqa: E731  (glue keys without '@')
 for pos, a in POS.items():
     for m in ("local", "global", "F@25"):
         glue(f"fge_fedgrc_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m)), display=False)
-        closest = strongest_baseline(every(a, m), on="the test runs").name  # for the prose only: the claims read every baseline
+        closest = max(BASELINES, key=lambda b: np.nanmean(v(a, b, m)))  # for the prose only: the claims read every baseline
         glue(f"fge_closest_{key(m)}_{pos}", closest, display=False)
         glue(f"fge_gap_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m) - v(a, closest, m)), display=False)
     glue(f"fge_head_gain_{pos}", interval_text(v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global")), display=False)

@@ -176,9 +176,10 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # (the ability `pooled` of {mod}`fedlib.metrics`): the class-balanced global test set, each class's
 # recall weighted by the client's class mix, and under rotation the pool rotated like the client's
 # images. The pooled score of the smallest client rests on {glue:text}`pool_min:.0f` images
-# (effective size; {glue:text}`pool_mean:.0f` on average), so one image moves it by at most
-# {glue:text}`res_tail:.2f` points: the resolution of the worst-client and bottom-20 % rows, and
-# {glue:text}`res_mean:.2f` points (one image of the pool) that of the mean.
+# (effective size; {glue:text}`pool_mean:.0f` on average), and one image of class $c$ moves it by
+# $100\,\pi_c / N_c$ points, at most {glue:text}`res_tail:.2f` over the clients and classes of the
+# first seed: the resolution of the worst-client and bottom-20 % rows; {glue:text}`res_mean:.2f`
+# points (one image of the pool) is that of the mean.
 #
 # * **"competitive mean"** is non-inferiority against each baseline: HDC-FL's macro mean minus
 #   every baseline's must lie above −{glue:text}`tol_mean` points (the paper calls 0.2–0.5 point
@@ -214,7 +215,9 @@ study = HDCFLStudy(dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_ro
 FED0 = {s: study.federation(s, seed)[0] for s in P.settings}  # the first seed's federations: their pools' sizes
 POOL = np.concatenate([f.pool_sizes() for f in FED0.values()])
 RES_MEAN = resolution_of(len(FED0[P.settings[0]].global_test))  # one image of the pool
-RES_TAIL = resolution_of(max(1, math.floor(POOL.min())))  # one image of the smallest client's pool
+# the most one pool image can move a client's pooled score: 100 π_c / N_c, over the settings, clients and classes
+RES_TAIL = max(100 * float(np.nanmax(c / c.sum(1, keepdims=True) / np.bincount(f.global_test.labels_np, minlength=f.n_classes)))
+               for f in FED0.values() for c in [f.train_counts()])
 RES_RHO, RES_SIL = 0.01, 0.01  # declared resolutions of a correlation, an AUROC, a silhouette and an ARI
 TOL_MEAN = max(1.0, RES_MEAN)  # points: non-inferiority margin of "competitive mean"
 MIN_RHO = 0.1  # the donor-ranking Spearman correlation must exceed this
@@ -518,12 +521,13 @@ if all(v == HOLDS for v in tails):
 elif any(v == HOLDS for v in tails):
     reading = "At this scale HDC-FL's tail lead holds on one of the two tail metrics only."
 elif all(v == INCONCLUSIVE for v in tails):
-    reading = ("At this scale the tail claims are inconclusive: the differences to the best baseline are within the "
-               "seed-to-seed spread.")
+    reading = ("At this scale the tail claims are inconclusive: the difference to at least one baseline is within "
+               "the seed-to-seed spread.")
 else:
     reading = "At this scale HDC-FL does not lead on the tails: a baseline's worst clients fare better."
 display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'].verdict}* "
-                 f"(HDC-FL − best baseline: {R['mean'].interval.format(1)}, in points)."))
+                 f"(HDC-FL − {R['mean'].binding}, the baseline nearest to failing it: "
+                 f"{R['mean'].interval.format(1)}, in points)."))
 
 # %% [markdown]
 # **Why a verdict can differ from the paper's.** Our clients hold about {glue:text}`train_size:.0f`
@@ -532,8 +536,8 @@ display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'
 # partly from pretrained weights. The heads' geometry, the
 # room left for personalization and the baselines' strengths all change with that, and so can the
 # ordering of methods whose differences are a point or two. Our baselines are those fedlib has
-# (PFedCS, EMD-CFL and the paper's other clustered baselines are not reproduced); "best baseline"
-# is therefore the best of six. The whole page took {glue:text}`total_seconds:.0f` s to compute
+# (PFedCS, EMD-CFL and the paper's other clustered baselines are not reproduced); "every
+# baseline" is therefore six of them. The whole page took {glue:text}`total_seconds:.0f` s to compute
 # (the runs alone {glue:text}`run_seconds:.0f` s).
 #
 # ## Exercises
@@ -543,12 +547,14 @@ display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'
 # a little code. The worked solutions are computed when the page is built from **reduced runs**:
 # the first seed's HDC-FL runs, which the chapter already has, re-evaluated on the server side
 # only, so each takes seconds. One seed gives no interval; as a yardstick, the chapter's interval
-# for HDC-FL − best baseline on the macro mean has a half-width of {glue:text}`ex_noise:.1f` points.
+# for HDC-FL − {glue:text}`ex_noise_baseline` on the macro mean (the comparison nearest to
+# failing the mean claim) has a half-width of {glue:text}`ex_noise:.1f` points.
 
 # %% tags=["remove-cell"]
 t_ex = time.perf_counter()
 ex_noise = float(R["mean"].interval.high - R["mean"].interval.mean)
 glue("ex_noise", ex_noise, display=False)
+glue("ex_noise_baseline", R["mean"].binding, display=False)
 runs0 = {setting: (run0, *study.federation(setting, seed)) for setting, run0 in runs.first.items()}  # run, fed, groups
 EX1_T = [0.01, P.temperature, 0.2, 1.0]
 ex1 = []

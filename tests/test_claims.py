@@ -527,7 +527,9 @@ def test_the_floor_is_the_mean_within_variance_else_the_quantization_of_the_reso
     assert paired_interval(d, within=np.full(5, 0.001)) == plain  # w < s^2: the seeds' own variance, "t"
     quantized = paired_interval(d, resolution=1.0)  # w = h^2 / 6: f / 6 > s^2
     assert quantized.method == "t+floor" and quantized.half_width == pytest.approx(t4 * math.sqrt(f / 6 / 5))
-    assert paired_interval(d, within=np.zeros(5), resolution=1.0) == plain  # within, when given, is the floor
+    # both given: the larger floor (a test noise of zero does not remove the resolution's)
+    assert paired_interval(d, within=np.zeros(5), resolution=1.0) == quantized
+    assert paired_interval(d, within=[0.01, 0.02, 0.03, 0.04, 0.05], resolution=0.1) == floored
     assert paired_interval(d, resolution=0.1) == plain  # 0.1^2 / 6 < 0.005: the floor does not bind
     constant = paired_interval([3.0, 3.0, 3.0], [1.0, 1.0, 1.0], resolution=0.1)
     assert constant.width > 0 and constant.method == "t+floor" and decide(_claim(), constant) == HOLDS

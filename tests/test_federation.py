@@ -15,7 +15,7 @@ from fedlib.federation import (hold_out_validation, make_federation, make_federa
                                one_client_per_domain)
 from fedlib.loop import LoopConfig, RunOptions
 from fedlib.messages import Message, State
-from fedlib.metrics import Confusion, pooled_accuracy, pooled_effective_size
+from fedlib.metrics import Confusion, pooled_accuracy, pooled_effective_size, rescore
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig
 
@@ -193,11 +193,16 @@ def test_one_pool_pass_per_pool_and_weights():
     # no second pass), one over the rotated pool of clients 2 and 3, one over each local test split
     assert on(fed.global_test) == 1 and on(fed.clients[2].pool) == 1
     assert all(on(c.test) == 1 for c in fed.clients)
-    # the kept predictions stay (local, global)
+    # the kept predictions: (local, global, pool) for a client with a pool of its own, and rescoring them gives
+    # the same abilities, pooled included
     kept = {}
     list(transport.evaluate(FedAvg(), 1, messages, {k: State() for k in range(4)}, rare_ratio=0.5, f1_class=None,
                             predictions=kept))
-    assert all(len(v) == 2 and len(v[1]) == len(fed.global_test) for v in kept.values())
+    assert all(len(v) == 3 and len(v[1]) == len(fed.global_test) and len(v[2]) == len(fed.clients[k].pool)
+               for k, v in kept.items())
+    again = rescore(fed, kept)
+    assert [again.loc[k, "pooled"] for k in range(4)] == pytest.approx([out[k]["pooled"] for k in range(4)])
+    assert np.isnan(rescore(fed, {k: v[:2] for k, v in kept.items()}).loc[2, "pooled"])  # without the pool's: NaN
 
 
 def test_make_federation_pools_are_the_global_test_and_pool_sizes_by_hand():

@@ -62,6 +62,18 @@ def test_checkpoint_of_another_run_is_refused(tiny_federation, tiny_model_fn, tm
         run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1), RunOptions(checkpoint=path))
 
 
+def test_checkpoint_saved_under_other_streams_is_refused(tiny_federation, tiny_model_fn, tmp_path, monkeypatch):
+    import fedlib.loop
+
+    path = str(tmp_path / "run.pt")
+    monkeypatch.setattr(fedlib.loop, "STREAMS_VERSION", 1)  # a run saved before the streams were length-separated
+    run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path),
+                  stop_after=1)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="different run.*\"streams\": ?1"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path))
+
+
 def test_one_client_full_participation_equals_centralized_training(tiny_federation, tiny_model_fn):
     """FedAvg with one client and one round is exactly local training on that client's data."""
     from fedlib.federation import Federation

@@ -383,6 +383,9 @@ def test_twenty_clients_bottom20_uses_4_and_at25_uses_5():
     assert s["bottom20_local"] == pytest.approx(0.075)  # 4 lowest
     assert s["L@25"] == pytest.approx(0.1)  # 5 lowest
     assert s["F@25"] == pytest.approx(0.1)
+    assert math.isnan(s["P@25"])  # no pooled column
+    pooled = protocol_summary(pd.DataFrame({a: local for a in ("local", "global", "unseen", "rare")}).assign(pooled=local[::-1]))
+    assert pooled["P@25"] == pytest.approx(0.1) and pooled["bottom20_pooled"] == pytest.approx(0.075)  # the same 5 and 4 lowest
 
 
 def test_no_client_with_unseen_classes_is_na_not_zero():
@@ -645,12 +648,14 @@ def test_abilities_order_and_protocol_summary_pooled_keys():
     assert s["worst_pooled"] == pytest.approx(0.2)
     assert s["bottom20_pooled"] == pytest.approx(0.25)  # ceil(1.6) = 2 lowest
     assert s["gap_pooled"] == pytest.approx(0.7)
+    assert s["P@25"] == pytest.approx(0.25)  # ceil(8 / 4) = 2 lowest
     assert list(s)[:5] == ["local", "pooled", "global", "unseen", "rare"]
     # a table without the pooled column (made before it existed): the pooled keys are n/a
     old = protocol_summary(PER_CLIENT)
-    assert all(math.isnan(old[k]) for k in ("pooled", "worst_pooled", "bottom20_pooled", "gap_pooled"))
-    assert {k: v for k, v in old.items() if "pooled" not in k} == pytest.approx(
-        {k: v for k, v in s.items() if "pooled" not in k}, nan_ok=True)
+    pooled_keys = ("pooled", "worst_pooled", "bottom20_pooled", "gap_pooled", "P@25")
+    assert all(math.isnan(old[k]) for k in pooled_keys)
+    assert {k: v for k, v in old.items() if k not in pooled_keys} == pytest.approx(
+        {k: v for k, v in s.items() if k not in pooled_keys}, nan_ok=True)
 
 
 def test_rescore_scores_pooled_on_the_right_pool():

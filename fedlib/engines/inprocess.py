@@ -202,8 +202,8 @@ class InProcessTransport(Transport):
                         pool_cache[key, id(pool)] = pool_pred
                 else:
                     pool_pred = pool_cache[key, id(pool)]
-            if predictions is not None:
-                predictions[k] = (local, pred)
+            if predictions is not None:  # a client with a pool of its own keeps its predictions on it too
+                predictions[k] = (local, pred) if pool is None else (local, pred, pool_pred)
             yield k, self._clients[k].abilities(local, self._global_test, pred, rare_ratio=rare_ratio, f1_class=f1_class,
                                                 pool_pred=pool_pred)
 

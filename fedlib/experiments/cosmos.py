@@ -64,10 +64,10 @@ def sweep_label(study: str, value) -> str:
 
 def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
     """The protocol's client accuracies of a run's last evaluated round, in points: the mean over
-    clients (``mean``), the worst client (``worst``) and the mean of the lowest 20 %
-    (``bottom-20 %``) of the clients' pooled scores (each client's model on the held-out pool of
-    its own distribution, the ability ``pooled`` of :mod:`fedlib.metrics`), and the @25 floor of
-    their local test accuracy (``L@25``) (:func:`fedlib.metrics.protocol_summary`).
+    clients (``mean``), the worst client (``worst``), the mean of the lowest 20 %
+    (``bottom-20 %``) and the @25 floor (``P@25``, the mean of the lowest quarter) of the clients'
+    pooled scores (each client's model on the held-out pool of its own distribution, the ability
+    ``pooled`` of :mod:`fedlib.metrics`; :func:`fedlib.metrics.protocol_summary`).
 
     Parameters
     ----------
@@ -76,7 +76,7 @@ def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
     """
     s = protocol_summary(per_client_table(frame))
     return {"mean": 100 * s["pooled"], "worst": 100 * s["worst_pooled"], "bottom-20 %": 100 * s["bottom20_pooled"],
-            "L@25": 100 * s["L@25"]}
+            "P@25": 100 * s["P@25"]}
 
 
 def training_bytes(run: RunResult, n_clients: int, n_rounds: int) -> dict[str, float]:

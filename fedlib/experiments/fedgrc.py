@@ -194,13 +194,19 @@ class FedGRCStudy:
             out.tidy.to_csv(Path(results_dir) / "fedgrc_results.csv", index=False)
         return out
 
-    def _run_setting(self, out: StudyRuns, rows: list, val_rows: list, data: ArrayDataset, s: int, a: float,
-                     lc: LoopConfig, keep_features: bool, results_dir, edit_federation) -> None:
-        fed = make_federation(data, n_clients=self.n_clients, partition="dirichlet", alpha=a, min_size=10,
-                              global_test_per_class=self.global_test_per_class, seed=s)
+    def federation(self, data: ArrayDataset, seed: int, alpha: float,
+                   edit_federation: Callable[[Federation], Federation] | None = None) -> tuple[Federation, ArrayDataset]:
+        """The federation of run ``seed`` at concentration ``alpha`` (its global test set without the
+        validation images) and the validation set: what :meth:`run` trains and selects on."""
+        fed = make_federation(data, n_clients=self.n_clients, partition="dirichlet", alpha=alpha, min_size=10,
+                              global_test_per_class=self.global_test_per_class, seed=seed)
         if edit_federation is not None:
             fed = edit_federation(fed)
-        fed, val_set = hold_out_validation(fed, self.val_fraction, s)
+        return hold_out_validation(fed, self.val_fraction, seed)
+
+    def _run_setting(self, out: StudyRuns, rows: list, val_rows: list, data: ArrayDataset, s: int, a: float,
+                     lc: LoopConfig, keep_features: bool, results_dir, edit_federation) -> None:
+        fed, val_set = self.federation(data, s, a, edit_federation)
         fed_val = dataclasses.replace(fed, global_test=val_set)
         out.federations[(s, a)] = fed
         model_fn = self.model_fn

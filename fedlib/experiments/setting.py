@@ -37,9 +37,10 @@ MEANS = {"local": "local accuracy (%)", "global": "global accuracy (%)", "unseen
 """The mean abilities over clients (:func:`fedlib.metrics.protocol_summary`'s keys) and their columns' names."""
 FLOORS = {"L@25": "L@25 (%)", "U@25": "U@25 (%)", "R@25": "R@25 (%)", "F@25": "F@25 (%)"}
 """The @25 floors and their columns' names."""
-TAILS = {"worst_local": "worst client (%)", "bottom20_local": "bottom 20 % of clients (%)",
-         "gap_local": "fairness gap, best − worst (points)"}
-"""The lower tail of local accuracy and its columns' names."""
+TAILS = {"worst_pooled": "worst client, pooled (%)", "bottom20_pooled": "bottom 20 % of clients, pooled (%)",
+         "gap_pooled": "fairness gap, best − worst, pooled (points)"}
+"""The lower tail of the clients' pooled scores (:mod:`fedlib.metrics`, the ability ``pooled``: a
+client's own test split is too small to rank clients) and its columns' names."""
 LEVEL = 0.05
 """A change of at most this many points (either way) "stays level" (:func:`direction`)."""
 
