@@ -15,11 +15,13 @@ from scipy.stats import multivariate_normal
 
 import fedlib.experiments.cosmos_checks as cc
 from fedlib.algorithms import COSMOS
+from fedlib.clustering import greedy_b0
 from fedlib.data import make_gaussian_mixture
-from fedlib.distill import PublicSet, consistency_loss, kl_rows, make_public_set
+from fedlib.distill import PublicSet, consistency_loss, kl_rows, l1_distances, make_public_set
 from fedlib.experiments.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
                                               consistency_gradient_checks, cosmos_iterations, greedy_rule_violations,
-                                              lemma52_random_checks, lemma_rows, monotonicity_search, random_pseudo_labels)
+                                              lemma52_random_checks, lemma_rows, monotonicity_search, random_pseudo_labels,
+                                              reference_cluster_count)
 from fedlib.experiments.cosmos_synthetic import (Circle, Linear, SyntheticRun, client_objective, error_rate, fitted_ratio,
                                                  hessian_checks, linear_from, shift_basis, synthetic_run, theory_table)
 from fedlib.federation import make_federation
@@ -63,6 +65,15 @@ def test_algorithm1_checks_pass_on_greedy_b0_and_fail_on_a_wrong_rule(monkeypatc
     monkeypatch.setattr(cc, "greedy_b0", alone)
     wrong = algorithm1_checks(numpy_rng(0, 301), 15)
     assert wrong["partition_bad"] == 0 and wrong["rule_bad"] > 0
+
+
+def test_the_reference_algorithm1_counts_as_the_library_does_on_random_instances():
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        m = int(rng.integers(3, 11))
+        d = l1_distances(random_pseudo_labels(rng, m, int(rng.integers(3, 20)), int(rng.integers(2, 5))))
+        for b0 in np.quantile(d[np.triu_indices(m, 1)], [0.0, 0.3, 0.6, 1.0]):
+            assert reference_cluster_count(d, float(b0)) == len(greedy_b0(d, float(b0))[1])
 
 
 def test_b0_search_checks_pass_and_fail_on_a_threshold_that_is_not_the_smallest(monkeypatch):

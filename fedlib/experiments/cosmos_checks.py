@@ -189,10 +189,36 @@ def algorithm1_checks(rng: np.random.Generator, trials: int, *, tol: float = TOL
                 worst_ratio=worst_ratio, n_clusters=n_clusters, over_b0=over_b0, inst_over_b0=inst_over_b0)
 
 
+def reference_cluster_count(d: np.ndarray, b0: float) -> int:
+    """How many clusters Algorithm 1 forms on ``d`` at threshold ``b0``, written out again with
+    Python sets and loops, independently of :func:`fedlib.clustering.greedy_b0` (its numpy masks):
+    while clients remain, the one with the most remaining neighbours within ``b0`` (ties: the
+    smallest total distance to them, rounded to 1e-9, then the lowest index) takes them into a
+    cluster.
+
+    Examples
+    --------
+    >>> reference_cluster_count(np.array([[0, 1, 5], [1, 0, 5], [5, 5, 0]], float), 1.0)
+    2
+    """
+    n = len(d)
+    left, count = set(range(n)), 0
+    while left:
+        def rank(i):
+            near = [j for j in left if j != i and d[i][j] <= b0]
+            return (-len(near), round(sum(float(d[i][j]) for j in near), 9), i)
+        seed_ = min(left, key=rank)
+        left -= {seed_} | {j for j in left if d[seed_][j] <= b0}
+        count += 1
+    return count
+
+
 def b0_search_checks(rng: np.random.Generator, trials: int, grid: int, *, tol: float = TOL) -> dict:
     """:func:`fedlib.clustering.b0_for_clusters` on ``trials`` random instances (``3 <= m <= 12``
-    clients, a random target in ``1..m``), against every smaller candidate threshold and a
+    clients, a random target in ``1..m``), against every smaller pairwise distance and a
     fixed-step scan of ``grid`` equal steps from 0 to the largest distance (the authors' search).
+    Every cluster count here is :func:`reference_cluster_count`, and the smaller candidates are
+    the distinct pairwise distances listed again here: nothing re-runs the library's search.
 
     Returns
     -------
@@ -217,11 +243,11 @@ def b0_search_checks(rng: np.random.Generator, trials: int, grid: int, *, tol: f
         d = l1_distances(random_pseudo_labels(rng, m, n, C))
         target = int(rng.integers(1, m + 1))
         b_star = b0_for_clusters(d, target)
-        reach_bad += int(cluster_count(d, b_star) > target)
-        candidates = candidate_thresholds(d)
-        smaller_bad += sum(cluster_count(d, c) <= target for c in candidates[candidates < b_star])
+        reach_bad += int(reference_cluster_count(d, b_star) > target)
+        distances = sorted({0.0} | {float(d[i][j]) for i in range(m) for j in range(i + 1, m)})
+        smaller_bad += sum(reference_cluster_count(d, c) <= target for c in distances if c < b_star)
         steps = np.linspace(0.0, float(d.max()), grid + 1)
-        g_star = next(float(g) for g in steps if cluster_count(d, g) <= target)
+        g_star = next(float(g) for g in steps if reference_cluster_count(d, g) <= target)
         grid_bad += int(g_star < b_star - tol)
         overshoot.append((g_star - b_star) / (steps[1] - steps[0]))
     return dict(reach_bad=reach_bad, smaller_bad=smaller_bad, grid_bad=grid_bad, overshoot=np.array(overshoot))
@@ -519,4 +545,5 @@ def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int
 
 __all__ = ["GRADIENT_BATCH", "GRADIENT_DRAW", "GRADIENT_MODEL", "TOL", "algorithm1_checks", "assumption51_over_time",
            "b0_search_checks", "cluster_count", "consistency_gradient_checks", "cosmos_iterations", "greedy_rule_violations",
-           "lemma52_random_checks", "lemma_rows", "monotonicity_search", "off_diagonal", "random_pseudo_labels"]
+           "lemma52_random_checks", "lemma_rows", "monotonicity_search", "off_diagonal", "random_pseudo_labels",
+           "reference_cluster_count"]
