@@ -60,6 +60,20 @@ def test_descriptor_invariance_holds_and_fails_on_an_unnormalized_descriptor(mon
         descriptor_invariance(0, seed=1)
 
 
+def test_the_descriptor_formula_check_finds_a_basis_that_is_not_the_top_singular_subspace(monkeypatch):
+    # the library's descriptors in a random r-dimensional basis: unit-norm and basis-invariant, but not the
+    # top-r subspace, which the independent eigendecomposition finds
+    g = torch.Generator().manual_seed(0)
+
+    def random_basis_descriptors(heads, rank=8, kind="lowrank"):
+        q, _ = torch.linalg.qr(torch.randn(heads.shape[1], rank, generator=g, dtype=torch.float64))
+        return hc.descriptors_in_basis(heads, q)
+
+    monkeypatch.setattr(hc, "head_descriptors", random_basis_descriptors)
+    errors, _ = descriptor_invariance(8, seed=1)
+    assert errors["unit"] < 1e-12 and errors["formula"] > 1e-3
+
+
 def test_membership_limits_hold_and_fail_on_a_wrong_softmax(monkeypatch):
     table, summary = membership_limits(3, [1e-3, 1.0, 1e3], seed=2)
     assert list(table.index) == [1e-3, 1.0, 1e3]

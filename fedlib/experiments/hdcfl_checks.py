@@ -185,8 +185,12 @@ def descriptor_invariance(trials: int, seed: int) -> tuple[dict[str, float], lis
     -------
     errors : dict of str to float
         The worst absolute error over the trials (:data:`DESCRIPTOR_ERRORS`): ``unit``,
-        :math:`\lVert z_k\rVert - 1`; ``formula``, :func:`fedlib.clustering.head_descriptors`
-        against :func:`descriptors_in_basis` in :func:`fedlib.clustering.lowrank_basis`;
+        :math:`\lVert z_k\rVert - 1`; ``formula``, the Gram matrix of
+        :func:`fedlib.clustering.head_descriptors` against that of :func:`descriptors_in_basis` in
+        a basis found independently of the library: the top-``r`` eigenvectors of
+        :math:`\sum_k H_k H_k^\top` (``numpy.linalg.eigh``), which span the top-``r`` left singular
+        subspace of :math:`[H_1, \dots, H_n]` (Gram matrices, since that basis is fixed only up to
+        signs and a rotation within the span);
         ``sign`` and ``rotation``, the Gram matrix after flipping the signs of the basis vectors
         and after rotating the basis within its span (:func:`random_orthogonal`); ``drift``,
         :func:`fedlib.clustering.descriptor_drift` between the two bases' Gram matrices;
@@ -220,7 +224,10 @@ def descriptor_invariance(trials: int, seed: int) -> tuple[dict[str, float], lis
         u = lowrank_basis(heads, r)
         gram = z @ z.T
         err["unit"] = max(err["unit"], float((z.norm(dim=1) - 1).abs().max()))
-        err["formula"] = max(err["formula"], float((z - descriptors_in_basis(heads, u)).abs().max()))
+        h = heads.numpy()
+        _, eigvec = np.linalg.eigh(np.einsum("kcd,ked->ce", h, h))  # (C, C), ascending eigenvalues
+        z_eig = descriptors_in_basis(heads, torch.from_numpy(np.ascontiguousarray(eigvec[:, ::-1][:, :r])))
+        err["formula"] = max(err["formula"], float((z_eig @ z_eig.T - gram).abs().max()))
         signs = torch.where(torch.rand(u.shape[1], generator=g) < 0.5, -1.0, 1.0).to(F64)
         z_sign = descriptors_in_basis(heads, u * signs)
         err["sign"] = max(err["sign"], float((z_sign @ z_sign.T - gram).abs().max()))
