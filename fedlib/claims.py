@@ -68,6 +68,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
 
+from .validation import is_int, is_real
+
 HOLDS = "holds"
 """The verdict when the interval clears the minimum effect in the claimed direction."""
 DOES_NOT_HOLD = "does not hold"
@@ -122,12 +124,13 @@ def _percent(level: float) -> str:
     return f"{round(level * 100, 6):g} %"
 
 
-def _is_number(x) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+def _check_seed(seed) -> None:
+    if seed is None or not (is_int(seed) or isinstance(seed, np.random.Generator)):
+        raise ValueError(f"seed must be an int or a numpy Generator (randomness is an argument), got {seed!r}")
 
 
 def _check_resolution(resolution, name: str = "resolution") -> float:
-    if not _is_number(resolution) or not (math.isfinite(resolution) and resolution > 0):
+    if not is_real(resolution) or not (math.isfinite(resolution) and resolution > 0):
         raise ValueError(
             f"{name} must be a finite number > 0, the smallest difference the quantity can show in its units "
             f"(e.g. 0.1: one test image of 1,000 in points; resolution_of(n_units)), got {resolution!r}"
@@ -157,9 +160,9 @@ def resolution_of(n_units: int, scale: float = 100.0) -> float:
     >>> resolution_of(20, scale=20)  # one client of 20, in a client count
     1.0
     """
-    if isinstance(n_units, bool) or not isinstance(n_units, (int, np.integer)) or n_units < 1:
+    if not is_int(n_units) or n_units < 1:
         raise ValueError(f"n_units must be a positive integer (the units the share counts), got {n_units!r}")
-    if not _is_number(scale) or not (math.isfinite(scale) and scale > 0):
+    if not is_real(scale) or not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite number > 0 (100 for points, 1 for a fraction), got {scale!r}")
     return float(scale) / int(n_units)
 
@@ -308,7 +311,7 @@ class Claim:
             )
         r = _check_resolution(self.resolution, "Claim.resolution")
         m = r if self.min_effect is None else self.min_effect
-        if not _is_number(m) or not (math.isfinite(m) and m >= 0):
+        if not is_real(m) or not (math.isfinite(m) and m >= 0):
             raise ValueError(f"claim {self.key!r}: min_effect must be a finite number >= the resolution (None: the resolution), got {m!r}")
         if m < r and not math.isclose(m, r):
             raise ValueError(
@@ -656,17 +659,16 @@ def simulate_coverage(
     0.949
     """
     level = _check_level(level)
-    if isinstance(n_seeds, bool) or not isinstance(n_seeds, (int, np.integer)) or n_seeds < 2:
+    if not is_int(n_seeds) or n_seeds < 2:
         raise ValueError(f"n_seeds must be an integer >= 2 (one seed gives an infinite interval), got {n_seeds!r}")
-    if isinstance(n_experiments, bool) or not isinstance(n_experiments, (int, np.integer)) or n_experiments < 1:
+    if not is_int(n_experiments) or n_experiments < 1:
         raise ValueError(f"n_experiments must be a positive integer, got {n_experiments!r}")
     for name, x in (("seed_sd", seed_sd), ("within_sd", within_sd)):
-        if not _is_number(x) or not (math.isfinite(x) and x >= 0):
+        if not is_real(x) or not (math.isfinite(x) and x >= 0):
             raise ValueError(f"{name} must be a finite number >= 0, got {x!r}")
-    if not _is_number(effect) or not math.isfinite(effect):
+    if not is_real(effect) or not math.isfinite(effect):
         raise ValueError(f"effect must be a finite number, got {effect!r}")
-    if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer, np.random.Generator)):
-        raise ValueError(f"seed must be an int or a numpy Generator (randomness is an argument), got {seed!r}")
+    _check_seed(seed)
     rng = np.random.default_rng(seed)
     shape = (int(n_experiments), int(n_seeds))
     d = effect + rng.normal(0.0, seed_sd, shape) + rng.normal(0.0, within_sd, shape)  # (experiments, seeds)
@@ -727,8 +729,7 @@ def paired_bootstrap(
     d = _paired_differences(ours, baseline)
     if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 100:
         raise ValueError(f"n_boot must be an integer >= 100 (e.g. 2000), got {n_boot!r}")
-    if seed is None or isinstance(seed, bool) or not isinstance(seed, (int, np.integer, np.random.Generator)):
-        raise ValueError(f"seed must be an int or a numpy Generator (randomness is an argument), got {seed!r}")
+    _check_seed(seed)
     if not isinstance(unit, str) or not unit.strip():
         raise ValueError(f"unit must be a non-empty string, got {unit!r}")
     n, mean = len(d), float(d.mean())

@@ -17,9 +17,9 @@ import torch
 
 from .data.datasets import _rotate
 from .data import ArrayDataset, global_test_split, make_partition, partition_summary, split_train_test
-from .metrics import pooled_effective_size, rare_classes
+from .metrics import pooled_effective_size, pooled_largest_step, rare_classes
 from .rng import GLOBAL_TEST, LOCAL_SPLIT, PARTITION, VALIDATION, derive_seed, numpy_rng
-from .validation import check_real
+from .validation import check_real, is_int
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Federation:
     def client_pool(self, k: int) -> ArrayDataset:
         """The held-out pool client ``k``'s ``pooled`` accuracy is scored on: its own
         (:attr:`ClientData.pool`), or the global test set."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k < self.n_clients:
+        if not is_int(k) or not 0 <= k < self.n_clients:
             raise ValueError(f"client must be an index in [0, {self.n_clients}) (valid: 0..{self.n_clients - 1}), "
                              f"got {k!r}")
         pool = self.clients[k].pool
@@ -101,9 +101,28 @@ class Federation:
         >>> fed.pool_sizes().round(1).tolist()  # 10 global test images per class; 1 / sum(pi_c^2 / 10)
         [23.9, 17.9]
         """
+        return self._over_pools(pooled_effective_size)
+
+    def pool_steps(self) -> np.ndarray:
+        """The most one pool image can move each client's ``pooled`` accuracy, shape (n_clients,), a
+        fraction (:func:`fedlib.metrics.pooled_largest_step`; NaN for a client without training
+        sample): the resolution of a client's pooled score.
+
+        Examples
+        --------
+        >>> from fedlib.data import make_gaussian_mixture
+        >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
+        >>> fed = make_federation(ds, n_clients=2, alpha=0.5, global_test_per_class=10, seed=0)
+        >>> fed.pool_steps().round(4).tolist()  # 19 / 42 / 10 and 18 / 25 / 10
+        [0.0452, 0.072]
+        """
+        return self._over_pools(pooled_largest_step)
+
+    def _over_pools(self, measure) -> np.ndarray:
+        """``measure(pool class counts, training counts)`` of every client, shape (n_clients,)."""
         counts = self.train_counts()
-        return np.array([pooled_effective_size(np.bincount(self.client_pool(k).labels_np, minlength=self.n_classes),
-                                               counts[k]) for k in range(self.n_clients)], dtype=float)
+        return np.array([measure(np.bincount(self.client_pool(k).labels_np, minlength=self.n_classes), counts[k])
+                         for k in range(self.n_clients)], dtype=float)
 
     def summary(self, rare_ratio: float | None = None) -> pd.DataFrame:
         """One row per client: training and local-test sizes, classes seen, largest class share;

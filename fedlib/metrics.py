@@ -128,6 +128,7 @@ __all__ = [
     "pooled_accuracy",
     "pooled_standard_error",
     "pooled_effective_size",
+    "pooled_largest_step",
     "client_floor",
     "tail_mean",
     "summarize",
@@ -504,6 +505,23 @@ def _check_pool(pool, n_classes: int, name: str = "pool") -> Confusion:
     return pool
 
 
+def _pool_mix(pool_class_counts, train_counts) -> tuple[np.ndarray, np.ndarray] | None:
+    """The client's renormalised class mix and the pool's counts over the classes the pool holds,
+    each of shape (k,); ``None`` where the pooled score is NaN."""
+    counts = _as_counts(train_counts)
+    pool = _as_counts(pool_class_counts, "pool_class_counts")
+    if pool.shape != counts.shape:
+        raise ValueError(
+            f"pool_class_counts has {pool.shape[0]} classes but train_counts has {counts.shape[0]}; "
+            "give both over all C classes"
+        )
+    weights = _pool_weights(pool, counts)
+    if weights is None:
+        return None
+    has = pool > 0
+    return weights[has], pool[has]
+
+
 def _pooled(pool: Confusion, counts: np.ndarray) -> float:
     weights = _pool_weights(pool.support(), counts)
     if weights is None:
@@ -608,18 +626,26 @@ def pooled_effective_size(pool_class_counts, train_counts) -> float:
     >>> round(pooled_effective_size([100, 100, 100, 100], [9, 1, 0, 0]), 2)  # 1 / (.81 / 100 + .01 / 100)
     121.95
     """
-    counts = _as_counts(train_counts)
-    pool = _as_counts(pool_class_counts, "pool_class_counts")
-    if pool.shape != counts.shape:
-        raise ValueError(
-            f"pool_class_counts has {pool.shape[0]} classes but train_counts has {counts.shape[0]}; "
-            "give both over all C classes"
-        )
-    weights = _pool_weights(pool, counts)
-    if weights is None:
+    mix = _pool_mix(pool_class_counts, train_counts)
+    if mix is None:
         return math.nan
-    has = pool > 0
-    return float(1.0 / np.sum(weights[has] ** 2 / pool[has]))
+    weights, n_c = mix
+    return float(1.0 / np.sum(weights ** 2 / n_c))
+
+
+def pooled_largest_step(pool_class_counts, train_counts) -> float:
+    r"""The most one pool image can move :func:`pooled_accuracy`: :math:`\max_c \pi_c / N_c`
+    over the classes the pool holds (:math:`\pi` renormalised as there), a fraction; NaN where
+    the pooled score is. It is the pooled score's resolution: a difference smaller than one
+    image's step cannot be measured on that pool.
+
+    Example
+    -------
+    >>> round(pooled_largest_step([100, 100, 40, 40], [9, 1, 0, 0]), 12)  # 0.9 / 100 > 0.1 / 100
+    0.009
+    """
+    mix = _pool_mix(pool_class_counts, train_counts)
+    return math.nan if mix is None else float(np.max(mix[0] / mix[1]))
 
 
 # --------------------------------------------------------------------------- per-client abilities

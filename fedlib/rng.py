@@ -14,6 +14,8 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from .validation import is_int
+
 # Every purpose of a random stream is a named constant here, with a value no other purpose uses,
 # so that two consumers never share a stream (a stream is the run seed plus these keys; see
 # derive_seed). The values are fixed forever: changing one changes every number drawn from it.
@@ -86,7 +88,7 @@ would be split into several words and alias other keys, so they are refused."""
 
 
 def _word(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value < SEED_RANGE[1]:
+    if not is_int(value) or not 0 <= value < SEED_RANGE[1]:
         raise ValueError(f"{name} must be an integer in [0, 2**32), got {value!r}; fedlib's seeds and stream keys "
                          "are 32-bit words (a larger seed would alias another stream)")
     return int(value)

@@ -682,3 +682,15 @@ def test_rescore_scores_pooled_on_the_right_pool():
     assert math.isnan(rescore(fed, {1: (np.array([0]), g_pred)}).loc[1, "pooled"])
     with pytest.raises(ValueError, match=r"predictions\[0\] must be \(local, global\) or \(local, global, pool\)"):
         rescore(fed, {0: (np.array([0]),)})
+
+
+def test_pooled_largest_step_by_hand():
+    from fedlib.metrics import pooled_largest_step
+
+    # mix (0.5, 0.5, 0) over a pool of (10, 40, 5) images: the steps are 0.05, 0.0125 (class 2 holds no weight)
+    assert pooled_largest_step([10, 40, 5], [3, 3, 0]) == pytest.approx(0.05)
+    # a class the pool lacks is dropped and the mix renormalised: (0.25, 0.75) over (10, 40) -> 0.025 vs 0.01875
+    assert pooled_largest_step([10, 40, 0], [1, 3, 4]) == pytest.approx(0.025)
+    assert math.isnan(pooled_largest_step([10, 40, 5], [0, 0, 0]))
+    with pytest.raises(ValueError, match="pool_class_counts has 2 classes but train_counts has 3"):
+        pooled_largest_step([10, 40], [1, 1, 1])
