@@ -57,7 +57,7 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, evaluate, show, tally
+from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, evaluate, headline_summary, show, tally
 from .validation import is_int, is_real
 
 PROFILE_NAMES = ("smoke", "book", "paper")
@@ -324,8 +324,9 @@ def claims_report(
     within)`` as ``values`` returns them (``baseline`` a dict of each baseline's values for a
     claim against every baseline of a tuple; ``within`` the per-seed variances of the test noise,
     else the floor of the claim's ``resolution``). Then, with ``prefix`` before each key, it glues
-    :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted), and
-    ``total_seconds`` when given, and displays :func:`fedlib.claims.show` of the results.
+    :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted),
+    where some claims are headline claims ``n_headline``, ``headline_decided`` and
+    ``headline_half_width`` (:func:`fedlib.claims.headline_summary`), and ``total_seconds`` when given, and displays :func:`fedlib.claims.show` of the results.
 
     Parameters
     ----------
@@ -391,6 +392,9 @@ def claims_report(
         results.append(evaluate(c, *read))  # within, else the floor of c.resolution
     counts = tally(results)
     glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
+    head = headline_summary(results)
+    if head["n"]:
+        glued.update(n_headline=head["n"], headline_decided=head["decided"], headline_half_width=head["half_width"])
     if total_seconds is not None:
         glued["total_seconds"] = total_seconds
     for key, value in glued.items():

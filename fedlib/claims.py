@@ -237,6 +237,10 @@ class Claim:
         ``name`` of the :class:`Comparator` of :func:`strongest_baseline`), or a tuple of names when the claim
         is that ours beats *every* one of them (decided by the intersection-union rule of
         :func:`decide`); ``None`` where the quantity names its comparison itself (``"ours − 0"``).
+    headline : bool, keyword-only, default False
+        Whether the paper's abstract or conclusion makes the claim (a *headline* claim): the table
+        marks it, and :func:`fedlib.book.claims_report` glues the median half-width of the
+        headline claims' intervals. A control cannot be a headline claim.
 
     Raises
     ------
@@ -292,6 +296,7 @@ class Claim:
     values: Callable[[], tuple | None] | None = field(default=None, compare=False, repr=False)
     resolution: float = field(kw_only=True)
     versus: str | tuple[str, ...] | None = field(default=None, kw_only=True)
+    headline: bool = field(default=False, kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("key", "quote", "source", "quantity"):
@@ -304,6 +309,10 @@ class Claim:
             raise ValueError(f"unknown kind {self.kind!r}; valid: {', '.join(map(repr, KINDS))}")
         if self.direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {self.direction!r}; valid: {', '.join(map(repr, DIRECTIONS))}")
+        if not isinstance(self.headline, bool):
+            raise ValueError(f"Claim.headline must be True or False, got {self.headline!r}")
+        if self.headline and self.kind == "control":
+            raise ValueError(f"claim {self.key!r}: a control cannot be a headline claim (headline=True, kind='control')")
         if self.values is not None and not callable(self.values):
             raise ValueError(
                 f"Claim.values must be a function of no argument returning (ours, baseline) or (ours, baseline, "
@@ -1288,7 +1297,8 @@ def _score(x: float) -> str:
 def _claim_text(claim: Claim) -> str:
     if claim.kind == "control":
         return f"Control: {claim.quote} (for {claim.source})"
-    return f"\N{LEFT DOUBLE QUOTATION MARK}{claim.quote}\N{RIGHT DOUBLE QUOTATION MARK} ({claim.source})"
+    where = f"{claim.source}; headline" if claim.headline else claim.source
+    return f"\N{LEFT DOUBLE QUOTATION MARK}{claim.quote}\N{RIGHT DOUBLE QUOTATION MARK} ({where})"
 
 
 def _quantity_text(claim: Claim) -> str:
@@ -1316,7 +1326,8 @@ def _seeds_text(result: ClaimResult) -> str:
 def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFrame:
     """The book's claims table: one row per claim, in the given order.
 
-    Columns (:data:`TABLE_COLUMNS`): ``claim`` (the quote and its source; for a control,
+    Columns (:data:`TABLE_COLUMNS`): ``claim`` (the quote and its source, ``"; headline"`` after
+    the source of a headline claim; for a control,
     ``"Control: <question> (for <claim>)"``), ``quantity`` (with ``" (vs <name>)"`` appended
     when the declaration names a comparator the text does not, ``" (vs A, B, C)"`` for a tuple),
     ``ours`` (the mean paired difference, its interval and what it rests on, e.g.
@@ -1384,6 +1395,31 @@ def tally(results: Sequence[ClaimResult]) -> dict[str, int]:
         if r.claim.kind == "claim":
             counts[r.verdict] += 1
     return counts
+
+
+def headline_summary(results: Sequence[ClaimResult]) -> dict[str, float]:
+    """The headline claims (``Claim.headline``) in three numbers: how many (``n``), how many are
+    decided (``decided``: holds or does not hold) and the median half-width of their 95 %
+    intervals (``half_width``; against every baseline of a tuple, the binding interval's; NaN
+    when there is none). Controls are never headline claims.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Abstract", "accuracy, X − Y, points", "greater", resolution=0.1, headline=True)
+    >>> s = headline_summary([evaluate(c, [2.0, 3.0, 2.5]), evaluate(c, [1.0, 1.2, 3.0])])
+    >>> s["n"], s["decided"], round(s["half_width"], 2)
+    (2, 1, 1.99)
+    """
+    for r in results:
+        if not isinstance(r, ClaimResult):
+            raise ValueError(f"headline_summary reads ClaimResults, got a {type(r).__name__}")
+    head = [r for r in results if r.claim.headline]
+    widths = [r.interval.half_width for r in head]
+    return {
+        "n": len(head),
+        "decided": sum(r.verdict != INCONCLUSIVE for r in head),
+        "half_width": float(np.median(widths)) if widths else float("nan"),
+    }
 
 
 def says(result: ClaimResult, digits: int = 1) -> str:
@@ -1702,6 +1738,7 @@ __all__ = [
     "NOT_AT_THIS_MEAN",
     "interval_band",
     "Claim",
+    "headline_summary",
     "ClaimResult",
     "Comparator",
     "Interval",

@@ -286,6 +286,38 @@ def test_claims_report_takes_within_and_every_baseline_of_a_tuple():
     assert "(vs A, B)" in html and "vs A +" in html and "; vs B +" in html and "seeds to decide" in html
 
 
+def test_claims_report_glues_the_headline_claims_count_decided_and_median_half_width():
+    def head(key, values):
+        return Claim(key, f"{key} is so.", "Abstract", "accuracy, ours − baseline, points", "greater",
+                     values=values, resolution=0.1, headline=True)
+
+    claims = [
+        head("a", lambda: ([3.0, 3.0, 3.0], [1.0, 1.0, 1.0])),  # decided, a floor-width interval
+        head("b", lambda: ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0])),  # inconclusive, half-width t * 1 / sqrt(3)
+        head("c", lambda: ([1.0, 3.0, 5.0], [1.0, 1.0, 1.0])),  # inconclusive, twice as wide
+        _claim("other", lambda: ([9.0, 9.0, 9.0], [0.0, 0.0, 0.0])),  # not a headline claim
+    ]
+    glue, shown = _Glue(), []
+    R = claims_report(claims, glue=glue, display=shown.append)
+    t = stats.t.ppf(0.975, 2)
+    assert glue.values["n_headline"] == 3 and glue.values["headline_decided"] == 1
+    assert glue.values["headline_half_width"] == pytest.approx(t / math.sqrt(3))  # the median: b's
+    assert R["b"].interval.half_width == pytest.approx(t / math.sqrt(3))
+    html = shown[0].to_html()
+    assert html.count("(Abstract; headline)") == 3 and "other is so.” (Table 1)" in html
+    assert "n_headline" not in _Glue().values  # and a report without headline claims glues none:
+    quiet = _Glue()
+    claims_report([_claim("x", lambda: ([1.0], 0.0))], glue=quiet, display=lambda t: None)
+    assert set(quiet.values) == set(REPORT_KEYS)
+
+
+def test_a_control_cannot_be_a_headline_claim_and_headline_is_a_bool():
+    with pytest.raises(ValueError, match="a control cannot be a headline claim"):
+        Claim("c", "q", "s", "x", "greater", resolution=0.1, kind="control", headline=True)
+    with pytest.raises(ValueError, match="headline must be True or False, got 1"):
+        Claim("c", "q", "s", "x", "greater", resolution=0.1, headline=1)
+
+
 def test_claims_report_refuses_what_it_cannot_decide():
     quiet = dict(glue=_Glue(), display=lambda table: None)
     with pytest.raises(ValueError, match=r"claims \['bare'\] declare no values"):
