@@ -51,7 +51,8 @@
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (loopback only, seconds), "book" (both Flower engines, a few minutes), "paper" (more clients and rounds)
 seed = 0  # the run seed
-methods = None  # the methods checked on every engine, e.g. ["fedavg", "ditto", "mpt"]
+methods = None  # the methods checked on the loopback engine, e.g. ["fedavg", "ditto", "mpt"]
+runtime_methods = None  # those of them also run on Flower's runtimes (simulation, deployment), e.g. ["ditto"]
 engines = None  # a subset of ["loopback", "simulation", "deployment"]
 n_clients = None  # clients (one Flower node each)
 rounds = None  # communication rounds
@@ -75,17 +76,25 @@ from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_po
 from fedlib.loop import largest_difference, run_differences
 
 PROFILES = {
-    "smoke": dict(methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),
-    "book": dict(methods=["fedavg", "ditto", "mpt"], engines=["loopback", "simulation", "deployment"], n_clients=2, rounds=2),
-    "paper": dict(methods=["fedavg", "ditto", "mpt"], engines=["loopback", "simulation", "deployment"], n_clients=4, rounds=3),
+    "smoke": dict(methods=["fedavg"], runtime_methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),
+    # equivalence, not scale, is this page's point: the runtimes (whose cost is Flower's start-up and polling, about a
+    # minute a run) run one method, the one that keeps a client state between rounds; the loopback engine runs all three
+    "book": dict(methods=["fedavg", "ditto", "mpt"], runtime_methods=["ditto"], engines=["loopback", "simulation", "deployment"],
+                 n_clients=2, rounds=2),
+    "paper": dict(methods=["fedavg", "ditto", "mpt"], runtime_methods=["fedavg", "ditto", "mpt"],
+                  engines=["loopback", "simulation", "deployment"], n_clients=4, rounds=3),
 }
-P = setup(PROFILES, profile, methods=methods, engines=engines, n_clients=n_clients, rounds=rounds)
+P = setup(PROFILES, profile, methods=methods, runtime_methods=runtime_methods, engines=engines, n_clients=n_clients,
+          rounds=rounds)
 bad = [e for e in P.engines if e not in ENGINES]
 if bad:
     raise ValueError(f"unknown engines {bad}; valid: {', '.join(ENGINES)}")
 bad = [m for m in P.methods if m not in ALGORITHMS]
 if bad:
     raise ValueError(f"unknown methods {bad}; valid: {', '.join(sorted(ALGORITHMS))}")
+bad = [m for m in P.runtime_methods if m not in P.methods]
+if bad:
+    raise ValueError(f"runtime_methods {bad} are not among methods; valid: {', '.join(P.methods)}")
 
 TRAIN = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
 KWARGS = {  # MPT with a short schedule (its defaults are the paper's); the others: example_job's defaults
@@ -148,15 +157,16 @@ refs = {m: j.run_in_process() for m, j in JOBS.items()}
 t0 = time.perf_counter()
 runs = {}
 for engine in P.engines:
+    jobs = JOBS if engine == "loopback" else {m: JOBS[m] for m in P.runtime_methods}
     if engine == "deployment":
         with LocalDeployment(P.n_clients, port=free_port_block(P.n_clients + 1)) as dep:
-            with ThreadPoolExecutor(len(JOBS)) as pool:
-                done = pool.map(lambda j: run_flower(j, "deployment", deployment=dep), JOBS.values())
-                runs.update({(m, engine): r for m, r in zip(JOBS, done)})
+            with ThreadPoolExecutor(len(jobs)) as pool:
+                done = pool.map(lambda j: run_flower(j, "deployment", deployment=dep), jobs.values())
+                runs.update({(m, engine): r for m, r in zip(jobs, done)})
             left = dep  # checked below: no process of it may survive the with-block
         survivors = left.pids()
     else:
-        runs.update({(m, engine): run_flower(j, engine) for m, j in JOBS.items()})
+        runs.update({(m, engine): run_flower(j, engine) for m, j in jobs.items()})
 flower_seconds = time.perf_counter() - t0
 
 rows = []
@@ -180,6 +190,9 @@ glue("fl_same_reading", "every one of them is bit-identical to the in-process ru
      "metrics and ledger" if n_same == len(equiv) else
      f"{len(equiv) - n_same} differ from the in-process run (a defect: the tests require equality)", display=False)
 glue("fl_methods", ", ".join(P.methods), display=False)
+runtimes = [e for e in P.engines if e != "loopback"]
+glue("fl_runtime_runs", f"; {', '.join(P.runtime_methods)} also on {' and '.join(runtimes)}" if runtimes else "",
+     display=False)
 glue("fl_engines", ", ".join(P.engines), display=False)
 glue("fl_clients", P.n_clients, display=False)
 glue("fl_rounds", P.rounds, display=False)
@@ -188,13 +201,17 @@ glue("fl_survivors", "no process of the deployment was left running" if "deploym
      else f"{len(survivors)} processes of the deployment were left running (a defect)", display=False)
 
 # %% [markdown]
-# {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on {glue:text}`fl_engines`;
+# {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on the loopback engine{glue:text}`fl_runtime_runs`;
 # {glue:text}`fl_clients` clients, {glue:text}`fl_rounds` rounds, evaluated every round):
 # {glue:text}`fl_same_reading`. They took {glue:text}`fl_seconds:.0f` s together, and
 # {glue:text}`fl_survivors`. The book profile's methods exercise what a transport must carry
 # exactly: FedAvg's models and replies, Ditto's personal model (a persistent client state that
 # stays on the node between rounds), and MPT's per-round statistics and prototypes, which are
-# metadata as well as arrays. The test suite runs the same check for every registered method on
+# metadata as well as arrays. Equivalence, not scale, is this page's point, so the runs are as small
+# as the smoke profile's: two clients, two rounds (the fewest that carry a client state from one
+# round to the next). A run on Flower's runtimes costs their start-up and polling, about a minute
+# whatever its size, so at the book profile only Ditto, the method with a client state, runs on
+# them; `-p runtime_methods='["fedavg", "ditto", "mpt"]'` runs all three (the paper profile does). The test suite runs the same check for every registered method on
 # the loopback engine (`tests/test_flower.py`). It also checks that every message kind of every
 # method survives Flower's protobuf wire format with its dtypes, shapes, key orders and metadata
 # types.
@@ -221,7 +238,7 @@ show_table(by_kind.rename(columns={"bytes": "fedlib bytes", "flower_bytes": "Flo
            formats={"fedlib bytes": format_bytes, "Flower bytes": format_bytes}, digits={"Flower / fedlib": 2}, index=False)
 
 # %% tags=["remove-cell"]
-per_engine = wire.groupby("engine")["flower_bytes"].sum()
+per_engine = wire[wire["method"].isin(P.runtime_methods)].groupby("engine")["flower_bytes"].sum()  # the same runs
 glue("fl_bytes_same_engines", "the same on every engine" if per_engine.nunique() == 1 else
      "nearly the same on every engine (Flower's message metadata, ids among them, differ in length between engines)",
      display=False)
@@ -231,7 +248,7 @@ glue("fl_first_engine", first_engine, display=False)
 
 # %% [markdown]
 # On the {glue:text}`fl_first_engine` engine Flower's messages are {glue:text}`fl_overhead:.0f` %
-# larger than fedlib's count over all of this page's messages; the counts are
+# larger than fedlib's count over all of its messages; the counts of the runs every engine made are
 # {glue:text}`fl_bytes_same_engines`. What Flower sends beyond fedlib's count is the per-array
 # headers and the control record on every message, which weigh most on small models like these,
 # and, for a method that keeps a client state (Ditto's personal model), that state on its way up
