@@ -33,12 +33,12 @@
 #
 # HDC-FL does not change the training trajectory: its grouping, prototypes and mixtures are server
 # work on the cached (encoder, head) pairs. So one HDC-FL run per seed gives FedAvg-SE (its
-# shared encoder with each client's head) and every server-side ablation (another temperature,
-# hard membership, one group, random groups, another λ or rank), each evaluated on the final
-# server state ({func}`fedlib.algorithms.hdcfl.with_variant`, {func}`fedlib.run.evaluate_deployment`).
-# Only the raw-head ablation needs its own run: its grouping differs at every refresh, and the
-# stability gate reads every refresh. The geometry is derived and checked in
-# {ref}`chapter-hdcfl-derivations`.
+# shared encoder with each client's head) and every server-side ablation (hard membership, one
+# group, random groups, another λ, raw-head descriptors), each evaluated on the final server state
+# ({func}`fedlib.algorithms.hdcfl.with_variant`, {func}`fedlib.run.evaluate_deployment`); the
+# raw-head grouping's silhouette and stability are read at every refresh of the same run, on the
+# same cache (`HDCConfig.compare_raw`): no ablation needs a run of its own. The geometry is
+# derived and checked in {ref}`chapter-hdcfl-derivations`.
 #
 # **Our scale.** The paper trains ResNet-18 and MobileNetV2 on CIFAR-10/100 with twenty clients.
 # The book profile keeps {glue:text}`n_clients` clients and the three heterogeneities, but uses the
@@ -79,8 +79,8 @@ from fedlib.claims import HOLDS, INCONCLUSIVE, Claim, resolution_of, seed_table
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import load_data
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.experiments.hdcfl import (BASELINES, DONOR_COLUMNS, METHODS, RAW_RUN, STEP_COLUMN, TAIL_METRICS,
-                                      HDCFLStudy, activation_table, step_text)
+from fedlib.experiments.hdcfl import (BASELINES, DEFAULT_VARIANT, DONOR_COLUMNS, METHODS, RAW_RUN, SHARED_VARIANT,
+                                      STEP_COLUMN, TAIL_METRICS, HDCFLStudy, activation_table, step_text)
 from fedlib.loop import RunOptions
 from fedlib.training import TrainConfig
 
@@ -88,13 +88,13 @@ warnings.filterwarnings("ignore", category=SequentialFallback)  # Ditto trains s
 RUN = RunOptions(execution=execution)  # checks the parameter before any work
 
 COMMON = dict(settings=["label subsets", "Dirichlet", "rotation"], class_fraction=0.3, alpha=0.3, n_rotations=4,
-              batch_size=16, lr=0.05, refresh_every=2, ifca_k=4, temperature=0.05, ranks=[2, 4, 8], level=0.95)
+              batch_size=16, lr=0.05, refresh_every=2, ifca_k=4, temperature=0.15, rank=4, participation=0.5, level=0.95)
 PROFILES = {
     "smoke": dict(COMMON, dataset="uci8", n_samples=300, n_clients=6, rounds=2, local_epochs=1, n_seeds=2, refresh_every=1,
-                  global_test_per_class=5, model="cnn", width=8, feature_dim=16, max_activation_round=2, ranks=[2]),
-    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=3,
+                  global_test_per_class=5, model="cnn", width=8, feature_dim=16, max_activation_round=2, rank=2),
+    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=5,
                  global_test_per_class=40, model="cnn", width=8, feature_dim=32, max_activation_round=12),
-    "paper": dict(COMMON, dataset="cifar10", n_samples=None, n_clients=20, rounds=100, local_epochs=1, n_seeds=3,
+    "paper": dict(COMMON, dataset="cifar10", n_samples=None, n_clients=20, rounds=100, local_epochs=1, n_seeds=5,
                   global_test_per_class=100, model="resnet18", width=None, feature_dim=None, max_activation_round=50,
                   batch_size=64, lr=0.01),
 }
@@ -104,7 +104,8 @@ SEEDS = list(range(seed, seed + P.n_seeds))
 TRAIN = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr, momentum=0.9)
 FINETUNE = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr / 5, momentum=0.9)
 TEST_FRACTION = 0.25  # each client's local test split (make_federation's default)
-HDC = HDCConfig(temperature=P.temperature, refresh_every=P.refresh_every, max_activation_round=P.max_activation_round)
+HDC = HDCConfig(rank=P.rank, temperature=P.temperature, refresh_every=P.refresh_every,
+                max_activation_round=P.max_activation_round)
 
 print(f"profile {P.profile}: seeds {SEEDS}; {P.n_clients} clients, {P.rounds} rounds x {P.local_epochs} local epoch(s); "
       f"{P.dataset}, {P.model}; settings {P.settings}")
@@ -120,6 +121,15 @@ glue("class_pct", 100 * P.class_fraction, display=False)
 glue("alpha", P.alpha, display=False)
 glue("n_rot", P.n_rotations, display=False)
 glue("ifca_k", P.ifca_k, display=False)
+glue("participation_pct", 100 * P.participation, display=False)
+glue("n_sampled", max(1, int(round(P.participation * P.n_clients))), display=False)  # the loop's count (fedlib.loop)
+glue("n_classes_data", 10, display=False)  # digits and CIFAR-10: ten classes
+T_OLD, GAP = 0.05, 0.15  # the temperature this chapter used before, and a cosine gap between two centroids
+glue("t_old", T_OLD, display=False)
+glue("t_gap", GAP, display=False)
+glue("t_gap_old", 100 / (1 + math.exp(-GAP / T_OLD)), display=False)  # two groups, that gap, at T_OLD
+glue("t_gap_new", 100 / (1 + math.exp(-GAP / P.temperature)), display=False)  # the same gap at our T
+glue("t_gap_95", P.temperature * math.log(19), display=False)  # the cosine gap that puts 95 % on one of two groups
 for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari", "max_drift", "patience", "k_min", "k_max",
               "max_activation_round", "lam"):
     glue(f"hdc_{_name}", getattr(HDC, _name), display=False)
@@ -142,11 +152,21 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 #
 # * the descriptor basis: the top $r =$ {glue:text}`hdc_rank` left-singular vectors of the heads
 #   side by side (the class axis, so $Cd$ numbers become $rd$ as the paper counts them), each head
-#   $[W_k, b_k]$ with its bias as a last column;
+#   $[W_k, b_k]$ with its bias as a last column. The paper's $r = 8$ keeps 8 of CIFAR-100's 100
+#   class directions; of our {glue:text}`n_classes_data` it would keep nearly all, and the rank-$r$
+#   descriptor would be nearly the raw head, so that the low-rank claims could hardly fail. We keep
+#   fewer than half, as many as there are planted rotation groups (a rank-$k$ subspace can hold
+#   $k$ separated group means); chosen before any run, from the shapes alone;
 # * $k$ chosen by silhouette in {glue:text}`hdc_k_min`..{glue:text}`hdc_k_max` (the paper's
 #   range); soft membership over the cosine similarity to the centroids at temperature
-#   $T =$ {glue:text}`hdc_temperature` (cosines lie in $[-1, 1]$: a small $T$ is needed for the
-#   weights to concentrate); $\lambda =$ {glue:text}`hdc_lam` (the paper's main setting);
+#   $T =$ {glue:text}`hdc_temperature`. With two groups, a client whose cosine to its nearest
+#   centroid exceeds that to the next by $\Delta$ puts $1/(1 + e^{-\Delta/T})$ of its weight on the
+#   nearest. At $T =$ {glue:text}`t_old` a gap of {glue:text}`t_gap` already puts {glue:text}`t_gap_old:.0f` % there, and soft
+#   membership is hard membership in all but name; at $T =$ {glue:text}`hdc_temperature` the same
+#   gap puts {glue:text}`t_gap_new:.0f` %, and it takes a gap of {glue:text}`t_gap_95:.2f` for
+#   95 %: clients between groups get a blend, clients deep in one group its prototype. The value
+#   was fixed from this arithmetic before any run, not from accuracy; the gaps the runs show are
+#   reported below. $\lambda =$ {glue:text}`hdc_lam` (the paper's main setting);
 # * a refresh every {glue:text}`hdc_refresh_every` rounds; the grouping is **stable** when its
 #   silhouette is at least {glue:text}`hdc_min_silhouette` and either the adjusted Rand index
 #   (ARI) with the previous refresh is at least {glue:text}`hdc_min_ari` or the descriptor drift
@@ -158,7 +178,12 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # IFCA needs its number of clusters: we give it {glue:text}`ifca_k`, the number of planted rotation
 # groups (its best case there). Every method trains the same local epochs with the same optimizer
 # (SGD with momentum), from the same initial model, over the same {glue:text}`rounds` rounds with
-# full participation; FedAvg-FT and FedBABU fine-tune for as many local epochs as a round has
+# partial participation: {glue:text}`n_sampled` of the {glue:text}`n_clients` clients
+# ({glue:text}`participation_pct:.0f` %) sampled each round, the same for every method. The paper's
+# server keeps each client's *latest* pair, so its prototypes are built from a stale cache; with
+# full participation the one-group prototype would be the shared encoder bit for bit (the same
+# average of the same encoders, {ref}`chapter-hdcfl-derivations`), and the prototype-averaging
+# effect zero by construction. FedAvg-FT and FedBABU fine-tune for as many local epochs as a round has
 # ({glue:text}`ft_epochs`) at a fifth of the learning rate before deployment.
 #
 # ## The claims, declared before any run
@@ -184,112 +209,197 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # * **"competitive mean"** is non-inferiority against each baseline: HDC-FL's macro mean minus
 #   every baseline's must lie above −{glue:text}`tol_mean` points (the paper calls 0.2–0.5 point
 #   differences comparable "given seed variation"), one paired interval per baseline;
-# * **"highest worst-client" / "highest bottom-20 %"**: HDC-FL minus each baseline on that metric,
-#   greater than the resolution, one paired interval per baseline: the row holds when every one
-#   clears it, does not hold when one clears it the other way (at the Bonferroni level), and no
-#   baseline is picked from the test results;
-# * **ablations**: the claimed direction, greater than 0 (the paper's ablation margins are 0.7–1.5
-#   points and single-seed; ours rest on {glue:text}`n_seeds` seeds); a silhouette gain must exceed
+# * **"the numerically highest worst-client / bottom-20 %"**: the paper's own hedge ("numerically
+#   highest", "small margins over PFedCS") claims HDC-FL's point is on top, not that it beats every
+#   baseline by a margin. Read as written: HDC-FL minus each baseline must lie above −{glue:text}`res_tail:.2f`
+#   points (no baseline above HDC-FL by more than one image of a pool can move a score), one paired
+#   interval per baseline, every one of which must clear it; no baseline is picked from the test
+#   results. PFedCS, the baseline of the small margins, is not run here;
+# * **HDC-FL against FedAvg-SE** (the same trajectory, deployed with and without the server's
+#   personalization: the most decidable comparison), "improves or remains level": above
+#   −(one image) in every setting on the mean and on the macro tails;
+# * **ablations**: the claimed direction, greater than one image (the paper's ablation margins
+#   are 0.7–1.5 points and single-seed); each ablation that the paper reports on the tails is
+#   tested on the tails too, on the pooled scores; a silhouette gain must exceed
 #   {glue:text}`min_sil`, about half the gain the paper reports for rank-8 descriptors over raw
 #   heads (Appendix E.1: from 0.027 to 0.108), so that a difference in the third decimal does not
 #   count as "higher";
 # * **donor ranking**: the Spearman correlation between head similarity and the gain of a donor
-#   swap must exceed {glue:text}`min_rho` (a clear positive association, not only a positive sign).
-#   "Most under rotation" is the rotation correlation minus the larger of the two label-skew ones, greater than 0;
-#   an AUROC must beat chance (0.5) by more than {glue:text}`min_auroc`.
+#   swap must be positive beyond its resolution ({glue:text}`res_rho`: the paper claims "positive"
+#   associations, the strongest ρ = 0.243). "Most under rotation" is the rotation correlation minus
+#   each label-skew one, greater than 0; an AUROC must beat chance (0.5) and an average precision
+#   the share of same-rotation pairs by more than {glue:text}`min_auroc`; the nearest-head donor must
+#   beat a random donor (the mean over a target's donors) by more than one image of the targets' test
+#   splits ({glue:text}`res_donor:.2f` points); "largely explained by label-support overlap" reads
+#   that the partial correlation given the overlap is below half the plain one.
+#
+# The headline claims (the abstract's and the conclusion's: the mean and tail comparisons and the
+# donor-ranking associations) rest on {glue:text}`n_seeds` seeds, as does every other row: all rows
+# read the same runs.
 
 # %% tags=["hide-input"]
-VARIANTS = {  # server-side ablations on the HDC-FL run's final state
-    "HDC-FL (λ = 1, the default)": {},
+VARIANTS = {  # server-side ablations on the HDC-FL run's final state (the raw-head one is added by the study)
+    DEFAULT_VARIANT: {},  # the run's own deployment (copied, not computed again)
     "k = 1 (population-level prototype)": dict(k_min=1, k_max=1),
     "hard membership": dict(membership="hard"),
     "random groups": dict(grouping="random"),
     "λ = 0.5": dict(lam=0.5),
-    "λ = 0 (the shared encoder)": dict(lam=0.0),
-    **{f"rank r = {r}": dict(rank=r) for r in P.ranks},
+    SHARED_VARIANT: dict(lam=0.0),  # FedAvg-SE's deployment (copied, not computed again)
 }
 study = HDCFLStudy(dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_root, model=P.model, width=P.width,
                    feature_dim=P.feature_dim, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
                    test_fraction=TEST_FRACTION, class_fraction=P.class_fraction, alpha=P.alpha, n_rotations=P.n_rotations,
-                   rounds=P.rounds, train=TRAIN, finetune=FINETUNE, hdc=HDC, variants=VARIANTS, ifca_k=P.ifca_k, options=RUN)
+                   rounds=P.rounds, train=TRAIN, finetune=FINETUNE, hdc=HDC, variants=VARIANTS, ifca_k=P.ifca_k,
+                   participation=P.participation, options=RUN)
 FED0 = {s: study.federation(s, seed)[0] for s in P.settings}  # the first seed's federations: their pools' sizes
 POOL = np.concatenate([f.pool_sizes() for f in FED0.values()])
 RES_MEAN = resolution_of(len(FED0[P.settings[0]].global_test))  # one image of the pool
 RES_TAIL = 100 * max(float(np.nanmax(f.pool_steps())) for f in FED0.values())  # the largest step one pool image makes
+RES_DONOR = resolution_of(sum(len(c.test) for c in FED0["rotation"].clients))  # one image of the targets' test splits
 RES_RHO, RES_SIL = 0.01, 0.01  # declared resolutions of a correlation, an AUROC, a silhouette and an ARI
 TOL_MEAN = max(1.0, RES_MEAN)  # points: non-inferiority margin of "competitive mean"
-MIN_RHO = 0.1  # the donor-ranking Spearman correlation must exceed this
 MIN_SIL = 0.05  # a silhouette gain must exceed this: about half the paper's raw-to-rank-8 gain (0.027 -> 0.108)
-MIN_AUROC = 0.1  # an AUROC must beat chance (0.5) by more than this
+MIN_AUROC = 0.1  # an AUROC (an average precision) must beat chance by more than this
 S_LS, S_DIR, S_ROT = "label subsets", "Dirichlet", "rotation"
 DATA_LABEL = {"uci8": "UCI digits at 8 x 8", "mnist5k": "MNIST-5k", "uci": "UCI digits", "cifar10": "CIFAR-10",
               "cifar100": "CIFAR-100"}[P.dataset]
 MODEL_LABEL = {"cnn": "a small CNN", "mlp": "an MLP", "resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}[P.model]
 SUB_SCALE = f"{DATA_LABEL} and {MODEL_LABEL} for CIFAR-10/100 and ResNet-18 / MobileNetV2; {P.rounds} rounds"
+SUB_HEAD = SUB_SCALE + "; PFedCS (the paper's nearest rival) and EMD-CFL are not run: six baselines fedlib has"
 LS_SUB = f"{DATA_LABEL}, {100 * P.class_fraction:.0f} % of the classes per client"
+ROT_SUB = f"{DATA_LABEL}, {P.n_rotations} rotations; k chosen by silhouette, not fixed; stale cache ({100 * P.participation:.0f} % participation)"
+DIR_SUB = f"{DATA_LABEL}, Dirichlet α = {P.alpha}; T = {P.temperature} chosen from the cosine gaps"
+LR_SUB = "raw heads grouped on the same cache at the same refreshes of the same run (server-side); r = " + str(P.rank)
+DONOR_SUB = "the last round's cached pairs; raw-head cosine"
+TAIL_NAME = {"mean": "mean", "worst": "worst-client", "bottom-20 %": "bottom-20 %"}
+TAIL_KEY = {"mean": "", "worst": "-worst", "bottom-20 %": "-bottom"}
+Q_ABS = ("[...] HDC-FL is competitive with the strongest personalized and clustered baselines in macro-averaged mean accuracy "
+         "and attains the numerically highest macro-averaged worst-client and bottom-20% accuracy among the evaluated methods.")
+Q_PROTO = ("On CIFAR-10 rotation, four head-derived groups add 0.74 mean-accuracy points beyond population-level prototype "
+           "averaging, improving both tail metrics as well.")
+Q_SOFT = ("On CIFAR-100 with α = 0.3, hard assignment costs 0.85 mean-accuracy points and 1.08 and 0.95 points on the two "
+          "tail metrics versus soft mixing.")
+Q_LAM = ("76.95% mean accuracy at λ = 0 rises to 83.72% at λ = 0.5 and 85.22% at λ = 1, with worst-client and bottom-20% "
+         "accuracy following the same ordering.")
+Q_SE = ("After activation, HDC-FL improves or remains level in every remaining configuration, with larger activation steps "
+        "in label-subset and rotation settings than in Dirichlet settings.")
+Q_BABU = ("FedBABU’s 87.58% aggregate mean accompanies 55.32% worst-client accuracy and a 38.37-point fairness gap; IFCA and "
+          "EMD-CFL fall below FedAvg-SE in worst-client accuracy.")
+Q_LR = ("The low-rank projection reduces descriptors from Cd to rd values and yields higher silhouette scores and greater "
+        "agreement between consecutive cluster assignments than raw heads.")
+Q_LR_ACC = "Mean predictive accuracy changes little, so the projection is used primarily for compact, empirically more stable grouping."
+Q_DONOR = ("A controlled donor-swap diagnostic further finds positive donor-ranking associations between head similarity and "
+           "encoder compatibility in all three settings tested, most clearly under covariate shift.")
+Q_NEAR = ("Nearest-head donor selection gains 2.50 accuracy points under rotation versus a random donor, but label-skew "
+          "associations are largely explained by label-support overlap.")
+Q_AUROC = "Head similarity detects same-rotation pairs with AUROC 0.887 and average precision 0.606."
+
+
+def res(metric):
+    """The resolution of a metric: one pool image for the mean, the largest one-image step for a tail."""
+    return RES_MEAN if metric == "mean" else RES_TAIL
+
+
+def variant_pair(setting, ours, base, metric):
+    return lambda: (runs.variant(setting, ours, metric), runs.variant(setting, base, metric))
+
+
 # Each claim's values: (ours, baseline) per seed, read when the claims are decided (from `runs`, the results:
 # fedlib.experiments.hdcfl.HDCFLRuns)
 claims = [
-    Claim("mean", "HDC-FL is competitive with the strongest baselines in macro-averaged mean accuracy", "Section 1, Section 4.2",
-          "macro mean accuracy (pooled), HDC-FL − each baseline, points", "at least", TOL_MEAN, SUB_SCALE,
-          resolution=RES_MEAN, versus=tuple(BASELINES), values=lambda: (runs.macro_of("HDC-FL", "mean"), runs.each_baseline("mean"))),
-    Claim("worst", "[HDC-FL] attains the highest macro-averaged worst-client [...] accuracy", "Section 1, Section 4.3",
-          "macro worst-client accuracy (pooled), HDC-FL − each baseline, points", "greater", RES_TAIL, SUB_SCALE,
-          resolution=RES_TAIL, versus=tuple(BASELINES), values=lambda: (runs.macro_of("HDC-FL", "worst"), runs.each_baseline("worst"))),
-    Claim("bottom", "[HDC-FL] attains the highest macro-averaged [...] bottom-20% accuracy", "Section 1, Section 4.3",
-          "macro bottom-20 % accuracy (pooled), HDC-FL − each baseline, points", "greater", RES_TAIL, SUB_SCALE,
-          resolution=RES_TAIL, versus=tuple(BASELINES),
-          values=lambda: (runs.macro_of("HDC-FL", "bottom-20 %"), runs.each_baseline("bottom-20 %"))),
-    Claim("proto", "four head-derived groups add 0.74 mean-accuracy points beyond population-level prototype averaging",
-          "Section 4.4 (CIFAR-10 rotation)", "rotation mean accuracy, HDC-FL − HDC-FL with k = 1, points", "greater", RES_MEAN,
-          f"{DATA_LABEL}, {P.n_rotations} rotations; k chosen by silhouette, not fixed", resolution=RES_MEAN,
-          values=lambda: (runs.variant(S_ROT, "HDC-FL (λ = 1, the default)"), runs.variant(S_ROT, "k = 1 (population-level prototype)"))),
-    Claim("soft", "hard assignment costs 0.85 mean-accuracy points [...] versus soft mixing", "Section 4.4, Appendix E.3 (CIFAR-100, α = 0.3)",
-          "Dirichlet mean accuracy, soft − hard membership, points", "greater", RES_MEAN,
-          f"{DATA_LABEL}, Dirichlet α = {P.alpha}; T = {P.temperature} our choice", resolution=RES_MEAN,
-          values=lambda: (runs.variant(S_DIR, "HDC-FL (λ = 1, the default)"), runs.variant(S_DIR, "hard membership"))),
-    Claim("lambda", "76.95% mean accuracy at λ = 0 rises to 83.72% at λ = 0.5 and 85.22% at λ = 1", "Appendix E.4 (CIFAR-100 LS3)",
-          "label-subsets mean accuracy, λ = 1 − λ = 0.5, points", "greater", RES_MEAN, LS_SUB, resolution=RES_MEAN,
-          values=lambda: (runs.variant(S_LS, "HDC-FL (λ = 1, the default)"), runs.variant(S_LS, "λ = 0.5"))),
-    Claim("lambda-0", "76.95% mean accuracy at λ = 0 rises to 83.72% at λ = 0.5 and 85.22% at λ = 1", "Appendix E.4 (CIFAR-100 LS3)",
-          "label-subsets mean accuracy, λ = 0.5 − λ = 0, points", "greater", RES_MEAN, LS_SUB, resolution=RES_MEAN,
-          values=lambda: (runs.variant(S_LS, "λ = 0.5"), runs.variant(S_LS, "λ = 0 (the shared encoder)"))),
-    Claim("lowrank-sil", "The low-rank projection [...] yields higher silhouette scores [...] than raw heads", "Section 3.2, Appendix E.1",
-          "rotation silhouette at the last refresh, rank-r − raw heads", "greater", MIN_SIL, "one run per seed with each descriptor", resolution=RES_SIL,
+    Claim("mean", Q_ABS, "Abstract, Section 4.2, Section 6", "macro mean accuracy (pooled), HDC-FL − each baseline, points",
+          "at least", TOL_MEAN, SUB_HEAD, resolution=RES_MEAN, versus=tuple(BASELINES), headline=True,
+          values=lambda: (runs.macro_of("HDC-FL", "mean"), runs.each_baseline("mean"))),
+    *[Claim(key, Q_ABS, "Abstract, Section 4.3, Section 6 (\"with small margins over PFedCS\")",
+            f"macro {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − each baseline, points (numerically highest: no "
+            "baseline above by more than one image)", "at least", RES_TAIL, SUB_HEAD, resolution=RES_TAIL,
+            versus=tuple(BASELINES), headline=True,
+            values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.each_baseline(metric)))
+      for key, metric in (("worst", "worst"), ("bottom", "bottom-20 %"))],
+    *[Claim(f"se-mean-{setting}", Q_SE, "Appendix D, Figure 3",
+            f"{setting} mean accuracy (pooled), HDC-FL − FedAvg-SE (the same run), points (improves or level)",
+            "at least", RES_MEAN, SUB_SCALE, resolution=RES_MEAN, versus="FedAvg-SE",
+            values=lambda setting=setting: (runs.of(setting, "HDC-FL", "mean"), runs.of(setting, "FedAvg-SE", "mean")))
+      for setting in P.settings],
+    *[Claim(f"se{TAIL_KEY[metric]}", Q_SE, "Appendix D, Figure 3",
+            f"macro {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − FedAvg-SE (the same run), points (improves or level)",
+            "at least", RES_TAIL, SUB_SCALE + "; the paper's curves are of the mean, the tails are the issue's reading",
+            resolution=RES_TAIL, versus="FedAvg-SE",
+            values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.macro_of("FedAvg-SE", metric)))
+      for metric in ("worst", "bottom-20 %")],
+    Claim("ifca-worst", "[...] IFCA and EMD-CFL fall below FedAvg-SE in worst-client accuracy.", "Section 4.3",
+          "macro worst-client accuracy (pooled), FedAvg-SE − IFCA, points", "greater", RES_TAIL,
+          SUB_SCALE + f"; EMD-CFL is not run; IFCA with k = {P.ifca_k}", resolution=RES_TAIL, versus="IFCA",
+          values=lambda: (runs.macro_of("FedAvg-SE", "worst"), runs.macro_of("IFCA", "worst"))),
+    *[Claim(f"babu{TAIL_KEY.get(metric, '-gap')}", Q_BABU.split("; IFCA")[0] + " [...]", "Section 4.3, Table 2",
+            f"macro {TAIL_NAME.get(metric, 'fairness gap')} (pooled), HDC-FL − FedBABU, points",
+            "less" if metric == "gap" else "greater", RES_TAIL, SUB_SCALE, resolution=RES_TAIL, versus="FedBABU",
+            values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.macro_of("FedBABU", metric)))
+      for metric in ("worst", "bottom-20 %", "gap")],
+    *[Claim(f"proto{TAIL_KEY[metric]}", Q_PROTO, "Section 4.4 (CIFAR-10 rotation)",
+            f"rotation {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − HDC-FL with k = 1, points", "greater", res(metric),
+            ROT_SUB, resolution=res(metric),
+            values=variant_pair(S_ROT, DEFAULT_VARIANT, "k = 1 (population-level prototype)", metric))
+      for metric in ("mean", "worst", "bottom-20 %")],
+    Claim("proto-alone", "Prototype averaging alone raises mean accuracy from 77.57% to 80.30% [...]", "Section 4.4",
+          "rotation mean accuracy (pooled), k = 1 prototype − the shared encoder (λ = 0), points", "greater", RES_MEAN, ROT_SUB,
+          resolution=RES_MEAN, values=variant_pair(S_ROT, "k = 1 (population-level prototype)", SHARED_VARIANT, "mean")),
+    *[Claim(f"soft{TAIL_KEY[metric]}", Q_SOFT, "Section 4.4, Appendix E.3 (CIFAR-100, α = 0.3)",
+            f"Dirichlet {TAIL_NAME[metric]} accuracy (pooled), soft − hard membership, points", "greater", res(metric),
+            DIR_SUB, resolution=res(metric), values=variant_pair(S_DIR, DEFAULT_VARIANT, "hard membership", metric))
+      for metric in ("mean", "worst", "bottom-20 %")],
+    *[Claim(f"lambda{TAIL_KEY[metric]}", Q_LAM, "Appendix E.4 (CIFAR-100 LS3)",
+            f"label-subsets {TAIL_NAME[metric]} accuracy (pooled), λ = 1 − λ = 0.5, points", "greater", res(metric), LS_SUB,
+            resolution=res(metric), values=variant_pair(S_LS, DEFAULT_VARIANT, "λ = 0.5", metric))
+      for metric in ("mean", "worst", "bottom-20 %")],
+    *[Claim(f"lambda-0{TAIL_KEY[metric]}", Q_LAM, "Appendix E.4 (CIFAR-100 LS3)",
+            f"label-subsets {TAIL_NAME[metric]} accuracy (pooled), λ = 0.5 − λ = 0, points", "greater", res(metric), LS_SUB,
+            resolution=res(metric), values=variant_pair(S_LS, "λ = 0.5", SHARED_VARIANT, metric))
+      for metric in ("mean", "worst", "bottom-20 %")],
+    Claim("lowrank-sil", Q_LR, "Section 3.2, Appendix E.1",
+          "rotation silhouette at the last refresh, rank-r − raw heads", "greater", MIN_SIL, LR_SUB, resolution=RES_SIL,
           values=lambda: (runs.refreshes(S_ROT, "rank-r descriptors", "silhouette", "last"),
                           runs.refreshes(S_ROT, "raw heads", "silhouette", "last"))),
-    Claim("lowrank-ari", "[The low-rank projection yields] greater agreement between consecutive cluster assignments than raw heads",
-          "Section 3.2, Appendix E.1", "rotation mean ARI between consecutive refreshes, rank-r − raw heads", "greater", RES_SIL,
-          "one run per seed with each descriptor", resolution=RES_SIL,
+    Claim("lowrank-ari", Q_LR, "Section 3.2, Appendix E.1", "rotation mean ARI between consecutive refreshes, rank-r − raw heads",
+          "greater", RES_SIL, LR_SUB, resolution=RES_SIL,
           values=lambda: (runs.refreshes(S_ROT, "rank-r descriptors", "ari", "mean"),
                           runs.refreshes(S_ROT, "raw heads", "ari", "mean"))),
-    Claim("lowrank-acc", "Mean predictive accuracy changes little, so the projection is used primarily for [...] stable grouping",
-          "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no loss)", "at least", TOL_MEAN,
-          "the same tolerance as 'competitive mean'", resolution=RES_MEAN,
-          values=lambda: (runs.variant(S_ROT, "HDC-FL (λ = 1, the default)"), runs.variant(S_ROT, "raw heads (own run)"))),
-    Claim("lowrank-acc-up", "Mean predictive accuracy changes little, so the projection is used primarily for [...] stable grouping",
-          "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no gain)", "at most", TOL_MEAN,
-          "the same tolerance as 'competitive mean'", resolution=RES_MEAN,
-          values=lambda: (runs.variant(S_ROT, "HDC-FL (λ = 1, the default)"), runs.variant(S_ROT, "raw heads (own run)"))),
-    Claim("donor-rot", "Head similarity positively ranks donor-transfer benefit in all three tested settings", "Section 4.5 (rotation)",
-          "Spearman ρ(head cosine, swap gain), rotation", "greater", MIN_RHO, "the last round's cached pairs; raw-head cosine", resolution=RES_RHO,
-          values=lambda: (runs.donor(S_ROT), 0.0)),
-    Claim("donor-ls", "Head similarity positively ranks donor-transfer benefit in all three tested settings", "Section 4.5 (label skew)",
-          "Spearman ρ(head cosine, swap gain), label subsets", "greater", MIN_RHO, "the last round's cached pairs; raw-head cosine", resolution=RES_RHO,
-          values=lambda: (runs.donor(S_LS), 0.0)),
-    Claim("donor-dir", "Head similarity positively ranks donor-transfer benefit in all three tested settings", "Section 4.5 (Dirichlet)",
-          "Spearman ρ(head cosine, swap gain), Dirichlet", "greater", MIN_RHO, "the last round's cached pairs; raw-head cosine", resolution=RES_RHO,
-          values=lambda: (runs.donor(S_DIR), 0.0)),
-    Claim("donor-most", "the strongest reported association is under rotation", "Section 4.5",
-          "Spearman ρ, rotation − each label-skew setting", "greater", RES_RHO, "three settings, not the paper's",
-          resolution=RES_RHO, versus=(S_LS, S_DIR), values=lambda: (runs.donor(S_ROT), {S_LS: runs.donor(S_LS), S_DIR: runs.donor(S_DIR)})),
-    Claim("donor-auroc", "Head similarity detects same-rotation pairs with AUROC 0.887", "Appendix F",
+    Claim("lowrank-acc", Q_LR_ACC, "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no loss)",
+          "at least", TOL_MEAN, LR_SUB + "; the same tolerance as 'competitive mean'", resolution=RES_MEAN,
+          values=variant_pair(S_ROT, DEFAULT_VARIANT, RAW_RUN, "mean")),
+    Claim("lowrank-acc-up", Q_LR_ACC, "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no gain)",
+          "at most", TOL_MEAN, LR_SUB + "; the same tolerance as 'competitive mean'", resolution=RES_MEAN,
+          values=variant_pair(S_ROT, DEFAULT_VARIANT, RAW_RUN, "mean")),
+    *[Claim(f"donor-{key}", Q_DONOR, f"Abstract, Section 4.5 ({setting})", f"Spearman ρ(head cosine, swap gain), {setting}",
+            "greater", RES_RHO, DONOR_SUB, resolution=RES_RHO, headline=True,
+            values=lambda setting=setting: (runs.donor(setting), 0.0))
+      for key, setting in (("rot", S_ROT), ("ls", S_LS), ("dir", S_DIR))],
+    Claim("donor-most", Q_DONOR, "Abstract, Section 4.5", "Spearman ρ, rotation − each label-skew setting", "greater", RES_RHO,
+          DONOR_SUB + "; three settings, not the paper's", resolution=RES_RHO, versus=(S_LS, S_DIR), headline=True,
+          values=lambda: (runs.donor(S_ROT), {S_LS: runs.donor(S_LS), S_DIR: runs.donor(S_DIR)})),
+    Claim("donor-nearest", Q_NEAR, "Section 4.5",
+          "rotation swap gain, nearest-head donor − a random donor (mean over its donors), points", "greater", RES_DONOR,
+          DONOR_SUB + "; scored on the targets' local test splits", resolution=RES_DONOR,
+          values=lambda: runs.nearest_donor(S_ROT)),
+    *[Claim(f"overlap-{key}", Q_NEAR, "Section 4.5, Appendix F (label-support overlap)",
+            f"{setting}: ρ(head cosine, swap gain) / 2 − partial ρ given label overlap (more than half explained)",
+            "greater", RES_RHO, DONOR_SUB + "; overlap: the Jaccard index of the clients' training classes",
+            resolution=RES_RHO,
+            values=lambda setting=setting: (runs.donor(setting) / 2, runs.donor(setting, DONOR_COLUMNS["partial_rho"])))
+      for key, setting in (("ls", S_LS), ("dir", S_DIR))],
+    Claim("donor-auroc", Q_AUROC, "Appendix F",
           "AUROC of the raw-head cosine for 'same rotation' − 0.5 (chance)", "greater", MIN_AUROC,
           f"the last round's cached pairs; {P.n_rotations} rotations of {DATA_LABEL}", resolution=RES_RHO,
           values=lambda: (runs.donor(S_ROT, "AUROC same rotation"), 0.5)),
+    Claim("donor-ap", Q_AUROC, "Appendix F",
+          "average precision of the raw-head cosine for 'same rotation' − the share of same-rotation pairs (chance)",
+          "greater", MIN_AUROC, f"the last round's cached pairs; {P.n_rotations} rotations of {DATA_LABEL}",
+          resolution=RES_RHO,
+          values=lambda: (runs.donor(S_ROT, "AP same rotation"), runs.donor(S_ROT, "same-rotation share"))),
 ]
 glue("tol_mean", TOL_MEAN, display=False)
-glue("min_rho", MIN_RHO, display=False)
+glue("res_rho", RES_RHO, display=False)
+glue("res_donor", RES_DONOR, display=False)
 glue("min_sil", MIN_SIL, display=False)
 glue("min_auroc", MIN_AUROC, display=False)
 glue("pool_min", float(POOL.min()), display=False)
@@ -300,8 +410,10 @@ glue("res_mean", RES_MEAN, display=False)
 # %% [markdown]
 # ## The runs
 #
-# Per setting and seed: one HDC-FL run (evaluated at every refresh, for the dynamics below), one
-# HDC-FL run with raw-head descriptors (the ablation), and one run of each baseline. The
+# Per setting and seed: one HDC-FL run (evaluated at every refresh, for the dynamics below; its
+# server groups the raw heads of the same cache too, for the raw-head ablation), and one run of
+# each baseline (FedAvg-FT is FedAvg's run fine-tuned, FedAvg-SE HDC-FL's run deployed with the
+# shared encoder). The
 # evaluation reads each client's pooled score at the last round.
 
 # %% tags=["hide-input"]
@@ -362,13 +474,14 @@ glue("macro_worst_se", float(mm.loc["FedAvg-SE", "worst"]), display=False)
 #
 # ## Ablations: what the server's choices change
 #
-# Every row but the last is evaluated on the same HDC-FL run per seed (the training is not changed
-# by any of them); "raw heads" is a run of its own, since its grouping, and so its gate, differ
-# at every refresh. $k$ and the silhouette are those of the refresh at the last round (means over
-# seeds; a dash where one group makes the silhouette undefined).
+# Every row is evaluated on the same HDC-FL run per seed (the training is not changed by any of
+# them): the default row is the run's own deployment and λ = 0 FedAvg-SE's, each copied from the
+# main table rather than computed again; "raw heads" groups the raw heads of the final cache.
+# $k$ and the silhouette are those of the refresh at the last round (means over seeds; a dash
+# where one group makes the silhouette undefined).
 
 # %% tags=["hide-input"]
-var_names = list(VARIANTS) + [RAW_RUN]
+var_names = list(VARIANTS) + [RAW_RUN]  # the study adds the raw-head row last
 for setting in P.settings:
     v = variants[variants.setting == setting]
     table = seed_table(v, "variant", None, "mean", digits=1).reindex(var_names)
@@ -381,16 +494,23 @@ for setting in P.settings:
                        best={"mean (points)": "max", "worst": "max", "bottom-20 %": "max"}))
 
 
-glue("rot_k1_gain", float((runs.variant(S_ROT, "HDC-FL (λ = 1, the default)") - runs.variant(S_ROT, "k = 1 (population-level prototype)")).mean()),
+glue("rot_k1_gain", float((runs.variant(S_ROT, DEFAULT_VARIANT) - runs.variant(S_ROT, "k = 1 (population-level prototype)")).mean()),
      display=False)
-glue("lam0_gain", float(np.mean([(runs.variant(s_, "HDC-FL (λ = 1, the default)") - runs.variant(s_, "λ = 0 (the shared encoder)")).mean()
+glue("rot_proto_alone", float((runs.variant(S_ROT, "k = 1 (population-level prototype)") - runs.variant(S_ROT, SHARED_VARIANT)).mean()),
+     display=False)
+glue("lam0_gain", float(np.mean([(runs.variant(s_, DEFAULT_VARIANT) - runs.variant(s_, SHARED_VARIANT)).mean()
                                  for s_ in P.settings])), display=False)
+_top = [float(r.server.arrays["hdcfl/membership"].max(dim=1).values.median()) for r in runs.first.values()]
+glue("top_weight_median", 100 * float(np.median(_top)), display=False)  # the first seed's last refresh, median client
 
 # %% [markdown]
 # Across the three settings, the mixture with $\lambda = 1$ is {glue:text}`lam0_gain:+.1f` points
 # from the shared encoder ($\lambda = 0$, FedAvg-SE's deployment) on the mean accuracy; under
 # rotation the chosen groups are {glue:text}`rot_k1_gain:+.1f` points from one population-level
-# prototype.
+# prototype, and that prototype (built from the stale cache) is {glue:text}`rot_proto_alone:+.1f`
+# points from the shared encoder. At the last refresh of the first seed, the median client puts
+# {glue:text}`top_weight_median:.0f` % of its weight on its nearest prototype (100 % would make
+# soft membership hard).
 #
 # ## Dynamics: how the grouping settles, and when personalization starts
 #
@@ -452,13 +572,17 @@ glue("base_same_pct", 100 * float(rot.same_group.mean()) if len(rot) else float(
 glue("same_gain", float(rot[rot.same_group].gain.mean()) if len(rot) else float("nan"), display=False)
 glue("auroc_rot", float(donor_view.loc[S_ROT, "AUROC same rotation"]), display=False)
 _rho_ls, _partial_ls = float(donor_view.loc[S_LS, "ρ (raw heads)"]), float(donor_view.loc[S_LS, "partial ρ given overlap"])
-if abs(_rho_ls) < MIN_RHO:
-    _reading = "at this scale there is no association for the overlap to explain"
-elif abs(_partial_ls) < abs(_rho_ls) / 2:
-    _reading = "most of the label-skew association is the shared labels"
+if _rho_ls <= 0:
+    _reading = "on average over the seeds there is no positive association for the overlap to explain"
+elif _partial_ls < _rho_ls / 2:
+    _reading = "on average over the seeds, more than half of the label-subset association goes with the shared labels"
 else:
-    _reading = "the shared labels explain less than half of the label-skew association"
-glue("overlap_reading", _reading, display=False)
+    _reading = "on average over the seeds, the shared labels take less than half of the label-subset association"
+glue("overlap_reading", _reading + " (the claims table's rows overlap-ls and overlap-dir decide it over the seeds)",
+     display=False)
+_near, _rand = runs.nearest_donor(S_ROT)
+glue("nearest_gain", float(np.mean(_near)), display=False)
+glue("random_gain", float(np.mean(_rand)), display=False)
 glue("diff_gain", float(rot[~rot.same_group].gain.mean()) if len(rot) else float("nan"), display=False)
 for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
     glue(f"rho_{key}", float(donor_view.loc[setting, "ρ (raw heads)"]), display=False)
@@ -471,7 +595,9 @@ for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
 # (the paper: 75.0 % against 21.1 %); same-rotation swaps change the target's accuracy by
 # {glue:text}`same_gain:+.1f` points on average, different-rotation swaps by {glue:text}`diff_gain:+.1f`
 # (the paper: +0.83 and −3.46), and head similarity detects same-rotation donors with an AUROC
-# of {glue:text}`auroc_rot:.3f` (the paper: 0.887). Under label subsets, head similarity and label-support overlap
+# of {glue:text}`auroc_rot:.3f` (the paper: 0.887). Taking each target's nearest-head donor changes its accuracy by
+# {glue:text}`nearest_gain:+.1f` points on average, a donor drawn at random by {glue:text}`random_gain:+.1f`
+# (the paper: the nearest gains 2.50 points over a random one). Under label subsets, head similarity and label-support overlap
 # have a Spearman correlation of {glue:text}`overlap_rho_ls:.2f`; once the overlap's ranks are removed,
 # the association of similarity with the swap gain goes from {glue:text}`rho_ls:.2f` to
 # {glue:text}`partial_ls:.2f`: {glue:text}`overlap_reading` (the paper: "label-skew associations are
@@ -515,14 +641,15 @@ R = claims_report(claims)
 # %% tags=["hide-input"]
 tails = [R["worst"].verdict, R["bottom"].verdict]
 if all(v == HOLDS for v in tails):
-    reading = "At this scale HDC-FL's tail lead holds on both tail metrics."
+    reading = ("At this scale HDC-FL is on top on both tail metrics as the paper words it: no baseline lies above it by "
+               "more than one image.")
 elif any(v == HOLDS for v in tails):
-    reading = "At this scale HDC-FL's tail lead holds on one of the two tail metrics only."
+    reading = "At this scale HDC-FL is on top, as the paper words it, on one of the two tail metrics only."
 elif all(v == INCONCLUSIVE for v in tails):
-    reading = ("At this scale the tail claims are inconclusive: the difference to at least one baseline is within "
+    reading = ("At this scale the tail claims are inconclusive: whether a baseline lies above HDC-FL is within "
                "the seed-to-seed spread.")
 else:
-    reading = "At this scale HDC-FL does not lead on the tails: a baseline's worst clients fare better."
+    reading = "At this scale HDC-FL is not on top on the tails: a baseline's tail clients fare better."
 display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'].verdict}* "
                  f"(HDC-FL − {R['mean'].binding}, the baseline nearest to failing it: "
                  f"{R['mean'].interval.format(1)}, in points)."))
@@ -554,7 +681,7 @@ ex_noise = float(R["mean"].interval.high - R["mean"].interval.mean)
 glue("ex_noise", ex_noise, display=False)
 glue("ex_noise_baseline", R["mean"].binding, display=False)
 runs0 = {setting: (run0, *study.federation(setting, seed)) for setting, run0 in runs.first.items()}  # run, fed, groups
-EX1_T = [0.01, P.temperature, 0.2, 1.0]
+EX1_T = sorted({0.01, 0.05, P.temperature, 1.0})
 ex1 = []
 for setting, (run0, fed, _) in runs0.items():
     for t in EX1_T:
@@ -577,10 +704,11 @@ for setting in P.settings:
     hist_ = counts_ / counts_.sum(axis=1, keepdims=True)
     by_labels = SilhouetteKMeans(HDC.k_min, HDC.k_max, seed=seed).fit(hist_)
     hdc_labels = runs0[setting][0].server.arrays["hdcfl/labels"].numpy()
+    seen = runs0[setting][0].server.arrays["hdcfl/clients"].numpy()  # the clients cached at the last refresh
     planted = runs0[setting][2]
     ex2.append({"setting": setting, "k (labels)": by_labels.k_, "k (heads)": int(hdc_labels.max() + 1),
-                "ARI(heads, labels)": assignment_agreement(hdc_labels, by_labels.labels_),
-                "ARI(heads, planted rotations)": assignment_agreement(hdc_labels, planted) if planted is not None else float("nan"),
+                "ARI(heads, labels)": assignment_agreement(hdc_labels, by_labels.labels_[seen]),
+                "ARI(heads, planted rotations)": assignment_agreement(hdc_labels, planted[seen]) if planted is not None else float("nan"),
                 "ARI(labels, planted rotations)": assignment_agreement(by_labels.labels_, planted) if planted is not None else float("nan")})
 ex2 = pd.DataFrame(ex2).set_index("setting")
 for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -287,6 +288,30 @@ def test_stability_is_read_on_the_clients_both_refreshes_saw():
     assert refresh_history(second).loc[1, "ari"] == pytest.approx(adjusted_rand_score(before, now))
 
 
+def test_compare_raw_groups_the_raw_heads_of_the_same_cache_and_changes_nothing_deployed():
+    heads, planted = planted_heads(n_per_group=3, groups=2, C=4, d=3, noise=0.05)
+    server = _server_with_cache(heads, [1] * 6, [torch.tensor([float(k), 0.0]) for k in range(6)])
+    cfg = HDCConfig(rank=2, k_max=3, max_activation_round=10)
+    plain = refresh(refresh(server, 2, cfg, 0), 4, cfg, 0)
+    both_cfg = replace(cfg, compare_raw=True)
+    both = refresh(refresh(server, 2, both_cfg, 0), 4, both_cfg, 0)
+    for name, t in plain.arrays.items():  # the prototypes, labels, membership and gate are the method's own
+        assert torch.equal(both.arrays[name], t), name
+    assert plain.meta["hdcfl_active"] == both.meta["hdcfl_active"]
+    h_plain, h = refresh_history(plain), refresh_history(both)
+    assert "raw_k" not in h_plain.columns and h[list(h_plain.columns)].equals(h_plain)
+    # the raw columns are those of a refresh with raw descriptors on the same cache and stream
+    raw_cfg = replace(cfg, descriptor="raw")
+    raw = refresh(refresh(server, 2, raw_cfg, 0), 4, raw_cfg, 0)
+    h_raw = refresh_history(raw)
+    assert h["raw_k"].tolist() == h_raw["k"].tolist()
+    assert h["raw_silhouette"].tolist() == pytest.approx(h_raw["silhouette"].tolist())
+    assert math.isnan(h.loc[0, "raw_ari"]) and h.loc[1, "raw_ari"] == pytest.approx(h_raw.loc[1, "ari"])
+    assert both.arrays["hdcfl/raw_labels"].tolist() == raw.arrays["hdcfl/labels"].tolist()
+    with pytest.raises(ValueError, match="compare_raw must be True or False, got 1"):
+        HDCConfig(compare_raw=1)
+
+
 def test_a_rank_above_the_models_classes_is_refused_before_any_round(tiny_model_fn):
     with pytest.raises(ValueError, match="HDCConfig.rank r=8 is larger than the head's rank.*valid: 1..3"):
         HDCFL(config=HDCConfig(rank=8)).init_server(tiny_model_fn())
@@ -442,6 +467,8 @@ def test_donor_ranking_by_hand_and_against_scipy():
     out = donor_ranking(table)
     assert out["rho_raw"] == pytest.approx(1.0) and out["rho_lowrank"] == pytest.approx(0.8)
     assert out["auroc_helps"] == 1.0 and out["auroc_same_group"] == 0.75 and out["mean_gain"] == 0.25
+    # ranked 0.9 (same), 0.5, 0.3 (same), 0.1: precision 1/1 and 2/3 at the two same-group pairs
+    assert out["ap_same_group"] == pytest.approx((1 + 2 / 3) / 2) and out["base_same_group"] == 0.5
     x, y, z = (pd.Series(v).rank().to_numpy() for v in (table.head_cosine, table.gain, table.overlap))
     rx, ry = (r - np.polyval(np.polyfit(z, r, 1), z) for r in (x, y))
     assert out["partial_rho"] == pytest.approx(np.corrcoef(rx, ry)[0, 1])

@@ -3,17 +3,20 @@ gives the verdicts the chapter reports on the library, and each can fail on a wr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
+from scipy.stats import spearmanr
 
 import fedlib.experiments.hdcfl_checks as hc
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import refresh
 from fedlib.clustering import head_descriptors, soft_membership
 from fedlib.experiments.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, bit_equal, descriptor_invariance,
-                                             descriptors_in_basis, local_drift, max_abs_difference, membership_limits,
+                                             descriptors_in_basis, head_compatibility_rho, local_drift, max_abs_difference, membership_limits,
                                              one_group_identity, planted_grouping, planted_summary, random_orthogonal,
                                              refresh_invariants, snapshot)
 from fedlib.loop import LoopConfig
@@ -140,6 +143,22 @@ def test_local_drift_is_nothing_for_a_vanishing_step_and_something_for_a_real_on
     moving = local_drift(warm, tiny_federation, tiny_model_fn, train, [1, 8], seed=0)
     assert (moving["(b) ‖Δθ‖ / ‖θ₀‖"] > 1e-4).all() and moving["(c) feature movement"].iloc[1] > 0
     assert ((moving["(d) same prediction on f₀"] >= 0) & (moving["(d) same prediction on f₀"] <= 1)).all()
+    assert moving["(e) ρ(head cosine, compatibility)"].between(-1, 1).all()
+
+
+def test_head_compatibility_rho_by_hand_and_the_mutation_that_fails_the_check():
+    # four clients: logits[k, l] = h_k(f_l); the relative change of client k's logits with l's encoder is change[k, l]
+    change = torch.tensor([[0.0, 0.1, 0.4, 0.8], [0.1, 0.0, 0.3, 0.6], [0.4, 0.3, 0.0, 0.2], [0.8, 0.6, 0.2, 0.0]])
+    logits = torch.ones(4, 1, 1)[:, None] + change[:, :, None, None]
+    angles = torch.tensor([0.0, 0.2, 0.9, 1.5])  # heads on a circle: the pairwise cosine falls with the angle gap
+    heads = torch.stack([torch.stack([torch.cos(a), torch.sin(a)])[None] for a in angles])  # (4, C = 1, 2)
+    sim = [math.cos(float(angles[j] - angles[i])) for i in range(4) for j in range(i + 1, 4)]
+    compat = [-float(change[i, j]) for i in range(4) for j in range(i + 1, 4)]
+    rho = head_compatibility_rho(heads, logits)
+    assert rho == pytest.approx(spearmanr(sim, compat).statistic) and rho > 0.8
+    # the mutation: heads handed to the wrong clients (a permutation) no longer track the encoders: the sign turns
+    assert head_compatibility_rho(heads[[1, 3, 0, 2]], logits) == pytest.approx(-0.6)
+    assert math.isnan(head_compatibility_rho(torch.ones(4, 1, 2), logits))  # identical heads: no ranking
 
 
 def _cached_server(n: int = 6, C: int = 10, d: int = 3) -> State:

@@ -4,6 +4,7 @@ deployments that must coincide do."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients
 from fedlib.experiments.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_table,
-                                      donor_table, ledger_costs, server_seconds, step_text, tail_metrics)
+                                      donor_table, ledger_costs, nearest_donor_gain, server_seconds, step_text, tail_metrics)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig, predict
@@ -145,12 +146,39 @@ def test_a_tiny_study_end_to_end(tiny_study):
     assert runs.donors["same_group"].any() and not runs.donors["same_group"].all()
     tails = ["mean", "worst", "bottom-20 %", "gap"]
     v, by = runs.variants.set_index("variant"), runs.main.set_index("method")
-    # λ = 0 deploys the shared encoder with each client's head: FedAvg-SE's deployment
+    # the two rows copied rather than computed again are what computing them gives: λ = 0 deploys the shared
+    # encoder with each client's head (FedAvg-SE's deployment), and the default refreshed again at the last
+    # round (active by then) is what the run itself deployed
+    run = runs.first["rotation"]
+    fed = tiny_study.federation("rotation", 3)[0]
+    for name, change in (("λ = 0", dict(lam=0.0)), ("default", {})):
+        again, _ = tiny_study.deploy_variant(run, fed, tiny_study.model_fn(fed.global_test),
+                                             dataclasses.replace(tiny_study.hdc, **change), 3)
+        assert v.loc[name, tails].tolist() == pytest.approx([again[m] for m in tails], abs=1e-9)
     assert v.loc["λ = 0", tails].tolist() == by.loc["FedAvg-SE", tails].tolist()
-    # the default refreshed again at the last round (active by then) is what the run itself deployed
-    assert v.loc["default", tails].tolist() == by.loc["HDC-FL", tails].tolist()
+    # the raw-head rows of the history are the same run's refreshes, grouped on the raw heads
+    h = runs.history.set_index(["descriptor", "round"])
+    assert h.loc["raw heads"].index.tolist() == h.loc["rank-r descriptors"].index.tolist()
+    assert h.loc["raw heads", "entropy"].isna().all() and (h.loc["raw heads", "k"] >= 2).all()
     cost = runs.costs.set_index("method")
     assert cost.loc["HDC-FL", "up per client and round"] > cost.loc["FedRep", "up per client and round"]  # + the head
+
+
+def test_a_study_under_partial_participation_samples_half_the_clients_for_every_method(tiny_study):
+    half = dataclasses.replace(tiny_study, participation=0.5)
+    out = half.run_seed("Dirichlet", 1)
+    assert [r["method"] for r in out["rows"]] == list(METHODS)
+    assert all(np.isfinite(r["mean"]) for r in out["rows"])
+    with pytest.raises(ValueError, match="participation must be in"):
+        dataclasses.replace(tiny_study, participation=0.0)
+
+
+def test_nearest_donor_gain_by_hand():
+    t = pd.DataFrame({"target": [0, 0, 0, 1, 1, 1], "donor": [1, 2, 3, 0, 2, 3],
+                      "head_cosine": [0.1, 0.7, 0.7, 0.9, 0.2, 0.3], "gain": [-6.0, 3.0, 0.0, 1.0, -1.0, -3.0]})
+    nearest, random = nearest_donor_gain(t)
+    assert nearest == pytest.approx((3.0 + 1.0) / 2)  # a tie (0.7) takes the first donor
+    assert random == pytest.approx((-1.0 + -1.0) / 2)
 
 
 def test_run_orders_the_items_by_seed_then_setting_and_keeps_the_first_seed_s_runs(tiny_study, monkeypatch):
@@ -177,7 +205,7 @@ def test_the_study_s_federations_and_its_refusals(tiny_study):
     kwargs = {f: getattr(tiny_study, f) for f in tiny_study.__dataclass_fields__}
     with pytest.raises(ValueError, match="max_activation_round=2 must be <= rounds=1"):
         HDCFLStudy(**{**kwargs, "rounds": 1})
-    with pytest.raises(ValueError, match="may not be named 'raw heads \\(own run\\)'"):
+    with pytest.raises(ValueError, match="may not be named 'raw heads'"):
         HDCFLStudy(**{**kwargs, "variants": {RAW_RUN: {}}})
     with pytest.raises(ValueError, match="seeds must hold at least one run seed"):
         tiny_study.run(["rotation"], [])

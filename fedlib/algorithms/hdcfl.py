@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy.stats import spearmanr
-from sklearn.metrics import roc_auc_score, silhouette_score
+from sklearn.metrics import average_precision_score, roc_auc_score, silhouette_score
 
 from ..aggregate import weighted_average
 from ..clustering import (DESCRIPTORS, SilhouetteKMeans, assignment_agreement, descriptor_drift, group_centroids,
@@ -69,6 +69,10 @@ MEMBERSHIPS = ("soft", "hard")
 """Soft membership (softmax over ``T``) or hard assignment to the client's own group (the ablation)."""
 HISTORY_COLUMNS = ("round", "k", "silhouette", "ari", "drift", "entropy", "stable", "active", "n_cached")
 """The columns of :func:`refresh_history`, one row per refresh."""
+RAW_HISTORY_COLUMNS = ("raw_k", "raw_silhouette", "raw_ari")
+"""The extra columns of :func:`refresh_history` when :attr:`HDCConfig.compare_raw` is set: the
+raw-head grouping of the same cache at the same refresh (chosen k, its silhouette, its ARI with the
+previous refresh's raw-head grouping)."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class HDCConfig:
     min_silhouette, min_ari, max_drift, patience : the stability gate (see the module's docstring)
     max_activation_round : personalization starts at this round at the latest
     n_init : k-means restarts per k
+    compare_raw : also group the raw heads of the same cache at every refresh (the raw-head
+        ablation's k, silhouette and ARI between consecutive refreshes, server-side, on the same
+        trajectory: :data:`RAW_HISTORY_COLUMNS`); nothing the method sends or deploys changes
     """
 
     rank: int = 8
@@ -107,6 +114,7 @@ class HDCConfig:
     patience: int = 2
     max_activation_round: int = 20
     n_init: int = 10
+    compare_raw: bool = False
 
     def __post_init__(self) -> None:
         if not is_int(self.rank) or self.rank < 1:
@@ -132,6 +140,8 @@ class HDCConfig:
             raise ValueError(f"min_ari must be a number in [-1, 1], got {self.min_ari!r}")
         if not is_real(self.max_drift) or self.max_drift < 0:
             raise ValueError(f"max_drift must be a finite number >= 0, got {self.max_drift!r}")
+        if not isinstance(self.compare_raw, bool):
+            raise ValueError(f"compare_raw must be True or False, got {self.compare_raw!r}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -223,11 +233,25 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     streak = int(server.meta.get("hdcfl_streak", 0)) + 1 if stable else 0
     active = bool(server.meta.get("hdcfl_active", False)) or streak >= config.patience or round_ >= config.max_activation_round
     row = [int(round_), int(k), silhouette, ari, drift, membership_entropy(m), stable, active, len(clients)]
+    extra = {}
+    if config.compare_raw:  # the raw-head grouping of the same cache: diagnostics only, nothing deployed changes
+        raw_km = SilhouetteKMeans(config.k_min, config.k_max, config.n_init,
+                                  seed=derive_seed(seed, round_, HDC_GROUPING) % 2**32).fit(
+            head_descriptors(heads, rank=config.rank, kind="raw").numpy())
+        raw_ari = math.nan
+        if "hdcfl/raw_labels" in server.arrays:
+            prev_ids = server.arrays["hdcfl/clients"].tolist()
+            common = [c for c in clients if c in prev_ids]
+            if len(common) >= 2:
+                raw_ari = assignment_agreement(server.arrays["hdcfl/raw_labels"].numpy()[[prev_ids.index(c) for c in common]],
+                                               raw_km.labels_[[clients.index(c) for c in common]])
+        row += [int(raw_km.k_), raw_km.silhouette_, raw_ari]
+        extra["hdcfl/raw_labels"] = torch.as_tensor(raw_km.labels_, dtype=torch.int64)
     row = [None if isinstance(v, float) and math.isnan(v) else v for v in row]
     arrays = {name: t for name, t in server.arrays.items() if not name.startswith(PROTO)}
     arrays.update(protos)
     arrays.update({"hdcfl/clients": ids, "hdcfl/labels": torch.as_tensor(labels, dtype=torch.int64), "hdcfl/gram": gram,
-                   "hdcfl/membership": torch.as_tensor(m)})
+                   "hdcfl/membership": torch.as_tensor(m), **extra})
     meta = {**server.meta, "hdcfl_streak": streak, "hdcfl_active": active,
             "hdcfl_history": json.dumps(_history(server) + [row])}
     if active and not server.meta.get("hdcfl_active", False):
@@ -272,8 +296,11 @@ def refresh_history(server: State) -> pd.DataFrame:
     """One row per refresh: round, chosen k, silhouette (NaN for one group), ARI and descriptor
     drift against the previous refresh (NaN at the first), mean membership entropy (nats),
     whether the grouping was stable, whether personalization was active, and how many clients
-    were cached."""
-    frame = pd.DataFrame(_history(server), columns=list(HISTORY_COLUMNS)).fillna(np.nan)
+    were cached; with :attr:`HDCConfig.compare_raw`, the raw-head grouping's :data:`RAW_HISTORY_COLUMNS` too."""
+    rows = _history(server)
+    columns = list(HISTORY_COLUMNS) + (list(RAW_HISTORY_COLUMNS) if any(len(r) > len(HISTORY_COLUMNS) for r in rows) else [])
+    rows = [r + [None] * (len(columns) - len(r)) for r in rows]
+    frame = pd.DataFrame(rows, columns=columns).fillna(np.nan)
     return frame.astype({"round": int, "k": int, "stable": bool, "active": bool, "n_cached": int})
 
 
@@ -419,7 +446,8 @@ def partial_spearman(x, y, z) -> float:
 def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
     """The donor-swap table of one run (:func:`donor_swap`) in numbers: the Spearman correlation
     of the swap gain with the raw-head and with the rank-r similarity, the AUROC of the raw-head
-    similarity for "the swap helps" (gain > 0) and, with ``same_group``, for "same group"; the
+    similarity for "the swap helps" (gain > 0) and, with ``same_group``, for "same group" (and
+    its average precision, with the share of same-group pairs: the average precision of chance); the
     mean gain; with ``overlap``, the Spearman correlation of similarity and label overlap and
     the partial correlation of similarity and gain given the overlap (:func:`partial_spearman`).
     An undefined value (one class of labels only, a constant column) is NaN."""
@@ -433,7 +461,11 @@ def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
     out = {"rho_raw": rho(table["head_cosine"], table["gain"]), "rho_lowrank": rho(table["lowrank_cosine"], table["gain"]),
            "auroc_helps": auroc(table["gain"] > 0), "mean_gain": float(table["gain"].mean())}
     if "same_group" in table:
-        out["auroc_same_group"] = auroc(table["same_group"])
+        same = np.asarray(table["same_group"], dtype=bool)
+        out["auroc_same_group"] = auroc(same)
+        out["ap_same_group"] = float(average_precision_score(same, table["head_cosine"])) if 0 < same.sum() < len(same) \
+            else math.nan
+        out["base_same_group"] = float(same.mean())  # the average precision of a random ranking
     if "overlap" in table:
         out["rho_overlap"] = rho(table["head_cosine"], table["overlap"])
         out["partial_rho"] = partial_spearman(table["head_cosine"], table["gain"], table["overlap"])
@@ -441,5 +473,6 @@ def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
 
 
 __all__ = ["CACHE", "GROUPINGS", "HDCConfig", "HDCFL", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS", "PROTO",
+           "RAW_HISTORY_COLUMNS",
            "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
            "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "shared_encoder", "with_variant"]

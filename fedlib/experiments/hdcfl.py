@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
-from fedlib.algorithms.hdcfl import HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
+from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
 from fedlib.data import ArrayDataset, load_data
 from fedlib.federation import Federation, make_federation, make_rotation_federation
 from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
@@ -53,11 +53,17 @@ METHODS = ("HDC-FL", *BASELINES)
 TAIL_METRICS = ("mean", "worst", "bottom-20 %", "gap")
 """The columns :func:`tail_metrics` returns (points)."""
 REFRESH_RUNS = ("rank-r descriptors", "raw heads")
-"""The two HDC-FL runs per seed whose refresh histories :attr:`HDCFLRuns.history` holds."""
-RAW_RUN = "raw heads (own run)"
-"""The ablation with a run of its own (raw-head descriptors), after the server-side variants."""
+"""The two descriptors whose refresh histories :attr:`HDCFLRuns.history` holds, both from the same
+HDC-FL run (the raw heads grouped on the same cache at the same refreshes, ``HDCConfig.compare_raw``)."""
+RAW_RUN = "raw heads"
+"""The raw-head ablation's row: a server-side variant of the same run (``descriptor="raw"``), after the others."""
+DEFAULT_VARIANT = "HDC-FL (λ = 1, the default)"
+"""The variant row that is HDC-FL's own deployment (copied from the run, not computed again)."""
+SHARED_VARIANT = "λ = 0 (the shared encoder)"
+"""The variant row that is FedAvg-SE's deployment (λ = 0 deploys the shared encoder: copied, not computed again)."""
 DONOR_COLUMNS = {"rho_raw": "ρ (raw heads)", "rho_lowrank": "ρ (rank-r)", "auroc_helps": "AUROC helps",
-                 "auroc_same_group": "AUROC same rotation", "mean_gain": "mean gain (points)",
+                 "auroc_same_group": "AUROC same rotation", "ap_same_group": "AP same rotation",
+                 "base_same_group": "same-rotation share", "mean_gain": "mean gain (points)",
                  "rho_overlap": "ρ(similarity, overlap)", "partial_rho": "partial ρ given overlap"}
 """The columns of :attr:`HDCFLRuns.donor_seed`: :func:`fedlib.algorithms.hdcfl.donor_ranking`'s keys, renamed."""
 STEP_COLUMN = "mean accuracy step at activation (points)"
@@ -143,6 +149,42 @@ def donor_table(server: State, fed: Federation, model_fn: Callable[[], torch.nn.
     return donor_swap(server, score, rank=rank, supports=fed.train_counts() > 0, groups=groups)
 
 
+def nearest_donor_gain(table: pd.DataFrame) -> tuple[float, float]:
+    """A donor-swap table's (:func:`fedlib.algorithms.hdcfl.donor_swap`) mean gain of each
+    target's nearest-head donor (highest ``head_cosine``; the first on a tie) and of a random donor
+    (the mean of the target's gains over all its donors, the expectation of a uniform draw), each
+    averaged over the targets.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"target": [0, 0, 1, 1], "donor": [1, 2, 0, 2], "head_cosine": [0.9, 0.1, 0.2, 0.8],
+    ...                   "gain": [1.0, -3.0, -2.0, 2.0]})
+    >>> nearest_donor_gain(t)
+    (1.5, -0.5)
+    """
+    nearest = table.loc[table.groupby("target")["head_cosine"].idxmax(), "gain"]
+    return float(nearest.mean()), float(table.groupby("target")["gain"].mean().mean())
+
+
+def two_histories(history: pd.DataFrame) -> pd.DataFrame:
+    """A run's :func:`fedlib.algorithms.hdcfl.refresh_history` with ``compare_raw`` as two blocks of
+    rows, ``descriptor`` :data:`REFRESH_RUNS`: the run's own (rank-r) refreshes, and the raw-head
+    grouping of the same cache at the same refreshes (its ``k``, ``silhouette`` and ``ari``; the
+    gate columns of the run; no membership, so ``entropy`` NaN).
+
+    Examples
+    --------
+    >>> h = pd.DataFrame({"round": [2], "k": [3], "silhouette": [0.4], "ari": [np.nan], "entropy": [0.1],
+    ...                   "active": [False], "raw_k": [2], "raw_silhouette": [0.2], "raw_ari": [np.nan]})
+    >>> two_histories(h)[["descriptor", "k", "silhouette", "entropy"]].values.tolist()
+    [['rank-r descriptors', 3, 0.4, 0.1], ['raw heads', 2, 0.2, nan]]
+    """
+    own = history.drop(columns=list(RAW_HISTORY_COLUMNS)).assign(descriptor=REFRESH_RUNS[0])
+    raw = history.drop(columns=["k", "silhouette", "ari"]).rename(columns=dict(zip(RAW_HISTORY_COLUMNS, ("k", "silhouette", "ari"))))
+    raw = raw.assign(entropy=np.nan, descriptor=REFRESH_RUNS[1])[own.columns]
+    return pd.concat([own, raw], ignore_index=True)
+
+
 def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequence[str],
                      refresh_every: int) -> pd.DataFrame:
     """When personalization starts, per setting: the first active refresh round of the rank-r
@@ -157,7 +199,7 @@ def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequ
     curves : DataFrame
         :attr:`HDCFLRuns.curves`: ``setting``, ``seed``, ``round``, ``mean`` (points).
     """
-    main = history[history.descriptor == REFRESH_RUNS[0]]
+    main = history[history.descriptor == REFRESH_RUNS[0]]  # the run's own refreshes
     table = main[main.active].groupby(["setting", "seed"])["round"].min().groupby("setting").agg(["mean", "min", "max"])
     table = table.reindex(settings)
     table.columns = ["activation round (mean)", "earliest", "latest"]
@@ -197,7 +239,7 @@ class HDCFLRuns:
     variants : DataFrame
         ``setting, seed, variant``, :data:`TAIL_METRICS`, and the last refresh's ``k`` and ``silhouette``.
     history : DataFrame
-        :func:`fedlib.algorithms.hdcfl.refresh_history` of both HDC-FL runs, with ``setting, seed, descriptor``.
+        :func:`two_histories` of the HDC-FL run, with ``setting, seed, descriptor``.
     curves : DataFrame
         ``setting, seed, round, mean``: HDC-FL's mean local accuracy (points) at every evaluated round.
     donors : DataFrame
@@ -258,6 +300,10 @@ class HDCFLRuns:
         """Per seed, ``method``'s macro value (the mean over the settings) of ``metric``."""
         return self._per_seed(self.macro, metric, method=method)
 
+    def of(self, setting: str, method: str, metric: str) -> np.ndarray:
+        """Per seed, ``method``'s ``metric`` in ``setting`` (a row of :attr:`main`)."""
+        return self._per_seed(self.main, metric, setting=setting, method=method)
+
     def each_baseline(self, metric: str, baselines: Sequence[str] = BASELINES) -> dict[str, np.ndarray]:
         """Every baseline's macro values on ``metric``, one per seed, by name: what a claim against
         every baseline reads (one paired interval each, :func:`fedlib.claims.evaluate`; never
@@ -277,6 +323,14 @@ class HDCFLRuns:
         g = h.sort_values(["seed", "round"]).groupby("seed")[column]
         return (g.agg(lambda v: v.iloc[-1]) if how == "last" else g.mean()).sort_index().to_numpy()
 
+    def nearest_donor(self, setting: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per seed, in ``setting``: the mean swap gain of each target's nearest-head donor (the
+        highest raw-head cosine) and of a donor drawn at random (the mean gain over its donors,
+        the expectation of a uniform draw), both averaged over the targets (:func:`nearest_donor_gain`)."""
+        d = self.donors[self.donors.setting == setting]
+        pairs = [nearest_donor_gain(g) for _, g in d.groupby("seed", sort=True)]
+        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
     def donor(self, setting: str, column: str = DONOR_COLUMNS["rho_raw"]) -> np.ndarray:
         """Per seed, a column of :attr:`donor_seed` in ``setting`` (default: ρ of the raw-head
         similarity and the swap gain)."""
@@ -288,7 +342,7 @@ class HDCFLStudy:
     """What the chapter trains and deploys for every setting and run seed.
 
     Trained (:meth:`run_seed`): HDC-FL (evaluated every ``hdc.refresh_every`` rounds, for the
-    dynamics), HDC-FL with raw-head descriptors (an ablation with a run of its own), FedRep,
+    dynamics; its server also groups the raw heads, for the raw-head ablation), FedRep,
     FedBABU, Ditto, FedAvg and IFCA (``ifca_k`` clusters). Deployed without training again:
     FedAvg-SE on HDC-FL's run (its shared encoder with each client's head), FedAvg-FT on
     FedAvg's, and each of ``variants`` on HDC-FL's final server state
@@ -306,14 +360,21 @@ class HDCFLStudy:
         The settings' heterogeneity: the share of the classes per client (label subsets), the
         Dirichlet concentration, the rotation groups.
     rounds : int
-        Communication rounds, full participation.
+        Communication rounds.
+    participation : float
+        The share of the clients sampled each round (every method the same; the unsampled keep
+        their last cached pair on HDC-FL's server).
     train, finetune : TrainConfig
         Every method's local training; FedBABU's and FedAvg-FT's fine-tuning before deployment.
     hdc : HDCConfig
-        HDC-FL's server; personalization must start by ``rounds`` (``max_activation_round``).
+        HDC-FL's server; personalization must start by ``rounds`` (``max_activation_round``). The
+        run groups the raw heads of the same cache too (``compare_raw``), for the raw-head
+        ablation's refresh diagnostics.
     variants : mapping of str to mapping
         The server-side ablations: per name, the :class:`~fedlib.algorithms.hdcfl.HDCConfig`
-        fields it changes.
+        fields it changes; :data:`RAW_RUN` (``descriptor="raw"``) is added after them. No change
+        (:data:`DEFAULT_VARIANT`) is the run's own deployment and ``lam=0`` alone the shared
+        encoder's (FedAvg-SE's): both copied from the rows already computed.
     ifca_k : int
         IFCA's clusters.
     options : RunOptions
@@ -342,6 +403,7 @@ class HDCFLStudy:
     hdc: HDCConfig
     variants: Mapping[str, Mapping] = field(default_factory=dict)
     ifca_k: int = 4
+    participation: float = 1.0
     test_fraction: float = 0.25
     cifar_root: str | None = None
     options: RunOptions = field(default_factory=RunOptions)
@@ -349,11 +411,12 @@ class HDCFLStudy:
     def __post_init__(self) -> None:
         check_int("rounds", self.rounds, low=1)
         check_int("ifca_k", self.ifca_k, low=1)
+        LoopConfig(rounds=self.rounds, participation=self.participation)  # checks the participation
         if not self.hdc.max_activation_round <= self.rounds:
             raise ValueError(f"max_activation_round={self.hdc.max_activation_round} must be <= rounds={self.rounds}: the "
                              "tables read HDC-FL after activation")
         if RAW_RUN in self.variants:
-            raise ValueError(f"a variant may not be named {RAW_RUN!r}: that is the raw-head run's row")
+            raise ValueError(f"a variant may not be named {RAW_RUN!r}: that is the raw-head ablation's row")
 
     def model_fn(self, ds: ArrayDataset) -> Callable[..., torch.nn.Module]:
         """The model builder for the inputs and classes of ``ds``."""
@@ -382,7 +445,7 @@ class HDCFLStudy:
         (:func:`fedlib.run.evaluate_deployment`): its :func:`tail_metrics`, and the state."""
         state = with_variant(run.server, run.rounds_done, config, seed)
         rows = evaluate_deployment(HDCFL(train=self.train, config=config, seed=seed), dataclasses.replace(run, server=state),
-                                   fed, model_fn, LoopConfig(rounds=self.rounds, seed=seed))
+                                   fed, model_fn, LoopConfig(rounds=self.rounds, seed=seed, participation=self.participation))
         return tail_metrics(rows), state
 
     def run_seed(self, setting: str, seed: int, keep: bool = False) -> dict:
@@ -392,7 +455,7 @@ class HDCFLStudy:
         and the ``seconds`` it all took."""
         fed, group = self.federation(setting, seed)
         model_fn = self.model_fn(fed.global_test)
-        cfg = LoopConfig(rounds=self.rounds, seed=seed)
+        cfg = LoopConfig(rounds=self.rounds, seed=seed, participation=self.participation)
         t0 = time.perf_counter()
         tag = {"setting": setting, "seed": seed}
         out = {"rows": [], "variants": [], "history": [], "curves": [], "bytes": [], "server": []}
@@ -404,18 +467,21 @@ class HDCFLStudy:
             last = refresh_history(server).iloc[-1]
             return {"k": int(last["k"]), "silhouette": float(last["silhouette"])}
 
-        hdc = run_federated(HDCFL(train=self.train, config=self.hdc, seed=seed), fed, model_fn,
+        config = dataclasses.replace(self.hdc, compare_raw=True)  # the raw heads grouped too: diagnostics only
+        hdc = run_federated(HDCFL(train=self.train, config=config, seed=seed), fed, model_fn,
                             dataclasses.replace(cfg, eval_every=self.hdc.refresh_every), self.options)
         add("HDC-FL", hdc.frame)
         add("FedAvg-SE", evaluate_deployment(FedAvgSE(train=self.train), hdc, fed, model_fn, cfg))
-        for name, change in self.variants.items():
-            metrics, state = self.deploy_variant(hdc, fed, model_fn, dataclasses.replace(self.hdc, **change), seed)
+        done = {name: row for name, row in zip(("HDC-FL", "FedAvg-SE"), out["rows"])}
+        for name, change in [*self.variants.items(), (RAW_RUN, {"descriptor": "raw"})]:
+            if not change and self.rounds % self.hdc.refresh_every == 0:  # the run's own last refresh, deployed
+                metrics, state = {m: done["HDC-FL"][m] for m in TAIL_METRICS}, hdc.server
+            elif dict(change) == {"lam": 0.0}:  # λ = 0 deploys the shared encoder with each head: FedAvg-SE's row
+                metrics, state = {m: done["FedAvg-SE"][m] for m in TAIL_METRICS}, hdc.server
+            else:
+                metrics, state = self.deploy_variant(hdc, fed, model_fn, dataclasses.replace(self.hdc, **change), seed)
             out["variants"].append({**tag, "variant": name, **metrics, **last_refresh(state)})
-        raw = run_federated(HDCFL(train=self.train, config=dataclasses.replace(self.hdc, descriptor="raw"), seed=seed), fed,
-                            model_fn, cfg, self.options)
-        for name, run in zip(REFRESH_RUNS, (hdc, raw)):
-            out["history"].append(refresh_history(run.server).assign(**tag, descriptor=name))
-        out["variants"].append({**tag, "variant": RAW_RUN, **tail_metrics(raw.frame), **last_refresh(raw.server)})
+        out["history"].append(two_histories(refresh_history(hdc.server)).assign(**tag))
         curve = hdc.curve("pooled")  # the clients' pooled scores, as the tables
         out["curves"].append(pd.DataFrame({**tag, "round": curve.index, "mean": 100 * curve.values}))
         out["bytes"].append({**tag, "method": "HDC-FL", **ledger_costs(hdc.ledger, self.rounds, self.n_clients)})
@@ -447,6 +513,6 @@ class HDCFLStudy:
         return HDCFLRuns.gather(outputs)
 
 
-__all__ = ["BASELINES", "DONOR_COLUMNS", "HDCFLRuns", "HDCFLStudy", "METHODS", "RAW_RUN", "REFRESH_RUNS", "SETTINGS",
-           "STEP_COLUMN", "TAIL_METRICS", "activation_table", "donor_table", "ledger_costs", "server_seconds", "step_text",
-           "tail_metrics"]
+__all__ = ["BASELINES", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDCFLRuns", "HDCFLStudy", "METHODS", "RAW_RUN", "REFRESH_RUNS",
+           "SETTINGS", "SHARED_VARIANT", "STEP_COLUMN", "TAIL_METRICS", "activation_table", "donor_table", "ledger_costs",
+           "nearest_donor_gain", "server_seconds", "step_text", "tail_metrics", "two_histories"]

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import torch
 from scipy.special import expit
+from scipy.stats import spearmanr
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from fedlib.algorithms.fedrep import PERSONAL, FedAvgSE
@@ -585,6 +586,47 @@ def _encoder_vector(model: torch.nn.Module) -> torch.Tensor:
     return torch.cat([v.flatten() for k, v in model.state_dict().items() if not k.startswith(HEAD_PREFIX)])
 
 
+def head_compatibility_rho(heads: torch.Tensor, logits: torch.Tensor) -> float:
+    r"""How far head similarity tracks encoder compatibility, over the pairs of clients: the
+    Spearman correlation between the pairwise cosine of the flattened heads ``heads`` (shape
+    ``(n, C, d + 1)``, ``[W, b]``) and the pairwise *compatibility* of the encoders,
+
+    .. math:: c_{kl} = -\tfrac12\Big(\frac{\lVert h_k(f_l) - h_k(f_k)\rVert}{\lVert h_k(f_k)\rVert}
+              + \frac{\lVert h_l(f_k) - h_l(f_l)\rVert}{\lVert h_l(f_l)\rVert}\Big),
+
+    the (negated) relative change of a client's logits on a probe when its encoder is swapped for
+    the other's, with ``logits[k, l]`` = :math:`h_k(f_l(x))` (shape ``(n, n, m, C)``: client ``k``'s
+    head on client ``l``'s features of the ``m`` probe inputs). NaN where either is constant.
+
+    Examples
+    --------
+    Three clients: the pair with the closest heads changes its logits least (ρ = 1); the same
+    logit changes with the heads reordered so that the most changed pair is the closest (ρ = −1):
+
+    >>> own = torch.ones(3, 1, 1)
+    >>> change = torch.tensor([[0.0, 0.1, 0.9], [0.1, 0.0, 0.5], [0.9, 0.5, 0.0]])
+    >>> logits = own[:, None] + change[:, :, None, None]  # logits[k, l] = h_k(f_l)
+    >>> heads = torch.tensor([[[1.0, 0.0]], [[1.0, 0.2]], [[0.0, 1.0]]])  # cosines: (0, 1) 0.98, (1, 2) 0.20, (0, 2) 0
+    >>> head_compatibility_rho(heads, logits)
+    1.0
+    >>> head_compatibility_rho(torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 0.2]]]), logits)  # the far pair the closest
+    -1.0
+    """
+    n = heads.shape[0]
+    flat = heads.reshape(n, -1).double()
+    unit = flat / flat.norm(dim=1, keepdim=True)
+    cos = unit @ unit.T
+    own = torch.stack([logits[k, k] for k in range(n)]).double()  # (n, m, C)
+    rel = torch.stack([torch.stack([(logits[k, l].double() - own[k]).norm() / own[k].norm() for l in range(n)])
+                       for k in range(n)])  # (n, n): client k's head on client l's encoder
+    iu = torch.triu_indices(n, n, 1)
+    sim = cos[iu[0], iu[1]].numpy()
+    compat = (-(rel + rel.T) / 2)[iu[0], iu[1]].numpy()
+    if np.ptp(sim) == 0 or np.ptp(compat) == 0:
+        return math.nan
+    return float(spearmanr(sim, compat).statistic)
+
+
 def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.nn.Module], train: TrainConfig,
                 steps: Sequence[int], seed: int) -> pd.DataFrame:
     r"""Section 5's measurement: from the common point of a FedAvg-SE run ``warm`` (its shared
@@ -600,7 +642,8 @@ def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.
         (c) the mean relative movement of the probe's penultimate features,
         :math:`\lVert f_k(x) - f_0(x)\rVert / \lVert f_0(x)\rVert`; (d) the mean share of the
         probe on which a client's trained head predicts the same class on the common features
-        :math:`f_0(x)` as on its own :math:`f_k(x)`.
+        :math:`f_0(x)` as on its own :math:`f_k(x)`; (e) how far head similarity tracks encoder
+        compatibility (:func:`head_compatibility_rho` of the trained heads, on the probe).
 
     Raises
     ------
@@ -619,7 +662,7 @@ def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.
     theta0 = _encoder_vector(base)
     rows = []
     for s in steps:
-        deltas, moves, agree = [], [], []
+        deltas, moves, agree, heads, feats, models = [], [], [], [], [], []
         for k, client in enumerate(fed.clients):
             model = model_fn(seed=seed)
             model.load_state_dict({**common, **warm.client_states[k].with_prefix(PERSONAL)})  # the client's own head
@@ -630,12 +673,18 @@ def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.
                 agree.append(float((model.head(fk).argmax(1) == model.head(f0).argmax(1)).double().mean()))
             deltas.append(_encoder_vector(model) - theta0)
             moves.append(float((fk - f0).norm() / f0.norm()))
+            heads.append(torch.cat([model.head.weight.detach(), model.head.bias.detach()[:, None]], dim=1))
+            feats.append(fk)
+            models.append(model)
+        with torch.no_grad():
+            logits = torch.stack([torch.stack([m.head(f) for f in feats]) for m in models])  # [k, l]: head k on features l
         D = torch.stack(deltas)
         unit = D / D.norm(dim=1, keepdim=True)
         iu = torch.triu_indices(len(D), len(D), 1)
         rows.append({"local steps s": s, "(a) mean pairwise cosine of Δθ": float((unit @ unit.T)[iu[0], iu[1]].mean()),
                      "(b) ‖Δθ‖ / ‖θ₀‖": float((D.norm(dim=1) / theta0.norm()).mean()),
-                     "(c) feature movement": float(np.mean(moves)), "(d) same prediction on f₀": float(np.mean(agree))})
+                     "(c) feature movement": float(np.mean(moves)), "(d) same prediction on f₀": float(np.mean(agree)),
+                     "(e) ρ(head cosine, compatibility)": head_compatibility_rho(torch.stack(heads), logits)})
     return pd.DataFrame(rows).set_index("local steps s")
 
 
@@ -706,6 +755,6 @@ def refresh_invariants(server: State, trials: int, first_round: int, seed: int) 
 
 
 __all__ = ["DESCRIPTOR_ERRORS", "MAX_RANK", "OneGroupIdentity", "PLANTED_COLUMNS", "PLANTED_FAMILIES", "PlantedHeads", "arrays_kept",
-           "bit_equal", "descriptor_invariance", "descriptors_in_basis", "local_drift", "max_abs_difference",
+           "bit_equal", "descriptor_invariance", "descriptors_in_basis", "head_compatibility_rho", "local_drift", "max_abs_difference",
            "membership_limits", "one_group_identity", "planted_grouping", "planted_summary", "random_orthogonal",
            "refresh_invariants", "snapshot"]
