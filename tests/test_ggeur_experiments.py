@@ -15,7 +15,8 @@ from fedlib.book import sign_word
 from fedlib.claims import Claim, evaluate, says
 from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.experiments.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, LABEL_METHODS, ROWMAX, SAME,
+from fedlib.experiments.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, HEADLINE_DOM, HEADLINE_LABEL, LABEL_METHODS,
+                                      LOW_BETA_ONLY, ROWMAX, SAME,
                                       STEP1, STEPS12, DomainRuns, GGEURStudy, LabelRuns, claims_reading, diagonal_gap, encoder_column,
                                       similarity_rows)
 from fedlib.geometry import class_shapes, numerical_ranks, similarity_matrix, trace_ratio
@@ -114,6 +115,27 @@ def test_label_readers_equal_the_chapter_s_former_pivots():
         runs.of_seed(7, 0.5, "FedAvg")
 
 
+def test_label_readers_on_some_seeds_and_the_drops_by_hand():
+    """A run made on some seeds only (the headline seeds make FedAvg and GGEUR only): read on the
+    seeds that made it, or on given seeds, each of which must have made it."""
+    table = pd.concat([_label_table(), pd.DataFrame([{"seed": 3, "beta": 0.5, "method": "FedAvg", "accuracy (%)": 70.0,
+                                                      "early (%)": 7.0}])])
+    curves = {(0, 0.5, "FedAvg"): pd.Series([0.50, 0.40, 0.45, 0.30], index=[1, 2, 3, 4]),
+              (0, 0.5, GGEUR_CODE): pd.Series([0.10, 0.50, 0.60, 0.60, 0.58], index=[0, 1, 2, 3, 4])}
+    runs = LabelRuns(table, curves)
+    assert runs.accuracy(0.5, "FedAvg").tolist() == [0.5, 10.5, 20.5, 70.0]
+    assert runs.accuracy(0.5, "FedAvg", [3, 0]).tolist() == [70.0, 0.5]
+    assert runs.accuracy(0.5, "FedFA-style").tolist() == [7.5, 17.5, 27.5]  # not made on seed 3
+    assert runs.mean(0.5, "FedAvg", seeds=[0, 1]) == 5.5
+    with pytest.raises(ValueError, match=r"'FedFA-style' at beta = 0.5 was not made on seeds \[3\]; it was on \[0, 1, 2\]"):
+        runs.accuracy(0.5, "FedFA-style", [0, 3])
+    # drops: FedAvg falls 50 -> 40 and 45 -> 30 (10 + 15 points); GGEUR 60 -> 58 (2 points), its round 0 not read
+    assert runs.drops(0.5, "FedAvg", [0]) == pytest.approx([25.0])
+    assert runs.drops(0.5, GGEUR_CODE, [0]) == pytest.approx([2.0])
+    with pytest.raises(ValueError, match=r"no curve of 'FedAvg' at beta = 0.5 for seed 1"):
+        runs.drops(0.5, "FedAvg", [0, 1])
+
+
 def _domain_runs(seeds=(1, 0)) -> DomainRuns:
     rows = [{"seed": s, "base": b, "method": v, "mnist": 1.0 * s, "AVG": 10.0 * s + i, "STD": float(i)}
             for s in (0, 1) for i, (b, v) in enumerate(DOM_ORDER)]
@@ -138,6 +160,11 @@ def test_domain_readers_equal_the_chapter_s_former_arithmetic():
         runs.row(5, "FedAvg", STEPS12)
     per_seed = runs.similarity_per_seed()
     assert per_seed.index.tolist() == [1, 0] and per_seed[SAME].tolist() == [3.0, 2.0]
+    # each heat map's diagonal lead, by hand: SAME − DIFFERENT = 2 + seed − 1
+    gaps = runs.diagonal_gaps()
+    assert gaps.index.tolist() == [1, 0] and gaps.columns.tolist() == ["uci", "mnist_rotated", "mnist_inverted"]
+    assert gaps.to_numpy().tolist() == [[2.0, 2.0, 2.0], [1.0, 1.0, 1.0]]
+    assert runs.value("FedAvg", "FedAvg", "AVG", [0, 1]).tolist() == [0.0, 10.0]
     sim = runs.similarity
     former_share = (sim.groupby("seed")[ROWMAX].sum().reindex([1, 0]) / (10 * 3)).to_numpy()
     assert np.array_equal(runs.rowmax_share(10), former_share) and runs.rowmax_share(10).tolist() == [15 / 30, 12 / 30]
@@ -146,10 +173,9 @@ def test_domain_readers_equal_the_chapter_s_former_arithmetic():
 def _results(verdicts: dict[str, str], betas) -> dict:
     """Decided rows with the wanted verdicts: holds from (2, 3, 2.5), does not hold from their negatives, else one seed."""
     values = {"holds": [2.0, 3.0, 2.5], "does not hold": [-2.0, -3.0, -2.5], "inconclusive at this scale": [1.0]}
-    keys = [f"{k}-{b}" for b in betas for k in ("label-gain", "ctrl-rebalanced", "ctrl-matched", "label-vs-FedMix-style",
-                                                  "ctrl-fedmix-matched")]
-    keys += ["label-convergence", "ctrl-convergence-matched", "dom-gain-FedAvg", "ctrl-dom-matched", "digits-vs-FedMix-style",
-             "ctrl-dom-fedmix-matched"]
+    keys = [f"{k}-{b}" for b in betas for k in ("label-gain", "ctrl-rebalanced", "ctrl-matched", "label-outperforms")]
+    keys += [f"ctrl-fedmix-matched-{min(betas)}", "label-convergence", "ctrl-convergence-matched", "label-smoother",
+             "dom-gain-FedAvg", "ctrl-dom-matched", "digits-vs-peers"]
     out = {}
     for key in keys:
         c = Claim(key, "q", "s", "accuracy, X − Y, points", "greater", resolution=0.1)
@@ -171,6 +197,9 @@ def test_claims_reading_branches():
     text = claims_reading(_results({"label-gain-0.1": "holds", "ctrl-dom-matched": "does not hold"}, betas), betas)
     assert "none of the gains that hold is ahead of rebalancing alone" in text
     assert "ctrl-dom-matched does not hold (" in text and "the baseline given GGEUR's local steps does better" in text
+    # the FedMix-style control with GGEUR's steps is read at the lowest concentration only
+    assert text.count("ctrl-fedmix-matched-") == 1 and "FedMix-style given GGEUR's local steps: ctrl-fedmix-matched-0.1" in text
+    assert "on smoothness, label-smoother is inconclusive" in text and "digits-vs-peers is inconclusive" in text
     with pytest.raises(KeyError):
         claims_reading(_results({}, [0.5]), [0.5, 0.05])
 
@@ -253,6 +282,47 @@ def tiny_runs(one_thread):
         dom_first = study.domain_federation(0)
         domain = study.run_domain([0], first=dom_first)
     return study, first, label, dom_first, domain
+
+
+def test_domain_readers_on_some_seeds():
+    """Seed 2 made the headline runs only and has no similarity rows (its encoder is the first seed's)."""
+    runs = _domain_runs()
+    extra = pd.DataFrame([{"seed": 2, "base": "FedAvg", "method": m, "mnist": 2.0, "AVG": 20.0 + i, "STD": 1.0}
+                          for i, m in enumerate(("FedAvg", STEPS12))])
+    runs = DomainRuns(pd.concat([runs.table, extra]), runs.similarity, {}, [0, 1, 2])
+    assert runs.value("FedAvg", STEPS12).tolist() == [2.0, 12.0, 21.0]
+    assert runs.value("FedAvg", STEP1).tolist() == [1.0, 11.0]
+    with pytest.raises(ValueError, match=r"\('FedAvg', '\+ GGEUR \(step 1\)'\) was not made on seeds \[2\]; it was on \[0, 1\]"):
+        runs.value("FedAvg", STEP1, "AVG", [0, 2])
+    assert runs.similarity_seeds == [0, 1] and runs.rowmax_share(10).tolist() == [12 / 30, 15 / 30]
+    assert runs.diagonal_gaps().index.tolist() == [0, 1]
+
+
+def test_a_tiny_study_with_headline_seeds(one_thread):
+    """Two seeds: the second makes the headline runs only (label skew: on the first seed's frozen
+    encoder; domain skew: on its own, with its own similarity rows); the first seed's runs are those
+    of a one-seed study."""
+    study = GGEURStudy(**{**SIZES, "rounds": 1})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SequentialFallback)
+        first = study.label_embeddings(0)
+        label = study.run_label([0, 1], [0.5, 0.1], first=first, full=1)
+        alone = study.run_label([0], [0.5, 0.1], first=first)
+        dom_first = study.domain_federation(0)
+        domain = study.run_domain([0, 1], first=dom_first, full=1)
+    t = label.table
+    assert t[t.seed == 1].method.tolist() == list(HEADLINE_LABEL) * 2
+    assert t[(t.seed == 0) & (t.beta == 0.5)].method.tolist() == [m for m in LABEL_METHODS if m not in LOW_BETA_ONLY]
+    assert t[(t.seed == 0) & (t.beta == 0.1)].method.tolist() == list(LABEL_METHODS)
+    assert label.accuracy(0.1, GGEUR_CODE, [0]).tolist() == alone.accuracy(0.1, GGEUR_CODE).tolist()
+    d = domain.table
+    assert list(zip(d[d.seed == 1].base, d[d.seed == 1].method)) == HEADLINE_DOM
+    assert list(zip(d[d.seed == 0].base, d[d.seed == 0].method)) == DOM_ORDER
+    assert domain.similarity_seeds == [0, 1] and domain.diagonal_gaps().shape == (2, 3)
+    # the label-skew seeds share the first seed's embeddings: seed 1's clients draw from them
+    fed1 = study.label_federation(first.embeddings, 0.5, 1)
+    rows = {tuple(r) for r in first.embeddings.x.tolist()}
+    assert all(tuple(r) in rows for c in fed1.clients for r in c.train.x[:5].tolist())
 
 
 def test_a_tiny_study_end_to_end(tiny_runs):
