@@ -134,6 +134,24 @@ def test_fraction_table_rows_and_kept_models(study):
     assert largest_difference(models[1], result.server.with_prefix("model/")) == 0.0
 
 
+def test_fraction_table_reads_the_round_before_from_the_same_run(study):
+    """``before`` adds the F1 of an earlier round of the same run (no second training): the values
+    are the run's history at that round and the last round's are unchanged."""
+    long, _, _ = fraction_table(study, ["mix"], [0.3], [1], "mlp", ["mpt", "frozen", "fedavg"], before=1)
+    plain, _, _ = fraction_table(study, ["mix"], [0.3], [1], "mlp", ["mpt", "frozen", "fedavg"])
+    assert "f1_before" not in plain and list(long["f1"]) == list(plain["f1"])
+    ds = study.data("mix", 1)
+    _, _, h = study.run(ds, study.model_fn("mlp", ds), 0.3, 1, eval_rounds=[1, 3])
+    for m in ("mpt", "frozen", "fedavg"):
+        row = long[long["method"] == m].iloc[0]
+        assert row["f1_before"] == history_value(h, m, "f1", 1) and row["f1"] == history_value(h, m, "f1", 3)
+    # before the departure every prototype method is the direct estimate: MPT and frozen agree
+    assert long.set_index("method").loc["mpt", "f1_before"] == long.set_index("method").loc["frozen", "f1_before"]
+    for bad in (0, 3, 1.5):
+        with pytest.raises(ValueError, match="before must be an int"):
+            fraction_table(study, ["mix"], [0.3], [1], "mlp", ["mpt"], before=bad)
+
+
 def test_ldc_alone_trains_the_same_backbone(study):
     """LDC's payload and mini-batch change no backbone parameter (the chapter's LDC control)."""
     f1, models = ldc_batch_runs(study, "mix", "mlp", 0.1, [0], 128)
@@ -238,3 +256,30 @@ def test_remaining_train_sizes_leave_out_the_departing_client():
                                  global_test_per_class=10, seed=0)
     sizes = [len(c.train.y) for c in sc.federation.clients]
     assert sc.remaining_train_sizes().tolist() == sizes[:2] + sizes[3:]
+
+
+# ----------------------------------------------------------------- MPT's server-side variants
+def test_variants_are_mpt_with_other_settings_on_the_same_trajectory(study):
+    """A variant is MPT with its own settings on the same run: the default settings reproduce
+    "mpt" bit for bit, and span='linear' reproduces the "mpt" of a run trained with that setting
+    (the backbone does not depend on the tracking settings)."""
+    from fedlib.algorithms.mpt import VARIANT
+
+    ds, linear = study.data("mix", 0), TrackingConfig(span="linear")
+    model_fn = study.model_fn("mlp", ds)
+    res, _, h = study.run(ds, model_fn, 0.3, 0, variants=(("same", TrackingConfig()), ("lin", linear)))
+    res_lin, _, h_lin = study.run(ds, model_fn, 0.3, 0, tracking=linear)
+    assert largest_difference(res.server.with_prefix("model/"), res_lin.server.with_prefix("model/")) == 0.0
+    methods = str(res.server.meta["methods"]).split(",")
+    assert methods[-2:] == [VARIANT + "same", VARIANT + "lin"]
+    protos = res.server.arrays["protos"]
+    assert torch.equal(protos[methods.index(VARIANT + "same")], protos[methods.index("mpt")])
+    lin_methods = str(res_lin.server.meta["methods"]).split(",")
+    lin_mpt = res_lin.server.arrays["protos"][lin_methods.index("mpt")]
+    assert torch.allclose(protos[methods.index(VARIANT + "lin")], lin_mpt, rtol=0, atol=1e-12)
+    for r in (2, 3):  # the offline evaluation reads the variants like any method
+        assert history_value(h, VARIANT + "lin", "f1", r) == history_value(h_lin, "mpt", "f1", r)
+    with pytest.raises(ValueError, match="variants must be"):
+        study.algorithm(0, variants=(("a,b", linear),))
+    with pytest.raises(ValueError, match="variants must be"):
+        study.algorithm(0, variants=(("a", linear), ("a", linear)))

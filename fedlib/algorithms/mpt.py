@@ -96,8 +96,12 @@ PROTO_METHODS = ("frozen", "icarl", "barycentric", "stored_residual", "mpt_lite"
 _STATS_MODEL = "stats_model/"
 
 
+VARIANT = "mpt:"
+"""The prefix of an MPT variant's method name (``MPT(variants=...)``): ``"mpt:<name>"``."""
+
+
 def _needs(method: str) -> tuple[str, ...]:
-    base = {"mpt_predicted": "mpt", "mpt_measured": "mpt"}.get(method, method)
+    base = "mpt" if method.startswith(VARIANT) else {"mpt_predicted": "mpt", "mpt_measured": "mpt"}.get(method, method)
     return METHOD_PAYLOAD[base]
 
 
@@ -139,6 +143,10 @@ class MPT(Algorithm):
     ccvr_virtual, ccvr_steps, ccvr_lr : CCVR's virtual features per class and head re-training
     history : keep every round's model, prototype sets and covariance in the server state
     seed : seed of the server's own randomness (CCVR's virtual features)
+    variants : ``(name, TrackingConfig)`` pairs: MPT again with other settings, server-side on the
+        same trajectory (the clients' statistics do not depend on them), as the methods
+        ``"mpt:<name>"`` (own departure snapshot, same statistics); an offline evaluation reads
+        them with the study's readout regularization (:func:`evaluate_history`'s ``reg``)
     """
 
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -156,6 +164,7 @@ class MPT(Algorithm):
     ccvr_lr: float = 0.01
     history: bool = True
     seed: int = 0
+    variants: tuple[tuple[str, TrackingConfig], ...] = ()
     name = "mpt"
 
     def __post_init__(self) -> None:
@@ -167,11 +176,19 @@ class MPT(Algorithm):
             raise ValueError(f"unknown deploy_method {self.deploy_method!r}; valid: {', '.join(PROTO_METHODS)}")
         if self.payload and "moments" not in self.payload:
             raise ValueError("every statistics payload needs the 'moments' part (class counts and sums)")
+        self.variants = tuple(tuple(v) for v in self.variants)
+        names = [v[0] for v in self.variants]
+        bad = [v for v in self.variants if len(v) != 2 or not isinstance(v[0], str) or not v[0]
+               or any(ch in v[0] for ch in ",/") or not isinstance(v[1], TrackingConfig)]
+        if bad or len(set(names)) != len(names):
+            raise ValueError("variants must be (name, TrackingConfig) pairs with distinct non-empty names without ',' "
+                             f"or '/', got {self.variants!r}")
 
     # ------------------------------------------------------------------ server side
     def methods(self) -> list[str]:
         """The prototype methods this payload supports."""
-        return [m for m in PROTO_METHODS if set(_needs(m)) <= set(self.payload)]
+        base = [m for m in PROTO_METHODS if set(_needs(m)) <= set(self.payload)]
+        return base + [VARIANT + name for name, _ in self.variants if "mpt" in base]
 
     def init_server(self, model: torch.nn.Module) -> State:
         return State(arrays=model_arrays(model), meta={"tracking": False, "departed": -1, "methods": ",".join(self.methods())})
@@ -213,6 +230,9 @@ class MPT(Algorithm):
         rem = [k for k in range(means.shape[0]) if k != c and bool(torch.isfinite(means[k]).all())]
         snap = take_snapshot(means[c], means[rem], server.arrays["last/cov"], self.tracking)
         arrays.update(snap.to_arrays())
+        for name, cfg in self.variants:
+            variant = take_snapshot(means[c], means[rem], server.arrays["last/cov"], cfg)
+            arrays.update(variant.to_arrays(f"{VARIANT}{name}/"))
         arrays["snap/remaining"] = torch.tensor(rem)
         arrays["sdc/prototype"] = means[c].clone()
         arrays["ldc/prototype"] = means[c].clone()
@@ -322,6 +342,10 @@ class MPT(Algorithm):
                 out[m] = rec.prototype
                 if m == "mpt":
                     info["alpha"] = rec.alpha
+            elif m.startswith(VARIANT):
+                cfg = dict(self.variants)[m[len(VARIANT):]]
+                snap_v = Snapshot.from_arrays(arrays, prefix=f"{m}/")
+                out[m] = reconstruct_mpt(snap_v, M_t, cov_t, n, rare_mean, rare_cov, cfg).prototype
             elif m == "sdc":
                 sw = float(sum(float(u.arrays["sdc/sum_w"][0]) for _, u in updates if "sdc/sum_w" in u.arrays))
                 swd = sum((u.arrays["sdc/sum_w_delta"] for _, u in updates if "sdc/sum_w" in u.arrays),
@@ -459,4 +483,5 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
     return frame.astype({"round": "int64", "method": str, "metric": str, "value": "float64"})
 
 
-__all__ = ["METHOD_PAYLOAD", "MPT", "NCMPredictor", "PARTS", "PROTO_METHODS", "evaluate_history", "history_rounds", "method_payload"]
+__all__ = ["METHOD_PAYLOAD", "MPT", "NCMPredictor", "PARTS", "PROTO_METHODS", "VARIANT", "evaluate_history",
+           "history_rounds", "method_payload"]

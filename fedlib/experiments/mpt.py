@@ -36,18 +36,20 @@ from matplotlib.ticker import MaxNLocator
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, evaluate_history
 from fedlib.data import ArrayDataset, load_data
 from fedlib.federation import DepartureScenario, make_departure_scenario
+from fedlib.heads import ccvr_calibrate
 from fedlib.loop import LoopConfig, RunResult
 from fedlib.models import build_model
 from fedlib.protocol import Event
 from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.run import run_federated
 from fedlib.stats import ClassMoments
-from fedlib.tracking import TrackingConfig, ldc_fit_map, sdc_client_sums
+from fedlib.tracking import Snapshot, TrackingConfig, ldc_fit_map, reconstruct_mpt, sdc_client_sums
 from fedlib.training import TrainConfig, local_train
 from fedlib.validation import check_int
 
 TIME_PARTS = ("re-embedding + statistics (every prototype method)", "SDC extra (client)", "LDC extra (client)",
-              "server, all methods incl. CCVR (per round)")
+              "server, all methods incl. CCVR (per round)", "CCVR server (virtual features + head)",
+              "MPT server (reconstruction)")
 """The extra work :func:`extra_work_times` measures, in its order."""
 
 
@@ -287,10 +289,10 @@ def distance_relation(history: pd.DataFrame, round_: int, method: str, reference
 
 
 def fraction_table(study: MPTStudy, datasets: Sequence[str], fractions: Sequence[float], seeds: Sequence[int],
-                   model: str, methods: Sequence[str], *,
-                   keep: tuple[str, float] | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, dict]]:
+                   model: str, methods: Sequence[str], *, keep: tuple[str, float] | None = None,
+                   before: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, dict]]:
     """Table II: one run per data set, remaining fraction and seed (in that order), the last round
-    evaluated.
+    evaluated (and the round ``before``, when given: the same run read once more, no training).
 
     Parameters
     ----------
@@ -303,24 +305,38 @@ def fraction_table(study: MPTStudy, datasets: Sequence[str], fractions: Sequence
         The methods whose rare-class F1 the table holds.
     keep : (str, float), optional
         The cell ``(data set, fraction)`` whose final models are returned.
+    before : int, optional
+        A round in ``[1, rounds)`` also evaluated (e.g. the last round before the departure), its
+        rare-class F1 in the column ``f1_before``.
 
     Returns
     -------
     (DataFrame, DataFrame, dict)
         The rare-class F1 at the last round (``dataset, fraction, seed, method, f1, n_remaining``:
-        the remaining rare samples), MPT-lite's growth factor at the last round (``dataset,
-        fraction, seed, growth``), and the final model arrays of the ``keep`` cell by seed
-        (``"model/"`` stripped).
+        the remaining rare samples; and ``f1_before`` with ``before``), MPT-lite's growth factor at
+        the last round (``dataset, fraction, seed, growth``), and the final model arrays of the
+        ``keep`` cell by seed (``"model/"`` stripped).
+
+    Raises
+    ------
+    ValueError
+        On ``before`` outside ``[1, rounds)``.
     """
+    if before is not None:
+        check_int("before", before, low=1, high=study.rounds - 1)
+    rounds = [study.rounds] if before is None else [before, study.rounds]
     rows, growth_rows, models = [], [], {}
     for name in datasets:
         for frac in fractions:
             for s in seeds:
                 ds = study.data(name, s)
-                res, sc, h = study.run(ds, study.model_fn(model, ds), frac, s, eval_rounds=[study.rounds])
-                f1s = h[h["metric"] == "f1"].set_index("method")["value"]
+                res, sc, h = study.run(ds, study.model_fn(model, ds), frac, s, eval_rounds=rounds)
+                f1 = h[h["metric"] == "f1"]
+                f1s = f1[f1["round"] == study.rounds].set_index("method")["value"]
+                pre = f1[f1["round"] == before].set_index("method")["value"] if before is not None else None
                 rows += [{"dataset": name, "fraction": frac, "seed": s, "method": m, "f1": float(f1s[m]),
-                          "n_remaining": sc.n_rare_remaining} for m in methods]
+                          "n_remaining": sc.n_rare_remaining,
+                          **({} if pre is None else {"f1_before": float(pre[m])})} for m in methods]
                 growth_rows.append({"dataset": name, "fraction": frac, "seed": s,
                                     "growth": float(res.server.meta.get("growth", float("nan")))})
                 if (name, frac) == keep:
@@ -432,7 +448,13 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
     The parts (:data:`TIME_PARTS`): the clients' re-embedding and class statistics (every prototype
     method); SDC's second embedding and drift sums; LDC's second embedding and map training (the
     old embedding a stand-in: the current one plus noise); the server's aggregation of the run's
-    last round (every method together: MPT's reconstruction, CCVR's virtual features and head).
+    last round (every method together: MPT's reconstruction, CCVR's virtual features and head);
+    and, apart, the two server computations the paper's Figure 5 (b) compares: CCVR's
+    calibration (:func:`fedlib.heads.ccvr_calibrate` with the study's virtual features and steps)
+    and MPT's reconstruction (:func:`fedlib.tracking.reconstruct_mpt`), each on the run's last
+    prototypes, covariance and head (their cost depends on the shapes; the class covariances and
+    the rare samples' statistics are stand-ins of the right shapes: the pooled covariance, the
+    rare prototype). These two are NaN when the run never tracked (no departure snapshot).
 
     Returns
     -------
@@ -464,7 +486,19 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
     t_ldc = median_seconds(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=study.ldc_epochs, batch_size=study.ldc_batch,
                                                          generator=torch_generator(seed, LOCAL_TRAIN))), repeats=1)
     server = float(result.server_seconds[-1])
-    return {part: t / t_train for part, t in zip(TIME_PARTS, (t_stats, t_sdc, t_ldc, server))}
+    t_ccvr = t_mpt = float("nan")
+    arrays = result.server.arrays
+    if "snap/w0" in arrays and "cov" in arrays:
+        snap, means, cov = Snapshot.from_arrays(arrays), arrays["last/means"], arrays["cov"]
+        C, rare = means.shape[0], int(study.rare_class)
+        rem = arrays["snap/remaining"].tolist()
+        head_w, head_b = model.head.weight.detach().clone(), model.head.bias.detach().clone()
+        t_ccvr = median_seconds(lambda: ccvr_calibrate(
+            torch.nan_to_num(means), cov.expand(C, -1, -1), torch.full((C,), 100.0, dtype=torch.float64), head_w,
+            head_b, n_virtual=study.ccvr_virtual, steps=study.ccvr_steps, reg=study.tracking.reg,
+            generator=torch_generator(seed, LOCAL_TRAIN, 2)))
+        t_mpt = median_seconds(lambda: reconstruct_mpt(snap, means[rem], cov, 3.0, means[rare], cov, study.tracking))
+    return {part: t / t_train for part, t in zip(TIME_PARTS, (t_stats, t_sdc, t_ldc, server, t_ccvr, t_mpt))}
 
 
 def round_axis(ax, departure_round: int) -> None:
