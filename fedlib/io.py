@@ -5,6 +5,7 @@ written) and a state format that is safe to open (tensors plus JSON metadata, re
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import os
@@ -46,10 +47,22 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
     return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def _digest(tensors: Mapping[str, torch.Tensor], text: str) -> str:
+    """SHA-256 over every tensor's name, dtype, shape and bytes (in name order) and the JSON text."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(json.dumps([name, str(t.dtype), list(t.shape)]).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    h.update(text.encode())
+    return h.hexdigest()
+
+
 def save_tensors_json(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], meta: Any) -> Path:
     """Write named tensors plus JSON metadata to one file, atomically, in a format that
-    :func:`load_tensors_json` reads with ``torch.load(weights_only=True)``: a dict of tensors and
-    one JSON string (numbers, strings, lists, dicts; NaN and infinities allowed).
+    :func:`load_tensors_json` reads with ``torch.load(weights_only=True)``: a dict of tensors,
+    one JSON string (numbers, strings, lists, dicts; NaN and infinities allowed) and a SHA-256
+    checksum of both, which the reader verifies (a bit flipped inside a saved tensor is refused).
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "x.pt"
@@ -62,8 +75,9 @@ def save_tensors_json(path: str | os.PathLike, tensors: Mapping[str, torch.Tenso
     if bad:
         raise TypeError(f"save_tensors_json stores tensors only; not tensors: {bad}")
     text = json.dumps(meta, sort_keys=True, default=json_default)
+    cpu = {k: v.detach().cpu() for k, v in tensors.items()}
     buffer = io.BytesIO()
-    torch.save({"format": _FORMAT, "tensors": {k: v.detach().cpu() for k, v in tensors.items()}, "json": text}, buffer)
+    torch.save({"format": _FORMAT, "tensors": cpu, "json": text, "sha256": _digest(cpu, text)}, buffer)
     return atomic_write_bytes(path, buffer.getvalue())
 
 
@@ -71,7 +85,8 @@ def load_tensors_json(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor],
     """Read what :func:`save_tensors_json` wrote. The file is opened with
     ``torch.load(weights_only=True)``, which unpickles tensors, numbers, strings and containers
     only: a file that holds anything else (a crafted pickle that would run code, an object of
-    another program) is refused with a ``ValueError`` and nothing in it is executed."""
+    another program) is refused with a ``ValueError`` and nothing in it is executed; so is a file
+    whose checksum does not match its content (changed or corrupted after it was written)."""
     path = Path(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
@@ -86,12 +101,18 @@ def load_tensors_json(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor],
             f"Detail: {str(err).splitlines()[0]}"
         ) from None
     if not (isinstance(obj, dict) and obj.get("format") == _FORMAT and isinstance(obj.get("tensors"), dict)
-            and isinstance(obj.get("json"), str)):
+            and isinstance(obj.get("json"), str) and isinstance(obj.get("sha256"), str)):
         raise ValueError(f"{path} is not a fedlib state file (format {_FORMAT!r}); was it written by an older fedlib?")
+    bad = [k for k, v in obj["tensors"].items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise ValueError(f"{path} is not a fedlib state file: entries {bad} are not tensors")
+    if _digest(obj["tensors"], obj["json"]) != obj["sha256"]:
+        raise ValueError(f"{path} fails its checksum (SHA-256 of its tensors and metadata): the file was changed or "
+                         "corrupted after it was written; refusing to load it")
     return obj["tensors"], json.loads(obj["json"])
 
 
-_FORMAT = "fedlib-state-1"
+_FORMAT = "fedlib-state-2"  # 2: with a SHA-256 checksum of the tensors and the metadata
 
 
 def json_default(v: Any) -> Any:

@@ -45,11 +45,15 @@ folder someone shared cannot run code.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import inspect
 import json
 import math
 import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -502,14 +506,20 @@ def run_rounds(
         raise ValueError(f"the {transport.name} transport cannot return the clients' predictions (they stay on the "
                          "clients); valid: RunOptions(keep_predictions=False)")
     ckpt = Path(options.checkpoint) if options.checkpoint else None
-    fingerprint = _canonical_json({"algorithm": algorithm.name, "loop": {**config.fingerprint(), **transport.fingerprint()},
-                                   "federation": transport.description, "streams": STREAMS_VERSION})
+    fingerprint = None if ckpt is None else _canonical_json({
+        "algorithm": algorithm.name, "configuration": algorithm_configuration(algorithm),
+        "loop": {**config.fingerprint(), **transport.fingerprint()}, "federation": transport.description,
+        "streams": STREAMS_VERSION})
     if ckpt is not None and ckpt.exists():
         tensors, saved = load_tensors_json(ckpt)
+        missing = [k for k in _CHECKPOINT_KEYS if k not in saved] if isinstance(saved, dict) else list(_CHECKPOINT_KEYS)
+        if missing:
+            raise ValueError(f"checkpoint {ckpt} is not a run checkpoint (it lacks {missing}); delete it or choose "
+                             "another checkpoint path")
         if saved["fingerprint"] != fingerprint:
             raise ValueError(
-                f"checkpoint {ckpt} was written by a different run ({saved['fingerprint']}); "
-                f"delete it or choose another checkpoint path for {fingerprint}"
+                f"checkpoint {ckpt} was written by a different run: {fingerprint_differences(saved['fingerprint'], fingerprint)}; "
+                "delete it or choose another checkpoint path"
             )
         loaded = _unflatten_states(tensors, saved["states"])
         server = Server(algorithm, loaded.pop("server"))
@@ -625,6 +635,82 @@ def _check_agnostic(algorithm: Algorithm, transport: Transport) -> None:
         raise ValueError(f"{algorithm.name} shares parameters, but the clients' architectures differ "
                          f"({transport.architectures}); valid: a model-agnostic method (Algorithm.model_agnostic, "
                          "e.g. cosmos, fedmd, fedct, comet) or one architecture for every client")
+
+
+_CHECKPOINT_KEYS = ("fingerprint", "states", "ledger", "rows", "active", "departed", "rounds_done", "seconds",
+                    "server_seconds")
+
+
+def algorithm_configuration(obj, _depth: int = 0):
+    """A method's full configuration as plain JSON data, for a checkpoint's fingerprint: its
+    public attributes (not those that start with ``_``, a method's caches), recursively;
+    dataclasses (``TrainConfig``, ``HDCConfig``, ...) by their fields, tensors and arrays by a
+    SHA-256 digest of their bytes, functions by their qualified name, NaN and infinities as text.
+
+    Examples
+    --------
+    >>> from fedlib.algorithms import make_algorithm
+    >>> a, b = make_algorithm("ditto"), make_algorithm("ditto", lam=0.5)
+    >>> algorithm_configuration(a) == algorithm_configuration(make_algorithm("ditto"))
+    True
+    >>> algorithm_configuration(a) == algorithm_configuration(b)
+    False
+    """
+    if _depth > 8:
+        return f"<{type(obj).__qualname__}>"
+    if obj is None or isinstance(obj, (bool, str, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else repr(obj)
+    if isinstance(obj, np.generic):
+        return algorithm_configuration(obj.item(), _depth + 1)
+    if isinstance(obj, (torch.Tensor, np.ndarray)):
+        a = obj.detach().cpu().numpy() if isinstance(obj, torch.Tensor) else obj
+        a = np.ascontiguousarray(a)
+        return {"array": str(a.dtype), "shape": list(a.shape), "sha256": hashlib.sha256(a.tobytes()).hexdigest()}
+    if isinstance(obj, Enum):
+        return f"{type(obj).__qualname__}.{obj.name}"
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {"type": type(obj).__qualname__,
+                **{f.name: algorithm_configuration(getattr(obj, f.name), _depth + 1) for f in dataclasses.fields(obj)}}
+    if isinstance(obj, Mapping):
+        return {str(k): algorithm_configuration(v, _depth + 1) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = sorted(obj, key=repr) if isinstance(obj, (set, frozenset)) else obj
+        return [algorithm_configuration(v, _depth + 1) for v in items]
+    if isinstance(obj, torch.nn.Module):
+        return {"module": type(obj).__qualname__, **{k: algorithm_configuration(v, _depth + 1)
+                                                      for k, v in obj.state_dict().items()}}
+    if callable(obj) and not hasattr(obj, "__dict__") or isinstance(obj, type) or inspect.isroutine(obj):
+        return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+    public = {k: v for k, v in vars(obj).items() if not k.startswith("_")} if hasattr(obj, "__dict__") else {}
+    return {"type": type(obj).__qualname__, **{k: algorithm_configuration(v, _depth + 1) for k, v in sorted(public.items())}}
+
+
+def fingerprint_differences(saved: str, current: str, limit: int = 6) -> str:
+    """What differs between two checkpoint fingerprints (canonical JSON texts), as
+    ``"configuration.train.lr: saved 0.05, now 0.5; ..."`` (at most ``limit`` paths).
+
+    Examples
+    --------
+    >>> fingerprint_differences('{"a": {"lr": 0.05}, "b": 1}', '{"a": {"lr": 0.5}, "b": 1}')
+    'a.lr: saved 0.05, now 0.5'
+    """
+    out: list[str] = []
+
+    def walk(a, b, path: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(a.get(k, "<absent>"), b.get(k, "<absent>"), f"{path}.{k}" if path else str(k))
+        elif a != b:
+            out.append(f"{path or '(whole)'}: saved {json.dumps(a)[:80]}, now {json.dumps(b)[:80]}")
+
+    try:
+        walk(json.loads(saved), json.loads(current), "")
+    except (TypeError, ValueError):
+        return "the saved fingerprint is not readable"
+    more = f"; and {len(out) - limit} more" if len(out) > limit else ""
+    return "; ".join(out[:limit]) + more if out else "nothing (the texts differ in form only)"
 
 
 def _canonical_json(obj) -> str:

@@ -32,7 +32,10 @@ class DiskStates(MutableMapping):
     """``client -> State`` kept in ``folder``, one file per client (``client-<k>.pt``).
 
     Reading a client loads its file (an empty state when it has none); writing replaces the
-    file atomically, so a run stopped mid-write leaves every state whole. Only the set of
+    file atomically, so a run stopped mid-write leaves every state whole. The store remembers
+    which clients hold a file: a file that goes missing (the folder deleted during a run) is an
+    error naming the client and the folder, never an empty state that would silently reset the
+    client. Only the set of
     clients is held in memory between rounds; a checkpoint (``RunOptions(checkpoint=...)``) and
     :meth:`fedlib.loop.RunResult.save` still read every state to write their one file. A folder
     that already holds state files is refused, unless ``overwrite`` (a resumed run, which refills
@@ -60,6 +63,7 @@ class DiskStates(MutableMapping):
         for path in stale:  # a resumed run refills the store from its checkpoint
             path.unlink()
         self._clients: set[int] = set()
+        self._with_file: set[int] = set()
 
     def _path(self, client: int) -> Path:
         return self.folder / f"client-{int(client)}.pt"
@@ -68,8 +72,13 @@ class DiskStates(MutableMapping):
         if client not in self._clients:
             raise KeyError(client)
         path = self._path(client)
-        if not path.exists():
+        if int(client) not in self._with_file:
             return State()
+        if not path.exists():
+            raise FileNotFoundError(
+                f"client {int(client)}'s state file {path.name} is missing from {self.folder} (it was written and "
+                "then deleted or moved during the run): its state is lost; refusing to hand the client an empty one"
+            )
         tensors, meta = load_tensors_json(path)
         return State(arrays={name: tensors[name] for name in meta["arrays"]}, meta=dict(meta["meta"]))
 
@@ -79,8 +88,10 @@ class DiskStates(MutableMapping):
         path = self._path(client)
         if _empty(state):
             path.unlink(missing_ok=True)
+            self._with_file.discard(int(client))
         else:
             save_tensors_json(path, dict(state.arrays), {"arrays": list(state.arrays), "meta": state.meta})
+            self._with_file.add(int(client))
         self._clients.add(int(client))
 
     def __delitem__(self, client: int) -> None:
@@ -88,6 +99,7 @@ class DiskStates(MutableMapping):
             raise KeyError(client)
         self._path(client).unlink(missing_ok=True)
         self._clients.discard(int(client))
+        self._with_file.discard(int(client))
 
     def __contains__(self, client: object) -> bool:
         return client in self._clients  # without reading the file
@@ -107,6 +119,7 @@ class DiskStates(MutableMapping):
         for path in self.folder.glob("client-*.pt"):
             path.unlink()
         self._clients.clear()
+        self._with_file.clear()
         if self.folder.exists() and not any(self.folder.iterdir()):
             shutil.rmtree(self.folder)
 

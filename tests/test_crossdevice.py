@@ -197,6 +197,30 @@ def test_disk_states_round_trip_and_refuse_a_used_folder(tmp_path):
         make_states("disk")
 
 
+def test_a_state_file_deleted_during_a_run_is_an_error_naming_the_client_never_an_empty_state(
+        tiny_federation, tiny_model_fn, tmp_path):
+    states = DiskStates(tmp_path / "s")
+    states[2] = State(arrays={"w": torch.ones(2)})
+    states[5] = State()  # never had a file: an empty state, as before
+    (tmp_path / "s" / "client-2.pt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"client 2's state file client-2\.pt is missing from .*s"):
+        states[2]
+    assert states[5] == State()
+    # the whole folder deleted in the middle of a Ditto run: the next round refuses instead of resetting the models
+    import shutil
+
+    folder = tmp_path / "run-states"
+
+    def delete_after_round_1(r, server, client_states):
+        if r == 1:
+            shutil.rmtree(folder)
+
+    options = RunOptions(states="disk", states_dir=str(folder), observe=delete_after_round_1)
+    with pytest.raises(FileNotFoundError, match="state file client-.*is missing"):
+        run_federated(Ditto(train=TRAIN, personal_train=TRAIN), tiny_federation, tiny_model_fn,
+                      LoopConfig(rounds=3, seed=0), options)
+
+
 @pytest.mark.parametrize("method", [Ditto(train=TRAIN, personal_train=TRAIN), FedRep(train=TRAIN, head_train=TRAIN)],
                          ids=["ditto", "fedrep"])
 def test_the_disk_store_gives_the_results_of_memory(method, tiny_federation, tiny_model_fn, tmp_path):

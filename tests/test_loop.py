@@ -62,6 +62,55 @@ def test_checkpoint_of_another_run_is_refused(tiny_federation, tiny_model_fn, tm
         run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=1), RunOptions(checkpoint=path))
 
 
+def test_resume_with_other_hyper_parameters_is_refused_naming_them(tiny_federation, tiny_model_fn, tmp_path):
+    from fedlib.algorithms.ditto import Ditto
+
+    path = str(tmp_path / "run.pt")
+    run_federated(Ditto(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path),
+                  stop_after=1)
+    other = TrainConfig(epochs=3, batch_size=TRAIN.batch_size, lr=0.5)
+    with pytest.raises(ValueError, match=r"different run: configuration\.train\.epochs: saved 1, now 3; "
+                                         r"configuration\.train\.lr: saved 0\.1, now 0\.5"):
+        run_federated(Ditto(train=other), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path))
+
+
+def test_resume_on_other_data_with_the_same_description_is_refused(tiny_federation, tiny_model_fn, tmp_path):
+    import dataclasses
+
+    path = str(tmp_path / "run.pt")
+    run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path),
+                  stop_after=1)
+    c0 = tiny_federation.clients[0]
+    flipped = dataclasses.replace(c0.train, y=c0.train.y.flip(0))  # the same sizes and description, other labels
+    other = dataclasses.replace(tiny_federation, clients=[dataclasses.replace(c0, train=flipped), *tiny_federation.clients[1:]])
+    assert other.description == tiny_federation.description and other.digest() != tiny_federation.digest()
+    with pytest.raises(ValueError, match="different run: loop.data: saved"):
+        run_federated(FedAvg(train=TRAIN), other, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path))
+
+
+def test_a_bit_flipped_in_a_checkpoint_or_a_cut_or_keyless_one_is_refused(tiny_federation, tiny_model_fn, tmp_path):
+    from fedlib.io import load_tensors_json, save_tensors_json
+
+    path = tmp_path / "run.pt"
+    args = (FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0))
+    run_federated(*args, RunOptions(checkpoint=str(path)), stop_after=1)
+    tensors, meta = load_tensors_json(path)
+    name, t = next((k, v) for k, v in tensors.items() if v.numel() > 4)
+    raw = bytearray(path.read_bytes())
+    at = bytes(raw).find(t.contiguous().numpy().tobytes())
+    assert at > 0
+    raw[at + 1] ^= 0x04  # one bit of the tensor's data
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError, match="fails its checksum"):
+        run_federated(*args, RunOptions(checkpoint=str(path)))
+    path.write_bytes(bytes(raw[: len(raw) // 2]))  # cut in half
+    with pytest.raises(ValueError, match="not a readable fedlib state file"):
+        run_federated(*args, RunOptions(checkpoint=str(path)))
+    save_tensors_json(path, tensors, {k: v for k, v in meta.items() if k != "rows"})  # a well-formed file, a key gone
+    with pytest.raises(ValueError, match=r"is not a run checkpoint \(it lacks \['rows'\]\)"):
+        run_federated(*args, RunOptions(checkpoint=str(path)))
+
+
 def test_checkpoint_saved_under_other_streams_is_refused(tiny_federation, tiny_model_fn, tmp_path, monkeypatch):
     import fedlib.loop
 
@@ -70,7 +119,7 @@ def test_checkpoint_saved_under_other_streams_is_refused(tiny_federation, tiny_m
     run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path),
                   stop_after=1)
     monkeypatch.undo()
-    with pytest.raises(ValueError, match="different run.*\"streams\": ?1"):
+    with pytest.raises(ValueError, match="different run: streams: saved 1, now 2"):
         run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, seed=0), RunOptions(checkpoint=path))
 
 
@@ -272,7 +321,7 @@ def _write_evil(path):
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
-        torch.save({"format": "fedlib-state-1", "tensors": {}, "json": "{}", "x": _Evil()}, f)
+        torch.save({"format": "fedlib-state-2", "tensors": {}, "json": "{}", "sha256": "", "x": _Evil()}, f)
     # torch.save pickled _Evil via __reduce__ (os.system): loading it unsafely would run the command
     assert b"system" in path.read_bytes()
     return pickle

@@ -275,9 +275,10 @@ def test_bad_execution_settings_are_refused():
 
 
 def test_a_checkpoint_covers_stacked_execution_only(ragged, tmp_path):
-    assert "execution" not in LoopConfig().fingerprint() and InProcessTransport(ragged, MODEL, 0).fingerprint() == {}
+    data = {"data": ragged.digest()}  # both carry the data's digest; only the stacked one its execution
+    assert "execution" not in LoopConfig().fingerprint() and InProcessTransport(ragged, MODEL, 0).fingerprint() == data
     fp = VectorizedTransport(ragged, MODEL, 0, memory_budget=2**20).fingerprint()
-    assert fp == {"execution": "vectorized", "memory_budget": 2**20}
+    assert fp == {**data, "execution": "vectorized", "memory_budget": 2**20}
     # a run stopped stacked does not resume sequentially (the two differ by float32 rounding)
     options = RunOptions(execution="vectorized", checkpoint=str(tmp_path / "ck.pt"))
     run_federated(FedAvg(train=SGD), ragged, MODEL, LoopConfig(rounds=2), options, stop_after=1)

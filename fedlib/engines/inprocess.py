@@ -148,6 +148,15 @@ class InProcessTransport(Transport):
         self._clients = [Client(k, data, federation.n_classes) for k, data in enumerate(federation.clients)]
         self._global_test = federation.global_test
         self._seed = seed
+        self._federation = federation
+        self._data_digest: str | None = None
+
+    def fingerprint(self) -> dict:
+        """The digest of the federation's data and partition (:meth:`fedlib.federation.Federation.digest`,
+        computed once): a checkpoint resumes only on the data it was started on."""
+        if self._data_digest is None:
+            self._data_digest = self._federation.digest()
+        return {"data": self._data_digest}
 
     def workspace(self, client: int) -> torch.nn.Module:
         """The model workspace client ``client`` trains and deploys in: the run's architecture, or

@@ -377,7 +377,7 @@ class VectorizedTransport(InProcessTransport):
     def fingerprint(self) -> dict:
         """Stacked clients agree with sequential ones to float32 rounding only, and the chunks
         (the memory budget) fix the order of the sums: a checkpoint covers both."""
-        return {"execution": "vectorized", "memory_budget": self.memory_budget}
+        return {**super().fingerprint(), "execution": "vectorized", "memory_budget": self.memory_budget}
 
     def _chunk_size(self, sig: tuple, program: LocalProgram) -> int:
         if sig not in self._chunk:
