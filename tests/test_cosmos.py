@@ -316,6 +316,35 @@ def test_fedct_sends_one_small_integer_per_public_sample(split, archs):
     assert (up < len(public) + 100).all()
 
 
+def test_fedct_trains_on_the_union_of_its_data_and_the_labelled_public_set(split):
+    """FedCT's Algorithm 1: with a consensus, one training on the union (its data, then U with the
+    consensus as labels), not a digest on U followed by a revisit of its data."""
+    from fedlib.algorithms.fedmd import client_model
+    from fedlib.protocol import ClientContext
+    from fedlib.training import local_train
+    _, public, _, _, fed = split
+    method = FedCT(public=public, **FAST)
+    data = fed.clients[0]
+
+    def fresh():
+        return build_model("mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
+
+    state, _ = method.local_update(ClientContext(0, 1, fresh(), 3), State(), Message(meta={"round": 1}), data,
+                                   torch.Generator().manual_seed(1))  # the first round: pre-training on its data
+    teacher = torch.arange(len(public)) % 3
+    message = Message(arrays={"teacher": teacher.to(torch.uint8)}, meta={"round": 2}, kind="teacher")
+    got, reply = method.local_update(ClientContext(0, 2, fresh(), 3), state, message, data, torch.Generator().manual_seed(2))
+    want = client_model(ClientContext(0, 2, fresh(), 3), state, method.seed)
+    local_train(want, torch.cat([data.train.x, public.x]), torch.cat([data.train.y.long(), teacher]), ADAM,
+                torch.Generator().manual_seed(2))
+    for name, value in want.state_dict().items():
+        assert torch.equal(got.arrays[f"model/{name}"], value), name
+    assert reply.arrays["labels"].dtype == torch.uint8 and reply.arrays["labels"].shape == (len(public),)
+    with pytest.raises(ValueError, match="the server's hard labels have shape"):
+        method.local_update(ClientContext(0, 2, fresh(), 3), state, Message(arrays={"teacher": teacher.float()}), data,
+                            torch.Generator())
+
+
 def test_cosmos_clusters_deploys_and_records_its_history(split, archs):
     _, public, _, _, fed = split
     method = COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST)

@@ -205,6 +205,10 @@ def test_the_theory_table_by_hand():
     assert row["κ2 ≥"] == pytest.approx(4 * 3.0 / 3**2) and row["κ2 ≥ (Monte Carlo w)"] == pytest.approx(4 * 1.8 / 9)
     assert row["fitted ratio of R† − Bayes"] == pytest.approx(fitted_ratio([0.4, 0.2, 0.1]))
     assert (row["R† first"], row["R† last"], row["Bayes risk"], row["local only"]) == (0.5, 0.2, 0.1, 0.3)
+    assert "fitted ratio without the teacher" not in row
+    control = _run(frame.assign(**{"R†(h)": [0.5, 0.4, 0.3]}))
+    both = theory_table({"s": _run(frame)}, {"s": control}).loc["s"]
+    assert both["fitted ratio without the teacher"] == pytest.approx(fitted_ratio([0.4, 0.3, 0.2]))
     perfect = theory_table({"s": _run(frame.assign(**{"b̄ on Q": 0.0, "b̄ on D_i": 0.0}))}).loc["s"]
     assert perfect["κ2 ≥"] == math.inf and perfect["1/b̄ > 2w1w2 + 1"]
 
@@ -252,3 +256,24 @@ def test_synthetic_run_does_not_depend_on_torchs_global_random_state():
     assert len(a.hessian_points) == 3 and a.frame.index.tolist() == [1]
     with pytest.raises(ValueError, match="unknown setting 'wild'; valid: mild skew, label groups"):
         synthetic_run("wild", seed=0, n_clients=3, n_eval=10, local_epochs=1, rounds=1)
+
+
+def _contraction_check(**kw) -> tuple[float, float]:
+    """The chapter's contraction check: COSMOS's fitted ratio of R† − Bayes, and the control's (the teacher never sent back)."""
+    runs = {t: synthetic_run("mild skew", seed=0, n_clients=4, n_eval=4000, local_epochs=5, rounds=4, teacher=t, **kw)
+            for t in (True, False)}
+    table = theory_table({"s": runs[True]}, {"s": runs[False]}).loc["s"]
+    return table["fitted ratio of R† − Bayes"], table["fitted ratio without the teacher"]
+
+
+def test_the_contraction_check_compares_with_the_control_and_fails_when_the_teacher_is_disabled(monkeypatch):
+    """The live check of the derivations chapter (COSMOS contracts faster than the control) holds on
+    a small mild-skew federation, and fails on the mutation that disables COSMOS's teacher: the run
+    is then the control's, bit for bit, so its ratio is not below the control's."""
+    ratio, control = _contraction_check()
+    assert ratio < control
+    from fedlib.algorithms.cosmos import COSMOS
+    from fedlib.experiments.cosmos_synthetic import WithoutTeacher
+    monkeypatch.setattr(COSMOS, "configure_train", WithoutTeacher.configure_train)
+    ratio, control = _contraction_check()
+    assert not ratio < control and ratio == control

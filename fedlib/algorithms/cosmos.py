@@ -27,6 +27,10 @@ evaluated with :math:`h_{\pi(i)}`, sent as its evaluation message, so the ledger
 ``eval:cluster_model``); ``"client"`` is the client's own model :math:`f_i`, as the baselines
 deploy. Cluster models live in the server state under ``server/<k>/``, their common initial
 weights under ``server_init/``.
+
+:class:`LocalOnly` is the comparator of Corollary 5.13 ("personalization risk drops below the risk
+from local training alone"): the same clients with the same local training as COSMOS's (``pretrain``
+the first round, ``train`` afterwards), and no server feedback at all.
 """
 
 from __future__ import annotations
@@ -177,9 +181,23 @@ class COSMOS(PublicDistillation):
         return client_model(ctx, state, self.seed).eval()
 
 
+@dataclass
+class LocalOnly(PublicDistillation):
+    """Local training alone: each client trains on its own data only, as COSMOS's clients do
+    (``pretrain`` epochs the first time, ``train`` epochs every later round), and never receives a
+    target (no digest, no consistency term); it deploys its own model. The server keeps the
+    family's record of the labels it is sent, and sends nothing back."""
+
+    name = "local_only"
+
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The round number only, one message shared by every client: never a teacher."""
+        return dict.fromkeys(clients, Message(meta={"round": int(round_)}, kind="start"))
+
+
 def cosmos_history(server: State) -> list[dict]:
     """Each aggregation's clustering: round, threshold :math:`B_0`, clusters, largest diameter, seeds."""
     return json.loads(server.meta.get("cosmos_history", "[]"))
 
 
-__all__ = ["COSMOS", "DEPLOYS", "SERVER", "SERVER_INIT", "cosmos_history"]
+__all__ = ["COSMOS", "DEPLOYS", "SERVER", "SERVER_INIT", "LocalOnly", "cosmos_history"]

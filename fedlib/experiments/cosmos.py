@@ -6,7 +6,9 @@ From COSMOS (Ge, Yeoh, Zhang and Vorobeychik, "COSMOS: Model-Agnostic Personaliz
 Learning with Clustered Server Models and Pseudo-Label-Only Communication", arXiv:2605.11165),
 Section 6 and Appendices C-D: Figure 2 and Table 2 (COSMOS against FedMD, FedCT and COMET on
 clients of mixed architectures), Figure 3 and Table 3 (mixtures of architectures), Table 7 (one
-architecture, against parameter sharing), Table 4 (communication) and Figures 7-9 (sensitivity).
+architecture, against parameter sharing), Table 4 (communication), Tables 5-6 (the Dirichlet
+:math:`\alpha`), Figures 7-9 (sensitivity) and Corollary 5.13 (local training alone,
+:class:`fedlib.algorithms.cosmos.LocalOnly`).
 
 :class:`COSMOSStudy` holds what is run; :meth:`COSMOSStudy.run` runs every item of
 :meth:`COSMOSStudy.items` and returns a :class:`StudyResults`, whose tidy rows
@@ -24,10 +26,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import torch
 from torch import nn
 
-from fedlib.algorithms import COMET, COSMOS, Ditto, FedAvg, FedBABU, FedCT, FedMD, FedRep
-from fedlib.algorithms.cosmos import cosmos_history
+from fedlib.algorithms import COMET, COSMOS, Ditto, FedBABU, FedCT, FedMD, FedRep
+from fedlib.algorithms.cosmos import LocalOnly, cosmos_history
 from fedlib.algorithms.fedmd import grouping
 from fedlib.clustering import group_purity
 from fedlib.data import ArrayDataset
@@ -42,10 +45,11 @@ from fedlib.parallel import map_parallel
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig
 
-KINDS = ("main", "mixture", "homogeneous", "sweep")
-"""The items of a study (:meth:`COSMOSStudy.items`): the four model-agnostic methods on the default
-mixture; COSMOS and COMET on another mixture; the parameter-sharing methods with one architecture;
-one COSMOS run of a sensitivity setting."""
+KINDS = ("main", "homogeneous", "mixture", "alpha", "sweep")
+"""The items of a study (:meth:`COSMOSStudy.items`): the four model-agnostic methods and local
+training alone on the default mixture; COSMOS (and COMET) and the parameter-sharing methods with
+one architecture; COSMOS and COMET on another mixture; COSMOS and COMET at another Dirichlet
+:math:`\\alpha`; one COSMOS run of a sensitivity setting."""
 
 STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "detach")
 """The sensitivity studies a study can sweep (the ``sweeps`` of :class:`COSMOSStudy`)."""
@@ -62,8 +66,8 @@ def sweep_label(study: str, value) -> str:
     return f"{study} = {value:g}" if isinstance(value, (int, float, np.integer, np.floating)) else f"{study} = {value}"
 
 
-def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
-    """The protocol's client accuracies of a run's last evaluated round, in points: the mean over
+def accuracy_points(frame: pd.DataFrame, round_: int | None = None) -> dict[str, float]:
+    """The protocol's client accuracies of a run's round ``round_`` (default: its last evaluated round), in points: the mean over
     clients (``mean``), the worst client (``worst``), the mean of the lowest 20 %
     (``bottom-20 %``) and the @25 floor (``P@25``, the mean of the lowest quarter) of the clients'
     pooled scores (each client's model on the held-out pool of its own distribution, the ability
@@ -73,8 +77,10 @@ def accuracy_points(frame: pd.DataFrame) -> dict[str, float]:
     ----------
     frame : DataFrame
         A run's tidy frame (:attr:`fedlib.loop.RunResult.frame`).
+    round_ : int, optional
+        The evaluated round to read (a run evaluated every round holds every earlier round's scores).
     """
-    s = protocol_summary(per_client_table(frame))
+    s = protocol_summary(per_client_table(frame, round_))
     return {"mean": 100 * s["pooled"], "worst": 100 * s["worst_pooled"], "bottom-20 %": 100 * s["bottom20_pooled"],
             "P@25": 100 * s["P@25"]}
 
@@ -100,7 +106,7 @@ class StudyResults:
         ``seed, method, round, mean``: the main runs' mean client accuracy per round, in points.
     nbytes : DataFrame
         ``seed, method, up, down``: training bytes per client and round (:func:`training_bytes`)
-        of the main runs and of FedAvg with one architecture.
+        of the main runs (FedAvg's are no run: :func:`fedavg_bytes`).
     clusters : DataFrame
         ``seed`` and COSMOS's clustering record per round of the main runs
         (:func:`fedlib.algorithms.cosmos.cosmos_history`, less the seeds).
@@ -126,6 +132,12 @@ class StudyResults:
 class COSMOSStudy:
     """What the chapter runs for every seed.
 
+    The headline items (``"main"`` and ``"homogeneous"``) run on every seed; the others (the
+    mixtures, the other :math:`\\alpha` and the sensitivity runs) on the first ``side_seeds``.
+    The sensitivity runs' default setting is no run of its own: a main COSMOS run is evaluated
+    every round, and its scores after ``sweep_rounds`` rounds are those of the default setting
+    (the rounds' random streams do not depend on how many rounds follow).
+
     Parameters
     ----------
     dataset : str
@@ -140,26 +152,39 @@ class COSMOSStudy:
     base_mix : sequence of str
         The default mixture of the main runs.
     mixtures : mapping of str to sequence of str
-        The other mixtures; the first is the one-architecture federation of the parameter-sharing runs.
+        The other mixtures; the first is the one-architecture federation of the parameter-sharing
+        runs (a headline item), the others run COSMOS and COMET.
     server, small_server : mapping
         COSMOS's server architecture (:func:`fedlib.models.build_model`'s name under ``model`` and
         its options), and the smaller one of the ``server`` sweep.
     client_train : mapping of str to TrainConfig
-        The model-agnostic methods' ``pretrain``, ``train`` and ``distill``.
+        The model-agnostic methods' ``pretrain``, ``train`` and ``distill`` (local training alone
+        takes the same ``pretrain`` and ``train``).
     server_train : TrainConfig
         COSMOS's server distillation.
     pfl_train, finetune : TrainConfig
-        The parameter-sharing methods' local training, and FedBABU's fine-tuning.
+        The parameter-sharing methods' local training per round, and FedBABU's fine-tuning. Every
+        method trains ``pfl_train.epochs`` epochs per round in all: Ditto's global and personal
+        models, and FedRep's head and body, split them (:func:`split_epochs`).
     temperature, lam : float
         The pseudo-labels' :math:`T` and COSMOS's :math:`\\lambda`.
     target_clusters, comet_k : int
         COSMOS's target number of clusters and COMET's :math:`K`.
     rounds, sweep_rounds : int
-        The rounds of the main, mixture and one-architecture runs, and of a sensitivity run.
+        The rounds of the main, mixture, :math:`\\alpha` and one-architecture runs, and of a
+        sensitivity run (at most ``rounds``).
     sweeps : mapping of str to sequence
-        The values tried per sensitivity study (:data:`STUDIES`), the default aside.
+        The values tried per sensitivity study (:data:`STUDIES`), the default aside. ``"|U|
+        share"`` values are below ``public_share`` and ``"clients"`` values below ``n_clients``:
+        the smaller :math:`U` is a class-balanced part of the default one and the fewer clients
+        are the first ones of each label group's block of the default federation, so the data of
+        every client is the same in both settings.
     first_seed : int
         The seed whose COSMOS run is kept (:attr:`StudyResults.main`'s ``first``).
+    alphas : sequence of float
+        The other Dirichlet :math:`\\alpha` at which COSMOS and COMET run on the default mixture.
+    side_seeds : int or None
+        How many of the first seeds run the items that are not headline items (None: every seed).
     cifar_root : str or None
     """
 
@@ -188,6 +213,8 @@ class COSMOSStudy:
     sweep_rounds: int
     sweeps: Mapping[str, Sequence]
     first_seed: int
+    alphas: Sequence[float] = ()
+    side_seeds: int | None = None
     cifar_root: str | None = None
 
     def __post_init__(self) -> None:
@@ -196,6 +223,15 @@ class COSMOSStudy:
         unknown = [s for s in self.sweeps if s not in STUDIES]
         if unknown:
             raise ValueError(f"unknown sensitivity studies {unknown}; valid: {', '.join(STUDIES)}")
+        if not 1 <= self.sweep_rounds <= self.rounds:
+            raise ValueError(f"sweep_rounds={self.sweep_rounds} must be in 1..rounds={self.rounds} (the default setting is "
+                             "read from the main runs)")
+        if any(not 0 < v < self.public_share for v in self.sweeps.get("|U| share", [])):
+            raise ValueError(f"'|U| share' values must lie in (0, public_share={self.public_share}): a smaller U is a part of "
+                             f"the default one, got {list(self.sweeps['|U| share'])}")
+        if any(not self.n_groups <= v < self.n_clients for v in self.sweeps.get("clients", [])):
+            raise ValueError(f"'clients' values must lie in [n_groups={self.n_groups}, n_clients={self.n_clients}): fewer "
+                             f"clients are kept from the default federation, got {list(self.sweeps['clients'])}")
 
     @property
     def sweep_defaults(self) -> dict:
@@ -203,29 +239,36 @@ class COSMOSStudy:
         return {"λ": self.lam, "T": self.temperature, "rule": "mean", "clusters": self.target_clusters,
                 "|U| share": self.public_share, "clients": self.n_clients, "server": "default", "detach": False}
 
+    def side(self, seeds: Sequence[int]) -> list[int]:
+        """The seeds of the items that are not headline items: the first ``side_seeds`` of ``seeds``."""
+        return list(seeds) if self.side_seeds is None else list(seeds)[:self.side_seeds]
+
     def items(self, seeds: Sequence[int]) -> list[tuple[str, object, int]]:
-        """Every run of the study, ``(kind, key, seed)`` (:data:`KINDS`): the main runs, each
-        mixture, the one-architecture runs, and each sensitivity setting; the default setting of
-        the sweeps runs once, under ``"λ"``."""
-        defaults = self.sweep_defaults
-        items = [("main", None, s) for s in seeds]
-        items += [("mixture", name, s) for name in self.mixtures for s in seeds]
-        items += [("homogeneous", list(self.mixtures)[0], s) for s in seeds]
-        items += [("sweep", (study, v), s) for study, values in self.sweeps.items() for v in [defaults[study], *values]
-                  for s in seeds if not (v == defaults[study] and study not in ("λ",))]
+        """Every run of the study, ``(kind, key, seed)`` (:data:`KINDS`): on every seed the main
+        runs (key: whether the seed is a :meth:`side` seed, whose main item also runs local
+        training alone and gives the sensitivity default's row) and the one-architecture runs
+        (key: the mixture); on the side seeds each other mixture,
+        each other :math:`\\alpha` and each sensitivity setting other than the default."""
+        side = self.side(seeds)
+        one = list(self.mixtures)[0]
+        items = [("main", s in side, s) for s in seeds]
+        items += [("homogeneous", one, s) for s in seeds]
+        items += [("mixture", name, s) for name in list(self.mixtures)[1:] for s in side]
+        items += [("alpha", a, s) for a in self.alphas for s in side]
+        items += [("sweep", (study, v), s) for study, values in self.sweeps.items() for v in values for s in side]
         return items
 
-    def split(self, run_seed: int, share: float | None = None, clients: int | None = None
-              ) -> tuple[PublicSet, np.ndarray, Federation, np.ndarray]:
+    def split(self, run_seed: int, alpha: float | None = None) -> tuple[PublicSet, np.ndarray, Federation, np.ndarray]:
         """``(public, hidden, federation, planted)``: :math:`U` (its labels ``hidden``), the federation
-        of the rest, and each client's planted label group (blocks of clients, in order)."""
+        of the rest (at the Dirichlet ``alpha``, default the study's), and each client's planted
+        label group (blocks of clients, in order)."""
         ds = load_data(self.dataset, n_samples=self.n_samples, seed=run_seed, cifar_root=self.cifar_root)
-        public, rest, hidden = make_public_set(ds, self.public_share if share is None else share, seed=run_seed)
-        n = self.n_clients if clients is None else clients
-        fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=self.n_groups, alpha=self.alpha,
-                              pool_fraction=self.pool_fraction, global_test_per_class=self.global_test_per_class, seed=run_seed)
-        planted = np.concatenate([np.full(len(b), g) for g, b in enumerate(np.array_split(np.arange(n), self.n_groups))])
-        return public, hidden, fed, planted
+        public, rest, hidden = make_public_set(ds, self.public_share, seed=run_seed)
+        n = self.n_clients
+        fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=self.n_groups,
+                              alpha=self.alpha if alpha is None else alpha, pool_fraction=self.pool_fraction,
+                              global_test_per_class=self.global_test_per_class, seed=run_seed)
+        return public, hidden, fed, planted_groups(n, self.n_groups)
 
     def architectures(self, names: Sequence[str], n: int, ds: ArrayDataset) -> ClientArchitectures:
         """``n`` clients taking the architectures ``names`` in turn, for the data of ``ds``."""
@@ -250,6 +293,25 @@ class COSMOSStudy:
         """FedMD, FedCT and COMET with the study's settings."""
         kw = dict(public=public, temperature=self.temperature, seed=run_seed, **self.client_train)
         return {"FedMD": FedMD(**kw), "FedCT": FedCT(**kw), "COMET": COMET(k=self.comet_k, **kw)}
+
+    def local_only(self, public: PublicSet, run_seed: int) -> LocalOnly:
+        """Local training alone: the model-agnostic clients' own training, no server feedback."""
+        return LocalOnly(public=public, temperature=self.temperature, seed=run_seed, **self.client_train)
+
+    def with_pseudo_lr(self, lr: float) -> COSMOSStudy:
+        """The study with the learning rate ``lr`` on pseudo-labels: every client's distillation and COSMOS's server's."""
+        return dataclasses.replace(self, server_train=dataclasses.replace(self.server_train, lr=lr),
+                                   client_train={**self.client_train, "distill": dataclasses.replace(self.client_train["distill"], lr=lr)})
+
+    def pilot_mean(self, run_seed: int, rounds: int) -> float:
+        """COSMOS's mean accuracy in points on the default mixture after ``rounds`` rounds at
+        ``run_seed``: a pilot seed's score, for a setting chosen before the claims' runs on a
+        seed none of them uses."""
+        public, hidden, fed, planted = self.split(run_seed)
+        ds = fed.global_test
+        run = run_federated(self.cosmos_method(ds, public, run_seed), fed, self.architectures(self.base_mix, self.n_clients, ds),
+                            LoopConfig(rounds=rounds, seed=run_seed, eval_every=0))
+        return accuracy_points(run.frame)["mean"]
 
     def run_item(self, item: tuple[str, object, int]) -> dict:
         """One item of :meth:`items`: ``rows``, ``curves``, ``bytes``, ``clusters`` (lists) and
@@ -278,6 +340,10 @@ class COSMOSStudy:
                     for h in cosmos_history(run.server):
                         out["clusters"].append({"seed": s, **{k: v for k, v in h.items() if k != "seeds"}})
                     out["purity"] = group_purity(grouping(run.server), planted)
+                    if key:  # the sensitivity runs' default setting: this run after sweep_rounds rounds (the clusters are fixed after round 1)
+                        out["rows"].append({"study": "λ", "setting": str(self.lam), "seed": s, "method": "COSMOS",
+                                            **accuracy_points(run.frame, self.sweep_rounds),
+                                            "clusters": int(run.server.meta["n_groups"]), "purity": out["purity"]})
                     out["n_public"], out["test_size"] = len(public), float(np.mean([len(c.test) for c in fed.clients]))
                     out["train_size"] = float(np.mean([len(c.train) for c in fed.clients]))
                     one = list(self.mixtures.values())[0]
@@ -285,33 +351,43 @@ class COSMOSStudy:
                     out["first"] = (run, m) if s == self.first_seed else None
                 if name == "COMET":
                     out["comet_purity"] = group_purity(grouping(run.server), planted)
-        elif kind == "mixture":
+            if key:  # local training alone (Corollary 5.13, not a headline claim): the side seeds only
+                run = run_federated(self.local_only(public, s), fed, archs, dataclasses.replace(cfg, eval_every=0))
+                out["rows"].append({"study": "main", "setting": "default", "seed": s, "method": "Local", **accuracy_points(run.frame)})
+        elif kind == "homogeneous":
+            one = key
             public, hidden, fed, planted = self.split(s)
             ds = fed.global_test
-            archs = self.architectures(self.mixtures[key], self.n_clients, ds)
+            archs = self.architectures(self.mixtures[one], self.n_clients, ds)
+            cfg = LoopConfig(rounds=self.rounds, seed=s, eval_every=0)
+            run = run_federated(self.cosmos_method(ds, public, s), fed, archs, cfg)
+            out["rows"].append({"study": "mixture", "setting": one, "seed": s, "method": "COSMOS", **accuracy_points(run.frame)})
+            train = self.pfl_train
+            # the personalized methods (FedAvg, no personalized method, is no run: its bytes are fedavg_bytes)
+            first, second = split_epochs(train)  # two models (Ditto) or two parts (FedRep): the same epochs in all
+            pfl = {"Ditto": Ditto(train=first, personal_train=second), "FedBABU": FedBABU(train=train, finetune=self.finetune),
+                   "FedRep": FedRep(head_train=first, train=second)}
+            for name, m in pfl.items():
+                run = run_federated(m, fed, archs, cfg)
+                out["rows"].append({"study": "homogeneous", "setting": one, "seed": s, "method": name, **accuracy_points(run.frame)})
+        elif kind in ("mixture", "alpha"):
+            public, hidden, fed, planted = self.split(s, alpha=key if kind == "alpha" else None)
+            ds = fed.global_test
+            archs = self.architectures(self.mixtures[key] if kind == "mixture" else self.base_mix, self.n_clients, ds)
             cfg = LoopConfig(rounds=self.rounds, seed=s, eval_every=0)
             for name, m in (("COSMOS", self.cosmos_method(ds, public, s)), ("COMET", self.baselines(public, s)["COMET"])):
                 run = run_federated(m, fed, archs, cfg)
-                out["rows"].append({"study": "mixture", "setting": key, "seed": s, "method": name, **accuracy_points(run.frame)})
-        elif kind == "homogeneous":
-            public, hidden, fed, planted = self.split(s)
-            ds = fed.global_test
-            archs = self.architectures(self.mixtures[key], self.n_clients, ds)
-            cfg = LoopConfig(rounds=self.rounds, seed=s, eval_every=0)
-            train = self.pfl_train
-            pfl = {"FedAvg": FedAvg(train=train), "Ditto": Ditto(train=train, personal_train=train),
-                   "FedBABU": FedBABU(train=train, finetune=self.finetune), "FedRep": FedRep(train=train, head_train=train)}
-            for name, m in pfl.items():
-                run = run_federated(m, fed, archs, cfg)
-                out["rows"].append({"study": "homogeneous", "setting": key, "seed": s, "method": name, **accuracy_points(run.frame)})
-                if name == "FedAvg":
-                    out["bytes"].append({"seed": s, "method": "FedAvg (one architecture)",
-                                         **training_bytes(run, self.n_clients, self.rounds)})
+                out["rows"].append({"study": kind, "setting": str(key), "seed": s, "method": name, **accuracy_points(run.frame)})
         elif kind == "sweep":
             study, value = key
-            share = value if study == "|U| share" else None
-            clients = value if study == "clients" else None
-            public, hidden, fed, planted = self.split(s, share=share, clients=clients)
+            public, hidden, fed, planted = self.split(s)
+            if study == "|U| share":
+                public = public_part(public, hidden, value / self.public_share)
+            if study == "clients":
+                keep = kept_clients(self.n_clients, self.n_groups, value)
+                fed = dataclasses.replace(fed, clients=[fed.clients[k] for k in keep],
+                                          description={**fed.description, "n_clients": len(keep)})
+                planted = planted[keep]
             ds = fed.global_test
             archs = self.architectures(self.base_mix, fed.n_clients, ds)
             change = {"λ": dict(lam=value), "T": dict(temperature=value), "rule": dict(rule=value),
@@ -339,16 +415,91 @@ class COSMOSStudy:
                             seconds=sum(res["seconds"] for res in results))
 
 
+def split_epochs(train: TrainConfig) -> tuple[TrainConfig, TrainConfig]:
+    """``train`` cut in two phases of ``epochs // 2`` and the rest (at least one each): what a method
+    that trains two models or two parts per round takes, so that it trains as many epochs in all as
+    a method that trains one.
+
+    Examples
+    --------
+    >>> [c.epochs for c in split_epochs(TrainConfig(epochs=7))], [c.epochs for c in split_epochs(TrainConfig(epochs=1))]
+    ([3, 4], [1, 1])
+    """
+    first = max(1, train.epochs // 2)
+    return dataclasses.replace(train, epochs=first), dataclasses.replace(train, epochs=max(1, train.epochs - first))
+
+
+def fedavg_bytes(n_parameters: int) -> dict[str, float]:
+    """FedAvg's training traffic per client and round with a model of ``n_parameters`` float32
+    parameters, ``{"up": ..., "down": ...}`` in bytes: the model down and its update up (the
+    messages' few bytes of metadata aside). An accounting identity: no run is needed to know it.
+
+    Examples
+    --------
+    >>> fedavg_bytes(1000)
+    {'up': 4000.0, 'down': 4000.0}
+    """
+    return {"up": 4.0 * n_parameters, "down": 4.0 * n_parameters}
+
+
+def planted_groups(n_clients: int, n_groups: int) -> np.ndarray:
+    """Each client's planted label group under the grouped Dirichlet split: blocks of clients, in order.
+
+    Examples
+    --------
+    >>> planted_groups(5, 2).tolist()
+    [0, 0, 0, 1, 1]
+    """
+    return np.concatenate([np.full(len(b), g) for g, b in enumerate(np.array_split(np.arange(n_clients), n_groups))])
+
+
+def kept_clients(n_clients: int, n_groups: int, n_kept: int) -> np.ndarray:
+    """The clients a smaller federation keeps: from each label group's block of
+    :func:`planted_groups`, its first clients, as many as the block of ``n_kept`` clients split
+    the same way holds (the data of every kept client unchanged).
+
+    Examples
+    --------
+    >>> kept_clients(20, 5, 10).tolist()
+    [0, 1, 4, 5, 8, 9, 12, 13, 16, 17]
+    """
+    if not n_groups <= n_kept <= n_clients:
+        raise ValueError(f"n_kept must lie in [{n_groups}, {n_clients}], got {n_kept!r}")
+    blocks = np.array_split(np.arange(n_clients), n_groups)
+    sizes = [len(b) for b in np.array_split(np.arange(n_kept), n_groups)]
+    return np.concatenate([b[:m] for b, m in zip(blocks, sizes)])
+
+
+def public_part(public: PublicSet, hidden: np.ndarray, fraction: float) -> PublicSet:
+    """A class-balanced part of :math:`U`: of each class (its hidden labels ``hidden``, used only to
+    balance), the first ``round(fraction * n_c)`` of its ``n_c`` points in :math:`U`'s order (at
+    least one).
+
+    Examples
+    --------
+    >>> import torch
+    >>> u = PublicSet(torch.arange(8.0).reshape(8, 1))
+    >>> public_part(u, np.array([0, 1, 0, 1, 0, 1, 0, 1]), 0.5).x.ravel().tolist()
+    [0.0, 1.0, 2.0, 3.0]
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must lie in (0, 1], got {fraction!r}")
+    keep = np.sort(np.concatenate([np.flatnonzero(hidden == c)[:max(1, int(round(fraction * (hidden == c).sum())))]
+                                   for c in np.unique(hidden)]))
+    return PublicSet(public.x[torch.as_tensor(keep)].clone(), name=f"{public.name}[{fraction:g}]")
+
+
 class Sensitivity:
     """The sensitivity runs of a study read per seed: a study's value against its default.
 
     Parameters
     ----------
     rows : DataFrame
-        :attr:`StudyResults.rows` (the rows of the sensitivity runs are those of no main, mixture
-        or one-architecture study).
+        :attr:`StudyResults.rows` (the rows of the sensitivity runs are those of no main, mixture,
+        :math:`\\alpha` or one-architecture study).
     defaults : mapping
-        :attr:`COSMOSStudy.sweep_defaults`; the default setting ran once, under ``"λ"``.
+        :attr:`COSMOSStudy.sweep_defaults`; the default setting's rows are under ``"λ"`` (read
+        from the main runs after the sweeps' rounds).
     sweeps : mapping of str to sequence
         The values tried per study (the ``sweeps`` of :class:`COSMOSStudy`).
 
@@ -363,7 +514,7 @@ class Sensitivity:
 
     def __init__(self, rows: pd.DataFrame, defaults: Mapping, sweeps: Mapping[str, Sequence]) -> None:
         self.defaults, self.sweeps = dict(defaults), dict(sweeps)
-        self.sweep = rows[~rows.study.isin(["main", "mixture", "homogeneous"])]
+        self.sweep = rows[~rows.study.isin(["main", "mixture", "homogeneous", "alpha"])]
         default = self.sweep[self.sweep.study == "λ"]
         self.default = default[default.setting == str(self.defaults["λ"])]
 
@@ -408,5 +559,5 @@ class Sensitivity:
         return part
 
 
-__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "sweep_label",
-           "training_bytes"]
+__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "fedavg_bytes", "kept_clients",
+           "planted_groups", "public_part", "split_epochs", "sweep_label", "training_bytes"]

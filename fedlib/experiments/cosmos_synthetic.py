@@ -33,6 +33,7 @@ from torch import nn
 
 from fedlib.algorithms.cosmos import COSMOS, SERVER
 from fedlib.algorithms.fedmd import TEACHER, grouping
+from fedlib.messages import Message, State
 from fedlib.data import ArrayDataset
 from fedlib.distill import PublicSet, consistency_loss, make_public_set
 from fedlib.federation import make_federation
@@ -194,8 +195,22 @@ class SyntheticRun:
     hessian_points: list
 
 
+@dataclass
+class WithoutTeacher(COSMOS):
+    """COSMOS whose server never sends its cluster model's labels back: the clients train on their
+    own data only (no digest, hence no consistency term), while the server still clusters them
+    and distils a model per cluster from their pseudo-labels. The control of the contraction
+    check: the theorems' contraction runs through the teacher (Theorem 5.12 bounds a client's
+    next risk by its cluster model's), so without it the personalization risk has no reason to
+    contract at the same rate."""
+
+    def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
+        """The round number only, one message shared by every client: never a teacher."""
+        return dict.fromkeys(clients, Message(meta={"round": int(round_)}, kind="start"))
+
+
 def synthetic_run(setting: str, *, seed: int, n_clients: int, n_eval: int, local_epochs: int, rounds: int,
-                  circle: Circle = Circle()) -> SyntheticRun:
+                  circle: Circle = Circle(), teacher: bool = True) -> SyntheticRun:
     """COSMOS on a federation of the circle, measured after every iteration.
 
     A data set of ``circle.n_per_class`` samples per class, 30 % of it the public set; the rest
@@ -218,6 +233,9 @@ def synthetic_run(setting: str, *, seed: int, n_clients: int, n_eval: int, local
         Clients, evaluation samples per distribution, epochs of local training alone, COSMOS iterations.
     circle : Circle
         The setting's constants.
+    teacher : bool, default True
+        ``False`` runs the control :class:`WithoutTeacher` instead of COSMOS (the same federation,
+        models, optimizers and streams).
 
     Returns
     -------
@@ -244,7 +262,7 @@ def synthetic_run(setting: str, *, seed: int, n_clients: int, n_eval: int, local
     held_counts = np.stack([np.bincount(np.r_[c.train.labels_np, c.test.labels_np], minlength=C) for c in fed.clients])
     prior = held_counts / held_counts.sum(axis=1, keepdims=True)
     adam = functools.partial(TrainConfig, batch_size=32, optimizer="adam", lr=circle.lr, weight_decay=circle.weight_decay)
-    cosmos = COSMOS(public=pub, server_model=linear, server_train=adam(epochs=10), pretrain=adam(epochs=20),
+    cosmos = (COSMOS if teacher else WithoutTeacher)(public=pub, server_model=linear, server_train=adam(epochs=10), pretrain=adam(epochs=20),
                     train=adam(epochs=2), distill=adam(epochs=2), target_clusters=target, lam=circle.lam,
                     noise=circle.noise, seed=seed)
     erng = numpy_rng(seed, EVALUATION)
@@ -308,7 +326,7 @@ def fitted_ratio(values) -> float | None:
     return float(np.exp(np.polyfit(np.arange(len(v)), np.log(v), 1)[0]))
 
 
-def theory_table(runs: Mapping[str, SyntheticRun]) -> pd.DataFrame:
+def theory_table(runs: Mapping[str, SyntheticRun], controls: Mapping[str, SyntheticRun] | None = None) -> pd.DataFrame:
     """What the measurements of each setting's run say of Theorems 5.11-5.12.
 
     With :math:`\\bar b` the largest pseudo-labeler error over the iterations: ``b̄ ≤ 1/3 (Ass.
@@ -316,12 +334,16 @@ def theory_table(runs: Mapping[str, SyntheticRun]) -> pd.DataFrame:
     :math:`4 w_1 w_2 / (1/\\bar b - 1)^2` (with the exact :math:`w` and with the Monte Carlo ones; ∞
     unless :math:`0 < \\bar b < 1`), the fitted ratios (:func:`fitted_ratio`) of :math:`R^\\dagger`
     and of its excess over the Bayes risk, the first and last :math:`R^\\dagger`, the Bayes risk and
-    local training alone.
+    local training alone; with ``controls``, also ``fitted ratio without the teacher``: the
+    fitted ratio of the control's :math:`R^\\dagger` − Bayes (:class:`WithoutTeacher` on the same
+    federation), which the contraction check compares with COSMOS's.
 
     Parameters
     ----------
     runs : mapping of str to SyntheticRun
         :func:`synthetic_run` by setting.
+    controls : mapping of str to SyntheticRun, optional
+        :func:`synthetic_run` with ``teacher=False``, by setting (the same settings).
 
     Returns
     -------
@@ -344,6 +366,8 @@ def theory_table(runs: Mapping[str, SyntheticRun]) -> pd.DataFrame:
             "fitted ratio of R†": fitted_ratio(f["R†(h)"]), "fitted ratio of R† − Bayes": fitted_ratio(excess),
             "R† first": float(f["R†(h)"].iloc[0]), "R† last": float(f["R†(h)"].iloc[-1]), "Bayes risk": res.bayes,
             "local only": res.local})
+        if controls is not None:
+            rows[-1]["fitted ratio without the teacher"] = fitted_ratio(controls[setting].frame["R†(h)"] - controls[setting].bayes)
     return pd.DataFrame(rows).set_index("setting")
 
 
@@ -458,5 +482,6 @@ def hessian_checks(runs: Mapping[str, SyntheticRun], *, seed: int, hessian_point
 
 
 __all__ = ["DATA", "EVALUATION", "HESSIAN_AUGMENT", "HESSIAN_POINTS", "LOCAL", "SETTINGS", "Circle", "Linear", "SyntheticRun",
+           "WithoutTeacher",
            "client_objective", "error_rate", "fitted_ratio", "hessian_checks", "linear_from", "shift_basis", "synthetic_run",
            "theory_table"]
