@@ -230,10 +230,19 @@ def _assigned(source: str) -> set[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return set()
-    names = set()
+    names: set[str] = set()
+
+    def collect(target) -> None:  # a name, or names unpacked from a tuple or list (``profile, seed = 'book', 0``)
+        if isinstance(target, ast.Name):
+            names.add(target.id)
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                collect(t.value if isinstance(t, ast.Starred) else t)
+
     for node in tree.body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
-        names |= {t.id for t in targets if isinstance(t, ast.Name)}
+        for t in targets:
+            collect(t)
     return names
 
 
@@ -254,6 +263,7 @@ def check_injected(history: Sequence[str] | None) -> None:
     Examples
     --------
     >>> check_injected(["", "profile = 'book'  # ...\nseed = 0", "# Parameters\nseed = 1\n"])
+    >>> check_injected(["", "profile, seed = 'book', 0", "# Parameters\nprofile, seed = 'smoke', 1\n"])
     >>> check_injected(["", "profile = 'book'\nseed = 0", "# Parameters\nsede = 1\n"])
     Traceback (most recent call last):
     ...
@@ -303,6 +313,19 @@ def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
             f"parameter {key!r} must be {kind} (profile {profile!r} has {default!r}), got {value!r}"
             + (f"; for one value write [{value!r}]" if kind == "a list" else "")
         )
+    if kind in ("an integer", "a number"):
+        if not math.isfinite(value):
+            raise ValueError(f"parameter {key!r} must be a finite number (profile {profile!r} has {default!r}), got {value!r}")
+        if default >= 0 and value < 0:
+            raise ValueError(f"parameter {key!r} must be >= 0 (profile {profile!r} has {default!r}), got {value!r}")
+    if kind == "a list" and len(default) and value is not default:
+        kinds = {_kind(d) for d in default}
+        if len(kinds) == 1 and None not in kinds:  # a list of one kind: every item is checked against the first
+            for i, item in enumerate(value):
+                try:
+                    _check_kind(f"{key}[{i}]", item, default[0], profile)
+                except ValueError as err:
+                    raise ValueError(f"{err}; every item of {key!r} must be like the profile's items") from None
 
 
 def claims_report(

@@ -229,6 +229,13 @@ def make_federation(
     parts = make_partition(partition, labels[rest], n_clients, seed=derive_seed(seed, PARTITION), **partition_kwargs)
     parts = [rest[p] for p in parts]
     train_parts, test_parts = split_train_test(labels, parts, test_fraction=test_fraction, seed=derive_seed(seed, LOCAL_SPLIT))
+    empty = [k for k, tr in enumerate(train_parts) if len(tr) == 0]
+    if empty:
+        raise ValueError(
+            f"clients {empty[:10]}{' ...' if len(empty) > 10 else ''} have no training sample (partition {partition!r} "
+            f"with {partition_kwargs}); every client needs one: raise min_size (valid: >= 1, e.g. min_size=10), or use "
+            "fewer clients or a larger alpha"
+        )
     clients = [ClientData(dataset.subset(tr), dataset.subset(te)) for tr, te in zip(train_parts, test_parts)]
     description = {
         "dataset": dataset.name,

@@ -51,7 +51,7 @@ import inspect
 import json
 import math
 import time
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -67,7 +67,7 @@ from .protocol import Algorithm, Event, map_messages
 from .rng import EVAL_SAMPLE, SAMPLING, STREAMS_VERSION, numpy_rng
 from .store import STATE_STORES, make_states
 from .transport import ClientFailure, Transport
-from .validation import is_int
+from .validation import check_int, check_real, is_int
 
 NONFINITE_POLICIES = ("raise", "drop")
 FAILURE_POLICIES = ("raise", "drop")
@@ -128,12 +128,21 @@ class LoopConfig:
     eval_clients: int | None = None
 
     def __post_init__(self) -> None:
-        if self.rounds < 0:
-            raise ValueError(f"rounds must be >= 0, got {self.rounds}")
-        if not (0.0 < self.participation <= 1.0):
-            raise ValueError(f"participation must be in (0, 1], got {self.participation}")
-        if self.eval_every < 0:
-            raise ValueError(f"eval_every must be >= 0, got {self.eval_every}")
+        check_int("rounds", self.rounds, low=0)
+        check_real("participation", self.participation, low=0.0, high=1.0, low_open=True)
+        check_int("eval_every", self.eval_every, low=0)
+        check_int("seed", self.seed, low=0, high=2**32 - 1)
+        check_real("rare_ratio", self.rare_ratio, low=0.0, high=1.0)
+        if self.f1_class is not None:
+            check_int("f1_class", self.f1_class, low=0)
+        if not isinstance(self.evaluate_last, bool):
+            raise ValueError(f"evaluate_last must be True or False, got {self.evaluate_last!r}")
+        if isinstance(self.events, (str, bytes, Mapping)) or not isinstance(self.events, Iterable):
+            raise ValueError(f"events must be a sequence of fedlib.protocol.Event, got {self.events!r}")
+        bad = [e for e in self.events if not isinstance(e, Event)]
+        if bad:
+            raise ValueError(f"events must be fedlib.protocol.Event objects (Event(round, client, kind)), got {bad[0]!r}; "
+                             "valid kinds: 'leave', 'join'")
         if self.on_nonfinite not in NONFINITE_POLICIES:
             raise ValueError(f"unknown on_nonfinite {self.on_nonfinite!r}; valid: {', '.join(NONFINITE_POLICIES)}")
         if self.on_failure not in FAILURE_POLICIES:

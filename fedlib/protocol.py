@@ -55,6 +55,7 @@ from .aggregate import WeightedMean
 from .messages import Message, State, prefixed
 from .models import HEAD_PREFIX
 from .training import LocalProgram, SequentialWork
+from .validation import is_int
 
 MODEL = "model/"
 """Prefix of the model's ``state_dict`` entries in a message or a state (``model/conv1.weight``)."""
@@ -90,8 +91,10 @@ class Event:
     def __post_init__(self) -> None:
         if self.kind not in ("leave", "join"):
             raise ValueError(f"unknown event kind {self.kind!r}; valid: 'leave', 'join'")
-        if self.round < 1:
-            raise ValueError(f"event round must be >= 1 (rounds are numbered from 1), got {self.round}")
+        if not is_int(self.round) or self.round < 1:
+            raise ValueError(f"event round must be an int >= 1 (rounds are numbered from 1), got {self.round!r}")
+        if not is_int(self.client) or self.client < 0:
+            raise ValueError(f"event client must be an int >= 0 (a client index), got {self.client!r}")
 
 
 def model_arrays(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -126,7 +126,7 @@ class HDCConfig:
             raise ValueError(f"unknown grouping {self.grouping!r}; valid: {', '.join(GROUPINGS)}")
         if self.membership not in MEMBERSHIPS:
             raise ValueError(f"unknown membership {self.membership!r}; valid: {', '.join(MEMBERSHIPS)}")
-        if not is_real(self.temperature) or self.temperature <= 0:
+        if not is_real(self.temperature) or not (math.isfinite(self.temperature) and self.temperature > 0):
             raise ValueError(f"temperature T must be a finite number > 0, got {self.temperature!r} "
                              "(hard assignment is membership='hard')")
         if not is_real(self.lam) or not 0 <= self.lam <= 1:
@@ -138,7 +138,7 @@ class HDCConfig:
             raise ValueError(f"min_silhouette must be a number in [-1, 1], got {self.min_silhouette!r}")
         if not is_real(self.min_ari) or not -1 <= self.min_ari <= 1:
             raise ValueError(f"min_ari must be a number in [-1, 1], got {self.min_ari!r}")
-        if not is_real(self.max_drift) or self.max_drift < 0:
+        if not is_real(self.max_drift) or not (math.isfinite(self.max_drift) and self.max_drift >= 0):
             raise ValueError(f"max_drift must be a finite number >= 0, got {self.max_drift!r}")
         if not isinstance(self.compare_raw, bool):
             raise ValueError(f"compare_raw must be True or False, got {self.compare_raw!r}")
