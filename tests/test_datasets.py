@@ -308,6 +308,30 @@ def test_cifar_refuses_a_crafted_pickle_and_runs_nothing(tmp_path, fn, where, pr
     assert not marker.exists()
 
 
+class _HugeArray:
+    """Pickles as numpy's own array reduce with a declared shape larger than any CIFAR batch:
+    ``at="reconstruct"`` declares it to the reconstructor, ``at="state"`` in the state numpy's
+    ``__setstate__`` reads (with a few bytes of data); writing it allocates nothing."""
+
+    def __init__(self, at: str) -> None:
+        self.at = at
+
+    def __reduce__(self):
+        rebuild = np.ndarray(0).__reduce__()[0]
+        if self.at == "reconstruct":
+            return rebuild, (np.ndarray, (10**6, 3072), b"b")
+        return rebuild, (np.ndarray, (0,), b"b"), (1, (10**6, 3072), np.dtype(np.uint8), False, b"\x00" * 8)
+
+
+@pytest.mark.parametrize("at", ["reconstruct", "state"])
+def test_cifar_checks_a_declared_array_shape_before_allocating(tmp_path, at):
+    path = tmp_path / "cifar-10-batches-py" / "test_batch"
+    _dump(path, {b"data": _HugeArray(at), b"labels": [0]})
+    with pytest.raises(pickle.UnpicklingError, match=re.escape(str(path)) + r".*declares an array of shape "
+                       r"\(1000000, 3072\) \(3,072,000,000 bytes\); the official format holds at most \(50000, 3072\)"):
+        load_cifar(tmp_path, split="test")
+
+
 def test_cifar_refuses_other_codecs_and_non_batches(tmp_path):
     path = tmp_path / "cifar-10-batches-py" / "test_batch"
     _dump(path, {b"data": _Payload(codecs.encode, "abc", "rot13"), b"labels": [0]})

@@ -452,6 +452,41 @@ _CIFAR_GLOBALS_ALLOWED = (
 )
 
 
+_CIFAR_MAX_BYTES = 50_000 * 3072
+"""The largest array an official CIFAR python batch holds: CIFAR-100's training batch, 50,000 rows
+of 3,072 ``uint8`` (CIFAR-10's batches hold 10,000 rows)."""
+
+
+def _check_cifar_array(shape: Any, dtype: Any, path: Path) -> None:
+    """Refuse, before anything is allocated, an array a CIFAR batch cannot hold (more than
+    :data:`_CIFAR_MAX_BYTES` bytes, more than two dimensions, a shape that is not integers)."""
+    try:
+        dims = tuple(int(d) for d in shape)
+        itemsize = np.dtype(dtype).itemsize
+    except (TypeError, ValueError) as err:
+        raise pickle.UnpicklingError(f"{path} is not a CIFAR python batch: an array of shape {shape!r} and dtype "
+                                     f"{dtype!r} ({err})") from None
+    n = math.prod(dims) * itemsize
+    if len(dims) > 2 or any(d < 0 for d in dims) or n > _CIFAR_MAX_BYTES:
+        raise pickle.UnpicklingError(
+            f"{path} is not a CIFAR python batch: it declares an array of shape {dims} ({n:,} bytes); the official "
+            f"format holds at most (50000, 3072) uint8 ({_CIFAR_MAX_BYTES:,} bytes), so nothing was allocated"
+        )
+
+
+class _CheckedArray(np.ndarray):
+    """``numpy.ndarray`` as a CIFAR batch unpickles it: the state's declared shape is checked
+    (:func:`_check_cifar_array`) before numpy allocates it."""
+
+    _path: Path = Path("?")
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) in (4, 5):
+            shape, dtype = state[-4], state[-3]
+            _check_cifar_array(shape, dtype, self._path)
+        return super().__setstate__(state)
+
+
 class _CifarUnpickler(pickle.Unpickler):
     """An unpickler that builds only what a CIFAR python batch holds.
 
@@ -476,14 +511,21 @@ class _CifarUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         key = f"{module}.{name}"
         if key in ("numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct"):
-            return _NUMPY_RECONSTRUCT
+            return self._reconstruct
         if key == "numpy.ndarray":
-            return np.ndarray
+            return type("_CheckedArray", (_CheckedArray,), {"_path": self._path})
         if key == "numpy.dtype":
             return np.dtype
         if key == "_codecs.encode":
             return self._latin1_encode
         raise self._refuse(f"the global {key!r}")
+
+    def _reconstruct(self, subtype: Any, shape: Any, typecode: Any) -> np.ndarray:
+        # numpy allocates the declared shape here: checked first (a crafted batch may declare 10^6 x 3072)
+        if not (isinstance(subtype, type) and issubclass(subtype, _CheckedArray)):
+            raise self._refuse(f"numpy's reconstructor for {subtype!r}")
+        _check_cifar_array(shape if isinstance(shape, tuple) else (shape,), np.uint8, self._path)
+        return _NUMPY_RECONSTRUCT(subtype, shape, typecode)
 
     def _latin1_encode(self, text: str, encoding: str = "utf-8") -> bytes:
         # how Python 3 writes bytes at protocol 2; only the latin-1 codec is admitted
