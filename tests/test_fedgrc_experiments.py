@@ -10,18 +10,21 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedlib.algorithms import FedAvg
+from fedlib.algorithms import Ditto, FedAvg
 from fedlib.cgrl import CGRLConfig
 from fedlib.claims import SeedValues, seed_band
 from fedlib.data import make_gaussian_mixture
-from fedlib.deployment import FrozenFeatures, collect_statistics
-from fedlib.experiments.fedgrc import (EXCESS_COLUMNS, FedGRCStudy, baseline_head, before_after, deployed_name,
-                                      each_baseline, excess_gain_rows, final_round, mean_over_heads, sensitivity)
+from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
+from fedlib.experiments.fedgrc import (EXCESS_COLUMNS, FedGRCStudy, SharedRule, baseline_head, before_after,
+                                      deployed_name, each_baseline, excess_gain_rows, final_round, mean_over_heads,
+                                      sensitivity)
 from fedlib.federation import hold_out_validation, make_federation
-from fedlib.heads import MMS, SASP, FedNCMHead, LDAHead
+from fedlib.heads import MMS, SASP, CCVRHead, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig
 from fedlib.models import build_model
-from fedlib.run import run_federated
+from fedlib.loop import per_client_table
+from fedlib.metrics import protocol_summary
+from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig
 
 SEED, ALPHA = 3, 0.5
@@ -46,9 +49,9 @@ def study_and_runs(tmp_path_factory):
 
 def test_the_study_trains_every_method_and_deploys_every_head(study_and_runs):
     study, runs, _, edited, out = study_and_runs
-    assert runs.n_runs == len(study.methods()) == 7 and len(edited) == 1
+    assert runs.n_runs == len(study.methods()) == 5 and len(edited) == 1 and "FedAvg" not in study.methods()
     methods = set(runs.tidy["method"])
-    expected = {deployed_name(m) for m in study.methods()} | {"FedAvg-FT", "FedETF-FT", "FedAvg + FedCGS + FT"}
+    expected = {deployed_name(m) for m in study.methods()} | {"FedAvg", "FedAvg-FT", "FedETF-FT", "FedAvg + FedCGS + FT"}
     expected |= {f"{b} + {h}" for b in study.backbones for h in ("FedNCM", "LDA", "MMS", "MMS + SASP")}
     assert methods == expected and "CGRL (training head)" in methods
     assert runs.validation["head"].tolist() == ["FedNCM", "LDA"] and (runs.validation["backbone"] == "FedAvg-Aug").all()
@@ -57,6 +60,7 @@ def test_the_study_trains_every_method_and_deploys_every_head(study_and_runs):
     assert set(runs.train_ledgers) == set(runs.round_seconds) == {(SEED, ALPHA, m) for m in study.methods()}
     saved = pd.read_csv(out / "fedgrc_results.csv")
     assert len(saved) == len(runs.tidy) and (out / f"seed{SEED}" / f"alpha{ALPHA}" / "CGRL").is_dir()
+    assert not (out / f"seed{SEED}" / f"alpha{ALPHA}" / "FedAvg").exists()  # FedAvg's run is Ditto's, saved once
 
 
 def test_the_study_equals_the_same_runs_made_by_hand(study_and_runs):
@@ -67,8 +71,11 @@ def test_the_study_equals_the_same_runs_made_by_hand(study_and_runs):
     assert np.array_equal(runs.federations[(SEED, ALPHA)].global_test.x, fed.global_test.x)
     lc = LoopConfig(rounds=1, seed=SEED, eval_every=0)
     v = SeedValues(runs.tidy, ["alpha", "method", "metric"], [SEED])
-    fedavg = run_federated(FedAvg(train=study.train), fed, study.model_fn, lc)
-    assert v(ALPHA, "FedAvg", "global")[0] == 100 * fedavg.summary()["global"]
+    # FedAvg is Ditto's global model: deployed on Ditto's server state, not trained again
+    fedavg = run_federated(Ditto(train=study.train, personal_train=study.train), fed, study.model_fn, lc)
+    fa = protocol_summary(per_client_table(evaluate_deployment(FedAvg(train=study.train), fedavg, fed, study.model_fn, lc)))
+    assert v(ALPHA, "FedAvg", "global")[0] == 100 * fa["global"]
+    assert v(ALPHA, "Ditto", "global")[0] == 100 * fedavg.summary()["global"]
     frozen = FrozenFeatures(collect_statistics(fedavg, fed, study.model_fn, layers=study.layers, seed=SEED), fed, study.model_fn)
     mms = MMS(gamma=0.1).fit(frozen.moments, frozen.layer_dims)
     sasp = frozen.summary([SASP(m0=10.0).fit(mms, m) for m in frozen.client_moments])
@@ -121,3 +128,20 @@ def test_baseline_head_is_the_best_on_validation_per_seed():
     val = pd.DataFrame({"seed": [0, 0, 1, 1, 0], "alpha": 0.1, "backbone": ["FedAvg-Aug"] * 4 + ["FedAvg"],
                         "head": ["X", "Y", "X", "Y", "Z"], "validation global (%)": [80.0, 85.0, 90.0, 70.0, 99.0]})
     assert baseline_head(val) == {(0, 0.1): "Y", (1, 0.1): "X"}  # Z is on another backbone
+
+
+def test_a_shared_baseline_head_on_frozen_features_equals_its_deployment(study_and_runs):
+    """SharedRule on features extracted once gives the protocol's numbers of evaluate_deployment(StatHead(head))."""
+    study, runs, _, _, _ = study_and_runs
+    fed = runs.federations[(SEED, ALPHA)]
+    lc = LoopConfig(rounds=1, seed=SEED, eval_every=0)
+    backbone = run_federated(FedAvg(train=study.train), fed, study.model_fn, lc)
+    pen = collect_statistics(backbone, fed, study.model_fn, layers=("penultimate",), seed=SEED)
+    frozen = FrozenFeatures(pen, fed, study.model_fn)
+    for head in (FedNCMHead(), LDAHead(), CCVRHead()):
+        ours = frozen.summary([SharedRule.fit(head, pen, SEED)] * len(frozen.clients))
+        theirs = protocol_summary(per_client_table(evaluate_deployment(StatHead(head=head, seed=SEED), pen, fed,
+                                                                       study.model_fn, lc)))
+        assert ours.keys() == theirs.keys()
+        for k in ours:
+            assert ours[k] == pytest.approx(theirs[k], abs=1e-9, nan_ok=True), (type(head).__name__, k)

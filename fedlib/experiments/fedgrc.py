@@ -19,6 +19,7 @@ and :func:`sensitivity`.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedBABU, FedETF, FedRep
+from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
 from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset
@@ -45,6 +46,38 @@ from fedlib.training import TrainConfig
 def final_round(run: RunResult) -> pd.DataFrame:
     """The rows of a run's frame at its last completed round (what it deploys at the end)."""
     return run.frame[run.frame["round"] == run.rounds_done]
+
+
+class SharedRule:
+    r"""One linear head shared by every client, as :class:`fedlib.deployment.StatPredictor` applies it
+    to features: scores :math:`z W^\top + b` (float64), :math:`-\infty` for a class marked invalid
+    (non-finite intercept); ``predict`` is their arg max (ties: the smallest class index). What
+    :meth:`fedlib.deployment.FrozenFeatures.summary` takes, so that a shared baseline head is scored
+    on features extracted once per backbone instead of one backbone pass per head.
+
+    Examples
+    --------
+    >>> rule = SharedRule(torch.tensor([[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]]), torch.tensor([0.0, 0.0, -math.inf]))
+    >>> rule.predict(torch.tensor([[2.0, 1.0], [0.0, 3.0]])).tolist()  # class 2 is never predicted
+    [0, 1]
+    """
+
+    def __init__(self, coef: torch.Tensor, intercept: torch.Tensor) -> None:
+        self.valid = torch.isfinite(intercept)
+        self.coef = torch.where(self.valid[:, None], coef.to(torch.float64), torch.zeros_like(coef, dtype=torch.float64))
+        self.intercept = torch.where(self.valid, intercept.to(torch.float64), torch.zeros_like(intercept, dtype=torch.float64))
+
+    @classmethod
+    def fit(cls, head: object, statistics: RunResult, seed: int) -> "SharedRule":
+        """The head the server of :class:`fedlib.deployment.StatHead` fits on a statistics round
+        (its arrays ``head/coef`` and ``head/intercept``: CCVR's virtual features from ``seed``)."""
+        arrays = StatHead(head=head, seed=seed).server_head(statistics.server)
+        return cls(arrays["head/coef"], arrays["head/intercept"])
+
+    def predict(self, z: torch.Tensor) -> torch.Tensor:
+        """Predicted classes of shape (n,) for features ``z`` of shape (n, d)."""
+        logits = z.to(torch.float64) @ self.coef.T + self.intercept  # (n, C)
+        return torch.where(self.valid[None, :], logits, torch.full_like(logits, -math.inf)).argmax(dim=1)
 
 
 def deployed_name(method: str) -> str:
@@ -100,19 +133,29 @@ class StudyRuns:
 class FedGRCStudy:
     """What the chapter trains and deploys for every run seed and Dirichlet concentration.
 
-    Trained (one run each, :meth:`methods`): FedAvg, FedAvg-Aug (CGRL's code with ``augmentation``,
-    its auxiliary weights at zero), CGRL, FedRep, FedBABU, Ditto and FedETF. Deployed on those
-    runs without training again: FedAvg-FT and FedETF-FT (local fine-tuning of the final model);
-    on each backbone of ``backbones``, every head of ``baseline_heads`` on the penultimate
-    features, MMS and MMS + SASP on the concatenated ``layers``, and on FedAvg, FedCGS fine-tuned
-    on the client's features.
+    Trained (one run each, :meth:`methods`): FedAvg-Aug (CGRL's code with ``augmentation``, its
+    auxiliary weights at zero), CGRL (when ``"CGRL"`` is one of ``backbones``), FedRep, Ditto
+    and FedETF (FedBABU, which the paper does not name, is not among them). **FedAvg is Ditto's global model**: Ditto's global update is FedAvg's local
+    update (:class:`fedlib.algorithms.Ditto`, step 2) and only it is sent and averaged, so the
+    server state of Ditto's run is a FedAvg run (its mini-batch order drawn after the personal
+    model's); FedAvg is deployed on it, not trained a second time. Deployed on those runs without
+    training again: FedAvg and FedAvg-FT (on Ditto's server state), FedETF-FT (local fine-tuning of
+    the final model); on each backbone of ``backbones``, every head of ``baseline_heads`` on the
+    penultimate features (scored on features extracted once, :class:`SharedRule`), MMS and
+    MMS + SASP on the concatenated ``layers``, and on FedAvg, FedCGS fine-tuned on the client's
+    features.
+
+    The local budget: every model a client trains takes ``train`` (one pass over its data) per
+    round; FedRep's head and body each take theirs (its two phases), Ditto's personal and global
+    models each take theirs (the global one is FedAvg's), CGRL and FedAvg-Aug one pass over the
+    two views of every sample.
 
     Parameters
     ----------
     model_fn : callable
         Builds the model every method trains.
     train, finetune, head_train : TrainConfig
-        The local training of every method; FedBABU's, FedAvg-FT's, FedETF-FT's and the FedCGS
+        The local training of every method; FedAvg-FT's, FedETF-FT's and the FedCGS
         head's fine-tuning; FedRep's head epochs.
     cgrl, augmentation : CGRLConfig
         CGRL's configuration, and FedAvg-Aug's (the same views, no CGRL term).
@@ -147,16 +190,18 @@ class FedGRCStudy:
     backbones: tuple[str, ...] = ("FedAvg", "FedAvg-Aug", "CGRL")
 
     def methods(self) -> dict[str, Algorithm]:
-        """The trained methods, by row name, fresh objects."""
-        return {
-            "FedAvg": FedAvg(train=self.train),
+        """The trained methods, by row name, fresh objects (FedAvg is Ditto's global model; CGRL
+        only when it is one of ``backbones``)."""
+        methods = {
             "FedAvg-Aug": CGRL(train=self.train, cgrl=self.augmentation),
             "CGRL": CGRL(train=self.train, cgrl=self.cgrl),
             "FedRep": FedRep(train=self.train, head_train=self.head_train),
-            "FedBABU": FedBABU(train=self.train, finetune=self.finetune),
             "Ditto": Ditto(train=self.train, personal_train=self.train),
             "FedETF": FedETF(train=self.train),
         }
+        if "CGRL" not in self.backbones:
+            del methods["CGRL"]
+        return methods
 
     def run(self, datasets: Mapping[int, ArrayDataset], seeds: Sequence[int], alphas: Sequence[float],
             loops: Mapping[int, LoopConfig], *, keep_features_at: float, results_dir: str | Path | None = None,
@@ -216,7 +261,9 @@ class FedGRCStudy:
             out.train_ledgers[(s, a, name)] = run.ledger
             out.round_seconds[(s, a, name)] = float(np.median(run.seconds))  # the last round includes the evaluation
         deployments = {deployed_name(name): final_round(run) for name, run in runs.items()}
+        runs["FedAvg"] = runs["Ditto"]  # Ditto's server state is FedAvg's global model (see the class docstring)
         summaries = {}
+        deployments["FedAvg"] = evaluate_deployment(FedAvg(train=self.train), runs["FedAvg"], fed, model_fn, lc)
         deployments["FedAvg-FT"] = evaluate_deployment(FedAvgFT(train=self.train, finetune=self.finetune), runs["FedAvg"],
                                                        fed, model_fn, lc)
         deployments["FedETF-FT"] = evaluate_deployment(FedETF(train=self.train, finetune=self.finetune), runs["FedETF"],
@@ -225,12 +272,16 @@ class FedGRCStudy:
             pen = collect_statistics(runs[backbone], fed, model_fn, layers=("penultimate",), seed=s)
             multi = collect_statistics(runs[backbone], fed, model_fn, layers=self.layers, seed=s)
             out.statistics[(s, a, backbone)] = multi
+            # the baseline heads are shared by every client: scored on the penultimate features extracted once
+            pen_frozen = FrozenFeatures(pen, fed, model_fn)
+            val_frozen = FrozenFeatures(pen, fed_val, model_fn) if backbone == "FedAvg-Aug" else None
             for label, head in self.baseline_heads.items():
-                deployments[f"{backbone} + {label}"] = evaluate_deployment(StatHead(head=head, seed=s), pen, fed, model_fn, lc)
-                if backbone == "FedAvg-Aug":  # the selection of H0 (Table IX's B0) on the validation images
-                    vf = evaluate_deployment(StatHead(head=head, seed=s), pen, fed_val, model_fn, lc)
+                rule = SharedRule.fit(head, pen, s)
+                summaries[f"{backbone} + {label}"] = pen_frozen.summary([rule] * len(pen_frozen.clients))
+                if val_frozen is not None:  # the selection of H0 (Table IX's B0) on the validation images
+                    val_global = val_frozen.summary([rule] * len(val_frozen.clients))["global"]
                     val_rows.append({"seed": s, "alpha": a, "backbone": backbone, "head": label,
-                                     "validation global (%)": 100 * protocol_summary(per_client_table(vf))["global"]})
+                                     "validation global (%)": 100 * val_global})
             # MMS and SASP: the features once per split (FrozenFeatures gives the protocol's numbers without a
             # backbone pass over the global test set per client)
             frozen = FrozenFeatures(multi, fed, model_fn)
@@ -251,7 +302,8 @@ class FedGRCStudy:
             rows += [{"seed": s, "alpha": a, "method": name, "metric": m, "value": 100 * v} for m, v in summary.items()]
         if results_dir is not None:
             for name, run in runs.items():
-                run.save(Path(results_dir) / f"seed{s}" / f"alpha{a}" / name)
+                if name != "FedAvg":  # FedAvg's run is Ditto's, saved once under its own name
+                    run.save(Path(results_dir) / f"seed{s}" / f"alpha{a}" / name)
 
 
 def each_baseline(v: Callable[..., np.ndarray], alpha: float, metric: str, baselines: Sequence[str]) -> dict[str, np.ndarray]:
@@ -403,5 +455,5 @@ def sensitivity(features: Mapping[int, FrozenFeatures], m0_grid: Sequence[float]
     return pd.DataFrame(rows)
 
 
-__all__ = ["EXCESS_COLUMNS", "SENSITIVITY_CURVES", "FedGRCStudy", "StudyRuns", "baseline_head", "before_after",
+__all__ = ["EXCESS_COLUMNS", "SENSITIVITY_CURVES", "FedGRCStudy", "SharedRule", "StudyRuns", "baseline_head", "before_after",
            "deployed_name", "each_baseline", "excess_gain_rows", "final_round", "mean_over_heads", "sensitivity"]
