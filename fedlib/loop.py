@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import inspect
 import json
 import math
@@ -345,27 +346,68 @@ class RunResult:
         return f.groupby("round")["value"].mean()
 
     def save(self, folder: str | Path) -> Path:
-        """Write ``frame.csv``, ``ledger.csv`` and ``state.pt`` into ``folder`` (atomically).
+        """Write ``frame.csv``, ``ledger.csv`` and ``state.pt`` into ``folder`` (atomically),
+        then, last, ``manifest.json``: the run's id, fedlib's version, the row counts and a
+        SHA-256 digest of each file (:data:`MANIFEST`), which :meth:`load` checks.
 
         ``state.pt`` holds the server's and every client's arrays (tensors) and, as one JSON
         string, the metadata (states' scalars, rounds, departed clients, timings): it is read
         back with ``torch.load(weights_only=True)``, which can run no code."""
         folder = Path(folder)
-        atomic_write_bytes(folder / "frame.csv", self.frame.to_csv(index=False).encode())
-        atomic_write_bytes(folder / "ledger.csv", self.ledger.to_frame().to_csv(index=False).encode())
+        (folder / MANIFEST).unlink(missing_ok=True)  # a folder saved into again: never a stale manifest beside new files
+        frame_csv = self.frame.to_csv(index=False).encode()
+        ledger_frame = self.ledger.to_frame()
+        atomic_write_bytes(folder / "frame.csv", frame_csv)
+        atomic_write_bytes(folder / "ledger.csv", ledger_frame.to_csv(index=False).encode())
         tensors, metas = _flatten_states({"server": self.server, **{f"client/{k}": v for k, v in self.client_states.items()}})
         meta = {"states": metas, "rounds_done": self.rounds_done, "algorithm": self.algorithm,
                 "departed": list(self.departed), "seconds": self.seconds, "server_seconds": self.server_seconds}
         save_tensors_json(folder / "state.pt", tensors, meta)
+        digests = {name: _file_digest(folder / name) for name in _RESULT_FILES}
+        manifest = {"format": _MANIFEST_FORMAT, "run_id": hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:16],
+                    "fedlib": _fedlib_version(), "algorithm": self.algorithm, "rows": {"frame.csv": len(self.frame),
+                                                                                 "ledger.csv": len(ledger_frame)},
+                    "sha256": digests}
+        atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
         return folder
+
+    @staticmethod
+    def check_folder(folder: str | Path) -> dict:
+        """The manifest of a results folder once every file it names is found whole: present, with
+        its digest; a ``ValueError`` names the folder and the first file that is missing, cut,
+        changed or from another run (or says the manifest is missing: the save did not finish)."""
+        folder = Path(folder)
+        path = folder / MANIFEST
+        if not path.exists():
+            raise ValueError(f"{folder} has no {MANIFEST}: the save did not finish, or it is not a folder RunResult.save "
+                             "wrote; refusing to read a results folder that may be partial")
+        try:
+            manifest = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as err:
+            raise ValueError(f"{path} is not readable JSON ({err}); the folder's results are refused") from None
+        if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT or not isinstance(manifest.get("sha256"), dict):
+            raise ValueError(f"{path} is not a fedlib results manifest (format {_MANIFEST_FORMAT!r})")
+        for name in _RESULT_FILES:
+            f = folder / name
+            if not f.exists():
+                raise ValueError(f"{folder}: {name} is missing (the manifest of run {manifest.get('run_id')} lists it)")
+            if _file_digest(f) != manifest["sha256"].get(name):
+                raise ValueError(f"{folder}: {name} does not match the manifest of run {manifest.get('run_id')} (cut, "
+                                 "changed, or written by another run); refusing to read the folder")
+        return manifest
 
     @classmethod
     def load(cls, folder: str | Path) -> "RunResult":
-        """Read back what :meth:`save` wrote (refusing a ``state.pt`` that holds anything but
-        tensors, numbers and strings: :func:`fedlib.io.load_tensors_json`)."""
+        """Read back what :meth:`save` wrote: the folder is checked against its manifest first
+        (:meth:`check_folder`), and a ``state.pt`` that holds anything but tensors, numbers and
+        strings is refused (:func:`fedlib.io.load_tensors_json`)."""
         folder = Path(folder)
+        manifest = cls.check_folder(folder)
         frame = pd.read_csv(folder / "frame.csv", dtype={"round": "int64", "client": "int64", "metric": str, "value": "float64"})
         ledger = Ledger(pd.read_csv(folder / "ledger.csv").itertuples(index=False, name=None))
+        rows = {"frame.csv": len(frame), "ledger.csv": len(ledger.records)}
+        if rows != manifest.get("rows"):
+            raise ValueError(f"{folder}: the files hold {rows} rows, the manifest says {manifest.get('rows')}")
         tensors, meta = load_tensors_json(folder / "state.pt")
         states = _unflatten_states(tensors, meta["states"])
         return cls(
@@ -379,6 +421,27 @@ class RunResult:
             seconds=[float(v) for v in meta["seconds"]],
             server_seconds=[float(v) for v in meta["server_seconds"]],
         )
+
+
+MANIFEST = "manifest.json"
+"""The file :meth:`RunResult.save` writes last into a results folder: run id, fedlib version, row counts, digests."""
+_MANIFEST_FORMAT = "fedlib-run-1"
+_RESULT_FILES = ("frame.csv", "ledger.csv", "state.pt")
+
+
+def _fedlib_version() -> str:
+    try:
+        return importlib.metadata.version("fedlib")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _flatten_states(states: dict[str, State]) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:

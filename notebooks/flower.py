@@ -72,7 +72,8 @@ from myst_nb import glue
 from fedlib.algorithms import ALGORITHMS
 from fedlib.book import format_bytes, setup, show_table
 from fedlib.io import atomic_write_bytes
-from fedlib.engines.flower import ENGINES, LocalDeployment, example_job, free_port_block, run_flower
+from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
+from fedlib.engines.flower.job import BUILTIN_TARGETS
 from fedlib.loop import largest_difference, run_differences
 
 PROFILES = {
@@ -200,6 +201,18 @@ glue("fl_seconds", flower_seconds, display=False)
 glue("fl_survivors", "no process of the deployment was left running" if "deployment" not in P.engines or not survivors
      else f"{len(survivors)} processes of the deployment were left running (a defect)", display=False)
 
+# %% tags=["remove-cell"]
+# the trust model, live: a job whose federation seed is a call of os:system is refused before any import
+crafted = json.loads(JOBS[P.methods[0]].to_json())
+crafted["federation"]["kwargs"]["seed"] = {"call": "os:system", "kwargs": {"command": "touch MARKER"}}
+try:
+    FlowerJob.from_json(json.dumps(crafted))
+    trust_refusal = "it was accepted (a defect: the tests require a refusal)"
+except ValueError as err:
+    trust_refusal = f"“{str(err).split(';')[0]}”"
+glue("fl_trust_refusal", trust_refusal, display=False)
+glue("fl_builtin_targets", ", ".join(sorted(BUILTIN_TARGETS)), display=False)
+
 # %% [markdown]
 # {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on the loopback engine{glue:text}`fl_runtime_runs`;
 # {glue:text}`fl_clients` clients, {glue:text}`fl_rounds` rounds, evaluated every round):
@@ -319,8 +332,38 @@ glue("fl_bench_identical", "bit-identical to the in-process run on both engines"
 # - **Partitions loaded on the node.** Here every node builds the whole federation from the job
 #   and keeps its partition, which is only possible because the data ship inside the packages.
 #   On real machines each node has only its own data. Give the job a federation call that loads
-#   the node's own files, e.g. from a path in the SuperNode's `--node-config`, and keep the
-#   global test set wherever the protocol's evaluation runs.
+#   the node's own files, e.g. from a path in the SuperNode's `--node-config`, have each operator
+#   allow it (`FEDLIB_FLOWER_ALLOW`, below), and keep the global test set wherever the protocol's
+#   evaluation runs.
+#
+# ### What a job can make a node do
+#
+# A job is data that whoever submits a run writes, and it travels to every node. A SuperNode's
+# operator who installed fedlib's `ClientApp` has agreed to run fedlib, not whatever a run config
+# names, so a node builds from a job only what its operator allows:
+#
+# - **Methods by name.** The job's method must be a registered one
+#   (`fedlib.algorithms.ALGORITHMS`); its hyper-parameters are data.
+# - **Calls from a fixed list.** A `{"call": "module:name", ...}` in the job (the federation, the
+#   model, a method's `TrainConfig`) must name one of fedlib's own factories
+#   (`BUILTIN_TARGETS` in {mod}`fedlib.engines.flower.job`: {glue:text}`fl_builtin_targets`) or a
+#   target that the operator of *that machine* lists in the environment variable
+#   `FEDLIB_FLOWER_ALLOW` (comma-separated, empty by default), e.g. a lab's loader of its own
+#   files. Every target is checked when the job is read, before anything is imported, on the
+#   server and again on each node, each against its own list.
+# - **Files inside the run's folder.** The server's checkpoint is a relative path without `..`,
+#   resolved inside the run's output folder. The state files a run writes and reads hold tensors
+#   and JSON only (no pickled objects) and carry a checksum.
+#
+# So the server, or whoever can submit a run, can make a node train a registered method with any
+# settings on the data its federation call builds, send it messages and read its replies (and
+# its state, with `mirror_states=True`), and spend its CPU. It cannot make a node import or run
+# anything else. A crafted job whose federation seed is `{"call": "os:system", ...}` (a call
+# that returns 0, a valid seed) is refused before anything runs:
+# {glue:text}`fl_trust_refusal`. What the replies reveal is another matter: model updates carry
+# information about a client's data, and fedlib adds no differential privacy or secure
+# aggregation. TLS (who the SuperLink is) and node authentication (who the nodes are), above,
+# decide who may talk at all.
 #
 # Two more choices matter off loopback. By default every reply also carries the client's new state
 # up (`mirror_states=True`), so the server can checkpoint and resume the run and return every

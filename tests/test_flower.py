@@ -7,6 +7,7 @@ small job each; together they take under three minutes and leave no process runn
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -33,6 +34,7 @@ from fedlib.engines.flower import (
     flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
 )
 from fedlib.engines.flower.deployment import _APP_TOML, _task_identity
+from fedlib.engines.flower.job import ALLOW_ENV, allowed_targets
 from fedlib.engines.inprocess import InProcessTransport
 from fedlib.loop import ClientFailedError, LoopConfig
 from fedlib.loop import run_differences
@@ -88,6 +90,14 @@ def public_set():
     from fedlib.distill import PublicSet
 
     return PublicSet(torch.randn(12, 16, generator=torch.Generator().manual_seed(0)))
+
+
+@pytest.fixture(autouse=True)
+def allow_the_public_set(monkeypatch):
+    """This machine's operator allows the test suite's public set (the model-agnostic methods'
+    jobs call it), as a lab would allow its own loader: ``FEDLIB_FLOWER_ALLOW``. Processes started
+    meanwhile (a deployment's SuperNodes) inherit it."""
+    monkeypatch.setenv(ALLOW_ENV, PUBLIC["call"])
 
 
 def job(name: str, rounds: int = 2, n_clients: int = 4, **config) -> FlowerJob:
@@ -251,10 +261,42 @@ def test_a_job_is_checked_and_travels_as_json():
         FlowerJob("fedavg", Call.from_dict(FED), Call.from_dict(MODEL), {"round": 3})
     with pytest.raises(ValueError, match="must be JSON-able"):
         FlowerJob("fedavg", Call.from_dict(FED), Call.from_dict(MODEL), algorithm_kwargs={"train": object()})
-    with pytest.raises(ValueError, match="call target 'fedlib.nowhere:f' cannot be imported"):
+    with pytest.raises(ValueError, match="call target 'fedlib.nowhere:f' is not allowed on this machine"):
         Call("fedlib.nowhere:f")()
     with pytest.raises(ValueError, match="unknown Flower engine 'ray'; valid: simulation, deployment, loopback"):
         run_flower(j, "ray")
+
+
+def test_a_crafted_job_runs_nothing_the_operator_did_not_allow(tmp_path, monkeypatch):
+    marker = tmp_path / "MARKER"
+    evil = {"call": "os:system", "kwargs": {"command": f"touch {marker}"}}  # returns 0, a valid seed
+    d = json.loads(job("fedavg").to_json())
+    d["federation"]["kwargs"]["seed"] = evil
+    with pytest.raises(ValueError, match=r"call target 'os:system' is not allowed on this machine; nothing was imported"):
+        FlowerJob.from_json(json.dumps(d))
+    with pytest.raises(ValueError, match=r"call target 'subprocess:run' is not allowed"):
+        FlowerJob("fedavg", Call.from_dict(FED), Call.from_dict(MODEL),
+                  algorithm_kwargs={"train": {"call": "subprocess:run", "kwargs": {"args": ["touch", str(marker)]}}})
+    with pytest.raises(ValueError, match=r"call target 'builtins:eval' is not allowed"):
+        Call("builtins:eval", {"source": "1"})()
+    # a node whose operator allows nothing beyond fedlib refuses the public set a job names
+    monkeypatch.setenv(ALLOW_ENV, "")
+    with pytest.raises(ValueError, match=r"'test_flower:public_set' is not allowed .*now: none"):
+        job("cosmos")
+    monkeypatch.setenv(ALLOW_ENV, " test_flower:public_set , other:thing")
+    assert {"test_flower:public_set", "other:thing"} <= allowed_targets() and job("cosmos").algorithm == "cosmos"
+    # settings hold no calls; the method is a registered one; the checkpoint stays in the run's folder
+    with pytest.raises(ValueError, match="config holds settings only"):
+        FlowerJob("fedavg", Call.from_dict(FED), Call.from_dict(MODEL), {"rounds": 1, "events": [evil]})
+    with pytest.raises(ValueError, match=r"unknown method 'os' in a Flower job; valid: cgrl, comet"):
+        FlowerJob("os", Call.from_dict(FED), Call.from_dict(MODEL))
+    for bad in ("/etc/passwd", "../x.pt", "a/../../x.pt", "C:\\x.pt"):
+        with pytest.raises(ValueError, match="relative path inside the run's output folder"):
+            job("fedavg", checkpoint=bad)
+    assert job("fedavg", checkpoint="c/ckpt.pt").run_options("out").checkpoint == os.path.join("out", "c/ckpt.pt")
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['extra'\]"):
+        FlowerJob.from_json(json.dumps({**json.loads(job("fedavg").to_json()), "extra": 1}))
+    assert not marker.exists()
 
 
 # ------------------------------------------------------------------ every method, on Flower's messages
@@ -284,10 +326,10 @@ def test_states_stay_on_the_nodes_without_the_mirror(one_thread):
 
 
 def test_an_interrupted_flower_run_resumes_bit_for_bit_on_fresh_nodes(tmp_path, one_thread):
-    j = job("ditto", rounds=3, eval_every=1, checkpoint=str(tmp_path / "ckpt.pt"))
-    first = run_flower(j, "loopback", stop_after=1)
-    assert first.result.rounds_done == 1
-    resumed = run_flower(j, "loopback")  # new nodes: the server sends each its state from the checkpoint
+    j = job("ditto", rounds=3, eval_every=1, checkpoint="ckpt.pt")  # inside the run's output folder
+    first = run_flower(j, "loopback", stop_after=1, out=tmp_path / "run")
+    assert first.result.rounds_done == 1 and (tmp_path / "run" / "ckpt.pt").exists()
+    resumed = run_flower(j, "loopback", out=tmp_path / "run")  # new nodes: the server sends each its state from the checkpoint
     assert (resumed.wire["round"] >= 2).all()
     unbroken = job("ditto", rounds=3, eval_every=1)
     assert_same_run(reference(unbroken), resumed.result)

@@ -333,11 +333,51 @@ def test_a_malicious_results_folder_is_refused(tiny_federation, tiny_model_fn, t
     run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
     folder = run.save(tmp_path / "shared")
     _write_evil(folder / "state.pt")
+    _write_evil(tmp_path / "alone" / "state.pt")
     called = []
     monkeypatch.setattr(os, "system", lambda *a: called.append(a))
-    with pytest.raises(ValueError, match="refusing to load .*state.pt"):
+    with pytest.raises(ValueError, match="state.pt does not match the manifest"):
+        RunResult.load(folder)  # the manifest refuses it first
+    (folder / "manifest.json").unlink()
+    with pytest.raises(ValueError, match="has no manifest.json"):
         RunResult.load(folder)
+    # the state file read on its own: refused, nothing run
+    with pytest.raises(ValueError, match="refusing to load .*state.pt"):
+        _load_state_only(tmp_path / "alone")
     assert not called
+
+
+def _load_state_only(folder):
+    from fedlib.io import load_tensors_json
+
+    return load_tensors_json(folder / "state.pt")
+
+
+def test_a_results_folder_is_whole_or_refused_naming_the_file(tiny_federation, tiny_model_fn, tmp_path):
+    import json
+
+    run = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1))
+    other = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, eval_every=1, seed=5))
+    folder = run.save(tmp_path / "a")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest["sha256"]) == {"frame.csv", "ledger.csv", "state.pt"} and manifest["rows"]["frame.csv"] == len(run.frame)
+    pd.testing.assert_frame_equal(RunResult.load(folder).frame, run.frame)
+    for name, cut in (("frame.csv", 7), ("ledger.csv", 4)):  # a file a few bytes short
+        saved = (folder / name).read_bytes()
+        (folder / name).write_bytes(saved[:-cut])
+        with pytest.raises(ValueError, match=rf"{name} does not match the manifest of run {manifest['run_id']}"):
+            RunResult.load(folder)
+        (folder / name).write_bytes(saved)
+    other.save(tmp_path / "b")  # another run's frame.csv beside this run's state.pt
+    (folder / "frame.csv").write_bytes((tmp_path / "b" / "frame.csv").read_bytes())
+    with pytest.raises(ValueError, match="frame.csv does not match the manifest .*another run"):
+        RunResult.load(folder)
+    run.save(folder)
+    (folder / "ledger.csv").unlink()
+    with pytest.raises(ValueError, match="ledger.csv is missing"):
+        RunResult.check_folder(folder)
+    run.save(folder)  # saved again: whole
+    assert RunResult.load(folder).rounds_done == 2
 
 
 def test_a_malicious_checkpoint_is_refused(tiny_federation, tiny_model_fn, tmp_path):
@@ -453,8 +493,10 @@ def test_a_truncated_state_file_gets_a_clear_error(tiny_federation, tiny_model_f
     folder = run.save(tmp_path / "res")
     data = (folder / "state.pt").read_bytes()
     (folder / "state.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="state.pt does not match the manifest"):
+        RunResult.load(folder)  # the manifest's digest sees it first
     with pytest.raises(ValueError, match="not a readable fedlib state file"):
-        RunResult.load(folder)
+        _load_state_only(folder)  # and the file read on its own says what it is
 
 
 def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny_model_fn):

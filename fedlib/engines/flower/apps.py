@@ -198,7 +198,7 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
         transport = FlowerTransport(grid, nodes, federation=federation, model_fn=j.model_fn(), seed=j.seed, job_digest=j.digest,
                                     timeout=None if t_limit < 0 else t_limit, mirror_states=mirror_states,
                                     max_in_flight=window)
-        result = run_rounds(j.build_algorithm(), transport, config, j.run_options(), stop_after=stop_after)
+        result = run_rounds(j.build_algorithm(), transport, config, j.run_options(folder), stop_after=stop_after)
         result.save(folder)
         atomic_write_bytes(folder / "wire.csv", transport.wire_frame().to_csv(index=False).encode())
         info = {"nodes": {str(k): v for k, v in nodes.items()}, "setup_seconds": t_setup,

@@ -4,6 +4,16 @@ The ServerApp and every node build what they need from one :class:`FlowerJob`: t
 registry name and keyword arguments, the federation and the model as calls of importable
 functions (:class:`Call`), the loop's settings. :func:`example_job` gives a ready one.
 
+**What a job may call.** A job is data that travels in Flower's run config, so whoever submits a
+run could otherwise make every node import and call anything (``os:system``). A call's target
+must be one of fedlib's own factories (:data:`BUILTIN_TARGETS`) or one that the *operator* of
+this machine lists in the environment variable ``FEDLIB_FLOWER_ALLOW`` (comma-separated
+``module:name``; empty by default), never one the job names for itself. Every target of a job is
+checked against :func:`allowed_targets` when the job is built or read (before anything is
+imported), and again when a call is made. The method must be registered
+(``fedlib.algorithms.ALGORITHMS``). The server's ``checkpoint`` is a relative path without
+``..``, resolved inside the run's output folder, so a job cannot make the server write elsewhere.
+
 This module sits above the round loop: it builds a :class:`~fedlib.loop.LoopConfig` and a
 registered method (``fedlib.algorithms.make_algorithm``).
 """
@@ -14,17 +24,96 @@ import functools
 import hashlib
 import importlib
 import json
+import os
+from pathlib import PurePosixPath, PureWindowsPath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ... import algorithms as _algorithms
 from ...algorithms import make_algorithm
 from ...federation import Federation
 from ...loop import LoopConfig, RunOptions, RunResult
 from ...run import run_federated
 from ...protocol import Algorithm, Event
+
+
+BUILTIN_TARGETS = frozenset({
+    "fedlib.data:load_dataset",
+    "fedlib.federation:make_federation",
+    "fedlib.federation:make_rotation_federation",
+    "fedlib.federation:one_client_per_domain",
+    "fedlib.models:build_model",
+    "fedlib.training:TrainConfig",
+    "fedlib.cgrl:CGRLConfig",
+    "fedlib.tracking:TrackingConfig",
+    "fedlib.algorithms.hdcfl:HDCConfig",
+})
+"""The calls any job may make: fedlib's data sets, federations, models and method configurations."""
+
+ALLOW_ENV = "FEDLIB_FLOWER_ALLOW"
+"""The environment variable in which the operator of a machine (a SuperNode's, the ServerApp's)
+lists further targets a job may call, comma-separated ``module:name`` (e.g. a lab's own data set
+loader); unset or empty: none."""
+
+
+def allowed_targets() -> frozenset[str]:
+    """The targets a job may call on this machine: :data:`BUILTIN_TARGETS` and the operator's
+    ``FEDLIB_FLOWER_ALLOW`` list (read now, from this process's environment)."""
+    extra = {t.strip() for t in os.environ.get(ALLOW_ENV, "").split(",") if t.strip()}
+    return BUILTIN_TARGETS | frozenset(extra)
+
+
+def _check_target(target: object) -> str:
+    if not isinstance(target, str):
+        raise ValueError(f"a call target is a string 'package.module:name', got {target!r}")
+    allowed = allowed_targets()
+    if target not in allowed:
+        raise ValueError(
+            f"call target {target!r} is not allowed on this machine; nothing was imported. A job may call "
+            f"fedlib's own factories ({', '.join(sorted(BUILTIN_TARGETS))}) and what this machine's operator lists "
+            f"in {ALLOW_ENV} (comma-separated 'module:name'; now: {', '.join(sorted(allowed - BUILTIN_TARGETS)) or 'none'})"
+        )
+    return target
+
+
+def check_targets(value: Any, where: str = "the job") -> None:
+    """Check, before anything is imported, every call and partial nested in ``value`` (a job's
+    JSON data): each is ``{"call" or "partial": target, "kwargs": {...}}`` with an allowed target
+    (:func:`allowed_targets`); a ``ValueError`` names the first that is not."""
+    if isinstance(value, Call):
+        value = value.to_dict()
+    if isinstance(value, Mapping):
+        keys = set(value)
+        if "call" in keys or "partial" in keys:
+            kind = "call" if "call" in keys else "partial"
+            if keys - {kind, "kwargs"}:
+                raise ValueError(f"a {kind} in {where} is a dict {{'{kind}': 'module:name', 'kwargs': {{...}}}}, got keys "
+                                 f"{sorted(keys)}")
+            _check_target(value[kind])
+            kwargs = value.get("kwargs", {})
+            if not isinstance(kwargs, Mapping):
+                raise ValueError(f"the kwargs of {value[kind]!r} in {where} must be a dict, got {kwargs!r}")
+            check_targets(kwargs, where)
+            return
+        for v in value.values():
+            check_targets(v, where)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            check_targets(v, where)
+
+
+def _check_checkpoint(path: object) -> str:
+    """A job's checkpoint: a relative path without ``..`` (resolved inside the run's output folder)."""
+    if not isinstance(path, str) or not path.strip():
+        raise ValueError(f"a job's checkpoint must be a relative file path (a string), got {path!r}")
+    posix, windows = PurePosixPath(path), PureWindowsPath(path)
+    if posix.is_absolute() or windows.is_absolute() or windows.drive or ".." in posix.parts or ".." in windows.parts:
+        raise ValueError(f"a job's checkpoint must be a relative path inside the run's output folder (no '..', not "
+                         f"absolute), got {path!r}; e.g. 'checkpoint.pt'")
+    return path
 
 
 @dataclass(frozen=True)
@@ -50,7 +139,9 @@ class Call:
         return cls(str(d["call"]), dict(d.get("kwargs", {})))
 
     def function(self) -> Callable:
-        """The function ``target`` names (imported)."""
+        """The function ``target`` names, imported once the target is found allowed
+        (:func:`allowed_targets`; a ``ValueError`` otherwise, before any import)."""
+        _check_target(self.target)
         module, _, name = self.target.partition(":")
         if not module or not name:
             raise ValueError(f"call target {self.target!r} must read 'package.module:name'")
@@ -65,6 +156,16 @@ class Call:
 
     def __call__(self) -> Any:
         return self.partial()()
+
+
+def _has_call(value: Any) -> bool:
+    if isinstance(value, Call):
+        return True
+    if isinstance(value, Mapping):
+        return "call" in value or "partial" in value or any(_has_call(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_call(v) for v in value)
+    return False
 
 
 def _plain(value: Any) -> Any:
@@ -125,9 +226,24 @@ class FlowerJob:
     threads: int | None = None
 
     def __post_init__(self) -> None:
+        registered = _algorithms.ALGORITHMS  # every method imported: only now, when a job is built
+        if self.algorithm not in registered:
+            raise ValueError(f"unknown method {self.algorithm!r} in a Flower job; valid: {', '.join(sorted(registered))}")
+        for name in ("federation", "model"):
+            if not isinstance(getattr(self, name), Call):
+                raise ValueError(f"a Flower job's {name} must be a Call, got {getattr(self, name)!r}")
+        if not isinstance(self.config, Mapping) or not isinstance(self.algorithm_kwargs, Mapping):
+            raise ValueError("a Flower job's config and algorithm_kwargs must be dicts")
         bad = sorted(set(self.config) - set(_LOOP_FIELDS) - set(_RUN_FIELDS))
         if bad:
             raise ValueError(f"unknown loop setting(s) {bad} in a Flower job; valid: {', '.join(_LOOP_FIELDS + _RUN_FIELDS)}")
+        check_targets(self.federation, "the job's federation")
+        check_targets(self.model, "the job's model")
+        check_targets(self.algorithm_kwargs, "the job's algorithm_kwargs")
+        if any(isinstance(v, (Mapping, list, tuple, Call)) and _has_call(v) for v in self.config.values()):
+            raise ValueError("a Flower job's config holds settings only; no call may be nested in it")
+        if self.config.get("checkpoint") is not None:
+            _check_checkpoint(self.config["checkpoint"])
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"threads must be None (each node's default) or an integer >= 1, got {self.threads!r}")
         try:
@@ -144,7 +260,22 @@ class FlowerJob:
 
     @classmethod
     def from_json(cls, text: str) -> "FlowerJob":
-        d = json.loads(text)
+        """The job a JSON text holds, checked (every call target allowed on this machine, the method
+        registered, the settings known) before anything is imported."""
+        try:
+            d = json.loads(text)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"a Flower job is a JSON object; this text is not JSON: {err}") from None
+        missing = [k for k in ("algorithm", "federation", "model") if not isinstance(d, Mapping) or k not in d]
+        if missing:
+            raise ValueError(f"a Flower job needs the keys algorithm, federation and model; missing {missing}")
+        bad = sorted(set(d) - {"algorithm", "federation", "model", "config", "algorithm_kwargs", "threads"})
+        if bad:
+            raise ValueError(f"unknown key(s) {bad} in a Flower job; valid: algorithm, federation, model, config, "
+                             "algorithm_kwargs, threads")
+        for key in ("federation", "model"):
+            check_targets(d[key], f"the job's {key}")
+        check_targets(d.get("algorithm_kwargs", {}), "the job's algorithm_kwargs")
         return cls(d["algorithm"], Call.from_dict(d["federation"]), Call.from_dict(d["model"]), d.get("config", {}),
                    d.get("algorithm_kwargs", {}), d.get("threads"))
 
@@ -174,9 +305,14 @@ class FlowerJob:
         cfg["events"] = tuple(Event(**e) if isinstance(e, Mapping) else e for e in cfg.get("events", ()))
         return LoopConfig(**cfg)
 
-    def run_options(self) -> RunOptions:
-        """The server's :class:`~fedlib.loop.RunOptions`: the job's ``checkpoint``, if any."""
-        return RunOptions(**{k: v for k, v in self.config.items() if k in _RUN_FIELDS})
+    def run_options(self, folder: str | os.PathLike | None = None) -> RunOptions:
+        """The server's :class:`~fedlib.loop.RunOptions`: the job's ``checkpoint``, if any,
+        inside ``folder`` (the run's output folder; ``None``: relative to the working folder, as
+        for the in-process reference on one's own machine)."""
+        ckpt = self.config.get("checkpoint")
+        if ckpt is None:
+            return RunOptions()
+        return RunOptions(checkpoint=str(ckpt if folder is None else os.path.join(folder, _check_checkpoint(ckpt))))
 
     def run_in_process(self) -> RunResult:
         """The job run by the in-process loop (:func:`fedlib.run.run_federated`): the reference
@@ -229,4 +365,4 @@ def example_job(algorithm: str = "fedavg", *, n_clients: int = 4, rounds: int = 
                      threads=threads)
 
 
-__all__ = ["Call", "FlowerJob", "example_job"]
+__all__ = ["ALLOW_ENV", "BUILTIN_TARGETS", "Call", "FlowerJob", "allowed_targets", "check_targets", "example_job"]
