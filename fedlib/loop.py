@@ -99,7 +99,8 @@ class LoopConfig:
         is always evaluated
     seed : the run seed from which every random stream is derived
     on_nonfinite : ``"raise"`` (stop with an error naming client and round) or ``"drop"``
-        (skip the update and record a ``dropped_nonfinite`` row)
+        (skip the update, keep the client's state from before the round, and record a
+        ``dropped_nonfinite`` row); a reply or a new client state with a NaN or an infinity counts
     on_failure : what to do with a client that gives no reply (its hook raised; on Flower, its
         node failed or did not reply in time): ``"raise"`` (default: stop; the hook's own exception,
         or :class:`ClientFailedError` naming client, node and round) or ``"drop"`` (go on without
@@ -646,17 +647,22 @@ def run_rounds(
             if isinstance(up, ClientFailure):
                 rows.extend(_failed(up, config, r, "dropped_failed"))
                 continue
-            states[k] = new_state
             ledger.record(r, k, UP, up)
             bad = up.nonfinite_array()
+            where = "sent" if bad is not None else "kept"
+            if bad is None:
+                bad = new_state.nonfinite_array()  # a personal model gone non-finite is as lost as a reply
             if bad is not None:
                 if config.on_nonfinite == "raise":
                     raise NonFiniteUpdateError(
-                        f"client {k} sent a non-finite value in '{bad}' in round {r}; it was not aggregated "
+                        f"client {k} {where} a non-finite value in '{bad}' in round {r}; it was not aggregated "
                         "(set LoopConfig(on_nonfinite='drop') to skip such updates and record them)"
                     )
+                # dropped: the reply is not aggregated and the client keeps the state it had before the round, so
+                # it is evaluated on that state (never on NaN weights scored as 0 % without a flag)
                 rows.append((r, -1, "dropped_nonfinite", float(k)))
                 continue
+            states[k] = new_state
             if "train_loss" in up.meta:
                 rows.append((r, k, "train_loss", float(up.meta["train_loss"])))
             t_add = time.perf_counter()

@@ -214,6 +214,34 @@ def test_nonfinite_update_dropped_and_recorded_when_configured(tiny_federation, 
     assert all(bool(torch.isfinite(v).all()) for v in run.server.arrays.values() if v.is_floating_point())
 
 
+class _PoisonedPersonal(Algorithm):
+    """Ditto whose client 1's personal model (its kept state) turns NaN; its reply stays finite."""
+
+    def __init__(self):
+        self.ditto = Ditto(train=TRAIN, personal_train=TRAIN)
+
+    def __getattr__(self, name):
+        return getattr(self.ditto, name)
+
+    def local_update(self, ctx, state, message, data, generator):
+        state, reply = self.ditto.local_update(ctx, state, message, data, generator)
+        if ctx.client == 1 and ctx.round == 2:
+            state.arrays = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in state.arrays.items()}
+        return state, reply
+
+
+def test_a_dropped_client_keeps_its_state_and_is_never_scored_on_nan_weights(tiny_federation, tiny_model_fn):
+    with pytest.raises(NonFiniteUpdateError, match=r"client 1 kept a non-finite value in .* round 2"):
+        run_federated(_PoisonedPersonal(), tiny_federation, tiny_model_fn, LoopConfig(rounds=2))
+    run = run_federated(_PoisonedPersonal(), tiny_federation, tiny_model_fn,
+                        LoopConfig(rounds=2, eval_every=1, on_nonfinite="drop"))
+    assert run.frame.loc[run.frame["metric"] == "dropped_nonfinite", ["round", "value"]].values.tolist() == [[2, 1.0]]
+    st = run.client_states[1]
+    assert st.arrays and all(bool(torch.isfinite(v).all()) for v in st.arrays.values() if v.is_floating_point())
+    local = run.frame[(run.frame["metric"] == "local") & (run.frame["client"] == 1)].set_index("round")["value"]
+    assert local[2] > 0.2  # evaluated on the finite state it kept from round 1, not on NaN weights (scored 0 %)
+
+
 def test_server_receives_messages_only(tiny_federation):
     server = Server(FedAvg(), State(arrays={"model/w": torch.zeros(2)}))
     assert not any(isinstance(v, type(tiny_federation.clients[0])) for v in vars(server).values())
