@@ -633,7 +633,8 @@ glue("server_seconds_text", f"A refresh round takes the server {refresh_ms:.0f} 
 #
 # The declarations above, decided on the paired differences over the {glue:text}`n_seeds` seeds.
 # Of the {glue:text}`n_claims` claims, {glue:text}`n_holds` hold, {glue:text}`n_not` do not hold
-# and {glue:text}`n_inconclusive` are inconclusive at this scale.
+# and {glue:text}`n_inconclusive` are inconclusive at this scale; {glue:text}`headline_decided` of
+# the {glue:text}`n_headline` headline claims (marked after their source) are decided.
 
 # %% tags=["hide-input"]
 R = claims_report(claims)
