@@ -86,10 +86,18 @@ def load_tensors_json(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor],
     ``torch.load(weights_only=True)``, which unpickles tensors, numbers, strings and containers
     only: a file that holds anything else (a crafted pickle that would run code, an object of
     another program) is refused with a ``ValueError`` and nothing in it is executed; so is a file
-    whose checksum does not match its content (changed or corrupted after it was written)."""
+    whose checksum does not match its content (corrupted or changed after it was written: the
+    checksum has no key, so it finds accidents and careless edits, not a forger who rewrites it)."""
+    path = Path(path)
+    return load_tensors_json_bytes(path.read_bytes(), path)
+
+
+def load_tensors_json_bytes(data: bytes, path: str | os.PathLike = "<bytes>") -> tuple[dict[str, torch.Tensor], Any]:
+    """:func:`load_tensors_json` of a file's bytes already read (``path`` names it in errors): a
+    caller that checked the bytes' digest parses the very bytes it checked."""
     path = Path(path)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        obj = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, OSError) as err:
         if isinstance(err, FileNotFoundError):
             raise

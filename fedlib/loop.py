@@ -46,9 +46,11 @@ folder someone shared cannot run code.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import importlib.metadata
 import inspect
+import io
 import json
 import math
 import time
@@ -61,7 +63,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .io import atomic_write_bytes, json_default, load_tensors_json, save_tensors_json
+from .io import atomic_write_bytes, json_default, load_tensors_json, load_tensors_json_bytes, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State, same_arrays
 from .metrics import RARE_RATIO, protocol_summary
 from .protocol import Algorithm, Event, map_messages
@@ -141,6 +143,7 @@ class LoopConfig:
             raise ValueError(f"evaluate_last must be True or False, got {self.evaluate_last!r}")
         if isinstance(self.events, (str, bytes, Mapping)) or not isinstance(self.events, Iterable):
             raise ValueError(f"events must be a sequence of fedlib.protocol.Event, got {self.events!r}")
+        object.__setattr__(self, "events", tuple(self.events))  # once: a generator is read here and kept
         bad = [e for e in self.events if not isinstance(e, Event)]
         if bad:
             raise ValueError(f"events must be fedlib.protocol.Event objects (Event(round, client, kind)), got {bad[0]!r}; "
@@ -151,7 +154,6 @@ class LoopConfig:
             raise ValueError(f"unknown on_failure {self.on_failure!r}; valid: {', '.join(FAILURE_POLICIES)}")
         if self.eval_clients is not None and not (is_int(self.eval_clients) and self.eval_clients >= 1):
             raise ValueError(f"eval_clients must be None (every client) or an integer >= 1, got {self.eval_clients!r}")
-        object.__setattr__(self, "events", tuple(self.events))
 
     def fingerprint(self) -> dict:
         """What must match for a checkpoint to be resumed: every setting (a default added since
@@ -377,7 +379,11 @@ class RunResult:
         """The manifest of a results folder once every file it names is found whole: present, with
         its digest; a ``ValueError`` names the folder and the first file that is missing, cut,
         changed or from another run (or says the manifest is missing: the save did not finish)."""
-        folder = Path(folder)
+        return RunResult._checked_bytes(Path(folder))[0]
+
+    @staticmethod
+    def _checked_bytes(folder: Path) -> tuple[dict, dict[str, bytes]]:
+        """The manifest and each result file's bytes, read once and checked against it."""
         path = folder / MANIFEST
         if not path.exists():
             raise ValueError(f"{folder} has no {MANIFEST}: the save did not finish, or it is not a folder RunResult.save "
@@ -388,14 +394,16 @@ class RunResult:
             raise ValueError(f"{path} is not readable JSON ({err}); the folder's results are refused") from None
         if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT or not isinstance(manifest.get("sha256"), dict):
             raise ValueError(f"{path} is not a fedlib results manifest (format {_MANIFEST_FORMAT!r})")
+        contents = {}
         for name in _RESULT_FILES:
             f = folder / name
             if not f.exists():
                 raise ValueError(f"{folder}: {name} is missing (the manifest of run {manifest.get('run_id')} lists it)")
-            if _file_digest(f) != manifest["sha256"].get(name):
+            contents[name] = f.read_bytes()
+            if hashlib.sha256(contents[name]).hexdigest() != manifest["sha256"].get(name):
                 raise ValueError(f"{folder}: {name} does not match the manifest of run {manifest.get('run_id')} (cut, "
                                  "changed, or written by another run); refusing to read the folder")
-        return manifest
+        return manifest, contents
 
     @classmethod
     def load(cls, folder: str | Path) -> "RunResult":
@@ -403,13 +411,14 @@ class RunResult:
         (:meth:`check_folder`), and a ``state.pt`` that holds anything but tensors, numbers and
         strings is refused (:func:`fedlib.io.load_tensors_json`)."""
         folder = Path(folder)
-        manifest = cls.check_folder(folder)
-        frame = pd.read_csv(folder / "frame.csv", dtype={"round": "int64", "client": "int64", "metric": str, "value": "float64"})
-        ledger = Ledger(pd.read_csv(folder / "ledger.csv").itertuples(index=False, name=None))
+        manifest, contents = cls._checked_bytes(folder)  # the bytes checked are the bytes parsed
+        frame = pd.read_csv(io.BytesIO(contents["frame.csv"]),
+                            dtype={"round": "int64", "client": "int64", "metric": str, "value": "float64"})
+        ledger = Ledger(pd.read_csv(io.BytesIO(contents["ledger.csv"])).itertuples(index=False, name=None))
         rows = {"frame.csv": len(frame), "ledger.csv": len(ledger.records)}
         if rows != manifest.get("rows"):
             raise ValueError(f"{folder}: the files hold {rows} rows, the manifest says {manifest.get('rows')}")
-        tensors, meta = load_tensors_json(folder / "state.pt")
+        tensors, meta = load_tensors_json_bytes(contents["state.pt"], folder / "state.pt")
         states = _unflatten_states(tensors, meta["states"])
         return cls(
             frame=frame,
@@ -661,6 +670,7 @@ def run_rounds(
                 # dropped: the reply is not aggregated and the client keeps the state it had before the round, so
                 # it is evaluated on that state (never on NaN weights scored as 0 % without a flag)
                 rows.append((r, -1, "dropped_nonfinite", float(k)))
+                transport.discard_state(k)  # a Flower node holding the dropped state gets the kept one back
                 continue
             states[k] = new_state
             if "train_loss" in up.meta:
@@ -723,7 +733,9 @@ def algorithm_configuration(obj, _depth: int = 0):
     """A method's full configuration as plain JSON data, for a checkpoint's fingerprint: its
     public attributes (not those that start with ``_``, a method's caches), recursively;
     dataclasses (``TrainConfig``, ``HDCConfig``, ...) by their fields, tensors and arrays by a
-    SHA-256 digest of their bytes, functions by their qualified name, NaN and infinities as text.
+    SHA-256 digest of their bytes, a ``functools.partial`` by its function and arguments, a
+    function by its qualified name, its defaults and the values it closes over, NaN and
+    infinities as text. A structure nested deeper than 16 levels is refused.
 
     Examples
     --------
@@ -734,8 +746,9 @@ def algorithm_configuration(obj, _depth: int = 0):
     >>> algorithm_configuration(a) == algorithm_configuration(b)
     False
     """
-    if _depth > 8:
-        return f"<{type(obj).__qualname__}>"
+    if _depth > 16:
+        raise ValueError(f"a method's configuration nests deeper than 16 levels (at a {type(obj).__qualname__}): a checkpoint's "
+                         "fingerprint cannot cover it; keep a method's settings in plain values and dataclasses")
     if obj is None or isinstance(obj, (bool, str, int)):
         return obj
     if isinstance(obj, float):
@@ -759,6 +772,17 @@ def algorithm_configuration(obj, _depth: int = 0):
     if isinstance(obj, torch.nn.Module):
         return {"module": type(obj).__qualname__, **{k: algorithm_configuration(v, _depth + 1)
                                                       for k, v in obj.state_dict().items()}}
+    if isinstance(obj, functools.partial):  # a factory with bound arguments: the function and the arguments
+        return {"partial": algorithm_configuration(obj.func, _depth + 1),
+                "args": algorithm_configuration(list(obj.args), _depth + 1),
+                "keywords": algorithm_configuration(dict(obj.keywords), _depth + 1)}
+    if inspect.isfunction(obj):  # by name, with what it closes over and its defaults (a lambda's values count)
+        out = {"function": f"{obj.__module__}.{obj.__qualname__}"}
+        if obj.__defaults__:
+            out["defaults"] = algorithm_configuration(list(obj.__defaults__), _depth + 1)
+        if obj.__closure__:
+            out["closure"] = [algorithm_configuration(c.cell_contents, _depth + 1) for c in obj.__closure__]
+        return out
     if callable(obj) and not hasattr(obj, "__dict__") or isinstance(obj, type) or inspect.isroutine(obj):
         return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
     public = {k: v for k, v in vars(obj).items() if not k.startswith("_")} if hasattr(obj, "__dict__") else {}

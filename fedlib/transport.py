@@ -80,6 +80,12 @@ class Transport:
         computes every client's work exactly as in-process (the default)."""
         return {}
 
+    def discard_state(self, client: int) -> None:
+        """The loop dropped ``client``'s reply (``LoopConfig(on_nonfinite="drop")``) and keeps
+        the state it had before the round: a transport whose clients keep a copy of their own
+        state must give them the loop's copy with their next message. Nothing to do in-process
+        (the default: the loop's copy is the only one)."""
+
     def local_updates(
         self, algorithm: Algorithm, round_: int, messages: Mapping[int, Message], states: Mapping[int, State]
     ) -> Iterator[tuple[int, State, Message]]:

@@ -351,9 +351,13 @@ glue("fl_bench_identical", "bit-identical to the in-process run on both engines"
 #   `FEDLIB_FLOWER_ALLOW` (comma-separated, empty by default), e.g. a lab's loader of its own
 #   files. Every target is checked when the job is read, before anything is imported, on the
 #   server and again on each node, each against its own list.
+# - **No paths on a node.** fedlib's data set loader takes no folder and no download from a job:
+#   a node with files of its own (CIFAR, say) is given a loader of its own path by its operator.
 # - **Files inside the run's folder.** The server's checkpoint is a relative path without `..`,
-#   resolved inside the run's output folder. The state files a run writes and reads hold tensors
-#   and JSON only (no pickled objects) and carry a checksum.
+#   resolved inside the run's output folder, never named like a result file. The state files a
+#   run writes and reads hold tensors and JSON only (no pickled objects) and carry a checksum,
+#   which finds a corrupted or carelessly edited file (it has no key: it does not stop someone who
+#   can write the folder and rewrite the checksum too).
 #
 # So the server, or whoever can submit a run, can make a node train a registered method with any
 # settings on the data its federation call builds, send it messages and read its replies (and

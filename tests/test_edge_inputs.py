@@ -80,3 +80,28 @@ def test_check_injected_reads_names_unpacked_from_a_tuple():
     check_injected(["", "profile = 'book'\nseed = 0", "# Parameters\nprofile, seed = 'smoke', 1\n"])
     with pytest.raises(ValueError, match="unknown parameter.*sede; valid: profile, seed"):
         check_injected(["", "profile, seed = 'book', 0", "# Parameters\nprofile, sede = 'smoke', 1\n"])
+
+
+def test_events_given_as_a_generator_are_kept():
+    cfg = LoopConfig(events=(Event(2, k) for k in range(2)))
+    assert cfg.events == (Event(2, 0), Event(2, 1))
+
+
+def test_a_fingerprint_covers_a_partials_arguments_and_a_closures_values():
+    import functools
+
+    from fedlib.loop import algorithm_configuration
+    from fedlib.models import build_model
+
+    small, big = (functools.partial(build_model, "mlp", hidden=(h,)) for h in (8, 16))
+    assert algorithm_configuration(small) != algorithm_configuration(big)
+
+    def scaled(k):
+        return lambda x: x * k
+
+    assert algorithm_configuration(scaled(2)) != algorithm_configuration(scaled(3))
+    deep = []
+    for _ in range(20):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nests deeper than 16 levels"):
+        algorithm_configuration(deep)

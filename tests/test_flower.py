@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import socket
 import subprocess
@@ -297,6 +298,50 @@ def test_a_crafted_job_runs_nothing_the_operator_did_not_allow(tmp_path, monkeyp
     with pytest.raises(ValueError, match=r"unknown key\(s\) \['extra'\]"):
         FlowerJob.from_json(json.dumps({**json.loads(job("fedavg").to_json()), "extra": 1}))
     assert not marker.exists()
+
+
+def test_a_job_may_not_name_files_on_a_node_nor_reserved_names_nor_bad_numbers(tmp_path):
+    d = json.loads(job("fedavg").to_json())
+    d["federation"]["kwargs"]["dataset"] = {"call": "fedlib.data:load_dataset",
+                                            "kwargs": {"name": "cifar10", "root": "/etc", "download": True}}
+    with pytest.raises(ValueError, match=r"fedlib.data:load_dataset .* may not be given \['download', 'root'\]"):
+        FlowerJob.from_json(json.dumps(d))
+    for name in ("state.pt", "manifest.json", "frame.csv", "flower.json"):
+        with pytest.raises(ValueError, match=rf"checkpoint may not be named '{re.escape(name)}'"):
+            job("fedavg", checkpoint=name)
+    with pytest.raises(ValueError, match=r"seed must be an int >= 0 .*got 1\.7"):
+        job("fedavg", seed=1.7)
+    with pytest.raises(ValueError, match=r"n_clients must be an int >= 1, got 2\.5"):
+        job("fedavg", n_clients=2.5)
+    with pytest.raises(ValueError, match=r"algorithm is a registered method's name \(a string\), got \['fedavg'\]"):
+        FlowerJob.from_json(json.dumps({**json.loads(job("fedavg").to_json()), "algorithm": ["fedavg"]}))
+    with pytest.raises(ValueError, match="an event is"):
+        job("fedavg", events=[{"round": 2, "node": 1}])
+    # a checkpoint of a run stopped early must live somewhere: not in a temporary folder removed after the call
+    with pytest.raises(ValueError, match=r"needs an output folder to keep it in: give run_flower\(out=...\)"):
+        run_flower(job("ditto", checkpoint="ckpt.pt"), "loopback", stop_after=1)
+    with pytest.raises(ValueError, match="on_nonfinite='drop' .* run with mirror_states=True"):
+        run_flower(job("ditto", on_nonfinite="drop"), "loopback", mirror_states=False)
+
+
+def test_a_dropped_client_gets_the_servers_copy_of_its_state_back_on_flower():
+    """The loop keeps a dropped client's state from before the round; the node, which kept the dropped one, is sent
+    the server's copy with its next message (``fedlib.restore``), as after a failure."""
+    from fedlib.engines.flower.transport import FlowerTransport
+
+    t = FlowerTransport.__new__(FlowerTransport)  # its bookkeeping only: no grid needed
+    t.mirror_states, t.nodes, t.job_digest, t._holds = True, {1: 7, 2: 8}, "d", {1, 2}
+    kept = State(arrays={"w": torch.ones(2)})
+    def restores(msg) -> bool:
+        return any(str(key).startswith("fedlib.restore") for key in msg.content.keys())
+
+    with _task_identity(run_id=1, node_id=1):
+        assert not restores(t._message("train", 1, 3, Message(kind="model"), kept, {}))
+        t.discard_state(1)
+        assert t._holds == {2} and restores(t._message("train", 1, 3, Message(kind="model"), kept, {}))
+    t.mirror_states = False
+    with pytest.raises(RuntimeError, match="stays on node 8 .*valid: mirror_states=True"):
+        t.discard_state(2)
 
 
 # ------------------------------------------------------------------ every method, on Flower's messages

@@ -101,6 +101,12 @@ def run_flower(job: FlowerJob, engine: str = "simulation", *, out: str | Path | 
         raise ValueError(f"unknown Flower engine {engine!r}; valid: {', '.join(ENGINES)}")
     if not mirror_states and job.config.get("checkpoint"):
         raise ValueError("a checkpoint needs the clients' states on the server: run with mirror_states=True")
+    if not mirror_states and job.config.get("on_nonfinite") == "drop":
+        raise ValueError("on_nonfinite='drop' gives a dropped client back its state from before the round, which needs the "
+                         "clients' states on the server: run with mirror_states=True (or on_nonfinite='raise')")
+    if job.config.get("checkpoint") and out is None and stop_after is not None:
+        raise ValueError("a run stopped early (stop_after) with a checkpoint needs an output folder to keep it in: give "
+                         "run_flower(out=...) (without it the run's temporary folder, checkpoint included, is removed)")
     n = job.n_clients()
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:

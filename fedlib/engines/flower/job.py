@@ -38,6 +38,7 @@ from ...federation import Federation
 from ...loop import LoopConfig, RunOptions, RunResult
 from ...run import run_federated
 from ...protocol import Algorithm, Event
+from ...validation import is_int
 
 
 BUILTIN_TARGETS = frozenset({
@@ -52,6 +53,9 @@ BUILTIN_TARGETS = frozenset({
     "fedlib.algorithms.hdcfl:HDCConfig",
 })
 """The calls any job may make: fedlib's data sets, federations, models and method configurations."""
+
+_NODE_ONLY = {"fedlib.data:load_dataset": ("root", "download")}
+"""Arguments of a built-in target that only a node's operator may set (a path on the node, a download)."""
 
 ALLOW_ENV = "FEDLIB_FLOWER_ALLOW"
 """The environment variable in which the operator of a machine (a SuperNode's, the ServerApp's)
@@ -96,6 +100,13 @@ def check_targets(value: Any, where: str = "the job") -> None:
             kwargs = value.get("kwargs", {})
             if not isinstance(kwargs, Mapping):
                 raise ValueError(f"the kwargs of {value[kind]!r} in {where} must be a dict, got {kwargs!r}")
+            bad = sorted(set(_NODE_ONLY.get(value[kind], ())) & set(kwargs))
+            if bad:
+                raise ValueError(
+                    f"{value[kind]} in {where} may not be given {bad}: a job may not name files on a node nor make it "
+                    "download; a node whose operator has the files allows a loader of them (FEDLIB_FLOWER_ALLOW) that "
+                    "reads the node's own path"
+                )
             check_targets(kwargs, where)
             return
         for v in value.values():
@@ -113,7 +124,14 @@ def _check_checkpoint(path: object) -> str:
     if posix.is_absolute() or windows.is_absolute() or windows.drive or ".." in posix.parts or ".." in windows.parts:
         raise ValueError(f"a job's checkpoint must be a relative path inside the run's output folder (no '..', not "
                          f"absolute), got {path!r}; e.g. 'checkpoint.pt'")
+    if posix.as_posix() in _RESERVED:
+        raise ValueError(f"a job's checkpoint may not be named {path!r}: the run writes its results under that name "
+                         f"({', '.join(sorted(_RESERVED))}); e.g. 'checkpoint.pt'")
     return path
+
+
+_RESERVED = frozenset({"frame.csv", "ledger.csv", "state.pt", "manifest.json", "wire.csv", "flower.json"})
+"""The files a run's output folder holds (:meth:`fedlib.loop.RunResult.save`, the ServerApp): no checkpoint takes their names."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +262,13 @@ class FlowerJob:
             raise ValueError("a Flower job's config holds settings only; no call may be nested in it")
         if self.config.get("checkpoint") is not None:
             _check_checkpoint(self.config["checkpoint"])
+        try:
+            self.loop_config()  # the loop's own checks (a seed of 1.7, rounds of 2.5, ...) before anything reads them
+        except TypeError as err:  # an event with other keys than round, client, kind
+            raise ValueError(f"a Flower job's config: {err}; an event is {{'round': r, 'client': k, 'kind': 'leave'|'join'}}") from None
+        if "n_clients" in self.federation.kwargs and not (is_int(self.federation.kwargs["n_clients"])
+                                                           and self.federation.kwargs["n_clients"] >= 1):
+            raise ValueError(f"the job's federation n_clients must be an int >= 1, got {self.federation.kwargs['n_clients']!r}")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise ValueError(f"threads must be None (each node's default) or an integer >= 1, got {self.threads!r}")
         try:
@@ -273,6 +298,8 @@ class FlowerJob:
         if bad:
             raise ValueError(f"unknown key(s) {bad} in a Flower job; valid: algorithm, federation, model, config, "
                              "algorithm_kwargs, threads")
+        if not isinstance(d["algorithm"], str):
+            raise ValueError(f"a Flower job's algorithm is a registered method's name (a string), got {d['algorithm']!r}")
         for key in ("federation", "model"):
             check_targets(d[key], f"the job's {key}")
         check_targets(d.get("algorithm_kwargs", {}), "the job's algorithm_kwargs")

@@ -195,6 +195,16 @@ class FlowerTransport(Transport):
             return ClientFailure(k, f"node {node} did not reply within {self.timeout} s of the message")
         return ClientFailure(k, f"node {node} failed: {rep.error.reason}")
 
+    def discard_state(self, client: int) -> None:
+        """The node keeps the state the loop dropped: its next message restores the server's copy
+        (``fedlib.restore``). Without the mirror the server has no copy to restore."""
+        if not self.mirror_states:
+            raise RuntimeError(
+                f"client {client}'s non-finite state stays on node {self.nodes[client]} (mirror_states=False): the server "
+                "has no copy to restore it from; valid: mirror_states=True, or LoopConfig(on_nonfinite='raise')"
+            )
+        self._holds.discard(client)
+
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
         sent = {k: self._message("train", k, round_, down, states[k], {}) for k, down in messages.items()}
         replies = self._exchange(sent)
