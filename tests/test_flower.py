@@ -374,6 +374,10 @@ def test_an_interrupted_flower_run_resumes_bit_for_bit_on_fresh_nodes(tmp_path, 
     j = job("ditto", rounds=3, eval_every=1, checkpoint="ckpt.pt")  # inside the run's output folder
     first = run_flower(j, "loopback", stop_after=1, out=tmp_path / "run")
     assert first.result.rounds_done == 1 and (tmp_path / "run" / "ckpt.pt").exists()
+    from fedlib.io import load_tensors_json
+
+    saved = json.loads(load_tensors_json(tmp_path / "run" / "ckpt.pt")[1]["fingerprint"])
+    assert saved["loop"]["data"] == j.build_federation().digest()  # the nodes' data, reported in the handshake
     resumed = run_flower(j, "loopback", out=tmp_path / "run")  # new nodes: the server sends each its state from the checkpoint
     assert (resumed.wire["round"] >= 2).all()
     unbroken = job("ditto", rounds=3, eval_every=1)

@@ -124,7 +124,8 @@ def make_client_app(job: FlowerJob | None = None) -> ClientApp:
                                    f"federation has {federation.n_clients} clients; valid: partition-id in "
                                    f"0..{federation.n_clients - 1}, num-partitions={federation.n_clients}")
         reply = {"partition-id": pid, "n_clients": federation.n_clients, "n_classes": federation.n_classes,
-                 "description": json.dumps(federation.description, sort_keys=True, default=json_default)}
+                 "description": json.dumps(federation.description, sort_keys=True, default=json_default),
+                 "digest": federation.digest()}
         return FlowerMessage(RecordDict({CTL: ConfigRecord(reply)}), reply_to=msg)
 
     @app.train()

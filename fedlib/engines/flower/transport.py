@@ -44,6 +44,8 @@ class RemoteFederation:
     n_clients: int
     n_classes: int
     description: dict
+    digest: str = ""
+    """The nodes' :meth:`fedlib.federation.Federation.digest` (every node built the same data)."""
 
 
 def _wait_for_nodes(grid: Grid, n: int, timeout: float) -> list[int]:
@@ -61,7 +63,7 @@ def handshake(grid: Grid, job_digest: str, n_clients: int, timeout: float) -> tu
     built. ``job_digest`` is the job's :attr:`~fedlib.engines.flower.job.FlowerJob.digest`: a node
     given another job refuses. Raises :class:`FlowerSetupError` naming the node when one has no
     partition, two hold one partition, a partition has no node, or the nodes built different
-    federations."""
+    federations (different descriptions, sizes or data: each node reports its federation's digest)."""
     ids = _wait_for_nodes(grid, n_clients, timeout)
     msgs = [FlowerMessage(RecordDict({CTL: ConfigRecord({"job": job_digest})}), dst_node_id=i, message_type="query")
             for i in ids]
@@ -78,7 +80,7 @@ def handshake(grid: Grid, job_digest: str, n_clients: int, timeout: float) -> tu
             raise FlowerSetupError(f"nodes {nodes[pid]} and {node} both hold partition-id={pid}; each client needs "
                                    "its own node")
         nodes[pid] = node
-        shapes.add((int(info["n_clients"]), int(info["n_classes"]), str(info["description"])))
+        shapes.add((int(info["n_clients"]), int(info["n_classes"]), str(info["description"]), str(info.get("digest", ""))))
     missing = sorted(set(range(n_clients)) - set(nodes))
     if len(replies) < len(ids):
         silent = sorted(set(ids) - {rep.metadata.src_node_id for rep in replies})
@@ -88,8 +90,8 @@ def handshake(grid: Grid, job_digest: str, n_clients: int, timeout: float) -> tu
     if len(shapes) != 1:
         raise FlowerSetupError(f"the nodes built {len(shapes)} different federations from one job; a federation call "
                                "must be deterministic")
-    (n, c, description), = shapes
-    return nodes, RemoteFederation(n, c, json.loads(description))
+    (n, c, description, digest), = shapes
+    return nodes, RemoteFederation(n, c, json.loads(description), digest)
 
 
 class FlowerTransport(Transport):
@@ -135,6 +137,7 @@ class FlowerTransport(Transport):
         if federation.n_clients != self.n_clients:
             raise FlowerSetupError(f"{self.n_clients} nodes for a federation of {federation.n_clients} clients: one node per client")
         self.description = federation.description
+        self._data_digest = federation.digest
         with isolated_torch_rng(derive_seed(self.seed, INIT)):
             self.initial_model = model_fn()
         if isinstance(model_fn, ClientArchitectures):
@@ -194,6 +197,11 @@ class FlowerTransport(Transport):
         if rep is None:
             return ClientFailure(k, f"node {node} did not reply within {self.timeout} s of the message")
         return ClientFailure(k, f"node {node} failed: {rep.error.reason}")
+
+    def fingerprint(self) -> dict:
+        """The digest of the data every node built (reported in the handshake), as the in-process
+        transport's: a checkpoint resumes only on the same data and partition."""
+        return {"data": self._data_digest} if self._data_digest else {}
 
     def discard_state(self, client: int) -> None:
         """The node keeps the state the loop dropped: its next message restores the server's copy
