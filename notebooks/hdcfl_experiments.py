@@ -75,7 +75,7 @@ from myst_nb import glue
 
 from fedlib.algorithms.hdcfl import HDCConfig, refresh_history
 from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import HOLDS, INCONCLUSIVE, Claim, resolution_of, seed_table
+from fedlib.claims import HOLDS, INCONCLUSIVE, Claim, defined_pairs, resolution_of, seed_table
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import load_data
 from fedlib.engines.vectorized import SequentialFallback
@@ -87,11 +87,13 @@ from fedlib.training import TrainConfig
 warnings.filterwarnings("ignore", category=SequentialFallback)  # Ditto trains sequentially: said once, silenced here
 RUN = RunOptions(execution=execution)  # checks the parameter before any work
 
+N_CLASSES = 10  # digits and CIFAR-10: ten classes
 COMMON = dict(settings=["label subsets", "Dirichlet", "rotation"], class_fraction=0.3, alpha=0.3, n_rotations=4,
-              batch_size=16, lr=0.05, refresh_every=2, ifca_k=4, temperature=0.15, rank=4, participation=0.5, level=0.95)
+              batch_size=16, lr=0.05, refresh_every=2, ifca_k=4, temperature=0.15, participation=0.5, level=0.95,
+              rank=math.ceil(N_CLASSES / 2))  # r = ⌈C/2⌉: a rule from the head's shape, blind to the planted groups
 PROFILES = {
     "smoke": dict(COMMON, dataset="uci8", n_samples=300, n_clients=6, rounds=2, local_epochs=1, n_seeds=2, refresh_every=1,
-                  global_test_per_class=5, model="cnn", width=8, feature_dim=16, max_activation_round=2, rank=2),
+                  global_test_per_class=5, model="cnn", width=8, feature_dim=16, max_activation_round=2),
     "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=5,
                  global_test_per_class=40, model="cnn", width=8, feature_dim=32, max_activation_round=12),
     "paper": dict(COMMON, dataset="cifar10", n_samples=None, n_clients=20, rounds=100, local_epochs=1, n_seeds=5,
@@ -123,7 +125,7 @@ glue("n_rot", P.n_rotations, display=False)
 glue("ifca_k", P.ifca_k, display=False)
 glue("participation_pct", 100 * P.participation, display=False)
 glue("n_sampled", max(1, int(round(P.participation * P.n_clients))), display=False)  # the loop's count (fedlib.loop)
-glue("n_classes_data", 10, display=False)  # digits and CIFAR-10: ten classes
+glue("n_classes_data", N_CLASSES, display=False)
 T_OLD, GAP = 0.05, 0.15  # the temperature this chapter used before, and a cosine gap between two centroids
 glue("t_old", T_OLD, display=False)
 glue("t_gap", GAP, display=False)
@@ -155,8 +157,9 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 #   $[W_k, b_k]$ with its bias as a last column. The paper's $r = 8$ keeps 8 of CIFAR-100's 100
 #   class directions; of our {glue:text}`n_classes_data` it would keep nearly all, and the rank-$r$
 #   descriptor would be nearly the raw head, so that the low-rank claims could hardly fail. We keep
-#   fewer than half, as many as there are planted rotation groups (a rank-$k$ subspace can hold
-#   $k$ separated group means); chosen before any run, from the shapes alone;
+#   half, rounded up: $r = \lceil C/2 \rceil$, a rule from the head's shape alone that does not
+#   know how many groups a setting plants (the rotation setting, where the low-rank rows are
+#   decided, plants {glue:text}`n_rot`); chosen before any run;
 # * $k$ chosen by silhouette in {glue:text}`hdc_k_min`..{glue:text}`hdc_k_max` (the paper's
 #   range); soft membership over the cosine similarity to the centroids at temperature
 #   $T =$ {glue:text}`hdc_temperature`. With two groups, a client whose cosine to its nearest
@@ -207,8 +210,12 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # points (one image of the pool) is that of the mean.
 #
 # * **"competitive mean"** is non-inferiority against each baseline: HDC-FL's macro mean minus
-#   every baseline's must lie above −{glue:text}`tol_mean` points (the paper calls 0.2–0.5 point
-#   differences comparable "given seed variation"), one paired interval per baseline;
+#   every baseline's must lie above −{glue:text}`tol_mean` points, one paired interval per baseline.
+#   The paper calls 0.2–0.5 point differences comparable "given seed variation", so this margin,
+#   fixed before the runs, is {glue:text}`tol_ratio` times the paper's spread: a lenient reading of "competitive",
+#   taken because a margin of a few tenths would sit below what a few seeds can resolve at this
+#   scale (the row says so). "Macro" averages our three settings, not the paper's eleven
+#   configurations;
 # * **"the numerically highest worst-client / bottom-20 %"**: the paper's own hedge ("numerically
 #   highest", "small margins over PFedCS") claims HDC-FL's point is on top, not that it beats every
 #   baseline by a margin. Read as written: HDC-FL minus each baseline must lie above −{glue:text}`res_tail:.2f`
@@ -217,7 +224,16 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 #   results. PFedCS, the baseline of the small margins, is not run here;
 # * **HDC-FL against FedAvg-SE** (the same trajectory, deployed with and without the server's
 #   personalization: the most decidable comparison), "improves or remains level": above
-#   −(one image) in every setting on the mean and on the macro tails;
+#   −(one image) in every setting on the mean. The paper's Figure 3 shows mean curves, so the
+#   same reading on the macro tails is a control (the book's question, not counted). "Larger
+#   activation steps in label-subset and rotation settings than in Dirichlet settings": per seed,
+#   the step in mean (pooled) accuracy at activation under label subsets (and under rotation)
+#   minus the step under Dirichlet skew must exceed one image of the pool; a seed whose
+#   activation comes at the first refresh has no step and is left out;
+# * **FedBABU**: the paper's Section 4.3 sets FedBABU's tails (55.32 % worst client, a
+#   38.37-point gap) beside a mean comparable to HDC-FL's but makes no comparison with HDC-FL in
+#   that sentence; whether HDC-FL's tails are above FedBABU's by more than one image (and its
+#   gap smaller) are controls that read the headline tail claims;
 # * **ablations**: the claimed direction, greater than one image (the paper's ablation margins
 #   are 0.7–1.5 points and single-seed); each ablation that the paper reports on the tails is
 #   tested on the tails too, on the pooled scores; a silhouette gain must exceed
@@ -231,7 +247,10 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 #   the share of same-rotation pairs by more than {glue:text}`min_auroc`; the nearest-head donor must
 #   beat a random donor (the mean over a target's donors) by more than one image of the targets' test
 #   splits ({glue:text}`res_donor:.2f` points); "largely explained by label-support overlap" reads
-#   that the partial correlation given the overlap is below half the plain one.
+#   that the overlap takes more than half of the association, $(\rho - \rho_\text{partial})/\rho >
+#   \tfrac12$ by more than {glue:text}`res_rho`, on the seeds whose $\rho$ exceeds
+#   {glue:text}`res_rho` (where there is no positive association, there is nothing for the overlap
+#   to explain, and such a seed neither supports nor refutes the claim).
 #
 # The headline claims (the abstract's and the conclusion's: the mean and tail comparisons and the
 # donor-ranking associations) rest on {glue:text}`n_seeds` seeds, as does every other row: all rows
@@ -258,6 +277,7 @@ RES_TAIL = 100 * max(float(np.nanmax(f.pool_steps())) for f in FED0.values())  #
 RES_DONOR = resolution_of(sum(len(c.test) for c in FED0["rotation"].clients))  # one image of the targets' test splits
 RES_RHO, RES_SIL = 0.01, 0.01  # declared resolutions of a correlation, an AUROC, a silhouette and an ARI
 TOL_MEAN = max(1.0, RES_MEAN)  # points: non-inferiority margin of "competitive mean"
+TOL_RATIO = f"{TOL_MEAN / 0.5:.3g}–{TOL_MEAN / 0.2:.3g}"  # against the 0.2–0.5 points the paper calls comparable
 MIN_SIL = 0.05  # a silhouette gain must exceed this: about half the paper's raw-to-rank-8 gain (0.027 -> 0.108)
 MIN_AUROC = 0.1  # an AUROC (an average precision) must beat chance by more than this
 S_LS, S_DIR, S_ROT = "label subsets", "Dirichlet", "rotation"
@@ -265,16 +285,19 @@ DATA_LABEL = {"uci8": "UCI digits at 8 x 8", "mnist5k": "MNIST-5k", "uci": "UCI 
               "cifar100": "CIFAR-100"}[P.dataset]
 MODEL_LABEL = {"cnn": "a small CNN", "mlp": "an MLP", "resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}[P.model]
 SUB_SCALE = f"{DATA_LABEL} and {MODEL_LABEL} for CIFAR-10/100 and ResNet-18 / MobileNetV2; {P.rounds} rounds"
-SUB_HEAD = SUB_SCALE + "; PFedCS (the paper's nearest rival) and EMD-CFL are not run: six baselines fedlib has"
+SUB_HEAD = (SUB_SCALE + f"; macro over our {len(P.settings)} settings, not the paper's 11 configurations; PFedCS (the paper's "
+            "nearest rival) and EMD-CFL are not run: six baselines fedlib has")
 LS_SUB = f"{DATA_LABEL}, {100 * P.class_fraction:.0f} % of the classes per client"
 ROT_SUB = f"{DATA_LABEL}, {P.n_rotations} rotations; k chosen by silhouette, not fixed; stale cache ({100 * P.participation:.0f} % participation)"
 DIR_SUB = f"{DATA_LABEL}, Dirichlet α = {P.alpha}; T = {P.temperature} chosen from the cosine gaps"
-LR_SUB = "raw heads grouped on the same cache at the same refreshes of the same run (server-side); r = " + str(P.rank)
+LR_SUB = ("raw heads grouped on the same cache at the same refreshes of the same run (server-side); r = "
+          f"{P.rank} = ⌈C/2⌉ of C = {N_CLASSES} classes (the paper: 8 of 100), a rule blind to the {P.n_rotations} planted groups")
 DONOR_SUB = "the last round's cached pairs; raw-head cosine"
 TAIL_NAME = {"mean": "mean", "worst": "worst-client", "bottom-20 %": "bottom-20 %"}
 TAIL_KEY = {"mean": "", "worst": "-worst", "bottom-20 %": "-bottom"}
-Q_ABS = ("[...] HDC-FL is competitive with the strongest personalized and clustered baselines in macro-averaged mean accuracy "
-         "and attains the numerically highest macro-averaged worst-client and bottom-20% accuracy among the evaluated methods.")
+Q_ABS = ("Across 11 CIFAR-10 and CIFAR-100 configurations covering label-subset, Dirichlet and rotation heterogeneity with "
+         "ResNet-18 and MobileNetV2 encoders, HDC-FL is competitive with the strongest personalized and clustered baselines "
+         "in macro-averaged mean accuracy and attains the numerically highest macro-averaged worst-client and bottom-20% accuracy among the evaluated methods.")
 Q_PROTO = ("On CIFAR-10 rotation, four head-derived groups add 0.74 mean-accuracy points beyond population-level prototype "
            "averaging, improving both tail metrics as well.")
 Q_SOFT = ("On CIFAR-100 with α = 0.3, hard assignment costs 0.85 mean-accuracy points and 1.08 and 0.95 points on the two "
@@ -300,6 +323,11 @@ def res(metric):
     return RES_MEAN if metric == "mean" else RES_TAIL
 
 
+def above_half(share):
+    """The seeds where the share is defined, paired with ½ (the "more than half" of "largely explained")."""
+    return defined_pairs(share, np.full(len(share), 0.5))
+
+
 def variant_pair(setting, ours, base, metric):
     return lambda: (runs.variant(setting, ours, metric), runs.variant(setting, base, metric))
 
@@ -308,7 +336,9 @@ def variant_pair(setting, ours, base, metric):
 # fedlib.experiments.hdcfl.HDCFLRuns)
 claims = [
     Claim("mean", Q_ABS, "Abstract, Section 4.2, Section 6", "macro mean accuracy (pooled), HDC-FL − each baseline, points",
-          "at least", TOL_MEAN, SUB_HEAD, resolution=RES_MEAN, versus=tuple(BASELINES), headline=True,
+          "at least", TOL_MEAN, SUB_HEAD + f"; tolerance {TOL_MEAN:g} point(s), fixed before the runs: {TOL_RATIO} times the 0.2–0.5 "
+          "points the paper calls comparable, a lenient reading of 'competitive' (a tighter margin would sit below the "
+          "spread of a few seeds at this scale)", resolution=RES_MEAN, versus=tuple(BASELINES), headline=True,
           values=lambda: (runs.macro_of("HDC-FL", "mean"), runs.each_baseline("mean"))),
     *[Claim(key, Q_ABS, "Abstract, Section 4.3, Section 6 (\"with small margins over PFedCS\")",
             f"macro {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − each baseline, points (numerically highest: no "
@@ -321,19 +351,33 @@ claims = [
             "at least", RES_MEAN, SUB_SCALE, resolution=RES_MEAN, versus="FedAvg-SE",
             values=lambda setting=setting: (runs.of(setting, "HDC-FL", "mean"), runs.of(setting, "FedAvg-SE", "mean")))
       for setting in P.settings],
-    *[Claim(f"se{TAIL_KEY[metric]}", Q_SE, "Appendix D, Figure 3",
+    *[Claim(f"se{TAIL_KEY[metric]}", f"Does HDC-FL's server-side personalization keep the macro {TAIL_NAME[metric]} "
+            "accuracy level with FedAvg-SE's (the same training run, deployed with the shared encoder) or improve it?",
+            "the rows se-mean-*: “improves or remains level”, Appendix D, Figure 3, whose curves are of the mean",
             f"macro {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − FedAvg-SE (the same run), points (improves or level)",
-            "at least", RES_TAIL, SUB_SCALE + "; the paper's curves are of the mean, the tails are the issue's reading",
-            resolution=RES_TAIL, versus="FedAvg-SE",
+            "at least", RES_TAIL, SUB_SCALE, kind="control", resolution=RES_TAIL, versus="FedAvg-SE",
             values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.macro_of("FedAvg-SE", metric)))
       for metric in ("worst", "bottom-20 %")],
+    *[Claim(f"se-step-{key}", Q_SE, "Appendix D, Figure 3",
+            f"step in mean accuracy (pooled) at activation, {setting} − Dirichlet (per seed), points", "greater", RES_MEAN,
+            SUB_SCALE + f"; the step spans the last {P.refresh_every} round(s) of training too, in every setting alike; "
+            "seeds whose activation comes at the first refresh have no step and are left out",
+            resolution=RES_MEAN,
+            values=lambda setting=setting: defined_pairs(runs.steps(setting, P.refresh_every),
+                                                         runs.steps(S_DIR, P.refresh_every)))
+      for key, setting in (("ls", S_LS), ("rot", S_ROT))],
     Claim("ifca-worst", "[...] IFCA and EMD-CFL fall below FedAvg-SE in worst-client accuracy.", "Section 4.3",
           "macro worst-client accuracy (pooled), FedAvg-SE − IFCA, points", "greater", RES_TAIL,
           SUB_SCALE + f"; EMD-CFL is not run; IFCA with k = {P.ifca_k}", resolution=RES_TAIL, versus="IFCA",
           values=lambda: (runs.macro_of("FedAvg-SE", "worst"), runs.macro_of("IFCA", "worst"))),
-    *[Claim(f"babu{TAIL_KEY.get(metric, '-gap')}", Q_BABU.split("; IFCA")[0] + " [...]", "Section 4.3, Table 2",
+    *[Claim(f"babu{TAIL_KEY.get(metric, '-gap')}",
+            ("Is HDC-FL's macro fairness gap smaller than that of FedBABU" if metric == "gap" else
+             f"Is HDC-FL's macro {TAIL_NAME[metric]} accuracy above that of FedBABU")
+            + ", the baseline whose mean the paper finds comparable to HDC-FL's?",
+            "the rows worst and bottom; Section 4.3, Table 2: “" + Q_BABU.split("; IFCA")[0] + "”",
             f"macro {TAIL_NAME.get(metric, 'fairness gap')} (pooled), HDC-FL − FedBABU, points",
-            "less" if metric == "gap" else "greater", RES_TAIL, SUB_SCALE, resolution=RES_TAIL, versus="FedBABU",
+            "less" if metric == "gap" else "greater", RES_TAIL, SUB_SCALE, kind="control", resolution=RES_TAIL,
+            versus="FedBABU",
             values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.macro_of("FedBABU", metric)))
       for metric in ("worst", "bottom-20 %", "gap")],
     *[Claim(f"proto{TAIL_KEY[metric]}", Q_PROTO, "Section 4.4 (CIFAR-10 rotation)",
@@ -382,10 +426,12 @@ claims = [
           DONOR_SUB + "; scored on the targets' local test splits", resolution=RES_DONOR,
           values=lambda: runs.nearest_donor(S_ROT)),
     *[Claim(f"overlap-{key}", Q_NEAR, "Section 4.5, Appendix F (label-support overlap)",
-            f"{setting}: ρ(head cosine, swap gain) / 2 − partial ρ given label overlap (more than half explained)",
-            "greater", RES_RHO, DONOR_SUB + "; overlap: the Jaccard index of the clients' training classes",
+            f"{setting}: share of ρ(head cosine, swap gain) that label overlap takes, (ρ − partial ρ) / ρ − ½ "
+            f"(more than half explained), on the seeds with ρ > {RES_RHO:g}",
+            "greater", RES_RHO, DONOR_SUB + "; overlap: the Jaccard index of the clients' training classes; a seed with "
+            "no positive association has nothing to explain and is left out",
             resolution=RES_RHO,
-            values=lambda setting=setting: (runs.donor(setting) / 2, runs.donor(setting, DONOR_COLUMNS["partial_rho"])))
+            values=lambda setting=setting: above_half(runs.overlap_share(setting, RES_RHO)))
       for key, setting in (("ls", S_LS), ("dir", S_DIR))],
     Claim("donor-auroc", Q_AUROC, "Appendix F",
           "AUROC of the raw-head cosine for 'same rotation' − 0.5 (chance)", "greater", MIN_AUROC,
@@ -398,6 +444,7 @@ claims = [
           values=lambda: (runs.donor(S_ROT, "AP same rotation"), runs.donor(S_ROT, "same-rotation share"))),
 ]
 glue("tol_mean", TOL_MEAN, display=False)
+glue("tol_ratio", TOL_RATIO, display=False)
 glue("res_rho", RES_RHO, display=False)
 glue("res_donor", RES_DONOR, display=False)
 glue("min_sil", MIN_SIL, display=False)
@@ -540,14 +587,16 @@ plt.show()
 # %% tags=["hide-input"]
 activation = activation_table(history, curves, P.settings, P.refresh_every)  # and the accuracy step at activation
 display(show_table(activation, digits=1))
-glue("step_text", f"{step_text(activation.loc[S_ROT, STEP_COLUMN])} under rotation and "
+glue("step_text", f"{step_text(activation.loc[S_LS, STEP_COLUMN])} under label subsets, "
+     f"{step_text(activation.loc[S_ROT, STEP_COLUMN])} under rotation and "
      f"{step_text(activation.loc[S_DIR, STEP_COLUMN])}", display=False)
 glue("refresh_every", P.refresh_every, display=False)
 
 # %% [markdown]
 # The step in mean accuracy from the refresh before activation to the first personalized
-# evaluation is {glue:text}`step_text` under Dirichlet skew (the paper: "larger activation steps in label-subset and rotation settings
-# than in Dirichlet settings", Appendix D). It mixes the personalization with
+# evaluation is {glue:text}`step_text` under Dirichlet skew, means over the seeds (the paper: "larger activation steps in
+# label-subset and rotation settings than in Dirichlet settings", Appendix D; the claims table's rows se-step-ls and
+# se-step-rot decide the ordering seed by seed). It mixes the personalization with
 # {glue:text}`refresh_every` more round(s) of training, so it is an upper reading of the
 # personalization's own effect.
 #
@@ -716,8 +765,16 @@ for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
     glue(f"ex2_ari_{key}", float(ex2.loc[setting, "ARI(heads, labels)"]), display=False)
 glue("ex2_rot_heads", float(ex2.loc[S_ROT, "ARI(heads, planted rotations)"]), display=False)
 glue("ex2_rot_labels", float(ex2.loc[S_ROT, "ARI(labels, planted rotations)"]), display=False)
-glue("ex2_rot_reading", "find the rotations" if ex2.loc[S_ROT, "ARI(heads, planted rotations)"] > 0.5
-     else "do not recover the rotations well on this seed", display=False)
+_heads_find = bool(ex2.loc[S_ROT, "ARI(heads, planted rotations)"] > 0.5)
+_labels_find = bool(ex2.loc[S_ROT, "ARI(labels, planted rotations)"] > 0.5)
+glue("ex2_rot_reading", "find the rotations" if _heads_find else "do not recover the rotations well on this seed",
+     display=False)
+glue("ex2_rot_conclusion",
+     "that is the covariate shift a label summary cannot see, and the setting where the paper finds head geometry "
+     "most useful" if _heads_find and not _labels_find else
+     "on this seed the heads do not show the covariate shift clearly either, though rotation is the setting where "
+     "the paper finds head geometry most useful" if not _heads_find else
+     "on this seed the label histograms find the rotations too, so the heads have no advantage here", display=False)
 glue("ex_seconds", time.perf_counter() - t_ex, display=False)
 
 # %% [markdown]
@@ -776,8 +833,7 @@ glue("ex1_table", show_table(ex1.set_index(["setting", "T"]), digits={"mean": 1,
 # Under label skew the ARI says how far the heads encode which labels a client holds. Under
 # rotation the label histograms are nearly equal and any grouping of them is noise (ARI with the
 # planted rotations {glue:text}`ex2_rot_labels:.2f`), while the heads {glue:text}`ex2_rot_reading`
-# (ARI {glue:text}`ex2_rot_heads:.2f`): that is the covariate shift a label summary cannot see,
-# and the setting where the paper finds head geometry most useful.
+# (ARI {glue:text}`ex2_rot_heads:.2f`): {glue:text}`ex2_rot_conclusion`.
 # :::
 
 # %% tags=["remove-cell"]

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients
-from fedlib.experiments.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_table,
-                                      donor_table, ledger_costs, nearest_donor_gain, server_seconds, step_text, tail_metrics)
+from fedlib.experiments.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_steps,
+                                      activation_table, donor_table, ledger_costs, nearest_donor_gain, server_seconds, step_text, tail_metrics)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig, predict
@@ -56,6 +56,34 @@ def test_activation_table_by_hand():
     assert table.index.tolist() == ["b", "a"]
     assert table.loc["a"].tolist() == [4.0, 4, 4, 2.5]  # steps 4 and 1
     assert table.loc["b", "earliest"] == 2 and math.isnan(table.loc["b", STEP_COLUMN])  # active at the first refresh
+
+
+def test_activation_steps_per_seed_by_hand_and_paired_across_settings():
+    history = pd.DataFrame({"setting": ["a"] * 6 + ["b"] * 6, "seed": [0, 0, 1, 1, 2, 2] * 2,
+                            "descriptor": "rank-r descriptors", "round": [2, 4] * 6,
+                            "active": [False, True, False, True, True, True,   # a: seed 2 active at the first refresh
+                                       False, True, False, False, False, True]})  # b: seed 1 never active
+    curves = history[["setting", "seed", "round"]].assign(mean=[50.0, 54.0, 60.0, 61.0, 70.0, 75.0,
+                                                                40.0, 41.0, 30.0, 35.0, 20.0, 22.0])
+    a = activation_steps(history, curves, "a", refresh_every=2)
+    assert a.index.tolist() == [0, 1, 2] and a.tolist()[:2] == [4.0, 1.0] and math.isnan(a[2])
+    b = activation_steps(history, curves, "b", refresh_every=2)
+    assert b[0] == 1.0 and math.isnan(b[1]) and b[2] == 2.0
+    runs = dataclasses.replace(_runs(), history=history, curves=curves)
+    steps_a, steps_b = runs.steps("a", 2), runs.steps("b", 2)
+    assert steps_a[:2].tolist() == [4.0, 1.0] and math.isnan(steps_a[2])  # seed order, NaN kept: pairs by seed
+    assert steps_b[0] == 1.0 and math.isnan(steps_b[1]) and steps_b[2] == 2.0
+    assert activation_table(history, curves, ["a", "b"], 2)[STEP_COLUMN].tolist() == [2.5, 1.5]  # the means of the steps
+
+
+def test_overlap_share_reads_only_seeds_with_an_association_to_explain():
+    runs = _runs()
+    runs.donor_seed = pd.DataFrame({"setting": "x", "seed": [0, 1, 2], "ρ (raw heads)": [0.4, 0.0, 0.005],
+                                    "partial ρ given overlap": [0.1, -0.05, -0.2]})
+    share = runs.overlap_share("x", floor=0.01)
+    assert share[0] == pytest.approx(0.75)  # (0.4 − 0.1) / 0.4
+    # ρ = 0 with a negative partial ρ: the old ρ/2 − partial ρ = 0.05 "held" with nothing to explain; now undefined
+    assert math.isnan(share[1]) and math.isnan(share[2])
 
 
 def _runs() -> HDCFLRuns:
@@ -169,7 +197,7 @@ def test_a_study_under_partial_participation_samples_half_the_clients_for_every_
     out = half.run_seed("Dirichlet", 1)
     assert [r["method"] for r in out["rows"]] == list(METHODS)
     assert all(np.isfinite(r["mean"]) for r in out["rows"])
-    with pytest.raises(ValueError, match="participation must be in"):
+    with pytest.raises(ValueError, match="participation must be"):
         dataclasses.replace(tiny_study, participation=0.0)
 
 

@@ -13,7 +13,7 @@ D), the donor swap (Section 4.5, Appendix F) and the communication cost.
 setting and seed and returns an :class:`HDCFLRuns`, whose tidy tables the chapter shows and whose
 methods give the values per seed its claims compare. The pieces of one run are free functions:
 :func:`tail_metrics`, :func:`ledger_costs`, :func:`server_seconds`, :func:`donor_table`; the
-activation table of the dynamics is :func:`activation_table`.
+activation table of the dynamics is :func:`activation_table` (its steps per seed: :func:`activation_steps`).
 """
 
 from __future__ import annotations
@@ -185,12 +185,43 @@ def two_histories(history: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([own, raw], ignore_index=True)
 
 
+def activation_steps(history: pd.DataFrame, curves: pd.DataFrame, setting: str, refresh_every: int) -> pd.Series:
+    """Per seed of ``setting`` (the index, sorted), the step in mean accuracy at activation: the
+    first personalized evaluation (the first active refresh round of the rank-r descriptors' run)
+    minus the evaluation ``refresh_every`` rounds before it, in points; NaN where activation comes
+    at the first refresh (no evaluation before it) or never. What :func:`activation_table`
+    averages, and what a claim on the steps compares, seed by seed.
+
+    Examples
+    --------
+    >>> history = pd.DataFrame({"setting": "a", "seed": [0, 0, 1, 1], "descriptor": REFRESH_RUNS[0],
+    ...                         "round": [2, 4, 2, 4], "active": [False, True, True, True]})
+    >>> curves = pd.DataFrame({"setting": "a", "seed": [0, 0, 1, 1], "round": [2, 4, 2, 4], "mean": [50.0, 54.0, 60.0, 61.0]})
+    >>> activation_steps(history, curves, "a", refresh_every=2).tolist()
+    [4.0, nan]
+    """
+    check_int("refresh_every", refresh_every, low=1)
+    main = history[(history.descriptor == REFRESH_RUNS[0]) & (history.setting == setting)]  # the run's own refreshes
+    seeds = sorted(main.seed.unique())
+    r_act = main[main.active].groupby("seed")["round"].min()
+    at = curves[curves.setting == setting]
+
+    def mean_at(s, r):
+        v = at[(at.seed == s) & (at["round"] == r)]["mean"]
+        return float(v.mean()) if len(v) else math.nan
+
+    steps = {s: mean_at(s, r_act[s]) - mean_at(s, r_act[s] - refresh_every) if s in r_act.index else math.nan
+             for s in seeds}
+    return pd.Series(steps, dtype=float).sort_index()
+
+
 def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequence[str],
                      refresh_every: int) -> pd.DataFrame:
     """When personalization starts, per setting: the first active refresh round of the rank-r
     descriptors' runs (mean, earliest and latest over seeds), and the mean step in mean accuracy
     from the evaluation ``refresh_every`` rounds before it to the first personalized evaluation
-    (:data:`STEP_COLUMN`; NaN where activation comes at the first refresh).
+    (:data:`STEP_COLUMN`, the mean over seeds of :func:`activation_steps`; NaN where activation
+    comes at the first refresh).
 
     Parameters
     ----------
@@ -205,13 +236,10 @@ def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequ
     table.columns = ["activation round (mean)", "earliest", "latest"]
     step = {}
     for setting in settings:
-        r_act = main[(main.setting == setting) & main.active].groupby("seed")["round"].min()
-        at = curves[curves.setting == setting]
-        before = [at[(at.seed == s) & (at["round"] == r - refresh_every)]["mean"].mean() for s, r in r_act.items()]
-        after = [at[(at.seed == s) & (at["round"] == r)]["mean"].mean() for s, r in r_act.items()]
+        steps = activation_steps(history, curves, setting, refresh_every).to_numpy()
         with warnings.catch_warnings():  # every step NaN (activation at the first refresh): NaN, said in the docstring
             warnings.simplefilter("ignore", RuntimeWarning)
-            step[setting] = float(np.nanmean(np.array(after) - np.array(before)))
+            step[setting] = float(np.nanmean(steps)) if len(steps) else math.nan
     table[STEP_COLUMN] = pd.Series(step)
     return table
 
@@ -241,7 +269,7 @@ class HDCFLRuns:
     history : DataFrame
         :func:`two_histories` of the HDC-FL run, with ``setting, seed, descriptor``.
     curves : DataFrame
-        ``setting, seed, round, mean``: HDC-FL's mean local accuracy (points) at every evaluated round.
+        ``setting, seed, round, mean``: HDC-FL's mean accuracy (points; the clients' pooled scores) at every evaluated round.
     donors : DataFrame
         :func:`donor_table` of the HDC-FL run, with ``setting, seed``.
     costs : DataFrame
@@ -330,6 +358,22 @@ class HDCFLRuns:
         d = self.donors[self.donors.setting == setting]
         pairs = [nearest_donor_gain(g) for _, g in d.groupby("seed", sort=True)]
         return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+    def steps(self, setting: str, refresh_every: int) -> np.ndarray:
+        """Per seed (every seed of :attr:`history`, in order), HDC-FL's step in mean accuracy at
+        activation in ``setting`` (:func:`activation_steps`; NaN where it is not measurable), so
+        that two settings' steps pair by seed."""
+        seeds = sorted(self.history.seed.unique())
+        return activation_steps(self.history, self.curves, setting, refresh_every).reindex(seeds).to_numpy(dtype=float)
+
+    def overlap_share(self, setting: str, floor: float) -> np.ndarray:
+        """Per seed, the share of the donor-ranking association that label-support overlap takes:
+        (ρ − partial ρ given overlap) / ρ, with ρ the Spearman correlation of the raw-head
+        similarity and the swap gain (:meth:`donor`); NaN on a seed whose ρ is not above
+        ``floor`` (no positive association to explain: a claim reads the other seeds)."""
+        rho, partial = self.donor(setting), self.donor(setting, DONOR_COLUMNS["partial_rho"])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(rho > floor, (rho - partial) / rho, np.nan)
 
     def donor(self, setting: str, column: str = DONOR_COLUMNS["rho_raw"]) -> np.ndarray:
         """Per seed, a column of :attr:`donor_seed` in ``setting`` (default: ρ of the raw-head
@@ -514,5 +558,5 @@ class HDCFLStudy:
 
 
 __all__ = ["BASELINES", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDCFLRuns", "HDCFLStudy", "METHODS", "RAW_RUN", "REFRESH_RUNS",
-           "SETTINGS", "SHARED_VARIANT", "STEP_COLUMN", "TAIL_METRICS", "activation_table", "donor_table", "ledger_costs",
-           "nearest_donor_gain", "server_seconds", "step_text", "tail_metrics", "two_histories"]
+           "SETTINGS", "SHARED_VARIANT", "STEP_COLUMN", "TAIL_METRICS", "activation_steps", "activation_table", "donor_table",
+           "ledger_costs", "nearest_donor_gain", "server_seconds", "step_text", "tail_metrics", "two_histories"]
