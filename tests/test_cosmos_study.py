@@ -211,6 +211,41 @@ def test_the_pseudo_label_learning_rate_is_set_on_both_sides():
     assert study.client_train["train"].lr == 1e-3 and study.client_train["distill"].batch_size == 64
 
 
+def test_each_method_takes_its_own_pseudo_label_rate():
+    """No method inherits another's rate: a method named in pseudo_lr distils at its own rate (COSMOS's server too);
+    the others keep the study's rate; the true-label rates are untouched."""
+    study = _study().with_pseudo_lr(1e-4).with_pseudo_lrs({"COSMOS": 1e-3, "FedMD": 5e-4})
+    public, hidden, fed, planted = study.split(0)
+    cosmos = study.cosmos_method(fed.global_test, public, 0)
+    base = study.baselines(public, 0)
+    assert cosmos.distill.lr == 1e-3 and cosmos.server_train.lr == 1e-3 and cosmos.train.lr == 1e-3
+    assert base["FedMD"].distill.lr == 5e-4 and base["COMET"].distill.lr == 1e-4 and base["FedCT"].distill.lr == 1e-4
+    assert all(m.pretrain.lr == 1e-3 and m.train.lr == 1e-3 for m in base.values())
+    assert study.with_pseudo_lrs({"COMET": 1e-3}).pseudo_lr == {"COSMOS": 1e-3, "FedMD": 5e-4, "COMET": 1e-3}
+    for bad in ({"Ditto": 1e-3}, {"COSMOS": 0.0}, {"FedMD": float("nan")}):
+        with pytest.raises(ValueError, match="pseudo_lr"):
+            _study(pseudo_lr=bad)
+
+
+def test_fedct_never_reads_the_pseudo_label_rate_when_every_client_takes_part_from_the_start():
+    """Why the chapter's pilot does not run FedCT: its scores at the two candidate rates are equal by construction
+    (mutation: make FedCT digest U with ``distill`` before its joint training, and they differ)."""
+    scores = [_study().with_pseudo_lrs({"FedCT": lr}).pilot_scores(0, 2, ("FedCT",))["FedCT"] for lr in (1e-4, 1e-1)]
+    assert scores[0] == scores[1]
+    fedmd = [_study().with_pseudo_lrs({"FedMD": lr}).pilot_scores(0, 2, ("FedMD",))["FedMD"] for lr in (1e-4, 1e-1)]
+    assert fedmd[0] != fedmd[1]  # the same pilot does see FedMD's rate
+
+
+def test_the_pilot_on_fewer_clients_is_the_clients_sweep_setting():
+    """A pilot on n_clients keeps the clients sweep's clients: COSMOS's pilot score is that sweep's run, bit for bit."""
+    study = _study(n_clients=10, sweep_rounds=1, sweeps={"clients": [5]})
+    row = study.run_item(("sweep", ("clients", 5), 0))["rows"][0]
+    pilot = study.pilot_scores(0, 1, ("COSMOS",), n_clients=5)
+    assert list(pilot) == ["COSMOS"] and pilot["COSMOS"] == row["mean"]
+    with pytest.raises(ValueError, match="methods"):
+        study.pilot_scores(0, 1, ("Local",))
+
+
 def test_the_clients_sweep_runs_the_kept_clients_of_the_default_federation():
     study = _study(n_clients=10, sweep_rounds=1, sweeps={"clients": [5]})
     row = study.run_item(("sweep", ("clients", 5), 0))["rows"][0]

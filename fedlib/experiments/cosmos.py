@@ -54,6 +54,10 @@ one architecture; COSMOS and COMET on another mixture; COSMOS and COMET at anoth
 STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "detach")
 """The sensitivity studies a study can sweep (the ``sweeps`` of :class:`COSMOSStudy`)."""
 
+PSEUDO_LR_METHODS = ("COSMOS", "FedMD", "FedCT", "COMET")
+"""The methods that may take a learning rate on pseudo-labels of their own (the ``pseudo_lr`` of
+:class:`COSMOSStudy`)."""
+
 
 def sweep_label(study: str, value) -> str:
     """The name of one swept value in a claim's comparators: ``"λ = 0.5"``, ``"rule = median"``.
@@ -186,6 +190,10 @@ class COSMOSStudy:
     side_seeds : int or None
         How many of the first seeds run the items that are not headline items (None: every seed).
     cifar_root : str or None
+    pseudo_lr : mapping of str to float
+        A method's own learning rate on pseudo-labels (:data:`PSEUDO_LR_METHODS`): its clients'
+        distillation and, for COSMOS, its server's; a method not named takes ``client_train``'s
+        ``distill`` rate (and COSMOS ``server_train``'s). Local training alone distils nothing.
     """
 
     dataset: str
@@ -216,8 +224,13 @@ class COSMOSStudy:
     alphas: Sequence[float] = ()
     side_seeds: int | None = None
     cifar_root: str | None = None
+    pseudo_lr: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        bad = {m: lr for m, lr in self.pseudo_lr.items()
+               if m not in PSEUDO_LR_METHODS or not isinstance(lr, (int, float)) or not np.isfinite(lr) or lr <= 0}
+        if bad:
+            raise ValueError(f"pseudo_lr must map methods of {', '.join(PSEUDO_LR_METHODS)} to positive finite rates, got {bad}")
         if self.n_clients < self.n_groups:
             raise ValueError(f"n_clients={self.n_clients} must be at least the {self.n_groups} label groups of the partition")
         unknown = [s for s in self.sweeps if s not in STUDIES]
@@ -281,37 +294,73 @@ class COSMOSStudy:
         return functools.partial(build_model, spec.pop("model"), in_channels=ds.x.shape[1], n_classes=ds.n_classes,
                                  input_size=ds.x.shape[-1], **spec)
 
+    def method_train(self, name: str) -> dict[str, TrainConfig]:
+        """The client configurations of method ``name``: ``client_train`` with its ``distill``
+        rate replaced by the method's own rate on pseudo-labels where ``pseudo_lr`` names one."""
+        if name not in self.pseudo_lr:
+            return dict(self.client_train)
+        return {**self.client_train, "distill": dataclasses.replace(self.client_train["distill"], lr=self.pseudo_lr[name])}
+
     def cosmos_method(self, ds: ArrayDataset, public: PublicSet, run_seed: int, **change) -> COSMOS:
-        """COSMOS with the study's settings, ``change`` applied."""
-        kw = dict(public=public, server_model=self.server_factory(ds, self.server), server_train=self.server_train,
+        """COSMOS with the study's settings (its own rate on pseudo-labels, :meth:`method_train`, on
+        both sides), ``change`` applied."""
+        server_train = self.server_train if "COSMOS" not in self.pseudo_lr else \
+            dataclasses.replace(self.server_train, lr=self.pseudo_lr["COSMOS"])
+        kw = dict(public=public, server_model=self.server_factory(ds, self.server), server_train=server_train,
                   temperature=self.temperature, lam=self.lam, target_clusters=self.target_clusters, seed=run_seed,
-                  **self.client_train)
+                  **self.method_train("COSMOS"))
         kw.update(change)
         return COSMOS(**kw)
 
     def baselines(self, public: PublicSet, run_seed: int) -> dict:
-        """FedMD, FedCT and COMET with the study's settings."""
-        kw = dict(public=public, temperature=self.temperature, seed=run_seed, **self.client_train)
-        return {"FedMD": FedMD(**kw), "FedCT": FedCT(**kw), "COMET": COMET(k=self.comet_k, **kw)}
+        """FedMD, FedCT and COMET with the study's settings, each with its own rate on pseudo-labels
+        (:meth:`method_train`)."""
+        kw = dict(public=public, temperature=self.temperature, seed=run_seed)
+        return {"FedMD": FedMD(**kw, **self.method_train("FedMD")), "FedCT": FedCT(**kw, **self.method_train("FedCT")),
+                "COMET": COMET(k=self.comet_k, **kw, **self.method_train("COMET"))}
 
     def local_only(self, public: PublicSet, run_seed: int) -> LocalOnly:
         """Local training alone: the model-agnostic clients' own training, no server feedback."""
         return LocalOnly(public=public, temperature=self.temperature, seed=run_seed, **self.client_train)
 
     def with_pseudo_lr(self, lr: float) -> COSMOSStudy:
-        """The study with the learning rate ``lr`` on pseudo-labels: every client's distillation and COSMOS's server's."""
+        """The study with the learning rate ``lr`` on pseudo-labels: every client's distillation and
+        COSMOS's server's (a method's own rate in ``pseudo_lr`` still overrides it)."""
         return dataclasses.replace(self, server_train=dataclasses.replace(self.server_train, lr=lr),
                                    client_train={**self.client_train, "distill": dataclasses.replace(self.client_train["distill"], lr=lr)})
 
-    def pilot_mean(self, run_seed: int, rounds: int) -> float:
-        """COSMOS's mean accuracy in points on the default mixture after ``rounds`` rounds at
-        ``run_seed``: a pilot seed's score, for a setting chosen before the claims' runs on a
-        seed none of them uses."""
+    def with_pseudo_lrs(self, rates: Mapping[str, float]) -> COSMOSStudy:
+        """The study with each method of ``rates`` (:data:`PSEUDO_LR_METHODS`) taking its own learning
+        rate on pseudo-labels (``pseudo_lr``)."""
+        return dataclasses.replace(self, pseudo_lr={**self.pseudo_lr, **rates})
+
+    def fewer_clients(self, fed: Federation, planted: np.ndarray, n_kept: int) -> tuple[Federation, np.ndarray]:
+        """The federation of ``n_kept`` of ``fed``'s clients (:func:`kept_clients`: every kept
+        client's data unchanged) and their planted groups."""
+        keep = kept_clients(self.n_clients, self.n_groups, n_kept)
+        return (dataclasses.replace(fed, clients=[fed.clients[k] for k in keep], description={**fed.description, "n_clients": len(keep)}),
+                planted[keep])
+
+    def pilot_scores(self, run_seed: int, rounds: int, methods: Sequence[str] = ("COSMOS", "FedMD", "FedCT", "COMET"),
+                     n_clients: int | None = None) -> dict[str, float]:
+        """Each of ``methods``' mean accuracy in points on the default mixture after ``rounds``
+        rounds at ``run_seed``: a pilot seed's scores, for a setting chosen before the claims' runs
+        on a seed none of them uses. ``n_clients`` (below the study's) keeps that many clients of the
+        federation (:meth:`fewer_clients`), to make the pilot cheaper with every client's data unchanged."""
+        unknown = [m for m in methods if m not in PSEUDO_LR_METHODS]
+        if unknown or not methods:
+            raise ValueError(f"methods must be among {', '.join(PSEUDO_LR_METHODS)}, got {list(methods)}")
         public, hidden, fed, planted = self.split(run_seed)
+        if n_clients is not None and n_clients != self.n_clients:
+            fed, planted = self.fewer_clients(fed, planted, n_clients)
         ds = fed.global_test
-        run = run_federated(self.cosmos_method(ds, public, run_seed), fed, self.architectures(self.base_mix, self.n_clients, ds),
-                            LoopConfig(rounds=rounds, seed=run_seed, eval_every=0))
-        return accuracy_points(run.frame)["mean"]
+        archs = self.architectures(self.base_mix, fed.n_clients, ds)
+        cfg = LoopConfig(rounds=rounds, seed=run_seed, eval_every=0)
+        scores = {}
+        for m in methods:
+            method = self.cosmos_method(ds, public, run_seed) if m == "COSMOS" else self.baselines(public, run_seed)[m]
+            scores[m] = accuracy_points(run_federated(method, fed, archs, cfg).frame)["mean"]
+        return scores
 
     def run_item(self, item: tuple[str, object, int]) -> dict:
         """One item of :meth:`items`: ``rows``, ``curves``, ``bytes``, ``clusters`` (lists) and
@@ -384,10 +433,7 @@ class COSMOSStudy:
             if study == "|U| share":
                 public = public_part(public, hidden, value / self.public_share)
             if study == "clients":
-                keep = kept_clients(self.n_clients, self.n_groups, value)
-                fed = dataclasses.replace(fed, clients=[fed.clients[k] for k in keep],
-                                          description={**fed.description, "n_clients": len(keep)})
-                planted = planted[keep]
+                fed, planted = self.fewer_clients(fed, planted, value)
             ds = fed.global_test
             archs = self.architectures(self.base_mix, fed.n_clients, ds)
             change = {"λ": dict(lam=value), "T": dict(temperature=value), "rule": dict(rule=value),
@@ -559,5 +605,5 @@ class Sensitivity:
         return part
 
 
-__all__ = ["KINDS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "fedavg_bytes", "kept_clients",
+__all__ = ["KINDS", "PSEUDO_LR_METHODS", "STUDIES", "COSMOSStudy", "Sensitivity", "StudyResults", "accuracy_points", "fedavg_bytes", "kept_clients",
            "planted_groups", "public_part", "split_epochs", "sweep_label", "training_bytes"]
