@@ -355,7 +355,8 @@ N = len(SEEDS)
 claims = []
 for a in P.alphas:  # the headline: the paper's main result, every baseline, both concentrations
     for m in ("global", "unseen", "rare", "F@25"):
-        claims.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III",
+        claims.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III; stand-in headline for the missing "
+                            "abstract and conclusion",
                             f"{m} (α = {a}), FedGRC − each baseline, points", "greater", RES[m],
                             f"{SCALE}; {ABSENT}; {BUDGET}" + (f"; {RARE}" if m == "rare" else ""),
                             resolution=RES[m], versus=tuple(BASELINES), headline=True,
@@ -547,6 +548,28 @@ for pos, a in POS.items():
     glue(f"fge_head_gain_{pos}", interval_text(v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global")), display=False)
     glue(f"fge_aug_gain_{pos}", interval_text(v(a, "FedAvg-Aug", "global") - v(a, "FedAvg", "global")), display=False)
     glue(f"fge_cgrl_gain_{pos}", interval_text(v(a, FEDGRC, "F@25") - v(a, "FedAvg-Aug + MMS + SASP", "F@25")), display=False)
+# The prose's reading of the shared head's effect follows the sign of its gain at both concentrations (not a claim row)
+head_ivs = [mean_interval(d[~np.isnan(d)] if (~np.isnan(d)).any() else np.zeros(1))
+            for d in (v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global") for a in POS.values())]
+HEAD_BIAS = ("a linear head trained by FedAvg under label skew leans toward the classes most clients hold, a head built "
+             "from pooled class moments with equal priors does not")
+glue("fge_head_reading",
+     f"a gain clear of the seed-to-seed spread at both, as expected if {HEAD_BIAS}" if all(iv.low > 0 for iv in head_ivs)
+     else f"positive on average at both but not clear of the seed-to-seed spread at both, so the table does not show that "
+          f"{HEAD_BIAS}" if all(iv.mean > 0 for iv in head_ivs)
+     else f"not a gain at both concentrations, so the expected effect (that {HEAD_BIAS}) does not show at this scale",
+     display=False)
+# "Why a verdict can differ": the ceiling argument is made only where the statistical heads' global accuracy is high
+CEILING = 90.0  # percent, declared for this sentence: a head at or above it leaves the paper's differences little room
+head_glob = [float(np.nanmean(v(a, f"{b} + {h}", "global"))) for a in P.alphas for b in BACKBONES for h in HEADS]
+glob_lo, glob_hi = min(head_glob), max(head_glob)
+glue("fge_ceiling_text",
+     f"MNIST digits are nearly separable by the small CNN after a few rounds: every statistical head reaches a mean global "
+     f"accuracy of at least {glob_lo:.1f} % on every backbone (at most {glob_hi:.1f} %), so the differences the paper "
+     "reports on CIFAR-100 and remote-sensing scenes with ResNet-18 have little room here" if glob_lo >= CEILING else
+     f"the statistical heads' mean global accuracy ranges from {glob_lo:.1f} % to {glob_hi:.1f} % over the backbones "
+     f"and concentrations, so not every head is near a ceiling (at least {CEILING:.0f} % for all, declared here) and MNIST's "
+     "ease alone does not explain a verdict", display=False)
 
 # %% [markdown]
 # We call **baselines** the personalized-FL methods, FedAvg-Aug, FedCGS + FT on FedAvg and the
@@ -568,9 +591,8 @@ for pos, a in POS.items():
 # Two effects that are not CGRL's losses can be read off the same table. Replacing FedAvg's
 # trained linear head by the shared MMS head on the *same* backbone changes the mean global
 # accuracy by {glue:text}`fge_head_gain_lo` points at $\alpha =$ {glue:text}`fge_alpha_lo`
-# ({glue:text}`fge_head_gain_hi` at {glue:text}`fge_alpha_hi`): a linear head trained by FedAvg
-# under label skew leans toward the classes most clients hold, a head built from pooled class
-# moments with equal priors does not. Training FedAvg on the two augmented views (FedAvg-Aug)
+# ({glue:text}`fge_head_gain_hi` at {glue:text}`fge_alpha_hi`): {glue:text}`fge_head_reading`.
+# Training FedAvg on the two augmented views (FedAvg-Aug)
 # changes its global accuracy by {glue:text}`fge_aug_gain_lo` points
 # ({glue:text}`fge_aug_gain_hi`). Swapping the augmentation-matched backbone FedAvg-Aug for CGRL's
 # under the same MMS + SASP head changes F@25 by {glue:text}`fge_cgrl_gain_lo` points at
@@ -828,10 +850,8 @@ results = claims_report(claims, prefix="fge_", total_seconds=P.elapsed())
 # %% [markdown]
 # Of {glue:text}`fge_n_claims` rows, {glue:text}`fge_n_holds` hold here,
 # {glue:text}`fge_n_not` do not hold and {glue:text}`fge_n_inconclusive` are inconclusive at this
-# scale. **Why a verdict can differ from the paper's.** MNIST digits are nearly separable by the
-# small CNN after a few rounds, so every statistical head reaches a high global accuracy on every
-# backbone and the differences the paper reports on CIFAR-100 and remote-sensing scenes with
-# ResNet-18 have little room here; the rows with a size (the paper's smallest gain) ask for more
+# scale. **Why a verdict can differ from the paper's.** {glue:text}`fge_ceiling_text`; the rows
+# with a size (the paper's smallest gain) ask for more
 # than a direction. SASP's premise is that a client's classes *look* different from the
 # federation's (sensors, regions, styles); a Dirichlet label skew of MNIST changes only how many
 # images of each class a client holds, not what they look like (the $m_0$ curve above). Our

@@ -309,9 +309,11 @@ claims.append(Claim("label-smoother", Q_CONV, "Section 4.5, Figure 8",
                     f"the paper's curves are on Office-Home-LDS; ours on label skew, {P.rounds} rounds; {SUB_LABEL}",
                     resolution=RES_LABEL, values=lambda: (label_runs.drops(b_lo, G, SEEDS), label_runs.drops(b_lo, "FedAvg", SEEDS))))
 for b in BASES:
-    claims.append(Claim(f"dom-gain-{b}", Q_DOM, "Section 4.3, Table 4; the abstract's domain-skew claim",
+    claims.append(Claim(f"dom-gain-{b}", Q_ABS, "Abstract; Section 4.3, Table 4",
                         f"AVG accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "greater", MIN_GAIN,
-                        (MOON if b == "FedProx" else "") + f"{SUB_STEPS}; {SUB_DOM}", resolution=RES_DOM, headline=True,
+                        (MOON if b == "FedProx" else "") + "domain skew only (the coexistence of label and domain skew "
+                        f"is not run); Section 4.3's Digits instance of it (“{Q_DOM}”) is read as a gain above the "
+                        f"minimum effect ({MIN_GAIN:g} in points), not those sizes; {SUB_STEPS}; {SUB_DOM}", resolution=RES_DOM, headline=True,
                         values=lambda b=b: (dval(b, STEPS12, seeds=SEEDS), dval(b, b, seeds=SEEDS))))
 for b in ABLATION_BASES:
     claims.append(Claim(f"dom-step1-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
@@ -335,7 +337,13 @@ claims.append(Claim("digits-vs-peers", Q_DIG, "Section 4.3, Table 4",
                     f"{SUB_DOM}", resolution=RES_DOM, versus=PEERS,
                     values=lambda: (dval("FedAvg", STEPS12), {m: dval("FedAvg", m) for m in PEERS})))
 OTHERS = DOMAINS[1:]  # the domains MNIST's classes are compared with (one heat map each)
-SUB_FIG6 = "CLIP → our CNN encoder, one trained per seed; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST"
+SUB_FIG6 = ("CLIP → our CNN encoder, one trained per seed; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST. Two "
+            "of the three heat maps compare MNIST with transforms of MNIST's own images (rotated, inverted), "
+            + ("and the encoder trains on every domain's public part, so a shared class shape there is nearly "
+               "guaranteed by the design; " if P.encoder_sees == "all" else
+               "so a shared class shape there is close to built in even with an encoder trained on MNIST only; ")
+            + "only the UCI-digits heat map compares two separately collected digit sets (its own interval in "
+            "fig6-diagonal; fig6-rowmax pools all three)")
 # Per heat map (each other domain) the paired difference is S same class − S different classes of one seed's encoder; the
 # tuple form decides "each heatmap" (ours = 0, each heat map's baseline = −its diagonal lead, so ours − baseline = the lead)
 claims.append(Claim("fig6-diagonal", Q_FIG6, "Section 3.2.2, Figure 6",
@@ -678,7 +686,10 @@ show_table(sim_table.rename(columns={ROWMAX: f"{ROWMAX} (of {dom_emb.n_classes})
 # {glue:text}`sim_rowmax_of` rows (mean over the seeds), that is {glue:text}`sim_rowmax_pct:.0f` %,
 # the same class is the most similar one, against {glue:text}`chance_pct:.0f` % by chance. The
 # claims table decides both readings of Figure 6: a higher diagonal on average (fig6-diagonal) and
-# a diagonal that is the row's maximum more often than chance (fig6-rowmax).
+# a diagonal that is the row's maximum more often than chance (fig6-rowmax). Two of the three other
+# domains are MNIST rotated and inverted, and the encoder was trained on {glue:text}`dom_enc_sees`,
+# so for them a shared class shape is close to built in; the UCI-digits heat map is the one that
+# tests the paper's sentence across separately collected data.
 #
 # ## Cost of the augmentation
 #
@@ -780,9 +791,21 @@ glue("ex1_gap_full", ex1_gap_full, display=False)
 glue("ex1_gap_small", ex1_gap_small, display=False)
 glue("ex1_prb_full", ex1_rb_full, display=False)
 glue("ex1_prb_small", ex1_rb_small, display=False)
-glue("ex1_code_move", ex1_small[G] - ex1_full[G], display=False)
-glue("ex1_fedavg_move", ex1_small["FedAvg"] - ex1_full["FedAvg"], display=False)
-glue("ex1_rb_word", sign_word(abs(ex1_rb_full) - abs(ex1_rb_small), "closer to", "further from", "as close to"), display=False)
+ex1_code_move, ex1_fedavg_move = ex1_small[G] - ex1_full[G], ex1_small["FedAvg"] - ex1_full["FedAvg"]
+glue("ex1_code_move", ex1_code_move, display=False)
+glue("ex1_fedavg_move", ex1_fedavg_move, display=False)
+ex1_rb_change = abs(ex1_rb_full) - abs(ex1_rb_small)  # > 0: the paper's formula moved closer to the rebalancing control
+glue("ex1_rb_reading", sign_word(ex1_rb_change, "closer to the rebalancing-only control, as the ratio predicts",
+                                 "further from the rebalancing-only control, against what the ratio predicts",
+                                 "as close to the rebalancing-only control as at scale 1: the ratio's prediction does not show")
+     + ("" if not abs(ex1_rb_change) < ex_noise else " (a change within the seed-to-seed yardstick, so one seed does not "
+        "settle it)"), display=False)
+glue("ex1_move_reading", "both move the same way by more than the seed-to-seed yardstick, so the change is not the noise "
+     "formula's; a plausible cause, not measured here, is training the classifier on smaller inputs (with Adam a step moves "
+     "the weights by about the learning rate whatever the input scale, so the logits move less per step)"
+     if np.sign(ex1_code_move) == np.sign(ex1_fedavg_move) and min(abs(ex1_code_move), abs(ex1_fedavg_move)) > ex_noise else
+     "they do not both move the same way by more than the seed-to-seed yardstick, so one seed does not say what moved them",
+     display=False)
 glue("ex1_reading", "both gaps are within the seed-to-seed yardstick, so one seed cannot tell the formulas apart"
      if max(abs(ex1_gap_full), abs(ex1_gap_small)) < ex_noise else
      "at least one gap exceeds the seed-to-seed yardstick", display=False)
@@ -817,12 +840,10 @@ ex1_seconds = time.perf_counter() - t_ex
 # | scale 1 (the chapter's run) | {glue:text}`ex1_fedavg_full:.1f` | {glue:text}`ex1_rb_full:.1f` | {glue:text}`ex1_code_full:.1f` | {glue:text}`ex1_paper_full:.1f` | {glue:text}`ex1_gap_full:+.1f` | {glue:text}`ex1_prb_full:+.1f` |
 # | scale {glue:text}`ex1_scale` | {glue:text}`ex1_fedavg_small:.1f` | {glue:text}`ex1_rb_small:.1f` | {glue:text}`ex1_code_small:.1f` | {glue:text}`ex1_paper_small:.1f` | {glue:text}`ex1_gap_small:+.1f` | {glue:text}`ex1_prb_small:+.1f` |
 #
-# The paper's formula ends up {glue:text}`ex1_rb_word` the rebalancing-only control, as the
-# ratio predicts. The code's run moves by {glue:text}`ex1_code_move:+.1f` points although its
-# noise is unchanged relative to the data: such a change comes from training the classifier on
-# smaller inputs (with Adam a step moves the weights by about the learning rate whatever the
-# input scale, so the logits move less per step), and it moves FedAvg too
-# ({glue:text}`ex1_fedavg_move:+.1f`). Reading the gaps: {glue:text}`ex1_reading`; the
+# The paper's formula ends up {glue:text}`ex1_rb_reading`. The code's run moves by
+# {glue:text}`ex1_code_move:+.1f` points although its noise is unchanged relative to the data, and
+# FedAvg, which adds no noise, moves by {glue:text}`ex1_fedavg_move:+.1f`: {glue:text}`ex1_move_reading`.
+# Reading the gaps: {glue:text}`ex1_reading`; the
 # full answer needs `embedding_scale=0.1` over all {glue:text}`n_seeds` seeds.
 # :::
 
