@@ -480,6 +480,14 @@ glue("cosmos_own_mean", float(mm.loc["COSMOS (client models)", "mean"]), display
 glue("best_base", best_base, display=False)
 glue("best_base_mean", float(mm.loc[best_base, "mean"]), display=False)
 glue("local_mean", float(mm.loc["Local", "mean"]), display=False)
+fedct_mean, chance = float(mm.loc["FedCT", "mean"]), 100.0 / N_CLASSES
+glue("fedct_reading", (
+    f" FedCT, trained on its data and the vote-labelled public set together as its paper's Algorithm 1 does, falls to "
+    f"{fedct_mean:.1f} % on average (the worst client {float(mm.loc['FedCT', 'worst']):.1f} %), near chance "
+    f"({chance:.0f} %): a likely cause, not measured here, is that the first vote comes from clients that have each seen "
+    "their own label group only, and a public set several times larger than a client's data then pulls every client to "
+    "that biased vote. Beating FedCT is therefore easy at this scale; the claims read each baseline's own interval, so "
+    "the comparison that decides them is with the other baselines.") if fedct_mean < 2 * chance else "", display=False)
 purity = float(np.mean([res["purity"] for res in main_res]))
 glue("purity", purity, display=False)
 glue("comet_purity", float(np.mean([res["comet_purity"] for res in main_res])), display=False)
@@ -493,7 +501,7 @@ glue("diam_text", f"the largest within-cluster distance was at most {(positive['
 # %% [markdown]
 # COSMOS's cluster models reach {glue:text}`cosmos_mean:.1f` % on average, its clients' own models
 # {glue:text}`cosmos_own_mean:.1f` %, the baseline with the highest mean ({glue:text}`best_base`)
-# {glue:text}`best_base_mean:.1f` %, local training alone {glue:text}`local_mean:.1f` %. Algorithm 1 formed {glue:text}`n_formed:.1f` clusters on
+# {glue:text}`best_base_mean:.1f` %, local training alone {glue:text}`local_mean:.1f` %.{glue:text}`fedct_reading` Algorithm 1 formed {glue:text}`n_formed:.1f` clusters on
 # average at $B_0 \approx$ {glue:text}`b0_first:.0f` (a sum of $\ell_1$ distances over the
 # {glue:text}`n_public` public images); {glue:text}`diam_text`. The clusters' purity against the planted label groups (the share of
 # clients whose cluster's majority group is their own) is {glue:text}`purity:.2f` for COSMOS and
