@@ -102,7 +102,7 @@ PROFILES = {
                   mixtures={"one (cnn)": ["cnn"], "weak-heavy": ["cnn", "weak", "weak", "weak"]}, extra_archs={"weak": WEAK},
                   server=dict(model="mlp", hidden=(256,)), small_server=dict(model="mlp", hidden=(32,)),
                   sweeps={"λ": [0.0], "clusters": [1], "|U| share": [0.1]}),
-    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=4, n_seeds=5, side_seeds=3, sweep_rounds=2,
+    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=4, n_seeds=6, side_seeds=3, sweep_rounds=2,
                  global_test_per_class=40, pretrain_epochs=20, local_epochs=3, server_epochs=3, alphas=[1.0],
                  archs={"cnn": SMALL, "mlp": dict(model="mlp", hidden=(64,))},
                  mixtures={"one (cnn)": ["cnn"], "weak-heavy": ["cnn", "weak", "weak", "weak"]}, extra_archs={"weak": WEAK},

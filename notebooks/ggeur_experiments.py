@@ -123,7 +123,7 @@ PROFILES = {
     "smoke": dict(COMMON, n_seeds=2, headline_seeds=3, n_samples=1000, betas=[0.5, 0.1], n_clients=4, rounds=2, local_epochs=1, total_per_class=30,
                   per_prototype=15, encoder_epochs=1, global_test_per_class=20, lr=1e-2, domain_max=400, encoder_width=16,
                   domain_public=0.2, domain_client=0.2, domain_rounds=2, hidden=32),
-    "book": dict(COMMON, n_seeds=5, headline_seeds=8, n_samples=None, betas=[0.5, 0.1, 0.05], n_clients=10, rounds=10, local_epochs=1,
+    "book": dict(COMMON, n_seeds=5, headline_seeds=11, n_samples=None, betas=[0.5, 0.1, 0.05], n_clients=10, rounds=10, local_epochs=1,
                  total_per_class=200, per_prototype=100, encoder_epochs=3, lr=1e-2, domain_max=None, encoder_width=32,
                  domain_rounds=10),
     "paper": dict(COMMON, n_seeds=5, headline_seeds=8, n_samples=None, betas=[0.5, 0.1, 0.05], n_clients=10, rounds=100, local_epochs=10,

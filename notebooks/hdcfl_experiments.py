@@ -94,7 +94,7 @@ COMMON = dict(settings=["label subsets", "Dirichlet", "rotation"], class_fractio
 PROFILES = {
     "smoke": dict(COMMON, dataset="uci8", n_samples=300, n_clients=6, rounds=2, local_epochs=1, n_seeds=2, refresh_every=1,
                   global_test_per_class=5, model="cnn", width=8, feature_dim=16, max_activation_round=2),
-    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=5,
+    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=7,
                  global_test_per_class=40, model="cnn", width=8, feature_dim=32, max_activation_round=12),
     "paper": dict(COMMON, dataset="cifar10", n_samples=None, n_clients=20, rounds=100, local_epochs=1, n_seeds=5,
                   global_test_per_class=100, model="resnet18", width=None, feature_dim=None, max_activation_round=50,
