@@ -351,7 +351,7 @@ class RunResult:
     def save(self, folder: str | Path) -> Path:
         """Write ``frame.csv``, ``ledger.csv`` and ``state.pt`` into ``folder`` (atomically),
         then, last, ``manifest.json``: the run's id, fedlib's version, the row counts and a
-        SHA-256 digest of each file (:data:`MANIFEST`), which :meth:`load` checks.
+        SHA-256 digest of each file, which :meth:`load` checks.
 
         ``state.pt`` holds the server's and every client's arrays (tensors) and, as one JSON
         string, the metadata (states' scalars, rounds, departed clients, timings): it is read

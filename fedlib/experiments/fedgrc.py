@@ -136,7 +136,7 @@ class FedGRCStudy:
     Trained (one run each, :meth:`methods`): FedAvg-Aug (CGRL's code with ``augmentation``, its
     auxiliary weights at zero), CGRL (when ``"CGRL"`` is one of ``backbones``), FedRep, Ditto
     and FedETF (FedBABU, which the paper does not name, is not among them). **FedAvg is Ditto's global model**: Ditto's global update is FedAvg's local
-    update (:class:`fedlib.algorithms.Ditto`, step 2) and only it is sent and averaged, so the
+    update (:class:`fedlib.algorithms.ditto.Ditto`, step 2) and only it is sent and averaged, so the
     server state of Ditto's run is a FedAvg run (its mini-batch order drawn after the personal
     model's); FedAvg is deployed on it, not trained a second time. Deployed on those runs without
     training again: FedAvg and FedAvg-FT (on Ditto's server state), FedETF-FT (local fine-tuning of
