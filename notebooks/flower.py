@@ -73,7 +73,6 @@ from fedlib.algorithms import ALGORITHMS
 from fedlib.book import format_bytes, setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
-from fedlib.engines.flower.job import BUILTIN_TARGETS
 from fedlib.loop import largest_difference, run_differences
 
 PROFILES = {
@@ -211,7 +210,6 @@ try:
 except ValueError as err:
     trust_refusal = f"“{str(err).split(';')[0]}”"
 glue("fl_trust_refusal", trust_refusal, display=False)
-glue("fl_builtin_targets", ", ".join(sorted(BUILTIN_TARGETS)), display=False)
 
 # %% [markdown]
 # {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on the loopback engine{glue:text}`fl_runtime_runs`;
@@ -346,7 +344,8 @@ glue("fl_bench_identical", "bit-identical to the in-process run on both engines"
 #   (`fedlib.algorithms.ALGORITHMS`); its hyper-parameters are data.
 # - **Calls from a fixed list.** A `{"call": "module:name", ...}` in the job (the federation, the
 #   model, a method's `TrainConfig`) must name one of fedlib's own factories
-#   (`BUILTIN_TARGETS` in {mod}`fedlib.engines.flower.job`: {glue:text}`fl_builtin_targets`) or a
+#   (`BUILTIN_TARGETS` in {mod}`fedlib.engines.flower.job`: the data set loader, the federation and
+#   model builders, `TrainConfig` and the methods' configurations) or a
 #   target that the operator of *that machine* lists in the environment variable
 #   `FEDLIB_FLOWER_ALLOW` (comma-separated, empty by default), e.g. a lab's loader of its own
 #   files. Every target is checked when the job is read, before anything is imported, on the
