@@ -23,6 +23,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .tables import table_of
+
 CHECK_KINDS = ("error", "count", "at least")
 """How :meth:`CheckTable.add` compares a measured value with its tolerance."""
 
@@ -126,7 +128,7 @@ class CheckTable:
 
         Returns
         -------
-        pandas.io.formats.style.Styler
+        fedlib.tables.Table
             Displayed as an HTML table, laid out like the book's other tables
             (:func:`fedlib.book.show_table`); its id comes from the content, so the same table
             gives the same page.
@@ -143,7 +145,7 @@ class CheckTable:
         styles = [{"selector": "th", "props": [("text-align", "left")]},
                   {"selector": "td, th", "props": [("padding", "0.2em 0.8em 0.2em 0.3em")]}]
         return (
-            table.style.set_uuid(f"table-{uuid}").hide(axis="index")
+            table_of(table).set_uuid(f"table-{uuid}").hide(axis="index")
             .format(str)
             .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
             .set_table_styles(styles)

@@ -161,7 +161,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("Flower's job, apps and drivers", ("fedlib.engines.flower", "fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
                                         "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
-    ("evidence", ("fedlib.claims", "fedlib.checks")),
+    ("evidence", ("fedlib.tables", "fedlib.claims", "fedlib.checks")),
     ("chapter experiments", ("fedlib.experiments", "fedlib.experiments.*")),
     ("measurements", ("fedlib.benchmarks",)),
     ("book tooling", ("fedlib.book",)),
