@@ -103,9 +103,16 @@ def notebook_parameters(name: str) -> list[str]:
 
 RECORDS = "records"
 """A chapter whose parameters cell declares ``records`` reads the build's own records (the
-teaching page: every chapter's run time and exercises). It gets ``{profile: folder of that
-profile's chapter records}`` (relative to ``notebooks/``), runs after the other chapters, and its
-cache key also covers those records and every notebook's source."""
+findings page: every chapter's claims; the teaching page: every chapter's run time and
+exercises). It gets ``{profile: folder of that profile's chapter records}`` (relative to
+``notebooks/``) and runs after the other chapters; such readers run one at a time in the order of
+the table of contents, and a reader's cache key also covers every notebook's source and the
+records of the other chapters and of the readers before it (not those after it: two readers
+would otherwise invalidate each other on every build)."""
+
+CLAIMS_RECORDS = "claims_records"
+"""A glued value whose key ends so holds the chapter's claims as JSON (``fedlib.book.claims_report``
+glues it); the build copies it into the chapter's record (``"claims"``) for the findings page."""
 
 
 def _fedlib_modules() -> dict[str, Path]:
@@ -198,11 +205,12 @@ def chapter_modules(name: str) -> list[Path]:
     return sorted(modules[m] for m in seen)
 
 
-def cache_key(name: str, params: dict, threads: int = 1) -> str:
+def cache_key(name: str, params: dict, threads: int = 1, later: frozenset[str] = frozenset()) -> str:
     """sha256 of the notebook source, the fedlib modules it executes (:func:`chapter_modules`),
     the parameters, the kernel's torch ``threads`` (they can change the bits), the
-    requirements, the files of :data:`DATA` the notebook names (and, for a chapter that reads the build's :data:`RECORDS`, every notebook, the
-    exercises' files, this pipeline and every other chapter's record)."""
+    requirements, the files of :data:`DATA` the notebook names (and, for a chapter that reads the
+    build's :data:`RECORDS`, every notebook, the exercises' files, this pipeline and every other
+    chapter's record but those of ``later``: the readers that run after it)."""
     h = hashlib.sha256()
     h.update(f"threads={int(threads)}".encode())
     h.update((NOTEBOOKS / f"{name}.py").read_bytes())
@@ -221,10 +229,22 @@ def cache_key(name: str, params: dict, threads: int = 1) -> str:
             h.update(path.read_bytes())
         for folder in params[RECORDS].values():
             for path in sorted((NOTEBOOKS / folder).glob("*.json")):
-                if path.stem != name:
+                if path.stem != name and path.stem not in later:
                     h.update(path.name.encode())
                     h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def claims_of(notebook: Path) -> list[dict] | None:
+    """The claims an executed chapter glued (:data:`CLAIMS_RECORDS`: one record per row of its
+    claims table, in order), or ``None`` for a chapter without a claims table."""
+    found = [v for k, v in glued_values(notebook).items() if k.endswith(CLAIMS_RECORDS)]
+    if not found:
+        return None
+    rows = []
+    for text in found:
+        rows.extend(json.loads(ast.literal_eval(text)))  # the glued text is the repr of a JSON string
+    return rows
 
 
 def parse_value(text: str):
@@ -415,7 +435,11 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str,
     from fedlib.io import atomic_write_json
 
     def finished(name: str, params: dict, key: str, meta: Path, seconds: float) -> None:
-        atomic_write_json(meta, {"key": key, "params": params, "seconds": round(seconds, 2)})
+        record = {"key": key, "params": params, "seconds": round(seconds, 2)}
+        claims = claims_of(meta.with_suffix(".ipynb"))
+        if claims is not None:
+            record["claims"] = claims
+        atomic_write_json(meta, record)
         print(f"[done]     {name}  {seconds:.1f} s", flush=True)
 
     if jobs <= 1 or len(todo) <= 1:
@@ -482,6 +506,11 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
 
     hints: dict[str, float] = {}
 
+    # the chapters that read the build's records run last, once the others' records are written,
+    # one at a time in the toc's order: each reads the records of the readers before it
+    all_readers = [n for n in chapter_names() if RECORDS in notebook_parameters(n)]
+    readers = [n for n in all_readers if n in names]
+
     def plan(group: list[str]) -> list[tuple]:
         todo = []
         for name in group:
@@ -491,7 +520,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                 params["results_dir"] = os.path.relpath(results / name, NOTEBOOKS)
             if RECORDS in declared[name]:
                 params[RECORDS] = records
-            key = cache_key(name, params, threads)
+            later = frozenset(all_readers[all_readers.index(name) + 1:]) if name in all_readers else frozenset()
+            key = cache_key(name, params, threads, later)
             output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
             last = json.loads(meta.read_text()) if meta.exists() else {}
             if not force and output.exists() and last.get("key") == key:
@@ -504,10 +534,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                     hints[name] = float(json.loads(other.read_text())["seconds"])
         return todo
 
-    # the chapters that read the build's records run last, once the others' records are written
-    readers = [n for n in names if RECORDS in declared[n]]
     t0 = None
-    for group in ([n for n in names if n not in readers], readers):
+    for group in ([n for n in names if n not in readers], *([r] for r in readers)):
         todo = plan(group)
         t0 = time.perf_counter() if t0 is None else t0  # elapsed: from the first execution on
         known = [t[-1] for t in todo if t[-1] is not None]

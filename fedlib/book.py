@@ -57,7 +57,9 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, evaluate, headline_summary, show, tally
+from fedlib.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, claims_records,
+                           evaluate, headline_summary, show, tally)
+from .tables import Html, table_of
 from .validation import is_int, is_real
 
 PROFILE_NAMES = ("smoke", "book", "paper")
@@ -72,6 +74,12 @@ MISSING = "\N{EM DASH}"
 REPORT_KEYS = ("n_claims", "n_holds", "n_not", "n_inconclusive")
 """The counts :func:`claims_report` glues (after the chapter's prefix): the claims decided (the
 controls are not counted), and how many of them hold, do not hold, and are inconclusive."""
+
+
+CLAIMS_RECORDS = "claims_records"
+"""The key (after the chapter's prefix) under which :func:`claims_report` glues its rows as JSON
+(:func:`fedlib.claims.claims_records`); ``book/build.py`` copies them into the chapter's build
+record, which the findings page reads (:func:`read_findings`)."""
 
 
 class Settings(SimpleNamespace):
@@ -349,7 +357,9 @@ def claims_report(
     else the floor of the claim's ``resolution``). Then, with ``prefix`` before each key, it glues
     :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted),
     where some claims are headline claims ``n_headline``, ``headline_decided`` and
-    ``headline_half_width`` (:func:`fedlib.claims.headline_summary`), and ``total_seconds`` when given, and displays :func:`fedlib.claims.show` of the results.
+    ``headline_half_width`` (:func:`fedlib.claims.headline_summary`), ``total_seconds`` when given,
+    and the rows as JSON under :data:`CLAIMS_RECORDS` (:func:`fedlib.claims.claims_records`: the
+    findings page gathers them), and displays :func:`fedlib.claims.show` of the results.
 
     Parameters
     ----------
@@ -385,8 +395,10 @@ def claims_report(
     ...              values=lambda: None, resolution=0.1)  # not run at this profile: left out
     >>> glued = {}
     >>> R = claims_report([gain, wide], glue=lambda k, v, display: glued.update({k: v}), display=lambda t: None)
-    >>> R["gain"].verdict, list(R), glued
+    >>> R["gain"].verdict, list(R), {k: v for k, v in glued.items() if k != CLAIMS_RECORDS}
     ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0})
+    >>> [(r["key"], r["verdict"]) for r in json.loads(glued[CLAIMS_RECORDS])]
+    [('gain', 'holds')]
     """
     claims = list(claims)
     for c in claims:
@@ -420,6 +432,7 @@ def claims_report(
         glued.update(n_headline=head["n"], headline_decided=head["decided"], headline_half_width=head["half_width"])
     if total_seconds is not None:
         glued["total_seconds"] = total_seconds
+    glued[CLAIMS_RECORDS] = json.dumps(claims_records(results, digits), ensure_ascii=False)
     for key, value in glued.items():
         glue(f"{prefix}{key}", value, display=False)
     display(show(results, digits))
@@ -585,6 +598,168 @@ def exercise_index(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequ
     return pd.DataFrame(rows, columns=["chapter", "exercise", "title", "needs"])
 
 
+FINDINGS_COLUMNS = ("paper", "chapter", "key", "kind", "headline", "quote", "source", "quantity", "verdict",
+                    "interval", "n", "unit", "seeds to decide", "anchor")
+"""The columns of :func:`read_findings`: the part of the table of contents (the paper), the
+chapter, and the fields of each claim's record (:func:`fedlib.claims.claims_records`), ``interval``
+being the table's ``ours`` without its trailing count of seeds."""
+
+
+def short_quote(text: str, words: int = 12) -> str:
+    """A quotation's short form for a list: its first sentence if that has at most ``words`` words,
+    else its first ``words`` words and an ellipsis (the whole quotation stays in the chapter's table).
+
+    Examples
+    --------
+    >>> short_quote("X beats Y. It also beats Z on every split.")
+    'X beats Y.'
+    >>> short_quote("one two three four five", words=3)
+    'one two three …'
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"short_quote takes a non-empty text, got {text!r}")
+    if not is_int(words) or words < 1:
+        raise ValueError(f"words must be a positive integer, got {words!r}")
+    first = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+    if len(first.split()) <= words:
+        return first
+    return " ".join(text.split()[:words]).rstrip(",;:") + " \N{HORIZONTAL ELLIPSIS}"
+
+
+def _interval_only(ours: str, n: int, unit: str) -> str:
+    """``"+1.20 [+0.30, +2.10], 5 seeds"`` -> ``"+1.20 [+0.30, +2.10]"`` (the seeds have their own column)."""
+    tail = f", {n} "
+    return ours[: ours.rindex(tail)] if tail in ours else ours
+
+
+def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]]) -> tuple[pd.DataFrame, list[str]]:
+    """Every claim of every chapter, from the build's records: one row per row of each chapter's
+    claims table (the ``"claims"`` that ``book/build.py`` copies from the chapter's glued
+    :data:`CLAIMS_RECORDS` into ``<folder>/<name>.json``), in the book's order, the paper being the
+    chapter's part of ``parts`` (:func:`toc_chapters`); and the chapters that have no record in
+    ``folder`` (not built).
+
+    Returns
+    -------
+    (DataFrame, list of str)
+        The rows (columns :data:`FINDINGS_COLUMNS`) and the chapters without a record.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> rows = claims_records([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
+    >>> _ = (folder / "x_experiments.json").write_text(json.dumps({"seconds": 1.0, "claims": rows}))
+    >>> frame, missing = read_findings(folder, [("X", ["x_experiments", "x_derivations"])])
+    >>> frame.loc[0, ["paper", "quote", "verdict", "interval"]].tolist(), int(frame.loc[0, "n"]), missing
+    (['X', 'X beats Y.', 'holds', '+2.00 [+1.34, +2.66]'], 3, ['x_derivations'])
+    """
+    rows, missing = [], []
+    for part, names in parts:
+        for name in names:
+            path = Path(folder) / f"{name}.json"
+            if not path.exists():
+                missing.append(name)
+                continue
+            for r in json.loads(path.read_text(encoding="utf-8")).get("claims", ()):
+                rows.append({"paper": part, "chapter": name, "key": r["key"], "kind": r["kind"], "headline": r["headline"],
+                             "quote": r["quote"], "source": r["source"], "quantity": r["quantity"], "verdict": r["verdict"],
+                             "interval": _interval_only(r["ours"], r["n"], r["unit"]), "n": r["n"], "unit": r["unit"],
+                             "seeds to decide": r["seeds_to_decide"], "anchor": r["anchor"]})
+    return pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS)), missing
+
+
+def findings_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts per paper (controls not counted, as in each chapter's report): one row per
+    paper of ``frame`` (:func:`read_findings`) in its order and a last row ``"all papers"``;
+    columns ``claims``, one per verdict, ``headline claims`` and ``headline decided``.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"paper": ["A", "A", "B", "B"], "kind": ["claim", "claim", "claim", "control"],
+    ...                   "verdict": ["holds", "inconclusive at this scale", "does not hold", "holds"],
+    ...                   "headline": [True, True, False, False]})
+    >>> findings_counts(f).loc[:, ["claims", "holds", "headline decided"]].to_dict("index")
+    {'A': {'claims': 2, 'holds': 1, 'headline decided': 1}, 'B': {'claims': 1, 'holds': 0, 'headline decided': 0}, 'all papers': {'claims': 3, 'holds': 1, 'headline decided': 1}}
+    """
+    claims = frame[frame["kind"] == "claim"]
+    papers = list(dict.fromkeys(frame["paper"]))
+
+    def row(part: pd.DataFrame) -> dict:
+        head = part[part["headline"].astype(bool)]
+        return {"claims": len(part), **{v: int((part["verdict"] == v).sum()) for v in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)},
+                "headline claims": len(head), "headline decided": int((head["verdict"] != INCONCLUSIVE).sum())}
+
+    table = pd.DataFrame([row(claims[claims["paper"] == p]) for p in papers] + [row(claims)],
+                         index=pd.Index([*papers, "all papers"], name="paper"))
+    return table
+
+
+def findings_html(frame: pd.DataFrame) -> Html:
+    """The findings as one table for a page, filterable by paper and by verdict in the reader's
+    browser (the book's ``findings.js``: two menus above the table, shown only where scripts run;
+    every row is shown without them): per row the paper, the quotation's short form
+    (:func:`short_quote`) linking to its row in the chapter's claims table, its source, the
+    verdict (shaded), the interval, the seeds and the seeds to decide. Its text form lists the
+    rows as plain text.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame([{"paper": "A", "chapter": "a_experiments", "key": "k", "kind": "claim", "headline": True,
+    ...     "quote": "X beats Y.", "source": "Table 2", "quantity": "accuracy, points", "verdict": "holds",
+    ...     "interval": "+2.0 [+1.3, +2.7]", "n": 3, "unit": "seeds", "seeds to decide": "decided", "anchor": "T_c_row0_col0"}])
+    >>> h = findings_html(f)
+    >>> 'href="a_experiments.html#T_c_row0_col0"' in h._repr_html_(), 'data-verdict="holds"' in h._repr_html_()
+    (True, True)
+    >>> repr(h)
+    'A | “X beats Y.” (Table 2; headline) | holds | +2.0 [+1.3, +2.7] | 3 seeds | decided'
+    """
+    from html import escape
+
+    missing = [c for c in FINDINGS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"findings_html needs the columns of read_findings, missing {missing}")
+    papers = list(dict.fromkeys(frame["paper"]))
+    verdicts = [v for v in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE) if v in set(frame["verdict"])]
+
+    def options(values: list[str], every: str) -> str:
+        return f'<option value="">{every}</option>' + "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
+
+    def claim_cell(r: dict) -> tuple[str, str]:
+        where = f"{r['source']}; headline" if r["headline"] else r["source"]
+        quote = short_quote(r["quote"])
+        text = f"Control: {quote}" if r["kind"] == "control" else f"\N{LEFT DOUBLE QUOTATION MARK}{quote}\N{RIGHT DOUBLE QUOTATION MARK}"
+        link = f'<a href="{escape(r["chapter"])}.html#{escape(r["anchor"])}">{escape(text)}</a>'
+        return f"{link} ({escape(where)})<br><small>{escape(r['quantity'])}</small>", f"{text} ({where})"
+
+    body, lines = [], []
+    for r in frame.to_dict("records"):
+        cell, plain = claim_cell(r)
+        n, unit = int(r["n"]), r["unit"]
+        seeds = f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
+        colour = VERDICT_COLOURS.get(r["verdict"], "transparent")
+        body.append(
+            f'<tr data-paper="{escape(r["paper"])}" data-verdict="{escape(r["verdict"])}" data-kind="{escape(r["kind"])}">'
+            f"<td>{escape(r['paper'])}</td><td>{cell}</td>"
+            f'<td style="background-color: {colour}">{escape(r["verdict"])}</td>'
+            f"<td>{escape(r['interval'])}</td><td>{escape(seeds)}</td><td>{escape(r['seeds to decide'])}</td></tr>"
+        )
+        lines.append(" | ".join([r["paper"], plain, r["verdict"], r["interval"], seeds, r["seeds to decide"]]))
+    head = "".join(f'<th style="text-align: left">{h}</th>' for h in
+                   ("paper", "claim (the link opens its row in the chapter)", "verdict", "ours [95 % interval]", "seeds",
+                    "seeds to decide"))
+    html = (
+        '<div class="findings">'
+        '<form class="findings-filter" hidden>'
+        f'<label>Paper <select data-column="paper">{options(papers, "every paper")}</select></label> '
+        f'<label>Verdict <select data-column="verdict">{options(verdicts, "every verdict")}</select></label> '
+        '<output class="findings-shown" aria-live="polite"></output></form>'
+        f'<table class="findings-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    )
+    return Html(html, "\n".join(lines))
+
+
 _LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)")
 
 
@@ -722,7 +897,7 @@ def show_table(
 
     Returns
     -------
-    pandas.io.formats.style.Styler
+    fedlib.tables.Table
         Displayed as an HTML table; its id comes from the content, so the same table gives the
         same page.
 
@@ -754,7 +929,7 @@ def show_table(
         raise ValueError(f"show_table: best must be one of {', '.join(BEST_KINDS)} per column, got {bad}")
     default_digits = digits if isinstance(digits, int) else 2
     uuid = hashlib.sha1(table.to_json(default_handler=str).encode()).hexdigest()[:8]
-    styler = table.style.set_uuid(f"table-{uuid}").hide(axis="index")
+    styler = table_of(table).set_uuid(f"table-{uuid}").hide(axis="index")
     for column in table.columns:
         spec = formats.get(column, per_column.get(column, default_digits))
         styler = styler.format(lambda v, spec=spec: _format_cell(v, spec), subset=[column])
@@ -847,7 +1022,8 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
         taken.append(placed)
 
 
-__all__ = ["BEST_KINDS", "EXERCISE_KINDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "chapter_times",
-           "chapter_title", "check_injected", "claims_report", "clipped_error", "exercise_index", "exercises",
-           "format_bytes", "format_number", "format_value", "notebook_history", "place_labels", "record_seconds",
-           "resolve", "Settings", "setup", "show_table", "sign_word", "toc_chapters"]
+__all__ = ["BEST_KINDS", "CLAIMS_RECORDS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "MISSING", "PROFILE_NAMES",
+           "REPORT_KEYS", "chapter_times", "chapter_title", "check_injected", "claims_report", "clipped_error",
+           "exercise_index", "exercises", "findings_counts", "findings_html", "format_bytes", "format_number",
+           "format_value", "notebook_history", "place_labels", "read_findings", "record_seconds", "resolve",
+           "Settings", "setup", "short_quote", "show_table", "sign_word", "toc_chapters"]

@@ -68,6 +68,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
 
+from .tables import table_of
 from .validation import is_int, is_real
 
 HOLDS = "holds"
@@ -1441,7 +1442,49 @@ def says(result: ClaimResult, digits: int = 1) -> str:
     return f"{result.claim.key} {'is ' if v == INCONCLUSIVE else ''}{v} ({vs}{result.interval.format(digits)})"
 
 
-_VERDICT_COLOURS = {HOLDS: "#d9f2d9", DOES_NOT_HOLD: "#f8d7d7", INCONCLUSIVE: "#eeeeee"}
+RECORD_FIELDS = ("key", "kind", "headline", "quote", "source", "quantity", "ours", "mean", "low", "high", "n",
+                 "unit", "verdict", "seeds_to_decide", "anchor")
+"""The fields of a claim's record (:func:`claims_records`), in order."""
+
+
+def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict]:
+    """One record per row of the claims table, for a page that gathers every chapter's claims (the
+    book's findings page): plain JSON values, in the table's order.
+
+    ``key``, ``kind`` (claim or control), ``headline``, ``quote`` (whole), ``source`` and
+    ``quantity`` come from the declaration; ``ours``, ``verdict`` and ``seeds_to_decide`` are the
+    table's cells (:func:`claims_table`); ``mean``, ``low``, ``high``, ``n`` and ``unit`` are the
+    interval the verdict reads (against every baseline of a tuple, the binding one); ``anchor`` is
+    the id of the row's first cell in the table :func:`show` renders, so a page can link to the row.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> (r,) = claims_records([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
+    >>> r["verdict"], r["ours"], r["n"], r["anchor"] in show([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])]).to_html()
+    ('holds', '+2.00 [+1.34, +2.66], 3 seeds', 3, True)
+    """
+    results = list(results)
+    table = claims_table(results, digits)
+    uuid = show(table).uuid
+
+    def number(x: float) -> float | None:
+        return float(x) if math.isfinite(x) else None  # JSON has no infinity (one seed: an unbounded interval)
+
+    return [
+        {
+            "key": r.claim.key, "kind": r.claim.kind, "headline": bool(r.claim.headline), "quote": r.claim.quote,
+            "source": r.claim.source, "quantity": table.loc[i, "quantity"], "ours": table.loc[i, "ours"],
+            "mean": number(r.interval.mean), "low": number(r.interval.low), "high": number(r.interval.high),
+            "n": int(r.interval.n), "unit": r.interval.unit, "verdict": r.verdict,
+            "seeds_to_decide": table.loc[i, "seeds to decide"], "anchor": f"T_{uuid}_row{i}_col0",
+        }
+        for i, r in enumerate(results)
+    ]
+
+
+VERDICT_COLOURS = {HOLDS: "#d9f2d9", DOES_NOT_HOLD: "#f8d7d7", INCONCLUSIVE: "#eeeeee"}
+"""The shade of each verdict in the book's tables (green, red, grey)."""
 
 
 def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
@@ -1452,7 +1495,7 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
 
     Returns
     -------
-    pandas.io.formats.style.Styler
+    fedlib.tables.Table
         The notebook displays it as an HTML table; ``.to_html()`` gives the markup, the same
         for the same table (its id is derived from the content).
 
@@ -1471,9 +1514,9 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
     # a stable id from the content (pandas draws a random one): the same table, the same page
     uuid = hashlib.sha1(table.to_json().encode()).hexdigest()[:8]
     return (
-        table.style.set_uuid(f"claims-{uuid}")
+        table_of(table).set_uuid(f"claims-{uuid}")
         .hide(axis="index")
-        .map(lambda v: f"background-color: {_VERDICT_COLOURS.get(v, 'transparent')}", subset=["verdict"])
+        .map(lambda v: f"background-color: {VERDICT_COLOURS.get(v, 'transparent')}", subset=["verdict"])
         .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
         .set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
     )
@@ -1734,6 +1777,7 @@ __all__ = [
     "OVER",
     "TABLE_COLUMNS",
     "VERDICTS",
+    "VERDICT_COLOURS",
     "MAX_SEEDS",
     "NOT_AT_THIS_MEAN",
     "interval_band",
@@ -1743,6 +1787,8 @@ __all__ = [
     "Comparator",
     "Interval",
     "SeedValues",
+    "RECORD_FIELDS",
+    "claims_records",
     "claims_table",
     "decide",
     "defined_pairs",

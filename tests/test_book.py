@@ -51,13 +51,15 @@ def test_toc_is_read_as_yaml(tmp_path):
 
 @pytest.fixture
 def stub_execution(tmp_path, monkeypatch):
-    """build.execute_chapter replaced by a stub that records the parameters and writes a file."""
+    """build.execute_chapter replaced by a stub that records the parameters and writes an empty notebook."""
+    import nbformat
+
     calls = {}
 
     def execute(name, params, output, **_):
         calls[name] = params
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text("{}")
+        nbformat.write(nbformat.v4.new_notebook(), output)
         return 0.0
 
     monkeypatch.setattr(build, "execute_chapter", execute)
@@ -265,7 +267,7 @@ def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(
 
 def test_a_chapter_that_reads_the_records_runs_last_and_its_key_covers_them(stub_execution, tmp_path, capsys):
     readers = [n for n in CHAPTERS if build.RECORDS in build.notebook_parameters(n)]
-    assert readers == ["teaching"]
+    assert readers == ["findings", "teaching"]
     build.build("smoke", ["teaching", "setting"], {}, render=False, force=False, out=tmp_path)
     assert list(stub_execution) == ["setting", "teaching"]  # in toc order teaching comes first
     records = stub_execution["teaching"][build.RECORDS]
@@ -281,6 +283,36 @@ def test_a_chapter_that_reads_the_records_runs_last_and_its_key_covers_them(stub
     stub_execution.clear()
     build.build("smoke", ["teaching", "setting"], {}, render=False, force=False, out=tmp_path)
     assert list(stub_execution) == ["teaching"]
+
+
+def test_readers_run_one_at_a_time_in_toc_order_and_a_later_readers_record_keeps_an_earlier_cached(
+        stub_execution, tmp_path, capsys):
+    build.build("smoke", ["teaching", "findings", "setting"], {}, render=False, force=False, out=tmp_path)
+    assert list(stub_execution) == ["setting", "findings", "teaching"]
+    capsys.readouterr()
+    # the teaching page's record changes (it runs after the findings page): the findings page stays cached
+    meta = tmp_path / "chapters" / "teaching.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "seconds": 42.0}))
+    stub_execution.clear()
+    build.build("smoke", ["teaching", "findings", "setting"], {}, render=False, force=False, out=tmp_path)
+    assert list(stub_execution) == []  # the teaching page's own record is not in its key
+    # the findings page's record changes: the teaching page (after it) re-runs, the findings page does not
+    meta = tmp_path / "chapters" / "findings.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "seconds": 42.0}))
+    build.build("smoke", ["teaching", "findings", "setting"], {}, render=False, force=False, out=tmp_path)
+    assert list(stub_execution) == ["teaching"]
+
+
+def test_the_claims_a_chapter_glued_are_copied_into_its_record(tmp_path):
+    rows = [{"key": "c1", "verdict": "holds"}, {"key": "c2", "verdict": "inconclusive"}]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("glue", outputs=[nbformat.v4.new_output(
+        "display_data", data={"text/plain": repr(json.dumps(rows))},
+        metadata={"scrapbook": {"name": "demo_claims_records", "mime_prefix": ""}})])])
+    path = tmp_path / "c.ipynb"
+    nbformat.write(nb, path)
+    assert build.claims_of(path) == rows
+    nbformat.write(nbformat.v4.new_notebook(), path)
+    assert build.claims_of(path) is None
 
 
 def test_the_injected_parameters_are_collapsed_on_the_page(tmp_path):

@@ -4,9 +4,11 @@ checked, torch threads, the clock), tables for reading, the exercises' index, an
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,10 +17,12 @@ import torch
 from scipy import stats
 
 import fedlib.book as book
-from fedlib.book import (MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
+from fedlib.book import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
                          exercise_index, exercises, format_bytes, format_number, format_value, place_labels, record_seconds,
                          resolve, setup, show_table, toc_chapters)
 from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_resolve_applies_overrides_and_refuses_unknowns():
@@ -136,6 +140,25 @@ def test_show_table_marks_the_best_value_and_compares_text_cells_by_their_number
     assert cells == ["row1_col1", "row1_col2", "row2_col1"]
 
 
+def test_a_table_reads_as_its_text_not_a_memory_address():
+    """What a notebook stores as a table's text form (and a glued table reads as, which
+    ``book/build.py --compare`` compares) is the formatted table, the same on every run."""
+    from IPython.core.formatters import PlainTextFormatter
+
+    from fedlib.checks import CheckTable
+
+    text = PlainTextFormatter()
+    frame = pd.DataFrame({"accuracy (%)": [91.234, 80.5]}, index=pd.Index(["FedAvg", "Ditto"], name="method"))
+    checks = CheckTable()
+    checks.add("x = y", "100 random pairs", 3e-16, 1e-12)
+    c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
+    for table, shown in [(show_table(frame, digits=1), "FedAvg 91.2"), (checks.show(), "x = y"),
+                         (show([evaluate(c, [2.0, 3.0, 2.5])]), "X beats Y.")]:
+        out = text(table)
+        assert " at 0x" not in out and shown in out and out == text(table) and table.to_html()
+    assert text(show_table(frame, digits=1)).splitlines() == ["method accuracy (%)", "FedAvg 91.2", "Ditto 80.5"]
+
+
 def test_show_table_refuses_unknown_columns_and_kinds():
     frame = pd.DataFrame({"a": [1.0]})
     with pytest.raises(ValueError, match=r"best names columns \['b'\].*valid: \['a'\]"):
@@ -211,14 +234,18 @@ def test_the_build_is_read_chapter_by_chapter_with_its_times_and_exercises(tmp_p
 
 
 class _Glue:
-    """Captures what a report glues: key -> value, and that nothing was displayed by the glue."""
+    """Captures what a report glues: key -> value (its rows' JSON records apart, in ``records``),
+    and that nothing was displayed by the glue."""
 
     def __init__(self):
-        self.values, self.shown = {}, []
+        self.values, self.shown, self.records = {}, [], None
 
     def __call__(self, key, value, display=True):
         assert display is False and key not in self.values
-        self.values[key] = value
+        if key.endswith(CLAIMS_RECORDS):
+            self.records = json.loads(value)
+        else:
+            self.values[key] = value
 
 
 def _claim(key, values, direction="greater", min_effect=0.1, kind="claim", versus=None):
@@ -241,6 +268,13 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     assert list(R) == ["gain", "loss", "one-seed", "ctrl"]
     assert [R[k].verdict for k in R] == [HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, HOLDS]
     assert glue.values == {"x_n_claims": 3, "x_n_holds": 1, "x_n_not": 1, "x_n_inconclusive": 1, "x_total_seconds": 12.5}
+    # and every row as a record, with the table's verdict and an anchor to the row's first cell
+    assert [(r["key"], r["verdict"], r["kind"]) for r in glue.records] == [
+        ("gain", HOLDS, "claim"), ("loss", DOES_NOT_HOLD, "claim"), ("one-seed", INCONCLUSIVE, "claim"), ("ctrl", HOLDS, "control")]
+    assert glue.records[0]["quote"] == "gain is so." and glue.records[0]["n"] == 3
+    assert glue.records[2]["low"] is None  # one seed: an unbounded interval, which JSON cannot hold
+    html = shown[0].to_html()
+    assert all(f'id="{r["anchor"]}"' in html for r in glue.records)
     assert all(type(v) is int for k, v in glue.values.items() if k != "x_total_seconds")  # glued as the page shows them
     assert [k.removeprefix("x_") for k in glue.values][:4] == list(REPORT_KEYS)
     assert R["gain"].interval == evaluate(claims[0], [3.0, 3.0, 3.0], [1.0, 1.0, 1.0]).interval
@@ -372,3 +406,24 @@ def test_place_labels_puts_labels_inside_the_axes_without_overlaps():
 def test_a_grid_value_is_never_rounded_to_one_digit():
     assert format_value(1e-4) == "10⁻⁴" and format_value(2e5) == "2 × 10⁵"  # a digit times a power of ten
     assert format_value(1.5e-3) == "0.0015" and format_value(2.5e-5) == "2.5e-05" and format_value(12345.0) == "1.23e+04"
+
+
+def test_the_publishing_workflow_parses_builds_with_the_readme_command_and_deploys_the_html():
+    """The GitHub Pages workflow cannot run here: its YAML is parsed and its steps are checked."""
+    import yaml
+
+    flow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    on = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` key as True
+    assert "push" in on and "workflow_dispatch" in on
+    assert flow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    build_steps = flow["jobs"]["build"]["steps"]
+    runs = [s.get("run", "") for s in build_steps]
+    assert "make book" in runs and "make pdf" in runs
+    assert "make book" in (ROOT / "README.md").read_text()
+    cache = next(s for s in build_steps if s.get("uses", "").startswith("actions/cache@"))
+    assert "book/chapters" in cache["with"]["path"].split() and "hashFiles(" in cache["with"]["key"]
+    upload = next(s for s in build_steps if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
+    assert upload["with"]["path"] == "book/_build/html"
+    deploy = flow["jobs"]["deploy"]
+    assert deploy["needs"] == "build" and deploy["environment"]["name"] == "github-pages"
+    assert any(s.get("uses", "").startswith("actions/deploy-pages@") for s in deploy["steps"])

@@ -380,3 +380,103 @@ def test_setup_cells_are_collapsed_and_chapters_offer_their_sources(site):
         if any("results_dir" in s for s in injected):
             problems.append(f"{name}: the downloadable notebook carries the build's results_dir")
     assert not problems, "\n".join(problems)
+
+
+_CLAIMS_TABLE = re.compile(r'<table id="(T_claims-[0-9a-f]+)".*?</table>', re.S)
+
+
+def _claims_rows(text: str) -> dict[str, str]:
+    """Every row of every claims table of a chapter's HTML: the id of its first cell -> its verdict."""
+    rows = {}
+    for table in _CLAIMS_TABLE.finditer(text):
+        uid, body = table.group(1), table.group(0)
+        heads = re.findall(rf'<th id="{uid}_level0_col(\d+)"[^>]*>(.*?)</th>', body, re.S)
+        col = next(c for c, h in heads if h.strip() == "verdict")
+        for row, verdict in re.findall(rf'<td id="{uid}_row(\d+)_col{col}"[^>]*>(.*?)</td>', body, re.S):
+            rows[f"{uid}_row{row}_col0"] = html.unescape(verdict.strip())
+    return rows
+
+
+def test_every_claim_row_of_every_chapter_is_on_the_findings_page_with_its_verdict(site):
+    """The findings page reads the build's records; every row of every chapter's claims table
+    (controls included) is on it once, with the same verdict, and its link opens that row."""
+    findings = (site / "chapters" / "findings.html").read_text(encoding="utf-8")
+    listed = {}
+    for verdict, chapter, anchor in re.findall(
+            r'<tr data-paper="[^"]*" data-verdict="([^"]*)"[^>]*><td>[^<]*</td><td><a href="([\w-]+)\.html#([^"]+)"',
+            findings):
+        assert (chapter, anchor) not in listed, f"{chapter}#{anchor} listed twice"
+        listed[(chapter, anchor)] = html.unescape(verdict)
+    in_chapters = {}
+    for path in sorted((site / "chapters").glob("*.html")):
+        if path.stem != "findings":
+            in_chapters.update({(path.stem, a): v for a, v in _claims_rows(path.read_text(encoding="utf-8")).items()})
+    assert len(in_chapters) > 20, f"only {len(in_chapters)} claims rows found in the chapters"
+    missing = sorted(set(in_chapters) - set(listed))
+    extra = sorted(set(listed) - set(in_chapters))
+    differ = sorted(k for k in set(in_chapters) & set(listed) if in_chapters[k] != listed[k])
+    assert not (missing or extra or differ), (f"not on the findings page: {missing[:5]}; not in a chapter: {extra[:5]}; "
+                                              f"verdict differs: {[(k, in_chapters[k], listed[k]) for k in differ[:5]]}")
+
+
+def test_the_findings_filter_shows_one_papers_rows_then_one_verdicts(site, browser):
+    ctx = _context(browser)
+    page, errors, _ = _open(ctx, site / "chapters" / "findings.html")
+    assert page.is_visible("form.findings-filter"), "the filter menus are hidden although scripts run"
+    total = page.locator("table.findings-table tbody tr").count()
+    paper = page.locator('select[data-column="paper"] option').nth(1).get_attribute("value")
+    page.select_option('select[data-column="paper"]', paper)
+    shown = page.evaluate("() => [...document.querySelectorAll('table.findings-table tbody tr')]"
+                          ".filter(r => r.offsetParent !== null).map(r => r.dataset.paper)")
+    assert shown and set(shown) == {paper} and len(shown) < total, (paper, len(shown), total)
+    assert f"{len(shown)} of {total}" in page.inner_text("output.findings-shown")
+    page.select_option('select[data-column="paper"]', "")
+    verdict = page.locator('select[data-column="verdict"] option').nth(1).get_attribute("value")
+    page.select_option('select[data-column="verdict"]', verdict)
+    verdicts = page.evaluate("() => [...document.querySelectorAll('table.findings-table tbody tr')]"
+                             ".filter(r => r.offsetParent !== null).map(r => r.dataset.verdict)")
+    assert verdicts and set(verdicts) == {verdict}
+    ctx.close()
+    assert not errors, errors
+
+
+# elements whose content is wider than their box (by more than a pixel) and that are not allowed
+# to be: a code block, a table, a display formula may scroll in their own box; anything else that
+# overflows draws a needless scrollbar (a scrolling box), cuts its content (a clipping box) or
+# spills over its neighbours. MathJax's own glyph boxes inside a formula overlap by design (an
+# italic letter's overhang): a formula counts by its outer box (span.math, which clips a little
+# outside itself, and the mjx-container where it scrolls or clips)
+_OVERFLOWING = """() => {
+  const allowed = e => e.closest('pre, div.highlight, table, .cell_output, mjx-container[display="true"], div.math, '
+                                 + '.bd-sidebar-primary, .bd-sidebar-secondary, mjx-assistive-mml, .bd-header, .search-button-field');
+  const out = [];
+  for (const e of document.querySelectorAll('.bd-article *')) {
+    if (allowed(e)) continue;
+    const s = getComputedStyle(e);
+    const glyphs = e.tagName.startsWith('MJX-') && (e.tagName !== 'MJX-CONTAINER' || s.overflowX === 'visible');
+    if (glyphs) continue;
+    if (s.display === 'inline' || s.display === 'contents' || s.visibility === 'hidden') continue;
+    const r = e.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0) continue;
+    // a box that clips with a margin (a formula's span.math: overflow-clip-margin) draws that far out
+    const margin = s.overflowX === 'clip' ? parseFloat(s.overflowClipMargin) || 0 : 0;
+    if (e.scrollWidth > e.clientWidth + margin + 1 && e.clientWidth > 0)
+      out.push(`${e.tagName.toLowerCase()}${e.className && typeof e.className === 'string' ? '.' + e.className.split(' ')[0] : ''}`
+               + ` (${e.scrollWidth} > ${e.clientWidth} px, overflow ${s.overflowX}): ${(e.textContent || '').trim().slice(0, 50)}`);
+  }
+  return out;
+}"""
+
+
+def test_no_scrollbar_where_nothing_needs_scrolling(site, browser):
+    """At 1280 px no element of a page's text is wider inside than its box (inline formulas
+    included: a one-pixel overflow of a scrolling box draws a scrollbar with arrows), except code
+    blocks, tables and display formulas, which scroll in their own box when they are wide."""
+    ctx = _context(browser)
+    problems = []
+    for path in _pages(site, redirects=False):
+        page, _, _ = _open(ctx, path)
+        problems += [f"{path.relative_to(site).as_posix()}: {p}" for p in page.evaluate(_OVERFLOWING)[:3]]
+        page.close()
+    ctx.close()
+    assert not problems, "\n".join(problems[:40])

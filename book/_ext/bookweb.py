@@ -10,7 +10,13 @@ page, each checked by ``tests/test_browser.py``:
   ``auto`` (the reader's system setting) unless configured;
 - on a phone (390 px) nothing may run off the right edge of the page: ``static/bookweb.css``
   makes display equations, long inline formulas and wide tables scroll in their own box and
-  lets long identifiers and signatures break.
+  lets long identifiers and signatures break;
+- no scrollbar where nothing needs scrolling: on a wider screen an inline formula never scrolls
+  (a one-pixel overflow of a scrolling box draws a bar under it) and its box clips a little
+  outside itself, so the overhang of an accent or an italic letter is drawn, not cut.
+
+The findings page's table is filtered by paper and verdict in the reader's browser by
+``static/findings.js`` (loaded on every page, it acts only on a ``.findings`` block).
 
 And three additions for readers who take a chapter away:
 
@@ -151,5 +157,6 @@ def setup(app) -> dict[str, Any]:
     app.connect("builder-inited", _static_path)
     app.connect("build-finished", _finished)
     app.add_css_file("bookweb.css")
+    app.add_js_file("findings.js")
     app.connect("html-page-context", _page_context, priority=900)  # after the themes have filled the context
     return {"parallel_read_safe": True, "parallel_write_safe": True}
