@@ -143,8 +143,15 @@ def test_chapter_executes_at_smoke_profile_and_is_cached(name, smoke_out, capsys
                        for cell in nb.cells for o in cell.get("outputs", []))
         assert 'id="T_claims-' in html, "an experiments chapter shows its claims with fedlib.claims.show"
         assert not re.search(r">\s*partly\s*<", html), "there is no 'partly' verdict any more"
+    # a table's text form is the table, not a memory address (a pandas Styler's), so that comparing
+    # two builds' glued values (book/build.py --compare) reports only what changed
+    addresses = [k for k, v in build.glued_values(smoke_out / "chapters" / f"{name}.ipynb").items()
+                 if re.search(r" object at 0x[0-9a-f]+", v)]
+    assert not addresses, f"glued values whose text is a memory address: {addresses}"
     meta = json.loads((smoke_out / "chapters" / f"{name}.json").read_text())
     assert meta["params"]["profile"] == "smoke"
+    if name.endswith("_experiments"):  # the findings page reads these records, one per claims row
+        assert meta["claims"] and {"verdict", "quote", "anchor"} <= set(meta["claims"][0])
     capsys.readouterr()
     assert build.build("smoke", [name], {}, render=False, force=False, out=smoke_out) == 0
     assert f"[cached]   {name}" in capsys.readouterr().out
