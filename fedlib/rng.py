@@ -68,6 +68,9 @@ COMET_KMEANS = 50
 DISTILL_SERVER_INIT = 51
 """The initial weights of COSMOS's cluster models (one draw, shared by every cluster), keyed by (purpose,)."""
 # chapters
+LEADERBOARD_BOOTSTRAP = 61
+"""The leaderboard's resamples of the seeds when it ranks the methods
+(:func:`fedlib.experiments.leaderboard.rank_bootstrap`), keyed by (purpose,)."""
 LOCAL_ONLY_INIT = 98
 """The initial weights of a model trained on one client's data alone (a chapter's local-training-alone
 reference: COSMOS's synthetic federation, :mod:`fedlib.experiments.cosmos_synthetic`), keyed by (client, purpose)."""

@@ -17,7 +17,7 @@ KEY_SHAPES = {
     "PUBLIC_SPLIT": (), "ENCODER_INIT": (), "ENCODER_TRAIN": (), "CCVR_VIRTUAL": ((), ("round",)),
     "HDC_GROUPING": ("round",), "HDC_RANDOM_GROUPS": ("round",), "IFCA_INIT": ("cluster",),
     "DISTILL_CLIENT_INIT": ("client",), "DISTILL_SERVER": ("round", "cluster"), "COMET_KMEANS": ("round",),
-    "DISTILL_SERVER_INIT": (), "LOCAL_ONLY_INIT": ("client",), "DATA_SUBSET": (),
+    "DISTILL_SERVER_INIT": (), "LEADERBOARD_BOOTSTRAP": (), "LOCAL_ONLY_INIT": ("client",), "DATA_SUBSET": (),
 }
 RANGES = {"round": range(0, 201), "client": range(0, 101), "cluster": range(0, 11)}
 

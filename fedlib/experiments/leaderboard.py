@@ -1,0 +1,677 @@
+r"""The leaderboard chapter's procedures (*Leaderboard: every method under one protocol*,
+``notebooks/leaderboard.py``): every registered method (``fedlib.algorithms.registered``)
+trained on the same federations, with the same model, rounds and local training, read through
+the same protocol (:mod:`fedlib.metrics`) at the final round, over several seeds; the methods that
+cannot run on such a federation are listed with the reason their class gives.
+
+The protocol, once:
+
+- **data**: the scikit-learn digits (:func:`fedlib.data.choice.load_data`, ``"uci8"``: 1,797 images of
+  8 × 8 pixels) as vectors of 64 values (:func:`digit_vectors`), so that the methods that work on
+  feature vectors (GGEUR and its baselines) run on them as they are;
+- **federations**: per seed, one :func:`fedlib.federation.make_federations` call (a class-balanced
+  global test set, a Dirichlet label-skew partition per concentration :math:`\alpha`, a 75/25
+  train / local-test split per client), shared by every method of that seed;
+- **model**: one MLP (:func:`fedlib.models.build_model`, ``"mlp"``), its initial weights drawn
+  from the run seed;
+- **training**: one :class:`fedlib.training.TrainConfig` for every method's local update, and one
+  for every method's personal or fine-tuning step (:func:`build_method`, :data:`SHARED`); every
+  other hyper-parameter is the class's default;
+- **reading**: the last round's evaluation (never the best round): mean client accuracy on the
+  clients' pooled scores, the worst client and the bottom 20 % of those scores, mean global
+  accuracy and mean local-test accuracy (:data:`COLUMNS`, the keys of
+  :func:`fedlib.metrics.protocol_summary`), and the training bytes per client and round from the
+  run's ledger (:class:`fedlib.messages.Ledger`);
+- **uncertainty**: each cell as the mean over seeds with its 95 % Student's t interval
+  (:func:`fedlib.claims.mean_interval`), and the rank of every method re-drawn over bootstrap
+  resamples of the seeds (:func:`rank_bootstrap`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedlib.algorithms import ALGORITHMS, make_algorithm, registered
+from fedlib.algorithms.ggeur import StatisticsFirst
+from fedlib.algorithms.mpt import METHOD_PAYLOAD
+from fedlib.cgrl import CGRLConfig
+from fedlib.claims import mean_interval
+from fedlib.data import ArrayDataset, load_data
+from fedlib.experiments.setting import MEANS, TAILS, partition_label
+from fedlib.federation import make_federations
+from fedlib.io import atomic_write_bytes
+from fedlib.loop import LoopConfig
+from fedlib.metrics import protocol_summary
+from fedlib.models import build_model
+from fedlib.protocol import Algorithm
+from fedlib.rng import LEADERBOARD_BOOTSTRAP, numpy_rng
+from fedlib.run import run_federated
+from fedlib.training import TrainConfig
+from fedlib.validation import check_int, check_real, is_int, is_real
+
+COLUMNS = {"pooled": "mean client accuracy (%)", "worst_pooled": TAILS["worst_pooled"],
+           "bottom20_pooled": TAILS["bottom20_pooled"], "global": MEANS["global"], "local": MEANS["local"]}
+"""The protocol's numbers the leaderboard reports (keys of :func:`fedlib.metrics.protocol_summary`)
+and their columns' names. A client's accuracy is its pooled score (its deployed predictor on the
+class-balanced global test set, each class's recall weighted by the client's own class mix): its
+own local test split is too small to rank clients, so the mean, the worst client and the bottom
+20 % all read the pooled score; the mean local-test accuracy is reported beside it."""
+
+RANK_METRICS = tuple(COLUMNS)
+"""The metrics :func:`rank_bootstrap` can rank on (higher is better for each)."""
+
+BYTES = "bytes_per_client_round"
+"""The column of the training bytes (up and down) per client and communication round."""
+
+BOOTSTRAP = LEADERBOARD_BOOTSTRAP
+"""The purpose key of the rank bootstrap's stream, ``numpy_rng(seed, BOOTSTRAP)``
+(:data:`fedlib.rng.LEADERBOARD_BOOTSTRAP`)."""
+
+SHARED = {
+    "fedavg": {"train": "train"},
+    "fedavg_ft": {"train": "train", "finetune": "finetune"},
+    "ditto": {"train": "train", "personal_train": "train"},
+    "fedbabu": {"train": "train", "finetune": "finetune"},
+    "fedetf": {"train": "train"},
+    "fedrep": {"train": "train", "head_train": "train"},
+    "fedprox": {"train": "train"},
+    "fedproto": {"train": "train"},
+    "ggeur": {"base": "fedavg"},
+    "fedfa_style": {"base": "fedavg"},
+    "fedmix_style": {"train": "train", "base": "fedavg"},
+    "rebalanced": {"base": "fedavg"},
+    "fedavg_se": {"train": "train"},
+    "hdcfl": {"train": "train"},
+    "ifca": {"train": "train"},
+    "mpt": {"train": "train"},
+    "cgrl": {"train": "train"},
+}
+"""Per registered method, which constructor parameter receives which shared setting:
+``"train"`` (the local update), ``"finetune"`` (the fine-tuning before deployment) or
+``"fedavg"`` (a FedAvg with the local update, the base of a statistics-first method). FedETF
+keeps its default of no fine-tuning (FedETF, not FedETF-FT)."""
+
+_SETTING_WORDS = {"train": "local update", "finetune": "fine-tuning", "fedavg": "FedAvg(local update)"}
+
+SEEDED = ("ifca", "hdcfl", "mpt")
+"""The methods whose class takes a ``seed`` of its own server-side randomness: it is the run seed."""
+
+
+def _names(names: Iterable[str] | None) -> list[str]:
+    valid = registered()
+    if names is None:
+        return valid
+    if isinstance(names, str):
+        raise ValueError(f"names must be a list of registered method names, got the string {names!r}; "
+                         f"valid: {', '.join(valid)}")
+    names = list(names)
+    bad = [n for n in names if n not in valid]
+    if bad:
+        raise ValueError(f"unknown method(s) {', '.join(map(repr, bad))}; valid: {', '.join(valid)}")
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f"names must be distinct registered methods, at least one, got {names!r}")
+    return names
+
+
+def digit_vectors(n_samples: int | None = None, seed: int = 0) -> ArrayDataset:
+    """The scikit-learn digits (:func:`fedlib.data.choice.load_data` ``"uci8"``, 8 × 8 pixels in [0, 1])
+    as vectors of shape (n, 64), seeded-subsampled to ``n_samples`` (``None``: all 1,797).
+
+    Examples
+    --------
+    >>> data = digit_vectors(300, seed=1)
+    >>> tuple(data.x.shape), data.n_classes
+    ((300, 64), 10)
+    """
+    images = load_data("uci8", n_samples=n_samples, seed=seed)
+    return ArrayDataset(images.x.flatten(1).contiguous(), images.y, images.n_classes, "uci_digits_vectors")
+
+
+@dataclass(frozen=True)
+class LeaderboardConfig:
+    """What every method shares (besides the federation).
+
+    Attributes
+    ----------
+    rounds : training rounds (a statistics-first method runs one statistics round more,
+        :func:`communication_rounds`)
+    local_epochs, lr, batch_size, momentum : the local update of every method (SGD)
+    finetune_epochs : the epochs of every fine-tuning step before deployment (FedAvg-FT,
+        FedBABU), at the same learning rate
+    hidden : the MLP's hidden widths
+    total_per_class : GGEUR, FedFA-style and the rebalancing control fill each class a client
+        holds up to this many samples (the classes' default, 500, is for CLIP embeddings of
+        thousands of images; a digits client holds tens per class)
+    """
+
+    rounds: int = 20
+    local_epochs: int = 1
+    lr: float = 0.05
+    batch_size: int = 32
+    momentum: float = 0.9
+    finetune_epochs: int = 5
+    hidden: tuple[int, ...] = (128, 64)
+    total_per_class: int = 40
+
+    def __post_init__(self) -> None:
+        check_int("rounds", self.rounds, low=1)
+        check_int("local_epochs", self.local_epochs, low=1)
+        check_int("finetune_epochs", self.finetune_epochs, low=0)
+        check_int("batch_size", self.batch_size, low=1)
+        check_int("total_per_class", self.total_per_class, low=0)
+        check_real("lr", self.lr, low=0.0, low_open=True)
+        check_real("momentum", self.momentum, low=0.0, high=1.0, high_open=True)
+        hidden = tuple(self.hidden) if isinstance(self.hidden, (list, tuple)) else None
+        if not hidden or any(not is_int(h) or h < 1 for h in hidden):
+            raise ValueError(f"hidden must be a non-empty sequence of positive ints, got {self.hidden!r}")
+        object.__setattr__(self, "hidden", hidden)
+
+    @property
+    def train(self) -> TrainConfig:
+        """The local update every method shares."""
+        return TrainConfig(epochs=self.local_epochs, batch_size=self.batch_size, lr=self.lr, momentum=self.momentum)
+
+    @property
+    def finetune(self) -> TrainConfig:
+        """The fine-tuning step every method that fine-tunes shares."""
+        return dataclasses.replace(self.train, epochs=self.finetune_epochs)
+
+
+def exclusion_reason(name: str) -> str | None:
+    """Why the registered method ``name`` cannot run on the shared federation, read from its class
+    (``None``: it can): a constructor parameter without a default names something the federation
+    does not hold (COSMOS and its baselines need ``public``, an unlabeled public set that every
+    client and the server read), and ``model_agnostic`` says that the method is built for clients
+    of different architectures.
+
+    Examples
+    --------
+    >>> exclusion_reason("fedavg") is None
+    True
+    >>> for part in exclusion_reason("fedmd").split("; "):
+    ...     print(part)
+    needs public (PublicSet), which the shared federation does not hold
+    built for clients of different architectures (model_agnostic)
+    """
+    _names([name])
+    cls = ALGORITHMS[name]
+    needs = [p for p in inspect.signature(cls).parameters.values()
+             if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if not needs:
+        return None
+    kinds = ", ".join(f"{p.name} ({getattr(p.annotation, '__name__', p.annotation)})" for p in needs)
+    reason = f"needs {kinds}, which the shared federation does not hold"
+    if getattr(cls, "model_agnostic", False):
+        reason += "; built for clients of different architectures (model_agnostic)"
+    return reason
+
+
+def split_methods(names: Iterable[str] | None = None) -> tuple[list[str], pd.DataFrame]:
+    """The methods that run on the shared federation, and a table of the others (indexed by
+    ``method``: its ``class`` and the ``reason``, :func:`exclusion_reason`).
+
+    Examples
+    --------
+    >>> runs, excluded = split_methods(["fedavg", "cosmos", "ditto"])
+    >>> runs, excluded.index.tolist()
+    (['fedavg', 'ditto'], ['cosmos'])
+    """
+    names = _names(names)
+    reasons = {n: exclusion_reason(n) for n in names}
+    rows = [{"method": n, "class": ALGORITHMS[n].__name__, "reason": r} for n, r in reasons.items() if r is not None]
+    excluded = pd.DataFrame(rows, columns=["method", "class", "reason"]).set_index("method")
+    return [n for n in names if reasons[n] is None], excluded
+
+
+def statistics_rounds(name: str) -> int:
+    """The rounds a method spends before it trains: 1 for a statistics-first method (its round 1
+    exchanges statistics only, :class:`fedlib.algorithms.ggeur.StatisticsFirst`), else 0.
+
+    Examples
+    --------
+    >>> statistics_rounds("ggeur"), statistics_rounds("fedavg")
+    (1, 0)
+    """
+    _names([name])
+    return int(issubclass(ALGORITHMS[name], StatisticsFirst))
+
+
+def communication_rounds(name: str, rounds: int) -> int:
+    """The rounds a run of ``name`` takes for ``rounds`` training rounds: every method trains the
+    same number of rounds, a statistics-first one runs its statistics round first.
+
+    Examples
+    --------
+    >>> communication_rounds("ggeur", 20), communication_rounds("ditto", 20)
+    (21, 20)
+    """
+    return rounds + statistics_rounds(name)
+
+
+def build_method(name: str, config: LeaderboardConfig, seed: int, *, vectors: bool = True) -> Algorithm:
+    """The registered method ``name`` with the shared settings (:data:`SHARED`) and its class's
+    defaults otherwise; the methods of :data:`SEEDED` take ``seed``. CGRL's augmentations act on
+    images: on vector inputs (``vectors``) it runs with identity views (``augment="none"``).
+
+    Raises
+    ------
+    ValueError
+        On a name that is not registered or is excluded (:func:`exclusion_reason`).
+
+    Examples
+    --------
+    >>> m = build_method("fedbabu", LeaderboardConfig(local_epochs=2, finetune_epochs=3), seed=0)
+    >>> m.train.epochs, m.finetune.epochs
+    (2, 3)
+    """
+    _names([name])
+    reason = exclusion_reason(name)
+    if reason is not None:
+        raise ValueError(f"method {name!r} cannot run on the shared federation: {reason}; valid: "
+                         f"{', '.join(split_methods()[0])}")
+    if name not in SHARED:
+        raise ValueError(f"method {name!r} is registered but the leaderboard does not say which of its parameters take "
+                         f"the shared settings: add it to SHARED (it knows {', '.join(SHARED)})")
+    settings = {"train": config.train, "finetune": config.finetune}
+    kwargs = {}
+    for param, what in SHARED[name].items():
+        kwargs[param] = make_algorithm("fedavg", train=config.train) if what == "fedavg" else settings[what]
+    if "total_per_class" in inspect.signature(ALGORITHMS[name]).parameters:
+        kwargs["total_per_class"] = config.total_per_class
+    if name in SEEDED:
+        kwargs["seed"] = seed
+    if name == "cgrl" and vectors:
+        kwargs["cgrl"] = CGRLConfig(augment="none")
+    if name == "mpt":  # the statistics its own deployment reads, not every part (the default, for its chapter's study)
+        kwargs["payload"] = METHOD_PAYLOAD["mpt"]
+    return make_algorithm(name, **kwargs)
+
+
+def method_table(names: Sequence[str], config: LeaderboardConfig) -> pd.DataFrame:
+    """What each method of ``names`` receives: its class, its communication rounds
+    (:func:`communication_rounds`) and which constructor parameters take the shared local update
+    and fine-tuning (:data:`SHARED`), and what else differs from the class's defaults.
+
+    Examples
+    --------
+    >>> t = method_table(["fedavg", "ggeur"], LeaderboardConfig(rounds=5))
+    >>> t["rounds"].tolist()
+    [5, 6]
+    """
+    names = _names(names)
+    rows = []
+    for n in names:
+        shared = ", ".join(f"{p} = {_SETTING_WORDS[w]}" for p, w in SHARED[n].items())
+        notes = []
+        if "total_per_class" in inspect.signature(ALGORITHMS[n]).parameters:
+            notes.append(f"total_per_class = {config.total_per_class}")
+        if statistics_rounds(n):
+            notes.append("round 1 exchanges statistics only")
+        if n in SEEDED:
+            notes.append("seed = run seed")
+        if n == "mpt":
+            notes.append(f"payload = {', '.join(METHOD_PAYLOAD['mpt'])} (what its deployment reads)")
+        if n == "cgrl":
+            notes.append("identity views (augment = none): the inputs are vectors, not images")
+        rows.append({"method": n, "class": ALGORITHMS[n].__name__, "rounds": communication_rounds(n, config.rounds),
+                     "shared settings": shared, "differs from the class's defaults": "; ".join(notes) or "nothing"})
+    return pd.DataFrame(rows).set_index("method")
+
+
+def run_one(name: str, federation, config: LeaderboardConfig, seed: int) -> dict:
+    """One run of ``name`` on ``federation`` (the shared MLP, :func:`build_method`) and its
+    final-round reading: every key of :func:`fedlib.metrics.protocol_summary`, ``bytes_per_round``
+    (training messages up and down, all clients) and :data:`BYTES` (the same per client), the
+    ``rounds`` run and the process's ``cpu_seconds``.
+    """
+    vectors = federation.global_test.x.dim() == 2
+    in_features = int(np.prod(federation.global_test.x.shape[1:]))
+    model_fn = _MLP(in_features, federation.n_classes, config.hidden)
+    rounds = communication_rounds(name, config.rounds)
+    t0 = time.process_time()
+    run = run_federated(build_method(name, config, seed, vectors=vectors), federation, model_fn,
+                        LoopConfig(rounds=rounds, seed=seed))
+    seconds = time.process_time() - t0
+    if run.rounds_done != rounds:
+        raise RuntimeError(f"{name} stopped after round {run.rounds_done} of {rounds}")
+    summary = protocol_summary(run.per_client(rounds))  # the last round, never the best
+    sent = float(run.ledger.select(phase="train")["bytes"].sum())
+    return {**summary, "bytes_per_round": sent / rounds, BYTES: sent / (rounds * federation.n_clients),
+            "rounds": rounds, "cpu_seconds": seconds}
+
+
+@dataclass(frozen=True)
+class _MLP:
+    """A picklable ``model_fn``: the shared MLP on vectors of ``in_features``."""
+
+    in_features: int
+    n_classes: int
+    hidden: tuple[int, ...]
+
+    def __call__(self):
+        return build_model("mlp", in_channels=self.in_features, input_size=1, n_classes=self.n_classes,
+                           hidden=self.hidden)
+
+
+def _check_alphas(alphas) -> list[float]:
+    if isinstance(alphas, (str, bytes)) or not isinstance(alphas, Iterable):
+        raise ValueError(f"alphas must be a list of Dirichlet concentrations > 0, got {alphas!r}")
+    alphas = list(alphas)
+    bad = [a for a in alphas if not (is_real(a) and 0 < a < math.inf)]
+    if not alphas or bad or len(set(alphas)) != len(alphas):
+        raise ValueError(f"alphas must be distinct Dirichlet concentrations > 0 (no IID None here), got {alphas!r}")
+    return [float(a) for a in alphas]
+
+
+def _check_seeds(seeds) -> list[int]:
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
+        raise ValueError(f"seeds must be a list of distinct integers in [0, 2**32), got {seeds!r}")
+    seeds = list(seeds)
+    bad = [s for s in seeds if not (is_int(s) and 0 <= s < 2**32)]
+    if not seeds or bad or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct integers in [0, 2**32), at least one, got {seeds!r}")
+    return [int(s) for s in seeds]
+
+
+def run_leaderboard(data: ArrayDataset, names: Iterable[str], alphas: Sequence[float], seeds: Sequence[int], *,
+                    n_clients: int, global_test_per_class: int, config: LeaderboardConfig,
+                    progress: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Every method of ``names`` on the same federations: per seed, one
+    :func:`fedlib.federation.make_federations` call over ``alphas`` (seeded by the seed), and on
+    each federation every method with run seed ``seed`` (:func:`run_one`).
+
+    Returns
+    -------
+    DataFrame
+        One row per (``alpha``, ``seed``, ``method``), in that order: the columns of
+        :func:`run_one`.
+
+    Raises
+    ------
+    ValueError
+        On an unknown or excluded method, bad ``alphas`` or ``seeds`` (the message names the bad
+        value and the valid ones).
+    """
+    names = _names(names)
+    excluded = [n for n in names if exclusion_reason(n) is not None]
+    if excluded:
+        raise ValueError(f"method(s) {', '.join(excluded)} cannot run on the shared federation; valid: "
+                         f"{', '.join(split_methods()[0])}")
+    alphas, seeds = _check_alphas(alphas), _check_seeds(seeds)
+    check_int("n_clients", n_clients, low=2)
+    check_int("global_test_per_class", global_test_per_class, low=1)
+    rows = []
+    for s in seeds:
+        feds = make_federations(data, alphas, n_clients=n_clients, global_test_per_class=global_test_per_class, seed=s)
+        for a in alphas:
+            for n in names:
+                rows.append({"alpha": a, "seed": s, "method": n, **run_one(n, feds[a], config, s)})
+            if progress is not None:
+                progress(f"seed {s}, {partition_label(a)}: {len(names)} methods done")
+    frame = pd.DataFrame(rows)
+    order = {a: i for i, a in enumerate(alphas)}
+    return frame.sort_values(["alpha", "seed"], key=lambda c: c.map(order) if c.name == "alpha" else c,
+                             kind="stable").reset_index(drop=True)
+
+
+def _check_rows(rows, metrics: Iterable[str]) -> None:
+    if not isinstance(rows, pd.DataFrame):
+        raise ValueError(f"rows must be a DataFrame of run_leaderboard, got {type(rows).__name__}")
+    missing = [c for c in ("alpha", "seed", "method", *metrics) if c not in rows.columns]
+    if missing:
+        raise ValueError(f"rows lack the column(s) {missing}; they have {list(rows.columns)}")
+    dup = rows.duplicated(["alpha", "seed", "method"])
+    if dup.any():
+        r = rows[dup].iloc[0]
+        raise ValueError(f"rows hold (alpha, seed, method) = ({r['alpha']}, {r['seed']}, {r['method']}) twice")
+
+
+def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), level: float = 0.95) -> pd.DataFrame:
+    """Per (``alpha``, ``method``), each metric (percent) as the mean over seeds with its interval
+    at ``level`` (:func:`fedlib.claims.mean_interval`): columns ``<metric>``, ``<metric> low``,
+    ``<metric> high`` and ``<metric> ±`` (the half-width; infinite for one seed), and the mean
+    ``bytes_per_client_round`` and ``seeds``. Methods keep their order of appearance.
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"alpha": 0.1, "seed": [0, 1, 2, 0, 1, 2], "method": ["a"] * 3 + ["b"] * 3,
+    ...                      "pooled": [0.90, 0.91, 0.92, 0.5, 0.5, 0.5], BYTES: 100.0})
+    >>> t = summary_table(rows, ["pooled"])
+    >>> t.loc[(0.1, "a"), ["pooled", "pooled low"]].round(2).tolist(), float(t.loc[(0.1, "b"), "pooled ±"])
+    ([91.0, 88.52], 0.0)
+    """
+    metrics = list(metrics)
+    _check_rows(rows, [*metrics, BYTES])
+    out = []
+    for (a, m), g in rows.groupby(["alpha", "method"], sort=False):
+        row = {"alpha": a, "method": m, "seeds": len(g), BYTES: float(g[BYTES].mean())}
+        for k in metrics:
+            values = 100 * g[k].to_numpy(dtype=float)
+            values = values[np.isfinite(values)]
+            if len(values) == 0:
+                row.update({k: math.nan, f"{k} low": math.nan, f"{k} high": math.nan, f"{k} ±": math.nan})
+                continue
+            iv = mean_interval(values, level)
+            row.update({k: iv.mean, f"{k} low": iv.low, f"{k} high": iv.high, f"{k} ±": iv.half_width})
+        out.append(row)
+    return pd.DataFrame(out).set_index(["alpha", "method"])
+
+
+def cell_text(mean: float, half: float, digits: int = 1) -> str:
+    """A table cell: ``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one seed, ``"n/a"`` for NaN.
+
+    Examples
+    --------
+    >>> cell_text(91.234, 1.25), cell_text(50.0, math.inf), cell_text(math.nan, math.nan)
+    ('91.2 ± 1.2', '50.0 ± ∞', 'n/a')
+    """
+    if not np.isfinite(mean):
+        return "n/a"
+    return f"{mean:.{digits}f} ± {'∞' if not np.isfinite(half) else f'{half:.{digits}f}'}"
+
+
+def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None,
+          metrics: Sequence[str] = tuple(COLUMNS), digits: int = 1, sort_by: str | None = None) -> pd.DataFrame:
+    """The leaderboard at ``alpha`` for reading: one row per method, sorted by the mean of
+    ``sort_by`` (default: the first metric; best first), each metric as ``mean ± half-width``
+    (:func:`cell_text`) under its name
+    (:data:`COLUMNS`), the bytes per client and round, and with ``ranks``
+    (:func:`rank_bootstrap`) the share of resamples ranked first and the median rank.
+
+    Raises
+    ------
+    ValueError
+        On an ``alpha`` the summary does not hold (the message names those it holds).
+    """
+    alphas = list(dict.fromkeys(summary.index.get_level_values("alpha")))
+    if alpha not in alphas:
+        raise ValueError(f"no results at alpha = {alpha!r}; valid: {', '.join(map(str, alphas))}")
+    sort_by = metrics[0] if sort_by is None else sort_by
+    if sort_by not in summary.columns:
+        raise ValueError(f"cannot sort by {sort_by!r}; valid: {', '.join(metrics)}")
+    s = summary.loc[alpha].sort_values(sort_by, ascending=False, kind="stable")
+    out = pd.DataFrame(index=s.index)
+    for k in metrics:
+        out[COLUMNS.get(k, k)] = [cell_text(m, h, digits) for m, h in zip(s[k], s[f"{k} ±"])]
+    out["bytes per client and round"] = s[BYTES]
+    if ranks is not None:
+        r = ranks.loc[alpha].reindex(s.index)
+        out["ranked first (%)"] = 100 * r["first"]
+        out["median rank"] = r["median rank"]
+    return out
+
+
+def ranks_of(values: np.ndarray) -> np.ndarray:
+    """Average ranks along the last axis, 1 for the largest value (ties share the mean of their
+    places).
+
+    Examples
+    --------
+    >>> ranks_of(np.array([0.5, 0.9, 0.7])).tolist()
+    [3.0, 1.0, 2.0]
+    >>> ranks_of(np.array([[0.9, 0.9, 0.1]])).tolist()
+    [[1.5, 1.5, 3.0]]
+    """
+    values = np.asarray(values, dtype=float)
+    greater = (values[..., None, :] > values[..., :, None]).sum(-1)  # others strictly better, per entry
+    equal = (values[..., None, :] == values[..., :, None]).sum(-1)  # itself included
+    return 1.0 + greater + (equal - 1) / 2.0
+
+
+def first_shares(values: np.ndarray) -> np.ndarray:
+    """Each entry's share of first place along the last axis: 1 for a unique maximum, ``1/k`` for
+    each of ``k`` tied maxima, 0 otherwise.
+
+    Examples
+    --------
+    >>> first_shares(np.array([[0.9, 0.9, 0.1], [0.2, 0.8, 0.5]])).tolist()
+    [[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]]
+    """
+    values = np.asarray(values, dtype=float)
+    top = values == values.max(axis=-1, keepdims=True)
+    return top / top.sum(axis=-1, keepdims=True)
+
+
+def bootstrap_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Means over seeds of ``n_boot`` resamples of the seeds (with replacement), the same resample
+    for every method (the methods of a seed share its federation).
+
+    Parameters
+    ----------
+    values : array of shape (n_seeds, n_methods)
+    n_boot : int
+    rng : numpy Generator
+
+    Returns
+    -------
+    ndarray of shape (n_boot, n_methods)
+
+    Examples
+    --------
+    >>> v = np.array([[1.0, 2.0], [3.0, 2.0]])
+    >>> m = bootstrap_means(v, 4, np.random.default_rng(0))
+    >>> m.shape, bool(np.all(m[:, 1] == 2.0)), set(m[:, 0].tolist()) <= {1.0, 2.0, 3.0}
+    ((4, 2), True, True)
+    """
+    values = np.asarray(values, dtype=float)
+    idx = rng.integers(0, values.shape[0], size=(n_boot, values.shape[0]))  # (n_boot, n_seeds)
+    return values[idx].mean(axis=1)
+
+
+def rank_bootstrap(rows: pd.DataFrame, metric: str = "pooled", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    r"""How sure is the order? Per ``alpha``, the methods' means of ``metric`` over ``n_boot``
+    resamples of the seeds (:func:`bootstrap_means`, stream ``numpy_rng(seed, BOOTSTRAP)``), each
+    resample ranked (:func:`ranks_of`, 1 = best).
+
+    Returns
+    -------
+    DataFrame
+        Indexed by (``alpha``, ``method``): ``rank`` (on the observed means), ``first`` (the share
+        of resamples that rank the method first, ties sharing, :func:`first_shares`) and
+        ``median rank`` over the resamples.
+
+    Raises
+    ------
+    ValueError
+        On a metric not in :data:`RANK_METRICS`, ``n_boot`` < 1, a method without a value for
+        every seed, or NaN values.
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"alpha": 0.1, "seed": [0, 1, 0, 1], "method": ["a", "a", "b", "b"],
+    ...                      "pooled": [0.9, 0.8, 0.1, 0.2]})
+    >>> rank_bootstrap(rows, n_boot=50).loc[0.1].to_dict("index")["a"]
+    {'rank': 1.0, 'first': 1.0, 'median rank': 1.0}
+    """
+    if metric not in RANK_METRICS:
+        raise ValueError(f"unknown metric {metric!r} to rank on; valid: {', '.join(RANK_METRICS)}")
+    if not is_int(n_boot) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
+    _check_rows(rows, [metric])
+    rng = numpy_rng(seed, BOOTSTRAP)
+    out = []
+    for a, g in rows.groupby("alpha", sort=False):
+        wide = g.pivot(index="seed", columns="method", values=metric)[list(dict.fromkeys(g["method"]))]
+        if wide.isna().any().any():
+            bad = wide.columns[wide.isna().any()].tolist()
+            raise ValueError(f"at alpha = {a}, method(s) {bad} lack a finite {metric} for some seed; every method "
+                             f"needs one per seed (seeds {wide.index.tolist()})")
+        values = wide.to_numpy(dtype=float)  # (n_seeds, n_methods)
+        means = bootstrap_means(values, int(n_boot), rng)
+        ranks = ranks_of(means)
+        observed = ranks_of(values.mean(axis=0))
+        first = first_shares(means).mean(axis=0)
+        for j, m in enumerate(wide.columns):
+            out.append({"alpha": a, "method": m, "rank": float(observed[j]), "first": float(first[j]),
+                        "median rank": float(np.median(ranks[:, j]))})
+    return pd.DataFrame(out).set_index(["alpha", "method"])
+
+
+def pareto_front(accuracy: Mapping[str, float], cost: Mapping[str, float]) -> list[str]:
+    """The methods no other method beats on both axes: none has at least their ``accuracy`` at
+    most their ``cost`` with one of the two strictly better. In the order of ``accuracy``.
+
+    Examples
+    --------
+    >>> pareto_front({"a": 90, "b": 80, "c": 85}, {"a": 10, "b": 5, "c": 20})
+    ['a', 'b']
+    """
+    names = list(accuracy)
+    if set(names) != set(cost):
+        raise ValueError(f"accuracy and cost must name the same methods, got {sorted(accuracy)} and {sorted(cost)}")
+    front = []
+    for n in names:
+        dominated = any(accuracy[o] >= accuracy[n] and cost[o] <= cost[n]
+                        and (accuracy[o] > accuracy[n] or cost[o] < cost[n]) for o in names if o != n)
+        if not dominated:
+            front.append(n)
+    return front
+
+
+def winner_words(ranks: pd.DataFrame, alpha: float) -> dict[str, str | float]:
+    """The rank uncertainty at ``alpha`` in words: ``leader`` (the best observed rank; ties: the
+    first listed), ``leader_first`` (its share of first places, %), ``runner_up``, ``contenders``
+    (the methods ranked first in at least 5 % of resamples) and ``verdict``.
+
+    Examples
+    --------
+    >>> r = pd.DataFrame({"alpha": 0.1, "method": ["a", "b", "c"], "rank": [1.0, 2.0, 3.0],
+    ...                   "first": [0.7, 0.3, 0.0], "median rank": [1.0, 2.0, 3.0]}).set_index(["alpha", "method"])
+    >>> w = winner_words(r, 0.1)
+    >>> w["leader"], w["contenders"], w["verdict"]
+    ('a', 'a (70 %) and b (30 %)', 'the first place is not settled: another method takes it in 30 % of the resamples')
+    """
+    r = ranks.loc[alpha].sort_values(["rank", "first"], ascending=[True, False], kind="stable")
+    leader, runner = r.index[0], (r.index[1] if len(r) > 1 else "none")
+    contenders = r[r["first"] >= 0.05].sort_values("first", ascending=False)
+    items = [f"{m} ({100 * f:.0f} %)" for m, f in contenders["first"].items()]
+    text = items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}" if items else "none"
+    other = 1.0 - float(r.loc[leader, "first"])
+    verdict = ("the first place is settled: the leader is ranked first in at least 95 % of the resamples"
+               if other <= 0.05 else
+               f"the first place is not settled: another method takes it in {100 * other:.0f} % of the resamples")
+    return {"leader": leader, "leader_first": 100 * float(r.loc[leader, "first"]), "runner_up": runner,
+            "contenders": text, "verdict": verdict}
+
+
+def save_rows(rows: pd.DataFrame, results_dir: str | Path | None, name: str = "leaderboard.csv") -> Path | None:
+    """Write ``rows`` as CSV into ``results_dir`` atomically (:func:`fedlib.io.atomic_write_bytes`);
+    nothing without a folder."""
+    if results_dir is None:
+        return None
+    return atomic_write_bytes(Path(results_dir) / name, rows.to_csv(index=False).encode())
+
+
+__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "RANK_METRICS", "SEEDED", "SHARED", "LeaderboardConfig", "board",
+           "bootstrap_means", "build_method", "cell_text", "communication_rounds", "digit_vectors", "exclusion_reason",
+           "first_shares", "method_table", "pareto_front", "rank_bootstrap", "ranks_of", "run_leaderboard", "run_one",
+           "save_rows", "split_methods", "statistics_rounds", "summary_table", "winner_words"]
