@@ -1,6 +1,8 @@
 # Two entry points, both idempotent and quick when nothing changed:
 #   make book   set up .venv, execute every chapter (papermill, cached) and render the HTML book
 #   make test   set up .venv, run the test suite
+# and a third on top of the book:
+#   make pdf    the rendered book as PDF (Debian's chromium): book/_build/html/pdf/book.pdf and one per page
 # Set PYTHON to choose the interpreter that creates the virtual environment (Python 3.11).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -8,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: book test smoke bench browser-book clean venv flower
+.PHONY: book test smoke bench browser-book clean venv flower pdf
 
 venv: $(STAMP)
 
@@ -22,6 +24,11 @@ $(STAMP): requirements.txt pyproject.toml
 book: $(STAMP)
 	$(BIN)/python book/build.py --profile smoke --no-render
 	$(BIN)/python book/build.py
+
+# the rendered book printed by the system chromium: one PDF per page and the whole book in
+# book/_build/html/pdf/, linked from the landing page
+pdf: book
+	$(BIN)/python book/pdf.py
 
 smoke: $(STAMP)
 	$(BIN)/python book/build.py --profile smoke

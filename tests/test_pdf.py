@@ -1,0 +1,180 @@
+"""The book as PDF (``book/pdf.py``, ``make pdf``): the rendered smoke-profile book printed by
+Debian's ``chromium`` into a temporary copy of the site, then read back with pypdf.
+
+Checked: one PDF per page of the navigation and ``book.pdf``, which has more pages than the book
+has pages of HTML and is numbered continuously; each page's title is in its PDF and on the book's page where that page starts;
+each executed chapter's PDF shows at least one of the values the chapter glued; no raw TeX
+(``\\frac``, ``\\mathbf``, ``\\sum``, ``$$``) is left anywhere (MathJax typeset every formula) and no
+collapsed cell prints; the landing page links ``pdf/book.pdf`` exactly once, also after a second
+linking. The rendered smoke site is the browser tests' (one build a session, see conftest).
+
+Without chromium the module skips with the install command, except under CI (``CI`` set), where it
+fails: ``.ci/run`` installs chromium first.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import os
+import re
+import shutil
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+build = _load("book_build", ROOT / "book" / "build.py")
+pdf = _load("book_pdf", ROOT / "book" / "pdf.py")
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+try:
+    import playwright.sync_api  # noqa: F401
+    from pypdf import PdfReader
+except ImportError:  # pragma: no cover - the pinned requirements install them
+    PdfReader = None
+
+if CHROMIUM is None or PdfReader is None:
+    missing = "Debian's chromium" if CHROMIUM is None else "playwright and pypdf"
+    if os.environ.get("CI"):
+        pytest.fail(f"the PDF tests need {missing} and must not skip in CI; install: {pdf.INSTALL}",
+                    pytrace=False)
+    pytest.skip(f"the PDF tests need {missing}; install: {pdf.INSTALL}", allow_module_level=True)
+
+pytestmark = pytest.mark.browser
+
+RAW_TEX = ("\\frac", "\\mathbf", "\\sum", "$$")
+
+
+def _normal(text: str) -> str:
+    """Text as compared: ligatures unfolded (NFKC), typographic minus and quotes plain, whitespace single."""
+    text = unicodedata.normalize("NFKC", text).replace("\u2212", "-").replace("\u2019", "'")
+    return re.sub(r"\s+", " ", text)
+
+
+def _text(path: Path) -> str:
+    return _normal(" ".join(page.extract_text() or "" for page in PdfReader(path).pages))
+
+
+def _title(page: Path) -> str:
+    found = re.search(r"<h1[^>]*>(.*?)</h1>", page.read_text(encoding="utf-8"), flags=re.S)
+    assert found, f"no title in {page}"
+    return _normal(html.unescape(re.sub(r"<[^>]+>", "", found.group(1))).rstrip("#").strip())
+
+
+@pytest.fixture(scope="module")
+def site(smoke_out) -> Path:
+    """The rendered smoke book: the browser tests' build when it ran this session, else built here."""
+    if os.environ.get("FEDLIB_BOOK_SITE"):
+        return Path(os.environ["FEDLIB_BOOK_SITE"]).resolve()
+    rendered = smoke_out / "_build" / "html"
+    if not (rendered / "intro.html").exists():
+        assert build.build("smoke", None, {}, render=True, force=False, out=smoke_out) == 0
+    return rendered
+
+
+@pytest.fixture(scope="module")
+def exported(site, tmp_path_factory):
+    """The PDF export run on a copy of the site (the site itself stays as the browser tests saw it)."""
+    copy = tmp_path_factory.mktemp("pdf_site") / "html"
+    shutil.copytree(site, copy, ignore=shutil.ignore_patterns("pdf"))
+    result = pdf.export(copy, chromium=CHROMIUM, log=lambda *a: None)
+    texts = {name: _text(path) for name, path in result.pages.items()}
+    # the book is the pages' PDFs merged: read the page where each one starts (its title is there)
+    book, starts, at = PdfReader(result.book), {}, 0
+    for name, path in result.pages.items():
+        starts[name] = _normal(book.pages[at].extract_text())
+        at += len(PdfReader(path).pages)
+    return result, texts, starts
+
+
+def test_every_page_has_its_pdf_and_the_book_numbers_its_pages_continuously(exported):
+    result, _, _ = exported
+    pages = pdf.toc_pages(result.site)
+    assert list(result.pages) == [name for name, _ in pages]
+    for name, path in result.pages.items():
+        assert path == result.site / "pdf" / f"{name}.pdf" and path.stat().st_size > 0
+    book = PdfReader(result.book)
+    assert len(book.pages) == result.book_pages == sum(len(PdfReader(p).pages) for p in result.pages.values())
+    assert len(book.pages) > len(pages)
+    n = len(book.pages)
+    for k in (1, n // 2, n):  # the stamped number at the foot of the page
+        assert f"{k} / {n}" in _normal(book.pages[k - 1].extract_text()), f"page {k} of the book is not numbered"
+    first = PdfReader(result.pages["setting"])
+    assert f"1 / {len(first.pages)}" in _normal(first.pages[0].extract_text())
+    assert [o.title for o in book.outline if hasattr(o, "title")][:2] == [_title(p) for _, p in pages[:2]]
+    assert not list(result.site.rglob("*.tmp")), "a temporary file was left behind"
+
+
+def test_each_page_title_is_in_its_pdf_and_where_it_starts_in_the_book(exported):
+    result, texts, starts = exported
+    for name, page in pdf.toc_pages(result.site):
+        title = _title(page)
+        assert title in texts[name], f"{name}.pdf lacks its title {title!r}"
+        assert title in starts[name], f"book.pdf lacks the title {title!r} where {name} starts"
+
+
+def _shown(value: str) -> set[str]:
+    """The ways a glued value may read on the page: as glued, or as a number at 0-4 decimals (or x100)."""
+    text = value.strip().strip("'\"")
+    forms = {text}
+    number = build._as_number(text)
+    if number is not None:
+        for x in (number, 100 * number):
+            forms |= {f"{x:.{d}f}" for d in range(5)} | {f"{x:,.0f}"}
+    # a bare one- or two-character number (0, 1, 12) is on every page: it proves nothing
+    return {_normal(f) for f in forms if len(f) >= 3 or (number is None and len(f) >= 2)}
+
+
+def test_each_chapter_pdf_shows_a_value_its_chapter_glued(exported, site):
+    result, texts, _ = exported
+    executed = site.parent.parent / "chapters"
+    checked = 0
+    for name in result.pages:
+        notebook = executed / f"{name}.ipynb"
+        values = build.glued_values(notebook) if notebook.exists() else {}
+        if not values:
+            continue
+        forms = set().union(*(_shown(v) for v in values.values()))
+        assert any(f in texts[name] for f in forms), f"{name}.pdf shows none of its {len(values)} glued values"
+        checked += 1
+    assert checked >= 5, f"only {checked} chapters with glued values found in {executed}"
+
+
+def test_no_raw_tex_and_no_collapsed_cell_in_any_pdf(exported):
+    result, texts, starts = exported  # the book's pages are these PDFs' pages
+    for name, text in [*texts.items(), *((f"book.pdf at {n}", t) for n, t in starts.items())]:
+        found = [t for t in RAW_TEX if t in text]
+        assert not found, f"{name}.pdf holds raw TeX {found}: a formula was not typeset"
+        assert "Hide code cell" not in text, f"{name}.pdf prints a collapsed cell's toggle"
+
+
+def test_the_landing_page_links_the_book_once_even_when_linked_again(exported):
+    result, _, _ = exported
+    root = pdf.root_page(result.site)
+    pdf.link_landing(result.site, root, result.book, result.pages, result.book_pages)  # a second run
+    text = root.read_text(encoding="utf-8")
+    assert text.count('href="pdf/book.pdf"') == 1
+    assert text.count(pdf.LINKS_START) == 1 and text.count(pdf.LINKS_END) == 1
+    for path in result.pages.values():
+        assert f'href="pdf/{path.name}"' in text
+
+
+def test_missing_site_or_chromium_says_what_to_do(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match=re.escape(str(tmp_path)) + ".*make book"):
+        pdf.check_site(tmp_path)
+    monkeypatch.setattr(pdf.shutil, "which", lambda name: None)
+    with pytest.raises(SystemExit, match="apt-get install -y chromium"):
+        pdf.find_chromium()
