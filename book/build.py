@@ -576,6 +576,27 @@ machine to machine and run to run, and their key says so (``seconds``, ``minutes
 ``measured`` in it). :func:`compare` leaves them out unless told otherwise."""
 
 
+CLAIMS_FIELDS = ("verdict", "mean", "low", "high", "n")
+"""What :func:`compare` reads of a claims record: its verdict and its interval (not the anchor of
+its row on the page, which names the table and changes with any of its numbers)."""
+
+
+def claims_rows_apart(values: dict[str, str]) -> dict[str, str]:
+    """Glued values with each :data:`CLAIMS_RECORDS` value split into one value per claim and field
+    of :data:`CLAIMS_FIELDS` (key ``<glued key>[<claim key>].<field>``), so that :func:`compare`
+    reports the one claim whose interval moved (a claim about time is then a measurement by its
+    key, left out with the others) instead of the whole table."""
+    out = {}
+    for key, text in values.items():
+        if not key.endswith(CLAIMS_RECORDS):
+            out[key] = text
+            continue
+        for row in json.loads(ast.literal_eval(text)):
+            for field in CLAIMS_FIELDS:
+                out[f"{key}[{row['key']}].{field}"] = str(row.get(field))
+    return out
+
+
 def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = MEASURED_KEYS
             ) -> tuple[list[dict], int]:
     """The glued values of the chapters executed in both folders (``<folder>/chapters/*.ipynb``):
@@ -594,7 +615,7 @@ def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = 
         ours_path = reference / "chapters" / f"{name}.ipynb"
         if not ours_path.exists():
             raise SystemExit(f"{name} is not executed in {reference / 'chapters'}; build it there first")
-        a, b = glued_values(ours_path), glued_values(path)
+        a, b = claims_rows_apart(glued_values(ours_path)), claims_rows_apart(glued_values(path))
         for key in sorted(set(a) | set(b)):
             if skipped is not None and skipped.search(key):
                 continue

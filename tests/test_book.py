@@ -394,6 +394,22 @@ def test_compare_lists_the_glued_values_that_differ(tmp_path, capsys, monkeypatc
         build.compare(tmp_path / "ref", tmp_path / "empty")
 
 
+def test_compare_reads_a_claims_table_claim_by_claim_and_leaves_out_claims_about_time(tmp_path):
+    def records(anchor: str, acc: float, seconds: float) -> str:
+        return json.dumps([
+            {"key": "beats", "verdict": "holds", "mean": acc, "low": 0.5, "high": 2.0, "n": 3, "anchor": f"{anchor}_row0_col0"},
+            {"key": "time-server", "verdict": "holds", "mean": seconds, "low": 1.0, "high": 9.0, "n": 3,
+             "anchor": f"{anchor}_row1_col0"}])
+
+    # another run: the table's anchors changed (its measured time did) and one claim's mean moved
+    _glue_notebook(tmp_path / "ref" / "chapters" / "c.ipynb", {"x_claims_records": records("T_claims-aa", 1.25, 3.0)})
+    _glue_notebook(tmp_path / "mine" / "chapters" / "c.ipynb", {"x_claims_records": records("T_claims-bb", 1.5, 4.0)})
+    rows, compared = build.compare(tmp_path / "ref", tmp_path / "mine")
+    assert [(r["key"], r["reference"], r["yours"]) for r in rows] == [("x_claims_records[beats].mean", "1.25", "1.5")]
+    assert compared == len(build.CLAIMS_FIELDS)  # the time claim's fields are measurements, left out
+    assert len(build.compare(tmp_path / "ref", tmp_path / "mine", skip=None)[0]) == 2
+
+
 def _exercise_test(module: str | None) -> int:
     import os
     import subprocess
