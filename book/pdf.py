@@ -407,6 +407,10 @@ def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, lin
     stamp(book, stamps[at:])
     book.add_metadata({"/Title": printed[pages[0][1]][0]})
     result.book, result.book_pages = _write(book, folder / BOOK_PDF), total
+    # a page that left the book (renamed, removed from the toc) leaves no PDF behind to be published
+    for stale in sorted(set(folder.glob("*.pdf")) - {result.book, *result.pages.values()}):
+        stale.unlink()
+        log(f"[pdf]      removed {stale.relative_to(site)} (no longer a page of the book)")
     log(f"[pdf]      {result.book.relative_to(site)}: {total} pages, and one PDF per page in {folder.relative_to(site)}/")
     if link:
         root = link_landing(site, pages[0][1], result.book, result.pages, total)

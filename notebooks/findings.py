@@ -15,7 +15,7 @@
 # (chapter-findings)=
 # # Findings: every claim at a glance
 #
-# This page gathers what the book found: every claim of the five papers that a chapter tests, with
+# This page gathers what the book found: every claim of the papers that a chapter tests, with
 # its verdict, the interval it rests on, the seeds behind it and how many seeds would decide it if
 # it is still open. Nothing on it is typed: it reads the claims records that the build wrote for
 # each experiments chapter (each chapter's claims table, row by row), so it says what the
@@ -46,7 +46,8 @@ ROOT = Path("..").resolve()  # the chapters execute in notebooks/
 records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
 parts = toc_chapters(ROOT / "book" / "_toc.yml")
 findings, not_built = read_findings(records[profile], parts)
-not_built = [n for n in not_built if n not in ("findings", "teaching")]  # the pages that read the records run last
+# the chapters with a claims table (those that call claims_report) that this build has no record of
+not_built = [n for n in not_built if n != "findings" and "claims_report(" in (ROOT / "notebooks" / f"{n}.py").read_text()]
 counts = findings_counts(findings)
 claims = findings[findings["kind"] == "claim"]
 
@@ -63,8 +64,8 @@ glue("n_rows", len(findings), display=False)
 glue("n_headline", int(total["headline claims"]), display=False)
 glue("headline_decided", int(total["headline decided"]), display=False)
 glue("decided_percent", float(100 * (total[HOLDS] + total[DOES_NOT_HOLD]) / max(int(total["claims"]), 1)), display=False)
-glue("not_built_text", "every chapter of the book was built for it" if not not_built else
-     f"the chapters {', '.join(not_built)} have no record in this build, so their claims are missing", display=False)
+glue("not_built_text", "every chapter with claims was built for it" if not not_built else
+     f"the chapters with claims {', '.join(not_built)} have no record in this build, so their claims are missing", display=False)
 most = counts.loc[papers, HOLDS].idxmax() if papers else "none"
 glue("most_holds_paper", most, display=False)
 glue("most_holds", int(counts.loc[most, HOLDS]) if papers else 0, display=False)
@@ -73,7 +74,7 @@ glue("profile", P.profile, display=False)
 # %% [markdown]
 # ## The verdicts, counted
 #
-# This build ({glue:text}`profile` profile) decides {glue:text}`n_claims` claims of
+# This build ({glue:text}`profile` profile) tests {glue:text}`n_claims` claims of
 # {glue:text}`n_papers` papers: {glue:text}`n_holds` hold, {glue:text}`n_not` do not hold and
 # {glue:text}`n_inconclusive` are inconclusive at this scale, so
 # {glue:text}`decided_percent:.0f` % are decided either way. Of the {glue:text}`n_headline`
@@ -89,7 +90,7 @@ glue("profile", P.profile, display=False)
 # below says how many seeds the observed spread would need to decide it.
 
 # %% tags=["hide-input"]
-show_table(counts.rename(columns={"claims": "claims decided"}), digits=0,
+show_table(counts.rename(columns={"claims": "claims tested"}), digits=0,
            best={HOLDS: "max"} if len(papers) > 1 else None)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "The verdicts of each paper's claims at this build's scale: claims that hold (green), that do not hold (red) and that are inconclusive at this scale (grey), one bar per paper; controls are not counted.", "name": "fig-findings-verdicts"}, "image": {"alt": "Horizontal stacked bars, one per paper, split into the number of claims that hold in green, that do not hold in red and that are inconclusive in grey."}}

@@ -415,13 +415,19 @@ def test_the_publishing_workflow_parses_builds_with_the_readme_command_and_deplo
     flow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
     on = flow.get("on", flow.get(True))  # YAML 1.1 reads a bare `on` key as True
     assert "push" in on and "workflow_dispatch" in on
-    assert flow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
+    # only the deploy job may publish: the build job, which runs every package, reads
+    assert flow["permissions"] == {"contents": "read"} and "permissions" not in flow["jobs"]["build"]
+    assert flow["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
     build_steps = flow["jobs"]["build"]["steps"]
     runs = [s.get("run", "") for s in build_steps]
     assert "make book" in runs and "make pdf" in runs
     assert "make book" in (ROOT / "README.md").read_text()
-    cache = next(s for s in build_steps if s.get("uses", "").startswith("actions/cache@"))
-    assert "book/chapters" in cache["with"]["path"].split() and "hashFiles(" in cache["with"]["key"]
+    # the chapter cache is restored before the build and saved after it even when it fails
+    uses = [s.get("uses", "").split("@")[0] for s in build_steps]
+    restore, save = (build_steps[uses.index(a)] for a in ("actions/cache/restore", "actions/cache/save"))
+    assert uses.index("actions/cache/restore") < runs.index("make book") < uses.index("actions/cache/save")
+    assert save["if"] == "always()" and save["with"]["path"] == restore["with"]["path"]
+    assert "book/chapters" in restore["with"]["path"].split() and restore["with"]["restore-keys"].strip() == "chapters-"
     upload = next(s for s in build_steps if s.get("uses", "").startswith("actions/upload-pages-artifact@"))
     assert upload["with"]["path"] == "book/_build/html"
     deploy = flow["jobs"]["deploy"]

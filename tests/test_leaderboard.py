@@ -18,7 +18,7 @@ from fedlib.experiments.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, L
                                             bootstrap_means, build_method, cell_text, communication_rounds,
                                             digit_vectors, exclusion_reason, first_shares, method_table, pareto_front,
                                             rank_bootstrap, ranks_of, run_leaderboard, save_rows, split_methods,
-                                            summary_table, winner_words)
+                                            summary_table, winner_words, lead_interval)
 from fedlib.experiments.setting import TAILS
 from fedlib.rng import PURPOSES, numpy_rng
 
@@ -141,6 +141,34 @@ def test_winner_words_read_the_shares():
     w = winner_words(r, 0.1)
     assert w["leader"] == "a" and w["runner_up"] == "b" and w["contenders"] == "a (97 %)"
     assert w["verdict"].startswith("the first place is settled")
+
+
+def test_a_lead_within_the_noise_is_not_settled_however_often_it_ranks_first():
+    # a beats b on every seed by a hundredth of a point: first in every resample, yet the paired
+    # lead's interval (t with 2 degrees of freedom over leads of 0.01, 0.01 and 0.04 points) crosses 0
+    rows = _rows({"a": [0.9001, 0.8001, 0.7004], "b": [0.9, 0.8, 0.7]})
+    ranks = rank_bootstrap(rows, n_boot=200, seed=0)
+    assert ranks.loc[(0.1, "a"), "first"] == 1.0
+    iv = lead_interval(rows, 0.1, "pooled", "a", "b")
+    assert iv.mean == pytest.approx(0.02) and iv.low < 0 < iv.high
+    w = winner_words(ranks, 0.1, rows)
+    assert w["verdict"].startswith("the first place is not settled: a is first in 100 %") and "within the noise" in w["verdict"]
+    # a lead of several points on every seed is settled, and says so with its interval
+    rows = _rows({"a": [0.95, 0.85, 0.75], "b": [0.9, 0.8, 0.7]})
+    w = winner_words(rank_bootstrap(rows, n_boot=200, seed=0), 0.1, rows)
+    assert w["verdict"].startswith("the first place is settled at these seeds") and "+5.0 points [+5.0, +5.0]" in w["lead"]
+
+
+def test_lead_and_words_refuse_what_they_do_not_hold():
+    rows = _rows({"a": [0.9, 0.8], "b": [0.8, 0.7]})
+    with pytest.raises(ValueError, match=r"no rows at alpha = 0.5; valid: 0.1"):
+        lead_interval(rows, 0.5, "pooled", "a", "b")
+    with pytest.raises(ValueError, match=r"no method 'c' at alpha = 0.1; valid: a, b"):
+        lead_interval(rows, 0.1, "pooled", "a", "c")
+    with pytest.raises(ValueError, match=r"no ranks at alpha = 0.5; valid: 0.1"):
+        winner_words(rank_bootstrap(rows, n_boot=10), 0.5)
+    with pytest.raises(ValueError, match="lack a finite pooled"):
+        rank_bootstrap(_rows({"a": [0.9, float("inf")], "b": [0.8, 0.7]}), n_boot=10)
 
 
 # ------------------------------------------------------------------ which methods, with what

@@ -457,6 +457,7 @@ def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), l
         for k in metrics:
             values = 100 * g[k].to_numpy(dtype=float)
             values = values[np.isfinite(values)]
+            row[f"{k} n"] = len(values)  # the seeds the interval rests on (a non-finite run is left out)
             if len(values) == 0:
                 row.update({k: math.nan, f"{k} low": math.nan, f"{k} high": math.nan, f"{k} ±": math.nan})
                 continue
@@ -496,8 +497,8 @@ def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None
     if alpha not in alphas:
         raise ValueError(f"no results at alpha = {alpha!r}; valid: {', '.join(map(str, alphas))}")
     sort_by = metrics[0] if sort_by is None else sort_by
-    if sort_by not in summary.columns:
-        raise ValueError(f"cannot sort by {sort_by!r}; valid: {', '.join(metrics)}")
+    if sort_by not in metrics or sort_by not in summary.columns:
+        raise ValueError(f"cannot sort by {sort_by!r}; valid: {', '.join(m for m in metrics if m in summary.columns)}")
     s = summary.loc[alpha].sort_values(sort_by, ascending=False, kind="stable")
     out = pd.DataFrame(index=s.index)
     for k in metrics:
@@ -601,8 +602,9 @@ def rank_bootstrap(rows: pd.DataFrame, metric: str = "pooled", n_boot: int = 200
     out = []
     for a, g in rows.groupby("alpha", sort=False):
         wide = g.pivot(index="seed", columns="method", values=metric)[list(dict.fromkeys(g["method"]))]
-        if wide.isna().any().any():
-            bad = wide.columns[wide.isna().any()].tolist()
+        finite = np.isfinite(wide.to_numpy(dtype=float))
+        if not finite.all():
+            bad = wide.columns[~finite.all(axis=0)].tolist()
             raise ValueError(f"at alpha = {a}, method(s) {bad} lack a finite {metric} for some seed; every method "
                              f"needs one per seed (seeds {wide.index.tolist()})")
         values = wide.to_numpy(dtype=float)  # (n_seeds, n_methods)
@@ -637,10 +639,49 @@ def pareto_front(accuracy: Mapping[str, float], cost: Mapping[str, float]) -> li
     return front
 
 
-def winner_words(ranks: pd.DataFrame, alpha: float) -> dict[str, str | float]:
+CONTENDER_SHARE = 0.05
+"""A method ranked first in at least this share of the resamples is a contender (:func:`winner_words`)."""
+
+
+def lead_interval(rows: pd.DataFrame, alpha: float, metric: str, leader: str, other: str, level: float = 0.95):
+    """The leader's lead over ``other`` at ``alpha`` in points of ``metric``: the mean over seeds of
+    the paired difference (the two methods of a seed share its federation and initial weights)
+    with its interval at ``level`` (:func:`fedlib.claims.mean_interval`).
+
+    Examples
+    --------
+    >>> rows = pd.DataFrame({"alpha": 0.1, "seed": [0, 1, 2] * 2, "method": ["a"] * 3 + ["b"] * 3,
+    ...                      "pooled": [0.90, 0.925, 0.95, 0.88, 0.90, 0.92]})
+    >>> iv = lead_interval(rows, 0.1, "pooled", "a", "b")  # leads of 2, 2.5 and 3 points
+    >>> round(iv.mean, 2), round(iv.low, 2), round(iv.high, 2)
+    (2.5, 1.26, 3.74)
+    """
+    _check_rows(rows, [metric])
+    at = rows[rows["alpha"] == alpha]
+    if at.empty:
+        raise ValueError(f"no rows at alpha = {alpha!r}; valid: {', '.join(map(str, dict.fromkeys(rows['alpha'])))}")
+    wide = at.pivot(index="seed", columns="method", values=metric)
+    for m in (leader, other):
+        if m not in wide.columns:
+            raise ValueError(f"no method {m!r} at alpha = {alpha!r}; valid: {', '.join(wide.columns)}")
+    diff = 100 * (wide[leader] - wide[other]).to_numpy(dtype=float)
+    if not np.isfinite(diff).all():
+        raise ValueError(f"{leader} or {other} lacks a finite {metric} on some seed at alpha = {alpha!r}")
+    return mean_interval(diff, level)
+
+
+def winner_words(ranks: pd.DataFrame, alpha: float, rows: pd.DataFrame | None = None,
+                 metric: str = "pooled") -> dict[str, str | float]:
     """The rank uncertainty at ``alpha`` in words: ``leader`` (the best observed rank; ties: the
     first listed), ``leader_first`` (its share of first places, %), ``runner_up``, ``contenders``
-    (the methods ranked first in at least 5 % of resamples) and ``verdict``.
+    (the methods ranked first in at least :data:`CONTENDER_SHARE` of resamples) and ``verdict``.
+
+    The share of first places alone can overstate how settled a first place is: a lead of a
+    hundredth of a point on every seed is first in every resample, and a bootstrap of a few seeds
+    has few distinct resamples. With ``rows`` (:func:`run_leaderboard`'s) the verdict also reads
+    the leader's paired lead over the runner-up (:func:`lead_interval`): the first place is
+    called settled only when the leader is first in at least ``1 − CONTENDER_SHARE`` of the
+    resamples **and** that interval clears zero; ``lead`` is then the interval in words.
 
     Examples
     --------
@@ -650,17 +691,31 @@ def winner_words(ranks: pd.DataFrame, alpha: float) -> dict[str, str | float]:
     >>> w["leader"], w["contenders"], w["verdict"]
     ('a', 'a (70 %) and b (30 %)', 'the first place is not settled: another method takes it in 30 % of the resamples')
     """
+    alphas = list(dict.fromkeys(ranks.index.get_level_values("alpha")))
+    if alpha not in alphas:
+        raise ValueError(f"no ranks at alpha = {alpha!r}; valid: {', '.join(map(str, alphas))}")
     r = ranks.loc[alpha].sort_values(["rank", "first"], ascending=[True, False], kind="stable")
     leader, runner = r.index[0], (r.index[1] if len(r) > 1 else "none")
-    contenders = r[r["first"] >= 0.05].sort_values("first", ascending=False)
+    contenders = r[r["first"] >= CONTENDER_SHARE].sort_values("first", ascending=False)
     items = [f"{m} ({100 * f:.0f} %)" for m, f in contenders["first"].items()]
     text = items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}" if items else "none"
     other = 1.0 - float(r.loc[leader, "first"])
-    verdict = ("the first place is settled: the leader is ranked first in at least 95 % of the resamples"
-               if other <= 0.05 else
-               f"the first place is not settled: another method takes it in {100 * other:.0f} % of the resamples")
+    lead = lead_interval(rows, alpha, metric, leader, runner) if rows is not None and runner != "none" else None
+    if lead is not None:
+        points = " ".join(f"{x:+.1f}".replace("-", "\N{MINUS SIGN}") for x in (lead.mean, lead.low, lead.high))
+        mean_, low_, high_ = points.split()
+    lead_text = ("" if lead is None else
+                 f"{leader}'s lead over {runner} is {mean_} points [{low_}, {high_}] (95 %, paired over seeds)")
+    if other > CONTENDER_SHARE:
+        verdict = f"the first place is not settled: another method takes it in {100 * other:.0f} % of the resamples"
+    elif lead is not None and not lead.low > 0:
+        verdict = (f"the first place is not settled: {leader} is first in {100 - 100 * other:.0f} % of the resamples, "
+                   f"but its lead over {runner} is within the noise ({mean_} points [{low_}, {high_}])")
+    else:
+        verdict = (f"the first place is settled at these seeds: the leader is first in at least "
+                   f"{100 - 100 * CONTENDER_SHARE:.0f} % of the resamples" + (f" and {lead_text}" if lead_text else ""))
     return {"leader": leader, "leader_first": 100 * float(r.loc[leader, "first"]), "runner_up": runner,
-            "contenders": text, "verdict": verdict}
+            "contenders": text, "verdict": verdict, "lead": lead_text or "not computed"}
 
 
 def save_rows(rows: pd.DataFrame, results_dir: str | Path | None, name: str = "leaderboard.csv") -> Path | None:
@@ -671,7 +726,7 @@ def save_rows(rows: pd.DataFrame, results_dir: str | Path | None, name: str = "l
     return atomic_write_bytes(Path(results_dir) / name, rows.to_csv(index=False).encode())
 
 
-__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "RANK_METRICS", "SEEDED", "SHARED", "LeaderboardConfig", "board",
+__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "lead_interval", "RANK_METRICS", "SEEDED", "SHARED", "LeaderboardConfig", "board",
            "bootstrap_means", "build_method", "cell_text", "communication_rounds", "digit_vectors", "exclusion_reason",
            "first_shares", "method_table", "pareto_front", "rank_bootstrap", "ranks_of", "run_leaderboard", "run_one",
            "save_rows", "split_methods", "statistics_rounds", "summary_table", "winner_words"]
