@@ -5,6 +5,7 @@ tests, so that each chapter executes once per test session)."""
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
 import torch
@@ -19,6 +20,17 @@ settings.load_profile("fedlib")
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.models import build_model
+
+
+def require_browser(suite: str, missing: str | None, install: str) -> None:
+    """For a module of tests that drive Debian's chromium (the browser and PDF tests): nothing when
+    ``missing`` is ``None``, else skip the module and say what to install, except under CI (``CI``
+    set), where a missing browser is a failure: ``.ci/run`` installs it first."""
+    if missing is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"the {suite} tests need {missing} and must not skip in CI; install: {install}", pytrace=False)
+    pytest.skip(f"the {suite} tests need {missing}; install: {install}", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")

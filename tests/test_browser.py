@@ -31,6 +31,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from conftest import require_browser
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("book_build", ROOT / "book" / "build.py")
@@ -46,12 +47,8 @@ try:
 except ImportError:  # pragma: no cover - the pinned requirements install it
     sync_playwright = None
 
-if CHROMIUM is None or sync_playwright is None:
-    missing = "Debian's chromium" if CHROMIUM is None else "playwright"
-    if os.environ.get("CI"):
-        pytest.fail(f"the browser tests need {missing} and must not skip in CI; install: {INSTALL}",
-                    pytrace=False)
-    pytest.skip(f"the browser tests need {missing}; install: {INSTALL}", allow_module_level=True)
+require_browser("browser", "Debian's chromium" if CHROMIUM is None else "playwright" if sync_playwright is None else None,
+                INSTALL)
 
 pytestmark = pytest.mark.browser
 

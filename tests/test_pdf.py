@@ -24,6 +24,7 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from conftest import require_browser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,12 +47,8 @@ try:
 except ImportError:  # pragma: no cover - the pinned requirements install them
     PdfReader = None
 
-if CHROMIUM is None or PdfReader is None:
-    missing = "Debian's chromium" if CHROMIUM is None else "playwright and pypdf"
-    if os.environ.get("CI"):
-        pytest.fail(f"the PDF tests need {missing} and must not skip in CI; install: {pdf.INSTALL}",
-                    pytrace=False)
-    pytest.skip(f"the PDF tests need {missing}; install: {pdf.INSTALL}", allow_module_level=True)
+require_browser("PDF", "Debian's chromium" if CHROMIUM is None else "playwright and pypdf" if PdfReader is None else None,
+                pdf.INSTALL)
 
 pytestmark = pytest.mark.browser
 
