@@ -10,7 +10,11 @@ and no link to a path outside the book; every internal link and its anchor resol
 a number, a caption and alt text; every glued value and table cell reads as a formatted number (no
 ``nan``, no unformatted long float, no pandas index column); the parameters cells are collapsed;
 each chapter offers its executed notebook and its jupytext source for download, and no launch
-button while no repository is configured. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
+button while no repository is configured. At 1280 px no scrollbar shows where nothing needs
+scrolling: no element of a page's text is wider inside than its box by more than a pixel unless it
+is a code block, a table or a display formula (inline formulas included). Every row of every
+chapter's claims table is on the findings page with the same verdict and a link to that row, and
+the findings page's menus keep one paper's or one verdict's rows. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
 ``<build>/screenshots/`` for a person to look at, and checked for what they show (the title and
 the first paragraph drawn inside the picture, the navigation shown on a wide screen and folded
 away on a phone).
