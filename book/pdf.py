@@ -325,12 +325,22 @@ def stamp(writer, stamps: list) -> None:
         page[NameObject("/Contents")] = ArrayObject([writer._add_object(before), *old, writer._add_object(after)])
 
 
+def _published(path: Path) -> Path:
+    """``path`` readable as the site's other files are (an atomic write's temporary file is
+    private, 0600, and a web server or the Pages upload would then be refused it): ``0666`` less
+    the process's umask, as ``open`` would have made it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
+    return path
+
+
 def _write(writer, path: Path) -> Path:
     from fedlib.io import atomic_write_bytes
 
     buffer = io.BytesIO()
     writer.write(buffer)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return _published(atomic_write_bytes(path, buffer.getvalue()))
 
 
 def pdf_page_count(path: Path) -> int:
@@ -364,7 +374,7 @@ def link_landing(site: Path, root: Path, book: Path, pages: dict[str, Path], n_p
     text = text[:heading.end()] + "\n" + block + text[heading.end():]
     from fedlib.io import atomic_write_text
 
-    return atomic_write_text(root, text)
+    return _published(atomic_write_text(root, text))
 
 
 def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, link: bool = True,
@@ -375,8 +385,13 @@ def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, lin
     Each page is printed once (``jobs`` browsers at a time); a page's PDF is numbered ``i / n``, the
     book (the pages' PDFs merged in reading order, a bookmark per page) ``k / N`` continuously.
     """
+    import logging
+
     from pypdf import PdfReader, PdfWriter
 
+    # pypdf warns that Chromium's PDFs count one object more than their trailer says; it reads them
+    # correctly, and the warning would read as a fault in make pdf's output
+    logging.getLogger("pypdf").setLevel(logging.ERROR)
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:  # pragma: no cover - the pinned requirements install it

@@ -113,6 +113,9 @@ def test_every_page_has_its_pdf_and_the_book_numbers_its_pages_continuously(expo
     assert f"1 / {len(first.pages)}" in _normal(first.pages[0].extract_text())
     assert [o.title for o in book.outline if hasattr(o, "title")][:2] == [_title(p) for _, p in pages[:2]]
     assert not list(result.site.rglob("*.tmp")), "a temporary file was left behind"
+    # readable as the rest of the site (an atomic write's temporary file is private)
+    for path in [result.book, *result.pages.values(), pages[0][1]]:
+        assert path.stat().st_mode & 0o044 == 0o044, f"{path.name} is not readable by others: {oct(path.stat().st_mode)}"
 
 
 def test_each_page_title_is_in_its_pdf_and_where_it_starts_in_the_book(exported):
