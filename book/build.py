@@ -241,10 +241,12 @@ def claims_of(notebook: Path) -> list[dict] | None:
     found = [v for k, v in glued_values(notebook).items() if k.endswith(CLAIMS_RECORDS)]
     if not found:
         return None
-    rows = []
-    for text in found:
-        rows.extend(json.loads(ast.literal_eval(text)))  # the glued text is the repr of a JSON string
-    return rows
+    return [row for text in found for row in _claims_rows(text)]
+
+
+def _claims_rows(text: str) -> list[dict]:
+    """The rows of a glued :data:`CLAIMS_RECORDS` value (its text is the repr of a JSON string)."""
+    return json.loads(ast.literal_eval(text))
 
 
 def parse_value(text: str):
@@ -591,7 +593,7 @@ def claims_rows_apart(values: dict[str, str]) -> dict[str, str]:
         if not key.endswith(CLAIMS_RECORDS):
             out[key] = text
             continue
-        for row in json.loads(ast.literal_eval(text)):
+        for row in _claims_rows(text):
             for field in CLAIMS_FIELDS:
                 out[f"{key}[{row['key']}].{field}"] = str(row.get(field))
     return out

@@ -1703,6 +1703,20 @@ class SeedValues:
         return self.series.loc[cell].reindex(self.seeds).to_numpy(dtype=float)
 
 
+def plus_minus(mean: float, half_width: float, digits: int = 1) -> str:
+    """A mean over seeds with the half-width of its interval, as a table cell shows it:
+    ``"91.2 ± 1.3"``; an infinite part as ``∞`` (one seed: ``"91.2 ± ∞"``), a NaN mean as ``"n/a"``.
+
+    Examples
+    --------
+    >>> plus_minus(91.234, 1.25), plus_minus(50.0, math.inf), plus_minus(math.nan, math.nan)
+    ('91.2 ± 1.2', '50.0 ± ∞', 'n/a')
+    """
+    if math.isnan(mean):
+        return "n/a"
+    return f"{mean:.{digits}f} ± {half_width:.{digits}f}".replace("inf", "\N{INFINITY}")
+
+
 def seed_table(
     frame: pd.DataFrame,
     index: str | list[str],
@@ -1758,8 +1772,7 @@ def seed_table(
 
     def cell(x: pd.Series) -> str:
         iv = mean_interval(x.to_numpy(), level)
-        half = iv.half_width
-        return f"{iv.mean:.{digits}f} ± {half:.{digits}f}".replace("inf", "\N{INFINITY}")
+        return plus_minus(iv.mean, iv.half_width, digits)
 
     out = frame.groupby(keys, sort=False)[values].apply(cell)
     if not cols:
@@ -1768,6 +1781,7 @@ def seed_table(
 
 
 __all__ = [
+    "plus_minus",
     "DIRECTIONS",
     "DOES_NOT_HOLD",
     "HOLDS",

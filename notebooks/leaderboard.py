@@ -275,8 +275,8 @@ for key, a in (("hard", hard), ("mild", mild)):
 # rank is where it typically lands. Ties share a place. The resamples come from one numpy
 # generator derived from the page's `seed`, so the shares are reproducible.
 #
-# A share of first places alone can overstate how settled a first place is: a lead of a
-# hundredth of a point on every seed is first in every resample. So the page calls a first place
+# A share of first places alone can overstate how settled a first place is: a lead on every
+# seed, however small, is first in every resample. So the page calls a first place
 # settled only when the leader is first in at least {glue:text}`lb_settled_share` % of the resamples
 # **and** the 95 % interval of its paired lead over the runner-up (the mean over seeds of the
 # difference, {func}`fedlib.claims.mean_interval`) clears zero.
@@ -413,7 +413,7 @@ glue("ex2_moved_most", f"{moved.idxmax()} ({moved.max():g} places)", display=Fal
 # {glue:text}`ex2_leader_first:.0f` % of the resamples: {glue:text}`ex2_same` the board's own
 # order ({glue:text}`ex2_main_metric`), and {glue:text}`ex2_verdict`. {glue:text}`ex2_moved`
 # method(s) move by {glue:text}`ex2_move` places or more between the two orders; the largest move is {glue:text}`ex2_moved_most`. A method can
-# raise the mean by serving its large clients well and still leave one client behind; a method
+# raise the mean by serving its large clients well and still leave a client behind; a method
 # that shares knowledge across clients (statistics, prototypes, a common classifier) may lift the
 # tail instead; the two orders say which methods do which here. Which order to publish depends on what the federation promises its weakest
 # member.

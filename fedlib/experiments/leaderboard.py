@@ -44,7 +44,7 @@ from fedlib.algorithms import ALGORITHMS, make_algorithm, registered
 from fedlib.algorithms.ggeur import StatisticsFirst
 from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.cgrl import CGRLConfig
-from fedlib.claims import mean_interval
+from fedlib.claims import mean_interval, plus_minus
 from fedlib.data import ArrayDataset, load_data
 from fedlib.experiments.setting import MEANS, TAILS, partition_label
 from fedlib.federation import make_federations
@@ -53,7 +53,7 @@ from fedlib.loop import LoopConfig
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
 from fedlib.protocol import Algorithm
-from fedlib.rng import LEADERBOARD_BOOTSTRAP, numpy_rng
+from fedlib.rng import LEADERBOARD_BOOTSTRAP, SEED_RANGE, numpy_rng
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig
 from fedlib.validation import check_int, check_real, is_int, is_real
@@ -376,7 +376,7 @@ def _check_seeds(seeds) -> list[int]:
     if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
         raise ValueError(f"seeds must be a list of distinct integers in [0, 2**32), got {seeds!r}")
     seeds = list(seeds)
-    bad = [s for s in seeds if not (is_int(s) and 0 <= s < 2**32)]
+    bad = [s for s in seeds if not (is_int(s) and SEED_RANGE[0] <= s < SEED_RANGE[1])]
     if not seeds or bad or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct integers in [0, 2**32), at least one, got {seeds!r}")
     return [int(s) for s in seeds]
@@ -468,16 +468,15 @@ def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), l
 
 
 def cell_text(mean: float, half: float, digits: int = 1) -> str:
-    """A table cell: ``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one seed, ``"n/a"`` for NaN.
+    """A board cell: :func:`fedlib.claims.plus_minus` (``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one
+    seed, ``"n/a"`` for NaN).
 
     Examples
     --------
     >>> cell_text(91.234, 1.25), cell_text(50.0, math.inf), cell_text(math.nan, math.nan)
     ('91.2 ± 1.2', '50.0 ± ∞', 'n/a')
     """
-    if not np.isfinite(mean):
-        return "n/a"
-    return f"{mean:.{digits}f} ± {'∞' if not np.isfinite(half) else f'{half:.{digits}f}'}"
+    return plus_minus(mean, half, digits)
 
 
 def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None,
@@ -676,8 +675,8 @@ def winner_words(ranks: pd.DataFrame, alpha: float, rows: pd.DataFrame | None = 
     first listed), ``leader_first`` (its share of first places, %), ``runner_up``, ``contenders``
     (the methods ranked first in at least :data:`CONTENDER_SHARE` of resamples) and ``verdict``.
 
-    The share of first places alone can overstate how settled a first place is: a lead of a
-    hundredth of a point on every seed is first in every resample, and a bootstrap of a few seeds
+    The share of first places alone can overstate how settled a first place is: a lead on every
+    seed, however small, is first in every resample, and a bootstrap of a few seeds
     has few distinct resamples. With ``rows`` (:func:`run_leaderboard`'s) the verdict also reads
     the leader's paired lead over the runner-up (:func:`lead_interval`): the first place is
     called settled only when the leader is first in at least ``1 − CONTENDER_SHARE`` of the
