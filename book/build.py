@@ -21,7 +21,7 @@ Parameters: ``-p key=value`` goes to every selected chapter whose ``parameters``
 ``key``; a key that no selected chapter declares stops the build before anything runs.
 
 Execution cache: a chapter is re-executed only when its key changes; the key hashes the
-notebook's source, the fedlib modules it imports (transitively: :func:`chapter_modules`), the
+notebook's source, the fedlib and fedbook modules it imports (transitively: :func:`chapter_modules`), the
 parameters and ``requirements.txt`` (Jupyter Book's own cache only sees code cells, so a change in
 fedlib would not re-run anything; a change to a module no chapter code reaches re-runs nothing). Every
 write is atomic (a temporary file and ``os.replace``), so an interrupted build resumes: finished
@@ -47,6 +47,9 @@ import time
 from pathlib import Path
 
 import yaml
+
+from fedbook.page import CLAIMS_RECORDS  # the glued key of a chapter's claims, copied into its record
+from fedbook.sources import source_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = ROOT / "book"
@@ -110,103 +113,17 @@ the table of contents, and a reader's cache key also covers every notebook's sou
 records of the other chapters and of the readers before it (not those after it: two readers
 would otherwise invalidate each other on every build)."""
 
-CLAIMS_RECORDS = "claims_records"
-"""A glued value whose key ends so holds the chapter's claims as JSON (``fedlib.book.claims_report``
-glues it); the build copies it into the chapter's record (``"claims"``) for the findings page."""
-
-
-def _fedlib_modules() -> dict[str, Path]:
-    """Every module of fedlib by its dotted name (a package by its ``__init__.py``)."""
-    out = {}
-    for path in sorted((ROOT / "fedlib").rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        out[".".join(parts)] = path
-    return out
-
-
-def _lazy_names(modules: dict[str, Path], package: str) -> tuple[dict[str, str], set[str]] | None:
-    """A lazily importing package's ``_LAZY`` map (name -> submodule, read as a literal) and the
-    names its ``__init__`` binds itself; ``None`` for a package without one."""
-    path = modules.get(package)
-    if path is None or path.name != "__init__.py":
-        return None
-    tree = ast.parse(path.read_text())
-    lazy, own = None, set()
-    for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else node.targets[0] if isinstance(node, ast.Assign) else None
-        if isinstance(target, ast.Name) and target.id == "_LAZY" and node.value is not None:
-            lazy = ast.literal_eval(node.value)
-        elif isinstance(node, ast.ImportFrom):
-            own |= {a.asname or a.name for a in node.names}
-    return None if lazy is None else ({k: f"{package}.{v}" for k, v in lazy.items()}, own)
-
-
-def _imported(tree: ast.AST, module: str, is_package: bool, modules: dict[str, Path]) -> set[str]:
-    """The fedlib modules the import statements anywhere in ``tree`` name (submodules where
-    ``from a import b`` names one), ``module`` being the importer's name (for relative imports).
-
-    A package that imports lazily (``fedlib.algorithms``: a ``_LAZY`` map and a module
-    ``__getattr__``) resolves ``from package import Name`` to the submodule that defines
-    ``Name``; a name it neither maps nor binds itself (``ALGORITHMS``, ``make_algorithm``), or a
-    bare ``import package``, to every submodule it maps."""
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.split(".")[0] == "fedlib":
-                    found.add(a.name)
-                    lazy = _lazy_names(modules, a.name)
-                    if lazy is not None:
-                        found |= set(lazy[0].values())
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = module.split(".") if is_package else module.split(".")[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if target.split(".")[0] != "fedlib":
-                continue
-            lazy = _lazy_names(modules, target) if target != module else None
-            for a in node.names:
-                if f"{target}.{a.name}" in modules:
-                    found.add(f"{target}.{a.name}")
-                    continue
-                found.add(target)
-                if lazy is not None:
-                    mapped, own = lazy
-                    if a.name in mapped:
-                        found.add(mapped[a.name])
-                    elif a.name not in own:
-                        found |= set(mapped.values())
-    return found
-
-
 def chapter_modules(name: str) -> list[Path]:
-    """The fedlib files a chapter executes: the modules its code cells import and, transitively,
-    everything they import (with every package ``__init__`` on the way, which Python runs too)."""
+    """The files of fedlib and fedbook a chapter executes: the modules its code cells import and,
+    transitively, everything they import (:func:`fedbook.sources.source_modules`)."""
     import jupytext
 
-    modules = _fedlib_modules()
     cells = [c.source for c in jupytext.read(NOTEBOOKS / f"{name}.py").cells if c.cell_type == "code"]
-    tree = ast.parse("\n".join(line for line in "\n".join(cells).splitlines() if not line.lstrip().startswith(("%", "!"))))
-    todo, seen = list(_imported(tree, "__main__", False, modules)), set()
-    while todo:
-        mod = todo.pop()
-        parents = [".".join(mod.split(".")[:i]) for i in range(1, mod.count(".") + 1)]
-        for m in [*parents, mod]:
-            if m in seen or m not in modules:
-                continue
-            seen.add(m)
-            path = modules[m]
-            todo.extend(_imported(ast.parse(path.read_text()), m, path.name == "__init__.py", modules))
-    return sorted(modules[m] for m in seen)
+    return source_modules("\n".join(cells), ROOT)
 
 
 def cache_key(name: str, params: dict, threads: int = 1, later: frozenset[str] = frozenset()) -> str:
-    """sha256 of the notebook source, the fedlib modules it executes (:func:`chapter_modules`),
+    """sha256 of the notebook source, the fedlib and fedbook modules it executes (:func:`chapter_modules`),
     the parameters, the kernel's torch ``threads`` (they can change the bits), the
     requirements, the files of :data:`DATA` the notebook names (and, for a chapter that reads the
     build's :data:`RECORDS`, every notebook, the exercises' files, this pipeline and every other
@@ -353,7 +270,7 @@ def stage_pages(out: Path) -> None:
         top = Path(folder) == BOOK
         exercises = Path(folder).is_relative_to(EXERCISES)  # their .py files are pages' downloads
         return {n for n in names if n == "__pycache__" or (n.endswith(".py") and not exercises)
-                or (top and (n in ("chapters", "results") or (n.startswith("_") and (BOOK / n).is_dir())))}
+                or (top and (n in ("chapters", "results", "fedbook") or (n.startswith("_") and (BOOK / n).is_dir())))}
 
     shutil.copytree(BOOK, out, ignore=ignore, dirs_exist_ok=True)
 

@@ -26,9 +26,9 @@ layer up (a module imports only from the layers below it; the book's page *Insid
   evaluation schedule (it imports no engine and no method);
 - :mod:`fedlib.run`: ``run_federated``, which builds the engine a run asks for and runs the loop;
   :mod:`fedlib.deployment`: the terminal statistics round and statistical-head deployment;
-- :mod:`fedlib.claims`, :mod:`fedlib.checks`: claims decided from paired intervals over seeds by
+- :mod:`fedbook.claims`, :mod:`fedbook.checks`: claims decided from paired intervals over seeds by
   rules declared in advance, and the check table of a derivations chapter;
-- :mod:`fedlib.book`: the book's tooling, the top layer (nothing in fedlib imports it): a chapter's
+- :mod:`fedbook.page`: the book's tooling, the top layer (nothing in fedlib imports it): a chapter's
   setup in one call (the ``smoke`` / ``book`` / ``paper`` profiles, papermill's parameters checked),
   tables for reading, the exercises' index and the claims report.
 """

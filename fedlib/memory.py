@@ -5,7 +5,7 @@ Two measurements, for two kinds of workload:
 
 * **One process.** :func:`peak_rss_mib` (the kernel's high-water mark of this process's resident
   set, ``ru_maxrss``) and :func:`rss_mib` (its resident set now). A workload that runs in a fresh
-  process of its own reads them there: :func:`fedlib.benchmarks.round_cost` takes the resident
+  process of its own reads them there: :func:`fedbook.benchmarks.round_cost` takes the resident
   memory before a round and the peak after it.
 * **A tree of processes.** :func:`measure_command` runs a command and samples, every
   ``interval`` seconds, the summed PSS (proportional set size: a page shared by ``k`` processes

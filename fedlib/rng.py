@@ -70,10 +70,10 @@ DISTILL_SERVER_INIT = 51
 # chapters
 LEADERBOARD_BOOTSTRAP = 61
 """The leaderboard's resamples of the seeds when it ranks the methods
-(:func:`fedlib.experiments.leaderboard.rank_bootstrap`), keyed by (purpose,)."""
+(:func:`fedbook.studies.leaderboard.rank_bootstrap`), keyed by (purpose,)."""
 LOCAL_ONLY_INIT = 98
 """The initial weights of a model trained on one client's data alone (a chapter's local-training-alone
-reference: COSMOS's synthetic federation, :mod:`fedlib.experiments.cosmos_synthetic`), keyed by (client, purpose)."""
+reference: COSMOS's synthetic federation, :mod:`fedbook.studies.cosmos_synthetic`), keyed by (client, purpose)."""
 DATA_SUBSET = 99
 """A chapter's seeded subsample of its data set."""
 

@@ -36,8 +36,8 @@
 # `tests/test_cosmos_properties.py`. The implementation is {mod}`fedlib.distill` (pseudo-labels,
 # distances, the objective, Lemma 5.2's terms), {func}`fedlib.clustering.greedy_b0` and
 # {func}`fedlib.clustering.b0_for_clusters` (Algorithm 1), and {mod}`fedlib.algorithms.cosmos`; the
-# chapter's check procedures are {mod}`fedlib.experiments.cosmos_checks` and its synthetic federation
-# {mod}`fedlib.experiments.cosmos_synthetic`; the federated experiments are in
+# chapter's check procedures are {mod}`fedbook.studies.cosmos_checks` and its synthetic federation
+# {mod}`fedbook.studies.cosmos_synthetic`; the federated experiments are in
 # {ref}`chapter-cosmos-experiments`.
 
 # %% tags=["parameters", "hide-input"]
@@ -63,14 +63,14 @@ from matplotlib.ticker import MaxNLocator
 from myst_nb import glue
 
 from fedlib.algorithms.cosmos import COSMOS
-from fedlib.book import format_number, setup, show_table
-from fedlib.checks import CheckTable
+from fedbook.page import format_number, setup, show_table
+from fedbook.checks import CheckTable
 from fedlib.data import load_data
 from fedlib.distill import make_public_set
-from fedlib.experiments.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
+from fedbook.studies.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
                                               consistency_gradient_checks, cosmos_iterations, lemma52_random_checks,
                                               lemma_rows, monotonicity_search)
-from fedlib.experiments.cosmos_synthetic import Circle, hessian_checks, synthetic_run, theory_table
+from fedbook.studies.cosmos_synthetic import Circle, hessian_checks, synthetic_run, theory_table
 from fedlib.federation import make_federation
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.rng import numpy_rng
@@ -127,7 +127,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 # points and $C$ classes, with $B_0$ a random quantile of the instance's pairwise distances.
 
 # %% tags=["hide-input"]
-A1 = algorithm1_checks(numpy_rng(seed, 301), P.trials, tol=TOL)  # fedlib.experiments.cosmos_checks
+A1 = algorithm1_checks(numpy_rng(seed, 301), P.trials, tol=TOL)  # fedbook.studies.cosmos_checks
 radius_excess, diam_excess, worst_ratio, rule_bad = A1["radius_excess"], A1["diam_excess"], A1["worst_ratio"], A1["rule_bad"]
 radius_table = pd.DataFrame({"value": [P.trials, *(A1[k] for k in ("partition_bad", "rule_bad", "radius_excess", "diam_excess",
                                                                    "worst_ratio", "n_clusters", "over_b0", "inst_over_b0"))]},
@@ -181,7 +181,7 @@ show_table(radius_table, formats={"value": lambda v: f"{v:.3g}" if isinstance(v,
 # authors' search with a small step): the grid cannot find a smaller threshold, and it overshoots
 # by less than one step unless the cluster count is not monotone in $B_0$. None of these checks
 # re-runs the library's search: every cluster count is Algorithm 1 written out again with plain
-# Python sets ({func}`fedlib.experiments.cosmos_checks.reference_cluster_count`), and the
+# Python sets ({func}`fedbook.studies.cosmos_checks.reference_cluster_count`), and the
 # smaller thresholds are the pairwise distances listed again.
 
 # %% tags=["hide-input"]
@@ -561,7 +561,7 @@ show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
 # says little: the check compares COSMOS's ratio with a **control** on the same federation, with
 # the same models and random streams, in which the server still clusters the clients and distils
 # a model per cluster but never sends its labels back
-# ({class}`fedlib.experiments.cosmos_synthetic.WithoutTeacher`: the clients train on their own
+# ({class}`fedbook.studies.cosmos_synthetic.WithoutTeacher`: the clients train on their own
 # data only). The theorems' contraction runs through that teacher (Theorem 5.12 bounds a client's
 # next risk by its cluster model's), so the check asks that COSMOS's excess contract faster than
 # the control's; a COSMOS whose teacher is disabled runs exactly the control, and the check fails

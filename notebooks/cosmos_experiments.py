@@ -80,11 +80,11 @@ from myst_nb import glue
 from fedlib.algorithms import COSMOS
 from fedlib.algorithms.cosmos import cosmos_history
 from fedlib.algorithms.fedmd import grouping
-from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import Claim, SeedValues, paired_interval, resolution_of, seed_table, strongest_baseline
+from fedbook.page import claims_report, format_bytes, setup, show_table
+from fedbook.claims import Claim, SeedValues, paired_interval, resolution_of, seed_table, strongest_baseline
 from fedlib.clustering import assignment_agreement, group_purity
 from fedlib.data import load_data
-from fedlib.experiments.cosmos import COSMOSStudy, Sensitivity, accuracy_points, fedavg_bytes, sweep_label
+from fedbook.studies.cosmos import COSMOSStudy, Sensitivity, accuracy_points, fedavg_bytes, sweep_label
 from fedlib.loop import LoopConfig
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.models import build_model, count_parameters
@@ -160,7 +160,7 @@ CLIENT_TRAIN = dict(pretrain=ADAM(epochs=P.pretrain_epochs, lr=P.lr_true), train
                     distill=ADAM(epochs=1, lr=P.lr_pseudo_candidates[0], batch_size=PSEUDO_BATCH))
 # the book's usual optimizer for parameter sharing (SGD with momentum), as many local epochs in all as COSMOS's clients
 PFL_TRAIN = TrainConfig(epochs=MATCHED_EPOCHS, batch_size=32, lr=P.sgd_lr, momentum=0.9)
-STUDY = COSMOSStudy(  # every run of the chapter: fedlib.experiments.cosmos
+STUDY = COSMOSStudy(  # every run of the chapter: fedbook.studies.cosmos
     dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_root, public_share=P.public_share, n_clients=P.n_clients,
     n_groups=P.n_groups, alpha=P.alpha, pool_fraction=P.pool_fraction, global_test_per_class=P.global_test_per_class,
     arch_specs=ALL_ARCHS, base_mix=BASE_MIX, mixtures=P.mixtures, server=P.server, small_server=P.small_server,
@@ -244,7 +244,7 @@ glue("pilot_seed", PILOT_SEED, display=False)
 # the class-balanced held-out global test set, each class's recall weighted by the client's own
 # class mix (the ability `pooled` of {mod}`fedlib.metrics`); the worst-client and bottom-20 %
 # columns are the tails of the same scores. Every interval is Student's t over the seeds, paired
-# by seed ({mod}`fedlib.claims`): the two **headline** claims, those of the paper's abstract (COSMOS
+# by seed ({mod}`fedbook.claims`): the two **headline** claims, those of the paper's abstract (COSMOS
 # beats every model-agnostic baseline; it stays competitive with personalized methods), on
 # {glue:text}`n_seeds` seeds, every other row on the first {glue:text}`n_side`. One image of the
 # pool moves a mean accuracy by {glue:text}`res_mean:.2f` points: that is the resolution every
@@ -420,7 +420,7 @@ glue("alpha_low", ALPHA_LOW, display=False)
 # default's (every round's randomness is its own stream, so the first rounds of a longer run are
 # those of a shorter one: `tests/test_cosmos_study.py` checks it). The main COSMOS run also gives
 # its clients' own models ({func}`fedlib.run.evaluate_deployment` with `deploy_model="client"`).
-# The runs are {class}`fedlib.experiments.cosmos.COSMOSStudy`'s.
+# The runs are {class}`fedbook.studies.cosmos.COSMOSStudy`'s.
 
 # %% tags=["hide-input"]
 results = STUDY.run(SEEDS, workers, threads)
@@ -543,7 +543,7 @@ display(show_table(alpha_table.rename_axis("method"), best={c: "max" for c in a_
 # {glue:text}`rounds` rounds: as many epochs on their own data in all as COSMOS's clients (its
 # pre-training plus its local epochs), so that neither side trains more. Ditto's global and
 # personal models, and FedRep's head and body, share those epochs
-# ({func}`fedlib.experiments.cosmos.split_epochs`: {glue:text}`split_first` then
+# ({func}`fedbook.studies.cosmos.split_epochs`: {glue:text}`split_first` then
 # {glue:text}`split_second` per round), so no method trains more than another. FedBABU fine-tunes for
 # {glue:text}`ft_epochs` epoch(s) before deployment. COSMOS is the one-architecture run above.
 # FedAvg, which does not personalize (no claim compares with it; the paper's Table 7 leaves it
@@ -564,7 +564,7 @@ display(show_table(h_table.rename_axis("method"), best={m: "max" for m in METRIC
 # out: the paper's protocol evaluates the cluster model, which a deployment would send once). A
 # soft pseudo-label matrix is $|U| \times C$ float32 numbers whatever the architecture; FedCT's
 # hard labels are one byte per public image; FedAvg sends the model both ways, which is known
-# without a run ({func}`fedlib.experiments.cosmos.fedavg_bytes`: four bytes per parameter of the
+# without a run ({func}`fedbook.studies.cosmos.fedavg_bytes`: four bytes per parameter of the
 # one-architecture CNN each way, the messages' few bytes of metadata aside).
 
 # %% tags=["hide-input"]
@@ -679,7 +679,7 @@ else:
 # the median half-width of their 95 % intervals is {glue:text}`headline_half_width:.1f` points.
 
 # %% tags=["hide-input"]
-# each frame's mean accuracy per seed, in the order of SEEDS (fedlib.claims.SeedValues)
+# each frame's mean accuracy per seed, in the order of SEEDS (fedbook.claims.SeedValues)
 main_v, homog_v = (SeedValues(f, ["method"], SEEDS, value="mean") for f in (main, homog))
 side_v = SeedValues(main, ["method"], SIDE, value="mean")  # the main runs on the side seeds (local training alone runs there)
 mix_v = SeedValues(mix, ["method", "setting"], SIDE, value="mean")

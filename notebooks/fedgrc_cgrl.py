@@ -50,8 +50,8 @@ import torch
 from myst_nb import glue
 
 from fedlib.cgrl import directional_loss, dispersion_plus_offset, log_norm, magnitude_loss, prototype_ce, unit
-from fedlib.book import setup
-from fedlib.checks import CheckTable, float64_tensor
+from fedbook.page import setup
+from fedbook.checks import CheckTable, float64_tensor
 from fedlib.rng import numpy_rng
 
 PROFILES = {

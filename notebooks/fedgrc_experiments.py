@@ -33,7 +33,7 @@
 # This chapter re-makes the paper's Tables I/II (every method under the protocol), Table IV
 # (before and after personalization), Table IX (backbone × head, with the excess gain) and the
 # sensitivity to $m_0$ and $\gamma$, at our scale, and ends with a claims table whose rules are
-# declared before anything is trained ({mod}`fedlib.claims`).
+# declared before anything is trained ({mod}`fedbook.claims`).
 #
 # **Our scale, honestly.** The paper trains ResNet-18 on CIFAR-10/100 and on the FedRS
 # remote-sensing benchmark; its result tables and its hyper-parameter table (Table X) are missing
@@ -79,13 +79,13 @@ import torch
 from myst_nb import glue
 
 from fedlib.algorithms.fedgrc import CGRL
-from fedlib.book import claims_report, clipped_error, format_bytes, format_value, place_labels, setup, show_table
+from fedbook.page import claims_report, clipped_error, format_bytes, format_value, place_labels, setup, show_table
 from fedlib.cgrl import CGRLConfig
-from fedlib.claims import (Claim, SeedValues, defined_pairs, interval_text, mean_interval, resolution_of, seed_band,
+from fedbook.claims import (Claim, SeedValues, defined_pairs, interval_text, mean_interval, resolution_of, seed_band,
                            seed_table, strongest_baseline)
 from fedlib.data import ArrayDataset, load_data, plot_partition, subsample
 from fedlib.deployment import FrozenFeatures, collect_statistics
-from fedlib.experiments.fedgrc import (SENSITIVITY_CURVES, FedGRCStudy, baseline_head, before_after, excess_gain_rows,
+from fedbook.studies.fedgrc import (SENSITIVITY_CURVES, FedGRCStudy, baseline_head, before_after, excess_gain_rows,
                                        each_baseline, mean_over_heads, sensitivity)
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
@@ -184,7 +184,7 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # **Seeds.** Everything is run for the run seeds {glue:text}`fge_seeds`. A run seed draws the
 # data subset, the global test set, the partition, the local splits, the model initialization
 # and every mini-batch order; every table shows the mean over the seeds ± the half-width of the
-# 95 % Student's t interval ({func}`fedlib.claims.seed_table`).
+# 95 % Student's t interval ({func}`fedbook.claims.seed_table`).
 #
 # **Validation.** Selecting the best baseline head on the test set would favour the baselines
 # by the luck of the test draw. We therefore hold out a random {glue:text}`fge_val_pct:.0f` % of
@@ -226,7 +226,7 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 # ## The claims, declared before any training
 #
 # Each claim of the paper is checked as a declaration fixed here, before any number exists
-# ({mod}`fedlib.claims`): the paper's sentence, the quantity (a paired difference ours −
+# ({mod}`fedbook.claims`): the paper's sentence, the quantity (a paired difference ours −
 # baseline, one value per run seed), the claimed direction, the smallest difference that counts
 # (`min_effect`) and the substitution of our scale that affects it. A row **holds** when the
 # whole 95 % interval of the paired difference over the seeds clears the minimum effect in the
@@ -245,7 +245,7 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 #
 # **Which baseline.** "The highest … scores" means ahead of *every* baseline, and a gain "over
 # the respective best baselines" is a gain over each of them, so those rows hold one paired
-# interval per named baseline ({func}`fedlib.claims.evaluate`): a row holds when every interval
+# interval per named baseline ({func}`fedbook.claims.evaluate`): a row holds when every interval
 # clears the minimum effect in the claimed direction (an intersection-union test), does not hold
 # when one of them, at the Bonferroni level, clears it in the other, and is inconclusive
 # otherwise. No comparator is picked from the test results (the maximum over the baselines, seed
@@ -376,7 +376,7 @@ claims.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I�
                     values=lambda: defined_pairs(v(a_hi, FEDGRC, "local"), every(a_hi, "local"))))
 # "local-trail" and "floor-L25-trail" (the Dir(0.1) trade-off: a baseline is ahead in local accuracy, in L@25) each
 # compare with one named baseline, the strongest in that metric at the smaller α on a pilot seed that is not among
-# the claims' seeds: appended with the training below, once the pilot has named it (fedlib.claims.strongest_baseline)
+# the claims' seeds: appended with the training below, once the pilot has named it (fedbook.claims.strongest_baseline)
 TRAILS = {"local": dict(key=f"local-trail-{a_lo}", quote=Q_LOCAL_LEAD, source="Section V-B, Tables I–II"),
           "L@25": dict(key=f"floor-L25-trail-{a_lo}", quote=Q_FLOOR_L, source="Appendix B, Tables XI–XII")}
 for a in P.alphas:
@@ -462,7 +462,7 @@ print(f"{len(claims)} claims declared")
 # and nothing else. The baseline heads use the penultimate features: FedNCM {cite:p}`fedncm`, an
 # LDA-style pooled-covariance head, FedCGS {cite:p}`fedcgs`, Fed3R {cite:p}`fed3r` and CCVR
 # {cite:p}`ccvr`; MMS and SASP use the concatenated layers $\Lambda$. One object holds what is
-# trained and deployed ({class}`fedlib.experiments.fedgrc.FedGRCStudy`), and one call runs it for
+# trained and deployed ({class}`fedbook.studies.fedgrc.FedGRCStudy`), and one call runs it for
 # every seed and $\alpha$.
 
 # %% tags=["hide-input"]
@@ -725,7 +725,7 @@ glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
 # $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once
 # ({class}`fedlib.deployment.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
 # the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
-# $\gamma$ ({func}`fedlib.experiments.fedgrc.sensitivity`). Each head is evaluated by the same
+# $\gamma$ ({func}`fedbook.studies.fedgrc.sensitivity`). Each head is evaluated by the same
 # protocol; the bands are the 95 % intervals over the seeds ({numref}`fig-fedgrc-sensitivity`).
 
 # %% tags=["hide-input"]

@@ -38,7 +38,7 @@
 # `tests/test_fedgrc_theory.py`. The random instances are federations of unscaled multilayer
 # features with label skew, client-specific class shifts and a magnitude per layer
 # ({func}`fedlib.data.synthetic.random_multilayer_federation`); each numerical check is a function of
-# {mod}`fedlib.experiments.fedgrc_checks`, named where it is used.
+# {mod}`fedbook.studies.fedgrc_checks`, named where it is used.
 #
 # **About the source.** The extracted text of the paper lacks every displayed equation: the
 # numbered equations are referred to but not shown. We reconstruct each one from the prose around
@@ -72,10 +72,10 @@ import torch
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
-from fedlib.book import setup, show_table
-from fedlib.checks import CheckTable
+from fedbook.page import setup, show_table
+from fedbook.checks import CheckTable
 from fedlib.data import load_data
-from fedlib.experiments import fedgrc_checks
+from fedbook.studies import fedgrc_checks
 from fedlib.federation import make_federation
 from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, adaptation_weights
 from fedlib.loop import LoopConfig
@@ -133,7 +133,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # layer residual blocks, which is the middle expression; the right one substitutes Eq. (21).)
 # We compute the left sides with {class}`fedlib.stats.ClassMoments` and {class}`fedlib.heads.MMS`
 # fitted on per-client moments, the right sides from explicit pairwise sums
-# ({func}`fedlib.cgrl.trace_from_pairs`; the check is {func}`fedlib.experiments.fedgrc_checks.trace_identities`).
+# ({func}`fedlib.cgrl.trace_from_pairs`; the check is {func}`fedbook.studies.fedgrc_checks.trace_identities`).
 
 # %%
 traces = fedgrc_checks.trace_identities(rng_for(5), P.trials, P.dim)
@@ -158,7 +158,7 @@ check("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in p
 # $c$ as well, so the scaled features $z$, the shared means, $\widehat\Sigma_w$, the metric $A$ and
 # every prediction are **exactly invariant**: the statistical head does not depend on the
 # arbitrary scale of each layer, while the magnitude structure *within* a layer survives
-# ({func}`fedlib.experiments.fedgrc_checks.layer_scaling_invariance`).
+# ({func}`fedbook.studies.fedgrc_checks.layer_scaling_invariance`).
 
 # %%
 inv = fedgrc_checks.layer_scaling_invariance(rng_for(6), P.trials, P.dim)
@@ -188,7 +188,7 @@ check("... and so are its predictions", "same instances, changed predictions", i
 # $$
 #
 # Pooling client-centred covariances would drop the second (between-client) term; MMS keeps it
-# ({func}`fedlib.experiments.fedgrc_checks.shift_decomposition` compares the two sides).
+# ({func}`fedbook.studies.fedgrc_checks.shift_decomposition` compares the two sides).
 
 # %%
 prop1 = fedgrc_checks.shift_decomposition(rng_for(7), P.trials, P.dim)
@@ -217,7 +217,7 @@ check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')"
 # because $\sum_{i\in c}(h_i - \bar h_c)(h_i - \bar h_c)^\top = G_c - t_ct_c^\top/N_c$. We compare
 # {class}`fedlib.heads.MMS` fitted on a *list* of per-client {class}`fedlib.stats.ClassMoments` with a
 # direct numpy computation on the pooled, explicitly scaled, concatenated features
-# ({func}`fedlib.experiments.fedgrc_checks.centralized_mms`) — the whole matrix, and the
+# ({func}`fedbook.studies.fedgrc_checks.centralized_mms`) — the whole matrix, and the
 # off-diagonal (cross-layer) blocks on their own.
 
 # %%
@@ -254,7 +254,7 @@ show_table(ae_table, formats={"worst relative error": ".1e"}, index=False)
 # $\widehat\Sigma_w$ to be invertible: we include covariances from fewer samples than dimensions
 # ($n < d$). The condition-number bound is **attained** when $\widehat\Sigma_w$ has rank one
 # ($\sigma_{\max} = \sum_j\sigma_j$, $\sigma_{\min} = 0$): two samples of one class
-# ({func}`fedlib.experiments.fedgrc_checks.metric_bounds`).
+# ({func}`fedbook.studies.fedgrc_checks.metric_bounds`).
 
 # %%
 bounds = fedgrc_checks.metric_bounds(rng_for(9), P.trials, P.dim)
@@ -339,7 +339,7 @@ check("Prop. IV.2 in 2-d with a symbolic A: m* = (sum z + m0 mu)/(n + m0), A can
 # Numerically: {class}`fedlib.heads.SASP`'s means against `scipy.optimize.minimize` (BFGS with the
 # analytic gradient) on $J$ with the fitted metric, and against the minimizer of $J$ under a
 # *different*, random SPD metric (it must not move); the absent-class case; the identities (35)
-# ({func}`fedlib.experiments.fedgrc_checks.sasp_minimizer`).
+# ({func}`fedbook.studies.fedgrc_checks.sasp_minimizer`).
 
 # %%
 sasp_opt = fedgrc_checks.sasp_minimizer(rng_for(10), P.trials, P.dim)
@@ -384,7 +384,7 @@ check("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increas
 # and under $z\mid y = c\sim\mathcal N(\tilde\mu_c, A^{-1})$ with $\pi_c = 1/C$ the log posterior is
 # $-\tfrac12\lVert z - \tilde\mu_c\rVert_A^2$ plus a constant: the same rule. We compare SASP's
 # linear head, the nearest mean and `scipy.stats.multivariate_normal`'s log densities
-# ({func}`fedlib.experiments.fedgrc_checks.bayes_equivalence`).
+# ({func}`fedbook.studies.fedgrc_checks.bayes_equivalence`).
 
 # %%
 bayes = fedgrc_checks.bayes_equivalence(rng_for(11), P.trials, P.dim)
@@ -452,7 +452,7 @@ check("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)", "scip
 # One function computes all these quantities from a fitted shared head and a client's head
 # ({func}`fedlib.heads.stability.stability_terms`), another counts the counterexamples to each
 # statement on labelled queries ({func}`fedlib.heads.stability.stability_summary`); the check
-# adds them up over random federations ({func}`fedlib.experiments.fedgrc_checks.stability_on_random_federations`):
+# adds them up over random federations ({func}`fedbook.studies.fedgrc_checks.stability_on_random_federations`):
 
 # %%
 rand = fedgrc_checks.stability_on_random_federations(rng_for(12), P.trials, P.dim)
@@ -492,7 +492,7 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, rand.budget_lar
 # per client, with fedlib's defaults $\gamma$ = {glue:text}`fgd_gamma:.2f` and $m_0$ = {glue:text}`fgd_m0:.0f`
 # (the paper's hyper-parameter table is missing). Each client's adapted head is compared with the
 # shared head on the **global test set** (class-balanced: $R = Q$) and on its **local test split**
-# ($R = P^{(k)}$): {func}`fedlib.experiments.fedgrc_checks.stability_by_client`.
+# ($R = P^{(k)}$): {func}`fedbook.studies.fedgrc_checks.stability_by_client`.
 
 # %% tags=["hide-input"]
 t_train = time.perf_counter()

@@ -70,7 +70,7 @@ import torch
 from myst_nb import glue
 
 from fedlib.algorithms import ALGORITHMS
-from fedlib.book import format_bytes, setup, show_table
+from fedbook.page import format_bytes, setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
 from fedlib.loop import largest_difference, run_differences

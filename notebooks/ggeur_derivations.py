@@ -33,7 +33,7 @@
 # The chapter ends with a live check table. The same statements are property tests in
 # `tests/test_geometry.py`. The implementation is {mod}`fedlib.geometry`; the class moments come
 # from `fedlib.stats.ClassMoments`. The checks themselves, with their seeded random instances, are
-# {mod}`fedlib.experiments.ggeur_checks`; this page runs them and reads the results.
+# {mod}`fedbook.studies.ggeur_checks`; this page runs them and reads the results.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials)
@@ -51,9 +51,9 @@ from myst_nb import glue
 from matplotlib.colors import LogNorm
 from matplotlib.lines import Line2D
 
-from fedlib.book import setup, show_table
-from fedlib.checks import CheckTable
-from fedlib.experiments.ggeur_checks import (FIGURE_DRAWS, SMALL, augmentation_distances, augmentation_shares,
+from fedbook.page import setup, show_table
+from fedbook.checks import CheckTable
+from fedbook.studies.ggeur_checks import (FIGURE_DRAWS, SMALL, augmentation_distances, augmentation_shares,
                                              batched_against_loop, degenerate_failures, degenerate_inputs, distance_summary,
                                              eq4_on_random_federations, generation_covariances, similarity_properties,
                                              similarity_table)
@@ -86,8 +86,8 @@ print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 # We check it on random federations with unequal client sizes, classes held by a single client and
 # classes with a single sample, against `numpy.cov` of the pooled samples and against the additive
 # moments of `fedlib.stats.ClassMoments` (which is how fedlib computes it):
-# {func}`fedlib.experiments.ggeur_checks.eq4_on_random_federations`, on the federations of
-# {func}`fedlib.experiments.ggeur_checks.random_federation`.
+# {func}`fedbook.studies.ggeur_checks.eq4_on_random_federations`, on the federations of
+# {func}`fedbook.studies.ggeur_checks.random_federation`.
 
 # %% tags=["hide-input"]
 eq4_err, moments_err, cross_max, single_client_cases = eq4_on_random_federations(seed, P.n_trials)
@@ -123,7 +123,7 @@ show_table(eq4_table, formats={"max relative error": ".1e"})
 # eigenvalue is 0 or 1. The paper's version is not even consistent in units: multiplying all
 # embeddings by $c$ multiplies $\Sigma$ by $c^2$ but the paper's noise covariance by $c^4$. We
 # compare the analytic covariances with the empirical covariance of many generated $\beta$
-# ({func}`fedlib.experiments.ggeur_checks.generation_covariances`).
+# ({func}`fedbook.studies.ggeur_checks.generation_covariances`).
 
 # %% tags=["hide-input"]
 formula_table, scale_table = generation_covariances(seed, P.n_draws)
@@ -179,7 +179,7 @@ fig.tight_layout(); plt.show()
 # (an eigen-solver may return either sign), that $S = k$ when the top-$k$ bases coincide up to
 # sign, and what happens when they span the same subspace in another order. For comparison,
 # fedlib also offers the rotation-invariant $\lVert V_k^\top V_k'\rVert_F^2$
-# (`method="subspace"`). The check is {func}`fedlib.experiments.ggeur_checks.similarity_properties`.
+# (`method="subspace"`). The check is {func}`fedbook.studies.ggeur_checks.similarity_properties`.
 
 # %% tags=["hide-input"]
 sim = similarity_properties(seed, P.n_trials)
@@ -218,7 +218,7 @@ show_table(sim_table, wrap=True)
 # $\approx \Sigma_{\text{local}} + \Sigma$: right for a client with very few samples
 # ($\Sigma_{\text{local}}\approx 0$), about twice too wide for a client whose samples already
 # represent the class. The distances are
-# {func}`fedlib.experiments.ggeur_checks.augmentation_distances`.
+# {func}`fedbook.studies.ggeur_checks.augmentation_distances`.
 
 # %% tags=["hide-input"]
 dist = augmentation_distances(seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
@@ -281,7 +281,7 @@ fig.tight_layout(); plt.show()
 # ## 5. Degenerate inputs and batched generation
 #
 # Each row below is computed now: the case, what fedlib does, and whether any generated value is
-# NaN (not a number) ({func}`fedlib.experiments.ggeur_checks.degenerate_inputs`).
+# NaN (not a number) ({func}`fedbook.studies.ggeur_checks.degenerate_inputs`).
 
 # %% tags=["hide-input"]
 bad_table = degenerate_inputs(seed)
@@ -294,7 +294,7 @@ show_table(bad_table, wrap=True)
 # Finally, {func}`fedlib.geometry.augment` generates all samples of a class with one matrix
 # product, $X_{\text{new}} = X_{[j \bmod n]} + (E \odot s) V^\top$; the per-sample loop of
 # Algorithm 1 ({func}`fedlib.geometry.augment_loop`) must give the same samples from the same
-# draws ({func}`fedlib.experiments.ggeur_checks.batched_against_loop`).
+# draws ({func}`fedbook.studies.ggeur_checks.batched_against_loop`).
 
 # %% tags=["remove-cell"]
 dd, n_new = 32, 300

@@ -42,8 +42,8 @@
 # {glue:text}`n_seeds` seeds; the headline claims (those the paper's abstract makes) and the rows
 # made of the same runs read {glue:text}`n_headline_seeds`, the later seeds making only those
 # runs. Tables show the mean ± the half-width of its
-# Student's t interval over the seeds at level {glue:text}`level_pct:.0f` % ({func}`fedlib.claims.seed_table`), and the claims are
-# decided on the paired differences over seeds ({mod}`fedlib.claims`).
+# Student's t interval over the seeds at level {glue:text}`level_pct:.0f` % ({func}`fedbook.claims.seed_table`), and the claims are
+# decided on the paired differences over seeds ({mod}`fedbook.claims`).
 #
 # **The encoder, honestly.** The paper embeds images with CLIP {cite:p}`clip` (contrastive
 # language-image pre-training; a ViT-B/16 vision transformer in its text, ViT-B/32 in the authors'
@@ -65,7 +65,7 @@
 # which gives each client's own update up to float32 rounding; `execution = "sequential"` trains
 # them one after another, and over the rounds the rounding grows into small differences in the
 # accuracies, so the two settings do not give the same digits. `workers = 2` runs the seeds in two
-# processes ({func}`fedlib.parallel.map_parallel`) with the same bits, which is faster when the
+# processes ({func}`fedbook.parallel.map_parallel`) with the same bits, which is faster when the
 # chapter runs alone on a machine with two or more cores.
 
 # %% tags=["parameters", "hide-input"]
@@ -98,11 +98,11 @@ import pandas as pd
 from IPython.display import Markdown
 from myst_nb import glue
 
-from fedlib.book import claims_report, setup, show_table, sign_word
-from fedlib.claims import Claim, mean_interval, resolution_of, seed_table
+from fedbook.page import claims_report, setup, show_table, sign_word
+from fedbook.claims import Claim, mean_interval, resolution_of, seed_table
 from fedlib.data import ArrayDataset, load_data
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.experiments.ggeur import (ABLATION_BASES, BASES, DIFFERENT, DOMAINS, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
+from fedbook.studies.ggeur import (ABLATION_BASES, BASES, DIFFERENT, DOMAINS, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
                                       ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, claims_reading, encoder_column)
 from fedlib.geometry import augment, class_shapes, numerical_ranks, trace_ratio
 from fedlib.loop import RunOptions
@@ -142,7 +142,7 @@ FULL = SEEDS[:P.n_seeds]  # the seeds that make every run: every table and every
 train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
 b_lo, b_hi = min(P.betas), max(P.betas)
 early = max(1, P.rounds // 5)  # the round at which the convergence claim reads the curves
-study = GGEURStudy(  # what is embedded and trained for every seed (fedlib.experiments.ggeur); checks encoder_sees
+study = GGEURStudy(  # what is embedded and trained for every seed (fedbook.studies.ggeur); checks encoder_sees
     n_samples=P.n_samples, public_fraction=P.public_fraction, encoder_epochs=P.encoder_epochs,
     encoder_width=P.encoder_width, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
     total_per_class=P.total_per_class, per_prototype=P.per_prototype, rounds=P.rounds, domain_rounds=P.domain_rounds,
@@ -162,7 +162,7 @@ print(f"profile {P.profile}: seeds {FULL} (headline claims: {SEEDS}), betas {P.b
 #
 # Each sentence of the paper that this chapter can test becomes one or more rows, declared here
 # with its decision rule before any classifier is trained (the rule is read by
-# {func}`fedlib.claims.evaluate` from these declarations; the {ref}`claims table
+# {func}`fedbook.claims.evaluate` from these declarations; the {ref}`claims table
 # <chapter-ggeur-claims>` at the end shows the outcome, and {ref}`reading-claims` explains how to
 # read it). Every quotation is the paper's whole sentence (citation markers dropped). How the
 # rows were declared:
@@ -177,11 +177,11 @@ print(f"profile {P.profile}: seeds {FULL} (headline claims: {SEEDS}), betas {P.b
 # - **comparators, fixed here.** Every row names its comparator: one run, or every run of a
 #   list where the paper claims to beat every method ("outperforms other methods", "outperforms
 #   these three methods"): one interval per baseline, all of which must clear
-#   ({func}`fedlib.claims.decide`). Nothing is selected by accuracy, so no validation split is needed;
+#   ({func}`fedbook.claims.decide`). Nothing is selected by accuracy, so no validation split is needed;
 # - the paper's **orderings** (outperforms, each step improves, the variance falls, the curves are
 #   ahead early and smoother, the gain grows as $\beta$ falls, the diagonal of Figure 6 is higher)
 #   give no size at our scale, so their minimum effect is the quantity's resolution, the smallest
-#   difference it can show (every row declares it, and {func}`fedlib.claims.Claim` refuses a
+#   difference it can show (every row declares it, and {func}`fedbook.claims.Claim` refuses a
 #   smaller minimum effect): one image of the label-skew global test set
 #   ({glue:text}`res_label:.1f` points), a declared {glue:text}`res_dom:.1f` point for the
 #   domain-skew averages, {glue:text}`res_sim:.2f` for a similarity, and one class for a share of
@@ -273,7 +273,7 @@ LABEL_OTHERS = ("FedAvg", "FedMix-style", "FedFA-style")  # Table 1's methods th
 PEERS = ("FedMix-style", "FedFA-style")  # Table 4's peer methods that we run (FEDGEN is not implemented)
 
 # Each row's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter (label_runs
-# and dom_runs, fedlib.experiments.ggeur's LabelRuns and DomainRuns: made by the runs below). Headline rows read SEEDS,
+# and dom_runs, fedbook.studies.ggeur's LabelRuns and DomainRuns: made by the runs below). Headline rows read SEEDS,
 # the others FULL (the seeds that make every run); a row against every baseline of a tuple reads a dict of baselines.
 acc = lambda b, m, seeds: label_runs.accuracy(b, m, seeds)  # noqa: E731 (read at decision time)
 dval = lambda b, m, col="AVG", seeds=None: dom_runs.value(b, m, col, FULL if seeds is None else seeds)  # noqa: E731

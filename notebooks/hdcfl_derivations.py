@@ -61,10 +61,10 @@ from myst_nb import glue
 
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import HDCConfig
-from fedlib.book import setup, show_table
-from fedlib.checks import CheckTable
+from fedbook.page import setup, show_table
+from fedbook.checks import CheckTable
 from fedlib.data import load_uci_digits
-from fedlib.experiments.hdcfl_checks import (PlantedHeads, descriptor_invariance, local_drift, membership_limits,
+from fedbook.studies.hdcfl_checks import (PlantedHeads, descriptor_invariance, local_drift, membership_limits,
                                              one_group_identity, planted_grouping, planted_summary, refresh_invariants)
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
@@ -129,12 +129,12 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 #
 # We check each statement on random heads of random sizes ($n$ clients, $C$ classes, $d$
 # features, rank $r$), against the formula written out on its own
-# ({func}`fedlib.experiments.hdcfl_checks.descriptors_in_basis`) in a basis found without the
+# ({func}`fedbook.studies.hdcfl_checks.descriptors_in_basis`) in a basis found without the
 # library: the top-$r$ eigenvectors of $\sum_k H_k H_k^\top$, which span the same subspace as the
 # top-$r$ left singular vectors of $[H_1, \dots, H_n]$ (compared through Gram matrices, since a
 # basis of that subspace is fixed only up to signs and a rotation); the invariance checks rotate
 # the library's own basis {func}`fedlib.clustering.lowrank_basis`
-# ({func}`fedlib.experiments.hdcfl_checks.descriptor_invariance`).
+# ({func}`fedbook.studies.hdcfl_checks.descriptor_invariance`).
 
 # %% tags=["hide-input"]
 err, moved = descriptor_invariance(P.trials, seed)  # the worst errors over the random head sets
@@ -416,7 +416,7 @@ show_table(planted_table, digits={"silhouette raw": 3, "silhouette low-rank": 3,
 # that **head similarity tracks encoder compatibility**: over the pairs of clients, the Spearman
 # correlation between the cosine of their trained heads and the compatibility of their encoders
 # (how little a client's logits on the probe change when its encoder is swapped for the other's,
-# averaged over both directions; {func}`fedlib.experiments.hdcfl_checks.head_compatibility_rho`).
+# averaged over both directions; {func}`fedbook.studies.hdcfl_checks.head_compatibility_rho`).
 # The paper's argument predicts a positive correlation for short updates and a weaker one as
 # the encoders drift apart; both are checked, and either can fail.
 

@@ -74,12 +74,12 @@ from IPython.display import Markdown, display
 from myst_nb import glue
 
 from fedlib.algorithms.hdcfl import HDCConfig, refresh_history
-from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import HOLDS, INCONCLUSIVE, Claim, defined_pairs, resolution_of, seed_table
+from fedbook.page import claims_report, format_bytes, setup, show_table
+from fedbook.claims import HOLDS, INCONCLUSIVE, Claim, defined_pairs, resolution_of, seed_table
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import load_data
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.experiments.hdcfl import (BASELINES, DEFAULT_VARIANT, DONOR_COLUMNS, METHODS, RAW_RUN, SHARED_VARIANT,
+from fedbook.studies.hdcfl import (BASELINES, DEFAULT_VARIANT, DONOR_COLUMNS, METHODS, RAW_RUN, SHARED_VARIANT,
                                       STEP_COLUMN, TAIL_METRICS, HDCFLStudy, activation_table, step_text)
 from fedlib.loop import RunOptions
 from fedlib.training import TrainConfig
@@ -195,7 +195,7 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 # **worst-client** accuracy, the **bottom-20 %** accuracy (the mean of the
 # {glue:text}`bottom_k` lowest clients) and the **fairness gap** (best − worst client). "Macro"
 # is the average over the three settings, per seed; every interval is Student's t over the
-# {glue:text}`n_seeds` seeds, paired by seed ({mod}`fedlib.claims`).
+# {glue:text}`n_seeds` seeds, paired by seed ({mod}`fedbook.claims`).
 #
 # **Every client accuracy here is its pooled score.** Our clients' own test splits hold about
 # {glue:text}`test_size:.0f` images, so one image moves a client's accuracy by about
@@ -333,7 +333,7 @@ def variant_pair(setting, ours, base, metric):
 
 
 # Each claim's values: (ours, baseline) per seed, read when the claims are decided (from `runs`, the results:
-# fedlib.experiments.hdcfl.HDCFLRuns)
+# fedbook.studies.hdcfl.HDCFLRuns)
 claims = [
     Claim("mean", Q_ABS, "Abstract, Section 4.2, Section 6", "macro mean accuracy (pooled), HDC-FL − each baseline, points",
           "at least", TOL_MEAN, SUB_HEAD + f"; tolerance {TOL_MEAN:g} point(s), fixed before the runs: {TOL_RATIO} times the 0.2–0.5 "

@@ -25,7 +25,7 @@
 #
 # The methods are those of the registry (`fedlib.algorithms.registered`). A method that
 # cannot run on a shared federation is not dropped silently: it is listed with the reason its
-# class gives. The procedures are `fedlib.experiments.leaderboard`; the protocol is the one
+# class gives. The procedures are `fedbook.studies.leaderboard`; the protocol is the one
 # of {ref}`chapter-setting`.
 
 # %% tags=["parameters", "hide-input"]
@@ -53,11 +53,11 @@ import pandas as pd
 from myst_nb import glue
 
 from fedlib.algorithms import registered
-from fedlib.book import format_bytes, setup, show_table
-from fedlib.experiments.leaderboard import (BYTES, COLUMNS, CONTENDER_SHARE, LeaderboardConfig, board, cell_text, digit_vectors, method_table,
+from fedbook.page import format_bytes, setup, show_table
+from fedbook.studies.leaderboard import (BYTES, COLUMNS, CONTENDER_SHARE, LeaderboardConfig, board, cell_text, digit_vectors, method_table,
                                             pareto_front, rank_bootstrap, run_leaderboard, save_rows, split_methods,
                                             summary_table, winner_words)
-from fedlib.experiments.setting import partition_label
+from fedbook.studies.setting import partition_label
 from fedlib.federation import make_federation
 
 PROFILES = {
@@ -168,7 +168,7 @@ show_table(excluded if len(excluded) else pd.DataFrame({"reason": ["every method
 # with the smallest test split. The pooled score asks the same question, how well the predictor
 # serves this client's label distribution, on hundreds of images. Each cell is the mean over
 # {glue:text}`lb_seeds` seeds with the half-width of its 95 % Student's t interval
-# ({func}`fedlib.claims.mean_interval`): the leader's cell at the most skewed $\alpha$ below,
+# ({func}`fedbook.claims.mean_interval`): the leader's cell at the most skewed $\alpha$ below,
 # {glue:text}`lb_example_cell`, reads "between {glue:text}`lb_example_low:.1f` and
 # {glue:text}`lb_example_high:.1f` with 95 % confidence, as far as seed-to-seed variation goes".
 
@@ -268,7 +268,7 @@ for key, a in (("hard", hard), ("mild", mild)):
 #
 # {glue:text}`lb_seeds` seeds give a mean and an interval per cell, but a leaderboard is read as an order, and two
 # methods whose intervals overlap may swap places with other seeds. The rank bootstrap
-# (`fedlib.experiments.leaderboard.rank_bootstrap`) draws {glue:text}`lb_n_boot` resamples of
+# (`fedbook.studies.leaderboard.rank_bootstrap`) draws {glue:text}`lb_n_boot` resamples of
 # the seeds with replacement, **the same resample for every method** (the methods of a seed share
 # its federation and initial weights, so their results are paired), recomputes every method's
 # mean, and ranks them. A method's share of first places is how often it would lead; its median
@@ -279,7 +279,7 @@ for key, a in (("hard", hard), ("mild", mild)):
 # seed, however small, is first in every resample. So the page calls a first place
 # settled only when the leader is first in at least {glue:text}`lb_settled_share` % of the resamples
 # **and** the 95 % interval of its paired lead over the runner-up (the mean over seeds of the
-# difference, {func}`fedlib.claims.mean_interval`) clears zero.
+# difference, {func}`fedbook.claims.mean_interval`) clears zero.
 #
 # At $\alpha =$ {glue:text}`lb_alpha_hard`, the methods ranked first in at least
 # {glue:text}`lb_contender_share` % of the resamples are {glue:text}`lb_contenders_hard`: {glue:text}`lb_verdict_hard`. At
@@ -362,7 +362,7 @@ glue("ex1_dominate", (", ".join(f"{m} ({acc[m] - acc[ref]:+.1f})" for m in bette
 #    beat {glue:text}`lb_ref` on accuracy without sending more?
 #
 # :::{dropdown} Hint
-# `fedlib.experiments.leaderboard.pareto_front` takes two mappings, method → accuracy and
+# `fedbook.studies.leaderboard.pareto_front` takes two mappings, method → accuracy and
 # method → bytes. Read both from the summary table (`summary.loc[alpha, "pooled"]` and
 # `summary.loc[alpha, "bytes_per_client_round"]`). The front ignores the intervals: a method just
 # off it may be on it with other seeds.
@@ -403,7 +403,7 @@ glue("ex2_moved_most", f"{moved.idxmax()} ({moved.max():g} places)", display=Fal
 #    change, how settled is its first place, and which methods move most?
 #
 # :::{dropdown} Hint
-# No training is needed: `fedlib.experiments.leaderboard.rank_bootstrap` takes the per-run
+# No training is needed: `fedbook.studies.leaderboard.rank_bootstrap` takes the per-run
 # rows and any metric of `COLUMNS`. The worst client of a run is one number per seed, so expect
 # it to vary more from seed to seed than a mean over clients does.
 # :::

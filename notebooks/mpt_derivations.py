@@ -30,7 +30,7 @@
 # numerically against an independent reference, and ends with a table of every check. The same
 # statements are property tests in `tests/test_tracking.py`. The implementation is
 # {mod}`fedlib.tracking`, the random instances and the numerical checks are
-# {mod}`fedlib.experiments.mpt_checks`; the federated experiments are in {ref}`chapter-mpt-experiments`.
+# {mod}`fedbook.studies.mpt_checks`; the federated experiments are in {ref}`chapter-mpt-experiments`.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials, dimension 512)
@@ -43,9 +43,9 @@ import sympy as sp
 import torch
 from myst_nb import glue
 
-from fedlib.book import setup, show_table
-from fedlib.checks import CheckTable
-from fedlib.experiments.mpt_checks import (alpha_risk_table, barycentric_against_slsqp, known_drift_table,
+from fedbook.page import setup, show_table
+from fedbook.checks import CheckTable
+from fedbook.studies.mpt_checks import (alpha_risk_table, barycentric_against_slsqp, known_drift_table,
                                            projector_errors, residual_off_span, transport_map_against_scipy)
 from fedlib.tracking import adaptive_alpha
 

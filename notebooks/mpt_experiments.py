@@ -74,10 +74,10 @@ from myst_nb import glue
 from scipy.stats import t as student_t
 
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, VARIANT
-from fedlib.book import claims_report, format_bytes, setup, show_table
-from fedlib.claims import Claim, interval_band, mean_interval, resolution_of, seed_table
+from fedbook.page import claims_report, format_bytes, setup, show_table
+from fedbook.claims import Claim, interval_band, mean_interval, resolution_of, seed_table
 from fedlib.data import plot_partition
-from fedlib.experiments.mpt import (TIME_PARTS, MPTStudy, bytes_per_method, distance_relation, extra_work_times,
+from fedbook.studies.mpt import (TIME_PARTS, MPTStudy, bytes_per_method, distance_relation, extra_work_times,
                                     figure_runs, fraction_table, history_value,
                                     mean_at, per_seed, round_axis, seed_curves)
 from fedlib.tracking import TrackingConfig, ldc_steps_per_round
@@ -122,8 +122,8 @@ glue("one_image", 1 / P.global_test_per_class, display=False)
 # {glue:text}`n_samples_profile` images ({glue:text}`full_sets_text`), its own departure scenario
 # (which samples the departing client holds, the global test set) and its own model initialization
 # and batch order (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
-# interval, and every claim is decided on differences paired by seed ({mod}`fedlib.claims`). Every run is
-# built the same way by {class}`fedlib.experiments.mpt.MPTStudy`. The fraction table runs
+# interval, and every claim is decided on differences paired by seed ({mod}`fedbook.claims`). Every run is
+# built the same way by {class}`fedbook.studies.mpt.MPTStudy`. The fraction table runs
 # {glue:text}`n_seeds` seeds at this profile: it decides the **headline** claims (those the paper's
 # abstract or conclusion makes, marked in the table); the figure runs (per-round curves, the
 # ablations of Section V-D, the costs) run the first {glue:text}`n_seeds_figure` of them.
@@ -433,7 +433,7 @@ plt.show()
 #
 # ## Per-round rare-class F1 (the paper's Figure 4)
 #
-# The figure runs ({func}`fedlib.experiments.mpt.figure_runs`): {glue:text}`fig_dataset` with the figure model, one run per seed, the client
+# The figure runs ({func}`fedbook.studies.mpt.figure_runs`): {glue:text}`fig_dataset` with the figure model, one run per seed, the client
 # leaving at the start of round {glue:text}`departure_round` of {glue:text}`n_rounds`. A method's
 # curve at round $r$ pairs the global model $\theta_r$ with the prototypes the server computed under
 # it (see {mod}`fedlib.algorithms.mpt` for the one-round bookkeeping); the line is the mean over
@@ -515,7 +515,7 @@ show_table(final, best={"rare-class F1": "max", "overall accuracy": "max"})
 # ## Final rare-class F1 by remaining fraction (Table II style)
 #
 # The table model on every data set, for each remaining fraction and seed
-# ({func}`fedlib.experiments.mpt.fraction_table`); each cell is the
+# ({func}`fedbook.studies.mpt.fraction_table`); each cell is the
 # rare-class F1 at the last round, mean ± half-width of the 95 % interval over the seeds.
 
 # %% tags=["hide-input"]
@@ -706,7 +706,7 @@ show_table(abl_show, best={"distance to the oracle at the last round": "min"})
 #
 # ## Cost: communication and time (the paper's Figure 5)
 #
-# **Communication.** Each method alone, through the ledger ({func}`fedlib.experiments.mpt.bytes_per_method`): per seed, a short run per method whose
+# **Communication.** Each method alone, through the ledger ({func}`fedbook.studies.mpt.bytes_per_method`): per seed, a short run per method whose
 # clients send only that method's payload ({data}`fedlib.algorithms.mpt.METHOD_PAYLOAD`), on
 # half of the seed's data (message sizes depend on shapes, not on the number of samples), one
 # local step per round; the bytes of the last round (after the departure, with SDC's and LDC's
@@ -731,7 +731,7 @@ show_table(comm.rename(index=LABEL).rename_axis("method"), digits=3,
 # map training, the server's per-round work for all methods together, and, timed apart, the two
 # server computations of Figure 5 (b): CCVR's virtual features and head re-training, and MPT's
 # reconstruction; each relative to a client's local training of a round (median of repeats;
-# {func}`fedlib.experiments.mpt.extra_work_times`).
+# {func}`fedbook.studies.mpt.extra_work_times`).
 
 # %% tags=["hide-input"]
 times = {s: extra_work_times(study, fig_runs[s], fig_scen[s], fig_model_fn, s) for s in FIG_SEEDS}  # relative to training

@@ -34,7 +34,7 @@
 #
 # Both give the same model bit for bit (the list is the fold over the list; the tests check it for
 # every registered method that averages). Each measurement runs in a fresh Python process
-# ({func}`fedlib.benchmarks.round_cost`), so its peak belongs to that round alone; this build
+# ({func}`fedbook.benchmarks.round_cost`), so its peak belongs to that round alone; this build
 # {glue:text}`perf_isolation`.
 
 # %% tags=["parameters", "hide-input"]
@@ -57,8 +57,8 @@ from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 from myst_nb import glue
 
 from fedlib.algorithms import registered
-from fedlib.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost, round_scaling
-from fedlib.book import setup, show_table
+from fedbook.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost, round_scaling
+from fedbook.page import setup, show_table
 from fedlib.io import atomic_write_bytes
 
 PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)
@@ -81,7 +81,7 @@ if bad:
 # fedlib's round loop does more than a training loop: it builds messages, records every one in the
 # ledger, keeps client states, checks replies for NaN and infinity, and folds them. The check below
 # times FedAvg through {func}`fedlib.run.run_federated` against FedAvg written in plain PyTorch
-# ({func}`fedlib.benchmarks.hand_written_fedavg`: the same initial weights, batches, SGD and
+# ({func}`fedbook.benchmarks.hand_written_fedavg`: the same initial weights, batches, SGD and
 # averaging, none of the machinery), alternately, on the same federation
 # ({glue:text}`perf_ovh_clients` clients, the {glue:text}`perf_ovh_model`, {glue:text}`perf_ovh_rounds`
 # round(s), medians of {glue:text}`perf_ovh_repeats` runs each).
@@ -320,7 +320,7 @@ glue("perf_vec_stack_reading_measured", "grows" if stack[-1].ratio > 1.1 * stack
 # `make bench` runs `tests/bench_vectorized.py`: the same table, with the speed-ups against their
 # targets, and `tests/bench_chapter.py`: the GGEUR experiments chapter executed one client after
 # another in one process, and with vectorized clients and its seeds in two worker processes
-# ({func}`fedlib.parallel.map_parallel`, the chapter's parameter `workers`), side by side.
+# ({func}`fedbook.parallel.map_parallel`, the chapter's parameter `workers`), side by side.
 #
 # ## The book's own build
 #

@@ -58,9 +58,9 @@ import pandas as pd
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
-from fedlib.book import format_bytes, setup, show_table
+from fedbook.page import format_bytes, setup, show_table
 from fedlib.data import load_data, plot_partition, subsample
-from fedlib.experiments.setting import (FLOORS, MEANS, TAILS, by_points, central_accuracy, direction,
+from fedbook.studies.setting import (FLOORS, MEANS, TAILS, by_points, central_accuracy, direction,
                                         fedavg_and_finetune, finetune_sweep, finetune_words, learning_rate_words,
                                         mean_unseen, partition_label, partition_table, points_below,
                                         rare_threshold_words, rare_thresholds, skew_words, tradeoff_text)
@@ -271,7 +271,7 @@ glue("central_lr", P.central_lr, display=False)
 # every round, for {glue:text}`rounds` rounds.
 # Because only the deployment hook differs, we train once per $\alpha$ and evaluate both
 # deployments of the same final global model
-# ({func}`fedlib.experiments.setting.fedavg_and_finetune`, through
+# ({func}`fedbook.studies.setting.fedavg_and_finetune`, through
 # {func}`fedlib.run.evaluate_deployment`). Both keep every client's predicted labels
 # (`RunOptions(keep_predictions=True)`, `predictions={}`), so that Exercise 2 can score them again
 # under other rare thresholds ({func}`fedlib.metrics.rescore`) without training again.

@@ -38,7 +38,7 @@ import pandas as pd
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
-from fedlib.book import EXERCISE_KINDS, chapter_times, exercise_index, setup, show_table, toc_chapters
+from fedbook.page import EXERCISE_KINDS, chapter_times, exercise_index, setup, show_table, toc_chapters
 from fedlib.data import load_uci_digits
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{CHAPTER} ({args.profile}), vectorized clients, {args.workers} workers: {fast:7.1f} s", flush=True)
         a, b = glued_values(slow_nb), glued_values(fast_nb)
     keys = [k for k in a if not re.search(MEASURED_KEYS, k)]
-    differ = [k for k in keys if a[k] != b.get(k)]  # a glued table reads as its text (fedlib.tables)
+    differ = [k for k in keys if a[k] != b.get(k)]  # a glued table reads as its text (fedbook.tables)
     print(f"\nratio (measured side by side in this run): {fast / slow:.2f}, target <= {TARGET}: "
           f"{'met' if fast / slow <= TARGET else 'NOT met'}")
     print(f"glued values: {len(keys)} compared, {len(differ)} differ{': ' + ', '.join(differ) if differ else ''}")

@@ -4,7 +4,7 @@ sampled clients, the loop's streaming aggregation (fold) and the list of replies
     .venv/bin/python tests/bench_crossdevice.py           # MLP to 5,000 clients, CNN to 1,000
     .venv/bin/python tests/bench_crossdevice.py --quick   # MLP only, to 1,000 clients
 
-Each round runs in a fresh process (fedlib.benchmarks.round_cost): full participation, no
+Each round runs in a fresh process (fedbook.benchmarks.round_cost): full participation, no
 evaluation, one torch thread, MNIST-5k split IID while it gives every client five samples and a
 synthetic data set of five 28 x 28 images per client beyond that. Printed: the peak resident
 memory of each run and what the round added to it, the time per client, and the ratios the
@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from fedlib.benchmarks import round_cost
+from fedbook.benchmarks import round_cost
 
 TARGET_GROWTH = 0.10
 

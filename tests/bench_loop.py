@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fedlib.benchmarks import loop_overhead
+from fedbook.benchmarks import loop_overhead
 from fedlib.memory import measure_command
 
 

@@ -1,6 +1,6 @@
 """Benchmark of vectorized clients: one round's local training of 20 clients (FedAvg, one epoch,
 batch 32), sequential against vectorized, measured side by side in this process
-(fedlib.benchmarks.local_training_speed: the two paths alternate, medians of five runs each).
+(fedbook.benchmarks.local_training_speed: the two paths alternate, medians of five runs each).
 
     .venv/bin/python tests/bench_vectorized.py            # every workload, 2 threads
     .venv/bin/python tests/bench_vectorized.py --quick    # the linear head and the digits MLP
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 
-from fedlib.benchmarks import WORKLOADS, local_training_speed
+from fedbook.benchmarks import WORKLOADS, local_training_speed
 
 TARGETS = {"linear": 3.0, "mlp": 3.0, "cnn": 1.3}
 

@@ -138,10 +138,10 @@ def test_chapter_executes_at_smoke_profile_and_is_cached(name, smoke_out, capsys
     for piece in source.split("{glue:text}`")[1:]:
         referenced.add(piece.split("`", 1)[0].split(":", 1)[0])
     assert referenced <= _glued_keys(nb), f"prose references keys that were not glued: {referenced - _glued_keys(nb)}"
-    if name.endswith("_experiments"):  # its claims table comes from fedlib.claims.show, shaded verdicts and all
+    if name.endswith("_experiments"):  # its claims table comes from fedbook.claims.show, shaded verdicts and all
         html = "".join("".join(o.get("data", {}).get("text/html", ""))  # a str or a list of lines
                        for cell in nb.cells for o in cell.get("outputs", []))
-        assert 'id="T_claims-' in html, "an experiments chapter shows its claims with fedlib.claims.show"
+        assert 'id="T_claims-' in html, "an experiments chapter shows its claims with fedbook.claims.show"
         assert not re.search(r">\s*partly\s*<", html), "there is no 'partly' verdict any more"
     # a table's text form is the table, not a memory address (a pandas Styler's), so that comparing
     # two builds' glued values (book/build.py --compare) reports only what changed
@@ -185,8 +185,8 @@ def test_a_misspelled_papermill_parameter_stops_the_notebook_before_any_work(san
 
 @pytest.fixture
 def project_copy(tmp_path, monkeypatch):
-    """A copy of the notebooks, fedlib and the requirements that build.py reads instead of the project's."""
-    for part in ("notebooks", "fedlib"):
+    """A copy of the notebooks, fedlib, fedbook and the requirements that build.py reads instead of the project's."""
+    for part in ("notebooks", "fedlib", "book/fedbook"):
         shutil.copytree(ROOT / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "requirements.txt", tmp_path / "requirements.txt")
     monkeypatch.setattr(build, "ROOT", tmp_path)
@@ -427,7 +427,7 @@ def test_the_write_your_own_method_exercise_fails_as_handed_out_and_passes_when_
 
 
 def test_every_exercise_is_marked_and_has_a_hint_and_a_worked_solution():
-    from fedlib.book import EXERCISE_KINDS, exercises
+    from fedbook.page import EXERCISE_KINDS, exercises
 
     problems, total = [], 0
     for name in CHAPTERS:
@@ -491,8 +491,8 @@ def test_the_cache_key_covers_the_modules_a_chapter_imports_and_no_other(project
     tmp_path = project_copy
     used = {p.relative_to(tmp_path).as_posix() for p in build.chapter_modules("mpt_derivations")}
     # what the chapter imports, what that imports, and the packages on the way (the book's tooling,
-    # fedlib.book, imports fedlib.claims for its claims report: every chapter runs it)
-    assert {"fedlib/__init__.py", "fedlib/book.py", "fedlib/checks.py", "fedlib/claims.py", "fedlib/tracking.py",
+    # fedbook.page, imports fedbook.claims for its claims report: every chapter runs it)
+    assert {"fedlib/__init__.py", "book/fedbook/page.py", "book/fedbook/checks.py", "book/fedbook/claims.py", "fedlib/tracking.py",
             "fedlib/heads/__init__.py", "fedlib/heads/base.py", "fedlib/rng.py"} <= used
     assert "fedlib/geometry.py" not in used and "fedlib/loop.py" not in used and "fedlib/data/datasets.py" not in used
     key = build.cache_key("mpt_derivations", {"profile": "book"})

@@ -1,4 +1,4 @@
-"""The book's tooling (fedlib.book): the chapter setup (profile resolution, papermill's parameters
+"""The book's tooling (fedbook.page): the chapter setup (profile resolution, papermill's parameters
 checked, torch threads, the clock), tables for reading, the exercises' index, and the claims report
 (its doctests run with the others: pytest --doctest-modules)."""
 
@@ -16,11 +16,11 @@ import pytest
 import torch
 from scipy import stats
 
-import fedlib.book as book
-from fedlib.book import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
+import fedbook.page as book
+from fedbook.page import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
                          exercise_index, exercises, format_bytes, format_number, format_value, place_labels, record_seconds,
                          resolve, setup, show_table, toc_chapters)
-from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,7 +145,7 @@ def test_a_table_reads_as_its_text_not_a_memory_address():
     ``book/build.py --compare`` compares) is the formatted table, the same on every run."""
     from IPython.core.formatters import PlainTextFormatter
 
-    from fedlib.checks import CheckTable
+    from fedbook.checks import CheckTable
 
     text = PlainTextFormatter()
     frame = pd.DataFrame({"accuracy (%)": [91.234, 80.5]}, index=pd.Index(["FedAvg", "Ditto"], name="method"))
@@ -284,7 +284,7 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     half = stats.t.ppf(0.975, 2) * math.sqrt(0.1**2 / 6 * stats.chi2.ppf(0.05, 2) / 2 / 3)
     assert (R["gain"].interval.low, R["gain"].interval.high) == (pytest.approx(2 - half), pytest.approx(2 + half))
     assert R["gain"].interval.method == "t+floor"
-    (table,) = shown  # one table, fedlib.claims.show's (shaded verdicts, stable id)
+    (table,) = shown  # one table, fedbook.claims.show's (shaded verdicts, stable id)
     html = table.to_html()
     assert html == show(list(R.values())).to_html() and 'id="T_claims-' in html
     assert "Control: ctrl is so." in html and "not-run" not in html

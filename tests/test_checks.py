@@ -1,11 +1,11 @@
-"""The check table of a derivations chapter (fedlib.checks): verdicts by tolerance or by the chapter's
+"""The check table of a derivations chapter (fedbook.checks): verdicts by tolerance or by the chapter's
 condition, the columns shown, the page's table (its doctests run with the others: pytest --doctest-modules)."""
 
 from __future__ import annotations
 
 import pytest
 
-from fedlib.checks import CheckTable
+from fedbook.checks import CheckTable
 
 
 def test_check_table_verdicts_and_columns():

@@ -1,4 +1,4 @@
-"""fedlib.claims: the decision rule finds planted effects in the claimed direction, calls a null
+"""fedbook.claims: the decision rule finds planted effects in the claimed direction, calls a null
 effect inconclusive, mirrors under the other direction; the intervals equal hand-computed and
 scipy's ones and cover at their nominal level by simulation (the floor of the test noise included);
 the comparators fixed before the runs (the strongest baseline on independent data, every baseline of
@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fedlib.claims import (
+from fedbook.claims import (
     DOES_NOT_HOLD,
     HOLDS,
     INCONCLUSIVE,

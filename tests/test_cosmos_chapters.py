@@ -1,5 +1,5 @@
-"""The procedures of the COSMOS derivations chapter (fedlib.experiments.cosmos_checks and
-fedlib.experiments.cosmos_synthetic): hand-computed fixtures, the identities they rely on, each
+"""The procedures of the COSMOS derivations chapter (fedbook.studies.cosmos_checks and
+fedbook.studies.cosmos_synthetic): hand-computed fixtures, the identities they rely on, each
 check shown to fail on a wrong library function, and the synthetic federation's independence of
 torch's global random state."""
 
@@ -13,16 +13,16 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-import fedlib.experiments.cosmos_checks as cc
+import fedbook.studies.cosmos_checks as cc
 from fedlib.algorithms import COSMOS
 from fedlib.clustering import greedy_b0
 from fedlib.data import make_gaussian_mixture
 from fedlib.distill import PublicSet, consistency_loss, kl_rows, l1_distances, make_public_set
-from fedlib.experiments.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
+from fedbook.studies.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
                                               consistency_gradient_checks, cosmos_iterations, greedy_rule_violations,
                                               lemma52_random_checks, lemma_rows, monotonicity_search, random_pseudo_labels,
                                               reference_cluster_count)
-from fedlib.experiments.cosmos_synthetic import (Circle, Linear, SyntheticRun, client_objective, error_rate, fitted_ratio,
+from fedbook.studies.cosmos_synthetic import (Circle, Linear, SyntheticRun, client_objective, error_rate, fitted_ratio,
                                                  hessian_checks, linear_from, shift_basis, synthetic_run, theory_table)
 from fedlib.federation import make_federation
 from fedlib.models import build_model
@@ -273,7 +273,7 @@ def test_the_contraction_check_compares_with_the_control_and_fails_when_the_teac
     ratio, control = _contraction_check()
     assert ratio < control
     from fedlib.algorithms.cosmos import COSMOS
-    from fedlib.experiments.cosmos_synthetic import WithoutTeacher
+    from fedbook.studies.cosmos_synthetic import WithoutTeacher
     monkeypatch.setattr(COSMOS, "configure_train", WithoutTeacher.configure_train)
     ratio, control = _contraction_check()
     assert not ratio < control and ratio == control

@@ -1,4 +1,4 @@
-"""The COSMOS experiments chapter's study (fedlib.experiments.cosmos): its items, the bytes and
+"""The COSMOS experiments chapter's study (fedbook.studies.cosmos): its items, the bytes and
 accuracies it reads, the sensitivity reader, and one small study run end to end."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedlib.claims import SeedValues
+from fedbook.claims import SeedValues
 from fedlib.algorithms import FedAvg
 from fedlib.algorithms.cosmos import LocalOnly
 from fedlib.distill import PublicSet
-from fedlib.experiments.cosmos import (COSMOSStudy, Sensitivity, accuracy_points, fedavg_bytes, kept_clients, planted_groups,
+from fedbook.studies.cosmos import (COSMOSStudy, Sensitivity, accuracy_points, fedavg_bytes, kept_clients, planted_groups,
                                        public_part, training_bytes)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
@@ -111,7 +111,7 @@ def test_training_bytes_count_training_traffic_per_client_and_round():
 
 
 def test_the_chapter_reads_its_rows_per_seed_in_seed_order_by_setting():
-    # the chapter reads accuracy_points' rows with fedlib.claims.SeedValues: seed order, one setting
+    # the chapter reads accuracy_points' rows with fedbook.claims.SeedValues: seed order, one setting
     rows = pd.DataFrame({"seed": [2, 0, 1, 0], "method": ["A", "A", "A", "A"], "setting": ["x", "x", "x", "y"],
                          "mean": [3.0, 1.0, 2.0, 9.0]})
     per_seed = SeedValues(rows, ["method", "setting"], [0, 1, 2], value="mean")

@@ -26,7 +26,7 @@ from fedlib.loop import LoopConfig, RunOptions
 from fedlib.run import run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
-from fedlib.benchmarks import RoundCost, keeping_replies, round_scaling
+from fedbook.benchmarks import RoundCost, keeping_replies, round_scaling
 from fedlib.protocol import Collect, fold_replies, needs_all_replies, streams
 from fedlib.store import DiskStates, make_states
 from fedlib.training import TrainConfig
@@ -324,7 +324,7 @@ def test_a_round_of_a_thousand_clients_with_the_mlp():
 
 
 def test_round_cost_measures_a_round_in_a_fresh_process_and_refuses_bad_input():
-    from fedlib.benchmarks import round_cost
+    from fedbook.benchmarks import round_cost
 
     fresh = round_cost(8, "mlp", "fold")
     here = round_cost(8, "mlp", "list", fresh_process=False)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from fedlib.algorithms.hdcfl import HDCConfig
-from fedlib.book import check_injected, resolve
+from fedbook.page import check_injected, resolve
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig

@@ -1,4 +1,4 @@
-"""The check procedures of the chapter FedGRC's statistics (fedlib.experiments.fedgrc_checks): each
+"""The check procedures of the chapter FedGRC's statistics (fedbook.studies.fedgrc_checks): each
 passes on correct code, and each fails when the quantity it checks is wrong."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedlib.algorithms import FedAvg
-from fedlib.experiments import fedgrc_checks as fc
+from fedbook.studies import fedgrc_checks as fc
 from fedlib.heads import MMS, SASP
 from fedlib.loop import LoopConfig
 from fedlib.protocol import load_model

@@ -1,4 +1,4 @@
-"""FedGRC's experiments (fedlib.experiments.fedgrc): the study every seed and α runs, checked against
+"""FedGRC's experiments (fedbook.studies.fedgrc): the study every seed and α runs, checked against
 the same runs and heads made by hand, and the table helpers on hand-computed values."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 
 from fedlib.algorithms import Ditto, FedAvg
 from fedlib.cgrl import CGRLConfig
-from fedlib.claims import SeedValues, seed_band
+from fedbook.claims import SeedValues, seed_band
 from fedlib.data import make_gaussian_mixture
 from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
-from fedlib.experiments.fedgrc import (EXCESS_COLUMNS, FedGRCStudy, SharedRule, baseline_head, before_after,
+from fedbook.studies.fedgrc import (EXCESS_COLUMNS, FedGRCStudy, SharedRule, baseline_head, before_after,
                                       deployed_name, each_baseline, excess_gain_rows, final_round, mean_over_heads,
                                       sensitivity)
 from fedlib.federation import hold_out_validation, make_federation

@@ -1,4 +1,4 @@
-"""The runs and readings of the chapter ``ggeur_experiments`` (fedlib.experiments.ggeur): the
+"""The runs and readings of the chapter ``ggeur_experiments`` (fedbook.studies.ggeur): the
 readers per seed against the chapter's former pivot arithmetic, the similarity rows against the
 chapter's former loop, the claims paragraph's branches, the errors, and a tiny study end to end."""
 
@@ -11,11 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedlib.book import sign_word
-from fedlib.claims import Claim, evaluate, says
+from fedbook.page import sign_word
+from fedbook.claims import Claim, evaluate, says
 from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.experiments.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, HEADLINE_DOM, HEADLINE_LABEL, LABEL_METHODS,
+from fedbook.studies.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, HEADLINE_DOM, HEADLINE_LABEL, LABEL_METHODS,
                                       LOW_BETA_ONLY, ROWMAX, SAME,
                                       STEP1, STEPS12, DomainRuns, GGEURStudy, LabelRuns, claims_reading, diagonal_gap, encoder_column,
                                       similarity_rows)

@@ -1,4 +1,4 @@
-"""The check procedures of the chapter ``hdcfl_derivations`` (fedlib.experiments.hdcfl_checks): each
+"""The check procedures of the chapter ``hdcfl_derivations`` (fedbook.studies.hdcfl_checks): each
 gives the verdicts the chapter reports on the library, and each can fail on a wrong library."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-import fedlib.experiments.hdcfl_checks as hc
+import fedbook.studies.hdcfl_checks as hc
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import refresh
 from fedlib.clustering import head_descriptors, soft_membership
-from fedlib.experiments.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, bit_equal, descriptor_invariance,
+from fedbook.studies.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, bit_equal, descriptor_invariance,
                                              descriptors_in_basis, head_compatibility_rho, local_drift, max_abs_difference, membership_limits,
                                              one_group_identity, planted_grouping, planted_summary, random_orthogonal,
                                              refresh_invariants, snapshot)

@@ -1,4 +1,4 @@
-"""The runs and readings of the chapter ``hdcfl_experiments`` (fedlib.experiments.hdcfl): the pieces by
+"""The runs and readings of the chapter ``hdcfl_experiments`` (fedbook.studies.hdcfl): the pieces by
 hand, the byte accounting against the ledger's own frame, and a tiny study end to end, whose
 deployments that must coincide do."""
 
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients
-from fedlib.experiments.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_steps,
+from fedbook.studies.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_steps,
                                       activation_table, donor_table, ledger_costs, nearest_donor_gain, server_seconds, step_text, tail_metrics)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated

@@ -1,7 +1,9 @@
-"""The layers of fedlib (the book's page *Inside fedlib*), declared here as data: every module
-belongs to exactly one layer, every import edge goes to the same layer or one below it, a few
-pairs of layers do not import each other at all (the loop, the engines and the methods), there is
-no import cycle and no function-local import that exists only to dodge one."""
+"""The layers of fedlib and fedbook (the book's page *Inside fedlib*), declared here as data: every
+module of both packages belongs to exactly one layer, every import edge goes to the same layer or
+one below it (every layer of fedbook is above every layer of fedlib: the library never imports the
+book's machinery), a few pairs of layers do not import each other at all (the loop, the engines
+and the methods), there is no import cycle and no function-local import that exists only to dodge
+one."""
 
 from __future__ import annotations
 
@@ -13,30 +15,31 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "fedlib"
+PACKAGES = {"fedlib": ROOT / "fedlib", "fedbook": ROOT / "book" / "fedbook"}
+"""The two packages and their folders: the library, and the book's machinery."""
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module_name(package: str, path: Path) -> str:
+    parts = [package, *path.relative_to(PACKAGES[package]).with_suffix("").parts]
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+MODULES = {_module_name(pkg, p): p for pkg, folder in PACKAGES.items() for p in sorted(folder.rglob("*.py"))}
 
 
 def _resolve(module: str, node: ast.ImportFrom | ast.Import, is_package: bool) -> list[str]:
     """The fedlib modules an import statement in ``module`` names (submodules when they exist)."""
     if isinstance(node, ast.Import):
-        return [a.name for a in node.names if a.name.split(".")[0] == "fedlib"]
+        return [a.name for a in node.names if a.name.split(".")[0] in PACKAGES]
     if node.level:
         base = module.split(".") if is_package else module.split(".")[:-1]
         base = base[: len(base) - (node.level - 1)]
         target = ".".join(base + ([node.module] if node.module else []))
     else:
         target = node.module or ""
-    if target.split(".")[0] != "fedlib":
+    if target.split(".")[0] not in PACKAGES:
         return []
     out = []
     for a in node.names:
@@ -144,7 +147,7 @@ def test_no_function_local_import_of_fedlib():
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # (layer, its modules), from the bottom up; "pkg.*" is every module of a package but the package's own __init__
     ("foundation", ("fedlib", "fedlib.validation", "fedlib.rng", "fedlib.io", "fedlib.messages", "fedlib.aggregate",
-                    "fedlib.store", "fedlib.memory", "fedlib.parallel")),
+                    "fedlib.store", "fedlib.memory")),
     ("data", ("fedlib.data", "fedlib.data.*")),
     ("models and local training", ("fedlib.models", "fedlib.training")),
     ("statistics, metrics and the papers' mathematics",
@@ -161,12 +164,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("Flower's job, apps and drivers", ("fedlib.engines.flower", "fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.app",
                                         "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
-    ("evidence", ("fedlib.tables", "fedlib.claims", "fedlib.checks")),
-    ("chapter experiments", ("fedlib.experiments", "fedlib.experiments.*")),
-    ("measurements", ("fedlib.benchmarks",)),
-    ("book tooling", ("fedlib.book",)),
+    # fedbook: the book's machinery, every layer of it above the library
+    ("the book's foundation", ("fedbook", "fedbook.sources", "fedbook.parallel", "fedbook.tables")),
+    ("evidence", ("fedbook.claims", "fedbook.checks")),
+    ("pages", ("fedbook.page",)),
+    ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
+    ("measurements", ("fedbook.benchmarks",)),
 ]
-"""fedlib's layers, bottom up (the book's page *Inside fedlib* draws them)."""
+"""fedlib's layers, then fedbook's, bottom up (the book's page *Inside fedlib* draws them)."""
 
 INDEPENDENT = [("the round loop", "engines"), ("the round loop", "methods"), ("engines", "methods"),
                ("the transport contract", "methods")]
@@ -234,9 +239,10 @@ def test_a_layer_does_not_load_the_layers_above(module, forbidden):
     assert not bad, f"importing {module} loads {bad}"
 
 
-def test_the_book_tooling_is_the_top_layer():
-    """fedlib.book (the chapters' setup, tables and claims report) may import any module of fedlib;
-    no module of fedlib imports it."""
-    importers = sorted(m for m, deps in _graph().items() if "fedlib.book" in deps)
-    assert not importers, f"fedlib.book is the top layer, but {importers} import it"
-    assert "fedlib.claims" in _graph()["fedlib.book"]  # its claims report decides with fedlib.claims
+def test_the_library_never_imports_the_books_machinery():
+    """fedbook (the evidence, the pages, the studies) may import any module of fedlib; no module of
+    fedlib imports fedbook, so the library stands alone."""
+    importers = sorted(f"{m} imports {d}" for m, deps in _graph().items() if m.startswith("fedlib")
+                       for d in deps if d.split(".")[0] == "fedbook")
+    assert not importers, "\n".join(importers)
+    assert "fedbook.claims" in _graph()["fedbook.page"]  # its claims report decides with fedbook.claims

@@ -1,4 +1,4 @@
-"""The leaderboard chapter's procedures (fedlib.experiments.leaderboard): ranks, first places,
+"""The leaderboard chapter's procedures (fedbook.studies.leaderboard): ranks, first places,
 the seed bootstrap, the summary's intervals and the Pareto front on hand-computed fixtures; the
 exclusions read from the classes; bad input refused with the valid values named; a small run end
 to end, the same twice for the same seed."""
@@ -14,12 +14,12 @@ from scipy import stats
 
 from fedlib.algorithms import registered
 from fedlib.data import make_gaussian_mixture
-from fedlib.experiments.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board,
+from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board,
                                             bootstrap_means, build_method, cell_text, communication_rounds,
                                             digit_vectors, exclusion_reason, first_shares, method_table, pareto_front,
                                             rank_bootstrap, ranks_of, run_leaderboard, save_rows, split_methods,
                                             summary_table, winner_words, lead_interval)
-from fedlib.experiments.setting import TAILS
+from fedbook.studies.setting import TAILS
 from fedlib.rng import PURPOSES, numpy_rng
 
 pytestmark = pytest.mark.usefixtures("one_thread")

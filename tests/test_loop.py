@@ -555,9 +555,9 @@ def test_an_error_in_a_client_hook_names_the_client_and_round(tiny_federation, t
 
 
 def test_the_loop_equals_a_hand_written_fedavg_bit_for_bit(tiny_federation, tiny_model_fn):
-    """The benchmark's reference (fedlib.benchmarks.hand_written_fedavg) does fedlib's arithmetic."""
+    """The benchmark's reference (fedbook.benchmarks.hand_written_fedavg) does fedlib's arithmetic."""
     from fedlib.algorithms import FedAvg
-    from fedlib.benchmarks import hand_written_fedavg
+    from fedbook.benchmarks import hand_written_fedavg
     from fedlib.training import TrainConfig
 
     cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, momentum=0.9)

@@ -1,4 +1,4 @@
-"""The MPT derivations chapter's checks (fedlib.experiments.mpt_checks): its random instances, each
+"""The MPT derivations chapter's checks (fedbook.studies.mpt_checks): its random instances, each
 check passing on fedlib.tracking and failing on a wrong implementation."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedlib.experiments import mpt_checks
-from fedlib.experiments.mpt_checks import (
+from fedbook.studies import mpt_checks
+from fedbook.studies.mpt_checks import (
     DRIFTS,
     RECONSTRUCTIONS,
     alpha_risk_table,

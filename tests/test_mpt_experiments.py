@@ -1,5 +1,5 @@
-"""The MPT experiments chapter's runs (fedlib.experiments.mpt) against what the chapter computed by
-hand before they moved; and the small pieces they use (fedlib.claims.interval_band,
+"""The MPT experiments chapter's runs (fedbook.studies.mpt) against what the chapter computed by
+hand before they moved; and the small pieces they use (fedbook.claims.interval_band,
 fedlib.tracking.ldc_steps_per_round, DepartureScenario.remaining_train_sizes)."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, PARTS, evaluate_history
-from fedlib.claims import interval_band, mean_interval
+from fedbook.claims import interval_band, mean_interval
 from fedlib.data import ArrayDataset, make_gaussian_mixture
-from fedlib.experiments.mpt import (
+from fedbook.studies.mpt import (
     TIME_PARTS,
     MPTStudy,
     bytes_per_method,
@@ -223,7 +223,7 @@ def test_round_axis_marks_the_departure():
     plt.close(fig)
 
 
-# ----------------------------------------------------------------- the pieces in fedlib.claims, fedlib.tracking, fedlib.federation
+# ----------------------------------------------------------------- the pieces in fedbook.claims, fedlib.tracking, fedlib.federation
 @settings(max_examples=20, deadline=None)
 @given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 1000))
 def test_interval_band_is_mean_interval_per_column(n_seeds, n_points, seed):

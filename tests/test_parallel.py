@@ -1,4 +1,4 @@
-"""fedlib.parallel: independent runs in forked workers give the results of the plain loop."""
+"""fedbook.parallel: independent runs in forked workers give the results of the plain loop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from fedlib.algorithms import FedAvg
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
-from fedlib.parallel import fork_available, map_parallel
+from fedbook.parallel import fork_available, map_parallel
 from fedlib.training import TrainConfig
 
 

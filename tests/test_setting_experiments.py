@@ -1,4 +1,4 @@
-"""The setting chapter's procedures (fedlib.experiments.setting): each equal to the computation the
+"""The setting chapter's procedures (fedbook.studies.setting): each equal to the computation the
 chapter once wrote out, and its words checked on both sides of every choice they make."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from fedlib.algorithms import FedAvg, FedAvgFT
 from fedlib.data import make_gaussian_mixture
-from fedlib.experiments.setting import (MEANS, by_points, central_accuracy, direction, fedavg_and_finetune,
+from fedbook.studies.setting import (MEANS, by_points, central_accuracy, direction, fedavg_and_finetune,
                                         finetune_sweep, finetune_words, gains_or_loses, learning_rate_words,
                                         mean_unseen, partition_table, points_below, rare_threshold_words,
                                         rare_thresholds, skew_words, tradeoff_text)

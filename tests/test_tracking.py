@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, evaluate_history, method_payload
 from fedlib.data import make_gaussian_mixture
-from fedlib.experiments.mpt_checks import random_normal, random_spd
+from fedbook.studies.mpt_checks import random_normal, random_spd
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated

@@ -13,7 +13,7 @@ architecture, against parameter sharing), Table 4 (communication), Tables 5-6 (t
 :class:`COSMOSStudy` holds what is run; :meth:`COSMOSStudy.run` runs every item of
 :meth:`COSMOSStudy.items` and returns a :class:`StudyResults`, whose tidy rows
 (:func:`accuracy_points` of every run, in points) the chapter reads per seed with
-:class:`fedlib.claims.SeedValues` and, for the sensitivity runs, :class:`Sensitivity`.
+:class:`fedbook.claims.SeedValues` and, for the sensitivity runs, :class:`Sensitivity`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from fedlib.loop import LoopConfig, RunResult, per_client_table
 from fedlib.messages import DOWN, UP
 from fedlib.metrics import protocol_summary
 from fedlib.models import ClientArchitectures, build_model
-from fedlib.parallel import map_parallel
+from fedbook.parallel import map_parallel
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig
 
@@ -450,7 +450,7 @@ class COSMOSStudy:
 
     def run(self, seeds: Sequence[int], workers: int = 1, threads: int = 1) -> StudyResults:
         """Every item of :meth:`items` (spread over ``workers`` processes with ``threads`` torch
-        threads each, :func:`fedlib.parallel.map_parallel`), gathered."""
+        threads each, :func:`fedbook.parallel.map_parallel`), gathered."""
         items = self.items(seeds)
         results = map_parallel(self.run_item, items, workers, threads=threads)
         return StudyResults(rows=pd.DataFrame([r for res in results for r in res["rows"]]),

@@ -10,7 +10,7 @@ and the excess gain :math:`I`) and the sensitivity to :math:`m_0` and :math:`\ga
 :class:`FedGRCStudy` holds what is trained and deployed; :meth:`FedGRCStudy.run` runs it for
 every seed and :math:`\alpha` and returns a :class:`StudyRuns`, whose tidy results (one row per
 seed, :math:`\alpha`, method and metric, in percent) the chapter reads per seed with
-:class:`fedlib.claims.SeedValues`. The other functions take such a reader ``v(alpha, method,
+:class:`fedbook.claims.SeedValues`. The other functions take such a reader ``v(alpha, method,
 metric)`` (an array with one value per seed) and make the chapter's tables: :func:`each_baseline`,
 :func:`mean_over_heads`, :func:`before_after`, :func:`baseline_head`, :func:`excess_gain_rows`
 and :func:`sensitivity`.
@@ -308,7 +308,7 @@ class FedGRCStudy:
 
 def each_baseline(v: Callable[..., np.ndarray], alpha: float, metric: str, baselines: Sequence[str]) -> dict[str, np.ndarray]:
     """Every baseline's values of ``metric`` at ``alpha``, one per seed, by name: what a claim
-    against every baseline reads (:class:`fedlib.claims.Claim` with ``versus`` the names; one
+    against every baseline reads (:class:`fedbook.claims.Claim` with ``versus`` the names; one
     paired interval per baseline, never the per-seed maximum of the test results).
 
     Examples
@@ -391,7 +391,7 @@ def excess_gain_rows(v: Callable[..., np.ndarray], h0: Mapping[tuple, str], seed
     Parameters
     ----------
     v : callable
-        The chapter's values per seed, ``v(alpha, method, metric)`` (a :class:`fedlib.claims.SeedValues`).
+        The chapter's values per seed, ``v(alpha, method, metric)`` (a :class:`fedbook.claims.SeedValues`).
     h0 : mapping
         :math:`H_0` per ``(seed, alpha)`` (:func:`baseline_head`).
     seeds, alphas : sequences

@@ -128,7 +128,7 @@ class MPTStudy:
 
     @classmethod
     def from_settings(cls, settings: Any, **values: Any) -> MPTStudy:
-        """The study of a chapter's settings (:func:`fedlib.book.setup`): every field the settings
+        """The study of a chapter's settings (:func:`fedbook.page.setup`): every field the settings
         have, then ``values`` (e.g. ``cifar_root``, ``tracking``)."""
         names = [f.name for f in dataclasses.fields(cls) if f.init]
         return cls(**{n: getattr(settings, n) for n in names if hasattr(settings, n)}, **values)
@@ -230,7 +230,7 @@ def seed_curves(history: pd.DataFrame, metric: str, method: str, seeds: Sequence
     -------
     (ndarray, ndarray)
         The rounds, of shape (n_rounds,), and the values, of shape (len(seeds), n_rounds): what
-        :func:`fedlib.claims.interval_band` turns into a figure's line and band.
+        :func:`fedbook.claims.interval_band` turns into a figure's line and band.
 
     Examples
     --------

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import torch
 
-from .validation import is_int
+from fedlib.validation import is_int
 
 T = TypeVar("T")
 R = TypeVar("R")

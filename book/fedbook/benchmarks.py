@@ -2,7 +2,7 @@
 
 Used by ``tests/bench_crossdevice.py`` (``make bench``) and by the book's page *Performance*, so
 both report the same measurement. :func:`round_cost` runs one FedAvg round without evaluation
-in a new Python process (``python -m fedlib.benchmarks``), so that the peak resident memory it
+in a new Python process (``python -m fedbook.benchmarks``), so that the peak resident memory it
 reports belongs to that round's run alone and not to whatever ran before in the caller
 (:func:`fedlib.memory.rss_mib` before the round, :func:`fedlib.memory.peak_rss_mib` after it).
 
@@ -27,21 +27,21 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.nn import functional as F
 
-from .aggregate import weighted_average
-from .algorithms import FedAvg
-from .algorithms.ggeur import LinearClassifier
-from .data import ArrayDataset, load_mnist5k, load_uci_digits
-from .engines import InProcessTransport
-from .engines.vectorized import VectorizedTransport
-from .federation import make_federation
-from .loop import LoopConfig
-from .memory import peak_rss_mib, rss_mib
-from .messages import State
-from .models import build_model
-from .protocol import Algorithm, fold_replies, needs_all_replies
-from .run import run_federated
-from .rng import INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
-from .training import TrainConfig
+from fedlib.aggregate import weighted_average
+from fedlib.algorithms import FedAvg
+from fedlib.algorithms.ggeur import LinearClassifier
+from fedlib.data import ArrayDataset, load_mnist5k, load_uci_digits
+from fedlib.engines import InProcessTransport
+from fedlib.engines.vectorized import VectorizedTransport
+from fedlib.federation import make_federation
+from fedlib.loop import LoopConfig
+from fedlib.memory import peak_rss_mib, rss_mib
+from fedlib.messages import State
+from fedlib.models import build_model
+from fedlib.protocol import Algorithm, fold_replies, needs_all_replies
+from fedlib.run import run_federated
+from fedlib.rng import INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
+from fedlib.training import TrainConfig
 
 MODELS = ("mlp", "cnn")
 """The models :func:`round_cost` can measure (``fedlib.models.build_model`` names)."""
@@ -165,7 +165,7 @@ def round_cost(n_clients: int, model: str = "mlp", aggregation: str = "fold", *,
             return RoundCost(**_measure(**args))
         finally:
             torch.set_num_threads(before)
-    done = subprocess.run([sys.executable, "-m", "fedlib.benchmarks", json.dumps(args)], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "fedbook.benchmarks", json.dumps(args)], capture_output=True,
                           text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"the measuring process for {args} failed:\n{done.stderr[-2000:]}")

@@ -4,7 +4,7 @@ A *derivations* chapter checks its paper's mathematics numerically (on random in
 precision: :func:`float64_tensor`) or symbolically, records each check in a :class:`CheckTable`
 and shows the table at its end. A check holds or not by a tolerance declared with it, or by the
 chapter's own computed condition: the verdict is computed, never typed. The claims of an
-*experiments* chapter are decided the same way, from intervals over seeds (:mod:`fedlib.claims`).
+*experiments* chapter are decided the same way, from intervals over seeds (:mod:`fedbook.claims`).
 
 Examples
 --------
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .tables import table_of
+from fedbook.tables import table_of
 
 CHECK_KINDS = ("error", "count", "at least")
 """How :meth:`CheckTable.add` compares a measured value with its tolerance."""
@@ -128,9 +128,9 @@ class CheckTable:
 
         Returns
         -------
-        fedlib.tables.Table
+        fedbook.tables.Table
             Displayed as an HTML table, laid out like the book's other tables
-            (:func:`fedlib.book.show_table`); its id comes from the content, so the same table
+            (:func:`fedbook.page.show_table`); its id comes from the content, so the same table
             gives the same page.
 
         Examples

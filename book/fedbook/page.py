@@ -12,8 +12,8 @@ threads and starts the chapter's clock::
     glue("total_seconds", P.elapsed(), display=False)
 
 A *derivations* chapter records every numerical or symbolic check in a
-:class:`fedlib.checks.CheckTable` and shows it at the end. An *experiments* chapter declares each
-claim of its paper with :class:`fedlib.claims.Claim`, the way its numbers are read included
+:class:`fedbook.checks.CheckTable` and shows it at the end. An *experiments* chapter declares each
+claim of its paper with :class:`fedbook.claims.Claim`, the way its numbers are read included
 (``values``), before anything is trained, and closes with one call, :func:`claims_report`: every
 claim decided from an interval over seeds, the counts glued, the table shown. Every verdict is
 computed, never typed. Tables for reading (:func:`show_table`, :func:`format_bytes`,
@@ -30,7 +30,7 @@ The teaching page reads the build itself: the chapters of the table of contents
 
 This module is the top layer of fedlib: it may import any module of the library, and no module of
 the library imports it (the book's page *Inside fedlib*). The data choice by name is
-:mod:`fedlib.data.choice`; the check table, :mod:`fedlib.checks`.
+:mod:`fedlib.data.choice`; the check table, :mod:`fedbook.checks`.
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedlib.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, claims_records,
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, claims_records,
                            evaluate, headline_summary, show, tally)
-from .tables import Html, table_of
-from .validation import is_int, is_real
+from fedbook.tables import Html, table_of
+from fedlib.validation import is_int, is_real
 
 PROFILE_NAMES = ("smoke", "book", "paper")
 """The parameter profiles every chapter defines."""
@@ -78,7 +78,7 @@ controls are not counted), and how many of them hold, do not hold, and are incon
 
 CLAIMS_RECORDS = "claims_records"
 """The key (after the chapter's prefix) under which :func:`claims_report` glues its rows as JSON
-(:func:`fedlib.claims.claims_records`); ``book/build.py`` copies them into the chapter's build
+(:func:`fedbook.claims.claims_records`); ``book/build.py`` copies them into the chapter's build
 record, which the findings page reads (:func:`read_findings`)."""
 
 
@@ -348,18 +348,18 @@ def claims_report(
     """Decide every declared claim and control, glue the counts, show the table: an experiments
     chapter's closing call.
 
-    Each claim's ``values`` (:class:`fedlib.claims.Claim`) is called now, in the given order;
+    Each claim's ``values`` (:class:`fedbook.claims.Claim`) is called now, in the given order;
     a claim whose ``values`` returns ``None`` (the chapter did not run what it needs at this
     profile) is left out of the table and the counts. The others are decided by
-    :func:`fedlib.claims.evaluate` over seeds, on ``(ours, baseline)`` or ``(ours, baseline,
+    :func:`fedbook.claims.evaluate` over seeds, on ``(ours, baseline)`` or ``(ours, baseline,
     within)`` as ``values`` returns them (``baseline`` a dict of each baseline's values for a
     claim against every baseline of a tuple; ``within`` the per-seed variances of the test noise,
     else the floor of the claim's ``resolution``). Then, with ``prefix`` before each key, it glues
-    :data:`REPORT_KEYS` (the counts of :func:`fedlib.claims.tally`: controls are not counted),
+    :data:`REPORT_KEYS` (the counts of :func:`fedbook.claims.tally`: controls are not counted),
     where some claims are headline claims ``n_headline``, ``headline_decided`` and
-    ``headline_half_width`` (:func:`fedlib.claims.headline_summary`), ``total_seconds`` when given,
-    and the rows as JSON under :data:`CLAIMS_RECORDS` (:func:`fedlib.claims.claims_records`: the
-    findings page gathers them), and displays :func:`fedlib.claims.show` of the results.
+    ``headline_half_width`` (:func:`fedbook.claims.headline_summary`), ``total_seconds`` when given,
+    and the rows as JSON under :data:`CLAIMS_RECORDS` (:func:`fedbook.claims.claims_records`: the
+    findings page gathers them), and displays :func:`fedbook.claims.show` of the results.
 
     Parameters
     ----------
@@ -385,7 +385,7 @@ def claims_report(
     ValueError
         On a declaration that is not a Claim or has no ``values``, two with the same key,
         ``values`` that returns neither ``None``, ``(ours, baseline)`` nor ``(ours, baseline,
-        within)``, and as :func:`fedlib.claims.evaluate` does.
+        within)``, and as :func:`fedbook.claims.evaluate` does.
 
     Examples
     --------
@@ -601,7 +601,7 @@ def exercise_index(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequ
 FINDINGS_COLUMNS = ("paper", "chapter", "key", "kind", "headline", "quote", "source", "quantity", "verdict",
                     "interval", "n", "unit", "seeds to decide", "anchor")
 """The columns of :func:`read_findings`: the part of the table of contents (the paper), the
-chapter, and the fields of each claim's record (:func:`fedlib.claims.claims_records`), ``interval``
+chapter, and the fields of each claim's record (:func:`fedbook.claims.claims_records`), ``interval``
 being the table's ``ours`` without its trailing count of seeds."""
 
 
@@ -810,7 +810,7 @@ def format_bytes(n: float) -> str:
 
 def sign_word(change: float, up: str, down: str, same: str = "does not change", tol: float = 0.05) -> str:
     """The word for the sign of a computed change: ``up`` above ``tol``, ``down`` below
-    ``-tol``, ``same`` within it (and for NaN). :func:`fedlib.experiments.setting.direction` is
+    ``-tol``, ``same`` within it (and for NaN). :func:`fedbook.studies.setting.direction` is
     the case ``"rises"`` / ``"falls"`` / ``"stays level"`` with NaN said apart.
 
     Examples
@@ -897,7 +897,7 @@ def show_table(
 
     Returns
     -------
-    fedlib.tables.Table
+    fedbook.tables.Table
         Displayed as an HTML table; its id comes from the content, so the same table gives the
         same page.
 

@@ -32,13 +32,13 @@ import pandas as pd
 
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
-from fedlib.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, says
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, says
 from fedlib.data import ArrayDataset, load_data, make_digit_domains
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import Federation, make_federation, one_client_per_domain
 from fedlib.geometry import SIMILARITY_METHODS, class_shapes, similarity_matrix
 from fedlib.loop import LoopConfig, RunOptions, RunResult
-from fedlib.parallel import map_parallel
+from fedbook.parallel import map_parallel
 from fedlib.protocol import Algorithm
 from fedlib.rng import DATA_SUBSET, numpy_rng
 from fedlib.run import run_federated
@@ -183,7 +183,7 @@ VS_STEPS = {HOLDS: "the lead survives giving the baseline GGEUR's local steps",
 
 def claims_reading(results: Mapping[str, ClaimResult], betas: Sequence[float]) -> str:
     """The claims read with their controls: a paragraph computed from the verdicts of the
-    chapter's rows (``results``, :func:`fedlib.book.claims_report`'s output), per concentration
+    chapter's rows (``results``, :func:`fedbook.page.claims_report`'s output), per concentration
     of ``betas`` and then early in training and under domain skew.
 
     Raises
@@ -641,7 +641,7 @@ class GGEURStudy:
     def run_label(self, seeds: Sequence[int], betas: Sequence[float], workers: int = 1,
                   first: LabelSetup | None = None, full: int | None = None) -> LabelRuns:
         """:meth:`label_seed` for every seed in ``workers`` processes (the same bits as one after
-        another when torch runs one thread, as :func:`fedlib.parallel.map_parallel` says).
+        another when torch runs one thread, as :func:`fedbook.parallel.map_parallel` says).
 
         The encoder is frozen once, like the paper's CLIP: ``first`` (the embeddings of
         ``seeds[0]``, :meth:`label_embeddings`; built here when ``None``) serves every seed, and a

@@ -1,5 +1,5 @@
-"""A table for a page whose text form is the table: the book's tables (:func:`fedlib.book.show_table`,
-:func:`fedlib.claims.show`, :meth:`fedlib.checks.CheckTable.show`) are :class:`Table` objects.
+"""A table for a page whose text form is the table: the book's tables (:func:`fedbook.page.show_table`,
+:func:`fedbook.claims.show`, :meth:`fedbook.checks.CheckTable.show`) are :class:`Table` objects.
 
 A pandas ``Styler`` shows as HTML in a notebook, but its text form (what a notebook stores as
 ``text/plain`` next to the HTML, and what a glued value reads as) is ``<pandas.io.formats.style.Styler

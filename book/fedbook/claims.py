@@ -68,8 +68,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from .tables import table_of
-from .validation import is_int, is_real
+from fedbook.tables import table_of
+from fedlib.validation import is_int, is_real
 
 HOLDS = "holds"
 """The verdict when the interval clears the minimum effect in the claimed direction."""
@@ -225,7 +225,7 @@ class Claim:
         variances of the test noise :func:`evaluate` takes (``baseline`` may be a number; for a
         claim ``versus`` a tuple, a dict of each named baseline's values), or ``None`` where the
         chapter did not run what the claim needs (at a smaller profile, say). It is called only
-        when the claim is decided (the book's claims report, :func:`fedlib.book.claims_report`),
+        when the claim is decided (the book's claims report, :func:`fedbook.page.claims_report`),
         so it may read results computed after the declaration. Not part of the declaration's
         identity (equality, ``repr``).
     resolution : float, keyword-only, required
@@ -240,7 +240,7 @@ class Claim:
         :func:`decide`); ``None`` where the quantity names its comparison itself (``"ours − 0"``).
     headline : bool, keyword-only, default False
         Whether the paper's abstract or conclusion makes the claim (a *headline* claim): the table
-        marks it, and :func:`fedlib.book.claims_report` glues the median half-width of the
+        marks it, and :func:`fedbook.page.claims_report` glues the median half-width of the
         headline claims' intervals. A control cannot be a headline claim.
 
     Raises
@@ -1495,7 +1495,7 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
 
     Returns
     -------
-    fedlib.tables.Table
+    fedbook.tables.Table
         The notebook displays it as an HTML table; ``.to_html()`` gives the markup, the same
         for the same table (its id is derived from the content).
 

@@ -19,7 +19,7 @@ counterexamples and the worst errors; the chapter records each in its check tabl
 * the consistency regularizer's gradient (Section 4.1, Eq. 1) with and without the detach of the
   authors' code: :func:`consistency_gradient_checks`.
 
-The contraction theorems' synthetic federation is :mod:`fedlib.experiments.cosmos_synthetic`.
+The contraction theorems' synthetic federation is :mod:`fedbook.studies.cosmos_synthetic`.
 """
 
 from __future__ import annotations

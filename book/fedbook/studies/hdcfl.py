@@ -38,7 +38,7 @@ from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
 from fedlib.messages import DOWN, UP, Ledger, State
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
-from fedlib.parallel import map_parallel
+from fedbook.parallel import map_parallel
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig, predict
 from fedlib.validation import check_int
@@ -334,7 +334,7 @@ class HDCFLRuns:
 
     def each_baseline(self, metric: str, baselines: Sequence[str] = BASELINES) -> dict[str, np.ndarray]:
         """Every baseline's macro values on ``metric``, one per seed, by name: what a claim against
-        every baseline reads (one paired interval each, :func:`fedlib.claims.evaluate`; never
+        every baseline reads (one paired interval each, :func:`fedbook.claims.evaluate`; never
         the per-seed maximum of the test results)."""
         return {b: self.macro_of(b, metric) for b in baselines}
 
@@ -548,7 +548,7 @@ class HDCFLStudy:
 
     def run(self, settings: Sequence[str], seeds: Sequence[int], workers: int = 1) -> HDCFLRuns:
         """:meth:`run_seed` for every seed and, within it, every setting, in ``workers`` processes
-        (:func:`fedlib.parallel.map_parallel`: the same bits as one after another); the first
+        (:func:`fedbook.parallel.map_parallel`: the same bits as one after another); the first
         seed's HDC-FL runs are kept."""
         if not seeds:
             raise ValueError("seeds must hold at least one run seed, got none")

@@ -23,7 +23,7 @@ The protocol, once:
   :func:`fedlib.metrics.protocol_summary`), and the training bytes per client and round from the
   run's ledger (:class:`fedlib.messages.Ledger`);
 - **uncertainty**: each cell as the mean over seeds with its 95 % Student's t interval
-  (:func:`fedlib.claims.mean_interval`), and the rank of every method re-drawn over bootstrap
+  (:func:`fedbook.claims.mean_interval`), and the rank of every method re-drawn over bootstrap
   resamples of the seeds (:func:`rank_bootstrap`).
 """
 
@@ -44,9 +44,9 @@ from fedlib.algorithms import ALGORITHMS, make_algorithm, registered
 from fedlib.algorithms.ggeur import StatisticsFirst
 from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.cgrl import CGRLConfig
-from fedlib.claims import mean_interval, plus_minus
+from fedbook.claims import mean_interval, plus_minus
 from fedlib.data import ArrayDataset, load_data
-from fedlib.experiments.setting import MEANS, TAILS, partition_label
+from fedbook.studies.setting import MEANS, TAILS, partition_label
 from fedlib.federation import make_federations
 from fedlib.io import atomic_write_bytes
 from fedlib.loop import LoopConfig
@@ -437,7 +437,7 @@ def _check_rows(rows, metrics: Iterable[str]) -> None:
 
 def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), level: float = 0.95) -> pd.DataFrame:
     """Per (``alpha``, ``method``), each metric (percent) as the mean over seeds with its interval
-    at ``level`` (:func:`fedlib.claims.mean_interval`): columns ``<metric>``, ``<metric> low``,
+    at ``level`` (:func:`fedbook.claims.mean_interval`): columns ``<metric>``, ``<metric> low``,
     ``<metric> high`` and ``<metric> ±`` (the half-width; infinite for one seed), and the mean
     ``bytes_per_client_round`` and ``seeds``. Methods keep their order of appearance.
 
@@ -468,7 +468,7 @@ def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), l
 
 
 def cell_text(mean: float, half: float, digits: int = 1) -> str:
-    """A board cell: :func:`fedlib.claims.plus_minus` (``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one
+    """A board cell: :func:`fedbook.claims.plus_minus` (``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one
     seed, ``"n/a"`` for NaN).
 
     Examples
@@ -645,7 +645,7 @@ CONTENDER_SHARE = 0.05
 def lead_interval(rows: pd.DataFrame, alpha: float, metric: str, leader: str, other: str, level: float = 0.95):
     """The leader's lead over ``other`` at ``alpha`` in points of ``metric``: the mean over seeds of
     the paired difference (the two methods of a seed share its federation and initial weights)
-    with its interval at ``level`` (:func:`fedlib.claims.mean_interval`).
+    with its interval at ``level`` (:func:`fedbook.claims.mean_interval`).
 
     Examples
     --------
