@@ -8,7 +8,7 @@ layer up (a module imports only from the layers below it; the book's page *Insid
   files, messages / state / ledger, aggregation as free functions;
 - :mod:`fedlib.data`: loaders (UCI digits, MNIST-5k, Gaussian mixtures, CIFAR from a local root,
   multi-domain digits), seeded partitioners (the departure scenario among them) and a chapter's
-  data choice by name (:mod:`fedlib.data.choice`);
+  data choice by name (:func:`fedlib.data.load_dataset`);
 - :mod:`fedlib.models`: a small CNN, an MLP, ResNet-18 and MobileNetV2 behind one interface that
   returns logits and pooled per-layer features;
 - :mod:`fedlib.training`: local training and prediction;
@@ -25,7 +25,7 @@ layer up (a module imports only from the layers below it; the book's page *Insid
 - :mod:`fedlib.loop`: the one round loop over a given transport, with events, checkpoints and the
   evaluation schedule (it imports no engine and no method);
 - :mod:`fedlib.run`: ``run_federated``, which builds the engine a run asks for and runs the loop;
-  :mod:`fedlib.deployment`: the terminal statistics round and statistical-head deployment;
+  :mod:`fedlib.posthoc`: the terminal statistics round and statistical-head deployment;
 - :mod:`fedbook.claims`, :mod:`fedbook.checks`: claims decided from paired intervals over seeds by
   rules declared in advance, and the check table of a derivations chapter;
 - :mod:`fedbook.page`: the book's tooling, the top layer (nothing in fedlib imports it): a chapter's

@@ -729,7 +729,7 @@ def client_predictions_abilities(
     pool_pred=None,
 ) -> dict[str, float]:
     """:func:`client_abilities` from label arrays: the one routine that both the round loop and
-    frozen-feature evaluation (:class:`fedlib.deployment.FrozenFeatures`) use.
+    frozen-feature evaluation (:class:`fedlib.posthoc.FrozenFeatures`) use.
 
     ``local_true`` / ``local_pred`` are the client's local test labels and predictions (shape
     (n_local,)), ``global_true`` / ``global_pred`` those on the global test set (n_global,),

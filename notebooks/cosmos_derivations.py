@@ -65,7 +65,7 @@ from myst_nb import glue
 from fedlib.algorithms.cosmos import COSMOS
 from fedbook.page import format_number, setup, show_table
 from fedbook.checks import CheckTable
-from fedlib.data import load_data
+from fedlib.data import load_dataset
 from fedlib.distill import make_public_set
 from fedbook.studies.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
                                               consistency_gradient_checks, cosmos_iterations, lemma52_random_checks,
@@ -314,7 +314,7 @@ checks.add("B must be a sum over U_i: read as a per-sample mean (B/|U_i|) the bo
 
 # %% tags=["hide-input"]
 ADAM = functools.partial(TrainConfig, batch_size=32, optimizer="adam")
-uci = load_data("uci8")
+uci = load_dataset("uci8")
 public, rest, hidden = make_public_set(uci, 0.2, seed=seed)
 fed = make_federation(rest, n_clients=P.n_clients, partition="grouped_dirichlet", n_groups=5, alpha=5.0,
                       pool_fraction=0.1, global_test_per_class=10, seed=seed)

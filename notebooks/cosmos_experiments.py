@@ -83,7 +83,7 @@ from fedlib.algorithms.fedmd import grouping
 from fedbook.page import claims_report, format_bytes, setup, show_table
 from fedbook.claims import Claim, SeedValues, paired_interval, resolution_of, seed_table, strongest_baseline
 from fedlib.clustering import assignment_agreement, group_purity
-from fedlib.data import load_data
+from fedlib.data import load_dataset
 from fedbook.studies.cosmos import COSMOSStudy, Sensitivity, accuracy_points, fedavg_bytes, sweep_label
 from fedlib.loop import LoopConfig
 from fedlib.run import evaluate_deployment, run_federated
@@ -131,7 +131,7 @@ glue("n_side", len(SIDE), display=False)
 glue("n_clients", P.n_clients, display=False)
 glue("rounds", P.rounds, display=False)
 glue("sweep_rounds", P.sweep_rounds, display=False)
-glue("n_images", len(load_data("uci8")), display=False)
+glue("n_images", len(load_dataset("uci8")), display=False)
 glue("n_groups", P.n_groups, display=False)
 glue("alpha", P.alpha, display=False)
 glue("pool_pct", 100 * P.pool_fraction, display=False)
@@ -268,7 +268,7 @@ glue("pilot_seed", PILOT_SEED, display=False)
 # client's data is the same in both settings of those sweeps.
 
 # %% tags=["hide-input"]
-N_CLASSES = load_data(P.dataset, cifar_root=cifar_root).n_classes
+N_CLASSES = load_dataset(P.dataset, root=cifar_root).n_classes
 RES_MEAN = resolution_of(P.global_test_per_class * N_CLASSES)  # one image of the pool (the class-balanced global test set)
 RES_LOG = 0.01  # the declared resolution of a base-10 log ratio
 MIN_GAIN = max(0.5, RES_MEAN)  # points: a gain must exceed this

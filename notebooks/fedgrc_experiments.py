@@ -83,8 +83,8 @@ from fedbook.page import claims_report, clipped_error, format_bytes, format_valu
 from fedlib.cgrl import CGRLConfig
 from fedbook.claims import (Claim, SeedValues, defined_pairs, interval_text, mean_interval, resolution_of, seed_band,
                            seed_table, strongest_baseline)
-from fedlib.data import ArrayDataset, load_data, plot_partition, subsample
-from fedlib.deployment import FrozenFeatures, collect_statistics
+from fedlib.data import ArrayDataset, load_dataset, plot_partition, subsample
+from fedlib.posthoc import FrozenFeatures, collect_statistics
 from fedbook.studies.fedgrc import (SENSITIVITY_CURVES, FedGRCStudy, baseline_head, before_after, excess_gain_rows,
                                        each_baseline, mean_over_heads, sensitivity)
 from fedlib.federation import ClientData, Federation, make_federation
@@ -119,7 +119,7 @@ P = setup(PROFILES, profile, threads=1, n_seeds=n_seeds, n_samples=n_samples, al
           local_epochs=local_epochs, lr=lr, m0=m0, gamma=gamma, tau=tau, lambda_dir=lambda_dir, lambda_rad=lambda_rad,
           warmup=warmup, layers=layers, m0_grid=m0_grid, gamma_grid=gamma_grid, val_fraction=val_fraction)
 SEEDS = [seed + i for i in range(P.n_seeds)]
-datasets = {s: load_data(P.dataset, n_samples=P.n_samples, seed=s, cifar_root=cifar_root) for s in SEEDS}  # a subset per seed
+datasets = {s: load_dataset(P.dataset, n_samples=P.n_samples, seed=s, root=cifar_root) for s in SEEDS}  # a subset per seed
 data = datasets[seed]
 C = data.n_classes
 in_channels, input_size = data.x.shape[1], data.x.shape[-1]
@@ -457,7 +457,7 @@ print(f"{len(claims)} claims declared")
 # FedAvg is deployed on Ditto's server state. Methods that differ only in what a client deploys
 # reuse a run ({func}`fedlib.run.evaluate_deployment`): FedAvg-FT {cite:p}`motley` and FedETF-FT
 # fine-tune the final model locally; every **statistical head** is fitted after a terminal statistics round
-# ({func}`fedlib.deployment.collect_statistics`) in which each client sends the additive class
+# ({func}`fedlib.posthoc.collect_statistics`) in which each client sends the additive class
 # moments (counts, sums, Gram matrices) of its training features under the frozen final backbone,
 # and nothing else. The baseline heads use the penultimate features: FedNCM {cite:p}`fedncm`, an
 # LDA-style pooled-covariance head, FedCGS {cite:p}`fedcgs`, Fed3R {cite:p}`fed3r` and CCVR
@@ -469,7 +469,7 @@ print(f"{len(claims)} claims declared")
 glue("fge_n_algs", len(study.methods()), display=False)
 PILOT = seed + P.n_seeds  # not among SEEDS: its runs only name the comparators of the two trade-off rows
 pilot_study = dataclasses.replace(study, backbones=("FedAvg", "FedAvg-Aug"))  # the baselines only: no CGRL run
-pilot = pilot_study.run({PILOT: load_data(P.dataset, n_samples=P.n_samples, seed=PILOT, cifar_root=cifar_root)}, [PILOT],
+pilot = pilot_study.run({PILOT: load_dataset(P.dataset, n_samples=P.n_samples, seed=PILOT, root=cifar_root)}, [PILOT],
                         [a_lo], {PILOT: LoopConfig(rounds=P.rounds, seed=PILOT, eval_every=0, rare_ratio=RARE_RATIO)},
                         keep_features_at=math.nan)  # nan: no features kept
 pilot_v = SeedValues(pilot.tidy, ["alpha", "method", "metric"], [PILOT])
@@ -723,7 +723,7 @@ glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
 #
 # Both parameters act only on the head, so we freeze the CGRL backbone of every seed at
 # $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once
-# ({class}`fedlib.deployment.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
+# ({class}`fedlib.posthoc.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
 # the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
 # $\gamma$ ({func}`fedbook.studies.fedgrc.sensitivity`). Each head is evaluated by the same
 # protocol; the bands are the 95 % intervals over the seeds ({numref}`fig-fedgrc-sensitivity`).

@@ -74,7 +74,7 @@ from myst_nb import glue
 from fedlib.algorithms import FedAvg
 from fedbook.page import setup, show_table
 from fedbook.checks import CheckTable
-from fedlib.data import load_data
+from fedlib.data import load_dataset
 from fedbook.studies import fedgrc_checks
 from fedlib.federation import make_federation
 from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, adaptation_weights
@@ -496,7 +496,7 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, rand.budget_lar
 
 # %% tags=["hide-input"]
 t_train = time.perf_counter()
-data = load_data("mnist5k", n_samples=P.n_samples, seed=seed)  # the smoke profile trains on a seeded subset
+data = load_dataset("mnist5k", n_samples=P.n_samples, seed=seed)  # the smoke profile trains on a seeded subset
 fed = make_federation(data, n_clients=P.n_clients, partition="dirichlet", alpha=P.alpha, min_size=10,
                       global_test_per_class=P.gtpc, seed=seed)
 model_fn = functools.partial(build_model, "cnn", in_channels=1, n_classes=data.n_classes, input_size=28)

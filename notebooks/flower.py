@@ -106,7 +106,7 @@ print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
 
 # %% [markdown]
 # A job names functions, not objects, so a node on another machine can build the same things from
-# it: `make_federation` over `load_dataset("uci_digits")` gives every node the same split, and a
+# it: `make_federation` over `load_dataset("uci")` gives every node the same split, and a
 # node keeps the partition its `partition-id` names. The job's `threads` is torch's number of
 # threads on every node. With the same number of threads on both sides the arithmetic is the same.
 # With another number, torch's CPU kernels split their reductions differently and the results

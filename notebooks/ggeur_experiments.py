@@ -100,7 +100,7 @@ from myst_nb import glue
 
 from fedbook.page import claims_report, setup, show_table, sign_word
 from fedbook.claims import Claim, mean_interval, resolution_of, seed_table
-from fedlib.data import ArrayDataset, load_data
+from fedlib.data import ArrayDataset, load_dataset
 from fedlib.engines.vectorized import SequentialFallback
 from fedbook.studies.ggeur import (ABLATION_BASES, BASES, DIFFERENT, DOMAINS, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
                                       ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, claims_reading, encoder_column)
@@ -241,7 +241,7 @@ SUB_DOM = (f"Digits (MNIST, USPS, SVHN, SYN) → MNIST, UCI digits, rotated and 
            f"{PP['domain_rounds']}; {SUB_FORMULA}")
 SUB_STEPS = ("by construction a GGEUR client takes more local steps per round on a class-balanced set "
              "(the matched-steps and rebalancing controls read the claim without that advantage)")
-N_CLASSES = load_data("mnist5k", n_samples=P.n_samples, seed=seed).n_classes  # MNIST's digits; the digit domains share them
+N_CLASSES = load_dataset("mnist5k", n_samples=P.n_samples, seed=seed).n_classes  # MNIST's digits; the digit domains share them
 RES_LABEL = resolution_of(N_CLASSES * P.global_test_per_class)  # one image of the label-skew global test set
 RES_DOM = 0.1  # declared: the domain-skew AVG and STD average test sets of several sizes; a tenth of a point is not read
 RES_SIM = 0.01  # declared: similarities S below a hundredth are not read

@@ -77,7 +77,7 @@ from fedlib.algorithms.hdcfl import HDCConfig, refresh_history
 from fedbook.page import claims_report, format_bytes, setup, show_table
 from fedbook.claims import HOLDS, INCONCLUSIVE, Claim, defined_pairs, resolution_of, seed_table
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
-from fedlib.data import load_data
+from fedlib.data import load_dataset
 from fedlib.engines.vectorized import SequentialFallback
 from fedbook.studies.hdcfl import (BASELINES, DEFAULT_VARIANT, DONOR_COLUMNS, METHODS, RAW_RUN, SHARED_VARIANT,
                                       STEP_COLUMN, TAIL_METRICS, HDCFLStudy, activation_table, step_text)
@@ -116,7 +116,7 @@ glue("n_clients", P.n_clients, display=False)
 glue("rounds", P.rounds, display=False)
 glue("bottom_k", max(1, math.ceil(round(0.2 * P.n_clients, 9))), display=False)  # the protocol's count (fedlib.metrics.tail_mean)
 glue("ft_epochs", FINETUNE.epochs, display=False)
-glue("n_images", len(load_data("uci8")), display=False)  # the whole data set the book profile draws from
+glue("n_images", len(load_dataset("uci8")), display=False)  # the whole data set the book profile draws from
 glue("test_pct", 100 * TEST_FRACTION, display=False)
 glue("train_pct", 100 * (1 - TEST_FRACTION), display=False)
 glue("class_pct", 100 * P.class_fraction, display=False)

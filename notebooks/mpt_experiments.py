@@ -118,7 +118,7 @@ glue("one_image", 1 / P.global_test_per_class, display=False)
 
 # %% [markdown]
 # Every run seed $s$ in `seed, seed + 1, …` draws its own
-# data subset (`load_data(..., seed=s)`) where the data set is larger than the profile's
+# data subset (`load_dataset(..., seed=s)`) where the data set is larger than the profile's
 # {glue:text}`n_samples_profile` images ({glue:text}`full_sets_text`), its own departure scenario
 # (which samples the departing client holds, the global test set) and its own model initialization
 # and batch order (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t

@@ -59,7 +59,7 @@ from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
 from fedbook.page import format_bytes, setup, show_table
-from fedlib.data import load_data, plot_partition, subsample
+from fedlib.data import load_dataset, plot_partition, subsample
 from fedbook.studies.setting import (FLOORS, MEANS, TAILS, by_points, central_accuracy, direction,
                                         fedavg_and_finetune, finetune_sweep, finetune_words, learning_rate_words,
                                         mean_unseen, partition_label, partition_table, points_below,
@@ -91,7 +91,7 @@ PROFILES = {
 # %% tags=["hide-input"]
 P = setup(PROFILES, profile, n_clients=n_clients, alphas=alphas, rounds=rounds, lr=lr, local_epochs=local_epochs,
           finetune_epochs=finetune_epochs, rare_ratio=rare_ratio)
-data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)  # smoke: a seeded subset
+data = load_dataset(P.dataset, n_samples=P.n_samples, seed=seed, root=cifar_root)  # smoke: a seeded subset
 in_channels, input_size = data.x.shape[1], data.x.shape[-1]
 model_fn = functools.partial(build_model, P.model, in_channels=in_channels, n_classes=data.n_classes,
                              input_size=input_size)

@@ -79,7 +79,7 @@ def test_uci_digits_shape_range():
     assert ds.y.shape == (1797,) and ds.y.dtype == torch.int64
     assert 0.0 <= float(ds.x.min()) and float(ds.x.max()) <= 1.0
     assert float(ds.x.max()) > 0.9
-    assert ds.n_classes == 10 and ds.name == "uci_digits"
+    assert ds.n_classes == 10 and ds.name == "uci"
     assert set(ds.y.tolist()) == set(range(10))
 
 
@@ -437,13 +437,12 @@ def test_digit_domains_bad_names(domains, pattern):
 
 
 def test_load_dataset_registry():
-    assert DATASETS == (
-        "uci_digits", "mnist5k", "gaussian_mixture", "cifar10", "cifar100", "digit_domains"
-    )
+    assert DATASETS == ("mnist5k", "uci", "uci8", "cifar10", "cifar100", "gaussian_mixture", "digit_domains")
     assert set(DIGIT_DOMAINS) == {"mnist", "uci", "mnist_rotated", "mnist_inverted", "mnist_noisy"}
     gm = load_dataset("gaussian_mixture", n_per_class=5, n_classes=3, dim=2, seed=0)
     assert isinstance(gm, ArrayDataset) and gm.x.shape == (15, 2)
-    assert load_dataset("uci_digits", size=16).x.shape == (1797, 1, 16, 16)
+    assert load_dataset("uci", size=16).x.shape == (1797, 1, 16, 16)
+    assert load_dataset("uci8").x.shape == (1797, 1, 8, 8)
     assert load_dataset("digit_domains", domains=("uci",)).domain_names == ("uci",)
-    with pytest.raises(ValueError, match="unknown dataset 'imagenet'; valid: uci_digits, mnist5k"):
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'; valid: mnist5k, uci, uci8"):
         load_dataset("imagenet")

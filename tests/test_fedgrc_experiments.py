@@ -14,7 +14,7 @@ from fedlib.algorithms import Ditto, FedAvg
 from fedlib.cgrl import CGRLConfig
 from fedbook.claims import SeedValues, seed_band
 from fedlib.data import make_gaussian_mixture
-from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
+from fedlib.posthoc import FrozenFeatures, StatHead, collect_statistics
 from fedbook.studies.fedgrc import (EXCESS_COLUMNS, FedGRCStudy, SharedRule, baseline_head, before_after,
                                       deployed_name, each_baseline, excess_gain_rows, final_round, mean_over_heads,
                                       sensitivity)

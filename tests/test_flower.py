@@ -135,15 +135,15 @@ def assert_same_run(ref, run) -> None:
 # (no loop, no method, no job, no apps, no Flower simulation engine); no module but the entry point
 # builds an app
 ABOVE_THE_LOOP = ("fedlib.loop", "fedlib.algorithms", "flwr.simulation", "fedlib.engines.flower.job",
-                  "fedlib.engines.flower.apps", "fedlib.engines.flower.app", "fedlib.engines.flower.deployment",
+                  "fedlib.engines.flower.apps", "fedlib.engines.flower.entrypoint", "fedlib.engines.flower.deployment",
                   "fedlib.engines.flower.cli")
 LAYERS = {
     "fedlib.engines.flower": ABOVE_THE_LOOP,
     "fedlib.engines.flower.records": ABOVE_THE_LOOP + ("fedlib.engines.flower.transport",),
     "fedlib.engines.flower.transport": ABOVE_THE_LOOP,
     "fedlib.engines.flower.loopback": ABOVE_THE_LOOP,
-    "fedlib.engines.flower.deployment": ("flwr.simulation", "fedlib.engines.flower.app", "fedlib.engines.flower.cli"),
-    "fedlib.engines.flower.cli": ("flwr.simulation", "fedlib.engines.flower.app"),
+    "fedlib.engines.flower.deployment": ("flwr.simulation", "fedlib.engines.flower.entrypoint", "fedlib.engines.flower.cli"),
+    "fedlib.engines.flower.cli": ("flwr.simulation", "fedlib.engines.flower.entrypoint"),
 }
 
 
@@ -166,9 +166,9 @@ def test_a_flower_module_loads_no_layer_above_it_and_builds_no_app(module):
 
 
 def test_the_entry_point_builds_the_two_apps_a_deployment_names():
-    assert loaded_by("fedlib.engines.flower.app")[1] == ["ClientApp", "ServerApp"]
-    assert 'serverapp = "fedlib.engines.flower.app:server_app"' in _APP_TOML
-    assert 'clientapp = "fedlib.engines.flower.app:client_app"' in _APP_TOML
+    assert loaded_by("fedlib.engines.flower.entrypoint")[1] == ["ClientApp", "ServerApp"]
+    assert 'serverapp = "fedlib.engines.flower.entrypoint:server_app"' in _APP_TOML
+    assert 'clientapp = "fedlib.engines.flower.entrypoint:client_app"' in _APP_TOML
 
 
 def test_the_package_gives_every_public_name_from_its_module():
@@ -176,7 +176,7 @@ def test_the_package_gives_every_public_name_from_its_module():
         assert getattr(flower, name) is getattr(__import__(f"fedlib.engines.flower.{module}", fromlist=[name]), name)
     assert set(flower.__all__) == set(flower._LAZY) <= set(dir(flower))
     with pytest.raises(AttributeError, match="has no attribute 'server_app'"):
-        flower.server_app  # noqa: B018 (the apps live in fedlib.engines.flower.app only)
+        flower.server_app  # noqa: B018 (the apps live in fedlib.engines.flower.entrypoint only)
 
 
 # ------------------------------------------------------------------ records: lossless, clear errors

@@ -7,7 +7,7 @@ misspelled papermill parameter, applies the overrides to the profile's values, s
 threads and starts the chapter's clock::
 
     P = setup(PROFILES, profile, threads=1, rounds=rounds, alphas=alphas)
-    data = load_data(P.dataset, n_samples=P.n_samples, seed=seed, cifar_root=cifar_root)
+    data = load_dataset(P.dataset, n_samples=P.n_samples, seed=seed, root=cifar_root)
     ...
     glue("total_seconds", P.elapsed(), display=False)
 
@@ -30,7 +30,7 @@ The teaching page reads the build itself: the chapters of the table of contents
 
 This module is the top layer of fedlib: it may import any module of the library, and no module of
 the library imports it (the book's page *Inside fedlib*). The data choice by name is
-:mod:`fedlib.data.choice`; the check table, :mod:`fedbook.checks`.
+:func:`fedlib.data.load_dataset`; the check table, :mod:`fedbook.checks`.
 """
 
 from __future__ import annotations

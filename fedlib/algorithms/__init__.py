@@ -1,8 +1,8 @@
 """One small module per method: only what its paper changes. :func:`make_algorithm` is the registry.
 
 The registry lists training methods only. Deploying a statistical head on a trained backbone
-(:class:`fedlib.deployment.StatHead`) is a deployment rule, not a training method: it sits above
-the round loop in :mod:`fedlib.deployment` and takes a head object, so it is not registered here.
+(:class:`fedlib.posthoc.StatHead`) is a deployment rule, not a training method: it sits above
+the round loop in :mod:`fedlib.posthoc` and takes a head object, so it is not registered here.
 
 Imports are lazy (PEP 562): ``from fedlib.algorithms import FedAvg`` imports
 ``fedlib.algorithms.fedavg`` and what it needs, not every paper's method. So a chapter depends

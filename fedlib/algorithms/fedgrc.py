@@ -22,7 +22,7 @@ the reference updates are :mod:`fedlib.cgrl`. One round ``r``:
 
 The deployed predictor of CGRL itself is the trained network with its training-only linear
 classifier. FedGRC deploys the statistical head instead: after training, the terminal statistics
-round and the MMS + SASP heads of :mod:`fedlib.deployment` on the frozen backbone.
+round and the MMS + SASP heads of :mod:`fedlib.posthoc` on the frozen backbone.
 """
 
 from __future__ import annotations

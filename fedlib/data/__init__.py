@@ -1,5 +1,5 @@
-"""Data: loaders returning :class:`ArrayDataset`, seeded client partitioners, and a chapter's
-data choice by name (:mod:`fedlib.data.choice`)."""
+"""Data: loaders returning :class:`ArrayDataset` (one registry by name, :func:`load_dataset`,
+seeded-subsampled) and seeded client partitioners."""
 
 from fedlib.data.datasets import (
     CIFAR_SPLITS,
@@ -13,6 +13,7 @@ from fedlib.data.datasets import (
     load_uci_digits,
     make_digit_domains,
     make_gaussian_mixture,
+    subsample,
 )
 from fedlib.data.partition import (
     PARTITIONS,
@@ -30,7 +31,6 @@ from fedlib.data.partition import (
     powerlaw_sizes,
     split_train_test,
 )
-from fedlib.data.choice import DATA_NAMES, load_data, subsample
 
 __all__ = [
     "ArrayDataset",
@@ -58,7 +58,5 @@ __all__ = [
     "partition_summary",
     "plot_partition",
     "make_partition",
-    "DATA_NAMES",
-    "load_data",
     "subsample",
 ]

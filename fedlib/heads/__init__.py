@@ -29,7 +29,7 @@ head                       paper                                                
 :math:`G_c` (C, d, d): about C times more bytes. Each head declares the form it needs in
 :attr:`Head.needs`; :func:`gram_form` gives the form a set of heads needs, and
 ``ClassMoments.from_features(..., grams="total")`` / :func:`fedlib.stats.feature_moments` (and the
-terminal statistics round :func:`fedlib.deployment.collect_statistics`) compute the compact one.
+terminal statistics round :func:`fedlib.posthoc.collect_statistics`) compute the compact one.
 
 Modules: :mod:`fedlib.heads.prototype` (:class:`NearestClassMean`, :class:`MahalanobisNCM`),
 :mod:`fedlib.heads.gaussian` (:class:`LDAHead`, :class:`FedCGSHead`, :func:`gaussian_linear_head`),

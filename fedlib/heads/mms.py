@@ -304,7 +304,7 @@ class SASP(LinearHead):
         means of every observed class.
     gamma : float, default 0.1
         The relative ridge of the shared :class:`MMS` that :meth:`shared` fits (the server's side
-        of a SASP deployment, :class:`fedlib.deployment.StatHead`). :meth:`fit` personalizes the
+        of a SASP deployment, :class:`fedlib.posthoc.StatHead`). :meth:`fit` personalizes the
         fitted MMS it is given, whatever its ``gamma``.
 
     Attributes

@@ -34,7 +34,7 @@ from fedlib.algorithms.cosmos import LocalOnly, cosmos_history
 from fedlib.algorithms.fedmd import grouping
 from fedlib.clustering import group_purity
 from fedlib.data import ArrayDataset
-from fedlib.data.choice import load_data
+from fedlib.data import load_dataset
 from fedlib.distill import PublicSet, make_public_set
 from fedlib.federation import Federation, make_federation
 from fedlib.loop import LoopConfig, RunResult, per_client_table
@@ -145,7 +145,7 @@ class COSMOSStudy:
     Parameters
     ----------
     dataset : str
-        The data set's name (:func:`fedlib.data.choice.load_data`), with ``n_samples`` and ``cifar_root``.
+        The data set's name (:func:`fedlib.data.load_dataset`), with ``n_samples`` and ``cifar_root``.
     n_samples : int or None
     public_share : float
         The share of every class held out as the public set :math:`U` (:func:`fedlib.distill.make_public_set`).
@@ -275,7 +275,7 @@ class COSMOSStudy:
         """``(public, hidden, federation, planted)``: :math:`U` (its labels ``hidden``), the federation
         of the rest (at the Dirichlet ``alpha``, default the study's), and each client's planted
         label group (blocks of clients, in order)."""
-        ds = load_data(self.dataset, n_samples=self.n_samples, seed=run_seed, cifar_root=self.cifar_root)
+        ds = load_dataset(self.dataset, n_samples=self.n_samples, seed=run_seed, root=self.cifar_root)
         public, rest, hidden = make_public_set(ds, self.public_share, seed=run_seed)
         n = self.n_clients
         fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=self.n_groups,

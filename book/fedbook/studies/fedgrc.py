@@ -32,7 +32,7 @@ from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
 from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset
-from fedlib.deployment import FrozenFeatures, StatHead, collect_statistics
+from fedlib.posthoc import FrozenFeatures, StatHead, collect_statistics
 from fedlib.federation import Federation, hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, FedCGSHead
 from fedlib.loop import LoopConfig, RunResult, per_client_table
@@ -49,10 +49,10 @@ def final_round(run: RunResult) -> pd.DataFrame:
 
 
 class SharedRule:
-    r"""One linear head shared by every client, as :class:`fedlib.deployment.StatPredictor` applies it
+    r"""One linear head shared by every client, as :class:`fedlib.posthoc.StatPredictor` applies it
     to features: scores :math:`z W^\top + b` (float64), :math:`-\infty` for a class marked invalid
     (non-finite intercept); ``predict`` is their arg max (ties: the smallest class index). What
-    :meth:`fedlib.deployment.FrozenFeatures.summary` takes, so that a shared baseline head is scored
+    :meth:`fedlib.posthoc.FrozenFeatures.summary` takes, so that a shared baseline head is scored
     on features extracted once per backbone instead of one backbone pass per head.
 
     Examples
@@ -69,7 +69,7 @@ class SharedRule:
 
     @classmethod
     def fit(cls, head: object, statistics: RunResult, seed: int) -> "SharedRule":
-        """The head the server of :class:`fedlib.deployment.StatHead` fits on a statistics round
+        """The head the server of :class:`fedlib.posthoc.StatHead` fits on a statistics round
         (its arrays ``head/coef`` and ``head/intercept``: CCVR's virtual features from ``seed``)."""
         arrays = StatHead(head=head, seed=seed).server_head(statistics.server)
         return cls(arrays["head/coef"], arrays["head/intercept"])
@@ -101,11 +101,11 @@ class StudyRuns:
     federations : dict
         ``(s, a)``: the federation (its global test set without the validation images).
     statistics : dict
-        ``(s, a, backbone)``: the backbone's multilayer statistics round (:func:`fedlib.deployment.collect_statistics`).
+        ``(s, a, backbone)``: the backbone's multilayer statistics round (:func:`fedlib.posthoc.collect_statistics`).
     penultimate : dict
         ``(s, a)``: CGRL's penultimate-layer statistics round.
     features : dict
-        ``s``: CGRL's multilayer :class:`fedlib.deployment.FrozenFeatures` at the concentration
+        ``s``: CGRL's multilayer :class:`fedlib.posthoc.FrozenFeatures` at the concentration
         ``keep_features_at`` of :meth:`FedGRCStudy.run`.
     ledgers : dict
         ``(s, a, backbone, kind)``: the ledger of a statistics round, ``kind`` ``"penultimate"`` or ``"multilayer"``.

@@ -33,7 +33,7 @@ import pandas as pd
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
 from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, says
-from fedlib.data import ArrayDataset, load_data, make_digit_domains
+from fedlib.data import ArrayDataset, load_dataset, make_digit_domains
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import Federation, make_federation, one_client_per_domain
 from fedlib.geometry import SIMILARITY_METHODS, class_shapes, similarity_matrix
@@ -565,7 +565,7 @@ class GGEURStudy:
     def label_embeddings(self, seed: int) -> LabelSetup:
         """Seed ``seed``: the data subset, the public split, the encoder trained on it (or the
         CLIP checkpoint) and the embeddings of the rest (multiplied by ``embedding_scale``)."""
-        data = load_data("mnist5k", n_samples=self.n_samples, seed=seed)  # the smoke profile uses a seeded subset
+        data = load_dataset("mnist5k", n_samples=self.n_samples, seed=seed)  # the smoke profile uses a seeded subset
         pub, rest = public_split(data, self.public_fraction, seed=seed)
         if self.clip_checkpoint is not None:
             enc = OpenCLIPEncoder("ViT-B-32", self.clip_checkpoint)

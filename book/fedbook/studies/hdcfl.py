@@ -32,7 +32,7 @@ import torch
 
 from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
 from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
-from fedlib.data import ArrayDataset, load_data
+from fedlib.data import ArrayDataset, load_dataset
 from fedlib.federation import Federation, make_federation, make_rotation_federation
 from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
 from fedlib.messages import DOWN, UP, Ledger, State
@@ -395,7 +395,7 @@ class HDCFLStudy:
     Parameters
     ----------
     dataset, n_samples, cifar_root
-        The data (:func:`fedlib.data.choice.load_data`, a subset seeded by the run seed).
+        The data (:func:`fedlib.data.load_dataset`, a subset seeded by the run seed).
     model, width, feature_dim
         The model (:func:`fedlib.models.build_model`; ``width`` ``None``: the model's own sizes).
     n_clients, global_test_per_class, test_fraction
@@ -473,7 +473,7 @@ class HDCFLStudy:
         group (the rotation; ``None`` in the label-skew settings)."""
         if setting not in SETTINGS:
             raise ValueError(f"unknown setting {setting!r}; valid: {', '.join(SETTINGS)}")
-        ds = load_data(self.dataset, n_samples=self.n_samples, seed=seed, cifar_root=self.cifar_root)
+        ds = load_dataset(self.dataset, n_samples=self.n_samples, seed=seed, root=self.cifar_root)
         common = dict(n_clients=self.n_clients, global_test_per_class=self.global_test_per_class,
                       test_fraction=self.test_fraction, seed=seed)
         if setting == "rotation":

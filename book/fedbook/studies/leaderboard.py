@@ -6,7 +6,7 @@ cannot run on such a federation are listed with the reason their class gives.
 
 The protocol, once:
 
-- **data**: the scikit-learn digits (:func:`fedlib.data.choice.load_data`, ``"uci8"``: 1,797 images of
+- **data**: the scikit-learn digits (:func:`fedlib.data.load_dataset`, ``"uci8"``: 1,797 images of
   8 × 8 pixels) as vectors of 64 values (:func:`digit_vectors`), so that the methods that work on
   feature vectors (GGEUR and its baselines) run on them as they are;
 - **federations**: per seed, one :func:`fedlib.federation.make_federations` call (a class-balanced
@@ -45,7 +45,7 @@ from fedlib.algorithms.ggeur import StatisticsFirst
 from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.cgrl import CGRLConfig
 from fedbook.claims import mean_interval, plus_minus
-from fedlib.data import ArrayDataset, load_data
+from fedlib.data import ArrayDataset, load_dataset
 from fedbook.studies.setting import MEANS, TAILS, partition_label
 from fedlib.federation import make_federations
 from fedlib.io import atomic_write_bytes
@@ -123,7 +123,7 @@ def _names(names: Iterable[str] | None) -> list[str]:
 
 
 def digit_vectors(n_samples: int | None = None, seed: int = 0) -> ArrayDataset:
-    """The scikit-learn digits (:func:`fedlib.data.choice.load_data` ``"uci8"``, 8 × 8 pixels in [0, 1])
+    """The scikit-learn digits (:func:`fedlib.data.load_dataset` ``"uci8"``, 8 × 8 pixels in [0, 1])
     as vectors of shape (n, 64), seeded-subsampled to ``n_samples`` (``None``: all 1,797).
 
     Examples
@@ -132,7 +132,7 @@ def digit_vectors(n_samples: int | None = None, seed: int = 0) -> ArrayDataset:
     >>> tuple(data.x.shape), data.n_classes
     ((300, 64), 10)
     """
-    images = load_data("uci8", n_samples=n_samples, seed=seed)
+    images = load_dataset("uci8", n_samples=n_samples, seed=seed)
     return ArrayDataset(images.x.flatten(1).contiguous(), images.y, images.n_classes, "uci_digits_vectors")
 
 

@@ -34,7 +34,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, evaluate_history
-from fedlib.data import ArrayDataset, load_data
+from fedlib.data import ArrayDataset, load_dataset
 from fedlib.federation import DepartureScenario, make_departure_scenario
 from fedlib.heads import ccvr_calibrate
 from fedlib.loop import LoopConfig, RunResult
@@ -76,7 +76,7 @@ class MPTStudy:
     n_samples : int or None, default None
         The seeded data subset's size (``None``: every sample).
     cifar_root : str or None, default None
-        Where CIFAR lies (:func:`fedlib.data.choice.load_data`).
+        Where CIFAR lies (:func:`fedlib.data.load_dataset`).
     tracking : TrackingConfig, default TrackingConfig()
         MPT's settings.
     departing : int, default 0
@@ -134,9 +134,9 @@ class MPTStudy:
         return cls(**{n: getattr(settings, n) for n in names if hasattr(settings, n)}, **values)
 
     def data(self, name: str, seed: int) -> ArrayDataset:
-        """The data set's seeded subset of the run seed (``load_data(..., seed=seed)``), loaded once."""
+        """The data set's seeded subset of the run seed (``load_dataset(..., seed=seed)``), loaded once."""
         if (name, seed) not in self._data:
-            self._data[name, seed] = load_data(name, n_samples=self.n_samples, seed=seed, cifar_root=self.cifar_root)
+            self._data[name, seed] = load_dataset(name, n_samples=self.n_samples, seed=seed, root=self.cifar_root)
         return self._data[name, seed]
 
     def model_fn(self, model: str, ds: ArrayDataset) -> Callable[[], torch.nn.Module]:

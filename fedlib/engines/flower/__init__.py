@@ -56,7 +56,7 @@ the second and the third):
   and the handshake (below the round loop: it imports neither :mod:`fedlib.loop` nor a method);
 * :mod:`fedlib.engines.flower.job`: :class:`~fedlib.engines.flower.job.FlowerJob`, what both sides build from;
 * :mod:`fedlib.engines.flower.apps`: the ``ClientApp`` and the ``ServerApp`` that runs the loop;
-* :mod:`fedlib.engines.flower.app`: the apps a deployment loads by name (the only module that
+* :mod:`fedlib.engines.flower.entrypoint`: the apps a deployment loads by name (the only module that
   builds apps when imported);
 * :mod:`fedlib.engines.flower.loopback`: :class:`~fedlib.engines.flower.loopback.LoopbackGrid`;
 * :mod:`fedlib.engines.flower.deployment`: running on an engine, and the local deployment's processes;
@@ -104,7 +104,7 @@ _LAZY: dict[str, str] = {
 }
 """Each public name and the submodule that defines it (a literal: the book's build reads it)."""
 
-_SUBMODULES = ("records", "transport", "job", "apps", "app", "loopback", "deployment", "cli")
+_SUBMODULES = ("records", "transport", "job", "apps", "entrypoint", "loopback", "deployment", "cli")
 
 
 def __getattr__(name: str):

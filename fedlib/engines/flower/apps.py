@@ -3,7 +3,7 @@
 
 :func:`make_client_app` and :func:`make_server_app` build them (for a given job, or for the job
 that comes in the run config); this module builds no app when imported. The objects a
-deployment loads by name are in :mod:`fedlib.engines.flower.app`.
+deployment loads by name are in :mod:`fedlib.engines.flower.entrypoint`.
 
 This module sits above the round loop (the ServerApp calls :func:`fedlib.loop.run_rounds`).
 """

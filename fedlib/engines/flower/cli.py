@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algorithm", default="fedavg")
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--dataset", default="uci_digits", choices=("uci_digits", "mnist5k"))
+    parser.add_argument("--dataset", default="uci", choices=("uci", "mnist5k"))
     parser.add_argument("--model", default="mlp", choices=("mlp", "cnn"))
     parser.add_argument("--out", default="flower-run", help="the results folder (default: ./flower-run)")
     parser.add_argument("--port", type=int, default=19091, help="the local deployment's SuperLink port")

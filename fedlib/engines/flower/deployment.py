@@ -5,7 +5,7 @@ SuperLink and one SuperNode per client as processes on this machine).
 this process), a local deployment (processes on 127.0.0.1, insecure mode: for loopback only), or
 the :class:`~fedlib.engines.flower.loopback.LoopbackGrid` (Flower's messages, no runtime). Each
 runs the apps of :mod:`fedlib.engines.flower.apps` and reads back the folder the ServerApp wrote
-(:class:`FlowerRun`). A deployment loads the apps by name from :mod:`fedlib.engines.flower.app`.
+(:class:`FlowerRun`). A deployment loads the apps by name from :mod:`fedlib.engines.flower.entrypoint`.
 """
 
 from __future__ import annotations
@@ -230,8 +230,8 @@ packages = ["."]
 publisher = "fedlib"
 
 [tool.flwr.app.components]
-serverapp = "fedlib.engines.flower.app:server_app"
-clientapp = "fedlib.engines.flower.app:client_app"
+serverapp = "fedlib.engines.flower.entrypoint:server_app"
+clientapp = "fedlib.engines.flower.entrypoint:client_app"
 
 [tool.flwr.app.config]
 fedlib-job = "{}"

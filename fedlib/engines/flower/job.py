@@ -140,8 +140,8 @@ class Call:
     ``kwargs`` may hold further calls as ``{"call": ..., "kwargs": ...}`` dicts, made first, and
     functions with bound arguments (e.g. a model factory) as ``{"partial": ..., "kwargs": ...}``.
 
-    >>> Call("fedlib.data:load_dataset", {"name": "uci_digits"}).to_dict()
-    {'call': 'fedlib.data:load_dataset', 'kwargs': {'name': 'uci_digits'}}
+    >>> Call("fedlib.data:load_dataset", {"name": "uci"}).to_dict()
+    {'call': 'fedlib.data:load_dataset', 'kwargs': {'name': 'uci'}}
     """
 
     target: str
@@ -365,23 +365,23 @@ class FlowerJob:
         return federation
 
 
-def example_job(algorithm: str = "fedavg", *, n_clients: int = 4, rounds: int = 3, dataset: str = "uci_digits",
+def example_job(algorithm: str = "fedavg", *, n_clients: int = 4, rounds: int = 3, dataset: str = "uci",
                 model: str = "mlp", alpha: float = 0.5, seed: int = 0, eval_every: int = 0, threads: int | None = 1,
                 algorithm_kwargs: Mapping | None = None) -> FlowerJob:
-    """A ready job: ``algorithm`` on a Dirichlet(``alpha``) split of ``dataset`` (``"uci_digits"``:
+    """A ready job: ``algorithm`` on a Dirichlet(``alpha``) split of ``dataset`` (``"uci"``:
     8 x 8 digits; ``"mnist5k"``: 28 x 28) over ``n_clients`` clients, ``model`` (``"mlp"`` or
     ``"cnn"``, fedlib's small CNN), one local epoch of SGD (batch 32, lr 0.05) per round.
 
     >>> example_job("fedavg", n_clients=2).federation.kwargs["n_clients"]
     2
     """
-    size = {"uci_digits": 8, "mnist5k": 28}
+    size = {"uci": 8, "mnist5k": 28}
     if dataset not in size:
         raise ValueError(f"unknown example dataset {dataset!r}; valid: {', '.join(size)}")
-    data: dict = {"name": dataset, **({"size": 8} if dataset == "uci_digits" else {})}
+    data: dict = {"name": dataset, **({"size": 8} if dataset == "uci" else {})}
     federation = Call("fedlib.federation:make_federation", {
         "dataset": {"call": "fedlib.data:load_dataset", "kwargs": data}, "n_clients": n_clients, "alpha": alpha,
-        "global_test_per_class": 20 if dataset == "uci_digits" else 50, "seed": seed})
+        "global_test_per_class": 20 if dataset == "uci" else 50, "seed": seed})
     net = Call("fedlib.models:build_model", {"name": model, "in_channels": 1, "n_classes": 10,
                                              "input_size": size[dataset]})
     train = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}

@@ -1,7 +1,7 @@
 """The Flower App's entry point: the ``ServerApp`` and ``ClientApp`` a deployment loads by name.
 
 The app's ``pyproject.toml`` (:class:`~fedlib.engines.flower.deployment.LocalDeployment` writes
-it) names ``fedlib.engines.flower.app:server_app`` and ``fedlib.engines.flower.app:client_app``;
+it) names ``fedlib.engines.flower.entrypoint:server_app`` and ``fedlib.engines.flower.entrypoint:client_app``;
 the job comes in the run config (``fedlib-job``). Importing this module builds both apps; no other
 module of :mod:`fedlib.engines.flower` builds one when imported.
 """

@@ -1,4 +1,4 @@
-"""The terminal statistics round and statistical-head deployment (fedlib.deployment)."""
+"""The terminal statistics round and statistical-head deployment (fedlib.posthoc)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-import fedlib.deployment as deployment_module
+import fedlib.posthoc as deployment_module
 from fedlib.algorithms import ALGORITHMS, FedAvg, make_algorithm
 from fedlib.data import make_gaussian_mixture
-from fedlib.deployment import (
+from fedlib.posthoc import (
     FrozenFeatures,
     StatHead,
     StatPredictor,

@@ -1,5 +1,5 @@
-"""The data choice of a chapter (fedlib.data.choice): a data set by its profile's name, seeded-subsampled
-(its doctests run with the others: pytest --doctest-modules)."""
+"""The data registry's seeded subsets (fedlib.data.load_dataset, fedlib.data.subsample): a data set by
+its profile's name, seeded-subsampled (the doctests run with the others: pytest --doctest-modules)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.data import ArrayDataset, load_data, subsample
+from fedlib.data import ArrayDataset, load_dataset, subsample
 from fedlib.rng import DATA_SUBSET, derive_seed
 
 
@@ -27,11 +27,11 @@ def test_subsample_is_the_sorted_seeded_choice_of_the_purpose_stream():
         subsample(toy, 0, 0)
 
 
-def test_load_data_names_and_cifar_root():
-    with pytest.raises(ValueError, match="unknown data set 'svhn'; valid: mnist5k, uci, uci8, cifar10, cifar100"):
-        load_data("svhn")
-    with pytest.raises(ValueError, match="cifar100 needs cifar_root: the folder that holds cifar-100-python/"):
-        load_data("cifar100")
-    uci = load_data("uci", n_samples=5000)  # more than it has: every sample
+def test_load_dataset_names_and_cifar_root():
+    with pytest.raises(ValueError, match="unknown dataset 'svhn'; valid: mnist5k, uci, uci8, cifar10, cifar100"):
+        load_dataset("svhn")
+    with pytest.raises(ValueError, match="cifar100 needs root: the folder that holds cifar-100-python/"):
+        load_dataset("cifar100")
+    uci = load_dataset("uci", n_samples=5000)  # more than it has: every sample
     assert len(uci) == 1797 and tuple(uci.x.shape[1:]) == (1, 28, 28)
-    assert len(load_data("mnist5k", n_samples=300, seed=1)) == 300
+    assert len(load_dataset("mnist5k", n_samples=300, seed=1)) == 300
