@@ -104,6 +104,12 @@ def notebook_parameters(name: str) -> list[str]:
     raise SystemExit(f"notebooks/{name}.py has no cell tagged 'parameters'")
 
 
+CACHE = "cache_dir"
+"""A chapter whose parameters cell declares ``cache_dir`` runs its studies through
+:func:`fedbook.study.run_study` with a cache: it gets ``<out>/cache`` (relative to ``notebooks/``),
+where each cell's frames are kept under a key of what they depend on, so a re-execution (a change
+of prose, a new seed) runs only the cells that changed. The folder is the profile's own."""
+
 RECORDS = "records"
 """A chapter whose parameters cell declares ``records`` reads the build's own records (the
 findings page: every chapter's claims; the teaching page: every chapter's run time and
@@ -232,7 +238,8 @@ def handout(names: list[str], profile: str, overrides: dict, folder: Path) -> li
 def scrub_paths(path: Path) -> None:
     """Take what names the machine out of a notebook someone else will open: papermill's record of
     its input and output files (temporary paths of this machine, and the whole notebook again)
-    and the ``results_dir`` it injected (the injected cell's line and the recorded parameter)."""
+    and the ``results_dir`` and ``cache_dir`` it injected (the injected cell's line and the
+    recorded parameter)."""
     import re
 
     import nbformat
@@ -241,10 +248,11 @@ def scrub_paths(path: Path) -> None:
     record = nb.metadata.get("papermill", {})
     for key in ("input_path", "output_path"):
         record.pop(key, None)
-    record.get("parameters", {}).pop("results_dir", None)
+    for key in ("results_dir", CACHE):
+        record.get("parameters", {}).pop(key, None)
     for cell in nb.cells:
         if "injected-parameters" in cell.metadata.get("tags", ()):
-            cell.source = re.sub(r"^results_dir = .*\n?", "", cell.source, flags=re.M)
+            cell.source = re.sub(r"^(results_dir|cache_dir) = .*\n?", "", cell.source, flags=re.M)
     nbformat.write(nb, path)
 
 
@@ -437,6 +445,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
             if "results_dir" in declared[name]:  # a chapter that saves results declares where
                 # relative to the notebooks' working directory, so no local path shows in the book
                 params["results_dir"] = os.path.relpath(results / name, NOTEBOOKS)
+            if CACHE in declared[name]:  # a chapter whose studies keep their cells (fedbook.study)
+                params[CACHE] = os.path.relpath(out / "cache", NOTEBOOKS)
             if RECORDS in declared[name]:
                 params[RECORDS] = records
             later = frozenset(all_readers[all_readers.index(name) + 1:]) if name in all_readers else frozenset()

@@ -114,6 +114,41 @@ def same_arrays(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) ->
     return True
 
 
+def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
+    """The largest absolute difference between the arrays of ``a`` and those of the same names in
+    ``b``, in float64: 0 when they agree bit for bit (a NaN equal to a NaN), ``inf`` where one
+    holds a NaN the other does not, 1 where an integer array differs.
+
+    Raises
+    ------
+    ValueError
+        On a name of ``a`` that ``b`` lacks, or two arrays of different shapes.
+
+    >>> largest_difference({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.5, 2.0]), "v": torch.zeros(1)})
+    0.5
+    >>> largest_difference({"w": torch.tensor([float("nan")])}, {"w": torch.tensor([0.0])})
+    inf
+    """
+    missing = [k for k in a if k not in b]
+    if missing:
+        raise ValueError(f"largest_difference: the second set lacks {missing}; it has {sorted(b)}")
+    worst = 0.0
+    for name, x in a.items():
+        y = b[name]
+        if x.shape != y.shape:
+            raise ValueError(f"largest_difference: {name!r} has shape {tuple(x.shape)} and {tuple(y.shape)}")
+        if not x.numel():
+            continue
+        if x.is_floating_point() or y.is_floating_point():
+            x64, y64 = x.detach().double(), y.detach().double()
+            if not torch.equal(x64.isnan(), y64.isnan()):
+                return math.inf
+            worst = max(worst, float((x64 - y64).nan_to_num(0.0).abs().max()))
+        else:
+            worst = max(worst, float(not torch.equal(x, y)))
+    return worst
+
+
 class Ledger:
     """Records every message's size: per round, client, direction (``up``/``down``) and kind.
 

@@ -354,7 +354,7 @@ def test_a_control_cannot_be_a_headline_claim_and_headline_is_a_bool():
 
 def test_claims_report_refuses_what_it_cannot_decide():
     quiet = dict(glue=_Glue(), display=lambda table: None)
-    with pytest.raises(ValueError, match=r"claims \['bare'\] declare no values"):
+    with pytest.raises(ValueError, match=r"claims \[.bare.\] read nothing"):
         claims_report([Claim("bare", "q", "s", "x", "greater", resolution=0.1)], **quiet)
     with pytest.raises(ValueError, match=r"duplicates \['a'\]"):
         claims_report([_claim("a", lambda: ([1.0], 0.0)), _claim("a", lambda: ([1.0], 0.0))], **quiet)

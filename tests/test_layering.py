@@ -167,6 +167,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # fedbook: the book's machinery, every layer of it above the library
     ("the book's foundation", ("fedbook", "fedbook.sources", "fedbook.parallel", "fedbook.tables")),
     ("evidence", ("fedbook.claims", "fedbook.checks")),
+    ("the study runner", ("fedbook.study",)),
     ("pages", ("fedbook.page",)),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
     ("measurements", ("fedbook.benchmarks",)),

@@ -61,6 +61,7 @@ import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -186,6 +187,87 @@ def _check_versus(versus) -> str | tuple[str, ...] | None:
     )
 
 
+@dataclass(frozen=True, init=False)
+class Read:
+    """Where a claim's numbers are: one column of a named frame of the chapter's results, on the
+    rows whose columns (or index levels) hold the given values.
+
+    A claim reads its sides through :class:`Read` objects (``ours``, ``baseline``, ``within``), so
+    the declaration names the frame, the rows and the column it compares, and a reader sees the
+    claim and its numbers in one place. :meth:`__call__` returns the values as a Series whose
+    index is the unit they are paired over (the seed, or the frame's remaining keys): two sides
+    are paired unit by unit (:meth:`Claim.read`).
+
+    Parameters
+    ----------
+    frame : str
+        The frame's name in the results mapping (a chapter's ``run_study`` frames, or any frame
+        the chapter computed).
+    column : str
+        The column of values.
+    **where
+        ``name=value``: keep the rows whose column (or index level) ``name`` holds ``value``; a
+        filter on an index level drops the level. The remaining index (a default index becomes
+        the ``seed`` column when there is one) is the pairing unit.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> table = pd.DataFrame({"method": ["a", "b", "a", "b"], "seed": [0, 0, 1, 1], "acc": [90.0, 88.0, 91.0, 87.5]})
+    >>> Read("table", "acc", method="a")({"table": table}).tolist()
+    [90.0, 91.0]
+    >>> Read("missing", "acc")({"table": table}) is None  # not run at this profile
+    True
+    """
+
+    frame: str
+    column: str
+    where: tuple[tuple[str, Any], ...]
+
+    def __init__(self, frame: str, column: str, **where: Any) -> None:
+        for name, value in (("frame", frame), ("column", column)):
+            if not isinstance(value, str) or not value:
+                raise ValueError(f"Read.{name} must be a non-empty string, got {value!r}")
+        object.__setattr__(self, "frame", frame)
+        object.__setattr__(self, "column", column)
+        object.__setattr__(self, "where", tuple(where.items()))
+
+    def __repr__(self) -> str:
+        where = "".join(f", {k}={v!r}" for k, v in self.where)
+        return f"Read({self.frame!r}, {self.column!r}{where})"
+
+    def __call__(self, results: Mapping[str, pd.DataFrame]) -> pd.Series | None:
+        """The values, indexed by their unit; ``None`` when ``results`` has no such frame (the
+        chapter did not run it at this profile)."""
+        if self.frame not in results:
+            return None
+        frame = results[self.frame]
+        if not isinstance(frame, pd.DataFrame):
+            raise ValueError(f"{self!r}: results[{self.frame!r}] is a {type(frame).__name__}, not a DataFrame")
+        for name, value in self.where:
+            if name in (frame.index.names or ()) and name is not None:
+                if value not in frame.index.get_level_values(name):
+                    valid = sorted(set(frame.index.get_level_values(name)), key=str)
+                    raise ValueError(f"{self!r}: no row with {name} = {value!r}; valid: {valid}")
+                frame = frame.xs(value, level=name)
+            elif name in frame.columns:
+                rows = frame[name] == value
+                if not rows.any():
+                    valid = sorted(set(frame[name]), key=str)
+                    raise ValueError(f"{self!r}: no row with {name} = {value!r}; valid: {valid}")
+                frame = frame[rows].drop(columns=name)
+            else:
+                raise ValueError(f"{self!r}: frame {self.frame!r} has no column or index level {name!r}; valid: "
+                                 f"{[n for n in frame.index.names if n is not None] + list(frame.columns)}")
+        if self.column not in frame.columns:
+            raise ValueError(f"{self!r}: frame {self.frame!r} has no column {self.column!r}; valid: {list(frame.columns)}")
+        values = frame[self.column]
+        if isinstance(results[self.frame].index, pd.RangeIndex):  # a tidy frame: its rows' seeds, or their order
+            seeds = frame["seed"] if "seed" in frame.columns and self.column != "seed" else None
+            values = values.set_axis(pd.RangeIndex(len(values)) if seeds is None else pd.Index(seeds, name="seed"))
+        return values.astype(np.float64)
+
+
 @dataclass(frozen=True)
 class Claim:
     r"""One claim of a paper, declared before the numbers exist.
@@ -242,6 +324,16 @@ class Claim:
         Whether the paper's abstract or conclusion makes the claim (a *headline* claim): the table
         marks it, and :func:`fedbook.page.claims_report` glues the median half-width of the
         headline claims' intervals. A control cannot be a headline claim.
+    ours : Read, keyword-only, optional
+        Where our side's values are (:class:`Read`: a frame of the chapter's results, its rows and
+        column); the claim is decided on them by :func:`fedbook.page.claims_report`.
+    baseline : Read, number or dict of str to Read, keyword-only, default 0.0
+        The other side, paired with ``ours`` unit by unit (:meth:`read`): a :class:`Read`, a
+        number (``0.0`` for a per-seed difference), or, for a claim ``versus`` a tuple, a dict of
+        each named baseline's :class:`Read`.
+    within : Read or dict of str to Read, keyword-only, optional
+        The per-unit variance of the difference from the test sample alone (the floor of
+        :func:`paired_interval`; default: the floor of ``resolution``).
 
     Raises
     ------
@@ -298,6 +390,9 @@ class Claim:
     resolution: float = field(kw_only=True)
     versus: str | tuple[str, ...] | None = field(default=None, kw_only=True)
     headline: bool = field(default=False, kw_only=True)
+    ours: Read | None = field(default=None, kw_only=True)
+    baseline: Read | float | Mapping[str, Read] = field(default=0.0, kw_only=True)
+    within: Read | Mapping[str, Read] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         for name in ("key", "quote", "source", "quantity"):
@@ -332,6 +427,73 @@ class Claim:
         object.__setattr__(self, "resolution", r)
         object.__setattr__(self, "level", _check_level(self.level))
         object.__setattr__(self, "versus", _check_versus(self.versus))
+        self._check_reads()
+
+    def _check_reads(self) -> None:
+        if self.ours is not None and not isinstance(self.ours, Read):
+            raise ValueError(f"claim {self.key!r}: ours must be a Read (where the values are), got {self.ours!r}")
+        sides = {"baseline": self.baseline, "within": self.within}
+        for name, side in sides.items():
+            if isinstance(side, Mapping):
+                if not self.every or set(side) != set(self.versus):
+                    raise ValueError(f"claim {self.key!r}: a dict {name} must name exactly the baselines of versus "
+                                     f"({self.versus!r}), got {sorted(side)}")
+                bad = [k for k, v in side.items() if not isinstance(v, Read)]
+                if bad:
+                    raise ValueError(f"claim {self.key!r}: {name}[{bad[0]!r}] must be a Read, got {side[bad[0]]!r}")
+            elif side is not None and not isinstance(side, Read) and not (name == "baseline" and is_real(side)):
+                raise ValueError(f"claim {self.key!r}: {name} must be a Read{', a number' * (name == 'baseline')} or a "
+                                 f"dict of Reads, got {side!r}")
+        if self.ours is not None and self.every and not isinstance(self.baseline, Mapping):
+            raise ValueError(f"claim {self.key!r} is against every one of {list(self.versus)}: baseline must be a dict "
+                             "{name: Read}")
+
+    def read(self, results: Mapping[str, pd.DataFrame]) -> tuple | None:
+        """``(ours, baseline, within)`` as :func:`evaluate` takes them, read from ``results``
+        through the claim's :class:`Read` objects and paired unit by unit (the other sides in the
+        order of ``ours``); ``None`` when a frame it reads is not in ``results``.
+
+        Raises
+        ------
+        ValueError
+            When the claim declares no ``ours``, or two sides do not hold the same units.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> runs = pd.DataFrame({"seed": [0, 1, 0, 1], "method": ["x", "x", "y", "y"], "acc": [92.0, 93.0, 90.0, 90.5]})
+        >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1,
+        ...           ours=Read("runs", "acc", method="x"), baseline=Read("runs", "acc", method="y"))
+        >>> ours, baseline, within = c.read({"runs": runs})
+        >>> ours.tolist(), baseline.tolist(), within
+        ([92.0, 93.0], [90.0, 90.5], None)
+        """
+        if self.ours is None:
+            raise ValueError(f"claim {self.key!r} declares no values: pass ours=Read(...) (and baseline=)")
+        ours = self.ours(results)
+        if ours is None:
+            return None
+
+        def side(x, what: str):
+            if isinstance(x, Mapping):
+                out = {name: side(r, f"{what}[{name!r}]") for name, r in x.items()}
+                return None if any(v is None for v in out.values()) else out
+            if not isinstance(x, Read):
+                return x
+            values = x(results)
+            if values is None:
+                return None
+            if not values.index.equals(ours.index):
+                if len(values) != len(ours) or set(values.index) != set(ours.index) or not ours.index.is_unique:
+                    raise ValueError(f"claim {self.key!r}: {what} ({x!r}) holds the units {list(values.index)}, ours "
+                                     f"({self.ours!r}) {list(ours.index)}; the two sides must be paired unit by unit")
+                values = values.reindex(ours.index)
+            return values.to_numpy()
+
+        baseline, within = side(self.baseline, "baseline"), side(self.within, "within")
+        if baseline is None or (self.within is not None and within is None):
+            return None
+        return ours.to_numpy(), baseline, within
 
     @property
     def every(self) -> bool:

@@ -57,7 +57,7 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, claims_records,
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, Read, claims_records,
                            evaluate, headline_summary, show, tally)
 from fedbook.tables import Html, table_of
 from fedlib.validation import is_int, is_real
@@ -338,6 +338,7 @@ def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
 
 def claims_report(
     claims: Iterable[Claim],
+    results: Mapping[str, pd.DataFrame] | None = None,
     *,
     prefix: str = "",
     digits: int = 2,
@@ -348,23 +349,23 @@ def claims_report(
     """Decide every declared claim and control, glue the counts, show the table: an experiments
     chapter's closing call.
 
-    Each claim's ``values`` (:class:`fedbook.claims.Claim`) is called now, in the given order;
-    a claim whose ``values`` returns ``None`` (the chapter did not run what it needs at this
-    profile) is left out of the table and the counts. The others are decided by
-    :func:`fedbook.claims.evaluate` over seeds, on ``(ours, baseline)`` or ``(ours, baseline,
-    within)`` as ``values`` returns them (``baseline`` a dict of each baseline's values for a
-    claim against every baseline of a tuple; ``within`` the per-seed variances of the test noise,
-    else the floor of the claim's ``resolution``). Then, with ``prefix`` before each key, it glues
-    :data:`REPORT_KEYS` (the counts of :func:`fedbook.claims.tally`: controls are not counted),
-    where some claims are headline claims ``n_headline``, ``headline_decided`` and
-    ``headline_half_width`` (:func:`fedbook.claims.headline_summary`), ``total_seconds`` when given,
-    and the rows as JSON under :data:`CLAIMS_RECORDS` (:func:`fedbook.claims.claims_records`: the
-    findings page gathers them), and displays :func:`fedbook.claims.show` of the results.
+    Each claim reads its numbers from ``results`` (:meth:`fedbook.claims.Claim.read`: the frames
+    its :class:`~fedbook.claims.Read` objects name), in the given order; a claim whose frame is
+    not in ``results`` (the chapter did not run what it needs at this profile) is left out of the
+    table and the counts. The others are decided by :func:`fedbook.claims.evaluate` over seeds.
+    Then, with ``prefix`` before each key, it glues :data:`REPORT_KEYS` (the counts of
+    :func:`fedbook.claims.tally`: controls are not counted), where some claims are headline claims
+    ``n_headline``, ``headline_decided`` and ``headline_half_width``
+    (:func:`fedbook.claims.headline_summary`), ``total_seconds`` when given, and the rows as JSON
+    under :data:`CLAIMS_RECORDS` (:func:`fedbook.claims.claims_records`: the findings page gathers
+    them), and displays :func:`fedbook.claims.show` of the results.
 
     Parameters
     ----------
     claims : iterable of Claim
-        The chapter's declarations, claims and controls, in the table's order; each with ``values``.
+        The chapter's declarations, claims and controls, in the table's order, each with ``ours``.
+    results : mapping of str to DataFrame
+        The frames the claims read, by name.
     prefix : str, default ""
         Put before every glued key (``"fge_"`` glues ``fge_n_claims``, ...).
     digits : int, default 2
@@ -383,18 +384,20 @@ def claims_report(
     Raises
     ------
     ValueError
-        On a declaration that is not a Claim or has no ``values``, two with the same key,
-        ``values`` that returns neither ``None``, ``(ours, baseline)`` nor ``(ours, baseline,
-        within)``, and as :func:`fedbook.claims.evaluate` does.
+        On a declaration that is not a Claim or reads nothing, two with the same key, and as
+        :meth:`fedbook.claims.Claim.read` and :func:`fedbook.claims.evaluate` do.
 
     Examples
     --------
-    >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5,
-    ...              values=lambda: ([2.1, 1.8, 2.4], [0.0, 0.1, 0.2]), resolution=0.1)
-    >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater",
-    ...              values=lambda: None, resolution=0.1)  # not run at this profile: left out
+    >>> runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "method": ["x"] * 3 + ["y"] * 3,
+    ...                      "acc": [92.1, 91.8, 92.4, 90.0, 90.1, 90.2]})
+    >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1,
+    ...              ours=Read("runs", "acc", method="x"), baseline=Read("runs", "acc", method="y"))
+    >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater", resolution=0.1,
+    ...              ours=Read("wide_runs", "acc"))  # not run at this profile: left out
     >>> glued = {}
-    >>> R = claims_report([gain, wide], glue=lambda k, v, display: glued.update({k: v}), display=lambda t: None)
+    >>> R = claims_report([gain, wide], {"runs": runs}, glue=lambda k, v, display: glued.update({k: v}),
+    ...                   display=lambda t: None)
     >>> R["gain"].verdict, list(R), {k: v for k, v in glued.items() if k != CLAIMS_RECORDS}
     ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0})
     >>> [(r["key"], r["verdict"]) for r in json.loads(glued[CLAIMS_RECORDS])]
@@ -404,19 +407,17 @@ def claims_report(
     for c in claims:
         if not isinstance(c, Claim):
             raise ValueError(f"claims_report takes Claims, got a {type(c).__name__}")
-    missing = [c.key for c in claims if c.values is None]
+    missing = [c.key for c in claims if c.ours is None and c.values is None]
     if missing:
-        raise ValueError(
-            f"claims {missing} declare no values: pass values=, a function returning (ours, baseline) or "
-            "(ours, baseline, within)"
-        )
+        raise ValueError(f"claims {missing} read nothing: declare ours=Read(frame, column, ...) (and baseline=)")
     keys = [c.key for c in claims]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise ValueError(f"claim keys must be unique in a report, got duplicates {dupes}")
-    results = []
+    results_ = {} if results is None else results
+    out = []
     for c in claims:
-        read = c.values()
+        read = c.read(results_) if c.ours is not None else c.values()
         if read is None:
             continue
         if not isinstance(read, tuple) or len(read) not in (2, 3):
@@ -424,19 +425,34 @@ def claims_report(
                 f"claim {c.key!r}: values() must return (ours, baseline), (ours, baseline, within) or None, "
                 f"got {read!r}"
             )
-        results.append(evaluate(c, *read))  # within, else the floor of c.resolution
-    counts = tally(results)
+        out.append(evaluate(c, *read))  # within, else the floor of c.resolution
+    counts = tally(out)
     glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
-    head = headline_summary(results)
+    head = headline_summary(out)
     if head["n"]:
         glued.update(n_headline=head["n"], headline_decided=head["decided"], headline_half_width=head["half_width"])
     if total_seconds is not None:
         glued["total_seconds"] = total_seconds
-    glued[CLAIMS_RECORDS] = json.dumps(claims_records(results, digits), ensure_ascii=False)
+    glued[CLAIMS_RECORDS] = json.dumps(claims_records(out, digits), ensure_ascii=False)
     for key, value in glued.items():
         glue(f"{prefix}{key}", value, display=False)
-    display(show(results, digits))
-    return {r.claim.key: r for r in results}
+    display(show(out, digits))
+    return {r.claim.key: r for r in out}
+
+
+def glue_all(values: Mapping[str, Any], *, prefix: str = "", glue: Callable[..., Any] = myst_glue) -> None:
+    """Glue every value of ``values`` under its key (with ``prefix`` before it), for the prose:
+    a chapter computes its numbers into one mapping and publishes it in one call.
+
+    Examples
+    --------
+    >>> glued = {}
+    >>> glue_all({"rounds": 20, "acc": 91.25}, prefix="s_", glue=lambda k, v, display: glued.update({k: v}))
+    >>> glued
+    {'s_rounds': 20, 's_acc': 91.25}
+    """
+    for key, value in values.items():
+        glue(f"{prefix}{key}", value, display=False)
 
 
 EXERCISE_KINDS = ("parameters only", "code")

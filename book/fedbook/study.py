@@ -1,0 +1,262 @@
+"""One study runner: a chapter's experiments as data.
+
+A :class:`Study` says what an experiment runs: a function of one **cell** (one setting of the
+grid and one seed) that returns tidy frames, the grid of settings (each name's values, crossed)
+and the seeds. :func:`run_study` runs every cell, in parallel over worker processes
+(:func:`fedbook.parallel.map_parallel`: each cell derives every random stream from its own seed,
+so the bits do not depend on the process that runs it), caches each cell's frames on disk under a
+key of everything they depend on, and returns one tidy frame per table, the setting and the seed
+as its first columns::
+
+    TABLE = Study("table", table_cell, grid={"dataset": ["mnist5k", "uci"], "fraction": [0.02, 0.1]},
+                  seeds=range(5))
+    frames = run_study(TABLE, workers=2, cache="runs/cache")
+    frames["table"]        # dataset, fraction, seed, method, f1, ...
+
+A teacher who wants to change one setting of one table changes the study's grid or seeds in the
+notebook; the procedure behind a cell is a function of a module (the chapter's study in
+``fedbook.studies``), called with the cell's settings as keyword arguments.
+
+The cache key covers the study's name, the cell function (its qualified name and, for a
+``functools.partial``, its bound arguments, tensors by a digest of their bytes:
+:func:`fedlib.loop.algorithm_configuration`), the setting, the seed, the torch threads, the
+versions of the numerical libraries, and the source of every module of fedlib and fedbook the
+cell function's module executes (:func:`fedbook.sources.module_files`). A change anywhere a cell
+can reach runs it again; a change elsewhere (a notebook's prose, another chapter's module) does
+not. Only functions of fedlib and fedbook are cached (a function defined in a notebook has no
+source the key could cover: it runs, uncached). The frames are stored as JSON, whose numbers
+read back bit for bit (Python's ``repr`` of a float round-trips), written atomically: an
+interrupted run resumes from the cells it finished.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import inspect
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import torch
+
+from fedbook.parallel import map_parallel
+from fedbook.sources import PACKAGES, digest, module_files
+from fedlib.io import atomic_write_text, json_default
+from fedlib.loop import algorithm_configuration
+from fedlib.validation import is_int
+
+Frames = pd.DataFrame | Mapping[str, pd.DataFrame]
+"""What a cell returns: one tidy frame (named after its study), or several by name."""
+
+CACHE_FORMAT = "fedbook-study-1"
+"""The format of a cached cell (and part of its key: a new format runs every cell again)."""
+
+LIBRARIES = ("torch", "numpy", "scipy", "pandas", "scikit-learn")
+"""The numerical libraries whose versions a cell's key covers."""
+
+
+@dataclass(frozen=True)
+class Study:
+    """An experiment as data: the cells to run and the function that runs one.
+
+    Parameters
+    ----------
+    name : str
+        Names the study: its frame (when a cell returns one), its folder in the cache, errors.
+    run : callable
+        ``run(seed=s, **setting)``: one cell's frames (a DataFrame, or a dict of them by name),
+        tidy, one row per measured value or per unit. A function of a module (or a
+        ``functools.partial`` of one) to be cached.
+    grid : mapping of str to sequence, optional
+        Each setting's values; the cells are their product, in the order given, the last
+        setting varying fastest.
+    seeds : sequence of int
+        The run seeds, innermost: every setting runs every seed.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> study = Study("toy", run=lambda seed, n: pd.DataFrame({"x": [seed * n]}), grid={"n": [1, 2]}, seeds=[0, 3])
+    >>> study.cells()
+    [{'n': 1, 'seed': 0}, {'n': 1, 'seed': 3}, {'n': 2, 'seed': 0}, {'n': 2, 'seed': 3}]
+    """
+
+    name: str
+    run: Callable[..., Frames]
+    grid: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    seeds: Sequence[int] = (0,)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or not self.name.replace("-", "_").isidentifier():
+            raise ValueError(f"a study's name must be a short identifier (letters, digits, _ or -), got {self.name!r}")
+        if not callable(self.run):
+            raise ValueError(f"study {self.name!r}: run must be a function of (seed, **setting), got {self.run!r}")
+        if isinstance(self.grid, Mapping):
+            object.__setattr__(self, "grid", {k: list(v) for k, v in self.grid.items()})
+        else:
+            raise ValueError(f"study {self.name!r}: grid must be a mapping of setting -> values, got {self.grid!r}")
+        for key, values in self.grid.items():
+            if key == "seed" or not values:
+                raise ValueError(f"study {self.name!r}: setting {key!r} must be a name other than 'seed' with at least "
+                                 f"one value, got {values!r}")
+        seeds = list(self.seeds)
+        bad = [s for s in seeds if not (is_int(s) and 0 <= s < 2**32)]
+        if not seeds or bad or len(set(seeds)) != len(seeds):
+            raise ValueError(f"study {self.name!r}: seeds must be distinct integers in [0, 2**32), at least one; got {seeds!r}")
+        object.__setattr__(self, "seeds", tuple(int(s) for s in seeds))
+
+    def cells(self) -> list[dict[str, Any]]:
+        """Every cell's keyword arguments (the setting, then ``seed``), in the study's order."""
+        keys = list(self.grid)
+        return [{**dict(zip(keys, values)), "seed": seed}
+                for values in itertools.product(*self.grid.values()) for seed in self.seeds]
+
+
+def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | os.PathLike | None = None
+              ) -> dict[str, pd.DataFrame]:
+    """Every cell of ``study``: one tidy frame per table, the setting's columns and ``seed`` first.
+
+    Parameters
+    ----------
+    study : Study
+    workers : int, default 1
+        Processes the cells are spread over (:func:`fedbook.parallel.map_parallel`; 1: in this
+        process). The frames are the same bits whatever the number.
+    threads : int, default 1
+        Torch threads of each worker process (in this process: the caller's own).
+    cache : path, optional
+        The folder of the cells' cache (``None``: no cache). A cell whose key (see the module's
+        docstring) is there is read back instead of run; a cell that runs is written there.
+
+    Returns
+    -------
+    dict of str to DataFrame
+        Each table the cells return, by name (a cell that returns one frame: the study's name),
+        the cells' frames concatenated in the study's order, with the cell's settings and seed as
+        leading columns (a column a cell returns itself must agree with them).
+
+    Raises
+    ------
+    ValueError
+        When a cell returns something else than a DataFrame or a dict of them, or the cells do
+        not all return the same tables.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> frames = run_study(Study("toy", run=lambda seed, n: pd.DataFrame({"x": [seed * n]}), grid={"n": [1, 2]}, seeds=[0, 3]))
+    >>> frames["toy"]
+       n  seed  x
+    0  1     0  0
+    1  1     3  3
+    2  2     0  0
+    3  2     3  6
+    """
+    if not isinstance(study, Study):
+        raise ValueError(f"run_study takes a Study, got {type(study).__name__}")
+    cells = study.cells()
+    folder = None if cache is None else Path(cache) / study.name
+    keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads()) if folder is not None else None
+            for cell in cells]
+    found: dict[int, dict[str, pd.DataFrame]] = {}
+    if folder is not None and keys[0] is not None:
+        for i, key in enumerate(keys):
+            path = folder / f"{key}.json"
+            if path.exists():
+                found[i] = _read(path)
+    todo = [i for i in range(len(cells)) if i not in found]
+    outputs = map_parallel(lambda i: _frames(study, cells[i]), todo, workers, threads=threads)
+    for i, frames in zip(todo, outputs):
+        found[i] = frames
+        if folder is not None and keys[i] is not None:
+            _write(folder / f"{keys[i]}.json", study, cells[i], frames)
+    names = list(found[0])
+    for i in range(len(cells)):
+        if list(found[i]) != names:
+            raise ValueError(f"study {study.name!r}: the cell {cells[i]} returned tables {list(found[i])}, the first "
+                             f"cell {names}; every cell must return the same tables")
+    return {name: pd.concat([found[i][name] for i in range(len(cells))], ignore_index=True) for name in names}
+
+
+def _frames(study: Study, cell: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """One cell run: its frames by name, each with the cell's settings and seed in front."""
+    out = study.run(**cell)
+    frames = {study.name: out} if isinstance(out, pd.DataFrame) else out
+    if not isinstance(frames, Mapping) or not all(isinstance(f, pd.DataFrame) for f in frames.values()):
+        raise ValueError(f"study {study.name!r}: a cell must return a DataFrame or a dict of DataFrames, got "
+                         f"{type(out).__name__} for {dict(cell)}")
+    return {name: _with_cell(name, frame, cell) for name, frame in frames.items()}
+
+
+def _with_cell(name: str, frame: pd.DataFrame, cell: Mapping[str, Any]) -> pd.DataFrame:
+    frame = frame.reset_index(drop=isinstance(frame.index, pd.RangeIndex) and frame.index.name is None)
+    for key, value in cell.items():
+        if key in frame.columns:
+            if len(frame) and not (frame[key] == value).all():
+                raise ValueError(f"table {name!r} has a column {key!r} that disagrees with its cell ({key} = {value!r})")
+            frame = frame.drop(columns=key)
+    lead = pd.DataFrame({key: [value] * len(frame) for key, value in cell.items()}, index=frame.index)
+    return pd.concat([lead, frame], axis=1)
+
+
+def cell_key(study: Study, cell: Mapping[str, Any], threads: int) -> str | None:
+    """The cache key of one cell (a hex digest), or ``None`` when the cell's function cannot be
+    covered: one that is not a function of fedlib or fedbook (a notebook's own)."""
+    fn = study.run.func if isinstance(study.run, functools.partial) else study.run
+    module = getattr(fn, "__module__", None) or ""
+    if module.split(".")[0] not in PACKAGES or not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        return None
+    described = {
+        "format": CACHE_FORMAT, "study": study.name, "run": algorithm_configuration(study.run),
+        "cell": algorithm_configuration(dict(cell)), "threads": int(threads),
+        "libraries": {name: _version(name) for name in LIBRARIES},
+        "sources": digest(module_files(module)),
+    }
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=json_default).encode()).hexdigest()[:40]
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
+
+def _write(path: Path, study: Study, cell: Mapping[str, Any], frames: Mapping[str, pd.DataFrame]) -> None:
+    """A cell's frames as JSON (column names, dtypes, rows; floats as ``repr``, so bit for bit)."""
+    record = {"format": CACHE_FORMAT, "study": study.name, "cell": algorithm_configuration(dict(cell)),
+              "frames": {name: {"columns": [str(c) for c in f.columns], "dtypes": [str(d) for d in f.dtypes],
+                                "rows": _rows(f)} for name, f in frames.items()}}
+    atomic_write_text(path, json.dumps(record, default=json_default, allow_nan=True))
+
+
+def _rows(frame: pd.DataFrame) -> list[list[Any]]:
+    """Rows keeping a float column's NaN as NaN (JSON's ``NaN``) and an object column's missing as null."""
+    columns = []
+    for c in frame.columns:
+        s = frame[c]
+        columns.append(s.tolist() if s.dtype.kind == "f" else s.astype(object).where(s.notna(), None).tolist())
+    return [list(row) for row in zip(*columns)]
+
+
+def _read(path: Path) -> dict[str, pd.DataFrame]:
+    record = json.loads(path.read_text())
+    if record.get("format") != CACHE_FORMAT:
+        raise ValueError(f"{path} is not a cached study cell of format {CACHE_FORMAT!r}")
+    out = {}
+    for name, f in record["frames"].items():
+        frame = pd.DataFrame(f["rows"], columns=f["columns"])
+        for column, dtype in zip(f["columns"], f["dtypes"]):
+            frame[column] = frame[column].astype(dtype)
+        out[name] = frame
+    return out
+
+
+__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "cell_key", "run_study"]
