@@ -224,7 +224,7 @@ SATURATE = ("We observe that performance saturates once the number of clusters r
 MORE_CLUSTERS = max((v for v in P.sweeps.get("clusters", []) if v > P.target_clusters), default=None)
 FEWER = {s: min((v for v in P.sweeps.get(s, []) if v < d), default=None)  # every value tried is below these defaults
          for s, d in (("clusters", P.target_clusters), ("clients", P.n_clients), ("|U| share", P.public_share))}
-mean = functools.partial(Read, column="mean")
+mean = functools.partial(Read, column="mean")  # Read(frame, "mean", **rows): the mean client accuracy, one value per seed
 CLAIMS = [
     Claim("beats", ABSTRACT.replace(" while remaining competitive with state-of-the-art personalized FL methods.", " [...]"),
           "Abstract; Section 6, Figure 2", "mean accuracy, COSMOS − each model-agnostic baseline, points", "greater", MIN_GAIN,

@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedbook.claims import Claim, ClaimResult, Comparator, paired_interval, seed_table, strongest_baseline
+from fedbook.claims import Claim, ClaimResult, Comparator, Read, paired_interval, seed_table, strongest_baseline
 from fedbook.page import format_bytes
 from fedlib.algorithms import COMET, COSMOS, Ditto, FedBABU, FedCT, FedMD, FedRep
 from fedlib.algorithms.cosmos import LocalOnly, cosmos_history
@@ -122,8 +122,6 @@ def sweep_reads(study: str, sweeps: Mapping[str, Sequence], column: str = "mean"
     >>> sweep_reads("λ", {"λ": [0.0]}), sweep_reads("T", {"λ": [0.0]})
     ({'λ = 0': Read('λ = 0', 'mean')}, None)
     """
-    from fedbook.claims import Read
-
     return {sweep_label(study, v): Read(sweep_label(study, v), column) for v in sweeps.get(study, [])} or None
 
 
