@@ -51,30 +51,16 @@ support_share = 0.1  # U_i: the public points of the classes holding at least th
 threads = 1  # torch CPU threads (1 is fastest on a shared 2-core machine)
 
 # %% tags=["hide-input"]
-import functools
-import math
 import time
 
 import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
 import sympy as sp
-from matplotlib.ticker import MaxNLocator
-from myst_nb import glue
 
-from fedlib.algorithms.cosmos import COSMOS
-from fedbook.page import format_number, setup, show_table
 from fedbook.checks import CheckTable
-from fedlib.data import load_dataset
-from fedlib.distill import make_public_set
-from fedbook.studies.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
-                                              consistency_gradient_checks, cosmos_iterations, lemma52_random_checks,
-                                              lemma_rows, monotonicity_search)
-from fedbook.studies.cosmos_synthetic import Circle, hessian_checks, synthetic_run, theory_table
-from fedlib.federation import make_federation
-from fedlib.models import ClientArchitectures, build_model
+from fedbook.page import glue_all, setup
+from fedbook.studies import cosmos_checks as cc
+from fedbook.studies.cosmos_synthetic import Circle, hessian_section, plot_risks, synthetic_run, synthetic_section
 from fedlib.rng import numpy_rng
-from fedlib.training import TrainConfig
 
 PROFILES = {
     "smoke": dict(trials=20, grid_trials=4, grid=100, mono_trials=30, lemma_trials=100, n_clients=5, rounds=2,
@@ -88,8 +74,9 @@ PROFILES = {
                   synth_settings=["mild skew", "label groups"], local_epochs=40, hessian_points=100, grad_trials=100),
 }
 P = setup(PROFILES, profile, threads=threads, trials=trials, n_clients=n_clients, rounds=rounds, synth_rounds=synth_rounds)
-checks = CheckTable()  # the closing check table
+checks = CheckTable()  # the closing check table; each section's function of fedbook.studies.cosmos_checks records its rows
 TOL = 1e-12  # round-off allowance of the float64 comparisons
+R = {}  # the numbers the prose reads, glued at the end
 print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients} clients, {P.rounds} COSMOS iterations")
 
 # %% [markdown]
@@ -127,38 +114,9 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 # points and $C$ classes, with $B_0$ a random quantile of the instance's pairwise distances.
 
 # %% tags=["hide-input"]
-A1 = algorithm1_checks(numpy_rng(seed, 301), P.trials, tol=TOL)  # fedbook.studies.cosmos_checks
-radius_excess, diam_excess, worst_ratio, rule_bad = A1["radius_excess"], A1["diam_excess"], A1["worst_ratio"], A1["rule_bad"]
-radius_table = pd.DataFrame({"value": [P.trials, *(A1[k] for k in ("partition_bad", "rule_bad", "radius_excess", "diam_excess",
-                                                                   "worst_ratio", "n_clusters", "over_b0", "inst_over_b0"))]},
-    index=pd.Index(["random instances", "instances whose output is not a partition with seeds in their own cluster",
-                    "greedy steps that differ from Algorithm 1 replayed", "max over members of d(seed, j) − B₀",
-                    "max over clusters of diameter − 2B₀", "worst diameter / (2B₀)", "clusters formed",
-                    "clusters whose diameter exceeds B₀", "instances with a cluster of diameter > B₀"], name="quantity"))
-glue("s1_trials", int(P.trials), display=False)
-glue("s1_radius", float(radius_excess), display=False)
-glue("s1_diam_sentence", f"is {diam_excess:.2e} (negative: no diameter reaches 2B₀)" if diam_excess < 0 else
-     f"is {diam_excess:.1e}: a diameter attains 2B₀ up to round-off" if diam_excess <= TOL else
-     f"is {diam_excess:.2e}: a diameter exceeds 2B₀", display=False)
-glue("s1_ratio", float(worst_ratio), display=False)
-glue("s1_clusters", int(A1["n_clusters"]), display=False)
-glue("s1_over", int(A1["over_b0"]), display=False)
-glue("s1_inst_over", int(A1["inst_over_b0"]), display=False)
-glue("s1_inst_over_pct", 100 * A1["inst_over_b0"] / P.trials, display=False)
-glue("s1_rule", "matches Algorithm 1 replayed step by step on every instance" if rule_bad == 0 else
-     f"differs from Algorithm 1 replayed in {rule_bad} steps", display=False)
-how = f"{P.trials} random pseudo-label instances, m ≤ 16 clients, n ≤ 40 points, C ≤ 6, B₀ a random distance quantile"
-checks.add("Algorithm 1 returns a partition: every client in exactly one cluster, each seed in its own, 1 ≤ K ≤ m",
-           how, A1["partition_bad"], 0, kind="count")
-checks.add("greedy_b0 is Algorithm 1: each seed has the most B₀-close unassigned neighbours and its cluster is exactly them",
-           how, rule_bad, 0, kind="count")
-checks.add("every member lies within B₀ of its cluster's seed (a radius)", how, max(radius_excess, 0.0), TOL)
-checks.add("every cluster's diameter is at most 2B₀ (triangle inequality), so Assumption 5.1 holds with B = 2B₀",
-           how + f"; worst diameter/(2B₀) = {worst_ratio:.3f}", max(diam_excess, 0.0), TOL)
-checks.add("B = B₀ is not enough for Assumption 5.1: some cluster diameters exceed B₀",
-           how, f"{A1['over_b0']} of {A1['n_clusters']} clusters", ok=A1["over_b0"] > 0)
-show_table(radius_table, formats={"value": lambda v: f"{v:.3g}" if isinstance(v, float) and not float(v).is_integer()
-                                  else f"{int(v):,}"})
+numbers, table = cc.algorithm1_section(checks, numpy_rng(seed, 301), P.trials, tol=TOL)
+R.update(numbers)
+table
 
 # %% [markdown]
 # On {glue:text}`s1_trials` random instances the library's greedy clustering
@@ -185,19 +143,7 @@ show_table(radius_table, formats={"value": lambda v: f"{v:.3g}" if isinstance(v,
 # smaller thresholds are the pairwise distances listed again.
 
 # %% tags=["hide-input"]
-B0S = b0_search_checks(numpy_rng(seed, 302), P.grid_trials, P.grid, tol=TOL)
-overshoot = B0S["overshoot"]
-glue("s1_grid_trials", int(P.grid_trials), display=False)
-glue("s1_grid", int(P.grid), display=False)
-glue("s1_over_max", float(overshoot.max()), display=False)
-glue("s1_over_far", int((overshoot > 1).sum()), display=False)
-how = f"{P.grid_trials} random instances, m ≤ 12, random target in 1..m"
-checks.add("b0_for_clusters reaches the target: Algorithm 1, written out again, forms at most the target number of "
-           "clusters at the returned B₀", how, B0S["reach_bad"], 0, kind="count")
-checks.add("no smaller pairwise distance reaches the target (the returned B₀ is the smallest), counted by the "
-           "independent Algorithm 1", how, B0S["smaller_bad"], 0, kind="count")
-checks.add("a brute-force fixed-step scan never finds a smaller B₀ reaching the target",
-           how + f", grid of {P.grid} steps up to the largest distance", B0S["grid_bad"], 0, kind="count")
+R.update(cc.b0_search_section(checks, numpy_rng(seed, 302), P.grid_trials, P.grid, tol=TOL))
 
 # %% [markdown]
 # On {glue:text}`s1_grid_trials` instances a scan of {glue:text}`s1_grid` equal steps lands at most
@@ -211,22 +157,7 @@ checks.add("a brute-force fixed-step scan never finds a smaller B₀ reaching th
 # ($4 \le m \le 9$ clients) and look for an increase. This is a search, not a claim either way.
 
 # %% tags=["hide-input"]
-non_monotone, example = monotonicity_search(numpy_rng(seed, 303), P.mono_trials)
-glue("s1_mono_trials", int(P.mono_trials), display=False)
-glue("s1_mono_found", int(non_monotone), display=False)
-if example is not None:
-    glue("s1_mono_sentence", f"One is found in {non_monotone} of {P.mono_trials} instances. In the first, with "
-         f"m = {example['m']} clients, B₀ = {example['low']:.3f} forms {example['k_low']} clusters and the larger "
-         f"B₀ = {example['high']:.3f} forms {example['k_high']}: the count is not monotone, so b0_for_clusters must "
-         "return the first threshold that reaches the target rather than bisect, and a threshold above it may form "
-         "more clusters again.", display=False)
-else:
-    glue("s1_mono_sentence", f"No increase is found in {P.mono_trials} instances; that is no proof of monotonicity.",
-         display=False)
-checks.add("the cluster count of Algorithm 1 need not fall monotonically as B₀ grows (search)",
-           f"{P.mono_trials} random instances, 4 ≤ m ≤ 9, every candidate B₀",
-           f"{non_monotone} non-monotone instances" if non_monotone else "none found",
-           ok=non_monotone > 0, partly=True)
+R.update(cc.monotonicity_section(checks, numpy_rng(seed, 303), P.mono_trials))
 
 # %% [markdown]
 # {glue:text}`s1_mono_sentence`
@@ -269,27 +200,7 @@ checks.add("the cluster count of Algorithm 1 need not fall monotonically as B₀
 # step of the proof chain, the diameter reading, and the per-sample-mean reading.
 
 # %% tags=["hide-input"]
-LM = lemma52_random_checks(numpy_rng(seed, 311), P.lemma_trials, tol=TOL)
-lemma_bad, chain_bad, mean_reading_bad, bound_terms = LM["lemma_bad"], LM["chain_bad"], LM["mean_reading_bad"], LM["bound_terms"]
-n_lemma = len(LM["slack"])
-glue("lm_trials", int(n_lemma), display=False)
-glue("lm_mean_bad", int(mean_reading_bad), display=False)
-glue("lm_mean_bad_pct", 100 * mean_reading_bad / max(n_lemma, 1), display=False)
-glue("lm_median_term", float(np.median(bound_terms)), display=False)
-glue("lm_vacuous_pct", 100 * float(np.mean(np.array(bound_terms) >= 1)), display=False)
-glue("lm_reading", "the lemma holds on every one, and so does every step of the proof chain" if lemma_bad + chain_bad == 0
-     else f"the lemma fails on {lemma_bad} and the proof chain on {chain_bad} of them", display=False)
-how = f"{n_lemma} random instances (m ≤ 8, n ≤ 60, C ≤ 6, random U_i), fedlib.distill.lemma52"
-checks.add("Lemma 5.2: Err_{U_i}(f̄_k) ≤ Err_{U_i}(f_i) + 2B/(γ|U_i|), with 2B = max_j d_{U_i}(i, j) (sums over U_i)",
-           how, lemma_bad, 0, kind="count")
-checks.add("the proof chain: γ|Bad| ≤ Σ_{U_i}‖f̄ − f_i‖₁ ≤ mean_j d_{U_i}(i, j) ≤ max_j d_{U_i}(i, j) = 2B", how,
-           chain_bad, 0, kind="count")
-checks.add("with B the cluster's diameter (Assumption 5.1) the lemma holds with B/(γ|U_i|): the factor 2 is spare",
-           how, LM["diam_bad"], 0, kind="count")
-checks.add("the margin-profile version min_τ [P(Δ < τ) + 2B/(τ|U_i|)] is also a valid bound", how, LM["profile_bad"], 0,
-           kind="count")
-checks.add("B must be a sum over U_i: read as a per-sample mean (B/|U_i|) the bound is false",
-           how, f"{mean_reading_bad} counterexamples", ok=mean_reading_bad > 0)
+R.update(cc.lemma52_section(checks, numpy_rng(seed, 311), P.lemma_trials, tol=TOL))
 
 # %% [markdown]
 # On {glue:text}`lm_trials` random instances (ties in the client's top two classes, where
@@ -313,79 +224,12 @@ checks.add("B must be a sum over U_i: read as a per-sample mean (B/|U_i|) the bo
 # classes do not count), and $U_i$ is the public points whose hidden class is one of them.
 
 # %% tags=["hide-input"]
-ADAM = functools.partial(TrainConfig, batch_size=32, optimizer="adam")
-uci = load_dataset("uci8")
-public, rest, hidden = make_public_set(uci, 0.2, seed=seed)
-fed = make_federation(rest, n_clients=P.n_clients, partition="grouped_dirichlet", n_groups=5, alpha=5.0,
-                      pool_fraction=0.1, global_test_per_class=10, seed=seed)
-archs = ClientArchitectures.mixture({"cnn": {"model": "cnn", "width": 8, "feature_dim": 32},
-                                     "mlp": {"model": "mlp", "hidden": (64,)}}, P.n_clients, in_channels=1,
-                                    n_classes=uci.n_classes, input_size=8)
-server_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=uci.n_classes, input_size=8, hidden=(256,))
-method = COSMOS(public=public, server_model=server_fn, server_train=ADAM(epochs=P.server_epochs, lr=1e-3),
-                pretrain=ADAM(epochs=P.pretrain_epochs, lr=1e-3), train=ADAM(epochs=3, lr=1e-3),
-                distill=ADAM(epochs=1, lr=1e-3), target_clusters=5, seed=seed)
-counts = fed.train_counts()
-held = [np.flatnonzero(c / c.sum() >= support_share) for c in counts]
-iterations = cosmos_iterations(method, fed, archs, P.rounds, seed)  # per round t: pseudo-labels, grouping, clustering record
-real = lemma_rows(iterations, held, hidden, tol=TOL)
-summary = real.groupby("t").agg(**{
-    "client-iterations": ("client", "size"), "lemma holds": ("holds", "mean"), "median |U_i|": ("|U_i|", "median"),
-    "median γ": ("γ", "median"), "median 2B": ("2B", "median"), "median 2B/(γ|U_i|)": ("2B/(γ|U_i|)", "median"),
-    "vacuous (term ≥ 1)": ("2B/(γ|U_i|)", lambda v: float((v >= 1).mean())),
-    "median gap Err(f̄) − Err(f_i)": ("gap", "median"), "median margin-profile term": ("margin-profile term", "median")})
-b0 = iterations[0]["history"]["b0"]
-radius_over_time = assumption51_over_time(iterations)
-n_real = len(real)
-glue("rr_clients", int(P.n_clients), display=False)
-glue("rr_share", float(support_share), display=False)
-glue("rr_rounds", int(P.rounds), display=False)
-glue("rr_n", int(n_real), display=False)
-glue("rr_b0", float(b0), display=False)
-glue("rr_k", int(radius_over_time["clusters"].iloc[0]), display=False)
-glue("rr_public", int(len(public)), display=False)
-glue("rr_holds_pct", 100 * float(real["holds"].mean()), display=False)
-glue("rr_median_gamma", float(real["γ"].median()), display=False)
-glue("rr_min_gamma", float(real["γ"].min()), display=False)
-glue("rr_median_term", float(real["2B/(γ|U_i|)"].median()), display=False)
-glue("rr_vacuous_pct", 100 * float((real["2B/(γ|U_i|)"] >= 1).mean()), display=False)
-glue("rr_median_gap", float(real["gap"].median()), display=False)
-glue("rr_max_gap", float(real["gap"].max()), display=False)
-glue("rr_median_profile", float(real["margin-profile term"].median()), display=False)
-glue("rr_profile_useful_pct", 100 * float((real["margin-profile term"] < 1).mean()), display=False)
-mean_reading_fail = int((~real["mean reading holds"]).sum())
-glue("rr_mean_reading_sentence", f"The per-sample-mean reading of B fails on {mean_reading_fail} of the real "
-     "client-iterations." if mean_reading_fail else "On these runs even the per-sample-mean reading of B never fails, "
-     "because the mean is rarely worse than the client on its support; the random instances above are what expose it.",
-     display=False)
-glue("rr_better_pct", 100 * float((real["gap"] < 0).mean()), display=False)
-glue("rr_worse_pct", 100 * float((real["gap"] > 0).mean()), display=False)
-glue("rr_diam_max", float(radius_over_time["max diameter / B₀"].max()), display=False)
-glue("rr_radius_max", float(radius_over_time["max seed radius / B₀"].max()), display=False)
-later = radius_over_time.iloc[1:]
-glue("rr_later_sentence", "With a single iteration there is no later round to look at." if later.empty else (
-    f"In the later rounds the clusters are kept fixed (π is set after the first round) while the labels move: the "
-    f"largest distance of a member from its seed reaches {later['max seed radius / B₀'].max():.2f} B₀ and the largest "
-    f"diameter {later['max diameter / B₀'].max():.2f} B₀, so " + (
-        "the diameter stays within 2B₀ on this run, as the paper expects, though nothing enforces it."
-        if later["max diameter / B₀"].max() <= 2 + TOL else
-        "the diameter leaves 2B₀: Assumption 5.1 with B = 2B₀ is not maintained after the first round on this run.")),
-     display=False)
-how = f"{n_real} client-iterations: {P.n_clients} clients × {P.rounds} COSMOS iterations on UCI digits"
-checks.add("Lemma 5.2 on real COSMOS runs (U_i from the support rule, B summed over U_i)", how,
-           int((~real["holds"]).sum()), 0, kind="count")
-checks.add("Lemma 5.2 on real runs with Assumption 5.1's B (the cluster's diameter over U at iteration t)", how,
-           int((~real["holds, B = diameter on U"]).sum()), 0, kind="count")
-checks.add("on real runs the lemma's term 2B/(γ|U_i|) is informative (below 1)", how,
-           f"below 1 for {100 - 100 * float((real['2B/(γ|U_i|)'] >= 1).mean()):.0f} % of them",
-           ok=bool((real["2B/(γ|U_i|)"] < 1).all()), partly=bool((real["2B/(γ|U_i|)"] < 1).any()))
-if not later.empty:
-    checks.add("Assumption 5.1 persists after round 1 (the paper: 'expected to continue to hold'): diameters ≤ 2B₀",
-               f"the clusters of round 1 re-measured in rounds 2..{P.rounds}",
-               f"max diameter {later['max diameter / B₀'].max():.2f} B₀",
-               ok=bool(later["max diameter / B₀"].max() <= 2 + TOL))
-show_table(summary, digits={"lemma holds": 2, "median |U_i|": 0, "median γ": 4, "median 2B": 1, "median 2B/(γ|U_i|)": 2,
-                            "vacuous (term ≥ 1)": 2, "median gap Err(f̄) − Err(f_i)": 3, "median margin-profile term": 2})
+REAL = cc.real_runs(seed, n_clients=P.n_clients, rounds=P.rounds, pretrain_epochs=P.pretrain_epochs,
+                    server_epochs=P.server_epochs)  # per round t: pseudo-labels, grouping, clustering record
+real = REAL.lemma_rows(support_share, tol=TOL)  # Lemma 5.2 per client-iteration
+numbers, tables = cc.real_run_section(checks, REAL, real, support_share=support_share, tol=TOL)
+R.update(numbers)
+tables["summary"]
 
 # %% [markdown]
 # Over the {glue:text}`rr_n` client-iterations (the threshold $B_0 =$ {glue:text}`rr_b0:.1f`,
@@ -404,15 +248,14 @@ show_table(summary, digits={"lemma holds": 2, "median |U_i|": 0, "median γ": 4,
 # per-client table:
 
 # %% tags=["hide-input", "hide-output"]
-show_table(real.drop(columns=["holds, B = diameter on U", "mean reading holds", "S/(γ|U_i|)"]).set_index(["t", "client"]),
-           digits={"γ": 4, "2B": 1, "Err(f_i)": 3, "Err(f̄)": 3, "2B/(γ|U_i|)": 2, "gap": 3, "margin-profile term": 2})
+tables["per client"]
 
 # %% [markdown]
 # Assumption 5.1 itself, re-measured on the clusters of round 1 at every round (distances in units
 # of $B_0$):
 
 # %% tags=["hide-input"]
-show_table(radius_over_time, digits={"max seed radius / B₀": 2, "max diameter / B₀": 2})
+tables["over time"]
 
 # %% [markdown]
 # In round 1 the largest diameter is at most $2B_0$ by construction. {glue:text}`rr_later_sentence`
@@ -500,57 +343,10 @@ synth = {setting: synthetic_run(setting, seed=seed, n_clients=P.synth_clients, n
 # the control: the same federation, models and streams, the cluster teacher never sent back (no digest, no consistency)
 control = {setting: synthetic_run(setting, seed=seed, n_clients=P.synth_clients, n_eval=P.n_eval, local_epochs=P.local_epochs,
                                   rounds=P.synth_rounds, circle=SY, teacher=False) for setting in P.synth_settings}
-theory = theory_table(synth, control)
-for key, value in dict(radius=SY.radius, wd=SY.weight_decay, noise=SY.noise, lam=SY.lam, lam_c=SY.lam / (2 - SY.lam)).items():
-    glue(f"sy_{key}", float(value), display=False)
-glue("sy_clients", int(P.synth_clients), display=False)
-glue("sy_pool_pct", 100 * SY.pool, display=False)
-glue("sy_n_eval", f"{P.n_eval:,}", display=False)
-glue("sy_rounds", int(P.synth_rounds), display=False)
-sentences = []
-for setting, row in theory.iterrows():
-    ratio, ratio_ex = row["fitted ratio of R†"], row["fitted ratio of R† − Bayes"]
-    sentences.append(
-        f"*{setting}*: w1 = {format_number(row['w1'], '.2f')} and w2 = {format_number(row['w2'], '.2f')} (Monte Carlo over "
-        f"the sampled region: {format_number(row['w1 (Monte Carlo)'], '.3g')} and "
-        f"{format_number(row['w2 (Monte Carlo)'], '.3g')}), b̄ = {row['b̄']:.3f}, "
-        + ("so Assumption 5.8 holds" if row["b̄ ≤ 1/3 (Ass. 5.8)"] else "so Assumption 5.8 (b̄ ≤ 1/3) fails")
-        + (" and the necessary condition 1/b̄ > 2w1w2 + 1 holds; " if row["1/b̄ > 2w1w2 + 1"] else
-           " and the necessary condition 1/b̄ > 2w1w2 + 1 fails; ")
-        + f"κ2 is at least {format_number(row['κ2 ≥'])}"
-        + (", so κ2 < 1 is possible if the unmeasurable c̄ is large enough. " if row["κ2 ≥"] < 1 else
-           ", so the theorems' rate cannot be below 1 here. ")
-        + f"Over {P.synth_rounds} iterations the personalization risk goes from {row['R† first']:.4f} to "
-        f"{row['R† last']:.4f} (Bayes risk {row['Bayes risk']:.4f}, local training alone {row['local only']:.4f}): a fitted "
-        f"per-iteration ratio of {format_number(ratio)} for the risk and {format_number(ratio_ex)} for its excess over the "
-        f"Bayes risk, against {format_number(row['fitted ratio without the teacher'])} for the excess when the cluster "
-        "teacher is never sent back.")
-glue("sy_sentences", " ".join(sentences), display=False)
-if "label groups" in synth:
-    lg = synth["label groups"]
-    glue("sy_groups_sentence", "Under label groups a client that lacks a class has w2 = ∞, and the cluster teachers, "
-         "trained on their group's pseudo-labels, misclassify the other group's classes: their largest error on Q is "
-         f"{float(lg.frame['b̄ on Q'].max()):.3f}. With full-support distributions Q_i = Q, so under label skew "
-         "Assumption 5.8 asks the teachers to be right on classes their clients barely hold, which those "
-         "clients' pseudo-labels cannot teach.", display=False)
-else:
-    glue("sy_groups_sentence", "(The label-group federation runs at the book and paper profiles.)", display=False)
-for setting, row in theory.iterrows():
-    checks.add(f"{setting}: Assumption 5.8 (b̄ ≤ 1/3) and the necessary condition 1/b̄ > 2 w1 w2 + 1",
-               f"{P.synth_clients} linear clients, {P.synth_rounds} iterations, errors on {P.n_eval:,} fresh samples",
-               f"b̄ = {row['b̄']:.3f}, w1 w2 = {format_number(row['w1'] * row['w2'], '.2f')}",
-               ok=bool(row["b̄ ≤ 1/3 (Ass. 5.8)"] and row["1/b̄ > 2w1w2 + 1"]))
-    ratio_ex, ratio_ctl = row["fitted ratio of R† − Bayes"], row["fitted ratio without the teacher"]
-    checks.add(f"{setting}: the personalization risk's excess over the Bayes risk contracts faster with the cluster teacher "
-               "than without it (the control: the same federation, the teacher never sent back)",
-               f"least squares on log(R† − Bayes) over {P.synth_rounds} iterations, COSMOS against the control",
-               f"ratio {format_number(ratio_ex)} against {format_number(ratio_ctl)} without the teacher; κ2 ≥ "
-               f"{format_number(row['κ2 ≥'])}", ok=ratio_ex is not None and ratio_ctl is not None and ratio_ex < ratio_ctl)
-show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
-           formats={"w2": lambda v: format_number(v, ".2f"), "κ2 ≥": lambda v: format_number(v, ".3g"),
-                    "κ2 ≥ (Monte Carlo w)": lambda v: format_number(v, ".3g"),
-                    "fitted ratio of R†": format_number, "fitted ratio of R† − Bayes": format_number,
-                    "fitted ratio without the teacher": format_number})
+numbers, table = synthetic_section(checks, synth, control, circle=SY, n_clients=P.synth_clients, rounds=P.synth_rounds,
+                                   n_eval=P.n_eval)
+R.update(numbers)
+table
 
 # %% [markdown]
 # {glue:text}`sy_sentences` The lower bound on $\kappa_2$ and the observed ratio measure different
@@ -568,20 +364,7 @@ show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
 # (`tests/test_cosmos_chapters.py`). {glue:text}`sy_groups_sentence`
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "COSMOS on the synthetic circle federations: the personalization risk R† of the cluster models and the mean risk of the clients' own models after each iteration's local training, with each setting's mean Bayes risk (dotted) and the risk of local training alone (dashed).", "name": "fig-cosmos-synthetic-risk"}, "image": {"alt": "Line plots of risk against the COSMOS iteration, one panel per synthetic setting: a solid line for the cluster models' personalization risk, a line with markers for the clients' own models, a dotted horizontal line at the Bayes risk and a dashed one at the risk of local training alone."}}
-fig, axes = plt.subplots(1, len(synth), figsize=(4.2 * len(synth), 3.2), squeeze=False)
-for ax, (setting, res) in zip(axes[0], synth.items()):
-    f = res.frame
-    ax.plot(f.index, f["R†(h)"], "-", color="tab:blue", label="R† (cluster models)")
-    ax.plot(f.index, f["mean R(f_i^(t,1))"], "o-", ms=3, color="tab:orange", label="clients' own models")
-    ax.axhline(res.bayes, ls=":", color="black", label="Bayes risk")
-    ax.axhline(res.local, ls="--", color="grey", label="local training alone")
-    ax.set_title(setting)
-    ax.set_xlabel("iteration t")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-axes[0, 0].set_ylabel("risk on D_i")
-handles, labels_ = axes[0, 0].get_legend_handles_labels()
-fig.legend(handles, labels_, loc="lower center", ncol=4, fontsize=8, frameon=False)
-fig.tight_layout(rect=(0, 0.1, 1, 1))
+plot_risks(synth)
 plt.show()
 
 # %% [markdown]
@@ -593,23 +376,9 @@ plt.show()
 # for three augmentation radii.
 
 # %% tags=["hide-input"]
-H = hessian_checks(synth, seed=seed, hessian_points=P.hessian_points, circle=SY)
-flat_err, final_min, large_neg = H["flat_err"], H["final_min"], H["large_neg"]
-glue("sy_n_params", int(H["n_params"]), display=False)
-glue("sy_h_points", int(P.hessian_points), display=False)
-glue("sy_flat", float(flat_err), display=False)
-glue("sy_shift_dims", int(H["shift_dims"]), display=False)
-glue("sy_final_min", final_min, display=False)
-glue("sy_small_min", float(H["small_min"]), display=False)
-glue("sy_large_neg_pct", 100 * large_neg, display=False)
-checks.add("without the ridge a linear softmax client's objective is flat along the D + 1 logit-shift directions (μ = 0)",
-           "Hessian of F̂ times the shift basis, every point evaluated", flat_err, 1e-10)
-checks.add("at the clients' final parameters F̂ is convex off the shift directions (so μ = the ridge weight)",
-           "smallest Hessian eigenvalue on the complement", f"{final_min:.2e}", ok=final_min > -1e-9)
-checks.add("the paper's two-sided consistency term keeps F̂ convex for larger augmentation radii",
-           f"{P.hessian_points} random parameter points per radius 1 and 3",
-           f"negative curvature at {100 * large_neg:.0f} % of them", ok=large_neg == 0)
-show_table(H["table"], digits={"smallest eigenvalue off the shift directions": 4, "share of points with negative curvature": 2})
+numbers, table = hessian_section(checks, synth, seed=seed, hessian_points=P.hessian_points, circle=SY)
+R.update(numbers)
+table
 
 # %% [markdown]
 # The Hessian annihilates the {glue:text}`sy_shift_dims` shift directions to
@@ -670,35 +439,7 @@ checks.add("∂KL(p‖q)/∂z = p ⊙ (a − ⟨p, a⟩), a = log p − log q + 
 # `detach_target`, whose difference must be exactly $\lambda/n$ times the clean branch.
 
 # %% tags=["hide-input"]
-CG = consistency_gradient_checks(numpy_rng(seed, 341), seed, P.grad_trials)
-err_logits, err_none, err_params_nd, err_params_d = CG["err_logits"], CG["err_none"], CG["err_params_nd"], CG["err_params_d"]
-err_objective, clean_grad_is_none, rel_diff, cosines = CG["err_objective"], CG["clean_grad_is_none"], CG["rel_diff"], CG["cosines"]
-clean_share = CG["clean_share"]
-glue("cg_trials", int(P.grad_trials), display=False)
-glue("cg_err_logits", float(err_logits), display=False)
-glue("cg_err_nd", float(err_params_nd), display=False)
-glue("cg_err_d", float(err_params_d), display=False)
-glue("cg_err_obj", float(err_objective), display=False)
-glue("cg_rel_min", float(np.min(rel_diff)), display=False)
-glue("cg_rel_median", float(np.median(rel_diff)), display=False)
-glue("cg_cos_min", float(np.min(cosines)), display=False)
-glue("cg_cos_median", float(np.median(cosines)), display=False)
-glue("cg_share_median", float(np.median(clean_share)), display=False)
-glue("cg_close_sentence", "The two gradients are not close:" if float(np.min(rel_diff)) > 0.01 else
-     "On some trials the two gradients nearly coincide:", display=False)
-glue("cg_none", "no gradient at all (autograd returns None: the clean logits are not in the graph)" if clean_grad_is_none
-     else "a gradient", display=False)
-how = f"{P.grad_trials} random MLPs (float64) and batches, noise radius 0.05 to 1"
-checks.add("autograd's logit gradients of the consistency term equal the hand-derived formulas", how, err_logits, 1e-12)
-checks.add("with the detach the clean branch gets no gradient, and the augmented branch's is q − p", how,
-           f"None on every trial, max error {err_none:.1e}" if clean_grad_is_none else "a clean-branch gradient exists",
-           ok=clean_grad_is_none and err_none <= 1e-12)
-checks.add("parameter gradient without the detach = augmented-branch VJP + clean-branch VJP; with it = augmented VJP only",
-           how, max(err_params_nd, err_params_d), 1e-12)
-checks.add("distillation_objective: the two detach_target settings differ by exactly λ/n times the clean branch",
-           how + ", random λ in [0.5, 5]", err_objective, 1e-12)
-checks.add("the detach changes the gradient (relative difference > 1 % on every trial)", how,
-           f"min relative difference {np.min(rel_diff):.3f}", ok=float(np.min(rel_diff)) > 0.01)
+R.update(cc.consistency_gradient_section(checks, numpy_rng(seed, 341), seed, P.grad_trials))
 
 # %% [markdown]
 # The logit gradients match the formulas to {glue:text}`cg_err_logits:.1e`, the parameter gradients
@@ -716,9 +457,7 @@ checks.add("the detach changes the gradient (relative difference > 1 % on every 
 # ## The check table
 
 # %% tags=["remove-cell"]
-glue("n_checks", len(checks), display=False)
-glue("n_fail", checks.n_fail, display=False)
-glue("deriv_seconds", float(P.elapsed()), display=False)
+R.update(n_checks=len(checks), n_fail=checks.n_fail, deriv_seconds=float(P.elapsed()))
 
 # %% tags=["hide-input"]
 checks.show()
@@ -740,64 +479,8 @@ checks.show()
 
 # %% tags=["remove-cell"]
 t_ex = time.perf_counter()
-# Exercise 1: the support rule's threshold, on the stored pseudo-labels of the real run
-EX1_SHARES = sorted({0.02, support_share, 0.3})
-ex1 = []
-for share in EX1_SHARES:
-    rows_ = lemma_rows(iterations, [np.flatnonzero(c / c.sum() >= share) for c in counts], hidden, tol=TOL)
-    ex1.append({"support share": share, "median |U_i|": float(rows_["|U_i|"].median()),
-                "median γ": float(rows_["γ"].median()), "median 2B/(γ|U_i|)": float(rows_["2B/(γ|U_i|)"].median()),
-                "median Err(f_i)": float(rows_["Err(f_i)"].median()), "median gap": float(rows_["gap"].median()),
-                "lemma holds": float(rows_["holds"].mean())})
-ex1 = pd.DataFrame(ex1).set_index("support share")
-glue("ex1_shares", ", ".join(f"{s:g}" for s in EX1_SHARES), display=False)
-glue("ex1_gamma_low", float(ex1["median γ"].iloc[0]), display=False)
-glue("ex1_gamma_high", float(ex1["median γ"].iloc[-1]), display=False)
-glue("ex1_term_low", float(ex1["median 2B/(γ|U_i|)"].iloc[0]), display=False)
-glue("ex1_term_high", float(ex1["median 2B/(γ|U_i|)"].iloc[-1]), display=False)
-term = ex1["median 2B/(γ|U_i|)"].to_numpy()
-glue("ex1_reading", "The term shrinks as the support rule admits fewer classes:" if term[-1] < term[0] else
-     "Here the term does not shrink as the support rule admits fewer classes:", display=False)
-glue("ex1_table", show_table(ex1, digits={"median |U_i|": 0, "median γ": 4, "median 2B/(γ|U_i|)": 2,
-                                          "median Err(f_i)": 3, "median gap": 3, "lemma holds": 2}), display=False)
-
-# Exercise 2: tighter versions of the lemma's term on the same client-iterations
-tight = pd.DataFrame({"2B/(γ|U_i|) (the lemma)": real["2B/(γ|U_i|)"],
-                      "S/(γ|U_i|) (stop at step iii)": real["S/(γ|U_i|)"],
-                      "margin-profile term": real["margin-profile term"], "actual |Bad|/|U_i|": real["bad"] / real["|U_i|"]})
-ex2 = tight.agg(["median", lambda v: float((v < 1).mean())]).T
-ex2.columns = ["median", "share below 1"]
-glue("ex2_lemma", float(ex2.loc["2B/(γ|U_i|) (the lemma)", "median"]), display=False)
-glue("ex2_S", float(ex2.loc["S/(γ|U_i|) (stop at step iii)", "median"]), display=False)
-glue("ex2_profile", float(ex2.loc["margin-profile term", "median"]), display=False)
-glue("ex2_actual", float(ex2.loc["actual |Bad|/|U_i|", "median"]), display=False)
-glue("ex2_S_useful", 100 * float(ex2.loc["S/(γ|U_i|) (stop at step iii)", "share below 1"]), display=False)
-med = ex2["median"]
-if med["margin-profile term"] > 0 and med["S/(γ|U_i|) (stop at step iii)"] > 0 and math.isfinite(med["2B/(γ|U_i|) (the lemma)"]):
-    loss_margin = float(med["2B/(γ|U_i|) (the lemma)"] / med["margin-profile term"])
-    loss_distance = float(med["2B/(γ|U_i|) (the lemma)"] / med["S/(γ|U_i|) (stop at step iii)"])
-    glue("ex2_reading", ("The division by the minimum margin costs the most" if loss_margin > loss_distance else
-                         "The distance steps cost more than the division by the minimum margin")
-         + f": in the median, a threshold that lets a few uncertain points count as bad divides the term by "
-         f"{loss_margin:.1f}, while stopping at S (dropping the triangle inequality and the max over members) "
-         f"divides it by {loss_distance:.1f}.", display=False)
-else:
-    glue("ex2_reading", "At this profile the median client shares its cluster with nobody or has γ = 0, so the "
-         "medians cannot be compared; the book profile's clusters can.", display=False)
-glue("ex2_table", show_table(ex2, digits={"median": 3, "share below 1": 2}), display=False)
-
-# Exercise 3: the smallest number of clients with a non-monotone cluster count
-rng = numpy_rng(seed, 351)
-EX3_M = list(range(3, 8))
-EX3_TRIALS = max(20, P.mono_trials // 2)
-ex3 = [{"clients m": m, "instances": EX3_TRIALS, "non-monotone": monotonicity_search(rng, EX3_TRIALS, m=m)[0]} for m in EX3_M]
-ex3 = pd.DataFrame(ex3).set_index("clients m")
-smallest = ex3.index[ex3["non-monotone"] > 0]
-glue("ex3_trials", int(EX3_TRIALS), display=False)
-glue("ex3_sentence", f"The smallest m with a counterexample in this search is {int(smallest[0])}." if len(smallest)
-     else f"No counterexample is found for m up to {EX3_M[-1]} in this search.", display=False)
-glue("ex3_table", show_table(ex3), display=False)
-glue("ex_seconds", float(time.perf_counter() - t_ex), display=False)
+R.update(cc.exercise_numbers(REAL, real, numpy_rng(seed, 351), support_share=support_share, mono_trials=P.mono_trials, tol=TOL))
+glue_all({**R, "ex_seconds": float(time.perf_counter() - t_ex)})
 
 # %% [markdown]
 # ### Exercise 1: Which public points are "in the support"?

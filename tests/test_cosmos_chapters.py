@@ -277,3 +277,68 @@ def test_the_contraction_check_compares_with_the_control_and_fails_when_the_teac
     monkeypatch.setattr(COSMOS, "configure_train", WithoutTeacher.configure_train)
     ratio, control = _contraction_check()
     assert not ratio < control and ratio == control
+
+
+# ---- the chapter's sections: the rows they record and the numbers they return ---------------------
+
+def test_the_random_instance_sections_record_their_rows_and_return_what_the_checks_measured():
+    from fedbook.checks import CheckTable
+
+    checks = CheckTable()
+    numbers, table = cc.algorithm1_section(checks, numpy_rng(0, 301), 15)
+    A1 = algorithm1_checks(numpy_rng(0, 301), 15)  # the same stream: the same instances
+    assert len(checks) == 5 and checks.n_fail == 0 and "random instances" in table.to_html()
+    assert (numbers["s1_trials"], numbers["s1_clusters"], numbers["s1_over"]) == (15, A1["n_clusters"], A1["over_b0"])
+    assert numbers["s1_rule"] == "matches Algorithm 1 replayed step by step on every instance"
+    assert numbers["s1_inst_over_pct"] == 100 * A1["inst_over_b0"] / 15
+    numbers = cc.b0_search_section(checks, numpy_rng(0, 302), 4, 60)
+    assert len(checks) == 8 and numbers["s1_grid"] == 60 and numbers["s1_over_max"] <= 1 + 1e-12
+    numbers = cc.monotonicity_section(checks, numpy_rng(0, 303), 30)
+    found, example = monotonicity_search(numpy_rng(0, 303), 30)
+    assert len(checks) == 9 and numbers["s1_mono_found"] == found
+    assert numbers["s1_mono_sentence"].startswith(f"One is found in {found} of 30" if found else "No increase is found")
+    numbers = cc.lemma52_section(checks, numpy_rng(0, 311), 40)
+    assert len(checks) == 14 and numbers["lm_reading"].startswith("the lemma holds on every one")
+    assert numbers["lm_trials"] == len(lemma52_random_checks(numpy_rng(0, 311), 40)["slack"])
+    numbers = cc.consistency_gradient_section(checks, numpy_rng(0, 341), 0, 2)
+    assert len(checks) == 19 and numbers["cg_trials"] == 2 and numbers["cg_err_logits"] < 1e-12
+    assert numbers["cg_none"].startswith("no gradient at all") and checks.n_fail == 0
+
+
+def test_the_real_run_section_and_the_exercises_on_a_small_run():
+    from fedbook.checks import CheckTable
+
+    runs = cc.real_runs(0, n_clients=5, rounds=2, pretrain_epochs=1, server_epochs=1)
+    assert [it["t"] for it in runs.iterations] == [1, 2] and runs.counts.shape == (5, 10) and len(runs.hidden) == runs.n_public
+    real = runs.lemma_rows(0.1)
+    checks = CheckTable()
+    numbers, tables = cc.real_run_section(checks, runs, real, support_share=0.1)
+    assert len(checks) == 4 and list(tables) == ["summary", "per client", "over time"]  # two rounds: the later one re-measured
+    assert (numbers["rr_n"], numbers["rr_rounds"], numbers["rr_clients"], numbers["rr_public"]) == (len(real), 2, 5, runs.n_public)
+    assert numbers["rr_holds_pct"] == 100.0 and numbers["rr_later_sentence"].startswith("In the later rounds")
+    ex = cc.exercise_numbers(runs, real, numpy_rng(0, 351), support_share=0.1, mono_trials=10)
+    assert ex["ex1_shares"] == "0.02, 0.1, 0.3" and ex["ex3_trials"] == 20 and ex["ex2_lemma"] == float(real["2B/(γ|U_i|)"].median())
+    assert str(ex["ex1_table"]).startswith("support share median |U_i|") and str(ex["ex3_table"]).startswith("instances non-monotone")
+
+
+def test_the_synthetic_sections_record_their_rows_and_draw_one_panel_per_setting():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from fedbook.checks import CheckTable
+    from fedbook.studies.cosmos_synthetic import hessian_section, plot_risks, synthetic_section
+
+    runs = {t: synthetic_run("mild skew", seed=0, n_clients=3, n_eval=200, local_epochs=1, rounds=2, teacher=t) for t in (True, False)}
+    checks = CheckTable()
+    circle = Circle()
+    numbers, table = synthetic_section(checks, {"mild skew": runs[True]}, {"mild skew": runs[False]}, circle=circle, n_clients=3,
+                                       rounds=2, n_eval=200)
+    assert len(checks) == 2 and numbers["sy_rounds"] == 2 and numbers["sy_n_eval"] == "200"
+    assert numbers["sy_lam_c"] == circle.lam / (2 - circle.lam) and numbers["sy_sentences"].startswith("*mild skew*: w1 = ")
+    assert numbers["sy_groups_sentence"] == "(The label-group federation runs at the book and paper profiles.)"
+    numbers, table = hessian_section(checks, {"mild skew": runs[True]}, seed=0, hessian_points=2, circle=circle)
+    assert len(checks) == 5 and numbers["sy_h_points"] == 2 and numbers["sy_shift_dims"] == circle.dim + 1
+    fig = plot_risks({"a": runs[True], "b": runs[False]})
+    assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
+    plt.close(fig)

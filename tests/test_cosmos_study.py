@@ -1,9 +1,11 @@
-"""The COSMOS experiments chapter's study (fedbook.studies.cosmos): its items, the bytes and
-accuracies it reads, the sensitivity reader, and one small study run end to end."""
+"""The COSMOS experiments chapter's study (fedbook.studies.cosmos): its settings, the cells of its
+studies, the bytes and accuracies they read, the frames and tables the chapter reads (by hand), the
+pilot, the numbers of its prose, and every cell run end to end through fedbook.study."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,12 +13,17 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbook.claims import SeedValues
+from fedbook.claims import Claim, Read, evaluate
+from fedbook.studies.cosmos import (BASE, FEDAVG, MAIN_METHODS, METRICS, COSMOSStudy, accuracy_points, alpha_cell, alpha_table,
+                                    exercise_cell, exercise_numbers, fedavg_bytes, fedavg_total, homogeneous_cell,
+                                    homogeneous_table, kept_clients, local_cell, main_cell, main_table, matched_epochs,
+                                    mixture_cell, mixture_table, numbers, paper_scale, pilot_cell, planted_groups, public_part,
+                                    sensitivity_table, sweep_cell, sweep_reads, sweep_settings, tidy, traffic_table,
+                                    training_bytes, verdicts)
+from fedbook.study import Study, run_study
 from fedlib.algorithms import FedAvg
 from fedlib.algorithms.cosmos import LocalOnly
 from fedlib.distill import PublicSet
-from fedbook.studies.cosmos import (COSMOSStudy, Sensitivity, accuracy_points, fedavg_bytes, kept_clients, planted_groups,
-                                       public_part, training_bytes)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.loop import per_client_table
@@ -39,24 +46,37 @@ def _study(**change) -> COSMOSStudy:
               server=dict(model="mlp", hidden=(32,)), small_server=dict(model="mlp", hidden=(8,)),
               client_train=dict(pretrain=ADAM, train=ADAM, distill=dataclasses.replace(ADAM, batch_size=64)),
               server_train=ADAM, pfl_train=SGD, finetune=dataclasses.replace(SGD, lr=0.01), temperature=1.0, lam=5.0,
-              target_clusters=2, comet_k=2, rounds=2, sweep_rounds=1, sweeps={"λ": [0.0], "clusters": [1]}, first_seed=0)
+              target_clusters=2, comet_k=2, rounds=2, sweep_rounds=1, sweeps={"λ": [0.0], "clusters": [1]})
     kw.update(change)
     return COSMOSStudy(**kw)
 
 
-def test_the_items_run_the_headline_items_on_every_seed_and_the_rest_on_the_side_seeds():
-    study = _study(n_clients=10, sweeps={"λ": [0.0, 1.0], "clusters": [1, 8], "clients": [5]}, alphas=[1.0], side_seeds=1)
-    items = study.items([0, 1])
-    kinds = [k for k, _, _ in items]
-    assert kinds.count("main") == 2 and kinds.count("homogeneous") == 2 and kinds.count("mixture") == 1
-    assert [key for k, key, s in items if k == "main"] == [True, False]  # the side seed's main item gives the sweep default
-    assert [key for k, key, s in items if k == "homogeneous"] == ["one (cnn)", "one (cnn)"]
-    assert [(key, s) for k, key, s in items if k in ("mixture", "alpha")] == [("two", 0), (1.0, 0)]
-    sweeps = [(key, s) for k, key, s in items if k == "sweep"]
-    # no run of the default: the main COSMOS run after sweep_rounds rounds is the default's
-    assert sweeps == [(("λ", 0.0), 0), (("λ", 1.0), 0), (("clusters", 1), 0), (("clusters", 8), 0), (("clients", 5), 0)]
+def test_the_sweep_grid_names_every_swept_setting_and_finds_it_back():
+    study = _study(n_clients=10, sweeps={"λ": [0.0, 1.0], "clusters": [1, 8], "clients": [5], "detach": [True]})
+    # the grid of the sweep study: every value other than the default, in the sweeps' order (the default is no run)
+    assert sweep_settings(study.sweeps) == ["λ = 0", "λ = 1", "clusters = 1", "clusters = 8", "clients = 5", "detach = 1"]
+    assert [study.swept(s) for s in sweep_settings(study.sweeps)] == [("λ", 0.0), ("λ", 1.0), ("clusters", 1), ("clusters", 8),
+                                                                       ("clients", 5), ("detach", True)]
     assert study.sweep_defaults["clients"] == 10 and study.sweep_defaults["|U| share"] == 0.2
-    assert study.side([3, 4, 5]) == [3] and _study().side([3, 4]) == [3, 4]
+    assert study.default_mixture == "cnn + mlp"
+    # a claim against every other value reads one frame per value, named as its comparator
+    assert list(sweep_reads("λ", study.sweeps)) == ["λ = 0", "λ = 1"] and sweep_reads("T", study.sweeps) is None
+    assert sweep_reads("clusters", study.sweeps)["clusters = 8"] == Read("clusters = 8", "mean")
+
+
+def test_the_study_of_the_chapters_settings():
+    P = SimpleNamespace(dataset="uci8", n_samples=None, public_share=0.2, n_clients=20, n_groups=5, alpha=5.0, pool_fraction=0.1,
+                        global_test_per_class=40, archs={"cnn": {"model": "cnn"}}, extra_archs={"weak": {"model": "mlp"}},
+                        mixtures={"one (cnn)": ["cnn"]}, server={"model": "mlp"}, small_server={"model": "mlp"},
+                        pretrain_epochs=20, local_epochs=3, rounds=4, sweep_rounds=2, lr_true=1e-3, lr_pseudo_candidates=(1e-4, 1e-3),
+                        server_epochs=3, sgd_lr=0.05, temperature=1.0, lam=5.0, target_clusters=5, comet_k=5, sweeps={"λ": [0.0]})
+    study = COSMOSStudy.from_settings(P)
+    assert matched_epochs(20, 3, 4) == 8 and study.pfl_train.epochs == 8  # (20 + 3 * 3) / 4, rounded up
+    assert (study.pfl_train.lr, study.pfl_train.momentum, study.finetune.epochs, study.finetune.lr) == (0.05, 0.9, 1, 0.01)
+    assert study.client_train["distill"].lr == 1e-4 and study.client_train["distill"].batch_size == 64
+    assert study.client_train["pretrain"].epochs == 20 and study.client_train["train"].optimizer == "adam"
+    assert study.server_train.lr == 1e-4 and study.server_train.epochs == 3
+    assert study.arch_specs == {"cnn": {"model": "cnn"}, "weak": {"model": "mlp"}} and list(study.base_mix) == ["cnn"]
 
 
 def test_a_study_is_validated():
@@ -70,8 +90,8 @@ def test_a_study_is_validated():
         _study(sweeps={"|U| share": [0.4]})
     with pytest.raises(ValueError, match="'clients' values must lie in \\[n_groups=5, n_clients=10\\)"):
         _study(n_clients=10, sweeps={"clients": [20]})
-    with pytest.raises(ValueError, match="unknown item kind 'nope'"):
-        _study().run_item(("nope", None, 0))
+    with pytest.raises(ValueError, match="unknown sweep setting 'λ = 3'; valid: λ = 0, clusters = 1"):
+        _study().swept("λ = 3")
 
 
 def test_the_split_plants_one_label_group_per_block_of_clients():
@@ -110,83 +130,65 @@ def test_training_bytes_count_training_traffic_per_client_and_round():
     assert training_bytes(run, 4, 2) == {"up": 20.0, "down": 10.0}  # two clients of four never spoke
 
 
-def test_the_chapter_reads_its_rows_per_seed_in_seed_order_by_setting():
-    # the chapter reads accuracy_points' rows with fedbook.claims.SeedValues: seed order, one setting
-    rows = pd.DataFrame({"seed": [2, 0, 1, 0], "method": ["A", "A", "A", "A"], "setting": ["x", "x", "x", "y"],
-                         "mean": [3.0, 1.0, 2.0, 9.0]})
-    per_seed = SeedValues(rows, ["method", "setting"], [0, 1, 2], value="mean")
-    assert per_seed("A", "x").tolist() == [1.0, 2.0, 3.0]
-    assert np.isnan(per_seed("A", "y")[1:]).all() and per_seed("A", "y")[0] == 9.0
+def _runs() -> dict[str, pd.DataFrame]:
+    """Hand-made frames of the chapter's studies: two seeds, side seed 0 only, one other α, one
+    other mixture, and sweeps of λ (0) and clusters (1, 8) around the defaults λ = 5 and 2 clusters."""
+    metrics = dict.fromkeys(["worst", "bottom-20 %", "P@25"], 0.0)
+    main = pd.DataFrame([{"seed": s, "method": m, "mean": 10.0 * i + s, **metrics}
+                         for s in (0, 1) for i, m in enumerate(["COSMOS", "COSMOS (client models)", "FedMD", "FedCT", "COMET"])])
+    local = pd.DataFrame([{"seed": 0, "method": "Local", "mean": 7.0, **metrics}])
+    homogeneous = pd.DataFrame([{"seed": s, "method": m, "mean": 50.0 + s, **metrics}
+                                for s in (0, 1) for m in ["COSMOS", "Ditto", "FedBABU", "FedRep"]])
+    mixture = pd.DataFrame([{"mixture": "two", "seed": 0, "method": m, "mean": x, **metrics} for m, x in (("COSMOS", 61.0), ("COMET", 62.0))])
+    alpha = pd.DataFrame([{"alpha": 1.0, "seed": 0, "method": m, "mean": x, **metrics} for m, x in (("COSMOS", 1.5), ("COMET", 36.0))])
+    default = pd.DataFrame([{"seed": s, "mean": 80.0 + s, **metrics, "clusters": 5, "purity": 1.0} for s in (0, 1)])
+    sweep = pd.DataFrame([{"setting": label, "seed": 0, "study": study, "value": value, "mean": x, **metrics, "clusters": k,
+                           "purity": 0.5} for label, study, value, x, k in (("λ = 0", "λ", "0.0", 70.0, 5), ("clusters = 1", "clusters", "1", 50.0, 1),
+                                                                              ("clusters = 8", "clusters", "8", 81.0, 8))])
+    nbytes = pd.DataFrame([{"seed": s, "method": m, "up": 100.0, "down": 300.0} for s in (0, 1) for m in ["COSMOS", *BASE]])
+    measures = pd.DataFrame([{"seed": s, "purity": 1.0, "comet_purity": 1.0, "deploy_bytes": 10.0, "n_public": 9, "test_size": 4.0,
+                              "train_size": 8.0, "params": 1000} for s in (0, 1)])
+    return {"main": main, "local": local, "homogeneous": homogeneous, "mixture": mixture, "alpha": alpha, "default": default,
+            "sweep": sweep, "bytes": nbytes, "measures": measures, "curves": pd.DataFrame(), "clusters": pd.DataFrame()}
 
 
-def _sweep_rows() -> pd.DataFrame:
-    rows = []
-    for s in (0, 1):
-        rows.append({"study": "main", "setting": "default", "seed": s, "method": "COSMOS", "mean": 99.0})
-        for study, setting, mean in (("λ", "5.0", 80.0), ("λ", "0.0", 70.0), ("λ", "1.0", 85.0), ("clients", "10", 60.0),
-                                     ("clusters", "1", 50.0), ("clusters", "8", 81.0)):
-            rows.append({"study": study, "setting": setting, "seed": s, "method": "COSMOS", "mean": mean + s,
-                         "clusters": 5 - s, "purity": 1.0})
-    return pd.DataFrame(rows)
+def test_the_frames_the_claims_read_by_hand():
+    study = _study(sweeps={"λ": [0.0], "clusters": [1, 8]})
+    F = tidy(_runs(), study, side=[0])
+    assert F["main"].method.tolist()[-1] == "Local" and F["side"].seed.unique().tolist() == [0]
+    assert Read("side", "mean", method="Local")(F).to_dict() == {0: 7.0}
+    # the mixtures: one architecture (the one-architecture COSMOS runs), the default mixture (the main runs), the others
+    mixtures = F["mixtures"]
+    assert mixtures[["mixture", "method"]].values.tolist() == [["one (cnn)", "COSMOS"], ["two", "COSMOS"], ["two", "COMET"],
+                                                             ["cnn + mlp", "COSMOS"], ["cnn + mlp", "COMET"]]
+    assert (mixtures.seed == 0).all()
+    # α: the default's rows are the main runs' on the side seeds; the change is the mean there minus at the default
+    assert Read("alphas", "mean", method="COMET", alpha=5.0)(F).tolist() == [40.0]
+    assert Read("alpha_change", "change", method="COSMOS", alpha=1.0)(F).tolist() == [1.5]
+    assert Read("alpha_change", "change", method="COMET", alpha=1.0)(F).tolist() == [-4.0]
+    # FedAvg's bytes are the model's both ways: 8 × 1000 over 400 bytes, 20 times more
+    assert Read("traffic", "log10_ratio", method="COSMOS")(F).tolist() == [np.log10(20.0)] * 2
+    # one frame per swept setting and per swept study's default (the main runs after sweep_rounds, side seeds)
+    assert Read("λ = 5", "mean")(F).to_dict() == {0: 80.0} and Read("clusters = 2", "mean")(F).to_dict() == {0: 80.0}
+    assert Read("clusters = 8", "mean")(F).tolist() == [81.0] and "clusters = None" not in F and "T = 1" not in F
+    sens = F["sensitivity"]  # λ's default first, the others' last (the order of the table's rows)
+    assert sens[["study", "value"]].values.tolist() == [["λ", "5.0"], ["λ", "0.0"], ["clusters", "1"], ["clusters", "8"],
+                                                        ["clusters", "2"]]
+    table = sensitivity_table(F, study)
+    assert table.value.tolist() == ["5.0 (default)", "0.0", "1", "8", "2 (default)"] and table.clusters.tolist()[2:] == [1.0, 8.0, 5.0]
 
 
-def test_the_sensitivity_reader_by_hand():
-    defaults = {"λ": 5.0, "clients": 20, "clusters": 5}
-    sens = Sensitivity(_sweep_rows(), defaults, {"λ": [0.0, 1.0], "clients": [10], "clusters": [1, 8]})
-    assert sens.values("λ", 5.0).tolist() == [80.0, 81.0] and sens.values("clusters", 5).tolist() == [80.0, 81.0]
-    assert {k: v.tolist() for k, v in sens.others("λ").items()} == {"λ = 0": [70.0, 71.0], "λ = 1": [85.0, 86.0]}
-    assert sens.others("T") is None  # by name, every other value: never the per-seed maximum
-    more, fewer = sens.larger_vs_smaller("clients")  # only fewer clients tried: the default against them
-    assert more.tolist() == [80.0, 81.0] and fewer.tolist() == [60.0, 61.0]
-    larger, default = sens.larger_vs_smaller("clusters")  # 8 > 5 is tried: it against the default
-    assert larger.tolist() == [81.0, 82.0] and default.tolist() == [80.0, 81.0]
-    assert sens.larger_vs_smaller("T") is None
-    largest, default = sens.largest_vs_default("clusters")
-    assert largest.tolist() == [81.0, 82.0] and default.tolist() == [80.0, 81.0]
-    assert Sensitivity(_sweep_rows(), defaults, {"clusters": [1]}).largest_vs_default("clusters") is None
-    lam = sens.study_rows("λ")
-    assert lam.setting.tolist() == ["5.0", "0.0", "1.0", "5.0", "0.0", "1.0"]
-    clusters = sens.study_rows("clusters")  # its own runs, then the default's, relabelled
-    assert clusters.setting.tolist() == ["1", "8", "1", "8", "5", "5"] and (clusters.study == "clusters").all()
-    assert clusters["mean"].tolist() == [50.0, 81.0, 51.0, 82.0, 80.0, 81.0]
-
-def test_a_small_study_runs_every_kind_and_counts_pseudo_label_bytes():
-    study = _study(alphas=[1.0], sweeps={"λ": [0.0], "clusters": [1], "|U| share": [0.1]})
-    res = study.run([0])
-    assert len(study.items([0])) == 7 and res.seconds > 0
-    main = res.rows[res.rows.study == "main"]
-    assert main.method.tolist() == ["COSMOS", "COSMOS (client models)", "FedMD", "FedCT", "COMET", "Local"]
-    assert sorted(res.rows[res.rows.study == "homogeneous"].method) == ["Ditto", "FedBABU", "FedRep"]
-    mixture = res.rows[res.rows.study == "mixture"]
-    assert mixture.groupby("setting").method.apply(list).to_dict() == {"one (cnn)": ["COSMOS"], "two": ["COSMOS", "COMET"]}
-    assert res.rows[res.rows.study == "alpha"][["setting", "method"]].values.tolist() == [["1.0", "COSMOS"], ["1.0", "COMET"]]
-    sweeps = res.rows[~res.rows.study.isin(["main", "mixture", "homogeneous", "alpha"])]
-    assert sweeps[["study", "setting"]].values.tolist() == [["λ", "5.0"], ["λ", "0.0"], ["clusters", "1"], ["|U| share", "0.1"]]
-    assert (sweeps.loc[sweeps.setting == "1", "clusters"] == 1).all()
-    # the sweep default is the main COSMOS run after sweep_rounds rounds: the same scores as a run of that many rounds
-    default = study.run_item(("sweep", ("λ", 5.0), 0))["rows"][0]
-    assert default == sweeps.iloc[0].to_dict()
-    first = res.main[0]
-    # a client sends its |U| × C float32 pseudo-labels every round (and its reply's metadata, a few bytes of JSON)
-    cosmos = res.nbytes[res.nbytes.method == "COSMOS"].iloc[0]
-    assert first["n_public"] * 10 * 4 <= cosmos["up"] < first["n_public"] * 10 * 4 + 100
-    assert set(res.nbytes.method) == {"COSMOS", "FedMD", "FedCT", "COMET"}
-    assert res.curves.groupby("method").size().to_dict() == {"COMET": 2, "COSMOS": 2, "FedCT": 2, "FedMD": 2}
-    assert res.clusters["round"].tolist() == [1, 2] and 0 <= first["purity"] <= 1 and first["deploy_bytes"] > 0
-    # accuracy_points: the clients' pooled scores of the last round (or of a given one), in points
-    run, method = first["first"]
-    table = per_client_table(run.frame)
-    points = accuracy_points(run.frame)
-    assert points["mean"] == pytest.approx(100 * table["pooled"].mean()) and points["worst"] == pytest.approx(100 * table["pooled"].min())
-    assert points["worst"] <= points["bottom-20 %"] <= points["mean"] and points["mean"] == main.iloc[0]["mean"]
-    assert accuracy_points(run.frame, 1)["mean"] == pytest.approx(100 * per_client_table(run.frame, 1)["pooled"].mean())
-    assert method.name == "cosmos" and np.isfinite(first["params"])
-    # FedAvg is no run: its bytes are the model's, both ways (the ledger of a real FedAvg run agrees, metadata aside)
-    fedavg = run_federated(FedAvg(train=SGD), *study.split(0)[2:3], study.architectures(["cnn"], study.n_clients, study.split(0)[2].global_test),
-                           LoopConfig(rounds=1, seed=0, evaluate_last=False))
-    measured = training_bytes(fedavg, study.n_clients, 1)
-    computed = fedavg_bytes(first["params"])
-    assert computed["down"] <= measured["down"] < computed["down"] + 200 and computed["up"] <= measured["up"] < computed["up"] + 200
+def test_the_tables_of_the_frames():
+    study = _study(sweeps={"λ": [0.0], "clusters": [1, 8]})
+    F = tidy(_runs(), study, side=[0])
+    comm = traffic_table(F)
+    assert comm.loc[FEDAVG, "total"] == 8000.0 and comm.loc["COSMOS", "FedAvg ÷ this"] == 20.0
+    assert list(mixture_table(F, study).columns) == ["one (cnn)", "cnn + mlp", "two"]
+    assert list(alpha_table(F, study).columns) == ["α = 5", "α = 1"]
+    assert main_table(F).loc["Local", "mean"] == "7.0 ± ∞" and list(main_table(F).index) == list(MAIN_METHODS)
+    assert homogeneous_table(F).loc["Ditto", "mean"] == "50.5 ± 6.4"
+    scale = paper_scale()  # fedlib's models at CIFAR-100: the parameters both ways over 2 × 10,000 × 100 float32
+    assert (scale["parameters ÷ pseudo-labels"] == 8 * scale["parameters"] / 8e6).all()
 
 
 def test_local_training_alone_is_cosmos_without_any_target():
@@ -239,14 +241,105 @@ def test_fedct_never_reads_the_pseudo_label_rate_when_every_client_takes_part_fr
 def test_the_pilot_on_fewer_clients_is_the_clients_sweep_setting():
     """A pilot on n_clients keeps the clients sweep's clients: COSMOS's pilot score is that sweep's run, bit for bit."""
     study = _study(n_clients=10, sweep_rounds=1, sweeps={"clients": [5]})
-    row = study.run_item(("sweep", ("clients", 5), 0))["rows"][0]
+    row = sweep_cell(study, 0, "clients = 5").iloc[0]
     pilot = study.pilot_scores(0, 1, ("COSMOS",), n_clients=5)
     assert list(pilot) == ["COSMOS"] and pilot["COSMOS"] == row["mean"]
+    # the pilot study's cell: the same run at the study's own rate on pseudo-labels
+    cell = pilot_cell(study, 0, lr=study.client_train["distill"].lr, method="COSMOS", rounds=1, n_clients=5)
+    assert cell["mean"].tolist() == [row["mean"]]
     with pytest.raises(ValueError, match="methods"):
         study.pilot_scores(0, 1, ("Local",))
 
 
 def test_the_clients_sweep_runs_the_kept_clients_of_the_default_federation():
     study = _study(n_clients=10, sweep_rounds=1, sweeps={"clients": [5]})
-    row = study.run_item(("sweep", ("clients", 5), 0))["rows"][0]
-    assert (row["study"], row["setting"], row["method"]) == ("clients", "5", "COSMOS") and 0 <= row["purity"] <= 1
+    row = sweep_cell(study, 0, "clients = 5").iloc[0]
+    assert (row["study"], row["value"]) == ("clients", "5") and 0 <= row["purity"] <= 1
+
+
+def test_every_cell_runs_through_the_study_runner_and_counts_pseudo_label_bytes():
+    study = _study(sweeps={"λ": [0.0], "clusters": [1], "|U| share": [0.1]})
+    studies = (Study("main", functools.partial(main_cell, study), seeds=[0]),
+               Study("homogeneous", functools.partial(homogeneous_cell, study), seeds=[0]),
+               Study("local", functools.partial(local_cell, study), seeds=[0]),
+               Study("mixture", functools.partial(mixture_cell, study), grid={"mixture": ["two"]}, seeds=[0]),
+               Study("alpha", functools.partial(alpha_cell, study), grid={"alpha": [1.0]}, seeds=[0]),
+               Study("sweep", functools.partial(sweep_cell, study), grid={"setting": sweep_settings(study.sweeps)}, seeds=[0]))
+    runs = {name: frame for s in studies for name, frame in run_study(s).items()}
+    assert runs["main"].method.tolist() == list(MAIN_METHODS[:-1]) and runs["local"].method.tolist() == ["Local"]
+    assert runs["homogeneous"].method.tolist() == ["COSMOS", "Ditto", "FedBABU", "FedRep"]
+    assert runs["mixture"][["mixture", "method"]].values.tolist() == [["two", "COSMOS"], ["two", "COMET"]]
+    assert runs["alpha"][["alpha", "method"]].values.tolist() == [[1.0, "COSMOS"], [1.0, "COMET"]]
+    assert runs["sweep"][["setting", "study", "value"]].values.tolist() == [
+        ["λ = 0", "λ", "0.0"], ["clusters = 1", "clusters", "1"], ["|U| share = 0.1", "|U| share", "0.1"]]
+    assert (runs["sweep"].loc[runs["sweep"].study == "clusters", "clusters"] == 1).all()
+    # the sweep default is the main COSMOS run after sweep_rounds rounds: the same scores as a run of that many rounds
+    columns = [*METRICS, "clusters", "purity"]
+    assert sweep_cell(_study(sweeps={"λ": [5.0]}), 0, "λ = 5")[columns].values.tolist() == runs["default"][columns].values.tolist()
+    measures = runs["measures"].iloc[0]
+    # a client sends its |U| × C float32 pseudo-labels every round (and its reply's metadata, a few bytes of JSON)
+    cosmos = runs["bytes"].set_index("method").loc["COSMOS"]
+    assert measures["n_public"] * 10 * 4 <= cosmos["up"] < measures["n_public"] * 10 * 4 + 100
+    assert runs["bytes"].method.tolist() == ["COSMOS", *BASE]
+    assert runs["curves"].groupby("method").size().to_dict() == {"COMET": 2, "COSMOS": 2, "FedCT": 2, "FedMD": 2}
+    assert runs["clusters"]["round"].tolist() == [1, 2] and 0 <= measures["purity"] <= 1 and measures["deploy_bytes"] > 0
+    # accuracy_points: the clients' pooled scores of the last round (or of a given one), in points; the main cell's, bit for bit
+    public, hidden, fed, planted = study.split(0)
+    archs = study.architectures(study.base_mix, study.n_clients, fed.global_test)
+    run = run_federated(study.cosmos_method(fed.global_test, public, 0), fed, archs, LoopConfig(rounds=2, seed=0, eval_every=1))
+    table, points = per_client_table(run.frame), accuracy_points(run.frame)
+    assert points["mean"] == pytest.approx(100 * table["pooled"].mean()) and points["worst"] == pytest.approx(100 * table["pooled"].min())
+    assert points["worst"] <= points["bottom-20 %"] <= points["mean"]
+    assert points == runs["main"].set_index("method").loc["COSMOS", list(METRICS)].to_dict()
+    assert accuracy_points(run.frame, 1)["mean"] == pytest.approx(100 * per_client_table(run.frame, 1)["pooled"].mean())
+    # FedAvg is no run: its bytes are the model's, both ways (the ledger of a real FedAvg run agrees, metadata aside)
+    fedavg = run_federated(FedAvg(train=SGD), fed, study.architectures(["cnn"], study.n_clients, fed.global_test),
+                           LoopConfig(rounds=1, seed=0, evaluate_last=False))
+    measured, computed = training_bytes(fedavg, study.n_clients, 1), fedavg_bytes(int(measures["params"]))
+    assert computed["down"] <= measured["down"] < computed["down"] + 200 and computed["up"] <= measured["up"] < computed["up"] + 200
+    # the frames and numbers the chapter reads
+    F = tidy(runs, study, side=[0])
+    R = numbers(F, study, n_classes=10)
+    assert R["comm_ratio"] == fedavg_total(runs) / (cosmos["up"] + cosmos["down"])  # one seed: its mean is itself
+    assert R["cosmos_mean"] == points["mean"] and R["local_mean"] == runs["local"]["mean"].iloc[0]
+    assert R["n_public"] == measures["n_public"] and R["one_image"] == 100 / measures["test_size"]
+    assert R["n_formed"] == runs["clusters"]["n_clusters"].iloc[0] and isinstance(R["cnn_params"], int)
+    # the exercises' cell re-runs the main COSMOS run, bit for bit
+    ex = exercise_cell(study, 0).iloc[0]
+    assert ex["fixed"] == points["mean"] and ex["fixed_sweep"] == runs["default"]["mean"].iloc[0]
+    assert ex["diam_round"] == 2 and 0 <= ex["re_purity"] <= 1 and ex["one_model"] <= 100
+
+
+def test_the_exercises_readings_follow_their_numbers():
+    row = dict(fixed_sweep=60.0, fixed=70.0, re=61.0, re_purity=0.9, changes=1, ari=1.0, diam_first=10.0, diam_last=8.0,
+               diam_round=4, one_model=9.0)
+    E = exercise_numbers(pd.DataFrame([row]))
+    assert (E["ex1_fixed"], E["ex2_fixed"], E["ex2_one_model"], E["ex1_diam_round"]) == (60.0, 70.0, 9.0, 4)
+    assert type(E["ex1_changes"]) is int and type(E["ex1_ari"]) is float
+    assert E["ex1_reading"].startswith("the final re-clustering finds the same groups") and E["ex1_diam_reading"].startswith("it shrank")
+    assert E["ex2_reading"].startswith("a cluster model knows")
+    E = exercise_numbers(pd.DataFrame([{**row, "ari": 0.5, "diam_first": 0.0, "one_model": 65.0}]))
+    assert E["ex1_reading"] == "the final re-clustering differs from the first one"
+    assert E["ex1_diam_reading"].startswith("every client formed a cluster of its own")
+    assert E["ex2_reading"].startswith("one cluster's model serves the other clusters")
+
+
+def test_the_verdicts_the_prose_reads():
+    def claim(key, versus=None, substitution=""):
+        return Claim(key, "q", "s", "accuracy, points", "greater", 0.5, substitution, resolution=0.1, versus=versus)
+
+    up, down = [3.0, 3.2, 2.9], [-3.0, -3.1, -2.8]
+    results = {"beats": evaluate(claim("beats", ("A", "B")), up, {"A": [0.0, 0.1, 0.0], "B": [2.9, 3.1, 2.7]}),
+               "beats-own": evaluate(claim("beats-own"), down), "comm": evaluate(claim("comm"), up),
+               **{k: evaluate(claim(k), up) for k in ("homogeneous", "alpha-gain", "mixtures", "mixtures-edge")},
+               "local": evaluate(claim("local"), down)}
+    declared = [claim(k) for k in results] + [claim("T", substitution="no other T, so this row is not decided here; 2 seeds"),
+                                              claim("rule")]
+    V = verdicts(results, declared, comm_ratio=1.2)
+    assert (V["beats_verdict"], V["beats_binding"], V["own_verdict"], V["local_verdict"]) == (
+        "inconclusive at this scale", "B", "does not hold", "does not hold")
+    assert V["alpha_gain_verdict"] == "holds" and V["mixtures_edge_verdict"] == "holds"
+    assert V["local_reading"].endswith("COSMOS does not beat its clients' own training")
+    assert V["comm_reading"].startswith("with models this small") and V["local_interval"] == "−3.0 [−3.3, −2.6], 3 seeds"
+    assert V["undecided_text"] == ("This profile leaves out of the table, undecided, the declared rows “T” (no other T, so this row "
+                                   "is not decided here); “rule” (its sweep is not run at this profile).")

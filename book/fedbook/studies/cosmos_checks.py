@@ -19,29 +19,43 @@ counterexamples and the worst errors; the chapter records each in its check tabl
 * the consistency regularizer's gradient (Section 4.1, Eq. 1) with and without the detach of the
   authors' code: :func:`consistency_gradient_checks`.
 
+The chapter calls one function per section, which records that section's rows in its check table
+(:class:`fedbook.checks.CheckTable`) and returns the numbers its prose reads (and the tables it
+shows): :func:`algorithm1_section`, :func:`b0_search_section`, :func:`monotonicity_section`,
+:func:`lemma52_section`, :func:`real_run_section` (on :func:`real_runs`, a :class:`RealRuns`) and
+:func:`consistency_gradient_section`; :func:`exercise_numbers` computes the exercises' worked
+solutions.
+
 The contraction theorems' synthetic federation is :mod:`fedbook.studies.cosmos_synthetic`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 from torch import nn
 
+from fedbook.checks import CheckTable
+from fedbook.page import show_table
 from fedlib.algorithms.cosmos import COSMOS, cosmos_history
 from fedlib.algorithms.fedmd import cached_labels, grouping
 from fedlib.clustering import b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0
 from fedlib.distill import (augment, consistency_loss, distillation_objective, l1_distances, lemma52, lemma52_chain,
                             margin_profile_bound)
-from fedlib.federation import Federation
+from fedlib.data import load_dataset
+from fedlib.distill import make_public_set
+from fedlib.federation import Federation, make_federation
 from fedlib.loop import LoopConfig, RunOptions
-from fedlib.models import build_model
+from fedlib.models import ClientArchitectures, build_model
 from fedlib.rng import derive_seed, torch_generator
 from fedlib.run import run_federated
+from fedlib.training import TrainConfig
 from fedlib.validation import check_int
 
 TOL = 1e-12
@@ -543,7 +557,333 @@ def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int
                 clean_share=clean_share)
 
 
-__all__ = ["GRADIENT_BATCH", "GRADIENT_DRAW", "GRADIENT_MODEL", "TOL", "algorithm1_checks", "assumption51_over_time",
-           "b0_search_checks", "cluster_count", "consistency_gradient_checks", "cosmos_iterations", "greedy_rule_violations",
-           "lemma52_random_checks", "lemma_rows", "monotonicity_search", "off_diagonal", "random_pseudo_labels",
-           "reference_cluster_count"]
+# ---- the chapter's sections: each check recorded in the chapter's table, and the numbers its prose reads ----
+
+def _show_value(v) -> str:
+    return f"{v:.3g}" if isinstance(v, float) and not float(v).is_integer() else f"{int(v):,}"
+
+
+def algorithm1_section(checks: CheckTable, rng: np.random.Generator, trials: int, *, tol: float = TOL) -> tuple[dict, object]:
+    """Section 1's first checks: :func:`algorithm1_checks` on ``trials`` instances, its five rows
+    recorded in ``checks`` (a partition, the greedy rule, the radius :math:`B_0`, the diameter
+    :math:`2B_0`, and diameters above :math:`B_0`).
+
+    Returns
+    -------
+    (dict, Table)
+        The numbers the prose reads (``s1_trials``, ``s1_radius``, ``s1_ratio``, ``s1_clusters``,
+        ``s1_over``, ``s1_inst_over``, ``s1_inst_over_pct``, and the sentences ``s1_diam_sentence``
+        (whether a diameter reaches :math:`2B_0`) and ``s1_rule`` (whether the greedy rule
+        matches)), and the table of the counts (:func:`fedbook.page.show_table`).
+    """
+    A1 = algorithm1_checks(rng, trials, tol=tol)
+    radius_excess, diam_excess, worst_ratio, rule_bad = A1["radius_excess"], A1["diam_excess"], A1["worst_ratio"], A1["rule_bad"]
+    table = pd.DataFrame({"value": [trials, *(A1[k] for k in ("partition_bad", "rule_bad", "radius_excess", "diam_excess",
+                                                              "worst_ratio", "n_clusters", "over_b0", "inst_over_b0"))]},
+                         index=pd.Index(["random instances", "instances whose output is not a partition with seeds in their own cluster",
+                                         "greedy steps that differ from Algorithm 1 replayed", "max over members of d(seed, j) − B₀",
+                                         "max over clusters of diameter − 2B₀", "worst diameter / (2B₀)", "clusters formed",
+                                         "clusters whose diameter exceeds B₀", "instances with a cluster of diameter > B₀"],
+                                        name="quantity"))
+    numbers = {
+        "s1_trials": int(trials), "s1_radius": float(radius_excess),
+        "s1_diam_sentence": f"is {diam_excess:.2e} (negative: no diameter reaches 2B₀)" if diam_excess < 0 else
+        f"is {diam_excess:.1e}: a diameter attains 2B₀ up to round-off" if diam_excess <= tol else
+        f"is {diam_excess:.2e}: a diameter exceeds 2B₀",
+        "s1_ratio": float(worst_ratio), "s1_clusters": int(A1["n_clusters"]), "s1_over": int(A1["over_b0"]),
+        "s1_inst_over": int(A1["inst_over_b0"]), "s1_inst_over_pct": 100 * A1["inst_over_b0"] / trials,
+        "s1_rule": "matches Algorithm 1 replayed step by step on every instance" if rule_bad == 0 else
+        f"differs from Algorithm 1 replayed in {rule_bad} steps"}
+    how = f"{trials} random pseudo-label instances, m ≤ 16 clients, n ≤ 40 points, C ≤ 6, B₀ a random distance quantile"
+    checks.add("Algorithm 1 returns a partition: every client in exactly one cluster, each seed in its own, 1 ≤ K ≤ m",
+               how, A1["partition_bad"], 0, kind="count")
+    checks.add("greedy_b0 is Algorithm 1: each seed has the most B₀-close unassigned neighbours and its cluster is exactly them",
+               how, rule_bad, 0, kind="count")
+    checks.add("every member lies within B₀ of its cluster's seed (a radius)", how, max(radius_excess, 0.0), tol)
+    checks.add("every cluster's diameter is at most 2B₀ (triangle inequality), so Assumption 5.1 holds with B = 2B₀",
+               how + f"; worst diameter/(2B₀) = {worst_ratio:.3f}", max(diam_excess, 0.0), tol)
+    checks.add("B = B₀ is not enough for Assumption 5.1: some cluster diameters exceed B₀",
+               how, f"{A1['over_b0']} of {A1['n_clusters']} clusters", ok=A1["over_b0"] > 0)
+    return numbers, show_table(table, formats={"value": _show_value})
+
+
+def b0_search_section(checks: CheckTable, rng: np.random.Generator, trials: int, grid: int, *, tol: float = TOL) -> dict:
+    """Section 1's search for the smallest :math:`B_0`: :func:`b0_search_checks`, its three rows
+    recorded in ``checks``; the numbers the prose reads (``s1_grid_trials``, ``s1_grid``,
+    ``s1_over_max``: the largest overshoot of the grid in steps, ``s1_over_far``: the instances
+    where it exceeds one step)."""
+    B0S = b0_search_checks(rng, trials, grid, tol=tol)
+    overshoot = B0S["overshoot"]
+    how = f"{trials} random instances, m ≤ 12, random target in 1..m"
+    checks.add("b0_for_clusters reaches the target: Algorithm 1, written out again, forms at most the target number of "
+               "clusters at the returned B₀", how, B0S["reach_bad"], 0, kind="count")
+    checks.add("no smaller pairwise distance reaches the target (the returned B₀ is the smallest), counted by the "
+               "independent Algorithm 1", how, B0S["smaller_bad"], 0, kind="count")
+    checks.add("a brute-force fixed-step scan never finds a smaller B₀ reaching the target",
+               how + f", grid of {grid} steps up to the largest distance", B0S["grid_bad"], 0, kind="count")
+    return {"s1_grid_trials": int(trials), "s1_grid": int(grid), "s1_over_max": float(overshoot.max()),
+            "s1_over_far": int((overshoot > 1).sum())}
+
+
+def monotonicity_section(checks: CheckTable, rng: np.random.Generator, trials: int) -> dict:
+    """Section 1's search for a cluster count that grows with :math:`B_0`: :func:`monotonicity_search`,
+    its row recorded in ``checks``; the numbers the prose reads (``s1_mono_trials``,
+    ``s1_mono_found``, and ``s1_mono_sentence``, the first counterexample or that none was found)."""
+    non_monotone, example = monotonicity_search(rng, trials)
+    if example is not None:
+        sentence = (f"One is found in {non_monotone} of {trials} instances. In the first, with "
+                    f"m = {example['m']} clients, B₀ = {example['low']:.3f} forms {example['k_low']} clusters and the larger "
+                    f"B₀ = {example['high']:.3f} forms {example['k_high']}: the count is not monotone, so b0_for_clusters must "
+                    "return the first threshold that reaches the target rather than bisect, and a threshold above it may form "
+                    "more clusters again.")
+    else:
+        sentence = f"No increase is found in {trials} instances; that is no proof of monotonicity."
+    checks.add("the cluster count of Algorithm 1 need not fall monotonically as B₀ grows (search)",
+               f"{trials} random instances, 4 ≤ m ≤ 9, every candidate B₀",
+               f"{non_monotone} non-monotone instances" if non_monotone else "none found",
+               ok=non_monotone > 0, partly=True)
+    return {"s1_mono_trials": int(trials), "s1_mono_found": int(non_monotone), "s1_mono_sentence": sentence}
+
+
+def lemma52_section(checks: CheckTable, rng: np.random.Generator, trials: int, *, tol: float = TOL) -> dict:
+    """Section 2 on random instances: :func:`lemma52_random_checks`, its five rows recorded in
+    ``checks``; the numbers the prose reads (``lm_trials``, ``lm_mean_bad``, ``lm_mean_bad_pct``,
+    ``lm_median_term``, ``lm_vacuous_pct``, and ``lm_reading``: whether the lemma and its proof
+    chain hold on every instance)."""
+    LM = lemma52_random_checks(rng, trials, tol=tol)
+    lemma_bad, chain_bad, mean_reading_bad, bound_terms = LM["lemma_bad"], LM["chain_bad"], LM["mean_reading_bad"], LM["bound_terms"]
+    n_lemma = len(LM["slack"])
+    how = f"{n_lemma} random instances (m ≤ 8, n ≤ 60, C ≤ 6, random U_i), fedlib.distill.lemma52"
+    checks.add("Lemma 5.2: Err_{U_i}(f̄_k) ≤ Err_{U_i}(f_i) + 2B/(γ|U_i|), with 2B = max_j d_{U_i}(i, j) (sums over U_i)",
+               how, lemma_bad, 0, kind="count")
+    checks.add("the proof chain: γ|Bad| ≤ Σ_{U_i}‖f̄ − f_i‖₁ ≤ mean_j d_{U_i}(i, j) ≤ max_j d_{U_i}(i, j) = 2B", how,
+               chain_bad, 0, kind="count")
+    checks.add("with B the cluster's diameter (Assumption 5.1) the lemma holds with B/(γ|U_i|): the factor 2 is spare",
+               how, LM["diam_bad"], 0, kind="count")
+    checks.add("the margin-profile version min_τ [P(Δ < τ) + 2B/(τ|U_i|)] is also a valid bound", how, LM["profile_bad"], 0,
+               kind="count")
+    checks.add("B must be a sum over U_i: read as a per-sample mean (B/|U_i|) the bound is false",
+               how, f"{mean_reading_bad} counterexamples", ok=mean_reading_bad > 0)
+    return {"lm_trials": int(n_lemma), "lm_mean_bad": int(mean_reading_bad),
+            "lm_mean_bad_pct": 100 * mean_reading_bad / max(n_lemma, 1), "lm_median_term": float(np.median(bound_terms)),
+            "lm_vacuous_pct": 100 * float(np.mean(np.array(bound_terms) >= 1)),
+            "lm_reading": "the lemma holds on every one, and so does every step of the proof chain" if lemma_bad + chain_bad == 0
+            else f"the lemma fails on {lemma_bad} and the proof chain on {chain_bad} of them"}
+
+
+@dataclass
+class RealRuns:
+    """A recorded COSMOS run on the UCI digits (:func:`real_runs`).
+
+    Attributes
+    ----------
+    iterations : list of dict
+        :func:`cosmos_iterations`.
+    counts : np.ndarray of shape (n_clients, C)
+        Each client's training samples per class.
+    hidden : np.ndarray
+        The public points' true classes (analysis only).
+    n_public, n_clients, rounds : int
+    """
+
+    iterations: list
+    counts: np.ndarray
+    hidden: np.ndarray
+    n_public: int
+    n_clients: int
+    rounds: int
+
+    def lemma_rows(self, support_share: float, *, tol: float = TOL) -> pd.DataFrame:
+        """:func:`lemma_rows` with each client's support the classes holding at least
+        ``support_share`` of its training samples."""
+        held = [np.flatnonzero(c / c.sum() >= support_share) for c in self.counts]
+        return lemma_rows(self.iterations, held, self.hidden, tol=tol)
+
+
+def real_runs(seed: int, *, n_clients: int, rounds: int, pretrain_epochs: int, server_epochs: int) -> RealRuns:
+    """COSMOS on the UCI digits at 8 × 8, recorded after every round (:func:`cosmos_iterations`):
+    20 % of every class as :math:`U` (its labels kept aside), ``n_clients`` clients of the paper's
+    split (five label groups, Dirichlet :math:`\\alpha = 5` inside a group, 10 % pooled),
+    alternately a small CNN and an MLP, a wider MLP server, Adam at 1e-3 (``pretrain_epochs``
+    pre-training, 3 local and 1 distillation epoch per round, ``server_epochs`` on the server),
+    the smallest threshold forming at most 5 clusters; every draw from ``seed``."""
+    adam = functools.partial(TrainConfig, batch_size=32, optimizer="adam")
+    uci = load_dataset("uci8")
+    public, rest, hidden = make_public_set(uci, 0.2, seed=seed)
+    fed = make_federation(rest, n_clients=n_clients, partition="grouped_dirichlet", n_groups=5, alpha=5.0,
+                          pool_fraction=0.1, global_test_per_class=10, seed=seed)
+    archs = ClientArchitectures.mixture({"cnn": {"model": "cnn", "width": 8, "feature_dim": 32},
+                                         "mlp": {"model": "mlp", "hidden": (64,)}}, n_clients, in_channels=1,
+                                        n_classes=uci.n_classes, input_size=8)
+    server_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=uci.n_classes, input_size=8, hidden=(256,))
+    method = COSMOS(public=public, server_model=server_fn, server_train=adam(epochs=server_epochs, lr=1e-3),
+                    pretrain=adam(epochs=pretrain_epochs, lr=1e-3), train=adam(epochs=3, lr=1e-3),
+                    distill=adam(epochs=1, lr=1e-3), target_clusters=5, seed=seed)
+    counts = fed.train_counts()
+    iterations = cosmos_iterations(method, fed, archs, rounds, seed)
+    return RealRuns(iterations=iterations, counts=counts, hidden=hidden, n_public=len(public), n_clients=n_clients, rounds=rounds)
+
+
+def real_run_section(checks: CheckTable, runs: RealRuns, real: pd.DataFrame, *, support_share: float, tol: float = TOL
+                     ) -> tuple[dict, dict]:
+    """Section 2 on the real run: Lemma 5.2 per client-iteration (``real``, :meth:`RealRuns.lemma_rows`)
+    and Assumption 5.1 re-measured (:func:`assumption51_over_time`), their rows recorded in ``checks``.
+
+    Returns
+    -------
+    (dict, dict)
+        The numbers the prose reads (``rr_...``, with the sentences ``rr_mean_reading_sentence``
+        and ``rr_later_sentence``, which depend on them), and the tables shown
+        (:func:`fedbook.page.show_table`): ``summary`` (per iteration), ``per client`` and ``over time``.
+    """
+    summary = real.groupby("t").agg(**{
+        "client-iterations": ("client", "size"), "lemma holds": ("holds", "mean"), "median |U_i|": ("|U_i|", "median"),
+        "median γ": ("γ", "median"), "median 2B": ("2B", "median"), "median 2B/(γ|U_i|)": ("2B/(γ|U_i|)", "median"),
+        "vacuous (term ≥ 1)": ("2B/(γ|U_i|)", lambda v: float((v >= 1).mean())),
+        "median gap Err(f̄) − Err(f_i)": ("gap", "median"), "median margin-profile term": ("margin-profile term", "median")})
+    b0 = runs.iterations[0]["history"]["b0"]
+    over_time = assumption51_over_time(runs.iterations)
+    n_real = len(real)
+    mean_reading_fail = int((~real["mean reading holds"]).sum())
+    later = over_time.iloc[1:]
+    numbers = {
+        "rr_clients": int(runs.n_clients), "rr_share": float(support_share), "rr_rounds": int(runs.rounds), "rr_n": int(n_real),
+        "rr_b0": float(b0), "rr_k": int(over_time["clusters"].iloc[0]), "rr_public": int(runs.n_public),
+        "rr_holds_pct": 100 * float(real["holds"].mean()), "rr_median_gamma": float(real["γ"].median()),
+        "rr_min_gamma": float(real["γ"].min()), "rr_median_term": float(real["2B/(γ|U_i|)"].median()),
+        "rr_vacuous_pct": 100 * float((real["2B/(γ|U_i|)"] >= 1).mean()), "rr_median_gap": float(real["gap"].median()),
+        "rr_max_gap": float(real["gap"].max()), "rr_median_profile": float(real["margin-profile term"].median()),
+        "rr_profile_useful_pct": 100 * float((real["margin-profile term"] < 1).mean()),
+        "rr_mean_reading_sentence": f"The per-sample-mean reading of B fails on {mean_reading_fail} of the real "
+        "client-iterations." if mean_reading_fail else "On these runs even the per-sample-mean reading of B never fails, "
+        "because the mean is rarely worse than the client on its support; the random instances above are what expose it.",
+        "rr_better_pct": 100 * float((real["gap"] < 0).mean()), "rr_worse_pct": 100 * float((real["gap"] > 0).mean()),
+        "rr_diam_max": float(over_time["max diameter / B₀"].max()), "rr_radius_max": float(over_time["max seed radius / B₀"].max()),
+        "rr_later_sentence": "With a single iteration there is no later round to look at." if later.empty else (
+            f"In the later rounds the clusters are kept fixed (π is set after the first round) while the labels move: the "
+            f"largest distance of a member from its seed reaches {later['max seed radius / B₀'].max():.2f} B₀ and the largest "
+            f"diameter {later['max diameter / B₀'].max():.2f} B₀, so " + (
+                "the diameter stays within 2B₀ on this run, as the paper expects, though nothing enforces it."
+                if later["max diameter / B₀"].max() <= 2 + tol else
+                "the diameter leaves 2B₀: Assumption 5.1 with B = 2B₀ is not maintained after the first round on this run."))}
+    how = f"{n_real} client-iterations: {runs.n_clients} clients × {runs.rounds} COSMOS iterations on UCI digits"
+    checks.add("Lemma 5.2 on real COSMOS runs (U_i from the support rule, B summed over U_i)", how,
+               int((~real["holds"]).sum()), 0, kind="count")
+    checks.add("Lemma 5.2 on real runs with Assumption 5.1's B (the cluster's diameter over U at iteration t)", how,
+               int((~real["holds, B = diameter on U"]).sum()), 0, kind="count")
+    checks.add("on real runs the lemma's term 2B/(γ|U_i|) is informative (below 1)", how,
+               f"below 1 for {100 - 100 * float((real['2B/(γ|U_i|)'] >= 1).mean()):.0f} % of them",
+               ok=bool((real["2B/(γ|U_i|)"] < 1).all()), partly=bool((real["2B/(γ|U_i|)"] < 1).any()))
+    if not later.empty:
+        checks.add("Assumption 5.1 persists after round 1 (the paper: 'expected to continue to hold'): diameters ≤ 2B₀",
+                   f"the clusters of round 1 re-measured in rounds 2..{runs.rounds}",
+                   f"max diameter {later['max diameter / B₀'].max():.2f} B₀",
+                   ok=bool(later["max diameter / B₀"].max() <= 2 + tol))
+    tables = {
+        "summary": show_table(summary, digits={"lemma holds": 2, "median |U_i|": 0, "median γ": 4, "median 2B": 1,
+                                               "median 2B/(γ|U_i|)": 2, "vacuous (term ≥ 1)": 2,
+                                               "median gap Err(f̄) − Err(f_i)": 3, "median margin-profile term": 2}),
+        "per client": show_table(real.drop(columns=["holds, B = diameter on U", "mean reading holds", "S/(γ|U_i|)"]).set_index(["t", "client"]),
+                                 digits={"γ": 4, "2B": 1, "Err(f_i)": 3, "Err(f̄)": 3, "2B/(γ|U_i|)": 2, "gap": 3,
+                                         "margin-profile term": 2}),
+        "over time": show_table(over_time, digits={"max seed radius / B₀": 2, "max diameter / B₀": 2})}
+    return numbers, tables
+
+
+def consistency_gradient_section(checks: CheckTable, rng: np.random.Generator, seed: int, trials: int) -> dict:
+    """Section 4's numerical checks: :func:`consistency_gradient_checks`, its five rows recorded in
+    ``checks``; the numbers the prose reads (``cg_...``, with the sentences ``cg_close_sentence``,
+    whether the two gradients are far apart on every trial, and ``cg_none``, whether the clean
+    branch gets no gradient)."""
+    CG = consistency_gradient_checks(rng, seed, trials)
+    err_logits, err_none, err_params_nd, err_params_d = CG["err_logits"], CG["err_none"], CG["err_params_nd"], CG["err_params_d"]
+    err_objective, clean_grad_is_none, rel_diff, cosines = CG["err_objective"], CG["clean_grad_is_none"], CG["rel_diff"], CG["cosines"]
+    clean_share = CG["clean_share"]
+    how = f"{trials} random MLPs (float64) and batches, noise radius 0.05 to 1"
+    checks.add("autograd's logit gradients of the consistency term equal the hand-derived formulas", how, err_logits, 1e-12)
+    checks.add("with the detach the clean branch gets no gradient, and the augmented branch's is q − p", how,
+               f"None on every trial, max error {err_none:.1e}" if clean_grad_is_none else "a clean-branch gradient exists",
+               ok=clean_grad_is_none and err_none <= 1e-12)
+    checks.add("parameter gradient without the detach = augmented-branch VJP + clean-branch VJP; with it = augmented VJP only",
+               how, max(err_params_nd, err_params_d), 1e-12)
+    checks.add("distillation_objective: the two detach_target settings differ by exactly λ/n times the clean branch",
+               how + ", random λ in [0.5, 5]", err_objective, 1e-12)
+    checks.add("the detach changes the gradient (relative difference > 1 % on every trial)", how,
+               f"min relative difference {np.min(rel_diff):.3f}", ok=float(np.min(rel_diff)) > 0.01)
+    return {"cg_trials": int(trials), "cg_err_logits": float(err_logits), "cg_err_nd": float(err_params_nd),
+            "cg_err_d": float(err_params_d), "cg_err_obj": float(err_objective), "cg_rel_min": float(np.min(rel_diff)),
+            "cg_rel_median": float(np.median(rel_diff)), "cg_cos_min": float(np.min(cosines)),
+            "cg_cos_median": float(np.median(cosines)), "cg_share_median": float(np.median(clean_share)),
+            "cg_close_sentence": "The two gradients are not close:" if float(np.min(rel_diff)) > 0.01 else
+            "On some trials the two gradients nearly coincide:",
+            "cg_none": "no gradient at all (autograd returns None: the clean logits are not in the graph)" if clean_grad_is_none
+            else "a gradient"}
+
+
+def exercise_numbers(runs: RealRuns, real: pd.DataFrame, rng: np.random.Generator, *, support_share: float,
+                     mono_trials: int, tol: float = TOL) -> dict:
+    """The exercises' worked solutions, from what the chapter has: (1) :meth:`RealRuns.lemma_rows`
+    at the support shares 0.02, ``support_share`` and 0.3 (``ex1_...``, the table ``ex1_table``);
+    (2) the lemma's term against the proof stopped at step iii, the margin-profile term and the
+    actual share of bad points on ``real`` (``ex2_...``, the table ``ex2_table``); (3)
+    :func:`monotonicity_search` for m = 3..7 clients, ``max(20, mono_trials // 2)`` instances each
+    from ``rng`` (``ex3_...``, the table ``ex3_table``). The sentences ``ex1_reading``,
+    ``ex2_reading`` and ``ex3_sentence`` depend on the numbers."""
+    out = {}
+    shares = sorted({0.02, support_share, 0.3})
+    ex1 = []
+    for share in shares:
+        rows = runs.lemma_rows(share, tol=tol)
+        ex1.append({"support share": share, "median |U_i|": float(rows["|U_i|"].median()),
+                    "median γ": float(rows["γ"].median()), "median 2B/(γ|U_i|)": float(rows["2B/(γ|U_i|)"].median()),
+                    "median Err(f_i)": float(rows["Err(f_i)"].median()), "median gap": float(rows["gap"].median()),
+                    "lemma holds": float(rows["holds"].mean())})
+    ex1 = pd.DataFrame(ex1).set_index("support share")
+    term = ex1["median 2B/(γ|U_i|)"].to_numpy()
+    out.update({
+        "ex1_shares": ", ".join(f"{s:g}" for s in shares), "ex1_gamma_low": float(ex1["median γ"].iloc[0]),
+        "ex1_gamma_high": float(ex1["median γ"].iloc[-1]), "ex1_term_low": float(ex1["median 2B/(γ|U_i|)"].iloc[0]),
+        "ex1_term_high": float(ex1["median 2B/(γ|U_i|)"].iloc[-1]),
+        "ex1_reading": "The term shrinks as the support rule admits fewer classes:" if term[-1] < term[0] else
+        "Here the term does not shrink as the support rule admits fewer classes:",
+        "ex1_table": show_table(ex1, digits={"median |U_i|": 0, "median γ": 4, "median 2B/(γ|U_i|)": 2,
+                                             "median Err(f_i)": 3, "median gap": 3, "lemma holds": 2})})
+    tight = pd.DataFrame({"2B/(γ|U_i|) (the lemma)": real["2B/(γ|U_i|)"],
+                          "S/(γ|U_i|) (stop at step iii)": real["S/(γ|U_i|)"],
+                          "margin-profile term": real["margin-profile term"], "actual |Bad|/|U_i|": real["bad"] / real["|U_i|"]})
+    ex2 = tight.agg(["median", lambda v: float((v < 1).mean())]).T
+    ex2.columns = ["median", "share below 1"]
+    med = ex2["median"]
+    lemma, stop, profile = med["2B/(γ|U_i|) (the lemma)"], med["S/(γ|U_i|) (stop at step iii)"], med["margin-profile term"]
+    if profile > 0 and stop > 0 and math.isfinite(lemma):
+        loss_margin, loss_distance = float(lemma / profile), float(lemma / stop)
+        reading = (("The division by the minimum margin costs the most" if loss_margin > loss_distance else
+                    "The distance steps cost more than the division by the minimum margin")
+                   + f": in the median, a threshold that lets a few uncertain points count as bad divides the term by "
+                   f"{loss_margin:.1f}, while stopping at S (dropping the triangle inequality and the max over members) "
+                   f"divides it by {loss_distance:.1f}.")
+    else:
+        reading = ("At this profile the median client shares its cluster with nobody or has γ = 0, so the "
+                   "medians cannot be compared; the book profile's clusters can.")
+    out.update({
+        "ex2_lemma": float(lemma), "ex2_S": float(stop), "ex2_profile": float(profile),
+        "ex2_actual": float(ex2.loc["actual |Bad|/|U_i|", "median"]),
+        "ex2_S_useful": 100 * float(ex2.loc["S/(γ|U_i|) (stop at step iii)", "share below 1"]), "ex2_reading": reading,
+        "ex2_table": show_table(ex2, digits={"median": 3, "share below 1": 2})})
+    ms, trials = list(range(3, 8)), max(20, mono_trials // 2)
+    ex3 = pd.DataFrame([{"clients m": m, "instances": trials, "non-monotone": monotonicity_search(rng, trials, m=m)[0]}
+                        for m in ms]).set_index("clients m")
+    smallest = ex3.index[ex3["non-monotone"] > 0]
+    out.update({
+        "ex3_trials": int(trials),
+        "ex3_sentence": f"The smallest m with a counterexample in this search is {int(smallest[0])}." if len(smallest)
+        else f"No counterexample is found for m up to {ms[-1]} in this search.",
+        "ex3_table": show_table(ex3)})
+    return out
+
+
+__all__ = ["GRADIENT_BATCH", "GRADIENT_DRAW", "GRADIENT_MODEL", "TOL", "RealRuns", "algorithm1_checks", "algorithm1_section",
+           "assumption51_over_time", "b0_search_checks", "b0_search_section", "cluster_count", "consistency_gradient_checks",
+           "consistency_gradient_section", "cosmos_iterations", "exercise_numbers", "greedy_rule_violations",
+           "lemma52_random_checks", "lemma52_section", "lemma_rows", "monotonicity_search", "monotonicity_section",
+           "off_diagonal", "random_pseudo_labels", "real_run_section", "real_runs", "reference_cluster_count"]

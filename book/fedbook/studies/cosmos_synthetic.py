@@ -16,6 +16,10 @@ Section 5.3: Theorems 5.11-5.12 and Corollary 5.13, Assumptions 5.8 and Definiti
   condition, a lower bound on :math:`\kappa_2`, the fitted contraction ratio, :func:`fitted_ratio`);
 * :func:`client_objective`, :func:`shift_basis` and :func:`hessian_checks`: Definition 5.4's strong
   convexity for a linear client, from the Hessian of its objective.
+
+The chapter calls :func:`synthetic_section` and :func:`hessian_section`, which record their rows
+in its check table and return the numbers its prose reads and the tables it shows, and draws
+:func:`plot_risks`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ import torch
 from scipy.special import logsumexp
 from torch import nn
 
+from fedbook.checks import CheckTable
+from fedbook.page import format_number, show_table
 from fedlib.algorithms.cosmos import COSMOS, SERVER
 from fedlib.algorithms.fedmd import TEACHER, grouping
 from fedlib.messages import Message, State
@@ -481,7 +487,122 @@ def hessian_checks(runs: Mapping[str, SyntheticRun], *, seed: int, hessian_point
                 n_params=n_params, shift_dims=int(S_basis.shape[1]))
 
 
+# ---- the chapter's section 3: its checks recorded, the numbers its prose reads, its figure ----------
+
+def synthetic_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], controls: Mapping[str, SyntheticRun], *,
+                      circle: Circle, n_clients: int, rounds: int, n_eval: int) -> tuple[dict, object]:
+    """What the synthetic runs say of Theorems 5.11-5.12 (:func:`theory_table` of ``runs`` and
+    their ``controls``), two rows per setting recorded in ``checks`` (Assumption 5.8 with the
+    necessary condition, and the contraction against the control).
+
+    Returns
+    -------
+    (dict, Table)
+        The numbers the prose reads (the setting's constants ``sy_radius``, ``sy_wd``,
+        ``sy_noise``, ``sy_lam``, ``sy_lam_c`` (the :math:`c` whose :math:`\\lambda = 2c/(c+1)`
+        is ``circle.lam``), ``sy_clients``, ``sy_pool_pct``, ``sy_n_eval``, ``sy_rounds``; the
+        sentences ``sy_sentences``, one per setting with its measurements, and
+        ``sy_groups_sentence``, the label groups' teachers' largest error where that setting
+        runs), and the table of :func:`theory_table` (:func:`fedbook.page.show_table`).
+    """
+    theory = theory_table(runs, controls)
+    numbers = {f"sy_{key}": float(value) for key, value in dict(
+        radius=circle.radius, wd=circle.weight_decay, noise=circle.noise, lam=circle.lam, lam_c=circle.lam / (2 - circle.lam)).items()}
+    numbers.update(sy_clients=int(n_clients), sy_pool_pct=100 * circle.pool, sy_n_eval=f"{n_eval:,}", sy_rounds=int(rounds))
+    sentences = []
+    for setting, row in theory.iterrows():
+        ratio, ratio_ex = row["fitted ratio of R†"], row["fitted ratio of R† − Bayes"]
+        sentences.append(
+            f"*{setting}*: w1 = {format_number(row['w1'], '.2f')} and w2 = {format_number(row['w2'], '.2f')} (Monte Carlo over "
+            f"the sampled region: {format_number(row['w1 (Monte Carlo)'], '.3g')} and "
+            f"{format_number(row['w2 (Monte Carlo)'], '.3g')}), b̄ = {row['b̄']:.3f}, "
+            + ("so Assumption 5.8 holds" if row["b̄ ≤ 1/3 (Ass. 5.8)"] else "so Assumption 5.8 (b̄ ≤ 1/3) fails")
+            + (" and the necessary condition 1/b̄ > 2w1w2 + 1 holds; " if row["1/b̄ > 2w1w2 + 1"] else
+               " and the necessary condition 1/b̄ > 2w1w2 + 1 fails; ")
+            + f"κ2 is at least {format_number(row['κ2 ≥'])}"
+            + (", so κ2 < 1 is possible if the unmeasurable c̄ is large enough. " if row["κ2 ≥"] < 1 else
+               ", so the theorems' rate cannot be below 1 here. ")
+            + f"Over {rounds} iterations the personalization risk goes from {row['R† first']:.4f} to "
+            f"{row['R† last']:.4f} (Bayes risk {row['Bayes risk']:.4f}, local training alone {row['local only']:.4f}): a fitted "
+            f"per-iteration ratio of {format_number(ratio)} for the risk and {format_number(ratio_ex)} for its excess over the "
+            f"Bayes risk, against {format_number(row['fitted ratio without the teacher'])} for the excess when the cluster "
+            "teacher is never sent back.")
+    numbers["sy_sentences"] = " ".join(sentences)
+    if "label groups" in runs:
+        numbers["sy_groups_sentence"] = (
+            "Under label groups a client that lacks a class has w2 = ∞, and the cluster teachers, "
+            "trained on their group's pseudo-labels, misclassify the other group's classes: their largest error on Q is "
+            f"{float(runs['label groups'].frame['b̄ on Q'].max()):.3f}. With full-support distributions Q_i = Q, so under label "
+            "skew Assumption 5.8 asks the teachers to be right on classes their clients barely hold, which those "
+            "clients' pseudo-labels cannot teach.")
+    else:
+        numbers["sy_groups_sentence"] = "(The label-group federation runs at the book and paper profiles.)"
+    for setting, row in theory.iterrows():
+        checks.add(f"{setting}: Assumption 5.8 (b̄ ≤ 1/3) and the necessary condition 1/b̄ > 2 w1 w2 + 1",
+                   f"{n_clients} linear clients, {rounds} iterations, errors on {n_eval:,} fresh samples",
+                   f"b̄ = {row['b̄']:.3f}, w1 w2 = {format_number(row['w1'] * row['w2'], '.2f')}",
+                   ok=bool(row["b̄ ≤ 1/3 (Ass. 5.8)"] and row["1/b̄ > 2w1w2 + 1"]))
+        ratio_ex, ratio_ctl = row["fitted ratio of R† − Bayes"], row["fitted ratio without the teacher"]
+        checks.add(f"{setting}: the personalization risk's excess over the Bayes risk contracts faster with the cluster teacher "
+                   "than without it (the control: the same federation, the teacher never sent back)",
+                   f"least squares on log(R† − Bayes) over {rounds} iterations, COSMOS against the control",
+                   f"ratio {format_number(ratio_ex)} against {format_number(ratio_ctl)} without the teacher; κ2 ≥ "
+                   f"{format_number(row['κ2 ≥'])}", ok=ratio_ex is not None and ratio_ctl is not None and ratio_ex < ratio_ctl)
+    table = show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
+                       formats={"w2": lambda v: format_number(v, ".2f"), "κ2 ≥": lambda v: format_number(v, ".3g"),
+                                "κ2 ≥ (Monte Carlo w)": lambda v: format_number(v, ".3g"),
+                                "fitted ratio of R†": format_number, "fitted ratio of R† − Bayes": format_number,
+                                "fitted ratio without the teacher": format_number})
+    return numbers, table
+
+
+def plot_risks(runs: Mapping[str, SyntheticRun]):
+    """One panel per setting of ``runs``: the personalization risk of the cluster models and the
+    clients' own models' mean risk per iteration, the mean Bayes risk (dotted) and local training
+    alone (dashed), one legend below. Returns the figure."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(4.2 * len(runs), 3.2), squeeze=False)
+    for ax, (setting, res) in zip(axes[0], runs.items()):
+        f = res.frame
+        ax.plot(f.index, f["R†(h)"], "-", color="tab:blue", label="R† (cluster models)")
+        ax.plot(f.index, f["mean R(f_i^(t,1))"], "o-", ms=3, color="tab:orange", label="clients' own models")
+        ax.axhline(res.bayes, ls=":", color="black", label="Bayes risk")
+        ax.axhline(res.local, ls="--", color="grey", label="local training alone")
+        ax.set_title(setting)
+        ax.set_xlabel("iteration t")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0, 0].set_ylabel("risk on D_i")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    return fig
+
+
+def hessian_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], *, seed: int, hessian_points: int,
+                    circle: Circle = Circle()) -> tuple[dict, object]:
+    """Definition 5.4 for a linear client: :func:`hessian_checks`, its three rows recorded in
+    ``checks``. Returns the numbers the prose reads (``sy_n_params``, ``sy_h_points``,
+    ``sy_flat``, ``sy_shift_dims``, ``sy_final_min``, ``sy_small_min``, ``sy_large_neg_pct``) and
+    its table (:func:`fedbook.page.show_table`)."""
+    H = hessian_checks(runs, seed=seed, hessian_points=hessian_points, circle=circle)
+    flat_err, final_min, large_neg = H["flat_err"], H["final_min"], H["large_neg"]
+    checks.add("without the ridge a linear softmax client's objective is flat along the D + 1 logit-shift directions (μ = 0)",
+               "Hessian of F̂ times the shift basis, every point evaluated", flat_err, 1e-10)
+    checks.add("at the clients' final parameters F̂ is convex off the shift directions (so μ = the ridge weight)",
+               "smallest Hessian eigenvalue on the complement", f"{final_min:.2e}", ok=final_min > -1e-9)
+    checks.add("the paper's two-sided consistency term keeps F̂ convex for larger augmentation radii",
+               f"{hessian_points} random parameter points per radius 1 and 3",
+               f"negative curvature at {100 * large_neg:.0f} % of them", ok=large_neg == 0)
+    numbers = {"sy_n_params": int(H["n_params"]), "sy_h_points": int(hessian_points), "sy_flat": float(flat_err),
+               "sy_shift_dims": int(H["shift_dims"]), "sy_final_min": final_min, "sy_small_min": float(H["small_min"]),
+               "sy_large_neg_pct": 100 * large_neg}
+    return numbers, show_table(H["table"], digits={"smallest eigenvalue off the shift directions": 4,
+                                                   "share of points with negative curvature": 2})
+
+
 __all__ = ["DATA", "EVALUATION", "HESSIAN_AUGMENT", "HESSIAN_POINTS", "LOCAL", "SETTINGS", "Circle", "Linear", "SyntheticRun",
            "WithoutTeacher",
-           "client_objective", "error_rate", "fitted_ratio", "hessian_checks", "linear_from", "shift_basis", "synthetic_run",
-           "theory_table"]
+           "client_objective", "error_rate", "fitted_ratio", "hessian_checks", "hessian_section", "linear_from", "plot_risks",
+           "shift_basis", "synthetic_run", "synthetic_section", "theory_table"]
