@@ -79,6 +79,23 @@ def test_a_cached_cell_reads_back_bit_for_bit_and_is_not_run_again(tmp_path, cac
     assert record["format"] == study_module.CACHE_FORMAT and set(record["frames"]) == {"counted"}
 
 
+def failing_cell(seed: int) -> pd.DataFrame:
+    if seed == 2:
+        raise RuntimeError("stopped")
+    CALLS.append((seed, 0))
+    return pd.DataFrame({"y": [float(seed)]})
+
+
+def test_an_interrupted_study_keeps_the_cells_it_finished(tmp_path, cacheable):
+    CALLS.clear()
+    with pytest.raises(RuntimeError, match="stopped"):
+        run_study(Study("partial", failing_cell, seeds=[0, 1, 2]), cache=tmp_path)
+    assert len(list((tmp_path / "partial").glob("*.json"))) == 2  # seeds 0 and 1, kept before seed 2 failed
+    CALLS.clear()
+    assert run_study(Study("partial", failing_cell, seeds=[0, 1]), cache=tmp_path)["partial"]["y"].tolist() == [0.0, 1.0]
+    assert CALLS == []  # read back, not run again
+
+
 def test_floats_strings_and_missing_values_read_back_exactly(tmp_path):
     frame = pd.DataFrame({"a": [0.1, np.nan, 1 / 3, -0.0, 1e-310], "b": [1, 2, 3, 4, 5],
                           "c": ["x", None, "z", "w", "v"], "d": [True, False, True, True, False],

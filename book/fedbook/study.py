@@ -172,11 +172,14 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
             if path.exists():
                 found[i] = _read(path)
     todo = [i for i in range(len(cells)) if i not in found]
-    outputs = map_parallel(lambda i: _frames(study, cells[i]), todo, workers, threads=threads)
-    for i, frames in zip(todo, outputs):
-        found[i] = frames
-        if folder is not None and keys[i] is not None:
+
+    def run(i: int) -> dict[str, pd.DataFrame]:
+        frames = _frames(study, cells[i])
+        if folder is not None and keys[i] is not None:  # kept as soon as it is done: an interrupted study resumes
             _write(folder / f"{keys[i]}.json", study, cells[i], frames)
+        return frames
+
+    found.update(zip(todo, map_parallel(run, todo, workers, threads=threads)))
     names = list(found[0])
     for i in range(len(cells)):
         if list(found[i]) != names:
