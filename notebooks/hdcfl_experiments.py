@@ -601,7 +601,8 @@ R["ex_seconds"] = time.perf_counter() - t_ex
 # :::
 #
 # :::{dropdown} Worked solution
-# On the first seed the ARI between the head-derived and the label-histogram groupings is
+# On the first seed ({func}`fedbook.studies.hdcfl.exercise_cell` computes it) the ARI between the head-derived and
+# the label-histogram groupings is
 # {glue:text}`ex2_ari_ls:.2f` under label subsets, {glue:text}`ex2_ari_dir:.2f` under Dirichlet
 # skew and {glue:text}`ex2_ari_rot:.2f` under rotation:
 #

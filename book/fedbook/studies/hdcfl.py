@@ -258,9 +258,9 @@ def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequ
     Parameters
     ----------
     history : DataFrame
-        :attr:`HDCFLRuns.history`: refresh rows with ``setting``, ``seed``, ``descriptor``, ``round``, ``active``.
+        The ``history`` frame (:func:`run_cell`): refresh rows with ``setting``, ``seed``, ``descriptor``, ``round``, ``active``.
     curves : DataFrame
-        :attr:`HDCFLRuns.curves`: ``setting``, ``seed``, ``round``, ``mean`` (points).
+        The ``curves`` frame: ``setting``, ``seed``, ``round``, ``mean`` (points).
     """
     main = history[history.descriptor == REFRESH_RUNS[0]]  # the run's own refreshes
     table = main[main.active].groupby(["setting", "seed"])["round"].min().groupby("setting").agg(["mean", "min", "max"])
