@@ -51,25 +51,10 @@ n_clients = None  # clients of the small federation (sections 3, 5, 6)
 threads = 1  # torch CPU threads (1 is fastest on a shared 2-core machine)
 
 # %% tags=["hide-input"]
-import functools
-import math
-
-import numpy as np
-import pandas as pd
-import sympy as sp
-from myst_nb import glue
-
-from fedlib.algorithms.fedrep import FedAvgSE
-from fedlib.algorithms.hdcfl import HDCConfig
-from fedbook.page import setup, show_table
+import fedbook.studies.hdcfl_checks as hc
 from fedbook.checks import CheckTable
-from fedlib.data import load_uci_digits
-from fedbook.studies.hdcfl_checks import (PlantedHeads, descriptor_invariance, local_drift, membership_limits,
-                                             one_group_identity, planted_grouping, planted_summary, refresh_invariants)
-from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig
-from fedlib.run import run_federated
-from fedlib.models import build_model
+from fedbook.page import glue_all, setup, show_table
+from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.training import TrainConfig
 
 PROFILES = {
@@ -83,16 +68,10 @@ PROFILES = {
 P = setup(PROFILES, profile, threads=threads, trials=trials, noises=noises, steps=steps, n_clients=n_clients)
 checks = CheckTable()  # the closing check table
 
-# the small federation of sections 3, 5 and 6: UCI digits at 8 x 8, a Dirichlet label skew
-ALPHA = 0.3
-digits = load_uci_digits(size=8)
-fed = make_federation(digits, n_clients=P.n_clients, partition="dirichlet", alpha=ALPHA, min_size=10,
-                      global_test_per_class=20, seed=seed)
-model_fn = functools.partial(build_model, "cnn", in_channels=1, n_classes=10, input_size=8, width=8, feature_dim=32)
+ALPHA = 0.3  # the small federation of sections 3, 5 and 6: UCI digits at 8 x 8, a Dirichlet label skew
+fed, model_fn = hc.small_federation(P.n_clients, ALPHA, seed)
 TRAIN = TrainConfig(steps=P.local_steps, batch_size=32, lr=0.05)  # local work per round (momentum 0.9)
-glue("n_clients", int(P.n_clients), display=False)
-glue("img_size", int(digits.x.shape[-1]), display=False)
-glue("alpha", float(ALPHA), display=False)
+R = {"n_clients": int(P.n_clients), "img_size": int(fed.global_test.x.shape[-1]), "alpha": float(ALPHA)}  # glued at the end
 print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients} clients, local steps {P.steps}")
 
 # %% [markdown]
@@ -137,25 +116,8 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 # ({func}`fedbook.studies.hdcfl_checks.descriptor_invariance`).
 
 # %% tags=["hide-input"]
-err, moved = descriptor_invariance(P.trials, seed)  # the worst errors over the random head sets
-descriptor_table = pd.DataFrame({"max abs error": list(err.values())}, index=pd.Index([
-    "‖z_k‖ − 1", "library's Gram vs the formula's in an independent eigenbasis", "Gram after flipping basis signs",
-    "Gram after rotating the basis within its span", "descriptor_drift between the two bases",
-    "Gram at r = C vs Gram of the raw heads"], name="quantity"))
-glue("desc_trials", int(P.trials), display=False)
-glue("desc_reading", "every deviation is round-off" if max(err.values()) <= 1e-12 else
-     f"the largest deviation is {max(err.values()):.1e}, more than round-off", display=False)
-glue("desc_moved", float(np.median(moved)) if moved else float("nan"), display=False)
-glue("desc_rot_err", float(err["rotation"]), display=False)
-glue("desc_full_err", float(err["full"]), display=False)
-how = f"{P.trials} random head sets, n ≤ 8, C ≤ 12, d ≤ 5, r ≤ C"
-checks.add("descriptors are unit-norm", how, err["unit"], 1e-12)
-checks.add("the library's descriptors have the Gram matrix of vec(U_rᵀH_k)/‖U_rᵀH_k‖, U_r the top-r eigenvectors of "
-           "Σ H_k H_kᵀ found independently (numpy.linalg.eigh)", how, err["formula"], 1e-12)
-checks.add("the descriptors' Gram matrix is invariant to the sign of each basis vector", how, err["sign"], 1e-12)
-checks.add("the Gram matrix is invariant to a rotation within the span (descriptor_drift is basis-free)", how,
-           max(err["rotation"], err["drift"]), 1e-12)
-checks.add("with r = C the low-rank Gram equals the raw Gram", how, err["full"], 1e-12)
+descriptor_table, numbers = hc.descriptor_section(checks, P.trials, seed)  # the worst errors over the random head sets
+R.update(numbers)
 show_table(descriptor_table, formats={"max abs error": ".1e"})
 
 # %% [markdown]
@@ -175,30 +137,14 @@ show_table(descriptor_table, formats={"max abs error": ".1e"})
 # $$
 #
 # Each row is positive and sums to one. For two groups the softmax is a logistic function of the
-# similarity gap, $m_1 = 1/(1 + \exp((s_2 - s_1)/T))$; sympy derives it and its limits.
+# similarity gap, $m_1 = 1/(1 + \exp((s_2 - s_1)/T))$; sympy derives it and its limits
+# ({func}`fedbook.studies.hdcfl_checks.two_group_membership`).
 
 # %%
-s1, s2 = sp.symbols("s_1 s_2", real=True)
-T = sp.Symbol("T", positive=True)
-gap = sp.Symbol("Delta", positive=True)  # the similarity gap |s_1 - s_2| > 0
-m1 = sp.exp(s1 / T) / (sp.exp(s1 / T) + sp.exp(s2 / T))
-closed_form = 1 / (1 + sp.exp((s2 - s1) / T))
-form_diff = sp.simplify(m1 - closed_form)
-limits = {
-    "T → 0+, s_1 > s_2": sp.limit(closed_form.subs(s1, s2 + gap), T, 0, "+"),
-    "T → 0+, s_1 < s_2": sp.limit(closed_form.subs(s1, s2 - gap), T, 0, "+"),
-    "T → ∞": sp.limit(closed_form, T, sp.oo),
-}
-print("softmax minus closed form:", form_diff)
-for case, value in limits.items():
+symbolic = hc.two_group_membership(checks)  # sympy: the softmax against the closed form, and the closed form's limits
+print("softmax minus closed form:", symbolic["difference"])
+for case, value in symbolic["limits"].items():
     print(f"limit of m_1, {case}: {value}")
-sym_ok = form_diff == 0
-limits_ok = (limits["T → 0+, s_1 > s_2"] == 1 and limits["T → 0+, s_1 < s_2"] == 0
-             and limits["T → ∞"] == sp.Rational(1, 2))
-checks.add("two groups: m_1 = 1 / (1 + exp((s_2 − s_1)/T))", "sympy: simplify(softmax − closed form)",
-           "0 (symbolic)" if sym_ok else str(form_diff), ok=sym_ok)
-checks.add("two groups: m_1 → 1 (s_1 > s_2) or 0 (s_1 < s_2) as T → 0+, and → 1/2 as T → ∞",
-           "sympy: limit", ", ".join(f"{v}" for v in limits.values()), ok=limits_ok)
 
 # %% [markdown]
 # For any number of groups the limits come with explicit bounds. Let $g_k > 0$ be the gap between
@@ -223,28 +169,8 @@ checks.add("two groups: m_1 → 1 (s_1 > s_2) or 0 (s_1 < s_2) as T → 0+, and 
 
 # %% tags=["hide-input"]
 TEMPERATURES = [1e-4, 1e-3, 1e-2, 0.05, 0.1, 1.0, 10.0, 100.0, 1e3, 1e4]
-membership_table, M = membership_limits(P.trials, TEMPERATURES, seed)  # the table, and the checks' worst values
-glue("memb_rows", int(M["n_rows"]), display=False)
-glue("memb_bounds", f"Both bounds hold on all {M['n_rows']} rows." if M["cold_viol"] + M["hot_viol"] == 0 else
-     f"The bounds fail on {M['cold_viol']} (T → 0) and {M['hot_viol']} (T → ∞) of {M['n_rows']} rows.", display=False)
-glue("memb_cold", float(membership_table["max |m − hard|"].iloc[0]), display=False)
-glue("memb_hot", float(membership_table["max |m − 1/k|"].iloc[-1]), display=False)
-glue("memb_t_min", float(TEMPERATURES[0]), display=False)
-glue("memb_t_max", float(TEMPERATURES[-1]), display=False)
-glue("memb_default_t", float(HDCConfig().temperature), display=False)
-SHARE = 0.95  # the weight on the closer of two centroids quoted in the text
-glue("memb_share", 100 * SHARE, display=False)
-glue("memb_gap", float(HDCConfig().temperature * math.log(SHARE / (1 - SHARE))), display=False)
-how = f"{M['n_rows']} membership rows: {M['n_instances']} random instances × {len(TEMPERATURES)} temperatures"
-checks.add("soft membership rows lie on the simplex (nonnegative, sum to 1)", how,
-           f"min entry {M['min_entry']:.1e}, max |Σ − 1| {M['simplex_err']:.1e}",
-           ok=M["min_entry"] >= 0 and M["simplex_err"] < 1e-12)
-checks.add("T → 0: soft membership → hard_membership, with |m − hard| ≤ (k−1)·exp(−gap/T)", how,
-           M["cold_viol"], 0, kind="count")
-checks.add("T → ∞: soft membership → uniform 1/k, with |m − 1/k| ≤ (exp(2/T) − 1)/k", how, M["hot_viol"], 0,
-           kind="count")
-checks.add("two groups: soft_membership equals the closed form", "the k = 2 instances at every temperature",
-           M["closed_err"], 1e-12)
+membership_table, numbers = hc.membership_section(checks, P.trials, TEMPERATURES, seed)
+R.update(numbers)
 show_table(membership_table, formats={"T": "g", "max |m − hard|": ".1e", "max |m − 1/k|": ".1e",
                                       "mean entropy / log k": ".3f"})
 
@@ -280,29 +206,8 @@ show_table(membership_table, formats={"T": "g", "max |m − hard|": ".1e", "max 
 # label skew, $\alpha =$ {glue:text}`alpha:g`, a small CNN), same seed.
 
 # %% tags=["hide-input"]
-ident = one_group_identity(fed, model_fn, TRAIN, P.rounds, seed, participation=0.5)
-run = ident.run  # HDC-FL with one group: its cache is refreshed again in section 6
-bits = f"{ident.identity_bits} of {ident.n_clients}"
-glue("id_rounds", int(P.rounds), display=False)
-glue("id_diff", ident.identity_diff, display=False)
-glue("id_bits", bits, display=False)
-glue("id_zero", ident.zero_diff, display=False)
-glue("id_k", ident.k_grouped, display=False)
-glue("id_rel_k", float(np.median(ident.rel_moves)), display=False)
-glue("id_partial", ident.partial_diff, display=False)
-glue("id_participation", ident.participation, display=False)
-glue("id_partial_sentence", f"the one-group prototype differs from the round's average by up to {ident.partial_diff:.1e}."
-     if ident.partial_diff > 0 else "yet here the one-group prototype equals the round's average (the same clients were "
-     "sampled in every round).", display=False)
-glue("id_eval", "identical" if ident.same_eval else "not identical", display=False)
-checks.add("HDC-FL leaves the shared-encoder trajectory intact (its shared encoder is FedAvg-SE's)",
-           f"{P.n_clients} clients, {P.rounds} rounds, same seed", ident.shared_diff, 0.0)
-checks.add("k = 1, λ = 1, full participation, refresh every round: personalized encoder = FedAvg-SE's shared encoder",
-           f"every client after {P.rounds} rounds; bit-equal: {bits}", ident.identity_diff, 0.0)
-checks.add("λ = 0 gives exactly the shared encoder for every client", f"k = {ident.k_grouped} groups by k-means",
-           ident.zero_diff, 0.0)
-checks.add("k = 1, λ = 1: the loop's per-client evaluation equals FedAvg-SE's", "RunResult.per_client() of both runs",
-           "identical" if ident.same_eval else "differs", ok=ident.same_eval)
+ident, numbers = hc.identity_section(checks, fed, model_fn, TRAIN, P.rounds, seed)  # ident.run: section 6's cache
+R.update(numbers)
 show_table(ident.table, formats={"max abs difference": ".1e"})
 
 # %% [markdown]
@@ -340,50 +245,10 @@ show_table(ident.table, formats={"max abs difference": ".1e"})
 # $r =$ {glue:text}`pl_rank` (the paper's).
 
 # %% tags=["hide-input"]
-PLANTED = PlantedHeads(G=4, m=5, C=20, d1=17, common=3.0, signal=1.0, common_rank=4, sig_rank=3)
-PL = dict(vars(PLANTED), rank=HDCConfig().rank, kmin=2, kmax=8)
-for key, value in PL.items():
-    glue(f"pl_{key}", value, display=False)
-planted = planted_grouping(PLANTED, P.noises, P.planted_trials, seed, rank=PL["rank"], k_min=PL["kmin"], k_max=PL["kmax"])
-planted_table = planted_summary(planted)  # per family and σ
-separated = planted[planted["σ"] <= P.sep_noise]
-min_ari_sep = float(separated["ARI lowrank"].min()) if len(separated) else float("nan")
-sil_better = float((planted["silhouette lowrank"] >= planted["silhouette raw"]).mean())
-ari_better = float((planted["ARI lowrank"] >= planted["ARI raw"] - 1e-12).mean())
-few = planted[planted["signal"] == "few class directions"]
-allc = planted[planted["signal"] == "all class directions"]
-sil_gain_few = float((few["silhouette lowrank"] - few["silhouette raw"]).median())
-sil_gain_all = float((allc["silhouette lowrank"] - allc["silhouette raw"]).median())
-glue("pl_instances", int(len(planted)), display=False)
-glue("pl_sep_noise", float(P.sep_noise), display=False)
-glue("pl_n_sep", int(len(separated)), display=False)
-glue("pl_min_ari_sep", min_ari_sep, display=False)
-glue("pl_sep_reading", "finds the planted groups exactly" if min_ari_sep >= 1 - 1e-12 else
-     "does not always find the planted groups exactly", display=False)
-glue("pl_sil_better", 100 * sil_better, display=False)
-glue("pl_ari_better", 100 * ari_better, display=False)
-glue("pl_gain_few", sil_gain_few, display=False)
-glue("pl_gain_all", sil_gain_all, display=False)
-ari_diff = planted_table["ARI low-rank"] - planted_table["ARI raw"]
-ARI_STEP = 0.05  # a difference in mean ARI smaller than this (about one client of twenty moved) is not read as a gain or a loss
-(fam_best, s_best), (fam_worst, s_worst) = ari_diff.idxmax(), ari_diff.idxmin()
-best_row, worst_row = planted_table.loc[(fam_best, s_best)], planted_table.loc[(fam_worst, s_worst)]
-glue("pl_gain_sentence", f"The largest gain in mean ARI from the projection is at σ = {s_best:g} with the groups "
-     f"differing in {fam_best}: {best_row['ARI low-rank']:.2f} against {best_row['ARI raw']:.2f}."
-     if ari_diff.max() > ARI_STEP else f"The projection raises the mean ARI by more than {ARI_STEP} in none of these settings.",
-     display=False)
-glue("pl_loss_sentence", f"The largest loss is at σ = {s_worst:g} with the groups differing in {fam_worst}: "
-     f"{worst_row['ARI low-rank']:.2f} against {worst_row['ARI raw']:.2f}." if ari_diff.min() < -ARI_STEP
-     else f"The projection lowers the mean ARI by more than {ARI_STEP} in none of these settings.", display=False)
-noisiest = planted[planted["σ"] == max(P.noises)]
-glue("pl_noisy_sentence", f"At the largest noise, σ = {max(P.noises):g}, the mean ARI over both families is "
-     f"{noisiest['ARI raw'].mean():.2f} (raw) and {noisiest['ARI lowrank'].mean():.2f} (low-rank).", display=False)
-checks.add(f"the low-rank descriptor recovers a planted grouping exactly on well-separated instances (σ ≤ {P.sep_noise})",
-           f"{len(separated)} planted instances, SilhouetteKMeans k in {PL['kmin']}..{PL['kmax']}, ARI vs planted labels",
-           f"min ARI {min_ari_sep:.3f}", ok=len(separated) > 0 and min_ari_sep >= 1 - 1e-12)
-checks.add("the low-rank descriptor separates the planted groups at least as well as the raw head (silhouette)",
-           f"{len(planted)} planted instances, both families, every σ", f"true for {100 * sil_better:.0f} %",
-           ok=sil_better == 1, partly=sil_better > 0)
+PLANTED = hc.PlantedHeads(G=4, m=5, C=20, d1=17, common=3.0, signal=1.0, common_rank=4, sig_rank=3)
+planted_table, numbers = hc.planted_section(checks, PLANTED, P.noises, P.planted_trials, seed, sep_noise=P.sep_noise,
+                                            rank=HDCConfig().rank, k_min=2, k_max=8)  # k in 2..8: the paper's Appendix A.1
+R.update(numbers)
 show_table(planted_table, digits={"silhouette raw": 3, "silhouette low-rank": 3, "k raw": 1, "k low-rank": 1,
                                   "ARI raw": 2, "ARI low-rank": 2, "min ARI low-rank": 2})
 
@@ -394,7 +259,9 @@ show_table(planted_table, digits={"silhouette raw": 3, "silhouette low-rank": 3,
 # head's in {glue:text}`pl_sil_better:.0f` % of them (median gain {glue:text}`pl_gain_few:.3f` when
 # the groups differ in a few class directions, {glue:text}`pl_gain_all:.3f` when they differ in all),
 # and its ARI is at least the raw head's in {glue:text}`pl_ari_better:.0f` %.
-# {glue:text}`pl_gain_sentence` {glue:text}`pl_loss_sentence` {glue:text}`pl_noisy_sentence` These
+# {glue:text}`pl_gain_sentence` {glue:text}`pl_loss_sentence` At the largest noise,
+# σ = {glue:text}`pl_noisy_sigma:g`, the mean ARI over both families is {glue:text}`pl_noisy_raw:.2f` (raw) and
+# {glue:text}`pl_noisy_lowrank:.2f` (low-rank). These
 # are statements about these planted instances, not about heads in general: a grouping signal that
 # lives outside the top $r$ singular directions of the heads (for example, small differences in
 # classes that every client predicts weakly) is projected away.
@@ -421,57 +288,8 @@ show_table(planted_table, digits={"silhouette raw": 3, "silhouette low-rank": 3,
 # the encoders drift apart; both are checked, and either can fail.
 
 # %% tags=["hide-input"]
-warm = run_federated(FedAvgSE(train=TRAIN), fed, model_fn,
-                     LoopConfig(rounds=P.warm_rounds, seed=seed, evaluate_last=False))
-steps_table = local_drift(warm, fed, model_fn, TRAIN, P.steps, seed)  # (a)-(d) per local step count s
-movement = steps_table["(c) feature movement"].to_numpy()
-agreement = steps_table["(d) same prediction on f₀"].to_numpy()
-cosines = steps_table["(a) mean pairwise cosine of Δθ"].to_numpy()
-move_monotone = bool(np.all(np.diff(movement) > 0))
-agree_monotone = bool(np.all(np.diff(agreement) < 0))
-glue("ls_warm", int(P.warm_rounds), display=False)
-glue("ls_steps", ", ".join(str(s) for s in P.steps), display=False)
-glue("ls_s_min", int(P.steps[0]), display=False)
-glue("ls_s_max", int(P.steps[-1]), display=False)
-glue("ls_move_min", float(movement[0]), display=False)
-glue("ls_move_max", float(movement[-1]), display=False)
-glue("ls_agree_min", 100 * float(agreement[0]), display=False)
-glue("ls_agree_max", 100 * float(agreement[-1]), display=False)
-glue("ls_move_reading", "grows with every step of the grid" if move_monotone else
-     "grows overall but not at every step of the grid", display=False)
-glue("ls_agree_reading", "falls with every step of the grid" if agree_monotone else
-     "does not fall at every step of the grid", display=False)
-sizes = steps_table["(b) ‖Δθ‖ / ‖θ₀‖"].to_numpy()
-glue("ls_size_min", float(sizes[0]), display=False)
-glue("ls_size_max", float(sizes[-1]), display=False)
-glue("ls_cos_first", float(cosines[0]), display=False)
-glue("ls_cos_last", float(cosines[-1]), display=False)
-COS_STEP = 0.05  # a change of the mean pairwise cosine smaller than this is read as no change
-glue("ls_cos_sentence", "longer local training makes the clients' encoder changes larger and, on this run, more alike in "
-     "direction, not less." if cosines[-1] - cosines[0] > COS_STEP else
-     "longer local training makes the clients' encoder changes larger and, on this run, less aligned."
-     if cosines[-1] - cosines[0] < -COS_STEP else
-     "longer local training makes the clients' encoder changes larger, about as aligned as before.", display=False)
-how = f"{P.n_clients} clients, s in {{{', '.join(map(str, P.steps))}}}, probe: the global test set"
-tracking = steps_table["(e) ρ(head cosine, compatibility)"]
-short = tracking[tracking.index <= P.local_steps]  # the short updates of the federation's own rounds
-short_ok = bool(len(short) and (short > 0).all())
-weakens = bool(tracking.iloc[-1] < short.iloc[-1]) if len(short) else False
-checks.add(f"short local updates (s ≤ {P.local_steps}, a round's): head similarity ranks encoder compatibility "
-           "(Spearman ρ of pairwise head cosine and compatibility > 0)", how,
-           ", ".join(f"s = {s_}: ρ = {v:+.3f}" for s_, v in short.items()), ok=short_ok,
-           partly=bool(len(short) and (short > 0).any()))
-checks.add(f"the tracking weakens as updates lengthen: ρ at s = {P.steps[-1]} below ρ at s = {short.index[-1] if len(short) else '—'}",
-           how, ", ".join(f"{v:+.3f}" for v in tracking), ok=weakens)
-glue("ls_rho_short", float(short.iloc[-1]) if len(short) else float("nan"), display=False)
-glue("ls_s_short", int(short.index[-1]) if len(short) else 0, display=False)
-glue("ls_rho_long", float(tracking.iloc[-1]), display=False)
-glue("ls_track_reading", ("positive at every short s and weaker at the longest" if short_ok and weakens else
-                          "positive at every short s but not weaker at the longest" if short_ok else
-                          "not positive at every short s"), display=False)
-checks.add("a client's head reads the common features less faithfully as s grows (same prediction on f₀ and f_k)",
-           how, "monotone" if agree_monotone else "not monotone: " + ", ".join(f"{v:.3f}" for v in agreement),
-           ok=agree_monotone, partly=bool(agreement[-1] < agreement[0]))
+steps_table, numbers = hc.drift_section(checks, fed, model_fn, TRAIN, P.steps, P.warm_rounds, seed)  # (a)-(e) per s
+R.update(numbers)
 show_table(steps_table, digits=3)
 
 # %% [markdown]
@@ -501,24 +319,7 @@ show_table(steps_table, digits=3)
 # personalized encoder for random $\lambda$.
 
 # %% tags=["hide-input"]
-RF = refresh_invariants(run.server, P.trials, P.rounds + 1, seed)  # refreshes at rounds P.rounds + 1, + 2, ...
-glue("rf_trials", int(P.trials), display=False)
-glue("rf_n", int(RF["n_cached"]), display=False)
-glue("rf_ks", ", ".join(str(k) for k in sorted(set(RF["ks"]))), display=False)
-written = RF["nothing_written_back"] and RF["broadcast_kept"]
-read_only = RF["cache_kept"] and RF["model_kept"] and written
-glue("rf_reading", ("each within its range" if RF["k_viol"] == 0 else f"{RF['k_viol']} outside their range") + ". " + (
-    "Personalization is read-only on the server: nothing a client receives for evaluation enters the cache or the "
-    "trajectory." if read_only else "Some server arrays changed (see the check table)."), display=False)
-how = f"{P.trials} random refresh settings on the cache of {RF['n_cached']} clients"
-checks.add("the chosen k lies in [k_min, min(k_max, n − 1)]", how, RF["k_viol"], 0, kind="count")
-checks.add("membership rows are nonnegative and sum to 1", how, RF["row_err"], 1e-12)
-checks.add("a refresh leaves the cache (and the state it was given) unchanged", how,
-           "bit-identical" if RF["cache_kept"] else "changed", ok=RF["cache_kept"])
-checks.add("a refresh leaves the shared encoder unchanged", how, "bit-identical" if RF["model_kept"] else "changed",
-           ok=RF["model_kept"])
-checks.add("computing personalized encoders writes nothing back; the broadcast stays the shared encoder",
-           how + ", every client, random λ", "bit-identical" if written else "changed", ok=written)
+R.update(hc.refresh_section(checks, ident.run.server, P.trials, P.rounds + 1, seed))  # refreshes at rounds P.rounds + 1, + 2, ...
 
 # %% [markdown]
 # Over {glue:text}`rf_trials` random settings on the cache of {glue:text}`rf_n` clients the refresh
@@ -527,9 +328,8 @@ checks.add("computing personalized encoders writes nothing back; the broadcast s
 # ## The check table
 
 # %% tags=["remove-cell"]
-glue("n_checks", len(checks), display=False)
-glue("n_fail", checks.n_fail, display=False)
-glue("deriv_seconds", float(P.elapsed()), display=False)
+R.update(n_checks=len(checks), n_fail=checks.n_fail, deriv_seconds=float(P.elapsed()))
+glue_all(R)
 
 # %% tags=["hide-input"]
 checks.show()

@@ -59,28 +59,24 @@ workers = 1  # processes the seeds run in: 1 inside the book's parallel build; 2
 threads = 1  # torch CPU threads per process
 cifar_root = None  # paper profile: folder holding cifar-10-batches-py/
 results_dir = None  # where tidy results are saved (None: not saved)
+cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 
 # %% tags=["hide-input"]
-import dataclasses
+import functools
 import math
 import time
 import warnings
 
 import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
-import numpy as np
-import pandas as pd
 from IPython.display import Markdown, display
-from myst_nb import glue
 
-from fedlib.algorithms.hdcfl import HDCConfig, refresh_history
-from fedbook.page import claims_report, format_bytes, setup, show_table
-from fedbook.claims import HOLDS, INCONCLUSIVE, Claim, defined_pairs, resolution_of, seed_table
-from fedlib.clustering import SilhouetteKMeans, assignment_agreement
-from fedlib.data import load_dataset
+import fedbook.studies.hdcfl as hdcfl
+from fedbook.claims import Claim, Read
+from fedbook.page import claims_report, glue_all, setup, show_table
+from fedbook.study import Study, run_study
+from fedbook.studies.hdcfl import BASELINES, DEFAULT_VARIANT, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT
+from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.engines.vectorized import SequentialFallback
-from fedbook.studies.hdcfl import (BASELINES, DEFAULT_VARIANT, DONOR_COLUMNS, METHODS, RAW_RUN, SHARED_VARIANT,
-                                      STEP_COLUMN, TAIL_METRICS, HDCFLStudy, activation_table, step_text)
 from fedlib.loop import RunOptions
 from fedlib.training import TrainConfig
 
@@ -105,36 +101,24 @@ P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, rounds=rounds, lo
 SEEDS = list(range(seed, seed + P.n_seeds))
 TRAIN = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr, momentum=0.9)
 FINETUNE = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, lr=P.lr / 5, momentum=0.9)
-TEST_FRACTION = 0.25  # each client's local test split (make_federation's default)
 HDC = HDCConfig(rank=P.rank, temperature=P.temperature, refresh_every=P.refresh_every,
                 max_activation_round=P.max_activation_round)
-
+VARIANTS = {  # server-side ablations on the HDC-FL run's final state (the raw-head one is added by the study)
+    DEFAULT_VARIANT: {},  # the run's own deployment (copied, not computed again)
+    ONE_GROUP_VARIANT: dict(k_min=1, k_max=1),
+    "hard membership": dict(membership="hard"),
+    "random groups": dict(grouping="random"),
+    "λ = 0.5": dict(lam=0.5),
+    SHARED_VARIANT: dict(lam=0.0),  # FedAvg-SE's deployment (copied, not computed again)
+}
+STUDY = hdcfl.HDCFLStudy(  # what every cell trains and deploys; test_fraction: each client's local test split
+    dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_root, model=P.model, width=P.width, feature_dim=P.feature_dim,
+    n_clients=P.n_clients, global_test_per_class=P.global_test_per_class, test_fraction=0.25, class_fraction=P.class_fraction,
+    alpha=P.alpha, n_rotations=P.n_rotations, rounds=P.rounds, train=TRAIN, finetune=FINETUNE, hdc=HDC, variants=VARIANTS,
+    ifca_k=P.ifca_k, participation=P.participation, options=RUN)
 print(f"profile {P.profile}: seeds {SEEDS}; {P.n_clients} clients, {P.rounds} rounds x {P.local_epochs} local epoch(s); "
       f"{P.dataset}, {P.model}; settings {P.settings}")
-glue("n_seeds", P.n_seeds, display=False)
-glue("n_clients", P.n_clients, display=False)
-glue("rounds", P.rounds, display=False)
-glue("bottom_k", max(1, math.ceil(round(0.2 * P.n_clients, 9))), display=False)  # the protocol's count (fedlib.metrics.tail_mean)
-glue("ft_epochs", FINETUNE.epochs, display=False)
-glue("n_images", len(load_dataset("uci8")), display=False)  # the whole data set the book profile draws from
-glue("test_pct", 100 * TEST_FRACTION, display=False)
-glue("train_pct", 100 * (1 - TEST_FRACTION), display=False)
-glue("class_pct", 100 * P.class_fraction, display=False)
-glue("alpha", P.alpha, display=False)
-glue("n_rot", P.n_rotations, display=False)
-glue("ifca_k", P.ifca_k, display=False)
-glue("participation_pct", 100 * P.participation, display=False)
-glue("n_sampled", max(1, int(round(P.participation * P.n_clients))), display=False)  # the loop's count (fedlib.loop)
-glue("n_classes_data", N_CLASSES, display=False)
-T_OLD, GAP = 0.05, 0.15  # the temperature this chapter used before, and a cosine gap between two centroids
-glue("t_old", T_OLD, display=False)
-glue("t_gap", GAP, display=False)
-glue("t_gap_old", 100 / (1 + math.exp(-GAP / T_OLD)), display=False)  # two groups, that gap, at T_OLD
-glue("t_gap_new", 100 / (1 + math.exp(-GAP / P.temperature)), display=False)  # the same gap at our T
-glue("t_gap_95", P.temperature * math.log(19), display=False)  # the cosine gap that puts 95 % on one of two groups
-for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari", "max_drift", "patience", "k_min", "k_max",
-              "max_activation_round", "lam"):
-    glue(f"hdc_{_name}", getattr(HDC, _name), display=False)
+R = hdcfl.setting_numbers(STUDY, P.n_seeds, N_CLASSES)  # the numbers the prose quotes, published at the end (glue_all)
 
 # %% [markdown]
 # ## The settings and HDC-FL's choices
@@ -254,45 +238,21 @@ for _name in ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari
 #
 # The headline claims (the abstract's and the conclusion's: the mean and tail comparisons and the
 # donor-ranking associations) rest on {glue:text}`n_seeds` seeds, as does every other row: all rows
-# read the same runs.
+# read the same runs. Each declaration below names where its two sides are read: a frame of the
+# runs, its rows and its column ({class}`fedbook.claims.Read`), one value per seed, paired by seed;
+# the frames are the runs' tidy tables and the per-seed readings made of them
+# ({func}`fedbook.studies.hdcfl.results`).
 
 # %% tags=["hide-input"]
-VARIANTS = {  # server-side ablations on the HDC-FL run's final state (the raw-head one is added by the study)
-    DEFAULT_VARIANT: {},  # the run's own deployment (copied, not computed again)
-    "k = 1 (population-level prototype)": dict(k_min=1, k_max=1),
-    "hard membership": dict(membership="hard"),
-    "random groups": dict(grouping="random"),
-    "λ = 0.5": dict(lam=0.5),
-    SHARED_VARIANT: dict(lam=0.0),  # FedAvg-SE's deployment (copied, not computed again)
-}
-study = HDCFLStudy(dataset=P.dataset, n_samples=P.n_samples, cifar_root=cifar_root, model=P.model, width=P.width,
-                   feature_dim=P.feature_dim, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
-                   test_fraction=TEST_FRACTION, class_fraction=P.class_fraction, alpha=P.alpha, n_rotations=P.n_rotations,
-                   rounds=P.rounds, train=TRAIN, finetune=FINETUNE, hdc=HDC, variants=VARIANTS, ifca_k=P.ifca_k,
-                   participation=P.participation, options=RUN)
-FED0 = {s: study.federation(s, seed)[0] for s in P.settings}  # the first seed's federations: their pools' sizes
-POOL = np.concatenate([f.pool_sizes() for f in FED0.values()])
-RES_MEAN = resolution_of(len(FED0[P.settings[0]].global_test))  # one image of the pool
-RES_TAIL = 100 * max(float(np.nanmax(f.pool_steps())) for f in FED0.values())  # the largest step one pool image makes
-RES_DONOR = resolution_of(sum(len(c.test) for c in FED0["rotation"].clients))  # one image of the targets' test splits
+SCALE = hdcfl.scale(STUDY, P.settings, seed)  # the first seed's federations: their pools' sizes and resolutions
+RES_MEAN, RES_TAIL, RES_DONOR = SCALE["res_mean"], SCALE["res_tail"], SCALE["res_donor"]  # one image of a pool / a step / the targets' test splits
 RES_RHO, RES_SIL = 0.01, 0.01  # declared resolutions of a correlation, an AUROC, a silhouette and an ARI
 TOL_MEAN = max(1.0, RES_MEAN)  # points: non-inferiority margin of "competitive mean"
 TOL_RATIO = f"{TOL_MEAN / 0.5:.3g}–{TOL_MEAN / 0.2:.3g}"  # against the 0.2–0.5 points the paper calls comparable
 MIN_SIL = 0.05  # a silhouette gain must exceed this: about half the paper's raw-to-rank-8 gain (0.027 -> 0.108)
 MIN_AUROC = 0.1  # an AUROC (an average precision) must beat chance by more than this
-S_LS, S_DIR, S_ROT = "label subsets", "Dirichlet", "rotation"
-DATA_LABEL = {"uci8": "UCI digits at 8 x 8", "mnist5k": "MNIST-5k", "uci": "UCI digits", "cifar10": "CIFAR-10",
-              "cifar100": "CIFAR-100"}[P.dataset]
-MODEL_LABEL = {"cnn": "a small CNN", "mlp": "an MLP", "resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}[P.model]
-SUB_SCALE = f"{DATA_LABEL} and {MODEL_LABEL} for CIFAR-10/100 and ResNet-18 / MobileNetV2; {P.rounds} rounds"
-SUB_HEAD = (SUB_SCALE + f"; macro over our {len(P.settings)} settings, not the paper's 11 configurations; PFedCS (the paper's "
-            "nearest rival) and EMD-CFL are not run: six baselines fedlib has")
-LS_SUB = f"{DATA_LABEL}, {100 * P.class_fraction:.0f} % of the classes per client"
-ROT_SUB = f"{DATA_LABEL}, {P.n_rotations} rotations; k chosen by silhouette, not fixed; stale cache ({100 * P.participation:.0f} % participation)"
-DIR_SUB = f"{DATA_LABEL}, Dirichlet α = {P.alpha}; T = {P.temperature} chosen from the cosine gaps"
-LR_SUB = ("raw heads grouped on the same cache at the same refreshes of the same run (server-side); r = "
-          f"{P.rank} = ⌈C/2⌉ of C = {N_CLASSES} classes (the paper: 8 of 100), a rule blind to the {P.n_rotations} planted groups")
-DONOR_SUB = "the last round's cached pairs; raw-head cosine"
+R.update(SCALE, tol_mean=TOL_MEAN, tol_ratio=TOL_RATIO, res_rho=RES_RHO, min_sil=MIN_SIL, min_auroc=MIN_AUROC)
+SUB = hdcfl.substitutions(P, N_CLASSES)  # what our scale substitutes, per group of claims (each claim's substitution)
 TAIL_NAME = {"mean": "mean", "worst": "worst-client", "bottom-20 %": "bottom-20 %"}
 TAIL_KEY = {"mean": "", "worst": "-worst", "bottom-20 %": "-bottom"}
 Q_ABS = ("Across 11 CIFAR-10 and CIFAR-100 configurations covering label-subset, Dirichlet and rotation heterogeneity with "
@@ -318,141 +278,119 @@ Q_NEAR = ("Nearest-head donor selection gains 2.50 accuracy points under rotatio
 Q_AUROC = "Head similarity detects same-rotation pairs with AUROC 0.887 and average precision 0.606."
 
 
-def res(metric):
-    """The resolution of a metric: one pool image for the mean, the largest one-image step for a tail."""
-    return RES_MEAN if metric == "mean" else RES_TAIL
+RES = {"mean": RES_MEAN, "worst": RES_TAIL, "bottom-20 %": RES_TAIL}  # a metric's resolution: one pool image, the largest step
 
 
-def above_half(share):
-    """The seeds where the share is defined, paired with ½ (the "more than half" of "largely explained")."""
-    return defined_pairs(share, np.full(len(share), 0.5))
+def macro(method, metric):  # a method's macro value per seed (the mean over the settings)
+    return Read("macro", metric, method=method)
 
 
-def variant_pair(setting, ours, base, metric):
-    return lambda: (runs.variant(setting, ours, metric), runs.variant(setting, base, metric))
+def variant(setting, name, metric):  # an ablation's value per seed
+    return Read("variants", metric, setting=setting, variant=name)
 
 
-# Each claim's values: (ours, baseline) per seed, read when the claims are decided (from `runs`, the results:
-# fedbook.studies.hdcfl.HDCFLRuns)
-claims = [
+def donor(setting, column="ρ (raw heads)"):  # a donor-swap reading per seed
+    return Read("donor_seed", column, setting=setting)
+
+
+def every(metric):  # every baseline's macro value by name: one paired interval each
+    return {b: macro(b, metric) for b in BASELINES}
+
+
+CLAIMS = [
     Claim("mean", Q_ABS, "Abstract, Section 4.2, Section 6", "macro mean accuracy (pooled), HDC-FL − each baseline, points",
-          "at least", TOL_MEAN, SUB_HEAD + f"; tolerance {TOL_MEAN:g} point(s), fixed before the runs: {TOL_RATIO} times the 0.2–0.5 "
+          "at least", TOL_MEAN, SUB["head"] + f"; tolerance {TOL_MEAN:g} point(s), fixed before the runs: {TOL_RATIO} times the 0.2–0.5 "
           "points the paper calls comparable, a lenient reading of 'competitive' (a tighter margin would sit below the "
           "spread of a few seeds at this scale)", resolution=RES_MEAN, versus=tuple(BASELINES), headline=True,
-          values=lambda: (runs.macro_of("HDC-FL", "mean"), runs.each_baseline("mean"))),
+          ours=macro("HDC-FL", "mean"), baseline=every("mean")),
     *[Claim(key, Q_ABS, "Abstract, Section 4.3, Section 6 (\"with small margins over PFedCS\")",
             f"macro {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − each baseline, points (numerically highest: no "
-            "baseline above by more than one image)", "at least", RES_TAIL, SUB_HEAD, resolution=RES_TAIL,
-            versus=tuple(BASELINES), headline=True,
-            values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.each_baseline(metric)))
+            "baseline above by more than one image)", "at least", RES_TAIL, SUB["head"], resolution=RES_TAIL,
+            versus=tuple(BASELINES), headline=True, ours=macro("HDC-FL", metric), baseline=every(metric))
       for key, metric in (("worst", "worst"), ("bottom", "bottom-20 %"))],
     *[Claim(f"se-mean-{setting}", Q_SE, "Appendix D, Figure 3",
             f"{setting} mean accuracy (pooled), HDC-FL − FedAvg-SE (the same run), points (improves or level)",
-            "at least", RES_MEAN, SUB_SCALE, resolution=RES_MEAN, versus="FedAvg-SE",
-            values=lambda setting=setting: (runs.of(setting, "HDC-FL", "mean"), runs.of(setting, "FedAvg-SE", "mean")))
+            "at least", RES_MEAN, SUB["scale"], resolution=RES_MEAN, versus="FedAvg-SE",
+            ours=Read("main", "mean", setting=setting, method="HDC-FL"), baseline=Read("main", "mean", setting=setting, method="FedAvg-SE"))
       for setting in P.settings],
     *[Claim(f"se{TAIL_KEY[metric]}", f"Does HDC-FL's server-side personalization keep the macro {TAIL_NAME[metric]} "
             "accuracy level with FedAvg-SE's (the same training run, deployed with the shared encoder) or improve it?",
             "the rows se-mean-*: “improves or remains level”, Appendix D, Figure 3, whose curves are of the mean",
             f"macro {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − FedAvg-SE (the same run), points (improves or level)",
-            "at least", RES_TAIL, SUB_SCALE, kind="control", resolution=RES_TAIL, versus="FedAvg-SE",
-            values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.macro_of("FedAvg-SE", metric)))
+            "at least", RES_TAIL, SUB["scale"], kind="control", resolution=RES_TAIL, versus="FedAvg-SE",
+            ours=macro("HDC-FL", metric), baseline=macro("FedAvg-SE", metric))
       for metric in ("worst", "bottom-20 %")],
     *[Claim(f"se-step-{key}", Q_SE, "Appendix D, Figure 3",
             f"step in mean accuracy (pooled) at activation, {setting} − Dirichlet (per seed), points", "greater", RES_MEAN,
-            SUB_SCALE + f"; the step spans the last {P.refresh_every} round(s) of training too, in every setting alike; "
+            SUB["scale"] + f"; the step spans the last {P.refresh_every} round(s) of training too, in every setting alike; "
             "seeds whose activation comes at the first refresh have no step and are left out",
-            resolution=RES_MEAN,
-            values=lambda setting=setting: defined_pairs(runs.steps(setting, P.refresh_every),
-                                                         runs.steps(S_DIR, P.refresh_every)))
+            resolution=RES_MEAN, ours=Read("steps", "step", setting=setting), baseline=Read("steps", "Dirichlet step", setting=setting))
       for key, setting in (("ls", S_LS), ("rot", S_ROT))],
     Claim("ifca-worst", "[...] IFCA and EMD-CFL fall below FedAvg-SE in worst-client accuracy.", "Section 4.3",
           "macro worst-client accuracy (pooled), FedAvg-SE − IFCA, points", "greater", RES_TAIL,
-          SUB_SCALE + f"; EMD-CFL is not run; IFCA with k = {P.ifca_k}", resolution=RES_TAIL, versus="IFCA",
-          values=lambda: (runs.macro_of("FedAvg-SE", "worst"), runs.macro_of("IFCA", "worst"))),
+          SUB["scale"] + f"; EMD-CFL is not run; IFCA with k = {P.ifca_k}", resolution=RES_TAIL, versus="IFCA",
+          ours=macro("FedAvg-SE", "worst"), baseline=macro("IFCA", "worst")),
     *[Claim(f"babu{TAIL_KEY.get(metric, '-gap')}",
             ("Is HDC-FL's macro fairness gap smaller than that of FedBABU" if metric == "gap" else
              f"Is HDC-FL's macro {TAIL_NAME[metric]} accuracy above that of FedBABU")
             + ", the baseline whose mean the paper finds comparable to HDC-FL's?",
             "the rows worst and bottom; Section 4.3, Table 2: “" + Q_BABU.split("; IFCA")[0] + "”",
             f"macro {TAIL_NAME.get(metric, 'fairness gap')} (pooled), HDC-FL − FedBABU, points",
-            "less" if metric == "gap" else "greater", RES_TAIL, SUB_SCALE, kind="control", resolution=RES_TAIL,
-            versus="FedBABU",
-            values=lambda metric=metric: (runs.macro_of("HDC-FL", metric), runs.macro_of("FedBABU", metric)))
+            "less" if metric == "gap" else "greater", RES_TAIL, SUB["scale"], kind="control", resolution=RES_TAIL,
+            versus="FedBABU", ours=macro("HDC-FL", metric), baseline=macro("FedBABU", metric))
       for metric in ("worst", "bottom-20 %", "gap")],
     *[Claim(f"proto{TAIL_KEY[metric]}", Q_PROTO, "Section 4.4 (CIFAR-10 rotation)",
-            f"rotation {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − HDC-FL with k = 1, points", "greater", res(metric),
-            ROT_SUB, resolution=res(metric),
-            values=variant_pair(S_ROT, DEFAULT_VARIANT, "k = 1 (population-level prototype)", metric))
+            f"rotation {TAIL_NAME[metric]} accuracy (pooled), HDC-FL − HDC-FL with k = 1, points", "greater", RES[metric],
+            SUB["rot"], resolution=RES[metric], ours=variant(S_ROT, DEFAULT_VARIANT, metric), baseline=variant(S_ROT, ONE_GROUP_VARIANT, metric))
       for metric in ("mean", "worst", "bottom-20 %")],
     Claim("proto-alone", "Prototype averaging alone raises mean accuracy from 77.57% to 80.30% [...]", "Section 4.4",
-          "rotation mean accuracy (pooled), k = 1 prototype − the shared encoder (λ = 0), points", "greater", RES_MEAN, ROT_SUB,
-          resolution=RES_MEAN, values=variant_pair(S_ROT, "k = 1 (population-level prototype)", SHARED_VARIANT, "mean")),
+          "rotation mean accuracy (pooled), k = 1 prototype − the shared encoder (λ = 0), points", "greater", RES_MEAN, SUB["rot"],
+          resolution=RES_MEAN, ours=variant(S_ROT, ONE_GROUP_VARIANT, "mean"), baseline=variant(S_ROT, SHARED_VARIANT, "mean")),
     *[Claim(f"soft{TAIL_KEY[metric]}", Q_SOFT, "Section 4.4, Appendix E.3 (CIFAR-100, α = 0.3)",
-            f"Dirichlet {TAIL_NAME[metric]} accuracy (pooled), soft − hard membership, points", "greater", res(metric),
-            DIR_SUB, resolution=res(metric), values=variant_pair(S_DIR, DEFAULT_VARIANT, "hard membership", metric))
+            f"Dirichlet {TAIL_NAME[metric]} accuracy (pooled), soft − hard membership, points", "greater", RES[metric],
+            SUB["dir"], resolution=RES[metric], ours=variant(S_DIR, DEFAULT_VARIANT, metric), baseline=variant(S_DIR, "hard membership", metric))
       for metric in ("mean", "worst", "bottom-20 %")],
     *[Claim(f"lambda{TAIL_KEY[metric]}", Q_LAM, "Appendix E.4 (CIFAR-100 LS3)",
-            f"label-subsets {TAIL_NAME[metric]} accuracy (pooled), λ = 1 − λ = 0.5, points", "greater", res(metric), LS_SUB,
-            resolution=res(metric), values=variant_pair(S_LS, DEFAULT_VARIANT, "λ = 0.5", metric))
+            f"label-subsets {TAIL_NAME[metric]} accuracy (pooled), λ = 1 − λ = 0.5, points", "greater", RES[metric], SUB["ls"],
+            resolution=RES[metric], ours=variant(S_LS, DEFAULT_VARIANT, metric), baseline=variant(S_LS, "λ = 0.5", metric))
       for metric in ("mean", "worst", "bottom-20 %")],
     *[Claim(f"lambda-0{TAIL_KEY[metric]}", Q_LAM, "Appendix E.4 (CIFAR-100 LS3)",
-            f"label-subsets {TAIL_NAME[metric]} accuracy (pooled), λ = 0.5 − λ = 0, points", "greater", res(metric), LS_SUB,
-            resolution=res(metric), values=variant_pair(S_LS, "λ = 0.5", SHARED_VARIANT, metric))
+            f"label-subsets {TAIL_NAME[metric]} accuracy (pooled), λ = 0.5 − λ = 0, points", "greater", RES[metric], SUB["ls"],
+            resolution=RES[metric], ours=variant(S_LS, "λ = 0.5", metric), baseline=variant(S_LS, SHARED_VARIANT, metric))
       for metric in ("mean", "worst", "bottom-20 %")],
-    Claim("lowrank-sil", Q_LR, "Section 3.2, Appendix E.1",
-          "rotation silhouette at the last refresh, rank-r − raw heads", "greater", MIN_SIL, LR_SUB, resolution=RES_SIL,
-          values=lambda: (runs.refreshes(S_ROT, "rank-r descriptors", "silhouette", "last"),
-                          runs.refreshes(S_ROT, "raw heads", "silhouette", "last"))),
-    Claim("lowrank-ari", Q_LR, "Section 3.2, Appendix E.1", "rotation mean ARI between consecutive refreshes, rank-r − raw heads",
-          "greater", RES_SIL, LR_SUB, resolution=RES_SIL,
-          values=lambda: (runs.refreshes(S_ROT, "rank-r descriptors", "ari", "mean"),
-                          runs.refreshes(S_ROT, "raw heads", "ari", "mean"))),
-    Claim("lowrank-acc", Q_LR_ACC, "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no loss)",
-          "at least", TOL_MEAN, LR_SUB + "; the same tolerance as 'competitive mean'", resolution=RES_MEAN,
-          values=variant_pair(S_ROT, DEFAULT_VARIANT, RAW_RUN, "mean")),
-    Claim("lowrank-acc-up", Q_LR_ACC, "Section 3.2, Appendix E.1", "rotation mean accuracy, rank-r − raw heads, points (no gain)",
-          "at most", TOL_MEAN, LR_SUB + "; the same tolerance as 'competitive mean'", resolution=RES_MEAN,
-          values=variant_pair(S_ROT, DEFAULT_VARIANT, RAW_RUN, "mean")),
+    *[Claim(key, Q_LR, "Section 3.2, Appendix E.1", f"rotation {what}, rank-r − raw heads", "greater", effect, SUB["lr"],
+            resolution=RES_SIL, ours=Read("refreshes", column, setting=S_ROT, descriptor="rank-r descriptors"),
+            baseline=Read("refreshes", column, setting=S_ROT, descriptor="raw heads"))
+      for key, what, effect, column in (("lowrank-sil", "silhouette at the last refresh", MIN_SIL, "silhouette (last)"),
+                                         ("lowrank-ari", "mean ARI between consecutive refreshes", RES_SIL, "ARI (mean)"))],
+    *[Claim(key, Q_LR_ACC, "Section 3.2, Appendix E.1", f"rotation mean accuracy, rank-r − raw heads, points ({what})", direction,
+            TOL_MEAN, SUB["lr"] + "; the same tolerance as 'competitive mean'", resolution=RES_MEAN,
+            ours=variant(S_ROT, DEFAULT_VARIANT, "mean"), baseline=variant(S_ROT, RAW_RUN, "mean"))
+      for key, what, direction in (("lowrank-acc", "no loss", "at least"), ("lowrank-acc-up", "no gain", "at most"))],
     *[Claim(f"donor-{key}", Q_DONOR, f"Abstract, Section 4.5 ({setting})", f"Spearman ρ(head cosine, swap gain), {setting}",
-            "greater", RES_RHO, DONOR_SUB, resolution=RES_RHO, headline=True,
-            values=lambda setting=setting: (runs.donor(setting), 0.0))
+            "greater", RES_RHO, SUB["donor"], resolution=RES_RHO, headline=True, ours=donor(setting), baseline=0.0)
       for key, setting in (("rot", S_ROT), ("ls", S_LS), ("dir", S_DIR))],
     Claim("donor-most", Q_DONOR, "Abstract, Section 4.5", "Spearman ρ, rotation − each label-skew setting", "greater", RES_RHO,
-          DONOR_SUB + "; three settings, not the paper's", resolution=RES_RHO, versus=(S_LS, S_DIR), headline=True,
-          values=lambda: (runs.donor(S_ROT), {S_LS: runs.donor(S_LS), S_DIR: runs.donor(S_DIR)})),
+          SUB["donor"] + "; three settings, not the paper's", resolution=RES_RHO, versus=(S_LS, S_DIR), headline=True,
+          ours=donor(S_ROT), baseline={S_LS: donor(S_LS), S_DIR: donor(S_DIR)}),
     Claim("donor-nearest", Q_NEAR, "Section 4.5",
           "rotation swap gain, nearest-head donor − a random donor (mean over its donors), points", "greater", RES_DONOR,
-          DONOR_SUB + "; scored on the targets' local test splits", resolution=RES_DONOR,
-          values=lambda: runs.nearest_donor(S_ROT)),
+          SUB["donor"] + "; scored on the targets' local test splits", resolution=RES_DONOR, ours=donor(S_ROT, "nearest gain"),
+          baseline=donor(S_ROT, "random gain")),
     *[Claim(f"overlap-{key}", Q_NEAR, "Section 4.5, Appendix F (label-support overlap)",
             f"{setting}: share of ρ(head cosine, swap gain) that label overlap takes, (ρ − partial ρ) / ρ − ½ "
             f"(more than half explained), on the seeds with ρ > {RES_RHO:g}",
-            "greater", RES_RHO, DONOR_SUB + "; overlap: the Jaccard index of the clients' training classes; a seed with "
+            "greater", RES_RHO, SUB["donor"] + "; overlap: the Jaccard index of the clients' training classes; a seed with "
             "no positive association has nothing to explain and is left out",
-            resolution=RES_RHO,
-            values=lambda setting=setting: above_half(runs.overlap_share(setting, RES_RHO)))
+            resolution=RES_RHO, ours=Read("overlap", "share", setting=setting), baseline=Read("overlap", "half", setting=setting))
       for key, setting in (("ls", S_LS), ("dir", S_DIR))],
-    Claim("donor-auroc", Q_AUROC, "Appendix F",
-          "AUROC of the raw-head cosine for 'same rotation' − 0.5 (chance)", "greater", MIN_AUROC,
-          f"the last round's cached pairs; {P.n_rotations} rotations of {DATA_LABEL}", resolution=RES_RHO,
-          values=lambda: (runs.donor(S_ROT, "AUROC same rotation"), 0.5)),
+    Claim("donor-auroc", Q_AUROC, "Appendix F", "AUROC of the raw-head cosine for 'same rotation' − 0.5 (chance)", "greater",
+          MIN_AUROC, SUB["rotations"], resolution=RES_RHO, ours=donor(S_ROT, "AUROC same rotation"), baseline=0.5),
     Claim("donor-ap", Q_AUROC, "Appendix F",
-          "average precision of the raw-head cosine for 'same rotation' − the share of same-rotation pairs (chance)",
-          "greater", MIN_AUROC, f"the last round's cached pairs; {P.n_rotations} rotations of {DATA_LABEL}",
-          resolution=RES_RHO,
-          values=lambda: (runs.donor(S_ROT, "AP same rotation"), runs.donor(S_ROT, "same-rotation share"))),
+          "average precision of the raw-head cosine for 'same rotation' − the share of same-rotation pairs (chance)", "greater",
+          MIN_AUROC, SUB["rotations"], resolution=RES_RHO, ours=donor(S_ROT, "AP same rotation"),
+          baseline=donor(S_ROT, "same-rotation share")),
 ]
-glue("tol_mean", TOL_MEAN, display=False)
-glue("tol_ratio", TOL_RATIO, display=False)
-glue("res_rho", RES_RHO, display=False)
-glue("res_donor", RES_DONOR, display=False)
-glue("min_sil", MIN_SIL, display=False)
-glue("min_auroc", MIN_AUROC, display=False)
-glue("pool_min", float(POOL.min()), display=False)
-glue("pool_mean", float(POOL.mean()), display=False)
-glue("res_tail", RES_TAIL, display=False)
-glue("res_mean", RES_MEAN, display=False)
 
 # %% [markdown]
 # ## The runs
@@ -461,25 +399,21 @@ glue("res_mean", RES_MEAN, display=False)
 # server groups the raw heads of the same cache too, for the raw-head ablation), and one run of
 # each baseline (FedAvg-FT is FedAvg's run fine-tuned, FedAvg-SE HDC-FL's run deployed with the
 # shared encoder). The
-# evaluation reads each client's pooled score at the last round.
+# evaluation reads each client's pooled score at the last round. The runs are a study
+# ({class}`fedbook.study.Study`): the grid of the settings crossed with the seeds, each cell one
+# setting and one seed ({func}`fedbook.studies.hdcfl.run_cell`, every method's runs), which
+# returns tidy frames, run in `workers` processes and cached by what they depend on. The worked
+# solutions of the exercises are a second, smaller study on the first seed
+# ({func}`fedbook.studies.hdcfl.exercise_cell`).
 
 # %% tags=["hide-input"]
-runs = study.run(P.settings, SEEDS, workers)  # every method, setting and seed
-main, variants, history, curves, donors = runs.main, runs.variants, runs.history, runs.curves, runs.donors
-glue("run_seconds", runs.seconds, display=False)
-if results_dir is not None:
-    from pathlib import Path
-
-    Path(results_dir).mkdir(parents=True, exist_ok=True)
-    for name, frame in (("main", main), ("variants", variants), ("history", history), ("donors", donors)):
-        frame.to_csv(Path(results_dir) / f"{name}.csv", index=False)
-fed0 = FED0[P.settings[0]]
-test_size = float(np.mean([len(c.test) for c in fed0.clients]))
-glue("test_size", test_size, display=False)
-glue("train_size", float(np.mean([len(c.train) for c in fed0.clients])), display=False)
-glue("data_label", DATA_LABEL.replace(" x ", " × "), display=False)
-glue("model_label", MODEL_LABEL, display=False)
-glue("one_image", 100 / test_size, display=False)
+MAIN = Study("main", functools.partial(hdcfl.run_cell, study=STUDY), grid={"setting": P.settings}, seeds=SEEDS)
+EX1_T = sorted({0.01, 0.05, P.temperature, 1.0})  # exercise 1's temperatures, on the first seed's HDC-FL runs
+EXERCISES = Study("exercises", functools.partial(hdcfl.exercise_cell, study=STUDY, temperatures=EX1_T),
+                  grid={"setting": P.settings}, seeds=[seed])
+frames = hdcfl.results(run_study(MAIN, workers=workers, cache=cache_dir), refresh_every=P.refresh_every, floor=RES_RHO)
+R.update(hdcfl.results_numbers(frames, P.settings, first_seed=seed, refresh_every=P.refresh_every))
+hdcfl.save_frames(frames, results_dir, ["main", "variants", "history", "donors"])
 
 # %% [markdown]
 # ## The main table
@@ -490,25 +424,7 @@ glue("one_image", 100 / test_size, display=False)
 # settings on that metric. The best value of each column is in bold.
 
 # %% tags=["hide-input"]
-METRICS = list(TAIL_METRICS)
-both = pd.concat([main, runs.macro], ignore_index=True)  # runs.macro: the mean over the settings, per seed and method
-for metric in METRICS:
-    cells = seed_table(both, "method", "setting", metric, digits=1).reindex(list(METHODS))[[*P.settings, "macro"]]
-    means = both.groupby(["method", "setting"])[metric].mean().unstack()[P.settings]
-    ranks = means.rank(axis=0, ascending=metric == "gap", method="average").mean(axis=1)
-    cells["average rank"] = ranks.reindex(list(METHODS)).map(lambda v: f"{v:.1f}")
-    cells.columns.name = None
-    display(Markdown(f"**{metric}** (pooled scores, points" + ("; lower is fairer)" if metric == "gap" else ")")))
-    display(show_table(cells.rename_axis("method"), best={c: ("min" if metric == "gap" else "max") for c in [*P.settings, "macro"]}
-                       | {"average rank": "min"}))
-
-mm = both[both.setting == "macro"].groupby("method")[METRICS].mean()
-for metric, key in (("mean", "mean"), ("worst", "worst"), ("bottom-20 %", "bottom")):
-    glue(f"macro_{key}_hdc", float(mm.loc["HDC-FL", metric]), display=False)
-    best_base = mm.loc[list(BASELINES), metric].idxmax()
-    glue(f"macro_{key}_best", str(best_base), display=False)
-    glue(f"macro_{key}_best_value", float(mm.loc[best_base, metric]), display=False)
-glue("macro_worst_se", float(mm.loc["FedAvg-SE", "worst"]), display=False)
+display(*hdcfl.main_tables(frames, P.settings))
 
 # %% [markdown]
 # HDC-FL's macro mean is {glue:text}`macro_mean_hdc:.1f` % against {glue:text}`macro_mean_best_value:.1f` % for the
@@ -528,27 +444,7 @@ glue("macro_worst_se", float(mm.loc["FedAvg-SE", "worst"]), display=False)
 # where one group makes the silhouette undefined).
 
 # %% tags=["hide-input"]
-var_names = list(VARIANTS) + [RAW_RUN]  # the study adds the raw-head row last
-for setting in P.settings:
-    v = variants[variants.setting == setting]
-    table = seed_table(v, "variant", None, "mean", digits=1).reindex(var_names)
-    table["worst"] = seed_table(v, "variant", None, "worst", digits=1).reindex(var_names)["worst"]
-    table["bottom-20 %"] = seed_table(v, "variant", None, "bottom-20 %", digits=1).reindex(var_names)["bottom-20 %"]
-    table["k"] = v.groupby("variant")["k"].mean().reindex(var_names)
-    table["silhouette"] = v.groupby("variant")["silhouette"].mean().reindex(var_names)
-    display(Markdown(f"**{setting}**"))
-    display(show_table(table.rename(columns={"mean": "mean (points)"}), digits={"k": 1, "silhouette": 3},
-                       best={"mean (points)": "max", "worst": "max", "bottom-20 %": "max"}))
-
-
-glue("rot_k1_gain", float((runs.variant(S_ROT, DEFAULT_VARIANT) - runs.variant(S_ROT, "k = 1 (population-level prototype)")).mean()),
-     display=False)
-glue("rot_proto_alone", float((runs.variant(S_ROT, "k = 1 (population-level prototype)") - runs.variant(S_ROT, SHARED_VARIANT)).mean()),
-     display=False)
-glue("lam0_gain", float(np.mean([(runs.variant(s_, DEFAULT_VARIANT) - runs.variant(s_, SHARED_VARIANT)).mean()
-                                 for s_ in P.settings])), display=False)
-_top = [float(r.server.arrays["hdcfl/membership"].max(dim=1).values.median()) for r in runs.first.values()]
-glue("top_weight_median", 100 * float(np.median(_top)), display=False)  # the first seed's last refresh, median client
+display(*hdcfl.ablation_tables(frames, P.settings, STUDY.variant_names))
 
 # %% [markdown]
 # Across the three settings, the mixture with $\lambda = 1$ is {glue:text}`lam0_gain:+.1f` points
@@ -566,31 +462,11 @@ glue("top_weight_median", 100 * float(np.median(_top)), display=False)  # the fi
 # rank-$r$ descriptors (solid) and raw heads (dashed), means over the seeds.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "HDC-FL's grouping at every refresh, per setting (colours) and descriptor (solid: rank-r, dashed: raw heads), means over the seeds: the chosen number of groups k, the silhouette of the chosen grouping, the adjusted Rand index with the previous refresh, and the mean membership entropy in nats.", "name": "fig-hdcfl-dynamics"}, "image": {"alt": "Four line plots against the training round in a two by two grid: the chosen number of groups, the silhouette, the adjusted Rand index between consecutive refreshes and the membership entropy, with one colour per heterogeneity setting and solid lines for rank-r descriptors, dashed for raw heads; the legend is below the panels."}}
-fig, axes = plt.subplots(2, 2, figsize=(8, 5.6), sharex=True)
-colours = dict(zip(P.settings, ["tab:blue", "tab:orange", "tab:green"]))
-for ax, (col, label) in zip(axes.flat, [("k", "chosen k"), ("silhouette", "silhouette"), ("ari", "ARI with previous refresh"),
-                                         ("entropy", "membership entropy (nats)")]):
-    for (setting, desc), h in history.groupby(["setting", "descriptor"]):
-        m = h.groupby("round")[col].mean()
-        ax.plot(m.index, m.values, color=colours[setting], ls="-" if desc == "rank-r descriptors" else "--",
-                label=f"{setting}, {desc}")
-    ax.set_ylabel(label)
-for ax in axes[1]:
-    ax.set_xlabel("round")
-for ax in axes.flat:
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-handles, labels = axes[0, 0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
-fig.tight_layout(rect=(0, 0.14, 1, 1))
+hdcfl.plot_dynamics(frames["history"], P.settings)
 plt.show()
 
 # %% tags=["hide-input"]
-activation = activation_table(history, curves, P.settings, P.refresh_every)  # and the accuracy step at activation
-display(show_table(activation, digits=1))
-glue("step_text", f"{step_text(activation.loc[S_LS, STEP_COLUMN])} under label subsets, "
-     f"{step_text(activation.loc[S_ROT, STEP_COLUMN])} under rotation and "
-     f"{step_text(activation.loc[S_DIR, STEP_COLUMN])}", display=False)
-glue("refresh_every", P.refresh_every, display=False)
+display(show_table(hdcfl.activation_table(frames["history"], frames["curves"], P.settings, P.refresh_every), digits=1))
 
 # %% [markdown]
 # The step in mean accuracy from the refresh before activation to the first personalized
@@ -612,31 +488,7 @@ glue("refresh_every", P.refresh_every, display=False)
 # ranks of the label-support overlap (the Jaccard index of the two clients' classes) from both.
 
 # %% tags=["hide-input"]
-donor_view = runs.donor_seed.groupby("setting").mean(numeric_only=True).drop(columns="seed").reindex(P.settings)[list(DONOR_COLUMNS.values())]
-display(show_table(donor_view, digits=3))
-rot = donors[donors.setting == S_ROT].astype({"same_group": bool})
-nearest = rot.loc[rot.groupby(["seed", "target"])["head_cosine"].idxmax()]
-glue("nearest_same_pct", 100 * float(nearest.same_group.mean()) if len(nearest) else float("nan"), display=False)
-glue("base_same_pct", 100 * float(rot.same_group.mean()) if len(rot) else float("nan"), display=False)
-glue("same_gain", float(rot[rot.same_group].gain.mean()) if len(rot) else float("nan"), display=False)
-glue("auroc_rot", float(donor_view.loc[S_ROT, "AUROC same rotation"]), display=False)
-_rho_ls, _partial_ls = float(donor_view.loc[S_LS, "ρ (raw heads)"]), float(donor_view.loc[S_LS, "partial ρ given overlap"])
-if _rho_ls <= 0:
-    _reading = "on average over the seeds there is no positive association for the overlap to explain"
-elif _partial_ls < _rho_ls / 2:
-    _reading = "on average over the seeds, more than half of the label-subset association goes with the shared labels"
-else:
-    _reading = "on average over the seeds, the shared labels take less than half of the label-subset association"
-glue("overlap_reading", _reading + " (the claims table's rows overlap-ls and overlap-dir decide it over the seeds)",
-     display=False)
-_near, _rand = runs.nearest_donor(S_ROT)
-glue("nearest_gain", float(np.mean(_near)), display=False)
-glue("random_gain", float(np.mean(_rand)), display=False)
-glue("diff_gain", float(rot[~rot.same_group].gain.mean()) if len(rot) else float("nan"), display=False)
-for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
-    glue(f"rho_{key}", float(donor_view.loc[setting, "ρ (raw heads)"]), display=False)
-    glue(f"partial_{key}", float(donor_view.loc[setting, "partial ρ given overlap"]), display=False)
-    glue(f"overlap_rho_{key}", float(donor_view.loc[setting, "ρ(similarity, overlap)"]), display=False)
+display(show_table(hdcfl.donor_view(frames, P.settings), digits=3))
 
 # %% [markdown]
 # Under rotation, a target's nearest head belongs to a client with its rotation in
@@ -662,15 +514,7 @@ for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
 # every k, the prototypes and the membership) is measured on this machine while the book builds.
 
 # %% tags=["hide-input"]
-cost = runs.costs.groupby("method").mean(numeric_only=True).drop(columns="seed")
-display(show_table(cost, formats={c: format_bytes for c in cost.columns}))
-extra_up = float(cost.loc["HDC-FL", "up per client and round"] - cost.loc["FedRep", "up per client and round"])
-glue("extra_up_bytes", format_bytes(extra_up), display=False)
-glue("extra_up_pct", 100 * extra_up / float(cost.loc["FedRep", "up per client and round"]), display=False)
-refresh_ms, other_ms = 1000 * float(runs.server["refresh"].mean()), 1000 * float(runs.server["other"].mean())
-glue("server_seconds_text", f"A refresh round takes the server {refresh_ms:.0f} ms against {other_ms:.1f} ms for a plain "
-     "averaging round" if not math.isnan(other_ms) else
-     f"Every round is a refresh round at this profile; one takes the server {refresh_ms:.0f} ms", display=False)
+display(hdcfl.cost_table(frames))
 
 # %% [markdown]
 # The head adds {glue:text}`extra_up_bytes` per client and round to the upload
@@ -686,23 +530,8 @@ glue("server_seconds_text", f"A refresh round takes the server {refresh_ms:.0f} 
 # the {glue:text}`n_headline` headline claims (marked after their source) are decided.
 
 # %% tags=["hide-input"]
-R = claims_report(claims)
-
-# %% tags=["hide-input"]
-tails = [R["worst"].verdict, R["bottom"].verdict]
-if all(v == HOLDS for v in tails):
-    reading = ("At this scale HDC-FL is on top on both tail metrics as the paper words it: no baseline lies above it by "
-               "more than one image.")
-elif any(v == HOLDS for v in tails):
-    reading = "At this scale HDC-FL is on top, as the paper words it, on one of the two tail metrics only."
-elif all(v == INCONCLUSIVE for v in tails):
-    reading = ("At this scale the tail claims are inconclusive: whether a baseline lies above HDC-FL is within "
-               "the seed-to-seed spread.")
-else:
-    reading = "At this scale HDC-FL is not on top on the tails: a baseline's tail clients fare better."
-display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'].verdict}* "
-                 f"(HDC-FL − {R['mean'].binding}, the baseline nearest to failing it: "
-                 f"{R['mean'].interval.format(1)}, in points)."))
+decided = claims_report(CLAIMS, frames)
+display(Markdown(hdcfl.claims_reading(decided)))
 
 # %% [markdown]
 # **Why a verdict can differ from the paper's.** Our clients hold about {glue:text}`train_size:.0f`
@@ -720,62 +549,15 @@ display(Markdown(f"**Reading the table.** {reading} The mean claim is *{R['mean'
 # Each exercise re-runs this chapter with other parameters (e.g.
 # `python book/build.py --only hdcfl_experiments -p temperature=0.2 --out runs/mine`) or changes
 # a little code. The worked solutions are computed when the page is built from **reduced runs**:
-# the first seed's HDC-FL runs, which the chapter already has, re-evaluated on the server side
+# the first seed's HDC-FL runs (the main study's, trained again: the same bits), re-evaluated on the server side
 # only, so each takes seconds. One seed gives no interval; as a yardstick, the chapter's interval
 # for HDC-FL − {glue:text}`ex_noise_baseline` on the macro mean (the comparison nearest to
 # failing the mean claim) has a half-width of {glue:text}`ex_noise:.1f` points.
 
 # %% tags=["remove-cell"]
 t_ex = time.perf_counter()
-ex_noise = float(R["mean"].interval.high - R["mean"].interval.mean)
-glue("ex_noise", ex_noise, display=False)
-glue("ex_noise_baseline", R["mean"].binding, display=False)
-runs0 = {setting: (run0, *study.federation(setting, seed)) for setting, run0 in runs.first.items()}  # run, fed, groups
-EX1_T = sorted({0.01, 0.05, P.temperature, 1.0})
-ex1 = []
-for setting, (run0, fed, _) in runs0.items():
-    for t in EX1_T:
-        scores, state = study.deploy_variant(run0, fed, study.model_fn(fed.global_test),
-                                             dataclasses.replace(HDC, temperature=t), seed)
-        ex1.append({"setting": setting, "T": t, **scores, "entropy": float(refresh_history(state).iloc[-1]["entropy"])})
-ex1 = pd.DataFrame(ex1)
-glue("ex1_t_list", ", ".join(f"{t:g}" for t in EX1_T), display=False)
-best_t = ex1.loc[ex1.groupby("setting")["worst"].idxmax()].set_index("setting")["T"]
-glue("ex1_best_t", "; ".join(f"{s_}: T = {best_t[s_]:g}" for s_ in P.settings), display=False)
-spread = ex1.groupby("setting")["mean"].agg(lambda v: v.max() - v.min())
-glue("ex1_spread", float(spread.max()), display=False)
-glue("ex1_reading", "within the seed-to-seed yardstick, so one seed cannot rank the temperatures" if spread.max() < ex_noise
-     else "larger than the seed-to-seed yardstick in at least one setting", display=False)
-
-# Exercise 2: group the clients by their label histograms instead of their heads.
-ex2 = []
-for setting in P.settings:
-    counts_ = runs0[setting][1].train_counts().astype(float)
-    hist_ = counts_ / counts_.sum(axis=1, keepdims=True)
-    by_labels = SilhouetteKMeans(HDC.k_min, HDC.k_max, seed=seed).fit(hist_)
-    hdc_labels = runs0[setting][0].server.arrays["hdcfl/labels"].numpy()
-    seen = runs0[setting][0].server.arrays["hdcfl/clients"].numpy()  # the clients cached at the last refresh
-    planted = runs0[setting][2]
-    ex2.append({"setting": setting, "k (labels)": by_labels.k_, "k (heads)": int(hdc_labels.max() + 1),
-                "ARI(heads, labels)": assignment_agreement(hdc_labels, by_labels.labels_[seen]),
-                "ARI(heads, planted rotations)": assignment_agreement(hdc_labels, planted[seen]) if planted is not None else float("nan"),
-                "ARI(labels, planted rotations)": assignment_agreement(by_labels.labels_, planted) if planted is not None else float("nan")})
-ex2 = pd.DataFrame(ex2).set_index("setting")
-for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
-    glue(f"ex2_ari_{key}", float(ex2.loc[setting, "ARI(heads, labels)"]), display=False)
-glue("ex2_rot_heads", float(ex2.loc[S_ROT, "ARI(heads, planted rotations)"]), display=False)
-glue("ex2_rot_labels", float(ex2.loc[S_ROT, "ARI(labels, planted rotations)"]), display=False)
-_heads_find = bool(ex2.loc[S_ROT, "ARI(heads, planted rotations)"] > 0.5)
-_labels_find = bool(ex2.loc[S_ROT, "ARI(labels, planted rotations)"] > 0.5)
-glue("ex2_rot_reading", "find the rotations" if _heads_find else "do not recover the rotations well on this seed",
-     display=False)
-glue("ex2_rot_conclusion",
-     "that is the covariate shift a label summary cannot see, and the setting where the paper finds head geometry "
-     "most useful" if _heads_find and not _labels_find else
-     "on this seed the heads do not show the covariate shift clearly either, though rotation is the setting where "
-     "the paper finds head geometry most useful" if not _heads_find else
-     "on this seed the label histograms find the rotations too, so the heads have no advantage here", display=False)
-glue("ex_seconds", time.perf_counter() - t_ex, display=False)
+R.update(hdcfl.exercise_numbers(run_study(EXERCISES, workers=workers, cache=cache_dir), P.settings, EX1_T, decided))
+R["ex_seconds"] = time.perf_counter() - t_ex
 
 # %% [markdown]
 # ### Exercise 1: How sharp should the membership be?
@@ -805,10 +587,6 @@ glue("ex_seconds", time.perf_counter() - t_ex, display=False)
 # paper's explanation of why soft mixing helps the tails most.
 # :::
 
-# %% tags=["remove-cell"]
-glue("ex1_table", show_table(ex1.set_index(["setting", "T"]), digits={"mean": 1, "worst": 1, "bottom-20 %": 1, "gap": 1,
-                                                                         "entropy": 3}), display=False)
-
 # %% [markdown]
 # ### Exercise 2: Are the heads only counting labels?
 #
@@ -823,7 +601,8 @@ glue("ex1_table", show_table(ex1.set_index(["setting", "T"]), digits={"mean": 1,
 # :::
 #
 # :::{dropdown} Worked solution
-# On the first seed the ARI between the head-derived and the label-histogram groupings is
+# On the first seed ({func}`fedbook.studies.hdcfl.exercise_cell` computes it) the ARI between the head-derived and
+# the label-histogram groupings is
 # {glue:text}`ex2_ari_ls:.2f` under label subsets, {glue:text}`ex2_ari_dir:.2f` under Dirichlet
 # skew and {glue:text}`ex2_ari_rot:.2f` under rotation:
 #
@@ -837,5 +616,5 @@ glue("ex1_table", show_table(ex1.set_index(["setting", "T"]), digits={"mean": 1,
 # :::
 
 # %% tags=["remove-cell"]
-glue("ex2_table", show_table(ex2, digits=2), display=False)
-glue("total_seconds", P.elapsed(), display=False)
+R["total_seconds"] = P.elapsed()
+glue_all(R)

@@ -15,27 +15,27 @@ import fedbook.studies.hdcfl_checks as hc
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import refresh
 from fedlib.clustering import head_descriptors, soft_membership
-from fedbook.studies.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, bit_equal, descriptor_invariance,
-                                             descriptors_in_basis, head_compatibility_rho, local_drift, max_abs_difference, membership_limits,
-                                             one_group_identity, planted_grouping, planted_summary, random_orthogonal,
-                                             refresh_invariants, snapshot)
+from fedbook.checks import CheckTable
+from fedbook.studies.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, descriptor_invariance, descriptor_section,
+                                          descriptors_in_basis, drift_section, head_compatibility_rho, identity_section, local_drift,
+                                          membership_limits, membership_section, one_group_identity, planted_grouping,
+                                          planted_section, planted_summary, random_orthogonal, refresh_invariants,
+                                          refresh_section, snapshot, two_group_membership)
 from fedlib.loop import LoopConfig
 from fedlib.messages import State
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig
 
 
-def test_array_comparisons_by_hand():
-    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.0])}
-    assert bit_equal(a, {"w": torch.tensor([1.0, 2.0]), "b": torch.tensor([0.0])})
-    assert not bit_equal(a, {"w": torch.tensor([1.0, 2.0])})
-    assert not bit_equal(a, {"w": torch.tensor([1.0, 2.0 + 2**-20]), "b": torch.tensor([0.0])})
-    assert max_abs_difference(a, {"w": torch.tensor([1.0, -1.0]), "b": torch.tensor([0.5])}) == 3.0
+def test_snapshots_by_hand():
     state = State({"cache/0/w": torch.ones(2), "model/w": torch.zeros(2)})
     before = snapshot(state)
     state.arrays["model/w"] += 1  # a change in place: the snapshot is a copy
     assert arrays_kept(before, state, "cache/") and not arrays_kept(before, state, "model/")
     assert not arrays_kept(before, State({**state.arrays, "cache/1/w": torch.ones(1)}), "cache/")  # a new name
+    assert not arrays_kept(before, State({**state.arrays, "cache/0/w": torch.ones(2, dtype=torch.float64)}), "cache/")  # a dtype
+    nan = State({"w": torch.tensor([float("nan")])})
+    assert arrays_kept(snapshot(nan), nan)  # a NaN kept is kept (fedlib.messages.same_arrays)
 
 
 def test_descriptors_in_a_basis_by_hand_and_a_random_orthogonal_matrix():
@@ -188,3 +188,57 @@ def test_refresh_invariants_hold_and_fail_on_a_refresh_that_writes_into_the_cach
     assert not wrong["cache_kept"] and wrong["model_kept"]
     with pytest.raises(ValueError, match="need at least 10 classes, got 4"):
         refresh_invariants(_cached_server(C=4), 2, 3, seed=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# The chapter's sections: each adds its checks and returns the numbers its prose quotes
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_descriptor_and_membership_sections_record_their_checks_and_numbers():
+    checks = CheckTable()
+    table, numbers = descriptor_section(checks, 3, seed=1)
+    assert table.index.tolist() == list(hc.DESCRIPTOR_QUANTITIES) and len(checks) == 5 and checks.n_fail == 0
+    assert numbers["desc_trials"] == 3 and numbers["desc_reading"] == "every deviation is round-off"
+    assert numbers["desc_rot_err"] == table.loc["Gram after rotating the basis within its span", "max abs error"]
+    symbolic = two_group_membership(checks)
+    assert symbolic["difference"] == 0 and [str(v) for v in symbolic["limits"].values()] == ["1", "0", "1/2"]
+    assert len(checks) == 7 and checks.n_fail == 0
+    table, numbers = membership_section(checks, 3, [1e-3, 1.0, 1e3], seed=2)
+    assert len(checks) == 11 and checks.n_fail == 0 and numbers["memb_bounds"].startswith("Both bounds hold on all")
+    assert numbers["memb_cold"] == table["max |m − hard|"].iloc[0] and numbers["memb_t_max"] == 1e3
+    # the gap that puts 95 % on the closer of two centroids at the library's temperature: T log(0.95 / 0.05)
+    assert numbers["memb_share"] == 95.0 and numbers["memb_gap"] == pytest.approx(numbers["memb_default_t"] * math.log(19))
+
+
+def test_the_federation_sections_on_a_small_federation():
+    fed, model_fn = hc.small_federation(4, 0.3, seed=0)
+    assert fed.n_clients == 4 and fed.global_test.x.shape[-1] == 8 and len(fed.global_test) == 200
+    train = TrainConfig(steps=2, batch_size=32, lr=0.05)
+    checks = CheckTable()
+    ident, numbers = identity_section(checks, fed, model_fn, train, 1, seed=0)
+    assert numbers["id_bits"] == "4 of 4" and numbers["id_diff"] == numbers["id_zero"] == 0.0
+    assert numbers["id_eval"] == "identical" and len(checks) == 4 and checks.n_fail == 0
+    assert numbers["id_partial_sentence"].startswith("the one-group prototype differs" if numbers["id_partial"] > 0 else "yet here")
+    assert numbers["id_participation"] == 0.5 and numbers["id_partial"] == ident.partial_diff
+    table, numbers = drift_section(checks, fed, model_fn, train, [1, 2], 1, seed=0)
+    assert table.index.tolist() == [1, 2] and numbers["ls_steps"] == "1, 2" and numbers["ls_s_short"] == 2
+    assert numbers["ls_move_min"] == table["(c) feature movement"].iloc[0] and 0 <= numbers["ls_agree_max"] <= 100
+    assert len(checks) == 7
+    numbers = refresh_section(checks, ident.run.server, 3, 2, seed=0)
+    assert numbers["rf_n"] == 4 and numbers["rf_trials"] == 3 and len(checks) == 12
+    assert numbers["rf_reading"].startswith("each within its range. Personalization is read-only")
+    assert all(v == "holds" for v in checks.frame()["verdict"].iloc[-5:])
+
+
+def test_the_planted_section_by_its_instances():
+    spec = PlantedHeads(G=2, m=4, C=8, d1=5, common_rank=2, sig_rank=2)
+    checks = CheckTable()
+    table, numbers = planted_section(checks, spec, [0.05, 2.0], 2, seed=0, sep_noise=0.5, rank=4, k_min=2, k_max=4)
+    planted = planted_grouping(spec, [0.05, 2.0], 2, seed=0, rank=4, k_min=2, k_max=4)
+    assert numbers["pl_G"] == 2 and numbers["pl_rank"] == 4 and numbers["pl_instances"] == len(planted) == 8
+    assert numbers["pl_n_sep"] == 4 and numbers["pl_min_ari_sep"] == 1.0 and numbers["pl_sep_reading"].startswith("finds")
+    noisy = planted[planted["σ"] == 2.0]
+    assert numbers["pl_noisy_sigma"] == 2.0 and numbers["pl_noisy_raw"] == float(noisy["ARI raw"].mean())
+    assert numbers["pl_noisy_lowrank"] == float(noisy["ARI lowrank"].mean())
+    assert table.equals(planted_summary(planted)) and len(checks) == 2 and checks.frame()["verdict"].iloc[0] == "holds"

@@ -1,19 +1,28 @@
 """The runs and readings of the chapter ``hdcfl_experiments`` (fedbook.studies.hdcfl): the pieces by
-hand, the byte accounting against the ledger's own frame, and a tiny study end to end, whose
-deployments that must coincide do."""
+hand, the frames the claims read by hand (one row per seed, in seed order, NaN seeds left out as
+the claims' rules say), the byte accounting against the ledger's own frame, and a tiny study end to
+end through the study runner, whose deployments that must coincide do."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+import fedbook.studies.hdcfl as hdcfl
+from fedbook.claims import Claim, Read, evaluate
+from fedbook.study import Study, run_study
+from fedbook.studies.hdcfl import (BASELINES, DEFAULT_VARIANT, METHODS, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT, STEP_COLUMN, HDCFLStudy, activation_steps,
+                                   activation_table, donor_seeds, donor_table, exercise_cell, exercise_numbers, in_run_order,
+                                   ledger_costs, macro_table, nearest_donor_gain, overlap_pairs, paired_rows, per_seed,
+                                   refresh_summary, results, results_numbers, run_cell, server_seconds, step_pairs, step_text,
+                                   tail_metrics)
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients
-from fedbook.studies.hdcfl import (BASELINES, METHODS, RAW_RUN, STEP_COLUMN, HDCFLRuns, HDCFLStudy, activation_steps,
-                                      activation_table, donor_table, ledger_costs, nearest_donor_gain, server_seconds, step_text, tail_metrics)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig, predict
@@ -58,66 +67,122 @@ def test_activation_table_by_hand():
     assert table.loc["b", "earliest"] == 2 and math.isnan(table.loc["b", STEP_COLUMN])  # active at the first refresh
 
 
-def test_activation_steps_per_seed_by_hand_and_paired_across_settings():
-    history = pd.DataFrame({"setting": ["a"] * 6 + ["b"] * 6, "seed": [0, 0, 1, 1, 2, 2] * 2,
-                            "descriptor": "rank-r descriptors", "round": [2, 4] * 6,
-                            "active": [False, True, False, True, True, True,   # a: seed 2 active at the first refresh
-                                       False, True, False, False, False, True]})  # b: seed 1 never active
+def _step_history() -> tuple[pd.DataFrame, pd.DataFrame]:
+    history = pd.DataFrame({"setting": [S_LS] * 6 + [S_DIR] * 6 + [S_ROT] * 6, "seed": [0, 0, 1, 1, 2, 2] * 3,
+                            "descriptor": "rank-r descriptors", "round": [2, 4] * 9,
+                            "active": [False, True, False, True, True, True]     # label subsets: seed 2 active at the first refresh
+                                      + [False, True, False, False, False, True]  # Dirichlet: seed 1 never active
+                                      + [True] * 6})                              # rotation: active at the first refresh
     curves = history[["setting", "seed", "round"]].assign(mean=[50.0, 54.0, 60.0, 61.0, 70.0, 75.0,
-                                                                40.0, 41.0, 30.0, 35.0, 20.0, 22.0])
-    a = activation_steps(history, curves, "a", refresh_every=2)
+                                                                40.0, 41.0, 30.0, 35.0, 20.0, 22.0] + [80.0] * 6)
+    return history, curves
+
+
+def test_activation_steps_per_seed_by_hand_and_paired_across_settings():
+    history, curves = _step_history()
+    a = activation_steps(history, curves, S_LS, refresh_every=2)
     assert a.index.tolist() == [0, 1, 2] and a.tolist()[:2] == [4.0, 1.0] and math.isnan(a[2])
-    b = activation_steps(history, curves, "b", refresh_every=2)
+    b = activation_steps(history, curves, S_DIR, refresh_every=2)
     assert b[0] == 1.0 and math.isnan(b[1]) and b[2] == 2.0
-    runs = dataclasses.replace(_runs(), history=history, curves=curves)
-    steps_a, steps_b = runs.steps("a", 2), runs.steps("b", 2)
-    assert steps_a[:2].tolist() == [4.0, 1.0] and math.isnan(steps_a[2])  # seed order, NaN kept: pairs by seed
-    assert steps_b[0] == 1.0 and math.isnan(steps_b[1]) and steps_b[2] == 2.0
-    assert activation_table(history, curves, ["a", "b"], 2)[STEP_COLUMN].tolist() == [2.5, 1.5]  # the means of the steps
+    assert activation_table(history, curves, [S_LS, S_DIR], 2)[STEP_COLUMN].tolist() == [2.5, 1.5]  # the means of the steps
+    # the claim's frame: by seed, only the seeds where both steps are measurable (seed 0: 4 against 1); with no
+    # such seed (rotation), one row of zeros: a one-seed interval, inconclusive
+    pairs = step_pairs(history, curves, refresh_every=2)
+    assert pairs[["setting", "seed", "step", "Dirichlet step"]].values.tolist() == [[S_LS, 0, 4.0, 1.0], [S_ROT, -1, 0.0, 0.0]]
 
 
-def test_overlap_share_reads_only_seeds_with_an_association_to_explain():
-    runs = _runs()
-    runs.donor_seed = pd.DataFrame({"setting": "x", "seed": [0, 1, 2], "ρ (raw heads)": [0.4, 0.0, 0.005],
-                                    "partial ρ given overlap": [0.1, -0.05, -0.2]})
-    share = runs.overlap_share("x", floor=0.01)
-    assert share[0] == pytest.approx(0.75)  # (0.4 − 0.1) / 0.4
-    # ρ = 0 with a negative partial ρ: the old ρ/2 − partial ρ = 0.05 "held" with nothing to explain; now undefined
-    assert math.isnan(share[1]) and math.isnan(share[2])
+def test_paired_rows_keeps_the_seeds_where_both_sides_are_defined():
+    ours = pd.Series([1.0, np.nan, 3.0, 4.0], index=[5, 6, 7, 8])
+    base = pd.Series([0.5, 1.0, np.nan, 2.0], index=[5, 6, 7, 8])
+    assert paired_rows(ours, base).values.tolist() == [[5.0, 1.0, 0.5], [8.0, 4.0, 2.0]]
+    assert paired_rows(ours, base, ("a", "b")).columns.tolist() == ["seed", "a", "b"]
 
 
-def _runs() -> HDCFLRuns:
+def test_overlap_pairs_read_only_seeds_with_an_association_to_explain():
+    donor_seed = pd.DataFrame({"setting": [S_LS] * 3 + [S_DIR] * 3, "seed": [2, 1, 0] * 2,
+                               "ρ (raw heads)": [0.005, 0.0, 0.4, -0.1, -0.2, -0.3],
+                               "partial ρ given overlap": [-0.2, -0.05, 0.1, 0.0, 0.0, 0.0]})
+    pairs = overlap_pairs(donor_seed, floor=0.01)
+    # (0.4 − 0.1) / 0.4 on seed 0; ρ = 0 with a negative partial ρ (seed 1) and ρ below the floor (seed 2): nothing to
+    # explain, left out; Dirichlet has no seed left: one row of zeros
+    assert pairs[["setting", "seed", "share", "half"]].values.tolist() == [[S_LS, 0, pytest.approx(0.75), 0.5],
+                                                                            [S_DIR, -1, 0.0, 0.0]]
+
+
+def _main() -> pd.DataFrame:
     main = pd.DataFrame([{"setting": s, "seed": seed, "method": m, "mean": v + seed, "worst": v / 2, "bottom-20 %": v / 2,
                           "gap": 10.0}
-                         for seed in (1, 0) for s in ("x", "y") for m, v in zip(METHODS, range(7))])
+                         for s in ("x", "y") for seed in (1, 0) for m, v in zip(METHODS, range(7))])
     main.loc[(main.method == "IFCA") & (main.seed == 1), "mean"] = 100.0  # one seed's best baseline is IFCA
-    variants = pd.DataFrame({"setting": "x", "seed": [1, 0], "variant": "v", "mean": [3.0, 2.0], "worst": 0.0,
-                             "bottom-20 %": 0.0, "gap": 0.0, "k": 2, "silhouette": 0.5})
-    history = pd.DataFrame({"setting": "x", "seed": [0, 0, 1, 1], "descriptor": "raw heads", "round": [4, 2, 2, 4],
-                            "silhouette": [0.4, 0.2, 0.1, 0.3]})
+    return main
+
+
+def test_the_macro_frame_and_the_claims_reading_it_by_hand():
+    macro = macro_table(_main())
+    assert set(macro.setting) == {"macro"} and len(macro) == 2 * len(METHODS)
+    assert per_seed(macro, "mean", method="HDC-FL").tolist() == [0.0, 1.0]  # seeds 0, 1; HDC-FL's v is 0
+    assert per_seed(macro, "mean", method="IFCA").tolist() == [6.0, 100.0]
+    # a claim against every baseline reads each one by name, paired by seed (never the per-seed maximum)
+    claim = Claim("mean", "X is competitive.", "Table 2", "macro mean, X − each baseline, points", "at least", 1.0,
+                  resolution=0.1, versus=BASELINES, ours=Read("macro", "mean", method="HDC-FL"),
+                  baseline={b: Read("macro", "mean", method=b) for b in BASELINES})
+    ours, baseline, _ = claim.read({"macro": macro})
+    assert ours.tolist() == [0.0, 1.0] and list(baseline) == list(BASELINES) and baseline["IFCA"].tolist() == [6.0, 100.0]
+
+
+def test_refresh_summary_by_hand():
+    history = pd.DataFrame({"setting": "x", "seed": [0, 0, 1, 1, 0, 0], "round": [4, 2, 2, 4, 2, 4],
+                            "descriptor": ["raw heads"] * 4 + ["rank-r descriptors"] * 2,
+                            "silhouette": [0.4, 0.2, 0.1, 0.3, 0.5, 0.6], "ari": [0.5, np.nan, np.nan, 1.0, np.nan, 0.9]})
+    table = refresh_summary(history).set_index(["descriptor", "seed"])
+    assert table.loc["raw heads", "silhouette (last)"].tolist() == [0.4, 0.3]  # the last refresh, by round
+    assert table.loc["raw heads", "ARI (mean)"].tolist() == [0.5, 1.0]  # the first refresh's ARI is undefined
+    assert table.loc[("rank-r descriptors", 0), ["silhouette (last)", "ARI (mean)"]].tolist() == [0.6, 0.9]
+
+
+def test_donor_seeds_by_hand():
     donors = pd.DataFrame({"setting": "x", "seed": [1] * 6 + [0] * 6, "target": [0, 0, 1, 1, 2, 2] * 2,
                            "donor": [1, 2, 0, 2, 0, 1] * 2, "gain": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0] * 2,
                            "head_cosine": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6] + [0.6, 0.5, 0.4, 0.3, 0.2, 0.1],
                            "lowrank_cosine": 0.0})
-    return HDCFLRuns(main=main, variants=variants, history=history, curves=pd.DataFrame(), donors=donors,
-                     costs=pd.DataFrame(), server=pd.DataFrame())
+    seeds = donor_seeds(donors)
+    assert seeds.seed.tolist() == [0, 1]
+    assert seeds["ρ (raw heads)"].tolist() == pytest.approx([-1.0, 1.0])  # similarity against gain: reversed, then aligned
+    assert seeds["nearest gain"].tolist() == [(1.0 + 3.0 + 5.0) / 3, (2.0 + 4.0 + 6.0) / 3]
+    assert seeds["random gain"].tolist() == [3.5, 3.5]
 
 
-def test_the_readings_per_seed_by_hand():
-    runs = _runs()
-    assert runs.macro_of("HDC-FL", "mean").tolist() == [0.0, 1.0]  # seeds 0, 1; HDC-FL's v is 0
-    assert runs.macro_of("IFCA", "mean").tolist() == [6.0, (100.0 + 100.0) / 2]
-    every = runs.each_baseline("mean")
-    assert list(every) == list(BASELINES) and every["IFCA"].tolist() == [6.0, 100.0]  # by name, no per-seed maximum
-    assert {k: v.tolist() for k, v in runs.each_baseline("mean", baselines=["FedAvg-SE", "FedRep"]).items()} == {
-        "FedAvg-SE": runs.macro_of("FedAvg-SE", "mean").tolist(), "FedRep": runs.macro_of("FedRep", "mean").tolist()}
-    assert runs.variant("x", "v").tolist() == [2.0, 3.0]
-    assert runs.refreshes("x", "raw heads", "silhouette", "last").tolist() == [0.4, 0.3]
-    assert runs.refreshes("x", "raw heads", "silhouette", "mean").tolist() == pytest.approx([0.3, 0.2])
-    assert runs.donor("x").tolist() == pytest.approx([-1.0, 1.0])  # similarity against gain: reversed, then aligned
-    assert set(runs.macro.setting) == {"macro"} and len(runs.macro) == 2 * len(METHODS)
-    with pytest.raises(ValueError, match="how must be 'last' or 'mean', got 'first'"):
-        runs.refreshes("x", "raw heads", "silhouette", "first")
+def test_in_run_order_is_seed_by_seed_the_settings_kept_in_order():
+    frame = pd.DataFrame({"setting": ["a", "a", "b", "b"], "seed": [0, 1, 0, 1], "x": [1, 2, 3, 4]})
+    assert in_run_order(frame).x.tolist() == [1, 3, 2, 4]
+
+
+def test_readings_in_words():
+    assert hdcfl.overlap_reading(0.3, 0.2).startswith("on average over the seeds, the shared labels take less than half")
+    assert hdcfl.server_text(10.0, 1.0).startswith("A refresh round takes the server 10 ms against 1.0 ms")
+    assert hdcfl.rotation_reading(False, False)["ex2_rot_reading"] == "do not recover the rotations well on this seed"
+    assert hdcfl.rotation_reading(True, True)["ex2_rot_conclusion"].startswith("on this seed the label histograms find")
+    claim = functools.partial(Claim, quote="X.", source="S", quantity="q", direction="at least", min_effect=1.0, resolution=0.1)
+    decided = {"worst": evaluate(claim("worst"), [5.0, 5.2, 4.8]), "bottom": evaluate(claim("bottom"), [0.0, 3.0, -3.0]),
+               "mean": evaluate(claim("mean", versus=("A", "B")), [1.0, 2.0, 3.0], {"A": [0.0, 0.0, 0.0], "B": [1.0, 2.0, 3.0]})}
+    text = hdcfl.claims_reading(decided)
+    assert "on one of the two tail metrics only" in text and "HDC-FL − A, the baseline nearest to failing it" in text
+
+
+def test_exercise_numbers_by_hand():
+    ex1 = pd.DataFrame({"setting": [S_LS] * 2 + [S_DIR] * 2 + [S_ROT] * 2, "seed": 0, "T": [0.1, 1.0] * 3,
+                        "mean": [50.0, 52.0, 60.0, 60.5, 70.0, 70.0], "worst": [10.0, 9.0, 8.0, 9.0, 7.0, 7.0],
+                        "bottom-20 %": 0.0, "gap": 0.0, "entropy": 0.0})
+    ex2 = pd.DataFrame({"setting": [S_LS, S_DIR, S_ROT], "seed": 0, "k (labels)": 2, "k (heads)": 2,
+                        "ARI(heads, labels)": [1.0, 0.5, 0.0], "ARI(heads, planted rotations)": [np.nan, np.nan, 0.9],
+                        "ARI(labels, planted rotations)": [np.nan, np.nan, 0.1]})
+    mean = SimpleNamespace(interval=SimpleNamespace(mean=1.0, high=2.5), binding="FedRep")
+    out = exercise_numbers({"ex1": ex1, "ex2": ex2}, [S_LS, S_DIR, S_ROT], [0.1, 1.0], {"mean": mean})
+    assert out["ex_noise"] == 1.5 and out["ex_noise_baseline"] == "FedRep" and out["ex1_t_list"] == "0.1, 1"
+    assert out["ex1_best_t"] == "label subsets: T = 0.1; Dirichlet: T = 1; rotation: T = 0.1"  # a tie: the first
+    assert out["ex1_spread"] == 2.0 and out["ex1_reading"].startswith("larger than the seed-to-seed yardstick")
+    assert (out["ex2_ari_ls"], out["ex2_ari_dir"], out["ex2_ari_rot"]) == (1.0, 0.5, 0.0)
+    assert out["ex2_rot_heads"] == 0.9 and out["ex2_rot_reading"] == "find the rotations"
 
 
 def test_ledger_costs_equal_the_chapter_s_frame_arithmetic(tiny_federation, tiny_model_fn):
@@ -161,42 +226,78 @@ def tiny_study():
     return HDCFLStudy(dataset="uci8", n_samples=160, model="cnn", width=8, feature_dim=8, n_clients=4,
                       global_test_per_class=3, class_fraction=0.3, alpha=0.3, n_rotations=2, rounds=2, train=train,
                       finetune=train, hdc=HDCConfig(rank=2, refresh_every=1, max_activation_round=2, n_init=2),
-                      variants={"default": {}, "λ = 0": dict(lam=0.0)}, ifca_k=2)
+                      variants={DEFAULT_VARIANT: {}, ONE_GROUP_VARIANT: dict(k_min=1, k_max=1), SHARED_VARIANT: dict(lam=0.0)},
+                      ifca_k=2)
 
 
-def test_a_tiny_study_end_to_end(tiny_study):
-    runs = tiny_study.run(["rotation"], [3])
-    assert runs.main.method.tolist() == list(METHODS) and set(runs.main.seed) == {3}
-    assert list(runs.first) == ["rotation"]
-    assert runs.variants.variant.tolist() == ["default", "λ = 0", RAW_RUN]
-    assert set(runs.history.descriptor) == {"rank-r descriptors", "raw heads"}
-    assert runs.costs.method.tolist() == ["HDC-FL", "FedRep"] and runs.seconds > 0
-    assert runs.donors["same_group"].any() and not runs.donors["same_group"].all()
+@pytest.fixture(scope="module")
+def tiny_frames(tiny_study):
+    """The tiny study's main study, every setting, one seed, through the study runner."""
+    return run_study(Study("main", functools.partial(run_cell, study=tiny_study), grid={"setting": list(hdcfl.SETTINGS)},
+                           seeds=[3]))
+
+
+def test_a_tiny_study_end_to_end(tiny_study, tiny_frames):
+    main = tiny_frames["main"][tiny_frames["main"].setting == "rotation"]
+    assert main.method.tolist() == list(METHODS) and set(main.seed) == {3}
+    assert list(tiny_frames) == ["main", "variants", "history", "curves", "donors", "costs", "server"]
+    variants = tiny_frames["variants"][tiny_frames["variants"].setting == "rotation"]
+    assert variants.variant.tolist() == [DEFAULT_VARIANT, ONE_GROUP_VARIANT, SHARED_VARIANT, RAW_RUN] == tiny_study.variant_names
+    assert set(tiny_frames["history"].descriptor) == {"rank-r descriptors", "raw heads"}
+    assert tiny_frames["costs"].method.tolist() == ["HDC-FL", "FedRep"] * 3
+    assert (tiny_frames["server"]["seconds"] > 0).all() and tiny_frames["server"]["top weight"].between(0, 1).all()
+    donors = tiny_frames["donors"][tiny_frames["donors"].setting == "rotation"]
+    assert donors["same_group"].astype(bool).any() and not donors["same_group"].astype(bool).all()
     tails = ["mean", "worst", "bottom-20 %", "gap"]
-    v, by = runs.variants.set_index("variant"), runs.main.set_index("method")
+    v, by = variants.set_index("variant"), main.set_index("method")
     # the two rows copied rather than computed again are what computing them gives: λ = 0 deploys the shared
     # encoder with each client's head (FedAvg-SE's deployment), and the default refreshed again at the last
-    # round (active by then) is what the run itself deployed
-    run = runs.first["rotation"]
-    fed = tiny_study.federation("rotation", 3)[0]
-    for name, change in (("λ = 0", dict(lam=0.0)), ("default", {})):
-        again, _ = tiny_study.deploy_variant(run, fed, tiny_study.model_fn(fed.global_test),
-                                             dataclasses.replace(tiny_study.hdc, **change), 3)
+    # round (active by then) is what the run itself deployed; the run trained again is the same run
+    fed, _, model_fn, run = tiny_study.train_hdcfl("rotation", 3)
+    assert tail_metrics(run.frame) == {m: by.loc["HDC-FL", m] for m in tails}
+    for name, change in ((SHARED_VARIANT, dict(lam=0.0)), (DEFAULT_VARIANT, {})):
+        again, _ = tiny_study.deploy_variant(run, fed, model_fn, dataclasses.replace(tiny_study.hdc, **change), 3)
         assert v.loc[name, tails].tolist() == pytest.approx([again[m] for m in tails], abs=1e-9)
-    assert v.loc["λ = 0", tails].tolist() == by.loc["FedAvg-SE", tails].tolist()
+    assert v.loc[SHARED_VARIANT, tails].tolist() == by.loc["FedAvg-SE", tails].tolist()
     # the raw-head rows of the history are the same run's refreshes, grouped on the raw heads
-    h = runs.history.set_index(["descriptor", "round"])
+    h = tiny_frames["history"][tiny_frames["history"].setting == "rotation"].set_index(["descriptor", "round"])
     assert h.loc["raw heads"].index.tolist() == h.loc["rank-r descriptors"].index.tolist()
     assert h.loc["raw heads", "entropy"].isna().all() and (h.loc["raw heads", "k"] >= 2).all()
-    cost = runs.costs.set_index("method")
+    cost = tiny_frames["costs"][tiny_frames["costs"].setting == "rotation"].set_index("method")
     assert cost.loc["HDC-FL", "up per client and round"] > cost.loc["FedRep", "up per client and round"]  # + the head
 
 
-def test_a_study_under_partial_participation_samples_half_the_clients_for_every_method(tiny_study):
+def test_the_claims_frames_and_numbers_of_a_tiny_study(tiny_study, tiny_frames):
+    R = results(tiny_frames, refresh_every=1, floor=0.01)
+    assert {"macro", "donor_seed", "refreshes", "steps", "overlap"} <= set(R)
+    assert set(R["macro"].method) == set(METHODS) and (R["macro"].setting == "macro").all() and set(R["macro"].seed) == {3}
+    assert R["refreshes"].groupby(["setting", "descriptor"]).size().tolist() == [1] * 6  # one seed each
+    numbers = results_numbers(R, list(hdcfl.SETTINGS), first_seed=3, refresh_every=1)
+    assert numbers["macro_mean_best"] in BASELINES and numbers["refresh_every"] == 1
+    assert numbers["macro_mean_hdc"] == float(R["macro"].set_index("method").loc["HDC-FL", "mean"])
+    assert 0 < numbers["top_weight_median"] <= 100 and numbers["extra_up_pct"] > 0
+    assert all(isinstance(numbers[k], float) for k in ("rot_k1_gain", "lam0_gain", "nearest_gain", "rho_ls", "extra_up_pct"))
+    assert numbers["rot_proto_alone"] == float(np.mean(per_seed(R["variants"], "mean", setting=S_ROT, variant=ONE_GROUP_VARIANT)
+                                                       - per_seed(R["variants"], "mean", setting=S_ROT, variant=SHARED_VARIANT)))
+
+
+def test_the_exercise_cell_reevaluates_the_main_study_s_run(tiny_study, tiny_frames):
+    t = tiny_study.hdc.temperature
+    out = exercise_cell(3, "rotation", study=tiny_study, temperatures=[0.01, t])
+    ex1, ex2 = out["ex1"], out["ex2"]
+    assert ex1["T"].tolist() == [0.01, t] and (ex1["entropy"] >= 0).all()
+    main = tiny_frames["main"].set_index(["setting", "method"]).loc[("rotation", "HDC-FL")]
+    # at the run's own temperature, the final state refreshed again deploys what the run deployed
+    assert ex1.iloc[1][["mean", "worst"]].tolist() == pytest.approx(main[["mean", "worst"]].tolist(), abs=1e-9)
+    assert len(ex2) == 1 and 2 <= ex2["k (labels)"].iloc[0] and -1 <= ex2["ARI(heads, planted rotations)"].iloc[0] <= 1
+    assert math.isnan(exercise_cell(3, "Dirichlet", study=tiny_study, temperatures=[t])["ex2"]["ARI(labels, planted rotations)"].iloc[0])
+
+
+def test_a_cell_under_partial_participation_samples_half_the_clients_for_every_method(tiny_study):
     half = dataclasses.replace(tiny_study, participation=0.5)
-    out = half.run_seed("Dirichlet", 1)
-    assert [r["method"] for r in out["rows"]] == list(METHODS)
-    assert all(np.isfinite(r["mean"]) for r in out["rows"])
+    out = run_cell(1, "Dirichlet", study=half)
+    assert out["main"].method.tolist() == list(METHODS)
+    assert np.isfinite(out["main"]["mean"]).all()
     with pytest.raises(ValueError, match="participation must be"):
         dataclasses.replace(tiny_study, participation=0.0)
 
@@ -209,31 +310,17 @@ def test_nearest_donor_gain_by_hand():
     assert random == pytest.approx((-1.0 + -1.0) / 2)
 
 
-def test_run_orders_the_items_by_seed_then_setting_and_keeps_the_first_seed_s_runs(tiny_study, monkeypatch):
-    def fake(self, setting, seed, keep=False):
-        frame = pd.DataFrame({"setting": [setting], "seed": [seed], "round": [1]})
-        return {"rows": [{"setting": setting, "seed": seed, "method": "HDC-FL", "mean": 1.0, "worst": 1.0,
-                          "bottom-20 %": 1.0, "gap": 0.0}], "variants": [], "history": [frame], "curves": [frame],
-                "bytes": [], "server": [], "donors": pd.DataFrame(columns=["setting", "seed"]), "setting": setting,
-                "first": f"{setting} {seed}" if keep else None, "seconds": 1.0}
-
-    monkeypatch.setattr(HDCFLStudy, "run_seed", fake)
-    runs = tiny_study.run(["rotation", "Dirichlet"], [5, 6])
-    assert runs.main[["setting", "seed"]].values.tolist() == [["rotation", 5], ["Dirichlet", 5], ["rotation", 6],
-                                                               ["Dirichlet", 6]]
-    assert runs.first == {"rotation": "rotation 5", "Dirichlet": "Dirichlet 5"} and runs.seconds == 4.0
-
-
-def test_the_study_s_federations_and_its_refusals(tiny_study):
+def test_the_study_s_federations_variants_and_its_refusals(tiny_study):
     fed, groups = tiny_study.federation("rotation", 0)
     assert fed.n_clients == 4 and groups.tolist() == [0, 0, 1, 1]
     assert tiny_study.federation("label subsets", 0)[1] is None
     with pytest.raises(ValueError, match="unknown setting 'rotations'"):
         tiny_study.federation("rotations", 0)
+    # the variants in their order, as pairs (the order is part of a cell's cache key)
+    assert tiny_study.variants == ((DEFAULT_VARIANT, {}), (ONE_GROUP_VARIANT, {"k_min": 1, "k_max": 1}), (SHARED_VARIANT, {"lam": 0.0}))
     kwargs = {f: getattr(tiny_study, f) for f in tiny_study.__dataclass_fields__}
+    assert HDCFLStudy(**kwargs).variants == tiny_study.variants
     with pytest.raises(ValueError, match="max_activation_round=2 must be <= rounds=1"):
         HDCFLStudy(**{**kwargs, "rounds": 1})
     with pytest.raises(ValueError, match="may not be named 'raw heads'"):
         HDCFLStudy(**{**kwargs, "variants": {RAW_RUN: {}}})
-    with pytest.raises(ValueError, match="seeds must hold at least one run seed"):
-        tiny_study.run(["rotation"], [])

@@ -1,7 +1,6 @@
-r"""HDC-FL's experiments: every method trained per heterogeneity setting and run seed, the
-server-side ablations on the same HDC-FL run, and the values per seed that the claims compare
-(the chapter *HDC-FL: do head-derived encoder mixtures lift the worst clients?*,
-``notebooks/hdcfl_experiments.py``).
+r"""HDC-FL's experiments as data: the studies the chapter runs, the frames its claims read, the
+numbers its prose quotes, and its tables and figure (the chapter *HDC-FL: do head-derived encoder
+mixtures lift the worst clients?*, ``notebooks/hdcfl_experiments.py``).
 
 From HDC-FL (Dehghanpour, Noori, Tanghatari, Omidvar and Rabiee, "From Classifier Heads to Encoder
 Prototypes: Personalized Federated Learning with Head-Derived Clustering", arXiv:2610.30075),
@@ -9,11 +8,25 @@ Section 4: the main comparison (Sections 4.2-4.3: mean, worst-client and bottom-
 the ablations (Section 4.4, Appendix E), the grouping dynamics and the activation step (Appendix
 D), the donor swap (Section 4.5, Appendix F) and the communication cost.
 
-:class:`HDCFLStudy` holds what is trained and deployed; :meth:`HDCFLStudy.run` runs it for every
-setting and seed and returns an :class:`HDCFLRuns`, whose tidy tables the chapter shows and whose
-methods give the values per seed its claims compare. The pieces of one run are free functions:
-:func:`tail_metrics`, :func:`ledger_costs`, :func:`server_seconds`, :func:`donor_table`; the
-activation table of the dynamics is :func:`activation_table` (its steps per seed: :func:`activation_steps`).
+The chapter declares two studies (:class:`fedbook.study.Study`) over the heterogeneity
+``setting`` (:data:`SETTINGS`) and the run seeds, each cell a function of this module with the
+chapter's :class:`HDCFLStudy` bound:
+
+* :func:`run_cell`: every method trained on one setting and seed, the server-side ablations on
+  the same HDC-FL run, its refresh history, its accuracy curve, the donor swaps on its final
+  cache, the ledger's bytes and the server's times: the frames ``main``, ``variants``,
+  ``history``, ``curves``, ``donors``, ``costs`` and ``server``;
+* :func:`exercise_cell`: the worked solutions' reduced runs, the first seed's HDC-FL run
+  re-evaluated at other temperatures (``ex1``) and grouped by label histograms (``ex2``).
+
+:func:`results` adds the frames the claims read, one row per seed (``macro``, ``donor_seed``,
+``refreshes``, ``steps``, ``overlap``); :func:`scale` gives the resolutions declared before the
+runs; :func:`setting_numbers`, :func:`results_numbers` and :func:`exercise_numbers` the numbers the
+prose quotes; :func:`main_tables`, :func:`ablation_tables`, :func:`donor_view`, :func:`cost_table`
+and :func:`plot_dynamics` what the chapter shows. The pieces of one run are free functions:
+:func:`tail_metrics`, :func:`ledger_costs`, :func:`server_seconds`, :func:`donor_table`,
+:func:`nearest_donor_gain`, :func:`two_histories`; the activation step is :func:`activation_steps`
+(per seed) and :func:`activation_table` (per setting).
 """
 
 from __future__ import annotations
@@ -25,20 +38,27 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from IPython.display import Markdown
+from matplotlib.ticker import MaxNLocator
 
+from fedbook.claims import HOLDS, INCONCLUSIVE, ClaimResult, defined_pairs, resolution_of, seed_table
+from fedbook.page import format_bytes, show_table
 from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
 from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
+from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import ArrayDataset, load_dataset
 from fedlib.federation import Federation, make_federation, make_rotation_federation
 from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
 from fedlib.messages import DOWN, UP, Ledger, State
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
-from fedbook.parallel import map_parallel
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig, predict
 from fedlib.validation import check_int
@@ -46,6 +66,8 @@ from fedlib.validation import check_int
 SETTINGS = ("label subsets", "Dirichlet", "rotation")
 """The heterogeneities (:meth:`HDCFLStudy.federation`): label subsets, a Dirichlet label skew,
 rotation groups (covariate shift, :func:`fedlib.federation.make_rotation_federation`)."""
+S_LS, S_DIR, S_ROT = SETTINGS
+"""Each setting by name."""
 BASELINES = ("FedAvg-SE", "FedRep", "FedBABU", "Ditto", "FedAvg-FT", "IFCA")
 """The baselines every seed trains (FedAvg-SE is HDC-FL's own run deployed with the shared encoder)."""
 METHODS = ("HDC-FL", *BASELINES)
@@ -53,7 +75,7 @@ METHODS = ("HDC-FL", *BASELINES)
 TAIL_METRICS = ("mean", "worst", "bottom-20 %", "gap")
 """The columns :func:`tail_metrics` returns (points)."""
 REFRESH_RUNS = ("rank-r descriptors", "raw heads")
-"""The two descriptors whose refresh histories :attr:`HDCFLRuns.history` holds, both from the same
+"""The two descriptors whose refresh histories the ``history`` frame holds, both from the same
 HDC-FL run (the raw heads grouped on the same cache at the same refreshes, ``HDCConfig.compare_raw``)."""
 RAW_RUN = "raw heads"
 """The raw-head ablation's row: a server-side variant of the same run (``descriptor="raw"``), after the others."""
@@ -61,13 +83,23 @@ DEFAULT_VARIANT = "HDC-FL (λ = 1, the default)"
 """The variant row that is HDC-FL's own deployment (copied from the run, not computed again)."""
 SHARED_VARIANT = "λ = 0 (the shared encoder)"
 """The variant row that is FedAvg-SE's deployment (λ = 0 deploys the shared encoder: copied, not computed again)."""
+ONE_GROUP_VARIANT = "k = 1 (population-level prototype)"
+"""The variant row of one group: every client gets the prototype of the whole (stale) cache."""
 DONOR_COLUMNS = {"rho_raw": "ρ (raw heads)", "rho_lowrank": "ρ (rank-r)", "auroc_helps": "AUROC helps",
                  "auroc_same_group": "AUROC same rotation", "ap_same_group": "AP same rotation",
                  "base_same_group": "same-rotation share", "mean_gain": "mean gain (points)",
                  "rho_overlap": "ρ(similarity, overlap)", "partial_rho": "partial ρ given overlap"}
-"""The columns of :attr:`HDCFLRuns.donor_seed`: :func:`fedlib.algorithms.hdcfl.donor_ranking`'s keys, renamed."""
+"""The columns of the ``donor_seed`` frame (:func:`donor_seeds`): :func:`fedlib.algorithms.hdcfl.donor_ranking`'s keys, renamed."""
 STEP_COLUMN = "mean accuracy step at activation (points)"
 """The column of :func:`activation_table` that :func:`step_text` reads."""
+DATA_LABELS = {"uci8": "UCI digits at 8 x 8", "mnist5k": "MNIST-5k", "uci": "UCI digits", "cifar10": "CIFAR-10",
+               "cifar100": "CIFAR-100"}
+"""Each data set's name in the claims' substitutions and the prose."""
+MODEL_LABELS = {"cnn": "a small CNN", "mlp": "an MLP", "resnet18": "ResNet-18", "mobilenet_v2": "MobileNetV2"}
+"""Each model's name in the claims' substitutions and the prose."""
+T_OLD, T_GAP = 0.05, 0.15
+"""The temperature this chapter used before, and a cosine gap between two centroids (the prose's
+arithmetic of the membership's sharpness, :func:`setting_numbers`)."""
 
 
 def tail_metrics(frame: pd.DataFrame) -> dict[str, float]:
@@ -226,9 +258,9 @@ def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequ
     Parameters
     ----------
     history : DataFrame
-        :attr:`HDCFLRuns.history`: refresh rows with ``setting``, ``seed``, ``descriptor``, ``round``, ``active``.
+        The ``history`` frame (:func:`run_cell`): refresh rows with ``setting``, ``seed``, ``descriptor``, ``round``, ``active``.
     curves : DataFrame
-        :attr:`HDCFLRuns.curves`: ``setting``, ``seed``, ``round``, ``mean`` (points).
+        The ``curves`` frame: ``setting``, ``seed``, ``round``, ``mean`` (points).
     """
     main = history[history.descriptor == REFRESH_RUNS[0]]  # the run's own refreshes
     table = main[main.active].groupby(["setting", "seed"])["round"].min().groupby("setting").agg(["mean", "min", "max"])
@@ -255,137 +287,12 @@ def step_text(points: float) -> str:
     return "not measurable (activation at the first refresh)" if math.isnan(points) else f"{points:+.1f} points"
 
 
-@dataclass
-class HDCFLRuns:
-    """What :meth:`HDCFLStudy.run` computed, one row per setting and seed (and method, variant,
-    refresh, round or donor pair), with the values per seed (in seed order) that the claims read.
-
-    Attributes
-    ----------
-    main : DataFrame
-        ``setting, seed, method`` and :data:`TAIL_METRICS` (points), for every method of :data:`METHODS`.
-    variants : DataFrame
-        ``setting, seed, variant``, :data:`TAIL_METRICS`, and the last refresh's ``k`` and ``silhouette``.
-    history : DataFrame
-        :func:`two_histories` of the HDC-FL run, with ``setting, seed, descriptor``.
-    curves : DataFrame
-        ``setting, seed, round, mean``: HDC-FL's mean accuracy (points; the clients' pooled scores) at every evaluated round.
-    donors : DataFrame
-        :func:`donor_table` of the HDC-FL run, with ``setting, seed``.
-    costs : DataFrame
-        ``setting, seed, method`` and :func:`ledger_costs` (HDC-FL and FedRep).
-    server : DataFrame
-        ``setting, seed`` and :func:`server_seconds` of the HDC-FL run.
-    first : dict of str to RunResult
-        The first seed's HDC-FL run per setting (the chapter's worked solutions re-evaluate it).
-    seconds : float
-        The time all the runs took.
-    macro : DataFrame
-        ``seed, method``, :data:`TAIL_METRICS` averaged over the settings, and ``setting = "macro"``.
-    donor_seed : DataFrame
-        ``setting, seed`` and :func:`fedlib.algorithms.hdcfl.donor_ranking` per run (:data:`DONOR_COLUMNS`).
-    """
-
-    main: pd.DataFrame
-    variants: pd.DataFrame
-    history: pd.DataFrame
-    curves: pd.DataFrame
-    donors: pd.DataFrame
-    costs: pd.DataFrame
-    server: pd.DataFrame
-    first: dict[str, RunResult] = field(default_factory=dict)
-    seconds: float = 0.0
-    macro: pd.DataFrame = field(init=False)
-    donor_seed: pd.DataFrame = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.macro = self.main.groupby(["seed", "method"])[list(TAIL_METRICS)].mean().reset_index().assign(setting="macro")
-        rows = [{"setting": setting, "seed": s, **donor_ranking(d.dropna(axis=1, how="all"))}
-                for (setting, s), d in self.donors.groupby(["setting", "seed"])]
-        self.donor_seed = pd.DataFrame(rows).rename(columns=DONOR_COLUMNS)
-
-    @classmethod
-    def gather(cls, outputs: Sequence[Mapping]) -> "HDCFLRuns":
-        """The runs from :meth:`HDCFLStudy.run_seed`'s outputs, in their order."""
-        def rows(key):
-            return [r for out in outputs for r in out[key]]
-
-        return cls(main=pd.DataFrame(rows("rows")), variants=pd.DataFrame(rows("variants")),
-                   history=pd.concat(rows("history"), ignore_index=True), curves=pd.concat(rows("curves"), ignore_index=True),
-                   donors=pd.concat([out["donors"] for out in outputs], ignore_index=True), costs=pd.DataFrame(rows("bytes")),
-                   server=pd.DataFrame(rows("server")),
-                   first={out["setting"]: out["first"] for out in outputs if out["first"] is not None},
-                   seconds=sum(out["seconds"] for out in outputs))
-
-    @staticmethod
-    def _per_seed(frame: pd.DataFrame, column: str, **where) -> np.ndarray:
-        rows = frame
-        for key, value in where.items():
-            rows = rows[rows[key] == value]
-        return rows.sort_values("seed")[column].to_numpy()
-
-    def macro_of(self, method: str, metric: str) -> np.ndarray:
-        """Per seed, ``method``'s macro value (the mean over the settings) of ``metric``."""
-        return self._per_seed(self.macro, metric, method=method)
-
-    def of(self, setting: str, method: str, metric: str) -> np.ndarray:
-        """Per seed, ``method``'s ``metric`` in ``setting`` (a row of :attr:`main`)."""
-        return self._per_seed(self.main, metric, setting=setting, method=method)
-
-    def each_baseline(self, metric: str, baselines: Sequence[str] = BASELINES) -> dict[str, np.ndarray]:
-        """Every baseline's macro values on ``metric``, one per seed, by name: what a claim against
-        every baseline reads (one paired interval each, :func:`fedbook.claims.evaluate`; never
-        the per-seed maximum of the test results)."""
-        return {b: self.macro_of(b, metric) for b in baselines}
-
-    def variant(self, setting: str, variant: str, metric: str = "mean") -> np.ndarray:
-        """Per seed, an ablation's ``metric`` in ``setting``."""
-        return self._per_seed(self.variants, metric, setting=setting, variant=variant)
-
-    def refreshes(self, setting: str, descriptor: str, column: str, how: str) -> np.ndarray:
-        """Per seed, the last refresh's value (``how="last"``) or the mean over the refreshes
-        (``how="mean"``) of a :attr:`history` column, for one of :data:`REFRESH_RUNS`."""
-        if how not in ("last", "mean"):
-            raise ValueError(f"how must be 'last' or 'mean', got {how!r}")
-        h = self.history[(self.history.setting == setting) & (self.history.descriptor == descriptor)]
-        g = h.sort_values(["seed", "round"]).groupby("seed")[column]
-        return (g.agg(lambda v: v.iloc[-1]) if how == "last" else g.mean()).sort_index().to_numpy()
-
-    def nearest_donor(self, setting: str) -> tuple[np.ndarray, np.ndarray]:
-        """Per seed, in ``setting``: the mean swap gain of each target's nearest-head donor (the
-        highest raw-head cosine) and of a donor drawn at random (the mean gain over its donors,
-        the expectation of a uniform draw), both averaged over the targets (:func:`nearest_donor_gain`)."""
-        d = self.donors[self.donors.setting == setting]
-        pairs = [nearest_donor_gain(g) for _, g in d.groupby("seed", sort=True)]
-        return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-
-    def steps(self, setting: str, refresh_every: int) -> np.ndarray:
-        """Per seed (every seed of :attr:`history`, in order), HDC-FL's step in mean accuracy at
-        activation in ``setting`` (:func:`activation_steps`; NaN where it is not measurable), so
-        that two settings' steps pair by seed."""
-        seeds = sorted(self.history.seed.unique())
-        return activation_steps(self.history, self.curves, setting, refresh_every).reindex(seeds).to_numpy(dtype=float)
-
-    def overlap_share(self, setting: str, floor: float) -> np.ndarray:
-        """Per seed, the share of the donor-ranking association that label-support overlap takes:
-        (ρ − partial ρ given overlap) / ρ, with ρ the Spearman correlation of the raw-head
-        similarity and the swap gain (:meth:`donor`); NaN on a seed whose ρ is not above
-        ``floor`` (no positive association to explain: a claim reads the other seeds)."""
-        rho, partial = self.donor(setting), self.donor(setting, DONOR_COLUMNS["partial_rho"])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(rho > floor, (rho - partial) / rho, np.nan)
-
-    def donor(self, setting: str, column: str = DONOR_COLUMNS["rho_raw"]) -> np.ndarray:
-        """Per seed, a column of :attr:`donor_seed` in ``setting`` (default: ρ of the raw-head
-        similarity and the swap gain)."""
-        return self._per_seed(self.donor_seed, column, setting=setting)
-
-
 @dataclass(frozen=True)
 class HDCFLStudy:
-    """What the chapter trains and deploys for every setting and run seed.
+    """What the chapter trains and deploys for every setting and run seed: the settings its
+    cells (:func:`run_cell`, :func:`exercise_cell`) share.
 
-    Trained (:meth:`run_seed`): HDC-FL (evaluated every ``hdc.refresh_every`` rounds, for the
+    Trained (:func:`run_cell`): HDC-FL (evaluated every ``hdc.refresh_every`` rounds, for the
     dynamics; its server also groups the raw heads, for the raw-head ablation), FedRep,
     FedBABU, Ditto, FedAvg and IFCA (``ifca_k`` clusters). Deployed without training again:
     FedAvg-SE on HDC-FL's run (its shared encoder with each client's head), FedAvg-FT on
@@ -415,8 +322,10 @@ class HDCFLStudy:
         run groups the raw heads of the same cache too (``compare_raw``), for the raw-head
         ablation's refresh diagnostics.
     variants : mapping of str to mapping
-        The server-side ablations: per name, the :class:`~fedlib.algorithms.hdcfl.HDCConfig`
-        fields it changes; :data:`RAW_RUN` (``descriptor="raw"``) is added after them. No change
+        The server-side ablations, in order: per name, the
+        :class:`~fedlib.algorithms.hdcfl.HDCConfig` fields it changes (kept as a tuple of
+        ``(name, change)`` pairs, so that the order is part of a cell's cache key);
+        :data:`RAW_RUN` (``descriptor="raw"``) is added after them. No change
         (:data:`DEFAULT_VARIANT`) is the run's own deployment and ``lam=0`` alone the shared
         encoder's (FedAvg-SE's): both copied from the rows already computed.
     ifca_k : int
@@ -445,7 +354,7 @@ class HDCFLStudy:
     train: TrainConfig
     finetune: TrainConfig
     hdc: HDCConfig
-    variants: Mapping[str, Mapping] = field(default_factory=dict)
+    variants: Mapping[str, Mapping] | Sequence[tuple[str, Mapping]] = ()
     ifca_k: int = 4
     participation: float = 1.0
     test_fraction: float = 0.25
@@ -459,8 +368,15 @@ class HDCFLStudy:
         if not self.hdc.max_activation_round <= self.rounds:
             raise ValueError(f"max_activation_round={self.hdc.max_activation_round} must be <= rounds={self.rounds}: the "
                              "tables read HDC-FL after activation")
-        if RAW_RUN in self.variants:
+        pairs = self.variants.items() if isinstance(self.variants, Mapping) else self.variants
+        object.__setattr__(self, "variants", tuple((str(name), dict(change)) for name, change in pairs))
+        if RAW_RUN in self.variant_names[:-1]:
             raise ValueError(f"a variant may not be named {RAW_RUN!r}: that is the raw-head ablation's row")
+
+    @property
+    def variant_names(self) -> list[str]:
+        """The rows of the ``variants`` frame, in order: the declared ablations, then :data:`RAW_RUN`."""
+        return [name for name, _ in self.variants] + [RAW_RUN]
 
     def model_fn(self, ds: ArrayDataset) -> Callable[..., torch.nn.Module]:
         """The model builder for the inputs and classes of ``ds``."""
@@ -482,6 +398,22 @@ class HDCFLStudy:
             return make_federation(ds, partition="label_subset", class_fraction=self.class_fraction, **common), None
         return make_federation(ds, partition="dirichlet", alpha=self.alpha, min_size=10, **common), None
 
+    def loop(self, seed: int) -> LoopConfig:
+        """Every method's loop: ``rounds`` rounds, ``participation``, the run seed."""
+        return LoopConfig(rounds=self.rounds, seed=seed, participation=self.participation)
+
+    def train_hdcfl(self, setting: str, seed: int) -> tuple[Federation, np.ndarray | None, Callable, RunResult]:
+        """The setting's federation for ``seed``, its planted groups, the model builder, and the
+        HDC-FL run on it (evaluated at every refresh; its server groups the raw heads too,
+        ``compare_raw``): what :func:`run_cell` and :func:`exercise_cell` both start from, the
+        same bits in both."""
+        fed, groups = self.federation(setting, seed)
+        model_fn = self.model_fn(fed.global_test)
+        config = dataclasses.replace(self.hdc, compare_raw=True)  # the raw heads grouped too: diagnostics only
+        run = run_federated(HDCFL(train=self.train, config=config, seed=seed), fed, model_fn,
+                            dataclasses.replace(self.loop(seed), eval_every=self.hdc.refresh_every), self.options)
+        return fed, groups, model_fn, run
+
     def deploy_variant(self, run: RunResult, fed: Federation, model_fn: Callable, config: HDCConfig,
                        seed: int) -> tuple[dict[str, float], State]:
         """An HDC-FL run's final server state refreshed again under ``config``
@@ -489,74 +421,615 @@ class HDCFLStudy:
         (:func:`fedlib.run.evaluate_deployment`): its :func:`tail_metrics`, and the state."""
         state = with_variant(run.server, run.rounds_done, config, seed)
         rows = evaluate_deployment(HDCFL(train=self.train, config=config, seed=seed), dataclasses.replace(run, server=state),
-                                   fed, model_fn, LoopConfig(rounds=self.rounds, seed=seed, participation=self.participation))
+                                   fed, model_fn, self.loop(seed))
         return tail_metrics(rows), state
 
-    def run_seed(self, setting: str, seed: int, keep: bool = False) -> dict:
-        """Every run of one setting and seed: the rows of each of :class:`HDCFLRuns`'s tables
-        (``rows`` for :attr:`HDCFLRuns.main`, ``variants``, ``history``, ``curves``, ``donors``,
-        ``bytes`` for the costs, ``server``), the HDC-FL run itself when ``keep`` (``first``),
-        and the ``seconds`` it all took."""
-        fed, group = self.federation(setting, seed)
-        model_fn = self.model_fn(fed.global_test)
-        cfg = LoopConfig(rounds=self.rounds, seed=seed, participation=self.participation)
-        t0 = time.perf_counter()
-        tag = {"setting": setting, "seed": seed}
-        out = {"rows": [], "variants": [], "history": [], "curves": [], "bytes": [], "server": []}
 
-        def add(method, rows):
-            out["rows"].append({**tag, "method": method, **tail_metrics(rows)})
+def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.DataFrame]:
+    """The main study's cell: every run of one setting and seed, as the frames the chapter reads.
 
-        def last_refresh(server):
-            last = refresh_history(server).iloc[-1]
-            return {"k": int(last["k"]), "silhouette": float(last["silhouette"])}
+    Returns
+    -------
+    dict of str to DataFrame
+        ``main``: ``method`` and :data:`TAIL_METRICS` (points, the clients' pooled scores at the
+        last round) for every method of :data:`METHODS`; ``variants``: ``variant`` (in
+        :attr:`HDCFLStudy.variant_names` order), :data:`TAIL_METRICS`, and the last refresh's
+        ``k`` and ``silhouette``; ``history``: :func:`two_histories` of the HDC-FL run;
+        ``curves``: ``round, mean``, HDC-FL's mean accuracy at every evaluated round;
+        ``donors``: :func:`donor_table` on its final cache; ``costs``: ``method`` and
+        :func:`ledger_costs` (HDC-FL and FedRep); ``server``: :func:`server_seconds` of the HDC-FL
+        run, the median client's ``top weight`` (its weight on its nearest prototype at the last
+        refresh) and the ``seconds`` the cell took. :func:`fedbook.study.run_study` puts the
+        ``setting`` and ``seed`` in front.
+    """
+    t0 = time.perf_counter()
+    fed, group, model_fn, hdc = study.train_hdcfl(setting, seed)
+    cfg = study.loop(seed)
+    main, variants, costs = [], [], []
 
-        config = dataclasses.replace(self.hdc, compare_raw=True)  # the raw heads grouped too: diagnostics only
-        hdc = run_federated(HDCFL(train=self.train, config=config, seed=seed), fed, model_fn,
-                            dataclasses.replace(cfg, eval_every=self.hdc.refresh_every), self.options)
-        add("HDC-FL", hdc.frame)
-        add("FedAvg-SE", evaluate_deployment(FedAvgSE(train=self.train), hdc, fed, model_fn, cfg))
-        done = {name: row for name, row in zip(("HDC-FL", "FedAvg-SE"), out["rows"])}
-        for name, change in [*self.variants.items(), (RAW_RUN, {"descriptor": "raw"})]:
-            if not change and self.rounds % self.hdc.refresh_every == 0:  # the run's own last refresh, deployed
-                metrics, state = {m: done["HDC-FL"][m] for m in TAIL_METRICS}, hdc.server
-            elif dict(change) == {"lam": 0.0}:  # λ = 0 deploys the shared encoder with each head: FedAvg-SE's row
-                metrics, state = {m: done["FedAvg-SE"][m] for m in TAIL_METRICS}, hdc.server
-            else:
-                metrics, state = self.deploy_variant(hdc, fed, model_fn, dataclasses.replace(self.hdc, **change), seed)
-            out["variants"].append({**tag, "variant": name, **metrics, **last_refresh(state)})
-        out["history"].append(two_histories(refresh_history(hdc.server)).assign(**tag))
-        curve = hdc.curve("pooled")  # the clients' pooled scores, as the tables
-        out["curves"].append(pd.DataFrame({**tag, "round": curve.index, "mean": 100 * curve.values}))
-        out["bytes"].append({**tag, "method": "HDC-FL", **ledger_costs(hdc.ledger, self.rounds, self.n_clients)})
-        out["server"].append({**tag, **server_seconds(hdc.server_seconds, self.hdc.refresh_every)})
-        out["donors"] = donor_table(hdc.server, fed, model_fn, self.hdc.rank, group).assign(**tag)
-        out["setting"], out["first"] = setting, hdc if keep else None
-        for name, alg in (("FedRep", FedRep(train=self.train, head_train=self.train)),
-                          ("FedBABU", FedBABU(train=self.train, finetune=self.finetune)),
-                          ("Ditto", Ditto(train=self.train, personal_train=self.train)), ("FedAvg", FedAvg(train=self.train)),
-                          ("IFCA", IFCA(train=self.train, k=self.ifca_k, seed=seed))):
-            run = run_federated(alg, fed, model_fn, cfg, self.options)
-            if name == "FedAvg":
-                add("FedAvg-FT", evaluate_deployment(FedAvgFT(train=self.train, finetune=self.finetune), run, fed, model_fn, cfg))
-                continue
-            add(name, run.frame)
-            if name == "FedRep":
-                out["bytes"].append({**tag, "method": "FedRep", **ledger_costs(run.ledger, self.rounds, self.n_clients)})
-        out["seconds"] = time.perf_counter() - t0
-        return out
+    def add(method, frame):
+        main.append({"method": method, **tail_metrics(frame)})
 
-    def run(self, settings: Sequence[str], seeds: Sequence[int], workers: int = 1) -> HDCFLRuns:
-        """:meth:`run_seed` for every seed and, within it, every setting, in ``workers`` processes
-        (:func:`fedbook.parallel.map_parallel`: the same bits as one after another); the first
-        seed's HDC-FL runs are kept."""
-        if not seeds:
-            raise ValueError("seeds must hold at least one run seed, got none")
-        items = [(setting, s) for s in seeds for setting in settings]
-        outputs = map_parallel(lambda item: self.run_seed(*item, keep=item[1] == seeds[0]), items, workers)
-        return HDCFLRuns.gather(outputs)
+    add("HDC-FL", hdc.frame)
+    add("FedAvg-SE", evaluate_deployment(FedAvgSE(train=study.train), hdc, fed, model_fn, cfg))
+    done = {row["method"]: row for row in main}
+    for name, change in [*study.variants, (RAW_RUN, {"descriptor": "raw"})]:
+        if not change and study.rounds % study.hdc.refresh_every == 0:  # the run's own last refresh, deployed
+            metrics, state = {m: done["HDC-FL"][m] for m in TAIL_METRICS}, hdc.server
+        elif dict(change) == {"lam": 0.0}:  # λ = 0 deploys the shared encoder with each head: FedAvg-SE's row
+            metrics, state = {m: done["FedAvg-SE"][m] for m in TAIL_METRICS}, hdc.server
+        else:
+            metrics, state = study.deploy_variant(hdc, fed, model_fn, dataclasses.replace(study.hdc, **change), seed)
+        last = refresh_history(state).iloc[-1]
+        variants.append({"variant": name, **metrics, "k": int(last["k"]), "silhouette": float(last["silhouette"])})
+    history = two_histories(refresh_history(hdc.server))
+    curve = hdc.curve("pooled")  # the clients' pooled scores, as the tables
+    curves = pd.DataFrame({"round": curve.index, "mean": 100 * curve.values})
+    costs.append({"method": "HDC-FL", **ledger_costs(hdc.ledger, study.rounds, study.n_clients)})
+    server = {**server_seconds(hdc.server_seconds, study.hdc.refresh_every),
+              "top weight": float(hdc.server.arrays["hdcfl/membership"].max(dim=1).values.median())}
+    donors = donor_table(hdc.server, fed, model_fn, study.hdc.rank, group)
+    for name, alg in (("FedRep", FedRep(train=study.train, head_train=study.train)),
+                      ("FedBABU", FedBABU(train=study.train, finetune=study.finetune)),
+                      ("Ditto", Ditto(train=study.train, personal_train=study.train)), ("FedAvg", FedAvg(train=study.train)),
+                      ("IFCA", IFCA(train=study.train, k=study.ifca_k, seed=seed))):
+        run = run_federated(alg, fed, model_fn, cfg, study.options)
+        if name == "FedAvg":
+            add("FedAvg-FT", evaluate_deployment(FedAvgFT(train=study.train, finetune=study.finetune), run, fed, model_fn, cfg))
+            continue
+        add(name, run.frame)
+        if name == "FedRep":
+            costs.append({"method": "FedRep", **ledger_costs(run.ledger, study.rounds, study.n_clients)})
+    server["seconds"] = time.perf_counter() - t0
+    return {"main": pd.DataFrame(main), "variants": pd.DataFrame(variants), "history": history, "curves": curves,
+            "donors": donors, "costs": pd.DataFrame(costs), "server": pd.DataFrame([server])}
 
 
-__all__ = ["BASELINES", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDCFLRuns", "HDCFLStudy", "METHODS", "RAW_RUN", "REFRESH_RUNS",
-           "SETTINGS", "SHARED_VARIANT", "STEP_COLUMN", "TAIL_METRICS", "activation_steps", "activation_table", "donor_table",
-           "ledger_costs", "nearest_donor_gain", "server_seconds", "step_text", "tail_metrics", "two_histories"]
+def exercise_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: Sequence[float]) -> dict[str, pd.DataFrame]:
+    """The exercises' cell: the HDC-FL run of one setting and seed (:meth:`HDCFLStudy.train_hdcfl`,
+    the main study's run) re-evaluated on the server side only.
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``ex1``: per temperature ``T`` of ``temperatures``, the final state refreshed at that
+        temperature (:meth:`HDCFLStudy.deploy_variant`): :data:`TAIL_METRICS` and the mean
+        membership ``entropy`` of its last refresh. ``ex2``: one row, the clients grouped by their
+        normalized label histograms (:class:`fedlib.clustering.SilhouetteKMeans` with HDC-FL's
+        ``k`` range) against HDC-FL's last grouping and the planted rotations (adjusted Rand
+        indices; NaN without planted groups).
+    """
+    fed, planted, model_fn, run = study.train_hdcfl(setting, seed)
+    ex1 = []
+    for t in temperatures:
+        scores, state = study.deploy_variant(run, fed, model_fn, dataclasses.replace(study.hdc, temperature=t), seed)
+        ex1.append({"T": t, **scores, "entropy": float(refresh_history(state).iloc[-1]["entropy"])})
+    counts = fed.train_counts().astype(float)
+    by_labels = SilhouetteKMeans(study.hdc.k_min, study.hdc.k_max, seed=seed).fit(counts / counts.sum(axis=1, keepdims=True))
+    heads = run.server.arrays["hdcfl/labels"].numpy()
+    seen = run.server.arrays["hdcfl/clients"].numpy()  # the clients cached at the last refresh
+    ex2 = {"k (labels)": by_labels.k_, "k (heads)": int(heads.max() + 1),
+           "ARI(heads, labels)": assignment_agreement(heads, by_labels.labels_[seen]),
+           "ARI(heads, planted rotations)": assignment_agreement(heads, planted[seen]) if planted is not None else float("nan"),
+           "ARI(labels, planted rotations)": assignment_agreement(by_labels.labels_, planted) if planted is not None
+           else float("nan")}
+    return {"ex1": pd.DataFrame(ex1), "ex2": pd.DataFrame([ex2])}
+
+
+# ------------------------------------------------------------------------------------------------
+# The frames the claims read: one row per seed (and setting, method, variant or descriptor)
+# ------------------------------------------------------------------------------------------------
+
+
+def per_seed(frame: pd.DataFrame, column: str, **where: Any) -> np.ndarray:
+    """The values of ``column`` on the rows where each ``where`` column holds its value, in seed
+    order.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"seed": [1, 0, 1], "method": ["a", "a", "b"], "acc": [2.0, 1.0, 5.0]})
+    >>> per_seed(t, "acc", method="a").tolist()
+    [1.0, 2.0]
+    """
+    rows = frame
+    for key, value in where.items():
+        rows = rows[rows[key] == value]
+    return rows.sort_values("seed")[column].to_numpy()
+
+
+def paired_rows(ours: pd.Series, baseline: pd.Series, names: tuple[str, str] = ("ours", "baseline")) -> pd.DataFrame:
+    """Two sides indexed by seed as a frame of the seeds where both are defined
+    (:func:`fedbook.claims.defined_pairs`: a seed where either side is NaN is left out; with no
+    pair left, one row of zeros, seed -1, an inconclusive one-seed interval).
+
+    Examples
+    --------
+    >>> a, b = pd.Series([1.0, float("nan"), 3.0], index=[0, 1, 2]), pd.Series([0.5, 1.0, 2.0], index=[0, 1, 2])
+    >>> paired_rows(a, b).values.tolist()
+    [[0.0, 1.0, 0.5], [2.0, 3.0, 2.0]]
+    >>> paired_rows(a * float("nan"), b).values.tolist()
+    [[-1.0, 0.0, 0.0]]
+    """
+    o, b = ours.to_numpy(dtype=float), baseline.reindex(ours.index).to_numpy(dtype=float)
+    ok = ~np.isnan(o) & ~np.isnan(b)
+    o, b = defined_pairs(o, b)
+    seeds = list(ours.index[ok]) if ok.any() else [-1]
+    return pd.DataFrame({"seed": seeds, names[0]: o, names[1]: b})
+
+
+def macro_table(main: pd.DataFrame) -> pd.DataFrame:
+    """Per seed and method, :data:`TAIL_METRICS` averaged over the settings of the ``main`` frame,
+    with ``setting = "macro"``.
+
+    Examples
+    --------
+    >>> main = pd.DataFrame({"setting": ["x", "y"], "seed": 0, "method": "m", "mean": [1.0, 2.0], "worst": 0.0,
+    ...                      "bottom-20 %": 0.0, "gap": 0.0})
+    >>> macro_table(main)[["seed", "method", "mean", "setting"]].values.tolist()
+    [[0, 'm', 1.5, 'macro']]
+    """
+    return main.groupby(["seed", "method"])[list(TAIL_METRICS)].mean().reset_index().assign(setting="macro")
+
+
+def donor_seeds(donors: pd.DataFrame) -> pd.DataFrame:
+    """Per setting and seed of the ``donors`` frame: :func:`fedlib.algorithms.hdcfl.donor_ranking`
+    (its columns renamed by :data:`DONOR_COLUMNS`), and the mean swap gain of each target's
+    nearest-head donor and of a donor drawn at random (``nearest gain``, ``random gain``,
+    :func:`nearest_donor_gain`)."""
+    rows = []
+    for (setting, s), d in donors.groupby(["setting", "seed"]):
+        nearest, random = nearest_donor_gain(d)
+        rows.append({"setting": setting, "seed": s, **donor_ranking(d.dropna(axis=1, how="all")),
+                     "nearest gain": nearest, "random gain": random})
+    return pd.DataFrame(rows).rename(columns=DONOR_COLUMNS)
+
+
+def refresh_summary(history: pd.DataFrame) -> pd.DataFrame:
+    """Per setting, descriptor (:data:`REFRESH_RUNS`) and seed of the ``history`` frame: the
+    silhouette of the last refresh and the mean adjusted Rand index between consecutive
+    refreshes (the first refresh's, undefined, left out).
+
+    Examples
+    --------
+    >>> h = pd.DataFrame({"setting": "x", "descriptor": "raw heads", "seed": [0, 0, 1, 1], "round": [4, 2, 2, 4],
+    ...                   "silhouette": [0.4, 0.2, 0.1, 0.3], "ari": [0.5, np.nan, np.nan, 1.0]})
+    >>> refresh_summary(h)[["seed", "silhouette (last)", "ARI (mean)"]].values.tolist()
+    [[0.0, 0.4, 0.5], [1.0, 0.3, 1.0]]
+    """
+    rows = []
+    for (setting, descriptor), h in history.groupby(["setting", "descriptor"], sort=False):
+        g = h.sort_values(["seed", "round"]).groupby("seed")
+        last, ari = g["silhouette"].agg(lambda v: v.iloc[-1]), g["ari"].mean()
+        rows += [{"setting": setting, "descriptor": descriptor, "seed": s, "silhouette (last)": last[s],
+                  "ARI (mean)": ari[s]} for s in last.index]
+    return pd.DataFrame(rows)
+
+
+def step_pairs(history: pd.DataFrame, curves: pd.DataFrame, refresh_every: int) -> pd.DataFrame:
+    """Per setting of label subsets and rotation and per seed, HDC-FL's step in mean accuracy at
+    activation (``step``, :func:`activation_steps`) beside the same seed's step under Dirichlet
+    skew (``Dirichlet step``), on the seeds where both are measurable (:func:`paired_rows`)."""
+    seeds = sorted(history.seed.unique())
+    base = activation_steps(history, curves, S_DIR, refresh_every).reindex(seeds)
+    frames = [paired_rows(activation_steps(history, curves, s, refresh_every).reindex(seeds), base,
+                          ("step", "Dirichlet step")).assign(setting=s) for s in (S_LS, S_ROT)]
+    return pd.concat(frames, ignore_index=True)
+
+
+def overlap_pairs(donor_seed: pd.DataFrame, floor: float) -> pd.DataFrame:
+    """Per label-skew setting and seed, the share of the donor-ranking association that
+    label-support overlap takes, (ρ − partial ρ given overlap) / ρ (``share``), beside ½
+    (``half``: "more than half explained"), on the seeds whose ρ (the Spearman correlation of
+    raw-head similarity and swap gain) is above ``floor`` (no positive association has nothing
+    to explain; :func:`paired_rows`).
+
+    Examples
+    --------
+    >>> d = pd.DataFrame({"setting": "label subsets", "seed": [0, 1, 2], "ρ (raw heads)": [0.4, 0.0, 0.005],
+    ...                   "partial ρ given overlap": [0.1, -0.05, -0.2]})
+    >>> pairs = overlap_pairs(pd.concat([d, d.assign(setting="Dirichlet")]), 0.01)
+    >>> pairs[["setting", "seed", "half"]].values.tolist(), pairs["share"].round(6).tolist()
+    ([['label subsets', 0, 0.5], ['Dirichlet', 0, 0.5]], [0.75, 0.75])
+    """
+    frames = []
+    for setting in (S_LS, S_DIR):
+        d = donor_seed[donor_seed.setting == setting].sort_values("seed")
+        rho, partial = d[DONOR_COLUMNS["rho_raw"]].to_numpy(), d[DONOR_COLUMNS["partial_rho"]].to_numpy()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(rho > floor, (rho - partial) / rho, np.nan)
+        half = pd.Series(0.5, index=d.seed.to_numpy())
+        frames.append(paired_rows(pd.Series(share, index=d.seed.to_numpy()), half, ("share", "half")).assign(setting=setting))
+    return pd.concat(frames, ignore_index=True)
+
+
+def results(frames: Mapping[str, pd.DataFrame], *, refresh_every: int, floor: float) -> dict[str, pd.DataFrame]:
+    """The main study's frames (:func:`run_cell` through :func:`fedbook.study.run_study`) with
+    the frames the claims read added: ``macro`` (:func:`macro_table`), ``donor_seed``
+    (:func:`donor_seeds`), ``refreshes`` (:func:`refresh_summary`), ``steps``
+    (:func:`step_pairs`, over ``refresh_every``) and ``overlap`` (:func:`overlap_pairs`, above
+    ``floor``)."""
+    out = dict(frames)
+    out["macro"] = macro_table(frames["main"])
+    out["donor_seed"] = donor_seeds(frames["donors"])
+    out["refreshes"] = refresh_summary(frames["history"])
+    out["steps"] = step_pairs(frames["history"], frames["curves"], refresh_every)
+    out["overlap"] = overlap_pairs(out["donor_seed"], floor)
+    return out
+
+
+def in_run_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s rows seed by seed (stably: the settings in the study's order within a seed),
+    the order in which sums over settings and seeds (the costs, the server's times) add up."""
+    return frame.sort_values("seed", kind="stable")
+
+
+# ------------------------------------------------------------------------------------------------
+# The numbers the prose quotes
+# ------------------------------------------------------------------------------------------------
+
+
+def scale(study: HDCFLStudy, settings: Sequence[str], seed: int) -> dict[str, float]:
+    """The resolutions the claims declare before any run, from the first seed's federations of
+    ``settings`` (``rotation`` among them), and the clients' sizes.
+
+    Returns
+    -------
+    dict
+        ``res_mean`` (points: one image of the global pool), ``res_tail`` (the most one pool image
+        moves a client's pooled score, over the clients and classes), ``res_donor`` (one image of
+        the rotation targets' test splits), ``pool_min`` and ``pool_mean`` (the pools' effective
+        sizes), ``test_size`` and ``train_size`` (a client's mean local split sizes, in the first
+        setting) and ``one_image`` (points of one image of that local test split).
+    """
+    feds = {s: study.federation(s, seed)[0] for s in settings}
+    pool = np.concatenate([f.pool_sizes() for f in feds.values()])
+    first = feds[settings[0]]
+    test_size = float(np.mean([len(c.test) for c in first.clients]))
+    return {"res_mean": resolution_of(len(first.global_test)),
+            "res_tail": 100 * max(float(np.nanmax(f.pool_steps())) for f in feds.values()),
+            "res_donor": resolution_of(sum(len(c.test) for c in feds[S_ROT].clients)),
+            "pool_min": float(pool.min()), "pool_mean": float(pool.mean()), "test_size": test_size,
+            "train_size": float(np.mean([len(c.train) for c in first.clients])), "one_image": 100 / test_size}
+
+
+HDC_FIELDS = ("rank", "temperature", "refresh_every", "min_silhouette", "min_ari", "max_drift", "patience", "k_min", "k_max",
+              "max_activation_round", "lam")
+"""The fields of HDC-FL's server the prose quotes (``hdc_<field>``)."""
+
+
+def setting_numbers(study: HDCFLStudy, n_seeds: int, n_classes: int) -> dict[str, Any]:
+    """The settings the prose quotes: seeds, clients, rounds, the protocol's bottom-20 % count,
+    the splits, the heterogeneities, the participation, HDC-FL's server (``hdc_*``,
+    :data:`HDC_FIELDS`) and the arithmetic of the membership's sharpness at :data:`T_OLD` and at
+    the study's temperature for a cosine gap :data:`T_GAP`.
+
+    Examples
+    --------
+    >>> hdc = HDCConfig(temperature=0.15)
+    >>> train = TrainConfig(epochs=1)
+    >>> s = HDCFLStudy(dataset="uci8", n_samples=None, model="cnn", width=8, feature_dim=8, n_clients=20,
+    ...                global_test_per_class=3, class_fraction=0.3, alpha=0.3, n_rotations=4, rounds=hdc.max_activation_round,
+    ...                train=train, finetune=train, hdc=hdc, participation=0.5)
+    >>> n = setting_numbers(s, n_seeds=7, n_classes=10)
+    >>> n["bottom_k"], n["n_sampled"], round(n["t_gap_new"], 2), n["hdc_temperature"]
+    (4, 10, 73.11, 0.15)
+    """
+    t = study.hdc.temperature
+    return {"n_seeds": n_seeds, "n_clients": study.n_clients, "rounds": study.rounds,
+            "bottom_k": max(1, math.ceil(round(0.2 * study.n_clients, 9))),  # the protocol's count (fedlib.metrics.tail_mean)
+            "ft_epochs": study.finetune.epochs, "n_images": len(load_dataset("uci8")),  # the data set the book profile draws from
+            "test_pct": 100 * study.test_fraction, "train_pct": 100 * (1 - study.test_fraction),
+            "class_pct": 100 * study.class_fraction, "alpha": study.alpha, "n_rot": study.n_rotations,
+            "ifca_k": study.ifca_k, "participation_pct": 100 * study.participation,
+            "n_sampled": max(1, int(round(study.participation * study.n_clients))),  # the loop's count (fedlib.loop)
+            "n_classes_data": n_classes, "data_label": DATA_LABELS[study.dataset].replace(" x ", " × "),
+            "model_label": MODEL_LABELS[study.model], "t_old": T_OLD, "t_gap": T_GAP,
+            "t_gap_old": 100 / (1 + math.exp(-T_GAP / T_OLD)),  # two groups, that gap, at T_OLD
+            "t_gap_new": 100 / (1 + math.exp(-T_GAP / t)),  # the same gap at our T
+            "t_gap_95": t * math.log(19),  # the cosine gap that puts 95 % on one of two groups
+            **{f"hdc_{name}": getattr(study.hdc, name) for name in HDC_FIELDS}}
+
+
+def substitutions(P: Any, n_classes: int) -> dict[str, str]:
+    """What our scale substitutes for the paper's, in the words of the claims' ``substitution``
+    field, per group of claims: ``scale`` (data, model, rounds), ``head`` (the headline claims:
+    the settings and the baselines), ``ls``, ``rot``, ``dir`` (one setting's ablations),
+    ``lr`` (the low-rank rows), ``donor`` and ``rotations`` (the donor swap). ``P`` holds the
+    chapter's settings (:func:`fedbook.page.setup`).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> P = SimpleNamespace(dataset="uci8", model="cnn", rounds=16, settings=list(SETTINGS), class_fraction=0.3,
+    ...                     n_rotations=4, participation=0.5, alpha=0.3, temperature=0.15, rank=5)
+    >>> substitutions(P, 10)["dir"]
+    'UCI digits at 8 x 8, Dirichlet α = 0.3; T = 0.15 chosen from the cosine gaps'
+    """
+    data, model = DATA_LABELS[P.dataset], MODEL_LABELS[P.model]
+    scale = f"{data} and {model} for CIFAR-10/100 and ResNet-18 / MobileNetV2; {P.rounds} rounds"
+    return {"scale": scale,
+            "head": scale + f"; macro over our {len(P.settings)} settings, not the paper's 11 configurations; PFedCS (the "
+                            "paper's nearest rival) and EMD-CFL are not run: six baselines fedlib has",
+            "ls": f"{data}, {100 * P.class_fraction:.0f} % of the classes per client",
+            "rot": f"{data}, {P.n_rotations} rotations; k chosen by silhouette, not fixed; stale cache "
+                   f"({100 * P.participation:.0f} % participation)",
+            "dir": f"{data}, Dirichlet α = {P.alpha}; T = {P.temperature} chosen from the cosine gaps",
+            "lr": "raw heads grouped on the same cache at the same refreshes of the same run (server-side); r = "
+                  f"{P.rank} = ⌈C/2⌉ of C = {n_classes} classes (the paper: 8 of 100), a rule blind to the "
+                  f"{P.n_rotations} planted groups",
+            "donor": "the last round's cached pairs; raw-head cosine",
+            "rotations": f"the last round's cached pairs; {P.n_rotations} rotations of {data}"}
+
+
+def save_frames(frames: Mapping[str, pd.DataFrame], folder: str | None, names: Sequence[str]) -> None:
+    """Each frame of ``names`` as ``<folder>/<name>.csv`` (the chapter's ``results_dir``; ``None``: nothing saved)."""
+    if folder is None:
+        return
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    for name in names:
+        frames[name].to_csv(Path(folder) / f"{name}.csv", index=False)
+
+
+def overlap_reading(rho: float, partial: float) -> str:
+    """What the label-subset donor association and its partial correlation given label overlap
+    (means over the seeds) say, in words: whether there is a positive association for the overlap
+    to explain and, if so, whether the overlap takes more than half of it.
+
+    Examples
+    --------
+    >>> overlap_reading(0.3, 0.1).startswith("on average over the seeds, more than half")
+    True
+    >>> overlap_reading(-0.1, 0.0).startswith("on average over the seeds there is no positive")
+    True
+    """
+    if rho <= 0:
+        reading = "on average over the seeds there is no positive association for the overlap to explain"
+    elif partial < rho / 2:
+        reading = "on average over the seeds, more than half of the label-subset association goes with the shared labels"
+    else:
+        reading = "on average over the seeds, the shared labels take less than half of the label-subset association"
+    return reading + " (the claims table's rows overlap-ls and overlap-dir decide it over the seeds)"
+
+
+def server_text(refresh_ms: float, other_ms: float) -> str:
+    """The server's time per round in a sentence: refresh rounds against plain averaging rounds,
+    or, where every round is a refresh round (``other_ms`` NaN), the refresh rounds alone.
+
+    Examples
+    --------
+    >>> server_text(68.2, 0.61)
+    'A refresh round takes the server 68 ms against 0.6 ms for a plain averaging round'
+    >>> server_text(17.0, float("nan"))
+    'Every round is a refresh round at this profile; one takes the server 17 ms'
+    """
+    return (f"A refresh round takes the server {refresh_ms:.0f} ms against {other_ms:.1f} ms for a plain averaging round"
+            if not math.isnan(other_ms) else f"Every round is a refresh round at this profile; one takes the server {refresh_ms:.0f} ms")
+
+
+def steps_text(activation: pd.DataFrame) -> str:
+    """The activation steps of label subsets, rotation and Dirichlet skew (:func:`activation_table`)
+    in one phrase for the prose (:func:`step_text` of each; the prose names the last setting)."""
+    return (f"{step_text(activation.loc[S_LS, STEP_COLUMN])} under label subsets, "
+            f"{step_text(activation.loc[S_ROT, STEP_COLUMN])} under rotation and {step_text(activation.loc[S_DIR, STEP_COLUMN])}")
+
+
+def cost_frame(costs: pd.DataFrame) -> pd.DataFrame:
+    """The ``costs`` frame's bytes per method, means over the settings and seeds."""
+    return in_run_order(costs).groupby("method").mean(numeric_only=True).drop(columns="seed")
+
+
+def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, first_seed: int,
+                    refresh_every: int) -> dict[str, Any]:
+    """The numbers of the runs the prose quotes, from :func:`results`' frames ``R`` (the ablations
+    read the ``variants`` rows :data:`DEFAULT_VARIANT`, :data:`ONE_GROUP_VARIANT` and :data:`SHARED_VARIANT`).
+
+    Returns
+    -------
+    dict
+        The macro mean, worst-client and bottom-20 % accuracy of HDC-FL and of the baseline
+        highest on each (``macro_<metric>_hdc``, ``_best``, ``_best_value``) and FedAvg-SE's
+        worst client; the ablations' mean gains (``rot_k1_gain``, ``rot_proto_alone``,
+        ``lam0_gain``) and the median client's weight on its nearest prototype at the first
+        seed's last refreshes (``top_weight_median``, %); the activation steps (``step_text``,
+        :func:`steps_text`) over ``refresh_every``; the donor swaps (``nearest_same_pct``,
+        ``base_same_pct``, ``same_gain``, ``diff_gain``, ``auroc_rot``, ``nearest_gain``,
+        ``random_gain``, ``rho_*``, ``partial_*``, ``overlap_rho_*`` per setting and
+        ``overlap_reading``); the bytes HDC-FL adds to the upload (``extra_up_bytes``,
+        ``extra_up_pct``) and the server's time (``server_seconds_text``, ``run_seconds``:
+        measured).
+    """
+    out: dict[str, Any] = {}
+    mm = R["macro"].groupby("method")[list(TAIL_METRICS)].mean()
+    for metric, key in (("mean", "mean"), ("worst", "worst"), ("bottom-20 %", "bottom")):
+        best = mm.loc[list(BASELINES), metric].idxmax()
+        out.update({f"macro_{key}_hdc": float(mm.loc["HDC-FL", metric]), f"macro_{key}_best": str(best),
+                    f"macro_{key}_best_value": float(mm.loc[best, metric])})
+    out["macro_worst_se"] = float(mm.loc["FedAvg-SE", "worst"])
+
+    def variant(setting, name):
+        return per_seed(R["variants"], "mean", setting=setting, variant=name)
+
+    out["rot_k1_gain"] = float((variant(S_ROT, DEFAULT_VARIANT) - variant(S_ROT, ONE_GROUP_VARIANT)).mean())
+    out["rot_proto_alone"] = float((variant(S_ROT, ONE_GROUP_VARIANT) - variant(S_ROT, SHARED_VARIANT)).mean())
+    out["lam0_gain"] = float(np.mean([(variant(s, DEFAULT_VARIANT) - variant(s, SHARED_VARIANT)).mean() for s in settings]))
+    server = in_run_order(R["server"])
+    top = server[server.seed == first_seed]["top weight"].tolist()  # the first seed's last refresh, median client
+    out["top_weight_median"] = 100 * float(np.median(top))
+    out["step_text"] = steps_text(activation_table(R["history"], R["curves"], settings, refresh_every))
+    out["refresh_every"] = refresh_every
+    donors, view = R["donors"], donor_view(R, settings)
+    rot = donors[donors.setting == S_ROT].astype({"same_group": bool})
+    nearest = rot.loc[rot.groupby(["seed", "target"])["head_cosine"].idxmax()]
+    out["nearest_same_pct"] = 100 * float(nearest.same_group.mean()) if len(nearest) else float("nan")
+    out["base_same_pct"] = 100 * float(rot.same_group.mean()) if len(rot) else float("nan")
+    out["same_gain"] = float(rot[rot.same_group].gain.mean()) if len(rot) else float("nan")
+    out["auroc_rot"] = float(view.loc[S_ROT, "AUROC same rotation"])
+    out["overlap_reading"] = overlap_reading(float(view.loc[S_LS, "ρ (raw heads)"]), float(view.loc[S_LS, "partial ρ given overlap"]))
+    out["nearest_gain"] = float(np.mean(per_seed(R["donor_seed"], "nearest gain", setting=S_ROT)))
+    out["random_gain"] = float(np.mean(per_seed(R["donor_seed"], "random gain", setting=S_ROT)))
+    out["diff_gain"] = float(rot[~rot.same_group].gain.mean()) if len(rot) else float("nan")
+    for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
+        out[f"rho_{key}"] = float(view.loc[setting, "ρ (raw heads)"])
+        out[f"partial_{key}"] = float(view.loc[setting, "partial ρ given overlap"])
+        out[f"overlap_rho_{key}"] = float(view.loc[setting, "ρ(similarity, overlap)"])
+    cost = cost_frame(R["costs"])
+    extra_up = float(cost.loc["HDC-FL", "up per client and round"] - cost.loc["FedRep", "up per client and round"])
+    out["extra_up_bytes"] = format_bytes(extra_up)
+    out["extra_up_pct"] = 100 * extra_up / float(cost.loc["FedRep", "up per client and round"])
+    out["server_seconds_text"] = server_text(1000 * float(server["refresh"].mean()), 1000 * float(server["other"].mean()))
+    out["run_seconds"] = float(sum(server["seconds"]))
+    return out
+
+
+def claims_reading(decided: Mapping[str, ClaimResult]) -> str:
+    """The claims table's reading in a paragraph (Markdown): whether HDC-FL is on top on the two
+    tail claims (``worst``, ``bottom``) as the paper words it, and the mean claim's verdict with
+    the interval of the baseline nearest to failing it."""
+    tails = [decided["worst"].verdict, decided["bottom"].verdict]
+    if all(v == HOLDS for v in tails):
+        reading = ("At this scale HDC-FL is on top on both tail metrics as the paper words it: no baseline lies above it by "
+                   "more than one image.")
+    elif any(v == HOLDS for v in tails):
+        reading = "At this scale HDC-FL is on top, as the paper words it, on one of the two tail metrics only."
+    elif all(v == INCONCLUSIVE for v in tails):
+        reading = ("At this scale the tail claims are inconclusive: whether a baseline lies above HDC-FL is within "
+                   "the seed-to-seed spread.")
+    else:
+        reading = "At this scale HDC-FL is not on top on the tails: a baseline's tail clients fare better."
+    mean = decided["mean"]
+    return (f"**Reading the table.** {reading} The mean claim is *{mean.verdict}* (HDC-FL − {mean.binding}, the baseline "
+            f"nearest to failing it: {mean.interval.format(1)}, in points).")
+
+
+def exercise_numbers(ex: Mapping[str, pd.DataFrame], settings: Sequence[str], temperatures: Sequence[float],
+                     decided: Mapping[str, ClaimResult]) -> dict[str, Any]:
+    """The worked solutions' numbers from the exercises' frames ``ex`` (:func:`exercise_cell`):
+    the seed-to-seed yardstick (``ex_noise``: the half-width of the mean claim's binding
+    interval, and its baseline), exercise 1's temperatures, best temperature per setting, largest
+    spread of the mean and its reading against the yardstick, exercise 2's adjusted Rand indices
+    and their reading, and both worked solutions' tables (``ex1_table``, ``ex2_table``)."""
+    mean = decided["mean"]
+    ex_noise = float(mean.interval.high - mean.interval.mean)
+    ex1 = ex["ex1"].drop(columns="seed")
+    ex2 = ex["ex2"].drop(columns="seed").set_index("setting")
+    best_t = ex1.loc[ex1.groupby("setting")["worst"].idxmax()].set_index("setting")["T"]
+    spread = ex1.groupby("setting")["mean"].agg(lambda v: v.max() - v.min())
+    out = {"ex_noise": ex_noise, "ex_noise_baseline": mean.binding, "ex1_t_list": ", ".join(f"{t:g}" for t in temperatures),
+           "ex1_best_t": "; ".join(f"{s}: T = {best_t[s]:g}" for s in settings), "ex1_spread": float(spread.max()),
+           "ex1_reading": "within the seed-to-seed yardstick, so one seed cannot rank the temperatures"
+           if spread.max() < ex_noise else "larger than the seed-to-seed yardstick in at least one setting"}
+    for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
+        out[f"ex2_ari_{key}"] = float(ex2.loc[setting, "ARI(heads, labels)"])
+    heads, labels = ex2.loc[S_ROT, "ARI(heads, planted rotations)"], ex2.loc[S_ROT, "ARI(labels, planted rotations)"]
+    out["ex2_rot_heads"], out["ex2_rot_labels"] = float(heads), float(labels)
+    out.update(rotation_reading(bool(heads > 0.5), bool(labels > 0.5)))
+    out["ex1_table"] = show_table(ex1.set_index(["setting", "T"]), digits={"mean": 1, "worst": 1, "bottom-20 %": 1, "gap": 1,
+                                                                            "entropy": 3})
+    out["ex2_table"] = show_table(ex2, digits=2)
+    return out
+
+
+def rotation_reading(heads_find: bool, labels_find: bool) -> dict[str, str]:
+    """Exercise 2's reading under rotation, in words (``ex2_rot_reading``, ``ex2_rot_conclusion``):
+    whether the heads' grouping and the label histograms' find the planted rotations (an ARI
+    above 0.5), and what that says.
+
+    Examples
+    --------
+    >>> rotation_reading(True, False)["ex2_rot_reading"]
+    'find the rotations'
+    """
+    return {"ex2_rot_reading": "find the rotations" if heads_find else "do not recover the rotations well on this seed",
+            "ex2_rot_conclusion":
+                "that is the covariate shift a label summary cannot see, and the setting where the paper finds head geometry "
+                "most useful" if heads_find and not labels_find else
+                "on this seed the heads do not show the covariate shift clearly either, though rotation is the setting where "
+                "the paper finds head geometry most useful" if not heads_find else
+                "on this seed the label histograms find the rotations too, so the heads have no advantage here"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Tables and figure
+# ------------------------------------------------------------------------------------------------
+
+
+def main_tables(R: Mapping[str, pd.DataFrame], settings: Sequence[str]) -> list:
+    """The main table, one per metric of :data:`TAIL_METRICS` (a heading and a table each): per
+    method and setting the mean ± the half-width of the 95 % interval over the seeds, the macro
+    average, and each method's average rank (1 = best) over the settings; the best of each column
+    in bold."""
+    both = pd.concat([R["main"], R["macro"]], ignore_index=True)
+    shown = []
+    for metric in TAIL_METRICS:
+        cells = seed_table(both, "method", "setting", metric, digits=1).reindex(list(METHODS))[[*settings, "macro"]]
+        means = both.groupby(["method", "setting"])[metric].mean().unstack()[list(settings)]
+        ranks = means.rank(axis=0, ascending=metric == "gap", method="average").mean(axis=1)
+        cells["average rank"] = ranks.reindex(list(METHODS)).map(lambda v: f"{v:.1f}")
+        cells.columns.name = None
+        shown.append(Markdown(f"**{metric}** (pooled scores, points" + ("; lower is fairer)" if metric == "gap" else ")")))
+        shown.append(show_table(cells.rename_axis("method"), best={c: ("min" if metric == "gap" else "max")
+                                                                   for c in [*settings, "macro"]} | {"average rank": "min"}))
+    return shown
+
+
+def ablation_tables(R: Mapping[str, pd.DataFrame], settings: Sequence[str], names: Sequence[str]) -> list:
+    """Per setting (a heading and a table), each ablation of ``names`` (the ``variants`` rows):
+    mean, worst-client and bottom-20 % accuracy over the seeds, and the last refresh's ``k`` and
+    silhouette (means over the seeds)."""
+    shown = []
+    for setting in settings:
+        v = R["variants"][R["variants"].setting == setting]
+        table = seed_table(v, "variant", None, "mean", digits=1).reindex(names)
+        table["worst"] = seed_table(v, "variant", None, "worst", digits=1).reindex(names)["worst"]
+        table["bottom-20 %"] = seed_table(v, "variant", None, "bottom-20 %", digits=1).reindex(names)["bottom-20 %"]
+        table["k"] = v.groupby("variant")["k"].mean().reindex(names)
+        table["silhouette"] = v.groupby("variant")["silhouette"].mean().reindex(names)
+        shown.append(Markdown(f"**{setting}**"))
+        shown.append(show_table(table.rename(columns={"mean": "mean (points)"}), digits={"k": 1, "silhouette": 3},
+                                best={"mean (points)": "max", "worst": "max", "bottom-20 %": "max"}))
+    return shown
+
+
+def donor_view(R: Mapping[str, pd.DataFrame], settings: Sequence[str]) -> pd.DataFrame:
+    """The donor swap per setting: the ``donor_seed`` frame's :data:`DONOR_COLUMNS`, means over the seeds."""
+    view = R["donor_seed"].groupby("setting").mean(numeric_only=True).drop(columns="seed").reindex(settings)
+    return view[list(DONOR_COLUMNS.values())]
+
+
+def cost_table(R: Mapping[str, pd.DataFrame]):
+    """The bytes per client and round of HDC-FL and FedRep (:func:`cost_frame`), as a table."""
+    cost = cost_frame(R["costs"])
+    return show_table(cost, formats={c: format_bytes for c in cost.columns})
+
+
+def plot_dynamics(history: pd.DataFrame, settings: Sequence[str]):
+    """HDC-FL's grouping at every refresh, per setting (colours) and descriptor (solid: rank-r,
+    dashed: raw heads), means over the seeds, in a two by two grid: the chosen ``k``, the
+    silhouette, the ARI with the previous refresh and the membership entropy. Returns the figure."""
+    fig, axes = plt.subplots(2, 2, figsize=(8, 5.6), sharex=True)
+    colours = dict(zip(settings, ["tab:blue", "tab:orange", "tab:green"]))
+    for ax, (col, label) in zip(axes.flat, [("k", "chosen k"), ("silhouette", "silhouette"),
+                                             ("ari", "ARI with previous refresh"), ("entropy", "membership entropy (nats)")]):
+        for (setting, desc), h in history.groupby(["setting", "descriptor"]):
+            m = h.groupby("round")[col].mean()
+            ax.plot(m.index, m.values, color=colours[setting], ls="-" if desc == REFRESH_RUNS[0] else "--",
+                    label=f"{setting}, {desc}")
+        ax.set_ylabel(label)
+    for ax in axes[1]:
+        ax.set_xlabel("round")
+    for ax in axes.flat:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    return fig
+
+
+__all__ = ["BASELINES", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDC_FIELDS", "HDCFLStudy", "METHODS",
+           "MODEL_LABELS", "ONE_GROUP_VARIANT", "RAW_RUN", "REFRESH_RUNS", "SETTINGS", "SHARED_VARIANT", "STEP_COLUMN",
+           "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "T_GAP", "T_OLD", "ablation_tables", "activation_steps",
+           "activation_table", "claims_reading", "cost_frame", "cost_table", "donor_seeds", "donor_table", "donor_view",
+           "exercise_cell", "exercise_numbers", "in_run_order", "ledger_costs", "macro_table", "main_tables",
+           "nearest_donor_gain", "overlap_pairs", "overlap_reading", "paired_rows", "per_seed", "plot_dynamics",
+           "refresh_summary", "results", "results_numbers", "rotation_reading", "run_cell", "save_frames", "scale", "server_seconds",
+           "server_text", "setting_numbers", "substitutions", "step_pairs", "step_text", "steps_text", "tail_metrics", "two_histories"]

@@ -21,20 +21,24 @@ each in its check table, one section each:
    measurement);
 6. :func:`refresh_invariants`: what a refresh may and may not change on the server.
 
-The array comparisons the checks (and the tests) share are :func:`bit_equal`,
-:func:`max_abs_difference`, :func:`snapshot` and :func:`arrays_kept`. Every random draw comes
+The arrays are compared by :func:`fedlib.messages.same_arrays` (bit for bit) and
+:func:`fedlib.messages.largest_difference`; :func:`snapshot` and :func:`arrays_kept` compare a
+state with itself before a call. Every random draw comes
 from a stream derived from the chapter's ``seed`` (:mod:`fedlib.rng`) under the keys below.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
+import sympy as sp
 import torch
 from scipy.special import expit
 from scipy.stats import spearmanr
@@ -45,10 +49,12 @@ from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personali
                                      shared_encoder, with_variant)
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                membership_entropy, soft_membership)
-from fedlib.federation import Federation
+from fedbook.checks import CheckTable
+from fedlib.data import load_uci_digits
+from fedlib.federation import Federation, make_federation
 from fedlib.loop import LoopConfig, RunResult
-from fedlib.messages import State
-from fedlib.models import HEAD_PREFIX
+from fedlib.messages import State, largest_difference, same_arrays
+from fedlib.models import HEAD_PREFIX, build_model
 from fedlib.protocol import MODEL
 from fedlib.rng import derive_seed, numpy_rng, torch_generator
 from fedlib.run import run_federated
@@ -79,30 +85,6 @@ PLANTED_FAMILIES = ("few class directions", "all class directions")
 # ------------------------------------------------------------------------------------------------
 
 
-def bit_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
-    """Whether two sets of named arrays have the same names and equal values, bit for bit
-    (``torch.equal``).
-
-    Examples
-    --------
-    >>> bit_equal({"w": torch.ones(2)}, {"w": torch.ones(2)}), bit_equal({"w": torch.ones(2)}, {"v": torch.ones(2)})
-    (True, False)
-    """
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-def max_abs_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
-    """The largest absolute difference between the arrays of ``a`` and those of the same names in
-    ``b`` (in float64; every name of ``a`` must be in ``b``).
-
-    Examples
-    --------
-    >>> max_abs_difference({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.5, 2.0]), "v": torch.zeros(1)})
-    0.5
-    """
-    return max(float((a[k].double() - b[k].double()).abs().max()) for k in a)
-
-
 def snapshot(state: State) -> dict[str, torch.Tensor]:
     """Copies of a state's arrays, to compare with the state after a call (:func:`arrays_kept`)."""
     return {name: t.clone() for name, t in state.arrays.items()}
@@ -110,7 +92,8 @@ def snapshot(state: State) -> dict[str, torch.Tensor]:
 
 def arrays_kept(before: Mapping[str, torch.Tensor], state: State, prefix: str = "") -> bool:
     """Whether ``state`` holds exactly the arrays of a :func:`snapshot` ``before`` whose names
-    start with ``prefix``: the same names under the prefix, bit for bit the same values.
+    start with ``prefix``: the same names under the prefix, bit for bit the same arrays
+    (:func:`fedlib.messages.same_arrays`).
 
     Examples
     --------
@@ -120,9 +103,9 @@ def arrays_kept(before: Mapping[str, torch.Tensor], state: State, prefix: str = 
     >>> arrays_kept(before, after, "cache/"), arrays_kept(before, after)
     (True, False)
     """
-    names = {n for n in before if n.startswith(prefix)}
-    now = {n for n in state.arrays if n.startswith(prefix)}
-    return names == now and all(torch.equal(before[n], state.arrays[n]) for n in names)
+    names = sorted(n for n in before if n.startswith(prefix))
+    now = sorted(n for n in state.arrays if n.startswith(prefix))
+    return names == now and same_arrays({n: before[n] for n in names}, {n: state.arrays[n] for n in names})
 
 
 # ------------------------------------------------------------------------------------------------
@@ -417,16 +400,16 @@ def one_group_identity(fed: Federation, model_fn: Callable[..., torch.nn.Module]
     partial = run_federated(HDCFL(train=train, config=one_group), fed, model_fn,
                             LoopConfig(rounds=rounds, seed=seed, participation=participation, evaluate_last=False))
     shared_partial = shared_encoder(partial.server)
-    diff_partial = max(max_abs_difference(personalized_encoder(partial.server, c, 1.0), shared_partial)
+    diff_partial = max(largest_difference(personalized_encoder(partial.server, c, 1.0), shared_partial)
                        for c in cached_clients(partial.server))
 
     def versus(encoders, reference):
-        return (max(max_abs_difference(encoders[c], reference) for c in clients),
-                f"{sum(bit_equal(encoders[c], reference) for c in clients)} of {len(clients)}")
+        return (max(largest_difference(encoders[c], reference) for c in clients),
+                f"{sum(same_arrays(encoders[c], reference) for c in clients)} of {len(clients)}")
 
     rows = [
-        ("HDC-FL's shared encoder vs FedAvg-SE's (the trajectory is intact)", max_abs_difference(shared, shared_se),
-         f"{int(bit_equal(shared, shared_se))} of 1"),
+        ("HDC-FL's shared encoder vs FedAvg-SE's (the trajectory is intact)", largest_difference(shared, shared_se),
+         f"{int(same_arrays(shared, shared_se))} of 1"),
         ("personalized (k = 1, λ = 1) vs HDC-FL's shared encoder", *versus(pers, shared)),
         ("personalized (k = 1, λ = 1) vs FedAvg-SE's shared encoder", *versus(pers, shared_se)),
         (f"personalized (k = {k_grouped}, λ = 0) vs the shared encoder", *versus(pers0, shared)),
@@ -435,10 +418,10 @@ def one_group_identity(fed: Federation, model_fn: Callable[..., torch.nn.Module]
     ]
     table = pd.DataFrame(rows, columns=["comparison", "max abs difference", "bit-equal clients"]).set_index("comparison")
     return OneGroupIdentity(
-        run=run, fedavg_se=se, table=table, n_clients=len(clients), shared_diff=max_abs_difference(shared, shared_se),
-        identity_diff=max(max_abs_difference(pers[c], shared_se) for c in clients),
-        identity_bits=sum(bit_equal(pers[c], shared_se) for c in clients), k_grouped=k_grouped,
-        zero_diff=max(max_abs_difference(pers0[c], shared) for c in clients), rel_moves=rel_k,
+        run=run, fedavg_se=se, table=table, n_clients=len(clients), shared_diff=largest_difference(shared, shared_se),
+        identity_diff=max(largest_difference(pers[c], shared_se) for c in clients),
+        identity_bits=sum(same_arrays(pers[c], shared_se) for c in clients), k_grouped=k_grouped,
+        zero_diff=max(largest_difference(pers0[c], shared) for c in clients), rel_moves=rel_k,
         participation=participation, partial_diff=diff_partial, same_eval=run.per_client().equals(se.per_client()))
 
 
@@ -749,12 +732,338 @@ def refresh_invariants(server: State, trials: int, first_round: int, seed: int) 
             personalized_encoder(state, c, float(rng.uniform()))
         nothing_written_back &= arrays_kept(after_refresh, state)
         sent = HDCFL(config=config).configure_train(state, first_round + 1 + t, [0])[0]
-        broadcast_kept &= all(torch.equal(v, before[name]) for name, v in sent.arrays.items())
+        broadcast_kept &= same_arrays(dict(sent.arrays), {name: before[name] for name in sent.arrays})
     return {"n_cached": n_cached, "ks": ks, "k_viol": k_viol, "row_err": row_err, "cache_kept": cache_kept,
             "model_kept": model_kept, "nothing_written_back": nothing_written_back, "broadcast_kept": broadcast_kept}
 
 
-__all__ = ["DESCRIPTOR_ERRORS", "MAX_RANK", "OneGroupIdentity", "PLANTED_COLUMNS", "PLANTED_FAMILIES", "PlantedHeads", "arrays_kept",
-           "bit_equal", "descriptor_invariance", "descriptors_in_basis", "head_compatibility_rho", "local_drift", "max_abs_difference",
-           "membership_limits", "one_group_identity", "planted_grouping", "planted_summary", "random_orthogonal",
-           "refresh_invariants", "snapshot"]
+# ------------------------------------------------------------------------------------------------
+# The chapter's sections: each check recorded in the chapter's table, and the numbers its prose quotes
+# ------------------------------------------------------------------------------------------------
+
+DESCRIPTOR_QUANTITIES = ("‖z_k‖ − 1", "library's Gram vs the formula's in an independent eigenbasis",
+                         "Gram after flipping basis signs", "Gram after rotating the basis within its span",
+                         "descriptor_drift between the two bases", "Gram at r = C vs Gram of the raw heads")
+"""The rows of :func:`descriptor_section`'s table, one per error of :data:`DESCRIPTOR_ERRORS`."""
+SHARE = 0.95
+"""The weight on the closer of two centroids the membership section quotes (:func:`membership_section`)."""
+ARI_STEP = 0.05
+"""A difference in mean ARI smaller than this (about one client of twenty moved) is not read as a gain or a loss
+(:func:`planted_section`)."""
+COS_STEP = 0.05
+"""A change of the mean pairwise cosine of the encoder changes smaller than this is read as no change (:func:`drift_section`)."""
+
+
+def small_federation(n_clients: int, alpha: float, seed: int) -> tuple[Federation, Callable[..., torch.nn.Module]]:
+    """The small federation of sections 3, 5 and 6: the UCI digits at 8 x 8 pixels under a
+    Dirichlet label skew of ``alpha`` over ``n_clients`` clients (20 test images per class), and
+    the builder of its small CNN."""
+    digits = load_uci_digits(size=8)
+    fed = make_federation(digits, n_clients=n_clients, partition="dirichlet", alpha=alpha, min_size=10,
+                          global_test_per_class=20, seed=seed)
+    return fed, functools.partial(build_model, "cnn", in_channels=1, n_classes=10, input_size=8, width=8, feature_dim=32)
+
+
+def descriptor_section(checks: CheckTable, trials: int, seed: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Section 1: :func:`descriptor_invariance` on ``trials`` random head sets, its five checks
+    added to ``checks``.
+
+    Returns
+    -------
+    (DataFrame, dict)
+        The worst error of each quantity (:data:`DESCRIPTOR_QUANTITIES`), and the numbers the
+        prose quotes: ``desc_trials``, ``desc_reading`` (whether every deviation is round-off),
+        ``desc_moved`` (the median relative movement of the rotated descriptors),
+        ``desc_rot_err`` and ``desc_full_err``.
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> table, numbers = descriptor_section(checks, 3, seed=0)
+    >>> len(table), len(checks), numbers["desc_reading"], checks.n_fail
+    (6, 5, 'every deviation is round-off', 0)
+    """
+    err, moved = descriptor_invariance(trials, seed)  # the worst errors over the random head sets
+    table = pd.DataFrame({"max abs error": list(err.values())}, index=pd.Index(DESCRIPTOR_QUANTITIES, name="quantity"))
+    numbers = {"desc_trials": int(trials),
+               "desc_reading": "every deviation is round-off" if max(err.values()) <= 1e-12 else
+               f"the largest deviation is {max(err.values()):.1e}, more than round-off",
+               "desc_moved": float(np.median(moved)) if moved else float("nan"), "desc_rot_err": float(err["rotation"]),
+               "desc_full_err": float(err["full"])}
+    how = f"{trials} random head sets, n ≤ 8, C ≤ 12, d ≤ 5, r ≤ C"
+    checks.add("descriptors are unit-norm", how, err["unit"], 1e-12)
+    checks.add("the library's descriptors have the Gram matrix of vec(U_rᵀH_k)/‖U_rᵀH_k‖, U_r the top-r eigenvectors of "
+               "Σ H_k H_kᵀ found independently (numpy.linalg.eigh)", how, err["formula"], 1e-12)
+    checks.add("the descriptors' Gram matrix is invariant to the sign of each basis vector", how, err["sign"], 1e-12)
+    checks.add("the Gram matrix is invariant to a rotation within the span (descriptor_drift is basis-free)", how,
+               max(err["rotation"], err["drift"]), 1e-12)
+    checks.add("with r = C the low-rank Gram equals the raw Gram", how, err["full"], 1e-12)
+    return table, numbers
+
+
+def two_group_membership(checks: CheckTable) -> dict[str, Any]:
+    r"""Section 2, by sympy: the softmax of two groups' similarities :math:`s_1, s_2` at
+    temperature :math:`T`, :math:`m_1 = e^{s_1/T} / (e^{s_1/T} + e^{s_2/T})`, against the closed
+    form :math:`1 / (1 + e^{(s_2 - s_1)/T})`, and the closed form's limits as :math:`T \to 0^+`
+    (with a gap :math:`\Delta > 0` either way) and :math:`T \to \infty`; both checks added to
+    ``checks``.
+
+    Returns
+    -------
+    dict
+        ``difference`` (the simplified softmax minus the closed form: 0) and ``limits`` (by case,
+        the limit of :math:`m_1`: 1, 0 and 1/2).
+
+    Examples
+    --------
+    >>> out = two_group_membership(CheckTable())
+    >>> out["difference"], list(out["limits"].values())
+    (0, [1, 0, 1/2])
+    """
+    s1, s2 = sp.symbols("s_1 s_2", real=True)
+    T = sp.Symbol("T", positive=True)
+    gap = sp.Symbol("Delta", positive=True)  # the similarity gap |s_1 - s_2| > 0
+    m1 = sp.exp(s1 / T) / (sp.exp(s1 / T) + sp.exp(s2 / T))
+    closed_form = 1 / (1 + sp.exp((s2 - s1) / T))
+    difference = sp.simplify(m1 - closed_form)
+    limits = {
+        "T → 0+, s_1 > s_2": sp.limit(closed_form.subs(s1, s2 + gap), T, 0, "+"),
+        "T → 0+, s_1 < s_2": sp.limit(closed_form.subs(s1, s2 - gap), T, 0, "+"),
+        "T → ∞": sp.limit(closed_form, T, sp.oo),
+    }
+    sym_ok = difference == 0
+    limits_ok = (limits["T → 0+, s_1 > s_2"] == 1 and limits["T → 0+, s_1 < s_2"] == 0
+                 and limits["T → ∞"] == sp.Rational(1, 2))
+    checks.add("two groups: m_1 = 1 / (1 + exp((s_2 − s_1)/T))", "sympy: simplify(softmax − closed form)",
+               "0 (symbolic)" if sym_ok else str(difference), ok=sym_ok)
+    checks.add("two groups: m_1 → 1 (s_1 > s_2) or 0 (s_1 < s_2) as T → 0+, and → 1/2 as T → ∞",
+               "sympy: limit", ", ".join(f"{v}" for v in limits.values()), ok=limits_ok)
+    return {"difference": difference, "limits": limits}
+
+
+def membership_section(checks: CheckTable, trials: int, temperatures: Sequence[float], seed: int
+                       ) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Section 2, numerically: :func:`membership_limits` on ``trials`` random instances at each
+    of ``temperatures`` (increasing), its four checks added to ``checks``.
+
+    Returns
+    -------
+    (DataFrame, dict)
+        :func:`membership_limits`' table, and the numbers the prose quotes: ``memb_rows``,
+        ``memb_bounds`` (whether both bounds hold on every row), ``memb_cold`` and ``memb_hot``
+        (the largest deviations at the coldest and hottest temperature), ``memb_t_min``,
+        ``memb_t_max``, the library's default temperature ``memb_default_t``, and the cosine gap
+        ``memb_gap`` that puts :data:`SHARE` (``memb_share``, %) of a client's weight on the closer
+        of two centroids at that temperature.
+    """
+    table, M = membership_limits(trials, temperatures, seed)  # the table, and the checks' worst values
+    default_t = HDCConfig().temperature
+    numbers = {"memb_rows": int(M["n_rows"]),
+               "memb_bounds": f"Both bounds hold on all {M['n_rows']} rows." if M["cold_viol"] + M["hot_viol"] == 0 else
+               f"The bounds fail on {M['cold_viol']} (T → 0) and {M['hot_viol']} (T → ∞) of {M['n_rows']} rows.",
+               "memb_cold": float(table["max |m − hard|"].iloc[0]), "memb_hot": float(table["max |m − 1/k|"].iloc[-1]),
+               "memb_t_min": float(temperatures[0]), "memb_t_max": float(temperatures[-1]),
+               "memb_default_t": float(default_t), "memb_share": 100 * SHARE,
+               "memb_gap": float(default_t * math.log(SHARE / (1 - SHARE)))}
+    how = f"{M['n_rows']} membership rows: {M['n_instances']} random instances × {len(temperatures)} temperatures"
+    checks.add("soft membership rows lie on the simplex (nonnegative, sum to 1)", how,
+               f"min entry {M['min_entry']:.1e}, max |Σ − 1| {M['simplex_err']:.1e}",
+               ok=M["min_entry"] >= 0 and M["simplex_err"] < 1e-12)
+    checks.add("T → 0: soft membership → hard_membership, with |m − hard| ≤ (k−1)·exp(−gap/T)", how,
+               M["cold_viol"], 0, kind="count")
+    checks.add("T → ∞: soft membership → uniform 1/k, with |m − 1/k| ≤ (exp(2/T) − 1)/k", how, M["hot_viol"], 0,
+               kind="count")
+    checks.add("two groups: soft_membership equals the closed form", "the k = 2 instances at every temperature",
+               M["closed_err"], 1e-12)
+    return table, numbers
+
+
+def identity_section(checks: CheckTable, fed: Federation, model_fn: Callable[..., torch.nn.Module], train: TrainConfig,
+                     rounds: int, seed: int) -> tuple[OneGroupIdentity, dict[str, Any]]:
+    """Section 3: :func:`one_group_identity` on ``fed`` (half the clients per round in the
+    contrast run), its four checks added to ``checks``.
+
+    Returns
+    -------
+    (OneGroupIdentity, dict)
+        The measurement (its ``run`` is section 6's cache; its ``table`` the section's table), and
+        the numbers the prose quotes: ``id_rounds``, ``id_diff`` and ``id_bits`` (the personalized
+        encoders against FedAvg-SE's shared encoder: the largest difference, and how many clients
+        are bit-equal), ``id_zero``, ``id_k``, ``id_rel_k`` (the median relative move at
+        λ = 1 on ``id_k`` groups), ``id_partial``, ``id_participation``, ``id_partial_sentence``
+        and ``id_eval``.
+    """
+    ident = one_group_identity(fed, model_fn, train, rounds, seed, participation=0.5)
+    bits = f"{ident.identity_bits} of {ident.n_clients}"
+    numbers = {"id_rounds": int(rounds), "id_diff": ident.identity_diff, "id_bits": bits, "id_zero": ident.zero_diff,
+               "id_k": ident.k_grouped, "id_rel_k": float(np.median(ident.rel_moves)), "id_partial": ident.partial_diff,
+               "id_participation": ident.participation,
+               "id_partial_sentence": f"the one-group prototype differs from the round's average by up to {ident.partial_diff:.1e}."
+               if ident.partial_diff > 0 else "yet here the one-group prototype equals the round's average (the same clients "
+               "were sampled in every round).",
+               "id_eval": "identical" if ident.same_eval else "not identical"}
+    checks.add("HDC-FL leaves the shared-encoder trajectory intact (its shared encoder is FedAvg-SE's)",
+               f"{fed.n_clients} clients, {rounds} rounds, same seed", ident.shared_diff, 0.0)
+    checks.add("k = 1, λ = 1, full participation, refresh every round: personalized encoder = FedAvg-SE's shared encoder",
+               f"every client after {rounds} rounds; bit-equal: {bits}", ident.identity_diff, 0.0)
+    checks.add("λ = 0 gives exactly the shared encoder for every client", f"k = {ident.k_grouped} groups by k-means",
+               ident.zero_diff, 0.0)
+    checks.add("k = 1, λ = 1: the loop's per-client evaluation equals FedAvg-SE's", "RunResult.per_client() of both runs",
+               "identical" if ident.same_eval else "differs", ok=ident.same_eval)
+    return ident, numbers
+
+
+def planted_section(checks: CheckTable, spec: PlantedHeads, noises: Sequence[float], trials: int, seed: int, *,
+                    sep_noise: float, rank: int, k_min: int, k_max: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Section 4: :func:`planted_grouping` of ``spec`` at each noise level, ``trials`` instances
+    per family and level, summarized by :func:`planted_summary`; its two checks (exact recovery
+    on the instances of noise at most ``sep_noise``, the silhouette of the planted grouping at
+    least the raw head's) added to ``checks``.
+
+    Returns
+    -------
+    (DataFrame, dict)
+        The summary per family and noise level, and the numbers the prose quotes: the sizes
+        (``pl_<field>`` of ``spec``, ``pl_rank``, ``pl_kmin``, ``pl_kmax``), ``pl_instances``,
+        ``pl_sep_noise``, ``pl_n_sep``, ``pl_min_ari_sep`` and ``pl_sep_reading``,
+        ``pl_sil_better`` and ``pl_ari_better`` (% of the instances where the low-rank descriptor
+        is at least as good), ``pl_gain_few`` and ``pl_gain_all`` (the median silhouette gain per
+        family), the largest gain and loss of the mean ARI in words (``pl_gain_sentence``,
+        ``pl_loss_sentence``, read only beyond :data:`ARI_STEP`), and the mean ARIs at the largest
+        noise (``pl_noisy_sigma``, ``pl_noisy_raw``, ``pl_noisy_lowrank``).
+    """
+    numbers: dict[str, Any] = {f"pl_{key}": value for key, value in
+                               dict(vars(spec), rank=rank, kmin=k_min, kmax=k_max).items()}
+    planted = planted_grouping(spec, noises, trials, seed, rank=rank, k_min=k_min, k_max=k_max)
+    table = planted_summary(planted)  # per family and σ
+    separated = planted[planted["σ"] <= sep_noise]
+    min_ari_sep = float(separated["ARI lowrank"].min()) if len(separated) else float("nan")
+    sil_better = float((planted["silhouette lowrank"] >= planted["silhouette raw"]).mean())
+    ari_better = float((planted["ARI lowrank"] >= planted["ARI raw"] - 1e-12).mean())
+    few = planted[planted["signal"] == "few class directions"]
+    allc = planted[planted["signal"] == "all class directions"]
+    ari_diff = table["ARI low-rank"] - table["ARI raw"]
+    (fam_best, s_best), (fam_worst, s_worst) = ari_diff.idxmax(), ari_diff.idxmin()
+    best_row, worst_row = table.loc[(fam_best, s_best)], table.loc[(fam_worst, s_worst)]
+    noisiest = planted[planted["σ"] == max(noises)]
+    numbers.update({
+        "pl_instances": int(len(planted)), "pl_sep_noise": float(sep_noise), "pl_n_sep": int(len(separated)),
+        "pl_min_ari_sep": min_ari_sep,
+        "pl_sep_reading": "finds the planted groups exactly" if min_ari_sep >= 1 - 1e-12 else
+        "does not always find the planted groups exactly",
+        "pl_sil_better": 100 * sil_better, "pl_ari_better": 100 * ari_better,
+        "pl_gain_few": float((few["silhouette lowrank"] - few["silhouette raw"]).median()),
+        "pl_gain_all": float((allc["silhouette lowrank"] - allc["silhouette raw"]).median()),
+        "pl_gain_sentence": f"The largest gain in mean ARI from the projection is at σ = {s_best:g} with the groups "
+        f"differing in {fam_best}: {best_row['ARI low-rank']:.2f} against {best_row['ARI raw']:.2f}."
+        if ari_diff.max() > ARI_STEP else f"The projection raises the mean ARI by more than {ARI_STEP} in none of these settings.",
+        "pl_loss_sentence": f"The largest loss is at σ = {s_worst:g} with the groups differing in {fam_worst}: "
+        f"{worst_row['ARI low-rank']:.2f} against {worst_row['ARI raw']:.2f}." if ari_diff.min() < -ARI_STEP
+        else f"The projection lowers the mean ARI by more than {ARI_STEP} in none of these settings.",
+        "pl_noisy_sigma": float(max(noises)), "pl_noisy_raw": float(noisiest["ARI raw"].mean()),
+        "pl_noisy_lowrank": float(noisiest["ARI lowrank"].mean())})
+    checks.add(f"the low-rank descriptor recovers a planted grouping exactly on well-separated instances (σ ≤ {sep_noise})",
+               f"{len(separated)} planted instances, SilhouetteKMeans k in {k_min}..{k_max}, ARI vs planted labels",
+               f"min ARI {min_ari_sep:.3f}", ok=len(separated) > 0 and min_ari_sep >= 1 - 1e-12)
+    checks.add("the low-rank descriptor separates the planted groups at least as well as the raw head (silhouette)",
+               f"{len(planted)} planted instances, both families, every σ", f"true for {100 * sil_better:.0f} %",
+               ok=sil_better == 1, partly=sil_better > 0)
+    return table, numbers
+
+
+def drift_section(checks: CheckTable, fed: Federation, model_fn: Callable[..., torch.nn.Module], train: TrainConfig,
+                  steps: Sequence[int], warm_rounds: int, seed: int) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Section 5: a FedAvg-SE run of ``warm_rounds`` rounds on ``fed``, then :func:`local_drift`
+    from its common point at each local step count of ``steps`` (increasing); its three checks
+    added to ``checks``, the short updates being those of at most ``train.steps`` steps (a
+    round's).
+
+    Returns
+    -------
+    (DataFrame, dict)
+        :func:`local_drift`'s table, and the numbers the prose quotes: ``ls_warm``, ``ls_steps``,
+        ``ls_s_min``, ``ls_s_max``, the feature movement, the agreement (%), the size and the
+        mean pairwise cosine of the encoder changes at the first and the last step count
+        (``ls_move_*``, ``ls_agree_*``, ``ls_size_*``, ``ls_cos_*``) with their readings in words
+        (``ls_move_reading``, ``ls_agree_reading``, ``ls_cos_sentence``: a change of the cosine
+        below :data:`COS_STEP` is no change), and the rank correlation of head similarity with
+        encoder compatibility at the longest short update and at the longest (``ls_rho_short``,
+        ``ls_s_short``, ``ls_rho_long``, ``ls_track_reading``).
+    """
+    warm = run_federated(FedAvgSE(train=train), fed, model_fn, LoopConfig(rounds=warm_rounds, seed=seed, evaluate_last=False))
+    table = local_drift(warm, fed, model_fn, train, steps, seed)  # (a)-(e) per local step count s
+    movement, agreement = table["(c) feature movement"].to_numpy(), table["(d) same prediction on f₀"].to_numpy()
+    cosines, sizes = table["(a) mean pairwise cosine of Δθ"].to_numpy(), table["(b) ‖Δθ‖ / ‖θ₀‖"].to_numpy()
+    move_monotone, agree_monotone = bool(np.all(np.diff(movement) > 0)), bool(np.all(np.diff(agreement) < 0))
+    tracking = table["(e) ρ(head cosine, compatibility)"]
+    short = tracking[tracking.index <= train.steps]  # the short updates of the federation's own rounds
+    short_ok = bool(len(short) and (short > 0).all())
+    weakens = bool(tracking.iloc[-1] < short.iloc[-1]) if len(short) else False
+    numbers = {
+        "ls_warm": int(warm_rounds), "ls_steps": ", ".join(str(s) for s in steps), "ls_s_min": int(steps[0]),
+        "ls_s_max": int(steps[-1]), "ls_move_min": float(movement[0]), "ls_move_max": float(movement[-1]),
+        "ls_agree_min": 100 * float(agreement[0]), "ls_agree_max": 100 * float(agreement[-1]),
+        "ls_move_reading": "grows with every step of the grid" if move_monotone else
+        "grows overall but not at every step of the grid",
+        "ls_agree_reading": "falls with every step of the grid" if agree_monotone else "does not fall at every step of the grid",
+        "ls_size_min": float(sizes[0]), "ls_size_max": float(sizes[-1]), "ls_cos_first": float(cosines[0]),
+        "ls_cos_last": float(cosines[-1]),
+        "ls_cos_sentence": "longer local training makes the clients' encoder changes larger and, on this run, more alike in "
+        "direction, not less." if cosines[-1] - cosines[0] > COS_STEP else
+        "longer local training makes the clients' encoder changes larger and, on this run, less aligned."
+        if cosines[-1] - cosines[0] < -COS_STEP else
+        "longer local training makes the clients' encoder changes larger, about as aligned as before.",
+        "ls_rho_short": float(short.iloc[-1]) if len(short) else float("nan"),
+        "ls_s_short": int(short.index[-1]) if len(short) else 0, "ls_rho_long": float(tracking.iloc[-1]),
+        "ls_track_reading": ("positive at every short s and weaker at the longest" if short_ok and weakens else
+                             "positive at every short s but not weaker at the longest" if short_ok else
+                             "not positive at every short s")}
+    how = f"{fed.n_clients} clients, s in {{{', '.join(map(str, steps))}}}, probe: the global test set"
+    checks.add(f"short local updates (s ≤ {train.steps}, a round's): head similarity ranks encoder compatibility "
+               "(Spearman ρ of pairwise head cosine and compatibility > 0)", how,
+               ", ".join(f"s = {s_}: ρ = {v:+.3f}" for s_, v in short.items()), ok=short_ok,
+               partly=bool(len(short) and (short > 0).any()))
+    checks.add(f"the tracking weakens as updates lengthen: ρ at s = {steps[-1]} below ρ at s = "
+               f"{short.index[-1] if len(short) else '—'}", how, ", ".join(f"{v:+.3f}" for v in tracking), ok=weakens)
+    checks.add("a client's head reads the common features less faithfully as s grows (same prediction on f₀ and f_k)",
+               how, "monotone" if agree_monotone else "not monotone: " + ", ".join(f"{v:.3f}" for v in agreement),
+               ok=agree_monotone, partly=bool(agreement[-1] < agreement[0]))
+    return table, numbers
+
+
+def refresh_section(checks: CheckTable, server: State, trials: int, first_round: int, seed: int) -> dict[str, Any]:
+    """Section 6: :func:`refresh_invariants` of ``server``'s cache (``trials`` refreshes from
+    round ``first_round`` on), its five checks added to ``checks``.
+
+    Returns
+    -------
+    dict
+        The numbers the prose quotes: ``rf_trials``, ``rf_n`` (the cached clients), ``rf_ks``
+        (the chosen ``k``, distinct, in order) and ``rf_reading`` (whether every ``k`` was in its
+        range, and whether personalization is read-only on the server).
+    """
+    RF = refresh_invariants(server, trials, first_round, seed)
+    written = RF["nothing_written_back"] and RF["broadcast_kept"]
+    read_only = RF["cache_kept"] and RF["model_kept"] and written
+    numbers = {"rf_trials": int(trials), "rf_n": int(RF["n_cached"]), "rf_ks": ", ".join(str(k) for k in sorted(set(RF["ks"]))),
+               "rf_reading": ("each within its range" if RF["k_viol"] == 0 else f"{RF['k_viol']} outside their range") + ". " + (
+                   "Personalization is read-only on the server: nothing a client receives for evaluation enters the cache or "
+                   "the trajectory." if read_only else "Some server arrays changed (see the check table).")}
+    how = f"{trials} random refresh settings on the cache of {RF['n_cached']} clients"
+    checks.add("the chosen k lies in [k_min, min(k_max, n − 1)]", how, RF["k_viol"], 0, kind="count")
+    checks.add("membership rows are nonnegative and sum to 1", how, RF["row_err"], 1e-12)
+    checks.add("a refresh leaves the cache (and the state it was given) unchanged", how,
+               "bit-identical" if RF["cache_kept"] else "changed", ok=RF["cache_kept"])
+    checks.add("a refresh leaves the shared encoder unchanged", how, "bit-identical" if RF["model_kept"] else "changed",
+               ok=RF["model_kept"])
+    checks.add("computing personalized encoders writes nothing back; the broadcast stays the shared encoder",
+               how + ", every client, random λ", "bit-identical" if written else "changed", ok=written)
+    return numbers
+
+
+__all__ = ["ARI_STEP", "COS_STEP", "DESCRIPTOR_ERRORS", "DESCRIPTOR_QUANTITIES", "MAX_RANK", "OneGroupIdentity", "PLANTED_COLUMNS",
+           "PLANTED_FAMILIES", "PlantedHeads", "SHARE", "arrays_kept", "descriptor_invariance", "descriptor_section",
+           "descriptors_in_basis", "drift_section", "head_compatibility_rho", "identity_section", "local_drift",
+           "membership_limits", "membership_section", "one_group_identity", "planted_grouping", "planted_section",
+           "planted_summary", "random_orthogonal", "refresh_invariants", "refresh_section", "small_federation", "snapshot",
+           "two_group_membership"]
