@@ -124,6 +124,8 @@ def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tens
     ValueError
         On a name of ``a`` that ``b`` lacks, or two arrays of different shapes.
 
+    Examples
+    --------
     >>> largest_difference({"w": torch.tensor([1.0, 2.0])}, {"w": torch.tensor([1.5, 2.0]), "v": torch.zeros(1)})
     0.5
     >>> largest_difference({"w": torch.tensor([float("nan")])}, {"w": torch.tensor([0.0])})
