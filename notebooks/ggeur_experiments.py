@@ -523,7 +523,8 @@ table
 # One class takes {glue:text}`gen_time_ms:.1f` ms; all label-skew runs together took
 # {glue:text}`label_seconds:.0f` s and the domain-skew runs {glue:text}`domain_seconds:.0f` s
 # (the runs' wall-clock seconds added up, over the worker processes when `workers` > 1; on a shared
-# CPU, inflated by other work on the machine).
+# CPU, inflated by other work on the machine; a cell read back from `cache_dir` reports the seconds
+# of the run that made it).
 #
 # (chapter-ggeur-claims)=
 # ## Claims

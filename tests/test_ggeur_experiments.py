@@ -272,7 +272,7 @@ def test_the_study_from_the_settings_and_the_settings_republished():
     assert cfg.early == 1 and cfg.train.epochs == 1 and cfg.train.optimizer == "adam" and cfg.train.lr == 1e-2
     assert (cfg.n_samples, cfg.domain_max, cfg.total_per_class, cfg.k) == (300, 60, 10, 2)
     assert GGEURStudy.from_settings(_settings(rounds=10)).early == 2
-    with pytest.raises(ValueError, match="unknown similarity_method 'cosine'; valid: paper, subspace"):
+    with pytest.raises(ValueError, match="unknown similarity 'cosine'; valid: paper, subspace"):
         GGEURStudy.from_settings(_settings(similarity="cosine"))
     with pytest.raises(ValueError, match="encoder_sees must be 'all' or 'mnist', got 'some'"):
         GGEURStudy.from_settings(_settings(encoder_sees="some"))

@@ -391,7 +391,7 @@ class GGEURStudy:
             constructor does.
         """
         if P.similarity not in SIMILARITY_METHODS:
-            raise ValueError(f"unknown similarity_method {P.similarity!r}; valid: {', '.join(SIMILARITY_METHODS)}")
+            raise ValueError(f"unknown similarity {P.similarity!r}; valid: {', '.join(SIMILARITY_METHODS)}")
         train = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
         names = ("n_samples", "public_fraction", "encoder_epochs", "encoder_width", "n_clients", "global_test_per_class",
                  "total_per_class", "per_prototype", "rounds", "domain_rounds", "label_classifier", "domain_classifier",
