@@ -43,22 +43,10 @@ n_draws = None  # Monte-Carlo draws for the generated covariances
 
 # %% tags=["hide-input"]
 import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-import torch
-from myst_nb import glue
 
-from matplotlib.colors import LogNorm
-from matplotlib.lines import Line2D
-
-from fedbook.page import setup, show_table
 from fedbook.checks import CheckTable
-from fedbook.studies.ggeur_checks import (FIGURE_DRAWS, SMALL, augmentation_distances, augmentation_shares,
-                                             batched_against_loop, degenerate_failures, degenerate_inputs, distance_summary,
-                                             eq4_on_random_federations, generation_covariances, similarity_properties,
-                                             similarity_table)
-from fedlib.geometry import augment
-from fedlib.rng import torch_generator
+from fedbook.page import glue_all, setup
+from fedbook.studies import ggeur_checks as gc
 
 PROFILES = {
     "smoke": dict(n_trials=10, n_draws=20_000, mix_dim=6, mix_classes=4, mix_per_class=120, n_clients=6, alpha=0.1, total=120),
@@ -68,7 +56,7 @@ PROFILES = {
 # Small matrices and a shared 2-core machine: one intra-op thread is several times faster here (batched
 # eigh under thread contention was the bottleneck); this sets the kernel process only.
 P = setup(PROFILES, profile, threads=1, n_trials=n_trials, n_draws=n_draws)
-checks = CheckTable()  # the closing check table
+checks, R = CheckTable(), {}  # the closing check table; the numbers the prose reads, glued at the end
 print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 
 # %% [markdown]
@@ -90,19 +78,9 @@ print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 # {func}`fedbook.studies.ggeur_checks.random_federation`.
 
 # %% tags=["hide-input"]
-eq4_err, moments_err, cross_max, single_client_cases = eq4_on_random_federations(seed, P.n_trials)
-eq4_table = pd.DataFrame({
-    "max relative error": [eq4_err, moments_err, cross_max],
-}, index=pd.Index(["Eq. 4 vs numpy.cov of pooled samples", "ClassMoments (merged) vs numpy.cov",
-                   "cross term of the expansion"], name="quantity compared"))
-glue("eq4_err", float(eq4_err), display=False)
-glue("eq4_trials", int(P.n_trials), display=False)
-glue("single_client_cases", int(single_client_cases), display=False)
-checks.add("Eq. 4 equals the covariance of the pooled samples (unequal sizes, single-client and one-sample classes)",
-           f"{P.n_trials} random federations vs numpy.cov(bias=True)", f"{eq4_err:.1e}", ok=eq4_err < 1e-10)
-checks.add("the cross terms of the expansion vanish exactly (the paper: 'in expectation')",
-           "sum of (x − μ_k)(μ_k − μ)ᵀ per client and class", f"{cross_max:.1e}", ok=cross_max < 1e-10)
-show_table(eq4_table, formats={"max relative error": ".1e"})
+section = gc.eq4_section(checks, seed, P.n_trials)  # its rows of the check table, its numbers and its table
+R.update(section.numbers)
+section.tables[0]
 
 # %% [markdown]
 # Over {glue:text}`eq4_trials` random federations (with {glue:text}`single_client_cases` classes
@@ -126,23 +104,9 @@ show_table(eq4_table, formats={"max relative error": ".1e"})
 # ({func}`fedbook.studies.ggeur_checks.generation_covariances`).
 
 # %% tags=["hide-input"]
-formula_table, scale_table = generation_covariances(seed, P.n_draws)
-emp = formula_table["relative error empirical vs analytic"]  # per formula
-paper_gap = formula_table.loc["paper", "relative distance of Cov(β) from Σ"]
-glue("emp_err", float(emp.max()), display=False)
-glue("paper_gap", float(paper_gap), display=False)
-glue("n_draws", int(P.n_draws), display=False)
-glue("scale_paper_small", float(scale_table.iloc[0, 1]), display=False)
-glue("scale_paper_large", float(scale_table.iloc[-1, 1]), display=False)
-checks.add("code's formula: Cov(β) = Σ", f"{P.n_draws:,} draws, Frobenius relative error",
-           f"{emp['code']:.3f}", ok=emp["code"] < 0.05)
-checks.add("paper's formula: Cov(β) = Σ λ² ξ ξᵀ = Σ²", f"{P.n_draws:,} draws, Frobenius relative error",
-           f"{emp['paper']:.3f}", ok=emp["paper"] < 0.05)
-checks.add("the paper's formula does not reproduce the global covariance Σ (unless all eigenvalues are 0 or 1)",
-           "‖Σ² − Σ‖ / ‖Σ‖", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
-display(show_table(formula_table, digits={"relative error empirical vs analytic": 3, "relative distance of Cov(β) from Σ": 2}))
-three_sig = lambda v: f"{v:.3g}"  # noqa: E731  (0.0192, 1, 192)
-show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, code": three_sig, "tr Cov(β) / tr Σ, paper": three_sig})
+section = gc.generation_section(checks, seed, P.n_draws)
+R.update(section.numbers)
+display(*section.tables)
 
 # %% [markdown]
 # With {glue:text}`n_draws:,` draws the empirical covariances match the analytic ones to
@@ -155,20 +119,8 @@ show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, co
 # and 0.25.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "New samples generated around one real sample (the cross) for a class shape with eigenvalues 4 and 0.25: the authors' code draws from $\\mathcal N(x, \\Sigma)$ (blue), the paper's formula scales each eigenvector by $\\lambda$ instead of $\\sqrt{\\lambda}$, so its cloud has covariance $\\Sigma^2$ (orange): longer along the large eigenvalue, thinner along the small one.", "name": "fig-ggeur-formulas"}, "image": {"alt": "Scatter plot of two point clouds centred on a black cross at the origin, both elongated along the same tilted axis. The orange cloud (paper's formula) stretches about twice as far along the long axis as the blue cloud (code's formula) and is thinner across it."}}
-lam2 = torch.tensor([4.0, 0.25], dtype=torch.float64)
-rot = torch.tensor([[np.cos(0.5), -np.sin(0.5)], [np.sin(0.5), np.cos(0.5)]], dtype=torch.float64)
-fig, ax = plt.subplots(figsize=(5.5, 5.5))
-for formula, color in (("code", "C0"), ("paper", "C1")):
-    pts = augment(torch.zeros(1, 2, dtype=torch.float64), lam2, rot, 1500, formula=formula, generator=torch_generator(seed, FIGURE_DRAWS))
-    ax.scatter(pts[:, 0], pts[:, 1], s=3, alpha=0.4, color=color,
-               label=f"{formula}'s formula: Cov = " + ("Σ" if formula == "code" else "Σ²"))
-ax.scatter([0], [0], color="k", marker="x", s=60, label="the real sample")
-ax.set_aspect("equal"); ax.set_xlabel("first coordinate"); ax.set_ylabel("second coordinate")
-legend = ax.legend(loc="lower right", fontsize=8)  # the cloud lies along the other diagonal
-for handle in legend.legend_handles[:2]:
-    handle.set_sizes([20]); handle.set_alpha(1)
-ax.set_title("new samples around one sample, λ = (4, 0.25)")
-fig.tight_layout(); plt.show()
+gc.plot_formulas(seed)
+plt.show()
 
 # %% [markdown]
 # ## 3. The geometry similarity $S$
@@ -182,18 +134,9 @@ fig.tight_layout(); plt.show()
 # (`method="subspace"`). The check is {func}`fedbook.studies.ggeur_checks.similarity_properties`.
 
 # %% tags=["hide-input"]
-sim = similarity_properties(seed, P.n_trials)
-out_of_range, sign_dev, max_at_equal, s_swap = sim["out_of_range"], sim["sign_dev"], sim["max_at_equal"], sim["s_swap"]
-sim_table = similarity_table(sim, P.n_trials)
-glue("s_swap", s_swap, display=False)
-checks.add("S lies in [0, k]", f"{P.n_trials} random orthonormal bases", f"{out_of_range} counterexamples", ok=out_of_range == 0)
-checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sign_dev:.1e}", ok=sign_dev < 1e-12)
-checks.add("S = k iff the top-k eigenvectors coincide pairwise up to sign",
-           "identical bases with random signs; perturbed bases score < k", f"{max_at_equal:.1e}",
-           ok=max_at_equal < 1e-12 and sim["near_max"] < 1)
-checks.add("S is not a similarity of subspaces: it depends on the order of the eigenvectors",
-           "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)", f"S = {s_swap:.0f} of 5", ok=s_swap < 5)
-show_table(sim_table, wrap=True)
+section = gc.similarity_section(checks, seed, P.n_trials)
+R.update(section.numbers)
+section.tables[0]
 
 # %% [markdown]
 # $S$ behaves as the paper says for ordered bases, but it compares the $i$-th eigenvector with the
@@ -221,49 +164,14 @@ show_table(sim_table, wrap=True)
 # {func}`fedbook.studies.ggeur_checks.augmentation_distances`.
 
 # %% tags=["hide-input"]
-dist = augmentation_distances(seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
-                              n_clients=P.n_clients, alpha=P.alpha, total=P.total)
-summary = distance_summary(dist)
-shares = augmentation_shares(dist)
-share_code = shares["share_code"]
-glue("share_code", 100 * share_code, display=False)
-glue("share_paper", 100 * shares["share_paper"], display=False)
-glue("med_ratio_code", shares["med_ratio_code"], display=False)
-glue("share_small", 100 * shares["share_small"], display=False)
-glue("share_large", 100 * shares["share_large"], display=False)
-glue("n_small_cut", SMALL, display=False)
-glue("tr_ratio_large", shares["tr_ratio_large"], display=False)
-glue("n_pairs", shares["n_pairs"], display=False)
-glue("aug_reading", ("GGEUR's augmentation is a remedy for scarce classes" if shares["scarce_better"] else
-                     "the scarce classes do not gain more often than the well-represented ones here")
-     + ("; filling a well-represented class up to the total makes it too wide" if shares["too_wide"] else
-        "; filling a well-represented class up to the total does not make it wider than the global class here"),
-     display=False)
-glue("aug_closing", "mostly for under-represented classes" if shares["scarce_better"] else
-     "no more often for under-represented classes than for the others", display=False)
-checks.add("augmentation moves each client's local class distribution toward the global one",
-           f"Fréchet distance to the global fit, {len(dist) // 2} (client, class) pairs, code's formula",
-           f"shrinks for {100 * share_code:.0f} %", ok=share_code == 1, partly=share_code > 0)
-show_table(summary, digits={"distance shrinks (% of pairs)": 0, "median d² before": 3, "median d² after": 3})
+section = gc.augmentation_section(checks, seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
+                                  n_clients=P.n_clients, alpha=P.alpha, total=P.total)
+R.update(section.numbers)
+section.tables[0]
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Squared Fréchet distance to the global class fit, before (real samples only, horizontal) and after augmentation (real plus generated, vertical), one point per (client, class) pair and formula; colour: the pair's number of real samples. Points below the dashed diagonal moved toward the global class.", "name": "fig-ggeur-frechet"}, "image": {"alt": "Log-log scatter plot of distance after against distance before augmentation, circles for the code's formula and triangles for the paper's, coloured from dark (few local samples) to yellow (many), with a dashed diagonal. Dark points with large distances tend to lie below the diagonal; yellow points with small distances lie above it."}}
-fig, ax = plt.subplots(figsize=(6.5, 5))
-norm = LogNorm(vmin=dist["n"].min(), vmax=dist["n"].max())
-for formula, marker in (("code", "o"), ("paper", "^")):
-    d_ = dist[dist.formula == formula]
-    sc = ax.scatter(d_["before"], d_["after"], c=d_["n"], norm=norm, marker=marker, cmap="viridis", s=28,
-                    edgecolors="0.3", linewidths=0.3, label=f"{formula}'s formula")
-lim = [dist[["before", "after"]].min().min() * 0.8, dist[["before", "after"]].max().max() * 1.2]
-ax.plot(lim, lim, "k--", lw=0.8); ax.set_xscale("log"); ax.set_yscale("log")
-ax.set_xlabel("d² (local real, global)"); ax.set_ylabel("d² (local real + generated, global)")
-bar = fig.colorbar(sc, label="local real samples n (log scale)")
-bar.set_ticks([t for t in (2, 5, 10, 20, 50, 100, 200, 500, 1000) if norm.vmin <= t <= norm.vmax])
-bar.set_ticklabels([f"{t:g}" for t in bar.get_ticks()]); bar.ax.minorticks_off()
-# the legend's markers in grey: a point's colour is its sample count, not its formula
-ax.legend(handles=[Line2D([], [], marker=m, ls="", color="0.6", markeredgecolor="0.3", label=f"{f}'s formula")
-                   for f, m in (("code", "o"), ("paper", "^"))] + [Line2D([], [], color="k", ls="--", lw=0.8, label="no change")],
-          loc="upper left", fontsize=9)
-fig.tight_layout(); plt.show()
+gc.plot_frechet(section.data)
+plt.show()
 
 # %% [markdown]
 # Under the code's formula the distance shrinks for {glue:text}`share_code:.0f` % of the
@@ -284,11 +192,7 @@ fig.tight_layout(); plt.show()
 # NaN (not a number) ({func}`fedbook.studies.ggeur_checks.degenerate_inputs`).
 
 # %% tags=["hide-input"]
-bad_table = degenerate_inputs(seed)
-n_bad_failed = degenerate_failures(bad_table)
-checks.add("degenerate inputs have defined behaviour and never give a NaN sample", f"{len(bad_table)} cases below",
-           f"{n_bad_failed} failures", ok=n_bad_failed == 0)
-show_table(bad_table, wrap=True)
+gc.degenerate_section(checks, seed).tables[0]
 
 # %% [markdown]
 # Finally, {func}`fedlib.geometry.augment` generates all samples of a class with one matrix
@@ -297,12 +201,7 @@ show_table(bad_table, wrap=True)
 # draws ({func}`fedbook.studies.ggeur_checks.batched_against_loop`).
 
 # %% tags=["remove-cell"]
-dd, n_new = 32, 300
-loop_err, t_fast, t_slow = batched_against_loop(seed, dd, n_new)
-glue("loop_err", loop_err, display=False)
-glue("loop_time_ratio", t_slow / t_fast, display=False)
-checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dd}, same draws", f"{loop_err:.1e}",
-           ok=loop_err < 1e-10)
+R.update(gc.batched_section(checks, seed, dim=32, n_new=300).numbers)
 
 # %% [markdown]
 # The largest difference is {glue:text}`loop_err:.1e`, and the loop is
@@ -312,7 +211,7 @@ checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d
 # ## Check table
 
 # %% tags=["hide-input"]
-glue("deriv_seconds", P.elapsed(), display=False)
+glue_all({**R, "deriv_seconds": P.elapsed()})  # every number of the page's prose
 checks.show()
 
 # %% [markdown]

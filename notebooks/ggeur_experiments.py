@@ -64,9 +64,13 @@
 # (`execution = "vectorized"`, {ref}`chapter-performance-vectorized`) wherever the method allows,
 # which gives each client's own update up to float32 rounding; `execution = "sequential"` trains
 # them one after another, and over the rounds the rounding grows into small differences in the
-# accuracies, so the two settings do not give the same digits. `workers = 2` runs the seeds in two
-# processes ({func}`fedbook.parallel.map_parallel`) with the same bits, which is faster when the
-# chapter runs alone on a machine with two or more cores.
+# accuracies, so the two settings do not give the same digits. Every experiment is a study
+# ({class}`fedbook.study.Study`, declared where it runs): a grid of settings and the seeds, each
+# cell (one seed, and one $\beta$ under label skew) a function of {mod}`fedbook.studies.ggeur`
+# that returns tidy frames. `workers = 2` runs the cells in two processes
+# ({func}`fedbook.study.run_study`) with the same bits, which is faster when the chapter runs
+# alone on a machine with two or more cores; `cache_dir` keeps each cell's frames on disk, so a
+# re-run reads back the cells whose settings and code did not change.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default, minutes on 2 cores), "paper" (the authors' sizes)
@@ -84,31 +88,26 @@ encoder_sees = None  # "all": the domain encoder trains on every domain's public
 similarity = None  # the heat maps' and Figure 6 claims' similarity: "paper" (Eq. 3) or "subspace" (exercise 3)
 clip_checkpoint = None  # optional: path of a local open_clip checkpoint (ViT-B-32); never downloaded
 execution = "vectorized"  # "vectorized": a round's clients train stacked where the method allows; "sequential"
-workers = 1  # processes the seeds run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
+workers = 1  # processes the studies' cells run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
 results_dir = None  # where tidy results are saved (None: not saved)
+cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 
 # %% tags=["hide-input"]
 import time
 import warnings
+from functools import partial
 
 import matplotlib.pyplot as plt
-import numpy as np
-from matplotlib.ticker import MaxNLocator
-import pandas as pd
 from IPython.display import Markdown
-from myst_nb import glue
 
-from fedbook.page import claims_report, setup, show_table, sign_word
-from fedbook.claims import Claim, mean_interval, resolution_of, seed_table
-from fedlib.data import ArrayDataset, load_dataset
+from fedbook.claims import Claim, Read, resolution_of
+from fedbook.page import claims_report, glue_all, setup
+from fedbook.study import Study, run_study
+from fedbook.studies import ggeur as gg
+from fedbook.studies.ggeur import ABLATION_BASES, BASES, DOMAINS, GGEUR_CODE as G, STEP1, STEPS12, GGEURStudy
+from fedlib.data import load_dataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedbook.studies.ggeur import (ABLATION_BASES, BASES, DIFFERENT, DOMAINS, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
-                                      ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, claims_reading, encoder_column)
-from fedlib.geometry import augment, class_shapes, numerical_ranks, trace_ratio
 from fedlib.loop import RunOptions
-from fedlib.rng import LOCAL_TRAIN, torch_generator
-from fedlib.stats import ClassMoments
-from fedlib.training import TrainConfig
 
 # Vectorized clients (the parameter `execution`) stack the classifiers of FedAvg, FedProx and the GGEUR
 # wrappers from the third round on; FedProto and FedMix-style train one client after another, as do the
@@ -139,21 +138,11 @@ if not 1 <= P.n_seeds <= P.headline_seeds:
     raise ValueError(f"the seeds must nest: 1 <= n_seeds <= headline_seeds, got {P.n_seeds}, {P.headline_seeds}")
 SEEDS = [seed + i for i in range(P.headline_seeds)]  # the headline claims' seeds
 FULL = SEEDS[:P.n_seeds]  # the seeds that make every run: every table and every other row
-train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
 b_lo, b_hi = min(P.betas), max(P.betas)
-early = max(1, P.rounds // 5)  # the round at which the convergence claim reads the curves
-study = GGEURStudy(  # what is embedded and trained for every seed (fedbook.studies.ggeur); checks encoder_sees
-    n_samples=P.n_samples, public_fraction=P.public_fraction, encoder_epochs=P.encoder_epochs,
-    encoder_width=P.encoder_width, n_clients=P.n_clients, global_test_per_class=P.global_test_per_class,
-    total_per_class=P.total_per_class, per_prototype=P.per_prototype, rounds=P.rounds, domain_rounds=P.domain_rounds,
-    train=train_cfg, early=early, label_classifier=P.label_classifier, domain_classifier=P.domain_classifier,
-    hidden=P.hidden, prox_mu=P.prox_mu, proto_lam=P.proto_lam, k=P.k, domain_max=P.domain_max,
-    domain_public=P.domain_public, domain_test=P.domain_test, domain_client=P.domain_client,
-    embedding_scale=P.embedding_scale, encoder_sees=P.encoder_sees, eval_every=P.eval_every, similarity_method=P.similarity,
-    clip_checkpoint=clip_checkpoint, options=RUN, results_dir=results_dir)
-glue("n_seeds", P.n_seeds, display=False)
-glue("n_headline_seeds", P.headline_seeds, display=False)
-glue("level_pct", 100 * P.level, display=False)
+# what every cell embeds and trains (Adam, the profile's sizes; the convergence claim reads round cfg.early, a fifth of
+# the rounds); checks encoder_sees and similarity before any work
+cfg = GGEURStudy.from_settings(P, options=RUN, clip_checkpoint=clip_checkpoint)
+R = gg.setting_numbers(P, PROFILES["paper"], cfg.early)  # the numbers the prose reads, glued at the end (glue_all)
 print(f"profile {P.profile}: seeds {FULL} (headline claims: {SEEDS}), betas {P.betas}, {P.n_clients} clients, {P.rounds} rounds x {P.local_epochs} "
       f"local epochs, {P.total_per_class} samples per class after step 1")
 
@@ -225,33 +214,15 @@ print(f"profile {P.profile}: seeds {FULL} (headline claims: {SEEDS}), betas {P.b
 # without FedAvg: it is not a second row, which would count one test twice.
 
 # %% tags=["hide-input"]
-SUB_ENC = (f"CLIP (ViT-B/16 in the paper's text, ViT-B/32 in the authors' code; the clip_checkpoint option loads ViT-B-32) "
-           f"→ small CNN encoder trained on a {100 * P.public_fraction:.0f} % public split of MNIST-5k "
-           f"({P.encoder_epochs} epochs), frozen, the same for every seed")
-PP = PROFILES["paper"]  # the authors' sizes
-SUB_FORMULA = "GGEUR = the authors' code formula N(x, Σ), fixed before the runs; the paper's text formula is in the results table"
-SUB_LABEL = (f"{SUB_ENC}; CIFAR-100 / Tiny-ImageNet → MNIST-5k embeddings; {P.total_per_class} instead of "
-             f"{PP['total_per_class']} samples per class; {P.rounds} rounds × {P.local_epochs} local epoch(s) instead of "
-             f"{PP['rounds']} × {PP['local_epochs']}; linear classifier; {SUB_FORMULA}")
-SUB_DOM = (f"Digits (MNIST, USPS, SVHN, SYN) → MNIST, UCI digits, rotated and inverted MNIST; CLIP → small CNN trained on "
-           f"the public {100 * P.domain_public:.0f} % of "
-           + ("every domain" if P.encoder_sees == "all" else "MNIST only")
-           + f", one trained per seed; {P.total_per_class} samples per class and {P.per_prototype} per prototype instead of "
-           f"{PP['total_per_class']} per class; {P.domain_rounds} rounds × {P.local_epochs} local epoch(s) instead of "
-           f"{PP['domain_rounds']}; {SUB_FORMULA}")
-SUB_STEPS = ("by construction a GGEUR client takes more local steps per round on a class-balanced set "
-             "(the matched-steps and rebalancing controls read the claim without that advantage)")
+SUB = gg.substitutions(P, PROFILES["paper"])  # what our scale substitutes, per group of rows (the claims table shows each row's)
 N_CLASSES = load_dataset("mnist5k", n_samples=P.n_samples, seed=seed).n_classes  # MNIST's digits; the digit domains share them
 RES_LABEL = resolution_of(N_CLASSES * P.global_test_per_class)  # one image of the label-skew global test set
 RES_DOM = 0.1  # declared: the domain-skew AVG and STD average test sets of several sizes; a tenth of a point is not read
 RES_SIM = 0.01  # declared: similarities S below a hundredth are not read
 RES_SHARE = resolution_of(N_CLASSES)  # one class, in percentage points
 MIN_GAIN = max(1.0, RES_LABEL)  # points of accuracy
-glue("min_gain", MIN_GAIN, display=False)
-glue("res_label", RES_LABEL, display=False)
-glue("res_dom", RES_DOM, display=False)
-glue("res_sim", RES_SIM, display=False)
-glue("early_round", int(early), display=False)
+R.update(min_gain=MIN_GAIN, res_label=RES_LABEL, res_dom=RES_DOM, res_sim=RES_SIM, label_test_size=N_CLASSES * P.global_test_per_class,
+         min_gain_images=int(round(MIN_GAIN / 100 * N_CLASSES * P.global_test_per_class)))
 Q_ABS = ("Extensive experimental results demonstrate that our method significantly enhances the performance of existing "
          "approaches in handling highly heterogeneous data, including scenarios with label skew, domain skew, and their "
          "coexistence.")
@@ -268,92 +239,79 @@ Q_DIG = "When GGEUR is applied to FedAvg (CLIP+MLP), it outperforms these three 
 Q_CONV = "It can be observed that our method enhances the convergence speed of the FL methods, resulting in smoother curves."
 Q_FIG6 = ("The significantly higher values in the diagonal of each heatmap indicate that, across domains, the geometric shapes "
           "of embeddings for the same category exhibit a consistent pattern, rather than being randomly distributed.")
-MOON = "MOON is not implemented: FedProx stands in for it (a regularized base); "
+MOON = SUB["moon"]  # the rows of FedProx, standing in for MOON, say so
 LABEL_OTHERS = ("FedAvg", "FedMix-style", "FedFA-style")  # Table 1's methods that we run
 PEERS = ("FedMix-style", "FedFA-style")  # Table 4's peer methods that we run (FEDGEN is not implemented)
+OTHERS = DOMAINS[1:]  # the domains MNIST's classes are compared with (one heat map each)
 
-# Each row's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter (label_runs
-# and dom_runs, fedbook.studies.ggeur's LabelRuns and DomainRuns: made by the runs below). Headline rows read SEEDS,
-# the others FULL (the seeds that make every run); a row against every baseline of a tuple reads a dict of baselines.
-acc = lambda b, m, seeds: label_runs.accuracy(b, m, seeds)  # noqa: E731 (read at decision time)
-dval = lambda b, m, col="AVG", seeds=None: dom_runs.value(b, m, col, FULL if seeds is None else seeds)  # noqa: E731
-claims = []
-for b in P.betas:
-    claims.append(Claim(f"label-gain-{b}", Q_ABS, "Abstract; Section 4.2, Tables 1-3",
-                        f"global accuracy at β = {b}, GGEUR − FedAvg, points", "greater", MIN_GAIN,
-                        f"label skew only (the coexistence of label and domain skew is not run); {SUB_STEPS}; {SUB_LABEL}",
-                        resolution=RES_LABEL, headline=True, values=lambda b=b: (acc(b, G, SEEDS), acc(b, "FedAvg", SEEDS))))
-for b in P.betas:
-    claims.append(Claim(f"label-outperforms-{b}", Q_OUT, "Section 4.2, Table 1",
-                        f"global accuracy at β = {b}, GGEUR − each of FedAvg, FedMix-style, FedFA-style, points", "greater",
-                        RES_LABEL,
-                        "FedMix → our NaiveMix-style baseline, FedFA → Gaussian N(global prototype, diagonal variance), both on "
-                        f"embeddings; FEDGEN, FedTPG, FedCLIP absent (not implemented); {SUB_LABEL}", resolution=RES_LABEL,
-                        versus=LABEL_OTHERS, values=lambda b=b: (acc(b, G, FULL), {m: acc(b, m, FULL) for m in LABEL_OTHERS})))
+# Where each row's numbers are (gg.chapter_frames, decided at the end of the chapter): "label" and "domain" hold a row per
+# seed and run, "full" saying whether the seed made every run (FULL) or the headline runs only (the seeds beyond it), so the
+# headline rows read every seed and the others full=True; a row against every baseline of a tuple reads a dict of them.
+ACC = "accuracy (%)"
+acc = lambda b, m, **full: Read("label", ACC, beta=b, method=m, **full)  # noqa: E731  (a label-skew run's accuracy)
+dval = lambda b, m, col="AVG", **full: Read("domain", col, base=b, method=m, **full)  # noqa: E731  (a domain-skew run's)
+claims = [Claim(f"label-gain-{b}", Q_ABS, "Abstract; Section 4.2, Tables 1-3", f"global accuracy at β = {b}, GGEUR − FedAvg, points",
+                "greater", MIN_GAIN, f"label skew only (the coexistence of label and domain skew is not run); {SUB['steps']}; {SUB['label']}",
+                resolution=RES_LABEL, headline=True, ours=acc(b, G), baseline=acc(b, "FedAvg")) for b in P.betas]
+claims += [Claim(f"label-outperforms-{b}", Q_OUT, "Section 4.2, Table 1",
+                 f"global accuracy at β = {b}, GGEUR − each of FedAvg, FedMix-style, FedFA-style, points", "greater", RES_LABEL,
+                 "FedMix → our NaiveMix-style baseline, FedFA → Gaussian N(global prototype, diagonal variance), both on "
+                 f"embeddings; FEDGEN, FedTPG, FedCLIP absent (not implemented); {SUB['label']}", resolution=RES_LABEL,
+                 versus=LABEL_OTHERS, ours=acc(b, G, full=True), baseline={m: acc(b, m, full=True) for m in LABEL_OTHERS})
+           for b in P.betas]
 if len(P.betas) >= 2:  # a trend needs two concentrations at least
     claims.append(Claim("label-trend", Q_TREND, "Section 4.2, Tables 1-3",
                         f"gain over FedAvg at β = {b_lo} − gain at β = {b_hi}, points", "greater", RES_LABEL,
                         f"MNIST-5k instead of CIFAR-100, β down to {b_lo} instead of 0.01; the notable gain at the lowest β is "
-                        f"label-gain-{b_lo}; {SUB_LABEL}", resolution=RES_LABEL,
-                        values=lambda: (acc(b_lo, G, SEEDS) - acc(b_lo, "FedAvg", SEEDS),
-                                        acc(b_hi, G, SEEDS) - acc(b_hi, "FedAvg", SEEDS))))
+                        f"label-gain-{b_lo}; {SUB['label']}", resolution=RES_LABEL,
+                        ours=Read("label_gain", "gain", beta=b_lo), baseline=Read("label_gain", "gain", beta=b_hi)))
 else:
     print("one β only: the trend row (label-trend) is not declared")
 claims.append(Claim("label-convergence", Q_CONV, "Section 4.5, Figure 8",
-                    f"global accuracy after {early} training round(s) at β = {b_lo}, GGEUR − FedAvg, points", "greater", RES_LABEL,
-                    f"the paper's curves are on Office-Home-LDS; ours on label skew; {SUB_STEPS}; {SUB_LABEL}",
-                    resolution=RES_LABEL, values=lambda: (label_runs.early(b_lo, G, SEEDS), label_runs.early(b_lo, "FedAvg", SEEDS))))
+                    f"global accuracy after {cfg.early} training round(s) at β = {b_lo}, GGEUR − FedAvg, points", "greater", RES_LABEL,
+                    f"the paper's curves are on Office-Home-LDS; ours on label skew; {SUB['steps']}; {SUB['label']}",
+                    resolution=RES_LABEL, ours=Read("label", "early (%)", beta=b_lo, method=G),
+                    baseline=Read("label", "early (%)", beta=b_lo, method="FedAvg")))
 claims.append(Claim("label-smoother", Q_CONV, "Section 4.5, Figure 8",
                     f"drops of the global-accuracy curve at β = {b_lo} (sum over training rounds of max(0, a_t − a_t+1)), "
                     "GGEUR − FedAvg, points", "less", RES_LABEL,
-                    f"the paper's curves are on Office-Home-LDS; ours on label skew, {P.rounds} rounds; {SUB_LABEL}",
-                    resolution=RES_LABEL, values=lambda: (label_runs.drops(b_lo, G, SEEDS), label_runs.drops(b_lo, "FedAvg", SEEDS))))
-for b in BASES:
-    claims.append(Claim(f"dom-gain-{b}", Q_ABS, "Abstract; Section 4.3, Table 4",
-                        f"AVG accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "greater", MIN_GAIN,
-                        (MOON if b == "FedProx" else "") + "domain skew only (the coexistence of label and domain skew "
-                        f"is not run); Section 4.3's Digits instance of it (“{Q_DOM}”) is read as a gain above the "
-                        f"minimum effect ({MIN_GAIN:g} in points), not those sizes; {SUB_STEPS}; {SUB_DOM}", resolution=RES_DOM, headline=True,
-                        values=lambda b=b: (dval(b, STEPS12, seeds=SEEDS), dval(b, b, seeds=SEEDS))))
+                    f"the paper's curves are on Office-Home-LDS; ours on label skew, {P.rounds} rounds; {SUB['label']}",
+                    resolution=RES_LABEL, ours=Read("label", "drops", beta=b_lo, method=G),
+                    baseline=Read("label", "drops", beta=b_lo, method="FedAvg")))
+claims += [Claim(f"dom-gain-{b}", Q_ABS, "Abstract; Section 4.3, Table 4",
+                 f"AVG accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "greater", MIN_GAIN,
+                 (MOON if b == "FedProx" else "") + "domain skew only (the coexistence of label and domain skew "
+                 f"is not run); Section 4.3's Digits instance of it (“{Q_DOM}”) is read as a gain above the "
+                 f"minimum effect ({MIN_GAIN:g} in points), not those sizes; {SUB['steps']}; {SUB['dom']}", resolution=RES_DOM,
+                 headline=True, ours=dval(b, STEPS12), baseline=dval(b, b)) for b in BASES]
 for b in ABLATION_BASES:
-    claims.append(Claim(f"dom-step1-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
-                        f"AVG accuracy, {b} + GGEUR step 1 − {b}, points", "greater", RES_DOM,
-                        (MOON if b == "FedProx" else "") + SUB_DOM,
-                        resolution=RES_DOM, values=lambda b=b: (dval(b, STEP1), dval(b, b))))
+    claims.append(Claim(f"dom-step1-{b}", Q_STEP, "Section 4.3, ablation (Table 4)", f"AVG accuracy, {b} + GGEUR step 1 − {b}, points",
+                        "greater", RES_DOM, (MOON if b == "FedProx" else "") + SUB["dom"], resolution=RES_DOM, ours=dval(b, STEP1, full=True),
+                        baseline=dval(b, b, full=True)))
     claims.append(Claim(f"dom-step2-{b}", Q_STEP, "Section 4.3, ablation (Table 4)",
                         f"AVG accuracy, {b} + GGEUR steps 1 & 2 − {b} + GGEUR step 1, points", "greater", RES_DOM,
-                        (MOON if b == "FedProx" else "") + f"the combination against the base alone is dom-gain-{b}; {SUB_DOM}",
-                        resolution=RES_DOM, values=lambda b=b: (dval(b, STEPS12), dval(b, STEP1))))
-for b in BASES:
-    claims.append(Claim(f"dom-std-{b}", Q_STD, "Section 4.3, Table 4",
-                        f"STD of accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "less", RES_DOM,
-                        (MOON if b == "FedProx" else "") + "“compared to other methods” read as GGEUR against the method it is "
-                        f"added to; {SUB_DOM}", resolution=RES_DOM,
-                        values=lambda b=b: (dval(b, STEPS12, "STD", SEEDS), dval(b, b, "STD", SEEDS))))
+                        (MOON if b == "FedProx" else "") + f"the combination against the base alone is dom-gain-{b}; {SUB['dom']}", resolution=RES_DOM,
+                        ours=dval(b, STEPS12, full=True), baseline=dval(b, STEP1, full=True)))
+claims += [Claim(f"dom-std-{b}", Q_STD, "Section 4.3, Table 4",
+                 f"STD of accuracy over the domains, {b} + GGEUR (steps 1 & 2) − {b}, points", "less", RES_DOM,
+                 (MOON if b == "FedProx" else "") + f"“compared to other methods” read as GGEUR against the method it is added to; {SUB['dom']}",
+                 resolution=RES_DOM, ours=dval(b, STEPS12, "STD"), baseline=dval(b, b, "STD")) for b in BASES]
 claims.append(Claim("digits-vs-peers", Q_DIG, "Section 4.3, Table 4",
                     "AVG accuracy over the domains, FedAvg + GGEUR (steps 1 & 2) − each of FedMix-style, FedFA-style, points",
                     "greater", RES_DOM,
                     "FedMix → our NaiveMix-style baseline, FedFA → our Gaussian-style baseline; FEDGEN absent (not implemented); "
-                    f"{SUB_DOM}", resolution=RES_DOM, versus=PEERS,
-                    values=lambda: (dval("FedAvg", STEPS12), {m: dval("FedAvg", m) for m in PEERS})))
-OTHERS = DOMAINS[1:]  # the domains MNIST's classes are compared with (one heat map each)
-SUB_FIG6 = ("CLIP → our CNN encoder, one trained per seed; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST. Two "
-            "of the three heat maps compare MNIST with transforms of MNIST's own images (rotated, inverted), "
-            + ("and the encoder trains on every domain's public part, so a shared class shape there is nearly "
-               "guaranteed by the design; " if P.encoder_sees == "all" else
-               "so a shared class shape there is close to built in even with an encoder trained on MNIST only; ")
-            + "only the UCI-digits heat map compares two separately collected digit sets (its own interval in "
-            "fig6-diagonal; fig6-rowmax pools all three)")
+                    f"{SUB['dom']}", resolution=RES_DOM, versus=PEERS, ours=dval("FedAvg", STEPS12, full=True),
+                    baseline={m: dval("FedAvg", m, full=True) for m in PEERS}))
 # Per heat map (each other domain) the paired difference is S same class − S different classes of one seed's encoder; the
 # tuple form decides "each heatmap" (ours = 0, each heat map's baseline = −its diagonal lead, so ours − baseline = the lead)
 claims.append(Claim("fig6-diagonal", Q_FIG6, "Section 3.2.2, Figure 6",
-                    f"similarity S (k = {P.k}), same class − different classes, per heat map: MNIST vs "
-                    + ", ".join(OTHERS), "greater", RES_SIM, SUB_FIG6, resolution=RES_SIM, versus=OTHERS,
-                    values=lambda: (np.zeros(len(SEEDS)), {o: -dom_runs.diagonal_gaps()[o].to_numpy() for o in OTHERS})))
+                    f"similarity S (k = {P.k}), same class − different classes, per heat map: MNIST vs " + ", ".join(OTHERS),
+                    "greater", RES_SIM, SUB["fig6"], resolution=RES_SIM, versus=OTHERS, ours=Read("fig6", "zero"),
+                    baseline={o: Read("leads", "minus lead", other=o) for o in OTHERS}))
 claims.append(Claim("fig6-rowmax", Q_FIG6, "Section 3.2.2, Figure 6",
                     f"share of MNIST classes whose most similar class of the other domain is the same class − chance (1 in 10), "
-                    "percentage points", "greater", RES_SHARE, SUB_FIG6, resolution=RES_SHARE,
-                    values=lambda: (100 * dom_runs.rowmax_share(dom_emb.n_classes), 100 / dom_emb.n_classes)))
+                    "percentage points", "greater", RES_SHARE, SUB["fig6"], resolution=RES_SHARE,
+                    ours=Read("fig6", "rowmax share (%)"), baseline=100 / N_CLASSES))
 CLAIM_FOR = {"label": "“significantly enhances the performance of existing approaches” (abstract) / “significantly "
                       "outperforms other methods” (Section 4.2)",
              "dom": "“GGEUR improves the average performance of FedAvg” (Section 4.3)"}
@@ -361,25 +319,26 @@ controls = []
 for b in P.betas:
     controls.append(Claim(f"ctrl-matched-{b}", f"Is GGEUR ahead of FedAvg trained on the real samples for as many local steps (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (matched steps), points", "greater", RES_LABEL,
-                          SUB_LABEL, kind="control", resolution=RES_LABEL,
-                          values=lambda b=b: (acc(b, G, FULL), acc(b, "FedAvg, matched steps", FULL))))
+                          SUB["label"], kind="control", resolution=RES_LABEL, ours=acc(b, G, full=True),
+                          baseline=acc(b, "FedAvg, matched steps", full=True)))
     controls.append(Claim(f"ctrl-rebalanced-{b}", f"Is GGEUR ahead of FedAvg on the real samples resampled to GGEUR's class counts (β = {b})?",
                           CLAIM_FOR["label"], f"global accuracy at β = {b}, GGEUR − FedAvg (rebalanced), points", "greater", RES_LABEL,
-                          SUB_LABEL, kind="control", resolution=RES_LABEL,
-                          values=lambda b=b: (acc(b, G, FULL), acc(b, "FedAvg, rebalanced", FULL))))
+                          SUB["label"], kind="control", resolution=RES_LABEL, ours=acc(b, G, full=True),
+                          baseline=acc(b, "FedAvg, rebalanced", full=True)))
 controls.append(Claim(f"ctrl-fedmix-matched-{b_lo}", f"Is GGEUR ahead of FedMix-style given GGEUR's local steps (β = {b_lo})?",
                       CLAIM_FOR["label"], f"global accuracy at β = {b_lo}, GGEUR − FedMix-style (matched steps), points", "greater",
-                      RES_LABEL, f"run at the lowest β only; {SUB_LABEL}", kind="control", resolution=RES_LABEL,
-                      values=lambda: (acc(b_lo, G, FULL), acc(b_lo, "FedMix-style, matched steps", FULL))))
-controls.append(Claim("ctrl-convergence-matched", f"Is GGEUR ahead early (round {early}, β = {b_lo}) of FedAvg with matched steps?",
+                      RES_LABEL, f"run at the lowest β only; {SUB['label']}", kind="control", resolution=RES_LABEL,
+                      ours=acc(b_lo, G, full=True), baseline=acc(b_lo, "FedMix-style, matched steps", full=True)))
+controls.append(Claim("ctrl-convergence-matched", f"Is GGEUR ahead early (round {cfg.early}, β = {b_lo}) of FedAvg with matched steps?",
                       "“our method enhances the convergence speed” (Section 4.5)",
-                      f"global accuracy after {early} round(s), GGEUR − FedAvg (matched steps), points", "greater", RES_LABEL, SUB_LABEL,
-                      kind="control", resolution=RES_LABEL,
-                      values=lambda: (label_runs.early(b_lo, G, FULL), label_runs.early(b_lo, "FedAvg, matched steps", FULL))))
+                      f"global accuracy after {cfg.early} round(s), GGEUR − FedAvg (matched steps), points", "greater", RES_LABEL,
+                      SUB["label"], kind="control", resolution=RES_LABEL,
+                      ours=Read("label", "early (%)", beta=b_lo, method=G, full=True),
+                      baseline=Read("label", "early (%)", beta=b_lo, method="FedAvg, matched steps", full=True)))
 controls.append(Claim("ctrl-dom-matched", "Is FedAvg + GGEUR (steps 1 & 2) ahead of FedAvg trained on the real samples for as many local steps?",
                       CLAIM_FOR["dom"], "AVG accuracy, FedAvg + GGEUR (steps 1 & 2) − FedAvg (matched steps), points", "greater", RES_DOM,
-                      SUB_DOM, kind="control", resolution=RES_DOM,
-                      values=lambda: (dval("FedAvg", STEPS12), dval("FedAvg", "FedAvg, matched steps"))))
+                      SUB["dom"], kind="control", resolution=RES_DOM, ours=dval("FedAvg", STEPS12, full=True),
+                      baseline=dval("FedAvg", "FedAvg, matched steps", full=True)))
 print(f"{len(claims)} claims ({sum(c.headline for c in claims)} headline) and {len(controls)} controls declared")
 
 # %% [markdown]
@@ -394,36 +353,19 @@ print(f"{len(claims)} claims ({sum(c.headline for c in claims)} headline) and {l
 
 # %% tags=["hide-input"]
 t0 = time.perf_counter()
-label_first = study.label_embeddings(seed)  # the first seed's data, public split, encoder and embeddings; reused by its runs
-encoder, emb, n_public = label_first
-glue("min_gain_images", int(round(MIN_GAIN / 100 * emb.n_classes * P.global_test_per_class)), display=False)
-glue("label_test_size", emb.n_classes * P.global_test_per_class, display=False)
-enc_seconds = time.perf_counter() - t0
-shapes_all = class_shapes(ClassMoments.from_features(emb.x, emb.y, emb.n_classes))
-ranks = numerical_ranks(shapes_all.eigenvalues).double()
-ratio = trace_ratio(shapes_all.eigenvalues)  # tr(Σ²)/tr(Σ) per class
-emb_table = pd.Series({
-    "encoder": encoder.name, "embedding dimension": encoder.dim, "public images": n_public, "embedded images": len(emb),
-    "mean norm of an embedding": float(emb.x.norm(dim=1).mean()), "mean rank of a class covariance": float(ranks.mean()),
-    "tr(Σ²)/tr(Σ), median over classes": float(ratio.median()), "seconds (train + embed)": enc_seconds,
-}, name="value").rename_axis("property").to_frame()
-glue("public_pct", 100 * P.public_fraction, display=False)
-glue("enc_epochs", P.encoder_epochs, display=False)
-glue("n_public", n_public, display=False)
-glue("emb_dim", encoder.dim, display=False)
-glue("emb_rank", float(ranks.mean()), display=False)
-glue("emb_ratio", float(ratio.median()), display=False)
-glue("ratio_more_less", "more" if float(ratio.median()) > 1 else "less", display=False)
-glue("rank_reading", "a low-dimensional subspace" if float(ranks.mean()) < encoder.dim / 2 else "a subspace", display=False)
-show_table(emb_table)
+label_setup = cfg.label_embeddings(seed)  # the first seed's public split, encoder and embeddings, frozen for every seed
+emb = label_setup.embeddings
+table, numbers = gg.embedding_summary(label_setup, seconds=time.perf_counter() - t0)
+R.update(numbers)
+table
 
 # %% [markdown]
 # A class covariance has rank about {glue:text}`emb_rank:.0f` of {glue:text}`emb_dim`, so
-# augmentation moves samples only within {glue:text}`rank_reading` per class. On these
+# augmentation moves samples only within a subspace of that dimension per class. On these
 # embeddings $\mathrm{tr}(\Sigma^2)/\mathrm{tr}(\Sigma) \approx$ {glue:text}`emb_ratio:.1f`: the
 # paper's formula spreads new samples with {glue:text}`emb_ratio:.1f` times the code's total
-# variance here, that is {glue:text}`ratio_more_less` spread (the ratio is above 1 when the class
-# eigenvalues are mostly above 1, below 1 when they are mostly below 1).
+# variance here (the ratio is above 1 when the class eigenvalues are mostly above 1, below 1 when
+# they are mostly below 1).
 #
 # ## Label skew
 #
@@ -455,62 +397,17 @@ show_table(emb_table)
 #   lowest $\beta$ only, where the skew is largest).
 
 # %% tags=["hide-input"]
-glue("n_clients", P.n_clients, display=False)
-glue("batch", P.batch_size, display=False)
-glue("lr", P.lr, display=False)
-glue("local_epochs", P.local_epochs, display=False)
-glue("rounds", P.rounds, display=False)
-glue("total", P.total_per_class, display=False)
-for _k, _v in (("total", "total_per_class"), ("rounds", "rounds"), ("epochs", "local_epochs"), ("lr", "lr")):
-    glue(f"paper_{_k}", PROFILES["paper"][_v], display=False)
-# every seed and β on the one frozen encoder (the seeds are independent); the seeds beyond FULL make the headline runs only
-label_runs = study.run_label(SEEDS, P.betas, workers, first=label_first, full=P.n_seeds)
-curves, label_seconds = label_runs.curves, label_runs.seconds
-label = label_runs.table[label_runs.table.seed.isin(FULL)]  # the tables read the full seeds
-label_table = pd.concat([seed_table(label[label.beta == b], "method", None, "accuracy (%)").rename(columns=lambda _: b)
-                         for b in P.betas], axis=1).reindex(index=list(LABEL_METHODS), columns=P.betas).fillna("—")
-label_table.columns = [f"accuracy (%), β = {b}" for b in P.betas]
-show_table(label_table, best={c: "max" for c in label_table.columns})
+# every seed and β on the one frozen encoder's embeddings (bound to every cell, so computed once); the seeds beyond FULL
+# make the headline runs only, and FedMix-style with matched steps runs at the lowest β only
+LABEL = Study("label", partial(gg.label_cell, study=cfg, embeddings=emb, full_seeds=FULL, low_beta=b_lo, results_dir=results_dir),
+              grid={"beta": P.betas}, seeds=SEEDS)
+label = run_study(LABEL, workers=workers, cache=cache_dir)  # "label": a row per β, seed and run; "label_curves"
+R.update(gg.label_numbers(label["label"], b_lo, b_hi))
+gg.label_table(label["label"], P.betas)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Global test accuracy per training round under Dirichlet label skew, one panel per concentration β (smaller β: more skew); lines are means over the seeds, bands their t intervals (clipped to 0–100 %). Dashed lines are the book's controls (matched steps, rebalancing with copies of real samples).", "name": "fig-ggeur-label-curves"}, "image": {"alt": "Line plots of global accuracy in percent against the training round, one panel per Dirichlet concentration, with six lines: FedAvg, FedAvg with matched steps, FedAvg rebalanced, FedAvg plus GGEUR, FedMix-style and FedFA-style, each with a shaded band; the legend is below the panels."}}
-n_panels = len(P.betas)
-fig, axes = plt.subplots(1, n_panels, figsize=(min(10.0, 3.6 * n_panels), 3.6), squeeze=False, sharey=True)
-shown = ["FedAvg", "FedAvg, matched steps", "FedAvg, rebalanced", G, "FedMix-style", "FedFA-style"]
-for ax, beta in zip(axes[0], P.betas):
-    for name in shown:
-        c = pd.concat([100 * curves[(s, beta, name)] for s in FULL], axis=1)
-        m = c.mean(axis=1)
-        line, = ax.plot(m.index, m.values, marker=".", label=name, ls="--" if "matched" in name or "rebal" in name else "-")
-        if len(FULL) > 1:
-            bands = [mean_interval(c.loc[r].to_numpy(), P.level) for r in c.index]
-            ax.fill_between(m.index, np.clip([iv.low for iv in bands], 0, 100), np.clip([iv.high for iv in bands], 0, 100),
-                            color=line.get_color(), alpha=0.12)
-    ax.set_title(f"Dirichlet β = {beta}"); ax.set_xlabel("training round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-axes[0][0].set_ylabel("global accuracy (%)")
-handles, labels = axes[0][0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
-fig.tight_layout(rect=(0, 0.13, 1, 1)); plt.show()
-
-# %% tags=["remove-cell"]
-def mean(beta, method, column="accuracy (%)"):
-    """The mean over the full seeds (the table's) of a label-skew run's column."""
-    return label_runs.mean(beta, method, column, FULL)
-
-glue("b_lo", b_lo, display=False)
-glue("b_hi", b_hi, display=False)
-for key, m in (("fedavg", "FedAvg"), ("ggeur", G), ("paper", "+GGEUR (paper: λ scaling)"), ("ms", "FedAvg, matched steps"),
-               ("rb", "FedAvg, rebalanced"), ("fedmix", "FedMix-style"), ("fedfa", "FedFA-style")):
-    glue(f"acc_{key}_lo", mean(b_lo, m), display=False)
-glue("gain_lo", mean(b_lo, G) - mean(b_lo, "FedAvg"), display=False)
-glue("gain_hi", mean(b_hi, G) - mean(b_hi, "FedAvg"), display=False)
-glue("gain_rb_lo", mean(b_lo, G) - mean(b_lo, "FedAvg, rebalanced"), display=False)
-glue("gain_paper_lo", mean(b_lo, "+GGEUR (paper: λ scaling)") - mean(b_lo, "FedAvg"), display=False)
-glue("rb_gain_lo", mean(b_lo, "FedAvg, rebalanced") - mean(b_lo, "FedAvg"), display=False)
-glue("fa_gain_lo", mean(b_lo, "FedFA-style") - mean(b_lo, "FedAvg"), display=False)
-glue("early_fedavg", mean(b_lo, "FedAvg", "early (%)"), display=False)
-glue("early_ggeur", mean(b_lo, G, "early (%)"), display=False)
-glue("early_ms", mean(b_lo, "FedAvg, matched steps", "early (%)"), display=False)
+gg.plot_label_curves(label["label_curves"], P.betas, FULL, P.level)
+plt.show()
 
 # %% [markdown]
 # Means over the seeds: at $\beta =$ {glue:text}`b_lo` FedAvg reaches {glue:text}`acc_fedavg_lo:.1f` %
@@ -546,57 +443,15 @@ glue("early_ms", mean(b_lo, "FedAvg, matched steps", "early (%)"), display=False
 # the seeds, AVG and STD first, then each domain's.
 
 # %% tags=["hide-input"]
-dom_data = study.domain_data(seed)  # the first seed's domains and public split (exercise 3 reuses them)
-dom_first = study.domain_federation(seed, data=dom_data, encoder=encoder)  # encoder: read only with a CLIP checkpoint
-dom, dpub, dom_encoder, dom_emb, dom_fed, domain_sizes, dom_n_public = dom_first
-glue("dom_public_pct", 100 * P.domain_public, display=False)
-glue("dom_test_pct", 100 * P.domain_test, display=False)
-glue("dom_client_pct", 100 * P.domain_client, display=False)
-glue("dom_n_public", dom_n_public, display=False)
-glue("dom_enc_sees", "the public parts of every domain" if P.encoder_sees == "all" else "the public part of MNIST only",
-     display=False)
-glue("dom_enc_like_clip", "like CLIP it has seen every domain" if P.encoder_sees == "all"
-     else "unlike CLIP it has seen one domain only", display=False)
-glue("hidden", P.hidden, display=False)
-SIZE_NAMES = {"domain size": "domain size (images)", "client train": "client's train set (images)",
-              "domain test": "domain's test set (images)", "classes held": "classes the client holds"}
-show_table(pd.DataFrame(domain_sizes).T.rename(columns=SIZE_NAMES).rename_axis("domain"))
+# every seed on its own encoder (the seeds beyond FULL make the headline runs only), its similarity rows and heat maps
+DOMAIN = Study("domain", partial(gg.domain_cell, study=cfg, full_seeds=FULL, results_dir=results_dir), seeds=SEEDS)
+domain_runs = run_study(DOMAIN, workers=workers, cache=cache_dir)
+frames = gg.chapter_frames(label, domain_runs, P.similarity)  # every frame of the chapter, those the claims read included
+R["dom_n_public"] = int(frames["domain_encoder"]["public images"].iloc[0])  # the first seed's
+gg.domain_sizes_table(frames["domain_sizes"], seed)
 
 # %% tags=["hide-input"]
-# every seed's runs on its own encoder (the seeds beyond FULL: the headline runs only) and its similarity rows
-dom_runs = study.run_domain(SEEDS, workers, first=dom_first, full=P.n_seeds)
-dom_seconds, first_mats = dom_runs.seconds, dom_runs.first_matrices
-domain = dom_runs.table[dom_runs.table.seed.isin(FULL)]  # the tables read the full seeds
-dom_cols = [*dom.domain_names, "AVG", "STD"]
-domain_long = domain.melt(id_vars=["seed", "base", "method"], value_vars=dom_cols, var_name="column", value_name="value")
-domain_table = seed_table(domain_long, ["base", "method"], "column", "value").loc[DOM_ORDER, dom_cols]
-domain_table.columns.name = None
-domain_table.index = pd.Index([v if v in ("FedAvg", "FedProx", "FedProto") or not v.startswith("+") else f"{b} {v}"
-                               for b, v in domain_table.index], name="method")
-# two tables, so that no column leaves the page: AVG and STD (what the claims read), then each domain
-display(show_table(domain_table[["AVG", "STD"]].rename(columns={"AVG": "AVG over the domains (%)",
-                                                                 "STD": "STD over the domains (points)"}),
-                   best={"AVG over the domains (%)": "max", "STD over the domains (points)": "min"}))
-show_table(domain_table[list(dom.domain_names)].rename(columns=lambda c: f"{c} (%)"),
-           best={f"{c} (%)": "max" for c in dom.domain_names})
-
-# %% tags=["remove-cell"]
-def dom_v(base, method, column="AVG"):
-    """Per full seed (the tables'), a domain-skew run's column."""
-    return dom_runs.value(base, method, column, FULL)
-
-for b in BASES:
-    glue(f"dom_{b}_avg", float(dom_v(b, b).mean()), display=False)
-    if b in ABLATION_BASES:
-        glue(f"dom_{b}_s1", float(dom_v(b, "+ GGEUR (step 1)").mean()), display=False)
-    glue(f"dom_{b}_s12", float(dom_v(b, "+ GGEUR (steps 1 & 2)").mean()), display=False)
-    glue(f"dom_{b}_std", float(dom_v(b, b, "STD").mean()), display=False)
-    glue(f"dom_{b}_std12", float(dom_v(b, "+ GGEUR (steps 1 & 2)", "STD").mean()), display=False)
-per_domain = domain[(domain.base == "FedAvg") & (domain.method == "FedAvg")][list(dom.domain_names)].mean()
-glue("dom_min", float(per_domain.min()), display=False)
-glue("dom_min_name", str(per_domain.idxmin()), display=False)
-glue("dom_max", float(per_domain.max()), display=False)
-glue("dom_max_name", str(per_domain.idxmax()), display=False)
+display(*gg.domain_tables(frames["domain"], DOMAINS))
 
 # %% [markdown]
 # Average accuracy over the domains (means over the seeds): FedAvg {glue:text}`dom_FedAvg_avg:.1f` %,
@@ -617,24 +472,9 @@ glue("dom_max_name", str(per_domain.idxmax()), display=False)
 # {glue:text}`swing_reading`. The per-seed values of FedAvg and FedAvg + GGEUR:
 
 # %% tags=["hide-input"]
-per_seed = (domain[(domain.base == "FedAvg") & domain.method.isin(["FedAvg", "+ GGEUR (steps 1 & 2)"])]
-            .set_index(["method", "seed"])[[*dom.domain_names, "AVG"]])
-fa_seeds = per_seed.loc["FedAvg"]
-swing = (fa_seeds[list(dom.domain_names)].max() - fa_seeds[list(dom.domain_names)].min())
-glue("swing_name", str(swing.idxmax()), display=False)
-glue("swing_min", float(fa_seeds[swing.idxmax()].min()), display=False)
-glue("swing_max", float(fa_seeds[swing.idxmax()].max()), display=False)
-glue("n_domains", len(dom.domain_names), display=False)
-glue("swing_avg", float(swing.max() / len(dom.domain_names)), display=False)
-glue("avg_range", float(fa_seeds["AVG"].max() - fa_seeds["AVG"].min()), display=False)
-_weak = fa_seeds["AVG"].idxmin()  # the seed with the lowest AVG
-glue("swing_reading", "one domain accounts for most of AVG's spread over the seeds"
-     if swing.max() / len(dom.domain_names) >= (fa_seeds["AVG"].max() - fa_seeds["AVG"].min()) / 2 else
-     f"the seeds move the domains together (in seed {_weak}, the weakest, FedAvg's best domain reaches "
-     f"{fa_seeds.loc[_weak, list(dom.domain_names)].max():.1f} %), so it is the seed, not one domain, that widens the AVG intervals",
-     display=False)
-show_table(per_seed.rename(columns=lambda c: f"{c} (%)").rename(index=lambda m: m if m == "FedAvg" else f"FedAvg {m}",
-                                                              level="method"), digits=1)
+numbers, per_seed_table = gg.domain_numbers(frames["domain"], DOMAINS)
+R.update(numbers)
+per_seed_table
 
 # %% [markdown]
 # ## Geometry similarity between domains (Figure 6)
@@ -647,38 +487,14 @@ show_table(per_seed.rename(columns=lambda c: f"{c} (%)").rename(index=lambda m: 
 # {numref}`fig-ggeur-similarity` are the first seed's; the table below them averages over the
 # {glue:text}`n_headline_seeds` seeds, each with its own encoder.
 
-# %% tags=["remove-cell"]
-glue("k", P.k, display=False)
-others = [n for n in dom.domain_names if n != "mnist"]
-
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Geometry similarity $S$ (the paper's Eq. 3: the summed absolute cosines of the top-$k$ eigenvectors, from 0 to $k$) between every MNIST class (rows) and every class of another domain (columns), first seed; the last panel averages the three. A shape shared across domains would show as a bright diagonal.", "name": "fig-ggeur-similarity"}, "image": {"alt": "Four 10 by 10 heat maps in a two by two grid, rows MNIST classes 0 to 9, columns the classes 0 to 9 of the UCI, rotated MNIST and inverted MNIST domains and their average, coloured from dark (S near 0) to yellow (S = k) with one shared colour bar."}}
-panels = [(f"MNIST vs {o}", f"{o} class", first_mats[o]) for o in others]
-panels.append((f"mean of the {len(others)} domains", "class of the other domain", np.nanmean([first_mats[o] for o in others], axis=0)))
-n_rows = (len(panels) + 1) // 2
-fig, axes = plt.subplots(n_rows, 2, figsize=(9, 4.1 * n_rows), squeeze=False, layout="constrained")
-for ax, (title, xlabel, mat) in zip(axes.flat, panels):
-    im = ax.imshow(mat, vmin=0, vmax=P.k, cmap="viridis")
-    ax.set_title(title); ax.set_xlabel(xlabel); ax.set_ylabel("MNIST class")
-    ax.set_xticks(range(mat.shape[1])); ax.set_yticks(range(mat.shape[0]))
-for ax in axes.flat[len(panels):]:
-    ax.axis("off")
-fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label=f"similarity S (0 to k = {P.k})")
+gg.plot_similarity(frames["heatmaps"], seed, P.k)
 plt.show()
 
 # %% tags=["hide-input"]
-sim = dom_runs.similarity
-sim_long = sim.melt(id_vars=["seed", "other domain"], var_name="column", value_name="value")
-sim_table = seed_table(sim_long, "other domain", "column", "value", digits=2)
-sim_seed = dom_runs.similarity_per_seed()
-glue("sim_diag", float(sim_seed[SAME].mean()), display=False)
-glue("sim_off", float(sim_seed[DIFFERENT].mean()), display=False)
-glue("sim_rowmax", float(sim.groupby("seed")[ROWMAX].sum().mean()), display=False)
-glue("sim_rowmax_of", dom_emb.n_classes * len(others), display=False)
-rowmax_share = dom_runs.rowmax_share(dom_emb.n_classes)
-glue("sim_rowmax_pct", float(100 * rowmax_share.mean()), display=False)
-glue("chance_pct", 100 / dom_emb.n_classes, display=False)
-sim_table.columns.name = None
-show_table(sim_table.rename(columns={ROWMAX: f"{ROWMAX} (of {dom_emb.n_classes})"}))
+numbers, table = gg.similarity_numbers(frames)
+R.update(numbers)
+table
 
 # %% [markdown]
 # Averaged over the domain pairs and the seeds, $S$ is {glue:text}`sim_diag:.2f` for the same class
@@ -699,25 +515,16 @@ show_table(sim_table.rename(columns={ROWMAX: f"{ROWMAX} (of {dom_emb.n_classes})
 # {glue:text}`total` samples in {glue:text}`emb_dim` dimensions:
 
 # %% tags=["hide-input"]
-c0 = int(emb.y[0])
-xc = emb.x[emb.y == c0][:10]
-t0 = time.perf_counter()
-for _ in range(5):
-    augment(xc, shapes_all.eigenvalues[c0], shapes_all.eigenvectors[c0], P.total_per_class, 
-            generator=torch_generator(seed, 0, 0, LOCAL_TRAIN))  # the stream of client 0's local work in round 0
-gen_time_ms = 1000 * (time.perf_counter() - t0) / 5
-glue("gen_time_ms", gen_time_ms, display=False)
-glue("label_seconds", label_seconds, display=False)
-glue("domain_seconds", dom_seconds, display=False)
-show_table(pd.Series({"generate one class (ms)": gen_time_ms, "all label-skew runs, all seeds (s)": label_seconds,
-                      "all domain-skew runs, all seeds (s)": dom_seconds}, name="value").rename_axis("task").to_frame(),
-           digits=1)
+table, numbers = gg.cost_summary(emb, P.total_per_class, seed, frames)
+R.update(numbers)
+table
 
 # %% [markdown]
 # One class takes {glue:text}`gen_time_ms:.1f` ms; all label-skew runs together took
 # {glue:text}`label_seconds:.0f` s and the domain-skew runs {glue:text}`domain_seconds:.0f` s
 # (the runs' wall-clock seconds added up, over the worker processes when `workers` > 1; on a shared
-# CPU, inflated by other work on the machine).
+# CPU, inflated by other work on the machine; a cell read back from `cache_dir` reports the seconds
+# of the run that made it).
 #
 # (chapter-ggeur-claims)=
 # ## Claims
@@ -735,10 +542,10 @@ show_table(pd.Series({"generate one class (ms)": gen_time_ms, "all label-skew ru
 # book's own questions, decided by the same rule and not counted.
 
 # %% tags=["hide-input"]
-R = claims_report(claims + controls)
+decided = claims_report(claims + controls, frames)
 
 # %% tags=["hide-input"]
-display(Markdown("**The claims read with their controls.** " + claims_reading(R, P.betas)))  # a paragraph computed from the verdicts
+display(Markdown("**The claims read with their controls.** " + gg.claims_reading(decided, P.betas)))  # a paragraph computed from the verdicts
 
 # %% [markdown]
 # **Why a verdict can differ from the paper's.** Our encoder is a small CNN trained on
@@ -766,50 +573,13 @@ display(Markdown("**The claims read with their controls.** " + claims_reading(R,
 # seed-to-seed spread.
 
 # %% tags=["remove-cell"]
-# The worked solutions' reduced runs: the first seed, β = b_lo, the chapter's other settings.
+# The worked solutions' reduced runs: the first seed, β = b_lo, the chapter's other settings; each a study of its own.
 t_ex = time.perf_counter()
-_gain_iv = R[f"label-gain-{b_lo}"].interval
-ex_noise = (_gain_iv.high - _gain_iv.low) / 2
-glue("ex_noise", ex_noise, display=False)
-
-# Exercise 1: the chapter's embeddings multiplied by EX1_SCALE.
-EX1_SCALE = 0.1
-PAPER_F = GGEUR_PAPER
-ex1_emb = ArrayDataset(EX1_SCALE * emb.x, emb.y, emb.n_classes, emb.name)
-ex1_ratio = float(trace_ratio(class_shapes(ClassMoments.from_features(ex1_emb.x, ex1_emb.y, ex1_emb.n_classes)).eigenvalues).median())
-ex1_small = study.first_seed_label(ex1_emb, b_lo, seed, P.total_per_class, ["FedAvg", "FedAvg, rebalanced", G, PAPER_F])
-ex1_full = {name: label_runs.of_seed(seed, b_lo, name) for name in ex1_small}  # the chapter's own run
-ex1_gap_full, ex1_gap_small = ex1_full[PAPER_F] - ex1_full[G], ex1_small[PAPER_F] - ex1_small[G]
-ex1_rb_full, ex1_rb_small = ex1_full[PAPER_F] - ex1_full["FedAvg, rebalanced"], ex1_small[PAPER_F] - ex1_small["FedAvg, rebalanced"]
-glue("ex1_scale", EX1_SCALE, display=False)
-glue("ex1_ratio", ex1_ratio, display=False)
-glue("ex1_narrow", "narrower" if ex1_ratio < 1 else "wider", display=False)
-for _key, _name in (("fedavg", "FedAvg"), ("code", G), ("paper", PAPER_F), ("rb", "FedAvg, rebalanced")):
-    glue(f"ex1_{_key}_full", ex1_full[_name], display=False)
-    glue(f"ex1_{_key}_small", ex1_small[_name], display=False)
-glue("ex1_gap_full", ex1_gap_full, display=False)
-glue("ex1_gap_small", ex1_gap_small, display=False)
-glue("ex1_prb_full", ex1_rb_full, display=False)
-glue("ex1_prb_small", ex1_rb_small, display=False)
-ex1_code_move, ex1_fedavg_move = ex1_small[G] - ex1_full[G], ex1_small["FedAvg"] - ex1_full["FedAvg"]
-glue("ex1_code_move", ex1_code_move, display=False)
-glue("ex1_fedavg_move", ex1_fedavg_move, display=False)
-ex1_rb_change = abs(ex1_rb_full) - abs(ex1_rb_small)  # > 0: the paper's formula moved closer to the rebalancing control
-glue("ex1_rb_reading", sign_word(ex1_rb_change, "closer to the rebalancing-only control, as the ratio predicts",
-                                 "further from the rebalancing-only control, against what the ratio predicts",
-                                 "as close to the rebalancing-only control as at scale 1: the ratio's prediction does not show")
-     + ("" if not abs(ex1_rb_change) < ex_noise else " (a change within the seed-to-seed yardstick, so one seed does not "
-        "settle it)"), display=False)
-glue("ex1_move_reading", "both move the same way by more than the seed-to-seed yardstick, so the change is not the noise "
-     "formula's; a plausible cause, not measured here, is training the classifier on smaller inputs (with Adam a step moves "
-     "the weights by about the learning rate whatever the input scale, so the logits move less per step)"
-     if np.sign(ex1_code_move) == np.sign(ex1_fedavg_move) and min(abs(ex1_code_move), abs(ex1_fedavg_move)) > ex_noise else
-     "they do not both move the same way by more than the seed-to-seed yardstick, so one seed does not say what moved them",
-     display=False)
-glue("ex1_reading", "both gaps are within the seed-to-seed yardstick, so one seed cannot tell the formulas apart"
-     if max(abs(ex1_gap_full), abs(ex1_gap_small)) < ex_noise else
-     "at least one gap exceeds the seed-to-seed yardstick", display=False)
-ex1_seconds = time.perf_counter() - t_ex
+R["ex_noise"] = ex_noise = gg.yardstick(decided[f"label-gain-{b_lo}"])  # the seed-to-seed yardstick
+# Exercise 1: the chapter's embeddings multiplied by 0.1.
+EX1 = Study("ex1", partial(gg.label_cell, study=cfg, embeddings=emb, scale=0.1, methods=["FedAvg", "FedAvg, rebalanced", G, gg.GGEUR_PAPER]),
+            grid={"beta": [b_lo]}, seeds=[seed])
+R.update(gg.exercise1(run_study(EX1, cache=cache_dir)["label"], label["label"], seed, b_lo, emb, 0.1, ex_noise))
 
 # %% [markdown]
 # ### Exercise 1: Which formula?
@@ -827,10 +597,9 @@ ex1_seconds = time.perf_counter() - t_ex
 # Scaling the embeddings by $c$ scales $\Sigma$ by $c^2$. The code's noise ($\mathcal N(x, \Sigma)$)
 # scales with the data, so relative to the data nothing changes; the paper's noise ($\Sigma^2$)
 # scales by $c^4$, so relative to the data it shrinks by $c^2$. The ratio
-# $\mathrm{tr}(\Sigma^2)/\mathrm{tr}(\Sigma)$ goes from {glue:text}`emb_ratio:.2f` to
-# {glue:text}`ex1_ratio:.3f`: the paper's samples are now {glue:text}`ex1_narrow` than the code's,
-# and as the ratio falls toward 0 they become copies of the real samples, that is the
-# rebalancing-only control.
+# $\mathrm{tr}(\Sigma^2)/\mathrm{tr}(\Sigma)$, the paper's total noise variance over the code's,
+# goes from {glue:text}`emb_ratio:.2f` to {glue:text}`ex1_ratio:.3f`, and as it falls toward 0
+# the paper's samples become copies of the real samples, that is the rebalancing-only control.
 #
 # Reduced run (first seed, $\beta =$ {glue:text}`b_lo`, the chapter's embeddings multiplied by
 # {glue:text}`ex1_scale`, every other setting as in the chapter), accuracy in %:
@@ -848,34 +617,12 @@ ex1_seconds = time.perf_counter() - t_ex
 # :::
 
 # %% tags=["remove-cell"]
-# Exercise 2: GGEUR and its two controls at other step-1 totals (the chapter's total is reused).
-t_ex = time.perf_counter()
-EX2_NAMES = [G, "FedAvg, matched steps", "FedAvg, rebalanced"]
-ex2_totals = sorted({max(10, P.total_per_class // 4), P.total_per_class, 5 * P.total_per_class})
-ex2 = pd.DataFrame([{"total": t, **({n: label_runs.of_seed(seed, b_lo, n) for n in EX2_NAMES} if t == P.total_per_class
-                                    else study.first_seed_label(emb, b_lo, seed, t, EX2_NAMES))}
-                    for t in ex2_totals]).set_index("total")
-ex2["GGEUR − rebalanced"] = ex2[G] - ex2["FedAvg, rebalanced"]
-ex2["GGEUR − matched steps"] = ex2[G] - ex2["FedAvg, matched steps"]
-ex2_table = ex2.rename(columns={G: "GGEUR (%)", "FedAvg, matched steps": "matched steps (%)",
-                                "FedAvg, rebalanced": "rebalanced (%)", "GGEUR − rebalanced": "GGEUR − rebalanced (points)",
-                                "GGEUR − matched steps": "GGEUR − matched steps (points)"}).rename_axis("samples per class after step 1")
-glue("ex2_table", show_table(ex2_table, digits=1, formats={c: "+.1f" for c in ex2_table.columns if "points" in c}),
-     display=False)
-gaps = ex2["GGEUR − rebalanced"]
-steps = [f"from {a} to {b} it {sign_word(gaps[b] - gaps[a], 'rises', 'falls', 'stays level')}"
-         + (f" by {abs(gaps[b] - gaps[a]):.1f} points" if abs(gaps[b] - gaps[a]) > 0.05 else "")
-         for a, b in zip(ex2_totals, ex2_totals[1:])]
-peak = int(gaps.idxmax())
-glue("ex2_totals", ", ".join(map(str, ex2_totals)), display=False)
-glue("ex2_steps", "; ".join(steps), display=False)
-glue("ex2_peak", peak, display=False)
-glue("ex2_peak_reading", f"it has not stopped growing by {peak} samples per class" if peak == ex2_totals[-1] else
-     f"on this seed it stops growing at {peak} samples per class", display=False)
-glue("ex2_spread", float(gaps.max() - gaps.min()), display=False)
-glue("ex2_reading", "smaller than the seed-to-seed yardstick, so this one seed does not show where the benefit stops growing"
-     if gaps.max() - gaps.min() < ex_noise else "larger than the seed-to-seed yardstick", display=False)
-ex2_seconds = time.perf_counter() - t_ex
+# Exercise 2: GGEUR and its two controls at other step-1 totals (the chapter's total is its own run).
+EX2 = Study("ex2", partial(gg.label_cell, study=cfg, embeddings=emb, methods=gg.EX2_NAMES),
+            grid={"beta": [b_lo], "total": [t for t in gg.exercise2_totals(P.total_per_class) if t != P.total_per_class]},
+            seeds=[seed])
+R.update(gg.exercise2(run_study(EX2, workers=workers, cache=cache_dir)["label"], label["label"], seed, b_lo, P.total_per_class,
+                      ex_noise))
 
 # %% [markdown]
 # ### Exercise 2: How many samples?
@@ -899,55 +646,18 @@ ex2_seconds = time.perf_counter() - t_ex
 # :::{glue} ex2_table
 # :::
 #
-# The benefit over copies of real samples (GGEUR − rebalanced) is largest at
-# {glue:text}`ex2_peak` samples per class: {glue:text}`ex2_steps`, so {glue:text}`ex2_peak_reading`.
+# The benefit over copies of real samples (the table's GGEUR − rebalanced) is largest at
+# {glue:text}`ex2_peak` samples per class, so {glue:text}`ex2_peak_reading`.
 # Its whole range over the totals, {glue:text}`ex2_spread:.1f` points, is
 # {glue:text}`ex2_reading`; the exercise's full version averages over all seeds.
 # ::::
 
 # %% tags=["remove-cell"]
-# Exercise 3: the domain encoder trained on the other choice of public images, first seed only.
-t_ex = time.perf_counter()
-ex3_sees = "mnist" if P.encoder_sees == "all" else "all"
-_, _, ex3_enc, ex3_emb, ex3_fed, _, ex3_n_public = ex3_first = study.domain_federation(seed, sees=ex3_sees, data=dom_data,
-                                                                                      encoder=encoder)
-ex3_mlp = study.domain_classifier_fn(ex3_first)
-EX3_VARIANTS = ["FedAvg", STEP1, STEPS12]
-ex3_runs = study.domain_runs(ex3_fed)
-ex3_alt = {v: study.domain_row(*ex3_runs[("FedAvg", v)], ex3_fed, ex3_mlp, dom.domain_names, seed)[0] for v in EX3_VARIANTS}
-ex3_own = {v: dom_runs.row(seed, "FedAvg", v) for v in EX3_VARIANTS}
-S2 = GAIN_STEP2
-SEES_NAME = {"all": "encoder on every domain", "mnist": "encoder on MNIST only"}
-ex3 = pd.DataFrame({SEES_NAME[P.encoder_sees] + " (the chapter's)": encoder_column(ex3_own, seed, dom, dom_emb, P.k),
-                    SEES_NAME[ex3_sees]: encoder_column(ex3_alt, seed, dom, ex3_emb, P.k)}).rename_axis("first seed")
-mn, al = (ex3.columns[1], ex3.columns[0]) if ex3_sees == "mnist" else (ex3.columns[0], ex3.columns[1])
-ex3_d = ex3[mn] - ex3[al]  # MNIST-only encoder − every-domain encoder
-glue("ex3_table", show_table(ex3, digits=2), display=False)
-glue("ex3_alt", ex3_sees, display=False)
-glue("ex3_n_public", ex3_n_public, display=False)
-glue("ex3_std_word", sign_word(ex3_d["STD, FedAvg (points)"], "grows", "shrinks", "stays the same"), display=False)
-glue("ex3_std_d", float(ex3_d["STD, FedAvg (points)"]), display=False)
-glue("ex3_avg_d", float(ex3_d["AVG, FedAvg (%)"]), display=False)
-glue("ex3_s2_word", sign_word(ex3_d[S2], "larger", "smaller", "the same"),
-     display=False)
-glue("ex3_s2_mn", float(ex3.loc[S2, mn]), display=False)
-glue("ex3_s2_al", float(ex3.loc[S2, al]), display=False)
-glue("ex3_diag_word", sign_word(ex3_d["S same − different classes, paper's S"], "larger", "smaller", "the same", tol=0.005),
-     display=False)
-glue("ex3_sub_word", sign_word(ex3_d["S same − different classes, subspace S"], "larger", "smaller", "the same", tol=0.005),
-     display=False)
-_std_iv = mean_interval(dom_v("FedAvg", "FedAvg", "STD"), P.level)
-_s2_iv = R["dom-step2-FedAvg"].interval
-ex3_std_noise, ex3_s2_noise = _std_iv.high - _std_iv.mean, (_s2_iv.high - _s2_iv.low) / 2
-glue("ex3_std_noise", ex3_std_noise, display=False)
-glue("ex3_s2_noise", ex3_s2_noise, display=False)
-_within = [abs(ex3_d["STD, FedAvg (points)"]) < ex3_std_noise, abs(ex3_d[S2]) < ex3_s2_noise]
-glue("ex3_reading", "both changes are within it, so this one seed is not conclusive" if all(_within) else
-     "both changes are larger than it" if not any(_within) else
-     "only the " + ("step-2 change" if _within[0] else "STD change") + " is larger than it", display=False)
-ex3_seconds = time.perf_counter() - t_ex
-glue("ex_seconds", ex1_seconds + ex2_seconds + ex3_seconds, display=False)
-print(f"worked solutions: {ex1_seconds:.1f} + {ex2_seconds:.1f} + {ex3_seconds:.1f} s")
+# Exercise 3: the domain encoder trained on the other choice of public images, FedAvg with and without GGEUR's steps.
+EX3 = Study("ex3", partial(gg.domain_cell, study=cfg, runs=gg.EX3_RUNS, sees="mnist" if P.encoder_sees == "all" else "all"),
+            seeds=[seed])
+R.update(gg.exercise3(run_study(EX3, cache=cache_dir), domain_runs, seed, P.encoder_sees, P.level, decided["dom-step2-FedAvg"]))
+R["ex_seconds"] = time.perf_counter() - t_ex
 
 # %% [markdown]
 # ### Exercise 3: An encoder that has not seen the other domains
@@ -972,15 +682,15 @@ print(f"worked solutions: {ex1_seconds:.1f} + {ex2_seconds:.1f} + {ex3_seconds:.
 # :::{glue} ex3_table
 # :::
 #
-# With the MNIST-only encoder FedAvg's STD across domains {glue:text}`ex3_std_word`
-# ({glue:text}`ex3_std_d:+.1f` points; AVG {glue:text}`ex3_avg_d:+.1f`), and the gain of step 2 is
-# {glue:text}`ex3_s2_word` ({glue:text}`ex3_s2_mn:+.1f` against {glue:text}`ex3_s2_al:+.1f`
-# points). The diagonal's lead in $S$ is {glue:text}`ex3_diag_word` under the paper's $S$ and
-# {glue:text}`ex3_sub_word` under the subspace similarity. For scale, the chapter's intervals over
+# With the MNIST-only encoder FedAvg's STD across domains changes by {glue:text}`ex3_std_d:+.1f`
+# points (AVG by {glue:text}`ex3_avg_d:+.1f`), the gain of step 2 is {glue:text}`ex3_s2_mn:+.1f`
+# points against {glue:text}`ex3_s2_al:+.1f` with the encoder on every domain, and the diagonal's
+# lead in $S$ changes by {glue:text}`ex3_diag_d:+.2f` under the paper's $S$ and by
+# {glue:text}`ex3_sub_d:+.2f` under the subspace similarity. For scale, the chapter's intervals over
 # {glue:text}`n_seeds` seeds have half-widths of {glue:text}`ex3_std_noise:.1f` points for
 # FedAvg's STD and {glue:text}`ex3_s2_noise:.1f` points for the gain of step 2: {glue:text}`ex3_reading`.
 # The full answer re-runs every seed with `-p encoder_sees=mnist`.
 # ::::
 
 # %% tags=["remove-cell"]
-glue("total_seconds", P.elapsed(), display=False)
+glue_all({**R, "total_seconds": P.elapsed()})  # every number the prose reads

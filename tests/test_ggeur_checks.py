@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import fedbook.studies.ggeur_checks as gc
+from fedbook.checks import CheckTable
 from fedbook.studies.ggeur_checks import (augmentation_distances, augmentation_shares, batched_against_loop,
                                              degenerate_failures, degenerate_inputs, distance_summary,
                                              eq4_on_random_federations, generation_covariances, local_stats,
@@ -191,3 +192,63 @@ def test_errors_name_the_bad_value():
         augmentation_distances(0, n_per_class=40, n_classes=2, dim=2, n_clients=2, alpha=1.0, total=1)
     with pytest.raises(ValueError, match="n_new must be an int >= 1, got 0"):
         batched_against_loop(0, n_new=0)
+
+
+def test_the_sections_record_their_checks_and_read_the_same_numbers():
+    """Each section is the chapter's former cell: the numbers are the checks' own, the rows the chapter's."""
+    checks = CheckTable()
+    s1 = gc.eq4_section(checks, 0, 3)
+    e = eq4_on_random_federations(0, 3)
+    assert s1.numbers == {"eq4_err": e.eq4, "eq4_trials": 3, "single_client_cases": e.single_client_cases}
+    assert type(s1.numbers["eq4_err"]) is float and type(s1.numbers["eq4_trials"]) is int
+    s2 = gc.generation_section(checks, 0, 3000)
+    formulas, by_scale = generation_covariances(0, 3000)
+    assert s2.numbers["emp_err"] == formulas["relative error empirical vs analytic"].max()
+    assert s2.numbers["scale_paper_small"] == by_scale.iloc[0, 1] and s2.numbers["scale_paper_large"] == by_scale.iloc[-1, 1]
+    s3 = gc.similarity_section(checks, 0, 3)
+    assert s3.numbers == {"s_swap": 3.0}
+    s4 = gc.augmentation_section(checks, 0, n_per_class=40, n_classes=2, dim=2, n_clients=2, alpha=1.0, total=60)
+    shares = augmentation_shares(s4.data)
+    assert s4.numbers["share_code"] == 100 * shares["share_code"] and s4.numbers["n_pairs"] == len(s4.data) // 2
+    gc.degenerate_section(checks, 0)
+    s6 = gc.batched_section(checks, 0, dim=4, n_new=10)
+    assert s6.numbers["loop_err"] < 1e-12 and s6.numbers["loop_time_ratio"] > 0
+    rows = checks.frame()
+    assert len(rows) == 2 + 3 + 4 + 1 + 1 + 1
+    assert rows["how checked"].tolist()[0] == "3 random federations vs numpy.cov(bias=True)"
+    assert rows["how checked"].tolist()[2] == "3,000 draws, Frobenius relative error"
+    assert rows["worst error / counterexamples"].tolist()[8] == "S = 3 of 5"
+    assert rows["how checked"].tolist()[-1] == "10 samples, d = 4, same draws"
+    verdicts = rows["verdict"].tolist()
+    assert verdicts[:9] + verdicts[10:] == ["holds"] * 11  # the augmentation row (10th) is a measurement:
+    share = s4.numbers["share_code"]
+    assert verdicts[9] == ("holds" if share == 100 else "partly" if share > 0 else "FAILS")
+    assert rows["worst error / counterexamples"].tolist()[9] == f"shrinks for {share:.0f} %"
+    assert len(s1.tables) == 1 and len(s2.tables) == 2 and len(s3.tables) == 1
+
+
+def test_augmentation_reading_has_a_sentence_for_every_case():
+    texts = {(a, b): gc.augmentation_reading({"scarce_better": a, "too_wide": b}) for a in (True, False) for b in (True, False)}
+    assert texts[(True, True)]["aug_reading"] == ("GGEUR's augmentation is a remedy for scarce classes; filling a "
+                                                  "well-represented class up to the total makes it too wide")
+    assert texts[(False, False)]["aug_reading"].startswith("the scarce classes do not gain more often")
+    assert texts[(False, False)]["aug_reading"].endswith("does not make it wider than the global class here")
+    assert texts[(False, True)]["aug_closing"] == "no more often for under-represented classes than for the others"
+    assert len({t["aug_reading"] for t in texts.values()}) == 4
+
+
+def test_the_figures_draw_both_formulas():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig = gc.plot_formulas(0, n=50)
+    ax = fig.axes[0]
+    assert [c.get_offsets().shape[0] for c in ax.collections] == [50, 50, 1]
+    assert ax.get_title() == "new samples around one sample, λ = (4, 0.25)"
+    plt.close(fig)
+    dist = augmentation_distances(0, n_per_class=40, n_classes=2, dim=2, n_clients=2, alpha=1.0, total=60)
+    fig = gc.plot_frechet(dist)
+    ax = fig.axes[0]
+    assert sum(c.get_offsets().shape[0] for c in ax.collections) == len(dist) and ax.get_xscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["code's formula", "paper's formula", "no change"]
+    plt.close(fig)

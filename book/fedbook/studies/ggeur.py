@@ -1,21 +1,33 @@
-r"""GGEUR's experiments: the label-skew and domain-skew runs per run seed on frozen embeddings,
-the geometry similarity between domains, and the values per seed that the claims compare (the
-chapter *GGEUR: label skew and domain skew on digit embeddings*, ``notebooks/ggeur_experiments.py``).
+r"""GGEUR's experiments as studies: the label-skew and domain-skew cells on frozen embeddings, the
+geometry similarity between domains, the frames the claims read, and the numbers, tables and
+figures of the chapter *GGEUR: label skew and domain skew on digit embeddings*
+(``notebooks/ggeur_experiments.py``).
 
 From GGEUR (Dai, Huang, Chen et al., "Geometric Knowledge-Guided Localized Global Distribution
 Alignment for Federated Learning", CVPR 2025): Section 4.2 (label skew, Tables 1-3), Section 4.3
 (domain skew, Table 4 and its ablation), Section 3.2.2 (Figure 6, the similarity of class shapes
 across domains) and Section 4.5 (convergence, Figure 8).
 
-:class:`GGEURStudy` holds what is embedded and trained; :meth:`GGEURStudy.run_label` runs the
-label-skew experiment for every seed and concentration and returns a :class:`LabelRuns`,
-:meth:`GGEURStudy.run_domain` the domain-skew experiment and returns a :class:`DomainRuns`; their
-methods give the values per seed the chapter's claims compare. The label-skew encoder is trained
-once and frozen for every seed (:meth:`GGEURStudy.label_embeddings`), the domain-skew one per seed
-(:meth:`GGEURStudy.domain_federation`); the first seed's are reused by the worked solutions. A
-seed beyond the chapter's full seeds makes the headline runs only (:data:`HEADLINE_LABEL`,
-:data:`HEADLINE_DOM`). The pieces are free functions: :func:`similarity_rows`,
-:func:`diagonal_gap`, :func:`encoder_column` and :func:`claims_reading`.
+The chapter declares its experiments as :class:`fedbook.study.Study` objects whose cells are
+functions of this module, bound to a :class:`GGEURStudy` (what is embedded and trained, built from
+the chapter's settings by :meth:`GGEURStudy.from_settings`):
+
+- :func:`label_cell`: one seed and Dirichlet concentration of the label-skew experiment, every run
+  of :data:`LABEL_METHODS` on the frozen embeddings (the label-skew encoder is trained once, on the
+  first seed's public split, :meth:`GGEURStudy.label_embeddings`, and bound to every cell); a seed
+  beyond the chapter's full seeds makes the headline runs only (:data:`HEADLINE_LABEL`). The
+  worked solutions of exercises 1 and 2 are label cells too (other runs, scale or total);
+- :func:`domain_cell`: one seed of the domain-skew experiment, on that seed's own encoder: the runs
+  of :data:`DOM_ORDER` (:data:`HEADLINE_DOM` on a headline seed), the similarity rows and heat maps
+  under both similarities (:func:`similarity_rows`), the domains' sizes. Exercise 3's worked
+  solution is a domain cell with the other encoder.
+
+:func:`chapter_frames` turns the studies' frames into the chapter's results mapping, with the
+frames the claims read (:func:`fedbook.claims.Read`): ``label``, ``label_gain``, ``domain``,
+``fig6`` and ``leads``. The numbers the prose reads come from :func:`label_numbers`,
+:func:`domain_numbers`, :func:`embedding_summary` and the exercises' functions
+(:func:`exercise1`, :func:`exercise2`, :func:`exercise3`); the sentences that depend on the data
+from :func:`swing_reading`, :func:`exercise_readings` and :func:`claims_reading`.
 """
 
 from __future__ import annotations
@@ -27,20 +39,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.ticker import MaxNLocator
 
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, mean_interval, says, seed_table
+from fedbook.page import show_table, sign_word
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, says
 from fedlib.data import ArrayDataset, load_dataset, make_digit_domains
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import Federation, make_federation, one_client_per_domain
-from fedlib.geometry import SIMILARITY_METHODS, class_shapes, similarity_matrix
+from fedlib.geometry import SIMILARITY_METHODS, augment, class_shapes, numerical_ranks, similarity_matrix, trace_ratio
 from fedlib.loop import LoopConfig, RunOptions, RunResult
-from fedbook.parallel import map_parallel
 from fedlib.protocol import Algorithm
-from fedlib.rng import DATA_SUBSET, numpy_rng
+from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
 from fedlib.run import run_federated
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
@@ -77,6 +91,17 @@ SAME, DIFFERENT, ROWMAX = "mean S, same class", "mean S, different classes", "cl
 """The columns of :func:`similarity_rows` (besides ``seed`` and ``other domain``)."""
 GAIN_STEP2 = "gain of step 2 over step 1, AVG (points)"
 """The row of :func:`encoder_column` that exercise 3 reads for step 2."""
+
+
+EX3_RUNS = [("FedAvg", "FedAvg"), ("FedAvg", STEP1), ("FedAvg", STEPS12)]
+"""Exercise 3's domain-skew runs: FedAvg alone and with GGEUR's steps."""
+SEES_TEXT = {"all": ("the public parts of every domain", "like CLIP it has seen every domain", "encoder on every domain"),
+             "mnist": ("the public part of MNIST only", "unlike CLIP it has seen one domain only", "encoder on MNIST only")}
+"""Per :data:`ENCODER_SEES` value, what the prose says: what the encoder trains on, how it compares with
+CLIP, and exercise 3's column name."""
+SIZE_NAMES = {"domain size": "domain size (images)", "client train": "client's train set (images)",
+              "domain test": "domain's test set (images)", "classes held": "classes the client holds"}
+"""The columns of the domains' table (:func:`fedlib.federation.one_client_per_domain`'s sizes)."""
 
 
 def similarity_rows(seed: int, domains: ArrayDataset, embeddings: ArrayDataset, k: int,
@@ -155,22 +180,6 @@ def diagonal_gap(rows: Sequence[Mapping[str, float]]) -> float:
     return float(np.mean([r[SAME] - r[DIFFERENT] for r in rows]))
 
 
-def encoder_column(runs: Mapping[str, Mapping[str, float]], seed: int, domains: ArrayDataset,
-                   embeddings: ArrayDataset, k: int) -> dict[str, float]:
-    """One encoder's column of exercise 3: FedAvg's AVG and STD over the domains, the gains of
-    GGEUR's step 1 over FedAvg and of step 2 over step 1 (:data:`GAIN_STEP2`), and
-    :func:`diagonal_gap` under the paper's and the subspace similarity.
-
-    ``runs`` maps ``"FedAvg"``, :data:`STEP1` and :data:`STEPS12` to a run's ``AVG`` and ``STD``
-    (:meth:`GGEURStudy.domain_row`); ``embeddings`` are that encoder's."""
-    return {"AVG, FedAvg (%)": runs["FedAvg"]["AVG"], "STD, FedAvg (points)": runs["FedAvg"]["STD"],
-            "gain of step 1 over FedAvg, AVG (points)": runs[STEP1]["AVG"] - runs["FedAvg"]["AVG"],
-            GAIN_STEP2: runs[STEPS12]["AVG"] - runs[STEP1]["AVG"],
-            "S same − different classes, paper's S": diagonal_gap(similarity_rows(seed, domains, embeddings, k)[0]),
-            "S same − different classes, subspace S":
-                diagonal_gap(similarity_rows(seed, domains, embeddings, k, method="subspace")[0])}
-
-
 VS_COPIES = {HOLDS: "generated samples beat copies of real samples at the same class counts",
              DOES_NOT_HOLD: "copies of real samples at GGEUR's class counts do better",
              INCONCLUSIVE: "generated samples and copies of real samples at the same class counts cannot be told apart at this scale"}
@@ -243,180 +252,18 @@ class DomainSetup(NamedTuple):
     n_public: int
 
 
-@dataclass
-class LabelRuns:
-    """What :meth:`GGEURStudy.run_label` computed.
-
-    Attributes
-    ----------
-    table : DataFrame
-        ``seed, beta, method, accuracy (%), early (%)``: the global accuracy at the end and after
-        ``early`` training rounds (:class:`GGEURStudy`), one row per seed, concentration and run.
-    curves : dict
-        ``(seed, beta, method)``: the global accuracy (a fraction) per training round.
-    seconds : float
-        The time the runs took, added up over the seeds.
-    """
-
-    table: pd.DataFrame
-    curves: dict = field(default_factory=dict)
-    seconds: float = 0.0
-
-    def _column(self, column: str, beta: float, method: str, seeds: Sequence[int] | None = None) -> pd.Series:
-        """Per seed (in seed order), one run's ``column``: on the seeds that made the run
-        (``seeds=None``) or on ``seeds``, each of which must have made it; a clear error on what
-        the table lacks."""
-        if column not in ("accuracy (%)", "early (%)"):
-            raise ValueError(f"unknown column {column!r}; valid: 'accuracy (%)', 'early (%)'")
-        t = self.table
-        if not ((t.beta == beta) & (t.method == method)).any():
-            raise ValueError(f"no label-skew run {method!r} at beta = {beta!r}; betas: {sorted(set(t.beta))}, "
-                             f"runs: {', '.join(dict.fromkeys(t.method))}")
-        per_seed = t.pivot_table(index="seed", columns=["beta", "method"], values=column)[(beta, method)].dropna()
-        if seeds is None:
-            return per_seed
-        missing = [s for s in seeds if s not in per_seed.index]
-        if missing:
-            raise ValueError(f"the label-skew run {method!r} at beta = {beta!r} was not made on seeds {missing}; "
-                             f"it was on {per_seed.index.tolist()}")
-        return per_seed.reindex(list(seeds))
-
-    def accuracy(self, beta: float, method: str, seeds: Sequence[int] | None = None) -> np.ndarray:
-        """Per seed (in seed order, or the order of ``seeds``), ``method``'s global accuracy (%) at ``beta``."""
-        return self._column("accuracy (%)", beta, method, seeds).to_numpy()
-
-    def early(self, beta: float, method: str, seeds: Sequence[int] | None = None) -> np.ndarray:
-        """Per seed, ``method``'s global accuracy (%) after the early rounds at ``beta``."""
-        return self._column("early (%)", beta, method, seeds).to_numpy()
-
-    def drops(self, beta: float, method: str, seeds: Sequence[int]) -> np.ndarray:
-        """Per seed of ``seeds``, the drops of ``method``'s global-accuracy curve at ``beta``: the sum
-        over training rounds :math:`t \\ge 1` of :math:`\\max(0, a_t - a_{t+1})`, in points (0 for a
-        curve that never falls; the statistics round 0 of an augmentation method is not read).
-
-        Examples
-        --------
-        >>> runs = LabelRuns(pd.DataFrame(), {(0, 0.1, "A"): pd.Series([0.1, 0.5, 0.4, 0.6, 0.55], index=[0, 1, 2, 3, 4])})
-        >>> runs.drops(0.1, "A", [0]).round(6).tolist()  # 50 -> 40 and 60 -> 55: 10 + 5 points
-        [15.0]
-        """
-        out = []
-        for s in seeds:
-            if (s, beta, method) not in self.curves:
-                raise ValueError(f"no curve of {method!r} at beta = {beta!r} for seed {s!r}")
-            a = 100 * self.curves[(s, beta, method)]
-            a = a[a.index >= 1].to_numpy(dtype=float)
-            out.append(float(np.clip(a[:-1] - a[1:], 0.0, None).sum()))
-        return np.array(out)
-
-    def mean(self, beta: float, method: str, column: str = "accuracy (%)", seeds: Sequence[int] | None = None) -> float:
-        """The mean over the seeds (those that made the run, or ``seeds``) of ``column``
-        (``"accuracy (%)"`` or ``"early (%)"``)."""
-        return float(self._column(column, beta, method, seeds).mean())
-
-    def of_seed(self, seed: int, beta: float, method: str) -> float:
-        """One seed's global accuracy (%) of ``method`` at ``beta``."""
-        per_seed = self._column("accuracy (%)", beta, method)
-        if seed not in per_seed.index:
-            raise ValueError(f"no run seed {seed!r}; the seeds: {per_seed.index.tolist()}")
-        return float(per_seed.loc[seed])
-
-
-@dataclass
-class DomainRuns:
-    """What :meth:`GGEURStudy.run_domain` computed.
-
-    Attributes
-    ----------
-    table : DataFrame
-        ``seed, base, method``, the accuracy (%) on each domain's test set, ``AVG`` and ``STD``
-        (points) over the domains, one row per seed and run of :data:`DOM_ORDER`.
-    similarity : DataFrame
-        :func:`similarity_rows` of every seed.
-    first_matrices : dict of str to ndarray
-        The first seed's similarity matrices.
-    seeds : list of int
-        The run seeds, in order.
-    seconds : float
-        The time the runs took, added up over the seeds.
-    """
-
-    table: pd.DataFrame
-    similarity: pd.DataFrame
-    first_matrices: dict
-    seeds: list
-    seconds: float = 0.0
-
-    def _check(self, base: str, method: str, seed: int | None = None) -> None:
-        t = self.table
-        if (base, method) not in set(zip(t.base, t.method)):
-            raise ValueError(f"no domain-skew run ({base!r}, {method!r}); valid: {DOM_ORDER}")
-        if seed is not None and seed not in self.seeds:
-            raise ValueError(f"no run seed {seed!r}; the seeds: {self.seeds}")
-
-    def value(self, base: str, method: str, column: str = "AVG", seeds: Sequence[int] | None = None) -> np.ndarray:
-        """Per seed, a run's ``column`` (``"AVG"``, ``"STD"`` or a domain's name): on the seeds that
-        made the run, in the seeds' order (``seeds=None``), or on ``seeds``, each of which must have made it."""
-        self._check(base, method)
-        columns = [c for c in self.table.columns if c not in ("seed", "base", "method")]
-        if column not in columns:
-            raise ValueError(f"unknown column {column!r}; valid: {', '.join(columns)}")
-        d = self.table.set_index(["seed", "base", "method"])
-        per_seed = d.xs((base, method), level=("base", "method"))[column]
-        made = [s for s in self.seeds if s in per_seed.index]
-        if seeds is None:
-            return per_seed.reindex(made).to_numpy()
-        missing = [s for s in seeds if s not in per_seed.index]
-        if missing:
-            raise ValueError(f"the domain-skew run ({base!r}, {method!r}) was not made on seeds {missing}; it was on {made}")
-        return per_seed.reindex(list(seeds)).to_numpy()
-
-    def row(self, seed: int, base: str, method: str) -> pd.Series:
-        """One seed's row of a run."""
-        self._check(base, method, seed)
-        return self.table.set_index(["seed", "base", "method"]).loc[(seed, base, method)]
-
-    @property
-    def similarity_seeds(self) -> list:
-        """The seeds whose similarity rows were computed, in the seeds' order."""
-        have = set(self.similarity["seed"])
-        return [s for s in self.seeds if s in have]
-
-    def similarity_per_seed(self) -> pd.DataFrame:
-        """Per seed of :attr:`similarity_seeds` (rows, in order), :data:`SAME` and :data:`DIFFERENT`
-        averaged over the other domains."""
-        return self.similarity.groupby("seed")[[SAME, DIFFERENT]].mean().reindex(self.similarity_seeds)
-
-    def diagonal_gaps(self) -> pd.DataFrame:
-        """Per seed of :attr:`similarity_seeds` (rows) and other domain (columns, in their order):
-        :data:`SAME` − :data:`DIFFERENT`, one heat map's diagonal lead.
-
-        Examples
-        --------
-        >>> sims = pd.DataFrame([{"seed": 0, "other domain": o, SAME: 2.0 + j, DIFFERENT: 1.0} for j, o in enumerate("ab")])
-        >>> DomainRuns(pd.DataFrame(), sims, {}, [0]).diagonal_gaps().to_dict("list")
-        {'a': [1.0], 'b': [2.0]}
-        """
-        sim = self.similarity
-        gaps = sim.assign(gap=sim[SAME] - sim[DIFFERENT]).pivot(index="seed", columns="other domain", values="gap")
-        return gaps.reindex(index=self.similarity_seeds, columns=list(dict.fromkeys(sim["other domain"])))
-
-    def rowmax_share(self, n_classes: int) -> np.ndarray:
-        """Per seed of :attr:`similarity_seeds`, the share of the first domain's rows whose maximum
-        is on the diagonal, over every other domain (a fraction of ``n_classes`` × the other domains)."""
-        n_others = self.similarity["other domain"].nunique()
-        return (self.similarity.groupby("seed")[ROWMAX].sum().reindex(self.similarity_seeds)
-                / (n_classes * n_others)).to_numpy()
 
 
 @dataclass(frozen=True)
 class GGEURStudy:
     """What the chapter embeds and trains for every run seed.
 
-    Label skew (:meth:`label_seed`): MNIST-5k, a public split trains the encoder, the rest is
+    Label skew (:func:`label_cell`): MNIST-5k, a public split trains the encoder, the rest is
     embedded and split over ``n_clients`` clients with a Dirichlet skew per concentration; every
-    run of :data:`LABEL_METHODS` trains a linear classifier. Domain skew (:meth:`domain_seed`):
+    run of :data:`LABEL_METHODS` trains a linear classifier. Domain skew (:func:`domain_cell`):
     the :data:`DOMAINS`, one client per domain, every run of :data:`DOM_ORDER` trains an MLP.
+    The chapter builds it from its settings (:meth:`from_settings`) and binds it to its studies'
+    cells, so a cell's cache key covers every field.
 
     Parameters
     ----------
@@ -457,23 +304,18 @@ class GGEURStudy:
         Evaluate every this many rounds. Only 1 is accepted while the convergence claim reads
         round ``early`` of every curve: a method with a statistics round is evaluated one round
         later than one without, so a longer period leaves one of the two without round ``early``.
-    similarity_method : {"paper", "subspace"}
-        The similarity of the heat maps and the Figure 6 claims (:func:`similarity_rows`).
     clip_checkpoint : str, optional
         A local open_clip checkpoint (ViT-B-32): the encoder instead of the public-split CNN.
     options : RunOptions
         How the runs execute.
-    results_dir : str, optional
-        Where every run's result is saved (``None``: not saved).
 
     Raises
     ------
     ValueError
         A count that is not an integer >= 1, a share outside (0, 1), a negative weight, an
         ``embedding_scale`` that is not > 0, an ``early`` beyond ``rounds``, an ``eval_every``
-        other than 1, a ``train`` counted in steps, an ``encoder_sees`` not in
-        :data:`ENCODER_SEES` or a ``similarity_method`` not in
-        :data:`fedlib.geometry.SIMILARITY_METHODS`.
+        other than 1, a ``train`` counted in steps or an ``encoder_sees`` not in
+        :data:`ENCODER_SEES`.
 
     Examples
     --------
@@ -509,10 +351,8 @@ class GGEURStudy:
     embedding_scale: float = 1.0
     encoder_sees: str = "all"
     eval_every: int = 1
-    similarity_method: str = "paper"
     clip_checkpoint: str | None = None
     options: RunOptions = field(default_factory=RunOptions)
-    results_dir: Any = None
 
     def __post_init__(self) -> None:
         for name in ("encoder_epochs", "encoder_width", "n_clients", "global_test_per_class", "total_per_class",
@@ -529,8 +369,6 @@ class GGEURStudy:
         check_real("embedding_scale", self.embedding_scale, low=0.0, low_open=True)
         if self.encoder_sees not in ENCODER_SEES:
             raise ValueError(f"encoder_sees must be 'all' or 'mnist', got {self.encoder_sees!r}")
-        if self.similarity_method not in SIMILARITY_METHODS:
-            raise ValueError(f"unknown similarity_method {self.similarity_method!r}; valid: {', '.join(SIMILARITY_METHODS)}")
         if self.early > self.rounds:
             raise ValueError(f"early must be a training round, 1 to rounds = {self.rounds}, got {self.early}")
         if self.eval_every != 1:
@@ -538,6 +376,29 @@ class GGEURStudy:
         if self.train.steps is not None:
             raise ValueError(f"train must count epochs, not steps (the matched-steps controls count them), "
                              f"got steps={self.train.steps}")
+
+    @classmethod
+    def from_settings(cls, P: Any, *, options: RunOptions | None = None, clip_checkpoint: str | None = None) -> GGEURStudy:
+        """The study of a chapter's settings ``P`` (:func:`fedbook.page.setup`'s): its sizes, Adam
+        with ``P.lr`` for ``P.local_epochs`` local epochs in batches of ``P.batch_size``, and
+        ``early`` at a fifth of ``P.rounds`` (at least 1). ``P.similarity`` is checked here too
+        (it selects the chapter's similarity, :func:`chapter_frames`), before any run.
+
+        Raises
+        ------
+        ValueError
+            On a ``P.similarity`` not in :data:`fedlib.geometry.SIMILARITY_METHODS`, and as the
+            constructor does.
+        """
+        if P.similarity not in SIMILARITY_METHODS:
+            raise ValueError(f"unknown similarity {P.similarity!r}; valid: {', '.join(SIMILARITY_METHODS)}")
+        train = TrainConfig(epochs=P.local_epochs, batch_size=P.batch_size, optimizer="adam", lr=P.lr)
+        names = ("n_samples", "public_fraction", "encoder_epochs", "encoder_width", "n_clients", "global_test_per_class",
+                 "total_per_class", "per_prototype", "rounds", "domain_rounds", "label_classifier", "domain_classifier",
+                 "hidden", "prox_mu", "proto_lam", "k", "domain_max", "domain_public", "domain_test", "domain_client",
+                 "embedding_scale", "encoder_sees", "eval_every")
+        return cls(**{n: getattr(P, n) for n in names}, train=train, early=max(1, P.rounds // 5),
+                   clip_checkpoint=clip_checkpoint, options=RunOptions() if options is None else options)
 
     # -- the pieces of a run ------------------------------------------------------------------
 
@@ -599,81 +460,22 @@ class GGEURStudy:
             "FedFA-style": (FedFAStyle(base=FedAvg(train=train), total_per_class=total), True),
         }
 
-    def label_names(self, beta: float, betas: Sequence[float], full: bool = True) -> list[str]:
+    def label_names(self, beta: float, low_beta: float, full: bool = True) -> list[str]:
         """The label-skew runs a seed makes at ``beta``: on a full seed every run of
-        :data:`LABEL_METHODS` (those of :data:`LOW_BETA_ONLY` at the lowest of ``betas`` only), on
-        a headline seed those of :data:`HEADLINE_LABEL`.
+        :data:`LABEL_METHODS` (those of :data:`LOW_BETA_ONLY` at the lowest concentration
+        ``low_beta`` only), on a headline seed those of :data:`HEADLINE_LABEL`.
 
         Examples
         --------
         >>> study = GGEURStudy(n_samples=200, public_fraction=0.2, encoder_epochs=1, encoder_width=8, n_clients=2,
         ...                    global_test_per_class=2, total_per_class=10, per_prototype=5, rounds=1, domain_rounds=1,
         ...                    train=TrainConfig(epochs=1, batch_size=16, optimizer="adam", lr=1e-2), early=1)
-        >>> len(study.label_names(0.5, [0.5, 0.1])), len(study.label_names(0.1, [0.5, 0.1])), study.label_names(0.5, [0.5], False)
+        >>> len(study.label_names(0.5, 0.1)), len(study.label_names(0.1, 0.1)), study.label_names(0.5, 0.5, False)
         (7, 8, ['FedAvg', '+GGEUR (code: N(x, Σ))'])
         """
         if not full:
             return list(HEADLINE_LABEL)
-        return [m for m in LABEL_METHODS if m not in LOW_BETA_ONLY or beta == min(betas)]
-
-    def label_seed(self, seed: int, betas: Sequence[float], setup: LabelSetup | None = None, full: bool = True) -> dict:
-        """Seed ``seed`` of the label-skew experiment, every concentration of ``betas``: its
-        ``rows`` (of :attr:`LabelRuns.table`), its ``curves`` and its ``seconds`` of training;
-        ``setup``: the frozen encoder's embeddings (``None``: this seed's own,
-        :meth:`label_embeddings`); ``full``: every run, else the headline runs only (:meth:`label_names`)."""
-        rows, curves, seconds = [], {}, 0.0
-        enc, emb, _ = self.label_embeddings(seed) if setup is None else setup
-        lin_fn = classifier_fn(self.label_classifier, enc.dim, emb.n_classes)
-        for beta in betas:
-            fed = self.label_federation(emb, beta, seed)
-            methods = self.label_methods(fed, emb.n_classes, self.total_per_class)
-            for name in self.label_names(beta, betas, full):
-                alg, extra = methods[name]
-                res, curve, secs = self.run(alg, fed, lin_fn, self.rounds, extra, seed)
-                curves[(seed, beta, name)] = curve
-                seconds += secs
-                rows.append({"seed": seed, "beta": beta, "method": name, "accuracy (%)": 100 * res.summary()["global"],
-                             "early (%)": 100 * float(curve.get(self.early, np.nan))})
-                if self.results_dir is not None:
-                    res.save(Path(self.results_dir) / f"label_seed{seed}_beta{beta}_{len(rows)}")
-        return {"rows": rows, "curves": curves, "seconds": seconds}
-
-    def run_label(self, seeds: Sequence[int], betas: Sequence[float], workers: int = 1,
-                  first: LabelSetup | None = None, full: int | None = None) -> LabelRuns:
-        """:meth:`label_seed` for every seed in ``workers`` processes (the same bits as one after
-        another when torch runs one thread, as :func:`fedbook.parallel.map_parallel` says).
-
-        The encoder is frozen once, like the paper's CLIP: ``first`` (the embeddings of
-        ``seeds[0]``, :meth:`label_embeddings`; built here when ``None``) serves every seed, and a
-        seed varies the clients' partition, the global test set and the classifier's
-        initialization. The first ``full`` seeds make every run, the others the headline runs
-        only (``None``: every seed makes every run)."""
-        if not seeds:
-            raise ValueError("seeds must hold at least one run seed, got none")
-        if not betas:
-            raise ValueError("betas must hold at least one concentration, got none")
-        n_full = len(seeds) if full is None else check_int("full", full, low=1)
-        setup = self.label_embeddings(seeds[0]) if first is None else first
-        outputs = map_parallel(lambda s: self.label_seed(s, betas, setup, full=list(seeds).index(s) < n_full), seeds, workers)
-        curves = {}
-        for out in outputs:
-            curves.update(out["curves"])
-        return LabelRuns(pd.DataFrame([r for out in outputs for r in out["rows"]]), curves,
-                         sum(out["seconds"] for out in outputs))
-
-    def first_seed_label(self, embeddings: ArrayDataset, beta: float, seed: int, total: int,
-                         names: Sequence[str]) -> dict[str, float]:
-        """Accuracy (%) of the named label-skew runs (:data:`LABEL_METHODS`) of one seed at
-        ``beta`` on ``embeddings``, with GGEUR's step-1 total ``total`` (the worked solutions'
-        reduced runs)."""
-        fed = self.label_federation(embeddings, beta, seed)
-        methods = self.label_methods(fed, embeddings.n_classes, total)
-        unknown = [n for n in names if n not in methods]
-        if unknown:
-            raise ValueError(f"unknown label-skew runs {unknown}; valid: {', '.join(methods)}")
-        lin_fn = classifier_fn(self.label_classifier, embeddings.x.shape[1], embeddings.n_classes)
-        return {name: 100 * self.run(methods[name][0], fed, lin_fn, self.rounds, methods[name][1], seed)[0].summary()["global"]
-                for name in names}
+        return [m for m in LABEL_METHODS if m not in LOW_BETA_ONLY or beta == low_beta]
 
     # -- domain skew ----------------------------------------------------------------------------
 
@@ -688,23 +490,22 @@ class GGEURStudy:
         pub, rest = public_split(d_all, self.domain_public, seed=seed)
         return d_all, pub, rest
 
-    def domain_federation(self, seed: int, sees: str | None = None, data: tuple | None = None,
-                          encoder: FrozenEncoder | None = None) -> DomainSetup:
+
+    def domain_federation(self, seed: int, sees: str | None = None) -> DomainSetup:
         """Seed ``seed``: the domains, the public split, the encoder and one client per domain.
 
         ``sees``: what the encoder trains on (:data:`ENCODER_SEES`; ``None``: ``encoder_sees``);
-        ``data``: :meth:`domain_data`'s output, if already built; ``encoder``: with a CLIP
-        checkpoint, the encoder already loaded (``None``: loaded again)."""
+        with a CLIP checkpoint, the checkpoint's encoder instead."""
         sees = self.encoder_sees if sees is None else sees
         if sees not in ENCODER_SEES:
             raise ValueError(f"sees must be 'all' or 'mnist', got {sees!r}")
-        d_all, pub, rest = self.domain_data(seed) if data is None else data
+        d_all, pub, rest = self.domain_data(seed)
         enc_pub = pub if sees == "all" else pub[d_all.domain.numpy()[pub] == 0]
         if self.clip_checkpoint is None:
             enc = train_public_encoder(d_all.subset(enc_pub), epochs=self.encoder_epochs, width=self.encoder_width,
                                        seed=seed)  # train_public_encoder derives its own streams
         else:
-            enc = encoder if encoder is not None else OpenCLIPEncoder("ViT-B-32", self.clip_checkpoint)
+            enc = OpenCLIPEncoder("ViT-B-32", self.clip_checkpoint)
         e = encode_dataset(enc, d_all.subset(rest))
         totals = {name: int((d_all.domain == d).sum()) for d, name in enumerate(d_all.domain_names)}
         fed, sizes = one_client_per_domain(e, totals, self.domain_test, self.domain_client, seed=seed)
@@ -744,49 +545,679 @@ class GGEURStudy:
         """The domain-skew classifier for a seed's embeddings."""
         return classifier_fn(self.domain_classifier, setup.encoder.dim, setup.embeddings.n_classes, hidden=self.hidden)
 
-    def domain_seed(self, seed: int, setup: DomainSetup | None = None, encoder: FrozenEncoder | None = None,
-                    full: bool = True) -> dict:
-        """Seed ``seed`` of the domain-skew experiment: its ``rows`` (of
-        :attr:`DomainRuns.table`), its similarity ``sims`` and ``matrices`` (:func:`similarity_rows`)
-        and its ``seconds``; ``setup``: the seed's federation if already built, ``encoder`` as in
-        :meth:`domain_federation`; ``full``: every run of :data:`DOM_ORDER`, else those of
-        :data:`HEADLINE_DOM` only."""
-        rows, seconds = [], 0.0
-        setup = self.domain_federation(seed, encoder=encoder) if setup is None else setup
-        mlp_fn = self.domain_classifier_fn(setup)
-        runs = self.domain_runs(setup.federation)
-        for bname, vname in (DOM_ORDER if full else HEADLINE_DOM):
-            alg, extra = runs[(bname, vname)]
-            row, res, secs = self.domain_row(alg, extra, setup.federation, mlp_fn, setup.domains.domain_names, seed)
-            seconds += secs
-            rows.append({"seed": seed, "base": bname, "method": vname, **row})
-            if self.results_dir is not None:
-                res.save(Path(self.results_dir) / f"domain_seed{seed}_{bname}_{len(rows)}")
-        sims, mats = similarity_rows(seed, setup.domains, setup.embeddings, self.k, self.similarity_method)
-        return {"rows": rows, "sims": sims, "matrices": mats, "seconds": seconds}
-
-    def run_domain(self, seeds: Sequence[int], workers: int = 1, first: DomainSetup | None = None,
-                   full: int | None = None) -> DomainRuns:
-        """:meth:`domain_seed` for every seed in ``workers`` processes; ``first``: the first
-        seed's federation, if already built (with a CLIP checkpoint its encoder serves every seed).
-
-        Unlike the label-skew runs, every seed trains its own domain encoder: Figure 6's rows are
-        about the encoder, and how an encoder represents each domain is the largest source of
-        spread in the domain-skew accuracies, so the rows carry it. The first ``full`` seeds make
-        every run, the others the headline runs only (``None``: every seed makes every run)."""
-        if not seeds:
-            raise ValueError("seeds must hold at least one run seed, got none")
-        seeds = list(seeds)
-        n_full = len(seeds) if full is None else check_int("full", full, low=1)
-        clip = first.encoder if first is not None and self.clip_checkpoint is not None else None
-        outputs = map_parallel(lambda s: self.domain_seed(s, first if s == seeds[0] else None, clip,
-                                                          full=seeds.index(s) < n_full), seeds, workers)
-        return DomainRuns(pd.DataFrame([r for out in outputs for r in out["rows"]]),
-                          pd.DataFrame([r for out in outputs for r in out["sims"]]), outputs[0]["matrices"], seeds,
-                          sum(out["seconds"] for out in outputs))
 
 
-__all__ = ["ABLATION_BASES", "BASES", "DIFFERENT", "HEADLINE_DOM", "HEADLINE_LABEL", "LOW_BETA_ONLY", "DOMAINS", "DOM_ORDER", "DomainRuns", "DomainSetup", "ENCODER_SEES", "GAIN_STEP2",
-           "GGEURStudy", "GGEUR_CODE", "GGEUR_PAPER", "LABEL_METHODS", "LabelRuns", "LabelSetup", "ROWMAX", "SAME",
-           "STEP1", "STEPS12", "VS_COPIES", "VS_STEPS", "claims_reading", "diagonal_gap",
-           "encoder_column", "similarity_rows"]
+# ------------------------------------------------------------------------------------------------
+# The cells of the chapter's studies
+# ------------------------------------------------------------------------------------------------
+
+
+def curve_drops(curve: pd.Series) -> float:
+    r"""The drops of a global-accuracy curve (a fraction per evaluated round): the sum over training
+    rounds :math:`t \ge 1` of :math:`\max(0, a_t - a_{t+1})`, in points (0 for a curve that never
+    falls; the statistics round 0 of an augmentation method is not read).
+
+    Examples
+    --------
+    >>> round(curve_drops(pd.Series([0.1, 0.5, 0.4, 0.6, 0.55], index=[0, 1, 2, 3, 4])), 6)  # 50 -> 40 and 60 -> 55
+    15.0
+    """
+    a = 100 * curve
+    a = a[a.index >= 1].to_numpy(dtype=float)
+    return float(np.clip(a[:-1] - a[1:], 0.0, None).sum())
+
+
+def label_cell(seed: int, beta: float, *, study: GGEURStudy, embeddings: ArrayDataset,
+               methods: Sequence[str] | None = None, full_seeds: Sequence[int] | None = None,
+               low_beta: float | None = None, total: int | None = None, scale: float = 1.0,
+               results_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """One cell of a label-skew study: seed ``seed``'s federation of ``embeddings`` at Dirichlet
+    concentration ``beta`` (:meth:`GGEURStudy.label_federation`) and its runs, each a linear
+    classifier trained for the study's ``rounds`` (an augmentation method adds its statistics round).
+
+    Parameters
+    ----------
+    seed : int
+        The run seed: the clients' partition, the global test set, the classifier's initialization.
+    beta : float
+        The Dirichlet concentration.
+    study : GGEURStudy
+    embeddings : ArrayDataset
+        The frozen encoder's embeddings (:meth:`GGEURStudy.label_embeddings` of the first seed),
+        the same for every seed: bound to the cell, so computed once.
+    methods : sequence of str, optional
+        The runs, names of :data:`LABEL_METHODS`, in order. ``None``: the chapter's
+        (:meth:`GGEURStudy.label_names`): every run on a seed of ``full_seeds``, those of
+        :data:`HEADLINE_LABEL` on another, the runs of :data:`LOW_BETA_ONLY` at ``low_beta`` only.
+    full_seeds : sequence of int, optional
+        The seeds that make every run (``None``: every seed).
+    low_beta : float, optional
+        The chapter's lowest concentration (``None``: ``beta``).
+    total : int, optional
+        GGEUR's step-1 total per class (``None``: the study's ``total_per_class``; exercise 2).
+    scale : float, default 1
+        Multiplies the embeddings (exercise 1).
+    results_dir : path, optional
+        Where each run's result is saved (``None``: not saved).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``label``: one row per run, ``method``, ``accuracy (%)`` (global, at the end),
+        ``early (%)`` (after the study's ``early`` training rounds), ``drops``
+        (:func:`curve_drops`), ``full`` (whether the seed makes every run) and ``seconds``;
+        ``label_curves``: one row per run and evaluated training round (0: an augmentation
+        method's statistics round), ``method``, ``round``, ``accuracy`` (a fraction).
+
+    Raises
+    ------
+    ValueError
+        On a name of ``methods`` that is not a label-skew run.
+    """
+    emb = embeddings if scale == 1.0 else ArrayDataset(scale * embeddings.x, embeddings.y, embeddings.n_classes,
+                                                       embeddings.name)
+    full = full_seeds is None or seed in full_seeds
+    names = list(methods) if methods is not None else study.label_names(beta, beta if low_beta is None else low_beta, full)
+    fed = study.label_federation(emb, beta, seed)
+    made = study.label_methods(fed, emb.n_classes, study.total_per_class if total is None else total)
+    unknown = [n for n in names if n not in made]
+    if unknown:
+        raise ValueError(f"unknown label-skew runs {unknown}; valid: {', '.join(made)}")
+    lin_fn = classifier_fn(study.label_classifier, emb.x.shape[1], emb.n_classes)
+    rows, curves = [], []
+    for name in names:
+        alg, extra = made[name]
+        res, curve, secs = study.run(alg, fed, lin_fn, study.rounds, extra, seed)
+        rows.append({"method": name, "accuracy (%)": 100 * res.summary()["global"],
+                     "early (%)": 100 * float(curve.get(study.early, np.nan)), "drops": curve_drops(curve), "full": full,
+                     "seconds": secs})
+        curves += [{"method": name, "round": int(r), "accuracy": float(a)} for r, a in curve.items()]
+        if results_dir is not None:
+            res.save(Path(results_dir) / f"label_seed{seed}_beta{beta}_{len(rows)}")
+    return {"label": pd.DataFrame(rows), "label_curves": pd.DataFrame(curves)}
+
+
+def domain_cell(seed: int, *, study: GGEURStudy, runs: Sequence[tuple[str, str]] | None = None,
+                full_seeds: Sequence[int] | None = None, sees: str | None = None,
+                results_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """One cell of a domain-skew study: seed ``seed``'s domains, public split, encoder and one
+    client per domain (:meth:`GGEURStudy.domain_federation`; unlike the label-skew encoder, every
+    seed trains its own: Figure 6's rows are about the encoder, and how an encoder represents each
+    domain is the largest source of spread in the domain-skew accuracies), its runs and the
+    similarity of its class shapes across domains.
+
+    Parameters
+    ----------
+    seed : int
+    study : GGEURStudy
+    runs : sequence of (str, str), optional
+        The ``(base, variant)`` runs of :data:`DOM_ORDER` to make. ``None``: every one on a seed of
+        ``full_seeds``, those of :data:`HEADLINE_DOM` on another.
+    full_seeds : sequence of int, optional
+        The seeds that make every run (``None``: every seed).
+    sees : {"all", "mnist"}, optional
+        What the encoder trains on (``None``: the study's ``encoder_sees``; exercise 3).
+    results_dir : path, optional
+        Where each run's result is saved (``None``: not saved).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``domain``: one row per run, ``base``, ``method``, the accuracy (%) on each domain's test
+        set, ``AVG`` and ``STD`` (population, points) over the domains, ``full`` and ``seconds``;
+        ``similarity``: :func:`similarity_rows` under each similarity of
+        :data:`fedlib.geometry.SIMILARITY_METHODS` (column ``similarity``); ``heatmaps``: every
+        entry (``row``, ``column``, ``S``) of each similarity matrix; ``domain_sizes``: per domain,
+        the sizes of :func:`fedlib.federation.one_client_per_domain`; ``domain_encoder``: one row,
+        the ``public images`` the encoder trained on, the ``classes`` and the ``embedding dimension``.
+
+    Raises
+    ------
+    ValueError
+        On a run of ``runs`` that is not a domain-skew run, and as :meth:`GGEURStudy.domain_federation` does.
+    """
+    setup = study.domain_federation(seed, sees=sees)
+    full = full_seeds is None or seed in full_seeds
+    pairs = [tuple(p) for p in runs] if runs is not None else (DOM_ORDER if full else HEADLINE_DOM)
+    made = study.domain_runs(setup.federation)
+    unknown = [p for p in pairs if p not in made]
+    if unknown:
+        raise ValueError(f"unknown domain-skew runs {unknown}; valid: {DOM_ORDER}")
+    mlp_fn = study.domain_classifier_fn(setup)
+    rows = []
+    for bname, vname in pairs:
+        alg, extra = made[(bname, vname)]
+        row, res, secs = study.domain_row(alg, extra, setup.federation, mlp_fn, setup.domains.domain_names, seed)
+        rows.append({"base": bname, "method": vname, **row, "full": full, "seconds": secs})
+        if results_dir is not None:
+            res.save(Path(results_dir) / f"domain_seed{seed}_{bname}_{len(rows)}")
+    sims, maps = [], []
+    for method in SIMILARITY_METHODS:
+        found, matrices = similarity_rows(seed, setup.domains, setup.embeddings, study.k, method)
+        sims += [{"similarity": method, **{k: v for k, v in r.items() if k != "seed"}} for r in found]
+        maps += [{"similarity": method, "other domain": other, "row": i, "column": j, "S": float(S[i, j])}
+                 for other, S in matrices.items() for i in range(S.shape[0]) for j in range(S.shape[1])]
+    return {"domain": pd.DataFrame(rows), "similarity": pd.DataFrame(sims), "heatmaps": pd.DataFrame(maps),
+            "domain_sizes": pd.DataFrame([{"domain": name, **s} for name, s in setup.sizes.items()]),
+            "domain_encoder": pd.DataFrame([{"public images": setup.n_public, "classes": setup.embeddings.n_classes,
+                                             "embedding dimension": setup.encoder.dim}])}
+
+
+# ------------------------------------------------------------------------------------------------
+# The chapter's results: the frames its claims, tables and prose read
+# ------------------------------------------------------------------------------------------------
+
+
+def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.DataFrame],
+                   similarity: str = "paper") -> dict[str, pd.DataFrame]:
+    """The chapter's results mapping, from the frames of its label-skew study (:func:`label_cell`)
+    and its domain-skew study (:func:`domain_cell`): every frame of both, the similarity rows and
+    heat maps under the chapter's ``similarity`` only (without their ``similarity`` column), and
+    the frames the claims read besides ``label`` and ``domain``:
+
+    - ``label_gain``: per concentration and seed (the seeds that made both runs, in order), the
+      global accuracy of :data:`GGEUR_CODE` minus FedAvg's (``gain``, points);
+    - ``fig6``: per seed, ``zero`` (0.0: the side each heat map's diagonal lead is compared with,
+      so that ours − baseline is the lead) and ``rowmax share (%)`` (the share of the first
+      domain's classes whose most similar class of another domain is the same class, over every
+      other domain);
+    - ``leads``: per seed and other domain (``other``), ``lead`` (mean :math:`S` on the diagonal
+      minus off it: one heat map's diagonal lead) and ``minus lead``.
+
+    Raises
+    ------
+    ValueError
+        On a ``similarity`` not in :data:`fedlib.geometry.SIMILARITY_METHODS`, or label-skew
+        frames where GGEUR and FedAvg were not made on the same seeds.
+
+    Examples
+    --------
+    >>> label = pd.DataFrame({"beta": [0.1] * 4, "seed": [0, 0, 1, 1], "method": ["FedAvg", GGEUR_CODE] * 2,
+    ...                       "accuracy (%)": [50.0, 52.5, 40.0, 41.0]})
+    >>> sims = pd.DataFrame({"seed": [0, 0], "similarity": ["paper", "subspace"], "other domain": ["uci", "uci"],
+    ...                      SAME: [2.0, 4.0], DIFFERENT: [1.5, 1.0], ROWMAX: [3.0, 9.0]})
+    >>> encoder = pd.DataFrame({"seed": [0], "public images": [10], "classes": [10], "embedding dimension": [8]})
+    >>> F = chapter_frames({"label": label}, {"similarity": sims, "heatmaps": sims.iloc[:0], "domain_encoder": encoder})
+    >>> F["label_gain"]["gain"].tolist(), F["leads"]["lead"].tolist(), F["fig6"]["rowmax share (%)"].tolist()
+    ([2.5, 1.0], [0.5], [30.0])
+    """
+    if similarity not in SIMILARITY_METHODS:
+        raise ValueError(f"unknown similarity {similarity!r}; valid: {', '.join(SIMILARITY_METHODS)}")
+    out = {**label, **domain}
+    for name in ("similarity", "heatmaps"):
+        f = domain[name]
+        out[name] = f[f["similarity"] == similarity].drop(columns="similarity").reset_index(drop=True)
+    lab, gains = label["label"], []
+    for beta in dict.fromkeys(lab["beta"]):
+        g = lab[(lab.beta == beta) & (lab.method == GGEUR_CODE)]
+        f = lab[(lab.beta == beta) & (lab.method == "FedAvg")]
+        if g["seed"].tolist() != f["seed"].tolist():
+            raise ValueError(f"at beta = {beta}, GGEUR ran on seeds {g['seed'].tolist()} and FedAvg on {f['seed'].tolist()}")
+        gains.append(pd.DataFrame({"beta": beta, "seed": g["seed"].to_numpy(),
+                                   "gain": g["accuracy (%)"].to_numpy() - f["accuracy (%)"].to_numpy()}))
+    out["label_gain"] = pd.concat(gains, ignore_index=True)
+    sim = out["similarity"]
+    seeds = list(dict.fromkeys(sim["seed"]))
+    n_classes = int(domain["domain_encoder"]["classes"].iloc[0])
+    share = (sim.groupby("seed")[ROWMAX].sum().reindex(seeds) / (n_classes * sim["other domain"].nunique())).to_numpy()
+    out["fig6"] = pd.DataFrame({"seed": seeds, "zero": np.zeros(len(seeds)), "rowmax share (%)": 100 * share})
+    lead = (sim[SAME] - sim[DIFFERENT]).to_numpy()
+    out["leads"] = pd.DataFrame({"seed": sim["seed"].to_numpy(), "other": sim["other domain"].to_numpy(), "lead": lead,
+                                 "minus lead": -lead})
+    return out
+
+
+def substitutions(P: Any, paper: Mapping[str, Any]) -> dict[str, str]:
+    """What our scale substitutes, as the claims declare it (their ``substitution``), from the
+    chapter's settings ``P`` and the authors' sizes (``paper``: the ``paper`` profile):
+    ``label`` (every label-skew row), ``dom`` (every domain-skew row), ``steps`` (the advantage a
+    GGEUR client has by construction), ``moon`` (FedProx for MOON) and ``fig6`` (Figure 6's rows,
+    which depend on what the domain encoder sees)."""
+    enc = (f"CLIP (ViT-B/16 in the paper's text, ViT-B/32 in the authors' code; the clip_checkpoint option loads ViT-B-32) "
+           f"→ small CNN encoder trained on a {100 * P.public_fraction:.0f} % public split of MNIST-5k "
+           f"({P.encoder_epochs} epochs), frozen, the same for every seed")
+    formula = "GGEUR = the authors' code formula N(x, Σ), fixed before the runs; the paper's text formula is in the results table"
+    return {
+        "label": (f"{enc}; CIFAR-100 / Tiny-ImageNet → MNIST-5k embeddings; {P.total_per_class} instead of "
+                  f"{paper['total_per_class']} samples per class; {P.rounds} rounds × {P.local_epochs} local epoch(s) instead of "
+                  f"{paper['rounds']} × {paper['local_epochs']}; linear classifier; {formula}"),
+        "dom": (f"Digits (MNIST, USPS, SVHN, SYN) → MNIST, UCI digits, rotated and inverted MNIST; CLIP → small CNN trained on "
+                f"the public {100 * P.domain_public:.0f} % of "
+                + ("every domain" if P.encoder_sees == "all" else "MNIST only")
+                + f", one trained per seed; {P.total_per_class} samples per class and {P.per_prototype} per prototype instead of "
+                f"{paper['total_per_class']} per class; {P.domain_rounds} rounds × {P.local_epochs} local epoch(s) instead of "
+                f"{paper['domain_rounds']}; {formula}"),
+        "steps": ("by construction a GGEUR client takes more local steps per round on a class-balanced set "
+                  "(the matched-steps and rebalancing controls read the claim without that advantage)"),
+        "moon": "MOON is not implemented: FedProx stands in for it (a regularized base); ",
+        "fig6": ("CLIP → our CNN encoder, one trained per seed; USPS, SVHN, SYN → UCI digits, rotated and inverted MNIST. Two "
+                 "of the three heat maps compare MNIST with transforms of MNIST's own images (rotated, inverted), "
+                 + ("and the encoder trains on every domain's public part, so a shared class shape there is nearly "
+                    "guaranteed by the design; " if P.encoder_sees == "all" else
+                    "so a shared class shape there is close to built in even with an encoder trained on MNIST only; ")
+                 + "only the UCI-digits heat map compares two separately collected digit sets (its own interval in "
+                 "fig6-diagonal; fig6-rowmax pools all three)"),
+    }
+
+
+def of_seed(label: pd.DataFrame, seed: int, beta: float, method: str) -> float:
+    """One seed's global accuracy (%) of the label-skew run ``method`` at ``beta``.
+
+    Raises
+    ------
+    ValueError
+        When the frame has no such run.
+
+    Examples
+    --------
+    >>> of_seed(pd.DataFrame({"seed": [0, 1], "beta": [0.1, 0.1], "method": ["FedAvg"] * 2, "accuracy (%)": [50.0, 40.0]}),
+    ...         1, 0.1, "FedAvg")
+    40.0
+    """
+    rows = label[(label.seed == seed) & (label.beta == beta) & (label.method == method)]
+    if len(rows) != 1:
+        raise ValueError(f"no label-skew run {method!r} at beta = {beta!r} on seed {seed!r}")
+    return float(rows["accuracy (%)"].iloc[0])
+
+
+def setting_numbers(P: Any, paper: Mapping[str, Any], early: int) -> dict[str, Any]:
+    """The settings the prose republishes: the seeds, the level, the sizes of both experiments,
+    the authors' (``paper``: the ``paper`` profile), the concentrations' ends ``b_lo`` and
+    ``b_hi``, the ``early`` round and what the domain encoder sees (:data:`SEES_TEXT`)."""
+    sees, like_clip, _ = SEES_TEXT[P.encoder_sees]
+    return {"n_seeds": P.n_seeds, "n_headline_seeds": P.headline_seeds, "level_pct": 100 * P.level,
+            "early_round": int(early), "public_pct": 100 * P.public_fraction, "enc_epochs": P.encoder_epochs,
+            "n_clients": P.n_clients, "batch": P.batch_size, "lr": P.lr, "local_epochs": P.local_epochs, "rounds": P.rounds,
+            "total": P.total_per_class, "paper_total": paper["total_per_class"], "paper_rounds": paper["rounds"],
+            "paper_epochs": paper["local_epochs"], "paper_lr": paper["lr"], "b_lo": min(P.betas), "b_hi": max(P.betas),
+            "dom_public_pct": 100 * P.domain_public, "dom_test_pct": 100 * P.domain_test,
+            "dom_client_pct": 100 * P.domain_client, "dom_enc_sees": sees, "dom_enc_like_clip": like_clip,
+            "hidden": P.hidden, "k": P.k}
+
+
+def embedding_summary(setup: LabelSetup, seconds: float):
+    """The label-skew embedding space: the table (encoder, dimension, public and embedded images,
+    mean norm, mean rank of a class covariance, median :math:`\\mathrm{tr}(\\Sigma^2)/\\mathrm{tr}(\\Sigma)`,
+    ``seconds`` to train and embed) and the numbers ``n_public``, ``emb_dim``, ``emb_rank`` and ``emb_ratio``."""
+    encoder, emb, n_public = setup
+    shapes = class_shapes(ClassMoments.from_features(emb.x, emb.y, emb.n_classes))
+    ranks = numerical_ranks(shapes.eigenvalues).double()
+    ratio = trace_ratio(shapes.eigenvalues)  # tr(Σ²)/tr(Σ) per class
+    table = pd.Series({
+        "encoder": encoder.name, "embedding dimension": encoder.dim, "public images": n_public, "embedded images": len(emb),
+        "mean norm of an embedding": float(emb.x.norm(dim=1).mean()), "mean rank of a class covariance": float(ranks.mean()),
+        "tr(Σ²)/tr(Σ), median over classes": float(ratio.median()), "seconds (train + embed)": seconds,
+    }, name="value").rename_axis("property").to_frame()
+    return show_table(table), {"n_public": n_public, "emb_dim": encoder.dim, "emb_rank": float(ranks.mean()),
+                               "emb_ratio": float(ratio.median())}
+
+
+def label_table(label: pd.DataFrame, betas: Sequence[float]):
+    """The label-skew results over the full seeds: per run (rows, :data:`LABEL_METHODS`) and
+    concentration (columns), the mean accuracy ± the half-width of its interval
+    (:func:`fedbook.claims.seed_table`), a dash where a run was not made, the best in bold."""
+    full = label[label.full]
+    table = pd.concat([seed_table(full[full.beta == b], "method", None, "accuracy (%)").rename(columns=lambda _: b)
+                       for b in betas], axis=1).reindex(index=list(LABEL_METHODS), columns=list(betas)).fillna("—")
+    table.columns = [f"accuracy (%), β = {b}" for b in betas]
+    return show_table(table, best={c: "max" for c in table.columns})
+
+
+def label_numbers(label: pd.DataFrame, b_lo: float, b_hi: float) -> dict[str, float]:
+    """The label-skew numbers of the prose, means over the full seeds: each run's accuracy at
+    ``b_lo`` (``acc_<run>_lo``), GGEUR's gain over FedAvg at ``b_lo`` and ``b_hi``, the gains over
+    FedAvg of the other augmentations and of the paper's formula, GGEUR over the rebalancing
+    control, and the accuracies after the early rounds (``early_<run>``)."""
+    full = label[label.full]
+
+    def mean(beta: float, method: str, column: str = "accuracy (%)") -> float:
+        rows = full[(full.beta == beta) & (full.method == method)]
+        if not len(rows):
+            raise ValueError(f"no label-skew run {method!r} at beta = {beta!r} on the full seeds")
+        return float(rows[column].mean())
+
+    runs = {"fedavg": "FedAvg", "ggeur": GGEUR_CODE, "paper": GGEUR_PAPER, "ms": "FedAvg, matched steps",
+            "rb": "FedAvg, rebalanced", "fedmix": "FedMix-style", "fedfa": "FedFA-style"}
+    out = {f"acc_{key}_lo": mean(b_lo, m) for key, m in runs.items()}
+    out.update(gain_lo=mean(b_lo, GGEUR_CODE) - mean(b_lo, "FedAvg"), gain_hi=mean(b_hi, GGEUR_CODE) - mean(b_hi, "FedAvg"),
+               gain_rb_lo=mean(b_lo, GGEUR_CODE) - mean(b_lo, "FedAvg, rebalanced"),
+               gain_paper_lo=mean(b_lo, GGEUR_PAPER) - mean(b_lo, "FedAvg"),
+               rb_gain_lo=mean(b_lo, "FedAvg, rebalanced") - mean(b_lo, "FedAvg"),
+               fa_gain_lo=mean(b_lo, "FedFA-style") - mean(b_lo, "FedAvg"))
+    out.update({f"early_{key}": mean(b_lo, runs[key], "early (%)") for key in ("fedavg", "ggeur", "ms")})
+    return out
+
+
+def plot_label_curves(curves: pd.DataFrame, betas: Sequence[float], seeds: Sequence[int], level: float = 0.95):
+    """The chapter's figure of the label-skew curves: one panel per concentration of ``betas``,
+    the global accuracy (%) per training round of six runs (the controls dashed), the mean over
+    ``seeds`` and its interval at ``level`` as a band (clipped to 0-100 %), the legend below.
+    Returns the figure."""
+    n_panels = len(betas)
+    fig, axes = plt.subplots(1, n_panels, figsize=(min(10.0, 3.6 * n_panels), 3.6), squeeze=False, sharey=True)
+    shown = ["FedAvg", "FedAvg, matched steps", "FedAvg, rebalanced", GGEUR_CODE, "FedMix-style", "FedFA-style"]
+    curves = curves[curves.seed.isin(seeds)]
+    for ax, beta in zip(axes[0], betas):
+        for name in shown:
+            run = curves[(curves.beta == beta) & (curves.method == name)]
+            c = 100 * run.pivot(index="round", columns="seed", values="accuracy")
+            m = c.mean(axis=1)
+            line, = ax.plot(m.index, m.values, marker=".", label=name, ls="--" if "matched" in name or "rebal" in name else "-")
+            if len(seeds) > 1:
+                bands = [mean_interval(c.loc[r].to_numpy(), level) for r in c.index]
+                ax.fill_between(m.index, np.clip([iv.low for iv in bands], 0, 100), np.clip([iv.high for iv in bands], 0, 100),
+                                color=line.get_color(), alpha=0.12)
+        ax.set_title(f"Dirichlet β = {beta}"); ax.set_xlabel("training round")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[0][0].set_ylabel("global accuracy (%)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.13, 1, 1))
+    return fig
+
+
+def domain_sizes_table(sizes: pd.DataFrame, seed: int):
+    """Seed ``seed``'s domains (:func:`domain_cell`'s ``domain_sizes``): per domain, its size, its
+    client's train set, its test set and the classes the client holds."""
+    table = sizes[sizes.seed == seed].drop(columns="seed").set_index("domain")
+    return show_table(table.rename(columns=SIZE_NAMES).rename_axis("domain"))
+
+
+def domain_tables(domain: pd.DataFrame, names: Sequence[str]) -> tuple:
+    """The domain-skew results over the full seeds, in two tables so that no column leaves the
+    page: AVG and STD over the domains (what the claims read; the best in bold), then each domain's
+    accuracy; every cell the mean ± the half-width of its interval, rows in :data:`DOM_ORDER`."""
+    full = domain[domain.full]
+    dom_cols = [*names, "AVG", "STD"]
+    long = full.melt(id_vars=["seed", "base", "method"], value_vars=dom_cols, var_name="column", value_name="value")
+    table = seed_table(long, ["base", "method"], "column", "value").loc[DOM_ORDER, dom_cols]
+    table.columns.name = None
+    table.index = pd.Index([v if v in ("FedAvg", "FedProx", "FedProto") or not v.startswith("+") else f"{b} {v}"
+                            for b, v in table.index], name="method")
+    avg = table[["AVG", "STD"]].rename(columns={"AVG": "AVG over the domains (%)", "STD": "STD over the domains (points)"})
+    return (show_table(avg, best={"AVG over the domains (%)": "max", "STD over the domains (points)": "min"}),
+            show_table(table[list(names)].rename(columns=lambda c: f"{c} (%)"), best={f"{c} (%)": "max" for c in names}))
+
+
+def swing_reading(fa_seeds: pd.DataFrame, names: Sequence[str]) -> str:
+    """Why FedAvg's AVG varies over the seeds, from its per-seed rows ``fa_seeds`` (index: the
+    seed; a column per domain of ``names`` and ``AVG``): one domain, when the largest range of a
+    domain over the seeds, divided by the domains, is at least half AVG's range; otherwise the
+    seeds move the domains together (said with the weakest seed's best domain)."""
+    swing = fa_seeds[list(names)].max() - fa_seeds[list(names)].min()
+    if swing.max() / len(names) >= (fa_seeds["AVG"].max() - fa_seeds["AVG"].min()) / 2:
+        return "one domain accounts for most of AVG's spread over the seeds"
+    weak = fa_seeds["AVG"].idxmin()  # the seed with the lowest AVG
+    return (f"the seeds move the domains together (in seed {weak}, the weakest, FedAvg's best domain reaches "
+            f"{fa_seeds.loc[weak, list(names)].max():.1f} %), so it is the seed, not one domain, that widens the AVG intervals")
+
+
+def domain_numbers(domain: pd.DataFrame, names: Sequence[str]) -> tuple[dict[str, Any], Any]:
+    """The domain-skew numbers of the prose, over the full seeds: per base its mean AVG alone and
+    with GGEUR's steps (``dom_<base>_avg``, ``_s1``, ``_s12``) and its STD (``_std``, ``_std12``),
+    FedAvg's weakest and strongest domain, and how FedAvg's accuracy swings over the seeds
+    (:func:`swing_reading`); and the table of FedAvg's and FedAvg + GGEUR's per-seed values."""
+    full = domain[domain.full]
+
+    def dom_v(base: str, method: str, column: str = "AVG") -> np.ndarray:
+        return full[(full.base == base) & (full.method == method)][column].to_numpy()
+
+    out: dict[str, Any] = {}
+    for b in BASES:
+        out[f"dom_{b}_avg"] = float(dom_v(b, b).mean())
+        if b in ABLATION_BASES:
+            out[f"dom_{b}_s1"] = float(dom_v(b, STEP1).mean())
+        out[f"dom_{b}_s12"] = float(dom_v(b, STEPS12).mean())
+        out[f"dom_{b}_std"] = float(dom_v(b, b, "STD").mean())
+        out[f"dom_{b}_std12"] = float(dom_v(b, STEPS12, "STD").mean())
+    per_domain = full[(full.base == "FedAvg") & (full.method == "FedAvg")][list(names)].mean()
+    out.update(dom_min=float(per_domain.min()), dom_min_name=str(per_domain.idxmin()), dom_max=float(per_domain.max()),
+               dom_max_name=str(per_domain.idxmax()))
+    per_seed = (full[(full.base == "FedAvg") & full.method.isin(["FedAvg", STEPS12])]
+                .set_index(["method", "seed"])[[*names, "AVG"]])
+    fa_seeds = per_seed.loc["FedAvg"]
+    swing = fa_seeds[list(names)].max() - fa_seeds[list(names)].min()
+    out.update(swing_name=str(swing.idxmax()), swing_min=float(fa_seeds[swing.idxmax()].min()),
+               swing_max=float(fa_seeds[swing.idxmax()].max()), n_domains=len(names),
+               swing_avg=float(swing.max() / len(names)), avg_range=float(fa_seeds["AVG"].max() - fa_seeds["AVG"].min()),
+               swing_reading=swing_reading(fa_seeds, names))
+    table = show_table(per_seed.rename(columns=lambda c: f"{c} (%)").rename(index=lambda m: m if m == "FedAvg" else f"FedAvg {m}",
+                                                                          level="method"), digits=1)
+    return out, table
+
+
+def similarity_numbers(frames: Mapping[str, pd.DataFrame]) -> tuple[dict[str, Any], Any]:
+    """Figure 6 in numbers, from the chapter's similarity rows (``frames["similarity"]``, every
+    seed; :func:`chapter_frames`): the mean :math:`S` on the diagonal and off it, how many rows have
+    their maximum on the diagonal (of ``sim_rowmax_of``) and its share against chance; and the table
+    over the seeds per other domain."""
+    sim = frames["similarity"]
+    n_classes = int(frames["domain_encoder"]["classes"].iloc[0])
+    seeds = list(dict.fromkeys(sim["seed"]))
+    per_seed = sim.groupby("seed")[[SAME, DIFFERENT]].mean().reindex(seeds)
+    n_others = sim["other domain"].nunique()
+    share = (sim.groupby("seed")[ROWMAX].sum().reindex(seeds) / (n_classes * n_others)).to_numpy()
+    out = {"sim_diag": float(per_seed[SAME].mean()), "sim_off": float(per_seed[DIFFERENT].mean()),
+           "sim_rowmax": float(sim.groupby("seed")[ROWMAX].sum().mean()), "sim_rowmax_of": n_classes * n_others,
+           "sim_rowmax_pct": float(100 * share.mean()), "chance_pct": 100 / n_classes}
+    long = sim.melt(id_vars=["seed", "other domain"], var_name="column", value_name="value")
+    table = seed_table(long, "other domain", "column", "value", digits=2)
+    table.columns.name = None
+    return out, show_table(table.rename(columns={ROWMAX: f"{ROWMAX} (of {n_classes})"}))
+
+
+def plot_similarity(heatmaps: pd.DataFrame, seed: int, k: int):
+    """The chapter's heat maps (Figure 6): seed ``seed``'s similarity between every class of the
+    first domain (rows) and every class of each other domain (columns), and their mean, on one
+    colour scale from 0 to ``k``. Returns the figure."""
+    maps = heatmaps[heatmaps.seed == seed]
+    others = list(dict.fromkeys(maps["other domain"]))
+    mats = {o: maps[maps["other domain"] == o].pivot(index="row", columns="column", values="S").to_numpy() for o in others}
+    panels = [(f"MNIST vs {o}", f"{o} class", mats[o]) for o in others]
+    panels.append((f"mean of the {len(others)} domains", "class of the other domain", np.nanmean([mats[o] for o in others], axis=0)))
+    n_rows = (len(panels) + 1) // 2
+    fig, axes = plt.subplots(n_rows, 2, figsize=(9, 4.1 * n_rows), squeeze=False, layout="constrained")
+    for ax, (title, xlabel, mat) in zip(axes.flat, panels):
+        im = ax.imshow(mat, vmin=0, vmax=k, cmap="viridis")
+        ax.set_title(title); ax.set_xlabel(xlabel); ax.set_ylabel("MNIST class")
+        ax.set_xticks(range(mat.shape[1])); ax.set_yticks(range(mat.shape[0]))
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.6, label=f"similarity S (0 to k = {k})")
+    return fig
+
+
+def cost_summary(embeddings: ArrayDataset, total: int, seed: int, frames: Mapping[str, pd.DataFrame], repeats: int = 5):
+    """The cost of the augmentation: the milliseconds to generate one class of ``total`` samples
+    around ten samples of the first sample's class (:func:`fedlib.geometry.augment`, the mean of
+    ``repeats``; the stream of client 0's local work in round 0), and the seconds of every
+    label-skew and domain-skew run added up (``frames``: the chapter's). Returns the table and the
+    numbers ``gen_time_ms``, ``label_seconds`` and ``domain_seconds`` (measured)."""
+    emb = embeddings
+    shapes = class_shapes(ClassMoments.from_features(emb.x, emb.y, emb.n_classes))
+    c0 = int(emb.y[0])
+    xc = emb.x[emb.y == c0][:10]
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        augment(xc, shapes.eigenvalues[c0], shapes.eigenvectors[c0], total, generator=torch_generator(seed, 0, 0, LOCAL_TRAIN))
+    numbers = {"gen_time_ms": 1000 * (time.perf_counter() - t0) / repeats,
+               "label_seconds": float(frames["label"]["seconds"].sum()), "domain_seconds": float(frames["domain"]["seconds"].sum())}
+    table = pd.Series({"generate one class (ms)": numbers["gen_time_ms"],
+                       "all label-skew runs, all seeds (s)": numbers["label_seconds"],
+                       "all domain-skew runs, all seeds (s)": numbers["domain_seconds"]},
+                      name="value").rename_axis("task").to_frame()
+    return show_table(table, digits=1), numbers
+
+
+# ------------------------------------------------------------------------------------------------
+# The worked solutions of the exercises (reduced runs: the first seed)
+# ------------------------------------------------------------------------------------------------
+
+
+def yardstick(result: ClaimResult) -> float:
+    """Half the width of a decided claim's interval, ``(high − low) / 2``: the seed-to-seed
+    yardstick a single-seed difference of the worked solutions is read against.
+
+    Examples
+    --------
+    >>> from fedbook.claims import Claim, evaluate
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
+    >>> r = evaluate(c, [2.0, 3.0, 2.5])
+    >>> yardstick(r) == (r.interval.high - r.interval.low) / 2, round(yardstick(r), 2)
+    (True, 1.24)
+    """
+    return (result.interval.high - result.interval.low) / 2
+
+
+def exercise1(runs: pd.DataFrame, label: pd.DataFrame, seed: int, beta: float, embeddings: ArrayDataset, scale: float,
+              noise: float) -> dict[str, Any]:
+    """Exercise 1's worked solution, from its reduced ``runs`` (:func:`label_cell` on the
+    embeddings times ``scale``; seed ``seed`` at ``beta``) and the chapter's ``label`` runs of the
+    same seed: the numbers ``ex1_*`` (each run at both scales, the paper's formula against the
+    code's and against the rebalancing control, how far the code's run and FedAvg moved) and the
+    sentences that depend on them, read against the seed-to-seed yardstick ``noise``
+    (:func:`yardstick`): ``ex1_rb_reading`` (did the paper's formula move toward the
+    rebalancing-only control, as the falling ratio :math:`\\mathrm{tr}(\\Sigma^2)/\\mathrm{tr}(\\Sigma)`
+    predicts), ``ex1_move_reading`` (do the code's run and FedAvg move together beyond the
+    yardstick) and ``ex1_reading`` (can one seed tell the formulas apart)."""
+    emb = embeddings
+    x = scale * emb.x
+    ratio = float(trace_ratio(class_shapes(ClassMoments.from_features(x, emb.y, emb.n_classes)).eigenvalues).median())
+    small = {m: float(a) for m, a in zip(runs["method"], runs["accuracy (%)"])}
+    full = {m: of_seed(label, seed, beta, m) for m in small}
+    G, PAPER, RB = GGEUR_CODE, GGEUR_PAPER, "FedAvg, rebalanced"
+    out: dict[str, Any] = {"ex1_scale": scale, "ex1_ratio": ratio}
+    for key, name in (("fedavg", "FedAvg"), ("code", G), ("paper", PAPER), ("rb", RB)):
+        out[f"ex1_{key}_full"], out[f"ex1_{key}_small"] = full[name], small[name]
+    gap_full, gap_small = full[PAPER] - full[G], small[PAPER] - small[G]
+    rb_full, rb_small = full[PAPER] - full[RB], small[PAPER] - small[RB]
+    code_move, fedavg_move = small[G] - full[G], small["FedAvg"] - full["FedAvg"]
+    out.update(ex1_gap_full=gap_full, ex1_gap_small=gap_small, ex1_prb_full=rb_full, ex1_prb_small=rb_small,
+               ex1_code_move=code_move, ex1_fedavg_move=fedavg_move)
+    rb_change = abs(rb_full) - abs(rb_small)  # > 0: the paper's formula moved closer to the rebalancing control
+    out["ex1_rb_reading"] = (
+        sign_word(rb_change, "closer to the rebalancing-only control, as the ratio predicts",
+                  "further from the rebalancing-only control, against what the ratio predicts",
+                  "as close to the rebalancing-only control as at scale 1: the ratio's prediction does not show")
+        + ("" if not abs(rb_change) < noise else " (a change within the seed-to-seed yardstick, so one seed does not "
+           "settle it)"))
+    out["ex1_move_reading"] = (
+        "both move the same way by more than the seed-to-seed yardstick, so the change is not the noise "
+        "formula's; a plausible cause, not measured here, is training the classifier on smaller inputs (with Adam a step moves "
+        "the weights by about the learning rate whatever the input scale, so the logits move less per step)"
+        if np.sign(code_move) == np.sign(fedavg_move) and min(abs(code_move), abs(fedavg_move)) > noise else
+        "they do not both move the same way by more than the seed-to-seed yardstick, so one seed does not say what moved them")
+    out["ex1_reading"] = ("both gaps are within the seed-to-seed yardstick, so one seed cannot tell the formulas apart"
+                          if max(abs(gap_full), abs(gap_small)) < noise else "at least one gap exceeds the seed-to-seed yardstick")
+    return out
+
+
+EX2_NAMES = [GGEUR_CODE, "FedAvg, matched steps", "FedAvg, rebalanced"]
+"""Exercise 2's label-skew runs: GGEUR and its two controls."""
+
+
+def exercise2_totals(total: int) -> list[int]:
+    """Exercise 2's step-1 totals: a quarter (at least 10), once and five times ``total``.
+
+    >>> exercise2_totals(200), exercise2_totals(30)
+    ([50, 200, 1000], [10, 30, 150])
+    """
+    return sorted({max(10, total // 4), total, 5 * total})
+
+
+def exercise2(runs: pd.DataFrame, label: pd.DataFrame, seed: int, beta: float, total: int, noise: float) -> dict[str, Any]:
+    """Exercise 2's worked solution, from its reduced ``runs`` (:func:`label_cell` with the
+    :data:`EX2_NAMES` at the totals of :func:`exercise2_totals` but ``total``, column ``total``) and
+    the chapter's ``label`` runs (seed ``seed`` at ``beta``: the row at ``total``): the table
+    ``ex2_table``, the totals, where the benefit of generated samples over copies (GGEUR −
+    rebalanced) peaks and its range, and the sentences ``ex2_peak_reading`` (has it stopped growing)
+    and ``ex2_reading`` (is its range beyond the seed-to-seed yardstick ``noise``)."""
+    totals = exercise2_totals(total)
+    rows = []
+    for t in totals:
+        if t == total:
+            rows.append({"total": t, **{n: of_seed(label, seed, beta, n) for n in EX2_NAMES}})
+        else:
+            at = runs[runs.total == t]
+            rows.append({"total": t, **{n: float(at[at.method == n]["accuracy (%)"].iloc[0]) for n in EX2_NAMES}})
+    ex2 = pd.DataFrame(rows).set_index("total")
+    ex2["GGEUR − rebalanced"] = ex2[GGEUR_CODE] - ex2["FedAvg, rebalanced"]
+    ex2["GGEUR − matched steps"] = ex2[GGEUR_CODE] - ex2["FedAvg, matched steps"]
+    table = ex2.rename(columns={GGEUR_CODE: "GGEUR (%)", "FedAvg, matched steps": "matched steps (%)",
+                                "FedAvg, rebalanced": "rebalanced (%)", "GGEUR − rebalanced": "GGEUR − rebalanced (points)",
+                                "GGEUR − matched steps": "GGEUR − matched steps (points)"}).rename_axis("samples per class after step 1")
+    gaps = ex2["GGEUR − rebalanced"]
+    peak = int(gaps.idxmax())
+    return {"ex2_table": show_table(table, digits=1, formats={c: "+.1f" for c in table.columns if "points" in c}),
+            "ex2_totals": ", ".join(map(str, totals)), "ex2_peak": peak,
+            "ex2_peak_reading": f"it has not stopped growing by {peak} samples per class" if peak == totals[-1] else
+            f"on this seed it stops growing at {peak} samples per class",
+            "ex2_spread": float(gaps.max() - gaps.min()),
+            "ex2_reading": "smaller than the seed-to-seed yardstick, so this one seed does not show where the benefit stops growing"
+            if gaps.max() - gaps.min() < noise else "larger than the seed-to-seed yardstick"}
+
+
+def encoder_column(domain: pd.DataFrame, similarity: pd.DataFrame, seed: int) -> dict[str, float]:
+    """One encoder's column of exercise 3, on seed ``seed`` of its :func:`domain_cell` frames:
+    FedAvg's AVG and STD over the domains, the gains of GGEUR's step 1 over FedAvg and of step 2
+    over step 1 (:data:`GAIN_STEP2`), and :func:`diagonal_gap` under the paper's and the subspace
+    similarity (``similarity``: the rows of both, column ``similarity``).
+
+    Examples
+    --------
+    >>> domain = pd.DataFrame({"seed": [0] * 3, "base": ["FedAvg"] * 3, "method": ["FedAvg", STEP1, STEPS12],
+    ...                        "AVG": [50.0, 53.0, 52.0], "STD": [4.0, 3.0, 2.0]})
+    >>> sims = pd.DataFrame({"seed": [0, 0], "similarity": ["paper", "subspace"], SAME: [2.0, 3.0], DIFFERENT: [1.5, 1.0]})
+    >>> [float(v) for v in encoder_column(domain, sims, 0).values()]
+    [50.0, 4.0, 3.0, -1.0, 0.5, 2.0]
+    """
+    runs = {v: domain[(domain.seed == seed) & (domain.base == "FedAvg") & (domain.method == v)].iloc[0]
+            for v in ("FedAvg", STEP1, STEPS12)}
+    sims = similarity[similarity.seed == seed]
+    gap = {m: diagonal_gap(sims[sims.similarity == m].to_dict("records")) for m in ("paper", "subspace")}
+    return {"AVG, FedAvg (%)": runs["FedAvg"]["AVG"], "STD, FedAvg (points)": runs["FedAvg"]["STD"],
+            "gain of step 1 over FedAvg, AVG (points)": runs[STEP1]["AVG"] - runs["FedAvg"]["AVG"],
+            GAIN_STEP2: runs[STEPS12]["AVG"] - runs[STEP1]["AVG"],
+            "S same − different classes, paper's S": gap["paper"], "S same − different classes, subspace S": gap["subspace"]}
+
+
+def exercise3(alt: Mapping[str, pd.DataFrame], own: Mapping[str, pd.DataFrame], seed: int, sees: str, level: float,
+              step2: ClaimResult) -> dict[str, Any]:
+    """Exercise 3's worked solution: seed ``seed``'s :func:`encoder_column` of the chapter's
+    domain-skew frames ``own`` (its encoder trained as ``sees`` says) and of the reduced run
+    ``alt`` (:func:`domain_cell` with the other encoder), the table ``ex3_table``, the changes
+    (MNIST-only encoder − every-domain encoder) of FedAvg's STD and AVG, of the diagonal's lead
+    under both similarities (``ex3_diag_d``, ``ex3_sub_d``), the gain of step 2 under each
+    encoder, the yardsticks (the half-width of FedAvg's STD interval over the full seeds at
+    ``level``, and :func:`yardstick` of the step-2 claim ``step2``), and ``ex3_reading``: which
+    changes exceed them."""
+    other = "mnist" if sees == "all" else "all"
+    table = pd.DataFrame({SEES_TEXT[sees][2] + " (the chapter's)": encoder_column(own["domain"], own["similarity"], seed),
+                          SEES_TEXT[other][2]: encoder_column(alt["domain"], alt["similarity"], seed)}).rename_axis("first seed")
+    mn, al = (table.columns[1], table.columns[0]) if other == "mnist" else (table.columns[0], table.columns[1])
+    d = table[mn] - table[al]  # MNIST-only encoder − every-domain encoder
+    d_full = own["domain"][own["domain"].full]
+    std = d_full[(d_full.base == "FedAvg") & (d_full.method == "FedAvg")]["STD"].to_numpy()
+    std_iv = mean_interval(std, level)
+    std_noise, s2_noise = std_iv.high - std_iv.mean, yardstick(step2)
+    within = [abs(d["STD, FedAvg (points)"]) < std_noise, abs(d[GAIN_STEP2]) < s2_noise]
+    return {"ex3_table": show_table(table, digits=2), "ex3_alt": other,
+            "ex3_n_public": int(alt["domain_encoder"]["public images"].iloc[0]),
+            "ex3_std_d": float(d["STD, FedAvg (points)"]), "ex3_avg_d": float(d["AVG, FedAvg (%)"]),
+            "ex3_s2_mn": float(table.loc[GAIN_STEP2, mn]), "ex3_s2_al": float(table.loc[GAIN_STEP2, al]),
+            "ex3_diag_d": float(d["S same − different classes, paper's S"]),
+            "ex3_sub_d": float(d["S same − different classes, subspace S"]),
+            "ex3_std_noise": std_noise, "ex3_s2_noise": s2_noise,
+            "ex3_reading": "both changes are within it, so this one seed is not conclusive" if all(within) else
+            "both changes are larger than it" if not any(within) else
+            "only the " + ("step-2 change" if within[0] else "STD change") + " is larger than it"}
+
+
+__all__ = ["ABLATION_BASES", "BASES", "DIFFERENT", "DOMAINS", "DOM_ORDER", "DomainSetup", "ENCODER_SEES", "EX2_NAMES",
+           "EX3_RUNS", "GAIN_STEP2", "GGEURStudy", "GGEUR_CODE", "GGEUR_PAPER", "HEADLINE_DOM", "HEADLINE_LABEL",
+           "LABEL_METHODS", "LOW_BETA_ONLY", "LabelSetup", "ROWMAX", "SAME", "SEES_TEXT", "SIZE_NAMES", "STEP1", "STEPS12",
+           "VS_COPIES", "VS_STEPS", "chapter_frames", "claims_reading", "cost_summary", "curve_drops", "diagonal_gap",
+           "domain_cell", "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column",
+           "exercise1", "exercise2", "exercise2_totals", "exercise3", "label_cell", "label_numbers", "label_table",
+           "of_seed", "plot_label_curves", "plot_similarity", "setting_numbers", "similarity_numbers", "similarity_rows",
+           "substitutions", "swing_reading", "yardstick"]

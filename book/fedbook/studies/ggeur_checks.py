@@ -27,6 +27,13 @@ a table; the chapter records each in its check table, one section each:
    :func:`batched_against_loop`: the batched generation against the per-sample loop of
    Algorithm 1 on the same draws.
 
+The chapter runs each section in one call (:func:`eq4_section`, :func:`generation_section`,
+:func:`similarity_section`, :func:`augmentation_section`, :func:`degenerate_section`,
+:func:`batched_section`): the check's rows go into the chapter's
+:class:`fedbook.checks.CheckTable`, and a :class:`Section` holds the numbers its prose reads (the
+chapter glues them in one mapping), the tables it shows and what its figure reads
+(:func:`plot_formulas`, :func:`plot_frechet`).
+
 Every random draw comes from a stream derived from the chapter's ``seed`` (:mod:`fedlib.rng`)
 under the keys below, in the order the chapter drew them before the checks moved here.
 """
@@ -35,12 +42,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.colors import LogNorm
+from matplotlib.lines import Line2D
 
+from fedbook.checks import CheckTable
+from fedbook.page import show_table
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.geometry import (FORMULAS, augment, augment_around_prototypes, augment_loop, class_shapes,
@@ -605,8 +617,243 @@ def batched_against_loop(seed: int, dim: int = 32, n_new: int = 300) -> tuple[fl
     return float((fast - slow).abs().max()), t_fast, t_slow
 
 
+# ------------------------------------------------------------------------------------------------
+# The chapter's sections: each check recorded, its numbers and its tables
+# ------------------------------------------------------------------------------------------------
+
+
+class Section(NamedTuple):
+    """One section of the chapter, computed (:func:`eq4_section` and the others)."""
+
+    numbers: dict[str, Any]
+    """The values its prose reads, by glued key."""
+    tables: tuple = ()
+    """What it shows, ready for the page (:func:`fedbook.page.show_table`), in order."""
+    data: Any = None
+    """What its figure reads (the distances of :func:`augmentation_section`), else ``None``."""
+
+
+def eq4_section(checks: CheckTable, seed: int, trials: int) -> Section:
+    """Section 1: :func:`eq4_on_random_federations` over ``trials`` federations, its two rows of
+    ``checks`` (Eq. 4 against the pooled covariance; the cross terms), the table of the three
+    worst errors and the numbers ``eq4_err``, ``eq4_trials`` and ``single_client_cases``.
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> s = eq4_section(checks, 0, 2)
+    >>> sorted(s.numbers), len(checks), checks.n_fail
+    (['eq4_err', 'eq4_trials', 'single_client_cases'], 2, 0)
+    """
+    e = eq4_on_random_federations(seed, trials)
+    table = pd.DataFrame({
+        "max relative error": [e.eq4, e.moments, e.cross],
+    }, index=pd.Index(["Eq. 4 vs numpy.cov of pooled samples", "ClassMoments (merged) vs numpy.cov",
+                       "cross term of the expansion"], name="quantity compared"))
+    checks.add("Eq. 4 equals the covariance of the pooled samples (unequal sizes, single-client and one-sample classes)",
+               f"{trials} random federations vs numpy.cov(bias=True)", f"{e.eq4:.1e}", ok=e.eq4 < 1e-10)
+    checks.add("the cross terms of the expansion vanish exactly (the paper: 'in expectation')",
+               "sum of (x − μ_k)(μ_k − μ)ᵀ per client and class", f"{e.cross:.1e}", ok=e.cross < 1e-10)
+    numbers = {"eq4_err": float(e.eq4), "eq4_trials": int(trials), "single_client_cases": int(e.single_client_cases)}
+    return Section(numbers, (show_table(table, formats={"max relative error": ".1e"}),))
+
+
+def _three_significant(v: float) -> str:
+    """``0.0192``, ``1``, ``192``: a ratio of the scale table."""
+    return f"{v:.3g}"
+
+
+def generation_section(checks: CheckTable, seed: int, n_draws: int) -> Section:
+    """Section 2: :func:`generation_covariances` with ``n_draws`` draws, its three rows of
+    ``checks`` (each formula's covariance; the paper's differs from Σ), the formula and scale
+    tables and the numbers ``emp_err``, ``paper_gap``, ``n_draws``, ``scale_paper_small`` and
+    ``scale_paper_large``.
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> s = generation_section(checks, 0, 20_000)
+    >>> len(s.tables), len(checks), s.numbers["n_draws"], s.numbers["paper_gap"] > 0.05
+    (2, 3, 20000, True)
+    """
+    formula_table, scale_table = generation_covariances(seed, n_draws)
+    emp = formula_table["relative error empirical vs analytic"]  # per formula
+    paper_gap = formula_table.loc["paper", "relative distance of Cov(β) from Σ"]
+    checks.add("code's formula: Cov(β) = Σ", f"{n_draws:,} draws, Frobenius relative error",
+               f"{emp['code']:.3f}", ok=emp["code"] < 0.05)
+    checks.add("paper's formula: Cov(β) = Σ λ² ξ ξᵀ = Σ²", f"{n_draws:,} draws, Frobenius relative error",
+               f"{emp['paper']:.3f}", ok=emp["paper"] < 0.05)
+    checks.add("the paper's formula does not reproduce the global covariance Σ (unless all eigenvalues are 0 or 1)",
+               "‖Σ² − Σ‖ / ‖Σ‖", f"{paper_gap:.2f}", ok=paper_gap > 0.05)
+    numbers = {"emp_err": float(emp.max()), "paper_gap": float(paper_gap), "n_draws": int(n_draws),
+               "scale_paper_small": float(scale_table.iloc[0, 1]), "scale_paper_large": float(scale_table.iloc[-1, 1])}
+    tables = (show_table(formula_table, digits={"relative error empirical vs analytic": 3,
+                                                "relative distance of Cov(β) from Σ": 2}),
+              show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, code": _three_significant,
+                                               "tr Cov(β) / tr Σ, paper": _three_significant}))
+    return Section(numbers, tables)
+
+
+def plot_formulas(seed: int, eigenvalues: Sequence[float] = (4.0, 0.25), angle: float = 0.5, n: int = 1500):
+    """The chapter's figure of the two formulas: ``n`` new samples around one sample at the origin
+    for the class shape with these ``eigenvalues``, its eigenvectors rotated by ``angle`` radians,
+    under the code's and the paper's formula (:func:`fedlib.geometry.augment`, both from the stream
+    ``torch_generator(seed, 4)``). Returns the figure."""
+    lam2 = torch.tensor(list(eigenvalues), dtype=F64)
+    rot = torch.tensor([[np.cos(angle), -np.sin(angle)], [np.sin(angle), np.cos(angle)]], dtype=F64)
+    fig, ax = plt.subplots(figsize=(5.5, 5.5))
+    for formula, color in (("code", "C0"), ("paper", "C1")):
+        pts = augment(torch.zeros(1, 2, dtype=F64), lam2, rot, n, formula=formula, generator=torch_generator(seed, FIGURE_DRAWS))
+        ax.scatter(pts[:, 0], pts[:, 1], s=3, alpha=0.4, color=color,
+                   label=f"{formula}'s formula: Cov = " + ("Σ" if formula == "code" else "Σ²"))
+    ax.scatter([0], [0], color="k", marker="x", s=60, label="the real sample")
+    ax.set_aspect("equal"); ax.set_xlabel("first coordinate"); ax.set_ylabel("second coordinate")
+    legend = ax.legend(loc="lower right", fontsize=8)  # the cloud lies along the other diagonal
+    for handle in legend.legend_handles[:2]:
+        handle.set_sizes([20]); handle.set_alpha(1)
+    ax.set_title(f"new samples around one sample, λ = ({eigenvalues[0]:g}, {eigenvalues[1]:g})")
+    fig.tight_layout()
+    return fig
+
+
+def similarity_section(checks: CheckTable, seed: int, trials: int) -> Section:
+    """Section 3: :func:`similarity_properties` over ``trials`` bases, its four rows of ``checks``
+    (range, signs, maximum, order), the table of :func:`similarity_table` and the number ``s_swap``.
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> s = similarity_section(checks, 0, 3)
+    >>> s.numbers, len(checks), checks.n_fail
+    ({'s_swap': 3.0}, 4, 0)
+    """
+    sim = similarity_properties(seed, trials)
+    checks.add("S lies in [0, k]", f"{trials} random orthonormal bases", f"{sim['out_of_range']} counterexamples",
+               ok=sim["out_of_range"] == 0)
+    checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sim['sign_dev']:.1e}",
+               ok=sim["sign_dev"] < 1e-12)
+    checks.add("S = k iff the top-k eigenvectors coincide pairwise up to sign",
+               "identical bases with random signs; perturbed bases score < k", f"{sim['max_at_equal']:.1e}",
+               ok=sim["max_at_equal"] < 1e-12 and sim["near_max"] < 1)
+    checks.add("S is not a similarity of subspaces: it depends on the order of the eigenvectors",
+               "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)", f"S = {sim['s_swap']:.0f} of 5",
+               ok=sim["s_swap"] < 5)
+    return Section({"s_swap": sim["s_swap"]}, (show_table(similarity_table(sim, trials), wrap=True),))
+
+
+def augmentation_reading(shares: dict[str, Any]) -> dict[str, str]:
+    """The two sentences of Section 4 that depend on :func:`augmentation_shares` ``shares``:
+    ``aug_reading`` (whether the scarce classes gain more often, and whether filling a
+    well-represented class makes it too wide) and ``aug_closing`` (the chapter's last sentence).
+
+    Examples
+    --------
+    >>> augmentation_reading({"scarce_better": True, "too_wide": False})["aug_closing"]
+    'mostly for under-represented classes'
+    """
+    return {
+        "aug_reading": ("GGEUR's augmentation is a remedy for scarce classes" if shares["scarce_better"] else
+                        "the scarce classes do not gain more often than the well-represented ones here")
+        + ("; filling a well-represented class up to the total makes it too wide" if shares["too_wide"] else
+           "; filling a well-represented class up to the total does not make it wider than the global class here"),
+        "aug_closing": "mostly for under-represented classes" if shares["scarce_better"] else
+        "no more often for under-represented classes than for the others",
+    }
+
+
+def augmentation_section(checks: CheckTable, seed: int, *, n_per_class: int, n_classes: int, dim: int, n_clients: int,
+                         alpha: float, total: int) -> Section:
+    """Section 4: :func:`augmentation_distances` (its ``data``), its row of ``checks`` (the
+    distance shrinks for every pair: holds, some: partly), the table of :func:`distance_summary`
+    and the numbers of :func:`augmentation_shares` (shares in %) and :func:`augmentation_reading`.
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> s = augmentation_section(checks, 0, n_per_class=40, n_classes=2, dim=2, n_clients=2, alpha=1.0, total=60)
+    >>> s.numbers["n_small_cut"], len(s.data) == 2 * s.numbers["n_pairs"], len(checks)
+    (10, True, 1)
+    """
+    dist = augmentation_distances(seed, n_per_class=n_per_class, n_classes=n_classes, dim=dim, n_clients=n_clients,
+                                  alpha=alpha, total=total)
+    shares = augmentation_shares(dist)
+    share_code = shares["share_code"]
+    numbers = {"share_code": 100 * share_code, "share_paper": 100 * shares["share_paper"],
+               "med_ratio_code": shares["med_ratio_code"], "share_small": 100 * shares["share_small"],
+               "share_large": 100 * shares["share_large"], "n_small_cut": SMALL, "tr_ratio_large": shares["tr_ratio_large"],
+               "n_pairs": shares["n_pairs"], **augmentation_reading(shares)}
+    checks.add("augmentation moves each client's local class distribution toward the global one",
+               f"Fréchet distance to the global fit, {len(dist) // 2} (client, class) pairs, code's formula",
+               f"shrinks for {100 * share_code:.0f} %", ok=share_code == 1, partly=share_code > 0)
+    table = show_table(distance_summary(dist), digits={"distance shrinks (% of pairs)": 0, "median d² before": 3,
+                                                       "median d² after": 3})
+    return Section(numbers, (table,), dist)
+
+
+def plot_frechet(dist: pd.DataFrame):
+    """The chapter's figure of :func:`augmentation_distances` ``dist``: the distance after against
+    before augmentation, one point per (client, class) pair and formula (circles: the code's,
+    triangles: the paper's), coloured by the pair's real samples, on log scales with the diagonal
+    of no change. Returns the figure."""
+    fig, ax = plt.subplots(figsize=(6.5, 5))
+    norm = LogNorm(vmin=dist["n"].min(), vmax=dist["n"].max())
+    for formula, marker in (("code", "o"), ("paper", "^")):
+        d_ = dist[dist.formula == formula]
+        sc = ax.scatter(d_["before"], d_["after"], c=d_["n"], norm=norm, marker=marker, cmap="viridis", s=28,
+                        edgecolors="0.3", linewidths=0.3, label=f"{formula}'s formula")
+    lim = [dist[["before", "after"]].min().min() * 0.8, dist[["before", "after"]].max().max() * 1.2]
+    ax.plot(lim, lim, "k--", lw=0.8); ax.set_xscale("log"); ax.set_yscale("log")
+    ax.set_xlabel("d² (local real, global)"); ax.set_ylabel("d² (local real + generated, global)")
+    bar = fig.colorbar(sc, label="local real samples n (log scale)")
+    bar.set_ticks([t for t in (2, 5, 10, 20, 50, 100, 200, 500, 1000) if norm.vmin <= t <= norm.vmax])
+    bar.set_ticklabels([f"{t:g}" for t in bar.get_ticks()]); bar.ax.minorticks_off()
+    # the legend's markers in grey: a point's colour is its sample count, not its formula
+    ax.legend(handles=[Line2D([], [], marker=m, ls="", color="0.6", markeredgecolor="0.3", label=f"{f}'s formula")
+                       for f, m in (("code", "o"), ("paper", "^"))] + [Line2D([], [], color="k", ls="--", lw=0.8, label="no change")],
+              loc="upper left", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def degenerate_section(checks: CheckTable, seed: int) -> Section:
+    """Section 5, first part: :func:`degenerate_inputs`, its row of ``checks`` (no failure) and its
+    table; no number.
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> s = degenerate_section(checks, 0)
+    >>> s.numbers, checks.n_fail
+    ({}, 0)
+    """
+    table = degenerate_inputs(seed)
+    n_failed = degenerate_failures(table)
+    checks.add("degenerate inputs have defined behaviour and never give a NaN sample", f"{len(table)} cases below",
+               f"{n_failed} failures", ok=n_failed == 0)
+    return Section({}, (show_table(table, wrap=True),))
+
+
+def batched_section(checks: CheckTable, seed: int, dim: int = 32, n_new: int = 300) -> Section:
+    """Section 5, second part: :func:`batched_against_loop` with ``n_new`` samples in ``dim``
+    dimensions, its row of ``checks`` and the numbers ``loop_err`` and ``loop_time_ratio`` (how
+    many times slower the loop is: measured).
+
+    Examples
+    --------
+    >>> checks = CheckTable()
+    >>> s = batched_section(checks, 0, dim=4, n_new=10)
+    >>> s.numbers["loop_err"] < 1e-12, checks.n_fail
+    (True, 0)
+    """
+    loop_err, t_fast, t_slow = batched_against_loop(seed, dim, n_new)
+    checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dim}, same draws", f"{loop_err:.1e}",
+               ok=loop_err < 1e-10)
+    return Section({"loop_err": loop_err, "loop_time_ratio": t_slow / t_fast})
+
+
 __all__ = ["BATCHED_SAMPLES", "DEGENERATE_SAMPLES", "EQ4_FEDERATIONS", "FIGURE_DRAWS", "FILL_DRAWS",
-           "GENERATION_DRAWS", "GENERATION_SHAPE", "SIMILARITY_BASES", "SMALL", "Eq4Errors", "augmentation_distances",
-           "augmentation_shares", "batched_against_loop", "degenerate_failures", "degenerate_inputs", "distance_summary",
-           "eq4_on_random_federations", "generation_covariances", "local_stats", "random_federation", "similarity_properties",
-           "similarity_table"]
+           "GENERATION_DRAWS", "GENERATION_SHAPE", "SIMILARITY_BASES", "SMALL", "Eq4Errors", "Section", "augmentation_distances",
+           "augmentation_reading", "augmentation_section", "augmentation_shares", "batched_against_loop", "batched_section",
+           "degenerate_failures", "degenerate_inputs", "degenerate_section", "distance_summary", "eq4_on_random_federations",
+           "eq4_section", "generation_covariances", "generation_section", "local_stats", "plot_formulas", "plot_frechet",
+           "random_federation", "similarity_properties", "similarity_section", "similarity_table"]
