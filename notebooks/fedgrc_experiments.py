@@ -430,9 +430,9 @@ plt.show()
 # of tables per $\alpha$; the best mean of each column is in bold. FedGRC is the last row: the
 # CGRL backbone with the MMS metric and SASP heads. Rows are grouped as in the paper:
 # personalized-FL methods, statistical heads on the FedAvg, FedAvg-Aug and CGRL backbones.
-# Undefined cells at this profile: {glue:text}`fge_n_missing`, each shown as a dash. (A metric is shown only where every seed defines it: rare
-# accuracy and R@25 need a client that holds a rare class, unseen accuracy and U@25 a client that
-# lacks a class.)
+# Undefined cells at this profile: {glue:text}`fge_n_missing`, each shown as a dash. (A metric
+# is shown only where every seed defines it: rare accuracy and R@25 need a client that holds a
+# rare class, unseen accuracy and U@25 a client that lacks a class.)
 
 # %% tags=["hide-input"]
 v = fedgrc.seed_values(frames["runs"], SEEDS)  # v(alpha, method, metric): one number per seed (percent)

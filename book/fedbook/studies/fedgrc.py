@@ -713,7 +713,8 @@ def show_excess(tidy9: pd.DataFrame, h0: Mapping[tuple, str]) -> list:
     table9 = seed_table(tidy9.dropna(subset=["value"]), ["alpha", "metric"], "pairing", "value", digits=2)
     table9 = table9[list(EXCESS_COLUMNS)].rename(columns=lambda c: f"{c} (points)" if c == "excess gain I" else f"{c} (%)")
     choice = pd.Series(h0).rename_axis(["seed", "alpha"]).unstack("alpha")
-    return [show_table(table9, formats={"alpha": "g"}).set_caption("Table IX: F@25 and global accuracy of each backbone × head pairing"),
+    caption = "Table IX: F@25 and global accuracy of each backbone × head pairing"
+    return [show_table(table9, formats={"alpha": "g"}).set_caption(caption),
             show_table(choice.rename(columns=lambda a: f"H0 chosen on validation, α = {a:g}")).set_caption(
                 "The baseline head H0, per seed")]
 
@@ -954,7 +955,8 @@ def head_reading(intervals: Sequence) -> str:
     if all(iv.low > 0 for iv in intervals):
         return f"a gain clear of the seed-to-seed spread at both, as expected if {bias}"
     if all(iv.mean > 0 for iv in intervals):
-        return f"positive on average at both but not clear of the seed-to-seed spread at both, so the table does not show that {bias}"
+        return (f"positive on average at both but not clear of the seed-to-seed spread at both, so the table does not "
+                f"show that {bias}")
     return f"not a gain at both concentrations, so the expected effect (that {bias}) does not show at this scale"
 
 
@@ -998,7 +1000,8 @@ def rotation_reading(rotated_change: float, upright_change: float) -> str:
     if rotated_change < 0:
         return "local accuracy now falls as m0 grows, as Eq. (35) predicts"
     if rotated_change < upright_change:
-        return "local accuracy still does not fall as m0 grows, but the rotation moves the curve toward the fall Eq. (35) predicts"
+        return ("local accuracy still does not fall as m0 grows, but the rotation moves the curve toward the fall "
+                "Eq. (35) predicts")
     return "the rotation does not move the curve toward the fall Eq. (35) predicts"
 
 
@@ -1073,7 +1076,8 @@ def numbers(frames: Mapping[str, pd.DataFrame], seeds: Sequence[int], alphas: Se
     fedavg_row = f"{ROUND_ROWS['Ditto']}: one training round"
     R["fge_round_time_ratio"] = float(c_lo.loc["CGRL: one training round", "seconds per round (median)"]
                                       / c_lo.loc["FedAvg-Aug: one training round", "seconds per round (median)"])
-    R["fge_bytes_ratio"] = float(c_lo.loc["CGRL: one training round", "bytes per client"] / c_lo.loc[fedavg_row, "bytes per client"])
+    R["fge_bytes_ratio"] = float(c_lo.loc["CGRL: one training round", "bytes per client"]
+                                 / c_lo.loc[fedavg_row, "bytes per client"])
     R["fge_stats_bytes"] = format_bytes(c_lo.loc["terminal statistics (multilayer)", "bytes per client"])
     return R
 
