@@ -28,7 +28,9 @@
 # For each statement this chapter gives a short derivation, checks it numerically on many seeded
 # random instances (and symbolically with sympy where that is a proof), and records a row of the
 # **check table** at the end. The library code under test is {mod}`fedlib.cgrl` (the losses); the
-# same statements are property tests in `tests/test_fedgrc_theory.py`.
+# same statements are property tests in `tests/test_fedgrc_theory.py`. Each check is a function of
+# {mod}`fedbook.studies.fedgrc_checks`, named where it is used, and the section's `record_*`
+# function of that module adds its rows to the table.
 #
 # **About the source.** The extracted text of the paper lacks every displayed equation: the
 # numbered equations are referred to but not shown. We reconstruct each one from the prose around
@@ -44,14 +46,9 @@ dim = None  # largest feature dimension of the random instances
 # %% tags=["hide-input"]
 import functools
 
-import numpy as np
-import sympy as sp
-import torch
-from myst_nb import glue
-
-from fedlib.cgrl import directional_loss, dispersion_plus_offset, log_norm, magnitude_loss, prototype_ce, unit
-from fedbook.page import setup
-from fedbook.checks import CheckTable, float64_tensor
+from fedbook.checks import CheckTable
+from fedbook.page import glue_all, setup
+from fedbook.studies import fedgrc_checks as fc
 from fedlib.rng import numpy_rng
 
 PROFILES = {
@@ -62,13 +59,9 @@ PROFILES = {
 # Small matrices and a shared 2-core machine: one intra-op thread is many times faster here (two threads
 # contend with the other processes); this sets the kernel process only.
 P = setup(PROFILES, profile, threads=1, trials=trials, dim=dim)
-F64 = torch.float64
-checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
-check = checks.add
-
+checks = CheckTable()  # the closing check table: each section's record_* adds its rows
 rng_for = functools.partial(numpy_rng, seed)  # rng_for(*keys): this chapter's stream for a purpose
-T = float64_tensor
-
+R = {}  # every number the prose quotes, glued at the end
 
 print(f"profile {P.profile}: {P.trials} random instances per check, dimension up to {P.dim}")
 
@@ -90,37 +83,14 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # directions do, and the angular part is weighted by the product of the norms. sympy confirms that
 # the difference of the two sides is exactly $R_i^2(u_i^\top u_i - 1) + R_j^2(u_j^\top u_j - 1)$,
 # i.e. zero precisely on unit directions; numerically we split random raw features with
-# {func}`fedlib.cgrl.unit` over six orders of magnitude of norms.
+# {func}`fedlib.cgrl.unit` over six orders of magnitude of norms
+# ({func}`fedbook.studies.fedgrc_checks.radial_angular_symbolic`,
+# {func}`fedbook.studies.fedgrc_checks.radial_angular_split`).
 
 # %%
-Ri, Rj = sp.symbols("R_i R_j", positive=True)
-ui, uj = sp.Matrix(sp.symbols("a0:3")), sp.Matrix(sp.symbols("b0:3"))
-lhs = ((Ri * ui - Rj * uj).T * (Ri * ui - Rj * uj))[0]
-rhs = (Ri - Rj) ** 2 + 2 * Ri * Rj * (1 - (ui.T * uj)[0])
-residual = sp.expand(lhs - rhs - (Ri**2 * ((ui.T * ui)[0] - 1) + Rj**2 * ((uj.T * uj)[0] - 1)))
-eq10_sym_ok = residual == 0
-print("sympy: lhs - rhs - [R_i^2(|u_i|^2-1) + R_j^2(|u_j|^2-1)] =", residual)
-
-rng = rng_for(1)
-eq10_err, n_pairs = 0.0, 0
-for t in range(P.trials):
-    d = int(rng.integers(1, P.dim + 1))
-    h = rng.normal(size=(40, d)) * 10.0 ** rng.uniform(-3, 3, size=(40, 1))
-    u = unit(T(h)).numpy()
-    R = np.linalg.norm(h, axis=1)
-    i, j = rng.integers(0, 40, size=(2, 200))
-    lhs_n = ((h[i] - h[j]) ** 2).sum(1)
-    rhs_n = (R[i] - R[j]) ** 2 + 2 * R[i] * R[j] * (1 - (u[i] * u[j]).sum(1))
-    eq10_err = max(eq10_err, float(np.max(np.abs(lhs_n - rhs_n) / (R[i] ** 2 + R[j] ** 2))))
-    n_pairs += len(i)
-unit_zero = float(unit(torch.zeros(2, 3, dtype=F64)).abs().max())
-glue("fgd_eq10_err", float(eq10_err), display=False)
-glue("fgd_eq10_pairs", int(n_pairs), display=False)
-check("Eq. (10): |h_i - h_j|^2 = (R_i - R_j)^2 + 2 R_i R_j (1 - u_i'u_j)", "sympy expansion (d = 3)",
-      "symbolic difference 0" if eq10_sym_ok else f"difference {residual}", ok=bool(eq10_sym_ok))
-check("Eq. (10) numerically, u = fedlib.cgrl.unit(h)", f"{n_pairs} random pairs, norms 1e-3..1e3, error / (R_i^2 + R_j^2)",
-      eq10_err, 1e-12)
-check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", unit_zero, 0.0)
+eq10_symbolic = fc.radial_angular_symbolic()
+print("sympy: lhs - rhs - [R_i^2(|u_i|^2-1) + R_j^2(|u_j|^2-1)] =", eq10_symbolic[1])
+R.update(fc.record_eq10(checks, eq10_symbolic, fc.radial_angular_split(rng_for(1), P.trials, P.dim)))
 
 # %% [markdown]
 # Over {glue:text}`fgd_eq10_pairs` random pairs the two sides agree to
@@ -159,48 +129,14 @@ check("unit(0) = 0 (the paper's convention)", "fedlib.cgrl.unit on zero rows", u
 # $$
 #
 # (one class's and layer's term $p_{\chi,\ell,c}[\dots]$ is {func}`fedlib.cgrl.dispersion_plus_offset`).
-# First sympy, on a batch of five views with the gate pattern $(1,0,1,1,0)$ and symbolic log norms:
+# First sympy, on a batch of five views with the gate pattern $(1,0,1,1,0)$ and symbolic log norms
+# ({func}`fedbook.studies.fedgrc_checks.magnitude_lemma_symbolic`), then random batches
+# ({func}`fedbook.studies.fedgrc_checks.magnitude_decomposition`):
 
 # %%
-rho_s = sp.symbols("rho0:5", real=True)
-a_s = sp.Symbol("a", real=True)
-chi_s = [1, 0, 1, 1, 0]
-n_s, n_chi = len(chi_s), sum(chi_s)
-kept = [r for r, c in zip(rho_s, chi_s) if c]
-mean_chi = sum(kept) / n_chi
-lemma_lhs = sum(c * (r - a_s) ** 2 for r, c in zip(rho_s, chi_s)) / n_s
-lemma_rhs = sp.Rational(n_chi, n_s) * (sum((r - mean_chi) ** 2 for r in kept) / n_chi + (mean_chi - a_s) ** 2)
-lemma_sym = sp.simplify(sp.expand(lemma_lhs - lemma_rhs))
-print("sympy: empirical E[chi (rho - a)^2] - p_chi [Var + offset^2] =", lemma_sym)
-
-rng = rng_for(2)
-lemma_err, lemma_instances, zero_p = 0.0, 0, 0
-for t in range(P.trials):
-    L, C, n = int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(2, 40))
-    dims = [int(x) for x in rng.integers(1, P.dim + 1, size=L)]
-    y = torch.as_tensor(rng.integers(0, C, size=n))
-    feats = [T(rng.normal(size=(n, dl)) * 10.0 ** rng.uniform(-3, 1, size=(n, 1))) for dl in dims]  # some below r_min
-    refs = T(rng.normal(size=(L, C)))
-    observed = torch.as_tensor(rng.random(C) < 0.7)
-    r_min, eps = float(10.0 ** rng.uniform(-3, -1)), float(10.0 ** rng.uniform(-6, -2))
-    loss = float(magnitude_loss(feats, y, refs, observed, r_min, eps))
-    expected = 0.0
-    for ell, h in enumerate(feats):
-        rho = log_norm(h, eps).numpy()
-        gate = (torch.sqrt((h * h).sum(dim=1) + eps**2) >= r_min).numpy() & observed.numpy()[y.numpy()]  # stabilized r, Eq. (14)
-        for c in range(C):
-            sel = y.numpy() == c
-            if sel.any():
-                expected += sel.mean() * dispersion_plus_offset(rho[sel], gate[sel], float(refs[ell, c])) / L
-                zero_p += int(gate[sel].sum() == 0)
-    lemma_err = max(lemma_err, abs(loss - expected) / max(1.0, abs(expected)))
-    lemma_instances += 1
-glue("fgd_lemma_err", float(lemma_err), display=False)
-glue("fgd_lemma_zero_p", int(zero_p), display=False)
-check("Lemma IV.1 (Eq. (16)) under a batch's empirical distribution", "sympy, 5 views, gate (1,0,1,1,0)",
-      "symbolic difference 0" if lemma_sym == 0 else f"difference {lemma_sym}", ok=bool(lemma_sym == 0))
-check("fedlib.cgrl.magnitude_loss = mean over layers of sum_c (n_c/n) p_chi [Var + offset^2]",
-      f"{lemma_instances} random batches (1-3 layers, 1-4 classes, gates from r_min and flags)", lemma_err, 1e-12)
+lemma_symbolic = fc.magnitude_lemma_symbolic()
+print("sympy: empirical E[chi (rho - a)^2] - p_chi [Var + offset^2] =", lemma_symbolic)
+R.update(fc.record_lemma(checks, lemma_symbolic, fc.magnitude_decomposition(rng_for(2), P.trials, P.dim)))
 
 # %% [markdown]
 # The library's magnitude loss equals the lemma's decomposition to {glue:text}`fgd_lemma_err:.1e`
@@ -244,68 +180,11 @@ check("fedlib.cgrl.magnitude_loss = mean over layers of sum_c (n_c/n) p_chi [Var
 # with autograd (float64) on random batches: $2B$ views with both views of each example, random
 # unit class directions with some zero references (classes never observed), feature norms over
 # three orders of magnitude. The library's losses are means over the $2B$ views, so each view's
-# closed-form gradient carries a factor $1/(2B)$ (and $1/|\Lambda|$ for the magnitude loss).
+# closed-form gradient carries a factor $1/(2B)$ (and $1/|\Lambda|$ for the magnitude loss)
+# ({func}`fedbook.studies.fedgrc_checks.gradient_geometry`).
 
 # %%
-rng = rng_for(3)
-tang_err, ce_err, rad_err, par_err, orth_err, second_err, sign_viol, n_views, n_steps = (0.0,) * 6 + (0, 0, 0)
-for t in range(P.trials):
-    B, d, C = int(rng.integers(2, 10)), int(rng.integers(2, P.dim + 1)), int(rng.integers(2, 6))
-    y = torch.as_tensor(np.tile(rng.integers(0, C, size=B), 2))  # two views of each example
-    n = 2 * B
-    h = T(rng.normal(size=(n, d)) * 10.0 ** rng.uniform(-1, 2, size=(n, 1))).requires_grad_(True)
-    protos = unit(T(rng.normal(size=(C, d))))
-    protos[rng.random(C) < 0.3] = 0.0  # classes without a shared direction yet: zero logits
-    tau, beta = float(rng.uniform(0.05, 1.0)), float(rng.uniform(0.0, 2.0))
-    g = torch.autograd.grad(directional_loss(unit(h), y, protos, tau, beta, True), h)[0]
-    hn, gn = h.detach(), g
-    R = hn.norm(dim=1)
-    tang_err = max(tang_err, float(((hn * gn).sum(1).abs() / (R * gn.norm(dim=1)).clamp_min(1e-300)).max()))
-    # second order: |h - s g|^2 - |h|^2 = s^2 |g|^2 exactly (isolated feature-space step)
-    for s in (1e-3, 1e-1, 1.0):
-        s_i = s * R / gn.norm(dim=1).clamp_min(1e-300)  # a step of relative size s
-        change = ((hn - s_i[:, None] * gn) ** 2).sum(1) - R**2
-        second_err = max(second_err, float(((change - s_i**2 * (gn**2).sum(1)).abs() / R**2).max()))
-    # Eq. (18b) against autograd of the prototype cross-entropy alone
-    gp = torch.autograd.grad(prototype_ce(unit(h), y, protos, tau), h)[0]
-    u = unit(hn)
-    q = torch.softmax(u @ protos.T / tau, dim=1)
-    inner = q @ protos - protos[y]  # sum_c q_c p_c - p_y
-    proj = inner - (u * inner).sum(1, keepdim=True) * u  # (I - u u') (.)
-    closed = proj / (tau * R[:, None]) / n  # mean over the 2B views
-    ce_err = max(ce_err, float((gp - closed).norm() / gp.norm().clamp_min(1e-300)))
-    # Eq. (19) against autograd of the magnitude loss at the final layer, chi and a fixed
-    refs = T(rng.normal(size=(1, C)) + np.log(R.numpy()).mean())
-    observed = torch.ones(C, dtype=torch.bool)
-    r_min, eps = 1e-2, 1e-3
-    v = torch.autograd.grad(magnitude_loss([h], y, refs, observed, r_min, eps), h)[0]
-    rho = log_norm(hn, eps)
-    v_closed = 2 * (rho - refs[0, y])[:, None] * hn / (R**2 + eps**2)[:, None] / n
-    rad_err = max(rad_err, float((v - v_closed).norm() / v.norm().clamp_min(1e-300)))
-    par_err = max(par_err, float(((v - (v * u).sum(1, keepdim=True) * u).norm(dim=1) / v.norm(dim=1).clamp_min(1e-300)).max()))
-    orth_err = max(orth_err, float(((g * v).sum(1).abs() / (g.norm(dim=1) * v.norm(dim=1)).clamp_min(1e-300)).max()))
-    # a small descent step on the magnitude term moves the norm toward the reference
-    step = 1e-4 * R[:, None] / v.norm(dim=1, keepdim=True).clamp_min(1e-300)
-    new_norm = (hn - step * v).norm(dim=1)
-    above = rho > refs[0, y]
-    sign_viol += int(((above & (new_norm >= R)) | (~above & (new_norm <= R))).sum())
-    n_views += n
-    n_steps += n
-glue("fgd_tang_err", float(tang_err), display=False)
-glue("fgd_ce_err", float(ce_err), display=False)
-glue("fgd_rad_err", float(rad_err), display=False)
-glue("fgd_orth_err", float(orth_err), display=False)
-glue("fgd_grad_views", int(n_views), display=False)
-check("directional gradient is tangent: h_i' g_i = 0 (supcon + beta proto-CE)",
-      f"autograd through fedlib.cgrl, {n_views} views, |h'g| / (|h||g|)", tang_err, 1e-10)
-check("squared norm changes at second order: |h - s g|^2 = |h|^2 + s^2 |g|^2", "3 step sizes per view, error / |h|^2",
-      second_err, 1e-10)
-check("Eq. (18b): closed-form prototype-CE gradient = autograd", "relative error per batch", ce_err, 1e-12)
-check("Eq. (19): closed-form magnitude gradient = autograd (chi, a fixed)", "relative error per batch", rad_err, 1e-12)
-check("magnitude gradient is radial (parallel to h)", "norm of the tangential part / |v|", par_err, 1e-12)
-check("Eq. (20): g_i' v_i = 0 at the final layer", "|g'v| / (|g||v|)", orth_err, 1e-10)
-check("a small magnitude descent step contracts above the reference, expands below",
-      f"{n_steps} views, step 1e-4 |h|", sign_viol, 0, kind="count")
+R.update(fc.record_gradients(checks, fc.gradient_geometry(rng_for(3), P.trials, P.dim)))
 
 # %% [markdown]
 # The directional gradient is tangent to within {glue:text}`fgd_tang_err:.1e` (cosine between
@@ -316,28 +195,11 @@ check("a small magnitude descent step contracts above the reference, expands bel
 # **In parameter space they are not.** The paper is careful to say that the complementarity is a
 # feature-space statement: through the backbone Jacobian $J_i = \partial h_i/\partial\phi$ the
 # parameter-gradient inner product is $\sum_{i,j} g_i^\top J_iJ_j^\top v_j$, with no reason to vanish.
-# A two-layer random backbone shows it (a counterexample to the stronger reading):
+# A two-layer random backbone shows it (a counterexample to the stronger reading,
+# {func}`fedbook.studies.fedgrc_checks.parameter_gradient_cosines`):
 
 # %%
-rng = rng_for(4)
-param_cos = []
-for t in range(max(3, P.trials // 4)):
-    B, C, p_in, d = 6, 3, 5, 4
-    x = T(rng.normal(size=(2 * B, p_in)))
-    y = torch.as_tensor(np.tile(rng.integers(0, C, size=B), 2))
-    w1 = T(rng.normal(size=(8, p_in))).requires_grad_(True)
-    w2 = T(rng.normal(size=(d, 8))).requires_grad_(True)
-    hb = torch.tanh(x @ w1.T) @ w2.T  # final-layer features of a tiny backbone
-    protos = unit(T(rng.normal(size=(C, d))))
-    l_dir = directional_loss(unit(hb), y, protos, 0.5, 1.0, True)
-    l_mag = magnitude_loss([hb], y, T(rng.normal(size=(1, C))), torch.ones(C, dtype=torch.bool), 1e-2, 1e-3)
-    gd = torch.cat([x.flatten() for x in torch.autograd.grad(l_dir, [w1, w2], retain_graph=True)])
-    gm = torch.cat([x.flatten() for x in torch.autograd.grad(l_mag, [w1, w2])])
-    param_cos.append(float((gd @ gm).abs() / (gd.norm() * gm.norm())))
-param_cos_med = float(np.median(param_cos))
-glue("fgd_param_cos", float(param_cos_med), display=False)
-check("parameter gradients of the two terms need NOT be orthogonal (the paper's caveat)",
-      f"{len(param_cos)} random 2-layer backbones, median |cos|", param_cos_med, 1e-3, kind="at least")
+R.update(fc.record_parameter_space(checks, fc.parameter_gradient_cosines(rng_for(4), P.trials)))
 
 # %% [markdown]
 # The median absolute cosine between the two parameter gradients is
@@ -347,10 +209,8 @@ check("parameter gradients of the two terms need NOT be orthogonal (the paper's 
 # ## The check table
 
 # %% tags=["remove-cell"]
-glue("fgd_cgrl_n_checks", len(checks), display=False)
-glue("fgd_cgrl_n_fail", checks.n_fail, display=False)
-glue("fgd_cgrl_seconds", float(P.elapsed()), display=False)
-glue("fgd_trials", int(P.trials), display=False)
+R.update(fc.record_table(checks, P.trials, "cgrl"), fgd_cgrl_seconds=float(P.elapsed()))
+glue_all(R)
 
 # %%
 checks.show()

@@ -64,36 +64,23 @@ gamma_grid = None  # sensitivity: values of gamma
 val_fraction = None  # share of each class of the global test set held out for selecting the baseline head
 cifar_root = None  # paper profile: folder holding cifar-10-batches-py/ (or cifar-100-python/)
 results_dir = None  # where tidy results are saved (None: not saved)
+workers = 1  # processes the studies' cells are spread over (the numbers are the same bits for any number)
+cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 
 # %% tags=["hide-input"]
 import dataclasses
-import functools
 import math
-import time
+from functools import partial
 
-import matplotlib.lines
 import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
-import torch
-from myst_nb import glue
 
-from fedlib.algorithms.fedgrc import CGRL
-from fedbook.page import claims_report, clipped_error, format_bytes, format_value, place_labels, setup, show_table
-from fedlib.cgrl import CGRLConfig
-from fedbook.claims import (Claim, SeedValues, defined_pairs, interval_text, mean_interval, resolution_of, seed_band,
-                           seed_table, strongest_baseline)
-from fedlib.data import ArrayDataset, load_dataset, plot_partition, subsample
-from fedlib.posthoc import FrozenFeatures, collect_statistics
-from fedbook.studies.fedgrc import (SENSITIVITY_CURVES, FedGRCStudy, baseline_head, before_after, excess_gain_rows,
-                                       each_baseline, mean_over_heads, sensitivity)
-from fedlib.federation import ClientData, Federation, make_federation
-from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
-from fedlib.loop import LoopConfig
+from fedbook.claims import Claim, Read, strongest_baseline
+from fedbook.page import claims_report, glue_all, setup, show_table
+from fedbook.studies import fedgrc
+from fedbook.studies.fedgrc import BASELINES, FEDGRC, key, reads
+from fedbook.study import Study, run_study
+from fedlib.data import load_dataset
 from fedlib.metrics import RARE_RATIO
-from fedlib.models import build_model
-from fedlib.run import run_federated
-from fedlib.training import TrainConfig
 
 PROFILES = {
     "smoke": dict(dataset="mnist5k", n_seeds=2, n_samples=700, n_clients=6, alphas=[0.1], global_test_per_class=20,
@@ -119,50 +106,15 @@ P = setup(PROFILES, profile, threads=1, n_seeds=n_seeds, n_samples=n_samples, al
           local_epochs=local_epochs, lr=lr, m0=m0, gamma=gamma, tau=tau, lambda_dir=lambda_dir, lambda_rad=lambda_rad,
           warmup=warmup, layers=layers, m0_grid=m0_grid, gamma_grid=gamma_grid, val_fraction=val_fraction)
 SEEDS = [seed + i for i in range(P.n_seeds)]
-datasets = {s: load_dataset(P.dataset, n_samples=P.n_samples, seed=s, root=cifar_root) for s in SEEDS}  # a subset per seed
-data = datasets[seed]
-C = data.n_classes
-in_channels, input_size = data.x.shape[1], data.x.shape[-1]
-model_fn = functools.partial(build_model, P.model, in_channels=in_channels, n_classes=C, input_size=input_size, **P.model_kw)
-LAYERS = tuple(P.layers) if P.layers is not None else tuple(model_fn().feature_layers)
-train_cfg = TrainConfig(epochs=P.local_epochs, batch_size=32, lr=P.lr, momentum=0.9)
-finetune_cfg = TrainConfig(epochs=P.finetune_epochs, batch_size=32, lr=P.lr, momentum=0.9)
-cgrl_cfg = CGRLConfig(tau=P.tau, lambda_dir=P.lambda_dir, lambda_rad=P.lambda_rad, warmup=P.warmup, layers=LAYERS,
-                      augment="cifar" if P.dataset.startswith("cifar") else "digits")
-# the augmentation control ("FedYoYo-like"): the same two views and the same cross-entropy, no CGRL term (its
-# class directions are unused, so they come from the training pass instead of an extra evaluation pass)
-aug_cfg = dataclasses.replace(cgrl_cfg, lambda_dir=0.0, lambda_rad=0.0, direction_pass="train")
-loop_cfgs = {s: LoopConfig(rounds=P.rounds, seed=s, eval_every=0, rare_ratio=RARE_RATIO) for s in SEEDS}
+DATA = partial(load_dataset, P.dataset, n_samples=P.n_samples, root=cifar_root)  # DATA(seed=s): a subset per run seed
+data = DATA(seed=seed)
+study = fedgrc.chapter_study(P, data)  # the CNN, the local training, CGRL, FedAvg-Aug and the heads of the table below
 a_hi, a_lo = P.alphas[0], P.alphas[-1]
+FED0 = {a: study.federation(data, seed, a)[0] for a in P.alphas}  # the first seed's federations: the test sets' sizes
+RES = fedgrc.resolutions(FED0)  # each metric's resolution (points): the step of one test image
+R = fedgrc.setting_numbers(P, study, len(data), SEEDS, RES)  # every number the prose quotes, glued at the end
 print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} clients, alphas {P.alphas}, "
-      f"{P.rounds} rounds, model {P.model}, MMS layers {LAYERS}, seeds {SEEDS}")
-
-# %% tags=["remove-cell"]
-glue("fge_n_samples", len(data), display=False)
-glue("fge_n_seeds", P.n_seeds, display=False)
-glue("fge_n_clients", P.n_clients, display=False)
-glue("fge_rounds", P.rounds, display=False)
-glue("fge_epochs", P.local_epochs, display=False)
-glue("fge_tau", P.tau, display=False)
-glue("fge_ldir", P.lambda_dir, display=False)
-glue("fge_lrad", P.lambda_rad, display=False)
-glue("fge_beta", cgrl_cfg.beta, display=False)
-glue("fge_xi", cgrl_cfg.xi, display=False)
-glue("fge_zeta", cgrl_cfg.zeta, display=False)
-glue("fge_warmup", P.warmup, display=False)
-glue("fge_layers", ", ".join(LAYERS), display=False)
-glue("fge_gamma", P.gamma, display=False)
-glue("fge_m0", P.m0, display=False)
-glue("fge_ft", P.finetune_epochs, display=False)
-glue("fge_head_epochs", 1, display=False)
-glue("fge_width", P.model_kw.get("width", 64), display=False)  # ResNet-18 starts with 64 channels
-glue("fge_fdim", model_fn().feature_dims["penultimate"], display=False)
-glue("fge_gt_per_class", P.global_test_per_class, display=False)
-glue("fge_val_pct", 100 * P.val_fraction, display=False)
-glue("fge_rare_ratio", RARE_RATIO, display=False)
-glue("fge_alpha_hi", a_hi, display=False)
-glue("fge_alpha_lo", a_lo, display=False)
-glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
+      f"{P.rounds} rounds, model {P.model}, MMS layers {study.layers}, seeds {SEEDS}")
 
 # %% [markdown]
 # ## The setting and our defaults
@@ -300,6 +252,8 @@ glue("fge_seeds", ", ".join(map(str, SEEDS)), display=False)
 ABSENT = "absent baselines (BTFL, pFedFDA, FedLog, FedROD, FedTHE, HPFL, FedYoYo) are not in the comparison"
 SCALE = f"{P.dataset}, {P.model}, {P.n_clients} clients, {P.rounds} rounds instead of CIFAR/FedRS with ResNet-18"
 RARE = f"rare class = held with under {RARE_RATIO:g}× the uniform share (the paper's definition is not in the text)"
+BUDGET = ("every model a client trains takes one local epoch a round: FedRep's head and body, Ditto's personal and "
+          "global models each one (their algorithms' two parts)")
 Q_LEAD = ("FedGRC achieves the highest mean global, unseen, rare, and F@25 scores in all 5 heterogeneity settings.")
 Q_SIZE = ("Its gains over the respective best baselines are 2.17%–4.15% in global accuracy and 2.13%–6.46% in F@25.")
 Q_LOCAL_LEAD = ("It also leads in local accuracy on both CIFAR datasets under Dir(0.3) and on FedRS; the two Dir(0.1) "
@@ -318,132 +272,100 @@ Q_T9 = "The complete combination achieves higher F@25 than either single-compone
 Q_I = ("The excess gain I measures how much the joint improvement exceeds the sum of the gains from the two individual "
        "replacements. It is positive for F@25 in all five settings, ranging from 0.86% to 2.61%, and for global accuracy "
        "in four settings.")
-SIZES = {"global": 2.17, "F@25": 2.13}  # the lower ends of the paper's ranges, quoted in Q_SIZE
-# the personalized-FL methods, and the baselines: those and the baseline heads on the FedAvg and FedAvg-Aug backbones
-PFL = ["FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedRep", "Ditto", "FedETF", "FedETF-FT", "CGRL (training head)"]
-BASELINE_HEAD_NAMES = ("FedNCM", "LDA", "FedCGS", "Fed3R", "CCVR")  # the five baseline heads (built with the runs below)
-BASELINES = ([n for n in PFL if n != "CGRL (training head)"] + ["FedAvg + FedCGS + FT"]  # FedCGS + FT: pFedGM's stand-in
-             + [f"{b} + {h}" for b in ("FedAvg", "FedAvg-Aug") for h in BASELINE_HEAD_NAMES])
-BASELINE_HEADS = dict(zip(BASELINE_HEAD_NAMES, (FedNCMHead(), LDAHead(), FedCGSHead(), Fed3RHead(), CCVRHead())))
-BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
-HEAD_EPOCHS = 1
-study = FedGRCStudy(model_fn=model_fn, train=train_cfg, finetune=finetune_cfg,
-                    head_train=TrainConfig(epochs=HEAD_EPOCHS, batch_size=32, lr=P.lr), cgrl=cgrl_cfg, augmentation=aug_cfg,
-                    layers=LAYERS, baseline_heads=BASELINE_HEADS, gamma=P.gamma, m0=P.m0, n_clients=P.n_clients,
-                    global_test_per_class=P.global_test_per_class, val_fraction=P.val_fraction, backbones=BACKBONES)
-FED0 = {a: study.federation(data, seed, a)[0] for a in P.alphas}  # the first seed's federations: the test sets' sizes
-N_CLASS_TEST = int(np.bincount(FED0[a_lo].global_test.labels_np, minlength=C).min())  # a class's test images
-LOCAL_TEST = float(np.mean([len(c.test) for f in FED0.values() for c in f.clients]))  # a client's local test split
-RES = {"global": resolution_of(C * N_CLASS_TEST), "unseen": resolution_of(N_CLASS_TEST), "rare": resolution_of(N_CLASS_TEST),
-       "local": resolution_of(max(1, math.floor(LOCAL_TEST)))}
-RES["F@25"] = max(RES["local"], RES["rare"])  # a floor takes each client's weakest of local, unseen and rare
-key = lambda m: m.replace("@", "")  # noqa: E731  (glue keys and claim keys without '@')
-glue("fge_res_class", RES["unseen"], display=False)
-glue("fge_res_global", RES["global"], display=False)
-glue("fge_res_local", RES["local"], display=False)
-glue("fge_res_floor", RES["F@25"], display=False)
-glue("fge_n_baselines", len(BASELINES), display=False)
-# Each claim's values: (ours, baseline) per seed, read when the claims are decided at the end of the chapter
-# (v, best, heads_mean and v9 are defined with the results; defined_pairs keeps the seeds where both sides are defined)
-RES["L@25"], RES["U@25"], RES["R@25"] = RES["local"], RES["unseen"], RES["rare"]  # a floor's step is its ability's
 Q_FLOORS = "FedGRC achieves the highest U@25, R@25, and F@25 in all 4 CIFAR heterogeneity settings."
 Q_FLOOR_L = ("Under Dir(0.3), it also leads in L@25; under Dir(0.1), its L@25 trails the best baseline by 13.57% on "
              "CIFAR-10 and 3.59% on CIFAR-100.")
-BUDGET = ("every model a client trains takes one local epoch a round: FedRep's head and body, Ditto's personal and "
-          "global models each one (their algorithms' two parts)")
-N = len(SEEDS)
-claims = []
+SIZES = {"global": 2.17, "F@25": 2.13}  # the lower ends of the paper's ranges, quoted in Q_SIZE
+# Each claim reads its sides from a frame of fedgrc.claim_frames, one row per run seed (a seed where a side is
+# undefined is dropped from every side): "versus" holds FedGRC and every baseline per alpha and metric.
+CLAIMS = []
 for a in P.alphas:  # the headline: the paper's main result, every baseline, both concentrations
     for m in ("global", "unseen", "rare", "F@25"):
-        claims.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III; stand-in headline for the missing "
-                            "abstract and conclusion",
-                            f"{m} (α = {a}), FedGRC − each baseline, points", "greater", RES[m],
-                            f"{SCALE}; {ABSENT}; {BUDGET}" + (f"; {RARE}" if m == "rare" else ""),
-                            resolution=RES[m], versus=tuple(BASELINES), headline=True,
-                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m), every(a, m))))
+        CLAIMS.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III; stand-in headline for the missing "
+                            "abstract and conclusion", f"{m} (α = {a}), FedGRC − each baseline, points", "greater", RES[m],
+                            f"{SCALE}; {ABSENT}; {BUDGET}" + (f"; {RARE}" if m == "rare" else ""), resolution=RES[m],
+                            versus=tuple(BASELINES), headline=True, ours=Read("versus", FEDGRC, alpha=a, metric=m),
+                            baseline=reads("versus", BASELINES, alpha=a, metric=m)))
 for a in P.alphas:
     for m, size in SIZES.items():
-        claims.append(Claim(f"size-{m}-{a}", Q_SIZE, "Section V-B, Tables I–III",
-                            f"{m} (α = {a}), FedGRC − each baseline − {size:g} (the paper's smallest "
-                            "gain), points", "greater", RES[m],
-                            f"{SCALE}; {ABSENT}; the paper's sizes are on CIFAR and FedRS: where the baselines' "
-                            "heads sit near the ceiling of MNIST, a gain of that size has no room (read with the table)",
+        CLAIMS.append(Claim(f"size-{m}-{a}", Q_SIZE, "Section V-B, Tables I–III",
+                            f"{m} (α = {a}), FedGRC − each baseline − {size:g} (the paper's smallest gain), points", "greater",
+                            RES[m], f"{SCALE}; {ABSENT}; the paper's sizes are on CIFAR and FedRS: where the baselines' heads "
+                            "sit near the ceiling of MNIST, a gain of that size has no room (read with the table)",
                             resolution=RES[m], versus=tuple(BASELINES),
-                            values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m) - SIZES[m], every(a, m))))
-claims.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
-                    f"local (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["local"],
-                    f"{SCALE}; {ABSENT}", resolution=RES["local"], versus=tuple(BASELINES),
-                    values=lambda: defined_pairs(v(a_hi, FEDGRC, "local"), every(a_hi, "local"))))
+                            ours=Read("versus", "FedGRC − the paper's gain", alpha=a, metric=m),
+                            baseline=reads("versus", BASELINES, alpha=a, metric=m)))
+CLAIMS.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
+                    f"local (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["local"], f"{SCALE}; {ABSENT}",
+                    resolution=RES["local"], versus=tuple(BASELINES), ours=Read("versus", FEDGRC, alpha=a_hi, metric="local"),
+                    baseline=reads("versus", BASELINES, alpha=a_hi, metric="local")))
 # "local-trail" and "floor-L25-trail" (the Dir(0.1) trade-off: a baseline is ahead in local accuracy, in L@25) each
 # compare with one named baseline, the strongest in that metric at the smaller α on a pilot seed that is not among
-# the claims' seeds: appended with the training below, once the pilot has named it (fedbook.claims.strongest_baseline)
+# the claims' seeds: inserted with the training below, once the pilot has named it (fedbook.claims.strongest_baseline)
 TRAILS = {"local": dict(key=f"local-trail-{a_lo}", quote=Q_LOCAL_LEAD, source="Section V-B, Tables I–II"),
           "L@25": dict(key=f"floor-L25-trail-{a_lo}", quote=Q_FLOOR_L, source="Appendix B, Tables XI–XII")}
 for a in P.alphas:
     for m in ("U@25", "R@25"):  # F@25 is the lead rows' (the same quantity, not counted twice)
-        claims.append(Claim(f"floor-{key(m)}-{a}", Q_FLOORS, "Appendix B, Tables XI–XII",
+        CLAIMS.append(Claim(f"floor-{key(m)}-{a}", Q_FLOORS, "Appendix B, Tables XI–XII",
                             f"{m} (α = {a}), FedGRC − each baseline, points (F@25: the lead-F@25 rows)", "greater",
                             RES[m], f"{SCALE}; {ABSENT}" + (f"; {RARE}" if m == "R@25" else ""), resolution=RES[m],
-                            versus=tuple(BASELINES), values=lambda a=a, m=m: defined_pairs(v(a, FEDGRC, m), every(a, m))))
-claims.append(Claim(f"floor-L25-{a_hi}", Q_FLOOR_L, "Appendix B, Tables XI–XII",
+                            versus=tuple(BASELINES), ours=Read("versus", FEDGRC, alpha=a, metric=m),
+                            baseline=reads("versus", BASELINES, alpha=a, metric=m)))
+CLAIMS.append(Claim(f"floor-L25-{a_hi}", Q_FLOOR_L, "Appendix B, Tables XI–XII",
                     f"L@25 (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["L@25"], f"{SCALE}; {ABSENT}",
-                    resolution=RES["L@25"], versus=tuple(BASELINES),
-                    values=lambda: defined_pairs(v(a_hi, FEDGRC, "L@25"), every(a_hi, "L@25"))))
+                    resolution=RES["L@25"], versus=tuple(BASELINES), ours=Read("versus", FEDGRC, alpha=a_hi, metric="L@25"),
+                    baseline=reads("versus", BASELINES, alpha=a_hi, metric="L@25")))
 SHIFT_METHODS = {"FedRep": "FedRep, named by the paper",
                  "FedAvg + FedCGS + FT": "pFedGM → FedCGS + fine-tuning (pFedGM is not implemented)",
                  "Ditto": "Ditto stands in for the absent pFedFDA, FedLog, FedROD, BTFL"}
 for m, d in (("local", "greater"), ("global", "less")):  # one row per half, every named method (one interval each)
-    claims.append(Claim(f"shift-{m}", Q_SHIFT, "Section V-B, Fig. 1",
+    CLAIMS.append(Claim(f"shift-{m}", Q_SHIFT, "Section V-B, Fig. 1",
                         f"{m} at α = {a_lo} − at α = {a_hi}, of each of {', '.join(SHIFT_METHODS)}, points", d, RES[m],
                         f"{'; '.join(SHIFT_METHODS.values())}; {SCALE}", resolution=RES[m], versus=tuple(SHIFT_METHODS),
-                        values=lambda m=m: defined_pairs(np.zeros(N), {n: v(a_hi, n, m) - v(a_lo, n, m) for n in SHIFT_METHODS})))
+                        ours=Read("shift", "no change", metric=m), baseline=reads("shift", SHIFT_METHODS, metric=m)))
 HEAD_SUB = ("FedYoYo → FedAvg-Aug (FedAvg on the same two augmented views); the heads are our five baseline heads "
             f"plus MMS and MMS + SASP; the paper's sentence is about CIFAR-100 Dir(0.3): our α = {a_hi}")
-claims.append(Claim(f"heads-gain-{a_hi}", Q_HEADS, "Section V-B",
+CLAIMS.append(Claim(f"heads-gain-{a_hi}", Q_HEADS, "Section V-B",
                     f"global (α = {a_hi}), gain of the mean head over the backbone's own head, FedAvg-Aug − FedAvg, points",
                     "greater", 1.0, HEAD_SUB, resolution=RES["global"],
-                    values=lambda: defined_pairs(heads_mean(a_hi, "FedAvg-Aug") - v(a_hi, "FedAvg-Aug", "global"),
-                                                 heads_mean(a_hi, "FedAvg") - v(a_hi, "FedAvg", "global"))))
-claims.append(Claim(f"heads-level-{a_hi}", Q_HEADS, "Section V-B",
+                    ours=Read("heads", "gain over its own head", backbone="FedAvg-Aug"),
+                    baseline=Read("heads", "gain over its own head", backbone="FedAvg")))
+CLAIMS.append(Claim(f"heads-level-{a_hi}", Q_HEADS, "Section V-B",
                     f"global (α = {a_hi}), mean accuracy of the heads, FedAvg-Aug backbone − FedAvg backbone, points",
-                    "greater", 1.0, HEAD_SUB, resolution=RES["global"],
-                    values=lambda: defined_pairs(heads_mean(a_hi, "FedAvg-Aug"), heads_mean(a_hi, "FedAvg"))))
+                    "greater", 1.0, HEAD_SUB, resolution=RES["global"], ours=Read("heads", "mean head", backbone="FedAvg-Aug"),
+                    baseline=Read("heads", "mean head", backbone="FedAvg")))
 FT_PAIRS = {"FedETF → FedETF-FT": ("FedETF", "FedETF-FT"), "FedCGS → FedCGS + FT": ("FedAvg + FedCGS", "FedAvg + FedCGS + FT")}
 FT_SUB = "FedETF, as in the paper; pFedGM → FedCGS + fine-tuning on the FedAvg backbone (pFedGM is not implemented)"
-mean_alpha = lambda name, m: np.mean([v(a, name, m) for a in P.alphas], axis=0)  # noqa: E731  (per seed)
 for m, d, eff in (("local", "greater", RES["local"]), ("global", "less", 1.0), ("F@25", "less", max(1.0, RES["F@25"]))):
-    claims.append(Claim(f"ft-{m}", Q_FT, "Section V-C, Table IV",
+    CLAIMS.append(Claim(f"ft-{m}", Q_FT, "Section V-C, Table IV",
                         f"{m}, after − before personalization, mean over α ∈ {P.alphas}, of each of {', '.join(FT_PAIRS)}, "
                         "points", d, eff, f"{FT_SUB}; {SCALE}", resolution=RES[m], versus=tuple(FT_PAIRS),
-                        values=lambda m=m: defined_pairs(np.zeros(N), {k: mean_alpha(b, m) - mean_alpha(f, m)
-                                                                       for k, (b, f) in FT_PAIRS.items()})))
+                        ours=Read("personalization", "no change", metric=m),
+                        baseline=reads("personalization", FT_PAIRS, metric=m)))  # before − after, so ours − it = the change
 SASP_SUB = (f"{SCALE}; label skew only: a client's class-conditional features are the federation's, so the "
             "displacement SASP adapts to is sampling noise and a local gain has little room (the paper's CIFAR-100 "
             "Dir(0.3) gain is 0.08 points; Exercise 2 rotates half the clients to give it a real shift)")
 for m, d, eff, sub in (("local", "greater", RES["local"], SASP_SUB), ("F@25", "greater", RES["F@25"], SASP_SUB),
                        ("global", "at least", 1.0, f"{SCALE}; 'largely retaining' read as a loss under one point")):
-    claims.append(Claim(f"sasp-{key(m)}", Q_SASP, "Section V-C, Table IV",
+    CLAIMS.append(Claim(f"sasp-{key(m)}", Q_SASP, "Section V-C, Table IV",
                         f"{m}, FedGRC − CGRL + MMS (SASP − the shared head), mean over α ∈ {P.alphas}, points", d, eff, sub,
-                        resolution=RES[m],
-                        values=lambda m=m: defined_pairs(mean_alpha(FEDGRC, m), mean_alpha("CGRL + MMS", m))))
+                        resolution=RES[m], ours=Read("sasp", FEDGRC, metric=m), baseline=Read("sasp", "CGRL + MMS", metric=m)))
 T9_SUB = ("B0 = FedAvg-Aug (for FedYoYo); H0 = the baseline head of best validation global accuracy (the paper picks "
           "the best F@25 on its tables)")
 for a in P.alphas:
-    claims.append(Claim(f"t9-{a}", Q_T9, "Section V-D, Table IX",
+    CLAIMS.append(Claim(f"t9-{a}", Q_T9, "Section V-D, Table IX",
                         f"F@25 (α = {a}), B1 + H1 − each single replacement (B1 + H0, B0 + H1), points",
                         "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"], versus=("B1 + H0", "B0 + H1"),
-                        values=lambda a=a: defined_pairs(v9(a, "F@25", "B1 + H1 (FedGRC)"),
-                                                         {c: v9(a, "F@25", c) for c in ("B1 + H0", "B0 + H1")})))
-    claims.append(Claim(f"excess-F25-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in F@25 (α = {a}), points",
+                        ours=Read("excess", "B1 + H1 (FedGRC)", alpha=a, metric="F@25"),
+                        baseline=reads("excess", ("B1 + H0", "B0 + H1"), alpha=a, metric="F@25")))
+    CLAIMS.append(Claim(f"excess-F25-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in F@25 (α = {a}), points",
                         "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"],
-                        values=lambda a=a: defined_pairs(v9(a, "F@25", "excess gain I"), np.zeros(N))))
-claims.append(Claim("excess-global", Q_I, "Section V-D, Table IX",
+                        ours=Read("excess", "excess gain I", alpha=a, metric="F@25"), baseline=0.0))
+CLAIMS.append(Claim("excess-global", Q_I, "Section V-D, Table IX",
                     f"excess gain I in global accuracy, mean over α ∈ {P.alphas}, points", "greater", RES["global"],
                     f"{T9_SUB}; 'in four settings' (of five) read as positive on average over our two",
-                    resolution=RES["global"],
-                    values=lambda: defined_pairs(np.mean([v9(a, "global", "excess gain I") for a in P.alphas], axis=0),
-                                                 np.zeros(N))))
-print(f"{len(claims)} claims declared")
+                    resolution=RES["global"], ours=Read("excess_over_alphas", "excess gain I", metric="global"), baseline=0.0))
+print(f"{len(CLAIMS)} claims declared")
 
 # %% [markdown]
 # ## Training every method, for every α and seed
@@ -462,44 +384,42 @@ print(f"{len(claims)} claims declared")
 # and nothing else. The baseline heads use the penultimate features: FedNCM {cite:p}`fedncm`, an
 # LDA-style pooled-covariance head, FedCGS {cite:p}`fedcgs`, Fed3R {cite:p}`fed3r` and CCVR
 # {cite:p}`ccvr`; MMS and SASP use the concatenated layers $\Lambda$. One object holds what is
-# trained and deployed ({class}`fedbook.studies.fedgrc.FedGRCStudy`), and one call runs it for
-# every seed and $\alpha$.
+# trained and deployed ({class}`fedbook.studies.fedgrc.FedGRCStudy`); the study `TRAINING` below
+# runs it in every cell of its grid, one $\alpha$ and one run seed
+# ({func}`fedbook.studies.fedgrc.train_cell`, cells cached and spread over `workers` processes by
+# {func}`fedbook.study.run_study`), and refits on each cell's frozen CGRL backbone the heads of the
+# sensitivity sweeps and of Exercise 3. The pilot is a study of its own, one cell.
 
 # %% tags=["hide-input"]
-glue("fge_n_algs", len(study.methods()), display=False)
 PILOT = seed + P.n_seeds  # not among SEEDS: its runs only name the comparators of the two trade-off rows
-pilot_study = dataclasses.replace(study, backbones=("FedAvg", "FedAvg-Aug"))  # the baselines only: no CGRL run
-pilot = pilot_study.run({PILOT: load_dataset(P.dataset, n_samples=P.n_samples, seed=PILOT, root=cifar_root)}, [PILOT],
-                        [a_lo], {PILOT: LoopConfig(rounds=P.rounds, seed=PILOT, eval_every=0, rare_ratio=RARE_RATIO)},
-                        keep_features_at=math.nan)  # nan: no features kept
-pilot_v = SeedValues(pilot.tidy, ["alpha", "method", "metric"], [PILOT])
-LEADERS = {m: strongest_baseline({b: pilot_v(a_lo, b, m) for b in BASELINES}, on=f"the pilot seed {PILOT} at α = {a_lo}")
-           for m in TRAILS}
+PILOT_STUDY = Study("pilot", partial(fedgrc.train_cell, study=dataclasses.replace(study, backbones=("FedAvg", "FedAvg-Aug")),
+                                     data=DATA, rounds=P.rounds), grid={"alpha": [a_lo]}, seeds=[PILOT])  # no CGRL run
+pilot = run_study(PILOT_STUDY, cache=cache_dir)
+LEADERS = {m: strongest_baseline({b: Read("runs", "value", method=b, metric=m)(pilot) for b in BASELINES},
+                                 on=f"the pilot seed {PILOT} at α = {a_lo}") for m in TRAILS}
 for m, row in TRAILS.items():
     L = LEADERS[m]
     after = f"local-lead-{a_hi}" if m == "local" else f"floor-L25-{a_hi}"
-    claims.insert([c.key for c in claims].index(after) + 1, Claim(
+    CLAIMS.insert([c.key for c in CLAIMS].index(after) + 1, Claim(
         **row, quantity=f"{m} (α = {a_lo}), FedGRC − {L.name} (the strongest baseline in {m} on the pilot seed {PILOT}), "
         "points", direction="less", min_effect=RES[m], resolution=RES[m], substitution=f"{SCALE}; {ABSENT}",
-        versus=L.name, values=lambda m=m, L=L: defined_pairs(v(a_lo, FEDGRC, m), v(a_lo, L.name, m))))
-print(f"{len(claims)} claims declared, {sum(c.headline for c in claims)} of them headline")
-glue("fge_pilot", PILOT, display=False)
-glue("fge_leader", LEADERS["local"].name, display=False)
-glue("fge_leader_local", float(LEADERS["local"].scores[LEADERS["local"].name]), display=False)
-glue("fge_leader_L25", LEADERS["L@25"].name, display=False)
-glue("fge_leader_L25_value", float(LEADERS["L@25"].scores[LEADERS["L@25"].name]), display=False)
-runs = study.run(datasets, SEEDS, P.alphas, loop_cfgs, keep_features_at=a_lo, results_dir=results_dir)
-federations, tidy, val_table = runs.federations, runs.tidy, runs.validation
-glue("fge_n_runs", runs.n_runs, display=False)
+        versus=L.name, ours=Read("trail", FEDGRC, metric=m), baseline=Read("trail", L.name, metric=m)))
+print(f"{len(CLAIMS)} claims declared, {sum(c.headline for c in CLAIMS)} of them headline")
+R.update(fge_pilot=PILOT, fge_leader=LEADERS["local"].name, fge_leader_L25=LEADERS["L@25"].name,
+         fge_leader_local=float(LEADERS["local"].scores[LEADERS["local"].name]),
+         fge_leader_L25_value=float(LEADERS["L@25"].scores[LEADERS["L@25"].name]))
+# every method at every alpha and seed; each cell also refits the heads of the sensitivity sweeps on its CGRL backbone
+TRAINING = Study("training", partial(fedgrc.train_cell, study=study, data=DATA, rounds=P.rounds, m0_grid=P.m0_grid,
+                                     gamma_grid=P.gamma_grid, results_dir=results_dir), grid={"alpha": P.alphas}, seeds=SEEDS)
+frames = run_study(TRAINING, workers=workers, cache=cache_dir)  # runs, validation, costs, sensitivity, penultimate
+if results_dir is not None:
+    fedgrc.save_results(frames, results_dir)
 
 # %% [markdown]
 # {numref}`fig-fedgrc-partition` shows what the clients hold: the label skew every method trains under.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Training images per client (rows) and class (columns) in the federation of the first run seed, one panel per Dirichlet concentration α; brighter cells hold more images, and the number in each cell is the count. The smaller α, the fewer classes each client holds.", "name": "fig-fedgrc-partition"}, "image": {"alt": "Heat maps of client by class training counts, one per value of alpha; most rows are dark except for a few bright cells, more so for the smaller alpha."}}
-fig, axes = plt.subplots(1, len(P.alphas), figsize=(4.6 * len(P.alphas), 4.8), squeeze=False)
-for ax, a in zip(axes[0], P.alphas):
-    plot_partition(federations[(seed, a)].train_counts(), ax=ax, title=f"Dirichlet α = {a}, seed {seed}")
-fig.tight_layout()
+fedgrc.plot_federations(FED0, seed)
 plt.show()
 
 # %% [markdown]
@@ -510,66 +430,14 @@ plt.show()
 # of tables per $\alpha$; the best mean of each column is in bold. FedGRC is the last row: the
 # CGRL backbone with the MMS metric and SASP heads. Rows are grouped as in the paper:
 # personalized-FL methods, statistical heads on the FedAvg, FedAvg-Aug and CGRL backbones.
-# {glue:text}`fge_missing_note` (A metric is shown only where every seed defines it: rare
-# accuracy and R@25 need a client that holds a rare class, unseen accuracy and U@25 a client that
-# lacks a class.)
+# Undefined cells at this profile: {glue:text}`fge_n_missing`, each shown as a dash. (A metric
+# is shown only where every seed defines it: rare accuracy and R@25 need a client that holds a
+# rare class, unseen accuracy and U@25 a client that lacks a class.)
 
 # %% tags=["hide-input"]
-METRICS = ["local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25"]
-HEADS = [*BASELINE_HEADS, "MMS", "MMS + SASP"]
-ORDER = PFL + ["FedAvg + FedCGS + FT"] + [f"{b} + {h}" for b in BACKBONES for h in HEADS]
-FEDGRC = "CGRL + MMS + SASP"
-v = SeedValues(tidy, ["alpha", "method", "metric"], SEEDS)  # v(a, method, metric): one number per seed (percent)
-every = functools.partial(each_baseline, v, baselines=BASELINES)  # every(a, metric): {baseline: one value per seed}
-heads_mean = functools.partial(mean_over_heads, v, heads=HEADS)  # heads_mean(a, backbone): per seed, over HEADS
-
-main = tidy[tidy["metric"].isin(METRICS)].dropna(subset=["value"])
-main = main[main.groupby(["alpha", "method", "metric"])["seed"].transform("count") == len(SEEDS)]
-table = seed_table(main, ["alpha", "method"], "metric", "value")
-table = table.reindex(pd.MultiIndex.from_product([P.alphas, ORDER], names=["alpha", "method"]))[METRICS]
-table = table.rename(index={FEDGRC: "FedGRC (CGRL + MMS + SASP)"})
-n_missing = int(table.isna().to_numpy().sum())
-glue("fge_missing_note", f"{n_missing} cells are undefined and shown as a dash." if n_missing else
-     "Every cell is defined at this profile; a dash would mark an undefined one.", display=False)
-for a in P.alphas:
-    for part, cols in (("abilities", METRICS[:4]), ("floors", METRICS[4:])):
-        shown = table.loc[a, cols].rename(columns=lambda m: f"{m} (%)")
-        display(show_table(shown, best={f"{m} (%)": "max" for m in cols}).set_caption(  # noqa: F821
-            f"Tables I/II, α = {a}: {part} (%)"))
-
-# %% tags=["remove-cell"]
-POS = {"hi": a_hi, "lo": a_lo}
-for pos, a in POS.items():
-    for m in ("local", "global", "F@25"):
-        glue(f"fge_fedgrc_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m)), display=False)
-        closest = max(BASELINES, key=lambda b: np.nanmean(v(a, b, m)))  # for the prose only: the claims read every baseline
-        glue(f"fge_closest_{key(m)}_{pos}", closest, display=False)
-        glue(f"fge_gap_{key(m)}_{pos}", interval_text(v(a, FEDGRC, m) - v(a, closest, m)), display=False)
-    glue(f"fge_head_gain_{pos}", interval_text(v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global")), display=False)
-    glue(f"fge_aug_gain_{pos}", interval_text(v(a, "FedAvg-Aug", "global") - v(a, "FedAvg", "global")), display=False)
-    glue(f"fge_cgrl_gain_{pos}", interval_text(v(a, FEDGRC, "F@25") - v(a, "FedAvg-Aug + MMS + SASP", "F@25")), display=False)
-# The prose's reading of the shared head's effect follows the sign of its gain at both concentrations (not a claim row)
-head_ivs = [mean_interval(d[~np.isnan(d)] if (~np.isnan(d)).any() else np.zeros(1))
-            for d in (v(a, "FedAvg + MMS", "global") - v(a, "FedAvg", "global") for a in POS.values())]
-HEAD_BIAS = ("a linear head trained by FedAvg under label skew leans toward the classes most clients hold, a head built "
-             "from pooled class moments with equal priors does not")
-glue("fge_head_reading",
-     f"a gain clear of the seed-to-seed spread at both, as expected if {HEAD_BIAS}" if all(iv.low > 0 for iv in head_ivs)
-     else f"positive on average at both but not clear of the seed-to-seed spread at both, so the table does not show that "
-          f"{HEAD_BIAS}" if all(iv.mean > 0 for iv in head_ivs)
-     else f"not a gain at both concentrations, so the expected effect (that {HEAD_BIAS}) does not show at this scale",
-     display=False)
-# "Why a verdict can differ": the ceiling argument is made only where the statistical heads' global accuracy is high
-CEILING = 90.0  # percent, declared for this sentence: a head at or above it leaves the paper's differences little room
-head_glob = [float(np.nanmean(v(a, f"{b} + {h}", "global"))) for a in P.alphas for b in BACKBONES for h in HEADS]
-glob_lo, glob_hi = min(head_glob), max(head_glob)
-glue("fge_ceiling_text",
-     f"MNIST digits are nearly separable by the small CNN after a few rounds: every statistical head reaches a mean global "
-     f"accuracy of at least {glob_lo:.1f} % on every backbone (at most {glob_hi:.1f} %), so the differences the paper "
-     "reports on CIFAR-100 and remote-sensing scenes with ResNet-18 have little room here" if glob_lo >= CEILING else
-     f"the statistical heads' mean global accuracy ranges from {glob_lo:.1f} % to {glob_hi:.1f} % over the backbones "
-     f"and concentrations, so not every head is near a ceiling (at least {CEILING:.0f} % for all, declared here) and MNIST's "
-     "ease alone does not explain a verdict", display=False)
+v = fedgrc.seed_values(frames["runs"], SEEDS)  # v(alpha, method, metric): one number per seed (percent)
+for table in fedgrc.show_results(fedgrc.results_table(frames["runs"], SEEDS, P.alphas), P.alphas):
+    display(table)  # noqa: F821
 
 # %% [markdown]
 # We call **baselines** the personalized-FL methods, FedAvg-Aug, FedCGS + FT on FedAvg and the
@@ -605,37 +473,7 @@ glue("fge_ceiling_text",
 # the whole label space.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean local accuracy against mean global accuracy over the clients (%), one point per method and one panel per Dirichlet α, as in the paper's Figure 1; error bars are 95 % intervals over the seeds, cut at 0 and 100 %. Blue: personalized-FL methods; orange: statistical heads on the FedAvg and FedAvg-Aug backbones; green: heads on the CGRL backbone, FedGRC the star.", "name": "fig-fedgrc-local-global"}, "image": {"alt": "Two scatter plots of mean global accuracy against mean local accuracy, one per value of alpha: one point with horizontal and vertical error bars per method, coloured by family, seven methods labelled by name and FedGRC drawn as a large star."}}
-FAMILY = {name: "personalized FL" if name in PFL or name == "FedAvg + FedCGS + FT" else
-          "heads on CGRL" if name.startswith("CGRL +") else "heads on FedAvg / FedAvg-Aug" for name in ORDER}
-LABELLED = ("FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedETF-FT", "Ditto", "FedRep", FEDGRC)
-fig, axes = plt.subplots(1, len(P.alphas), figsize=(4.8 * len(P.alphas), 4.6), squeeze=False)
-colors = {"personalized FL": "tab:blue", "heads on FedAvg / FedAvg-Aug": "tab:orange", "heads on CGRL": "tab:green"}
-to_label = []
-for ax, a in zip(axes[0], P.alphas):
-    labels, points = [], []
-    for name in ORDER:
-        ix, iy = mean_interval(v(a, name, "local")), mean_interval(v(a, name, "global"))  # 95 % intervals over the seeds
-        x, y = ix.mean, iy.mean
-        fam, star = FAMILY[name], name == FEDGRC
-        ax.errorbar(x, y, xerr=clipped_error(x, ix.half_width), yerr=clipped_error(y, iy.half_width),
-                    color=colors[fam], marker="*" if star else "o", ms=14 if star else 5, lw=0.8, alpha=0.9,
-                    mec="black" if star else colors[fam], mew=0.8 if star else 0, zorder=3 if star else 2)
-        points.append((x, y))
-        if name in LABELLED:
-            labels.append(("FedGRC" if star else name, (x, y)))
-    to_label.append((ax, labels, points))
-    ax.set_xlabel("mean local accuracy (%)")
-    ax.set_ylabel("mean global accuracy (%)")
-    ax.set_title(f"Dirichlet α = {a}")
-handles = [matplotlib.lines.Line2D([], [], color=c, marker="o", ls="", label=f) for f, c in colors.items()]
-handles.append(matplotlib.lines.Line2D([], [], color=colors["heads on CGRL"], marker="*", ms=12, mec="black", mew=0.8, ls="",
-                                      label="FedGRC"))
-wide = len(P.alphas) > 1
-fig.legend(handles=handles, loc="lower center", ncol=4 if wide else 2, fontsize=8, frameon=False)
-fig.tight_layout(rect=(0, 0.07 if wide else 0.12, 1, 1))
-fig.canvas.draw()
-for ax, labels, points in to_label:
-    place_labels(ax, labels, points)
+fedgrc.plot_local_global(v, P.alphas)
 plt.show()
 
 # %% [markdown]
@@ -649,19 +487,7 @@ plt.show()
 # class means change).
 
 # %% tags=["hide-input"]
-PAIRS = [("FedETF", "FedETF-FT"), ("FedAvg + FedCGS", "FedAvg + FedCGS + FT"), ("CGRL + MMS", FEDGRC)]
-SHOW4 = ["local", "global", "unseen", "F@25"]
-d4 = before_after(v, SEEDS, P.alphas, PAIRS, SHOW4).dropna(subset=["value"])  # after − before, per seed
-d4 = d4[d4.groupby(["alpha", "before → after", "column"])["seed"].transform("count") == len(SEEDS)]
-table4 = seed_table(d4, ["alpha", "before → after"], "column", "value")
-table4 = table4[[c for c in (f"Δ {m}" for m in SHOW4) if c in table4.columns]]
-show_table(table4.rename(columns=lambda c: f"{c} (points)"), formats={"alpha": "g"})
-
-# %% tags=["remove-cell"]
-for pos, a in POS.items():
-    for (before, after), tag in zip(PAIRS, ("etf", "head", "sasp")):
-        for m in ("local", "global", "F@25"):
-            glue(f"fge_t4_{tag}_{key(m)}_{pos}", interval_text(v(a, after, m) - v(a, before, m)), display=False)
+show_table(fedgrc.personalization_table(v, SEEDS, P.alphas).rename(columns=lambda c: f"{c} (points)"), formats={"alpha": "g"})
 
 # %% [markdown]
 # At $\alpha =$ {glue:text}`fge_alpha_lo`, fine-tuning FedETF changes local accuracy by
@@ -693,23 +519,10 @@ for pos, a in POS.items():
 # positive when the two replacements help more together than the sum of their separate effects.
 
 # %% tags=["hide-input"]
-h0 = baseline_head(val_table)  # per (seed, alpha): the baseline head of best validation global accuracy on FedAvg-Aug
-tidy9 = excess_gain_rows(v, h0, SEEDS, P.alphas)  # F(B, H) of each pairing and I, per seed
-v9 = SeedValues(tidy9, ["alpha", "metric", "column"], SEEDS)
-table9 = seed_table(tidy9.dropna(subset=["value"]), ["alpha", "metric"], "column", "value", digits=2)
-h0_choice = pd.Series(h0).rename_axis(["seed", "alpha"]).unstack("alpha")
-T9_COLS = ["B0 + H0", "B1 + H0", "B0 + H1", "B1 + H1 (FedGRC)", "excess gain I"]
-display(show_table(table9[T9_COLS].rename(columns=lambda c: f"{c} (points)" if c == "excess gain I" else f"{c} (%)"),  # noqa: F821
-                   formats={"alpha": "g"})
-        .set_caption("Table IX: F@25 and global accuracy of each backbone × head pairing"))
-display(show_table(h0_choice.rename(columns=lambda a: f"H0 chosen on validation, α = {a:g}"))  # noqa: F821
-        .set_caption("The baseline head H0, per seed"))
-
-# %% tags=["remove-cell"]
-for pos, a in POS.items():
-    glue(f"fge_I_F25_{pos}", interval_text(v9(a, "F@25", "excess gain I"), 2), display=False)
-    glue(f"fge_I_global_{pos}", interval_text(v9(a, "global", "excess gain I"), 2), display=False)
-glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
+h0 = fedgrc.baseline_head(frames["validation"])  # per (seed, alpha): the baseline head of best validation global accuracy
+tidy9 = fedgrc.excess_gain_rows(v, h0, SEEDS, P.alphas)  # F(B, H) of each pairing and I, per seed
+for table in fedgrc.show_excess(tidy9, h0):
+    display(table)  # noqa: F821
 
 # %% [markdown]
 # The excess gain in F@25 is {glue:text}`fge_I_F25_lo` points at $\alpha =$
@@ -729,54 +542,15 @@ glue("fge_h0_names", ", ".join(sorted(set(h0.values()))), display=False)
 # protocol; the bands are the 95 % intervals over the seeds ({numref}`fig-fedgrc-sensitivity`).
 
 # %% tags=["hide-input"]
-SENS = SENSITIVITY_CURVES  # local, global, F@25
-# the CGRL backbone's features at the smaller alpha, extracted once in the training cell, for every head refitted
-sens = sensitivity(runs.features, P.m0_grid, P.gamma_grid, gamma=P.gamma, m0=P.m0)
-sub_m0, sub_gamma = sens[sens["grid"] == "m0"], sens[sens["grid"] == "gamma"]
+# the CGRL backbone's heads at the smaller alpha, refitted in the training study's cells for every m0 and gamma
+sub_m0, sub_gamma = fedgrc.sensitivity_at(frames["sensitivity"], a_lo)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Sensitivity of the heads on the frozen CGRL backbone at the smaller α (bands: 95 % intervals over the seeds, cut at 0 and 100 %). Left: mean local and global accuracy and F@25 (%) of SASP against its reference strength $m_0$, from the client's own means ($m_0 = 0$) to the shared head ($m_0 = \\infty$). Right: the shared MMS head's global accuracy and SASP's local and global accuracy against the ridge $\\gamma$.", "name": "fig-fedgrc-sensitivity"}, "image": {"alt": "Two line plots with shaded bands on logarithmic horizontal axes: accuracy against m0 for three curves (local, global, F@25), and accuracy against gamma for three curves (MMS global, MMS plus SASP local and global)."}}
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
-xm = [m if math.isfinite(m) else 10 * max(v_ for v_ in P.m0_grid if math.isfinite(v_)) for m in P.m0_grid]
-xm = [max(v_, 0.1) for v_ in xm]
-for col in SENS:
-    mu, hw = seed_band(sub_m0[sub_m0["curve"] == col], "x", P.m0_grid)  # mean and 95 % half-width over the seeds
-    ax1.plot(xm, mu, marker="o", label=col)
-    ax1.fill_between(xm, np.clip(mu - hw, 0, 100), np.clip(mu + hw, 0, 100), alpha=0.2)
-ax1.set_xscale("log")
-ax1.set_xticks(xm, [("∞" if not math.isfinite(m) else f"{m:g}") for m in P.m0_grid], fontsize=8)
-ax1.set_xlabel("$m_0$ (left: 0, right: ∞ = shared head)")
-ax1.set_ylabel("accuracy (%)")
-ax1.set_title(f"SASP, CGRL backbone, α = {a_lo}")
-ax1.legend(loc="best", fontsize=8)
-for col in ("MMS global", "MMS + SASP local", "MMS + SASP global"):
-    mu, hw = seed_band(sub_gamma[sub_gamma["curve"] == col], "x", P.gamma_grid)
-    ax2.plot(P.gamma_grid, mu, marker="o", label=col)
-    ax2.fill_between(P.gamma_grid, np.clip(mu - hw, 0, 100), np.clip(mu + hw, 0, 100), alpha=0.2)
-ax2.set_xscale("log")
-ax2.set_xlabel("$\\gamma$")
-ax2.set_ylabel("accuracy (%)")
-ax2.set_title(f"ridge, m0 = {P.m0:g}")
-ax2.legend(loc="best", fontsize=8)
-fig.tight_layout()
+fedgrc.plot_sensitivity(sub_m0, sub_gamma, P.m0_grid, P.gamma_grid, a_lo, P.m0)
 plt.show()
 
 # %% tags=["hide-input"]
-m0_table = seed_table(sub_m0, "x", "curve", "value").rename_axis("m0")[list(SENS)]
-show_table(m0_table.rename(columns=lambda c: f"{c} (%)"), formats={"m0": format_value},
-           best={f"{c} (%)": "max" for c in SENS}).set_caption("SASP against m0 (mean over the seeds ± 95 % interval)")
-
-# %% tags=["remove-cell"]
-m_fin = [m for m in P.m0_grid if math.isfinite(m)]
-glue("fge_m0_min", float(min(m_fin)), display=False)
-for k, tag in (("local", "local"), ("global", "global")):
-    at_min = sub_m0[(sub_m0["x"] == min(m_fin)) & (sub_m0["curve"] == k)]["value"].to_numpy()
-    at_inf = sub_m0[(sub_m0["x"] == P.m0_grid[-1]) & (sub_m0["curve"] == k)]["value"].to_numpy()
-    glue(f"fge_m0_{tag}_0", interval_text(at_min), display=False)
-    glue(f"fge_m0_{tag}_inf", interval_text(at_inf), display=False)
-    glue(f"fge_m0_{tag}_change", interval_text(at_inf - at_min), display=False)
-gmu, _ = seed_band(sub_gamma[sub_gamma["curve"] == "MMS + SASP global"], "x", P.gamma_grid)
-glue("fge_gamma_best", format_value(float(P.gamma_grid[int(np.argmax(gmu))])), display=False)
-glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
+fedgrc.show_m0(sub_m0)
 
 # %% [markdown]
 # From $m_0 =$ {glue:text}`fge_m0_min:g` to the shared head ($m_0 = \infty$), mean local accuracy
@@ -802,32 +576,7 @@ glue("fge_gamma_range", float(gmu.max() - gmu.min()), display=False)
 # time it; it is one forward pass of the frozen backbone over each client's training images.
 
 # %% tags=["hide-input"]
-cost_rows = []
-ROUND_ROWS = {"Ditto": "FedAvg's messages (Ditto's run: its global model)", "FedAvg-Aug": "FedAvg-Aug", "CGRL": "CGRL"}
-for a in P.alphas:
-    for name, label in ROUND_ROWS.items():
-        # a round's bytes over all clients (n_clients=1: the ledger's total per round), then per client
-        per_round = runs.train_ledgers[(seed, a, name)].per_client_and_round(phase="all", n_clients=1) / P.n_clients
-        cost_rows.append({"alpha": a, "what": f"{label}: one training round", "bytes per client": per_round,
-                          "seconds per round (median)": float(np.mean([runs.round_seconds[(s, a, name)] for s in SEEDS]))})
-    for kind in ("penultimate", "multilayer"):  # the statistics round follows the last training round
-        stats_bytes = runs.ledgers[(seed, a, "CGRL", kind)].per_client_and_round(phase="all", rounds=P.rounds + 1,
-                                                                                 n_clients=P.n_clients, n_rounds=1)
-        cost_rows.append({"alpha": a, "what": f"terminal statistics ({kind})", "bytes per client": stats_bytes,
-                          "seconds per round (median)": math.nan})
-costs = pd.DataFrame(cost_rows).set_index(["alpha", "what"])
-show_table(costs.rename(columns={"bytes per client": "bytes per client (up + down)", "seconds per round (median)":
-                                 "seconds per round (median, s)"}),
-           formats={"bytes per client (up + down)": format_bytes, "alpha": "g"})
-
-# %% tags=["remove-cell"]
-c_lo = costs.loc[a_lo]
-FEDAVG_ROW = f"{ROUND_ROWS['Ditto']}: one training round"
-glue("fge_round_time_ratio", float(c_lo.loc["CGRL: one training round", "seconds per round (median)"]
-                             / c_lo.loc["FedAvg-Aug: one training round", "seconds per round (median)"]), display=False)
-glue("fge_bytes_ratio", float(c_lo.loc["CGRL: one training round", "bytes per client"]
-                             / c_lo.loc[FEDAVG_ROW, "bytes per client"]), display=False)
-glue("fge_stats_bytes", format_bytes(c_lo.loc["terminal statistics (multilayer)", "bytes per client"]), display=False)
+fedgrc.show_costs(fedgrc.cost_table(frames["costs"], seed, P.alphas))
 
 # %% [markdown]
 # A CGRL round took {glue:text}`fge_round_time_ratio:.2f` times as long as a FedAvg-Aug round here
@@ -845,7 +594,9 @@ glue("fge_stats_bytes", format_bytes(c_lo.loc["terminal statistics (multilayer)"
 # over the seeds with its 95 % interval.
 
 # %% tags=["hide-input"]
-results = claims_report(claims, prefix="fge_", total_seconds=P.elapsed())
+CLAIM_FRAMES = fedgrc.claim_frames(frames["runs"], tidy9, SEEDS, P.alphas, leaders={m: L.name for m, L in LEADERS.items()},
+                                   shift_methods=list(SHIFT_METHODS), ft_pairs=FT_PAIRS, sizes=SIZES)
+results = claims_report(CLAIMS, CLAIM_FRAMES, prefix="fge_", total_seconds=P.elapsed())
 
 # %% [markdown]
 # Of {glue:text}`fge_n_claims` rows, {glue:text}`fge_n_holds` hold here,
@@ -870,42 +621,9 @@ results = claims_report(claims, prefix="fge_", total_seconds=P.elapsed())
 # %% tags=["hide-cell"]
 # Exercise 1, reduced: one seed, the smaller alpha, a smaller federation (the profile's exercise_run), the
 # chapter's rounds; the same CGRL code with one term switched off at a time, every backbone under MMS + SASP.
-t_ex1, cpu_ex1 = time.perf_counter(), time.process_time()
-EX = P.exercise_run
-ex_data = subsample(datasets[seed], EX["n_samples"], seed)
-ex_fed = make_federation(ex_data, n_clients=EX["n_clients"], partition="dirichlet", alpha=a_lo, min_size=10,
-                         global_test_per_class=EX["global_test_per_class"], seed=seed)
-ex_lc = LoopConfig(rounds=P.rounds, seed=seed, eval_every=0, rare_ratio=RARE_RATIO, evaluate_last=False)
-EX1_VARIANTS = {"FedAvg-Aug (both weights 0)": aug_cfg, "CGRL": cgrl_cfg,
-                "CGRL, λ_dir = 0": dataclasses.replace(cgrl_cfg, lambda_dir=0.0),
-                "CGRL, λ_rad = 0": dataclasses.replace(cgrl_cfg, lambda_rad=0.0)}
-ex1 = {}
-for label, cfg in EX1_VARIANTS.items():
-    ex_run = run_federated(CGRL(train=train_cfg, cgrl=cfg), ex_fed, model_fn, ex_lc)
-    ff = FrozenFeatures(collect_statistics(ex_run, ex_fed, model_fn, layers=LAYERS, seed=seed), ex_fed, model_fn)
-    mms_ex = MMS(gamma=P.gamma).fit(ff.moments, ff.layer_dims)
-    summ = ff.summary([SASP(m0=P.m0).fit(mms_ex, mom) for mom in ff.client_moments])
-    ex1[label] = {f"{m} (%)": 100 * summ[m] for m in ("local", "global", "F@25")}
-ex1_table = pd.DataFrame(ex1).T.rename_axis("backbone (head: MMS + SASP)")
-F = ex1_table["F@25 (%)"]
-drop_dir = F["CGRL, λ_dir = 0"] - F["CGRL"]  # what removing each term does to B1's F@25
-drop_rad = F["CGRL, λ_rad = 0"] - F["CGRL"]
-chapter_gap = mean_interval(v(a_lo, FEDGRC, "F@25") - v(a_lo, "FedAvg-Aug + MMS + SASP", "F@25"))
-spread = chapter_gap.high - chapter_gap.mean
-glue("ex1_scale", f"seed {seed}, α = {a_lo}, {len(ex_data):,} images over {ex_fed.n_clients} clients, "
-     f"{P.rounds} rounds", display=False)
-glue("ex1_table", show_table(ex1_table, digits=1), display=False)
-glue("ex1_full", float(F["CGRL"] - F["FedAvg-Aug (both weights 0)"]), display=False)
-glue("ex1_drop_dir", float(drop_dir), display=False)
-glue("ex1_drop_rad", float(drop_rad), display=False)
-glue("ex1_bigger", "the directional term moves it more" if abs(drop_dir) > abs(drop_rad) else
-     "the magnitude term moves it more" if abs(drop_rad) > abs(drop_dir) else "neither moves it more", display=False)
-glue("ex1_spread", float(spread), display=False)
-glue("ex1_verdict", "larger than" if max(abs(drop_dir), abs(drop_rad)) > spread else "within", display=False)
-glue("ex1_reading", "a one-seed hint, no more, of which term matters here" if max(abs(drop_dir), abs(drop_rad)) > spread
-     else "so this reduced run cannot tell which term matters", display=False)
-ex1_seconds = time.perf_counter() - t_ex1
-print(f"exercise 1, reduced run: {ex1_seconds:.1f} s ({time.process_time() - cpu_ex1:.1f} s of CPU)")
+ABLATION = Study("ablation", partial(fedgrc.ablation_cell, study=study, data=DATA, rounds=P.rounds, alpha=a_lo,
+                                     **P.exercise_run), grid={"variant": list(fedgrc.ABLATIONS)}, seeds=[seed])
+ablation = run_study(ABLATION, workers=workers, cache=cache_dir)["ablation"]
 
 # %% [markdown]
 # ### Exercise 1: Where does the backbone matter?
@@ -931,7 +649,7 @@ print(f"exercise 1, reduced run: {ex1_seconds:.1f} s ({time.process_time() - cpu
 #
 # Here the full CGRL backbone differs from FedAvg-Aug by {glue:text}`ex1_full:+.1f` points of F@25.
 # Switching off the directional term changes CGRL's F@25 by {glue:text}`ex1_drop_dir:+.1f` points,
-# switching off the magnitude term by {glue:text}`ex1_drop_rad:+.1f`: {glue:text}`ex1_bigger`.
+# switching off the magnitude term by {glue:text}`ex1_drop_rad:+.1f`.
 # The larger of the two changes is {glue:text}`ex1_verdict` the half-width of the 95 % interval of
 # the chapter's own CGRL − FedAvg-Aug comparison ({glue:text}`ex1_spread:.1f` points, over its
 # seeds at full scale; a single reduced run is noisier),
@@ -946,56 +664,23 @@ print(f"exercise 1, reduced run: {ex1_seconds:.1f} s ({time.process_time() - cpu
 # :::
 
 # %% tags=["hide-cell"]
-# Exercise 2, reduced: the chapter's CGRL backbone (seed, smaller alpha) stays frozen, trained on upright
-# digits; only the odd-numbered clients' images are rotated before the statistics round, then MMS and SASP
-# are refitted for every m0 of the grid.
-t_ex2, cpu_ex2 = time.perf_counter(), time.process_time()
-rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)  # noqa: E731
-fed_lo = federations[(seed, a_lo)]
-rot_pool = rot(fed_lo.global_test)  # a rotated client's held-out pool: the global test set, rotated like its images
-fed_rot = Federation([ClientData(rot(c.train), rot(c.test), pool=rot_pool) if k % 2 else c for k, c in enumerate(fed_lo.clients)],
-                     fed_lo.global_test, fed_lo.n_classes, fed_lo.description)
-ff_rot = FrozenFeatures(runs.statistics[(seed, a_lo, "CGRL")], fed_rot, model_fn)
-mms_rot = MMS(gamma=P.gamma).fit(ff_rot.client_moments, ff_rot.layer_dims)  # the rotated clients' moments
-ex2_rows = []
-for m in P.m0_grid:
-    summ = ff_rot.summary([SASP(m0=m).fit(mms_rot, mom) for mom in ff_rot.client_moments])
-    ex2_rows.append({"m0": m, **{f"{k} (%)": 100 * summ[k] for k in SENS}})
-ex2 = pd.DataFrame(ex2_rows).set_index("m0")
-upright = sens[(sens["grid"] == "m0") & (sens["seed"] == seed)].pivot(index="x", columns="curve", values="value")
-m_lo, m_hi = min(m_fin), P.m0_grid[-1]  # the smallest finite m0 and the shared head (m0 = inf)
-rot_change = ex2.loc[m_hi, "local (%)"] - ex2.loc[m_lo, "local (%)"]
-up_change = upright.loc[m_hi, "local"] - upright.loc[m_lo, "local"]
-best_m0 = ex2["F@25 (%)"].idxmax()
-glue("ex2_scale", f"seed {seed}, α = {a_lo}, {len(fed_lo.clients) // 2} of {len(fed_lo.clients)} clients rotated", display=False)
-glue("ex2_table", show_table(ex2, digits=1, formats={"m0": format_value}, best={f"{k} (%)": "max" for k in SENS}),
-     display=False)
-glue("ex2_m_lo", format_value(m_lo), display=False)
-glue("ex2_local_lo", float(ex2.loc[m_lo, "local (%)"]), display=False)
-glue("ex2_local_hi", float(ex2.loc[m_hi, "local (%)"]), display=False)
-glue("ex2_word", "falls" if rot_change < 0 else "rises" if rot_change > 0 else "stays", display=False)
-glue("ex2_change_abs", float(abs(rot_change)), display=False)
-glue("ex2_up_change", float(up_change), display=False)
-glue("ex2_reading", "local accuracy now falls as m0 grows, as Eq. (35) predicts" if rot_change < 0 else
-     "local accuracy still does not fall as m0 grows, but the rotation moves the curve toward the fall Eq. (35) predicts"
-     if rot_change < up_change else "the rotation does not move the curve toward the fall Eq. (35) predicts", display=False)
-glue("ex2_best_m0", format_value(best_m0), display=False)
-glue("ex2_best_F25", float(ex2.loc[best_m0, "F@25 (%)"]), display=False)
-glue("ex2_best_global", float(ex2.loc[best_m0, "global (%)"]), display=False)
-ex2_seconds = time.perf_counter() - t_ex2
-print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - cpu_ex2:.1f} s of CPU)")
+# Exercise 2, reduced: the chapter's CGRL backbone (seed, smaller alpha), trained on upright digits, stays frozen;
+# only the odd-numbered clients' images are rotated before the statistics round, then MMS and SASP are refitted
+# for every m0 of the grid.
+ROTATED = Study("rotated", partial(fedgrc.rotated_cell, study=study, data=DATA, rounds=P.rounds, m0_grid=P.m0_grid),
+                grid={"alpha": [a_lo]}, seeds=[seed])
+rotated = run_study(ROTATED, cache=cache_dir)["rotated"]
 
 # %% [markdown]
 # ### Exercise 2: Give SASP something to adapt to
 #
 # *(code)* SASP pays off when a client's images of a class
-# look different from the federation's. Make them: in the training cell, give `study.run(...)` an
-# `edit_federation` that is applied to every federation right after it is built (before the
-# validation split) and gives every odd-numbered client quarter-turn-rotated images (training
-# and local test), with
-# `rot = lambda d: ArrayDataset(torch.rot90(d.x, 1, (2, 3)), d.y, d.n_classes, d.name)` and
-# `edit_federation=lambda f: Federation([ClientData(rot(c.train), rot(c.test), pool=rot(f.global_test)) if k % 2 else c for k, c in enumerate(f.clients)], f.global_test, f.n_classes, f.description)`
-# (from `fedlib.data` and `fedlib.federation`), then re-run. Does local accuracy now fall as
+# look different from the federation's. Make them: give the training study's cell an
+# `edit_federation`, a function applied to every federation right after it is built (before the
+# validation split), that gives every odd-numbered client quarter-turn-rotated images (training
+# and local test): add `edit_federation=fedgrc.rotate_odd_clients` to the `partial` of `TRAINING`
+# ({func}`fedbook.studies.fedgrc.rotate_odd_clients`; write your own to rotate other clients or
+# other ways), then re-run. Does local accuracy now fall as
 # $m_0$ grows (the $m_0$ panel of {numref}`fig-fedgrc-sensitivity`), as Eq. (35) predicts, and
 # where is the best compromise with F@25?
 #
@@ -1005,16 +690,16 @@ print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - 
 # :::
 #
 # :::{dropdown} Worked solution
-# The solution does not retrain: it keeps the chapter's frozen CGRL backbone (trained on upright
-# digits), rotates the odd clients' images *before the statistics round* and refits MMS and SASP
+# The solution does not retrain with rotated clients: it takes the chapter's CGRL backbone, trained
+# on upright digits (its study trains it again exactly as the training study does), freezes it, rotates the odd clients' images *before the statistics round* and refits MMS and SASP
 # for every $m_0$, a reduced version at {glue:text}`ex2_scale` (retraining with rotated clients,
 # as the exercise asks, would also let the backbone adapt to them):
 #
 # ```{glue:} ex2_table
 # ```
 #
-# From $m_0 =$ {glue:text}`ex2_m_lo` to the shared head, local accuracy {glue:text}`ex2_word` by
-# {glue:text}`ex2_change_abs:.1f` points (from {glue:text}`ex2_local_lo:.1f` % to
+# From $m_0 =$ {glue:text}`ex2_m_lo` to the shared head, local accuracy changes by
+# {glue:text}`ex2_change:+.1f` points (from {glue:text}`ex2_local_lo:.1f` % to
 # {glue:text}`ex2_local_hi:.1f` %); without the rotation, on the same seed, the same change is
 # {glue:text}`ex2_up_change:+.1f` points: {glue:text}`ex2_reading`.
 # The best F@25 on the grid, {glue:text}`ex2_best_F25:.1f` %, is at $m_0 =$
@@ -1023,36 +708,11 @@ print(f"exercise 2, refitted heads: {ex2_seconds:.1f} s ({time.process_time() - 
 # :::
 
 # %% tags=["hide-cell"]
-# Exercise 3, reduced: the chapter's CGRL backbones (every seed and alpha) and their penultimate-layer
-# statistics, already collected for the baseline heads; MMS and SASP refitted on them.
-t_ex3, cpu_ex3 = time.perf_counter(), time.process_time()
-ex3_rows = []
-for s_i, s in enumerate(SEEDS):
-    for a in P.alphas:
-        ff = FrozenFeatures(runs.penultimate[(s, a)], federations[(s, a)], model_fn)
-        mms_pen = MMS(gamma=P.gamma).fit(ff.moments, ff.layer_dims)
-        for label, heads in (("CGRL + MMS", [mms_pen] * len(ff.client_moments)),
-                             (FEDGRC, [SASP(m0=P.m0).fit(mms_pen, mom) for mom in ff.client_moments])):
-            summ = ff.summary(heads)
-            ex3_rows += [{"seed": s, "alpha": a, "method": label, "metric": m,
-                          "value": v(a, label, m)[s_i] - 100 * summ[m]} for m in ("local", "global", "F@25")]
-ex3 = pd.DataFrame(ex3_rows)
-ex3_table = seed_table(ex3.replace({FEDGRC: "FedGRC"}), ["alpha", "method"], "metric", "value")[["local", "global", "F@25"]]
-glue("ex3_table", show_table(ex3_table.rename(columns=lambda c: f"Δ {c} (points)"), formats={"alpha": "g"}), display=False)
-glue("ex3_scale", f"{len(SEEDS)} seed{'s' * (len(SEEDS) > 1)} × {len(P.alphas)} value{'s' * (len(P.alphas) > 1)} of α",
-     display=False)
-for m in ("global", "F@25"):
-    iv = mean_interval(ex3[(ex3["alpha"] == a_lo) & (ex3["method"] == FEDGRC) & (ex3["metric"] == m)]["value"].to_numpy())
-    glue(f"ex3_{key(m)}", iv.format(1), display=False)
-    glue(f"ex3_{key(m)}_word", "ahead of" if iv.low > 0 else "behind" if iv.high < 0 else "not distinguishable from",
-         display=False)
-stats_pen = c_lo.loc["terminal statistics (penultimate)", "bytes per client"]
-stats_multi = c_lo.loc["terminal statistics (multilayer)", "bytes per client"]
-glue("ex3_bytes_pen", format_bytes(stats_pen), display=False)
-glue("ex3_bytes_multi", format_bytes(stats_multi), display=False)
-glue("ex3_bytes_ratio", float(stats_multi / stats_pen), display=False)
-ex3_seconds = time.perf_counter() - t_ex3
-print(f"exercise 3, refitted heads: {ex3_seconds:.1f} s ({time.process_time() - cpu_ex3:.1f} s of CPU)")
+# Exercise 3, reduced: MMS and SASP refitted on the penultimate-layer statistics of the chapter's CGRL backbones
+# (every seed and alpha: the training study's frame "penultimate"); then every number of the page, glued.
+R.update(fedgrc.numbers(frames, SEEDS, P.alphas, h0, tidy9))
+R.update(fedgrc.exercise_numbers(frames, ablation, rotated, SEEDS, P.alphas, P.rounds))
+glue_all(R)
 
 # %% [markdown]
 # ### Exercise 3: Is the multilayer part worth it?
@@ -1078,8 +738,8 @@ print(f"exercise 3, refitted heads: {ex3_seconds:.1f} s ({time.process_time() - 
 # ```
 #
 # At $\alpha =$ {glue:text}`fge_alpha_lo`, multilayer FedGRC differs from its penultimate-only
-# version by {glue:text}`ex3_global` points of global accuracy ({glue:text}`ex3_global_word` it)
-# and by {glue:text}`ex3_F25` points of F@25 ({glue:text}`ex3_F25_word` it). The statistics
+# version by {glue:text}`ex3_global` points of global accuracy
+# and by {glue:text}`ex3_F25` points of F@25 (an interval clear of zero says which version is ahead). The statistics
 # message costs {glue:text}`ex3_bytes_pen` per client for the penultimate layer and
 # {glue:text}`ex3_bytes_multi` for the layers {glue:text}`fge_layers` ({glue:text}`ex3_bytes_ratio:.1f` times as
 # much), once per deployment: the $d^2$ Gram matrices grow with the concatenated dimension.

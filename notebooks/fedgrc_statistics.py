@@ -38,7 +38,8 @@
 # `tests/test_fedgrc_theory.py`. The random instances are federations of unscaled multilayer
 # features with label skew, client-specific class shifts and a magnitude per layer
 # ({func}`fedlib.data.synthetic.random_multilayer_federation`); each numerical check is a function of
-# {mod}`fedbook.studies.fedgrc_checks`, named where it is used.
+# {mod}`fedbook.studies.fedgrc_checks`, named where it is used, and the section's `record_*`
+# function of that module adds its rows to the table.
 #
 # **About the source.** The extracted text of the paper lacks every displayed equation: the
 # numbered equations are referred to but not shown. We reconstruct each one from the prose around
@@ -63,28 +64,11 @@ n_clients = None  # clients of the trained model's federation
 
 # %% tags=["hide-input"]
 import functools
-import time
 
-import numpy as np
-import pandas as pd
-import sympy as sp
-import torch
-from myst_nb import glue
-
-from fedlib.algorithms import FedAvg
-from fedbook.page import setup, show_table
 from fedbook.checks import CheckTable
-from fedlib.data import load_dataset
-from fedbook.studies import fedgrc_checks
-from fedlib.federation import make_federation
-from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, adaptation_weights
-from fedlib.loop import LoopConfig
-from fedlib.models import build_model
-from fedlib.protocol import load_model
+from fedbook.page import glue_all, setup
+from fedbook.studies import fedgrc_checks as fc
 from fedlib.rng import numpy_rng
-from fedlib.run import run_federated
-from fedlib.stats import feature_moments
-from fedlib.training import TrainConfig
 
 PROFILES = {
     "smoke": dict(trials=6, dim=6, rounds=1, n_clients=3, n_samples=600, gtpc=20, alpha=0.3),
@@ -94,11 +78,9 @@ PROFILES = {
 # Small matrices and a shared 2-core machine: one intra-op thread is many times faster here (two threads
 # contend with the other processes); this sets the kernel process only.
 P = setup(PROFILES, profile, threads=1, trials=trials, dim=dim, rounds=rounds, n_clients=n_clients)
-F64 = torch.float64
-checks = CheckTable()  # the closing check table: check(statement, how, worst, tol, kind=...)
-check = checks.add
-
+checks = CheckTable()  # the closing check table: each section's record_* adds its rows
 rng_for = functools.partial(numpy_rng, seed)  # rng_for(*keys): this chapter's stream for a purpose
+R = {}  # every number the prose quotes, glued at the end
 print(f"profile {P.profile}: {P.trials} random instances per check, dimension up to {P.dim}; "
       f"trained model: {P.n_clients} clients, {P.rounds} FedAvg rounds")
 
@@ -136,15 +118,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # ({func}`fedlib.cgrl.trace_from_pairs`; the check is {func}`fedbook.studies.fedgrc_checks.trace_identities`).
 
 # %%
-traces = fedgrc_checks.trace_identities(rng_for(5), P.trials, P.dim)
-glue("fgd_eq21_err", float(traces["eq21"]), display=False)
-glue("fgd_eq28_err", float(traces["eq28"]), display=False)
-check("Eq. (21): tr Sigma_{l,c} = (1/2N_c^2) sum_ij [(R_i-R_j)^2 + 2R_iR_j(1-cos)]",
-      f"{P.trials} random federations, ClassMoments vs explicit pairs, error / mean |h|^2", traces["eq21"], 1e-10)
-check("Eq. (21): aligned directions leave a purely radial, nonzero trace", "10 collinear features of different norms",
-      traces["aligned_radial"], 1e-12)
-check("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in pairwise form)",
-      "MMS fitted on client moments vs per-layer class traces, relative error", traces["eq28"], 1e-10)
+R.update(fc.record_traces(checks, fc.trace_identities(rng_for(5), P.trials, P.dim), P.trials))
 
 # %% [markdown]
 # Eq. (21) holds to {glue:text}`fgd_eq21_err:.1e` and Eq. (28) to {glue:text}`fgd_eq28_err:.1e`
@@ -161,13 +135,7 @@ check("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in p
 # ({func}`fedbook.studies.fedgrc_checks.layer_scaling_invariance`).
 
 # %%
-inv = fedgrc_checks.layer_scaling_invariance(rng_for(6), P.trials, P.dim)
-glue("fgd_inv_mms", float(inv["mms"]), display=False)
-check("layer scaling: norm ratios, log-norm variance, class log-norm mean differences unchanged",
-      f"{P.trials} federations, factors 1e-3..1e3 per layer", inv["geometry"], 1e-9)
-check("MMS is invariant to per-layer rescaling (s_l scales; z, mu, Sigma_w, A unchanged)",
-      "MMS fitted before and after, relative error", inv["mms"], 1e-8)
-check("... and so are its predictions", "same instances, changed predictions", inv["predictions"], 0, kind="count")
+R.update(fc.record_invariance(checks, fc.layer_scaling_invariance(rng_for(6), P.trials, P.dim), P.trials))
 
 # %% [markdown]
 # With per-layer factors between $10^{-3}$ and $10^{3}$, MMS's scaled quantities move by at most
@@ -191,11 +159,7 @@ check("... and so are its predictions", "same instances, changed predictions", i
 # ({func}`fedbook.studies.fedgrc_checks.shift_decomposition` compares the two sides).
 
 # %%
-prop1 = fedgrc_checks.shift_decomposition(rng_for(7), P.trials, P.dim)
-glue("fgd_prop1_err", float(prop1["error"]), display=False)
-glue("fgd_between_share", float(np.median(prop1["between_share"])), display=False)
-check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')",
-      f"{P.trials} random federations (2-5 clients), entrywise / max|Sigma_w|", prop1["error"], 1e-10)
+R.update(fc.record_shift(checks, fc.shift_decomposition(rng_for(7), P.trials, P.dim), P.trials))
 
 # %% [markdown]
 # The decomposition holds to {glue:text}`fgd_prop1_err:.1e`; on these federations (client-specific
@@ -221,13 +185,9 @@ check("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')"
 # off-diagonal (cross-layer) blocks on their own.
 
 # %%
-errs = fedgrc_checks.moments_against_centralized(rng_for(8), P.trials, P.dim)
-ae_table = pd.DataFrame({"quantity (moments vs centralized)": list(errs), "worst relative error": list(errs.values())})
-for name, err in errs.items():
-    check(f"Appendix A-E: {name} from client moments = centralized", f"{P.trials} federations, 1-5 clients, 2-3 layers",
-          err, 1e-8)
-glue("fgd_ae_worst", float(max(errs.values())), display=False)
-show_table(ae_table, formats={"worst relative error": ".1e"}, index=False)
+errs = fc.moments_against_centralized(rng_for(8), P.trials, P.dim)
+R.update(fc.record_moments(checks, errs, P.trials))
+fc.moments_table(errs)
 
 # %% [markdown]
 # The largest disagreement between the moment-based MMS and the centralized computation is
@@ -257,16 +217,7 @@ show_table(ae_table, formats={"worst relative error": ".1e"}, index=False)
 # ({func}`fedbook.studies.fedgrc_checks.metric_bounds`).
 
 # %%
-bounds = fedgrc_checks.metric_bounds(rng_for(9), P.trials, P.dim)
-glue("fgd_op_exact", float(bounds["identities"]), display=False)
-glue("fgd_n_singular", int(bounds["n_singular"]), display=False)
-glue("fgd_kappa_tight", float(bounds["tight"]), display=False)
-check("Eq. (31) identities: |A|_2 = 1/(s_min + lam), kappa = (s_max + lam)/(s_min + lam)",
-      f"{P.trials} random covariances ({bounds['n_singular']} singular), relative error", bounds["identities"], 1e-8)
-check("|A|_2 <= 1/lambda_A", "largest relative excess over the bound", bounds["op_bound"], 1e-9)
-check("kappa(A) <= 1 + d/gamma, including singular covariances", "largest relative excess", bounds["kappa_bound"], 1e-9)
-check("the condition bound is attained by a rank-one covariance", f"{P.trials} rank-one instances, |kappa/(1+d/gamma) - 1|",
-      bounds["tight"], 1e-8)
+R.update(fc.record_bounds(checks, fc.metric_bounds(rng_for(9), P.trials, P.dim), P.trials))
 
 # %% [markdown]
 # The identities hold to {glue:text}`fgd_op_exact:.1e` on instances including
@@ -308,59 +259,25 @@ check("the condition bound is attained by a rank-one covariance", f"{P.trials} r
 # $$
 #
 # sympy solves the stationarity condition in one dimension for general $n$ (with symbolic $t$)
-# and in two dimensions with a symbolic symmetric $A$ and three symbolic samples:
+# and in two dimensions with a symbolic symmetric $A$ and three symbolic samples
+# ({func}`fedbook.studies.fedgrc_checks.sasp_symbolic`):
 
 # %%
-m_, t_, mu_, a_ = sp.symbols("m t mu a", real=True)
-n_, m0_ = sp.symbols("n m_0", positive=True)
-J1 = a_ * (sp.Symbol("S2") - 2 * m_ * t_ + n_ * m_**2) + m0_ * a_ * (m_ - mu_) ** 2  # sum_i a (z_i - m)^2, S2 = sum z^2
-sol1 = sp.solve(sp.diff(J1, m_), m_)[0]
-sasp_1d_ok = sp.simplify(sol1 - (t_ + m0_ * mu_) / (n_ + m0_)) == 0 and a_ not in sol1.free_symbols
-hess_1d = sp.simplify(sp.diff(J1, m_, 2))
-print("1-d: m* =", sol1, "| J'' =", hess_1d)
-
-A2 = sp.Matrix([[sp.Symbol("a11"), sp.Symbol("a12")], [sp.Symbol("a12"), sp.Symbol("a22")]])
-mvec = sp.Matrix(sp.symbols("m1 m2", real=True))
-muvec = sp.Matrix(sp.symbols("mu1 mu2", real=True))
-zs = [sp.Matrix(sp.symbols(f"z{i}1 z{i}2", real=True)) for i in range(3)]
-J2 = sum(((z - mvec).T * A2 * (z - mvec))[0] for z in zs) + m0_ * ((mvec - muvec).T * A2 * (mvec - muvec))[0]
-sol2 = {k: sp.simplify(v) for k, v in sp.solve([sp.diff(J2, v) for v in mvec], list(mvec), dict=True)[0].items()}
-closed2 = (zs[0] + zs[1] + zs[2] + m0_ * muvec) / (3 + m0_)
-diff2 = [sp.simplify(sol2[mvec[i]] - closed2[i]) for i in range(2)]
-a_free = not (set().union(*[sol2[v].free_symbols for v in mvec]) & A2.free_symbols)
-sasp_2d_ok = all(x == 0 for x in diff2) and a_free
-print("2-d: m* - (sum z + m0 mu)/(3 + m0) =", diff2, "| metric entries in m*:", not a_free)
-check("Prop. IV.2 in 1-d: m* = (t + m0 mu)/(n + m0), independent of a; J'' = 2a(n + m0) > 0", "sympy, symbolic n, t",
-      "symbolic difference 0" if sasp_1d_ok else "the closed form differs", ok=bool(sasp_1d_ok))
-check("Prop. IV.2 in 2-d with a symbolic A: m* = (sum z + m0 mu)/(n + m0), A cancels", "sympy, 3 symbolic samples",
-      "symbolic difference 0" if sasp_2d_ok else "the closed form differs", ok=bool(sasp_2d_ok))
+sasp_symbolic = fc.sasp_symbolic()
+print("1-d: m* =", sasp_symbolic["solution_1d"], "| J'' =", sasp_symbolic["hessian_1d"])
+print("2-d: m* - (sum z + m0 mu)/(3 + m0) =", sasp_symbolic["difference_2d"], "| metric entries in m*:",
+      not sasp_symbolic["metric_free_2d"])
+R.update(fc.record_sasp_symbolic(checks, sasp_symbolic))
 
 # %% [markdown]
 # Numerically: {class}`fedlib.heads.SASP`'s means against `scipy.optimize.minimize` (BFGS with the
 # analytic gradient) on $J$ with the fitted metric, and against the minimizer of $J$ under a
 # *different*, random SPD metric (it must not move); the absent-class case; the identities (35)
-# ({func}`fedbook.studies.fedgrc_checks.sasp_minimizer`).
+# ({func}`fedbook.studies.fedgrc_checks.sasp_minimizer`); and the shrinkage $1 - \alpha(n)$ decreases
+# with the support ({func}`fedbook.studies.fedgrc_checks.support_increases`).
 
 # %%
-sasp_opt = fedgrc_checks.sasp_minimizer(rng_for(10), P.trials, P.dim)
-nn_ = np.arange(0, 200)
-alpha_mono = int((np.diff(1 - adaptation_weights(torch.as_tensor(nn_, dtype=F64), 10.0).numpy()) > 0).sum())
-glue("fgd_opt_err", float(sasp_opt["optimum"]), display=False)
-glue("fgd_cancel_err", float(sasp_opt["cancel"]), display=False)
-glue("fgd_opt_classes", int(sasp_opt["n_classes"]), display=False)
-glue("fgd_absent", int(sasp_opt["n_absent"]), display=False)
-check("Prop. IV.2: SASP mean = numerical minimizer of J (BFGS)",
-      f"{sasp_opt['n_classes']} (client, class) instances, error / (1 + |m|)", sasp_opt["optimum"], 1e-6)
-check("... the closed form's objective is never above the optimizer's", "same instances", sasp_opt["objective_worse"], 0,
-      kind="count")
-check("A cancels: the minimizer under a different random SPD metric is the same", "same instances", sasp_opt["cancel"], 1e-6)
-check("n = 0: the SASP mean is the shared mean", f"{sasp_opt['n_absent']} locally absent (client, class) pairs",
-      sasp_opt["absent"], 0.0)
-check("Eq. (35): |mu~ - mu_local|_A = (1 - alpha)|Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)",
-      sasp_opt["eq35_local"], 1e-10)
-check("departure |mu~ - mu|_A = alpha |Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)",
-      sasp_opt["eq35_departure"], 1e-10)
-check("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increases counted", alpha_mono, 0, kind="count")
+R.update(fc.record_sasp(checks, fc.sasp_minimizer(rng_for(10), P.trials, P.dim), fc.support_increases(m0=10.0)))
 
 # %% [markdown]
 # On {glue:text}`fgd_opt_classes` (client, class) instances, including
@@ -387,15 +304,7 @@ check("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increas
 # ({func}`fedbook.studies.fedgrc_checks.bayes_equivalence`).
 
 # %%
-bayes = fedgrc_checks.bayes_equivalence(rng_for(11), P.trials, P.dim)
-glue("fgd_bayes_queries", int(bayes["n_queries"]), display=False)
-glue("fgd_bayes_disagree", int(bayes["nearest_mean"] + bayes["gaussian"]), display=False)
-check("Eq. (36): s_c(z) = -1/2 |z - mu~_c|_A^2 + 1/2 z'Az", f"{bayes['n_queries']} queries, error / (1 + z'Az)",
-      bayes["scores"], 1e-10)
-check("SASP head argmax = nearest personalized mean under A", f"{bayes['n_queries']} queries, disagreements",
-      bayes["nearest_mean"], 0, kind="count")
-check("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)", "scipy.stats.multivariate_normal, disagreements",
-      bayes["gaussian"], 0, kind="count")
+R.update(fc.record_bayes(checks, fc.bayes_equivalence(rng_for(11), P.trials, P.dim)))
 
 # %% [markdown]
 # Over {glue:text}`fgd_bayes_queries` queries the linear head, the nearest personalized mean and
@@ -455,24 +364,7 @@ check("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)", "scip
 # adds them up over random federations ({func}`fedbook.studies.fedgrc_checks.stability_on_random_federations`):
 
 # %%
-rand = fedgrc_checks.stability_on_random_federations(rng_for(12), P.trials, P.dim)
-for key in ("n", "flipped", "certified", "certified_flipped", "budget_viol"):
-    glue(f"fgd_rand_{key}", int(getattr(rand, key)), display=False)
-glue("fgd_rand_uncertified", int(rand.n - rand.certified), display=False)
-glue("fgd_rand_eq37", float(rand.eq37), display=False)
-how = f"{P.trials} random federations, {rand.n} queries"
-check("Eq. (37): s_c - s_c^0 = delta'A(z - mu_c) - 1/2 |delta|_A^2 (also in alpha, Delta form)", how + ", error / score scale",
-      rand.eq37, 1e-10)
-check("locally absent classes keep their scores", how, rand.absent_change, 1e-9)
-check("Eq. (38): |s_c - s_c^0| <= b_c(z) (Cauchy-Schwarz)", how + ", (query, class) violations", rand.budget_viol, 0,
-      kind="count")
-check("Eq. (40): M^0 > B => unchanged prediction", how + ", certified but flipped", rand.certified_flipped, 0, kind="count")
-check("pointwise: 1{f^k != y} <= 1{f^0 != y} + 1{M^0 <= B}", how, rand.pointwise, 0, kind="count")
-check("risk bound E(f^k) <= E(f^0) + Pr(M^0 <= B)", how + ", smallest slack (bound - risk)", rand.min_slack, 0.0,
-      kind="at least")
-check("class-wise bound e_c^k <= e_c^0 + Pr_Qc(M^0 <= B)", how + ", (instance, class) violations", rand.classwise, 0,
-      kind="count")
-check("SASP's budget <= the local-mean (alpha = 1) budget", how, rand.budget_larger, 0, kind="count")
+R.update(fc.record_random_stability(checks, fc.stability_on_random_federations(rng_for(12), P.trials, P.dim), P.trials))
 
 # %% [markdown]
 # On {glue:text}`fgd_rand_n` random queries Eq. (37) holds to {glue:text}`fgd_rand_eq37:.1e`
@@ -492,48 +384,13 @@ check("SASP's budget <= the local-mean (alpha = 1) budget", how, rand.budget_lar
 # per client, with fedlib's defaults $\gamma$ = {glue:text}`fgd_gamma:.2f` and $m_0$ = {glue:text}`fgd_m0:.0f`
 # (the paper's hyper-parameter table is missing). Each client's adapted head is compared with the
 # shared head on the **global test set** (class-balanced: $R = Q$) and on its **local test split**
-# ($R = P^{(k)}$): {func}`fedbook.studies.fedgrc_checks.stability_by_client`.
+# ($R = P^{(k)}$): {func}`fedbook.studies.fedgrc_checks.trained_cnn_stability`, with
+# {func}`fedbook.studies.fedgrc_checks.stability_by_client`.
 
 # %% tags=["hide-input"]
-t_train = time.perf_counter()
-data = load_dataset("mnist5k", n_samples=P.n_samples, seed=seed)  # the smoke profile trains on a seeded subset
-fed = make_federation(data, n_clients=P.n_clients, partition="dirichlet", alpha=P.alpha, min_size=10,
-                      global_test_per_class=P.gtpc, seed=seed)
-model_fn = functools.partial(build_model, "cnn", in_channels=1, n_classes=data.n_classes, input_size=28)
-run = run_federated(FedAvg(train=TrainConfig(epochs=1, batch_size=32, lr=0.01, momentum=0.9)), fed, model_fn,
-                    LoopConfig(rounds=P.rounds, seed=seed, evaluate_last=False))
-model = load_model(model_fn(), run.server).eval()
-layers = ("conv1", "conv2", "penultimate")
-layer_dims = [model.feature_dims[name] for name in layers]
-client_moments = [feature_moments(model, c.train.x, c.train.y, data.n_classes, layers=layers) for c in fed.clients]
-mms_cnn = MMS(gamma=DEFAULT_GAMMA).fit(client_moments, layer_dims)
-stab_table, worst = fedgrc_checks.stability_by_client(mms_cnn, client_moments, fed, model, layers, m0=DEFAULT_M0)
-train_seconds = time.perf_counter() - t_train
-g_tab = stab_table[stab_table["target"] == "global (Q)"]
-glue("fgd_gamma", float(DEFAULT_GAMMA), display=False)
-glue("fgd_m0", float(DEFAULT_M0), display=False)
-glue("fgd_cnn_clients", int(fed.n_clients), display=False)
-glue("fgd_cnn_rounds", int(P.rounds), display=False)
-glue("fgd_cnn_dim", int(sum(layer_dims)), display=False)
-glue("fgd_cnn_err0", float(100 * g_tab["error shared"].mean()), display=False)
-glue("fgd_cnn_errk", float(100 * g_tab["error SASP"].mean()), display=False)
-glue("fgd_cnn_uncert", float(100 * g_tab["Pr(M0 <= B)"].mean()), display=False)
-glue("fgd_cnn_changed", int(stab_table["changed"].sum()), display=False)
-glue("fgd_cnn_cert_changed", int(worst.certified_flipped), display=False)
-glue("fgd_cnn_eq37", float(worst.eq37), display=False)
-glue("fgd_cnn_min_slack", float(100 * worst.min_slack), display=False)
-how = f"FedAvg CNN, {fed.n_clients} clients x (global + local test), d = {sum(layer_dims)}"
-check("trained CNN: Eq. (37) exact score change", how + ", error / score scale", worst.eq37, 1e-9)
-check("trained CNN: locally absent classes keep their scores", how, worst.absent_change, 1e-8)
-check("trained CNN: Eq. (38) budget", how + ", violations", worst.budget_viol, 0, kind="count")
-check("trained CNN: Eq. (40) margin > budget => unchanged prediction", how + ", certified but changed",
-      worst.certified_flipped, 0, kind="count")
-check("trained CNN: pointwise and class-wise risk bounds", how + ", violations", worst.pointwise + worst.classwise, 0,
-      kind="count")
-check("trained CNN: E_R(f^k) <= E_R(f^0) + Pr_R(M^0 <= B) for R = Q and R = P_k", how + ", smallest slack",
-      worst.min_slack, 0.0, kind="at least")
-check("trained CNN: SASP's budget <= the local-mean budget", how, worst.budget_larger, 0, kind="count")
-print(f"training, statistics and {len(stab_table)} evaluations: {train_seconds:.1f} s")
+cnn = fc.trained_cnn_stability(seed, P.n_samples, P.n_clients, P.alpha, P.gtpc, P.rounds)
+R.update(fc.record_trained_cnn(checks, cnn))
+print(f"{len(cnn['table'])} evaluations of a client's head on a target")
 
 # %% [markdown]
 # Per client, the shared head's and the SASP head's error, the uncertified share
@@ -543,14 +400,8 @@ print(f"training, statistics and {len(stab_table)} evaluations: {train_seconds:.
 # ($R = P^{(k)}$):
 
 # %% tags=["hide-input"]
-PERCENT = {"error shared": "error, shared head (%)", "error SASP": "error, SASP head (%)",
-           "Pr(M0 <= B)": "Pr(M⁰ ≤ B) (%)", "bound": "bound (%)"}
-stab_shown = stab_table.assign(**{c: 100 * stab_table[c] for c in PERCENT}).rename(
-    columns={**PERCENT, "changed": "changed predictions"})
-for target, caption in (("global (Q)", "On the global test set (R = Q)"),
-                        ("local (P_k)", "On each client's local test split (R = P_k)")):
-    display(show_table(stab_shown[stab_shown["target"] == target].drop(columns="target"), digits=1,  # noqa: F821
-                       index=False).set_caption(caption))
+for table in fc.stability_tables(cnn["table"]):
+    display(table)  # noqa: F821
 
 # %% [markdown]
 # With {glue:text}`fgd_cnn_clients` clients, {glue:text}`fgd_cnn_rounds` FedAvg rounds and
@@ -569,10 +420,8 @@ for target, caption in (("global (Q)", "On the global test set (R = Q)"),
 # ## The check table
 
 # %% tags=["remove-cell"]
-glue("fgd_stats_n_checks", len(checks), display=False)
-glue("fgd_stats_n_fail", checks.n_fail, display=False)
-glue("fgd_stats_seconds", float(P.elapsed()), display=False)
-glue("fgd_trials", int(P.trials), display=False)
+R.update(fc.record_table(checks, P.trials, "stats"), fgd_stats_seconds=float(P.elapsed()))
+glue_all(R)
 
 # %%
 checks.show()

@@ -1,4 +1,4 @@
-"""The check procedures of the chapter FedGRC's statistics (fedbook.studies.fedgrc_checks): each
+"""The check procedures of FedGRC's two derivations chapters (fedbook.studies.fedgrc_checks): each
 passes on correct code, and each fails when the quantity it checks is wrong."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import torch
 
+from fedbook.checks import CheckTable
 from fedlib.algorithms import FedAvg
+from fedlib.cgrl import magnitude_loss
 from fedbook.studies import fedgrc_checks as fc
 from fedlib.heads import MMS, SASP
 from fedlib.loop import LoopConfig
@@ -132,3 +134,54 @@ def test_stability_by_client_on_a_trained_model(tiny_federation, tiny_model_fn):
     with pytest.raises(ValueError, match="one ClassMoments per client"):
         fc.stability_by_client(mms, client_moments[:-1], fed, model, layers)
 
+
+
+def test_the_cgrl_checks_pass_on_fedlib():
+    ok, residual = fc.radial_angular_symbolic()
+    assert ok and residual == 0 and fc.magnitude_lemma_symbolic() == 0
+    eq10 = fc.radial_angular_split(rng(1), 3, 6)
+    assert eq10["error"] < 1e-12 and eq10["pairs"] == 600 and eq10["unit_zero"] == 0.0
+    lemma = fc.magnitude_decomposition(rng(2), 4, 6)
+    assert lemma["error"] < 1e-12 and lemma["batches"] == 4 and lemma["zero_p"] >= 0
+    grads = fc.gradient_geometry(rng(3), 3, 6)
+    assert max(grads["tangent"], grads["second_order"], grads["orthogonal"]) < 1e-10
+    assert max(grads["ce"], grads["radial"], grads["parallel"]) < 1e-12 and grads["sign_violations"] == 0
+    assert grads["views"] > 0
+    cosines = fc.parameter_gradient_cosines(rng(4), 12)
+    assert len(cosines) == 3 and np.median(cosines) > 1e-3  # weight space: the terms interact
+
+
+def test_the_cgrl_checks_fail_on_a_wrong_loss(monkeypatch):
+    monkeypatch.setattr(fc, "magnitude_loss", lambda *a: 1.01 * magnitude_loss(*a))
+    assert fc.magnitude_decomposition(rng(2), 4, 6)["error"] > 1e-4
+    assert fc.gradient_geometry(rng(3), 2, 6)["radial"] > 1e-3
+    monkeypatch.setattr(fc, "unit", lambda h: h)  # no normalization: the split of Eq. (10) needs unit directions
+    assert fc.radial_angular_split(rng(1), 2, 6)["error"] > 1e-3
+
+
+def test_a_section_records_its_rows_and_the_numbers_of_its_prose():
+    checks = CheckTable()
+    numbers = fc.record_eq10(checks, fc.radial_angular_symbolic(), fc.radial_angular_split(rng(1), 2, 4))
+    assert len(checks) == 3 and checks.n_fail == 0 and set(numbers) == {"fgd_eq10_err", "fgd_eq10_pairs"}
+    numbers = fc.record_traces(checks, fc.trace_identities(rng(1), 2, 4), 2)
+    assert len(checks) == 6 and set(numbers) == {"fgd_eq21_err", "fgd_eq28_err"}
+    numbers = fc.record_moments(checks, {"scales": 2e-8, "means": 1e-12}, 2)
+    assert len(checks) == 8 and checks.n_fail == 1 and numbers == {"fgd_ae_worst": 2e-8}  # 2e-8 > 1e-8: a failing row
+    assert fc.record_table(checks, 2, "stats") == {"fgd_stats_n_checks": 8, "fgd_stats_n_fail": 1, "fgd_trials": 2}
+    sym = fc.sasp_symbolic()
+    assert sym["ok_1d"] and sym["ok_2d"] and sym["metric_free_2d"] and fc.record_sasp_symbolic(checks, sym) == {}
+    assert checks.frame()["verdict"].tolist()[-2:] == ["holds", "holds"]
+    assert fc.support_increases(m0=10.0) == 0 and fc.support_increases(m0=0.5, n_max=3) == 0
+
+
+def test_the_trained_cnn_check_on_a_small_federation():
+    cnn = fc.trained_cnn_stability(0, 600, 3, 0.3, 20, 1)
+    table, tally = cnn["table"], cnn["tally"]
+    assert len(table) == 2 * cnn["n_clients"] == 6 and cnn["rounds"] == 1 and cnn["dim"] > 0
+    assert tally.certified_flipped == tally.budget_viol == 0 and tally.n == int(table["queries"].sum())
+    checks = CheckTable()
+    numbers = fc.record_trained_cnn(checks, cnn)
+    assert len(checks) == 7 and checks.n_fail == 0 and numbers["fgd_cnn_clients"] == 3 and numbers["fgd_cnn_dim"] == cnn["dim"]
+    assert numbers["fgd_cnn_changed"] == int(table["changed"].sum())
+    assert [t.caption for t in fc.stability_tables(table)] == ["On the global test set (R = Q)",
+                                                                "On each client's local test split (R = P_k)"]
