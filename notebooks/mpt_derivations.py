@@ -29,8 +29,10 @@
 # prototypes, and the **adaptive weight** $\alpha_t$. This chapter derives each one, checks it
 # numerically against an independent reference, and ends with a table of every check. The same
 # statements are property tests in `tests/test_tracking.py`. The implementation is
-# {mod}`fedlib.tracking`, the random instances and the numerical checks are
-# {mod}`fedbook.studies.mpt_checks`; the federated experiments are in {ref}`chapter-mpt-experiments`.
+# {mod}`fedlib.tracking`; the random instances, the symbolic derivations (sympy) and the numerical
+# checks are {mod}`fedbook.studies.mpt_checks`, each check adding its rows (statement, how it was
+# checked, the worst error, the verdict) to the table; the federated experiments are in
+# {ref}`chapter-mpt-experiments`.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials, dimension 512)

@@ -94,7 +94,7 @@ TRACK = TrackingConfig()  # fixed defaults, nothing selected at run time (see "M
 # every run: the seed's data subset, the departure scenario (client 0 leaves), the MPT plug-in, the loop's settings
 study = M.MPTStudy.from_settings(P, cifar_root=cifar_root, tracking=TRACK)
 fig_name, fig_fraction = P.datasets[0], 0.02 if 0.02 in P.fractions else P.fractions[0]  # the figure runs' data and fraction
-run = functools.partial(run_study, workers=workers, threads=threads, cache=cache_dir)  # every study below runs so
+run = functools.partial(run_study, workers=workers, threads=threads, cache=cache_dir)  # how every study below runs
 R = dict(n_seeds=P.n_seeds, n_seeds_figure=P.n_seeds_figure, local_batch=study.batch, ldc_epochs=P.ldc_epochs,
          ldc_batch=P.ldc_batch, ldc_batch_old=LDC_BATCH_OLD, ldc_lr=study.algorithm(seed).ldc_lr, table_model=P.table_model,
          rare_test=P.global_test_per_class, one_image=1 / P.global_test_per_class, **M.data_numbers(study, P.datasets, SEEDS))

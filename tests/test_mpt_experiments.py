@@ -313,7 +313,7 @@ def test_table_numbers_hand_computed():
     assert out["gap_oracle"] == ((0.625 - 1.0) + (0.375 - 0.75)) / 2 and out["lite_mean_f1"] == 0.375
     assert out["t_mult"] == pytest.approx(12.7062, abs=1e-4) and out["table_seconds"] == 4.0
     assert out["growth_table_text"] == "a: median 1.75, range 1.00 to 4.00" and out["lite_mean_text"] == "a 0.375"
-    # the cells' half-widths: four of two values a quarter apart, the oracle's at f = 0.1 (zero), at f = 0.2 (a half apart)
+    # the cells' half-widths: four of two values a quarter apart, the oracle's (zero at f = 0.1, a half apart at 0.2)
     half = [(iv.high - iv.low) / 2 for iv in (mean_interval([0.5, 0.75]), mean_interval([0.5, 1.0]))]
     assert (out["half_median"], out["half_max"]) == tuple(half)
     assert math.isnan(M.table_numbers(frames, ["sdc"], 1)["t_mult"])
@@ -330,7 +330,8 @@ def test_distance_and_cost_numbers_hand_computed():
     assert out["stored_seed_text"] == "seed 0: 0.00 against 4.00; seed 1: 0.00 against 5.00"
     bytes_frame = pd.DataFrame({"seed": [0, 0, 1, 1], "method": ["fedavg", "mpt"] * 2, "bytes": [100, 150, 100, 160],
                                 "relative": [1.0, 1.5, 1.0, 1.6]})
-    times = pd.DataFrame([{"seed": s, "part": p, "relative": float(i + s)} for s in (0, 1) for i, p in enumerate(TIME_PARTS)])
+    times = pd.DataFrame([{"seed": s, "part": p, "relative": float(i + s)}
+                          for s in (0, 1) for i, p in enumerate(TIME_PARTS)])
     costs = M.cost_numbers(bytes_frame, times, ["fedavg", "mpt"])
     assert costs["comm_mpt"] == 1.55 and costs["comm_fedavg"] == 1.0
     assert costs["time_stats"] == 0.5 and costs["time_mpt"] == 5.5
@@ -376,9 +377,11 @@ def test_exercise_numbers_say_what_the_reduced_runs_show():
     assert out["ex1_answer"] == "MPT beats its prediction-only variant at both larger fractions"
     assert (out["ex2_long"], out["ex2_frozen_pre"], out["ex2_frozen_end"]) == (8, 0.8, 0.6)
     assert out["ex2_frozen_long"] == 1 - 8 / 10
-    assert (out["ex2_stored_end"], out["ex2_mpt_end"], out["ex2_stored_long"], out["ex2_mpt_long"]) == (2.0, 1.0, 4.0, 2.0)
-    assert out["ex2_frozen_word"] == "keeps degrading" and out["ex2_answer"].startswith("the stored residual is farther")
-    assert out["ex3_text"] == f"{EX_DEFAULT}: distance 1.00, F1 0.500; lin: distance 4.00, F1 0.250; pool: distance 1.50, F1 0.500"
+    distances = (out["ex2_stored_end"], out["ex2_mpt_end"], out["ex2_stored_long"], out["ex2_mpt_long"])
+    assert distances == (2.0, 1.0, 4.0, 2.0) and out["ex2_frozen_word"] == "keeps degrading"
+    assert out["ex2_answer"].startswith("the stored residual is farther")
+    assert out["ex3_text"] == (f"{EX_DEFAULT}: distance 1.00, F1 0.500; lin: distance 4.00, F1 0.250; "
+                               "pool: distance 1.50, F1 0.500")
     assert (out["ex3_spread_d"], out["ex3_spread_f"], out["ex3_most"]) == (3.0, 0.25, "lin")
     assert out["ex3_f1_word"] == "larger than one test image"
     assert (out["ex_seed"], out["ex_rounds"], out["ex_seconds"]) == (0, 4, 3.0)
@@ -400,7 +403,8 @@ def test_tables_name_every_method_and_keep_their_order(figure):
     iv = mean_interval([0.5, 0.75])
     assert tables["a"].index.tolist() == ["SDC", "MPT"]
     assert tables["a"].loc["MPT", "rare-class F1, f = 0.1"] == f"{iv.mean:.3f} ± {iv.half_width:.3f}"
-    bytes_frame = pd.DataFrame({"seed": [0, 0], "method": ["fedavg", "mpt"], "bytes": [100, 150], "relative": [1.0, 1.5]})
+    bytes_frame = pd.DataFrame({"seed": [0, 0], "method": ["fedavg", "mpt"], "bytes": [100, 150],
+                                "relative": [1.0, 1.5]})
     assert M.bytes_table(bytes_frame, ["mpt", "fedavg"]).values.tolist() == [[150.0, 1.5], [100.0, 1.0]]
     assert M.time_table(figure["times"]).index.tolist() == list(TIME_PARTS)
 
@@ -417,7 +421,8 @@ def test_every_figure_draws_its_methods_and_is_closed(study, figure):
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [LABELS["frozen"], LABELS["mpt"]]
     fig = M.plot_distance_f1(hist, ["frozen", "mpt"], 2)
     assert len(fig.axes[0].collections) == 2  # one scatter per seed
-    bytes_frame = bytes_cell(study, 0, dataset="mix", fraction=0.1, model="mlp", methods=["fedavg", "mpt"]).assign(seed=0)
+    bytes_frame = bytes_cell(study, 0, dataset="mix", fraction=0.1, model="mlp", methods=["fedavg", "mpt"])
+    bytes_frame = bytes_frame.assign(seed=0)
     fig = M.plot_cost(hist, bytes_frame, figure["times"], ["fedavg", "mpt"])
     assert fig.axes[1].collections[0].get_offsets()[0][0] == 0.0  # FedAvg does no extra client work
     M.plot_scenario(study.scenario(study.data("mix", 0), 0.1, 0), "mix", 1)

@@ -21,12 +21,13 @@ functions of this module, one seed and one setting each:
 What the chapter reads of the frames: the claim-ready frames (:func:`table_frames`,
 :func:`figure_frames`), the numbers of its prose (:func:`data_numbers`, :func:`scenario_numbers`,
 :func:`figure_numbers`, :func:`table_numbers`, :func:`ldc_numbers`, :func:`distance_numbers`,
-:func:`cost_numbers`, :func:`exercise_numbers`), its tables (:func:`last_round_table`,
+:func:`cost_numbers`, :func:`exercise_numbers`, :func:`ldc_steps_numbers`), its tables (:func:`last_round_table`,
 :func:`fraction_tables`, :func:`distance_table`, :func:`bytes_table`, :func:`time_table`) and its
 figures (:func:`plot_scenario`, :func:`plot_rounds`, :func:`plot_distances`,
 :func:`plot_distance_f1`, :func:`plot_cost`: each returns its figure closed, so that a notebook cell
 ending with the call shows it once); a history over seeds is read with :func:`per_seed`,
-:func:`seed_curves`, :func:`mean_at` and :func:`history_value`.
+:func:`seed_curves`, :func:`mean_at` and :func:`history_value`; :func:`save_frames` keeps the
+tidy frames as CSV files (the chapter's ``results_dir``).
 """
 
 from __future__ import annotations
@@ -448,7 +449,7 @@ def table_frames(table: pd.DataFrame, seeds: Sequence[int]) -> dict[str, pd.Data
     wide_before = table.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="f1_before")
     return {"wide": wide, "wide_before": wide_before,
             "by_seed": wide.groupby(["dataset", "seed"]).mean(),  # per data set and seed: mean over fractions
-            "before_seed": wide_before.groupby(["dataset", "seed"]).mean(),  # the same, at the round before the departure
+            "before_seed": wide_before.groupby(["dataset", "seed"]).mean(),  # the same, before the departure
             "all_seed": wide.groupby("seed").mean().loc[list(seeds)],
             "all_before": wide_before.groupby("seed").mean().loc[list(seeds)],
             "cell_means": wide.groupby(["dataset", "fraction"]).mean()}
@@ -516,7 +517,8 @@ def figure_frames(history: pd.DataFrame, departure_round: int, stored_rounds: in
         rows.append(by_method.rename_axis("method").reset_index().assign(seed=s))
         xs, ys = _distance_f1(d, f, scatter_methods, departure_round)
         alpha = history_value(history[history["seed"] == s], "mpt", "alpha")  # mean over the rounds
-        per_seed_rows.append({"seed": s, "alpha": alpha, "rho": float(pd.Series(xs).corr(pd.Series(ys), method="spearman"))})
+        rho = float(pd.Series(xs).corr(pd.Series(ys), method="spearman"))
+        per_seed_rows.append({"seed": s, "alpha": alpha, "rho": rho})
     figure = pd.concat(rows, ignore_index=True)
     return {"figure": figure[["seed", *[c for c in figure.columns if c != "seed"]]],
             "figure_seed": pd.DataFrame(per_seed_rows), "early_rounds": pd.DataFrame({"round": after})}
@@ -555,7 +557,8 @@ def data_numbers(study: MPTStudy, datasets: Sequence[str], seeds: Sequence[int])
     full = [name for name in datasets if study.n_samples is None or len(study.data(name, seeds[0])) < study.n_samples]
 
     def remaining_at(fraction: float) -> list[int]:
-        return sorted({study.scenario(study.data(name, s), fraction, s).n_rare_remaining for name in datasets for s in seeds})
+        return sorted({study.scenario(study.data(name, s), fraction, s).n_rare_remaining
+                       for name in datasets for s in seeds})
 
     top, one = remaining_at(0.1), remaining_at(0.01)
     whole = (f"{', '.join(full)} {'is' if len(full) == 1 else 'are'} used whole at every seed, so there the seeds vary "
@@ -563,7 +566,8 @@ def data_numbers(study: MPTStudy, datasets: Sequence[str], seeds: Sequence[int])
     return {"n_remaining_top": f"{top[0]}–{top[-1]}" if len(top) > 1 else str(top[0]),
             "n_remaining_one": " or ".join(map(str, one)),
             "n_samples_profile": "all" if study.n_samples is None else f"{study.n_samples:,}",
-            "full_sets_text": "; ".join([sizes_text({name: ns}, sep=": ") for name, ns in sizes.items()] + [whole] * bool(full))}
+            "full_sets_text": "; ".join([sizes_text({name: ns}, sep=": ") for name, ns in sizes.items()]
+                                        + [whole] * bool(full))}
 
 
 def scenario_numbers(scenario: DepartureScenario, fraction: float, dataset: str, departure_round: int,
@@ -615,7 +619,8 @@ def table_numbers(frames: Mapping[str, pd.DataFrame], baselines: Sequence[str], 
         lambda v: (mean_interval(v.to_numpy()).high - mean_interval(v.to_numpy()).low) / 2)
     growth = runs.groupby("dataset")["growth"]
     return {
-        "n_cells": len(cell_means), "mpt_wins": int((cell_means["mpt"] > cell_means[list(baselines)].max(axis=1)).sum()),
+        "n_cells": len(cell_means),
+        "mpt_wins": int((cell_means["mpt"] > cell_means[list(baselines)].max(axis=1)).sum()),
         "mpt_mean_f1": float(cell_means["mpt"].mean()), "lite_mean_f1": float(cell_means["mpt_lite"].mean()),
         "best_baseline": LABELS[best_name], "best_baseline_f1": float(cell_means[best_name].mean()),
         "gap_oracle": float((cell_means["mpt"] - cell_means["oracle"]).mean()),
@@ -739,7 +744,8 @@ def exercise_numbers(drift: Mapping[str, pd.DataFrame], fractions: Mapping[str, 
                        "MPT does not beat its prediction-only variant at the larger fractions"),
     }
     long = int(long_history["round"].max())
-    ex2 = {r: (history_value(long_history, "frozen", "f1", r), history_value(long_history, "stored_residual", "dist_oracle", r),
+    ex2 = {r: (history_value(long_history, "frozen", "f1", r),
+               history_value(long_history, "stored_residual", "dist_oracle", r),
                history_value(long_history, "mpt", "dist_oracle", r)) for r in (rounds, long)}
     out.update(ex2_long=long, ex2_frozen_pre=history_value(long_history, "frozen", "f1", departure_round - 1),
                ex2_frozen_end=ex2[rounds][0], ex2_frozen_long=ex2[long][0], ex2_stored_end=ex2[rounds][1],
@@ -757,7 +763,8 @@ def exercise_numbers(drift: Mapping[str, pd.DataFrame], fractions: Mapping[str, 
     out.update(ex3_text="; ".join(f"{k}: distance {d:.2f}, F1 {f:.3f}" for k, (d, f) in ex3.items()),
                ex3_spread_d=max(d for d, _ in ex3.values()) - min(d for d, _ in ex3.values()), ex3_spread_f=spread_f,
                ex3_most=max((k for k in ex3 if k != EX_DEFAULT), key=lambda k: abs(ex3[k][0] - ex3[EX_DEFAULT][0])),
-               ex3_f1_word="below the resolution of one test image" if spread_f < one_image else "larger than one test image",
+               ex3_f1_word="below the resolution of one test image" if spread_f < one_image
+               else "larger than one test image",
                ex_seconds=float(drift["runs"]["seconds"].sum() + fractions["runs"]["seconds"].sum()),
                ex_seed=int(long_history["seed"].iloc[0]), ex_rounds=last_round)
     return out
@@ -779,7 +786,8 @@ def ldc_steps_numbers(study: MPTStudy, wide: pd.DataFrame, datasets: Sequence[st
     for name in datasets:
         sizes = study.scenario(study.data(name, seed), fraction, seed).remaining_train_sizes()
         steps = {b: ldc_steps_per_round(sizes, b, study.ldc_epochs) for b in (study.ldc_batch, old_batch)}
-        rows.append({"name": name, "n": float(np.mean(sizes)), "new": float(wide.loc[(name, fraction, seed), "ldc"]), **steps})
+        rows.append({"name": name, "n": float(np.mean(sizes)), "new": float(wide.loc[(name, fraction, seed), "ldc"]),
+                     **steps})
     fewest = min(rows, key=lambda r: r[old_batch])
     b = study.ldc_batch
     return {"ex4_text": "; ".join(f"{r['name']}: {r['n']:.0f} training samples per remaining client, {r[b]:.0f} Adam "
@@ -800,7 +808,8 @@ def last_round_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFr
     :data:`LABELS`."""
     last = int(history["round"].max())
     final = pd.concat([
-        seed_table(_at(history, "f1", last), "method", None, "value", digits=3).rename(columns={"value": "rare-class F1"}),
+        seed_table(_at(history, "f1", last), "method", None, "value", digits=3).rename(
+            columns={"value": "rare-class F1"}),
         seed_table(_at(history, "accuracy", last), "method", None, "value", digits=3).rename(
             columns={"value": "overall accuracy"}),
     ], axis=1).loc[list(methods)]

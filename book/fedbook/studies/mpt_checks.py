@@ -456,7 +456,8 @@ def barycentric_check(checks: CheckTable, seed: int, trials: int, K: int, dim: i
     worst_obj, worst_sum = barycentric_against_slsqp(seed, trials, K, dim)
     checks.add("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
                f"{trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
-               f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}", ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
+               f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}",
+               ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
     return {"bary_worst_obj": float(worst_obj)}
 
 
