@@ -321,20 +321,20 @@ CLAIMS += [
           ours=fig("d_post", method="mpt"), baseline=fig("d_post", method="mpt_predicted")),
 ]
 # The two byte rows are controls, not claims: the bytes are fixed by the payloads' shapes before any run, and
-# the paper's reason for the MPT-lite → MPT step does not apply to our readout (SUB_COMM_MPT).
-quoted = lambda key: f"“{Q[key][0]}” ({Q[key][1]})"  # noqa: E731  (a control's source: the sentence it serves)
+# the paper's reason for the MPT-lite → MPT step does not apply to our readout (SUB_COMM_MPT). A control's source
+# is the sentence it serves.
 SUB_SUBST = (f"“substantially” is not decided: the rule reads only “larger” (by more than the resolution, {RES:g} × "
              "one client's local training), since how much larger is set by our own settings")
 CLAIMS += [
     Claim("comm-mpt", "Does MPT send more bytes per client and round than MPT-lite here? An accounting identity, not "
           "evidence: the difference is the rare class's d×d matrix, set by the payload's shapes before any run.",
-          quoted("comm_mpt"), "bytes per client and round (after the departure), MPT − MPT-lite, relative to FedAvg's",
-          "greater", RES, SUB_COMM_MPT, kind="control", resolution=RES,
+          "“{}” ({})".format(*Q["comm_mpt"]), "bytes per client and round (after the departure), MPT − MPT-lite, "
+          "relative to FedAvg's", "greater", RES, SUB_COMM_MPT, kind="control", resolution=RES,
           ours=Read("bytes", "relative", method="mpt"), baseline=Read("bytes", "relative", method="mpt_lite")),
     Claim("comm-ccvr", "Does CCVR send more bytes per client and round than MPT here? An accounting identity, not "
           "evidence: a covariance per class against MPT's two d×d matrices, set by the payloads' shapes before any "
-          "run.", quoted("comm_ccvr"), "bytes per client and round, CCVR − MPT, relative to FedAvg's", "greater", RES,
-          SUB_COMM, kind="control", resolution=RES,
+          "run.", "“{}” ({})".format(*Q["comm_ccvr"]), "bytes per client and round, CCVR − MPT, relative to FedAvg's",
+          "greater", RES, SUB_COMM, kind="control", resolution=RES,
           ours=Read("bytes", "relative", method="ccvr"), baseline=Read("bytes", "relative", method="mpt")),
     Claim("time-ldc", *Q["time_ldc"], "the LDC half: extra client time per round, LDC − MPT, relative to one "
           "client's local training", "greater", RES, "time measured on one client of the figure run's final model, "
