@@ -29,8 +29,10 @@
 # prototypes, and the **adaptive weight** $\alpha_t$. This chapter derives each one, checks it
 # numerically against an independent reference, and ends with a table of every check. The same
 # statements are property tests in `tests/test_tracking.py`. The implementation is
-# {mod}`fedlib.tracking`, the random instances and the numerical checks are
-# {mod}`fedbook.studies.mpt_checks`; the federated experiments are in {ref}`chapter-mpt-experiments`.
+# {mod}`fedlib.tracking`; the random instances, the symbolic derivations (sympy) and the numerical
+# checks are {mod}`fedbook.studies.mpt_checks`, each check adding its rows (statement, how it was
+# checked, the worst error, the verdict) to the table; the federated experiments are in
+# {ref}`chapter-mpt-experiments`.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials, dimension 512)
@@ -39,15 +41,9 @@ trials = None  # random instances per numerical check (None: the profile's value
 dim = None  # feature dimension of the random instances
 
 # %% tags=["hide-input"]
-import sympy as sp
-import torch
-from myst_nb import glue
-
-from fedbook.page import setup, show_table
 from fedbook.checks import CheckTable
-from fedbook.studies.mpt_checks import (alpha_risk_table, barycentric_against_slsqp, known_drift_table,
-                                           projector_errors, residual_off_span, transport_map_against_scipy)
-from fedlib.tracking import adaptive_alpha
+from fedbook.page import glue_all, setup, show_table
+from fedbook.studies import mpt_checks as C
 
 PROFILES = {
     "smoke": dict(trials=5, dim=8, K=4, mc=2000),
@@ -55,10 +51,9 @@ PROFILES = {
     "paper": dict(trials=100, dim=512, K=9, mc=50000),
 }
 P = setup(PROFILES, profile, trials=trials, dim=dim)
-checks = CheckTable()  # the final check table: check(statement, how, worst, ok=...)
-check = checks.add
-print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, "
-      f"K = {P.K} remaining classes")
+checks = CheckTable()  # the final check table: each check below adds its rows (fedbook.studies.mpt_checks)
+R = {}  # the numbers the prose quotes, glued at the end
+print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, K = {P.K} remaining classes")
 
 # %% [markdown]
 # ## 1. The barycentric weights: a constrained ridge problem in closed form
@@ -81,28 +76,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim},
 # $$
 
 # %%
-K_sym = 3
-a = sp.symbols("a0:6")
-A_sym = sp.Matrix([[a[0], a[1], a[2]],
-                   [a[1], a[3], a[4]],
-                   [a[2], a[4], a[5]]])  # symmetric A
-b_sym = sp.Matrix(sp.symbols("b0:3"))
-w_sym = sp.Matrix(sp.symbols("w0:3"))
-nu = sp.Symbol("nu")
-one = sp.ones(K_sym, 1)
-lagrangian = ((w_sym.T * A_sym * w_sym)[0] - 2 * (b_sym.T * w_sym)[0]
-              + nu * ((one.T * w_sym)[0] - 1))
-kkt = [sp.diff(lagrangian, wi) for wi in w_sym] + [sp.diff(lagrangian, nu)]
-sol = sp.solve(kkt, list(w_sym) + [nu], dict=True)[0]
-Ainv = A_sym.inv()
-closed = (Ainv * b_sym
-          + Ainv * one * (1 - (one.T * Ainv * b_sym)[0]) / (one.T * Ainv * one)[0])
-sym_diff = [sp.simplify(sol[w_sym[i]] - closed[i]) for i in range(K_sym)]
-sym_ok = all(dd == 0 for dd in sym_diff)
-print("sympy KKT solution minus closed form:", sym_diff)
-check("KKT solution of Eq. (1) equals the closed form",
-      "sympy: solve the KKT system for a symbolic 3x3 A, b",
-      "0 (symbolic)" if sym_ok else str(sym_diff), ok=sym_ok)
+print("sympy KKT solution minus closed form:", C.kkt_check(checks))
 
 # %% [markdown]
 # Numerically, the closed form ({func}`fedlib.tracking.barycentric_weights`) against SciPy's
@@ -111,12 +85,7 @@ check("KKT solution of Eq. (1) equals the closed form",
 # the closed form must never be worse).
 
 # %%
-worst_obj, worst_sum = barycentric_against_slsqp(seed, P.trials, P.K, P.dim)
-glue("bary_worst_obj", float(worst_obj), display=False)
-check("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
-      f"{P.trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
-      f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}",
-      ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
+R |= C.barycentric_check(checks, seed, P.trials, P.K, P.dim)
 
 # %% [markdown]
 # **The residual is orthogonal to the affine directions.** Stationarity reads
@@ -130,13 +99,8 @@ check("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
 # a term of order $\lambda$.
 
 # %%
-worst_orth, worst_lin = residual_off_span(seed, P.trials, P.K, P.dim)
-glue("orth_linear_loss", float(worst_lin), display=False)
-check("with lambda = 0, r0 is orthogonal to the affine directions (P_aff r0 = r0)",
-      f"{P.trials} random instances, relative error", f"{worst_orth:.1e}",
-      ok=worst_orth < 1e-8)
-print("relative part of r0 the LINEAR span would discard (largest over instances): "
-      f"{worst_lin:.3f}")
+R |= C.residual_check(checks, seed, P.trials, P.K, P.dim)
+print(f"relative part of r0 the LINEAR span would discard (largest over instances): {R['orth_linear_loss']:.3f}")
 
 # %% [markdown]
 # The linear span would discard up to {glue:text}`orth_linear_loss:.2f` of the residual's norm
@@ -158,19 +122,7 @@ print("relative part of r0 the LINEAR span would discard (largest over instances
 # check all three against SciPy's `sqrtm`.
 
 # %%
-ot = transport_map_against_scipy(seed, P.trials, P.dim)
-pairs = f"{P.trials} random SPD pairs"  # SPD: symmetric positive definite
-check("T_t is symmetric positive definite", pairs,
-      f"asymmetry {ot['asymmetry']:.1e}, min eigenvalue {ot['min_eigenvalue']:.3g}",
-      ok=ot["asymmetry"] < 1e-10 and ot["min_eigenvalue"] > 0)
-check("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
-      ok=ot["pushforward"] < 1e-8)
-check("T_t equals the Gaussian OT map computed with SciPy sqrtm",
-      f"{pairs}, relative max error", f"{ot['scipy']:.1e}", ok=ot["scipy"] < 1e-6)
-check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
-      f"{P.trials} pairs; a random orthogonal Q per pair",
-      f"relative gap {ot['w2_gap']:.1e}; {ot['n_cheaper']} cheaper maps",
-      ok=ot["w2_gap"] < 1e-6 and ot["n_cheaper"] == 0)
+ot = C.transport_checks(checks, seed, P.trials, P.dim)  # what the four rows read
 
 # %% [markdown]
 # ## 3. The projector off the span
@@ -180,11 +132,7 @@ check("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
 # $P^\perp = I - Q^\top Q$ is symmetric, idempotent and annihilates every direction of the span.
 
 # %%
-worst_proj = projector_errors(seed, P.trials, P.K, P.dim)
-check("P_perp is an orthogonal projector off the span "
-      "(both spans, collinear cases included)",
-      f"{P.trials} instances x 2 spans; every 5th collinear", f"{worst_proj:.1e}",
-      ok=worst_proj < 1e-9)
+worst_projector = C.projector_check(checks, seed, P.trials, P.K, P.dim)
 
 # %% [markdown]
 # ## 4. The adaptive weight as a method-of-moments shrinkage
@@ -197,21 +145,9 @@ check("P_perp is an orthogonal projector off the span "
 # mean squared error $\alpha^2\sigma^2/N + (1-\alpha)^2\tau^2$; sympy minimizes it:
 
 # %%
-al, s2, tau2, N = sp.symbols("alpha sigma2 tau2 N", positive=True)
-mse = al**2 * s2 / N + (1 - al) ** 2 * tau2
-alpha_star = sp.solve(sp.diff(mse, al), al)[0]
-print("alpha* =", sp.simplify(alpha_star))
-target = tau2 / (tau2 + s2 / N)
-alpha_ok = sp.simplify(alpha_star - target) == 0
-lim_N = sp.limit(alpha_star, N, sp.oo)
-lim_tau = sp.limit(alpha_star, tau2, 0)
-print("limit N -> oo:", lim_N, "; limit tau2 -> 0 (the residuals agree):", lim_tau)
-check("alpha* = tau2 / (tau2 + sigma2/N) minimizes the blend's MSE",
-      "sympy: d MSE / d alpha = 0",
-      "0 (symbolic)" if alpha_ok else "differs", ok=alpha_ok)
-check("alpha -> 1 as N -> oo and alpha -> 0 as the two residuals agree",
-      "sympy limits of alpha*",
-      f"limits {lim_N}, {lim_tau}", ok=lim_N == 1 and lim_tau == 0)
+alpha = C.alpha_star_checks(checks)
+print(f"alpha* = {alpha['alpha*']}; limit N -> oo: {alpha['N -> oo']}; limit tau2 -> 0 (the residuals agree): "
+      f"{alpha['tau2 -> 0']}")
 
 # %% [markdown]
 # $\tau^2$ is unknown. Since $\mathbb E[D] = \mathbb E\lVert\hat r_{ho} - \hat r_{pred}\rVert^2/d
@@ -224,38 +160,13 @@ check("alpha -> 1 as N -> oo and alpha -> 0 as the two residuals agree",
 # implementation's own limits, and of the plug-in rule's risk against the two pure estimates:
 
 # %%
-alpha_table = alpha_risk_table(seed, P.dim, P.mc)
+alpha_table = C.alpha_risk_table(seed, P.dim, P.mc)
 
 # %% tags=["hide-input"]
-show_table(alpha_table.rename(columns={
-    "N": "N (rare samples)", "bias tau": "bias τ", "measured": "MSE, measured", "predicted": "MSE, predicted",
-    "adaptive": "MSE, adaptive blend", "adaptive / best": "adaptive / better of the two"}),
-    digits={"bias τ": 1, "MSE, measured": 4, "MSE, predicted": 4, "MSE, adaptive blend": 4,
-            "adaptive / better of the two": 2}, index=False)
+show_table(alpha_table.rename(columns=C.ALPHA_RISK_COLUMNS), digits=C.ALPHA_RISK_DIGITS, index=False)
 
 # %%
-lim_checks = [adaptive_alpha(torch.ones(4), torch.zeros(4), 1.0, 0) == 0.0,
-              adaptive_alpha(torch.ones(4), torch.zeros(4), 1.0, 1e12) > 1 - 1e-9,
-              adaptive_alpha(torch.ones(4), torch.ones(4), 1.0, 10) < 1e-9]
-biased = alpha_table[alpha_table["bias tau"] > 0]
-worst_ratio = float(biased["adaptive / best"].max())
-large_n_ratio = float(biased.loc[biased["N"] >= 20, "adaptive / best"].max())
-worse = biased[["measured", "predicted"]].max(axis=1)
-never_worst = bool((biased["adaptive"] <= worse).all())
-glue("alpha_worst_ratio", worst_ratio, display=False)
-glue("alpha_large_n_ratio", large_n_ratio, display=False)
-check("implementation: alpha = 0 with no rare sample, -> 1 as N grows, "
-      "-> 0 when the residuals agree",
-      "adaptive_alpha at N = 0, N = 1e12, equal residuals",
-      f"{3 - sum(lim_checks)} of 3 fail", ok=all(lim_checks))
-check("with N >= 20 the plug-in blend is within 10 % of the better pure estimate "
-      "(or beats both)",
-      "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}",
-      f"worst risk ratio {large_n_ratio:.2f}", ok=large_n_ratio <= 1.1)
-check("with few samples the plug-in blend is never worse than the worse pure estimate",
-      "Monte Carlo, N in {1..1000} x bias in {0.3, 1}",
-      f"holds in every cell; worst ratio to the better one {worst_ratio:.2f}",
-      ok=never_worst)
+R |= C.alpha_risk_checks(checks, alpha_table)
 
 # %% [markdown]
 # With twenty or more remaining samples the plug-in blend's risk is at most
@@ -277,7 +188,7 @@ check("with few samples the plug-in blend is never worse than the worse pure est
 # error relative to the true moved prototype:
 
 # %%
-drift_table = known_drift_table(seed, P.K, P.dim)
+drift_table = C.known_drift_table(seed, P.K, P.dim)
 
 # %% [markdown]
 # The relative error $\lVert\hat\mu - \mu_t\rVert / \lVert\mu_t\rVert$ of each reconstruction
@@ -287,34 +198,7 @@ drift_table = known_drift_table(seed, P.K, P.dim)
 show_table(drift_table, digits=4)
 
 # %%
-lite_iso = float(drift_table.loc["isotropic scaling x1.5", "MPT-lite"])
-lite_rot = float(drift_table.loc["rotation", "MPT-lite"])
-mpt_axis = float(drift_table.loc["axis-aligned scaling", "MPT (prediction)"])
-lite_axis = float(drift_table.loc["axis-aligned scaling", "MPT-lite"])
-mpt_rot = float(drift_table.loc["rotation", "MPT (prediction)"])
-glue("lite_rot", lite_rot, display=False)
-glue("mpt_rot", mpt_rot, display=False)
-glue("lite_axis", lite_axis, display=False)
-glue("mpt_axis", mpt_axis, display=False)
-exact = drift_table.loc[["translation", "isotropic scaling x1.5"],
-                        ["MPT-lite", "MPT (prediction)"]].to_numpy().max()
-check("translation and isotropic scaling are tracked exactly by MPT and MPT-lite",
-      "known drift z -> Az + b, relative error", f"{exact:.1e}", ok=exact < 1e-8)
-check("MPT-lite's scalar cannot follow a rotation (counterexample)",
-      "random rotation of the feature space", f"relative error {lite_rot:.2f}",
-      ok=lite_rot > 1e-3)
-noproj_axis = float(drift_table.loc["axis-aligned scaling",
-                                    "MPT without the projector"])
-glue("noproj_axis", noproj_axis, display=False)
-check("T_t r_0 is the exactly moved residual under an axis-aligned scaling "
-      "(diagonal covariance)",
-      "diagonal drift A: then T = A; error of M_t'w0 + T r0", f"{noproj_axis:.1e}",
-      ok=noproj_axis < 1e-8)
-check("Eq. (4)'s projector discards the part of T r0 that drifts into the new span "
-      "(counterexample)",
-      "same drift, with P_perp",
-      f"relative error {mpt_axis:.3f} (lite {lite_axis:.3f})",
-      ok=mpt_axis > 1e-3)
+R |= C.drift_checks(checks, drift_table)
 
 # %% [markdown]
 # The scalar follows translations and uniform rescaling exactly but is blind to directions: under
@@ -334,9 +218,8 @@ check("Eq. (4)'s projector discards the part of T r0 that drifts into the new sp
 # ## The check table
 
 # %% tags=["remove-cell"]
-glue("n_checks", len(checks), display=False)
-glue("n_fail", checks.n_fail, display=False)
-glue("deriv_seconds", float(P.elapsed()), display=False)
+R |= dict(n_checks=len(checks), n_fail=checks.n_fail, deriv_seconds=float(P.elapsed()))
+glue_all(R)
 
 # %% tags=["hide-input"]
 checks.show()

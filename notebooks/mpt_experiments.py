@@ -60,27 +60,19 @@ n_clients = None  # clients (client 0 departs)
 threads = 1  # torch CPU threads (1 is fastest on a shared 2-core machine)
 cifar_root = None  # paper profile: folder holding cifar-10-batches-py/
 results_dir = None  # where tidy results are saved (None: not saved)
+cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
+workers = 1  # processes the studies' cells run in, each seed on its own (the numbers do not depend on it)
 
 # %% tags=["hide-input"]
 import functools
-import time
-from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
-import pandas as pd
 from IPython.display import display
-from myst_nb import glue
-from scipy.stats import t as student_t
 
-from fedlib.algorithms.mpt import METHOD_PAYLOAD, VARIANT
-from fedbook.page import claims_report, format_bytes, setup, show_table
-from fedbook.claims import Claim, interval_band, mean_interval, resolution_of, seed_table
-from fedlib.data import plot_partition
-from fedbook.studies.mpt import (TIME_PARTS, MPTStudy, bytes_per_method, distance_relation, extra_work_times,
-                                    figure_runs, fraction_table, history_value,
-                                    mean_at, per_seed, round_axis, seed_curves)
-from fedlib.tracking import TrackingConfig, ldc_steps_per_round
+from fedbook.claims import Claim, Read, resolution_of
+from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
+from fedbook.studies import mpt as M
+from fedbook.study import Study, run_study
+from fedlib.tracking import TrackingConfig
 
 PROFILES = {
     "smoke": dict(datasets=["mnist5k"], n_samples=500, rare_class=5, n_clients=4, rounds=4, departure_round=3,
@@ -90,9 +82,8 @@ PROFILES = {
                  local_epochs=1, lr=0.05, fig_model="cnn", table_model="mlp", fractions=[0.02, 0.1],
                  n_seeds=5, n_seeds_figure=3, global_test_per_class=40, ldc_epochs=20, ldc_batch=32, ccvr_steps=100, ccvr_virtual=100),
     "paper": dict(datasets=["cifar10"], n_samples=None, rare_class=9, n_clients=10, rounds=100, departure_round=15,
-                  local_epochs=5, lr=0.01, fig_model="resnet18", table_model="resnet18",
-                  fractions=[0.01, 0.02, 0.05, 0.1], n_seeds=5, n_seeds_figure=3, global_test_per_class=600, ldc_epochs=20, ldc_batch=32,
-                  ccvr_steps=100, ccvr_virtual=100),
+                  local_epochs=5, lr=0.01, fig_model="resnet18", table_model="resnet18", fractions=[0.01, 0.02, 0.05, 0.1],
+                  n_seeds=5, n_seeds_figure=3, global_test_per_class=600, ldc_epochs=20, ldc_batch=32, ccvr_steps=100, ccvr_virtual=100),
 }
 P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, n_seeds_figure=n_seeds_figure, fractions=fractions, rounds=rounds,
           departure_round=departure_round, local_epochs=local_epochs, n_clients=n_clients)
@@ -101,20 +92,14 @@ FIG_SEEDS = list(range(seed, seed + P.n_seeds_figure))  # the figure runs' seeds
 LDC_BATCH_OLD = 128  # the LDC mini-batch of the chapter's earlier builds (see "LDC and the number of Adam steps")
 TRACK = TrackingConfig()  # fixed defaults, nothing selected at run time (see "MPT's settings")
 # every run: the seed's data subset, the departure scenario (client 0 leaves), the MPT plug-in, the loop's settings
-study = MPTStudy.from_settings(P, cifar_root=cifar_root, tracking=TRACK)
-data = study.data
+study = M.MPTStudy.from_settings(P, cifar_root=cifar_root, tracking=TRACK)
+fig_name, fig_fraction = P.datasets[0], 0.02 if 0.02 in P.fractions else P.fractions[0]  # the figure runs' data and fraction
+run = functools.partial(run_study, workers=workers, threads=threads, cache=cache_dir)  # how every study below runs
+R = dict(n_seeds=P.n_seeds, n_seeds_figure=P.n_seeds_figure, local_batch=study.batch, ldc_epochs=P.ldc_epochs,
+         ldc_batch=P.ldc_batch, ldc_batch_old=LDC_BATCH_OLD, ldc_lr=study.algorithm(seed).ldc_lr, table_model=P.table_model,
+         rare_test=P.global_test_per_class, one_image=1 / P.global_test_per_class, **M.data_numbers(study, P.datasets, SEEDS))
 print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figure seeds {FIG_SEEDS}; {P.n_clients} clients, "
-      f"{P.rounds} rounds, departure at round {P.departure_round}, {P.local_epochs} local epoch(s); "
-      f"figure model {P.fig_model}, table model {P.table_model}")
-glue("n_seeds", P.n_seeds, display=False)
-glue("n_seeds_figure", P.n_seeds_figure, display=False)
-glue("local_batch", study.batch, display=False)
-glue("ldc_epochs", P.ldc_epochs, display=False)
-glue("ldc_batch", P.ldc_batch, display=False)
-glue("ldc_batch_old", LDC_BATCH_OLD, display=False)
-glue("ldc_lr", study.algorithm(seed).ldc_lr, display=False)
-glue("rare_test", P.global_test_per_class, display=False)
-glue("one_image", 1 / P.global_test_per_class, display=False)
+      f"{P.rounds} rounds, departure at round {P.departure_round}; figure model {P.fig_model}, table model {P.table_model}")
 
 # %% [markdown]
 # Every run seed $s$ in `seed, seed + 1, …` draws its own
@@ -123,7 +108,10 @@ glue("one_image", 1 / P.global_test_per_class, display=False)
 # (which samples the departing client holds, the global test set) and its own model initialization
 # and batch order (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
 # interval, and every claim is decided on differences paired by seed ({mod}`fedbook.claims`). Every run is
-# built the same way by {class}`fedbook.studies.mpt.MPTStudy`. The fraction table runs
+# built the same way by {class}`fedbook.studies.mpt.MPTStudy`, and every experiment is a *study*
+# ({class}`fedbook.study.Study`) declared where it runs: its grid of settings, its seeds, and the
+# function of {mod}`fedbook.studies.mpt` that runs one cell (one setting and one seed); its tidy
+# frames carry the setting and the seed of every row. The fraction table runs
 # {glue:text}`n_seeds` seeds at this profile: it decides the **headline** claims (those the paper's
 # abstract or conclusion makes, marked in the table); the figure runs (per-round curves, the
 # ablations of Section V-D, the costs) run the first {glue:text}`n_seeds_figure` of them.
@@ -190,25 +178,11 @@ RES_F1 = resolution_of(P.global_test_per_class, scale=1.0)  # one rare-class tes
 RES = 0.01  # the declared resolution of distances, correlations, weights and relative costs: smaller differences are not read
 MIN_LEAD, TOL, MIN_DROP, MIN_RHO = RES_F1, max(0.05, RES_F1), max(0.05, RES_F1), 0.3
 TOL_DIST = 0.5  # "stays close to" in Mahalanobis units: half a within-class standard deviation of the readout's metric
-for k, v in {"min_lead": MIN_LEAD, "tolerance": TOL, "min_drop": MIN_DROP, "min_rho": MIN_RHO, "res_cont": RES,
-             "tol_dist": TOL_DIST}.items():
-    glue(k, v, display=False)
 BASELINES = ["fedavg", "ccvr", "icarl", "sdc", "ldc"]  # the paper's five; the frozen prototype is a reference bound
 STORED_ROUNDS = 3  # the rounds after the departure round over which the "early" distance is averaged
-SIZES = {name: sorted({len(data(name, s)) for s in SEEDS}) for name in P.datasets}
-size_text = ", ".join(f"{name} {'/'.join(f'{n:,}' for n in SIZES[name])} images" for name in P.datasets)
-FULL = [name for name in P.datasets if P.n_samples is None or len(data(name, seed)) < P.n_samples]
-glue("stored_rounds", STORED_ROUNDS, display=False)
-remaining_at = lambda f: sorted({study.scenario(data(name, s), f, s).n_rare_remaining  # noqa: E731
-                                 for name in P.datasets for s in SEEDS})  # the scenarios only: no training
-top_, one_ = remaining_at(0.1), remaining_at(0.01)
-glue("n_remaining_top", f"{top_[0]}–{top_[-1]}" if len(top_) > 1 else str(top_[0]), display=False)
-glue("n_remaining_one", " or ".join(map(str, one_)), display=False)
-glue("n_samples_profile", "all" if P.n_samples is None else f"{P.n_samples:,}", display=False)
-glue("full_sets_text", "; ".join(
-    [f"{name}: {'/'.join(f'{n:,}' for n in SIZES[name])} images" for name in P.datasets]
-    + [f"{', '.join(FULL)} {'is' if len(FULL) == 1 else 'are'} used whole at every seed, so there the seeds vary only "
-       "the partition, the test set, the initialization and the batch order"] * bool(FULL)), display=False)
+R |= dict(min_lead=MIN_LEAD, tolerance=TOL, min_drop=MIN_DROP, min_rho=MIN_RHO, res_cont=RES, tol_dist=TOL_DIST,
+          stored_rounds=STORED_ROUNDS)
+size_text = M.sizes_text(M.data_sizes(study, P.datasets, SEEDS))
 FRAC_TEXT = ", ".join(f"{100 * f:g} %" for f in P.fractions)
 SUB_TABLE = (f"Table II replica on an MLP ({P.table_model}), not the paper's CNN; small data sets "
              f"({size_text}) instead of nuImages / Car-1000; remaining fractions {FRAC_TEXT} (mean over them per "
@@ -265,136 +239,117 @@ Q = {
     "time_ldc": ("LDC and CCVR incur substantially larger overhead due to drift-map training in LDC and ghost-sample "
                  "generation followed by classifier-head retraining in CCVR.", "Section V-B, Figure 5 (b)"),
 }
-# Each claim's values: (ours, baseline) per seed, read when the claims are decided (by_seed, before_seed, all_seed,
-# all_before, fcol, last_f1, last_d, early_d, post_d, f1_s, rhos, alpha_s, comm_w, time_w: computed with the runs)
-tab = lambda frame, name, m: frame.loc[name].loc[SEEDS][m].to_numpy()  # noqa: E731  (table runs, one data set)
-CLAIMS = {}
+# Each claim reads one number per seed from a frame computed below (by_seed, before_seed, all_seed, all_before:
+# the fraction table; figure, figure_seed: the figure runs; bytes, times: the costs), named with its column and rows
+CLAIMS = []
 for name in P.datasets:
-    CLAIMS[f"beats-{name}"] = Claim(f"beats-{name}", *Q["beats"],
-                                    f"{name}: rare-class F1 at the last round, MPT − each of the five baselines, "
-                                    "mean over the fractions", "greater", MIN_LEAD,
-                                    SUB_TABLE + "; the cut part names the paper's nuImages number (0.516 at 1 %), "
-                                    "which our data cannot test", resolution=RES_F1, versus=tuple(BASELINES),
-                                    headline=True,
-                                    values=lambda name=name: (tab(by_seed, name, "mpt"),
-                                                              {b: tab(by_seed, name, b) for b in BASELINES}))
-    CLAIMS[f"oracle-{name}"] = Claim(f"oracle-{name}", *Q["oracle"],
-                                     f"{name}: the second half, rare-class F1, MPT − oracle, mean over the fractions "
-                                     "(the first half is the row above)", "at least", TOL,
-                                     SUB_TABLE + "; the oracle is the rare-class test mean (a reference)",
-                                     resolution=RES_F1, headline=True,
-                                     values=lambda name=name: (tab(by_seed, name, "mpt"), tab(by_seed, name, "oracle")))
-    CLAIMS[f"preserve-{name}"] = Claim(f"preserve-{name}", *Q["preserve"],
-                                       f"{name}: MPT's rare-class F1, last round − the round before the departure "
-                                       "(where every prototype method is the direct estimate), mean over the "
-                                       "fractions", "at least", TOL, SUB_TABLE, resolution=RES_F1, headline=True,
-                                       values=lambda name=name: (tab(by_seed, name, "mpt"),
-                                                                 tab(before_seed, name, "mpt")))
-    CLAIMS[f"degrade-{name}"] = Claim(f"degrade-{name}", *Q["degrade"],
-                                      f"{name}: the frozen prototype's rare-class F1 (the class's recognition with "
-                                      "no tracking), last round − the round before the departure, mean over the "
-                                      "fractions", "less", MIN_DROP,
-                                      SUB_TABLE + "; “silently” (overall accuracy does not show it) is drawn in the "
-                                      "figure, not decided here", resolution=RES_F1, headline=True,
-                                      values=lambda name=name: (tab(by_seed, name, "frozen"),
-                                                                tab(before_seed, name, "frozen")))
-CLAIMS["pre-ncm"] = Claim("pre-ncm", *Q["pre"], "table runs (all data sets and fractions): rare-class F1 at the round "
-                          "before the departure, prototype NCM (the direct estimate) − FedAvg's softmax head",
-                          "greater", MIN_LEAD, SUB_TABLE, resolution=RES_F1,
-                          values=lambda: (all_before["mpt"].to_numpy(), all_before["fedavg"].to_numpy()))
-CLAIMS["frozen"] = Claim("frozen", *Q["frozen"], "figure runs: frozen prototype's rare-class F1, last round − round "
-                         "before the departure", "less", MIN_DROP, SUB_FIG, resolution=RES_F1,
-                         values=lambda: (fcol(last_f1, "frozen"), np.array([f1_s[s].loc[pre_round, "frozen"] for s in FIG_SEEDS])))
-CLAIMS["frozen-gradual"] = Claim("frozen-gradual", *Q["frozen"], "figure runs: “progressively”: frozen prototype's "
-                                 "rare-class F1, last round − the departure round (the fall after the first "
-                                 "post-departure round)", "less", MIN_DROP, SUB_FIG, resolution=RES_F1,
-                                 values=lambda: (fcol(last_f1, "frozen"),
-                                                 np.array([f1_s[s].loc[P.departure_round, "frozen"] for s in FIG_SEEDS])))
-CLAIMS["lite-cnn"] = Claim("lite-cnn", *Q["lite"], f"figure runs ({P.fig_model}): rare-class F1 at the last round, "
-                           "MPT-lite − MPT (the first half)", "at least", TOL,
-                           SUB_FIG + "; MPT-lite's form (scalar growth of the stored residual) is our reading of the "
-                           "paper's one-line description; the ViT-Tiny half is not run (no transformer at this "
-                           "scale)", resolution=RES_F1, values=lambda: (fcol(last_f1, "mpt_lite"), fcol(last_f1, "mpt")))
-CLAIMS["lite-mlp"] = Claim("lite-mlp", f"is MPT-lite within {TOL} F1 of MPT on an MLP ({P.table_model}), outside the "
-                           "paper's “across CNN backbones”?", "lite-cnn", f"table runs ({P.table_model}, all data sets "
-                           "and fractions): rare-class F1, MPT-lite − MPT", "at least", TOL, SUB_TABLE, kind="control", resolution=RES_F1,
-                           values=lambda: (all_seed["mpt_lite"].to_numpy(), all_seed["mpt"].to_numpy()))
-CLAIMS["fig6b"] = Claim("fig6b", *Q["fig6b"], "figure runs: Spearman correlation of the Mahalanobis distance to the "
-                        "oracle with rare-class F1 (methods × post-departure rounds)", "less", MIN_RHO, SUB_FIG, resolution=RES,
-                        values=lambda: (np.array([rhos[s] for s in FIG_SEEDS]), 0.0))
-CLAIMS["fig6a-frozen"] = Claim("fig6a-frozen", *Q["fig6a_frozen"], "figure runs: the frozen prototype's Mahalanobis "
-                               f"distance to the oracle, last round − mean over the {STORED_ROUNDS} rounds after the "
-                               "departure round", "greater", RES, SUB_FIG, resolution=RES,
-                               values=lambda: (fcol(last_d, "frozen"), fcol(early_d, "frozen")))
-CLAIMS["fig6a-stored"] = Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle, "
-                               f"mean over the {STORED_ROUNDS} rounds after the departure round, barycentric + stored "
-                               "residual − barycentric only", "less", RES, SUB_FIG, resolution=RES,
-                               values=lambda: (fcol(early_d, "stored_residual"), fcol(early_d, "barycentric")))
-CLAIMS["fig6a-outdated"] = Claim("fig6a-outdated", *Q["fig6a_outdated"], "figure runs: barycentric + stored "
-                                 "residual's Mahalanobis distance to the oracle, last round − mean over the "
-                                 f"{STORED_ROUNDS} rounds after the departure round", "greater", RES, SUB_FIG,
-                                 resolution=RES,
-                                 values=lambda: (fcol(last_d, "stored_residual"), fcol(early_d, "stored_residual")))
-CLAIMS["fig6a-track"] = Claim("fig6a-track", *Q["fig6a_update"], "figure runs: the first half: Mahalanobis distance "
-                              "to the oracle at the last round, barycentric only − frozen", "less", RES, SUB_FIG,
-                              resolution=RES, values=lambda: (fcol(last_d, "barycentric"), fcol(last_d, "frozen")))
-CLAIMS["fig6a-update"] = Claim("fig6a-update", *Q["fig6a_update"], "figure runs: the second half: Mahalanobis "
-                               "distance to the oracle at the last round, MPT − barycentric + stored residual", "less",
-                               RES, SUB_FIG, resolution=RES,
-                               values=lambda: (fcol(last_d, "mpt"), fcol(last_d, "stored_residual")))
-CLAIMS["fig6a-bary"] = Claim("fig6a-bary", *Q["fig6a_update"], "figure runs: the second half: Mahalanobis distance "
-                             "to the oracle at the last round, MPT − barycentric only", "less", RES, SUB_FIG,
-                             resolution=RES, values=lambda: (fcol(last_d, "mpt"), fcol(last_d, "barycentric")))
+    on = dict(dataset=name)
+    CLAIMS += [
+        Claim(f"beats-{name}", *Q["beats"], f"{name}: rare-class F1 at the last round, MPT − each of the five baselines, "
+              "mean over the fractions", "greater", MIN_LEAD, SUB_TABLE + "; the cut part names the paper's nuImages "
+              "number (0.516 at 1 %), which our data cannot test", resolution=RES_F1, versus=tuple(BASELINES),
+              headline=True, ours=Read("by_seed", "mpt", **on), baseline={b: Read("by_seed", b, **on) for b in BASELINES}),
+        Claim(f"oracle-{name}", *Q["oracle"], f"{name}: the second half, rare-class F1, MPT − oracle, mean over the "
+              "fractions (the first half is the row above)", "at least", TOL,
+              SUB_TABLE + "; the oracle is the rare-class test mean (a reference)", resolution=RES_F1, headline=True,
+              ours=Read("by_seed", "mpt", **on), baseline=Read("by_seed", "oracle", **on)),
+        Claim(f"preserve-{name}", *Q["preserve"], f"{name}: MPT's rare-class F1, last round − the round before the "
+              "departure (where every prototype method is the direct estimate), mean over the fractions", "at least",
+              TOL, SUB_TABLE, resolution=RES_F1, headline=True,
+              ours=Read("by_seed", "mpt", **on), baseline=Read("before_seed", "mpt", **on)),
+        Claim(f"degrade-{name}", *Q["degrade"], f"{name}: the frozen prototype's rare-class F1 (the class's recognition "
+              "with no tracking), last round − the round before the departure, mean over the fractions", "less",
+              MIN_DROP, SUB_TABLE + "; “silently” (overall accuracy does not show it) is drawn in the figure, not "
+              "decided here", resolution=RES_F1, headline=True,
+              ours=Read("by_seed", "frozen", **on), baseline=Read("before_seed", "frozen", **on)),
+    ]
+fig = functools.partial(Read, "figure")  # the figure runs: one row per seed and method
+CLAIMS += [
+    Claim("pre-ncm", *Q["pre"], "table runs (all data sets and fractions): rare-class F1 at the round before the "
+          "departure, prototype NCM (the direct estimate) − FedAvg's softmax head", "greater", MIN_LEAD, SUB_TABLE,
+          resolution=RES_F1, ours=Read("all_before", "mpt"), baseline=Read("all_before", "fedavg")),
+    Claim("frozen", *Q["frozen"], "figure runs: frozen prototype's rare-class F1, last round − round before the "
+          "departure", "less", MIN_DROP, SUB_FIG, resolution=RES_F1,
+          ours=fig("f1_last", method="frozen"), baseline=fig("f1_pre", method="frozen")),
+    Claim("frozen-gradual", *Q["frozen"], "figure runs: “progressively”: frozen prototype's rare-class F1, last round "
+          "− the departure round (the fall after the first post-departure round)", "less", MIN_DROP, SUB_FIG,
+          resolution=RES_F1, ours=fig("f1_last", method="frozen"), baseline=fig("f1_departure", method="frozen")),
+    Claim("lite-cnn", *Q["lite"], f"figure runs ({P.fig_model}): rare-class F1 at the last round, MPT-lite − MPT (the "
+          "first half)", "at least", TOL, SUB_FIG + "; MPT-lite's form (scalar growth of the stored residual) is our "
+          "reading of the paper's one-line description; the ViT-Tiny half is not run (no transformer at this scale)",
+          resolution=RES_F1, ours=fig("f1_last", method="mpt_lite"), baseline=fig("f1_last", method="mpt")),
+    Claim("lite-mlp", f"is MPT-lite within {TOL} F1 of MPT on an MLP ({P.table_model}), outside the paper's “across "
+          "CNN backbones”?", "lite-cnn", f"table runs ({P.table_model}, all data sets and fractions): rare-class F1, "
+          "MPT-lite − MPT", "at least", TOL, SUB_TABLE, kind="control", resolution=RES_F1,
+          ours=Read("all_seed", "mpt_lite"), baseline=Read("all_seed", "mpt")),
+    Claim("fig6b", *Q["fig6b"], "figure runs: Spearman correlation of the Mahalanobis distance to the oracle with "
+          "rare-class F1 (methods × post-departure rounds)", "less", MIN_RHO, SUB_FIG, resolution=RES,
+          ours=Read("figure_seed", "rho"), baseline=0.0),
+    Claim("fig6a-frozen", *Q["fig6a_frozen"], "figure runs: the frozen prototype's Mahalanobis distance to the "
+          f"oracle, last round − mean over the {STORED_ROUNDS} rounds after the departure round", "greater", RES,
+          SUB_FIG, resolution=RES, ours=fig("d_last", method="frozen"), baseline=fig("d_early", method="frozen")),
+    Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle, mean over the "
+          f"{STORED_ROUNDS} rounds after the departure round, barycentric + stored residual − barycentric only",
+          "less", RES, SUB_FIG, resolution=RES,
+          ours=fig("d_early", method="stored_residual"), baseline=fig("d_early", method="barycentric")),
+    Claim("fig6a-outdated", *Q["fig6a_outdated"], "figure runs: barycentric + stored residual's Mahalanobis distance "
+          f"to the oracle, last round − mean over the {STORED_ROUNDS} rounds after the departure round", "greater",
+          RES, SUB_FIG, resolution=RES,
+          ours=fig("d_last", method="stored_residual"), baseline=fig("d_early", method="stored_residual")),
+    Claim("fig6a-track", *Q["fig6a_update"], "figure runs: the first half: Mahalanobis distance to the oracle at the "
+          "last round, barycentric only − frozen", "less", RES, SUB_FIG, resolution=RES,
+          ours=fig("d_last", method="barycentric"), baseline=fig("d_last", method="frozen")),
+    Claim("fig6a-update", *Q["fig6a_update"], "figure runs: the second half: Mahalanobis distance to the oracle at "
+          "the last round, MPT − barycentric + stored residual", "less", RES, SUB_FIG, resolution=RES,
+          ours=fig("d_last", method="mpt"), baseline=fig("d_last", method="stored_residual")),
+    Claim("fig6a-bary", *Q["fig6a_update"], "figure runs: the second half: Mahalanobis distance to the oracle at the "
+          "last round, MPT − barycentric only", "less", RES, SUB_FIG, resolution=RES,
+          ours=fig("d_last", method="mpt"), baseline=fig("d_last", method="barycentric")),
+]
 SUB_7A = (SUB_FIG + "; distances of the whole prototype (the in-span part is the same for the three variants), "
           "mean over the rounds from the departure on; at our data sets' size 2 % is a handful of remaining rare "
           "samples (the scenario below), fewer than the paper's 2 %")
-CLAIMS["fig7a-noisy"] = Claim("fig7a-noisy", *Q["fig7a_noisy"], "figure runs (2 %): Mahalanobis distance to the "
-                              "oracle, MPT with the measured residual only − with the predicted residual only",
-                              "greater", RES, SUB_7A, resolution=RES,
-                              values=lambda: (fcol(post_d, "mpt_measured"), fcol(post_d, "mpt_predicted")))
-CLAIMS["fig7a-weight"] = Claim("fig7a-weight", *Q["fig7a_weight"], "figure runs (2 %): the first half: MPT's "
-                               "adaptive weight α_t on the measurement, mean over the rounds after the departure, − 0.5",
-                               "less", RES, SUB_7A, resolution=RES,
-                               values=lambda: (np.array([alpha_s[s] for s in FIG_SEEDS]), 0.5))
-CLAIMS["fig7a-close"] = Claim("fig7a-close", *Q["fig7a_weight"], "figure runs (2 %): the second half: Mahalanobis "
-                              "distance to the oracle, MPT − MPT with the predicted residual only", "at most",
-                              TOL_DIST, SUB_7A, resolution=RES,
-                              values=lambda: (fcol(post_d, "mpt"), fcol(post_d, "mpt_predicted")))
+CLAIMS += [
+    Claim("fig7a-noisy", *Q["fig7a_noisy"], "figure runs (2 %): Mahalanobis distance to the oracle, MPT with the "
+          "measured residual only − with the predicted residual only", "greater", RES, SUB_7A, resolution=RES,
+          ours=fig("d_post", method="mpt_measured"), baseline=fig("d_post", method="mpt_predicted")),
+    Claim("fig7a-weight", *Q["fig7a_weight"], "figure runs (2 %): the first half: MPT's adaptive weight α_t on the "
+          "measurement, mean over the rounds after the departure, − 0.5", "less", RES, SUB_7A, resolution=RES,
+          ours=Read("figure_seed", "alpha"), baseline=0.5),
+    Claim("fig7a-close", *Q["fig7a_weight"], "figure runs (2 %): the second half: Mahalanobis distance to the oracle, "
+          "MPT − MPT with the predicted residual only", "at most", TOL_DIST, SUB_7A, resolution=RES,
+          ours=fig("d_post", method="mpt"), baseline=fig("d_post", method="mpt_predicted")),
+]
 # The two byte rows are controls, not claims: the bytes are fixed by the payloads' shapes before any run, and
-# the paper's reason for the MPT-lite → MPT step does not apply to our readout (SUB_COMM_MPT).
-quoted = lambda key: f"“{Q[key][0]}” ({Q[key][1]})"  # noqa: E731  (a control's source: the sentence it serves)
-CLAIMS["comm-mpt"] = Claim("comm-mpt", "Does MPT send more bytes per client and round than MPT-lite here? An accounting "
-                           "identity, not evidence: the difference is the rare class's d×d matrix, set by the payload's "
-                           "shapes before any run.", quoted("comm_mpt"), "bytes per client and round (after the "
-                           "departure), MPT − MPT-lite, relative to FedAvg's", "greater", RES, SUB_COMM_MPT,
-                           kind="control", resolution=RES,
-                           values=lambda: (comm_w.loc[FIG_SEEDS, "mpt"].to_numpy(), comm_w.loc[FIG_SEEDS, "mpt_lite"].to_numpy()))
-CLAIMS["comm-ccvr"] = Claim("comm-ccvr", "Does CCVR send more bytes per client and round than MPT here? An accounting "
-                            "identity, not evidence: a covariance per class against MPT's two d×d matrices, set by the payloads' "
-                            "shapes before any run.", quoted("comm_ccvr"), "bytes per client and round, CCVR − MPT, "
-                            "relative to FedAvg's", "greater", RES, SUB_COMM, kind="control", resolution=RES,
-                            values=lambda: (comm_w.loc[FIG_SEEDS, "ccvr"].to_numpy(), comm_w.loc[FIG_SEEDS, "mpt"].to_numpy()))
+# the paper's reason for the MPT-lite → MPT step does not apply to our readout (SUB_COMM_MPT). A control's source
+# is the sentence it serves.
 SUB_SUBST = (f"“substantially” is not decided: the rule reads only “larger” (by more than the resolution, {RES:g} × "
              "one client's local training), since how much larger is set by our own settings")
-CLAIMS["time-ldc"] = Claim("time-ldc", *Q["time_ldc"], "the LDC half: extra client time per round, LDC − MPT, "
-                           "relative to one client's local training", "greater", RES,
-                           "time measured on one client of the figure run's final model, CPU, one thread; MPT's "
-                           "client work is the re-embedding every prototype method shares, so LDC − MPT is LDC's "
-                           f"extra part; LDC's {P.ldc_epochs} drift-map epochs are our setting (the paper gives none); "
-                           + SUB_SUBST, resolution=RES,
-                           values=lambda: (time_w.loc[FIG_SEEDS, "LDC extra (client)"].to_numpy(), 0.0))
-CLAIMS["time-ccvr"] = Claim("time-ccvr", *Q["time_ldc"], "the CCVR half: server time per round, CCVR's virtual "
-                            "features and head re-training − MPT's reconstruction, relative to one client's local "
-                            "training", "greater", RES,
-                            "both timed apart on the figure run's last prototypes, covariance and head, CPU, one "
-                            "thread (stand-ins of the right shapes for the class covariances and the rare samples' "
-                            f"statistics); CCVR's {P.ccvr_virtual} virtual features per class and {P.ccvr_steps} "
-                            "head steps are our settings (the paper gives none), and they set the size of this "
-                            "difference; " + SUB_SUBST, resolution=RES,
-                            values=lambda: (time_w.loc[FIG_SEEDS, "CCVR server (virtual features + head)"].to_numpy(),
-                                            time_w.loc[FIG_SEEDS, "MPT server (reconstruction)"].to_numpy()))
-print(f"{sum(c.kind == 'claim' for c in CLAIMS.values())} claims ({sum(c.headline for c in CLAIMS.values())} headline) "
-      f"and {sum(c.kind == 'control' for c in CLAIMS.values())} control(s) declared")
+CLAIMS += [
+    Claim("comm-mpt", "Does MPT send more bytes per client and round than MPT-lite here? An accounting identity, not "
+          "evidence: the difference is the rare class's d×d matrix, set by the payload's shapes before any run.",
+          "“{}” ({})".format(*Q["comm_mpt"]), "bytes per client and round (after the departure), MPT − MPT-lite, "
+          "relative to FedAvg's", "greater", RES, SUB_COMM_MPT, kind="control", resolution=RES,
+          ours=Read("bytes", "relative", method="mpt"), baseline=Read("bytes", "relative", method="mpt_lite")),
+    Claim("comm-ccvr", "Does CCVR send more bytes per client and round than MPT here? An accounting identity, not "
+          "evidence: a covariance per class against MPT's two d×d matrices, set by the payloads' shapes before any "
+          "run.", "“{}” ({})".format(*Q["comm_ccvr"]), "bytes per client and round, CCVR − MPT, relative to FedAvg's",
+          "greater", RES, SUB_COMM, kind="control", resolution=RES,
+          ours=Read("bytes", "relative", method="ccvr"), baseline=Read("bytes", "relative", method="mpt")),
+    Claim("time-ldc", *Q["time_ldc"], "the LDC half: extra client time per round, LDC − MPT, relative to one "
+          "client's local training", "greater", RES, "time measured on one client of the figure run's final model, "
+          "CPU, one thread; MPT's client work is the re-embedding every prototype method shares, so LDC − MPT is "
+          f"LDC's extra part; LDC's {P.ldc_epochs} drift-map epochs are our setting (the paper gives none); "
+          + SUB_SUBST, resolution=RES, ours=Read("times", "relative", part="LDC extra (client)"), baseline=0.0),
+    Claim("time-ccvr", *Q["time_ldc"], "the CCVR half: server time per round, CCVR's virtual features and head "
+          "re-training − MPT's reconstruction, relative to one client's local training", "greater", RES,
+          "both timed apart on the figure run's last prototypes, covariance and head, CPU, one thread (stand-ins of "
+          f"the right shapes for the class covariances and the rare samples' statistics); CCVR's {P.ccvr_virtual} "
+          f"virtual features per class and {P.ccvr_steps} head steps are our settings (the paper gives none), and "
+          "they set the size of this difference; " + SUB_SUBST, resolution=RES,
+          ours=Read("times", "relative", part="CCVR server (virtual features + head)"),
+          baseline=Read("times", "relative", part="MPT server (reconstruction)")),
+]
 
 # %% [markdown]
 # ## The departure scenario
@@ -408,23 +363,11 @@ print(f"{sum(c.kind == 'claim' for c in CLAIMS.values())} claims ({sum(c.headlin
 # scenario.
 
 # %% tags=["remove-cell"]
-fig_name = P.datasets[0]
-fig_fraction = 0.02 if 0.02 in P.fractions else P.fractions[0]
-sc = study.scenario(data(fig_name, seed), fig_fraction, seed)
-glue("rare_class", P.rare_class, display=False)
-glue("n_rare_departing", sc.n_rare_departing, display=False)
-glue("n_rare_remaining", sc.n_rare_remaining, display=False)
-glue("fig_fraction_pct", 100 * fig_fraction, display=False)
-glue("fig_dataset", fig_name, display=False)
-glue("departure_round", P.departure_round, display=False)
-glue("n_rounds", P.rounds, display=False)
-glue("pre_round", P.departure_round - 1, display=False)
+sc = study.scenario(study.data(fig_name, seed), fig_fraction, seed)  # the first seed's scenario
+R |= M.scenario_numbers(sc, fig_fraction, fig_name, P.departure_round, P.rounds, P.rare_class)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Training samples per client (rows) and class (columns) of the first seed's departure scenario of the figure runs: client 0, which leaves, holds almost all of the rare class.", "name": "fig-mpt-scenario"}, "image": {"alt": "Heat map of training counts with clients as rows and the ten classes as columns, each cell annotated; every class is spread evenly over the clients except the rare class, whose column is bright only in the row of client 0."}}
-fig, ax = plt.subplots(figsize=(7, 4.5))
-plot_partition(sc.federation.train_counts(), ax=ax, title=f"{fig_name}: training counts (rare class {P.rare_class})")
-fig.tight_layout()
-plt.show()
+M.plot_scenario(sc, fig_name, P.rare_class)
 
 # %% [markdown]
 # With {glue:text}`fig_fraction_pct:.0f` % remaining ({numref}`fig-mpt-scenario`), the departing client holds
@@ -433,7 +376,8 @@ plt.show()
 #
 # ## Per-round rare-class F1 (the paper's Figure 4)
 #
-# The figure runs ({func}`fedbook.studies.mpt.figure_runs`): {glue:text}`fig_dataset` with the figure model, one run per seed, the client
+# The figure runs (the study `FIGURE`, a cell {func}`fedbook.studies.mpt.figure_cell` per seed):
+# {glue:text}`fig_dataset` with the figure model, one run per seed, the client
 # leaving at the start of round {glue:text}`departure_round` of {glue:text}`n_rounds`. A method's
 # curve at round $r$ pairs the global model $\theta_r$ with the prototypes the server computed under
 # it (see {mod}`fedlib.algorithms.mpt` for the one-round bookkeeping); the line is the mean over
@@ -441,64 +385,24 @@ plt.show()
 # {meth}`fedlib.metrics.Confusion.f1` on the global test set; overall accuracy is beside it.
 
 # %%
-fig_model_fn = study.model_fn(P.fig_model, data(fig_name, seed))
-t0 = time.perf_counter()
-fig_runs, fig_scen, hist = figure_runs(study, fig_name, fig_model_fn, fig_fraction, FIG_SEEDS)
-fig_run_seconds = (time.perf_counter() - t0) / len(FIG_SEEDS)
-if results_dir is not None:
-    for s, run in fig_runs.items():
-        run.save(Path(results_dir) / f"figure_run_{s}")
-    hist.to_csv(Path(results_dir) / "figure_runs_history.csv", index=False)
-
-# %% tags=["hide-input"]
+FIGURE = Study("figure", functools.partial(M.figure_cell, study, model=P.fig_model),
+               grid={"dataset": [fig_name], "fraction": [fig_fraction]}, seeds=FIG_SEEDS)
+frames = run(FIGURE)  # history (round, method, metric, value), figure_runs, times: one cell per seed
+history = frames["history"]
 SHOW = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen", "mpt_lite", "mpt", "oracle"]
-LABEL = {"fedavg": "FedAvg (softmax)", "ccvr": "CCVR", "icarl": "iCaRL-NME", "sdc": "SDC", "ldc": "LDC",
-         "frozen": "frozen prototype", "mpt_lite": "MPT-lite", "mpt": "MPT", "oracle": "oracle (unavailable)",
-         "barycentric": "barycentric only", "stored_residual": "barycentric + stored residual",
-         "mpt_predicted": "MPT, predicted residual only", "mpt_measured": "MPT, measured residual only"}
-
+ABL = ["frozen", "barycentric", "stored_residual", "mpt_lite", "mpt_predicted", "mpt_measured", "mpt", "icarl",
+       "sdc", "ldc"]  # Figure 6's methods: the trackers and the ablations of Section V-D
+R |= M.figure_numbers(history, frames["figure_runs"], SHOW + [m for m in ABL if m not in SHOW], P.departure_round)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Rare-class F1 (left) and overall accuracy (right) of every method per round of the figure runs: the line is the mean over seeds, the band its 95 % interval (clipped to [0, 1]), the grey vertical line the departure. The oracle (dashed) uses the rare-class test mean and is unavailable in practice.", "name": "fig-mpt-f1-rounds"}, "image": {"alt": "Two line plots against the round, rare-class F1 on the left and overall accuracy on the right, with one line and shaded band per method (FedAvg, CCVR, iCaRL, SDC, LDC, frozen prototype, MPT-lite, MPT and a dashed black oracle), a grey vertical line at the departure, and a shared legend below."}}
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-for m in SHOW:
-    for ax, metric in zip(axes, ["f1", "accuracy"]):
-        r_, curves = seed_curves(hist, metric, m, FIG_SEEDS)  # (rounds,), (seeds, rounds)
-        mu, lo, hi = interval_band(curves)  # mean over seeds and its 95 % interval per round
-        line, = ax.plot(r_, mu, label=LABEL[m], **(dict(ls="--", color="k") if m == "oracle" else {}))
-        if np.isfinite(lo).all():
-            ax.fill_between(r_, np.clip(lo, 0, 1), np.clip(hi, 0, 1), color=line.get_color(), alpha=0.12, lw=0)
-for ax, title in zip(axes, ["rare-class F1", "overall accuracy"]):
-    round_axis(ax, P.departure_round)
-    ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel(title)
-handles, labels = axes[0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
-fig.tight_layout(rect=(0, 0.12, 1, 1))
-plt.show()
-
-# %% tags=["remove-cell"]
-last = int(hist["round"].max())
-pre_round = P.departure_round - 1
-at = lambda metric, r: hist[(hist["metric"] == metric) & (hist["round"] == r)]  # noqa: E731
-final = pd.concat([
-    seed_table(at("f1", last), "method", None, "value", digits=3).rename(columns={"value": "rare-class F1"}),
-    seed_table(at("accuracy", last), "method", None, "value", digits=3).rename(columns={"value": "overall accuracy"}),
-], axis=1).loc[SHOW]
-fig_mean = functools.partial(mean_at, hist)  # (metric, round, method): the mean over the seeds
-for m in SHOW + ["barycentric", "stored_residual", "mpt_predicted", "mpt_measured"]:
-    glue(f"fig_f1_{m}", fig_mean("f1", last, m), display=False)
-    glue(f"fig_acc_{m}", fig_mean("accuracy", last, m), display=False)
-glue("fig_f1_pre", fig_mean("f1", pre_round, "mpt"), display=False)
-glue("fig_f1_pre_fedavg", fig_mean("f1", pre_round, "fedavg"), display=False)
-glue("fig_run_seconds", fig_run_seconds, display=False)
-final.index = pd.Index([LABEL[m] for m in final.index], name="method")
+M.plot_rounds(history, SHOW, P.departure_round)
 
 # %% [markdown]
 # The last round of the figure runs (mean ± half-width of the 95 % interval over seeds; bold: the
 # highest, which may be the oracle, a reference that is unavailable in practice):
 
 # %% tags=["hide-input"]
-show_table(final, best={"rare-class F1": "max", "overall accuracy": "max"})
+show_table(M.last_round_table(history, SHOW), best={"rare-class F1": "max", "overall accuracy": "max"})
 
 # %% [markdown]
 # Before the departure every prototype method is the direct estimate (rare-class F1
@@ -514,60 +418,27 @@ show_table(final, best={"rare-class F1": "max", "overall accuracy": "max"})
 #
 # ## Final rare-class F1 by remaining fraction (Table II style)
 #
-# The table model on every data set, for each remaining fraction and seed
-# ({func}`fedbook.studies.mpt.fraction_table`); each cell is the
+# The table model on every data set, for each remaining fraction and seed (the study `TABLE`, a cell
+# {func}`fedbook.studies.mpt.table_cell` per data set, fraction and seed); each cell is the
 # rare-class F1 at the last round, mean ± half-width of the 95 % interval over the seeds.
 
 # %% tags=["hide-input"]
 TABLE_METHODS = ["fedavg", "ccvr", "icarl", "sdc", "ldc", "frozen", "mpt_lite", "mpt", "oracle"]
-t0 = time.perf_counter()
-# every data set x fraction x seed; the final models of one cell are kept for the LDC control's backbone check
-table_long, growth_frame, _ = fraction_table(study, P.datasets, P.fractions, SEEDS, P.table_model, TABLE_METHODS,
-                                             before=P.departure_round - 1)
-table_seconds = time.perf_counter() - t0
-if results_dir is not None:
-    Path(results_dir).mkdir(parents=True, exist_ok=True)
-    table_long.to_csv(Path(results_dir) / "fraction_table.csv", index=False)
-glue("table_seconds", table_seconds, display=False)
-glue("table_model", P.table_model, display=False)
+TABLE = Study("table", functools.partial(M.table_cell, study, model=P.table_model, methods=TABLE_METHODS,
+                                         before=P.departure_round - 1),
+              grid={"dataset": P.datasets, "fraction": P.fractions}, seeds=SEEDS)
+frames |= run(TABLE)  # table (method, f1, n_remaining, f1_before) and table_runs: every data set x fraction x seed
+frames |= M.table_frames(frames["table"], SEEDS)  # by_seed, before_seed, all_seed, all_before, wide, cell_means
+R |= M.table_numbers(frames, BASELINES, len(SEEDS))
+M.save_frames(results_dir, {"figure_runs_history": history, "fraction_table": frames["table"]})  # None: not saved
 
 # %% [markdown]
 # One table per data set (rows: methods; columns: the remaining fraction $f$ of the rare class;
 # bold: the highest of a column, which may be the oracle reference):
 
 # %% tags=["hide-input"]
-for name in P.datasets:
-    t2 = seed_table(table_long[table_long["dataset"] == name], "method", "fraction", "f1", digits=3)
-    t2 = t2.loc[TABLE_METHODS].rename(index=LABEL).rename_axis(f"{name}: method")
-    t2.columns = [f"rare-class F1, f = {f:g}" for f in t2.columns]
-    display(show_table(t2, best={c: "max" for c in t2.columns}))
-
-# %% tags=["remove-cell"]
-wide = table_long.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="f1")
-wide_before = table_long.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="f1_before")
-by_seed = wide.groupby(["dataset", "seed"]).mean()  # per data set and seed: mean over fractions
-before_seed = wide_before.groupby(["dataset", "seed"]).mean()  # the same, at the round before the departure
-cell_means = wide.groupby(["dataset", "fraction"]).mean()
-n_cells = len(cell_means)
-mpt_wins = int((cell_means["mpt"] > cell_means[BASELINES].max(axis=1)).sum())
-glue("mpt_wins", mpt_wins, display=False)
-glue("n_cells", n_cells, display=False)
-glue("mpt_mean_f1", float(cell_means["mpt"].mean()), display=False)
-glue("lite_mean_f1", float(cell_means["mpt_lite"].mean()), display=False)
-best_name = cell_means[BASELINES].mean().idxmax()
-glue("best_baseline", LABEL[best_name], display=False)
-glue("best_baseline_f1", float(cell_means[best_name].mean()), display=False)
-glue("gap_oracle", float((cell_means["mpt"] - cell_means["oracle"]).mean()), display=False)
-half = table_long.groupby(["dataset", "fraction", "method"])["f1"].apply(
-    lambda v: (mean_interval(v.to_numpy()).high - mean_interval(v.to_numpy()).low) / 2)
-glue("half_median", float(half.median()), display=False)
-glue("half_max", float(half.max()), display=False)
-glue("t_mult", float(student_t.ppf(0.975, len(SEEDS) - 1)) if len(SEEDS) > 1 else float("nan"), display=False)
-growth_t = growth_frame.groupby("dataset")["growth"]
-glue("growth_table_text", "; ".join(f"{name}: median {growth_t.median()[name]:.2f}, range {growth_t.min()[name]:.2f} "
-                                    f"to {growth_t.max()[name]:.2f}" for name in P.datasets), display=False)
-glue("lite_mean_text", ", ".join(f"{name} {cell_means.loc[name, 'mpt_lite'].mean():.3f}" for name in P.datasets),
-     display=False)
+for t in M.fraction_tables(frames["table"], TABLE_METHODS).values():
+    display(show_table(t, best={c: "max" for c in t.columns}))
 
 # %% [markdown]
 # Over the {glue:text}`n_cells` data set × fraction cells (model {glue:text}`table_model`,
@@ -614,14 +485,7 @@ glue("lite_mean_text", ", ".join(f"{name} {cell_means.loc[name, 'mpt_lite'].mean
 # limit on a planted map, and Exercise 4 says how to re-run it).
 
 # %% tags=["hide-input"]
-LDC_CHECK = P.datasets[-1]
-sizes_ = np.concatenate([study.scenario(data(LDC_CHECK, s), fig_fraction, s).remaining_train_sizes() for s in SEEDS])
-glue("ldc_client_n", float(sizes_.mean()), display=False)
-for key, b in [("ldc_steps_old", LDC_BATCH_OLD), ("ldc_steps_new", P.ldc_batch)]:
-    glue(key, ldc_steps_per_round(sizes_, b, P.ldc_epochs), display=False)
-ldc_new = wide.xs((LDC_CHECK, fig_fraction), level=("dataset", "fraction"))["ldc"].loc[SEEDS].to_numpy()
-glue("ldc_check_dataset", LDC_CHECK, display=False)
-glue("ldc_f1_new", float(np.mean(ldc_new)), display=False)
+R |= M.ldc_numbers(study, frames["wide"], P.datasets[-1], fig_fraction, SEEDS, LDC_BATCH_OLD)
 
 # %% [markdown]
 # ## Where the error comes from (the paper's Figure 6)
@@ -632,57 +496,19 @@ glue("ldc_f1_new", float(np.mean(ldc_new)), display=False)
 # rare-class F1, all seeds ({numref}`fig-mpt-distance-f1`).
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mahalanobis distance from each method's rare-class prototype to the oracle prototype (the current rare-class test mean) per round of the figure runs: mean over seeds with its 95 % interval (band, clipped at 0); the grey vertical line is the departure. Lower is closer.", "name": "fig-mpt-distance-rounds"}, "image": {"alt": "Line plot of the distance to the oracle prototype against the round for ten methods (frozen, barycentric only, barycentric plus stored residual, MPT-lite, MPT's predicted and measured residuals alone, MPT, iCaRL, SDC, LDC), all near zero before the departure line and spreading apart after it; legend below the plot."}}
-dist_s, f1_s = per_seed(hist, "dist_oracle"), per_seed(hist, "f1")
-ABL = ["frozen", "barycentric", "stored_residual", "mpt_lite", "mpt_predicted", "mpt_measured", "mpt", "icarl",
-       "sdc", "ldc"]
-fig, ax = plt.subplots(figsize=(9, 5))
-for m in ABL:
-    r_, curves = seed_curves(hist, "dist_oracle", m, FIG_SEEDS)
-    mu, lo, hi = interval_band(curves)
-    line, = ax.plot(r_, mu, label=LABEL[m])
-    if np.isfinite(lo).all():
-        ax.fill_between(r_, np.clip(lo, 0, None), hi, color=line.get_color(), alpha=0.1, lw=0)
-round_axis(ax, P.departure_round)
-ax.set_ylabel("Mahalanobis distance to the oracle prototype")
-ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
-fig.tight_layout()
-plt.show()
+frames |= M.figure_frames(history, P.departure_round, STORED_ROUNDS, ABL)  # figure, figure_seed: per seed
+R |= M.distance_numbers(history, frames, ABL)
+M.plot_distances(history, ABL, P.departure_round)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Rare-class F1 against the distance to the oracle prototype, one point per method and post-departure round of the figure runs, coloured by seed. The Spearman correlation of the two, per seed, decides the Figure 6 (b) claim.", "name": "fig-mpt-distance-f1"}, "image": {"alt": "Scatter plot of rare-class F1 (vertical) against the Mahalanobis distance to the oracle prototype (horizontal), with small points in one colour per seed; F1 tends to be lower at larger distances."}}
-rhos = {}
-fig, ax = plt.subplots(figsize=(6.5, 4.5))
-for s in FIG_SEEDS:
-    post = [r for r in dist_s[s].index if r >= P.departure_round]
-    xs = np.concatenate([dist_s[s].loc[post, m].to_numpy() for m in ABL])
-    ys = np.concatenate([f1_s[s].loc[post, m].to_numpy() for m in ABL])
-    ax.scatter(xs, ys, s=10, alpha=0.7, label=f"seed {s}")
-    rhos[s] = float(pd.Series(xs).corr(pd.Series(ys), method="spearman"))
-ax.set_xlabel("Mahalanobis distance to the oracle prototype")
-ax.set_ylabel("rare-class F1")
-ax.legend(fontsize=8, loc="best")
-fig.tight_layout()
-plt.show()
-
-# %% tags=["remove-cell"]
-glue("spearman", float(np.mean(list(rhos.values()))), display=False)
-abl_final = seed_table(at("dist_oracle", last), "method", None, "value", digits=2).loc[ABL]
-abl_final.index = [LABEL[m] for m in abl_final.index]
-for m in ABL:
-    glue(f"dist_{m}", fig_mean("dist_oracle", last, m), display=False)
-alpha_series = hist[(hist["metric"] == "alpha")]["value"]
-glue("alpha_mean", float(alpha_series.mean()) if len(alpha_series) else float("nan"), display=False)
-growth = [float(fig_runs[s].server.meta.get("growth", float("nan"))) for s in FIG_SEEDS]
-glue("growth_last", float(np.mean(growth)), display=False)
-glue("lite_vs_stored", distance_relation(hist, last, "mpt_lite"), display=False)
-glue("pred_vs_stored", distance_relation(hist, last, "mpt_predicted"), display=False)
+M.plot_distance_f1(history, ABL, P.departure_round)
 
 # %% [markdown]
 # The distances at the last round (mean ± half-width of the 95 % interval over seeds; bold: the
 # closest):
 
 # %% tags=["hide-input"]
-abl_show = abl_final.rename(columns={"value": "distance to the oracle at the last round"}).rename_axis("method")
-show_table(abl_show, best={"distance to the oracle at the last round": "min"})
+show_table(M.distance_table(history, ABL), best={"distance to the oracle at the last round": "min"})
 
 # %% [markdown]
 # At the last round (means over seeds) the frozen prototype is {glue:text}`dist_frozen:.2f` from
@@ -699,14 +525,16 @@ show_table(abl_show, best={"distance to the oracle at the last round": "min"})
 # $g_t =$ {glue:text}`growth_last:.2f` (mean over seeds): the within-class spread of the classes
 # still being trained has changed by that factor since the departure. The rare class is no longer
 # trained, and its offset from the span need not follow it; whether scaling or transporting the
-# stored residual helps is measured here against the stored residual left as it is: at the last
-# round MPT-lite (scaled by $g_t$) is {glue:text}`lite_vs_stored`, and MPT's predicted residual
-# alone (transported by $T_t$) is {glue:text}`pred_vs_stored` (means over seeds; the
-# per-seed spread is in the band of the figure).
+# stored residual helps is measured here against the stored residual left as it is, at
+# {glue:text}`dist_stored_residual:.2f` from the oracle at the last round: MPT-lite (scaled by
+# $g_t$) is at {glue:text}`dist_mpt_lite:.2f`, and MPT's predicted residual alone (transported by
+# $T_t$) at {glue:text}`dist_mpt_predicted:.2f` (means over seeds; the per-seed spread is in the
+# band of the figure).
 #
 # ## Cost: communication and time (the paper's Figure 5)
 #
-# **Communication.** Each method alone, through the ledger ({func}`fedbook.studies.mpt.bytes_per_method`): per seed, a short run per method whose
+# **Communication.** Each method alone, through the ledger (the study `BYTES`, a cell
+# {func}`fedbook.studies.mpt.bytes_cell` per seed): per seed, a short run per method whose
 # clients send only that method's payload ({data}`fedlib.algorithms.mpt.METHOD_PAYLOAD`), on
 # half of the seed's data (message sizes depend on shapes, not on the number of samples), one
 # local step per round; the bytes of the last round (after the departure, with SDC's and LDC's
@@ -714,14 +542,11 @@ show_table(abl_show, best={"distance to the oracle at the last round": "min"})
 
 # %% tags=["hide-input"]
 COMM_METHODS = ["fedavg", "ccvr", "frozen", "icarl", "sdc", "ldc", "mpt_lite", "mpt"]
-comm_long = bytes_per_method(study, fig_name, fig_model_fn, fig_fraction, FIG_SEEDS, COMM_METHODS)
-comm_w = comm_long.pivot(index="seed", columns="method", values="relative")
-comm = comm_w.mean().loc[COMM_METHODS].to_frame("bytes per client and round, relative to FedAvg")
-comm.insert(0, "bytes per client and round", comm_long.groupby("method")["bytes"].mean().loc[COMM_METHODS])
-for m in COMM_METHODS:
-    glue(f"comm_{m}", float(comm_w[m].mean()), display=False)
-show_table(comm.rename(index=LABEL).rename_axis("method"), digits=3,
-           formats={"bytes per client and round": format_bytes},
+BYTES = Study("bytes", functools.partial(M.bytes_cell, study, model=P.fig_model, methods=COMM_METHODS),
+              grid={"dataset": [fig_name], "fraction": [fig_fraction]}, seeds=FIG_SEEDS)
+frames |= run(BYTES)  # bytes: method, bytes, relative, one cell per seed
+R |= M.cost_numbers(frames["bytes"], frames["times"], COMM_METHODS)
+show_table(M.bytes_table(frames["bytes"], COMM_METHODS), digits=3, formats={"bytes per client and round": format_bytes},
            best={"bytes per client and round, relative to FedAvg": "min"})
 
 # %% [markdown]
@@ -731,37 +556,14 @@ show_table(comm.rename(index=LABEL).rename_axis("method"), digits=3,
 # map training, the server's per-round work for all methods together, and, timed apart, the two
 # server computations of Figure 5 (b): CCVR's virtual features and head re-training, and MPT's
 # reconstruction; each relative to a client's local training of a round (median of repeats;
-# {func}`fedbook.studies.mpt.extra_work_times`).
+# {func}`fedbook.studies.mpt.extra_work_times`, measured in each figure run's cell right after its
+# training).
 
 # %% tags=["hide-input"]
-times = {s: extra_work_times(study, fig_runs[s], fig_scen[s], fig_model_fn, s) for s in FIG_SEEDS}  # relative to training
-time_long = pd.DataFrame([{"seed": s, "part": part, "relative": t} for s in FIG_SEEDS for part, t in times[s].items()])
-time_table = seed_table(time_long, "part", None, "relative", digits=2).rename(
-    columns={"relative": "time relative to one client's local training"}).rename_axis("extra work")
-time_w = time_long.pivot(index="seed", columns="part", values="relative")
-for key, part in zip(["stats", "sdc", "ldc", "server", "ccvr", "mpt"], TIME_PARTS):
-    glue(f"time_{key}", float(time_w[part].mean()), display=False)
-show_table(time_table)
+show_table(M.time_table(frames["times"]))  # measured in the figure runs' cells (figure_cell), on their final models
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Final rare-class F1 of each method (mean over seeds) against its cost: bytes per client and round relative to FedAvg (left) and extra client time per round relative to local training (right). Up and to the left is better; methods that cost the same overlap.", "name": "fig-mpt-cost"}, "image": {"alt": "Two scatter plots with one marker per method (FedAvg, CCVR, frozen prototype, iCaRL, SDC, LDC, MPT-lite, MPT), final rare-class F1 on the vertical axis, and relative bytes (left) or relative extra client time (right) on the horizontal axis; a legend below names the markers."}}
-t_stats_m = float(time_w["re-embedding + statistics (every prototype method)"].mean())
-overhead_time = {"fedavg": 0.0, "ccvr": t_stats_m, "frozen": t_stats_m, "icarl": t_stats_m,
-                 "sdc": t_stats_m + float(time_w["SDC extra (client)"].mean()),
-                 "ldc": t_stats_m + float(time_w["LDC extra (client)"].mean()), "mpt_lite": t_stats_m, "mpt": t_stats_m}
-MARKERS = dict(zip(COMM_METHODS, "osD^vPXh"))
-fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-for m in COMM_METHODS:
-    f1m = fig_mean("f1", last, m)
-    for ax, xv in zip(axes, [float(comm_w[m].mean()), overhead_time[m]]):
-        ax.scatter(xv, f1m, marker=MARKERS[m], s=55, alpha=0.8, label=LABEL[m])
-axes[0].set_xlabel("bytes per client and round, relative to FedAvg")
-axes[1].set_xlabel("extra client time per round, relative to local training")
-for ax in axes:
-    ax.set_ylabel("final rare-class F1 (mean over seeds)")
-handles, labels = axes[0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-fig.tight_layout(rect=(0, 0.12, 1, 1))
-plt.show()
+M.plot_cost(history, frames["bytes"], frames["times"], COMM_METHODS)
 
 # %% [markdown]
 # Every prototype method pays for the class statistics: with the shared Mahalanobis readout they
@@ -799,22 +601,7 @@ plt.show()
 # the number of seeds, the rule, the verdict, and the substitution that affects it).
 
 # %% tags=["hide-input"]
-last_f1 = {s: f1_s[s].loc[last] for s in FIG_SEEDS}
-last_d = {s: dist_s[s].loc[last] for s in FIG_SEEDS}
-after = [r for r in dist_s[FIG_SEEDS[0]].index if P.departure_round < r <= P.departure_round + STORED_ROUNDS]
-early_d = {s: dist_s[s].loc[after].mean() for s in FIG_SEEDS}  # mean over the first rounds after the departure round
-post_d = {s: dist_s[s].loc[[r for r in dist_s[s].index if r >= P.departure_round]].mean() for s in FIG_SEEDS}
-alpha_s = {s: history_value(hist[hist["seed"] == s], "mpt", "alpha") for s in FIG_SEEDS}  # mean over the rounds
-fcol = lambda frames, m: np.array([frames[s][m] for s in FIG_SEEDS])  # noqa: E731  (figure runs)
-all_seed = wide.groupby("seed").mean().loc[SEEDS]
-all_before = wide_before.groupby("seed").mean().loc[SEEDS]
-stored_check = pd.DataFrame({"barycentric only": fcol(early_d, "barycentric"),
-                             "barycentric + stored residual": fcol(early_d, "stored_residual")},
-                            index=pd.Index(FIG_SEEDS, name="seed"))
-glue("stored_rounds_text", ", ".join(map(str, after)), display=False)
-glue("stored_seed_text", "; ".join(f"seed {s}: {r['barycentric + stored residual']:.2f} against {r['barycentric only']:.2f}"
-                                   for s, r in stored_check.iterrows()), display=False)
-results = claims_report(CLAIMS.values(), digits=3, total_seconds=float(P.elapsed()))
+results = claims_report(CLAIMS, frames, digits=3, total_seconds=float(P.elapsed()))
 
 # %% [markdown]
 # The Figure 6 (a) "initial gap" row averages the distance over rounds {glue:text}`stored_rounds_text`;
@@ -832,53 +619,27 @@ results = claims_report(CLAIMS.values(), digits=3, total_seconds=float(P.elapsed
 # The worked solutions below are computed when the page is built, from **reduced** runs where the
 # exercise needs new training: one seed, the table model, the first data set, fewer rounds, and
 # only the statistics the compared methods need (the payload; it changes no prototype), so that the
-# page stays cheap. The scale is stated in each; re-run the chapter with the exercise's parameters
-# for the full answer.
+# page stays cheap: {glue:text}`fig_dataset`, table model {glue:text}`table_model`, seed
+# {glue:text}`ex_seed`, {glue:text}`ex_rounds` rounds with the departure at round
+# {glue:text}`departure_round` (the studies `DRIFT` and `MORE` of {func}`fedbook.studies.mpt.reduced_cell`).
+# Re-run the chapter with the exercise's parameters for the full answer.
 
 # %% tags=["hide-cell"]
-# Reduced runs for the exercises: one seed, the table model on the first data set,
-# MPT's payload only (unless told), the departure round and a few rounds after it.
-t_ex = time.perf_counter()
-EX_NAME, EX_ROUNDS = P.datasets[0], min(P.rounds, P.departure_round + 4)
-ex_ds = data(EX_NAME, seed)
-# (run, scenario, history over the departure round to the last) of one reduced run at a remaining fraction
-reduced_run = functools.partial(study.run, ex_ds, study.model_fn(P.table_model, ex_ds), seed=seed, rounds=EX_ROUNDS,
-                                eval_rounds=range(P.departure_round, EX_ROUNDS + 1), payload=METHOD_PAYLOAD["mpt"])
-ex_scale = (f"{EX_NAME}, table model {P.table_model}, seed {seed}, {EX_ROUNDS} rounds "
-            f"with the departure at round {P.departure_round}")
-glue("ex_scale", ex_scale, display=False)
-
-# %% tags=["remove-cell"]
-# Exercise 1: the adaptive weight and MPT against its prediction-only variant, by remaining fraction
-# The figure's fraction runs once, to Exercise 2's longer horizon: its first rounds are this reduced run's (the same
-# seed, scenario and payload), so Exercises 1 to 3 read one trajectory instead of re-training it; it is one
-# run, and Exercise 3's other settings of MPT are server-side variants of it (MPT(variants=...))
-EX_LONG = 2 * P.rounds
+# Reduced runs (one seed, the table model, MPT's payload): the figure's fraction once, to Exercise 2's horizon (its
+# first rounds are Exercise 1's run; Exercise 3's settings are server-side variants of it), and two larger fractions
+EX_ROUNDS, EX_LONG = min(P.rounds, P.departure_round + 4), 2 * P.rounds
 EX3_VARIANTS = (("span='linear'", TrackingConfig(span="linear")), ("noise='pooled'", TrackingConfig(noise="pooled")),
                 ("metric='whitened'", TrackingConfig(metric="whitened")))
-ex1, ex1_hist = {}, {}
-for frac in (fig_fraction, 0.2, 0.5):
-    if frac == fig_fraction:
-        _, sc_x, h2 = reduced_run(frac, rounds=EX_LONG, variants=EX3_VARIANTS, eval_rounds=sorted(
-            {*range(P.departure_round, EX_ROUNDS + 1), P.departure_round - 1, P.rounds, EX_LONG}))
-        h = h2[h2["round"].between(P.departure_round, EX_ROUNDS)]
-    else:
-        _, sc_x, h = reduced_run(frac)
-    ex1_hist[frac] = h
-    ex1[frac] = {"N": sc_x.n_rare_remaining, "alpha": history_value(h, "mpt", "alpha"),
-                 "mpt": history_value(h, "mpt", "f1"), "pred": history_value(h, "mpt_predicted", "f1"),
-                 "meas": history_value(h, "mpt_measured", "f1")}
-glue("ex1_text", "; ".join(f"f = {f:g} ({r['N']} remaining rare sample(s)): mean α_t {r['alpha']:.3f}, "
-                           f"F1 of MPT {r['mpt']:.3f}, prediction only {r['pred']:.3f}, "
-                           f"measurement only {r['meas']:.3f}" for f, r in ex1.items()), display=False)
-alphas_up = ex1[0.5]["alpha"] > ex1[0.2]["alpha"] > ex1[fig_fraction]["alpha"]
-glue("ex1_alpha_word", "rises with every step" if alphas_up else "does not rise at every step", display=False)
-beats = [f for f in (0.2, 0.5) if ex1[f]["mpt"] > ex1[f]["pred"]]
-ties = [f for f in (0.2, 0.5) if ex1[f]["mpt"] == ex1[f]["pred"]]
-glue("ex1_answer", ("MPT beats its prediction-only variant at both larger fractions" if len(beats) == 2 else
-                    f"MPT beats its prediction-only variant only at f = {beats[0]:g}" if beats else
-                    "MPT ties its prediction-only variant at both larger fractions" if len(ties) == 2 else
-                    "MPT does not beat its prediction-only variant at the larger fractions"), display=False)
+reduced = functools.partial(M.reduced_cell, study, dataset=fig_name, model=P.table_model)
+DRIFT = Study("exercise_drift", functools.partial(reduced, rounds=EX_LONG, variants=EX3_VARIANTS, eval_rounds=sorted(
+    {*range(P.departure_round, EX_ROUNDS + 1), P.departure_round - 1, P.rounds, EX_LONG})),
+              grid={"fraction": [fig_fraction]}, seeds=[seed])
+MORE = Study("exercise_fractions", functools.partial(reduced, rounds=EX_ROUNDS, eval_rounds=list(
+    range(P.departure_round, EX_ROUNDS + 1))), grid={"fraction": [0.2, 0.5]}, seeds=[seed])
+R |= M.exercise_numbers(run(DRIFT), run(MORE), departure_round=P.departure_round, rounds=P.rounds,
+                        last_round=EX_ROUNDS, one_image=R["one_image"])
+R |= M.ldc_steps_numbers(study, frames["wide"], P.datasets, fig_fraction, seed, LDC_BATCH_OLD)
+glue_all(R)  # every number of the prose
 
 # %% [markdown]
 # 1. *(parameters only)* **More remaining samples.** Set `fractions = [0.2, 0.5]`: as $N_t$ grows
@@ -892,7 +653,7 @@ glue("ex1_answer", ("MPT beats its prediction-only variant at both larger fracti
 # :::
 #
 # :::{dropdown} Worked solution
-# A **reduced run** ({glue:text}`ex_scale`) at the figure's fraction and at 0.2 and 0.5 gives
+# A **reduced run** (the scale above) at the figure's fraction and at 0.2 and 0.5 gives
 # {glue:text}`ex1_text`. The mean adaptive weight after the departure
 # {glue:text}`ex1_alpha_word` as the remaining fraction grows, and {glue:text}`ex1_answer`.
 # Where $\alpha_t$ is close to one the blend leans on the measurement and lands near "measurement
@@ -901,26 +662,6 @@ glue("ex1_answer", ("MPT beats its prediction-only variant at both larger fracti
 # every added sample. One seed and a few rounds cannot separate differences of a few test
 # images: re-run the chapter with `-p "fractions=[0.2, 0.5]"` for intervals over seeds.
 # :::
-
-# %% tags=["remove-cell"]
-# Exercise 2: a longer drift (twice the profile's rounds), one seed, frozen / stored residual / MPT (the run of
-# Exercise 1 at the figure's fraction, read at the later rounds)
-ex2 = {r: {"frozen": history_value(h2, "frozen", "f1", r),
-           "d_stored": history_value(h2, "stored_residual", "dist_oracle", r),
-           "d_mpt": history_value(h2, "mpt", "dist_oracle", r)} for r in (P.rounds, EX_LONG)}
-f_pre = history_value(h2, "frozen", "f1", P.departure_round - 1)
-glue("ex2_long", EX_LONG, display=False)
-glue("ex2_frozen_text", f"{f_pre:.3f} before the departure, {ex2[P.rounds]['frozen']:.3f} at round {P.rounds} "
-                        f"and {ex2[EX_LONG]['frozen']:.3f} at round {EX_LONG}", display=False)
-keeps = ex2[EX_LONG]["frozen"] < ex2[P.rounds]["frozen"]
-glue("ex2_frozen_word", "keeps degrading" if keeps else "does not keep degrading (it holds or recovers)",
-     display=False)
-glue("ex2_dist_text", "; ".join(f"round {r}: stored residual {v['d_stored']:.2f}, MPT {v['d_mpt']:.2f}"
-                                for r, v in ex2.items()), display=False)
-behind = ex2[EX_LONG]["d_stored"] > ex2[EX_LONG]["d_mpt"]
-glue("ex2_answer", "the stored residual is farther from the oracle than MPT, as in the paper's Figure 6 (a)"
-     if behind else "the stored residual is not farther from the oracle than MPT, unlike the paper's Figure 6 (a)",
-     display=False)
 
 # %% [markdown]
 # 2. *(parameters only)* **Longer drift.** Set `rounds = 60` (keeping the profile's
@@ -936,30 +677,16 @@ glue("ex2_answer", "the stored residual is farther from the oracle than MPT, as 
 # :::
 #
 # :::{dropdown} Worked solution
-# A **reduced run** ({glue:text}`ex_scale`, but {glue:text}`ex2_long` rounds) gives the frozen
-# prototype a rare-class F1 of {glue:text}`ex2_frozen_text`: it {glue:text}`ex2_frozen_word`
-# after the chapter's last round. The distances to the oracle are {glue:text}`ex2_dist_text`; at
+# A **reduced run** (the scale above, but {glue:text}`ex2_long` rounds) gives the frozen
+# prototype a rare-class F1 of {glue:text}`ex2_frozen_pre:.3f` before the departure,
+# {glue:text}`ex2_frozen_end:.3f` at round {glue:text}`n_rounds` and {glue:text}`ex2_frozen_long:.3f`
+# at round {glue:text}`ex2_long`: it {glue:text}`ex2_frozen_word` after the chapter's last round.
+# The distances to the oracle are, at round {glue:text}`n_rounds`, {glue:text}`ex2_stored_end:.2f`
+# for the stored residual and {glue:text}`ex2_mpt_end:.2f` for MPT, and at round
+# {glue:text}`ex2_long` {glue:text}`ex2_stored_long:.2f` and {glue:text}`ex2_mpt_long:.2f`; at
 # the longer horizon {glue:text}`ex2_answer`. One seed on the table model is a hint, not a
 # verdict: the claims table's rows decide over seeds after a re-run with `-p rounds=60`.
 # :::
-
-# %% tags=["remove-cell"]
-# Exercise 3: MPT's unstated choices, one at a time, on the reduced run of Exercise 1 (same seed and scale)
-# (server-side variants of MPT on that one trajectory: the tracking settings do not change the backbone's training)
-ex3 = {}
-for label in ["default (affine span, rare noise, Euclidean)", *dict(EX3_VARIANTS)]:
-    m = "mpt" if label.startswith("default") else VARIANT + label
-    ex3[label] = (history_value(ex1_hist[fig_fraction], m, "dist_oracle"), history_value(ex1_hist[fig_fraction], m, "f1"))
-glue("ex3_text", "; ".join(f"{k}: distance {d:.2f}, F1 {f:.3f}" for k, (d, f) in ex3.items()), display=False)
-spread_d = max(d for d, _ in ex3.values()) - min(d for d, _ in ex3.values())
-spread_f = max(f for _, f in ex3.values()) - min(f for _, f in ex3.values())
-most = max((k for k in ex3 if not k.startswith("default")),
-           key=lambda k: abs(ex3[k][0] - ex3["default (affine span, rare noise, Euclidean)"][0]))
-glue("ex3_spread_d", spread_d, display=False)
-glue("ex3_spread_f", spread_f, display=False)
-glue("ex3_most", most, display=False)
-glue("ex3_f1_word", ("below the resolution of one test image" if spread_f < 1 / P.global_test_per_class
-                     else "larger than one test image"), display=False)
 
 # %% [markdown]
 # 3. *(code)* **The paper's unstated choices.** In the cell after the parameters, set
@@ -977,31 +704,13 @@ glue("ex3_f1_word", ("below the resolution of one test image" if spread_f < 1 / 
 # :::
 #
 # :::{dropdown} Worked solution
-# On the **reduced run** of Exercise 1 ({glue:text}`ex_scale`, the figure's fraction), MPT at the
+# On the **reduced run** of Exercise 1 (the scale above, the figure's fraction), MPT at the
 # last round scores {glue:text}`ex3_text`. The distances spread over
 # {glue:text}`ex3_spread_d:.2f`, the F1 values over {glue:text}`ex3_spread_f:.3f`
 # ({glue:text}`ex3_f1_word`); the setting that moves the prototype most is
 # {glue:text}`ex3_most`. These are test-set numbers of one seed: they say which choice is worth a
 # proper comparison, not which to pick; pick on a validation split, as the statement says.
 # :::
-
-# %% tags=["remove-cell"]
-# Exercise 4: LDC's Adam steps per round on every data set (counted, no run) and its F1 in the table
-ex4_rows = []
-for name in P.datasets:
-    sizes = study.scenario(data(name, seed), fig_fraction, seed).remaining_train_sizes()
-    steps = {b: ldc_steps_per_round(sizes, b, P.ldc_epochs) for b in (P.ldc_batch, LDC_BATCH_OLD)}
-    new = float(wide.loc[(name, fig_fraction, seed), "ldc"])
-    ex4_rows.append({"name": name, "n": float(np.mean(sizes)), "new": new, **steps})
-glue("ex4_text", "; ".join(f"{r['name']}: {r['n']:.0f} training samples per remaining client, "
-                           f"{r[P.ldc_batch]:.0f} Adam steps per round with batch {P.ldc_batch} and "
-                           f"{r[LDC_BATCH_OLD]:.0f} with batch {LDC_BATCH_OLD}; LDC's F1 with batch "
-                           f"{P.ldc_batch} {r['new']:.3f}" for r in ex4_rows), display=False)
-fewest = min(ex4_rows, key=lambda r: r[LDC_BATCH_OLD])
-glue("ex4_answer", f"{fewest['name']}, whose clients' maps get the fewest steps with batch {LDC_BATCH_OLD} "
-                   f"({fewest[LDC_BATCH_OLD]:.0f} per round)", display=False)
-ex_seconds = time.perf_counter() - t_ex
-glue("ex_seconds", ex_seconds, display=False)
 
 # %% [markdown]
 # 4. *(code)* **LDC's steps.** In `PROFILES`, set the book profile's `ldc_batch` to

@@ -1,5 +1,6 @@
 """The MPT derivations chapter's checks (fedbook.studies.mpt_checks): its random instances, each
-check passing on fedlib.tracking and failing on a wrong implementation."""
+check passing on fedlib.tracking and failing on a wrong implementation, and the rows each records
+in the chapter's check table."""
 
 from __future__ import annotations
 
@@ -8,17 +9,28 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fedbook.checks import CheckTable
 from fedbook.studies import mpt_checks
 from fedbook.studies.mpt_checks import (
+    ALPHA_RISK_COLUMNS,
+    ALPHA_RISK_DIGITS,
     DRIFTS,
     RECONSTRUCTIONS,
+    alpha_risk_checks,
     alpha_risk_table,
+    alpha_star_checks,
     barycentric_against_slsqp,
+    barycentric_check,
+    drift_checks,
+    kkt_check,
     known_drift_table,
+    projector_check,
     projector_errors,
     random_normal,
     random_spd,
+    residual_check,
     residual_off_span,
+    transport_checks,
     transport_map_against_scipy,
 )
 from fedlib.rng import torch_generator
@@ -95,3 +107,44 @@ def test_known_drift_table_exact_and_blind_cells():
     assert t.loc["rotation", "MPT-lite"] > 1e-3 and t.loc["translation", "frozen"] > 1e-3
     with pytest.raises(ValueError, match="dim"):
         known_drift_table(0, 4, 0)
+
+
+# ----------------------------------------------------------------- the rows of the chapter's check table
+def test_every_check_records_its_rows_in_the_chapters_order_and_holds():
+    checks = CheckTable()
+    assert kkt_check(checks) == [0, 0, 0]
+    assert barycentric_check(checks, 0, 3, 3, 5)["bary_worst_obj"] == barycentric_against_slsqp(0, 3, 3, 5)[0]
+    assert residual_check(checks, 0, 3, 3, 6)["orth_linear_loss"] == residual_off_span(0, 3, 3, 6)[1]
+    assert transport_checks(checks, 0, 2, 4) == transport_map_against_scipy(0, 2, 4)
+    assert projector_check(checks, 0, 5, 3, 6) == projector_errors(0, 5, 3, 6)
+    alpha = alpha_star_checks(checks)
+    assert str(alpha["alpha*"]) == "N*tau2/(N*tau2 + sigma2)" and (alpha["N -> oo"], alpha["tau2 -> 0"]) == (1, 0)
+    table = alpha_risk_table(0, 6, 4000, n_samples=(1, 20, 1000), biases=(0.0, 1.0))
+    ratios = alpha_risk_checks(checks, table)
+    biased = table[table["bias tau"] > 0]
+    assert ratios == {"alpha_worst_ratio": biased["adaptive / best"].max(),
+                      "alpha_large_n_ratio": biased.loc[biased["N"] >= 20, "adaptive / best"].max()}
+    drift = known_drift_table(0, 4, 8)
+    errors = drift_checks(checks, drift)
+    assert errors["lite_rot"] == drift.loc["rotation", "MPT-lite"] and errors["noproj_axis"] < 1e-8
+    frame = checks.frame()
+    assert len(checks) == 17 and checks.n_fail == 0, frame[frame["verdict"] != "holds"]
+    assert frame["statement"].iloc[0] == "KKT solution of Eq. (1) equals the closed form"
+    assert frame["statement"].iloc[7].startswith("P_perp is an orthogonal projector")
+    assert frame["statement"].iloc[-1].startswith("Eq. (4)'s projector discards")
+    shown = table.rename(columns=ALPHA_RISK_COLUMNS)
+    assert set(ALPHA_RISK_DIGITS) <= set(shown.columns) and len(shown.columns) == len(table.columns)
+
+
+def test_a_wrong_implementation_fails_its_rows(monkeypatch):
+    checks = CheckTable()
+    monkeypatch.setattr(mpt_checks, "projector_errors", lambda *a: 0.5)
+    projector_check(checks, 0, 5, 3, 6)
+    monkeypatch.setattr(mpt_checks, "adaptive_alpha", lambda r_ho, r_pred, s2, n: 1.0)  # always the measurement
+    alpha_risk_checks(checks, alpha_risk_table(0, 6, 4000, n_samples=(1, 20), biases=(1.0,)))
+    drift = known_drift_table(0, 4, 8)
+    drift.loc["rotation", "MPT-lite"] = 0.0  # a scalar that followed a rotation: the counterexample is gone
+    drift_checks(checks, drift)
+    verdicts = checks.frame()["verdict"].tolist()
+    assert verdicts[0] == "FAILS" and verdicts[1] == "FAILS"  # the projector; the weight's limits
+    assert verdicts[5] == "FAILS" and verdicts.count("FAILS") == 3

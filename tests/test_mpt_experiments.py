@@ -1,9 +1,11 @@
-"""The MPT experiments chapter's runs (fedbook.studies.mpt) against what the chapter computed by
-hand before they moved; and the small pieces they use (fedbook.claims.interval_band,
+"""The MPT experiments chapter's runs (fedbook.studies.mpt: its study, the cells of its studies, what
+it reads of their frames, its tables and figures) against what the chapter computed by hand before
+they moved; and the small pieces they use (fedbook.claims.interval_band,
 fedlib.tracking.ldc_steps_per_round, DepartureScenario.remaining_train_sizes)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from types import SimpleNamespace
 
@@ -15,28 +17,30 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedlib.algorithms.mpt import METHOD_PAYLOAD, PARTS, evaluate_history
-from fedbook.claims import interval_band, mean_interval
-from fedlib.data import ArrayDataset, make_gaussian_mixture
+from fedbook.claims import Claim, Read, interval_band, mean_interval
+from fedbook.studies import mpt as M
 from fedbook.studies.mpt import (
+    EX_DEFAULT,
+    LABELS,
     TIME_PARTS,
     MPTStudy,
-    bytes_per_method,
-    distance_relation,
-    extra_work_times,
-    figure_runs,
-    fraction_table,
+    bytes_cell,
+    figure_cell,
     history_value,
-    largest_difference,
-    ldc_batch_runs,
     mean_at,
     median_seconds,
     per_seed,
+    reduced_cell,
     round_axis,
     seed_curves,
+    table_cell,
 )
+from fedbook.study import Study, run_study
+from fedlib.algorithms.mpt import METHOD_PAYLOAD, PARTS, VARIANT, evaluate_history
+from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.federation import make_departure_scenario
-from fedlib.loop import LoopConfig
+from fedlib.loop import LoopConfig, algorithm_configuration
+from fedlib.messages import largest_difference
 from fedlib.protocol import Event
 from fedlib.run import run_federated
 from fedlib.tracking import TrackingConfig, ldc_fit_map, ldc_steps_per_round
@@ -75,6 +79,14 @@ def test_study_settings_and_validation():
     assert study == MPTStudy(**SETTINGS, tracking=TrackingConfig(span="linear"))
 
 
+def test_a_studys_loaded_data_is_no_setting():
+    """The data cache is not a field: a study with loaded data equals, and is configured like (the
+    cache key of the cells that bind it), one without."""
+    loaded, fresh = _study(), MPTStudy(**SETTINGS)
+    assert loaded == fresh and "_data" not in repr(loaded) and loaded._data and not fresh._data
+    assert algorithm_configuration(loaded) == algorithm_configuration(fresh)
+
+
 def test_study_builds_the_chapters_algorithm_and_loop(study):
     algo = study.algorithm(7)
     assert (algo.seed, algo.rare_class, algo.train_rare_on) == (7, 1, (0,))
@@ -110,77 +122,311 @@ def test_a_run_is_the_chapters_hand_written_run(study):
     pd.testing.assert_frame_equal(last, expected[expected["round"] == 3].reset_index(drop=True))
 
 
-# ----------------------------------------------------------------- over seeds and cells
+# ----------------------------------------------------------------- the studies' cells
+CELL = {"dataset": ["mix"], "fraction": [0.1]}
+
+
 @pytest.fixture(scope="module")
 def figure(study):
-    model_fn = study.model_fn("mlp", study.data("mix", 0))
-    return figure_runs(study, "mix", model_fn, 0.1, [0, 1]), model_fn
+    """The chapter's figure study on the mixture: two seeds."""
+    return run_study(Study("figure", functools.partial(figure_cell, study, model="mlp"), grid=CELL, seeds=[0, 1]))
 
 
-def test_figure_runs_stack_every_seeds_history(study, figure):
-    (runs, scenarios, hist), model_fn = figure
-    assert list(runs) == [0, 1] and list(scenarios) == [0, 1] and list(hist["seed"].unique()) == [0, 1]
-    _, _, h1 = study.run(study.data("mix", 1), model_fn, 0.1, 1)
-    pd.testing.assert_frame_equal(hist[hist["seed"] == 1].drop(columns="seed").reset_index(drop=True), h1)
-
-
-def test_fraction_table_rows_and_kept_models(study):
-    long, growth, models = fraction_table(study, ["mix"], [0.1, 0.3], [0, 1], "mlp", ["mpt", "oracle"], keep=("mix", 0.3))
-    assert len(long) == 2 * 2 * 2 and len(growth) == 2 * 2 and list(models) == [0, 1]
+def test_the_figure_cell_is_one_run_and_its_measurements(study, figure):
+    assert list(figure) == ["history", "figure_runs", "times"]
+    hist = figure["history"]
+    assert list(hist.columns[:3]) == ["dataset", "fraction", "seed"] and list(pd.unique(hist["seed"])) == [0, 1]
     ds = study.data("mix", 1)
-    result, sc, h = study.run(ds, study.model_fn("mlp", ds), 0.3, 1, eval_rounds=[3])
-    row = long[(long["fraction"] == 0.3) & (long["seed"] == 1) & (long["method"] == "mpt")].iloc[0]
-    assert row["f1"] == history_value(h, "mpt", "f1") and row["n_remaining"] == sc.n_rare_remaining
-    assert largest_difference(models[1], result.server.with_prefix("model/")) == 0.0
+    result, _, h1 = study.run(ds, study.model_fn("mlp", ds), 0.1, 1)
+    one = hist[hist["seed"] == 1].drop(columns=["dataset", "fraction", "seed"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(one, h1)
+    runs = figure["figure_runs"].set_index("seed")
+    assert runs.loc[1, "growth"] == float(result.server.meta["growth"]) and (runs["seconds"] > 0).all()
+    times = figure["times"]
+    assert list(times.loc[times["seed"] == 0, "part"]) == list(TIME_PARTS)
+    assert all(math.isfinite(t) and t > 0 for t in times["relative"])
 
 
-def test_fraction_table_reads_the_round_before_from_the_same_run(study):
+def test_the_table_cell_reads_the_last_round_and_the_round_before_from_one_run(study):
     """``before`` adds the F1 of an earlier round of the same run (no second training): the values
     are the run's history at that round and the last round's are unchanged."""
-    long, _, _ = fraction_table(study, ["mix"], [0.3], [1], "mlp", ["mpt", "frozen", "fedavg"], before=1)
-    plain, _, _ = fraction_table(study, ["mix"], [0.3], [1], "mlp", ["mpt", "frozen", "fedavg"])
-    assert "f1_before" not in plain and list(long["f1"]) == list(plain["f1"])
+    methods = ["mpt", "frozen", "fedavg"]
+    out = table_cell(study, 1, dataset="mix", fraction=0.3, model="mlp", methods=methods, before=1)
+    plain = table_cell(study, 1, dataset="mix", fraction=0.3, model="mlp", methods=methods)
+    assert "f1_before" not in plain["table"] and list(out["table"]["f1"]) == list(plain["table"]["f1"])
     ds = study.data("mix", 1)
-    _, _, h = study.run(ds, study.model_fn("mlp", ds), 0.3, 1, eval_rounds=[1, 3])
-    for m in ("mpt", "frozen", "fedavg"):
-        row = long[long["method"] == m].iloc[0]
-        assert row["f1_before"] == history_value(h, m, "f1", 1) and row["f1"] == history_value(h, m, "f1", 3)
+    result, sc, h = study.run(ds, study.model_fn("mlp", ds), 0.3, 1, eval_rounds=[1, 3])
+    table = out["table"].set_index("method")
+    for m in methods:
+        assert table.loc[m, "f1_before"] == history_value(h, m, "f1", 1)
+        assert table.loc[m, "f1"] == history_value(h, m, "f1", 3) and table.loc[m, "n_remaining"] == sc.n_rare_remaining
     # before the departure every prototype method is the direct estimate: MPT and frozen agree
-    assert long.set_index("method").loc["mpt", "f1_before"] == long.set_index("method").loc["frozen", "f1_before"]
+    assert table.loc["mpt", "f1_before"] == table.loc["frozen", "f1_before"]
+    assert out["table_runs"]["growth"].iloc[0] == float(result.server.meta["growth"])
     for bad in (0, 3, 1.5):
         with pytest.raises(ValueError, match="before must be an int"):
-            fraction_table(study, ["mix"], [0.3], [1], "mlp", ["mpt"], before=bad)
+            table_cell(study, 1, dataset="mix", fraction=0.3, model="mlp", methods=["mpt"], before=bad)
+
+
+def test_a_cached_table_reads_back_the_same_bits(study, tmp_path):
+    """The fraction table as the chapter declares it (a cell per data set, fraction and seed), run
+    once and read back from the study cache: the same frames, bit for bit."""
+    table = Study("table", functools.partial(table_cell, study, model="mlp", methods=["mpt", "oracle"], before=1),
+                  grid={"dataset": ["mix"], "fraction": [0.1, 0.3]}, seeds=[1])
+    first = run_study(table, cache=tmp_path)
+    again = run_study(table, cache=tmp_path)
+    assert len(list((tmp_path / "table").glob("*.json"))) == 2
+    frame = first["table"]
+    assert list(zip(frame["fraction"], frame["seed"], frame["method"])) == [(0.1, 1, "mpt"), (0.1, 1, "oracle"),
+                                                                            (0.3, 1, "mpt"), (0.3, 1, "oracle")]
+    pd.testing.assert_frame_equal(again["table"], frame)
+    pd.testing.assert_frame_equal(again["table_runs"], first["table_runs"])
 
 
 def test_ldc_alone_trains_the_same_backbone(study):
-    """LDC's payload and mini-batch change no backbone parameter (the chapter's LDC control)."""
-    f1, models = ldc_batch_runs(study, "mix", "mlp", 0.1, [0], 128)
+    """LDC's payload and mini-batch change no backbone parameter (why the chapter no longer re-runs
+    LDC alone with the old mini-batch: the backbone is the table runs' own)."""
     ds = study.data("mix", 0)
-    full, _, h = study.run(ds, study.model_fn("mlp", ds), 0.1, 0, eval_rounds=[3])
-    assert largest_difference(models[0], full.server.with_prefix("model/")) == 0.0
-    assert 0.0 <= f1[0] <= 1.0
+    model_fn = study.model_fn("mlp", ds)
+    alone, _, h = study.run(ds, model_fn, 0.1, 0, eval_rounds=[3], payload=METHOD_PAYLOAD["ldc"], ldc_batch=128)
+    full, _, _ = study.run(ds, model_fn, 0.1, 0, eval_rounds=[3])
+    assert largest_difference(full.server.with_prefix("model/"), alone.server.with_prefix("model/")) == 0.0
+    assert 0.0 <= history_value(h, "ldc", "f1") <= 1.0
 
 
-def test_bytes_per_method_is_the_ledgers_last_round(study, figure):
-    _, model_fn = figure
-    frame = bytes_per_method(study, "mix", model_fn, 0.1, [0], ["fedavg", "mpt_lite", "mpt"])
-    assert frame.set_index("method")["relative"]["fedavg"] == 1.0
+def test_the_bytes_cell_is_the_ledgers_last_round(study):
+    frame = bytes_cell(study, 0, dataset="mix", fraction=0.1, model="mlp", methods=["fedavg", "mpt_lite", "mpt"])
+    by = frame.set_index("method")
+    assert by.loc["fedavg", "relative"] == 1.0
+    assert by.loc["mpt", "relative"] == by.loc["mpt", "bytes"] / by.loc["fedavg", "bytes"]
     ds = study.data("mix", 0)
     small = study.scenario(ds.subset(np.arange(0, len(ds), 2)), 0.1, 0)
     alg = study.algorithm(0, payload=METHOD_PAYLOAD["mpt"], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
-    led = run_federated(alg, small.federation, model_fn,
+    led = run_federated(alg, small.federation, study.model_fn("mlp", ds),
                         LoopConfig(rounds=2, seed=0, events=(Event(2, 0, "leave"),))).ledger.to_frame()
     led = led[(led["round"] == 2) & ~led["kind"].str.startswith("eval")]  # the chapter's accounting before it moved
-    assert frame.set_index("method")["bytes"]["mpt"] == led["bytes"].sum() / led["client"].nunique()
-    assert frame.set_index("method")["bytes"]["mpt"] > frame.set_index("method")["bytes"]["mpt_lite"]
+    assert by.loc["mpt", "bytes"] == led["bytes"].sum() / led["client"].nunique()
+    assert by.loc["mpt", "bytes"] > by.loc["mpt_lite", "bytes"]
     with pytest.raises(ValueError, match="fedavg"):
-        bytes_per_method(study, "mix", model_fn, 0.1, [0], ["mpt"])
+        bytes_cell(study, 0, dataset="mix", fraction=0.1, model="mlp", methods=["mpt"])
 
 
-def test_extra_work_times_measure_every_part(study, figure):
-    (runs, scenarios, _), model_fn = figure
-    times = extra_work_times(study, runs[0], scenarios[0], model_fn, 0)
-    assert tuple(times) == TIME_PARTS and all(math.isfinite(t) and t > 0 for t in times.values())
+def test_the_reduced_cell_sends_mpts_payload_and_carries_its_variants(study):
+    linear = (("lin", TrackingConfig(span="linear")),)
+    out = reduced_cell(study, 0, dataset="mix", fraction=0.3, model="mlp", rounds=3, eval_rounds=range(2, 4),
+                       variants=linear)
+    ds = study.data("mix", 0)
+    _, sc, h = study.run(ds, study.model_fn("mlp", ds), 0.3, 0, rounds=3, eval_rounds=[2, 3],
+                         payload=METHOD_PAYLOAD["mpt"], variants=linear)
+    pd.testing.assert_frame_equal(out["history"], h)
+    assert out["runs"]["n_remaining"].iloc[0] == sc.n_rare_remaining and VARIANT + "lin" in set(h["method"])
+    plain = reduced_cell(study, 0, dataset="mix", fraction=0.3, model="mlp", rounds=3, eval_rounds=[3])
+    assert not any(m.startswith(VARIANT) for m in plain["history"]["method"])
+
+
+def test_save_frames_writes_one_csv_per_frame_and_nothing_without_a_folder(tmp_path):
+    frame = pd.DataFrame({"a": [1, 2]})
+    M.save_frames(tmp_path / "out", {"x": frame})
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "x.csv"), frame)
+    M.save_frames(None, {"x": frame})  # the chapter's results_dir = None
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+# ----------------------------------------------------------------- the claims' frames
+def _table(values: dict) -> pd.DataFrame:
+    """A tidy fraction table: ``values[(dataset, fraction, seed)] = {method: (f1, f1_before)}``."""
+    return pd.DataFrame([{"dataset": d, "fraction": f, "seed": s, "method": m, "f1": v[0], "f1_before": v[1]}
+                         for (d, f, s), row in values.items() for m, v in row.items()])
+
+
+TABLE = _table({("a", 0.1, 0): {"mpt": (0.5, 0.8), "sdc": (0.25, 0.8), "oracle": (1.0, 0.9)},
+                ("a", 0.1, 1): {"mpt": (0.75, 0.6), "sdc": (0.5, 0.6), "oracle": (1.0, 0.9)},
+                ("a", 0.2, 0): {"mpt": (0.25, 0.4), "sdc": (0.5, 0.4), "oracle": (0.5, 0.9)},
+                ("a", 0.2, 1): {"mpt": (0.5, 0.2), "sdc": (0.75, 0.2), "oracle": (1.0, 0.9)}})
+
+
+def test_table_frames_are_what_the_claims_read_per_seed():
+    out = M.table_frames(TABLE, [0, 1])
+    assert out["by_seed"].loc[("a", 0), "mpt"] == 0.375 and out["by_seed"].loc[("a", 1), "sdc"] == 0.625
+    assert out["before_seed"].loc[("a", 1), "mpt"] == 0.4 and out["all_before"].index.tolist() == [0, 1]
+    assert out["cell_means"].loc[("a", 0.2), "oracle"] == 0.75 and out["wide"].loc[("a", 0.2, 1), "sdc"] == 0.75
+    # a claim per data set reads by_seed's rows of that data set, indexed by seed
+    claim = Claim("beats", "X beats Y.", "T", "F1, MPT − SDC", "greater", 0.1, resolution=0.1,
+                  ours=Read("by_seed", "mpt", dataset="a"), baseline=Read("by_seed", "sdc", dataset="a"))
+    ours, base, _ = claim.read(out)
+    assert ours.tolist() == [0.375, 0.625] and base.tolist() == [0.375, 0.625]
+
+
+def _figure_history() -> pd.DataFrame:
+    """Two seeds, rounds 1 to 4, the departure at round 3: an MPT whose distance falls and F1 rises,
+    a frozen prototype the other way, FedAvg without a prototype; MPT's adaptive weight."""
+    rows = []
+    for s in (0, 1):
+        for r in (1, 2, 3, 4):
+            rows += [(s, r, "mpt", "f1", 0.5 + r / 10 + s / 100), (s, r, "mpt", "dist_oracle", 4.0 - r),
+                     (s, r, "frozen", "f1", 1.0 - r / 10), (s, r, "frozen", "dist_oracle", float(r + s)),
+                     (s, r, "fedavg", "f1", 0.25), (s, r, "mpt", "alpha", r / 8 + s / 16)]
+    return pd.DataFrame(rows, columns=["seed", "round", "method", "metric", "value"])
+
+
+def test_figure_frames_hold_each_seeds_values_as_the_chapter_read_them():
+    h = _figure_history()
+    out = M.figure_frames(h, departure_round=3, stored_rounds=1, scatter_methods=["mpt", "frozen"])
+    fig = out["figure"].set_index(["seed", "method"])
+    dist, f1 = per_seed(h, "dist_oracle"), per_seed(h, "f1")
+    for s in (0, 1):  # the chapter's expressions before they moved
+        assert fig.loc[(s, "frozen"), "f1_last"] == f1[s].loc[4, "frozen"]
+        assert fig.loc[(s, "frozen"), "f1_pre"] == f1[s].loc[2, "frozen"]
+        assert fig.loc[(s, "frozen"), "f1_departure"] == f1[s].loc[3, "frozen"]
+        assert fig.loc[(s, "mpt"), "d_early"] == dist[s].loc[[4]].mean()["mpt"] == 0.0
+        assert fig.loc[(s, "frozen"), "d_post"] == dist[s].loc[[3, 4]].mean()["frozen"] == 3.5 + s
+    assert math.isnan(fig.loc[(0, "fedavg"), "d_last"])  # no prototype, no distance
+    per = out["figure_seed"].set_index("seed")
+    assert per.loc[1, "alpha"] == (1 + 2 + 3 + 4) / 8 / 4 + 1 / 16
+    assert per.loc[0, "rho"] == pytest.approx(-1.0)  # the closer prototype scores higher in every round
+    assert out["early_rounds"]["round"].tolist() == [4]
+    claim = Claim("frozen", "F degrades.", "T", "F1", "less", 0.1, resolution=0.1,
+                  ours=Read("figure", "f1_last", method="frozen"), baseline=Read("figure", "f1_pre", method="frozen"))
+    ours, base, _ = claim.read(out)
+    assert ours.tolist() == [0.6, 0.6] and base.tolist() == [0.8, 0.8]
+
+
+# ----------------------------------------------------------------- the numbers of the prose
+def test_data_numbers_describe_the_subsets_and_the_scenarios(study):
+    out = M.data_numbers(study, ["mix"], [0, 1])
+    assert out["n_samples_profile"] == "all"
+    assert out["full_sets_text"] == ("mix: 180 images; mix is used whole at every seed, so there the seeds vary only "
+                                     "the partition, the test set, the initialization and the batch order")
+    top = sorted({study.scenario(study.data("mix", s), 0.1, s).n_rare_remaining for s in (0, 1)})
+    assert out["n_remaining_top"] == (f"{top[0]}–{top[-1]}" if len(top) > 1 else str(top[0]))
+    assert M.sizes_text({"a": [2000], "b": [1797, 1800]}) == "a 2,000 images, b 1,797/1,800 images"
+    assert M.data_numbers(_study(n_samples=100), ["mix"], [0])["n_samples_profile"] == "100"
+
+
+def test_table_numbers_hand_computed():
+    frames = {**M.table_frames(TABLE, [0, 1]), "table": TABLE,
+              "table_runs": pd.DataFrame({"dataset": "a", "growth": [1.0, 2.0, 1.5, 4.0], "seconds": 1.0})}
+    frames["cell_means"] = frames["cell_means"].assign(mpt_lite=[0.5, 0.25])
+    out = M.table_numbers(frames, ["sdc"], 2)
+    assert (out["n_cells"], out["mpt_wins"]) == (2, 1)  # MPT leads at f = 0.1 (0.625 > 0.375), not at 0.2
+    assert out["mpt_mean_f1"] == 0.5 and out["best_baseline"] == "SDC" and out["best_baseline_f1"] == 0.5
+    assert out["gap_oracle"] == ((0.625 - 1.0) + (0.375 - 0.75)) / 2 and out["lite_mean_f1"] == 0.375
+    assert out["t_mult"] == pytest.approx(12.7062, abs=1e-4) and out["table_seconds"] == 4.0
+    assert out["growth_table_text"] == "a: median 1.75, range 1.00 to 4.00" and out["lite_mean_text"] == "a 0.375"
+    # the cells' half-widths: four of two values a quarter apart, the oracle's (zero at f = 0.1, a half apart at 0.2)
+    half = [(iv.high - iv.low) / 2 for iv in (mean_interval([0.5, 0.75]), mean_interval([0.5, 1.0]))]
+    assert (out["half_median"], out["half_max"]) == tuple(half)
+    assert math.isnan(M.table_numbers(frames, ["sdc"], 1)["t_mult"])
+
+
+def test_distance_and_cost_numbers_hand_computed():
+    h = _figure_history()
+    frames = {**M.figure_frames(h, 3, 1, ["mpt", "frozen"]), "figure_runs": pd.DataFrame({"growth": [1.0, 1.5]})}
+    frames["figure"]["method"] = frames["figure"]["method"].replace({"mpt": "stored_residual", "frozen": "barycentric"})
+    out = M.distance_numbers(h, frames, ["mpt", "frozen"])
+    assert out["dist_mpt"] == 0.0 and out["dist_frozen"] == 4.5 and out["growth_last"] == 1.25
+    assert out["spearman"] == pytest.approx(-1.0) and out["alpha_mean"] == (1 + 2 + 3 + 4) / 8 / 4 + 1 / 32
+    assert out["stored_rounds_text"] == "4"
+    assert out["stored_seed_text"] == "seed 0: 0.00 against 4.00; seed 1: 0.00 against 5.00"
+    bytes_frame = pd.DataFrame({"seed": [0, 0, 1, 1], "method": ["fedavg", "mpt"] * 2, "bytes": [100, 150, 100, 160],
+                                "relative": [1.0, 1.5, 1.0, 1.6]})
+    times = pd.DataFrame([{"seed": s, "part": p, "relative": float(i + s)}
+                          for s in (0, 1) for i, p in enumerate(TIME_PARTS)])
+    costs = M.cost_numbers(bytes_frame, times, ["fedavg", "mpt"])
+    assert costs["comm_mpt"] == 1.55 and costs["comm_fedavg"] == 1.0
+    assert costs["time_stats"] == 0.5 and costs["time_mpt"] == 5.5
+
+
+def test_ldc_numbers_count_the_steps_and_read_the_table(study):
+    index = pd.MultiIndex.from_tuples([("mix", 0.1, 0), ("mix", 0.1, 1)], names=["dataset", "fraction", "seed"])
+    wide = pd.DataFrame({"ldc": [0.25, 0.75]}, index=index)
+    out = M.ldc_numbers(study, wide, "mix", 0.1, [0, 1], 128)
+    sizes = np.concatenate([study.scenario(study.data("mix", s), 0.1, s).remaining_train_sizes() for s in (0, 1)])
+    assert out["ldc_client_n"] == float(sizes.mean()) and out["ldc_f1_new"] == 0.5 and out["ldc_check_dataset"] == "mix"
+    assert out["ldc_steps_old"] == ldc_steps_per_round(sizes, 128, 1)
+    assert out["ldc_steps_new"] == ldc_steps_per_round(sizes, 32, 1)
+    ex4 = M.ldc_steps_numbers(study, wide, ["mix"], 0.1, 1, 128)
+    assert ex4["ex4_text"].startswith("mix: ") and ex4["ex4_text"].endswith("LDC's F1 with batch 32 0.750")
+    assert ex4["ex4_answer"].startswith("mix, whose clients' maps get the fewest steps with batch 128")
+
+
+def _reduced(fraction: float, rounds: range, values: dict) -> dict:
+    """A reduced run's frames as the study gives them: ``values[(method, metric)]`` is a function of the round."""
+    rows = [(0, fraction, r, m, k, f(r)) for r in rounds for (m, k), f in values.items()]
+    history = pd.DataFrame(rows, columns=["seed", "fraction", "round", "method", "metric", "value"])
+    return {"history": history, "runs": pd.DataFrame({"seed": [0], "fraction": [fraction], "n_remaining": [2],
+                                                      "seconds": [1.0]})}
+
+
+def test_exercise_numbers_say_what_the_reduced_runs_show():
+    common = {("mpt", "f1"): lambda r: 0.5, ("mpt", "alpha"): lambda r: 0.1, ("mpt_predicted", "f1"): lambda r: 0.5,
+              ("mpt_measured", "f1"): lambda r: 0.25}
+    drift = _reduced(0.02, range(2, 9), {**common, ("frozen", "f1"): lambda r: 1 - r / 10,
+                                         ("stored_residual", "dist_oracle"): lambda r: r / 2,
+                                         ("mpt", "dist_oracle"): lambda r: r / 4,
+                                         (VARIANT + "lin", "dist_oracle"): lambda r: float(r),
+                                         (VARIANT + "lin", "f1"): lambda r: 0.25,
+                                         (VARIANT + "pool", "dist_oracle"): lambda r: r / 4 + 0.5,
+                                         (VARIANT + "pool", "f1"): lambda r: 0.5})
+    more = {k: pd.concat([_reduced(f, range(3, 5), {**common, ("mpt", "alpha"): lambda r, f=f: f,
+                                                    ("mpt", "f1"): lambda r, f=f: 0.5 + f})[k] for f in (0.2, 0.5)],
+                         ignore_index=True) for k in ("history", "runs")}
+    out = M.exercise_numbers(drift, more, departure_round=3, rounds=4, last_round=4, one_image=0.1)
+    assert out["ex1_text"].startswith("f = 0.02 (2 remaining rare sample(s)): mean α_t 0.100, F1 of MPT 0.500")
+    assert out["ex1_alpha_word"] == "rises with every step"
+    assert out["ex1_answer"] == "MPT beats its prediction-only variant at both larger fractions"
+    assert (out["ex2_long"], out["ex2_frozen_pre"], out["ex2_frozen_end"]) == (8, 0.8, 0.6)
+    assert out["ex2_frozen_long"] == 1 - 8 / 10
+    distances = (out["ex2_stored_end"], out["ex2_mpt_end"], out["ex2_stored_long"], out["ex2_mpt_long"])
+    assert distances == (2.0, 1.0, 4.0, 2.0) and out["ex2_frozen_word"] == "keeps degrading"
+    assert out["ex2_answer"].startswith("the stored residual is farther")
+    assert out["ex3_text"] == (f"{EX_DEFAULT}: distance 1.00, F1 0.500; lin: distance 4.00, F1 0.250; "
+                               "pool: distance 1.50, F1 0.500")
+    assert (out["ex3_spread_d"], out["ex3_spread_f"], out["ex3_most"]) == (3.0, 0.25, "lin")
+    assert out["ex3_f1_word"] == "larger than one test image"
+    assert (out["ex_seed"], out["ex_rounds"], out["ex_seconds"]) == (0, 4, 3.0)
+    tied = {k: v.assign(value=0.5) if k == "history" else v for k, v in more.items()}
+    answer = M.exercise_numbers(drift, tied, departure_round=3, rounds=4, last_round=4, one_image=0.1)["ex1_answer"]
+    assert answer == "MPT ties its prediction-only variant at both larger fractions"
+
+
+# ----------------------------------------------------------------- tables and figures
+def test_tables_name_every_method_and_keep_their_order(figure):
+    hist = figure["history"]
+    final = M.last_round_table(hist, ["mpt", "fedavg"])
+    assert final.index.tolist() == [LABELS["mpt"], LABELS["fedavg"]]
+    assert list(final.columns) == ["rare-class F1", "overall accuracy"]
+    dist = M.distance_table(hist, ["frozen", "mpt"])
+    assert dist.index.tolist() == [LABELS["frozen"], LABELS["mpt"]] and dist.index.name == "method"
+    tables = M.fraction_tables(TABLE, ["sdc", "mpt"])
+    assert list(tables) == ["a"] and list(tables["a"].columns) == ["rare-class F1, f = 0.1", "rare-class F1, f = 0.2"]
+    iv = mean_interval([0.5, 0.75])
+    assert tables["a"].index.tolist() == ["SDC", "MPT"]
+    assert tables["a"].loc["MPT", "rare-class F1, f = 0.1"] == f"{iv.mean:.3f} ± {iv.half_width:.3f}"
+    bytes_frame = pd.DataFrame({"seed": [0, 0], "method": ["fedavg", "mpt"], "bytes": [100, 150],
+                                "relative": [1.0, 1.5]})
+    assert M.bytes_table(bytes_frame, ["mpt", "fedavg"]).values.tolist() == [[150.0, 1.5], [100.0, 1.0]]
+    assert M.time_table(figure["times"]).index.tolist() == list(TIME_PARTS)
+
+
+def test_every_figure_draws_its_methods_and_is_closed(study, figure):
+    import matplotlib.pyplot as plt
+
+    hist, methods = figure["history"], ["frozen", "mpt", "oracle"]
+    before = plt.get_fignums()
+    fig = M.plot_rounds(hist, methods, 2)
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [LABELS[m] for m in methods]
+    assert len(fig.axes[0].lines) == len(methods) + 1  # and the departure's line
+    fig = M.plot_distances(hist, ["frozen", "mpt"], 2)
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == [LABELS["frozen"], LABELS["mpt"]]
+    fig = M.plot_distance_f1(hist, ["frozen", "mpt"], 2)
+    assert len(fig.axes[0].collections) == 2  # one scatter per seed
+    bytes_frame = bytes_cell(study, 0, dataset="mix", fraction=0.1, model="mlp", methods=["fedavg", "mpt"])
+    bytes_frame = bytes_frame.assign(seed=0)
+    fig = M.plot_cost(hist, bytes_frame, figure["times"], ["fedavg", "mpt"])
+    assert fig.axes[1].collections[0].get_offsets()[0][0] == 0.0  # FedAvg does no extra client work
+    M.plot_scenario(study.scenario(study.data("mix", 0), 0.1, 0), "mix", 1)
+    assert plt.get_fignums() == before  # each shown once, as the value of a notebook's cell
 
 
 # ----------------------------------------------------------------- reading a history
@@ -197,17 +443,11 @@ def test_reading_a_history_over_seeds():
     rounds, curves = seed_curves(h, "dist_oracle", "a", [1, 0])
     assert rounds.tolist() == [5, 6] and curves.tolist() == [[2.0, 3.0], [1.0, 2.0]]
     assert mean_at(h, "dist_oracle", 5, "b") == 3.5 and math.isnan(mean_at(h, "dist_oracle", 7, "b"))
-    assert distance_relation(h, 6, "b", "a") == "closer to the oracle (2.00 against 2.50)"
-    assert distance_relation(h, 5, "b", "a") == "farther from the oracle (3.50 against 1.50)"
     one = h[h["seed"] == 0]
     assert history_value(one, "b", "dist_oracle") == 1.5 and history_value(one, "b", "dist_oracle", 5) == 3.0
 
 
-def test_largest_difference_and_median_seconds():
-    a = {"w": torch.tensor([1.0, 2.0]), "b": torch.zeros(1)}
-    assert largest_difference(a, {"w": torch.tensor([1.0, 2.25]), "b": torch.tensor([-0.5])}) == 0.5
-    with pytest.raises(ValueError, match="lacks"):
-        largest_difference(a, {"v": torch.zeros(1)})
+def test_median_seconds():
     calls = []
     assert median_seconds(lambda: calls.append(1), repeats=5) >= 0 and len(calls) == 5
     with pytest.raises(ValueError, match="repeats"):

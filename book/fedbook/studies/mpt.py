@@ -1,5 +1,5 @@
 r"""The runs of the MPT experiments chapter (``notebooks/mpt_experiments.py``): the departure study
-over seeds, remaining fractions and data sets, and what the chapter measures of it.
+over seeds, remaining fractions and data sets, what the chapter reads of it, and its figures.
 
 MPT: Jang et al., "MPT: Missing Prototype Tracking via Barycentric Reconstruction in Vehicular
 Federated Learning", arXiv:2609.12771, Section V. One :class:`MPTStudy` holds the chapter's
@@ -7,16 +7,27 @@ settings and builds each run the same way: the seed's data subset, the departure
 (Section V-A, :func:`fedlib.federation.make_departure_scenario`), the MPT plug-in
 (:class:`fedlib.algorithms.mpt.MPT`, every method's prototype from one training run), the loop's
 configuration with the departure event, and the offline evaluation of the kept rounds
-(:func:`fedlib.algorithms.mpt.evaluate_history`). Over it:
+(:func:`fedlib.algorithms.mpt.evaluate_history`).
 
-* :func:`figure_runs`: the per-round runs of Figure 4 and Figure 6, one per seed, and their
-  history (read with :func:`per_seed`, :func:`seed_curves`, :func:`mean_at`, :func:`history_value`;
-  drawn with :func:`round_axis`);
-* :func:`fraction_table`: Table II, the last round's rare-class F1 per data set, fraction and seed;
-* :func:`ldc_batch_runs`: LDC alone at another mini-batch (the chapter's LDC control);
-* :func:`bytes_per_method`: Figure 5 (a), each method's bytes per client and round through the
-  ledger; :func:`extra_work_times`: Figure 5 (b), each method's extra work relative to local
-  training.
+The chapter declares its experiments as studies (:class:`fedbook.study.Study`) whose cells are
+functions of this module, one seed and one setting each:
+
+* :func:`figure_cell`: the per-round run of Figure 4 and Figure 6 and, on its final model, the
+  extra work of each method (Figure 5 (b), :func:`extra_work_times`);
+* :func:`table_cell`: Table II, the last round's rare-class F1 of one data set and fraction;
+* :func:`bytes_cell`: Figure 5 (a), each method's bytes per client and round through the ledger;
+* :func:`reduced_cell`: the exercises' reduced runs (MPT's payload only).
+
+What the chapter reads of the frames: the claim-ready frames (:func:`table_frames`,
+:func:`figure_frames`), the numbers of its prose (:func:`data_numbers`, :func:`scenario_numbers`,
+:func:`figure_numbers`, :func:`table_numbers`, :func:`ldc_numbers`, :func:`distance_numbers`,
+:func:`cost_numbers`, :func:`exercise_numbers`, :func:`ldc_steps_numbers`), its tables (:func:`last_round_table`,
+:func:`fraction_tables`, :func:`distance_table`, :func:`bytes_table`, :func:`time_table`) and its
+figures (:func:`plot_scenario`, :func:`plot_rounds`, :func:`plot_distances`,
+:func:`plot_distance_f1`, :func:`plot_cost`: each returns its figure closed, so that a notebook cell
+ending with the call shows it once); a history over seeds is read with :func:`per_seed`,
+:func:`seed_curves`, :func:`mean_at` and :func:`history_value`; :func:`save_frames` keeps the
+tidy frames as CSV files (the chapter's ``results_dir``).
 """
 
 from __future__ import annotations
@@ -25,16 +36,19 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from matplotlib.ticker import MaxNLocator
+from scipy.stats import t as student_t
 
-from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, evaluate_history
-from fedlib.data import ArrayDataset, load_dataset
+from fedbook.claims import interval_band, mean_interval, seed_table
+from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, evaluate_history
+from fedlib.data import ArrayDataset, load_dataset, plot_partition
 from fedlib.federation import DepartureScenario, make_departure_scenario
 from fedlib.heads import ccvr_calibrate
 from fedlib.loop import LoopConfig, RunResult
@@ -43,7 +57,7 @@ from fedlib.protocol import Event
 from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.run import run_federated
 from fedlib.stats import ClassMoments
-from fedlib.tracking import Snapshot, TrackingConfig, ldc_fit_map, reconstruct_mpt, sdc_client_sums
+from fedlib.tracking import Snapshot, TrackingConfig, ldc_fit_map, ldc_steps_per_round, reconstruct_mpt, sdc_client_sums
 from fedlib.training import TrainConfig, local_train
 from fedlib.validation import check_int
 
@@ -51,6 +65,18 @@ TIME_PARTS = ("re-embedding + statistics (every prototype method)", "SDC extra (
               "server, all methods incl. CCVR (per round)", "CCVR server (virtual features + head)",
               "MPT server (reconstruction)")
 """The extra work :func:`extra_work_times` measures, in its order."""
+
+TIME_KEYS = ("stats", "sdc", "ldc", "server", "ccvr", "mpt")
+"""The short name of each part of :data:`TIME_PARTS` (the prose's ``time_<key>``)."""
+
+LABELS = {"fedavg": "FedAvg (softmax)", "ccvr": "CCVR", "icarl": "iCaRL-NME", "sdc": "SDC", "ldc": "LDC",
+          "frozen": "frozen prototype", "mpt_lite": "MPT-lite", "mpt": "MPT", "oracle": "oracle (unavailable)",
+          "barycentric": "barycentric only", "stored_residual": "barycentric + stored residual",
+          "mpt_predicted": "MPT, predicted residual only", "mpt_measured": "MPT, measured residual only"}
+"""How the chapter's tables and figures name each method."""
+
+EX_DEFAULT = "default (affine span, rare noise, Euclidean)"
+"""How Exercise 3 names MPT with its default settings."""
 
 
 @dataclass(frozen=True)
@@ -117,7 +143,6 @@ class MPTStudy:
     tracking: TrackingConfig = TrackingConfig()
     departing: int = 0
     batch: int = 32
-    _data: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_int("rounds", self.rounds, low=2)
@@ -125,6 +150,9 @@ class MPTStudy:
         if not 1 < self.departure_round <= self.rounds:
             raise ValueError(f"departure_round must be in [2, rounds={self.rounds}], got {self.departure_round}")
         check_int("departing", self.departing, low=0, high=self.n_clients - 1)
+        # the loaded data sets, by (name, seed): a cache, not a setting (no field: a study's cache key
+        # and its equality cover its settings only)
+        object.__setattr__(self, "_data", {})
 
     @classmethod
     def from_settings(cls, settings: Any, **values: Any) -> MPTStudy:
@@ -191,24 +219,143 @@ class MPTStudy:
         return result, sc, history
 
 
-def figure_runs(study: MPTStudy, name: str, model_fn: Callable[[], torch.nn.Module], fraction: float,
-                seeds: Sequence[int]) -> tuple[dict[int, RunResult], dict[int, DepartureScenario], pd.DataFrame]:
-    """One run per seed on data set ``name`` at the remaining ``fraction``, every round evaluated
-    (Figure 4 and Figure 6).
+
+# ----------------------------------------------------------------- the studies' cells
+def _run_frame(**values: Any) -> pd.DataFrame:
+    """One row of a cell's own values (a run's growth factor, its seconds)."""
+    return pd.DataFrame({k: [v] for k, v in values.items()})
+
+
+def figure_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str) -> dict[str, pd.DataFrame]:
+    """One figure run (Figure 4 and Figure 6): ``dataset`` at the remaining ``fraction`` with
+    ``model``, every round evaluated, and the extra work of each method measured on its final
+    model (Figure 5 (b), :func:`extra_work_times`).
 
     Returns
     -------
-    (dict, dict, DataFrame)
-        The runs and the scenarios by seed, and the histories of every seed in one frame
-        (``round, method, metric, value, seed``).
+    dict of str to DataFrame
+        ``history``: the run's history (``round, method, metric, value``:
+        :func:`fedlib.algorithms.mpt.evaluate_history`); ``figure_runs``: one row, MPT-lite's growth
+        factor at the last round (``growth``, NaN when the run never tracked) and the run's
+        ``seconds``; ``times``: ``part, relative`` (:data:`TIME_PARTS`, over a client's local training).
     """
-    runs, scenarios, histories = {}, {}, []
-    for s in seeds:
-        runs[s], scenarios[s], history = study.run(study.data(name, s), model_fn, fraction, s)
-        histories.append(history.assign(seed=s))
-    return runs, scenarios, pd.concat(histories, ignore_index=True)
+    start = time.perf_counter()
+    ds = study.data(dataset, seed)
+    model_fn = study.model_fn(model, ds)
+    result, scenario, history = study.run(ds, model_fn, fraction, seed)
+    seconds = time.perf_counter() - start
+    times = extra_work_times(study, result, scenario, model_fn, seed)
+    return {"history": history,
+            "figure_runs": _run_frame(growth=float(result.server.meta.get("growth", float("nan"))), seconds=seconds),
+            "times": pd.DataFrame({"part": list(times), "relative": list(times.values())})}
 
 
+def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str, methods: Sequence[str],
+               before: int | None = None) -> dict[str, pd.DataFrame]:
+    """One run of Table II: ``dataset`` at the remaining ``fraction`` with ``model``, the last round
+    evaluated (and the round ``before``, when given: the same run read once more, no training).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``table``: one row per method of ``methods``, ``method, f1, n_remaining`` (the rare-class
+        F1 at the last round, the remaining rare samples) and, with ``before``, ``f1_before``;
+        ``table_runs``: one row, MPT-lite's growth factor at the last round (``growth``) and the
+        run's ``seconds``.
+
+    Raises
+    ------
+    ValueError
+        On ``before`` outside ``[1, rounds)``.
+    """
+    if before is not None:
+        check_int("before", before, low=1, high=study.rounds - 1)
+    start = time.perf_counter()
+    ds = study.data(dataset, seed)
+    result, scenario, history = study.run(ds, study.model_fn(model, ds), fraction, seed,
+                                          eval_rounds=[study.rounds] if before is None else [before, study.rounds])
+    f1 = history[history["metric"] == "f1"]
+    last = f1[f1["round"] == study.rounds].set_index("method")["value"]
+    pre = f1[f1["round"] == before].set_index("method")["value"] if before is not None else None
+    table = pd.DataFrame([{"method": m, "f1": float(last[m]), "n_remaining": scenario.n_rare_remaining,
+                           **({} if pre is None else {"f1_before": float(pre[m])})} for m in methods])
+    runs = _run_frame(growth=float(result.server.meta.get("growth", float("nan"))),
+                      seconds=time.perf_counter() - start)
+    return {"table": table, "table_runs": runs}
+
+
+def bytes_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str,
+               methods: Sequence[str]) -> pd.DataFrame:
+    """Figure 5 (a) at one seed: each method alone, its clients sending only its payload
+    (:data:`fedlib.algorithms.mpt.METHOD_PAYLOAD`), through the ledger.
+
+    A two-round run per method on half of the seed's data (message sizes depend on shapes, not on
+    the number of samples), one local step per round, no history, the client leaving at round 2;
+    the training bytes of round 2 (after the departure, with SDC's and LDC's extras) per client,
+    up and down (:meth:`fedlib.messages.Ledger.per_client_and_round`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``method, bytes, relative`` (the bytes over FedAvg's).
+
+    Raises
+    ------
+    ValueError
+        On ``methods`` without ``"fedavg"`` (the reference) or with a method that has no payload.
+    """
+    unknown = [m for m in methods if m not in METHOD_PAYLOAD]
+    if "fedavg" not in methods or unknown:
+        raise ValueError(f"methods must include 'fedavg' and name methods of METHOD_PAYLOAD, got {list(methods)}; "
+                         f"valid: {', '.join(METHOD_PAYLOAD)}")
+    ds = study.data(dataset, seed)
+    model_fn = study.model_fn(model, ds)
+    small = study.scenario(ds.subset(np.arange(0, len(ds), 2)), fraction, seed)  # half the data: every client keeps samples at the smoke profile
+    rows = []
+    for m in methods:
+        alg = study.algorithm(seed, payload=METHOD_PAYLOAD[m], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
+        cfg = LoopConfig(rounds=2, seed=seed, events=(Event(2, study.departing, "leave"),))  # sizes do not depend on the round
+        ledger = run_federated(alg, small.federation, model_fn, cfg).ledger
+        rows.append({"method": m, "bytes": ledger.per_client_and_round(phase="train", rounds=2)})
+    frame = pd.DataFrame(rows)
+    frame["relative"] = frame["bytes"] / frame.set_index("method")["bytes"]["fedavg"]
+    return frame
+
+
+def reduced_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str, rounds: int,
+                 eval_rounds: Sequence[int], variants: tuple = ()) -> dict[str, pd.DataFrame]:
+    """One reduced run of the exercises: ``dataset`` at the remaining ``fraction`` with ``model``
+    for ``rounds`` rounds, the clients sending MPT's payload only (it changes no prototype of the
+    methods compared), ``eval_rounds`` evaluated; ``variants`` (``(name, TrackingConfig)`` pairs)
+    are MPT again with other settings on the same trajectory (``MPT(variants=...)``).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``history`` (``round, method, metric, value``) and ``runs``: one row, the remaining rare
+        samples (``n_remaining``) and the run's ``seconds``.
+    """
+    start = time.perf_counter()
+    ds = study.data(dataset, seed)
+    _, scenario, history = study.run(ds, study.model_fn(model, ds), fraction, seed, rounds=rounds,
+                                     eval_rounds=list(eval_rounds), payload=METHOD_PAYLOAD["mpt"],
+                                     **({"variants": tuple(variants)} if variants else {}))
+    return {"history": history,
+            "runs": _run_frame(n_remaining=scenario.n_rare_remaining, seconds=time.perf_counter() - start)}
+
+
+def save_frames(folder: str | Path | None, frames: Mapping[str, pd.DataFrame]) -> None:
+    """Each frame as ``<folder>/<name>.csv`` (the folder made if needed); nothing when ``folder`` is
+    ``None`` (a chapter's ``results_dir`` that is not set)."""
+    if folder is None:
+        return
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, frame in frames.items():
+        frame.to_csv(folder / f"{name}.csv", index=False)
+
+
+# ----------------------------------------------------------------- reading a history over seeds
 def per_seed(history: pd.DataFrame, metric: str) -> dict[int, pd.DataFrame]:
     """``{seed: frame round × method}`` of one ``metric`` of a history over seeds.
 
@@ -274,154 +421,437 @@ def history_value(history: pd.DataFrame, method: str, metric: str, round_: int |
     return float(rows[rows["round"] == (rows["round"].max() if round_ is None else round_)]["value"].iloc[0])
 
 
-def distance_relation(history: pd.DataFrame, round_: int, method: str, reference: str = "stored_residual") -> str:
-    """Whether ``method``'s prototype is closer to or farther from the oracle than ``reference``'s
-    at ``round_``, in words, with both mean distances (:func:`mean_at` of ``dist_oracle``).
+
+# ----------------------------------------------------------------- what the chapter reads of the frames
+def table_frames(table: pd.DataFrame, seeds: Sequence[int]) -> dict[str, pd.DataFrame]:
+    """The fraction table's frames the claims and the prose read, from the tidy ``table``
+    (``dataset, fraction, seed, method, f1, f1_before``: :func:`table_cell`'s rows).
+
+    Returns
+    -------
+    dict of str to DataFrame
+        ``wide`` and ``wide_before``: the F1 at the last round and at the round before the
+        departure, index ``(dataset, fraction, seed)``, one column per method; ``by_seed`` and
+        ``before_seed``: their means over the fractions, index ``(dataset, seed)`` (a claim per
+        data set reads its rows); ``all_seed`` and ``all_before``: the means over data sets and
+        fractions, index ``seed`` (in the order of ``seeds``); ``cell_means``: the means over
+        seeds, index ``(dataset, fraction)``.
 
     Examples
     --------
-    >>> h = pd.DataFrame({"round": 9, "method": ["a", "b"], "metric": "dist_oracle", "value": [1.0, 2.5]})
-    >>> distance_relation(h, 9, "a", "b")
-    'closer to the oracle (1.00 against 2.50)'
+    >>> t = pd.DataFrame({"dataset": "d", "fraction": [0.1, 0.1, 0.2, 0.2], "seed": [0, 1, 0, 1], "method": "mpt",
+    ...                   "f1": [0.5, 0.7, 0.25, 0.5], "f1_before": 0.9})
+    >>> out = table_frames(t, [0, 1])
+    >>> out["by_seed"]["mpt"].tolist(), out["all_seed"].index.tolist(), out["cell_means"]["mpt"].tolist()
+    ([0.375, 0.6], [0, 1], [0.6, 0.375])
     """
-    a, b = mean_at(history, "dist_oracle", round_, method), mean_at(history, "dist_oracle", round_, reference)
-    return f"{'closer to' if a < b else 'farther from'} the oracle ({a:.2f} against {b:.2f})"
+    wide = table.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="f1")
+    wide_before = table.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="f1_before")
+    return {"wide": wide, "wide_before": wide_before,
+            "by_seed": wide.groupby(["dataset", "seed"]).mean(),  # per data set and seed: mean over fractions
+            "before_seed": wide_before.groupby(["dataset", "seed"]).mean(),  # the same, before the departure
+            "all_seed": wide.groupby("seed").mean().loc[list(seeds)],
+            "all_before": wide_before.groupby("seed").mean().loc[list(seeds)],
+            "cell_means": wide.groupby(["dataset", "fraction"]).mean()}
 
 
-def fraction_table(study: MPTStudy, datasets: Sequence[str], fractions: Sequence[float], seeds: Sequence[int],
-                   model: str, methods: Sequence[str], *, keep: tuple[str, float] | None = None,
-                   before: int | None = None) -> tuple[pd.DataFrame, pd.DataFrame, dict[int, dict]]:
-    """Table II: one run per data set, remaining fraction and seed (in that order), the last round
-    evaluated (and the round ``before``, when given: the same run read once more, no training).
+def _distance_f1(dist: pd.DataFrame, f1: pd.DataFrame, methods: Sequence[str],
+                 departure_round: int) -> tuple[np.ndarray, np.ndarray]:
+    """One seed's (distance to the oracle, rare-class F1) of ``methods`` over the rounds from the
+    departure on (Figure 6 (b)'s points), from :func:`per_seed` frames."""
+    post = [r for r in dist.index if r >= departure_round]
+    return (np.concatenate([dist.loc[post, m].to_numpy() for m in methods]),
+            np.concatenate([f1.loc[post, m].to_numpy() for m in methods]))
+
+
+def figure_frames(history: pd.DataFrame, departure_round: int, stored_rounds: int,
+                  scatter_methods: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """The figure runs' frames the claims read, per seed, from their ``history`` over seeds.
 
     Parameters
     ----------
-    study : MPTStudy
-    datasets, fractions, seeds : sequence
-        The cells and the seeds.
-    model : str
-        The table's model (:meth:`MPTStudy.model_fn`).
-    methods : sequence of str
-        The methods whose rare-class F1 the table holds.
-    keep : (str, float), optional
-        The cell ``(data set, fraction)`` whose final models are returned.
-    before : int, optional
-        A round in ``[1, rounds)`` also evaluated (e.g. the last round before the departure), its
-        rare-class F1 in the column ``f1_before``.
+    history : DataFrame
+        ``seed, round, method, metric, value`` (:func:`figure_cell`'s histories).
+    departure_round : int
+    stored_rounds : int
+        The rounds after the departure round over which the "early" distance is averaged.
+    scatter_methods : sequence of str
+        The methods whose (distance, F1) points over the rounds from the departure on give each
+        seed's Spearman correlation (Figure 6 (b)).
 
     Returns
     -------
-    (DataFrame, DataFrame, dict)
-        The rare-class F1 at the last round (``dataset, fraction, seed, method, f1, n_remaining``:
-        the remaining rare samples; and ``f1_before`` with ``before``), MPT-lite's growth factor at
-        the last round (``dataset, fraction, seed, growth``), and the final model arrays of the
-        ``keep`` cell by seed (``"model/"`` stripped).
-
-    Raises
-    ------
-    ValueError
-        On ``before`` outside ``[1, rounds)``.
-    """
-    if before is not None:
-        check_int("before", before, low=1, high=study.rounds - 1)
-    rounds = [study.rounds] if before is None else [before, study.rounds]
-    rows, growth_rows, models = [], [], {}
-    for name in datasets:
-        for frac in fractions:
-            for s in seeds:
-                ds = study.data(name, s)
-                res, sc, h = study.run(ds, study.model_fn(model, ds), frac, s, eval_rounds=rounds)
-                f1 = h[h["metric"] == "f1"]
-                f1s = f1[f1["round"] == study.rounds].set_index("method")["value"]
-                pre = f1[f1["round"] == before].set_index("method")["value"] if before is not None else None
-                rows += [{"dataset": name, "fraction": frac, "seed": s, "method": m, "f1": float(f1s[m]),
-                          "n_remaining": sc.n_rare_remaining,
-                          **({} if pre is None else {"f1_before": float(pre[m])})} for m in methods]
-                growth_rows.append({"dataset": name, "fraction": frac, "seed": s,
-                                    "growth": float(res.server.meta.get("growth", float("nan")))})
-                if (name, frac) == keep:
-                    models[s] = res.server.with_prefix("model/")
-    return pd.DataFrame(rows), pd.DataFrame(growth_rows), models
-
-
-def ldc_batch_runs(study: MPTStudy, name: str, model: str, fraction: float, seeds: Sequence[int],
-                   batch: int) -> tuple[list[float], dict[int, dict]]:
-    """LDC alone (its payload only) with mini-batches of ``batch`` for its map, one run per seed,
-    the last round evaluated.
-
-    Returns
-    -------
-    (list of float, dict)
-        LDC's rare-class F1 at the last round per seed, and the final model arrays by seed
-        (``"model/"`` stripped; compare them with :func:`largest_difference`).
-    """
-    f1, models = [], {}
-    for s in seeds:
-        ds = study.data(name, s)
-        res, _, h = study.run(ds, study.model_fn(model, ds), fraction, s, eval_rounds=[study.rounds],
-                              payload=METHOD_PAYLOAD["ldc"], ldc_batch=batch)
-        f1.append(history_value(h, "ldc", "f1"))
-        models[s] = res.server.with_prefix("model/")
-    return f1, models
-
-
-def largest_difference(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> float:
-    """The largest absolute difference between two models' parameters (of ``b``'s names), in float64.
-
-    Raises
-    ------
-    ValueError
-        On a parameter of ``b`` that ``a`` lacks.
+    dict of str to DataFrame
+        ``figure``: one row per seed and method, ``seed, method`` and the rare-class F1 at the
+        last round (``f1_last``), at the round before the departure (``f1_pre``) and at the
+        departure round (``f1_departure``), and the Mahalanobis distance to the oracle at the last
+        round (``d_last``), its mean over the ``stored_rounds`` rounds after the departure round
+        (``d_early``) and over the rounds from the departure on (``d_post``), NaN for a method
+        without a prototype; ``figure_seed``: one row per seed, MPT's adaptive weight averaged
+        over the rounds (``alpha``) and the Spearman correlation of distance and F1 (``rho``);
+        ``early_rounds``: the rounds of ``d_early`` (``round``).
 
     Examples
     --------
-    >>> largest_difference({"w": torch.ones(2)}, {"w": torch.tensor([1.0, 0.5])})
-    0.5
+    >>> rows = [(s, r, m, k, v) for s in (0, 1) for r in (1, 2, 3) for m, k, v in
+    ...         [("mpt", "f1", r / 4), ("mpt", "dist_oracle", 3 - r), ("b", "f1", 0.125 * s), ("b", "dist_oracle", r),
+    ...          ("mpt", "alpha", r / 8)]]
+    >>> h = pd.DataFrame(rows, columns=["seed", "round", "method", "metric", "value"])
+    >>> out = figure_frames(h, departure_round=2, stored_rounds=1, scatter_methods=["mpt", "b"])
+    >>> out["figure"].query("method == 'mpt'")[["seed", "f1_last", "f1_pre", "d_early", "d_post"]].values.tolist()
+    [[0.0, 0.75, 0.25, 0.0, 0.5], [1.0, 0.75, 0.25, 0.0, 0.5]]
+    >>> out["figure_seed"].round(3).values.tolist(), out["early_rounds"]["round"].tolist()
+    ([[0.0, 0.25, -0.949], [1.0, 0.25, -0.949]], [3])
     """
-    missing = sorted(set(b) - set(a))
-    if missing:
-        raise ValueError(f"largest_difference: the first model lacks {missing}; it has {sorted(a)}")
-    return max(float((a[k].double() - v.double()).abs().max()) for k, v in b.items())
+    dist_s, f1_s = per_seed(history, "dist_oracle"), per_seed(history, "f1")
+    seeds = list(pd.unique(history["seed"]))
+    last = int(history["round"].max())
+    after = [r for r in dist_s[seeds[0]].index if departure_round < r <= departure_round + stored_rounds]
+    rows, per_seed_rows = [], []
+    for s in seeds:
+        d, f = dist_s[s], f1_s[s]
+        post = [r for r in d.index if r >= departure_round]
+        by_method = pd.DataFrame({"f1_last": f.loc[last], "f1_pre": f.loc[departure_round - 1],
+                                  "f1_departure": f.loc[departure_round], "d_last": d.loc[last],
+                                  "d_early": d.loc[after].mean(), "d_post": d.loc[post].mean()})
+        rows.append(by_method.rename_axis("method").reset_index().assign(seed=s))
+        xs, ys = _distance_f1(d, f, scatter_methods, departure_round)
+        alpha = history_value(history[history["seed"] == s], "mpt", "alpha")  # mean over the rounds
+        rho = float(pd.Series(xs).corr(pd.Series(ys), method="spearman"))
+        per_seed_rows.append({"seed": s, "alpha": alpha, "rho": rho})
+    figure = pd.concat(rows, ignore_index=True)
+    return {"figure": figure[["seed", *[c for c in figure.columns if c != "seed"]]],
+            "figure_seed": pd.DataFrame(per_seed_rows), "early_rounds": pd.DataFrame({"round": after})}
 
 
-def bytes_per_method(study: MPTStudy, name: str, model_fn: Callable[[], torch.nn.Module], fraction: float,
-                     seeds: Sequence[int], methods: Sequence[str]) -> pd.DataFrame:
-    """Figure 5 (a): each method alone, its clients sending only its payload
-    (:data:`fedlib.algorithms.mpt.METHOD_PAYLOAD`), through the ledger.
+# ----------------------------------------------------------------- the numbers of the prose
+def data_sizes(study: MPTStudy, datasets: Sequence[str], seeds: Sequence[int]) -> dict[str, list[int]]:
+    """Each data set's sizes over the run seeds' subsets (sorted, distinct)."""
+    return {name: sorted({len(study.data(name, s)) for s in seeds}) for name in datasets}
 
-    Per seed, a two-round run per method on half of the seed's data (message sizes depend on
-    shapes, not on the number of samples), one local step per round, no history, the client
-    leaving at round 2; the training bytes of round 2 (after the departure, with SDC's and LDC's
-    extras) per client, up and down (:meth:`fedlib.messages.Ledger.per_client_and_round`).
+
+def sizes_text(sizes: Mapping[str, Sequence[int]], sep: str = " ") -> str:
+    """``"mnist5k 2,000 images, uci 1,797 images"``: each data set's sizes (``/`` between several).
+
+    Examples
+    --------
+    >>> sizes_text({"a": [500], "b": [300, 310]})
+    'a 500 images, b 300/310 images'
+    """
+    return ", ".join(f"{name}{sep}{'/'.join(f'{n:,}' for n in ns)} images" for name, ns in sizes.items())
+
+
+def data_numbers(study: MPTStudy, datasets: Sequence[str], seeds: Sequence[int]) -> dict[str, str]:
+    """What the chapter says of its data at this profile, as prose (the scenarios only: no training).
 
     Returns
     -------
-    pandas.DataFrame
-        ``seed, method, bytes, relative`` (the bytes over FedAvg's of the same seed).
-
-    Raises
-    ------
-    ValueError
-        On ``methods`` without ``"fedavg"`` (the reference) or with a method that has no payload.
+    dict of str to str
+        ``n_samples_profile`` (the subset's size, or ``"all"``), ``full_sets_text`` (each data
+        set's sizes over the seeds, and which are used whole, where the seeds vary only the
+        partition, the test set, the initialization and the batch order), ``n_remaining_top`` and
+        ``n_remaining_one`` (the remaining rare samples at the fractions 0.1 and 0.01 over every
+        data set and seed: a range, and the values joined by "or").
     """
-    unknown = [m for m in methods if m not in METHOD_PAYLOAD]
-    if "fedavg" not in methods or unknown:
-        raise ValueError(f"methods must include 'fedavg' and name methods of METHOD_PAYLOAD, got {list(methods)}; "
-                         f"valid: {', '.join(METHOD_PAYLOAD)}")
+    sizes = data_sizes(study, datasets, seeds)
+    full = [name for name in datasets if study.n_samples is None or len(study.data(name, seeds[0])) < study.n_samples]
+
+    def remaining_at(fraction: float) -> list[int]:
+        return sorted({study.scenario(study.data(name, s), fraction, s).n_rare_remaining
+                       for name in datasets for s in seeds})
+
+    top, one = remaining_at(0.1), remaining_at(0.01)
+    whole = (f"{', '.join(full)} {'is' if len(full) == 1 else 'are'} used whole at every seed, so there the seeds vary "
+             "only the partition, the test set, the initialization and the batch order")
+    return {"n_remaining_top": f"{top[0]}–{top[-1]}" if len(top) > 1 else str(top[0]),
+            "n_remaining_one": " or ".join(map(str, one)),
+            "n_samples_profile": "all" if study.n_samples is None else f"{study.n_samples:,}",
+            "full_sets_text": "; ".join([sizes_text({name: ns}, sep=": ") for name, ns in sizes.items()]
+                                        + [whole] * bool(full))}
+
+
+def scenario_numbers(scenario: DepartureScenario, fraction: float, dataset: str, departure_round: int,
+                     rounds: int, rare_class: int) -> dict[str, Any]:
+    """The figure's departure scenario in numbers: the rare class, its training samples on the
+    departing client and on the others, the fraction in percent, the data set and the rounds."""
+    return {"rare_class": rare_class, "n_rare_departing": scenario.n_rare_departing,
+            "n_rare_remaining": scenario.n_rare_remaining, "fig_fraction_pct": 100 * fraction,
+            "fig_dataset": dataset, "departure_round": departure_round, "n_rounds": rounds,
+            "pre_round": departure_round - 1}
+
+
+def figure_numbers(history: pd.DataFrame, runs: pd.DataFrame, methods: Sequence[str], departure_round: int
+                   ) -> dict[str, float]:
+    """The figure runs' last round in numbers (means over seeds, :func:`mean_at`): every
+    method's rare-class F1 and overall accuracy (``fig_f1_<m>``, ``fig_acc_<m>``), MPT's and
+    FedAvg's F1 at the round before the departure (``fig_f1_pre``, ``fig_f1_pre_fedavg``), and
+    one run's mean seconds (``fig_run_seconds``, from ``runs``: :func:`figure_cell`'s
+    ``figure_runs``)."""
+    last, out = int(history["round"].max()), {}
+    for m in methods:
+        out[f"fig_f1_{m}"] = mean_at(history, "f1", last, m)
+        out[f"fig_acc_{m}"] = mean_at(history, "accuracy", last, m)
+    out["fig_f1_pre"] = mean_at(history, "f1", departure_round - 1, "mpt")
+    out["fig_f1_pre_fedavg"] = mean_at(history, "f1", departure_round - 1, "fedavg")
+    out["fig_run_seconds"] = float(runs["seconds"].mean())
+    return out
+
+
+def table_numbers(frames: Mapping[str, pd.DataFrame], baselines: Sequence[str], n_seeds: int) -> dict[str, Any]:
+    """The fraction table in numbers, from :func:`table_frames` and the study's ``table`` and
+    ``table_runs`` frames in ``frames``.
+
+    Returns
+    -------
+    dict
+        ``n_cells`` (data set × fraction cells), ``mpt_wins`` (cells where MPT's mean is above
+        every baseline's mean), the means over cells of MPT, MPT-lite and the baseline with the
+        highest average (``mpt_mean_f1``, ``lite_mean_f1``, ``best_baseline`` (its label),
+        ``best_baseline_f1``), ``gap_oracle`` (MPT − oracle), the median and largest half-width of
+        the cells' 95 % intervals (``half_median``, ``half_max``), Student's t multiplier of
+        ``n_seeds`` (``t_mult``), MPT-lite's growth factor per data set (``growth_table_text``),
+        MPT-lite's mean F1 per data set (``lite_mean_text``) and the runs' ``table_seconds``.
+    """
+    cell_means, table, runs = frames["cell_means"], frames["table"], frames["table_runs"]
+    datasets = list(pd.unique(table["dataset"]))
+    best_name = cell_means[list(baselines)].mean().idxmax()
+    half = table.groupby(["dataset", "fraction", "method"])["f1"].apply(
+        lambda v: (mean_interval(v.to_numpy()).high - mean_interval(v.to_numpy()).low) / 2)
+    growth = runs.groupby("dataset")["growth"]
+    return {
+        "n_cells": len(cell_means),
+        "mpt_wins": int((cell_means["mpt"] > cell_means[list(baselines)].max(axis=1)).sum()),
+        "mpt_mean_f1": float(cell_means["mpt"].mean()), "lite_mean_f1": float(cell_means["mpt_lite"].mean()),
+        "best_baseline": LABELS[best_name], "best_baseline_f1": float(cell_means[best_name].mean()),
+        "gap_oracle": float((cell_means["mpt"] - cell_means["oracle"]).mean()),
+        "half_median": float(half.median()), "half_max": float(half.max()),
+        "t_mult": float(student_t.ppf(0.975, n_seeds - 1)) if n_seeds > 1 else float("nan"),
+        "growth_table_text": "; ".join(f"{name}: median {growth.median()[name]:.2f}, range {growth.min()[name]:.2f} "
+                                       f"to {growth.max()[name]:.2f}" for name in datasets),
+        "lite_mean_text": ", ".join(f"{name} {cell_means.loc[name, 'mpt_lite'].mean():.3f}" for name in datasets),
+        "table_seconds": float(runs["seconds"].sum()),
+    }
+
+
+def ldc_numbers(study: MPTStudy, wide: pd.DataFrame, dataset: str, fraction: float, seeds: Sequence[int],
+                old_batch: int) -> dict[str, Any]:
+    """LDC's Adam steps on ``dataset`` at the remaining ``fraction`` (counted, no run) and its F1.
+
+    Returns
+    -------
+    dict
+        ``ldc_client_n`` (the training samples of a remaining client, mean over clients and
+        seeds), ``ldc_steps_old`` and ``ldc_steps_new`` (the map's Adam steps per round with
+        mini-batches of ``old_batch`` and of the study's, :func:`fedlib.tracking.ldc_steps_per_round`),
+        ``ldc_check_dataset`` and ``ldc_f1_new`` (LDC's rare-class F1 there, mean over ``seeds``,
+        from :func:`table_frames`' ``wide``).
+    """
+    sizes = np.concatenate([study.scenario(study.data(dataset, s), fraction, s).remaining_train_sizes() for s in seeds])
+    ldc = wide.xs((dataset, fraction), level=("dataset", "fraction"))["ldc"].loc[list(seeds)].to_numpy()
+    return {"ldc_client_n": float(sizes.mean()),
+            "ldc_steps_old": ldc_steps_per_round(sizes, old_batch, study.ldc_epochs),
+            "ldc_steps_new": ldc_steps_per_round(sizes, study.ldc_batch, study.ldc_epochs),
+            "ldc_check_dataset": dataset, "ldc_f1_new": float(np.mean(ldc))}
+
+
+def distance_numbers(history: pd.DataFrame, frames: Mapping[str, pd.DataFrame], methods: Sequence[str]
+                     ) -> dict[str, Any]:
+    """Figure 6 in numbers: every method's mean distance to the oracle at the last round
+    (``dist_<m>``), the mean over seeds of the Spearman correlation (``spearman``), MPT's adaptive
+    weight averaged over every seed and round (``alpha_mean``), MPT-lite's growth factor at the
+    last round (``growth_last``), and the "early" rounds of Figure 6 (a) with each seed's two
+    distances there (``stored_rounds_text``, ``stored_seed_text``); from :func:`figure_frames` and
+    :func:`figure_cell`'s ``figure_runs`` in ``frames``."""
+    last = int(history["round"].max())
+    alpha = history[(history["metric"] == "alpha")]["value"]
+    early = frames["figure"].pivot(index="seed", columns="method", values="d_early")
+    out = {"spearman": float(np.mean(frames["figure_seed"]["rho"].tolist()))}
+    out.update({f"dist_{m}": mean_at(history, "dist_oracle", last, m) for m in methods})
+    out.update(alpha_mean=float(alpha.mean()) if len(alpha) else float("nan"),
+               growth_last=float(np.mean(frames["figure_runs"]["growth"].tolist())),
+               stored_rounds_text=", ".join(map(str, frames["early_rounds"]["round"])),
+               stored_seed_text="; ".join(f"seed {s}: {r['stored_residual']:.2f} against {r['barycentric']:.2f}"
+                                          for s, r in early.iterrows()))
+    return out
+
+
+def cost_numbers(bytes_frame: pd.DataFrame, times: pd.DataFrame, methods: Sequence[str]) -> dict[str, float]:
+    """Figure 5 in numbers, means over seeds: each method's bytes relative to FedAvg's
+    (``comm_<m>``) and each extra work relative to a client's local training (``time_<key>``,
+    :data:`TIME_KEYS`)."""
+    comm = bytes_frame.pivot(index="seed", columns="method", values="relative")
+    spent = times.pivot(index="seed", columns="part", values="relative")
+    return {**{f"comm_{m}": float(comm[m].mean()) for m in methods},
+            **{f"time_{key}": float(spent[part].mean()) for key, part in zip(TIME_KEYS, TIME_PARTS)}}
+
+
+def exercise_numbers(drift: Mapping[str, pd.DataFrame], fractions: Mapping[str, pd.DataFrame], *,
+                     departure_round: int, rounds: int, last_round: int, one_image: float) -> dict[str, Any]:
+    """The worked solutions of Exercises 1 to 3 from the reduced runs (:func:`reduced_cell`).
+
+    Parameters
+    ----------
+    drift : mapping of str to DataFrame
+        The run at the figure's fraction over the longer horizon, with MPT's variants (its
+        ``history`` and ``runs``): its rounds up to ``last_round`` are the reduced run of
+        Exercise 1 at that fraction, its later rounds Exercise 2's.
+    fractions : mapping of str to DataFrame
+        The runs at the larger fractions of Exercise 1, up to ``last_round``.
+    departure_round, rounds : int
+        The departure round and the profile's rounds (Exercise 2 reads the longer run there too).
+    last_round : int
+        The reduced runs' last round.
+    one_image : float
+        The F1 resolution of one rare-class test image (Exercise 3 compares its spread with it).
+
+    Returns
+    -------
+    dict
+        Exercise 1: ``ex1_text`` (per fraction: the remaining rare samples, the mean adaptive
+        weight, the F1 of MPT, of its prediction only and of its measurement only),
+        ``ex1_alpha_word`` and ``ex1_answer`` (the sentences that depend on how they compare);
+        Exercise 2: ``ex2_long`` (the longer horizon), the frozen prototype's F1 before the
+        departure, at ``rounds`` and at the longer horizon (``ex2_frozen_pre``,
+        ``ex2_frozen_end``, ``ex2_frozen_long``), the stored residual's and MPT's distances to the
+        oracle there (``ex2_stored_end``, ``ex2_mpt_end``, ``ex2_stored_long``, ``ex2_mpt_long``),
+        ``ex2_frozen_word`` and ``ex2_answer``; Exercise 3: ``ex3_text`` (each setting's distance and
+        F1 at the last round), ``ex3_spread_d``, ``ex3_spread_f``, ``ex3_most`` (the setting that moves
+        the prototype most) and ``ex3_f1_word``; the reduced runs' seed and rounds (``ex_seed``,
+        ``ex_rounds``) and their seconds (``ex_seconds``).
+    """
+    long_history = drift["history"]
+    first = float(drift["history"]["fraction"].iloc[0])
+    reduced = {first: long_history[long_history["round"].between(departure_round, last_round)]}
+    remaining = {first: int(drift["runs"]["n_remaining"].iloc[0])}
+    for f in pd.unique(fractions["runs"]["fraction"]):
+        reduced[float(f)] = fractions["history"][fractions["history"]["fraction"] == f]
+        remaining[float(f)] = int(fractions["runs"].loc[fractions["runs"]["fraction"] == f, "n_remaining"].iloc[0])
+    ex1 = {f: {"N": remaining[f], "alpha": history_value(h, "mpt", "alpha"), "mpt": history_value(h, "mpt", "f1"),
+               "pred": history_value(h, "mpt_predicted", "f1"), "meas": history_value(h, "mpt_measured", "f1")}
+           for f, h in reduced.items()}
+    larger = [f for f in ex1 if f != first]
+    alphas_up = all(ex1[b]["alpha"] > ex1[a]["alpha"] for a, b in zip([first, *larger], larger))
+    beats = [f for f in larger if ex1[f]["mpt"] > ex1[f]["pred"]]
+    ties = [f for f in larger if ex1[f]["mpt"] == ex1[f]["pred"]]
+    out = {
+        "ex1_text": "; ".join(f"f = {f:g} ({r['N']} remaining rare sample(s)): mean α_t {r['alpha']:.3f}, "
+                              f"F1 of MPT {r['mpt']:.3f}, prediction only {r['pred']:.3f}, "
+                              f"measurement only {r['meas']:.3f}" for f, r in ex1.items()),
+        "ex1_alpha_word": "rises with every step" if alphas_up else "does not rise at every step",
+        "ex1_answer": ("MPT beats its prediction-only variant at both larger fractions" if len(beats) == 2 else
+                       f"MPT beats its prediction-only variant only at f = {beats[0]:g}" if beats else
+                       "MPT ties its prediction-only variant at both larger fractions" if len(ties) == 2 else
+                       "MPT does not beat its prediction-only variant at the larger fractions"),
+    }
+    long = int(long_history["round"].max())
+    ex2 = {r: (history_value(long_history, "frozen", "f1", r),
+               history_value(long_history, "stored_residual", "dist_oracle", r),
+               history_value(long_history, "mpt", "dist_oracle", r)) for r in (rounds, long)}
+    out.update(ex2_long=long, ex2_frozen_pre=history_value(long_history, "frozen", "f1", departure_round - 1),
+               ex2_frozen_end=ex2[rounds][0], ex2_frozen_long=ex2[long][0], ex2_stored_end=ex2[rounds][1],
+               ex2_mpt_end=ex2[rounds][2], ex2_stored_long=ex2[long][1], ex2_mpt_long=ex2[long][2],
+               ex2_frozen_word="keeps degrading" if ex2[long][0] < ex2[rounds][0] else
+               "does not keep degrading (it holds or recovers)",
+               ex2_answer="the stored residual is farther from the oracle than MPT, as in the paper's Figure 6 (a)"
+               if ex2[long][1] > ex2[long][2] else
+               "the stored residual is not farther from the oracle than MPT, unlike the paper's Figure 6 (a)")
+    h = reduced[first]
+    variants = [m[len(VARIANT):] for m in pd.unique(h["method"]) if m.startswith(VARIANT)]
+    ex3 = {label: (history_value(h, m, "dist_oracle"), history_value(h, m, "f1"))
+           for label, m in [(EX_DEFAULT, "mpt"), *[(v, VARIANT + v) for v in variants]]}
+    spread_f = max(f for _, f in ex3.values()) - min(f for _, f in ex3.values())
+    out.update(ex3_text="; ".join(f"{k}: distance {d:.2f}, F1 {f:.3f}" for k, (d, f) in ex3.items()),
+               ex3_spread_d=max(d for d, _ in ex3.values()) - min(d for d, _ in ex3.values()), ex3_spread_f=spread_f,
+               ex3_most=max((k for k in ex3 if k != EX_DEFAULT), key=lambda k: abs(ex3[k][0] - ex3[EX_DEFAULT][0])),
+               ex3_f1_word="below the resolution of one test image" if spread_f < one_image
+               else "larger than one test image",
+               ex_seconds=float(drift["runs"]["seconds"].sum() + fractions["runs"]["seconds"].sum()),
+               ex_seed=int(long_history["seed"].iloc[0]), ex_rounds=last_round)
+    return out
+
+
+def ldc_steps_numbers(study: MPTStudy, wide: pd.DataFrame, datasets: Sequence[str], fraction: float, seed: int,
+                      old_batch: int) -> dict[str, str]:
+    """Exercise 4: LDC's Adam steps per round on every data set at ``fraction`` for ``seed``
+    (counted, :func:`fedlib.tracking.ldc_steps_per_round`, no run) with the study's mini-batch and
+    with ``old_batch``, and LDC's F1 in the fraction table (``wide`` of :func:`table_frames`).
+
+    Returns
+    -------
+    dict of str to str
+        ``ex4_text`` (per data set) and ``ex4_answer`` (the data set whose maps get the fewest
+        steps with ``old_batch``).
+    """
     rows = []
-    for s in seeds:
-        ds = study.data(name, s)
-        small = study.scenario(ds.subset(np.arange(0, len(ds), 2)), fraction, s)  # half the data: every client keeps samples at the smoke profile
-        for m in methods:
-            alg = study.algorithm(s, payload=METHOD_PAYLOAD[m], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
-            cfg = LoopConfig(rounds=2, seed=s, events=(Event(2, study.departing, "leave"),))  # sizes do not depend on the round
-            ledger = run_federated(alg, small.federation, model_fn, cfg).ledger
-            rows.append({"seed": s, "method": m, "bytes": ledger.per_client_and_round(phase="train", rounds=2)})
-    frame = pd.DataFrame(rows)
-    frame["relative"] = frame["bytes"] / frame["seed"].map(frame.query("method == 'fedavg'").set_index("seed")["bytes"])
-    return frame
+    for name in datasets:
+        sizes = study.scenario(study.data(name, seed), fraction, seed).remaining_train_sizes()
+        steps = {b: ldc_steps_per_round(sizes, b, study.ldc_epochs) for b in (study.ldc_batch, old_batch)}
+        rows.append({"name": name, "n": float(np.mean(sizes)), "new": float(wide.loc[(name, fraction, seed), "ldc"]),
+                     **steps})
+    fewest = min(rows, key=lambda r: r[old_batch])
+    b = study.ldc_batch
+    return {"ex4_text": "; ".join(f"{r['name']}: {r['n']:.0f} training samples per remaining client, {r[b]:.0f} Adam "
+                                  f"steps per round with batch {b} and {r[old_batch]:.0f} with batch {old_batch}; "
+                                  f"LDC's F1 with batch {b} {r['new']:.3f}" for r in rows),
+            "ex4_answer": f"{fewest['name']}, whose clients' maps get the fewest steps with batch {old_batch} "
+                          f"({fewest[old_batch]:.0f} per round)"}
 
 
+# ----------------------------------------------------------------- tables
+def _at(history: pd.DataFrame, metric: str, round_: int) -> pd.DataFrame:
+    return history[(history["metric"] == metric) & (history["round"] == round_)]
+
+
+def last_round_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+    """The figure runs' last round: each method's rare-class F1 and overall accuracy, mean ±
+    half-width of the 95 % interval over seeds (:func:`fedbook.claims.seed_table`), rows named by
+    :data:`LABELS`."""
+    last = int(history["round"].max())
+    final = pd.concat([
+        seed_table(_at(history, "f1", last), "method", None, "value", digits=3).rename(
+            columns={"value": "rare-class F1"}),
+        seed_table(_at(history, "accuracy", last), "method", None, "value", digits=3).rename(
+            columns={"value": "overall accuracy"}),
+    ], axis=1).loc[list(methods)]
+    final.index = pd.Index([LABELS[m] for m in final.index], name="method")
+    return final
+
+
+def fraction_tables(table: pd.DataFrame, methods: Sequence[str]) -> dict[str, pd.DataFrame]:
+    """Table II per data set: rows the ``methods`` (named by :data:`LABELS`), columns the remaining
+    fractions, each cell the rare-class F1 at the last round, mean ± half-width over seeds."""
+    out = {}
+    for name in pd.unique(table["dataset"]):
+        t = seed_table(table[table["dataset"] == name], "method", "fraction", "f1", digits=3)
+        t = t.loc[list(methods)].rename(index=LABELS).rename_axis(f"{name}: method")
+        t.columns = [f"rare-class F1, f = {f:g}" for f in t.columns]
+        out[name] = t
+    return out
+
+
+def distance_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+    """Each method's Mahalanobis distance to the oracle at the last round, mean ± half-width over seeds."""
+    table = seed_table(_at(history, "dist_oracle", int(history["round"].max())), "method", None, "value", digits=2)
+    table = table.loc[list(methods)]
+    table.index = [LABELS[m] for m in table.index]
+    return table.rename(columns={"value": "distance to the oracle at the last round"}).rename_axis("method")
+
+
+def bytes_table(bytes_frame: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
+    """Each method's bytes per client and round (mean over seeds) and relative to FedAvg's."""
+    comm = bytes_frame.pivot(index="seed", columns="method", values="relative").mean().loc[list(methods)].to_frame(
+        "bytes per client and round, relative to FedAvg")
+    comm.insert(0, "bytes per client and round", bytes_frame.groupby("method")["bytes"].mean().loc[list(methods)])
+    return comm.rename(index=LABELS).rename_axis("method")
+
+
+def time_table(times: pd.DataFrame) -> pd.DataFrame:
+    """Each extra work relative to one client's local training, mean ± half-width over seeds."""
+    return seed_table(times, "part", None, "relative", digits=2).rename(
+        columns={"relative": "time relative to one client's local training"}).rename_axis("extra work")
+
+
+# ----------------------------------------------------------------- costs
 def median_seconds(fn: Callable[[], Any], repeats: int = 3) -> float:
     """The median wall-clock seconds of ``repeats`` calls of ``fn`` (``time.perf_counter``).
 
@@ -500,7 +930,6 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
         t_mpt = median_seconds(lambda: reconstruct_mpt(snap, means[rem], cov, 3.0, means[rare], cov, study.tracking))
     return {part: t / t_train for part, t in zip(TIME_PARTS, (t_stats, t_sdc, t_ldc, server, t_ccvr, t_mpt))}
 
-
 def round_axis(ax, departure_round: int) -> None:
     """A per-round figure's x axis: integer round ticks, the label, and the departure marked (a
     grey line half a round before ``departure_round``)."""
@@ -509,6 +938,118 @@ def round_axis(ax, departure_round: int) -> None:
     ax.set_xlabel("round")
 
 
-__all__ = ["MPTStudy", "TIME_PARTS", "bytes_per_method", "distance_relation", "extra_work_times", "figure_runs",
-           "fraction_table", "history_value", "largest_difference", "ldc_batch_runs", "mean_at", "median_seconds",
-           "per_seed", "round_axis", "seed_curves"]
+
+# ----------------------------------------------------------------- figures
+def plot_scenario(scenario: DepartureScenario, name: str, rare_class: int):
+    """Training samples per client and class of ``scenario`` (a heat map)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    plot_partition(scenario.federation.train_counts(), ax=ax, title=f"{name}: training counts (rare class {rare_class})")
+    fig.tight_layout()
+    plt.close(fig)  # shown once, as the value of the notebook's cell
+    return fig
+
+
+def _band(ax, rounds, curves, label, low=0.0, high=None, alpha=0.12, **style) -> None:
+    """One method's line (the mean over seeds) and band (its 95 % interval, clipped) per round."""
+    mu, lo, hi = interval_band(curves)  # mean over seeds and its 95 % interval per round
+    line, = ax.plot(rounds, mu, label=label, **style)
+    if np.isfinite(lo).all():
+        ax.fill_between(rounds, np.clip(lo, low, high), hi if high is None else np.clip(hi, low, high),
+                        color=line.get_color(), alpha=alpha, lw=0)
+
+
+def plot_rounds(history: pd.DataFrame, methods: Sequence[str], departure_round: int):
+    """Figure 4: rare-class F1 (left) and overall accuracy (right) of each method per round, the
+    mean over seeds and its 95 % interval (clipped to [0, 1]); the oracle dashed. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    seeds = list(pd.unique(history["seed"]))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    for m in methods:
+        for ax, metric in zip(axes, ["f1", "accuracy"]):
+            rounds, curves = seed_curves(history, metric, m, seeds)  # (rounds,), (seeds, rounds)
+            _band(ax, rounds, curves, LABELS[m], 0, 1, **(dict(ls="--", color="k") if m == "oracle" else {}))
+    for ax, title in zip(axes, ["rare-class F1", "overall accuracy"]):
+        round_axis(ax, departure_round)
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel(title)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    plt.close(fig)  # shown once, as the value of the notebook's cell
+    return fig
+
+
+def plot_distances(history: pd.DataFrame, methods: Sequence[str], departure_round: int):
+    """Figure 6 (a): each method's Mahalanobis distance to the oracle per round, the mean over
+    seeds and its 95 % interval (clipped at 0). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    seeds = list(pd.unique(history["seed"]))
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for m in methods:
+        rounds, curves = seed_curves(history, "dist_oracle", m, seeds)
+        _band(ax, rounds, curves, LABELS[m], 0, None, alpha=0.1)
+    round_axis(ax, departure_round)
+    ax.set_ylabel("Mahalanobis distance to the oracle prototype")
+    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    fig.tight_layout()
+    plt.close(fig)  # shown once, as the value of the notebook's cell
+    return fig
+
+
+def plot_distance_f1(history: pd.DataFrame, methods: Sequence[str], departure_round: int):
+    """Figure 6 (b): rare-class F1 against the distance to the oracle, one point per method and
+    round from the departure on, coloured by seed. Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    dist_s, f1_s = per_seed(history, "dist_oracle"), per_seed(history, "f1")
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for s in pd.unique(history["seed"]):
+        xs, ys = _distance_f1(dist_s[s], f1_s[s], methods, departure_round)
+        ax.scatter(xs, ys, s=10, alpha=0.7, label=f"seed {s}")
+    ax.set_xlabel("Mahalanobis distance to the oracle prototype")
+    ax.set_ylabel("rare-class F1")
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    plt.close(fig)  # shown once, as the value of the notebook's cell
+    return fig
+
+
+def plot_cost(history: pd.DataFrame, bytes_frame: pd.DataFrame, times: pd.DataFrame, methods: Sequence[str]):
+    """Figure 5: each method's final rare-class F1 (mean over seeds) against its bytes relative to
+    FedAvg's (left) and its extra client time relative to local training (right: every prototype
+    method re-embeds, SDC and LDC add their own part, FedAvg nothing). Returns the figure."""
+    import matplotlib.pyplot as plt
+
+    last = int(history["round"].max())
+    comm = bytes_frame.pivot(index="seed", columns="method", values="relative")
+    spent = times.pivot(index="seed", columns="part", values="relative").mean()
+    base = float(spent[TIME_PARTS[0]])
+    extra = {"sdc": float(spent["SDC extra (client)"]), "ldc": float(spent["LDC extra (client)"])}
+    markers = dict(zip(methods, "osD^vPXh"))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
+    for m in methods:
+        f1 = mean_at(history, "f1", last, m)
+        for ax, x in zip(axes, [float(comm[m].mean()), 0.0 if m == "fedavg" else base + extra.get(m, 0.0)]):
+            ax.scatter(x, f1, marker=markers[m], s=55, alpha=0.8, label=LABELS[m])
+    axes[0].set_xlabel("bytes per client and round, relative to FedAvg")
+    axes[1].set_xlabel("extra client time per round, relative to local training")
+    for ax in axes:
+        ax.set_ylabel("final rare-class F1 (mean over seeds)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    plt.close(fig)  # shown once, as the value of the notebook's cell
+    return fig
+
+
+__all__ = ["EX_DEFAULT", "LABELS", "MPTStudy", "TIME_KEYS", "TIME_PARTS", "bytes_cell", "bytes_table", "cost_numbers",
+           "data_numbers", "data_sizes", "distance_numbers", "distance_table", "exercise_numbers", "extra_work_times",
+           "figure_cell", "figure_frames", "figure_numbers", "fraction_tables", "history_value", "last_round_table",
+           "ldc_numbers", "ldc_steps_numbers", "mean_at", "median_seconds", "per_seed", "plot_cost",
+           "plot_distance_f1", "plot_distances", "plot_rounds", "plot_scenario", "reduced_cell", "round_axis",
+           "save_frames", "scenario_numbers", "seed_curves", "sizes_text", "table_cell", "table_frames",
+           "table_numbers", "time_table"]

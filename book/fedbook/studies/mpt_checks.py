@@ -17,18 +17,27 @@ counterexamples); the chapter records each in its check table:
 * :func:`projector_errors`: the projector off the span (collinear prototypes included);
 * :func:`alpha_risk_table`: Eq. (7), the adaptive weight's risk by Monte Carlo;
 * :func:`known_drift_table`: every reconstruction under known drifts :math:`z \mapsto Az + b`.
+
+The chapter records each check as rows of its check table (:class:`fedbook.checks.CheckTable`),
+with the statement, how it was checked and the verdict's condition written here, and quotes the
+numbers they return: :func:`kkt_check` and :func:`alpha_star_checks` (the symbolic derivations,
+with sympy), :func:`barycentric_check`, :func:`residual_check`, :func:`transport_checks`,
+:func:`projector_check`, :func:`alpha_risk_checks` and :func:`drift_checks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import scipy.linalg
 import scipy.optimize
+import sympy as sp
 import torch
 
+from fedbook.checks import CheckTable
 from fedlib.heads import regularized_covariance
 from fedlib.rng import torch_generator
 from fedlib.tracking import (
@@ -396,5 +405,194 @@ def known_drift_table(seed: int, K: int, dim: int) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("drift")
 
 
-__all__ = ["DRIFTS", "LAMBDAS", "RECONSTRUCTIONS", "alpha_risk_table", "barycentric_against_slsqp", "known_drift_table",
-           "projector_errors", "random_normal", "random_spd", "residual_off_span", "transport_map_against_scipy"]
+# ----------------------------------------------------------------- the chapter's checks, recorded in its table
+ALPHA_RISK_COLUMNS = {"N": "N (rare samples)", "bias tau": "bias τ", "measured": "MSE, measured",
+                      "predicted": "MSE, predicted", "adaptive": "MSE, adaptive blend",
+                      "adaptive / best": "adaptive / better of the two"}
+"""How the chapter's table names the columns of :func:`alpha_risk_table`."""
+ALPHA_RISK_DIGITS = {"bias τ": 1, "MSE, measured": 4, "MSE, predicted": 4, "MSE, adaptive blend": 4,
+                     "adaptive / better of the two": 2}
+"""The decimals of that table's columns."""
+
+
+def kkt_check(checks: CheckTable) -> list:
+    r"""Eq. (1) symbolically: sympy solves the Karush-Kuhn-Tucker system of
+    :math:`\min_{\mathbf 1^\top w = 1} w^\top A w - 2b^\top w` for a symbolic symmetric 3 × 3
+    :math:`A` and :math:`b`, compared with the closed form
+    :math:`A^{-1}b + A^{-1}\mathbf 1 (1 - \mathbf 1^\top A^{-1}b) / (\mathbf 1^\top A^{-1}\mathbf 1)`;
+    one row of ``checks``.
+
+    Returns
+    -------
+    list of sympy expressions
+        The solution minus the closed form, per weight (zeros).
+    """
+    k = 3
+    a = sp.symbols("a0:6")
+    A = sp.Matrix([[a[0], a[1], a[2]], [a[1], a[3], a[4]], [a[2], a[4], a[5]]])  # symmetric A
+    b, w, nu = sp.Matrix(sp.symbols("b0:3")), sp.Matrix(sp.symbols("w0:3")), sp.Symbol("nu")
+    one = sp.ones(k, 1)
+    lagrangian = (w.T * A * w)[0] - 2 * (b.T * w)[0] + nu * ((one.T * w)[0] - 1)
+    kkt = [sp.diff(lagrangian, wi) for wi in w] + [sp.diff(lagrangian, nu)]
+    sol = sp.solve(kkt, list(w) + [nu], dict=True)[0]
+    Ainv = A.inv()
+    closed = Ainv * b + Ainv * one * (1 - (one.T * Ainv * b)[0]) / (one.T * Ainv * one)[0]
+    diff = [sp.simplify(sol[w[i]] - closed[i]) for i in range(k)]
+    ok = all(d == 0 for d in diff)
+    checks.add("KKT solution of Eq. (1) equals the closed form", "sympy: solve the KKT system for a symbolic 3x3 A, b",
+               "0 (symbolic)" if ok else str(diff), ok=ok)
+    return diff
+
+
+def barycentric_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int) -> dict[str, float]:
+    """:func:`barycentric_against_slsqp` as one row of ``checks``: the closed form is never worse
+    than the solver (up to 1e-8) and sums to one (up to 1e-9).
+
+    Returns
+    -------
+    dict of str to float
+        ``bary_worst_obj``: the worst objective excess.
+    """
+    worst_obj, worst_sum = barycentric_against_slsqp(seed, trials, K, dim)
+    checks.add("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
+               f"{trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
+               f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}",
+               ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
+    return {"bary_worst_obj": float(worst_obj)}
+
+
+def residual_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int) -> dict[str, float]:
+    """:func:`residual_off_span` as one row of ``checks``: with :math:`\\lambda = 0` the residual is
+    orthogonal to the affine directions (up to 1e-8).
+
+    Returns
+    -------
+    dict of str to float
+        ``orth_linear_loss``: the largest part of the residual the linear span would discard.
+    """
+    worst_orth, worst_lin = residual_off_span(seed, trials, K, dim)
+    checks.add("with lambda = 0, r0 is orthogonal to the affine directions (P_aff r0 = r0)",
+               f"{trials} random instances, relative error", f"{worst_orth:.1e}", ok=worst_orth < 1e-8)
+    return {"orth_linear_loss": float(worst_lin)}
+
+
+def transport_checks(checks: CheckTable, seed: int, trials: int, dim: int) -> dict[str, float]:
+    """:func:`transport_map_against_scipy` as four rows of ``checks``: :math:`T_t` symmetric positive
+    definite, its push-forward, SciPy's map, and the 2-Wasserstein cost no rotated push-forward beats.
+
+    Returns
+    -------
+    dict of str to float
+        What :func:`transport_map_against_scipy` measured.
+    """
+    ot = transport_map_against_scipy(seed, trials, dim)
+    pairs = f"{trials} random SPD pairs"  # SPD: symmetric positive definite
+    checks.add("T_t is symmetric positive definite", pairs,
+               f"asymmetry {ot['asymmetry']:.1e}, min eigenvalue {ot['min_eigenvalue']:.3g}",
+               ok=ot["asymmetry"] < 1e-10 and ot["min_eigenvalue"] > 0)
+    checks.add("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
+               ok=ot["pushforward"] < 1e-8)
+    checks.add("T_t equals the Gaussian OT map computed with SciPy sqrtm", f"{pairs}, relative max error",
+               f"{ot['scipy']:.1e}", ok=ot["scipy"] < 1e-6)
+    checks.add("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
+               f"{trials} pairs; a random orthogonal Q per pair",
+               f"relative gap {ot['w2_gap']:.1e}; {ot['n_cheaper']} cheaper maps",
+               ok=ot["w2_gap"] < 1e-6 and ot["n_cheaper"] == 0)
+    return ot
+
+
+def projector_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int) -> float:
+    """:func:`projector_errors` as one row of ``checks`` (up to 1e-9); returns the worst error."""
+    worst = projector_errors(seed, trials, K, dim)
+    checks.add("P_perp is an orthogonal projector off the span (both spans, collinear cases included)",
+               f"{trials} instances x 2 spans; every 5th collinear", f"{worst:.1e}", ok=worst < 1e-9)
+    return worst
+
+
+def alpha_star_checks(checks: CheckTable) -> dict[str, Any]:
+    r"""Eq. (7)'s weight symbolically, as two rows of ``checks``: sympy minimizes the blend's mean
+    squared error :math:`\alpha^2\sigma^2/N + (1-\alpha)^2\tau^2` and takes the limits of its minimizer.
+
+    Returns
+    -------
+    dict
+        ``alpha*`` (the minimizer, simplified: :math:`\tau^2/(\tau^2 + \sigma^2/N)`), ``N -> oo``
+        and ``tau2 -> 0`` (its limits: 1 and 0).
+    """
+    al, s2, tau2, N = sp.symbols("alpha sigma2 tau2 N", positive=True)
+    mse = al**2 * s2 / N + (1 - al) ** 2 * tau2
+    alpha_star = sp.solve(sp.diff(mse, al), al)[0]
+    ok = sp.simplify(alpha_star - tau2 / (tau2 + s2 / N)) == 0
+    lim_N, lim_tau = sp.limit(alpha_star, N, sp.oo), sp.limit(alpha_star, tau2, 0)
+    checks.add("alpha* = tau2 / (tau2 + sigma2/N) minimizes the blend's MSE", "sympy: d MSE / d alpha = 0",
+               "0 (symbolic)" if ok else "differs", ok=ok)
+    checks.add("alpha -> 1 as N -> oo and alpha -> 0 as the two residuals agree", "sympy limits of alpha*",
+               f"limits {lim_N}, {lim_tau}", ok=lim_N == 1 and lim_tau == 0)
+    return {"alpha*": sp.simplify(alpha_star), "N -> oo": lim_N, "tau2 -> 0": lim_tau}
+
+
+def alpha_risk_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
+    """Eq. (7)'s implementation (:func:`fedlib.tracking.adaptive_alpha`) at its limits and the
+    risks of :func:`alpha_risk_table` (``table``), as three rows of ``checks``: the weight's limits;
+    with N >= 20 the blend within 10 % of the better pure estimate; and never worse than the worse one.
+
+    Returns
+    -------
+    dict of str to float
+        ``alpha_worst_ratio`` (the blend's largest risk over the better pure estimate's, in the
+        biased cells) and ``alpha_large_n_ratio`` (the same with N >= 20).
+    """
+    limits = [adaptive_alpha(torch.ones(4), torch.zeros(4), 1.0, 0) == 0.0,
+              adaptive_alpha(torch.ones(4), torch.zeros(4), 1.0, 1e12) > 1 - 1e-9,
+              adaptive_alpha(torch.ones(4), torch.ones(4), 1.0, 10) < 1e-9]
+    biased = table[table["bias tau"] > 0]
+    worst_ratio = float(biased["adaptive / best"].max())
+    large_n_ratio = float(biased.loc[biased["N"] >= 20, "adaptive / best"].max())
+    never_worst = bool((biased["adaptive"] <= biased[["measured", "predicted"]].max(axis=1)).all())
+    checks.add("implementation: alpha = 0 with no rare sample, -> 1 as N grows, -> 0 when the residuals agree",
+               "adaptive_alpha at N = 0, N = 1e12, equal residuals", f"{3 - sum(limits)} of 3 fail", ok=all(limits))
+    checks.add("with N >= 20 the plug-in blend is within 10 % of the better pure estimate (or beats both)",
+               "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}", f"worst risk ratio {large_n_ratio:.2f}",
+               ok=large_n_ratio <= 1.1)
+    checks.add("with few samples the plug-in blend is never worse than the worse pure estimate",
+               "Monte Carlo, N in {1..1000} x bias in {0.3, 1}",
+               f"holds in every cell; worst ratio to the better one {worst_ratio:.2f}", ok=never_worst)
+    return {"alpha_worst_ratio": worst_ratio, "alpha_large_n_ratio": large_n_ratio}
+
+
+def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
+    """The known drifts of :func:`known_drift_table` (``table``) as four rows of ``checks``:
+    translation and isotropic scaling tracked exactly by MPT and MPT-lite; MPT-lite blind to a
+    rotation; the transport map exact under an axis-aligned scaling without the projector; and the
+    projector's blind spot there (a counterexample).
+
+    Returns
+    -------
+    dict of str to float
+        The relative errors the prose quotes: ``lite_rot`` and ``mpt_rot`` (rotation),
+        ``lite_axis``, ``mpt_axis`` and ``noproj_axis`` (axis-aligned scaling: MPT-lite, MPT's
+        prediction, MPT without the projector).
+    """
+    out = {"lite_rot": float(table.loc["rotation", "MPT-lite"]),
+           "mpt_rot": float(table.loc["rotation", "MPT (prediction)"]),
+           "lite_axis": float(table.loc["axis-aligned scaling", "MPT-lite"]),
+           "mpt_axis": float(table.loc["axis-aligned scaling", "MPT (prediction)"]),
+           "noproj_axis": float(table.loc["axis-aligned scaling", "MPT without the projector"])}
+    exact = table.loc[["translation", "isotropic scaling x1.5"], ["MPT-lite", "MPT (prediction)"]].to_numpy().max()
+    checks.add("translation and isotropic scaling are tracked exactly by MPT and MPT-lite",
+               "known drift z -> Az + b, relative error", f"{exact:.1e}", ok=exact < 1e-8)
+    checks.add("MPT-lite's scalar cannot follow a rotation (counterexample)", "random rotation of the feature space",
+               f"relative error {out['lite_rot']:.2f}", ok=out["lite_rot"] > 1e-3)
+    checks.add("T_t r_0 is the exactly moved residual under an axis-aligned scaling (diagonal covariance)",
+               "diagonal drift A: then T = A; error of M_t'w0 + T r0", f"{out['noproj_axis']:.1e}",
+               ok=out["noproj_axis"] < 1e-8)
+    checks.add("Eq. (4)'s projector discards the part of T r0 that drifts into the new span (counterexample)",
+               "same drift, with P_perp", f"relative error {out['mpt_axis']:.3f} (lite {out['lite_axis']:.3f})",
+               ok=out["mpt_axis"] > 1e-3)
+    return out
+
+
+__all__ = ["ALPHA_RISK_COLUMNS", "ALPHA_RISK_DIGITS", "DRIFTS", "LAMBDAS", "RECONSTRUCTIONS", "alpha_risk_checks",
+           "alpha_risk_table", "alpha_star_checks", "barycentric_against_slsqp", "barycentric_check", "drift_checks",
+           "kkt_check", "known_drift_table", "projector_check", "projector_errors", "random_normal", "random_spd",
+           "residual_check", "residual_off_span", "transport_checks", "transport_map_against_scipy"]
