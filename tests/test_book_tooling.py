@@ -20,7 +20,7 @@ import fedbook.page as book
 from fedbook.page import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, chapter_times, chapter_title, claims_report, clipped_error,
                          exercise_index, exercises, format_bytes, format_number, format_value, place_labels, record_seconds,
                          resolve, setup, show_table, toc_chapters)
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, evaluate, show
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, Read, evaluate, show
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -248,23 +248,44 @@ class _Glue:
             self.values[key] = value
 
 
-def _claim(key, values, direction="greater", min_effect=0.1, kind="claim", versus=None):
-    return Claim(key, f"{key} is so.", "Table 1", "accuracy, ours − baseline, points", direction, min_effect,
-                 kind=kind, values=values, resolution=0.1, versus=versus)
+def _claim(key, direction="greater", min_effect=0.1, kind="claim", versus=None, within=False, headline=False):
+    """A claim that reads the frame named after it: columns ``ours``, ``baseline`` (or one per
+    baseline of ``versus``) and ``within``, one row per seed (:func:`_frame`)."""
+    baseline = {name: Read(key, name) for name in versus} if isinstance(versus, tuple) else Read(key, "baseline")
+    return Claim(key, f"{key} is so.", "Abstract" if headline else "Table 1", "accuracy, ours − baseline, points",
+                 direction, min_effect, kind=kind, resolution=0.1, versus=versus, headline=headline,
+                 ours=Read(key, "ours"), baseline=baseline,
+                 within=({n: Read(key, f"within_{n}") for n in versus} if isinstance(versus, tuple) else Read(key, "within"))
+                 if within else None)
+
+
+def _frame(ours, baseline=0.0, within=None):
+    """One row per seed: ``ours``, ``baseline`` (a number, an array, or a dict of arrays by name) and ``within``."""
+    n = len(ours)
+    columns = {"seed": np.arange(n), "ours": np.asarray(ours, dtype=float)}
+    if isinstance(baseline, dict):
+        columns.update({name: np.asarray(v, dtype=float) for name, v in baseline.items()})
+    else:
+        columns["baseline"] = np.broadcast_to(np.asarray(baseline, dtype=float), (n,))
+    if isinstance(within, dict):
+        columns.update({f"within_{name}": np.asarray(v, dtype=float) for name, v in within.items()})
+    elif within is not None:
+        columns["within"] = np.asarray(within, dtype=float)
+    return pd.DataFrame(columns)
 
 
 def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table():
-    later = {}  # results computed after the declarations: read only when the report runs
     claims = [
-        _claim("gain", lambda: (later["ours"], later["base"]), min_effect=0.5),  # every difference +2: holds
-        _claim("loss", lambda: ([0.0, 0.0], [1.0, 1.0])),  # every difference −1: does not hold
-        _claim("one-seed", lambda: ([1.0], 0.0)),  # one seed, an infinite interval: inconclusive
-        _claim("ctrl", lambda: ([0.0, 0.0, 0.0], 5.0), direction="less", kind="control"),  # holds, not counted
-        _claim("not-run", lambda: None),  # not run at this profile: left out
+        _claim("gain", min_effect=0.5),  # every difference +2: holds
+        _claim("loss"),  # every difference −1: does not hold
+        _claim("one-seed"),  # one seed, an infinite interval: inconclusive
+        _claim("ctrl", direction="less", kind="control"),  # holds, not counted
+        _claim("not-run"),  # not run at this profile (no frame): left out
     ]
-    later.update(ours=np.array([3.0, 3.0, 3.0]), base=np.array([1.0, 1.0, 1.0]))
+    results = {"gain": _frame([3.0, 3.0, 3.0], [1.0, 1.0, 1.0]), "loss": _frame([0.0, 0.0], [1.0, 1.0]),
+               "one-seed": _frame([1.0]), "ctrl": _frame([0.0, 0.0, 0.0], 5.0)}
     glue, shown = _Glue(), []
-    R = claims_report(claims, prefix="x_", total_seconds=12.5, glue=glue, display=shown.append)
+    R = claims_report(claims, results, prefix="x_", total_seconds=12.5, glue=glue, display=shown.append)
     assert list(R) == ["gain", "loss", "one-seed", "ctrl"]
     assert [R[k].verdict for k in R] == [HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, HOLDS]
     assert glue.values == {"x_n_claims": 3, "x_n_holds": 1, "x_n_not": 1, "x_n_inconclusive": 1, "x_total_seconds": 12.5}
@@ -292,8 +313,7 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
 
 def test_claims_report_without_prefix_or_time_glues_the_four_counts_and_a_digits_choice():
     glue, shown = _Glue(), []
-    R = claims_report([_claim("gain", lambda: ([2.0, 3.0, 2.5], [0.0, 0.0, 0.0]))], digits=3, glue=glue,
-                      display=shown.append)
+    R = claims_report([_claim("gain")], {"gain": _frame([2.0, 3.0, 2.5])}, digits=3, glue=glue, display=shown.append)
     assert glue.values == {"n_claims": 1, "n_holds": 1, "n_not": 0, "n_inconclusive": 0}
     assert "+2.500 [" in shown[0].to_html() and R["gain"].verdict == HOLDS
 
@@ -303,12 +323,14 @@ def test_claims_report_takes_within_and_every_baseline_of_a_tuple():
     within = [3.0, 5.0, 4.0]  # per seed, the variance of the difference from the test sample alone
     every = {"A": [1.0, 1.2, 0.9], "B": [0.2, 0.1, 0.3]}
     claims = [
-        _claim("floor", lambda: (ours, base)),  # the floor of the resolution 0.1
-        _claim("within", lambda: (ours, base, within)),  # the floor of the test noise: 4 at the share 3 seeds allow
-        _claim("every", lambda: (ours, every, {"A": within, "B": [0.0] * 3}), versus=("A", "B")),
+        _claim("floor"),  # the floor of the resolution 0.1
+        _claim("within", within=True),  # the floor of the test noise: 4 at the share 3 seeds allow
+        _claim("every", versus=("A", "B"), within=True),
     ]
+    results = {"floor": _frame(ours, base), "within": _frame(ours, base, within),
+               "every": _frame(ours, every, {"A": within, "B": [0.0] * 3})}
     glue, shown = _Glue(), []
-    R = claims_report(claims, glue=glue, display=shown.append)
+    R = claims_report(claims, results, glue=glue, display=shown.append)
     assert R["floor"].interval == evaluate(claims[0], ours, base).interval and R["floor"].verdict == HOLDS
     assert R["within"].interval == evaluate(claims[1], ours, base, within).interval
     half = stats.t.ppf(0.975, 2) * math.sqrt(4.0 * stats.chi2.ppf(0.05, 2) / 2 / 3)
@@ -321,18 +343,15 @@ def test_claims_report_takes_within_and_every_baseline_of_a_tuple():
 
 
 def test_claims_report_glues_the_headline_claims_count_decided_and_median_half_width():
-    def head(key, values):
-        return Claim(key, f"{key} is so.", "Abstract", "accuracy, ours − baseline, points", "greater",
-                     values=values, resolution=0.1, headline=True)
-
-    claims = [
-        head("a", lambda: ([3.0, 3.0, 3.0], [1.0, 1.0, 1.0])),  # decided, a floor-width interval
-        head("b", lambda: ([1.0, 2.0, 3.0], [1.0, 1.0, 1.0])),  # inconclusive, half-width t * 1 / sqrt(3)
-        head("c", lambda: ([1.0, 3.0, 5.0], [1.0, 1.0, 1.0])),  # inconclusive, twice as wide
-        _claim("other", lambda: ([9.0, 9.0, 9.0], [0.0, 0.0, 0.0])),  # not a headline claim
-    ]
+    claims = [_claim(k, headline=True) for k in "abc"] + [_claim("other")]
+    results = {
+        "a": _frame([3.0, 3.0, 3.0], 1.0),  # decided, a floor-width interval
+        "b": _frame([1.0, 2.0, 3.0], 1.0),  # inconclusive, half-width t * 1 / sqrt(3)
+        "c": _frame([1.0, 3.0, 5.0], 1.0),  # inconclusive, twice as wide
+        "other": _frame([9.0, 9.0, 9.0]),  # not a headline claim
+    }
     glue, shown = _Glue(), []
-    R = claims_report(claims, glue=glue, display=shown.append)
+    R = claims_report(claims, results, glue=glue, display=shown.append)
     t = stats.t.ppf(0.975, 2)
     assert glue.values["n_headline"] == 3 and glue.values["headline_decided"] == 1
     assert glue.values["headline_half_width"] == pytest.approx(t / math.sqrt(3))  # the median: b's
@@ -341,7 +360,7 @@ def test_claims_report_glues_the_headline_claims_count_decided_and_median_half_w
     assert html.count("(Abstract; headline)") == 3 and "other is so.” (Table 1)" in html
     assert "n_headline" not in _Glue().values  # and a report without headline claims glues none:
     quiet = _Glue()
-    claims_report([_claim("x", lambda: ([1.0], 0.0))], glue=quiet, display=lambda t: None)
+    claims_report([_claim("x")], {"x": _frame([1.0])}, glue=quiet, display=lambda t: None)
     assert set(quiet.values) == set(REPORT_KEYS)
 
 
@@ -354,17 +373,17 @@ def test_a_control_cannot_be_a_headline_claim_and_headline_is_a_bool():
 
 def test_claims_report_refuses_what_it_cannot_decide():
     quiet = dict(glue=_Glue(), display=lambda table: None)
-    with pytest.raises(ValueError, match=r"claims \[.bare.\] read nothing"):
-        claims_report([Claim("bare", "q", "s", "x", "greater", resolution=0.1)], **quiet)
+    with pytest.raises(ValueError, match=r"claims \['bare'\] read nothing: declare ours=Read"):
+        claims_report([Claim("bare", "q", "s", "x", "greater", resolution=0.1)], {}, **quiet)
     with pytest.raises(ValueError, match=r"duplicates \['a'\]"):
-        claims_report([_claim("a", lambda: ([1.0], 0.0)), _claim("a", lambda: ([1.0], 0.0))], **quiet)
-    with pytest.raises(ValueError, match=r"claim 'four': values\(\) must return \(ours, baseline\), "
-                                         r"\(ours, baseline, within\) or None"):
-        claims_report([_claim("four", lambda: ([1.0], [1.0], [1.0], [1.0]))], **quiet)
-    with pytest.raises(ValueError, match=r"versus='B'\) but its baseline is a dict of \['A', 'B'\]"):
-        claims_report([_claim("dict", lambda: ([1.0], {"A": [0.0], "B": [0.0]}), versus="B")], **quiet)
+        claims_report([_claim("a"), _claim("a")], {"a": _frame([1.0])}, **quiet)
+    with pytest.raises(ValueError, match=r"claim 'short': baseline \(Read\('other', 'baseline'\)\) holds the units \[0, 1\], "
+                                         r"ours \(Read\('short', 'ours'\)\) \[0, 1, 2\]"):
+        claim = Claim("short", "q", "s", "x", "greater", resolution=0.1, ours=Read("short", "ours"),
+                      baseline=Read("other", "baseline"))
+        claims_report([claim], {"short": _frame([1.0, 2.0, 3.0]), "other": _frame([1.0, 2.0])}, **quiet)
     with pytest.raises(ValueError, match="claims_report takes Claims, got a str"):
-        claims_report(["gain"], **quiet)
+        claims_report(["gain"], {}, **quiet)
 
 
 # ---------------------------------------------------------------- figures and grid values

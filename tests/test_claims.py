@@ -28,6 +28,7 @@ from fedbook.claims import (
     Claim,
     ClaimResult,
     Comparator,
+    Read,
     Interval,
     SeedValues,
     claims_table,
@@ -421,16 +422,42 @@ def test_a_planted_small_deficit_is_non_inferior_and_a_large_one_is_not():
     assert evaluate(close, *_paired(-0.30, 0.01, 5, seed=4)).verdict == DOES_NOT_HOLD
 
 
-def test_a_claim_carries_how_its_values_are_read_outside_its_identity():
-    later = {}
-    read = lambda: (later["ours"], 0.0)  # noqa: E731  (read when the claim is decided, not when declared)
-    c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", values=read, resolution=0.1)
-    later["ours"] = [2.0, 3.0, 2.5]
-    assert evaluate(c, *c.values()).verdict == HOLDS
-    bare = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
-    assert bare.values is None and c == bare and hash(c) == hash(bare) and "values" not in repr(c)
-    with pytest.raises(ValueError, match=r"Claim.values must be a function of no argument returning \(ours, baseline\)"):
-        Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", values=([2.0], 0.0), resolution=0.1)
+def test_a_claim_reads_its_sides_from_named_frames_paired_by_seed():
+    runs = pd.DataFrame({"seed": [2, 0, 1, 0, 1, 2], "method": ["x", "x", "x", "y", "y", "y"],
+                         "acc": [92.5, 92.0, 93.0, 90.0, 90.5, 91.0]})
+    c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1,
+              ours=Read("runs", "acc", method="x"), baseline=Read("runs", "acc", method="y"))
+    ours, baseline, within = c.read({"runs": runs})
+    assert ours.tolist() == [92.5, 92.0, 93.0] and baseline.tolist() == [91.0, 90.0, 90.5]  # paired by seed, ours' order
+    assert within is None and evaluate(c, ours, baseline).verdict == HOLDS
+    assert c.read({}) is None  # the frame was not run at this profile: the claim is left out
+    constant = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1,
+                     ours=Read("runs", "acc", method="x"), baseline=89.0)
+    assert constant.read({"runs": runs})[1] == 89.0
+    indexed = runs.set_index(["method", "seed"])  # an index level filters too
+    assert Read("runs", "acc", method="y")({"runs": indexed}).tolist() == [90.0, 90.5, 91.0]
+    with pytest.raises(ValueError, match=r"no row with method = 'z'; valid: \['x', 'y'\]"):
+        Read("runs", "acc", method="z")({"runs": runs})
+    with pytest.raises(ValueError, match=r"has no column or index level 'arm'"):
+        Read("runs", "acc", arm="x")({"runs": runs})
+    with pytest.raises(ValueError, match=r"has no column 'f1'; valid: \['seed', 'method', 'acc'\]"):
+        Read("runs", "f1")({"runs": runs})
+    with pytest.raises(ValueError, match="declares no values: pass ours=Read"):
+        Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1).read({"runs": runs})
+
+
+def test_a_claims_reads_are_checked_when_it_is_declared():
+    with pytest.raises(ValueError, match="ours must be a Read"):
+        Claim("g", "q", "s", "x", "greater", resolution=0.1, ours=[1.0, 2.0])
+    with pytest.raises(ValueError, match="baseline must be a Read, a number or a dict of Reads"):
+        Claim("g", "q", "s", "x", "greater", resolution=0.1, ours=Read("r", "a"), baseline="y")
+    with pytest.raises(ValueError, match=r"a dict baseline must name exactly the baselines of versus"):
+        Claim("g", "q", "s", "x", "greater", resolution=0.1, versus=("A", "B"), ours=Read("r", "a"),
+              baseline={"A": Read("r", "b")})
+    with pytest.raises(ValueError, match=r"is against every one of \['A', 'B'\]: baseline must be a dict"):
+        Claim("g", "q", "s", "x", "greater", resolution=0.1, versus=("A", "B"), ours=Read("r", "a"), baseline=Read("r", "b"))
+    with pytest.raises(ValueError, match="Read.column must be a non-empty string"):
+        Read("r", "")
 
 
 # ---------------------------------------------------------------- reading values per seed, quoting intervals

@@ -60,7 +60,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from dataclasses import dataclass, field
 
@@ -301,15 +301,6 @@ class Claim:
         rebalancing-only control, say): decided by the same rule, rendered with the book's
         question instead of a quotation (``quote`` holds the question, ``source`` names the claim
         it serves) and left out of :func:`tally`.
-    values : callable, optional
-        How the claim's numbers are read: a function of no argument returning ``(ours,
-        baseline)`` or ``(ours, baseline, within)``, the paired per-seed values and the per-seed
-        variances of the test noise :func:`evaluate` takes (``baseline`` may be a number; for a
-        claim ``versus`` a tuple, a dict of each named baseline's values), or ``None`` where the
-        chapter did not run what the claim needs (at a smaller profile, say). It is called only
-        when the claim is decided (the book's claims report, :func:`fedbook.page.claims_report`),
-        so it may read results computed after the declaration. Not part of the declaration's
-        identity (equality, ``repr``).
     resolution : float, keyword-only, required
         The smallest difference the quantity can show, in its units (> 0): one test image of a
         1,000-image test set in points is 0.1 (:func:`resolution_of`), one client of 20 in a client
@@ -386,7 +377,6 @@ class Claim:
     substitution: str = ""
     level: float = 0.95
     kind: str = "claim"
-    values: Callable[[], tuple | None] | None = field(default=None, compare=False, repr=False)
     resolution: float = field(kw_only=True)
     versus: str | tuple[str, ...] | None = field(default=None, kw_only=True)
     headline: bool = field(default=False, kw_only=True)
@@ -409,11 +399,6 @@ class Claim:
             raise ValueError(f"Claim.headline must be True or False, got {self.headline!r}")
         if self.headline and self.kind == "control":
             raise ValueError(f"claim {self.key!r}: a control cannot be a headline claim (headline=True, kind='control')")
-        if self.values is not None and not callable(self.values):
-            raise ValueError(
-                f"Claim.values must be a function of no argument returning (ours, baseline) or (ours, baseline, "
-                f"within), or None; got {self.values!r}"
-            )
         r = _check_resolution(self.resolution, "Claim.resolution")
         m = r if self.min_effect is None else self.min_effect
         if not is_real(m) or not (math.isfinite(m) and m >= 0):
@@ -1191,8 +1176,7 @@ def evaluate(
         if not isinstance(baseline, Mapping):
             raise ValueError(
                 f"claim {claim.key!r} is against every one of {list(claim.versus)}: pass the baselines as a dict "
-                f"{{name: values}} (values() returns (ours, {{...}}) or (ours, {{...}}, within)), got a "
-                f"{type(baseline).__name__}"
+                f"{{name: values}}, got a {type(baseline).__name__}"
             )
         _check_names(claim, baseline, "baselines")
         if over != "seeds":

@@ -57,7 +57,7 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, Read, claims_records,
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS, Claim, ClaimResult, claims_records,
                            evaluate, headline_summary, show, tally)
 from fedbook.tables import Html, table_of
 from fedlib.validation import is_int, is_real
@@ -338,7 +338,7 @@ def _check_kind(key: str, value: Any, default: Any, profile: str) -> None:
 
 def claims_report(
     claims: Iterable[Claim],
-    results: Mapping[str, pd.DataFrame] | None = None,
+    results: Mapping[str, pd.DataFrame],
     *,
     prefix: str = "",
     digits: int = 2,
@@ -389,6 +389,7 @@ def claims_report(
 
     Examples
     --------
+    >>> from fedbook.claims import Read
     >>> runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "method": ["x"] * 3 + ["y"] * 3,
     ...                      "acc": [92.1, 91.8, 92.4, 90.0, 90.1, 90.2]})
     >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1,
@@ -407,25 +408,18 @@ def claims_report(
     for c in claims:
         if not isinstance(c, Claim):
             raise ValueError(f"claims_report takes Claims, got a {type(c).__name__}")
-    missing = [c.key for c in claims if c.ours is None and c.values is None]
+    missing = [c.key for c in claims if c.ours is None]
     if missing:
         raise ValueError(f"claims {missing} read nothing: declare ours=Read(frame, column, ...) (and baseline=)")
     keys = [c.key for c in claims]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise ValueError(f"claim keys must be unique in a report, got duplicates {dupes}")
-    results_ = {} if results is None else results
     out = []
     for c in claims:
-        read = c.read(results_) if c.ours is not None else c.values()
-        if read is None:
-            continue
-        if not isinstance(read, tuple) or len(read) not in (2, 3):
-            raise ValueError(
-                f"claim {c.key!r}: values() must return (ours, baseline), (ours, baseline, within) or None, "
-                f"got {read!r}"
-            )
-        out.append(evaluate(c, *read))  # within, else the floor of c.resolution
+        read = c.read(results)
+        if read is not None:  # None: a frame it reads was not run at this profile
+            out.append(evaluate(c, *read))  # within, else the floor of c.resolution
     counts = tally(out)
     glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
     head = headline_summary(out)
