@@ -37,7 +37,8 @@ import pandas as pd
 from IPython.display import display
 from myst_nb import glue
 
-from fedbook.page import findings_counts, findings_html, read_findings, setup, show_table, toc_chapters
+from fedbook.page import setup, show_table
+from fedbook.records import findings_counts, findings_html, read_findings, toc_chapters
 from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS
 
 PROFILES = {"smoke": {}, "book": {}, "paper": {}}

@@ -38,7 +38,8 @@ import pandas as pd
 from myst_nb import glue
 
 from fedlib.algorithms import FedAvg
-from fedbook.page import EXERCISE_KINDS, chapter_times, exercise_index, setup, show_table, toc_chapters
+from fedbook.page import setup, show_table
+from fedbook.records import EXERCISE_KINDS, chapter_times, exercise_index, toc_chapters
 from fedlib.data import load_uci_digits
 from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
