@@ -495,8 +495,7 @@ def format_bytes(n: float) -> str:
 
 def sign_word(change: float, up: str, down: str, same: str = "does not change", tol: float = 0.05) -> str:
     """The word for the sign of a computed change: ``up`` above ``tol``, ``down`` below
-    ``-tol``, ``same`` within it (and for NaN). :func:`fedbook.studies.setting.direction` is
-    the case ``"rises"`` / ``"falls"`` / ``"stays level"`` with NaN said apart.
+    ``-tol``, ``same`` within it (and for NaN).
 
     Examples
     --------
