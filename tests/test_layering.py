@@ -171,7 +171,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the build's records and the book's index", ("fedbook.records",)),
     ("pages", ("fedbook.page",)),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
-    ("measurements", ("fedbook.benchmarks",)),
+    ("measurements", ("fedbook.benchmarks", "fedbook.studies.performance")),
 ]
 """fedlib's layers, then fedbook's, bottom up (the book's page *Inside fedlib* draws them)."""
 
