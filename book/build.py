@@ -48,7 +48,7 @@ from pathlib import Path
 
 import yaml
 
-from fedbook.records import CLAIMS_RECORDS  # the glued key of a chapter's claims, copied into its record
+from fedbook.page import CLAIMS_RECORDS  # the glued key of a chapter's claims, copied into its record
 from fedbook.sources import source_modules
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -168,8 +168,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the book's foundation", ("fedbook", "fedbook.sources", "fedbook.parallel", "fedbook.tables")),
     ("evidence", ("fedbook.claims", "fedbook.checks")),
     ("the study runner", ("fedbook.study",)),
-    ("the build's records and the book's index", ("fedbook.records",)),
     ("pages", ("fedbook.page",)),
+    ("the build's records and the book's index", ("fedbook.records",)),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
     ("measurements", ("fedbook.benchmarks", "fedbook.studies.performance")),
 ]

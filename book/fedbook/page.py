@@ -54,7 +54,6 @@ from myst_nb import glue as myst_glue
 
 from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, Read, claims_records,
                            evaluate, headline_summary, show, tally)
-from fedbook.records import CLAIMS_RECORDS
 from fedbook.tables import table_of
 from fedlib.validation import is_int, is_real
 
@@ -70,6 +69,12 @@ MISSING = "\N{EM DASH}"
 REPORT_KEYS = ("n_claims", "n_holds", "n_not", "n_inconclusive")
 """The counts :func:`claims_report` glues (after the chapter's prefix): the claims decided (the
 controls are not counted), and how many of them hold, do not hold, and are inconclusive."""
+
+
+CLAIMS_RECORDS = "claims_records"
+"""The key (after the chapter's prefix) under which :func:`claims_report` glues its rows as JSON
+(:func:`fedbook.claims.claims_records`); ``book/build.py`` copies them into the chapter's build
+record, which the findings page reads (:func:`fedbook.records.read_findings`)."""
 
 
 class Settings(SimpleNamespace):

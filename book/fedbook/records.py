@@ -3,7 +3,7 @@
 ``book/build.py`` executes every chapter and writes a **record** beside it
 (``<out>/chapters/<name>.json``): its cache key, its parameters, the seconds it took and, for a
 chapter with a claims table, the rows that :func:`fedbook.page.claims_report` glued under
-:data:`CLAIMS_RECORDS`. The book's **index** is its table of contents (``book/_toc.yml``:
+:data:`fedbook.page.CLAIMS_RECORDS`. The book's **index** is its table of contents (``book/_toc.yml``:
 :func:`toc_chapters`) and the chapters' jupytext sources (their titles, :func:`chapter_title`, and
 their exercises, :func:`exercises`).
 
@@ -16,8 +16,8 @@ Two pages read them and train nothing of their own (bar the teaching page's smal
   (:func:`record_seconds`, :func:`chapter_times`) and every chapter's exercises
   (:func:`exercise_index`).
 
-This module sits below :mod:`fedbook.page` (which glues :data:`CLAIMS_RECORDS`) and reads only
-files: nothing here executes a chapter.
+This module sits above :mod:`fedbook.page` (whose claims report glues the records' rows) and
+reads only files: nothing here executes a chapter.
 """
 
 from __future__ import annotations
@@ -25,21 +25,22 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import matplotlib.pyplot as plt
+import nbformat
 import pandas as pd
 import yaml
 
 from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS
+from fedbook.page import CLAIMS_RECORDS, show_table
 from fedbook.tables import Html
 from fedlib.validation import is_int
-
-CLAIMS_RECORDS = "claims_records"
-"""The key (after the chapter's prefix) under which :func:`fedbook.page.claims_report` glues its
-rows as JSON (:func:`fedbook.claims.claims_records`); ``book/build.py`` copies them into the
-chapter's build record, which the findings page reads (:func:`read_findings`)."""
-
 
 EXERCISE_KINDS = ("parameters only", "code")
 """What an exercise asks of a student, marked ``*(parameters only)*`` or ``*(code)*`` in its statement:
@@ -364,6 +365,147 @@ def findings_html(frame: pd.DataFrame) -> Html:
 
 
 
-__all__ = ["CLAIMS_RECORDS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "chapter_times", "chapter_title", "exercise_index",
-           "exercises", "findings_counts", "findings_html", "read_findings", "record_seconds", "short_quote",
-           "toc_chapters"]
+def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Sequence[str], profile: str
+                     ) -> dict[str, Any]:
+    """The findings page's numbers, by their glued keys: the claims tested (controls apart) and
+    their verdicts, the papers, the rows and controls, the headline claims decided, the share
+    decided either way, the chapters with claims that this build has no record of
+    (``not_built``), the paper with the most claims that hold, and the ``profile``.
+    ``findings``: :func:`read_findings`; ``counts``: :func:`findings_counts` of it.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"paper": ["A", "A", "B"], "kind": ["claim", "control", "claim"],
+    ...                   "verdict": ["holds", "holds", "does not hold"], "headline": [True, False, False]})
+    >>> R = findings_numbers(f, findings_counts(f), [], "book")
+    >>> R["n_claims"], R["n_holds"], R["n_controls"], R["decided_percent"], R["most_holds_paper"], R["not_built_text"]
+    (2, 1, 1, 100.0, 'A', 'every chapter with claims was built for it')
+    """
+    total = counts.loc["all papers"]
+    papers = [p for p in counts.index if p != "all papers"]
+    most = counts.loc[papers, HOLDS].idxmax() if papers else "none"
+    return {"n_claims": int(total["claims"]), "n_holds": int(total[HOLDS]), "n_not": int(total[DOES_NOT_HOLD]),
+            "n_inconclusive": int(total[INCONCLUSIVE]), "n_papers": len(papers),
+            "n_controls": int((findings["kind"] == "control").sum()), "n_rows": len(findings),
+            "n_headline": int(total["headline claims"]), "headline_decided": int(total["headline decided"]),
+            "decided_percent": float(100 * (total[HOLDS] + total[DOES_NOT_HOLD]) / max(int(total["claims"]), 1)),
+            "not_built_text": "every chapter with claims was built for it" if not not_built else
+            f"the chapters with claims {', '.join(not_built)} have no record in this build, so their claims are missing",
+            "most_holds_paper": most, "most_holds": int(counts.loc[most, HOLDS]) if papers else 0, "profile": profile}
+
+
+def plot_verdicts(counts: pd.DataFrame):
+    """The verdicts of each paper's claims as horizontal stacked bars (holds, does not hold,
+    inconclusive, in the verdicts' colours, each count written on its bar). ``counts``:
+    :func:`findings_counts` (its ``"all papers"`` row is left out)."""
+    papers = [p for p in counts.index if p != "all papers"]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(papers), 1) + 1.2))
+    left = pd.Series(0, index=papers, dtype=float)
+    for verdict in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE):
+        values = counts.loc[papers, verdict].astype(float)
+        ax.barh(papers, values, left=left, color=VERDICT_COLOURS[verdict], edgecolor="#555555", label=verdict)
+        for y, (x0, v) in enumerate(zip(left, values)):
+            if v:
+                ax.text(x0 + v / 2, y, f"{int(v)}", ha="center", va="center", fontsize=9)
+        left += values
+    ax.invert_yaxis()
+    ax.set_xlabel("claims")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def verdict_changes(findings: pd.DataFrame, records: Mapping[str, str | os.PathLike], profile: str,
+                    parts: Sequence[tuple[str, Sequence[str]]]) -> dict[str, Any]:
+    """The findings page's Exercise 1: the rows whose verdict differs between this build
+    (``findings``, at ``profile``) and the other profile's build (smoke against book), joined on
+    the chapter and the claim's key; the other build's records are ``records[other]`` when they
+    exist. Returns ``ex1_text`` and ``ex1_table`` (a table, :func:`fedbook.page.show_table`)."""
+    other = "smoke" if profile != "smoke" else "book"
+    folder = (records or {}).get(other)
+    theirs = read_findings(folder, parts)[0] if folder and Path(folder).exists() else None
+    if theirs is None or theirs.empty:
+        return {"ex1_text": f"This machine has no {other}-profile build to compare with: build it and re-run this page.",
+                "ex1_table": show_table(pd.DataFrame({"note": [f"no {other} build"]}), index=False)}
+    joined = findings.merge(theirs, on=["chapter", "key"], suffixes=("", f" ({other})"))
+    moved = joined[joined["verdict"] != joined[f"verdict ({other})"]]
+    shown = moved[["paper", "key", "verdict", f"verdict ({other})", "n", f"n ({other})"]].rename(
+        columns={"verdict": f"verdict ({profile})", "n": f"seeds ({profile})", f"n ({other})": f"seeds ({other})"})
+    return {"ex1_text": f"Of the {len(joined)} rows both builds have, {len(moved)} change verdict between the "
+            f"{profile} profile and the {other} profile; the table lists them (the same rows, read from the two "
+            "builds' records).",
+            "ex1_table": show_table(shown if len(shown) else pd.DataFrame({"note": ["no verdict changes"]}), index=False)}
+
+
+def nearest_decisions(findings: pd.DataFrame) -> dict[str, Any]:
+    """The findings page's Exercise 2: the open claims (inconclusive, controls apart) whose seeds
+    to decide is a number, fewest first, and those that twice their seeds would settle, per paper.
+    Returns ``ex2_text`` and ``ex2_table`` (a table, :func:`fedbook.page.show_table`)."""
+    open_ = findings[(findings["kind"] == "claim") & (findings["verdict"] == INCONCLUSIVE)]
+    needed = open_["seeds to decide"].str.extract(r"n = ([\d,]+)")[0].str.replace(",", "").astype(float)
+    near = open_.assign(needed=needed).dropna(subset=["needed"]).sort_values("needed", kind="stable")
+    within = near[near["needed"] <= 2 * near["n"]]
+    text = (f"{len(open_)} claims are open; for {len(near)} of them a number of seeds would decide at the observed "
+            f"spread, and {len(within)} would need at most twice the seeds they rest on now"
+            + (f" ({', '.join(f'{p}: {k}' for p, k in within.groupby('paper', sort=False).size().items())})."
+               if len(within) else ".")
+            + " The others need more seeds than a chapter can afford, or no number of seeds would decide them at the "
+            "observed mean (a mean inside the band the rule leaves undecided).")
+    table = (near[["paper", "key", "n", "needed"]].rename(columns={"n": "seeds now", "needed": "seeds to decide"})
+             if len(near) else pd.DataFrame({"note": ["no open claim has a number"]}))
+    return {"ex2_text": text, "ex2_table": show_table(table, digits=0, index=False)}
+
+
+def timing_numbers(timing: pd.DataFrame) -> dict[str, Any]:
+    """The teaching page's times, by their glued keys, from :func:`chapter_times`: the chapters,
+    the total at the book profile (minutes) and at the smoke profile, and the slowest chapter at
+    the book profile ("not measured yet" where that profile has no record).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"part": "A", "chapter": ["One", "Two"], "smoke (s)": [30.0, 60.0], "book (min)": [2.0, 5.5]})
+    >>> timing_numbers(t)
+    {'n_chapters': 2, 'book_total_time': '8 minutes', 'smoke_total_time': '1.5 minutes', 'slowest_time': 'Two (5.5 minutes)'}
+    """
+    book_total = timing["book (min)"].sum(min_count=1)
+    smoke_total = timing["smoke (s)"].astype(float).sum(min_count=1)
+    slowest = timing.loc[timing["book (min)"].idxmax()] if timing["book (min)"].notna().any() else None
+    return {"n_chapters": len(timing),
+            "book_total_time": "not measured yet" if pd.isna(book_total) else f"{book_total:.0f} minutes",
+            "smoke_total_time": "not measured yet" if pd.isna(smoke_total) else f"{smoke_total / 60:.1f} minutes",
+            "slowest_time": "none measured yet" if slowest is None else
+            f"{slowest['chapter']} ({slowest['book (min)']:.1f} minutes)"}
+
+
+def exercise_numbers(table: pd.DataFrame) -> dict[str, int]:
+    """The teaching page's counts of exercises, by their glued keys, from :func:`exercise_index`:
+    all of them, those that need parameters only and those that need code.
+
+    Examples
+    --------
+    >>> exercise_numbers(pd.DataFrame({"needs": ["code", "parameters only", "code", "not marked"]}))
+    {'n_exercises': 4, 'n_parameters_only': 1, 'n_code': 2}
+    """
+    counts = table["needs"].value_counts()
+    return {"n_exercises": len(table), "n_parameters_only": int(counts.get(EXERCISE_KINDS[0], 0)),
+            "n_code": int(counts.get(EXERCISE_KINDS[1], 0))}
+
+
+def handout_cell(build: str | os.PathLike, chapter: str = "setting", seed: int = 7) -> tuple[str, int]:
+    """What a handout carries: ``book/build.py --handout`` (``build``: its path) run for
+    ``chapter`` at the smoke profile with ``-p seed=<seed>`` into a temporary folder; the source
+    of its cell of injected parameters, and how many of its code cells have an output (none: it
+    is handed out unexecuted)."""
+    with tempfile.TemporaryDirectory() as folder:
+        cmd = [sys.executable, str(build), "--handout", folder, "--profile", "smoke", "--only", chapter, "-p",
+               f"seed={seed}"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        handed = nbformat.read(Path(folder) / f"{chapter}.ipynb", as_version=4)
+    injected = next(c for c in handed.cells if "injected-parameters" in c.metadata.get("tags", ()))
+    return injected.source, sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
+
+
+__all__ = ["EXERCISE_KINDS", "FINDINGS_COLUMNS", "chapter_times", "chapter_title", "exercise_index", "exercise_numbers",
+           "exercises", "findings_counts", "findings_html", "findings_numbers", "handout_cell", "nearest_decisions",
+           "plot_verdicts", "read_findings", "record_seconds", "short_quote", "timing_numbers", "toc_chapters",
+           "verdict_changes"]
