@@ -238,7 +238,7 @@ def _interval_only(ours: str, n: int, unit: str) -> str:
 def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]]) -> tuple[pd.DataFrame, list[str]]:
     """Every claim of every chapter, from the build's records: one row per row of each chapter's
     claims table (the ``"claims"`` that ``book/build.py`` copies from the chapter's glued
-    :data:`CLAIMS_RECORDS` into ``<folder>/<name>.json``), in the book's order, the paper being the
+    :data:`fedbook.page.CLAIMS_RECORDS` into ``<folder>/<name>.json``), in the book's order, the paper being the
     chapter's part of ``parts`` (:func:`toc_chapters`); and the chapters that have no record in
     ``folder`` (not built).
 

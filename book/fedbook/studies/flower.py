@@ -1,5 +1,5 @@
 """The Flower chapter's procedures (*Running on Flower*, ``notebooks/flower.py``): its grid of runs
-(engines × methods) as a study (:mod:`fedbook.study`), each run checked against the in-process
+(engines × methods) as a study (``fedbook.study``), each run checked against the in-process
 loop bit for bit, and the tables and numbers its prose reads.
 
 - :func:`equivalence_cell`: one method's job (:func:`job_of`, the page's small federation) on one
@@ -35,9 +35,9 @@ from fedlib.messages import largest_difference
 from fedbook.page import format_bytes
 
 TRAIN = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
-"""MPT's local update on the page (the other methods take :func:`fedlib.engines.flower.example_job`'s)."""
+"""MPT's local update on the page (the other methods take :func:`fedlib.engines.flower.job.example_job`'s)."""
 KWARGS = {"mpt": {"train": TRAIN, "rare_class": 1, "ldc_epochs": 1, "ccvr_steps": 2, "ccvr_virtual": 4}}
-"""Per method, the arguments that differ from :func:`fedlib.engines.flower.example_job`'s: MPT with a short
+"""Per method, the arguments that differ from :func:`fedlib.engines.flower.job.example_job`'s: MPT with a short
 schedule (its defaults are the paper's)."""
 EQUIVALENCE = {"method": "object", "engine": "object", "identical": "object", "largest difference": "float64",
                "mean local accuracy": "float64", "in-process": "float64", "seconds": "float64", "survivors": "int64"}
@@ -66,7 +66,7 @@ def check_settings(settings: Any) -> None:
 
 
 def job_of(method: str, n_clients: int, rounds: int, seed: int) -> FlowerJob:
-    """The page's job of ``method``: :func:`fedlib.engines.flower.example_job` with ``n_clients``
+    """The page's job of ``method``: :func:`fedlib.engines.flower.job.example_job` with ``n_clients``
     clients and ``rounds`` rounds, evaluated every round, one torch thread per node, and the
     method's arguments of :data:`KWARGS`."""
     return example_job(method, n_clients=n_clients, rounds=rounds, seed=seed, eval_every=1, threads=1,

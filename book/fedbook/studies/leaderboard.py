@@ -6,7 +6,7 @@ cannot run on such a federation are listed with the reason their class gives.
 
 The protocol, once:
 
-- **data**: the scikit-learn digits (:func:`fedlib.data.load_dataset`, ``"uci8"``: 1,797 images of
+- **data**: the scikit-learn digits (:func:`fedlib.data.datasets.load_dataset`, ``"uci8"``: 1,797 images of
   8 × 8 pixels) as vectors of 64 values (:func:`digit_vectors`), so that the methods that work on
   feature vectors (GGEUR and its baselines) run on them as they are;
 - **federations**: per seed, one :func:`fedlib.federation.make_federations` call (a class-balanced
@@ -124,7 +124,7 @@ def _names(names: Iterable[str] | None) -> list[str]:
 
 
 def digit_vectors(n_samples: int | None = None, seed: int = 0) -> ArrayDataset:
-    """The scikit-learn digits (:func:`fedlib.data.load_dataset` ``"uci8"``, 8 × 8 pixels in [0, 1])
+    """The scikit-learn digits (:func:`fedlib.data.datasets.load_dataset` ``"uci8"``, 8 × 8 pixels in [0, 1])
     as vectors of shape (n, 64), seeded-subsampled to ``n_samples`` (``None``: all 1,797).
 
     Examples

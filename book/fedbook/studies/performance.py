@@ -1,6 +1,6 @@
 """The performance chapter's procedures (*Performance: a round at cross-device scale, and clients
 trained together*, ``notebooks/performance.py``): its grids of measurements as studies
-(:mod:`fedbook.study`) over :mod:`fedbook.benchmarks`, and the tables, figures and numbers its
+(``fedbook.study``) over :mod:`fedbook.benchmarks`, and the tables, figures and numbers its
 prose reads.
 
 Two grids of measurements, one seed each:

@@ -1,5 +1,5 @@
 """The setting chapter's procedures (*The federated setting and how we evaluate it*,
-``notebooks/setting.py``): what it runs, as the cells of its studies (:mod:`fedbook.study`), and
+``notebooks/setting.py``): what it runs, as the cells of its studies (``fedbook.study``), and
 the numbers its prose reads.
 
 The chapter runs, every run on one seed (a study with one seed):
@@ -145,7 +145,7 @@ class SettingConfig:
         return LoopConfig(rounds=self.rounds if rounds is None else rounds, seed=seed, rare_ratio=self.rare_ratio)
 
     def data(self, seed: int) -> ArrayDataset:
-        """The chapter's data set, seeded-subsampled to ``n_samples`` (:func:`fedlib.data.load_dataset`)."""
+        """The chapter's data set, seeded-subsampled to ``n_samples`` (:func:`fedlib.data.datasets.load_dataset`)."""
         return load_dataset(self.dataset, n_samples=self.n_samples, seed=seed, root=self.root)
 
     def model_fn(self, data: ArrayDataset) -> Callable[[], torch.nn.Module]:
@@ -192,7 +192,7 @@ def partition_table(federations: Mapping[float | None, Federation], rare_ratio: 
 
 def plot_partitions(federations: Mapping[float | None, Federation]) -> plt.Figure:
     """The training counts per class (rows) and client (columns) of every federation, one panel
-    each (:func:`fedlib.data.plot_partition`; the counts written in the cells only when they are
+    each (:func:`fedlib.data.partition.plot_partition`; the counts written in the cells only when they are
     at most 100)."""
     fig, axes = plt.subplots(len(federations), 1, figsize=(10, 3.6 * len(federations)), squeeze=False)
     for ax, (alpha, fed) in zip(axes[:, 0], federations.items()):
