@@ -33,12 +33,12 @@ records = None  # {profile: folder of that build's chapter records}; book/build.
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import pandas as pd
 from IPython.display import display
-from myst_nb import glue
 
-from fedbook.page import findings_counts, findings_html, read_findings, setup, show_table, toc_chapters
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS
+from fedbook.claims import HOLDS
+from fedbook.page import glue_all, setup, show_table
+from fedbook.records import (findings_counts, findings_html, findings_numbers, nearest_decisions, plot_verdicts,
+                             read_findings, toc_chapters, verdict_changes)
 
 PROFILES = {"smoke": {}, "book": {}, "paper": {}}
 P = setup(PROFILES, profile)
@@ -49,27 +49,8 @@ findings, not_built = read_findings(records[profile], parts)
 # the chapters with a claims table (those that call claims_report) that this build has no record of
 not_built = [n for n in not_built if n != "findings" and "claims_report(" in (ROOT / "notebooks" / f"{n}.py").read_text()]
 counts = findings_counts(findings)
-claims = findings[findings["kind"] == "claim"]
-
-# %% tags=["remove-cell"]
-total = counts.loc["all papers"]
-papers = [p for p in counts.index if p != "all papers"]
-glue("n_claims", int(total["claims"]), display=False)
-glue("n_holds", int(total[HOLDS]), display=False)
-glue("n_not", int(total[DOES_NOT_HOLD]), display=False)
-glue("n_inconclusive", int(total[INCONCLUSIVE]), display=False)
-glue("n_papers", len(papers), display=False)
-glue("n_controls", int((findings["kind"] == "control").sum()), display=False)
-glue("n_rows", len(findings), display=False)
-glue("n_headline", int(total["headline claims"]), display=False)
-glue("headline_decided", int(total["headline decided"]), display=False)
-glue("decided_percent", float(100 * (total[HOLDS] + total[DOES_NOT_HOLD]) / max(int(total["claims"]), 1)), display=False)
-glue("not_built_text", "every chapter with claims was built for it" if not not_built else
-     f"the chapters with claims {', '.join(not_built)} have no record in this build, so their claims are missing", display=False)
-most = counts.loc[papers, HOLDS].idxmax() if papers else "none"
-glue("most_holds_paper", most, display=False)
-glue("most_holds", int(counts.loc[most, HOLDS]) if papers else 0, display=False)
-glue("profile", P.profile, display=False)
+glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_changes(findings, records, P.profile, parts),
+          **nearest_decisions(findings)})
 
 # %% [markdown]
 # ## The verdicts, counted
@@ -90,23 +71,10 @@ glue("profile", P.profile, display=False)
 # below says how many seeds the observed spread would need to decide it.
 
 # %% tags=["hide-input"]
-show_table(counts.rename(columns={"claims": "claims tested"}), digits=0,
-           best={HOLDS: "max"} if len(papers) > 1 else None)
+show_table(counts.rename(columns={"claims": "claims tested"}), digits=0, best={HOLDS: "max"} if len(counts) > 2 else None)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "The verdicts of each paper's claims at this build's scale: claims that hold (green), that do not hold (red) and that are inconclusive at this scale (grey), one bar per paper; controls are not counted.", "name": "fig-findings-verdicts"}, "image": {"alt": "Horizontal stacked bars, one per paper, split into the number of claims that hold in green, that do not hold in red and that are inconclusive in grey."}}
-fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(papers), 1) + 1.2))
-left = pd.Series(0, index=papers, dtype=float)
-for verdict in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE):
-    values = counts.loc[papers, verdict].astype(float)
-    ax.barh(papers, values, left=left, color=VERDICT_COLOURS[verdict], edgecolor="#555555", label=verdict)
-    for y, (x0, v) in enumerate(zip(left, values)):
-        if v:
-            ax.text(x0 + v / 2, y, f"{int(v)}", ha="center", va="center", fontsize=9)
-    left += values
-ax.invert_yaxis()
-ax.set_xlabel("claims")
-ax.legend(loc="lower right", fontsize=8, frameon=False)
-fig.tight_layout()
+plot_verdicts(counts)
 plt.show()
 
 # %% [markdown]
@@ -146,32 +114,13 @@ display(findings_html(findings))
 # says the setting, not only the noise, has changed.
 # :::
 
-# %% tags=["remove-cell"]
-other = "smoke" if P.profile != "smoke" else "book"
-other_folder = (records or {}).get(other)
-other_findings = read_findings(other_folder, parts)[0] if other_folder and Path(other_folder).exists() else None
-if other_findings is None or other_findings.empty:
-    glue("ex1_text", f"This machine has no {other}-profile build to compare with: build it and re-run this page.",
-         display=False)
-    glue("ex1_table", show_table(pd.DataFrame({"note": [f"no {other} build"]}), index=False), display=False)
-else:
-    joined = findings.merge(other_findings, on=["chapter", "key"], suffixes=("", f" ({other})"))
-    moved = joined[joined["verdict"] != joined[f"verdict ({other})"]]
-    glue("ex1_text", f"Of the {len(joined)} rows both builds have, {len(moved)} change verdict between the "
-         f"{P.profile} profile and the {other} profile; the table lists them (the same rows, read from the two "
-         "builds' records).", display=False)
-    shown = moved[["paper", "key", "verdict", f"verdict ({other})", "n", f"n ({other})"]].rename(
-        columns={"verdict": f"verdict ({P.profile})", "n": f"seeds ({P.profile})", f"n ({other})": f"seeds ({other})"})
-    glue("ex1_table", show_table(shown if len(shown) else pd.DataFrame({"note": ["no verdict changes"]}), index=False),
-         display=False)
-
 # %% [markdown]
 # 2. *(code)* **Which open claims are nearest to a decision?** Write the few lines that list the
 #    inconclusive claims whose "seeds to decide" is a number, fewest seeds first, with the seeds
 #    they rest on now. Which paper's open claims would a modest budget (twice the seeds) settle?
 #
 # :::{dropdown} Hint
-# `read_findings` gives the table behind this page; the column `seeds to decide` reads
+# `fedbook.records.read_findings` gives the table behind this page; the column `seeds to decide` reads
 # `"n = 12"` where a number of seeds would decide the claim at the observed spread.
 # :::
 #
@@ -187,17 +136,3 @@ else:
 # ```{glue:figure} ex2_table
 # ```
 # :::
-
-# %% tags=["remove-cell"]
-open_ = findings[(findings["kind"] == "claim") & (findings["verdict"] == INCONCLUSIVE)]
-needed = open_["seeds to decide"].str.extract(r"n = ([\d,]+)")[0].str.replace(",", "").astype(float)
-near = open_.assign(needed=needed).dropna(subset=["needed"]).sort_values("needed", kind="stable")
-within = near[near["needed"] <= 2 * near["n"]]
-glue("ex2_text", f"{len(open_)} claims are open; for {len(near)} of them a number of seeds would decide at the observed "
-     f"spread, and {len(within)} would need at most twice the seeds they rest on now"
-     + (f" ({', '.join(f'{p}: {k}' for p, k in within.groupby('paper', sort=False).size().items())})." if len(within) else ".")
-     + " The others need more seeds than a chapter can afford, or no number of seeds would decide them at the observed "
-     "mean (a mean inside the band the rule leaves undecided).", display=False)
-glue("ex2_table", show_table(near[["paper", "key", "n", "needed"]].rename(columns={"n": "seeds now", "needed": "seeds to decide"})
-                             if len(near) else pd.DataFrame({"note": ["no open claim has a number"]}), digits=0, index=False),
-     display=False)

@@ -59,21 +59,18 @@ rounds = None  # communication rounds
 results_dir = None  # where the equivalence and bytes tables are saved as CSV (None: not saved)
 
 # %% tags=["hide-input"]
-import dataclasses
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
-import pandas as pd
 import torch
-from myst_nb import glue
 
-from fedlib.algorithms import ALGORITHMS
-from fedbook.page import format_bytes, setup, show_table
-from fedlib.io import atomic_write_bytes
-from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
-from fedlib.loop import largest_difference, run_differences
+from fedbook.page import format_bytes, glue_all, setup, show_table
+from fedbook.studies.flower import (bench_tables, bytes_table, check_settings, equivalence_cell, equivalence_table,
+                                    job_of, mirrored_bytes, node_failure, numbers, trust_refusal)
+from fedbook.studies.setting import save_frames
+from fedbook.study import Study, run_study
 
 PROFILES = {
     "smoke": dict(methods=["fedavg"], runtime_methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),
@@ -86,23 +83,8 @@ PROFILES = {
 }
 P = setup(PROFILES, profile, methods=methods, runtime_methods=runtime_methods, engines=engines, n_clients=n_clients,
           rounds=rounds)
-bad = [e for e in P.engines if e not in ENGINES]
-if bad:
-    raise ValueError(f"unknown engines {bad}; valid: {', '.join(ENGINES)}")
-bad = [m for m in P.methods if m not in ALGORITHMS]
-if bad:
-    raise ValueError(f"unknown methods {bad}; valid: {', '.join(sorted(ALGORITHMS))}")
-bad = [m for m in P.runtime_methods if m not in P.methods]
-if bad:
-    raise ValueError(f"runtime_methods {bad} are not among methods; valid: {', '.join(P.methods)}")
-
-TRAIN = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
-KWARGS = {  # MPT with a short schedule (its defaults are the paper's); the others: example_job's defaults
-    "mpt": {"train": TRAIN, "rare_class": 1, "ldc_epochs": 1, "ccvr_steps": 2, "ccvr_virtual": 4},
-}
-JOBS = {m: example_job(m, n_clients=P.n_clients, rounds=P.rounds, seed=seed, eval_every=1, threads=1,
-                       algorithm_kwargs=KWARGS.get(m)) for m in P.methods}
-print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
+check_settings(P)
+print(json.dumps(json.loads(job_of(P.methods[0], P.n_clients, P.rounds, seed).to_json()), indent=1))
 
 # %% [markdown]
 # A job names functions, not objects, so a node on another machine can build the same things from
@@ -152,64 +134,17 @@ print(json.dumps(json.loads(JOBS[P.methods[0]].to_json()), indent=1))
 
 # %% tags=["hide-input"]
 torch.set_num_threads(1)  # the jobs' threads: the in-process reference does the same arithmetic as the nodes
-
-refs = {m: j.run_in_process() for m, j in JOBS.items()}
+# every run against the same job in this process; Flower's runtimes run runtime_methods only (no cache: the runs are
+# the page's point, executed when it is built)
+RUNS = Study("flower", partial(equivalence_cell, n_clients=P.n_clients, rounds=P.rounds,
+                               runtime_methods=P.runtime_methods), grid={"engine": P.engines, "method": P.methods},
+             seeds=[seed])
 t0 = time.perf_counter()
-runs = {}
-for engine in P.engines:
-    jobs = JOBS if engine == "loopback" else {m: JOBS[m] for m in P.runtime_methods}
-    if engine == "deployment":
-        with LocalDeployment(P.n_clients, port=free_port_block(P.n_clients + 1)) as dep:
-            with ThreadPoolExecutor(len(jobs)) as pool:
-                done = pool.map(lambda j: run_flower(j, "deployment", deployment=dep), jobs.values())
-                runs.update({(m, engine): r for m, r in zip(jobs, done)})
-            left = dep  # checked below: no process of it may survive the with-block
-        survivors = left.pids()
-    else:
-        runs.update({(m, engine): run_flower(j, engine) for m, j in jobs.items()})
+frames = run_study(RUNS)
 flower_seconds = time.perf_counter() - t0
-
-rows = []
-for (m, engine), run in runs.items():
-    ref = refs[m]
-    rows.append({"method": m, "engine": engine, "identical": "no" if run_differences(ref, run.result) else "yes",
-                 "largest difference": largest_difference(ref, run.result),
-                 "mean local accuracy": run.result.summary()["local"], "in-process": ref.summary()["local"],
-                 "seconds": run.seconds})
-equiv = pd.DataFrame(rows)
-if results_dir is not None:
-    atomic_write_bytes(Path(results_dir) / "equivalence.csv", equiv.to_csv(index=False).encode())
-show_table(equiv, digits={"largest difference": 1, "mean local accuracy": 4, "in-process": 4, "seconds": 1},
-           formats={"largest difference": ".1e"}, index=False)
-
-# %% tags=["remove-cell"]
-n_same = int((equiv["identical"] == "yes").sum())
-glue("fl_n_runs", len(equiv), display=False)
-glue("fl_n_same", n_same, display=False)
-glue("fl_same_reading", "every one of them is bit-identical to the in-process run: the same final weights, client states, "
-     "metrics and ledger" if n_same == len(equiv) else
-     f"{len(equiv) - n_same} differ from the in-process run (a defect: the tests require equality)", display=False)
-glue("fl_methods", ", ".join(P.methods), display=False)
-runtimes = [e for e in P.engines if e != "loopback"]
-glue("fl_runtime_runs", f"; {', '.join(P.runtime_methods)} also on {' and '.join(runtimes)}" if runtimes else "",
-     display=False)
-glue("fl_engines", ", ".join(P.engines), display=False)
-glue("fl_clients", P.n_clients, display=False)
-glue("fl_rounds", P.rounds, display=False)
-glue("fl_seconds", flower_seconds, display=False)
-glue("fl_survivors", "no process of the deployment was left running" if "deployment" not in P.engines or not survivors
-     else f"{len(survivors)} processes of the deployment were left running (a defect)", display=False)
-
-# %% tags=["remove-cell"]
-# the trust model, live: a job whose federation seed is a call of os:system is refused before any import
-crafted = json.loads(JOBS[P.methods[0]].to_json())
-crafted["federation"]["kwargs"]["seed"] = {"call": "os:system", "kwargs": {"command": "touch MARKER"}}
-try:
-    FlowerJob.from_json(json.dumps(crafted))
-    trust_refusal = "it was accepted (a defect: the tests require a refusal)"
-except ValueError as err:
-    trust_refusal = f"“{str(err).split(';')[0]}”"
-glue("fl_trust_refusal", trust_refusal, display=False)
+save_frames(frames, results_dir)
+show_table(equivalence_table(frames["equivalence"]), formats={"largest difference": ".1e"}, index=False,
+           digits={"largest difference": 1, "mean local accuracy": 4, "in-process": 4, "seconds": 1})
 
 # %% [markdown]
 # {glue:text}`fl_n_runs` runs ({glue:text}`fl_methods` on the loopback engine{glue:text}`fl_runtime_runs`;
@@ -238,24 +173,8 @@ glue("fl_trust_refusal", trust_refusal, display=False)
 # up with every reply unless `mirror_states=False`).
 
 # %% tags=["hide-input"]
-wire = pd.concat([r.wire.assign(method=m, engine=e) for (m, e), r in runs.items()])
-first_engine = P.engines[0]
-by_kind = (wire[wire["engine"] == first_engine].groupby(["method", "direction", "kind"])[["bytes", "flower_bytes"]]
-           .sum().reset_index())
-by_kind["Flower / fedlib"] = by_kind["flower_bytes"] / by_kind["bytes"]
-if results_dir is not None:
-    atomic_write_bytes(Path(results_dir) / "bytes.csv", by_kind.to_csv(index=False).encode())
-show_table(by_kind.rename(columns={"bytes": "fedlib bytes", "flower_bytes": "Flower bytes"}),
+show_table(bytes_table(frames["wire"], P.engines[0]).rename(columns={"bytes": "fedlib bytes", "flower_bytes": "Flower bytes"}),
            formats={"fedlib bytes": format_bytes, "Flower bytes": format_bytes}, digits={"Flower / fedlib": 2}, index=False)
-
-# %% tags=["remove-cell"]
-per_engine = wire[wire["method"].isin(P.runtime_methods)].groupby("engine")["flower_bytes"].sum()  # the same runs
-glue("fl_bytes_same_engines", "the same on every engine" if per_engine.nunique() == 1 else
-     "nearly the same on every engine (Flower's message metadata, ids among them, differ in length between engines)",
-     display=False)
-overall = wire[wire["engine"] == first_engine]
-glue("fl_overhead", float(100 * (overall["flower_bytes"].sum() / overall["bytes"].sum() - 1)), display=False)
-glue("fl_first_engine", first_engine, display=False)
 
 # %% [markdown]
 # On the {glue:text}`fl_first_engine` engine Flower's messages are {glue:text}`fl_overhead:.0f` %
@@ -277,26 +196,9 @@ glue("fl_first_engine", first_engine, display=False)
 # machine are below the table.
 
 # %% tags=["hide-input"]
-saved = json.loads((Path("..") / "book" / "data" / "bench_flower.json").read_text())
-bench = pd.DataFrame(saved["table"]).set_index("engine")
-bench_view = bench[["wall_s", "wall_s_ratio", "round_s", "round_s_ratio", "peak_pss_mib", "peak_pss_mib_ratio", "processes",
-                    "identical"]].rename(columns={
-    "wall_s": "wall (s)", "wall_s_ratio": "wall ratio", "round_s": "round (s)", "round_s_ratio": "round ratio",
-    "peak_pss_mib": "peak PSS (MiB)", "peak_pss_mib_ratio": "memory ratio", "processes": "most processes at once"})
-bench_view["identical"] = bench_view["identical"].map({True: "yes", False: "no"})
+saved, bench, bench_view = bench_tables(Path("..") / "book" / "data" / "bench_flower.json")
 show_table(bench_view, digits={"wall (s)": 1, "wall ratio": 1, "round (s)": 2, "round ratio": 1, "peak PSS (MiB)": 0,
                                "memory ratio": 1})
-
-# %% tags=["remove-cell"]
-glue("fl_bench_date", saved["date"], display=False)
-glue("fl_bench_machine", saved["machine"], display=False)
-glue("fl_bench_workload", saved["workload"], display=False)
-for engine in ("simulation", "deployment"):
-    glue(f"fl_bench_{engine}_round", float(bench.loc[engine, "round_s_ratio"]), display=False)
-    glue(f"fl_bench_{engine}_wall", float(bench.loc[engine, "wall_s_ratio"]), display=False)
-    glue(f"fl_bench_{engine}_mem", float(bench.loc[engine, "peak_pss_mib_ratio"]), display=False)
-glue("fl_bench_identical", "bit-identical to the in-process run on both engines" if bool(bench["identical"].all())
-     else "not identical to the in-process run on every engine (a defect)", display=False)
 
 # %% [markdown]
 # Measured on {glue:text}`fl_bench_date` ({glue:text}`fl_bench_machine`; {glue:text}`fl_bench_workload`).
@@ -380,26 +282,10 @@ glue("fl_bench_identical", "bit-identical to the in-process run on both engines"
 # ## Exercises
 
 # %% tags=["remove-cell"]
-ex_job = example_job("fedavg", n_clients=4, rounds=3, seed=seed, threads=1, eval_every=0)
-ex_job_drop = dataclasses.replace(ex_job, config={**ex_job.config, "on_failure": "drop"})
-try:
-    run_flower(ex_job, "loopback", unresponsive={1}, timeout=0.01)
-    ex1_error = "no error (a defect)"
-except RuntimeError as err:
-    ex1_error = str(err).split(";")[0]
-dropped = run_flower(ex_job_drop, "loopback", unresponsive={1}, timeout=0.01)
-frame = dropped.result.frame
-glue("ex1_error", ex1_error, display=False)
-glue("ex1_dropped_rounds", ", ".join(str(int(r)) for r in frame.loc[frame["metric"] == "dropped_failed", "round"]), display=False)
-glue("ex1_evaluated", len(dropped.result.per_client()), display=False)
-ex2_job = example_job("ditto", n_clients=P.n_clients, rounds=P.rounds, seed=seed, threads=1)
-mirrored = run_flower(ex2_job, "loopback")
-nomirror = run_flower(ex2_job, "loopback", mirror_states=False)
-up = lambda w: int(w.loc[w["direction"] == "up", "flower_bytes"].sum())  # noqa: E731
-glue("ex2_up_mirror", format_bytes(up(mirrored.wire)), display=False)
-glue("ex2_up_nomirror", format_bytes(up(nomirror.wire)), display=False)
-glue("ex2_same", "the same final server state" if largest_difference(mirrored.result, nomirror.result) == 0.0
-     else "another final server state (a defect)", display=False)
+# the trust model, live (a job whose federation seed is a call of os:system), and the exercises' runs
+glue_all({**numbers(frames["equivalence"], frames["wire"], P, seconds=flower_seconds, saved=saved, bench=bench),
+          "fl_trust_refusal": trust_refusal(job_of(P.methods[0], P.n_clients, P.rounds, seed)),
+          **node_failure(seed), **mirrored_bytes(P.n_clients, P.rounds, seed)})
 
 # %% [markdown]
 # ### Exercise 1: A node that stops answering

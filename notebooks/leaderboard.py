@@ -40,25 +40,23 @@ methods = None  # registered names to run (None: every registered method that ca
 rank_by = None  # the metric the board is ordered and the bootstrap ranks on: "pooled", "worst_pooled", ...
 n_boot = None  # bootstrap resamples of the seeds for the rank uncertainty
 results_dir = None  # where the tidy per-run rows are saved (None: not saved)
+cache_dir = None  # where the study keeps each cell's frames (book/build.py gives the profile's own); None: no cache
+workers = 1  # processes the study's cells run in (the numbers do not depend on it)
 
 # %% tags=["hide-input"]
-import inspect
-import math
 import os
 import time
+from functools import partial
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
-from myst_nb import glue
 
-from fedlib.algorithms import registered
-from fedbook.page import format_bytes, setup, show_table
-from fedbook.studies.leaderboard import (BYTES, COLUMNS, CONTENDER_SHARE, LeaderboardConfig, board, cell_text, digit_vectors, method_table,
-                                            pareto_front, rank_bootstrap, run_leaderboard, save_rows, split_methods,
-                                            summary_table, winner_words)
-from fedbook.studies.setting import partition_label
-from fedlib.federation import make_federation
+from fedbook.page import format_bytes, glue_all, setup, show_table
+from fedbook.studies.leaderboard import (COLUMNS, LeaderboardConfig, boards, digit_vectors, leaderboard_cell,
+                                         method_table, numbers, plot_accuracy, rank_bootstrap, split_methods,
+                                         summary_table)
+from fedbook.studies.setting import save_frames
+from fedbook.study import Study, run_study
 
 PROFILES = {
     "smoke": dict(n_samples=400, n_clients=4, alphas=[0.1, 0.5], global_test_per_class=5, n_seeds=2, rounds=2,
@@ -110,30 +108,6 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples of {data.x.shape[1
 # %% tags=["hide-input"]
 show_table(method_table(names, config), wrap=True)
 
-# %% tags=["remove-cell"]
-n_registered = len(registered()) if P.methods is None else len(P.methods)
-glue("lb_clients", P.n_clients, display=False)
-glue("lb_n_samples", f"{len(data):,}", display=False)
-glue("lb_n_features", int(data.x.shape[1]), display=False)
-glue("lb_test_percent", round(100 * inspect.signature(make_federation).parameters["test_fraction"].default), display=False)
-glue("lb_momentum", config.momentum, display=False)
-glue("lb_batch", config.batch_size, display=False)
-glue("lb_hidden", " × ".join(map(str, P.hidden)), display=False)
-glue("lb_rounds", P.rounds, display=False)
-glue("lb_epochs", P.local_epochs, display=False)
-glue("lb_lr", P.lr, display=False)
-glue("lb_ft_epochs", P.finetune_epochs, display=False)
-glue("lb_seeds", P.n_seeds, display=False)
-glue("lb_n_methods", len(names), display=False)
-glue("lb_n_registered", n_registered, display=False)
-glue("lb_n_excluded", len(excluded), display=False)
-glue("lb_excluded_names", ", ".join(excluded.index) if len(excluded) else "none", display=False)
-glue("lb_n_boot", P.n_boot, display=False)
-glue("lb_contender_share", round(100 * CONTENDER_SHARE), display=False)
-glue("lb_settled_share", round(100 * (1 - CONTENDER_SHARE)), display=False)
-glue("lb_rank_by", COLUMNS[P.rank_by], display=False)
-glue("lb_n_resamples", math.comb(2 * P.n_seeds - 1, P.n_seeds), display=False)  # multisets of n seeds from n
-
 # %% [markdown]
 # **Who is not on the board.** Of the {glue:text}`lb_n_registered` registered methods,
 # {glue:text}`lb_n_methods` run and {glue:text}`lb_n_excluded` cannot
@@ -173,11 +147,14 @@ show_table(excluded if len(excluded) else pd.DataFrame({"reason": ["every method
 # {glue:text}`lb_example_high:.1f` with 95 % confidence, as far as seed-to-seed variation goes".
 
 # %%
+# every method of a seed trains on the same federation from the same initial weights (the page's data: its seed)
+LEADERBOARD = Study("leaderboard", partial(leaderboard_cell, config=config, n_samples=P.n_samples, data_seed=seed,
+                                           n_clients=P.n_clients, global_test_per_class=P.global_test_per_class),
+                    grid={"alpha": P.alphas, "method": names}, seeds=SEEDS)
 t_runs = time.perf_counter()
-rows = run_leaderboard(data, names, P.alphas, SEEDS, n_clients=P.n_clients,
-                       global_test_per_class=P.global_test_per_class, config=config)
+rows = run_study(LEADERBOARD, workers=workers, threads=1, cache=cache_dir)["leaderboard"]
 run_seconds = time.perf_counter() - t_runs
-save_rows(rows, results_dir)
+save_frames({"leaderboard": rows}, results_dir)
 summary = summary_table(rows)
 ranks = rank_bootstrap(rows, P.rank_by, n_boot=P.n_boot, seed=seed)
 
@@ -189,59 +166,12 @@ ranks = rank_bootstrap(rows, P.rank_by, n_boot=P.n_boot, seed=seed)
 # the method ranks first, and its median rank.
 
 # %% tags=["hide-input"]
-boards = pd.concat({a: board(summary, a, ranks, sort_by=P.rank_by) for a in P.alphas}, names=["α", "method"])
-show_table(boards, digits={"ranked first (%)": 0, "median rank": 1}, formats={"α": "g", "bytes per client and round": format_bytes})
+show_table(boards(summary, ranks, P.alphas, P.rank_by), digits={"ranked first (%)": 0, "median rank": 1},
+           formats={"α": "g", "bytes per client and round": format_bytes})
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean client accuracy (dot) with its 95 % interval over seeds (bar) and the worst client (cross) of every method, one panel per Dirichlet concentration $\\alpha$; methods ordered by their mean client accuracy at the most skewed $\\alpha$. Final round, pooled scores.", "name": "fig-leaderboard-accuracy"}, "image": {"alt": "Horizontal dot plots, one panel per alpha, with one row per method: a dot with a horizontal error bar for the mean client accuracy over seeds and a cross for the worst client, on a 0 to 100 percent axis. The order of the rows is the same in every panel."}}
-hard, mild = min(P.alphas), max(P.alphas)
-order = summary.loc[hard].sort_values("pooled", kind="stable").index.tolist()  # best at the top
-fig, axes = plt.subplots(1, len(P.alphas), figsize=(min(10, 5 * len(P.alphas)), 0.32 * len(order) + 1.6),
-                         sharey=True, squeeze=False)
-for ax, a in zip(axes[0], sorted(P.alphas)):
-    s = summary.loc[a].reindex(order)
-    ys = np.arange(len(order))
-    half = s["pooled ±"].to_numpy(dtype=float)
-    ax.errorbar(s["pooled"], ys, xerr=np.where(np.isfinite(half), half, 0.0), fmt="o", color="C0", capsize=2,
-                label="mean client accuracy")
-    ax.scatter(s["worst_pooled"], ys, marker="x", color="C3", label="worst client", zorder=3)
-    ax.set_yticks(ys, order)
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("accuracy (%)")
-    ax.set_title(partition_label(a))
-    ax.grid(axis="x", alpha=0.3)
-handles, labels = axes[0, 0].get_legend_handles_labels()
-fig.legend(handles, labels, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0), frameon=False)
-fig.tight_layout(rect=(0, 0, 1, 0.95))
+plot_accuracy(summary, P.alphas)
 plt.show()
-
-# %% tags=["remove-cell"]
-for key, a in (("hard", hard), ("mild", mild)):
-    w = winner_words(ranks, a, rows, P.rank_by)
-    glue(f"lb_alpha_{key}", a, display=False)
-    glue(f"lb_leader_{key}", w["leader"], display=False)
-    glue(f"lb_leader_first_{key}", w["leader_first"], display=False)
-    glue(f"lb_runner_{key}", w["runner_up"], display=False)
-    glue(f"lb_contenders_{key}", w["contenders"], display=False)
-    glue(f"lb_verdict_{key}", w["verdict"], display=False)
-    glue(f"lb_leader_acc_{key}", float(summary.loc[(a, w["leader"]), "pooled"]), display=False)
-    glue(f"lb_leader_half_{key}", float(summary.loc[(a, w["leader"]), "pooled ±"]), display=False)
-    if key == "hard":  # the example of how to read a cell
-        cell = summary.loc[(a, w["leader"])]
-        glue("lb_example_cell", cell_text(cell["pooled"], cell["pooled ±"]), display=False)
-        glue("lb_example_low", float(cell["pooled low"]), display=False)
-        glue("lb_example_high", float(cell["pooled high"]), display=False)
-    glue(f"lb_leader_worst_{key}", float(summary.loc[(a, w["leader"]), "worst_pooled"]), display=False)
-    ref = "fedavg" if "fedavg" in names else names[0]
-    glue(f"lb_ref_{key}", ref, display=False)
-    glue(f"lb_ref_acc_{key}", float(summary.loc[(a, ref), "pooled"]), display=False)
-    glue(f"lb_ref_worst_{key}", float(summary.loc[(a, ref), "worst_pooled"]), display=False)
-    glue(f"lb_ref_global_{key}", float(summary.loc[(a, ref), "global"]), display=False)
-    best_global = summary.loc[a, "global"].idxmax()
-    glue(f"lb_best_global_{key}", best_global, display=False)
-    glue(f"lb_best_global_acc_{key}", float(summary.loc[(a, best_global), "global"]), display=False)
-    gap = summary.loc[a, "pooled"] - summary.loc[a, "global"]
-    glue(f"lb_personal_{key}", gap.idxmax(), display=False)
-    glue(f"lb_personal_gap_{key}", float(gap.max()), display=False)
 
 # %% [markdown]
 # {numref}`fig-leaderboard-accuracy` draws the same numbers with their intervals. At the most
@@ -293,17 +223,6 @@ for key, a in (("hard", hard), ("mild", mild)):
 # another model or other hyper-parameters, and with few seeds it is itself coarse: there are only
 # {glue:text}`lb_n_resamples` distinct resamples of {glue:text}`lb_seeds` seeds.
 
-# %% tags=["remove-cell"]
-cost = summary[BYTES]
-cheap, dear = cost.idxmin(), cost.idxmax()
-glue("lb_cheapest", cheap[1], display=False)
-glue("lb_cheapest_bytes", format_bytes(float(cost.loc[cheap])), display=False)
-glue("lb_dearest", dear[1], display=False)
-glue("lb_dearest_bytes", format_bytes(float(cost.loc[dear])), display=False)
-ref = "fedavg" if "fedavg" in names else names[0]
-glue("lb_ref_bytes", format_bytes(float(summary.loc[(hard, ref), BYTES])), display=False)
-glue("lb_ref", ref, display=False)
-
 # %% [markdown]
 # ## Communication
 #
@@ -344,17 +263,6 @@ glue("lb_ref", ref, display=False)
 #
 # Both exercises are answered from the runs above: no new training.
 
-# %% tags=["remove-cell"]
-# Exercise 1: the accuracy-communication front at the most skewed alpha
-acc = summary.loc[hard, "pooled"].to_dict()
-bytes_ = summary.loc[hard, BYTES].to_dict()
-front = pareto_front(acc, bytes_)
-better_and_cheaper = [m for m in names if m != ref and acc[m] > acc[ref] and bytes_[m] <= bytes_[ref]]
-glue("ex1_front", ", ".join(f"{m} ({acc[m]:.1f} %, {format_bytes(bytes_[m])})" for m in front), display=False)
-glue("ex1_n_front", len(front), display=False)
-glue("ex1_dominate", (", ".join(f"{m} ({acc[m] - acc[ref]:+.1f})" for m in better_and_cheaper)
-                      if better_and_cheaper else "no method"), display=False)
-
 # %% [markdown]
 # 1. *(code)* **Accuracy per byte.** At $\alpha =$ {glue:text}`lb_alpha_hard`, which methods are on the
 #    Pareto front of mean client accuracy against bytes per client and round (no other method is
@@ -377,24 +285,6 @@ glue("ex1_dominate", (", ".join(f"{m} ({acc[m] - acc[ref]:+.1f})" for m in bette
 # sends class statistics for a deployed head pays for them every round. The front uses the means
 # only: a gain smaller than the half-widths in the board is not one these seeds can vouch for.
 # :::
-
-# %% tags=["remove-cell"]
-# Exercise 2: rank by the worst client instead
-other = "worst_pooled" if P.rank_by != "worst_pooled" else "pooled"
-ranks_other = rank_bootstrap(rows, other, n_boot=P.n_boot, seed=seed)
-w_main, w_other = winner_words(ranks, hard, rows, P.rank_by), winner_words(ranks_other, hard, rows, other)
-moved = (ranks_other.loc[hard, "rank"] - ranks.loc[hard, "rank"]).abs()
-MOVE = 3  # places: a "large" move between the two orders
-glue("ex2_metric", COLUMNS[other], display=False)
-glue("ex2_leader", w_other["leader"], display=False)
-glue("ex2_leader_first", w_other["leader_first"], display=False)
-glue("ex2_same", ("the same leader as" if w_other["leader"] == w_main["leader"] else
-                  f"another leader than {w_main['leader']}, the leader of"), display=False)
-glue("ex2_main_metric", COLUMNS[P.rank_by], display=False)
-glue("ex2_move", MOVE, display=False)
-glue("ex2_verdict", w_other["verdict"], display=False)
-glue("ex2_moved", int((moved >= MOVE).sum()), display=False)
-glue("ex2_moved_most", f"{moved.idxmax()} ({moved.max():g} places)", display=False)
 
 # %% [markdown]
 # 2. *(parameters only)* **Another yardstick.** Order the board at $\alpha =$ {glue:text}`lb_alpha_hard` by the worst
@@ -421,6 +311,5 @@ glue("ex2_moved_most", f"{moved.idxmax()} ({moved.max():g} places)", display=Fal
 
 # %% tags=["remove-cell"]
 children = os.times()
-glue("lb_run_seconds", float(run_seconds), display=False)
-glue("leaderboard_cpu_seconds", float(time.process_time() + children.children_user + children.children_system),
-     display=False)
+glue_all({**numbers(rows, summary, ranks, P, names, excluded, data, config, seed), "lb_run_seconds": float(run_seconds),
+          "leaderboard_cpu_seconds": float(time.process_time() + children.children_user + children.children_system)})

@@ -46,20 +46,16 @@ workloads = None  # local-training workloads timed sequential against vectorized
 results_dir = None  # where the measurements are saved as CSV (None: not saved)
 
 # %% tags=["hide-input"]
-import inspect
-import os
-from pathlib import Path
+from functools import partial
 
 import matplotlib.pyplot as plt
-import pandas as pd
-import torch
-from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
-from myst_nb import glue
 
-from fedlib.algorithms import registered
-from fedbook.benchmarks import AGGREGATIONS, WORKLOADS, local_training_speed, loop_overhead, round_cost, round_scaling
-from fedbook.page import setup, show_table
-from fedlib.io import atomic_write_bytes
+from fedbook.benchmarks import AGGREGATIONS, WORKLOADS, loop_overhead
+from fedbook.page import glue_all, setup, show_table
+from fedbook.studies.performance import (cost_table, costs_of, numbers, overhead_table, plot_costs, plot_stack,
+                                         round_cell, speed_cell, speed_table)
+from fedbook.studies.setting import save_frames
+from fedbook.study import Study, run_study
 
 PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)
     "smoke": dict(clients=[10, 40], models=["mlp"], fresh_process=False, workloads=["linear", "mlp_digits"], repeats=2,
@@ -88,15 +84,7 @@ if bad:
 
 # %% tags=["hide-input"]
 ovh = loop_overhead(**P.overhead, seed=seed)
-show_table(pd.DataFrame([{"loop": "fedlib (run_federated)", "seconds": ovh.fedlib_s},
-                         {"loop": "hand-written PyTorch", "seconds": ovh.hand_s}]), digits={"seconds": 2}, index=False)
-glue("perf_ovh_clients", ovh.n_clients, display=False)
-glue("perf_ovh_model", {"cnn": "small CNN", "mlp": "MLP"}[ovh.model], display=False)
-glue("perf_ovh_rounds", ovh.rounds, display=False)
-glue("perf_ovh_repeats", P.overhead["repeats"], display=False)
-glue("perf_ovh_ratio_measured", ovh.ratio, display=False)
-glue("perf_ovh_identical", "are identical bit for bit" if ovh.identical else "differ (a defect: the tests require equality)",
-     display=False)
+show_table(overhead_table(ovh), digits={"seconds": 2}, index=False)
 
 # %% [markdown]
 # fedlib takes {glue:text}`perf_ovh_ratio_measured:.2f` times the hand-written loop's time, and the two final
@@ -111,58 +99,17 @@ glue("perf_ovh_identical", "are identical bit for bit" if ovh.identical else "di
 # and the clients' splits); the *peak* includes the round.
 
 # %% tags=["hide-input"]
-costs = [round_cost(n, model, aggregation, seed=seed, fresh_process=P.fresh_process) for model in P.models
-         for n in P.clients for aggregation in AGGREGATIONS]
-table = pd.DataFrame([{"model": c.model, "clients": c.n_clients, "aggregation": c.aggregation,
-                       "parameters": c.n_parameters, "baseline (MiB)": c.baseline_mib, "peak (MiB)": c.peak_mib,
-                       "added by the round (MiB)": c.round_mib, "ms per client": c.ms_per_client} for c in costs])
-if results_dir is not None:
-    atomic_write_bytes(Path(results_dir) / "round_cost.csv", table.to_csv(index=False).encode())
+# measurements of this machine: one after another in this process (one worker), never cached
+ROUNDS = Study("round_cost", partial(round_cell, fresh_process=P.fresh_process),
+               grid={"model": P.models, "n_clients": P.clients, "aggregation": AGGREGATIONS}, seeds=[seed])
+frames = run_study(ROUNDS)
+table = cost_table(costs_of(frames["round_cost"]))
 show_table(table, digits={"baseline (MiB)": 0, "peak (MiB)": 0, "added by the round (MiB)": 0, "ms per client": 1},
            index=False)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Peak resident memory (left) and time per client (right) of one FedAvg round against the number of clients, for the fold (each reply added to a running sum and freed) and the list (every reply kept until the round ends). Logarithmic client axis.", "name": "fig-performance-scale"}, "image": {"alt": "Two line plots against the number of clients on a logarithmic axis. Left: peak memory in MiB; the fold's line stays flat while the list's rises with the clients. Right: milliseconds per client, roughly flat for both."}}
-fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(9.5, 3.6))
-for (model, aggregation), part in table.groupby(["model", "aggregation"], sort=False):
-    style = dict(marker="o", linestyle="-" if aggregation == "fold" else "--", label=f"{model}, {aggregation}")
-    ax_mem.plot(part["clients"], part["peak (MiB)"], **style)
-    ax_time.plot(part["clients"], part["ms per client"], **style)
-for ax, label in ((ax_mem, "peak resident memory (MiB)"), (ax_time, "time per client (ms)")):
-    ax.set_xscale("log")
-    ax.set_xticks(P.clients)
-    ax.xaxis.set_major_formatter(ScalarFormatter())
-    ax.xaxis.set_minor_locator(LogLocator(subs="auto"))
-    ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("clients in the round")
-    ax.set_ylabel(label)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-ax_mem.legend(loc="upper left", fontsize=8)
-fig.tight_layout()
+plot_costs(table, P.clients)
 plt.show()
-
-# %% tags=["remove-cell"]
-scale = round_scaling(costs, P.models[0])
-glue("perf_model", scale.model, display=False)
-glue("perf_small", scale.small, display=False)
-glue("perf_large", f"{scale.large:,}", display=False)
-glue("perf_fold_growth_measured", scale.fold_growth, display=False)
-glue("perf_list_growth_measured", scale.list_growth, display=False)
-glue("perf_time_ratio", scale.time_ratio, display=False)
-glue("perf_time_reading",
-     "flat, so a round's total time grows linearly with its clients" if 0.8 <= scale.time_ratio <= 1.25 else
-     "lower, because a round's fixed costs (the first client's warm-up, the server's finish) are spread over "
-     "more clients; the total grows no faster than linearly" if scale.time_ratio < 0.8 else
-     "higher: a round's total time grows faster than its number of clients here", display=False)
-glue("perf_kept_measured", scale.kept_mib, display=False)
-glue("perf_params", f"{scale.n_parameters:,}", display=False)
-glue("perf_list_methods", ", ".join(registered(streams=False)), display=False)
-glue("perf_isolation", "measured each round in a fresh process" if P.fresh_process else
-     "(the smoke profile) measured every round in the chapter's own process, so its peaks are not the rounds' alone",
-     display=False)
-glue("perf_per_client", inspect.signature(round_cost).parameters["min_per_client"].default, display=False)
-glue("perf_round_threads", inspect.signature(round_cost).parameters["threads"].default, display=False)
-glue("perf_n_fold", len(registered(streams=True)), display=False)
 
 # %% [markdown]
 # From {glue:text}`perf_small` to {glue:text}`perf_large` clients the peak memory of a round of
@@ -237,61 +184,20 @@ glue("perf_n_fold", len(registered(streams=True)), display=False)
 
 # %% tags=["hide-input"]
 # the kernel's torch threads: book/build.py gives each parallel worker its share of the cores
-speed = [local_training_speed(w, repeats=P.repeats, seed=seed) for w in P.workloads]
-WORKLOAD_TEXT = {"linear": "linear head on 512-d frozen embeddings", "mlp_digits": "MLP 64-64-10, UCI digits 8 × 8",
-                 "mlp": "MLP 784-256-128-10, MNIST-5k", "cnn": "small CNN (width 32), MNIST-5k 28 × 28"}
-speed_table = pd.DataFrame([{"workload": WORKLOAD_TEXT[r.workload], "parameters": r.n_parameters,
-                             "sequential (s)": r.sequential_s, "vectorized (s)": r.vectorized_s, "speed-up": r.ratio,
-                             "max difference": r.max_abs_diff} for r in speed])
-if results_dir is not None:
-    atomic_write_bytes(Path(results_dir) / "vectorized_speed.csv", speed_table.to_csv(index=False).encode())
-show_table(speed_table, digits={"sequential (s)": 3, "vectorized (s)": 3, "speed-up": 2},
+SPEED = Study("speed", partial(speed_cell, repeats=P.repeats), grid={"workload": P.workloads}, seeds=[seed])
+STACK = Study("stack", partial(speed_cell, workload="linear", repeats=P.repeats), grid={"n_clients": P.stack_clients},
+              seeds=[seed])
+frames |= run_study(SPEED) | run_study(STACK)
+save_frames(frames, results_dir)
+show_table(speed_table(frames["speed"]), digits={"sequential (s)": 3, "vectorized (s)": 3, "speed-up": 2},
            formats={"max difference": ".1e"}, best={"speed-up": "max"}, index=False)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Speed-up of vectorized over sequential local training against the number of clients in the round, for the linear head on frozen embeddings (one epoch each, medians of the alternating runs).", "name": "fig-performance-vectorized"}, "image": {"alt": "A line plot of the speed-up (times faster) against the number of stacked clients, on a logarithmic client axis, with a dashed line at 1 (no gain)."}}
-stack = [local_training_speed("linear", n_clients=n, repeats=P.repeats, seed=seed) for n in P.stack_clients]
-fig, ax = plt.subplots(figsize=(5.5, 3.4))
-ax.plot(P.stack_clients, [r.ratio for r in stack], marker="o", label="linear head")
-ax.axhline(1.0, color="0.5", linestyle="--", linewidth=1)
-ax.set_xscale("log")
-ax.set_xticks(P.stack_clients)
-ax.xaxis.set_major_formatter(ScalarFormatter())
-ax.xaxis.set_minor_formatter(NullFormatter())
-ax.set_xlabel("clients in the round")
-ax.set_ylabel("speed-up (times faster)")
-ax.set_ylim(bottom=0)
-ax.grid(alpha=0.3)
-fig.tight_layout()
+plot_stack(frames["stack"])
 plt.show()
 
 # %% tags=["remove-cell"]
-by = {r.workload: r for r in speed}
-glue("perf_vec_methods", ", ".join(registered(stacks=True, bare=True)), display=False)
-glue("perf_seq_methods", ", ".join(registered(stacks=False, bare=True)), display=False)
-glue("perf_vec_clients", speed[0].n_clients, display=False)
-glue("perf_vec_epochs", inspect.signature(local_training_speed).parameters["epochs"].default, display=False)
-glue("perf_vec_batch", inspect.signature(local_training_speed).parameters["batch_size"].default, display=False)
-glue("perf_vec_threads", torch.get_num_threads(), display=False)
-glue("perf_vec_repeats", P.repeats, display=False)
-best = max(speed, key=lambda r: r.ratio)
-worst = min(speed, key=lambda r: r.ratio)
-glue("perf_vec_best_measured", WORKLOAD_TEXT[best.workload], display=False)
-glue("perf_vec_best_ratio_measured", best.ratio, display=False)
-glue("perf_vec_worst_measured", WORKLOAD_TEXT[worst.workload], display=False)
-glue("perf_vec_worst_ratio_measured", worst.ratio, display=False)
-glue("perf_vec_worst_reading_measured", "slower than one client after another" if worst.ratio < 1 else "barely faster" if worst.ratio < 1.3
-     else "still faster", display=False)
-glue("perf_vec_maxdiff", max(r.max_abs_diff for r in speed), display=False)
-glue("perf_vec_stack_lo", P.stack_clients[0], display=False)
-glue("perf_vec_stack_lo_ratio_measured", stack[0].ratio, display=False)
-glue("perf_vec_stack_hi", P.stack_clients[-1], display=False)
-glue("perf_vec_stack_hi_ratio_measured", stack[-1].ratio, display=False)
-cnn = by.get("cnn")
-glue("perf_vec_cnn_reading_measured", "" if cnn is None else
-     f": stacked, the small CNN trains {cnn.ratio:.2f} times as fast as one client after another", display=False)
-glue("perf_cores", os.cpu_count(), display=False)
-glue("perf_vec_stack_reading_measured", "grows" if stack[-1].ratio > 1.1 * stack[0].ratio else
-     "falls" if stack[-1].ratio < stack[0].ratio / 1.1 else "stays about the same", display=False)
+glue_all(numbers(ovh, costs_of(frames["round_cost"]), frames["speed"], frames["stack"], P))
 
 # %% [markdown]
 # The largest gain is {glue:text}`perf_vec_best_ratio_measured:.1f` times, for the

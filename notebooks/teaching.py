@@ -27,30 +27,17 @@ seed = 0  # the seed of the small FedAvgM run in the last section
 records = None  # {profile: folder of that build's chapter records}; book/build.py passes it
 
 # %% tags=["hide-input"]
-import functools
-import subprocess
-import sys
-import tempfile
+from functools import partial
 from pathlib import Path
 
-import nbformat
-import pandas as pd
-from myst_nb import glue
+from fedbook.page import glue_all, setup, show_table
+from fedbook.records import (chapter_times, exercise_index, exercise_numbers, handout_cell, timing_numbers,
+                             toc_chapters)
+from fedbook.studies.teaching import demo_cell, demo_methods
+from fedbook.study import Study, run_study
 
-from fedlib.algorithms import FedAvg
-from fedbook.page import EXERCISE_KINDS, chapter_times, exercise_index, setup, show_table, toc_chapters
-from fedlib.data import load_uci_digits
-from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig
-from fedlib.run import run_federated
-from fedlib.models import build_model
-from fedlib.training import TrainConfig
-
-PROFILES = {
-    "smoke": dict(demo_rounds=2, demo_clients=4, beta=0.9),
-    "book": dict(demo_rounds=10, demo_clients=10, beta=0.9),
-    "paper": dict(demo_rounds=10, demo_clients=10, beta=0.9),
-}
+PROFILES = {"smoke": dict(demo_rounds=2, demo_clients=4, beta=0.9), "book": dict(demo_rounds=10, demo_clients=10, beta=0.9),
+            "paper": dict(demo_rounds=10, demo_clients=10, beta=0.9)}
 P = setup(PROFILES, profile)
 ROOT = Path("..").resolve()  # the chapters execute in notebooks/
 records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
@@ -69,16 +56,6 @@ parts = toc_chapters(ROOT / "book" / "_toc.yml")
 # %% tags=["hide-input"]
 timing = chapter_times(ROOT / "notebooks", parts, records, leave_out=["teaching"])
 show_table(timing, digits={"smoke (s)": 0, "book (min)": 1}, index=False)
-
-# %% tags=["remove-cell"]
-book_total = timing["book (min)"].sum(min_count=1)
-smoke_total = timing["smoke (s)"].astype(float).sum(min_count=1)
-slowest = timing.loc[timing["book (min)"].idxmax()] if timing["book (min)"].notna().any() else None
-glue("n_chapters", len(timing), display=False)
-glue("book_total_time", "not measured yet" if pd.isna(book_total) else f"{book_total:.0f} minutes", display=False)
-glue("smoke_total_time", "not measured yet" if pd.isna(smoke_total) else f"{smoke_total / 60:.1f} minutes", display=False)
-glue("slowest_time", "none measured yet" if slowest is None else
-     f"{slowest['chapter']} ({slowest['book (min)']:.1f} minutes)", display=False)
 
 # %% [markdown]
 # Executing all {glue:text}`n_chapters` chapters one after another takes {glue:text}`book_total_time`
@@ -99,12 +76,6 @@ glue("slowest_time", "none measured yet" if slowest is None else
 # %% tags=["hide-input"]
 exercise_table = exercise_index(ROOT / "notebooks", parts)
 show_table(exercise_table, index=False, wrap=True)
-
-# %% tags=["remove-cell"]
-counts = exercise_table["needs"].value_counts()
-glue("n_exercises", len(exercise_table), display=False)
-glue("n_parameters_only", int(counts.get(EXERCISE_KINDS[0], 0)), display=False)
-glue("n_code", int(counts.get(EXERCISE_KINDS[1], 0)), display=False)
 
 # %% [markdown]
 # Of the {glue:text}`n_exercises` exercises, {glue:text}`n_parameters_only` need only parameters
@@ -136,14 +107,8 @@ glue("n_code", int(counts.get(EXERCISE_KINDS[1], 0)), display=False)
 # carries, made by the command above while this page was built:
 
 # %% tags=["hide-input"]
-with tempfile.TemporaryDirectory() as folder:
-    cmd = [sys.executable, str(ROOT / "book" / "build.py"), "--handout", folder, "--profile", "smoke",
-           "--only", "setting", "-p", "seed=7"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    handed = nbformat.read(Path(folder) / "setting.ipynb", as_version=4)
-injected = next(c for c in handed.cells if "injected-parameters" in c.metadata.get("tags", ()))
-executed = sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
-print(injected.source)
+injected, executed = handout_cell(ROOT / "book" / "build.py", "setting", seed=7)
+print(injected)
 print(f"cells with an output: {executed}")
 
 # %% [markdown]
@@ -208,19 +173,11 @@ print(f"cells with an output: {executed}")
 # :::
 
 # %% tags=["remove-cell"]
-sys.path.insert(0, str(ROOT / "book" / "exercises"))
-from fedavgm_solution import FedAvgM  # noqa: E402  (the worked solution, importable from its folder)
-
-digits = load_uci_digits(size=8)
-demo_fed = make_federation(digits, n_clients=P.demo_clients, partition="dirichlet", alpha=0.5, min_size=10,
-                           global_test_per_class=20, seed=seed)
-demo_model = functools.partial(build_model, "mlp", in_channels=1, n_classes=digits.n_classes, input_size=8)
-demo_train = TrainConfig(epochs=1, lr=0.05)
-demo = {name: run_federated(method, demo_fed, demo_model, LoopConfig(rounds=P.demo_rounds, seed=seed)).summary()
-        for name, method in {"fedavg": FedAvg(train=demo_train),
-                             "fedavgm": FedAvgM(train=demo_train, beta=P.beta)}.items()}
-glue("demo_clients", P.demo_clients, display=False)
-glue("demo_rounds", P.demo_rounds, display=False)
-glue("demo_beta", P.beta, display=False)
-glue("demo_fedavg", 100 * float(demo["fedavg"]["global"]), display=False)
-glue("demo_fedavgm", 100 * float(demo["fedavgm"]["global"]), display=False)
+# FedAvg and the worked solution's FedAvgM on the same seed, federation and client steps: a study of one seed
+METHODS = demo_methods(ROOT / "book" / "exercises", beta=P.beta)
+DEMO = Study("demo", partial(demo_cell, algorithms=METHODS, clients=P.demo_clients, rounds=P.demo_rounds),
+             grid={"method": list(METHODS)}, seeds=[seed])
+demo = run_study(DEMO)["demo"].set_index("method")["global"]
+glue_all({**timing_numbers(timing), **exercise_numbers(exercise_table), "demo_clients": P.demo_clients,
+          "demo_rounds": P.demo_rounds, "demo_beta": P.beta, "demo_fedavg": 100 * float(demo["fedavg"]),
+          "demo_fedavgm": 100 * float(demo["fedavgm"])})

@@ -37,6 +37,7 @@ from fedbook.claims import (
     evaluate,
     interval_text,
     mean_interval,
+    bootstrap_means,
     paired_bootstrap,
     seed_band,
     paired_interval,
@@ -191,6 +192,34 @@ def test_bootstrap_is_reproducible_from_its_seed_and_takes_a_generator():
     assert paired_bootstrap(a, b, seed=11) == paired_bootstrap(a, b, seed=11)
     assert paired_bootstrap(a, b, seed=np.random.default_rng(11)) == paired_bootstrap(a, b, seed=11)
     assert paired_bootstrap(a, b, seed=11) != paired_bootstrap(a, b, seed=12)
+
+
+def _chunked_means(d, n_boot, seed):
+    """paired_bootstrap's resampling as it was written out before bootstrap_means (chunks of ~4M indices)."""
+    rng, n = np.random.default_rng(seed), len(d)
+    means, rows = np.empty(n_boot), max(1, 2**22 // n)
+    for start in range(0, n_boot, rows):
+        stop = min(start + rows, n_boot)
+        means[start:stop] = d[rng.integers(0, n, size=(stop - start, n))].mean(axis=1)
+    return means
+
+
+def test_bootstrap_means_is_the_one_resampling_and_keeps_columns_paired():
+    d = np.random.default_rng(2).normal(size=50_000)  # 83 resamples per chunk: several chunks
+    assert np.array_equal(bootstrap_means(d, 300, seed=4), _chunked_means(d, 300, 4))
+    low, high = np.quantile(_chunked_means(d, 300, 4), [(1 - 0.95) / 2, (1 + 0.95) / 2])
+    iv = paired_bootstrap(d, 0.0, seed=4, n_boot=300)
+    assert (iv.low, iv.high) == (float(low), float(high))  # paired_bootstrap reads the same resamples
+    # a 2-D array: every column resampled with the same indices, one generator draw per resample
+    values = np.array([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0]])
+    means = bootstrap_means(values, 500, np.random.default_rng(0))
+    idx = np.random.default_rng(0).integers(0, 3, size=(500, 3))
+    assert means.shape == (500, 2) and np.array_equal(means, values[idx].mean(axis=1))
+    assert np.allclose(means[:, 1], 10 * means[:, 0])
+    for bad in (dict(values=np.zeros((0, 2)), n_boot=5, seed=0), dict(values=values, n_boot=0, seed=0),
+                dict(values=values, n_boot=5, seed=None), dict(values=np.zeros((2, 2, 2)), n_boot=5, seed=0)):
+        with pytest.raises(ValueError):
+            bootstrap_means(**bad)
 
 
 def test_bootstrap_agrees_with_scipy_paired_percentile_bootstrap():

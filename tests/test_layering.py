@@ -169,8 +169,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evidence", ("fedbook.claims", "fedbook.checks")),
     ("the study runner", ("fedbook.study",)),
     ("pages", ("fedbook.page",)),
+    ("the build's records and the book's index", ("fedbook.records",)),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
-    ("measurements", ("fedbook.benchmarks",)),
+    ("measurements", ("fedbook.benchmarks", "fedbook.studies.performance")),
 ]
 """fedlib's layers, then fedbook's, bottom up (the book's page *Inside fedlib* draws them)."""
 

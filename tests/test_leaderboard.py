@@ -1,25 +1,32 @@
 """The leaderboard chapter's procedures (fedbook.studies.leaderboard): ranks, first places,
-the seed bootstrap, the summary's intervals and the Pareto front on hand-computed fixtures; the
-exclusions read from the classes; bad input refused with the valid values named; a small run end
-to end, the same twice for the same seed."""
+the seed bootstrap (fedbook.claims.bootstrap_means, the book's one resampling), the summary's
+intervals and the Pareto front on hand-computed fixtures; the exclusions read from the classes; bad
+input refused with the valid values named; a small study end to end (each cell on the federation
+that its seed builds for every concentration), the same twice for the same seed, and the numbers of
+the page's prose read from it."""
 
 from __future__ import annotations
 
+import functools
 import math
+import types
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
 from fedlib.algorithms import registered
-from fedlib.data import make_gaussian_mixture
-from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board,
-                                            bootstrap_means, build_method, cell_text, communication_rounds,
-                                            digit_vectors, exclusion_reason, first_shares, method_table, pareto_front,
-                                            rank_bootstrap, ranks_of, run_leaderboard, save_rows, split_methods,
-                                            summary_table, winner_words, lead_interval)
-from fedbook.studies.setting import TAILS
+from fedbook.claims import bootstrap_means
+from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board, boards,
+                                         build_method, cell_text, communication_rounds, digit_vectors,
+                                         exclusion_reason, first_shares, lead_interval, leaderboard_cell,
+                                         method_table, numbers, pareto_front, plot_accuracy, rank_bootstrap,
+                                         ranks_of, run_one, split_methods, summary_table, winner_words)
+from fedbook.studies.setting import TAILS, save_frames
+from fedbook.study import Study, run_study
+from fedlib.federation import make_federations
 from fedlib.rng import PURPOSES, numpy_rng
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -221,34 +228,35 @@ def test_bad_input_names_the_bad_value_and_the_valid_ones(call, message):
         call()
 
 
-@pytest.fixture(scope="module")
-def mixture():
-    return make_gaussian_mixture(n_per_class=40, n_classes=3, dim=8, separation=4.0, seed=0).dataset
+def _cell(**kwargs):
+    """The leaderboard's cell with the tiny settings: 150 digits, 3 clients."""
+    return functools.partial(leaderboard_cell, config=TINY, n_samples=150, data_seed=0, n_clients=3,
+                             global_test_per_class=5, **kwargs)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    (dict(alphas=[0.0]), r"alphas must be distinct Dirichlet concentrations > 0.*got \[0.0\]"),
-    (dict(alphas=[None]), r"no IID None"),
-    (dict(seeds=[1, 1]), r"seeds must be distinct integers.*got \[1, 1\]"),
-    (dict(seeds=[-1]), r"got \[-1\]"),
-    (dict(names=["fedmd"]), r"fedmd cannot run on the shared federation; valid: .*fedavg"),
+@pytest.mark.parametrize(("setting", "message"), [
+    (dict(alpha=0.0), r"alphas must be distinct Dirichlet concentrations > 0.*got \[0.0\]"),
+    (dict(alpha=None), r"no IID None"),
+    (dict(method="fedmd"), r"fedmd cannot run on the shared federation; valid: .*fedavg"),
+    (dict(method="fedsgd"), r"unknown method\(s\) 'fedsgd'; valid: .*fedavg"),
 ])
-def test_run_leaderboard_refuses_bad_input(mixture, kwargs, message):
-    args = dict(names=["fedavg"], alphas=[0.5], seeds=[0]) | kwargs
+def test_a_cell_refuses_bad_input(setting, message):
     with pytest.raises(ValueError, match=message):
-        run_leaderboard(mixture, args["names"], args["alphas"], args["seeds"], n_clients=3, global_test_per_class=5,
-                        config=TINY)
+        _cell()(**(dict(seed=0, alpha=0.5, method="fedavg") | setting))
+    with pytest.raises(ValueError, match=r"seeds must be distinct integers in \[0, 2\*\*32\).*got \[1, 1\]"):
+        Study("leaderboard", _cell(), grid={"alpha": [0.5], "method": ["fedavg"]}, seeds=[1, 1])
 
 
 # ------------------------------------------------------------------ end to end
 @pytest.fixture(scope="module")
-def tiny_board(mixture):
-    return run_leaderboard(mixture, ["fedavg", "fedrep"], [0.5], [0], n_clients=3, global_test_per_class=5, config=TINY)
+def tiny_board():
+    study = Study("leaderboard", _cell(), grid={"alpha": [0.5], "method": ["fedavg", "fedrep"]}, seeds=[0])
+    return run_study(study)["leaderboard"]
 
 
 def test_a_small_run_end_to_end(tiny_board, tmp_path):
     rows = tiny_board
-    assert rows[["alpha", "seed", "method"]].values.tolist() == [[0.5, 0, "fedavg"], [0.5, 0, "fedrep"]]
+    assert rows[["alpha", "method", "seed"]].values.tolist() == [[0.5, "fedavg", 0], [0.5, "fedrep", 0]]
     for key in COLUMNS:
         assert rows[key].between(0, 1).all()
     assert (rows["rounds"] == 1).all()
@@ -257,14 +265,55 @@ def test_a_small_run_end_to_end(tiny_board, tmp_path):
     assert rows.loc[0, "bytes_per_round"] == pytest.approx(3 * rows.loc[0, BYTES])
     s = summary_table(rows)
     assert math.isinf(s.loc[(0.5, "fedavg"), "pooled ±"])  # one seed
-    path = save_rows(rows, tmp_path / "results")
+    (path,) = save_frames({"leaderboard": rows}, tmp_path / "results")
+    assert path.name == "leaderboard.csv"
     pd.testing.assert_frame_equal(pd.read_csv(path), rows, check_dtype=False)
-    assert save_rows(rows, None) is None
 
 
-def test_the_same_seed_gives_the_same_table(tiny_board, mixture):
-    again = run_leaderboard(mixture, ["fedavg", "fedrep"], [0.5], [0], n_clients=3, global_test_per_class=5,
-                            config=TINY)
-    deterministic = [c for c in tiny_board.columns if c != "cpu_seconds"]  # the clock is not a result
+def test_a_cell_is_the_run_on_its_seeds_federation_among_every_concentration(tiny_board):
+    data = digit_vectors(150, seed=0)
+    feds = make_federations(data, [0.1, 0.5], n_clients=3, global_test_per_class=5, seed=0)
+    expected = run_one("fedrep", feds[0.5], TINY, 0)
+    got = tiny_board.iloc[1]
+    for key, value in expected.items():
+        if key != "cpu_seconds":  # the clock is not a result
+            assert got[key] == value or (math.isnan(value) and math.isnan(got[key])), key
+
+
+def test_the_same_seed_gives_the_same_table(tiny_board):
+    study = Study("leaderboard", _cell(), grid={"alpha": [0.5], "method": ["fedavg", "fedrep"]}, seeds=[0])
+    again = run_study(study, workers=2)["leaderboard"]  # in two worker processes: the same bits
+    deterministic = [c for c in tiny_board.columns if c != "cpu_seconds"]
     pd.testing.assert_frame_equal(tiny_board[deterministic], again[deterministic], check_exact=True)
     pd.testing.assert_frame_equal(summary_table(tiny_board), summary_table(again), check_exact=True)
+
+
+def test_the_pages_numbers_read_the_summary_and_the_ranks():
+    rows = pd.concat([_rows({"fedavg": [0.6, 0.7], "fedrep": [0.9, 0.8], "ditto": [0.7, 0.9]}, alpha=a) for a in (0.1, 0.5)],
+                     ignore_index=True)
+    rows["worst_pooled"] = [0.2, 0.3, 0.5, 0.4, 0.6, 0.1] * 2
+    rows["global"] = [0.6, 0.7, 0.3, 0.2, 0.6, 0.8] * 2
+    rows[BYTES] = [100.0, 100.0, 50.0, 50.0, 200.0, 200.0] * 2
+    rows["bottom20_pooled"], rows["local"] = rows["worst_pooled"], rows["global"]
+    summary = summary_table(rows)
+    ranks = rank_bootstrap(rows, "pooled", n_boot=200, seed=3)
+    P = types.SimpleNamespace(alphas=[0.1, 0.5], n_clients=3, hidden=[8, 4], rounds=1, local_epochs=1, lr=0.05,
+                              finetune_epochs=1, n_seeds=2, methods=None, n_boot=200, rank_by="pooled")
+    excluded = pd.DataFrame({"class": ["FedMD"], "reason": ["x"]}, index=pd.Index(["fedmd"], name="method"))
+    R = numbers(rows, summary, ranks, P, ["fedavg", "fedrep", "ditto"], excluded, digit_vectors(120, 0), TINY, seed=3)
+    w = winner_words(ranks, 0.1, rows, "pooled")
+    assert (R["lb_alpha_hard"], R["lb_alpha_mild"], R["lb_leader_hard"], R["lb_verdict_hard"]) == (0.1, 0.5, w["leader"],
+                                                                                                   w["verdict"])
+    assert R["lb_ref_hard"] == R["lb_ref"] == "fedavg" and R["lb_ref_acc_hard"] == pytest.approx(65.0)
+    assert R["lb_personal_hard"] == "fedrep" and R["lb_personal_gap_hard"] == pytest.approx(60.0)  # 85 - 25
+    assert R["lb_best_global_hard"] == "ditto" and R["lb_cheapest"] == "fedrep" and R["lb_dearest"] == "ditto"
+    assert R["lb_cheapest_bytes"] == "50 B" and R["lb_n_resamples"] == 3 and R["lb_hidden"] == "8 × 4"
+    assert R["ex1_front"] == "fedrep (85.0 %, 50 B)" and R["ex1_n_front"] == 1 and R["ex1_dominate"] == "fedrep (+20.0)"
+    assert R["ex2_metric"] == COLUMNS["worst_pooled"] and R["lb_n_samples"] == "120" and R["lb_excluded_names"] == "fedmd"
+    assert R["lb_example_cell"] == cell_text(summary.loc[(0.1, w["leader"]), "pooled"],
+                                             summary.loc[(0.1, w["leader"]), "pooled ±"])
+    table = boards(summary, ranks, [0.1, 0.5], "pooled")
+    assert table.index.names == ["α", "method"] and table.loc[0.1].index[0] == "fedrep"
+    fig = plot_accuracy(summary, [0.5, 0.1])
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["Dirichlet α = 0.1", "Dirichlet α = 0.5"]
+    plt.close(fig)

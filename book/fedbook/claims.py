@@ -892,15 +892,58 @@ def paired_bootstrap(
     n, mean = len(d), float(d.mean())
     if n == 1:
         return Interval(mean, -math.inf, math.inf, 1, level, "bootstrap", unit)
+    means = bootstrap_means(d, int(n_boot), seed)
+    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return Interval(mean, float(low), float(high), n, level, "bootstrap", unit)
+
+
+def bootstrap_means(values: ArrayLike, n_boot: int, seed: int | np.random.Generator) -> np.ndarray:
+    """The means of ``n_boot`` resamples (with replacement) of the units of ``values``' first
+    axis: the one resampling of the book's bootstraps (:func:`paired_bootstrap`; a leaderboard's
+    ranks over seeds). Every column of a 2-D ``values`` is resampled with the *same* indices, so
+    columns measured on the same units (methods run on the same seeds) stay paired.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_units,) or (n_units, n_columns)
+    n_boot : int
+        Number of resamples, >= 1.
+    seed : int or numpy.random.Generator
+        The resamples' randomness (``numpy.random.default_rng(seed)``: a Generator is used, and
+        advanced, as it is). The indices are drawn in chunks of at most about 4M (32 MiB),
+        ``rng.integers(0, n_units, size=(rows, n_units))`` each.
+
+    Returns
+    -------
+    ndarray of shape (n_boot,) or (n_boot, n_columns)
+
+    Raises
+    ------
+    ValueError
+        On ``values`` that are not 1-D or 2-D or have no unit, ``n_boot`` < 1, or a missing seed.
+
+    Examples
+    --------
+    >>> v = np.array([[1.0, 10.0], [3.0, 30.0]])
+    >>> m = bootstrap_means(v, 4, seed=0)
+    >>> m.shape, bool(np.all(m[:, 1] == 10 * m[:, 0])), set(m[:, 0].tolist()) <= {1.0, 2.0, 3.0}
+    ((4, 2), True, True)
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.ndim not in (1, 2) or values.shape[0] < 1:
+        raise ValueError(f"values must be of shape (n_units,) or (n_units, n_columns) with n_units >= 1, got {values.shape}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, (int, np.integer)) or n_boot < 1:
+        raise ValueError(f"n_boot must be an integer >= 1, got {n_boot!r}")
+    _check_seed(seed)
     rng = np.random.default_rng(seed)
-    means = np.empty(int(n_boot))
-    rows = max(1, 2**22 // n)  # resamples per chunk: at most ~4M indices (32 MiB) at a time
+    n = values.shape[0]
+    means = np.empty((int(n_boot), *values.shape[1:]))
+    rows = max(1, 2**22 // values.size)  # resamples per chunk: at most ~4M indices (32 MiB) at a time
     for start in range(0, int(n_boot), rows):
         stop = min(start + rows, int(n_boot))
         idx = rng.integers(0, n, size=(stop - start, n))  # (rows, n): resampled unit indices
-        means[start:stop] = d[idx].mean(axis=1)
-    low, high = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return Interval(mean, float(low), float(high), n, level, "bootstrap", unit)
+        means[start:stop] = values[idx].mean(axis=1)
+    return means
 
 
 def _sides(claim: Claim) -> tuple[tuple[str, float], tuple[str, float]]:
@@ -1955,6 +1998,7 @@ __all__ = [
     "evaluate",
     "interval_text",
     "paired_bootstrap",
+    "bootstrap_means",
     "mean_interval",
     "paired_interval",
     "resolution_of",

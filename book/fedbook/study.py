@@ -163,8 +163,9 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
         raise ValueError(f"run_study takes a Study, got {type(study).__name__}")
     cells = study.cells()
     folder = None if cache is None else Path(cache) / study.name
-    keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads()) if folder is not None else None
-            for cell in cells]
+    sources = _sources(study) if folder is not None else None  # once per study: every cell runs the same module
+    keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads(), sources=sources)
+            if folder is not None else None for cell in cells]
     found: dict[int, dict[str, pd.DataFrame]] = {}
     if folder is not None and keys[0] is not None:
         for i, key in enumerate(keys):
@@ -209,18 +210,35 @@ def _with_cell(name: str, frame: pd.DataFrame, cell: Mapping[str, Any]) -> pd.Da
     return pd.concat([lead, frame], axis=1)
 
 
-def cell_key(study: Study, cell: Mapping[str, Any], threads: int) -> str | None:
-    """The cache key of one cell (a hex digest), or ``None`` when the cell's function cannot be
-    covered: one that is not a function of fedlib or fedbook (a notebook's own)."""
+def _covered_module(study: Study) -> str | None:
+    """The module of the study's cell function, ``None`` when the cache cannot cover it (not a
+    function of fedlib or fedbook)."""
     fn = study.run.func if isinstance(study.run, functools.partial) else study.run
     module = getattr(fn, "__module__", None) or ""
     if module.split(".")[0] not in PACKAGES or not (inspect.isfunction(fn) or inspect.ismethod(fn)):
+        return None
+    return module
+
+
+def _sources(study: Study) -> str | None:
+    """The digest of the sources the study's cell function executes (:func:`fedbook.sources.module_files`),
+    ``None`` when the cache cannot cover it."""
+    module = _covered_module(study)
+    return None if module is None else digest(module_files(module))
+
+
+def cell_key(study: Study, cell: Mapping[str, Any], threads: int, *, sources: str | None = None) -> str | None:
+    """The cache key of one cell (a hex digest), or ``None`` when the cell's function cannot be
+    covered: one that is not a function of fedlib or fedbook (a notebook's own). ``sources``: the
+    study's sources digest when the caller has it (:func:`run_study` computes it once for all its
+    cells; the same key)."""
+    if _covered_module(study) is None:
         return None
     described = {
         "format": CACHE_FORMAT, "study": study.name, "run": algorithm_configuration(study.run),
         "cell": algorithm_configuration(dict(cell)), "threads": int(threads),
         "libraries": {name: _version(name) for name in LIBRARIES},
-        "sources": digest(module_files(module)),
+        "sources": _sources(study) if sources is None else sources,
     }
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=json_default).encode()).hexdigest()[:40]
 

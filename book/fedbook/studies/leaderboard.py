@@ -6,7 +6,7 @@ cannot run on such a federation are listed with the reason their class gives.
 
 The protocol, once:
 
-- **data**: the scikit-learn digits (:func:`fedlib.data.load_dataset`, ``"uci8"``: 1,797 images of
+- **data**: the scikit-learn digits (:func:`fedlib.data.datasets.load_dataset`, ``"uci8"``: 1,797 images of
   8 × 8 pixels) as vectors of 64 values (:func:`digit_vectors`), so that the methods that work on
   feature vectors (GGEUR and its baselines) run on them as they are;
 - **federations**: per seed, one :func:`fedlib.federation.make_federations` call (a class-balanced
@@ -33,10 +33,11 @@ import dataclasses
 import inspect
 import math
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -44,16 +45,16 @@ from fedlib.algorithms import ALGORITHMS, make_algorithm, registered
 from fedlib.algorithms.ggeur import StatisticsFirst
 from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.cgrl import CGRLConfig
-from fedbook.claims import mean_interval, plus_minus
+from fedbook.claims import bootstrap_means, mean_interval, plus_minus
+from fedbook.page import format_bytes
 from fedlib.data import ArrayDataset, load_dataset
 from fedbook.studies.setting import MEANS, TAILS, partition_label
-from fedlib.federation import make_federations
-from fedlib.io import atomic_write_bytes
+from fedlib.federation import make_federation, make_federations
 from fedlib.loop import LoopConfig
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
 from fedlib.protocol import Algorithm
-from fedlib.rng import LEADERBOARD_BOOTSTRAP, SEED_RANGE, numpy_rng
+from fedlib.rng import LEADERBOARD_BOOTSTRAP, numpy_rng
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig
 from fedlib.validation import check_int, check_real, is_int, is_real
@@ -123,7 +124,7 @@ def _names(names: Iterable[str] | None) -> list[str]:
 
 
 def digit_vectors(n_samples: int | None = None, seed: int = 0) -> ArrayDataset:
-    """The scikit-learn digits (:func:`fedlib.data.load_dataset` ``"uci8"``, 8 × 8 pixels in [0, 1])
+    """The scikit-learn digits (:func:`fedlib.data.datasets.load_dataset` ``"uci8"``, 8 × 8 pixels in [0, 1])
     as vectors of shape (n, 64), seeded-subsampled to ``n_samples`` (``None``: all 1,797).
 
     Examples
@@ -372,60 +373,41 @@ def _check_alphas(alphas) -> list[float]:
     return [float(a) for a in alphas]
 
 
-def _check_seeds(seeds) -> list[int]:
-    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Iterable):
-        raise ValueError(f"seeds must be a list of distinct integers in [0, 2**32), got {seeds!r}")
-    seeds = list(seeds)
-    bad = [s for s in seeds if not (is_int(s) and SEED_RANGE[0] <= s < SEED_RANGE[1])]
-    if not seeds or bad or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct integers in [0, 2**32), at least one, got {seeds!r}")
-    return [int(s) for s in seeds]
-
-
-def run_leaderboard(data: ArrayDataset, names: Iterable[str], alphas: Sequence[float], seeds: Sequence[int], *,
-                    n_clients: int, global_test_per_class: int, config: LeaderboardConfig,
-                    progress: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Every method of ``names`` on the same federations: per seed, one
-    :func:`fedlib.federation.make_federations` call over ``alphas`` (seeded by the seed), and on
-    each federation every method with run seed ``seed`` (:func:`run_one`).
+def leaderboard_cell(seed: int, alpha: float, method: str, *, config: LeaderboardConfig, n_samples: int | None,
+                     data_seed: int, n_clients: int, global_test_per_class: int) -> pd.DataFrame:
+    """One cell of the leaderboard's study (methods × ``alpha`` × seeds): ``method`` with run seed
+    ``seed`` (:func:`run_one`) on the federation of ``seed`` at ``alpha``, the one that
+    :func:`fedlib.federation.make_federations` builds for every concentration of a seed, over the
+    digits of :func:`digit_vectors` (``n_samples`` of them, drawn by ``data_seed``: the page's
+    seed, the same data for every seed). Every method of a seed trains on the same federation
+    from the same initial weights: the cells of a seed are paired.
 
     Returns
     -------
     DataFrame
-        One row per (``alpha``, ``seed``, ``method``), in that order: the columns of
-        :func:`run_one`.
+        One row: the columns of :func:`run_one`.
 
     Raises
     ------
     ValueError
-        On an unknown or excluded method, bad ``alphas`` or ``seeds`` (the message names the bad
-        value and the valid ones).
+        On an unknown or excluded method, a bad ``alpha``, ``n_clients`` or
+        ``global_test_per_class`` (the message names the bad value and the valid ones).
     """
-    names = _names(names)
-    excluded = [n for n in names if exclusion_reason(n) is not None]
-    if excluded:
-        raise ValueError(f"method(s) {', '.join(excluded)} cannot run on the shared federation; valid: "
+    names = _names([method])
+    if exclusion_reason(method) is not None:
+        raise ValueError(f"method(s) {', '.join(names)} cannot run on the shared federation; valid: "
                          f"{', '.join(split_methods()[0])}")
-    alphas, seeds = _check_alphas(alphas), _check_seeds(seeds)
+    (alpha,) = _check_alphas([alpha])
     check_int("n_clients", n_clients, low=2)
     check_int("global_test_per_class", global_test_per_class, low=1)
-    rows = []
-    for s in seeds:
-        feds = make_federations(data, alphas, n_clients=n_clients, global_test_per_class=global_test_per_class, seed=s)
-        for a in alphas:
-            for n in names:
-                rows.append({"alpha": a, "seed": s, "method": n, **run_one(n, feds[a], config, s)})
-            if progress is not None:
-                progress(f"seed {s}, {partition_label(a)}: {len(names)} methods done")
-    frame = pd.DataFrame(rows)
-    order = {a: i for i, a in enumerate(alphas)}
-    return frame.sort_values(["alpha", "seed"], key=lambda c: c.map(order) if c.name == "alpha" else c,
-                             kind="stable").reset_index(drop=True)
+    data = digit_vectors(n_samples, seed=data_seed)
+    fed = make_federations(data, [alpha], n_clients=n_clients, global_test_per_class=global_test_per_class, seed=seed)
+    return pd.DataFrame([run_one(method, fed[alpha], config, seed)])
 
 
 def _check_rows(rows, metrics: Iterable[str]) -> None:
     if not isinstance(rows, pd.DataFrame):
-        raise ValueError(f"rows must be a DataFrame of run_leaderboard, got {type(rows).__name__}")
+        raise ValueError(f"rows must be the frame of the leaderboard's study (leaderboard_cell), got {type(rows).__name__}")
     missing = [c for c in ("alpha", "seed", "method", *metrics) if c not in rows.columns]
     if missing:
         raise ValueError(f"rows lack the column(s) {missing}; they have {list(rows.columns)}")
@@ -541,36 +523,12 @@ def first_shares(values: np.ndarray) -> np.ndarray:
     return top / top.sum(axis=-1, keepdims=True)
 
 
-def bootstrap_means(values: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """Means over seeds of ``n_boot`` resamples of the seeds (with replacement), the same resample
-    for every method (the methods of a seed share its federation).
-
-    Parameters
-    ----------
-    values : array of shape (n_seeds, n_methods)
-    n_boot : int
-    rng : numpy Generator
-
-    Returns
-    -------
-    ndarray of shape (n_boot, n_methods)
-
-    Examples
-    --------
-    >>> v = np.array([[1.0, 2.0], [3.0, 2.0]])
-    >>> m = bootstrap_means(v, 4, np.random.default_rng(0))
-    >>> m.shape, bool(np.all(m[:, 1] == 2.0)), set(m[:, 0].tolist()) <= {1.0, 2.0, 3.0}
-    ((4, 2), True, True)
-    """
-    values = np.asarray(values, dtype=float)
-    idx = rng.integers(0, values.shape[0], size=(n_boot, values.shape[0]))  # (n_boot, n_seeds)
-    return values[idx].mean(axis=1)
-
-
 def rank_bootstrap(rows: pd.DataFrame, metric: str = "pooled", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     r"""How sure is the order? Per ``alpha``, the methods' means of ``metric`` over ``n_boot``
-    resamples of the seeds (:func:`bootstrap_means`, stream ``numpy_rng(seed, BOOTSTRAP)``), each
-    resample ranked (:func:`ranks_of`, 1 = best).
+    resamples of the seeds, the same resample for every method (the methods of a seed share its
+    federation: :func:`fedbook.claims.bootstrap_means` of the seeds × methods values, one stream
+    ``numpy_rng(seed, BOOTSTRAP)`` for every ``alpha`` in turn), each resample ranked
+    (:func:`ranks_of`, 1 = best).
 
     Returns
     -------
@@ -607,7 +565,7 @@ def rank_bootstrap(rows: pd.DataFrame, metric: str = "pooled", n_boot: int = 200
             raise ValueError(f"at alpha = {a}, method(s) {bad} lack a finite {metric} for some seed; every method "
                              f"needs one per seed (seeds {wide.index.tolist()})")
         values = wide.to_numpy(dtype=float)  # (n_seeds, n_methods)
-        means = bootstrap_means(values, int(n_boot), rng)
+        means = bootstrap_means(values, int(n_boot), rng)  # (n_boot, n_methods)
         ranks = ranks_of(means)
         observed = ranks_of(values.mean(axis=0))
         first = first_shares(means).mean(axis=0)
@@ -677,7 +635,7 @@ def winner_words(ranks: pd.DataFrame, alpha: float, rows: pd.DataFrame | None = 
 
     The share of first places alone can overstate how settled a first place is: a lead on every
     seed, however small, is first in every resample, and a bootstrap of a few seeds
-    has few distinct resamples. With ``rows`` (:func:`run_leaderboard`'s) the verdict also reads
+    has few distinct resamples. With ``rows`` (the study's, :func:`leaderboard_cell`) the verdict also reads
     the leader's paired lead over the runner-up (:func:`lead_interval`): the first place is
     called settled only when the leader is first in at least ``1 − CONTENDER_SHARE`` of the
     resamples **and** that interval clears zero; ``lead`` is then the interval in words.
@@ -717,15 +675,107 @@ def winner_words(ranks: pd.DataFrame, alpha: float, rows: pd.DataFrame | None = 
             "contenders": text, "verdict": verdict, "lead": lead_text or "not computed"}
 
 
-def save_rows(rows: pd.DataFrame, results_dir: str | Path | None, name: str = "leaderboard.csv") -> Path | None:
-    """Write ``rows`` as CSV into ``results_dir`` atomically (:func:`fedlib.io.atomic_write_bytes`);
-    nothing without a folder."""
-    if results_dir is None:
-        return None
-    return atomic_write_bytes(Path(results_dir) / name, rows.to_csv(index=False).encode())
+def plot_accuracy(summary: pd.DataFrame, alphas: Sequence[float]) -> plt.Figure:
+    """Every method's mean client accuracy (a dot) with its interval over seeds (a bar) and its
+    worst client (a cross), one panel per ``alpha`` (sorted); the methods ordered by their mean
+    client accuracy at the most skewed ``alpha``, the best on top. ``summary``: :func:`summary_table`."""
+    order = summary.loc[min(alphas)].sort_values("pooled", kind="stable").index.tolist()  # best at the top
+    fig, axes = plt.subplots(1, len(alphas), figsize=(min(10, 5 * len(alphas)), 0.32 * len(order) + 1.6),
+                             sharey=True, squeeze=False)
+    for ax, a in zip(axes[0], sorted(alphas)):
+        s = summary.loc[a].reindex(order)
+        ys = np.arange(len(order))
+        half = s["pooled ±"].to_numpy(dtype=float)
+        ax.errorbar(s["pooled"], ys, xerr=np.where(np.isfinite(half), half, 0.0), fmt="o", color="C0", capsize=2,
+                    label="mean client accuracy")
+        ax.scatter(s["worst_pooled"], ys, marker="x", color="C3", label="worst client", zorder=3)
+        ax.set_yticks(ys, order)
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("accuracy (%)")
+        ax.set_title(partition_label(a))
+        ax.grid(axis="x", alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
 
 
-__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "lead_interval", "RANK_METRICS", "SEEDED", "SHARED", "LeaderboardConfig", "board",
-           "bootstrap_means", "build_method", "cell_text", "communication_rounds", "digit_vectors", "exclusion_reason",
-           "first_shares", "method_table", "pareto_front", "rank_bootstrap", "ranks_of", "run_leaderboard", "run_one",
-           "save_rows", "split_methods", "statistics_rounds", "summary_table", "winner_words"]
+def boards(summary: pd.DataFrame, ranks: pd.DataFrame, alphas: Sequence[float], sort_by: str) -> pd.DataFrame:
+    """The page's leaderboard: :func:`board` of every ``alpha``, one table indexed by (``α``, ``method``)."""
+    return pd.concat({a: board(summary, a, ranks, sort_by=sort_by) for a in alphas}, names=["α", "method"])
+
+
+MOVE = 3
+"""Places: a "large" move between two orders of the board (Exercise 2)."""
+
+
+def numbers(rows: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame, settings: Any, names: Sequence[str],
+            excluded: pd.DataFrame, data: ArrayDataset, config: LeaderboardConfig, seed: int) -> dict[str, Any]:
+    """Every number the page's prose reads, by its glued key (``lb_`` and ``ex<k>_`` prefixes):
+    the shared protocol and who is on the board, the leader, the reference method (FedAvg, or the
+    first method run) and the widest gap between mean client and global accuracy at the most
+    skewed and the mildest ``alpha`` (``hard``, ``mild``), the rank uncertainty in words
+    (:func:`winner_words`), the bytes, and the exercises (the accuracy-bytes front of
+    :func:`pareto_front`; the board ranked by the other of mean and worst client, a bootstrap of
+    its own from the same ``seed``).
+
+    ``rows`` is the study's frame (:func:`leaderboard_cell`), ``summary`` its
+    :func:`summary_table`, ``ranks`` its :func:`rank_bootstrap` on ``settings.rank_by``; ``names``
+    and ``excluded`` are :func:`split_methods`'s; ``data`` the page's digits.
+    """
+    P = settings
+    hard, mild = min(P.alphas), max(P.alphas)
+    ref = "fedavg" if "fedavg" in names else names[0]
+    out = {"lb_clients": P.n_clients, "lb_n_samples": f"{len(data):,}", "lb_n_features": int(data.x.shape[1]),
+           "lb_test_percent": round(100 * inspect.signature(make_federation).parameters["test_fraction"].default),
+           "lb_momentum": config.momentum, "lb_batch": config.batch_size, "lb_hidden": " × ".join(map(str, P.hidden)),
+           "lb_rounds": P.rounds, "lb_epochs": P.local_epochs, "lb_lr": P.lr, "lb_ft_epochs": P.finetune_epochs,
+           "lb_seeds": P.n_seeds, "lb_n_methods": len(names),
+           "lb_n_registered": len(registered()) if P.methods is None else len(P.methods),
+           "lb_n_excluded": len(excluded), "lb_excluded_names": ", ".join(excluded.index) if len(excluded) else "none",
+           "lb_n_boot": P.n_boot, "lb_contender_share": round(100 * CONTENDER_SHARE),
+           "lb_settled_share": round(100 * (1 - CONTENDER_SHARE)), "lb_rank_by": COLUMNS[P.rank_by],
+           "lb_n_resamples": math.comb(2 * P.n_seeds - 1, P.n_seeds)}  # multisets of n seeds from n
+    for key, a in (("hard", hard), ("mild", mild)):
+        w = winner_words(ranks, a, rows, P.rank_by)
+        at, lead = summary.loc[a], summary.loc[(a, w["leader"])]
+        gap = at["pooled"] - at["global"]
+        out |= {f"lb_alpha_{key}": a, f"lb_leader_{key}": w["leader"], f"lb_leader_first_{key}": w["leader_first"],
+                f"lb_runner_{key}": w["runner_up"], f"lb_contenders_{key}": w["contenders"],
+                f"lb_verdict_{key}": w["verdict"], f"lb_leader_acc_{key}": float(lead["pooled"]),
+                f"lb_leader_half_{key}": float(lead["pooled ±"]), f"lb_leader_worst_{key}": float(lead["worst_pooled"]),
+                f"lb_ref_{key}": ref, f"lb_ref_acc_{key}": float(at.loc[ref, "pooled"]),
+                f"lb_ref_worst_{key}": float(at.loc[ref, "worst_pooled"]),
+                f"lb_ref_global_{key}": float(at.loc[ref, "global"]), f"lb_best_global_{key}": at["global"].idxmax(),
+                f"lb_best_global_acc_{key}": float(at.loc[at["global"].idxmax(), "global"]),
+                f"lb_personal_{key}": gap.idxmax(), f"lb_personal_gap_{key}": float(gap.max())}
+        if key == "hard":  # the example of how to read a cell
+            out |= {"lb_example_cell": cell_text(lead["pooled"], lead["pooled ±"]),
+                    "lb_example_low": float(lead["pooled low"]), "lb_example_high": float(lead["pooled high"])}
+    cost = summary[BYTES]
+    cheap, dear = cost.idxmin(), cost.idxmax()
+    out |= {"lb_cheapest": cheap[1], "lb_cheapest_bytes": format_bytes(float(cost.loc[cheap])), "lb_dearest": dear[1],
+            "lb_dearest_bytes": format_bytes(float(cost.loc[dear])),
+            "lb_ref_bytes": format_bytes(float(summary.loc[(hard, ref), BYTES])), "lb_ref": ref}
+    acc, bytes_ = summary.loc[hard, "pooled"].to_dict(), summary.loc[hard, BYTES].to_dict()
+    front = pareto_front(acc, bytes_)
+    better = [m for m in names if m != ref and acc[m] > acc[ref] and bytes_[m] <= bytes_[ref]]
+    out |= {"ex1_front": ", ".join(f"{m} ({acc[m]:.1f} %, {format_bytes(bytes_[m])})" for m in front),
+            "ex1_n_front": len(front),
+            "ex1_dominate": ", ".join(f"{m} ({acc[m] - acc[ref]:+.1f})" for m in better) if better else "no method"}
+    other = "worst_pooled" if P.rank_by != "worst_pooled" else "pooled"
+    ranks_other = rank_bootstrap(rows, other, n_boot=P.n_boot, seed=seed)
+    w_main, w_other = winner_words(ranks, hard, rows, P.rank_by), winner_words(ranks_other, hard, rows, other)
+    moved = (ranks_other.loc[hard, "rank"] - ranks.loc[hard, "rank"]).abs()
+    return out | {"ex2_metric": COLUMNS[other], "ex2_leader": w_other["leader"], "ex2_leader_first": w_other["leader_first"],
+                  "ex2_same": ("the same leader as" if w_other["leader"] == w_main["leader"] else
+                               f"another leader than {w_main['leader']}, the leader of"),
+                  "ex2_main_metric": COLUMNS[P.rank_by], "ex2_move": MOVE, "ex2_verdict": w_other["verdict"],
+                  "ex2_moved": int((moved >= MOVE).sum()), "ex2_moved_most": f"{moved.idxmax()} ({moved.max():g} places)"}
+
+
+__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "MOVE", "RANK_METRICS", "SEEDED", "SHARED",
+           "LeaderboardConfig", "board", "boards", "build_method", "cell_text", "communication_rounds", "digit_vectors",
+           "exclusion_reason", "first_shares", "lead_interval", "leaderboard_cell", "method_table", "numbers",
+           "pareto_front", "plot_accuracy", "rank_bootstrap", "ranks_of", "run_one", "split_methods",
+           "statistics_rounds", "summary_table", "winner_words"]

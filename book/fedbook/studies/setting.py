@@ -1,34 +1,56 @@
 """The setting chapter's procedures (*The federated setting and how we evaluate it*,
-``notebooks/setting.py``): the table of its partitions, the central anchor, FedAvg against FedAvg
-with local fine-tuning (FedAvg-FT) on one run per Dirichlet concentration, and the worked
-solutions of its exercises turned into words.
+``notebooks/setting.py``): what it runs, as the cells of its studies (``fedbook.study``), and
+the numbers its prose reads.
 
-The chapter's federations come from :func:`fedlib.federation.make_federations` (``None``: the IID
-partition); every ability is the protocol's (:mod:`fedlib.metrics`). The words are computed from
-the numbers, never typed: a change of at most ``0.05`` points "stays level" (:func:`direction`),
-a distance says "below" or "above" (:func:`points_below`), a gain "gains" or "loses"
-(:func:`gains_or_loses`).
+The chapter runs, every run on one seed (a study with one seed):
+
+- **the anchors** (:func:`anchor_cell`): the small CNN trained centrally on the pooled training
+  splits (:func:`central_accuracy`) and FedAvg on the IID partition;
+- **FedAvg against FedAvg-FT** (:func:`finetune_cell`), one cell per Dirichlet concentration: one
+  FedAvg run deployed as it is and fine-tuned on every client, both keeping every client's
+  predictions, which the cell scores again under other rare thresholds (:func:`rare_thresholds`,
+  the chapter's Exercise 2);
+- **the exercises' reduced runs**: FedAvg's global accuracy on a seeded subset of the data
+  (:func:`exercise_cell`: per partition and learning rate) and one reduced FedAvg run deployed
+  with more and more fine-tuning (:func:`sweep_cell`, :func:`finetune_sweep`).
+
+A cell re-derives everything it needs from its seed and a :class:`SettingConfig` (the data set,
+its seeded subset, the federation of its concentration: :func:`fedlib.federation.make_federation`
+gives one concentration the partition it gives it among others), so every cell runs alone, in any
+process, with the bits of the chapter's single run. The partitions themselves train nothing:
+:func:`partition_table` and :func:`plot_partitions` read them, :func:`unseen_classes` counts what
+a client never sees. :func:`numbers` turns the studies' frames into the mapping the prose reads
+(signed changes, never words computed from their sign), and :func:`plot_abilities` and
+:func:`plot_clients` draw its figures.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import torch
 
 from fedlib.algorithms import FedAvg, FedAvgFT
-from fedlib.federation import Federation
+from fedlib.data import ArrayDataset, load_dataset, plot_partition, subsample
+from fedlib.federation import Federation, make_federations
+from fedlib.io import atomic_write_bytes
 from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
+from fedlib.messages import DOWN
 from fedlib.metrics import Confusion, protocol_summary, rescore
+from fedlib.models import build_model
 from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig, local_train, predict
+from fedbook.page import format_bytes, show_table
 
 METHODS = ("FedAvg", "FedAvg-FT")
 """The two deployments of one FedAvg run that the chapter compares."""
@@ -41,8 +63,13 @@ TAILS = {"worst_pooled": "worst client, pooled (%)", "bottom20_pooled": "bottom 
          "gap_pooled": "fairness gap, best − worst, pooled (points)"}
 """The lower tail of the clients' pooled scores (:mod:`fedlib.metrics`, the ability ``pooled``: a
 client's own test split is too small to rank clients) and its columns' names."""
-LEVEL = 0.05
-"""A change of at most this many points (either way) "stays level" (:func:`direction`)."""
+CHANGES = {"local": "local", "global": "global", "unseen": "unseen", "rare": "rare", "F@25": "f25", "L@25": "l25"}
+"""The abilities whose change under fine-tuning the prose quotes, and the suffix of its key
+(``ft_change_<suffix>``, :func:`numbers`)."""
+SHOWN = ("local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25")
+"""The abilities of the chapter's bar chart (:func:`plot_abilities`)."""
+BATCH, MOMENTUM = 32, 0.9
+"""Every local update's batch size and SGD momentum (the central anchor keeps TrainConfig's default momentum)."""
 
 
 def partition_label(alpha: float | None) -> str:
@@ -56,6 +83,86 @@ def partition_label(alpha: float | None) -> str:
     return "IID" if alpha is None else f"Dirichlet α = {alpha}"
 
 
+@dataclass(frozen=True)
+class SettingConfig:
+    """What a cell of the chapter's studies depends on besides its seed and its setting: the data
+    set (and its seeded subset, ``n_samples``; ``root``: the folder of CIFAR-10), the federation,
+    the model, local training, fine-tuning, the central anchor, the rare threshold, and the
+    reduced scale of the exercises (``ex_*``). :meth:`of` reads it from the chapter's settings.
+
+    Examples
+    --------
+    >>> c = SettingConfig(dataset="mnist5k", n_samples=800, n_clients=4, global_test_per_class=20, model="cnn",
+    ...                   rounds=2, local_epochs=1, lr=0.01, finetune_epochs=3, finetune_lr=0.01)
+    >>> c.train.epochs, c.finetune.epochs, c.finetune.momentum, c.loop_of(seed=7).rounds
+    (1, 3, 0.9, 2)
+    """
+
+    dataset: str
+    n_samples: int | None
+    n_clients: int
+    global_test_per_class: int
+    model: str
+    rounds: int
+    local_epochs: int
+    lr: float
+    finetune_epochs: int
+    finetune_lr: float
+    central_epochs: int = 1
+    central_lr: float = 0.01
+    rare_ratio: float = 0.5
+    ex_samples: int = 400
+    ex_clients: int = 4
+    ex_rounds: int = 1
+    ex_test_per_class: int = 5
+    root: str | None = None
+
+    @classmethod
+    def of(cls, settings: Any, root: str | None = None) -> "SettingConfig":
+        """The configuration of a chapter's settings (:func:`fedbook.page.setup`'s): every field
+        the settings hold, ``root`` given apart (it is a parameter, not a profile's setting)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)
+                      if f.name != "root" and hasattr(settings, f.name)},
+                   root=root)
+
+    @property
+    def train(self) -> TrainConfig:
+        """Every client's local update (SGD with momentum)."""
+        return TrainConfig(epochs=self.local_epochs, batch_size=BATCH, lr=self.lr, momentum=MOMENTUM)
+
+    @property
+    def finetune(self) -> TrainConfig:
+        """FedAvg-FT's fine-tuning on each client before deployment."""
+        return TrainConfig(epochs=self.finetune_epochs, batch_size=BATCH, lr=self.finetune_lr, momentum=MOMENTUM)
+
+    @property
+    def central(self) -> TrainConfig:
+        """The central anchor's training."""
+        return TrainConfig(epochs=self.central_epochs, batch_size=BATCH, lr=self.central_lr)
+
+    def loop_of(self, seed: int, rounds: int | None = None) -> LoopConfig:
+        """The loop of a run of ``seed`` (``rounds``: the exercises' fewer rounds)."""
+        return LoopConfig(rounds=self.rounds if rounds is None else rounds, seed=seed, rare_ratio=self.rare_ratio)
+
+    def data(self, seed: int) -> ArrayDataset:
+        """The chapter's data set, seeded-subsampled to ``n_samples`` (:func:`fedlib.data.datasets.load_dataset`)."""
+        return load_dataset(self.dataset, n_samples=self.n_samples, seed=seed, root=self.root)
+
+    def model_fn(self, data: ArrayDataset) -> Callable[[], torch.nn.Module]:
+        """The chapter's model for ``data``'s images and classes."""
+        return functools.partial(build_model, self.model, in_channels=data.x.shape[1], n_classes=data.n_classes,
+                                 input_size=data.x.shape[-1])
+
+    def federation(self, data: ArrayDataset, alpha: float | None, seed: int, *, reduced: bool = False) -> Federation:
+        """The federation of ``data`` at ``alpha`` (``None``: IID) that :func:`fedlib.federation.make_federations`
+        builds, at the chapter's scale or (``reduced``) the exercises' one on a seeded subset of ``data``."""
+        if reduced:
+            data = subsample(data, self.ex_samples, seed)
+        clients, per_class = (self.ex_clients, self.ex_test_per_class) if reduced else (self.n_clients,
+                                                                                        self.global_test_per_class)
+        return make_federations(data, [alpha], n_clients=clients, global_test_per_class=per_class, seed=seed)[alpha]
+
+
 def partition_table(federations: Mapping[float | None, Federation], rare_ratio: float) -> pd.DataFrame:
     """One row per federation (indexed by :func:`partition_label`): its training, local-test and
     global-test samples, and per client on average the classes seen, the unseen classes, the rare
@@ -65,7 +172,6 @@ def partition_table(federations: Mapping[float | None, Federation], rare_ratio: 
     Examples
     --------
     >>> from fedlib.data import make_gaussian_mixture
-    >>> from fedlib.federation import make_federations
     >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
     >>> feds = make_federations(ds, [None, 0.1], n_clients=4, global_test_per_class=10, seed=0)
     >>> partition_table(feds, 0.5).loc["IID", ["train samples", "global test samples", "unseen classes (mean)"]].tolist()
@@ -82,6 +188,22 @@ def partition_table(federations: Mapping[float | None, Federation], rare_ratio: 
                      "rare classes (mean)": s["rare_classes"].mean(),
                      "largest class share (mean)": s["largest_class_share"].mean()})
     return pd.DataFrame(rows).set_index("partition")
+
+
+def plot_partitions(federations: Mapping[float | None, Federation]) -> plt.Figure:
+    """The training counts per class (rows) and client (columns) of every federation, one panel
+    each (:func:`fedlib.data.partition.plot_partition`; the counts written in the cells only when they are
+    at most 100)."""
+    fig, axes = plt.subplots(len(federations), 1, figsize=(10, 3.6 * len(federations)), squeeze=False)
+    for ax, (alpha, fed) in zip(axes[:, 0], federations.items()):
+        plot_partition(fed.train_counts().T, ax=ax, title=partition_label(alpha))
+        if fed.train_counts().size > 100:  # many cells: the colours alone, without the counts
+            for text in list(ax.texts):
+                text.remove()
+        ax.set_xlabel("client")
+        ax.set_ylabel("class")
+    fig.tight_layout()
+    return fig
 
 
 def central_accuracy(federation: Federation, model_fn: Callable[[], torch.nn.Module], train: TrainConfig,
@@ -106,183 +228,32 @@ def central_accuracy(federation: Federation, model_fn: Callable[[], torch.nn.Mod
     return Confusion.from_predictions(federation.global_test.labels_np, pred, federation.n_classes).accuracy(), seconds
 
 
-@dataclass
-class FineTuning:
-    """FedAvg and FedAvg-FT deployed from the same FedAvg run, per Dirichlet concentration
-    (:func:`fedavg_and_finetune`).
-
-    Attributes
-    ----------
-    runs : the FedAvg run per ``alpha``
-    per_client : the client × ability table per ``(alpha, method)`` (``method`` one of :data:`METHODS`)
-    predictions : every client's kept predictions per ``(alpha, method)``, for
-        :func:`fedlib.metrics.rescore`
-    summary : :func:`fedlib.metrics.protocol_summary` per ``(alpha, method)`` (the index)
-    """
-
-    runs: dict[float, RunResult]
-    per_client: dict[tuple[float, str], pd.DataFrame]
-    predictions: dict[tuple[float, str], dict]
-    summary: pd.DataFrame
-
-    def percent(self, columns: Mapping[str, str]) -> pd.DataFrame:
-        """The ``summary``'s ``columns`` (e.g. :data:`MEANS`) in percent, renamed, the index named
-        ``α`` and ``method``."""
-        return (100 * self.summary[list(columns)]).rename(columns=columns).rename_axis(["α", "method"])
-
-    def change(self, alpha: float, metric: str) -> float:
-        """What fine-tuning changes: FedAvg-FT's ``metric`` minus FedAvg's at ``alpha``, in points
-        (NaN where the ability is n/a)."""
-        ft, fedavg = self.summary.loc[(alpha, "FedAvg-FT"), metric], self.summary.loc[(alpha, "FedAvg"), metric]
-        return float(100 * (ft - fedavg))
+ANCHORS = ("central SGD", "FedAvg, IID")
+"""The anchors of :func:`anchor_cell`."""
 
 
-def fedavg_and_finetune(federations: Mapping[float, Federation], model_fn: Callable[[], torch.nn.Module],
-                        config: LoopConfig, train: TrainConfig, finetune: TrainConfig,
-                        results_dir: str | Path | None = None) -> FineTuning:
-    """Per federation, one FedAvg run (local training ``train``) deployed twice: the global model
-    (FedAvg) and the global model fine-tuned on each client's training split with ``finetune``
-    before deployment (FedAvg-FT, :func:`fedlib.run.evaluate_deployment` on the same run); both
-    keep every client's predictions.
-
-    With ``results_dir``, each run is saved in ``<results_dir>/fedavg_alpha<alpha>`` and FedAvg-FT's
-    tidy frame beside it (``fedavg_ft_frame.csv``).
-    """
-    runs, per_client, kept, summaries = {}, {}, {}, []
-    for a, fed in federations.items():
-        run = run_federated(FedAvg(train=train), fed, model_fn, config, RunOptions(keep_predictions=True))
-        runs[a], kept[(a, "FedAvg")], kept[(a, "FedAvg-FT")] = run, run.predictions, {}
-        ft_frame = evaluate_deployment(FedAvgFT(train=train, finetune=finetune), run, fed, model_fn, config,
-                                       predictions=kept[(a, "FedAvg-FT")])
-        for method, wide in (("FedAvg", run.per_client()), ("FedAvg-FT", per_client_table(ft_frame))):
-            per_client[(a, method)] = wide
-            summaries.append({"alpha": a, "method": method, **protocol_summary(wide)})
-        if results_dir is not None:
-            run.save(Path(results_dir) / f"fedavg_alpha{a}")
-            ft_frame.to_csv(Path(results_dir) / f"fedavg_alpha{a}" / "fedavg_ft_frame.csv", index=False)
-    return FineTuning(runs, per_client, kept, pd.DataFrame(summaries).set_index(["alpha", "method"]))
-
-
-def direction(change: float) -> str:
-    """A change in words: ``"rises"``, ``"falls"``, ``"stays level"`` (within :data:`LEVEL`
-    points) or ``"is n/a"`` (NaN).
-
-    Examples
-    --------
-    >>> direction(1.2), direction(-0.3), direction(0.04), direction(float("nan"))
-    ('rises', 'falls', 'stays level', 'is n/a')
-    """
-    if not np.isfinite(change):
-        return "is n/a"
-    return "rises" if change > LEVEL else ("falls" if change < -LEVEL else "stays level")
-
-
-def by_points(change: float) -> str:
-    """The size of a change: ``"by 1.2 points"``, nothing for NaN.
-
-    Examples
-    --------
-    >>> by_points(-1.23), by_points(float("nan"))
-    ('by 1.2 points', '')
-    """
-    return f"by {abs(change):.1f} points" if np.isfinite(change) else ""
-
-
-def points_below(distance: float) -> str:
-    """How far a value lies below a reference (``distance``: the reference minus the value):
-    ``"2.5 points below"``, and ``"above"`` for a negative distance.
-
-    Examples
-    --------
-    >>> points_below(2.54), points_below(-1.0), points_below(0.0)
-    ('2.5 points below', '1.0 points above', '0.0 points below')
-    """
-    return f"{abs(distance):.1f} points {'below' if distance >= 0 else 'above'}"
-
-
-def gains_or_loses(change: float) -> str:
-    """A change as a gain: ``"gains 2.5 points"``, ``"loses 1.0 points"`` (no change: loses 0.0).
-
-    Examples
-    --------
-    >>> gains_or_loses(2.54), gains_or_loses(-1.0)
-    ('gains 2.5 points', 'loses 1.0 points')
-    """
-    return f"{'gains' if change > 0 else 'loses'} {abs(change):.1f} points"
-
-
-def tradeoff_text(local: float, global_: float) -> str:
-    """The sentence that reads fine-tuning's change of mean local and global accuracy (points):
-    the personalization papers' trade-off when local accuracy rises while global accuracy falls."""
-    if local > 0 and global_ < 0:
-        return ("This is the trade-off the personalization chapters start from: a predictor fitted to the "
-                "client's own label distribution loses recognition of the classes it rarely or never saw, "
-                "and a mean over clients of local accuracy alone would not show it.")
-    return ("In this run fine-tuning did not trade global for local accuracy, so the pattern reported "
-            "by the personalization papers does not appear at these parameters.")
-
-
-def mean_unseen(federation: Federation) -> float:
-    """The mean number of classes a client of ``federation`` never trains on.
-
-    Examples
-    --------
-    >>> from fedlib.data import make_gaussian_mixture
-    >>> from fedlib.federation import make_federation
-    >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
-    >>> mean_unseen(make_federation(ds, n_clients=2, partition="iid", global_test_per_class=10, seed=0))
-    0.0
-    """
-    return float(federation.n_classes - federation.summary()["classes_seen"].mean())
-
-
-def skew_words(unseen: Mapping[float, float], iid: float, accuracy: Mapping[float, float]) -> dict[str, str]:
-    """Exercise 1 (how much skew breaks the global model?) in words.
-
-    Parameters
-    ----------
-    unseen : mean unseen classes per client (:func:`mean_unseen`) per ``alpha``, from the least
-        skewed to the most
-    iid : FedAvg's global accuracy (%) on the IID partition
-    accuracy : FedAvg's global accuracy (%) per ``alpha`` (the same ``alpha`` as ``unseen``)
+def anchor_cell(seed: int, anchor: str, *, config: SettingConfig) -> pd.DataFrame:
+    """One sanity anchor of :data:`ANCHORS` on the IID federation of ``seed``: the central model
+    (:func:`central_accuracy`) or FedAvg (every client every round, :attr:`SettingConfig.train`).
 
     Returns
     -------
-    dict
-        ``unseen_text`` and ``acc_text`` (per ``alpha``), ``answer`` (the ``alpha`` where FedAvg falls
-        more than 5 points below IID), ``caveat`` (whether the drops are ordered by ``alpha``) and
-        ``unseen_trend`` (whether the unseen classes grow as ``alpha`` falls).
-
-    Examples
-    --------
-    >>> words = skew_words({1.0: 0.2, 0.1: 5.0}, 90.0, {1.0: 88.0, 0.1: 80.0})
-    >>> words["acc_text"]
-    'α = 1: 88.0 % (2.0 points below IID); α = 0.1: 80.0 % (10.0 points below IID)'
-    >>> words["answer"]
-    'FedAvg falls more than 5 points below the IID anchor at α = 0.1 and not at α = 1'
+    DataFrame
+        One row: ``accuracy`` on the global test set (a fraction), ``passes`` over the data, and
+        the ``seconds`` the training took (a measurement).
     """
-    alphas = list(unseen)
-    drops = {a: iid - accuracy[a] for a in alphas}
-    broken = [a for a in alphas if drops[a] > 5]
-    kept_up = [a for a in alphas if drops[a] <= 5]
-    if broken:
-        answer = (f"FedAvg falls more than 5 points below the IID anchor at α = {', '.join(f'{a:g}' for a in broken)}"
-                  + (f" and not at α = {', '.join(f'{a:g}' for a in kept_up)}" if kept_up else ""))
+    if anchor not in ANCHORS:
+        raise ValueError(f"unknown anchor {anchor!r}; valid: {', '.join(ANCHORS)}")
+    data = config.data(seed)
+    fed = config.federation(data, None, seed)
+    if anchor == "central SGD":
+        accuracy, seconds = central_accuracy(fed, config.model_fn(data), config.central, seed)
+        passes = config.central_epochs
     else:
-        answer = "no α falls more than 5 points below the IID anchor at this reduced scale"
-    ordered = [drops[x] <= drops[y] for x, y in zip(alphas, alphas[1:])]
-    if all(ordered):
-        caveat = "The drops grow as α falls, as the unseen-class counts lead one to expect."
-    else:
-        x, y = next((x, y) for (x, y), ok in zip(zip(alphas, alphas[1:]), ordered) if not ok)
-        caveat = (f"The drops are not ordered by α here (α = {x:g} drops more than α = {y:g}): at this "
-                  "reduced scale one seed and a few rounds are too noisy to rank the skews, so this part "
-                  "of the answer is inconclusive; the unseen-class counts above are exact.")
-    grows = all(unseen[x] <= unseen[y] for x, y in zip(alphas, alphas[1:]))
-    return {"unseen_text": "; ".join(f"α = {a:g}: {unseen[a]:.1f}" for a in alphas),
-            "acc_text": "; ".join(f"α = {a:g}: {accuracy[a]:.1f} % ({points_below(drops[a])} IID)" for a in alphas),
-            "answer": answer, "caveat": caveat,
-            "unseen_trend": "grows steadily" if grows else "does not grow monotonically"}
+        t0 = time.perf_counter()
+        accuracy = run_federated(FedAvg(train=config.train), fed, config.model_fn(data), config.loop_of(seed)).summary()["global"]
+        seconds, passes = time.perf_counter() - t0, config.rounds * config.local_epochs
+    return pd.DataFrame({"accuracy": [float(accuracy)], "passes": [int(passes)], "seconds": [float(seconds)]})
 
 
 def rare_thresholds(federation: Federation, predictions: Mapping[str, Mapping], thresholds: Iterable[float]
@@ -308,82 +279,76 @@ def rare_thresholds(federation: Federation, predictions: Mapping[str, Mapping], 
     return pd.DataFrame(rows).set_index("rho")
 
 
-def _percent(x: float) -> str:
-    return "n/a" if not np.isfinite(x) else f"{x:.1f} %"
+RHOS = (0.25, 1.0)
+"""The rare thresholds, besides the chapter's own, under which :func:`finetune_cell` scores the
+kept predictions again (Exercise 2)."""
 
 
-def rare_threshold_words(table: pd.DataFrame, n_clients: int) -> dict:
-    """Exercise 2 (what counts as rare?) in words, from :func:`rare_thresholds` of FedAvg and
-    FedAvg-FT.
-
-    Returns
-    -------
-    dict
-        ``text`` (per threshold), ``spread_fedavg`` and ``spread_ft`` (how far each method's ``F@25``
-        moves across the thresholds, points), ``more_sensitive`` (whose ``F@25`` moves more, by more
-        than 0.05 points: ``"FedAvg's"``, ``"FedAvg-FT's"`` or ``"neither"``), ``rare_ft_word``
-        (FedAvg-FT's rare accuracy from the smallest threshold to the largest) and ``few`` (the
-        clients with a rare class at the smallest threshold).
-
-    Examples
-    --------
-    >>> table = pd.DataFrame({"rare per client": [0.5, 2.0], "clients with rare": [1, 4],
-    ...                       "rare FedAvg": [50.0, 60.0], "F@25 FedAvg": [10.0, 10.0],
-    ...                       "rare FedAvg-FT": [float("nan"), 40.0], "F@25 FedAvg-FT": [5.0, 8.0]},
-    ...                      index=pd.Index([0.25, 1.0], name="rho"))
-    >>> words = rare_threshold_words(table, 4)
-    >>> words["text"].split("; ρ")[0]
-    'ρ = 0.25: 0.5 rare classes per client on average, 1 of 4 clients with one; rare accuracy 50.0 % (FedAvg) and n/a (FedAvg-FT), F@25 10.0 % and 5.0 %'
-    >>> words["more_sensitive"], words["rare_ft_word"], words["few"]
-    ("FedAvg-FT's", 'n/a at one of the thresholds', 1)
-    """
-    text = "; ".join(
-        f"ρ = {rho:g}: {r['rare per client']:.1f} rare classes per client on average, "
-        f"{r['clients with rare']:.0f} of {n_clients} clients with one; rare accuracy "
-        f"{_percent(r['rare FedAvg'])} (FedAvg) and {_percent(r['rare FedAvg-FT'])} (FedAvg-FT), "
-        f"F@25 {_percent(r['F@25 FedAvg'])} and {_percent(r['F@25 FedAvg-FT'])}" for rho, r in table.iterrows())
-    spread = {m: float(table[f"F@25 {m}"].max() - table[f"F@25 {m}"].min()) for m in METHODS}
-    low, high = table.index[0], table.index[-1]
-    d_rare_ft = float(table.loc[high, "rare FedAvg-FT"] - table.loc[low, "rare FedAvg-FT"])
-    return {"text": text, "spread_fedavg": spread["FedAvg"], "spread_ft": spread["FedAvg-FT"],
-            "more_sensitive": "FedAvg-FT's" if spread["FedAvg-FT"] > spread["FedAvg"] + 0.05 else
-            "FedAvg's" if spread["FedAvg"] > spread["FedAvg-FT"] + 0.05 else "neither",
-            "rare_ft_word": "n/a at one of the thresholds" if not np.isfinite(d_rare_ft) else
-            f"{'rises' if d_rare_ft > 0 else 'falls'} by {abs(d_rare_ft):.1f} points",
-            "few": int(table.loc[low, "clients with rare"])}
-
-
-def learning_rate_words(iid: Sequence[float], skewed: Sequence[float], lr: float, larger_lr: float,
-                        alpha: float) -> dict[str, str]:
-    """Exercise 3 (a learning rate that drifts) in words: FedAvg's global accuracy (%) at ``lr``
-    and at ``larger_lr``, on the IID partition (``iid``) and on the Dirichlet(``alpha``) one
-    (``skewed``).
+def finetune_cell(seed: int, alpha: float, *, config: SettingConfig, rhos: Sequence[float] = RHOS
+                  ) -> dict[str, pd.DataFrame]:
+    """FedAvg against FedAvg-FT at ``alpha``: one FedAvg run (:attr:`SettingConfig.train`, every
+    client's predictions kept) deployed twice, the global model as it is (FedAvg) and fine-tuned
+    on each client's training split before deployment (FedAvg-FT, :attr:`SettingConfig.finetune`,
+    :func:`fedlib.run.evaluate_deployment` on the same run).
 
     Returns
     -------
-    dict
-        ``text``, ``iid_word`` and ``skew_word`` (each federation's change, :func:`gains_or_loses`)
-        and ``answer`` (whether the skewed federation suffers more from the larger step).
+    dict of DataFrame
+        ``finetune``: one row per method of :data:`METHODS`, every key of
+        :func:`fedlib.metrics.protocol_summary` (fractions) and ``down_per_round`` (the bytes one
+        client receives per training round, from the run's ledger); ``clients``: each method's
+        client × ability table (``method``, ``client``, the abilities); ``rare``: the kept
+        predictions scored again under the rare thresholds ``rhos`` and the chapter's own
+        (:func:`rare_thresholds`, ``rho`` first); ``traffic``: the run's bytes by ``direction``
+        and ``kind``.
 
-    Examples
-    --------
-    >>> words = learning_rate_words((80.0, 82.0), (60.0, 55.0), 0.01, 0.05, 0.1)
-    >>> words["text"], words["iid_word"], words["skew_word"]
-    ('IID: 80.0 % at learning rate 0.01, 82.0 % at 0.05; α = 0.1: 60.0 % and 55.0 %', 'gains 2.0 points', 'loses 5.0 points')
+    Raises
+    ------
+    RuntimeError
+        When the kept predictions, scored again at the chapter's threshold, do not give the
+        deployment's ``F@25`` (they are what Exercise 2 scores).
     """
-    d_iid, d_skew = iid[1] - iid[0], skewed[1] - skewed[0]
-    return {"text": (f"IID: {iid[0]:.1f} % at learning rate {lr:g}, {iid[1]:.1f} % at {larger_lr:g}; "
-                     f"α = {alpha:g}: {skewed[0]:.1f} % and {skewed[1]:.1f} %"),
-            "iid_word": gains_or_loses(d_iid), "skew_word": gains_or_loses(d_skew),
-            "answer": ("the skewed federation suffers more from the larger step, as client drift predicts"
-                       if d_skew < d_iid else
-                       "the skewed federation does not suffer more than the IID one here, so this reduced run "
-                       "does not show the drift effect (more rounds, or a larger step, may be needed to see it)")}
+    data = config.data(seed)
+    fed, model_fn, loop = config.federation(data, alpha, seed), config.model_fn(data), config.loop_of(seed)
+    run = run_federated(FedAvg(train=config.train), fed, model_fn, loop, RunOptions(keep_predictions=True))
+    kept = {"FedAvg": run.predictions, "FedAvg-FT": {}}
+    ft_frame = evaluate_deployment(FedAvgFT(train=config.train, finetune=config.finetune), run, fed, model_fn, loop,
+                                   predictions=kept["FedAvg-FT"])
+    wide = {"FedAvg": run.per_client(), "FedAvg-FT": per_client_table(ft_frame)}
+    down = run.ledger.per_client_and_round(DOWN, n_clients=1)
+    summary = pd.DataFrame([{"method": m, **protocol_summary(w), "down_per_round": down} for m, w in wide.items()])
+    rare = rare_thresholds(fed, kept, [*rhos, config.rare_ratio])
+    deployed = 100 * summary.loc[summary["method"] == "FedAvg-FT", "F@25"].iloc[0]
+    if not np.allclose(rare.loc[config.rare_ratio, "F@25 FedAvg-FT"], deployed, equal_nan=True):
+        raise RuntimeError("the kept predictions of FedAvg-FT do not score as its deployment did")
+    clients = pd.concat([w.rename_axis("client").reset_index().assign(method=m) for m, w in wide.items()],
+                        ignore_index=True)
+    traffic = run.ledger.totals(["direction", "kind"]).rename("bytes").reset_index()
+    return {"finetune": summary, "clients": clients[["method", *clients.columns.drop("method")]],
+            "rare": rare.reset_index(), "traffic": traffic}
+
+
+def exercise_cell(seed: int, alpha: float | None, lr: float, *, config: SettingConfig) -> pd.DataFrame:
+    """The exercises' reduced run: FedAvg (the chapter's local update at learning rate ``lr``) on
+    the reduced federation at ``alpha`` (``None``: IID; :meth:`SettingConfig.federation`), for
+    ``ex_rounds`` rounds.
+
+    Returns
+    -------
+    DataFrame
+        One row: ``global`` (FedAvg's mean global accuracy, a fraction) and ``samples`` (the
+        reduced data set's size).
+    """
+    data = config.data(seed)
+    fed = config.federation(data, alpha, seed, reduced=True)
+    run = run_federated(FedAvg(train=dataclasses.replace(config.train, lr=lr)), fed, config.model_fn(data),
+                        config.loop_of(seed, config.ex_rounds))
+    return pd.DataFrame({"global": [float(run.summary()["global"])], "samples": [len(subsample(data, config.ex_samples, seed))]})
 
 
 def finetune_sweep(run: RunResult, federation: Federation, model_fn: Callable[[], torch.nn.Module],
-                    config: LoopConfig, train: TrainConfig, finetune: TrainConfig, epochs: Iterable[int]
-                    ) -> pd.DataFrame:
+                   config: LoopConfig, train: TrainConfig, finetune: TrainConfig, epochs: Iterable[int]
+                   ) -> pd.DataFrame:
     """One FedAvg run deployed with more and more local fine-tuning: the protocol's summary
     (:func:`fedlib.metrics.protocol_summary`) of the run itself (0 epochs) and of FedAvg-FT with
     ``finetune`` for each number of ``epochs`` (:func:`fedlib.run.evaluate_deployment`).
@@ -401,35 +366,206 @@ def finetune_sweep(run: RunResult, federation: Federation, model_fn: Callable[[]
     return pd.DataFrame(rows).set_index("fine-tuning epochs")
 
 
-def finetune_words(table: pd.DataFrame) -> dict[str, str]:
-    """Exercise 4 (how much fine-tuning?) in words, from :func:`finetune_sweep`: ``text`` (local,
-    global accuracy and ``F@25`` per number of epochs) and ``answer`` (the numbers of epochs that raise
-    local accuracy without lowering ``F@25``).
+def sweep_cell(seed: int, alpha: float, *, config: SettingConfig, epochs: Sequence[int] = (1, 5, 20)) -> pd.DataFrame:
+    """Exercise 4: the reduced FedAvg run at ``alpha`` (:func:`exercise_cell`'s, the chapter's
+    learning rate) deployed with 0 and each number of ``epochs`` of fine-tuning
+    (:func:`finetune_sweep`), one row per number of epochs (``fine-tuning epochs`` first)."""
+    data = config.data(seed)
+    fed, model_fn, loop = config.federation(data, alpha, seed, reduced=True), config.model_fn(data), config.loop_of(
+        seed, config.ex_rounds)
+    run = run_federated(FedAvg(train=config.train), fed, model_fn, loop)
+    return finetune_sweep(run, fed, model_fn, loop, config.train, config.finetune, epochs).reset_index()
+
+
+def mean_unseen(federation: Federation) -> float:
+    """The mean number of classes a client of ``federation`` never trains on.
 
     Examples
     --------
-    >>> table = pd.DataFrame({"local": [0.5, 0.7, 0.9], "global": [0.6, 0.5, 0.4], "F@25": [0.2, 0.2, 0.1]},
-    ...                      index=pd.Index([0, 1, 5], name="fine-tuning epochs"))
-    >>> words = finetune_words(table)
-    >>> words["text"]
-    'FedAvg (no fine-tuning): local 50.0 %, global 60.0 %, F@25 20.0 %; 1 epoch: local 70.0 %, global 50.0 %, F@25 20.0 %; 5 epochs: local 90.0 %, global 40.0 %, F@25 10.0 %'
-    >>> words["answer"]
-    '1 epoch(s) raise local accuracy without lowering F@25'
+    >>> from fedlib.data import make_gaussian_mixture
+    >>> ds = make_gaussian_mixture(n_per_class=40, n_classes=3, dim=2, seed=0).dataset
+    >>> from fedlib.federation import make_federation
+    >>> mean_unseen(make_federation(ds, n_clients=2, partition="iid", global_test_per_class=10, seed=0))
+    0.0
     """
-    base = table.loc[0]
-    good = [e for e in table.index[1:]
-            if table.loc[e, "local"] > base["local"] and table.loc[e, "F@25"] >= base["F@25"]]
-
-    def label(e: int) -> str:
-        return "FedAvg (no fine-tuning)" if e == 0 else "1 epoch" if e == 1 else f"{e} epochs"
-
-    return {"text": "; ".join(f"{label(e)}: local {100 * r['local']:.1f} %, global {100 * r['global']:.1f} %, "
-                              f"F@25 {100 * r['F@25']:.1f} %" for e, r in table.iterrows()),
-            "answer": (f"{', '.join(map(str, good))} epoch(s) raise local accuracy without lowering F@25" if good else
-                       "no number of epochs raises local accuracy without lowering F@25")}
+    return float(federation.n_classes - federation.summary()["classes_seen"].mean())
 
 
-__all__ = ["FLOORS", "LEVEL", "MEANS", "METHODS", "TAILS", "FineTuning", "by_points", "central_accuracy", "direction",
-           "fedavg_and_finetune", "finetune_sweep", "finetune_words", "gains_or_loses", "learning_rate_words",
-           "mean_unseen", "partition_label", "partition_table", "points_below", "rare_threshold_words",
-           "rare_thresholds", "skew_words", "tradeoff_text"]
+def unseen_classes(data: ArrayDataset, alphas: Iterable[float | None], config: SettingConfig, seed: int
+                   ) -> dict[float | None, float]:
+    """The mean unseen classes per client (:func:`mean_unseen`) of the chapter's federation at each
+    of ``alphas``: partitions only, no training."""
+    return {a: mean_unseen(config.federation(data, a, seed)) for a in alphas}
+
+
+def by_method(frame: pd.DataFrame, columns: Mapping[str, str] | None = None, *, percent: bool = True) -> pd.DataFrame:
+    """A study's tidy frame indexed by (``alpha``, ``method``): ``columns`` (e.g. :data:`MEANS`;
+    ``None``: every column but the cell's) renamed, in percent (``percent``), the index named ``α``
+    and ``method`` for the page's tables.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"alpha": [0.1, 0.1], "seed": 0, "method": ["FedAvg", "FedAvg-FT"], "local": [0.5, 0.75]})
+    >>> by_method(f, {"local": "local (%)"}).to_dict("index")
+    {(0.1, 'FedAvg'): {'local (%)': 50.0}, (0.1, 'FedAvg-FT'): {'local (%)': 75.0}}
+    """
+    table = frame.drop(columns="seed").set_index(["alpha", "method"])
+    table = table[list(columns)].rename(columns=columns) if columns is not None else table
+    return (100 * table if percent else table).rename_axis(["α", "method"])
+
+
+def plot_abilities(summary: pd.DataFrame, alphas: Sequence[float], shown: Sequence[str] = SHOWN) -> plt.Figure:
+    """The mean abilities and floors ``shown`` of each method, one panel of bars per ``alpha``
+    (percent, 0 to 100; a missing bar: no client has the ability). ``summary``: the
+    ``finetune`` frame of :func:`finetune_cell`'s study."""
+    table = by_method(summary, None, percent=False)
+    fig, axes = plt.subplots(1, len(alphas), figsize=(min(10, 5 * len(alphas)), 3.8), squeeze=False)
+    for ax, a in zip(axes[0], alphas):
+        s = 100 * table.loc[a, list(shown)]
+        xs = np.arange(len(shown))
+        for i, method in enumerate(s.index):
+            ax.bar(xs + (i - 0.5) * 0.38, s.loc[method].to_numpy(dtype=float), width=0.38, label=method)
+        ax.set_xticks(xs, shown, rotation=30)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("accuracy (%)")
+        ax.set_title(f"Dirichlet α = {a}")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, bbox_to_anchor=(0.5, 1.0), frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    return fig
+
+
+def plot_clients(clients: pd.DataFrame, alphas: Sequence[float]) -> plt.Figure:
+    """Each client's local accuracy against its global accuracy, deploying the global model
+    (FedAvg) and after fine-tuning (FedAvg-FT), the two points of a client joined by a grey line;
+    one panel per ``alpha``. ``clients``: the ``clients`` frame of :func:`finetune_cell`'s study."""
+    fig, axes = plt.subplots(1, len(alphas), figsize=(min(10, 5 * len(alphas)), 4.2), squeeze=False)
+    for ax, a in zip(axes[0], alphas):
+        at = clients[clients["alpha"] == a]
+        before, after = (at[at["method"] == m].set_index("client") for m in METHODS)
+        for k in before.index:
+            ax.plot([100 * before.loc[k, "local"], 100 * after.loc[k, "local"]],
+                    [100 * before.loc[k, "global"], 100 * after.loc[k, "global"]], color="0.8", lw=0.8, zorder=1)
+        ax.scatter(100 * before["local"], 100 * before["global"], label="FedAvg", zorder=2)
+        ax.scatter(100 * after["local"], 100 * after["global"], label="FedAvg-FT", zorder=2)
+        ax.set_xlabel("local accuracy (%)")
+        ax.set_ylabel("global accuracy (%)")
+        ax.set_title(f"Dirichlet α = {a}")
+        ax.legend(loc="best")
+    fig.tight_layout()
+    return fig
+
+
+def anchor_table(anchors: pd.DataFrame) -> pd.DataFrame:
+    """The anchors' study as the page's table: one row per anchor, its global-test accuracy in
+    percent, its passes over the data and its seconds."""
+    table = anchors.set_index("anchor")[["accuracy", "passes", "seconds"]]
+    return pd.DataFrame({"global-test accuracy (%)": 100 * table["accuracy"], "passes over the data": table["passes"],
+                         "seconds": table["seconds"]})
+
+
+def traffic_table(traffic: pd.DataFrame, alpha: float) -> pd.DataFrame:
+    """The bytes of the run at ``alpha`` by direction and kind (the ``traffic`` frame of
+    :func:`finetune_cell`'s study), as the page shows them."""
+    at = traffic[traffic["alpha"] == alpha]
+    return at.set_index(["direction", "kind"])["bytes"].rename("bytes in the whole run").to_frame()
+
+
+def save_frames(frames: Mapping[str, pd.DataFrame], folder: str | Path | None) -> list[Path]:
+    """Write each frame as ``<folder>/<name>.csv`` atomically (:func:`fedlib.io.atomic_write_bytes`);
+    nothing without a folder (``None``)."""
+    if folder is None:
+        return []
+    return [atomic_write_bytes(Path(folder) / f"{name}.csv", frame.to_csv(index=False).encode())
+            for name, frame in frames.items()]
+
+
+def _at(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
+    """The rows of ``frame`` where every column of ``where`` holds its value (``None`` matches a missing value)."""
+    rows = np.ones(len(frame), dtype=bool)
+    for column, value in where.items():
+        rows &= frame[column].isna().to_numpy() if value is None else (frame[column] == value).to_numpy()
+    return frame[rows]
+
+
+def exercise_tables(frames: Mapping[str, pd.DataFrame], unseen: Mapping[float | None, float]
+                    ) -> dict[str, pd.DataFrame]:
+    """The worked solutions' tables: ``ex1`` (per Dirichlet concentration, the mean unseen classes
+    per client at the chapter's scale, FedAvg's global accuracy at the reduced one and its change
+    from the IID partition's, points), ``ex2`` (the kept predictions of the last concentration
+    scored under each rare threshold), ``ex4`` (the reduced run deployed with more and more
+    fine-tuning: local, global and F@25, percent)."""
+    skew = frames["ex_skew"]
+    iid = 100 * _at(skew, alpha=None)["global"].iloc[0]
+    dirichlet = skew[skew["alpha"].notna()]
+    ex1 = pd.DataFrame({"α": dirichlet["alpha"].astype(float).to_numpy(),
+                        "unseen classes per client": [unseen[a] for a in dirichlet["alpha"]],
+                        "FedAvg global accuracy (%)": 100 * dirichlet["global"].to_numpy(),
+                        "change from IID (points)": 100 * dirichlet["global"].to_numpy() - iid})
+    rare = frames["rare"]
+    ex2 = rare[rare["alpha"] == rare["alpha"].iloc[-1]].drop(columns=["alpha", "seed"]).set_index("rho").rename_axis("ρ")
+    sweep = frames["ex_sweep"].set_index("fine-tuning epochs")
+    ex4 = 100 * sweep[["local", "global", "F@25"]].rename(columns=lambda c: f"{c} (%)")
+    return {"ex1": ex1.set_index("α"), "ex2": ex2, "ex4": ex4}
+
+
+def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapping[float | None, Federation],
+            data: ArrayDataset, config: SettingConfig, seed: int) -> dict[str, Any]:
+    """Every number the chapter's prose reads, by its glued key: the federations' (``federations``:
+    the IID one and the chapter's concentrations, :func:`partition_table`), the anchors', FedAvg
+    against FedAvg-FT at the last concentration (``ft_change_<ability>``: FedAvg-FT − FedAvg in
+    points, NaN where no client has the ability), the bytes, the exercises' (their tables by
+    :func:`exercise_tables`, the unseen classes at the chapter's scale by :func:`unseen_classes`,
+    the signed changes of the larger learning rate), and the settings the prose republishes.
+
+    ``frames`` holds the studies' frames (``anchors``, ``finetune``, ``rare``, ``ex_skew``,
+    ``ex_lr``, ``ex_sweep``); ``settings`` the chapter's (:func:`fedbook.page.setup`), ``data``
+    its data set and ``config`` the cells' configuration.
+    """
+    P, a = settings, settings.alphas[-1]
+    partitions, n_global_test, n_classes = partition_table(federations, P.rare_ratio), len(federations[None].global_test), data.n_classes
+    unseen = unseen_classes(data, [x for x in frames["ex_skew"]["alpha"] if pd.notna(x)], config, seed)
+    last, anchors = partition_label(a), frames["anchors"].set_index("anchor")["accuracy"]
+    central, iid = anchors["central SGD"], anchors["FedAvg, IID"]
+    ft = _at(frames["finetune"], alpha=a).set_index("method")
+    change = {key: float(100 * (ft.loc["FedAvg-FT", m] - ft.loc["FedAvg", m])) for m, key in CHANGES.items()}
+    skew, lr = frames["ex_skew"], frames["ex_lr"]
+    ex3 = {(alpha, rate): 100 * float(_at(f, alpha=alpha)["global"].iloc[0])
+           for f, rate in ((skew, P.lr), (lr, lr["lr"].iloc[0])) for alpha in (None, 0.1)}
+    larger = float(lr["lr"].iloc[0])
+    tables = exercise_tables(frames, unseen)
+    rare, ex2 = tables["ex2"], {}
+    for m, key in (("FedAvg", "fedavg"), ("FedAvg-FT", "ft")):
+        ex2[f"ex2_spread_{key}"] = float(rare[f"F@25 {m}"].max() - rare[f"F@25 {m}"].min())
+    return {
+        "n_clients": P.n_clients, "n_global_test": n_global_test, "alpha_last": a,
+        "seen_last": float(partitions.loc[last, "classes seen (mean)"]),
+        "unseen_last": float(partitions.loc[last, "unseen classes (mean)"]),
+        "seen_iid": float(partitions.loc["IID", "classes seen (mean)"]),
+        "rho": P.rare_ratio, "rare_pct": 100 * P.rare_ratio / n_classes,
+        "central_acc": float(100 * central), "iid_acc": float(100 * iid), "anchor_gap": float(100 * (central - iid)),
+        "central_epochs": P.central_epochs, "central_lr": P.central_lr,
+        "ft_epochs": P.finetune_epochs, "ft_lr": P.finetune_lr, "local_epochs": P.local_epochs, "train_lr": P.lr,
+        "rounds": P.rounds, **{f"ft_change_{k}": v for k, v in change.items()}, "alpha_ft": a,
+        **{f"ft_{m}_{when}": float(100 * ft.loc[method, m]) for m in ("local", "global")
+           for when, method in (("before", "FedAvg"), ("after", "FedAvg-FT"))},
+        "bytes_per_round": format_bytes(float(ft.loc["FedAvg", "down_per_round"])),
+        "ex_scale": (f"{int(skew['samples'].iloc[0]):,} samples ({P.ex_test_per_class} global test images per "
+                     f"class), {P.ex_clients} clients, {P.ex_rounds} round(s), seed {seed}"),
+        "ex1_iid": 100 * float(_at(skew, alpha=None)["global"].iloc[0]),
+        "ex1_table": show_table(tables["ex1"], digits=1, formats={"α": "g"}),
+        "ex2_alpha": a, "ex2_table": show_table(tables["ex2"], digits=1, formats={"ρ": "g"}),
+        **ex2, "ex2_rare_ft_change": float(rare["rare FedAvg-FT"].iloc[-1] - rare["rare FedAvg-FT"].iloc[0]),
+        "ex2_few": int(rare["clients with rare"].iloc[0]),
+        "ex3_lr": larger, "ex3_iid_base": ex3[(None, P.lr)], "ex3_iid_larger": ex3[(None, larger)],
+        "ex3_skew_base": ex3[(0.1, P.lr)], "ex3_skew_larger": ex3[(0.1, larger)],
+        "ex3_iid_change": ex3[(None, larger)] - ex3[(None, P.lr)], "ex3_skew_change": ex3[(0.1, larger)] - ex3[(0.1, P.lr)],
+        "ex4_table": show_table(tables["ex4"], digits=1),
+    }
+
+
+__all__ = ["ANCHORS", "BATCH", "CHANGES", "FLOORS", "MEANS", "METHODS", "MOMENTUM", "RHOS", "SHOWN", "TAILS",
+           "SettingConfig", "anchor_cell", "anchor_table", "by_method", "central_accuracy", "exercise_cell",
+           "exercise_tables", "finetune_cell", "finetune_sweep", "mean_unseen", "numbers", "partition_label",
+           "partition_table", "plot_abilities", "plot_clients", "plot_partitions", "rare_thresholds", "save_frames",
+           "sweep_cell", "traffic_table", "unseen_classes"]

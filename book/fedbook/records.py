@@ -1,0 +1,511 @@
+"""The build's records and the book's own index: what the findings and teaching pages read.
+
+``book/build.py`` executes every chapter and writes a **record** beside it
+(``<out>/chapters/<name>.json``): its cache key, its parameters, the seconds it took and, for a
+chapter with a claims table, the rows that :func:`fedbook.page.claims_report` glued under
+:data:`fedbook.page.CLAIMS_RECORDS`. The book's **index** is its table of contents (``book/_toc.yml``:
+:func:`toc_chapters`) and the chapters' jupytext sources (their titles, :func:`chapter_title`, and
+their exercises, :func:`exercises`).
+
+Two pages read them and train nothing of their own (bar the teaching page's small demonstration):
+
+- the findings page: every claim of every chapter (:func:`read_findings`), counted per paper
+  (:func:`findings_counts`), as one filterable table (:func:`findings_html`, quotations shortened
+  by :func:`short_quote`);
+- the teaching page: each chapter's execution time at the smoke and book profiles
+  (:func:`record_seconds`, :func:`chapter_times`) and every chapter's exercises
+  (:func:`exercise_index`).
+
+This module sits above :mod:`fedbook.page` (whose claims report glues the records' rows) and
+reads only files: nothing here executes a chapter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import nbformat
+import pandas as pd
+import yaml
+
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS
+from fedbook.page import show_table
+from fedbook.tables import Html
+from fedlib.validation import is_int
+
+EXERCISE_KINDS = ("parameters only", "code")
+"""What an exercise asks of a student, marked ``*(parameters only)*`` or ``*(code)*`` in its statement:
+re-running the chapter with other ``-p`` values, or changing code."""
+
+_EXERCISE = re.compile(r"^(?:### Exercise (\d+)[:.]?\s*|(\d+)\.\s+)(.*)$")
+_EXERCISE_TITLE = re.compile(r"\*\*(.+?)\*\*")
+_EXERCISE_KIND = re.compile(r"\*\((" + "|".join(map(re.escape, EXERCISE_KINDS)) + r")\)\*")
+
+
+def _markdown_lines(source: str) -> list[str | None]:
+    """The markdown text of a jupytext percent file, line by line (``None`` where code stands)."""
+    lines, markdown = [], False
+    for line in source.splitlines():
+        if line.startswith("# %%"):
+            markdown = "[markdown]" in line
+            lines.append(None)
+        elif markdown:
+            lines.append(line[2:] if line.startswith("# ") else line[1:] if line.startswith("#") else line)
+        else:
+            lines.append(None)
+    return lines
+
+
+def chapter_title(path: str | os.PathLike) -> str:
+    r"""The first heading of a chapter's jupytext source (``# Title``), without the ``#``.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.py"
+    >>> _ = f.write_text("# %% [markdown]\n# (label)=\n# # A chapter\n")
+    >>> chapter_title(f)
+    'A chapter'
+    """
+    for line in _markdown_lines(open(path, encoding="utf-8").read()):
+        if line is not None and line.startswith("# "):
+            return line[2:].strip()
+    raise ValueError(f"{path} has no '# Title' heading in a markdown cell")
+
+
+def exercises(path: str | os.PathLike) -> pd.DataFrame:
+    r"""The exercises of a chapter's jupytext source: the ``### Exercise N: title`` headings (or
+    the numbered items ``N. **title**``) of its ``## Exercises`` section, with their title and kind
+    (:data:`EXERCISE_KINDS`, marked in the statement; ``None`` where unmarked).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``exercise`` (its number), ``title``, ``kind``; no row for a chapter without exercises.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "c.py"
+    >>> _ = f.write_text("# %% [markdown]\n# ## Exercises\n#\n# 1. **More seeds.** *(parameters only)* Re-run.\n"
+    ...                  "#\n# :::{dropdown} Hint\n# 2. not an exercise\n# :::\n# 2. **A new head** *(code)* Write.\n")
+    >>> exercises(f).values.tolist()
+    [[1, 'More seeds.', 'parameters only'], [2, 'A new head', 'code']]
+    """
+    rows, inside, fence = [], False, 0
+    for line in _markdown_lines(open(path, encoding="utf-8").read()):
+        if line is None:
+            continue
+        if line.startswith("## "):
+            inside = line[3:].strip().lower() == "exercises"
+            continue
+        if not inside:
+            continue
+        stripped = line.strip()
+        if stripped.startswith(":::"):  # a dropdown (hint, solution) opens (":::{...}") or closes (":::")
+            fence = fence + 1 if stripped.lstrip(":").startswith("{") else max(fence - 1, 0)
+            continue
+        match = _EXERCISE.match(line) if fence == 0 else None
+        if match:
+            number, text = int(match.group(1) or match.group(2)), match.group(3)
+            title, kind = _EXERCISE_TITLE.search(text), _EXERCISE_KIND.search(text)
+            heading = match.group(1) is not None
+            rows.append({"exercise": number, "title": text.strip() if heading else title.group(1) if title else text,
+                         "kind": kind.group(1) if kind else None})
+        elif rows and fence == 0 and stripped and rows[-1]["kind"] is None:
+            kind = _EXERCISE_KIND.search(line)
+            rows[-1]["kind"] = kind.group(1) if kind else None
+    table = pd.DataFrame(rows, columns=["exercise", "title", "kind"], dtype=object)  # None stays None
+    return table.astype({"exercise": int})
+
+
+def toc_chapters(toc: str | os.PathLike) -> list[tuple[str, list[str]]]:
+    r"""The executed chapters of each part of the book's table of contents (``book/_toc.yml``): per
+    part, its caption and the names of its entries under ``chapters/``, in the book's order (a
+    part without one has an empty list).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "_toc.yml"
+    >>> _ = f.write_text("parts:\n  - caption: Basics\n    chapters:\n      - file: intro\n"
+    ...                  "      - file: chapters/setting\n  - caption: End\n    chapters:\n      - file: api\n")
+    >>> toc_chapters(f)
+    [('Basics', ['setting']), ('End', [])]
+    """
+    parts = yaml.safe_load(Path(toc).read_text(encoding="utf-8"))["parts"]
+    return [(part["caption"], [c["file"].split("/", 1)[1] for c in part["chapters"] if c["file"].startswith("chapters/")])
+            for part in parts]
+
+
+def record_seconds(folder: str | os.PathLike | None, name: str) -> float | None:
+    r"""The execution seconds that a build's record gives for a chapter (``<folder>/<name>.json``,
+    written by ``book/build.py``); ``None`` where the folder (``None``: that profile was not
+    built) or the record does not exist.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "setting.json").write_text('{"key": "abc", "params": {}, "seconds": 12.5}')
+    >>> record_seconds(folder, "setting"), record_seconds(folder, "flower"), record_seconds(None, "setting")
+    (12.5, None, None)
+    """
+    path = Path(folder) / f"{name}.json" if folder is not None else None
+    return json.loads(path.read_text())["seconds"] if path is not None and path.exists() else None
+
+
+def chapter_times(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]],
+                  records: Mapping[str, str | os.PathLike], *, leave_out: Iterable[str] = ()) -> pd.DataFrame:
+    """How long each chapter took to execute in the build's records: one row per chapter of
+    ``parts`` (:func:`toc_chapters`) but those in ``leave_out``, with its part, its title (from
+    ``<notebooks>/<name>.py``), its seconds at the smoke profile and its minutes at the book
+    profile (:func:`record_seconds` in ``records[profile]``; missing where that build has no
+    record).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``part``, ``chapter``, ``smoke (s)``, ``book (min)``.
+    """
+    leave_out = set(leave_out)
+    rows = [{"part": part, "chapter": chapter_title(Path(notebooks) / f"{name}.py"),
+             "smoke (s)": record_seconds(records.get("smoke"), name),
+             "book (min)": (record_seconds(records.get("book"), name) or float("nan")) / 60}
+            for part, names in parts for name in names if name not in leave_out]
+    return pd.DataFrame(rows, columns=["part", "chapter", "smoke (s)", "book (min)"])
+
+
+def exercise_index(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
+    """The exercises of every chapter of ``parts`` (:func:`toc_chapters`), in the book's order:
+    :func:`exercises` of ``<notebooks>/<name>.py`` under the chapter's title, an unmarked
+    exercise's kind as ``"not marked"``.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``chapter``, ``exercise``, ``title``, ``needs`` (one of :data:`EXERCISE_KINDS`
+        or ``"not marked"``).
+    """
+    rows = [{"chapter": chapter_title(Path(notebooks) / f"{name}.py"), "exercise": row.exercise, "title": row.title,
+             "needs": row.kind or "not marked"}
+            for _, names in parts for name in names
+            for row in exercises(Path(notebooks) / f"{name}.py").itertuples(index=False)]
+    return pd.DataFrame(rows, columns=["chapter", "exercise", "title", "needs"])
+
+
+FINDINGS_COLUMNS = ("paper", "chapter", "key", "kind", "headline", "quote", "source", "quantity", "verdict",
+                    "interval", "n", "unit", "seeds to decide", "anchor")
+"""The columns of :func:`read_findings`: the part of the table of contents (the paper), the
+chapter, and the fields of each claim's record (:func:`fedbook.claims.claims_records`), ``interval``
+being the table's ``ours`` without its trailing count of seeds."""
+
+
+def short_quote(text: str, words: int = 12) -> str:
+    """A quotation's short form for a list: its first sentence if that has at most ``words`` words,
+    else its first ``words`` words and an ellipsis (the whole quotation stays in the chapter's table).
+
+    Examples
+    --------
+    >>> short_quote("X beats Y. It also beats Z on every split.")
+    'X beats Y.'
+    >>> short_quote("one two three four five", words=3)
+    'one two three …'
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"short_quote takes a non-empty text, got {text!r}")
+    if not is_int(words) or words < 1:
+        raise ValueError(f"words must be a positive integer, got {words!r}")
+    first = re.split(r"(?<=[.!?])\s+", text.strip(), maxsplit=1)[0]
+    if len(first.split()) <= words:
+        return first
+    return " ".join(text.split()[:words]).rstrip(",;:") + " \N{HORIZONTAL ELLIPSIS}"
+
+
+def _interval_only(ours: str, n: int, unit: str) -> str:
+    """``"+1.20 [+0.30, +2.10], 5 seeds"`` -> ``"+1.20 [+0.30, +2.10]"`` (the seeds have their own column)."""
+    tail = f", {n} "
+    return ours[: ours.rindex(tail)] if tail in ours else ours
+
+
+def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]]) -> tuple[pd.DataFrame, list[str]]:
+    """Every claim of every chapter, from the build's records: one row per row of each chapter's
+    claims table (the ``"claims"`` that ``book/build.py`` copies from the chapter's glued
+    :data:`fedbook.page.CLAIMS_RECORDS` into ``<folder>/<name>.json``), in the book's order, the paper being the
+    chapter's part of ``parts`` (:func:`toc_chapters`); and the chapters that have no record in
+    ``folder`` (not built).
+
+    Returns
+    -------
+    (DataFrame, list of str)
+        The rows (columns :data:`FINDINGS_COLUMNS`) and the chapters without a record.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from fedbook.claims import Claim, claims_records, evaluate
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> rows = claims_records([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
+    >>> _ = (folder / "x_experiments.json").write_text(json.dumps({"seconds": 1.0, "claims": rows}))
+    >>> frame, missing = read_findings(folder, [("X", ["x_experiments", "x_derivations"])])
+    >>> frame.loc[0, ["paper", "quote", "verdict", "interval"]].tolist(), int(frame.loc[0, "n"]), missing
+    (['X', 'X beats Y.', 'holds', '+2.00 [+1.34, +2.66]'], 3, ['x_derivations'])
+    """
+    rows, missing = [], []
+    for part, names in parts:
+        for name in names:
+            path = Path(folder) / f"{name}.json"
+            if not path.exists():
+                missing.append(name)
+                continue
+            for r in json.loads(path.read_text(encoding="utf-8")).get("claims", ()):
+                rows.append({"paper": part, "chapter": name, "key": r["key"], "kind": r["kind"], "headline": r["headline"],
+                             "quote": r["quote"], "source": r["source"], "quantity": r["quantity"], "verdict": r["verdict"],
+                             "interval": _interval_only(r["ours"], r["n"], r["unit"]), "n": r["n"], "unit": r["unit"],
+                             "seeds to decide": r["seeds_to_decide"], "anchor": r["anchor"]})
+    return pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS)), missing
+
+
+def findings_counts(frame: pd.DataFrame) -> pd.DataFrame:
+    """The verdicts per paper (controls not counted, as in each chapter's report): one row per
+    paper of ``frame`` (:func:`read_findings`) in its order and a last row ``"all papers"``;
+    columns ``claims``, one per verdict, ``headline claims`` and ``headline decided``.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"paper": ["A", "A", "B", "B"], "kind": ["claim", "claim", "claim", "control"],
+    ...                   "verdict": ["holds", "inconclusive at this scale", "does not hold", "holds"],
+    ...                   "headline": [True, True, False, False]})
+    >>> findings_counts(f).loc[:, ["claims", "holds", "headline decided"]].to_dict("index")
+    {'A': {'claims': 2, 'holds': 1, 'headline decided': 1}, 'B': {'claims': 1, 'holds': 0, 'headline decided': 0}, 'all papers': {'claims': 3, 'holds': 1, 'headline decided': 1}}
+    """
+    claims = frame[frame["kind"] == "claim"]
+    papers = list(dict.fromkeys(frame["paper"]))
+
+    def row(part: pd.DataFrame) -> dict:
+        head = part[part["headline"].astype(bool)]
+        return {"claims": len(part), **{v: int((part["verdict"] == v).sum()) for v in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)},
+                "headline claims": len(head), "headline decided": int((head["verdict"] != INCONCLUSIVE).sum())}
+
+    table = pd.DataFrame([row(claims[claims["paper"] == p]) for p in papers] + [row(claims)],
+                         index=pd.Index([*papers, "all papers"], name="paper"))
+    return table
+
+
+def findings_html(frame: pd.DataFrame) -> Html:
+    """The findings as one table for a page, filterable by paper and by verdict in the reader's
+    browser (the book's ``findings.js``: two menus above the table, shown only where scripts run;
+    every row is shown without them): per row the paper, the quotation's short form
+    (:func:`short_quote`) linking to its row in the chapter's claims table, its source, the
+    verdict (shaded), the interval, the seeds and the seeds to decide. Its text form lists the
+    rows as plain text.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame([{"paper": "A", "chapter": "a_experiments", "key": "k", "kind": "claim", "headline": True,
+    ...     "quote": "X beats Y.", "source": "Table 2", "quantity": "accuracy, points", "verdict": "holds",
+    ...     "interval": "+2.0 [+1.3, +2.7]", "n": 3, "unit": "seeds", "seeds to decide": "decided", "anchor": "T_c_row0_col0"}])
+    >>> h = findings_html(f)
+    >>> 'href="a_experiments.html#T_c_row0_col0"' in h._repr_html_(), 'data-verdict="holds"' in h._repr_html_()
+    (True, True)
+    >>> repr(h)
+    'A | “X beats Y.” (Table 2; headline) | holds | +2.0 [+1.3, +2.7] | 3 seeds | decided'
+    """
+    from html import escape
+
+    missing = [c for c in FINDINGS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"findings_html needs the columns of read_findings, missing {missing}")
+    papers = list(dict.fromkeys(frame["paper"]))
+    verdicts = [v for v in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE) if v in set(frame["verdict"])]
+
+    def options(values: list[str], every: str) -> str:
+        return f'<option value="">{every}</option>' + "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
+
+    def claim_cell(r: dict) -> tuple[str, str]:
+        where = f"{r['source']}; headline" if r["headline"] else r["source"]
+        quote = short_quote(r["quote"])
+        text = f"Control: {quote}" if r["kind"] == "control" else f"\N{LEFT DOUBLE QUOTATION MARK}{quote}\N{RIGHT DOUBLE QUOTATION MARK}"
+        link = f'<a href="{escape(r["chapter"])}.html#{escape(r["anchor"])}">{escape(text)}</a>'
+        return f"{link} ({escape(where)})<br><small>{escape(r['quantity'])}</small>", f"{text} ({where})"
+
+    body, lines = [], []
+    for r in frame.to_dict("records"):
+        cell, plain = claim_cell(r)
+        n, unit = int(r["n"]), r["unit"]
+        seeds = f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
+        colour = VERDICT_COLOURS.get(r["verdict"], "transparent")
+        body.append(
+            f'<tr data-paper="{escape(r["paper"])}" data-verdict="{escape(r["verdict"])}" data-kind="{escape(r["kind"])}">'
+            f"<td>{escape(r['paper'])}</td><td>{cell}</td>"
+            f'<td style="background-color: {colour}">{escape(r["verdict"])}</td>'
+            f"<td>{escape(r['interval'])}</td><td>{escape(seeds)}</td><td>{escape(r['seeds to decide'])}</td></tr>"
+        )
+        lines.append(" | ".join([r["paper"], plain, r["verdict"], r["interval"], seeds, r["seeds to decide"]]))
+    head = "".join(f'<th style="text-align: left">{h}</th>' for h in
+                   ("paper", "claim (the link opens its row in the chapter)", "verdict", "ours [95 % interval]", "seeds",
+                    "seeds to decide"))
+    html = (
+        '<div class="findings">'
+        '<form class="findings-filter" hidden>'
+        f'<label>Paper <select data-column="paper">{options(papers, "every paper")}</select></label> '
+        f'<label>Verdict <select data-column="verdict">{options(verdicts, "every verdict")}</select></label> '
+        '<output class="findings-shown" aria-live="polite"></output></form>'
+        f'<table class="findings-table"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+    )
+    return Html(html, "\n".join(lines))
+
+
+
+def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Sequence[str], profile: str
+                     ) -> dict[str, Any]:
+    """The findings page's numbers, by their glued keys: the claims tested (controls apart) and
+    their verdicts, the papers, the rows and controls, the headline claims decided, the share
+    decided either way, the chapters with claims that this build has no record of
+    (``not_built``), the paper with the most claims that hold, and the ``profile``.
+    ``findings``: :func:`read_findings`; ``counts``: :func:`findings_counts` of it.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"paper": ["A", "A", "B"], "kind": ["claim", "control", "claim"],
+    ...                   "verdict": ["holds", "holds", "does not hold"], "headline": [True, False, False]})
+    >>> R = findings_numbers(f, findings_counts(f), [], "book")
+    >>> R["n_claims"], R["n_holds"], R["n_controls"], R["decided_percent"], R["most_holds_paper"], R["not_built_text"]
+    (2, 1, 1, 100.0, 'A', 'every chapter with claims was built for it')
+    """
+    total = counts.loc["all papers"]
+    papers = [p for p in counts.index if p != "all papers"]
+    most = counts.loc[papers, HOLDS].idxmax() if papers else "none"
+    return {"n_claims": int(total["claims"]), "n_holds": int(total[HOLDS]), "n_not": int(total[DOES_NOT_HOLD]),
+            "n_inconclusive": int(total[INCONCLUSIVE]), "n_papers": len(papers),
+            "n_controls": int((findings["kind"] == "control").sum()), "n_rows": len(findings),
+            "n_headline": int(total["headline claims"]), "headline_decided": int(total["headline decided"]),
+            "decided_percent": float(100 * (total[HOLDS] + total[DOES_NOT_HOLD]) / max(int(total["claims"]), 1)),
+            "not_built_text": "every chapter with claims was built for it" if not not_built else
+            f"the chapters with claims {', '.join(not_built)} have no record in this build, so their claims are missing",
+            "most_holds_paper": most, "most_holds": int(counts.loc[most, HOLDS]) if papers else 0, "profile": profile}
+
+
+def plot_verdicts(counts: pd.DataFrame):
+    """The verdicts of each paper's claims as horizontal stacked bars (holds, does not hold,
+    inconclusive, in the verdicts' colours, each count written on its bar). ``counts``:
+    :func:`findings_counts` (its ``"all papers"`` row is left out)."""
+    papers = [p for p in counts.index if p != "all papers"]
+    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(papers), 1) + 1.2))
+    left = pd.Series(0, index=papers, dtype=float)
+    for verdict in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE):
+        values = counts.loc[papers, verdict].astype(float)
+        ax.barh(papers, values, left=left, color=VERDICT_COLOURS[verdict], edgecolor="#555555", label=verdict)
+        for y, (x0, v) in enumerate(zip(left, values)):
+            if v:
+                ax.text(x0 + v / 2, y, f"{int(v)}", ha="center", va="center", fontsize=9)
+        left += values
+    ax.invert_yaxis()
+    ax.set_xlabel("claims")
+    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def verdict_changes(findings: pd.DataFrame, records: Mapping[str, str | os.PathLike], profile: str,
+                    parts: Sequence[tuple[str, Sequence[str]]]) -> dict[str, Any]:
+    """The findings page's Exercise 1: the rows whose verdict differs between this build
+    (``findings``, at ``profile``) and the other profile's build (smoke against book), joined on
+    the chapter and the claim's key; the other build's records are ``records[other]`` when they
+    exist. Returns ``ex1_text`` and ``ex1_table`` (a table, :func:`fedbook.page.show_table`)."""
+    other = "smoke" if profile != "smoke" else "book"
+    folder = (records or {}).get(other)
+    theirs = read_findings(folder, parts)[0] if folder and Path(folder).exists() else None
+    if theirs is None or theirs.empty:
+        return {"ex1_text": f"This machine has no {other}-profile build to compare with: build it and re-run this page.",
+                "ex1_table": show_table(pd.DataFrame({"note": [f"no {other} build"]}), index=False)}
+    joined = findings.merge(theirs, on=["chapter", "key"], suffixes=("", f" ({other})"))
+    moved = joined[joined["verdict"] != joined[f"verdict ({other})"]]
+    shown = moved[["paper", "key", "verdict", f"verdict ({other})", "n", f"n ({other})"]].rename(
+        columns={"verdict": f"verdict ({profile})", "n": f"seeds ({profile})", f"n ({other})": f"seeds ({other})"})
+    return {"ex1_text": f"Of the {len(joined)} rows both builds have, {len(moved)} change verdict between the "
+            f"{profile} profile and the {other} profile; the table lists them (the same rows, read from the two "
+            "builds' records).",
+            "ex1_table": show_table(shown if len(shown) else pd.DataFrame({"note": ["no verdict changes"]}), index=False)}
+
+
+def nearest_decisions(findings: pd.DataFrame) -> dict[str, Any]:
+    """The findings page's Exercise 2: the open claims (inconclusive, controls apart) whose seeds
+    to decide is a number, fewest first, and those that twice their seeds would settle, per paper.
+    Returns ``ex2_text`` and ``ex2_table`` (a table, :func:`fedbook.page.show_table`)."""
+    open_ = findings[(findings["kind"] == "claim") & (findings["verdict"] == INCONCLUSIVE)]
+    needed = open_["seeds to decide"].str.extract(r"n = ([\d,]+)")[0].str.replace(",", "").astype(float)
+    near = open_.assign(needed=needed).dropna(subset=["needed"]).sort_values("needed", kind="stable")
+    within = near[near["needed"] <= 2 * near["n"]]
+    text = (f"{len(open_)} claims are open; for {len(near)} of them a number of seeds would decide at the observed "
+            f"spread, and {len(within)} would need at most twice the seeds they rest on now"
+            + (f" ({', '.join(f'{p}: {k}' for p, k in within.groupby('paper', sort=False).size().items())})."
+               if len(within) else ".")
+            + " The others need more seeds than a chapter can afford, or no number of seeds would decide them at the "
+            "observed mean (a mean inside the band the rule leaves undecided).")
+    table = (near[["paper", "key", "n", "needed"]].rename(columns={"n": "seeds now", "needed": "seeds to decide"})
+             if len(near) else pd.DataFrame({"note": ["no open claim has a number"]}))
+    return {"ex2_text": text, "ex2_table": show_table(table, digits=0, index=False)}
+
+
+def timing_numbers(timing: pd.DataFrame) -> dict[str, Any]:
+    """The teaching page's times, by their glued keys, from :func:`chapter_times`: the chapters,
+    the total at the book profile (minutes) and at the smoke profile, and the slowest chapter at
+    the book profile ("not measured yet" where that profile has no record).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"part": "A", "chapter": ["One", "Two"], "smoke (s)": [30.0, 60.0], "book (min)": [2.0, 5.5]})
+    >>> timing_numbers(t)
+    {'n_chapters': 2, 'book_total_time': '8 minutes', 'smoke_total_time': '1.5 minutes', 'slowest_time': 'Two (5.5 minutes)'}
+    """
+    book_total = timing["book (min)"].sum(min_count=1)
+    smoke_total = timing["smoke (s)"].astype(float).sum(min_count=1)
+    slowest = timing.loc[timing["book (min)"].idxmax()] if timing["book (min)"].notna().any() else None
+    return {"n_chapters": len(timing),
+            "book_total_time": "not measured yet" if pd.isna(book_total) else f"{book_total:.0f} minutes",
+            "smoke_total_time": "not measured yet" if pd.isna(smoke_total) else f"{smoke_total / 60:.1f} minutes",
+            "slowest_time": "none measured yet" if slowest is None else
+            f"{slowest['chapter']} ({slowest['book (min)']:.1f} minutes)"}
+
+
+def exercise_numbers(table: pd.DataFrame) -> dict[str, int]:
+    """The teaching page's counts of exercises, by their glued keys, from :func:`exercise_index`:
+    all of them, those that need parameters only and those that need code.
+
+    Examples
+    --------
+    >>> exercise_numbers(pd.DataFrame({"needs": ["code", "parameters only", "code", "not marked"]}))
+    {'n_exercises': 4, 'n_parameters_only': 1, 'n_code': 2}
+    """
+    counts = table["needs"].value_counts()
+    return {"n_exercises": len(table), "n_parameters_only": int(counts.get(EXERCISE_KINDS[0], 0)),
+            "n_code": int(counts.get(EXERCISE_KINDS[1], 0))}
+
+
+def handout_cell(build: str | os.PathLike, chapter: str = "setting", seed: int = 7) -> tuple[str, int]:
+    """What a handout carries: ``book/build.py --handout`` (``build``: its path) run for
+    ``chapter`` at the smoke profile with ``-p seed=<seed>`` into a temporary folder; the source
+    of its cell of injected parameters, and how many of its code cells have an output (none: it
+    is handed out unexecuted)."""
+    with tempfile.TemporaryDirectory() as folder:
+        cmd = [sys.executable, str(build), "--handout", folder, "--profile", "smoke", "--only", chapter, "-p",
+               f"seed={seed}"]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        handed = nbformat.read(Path(folder) / f"{chapter}.ipynb", as_version=4)
+    injected = next(c for c in handed.cells if "injected-parameters" in c.metadata.get("tags", ()))
+    return injected.source, sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
+
+
+__all__ = ["EXERCISE_KINDS", "FINDINGS_COLUMNS", "chapter_times", "chapter_title", "exercise_index", "exercise_numbers",
+           "exercises", "findings_counts", "findings_html", "findings_numbers", "handout_cell", "nearest_decisions",
+           "plot_verdicts", "read_findings", "record_seconds", "short_quote", "timing_numbers", "toc_chapters",
+           "verdict_changes"]

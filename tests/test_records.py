@@ -1,0 +1,98 @@
+"""fedbook.records' page helpers (what the findings and teaching pages compute from the build's
+records and the book's index): the counts and their words, the verdicts that change between two
+builds, the open claims nearest to a decision, a handout's injected cell; and the teaching page's
+demonstration (fedbook.studies.teaching) against the run it replaces."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from fedbook.claims import Claim, claims_records, evaluate  # noqa: E402
+from fedbook.records import (findings_counts, findings_numbers, handout_cell, nearest_decisions,  # noqa: E402
+                             plot_verdicts, read_findings, verdict_changes)
+from fedbook.studies.teaching import demo_cell, demo_methods  # noqa: E402
+from fedbook.study import Study, run_study  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _record(folder: Path, chapter: str, claims: list[tuple[str, list[float], list[float]]]) -> None:
+    """A build's record of ``chapter`` holding one claims row per (key, ours, baseline)."""
+    results = [evaluate(Claim(key, f"{key} holds.", "Table 1", "accuracy, X − Y, points", "greater", 0.5,
+                              resolution=0.1), ours, base) for key, ours, base in claims]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{chapter}.json").write_text(json.dumps({"seconds": 1.0, "claims": claims_records(results)}))
+
+
+@pytest.fixture
+def builds(tmp_path):
+    """Two builds' records of one chapter: 'a' holds in both, 'b' holds only in the book build, 'c' is open."""
+    _record(tmp_path / "book", "x", [("a", [3.0, 3.1, 2.9], [0.0, 0.0, 0.0]), ("b", [3.0, 3.1, 2.9], [0.0] * 3),
+                                     ("c", [0.6, 0.8, 0.4, 1.5], [0.0] * 4)])
+    _record(tmp_path / "smoke", "x", [("a", [3.0, 3.1], [0.0, 0.0]), ("b", [3.0, -3.1], [0.0, 0.0])])
+    return {"book": str(tmp_path / "book"), "smoke": str(tmp_path / "smoke")}
+
+
+def test_the_findings_numbers_and_the_changed_verdicts(builds):
+    parts = [("X paper", ["x", "x_derivations"])]
+    findings, missing = read_findings(builds["book"], parts)
+    counts = findings_counts(findings)
+    R = findings_numbers(findings, counts, missing, "book")
+    assert (R["n_claims"], R["n_holds"], R["n_inconclusive"], R["n_papers"], R["most_holds_paper"]) == (3, 2, 1, 1,
+                                                                                                       "X paper")
+    assert R["not_built_text"] == ("the chapters with claims x_derivations have no record in this build, so their "
+                                   "claims are missing")
+    assert R["decided_percent"] == pytest.approx(200 / 3) and type(R["decided_percent"]) is float
+    changes = verdict_changes(findings, builds, "book", parts)
+    assert changes["ex1_text"].startswith("Of the 2 rows both builds have, 1 change verdict between the book profile "
+                                          "and the smoke profile")
+    assert "verdict (book)" in changes["ex1_table"].to_html() and " b " in f" {repr(changes['ex1_table'])} "
+    alone = verdict_changes(findings, {"book": builds["book"]}, "book", parts)
+    assert alone["ex1_text"].startswith("This machine has no smoke-profile build")
+    fig = plot_verdicts(counts)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["2", "1"]
+    plt.close(fig)
+
+
+def test_the_open_claims_nearest_to_a_decision_are_the_ones_the_pages_code_lists(builds):
+    findings = read_findings(builds["book"], [("X paper", ["x"])])[0]
+    R = nearest_decisions(findings)
+    open_ = findings[(findings["kind"] == "claim") & (findings["verdict"] == "inconclusive at this scale")]
+    needed = open_["seeds to decide"].str.extract(r"n = ([\d,]+)")[0].str.replace(",", "").astype(float)
+    near = open_.assign(needed=needed).dropna(subset=["needed"])
+    assert R["ex2_text"].startswith(f"1 claims are open; for {len(near)} of them")
+    none = nearest_decisions(findings[findings["key"] == "a"])
+    assert none["ex2_text"].startswith("0 claims are open; for 0 of them") and "no open claim" in repr(none["ex2_table"])
+
+
+def test_a_handout_carries_the_students_parameters_and_no_output():
+    injected, executed = handout_cell(ROOT / "book" / "build.py", "setting", seed=7)
+    assert "seed = 7" in injected and 'profile = "smoke"' in injected and executed == 0
+
+
+def test_the_demonstration_is_fedavg_and_fedavgm_on_one_federation():
+    methods = demo_methods(ROOT / "book" / "exercises", beta=0.9)
+    assert set(methods) == {"fedavg", "fedavgm"} and methods["fedavgm"].beta == 0.9
+    sys.path.insert(0, str(ROOT / "book" / "exercises"))
+    try:
+        from fedavgm_solution import FedAvgM
+    finally:
+        sys.path.remove(str(ROOT / "book" / "exercises"))
+    assert isinstance(methods["fedavgm"], FedAvgM)
+    demo = run_study(Study("demo", lambda seed, method: demo_cell(seed, method, algorithms=methods, clients=4, rounds=1),
+                           grid={"method": ["fedavg", "fedavgm"]}))["demo"]
+    assert demo["method"].tolist() == ["fedavg", "fedavgm"] and demo["global"].between(0, 1).all()
+    # beta = 0 and a server step of 1 are FedAvg: the same final accuracy
+    plain = demo_methods(ROOT / "book" / "exercises", beta=0.0)
+    same = [demo_cell(0, m, algorithms=plain, clients=4, rounds=2)["global"].iloc[0] for m in ("fedavg", "fedavgm")]
+    assert same[0] == pytest.approx(same[1])
+    assert isinstance(demo, pd.DataFrame)
