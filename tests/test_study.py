@@ -178,3 +178,18 @@ def test_a_cell_that_returns_something_else_or_other_tables_is_refused():
         run_study(Study("bad", lambda seed: pd.DataFrame({"seed": [seed + 1]})))
     with pytest.raises(ValueError, match="run_study takes a Study"):
         run_study("toy")
+
+
+def test_run_study_describes_the_study_once_and_keys_each_cell_as_cell_key_alone(tmp_path, monkeypatch, cacheable):
+    study = Study("toy", functools.partial(noisy_cell, scale=2.0), grid={"n": [1, 2, 3]}, seeds=[0, 1])
+    alone = [cell_key(study, cell, torch.get_num_threads()) for cell in study.cells()]  # run_study in this process
+    assert None not in alone and len(set(alone)) == 6
+    calls = []
+    real = study_module.module_files
+    monkeypatch.setattr(study_module, "module_files", lambda module: calls.append(module) or real(module))
+    first = run_study(study, cache=tmp_path)
+    assert calls == [noisy_cell.__module__]  # one sources digest for the six cells (parsing modules takes a second)
+    assert sorted(p.stem for p in (tmp_path / "toy").glob("*.json")) == sorted(alone)
+    again = run_study(study, cache=tmp_path)  # every cell read back
+    for name in first:
+        pd.testing.assert_frame_equal(first[name], again[name], check_exact=True)

@@ -163,9 +163,10 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
         raise ValueError(f"run_study takes a Study, got {type(study).__name__}")
     cells = study.cells()
     folder = None if cache is None else Path(cache) / study.name
-    sources = _sources(study) if folder is not None else None  # once per study: every cell runs the same module
-    keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads(), sources=sources)
-            if folder is not None else None for cell in cells]
+    covered = folder is not None and _covered_module(study) is not None
+    common = study_key_parts(study) if covered else None  # once per study: every cell runs the same function
+    keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads(), common=common)
+            if covered else None for cell in cells]
     found: dict[int, dict[str, pd.DataFrame]] = {}
     if folder is not None and keys[0] is not None:
         for i, key in enumerate(keys):
@@ -227,20 +228,24 @@ def _sources(study: Study) -> str | None:
     return None if module is None else digest(module_files(module))
 
 
-def cell_key(study: Study, cell: Mapping[str, Any], threads: int, *, sources: str | None = None) -> str | None:
+def cell_key(study: Study, cell: Mapping[str, Any], threads: int, *, common: Mapping[str, Any] | None = None) -> str | None:
     """The cache key of one cell (a hex digest), or ``None`` when the cell's function cannot be
-    covered: one that is not a function of fedlib or fedbook (a notebook's own). ``sources``: the
-    study's sources digest when the caller has it (:func:`run_study` computes it once for all its
-    cells; the same key)."""
+    covered: one that is not a function of fedlib or fedbook (a notebook's own). ``common``: what
+    every cell of the study shares (:func:`study_key_parts`), when the caller has it
+    (:func:`run_study` computes it once for all its cells; the same key)."""
     if _covered_module(study) is None:
         return None
-    described = {
-        "format": CACHE_FORMAT, "study": study.name, "run": algorithm_configuration(study.run),
-        "cell": algorithm_configuration(dict(cell)), "threads": int(threads),
-        "libraries": {name: _version(name) for name in LIBRARIES},
-        "sources": _sources(study) if sources is None else sources,
-    }
+    described = {**(study_key_parts(study) if common is None else common),
+                 "cell": algorithm_configuration(dict(cell)), "threads": int(threads)}
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=json_default).encode()).hexdigest()[:40]
+
+
+def study_key_parts(study: Study) -> dict[str, Any]:
+    """What every cell's key of ``study`` shares: the format, the study's name, its function with its
+    bound arguments (:func:`fedlib.loop.algorithm_configuration`), the libraries' versions and the
+    sources digest of the function's module (:func:`_sources`)."""
+    return {"format": CACHE_FORMAT, "study": study.name, "run": algorithm_configuration(study.run),
+            "libraries": {name: _version(name) for name in LIBRARIES}, "sources": _sources(study)}
 
 
 def _version(name: str) -> str:
@@ -280,4 +285,4 @@ def _read(path: Path) -> dict[str, pd.DataFrame]:
     return out
 
 
-__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "cell_key", "run_study"]
+__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "cell_key", "run_study", "study_key_parts"]
