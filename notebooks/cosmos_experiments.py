@@ -74,7 +74,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
 
-from fedbook.claims import Claim, Read, resolution_of
+from fedbook.claims import Claim, Read
+from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
 from fedbook.studies import cosmos
 from fedbook.studies.cosmos import BASE, METRICS, PFL, sweep_label, sweep_reads

@@ -136,7 +136,7 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 # **Seeds.** Everything is run for the run seeds {glue:text}`fge_seeds`. A run seed draws the
 # data subset, the global test set, the partition, the local splits, the model initialization
 # and every mini-batch order; every table shows the mean over the seeds ± the half-width of the
-# 95 % Student's t interval ({func}`fedbook.claims.seed_table`).
+# 95 % Student's t interval ({func}`fedbook.intervals.seed_table`).
 #
 # **Validation.** Selecting the best baseline head on the test set would favour the baselines
 # by the luck of the test draw. We therefore hold out a random {glue:text}`fge_val_pct:.0f` % of

@@ -42,7 +42,7 @@
 # {glue:text}`n_seeds` seeds; the headline claims (those the paper's abstract makes) and the rows
 # made of the same runs read {glue:text}`n_headline_seeds`, the later seeds making only those
 # runs. Tables show the mean ± the half-width of its
-# Student's t interval over the seeds at level {glue:text}`level_pct:.0f` % ({func}`fedbook.claims.seed_table`), and the claims are
+# Student's t interval over the seeds at level {glue:text}`level_pct:.0f` % ({func}`fedbook.intervals.seed_table`), and the claims are
 # decided on the paired differences over seeds ({mod}`fedbook.claims`).
 #
 # **The encoder, honestly.** The paper embeds images with CLIP {cite:p}`clip` (contrastive
@@ -100,7 +100,8 @@ from functools import partial
 import matplotlib.pyplot as plt
 from IPython.display import Markdown
 
-from fedbook.claims import Claim, Read, resolution_of
+from fedbook.claims import Claim, Read
+from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, glue_all, setup
 from fedbook.study import Study, run_study
 from fedbook.studies import ggeur as gg

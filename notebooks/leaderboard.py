@@ -142,7 +142,7 @@ show_table(excluded if len(excluded) else pd.DataFrame({"reason": ["every method
 # with the smallest test split. The pooled score asks the same question, how well the predictor
 # serves this client's label distribution, on hundreds of images. Each cell is the mean over
 # {glue:text}`lb_seeds` seeds with the half-width of its 95 % Student's t interval
-# ({func}`fedbook.claims.mean_interval`): the leader's cell at the most skewed $\alpha$ below,
+# ({func}`fedbook.intervals.mean_interval`): the leader's cell at the most skewed $\alpha$ below,
 # {glue:text}`lb_example_cell`, reads "between {glue:text}`lb_example_low:.1f` and
 # {glue:text}`lb_example_high:.1f` with 95 % confidence, as far as seed-to-seed variation goes".
 
@@ -209,7 +209,7 @@ plt.show()
 # seed, however small, is first in every resample. So the page calls a first place
 # settled only when the leader is first in at least {glue:text}`lb_settled_share` % of the resamples
 # **and** the 95 % interval of its paired lead over the runner-up (the mean over seeds of the
-# difference, {func}`fedbook.claims.mean_interval`) clears zero.
+# difference, {func}`fedbook.intervals.mean_interval`) clears zero.
 #
 # At $\alpha =$ {glue:text}`lb_alpha_hard`, the methods ranked first in at least
 # {glue:text}`lb_contender_share` % of the resamples are {glue:text}`lb_contenders_hard`: {glue:text}`lb_verdict_hard`. At

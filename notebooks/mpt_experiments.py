@@ -68,7 +68,8 @@ import functools
 
 from IPython.display import display
 
-from fedbook.claims import Claim, Read, resolution_of
+from fedbook.claims import Claim, Read
+from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
 from fedbook.studies import mpt as M
 from fedbook.study import Study, run_study

@@ -17,39 +17,12 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from fedbook.claims import (
-    DOES_NOT_HOLD,
-    HOLDS,
-    INCONCLUSIVE,
-    METHODS,
-    NOT_AT_THIS_MEAN,
-    TABLE_COLUMNS,
-    VERDICTS,
-    Claim,
-    ClaimResult,
-    Comparator,
-    Read,
-    Interval,
-    SeedValues,
-    claims_table,
-    decide,
-    defined_pairs,
-    evaluate,
-    interval_text,
-    mean_interval,
-    bootstrap_means,
-    paired_bootstrap,
-    seed_band,
-    paired_interval,
-    resolution_of,
-    says,
-    seed_table,
-    seeds_to_decide,
-    show,
-    simulate_coverage,
-    strongest_baseline,
-    tally,
-)
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NOT_AT_THIS_MEAN, TABLE_COLUMNS, VERDICTS, Claim,
+                            ClaimResult, Comparator, Read, claims_table, decide, evaluate, says, seeds_to_decide,
+                            show, strongest_baseline, tally)
+from fedbook.intervals import (METHODS, Interval, SeedValues, defined_pairs, interval_text, mean_interval,
+                               bootstrap_means, paired_bootstrap, seed_band, paired_interval, resolution_of,
+                               seed_table, simulate_coverage)
 
 
 ZERO = 1e-9  # a resolution far below every difference of these tests: the rule read at (practically) zero

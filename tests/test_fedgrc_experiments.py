@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbook.claims import Claim, Read, SeedValues, defined_pairs, interval_text, seed_band
+from fedbook.claims import Claim, Read
+from fedbook.intervals import SeedValues, defined_pairs, interval_text, seed_band
 from fedbook.study import Study, run_study
 from fedbook.studies.fedgrc import (BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
                                     SharedRule, ablation_cell, baseline_head, before_after, chapter_study, claim_frames,
@@ -224,7 +225,7 @@ def _runs(seeds, alphas, nan_at=None):
 
 def test_the_claim_frames_give_what_the_claims_read_by_hand():
     """Every family of claims reads, through Read, the paired values the chapter's formulas give
-    (fedbook.claims.defined_pairs of them, seed by seed)."""
+    (fedbook.intervals.defined_pairs of them, seed by seed)."""
     seeds, alphas = [0, 1, 2], [0.3, 0.1]
     runs = _runs(seeds, alphas, nan_at=(0.1, 1, "FedRep", "rare"))  # FedRep's rare accuracy undefined on seed 1
     v = seed_values(runs, seeds)

@@ -166,7 +166,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                                         "fedlib.engines.flower.__main__")),
     # fedbook: the book's machinery, every layer of it above the library
     ("the book's foundation", ("fedbook", "fedbook.sources", "fedbook.parallel", "fedbook.tables")),
-    ("evidence", ("fedbook.claims", "fedbook.checks")),
+    ("evidence", ("fedbook.intervals", "fedbook.claims", "fedbook.checks")),
     ("the study runner", ("fedbook.study",)),
     ("pages", ("fedbook.page",)),
     ("the build's records and the book's index", ("fedbook.records",)),

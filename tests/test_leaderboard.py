@@ -1,5 +1,5 @@
 """The leaderboard chapter's procedures (fedbook.studies.leaderboard): ranks, first places,
-the seed bootstrap (fedbook.claims.bootstrap_means, the book's one resampling), the summary's
+the seed bootstrap (fedbook.intervals.bootstrap_means, the book's one resampling), the summary's
 intervals and the Pareto front on hand-computed fixtures; the exclusions read from the classes; bad
 input refused with the valid values named; a small study end to end (each cell on the federation
 that its seed builds for every concentration), the same twice for the same seed, and the numbers of
@@ -18,7 +18,7 @@ import pytest
 from scipy import stats
 
 from fedlib.algorithms import registered
-from fedbook.claims import bootstrap_means
+from fedbook.intervals import bootstrap_means
 from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board, boards,
                                          build_method, cell_text, communication_rounds, digit_vectors,
                                          exclusion_reason, first_shares, lead_interval, leaderboard_cell,

@@ -1,6 +1,6 @@
 """The MPT experiments chapter's runs (fedbook.studies.mpt: its study, the cells of its studies, what
 it reads of their frames, its tables and figures) against what the chapter computed by hand before
-they moved; and the small pieces they use (fedbook.claims.interval_band,
+they moved; and the small pieces they use (fedbook.intervals.interval_band,
 fedlib.tracking.ldc_steps_per_round, DepartureScenario.remaining_train_sizes)."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedbook.claims import Claim, Read, interval_band, mean_interval
+from fedbook.claims import Claim, Read
+from fedbook.intervals import interval_band, mean_interval
 from fedbook.studies import mpt as M
 from fedbook.studies.mpt import (
     EX_DEFAULT,

@@ -36,7 +36,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedbook.claims import Claim, ClaimResult, Comparator, Read, paired_interval, seed_table, strongest_baseline
+from fedbook.claims import Claim, ClaimResult, Comparator, Read, strongest_baseline
+from fedbook.intervals import paired_interval, seed_table
 from fedbook.page import format_bytes
 from fedlib.algorithms import COMET, COSMOS, Ditto, FedBABU, FedCT, FedMD, FedRep
 from fedlib.algorithms.cosmos import LocalOnly, cosmos_history
@@ -850,7 +851,7 @@ def _metric_table(frame: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
 def main_table(F: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     """The main runs' last round (Figure 2 and Table 2): per method of :data:`MAIN_METHODS`, each
     of :data:`METRICS` as ``mean ± half-width`` over the seeds (local training alone over the side
-    seeds: it is summarised apart, since :func:`fedbook.claims.seed_table` pairs a table's cells
+    seeds: it is summarised apart, since :func:`fedbook.intervals.seed_table` pairs a table's cells
     by seed)."""
     main = F["main"]
     parts = (main[main.method != "Local"], main[main.method == "Local"])
@@ -926,7 +927,7 @@ def sensitivity_table(F: Mapping[str, pd.DataFrame], study: COSMOSStudy) -> pd.D
 
 def plot_curves(curves: pd.DataFrame, *, level: float = 0.95, ax=None):
     """Mean client accuracy per round, one line per method (the mean over the seeds), the band its
-    Student's t interval (:func:`fedbook.claims.paired_interval` against 0; none with one seed).
+    Student's t interval (:func:`fedbook.intervals.paired_interval` against 0; none with one seed).
     ``curves``: ``seed, method, round, mean``. Returns the axes."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator

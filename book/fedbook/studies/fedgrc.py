@@ -24,7 +24,7 @@ The rest reads their frames: :func:`results_table` (Tables I/II), :func:`before_
 :func:`cost_table`, :func:`plot_local_global` and :func:`plot_sensitivity` (the figures),
 :func:`claim_frames` (what the claims read, one row per seed) and :func:`numbers` (every number
 the prose quotes). A reader ``v(alpha, method, metric)`` of one value per seed is a
-:class:`fedbook.claims.SeedValues` of the ``runs`` frame (:func:`seed_values`).
+:class:`fedbook.intervals.SeedValues` of the ``runs`` frame (:func:`seed_values`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedbook.claims import Read, SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
+from fedbook.claims import Read
+from fedbook.intervals import SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
 from fedbook.page import clipped_error, format_bytes, format_value, place_labels, show_table
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
 from fedlib.algorithms.fedgrc import CGRL
@@ -530,7 +531,7 @@ def save_results(frames: Mapping[str, pd.DataFrame], folder: str | Path) -> None
 
 
 def resolutions(federations: Mapping[float, Federation]) -> dict[str, float]:
-    """Each metric's resolution (:func:`fedbook.claims.resolution_of`): the step one test image
+    """Each metric's resolution (:func:`fedbook.intervals.resolution_of`): the step one test image
     makes, on the test set the metric uses, sizes from ``federations`` (the first seed's, by
     :math:`\\alpha`; the global test set's smallest class of the last one). Global accuracy weighs
     every image of the global test set; unseen and rare accuracy are means of class recalls (one
@@ -564,7 +565,7 @@ def seed_values(runs: pd.DataFrame, seeds: Sequence[int]) -> SeedValues:
 
 def results_table(runs: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[float]) -> pd.DataFrame:
     """Tables I/II: per :math:`\\alpha` and row of :data:`ORDER`, each metric of :data:`METRICS` as
-    ``"mean ± half-width"`` over ``seeds`` (:func:`fedbook.claims.seed_table`), NaN where some seed
+    ``"mean ± half-width"`` over ``seeds`` (:func:`fedbook.intervals.seed_table`), NaN where some seed
     leaves the metric undefined (a whole column where no seed defines it); FedGRC's row named ``"FedGRC (CGRL + MMS + SASP)"``."""
     main = runs[runs["metric"].isin(METRICS)].dropna(subset=["value"])
     main = main[main.groupby(["alpha", "method", "metric"])["seed"].transform("count") == len(seeds)]
@@ -805,7 +806,7 @@ def plot_sensitivity(sub_m0: pd.DataFrame, sub_gamma: pd.DataFrame, m0_grid: Seq
     """The sensitivity figure: SASP's curves (:data:`SENSITIVITY_CURVES`) against :math:`m_0`
     (:math:`\\infty` drawn at ten times the largest finite value, 0 at 0.1) and the
     :data:`GAMMA_CURVES` against :math:`\\gamma`, each the mean over the seeds with its 95 % band
-    cut at 0 and 100 % (:func:`fedbook.claims.seed_band`)."""
+    cut at 0 and 100 % (:func:`fedbook.intervals.seed_band`)."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.6, 3.8))
     xm = [m if math.isfinite(m) else 10 * max(v_ for v_ in m0_grid if math.isfinite(v_)) for m in m0_grid]
     xm = [max(v_, 0.1) for v_ in xm]
@@ -850,7 +851,7 @@ def defined(frame: pd.DataFrame, columns: Sequence[str], seed: str = "seed") -> 
     one of ``columns`` is defined on every row: a claim pairs its sides seed by seed, and a seed
     where one side is undefined (no client holds a rare class, say) is dropped from every side.
     With no such seed, the rows of the first seed with ``columns`` set to zero (an inconclusive
-    one-seed interval, as :func:`fedbook.claims.defined_pairs` gives).
+    one-seed interval, as :func:`fedbook.intervals.defined_pairs` gives).
 
     Examples
     --------
@@ -943,7 +944,7 @@ def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], 
 
 def head_reading(intervals: Sequence) -> str:
     """How the prose reads the shared MMS head's gain over FedAvg's trained head (global accuracy,
-    one :class:`fedbook.claims.Interval` per α): a gain clear of the seed-to-seed spread at every
+    one :class:`fedbook.intervals.Interval` per α): a gain clear of the seed-to-seed spread at every
     α, positive on average at every α, or neither; the sentence names the effect expected.
 
     >>> from fedbook.claims import mean_interval

@@ -44,7 +44,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.ticker import MaxNLocator
 
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, mean_interval, says, seed_table
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, ClaimResult, says
+from fedbook.intervals import mean_interval, seed_table
 from fedbook.page import show_table, sign_word
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
@@ -855,7 +856,7 @@ def embedding_summary(setup: LabelSetup, seconds: float):
 def label_table(label: pd.DataFrame, betas: Sequence[float]):
     """The label-skew results over the full seeds: per run (rows, :data:`LABEL_METHODS`) and
     concentration (columns), the mean accuracy ± the half-width of its interval
-    (:func:`fedbook.claims.seed_table`), a dash where a run was not made, the best in bold."""
+    (:func:`fedbook.intervals.seed_table`), a dash where a run was not made, the best in bold."""
     full = label[label.full]
     table = pd.concat([seed_table(full[full.beta == b], "method", None, "accuracy (%)").rename(columns=lambda _: b)
                        for b in betas], axis=1).reindex(index=list(LABEL_METHODS), columns=list(betas)).fillna("—")

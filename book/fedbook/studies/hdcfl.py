@@ -48,7 +48,8 @@ import torch
 from IPython.display import Markdown
 from matplotlib.ticker import MaxNLocator
 
-from fedbook.claims import HOLDS, INCONCLUSIVE, ClaimResult, defined_pairs, resolution_of, seed_table
+from fedbook.claims import HOLDS, INCONCLUSIVE, ClaimResult
+from fedbook.intervals import defined_pairs, resolution_of, seed_table
 from fedbook.page import format_bytes, show_table
 from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
 from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
@@ -539,7 +540,7 @@ def per_seed(frame: pd.DataFrame, column: str, **where: Any) -> np.ndarray:
 
 def paired_rows(ours: pd.Series, baseline: pd.Series, names: tuple[str, str] = ("ours", "baseline")) -> pd.DataFrame:
     """Two sides indexed by seed as a frame of the seeds where both are defined
-    (:func:`fedbook.claims.defined_pairs`: a seed where either side is NaN is left out; with no
+    (:func:`fedbook.intervals.defined_pairs`: a seed where either side is NaN is left out; with no
     pair left, one row of zeros, seed -1, an inconclusive one-seed interval).
 
     Examples

@@ -23,7 +23,7 @@ The protocol, once:
   :func:`fedlib.metrics.protocol_summary`), and the training bytes per client and round from the
   run's ledger (:class:`fedlib.messages.Ledger`);
 - **uncertainty**: each cell as the mean over seeds with its 95 % Student's t interval
-  (:func:`fedbook.claims.mean_interval`), and the rank of every method re-drawn over bootstrap
+  (:func:`fedbook.intervals.mean_interval`), and the rank of every method re-drawn over bootstrap
   resamples of the seeds (:func:`rank_bootstrap`).
 """
 
@@ -45,7 +45,7 @@ from fedlib.algorithms import ALGORITHMS, make_algorithm, registered
 from fedlib.algorithms.ggeur import StatisticsFirst
 from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.cgrl import CGRLConfig
-from fedbook.claims import bootstrap_means, mean_interval, plus_minus
+from fedbook.intervals import bootstrap_means, mean_interval, plus_minus
 from fedbook.page import format_bytes
 from fedlib.data import ArrayDataset, load_dataset
 from fedbook.studies.setting import MEANS, TAILS, partition_label
@@ -419,7 +419,7 @@ def _check_rows(rows, metrics: Iterable[str]) -> None:
 
 def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), level: float = 0.95) -> pd.DataFrame:
     """Per (``alpha``, ``method``), each metric (percent) as the mean over seeds with its interval
-    at ``level`` (:func:`fedbook.claims.mean_interval`): columns ``<metric>``, ``<metric> low``,
+    at ``level`` (:func:`fedbook.intervals.mean_interval`): columns ``<metric>``, ``<metric> low``,
     ``<metric> high`` and ``<metric> ±`` (the half-width; infinite for one seed), and the mean
     ``bytes_per_client_round`` and ``seeds``. Methods keep their order of appearance.
 
@@ -450,7 +450,7 @@ def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), l
 
 
 def cell_text(mean: float, half: float, digits: int = 1) -> str:
-    """A board cell: :func:`fedbook.claims.plus_minus` (``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one
+    """A board cell: :func:`fedbook.intervals.plus_minus` (``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one
     seed, ``"n/a"`` for NaN).
 
     Examples
@@ -526,7 +526,7 @@ def first_shares(values: np.ndarray) -> np.ndarray:
 def rank_bootstrap(rows: pd.DataFrame, metric: str = "pooled", n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     r"""How sure is the order? Per ``alpha``, the methods' means of ``metric`` over ``n_boot``
     resamples of the seeds, the same resample for every method (the methods of a seed share its
-    federation: :func:`fedbook.claims.bootstrap_means` of the seeds × methods values, one stream
+    federation: :func:`fedbook.intervals.bootstrap_means` of the seeds × methods values, one stream
     ``numpy_rng(seed, BOOTSTRAP)`` for every ``alpha`` in turn), each resample ranked
     (:func:`ranks_of`, 1 = best).
 
@@ -603,7 +603,7 @@ CONTENDER_SHARE = 0.05
 def lead_interval(rows: pd.DataFrame, alpha: float, metric: str, leader: str, other: str, level: float = 0.95):
     """The leader's lead over ``other`` at ``alpha`` in points of ``metric``: the mean over seeds of
     the paired difference (the two methods of a seed share its federation and initial weights)
-    with its interval at ``level`` (:func:`fedbook.claims.mean_interval`).
+    with its interval at ``level`` (:func:`fedbook.intervals.mean_interval`).
 
     Examples
     --------

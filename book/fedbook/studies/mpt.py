@@ -46,7 +46,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 from scipy.stats import t as student_t
 
-from fedbook.claims import interval_band, mean_interval, seed_table
+from fedbook.intervals import interval_band, mean_interval, seed_table
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, evaluate_history
 from fedlib.data import ArrayDataset, load_dataset, plot_partition
 from fedlib.federation import DepartureScenario, make_departure_scenario
@@ -377,7 +377,7 @@ def seed_curves(history: pd.DataFrame, metric: str, method: str, seeds: Sequence
     -------
     (ndarray, ndarray)
         The rounds, of shape (n_rounds,), and the values, of shape (len(seeds), n_rounds): what
-        :func:`fedbook.claims.interval_band` turns into a figure's line and band.
+        :func:`fedbook.intervals.interval_band` turns into a figure's line and band.
 
     Examples
     --------
@@ -804,7 +804,7 @@ def _at(history: pd.DataFrame, metric: str, round_: int) -> pd.DataFrame:
 
 def last_round_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """The figure runs' last round: each method's rare-class F1 and overall accuracy, mean ±
-    half-width of the 95 % interval over seeds (:func:`fedbook.claims.seed_table`), rows named by
+    half-width of the 95 % interval over seeds (:func:`fedbook.intervals.seed_table`), rows named by
     :data:`LABELS`."""
     last = int(history["round"].max())
     final = pd.concat([
