@@ -13,7 +13,7 @@ through the loop's hooks:
 
 1. :func:`collect_statistics` runs **one** extra round after training (numbered
    ``rounds_done + 1`` in the ledger): the server broadcasts the final backbone (kind
-   ``"stats_request"``), every registered client (:attr:`fedlib.loop.RunResult.registered`)
+   ``"stats_request"``), every registered client (:attr:`fedlib.results.RunResult.registered`)
    computes :func:`fedlib.stats.feature_moments` of the unscaled concatenated features of the
    selected layers on its own raw training inputs (no augmentation; model in evaluation mode: no
    dropout, normalization statistics fixed) and replies with its class counts, sums and Gram
@@ -81,12 +81,13 @@ from torch.nn import functional as F
 
 from .federation import Federation
 from .heads import MMS, SASP, CCVRHead, LinearHead
-from .loop import LoopConfig, RunResult, per_client_table
+from .loop import LoopConfig
+from .results import RunResult, per_client_table
 from .run import evaluate_deployment, run_federated
 from .messages import Ledger, Message, State
 from .metrics import RARE_RATIO, client_predictions_abilities, protocol_summary
 from .models import PENULTIMATE
-from .protocol import HEAD, MODEL, Algorithm, ClientContext, Event, Predictor, load_model, needs_all_replies
+from .protocol import HEAD, MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model
 from .rng import CCVR_VIRTUAL, torch_generator
 from .stats import GRAM_FORMS, ClassMoments, class_counts_sums, feature_moments
 from .training import TrainConfig, local_train
@@ -112,6 +113,7 @@ class _StatisticsRound(Algorithm):
     layers: Sequence[str] | str | None = None
     grams: str = "class"
     name = "statistics"
+    capabilities = Capabilities(streams=False)  # one terminal round of class moments, summed at once
 
     def init_server(self, model: torch.nn.Module) -> State:
         names = model._check_layers(self.layers)  # the model's own ValueError, before any client works
@@ -129,8 +131,8 @@ class _StatisticsRound(Algorithm):
         moments = feature_moments(model, data.train.x, data.train.y, ctx.n_classes, layers=layers, grams=self.grams)
         return state, moments.to_message(kind="statistics", prefix=STATS)  # no meta: the three arrays only
 
-    @needs_all_replies  # one terminal round of class moments, summed at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
+        updates = list(replies)
         merged = ClassMoments.sum([ClassMoments.from_message(m, prefix=STATS) for _, m in updates])  # addition only
         arrays = {**server.arrays, **merged.to_message(prefix=STATS).arrays}
         return State(arrays=arrays, meta={**server.meta, "stat_clients": len(updates)})
@@ -154,7 +156,7 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
     Parameters
     ----------
     result : RunResult
-        A finished training run (:class:`fedlib.loop.RunResult`) whose server state holds the
+        A finished training run (:class:`fedlib.results.RunResult`) whose server state holds the
         backbone (``model/`` arrays) and no statistics yet.
     federation, model_fn : Federation, callable
         As given to :func:`fedlib.run.run_federated`.

@@ -19,7 +19,7 @@ from fedbook.studies.cosmos import (COSMOSStudy, Sensitivity, accuracy_points, f
                                        public_part, training_bytes)
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
-from fedlib.loop import per_client_table
+from fedlib.results import per_client_table
 from fedlib.messages import DOWN, UP, Ledger, Message
 from fedlib.training import TrainConfig
 

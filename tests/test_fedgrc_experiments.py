@@ -22,7 +22,7 @@ from fedlib.federation import hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig
 from fedlib.models import build_model
-from fedlib.loop import per_client_table
+from fedlib.results import per_client_table
 from fedlib.metrics import protocol_summary
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig

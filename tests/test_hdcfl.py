@@ -26,11 +26,12 @@ from fedlib.clustering import (SilhouetteKMeans, assignment_agreement, descripto
                                head_descriptors, lowrank_basis, membership_entropy, random_groups, soft_membership)
 from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.federation import make_federation, make_rotation_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
-from fedlib.protocol import Event, vectorizable
+from fedlib.protocol import Event
 from fedlib.training import TrainConfig
 
 TRAIN = TrainConfig(epochs=1, batch_size=16, lr=0.05)
@@ -422,7 +423,7 @@ def test_a_client_the_server_never_saw_is_evaluated_on_the_shared_encoder(groupe
 def test_hdcfl_is_vectorizable_and_the_vectorized_run_matches(grouped):
     fed, model_fn = grouped
     alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=1))
-    assert vectorizable(alg) and vectorizable(FedAvgSE()) and vectorizable(FedRep()) and vectorizable(IFCA())
+    assert all(m.capabilities.stacks for m in (alg, FedAvgSE(), FedRep(), IFCA()))
     a = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0))
     b = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0), RunOptions(execution="vectorized"))
     for name, t in a.server.arrays.items():
@@ -497,9 +498,8 @@ def test_ifca_vectorized_equals_sequential_and_refuses_an_unknown_cluster(groupe
     b = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0), RunOptions(execution="vectorized"))
     for name, t in a.server.arrays.items():
         assert torch.allclose(b.server.arrays[name], t, atol=1e-5), name
-    fold = IFCA(k=2).aggregate(a.server, 3)
     with pytest.raises(ValueError, match="client 4's reply names cluster 5; valid: 0, 1"):
-        fold.add(4, Message(arrays={}, meta={"cluster": 5, "n_samples": 3}))
+        IFCA(k=2).aggregate(a.server, [(4, Message(arrays={}, meta={"cluster": 5, "n_samples": 3}))], 3)
 
 
 def test_ifca_cluster_models_start_apart_and_from_the_runs_initial_model(tiny_federation, tiny_model_fn):

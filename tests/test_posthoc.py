@@ -31,11 +31,12 @@ from fedlib.posthoc import (
 from fedlib.engines.inprocess import weights_key
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, MahalanobisNCM
-from fedlib.loop import LoopConfig, RunResult
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import ClientContext, Event, fold_replies, load_model, needs_all_replies
+from fedlib.protocol import ClientContext, Event, load_model
 from fedlib.stats import ClassMoments, feature_moments
 from fedlib.training import TrainConfig
 
@@ -153,11 +154,12 @@ def test_server_receives_moments_only(run, fed, monkeypatch):
     seen = []
     original = _StatisticsRound.aggregate
 
-    def spy(self, server, updates, round_):
+    def spy(self, server, replies, round_):
+        updates = list(replies)
         seen.extend((k, {n: tuple(t.shape) for n, t in m.arrays.items()}, dict(m.meta)) for k, m in updates)
-        return fold_replies(original(self, server, round_), updates)
+        return original(self, server, updates, round_)
 
-    monkeypatch.setattr(_StatisticsRound, "aggregate", needs_all_replies(spy))
+    monkeypatch.setattr(_StatisticsRound, "aggregate", spy)
     collect_statistics(run, fed, model_fn, layers=LAYERS)
     assert [k for k, _, _ in seen] == list(range(fed.n_clients))
     for _, shapes, meta in seen:

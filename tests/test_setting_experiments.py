@@ -17,7 +17,8 @@ from fedbook.studies.setting import (MEANS, by_points, central_accuracy, directi
                                         mean_unseen, partition_table, points_below, rare_threshold_words,
                                         rare_thresholds, skew_words, tradeoff_text)
 from fedlib.federation import make_federations
-from fedlib.loop import LoopConfig, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import per_client_table
 from fedlib.metrics import Confusion, protocol_summary, rescore
 from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
 from fedlib.run import evaluate_deployment, run_federated

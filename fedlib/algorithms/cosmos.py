@@ -46,7 +46,7 @@ from torch import nn
 from ..clustering import GreedyB0, check_b0, cluster_diameters
 from ..distill import distill, l1_distances, pseudo_labels
 from ..messages import Message, State, prefixed
-from ..protocol import MODEL, ClientContext, Predictor, fold_replies, needs_all_replies
+from ..protocol import MODEL, ClientContext, Predictor
 from ..rng import DISTILL_SERVER, DISTILL_SERVER_INIT, derive_seed, isolated_torch_rng, torch_generator
 from ..training import TrainConfig
 from ..validation import is_int
@@ -147,10 +147,9 @@ class COSMOS(PublicDistillation):
             prev = server.with_prefix(f"{SERVER}{g}/")
         return prev or server.with_prefix(SERVER_INIT)
 
-    @needs_all_replies
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """The family's aggregation; the models of clusters that no longer exist are dropped."""
-        state = fold_replies(super().aggregate(server, round_), updates)
+        state = super().aggregate(server, replies, round_)
         if state is server:  # nothing to aggregate yet
             return state
         live = {str(g) for g in set(grouping(state).values())}

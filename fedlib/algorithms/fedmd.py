@@ -43,8 +43,7 @@ from ..distill import (LABEL_RULES, PublicSet, aggregate_labels, check_lam, chec
                        distill, pseudo_labels)
 from ..messages import Message, State, prefixed
 from ..models import reinitialized
-from ..protocol import (MODEL, Algorithm, ClientContext, Event, Predictor, load_model, model_arrays, needs_all_replies,
-                        update_message)
+from ..protocol import MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model, model_arrays, update_message
 from ..rng import DISTILL_CLIENT_INIT, derive_seed
 from ..training import TrainConfig, local_train
 from ..validation import is_int
@@ -123,7 +122,7 @@ class PublicDistillation(Algorithm):
     noise: float = 0.05
     seed: int = 0
     name = "public_distillation"
-    model_agnostic = True
+    capabilities = Capabilities(model_agnostic=True, streams=False, needs_public=True)
     rule = "mean"
 
     def __post_init__(self) -> None:
@@ -186,12 +185,12 @@ class PublicDistillation(Algorithm):
         returned. FedMD: the consensus itself."""
         return target
 
-    @needs_all_replies  # the grouping needs every client's labels of the round at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """Cache the round's labels, group every known client, and renew each group's teacher from
         its members' latest labels (under partial participation a member that did not reply this
         round counts with its cached labels, so a teacher always belongs to its group's current
         members, however the groups were renumbered). A round without any labels yet changes nothing."""
+        updates = list(replies)  # the grouping reads every client's labels of the round at once
         fresh = {k: self.check_reply(server, k, m.arrays["labels"]) for k, m in updates}
         labels = {**cached_labels(server), **fresh}
         if not labels:

@@ -47,12 +47,12 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score, roc_auc_score, silhouette_score
 
-from ..aggregate import weighted_average
 from ..clustering import (DESCRIPTORS, SilhouetteKMeans, assignment_agreement, descriptor_drift, group_centroids,
                           head_descriptors, membership_entropy, random_groups, soft_membership)
 from ..messages import Message, State, prefixed
 from ..models import HEAD_PREFIX
-from ..protocol import MODEL, Event, ModelAverage, body_arrays, update_message
+from ..aggregate import model_average, weighted_average
+from ..protocol import MODEL, Event, body_arrays, update_message
 from ..rng import HDC_GROUPING, HDC_RANDOM_GROUPS, derive_seed, numpy_rng
 from ..validation import is_int, is_real
 from .fedrep import FedAvgSE
@@ -309,30 +309,6 @@ def refresh_history(server: State) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------------
 
 
-class CacheAndAverage:
-    """HDC-FL's aggregation as a fold: the encoders averaged as FedAvg-SE's (:class:`~fedlib.protocol.ModelAverage`),
-    each reply's (encoder, head) cached, and a refresh on the refresh rounds."""
-
-    def __init__(self, algorithm: "HDCFL", server: State, round_: int) -> None:
-        self._algorithm, self._round = algorithm, round_
-        self._mean = ModelAverage(server)
-        self._cache: dict[str, torch.Tensor] = {}
-
-    def __len__(self) -> int:
-        return len(self._mean)
-
-    def add(self, client: int, message: Message) -> None:
-        self._mean.add(client, message)
-        self._cache.update(cache_entries(client, message))
-
-    def finish(self) -> State:
-        averaged = self._mean.finish()
-        state = State(arrays={**averaged.arrays, **self._cache}, meta=dict(averaged.meta))
-        if self._round % self._algorithm.config.refresh_every == 0:
-            state = refresh(state, self._round, self._algorithm.config, self._algorithm.seed)
-        return state
-
-
 @dataclass
 class HDCFL(FedAvgSE):
     """FedAvg-SE training with HDC-FL's server: cache, head-derived groups, encoder prototypes,
@@ -353,8 +329,22 @@ class HDCFL(FedAvgSE):
                              f"classes has rank at most {n_classes}; valid: 1..{n_classes}")
         return super().init_server(model)
 
-    def aggregate(self, server: State, round_: int) -> CacheAndAverage:
-        return CacheAndAverage(self, server, round_)
+    def aggregate(self, server: State, replies, round_: int) -> State:
+        """The encoders averaged as FedAvg-SE's (:func:`fedlib.aggregate.model_average`), each
+        reply's (encoder, head) cached as it arrives, and a refresh on the refresh rounds."""
+        cache: dict[str, torch.Tensor] = {}
+
+        def caching(pairs):
+            for client, reply in pairs:
+                cache.update(cache_entries(client, reply))
+                yield client, reply
+                del reply
+
+        averaged = model_average(server, caching(replies))
+        state = State(arrays={**averaged.arrays, **cache}, meta=dict(averaged.meta))
+        if round_ % self.config.refresh_every == 0:
+            state = refresh(state, round_, self.config, self.seed)
+        return state
 
     def on_event(self, server: State, event: Event) -> State:
         """A client that leaves is dropped from the cache (its pair no longer joins a prototype);
@@ -474,5 +464,5 @@ def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
 
 __all__ = ["CACHE", "GROUPINGS", "HDCConfig", "HDCFL", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS", "PROTO",
            "RAW_HISTORY_COLUMNS",
-           "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
+           "cache_entries", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
            "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "shared_encoder", "with_variant"]

@@ -70,8 +70,9 @@ from ..tracking import (
     take_snapshot,
 )
 from ..training import TrainConfig, local_train
-from ..protocol import (HEAD, MODEL, Algorithm, ClientContext, Event, ModelAverage, Predictor, fold_replies, load_model,
-                        model_arrays, model_message, needs_all_replies, update_message)
+from ..aggregate import model_average
+from ..protocol import (HEAD, MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model, model_arrays,
+                        model_message, update_message)
 
 PARTS = ("moments", "scatter", "rare_gram", "sqnorm", "class_grams", "sdc", "ldc")
 
@@ -166,6 +167,7 @@ class MPT(Algorithm):
     seed: int = 0
     variants: tuple[tuple[str, TrackingConfig], ...] = ()
     name = "mpt"
+    capabilities = Capabilities(streams=False)  # tracking reads each client's rare-class count and statistics at once
 
     def __post_init__(self) -> None:
         bad = [p for p in self.payload if p not in PARTS]
@@ -240,14 +242,14 @@ class MPT(Algorithm):
         meta["departure_round"] = event.round
         return State(arrays=arrays, meta=meta)
 
-    @needs_all_replies  # tracking reads each client's rare-class count and statistics at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """FedAvg's mean of the models, the class statistics under the broadcast model, and every
         prototype method's rare-class prototype (tracked after the departure)."""
+        updates = list(replies)
         if not updates:
             return server
         stats_model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        new = fold_replies(ModelAverage(server), updates)
+        new = model_average(server, updates)
         arrays, meta = dict(new.arrays), dict(new.meta)
         arrays.update({_STATS_MODEL + k[len(MODEL):]: v for k, v in stats_model.items()})
         meta["aggregated_round"] = round_
