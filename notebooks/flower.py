@@ -73,7 +73,7 @@ from fedlib.algorithms import ALGORITHMS
 from fedbook.page import format_bytes, setup, show_table
 from fedlib.io import atomic_write_bytes
 from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
-from fedlib.loop import largest_difference, run_differences
+from fedlib.results import largest_difference, run_differences
 
 PROFILES = {
     "smoke": dict(methods=["fedavg"], runtime_methods=["fedavg"], engines=["loopback"], n_clients=2, rounds=1),

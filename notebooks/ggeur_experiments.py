@@ -105,7 +105,7 @@ from fedlib.engines.vectorized import SequentialFallback
 from fedbook.studies.ggeur import (ABLATION_BASES, BASES, DIFFERENT, DOMAINS, DOM_ORDER, GAIN_STEP2, GGEUR_CODE as G, GGEUR_PAPER, LABEL_METHODS,
                                       ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, claims_reading, encoder_column)
 from fedlib.geometry import augment, class_shapes, numerical_ranks, trace_ratio
-from fedlib.loop import RunOptions
+from fedlib.run import RunOptions
 from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig

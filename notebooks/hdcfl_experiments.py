@@ -81,7 +81,7 @@ from fedlib.data import load_dataset
 from fedlib.engines.vectorized import SequentialFallback
 from fedbook.studies.hdcfl import (BASELINES, DEFAULT_VARIANT, DONOR_COLUMNS, METHODS, RAW_RUN, SHARED_VARIANT,
                                       STEP_COLUMN, TAIL_METRICS, HDCFLStudy, activation_table, step_text)
-from fedlib.loop import RunOptions
+from fedlib.run import RunOptions
 from fedlib.training import TrainConfig
 
 warnings.filterwarnings("ignore", category=SequentialFallback)  # Ditto trains sequentially: said once, silenced here

@@ -38,7 +38,8 @@ from fedlib.clustering import b0_for_clusters, candidate_thresholds, cluster_dia
 from fedlib.distill import (augment, consistency_loss, distillation_objective, l1_distances, lemma52, lemma52_chain,
                             margin_profile_bound)
 from fedlib.federation import Federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.models import build_model
 from fedlib.rng import derive_seed, torch_generator
 from fedlib.run import run_federated

@@ -35,7 +35,8 @@ from fedlib.data import ArrayDataset
 from fedlib.posthoc import FrozenFeatures, StatHead, collect_statistics
 from fedlib.federation import Federation, hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, FedCGSHead
-from fedlib.loop import LoopConfig, RunResult, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult, per_client_table
 from fedlib.messages import Ledger
 from fedlib.metrics import protocol_summary
 from fedlib.protocol import Algorithm

@@ -46,7 +46,8 @@ from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personali
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                membership_entropy, soft_membership)
 from fedlib.federation import Federation
-from fedlib.loop import LoopConfig, RunResult
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult
 from fedlib.messages import State
 from fedlib.models import HEAD_PREFIX
 from fedlib.protocol import MODEL

@@ -24,7 +24,9 @@ import torch
 
 from fedlib.algorithms import FedAvg, FedAvgFT
 from fedlib.federation import Federation
-from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult, per_client_table
+from fedlib.run import RunOptions
 from fedlib.metrics import Confusion, protocol_summary, rescore
 from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
 from fedlib.run import evaluate_deployment, run_federated
