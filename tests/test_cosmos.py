@@ -13,7 +13,7 @@ from scipy.spatial.distance import cdist
 
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
 from fedlib.algorithms.cosmos import cosmos_history
-from fedlib.algorithms.fedmd import cached_labels, grouping
+from fedlib.algorithms.fedmd import PublicServer, cached_labels, grouping
 from fedlib.clustering import GreedyB0, b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
 from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_labels, consistency_loss, distill,
@@ -443,9 +443,9 @@ def test_comet_groups_by_kmeans_numbers_by_lowest_client_and_caps_k():
     pub = PublicSet(torch.zeros(3, 16))
     m = COMET(public=pub, k=2)
     a, b = torch.tensor([[1.0, 0.0]] * 3), torch.tensor([[0.0, 1.0]] * 3)
-    groups, _ = m.group(State(), {5: b, 1: a, 2: a, 7: b}, 1)
+    groups = m.group(PublicServer(n_classes=2, n_public=3), {5: b, 1: a, 2: a, 7: b}, 1)
     assert groups == {1: 0, 2: 0, 5: 1, 7: 1}
-    assert set(COMET(public=pub, k=9).group(State(), {0: a, 1: b}, 1)[0].values()) == {0, 1}  # k capped at 2 clients
+    assert set(COMET(public=pub, k=9).group(PublicServer(n_classes=2, n_public=3), {0: a, 1: b}, 1).values()) == {0, 1}  # k capped
 
 
 def test_a_round_without_labels_changes_nothing_and_a_leaver_is_forgotten(split, archs):
