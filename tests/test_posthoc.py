@@ -26,6 +26,7 @@ from fedlib.posthoc import (
     merged_moments,
     stat_layer_dims,
     stat_layers,
+    terminal_statistics,
     summarize_heads,
 )
 from fedlib.engines.inprocess import weights_key
@@ -118,7 +119,8 @@ def test_merged_moments_equal_feature_moments_on_pooled_training_data(run, fed, 
     assert torch.allclose(merged.sums, ref.sums, rtol=1e-10, atol=1e-10)
     assert torch.allclose(merged.grams, ref.grams, rtol=1e-10, atol=1e-10)
     assert stat_layers(stats.server) == LAYERS and stat_layer_dims(stats.server) == (16, 8)
-    assert stats.server.meta["stat_round"] == run.rounds_done + 1 and stats.server.meta["stat_clients"] == fed.n_clients
+    held = terminal_statistics(stats.server)
+    assert held.round == run.rounds_done + 1 and held.clients == fed.n_clients
     # the run itself is untouched: same frame, same client states, its ledger not extended
     assert stats.frame is run.frame and stats.rounds_done == run.rounds_done
     assert STATS_KEYS.isdisjoint(run.server.arrays) and len(run.ledger) < len(stats.ledger)
@@ -449,7 +451,7 @@ def test_collecting_statistics_twice_on_one_result_is_an_error(run, fed, stats):
     with pytest.raises(ValueError, match=r"already holds terminal statistics \(round 3, layers 'fc1,penultimate'\)"):
         collect_statistics(stats, fed, model_fn)
     again = collect_statistics(run, fed, model_fn, layers=LAYERS)  # from the training result: the same round
-    assert again.server.meta["stat_round"] == stats.server.meta["stat_round"]
+    assert terminal_statistics(again.server).round == terminal_statistics(stats.server).round
     for k in STATS_KEYS:
         assert torch.equal(again.server.arrays[k], stats.server.arrays[k])
 
