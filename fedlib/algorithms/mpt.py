@@ -47,7 +47,6 @@ part             arrays per client and round                 needed by
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -138,14 +137,14 @@ class Departure:
 class KeptRound:
     """One aggregated round kept for the offline evaluation (:func:`evaluate_history`): the model
     the round's statistics were computed under, every method's prototype set ``protos`` (methods,
-    C, d), the covariance, CCVR's head (``weight``, ``bias``) and MPT's :math:`\\alpha` (NaN before
-    the departure)."""
+    C, d), the covariance, CCVR's head (``weight``, ``bias``) and MPT's :math:`\\alpha` (``None``
+    before the departure)."""
 
     model: dict[str, torch.Tensor]
     protos: torch.Tensor | None = None
     cov: torch.Tensor | None = None
     ccvr: dict[str, torch.Tensor] = field(default_factory=dict)
-    alpha: float = math.nan
+    alpha: float | None = None
 
 
 @dataclass
@@ -445,8 +444,7 @@ class MPT(Algorithm):
                 torch.nan_to_num(means), covs, counts, w, b, n_virtual=self.ccvr_virtual, steps=self.ccvr_steps,
                 lr=self.ccvr_lr, reg=self.tracking.reg, generator=gen)
         if self.history:
-            s.history[round_] = KeptRound(model=s.stats_model, protos=s.protos, cov=s.cov, ccvr=dict(s.ccvr),
-                                          alpha=math.nan if s.alpha is None else s.alpha)
+            s.history[round_] = KeptRound(model=s.stats_model, protos=s.protos, cov=s.cov, ccvr=dict(s.ccvr), alpha=s.alpha)
         return to_state(s)
 
     def _prepare_tracking(self, s: "MPTServer", r: "RoundStats") -> None:
@@ -575,7 +573,7 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
             rows += [(r, m, "f1", conf.f1(rare_class)), (r, m, "accuracy", conf.accuracy())]
             if precision is not None and bool(torch.isfinite(P[rare_class]).all()):
                 rows.append((r, m, "dist_oracle", mahalanobis(P[rare_class], oracle, precision)))
-        if np.isfinite(kept.alpha):
+        if kept.alpha is not None and np.isfinite(kept.alpha):
             rows.append((r, "mpt", "alpha", kept.alpha))
     frame = pd.DataFrame(rows, columns=["round", "method", "metric", "value"])
     return frame.astype({"round": "int64", "method": str, "metric": str, "value": "float64"})
