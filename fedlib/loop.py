@@ -186,33 +186,14 @@ def _new_state(state, algorithm: Algorithm, hook: str, round_: int) -> State:
     return state
 
 
-class _Replies:
-    """The round's accepted replies for ``aggregate``: an iterator of ``(client, reply)`` pairs
-    over :func:`_accepted`, in which a client trains when its reply is asked for. ``seconds`` is
-    the time spent in the clients and the loop's checks (not the server's own), ``read`` how
-    many pairs were handed out."""
-
-    def __init__(self, pairs: Iterator[tuple[int, Message]]) -> None:
-        self._pairs, self.seconds, self.read = pairs, 0.0, 0
-
-    def __iter__(self) -> "_Replies":
-        return self
-
-    def __next__(self) -> tuple[int, Message]:
-        start = time.perf_counter()
-        try:
-            pair = next(self._pairs)
-        finally:
-            self.seconds += time.perf_counter() - start
-        self.read += 1
-        return pair
-
-
-def _accepted(algorithm, transport, r, messages, states, ledger, rows, config) -> Iterator[tuple[int, Message]]:
-    """Round ``r``'s replies as the transport brings them, each one recorded in the ledger and
-    checked; a failed client (``on_failure``) and a reply or a new client state with a NaN or an
-    infinity (``on_nonfinite``) raise or are dropped and recorded; an accepted reply's client
-    state is kept and its reply yielded, then freed."""
+def _accepted(algorithm, transport, r, messages, states, ledger, rows, config, clock: dict) -> Iterator[tuple[int, Message]]:
+    """Round ``r``'s replies as the transport brings them (a client trains when its reply is asked
+    for), each one recorded in the ledger and checked; a failed client (``on_failure``) and a reply
+    or a new client state with a NaN or an infinity (``on_nonfinite``) raise or are dropped and
+    recorded; an accepted reply's client state is kept and its reply yielded, then freed.
+    ``clock`` counts the pairs yielded (``read``) and the seconds spent here (``clients``: the
+    clients' and the loop's, not the server's own)."""
+    start = time.perf_counter()
     for k, new_state, up in transport.local_updates(algorithm, r, messages, states):
         ledger.record(r, k, DOWN, messages[k])
         if isinstance(up, ClientFailure):
@@ -239,8 +220,12 @@ def _accepted(algorithm, transport, r, messages, states, ledger, rows, config) -
         states[k] = new_state
         if "train_loss" in up.meta:
             rows.append((r, k, "train_loss", float(up.meta["train_loss"])))
+        clock["clients"] += time.perf_counter() - start
+        clock["read"] += 1
         yield k, up
         del up, new_state
+        start = time.perf_counter()
+    clock["clients"] += time.perf_counter() - start
 
 
 def _validate_events(events: Sequence[Event], n_clients: int) -> None:
@@ -361,14 +346,15 @@ def run_rounds(
         messages = _one_per_client(algorithm.configure_train(server, r, list(sampled)), sampled, "configure_train", r)
         # the clients train as aggregate reads their replies: a rule that folds each reply in and frees it (FedAvg's)
         # holds one at a time, one that needs them all reads list(replies)
-        replies = _Replies(_accepted(algorithm, transport, r, messages, clients, ledger, rows, config))
+        clock = {"clients": 0.0, "read": 0}
+        replies = _accepted(algorithm, transport, r, messages, clients, ledger, rows, config, clock)
         t_server = time.perf_counter()
         server = _new_state(algorithm.aggregate(server, replies, r), algorithm, "aggregate", r)
-        t_server = time.perf_counter() - t_server - replies.seconds  # the server's own time, not the clients'
+        t_server = time.perf_counter() - t_server - clock["clients"]  # the server's own time, not the clients'
         unread = sum(1 for _ in replies)  # a rule that stopped early: the round's replies are received all the same
         if unread:
             raise RuntimeError(f"{type(algorithm).__name__}.aggregate returned in round {r} with {unread} of the round's "
-                               f"{replies.read} replies unread (received and recorded, never aggregated); a rule reads "
+                               f"{clock['read']} replies unread (received and recorded, never aggregated); a rule reads "
                                "every reply it is given, once (one that needs them at once: list(replies))")
         server_seconds.append(t_server)
         del messages, replies

@@ -114,8 +114,7 @@ def to_state(record) -> State:
     True
     """
     out = State()
-    for f in dataclasses.fields(record):
-        _put(getattr(record, f.name), _hints(type(record))[f.name], f.name, out)
+    _put(record, "", out)
     return out
 
 
@@ -125,31 +124,18 @@ def from_state(cls: type, state: State):
     return _record(cls, state.arrays, state.meta)
 
 
-@functools.cache
-def _hints(cls: type) -> dict:
-    return typing.get_type_hints(cls)
+_hints = functools.cache(typing.get_type_hints)
 
 
-def _optional(tp):
-    """``X`` of ``X | None``."""
-    if typing.get_origin(tp) in (Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0] if len(args) == 1 else tp
-    return tp
-
-
-def _put(value, tp, key: str, out: State) -> None:
-    tp = _optional(tp)
+def _put(value, key: str, out: State) -> None:
     if value is None:
         return
     if isinstance(value, torch.Tensor):
         out.arrays[key] = value
-    elif dataclasses.is_dataclass(value):
-        for f in dataclasses.fields(value):
-            _put(getattr(value, f.name), _hints(type(value))[f.name], f"{key}/{f.name}", out)
-    elif typing.get_origin(tp) is dict:
-        for k, v in value.items():
-            _put(v, typing.get_args(tp)[1], f"{key}/{k}", out)
+    elif isinstance(value, dict) or dataclasses.is_dataclass(value):
+        items = value.items() if isinstance(value, dict) else ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        for k, v in items:
+            _put(v, f"{key}/{k}" if key else str(k), out)
     elif isinstance(value, list) and any(dataclasses.is_dataclass(v) for v in value):
         out.meta[key] = [dataclasses.asdict(v) for v in value]
     else:
@@ -175,7 +161,8 @@ def _record(cls: type, arrays: Mapping, meta: Mapping):
 
 def _value(tp, arrays: dict, meta: dict):
     """A field of type ``tp`` from the arrays and metadata under its name (``""``: the name itself)."""
-    tp = _optional(tp)
+    if typing.get_origin(tp) in (Union, types.UnionType):  # X | None
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
     if tp is torch.Tensor:
         return arrays.get("")
     if dataclasses.is_dataclass(tp):

@@ -106,17 +106,14 @@ _PENULTIMATE = (PENULTIMATE,)
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class TerminalStatistics:
-    """What the terminal statistics round adds to a run's server state: the layers whose pooled
-    features the statistics concatenate and each one's dimension, the merged moments (counts (C,),
-    sums (C, d), Gram matrices (C, d, d) or their total (d, d)), how many clients sent them, and
-    the round."""
+    """What the terminal statistics round adds to a run's server state."""
 
-    layers: list[str]
+    layers: list[str]  # whose pooled features the statistics concatenate
     layer_dims: list[int]
-    counts: torch.Tensor | None = None
-    sums: torch.Tensor | None = None
-    grams: torch.Tensor | None = None
-    clients: int | None = None
+    counts: torch.Tensor | None = None  # the merged moments: (C,),
+    sums: torch.Tensor | None = None  # (C, d),
+    grams: torch.Tensor | None = None  # (C, d, d) or their total (d, d)
+    clients: int | None = None  # how many sent them
     round: int | None = None
 
 
@@ -133,9 +130,13 @@ def _with(server: State, stats: TerminalStatistics) -> State:
     return State(arrays={**server.arrays, **part.arrays}, meta={**server.meta, **part.meta})
 
 
-def terminal_statistics(server: State) -> TerminalStatistics | None:
-    """The terminal statistics a :func:`collect_statistics` server state holds (``None``: none)."""
-    return from_state(_WithStatistics, server).stats
+def terminal_statistics(server: State, required: bool = False) -> TerminalStatistics | None:
+    """The terminal statistics a :func:`collect_statistics` server state holds (``None``: none;
+    ``required``: an error unless its moments are there)."""
+    stats = from_state(_WithStatistics, server).stats
+    if required and (stats is None or stats.grams is None):
+        raise ValueError("this server state holds no statistics: call collect_statistics(result, federation, model_fn) first")
+    return stats
 
 
 @dataclass
@@ -245,27 +246,20 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
     return replace(result, ledger=ledger, server=_with(stats.server, held))
 
 
-def _held(server: State) -> TerminalStatistics:
-    stats = terminal_statistics(server)
-    if stats is None or stats.grams is None:
-        raise ValueError("this server state holds no statistics: call collect_statistics(result, federation, model_fn) first")
-    return stats
-
-
 def merged_moments(server: State) -> ClassMoments:
     """The merged :class:`~fedlib.stats.ClassMoments` a :func:`collect_statistics` server state holds."""
-    stats = _held(server)
+    stats = terminal_statistics(server, required=True)
     return ClassMoments(stats.counts, stats.sums, stats.grams)
 
 
 def stat_layers(server: State) -> tuple[str, ...]:
     """The layer names whose features the statistics concatenate, in order."""
-    return tuple(_held(server).layers)
+    return tuple(terminal_statistics(server, required=True).layers)
 
 
 def stat_layer_dims(server: State) -> tuple[int, ...]:
     """The feature dimension of each of :func:`stat_layers`."""
-    return tuple(_held(server).layer_dims)
+    return tuple(terminal_statistics(server, required=True).layer_dims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -433,7 +427,7 @@ class StatHead(Algorithm):
         """The backbone with the fitted head (or SASP's shared arrays), one message shared by every client."""
         arrays = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
         arrays.update(self.server_head(server))
-        stats = _held(server)  # the message's wire format: the names and dimensions comma-joined
+        stats = terminal_statistics(server, required=True)  # the message's wire format: names and dimensions comma-joined
         meta = {"stat_layers": ",".join(stats.layers), "stat_layer_dims": ",".join(map(str, stats.layer_dims))}
         return dict.fromkeys(clients, Message(arrays=arrays, meta=meta, kind=f"stathead:{_kind(self.head)}"))
 

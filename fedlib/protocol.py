@@ -298,8 +298,9 @@ LocalWork = LocalProgram | SequentialWork
 
 class ProgramMethod(Algorithm):
     """A method whose local work is data: :meth:`~fedlib.protocol.ProgramMethod.program` returns this round's
-    :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy,
-    optionally with a proximal term), which the vectorized transport
+    :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy, each
+    optionally proximal to the start weights or to the message's, a program possibly continued by
+    the next: Ditto's personal model, then its global one), which the vectorized transport
     (:class:`fedlib.engines.vectorized.VectorizedTransport`) stacks with the round's other
     clients, or a :class:`~fedlib.training.SequentialWork` for a round whose work is not of that
     form (GGEUR's statistics round), which runs alone.

@@ -1,13 +1,8 @@
-"""What a run produced, and how it is kept: :class:`RunResult` (the tidy frame, the ledger, the
-final server and client states), saved to a results folder and read back with its manifest
-checked (:meth:`RunResult.save`, :meth:`RunResult.load`), and the frame's helpers
-(:func:`per_client_table`, :func:`run_differences`, :func:`largest_difference`).
-
-Files: results folders and checkpoints hold tensors, numbers and strings only and are read with
-``torch.load(weights_only=True)`` (:func:`fedlib.io.load_tensors_json`), so opening a results
-folder someone shared cannot run code. The states go to files as ``{owner: State}`` through one
-pair of functions (:func:`pack_states`, :func:`unpack_states`), which the loop's checkpoints use
-too.
+"""What a run produced: :class:`RunResult` (tidy frame, ledger, final states), its results folder
+(saved and read back with its manifest checked), and the frame's helpers. Results folders and
+checkpoints hold tensors, numbers and strings only, read with ``torch.load(weights_only=True)``,
+so opening one that someone shared cannot run code; the states go to files through one pair of
+functions (:func:`pack_states`, :func:`unpack_states`), the loop's checkpoints' too.
 """
 
 from __future__ import annotations

@@ -60,8 +60,7 @@ SERVER = "server/"
 
 @dataclass
 class Clustering:
-    """One aggregation's clustering: its round, the threshold :math:`B_0`, the clusters, the
-    largest within-cluster diameter and the seed clients (one per cluster, in cluster order)."""
+    """One aggregation's clustering: round, threshold :math:`B_0`, clusters, largest diameter, seed clients."""
 
     round: int
     b0: float
@@ -72,12 +71,10 @@ class Clustering:
 
 @dataclass
 class COSMOSServer(PublicServer):
-    """COSMOS's server state: the family's (:class:`~fedlib.algorithms.fedmd.PublicServer`), the
-    cluster models by cluster (``{state_dict name: tensor}`` each) and their common initial weights,
-    the current threshold and seed clients, and every aggregation's :class:`Clustering`."""
+    """COSMOS's server state: the family's (:class:`~fedlib.algorithms.fedmd.PublicServer`) and its own."""
 
-    server_init: dict[str, torch.Tensor] = field(default_factory=dict)
-    server: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+    server_init: dict[str, torch.Tensor] = field(default_factory=dict)  # the cluster models' common initial weights
+    server: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # the cluster models, by cluster
     b0: float | None = None
     seeds: list[int] = field(default_factory=list)
     history: list[Clustering] = field(default_factory=list)

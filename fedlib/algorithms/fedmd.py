@@ -55,11 +55,10 @@ TEACHER = "teacher/"
 
 @dataclass
 class Grouping:
-    """Which group each known client is in: ``clients`` (n,) in increasing order and their
-    ``labels`` (n,), both int64 (``groups/clients`` and ``groups/labels`` in the flattened state)."""
+    """Which group each known client is in (``groups/clients``, ``groups/labels`` once flattened)."""
 
-    clients: torch.Tensor
-    labels: torch.Tensor
+    clients: torch.Tensor  # int64 (n,), increasing
+    labels: torch.Tensor  # int64 (n,)
 
     @classmethod
     def of(cls, groups: dict[int, int]) -> "Grouping":
@@ -74,23 +73,14 @@ class Grouping:
 
 @dataclass
 class PublicServer:
-    """The family's server state (:func:`fedlib.messages.to_state` flattens it).
+    """The family's server state (:func:`fedlib.messages.to_state` flattens it)."""
 
-    Attributes
-    ----------
-    n_classes, n_public : the classes the clients' models predict, and :math:`|U|`
-    labels : each known client's latest pseudo-labels on :math:`U`, by client
-    groups : the grouping (:class:`Grouping`; ``None`` before the first round)
-    teacher : each group's targets on :math:`U`, by group
-    n_groups : how many groups the last aggregation formed
-    """
-
-    n_classes: int
-    n_public: int
-    labels: dict[int, torch.Tensor] = field(default_factory=dict)
-    groups: Grouping | None = None
-    teacher: dict[int, torch.Tensor] = field(default_factory=dict)
-    n_groups: int | None = None
+    n_classes: int  # the classes the clients' models predict
+    n_public: int  # |U|
+    labels: dict[int, torch.Tensor] = field(default_factory=dict)  # each known client's latest pseudo-labels on U
+    groups: Grouping | None = None  # None before the first round
+    teacher: dict[int, torch.Tensor] = field(default_factory=dict)  # each group's targets on U
+    n_groups: int | None = None  # how many groups the last aggregation formed
 
     def client_groups(self) -> dict[int, int]:
         """Client -> group, by increasing client (empty before the first round)."""

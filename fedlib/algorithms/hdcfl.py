@@ -147,13 +147,11 @@ class HDCConfig:
 
 @dataclass
 class CachedPair:
-    """A client's latest (encoder, head) pair on the server, refreshed together, and its sample
-    count: the encoder ``{state_dict name: tensor}`` without the head, the head ``{"weight",
-    "bias"}``, ``n`` an int64 scalar tensor."""
+    """A client's latest (encoder, head) pair on the server, refreshed together, and its sample count."""
 
-    model: dict[str, torch.Tensor]
-    head: dict[str, torch.Tensor]
-    n: torch.Tensor
+    model: dict[str, torch.Tensor]  # the encoder, {state_dict name: tensor}, no head
+    head: dict[str, torch.Tensor]  # weight, bias
+    n: torch.Tensor  # int64 scalar
 
     @classmethod
     def of(cls, reply: Message) -> "CachedPair":
@@ -190,17 +188,14 @@ class RefreshRow:
 
 @dataclass
 class RefreshState:
-    """The last refresh (the clients it saw, in increasing order, their groups, the descriptors'
-    Gram matrix, the membership (n, k), the raw-head groups with ``compare_raw``) and the gate
-    (the streak of stable refreshes, whether personalization is active and since when), with every
-    refresh's row."""
+    """The last refresh's grouping, the gate, and every refresh's row."""
 
-    clients: torch.Tensor
-    labels: torch.Tensor
-    gram: torch.Tensor
-    membership: torch.Tensor
-    raw_labels: torch.Tensor | None = None
-    streak: int = 0
+    clients: torch.Tensor  # the clients it saw, in increasing order, (n,)
+    labels: torch.Tensor  # their groups, (n,)
+    gram: torch.Tensor  # the descriptors' Gram matrix, (n, n)
+    membership: torch.Tensor  # (n, k)
+    raw_labels: torch.Tensor | None = None  # the raw heads' groups (compare_raw)
+    streak: int = 0  # consecutive stable refreshes
     active: bool = False
     activated_round: int | None = None
     history: list[RefreshRow] = field(default_factory=list)
@@ -208,13 +203,11 @@ class RefreshState:
 
 @dataclass
 class HDCServer:
-    """HDC-FL's server state: the shared encoder (and the initial head) as FedAvg-SE's ``model``,
-    each observed client's :class:`CachedPair`, the groups' :class:`Prototype` and the last
-    :class:`RefreshState` (``hdcfl/...`` in the flattened state)."""
+    """HDC-FL's server state (``hdcfl/...``, ``cache/<k>/...``, ``proto/<j>/...`` once flattened)."""
 
-    model: dict[str, torch.Tensor]
-    cache: dict[int, CachedPair] = field(default_factory=dict)
-    proto: dict[int, Prototype] = field(default_factory=dict)
+    model: dict[str, torch.Tensor]  # FedAvg-SE's shared encoder (and the initial head)
+    cache: dict[int, CachedPair] = field(default_factory=dict)  # by client
+    proto: dict[int, Prototype] = field(default_factory=dict)  # by group
     hdcfl: RefreshState | None = None
 
 

@@ -112,83 +112,54 @@ def _needs(method: str) -> tuple[str, ...]:
 
 @dataclass
 class Departure:
-    """What the server keeps of the departure (Section IV-B, step 5), and what tracking moves.
-
-    Attributes
-    ----------
-    client, round : who left, at the start of which round
-    snapshot : the rare-class prototype's decomposition (:class:`fedlib.tracking.Snapshot`);
-        ``None`` when the client held no rare-class sample (nothing to track)
-    variants : each MPT variant's own snapshot (``MPT(variants=...)``), by name
-    remaining : the remaining classes' indices, shape (K,)
-    sdc, ldc : SDC's and LDC's drifting rare-class prototypes, shape (d,)
-    """
+    """What the server keeps of the departure (Section IV-B, step 5) and what tracking moves."""
 
     client: int
     round: int
-    snapshot: Snapshot | None = None
-    variants: dict[str, Snapshot] = field(default_factory=dict)
-    remaining: torch.Tensor | None = None
-    sdc: torch.Tensor | None = None
-    ldc: torch.Tensor | None = None
+    snapshot: Snapshot | None = None  # the rare prototype's decomposition; None: the client held no rare sample
+    variants: dict[str, Snapshot] = field(default_factory=dict)  # each MPT variant's own snapshot, by name
+    remaining: torch.Tensor | None = None  # the remaining classes, (K,)
+    sdc: torch.Tensor | None = None  # SDC's drifting rare-class prototype, (d,)
+    ldc: torch.Tensor | None = None  # LDC's, (d,)
 
 
 @dataclass
 class KeptRound:
-    """One aggregated round kept for the offline evaluation (:func:`evaluate_history`): the model
-    the round's statistics were computed under, every method's prototype set ``protos`` (methods,
-    C, d), the covariance, CCVR's head (``weight``, ``bias``) and MPT's :math:`\\alpha` (``None``
-    before the departure)."""
+    """One aggregated round kept for the offline evaluation (:func:`evaluate_history`)."""
 
-    model: dict[str, torch.Tensor]
-    protos: torch.Tensor | None = None
+    model: dict[str, torch.Tensor]  # the model the round's statistics were computed under
+    protos: torch.Tensor | None = None  # every method's prototype set, (methods, C, d)
     cov: torch.Tensor | None = None
-    ccvr: dict[str, torch.Tensor] = field(default_factory=dict)
-    alpha: float | None = None
+    ccvr: dict[str, torch.Tensor] = field(default_factory=dict)  # CCVR's head: weight, bias
+    alpha: float | None = None  # MPT's alpha (None before the departure)
 
 
 @dataclass
 class MPTServer:
-    """MPT's server state (:func:`fedlib.messages.to_state` flattens it).
+    """MPT's server state (:func:`fedlib.messages.to_state` flattens it)."""
 
-    Attributes
-    ----------
-    model : the global model :math:`\\theta` (FedAvg's mean), ``{state_dict name: tensor}``
-    methods : the prototype methods, in the order of ``protos``
-    stats_model : :math:`\\theta_r`, the model the last aggregation's statistics were computed under
-    aggregated_round : the last aggregated round
-    rare_counts : each client's last reported rare-class count
-    last_means, last_cov : every class's last known prototype (C, d), and :math:`\\Sigma_t` of the
-        remaining classes (d, d)
-    protos, cov, ccvr : the last aggregation's prototype sets (methods, C, d), covariance and CCVR head
-    departure : the departure and its tracking (:class:`Departure`)
-    history : the kept rounds (:class:`KeptRound`), by round
-    note, rare_remaining, growth, alpha : why nothing is tracked; the rare class's remaining
-        samples, MPT-lite's growth factor and MPT's :math:`\\alpha` in the last tracked round
-    """
-
-    model: dict[str, torch.Tensor]
-    methods: list[str]
-    stats_model: dict[str, torch.Tensor] = field(default_factory=dict)
+    model: dict[str, torch.Tensor]  # the global model theta (FedAvg's mean), {state_dict name: tensor}
+    methods: list[str]  # the prototype methods, in the order of protos
+    stats_model: dict[str, torch.Tensor] = field(default_factory=dict)  # theta_r, under which the statistics were computed
     aggregated_round: int | None = None
-    rare_counts: dict[int, float] = field(default_factory=dict)
-    last_means: torch.Tensor | None = None
-    last_cov: torch.Tensor | None = None
-    protos: torch.Tensor | None = None
+    rare_counts: dict[int, float] = field(default_factory=dict)  # each client's last reported rare-class count
+    last_means: torch.Tensor | None = None  # every class's last known prototype, (C, d)
+    last_cov: torch.Tensor | None = None  # Sigma_t of the remaining classes, last known, (d, d)
+    protos: torch.Tensor | None = None  # the last aggregation's prototype sets, (methods, C, d)
     cov: torch.Tensor | None = None
     ccvr: dict[str, torch.Tensor] = field(default_factory=dict)
     departure: Departure | None = None
-    history: dict[int, KeptRound] = field(default_factory=dict)
-    note: str | None = None
-    rare_remaining: float | None = None
-    growth: float | None = None
-    alpha: float | None = None
+    history: dict[int, KeptRound] = field(default_factory=dict)  # by round
+    note: str | None = None  # why nothing is tracked
+    rare_remaining: float | None = None  # in the last tracked round: the rare class's remaining samples,
+    growth: float | None = None  # MPT-lite's growth factor
+    alpha: float | None = None  # and MPT's alpha
 
 
 @dataclass
 class MPTClient:
-    """A client's state: the model of the round it last took part in (:math:`\\theta_{r-1}`, the
-    start of SDC's and LDC's drift) and that round."""
+    """A client's state: the model of the round it last took part in (:math:`\\theta_{r-1}`, where
+    SDC's and LDC's drift starts) and that round."""
 
     prev_round: int | None = None
     prev_model: dict[str, torch.Tensor] = field(default_factory=dict)
