@@ -82,7 +82,7 @@ class Capabilities:
     """What a method class declares about itself, in one place (its class attribute
     ``capabilities``), and what every reader uses: the loop refuses clients of different
     architectures unless ``model_agnostic``, the vectorized engine stacks the clients of a method
-    that ``stacks``, and the registry (:func:`fedlib.algorithms.registered`) and the book's
+    that ``stacks``, and the registry (``fedlib.algorithms.registered``) and the book's
     leaderboard choose methods by them.
 
     Attributes

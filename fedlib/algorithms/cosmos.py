@@ -55,7 +55,7 @@ DEPLOYS = ("server", "client")
 """What COSMOS deploys for a client: its cluster's server model (the paper) or its own model."""
 SERVER = "server/"
 """Where the cluster models lie in the flattened server state (``server/<k>/<parameter>``:
-:attr:`COSMOSServer.server`)."""
+``COSMOSServer.server``)."""
 
 
 @dataclass

@@ -50,7 +50,7 @@ from ..validation import is_int
 
 TEACHER = "teacher/"
 """Where a group's targets on :math:`U` lie in the flattened server state (``teacher/<g>``:
-:attr:`PublicServer.teacher`)."""
+``PublicServer.teacher``)."""
 
 
 @dataclass
