@@ -100,6 +100,8 @@ class Capabilities:
     needs_public : its constructor needs a public unlabeled set (:class:`fedlib.distill.PublicSet`),
         which a federation alone does not hold
 
+    Examples
+    --------
     >>> Capabilities(model_agnostic=True, needs_public=True).stacks
     False
     """
