@@ -1,13 +1,16 @@
 """Aggregation as free functions over ``(values, weights)``, tested on hand-computed arrays (the
-book's page *Inside fedlib*, "Conventions"), and as a fold over replies (:class:`WeightedMean`),
-which the round loop uses so that the server never holds a round's replies at once."""
+book's page *Inside fedlib*, "Conventions"); a running weighted mean (:class:`WeightedMean`), so
+that a rule over the round's replies never holds them at once; and FedAvg's rule over the
+replies themselves (:func:`model_average`), every method's default aggregation."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
+
+from .messages import Message, State, prefixed
 
 
 def normalized_weights(weights: Sequence[float]) -> torch.Tensor:
@@ -123,4 +126,28 @@ def weighted_average(
     return mean.finish()
 
 
-__all__ = ["WeightedMean", "normalized_weights", "weighted_average"]
+def model_average(server: State, replies: Iterable[tuple[int, Message]], prefix: str = "model/") -> State:
+    r"""FedAvg's aggregation (McMahan et al., AISTATS 2017, Algorithm 1): the server state with
+    its ``prefix``-ed arrays replaced by the replies' sample-weighted mean,
+
+    .. math:: \bar\theta = \frac{\sum_k n_k \theta_k}{\sum_k n_k}, \qquad n_k = \text{reply}_k\text{.meta["n\_samples"]},
+
+    and its other arrays and metadata kept. ``replies`` (``(client, reply)`` pairs, as the loop
+    hands them to :meth:`fedlib.protocol.Algorithm.aggregate`) is read once: each reply is folded
+    into a running float64 sum (:class:`WeightedMean`) and freed before the next one is read, so a
+    round's memory does not grow with its clients. No reply: ``server`` itself.
+
+    >>> up = lambda w, n: (0, Message({"model/w": torch.tensor([w])}, {"n_samples": n}))
+    >>> model_average(State({"model/w": torch.zeros(1), "other": torch.ones(1)}), [up(0.0, 2), up(3.0, 1)]).arrays
+    {'model/w': tensor([1.]), 'other': tensor([1.])}
+    """
+    mean = WeightedMean()
+    for _, reply in replies:
+        mean.add(reply.with_prefix(prefix), float(reply.meta["n_samples"]))
+        del reply  # freed before the loop's next client trains
+    if not len(mean):
+        return server
+    return State(arrays={**server.arrays, **prefixed(prefix, mean.finish())}, meta=dict(server.meta))
+
+
+__all__ = ["WeightedMean", "model_average", "normalized_weights", "weighted_average"]

@@ -3,14 +3,21 @@
 Everything that crosses between a client and the server is a :class:`Message`: named arrays plus
 scalar metadata, with a ``kind`` (``"model"``, ``"update"``, ``"statistics"``, ...). A client's
 persistent state (a personal head, prototypes, ...) is a :class:`State` of the same shape, so it is
-explicit and serializable (``torch.save``) rather than hidden in long-lived objects. Every message
-passes through a :class:`Ledger` that records its size per round, client, direction and kind.
+explicit and serializable (``torch.save``) rather than hidden in long-lived objects. A method whose
+server or client state has structure writes it as a dataclass and converts it with one pair of
+functions, :func:`to_state` and :func:`from_state`, so that what the ledger, the checkpoints and
+Flower's records carry is always a :class:`State`. Every message passes through a :class:`Ledger`
+that records its size per round, client, direction and kind.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
+import types
+import typing
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Union
@@ -29,14 +36,15 @@ PHASES = ("all", "train", "eval")
 
 @dataclass
 class State:
-    """Named arrays plus scalar metadata.
+    """Named arrays plus metadata.
 
     Attributes
     ----------
     arrays : dict[str, torch.Tensor]
         Named tensors (e.g. ``"model/conv1.weight"``).
-    meta : dict[str, int | float | str | bool]
-        Scalars (e.g. ``"n_samples"``).
+    meta : dict[str, int | float | str | bool | list | dict]
+        JSON data: scalars (e.g. ``"n_samples"``), and lists or dicts of them, never a structure
+        encoded as a string.
     """
 
     arrays: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -84,6 +92,91 @@ class Message(State):
     @classmethod
     def from_dict(cls, d: Mapping) -> "Message":
         return cls(arrays=dict(d["arrays"]), meta=dict(d["meta"]), kind=str(d["kind"]))
+
+
+def to_state(record) -> State:
+    """A typed state (a dataclass) as a :class:`State`, by its fields' types: a tensor is the
+    array named after its field; a nested dataclass, a ``dict`` keyed by ``int`` or ``str`` and a
+    ``dict`` of tensors put their entries under ``<field>/<key>/`` (a ``state_dict``'s names keep
+    their dots); anything else (numbers, strings, lists: JSON data) is metadata under its field's
+    name, a list of dataclasses as a list of dicts. ``None`` and empty mappings are left out.
+    :func:`from_state` reads it back.
+
+    >>> @dataclass
+    ... class Server:
+    ...     model: dict[str, torch.Tensor]
+    ...     counts: dict[int, float] = field(default_factory=dict)
+    ...     layers: list[str] = field(default_factory=list)
+    >>> state = to_state(Server({"fc.weight": torch.ones(1)}, {3: 2.0}, ["penultimate"]))
+    >>> list(state.arrays), state.meta
+    (['model/fc.weight'], {'counts/3': 2.0, 'layers': ['penultimate']})
+    >>> from_state(Server, state) == Server({"fc.weight": torch.ones(1)}, {3: 2.0}, ["penultimate"])
+    True
+    """
+    out = State()
+    _put(record, "", out)
+    return out
+
+
+def from_state(cls: type, state: State):
+    """The typed state of class ``cls`` (a dataclass) that :func:`to_state` flattened into
+    ``state``; a field absent from ``state`` takes its default."""
+    return _record(cls, state.arrays, state.meta)
+
+
+_hints = functools.cache(typing.get_type_hints)
+
+
+def _put(value, key: str, out: State) -> None:
+    if value is None:
+        return
+    if isinstance(value, torch.Tensor):
+        out.arrays[key] = value
+    elif isinstance(value, dict) or dataclasses.is_dataclass(value):
+        items = value.items() if isinstance(value, dict) else ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        for k, v in items:
+            _put(v, f"{key}/{k}" if key else str(k), out)
+    elif isinstance(value, list) and any(dataclasses.is_dataclass(v) for v in value):
+        out.meta[key] = [dataclasses.asdict(v) for v in value]
+    else:
+        out.meta[key] = value
+
+
+def _split(named: Mapping) -> dict[str, dict]:
+    """``{"a/b/c": v, "a": w}`` -> ``{"a": {"b/c": v, "": w}}``: names grouped by their first part."""
+    out: dict[str, dict] = {}
+    for name, v in named.items():
+        head, _, rest = name.partition("/")
+        out.setdefault(head, {})[rest] = v
+    return out
+
+
+def _record(cls: type, arrays: Mapping, meta: Mapping):
+    """A dataclass ``cls`` from the arrays and metadata under its name (names relative to it)."""
+    arrays, meta = _split(arrays), _split(meta)
+    values = {f.name: _value(_hints(cls)[f.name], arrays.get(f.name, {}), meta.get(f.name, {}))
+              for f in dataclasses.fields(cls)}
+    return cls(**{name: v for name, v in values.items() if v is not None})
+
+
+def _value(tp, arrays: dict, meta: dict):
+    """A field of type ``tp`` from the arrays and metadata under its name (``""``: the name itself)."""
+    if typing.get_origin(tp) in (Union, types.UnionType):  # X | None
+        tp = next(a for a in typing.get_args(tp) if a is not type(None))
+    if tp is torch.Tensor:
+        return arrays.get("")
+    if dataclasses.is_dataclass(tp):
+        return _record(tp, arrays, meta) if arrays or meta else None
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is dict:
+        if args[1] is torch.Tensor:  # named arrays: the rest of the name is the key (a state_dict's dotted names)
+            return {args[0](k): v for k, v in arrays.items()}
+        a, m = _split(arrays), _split(meta)
+        return {args[0](k): _value(args[1], a.get(k, {}), m.get(k, {})) for k in dict.fromkeys([*a, *m])}
+    value = meta.get("")
+    if value is not None and typing.get_origin(tp) is list and args and dataclasses.is_dataclass(args[0]):
+        return [args[0](**v) for v in value]
+    return value
 
 
 def prefixed(prefix: str, arrays: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

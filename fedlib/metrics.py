@@ -924,7 +924,7 @@ def rescore(federation, predictions, rare_ratio: float = RARE_RATIO, f1_class: i
     federation : the :class:`fedlib.federation.Federation` the predictions were made on (its
         clients' local test labels and training counts, the global test labels)
     predictions : ``{client: (local test predictions, global test predictions)}``, label arrays
-        as :attr:`fedlib.loop.RunResult.predictions` holds them (``RunOptions(keep_predictions=True)``)
+        as :attr:`fedlib.results.RunResult.predictions` holds them (``RunOptions(keep_predictions=True)``)
         or :func:`fedlib.run.evaluate_deployment` fills them (``predictions={}``); a third
         entry, the predictions on the client's own pool, may follow
     rare_ratio, f1_class : as :func:`client_predictions_abilities`

@@ -607,7 +607,7 @@ class ClientArchitectures:
 
     Give it where a run takes ``model_fn``. The transport then hands each client a workspace of
     its own architecture (``ctx.model``), and the loop refuses every method that shares
-    parameters (:attr:`fedlib.protocol.Algorithm.model_agnostic` is ``False``). Calling the
+    parameters (:attr:`fedlib.protocol.Capabilities.model_agnostic` is ``False``). Calling the
     object builds the first client's architecture: it is the run's initial model.
 
     Parameters

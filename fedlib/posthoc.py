@@ -13,7 +13,7 @@ through the loop's hooks:
 
 1. :func:`collect_statistics` runs **one** extra round after training (numbered
    ``rounds_done + 1`` in the ledger): the server broadcasts the final backbone (kind
-   ``"stats_request"``), every registered client (:attr:`fedlib.loop.RunResult.registered`)
+   ``"stats_request"``), every registered client (:attr:`fedlib.results.RunResult.registered`)
    computes :func:`fedlib.stats.feature_moments` of the unscaled concatenated features of the
    selected layers on its own raw training inputs (no augmentation; model in evaluation mode: no
    dropout, normalization statistics fixed) and replies with its class counts, sums and Gram
@@ -59,8 +59,8 @@ raised before any client works.
 >>> model_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(8,))
 >>> run = run_federated(FedAvg(), fed, model_fn, LoopConfig(rounds=1, evaluate_last=False))
 >>> stats = collect_statistics(run, fed, model_fn)
->>> tuple(stats.server.arrays["stats/grams"].shape), stats.server.meta["stat_layers"]
-((3, 8, 8), 'penultimate')
+>>> tuple(stats.server.arrays["stats/grams"].shape), stat_layers(stats.server)
+((3, 8, 8), ('penultimate',))
 >>> frame = evaluate_heads(stats, fed, model_fn, {"sasp": StatHead(SASP()), "fedncm": StatHead(FedNCMHead())})
 >>> sorted(set(frame["head"]))
 ['fedncm', 'sasp']
@@ -81,18 +81,20 @@ from torch.nn import functional as F
 
 from .federation import Federation
 from .heads import MMS, SASP, CCVRHead, LinearHead
-from .loop import LoopConfig, RunResult, per_client_table
+from .loop import LoopConfig
+from .results import RunResult, per_client_table
 from .run import evaluate_deployment, run_federated
-from .messages import Ledger, Message, State
+from .messages import Ledger, Message, State, from_state, to_state
 from .metrics import RARE_RATIO, client_predictions_abilities, protocol_summary
 from .models import PENULTIMATE
-from .protocol import HEAD, MODEL, Algorithm, ClientContext, Event, Predictor, load_model, needs_all_replies
+from .protocol import HEAD, MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model
 from .rng import CCVR_VIRTUAL, torch_generator
 from .stats import GRAM_FORMS, ClassMoments, class_counts_sums, feature_moments
 from .training import TrainConfig, local_train
 
 STATS = "stats/"
-"""Prefix of the merged moments in the server state (``stats/counts``, ``stats/sums``, ``stats/grams``)."""
+"""Prefix of the moments in a client's statistics reply (``stats/counts``, ``stats/sums``,
+``stats/grams``), and where :class:`TerminalStatistics` lies in the flattened server state."""
 
 _HEAD = "head/"
 _MMS = "mms/"
@@ -103,6 +105,41 @@ _PENULTIMATE = (PENULTIMATE,)
 # 1. the terminal statistics round
 # ---------------------------------------------------------------------------------------------
 @dataclass
+class TerminalStatistics:
+    """What the terminal statistics round adds to a run's server state."""
+
+    layers: list[str]  # whose pooled features the statistics concatenate
+    layer_dims: list[int]
+    counts: torch.Tensor | None = None  # the merged moments: (C,),
+    sums: torch.Tensor | None = None  # (C, d),
+    grams: torch.Tensor | None = None  # (C, d, d) or their total (d, d)
+    clients: int | None = None  # how many sent them
+    round: int | None = None
+
+
+@dataclass
+class _WithStatistics:
+    """The part of a server state that is its terminal statistics (``stats/``; the rest is the run's own)."""
+
+    stats: TerminalStatistics | None = None
+
+
+def _with(server: State, stats: TerminalStatistics) -> State:
+    """``server`` with its terminal statistics set to ``stats``."""
+    part = to_state(_WithStatistics(stats))
+    return State(arrays={**server.arrays, **part.arrays}, meta={**server.meta, **part.meta})
+
+
+def terminal_statistics(server: State, required: bool = False) -> TerminalStatistics | None:
+    """The terminal statistics a :func:`collect_statistics` server state holds (``None``: none;
+    ``required``: an error unless its moments are there)."""
+    stats = from_state(_WithStatistics, server).stats
+    if required and (stats is None or stats.grams is None):
+        raise ValueError("this server state holds no statistics: call collect_statistics(result, federation, model_fn) first")
+    return stats
+
+
+@dataclass
 class _StatisticsRound(Algorithm):
     """One round's hooks: broadcast the final backbone, clients reply with their class moments
     (in the Gram form ``grams``), the server adds them up. ``init_server`` starts from the
@@ -112,16 +149,17 @@ class _StatisticsRound(Algorithm):
     layers: Sequence[str] | str | None = None
     grams: str = "class"
     name = "statistics"
+    capabilities = Capabilities(streams=False)  # one terminal round of class moments, summed at once
 
     def init_server(self, model: torch.nn.Module) -> State:
         names = model._check_layers(self.layers)  # the model's own ValueError, before any client works
         dims = [int(model.feature_dims[n]) for n in names]
-        meta = {**self.server_state.meta, "stat_layers": ",".join(names), "stat_layer_dims": ",".join(map(str, dims))}
-        return State(arrays=dict(self.server_state.arrays), meta=meta)
+        return _with(self.server_state, TerminalStatistics(list(names), dims))
 
     def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
         model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        return dict.fromkeys(clients, Message(arrays=model, meta={"layers": server.meta["stat_layers"]}, kind="stats_request"))
+        layers = ",".join(terminal_statistics(server).layers)  # the request's wire format: the names comma-joined
+        return dict.fromkeys(clients, Message(arrays=model, meta={"layers": layers}, kind="stats_request"))
 
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
         model = load_model(ctx.model, message)  # feature_moments puts it in eval mode
@@ -129,11 +167,12 @@ class _StatisticsRound(Algorithm):
         moments = feature_moments(model, data.train.x, data.train.y, ctx.n_classes, layers=layers, grams=self.grams)
         return state, moments.to_message(kind="statistics", prefix=STATS)  # no meta: the three arrays only
 
-    @needs_all_replies  # one terminal round of class moments, summed at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
+        updates = list(replies)
         merged = ClassMoments.sum([ClassMoments.from_message(m, prefix=STATS) for _, m in updates])  # addition only
-        arrays = {**server.arrays, **merged.to_message(prefix=STATS).arrays}
-        return State(arrays=arrays, meta={**server.meta, "stat_clients": len(updates)})
+        stats = terminal_statistics(server)
+        stats.counts, stats.sums, stats.grams, stats.clients = merged.counts, merged.sums, merged.grams, len(updates)
+        return _with(server, stats)
 
 
 def _registered(result: RunResult, federation: Federation) -> list[int]:
@@ -154,7 +193,7 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
     Parameters
     ----------
     result : RunResult
-        A finished training run (:class:`fedlib.loop.RunResult`) whose server state holds the
+        A finished training run (:class:`fedlib.results.RunResult`) whose server state holds the
         backbone (``model/`` arrays) and no statistics yet.
     federation, model_fn : Federation, callable
         As given to :func:`fedlib.run.run_federated`.
@@ -173,9 +212,9 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
     -------
     RunResult
         A copy (``dataclasses.replace``) whose server state also holds the merged moments
-        ``stats/counts`` (C,), ``stats/sums`` (C, d), ``stats/grams`` (C, d, d) or (d, d) and the
-        metadata ``stat_layers`` / ``stat_layer_dims`` (comma-joined), ``stat_round``,
-        ``stat_clients``; its ledger is a copy of the run's plus this round's messages
+        (:class:`TerminalStatistics`, :func:`terminal_statistics`: counts (C,), sums (C, d), Gram
+        matrices (C, d, d) or (d, d), the layers and their dimensions, the round and the clients
+        that sent them); its ledger is a copy of the run's plus this round's messages
         (``stats_request`` down, ``statistics`` up, round ``rounds_done + 1``). ``frame``,
         ``client_states``, ``departed`` and ``rounds_done`` are the run's.
 
@@ -189,10 +228,11 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
         raise ValueError(f"grams must be one of {GRAM_FORMS}, got {grams!r}")
     if not any(k.startswith(MODEL) for k in result.server.arrays):
         raise ValueError("the run's server state holds no 'model/' arrays: there is no backbone to collect statistics with")
-    if STATS + "grams" in result.server.arrays:
-        raise ValueError(f"this run already holds terminal statistics (round {result.server.meta.get('stat_round')}, layers "
-                         f"{result.server.meta.get('stat_layers')!r}): collect_statistics runs once per trained run; "
-                         "call it on the training result itself to collect other layers")
+    held = terminal_statistics(result.server)
+    if held is not None:
+        raise ValueError(f"this run already holds terminal statistics (round {held.round}, layers {','.join(held.layers)!r}): "
+                         "collect_statistics runs once per trained run; call it on the training result itself to collect "
+                         "other layers")
     clients = _registered(result, federation)
     if not clients:
         raise ValueError("no registered client is left in the federation: there are no statistics to collect")
@@ -201,27 +241,25 @@ def collect_statistics(result: RunResult, federation: Federation, model_fn: Call
     stats = run_federated(_StatisticsRound(result.server, layers, grams), federation, model_fn, config)
     r = result.rounds_done + 1
     ledger = Ledger([*result.ledger.records, *((r, k, d, kind, b) for _, k, d, kind, b in stats.ledger.records)])
-    meta = {**stats.server.meta, "stat_round": r}  # no wall time: the state stays bit-for-bit reproducible
-    return replace(result, ledger=ledger, server=State(arrays=stats.server.arrays, meta=meta))
+    held = terminal_statistics(stats.server)
+    held.round = r  # no wall time: the state stays bit-for-bit reproducible
+    return replace(result, ledger=ledger, server=_with(stats.server, held))
 
 
 def merged_moments(server: State) -> ClassMoments:
     """The merged :class:`~fedlib.stats.ClassMoments` a :func:`collect_statistics` server state holds."""
-    if STATS + "grams" not in server.arrays:
-        raise ValueError("this server state holds no statistics: call collect_statistics(result, federation, model_fn) first")
-    return ClassMoments.from_message(Message(arrays=server.arrays), prefix=STATS)
+    stats = terminal_statistics(server, required=True)
+    return ClassMoments(stats.counts, stats.sums, stats.grams)
 
 
 def stat_layers(server: State) -> tuple[str, ...]:
     """The layer names whose features the statistics concatenate, in order."""
-    merged_moments(server)  # the same clear error when absent
-    return tuple(str(server.meta["stat_layers"]).split(","))
+    return tuple(terminal_statistics(server, required=True).layers)
 
 
 def stat_layer_dims(server: State) -> tuple[int, ...]:
     """The feature dimension of each of :func:`stat_layers`."""
-    merged_moments(server)
-    return tuple(int(v) for v in str(server.meta["stat_layer_dims"]).split(","))
+    return tuple(terminal_statistics(server, required=True).layer_dims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,7 +427,8 @@ class StatHead(Algorithm):
         """The backbone with the fitted head (or SASP's shared arrays), one message shared by every client."""
         arrays = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
         arrays.update(self.server_head(server))
-        meta = {"stat_layers": server.meta["stat_layers"], "stat_layer_dims": server.meta["stat_layer_dims"]}
+        stats = terminal_statistics(server, required=True)  # the message's wire format: names and dimensions comma-joined
+        meta = {"stat_layers": ",".join(stats.layers), "stat_layer_dims": ",".join(map(str, stats.layer_dims))}
         return dict.fromkeys(clients, Message(arrays=arrays, meta=meta, kind=f"stathead:{_kind(self.head)}"))
 
     # ------------------------------------------------------------------ client side
@@ -504,5 +543,5 @@ class FrozenFeatures:
         return protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
 
 
-__all__ = ["STATS", "FrozenFeatures", "StatHead", "StatPredictor", "collect_statistics", "evaluate_heads", "finetune_head",
-           "merged_moments", "stat_layer_dims", "stat_layers", "summarize_heads"]
+__all__ = ["STATS", "FrozenFeatures", "StatHead", "StatPredictor", "TerminalStatistics", "collect_statistics", "evaluate_heads",
+           "finetune_head", "merged_moments", "stat_layer_dims", "stat_layers", "summarize_heads", "terminal_statistics"]

@@ -16,10 +16,11 @@ hook                     runs on     does
 ``local_update``         client      (state, message, data, generator) -> (new state, reply);
                                      a :class:`ProgramMethod` writes it as a
                                      :class:`~fedlib.training.LocalProgram` instead (stackable)
-``aggregate``            server      the aggregation rule as a fold over the replies: an object
-                                     with ``add(client, reply)`` and ``finish() -> State``
-                                     (default: :class:`ModelAverage`); a rule that needs every
-                                     reply at once says so with :func:`needs_all_replies`
+``aggregate``            server      the aggregation rule over an iterable of the round's
+                                     ``(client, reply)`` pairs, read as they arrive (default:
+                                     FedAvg's :func:`~fedlib.aggregate.model_average`, which folds
+                                     each reply into a running sum and frees it); a rule that
+                                     needs every reply at once calls ``list(replies)``
 ``configure_evaluate``   server      each evaluated client's message (default: the training
                                      messages of that round)
 ``deploy``               client      the client's deployed predictor, evaluated unchanged by the
@@ -28,7 +29,10 @@ hook                     runs on     does
 =======================  ==========  =============================================================
 
 and two class-level declarations: ``name`` (the method's name in tables and checkpoints) and
-``model_agnostic`` (whether clients of different architectures can run it).
+``capabilities`` (:class:`Capabilities`: what the loop, the engines, the registry and the book
+read about the method). A subclass that defines a method whose name is close to a hook's
+(``aggregation``, ``local_updates``) is refused when it is defined, naming the hook, so that no
+hook is silently never called.
 
 A client's persistent :class:`~fedlib.messages.State` starts empty; a method that keeps one
 (Ditto's personal model, FedRep's head) fills it in its first ``local_update``. Server hooks
@@ -39,19 +43,22 @@ must load from the message or state before use.
 
 Shared parts for plug-ins (so that no method writes them again): :func:`model_arrays` /
 :func:`body_arrays` (what a client sends), :func:`update_message` (the usual reply),
-:func:`load_model`, :func:`model_message`, :func:`fold_replies`; the prefixes :data:`MODEL` and
-:data:`HEAD`.
+:func:`load_model`, :func:`model_message`, :func:`map_messages`; the prefixes :data:`MODEL` and
+:data:`HEAD`. A method's structured server or client state is a dataclass flattened to a
+:class:`~fedlib.messages.State` by :func:`fedlib.messages.to_state` and read back by
+:func:`fedlib.messages.from_state`.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from .aggregate import WeightedMean
+from .aggregate import model_average
 from .messages import Message, State, prefixed
 from .models import HEAD_PREFIX
 from .training import LocalProgram, SequentialWork
@@ -68,6 +75,41 @@ Predictor = Callable[[torch.Tensor], torch.Tensor]
 
 HOOKS = ("init_server", "configure_train", "local_update", "aggregate", "configure_evaluate", "deploy", "on_event")
 """The hooks of :class:`Algorithm`, in the order a round calls them (the book's *Inside fedlib*)."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a method class declares about itself, in one place (its class attribute
+    ``capabilities``), and what every reader uses: the loop refuses clients of different
+    architectures unless ``model_agnostic``, the vectorized engine stacks the clients of a method
+    that ``stacks``, and the registry (``fedlib.algorithms.registered``) and the book's
+    leaderboard choose methods by them.
+
+    Attributes
+    ----------
+    model_agnostic : no client's parameters are sent, averaged or loaded into another client's
+        model, and nothing a client receives must fit its own architecture (COSMOS's evaluation
+        message carries a *server* model, of the server's own architecture): it runs on clients of
+        different architectures (:class:`fedlib.models.ClientArchitectures`)
+    stacks : its local work is a :class:`~fedlib.training.LocalProgram` that the vectorized
+        engine can stack with other clients' (only a :class:`ProgramMethod` can say so; a round
+        whose work is :class:`~fedlib.training.SequentialWork` still runs alone)
+    streams : its ``aggregate`` reads each reply once, as it arrives, and keeps none of them, so
+        a round's memory does not grow with its clients; ``False``: it holds the round's replies
+        at once (``list(replies)``)
+    needs_public : its constructor needs a public unlabeled set (:class:`fedlib.distill.PublicSet`),
+        which a federation alone does not hold
+
+    Examples
+    --------
+    >>> Capabilities(model_agnostic=True, needs_public=True).stacks
+    False
+    """
+
+    model_agnostic: bool = False
+    stacks: bool = False
+    streams: bool = True
+    needs_public: bool = False
 
 
 @dataclass
@@ -167,130 +209,43 @@ def map_messages(messages: Mapping[int, Message], change: Callable[[Message], Me
     return out
 
 
-class ModelAverage:
-    """FedAvg's aggregation as a fold: the running sample-weighted mean of the replies' ``model/``
-    arrays (:class:`fedlib.aggregate.WeightedMean`); the server's other arrays are kept."""
-
-    def __init__(self, server: State) -> None:
-        self._server = server
-        self._mean = WeightedMean()
-
-    def __len__(self) -> int:
-        return len(self._mean)
-
-    def add(self, client: int, message: Message) -> None:
-        """Fold in client ``client``'s reply (weighted by its ``n_samples``)."""
-        self._mean.add(message.with_prefix(MODEL), float(message.meta["n_samples"]))
-
-    def finish(self) -> State:
-        """The new server state (the old one where no reply was added)."""
-        if not len(self._mean):
-            return self._server
-        arrays = self._mean.finish()
-        return State(arrays={**self._server.arrays, **prefixed(MODEL, arrays)}, meta=dict(self._server.meta))
-
-
-class Collect:
-    """A fold that keeps every reply, in arrival order, and hands the list of ``(client, reply)``
-    pairs to ``merge`` at the end: the aggregation of a method that needs every reply at once
-    (:func:`needs_all_replies`), at the memory cost of holding them."""
-
-    def __init__(self, merge: Callable[[list[tuple[int, Message]]], State]) -> None:
-        self._merge = merge
-        self._replies: list[tuple[int, Message]] = []
-
-    def __len__(self) -> int:
-        return len(self._replies)
-
-    def add(self, client: int, message: Message) -> None:
-        """Keep client ``client``'s reply."""
-        self._replies.append((client, message))
-
-    def finish(self) -> State:
-        """The new server state: ``merge`` of the kept replies."""
-        return self._merge(self._replies)
-
-
-def fold_replies(fold, replies: Iterable[tuple[int, Message]]) -> State:
-    """Feed ``replies`` (``(client, reply)`` pairs) into ``fold`` (an ``aggregate`` hook's
-    result) and return the new server state: what a rule that keeps the list uses to apply
-    another rule to it (e.g. FedAvg's mean, ``fold_replies(ModelAverage(server), replies)``)."""
-    for client, message in replies:
-        fold.add(client, message)
-    return fold.finish()
-
-
-def needs_all_replies(merge: Callable) -> Callable:
-    """Declare an ``aggregate`` hook that needs every reply of the round at once.
-
-    Decorates ``merge(self, server, replies, round_) -> State`` (``replies`` the round's
-    ``(client, reply)`` pairs) and turns it into the hook ``aggregate(server, round_)``, which
-    returns a :class:`Collect` fold around it. :func:`streams` reads the declaration, so the
-    methods that keep every reply (at the memory cost of holding them) are known without
-    running them.
-
-    >>> class CountReplies(Algorithm):
-    ...     @needs_all_replies
-    ...     def aggregate(self, server, replies, round_):
-    ...         return State(meta={"replies": len(replies)})
-    >>> fold = CountReplies().aggregate(State(), 1)
-    >>> fold.add(0, Message()); fold.add(1, Message())
-    >>> fold.finish().meta, streams(CountReplies())
-    ({'replies': 2}, False)
-    """
-
-    def aggregate(self, server: State, round_: int) -> Collect:
-        return Collect(lambda replies: merge(self, server, replies, round_))
-
-    aggregate.__name__, aggregate.__qualname__ = merge.__name__, merge.__qualname__
-    aggregate.__module__ = merge.__module__
-    aggregate.__doc__ = (merge.__doc__ or "") + "\n\n(Every reply of the round at once: :func:`fedlib.protocol.needs_all_replies`.)"
-    aggregate.needs_all_replies = True  # type: ignore[attr-defined]
-    return aggregate
-
-
-def streams(algorithm: "Algorithm | type[Algorithm]") -> bool:
-    """Whether ``algorithm`` (a method or its class) aggregates as a stream, each reply folded and
-    freed, rather than keeping every reply (:func:`needs_all_replies`)."""
-    cls = algorithm if isinstance(algorithm, type) else type(algorithm)
-    return not getattr(cls.aggregate, "needs_all_replies", False)
-
-
-REMOVED_HOOKS = {
-    "broadcast": "configure_train", "train_message": "configure_train", "eval_broadcast": "configure_evaluate",
-    "eval_message": "configure_evaluate", "local_program": "ProgramMethod.program", "fold": "aggregate",
-    "aggregator": "aggregate", "init_client": "local_update (a client's state starts empty)",
-    "aggregation": "aggregate (with needs_all_replies)", "program_hooks": "ProgramMethod",
-}
-"""Names of an earlier method contract and what replaced them: a method that defines one is
-refused when its class is defined, so that no hook is silently never called."""
+def _check_hooks(cls: type) -> None:
+    """Refuse, when ``cls`` is defined, a method named like a hook but not one (the hook would
+    silently never be called), a hook of another form than the one it overrides, and stacking
+    declared by a method without programs."""
+    hooks = (*HOOKS, "program")
+    for name, value in vars(cls).items():
+        if not inspect.isfunction(value) or name.startswith("_"):
+            continue
+        if name not in hooks:
+            near = difflib.get_close_matches(name, hooks, n=1, cutoff=0.8)
+            if near:
+                raise TypeError(f"{cls.__name__} defines {name}, which is not a hook of the method contract; did you "
+                                f"mean {near[0]}? (the hooks: {', '.join(hooks)})")
+            continue
+        base = next((vars(b)[name] for b in cls.__mro__[1:] if name in vars(b)), None)
+        if base is None:
+            continue
+        ours, theirs = inspect.signature(value), inspect.signature(base)
+        if (len(ours.parameters) != len(theirs.parameters)
+                and not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in ours.parameters.values())):
+            raise TypeError(f"{cls.__name__}.{name}{ours} does not have the hook's form {name}{theirs}")
+    if cls.capabilities.stacks and not hasattr(cls, "program"):
+        raise TypeError(f"{cls.__name__} declares Capabilities(stacks=True), but only a ProgramMethod's local work "
+                        "can be stacked; derive from ProgramMethod and write program(), or leave stacks False")
 
 
 class Algorithm:
     """Base class: FedAvg's server side (the model to every client, the sample-weighted average)."""
 
     name = "base"
+    capabilities = Capabilities()
+    """What the method declares about itself (:class:`Capabilities`); a subclass that differs
+    declares its own, e.g. ``capabilities = Capabilities(model_agnostic=True, needs_public=True)``."""
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        old = sorted(set(vars(cls)) & set(REMOVED_HOOKS))
-        if old:
-            raise TypeError(f"{cls.__name__} defines {', '.join(old)}, which the method contract no longer calls; "
-                            + "; ".join(f"{name} -> {REMOVED_HOOKS[name]}" for name in old))
-        aggregate = vars(cls).get("aggregate")
-        if aggregate is not None and not getattr(aggregate, "needs_all_replies", False):
-            if len(inspect.signature(aggregate).parameters) != 3:  # (self, server, round_)
-                raise TypeError(f"{cls.__name__}.aggregate{inspect.signature(aggregate)} does not have the hook's "
-                                "form aggregate(self, server, round_) -> fold; a rule over the list of the round's "
-                                "replies is declared with @needs_all_replies")
-
-    model_agnostic = False
-    """Whether the method works with clients of different architectures
-    (:class:`fedlib.models.ClientArchitectures`): no client's parameters are sent, averaged or
-    loaded into another client's model, and nothing a client receives must fit its own
-    architecture (COSMOS's evaluation message carries a *server* model, of the server's own
-    architecture). The loop refuses a heterogeneous federation for every method that leaves this
-    ``False`` (all that average parameters)."""
+        _check_hooks(cls)
 
     def init_server(self, model: torch.nn.Module) -> State:
         """The server state before round 1, from the run's initial model (default: its arrays)."""
@@ -310,13 +265,15 @@ class Algorithm:
         """The client's local work: ``(new state, reply)``."""
         raise NotImplementedError(f"{type(self).__name__} must implement local_update (or derive from ProgramMethod)")
 
-    def aggregate(self, server: State, round_: int):
-        """The aggregation rule of round ``round_`` as a fold: an object with ``add(client,
-        reply)`` (the loop adds each reply as it arrives and frees it) and ``finish() -> State``.
-        Default: :class:`~fedlib.protocol.ModelAverage`, FedAvg's sample-weighted mean of the ``model/`` arrays. A
-        method whose rule needs every reply at once decorates a function of the list with
-        :func:`~fedlib.protocol.needs_all_replies`."""
-        return ModelAverage(server)
+    def aggregate(self, server: State, replies: Iterable[tuple[int, Message]], round_: int) -> State:
+        """The server state after round ``round_`` from its ``replies``: an iterable of
+        ``(client, reply)`` pairs that the loop fills as the clients reply (each one accepted by
+        the ledger, the non-finite guard and the failure policy), to be read once and whole.
+        Default: FedAvg's sample-weighted mean of the ``model/`` arrays
+        (:func:`fedlib.aggregate.model_average`), each reply folded in and freed. A rule that
+        needs every reply at once reads ``list(replies)`` (and says ``streams=False`` in its
+        :class:`Capabilities`)."""
+        return model_average(server, replies)
 
     def configure_evaluate(self, server: State, round_: int, clients: Sequence[int]) -> dict[int, Message]:
         """The message each client of ``clients`` deploys from when round ``round_`` is evaluated
@@ -343,8 +300,9 @@ LocalWork = LocalProgram | SequentialWork
 
 class ProgramMethod(Algorithm):
     """A method whose local work is data: :meth:`~fedlib.protocol.ProgramMethod.program` returns this round's
-    :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy,
-    optionally with a proximal term), which the vectorized transport
+    :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy, each
+    optionally proximal to the start weights or to the message's, a program possibly continued by
+    the next: Ditto's personal model, then its global one), which the vectorized transport
     (:class:`fedlib.engines.vectorized.VectorizedTransport`) stacks with the round's other
     clients, or a :class:`~fedlib.training.SequentialWork` for a round whose work is not of that
     form (GGEUR's statistics round), which runs alone.
@@ -353,10 +311,7 @@ class ProgramMethod(Algorithm):
     runs sequentially. A subclass that defines ``local_update`` is refused when it is defined.
     """
 
-    stacks = True
-    """Whether this method's programs can be stacked at all (:func:`fedlib.protocol.vectorizable`);
-    a method whose every round is :class:`~fedlib.training.SequentialWork` (FedMix-style's mixing)
-    says ``False``, and a wrapper says what its base allows."""
+    capabilities = Capabilities(stacks=True)  # a method whose every round is SequentialWork (FedMix-style) says False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -373,23 +328,6 @@ class ProgramMethod(Algorithm):
         return self.program(ctx, state, message, data).run(ctx.model, generator)
 
 
-def vectorizable(algorithm: "Algorithm | type[Algorithm]") -> bool:
-    """Whether ``algorithm``'s (a method's, or its class's) local work can be stacked with other
-    clients': it is a :class:`~fedlib.protocol.ProgramMethod` whose ``stacks`` says so (each
-    round, the clients whose :meth:`~fedlib.protocol.ProgramMethod.program` is a
-    :class:`~fedlib.training.LocalProgram` train stacked; the others alone). A class whose
-    ``stacks`` depends on the instance (a wrapper, on its base) counts as stacking.
-
-    >>> class Custom(Algorithm):
-    ...     def local_update(self, ctx, state, message, data, generator): ...
-    >>> vectorizable(Custom()), vectorizable(Custom), vectorizable(ProgramMethod)
-    (False, False, True)
-    """
-    if isinstance(algorithm, type):
-        return issubclass(algorithm, ProgramMethod) and algorithm.stacks is not False
-    return isinstance(algorithm, ProgramMethod) and bool(algorithm.stacks)
-
-
-__all__ = ["HEAD", "HOOKS", "MODEL", "REMOVED_HOOKS", "Algorithm", "ClientContext", "Collect", "Event", "LocalWork", "ModelAverage",
-           "Predictor", "ProgramMethod", "body_arrays", "fold_replies", "load_model", "map_messages", "model_arrays",
-           "model_message", "needs_all_replies", "streams", "update_message", "vectorizable", "without_head"]
+__all__ = ["HEAD", "HOOKS", "MODEL", "Algorithm", "Capabilities", "ClientContext", "Event", "LocalWork", "Predictor",
+           "ProgramMethod", "body_arrays", "load_model", "map_messages", "model_arrays", "model_message", "update_message",
+           "without_head"]

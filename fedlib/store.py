@@ -37,7 +37,7 @@ class DiskStates(MutableMapping):
     error naming the client and the folder, never an empty state that would silently reset the
     client. Only the set of
     clients is held in memory between rounds; a checkpoint (``RunOptions(checkpoint=...)``) and
-    :meth:`fedlib.loop.RunResult.save` still read every state to write their one file. A folder
+    :meth:`fedlib.results.RunResult.save` still read every state to write their one file. A folder
     that already holds state files is refused, unless ``overwrite`` (a resumed run, which refills
     the store from its checkpoint).
 

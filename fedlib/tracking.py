@@ -277,16 +277,6 @@ class Snapshot:
         if self.ihalf is None:
             self.ihalf = inv_sqrtm_pd(self.cov_d)
 
-    def to_arrays(self, prefix: str = "snap/") -> dict[str, torch.Tensor]:
-        return {prefix + "prototype": self.prototype, prefix + "w0": self.w0, prefix + "r0": self.r0,
-                prefix + "cov_d": self.cov_d, prefix + "trace_d": torch.tensor([self.trace_d], dtype=F64),
-                prefix + "half": self.half, prefix + "ihalf": self.ihalf}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict, prefix: str = "snap/") -> "Snapshot":
-        return cls(arrays[prefix + "prototype"], arrays[prefix + "w0"], arrays[prefix + "r0"], arrays[prefix + "cov_d"],
-                   float(arrays[prefix + "trace_d"][0]), arrays.get(prefix + "half"), arrays.get(prefix + "ihalf"))
-
 
 def take_snapshot(mu_c: torch.Tensor, M_d: torch.Tensor, cov_d: torch.Tensor, cfg: TrackingConfig = TrackingConfig()) -> Snapshot:
     """Decompose the departure prototype ``mu_c`` (d,) over ``M_d`` (K, d); store the regularized ``cov_d``."""

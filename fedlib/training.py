@@ -21,8 +21,6 @@ from .validation import is_int, is_real
 OPTIMIZERS = ("sgd", "adam")
 
 
-
-
 @dataclass(frozen=True)
 class TrainConfig:
     """How a client trains locally.
@@ -158,16 +156,22 @@ def local_train(
 PHASE_PARAMS = ("all", "head", "body")
 """Which parameters a :class:`Phase` trains: every one, the final classifier's (``head.*``), or
 every other one (the body, as FedRep's and FedBABU's phases do)."""
+PHASE_ANCHORS = ("start", "message")
+"""Where a :class:`Phase`'s proximal term pulls: the program's start weights (FedProx), or the
+weights of the message it carries (:attr:`LocalProgram.message_weights`: Ditto's personal model
+toward the broadcast global model)."""
 
 
 @dataclass(frozen=True)
 class Phase:
     r"""One call of :func:`local_train`, as data: train ``params`` with ``train`` on the program's
-    data, minimizing the mean cross-entropy plus, when ``mu > 0``, FedProx's proximal term
+    data, minimizing the mean cross-entropy plus, when ``mu > 0``, the proximal term
 
-    .. math:: \frac{\mu}{2}\,\lVert w - w^{0} \rVert^2
+    .. math:: \frac{\mu}{2}\,\lVert w - a \rVert^2
 
-    around the program's start weights :math:`w^0` (:func:`proximal_term`).
+    around an anchor :math:`a` (:func:`proximal_term`): the program's start weights :math:`w^0`
+    (``anchor="start"``, FedProx's Eq. 2) or the message's weights (``anchor="message"``, Ditto's
+    personal objective around the broadcast :math:`w^t`).
 
     >>> Phase(TrainConfig(), params="head").params
     'head'
@@ -180,12 +184,15 @@ class Phase:
     train: TrainConfig
     params: str = "all"
     mu: float = 0.0
+    anchor: str = "start"
 
     def __post_init__(self) -> None:
         if self.params not in PHASE_PARAMS:
             raise ValueError(f"unknown params {self.params!r}; valid: {', '.join(PHASE_PARAMS)}")
         if not (is_real(self.mu) and math.isfinite(self.mu) and self.mu >= 0):
             raise ValueError(f"mu must be a finite number >= 0, got {self.mu!r}")
+        if self.anchor not in PHASE_ANCHORS:
+            raise ValueError(f"unknown anchor {self.anchor!r}; valid: {', '.join(PHASE_ANCHORS)}")
 
     def trains(self, name: str) -> bool:
         """Whether this phase trains the parameter called ``name`` (a ``named_parameters`` name)."""
@@ -201,11 +208,12 @@ class LocalProgram:
     Start from ``weights`` (the model's full ``state_dict``, unprefixed), run each :class:`Phase`
     in order on ``(x, y)`` with the client's one generator (each phase a fresh optimizer, as
     :func:`local_train` makes), then hand the trained model and the last phase's mean training
-    loss to ``finish``, which returns what the method's ``local_update`` returns:
-    ``(new_state, reply)``. :meth:`run` is the sequential execution (the
-    :class:`~fedlib.protocol.ProgramMethod`'s ``local_update``);
-    :class:`fedlib.engines.vectorized.VectorizedTransport` runs the programs of a round's clients
-    as one batched computation and calls the same ``finish``.
+    loss to ``finish``, which returns what the method's ``local_update`` returns,
+    ``(new_state, reply)``, or the client's next program, which continues with the same
+    generator (Ditto: the personal model's program, then the global model's).
+    :meth:`run` is the sequential execution (the :class:`~fedlib.protocol.ProgramMethod`'s
+    ``local_update``); :class:`fedlib.engines.vectorized.VectorizedTransport` runs the programs of
+    a round's clients as one batched computation and calls the same ``finish``.
 
     Attributes
     ----------
@@ -213,25 +221,38 @@ class LocalProgram:
     x : torch.Tensor of shape (n, ...), the training inputs
     y : torch.Tensor of shape (n,), their labels
     phases : the phases, in order
-    finish : ``(trained model, mean training loss) -> (new_state, reply)``
+    finish : ``(trained model, mean training loss) -> (new_state, reply)`` or the next program
+    message_weights : the weights a phase with ``anchor="message"`` is proximal to (the
+        message's model, ``{state_dict name: tensor}``); ``None`` when no phase needs them
     """
 
     weights: Mapping[str, torch.Tensor]
     x: torch.Tensor
     y: torch.Tensor
     phases: tuple[Phase, ...]
-    finish: Callable[[nn.Module, float], tuple] = field(repr=False)
+    finish: Callable[[nn.Module, float], "tuple | LocalProgram"] = field(repr=False)
+    message_weights: Mapping[str, torch.Tensor] | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.message_weights is None and any(p.mu and p.anchor == "message" for p in self.phases):
+            raise ValueError("a phase anchored at the message (Phase(anchor='message')) needs the program's "
+                             "message_weights: the message's model weights")
 
     def run(self, model: nn.Module, generator: torch.Generator) -> tuple:
-        """Execute the program in ``model`` (its weights are replaced), one phase after another."""
+        """Execute the program in ``model`` (its weights are replaced), one phase after another,
+        and the programs its ``finish`` continues with."""
         model.load_state_dict(self.weights)
-        anchor = ({name: p.detach().clone() for name, p in model.named_parameters()}  # w^0
-                  if any(phase.mu for phase in self.phases) else {})
+        used = {phase.anchor for phase in self.phases if phase.mu}
+        anchors = {"start": {name: p.detach().clone() for name, p in model.named_parameters()} if "start" in used else {},
+                   "message": {name: t.detach().clone() for name, t in self.message_weights.items()} if "message" in used
+                   else {}}  # w^0 and the message's w^t
         loss = float("nan")
         for phase in self.phases:
-            loss = local_train(model, self.x, self.y, phase.train, generator, loss_fn=_phase_loss(phase.mu, anchor),
+            loss = local_train(model, self.x, self.y, phase.train, generator,
+                               loss_fn=_phase_loss(phase.mu, anchors[phase.anchor]),
                                params=[p for name, p in model.named_parameters() if phase.trains(name)])
-        return self.finish(model, loss)
+        out = self.finish(model, loss)
+        return out.run(model, generator) if isinstance(out, LocalProgram) else out
 
 
 @dataclass
@@ -253,7 +274,7 @@ def _phase_loss(mu: float, anchor: Mapping[str, torch.Tensor]) -> LossFn:
     if not mu:
         return cross_entropy_loss
 
-    def loss_fn(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # FedProx, Eq. (2)
+    def loss_fn(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:  # FedProx's Eq. (2), Ditto's objective
         return F.cross_entropy(m(x), y) + 0.5 * mu * proximal_term(m, anchor)
 
     return loss_fn

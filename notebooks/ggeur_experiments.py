@@ -108,7 +108,7 @@ from fedbook.studies import ggeur as gg
 from fedbook.studies.ggeur import ABLATION_BASES, BASES, DOMAINS, GGEUR_CODE as G, STEP1, STEPS12, GGEURStudy
 from fedlib.data import load_dataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.loop import RunOptions
+from fedlib.run import RunOptions
 
 # Vectorized clients (the parameter `execution`) stack the classifiers of FedAvg, FedProx and the GGEUR
 # wrappers from the third round on; FedProto and FedMix-style train one client after another, as do the

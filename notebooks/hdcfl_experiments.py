@@ -77,7 +77,7 @@ from fedbook.study import Study, run_study
 from fedbook.studies.hdcfl import BASELINES, DEFAULT_VARIANT, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT
 from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.engines.vectorized import SequentialFallback
-from fedlib.loop import RunOptions
+from fedlib.run import RunOptions
 from fedlib.training import TrainConfig
 
 warnings.filterwarnings("ignore", category=SequentialFallback)  # Ditto trains sequentially: said once, silenced here

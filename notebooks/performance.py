@@ -30,7 +30,7 @@
 #   running sum as it arrives and freed ({class}`fedlib.aggregate.WeightedMean`), so the server
 #   holds one float64 sum per array whatever the number of clients;
 # - **the list**: every reply is kept until all have arrived and then averaged, the way a method
-#   runs whose aggregation needs every reply at once (it says so: {func}`fedlib.protocol.needs_all_replies`).
+#   runs whose aggregation needs every reply at once (it says so: {class}`fedlib.protocol.Capabilities`' `streams`).
 #
 # Both give the same model bit for bit (the list is the fold over the list; the tests check it for
 # every registered method that averages). Each measurement runs in a fresh Python process
@@ -136,7 +136,7 @@ plt.show()
 #   with the same results as in memory. An empty state (every stateless method's) costs no file.
 # - **Evaluation on a sample.** `LoopConfig(eval_clients=m)` evaluates a seeded sample of `m`
 #   clients in each evaluated round; the protocol's means, floors and tails are then the sample's,
-#   and the round says so ({meth}`fedlib.loop.RunResult.evaluated`).
+#   and the round says so ({meth}`fedlib.results.RunResult.evaluated`).
 # - **Cross-device partitions.** The `"powerlaw"` partition ({func}`fedlib.data.partition.powerlaw_sizes`)
 #   gives a few large clients and a long tail of small ones; a client with a single sample trains,
 #   and its local accuracy, with no local test sample, is undefined (NaN), as the protocol says.
@@ -169,7 +169,7 @@ plt.show()
 #   loop's default; over many steps the rounding grows into small differences in accuracy, so the
 #   GGEUR chapter, the one chapter that runs vectorized, does not give sequential training's digits.
 # - **What it stacks.** A method stacks when its local work is a
-#   {class}`fedlib.training.LocalProgram` ({func}`fedlib.protocol.vectorizable`):
+#   {class}`fedlib.training.LocalProgram` ({class}`fedlib.protocol.Capabilities`' `stacks`):
 #   {glue:text}`perf_vec_methods`. The others ({glue:text}`perf_seq_methods`) have their own losses
 #   or control flow and train sequentially, which the transport says once per method.
 # - **Refused.** BatchNorm (running statistics per client) and dropout; fedlib's models default to

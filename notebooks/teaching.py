@@ -137,9 +137,9 @@ print(f"cells with an output: {executed}")
 # change the clients' average makes to the global model as a gradient, $\Delta_t = w_t - \bar w_t$,
 # keeps a velocity $v_{t+1} = \beta v_t + \Delta_t$ and steps $w_{t+1} = w_t - \eta\, v_{t+1}$.
 # Only the server changes, so only the `aggregate` hook of {class}`fedlib.protocol.Algorithm`
-# changes: it returns a *fold*, which the loop feeds one reply at a time, and the skeleton's fold
-# extends FedAvg's running average ({class}`fedlib.protocol.ModelAverage`), so only its `finish`
-# is left to write ({ref}`inside-add-a-method` shows a complete plug-in). Download the skeleton
+# changes: it reads the round's replies, which the loop hands it one at a time, and the skeleton
+# already averages them with FedAvg's rule ({func}`fedlib.aggregate.model_average`), so only the
+# momentum step is left to write ({ref}`inside-add-a-method` shows a complete plug-in). Download the skeleton
 # {download}`fedavgm.py <../exercises/fedavgm.py>` and its test
 # {download}`test_fedavgm.py <../exercises/test_fedavgm.py>` into the repository's
 # `book/exercises/` folder (they are already there in a clone), fill in the `TODO` and run
@@ -153,9 +153,9 @@ print(f"cells with an output: {executed}")
 # on the skeleton as it is handed out and passes on a correct answer.
 #
 # :::{dropdown} Hint
-# Call `super().finish()` first: it is FedAvg's sample-weighted average $\bar w_t$ of the
-# replies the loop added (the server state itself when none came). The current weights $w_t$ are
-# in `self.server.arrays` under names that start with `"model/"`; store $v$ under the same names with `"momentum/"` in front. In the first round there
+# `model_average(server, replies)` is FedAvg's sample-weighted average $\bar w_t$ of the
+# replies (the server state itself when none came). The current weights $w_t$ are
+# in `server.arrays` under names that start with `"model/"`; store $v$ under the same names with `"momentum/"` in front. In the first round there
 # is no velocity yet: take $v_1 = \Delta_1$.
 # :::
 #

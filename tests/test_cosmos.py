@@ -13,17 +13,18 @@ from scipy.spatial.distance import cdist
 
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
 from fedlib.algorithms.cosmos import cosmos_history
-from fedlib.algorithms.fedmd import cached_labels, grouping
+from fedlib.algorithms.fedmd import PublicServer, cached_labels, grouping
 from fedlib.clustering import GreedyB0, b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
 from fedlib.distill import (PublicSet, aggregate_labels, augment, check_pseudo_labels, consistency_loss, distill,
                             distillation_objective, kl_rows, l1_distances, lemma52, lemma52_chain, majority_vote,
                             make_public_set, margin_profile_bound, soft_labels)
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import Message, State
-from fedlib.protocol import Event, fold_replies
+from fedlib.protocol import Event
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.training import TrainConfig
 
@@ -145,9 +146,9 @@ def test_a_cluster_left_empty_has_no_diameter_and_cosmos_keeps_going():
     srv = functools.partial(build_model, "mlp", in_channels=1, n_classes=2, input_size=4, hidden=(4,))
     m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, server_train=ADAM)
     a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
-    s1 = fold_replies(m.aggregate(m.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b))])
+    s1 = m.aggregate(m.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b))], 1)
     lone = grouping(s1)[2]
-    s2 = fold_replies(m.aggregate(m.on_event(s1, Event(2, 2, "leave")), 2), [(0, _labels(a)), (1, _labels(a))])
+    s2 = m.aggregate(m.on_event(s1, Event(2, 2, "leave")), [(0, _labels(a)), (1, _labels(a))], 2)
     assert 2 not in grouping(s2) and f"teacher/{lone}" not in s2.arrays and s2.meta["n_groups"] == 1
     assert cosmos_history(s2)[-1]["n_clusters"] == 1
 
@@ -388,14 +389,14 @@ def test_a_reply_with_malformed_pseudo_labels_is_refused(split):
     server = method.init_server(server_fn())
     bad = Message(arrays={"labels": torch.full((len(public), 2), 0.5)}, meta={"n_samples": 3}, kind="pseudo_labels")
     with pytest.raises(ValueError, match="client 7's pseudo-labels have shape \\(36, 2\\); valid: \\(36, 3\\)"):
-        fold_replies(method.aggregate(server, 1), [(7, bad)])
+        method.aggregate(server, [(7, bad)], 1)
     off = Message(arrays={"labels": torch.full((len(public), 3), 0.5)}, meta={"n_samples": 3}, kind="pseudo_labels")
     with pytest.raises(ValueError, match="client 7's pseudo-labels are not on the probability simplex"):
-        fold_replies(method.aggregate(server, 1), [(7, off)])
+        method.aggregate(server, [(7, off)], 1)
     hard = FedCT(public=public)
     with pytest.raises(ValueError, match="client 1's hard labels hold class 5; valid: 0..2"):
-        fold_replies(hard.aggregate(server, 1), [(1, Message(arrays={"labels": torch.full((len(public),), 5, dtype=torch.uint8)},
-                                            meta={"n_samples": 1}))])
+        hard.aggregate(server, [(1, Message(arrays={"labels": torch.full((len(public),), 5, dtype=torch.uint8)},
+                                            meta={"n_samples": 1}))], 1)
 
 
 def test_the_default_training_message_is_one_object_shared_by_every_client():
@@ -424,8 +425,8 @@ def test_a_renumbered_cluster_gets_its_own_members_teacher_not_the_old_number():
     fit = TrainConfig(epochs=30, batch_size=16, optimizer="adam", lr=1e-2)  # enough steps to fit four public samples
     m = COSMOS(public=pub, server_model=srv, b0=1.0, target_clusters=None, recluster=True, server_train=fit)
     a, b = [[1.0, 0.0]] * 4, [[0.0, 1.0]] * 4
-    s1 = fold_replies(m.aggregate(m.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))])
-    s2 = fold_replies(m.aggregate(s1, 2), [(0, _labels(b))])
+    s1 = m.aggregate(m.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))], 1)
+    s2 = m.aggregate(s1, [(0, _labels(b))], 2)
     groups = grouping(s2)
     assert groups[0] == groups[2] == groups[3] != groups[1]
     # client 1 alone: its cluster model is distilled toward its own (cached) class-0 labels, not the old {2, 3}'s
@@ -433,8 +434,8 @@ def test_a_renumbered_cluster_gets_its_own_members_teacher_not_the_old_number():
     assert int((teacher.argmax(1) == 0).sum()) >= 3
     # COMET's teacher is the consensus itself: exactly client 1's own labels
     comet = COMET(public=pub, k=2, **FAST)
-    c1 = fold_replies(comet.aggregate(comet.init_server(srv()), 1), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))])
-    c2 = fold_replies(comet.aggregate(c1, 2), [(0, _labels(b))])
+    c1 = comet.aggregate(comet.init_server(srv()), [(0, _labels(a)), (1, _labels(a)), (2, _labels(b)), (3, _labels(b))], 1)
+    c2 = comet.aggregate(c1, [(0, _labels(b))], 2)
     assert torch.equal(comet.configure_train(c2, 3, [1])[1].arrays["teacher"], torch.tensor(a))
 
 
@@ -442,9 +443,9 @@ def test_comet_groups_by_kmeans_numbers_by_lowest_client_and_caps_k():
     pub = PublicSet(torch.zeros(3, 16))
     m = COMET(public=pub, k=2)
     a, b = torch.tensor([[1.0, 0.0]] * 3), torch.tensor([[0.0, 1.0]] * 3)
-    groups, _ = m.group(State(), {5: b, 1: a, 2: a, 7: b}, 1)
+    groups = m.group(PublicServer(n_classes=2, n_public=3), {5: b, 1: a, 2: a, 7: b}, 1)
     assert groups == {1: 0, 2: 0, 5: 1, 7: 1}
-    assert set(COMET(public=pub, k=9).group(State(), {0: a, 1: b}, 1)[0].values()) == {0, 1}  # k capped at 2 clients
+    assert set(COMET(public=pub, k=9).group(PublicServer(n_classes=2, n_public=3), {0: a, 1: b}, 1).values()) == {0, 1}  # k capped
 
 
 def test_a_round_without_labels_changes_nothing_and_a_leaver_is_forgotten(split, archs):
@@ -452,7 +453,7 @@ def test_a_round_without_labels_changes_nothing_and_a_leaver_is_forgotten(split,
     for method in (COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST),
                    COMET(public=public, k=2, **FAST), FedMD(public=public, **FAST)):
         empty = method.init_server(server_fn())
-        assert fold_replies(method.aggregate(empty, 1), []) is empty
+        assert method.aggregate(empty, [], 1) is empty
         # every client joins at round 2: round 1 has no reply at all
         joins = tuple(Event(2, k, "join") for k in range(fed.n_clients))
         run = run_federated(method, fed, archs, LoopConfig(rounds=2, seed=0, events=joins))
@@ -477,7 +478,7 @@ def test_partial_participation_and_a_resumed_cosmos_run_are_bit_for_bit(split, a
 def test_an_unclustered_client_is_evaluated_with_the_first_cluster_model(split):
     public = split[1]
     m = COSMOS(public=public, server_model=server_fn, b0=100.0, target_clusters=None, server_train=ADAM)
-    s = fold_replies(m.aggregate(m.init_server(server_fn()), 1), [(0, _labels([[1.0, 0.0, 0.0]] * len(public)))])
+    s = m.aggregate(m.init_server(server_fn()), [(0, _labels([[1.0, 0.0, 0.0]] * len(public)))], 1)
     msg = m.configure_evaluate(s, 1, [9])[9]
     assert msg.kind == "cluster_model" and msg.meta["group"] == 0
 

@@ -26,7 +26,7 @@ from fedlib.algorithms.cosmos import LocalOnly
 from fedlib.distill import PublicSet
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
-from fedlib.loop import per_client_table
+from fedlib.results import per_client_table
 from fedlib.messages import DOWN, UP, Ledger, Message
 from fedlib.training import TrainConfig
 

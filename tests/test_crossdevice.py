@@ -1,5 +1,5 @@
-"""Cross-device scale: aggregation as a fold (the same bits as the list), replies freed once
-folded, the client states on disk (the same results as in memory), evaluation on a seeded sample
+"""Cross-device scale: aggregation over an iterable of replies, each folded and freed (the same bits
+as the list), the client states on disk (the same results as in memory), evaluation on a seeded sample
 of clients, power-law client sizes and clients with a single sample, and a 1,000-client round."""
 
 from __future__ import annotations
@@ -22,12 +22,13 @@ from fedlib.algorithms import ALGORITHMS, Ditto, FedAvg, FedRep, make_algorithm
 from fedlib.data import load_mnist5k, make_gaussian_mixture, powerlaw_partition, powerlaw_sizes
 from fedlib.engines import InProcessTransport
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.run import run_federated
 from fedlib.messages import Message, State
 from fedlib.models import build_model
 from fedbook.benchmarks import RoundCost, keeping_replies, round_scaling
-from fedlib.protocol import Collect, fold_replies, needs_all_replies, streams
+from fedlib.aggregate import model_average
 from fedlib.store import DiskStates, make_states
 from fedlib.training import TrainConfig
 
@@ -89,15 +90,13 @@ def _registered(name):
 
 
 def test_a_method_that_overrides_aggregate_runs_its_own_rule(tiny_federation, tiny_model_fn):
-    class Halfway(FedAvg):  # its rule reads every reply at once, and says so
-        @needs_all_replies
-        def aggregate(self, server, updates, round_):
-            avg = fold_replies(super().aggregate(server, round_), updates)
+    class Halfway(FedAvg):  # its rule reads every reply at once
+        def aggregate(self, server, replies, round_):
+            avg = model_average(server, list(replies))
             return State({k: (v + server.arrays[k]) / 2 if v.is_floating_point() else v
                           for k, v in avg.arrays.items()}, dict(avg.meta))
 
     method = Halfway(train=TRAIN)
-    assert not streams(method) and isinstance(method.aggregate(State(), 1), Collect)
     cfg = LoopConfig(rounds=1, seed=0, evaluate_last=False)
     ours = run_federated(method, tiny_federation, tiny_model_fn, cfg)
     plain = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, cfg)
@@ -125,26 +124,40 @@ def test_the_loops_average_equals_an_independent_float64_average(tiny_federation
         np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6, atol=1e-7)
 
 
-def test_every_method_aggregates_through_one_fold_and_says_when_it_keeps_every_reply():
-    for name in ALGORITHMS:
-        fold = _registered(name).aggregate(State(), 1)
-        assert callable(fold.add) and callable(fold.finish), name
-        # what streams() reads off the class is what the hook returns: a Collect exactly when declared
-        assert isinstance(fold, Collect) == (not streams(ALGORITHMS[name])), name
-    assert {n for n, c in ALGORITHMS.items() if streams(c)} >= {"fedavg", "fedprox", "ditto", "fedrep", "hdcfl", "ifca"}
-
-
-@pytest.mark.parametrize("name", sorted(n for n, c in ALGORITHMS.items() if streams(c)))
+@pytest.mark.parametrize("name", sorted(n for n, c in ALGORITHMS.items() if c.capabilities.streams))
 def test_the_fold_and_the_list_give_the_same_run(name, tiny_federation, tiny_model_fn):
     folded = _registered(name)
-    listed = keeping_replies(folded)  # the same method, its replies kept and folded at once
-    assert streams(folded) and not streams(listed) and isinstance(listed.aggregate(State(), 1), Collect)
+    listed = keeping_replies(folded)  # the same rule, applied to the list of the round's replies
+    assert folded.capabilities.streams and not listed.capabilities.streams
     cfg = LoopConfig(rounds=2, seed=3, participation=0.75)
     a = run_federated(folded, tiny_federation, tiny_model_fn, cfg)
     b = run_federated(listed, tiny_federation, tiny_model_fn, cfg)
     pd.testing.assert_frame_equal(a.frame, b.frame)
     assert a.server.arrays.keys() == b.server.arrays.keys()
     assert all(torch.equal(a.server.arrays[k], b.server.arrays[k]) for k in a.server.arrays)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_what_a_method_declares_of_its_replies_is_what_it_does(name, tiny_federation, tiny_model_fn):
+    """A method that says it streams holds no earlier reply when the next one arrives; one that
+    says it does not holds every one (so the registry's and the book's lists are true)."""
+    alive: list[int] = []
+
+    class Probe(InProcessTransport):
+        def local_updates(self, algorithm, round_, messages, states):
+            refs = []
+            for k, state, up in super().local_updates(algorithm, round_, messages, states):
+                gc.collect()
+                alive.append(sum(r() is not None for r in refs))  # earlier replies (the Message objects) still alive
+                refs.append(weakref.ref(up))
+                yield k, state, up
+                del up
+
+    method = _registered(name)
+    run_federated(method, tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=0, evaluate_last=False),
+                  transport=Probe(tiny_federation, tiny_model_fn, 0))
+    n = tiny_federation.n_clients
+    assert alive == ([0] * n if method.capabilities.streams else list(range(n))), alive
 
 
 def test_a_folded_reply_is_freed_before_the_next_client_trains(tiny_federation, tiny_model_fn):
@@ -167,7 +180,7 @@ def test_a_folded_reply_is_freed_before_the_next_client_trains(tiny_federation, 
         run_federated(method, tiny_federation, tiny_model_fn, LoopConfig(rounds=1, seed=0, evaluate_last=False),
                       transport=Probe(tiny_federation, tiny_model_fn, 0))
         # streamed: no earlier reply is alive when the next one arrives; the list keeps every one
-        assert seen == expected, streams(method)
+        assert seen == expected, method.capabilities.streams
 
 
 # --- states on disk --------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from fedlib.data import ArrayDataset, load_mnist5k, make_gaussian_mixture
 from fedlib.engines.inprocess import InProcessTransport
 from fedlib.federation import (hold_out_validation, make_federation, make_federations, make_rotation_federation,
                                one_client_per_domain)
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.messages import Message, State
 from fedlib.metrics import Confusion, pooled_accuracy, pooled_effective_size, rescore
 from fedlib.run import run_federated

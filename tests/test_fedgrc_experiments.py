@@ -26,7 +26,8 @@ from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.federation import hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
-from fedlib.loop import LoopConfig, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import per_client_table
 from fedlib.messages import same_arrays
 from fedlib.metrics import RARE_RATIO, protocol_summary
 from fedlib.models import build_model

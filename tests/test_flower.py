@@ -38,7 +38,7 @@ from fedlib.engines.flower.deployment import _APP_TOML, _task_identity
 from fedlib.engines.flower.job import ALLOW_ENV, allowed_targets
 from fedlib.engines.inprocess import InProcessTransport
 from fedlib.loop import ClientFailedError, LoopConfig
-from fedlib.loop import run_differences
+from fedlib.results import run_differences
 from fedlib.messages import same_arrays
 from fedlib.run import run_federated
 from fedlib.messages import Message, State

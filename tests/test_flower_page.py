@@ -15,7 +15,7 @@ import pytest
 from fedbook.studies.flower import (EQUIVALENCE, WIRE, bench_tables, bytes_table, check_settings, equivalence_cell,
                                     equivalence_table, job_of, mirrored_bytes, node_failure, numbers, trust_refusal)
 from fedbook.study import Study, run_study
-from fedlib.loop import run_differences
+from fedlib.results import run_differences
 from fedlib.messages import largest_difference
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from fedlib.algorithms import FedAvgSE, FedRep, HDCFL, IFCA
-from fedlib.algorithms.hdcfl import (HDCConfig, cache_entries, cached_clients, cached_pair, donor_ranking, donor_swap,
+from fedlib.algorithms.hdcfl import (CachedPair, HDCConfig, HDCServer, cached_clients, cached_pair, donor_ranking, donor_swap,
                                      head_matrix, partial_spearman, personalized_encoder, refresh, refresh_history,
                                      with_variant)
 from fedlib.algorithms.ifca import cluster_losses
@@ -26,11 +26,12 @@ from fedlib.clustering import (SilhouetteKMeans, assignment_agreement, descripto
                                head_descriptors, lowrank_basis, membership_entropy, random_groups, soft_membership)
 from fedlib.data import ArrayDataset, make_gaussian_mixture
 from fedlib.federation import make_federation, make_rotation_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.run import evaluate_deployment, run_federated
-from fedlib.messages import Message, State
+from fedlib.messages import Message, State, from_state, to_state
 from fedlib.models import build_model
-from fedlib.protocol import Event, vectorizable
+from fedlib.protocol import Event
 from fedlib.training import TrainConfig
 
 TRAIN = TrainConfig(epochs=1, batch_size=16, lr=0.05)
@@ -198,13 +199,12 @@ def test_bad_hdc_settings_are_refused(kwargs, match):
 
 
 def _server_with_cache(heads: torch.Tensor, sizes, encoders) -> State:
-    arrays = {"model/fc.weight": torch.zeros(2), "model/head.weight": torch.zeros(heads.shape[1], heads.shape[2] - 1),
-              "model/head.bias": torch.zeros(heads.shape[1])}
-    for k, (h, n, e) in enumerate(zip(heads, sizes, encoders)):
-        reply = Message(arrays={"model/fc.weight": e, "head/weight": h[:, :-1].float(), "head/bias": h[:, -1].float()},
-                        meta={"n_samples": n})
-        arrays.update(cache_entries(k, reply))
-    return State(arrays=arrays)
+    model = {"fc.weight": torch.zeros(2), "head.weight": torch.zeros(heads.shape[1], heads.shape[2] - 1),
+             "head.bias": torch.zeros(heads.shape[1])}
+    cache = {k: CachedPair.of(Message(arrays={"model/fc.weight": e, "head/weight": h[:, :-1].float(), "head/bias": h[:, -1].float()},
+                                      meta={"n_samples": n}))
+             for k, (h, n, e) in enumerate(zip(heads, sizes, encoders))}
+    return to_state(HDCServer(model, cache))
 
 
 def test_the_cache_keeps_each_clients_pair_and_size():
@@ -250,7 +250,7 @@ def test_the_gate_waits_for_stable_refreshes_or_the_maximum_round():
     h = refresh_history(s3)
     assert h["stable"].tolist() == [False, True, True] and h["active"].tolist() == [False, False, True]
     assert h.loc[1, "ari"] == 1.0 and h.loc[1, "drift"] == 0.0 and math.isnan(h.loc[0, "ari"])
-    assert s3.meta["hdcfl_activated_round"] == 6
+    assert from_state(HDCServer, s3).hdcfl.activated_round == 6
     # a grouping never separated enough still activates at the maximum round
     strict = HDCConfig(rank=2, k_max=3, min_silhouette=1.0, max_activation_round=4)
     t = refresh(refresh(server, 2, strict, 0), 4, strict, 0)
@@ -297,7 +297,7 @@ def test_compare_raw_groups_the_raw_heads_of_the_same_cache_and_changes_nothing_
     both = refresh(refresh(server, 2, both_cfg, 0), 4, both_cfg, 0)
     for name, t in plain.arrays.items():  # the prototypes, labels, membership and gate are the method's own
         assert torch.equal(both.arrays[name], t), name
-    assert plain.meta["hdcfl_active"] == both.meta["hdcfl_active"]
+    assert from_state(HDCServer, plain).hdcfl.active == from_state(HDCServer, both).hdcfl.active
     h_plain, h = refresh_history(plain), refresh_history(both)
     assert "raw_k" not in h_plain.columns and h[list(h_plain.columns)].equals(h_plain)
     # the raw columns are those of a refresh with raw descriptors on the same cache and stream
@@ -422,7 +422,7 @@ def test_a_client_the_server_never_saw_is_evaluated_on_the_shared_encoder(groupe
 def test_hdcfl_is_vectorizable_and_the_vectorized_run_matches(grouped):
     fed, model_fn = grouped
     alg = HDCFL(train=TRAIN, config=HDCConfig(rank=2, k_max=3, refresh_every=1, max_activation_round=1))
-    assert vectorizable(alg) and vectorizable(FedAvgSE()) and vectorizable(FedRep()) and vectorizable(IFCA())
+    assert all(m.capabilities.stacks for m in (alg, FedAvgSE(), FedRep(), IFCA()))
     a = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0))
     b = run_federated(alg, fed, model_fn, LoopConfig(rounds=2, seed=0), RunOptions(execution="vectorized"))
     for name, t in a.server.arrays.items():
@@ -497,9 +497,8 @@ def test_ifca_vectorized_equals_sequential_and_refuses_an_unknown_cluster(groupe
     b = run_federated(IFCA(train=TRAIN, k=2), fed, model_fn, LoopConfig(rounds=2, seed=0), RunOptions(execution="vectorized"))
     for name, t in a.server.arrays.items():
         assert torch.allclose(b.server.arrays[name], t, atol=1e-5), name
-    fold = IFCA(k=2).aggregate(a.server, 3)
     with pytest.raises(ValueError, match="client 4's reply names cluster 5; valid: 0, 1"):
-        fold.add(4, Message(arrays={}, meta={"cluster": 5, "n_samples": 3}))
+        IFCA(k=2).aggregate(a.server, [(4, Message(arrays={}, meta={"cluster": 5, "n_samples": 3}))], 3)
 
 
 def test_ifca_cluster_models_start_apart_and_from_the_runs_initial_model(tiny_federation, tiny_model_fn):

@@ -159,6 +159,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the transport contract", ("fedlib.transport",)),
     ("engines", ("fedlib.engines", "fedlib.engines.inprocess", "fedlib.engines.vectorized",
                  "fedlib.engines.flower.records", "fedlib.engines.flower.transport", "fedlib.engines.flower.loopback")),
+    ("results", ("fedlib.results",)),
     ("the round loop", ("fedlib.loop",)),
     ("running and deployment", ("fedlib.run", "fedlib.posthoc")),
     ("Flower's job, apps and drivers", ("fedlib.engines.flower", "fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.entrypoint",

@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, make_algorithm
+from fedlib.aggregate import model_average
 from fedlib.protocol import Algorithm, Event, model_message
-from fedlib.loop import LoopConfig, NonFiniteUpdateError, RunOptions, RunResult, Server, largest_difference, run_differences
-from fedlib.run import evaluate_deployment, run_federated
+from fedlib.loop import LoopConfig, NonFiniteUpdateError
+from fedlib.results import RunResult, largest_difference, run_differences
+from fedlib.run import RunOptions, evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.rng import LOCAL_TRAIN, derive_seed, isolated_torch_rng, INIT
 from fedlib.training import TrainConfig, local_train
@@ -242,11 +244,17 @@ def test_a_dropped_client_keeps_its_state_and_is_never_scored_on_nan_weights(tin
     assert local[2] > 0.2  # evaluated on the finite state it kept from round 1, not on NaN weights (scored 0 %)
 
 
-def test_server_receives_messages_only(tiny_federation):
-    server = Server(FedAvg(), State(arrays={"model/w": torch.zeros(2)}))
-    assert not any(isinstance(v, type(tiny_federation.clients[0])) for v in vars(server).values())
-    with pytest.raises(TypeError, match="Message"):
-        server.add(server.fold(1), 0, tiny_federation.clients[0])
+def test_server_receives_messages_only(tiny_federation, tiny_model_fn):
+    from fedlib.engines import InProcessTransport
+
+    class Leaky(InProcessTransport):  # hands the server a client's data in place of its reply
+        def local_updates(self, algorithm, round_, messages, states):
+            for k, state, _ in super().local_updates(algorithm, round_, messages, states):
+                yield k, state, tiny_federation.clients[k]
+
+    with pytest.raises(TypeError, match="the server receives Message objects only, got ClientData from client 0 in round 1"):
+        run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1),
+                      transport=Leaky(tiny_federation, tiny_model_fn, 0))
 
 
 def test_ledger_counts_model_bytes(tiny_federation, tiny_model_fn):
@@ -587,16 +595,24 @@ def test_two_runs_are_compared_bit_for_bit_and_every_difference_is_named(tiny_fe
 # ------------------------------------------------------------------------------------------------
 # the contract's guards, kept predictions, the observer
 # ------------------------------------------------------------------------------------------------
-def test_a_method_written_for_the_earlier_contract_is_refused_when_defined():
-    with pytest.raises(TypeError, match="defines broadcast, fold, which the method contract no longer calls; "
-                                        "broadcast -> configure_train; fold -> aggregate"):
-        class Old(Algorithm):
-            def broadcast(self, server, round_): ...
+def test_a_method_named_like_a_hook_or_of_another_form_is_refused_when_defined():
+    with pytest.raises(TypeError, match="Typo defines aggregation, which is not a hook of the method contract; did you "
+                                        "mean aggregate\\?"):
+        class Typo(Algorithm):
+            def aggregation(self, server, replies, round_): ...
+    with pytest.raises(TypeError, match="Plural defines local_updates, .*did you mean local_update\\?"):
+        class Plural(Algorithm):
+            def local_updates(self, ctx, state, message, data, generator): ...
+    with pytest.raises(TypeError, match=r"Fold\.aggregate\(self, server, round_\) does not have the hook's form "
+                                        r"aggregate\(self, server: 'State', replies"):
+        class Fold(Algorithm):
+            def aggregate(self, server, round_): ...
+    with pytest.raises(TypeError, match="Stacked declares Capabilities\\(stacks=True\\), but only a ProgramMethod"):
+        class Stacked(Algorithm):
+            capabilities = dataclasses.replace(Algorithm.capabilities, stacks=True)
 
-            def fold(self, server, round_): ...
-    with pytest.raises(TypeError, match="takes|does not have the hook's form aggregate\\(self, server, round_\\)"):
-        class ListRule(Algorithm):
-            def aggregate(self, server, replies, round_): ...
+    class Grouping(Algorithm):  # a method of its own, named far from every hook, is the method's business
+        def group(self, server, labels): ...
 
 
 def test_hooks_that_return_the_wrong_kind_of_thing_are_named(tiny_federation, tiny_model_fn):
@@ -607,12 +623,42 @@ def test_hooks_that_return_the_wrong_kind_of_thing_are_named(tiny_federation, ti
     with pytest.raises(TypeError, match="configure_train returned Message in round 1; valid: a mapping client -> Message"):
         run_federated(OneMessage(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
 
-    class NoFold(FedAvg):
-        def aggregate(self, server, round_):
-            return server
+    class NoState(FedAvg):
+        def aggregate(self, server, replies, round_):
+            model_average(server, replies)  # computed, and not returned
 
-    with pytest.raises(TypeError, match="NoFold.aggregate returned State in round 1; valid: a fold with add"):
-        run_federated(NoFold(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    with pytest.raises(TypeError, match="NoState.aggregate returned NoneType in round 1; valid: the new server state"):
+        run_federated(NoState(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+
+
+def test_a_rule_that_stops_reading_the_replies_is_refused_once_every_reply_is_in(tiny_federation, tiny_model_fn):
+    from fedlib.engines import InProcessTransport
+
+    class FirstOnly(FedAvg):
+        def aggregate(self, server, replies, round_):
+            return model_average(server, [next(iter(replies))])
+
+    transport = InProcessTransport(tiny_federation, tiny_model_fn, 0)
+    with pytest.raises(RuntimeError, match="FirstOnly.aggregate returned in round 1 with 3 of the round's 4 replies unread "
+                                           "\\(received and recorded, never aggregated\\)"):
+        run_federated(FirstOnly(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1), transport=transport)
+
+
+def test_the_server_time_is_the_servers_own_not_the_clients(tiny_federation, tiny_model_fn):
+    import time
+
+    from fedlib.engines import InProcessTransport
+
+    class Slow(InProcessTransport):  # each client takes 0.1 s more, inside the iterator aggregate reads
+        def local_updates(self, algorithm, round_, messages, states):
+            for item in super().local_updates(algorithm, round_, messages, states):
+                time.sleep(0.1)
+                yield item
+
+    for method in (FedAvg(train=TRAIN), make_algorithm("fedproto", train=TRAIN)):  # a fold, and a rule that reads the list
+        run = run_federated(method, tiny_federation, tiny_model_fn, LoopConfig(rounds=1, evaluate_last=False),
+                            transport=Slow(tiny_federation, tiny_model_fn, 0))
+        assert run.seconds[0] > 0.4 and 0 <= run.server_seconds[0] < 0.1, (method.name, run.seconds, run.server_seconds)
 
 
 def test_a_shared_message_is_changed_once_for_all_its_clients():

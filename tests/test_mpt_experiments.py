@@ -511,16 +511,16 @@ def test_variants_are_mpt_with_other_settings_on_the_same_trajectory(study):
     res, _, h = study.run(ds, model_fn, 0.3, 0, variants=(("same", TrackingConfig()), ("lin", linear)))
     res_lin, _, h_lin = study.run(ds, model_fn, 0.3, 0, tracking=linear)
     assert largest_difference(res.server.with_prefix("model/"), res_lin.server.with_prefix("model/")) == 0.0
-    methods = str(res.server.meta["methods"]).split(",")
+    methods = res.server.meta["methods"]
     assert methods[-2:] == [VARIANT + "same", VARIANT + "lin"]
     protos = res.server.arrays["protos"]
     assert torch.equal(protos[methods.index(VARIANT + "same")], protos[methods.index("mpt")])
-    lin_methods = str(res_lin.server.meta["methods"]).split(",")
+    lin_methods = res_lin.server.meta["methods"]
     lin_mpt = res_lin.server.arrays["protos"][lin_methods.index("mpt")]
     assert torch.allclose(protos[methods.index(VARIANT + "lin")], lin_mpt, rtol=0, atol=1e-12)
     for r in (2, 3):  # the offline evaluation reads the variants like any method
         assert history_value(h, VARIANT + "lin", "f1", r) == history_value(h_lin, "mpt", "f1", r)
     with pytest.raises(ValueError, match="variants must be"):
-        study.algorithm(0, variants=(("a,b", linear),))
+        study.algorithm(0, variants=(("a/b", linear),))
     with pytest.raises(ValueError, match="variants must be"):
         study.algorithm(0, variants=(("a", linear), ("a", linear)))

@@ -26,16 +26,18 @@ from fedlib.posthoc import (
     merged_moments,
     stat_layer_dims,
     stat_layers,
+    terminal_statistics,
     summarize_heads,
 )
 from fedlib.engines.inprocess import weights_key
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead, MahalanobisNCM
-from fedlib.loop import LoopConfig, RunResult
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import ClientContext, Event, fold_replies, load_model, needs_all_replies
+from fedlib.protocol import ClientContext, Event, load_model
 from fedlib.stats import ClassMoments, feature_moments
 from fedlib.training import TrainConfig
 
@@ -117,7 +119,8 @@ def test_merged_moments_equal_feature_moments_on_pooled_training_data(run, fed, 
     assert torch.allclose(merged.sums, ref.sums, rtol=1e-10, atol=1e-10)
     assert torch.allclose(merged.grams, ref.grams, rtol=1e-10, atol=1e-10)
     assert stat_layers(stats.server) == LAYERS and stat_layer_dims(stats.server) == (16, 8)
-    assert stats.server.meta["stat_round"] == run.rounds_done + 1 and stats.server.meta["stat_clients"] == fed.n_clients
+    held = terminal_statistics(stats.server)
+    assert held.round == run.rounds_done + 1 and held.clients == fed.n_clients
     # the run itself is untouched: same frame, same client states, its ledger not extended
     assert stats.frame is run.frame and stats.rounds_done == run.rounds_done
     assert STATS_KEYS.isdisjoint(run.server.arrays) and len(run.ledger) < len(stats.ledger)
@@ -153,11 +156,12 @@ def test_server_receives_moments_only(run, fed, monkeypatch):
     seen = []
     original = _StatisticsRound.aggregate
 
-    def spy(self, server, updates, round_):
+    def spy(self, server, replies, round_):
+        updates = list(replies)
         seen.extend((k, {n: tuple(t.shape) for n, t in m.arrays.items()}, dict(m.meta)) for k, m in updates)
-        return fold_replies(original(self, server, round_), updates)
+        return original(self, server, updates, round_)
 
-    monkeypatch.setattr(_StatisticsRound, "aggregate", needs_all_replies(spy))
+    monkeypatch.setattr(_StatisticsRound, "aggregate", spy)
     collect_statistics(run, fed, model_fn, layers=LAYERS)
     assert [k for k, _, _ in seen] == list(range(fed.n_clients))
     for _, shapes, meta in seen:
@@ -447,7 +451,7 @@ def test_collecting_statistics_twice_on_one_result_is_an_error(run, fed, stats):
     with pytest.raises(ValueError, match=r"already holds terminal statistics \(round 3, layers 'fc1,penultimate'\)"):
         collect_statistics(stats, fed, model_fn)
     again = collect_statistics(run, fed, model_fn, layers=LAYERS)  # from the training result: the same round
-    assert again.server.meta["stat_round"] == stats.server.meta["stat_round"]
+    assert terminal_statistics(again.server).round == terminal_statistics(stats.server).round
     for k in STATS_KEYS:
         assert torch.equal(again.server.arrays[k], stats.server.arrays[k])
 

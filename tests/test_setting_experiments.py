@@ -26,7 +26,9 @@ from fedbook.studies.setting import (MEANS, SettingConfig, anchor_cell, anchor_t
                                      unseen_classes)
 from fedbook.study import Study, run_study  # noqa: E402
 from fedlib.federation import make_federations  # noqa: E402
-from fedlib.loop import LoopConfig, RunOptions, per_client_table  # noqa: E402
+from fedlib.loop import LoopConfig  # noqa: E402
+from fedlib.results import per_client_table  # noqa: E402
+from fedlib.run import RunOptions  # noqa: E402
 from fedlib.messages import DOWN  # noqa: E402
 from fedlib.metrics import Confusion, protocol_summary, rescore  # noqa: E402
 from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator  # noqa: E402

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedlib.algorithms import MPT, Event
-from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, evaluate_history, method_payload
+from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, MPTServer, evaluate_history, method_payload
+from fedlib.messages import from_state
 from fedlib.data import make_gaussian_mixture
 from fedbook.studies.mpt_checks import random_normal, random_spd
 from fedlib.federation import make_departure_scenario
@@ -246,7 +247,8 @@ def test_plugin_runs_tracks_and_counts_bytes(scenario):
     algo = MPT(train=TrainConfig(epochs=1), rare_class=1, train_rare_on=(0,), ldc_epochs=1, ccvr_steps=5)
     cfg = LoopConfig(rounds=4, events=(Event(3, 0, "leave"),), f1_class=1)
     res = run_federated(algo, scenario.federation, _model_fn(), cfg)
-    assert res.server.meta["tracking"] and res.server.meta["departure_round"] == 3
+    departure = from_state(MPTServer, res.server).departure
+    assert departure.snapshot is not None and departure.round == 3 and departure.client == 0
     frame = evaluate_history(res.server, scenario.federation.global_test, _model_fn(), rare_class=1)
     assert set(frame["method"]) >= set(PROTO_METHODS) | {"oracle", "fedavg", "ccvr"}
     assert frame["value"].notna().all()
@@ -264,7 +266,7 @@ def test_departing_client_without_rare_samples_disables_tracking(scenario):
     algo = MPT(train=TrainConfig(epochs=1), rare_class=1, payload=METHOD_PAYLOAD["mpt"])
     res = run_federated(algo, scenario.federation, _model_fn(), LoopConfig(rounds=3, events=(Event(2, 3, "leave"),)))
     # client 3 holds one or two remaining rare samples, so tracking starts; remove them to test the guard
-    assert res.server.meta["departed"] == 3
+    assert from_state(MPTServer, res.server).departure.client == 3
     ds = make_gaussian_mixture(n_per_class=60, n_classes=3, dim=16, separation=4.0, seed=0).dataset
     sc = make_departure_scenario(ds, n_clients=4, rare_class=1, departing_share=0.0, departing_client=0,
                                  global_test_per_class=10, seed=0)
@@ -272,8 +274,9 @@ def test_departing_client_without_rare_samples_disables_tracking(scenario):
     empty = int(np.flatnonzero(counts[:, 1] == 0)[0]) if (counts[:, 1] == 0).any() else 0
     res = run_federated(algo, sc.federation, _model_fn(), LoopConfig(rounds=3, events=(Event(2, empty, "leave"),)))
     if counts[empty, 1] == 0:
-        assert res.server.meta["tracking"] is False and "nothing to track" in res.server.meta["note"]
-    assert bool(torch.isfinite(res.server.arrays["protos"]).all())
+        state = from_state(MPTServer, res.server)
+        assert state.departure.snapshot is None and "nothing to track" in state.note
+    assert bool(torch.isfinite(from_state(MPTServer, res.server).protos).all())
 
 
 def test_bad_plugin_arguments():

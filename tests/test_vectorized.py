@@ -17,11 +17,12 @@ from fedlib.engines import InProcessTransport
 from fedlib.engines.vectorized import (SequentialFallback, VectorizedTransport, activation_numel, check_vectorizable_model, chunk_size,
                                        train_programs)
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.run import run_federated
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import Algorithm, streams, vectorizable
+from fedlib.protocol import Algorithm
 from fedlib.training import LocalProgram, Phase, TrainConfig
 
 TOL = 1e-6
@@ -69,6 +70,7 @@ def _assert_close(seq, vec):
     FedBABU(train=ADAM, finetune=TrainConfig(epochs=1, batch_size=8, lr=0.01)),
     FedAvgFT(train=TrainConfig(steps=5, batch_size=8, lr=0.05, momentum=0.0, weight_decay=1e-2)),
     FedProx(train=TrainConfig(epochs=1, batch_size=8, lr=0.05, momentum=0.9, weight_decay=1e-2), mu=0.1),
+    Ditto(train=SGD, personal_train=ADAM, lam=0.5),  # a phase anchored at the message, then the continued program
 ], ids=lambda a: f"{a.name}-{a.train.optimizer}-wd{a.train.weight_decay}")
 def test_vectorized_equals_sequential_on_ragged_clients_and_partial_participation(ragged, algorithm):
     cfg = LoopConfig(rounds=3, participation=0.5, eval_every=1, seed=4)
@@ -176,10 +178,10 @@ def test_train_programs_give_each_client_its_own_sequential_update(ragged):
 
 def test_methods_without_programs_fall_back_to_sequential_and_say_so_once(ragged):
     cfg = LoopConfig(rounds=3, seed=1)
-    alg = Ditto(train=SGD, personal_train=SGD)
+    alg = FedProto(train=SGD)
     seq = run_federated(alg, ragged, MODEL, cfg)
     transport = VectorizedTransport(ragged, MODEL, 1)
-    with pytest.warns(SequentialFallback, match="ditto: its local_update is not a LocalProgram") as record:
+    with pytest.warns(SequentialFallback, match="fedproto: its local_update is not a LocalProgram") as record:
         vec = run_federated(alg, ragged, MODEL, cfg, transport=transport)
     assert len(record) == 1 and transport.notes == [str(record[0].message)] and transport.stacked_clients == 0
     for k in seq.server.arrays:  # the sequential path itself: the same bits
@@ -187,10 +189,10 @@ def test_methods_without_programs_fall_back_to_sequential_and_say_so_once(ragged
 
 
 def test_which_methods_are_vectorizable():
-    for alg in (FedAvg(), FedAvgFT(), FedProx(), FedRep(), FedBABU(), GGEUR(base=FedAvg(), total_per_class=10)):
-        assert vectorizable(alg), alg.name
-    for alg in (Ditto(), CGRL(), FedProto(), FedMixStyle(), GGEUR(base=Ditto(), total_per_class=10)):
-        assert not vectorizable(alg), alg.name  # their own losses or control flow; FedMix-style mixes batches
+    for alg in (FedAvg(), FedAvgFT(), FedProx(), FedRep(), FedBABU(), Ditto(), GGEUR(base=FedAvg(), total_per_class=10)):
+        assert alg.capabilities.stacks, alg.name
+    for alg in (CGRL(), FedProto(), FedMixStyle()):
+        assert not alg.capabilities.stacks, alg.name  # their own losses or control flow; FedMix-style mixes batches
     # ... and a mixin cannot sneak a local_update in either
     class Mixin:
         def local_update(self, ctx, state, message, data, generator): ...
@@ -206,13 +208,13 @@ def test_which_methods_are_vectorizable():
 
 
 def test_a_wrapper_of_a_sequential_base_trains_every_client_alone(ragged):
-    """GGEUR around Ditto is a program method whose base does not stack: it says so, nothing
+    """GGEUR around FedProto is a program method whose base does not stack: it says so, nothing
     stacks, and the results are the sequential path's bits."""
     fed = ragged
-    alg = GGEUR(base=Ditto(train=SGD, personal_train=SGD), total_per_class=10)
+    alg = GGEUR(base=FedProto(train=SGD), total_per_class=10)
     cfg = LoopConfig(rounds=3, seed=0)
     transport = VectorizedTransport(fed, MODEL, 0)
-    with pytest.warns(SequentialFallback, match=r"ditto\+ggeur\[code\]: its local_update is not a LocalProgram"):
+    with pytest.warns(SequentialFallback, match=r"fedproto\+ggeur\[code\]: some clients have no LocalProgram"):
         vec = run_federated(alg, fed, MODEL, cfg, transport=transport)
     seq = run_federated(alg, fed, MODEL, cfg)
     assert transport.stacked_clients == 0
@@ -294,8 +296,9 @@ def test_in_process_default_is_sequential(ragged):
 
 
 def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bit(ragged):
-    """The sequential path of a LocalProgram is what FedProx and FedRep wrote before they had
-    programs: load, local_train (with the proximal term / head then body), reply."""
+    """The sequential path of a LocalProgram is what FedProx, FedRep and Ditto wrote before they had
+    programs: load, local_train (with the proximal term / head then body / the personal model
+    proximal to the message's, then the global model), reply."""
     from torch.nn import functional as F
 
     from fedlib.algorithms.fedrep import PERSONAL, personal_head
@@ -332,9 +335,31 @@ def test_programs_run_sequentially_are_the_hand_written_local_updates_bit_for_bi
             new_state = State(arrays=prefixed(PERSONAL + HEAD_PREFIX, model.head.state_dict()), meta=dict(state.meta))
             return new_state, update_message(body_arrays(model), len(y), loss)
 
+    class WrittenDitto(Algorithm):
+        def __init__(self, train, personal_train, lam):
+            self.train, self.personal_train, self.lam = train, personal_train, lam
+            self.deploy = Ditto(train=train, personal_train=personal_train, lam=lam).deploy
+
+        def local_update(self, ctx, state, message, data, generator):
+            x, y = data.train.x, data.train.y
+            own = state.with_prefix("personal/")
+            model = load_model(ctx.model, State(prefixed("model/", own)) if own else message)
+            anchor = {name: t.detach().clone() for name, t in message.with_prefix("model/").items()}
+            lam = self.lam
+
+            def loss_fn(m, xb, yb):
+                return F.cross_entropy(m(xb), yb) + 0.5 * lam * proximal_term(m, anchor)
+
+            local_train(model, x, y, self.personal_train, generator, loss_fn=loss_fn)
+            new_state = State(arrays=prefixed("personal/", model.state_dict()), meta=dict(state.meta))
+            model = load_model(ctx.model, message)
+            loss = local_train(model, x, y, self.train, generator)
+            return new_state, update_message(model_arrays(model), len(y), loss)
+
     cfg = LoopConfig(rounds=2, participation=0.5, seed=8)
     for new, old in ((FedProx(train=ADAM, mu=0.3), WrittenFedProx(train=ADAM, mu=0.3)),
-                     (FedRep(train=SGD, head_train=SGD), WrittenFedRep(train=SGD, head_train=SGD))):
+                     (FedRep(train=SGD, head_train=SGD), WrittenFedRep(train=SGD, head_train=SGD)),
+                     (Ditto(train=SGD, personal_train=ADAM, lam=0.3), WrittenDitto(train=SGD, personal_train=ADAM, lam=0.3))):
         a, b = run_federated(new, ragged, MODEL, cfg), run_federated(old, ragged, MODEL, cfg)
         assert all(torch.equal(a.server.arrays[k], b.server.arrays[k]) for k in b.server.arrays)
         assert all(torch.equal(a.client_states[c].arrays[k], b.client_states[c].arrays[k])
@@ -350,9 +375,10 @@ def test_the_registered_methods_that_stack_and_stream_are_read_off_their_classes
         except TypeError:
             pass
     assert registered(bare=True) == sorted(built) and set(registered()) - set(built) == {"comet", "cosmos", "fedct", "fedmd"}
-    assert registered(stacks=True, bare=True) == sorted(n for n, a in built.items() if vectorizable(a))
-    assert registered(stacks=False, bare=True) == sorted(n for n, a in built.items() if not vectorizable(a))
-    assert "fedavg" in registered(stacks=True) and "ditto" in registered(stacks=False)
-    assert registered(streams=False) == sorted(n for n, c in ALGORITHMS.items() if not streams(c))
-    assert registered(streams=True, stacks=False) == sorted(n for n, c in ALGORITHMS.items() if streams(c) and not vectorizable(c))
+    assert registered(stacks=True, bare=True) == sorted(n for n, a in built.items() if a.capabilities.stacks)
+    assert registered(stacks=False, bare=True) == sorted(n for n, a in built.items() if not a.capabilities.stacks)
+    assert "fedavg" in registered(stacks=True) and "ditto" in registered(stacks=True) and "cgrl" in registered(stacks=False)
+    assert registered(streams=False) == sorted(n for n, c in ALGORITHMS.items() if not c.capabilities.streams)
+    assert registered(streams=True, stacks=False) == sorted(n for n, c in ALGORITHMS.items()
+                                                            if c.capabilities.streams and not c.capabilities.stacks)
     assert registered() == sorted(ALGORITHMS)

@@ -13,13 +13,14 @@ server learning rate :math:`\\eta`:
     w_{t+1} = w_t - eta * v_{t+1}
 
 With beta = 0 and eta = 1 this is FedAvg exactly. Clients train as in FedAvg: only the server
-changes, so only the ``aggregate`` hook changes. A method's aggregation is a *fold*: the loop adds
-each client's reply as it arrives (``add``) and asks for the new server state at the end
-(``finish``). FedAvg's fold is ``fedlib.protocol.ModelAverage``; ``MomentumStep`` below extends it,
-so the replies are still averaged one at a time and freed, and only ``finish`` is yours to write.
-Keep the velocity in the server's ``State`` under names that start with ``"momentum/"`` (it is
-then saved in checkpoints; FedAvg's training message sends only ``"model/"`` arrays). Integer
-arrays (none in the book's models, but possible) are averaged and not stepped.
+changes, so only the ``aggregate`` hook changes. A method's aggregation receives the server state,
+the round's replies as an iterable of ``(client, reply)`` pairs (the loop fills it as the clients
+reply) and the round, and returns the new server state. FedAvg's rule over the replies is
+``fedlib.aggregate.model_average``: call it first, so that the replies are still averaged one at
+a time and freed, and then take the momentum step from its result. Keep the velocity in the
+server's ``State`` under names that start with ``"momentum/"`` (it is then saved in checkpoints;
+FedAvg's training message sends only ``"model/"`` arrays). Integer arrays (none in the book's
+models, but possible) are averaged and not stepped.
 
 Run the provided test from the repository root:  ``.venv/bin/python -m pytest book/exercises``
 """
@@ -28,9 +29,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedlib.aggregate import model_average
 from fedlib.algorithms import FedAvg
 from fedlib.messages import State
-from fedlib.protocol import ModelAverage
 
 
 @dataclass
@@ -41,20 +42,10 @@ class FedAvgM(FedAvg):
     server_lr: float = 1.0
     name = "fedavgm"
 
-    def aggregate(self, server: State, round_: int) -> "MomentumStep":
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """FedAvg's streaming average of the replies, then one momentum step."""
-        return MomentumStep(server, self.beta, self.server_lr)
-
-
-class MomentumStep(ModelAverage):
-    """FedAvg's fold (the running sample-weighted average), whose ``finish`` takes the momentum step."""
-
-    def __init__(self, server: State, beta: float, server_lr: float) -> None:
-        super().__init__(server)
-        self.server, self.beta, self.server_lr = server, beta, server_lr
-
-    def finish(self) -> State:
-        # TODO: 1. the clients' average: ``avg = super().finish()`` (the server itself when no reply came)
-        #       2. for every floating "model/" array of self.server: delta, the new velocity, the new weights
+        avg = model_average(server, replies)  # FedAvg's sample-weighted average (the server itself when no reply came)
+        # TODO: 1. no reply this round (``avg is server``): return the server unchanged
+        #       2. for every floating "model/" array of server: delta, the new velocity, the new weights
         #       3. return a State with the new "model/" arrays and the new "momentum/" arrays
-        raise NotImplementedError("MomentumStep.finish: write the server momentum step (see the module docstring)")
+        raise NotImplementedError("FedAvgM.aggregate: write the server momentum step (see the module docstring)")

@@ -27,7 +27,6 @@ from fedlib.federation import make_federation  # noqa: E402
 from fedlib.loop import LoopConfig  # noqa: E402
 from fedlib.messages import Message, State  # noqa: E402
 from fedlib.models import build_model  # noqa: E402
-from fedlib.protocol import fold_replies, streams  # noqa: E402
 from fedlib.run import run_federated  # noqa: E402
 from fedlib.training import TrainConfig  # noqa: E402
 
@@ -40,7 +39,7 @@ def test_one_round_by_hand():
     # clients at 1.0 (3 samples) and 4.0 (1 sample): their average is 1.75; the server is at 3.0
     server = State(arrays={"model/w": torch.tensor([3.0])})
     method = FedAvgM(beta=0.5, server_lr=1.0)
-    after = fold_replies(method.aggregate(server, 1), [(0, _update(1.0, 3)), (1, _update(4.0, 1))])
+    after = method.aggregate(server, [(0, _update(1.0, 3)), (1, _update(4.0, 1))], 1)
     # delta = 3.0 - 1.75 = 1.25, v = 1.25, w = 3.0 - 1.25 = 1.75 (the first step is FedAvg's)
     assert float(after.arrays["model/w"]) == pytest.approx(1.75)
     assert float(after.arrays["momentum/w"]) == pytest.approx(1.25)
@@ -48,17 +47,17 @@ def test_one_round_by_hand():
 
 def test_a_round_without_replies_changes_nothing_and_the_replies_stream():
     server = State(arrays={"model/w": torch.tensor([3.0])})
-    assert fold_replies(FedAvgM().aggregate(server, 1), []) is server
-    assert streams(FedAvgM())  # each reply is folded and freed: the momentum step needs none kept
+    assert FedAvgM().aggregate(server, [], 1) is server
+    assert FedAvgM.capabilities.streams  # each reply is folded and freed: the momentum step needs none kept
 
 
 def test_two_rounds_by_hand():
     method = FedAvgM(beta=0.5, server_lr=0.5)
     server = State(arrays={"model/w": torch.tensor([3.0])})
-    server = fold_replies(method.aggregate(server, 1), [(0, _update(1.0, 1))])
+    server = method.aggregate(server, [(0, _update(1.0, 1))], 1)
     # round 1: delta = 2.0, v = 2.0, w = 3.0 - 0.5 * 2.0 = 2.0
     assert float(server.arrays["model/w"]) == pytest.approx(2.0)
-    server = fold_replies(method.aggregate(server, 2), [(0, _update(1.0, 1))])
+    server = method.aggregate(server, [(0, _update(1.0, 1))], 2)
     # round 2: delta = 1.0, v = 0.5 * 2.0 + 1.0 = 2.0, w = 2.0 - 0.5 * 2.0 = 1.0
     assert float(server.arrays["momentum/w"]) == pytest.approx(2.0)
     assert float(server.arrays["model/w"]) == pytest.approx(1.0)

@@ -15,6 +15,7 @@ many clients with a few samples each.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import statistics
@@ -38,7 +39,7 @@ from fedlib.loop import LoopConfig
 from fedlib.memory import peak_rss_mib, rss_mib
 from fedlib.messages import State
 from fedlib.models import build_model
-from fedlib.protocol import Algorithm, fold_replies, needs_all_replies
+from fedlib.protocol import Algorithm
 from fedlib.run import run_federated
 from fedlib.rng import INIT, LOCAL_TRAIN, derive_seed, isolated_torch_rng
 from fedlib.training import TrainConfig
@@ -86,17 +87,18 @@ AGGREGATIONS = ("fold", "list")
 
 
 def keeping_replies(algorithm: Algorithm) -> Algorithm:
-    """A copy of ``algorithm`` whose aggregation keeps every reply of the round and folds them
-    into the method's own fold at the end: the same bits, at the memory cost of a method that
-    needs every reply at once (:func:`fedlib.protocol.needs_all_replies`). For measuring what the
-    streaming fold saves."""
+    """A copy of ``algorithm`` whose aggregation first reads every reply of the round into a list
+    (``list(replies)``) and then applies the method's own rule to it: the same bits, at the memory
+    cost of a rule that needs every reply at once (``Capabilities(streams=False)``). For measuring
+    what the streaming fold saves."""
     cls = type(algorithm)
 
     def aggregate(self, server, replies, round_):
-        return fold_replies(cls.aggregate(self, server, round_), replies)
+        return cls.aggregate(self, server, list(replies), round_)
 
-    keeping = type(f"{cls.__name__}KeepingReplies", (cls,), {"aggregate": needs_all_replies(aggregate),
-                                                             "__module__": cls.__module__})
+    keeping = type(f"{cls.__name__}KeepingReplies", (cls,), {
+        "aggregate": aggregate, "__module__": cls.__module__,
+        "capabilities": dataclasses.replace(cls.capabilities, streams=False)})
     out = copy.copy(algorithm)
     out.__class__ = keeping
     return out

@@ -14,10 +14,8 @@ through :data:`_LAZY`) does not re-run the FedGRC chapters when MPT's module cha
 from __future__ import annotations
 
 import importlib
-import inspect
 
-from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays, vectorizable
-from ..protocol import streams as _streams
+from ..protocol import Algorithm, ClientContext, Event, load_model, model_arrays
 
 _LAZY: dict[str, str] = {
     "Ditto": "ditto",
@@ -100,36 +98,34 @@ def make_algorithm(name: str, **kwargs) -> Algorithm:
 
 
 def registered(*, streams: bool | None = None, stacks: bool | None = None, bare: bool = False) -> list[str]:
-    """The registered names (sorted) of the methods chosen by what their classes declare; none is
-    built (the call imports every method).
+    """The registered names (sorted) of the methods chosen by what their classes declare
+    (:class:`fedlib.protocol.Capabilities`); none is built (the call imports every method).
 
     Parameters
     ----------
     streams : bool, optional
-        Only the methods that aggregate as a stream, each reply folded and freed (``True``), or
-        only those that keep every reply of a round (``False``): :func:`fedlib.protocol.streams`.
+        Only the methods whose aggregation reads each reply as it arrives and keeps none
+        (``True``), or only those that hold every reply of a round (``False``).
     stacks : bool, optional
         Only the methods whose clients can train stacked (``True``) or only those that train one
-        after another (``False``): :func:`fedlib.protocol.vectorizable`.
+        after another (``False``).
     bare : bool, default False
-        Only the methods that can be built without arguments (every parameter of the constructor
-        has a default; COSMOS and the other public-set methods need their public set).
+        Only the methods that can be built without arguments (COSMOS and the other public-set
+        methods need their public set: ``needs_public``).
 
     Examples
     --------
     >>> registered(stacks=False, bare=True)
-    ['cgrl', 'ditto', 'fedetf', 'fedmix_style', 'fedproto', 'mpt']
+    ['cgrl', 'fedetf', 'fedmix_style', 'fedproto', 'mpt']
     >>> set(registered(bare=True)) < set(registered())
     True
     """
     chosen = []
     for key, cls in sorted(__getattr__("ALGORITHMS").items()):
-        if streams is not None and _streams(cls) != streams:
+        can = cls.capabilities
+        if (streams is not None and can.streams != streams) or (stacks is not None and can.stacks != stacks):
             continue
-        if stacks is not None and vectorizable(cls) != stacks:
-            continue
-        if bare and any(p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                        for p in inspect.signature(cls).parameters.values()):
+        if bare and can.needs_public:
             continue
         chosen.append(key)
     return chosen

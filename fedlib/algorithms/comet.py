@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import torch
 from sklearn.cluster import KMeans
 
-from ..messages import State
 from ..rng import COMET_KMEANS, derive_seed
 from ..validation import is_int
-from .fedmd import PublicDistillation
+from .fedmd import PublicDistillation, PublicServer
 
 
 @dataclass
@@ -34,17 +33,17 @@ class COMET(PublicDistillation):
         if not (is_int(self.k) and self.k >= 1):
             raise ValueError(f"COMET's number of clusters k must be an int >= 1, got {self.k!r}")
 
-    def group(self, server: State, labels: dict[int, torch.Tensor], round_: int) -> tuple[dict[int, int], dict]:
+    def group(self, server: PublicServer, labels: dict[int, torch.Tensor], round_: int) -> dict[int, int]:
         """k-means on the flattened labels (``min(k, clients)`` clusters; seeded per round);
         clusters numbered by their lowest client."""
         clients = sorted(labels)
         k = min(self.k, len(clients))
         if k == 1:
-            return {c: 0 for c in clients}, {}
+            return {c: 0 for c in clients}
         x = torch.stack([labels[c].reshape(-1) for c in clients]).double().numpy()
         raw = KMeans(n_clusters=k, n_init=self.n_init, random_state=derive_seed(self.seed, round_, COMET_KMEANS) % 2**32).fit(x).labels_
         order = {g: j for j, g in enumerate(dict.fromkeys(raw.tolist()))}
-        return {c: order[int(g)] for c, g in zip(clients, raw)}, {}
+        return {c: order[int(g)] for c, g in zip(clients, raw)}
 
 
 __all__ = ["COMET"]

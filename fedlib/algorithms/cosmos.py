@@ -25,8 +25,8 @@ revisit, communicate) with the paper's consistency term on the clients too (Eq. 
 Deployment (``deploy_model``): ``"server"`` is the paper's protocol (Appendix C: client ``i`` is
 evaluated with :math:`h_{\pi(i)}`, sent as its evaluation message, so the ledger counts it under
 ``eval:cluster_model``); ``"client"`` is the client's own model :math:`f_i`, as the baselines
-deploy. Cluster models live in the server state under ``server/<k>/``, their common initial
-weights under ``server_init/``.
+deploy. The server's state is typed (:class:`COSMOSServer`): the family's, plus the cluster models,
+their common initial weights and each aggregation's :class:`Clustering`.
 
 :class:`LocalOnly` is the comparator of Corollary 5.13 ("personalization risk drops below the risk
 from local training alone"): the same clients with the same local training as COSMOS's (``pretrain``
@@ -35,9 +35,8 @@ the first round, ``train`` afterwards), and no server feedback at all.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
@@ -45,19 +44,40 @@ from torch import nn
 
 from ..clustering import GreedyB0, check_b0, cluster_diameters
 from ..distill import distill, l1_distances, pseudo_labels
-from ..messages import Message, State, prefixed
-from ..protocol import MODEL, ClientContext, Predictor, fold_replies, needs_all_replies
+from ..messages import Message, State, from_state, prefixed, to_state
+from ..protocol import MODEL, ClientContext, Predictor
 from ..rng import DISTILL_SERVER, DISTILL_SERVER_INIT, derive_seed, isolated_torch_rng, torch_generator
 from ..training import TrainConfig
 from ..validation import is_int
-from .fedmd import PublicDistillation, _adam, client_model, grouping
+from .fedmd import PublicDistillation, PublicServer, _adam, client_model
 
-SERVER = "server/"
-"""Prefix of the cluster models (``server/<k>/<parameter>``)."""
-SERVER_INIT = "server_init/"
-"""Prefix of the cluster models' common initial weights."""
 DEPLOYS = ("server", "client")
 """What COSMOS deploys for a client: its cluster's server model (the paper) or its own model."""
+SERVER = "server/"
+"""Where the cluster models lie in the flattened server state (``server/<k>/<parameter>``:
+``COSMOSServer.server``)."""
+
+
+@dataclass
+class Clustering:
+    """One aggregation's clustering: round, threshold :math:`B_0`, clusters, largest diameter, seed clients."""
+
+    round: int
+    b0: float
+    n_clusters: int
+    max_diameter: float
+    seeds: list[int]
+
+
+@dataclass
+class COSMOSServer(PublicServer):
+    """COSMOS's server state: the family's (:class:`~fedlib.algorithms.fedmd.PublicServer`) and its own."""
+
+    server_init: dict[str, torch.Tensor] = field(default_factory=dict)  # the cluster models' common initial weights
+    server: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)  # the cluster models, by cluster
+    b0: float | None = None
+    seeds: list[int] = field(default_factory=list)
+    history: list[Clustering] = field(default_factory=list)
 
 
 @dataclass
@@ -73,6 +93,7 @@ class COSMOS(PublicDistillation):
     lam: float = 5.0
     deploy_model: str = "server"
     name = "cosmos"
+    state_type = COSMOSServer
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -94,18 +115,20 @@ class COSMOS(PublicDistillation):
             return self.server_model()
 
     def init_server(self, model: nn.Module) -> State:
-        state = super().init_server(model)
+        s = from_state(COSMOSServer, super().init_server(model))
         template = self._server_module()
         with torch.no_grad():
             out = template.eval()(self.public.x[:1]).shape[1]
-        if out != state.meta["n_classes"]:
-            raise ValueError(f"the server model predicts {out} classes, the clients' {state.meta['n_classes']}")
-        return State(arrays=prefixed(SERVER_INIT, template.state_dict()), meta={**state.meta, "cosmos_history": "[]"})
+        if out != s.n_classes:
+            raise ValueError(f"the server model predicts {out} classes, the clients' {s.n_classes}")
+        s.server_init = prefixed("", template.state_dict())
+        return to_state(s)
 
-    def group(self, server: State, labels: dict[int, torch.Tensor], round_: int) -> tuple[dict[int, int], dict]:
+    def group(self, server: COSMOSServer, labels: dict[int, torch.Tensor], round_: int) -> dict[int, int]:
         """Algorithm 1 on the first round's labels (or every round's, with ``recluster``); a
-        client not yet clustered joins its nearest clustered client's cluster."""
-        old = grouping(server)
+        client not yet clustered joins its nearest clustered client's cluster. The threshold, the
+        seeds and the round's :class:`Clustering` are recorded in ``server``."""
+        old = server.client_groups()
         clients = sorted(labels)
         d = l1_distances(torch.stack([labels[k].float() for k in clients]))
         if old and not self.recluster:
@@ -114,48 +137,41 @@ class COSMOS(PublicDistillation):
             for i, k in enumerate(clients):
                 if k not in groups:
                     groups[k] = old[clients[min(known, key=lambda j: (d[i, j], j))]]
-            b0, seeds = float(server.meta["cosmos_b0"]), json.loads(server.meta["cosmos_seeds"])
         else:
             fit = GreedyB0(b0=self.b0, target=self.target_clusters).fit(d)
             groups = {k: int(g) for k, g in zip(clients, fit.labels_)}
-            b0, seeds = fit.b0_, [clients[s] for s in fit.seeds_]
+            server.b0, server.seeds = float(fit.b0_), [clients[s] for s in fit.seeds_]
         lab = np.array([groups[k] for k in clients])
-        diam = cluster_diameters(d, lab)
-        history = json.loads(server.meta.get("cosmos_history", "[]"))
-        history.append({"round": int(round_), "b0": b0, "n_clusters": len(set(lab.tolist())),
-                        "max_diameter": float(diam.max()), "seeds": seeds})
-        return groups, {"cosmos_b0": b0, "cosmos_seeds": json.dumps(seeds), "cosmos_history": json.dumps(history)}
+        server.history.append(Clustering(int(round_), server.b0, len(set(lab.tolist())),
+                                         float(cluster_diameters(d, lab).max()), list(server.seeds)))
+        return groups
 
-    def teach(self, server: State, g: int, target: torch.Tensor, round_: int, arrays: dict[str, torch.Tensor],
-              meta: dict) -> torch.Tensor:
+    def teach(self, old: COSMOSServer, server: COSMOSServer, g: int, target: torch.Tensor, round_: int) -> torch.Tensor:
         """Eq. (1): cluster ``g``'s model, continued from its previous weights (the common initial
         ones when it is new; after a re-clustering, those of its seed client's previous cluster),
         distilled on :math:`U` toward ``target``; returns its pseudo-labels at temperature ``T``."""
         model = self._server_module()
-        model.load_state_dict(self._start(server, g, meta))
+        if self.recluster:
+            seed, groups = server.seeds[g] if g < len(server.seeds) else None, old.client_groups()
+            prev = old.server.get(groups[seed], {}) if seed in groups else {}
+        else:
+            prev = old.server.get(g, {})
+        model.load_state_dict(prev or old.server_init)
         gen = torch_generator(self.seed, round_, g, DISTILL_SERVER)
         distill(model, self.public.x, target.float(), self.server_train, gen, lam=self.lam, n_augment=self.n_augment,
                 detach_target=self.detach_target, shift=self.shift, noise=self.noise)
-        arrays.update(prefixed(f"{SERVER}{g}/", model.state_dict()))
+        server.server[g] = prefixed("", model.state_dict())
         return pseudo_labels(model, self.public.x, self.temperature)
 
-    def _start(self, server: State, g: int, meta: dict) -> dict[str, torch.Tensor]:
-        if self.recluster:
-            seeds, old = json.loads(meta["cosmos_seeds"]), grouping(server)
-            prev = server.with_prefix(f"{SERVER}{old[seeds[g]]}/") if g < len(seeds) and seeds[g] in old else {}
-        else:
-            prev = server.with_prefix(f"{SERVER}{g}/")
-        return prev or server.with_prefix(SERVER_INIT)
-
-    @needs_all_replies
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """The family's aggregation; the models of clusters that no longer exist are dropped."""
-        state = fold_replies(super().aggregate(server, round_), updates)
+        state = super().aggregate(server, replies, round_)
         if state is server:  # nothing to aggregate yet
             return state
-        live = {str(g) for g in set(grouping(state).values())}
-        kept = {k: v for k, v in state.arrays.items() if not (k.startswith(SERVER) and k[len(SERVER):].split("/")[0] not in live)}
-        return State(arrays=kept, meta=state.meta)
+        s = from_state(COSMOSServer, state)
+        live = set(s.client_groups().values())
+        s.server = {g: m for g, m in s.server.items() if g in live}
+        return to_state(s)
 
     # ---- evaluation ------------------------------------------------------------------------
     def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
@@ -163,13 +179,14 @@ class COSMOS(PublicDistillation):
         traffic, recorded as ``eval:cluster_model``); otherwise the family's message. A client no
         cluster holds yet gets the lowest-numbered cluster's (the first formed, the largest)."""
         shared = super().configure_evaluate(server, round_, clients)
-        groups = grouping(server)
+        s = from_state(COSMOSServer, server)
+        groups = s.client_groups()
         if self.deploy_model != "server" or not groups:
             return shared
         out = {}
         for k in clients:
             g = groups.get(k, min(groups.values()))
-            out[k] = Message(arrays=prefixed(MODEL, server.with_prefix(f"{SERVER}{g}/")), meta={"group": int(g)}, kind="cluster_model")
+            out[k] = Message(arrays=prefixed(MODEL, s.server[g]), meta={"group": int(g)}, kind="cluster_model")
         return out
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
@@ -196,8 +213,9 @@ class LocalOnly(PublicDistillation):
 
 
 def cosmos_history(server: State) -> list[dict]:
-    """Each aggregation's clustering: round, threshold :math:`B_0`, clusters, largest diameter, seeds."""
-    return json.loads(server.meta.get("cosmos_history", "[]"))
+    """Each aggregation's clustering: round, threshold :math:`B_0`, clusters, largest diameter,
+    seeds (:class:`Clustering` as a dict)."""
+    return [asdict(c) for c in from_state(COSMOSServer, server).history]
 
 
-__all__ = ["COSMOS", "DEPLOYS", "SERVER", "SERVER_INIT", "LocalOnly", "cosmos_history"]
+__all__ = ["COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "SERVER", "cosmos_history"]

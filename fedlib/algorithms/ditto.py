@@ -16,17 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch.nn import functional as F
 
 from ..messages import Message, State, prefixed
-from ..training import TrainConfig, local_train, proximal_term
-from ..protocol import MODEL, Algorithm, ClientContext, Predictor, load_model, model_arrays, update_message
+from ..training import LocalProgram, Phase, TrainConfig
+from ..protocol import MODEL, ClientContext, Predictor, ProgramMethod, model_arrays, update_message
 
 PERSONAL = "personal/"
 
 
 @dataclass
-class Ditto(Algorithm):
+class Ditto(ProgramMethod):
     """FedAvg for the global model plus a proximally regularized personal model per client."""
 
     train: TrainConfig = field(default_factory=TrainConfig)  # the global model's local update
@@ -38,26 +37,23 @@ class Ditto(Algorithm):
         if not self.lam >= 0:
             raise ValueError(f"lam must be >= 0, got {self.lam}")
 
-    def _personal(self, ctx: ClientContext, state: State, message: Message) -> torch.nn.Module:
-        own = state.with_prefix(PERSONAL)
-        return load_model(ctx.model, State(prefixed(MODEL, own)) if own else message)
+    def _personal(self, state: State, message: Message) -> dict[str, torch.Tensor]:
+        """The client's personal model :math:`v_k`, or the broadcast model before its first round."""
+        return state.with_prefix(PERSONAL) or message.with_prefix(MODEL)
 
-    def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator):
-        x, y = data.train.x, data.train.y
-        # 1. the personal model, pulled toward the broadcast global model
-        model = self._personal(ctx, state, message)
-        anchor = {name: t.detach().clone() for name, t in message.with_prefix(MODEL).items()}  # w^t
-        lam = self.lam
+    def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalProgram:
+        """The personal model trained proximal to the broadcast :math:`w^t`, then, from the same
+        generator, the global model's local update exactly as FedAvg's; only the latter is sent."""
+        x, y, glob = data.train.x, data.train.y, message.with_prefix(MODEL)
 
-        def loss_fn(m, xb, yb):
-            return F.cross_entropy(m(xb), yb) + 0.5 * lam * proximal_term(m, anchor)
+        def personal_done(model: torch.nn.Module, loss: float) -> LocalProgram:
+            kept = State(arrays=prefixed(PERSONAL, model.state_dict()), meta=dict(state.meta))
+            return LocalProgram(glob, x, y, (Phase(self.train),),
+                                lambda model, loss: (kept, update_message(model_arrays(model), len(y), loss)))
 
-        local_train(model, x, y, self.personal_train, generator, loss_fn=loss_fn)
-        new_state = State(arrays=prefixed(PERSONAL, model.state_dict()), meta=dict(state.meta))
-        # 2. the global model's local update, exactly as FedAvg
-        model = load_model(ctx.model, message)
-        loss = local_train(model, x, y, self.train, generator)
-        return new_state, update_message(model_arrays(model), len(y), loss)
+        return LocalProgram(self._personal(state, message), x, y, (Phase(self.personal_train, mu=self.lam, anchor="message"),),
+                            personal_done, message_weights=glob)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
-        return self._personal(ctx, state, message).eval()
+        ctx.model.load_state_dict(self._personal(state, message))
+        return ctx.model.eval()

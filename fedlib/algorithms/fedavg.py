@@ -6,14 +6,18 @@ global model fine-tuned on that client's training split (the "FedAvg-FT" baselin
 Section V, and of most personalized-FL benchmarks).
 
 These two are the template for every other method: a method changes a hook, never the loop.
+FedAvg's aggregation, the sample-weighted mean of the replies' models folded in one reply at a
+time, is :func:`fedlib.aggregate.model_average` (also every method's default).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
 
+from ..aggregate import model_average
 from ..messages import Message, State
 from ..training import LocalProgram, Phase, TrainConfig, local_train
 from ..protocol import MODEL, ClientContext, Predictor, ProgramMethod, load_model, model_arrays, update_message
@@ -31,6 +35,11 @@ class FedAvg(ProgramMethod):
         n = len(data.train)
         return LocalProgram(message.with_prefix(MODEL), data.train.x, data.train.y, (Phase(self.train),),
                             lambda model, loss: (state, update_message(model_arrays(model), n, loss)))
+
+    def aggregate(self, server: State, replies: Iterable[tuple[int, Message]], round_: int) -> State:
+        """The replies' models averaged weighted by their sample counts, each reply folded into a
+        running sum and freed as it arrives (:func:`fedlib.aggregate.model_average`)."""
+        return model_average(server, replies)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from ..distill import majority_vote, pseudo_labels
 from ..messages import Message, State
 from ..protocol import MODEL, ClientContext, model_arrays, update_message
 from ..training import local_train
-from .fedmd import PublicDistillation, client_model
+from .fedmd import PublicDistillation, PublicServer, client_model
 
 
 def hard_dtype(n_classes: int) -> torch.dtype:
@@ -46,8 +46,8 @@ class FedCT(PublicDistillation):
         soft = pseudo_labels(model, self.public.x, 1.0)
         return soft.argmax(dim=1).to(hard_dtype(soft.shape[1]))
 
-    def check_reply(self, server: State, client: int, labels: torch.Tensor) -> torch.Tensor:
-        n, c = len(self.public), int(server.meta["n_classes"])
+    def check_reply(self, server: PublicServer, client: int, labels: torch.Tensor) -> torch.Tensor:
+        n, c = len(self.public), int(server.n_classes)
         if not isinstance(labels, torch.Tensor) or tuple(labels.shape) != (n,) or labels.is_floating_point():
             shape = tuple(labels.shape) if isinstance(labels, torch.Tensor) else type(labels).__name__
             raise ValueError(f"client {client}'s hard labels have shape {shape}; valid: ({n},) integers, one per public sample")

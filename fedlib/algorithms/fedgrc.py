@@ -46,8 +46,8 @@ from ..cgrl import (
 from ..messages import Message, State
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import (Algorithm, ClientContext, ModelAverage, fold_replies, load_model, model_arrays, model_message,
-                        needs_all_replies, update_message)
+from ..aggregate import model_average
+from ..protocol import Algorithm, Capabilities, ClientContext, load_model, model_arrays, model_message, update_message
 
 REF = "cgrl/"
 _KEYS = ("prototypes", "proto_flags", "references", "ref_flags")
@@ -66,6 +66,7 @@ class CGRL(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     cgrl: CGRLConfig = field(default_factory=CGRLConfig)
     name = "cgrl"
+    capabilities = Capabilities(streams=False)  # the reference update (update_directions) takes every client's directions at once
 
     def _layers(self, model) -> tuple[str, ...]:
         layers = self.cgrl.layers if self.cgrl.layers is not None else tuple(model.feature_layers)
@@ -135,10 +136,10 @@ class CGRL(Algorithm):
                   REF + "rho_sums": rho_sums, REF + "occurrences": occurrences}
         return state, update_message(arrays, len(data.train), loss)
 
-    @needs_all_replies  # the reference update (update_directions) takes every client's directions at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """FedAvg's mean of the models, then the direction and magnitude references."""
-        new = fold_replies(ModelAverage(server), updates)
+        updates = list(replies)
+        new = model_average(server, updates)
         if not updates:
             return new
         a = new.arrays

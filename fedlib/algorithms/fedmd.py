@@ -21,8 +21,8 @@ architecture: :class:`fedlib.models.ClientArchitectures`):
 3. *Communicate*: send its pseudo-labels :math:`f_i(U)` at temperature ``temperature``.
 
 The server validates every matrix (:func:`fedlib.distill.check_pseudo_labels`), keeps each
-client's latest in its state (``labels/<k>``), groups the clients, combines each group's latest labels
-and keeps a teacher per group (``teacher/<g>``); each client receives its group's
+client's latest in its state (:class:`PublicServer`: ``labels``), groups the clients, combines each
+group's latest labels and keeps a teacher per group (``teacher``); each client receives its group's
 (:meth:`~PublicDistillation.configure_train`). The deployed predictor is the client's own
 model. FedMD: one group, the mean (consensus soft labels over all clients). Its paper digests on
 logits with an L1 loss and starts from transfer learning on a *labelled* public set; here
@@ -35,26 +35,55 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..distill import (LABEL_RULES, PublicSet, aggregate_labels, check_lam, check_pseudo_labels, check_temperature,
                        distill, pseudo_labels)
-from ..messages import Message, State, prefixed
+from ..messages import Message, State, from_state, to_state
 from ..models import reinitialized
-from ..protocol import (MODEL, Algorithm, ClientContext, Event, Predictor, load_model, model_arrays, needs_all_replies,
-                        update_message)
+from ..protocol import MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model, model_arrays, update_message
 from ..rng import DISTILL_CLIENT_INIT, derive_seed
 from ..training import TrainConfig, local_train
 from ..validation import is_int
 
-LABELS = "labels/"
-"""Prefix of the server's cache of each client's latest pseudo-labels (``labels/<k>``)."""
 TEACHER = "teacher/"
-"""Prefix of each group's targets on :math:`U` (``teacher/<g>``)."""
-GROUPS = "groups/"
-"""``groups/clients`` and ``groups/labels``: the server's grouping (int64 arrays)."""
+"""Where a group's targets on :math:`U` lie in the flattened server state (``teacher/<g>``:
+``PublicServer.teacher``)."""
+
+
+@dataclass
+class Grouping:
+    """Which group each known client is in (``groups/clients``, ``groups/labels`` once flattened)."""
+
+    clients: torch.Tensor  # int64 (n,), increasing
+    labels: torch.Tensor  # int64 (n,)
+
+    @classmethod
+    def of(cls, groups: dict[int, int]) -> "Grouping":
+        """The grouping of ``groups`` (client -> group)."""
+        clients = sorted(groups)
+        return cls(torch.tensor(clients, dtype=torch.int64), torch.tensor([groups[k] for k in clients], dtype=torch.int64))
+
+    def as_dict(self) -> dict[int, int]:
+        """Client -> group, by increasing client."""
+        return dict(zip(self.clients.tolist(), self.labels.tolist()))
+
+
+@dataclass
+class PublicServer:
+    """The family's server state (:func:`fedlib.messages.to_state` flattens it)."""
+
+    n_classes: int  # the classes the clients' models predict
+    n_public: int  # |U|
+    labels: dict[int, torch.Tensor] = field(default_factory=dict)  # each known client's latest pseudo-labels on U
+    groups: Grouping | None = None  # None before the first round
+    teacher: dict[int, torch.Tensor] = field(default_factory=dict)  # each group's targets on U
+    n_groups: int | None = None  # how many groups the last aggregation formed
+
+    def client_groups(self) -> dict[int, int]:
+        """Client -> group, by increasing client (empty before the first round)."""
+        return {} if self.groups is None else self.groups.as_dict()
 
 
 def _adam(epochs: int, lr: float) -> TrainConfig:
@@ -73,14 +102,12 @@ def client_model(ctx: ClientContext, state: State, seed: int) -> nn.Module:
 
 def grouping(server: State) -> dict[int, int]:
     """The server's current grouping, client -> group (empty before the first round)."""
-    if GROUPS + "clients" not in server.arrays:
-        return {}
-    return dict(zip(server.arrays[GROUPS + "clients"].tolist(), server.arrays[GROUPS + "labels"].tolist()))
+    return from_state(PublicServer, server).client_groups()
 
 
 def cached_labels(server: State) -> dict[int, torch.Tensor]:
     """Each client's latest pseudo-labels on the server, by client."""
-    return {int(k): v for k, v in server.with_prefix(LABELS).items()}
+    return from_state(PublicServer, server).labels
 
 
 @dataclass
@@ -123,8 +150,9 @@ class PublicDistillation(Algorithm):
     noise: float = 0.05
     seed: int = 0
     name = "public_distillation"
-    model_agnostic = True
+    capabilities = Capabilities(model_agnostic=True, streams=False, needs_public=True)
     rule = "mean"
+    state_type = PublicServer  # the server state's class (COSMOS's adds its server models)
 
     def __post_init__(self) -> None:
         if not isinstance(self.public, PublicSet):
@@ -146,17 +174,18 @@ class PublicDistillation(Algorithm):
             except RuntimeError as err:
                 raise ValueError(f"the public set's inputs of shape {tuple(self.public.x.shape[1:])} do not fit the "
                                  f"clients' model: {err}") from err
-        return State(meta={"n_classes": n_classes, "n_public": len(self.public)})
+        return to_state(self.state_type(n_classes=n_classes, n_public=len(self.public)))
 
     def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
         """Each client's group's targets on :math:`U`, once it has a group with a teacher; a client
         without one gets no parameters, the round number only (one message shared by all such)."""
         start = Message(meta={"round": int(round_)}, kind="start")
-        groups = grouping(server)
+        s = from_state(self.state_type, server)
+        groups = s.client_groups()
         out = {}
         for k in clients:
             g = groups.get(k)
-            teacher = None if g is None else server.arrays.get(f"{TEACHER}{g}")
+            teacher = None if g is None else s.teacher.get(g)
             out[k] = start if teacher is None else Message(arrays={"teacher": teacher}, meta={"round": int(round_), "group": int(g)},
                                                            kind="teacher")
         return out
@@ -165,62 +194,61 @@ class PublicDistillation(Algorithm):
         """No parameters (every client deploys its own model): the round number, one message shared by all."""
         return dict.fromkeys(clients, Message(meta={"round": int(round_)}, kind="start"))
 
-    def check_reply(self, server: State, client: int, labels: torch.Tensor) -> torch.Tensor:
+    def check_reply(self, server: PublicServer, client: int, labels: torch.Tensor) -> torch.Tensor:
         """A client's labels, validated (soft: rows on the simplex)."""
-        return check_pseudo_labels(labels, len(self.public), int(server.meta["n_classes"]),
-                                   who=f"client {client}'s pseudo-labels")
+        return check_pseudo_labels(labels, len(self.public), int(server.n_classes), who=f"client {client}'s pseudo-labels")
 
-    def group(self, server: State, labels: dict[int, torch.Tensor], round_: int) -> tuple[dict[int, int], dict]:
-        """Every known client's group (client -> group) from the cached ``labels``, and scalars
-        for the server's metadata. FedMD: one group."""
-        return {k: 0 for k in labels}, {}
+    def group(self, server: PublicServer, labels: dict[int, torch.Tensor], round_: int) -> dict[int, int]:
+        """Every known client's group (client -> group) from the cached ``labels``; ``server`` is the
+        new state, still with the previous grouping (a method may record its clustering in it).
+        FedMD: one group."""
+        return {k: 0 for k in labels}
 
     def consensus(self, labels: torch.Tensor) -> torch.Tensor:
         """One group's combined labels from its members' of shape ``(m, |U|, C)``."""
         return aggregate_labels(labels.float(), self.rule)
 
-    def teach(self, server: State, g: int, target: torch.Tensor, round_: int, arrays: dict[str, torch.Tensor],
-              meta: dict) -> torch.Tensor:
-        """What group ``g``'s clients will distil on, from its ``target``; ``arrays`` is the new
-        server state's (a method with server models updates it), ``meta`` what :meth:`group`
-        returned. FedMD: the consensus itself."""
+    def teach(self, old: PublicServer, server: PublicServer, g: int, target: torch.Tensor, round_: int) -> torch.Tensor:
+        """What group ``g``'s clients will distil on, from its ``target``; ``old`` is the state
+        before this aggregation, ``server`` the new one (a method with server models updates it).
+        FedMD: the consensus itself."""
         return target
 
-    @needs_all_replies  # the grouping needs every client's labels of the round at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """Cache the round's labels, group every known client, and renew each group's teacher from
         its members' latest labels (under partial participation a member that did not reply this
         round counts with its cached labels, so a teacher always belongs to its group's current
         members, however the groups were renumbered). A round without any labels yet changes nothing."""
-        fresh = {k: self.check_reply(server, k, m.arrays["labels"]) for k, m in updates}
-        labels = {**cached_labels(server), **fresh}
+        updates = list(replies)  # the grouping reads every client's labels of the round at once
+        old = from_state(self.state_type, server)
+        fresh = {k: self.check_reply(old, k, m.arrays["labels"]) for k, m in updates}
+        labels = {**old.labels, **fresh}
         if not labels:
             return server
-        groups, meta = self.group(server, labels, round_)
-        live = sorted(set(groups.values()))
-        arrays = {k: v for k, v in server.arrays.items() if not k.startswith((LABELS, GROUPS, TEACHER))}
-        arrays.update(prefixed(LABELS, {str(k): v for k, v in labels.items()}))
+        s = from_state(self.state_type, server)  # the new state (containers of its own)
+        s.labels, s.teacher = labels, {}
+        groups = self.group(s, labels, round_)
         clients = sorted(groups)
-        arrays[GROUPS + "clients"] = torch.tensor(clients, dtype=torch.int64)
-        arrays[GROUPS + "labels"] = torch.tensor([groups[k] for k in clients], dtype=torch.int64)
+        s.groups = Grouping.of(groups)
+        live = sorted(set(groups.values()))
         for g in live:
             target = self.consensus(torch.stack([labels[k] for k in clients if groups[k] == g]))
-            arrays[f"{TEACHER}{g}"] = self.teach(server, g, target, round_, arrays, meta).detach().clone()
-        return State(arrays=arrays, meta={**server.meta, "n_groups": len(live), **meta})
+            s.teacher[g] = self.teach(old, s, g, target, round_).detach().clone()
+        s.n_groups = len(live)
+        return to_state(s)
 
     def on_event(self, server: State, event: Event) -> State:
         """A client that leaves is forgotten: its cached labels and its place in the grouping go
         (the next aggregation groups the clients that remain); one that joins is grouped once it
         has sent labels."""
-        if event.kind != "leave" or GROUPS + "clients" not in server.arrays:
+        s = from_state(self.state_type, server)
+        if event.kind != "leave" or s.groups is None:
             return server
-        groups = grouping(server)
+        groups = s.client_groups()
         groups.pop(event.client, None)
-        arrays = {k: v for k, v in server.arrays.items() if k != f"{LABELS}{event.client}"}
-        clients = sorted(groups)
-        arrays[GROUPS + "clients"] = torch.tensor(clients, dtype=torch.int64)
-        arrays[GROUPS + "labels"] = torch.tensor([groups[k] for k in clients], dtype=torch.int64)
-        return State(arrays=arrays, meta=dict(server.meta))
+        s.groups = Grouping.of(groups)
+        s.labels.pop(event.client, None)
+        return to_state(s)
 
     # ---- client ----------------------------------------------------------------------------
     def check_public(self, client: int, data) -> None:
@@ -264,5 +292,4 @@ class FedMD(PublicDistillation):
     name = "fedmd"
 
 
-__all__ = ["GROUPS", "LABELS", "TEACHER", "FedMD", "PublicDistillation", "cached_labels", "client_model",
-           "grouping"]
+__all__ = ["TEACHER", "FedMD", "Grouping", "PublicDistillation", "PublicServer", "cached_labels", "client_model", "grouping"]

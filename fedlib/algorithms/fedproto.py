@@ -27,8 +27,8 @@ from torch.nn import functional as F
 from ..messages import Message, State, prefixed
 from ..models import PENULTIMATE
 from ..training import TrainConfig, local_train
-from ..protocol import (MODEL, Algorithm, ClientContext, ModelAverage, fold_replies, load_model, model_arrays, needs_all_replies,
-                        update_message)
+from ..aggregate import model_average
+from ..protocol import MODEL, Algorithm, Capabilities, ClientContext, load_model, model_arrays, update_message
 
 PROTO = "proto/"
 
@@ -45,6 +45,7 @@ class FedProto(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     lam: float = 2.0
     name = "fedproto"
+    capabilities = Capabilities(streams=False)  # the global prototypes are stacked from every reply (C x d each)
 
     def __post_init__(self) -> None:
         if not self.lam >= 0:
@@ -81,10 +82,10 @@ class FedProto(Algorithm):
         arrays = {**model_arrays(model), **prefixed(PROTO, {"means": means, "counts": counts})}
         return state, update_message(arrays, len(data.train), loss, kind="update+prototypes")
 
-    @needs_all_replies  # the global prototypes are stacked from every reply (C x d each)
-    def aggregate(self, server: State, updates, round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """FedAvg's mean of the models, and the count-weighted global class prototypes."""
-        new = fold_replies(ModelAverage(server), updates)
+        updates = list(replies)
+        new = model_average(server, updates)
         if not updates:
             return new
         counts = torch.stack([m.arrays[PROTO + "counts"] for _, m in updates])  # (K, C)

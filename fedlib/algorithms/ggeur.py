@@ -59,8 +59,8 @@ from ..messages import Message, State
 from ..models import PENULTIMATE, FeatureModel, build_model
 from ..stats import ClassMoments
 from ..training import LocalProgram, SequentialWork, TrainConfig, local_train
-from ..protocol import (Algorithm, ClientContext, LocalWork, Predictor, ProgramMethod, fold_replies, load_model, map_messages,
-                        model_arrays, needs_all_replies, update_message, vectorizable)
+from ..protocol import (Algorithm, Capabilities, ClientContext, LocalWork, Predictor, ProgramMethod, load_model, map_messages,
+                        model_arrays, update_message)
 from .fedavg import FedAvg
 
 KNOW = "know/"
@@ -111,10 +111,12 @@ class StatisticsFirst(ProgramMethod):
     what clients send (``client_statistics``), what the server makes of it
     (``server_knowledge``), what a client caches (:meth:`prepare`) and how it trains on the
     cache (:meth:`train_work`: by default the base's own work on the augmented set, which stacks
-    with other clients' where the base's work is a :class:`~fedlib.training.LocalProgram`)."""
+    with other clients' where the base's work is a :class:`~fedlib.training.LocalProgram`; around a
+    base without programs every client trains alone)."""
 
     base: Algorithm = field(default_factory=FedAvg)
     suffix = "statistics"
+    capabilities = Capabilities(stacks=True, streams=False)  # round 1 reads every client's statistics at once
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -139,11 +141,6 @@ class StatisticsFirst(ProgramMethod):
         if isinstance(self.base, ProgramMethod):
             return self.base.program(ctx, state, message, augmented)
         return SequentialWork(lambda model, generator: self.base.local_update(ctx, state, message, augmented, generator))
-
-    @property
-    def stacks(self) -> bool:  # type: ignore[override]
-        """From the third round on the base's work runs: it stacks where the base's does."""
-        return vectorizable(self.base)
 
     def program(self, ctx: ClientContext, state: State, message: Message, data) -> LocalWork:
         """This round's work: the statistics, the cache and the first training, or :meth:`train_work` on the cache."""
@@ -189,6 +186,8 @@ class StatisticsFirst(ProgramMethod):
     def _keeping(cache: dict[str, Tensor], work: LocalWork) -> LocalWork:
         """``work`` whose new state also holds the cache (which never leaves the client)."""
         def keep(result):
+            if isinstance(result, LocalProgram):  # the work continues (Ditto's second program): keep the cache at its end
+                return StatisticsFirst._keeping(cache, result)
             new_state, reply = result
             return State({**new_state.arrays, **{CACHE + k: v for k, v in cache.items()}}, dict(new_state.meta)), reply
 
@@ -221,13 +220,14 @@ class StatisticsFirst(ProgramMethod):
 
         return SequentialWork(first)
 
-    @needs_all_replies  # round 1 builds the server's knowledge from every client's statistics at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
-        """The knowledge from the statistics round; the base's aggregation afterwards."""
+    def aggregate(self, server: State, replies, round_: int) -> State:
+        """The knowledge from the statistics round (every client's statistics at once); the base's
+        aggregation afterwards."""
+        updates = list(replies)
         if updates and all(m.kind == "statistics" for _, m in updates):
             know = self.server_knowledge(updates)
             return State({**server.arrays, **{KNOW + k: v for k, v in know.items()}}, dict(server.meta))
-        return fold_replies(self.base.aggregate(server, round_), updates)
+        return self.base.aggregate(server, updates, round_)
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         base_state, _ = self._split(state)
@@ -346,7 +346,7 @@ class FedMixStyle(StatisticsFirst):
     mix_batch: int = 10
     lam: float = 0.1
     suffix = "fedmix_style"
-    stacks = False  # every round's work mixes batches with the generator inside its loss
+    capabilities = Capabilities(streams=False)  # every round's work mixes batches with the generator inside its loss
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lam < 1.0:

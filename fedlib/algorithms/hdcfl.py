@@ -29,14 +29,14 @@ averaged, each head stays on its client) and is **not changed**; the method adds
 
 The summary the project has gives none of the thresholds, nor the temperature: the defaults of
 :class:`HDCConfig` are this project's choices, documented in the book. Everything the server
-keeps is in its :class:`~fedlib.messages.State` (so checkpoints resume bit for bit): tensors
-``cache/<k>/...``, ``proto/<j>/...``, ``hdcfl/...`` and scalars ``hdcfl_*`` in its metadata;
-:func:`refresh_history` reads the per-refresh diagnostics back as a table.
+keeps is typed (:class:`HDCServer`: the shared encoder, each client's :class:`CachedPair`, the
+groups' :class:`Prototype`, the last refresh and the gate, :class:`RefreshState`) and flattened to
+its :class:`~fedlib.messages.State` by :func:`fedlib.messages.to_state` (so checkpoints resume bit
+for bit); :func:`refresh_history` reads the per-refresh diagnostics back as a table.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -47,22 +47,18 @@ import torch
 from scipy.stats import spearmanr
 from sklearn.metrics import average_precision_score, roc_auc_score, silhouette_score
 
-from ..aggregate import weighted_average
 from ..clustering import (DESCRIPTORS, SilhouetteKMeans, assignment_agreement, descriptor_drift, group_centroids,
                           head_descriptors, membership_entropy, random_groups, soft_membership)
-from ..messages import Message, State, prefixed
+from ..messages import Message, State, from_state, prefixed, to_state
 from ..models import HEAD_PREFIX
-from ..protocol import MODEL, Event, ModelAverage, body_arrays, update_message
+from ..aggregate import model_average, weighted_average
+from ..protocol import MODEL, Event, body_arrays, update_message
 from ..rng import HDC_GROUPING, HDC_RANDOM_GROUPS, derive_seed, numpy_rng
 from ..validation import is_int, is_real
 from .fedrep import FedAvgSE
 
-CACHE = "cache/"
-"""Prefix of the server's cache: ``cache/<client>/model/...`` (encoder), ``cache/<client>/head/...``, ``cache/<client>/n``."""
 HEAD_REPLY = "head/"
 """Prefix of the head in a client's reply (``head/weight``, ``head/bias``): cached, never averaged."""
-PROTO = "proto/"
-"""Prefix of the encoder prototypes: ``proto/<group>/model/...``."""
 GROUPINGS = ("kmeans", "random")
 """How a refresh groups the clients: k-means on the descriptors, or random groups (the ablation)."""
 MEMBERSHIPS = ("soft", "hard")
@@ -145,24 +141,94 @@ class HDCConfig:
 
 
 # ------------------------------------------------------------------------------------------------
-# The cache
+# The server's state, and the cache
 # ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CachedPair:
+    """A client's latest (encoder, head) pair on the server, refreshed together, and its sample count."""
+
+    model: dict[str, torch.Tensor]  # the encoder, {state_dict name: tensor}, no head
+    head: dict[str, torch.Tensor]  # weight, bias
+    n: torch.Tensor  # int64 scalar
+
+    @classmethod
+    def of(cls, reply: Message) -> "CachedPair":
+        """What the server caches from a client's reply: its encoder, its head and its sample count."""
+        return cls(reply.with_prefix(MODEL), reply.with_prefix(HEAD_REPLY), torch.tensor(int(reply.meta["n_samples"]), dtype=torch.int64))
+
+
+@dataclass
+class Prototype:
+    """A group's encoder prototype: its members' cached encoders averaged by size."""
+
+    model: dict[str, torch.Tensor]
+
+
+@dataclass
+class RefreshRow:
+    """One refresh's diagnostics (:func:`refresh_history`'s row: :data:`HISTORY_COLUMNS`, and
+    :data:`RAW_HISTORY_COLUMNS` with :attr:`HDCConfig.compare_raw`); an undefined number (one
+    group's silhouette, the first refresh's ARI) is ``None``, so that two states compare equal."""
+
+    round: int
+    k: int
+    silhouette: float | None
+    ari: float | None
+    drift: float | None
+    entropy: float | None
+    stable: bool
+    active: bool
+    n_cached: int
+    raw_k: int | None = None
+    raw_silhouette: float | None = None
+    raw_ari: float | None = None
+
+
+@dataclass
+class RefreshState:
+    """The last refresh's grouping, the gate, and every refresh's row."""
+
+    clients: torch.Tensor  # the clients it saw, in increasing order, (n,)
+    labels: torch.Tensor  # their groups, (n,)
+    gram: torch.Tensor  # the descriptors' Gram matrix, (n, n)
+    membership: torch.Tensor  # (n, k)
+    raw_labels: torch.Tensor | None = None  # the raw heads' groups (compare_raw)
+    streak: int = 0  # consecutive stable refreshes
+    active: bool = False
+    activated_round: int | None = None
+    history: list[RefreshRow] = field(default_factory=list)
+
+
+@dataclass
+class HDCServer:
+    """HDC-FL's server state (``hdcfl/...``, ``cache/<k>/...``, ``proto/<j>/...`` once flattened)."""
+
+    model: dict[str, torch.Tensor]  # FedAvg-SE's shared encoder (and the initial head)
+    cache: dict[int, CachedPair] = field(default_factory=dict)  # by client
+    proto: dict[int, Prototype] = field(default_factory=dict)  # by group
+    hdcfl: RefreshState | None = None
+
+
+def _number(v) -> float | None:
+    """``v`` as a Python float, ``None`` for NaN."""
+    return None if math.isnan(v) else float(v)
 
 
 def cached_clients(server: State) -> list[int]:
     """The clients with a cached (encoder, head) pair, in increasing order."""
-    return sorted(int(name[len(CACHE):-2]) for name in server.arrays if name.startswith(CACHE) and name.endswith("/n"))
+    return sorted(from_state(HDCServer, server).cache)
 
 
 def cached_pair(server: State, client: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], int]:
     """Client ``client``'s cached encoder (``{state_dict name: tensor}``, no head), head
     (``{"weight", "bias"}``) and sample count."""
-    prefix = f"{CACHE}{client}/"
-    if prefix + "n" not in server.arrays:
+    cache = from_state(HDCServer, server).cache
+    if client not in cache:
         raise ValueError(f"client {client} has no cached (encoder, head) pair: it has not taken part yet "
-                         f"(cached clients: {cached_clients(server)}); personalization needs its head")
-    return (State(server.with_prefix(prefix)).with_prefix(MODEL), State(server.with_prefix(prefix)).with_prefix(HEAD_REPLY),
-            int(server.arrays[prefix + "n"]))
+                         f"(cached clients: {sorted(cache)}); personalization needs its head")
+    return cache[client].model, cache[client].head, int(cache[client].n)
 
 
 def head_matrix(head: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -170,32 +236,20 @@ def head_matrix(head: Mapping[str, torch.Tensor]) -> torch.Tensor:
     return torch.cat([head["weight"].double(), head["bias"].double()[:, None]], dim=1)
 
 
-def cache_entries(client: int, reply: Message) -> dict[str, torch.Tensor]:
-    """What the server caches from client ``client``'s reply: its encoder, head and sample count."""
-    prefix = f"{CACHE}{client}/"
-    arrays = {prefix + k: v for k, v in reply.arrays.items() if k.startswith((MODEL, HEAD_REPLY))}
-    arrays[prefix + "n"] = torch.tensor(int(reply.meta["n_samples"]), dtype=torch.int64)
-    return arrays
-
-
 # ------------------------------------------------------------------------------------------------
 # The refresh: descriptors, groups, prototypes, membership, gate
 # ------------------------------------------------------------------------------------------------
-
-
-def _history(server: State) -> list[list]:
-    """The refresh rows kept in the server's metadata (a JSON text: NaN written as null)."""
-    return json.loads(str(server.meta.get("hdcfl_history", "[]")))
 
 
 def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     """The server state after a refresh at round ``round_``: new prototypes, membership and
     diagnostics from the current cache, and the gate updated. The shared encoder and the cache
     are returned unchanged."""
-    clients = cached_clients(server)
+    s = from_state(HDCServer, server)
+    clients = sorted(s.cache)
     if not clients or (config.k_max > 1 and len(clients) <= config.k_min):
         return server  # the grouping waits for k_min + 1 cached clients (the silhouette needs k <= n - 1)
-    pairs = [cached_pair(server, k) for k in clients]
+    pairs = [(s.cache[k].model, s.cache[k].head, int(s.cache[k].n)) for k in clients]
     heads = torch.stack([head_matrix(h) for _, h, _ in pairs])  # (n, C, d + 1)
     z = head_descriptors(heads, rank=config.rank, kind=config.descriptor).numpy()  # (n, p)
     km = SilhouetteKMeans(config.k_min, config.k_max, config.n_init,
@@ -209,54 +263,50 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
     protos = {}
     for j in range(k):
         members = np.flatnonzero(labels == j)
-        proto = weighted_average([pairs[i][0] for i in members], [pairs[i][2] for i in members])
-        protos.update(prefixed(f"{PROTO}{j}/{MODEL}", proto))
+        protos[j] = Prototype(prefixed("", weighted_average([pairs[i][0] for i in members], [pairs[i][2] for i in members])))
     # soft: over the centroids; hard: each client's own group, whose prototype its encoder went into
     m = soft_membership(z, centroids, config.temperature) if config.membership == "soft" else np.eye(k)[labels]
     gram = torch.as_tensor(z @ z.T)
     ids = torch.as_tensor(clients, dtype=torch.int64)
     # stability against the previous refresh, on the clients both saw
     ari = drift = math.nan
-    if "hdcfl/labels" in server.arrays:
-        prev_ids = server.arrays["hdcfl/clients"].tolist()
+    prev = s.hdcfl
+    if prev is not None:
+        prev_ids = prev.clients.tolist()
         common = [c for c in clients if c in prev_ids]
         if len(common) >= 2:
             now = [clients.index(c) for c in common]
             before = [prev_ids.index(c) for c in common]
-            ari = assignment_agreement(server.arrays["hdcfl/labels"].numpy()[before], labels[now])
-            drift = descriptor_drift(server.arrays["hdcfl/gram"].numpy()[np.ix_(before, before)],
-                                     gram.numpy()[np.ix_(now, now)])
+            ari = assignment_agreement(prev.labels.numpy()[before], labels[now])
+            drift = descriptor_drift(prev.gram.numpy()[np.ix_(before, before)], gram.numpy()[np.ix_(now, now)])
     # one group by design (k_max = 1) needs no separation; one group because the heads are too alike has none
     separated = config.k_max == 1 or (k > 1 and silhouette >= config.min_silhouette)
     persistent = (not math.isnan(ari) and ari >= config.min_ari) or (not math.isnan(drift) and drift <= config.max_drift)
     stable = bool(separated and persistent)
-    streak = int(server.meta.get("hdcfl_streak", 0)) + 1 if stable else 0
-    active = bool(server.meta.get("hdcfl_active", False)) or streak >= config.patience or round_ >= config.max_activation_round
-    row = [int(round_), int(k), silhouette, ari, drift, membership_entropy(m), stable, active, len(clients)]
-    extra = {}
+    was_active = prev is not None and prev.active
+    streak = (0 if prev is None else prev.streak) + 1 if stable else 0
+    active = was_active or streak >= config.patience or round_ >= config.max_activation_round
+    row = RefreshRow(int(round_), int(k), _number(silhouette), _number(ari), _number(drift), _number(membership_entropy(m)),
+                     stable, bool(active), len(clients))
+    raw_labels = None
     if config.compare_raw:  # the raw-head grouping of the same cache: diagnostics only, nothing deployed changes
         raw_km = SilhouetteKMeans(config.k_min, config.k_max, config.n_init,
                                   seed=derive_seed(seed, round_, HDC_GROUPING) % 2**32).fit(
             head_descriptors(heads, rank=config.rank, kind="raw").numpy())
         raw_ari = math.nan
-        if "hdcfl/raw_labels" in server.arrays:
-            prev_ids = server.arrays["hdcfl/clients"].tolist()
+        if prev is not None and prev.raw_labels is not None:
+            prev_ids = prev.clients.tolist()
             common = [c for c in clients if c in prev_ids]
             if len(common) >= 2:
-                raw_ari = assignment_agreement(server.arrays["hdcfl/raw_labels"].numpy()[[prev_ids.index(c) for c in common]],
+                raw_ari = assignment_agreement(prev.raw_labels.numpy()[[prev_ids.index(c) for c in common]],
                                                raw_km.labels_[[clients.index(c) for c in common]])
-        row += [int(raw_km.k_), raw_km.silhouette_, raw_ari]
-        extra["hdcfl/raw_labels"] = torch.as_tensor(raw_km.labels_, dtype=torch.int64)
-    row = [None if isinstance(v, float) and math.isnan(v) else v for v in row]
-    arrays = {name: t for name, t in server.arrays.items() if not name.startswith(PROTO)}
-    arrays.update(protos)
-    arrays.update({"hdcfl/clients": ids, "hdcfl/labels": torch.as_tensor(labels, dtype=torch.int64), "hdcfl/gram": gram,
-                   "hdcfl/membership": torch.as_tensor(m), **extra})
-    meta = {**server.meta, "hdcfl_streak": streak, "hdcfl_active": active,
-            "hdcfl_history": json.dumps(_history(server) + [row])}
-    if active and not server.meta.get("hdcfl_active", False):
-        meta["hdcfl_activated_round"] = int(round_)
-    return State(arrays=arrays, meta=meta)
+        row.raw_k, row.raw_silhouette, row.raw_ari = int(raw_km.k_), _number(raw_km.silhouette_), _number(raw_ari)
+        raw_labels = torch.as_tensor(raw_km.labels_, dtype=torch.int64)
+    s.proto = protos
+    s.hdcfl = RefreshState(ids, torch.as_tensor(labels, dtype=torch.int64), gram, torch.as_tensor(m), raw_labels, streak, active,
+                           int(round_) if active and not was_active else (None if prev is None else prev.activated_round),
+                           ([] if prev is None else prev.history) + [row])
+    return to_state(s)
 
 
 def shared_encoder(server: State) -> dict[str, torch.Tensor]:
@@ -277,17 +327,17 @@ def personalized_encoder(server: State, client: int, lam: float) -> dict[str, to
     back to each array's dtype."""
     if not is_real(lam) or not 0 <= lam <= 1:
         raise ValueError(f"lam (λ) must be a number in [0, 1], got {lam!r}")
-    if "hdcfl/membership" not in server.arrays:
+    state = from_state(HDCServer, server)
+    if state.hdcfl is None:
         raise ValueError("no refresh has run yet: there are no prototypes to personalize with")
-    ids = server.arrays["hdcfl/clients"].tolist()
+    ids = state.hdcfl.clients.tolist()
     if client not in ids:
         raise ValueError(f"client {client} has no cached (encoder, head) pair at the last refresh (cached clients: "
                          f"{ids}); personalization needs its head")
-    weights = server.arrays["hdcfl/membership"][ids.index(client)]  # (k,)
-    shared = shared_encoder(server)
+    weights = state.hdcfl.membership[ids.index(client)]  # (k,)
     out = {}
-    for name, s in shared.items():
-        mix = sum(float(weights[j]) * server.arrays[f"{PROTO}{j}/{MODEL}{name}"].double() for j in range(len(weights)))
+    for name, s in shared_encoder(server).items():
+        mix = sum(float(weights[j]) * state.proto[j].model[name].double() for j in range(len(weights)))
         out[name] = (lam * mix + (1.0 - lam) * s.double()).to(s.dtype) if s.is_floating_point() else s
     return out
 
@@ -297,40 +347,16 @@ def refresh_history(server: State) -> pd.DataFrame:
     drift against the previous refresh (NaN at the first), mean membership entropy (nats),
     whether the grouping was stable, whether personalization was active, and how many clients
     were cached; with :attr:`HDCConfig.compare_raw`, the raw-head grouping's :data:`RAW_HISTORY_COLUMNS` too."""
-    rows = _history(server)
-    columns = list(HISTORY_COLUMNS) + (list(RAW_HISTORY_COLUMNS) if any(len(r) > len(HISTORY_COLUMNS) for r in rows) else [])
-    rows = [r + [None] * (len(columns) - len(r)) for r in rows]
-    frame = pd.DataFrame(rows, columns=columns).fillna(np.nan)
+    refreshed = from_state(HDCServer, server).hdcfl
+    rows = [] if refreshed is None else refreshed.history
+    columns = list(HISTORY_COLUMNS) + (list(RAW_HISTORY_COLUMNS) if any(r.raw_k is not None for r in rows) else [])
+    frame = pd.DataFrame([[getattr(r, c) for c in columns] for r in rows], columns=columns).fillna(np.nan)
     return frame.astype({"round": int, "k": int, "stable": bool, "active": bool, "n_cached": int})
 
 
 # ------------------------------------------------------------------------------------------------
 # The method
 # ------------------------------------------------------------------------------------------------
-
-
-class CacheAndAverage:
-    """HDC-FL's aggregation as a fold: the encoders averaged as FedAvg-SE's (:class:`~fedlib.protocol.ModelAverage`),
-    each reply's (encoder, head) cached, and a refresh on the refresh rounds."""
-
-    def __init__(self, algorithm: "HDCFL", server: State, round_: int) -> None:
-        self._algorithm, self._round = algorithm, round_
-        self._mean = ModelAverage(server)
-        self._cache: dict[str, torch.Tensor] = {}
-
-    def __len__(self) -> int:
-        return len(self._mean)
-
-    def add(self, client: int, message: Message) -> None:
-        self._mean.add(client, message)
-        self._cache.update(cache_entries(client, message))
-
-    def finish(self) -> State:
-        averaged = self._mean.finish()
-        state = State(arrays={**averaged.arrays, **self._cache}, meta=dict(averaged.meta))
-        if self._round % self._algorithm.config.refresh_every == 0:
-            state = refresh(state, self._round, self._algorithm.config, self._algorithm.seed)
-        return state
 
 
 @dataclass
@@ -353,16 +379,31 @@ class HDCFL(FedAvgSE):
                              f"classes has rank at most {n_classes}; valid: 1..{n_classes}")
         return super().init_server(model)
 
-    def aggregate(self, server: State, round_: int) -> CacheAndAverage:
-        return CacheAndAverage(self, server, round_)
+    def aggregate(self, server: State, replies, round_: int) -> State:
+        """The encoders averaged as FedAvg-SE's (:func:`fedlib.aggregate.model_average`), each
+        reply's (encoder, head) cached as it arrives, and a refresh on the refresh rounds."""
+        s = from_state(HDCServer, server)
+
+        def caching(pairs):
+            for client, reply in pairs:
+                s.cache[client] = CachedPair.of(reply)
+                yield client, reply
+                del reply
+
+        s.model = model_average(server, caching(replies)).with_prefix(MODEL)
+        state = to_state(s)
+        if round_ % self.config.refresh_every == 0:
+            state = refresh(state, round_, self.config, self.seed)
+        return state
 
     def on_event(self, server: State, event: Event) -> State:
         """A client that leaves is dropped from the cache (its pair no longer joins a prototype);
         the next refresh groups the clients that remain."""
         if event.kind != "leave":
             return server
-        prefix = f"{CACHE}{event.client}/"
-        return State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(prefix)}, meta=dict(server.meta))
+        s = from_state(HDCServer, server)
+        s.cache.pop(event.client, None)
+        return to_state(s)
 
     def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
         """Before activation, the training message (the shared encoder: FedAvg-SE's deployment);
@@ -371,10 +412,10 @@ class HDCFL(FedAvgSE):
         sampled yet; a client that joined since) has no head on the server to personalize with:
         it gets the shared message too, FedAvg-SE's deployment."""
         shared = super().configure_evaluate(server, round_, clients)
-        seen = server.arrays.get("hdcfl/clients")
-        if not server.meta.get("hdcfl_active", False) or seen is None:
+        refreshed = from_state(HDCServer, server).hdcfl
+        if refreshed is None or not refreshed.active:
             return shared
-        seen = set(seen.tolist())
+        seen = set(refreshed.clients.tolist())
         return {k: Message(arrays=prefixed(MODEL, personalized_encoder(server, k, self.config.lam)), kind="personalized")
                 if k in seen else shared[k] for k in clients}
 
@@ -384,9 +425,9 @@ def with_variant(server: State, round_: int, config: HDCConfig, seed: int) -> St
     another descriptor, k range, grouping, membership), with personalization active. Since
     HDC-FL never changes the training trajectory, every server-side ablation is evaluated on
     the same run (:func:`fedlib.run.evaluate_deployment` with ``HDCFL(config=config)``)."""
-    fresh = State(arrays={k: v for k, v in server.arrays.items() if not k.startswith(("hdcfl/", PROTO))},
-                  meta={k: v for k, v in server.meta.items() if not k.startswith("hdcfl_")})
-    return refresh(fresh, round_, replace(config, max_activation_round=1), seed)
+    s = from_state(HDCServer, server)
+    s.proto, s.hdcfl = {}, None
+    return refresh(to_state(s), round_, replace(config, max_activation_round=1), seed)
 
 
 def donor_swap(server: State, score: Callable[[int, dict[str, torch.Tensor]], float], *, rank: int = 8,
@@ -472,7 +513,6 @@ def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-__all__ = ["CACHE", "GROUPINGS", "HDCConfig", "HDCFL", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS", "PROTO",
-           "RAW_HISTORY_COLUMNS",
-           "CacheAndAverage", "cache_entries", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
+__all__ = ["GROUPINGS", "CachedPair", "HDCConfig", "HDCFL", "HDCServer", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS",
+           "Prototype", "RAW_HISTORY_COLUMNS", "RefreshRow", "RefreshState", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
            "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "shared_encoder", "with_variant"]

@@ -48,31 +48,6 @@ def cluster_losses(model: torch.nn.Module, message: Message, k: int, x: torch.Te
     return out
 
 
-class ClusterAverage:
-    """IFCA's aggregation as a fold: one running sample-weighted mean per cluster."""
-
-    def __init__(self, server: State) -> None:
-        self._server = server
-        self._means: dict[int, WeightedMean] = {}
-        self._clusters = sorted({int(name.split("/")[1]) for name in server.arrays if name.startswith(CLUSTER)})
-
-    def __len__(self) -> int:
-        return sum(len(m) for m in self._means.values())
-
-    def add(self, client: int, message: Message) -> None:
-        j = message.meta.get("cluster")
-        if not is_int(j) or j not in self._clusters:
-            raise ValueError(f"client {client}'s reply names cluster {j!r}; valid: {', '.join(map(str, self._clusters))}")
-        j = int(j)
-        self._means.setdefault(j, WeightedMean()).add(message.with_prefix(MODEL), float(message.meta["n_samples"]))
-
-    def finish(self) -> State:
-        arrays = dict(self._server.arrays)
-        for j, mean in sorted(self._means.items()):
-            arrays.update(prefixed(f"{CLUSTER}{j}/{MODEL}", mean.finish()))
-        return State(arrays=arrays, meta=dict(self._server.meta))
-
-
 @dataclass
 class IFCA(ProgramMethod):
     """``k`` cluster models; each sampled client trains the one with its lowest training loss."""
@@ -107,12 +82,25 @@ class IFCA(ProgramMethod):
         return LocalProgram(message.with_prefix(f"{CLUSTER}{j}/{MODEL}"), x, y, (Phase(self.train),),
                             lambda model, loss: (state, update_message(model_arrays(model), len(y), loss, cluster=j)))
 
-    def aggregate(self, server: State, round_: int) -> ClusterAverage:
-        return ClusterAverage(server)
+    def aggregate(self, server: State, replies, round_: int) -> State:
+        """One running sample-weighted mean per cluster, each reply folded into its cluster's as it
+        arrives; a cluster no client chose keeps its model."""
+        clusters = sorted({int(name.split("/")[1]) for name in server.arrays if name.startswith(CLUSTER)})
+        means: dict[int, WeightedMean] = {}
+        for client, reply in replies:
+            j = reply.meta.get("cluster")
+            if not is_int(j) or j not in clusters:
+                raise ValueError(f"client {client}'s reply names cluster {j!r}; valid: {', '.join(map(str, clusters))}")
+            means.setdefault(int(j), WeightedMean()).add(reply.with_prefix(MODEL), float(reply.meta["n_samples"]))
+            del reply  # freed before the next client trains
+        arrays = dict(server.arrays)
+        for j, mean in sorted(means.items()):
+            arrays.update(prefixed(f"{CLUSTER}{j}/{MODEL}", mean.finish()))
+        return State(arrays=arrays, meta=dict(server.meta))
 
     def deploy(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> Predictor:
         j = self._choose(ctx, message, data.train.x, data.train.y)
         return load_model(ctx.model, State(message.with_prefix(f"{CLUSTER}{j}/"))).eval()
 
 
-__all__ = ["CLUSTER", "ClusterAverage", "IFCA", "cluster_losses"]
+__all__ = ["CLUSTER", "IFCA", "cluster_losses"]

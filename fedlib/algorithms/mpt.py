@@ -20,6 +20,11 @@ One round ``r`` (the loop's hooks only):
 4. ``on_event``: at the departure the server stores the barycentric weights, the residual and the
    regularized covariance (Section IV-B, step 5).
 
+The server's state is typed (:class:`MPTServer`: the model, the statistics' model, the last known
+prototypes, the :class:`Departure` with its snapshots and the drifting SDC/LDC prototypes, the
+:class:`KeptRound` history) and a client's too (:class:`MPTClient`), each flattened to a
+:class:`~fedlib.messages.State` by :func:`fedlib.messages.to_state`.
+
 The evaluation at round ``r`` pairs :math:`\theta_r` with the prototypes computed under it (one
 round behind the freshly aggregated :math:`\theta_{r+1}`): the prototypes of
 :math:`\theta_{r+1}` exist only after the next round's re-embedding.
@@ -42,6 +47,7 @@ part             arrays per client and round                 needed by
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,7 +56,7 @@ import torch
 from torch import nn
 
 from ..heads import MahalanobisNCM, NearestClassMean, ccvr_calibrate, mahalanobis
-from ..messages import Message, State, prefixed
+from ..messages import Message, State, from_state, prefixed, to_state
 from ..metrics import Confusion
 from ..rng import CCVR_VIRTUAL, torch_generator
 from ..stats import ClassMoments
@@ -70,8 +76,10 @@ from ..tracking import (
     take_snapshot,
 )
 from ..training import TrainConfig, local_train
-from ..protocol import (HEAD, MODEL, Algorithm, ClientContext, Event, ModelAverage, Predictor, fold_replies, load_model,
-                        model_arrays, model_message, needs_all_replies, update_message)
+from ..aggregate import model_average
+from ..models import HEAD_PREFIX
+from ..protocol import (MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model, model_arrays,
+                        model_message, update_message)
 
 PARTS = ("moments", "scatter", "rare_gram", "sqnorm", "class_grams", "sdc", "ldc")
 
@@ -93,9 +101,6 @@ PROTO_METHODS = ("frozen", "icarl", "barycentric", "stored_residual", "mpt_lite"
                  "mpt_measured", "sdc", "ldc")
 """Methods that differ only in the server's rare-class prototype (one training run serves all)."""
 
-_STATS_MODEL = "stats_model/"
-
-
 VARIANT = "mpt:"
 """The prefix of an MPT variant's method name (``MPT(variants=...)``): ``"mpt:<name>"``."""
 
@@ -103,6 +108,130 @@ VARIANT = "mpt:"
 def _needs(method: str) -> tuple[str, ...]:
     base = "mpt" if method.startswith(VARIANT) else {"mpt_predicted": "mpt", "mpt_measured": "mpt"}.get(method, method)
     return METHOD_PAYLOAD[base]
+
+
+@dataclass
+class Departure:
+    """What the server keeps of the departure (Section IV-B, step 5) and what tracking moves."""
+
+    client: int
+    round: int
+    snapshot: Snapshot | None = None  # the rare prototype's decomposition; None: the client held no rare sample
+    variants: dict[str, Snapshot] = field(default_factory=dict)  # each MPT variant's own snapshot, by name
+    remaining: torch.Tensor | None = None  # the remaining classes, (K,)
+    sdc: torch.Tensor | None = None  # SDC's drifting rare-class prototype, (d,)
+    ldc: torch.Tensor | None = None  # LDC's, (d,)
+
+
+@dataclass
+class KeptRound:
+    """One aggregated round kept for the offline evaluation (:func:`evaluate_history`)."""
+
+    model: dict[str, torch.Tensor]  # the model the round's statistics were computed under
+    protos: torch.Tensor | None = None  # every method's prototype set, (methods, C, d)
+    cov: torch.Tensor | None = None
+    ccvr: dict[str, torch.Tensor] = field(default_factory=dict)  # CCVR's head: weight, bias
+    alpha: float | None = None  # MPT's alpha (None before the departure)
+
+
+@dataclass
+class MPTServer:
+    """MPT's server state (:func:`fedlib.messages.to_state` flattens it)."""
+
+    model: dict[str, torch.Tensor]  # the global model theta (FedAvg's mean), {state_dict name: tensor}
+    methods: list[str]  # the prototype methods, in the order of protos
+    stats_model: dict[str, torch.Tensor] = field(default_factory=dict)  # theta_r, under which the statistics were computed
+    aggregated_round: int | None = None
+    rare_counts: dict[int, float] = field(default_factory=dict)  # each client's last reported rare-class count
+    last_means: torch.Tensor | None = None  # every class's last known prototype, (C, d)
+    last_cov: torch.Tensor | None = None  # Sigma_t of the remaining classes, last known, (d, d)
+    protos: torch.Tensor | None = None  # the last aggregation's prototype sets, (methods, C, d)
+    cov: torch.Tensor | None = None
+    ccvr: dict[str, torch.Tensor] = field(default_factory=dict)
+    departure: Departure | None = None
+    history: dict[int, KeptRound] = field(default_factory=dict)  # by round
+    note: str | None = None  # why nothing is tracked
+    rare_remaining: float | None = None  # in the last tracked round: the rare class's remaining samples,
+    growth: float | None = None  # MPT-lite's growth factor
+    alpha: float | None = None  # and MPT's alpha
+
+
+@dataclass
+class MPTClient:
+    """A client's state: the model of the round it last took part in (:math:`\\theta_{r-1}`, where
+    SDC's and LDC's drift starts) and that round."""
+
+    prev_round: int | None = None
+    prev_model: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class RoundStats:
+    """One round's replies and their merged statistics under the broadcast model :math:`\\theta_r`:
+    class counts (C,) and sums (C, d), any other part summed on demand (:meth:`total`), and, after
+    the departure, what every tracking method reads (``cov``, ``M_t``, ``n``, ``rare_mean``,
+    ``rare_cov``)."""
+
+    def __init__(self, updates: list[tuple[int, Message]]) -> None:
+        self.replies = [m for _, m in updates]
+        self.counts, self.sums = self.total("stats/counts"), self.total("stats/sums")
+        self.cov = self.M_t = self.rare_mean = self.rare_cov = None
+        self.n = 0.0
+
+    def total(self, name: str) -> torch.Tensor:
+        """The sum of the replies' ``name`` arrays."""
+        return sum(m.arrays[name] for m in self.replies)
+
+
+def _mpt_lite(mpt: "MPT", method: str, s: MPTServer, r: RoundStats) -> torch.Tensor:
+    snap, sums, counts = s.departure.snapshot, r.sums, r.counts
+    sq = r.total("stats/sqnorm")
+    mask = torch.zeros_like(counts, dtype=torch.bool)
+    mask[s.departure.remaining.tolist()] = True
+    mask &= counts > 0
+    tr_t = float((sq[mask] - (sums[mask] ** 2).sum(1) / counts[mask]).sum() / counts[mask].sum())
+    s.growth = growth_factor(snap.trace_d, tr_t)
+    return reconstruct_lite(snap, r.M_t, s.growth)
+
+
+def _mpt(mpt: "MPT", method: str, s: MPTServer, r: RoundStats) -> torch.Tensor:
+    if method.startswith(VARIANT):
+        name = method[len(VARIANT):]
+        return reconstruct_mpt(s.departure.variants[name], r.M_t, r.cov, r.n, r.rare_mean, r.rare_cov,
+                               dict(mpt.variants)[name]).prototype
+    forced = {"mpt": None, "mpt_predicted": 0.0, "mpt_measured": 1.0}[method]
+    rec = reconstruct_mpt(s.departure.snapshot, r.M_t, r.cov, r.n, r.rare_mean, r.rare_cov, mpt.tracking, alpha=forced)
+    if method == "mpt":
+        s.alpha = rec.alpha
+    return rec.prototype
+
+
+def _sdc(mpt: "MPT", method: str, s: MPTServer, r: RoundStats) -> torch.Tensor:
+    d = s.departure
+    sw = float(sum(float(u.arrays["sdc/sum_w"][0]) for u in r.replies if "sdc/sum_w" in u.arrays))
+    swd = sum((u.arrays["sdc/sum_w_delta"] for u in r.replies if "sdc/sum_w" in u.arrays), torch.zeros_like(d.snapshot.prototype))
+    d.sdc = sdc_step(d.sdc, swd, sw)
+    return d.sdc.clone()
+
+
+def _ldc(mpt: "MPT", method: str, s: MPTServer, r: RoundStats) -> torch.Tensor:
+    d = s.departure
+    parts = [(u.arrays["ldc/map"], float(u.arrays["ldc/n"][0])) for u in r.replies if "ldc/map" in u.arrays]
+    ntot = sum(w for _, w in parts)
+    if ntot > 0:
+        d.ldc = ldc_step(d.ldc, sum(Wk * (w / ntot) for Wk, w in parts))
+    return d.ldc.clone()
+
+
+PROTOTYPES: dict[str, Callable[["MPT", str, MPTServer, RoundStats], torch.Tensor]] = {
+    "frozen": lambda mpt, m, s, r: s.departure.snapshot.prototype.clone(),
+    "icarl": lambda mpt, m, s, r: icarl_prototype(r.n, r.sums[mpt.rare_class], s.departure.snapshot.prototype),
+    "barycentric": lambda mpt, m, s, r: barycentric_prototype(s.departure.snapshot, r.M_t),
+    "stored_residual": lambda mpt, m, s, r: stored_residual_prototype(s.departure.snapshot, r.M_t),
+    "mpt_lite": _mpt_lite, "mpt": _mpt, "mpt_predicted": _mpt, "mpt_measured": _mpt, VARIANT: _mpt, "sdc": _sdc, "ldc": _ldc,
+}
+"""Each tracking method's rare-class prototype in a round after the departure, from the typed
+server state and the round's statistics (MPT-lite notes its growth factor in the state, MPT its
+:math:`\\alpha`, SDC and LDC move their drifting prototypes); ``VARIANT`` stands for every MPT variant."""
 
 
 class NCMPredictor(nn.Module):
@@ -166,6 +295,7 @@ class MPT(Algorithm):
     seed: int = 0
     variants: tuple[tuple[str, TrackingConfig], ...] = ()
     name = "mpt"
+    capabilities = Capabilities(streams=False)  # tracking reads each client's rare-class count and statistics at once
 
     def __post_init__(self) -> None:
         bad = [p for p in self.payload if p not in PARTS]
@@ -179,10 +309,10 @@ class MPT(Algorithm):
         self.variants = tuple(tuple(v) for v in self.variants)
         names = [v[0] for v in self.variants]
         bad = [v for v in self.variants if len(v) != 2 or not isinstance(v[0], str) or not v[0]
-               or any(ch in v[0] for ch in ",/") or not isinstance(v[1], TrackingConfig)]
+               or "/" in v[0] or not isinstance(v[1], TrackingConfig)]
         if bad or len(set(names)) != len(names):
-            raise ValueError("variants must be (name, TrackingConfig) pairs with distinct non-empty names without ',' "
-                             f"or '/', got {self.variants!r}")
+            raise ValueError(f"variants must be (name, TrackingConfig) pairs with distinct non-empty names without '/', got "
+                             f"{self.variants!r}")
 
     # ------------------------------------------------------------------ server side
     def methods(self) -> list[str]:
@@ -191,175 +321,113 @@ class MPT(Algorithm):
         return base + [VARIANT + name for name, _ in self.variants if "mpt" in base]
 
     def init_server(self, model: torch.nn.Module) -> State:
-        return State(arrays=model_arrays(model), meta={"tracking": False, "departed": -1, "methods": ",".join(self.methods())})
+        return to_state(MPTServer(model=prefixed("", model.state_dict()), methods=self.methods()))
 
     def configure_evaluate(self, server: State, round_: int, clients) -> dict[int, Message]:
         """After round ``round_``'s aggregation: deploy :math:`\\theta_r` with its own prototypes
         (the model the statistics were computed under); before any aggregation, the model. One
         message shared by every client."""
-        if server.meta.get("aggregated_round") != round_ or "protos" not in server.arrays:
+        s = from_state(MPTServer, server)
+        if s.aggregated_round != round_ or s.protos is None:
             return self.configure_train(server, round_, clients)
-        methods = str(server.meta["methods"]).split(",")
-        m = self.deploy_method if self.deploy_method in methods else methods[0]  # e.g. a reduced payload
-        means = server.arrays["protos"][methods.index(m)]
-        arrays = {MODEL + k: v for k, v in server.with_prefix(_STATS_MODEL).items()}
-        arrays.update({"deploy/means": means, "deploy/cov": server.arrays["cov"]})
+        m = self.deploy_method if self.deploy_method in s.methods else s.methods[0]  # e.g. a reduced payload
+        arrays = {MODEL + k: v for k, v in s.stats_model.items()}
+        arrays.update({"deploy/means": s.protos[s.methods.index(m)], "deploy/cov": s.cov})
         return dict.fromkeys(clients, Message(arrays=arrays, kind="deploy"))
 
     def configure_train(self, server: State, round_: int, clients) -> dict[int, Message]:
         """The model (and, while tracking with SDC, its drifting prototype), one message shared by
         every client."""
-        tracking = bool(server.meta.get("tracking"))
-        extra = {"sdc/prototype": server.arrays["sdc/prototype"]} if tracking and "sdc" in self.payload else {}
-        msg = model_message(server, **extra)
+        d = from_state(MPTServer, server).departure
+        tracking = d is not None and d.snapshot is not None
+        msg = model_message(server, **({"sdc/prototype": d.sdc} if tracking and "sdc" in self.payload else {}))
         msg.meta = {"tracking": tracking}
         return dict.fromkeys(clients, msg)
 
     def on_event(self, server: State, event: Event) -> State:
-        if event.kind != "leave" or server.meta.get("departed", -1) >= 0 or "last/means" not in server.arrays:
+        """At the first departure, the departing client's rare-class prototype decomposed over the
+        remaining classes' (Section IV-B, step 5), for MPT and each variant; nothing to track when
+        the client held no rare-class sample."""
+        s = from_state(MPTServer, server)
+        if event.kind != "leave" or s.departure is not None or s.last_means is None:
             return server
-        meta = dict(server.meta, departed=event.client)
-        arrays = dict(server.arrays)
-        c = self.rare_class
-        means = server.arrays["last/means"]
-        held = float(server.meta.get(f"rare_count/{event.client}", 0.0))
-        if held <= 0 or not bool(torch.isfinite(means[c]).all()) or "last/cov" not in server.arrays:
-            meta["tracking"] = False
-            meta["note"] = "the departing client held no rare-class sample (or no statistics): nothing to track"
-            return State(arrays=arrays, meta=meta)
+        c, means = self.rare_class, s.last_means
+        s.departure = Departure(client=event.client, round=event.round)
+        if s.rare_counts.get(event.client, 0.0) <= 0 or not bool(torch.isfinite(means[c]).all()) or s.last_cov is None:
+            s.note = "the departing client held no rare-class sample (or no statistics): nothing to track"
+            return to_state(s)
         rem = [k for k in range(means.shape[0]) if k != c and bool(torch.isfinite(means[k]).all())]
-        snap = take_snapshot(means[c], means[rem], server.arrays["last/cov"], self.tracking)
-        arrays.update(snap.to_arrays())
-        for name, cfg in self.variants:
-            variant = take_snapshot(means[c], means[rem], server.arrays["last/cov"], cfg)
-            arrays.update(variant.to_arrays(f"{VARIANT}{name}/"))
-        arrays["snap/remaining"] = torch.tensor(rem)
-        arrays["sdc/prototype"] = means[c].clone()
-        arrays["ldc/prototype"] = means[c].clone()
-        meta["tracking"] = True
-        meta["departure_round"] = event.round
-        return State(arrays=arrays, meta=meta)
+        s.departure.snapshot = take_snapshot(means[c], means[rem], s.last_cov, self.tracking)
+        s.departure.variants = {name: take_snapshot(means[c], means[rem], s.last_cov, cfg) for name, cfg in self.variants}
+        s.departure.remaining = torch.tensor(rem)
+        s.departure.sdc, s.departure.ldc = means[c].clone(), means[c].clone()
+        return to_state(s)
 
-    @needs_all_replies  # tracking reads each client's rare-class count and statistics at once
-    def aggregate(self, server: State, updates: list[tuple[int, Message]], round_: int) -> State:
+    def aggregate(self, server: State, replies, round_: int) -> State:
         """FedAvg's mean of the models, the class statistics under the broadcast model, and every
-        prototype method's rare-class prototype (tracked after the departure)."""
+        prototype method's rare-class prototype (tracked after the departure); the list of the
+        round's replies at once, since tracking reads each client's rare-class count and statistics."""
+        updates = list(replies)
         if not updates:
             return server
-        stats_model = {k: v for k, v in server.arrays.items() if k.startswith(MODEL)}
-        new = fold_replies(ModelAverage(server), updates)
-        arrays, meta = dict(new.arrays), dict(new.meta)
-        arrays.update({_STATS_MODEL + k[len(MODEL):]: v for k, v in stats_model.items()})
-        meta["aggregated_round"] = round_
+        s = from_state(MPTServer, server)
+        s.stats_model = s.model  # theta_r, the model the clients' statistics were computed under
+        s.model = model_average(server, updates).with_prefix(MODEL)
+        s.aggregated_round = round_
         if not self.payload:
-            return State(arrays=arrays, meta=meta)
+            return to_state(s)
         c = self.rare_class
-        total = lambda name: sum(m.arrays[name] for _, m in updates)  # noqa: E731
-        counts, sums = total("stats/counts"), total("stats/sums")
+        r = RoundStats(updates)
+        counts, sums = r.counts, r.sums
         for k, m in updates:
-            meta[f"rare_count/{k}"] = float(m.arrays["stats/counts"][c])
-        C, d = sums.shape
+            s.rare_counts[k] = float(m.arrays["stats/counts"][c])
         means = sums / counts[:, None]
-        rem = torch.ones(C, dtype=torch.bool)
+        rem = torch.ones(len(counts), dtype=torch.bool)
         rem[c] = False
         rem &= counts > 0
-        cov_t = None
         if "scatter" in self.payload:
             n_rem = float(counts[rem].sum())
             outer = (sums[rem][:, :, None] * sums[rem][:, None, :] / counts[rem][:, None, None]).sum(0)
-            cov_t = (total("stats/scatter") - outer) / max(n_rem, 1.0)
-            cov_t = 0.5 * (cov_t + cov_t.T)
-        last = arrays.get("last/means", torch.full_like(means, float("nan")))
-        last = torch.where(torch.isfinite(means), means, last)
-        arrays["last/means"] = last
-        if cov_t is not None:
-            arrays["last/cov"] = cov_t
-        methods = str(meta["methods"]).split(",") if meta.get("methods") else []
-        rare = {m: means[c].clone() for m in methods}
-        if meta.get("tracking"):
-            rare, info = self._track(arrays, meta, updates, counts, sums, cov_t, methods, total, round_)
-            meta.update(info)
+            cov_t = (r.total("stats/scatter") - outer) / max(n_rem, 1.0)
+            r.cov = 0.5 * (cov_t + cov_t.T)
+        last = s.last_means if s.last_means is not None else torch.full_like(means, float("nan"))
+        s.last_means = last = torch.where(torch.isfinite(means), means, last)
+        if r.cov is not None:
+            s.last_cov = r.cov
+        tracking = s.departure is not None and s.departure.snapshot is not None
+        if tracking:
+            self._prepare_tracking(s, r)
         protos = []
-        for m in methods:
+        for m in s.methods:  # every method's prototype set: the last known prototypes, its own rare-class one
             P = last.clone()
-            P[c] = rare[m]
+            P[c] = PROTOTYPES[m if m in PROTOTYPES else VARIANT](self, m, s, r) if tracking else means[c].clone()
             protos.append(P)
         if protos:
-            arrays["protos"] = torch.stack(protos)
-        if cov_t is not None:
-            arrays["cov"] = cov_t
+            s.protos = torch.stack(protos)
+        if r.cov is not None:
+            s.cov = r.cov
         if "class_grams" in self.payload:
-            mom = ClassMoments(counts, sums, total("stats/grams"))
-            w, b = stats_model[HEAD + "weight"], stats_model[HEAD + "bias"]
+            mom = ClassMoments(counts, sums, r.total("stats/grams"))
+            w, b = s.stats_model[HEAD_PREFIX + "weight"], s.stats_model[HEAD_PREFIX + "bias"]
             gen = torch_generator(self.seed, round_, CCVR_VIRTUAL)
             covs = torch.nan_to_num(mom.class_covariances())
-            arrays["ccvr/weight"], arrays["ccvr/bias"] = ccvr_calibrate(
+            s.ccvr["weight"], s.ccvr["bias"] = ccvr_calibrate(
                 torch.nan_to_num(means), covs, counts, w, b, n_virtual=self.ccvr_virtual, steps=self.ccvr_steps,
                 lr=self.ccvr_lr, reg=self.tracking.reg, generator=gen)
         if self.history:
-            h = f"hist/{round_:04d}/"
-            arrays.update({h + "model/" + k[len(MODEL):]: v for k, v in stats_model.items()})
-            for name in ("protos", "cov", "ccvr/weight", "ccvr/bias"):
-                if name in arrays:
-                    arrays[h + name] = arrays[name]
-            arrays[h + "alpha"] = torch.tensor([float(meta.get("alpha", float("nan")))], dtype=torch.float64)
-        return State(arrays=arrays, meta=meta)
+            s.history[round_] = KeptRound(model=s.stats_model, protos=s.protos, cov=s.cov, ccvr=dict(s.ccvr), alpha=s.alpha)
+        return to_state(s)
 
-    def _track(self, arrays, meta, updates, counts, sums, cov_t, methods, total, round_):
-        """Reconstruct the rare-class prototype of every method (after the departure)."""
+    def _prepare_tracking(self, s: "MPTServer", r: "RoundStats") -> None:
+        """What every tracking method reads this round: the remaining classes' current prototypes
+        (the last known if a class vanished), the rare class's count, mean and covariance."""
         c = self.rare_class
-        snap = Snapshot.from_arrays(arrays)
-        rem = arrays["snap/remaining"].tolist()
-        M_t = arrays["last/means"][rem]  # current remaining-class prototypes (last known if a class vanished)
-        n = float(counts[c])
-        rare_mean = sums[c] / n if n > 0 else None
-        rare_cov = None
-        if "rare_gram" in self.payload and n >= 2:
-            G = total("stats/rare_gram")
-            rare_cov = (G - n * torch.outer(rare_mean, rare_mean)) / (n - 1)
-        out, info = {}, {"rare_remaining": n}
-        for m in methods:
-            if m == "frozen":
-                out[m] = snap.prototype.clone()
-            elif m == "icarl":
-                out[m] = icarl_prototype(n, sums[c], snap.prototype)
-            elif m == "barycentric":
-                out[m] = barycentric_prototype(snap, M_t)
-            elif m == "stored_residual":
-                out[m] = stored_residual_prototype(snap, M_t)
-            elif m == "mpt_lite":
-                sq = total("stats/sqnorm")
-                mask = torch.zeros_like(counts, dtype=torch.bool)
-                mask[rem] = True
-                mask &= counts > 0
-                tr_t = float((sq[mask] - (sums[mask] ** 2).sum(1) / counts[mask]).sum() / counts[mask].sum())
-                g = growth_factor(snap.trace_d, tr_t)
-                info["growth"] = g
-                out[m] = reconstruct_lite(snap, M_t, g)
-            elif m in ("mpt", "mpt_predicted", "mpt_measured"):
-                forced = {"mpt": None, "mpt_predicted": 0.0, "mpt_measured": 1.0}[m]
-                rec = reconstruct_mpt(snap, M_t, cov_t, n, rare_mean, rare_cov, self.tracking, alpha=forced)
-                out[m] = rec.prototype
-                if m == "mpt":
-                    info["alpha"] = rec.alpha
-            elif m.startswith(VARIANT):
-                cfg = dict(self.variants)[m[len(VARIANT):]]
-                snap_v = Snapshot.from_arrays(arrays, prefix=f"{m}/")
-                out[m] = reconstruct_mpt(snap_v, M_t, cov_t, n, rare_mean, rare_cov, cfg).prototype
-            elif m == "sdc":
-                sw = float(sum(float(u.arrays["sdc/sum_w"][0]) for _, u in updates if "sdc/sum_w" in u.arrays))
-                swd = sum((u.arrays["sdc/sum_w_delta"] for _, u in updates if "sdc/sum_w" in u.arrays),
-                          torch.zeros_like(snap.prototype))
-                arrays["sdc/prototype"] = sdc_step(arrays["sdc/prototype"], swd, sw)
-                out[m] = arrays["sdc/prototype"].clone()
-            elif m == "ldc":
-                parts = [(u.arrays["ldc/map"], float(u.arrays["ldc/n"][0])) for _, u in updates if "ldc/map" in u.arrays]
-                ntot = sum(w for _, w in parts)
-                if ntot > 0:
-                    W = sum(Wk * (w / ntot) for Wk, w in parts)
-                    arrays["ldc/prototype"] = ldc_step(arrays["ldc/prototype"], W)
-                out[m] = arrays["ldc/prototype"].clone()
-        return out, info
+        r.M_t = s.last_means[s.departure.remaining.tolist()]
+        r.n = float(r.counts[c])
+        r.rare_mean = r.sums[c] / r.n if r.n > 0 else None
+        if "rare_gram" in self.payload and r.n >= 2:
+            r.rare_cov = (r.total("stats/rare_gram") - r.n * torch.outer(r.rare_mean, r.rare_mean)) / (r.n - 1)
+        s.rare_remaining = r.n
 
     # ------------------------------------------------------------------ client side
     def local_update(self, ctx: ClientContext, state: State, message: Message, data, generator: torch.Generator) -> tuple[State, Message]:
@@ -382,9 +450,9 @@ class MPT(Algorithm):
                 arrays["stats/grams"] = mom.grams
             drift = ("sdc" in self.payload) or ("ldc" in self.payload)
             if drift:
-                prev_ok = state.meta.get("prev_round") == ctx.round - 1 and bool(message.meta.get("tracking"))
-                if prev_ok:
-                    load_model(ctx.model, state, prefix="prev/" + MODEL)
+                prev = from_state(MPTClient, state)
+                if prev.prev_round == ctx.round - 1 and bool(message.meta.get("tracking")):
+                    ctx.model.load_state_dict(prev.prev_model)
                     z_old = ctx.model.extract(x).to(torch.float64)
                     model = load_model(ctx.model, message)
                     if "sdc" in self.payload:
@@ -394,8 +462,7 @@ class MPT(Algorithm):
                         W = ldc_fit_map(z_old, z, epochs=self.ldc_epochs, lr=self.ldc_lr, batch_size=self.ldc_batch,
                                         generator=generator)
                         arrays["ldc/map"], arrays["ldc/n"] = W, torch.tensor([float(len(x))], dtype=torch.float64)
-                new_state = State(arrays=prefixed("prev/", message.arrays), meta={"prev_round": ctx.round})
-                new_state.arrays = {k: v for k, v in new_state.arrays.items() if k.startswith("prev/" + MODEL)}
+                new_state = to_state(MPTClient(ctx.round, prefixed("", message.with_prefix(MODEL))))
         keep = torch.ones(len(y), dtype=torch.bool)
         if self.train_rare_on is not None and ctx.client not in self.train_rare_on:
             keep = y != c
@@ -421,7 +488,7 @@ def method_payload(method: str) -> tuple[str, ...]:
 
 def history_rounds(server: State) -> list[int]:
     """The rounds whose model and prototypes the server kept."""
-    return sorted({int(k.split("/")[1]) for k in server.arrays if k.startswith("hist/")})
+    return sorted(from_state(MPTServer, server).history)
 
 
 @torch.no_grad()
@@ -437,34 +504,35 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
     """
     if readout not in ("mahalanobis", "euclidean"):
         raise ValueError(f"unknown readout {readout!r}; valid: 'mahalanobis', 'euclidean'")
-    methods = str(server.meta.get("methods", "")).split(",")
-    rounds = history_rounds(server) if rounds is None else list(rounds)
+    s = from_state(MPTServer, server)
+    methods = s.methods
+    rounds = sorted(s.history) if rounds is None else list(rounds)
     model = model_fn()
     y = global_test.y
     ynp = global_test.labels_np
-    C = int(server.arrays["protos"].shape[1]) if "protos" in server.arrays else int(y.max()) + 1
+    C = int(s.protos.shape[1]) if s.protos is not None else int(y.max()) + 1
     rows = []
     for r in rounds:
-        h = f"hist/{r:04d}/"
-        model.load_state_dict({k[len(h) + 6:]: v for k, v in server.arrays.items() if k.startswith(h + "model/")})
+        kept = s.history[r]
+        model.load_state_dict(kept.model)
         model.eval()
         z = model.extract(global_test.x).to(torch.float64)
         logits = model.head(z.float())
         conf = Confusion.from_predictions(ynp, logits.argmax(1).numpy(), C)
         rows += [(r, "fedavg", "f1", conf.f1(rare_class)), (r, "fedavg", "accuracy", conf.accuracy())]
-        if h + "ccvr/weight" in server.arrays:
-            lg = z.float() @ server.arrays[h + "ccvr/weight"].T + server.arrays[h + "ccvr/bias"]
+        if kept.ccvr:
+            lg = z.float() @ kept.ccvr["weight"].T + kept.ccvr["bias"]
             conf = Confusion.from_predictions(ynp, lg.argmax(1).numpy(), C)
             rows += [(r, "ccvr", "f1", conf.f1(rare_class)), (r, "ccvr", "accuracy", conf.accuracy())]
-        if h + "protos" not in server.arrays:
+        if kept.protos is None:
             continue
-        protos = server.arrays[h + "protos"]
+        protos = kept.protos
         oracle = z[y == rare_class].mean(0)
         sets = {m: protos[i] for i, m in enumerate(methods)}
         base = protos[0].clone()
         base[rare_class] = oracle
         sets["oracle"] = base
-        cov = server.arrays.get(h + "cov")
+        cov = kept.cov
         precision = None
         for m, P in sets.items():
             if readout == "mahalanobis" and cov is not None:
@@ -476,12 +544,12 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
             rows += [(r, m, "f1", conf.f1(rare_class)), (r, m, "accuracy", conf.accuracy())]
             if precision is not None and bool(torch.isfinite(P[rare_class]).all()):
                 rows.append((r, m, "dist_oracle", mahalanobis(P[rare_class], oracle, precision)))
-        a = float(server.arrays[h + "alpha"][0])
-        if np.isfinite(a):
-            rows.append((r, "mpt", "alpha", a))
+        if kept.alpha is not None and np.isfinite(kept.alpha):
+            rows.append((r, "mpt", "alpha", kept.alpha))
     frame = pd.DataFrame(rows, columns=["round", "method", "metric", "value"])
     return frame.astype({"round": "int64", "method": str, "metric": str, "value": "float64"})
 
 
-__all__ = ["METHOD_PAYLOAD", "MPT", "NCMPredictor", "PARTS", "PROTO_METHODS", "VARIANT", "evaluate_history",
+__all__ = ["METHOD_PAYLOAD", "MPT", "PROTOTYPES", "Departure", "KeptRound", "MPTClient", "MPTServer", "NCMPredictor", "PARTS",
+           "PROTO_METHODS", "RoundStats", "VARIANT", "evaluate_history",
            "history_rounds", "method_payload"]

@@ -2,8 +2,8 @@
 
 A client's local work is a function of (start weights, data, generator). For a method whose
 work is a :class:`~fedlib.training.LocalProgram` (phases of SGD or Adam steps on cross-entropy,
-with FedProx's proximal term as an option: FedAvg, FedAvg-FT, FedProx, FedBABU, FedRep, GGEUR's
-classifier on embeddings), the programs of the clients sampled in a round are stacked: one
+with a proximal term around the start weights or the message's as an option: FedAvg, FedAvg-FT,
+FedProx, FedBABU, FedRep, Ditto, GGEUR's classifier on embeddings), the programs of the clients sampled in a round are stacked: one
 tensor of shape ``(clients, ...)`` per parameter, one per optimizer buffer, one mini-batch per
 client per step. A step is one forward pass of ``vmap(functional_call(model, ...))`` over the
 stacked parameters (``torch.func``), one backward pass, and the optimizer's update written out on
@@ -23,6 +23,9 @@ Exactness. Each client's update is its sequential update:
 * **The optimizers.** SGD (momentum, weight decay) and Adam are torch's update rules
   (``torch.optim.SGD``/``Adam``, single-tensor form), with a fresh state per phase, as
   :func:`fedlib.training.local_train` creates a new optimizer per call.
+* **Continued programs.** A program whose ``finish`` continues with the client's next program
+  (Ditto: the personal model, then the global model) has the next one stacked with its chunk's
+  others, drawing from the same generators.
 
 The results agree with the sequential path to float32 rounding (about 1e-7 relative per step),
 not bit for bit: a batched convolution or matrix product sums in another order than ``C``
@@ -32,7 +35,7 @@ clients and the memory budget only).
 
 Limits. Models whose training mode keeps running statistics (BatchNorm) or draws random numbers
 (Dropout) are refused with a message; fedlib's models default to GroupNorm and no dropout. A
-method without programs (custom losses or control flow: CGRL, Ditto, FedProto, MPT, ...) or a
+method without programs (custom losses or control flow: CGRL, FedProto, MPT, ...) or a
 client whose program cannot be formed this round runs sequentially; the transport says so once
 per method (:attr:`VectorizedTransport.notes`).
 
@@ -48,7 +51,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -57,7 +60,7 @@ from torch.nn import functional as F
 
 from ..federation import Federation
 from ..messages import Message, State
-from ..protocol import LocalWork, vectorizable
+from ..protocol import LocalWork
 from ..training import LocalProgram, Phase, SequentialWork, minibatches
 from ..transport import ClientFailure
 from ..validation import is_int
@@ -127,9 +130,11 @@ def chunk_size(model: nn.Module, sample: torch.Tensor, batch_size: int, memory_b
 
 
 def _signature(program: LocalProgram) -> tuple:
-    """What programs must share to be stacked: phases, input shape and dtype, weight shapes."""
+    """What programs must share to be stacked: phases, input shape and dtype, weight shapes (and
+    the message's, when a phase is anchored at it)."""
     return (program.phases, tuple(program.x.shape[1:]), program.x.dtype,
-            tuple((k, tuple(v.shape), v.dtype) for k, v in program.weights.items()))
+            tuple((k, tuple(v.shape), v.dtype) for k, v in program.weights.items()),
+            tuple((k, tuple(v.shape), v.dtype) for k, v in (program.message_weights or {}).items()))
 
 
 class _Stack:
@@ -259,13 +264,16 @@ def train_programs(model: nn.Module, programs: Sequence[LocalProgram], generator
     names = list(programs[0].weights)
     dtype = next(p for p in model.parameters()).dtype  # of the losses and the batch masks
     stacked = {n: torch.stack([p.weights[n] for p in programs]) for n in names}
-    anchor = {n: v.clone() for n, v in stacked.items()} if any(ph.mu for ph in phases) else {}
+    used = {ph.anchor for ph in phases if ph.mu}  # the proximal terms' anchors: the start weights, the message's
+    anchors = {"start": {n: v.clone() for n, v in stacked.items()} if "start" in used else {},
+               "message": {n: torch.stack([p.message_weights[n] for p in programs]) for n in names} if "message" in used
+               else {}}
     loss = [float("nan")] * C
     for i, phase in enumerate(phases):
         order = sorted(range(C), key=lambda c: -len(schedule[c][i]))  # stable: ties keep the clients' order
         inv = torch.tensor(order)
         w = {n: v[inv] for n, v in stacked.items()}
-        anc = {n: v[inv] for n, v in anchor.items()}
+        anc = {n: v[inv] for n, v in anchors[phase.anchor].items()} if phase.mu else {}
         data = _Stack([programs[c].x for c in order], [programs[c].y for c in order], [schedule[c][i] for c in order],
                       dtype)
         losses = _train_phase(model, phase, w, anc, data)
@@ -312,7 +320,7 @@ class VectorizedTransport(InProcessTransport):
             warnings.warn(text, SequentialFallback, stacklevel=3)
 
     def local_updates(self, algorithm, round_, messages, states) -> Iterator[tuple[int, State, Message]]:
-        if not vectorizable(algorithm):
+        if not algorithm.capabilities.stacks:
             self._note((algorithm.name, "method"), f"{algorithm.name}: its local_update is not a LocalProgram; its clients train sequentially")
             yield from super().local_updates(algorithm, round_, messages, states)
             return
@@ -346,20 +354,27 @@ class VectorizedTransport(InProcessTransport):
             while (len(chunk) < size and i + len(chunk) < len(order) and stacks(order[i + len(chunk)])
                    and _signature(works[order[i + len(chunk)]]) == sig):
                 chunk.append(order[i + len(chunk)])
-            gens = [self._clients[c].train_generator(round_, self._seed) for c in chunk]
-            try:
-                trained = train_programs(self._workspace, [works[c] for c in chunk], gens)
-            except Exception as err:
-                err.add_note(f"(raised while training clients {chunk} stacked in round {round_})")
-                raise
-            self.stacked_clients += len(chunk)
-            for c, (weights, loss) in zip(chunk, trained):
-                self._workspace.load_state_dict(weights)
+            gens = {c: self._clients[c].train_generator(round_, self._seed) for c in chunk}
+            programs = {c: works[c] for c in chunk}
+            while programs:  # a finish may continue with the client's next program (Ditto's global model), stacked again
+                group = [c for c in programs if _signature(programs[c]) == _signature(next(iter(programs.values())))]
                 try:
-                    done[c] = works[c].finish(self._workspace, loss)
+                    trained = train_programs(self._workspace, [programs[c] for c in group], [gens[c] for c in group])
                 except Exception as err:
-                    err.add_note(f"(raised by client {c}'s program finish in round {round_})")
+                    err.add_note(f"(raised while training clients {group} stacked in round {round_})")
                     raise
+                for c, (weights, loss) in zip(group, trained):
+                    self._workspace.load_state_dict(weights)
+                    try:
+                        out = programs.pop(c).finish(self._workspace, loss)
+                    except Exception as err:
+                        err.add_note(f"(raised by client {c}'s program finish in round {round_})")
+                        raise
+                    if isinstance(out, LocalProgram):
+                        programs[c] = out
+                    else:
+                        done[c] = out
+            self.stacked_clients += len(chunk)
             for c in chunk:
                 state, up = done.pop(c)
                 yield c, state, up

@@ -46,7 +46,8 @@ from fedlib.clustering import assignment_agreement, group_purity
 from fedlib.data import ArrayDataset, load_dataset
 from fedlib.distill import PublicSet, make_public_set
 from fedlib.federation import Federation, make_federation
-from fedlib.loop import LoopConfig, RunResult, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult, per_client_table
 from fedlib.messages import DOWN, UP
 from fedlib.metrics import protocol_summary
 from fedlib.models import ClientArchitectures, build_model, count_parameters
@@ -174,7 +175,7 @@ def accuracy_points(frame: pd.DataFrame, round_: int | None = None) -> dict[str,
     Parameters
     ----------
     frame : DataFrame
-        A run's tidy frame (:attr:`fedlib.loop.RunResult.frame`).
+        A run's tidy frame (:attr:`fedlib.results.RunResult.frame`).
     round_ : int, optional
         The evaluated round to read (a run evaluated every round holds every earlier round's scores).
     """

@@ -51,7 +51,8 @@ from fedlib.distill import (augment, consistency_loss, distillation_objective, l
 from fedlib.data import load_dataset
 from fedlib.distill import make_public_set
 from fedlib.federation import Federation, make_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.models import ClientArchitectures, build_model
 from fedlib.rng import derive_seed, torch_generator
 from fedlib.run import run_federated

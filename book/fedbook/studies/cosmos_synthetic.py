@@ -43,7 +43,8 @@ from fedlib.messages import Message, State
 from fedlib.data import ArrayDataset
 from fedlib.distill import PublicSet, consistency_loss, make_public_set
 from fedlib.federation import make_federation
-from fedlib.loop import LoopConfig, RunOptions
+from fedlib.loop import LoopConfig
+from fedlib.run import RunOptions
 from fedlib.rng import LOCAL_ONLY_INIT, derive_seed, isolated_torch_rng, numpy_rng, torch_generator
 from fedlib.run import run_federated
 from fedlib.training import TrainConfig, local_train

@@ -51,7 +51,8 @@ from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset, plot_partition, subsample
 from fedlib.federation import ClientData, Federation, hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
-from fedlib.loop import LoopConfig, RunResult, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult, per_client_table
 from fedlib.metrics import RARE_RATIO, protocol_summary
 from fedlib.models import build_model
 from fedlib.posthoc import FrozenFeatures, StatHead, collect_statistics

@@ -6,7 +6,7 @@ loop bit for bit, and the tables and numbers its prose reads.
   engine (``"loopback"``, ``"simulation"`` or ``"deployment"``: a SuperLink and one SuperNode per
   client, started and stopped by the cell) against the same job in this process
   (:meth:`fedlib.engines.flower.job.FlowerJob.run_in_process`): whether they are identical
-  (:func:`fedlib.loop.run_differences`), the largest difference of the final server arrays
+  (:func:`fedlib.results.run_differences`), the largest difference of the final server arrays
   (:func:`fedlib.messages.largest_difference`, float64), and every message's bytes as fedlib and
   Flower count them;
 - :func:`trust_refusal`: a crafted job (a call of ``os:system``) read by a node, refused;
@@ -30,7 +30,7 @@ import pandas as pd
 
 from fedlib.algorithms import ALGORITHMS
 from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
-from fedlib.loop import run_differences
+from fedlib.results import run_differences
 from fedlib.messages import largest_difference
 from fedbook.page import format_bytes
 
@@ -86,7 +86,7 @@ def equivalence_cell(seed: int, engine: str, method: str, *, n_clients: int, rou
     -------
     dict of DataFrame
         ``equivalence``: one row (columns :data:`EQUIVALENCE`): ``identical`` (``"yes"`` when
-        :func:`fedlib.loop.run_differences` finds nothing), the ``largest difference`` of the
+        :func:`fedlib.results.run_differences` finds nothing), the ``largest difference`` of the
         final server arrays (:func:`fedlib.messages.largest_difference`), the mean local accuracy
         on the engine and in process, the engine's seconds; ``wire``: one row per message (columns
         :data:`WIRE`).

@@ -53,7 +53,9 @@ from fedlib.data import ArrayDataset, load_dataset, make_digit_domains
 from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import Federation, make_federation, one_client_per_domain
 from fedlib.geometry import SIMILARITY_METHODS, augment, class_shapes, numerical_ranks, similarity_matrix, trace_ratio
-from fedlib.loop import LoopConfig, RunOptions, RunResult
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult
+from fedlib.run import RunOptions
 from fedlib.protocol import Algorithm
 from fedlib.rng import DATA_SUBSET, LOCAL_TRAIN, numpy_rng, torch_generator
 from fedlib.run import run_federated

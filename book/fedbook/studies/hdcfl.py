@@ -56,7 +56,9 @@ from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_rankin
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import ArrayDataset, load_dataset
 from fedlib.federation import Federation, make_federation, make_rotation_federation
-from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult, per_client_table
+from fedlib.run import RunOptions
 from fedlib.messages import DOWN, UP, Ledger, State
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model

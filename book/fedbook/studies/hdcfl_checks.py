@@ -52,7 +52,8 @@ from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membersh
 from fedbook.checks import CheckTable
 from fedlib.data import load_uci_digits
 from fedlib.federation import Federation, make_federation
-from fedlib.loop import LoopConfig, RunResult
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult
 from fedlib.messages import State, largest_difference, same_arrays
 from fedlib.models import HEAD_PREFIX, build_model
 from fedlib.protocol import MODEL

@@ -188,11 +188,11 @@ class LeaderboardConfig:
 
 
 def exclusion_reason(name: str) -> str | None:
-    """Why the registered method ``name`` cannot run on the shared federation, read from its class
-    (``None``: it can): a constructor parameter without a default names something the federation
-    does not hold (COSMOS and its baselines need ``public``, an unlabeled public set that every
-    client and the server read), and ``model_agnostic`` says that the method is built for clients
-    of different architectures.
+    """Why the registered method ``name`` cannot run on the shared federation, read from its class's
+    :class:`fedlib.protocol.Capabilities` (``None``: it can): ``needs_public`` says that it needs
+    something the federation does not hold (COSMOS and its baselines need ``public``, an unlabeled
+    public set that every client and the server read), and ``model_agnostic`` that the method is
+    built for clients of different architectures.
 
     Examples
     --------
@@ -204,14 +204,11 @@ def exclusion_reason(name: str) -> str | None:
     built for clients of different architectures (model_agnostic)
     """
     _names([name])
-    cls = ALGORITHMS[name]
-    needs = [p for p in inspect.signature(cls).parameters.values()
-             if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    if not needs:
+    can = ALGORITHMS[name].capabilities
+    if not can.needs_public:
         return None
-    kinds = ", ".join(f"{p.name} ({getattr(p.annotation, '__name__', p.annotation)})" for p in needs)
-    reason = f"needs {kinds}, which the shared federation does not hold"
-    if getattr(cls, "model_agnostic", False):
+    reason = "needs public (PublicSet), which the shared federation does not hold"
+    if can.model_agnostic:
         reason += "; built for clients of different architectures (model_agnostic)"
     return reason
 

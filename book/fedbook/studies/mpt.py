@@ -47,17 +47,19 @@ from matplotlib.ticker import MaxNLocator
 from scipy.stats import t as student_t
 
 from fedbook.intervals import interval_band, mean_interval, seed_table
-from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, evaluate_history
+from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, MPTServer, evaluate_history
 from fedlib.data import ArrayDataset, load_dataset, plot_partition
 from fedlib.federation import DepartureScenario, make_departure_scenario
 from fedlib.heads import ccvr_calibrate
-from fedlib.loop import LoopConfig, RunResult
+from fedlib.loop import LoopConfig
+from fedlib.messages import from_state
+from fedlib.results import RunResult
 from fedlib.models import build_model
 from fedlib.protocol import Event
 from fedlib.rng import LOCAL_TRAIN, torch_generator
 from fedlib.run import run_federated
 from fedlib.stats import ClassMoments
-from fedlib.tracking import Snapshot, TrackingConfig, ldc_fit_map, ldc_steps_per_round, reconstruct_mpt, sdc_client_sums
+from fedlib.tracking import TrackingConfig, ldc_fit_map, ldc_steps_per_round, reconstruct_mpt, sdc_client_sums
 from fedlib.training import TrainConfig, local_train
 from fedlib.validation import check_int
 
@@ -917,11 +919,11 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
                                                          generator=torch_generator(seed, LOCAL_TRAIN))), repeats=1)
     server = float(result.server_seconds[-1])
     t_ccvr = t_mpt = float("nan")
-    arrays = result.server.arrays
-    if "snap/w0" in arrays and "cov" in arrays:
-        snap, means, cov = Snapshot.from_arrays(arrays), arrays["last/means"], arrays["cov"]
+    state = from_state(MPTServer, result.server)
+    if state.departure is not None and state.departure.snapshot is not None and state.cov is not None:
+        snap, means, cov = state.departure.snapshot, state.last_means, state.cov
         C, rare = means.shape[0], int(study.rare_class)
-        rem = arrays["snap/remaining"].tolist()
+        rem = state.departure.remaining.tolist()
         head_w, head_b = model.head.weight.detach().clone(), model.head.bias.detach().clone()
         t_ccvr = median_seconds(lambda: ccvr_calibrate(
             torch.nan_to_num(means), cov.expand(C, -1, -1), torch.full((C,), 100.0, dtype=torch.float64), head_w,

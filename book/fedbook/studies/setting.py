@@ -43,7 +43,9 @@ from fedlib.algorithms import FedAvg, FedAvgFT
 from fedlib.data import ArrayDataset, load_dataset, plot_partition, subsample
 from fedlib.federation import Federation, make_federations
 from fedlib.io import atomic_write_bytes
-from fedlib.loop import LoopConfig, RunOptions, RunResult, per_client_table
+from fedlib.loop import LoopConfig
+from fedlib.results import RunResult, per_client_table
+from fedlib.run import RunOptions
 from fedlib.messages import DOWN
 from fedlib.metrics import Confusion, protocol_summary, rescore
 from fedlib.models import build_model

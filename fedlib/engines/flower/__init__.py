@@ -25,7 +25,7 @@ Flower's ``context.state``; the server sends it down only where the node does no
 (its first message in a Flower run: the empty state every client starts from, or a resumed
 run's). With ``mirror_states=True`` (default) each reply also carries a copy
 up, so the loop can checkpoint, resume and return every client's state as in-process; with
-``False`` the state never leaves the node (:class:`~fedlib.loop.RunResult` then holds placeholders and the run
+``False`` the state never leaves the node (:class:`~fedlib.results.RunResult` then holds placeholders and the run
 cannot be checkpointed).
 
 **Exactness.** A client's work is a function of (state, message, data, generator), the generator

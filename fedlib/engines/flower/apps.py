@@ -168,7 +168,7 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
                     max_in_flight: int | None = None) -> ServerApp:
     """A Flower ``ServerApp`` that runs ``job`` (or the run config's ``fedlib-job``) through the
     one round loop over a :class:`~fedlib.engines.flower.transport.FlowerTransport`, and writes
-    the run into ``out`` (or the run config's ``fedlib-out``): :meth:`fedlib.loop.RunResult.save`'s
+    the run into ``out`` (or the run config's ``fedlib-out``): :meth:`fedlib.results.RunResult.save`'s
     files, ``wire.csv`` and ``flower.json`` (nodes, timings). ``setup_timeout``: seconds to wait
     for the nodes to connect and answer the handshake (a deployment's first message starts a
     process on every node, which imports torch and builds the node's data: on a small machine
@@ -199,7 +199,8 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
         transport = FlowerTransport(grid, nodes, federation=federation, model_fn=j.model_fn(), seed=j.seed, job_digest=j.digest,
                                     timeout=None if t_limit < 0 else t_limit, mirror_states=mirror_states,
                                     max_in_flight=window)
-        result = run_rounds(j.build_algorithm(), transport, config, j.run_options(folder), stop_after=stop_after)
+        result = run_rounds(j.build_algorithm(), transport, config, checkpoint=j.run_options(folder).checkpoint,
+                            stop_after=stop_after)
         result.save(folder)
         atomic_write_bytes(folder / "wire.csv", transport.wire_frame().to_csv(index=False).encode())
         info = {"nodes": {str(k): v for k, v in nodes.items()}, "setup_seconds": t_setup,

@@ -32,7 +32,7 @@ import torch
 from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from ...loop import RunResult
+from ...results import RunResult
 from .apps import make_client_app, make_server_app
 from .job import FlowerJob
 from .loopback import LoopbackGrid
@@ -50,7 +50,7 @@ class FlowerRun:
 
     Attributes
     ----------
-    result : the :class:`~fedlib.loop.RunResult` (read back from the folder the ServerApp wrote)
+    result : the :class:`~fedlib.results.RunResult` (read back from the folder the ServerApp wrote)
     wire : one row per fedlib message with Flower's bytes
         (:meth:`~fedlib.engines.flower.transport.FlowerTransport.wire_frame`)
     engine : ``"simulation"`` or ``"deployment"``

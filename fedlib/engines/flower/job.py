@@ -35,8 +35,9 @@ import torch
 from ... import algorithms as _algorithms
 from ...algorithms import make_algorithm
 from ...federation import Federation
-from ...loop import LoopConfig, RunOptions, RunResult
-from ...run import run_federated
+from ...loop import LoopConfig
+from ...results import RunResult
+from ...run import RunOptions, run_federated
 from ...protocol import Algorithm, Event
 from ...validation import is_int
 
@@ -131,7 +132,7 @@ def _check_checkpoint(path: object) -> str:
 
 
 _RESERVED = frozenset({"frame.csv", "ledger.csv", "state.pt", "manifest.json", "wire.csv", "flower.json"})
-"""The files a run's output folder holds (:meth:`fedlib.loop.RunResult.save`, the ServerApp): no checkpoint takes their names."""
+"""The files a run's output folder holds (:meth:`fedlib.results.RunResult.save`, the ServerApp): no checkpoint takes their names."""
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def _resolve(value: Any) -> Any:
 _LOOP_FIELDS = ("rounds", "participation", "eval_every", "seed", "on_nonfinite", "on_failure", "events", "rare_ratio",
                 "f1_class", "evaluate_last", "eval_clients")
 _RUN_FIELDS = ("checkpoint",)
-"""The run options a job may set (:class:`~fedlib.loop.RunOptions`): the server's checkpoint."""
+"""The run options a job may set (:class:`~fedlib.run.RunOptions`): the server's checkpoint."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ class FlowerJob:
     model : a :class:`Call` that returns the architecture (its keyword arguments bound; the loop
         draws the initial weights under the run's ``INIT`` stream)
     config : the :class:`~fedlib.loop.LoopConfig` settings (rounds, seed, ...; ``events`` as dicts) and
-        the server's ``checkpoint`` (a :class:`~fedlib.loop.RunOptions` setting)
+        the server's ``checkpoint`` (a :class:`~fedlib.run.RunOptions` setting)
     algorithm_kwargs : the method's keyword arguments (nested calls allowed)
     threads : torch's intra-op threads on every node and in the ServerApp while it runs
         (``torch.set_num_threads``); ``None`` leaves each process's default. Results are bit-identical to an in-process run only with the
@@ -333,7 +334,7 @@ class FlowerJob:
         return LoopConfig(**cfg)
 
     def run_options(self, folder: str | os.PathLike | None = None) -> RunOptions:
-        """The server's :class:`~fedlib.loop.RunOptions`: the job's ``checkpoint``, if any,
+        """The server's :class:`~fedlib.run.RunOptions`: the job's ``checkpoint``, if any,
         inside ``folder`` (the run's output folder; ``None``: relative to the working folder, as
         for the in-process reference on one's own machine)."""
         ckpt = self.config.get("checkpoint")
