@@ -948,7 +948,7 @@ def head_reading(intervals: Sequence) -> str:
     one :class:`fedbook.intervals.Interval` per α): a gain clear of the seed-to-seed spread at every
     α, positive on average at every α, or neither; the sentence names the effect expected.
 
-    >>> from fedbook.claims import mean_interval
+    >>> from fedbook.intervals import mean_interval
     >>> head_reading([mean_interval([1.0, 2.0, 3.0]), mean_interval([-1.0, 0.0])])[:37]
     'not a gain at both concentrations, so'
     """
