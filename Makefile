@@ -49,4 +49,4 @@ flower: $(STAMP)
 	$(BIN)/python -m fedlib.engines.flower --engine deployment --clients 4 --rounds 3 --out flower-run
 
 clean:
-	rm -rf book/_build book/chapters book/results book/_smoke book/_paper
+	rm -rf book/_build book/chapters book/results book/cache book/_smoke book/_paper

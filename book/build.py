@@ -278,7 +278,7 @@ def stage_pages(out: Path) -> None:
         top = Path(folder) == BOOK
         exercises = Path(folder).is_relative_to(EXERCISES)  # their .py files are pages' downloads
         return {n for n in names if n == "__pycache__" or (n.endswith(".py") and not exercises)
-                or (top and (n in ("chapters", "results", "fedbook") or (n.startswith("_") and (BOOK / n).is_dir())))}
+                or (top and (n in ("chapters", "results", "cache", "fedbook") or (n.startswith("_") and (BOOK / n).is_dir())))}
 
     shutil.copytree(BOOK, out, ignore=ignore, dirs_exist_ok=True)
 

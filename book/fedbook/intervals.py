@@ -628,7 +628,7 @@ def defined_pairs(ours: ArrayLike, baseline: ArrayLike | Mapping[str, ArrayLike]
     (an undefined metric, e.g. no client holds a rare class) is dropped from both. Against every
     baseline of a mapping (a claim with a tuple ``versus``), a seed is kept where ours and every
     baseline are defined. With no pair left, zeros for one seed (an inconclusive one-seed
-    interval). What a claim's ``values`` returns.
+    interval). What a chapter's claim frames hold where a metric can be undefined.
 
     Raises
     ------

@@ -1,4 +1,4 @@
-"""The book's tooling: what every chapter does the same way, written once (fedlib's top layer).
+"""A chapter's page: its settings, its tables and figures, its claims report, its glued numbers.
 
 A chapter (``notebooks/<name>.py``) opens with a cell tagged ``parameters`` holding ``profile``,
 ``seed`` and overrides that default to ``None``; papermill injects the caller's values after it.
@@ -7,28 +7,27 @@ misspelled papermill parameter, applies the overrides to the profile's values, s
 threads and starts the chapter's clock::
 
     P = setup(PROFILES, profile, threads=1, rounds=rounds, alphas=alphas)
-    data = load_dataset(P.dataset, n_samples=P.n_samples, seed=seed, root=cifar_root)
+    frames = run_study(Study("runs", cell, grid={"alpha": P.alphas}, seeds=SEEDS), cache=cache_dir)
     ...
-    glue("total_seconds", P.elapsed(), display=False)
+    glue_all(numbers(frames, P))   # every number the prose quotes, from one mapping
 
-A *derivations* chapter records every numerical or symbolic check in a
-:class:`fedbook.checks.CheckTable` and shows it at the end. An *experiments* chapter declares each
-claim of its paper with :class:`fedbook.claims.Claim`, the way its numbers are read included
-(``values``), before anything is trained, and closes with one call, :func:`claims_report`: every
-claim decided from an interval over seeds, the counts glued, the table shown. Every verdict is
+The experiments run as studies (:mod:`fedbook.study`). A *derivations* chapter records every
+numerical or symbolic check in a :class:`fedbook.checks.CheckTable` and shows it at the end. An
+*experiments* chapter declares each claim of its paper with :class:`fedbook.claims.Claim` before
+anything is trained, naming the frame, rows and column each side reads
+(:class:`fedbook.claims.Read`), and closes with one call, :func:`claims_report`: every claim
+decided from an interval over seeds, the counts glued, the table shown. Every verdict is
 computed, never typed. Tables for reading (:func:`show_table`, :func:`format_bytes`,
 :func:`format_value`), figures' error bars and point labels (:func:`clipped_error`,
-:func:`place_labels`) complete the tooling.
+:func:`place_labels`) complete the page.
 
 Profiles (:data:`PROFILE_NAMES`): ``smoke`` (seconds; the tests), ``book`` (the default; minutes
 on 2 CPU cores) and ``paper`` (the paper's own scale; needs the data and ideally a GPU).
 
 What the findings and teaching pages read, the build's records and the book's own index (its
-chapters, their titles, their exercises), is :mod:`fedbook.records`.
-
-This module is the top layer of fedlib: it may import any module of the library, and no module of
-the library imports it (the book's page *Inside fedlib*). The data choice by name is
-:func:`fedlib.data.load_dataset`; the check table, :mod:`fedbook.checks`.
+chapters, their titles, their exercises), is :mod:`fedbook.records`. This module belongs to
+fedbook, the book's machinery: it may import any module of fedlib, and no module of fedlib imports
+it (the book's page *Inside fedlib*).
 """
 
 from __future__ import annotations

@@ -207,7 +207,7 @@ class COSMOSStudy:
     Parameters
     ----------
     dataset : str
-        The data set's name (:func:`fedlib.data.load_dataset`), with ``n_samples`` and ``cifar_root``.
+        The data set's name (:func:`fedlib.data.datasets.load_dataset`), with ``n_samples`` and ``cifar_root``.
     n_samples : int or None
     public_share : float
         The share of every class held out as the public set :math:`U` (:func:`fedlib.distill.make_public_set`).

@@ -381,7 +381,7 @@ def train_cell(seed: int, alpha: float, *, study: FedGRCStudy, data: Callable[..
     study : FedGRCStudy
     data : callable
         ``data(seed=seed)``: the run seed's data set (e.g. a ``functools.partial`` of
-        :func:`fedlib.data.load_dataset`).
+        :func:`fedlib.data.datasets.load_dataset`).
     rounds : int
         Communication rounds of every training run.
     m0_grid, gamma_grid : sequences of float

@@ -305,7 +305,7 @@ class HDCFLStudy:
     Parameters
     ----------
     dataset, n_samples, cifar_root
-        The data (:func:`fedlib.data.load_dataset`, a subset seeded by the run seed).
+        The data (:func:`fedlib.data.datasets.load_dataset`, a subset seeded by the run seed).
     model, width, feature_dim
         The model (:func:`fedlib.models.build_model`; ``width`` ``None``: the model's own sizes).
     n_clients, global_test_per_class, test_fraction

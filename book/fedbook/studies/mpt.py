@@ -104,7 +104,7 @@ class MPTStudy:
     n_samples : int or None, default None
         The seeded data subset's size (``None``: every sample).
     cifar_root : str or None, default None
-        Where CIFAR lies (:func:`fedlib.data.load_dataset`).
+        Where CIFAR lies (:func:`fedlib.data.datasets.load_dataset`).
     tracking : TrackingConfig, default TrackingConfig()
         MPT's settings.
     departing : int, default 0
