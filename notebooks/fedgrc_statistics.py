@@ -37,7 +37,7 @@
 # {class}`fedlib.stats.ClassMoments`; the same statements are property tests in
 # `tests/test_fedgrc_theory.py`. The random instances are federations of unscaled multilayer
 # features with label skew, client-specific class shifts and a magnitude per layer
-# ({func}`fedlib.data.synthetic.random_multilayer_federation`); each numerical check is a function of
+# ({func}`fedbook.studies.fedgrc_synthetic.random_multilayer_federation`); each numerical check is a function of
 # {mod}`fedbook.studies.fedgrc_checks`, named where it is used, and the section's `record_*`
 # function of that module adds its rows to the table.
 #

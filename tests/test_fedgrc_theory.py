@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fedlib.cgrl import directional_loss, dispersion_plus_offset, log_norm, magnitude_loss, prototype_ce, trace_from_pairs, unit
-from fedlib.data.synthetic import random_layer_dims, random_multilayer_federation
+from fedbook.studies.fedgrc_synthetic import random_layer_dims, random_multilayer_federation
 from fedlib.heads import MMS, SASP, adaptation_weights
 from fedlib.heads.stability import StabilityTally, stability_summary, stability_terms
 from fedlib.stats import ClassMoments
@@ -427,7 +427,7 @@ def test_stability_terms_agree_with_the_independent_computation(seed, c, dims, m
     assert terms["budget_viol"] == 0 and summary["risk_slack"] >= 0
 
 
-# ---------------------------------------------------------------- fedlib.data.synthetic: the random instances
+# ---------------------------------------------------------------- fedbook.studies.fedgrc_synthetic: the random instances
 @settings(max_examples=30, deadline=None)
 @given(seeds, st.integers(1, 5), st.integers(1, 6), st.integers(1, 20))
 def test_random_multilayer_federation_is_seeded_and_makes_every_class_known(seed, k, c, max_dim):

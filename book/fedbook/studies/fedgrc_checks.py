@@ -21,7 +21,7 @@ CGRL (Section IV-A):
 * :func:`parameter_gradient_cosines`: the two terms' parameter gradients, not orthogonal.
 
 Statistics (Section IV-B and IV-C, Appendix A-E to A-H), on random federations
-(:mod:`fedlib.data.synthetic`):
+(:mod:`fedbook.studies.fedgrc_synthetic`):
 
 * :func:`trace_identities`: Eq. (21) and Eq. (28), the covariance trace from pairwise radial and
   angular distances (:func:`fedlib.cgrl.trace_from_pairs`);
@@ -56,7 +56,7 @@ from fedlib.algorithms import FedAvg
 from fedlib.cgrl import (directional_loss, dispersion_plus_offset, log_norm, magnitude_loss, prototype_ce,
                          trace_from_pairs, unit)
 from fedlib.data import load_dataset
-from fedlib.data.synthetic import random_layer_dims, random_multilayer_federation
+from fedbook.studies.fedgrc_synthetic import random_layer_dims, random_multilayer_federation
 from fedlib.federation import Federation, make_federation
 from fedlib.heads import DEFAULT_GAMMA, DEFAULT_M0, MMS, SASP, adaptation_weights, scale_moments
 from fedlib.heads.stability import StabilityTally, stability_summary, stability_terms

@@ -1,4 +1,4 @@
-"""Random synthetic instances for the derivations chapters: federations of per-client features and
+"""Random synthetic instances for FedGRC's statistics chapter: federations of per-client features and
 labels with a chosen layer structure, drawn from a seeded ``numpy.random.Generator``.
 
 FedGRC (*Is High Local Accuracy Enough? Geometric Consensus with Support-Adaptive Statistical
