@@ -36,7 +36,7 @@
 # `tests/test_cosmos_properties.py`. The implementation is {mod}`fedlib.distill` (pseudo-labels,
 # distances, the objective, Lemma 5.2's terms), {func}`fedlib.clustering.greedy_b0` and
 # {func}`fedlib.clustering.b0_for_clusters` (Algorithm 1), and {mod}`fedlib.algorithms.cosmos`; the
-# chapter's check procedures are {mod}`fedbook.studies.cosmos_checks` and its synthetic federation
+# chapter's check procedures are {mod}`fedbook.studies.cosmos_derivations` and its synthetic federation
 # {mod}`fedbook.studies.cosmos_synthetic`; the federated experiments are in
 # {ref}`chapter-cosmos-experiments`.
 
@@ -58,7 +58,7 @@ import sympy as sp
 
 from fedbook.checks import CheckTable
 from fedbook.page import glue_all, setup
-from fedbook.studies import cosmos_checks as cc
+from fedbook.studies import cosmos_derivations as cc
 from fedbook.studies.cosmos_synthetic import Circle, hessian_section, plot_risks, synthetic_run, synthetic_section
 from fedlib.rng import numpy_rng
 
@@ -74,7 +74,7 @@ PROFILES = {
                   synth_settings=["mild skew", "label groups"], local_epochs=40, hessian_points=100, grad_trials=100),
 }
 P = setup(PROFILES, profile, threads=threads, trials=trials, n_clients=n_clients, rounds=rounds, synth_rounds=synth_rounds)
-checks = CheckTable()  # the closing check table; each section's function of fedbook.studies.cosmos_checks records its rows
+checks = CheckTable()  # the closing check table; each section's function of fedbook.studies.cosmos_derivations records its rows
 TOL = 1e-12  # round-off allowance of the float64 comparisons
 R = {}  # the numbers the prose reads, glued at the end
 print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients} clients, {P.rounds} COSMOS iterations")
@@ -139,7 +139,7 @@ table
 # authors' search with a small step): the grid cannot find a smaller threshold, and it overshoots
 # by less than one step unless the cluster count is not monotone in $B_0$. None of these checks
 # re-runs the library's search: every cluster count is Algorithm 1 written out again with plain
-# Python sets ({func}`fedbook.studies.cosmos_checks.reference_cluster_count`), and the
+# Python sets ({func}`fedbook.studies.cosmos_derivations.reference_cluster_count`), and the
 # smaller thresholds are the pairwise distances listed again.
 
 # %% tags=["hide-input"]

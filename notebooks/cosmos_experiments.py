@@ -77,8 +77,8 @@ from IPython.display import display
 from fedbook.claims import Claim, Read
 from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
-from fedbook.studies import cosmos
-from fedbook.studies.cosmos import BASE, METRICS, PFL, sweep_label, sweep_reads
+from fedbook.studies import cosmos_experiments as cosmos
+from fedbook.studies.cosmos_experiments import BASE, METRICS, PFL, sweep_label, sweep_reads
 from fedbook.study import Study, run_study
 from fedlib.data import load_dataset
 
@@ -113,7 +113,7 @@ P = setup(PROFILES, profile, threads=threads, n_seeds=n_seeds, side_seeds=side_s
           temperature=temperature)
 SEEDS = list(range(seed, seed + P.n_seeds))
 SIDE = SEEDS[:min(P.side_seeds, P.n_seeds)]  # the seeds of everything that is not a headline claim's
-STUDY = cosmos.COSMOSStudy.from_settings(P, cifar_root=cifar_root)  # what every run runs: fedbook.studies.cosmos
+STUDY = cosmos.COSMOSStudy.from_settings(P, cifar_root=cifar_root)  # what every run runs: fedbook.studies.cosmos_experiments
 print(f"profile {P.profile}: seeds {SEEDS} (side seeds {SIDE}); {P.n_clients} clients, {P.rounds} rounds; {P.dataset}; "
       f"clients {STUDY.base_mix}")
 # The pilot (the rule in the text below), before any claim's run, on a seed that no claim uses and half of the clients:
@@ -340,7 +340,7 @@ R.update(min_gain=MIN_GAIN, tol=TOL, res_mean=RES_MEAN, alpha_low=ALPHA_LOW)
 # those of a shorter one: `tests/test_cosmos_study.py` checks it). The main COSMOS run also gives
 # its clients' own models ({func}`fedlib.run.evaluate_deployment` with `deploy_model="client"`).
 # Each group of runs is a study ({class}`fedbook.study.Study`: a grid of settings, the seeds, and
-# the function of {mod}`fedbook.studies.cosmos` that runs one cell), run in parallel over the seeds
+# the function of {mod}`fedbook.studies.cosmos_experiments` that runs one cell), run in parallel over the seeds
 # and cached cell by cell ({func}`fedbook.study.run_study`).
 
 # %% tags=["hide-input"]
@@ -410,7 +410,7 @@ for table in (cosmos.mixture_table(F, STUDY), cosmos.alpha_table(F, STUDY)):
 # {glue:text}`rounds` rounds: as many epochs on their own data in all as COSMOS's clients (its
 # pre-training plus its local epochs), so that neither side trains more. Ditto's global and
 # personal models, and FedRep's head and body, share those epochs
-# ({func}`fedbook.studies.cosmos.split_epochs`: {glue:text}`split_first` then
+# ({func}`fedbook.studies.cosmos_experiments.split_epochs`: {glue:text}`split_first` then
 # {glue:text}`split_second` per round), so no method trains more than another. FedBABU fine-tunes for
 # {glue:text}`ft_epochs` epoch(s) before deployment. COSMOS is the one-architecture run above.
 # FedAvg, which does not personalize (no claim compares with it; the paper's Table 7 leaves it
@@ -426,7 +426,7 @@ display(show_table(cosmos.homogeneous_table(F), best={m: "max" for m in METRICS}
 # out: the paper's protocol evaluates the cluster model, which a deployment would send once). A
 # soft pseudo-label matrix is $|U| \times C$ float32 numbers whatever the architecture; FedCT's
 # hard labels are one byte per public image; FedAvg sends the model both ways, which is known
-# without a run ({func}`fedbook.studies.cosmos.fedavg_bytes`: four bytes per parameter of the
+# without a run ({func}`fedbook.studies.cosmos_experiments.fedavg_bytes`: four bytes per parameter of the
 # one-architecture CNN each way, the messages' few bytes of metadata aside).
 
 # %% tags=["hide-input"]

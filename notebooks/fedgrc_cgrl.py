@@ -29,7 +29,7 @@
 # random instances (and symbolically with sympy where that is a proof), and records a row of the
 # **check table** at the end. The library code under test is {mod}`fedlib.cgrl` (the losses); the
 # same statements are property tests in `tests/test_fedgrc_theory.py`. Each check is a function of
-# {mod}`fedbook.studies.fedgrc_checks`, named where it is used, and the section's `record_*`
+# {mod}`fedbook.studies.fedgrc_derivations`, named where it is used, and the section's `record_*`
 # function of that module adds its rows to the table.
 #
 # **About the source.** The extracted text of the paper lacks every displayed equation: the
@@ -48,7 +48,7 @@ import functools
 
 from fedbook.checks import CheckTable
 from fedbook.page import glue_all, setup
-from fedbook.studies import fedgrc_checks as fc
+from fedbook.studies import fedgrc_derivations as fc
 from fedlib.rng import numpy_rng
 
 PROFILES = {
@@ -84,8 +84,8 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # the difference of the two sides is exactly $R_i^2(u_i^\top u_i - 1) + R_j^2(u_j^\top u_j - 1)$,
 # i.e. zero precisely on unit directions; numerically we split random raw features with
 # {func}`fedlib.cgrl.unit` over six orders of magnitude of norms
-# ({func}`fedbook.studies.fedgrc_checks.radial_angular_symbolic`,
-# {func}`fedbook.studies.fedgrc_checks.radial_angular_split`).
+# ({func}`fedbook.studies.fedgrc_derivations.radial_angular_symbolic`,
+# {func}`fedbook.studies.fedgrc_derivations.radial_angular_split`).
 
 # %%
 eq10_symbolic = fc.radial_angular_symbolic()
@@ -130,8 +130,8 @@ R.update(fc.record_eq10(checks, eq10_symbolic, fc.radial_angular_split(rng_for(1
 #
 # (one class's and layer's term $p_{\chi,\ell,c}[\dots]$ is {func}`fedlib.cgrl.dispersion_plus_offset`).
 # First sympy, on a batch of five views with the gate pattern $(1,0,1,1,0)$ and symbolic log norms
-# ({func}`fedbook.studies.fedgrc_checks.magnitude_lemma_symbolic`), then random batches
-# ({func}`fedbook.studies.fedgrc_checks.magnitude_decomposition`):
+# ({func}`fedbook.studies.fedgrc_derivations.magnitude_lemma_symbolic`), then random batches
+# ({func}`fedbook.studies.fedgrc_derivations.magnitude_decomposition`):
 
 # %%
 lemma_symbolic = fc.magnitude_lemma_symbolic()
@@ -181,7 +181,7 @@ R.update(fc.record_lemma(checks, lemma_symbolic, fc.magnitude_decomposition(rng_
 # unit class directions with some zero references (classes never observed), feature norms over
 # three orders of magnitude. The library's losses are means over the $2B$ views, so each view's
 # closed-form gradient carries a factor $1/(2B)$ (and $1/|\Lambda|$ for the magnitude loss)
-# ({func}`fedbook.studies.fedgrc_checks.gradient_geometry`).
+# ({func}`fedbook.studies.fedgrc_derivations.gradient_geometry`).
 
 # %%
 R.update(fc.record_gradients(checks, fc.gradient_geometry(rng_for(3), P.trials, P.dim)))
@@ -196,7 +196,7 @@ R.update(fc.record_gradients(checks, fc.gradient_geometry(rng_for(3), P.trials, 
 # feature-space statement: through the backbone Jacobian $J_i = \partial h_i/\partial\phi$ the
 # parameter-gradient inner product is $\sum_{i,j} g_i^\top J_iJ_j^\top v_j$, with no reason to vanish.
 # A two-layer random backbone shows it (a counterexample to the stronger reading,
-# {func}`fedbook.studies.fedgrc_checks.parameter_gradient_cosines`):
+# {func}`fedbook.studies.fedgrc_derivations.parameter_gradient_cosines`):
 
 # %%
 R.update(fc.record_parameter_space(checks, fc.parameter_gradient_cosines(rng_for(4), P.trials)))

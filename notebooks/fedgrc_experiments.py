@@ -76,8 +76,8 @@ import matplotlib.pyplot as plt
 
 from fedbook.claims import Claim, Read, strongest_baseline
 from fedbook.page import claims_report, glue_all, setup, show_table
-from fedbook.studies import fedgrc
-from fedbook.studies.fedgrc import BASELINES, FEDGRC, key, reads
+from fedbook.studies import fedgrc_experiments as fedgrc
+from fedbook.studies.fedgrc_experiments import BASELINES, FEDGRC, key, reads
 from fedbook.study import Study, run_study
 from fedlib.data import load_dataset
 from fedlib.metrics import RARE_RATIO
@@ -384,9 +384,9 @@ print(f"{len(CLAIMS)} claims declared")
 # and nothing else. The baseline heads use the penultimate features: FedNCM {cite:p}`fedncm`, an
 # LDA-style pooled-covariance head, FedCGS {cite:p}`fedcgs`, Fed3R {cite:p}`fed3r` and CCVR
 # {cite:p}`ccvr`; MMS and SASP use the concatenated layers $\Lambda$. One object holds what is
-# trained and deployed ({class}`fedbook.studies.fedgrc.FedGRCStudy`); the study `TRAINING` below
+# trained and deployed ({class}`fedbook.studies.fedgrc_experiments.FedGRCStudy`); the study `TRAINING` below
 # runs it in every cell of its grid, one $\alpha$ and one run seed
-# ({func}`fedbook.studies.fedgrc.train_cell`, cells cached and spread over `workers` processes by
+# ({func}`fedbook.studies.fedgrc_experiments.train_cell`, cells cached and spread over `workers` processes by
 # {func}`fedbook.study.run_study`), and refits on each cell's frozen CGRL backbone the heads of the
 # sensitivity sweeps and of Exercise 3. The pilot is a study of its own, one cell.
 
@@ -538,7 +538,7 @@ for table in fedgrc.show_excess(tidy9, h0):
 # $\alpha =$ {glue:text}`fge_alpha_lo`, extract each client's features once
 # ({class}`fedlib.posthoc.FrozenFeatures`), and refit: SASP for every $m_0$ (0 uses
 # the raw local means of the observed classes, $\infty$ the shared head), and MMS + SASP for every
-# $\gamma$ ({func}`fedbook.studies.fedgrc.sensitivity`). Each head is evaluated by the same
+# $\gamma$ ({func}`fedbook.studies.fedgrc_experiments.sensitivity`). Each head is evaluated by the same
 # protocol; the bands are the 95 % intervals over the seeds ({numref}`fig-fedgrc-sensitivity`).
 
 # %% tags=["hide-input"]
@@ -679,7 +679,7 @@ rotated = run_study(ROTATED, cache=cache_dir)["rotated"]
 # `edit_federation`, a function applied to every federation right after it is built (before the
 # validation split), that gives every odd-numbered client quarter-turn-rotated images (training
 # and local test): add `edit_federation=fedgrc.rotate_odd_clients` to the `partial` of `TRAINING`
-# ({func}`fedbook.studies.fedgrc.rotate_odd_clients`; write your own to rotate other clients or
+# ({func}`fedbook.studies.fedgrc_experiments.rotate_odd_clients`; write your own to rotate other clients or
 # other ways), then re-run. Does local accuracy now fall as
 # $m_0$ grows (the $m_0$ panel of {numref}`fig-fedgrc-sensitivity`), as Eq. (35) predicts, and
 # where is the best compromise with F@25?

@@ -38,7 +38,7 @@
 # `tests/test_fedgrc_theory.py`. The random instances are federations of unscaled multilayer
 # features with label skew, client-specific class shifts and a magnitude per layer
 # ({func}`fedbook.studies.fedgrc_synthetic.random_multilayer_federation`); each numerical check is a function of
-# {mod}`fedbook.studies.fedgrc_checks`, named where it is used, and the section's `record_*`
+# {mod}`fedbook.studies.fedgrc_derivations`, named where it is used, and the section's `record_*`
 # function of that module adds its rows to the table.
 #
 # **About the source.** The extracted text of the paper lacks every displayed equation: the
@@ -67,7 +67,7 @@ import functools
 
 from fedbook.checks import CheckTable
 from fedbook.page import glue_all, setup
-from fedbook.studies import fedgrc_checks as fc
+from fedbook.studies import fedgrc_derivations as fc
 from fedlib.rng import numpy_rng
 
 PROFILES = {
@@ -115,7 +115,7 @@ print(f"profile {P.profile}: {P.trials} random instances per check, dimension up
 # layer residual blocks, which is the middle expression; the right one substitutes Eq. (21).)
 # We compute the left sides with {class}`fedlib.stats.ClassMoments` and {class}`fedlib.heads.MMS`
 # fitted on per-client moments, the right sides from explicit pairwise sums
-# ({func}`fedlib.cgrl.trace_from_pairs`; the check is {func}`fedbook.studies.fedgrc_checks.trace_identities`).
+# ({func}`fedlib.cgrl.trace_from_pairs`; the check is {func}`fedbook.studies.fedgrc_derivations.trace_identities`).
 
 # %%
 R.update(fc.record_traces(checks, fc.trace_identities(rng_for(5), P.trials, P.dim), P.trials))
@@ -132,7 +132,7 @@ R.update(fc.record_traces(checks, fc.trace_identities(rng_for(5), P.trials, P.di
 # $c$ as well, so the scaled features $z$, the shared means, $\widehat\Sigma_w$, the metric $A$ and
 # every prediction are **exactly invariant**: the statistical head does not depend on the
 # arbitrary scale of each layer, while the magnitude structure *within* a layer survives
-# ({func}`fedbook.studies.fedgrc_checks.layer_scaling_invariance`).
+# ({func}`fedbook.studies.fedgrc_derivations.layer_scaling_invariance`).
 
 # %%
 R.update(fc.record_invariance(checks, fc.layer_scaling_invariance(rng_for(6), P.trials, P.dim), P.trials))
@@ -156,7 +156,7 @@ R.update(fc.record_invariance(checks, fc.layer_scaling_invariance(rng_for(6), P.
 # $$
 #
 # Pooling client-centred covariances would drop the second (between-client) term; MMS keeps it
-# ({func}`fedbook.studies.fedgrc_checks.shift_decomposition` compares the two sides).
+# ({func}`fedbook.studies.fedgrc_derivations.shift_decomposition` compares the two sides).
 
 # %%
 R.update(fc.record_shift(checks, fc.shift_decomposition(rng_for(7), P.trials, P.dim), P.trials))
@@ -181,7 +181,7 @@ R.update(fc.record_shift(checks, fc.shift_decomposition(rng_for(7), P.trials, P.
 # because $\sum_{i\in c}(h_i - \bar h_c)(h_i - \bar h_c)^\top = G_c - t_ct_c^\top/N_c$. We compare
 # {class}`fedlib.heads.MMS` fitted on a *list* of per-client {class}`fedlib.stats.ClassMoments` with a
 # direct numpy computation on the pooled, explicitly scaled, concatenated features
-# ({func}`fedbook.studies.fedgrc_checks.centralized_mms`) — the whole matrix, and the
+# ({func}`fedbook.studies.fedgrc_derivations.centralized_mms`) — the whole matrix, and the
 # off-diagonal (cross-layer) blocks on their own.
 
 # %%
@@ -214,7 +214,7 @@ fc.moments_table(errs)
 # $\widehat\Sigma_w$ to be invertible: we include covariances from fewer samples than dimensions
 # ($n < d$). The condition-number bound is **attained** when $\widehat\Sigma_w$ has rank one
 # ($\sigma_{\max} = \sum_j\sigma_j$, $\sigma_{\min} = 0$): two samples of one class
-# ({func}`fedbook.studies.fedgrc_checks.metric_bounds`).
+# ({func}`fedbook.studies.fedgrc_derivations.metric_bounds`).
 
 # %%
 R.update(fc.record_bounds(checks, fc.metric_bounds(rng_for(9), P.trials, P.dim), P.trials))
@@ -260,7 +260,7 @@ R.update(fc.record_bounds(checks, fc.metric_bounds(rng_for(9), P.trials, P.dim),
 #
 # sympy solves the stationarity condition in one dimension for general $n$ (with symbolic $t$)
 # and in two dimensions with a symbolic symmetric $A$ and three symbolic samples
-# ({func}`fedbook.studies.fedgrc_checks.sasp_symbolic`):
+# ({func}`fedbook.studies.fedgrc_derivations.sasp_symbolic`):
 
 # %%
 sasp_symbolic = fc.sasp_symbolic()
@@ -273,8 +273,8 @@ R.update(fc.record_sasp_symbolic(checks, sasp_symbolic))
 # Numerically: {class}`fedlib.heads.SASP`'s means against `scipy.optimize.minimize` (BFGS with the
 # analytic gradient) on $J$ with the fitted metric, and against the minimizer of $J$ under a
 # *different*, random SPD metric (it must not move); the absent-class case; the identities (35)
-# ({func}`fedbook.studies.fedgrc_checks.sasp_minimizer`); and the shrinkage $1 - \alpha(n)$ decreases
-# with the support ({func}`fedbook.studies.fedgrc_checks.support_increases`).
+# ({func}`fedbook.studies.fedgrc_derivations.sasp_minimizer`); and the shrinkage $1 - \alpha(n)$ decreases
+# with the support ({func}`fedbook.studies.fedgrc_derivations.support_increases`).
 
 # %%
 R.update(fc.record_sasp(checks, fc.sasp_minimizer(rng_for(10), P.trials, P.dim), fc.support_increases(m0=10.0)))
@@ -301,7 +301,7 @@ R.update(fc.record_sasp(checks, fc.sasp_minimizer(rng_for(10), P.trials, P.dim),
 # and under $z\mid y = c\sim\mathcal N(\tilde\mu_c, A^{-1})$ with $\pi_c = 1/C$ the log posterior is
 # $-\tfrac12\lVert z - \tilde\mu_c\rVert_A^2$ plus a constant: the same rule. We compare SASP's
 # linear head, the nearest mean and `scipy.stats.multivariate_normal`'s log densities
-# ({func}`fedbook.studies.fedgrc_checks.bayes_equivalence`).
+# ({func}`fedbook.studies.fedgrc_derivations.bayes_equivalence`).
 
 # %%
 R.update(fc.record_bayes(checks, fc.bayes_equivalence(rng_for(11), P.trials, P.dim)))
@@ -361,7 +361,7 @@ R.update(fc.record_bayes(checks, fc.bayes_equivalence(rng_for(11), P.trials, P.d
 # One function computes all these quantities from a fitted shared head and a client's head
 # ({func}`fedlib.heads.stability.stability_terms`), another counts the counterexamples to each
 # statement on labelled queries ({func}`fedlib.heads.stability.stability_summary`); the check
-# adds them up over random federations ({func}`fedbook.studies.fedgrc_checks.stability_on_random_federations`):
+# adds them up over random federations ({func}`fedbook.studies.fedgrc_derivations.stability_on_random_federations`):
 
 # %%
 R.update(fc.record_random_stability(checks, fc.stability_on_random_federations(rng_for(12), P.trials, P.dim), P.trials))
@@ -384,8 +384,8 @@ R.update(fc.record_random_stability(checks, fc.stability_on_random_federations(r
 # per client, with fedlib's defaults $\gamma$ = {glue:text}`fgd_gamma:.2f` and $m_0$ = {glue:text}`fgd_m0:.0f`
 # (the paper's hyper-parameter table is missing). Each client's adapted head is compared with the
 # shared head on the **global test set** (class-balanced: $R = Q$) and on its **local test split**
-# ($R = P^{(k)}$): {func}`fedbook.studies.fedgrc_checks.trained_cnn_stability`, with
-# {func}`fedbook.studies.fedgrc_checks.stability_by_client`.
+# ($R = P^{(k)}$): {func}`fedbook.studies.fedgrc_derivations.trained_cnn_stability`, with
+# {func}`fedbook.studies.fedgrc_derivations.stability_by_client`.
 
 # %% tags=["hide-input"]
 cnn = fc.trained_cnn_stability(seed, P.n_samples, P.n_clients, P.alpha, P.gtpc, P.rounds)

@@ -37,7 +37,7 @@ from IPython.display import display
 
 from fedbook.claims import HOLDS
 from fedbook.page import glue_all, setup, show_table
-from fedbook.records import (findings_counts, findings_html, findings_numbers, nearest_decisions, plot_verdicts,
+from fedbook.catalog import (findings_counts, findings_html, findings_numbers, nearest_decisions, plot_verdicts,
                              read_findings, toc_chapters, verdict_changes)
 
 PROFILES = {"smoke": {}, "book": {}, "paper": {}}
@@ -120,7 +120,7 @@ display(findings_html(findings))
 #    they rest on now. Which paper's open claims would a modest budget (twice the seeds) settle?
 #
 # :::{dropdown} Hint
-# `fedbook.records.read_findings` gives the table behind this page; the column `seeds to decide` reads
+# `fedbook.catalog.read_findings` gives the table behind this page; the column `seeds to decide` reads
 # `"n = 12"` where a number of seeds would decide the claim at the observed spread.
 # :::
 #

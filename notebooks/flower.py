@@ -34,7 +34,7 @@
 # | fedlib | on Flower |
 # |---|---|
 # | the round loop (sampling, events, the non-finite guard, aggregation, evaluation schedule, ledger, checkpoints) | runs unchanged inside the `ServerApp` |
-# | the transport: "send these messages to these clients, get replies" | {class}`~fedlib.engines.flower.transport.FlowerTransport`: one Flower `Message` per fedlib message, through the `Grid` |
+# | the transport: "send these messages to these clients, get replies" | {class}`~fedlib.engines.flower.remote.FlowerTransport`: one Flower `Message` per fedlib message, through the `Grid` |
 # | a client's hooks (`local_update`, `deploy`, the protocol's evaluation) | the `ClientApp`'s `@app.train()` and `@app.evaluate()` handlers |
 # | a {class}`~fedlib.messages.Message` | a `RecordDict`: an `ArrayRecord` of the arrays, a `ConfigRecord` of the metadata ({func}`~fedlib.engines.flower.records.message_to_records`, lossless) |
 # | a client's persistent {class}`~fedlib.messages.State` | the node's `context.state` |

@@ -33,7 +33,7 @@
 # The chapter ends with a live check table. The same statements are property tests in
 # `tests/test_geometry.py`. The implementation is {mod}`fedlib.geometry`; the class moments come
 # from `fedlib.stats.ClassMoments`. The checks themselves, with their seeded random instances, are
-# {mod}`fedbook.studies.ggeur_checks`; this page runs them and reads the results.
+# {mod}`fedbook.studies.ggeur_derivations`; this page runs them and reads the results.
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke" (seconds), "book" (the default), "paper" (more trials)
@@ -46,7 +46,7 @@ import matplotlib.pyplot as plt
 
 from fedbook.checks import CheckTable
 from fedbook.page import glue_all, setup
-from fedbook.studies import ggeur_checks as gc
+from fedbook.studies import ggeur_derivations as gc
 
 PROFILES = {
     "smoke": dict(n_trials=10, n_draws=20_000, mix_dim=6, mix_classes=4, mix_per_class=120, n_clients=6, alpha=0.1, total=120),
@@ -74,8 +74,8 @@ print(f"profile {P.profile}: {P.n_trials} trials, {P.n_draws} draws")
 # We check it on random federations with unequal client sizes, classes held by a single client and
 # classes with a single sample, against `numpy.cov` of the pooled samples and against the additive
 # moments of `fedlib.stats.ClassMoments` (which is how fedlib computes it):
-# {func}`fedbook.studies.ggeur_checks.eq4_on_random_federations`, on the federations of
-# {func}`fedbook.studies.ggeur_checks.random_federation`.
+# {func}`fedbook.studies.ggeur_derivations.eq4_on_random_federations`, on the federations of
+# {func}`fedbook.studies.ggeur_derivations.random_federation`.
 
 # %% tags=["hide-input"]
 section = gc.eq4_section(checks, seed, P.n_trials)  # its rows of the check table, its numbers and its table
@@ -101,7 +101,7 @@ section.tables[0]
 # eigenvalue is 0 or 1. The paper's version is not even consistent in units: multiplying all
 # embeddings by $c$ multiplies $\Sigma$ by $c^2$ but the paper's noise covariance by $c^4$. We
 # compare the analytic covariances with the empirical covariance of many generated $\beta$
-# ({func}`fedbook.studies.ggeur_checks.generation_covariances`).
+# ({func}`fedbook.studies.ggeur_derivations.generation_covariances`).
 
 # %% tags=["hide-input"]
 section = gc.generation_section(checks, seed, P.n_draws)
@@ -131,7 +131,7 @@ plt.show()
 # (an eigen-solver may return either sign), that $S = k$ when the top-$k$ bases coincide up to
 # sign, and what happens when they span the same subspace in another order. For comparison,
 # fedlib also offers the rotation-invariant $\lVert V_k^\top V_k'\rVert_F^2$
-# (`method="subspace"`). The check is {func}`fedbook.studies.ggeur_checks.similarity_properties`.
+# (`method="subspace"`). The check is {func}`fedbook.studies.ggeur_derivations.similarity_properties`.
 
 # %% tags=["hide-input"]
 section = gc.similarity_section(checks, seed, P.n_trials)
@@ -161,7 +161,7 @@ section.tables[0]
 # $\approx \Sigma_{\text{local}} + \Sigma$: right for a client with very few samples
 # ($\Sigma_{\text{local}}\approx 0$), about twice too wide for a client whose samples already
 # represent the class. The distances are
-# {func}`fedbook.studies.ggeur_checks.augmentation_distances`.
+# {func}`fedbook.studies.ggeur_derivations.augmentation_distances`.
 
 # %% tags=["hide-input"]
 section = gc.augmentation_section(checks, seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
@@ -189,7 +189,7 @@ plt.show()
 # ## 5. Degenerate inputs and batched generation
 #
 # Each row below is computed now: the case, what fedlib does, and whether any generated value is
-# NaN (not a number) ({func}`fedbook.studies.ggeur_checks.degenerate_inputs`).
+# NaN (not a number) ({func}`fedbook.studies.ggeur_derivations.degenerate_inputs`).
 
 # %% tags=["hide-input"]
 gc.degenerate_section(checks, seed).tables[0]
@@ -198,7 +198,7 @@ gc.degenerate_section(checks, seed).tables[0]
 # Finally, {func}`fedlib.geometry.augment` generates all samples of a class with one matrix
 # product, $X_{\text{new}} = X_{[j \bmod n]} + (E \odot s) V^\top$; the per-sample loop of
 # Algorithm 1 ({func}`fedlib.geometry.augment_loop`) must give the same samples from the same
-# draws ({func}`fedbook.studies.ggeur_checks.batched_against_loop`).
+# draws ({func}`fedbook.studies.ggeur_derivations.batched_against_loop`).
 
 # %% tags=["remove-cell"]
 R.update(gc.batched_section(checks, seed, dim=32, n_new=300).numbers)

@@ -66,7 +66,7 @@
 # them one after another, and over the rounds the rounding grows into small differences in the
 # accuracies, so the two settings do not give the same digits. Every experiment is a study
 # ({class}`fedbook.study.Study`, declared where it runs): a grid of settings and the seeds, each
-# cell (one seed, and one $\beta$ under label skew) a function of {mod}`fedbook.studies.ggeur`
+# cell (one seed, and one $\beta$ under label skew) a function of {mod}`fedbook.studies.ggeur_experiments`
 # that returns tidy frames. `workers = 2` runs the cells in two processes
 # ({func}`fedbook.study.run_study`) with the same bits, which is faster when the chapter runs
 # alone on a machine with two or more cores; `cache_dir` keeps each cell's frames on disk, so a
@@ -104,8 +104,8 @@ from fedbook.claims import Claim, Read
 from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, glue_all, setup
 from fedbook.study import Study, run_study
-from fedbook.studies import ggeur as gg
-from fedbook.studies.ggeur import ABLATION_BASES, BASES, DOMAINS, GGEUR_CODE as G, STEP1, STEPS12, GGEURStudy
+from fedbook.studies import ggeur_experiments as gg
+from fedbook.studies.ggeur_experiments import ABLATION_BASES, BASES, DOMAINS, GGEUR_CODE as G, STEP1, STEPS12, GGEURStudy
 from fedlib.data import load_dataset
 from fedlib.engines.vectorized import SequentialFallback
 from fedlib.run import RunOptions

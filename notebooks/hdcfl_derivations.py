@@ -51,7 +51,7 @@ n_clients = None  # clients of the small federation (sections 3, 5, 6)
 threads = 1  # torch CPU threads (1 is fastest on a shared 2-core machine)
 
 # %% tags=["hide-input"]
-import fedbook.studies.hdcfl_checks as hc
+import fedbook.studies.hdcfl_derivations as hc
 from fedbook.checks import CheckTable
 from fedbook.page import glue_all, setup, show_table
 from fedlib.algorithms.hdcfl import HDCConfig
@@ -108,12 +108,12 @@ print(f"profile {P.profile}: {P.trials} random instances per check, {P.n_clients
 #
 # We check each statement on random heads of random sizes ($n$ clients, $C$ classes, $d$
 # features, rank $r$), against the formula written out on its own
-# ({func}`fedbook.studies.hdcfl_checks.descriptors_in_basis`) in a basis found without the
+# ({func}`fedbook.studies.hdcfl_derivations.descriptors_in_basis`) in a basis found without the
 # library: the top-$r$ eigenvectors of $\sum_k H_k H_k^\top$, which span the same subspace as the
 # top-$r$ left singular vectors of $[H_1, \dots, H_n]$ (compared through Gram matrices, since a
 # basis of that subspace is fixed only up to signs and a rotation); the invariance checks rotate
 # the library's own basis {func}`fedlib.clustering.lowrank_basis`
-# ({func}`fedbook.studies.hdcfl_checks.descriptor_invariance`).
+# ({func}`fedbook.studies.hdcfl_derivations.descriptor_invariance`).
 
 # %% tags=["hide-input"]
 descriptor_table, numbers = hc.descriptor_section(checks, P.trials, seed)  # the worst errors over the random head sets
@@ -138,7 +138,7 @@ show_table(descriptor_table, formats={"max abs error": ".1e"})
 #
 # Each row is positive and sums to one. For two groups the softmax is a logistic function of the
 # similarity gap, $m_1 = 1/(1 + \exp((s_2 - s_1)/T))$; sympy derives it and its limits
-# ({func}`fedbook.studies.hdcfl_checks.two_group_membership`).
+# ({func}`fedbook.studies.hdcfl_derivations.two_group_membership`).
 
 # %%
 symbolic = hc.two_group_membership(checks)  # sympy: the softmax against the closed form, and the closed form's limits
@@ -283,7 +283,7 @@ show_table(planted_table, digits={"silhouette raw": 3, "silhouette low-rank": 3,
 # that **head similarity tracks encoder compatibility**: over the pairs of clients, the Spearman
 # correlation between the cosine of their trained heads and the compatibility of their encoders
 # (how little a client's logits on the probe change when its encoder is swapped for the other's,
-# averaged over both directions; {func}`fedbook.studies.hdcfl_checks.head_compatibility_rho`).
+# averaged over both directions; {func}`fedbook.studies.hdcfl_derivations.head_compatibility_rho`).
 # The paper's argument predicts a positive correlation for short updates and a weaker one as
 # the encoders drift apart; both are checked, and either can fail.
 

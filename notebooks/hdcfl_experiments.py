@@ -70,11 +70,11 @@ import warnings
 import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
-import fedbook.studies.hdcfl as hdcfl
+import fedbook.studies.hdcfl_experiments as hdcfl
 from fedbook.claims import Claim, Read
 from fedbook.page import claims_report, glue_all, setup, show_table
 from fedbook.study import Study, run_study
-from fedbook.studies.hdcfl import BASELINES, DEFAULT_VARIANT, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT
+from fedbook.studies.hdcfl_experiments import BASELINES, DEFAULT_VARIANT, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT
 from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.engines.vectorized import SequentialFallback
 from fedlib.run import RunOptions
@@ -241,7 +241,7 @@ R = hdcfl.setting_numbers(STUDY, P.n_seeds, N_CLASSES)  # the numbers the prose 
 # read the same runs. Each declaration below names where its two sides are read: a frame of the
 # runs, its rows and its column ({class}`fedbook.claims.Read`), one value per seed, paired by seed;
 # the frames are the runs' tidy tables and the per-seed readings made of them
-# ({func}`fedbook.studies.hdcfl.results`).
+# ({func}`fedbook.studies.hdcfl_experiments.results`).
 
 # %% tags=["hide-input"]
 SCALE = hdcfl.scale(STUDY, P.settings, seed)  # the first seed's federations: their pools' sizes and resolutions
@@ -401,10 +401,10 @@ CLAIMS = [
 # shared encoder). The
 # evaluation reads each client's pooled score at the last round. The runs are a study
 # ({class}`fedbook.study.Study`): the grid of the settings crossed with the seeds, each cell one
-# setting and one seed ({func}`fedbook.studies.hdcfl.run_cell`, every method's runs), which
+# setting and one seed ({func}`fedbook.studies.hdcfl_experiments.run_cell`, every method's runs), which
 # returns tidy frames, run in `workers` processes and cached by what they depend on. The worked
 # solutions of the exercises are a second, smaller study on the first seed
-# ({func}`fedbook.studies.hdcfl.exercise_cell`).
+# ({func}`fedbook.studies.hdcfl_experiments.exercise_cell`).
 
 # %% tags=["hide-input"]
 MAIN = Study("main", functools.partial(hdcfl.run_cell, study=STUDY), grid={"setting": P.settings}, seeds=SEEDS)
@@ -601,7 +601,7 @@ R["ex_seconds"] = time.perf_counter() - t_ex
 # :::
 #
 # :::{dropdown} Worked solution
-# On the first seed ({func}`fedbook.studies.hdcfl.exercise_cell` computes it) the ARI between the head-derived and
+# On the first seed ({func}`fedbook.studies.hdcfl_experiments.exercise_cell` computes it) the ARI between the head-derived and
 # the label-histogram groupings is
 # {glue:text}`ex2_ari_ls:.2f` under label subsets, {glue:text}`ex2_ari_dir:.2f` under Dirichlet
 # skew and {glue:text}`ex2_ari_rot:.2f` under rotation:

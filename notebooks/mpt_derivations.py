@@ -30,7 +30,7 @@
 # numerically against an independent reference, and ends with a table of every check. The same
 # statements are property tests in `tests/test_tracking.py`. The implementation is
 # {mod}`fedlib.tracking`; the random instances, the symbolic derivations (sympy) and the numerical
-# checks are {mod}`fedbook.studies.mpt_checks`, each check adding its rows (statement, how it was
+# checks are {mod}`fedbook.studies.mpt_derivations`, each check adding its rows (statement, how it was
 # checked, the worst error, the verdict) to the table; the federated experiments are in
 # {ref}`chapter-mpt-experiments`.
 
@@ -43,7 +43,7 @@ dim = None  # feature dimension of the random instances
 # %% tags=["hide-input"]
 from fedbook.checks import CheckTable
 from fedbook.page import glue_all, setup, show_table
-from fedbook.studies import mpt_checks as C
+from fedbook.studies import mpt_derivations as C
 
 PROFILES = {
     "smoke": dict(trials=5, dim=8, K=4, mc=2000),
@@ -51,7 +51,7 @@ PROFILES = {
     "paper": dict(trials=100, dim=512, K=9, mc=50000),
 }
 P = setup(PROFILES, profile, trials=trials, dim=dim)
-checks = CheckTable()  # the final check table: each check below adds its rows (fedbook.studies.mpt_checks)
+checks = CheckTable()  # the final check table: each check below adds its rows (fedbook.studies.mpt_derivations)
 R = {}  # the numbers the prose quotes, glued at the end
 print(f"profile {P.profile}: {P.trials} random instances per check, d = {P.dim}, K = {P.K} remaining classes")
 

@@ -71,7 +71,7 @@ from IPython.display import display
 from fedbook.claims import Claim, Read
 from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
-from fedbook.studies import mpt as M
+from fedbook.studies import mpt_experiments as M
 from fedbook.study import Study, run_study
 from fedlib.tracking import TrackingConfig
 
@@ -109,9 +109,9 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 # (which samples the departing client holds, the global test set) and its own model initialization
 # and batch order (`LoopConfig(seed=s)`); every number below is a mean over these seeds with its 95 % Student's t
 # interval, and every claim is decided on differences paired by seed ({mod}`fedbook.claims`). Every run is
-# built the same way by {class}`fedbook.studies.mpt.MPTStudy`, and every experiment is a *study*
+# built the same way by {class}`fedbook.studies.mpt_experiments.MPTStudy`, and every experiment is a *study*
 # ({class}`fedbook.study.Study`) declared where it runs: its grid of settings, its seeds, and the
-# function of {mod}`fedbook.studies.mpt` that runs one cell (one setting and one seed); its tidy
+# function of {mod}`fedbook.studies.mpt_experiments` that runs one cell (one setting and one seed); its tidy
 # frames carry the setting and the seed of every row. The fraction table runs
 # {glue:text}`n_seeds` seeds at this profile: it decides the **headline** claims (those the paper's
 # abstract or conclusion makes, marked in the table); the figure runs (per-round curves, the
@@ -377,7 +377,7 @@ M.plot_scenario(sc, fig_name, P.rare_class)
 #
 # ## Per-round rare-class F1 (the paper's Figure 4)
 #
-# The figure runs (the study `FIGURE`, a cell {func}`fedbook.studies.mpt.figure_cell` per seed):
+# The figure runs (the study `FIGURE`, a cell {func}`fedbook.studies.mpt_experiments.figure_cell` per seed):
 # {glue:text}`fig_dataset` with the figure model, one run per seed, the client
 # leaving at the start of round {glue:text}`departure_round` of {glue:text}`n_rounds`. A method's
 # curve at round $r$ pairs the global model $\theta_r$ with the prototypes the server computed under
@@ -420,7 +420,7 @@ show_table(M.last_round_table(history, SHOW), best={"rare-class F1": "max", "ove
 # ## Final rare-class F1 by remaining fraction (Table II style)
 #
 # The table model on every data set, for each remaining fraction and seed (the study `TABLE`, a cell
-# {func}`fedbook.studies.mpt.table_cell` per data set, fraction and seed); each cell is the
+# {func}`fedbook.studies.mpt_experiments.table_cell` per data set, fraction and seed); each cell is the
 # rare-class F1 at the last round, mean ± half-width of the 95 % interval over the seeds.
 
 # %% tags=["hide-input"]
@@ -535,7 +535,7 @@ show_table(M.distance_table(history, ABL), best={"distance to the oracle at the 
 # ## Cost: communication and time (the paper's Figure 5)
 #
 # **Communication.** Each method alone, through the ledger (the study `BYTES`, a cell
-# {func}`fedbook.studies.mpt.bytes_cell` per seed): per seed, a short run per method whose
+# {func}`fedbook.studies.mpt_experiments.bytes_cell` per seed): per seed, a short run per method whose
 # clients send only that method's payload ({data}`fedlib.algorithms.mpt.METHOD_PAYLOAD`), on
 # half of the seed's data (message sizes depend on shapes, not on the number of samples), one
 # local step per round; the bytes of the last round (after the departure, with SDC's and LDC's
@@ -557,7 +557,7 @@ show_table(M.bytes_table(frames["bytes"], COMM_METHODS), digits=3, formats={"byt
 # map training, the server's per-round work for all methods together, and, timed apart, the two
 # server computations of Figure 5 (b): CCVR's virtual features and head re-training, and MPT's
 # reconstruction; each relative to a client's local training of a round (median of repeats;
-# {func}`fedbook.studies.mpt.extra_work_times`, measured in each figure run's cell right after its
+# {func}`fedbook.studies.mpt_experiments.extra_work_times`, measured in each figure run's cell right after its
 # training).
 
 # %% tags=["hide-input"]
@@ -622,7 +622,7 @@ results = claims_report(CLAIMS, frames, digits=3, total_seconds=float(P.elapsed(
 # only the statistics the compared methods need (the payload; it changes no prototype), so that the
 # page stays cheap: {glue:text}`fig_dataset`, table model {glue:text}`table_model`, seed
 # {glue:text}`ex_seed`, {glue:text}`ex_rounds` rounds with the departure at round
-# {glue:text}`departure_round` (the studies `DRIFT` and `MORE` of {func}`fedbook.studies.mpt.reduced_cell`).
+# {glue:text}`departure_round` (the studies `DRIFT` and `MORE` of {func}`fedbook.studies.mpt_experiments.reduced_cell`).
 # Re-run the chapter with the exercise's parameters for the full answer.
 
 # %% tags=["hide-cell"]

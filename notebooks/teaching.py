@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 
 from fedbook.page import glue_all, setup, show_table
-from fedbook.records import (chapter_times, exercise_index, exercise_numbers, handout_cell, timing_numbers,
+from fedbook.catalog import (chapter_times, exercise_index, exercise_numbers, handout_cell, timing_numbers,
                              toc_chapters)
 from fedbook.studies.teaching import demo_cell, demo_methods
 from fedbook.study import Study, run_study

@@ -427,7 +427,7 @@ def test_the_write_your_own_method_exercise_fails_as_handed_out_and_passes_when_
 
 
 def test_every_exercise_is_marked_and_has_a_hint_and_a_worked_solution():
-    from fedbook.records import EXERCISE_KINDS, exercises
+    from fedbook.catalog import EXERCISE_KINDS, exercises
 
     problems, total = [], 0
     for name in CHAPTERS:

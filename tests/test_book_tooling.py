@@ -19,7 +19,7 @@ from scipy import stats
 import fedbook.page as book
 from fedbook.page import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, claims_report, clipped_error, format_bytes,
                          format_number, format_value, place_labels, resolve, setup, show_table)
-from fedbook.records import chapter_times, chapter_title, exercise_index, exercises, record_seconds, toc_chapters
+from fedbook.catalog import chapter_times, chapter_title, exercise_index, exercises, record_seconds, toc_chapters
 from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, Read, evaluate, show
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""The procedures of the COSMOS derivations chapter (fedbook.studies.cosmos_checks and
+"""The procedures of the COSMOS derivations chapter (fedbook.studies.cosmos_derivations and
 fedbook.studies.cosmos_synthetic): hand-computed fixtures, the identities they rely on, each
 check shown to fail on a wrong library function, and the synthetic federation's independence of
 torch's global random state."""
@@ -13,12 +13,12 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal
 
-import fedbook.studies.cosmos_checks as cc
+import fedbook.studies.cosmos_derivations as cc
 from fedlib.algorithms import COSMOS
 from fedlib.clustering import greedy_b0
 from fedlib.data import make_gaussian_mixture
 from fedlib.distill import PublicSet, consistency_loss, kl_rows, l1_distances, make_public_set
-from fedbook.studies.cosmos_checks import (algorithm1_checks, assumption51_over_time, b0_search_checks,
+from fedbook.studies.cosmos_derivations import (algorithm1_checks, assumption51_over_time, b0_search_checks,
                                               consistency_gradient_checks, cosmos_iterations, greedy_rule_violations,
                                               lemma52_random_checks, lemma_rows, monotonicity_search, random_pseudo_labels,
                                               reference_cluster_count)

@@ -28,7 +28,7 @@ from scipy.spatial.distance import cdist
 
 from fedlib.clustering import b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0
 from fedlib.distill import LABEL_RULES, aggregate_labels, l1_distances, lemma52, lemma52_chain, margin_profile_bound, soft_labels
-from fedbook.studies.cosmos_checks import greedy_rule_violations
+from fedbook.studies.cosmos_derivations import greedy_rule_violations
 
 SEEDS = st.integers(0, 2**31 - 1)
 TOL = 1e-12

@@ -1,4 +1,4 @@
-"""The COSMOS experiments chapter's study (fedbook.studies.cosmos): its settings, the cells of its
+"""The COSMOS experiments chapter's study (fedbook.studies.cosmos_experiments): its settings, the cells of its
 studies, the bytes and accuracies they read, the frames and tables the chapter reads (by hand), the
 pilot, the numbers of its prose, and every cell run end to end through fedbook.study."""
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedbook.claims import Claim, Read, evaluate
-from fedbook.studies.cosmos import (BASE, FEDAVG, MAIN_METHODS, METRICS, COSMOSStudy, accuracy_points, alpha_cell, alpha_table,
+from fedbook.studies.cosmos_experiments import (BASE, FEDAVG, MAIN_METHODS, METRICS, COSMOSStudy, accuracy_points, alpha_cell, alpha_table,
                                     exercise_cell, exercise_numbers, fedavg_bytes, fedavg_total, homogeneous_cell,
                                     homogeneous_table, kept_clients, local_cell, main_cell, main_table, matched_epochs,
                                     mixture_cell, mixture_table, numbers, paper_scale, pilot_cell, planted_groups, public_part,

@@ -1,4 +1,4 @@
-"""FedGRC's experiments (fedbook.studies.fedgrc): the cells the chapter's studies run, checked against
+"""FedGRC's experiments (fedbook.studies.fedgrc_experiments): the cells the chapter's studies run, checked against
 the same runs and heads made by hand, and the tables, claim frames and numbers read from their
 frames, on hand-computed values."""
 
@@ -16,7 +16,7 @@ import torch
 from fedbook.claims import Claim, Read
 from fedbook.intervals import SeedValues, defined_pairs, interval_text, seed_band
 from fedbook.study import Study, run_study
-from fedbook.studies.fedgrc import (BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
+from fedbook.studies.fedgrc_experiments import (BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
                                     SharedRule, ablation_cell, baseline_head, before_after, chapter_study, claim_frames,
                                     cost_table, defined, deployed_name, excess_gain_rows, final_round, mean_over_alphas,
                                     mean_over_heads, numbers, reads, refitted_heads, rotate, rotate_odd_clients,

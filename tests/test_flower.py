@@ -139,8 +139,8 @@ ABOVE_THE_LOOP = ("fedlib.loop", "fedlib.algorithms", "flwr.simulation", "fedlib
                   "fedlib.engines.flower.cli")
 LAYERS = {
     "fedlib.engines.flower": ABOVE_THE_LOOP,
-    "fedlib.engines.flower.records": ABOVE_THE_LOOP + ("fedlib.engines.flower.transport",),
-    "fedlib.engines.flower.transport": ABOVE_THE_LOOP,
+    "fedlib.engines.flower.records": ABOVE_THE_LOOP + ("fedlib.engines.flower.remote",),
+    "fedlib.engines.flower.remote": ABOVE_THE_LOOP,
     "fedlib.engines.flower.loopback": ABOVE_THE_LOOP,
     "fedlib.engines.flower.deployment": ("flwr.simulation", "fedlib.engines.flower.entrypoint", "fedlib.engines.flower.cli"),
     "fedlib.engines.flower.cli": ("flwr.simulation", "fedlib.engines.flower.entrypoint"),
@@ -327,7 +327,7 @@ def test_a_job_may_not_name_files_on_a_node_nor_reserved_names_nor_bad_numbers(t
 def test_a_dropped_client_gets_the_servers_copy_of_its_state_back_on_flower():
     """The loop keeps a dropped client's state from before the round; the node, which kept the dropped one, is sent
     the server's copy with its next message (``fedlib.restore``), as after a failure."""
-    from fedlib.engines.flower.transport import FlowerTransport
+    from fedlib.engines.flower.remote import FlowerTransport
 
     t = FlowerTransport.__new__(FlowerTransport)  # its bookkeeping only: no grid needed
     t.mirror_states, t.nodes, t.job_digest, t._holds = True, {1: 7, 2: 8}, "d", {1, 2}

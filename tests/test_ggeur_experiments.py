@@ -1,4 +1,4 @@
-"""The studies and readings of the chapter ``ggeur_experiments`` (fedbook.studies.ggeur): the
+"""The studies and readings of the chapter ``ggeur_experiments`` (fedbook.studies.ggeur_experiments): the
 claims' reads of the chapter's frames against the former readers' arithmetic (pivots per seed), the
 similarity rows against the chapter's former loop, the numbers and sentences of the prose by hand,
 the claims paragraph's branches, the errors, and tiny studies end to end (headline seeds, workers,
@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 import torch
 
-import fedbook.studies.ggeur as gg
+import fedbook.studies.ggeur_experiments as gg
 from fedbook.page import sign_word
 from fedbook.claims import Claim, Read, evaluate, says
 from fedbook.study import Study, run_study
 from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
-from fedbook.studies.ggeur import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, GGEUR_PAPER, HEADLINE_DOM, HEADLINE_LABEL,
+from fedbook.studies.ggeur_experiments import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, GGEUR_PAPER, HEADLINE_DOM, HEADLINE_LABEL,
                                    LABEL_METHODS, LOW_BETA_ONLY, ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, chapter_frames,
                                    claims_reading, curve_drops, diagonal_gap, domain_cell, encoder_column, label_cell,
                                    similarity_rows)

@@ -1,4 +1,4 @@
-"""The runs and readings of the chapter ``hdcfl_experiments`` (fedbook.studies.hdcfl): the pieces by
+"""The runs and readings of the chapter ``hdcfl_experiments`` (fedbook.studies.hdcfl_experiments): the pieces by
 hand, the frames the claims read by hand (one row per seed, in seed order, NaN seeds left out as
 the claims' rules say), the byte accounting against the ledger's own frame, and a tiny study end to
 end through the study runner, whose deployments that must coincide do."""
@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import fedbook.studies.hdcfl as hdcfl
+import fedbook.studies.hdcfl_experiments as hdcfl
 from fedbook.claims import Claim, Read, evaluate
 from fedbook.study import Study, run_study
-from fedbook.studies.hdcfl import (BASELINES, DEFAULT_VARIANT, METHODS, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT, STEP_COLUMN, HDCFLStudy, activation_steps,
+from fedbook.studies.hdcfl_experiments import (BASELINES, DEFAULT_VARIANT, METHODS, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT, STEP_COLUMN, HDCFLStudy, activation_steps,
                                    activation_table, donor_seeds, donor_table, exercise_cell, exercise_numbers, in_run_order,
                                    ledger_costs, macro_table, nearest_donor_gain, overlap_pairs, paired_rows, per_seed,
                                    refresh_summary, results, results_numbers, run_cell, server_seconds, step_pairs, step_text,

@@ -30,7 +30,7 @@ from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personali
                                      shared_encoder)
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                soft_membership)
-from fedbook.studies.hdcfl_checks import PlantedHeads, arrays_kept, descriptors_in_basis, random_orthogonal, snapshot
+from fedbook.studies.hdcfl_derivations import PlantedHeads, arrays_kept, descriptors_in_basis, random_orthogonal, snapshot
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.messages import State, same_arrays

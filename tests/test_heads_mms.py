@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.optimize import minimize
 from scipy.stats import multivariate_normal
 
-from fedbook.studies.fedgrc_checks import centralized_mms as centralized
+from fedbook.studies.fedgrc_derivations import centralized_mms as centralized
 from fedlib.heads import MMS, SASP, ZERO_VARIANCE_RTOL, adaptation_weights, layer_scales, scale_moments
 from fedlib.stats import ClassMoments
 

@@ -158,7 +158,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("methods", ("fedlib.algorithms", "fedlib.algorithms.*")),
     ("the transport contract", ("fedlib.transport",)),
     ("engines", ("fedlib.engines", "fedlib.engines.inprocess", "fedlib.engines.vectorized",
-                 "fedlib.engines.flower.records", "fedlib.engines.flower.transport", "fedlib.engines.flower.loopback")),
+                 "fedlib.engines.flower.records", "fedlib.engines.flower.remote", "fedlib.engines.flower.loopback")),
     ("results", ("fedlib.results",)),
     ("the round loop", ("fedlib.loop",)),
     ("running and deployment", ("fedlib.run", "fedlib.posthoc")),
@@ -170,7 +170,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evidence", ("fedbook.intervals", "fedbook.claims", "fedbook.checks")),
     ("the study runner", ("fedbook.study",)),
     ("pages", ("fedbook.page",)),
-    ("the build's records and the book's index", ("fedbook.records",)),
+    ("the build's records and the book's index", ("fedbook.catalog",)),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
     ("measurements", ("fedbook.benchmarks", "fedbook.studies.performance")),
 ]

@@ -1,4 +1,4 @@
-"""The MPT experiments chapter's runs (fedbook.studies.mpt: its study, the cells of its studies, what
+"""The MPT experiments chapter's runs (fedbook.studies.mpt_experiments: its study, the cells of its studies, what
 it reads of their frames, its tables and figures) against what the chapter computed by hand before
 they moved; and the small pieces they use (fedbook.intervals.interval_band,
 fedlib.tracking.ldc_steps_per_round, DepartureScenario.remaining_train_sizes)."""
@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from fedbook.claims import Claim, Read
 from fedbook.intervals import interval_band, mean_interval
-from fedbook.studies import mpt as M
-from fedbook.studies.mpt import (
+from fedbook.studies import mpt_experiments as M
+from fedbook.studies.mpt_experiments import (
     EX_DEFAULT,
     LABELS,
     TIME_PARTS,

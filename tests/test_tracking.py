@@ -16,7 +16,7 @@ from fedlib.algorithms import MPT, Event
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, PROTO_METHODS, MPTServer, evaluate_history, method_payload
 from fedlib.messages import from_state
 from fedlib.data import make_gaussian_mixture
-from fedbook.studies.mpt_checks import random_normal, random_spd
+from fedbook.studies.mpt_derivations import random_normal, random_spd
 from fedlib.federation import make_departure_scenario
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated

@@ -25,7 +25,7 @@ Profiles (:data:`PROFILE_NAMES`): ``smoke`` (seconds; the tests), ``book`` (the 
 on 2 CPU cores) and ``paper`` (the paper's own scale; needs the data and ideally a GPU).
 
 What the findings and teaching pages read, the build's records and the book's own index (its
-chapters, their titles, their exercises), is :mod:`fedbook.records`. This module belongs to
+chapters, their titles, their exercises), is :mod:`fedbook.catalog`. This module belongs to
 fedbook, the book's machinery: it may import any module of fedlib, and no module of fedlib imports
 it (the book's page *Inside fedlib*).
 """
@@ -73,7 +73,7 @@ controls are not counted), and how many of them hold, do not hold, and are incon
 CLAIMS_RECORDS = "claims_records"
 """The key (after the chapter's prefix) under which :func:`claims_report` glues its rows as JSON
 (:func:`fedbook.claims.claims_records`); ``book/build.py`` copies them into the chapter's build
-record, which the findings page reads (:func:`fedbook.records.read_findings`)."""
+record, which the findings page reads (:func:`fedbook.catalog.read_findings`)."""
 
 
 class Settings(SimpleNamespace):

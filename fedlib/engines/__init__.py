@@ -5,7 +5,7 @@ carry the one round loop's messages to the clients and their replies back.
   the default): the clients run in this process, one after another.
 * :class:`~fedlib.engines.vectorized.VectorizedTransport` (``RunOptions(execution="vectorized")``):
   the clients run in this process, a round's sampled clients stacked into one batched computation.
-* :class:`~fedlib.engines.flower.transport.FlowerTransport`
+* :class:`~fedlib.engines.flower.remote.FlowerTransport`
   (:func:`fedlib.engines.flower.deployment.run_flower`): the clients run on Flower's nodes, in its
   simulation engine or a real deployment. The transport and the record conversion sit below the
   loop; the job, the apps (the ``ServerApp`` runs :func:`fedlib.loop.run_rounds`) and the engines'

@@ -44,7 +44,7 @@ EQUIVALENCE = {"method": "object", "engine": "object", "identical": "object", "l
 """The columns of :func:`equivalence_cell`'s ``equivalence`` table and their types."""
 WIRE = {"round": "int64", "client": "int64", "direction": "object", "kind": "object", "bytes": "int64",
         "flower_bytes": "int64"}
-"""The columns of a run's wire frame (:meth:`fedlib.engines.flower.transport.FlowerTransport.wire_frame`) and their types."""
+"""The columns of a run's wire frame (:meth:`fedlib.engines.flower.remote.FlowerTransport.wire_frame`) and their types."""
 
 
 def _empty(columns: Mapping[str, str]) -> pd.DataFrame:

@@ -3,7 +3,7 @@ method a student writes (the worked solution of the page's exercise, FedAvgM, re
 ``book/exercises/``: :func:`demo_methods`), trained beside FedAvg on the same seed, federation and
 client steps, as a study of one seed over the methods (:func:`demo_cell`).
 
-The rest of the page reads the build (its records and the book's index): :mod:`fedbook.records`.
+The rest of the page reads the build (its records and the book's index): :mod:`fedbook.catalog`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A fedlib run on Flower is the one round loop (:func:`fedlib.loop.run_rounds`) with another
 transport. The loop runs inside Flower's ``ServerApp`` and writes every round once (sampling,
 events, the non-finite guard, aggregation, the evaluation schedule, the ledger, checkpoints);
-:class:`~fedlib.engines.flower.transport.FlowerTransport` carries its messages through Flower's
+:class:`~fedlib.engines.flower.remote.FlowerTransport` carries its messages through Flower's
 ``Grid`` to ``ClientApp`` handlers (``@app.train()``, ``@app.evaluate()``, ``@app.query()``),
 which run the client's hooks exactly as the in-process transport does. Nothing of a method changes.
 
@@ -16,7 +16,7 @@ classes and the federation's description from the nodes, and checks that every n
 same one; only the loopback grid runs its nodes in the server's process).
 
 **A node is one client.** A node's ``node_config`` holds ``partition-id`` (the fedlib client it
-is) and ``num-partitions``; a handshake (:func:`~fedlib.engines.flower.transport.handshake`, a
+is) and ``num-partitions``; a handshake (:func:`~fedlib.engines.flower.remote.handshake`, a
 ``query`` message) maps every client to its node before round 1 and refuses a node without a
 partition, two nodes with one partition, or a node whose job or federation differs from the server's.
 
@@ -39,7 +39,7 @@ loopback grid).
 also records, for every message, the bytes of the Flower message that carried it, as Flower
 serializes it (the deflated objects of its tree: array bytes in ``.npy`` form, headers, the
 control record, a restored or mirrored state):
-:meth:`~fedlib.engines.flower.transport.FlowerTransport.wire_frame`, saved as ``wire.csv``.
+:meth:`~fedlib.engines.flower.remote.FlowerTransport.wire_frame`, saved as ``wire.csv``.
 
 **Engines.** :func:`~fedlib.engines.flower.deployment.run_flower` with ``engine="simulation"``
 (Flower's simulation engine, Ray backend, in this process) or ``engine="deployment"`` (a SuperLink
@@ -52,7 +52,7 @@ authentication; for loopback only) or ``engine="loopback"``
 the second and the third):
 
 * :mod:`fedlib.engines.flower.records`: fedlib's messages and states as Flower's records, losslessly;
-* :mod:`fedlib.engines.flower.transport`: :class:`~fedlib.engines.flower.transport.FlowerTransport`
+* :mod:`fedlib.engines.flower.remote`: :class:`~fedlib.engines.flower.remote.FlowerTransport`
   and the handshake (below the round loop: it imports neither :mod:`fedlib.loop` nor a method);
 * :mod:`fedlib.engines.flower.job`: :class:`~fedlib.engines.flower.job.FlowerJob`, what both sides build from;
 * :mod:`fedlib.engines.flower.apps`: the ``ClientApp`` and the ``ServerApp`` that runs the loop;
@@ -81,10 +81,10 @@ _LAZY: dict[str, str] = {
     "put_state": "records",
     "records_to_message": "records",
     "take_state": "records",
-    "FlowerSetupError": "transport",
-    "FlowerTransport": "transport",
-    "RemoteFederation": "transport",
-    "handshake": "transport",
+    "FlowerSetupError": "remote",
+    "FlowerTransport": "remote",
+    "RemoteFederation": "remote",
+    "handshake": "remote",
     "Call": "job",
     "FlowerJob": "job",
     "example_job": "job",
@@ -104,7 +104,7 @@ _LAZY: dict[str, str] = {
 }
 """Each public name and the submodule that defines it (a literal: the book's build reads it)."""
 
-_SUBMODULES = ("records", "transport", "job", "apps", "entrypoint", "loopback", "deployment", "cli")
+_SUBMODULES = ("records", "remote", "job", "apps", "entrypoint", "loopback", "deployment", "cli")
 
 
 def __getattr__(name: str):

@@ -1,5 +1,5 @@
 """Flower's two apps for a fedlib job: a ``ClientApp`` that runs one client per node, and a
-``ServerApp`` that runs the one round loop over a :class:`~fedlib.engines.flower.transport.FlowerTransport`.
+``ServerApp`` that runs the one round loop over a :class:`~fedlib.engines.flower.remote.FlowerTransport`.
 
 :func:`make_client_app` and :func:`make_server_app` build them (for a given job, or for the job
 that comes in the run config); this module builds no app when imported. The objects a
@@ -30,7 +30,7 @@ from ...transport import ClientFailure
 from ..inprocess import InProcessTransport
 from .job import FlowerJob
 from .records import CTL, has_state, put_state, take_state
-from .transport import FlowerSetupError, FlowerTransport, handshake
+from .remote import FlowerSetupError, FlowerTransport, handshake
 
 # --------------------------------------------------------------------------------------------
 # the node side: a ClientApp whose handlers run one client's hooks
@@ -167,7 +167,7 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
                     mirror_states: bool = True, setup_timeout: float = 600.0, stop_after: int | None = None,
                     max_in_flight: int | None = None) -> ServerApp:
     """A Flower ``ServerApp`` that runs ``job`` (or the run config's ``fedlib-job``) through the
-    one round loop over a :class:`~fedlib.engines.flower.transport.FlowerTransport`, and writes
+    one round loop over a :class:`~fedlib.engines.flower.remote.FlowerTransport`, and writes
     the run into ``out`` (or the run config's ``fedlib-out``): :meth:`fedlib.results.RunResult.save`'s
     files, ``wire.csv`` and ``flower.json`` (nodes, timings). ``setup_timeout``: seconds to wait
     for the nodes to connect and answer the handshake (a deployment's first message starts a

@@ -36,7 +36,7 @@ from ...results import RunResult
 from .apps import make_client_app, make_server_app
 from .job import FlowerJob
 from .loopback import LoopbackGrid
-from .transport import FlowerSetupError
+from .remote import FlowerSetupError
 
 ENGINES = ("simulation", "deployment", "loopback")
 """The engines :func:`run_flower` drives: Flower's two, and
@@ -52,7 +52,7 @@ class FlowerRun:
     ----------
     result : the :class:`~fedlib.results.RunResult` (read back from the folder the ServerApp wrote)
     wire : one row per fedlib message with Flower's bytes
-        (:meth:`~fedlib.engines.flower.transport.FlowerTransport.wire_frame`)
+        (:meth:`~fedlib.engines.flower.remote.FlowerTransport.wire_frame`)
     engine : ``"simulation"`` or ``"deployment"``
     seconds : wall-clock seconds of the whole call, start-up included
     info : what the ServerApp recorded (nodes, setup and run seconds)
@@ -261,7 +261,7 @@ class LocalDeployment:
         default: a temporary folder
     max_in_flight : the server sends at most that many messages at a time (default: twice this
         machine's cores; ``None``: no limit): every node starts a process per message, and Flower
-        gives a starting process 30 s to report (:class:`~fedlib.engines.flower.transport.FlowerTransport`)
+        gives a starting process 30 s to report (:class:`~fedlib.engines.flower.remote.FlowerTransport`)
     """
 
     def __init__(self, n_nodes: int, *, port: int = 19091, home: str | Path | None = None, verbose: bool = False,

@@ -1,4 +1,4 @@
-"""The GGEUR derivations chapter's checks (fedbook.studies.ggeur_checks): their random
+"""The GGEUR derivations chapter's checks (fedbook.studies.ggeur_derivations): their random
 instances, the same numbers as the chapter's former inline computation, each check passing on
 fedlib.geometry and failing on a wrong implementation, and the errors."""
 
@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 import torch
 
-import fedbook.studies.ggeur_checks as gc
+import fedbook.studies.ggeur_derivations as gc
 from fedbook.checks import CheckTable
-from fedbook.studies.ggeur_checks import (augmentation_distances, augmentation_shares, batched_against_loop,
+from fedbook.studies.ggeur_derivations import (augmentation_distances, augmentation_shares, batched_against_loop,
                                              degenerate_failures, degenerate_inputs, distance_summary,
                                              eq4_on_random_federations, generation_covariances, local_stats,
                                              random_federation, similarity_properties, similarity_table)

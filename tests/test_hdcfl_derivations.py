@@ -1,4 +1,4 @@
-"""The check procedures of the chapter ``hdcfl_derivations`` (fedbook.studies.hdcfl_checks): each
+"""The check procedures of the chapter ``hdcfl_derivations`` (fedbook.studies.hdcfl_derivations): each
 gives the verdicts the chapter reports on the library, and each can fail on a wrong library."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-import fedbook.studies.hdcfl_checks as hc
+import fedbook.studies.hdcfl_derivations as hc
 from fedlib.algorithms.fedrep import FedAvgSE
 from fedlib.algorithms.hdcfl import refresh
 from fedlib.clustering import head_descriptors, soft_membership
 from fedbook.checks import CheckTable
-from fedbook.studies.hdcfl_checks import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, descriptor_invariance, descriptor_section,
+from fedbook.studies.hdcfl_derivations import (PLANTED_FAMILIES, PlantedHeads, arrays_kept, descriptor_invariance, descriptor_section,
                                           descriptors_in_basis, drift_section, head_compatibility_rho, identity_section, local_drift,
                                           membership_limits, membership_section, one_group_identity, planted_grouping,
                                           planted_section, planted_summary, random_orthogonal, refresh_invariants,

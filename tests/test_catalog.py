@@ -1,4 +1,4 @@
-"""fedbook.records' page helpers (what the findings and teaching pages compute from the build's
+"""fedbook.catalog' page helpers (what the findings and teaching pages compute from the build's
 records and the book's index): the counts and their words, the verdicts that change between two
 builds, the open claims nearest to a decision, a handout's injected cell; and the teaching page's
 demonstration (fedbook.studies.teaching) against the run it replaces."""
@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from fedbook.claims import Claim, claims_records, evaluate  # noqa: E402
-from fedbook.records import (findings_counts, findings_numbers, handout_cell, nearest_decisions,  # noqa: E402
+from fedbook.catalog import (findings_counts, findings_numbers, handout_cell, nearest_decisions,  # noqa: E402
                              plot_verdicts, read_findings, verdict_changes)
 from fedbook.studies.teaching import demo_cell, demo_methods  # noqa: E402
 from fedbook.study import Study, run_study  # noqa: E402

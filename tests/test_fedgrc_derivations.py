@@ -1,4 +1,4 @@
-"""The check procedures of FedGRC's two derivations chapters (fedbook.studies.fedgrc_checks): each
+"""The check procedures of FedGRC's two derivations chapters (fedbook.studies.fedgrc_derivations): each
 passes on correct code, and each fails when the quantity it checks is wrong."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from fedbook.checks import CheckTable
 from fedlib.algorithms import FedAvg
 from fedlib.cgrl import magnitude_loss
-from fedbook.studies import fedgrc_checks as fc
+from fedbook.studies import fedgrc_derivations as fc
 from fedlib.heads import MMS, SASP
 from fedlib.loop import LoopConfig
 from fedlib.protocol import load_model

@@ -1,4 +1,4 @@
-"""The build's records and the book's own index: what the findings and teaching pages read.
+"""The book's catalog: the build's records and the book's own index, what the findings and teaching pages read.
 
 ``book/build.py`` executes every chapter and writes a **record** beside it
 (``<out>/chapters/<name>.json``): its cache key, its parameters, the seconds it took and, for a

@@ -1,4 +1,4 @@
-"""The MPT derivations chapter's checks (fedbook.studies.mpt_checks): its random instances, each
+"""The MPT derivations chapter's checks (fedbook.studies.mpt_derivations): its random instances, each
 check passing on fedlib.tracking and failing on a wrong implementation, and the rows each records
 in the chapter's check table."""
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fedbook.checks import CheckTable
-from fedbook.studies import mpt_checks
-from fedbook.studies.mpt_checks import (
+from fedbook.studies import mpt_derivations as mpt_checks
+from fedbook.studies.mpt_derivations import (
     ALPHA_RISK_COLUMNS,
     ALPHA_RISK_DIGITS,
     DRIFTS,
