@@ -11,7 +11,6 @@ import hashlib
 import importlib.metadata
 import io
 import json
-import math
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -251,22 +250,6 @@ def run_differences(a: RunResult, b: RunResult) -> list[str]:
     return out
 
 
-def largest_difference(a: RunResult, b: RunResult) -> float:
-    """The largest absolute difference between two runs' server arrays of the same names: 0 when
-    they agree bit for bit (a NaN equal to a NaN), ``inf`` where the NaNs differ, 1 where an
-    integer array differs."""
-    worst = 0.0
-    for name, x in a.server.arrays.items():
-        y = b.server.arrays[name]
-        if x.is_floating_point():
-            same_nan = torch.equal(x.isnan(), y.isnan())
-            gap = float((x - y).nan_to_num(0.0).abs().max()) if x.numel() else 0.0
-            worst = max(worst, gap, 0.0 if same_nan else math.inf)
-        else:
-            worst = max(worst, float((x != y).any()))
-    return worst
-
-
 def per_client_table(frame: pd.DataFrame, round_: int | None = None) -> pd.DataFrame:
     """Client × metric table of a tidy results ``frame`` at ``round_`` (default: its last round
     with client rows); ``train_loss`` is left out, so the table feeds
@@ -284,5 +267,5 @@ def tidy_frame(rows: list[tuple]) -> pd.DataFrame:
     return frame.astype({"round": "int64", "client": "int64", "metric": str, "value": "float64"})
 
 
-__all__ = ["MANIFEST", "RunResult", "largest_difference", "pack_states", "per_client_table", "run_differences", "tidy_frame",
+__all__ = ["MANIFEST", "RunResult", "pack_states", "per_client_table", "run_differences", "tidy_frame",
            "unpack_states"]

@@ -13,7 +13,8 @@ from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, make_algorithm
 from fedlib.aggregate import model_average
 from fedlib.protocol import Algorithm, Event, model_message
 from fedlib.loop import LoopConfig, NonFiniteUpdateError
-from fedlib.results import RunResult, largest_difference, run_differences
+from fedlib.messages import largest_difference
+from fedlib.results import RunResult, run_differences
 from fedlib.run import RunOptions, evaluate_deployment, run_federated
 from fedlib.messages import Message, State
 from fedlib.rng import LOCAL_TRAIN, derive_seed, isolated_torch_rng, INIT
@@ -579,15 +580,15 @@ def test_two_runs_are_compared_bit_for_bit_and_every_difference_is_named(tiny_fe
     cfg = LoopConfig(rounds=2, seed=1, eval_every=1)
     a = run_federated(Ditto(train=TRAIN, personal_train=TRAIN), tiny_federation, tiny_model_fn, cfg)
     b = run_federated(Ditto(train=TRAIN, personal_train=TRAIN), tiny_federation, tiny_model_fn, cfg)
-    assert run_differences(a, b) == [] and largest_difference(a, b) == 0.0
+    assert run_differences(a, b) == [] and largest_difference(a.server.arrays, b.server.arrays) == 0.0
     name = next(k for k, v in b.server.arrays.items() if v.is_floating_point())
     b.server.arrays[name] = b.server.arrays[name] + 0.25  # a planted difference in one server array
     b.client_states[2] = State()  # a client state lost
     b.ledger.record(3, 0, "up", Message(kind="extra"))
     assert run_differences(a, b) == ["server", "client 2", "ledger"]
-    assert largest_difference(a, b) == pytest.approx(0.25)
+    assert largest_difference(a.server.arrays, b.server.arrays) == pytest.approx(0.25)
     b.server.arrays[name][0] = float("nan")  # a NaN where the other run has a number
-    assert largest_difference(a, b) == float("inf")
+    assert largest_difference(a.server.arrays, b.server.arrays) == float("inf")
     b.frame.loc[0, "value"] = -1.0
     assert "frame" in run_differences(a, b)
 
