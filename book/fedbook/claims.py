@@ -4,7 +4,7 @@ A claim of a paper is checked in the book as a **declaration made before the num
 the paper's sentence quoted verbatim with its section, the
 quantity it is about, the claimed direction of the difference (ours − baseline), the smallest
 difference that counts, the smallest difference the quantity can show at all (its resolution:
-one test image of 1,000 is 0.1 points, :func:`resolution_of`), the comparator (one named baseline,
+one test image of 1,000 is 0.1 points, :func:`~fedbook.intervals.resolution_of`), the comparator (one named baseline,
 or every baseline of a list) and the substitution of our small scale that affects it. The numbers
 then enter as one value per seed (or per test sample / client) for each side, paired, and the
 verdict is *computed* from the interval of the paired difference by the declared rule:
@@ -123,7 +123,7 @@ class Read:
 
     A claim reads its sides through :class:`Read` objects (``ours``, ``baseline``, ``within``), so
     the declaration names the frame, the rows and the column it compares, and a reader sees the
-    claim and its numbers in one place. :meth:`__call__` returns the values as a Series whose
+    claim and its numbers in one place. Called with the results (``read(results)``), it returns the values as a Series whose
     index is the unit they are paired over (the seed, or the frame's remaining keys): two sides
     are paired unit by unit (:meth:`Claim.read`).
 
@@ -232,8 +232,8 @@ class Claim:
         it serves) and left out of :func:`tally`.
     resolution : float, keyword-only, required
         The smallest difference the quantity can show, in its units (> 0): one test image of a
-        1,000-image test set in points is 0.1 (:func:`resolution_of`), one client of 20 in a client
-        count is 1. It floors the interval over seeds (:func:`paired_interval`) when the per-seed
+        1,000-image test set in points is 0.1 (:func:`~fedbook.intervals.resolution_of`), one client of 20 in a client
+        count is 1. It floors the interval over seeds (:func:`~fedbook.intervals.paired_interval`) when the per-seed
         test noise is not given.
     versus : str or tuple of str, keyword-only, optional
         The comparator, fixed before the runs: one baseline's name (e.g. the
@@ -253,7 +253,7 @@ class Claim:
         each named baseline's :class:`Read`.
     within : Read or dict of str to Read, keyword-only, optional
         The per-unit variance of the difference from the test sample alone (the floor of
-        :func:`paired_interval`; default: the floor of ``resolution``).
+        :func:`~fedbook.intervals.paired_interval`; default: the floor of ``resolution``).
 
     Raises
     ------
@@ -696,11 +696,11 @@ def evaluate(
         baseline of a tuple (``claim.versus`` a tuple), a dict with exactly those names.
     within : array-like of shape (n,), or dict of str to array-like, optional
         Per seed, the variance of the difference from the test sample alone: the floor of
-        :func:`paired_interval`. Against a tuple, a dict with the same names, or one array for
+        :func:`~fedbook.intervals.paired_interval`. Against a tuple, a dict with the same names, or one array for
         every baseline. When not given, the floor is that of ``claim.resolution``.
     over : {"seeds", "test samples", "clients"}, default "seeds"
-        ``"seeds"``: :func:`paired_interval` (Student's t over seeds). Otherwise the values are
-        the units of one run and the interval is :func:`paired_bootstrap` over them (one
+        ``"seeds"``: :func:`~fedbook.intervals.paired_interval` (Student's t over seeds). Otherwise the values are
+        the units of one run and the interval is :func:`~fedbook.intervals.paired_bootstrap` over them (one
         comparator only, no ``within``).
     seed : int or numpy.random.Generator, optional
         The bootstrap's randomness; required unless ``over="seeds"`` (where it is not used).
@@ -710,7 +710,7 @@ def evaluate(
     Raises
     ------
     ValueError
-        As :func:`paired_interval` and :func:`paired_bootstrap` do; on a dict of baselines for a
+        As :func:`~fedbook.intervals.paired_interval` and :func:`~fedbook.intervals.paired_bootstrap` do; on a dict of baselines for a
         claim with one comparator, an array for a claim against a tuple, names other than the
         declared ones, or ``within`` / a tuple with a bootstrap.
 
@@ -791,7 +791,7 @@ def seeds_to_decide(claim: Claim, interval_or_result: Interval | ClaimResult) ->
     r"""How many seeds would decide ``claim``, if the mean and the spread stayed as observed.
 
     From each interval's mean :math:`\bar d` and effective standard deviation :math:`\sigma`
-    (the floored one of :func:`paired_interval`, recovered
+    (the floored one of :func:`~fedbook.intervals.paired_interval`, recovered
     from its half-width: :math:`\sigma = (U - \bar d) \sqrt{n} / t_{(1+\text{level})/2, n-1}`),
     the smallest :math:`n \le` :data:`MAX_SEEDS` at which
 
@@ -1129,7 +1129,7 @@ def headline_summary(results: Sequence[ClaimResult]) -> dict[str, float]:
 def says(result: ClaimResult, digits: int = 1) -> str:
     """A decided row in a sentence: ``"<key> holds (<interval>)"``, ``"<key> does not hold
     (...)"`` or ``"<key> is inconclusive at this scale (...)"``, the interval with ``digits``
-    decimals (:meth:`Interval.format`); against every baseline of a tuple, the binding one's,
+    decimals (:meth:`fedbook.intervals.Interval.format`); against every baseline of a tuple, the binding one's,
     named: ``"<key> holds (vs Ditto <interval>)"``.
 
     Examples

@@ -705,5 +705,5 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
 
 
 __all__ = ["BEST_KINDS", "CLAIMS_RECORDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "check_injected", "claims_report",
-           "clipped_error", "format_bytes", "format_number", "format_value", "notebook_history",
+           "clipped_error", "format_bytes", "format_number", "format_value", "glue_all", "notebook_history",
            "place_labels", "resolve", "Settings", "setup", "show_table", "sign_word"]

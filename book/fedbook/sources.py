@@ -6,7 +6,7 @@ re-runs a cell of a study only when a module its function runs changes. Both pac
 ``fedlib`` (the library, ``<root>/fedlib``) and ``fedbook`` (the book's machinery,
 ``<root>/book/fedbook``).
 
-The imports are read from the source (:mod:`ast`), not from ``sys.modules``: a package that
+The imports are read from the source (``ast``), not from ``sys.modules``: a package that
 imports lazily (``fedlib.algorithms``: a ``_LAZY`` map and a module ``__getattr__``) resolves
 ``from package import Name`` to the submodule that defines ``Name``, so a chapter that imports
 FedAvg does not depend on MPT's module.

@@ -243,7 +243,7 @@ def cell_key(study: Study, cell: Mapping[str, Any], threads: int, *, common: Map
 def study_key_parts(study: Study) -> dict[str, Any]:
     """What every cell's key of ``study`` shares: the format, the study's name, its function with its
     bound arguments (:func:`fedlib.loop.algorithm_configuration`), the libraries' versions and the
-    sources digest of the function's module (:func:`_sources`)."""
+    sources digest of the function's module (``_sources``: the digest of the modules it runs)."""
     return {"format": CACHE_FORMAT, "study": study.name, "run": algorithm_configuration(study.run),
             "libraries": {name: _version(name) for name in LIBRARIES}, "sources": _sources(study)}
 

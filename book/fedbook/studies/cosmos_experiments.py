@@ -520,7 +520,7 @@ def local_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
 def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     """One architecture for every client (the first of ``mixtures``) at ``seed``: COSMOS, Ditto,
     FedBABU and FedRep (FedAvg, no personalized method, is no run: its bytes are
-    :func:`fedavg_bytes`), each training :attr:`COSMOSStudy.pfl_train`'s epochs per round in all
+    :func:`fedavg_bytes`), each training ``COSMOSStudy.pfl_train``'s epochs per round in all
     (:func:`split_epochs`). Columns: ``method`` and :func:`accuracy_points`."""
     public, hidden, fed, planted = study.split(seed)
     ds = fed.global_test
@@ -954,7 +954,7 @@ def plot_curves(curves: pd.DataFrame, *, level: float = 0.95, ax=None):
 def parameters(P, study: COSMOSStudy, side: Sequence[int]) -> dict:
     """The chapter's settings as its prose quotes them (``P``: :func:`fedbook.page.setup`'s
     settings): the seeds, the federation, the methods' settings and epochs
-    (:attr:`COSMOSStudy.pfl_train`'s matched epochs and their split, :func:`split_epochs`), the
+    (``COSMOSStudy.pfl_train``'s matched epochs and their split, :func:`split_epochs`), the
     consistency term's augmentations (:class:`fedlib.algorithms.fedmd.PublicDistillation`'s)."""
     first, second = split_epochs(study.pfl_train)
     return {

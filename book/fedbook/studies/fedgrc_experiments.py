@@ -65,7 +65,7 @@ FEDGRC = "CGRL + MMS + SASP"
 PFL = ("FedAvg", "FedAvg-Aug", "FedAvg-FT", "FedRep", "Ditto", "FedETF", "FedETF-FT", "CGRL (training head)")
 """The personalized-FL rows of Tables I/II (CGRL's own training head among them)."""
 BASELINE_HEAD_NAMES = ("FedNCM", "LDA", "FedCGS", "Fed3R", "CCVR")
-"""The five baseline statistical heads (:data:`BASELINE_HEADS` builds them)."""
+"""The five baseline statistical heads, in the tables' order (:class:`FedGRCStudy` builds them)."""
 BACKBONES = ("FedAvg", "FedAvg-Aug", "CGRL")
 """The trained methods whose backbone carries statistical heads."""
 HEADS = (*BASELINE_HEAD_NAMES, "MMS", "MMS + SASP")

@@ -27,7 +27,7 @@ frames the claims read (:func:`fedbook.claims.Read`): ``label``, ``label_gain``,
 ``fig6`` and ``leads``. The numbers the prose reads come from :func:`label_numbers`,
 :func:`domain_numbers`, :func:`embedding_summary` and the exercises' functions
 (:func:`exercise1`, :func:`exercise2`, :func:`exercise3`); the sentences that depend on the data
-from :func:`swing_reading`, :func:`exercise_readings` and :func:`claims_reading`.
+from :func:`swing_reading`, the exercises' functions and :func:`claims_reading`.
 """
 
 from __future__ import annotations
