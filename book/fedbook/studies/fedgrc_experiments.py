@@ -536,9 +536,9 @@ def resolutions(federations: Mapping[float, Federation]) -> dict[str, float]:
     makes, on the test set the metric uses, sizes from ``federations`` (the first seed's, by
     :math:`\\alpha`; the global test set's smallest class of the last one). Global accuracy weighs
     every image of the global test set; unseen and rare accuracy are means of class recalls (one
-    image of a class); local accuracy one image of a mean local test split (rounded down); F@25
-    the coarser of local and rare (a floor takes each client's weakest ability); L@25, U@25 and
-    R@25 their ability's step.
+    image of a class); local accuracy one image of a mean local test split (rounded down); ``F@25``
+    the coarser of local and rare (a floor takes each client's weakest ability); ``L@25``, ``U@25`` and
+    ``R@25`` their ability's step.
 
     Examples
     --------
@@ -710,7 +710,7 @@ def excess_gain_rows(v: Callable[..., np.ndarray], h0: Mapping[tuple, str], seed
 
 
 def show_excess(tidy9: pd.DataFrame, h0: Mapping[tuple, str]) -> list:
-    """Table IX as shown (F@25 and global accuracy of each pairing, the excess gain in points,
+    """Table IX as shown (``F@25`` and global accuracy of each pairing, the excess gain in points,
     mean over the seeds ± 95 % interval), and the head :math:`H_0` chosen per seed."""
     table9 = seed_table(tidy9.dropna(subset=["value"]), ["alpha", "metric"], "pairing", "value", digits=2)
     table9 = table9[list(EXCESS_COLUMNS)].rename(columns=lambda c: f"{c} (points)" if c == "excess gain I" else f"{c} (%)")
@@ -980,7 +980,7 @@ def ceiling_text(low: float, high: float, ceiling: float = CEILING) -> str:
 
 
 def ablation_reading(drops: Sequence[float], spread: float) -> tuple[str, str]:
-    """Exercise 1's reading: whether the larger change of F@25 that switching off one CGRL term
+    """Exercise 1's reading: whether the larger change of ``F@25`` that switching off one CGRL term
     makes is ``"larger than"`` or ``"within"`` the half-width ``spread`` of the chapter's own
     interval, and what that lets a single reduced run say.
 
@@ -1028,7 +1028,7 @@ def numbers(frames: Mapping[str, pd.DataFrame], seeds: Sequence[int], alphas: Se
             tidy9: pd.DataFrame) -> dict:
     """The results the prose quotes (``fge_`` keys), from the training study's ``frames``: the
     undefined cells of Tables I/II; per α (``hi``: the first, ``lo``: the last) FedGRC's local,
-    global and F@25 and its gap to the baseline of highest mean in each (named for the prose only:
+    global and ``F@25`` and its gap to the baseline of highest mean in each (named for the prose only:
     it is picked on the test results), the gains of the shared head, of the augmentation and of
     CGRL's losses, Table IV's changes and Table IX's excess gains; the readings of the shared
     head (:func:`head_reading`) and of the ceiling (:func:`ceiling_text`); the :math:`m_0` and

@@ -496,7 +496,7 @@ def exercise_tables(frames: Mapping[str, pd.DataFrame], unseen: Mapping[float | 
     per client at the chapter's scale, FedAvg's global accuracy at the reduced one and its change
     from the IID partition's, points), ``ex2`` (the kept predictions of the last concentration
     scored under each rare threshold), ``ex4`` (the reduced run deployed with more and more
-    fine-tuning: local, global and F@25, percent)."""
+    fine-tuning: local, global and ``F@25``, percent)."""
     skew = frames["ex_skew"]
     iid = 100 * _at(skew, alpha=None)["global"].iloc[0]
     dirichlet = skew[skew["alpha"].notna()]
