@@ -92,6 +92,16 @@ def test_a_parameter_goes_to_the_chapters_that_declare_it(stub_execution, tmp_pa
         build.build("smoke", ["setting"], {"n_client": 3}, render=False, force=False, out=tmp_path)
 
 
+def test_a_chapter_that_declares_cache_dir_gets_its_profiles_study_cache(stub_execution, tmp_path):
+    assert "cache_dir" in build.notebook_parameters("mpt_experiments")
+    assert "cache_dir" not in build.notebook_parameters("mpt_derivations")  # it runs no study: no cache
+    build.build("smoke", ["mpt_experiments", "mpt_derivations"], {}, render=False, force=False)
+    assert stub_execution["mpt_experiments"]["cache_dir"].endswith("book/_smoke/cache")  # the profile's own folder
+    assert "cache_dir" not in stub_execution["mpt_derivations"]
+    build.build("book", ["mpt_experiments"], {}, render=False, force=True)
+    assert stub_execution["mpt_experiments"]["cache_dir"].endswith("book/cache")
+
+
 def test_progress_names_each_chapter_its_rank_and_the_last_builds_time(stub_execution, tmp_path, capsys):
     two = ["setting", "mpt_derivations"]
     build.build("smoke", two, {}, render=False, force=False, out=tmp_path)
@@ -354,15 +364,18 @@ def test_a_handout_has_the_students_parameters_and_nothing_executed():
 
 def test_scrub_paths_leaves_no_path_of_the_building_machine(tmp_path):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-        "# Parameters\nprofile = \"smoke\"\nresults_dir = \"../book/_smoke/results/setting\"\n",
+        "# Parameters\nprofile = \"smoke\"\nresults_dir = \"../book/_smoke/results/setting\"\n"
+        "cache_dir = \"../book/_smoke/cache\"\n",
         metadata={"tags": ["injected-parameters", "hide-input"]})])
     nb.metadata["papermill"] = {"input_path": "/work/x/in.ipynb", "output_path": "/tmp/.setting.abc.ipynb",
-                                "parameters": {"profile": "smoke", "results_dir": "../book/_smoke/results/setting"}}
+                                "parameters": {"profile": "smoke", "results_dir": "../book/_smoke/results/setting",
+                                               "cache_dir": "../book/_smoke/cache"}}
     path = tmp_path / "c.ipynb"
     nbformat.write(nb, path)
     build.scrub_paths(path)
     text = path.read_text()
-    assert "results_dir" not in text and "/tmp" not in text and "/work" not in text and 'profile = \\"smoke\\"' in text
+    assert "results_dir" not in text and "cache_dir" not in text and "/tmp" not in text and "/work" not in text
+    assert 'profile = \\"smoke\\"' in text
 
 
 def _glue_notebook(path: Path, values: dict) -> None:
