@@ -188,12 +188,6 @@ def measured_residual(rare_mean: torch.Tensor, M_t: torch.Tensor, w0: torch.Tens
     return P @ (_t(rare_mean) - _t(M_t).T @ _t(w0))
 
 
-def noise_variance(cov: torch.Tensor, P: torch.Tensor) -> float:
-    r""":math:`\hat\sigma^2 = \operatorname{tr}(P\Sigma P)/d`: per-dimension variance of one sample off the span."""
-    cov = _t(cov)
-    return float(torch.trace(P @ cov @ P)) / cov.shape[0]
-
-
 def adaptive_alpha(r_ho: torch.Tensor, r_pred: torch.Tensor, sigma2: float, n: float, eps: float = 1e-12) -> float:
     r"""The adaptive weight of the measured residual, Eq. (7).
 
@@ -466,7 +460,7 @@ def ldc_step(prototype: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 __all__ = [
     "METRICS", "NOISE", "SPANS", "Reconstruction", "Snapshot", "TrackingConfig", "adaptive_alpha", "barycentric_decomposition",
     "barycentric_prototype", "barycentric_weights", "growth_factor", "icarl_prototype", "inv_sqrtm_pd",
-    "ldc_fit_map", "ldc_step", "ldc_steps_per_round", "measured_residual", "noise_variance", "reconstruct_lite", "reconstruct_mpt",
+    "ldc_fit_map", "ldc_step", "ldc_steps_per_round", "measured_residual", "reconstruct_lite", "reconstruct_mpt",
     "sdc_client_sums", "sdc_step", "span_projector", "sqrtm_psd", "stored_residual_prototype", "take_snapshot",
     "transport_map",
 ]

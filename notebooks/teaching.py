@@ -51,7 +51,11 @@ parts = toc_chapters(ROOT / "book" / "_toc.yml")
 # the machine that built this page. The `smoke` profile is what a student runs first: seconds per
 # chapter, the same code on a few hundred samples. The `book` profile produced the numbers in the
 # book. A dash means that profile has not been built on this machine yet (`make smoke` builds the
-# smoke profile; `make book` builds both).
+# smoke profile; `make book` builds both). A chapter whose runs are studies keeps every finished
+# cell in its profile's study cache (`book/cache/`): when it executes again after a change that
+# leaves its cells' code, settings and seeds alone (its prose, say), it reads them back, and its
+# recorded time is then that of the reading; a cold build (`make clean`, then `make book`) records
+# every chapter's full time.
 
 # %% tags=["hide-input"]
 timing = chapter_times(ROOT / "notebooks", parts, records, leave_out=["teaching"])

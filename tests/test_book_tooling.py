@@ -274,7 +274,7 @@ def _frame(ours, baseline=0.0, within=None):
     return pd.DataFrame(columns)
 
 
-def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table():
+def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(capsys):
     claims = [
         _claim("gain", min_effect=0.5),  # every difference +2: holds
         _claim("loss"),  # every difference −1: does not hold
@@ -309,6 +309,8 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     html = table.to_html()
     assert html == show(list(R.values())).to_html() and 'id="T_claims-' in html
     assert "Control: ctrl is so." in html and "not-run" not in html
+    # and the claim left out is named, with the frame it lacks, so a misspelled frame cannot pass for one not run
+    assert capsys.readouterr().out == "Not decided at this profile, because it does not compute 'not-run': not-run.\n"
 
 
 def test_claims_report_without_prefix_or_time_glues_the_four_counts_and_a_digits_choice():
@@ -384,6 +386,10 @@ def test_claims_report_refuses_what_it_cannot_decide():
         claims_report([claim], {"short": _frame([1.0, 2.0, 3.0]), "other": _frame([1.0, 2.0])}, **quiet)
     with pytest.raises(ValueError, match="claims_report takes Claims, got a str"):
         claims_report(["gain"], {}, **quiet)
+    with pytest.raises(ValueError, match=r"selects 4 rows for 2 units \(seed\)") as caught:  # two values of a seed
+        pooled = pd.concat([_frame([1.0, 2.0]), _frame([3.0, 4.0])], ignore_index=True)
+        claims_report([_claim("pooled")], {"pooled": pooled}, **quiet)
+    assert "(deciding claim 'pooled')" in caught.value.__notes__
 
 
 # ---------------------------------------------------------------- figures and grid values

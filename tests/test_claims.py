@@ -444,6 +444,10 @@ def test_a_claim_reads_its_sides_from_named_frames_paired_by_seed():
         Read("runs", "acc", arm="x")({"runs": runs})
     with pytest.raises(ValueError, match=r"has no column 'f1'; valid: \['seed', 'method', 'acc'\]"):
         Read("runs", "f1")({"runs": runs})
+    with pytest.raises(ValueError, match=r"selects 6 rows for 3 units \(seed\): .* \(here: \['method'\]\)"):
+        Read("runs", "acc")({"runs": runs})  # both methods' rows for each seed: refused, never pooled
+    iid = runs.assign(alpha=[None, None, None, 0.1, 0.1, 0.1])  # None (the IID partition) is a value a row can hold
+    assert Read("runs", "acc", alpha=None)({"runs": iid}).tolist() == [92.5, 92.0, 93.0]
     with pytest.raises(ValueError, match="declares no values: pass ours=Read"):
         Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1).read({"runs": runs})
 

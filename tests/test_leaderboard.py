@@ -18,9 +18,9 @@ import pytest
 from scipy import stats
 
 from fedlib.algorithms import registered
-from fedbook.intervals import bootstrap_means
+from fedbook.intervals import bootstrap_means, plus_minus
 from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board, boards,
-                                         build_method, cell_text, communication_rounds, digit_vectors,
+                                         build_method, communication_rounds, digit_vectors,
                                          exclusion_reason, first_shares, lead_interval, leaderboard_cell,
                                          method_table, numbers, pareto_front, plot_accuracy, rank_bootstrap,
                                          ranks_of, run_one, split_methods, summary_table, winner_words)
@@ -114,8 +114,8 @@ def test_summary_is_the_mean_and_t_interval_over_seeds_in_percent():
 def test_one_seed_has_an_infinite_interval_and_the_cell_says_so():
     t = summary_table(_rows({"a": [0.5]}), ["pooled"])
     assert math.isinf(t.loc[(0.1, "a"), "pooled ±"])
-    assert cell_text(50.0, math.inf) == "50.0 ± ∞"
-    assert cell_text(91.26, 1.04) == "91.3 ± 1.0"
+    assert plus_minus(50.0, math.inf) == "50.0 ± ∞"
+    assert plus_minus(91.26, 1.04) == "91.3 ± 1.0"
 
 
 def test_board_sorts_by_the_chosen_metric_and_names_the_columns():
@@ -310,7 +310,7 @@ def test_the_pages_numbers_read_the_summary_and_the_ranks():
     assert R["lb_cheapest_bytes"] == "50 B" and R["lb_n_resamples"] == 3 and R["lb_hidden"] == "8 × 4"
     assert R["ex1_front"] == "fedrep (85.0 %, 50 B)" and R["ex1_n_front"] == 1 and R["ex1_dominate"] == "fedrep (+20.0)"
     assert R["ex2_metric"] == COLUMNS["worst_pooled"] and R["lb_n_samples"] == "120" and R["lb_excluded_names"] == "fedmd"
-    assert R["lb_example_cell"] == cell_text(summary.loc[(0.1, w["leader"]), "pooled"],
+    assert R["lb_example_cell"] == plus_minus(summary.loc[(0.1, w["leader"]), "pooled"],
                                              summary.loc[(0.1, w["leader"]), "pooled ±"])
     table = boards(summary, ranks, [0.1, 0.5], "pooled")
     assert table.index.names == ["α", "method"] and table.loc[0.1].index[0] == "fedrep"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 
 import pytest
 import torch
@@ -59,3 +58,14 @@ def test_bad_counts_are_refused():
         map_parallel(abs, [1], workers=2, threads=1.5)
     with pytest.raises(RuntimeError, match="cannot be nested"):
         map_parallel(lambda _: map_parallel(abs, [1, 2], workers=2), [1, 2], workers=2)
+
+
+def test_items_run_here_though_workers_were_asked_for_use_the_workers_threads():
+    """One item (or no fork) runs in this process: with the threads asked for the workers, as a
+    worker would (a study's cache key names them), and the caller's threads back afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    assert map_parallel(lambda _: torch.get_num_threads(), [0], workers=2, threads=3) == [3]
+    assert torch.get_num_threads() == before
+    assert map_parallel(lambda _: torch.get_num_threads(), [0], workers=1, threads=3) == [before]  # workers=1: the caller's

@@ -73,6 +73,8 @@ def test_a_cached_cell_reads_back_bit_for_bit_and_is_not_run_again(tmp_path, cac
     again = run_study(s, cache=tmp_path)
     assert len(CALLS) == 4  # every cell read from the cache
     pd.testing.assert_frame_equal(first["counted"], again["counted"], check_exact=True)
+    assert (first.cached, first.cells, again.cached, again.cells) == (0, 4, 4, 4)
+    assert again.seconds == first.seconds > 0  # the cells' own time, as they took it: not the time to read them back
     more = run_study(Study("counted", counted_cell, grid={"n": [1, 2]}, seeds=[0, 7, 8]), cache=tmp_path)
     assert len(CALLS) == 6 and len(more["counted"]) == 6  # only the new seed's cells ran
     record = json.loads(next((tmp_path / "counted").glob("*.json")).read_text())
@@ -101,8 +103,10 @@ def test_floats_strings_and_missing_values_read_back_exactly(tmp_path):
                           "c": ["x", None, "z", "w", "v"], "d": [True, False, True, True, False],
                           "e": np.array([0.1, 0.2, np.nan, 3, 4], dtype=np.float32)})
     s = Study("mixed", lambda seed: frame)
-    study_module._write(tmp_path / "x.json", s, {"seed": 0}, {"mixed": frame})
-    back = study_module._read(tmp_path / "x.json")["mixed"]
+    study_module._write(tmp_path / "x.json", s, {"seed": 0}, {"mixed": frame}, 1.5)
+    frames, seconds = study_module._read(tmp_path / "x.json")
+    back = frames["mixed"]
+    assert seconds == 1.5
     assert back.dtypes.to_dict() == frame.dtypes.to_dict()
     for c in "ae":
         assert frame[c].to_numpy().tobytes() == back[c].to_numpy().tobytes()  # -0.0, subnormals, NaN
@@ -145,6 +149,23 @@ def test_a_function_outside_fedlib_and_fedbook_runs_uncached(tmp_path):
     assert not list(tmp_path.rglob("*.json"))
 
 
+class OutsideMethod:
+    """A class whose source no key covers (this test module is not fedlib's or fedbook's)."""
+
+    lr = 0.1
+
+
+def test_code_from_outside_fedlib_and_fedbook_bound_into_a_cell_leaves_it_uncached(cacheable, monkeypatch):
+    from fedbook.sources import digest  # a function of fedbook: covered, until something foreign is bound to it
+
+    monkeypatch.setattr(study_module, "PACKAGES", {k: v for k, v in study_module.PACKAGES.items() if k != __name__})
+    assert cell_key(Study("ok", functools.partial(digest, [])), {"seed": 0}, 1) is not None
+    assert cell_key(Study("method", functools.partial(digest, OutsideMethod())), {"seed": 0}, 1) is None
+    assert cell_key(Study("cls", functools.partial(digest, [OutsideMethod])), {"seed": 0}, 1) is None
+    assert cell_key(Study("grid", digest, grid={"m": [OutsideMethod()]}), {"m": OutsideMethod(), "seed": 0}, 1) is None
+    assert study_module._foreign({"a": [OutsideMethod()]}) == f"an instance of OutsideMethod (module {__name__!r})"
+
+
 def test_a_cell_of_fedbook_is_covered_by_its_modules_sources():
     from fedbook.sources import digest  # any function of fedbook
 
@@ -163,6 +184,8 @@ def test_a_cell_of_fedbook_is_covered_by_its_modules_sources():
     (dict(name="toy", run=noisy_cell, seeds=[-1]), r"seeds must be distinct integers"),
     (dict(name="toy", run=noisy_cell, seeds=[]), r"seeds must be distinct integers"),
     (dict(name="toy", run=noisy_cell, grid=[("n", [1])]), "grid must be a mapping"),
+    (dict(name="toy", run=noisy_cell, grid={"n": "uci"}), r"setting 'n' must be a list of values, got the string 'uci'"),
+    (dict(name="toy", run=noisy_cell, grid={"n": [1, 1]}), r"setting 'n' must hold distinct values"),
 ])
 def test_a_bad_study_is_refused_by_name(kwargs, message):
     with pytest.raises(ValueError, match=message):

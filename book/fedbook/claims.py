@@ -180,7 +180,7 @@ class Read:
                     raise ValueError(f"{self!r}: no row with {name} = {value!r}; valid: {valid}")
                 frame = frame.xs(value, level=name)
             elif name in frame.columns:
-                rows = frame[name] == value
+                rows = frame[name].isna() if value is None else frame[name] == value
                 if not rows.any():
                     valid = sorted(set(frame[name]), key=str)
                     raise ValueError(f"{self!r}: no row with {name} = {value!r}; valid: {valid}")
@@ -194,6 +194,16 @@ class Read:
         if isinstance(results[self.frame].index, pd.RangeIndex):  # a tidy frame: its rows' seeds, or their order
             seeds = frame["seed"] if "seed" in frame.columns and self.column != "seed" else None
             values = values.set_axis(pd.RangeIndex(len(values)) if seeds is None else pd.Index(seeds, name="seed"))
+        if not values.index.is_unique:  # two values of one unit would be pooled as two units: refused
+            units = values.index.to_frame(index=False)
+            key = list(units.columns)
+            rest = frame.reset_index(drop=True).drop(columns=[self.column, *[c for c in key if c in frame.columns]],
+                                                     errors="ignore")
+            grouped = rest.assign(_unit=units.astype(str).agg("/".join, axis=1).to_numpy()).groupby("_unit")
+            varying = sorted(c for c in rest.columns if (grouped[c].nunique(dropna=False) > 1).any())
+            raise ValueError(f"{self!r} selects {len(values)} rows for {values.index.nunique()} units "
+                             f"({', '.join(map(str, key))}): several values of one unit would count as several units; "
+                             f"filter the columns that still vary with where= (here: {varying or 'none named'})")
         return values.astype(np.float64)
 
 
@@ -1145,10 +1155,6 @@ def says(result: ClaimResult, digits: int = 1) -> str:
     return f"{result.claim.key} {'is ' if v == INCONCLUSIVE else ''}{v} ({vs}{result.interval.format(digits)})"
 
 
-RECORD_FIELDS = ("key", "kind", "headline", "quote", "source", "quantity", "ours", "mean", "low", "high", "n",
-                 "unit", "verdict", "seeds_to_decide", "anchor")
-"""The fields of a claim's record (:func:`claims_records`), in order."""
-
 
 def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict]:
     """One record per row of the claims table, for a page that gathers every chapter's claims (the
@@ -1226,6 +1232,6 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
 
 
 __all__ = ["DIRECTIONS", "DOES_NOT_HOLD", "HOLDS", "INCONCLUSIVE", "KINDS", "MAX_SEEDS", "NOT_AT_THIS_MEAN", "OVER",
-           "RECORD_FIELDS", "TABLE_COLUMNS", "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Read",
+           "TABLE_COLUMNS", "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Read",
            "claims_records", "claims_table", "decide", "evaluate", "headline_summary", "says", "seeds_to_decide", "show",
            "strongest_baseline", "tally"]

@@ -51,7 +51,7 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, claims_records,
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, Read, claims_records,
                            evaluate, headline_summary, show, tally)
 from fedbook.tables import table_of
 from fedlib.validation import is_int, is_real
@@ -346,7 +346,9 @@ def claims_report(
     Each claim reads its numbers from ``results`` (:meth:`fedbook.claims.Claim.read`: the frames
     its :class:`~fedbook.claims.Read` objects name), in the given order; a claim whose frame is
     not in ``results`` (the chapter did not run what it needs at this profile) is left out of the
-    table and the counts. The others are decided by :func:`fedbook.claims.evaluate` over seeds.
+    table and the counts, and a line shown under the table names them and the frames they lack
+    (so a misspelled frame cannot pass for one this profile does not run). The others are decided
+    by :func:`fedbook.claims.evaluate` over seeds.
     Then, with ``prefix`` before each key, it glues :data:`REPORT_KEYS` (the counts of
     :func:`fedbook.claims.tally`: controls are not counted), where some claims are headline claims
     ``n_headline``, ``headline_decided`` and ``headline_half_width``
@@ -409,11 +411,17 @@ def claims_report(
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
         raise ValueError(f"claim keys must be unique in a report, got duplicates {dupes}")
-    out = []
+    out, absent = [], []
     for c in claims:
-        read = c.read(results)
-        if read is not None:  # None: a frame it reads was not run at this profile
+        try:
+            read = c.read(results)
+            if read is None:  # a frame it reads was not run at this profile: said below the table, never silent
+                absent.append(c.key)
+                continue
             out.append(evaluate(c, *read))  # within, else the floor of c.resolution
+        except ValueError as err:
+            err.add_note(f"(deciding claim {c.key!r})")
+            raise
     counts = tally(out)
     glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
     head = headline_summary(out)
@@ -425,7 +433,17 @@ def claims_report(
     for key, value in glued.items():
         glue(f"{prefix}{key}", value, display=False)
     display(show(out, digits))
+    if absent:
+        frames = sorted({r.frame for c in claims if c.key in absent for r in _reads(c)} - set(results))
+        print(f"Not decided at this profile, because it does not compute {', '.join(map(repr, frames))}: "
+              f"{', '.join(absent)}.")
     return {r.claim.key: r for r in out}
+
+
+def _reads(claim: Claim) -> list[Read]:
+    """Every :class:`~fedbook.claims.Read` of ``claim``'s sides."""
+    sides = [claim.ours, claim.baseline, claim.within]
+    return [r for s in sides for r in (s.values() if isinstance(s, Mapping) else [s]) if isinstance(r, Read)]
 
 
 def glue_all(values: Mapping[str, Any], *, prefix: str = "", glue: Callable[..., Any] = myst_glue) -> None:

@@ -1,8 +1,8 @@
-"""Independent runs in parallel worker processes: a chapter's seeds on a laptop's cores.
+"""Independent runs in parallel worker processes: a study's cells on a laptop's cores.
 
-A chapter's seeds are independent: each run derives every random stream from its own seed
-(:mod:`fedlib.rng`), so the runs of seed 0 give the same bits whether they execute in this
-process or in another one, before or after seed 1's. :func:`map_parallel` maps a function over
+A study's cells (:mod:`fedbook.study`: one setting and one seed each) are independent: each
+derives every random stream from its own seed (:mod:`fedlib.rng`), so the cell of seed 0 gives the
+same bits whether it executes in this process or in another one, before or after seed 1's. :func:`map_parallel` maps a function over
 such items in ``workers`` processes and returns the results in the items' order, as the plain
 ``[fn(item) for item in items]`` would.
 
@@ -12,13 +12,12 @@ may use whatever the notebook built before the call (the data, the encoders): th
 copy of it, and only the results travel back (pickled). Each worker runs ``threads`` torch threads (default 1), so that ``workers ×
 threads`` matches the cores. Where ``fork`` does not exist (Windows) or is unsafe (macOS, whose
 system libraries may not survive it), ``map_parallel`` runs the items one after another in this
-process, with the same results.
+process, with the workers' threads, and the same results.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -35,14 +34,6 @@ R = TypeVar("R")
 def fork_available() -> bool:
     """Whether worker processes can be forked here (Linux and the other POSIX systems but macOS)."""
     return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
-
-
-def default_workers() -> int:
-    """The cores this process may use (``os.sched_getaffinity`` where it exists)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 _TASK: tuple[Callable, list] | None = None
@@ -73,9 +64,10 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
     fn : a function of one item; its results must pickle (tensors, DataFrames, dataclasses, ...)
     items : the independent items (e.g. seeds)
     workers : processes (1, the default: in this process, one item after another)
-    threads : torch threads per worker process; the in-process path keeps the caller's. Results
-        are bit for bit those of the plain loop when the caller runs with the same number of
-        threads (a chapter that sets one thread, as the book's build does, and ``threads=1``)
+    threads : torch threads per worker process, and of this process while it runs the items itself
+        though ``workers`` > 1 (one item, or no ``fork`` here); with ``workers=1`` the caller's.
+        Results are bit for bit those of the plain loop when the caller runs with the same number
+        of threads (a chapter that sets one thread, as the book's build does, and ``threads=1``)
 
     Returns
     -------
@@ -95,8 +87,15 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
     workers = _check_count("workers", workers)
     threads = _check_count("threads", threads)
     items = list(items)
-    if workers == 1 or len(items) <= 1 or not fork_available():
+    if workers == 1:
         return [fn(item) for item in items]
+    if len(items) <= 1 or not fork_available():  # asked for workers, run here: with the workers' threads all the same
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return [fn(item) for item in items]
+        finally:
+            torch.set_num_threads(before)
     global _TASK
     if _TASK is not None:
         raise RuntimeError("map_parallel cannot be nested: call it from the top level of a notebook or script")
@@ -120,4 +119,4 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
         _TASK = None
 
 
-__all__ = ["default_workers", "fork_available", "map_parallel"]
+__all__ = ["fork_available", "map_parallel"]

@@ -38,11 +38,14 @@ import inspect
 import itertools
 import json
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -55,7 +58,19 @@ from fedlib.validation import is_int
 Frames = pd.DataFrame | Mapping[str, pd.DataFrame]
 """What a cell returns: one tidy frame (named after its study), or several by name."""
 
-CACHE_FORMAT = "fedbook-study-1"
+
+class StudyFrames(dict):
+    """What :func:`run_study` returns: each table's frame by name (a ``dict``), and what the cells
+    cost: ``seconds``, the sum of every cell's own compute time, measured when it ran (now, or when
+    it was cached: a time read back from the cache is the time the cell took then, never the time
+    of reading it); ``cached``, how many of the ``cells`` were read from the cache."""
+
+    seconds: float = 0.0
+    cached: int = 0
+    cells: int = 0
+
+
+CACHE_FORMAT = "fedbook-study-2"
 """The format of a cached cell (and part of its key: a new format runs every cell again)."""
 
 LIBRARIES = ("torch", "numpy", "scipy", "pandas", "scikit-learn")
@@ -99,6 +114,10 @@ class Study:
         if not callable(self.run):
             raise ValueError(f"study {self.name!r}: run must be a function of (seed, **setting), got {self.run!r}")
         if isinstance(self.grid, Mapping):
+            strings = [k for k, v in self.grid.items() if isinstance(v, (str, bytes))]
+            if strings:
+                raise ValueError(f"study {self.name!r}: setting {strings[0]!r} must be a list of values, got the string "
+                                 f"{self.grid[strings[0]]!r}; for one value write [{self.grid[strings[0]]!r}]")
             object.__setattr__(self, "grid", {k: list(v) for k, v in self.grid.items()})
         else:
             raise ValueError(f"study {self.name!r}: grid must be a mapping of setting -> values, got {self.grid!r}")
@@ -106,6 +125,9 @@ class Study:
             if key == "seed" or not values:
                 raise ValueError(f"study {self.name!r}: setting {key!r} must be a name other than 'seed' with at least "
                                  f"one value, got {values!r}")
+            if len({repr(v) for v in values}) != len(values):
+                raise ValueError(f"study {self.name!r}: setting {key!r} must hold distinct values (a value twice would "
+                                 f"run its cells twice), got {values!r}")
         seeds = list(self.seeds)
         bad = [s for s in seeds if not (is_int(s) and 0 <= s < 2**32)]
         if not seeds or bad or len(set(seeds)) != len(seeds):
@@ -120,7 +142,7 @@ class Study:
 
 
 def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | os.PathLike | None = None
-              ) -> dict[str, pd.DataFrame]:
+              ) -> StudyFrames:
     """Every cell of ``study``: one tidy frame per table, the setting's columns and ``seed`` first.
 
     Parameters
@@ -137,10 +159,11 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
 
     Returns
     -------
-    dict of str to DataFrame
+    StudyFrames
         Each table the cells return, by name (a cell that returns one frame: the study's name),
         the cells' frames concatenated in the study's order, with the cell's settings and seed as
-        leading columns (a column a cell returns itself must agree with them).
+        leading columns (a column a cell returns itself must agree with them); and what the cells
+        cost (``seconds``, ``cached``, ``cells``).
 
     Raises
     ------
@@ -168,26 +191,33 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
     keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads(), common=common)
             if covered else None for cell in cells]
     found: dict[int, dict[str, pd.DataFrame]] = {}
+    seconds: dict[int, float] = {}
     if folder is not None and keys[0] is not None:
         for i, key in enumerate(keys):
             path = folder / f"{key}.json"
             if path.exists():
-                found[i] = _read(path)
+                found[i], seconds[i] = _read(path)
+    cached = len(found)
     todo = [i for i in range(len(cells)) if i not in found]
 
-    def run(i: int) -> dict[str, pd.DataFrame]:
+    def run(i: int) -> tuple[dict[str, pd.DataFrame], float]:
+        t0 = time.perf_counter()
         frames = _frames(study, cells[i])
+        took = time.perf_counter() - t0
         if folder is not None and keys[i] is not None:  # kept as soon as it is done: an interrupted study resumes
-            _write(folder / f"{keys[i]}.json", study, cells[i], frames)
-        return frames
+            _write(folder / f"{keys[i]}.json", study, cells[i], frames, took)
+        return frames, took
 
-    found.update(zip(todo, map_parallel(run, todo, workers, threads=threads)))
+    for i, (frames, took) in zip(todo, map_parallel(run, todo, workers, threads=threads)):
+        found[i], seconds[i] = frames, took
     names = list(found[0])
     for i in range(len(cells)):
         if list(found[i]) != names:
             raise ValueError(f"study {study.name!r}: the cell {cells[i]} returned tables {list(found[i])}, the first "
                              f"cell {names}; every cell must return the same tables")
-    return {name: pd.concat([found[i][name] for i in range(len(cells))], ignore_index=True) for name in names}
+    out = StudyFrames({name: pd.concat([found[i][name] for i in range(len(cells))], ignore_index=True) for name in names})
+    out.seconds, out.cached, out.cells = float(sum(seconds.values())), cached, len(cells)
+    return out
 
 
 def _frames(study: Study, cell: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
@@ -212,13 +242,61 @@ def _with_cell(name: str, frame: pd.DataFrame, cell: Mapping[str, Any]) -> pd.Da
 
 
 def _covered_module(study: Study) -> str | None:
-    """The module of the study's cell function, ``None`` when the cache cannot cover it (not a
-    function of fedlib or fedbook)."""
+    """The module of the study's cell function, ``None`` when the cache cannot cover it: not a
+    function of fedlib or fedbook, or bound to code of another package (:func:`_foreign`)."""
     fn = study.run.func if isinstance(study.run, functools.partial) else study.run
     module = getattr(fn, "__module__", None) or ""
     if module.split(".")[0] not in PACKAGES or not (inspect.isfunction(fn) or inspect.ismethod(fn)):
         return None
+    if _foreign(study.run) is not None:
+        return None
     return module
+
+
+_DATA = (str, bytes, bool, int, float, complex, type(None), np.generic, np.ndarray, torch.Tensor, torch.dtype,
+         torch.device, pd.DataFrame, pd.Series, pd.Index, Enum)
+"""What a key covers by its value alone (the bytes of arrays and tensors by a digest)."""
+
+
+def _foreign(obj: Any, depth: int = 0) -> str | None:
+    """The first piece of code bound into ``obj`` whose source no key covers: a function, a class, or
+    an instance of a class defined outside fedlib and fedbook (a notebook's own, an exercise's
+    method), searched through partials, bound methods, containers and public attributes; ``None``
+    when there is none. Such a cell runs uncached: its key would miss a change to that code.
+
+    Examples
+    --------
+    >>> import functools
+    >>> from collections import OrderedDict
+    >>> from fedlib.training import TrainConfig
+    >>> _foreign(functools.partial(_foreign, depth=0)) is None, _foreign({"cfg": TrainConfig(), "n": [1, 2]}) is None
+    (True, True)
+    >>> _foreign([OrderedDict])  # a class of another package: its code is not in the digest
+    "a class of module 'collections' (OrderedDict)"
+    """
+    if depth > 16 or isinstance(obj, _DATA):
+        return None
+    if isinstance(obj, functools.partial):
+        return next((f for f in (_foreign(x, depth + 1) for x in (obj.func, *obj.args, *obj.keywords.values()))
+                     if f is not None), None)
+    if isinstance(obj, Mapping):
+        return next((f for f in (_foreign(v, depth + 1) for v in obj.values()) if f is not None), None)
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return next((f for f in (_foreign(v, depth + 1) for v in obj) if f is not None), None)
+    if inspect.ismethod(obj):
+        return _foreign(obj.__func__, depth + 1) or _foreign(obj.__self__, depth + 1)
+    if inspect.isfunction(obj) or isinstance(obj, type):
+        module = getattr(obj, "__module__", "") or ""
+        if module.split(".")[0] not in PACKAGES:
+            return f"{'a class' if isinstance(obj, type) else 'a function'} of module {module!r} ({obj.__qualname__})"
+        return None  # its source is in the digest; what it closes over, in its description
+    if inspect.isroutine(obj) or isinstance(obj, torch.nn.Module) and type(obj).__module__.startswith("torch."):
+        return None  # a builtin, or a layer of torch itself (its weights are in the key)
+    module = type(obj).__module__ or ""
+    if module.split(".")[0] not in PACKAGES:
+        return f"an instance of {type(obj).__qualname__} (module {module!r})"
+    public = {k: v for k, v in vars(obj).items() if not k.startswith("_")} if hasattr(obj, "__dict__") else {}
+    return next((f for f in (_foreign(v, depth + 1) for v in public.values()) if f is not None), None)
 
 
 def _sources(study: Study) -> str | None:
@@ -233,7 +311,7 @@ def cell_key(study: Study, cell: Mapping[str, Any], threads: int, *, common: Map
     covered: one that is not a function of fedlib or fedbook (a notebook's own). ``common``: what
     every cell of the study shares (:func:`study_key_parts`), when the caller has it
     (:func:`run_study` computes it once for all its cells; the same key)."""
-    if _covered_module(study) is None:
+    if _covered_module(study) is None or _foreign(dict(cell)) is not None:
         return None
     described = {**(study_key_parts(study) if common is None else common),
                  "cell": algorithm_configuration(dict(cell)), "threads": int(threads)}
@@ -255,9 +333,11 @@ def _version(name: str) -> str:
         return "absent"
 
 
-def _write(path: Path, study: Study, cell: Mapping[str, Any], frames: Mapping[str, pd.DataFrame]) -> None:
-    """A cell's frames as JSON (column names, dtypes, rows; floats as ``repr``, so bit for bit)."""
-    record = {"format": CACHE_FORMAT, "study": study.name, "cell": algorithm_configuration(dict(cell)),
+def _write(path: Path, study: Study, cell: Mapping[str, Any], frames: Mapping[str, pd.DataFrame],
+           seconds: float) -> None:
+    """A cell's frames as JSON (column names, dtypes, rows; floats as ``repr``, so bit for bit) and
+    the seconds it took to compute them."""
+    record = {"format": CACHE_FORMAT, "study": study.name, "cell": algorithm_configuration(dict(cell)), "seconds": seconds,
               "frames": {name: {"columns": [str(c) for c in f.columns], "dtypes": [str(d) for d in f.dtypes],
                                 "rows": _rows(f)} for name, f in frames.items()}}
     atomic_write_text(path, json.dumps(record, default=json_default, allow_nan=True))
@@ -272,7 +352,8 @@ def _rows(frame: pd.DataFrame) -> list[list[Any]]:
     return [list(row) for row in zip(*columns)]
 
 
-def _read(path: Path) -> dict[str, pd.DataFrame]:
+def _read(path: Path) -> tuple[dict[str, pd.DataFrame], float]:
+    """A cached cell's frames and the seconds it took when it ran."""
     record = json.loads(path.read_text())
     if record.get("format") != CACHE_FORMAT:
         raise ValueError(f"{path} is not a cached study cell of format {CACHE_FORMAT!r}")
@@ -282,7 +363,7 @@ def _read(path: Path) -> dict[str, pd.DataFrame]:
         for column, dtype in zip(f["columns"], f["dtypes"]):
             frame[column] = frame[column].astype(dtype)
         out[name] = frame
-    return out
+    return out, float(record["seconds"])
 
 
-__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "cell_key", "run_study", "study_key_parts"]
+__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "run_study", "study_key_parts"]

@@ -486,11 +486,6 @@ def method_payload(method: str) -> tuple[str, ...]:
     return _needs(method)
 
 
-def history_rounds(server: State) -> list[int]:
-    """The rounds whose model and prototypes the server kept."""
-    return sorted(from_state(MPTServer, server).history)
-
-
 @torch.no_grad()
 def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, rounds=None, reg: float = 0.1,
                      readout: str = "mahalanobis") -> pd.DataFrame:
@@ -552,4 +547,4 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
 
 __all__ = ["METHOD_PAYLOAD", "MPT", "PROTOTYPES", "Departure", "KeptRound", "MPTClient", "MPTServer", "NCMPredictor", "PARTS",
            "PROTO_METHODS", "RoundStats", "VARIANT", "evaluate_history",
-           "history_rounds", "method_payload"]
+           "method_payload"]

@@ -446,23 +446,11 @@ def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), l
     return pd.DataFrame(out).set_index(["alpha", "method"])
 
 
-def cell_text(mean: float, half: float, digits: int = 1) -> str:
-    """A board cell: :func:`fedbook.intervals.plus_minus` (``"91.2 ± 1.3"``; ``"91.2 ± ∞"`` for one
-    seed, ``"n/a"`` for NaN).
-
-    Examples
-    --------
-    >>> cell_text(91.234, 1.25), cell_text(50.0, math.inf), cell_text(math.nan, math.nan)
-    ('91.2 ± 1.2', '50.0 ± ∞', 'n/a')
-    """
-    return plus_minus(mean, half, digits)
-
-
 def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None,
           metrics: Sequence[str] = tuple(COLUMNS), digits: int = 1, sort_by: str | None = None) -> pd.DataFrame:
     """The leaderboard at ``alpha`` for reading: one row per method, sorted by the mean of
     ``sort_by`` (default: the first metric; best first), each metric as ``mean ± half-width``
-    (:func:`cell_text`) under its name
+    (:func:`fedbook.intervals.plus_minus`) under its name
     (:data:`COLUMNS`), the bytes per client and round, and with ``ranks``
     (:func:`rank_bootstrap`) the share of resamples ranked first and the median rank.
 
@@ -480,7 +468,7 @@ def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None
     s = summary.loc[alpha].sort_values(sort_by, ascending=False, kind="stable")
     out = pd.DataFrame(index=s.index)
     for k in metrics:
-        out[COLUMNS.get(k, k)] = [cell_text(m, h, digits) for m, h in zip(s[k], s[f"{k} ±"])]
+        out[COLUMNS.get(k, k)] = [plus_minus(m, h, digits) for m, h in zip(s[k], s[f"{k} ±"])]
     out["bytes per client and round"] = s[BYTES]
     if ranks is not None:
         r = ranks.loc[alpha].reindex(s.index)
@@ -747,7 +735,7 @@ def numbers(rows: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame, sett
                 f"lb_best_global_acc_{key}": float(at.loc[at["global"].idxmax(), "global"]),
                 f"lb_personal_{key}": gap.idxmax(), f"lb_personal_gap_{key}": float(gap.max())}
         if key == "hard":  # the example of how to read a cell
-            out |= {"lb_example_cell": cell_text(lead["pooled"], lead["pooled ±"]),
+            out |= {"lb_example_cell": plus_minus(lead["pooled"], lead["pooled ±"]),
                     "lb_example_low": float(lead["pooled low"]), "lb_example_high": float(lead["pooled high"])}
     cost = summary[BYTES]
     cheap, dear = cost.idxmin(), cost.idxmax()
@@ -772,7 +760,7 @@ def numbers(rows: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame, sett
 
 
 __all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "MOVE", "RANK_METRICS", "SEEDED", "SHARED",
-           "LeaderboardConfig", "board", "boards", "build_method", "cell_text", "communication_rounds", "digit_vectors",
+           "LeaderboardConfig", "board", "boards", "build_method", "communication_rounds", "digit_vectors",
            "exclusion_reason", "first_shares", "lead_interval", "leaderboard_cell", "method_table", "numbers",
            "pareto_front", "plot_accuracy", "rank_bootstrap", "ranks_of", "run_one", "split_methods",
            "statistics_rounds", "summary_table", "winner_words"]
