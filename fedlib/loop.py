@@ -186,6 +186,31 @@ def _new_state(state, algorithm: Algorithm, hook: str, round_: int) -> State:
     return state
 
 
+class _Replies:
+    """A round's replies as ``aggregate`` reads them: one pass. Iterating them again once every reply
+    was read is an error (a second pass would silently see none), not an empty round."""
+
+    def __init__(self, replies: Iterator[tuple[int, Message]]) -> None:
+        self._replies, self._done = replies, False
+
+    def __iter__(self) -> "_Replies":
+        if self._done:
+            raise RuntimeError("the round's replies were already read to the end: aggregate reads them once, as they "
+                               "arrive (a rule that needs them twice keeps them: replies = list(replies))")
+        return self
+
+    def __next__(self) -> tuple[int, Message]:
+        try:
+            return next(self._replies)
+        except StopIteration:
+            self._done = True
+            raise
+
+    def drain(self) -> int:
+        """Receive the replies left unread (each one recorded) and return how many there were."""
+        return sum(1 for _ in self._replies)
+
+
 def _accepted(algorithm, transport, r, messages, states, ledger, rows, config, clock: dict) -> Iterator[tuple[int, Message]]:
     """Round ``r``'s replies as the transport brings them (a client trains when its reply is asked
     for), each one recorded in the ledger and checked; a failed client (``on_failure``) and a reply
@@ -347,11 +372,11 @@ def run_rounds(
         # the clients train as aggregate reads their replies: a rule that folds each reply in and frees it (FedAvg's)
         # holds one at a time, one that needs them all reads list(replies)
         clock = {"clients": 0.0, "read": 0}
-        replies = _accepted(algorithm, transport, r, messages, clients, ledger, rows, config, clock)
+        replies = _Replies(_accepted(algorithm, transport, r, messages, clients, ledger, rows, config, clock))
         t_server = time.perf_counter()
         server = _new_state(algorithm.aggregate(server, replies, r), algorithm, "aggregate", r)
         t_server = time.perf_counter() - t_server - clock["clients"]  # the server's own time, not the clients'
-        unread = sum(1 for _ in replies)  # a rule that stopped early: the round's replies are received all the same
+        unread = replies.drain()  # a rule that stopped early: the round's replies are received all the same
         if unread:
             raise RuntimeError(f"{type(algorithm).__name__}.aggregate returned in round {r} with {unread} of the round's "
                                f"{clock['read']} replies unread (received and recorded, never aggregated); a rule reads "

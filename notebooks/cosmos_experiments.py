@@ -67,7 +67,6 @@ cache_dir = None  # where the studies keep each cell's frames (book/build.py giv
 
 # %% tags=["hide-input"]
 import functools
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -75,7 +74,7 @@ from IPython.display import display
 
 from fedbook.claims import Claim, Read
 from fedbook.intervals import resolution_of
-from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
+from fedbook.page import claims_report, format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies import cosmos_experiments as cosmos
 from fedbook.studies.cosmos_experiments import BASE, METRICS, PFL, sweep_label, sweep_reads
 from fedbook.study import Study, run_study
@@ -355,10 +354,7 @@ runs = {name: frame for frames in ran for name, frame in frames.items()}
 R["run_seconds"] = sum(frames.seconds for frames in ran)  # the cells' own time, cached ones included
 F = cosmos.tidy(runs, STUDY, SIDE)  # the frames the tables and the claims read
 R.update(cosmos.numbers(F, STUDY, n_classes=N_CLASSES))
-if results_dir is not None:
-    Path(results_dir).mkdir(parents=True, exist_ok=True)
-    for name, frame in runs.items():
-        frame.to_csv(Path(results_dir) / f"{name}.csv", index=False)
+save_frames(runs, results_dir)
 
 # %% [markdown]
 # ## Model-agnostic methods on mixed architectures (the paper's Figure 2 and Table 2)

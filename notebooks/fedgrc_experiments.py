@@ -75,7 +75,7 @@ from functools import partial
 import matplotlib.pyplot as plt
 
 from fedbook.claims import Claim, Read, strongest_baseline
-from fedbook.page import claims_report, glue_all, setup, show_table
+from fedbook.page import claims_report, glue_all, save_frames, setup, show_table
 from fedbook.studies import fedgrc_experiments as fedgrc
 from fedbook.studies.fedgrc_experiments import BASELINES, FEDGRC, key, reads
 from fedbook.study import Study, run_study
@@ -412,8 +412,7 @@ R.update(fge_pilot=PILOT, fge_leader=LEADERS["local"].name, fge_leader_L25=LEADE
 TRAINING = Study("training", partial(fedgrc.train_cell, study=study, data=DATA, rounds=P.rounds, m0_grid=P.m0_grid,
                                      gamma_grid=P.gamma_grid, results_dir=results_dir), grid={"alpha": P.alphas}, seeds=SEEDS)
 frames = run_study(TRAINING, workers=workers, cache=cache_dir)  # runs, validation, costs, sensitivity, penultimate
-if results_dir is not None:
-    fedgrc.save_results(frames, results_dir)
+save_frames({"fedgrc_results": frames["runs"]}, results_dir)  # beside the runs the cells saved there
 
 # %% [markdown]
 # {numref}`fig-fedgrc-partition` shows what the clients hold: the label skew every method trains under.

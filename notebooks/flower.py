@@ -66,10 +66,9 @@ from pathlib import Path
 
 import torch
 
-from fedbook.page import format_bytes, glue_all, setup, show_table
+from fedbook.page import format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies.flower import (bench_tables, bytes_table, check_settings, equivalence_cell, equivalence_table,
                                     job_of, mirrored_bytes, node_failure, numbers, trust_refusal)
-from fedbook.studies.setting import save_frames
 from fedbook.study import Study, run_study
 
 PROFILES = {

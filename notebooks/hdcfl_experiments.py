@@ -72,7 +72,7 @@ from IPython.display import Markdown, display
 
 import fedbook.studies.hdcfl_experiments as hdcfl
 from fedbook.claims import Claim, Read
-from fedbook.page import claims_report, glue_all, setup, show_table
+from fedbook.page import claims_report, glue_all, save_frames, setup, show_table
 from fedbook.study import Study, run_study
 from fedbook.studies.hdcfl_experiments import BASELINES, DEFAULT_VARIANT, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT
 from fedlib.algorithms.hdcfl import HDCConfig
@@ -413,7 +413,7 @@ EXERCISES = Study("exercises", functools.partial(hdcfl.exercise_cell, study=STUD
                   grid={"setting": P.settings}, seeds=[seed])
 frames = hdcfl.results(run_study(MAIN, workers=workers, cache=cache_dir), refresh_every=P.refresh_every, floor=RES_RHO)
 R.update(hdcfl.results_numbers(frames, P.settings, first_seed=seed, refresh_every=P.refresh_every))
-hdcfl.save_frames(frames, results_dir, ["main", "variants", "history", "donors"])
+save_frames({name: frames[name] for name in ("main", "variants", "history", "donors")}, results_dir)
 
 # %% [markdown]
 # ## The main table

@@ -51,11 +51,10 @@ from functools import partial
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from fedbook.page import format_bytes, glue_all, setup, show_table
+from fedbook.page import format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies.leaderboard import (COLUMNS, LeaderboardConfig, boards, digit_vectors, leaderboard_cell,
                                          method_table, numbers, plot_accuracy, rank_bootstrap, split_methods,
                                          summary_table)
-from fedbook.studies.setting import save_frames
 from fedbook.study import Study, run_study
 
 PROFILES = {

@@ -70,7 +70,7 @@ from IPython.display import display
 
 from fedbook.claims import Claim, Read
 from fedbook.intervals import resolution_of
-from fedbook.page import claims_report, format_bytes, glue_all, setup, show_table
+from fedbook.page import claims_report, format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies import mpt_experiments as M
 from fedbook.study import Study, run_study
 from fedlib.tracking import TrackingConfig
@@ -431,7 +431,7 @@ TABLE = Study("table", functools.partial(M.table_cell, study, model=P.table_mode
 frames |= run(TABLE)  # table (method, f1, n_remaining, f1_before) and table_runs: every data set x fraction x seed
 frames |= M.table_frames(frames["table"], SEEDS)  # by_seed, before_seed, all_seed, all_before, wide, cell_means
 R |= M.table_numbers(frames, BASELINES, len(SEEDS))
-M.save_frames(results_dir, {"figure_runs_history": history, "fraction_table": frames["table"]})  # None: not saved
+save_frames({"figure_runs_history": history, "fraction_table": frames["table"]}, results_dir)  # None: not saved
 
 # %% [markdown]
 # One table per data set (rows: methods; columns: the remaining fraction $f$ of the rare class;

@@ -51,10 +51,9 @@ from functools import partial
 import matplotlib.pyplot as plt
 
 from fedbook.benchmarks import AGGREGATIONS, WORKLOADS, loop_overhead
-from fedbook.page import glue_all, setup, show_table
+from fedbook.page import glue_all, save_frames, setup, show_table
 from fedbook.studies.performance import (cost_table, costs_of, numbers, overhead_table, plot_costs, plot_stack,
                                          round_cell, speed_cell, speed_table)
-from fedbook.studies.setting import save_frames
 from fedbook.study import Study, run_study
 
 PROFILES = {  # fresh_process: each round measured in a new process (the smoke profile saves the start-ups)

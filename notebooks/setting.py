@@ -56,10 +56,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from fedbook.page import format_bytes, glue_all, setup, show_table
+from fedbook.page import format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies.setting import (FLOORS, MEANS, TAILS, SettingConfig, anchor_cell, anchor_table, by_method,
                                      exercise_cell, finetune_cell, numbers, partition_table, plot_abilities,
-                                     plot_clients, plot_partitions, save_frames, sweep_cell, traffic_table)
+                                     plot_clients, plot_partitions, sweep_cell, traffic_table)
 from fedbook.study import Study, run_study
 from fedlib.federation import make_federations
 from fedlib.metrics import RARE_RATIO, Confusion, client_abilities

@@ -15,7 +15,6 @@ which can move a claim whose interval bound sits that close to its threshold.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile

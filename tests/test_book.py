@@ -554,7 +554,7 @@ def test_a_parallel_build_gives_the_bits_of_a_sequential_one(tmp_path):
                "--out", str(tmp_path / folder), "-j", jobs]
         done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert (f", 2 at a time" in done.stdout) == (jobs == "2")
+        assert (", 2 at a time" in done.stdout) == (jobs == "2")
         assert all((tmp_path / folder / "chapters" / f"{n}.json").exists() for n in two)
     rows, compared = build.compare(tmp_path / "sequential", tmp_path / "parallel")
     assert rows == [] and compared > 10

@@ -25,7 +25,7 @@ from fedlib.federation import make_federation
 from fedlib.loop import LoopConfig
 from fedlib.run import RunOptions
 from fedlib.run import run_federated
-from fedlib.messages import Message, State
+from fedlib.messages import State
 from fedlib.models import build_model
 from fedbook.benchmarks import RoundCost, keeping_replies, round_scaling
 from fedlib.aggregate import model_average

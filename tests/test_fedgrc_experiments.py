@@ -16,11 +16,12 @@ import torch
 from fedbook.claims import Claim, Read
 from fedbook.intervals import SeedValues, defined_pairs, interval_text, seed_band
 from fedbook.study import Study, run_study
+from fedbook.page import save_frames
 from fedbook.studies.fedgrc_experiments import (BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
                                     SharedRule, ablation_cell, baseline_head, before_after, chapter_study, claim_frames,
                                     cost_table, defined, deployed_name, excess_gain_rows, final_round, mean_over_alphas,
                                     mean_over_heads, numbers, reads, refitted_heads, rotate, rotate_odd_clients,
-                                    rotated_cell, save_results, seed_values, train_cell)
+                                    rotated_cell, seed_values, train_cell)
 from fedlib.algorithms import CGRL, Ditto, FedAvg
 from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset, make_gaussian_mixture
@@ -97,7 +98,7 @@ def test_the_cell_trains_every_method_and_deploys_every_head(cell, tmp_path):
     assert stats["seconds per round"].isna().all() and (costs["bytes per client"] > 0).all()
     assert (out / f"seed{SEED}" / f"alpha{ALPHA}" / "CGRL").is_dir()
     assert not (out / f"seed{SEED}" / f"alpha{ALPHA}" / "FedAvg").exists()  # FedAvg's run is Ditto's, saved once
-    save_results(frames, tmp_path / "new")
+    save_frames({"fedgrc_results": frames["runs"]}, tmp_path / "new")
     assert len(pd.read_csv(tmp_path / "new" / "fedgrc_results.csv")) == len(frames["runs"])
 
 

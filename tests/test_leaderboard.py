@@ -24,7 +24,8 @@ from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, Lead
                                          exclusion_reason, first_shares, lead_interval, leaderboard_cell,
                                          method_table, numbers, pareto_front, plot_accuracy, rank_bootstrap,
                                          ranks_of, run_one, split_methods, summary_table, winner_words)
-from fedbook.studies.setting import TAILS, save_frames
+from fedbook.page import save_frames
+from fedbook.studies.setting import TAILS
 from fedbook.study import Study, run_study
 from fedlib.federation import make_federations
 from fedlib.rng import PURPOSES, numpy_rng

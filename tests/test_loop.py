@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -643,6 +642,16 @@ def test_a_rule_that_stops_reading_the_replies_is_refused_once_every_reply_is_in
     with pytest.raises(RuntimeError, match="FirstOnly.aggregate returned in round 1 with 3 of the round's 4 replies unread "
                                            "\\(received and recorded, never aggregated\\)"):
         run_federated(FirstOnly(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1), transport=transport)
+
+
+def test_a_second_pass_over_the_replies_is_refused_not_read_as_an_empty_round(tiny_federation, tiny_model_fn):
+    class TwoPasses(FedAvg):
+        def aggregate(self, server, replies, round_):
+            weights = sum(float(m.meta["n_samples"]) for _, m in replies)  # the first pass reads every reply
+            return model_average(server, replies) if weights else server  # the second would see none
+
+    with pytest.raises(RuntimeError, match="the round's replies were already read to the end: aggregate reads them once"):
+        run_federated(TwoPasses(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
 
 
 def test_the_server_time_is_the_servers_own_not_the_clients(tiny_federation, tiny_model_fn):

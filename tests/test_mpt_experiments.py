@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from fedbook.claims import Claim, Read
 from fedbook.intervals import interval_band, mean_interval
 from fedbook.studies import mpt_experiments as M
+from fedbook.page import save_frames
 from fedbook.studies.mpt_experiments import (
     EX_DEFAULT,
     LABELS,
@@ -227,9 +228,9 @@ def test_the_reduced_cell_sends_mpts_payload_and_carries_its_variants(study):
 
 def test_save_frames_writes_one_csv_per_frame_and_nothing_without_a_folder(tmp_path):
     frame = pd.DataFrame({"a": [1, 2]})
-    M.save_frames(tmp_path / "out", {"x": frame})
+    save_frames({"x": frame}, tmp_path / "out")
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "out" / "x.csv"), frame)
-    M.save_frames(None, {"x": frame})  # the chapter's results_dir = None
+    save_frames({"x": frame}, None)  # the chapter's results_dir = None
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 

@@ -10,7 +10,7 @@ import torch
 from torch.nn import functional as F
 
 from fedlib.aggregate import weighted_average
-from fedlib.algorithms import Ditto, FedAvg, FedBABU, FedETF, FedRep, make_algorithm
+from fedlib.algorithms import Ditto, FedBABU, FedETF, FedRep, make_algorithm
 from fedlib.algorithms.fedetf import balanced_softmax_loss, etf_logits, simplex_etf
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated

@@ -9,7 +9,6 @@ import dataclasses
 import math
 
 import matplotlib
-import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -22,8 +21,9 @@ from fedlib.data import make_gaussian_mixture, subsample  # noqa: E402
 from fedbook.studies.setting import (MEANS, SettingConfig, anchor_cell, anchor_table, by_method,  # noqa: E402
                                      central_accuracy, exercise_cell, exercise_tables, finetune_cell, finetune_sweep,
                                      mean_unseen, numbers, partition_table, plot_abilities, plot_clients,
-                                     plot_partitions, rare_thresholds, save_frames, sweep_cell, traffic_table,
+                                     plot_partitions, rare_thresholds, sweep_cell, traffic_table,
                                      unseen_classes)
+from fedbook.page import save_frames  # noqa: E402
 from fedbook.study import Study, run_study  # noqa: E402
 from fedlib.federation import make_federations  # noqa: E402
 from fedlib.loop import LoopConfig  # noqa: E402

@@ -216,3 +216,13 @@ def test_run_study_describes_the_study_once_and_keys_each_cell_as_cell_key_alone
     again = run_study(study, cache=tmp_path)  # every cell read back
     for name in first:
         pd.testing.assert_frame_equal(first[name], again[name], check_exact=True)
+
+
+def test_a_cells_named_index_becomes_columns_and_an_unnamed_one_is_dropped():
+    def cell(seed):
+        frame = pd.DataFrame({"m": ["a", "b", "c"], "x": [1.0, 2.0, 3.0]})
+        return {"filtered": frame[frame["x"] > 1], "named": frame.set_index("m")}
+
+    frames = run_study(Study("index", cell))
+    assert list(frames["filtered"].columns) == ["seed", "m", "x"] and frames["filtered"]["m"].tolist() == ["b", "c"]
+    assert list(frames["named"].columns) == ["seed", "m", "x"]

@@ -37,9 +37,11 @@ import hashlib
 import json
 import math
 import numbers
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -54,6 +56,7 @@ from myst_nb import glue as myst_glue
 from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, Read, claims_records,
                            evaluate, headline_summary, show, tally)
 from fedbook.tables import table_of
+from fedlib.io import atomic_write_bytes
 from fedlib.validation import is_int, is_real
 
 PROFILE_NAMES = ("smoke", "book", "paper")
@@ -395,6 +398,7 @@ def claims_report(
     >>> glued = {}
     >>> R = claims_report([gain, wide], {"runs": runs}, glue=lambda k, v, display: glued.update({k: v}),
     ...                   display=lambda t: None)
+    Not decided at this profile, because it does not compute 'wide_runs': wide.
     >>> R["gain"].verdict, list(R), {k: v for k, v in glued.items() if k != CLAIMS_RECORDS}
     ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0})
     >>> [(r["key"], r["verdict"]) for r in json.loads(glued[CLAIMS_RECORDS])]
@@ -444,6 +448,25 @@ def _reads(claim: Claim) -> list[Read]:
     """Every :class:`~fedbook.claims.Read` of ``claim``'s sides."""
     sides = [claim.ours, claim.baseline, claim.within]
     return [r for s in sides for r in (s.values() if isinstance(s, Mapping) else [s]) if isinstance(r, Read)]
+
+
+def save_frames(frames: Mapping[str, pd.DataFrame], folder: str | os.PathLike | None) -> list[Path]:
+    """Each frame as ``<folder>/<name>.csv``, written atomically (:func:`fedlib.io.atomic_write_bytes`):
+    a chapter's tidy results in its ``results_dir``; nothing when ``folder`` is ``None`` (the
+    parameter not set). Returns the files written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> [p.name for p in save_frames({"runs": pd.DataFrame({"seed": [0], "acc": [91.5]})}, tempfile.mkdtemp())]
+    ['runs.csv']
+    >>> save_frames({"runs": pd.DataFrame()}, None)
+    []
+    """
+    if folder is None:
+        return []
+    return [atomic_write_bytes(Path(folder) / f"{name}.csv", frame.to_csv(index=False).encode())
+            for name, frame in frames.items()]
 
 
 def glue_all(values: Mapping[str, Any], *, prefix: str = "", glue: Callable[..., Any] = myst_glue) -> None:
@@ -723,5 +746,5 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
 
 
 __all__ = ["BEST_KINDS", "CLAIMS_RECORDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "check_injected", "claims_report",
-           "clipped_error", "format_bytes", "format_number", "format_value", "glue_all", "notebook_history",
+           "clipped_error", "format_bytes", "format_number", "format_value", "glue_all", "notebook_history", "save_frames",
            "place_labels", "resolve", "Settings", "setup", "show_table", "sign_word"]

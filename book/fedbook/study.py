@@ -231,7 +231,9 @@ def _frames(study: Study, cell: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
 
 
 def _with_cell(name: str, frame: pd.DataFrame, cell: Mapping[str, Any]) -> pd.DataFrame:
-    frame = frame.reset_index(drop=isinstance(frame.index, pd.RangeIndex) and frame.index.name is None)
+    """``frame`` with the cell's settings and seed as leading columns; a named index becomes columns,
+    an unnamed one (a default index, or the row labels left by a filter) is dropped."""
+    frame = frame.reset_index(drop=all(n is None for n in frame.index.names))
     for key, value in cell.items():
         if key in frame.columns:
             if len(frame) and not (frame[key] == value).all():

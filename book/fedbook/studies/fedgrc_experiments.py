@@ -524,13 +524,6 @@ def rotated_cell(seed: int, alpha: float, *, study: FedGRCStudy, data: Callable[
     return pd.DataFrame(rows)
 
 
-def save_results(frames: Mapping[str, pd.DataFrame], folder: str | Path) -> None:
-    """The training study's tidy results as ``<folder>/fedgrc_results.csv`` (the ``runs`` frame:
-    ``alpha, seed, method, metric, value``), next to the runs :func:`train_cell` saved there."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    frames["runs"].to_csv(Path(folder) / "fedgrc_results.csv", index=False)
-
-
 def resolutions(federations: Mapping[float, Federation]) -> dict[str, float]:
     """Each metric's resolution (:func:`fedbook.intervals.resolution_of`): the step one test image
     makes, on the test set the metric uses, sizes from ``federations`` (the first seed's, by
@@ -1146,5 +1139,5 @@ __all__ = ["ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILIN
            "excess_gain_rows", "exercise_numbers", "final_round", "head_reading", "key", "mean_over_alphas",
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
            "plot_sensitivity", "reads", "refitted_heads", "resolutions", "results_table", "rotate", "rotate_odd_clients",
-           "rotated_cell", "rotation_reading", "save_results", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
+           "rotated_cell", "rotation_reading", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
            "show_costs", "show_excess", "show_m0", "show_results", "train_cell"]

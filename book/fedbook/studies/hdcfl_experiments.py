@@ -38,7 +38,6 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -764,15 +763,6 @@ def substitutions(P: Any, n_classes: int) -> dict[str, str]:
             "rotations": f"the last round's cached pairs; {P.n_rotations} rotations of {data}"}
 
 
-def save_frames(frames: Mapping[str, pd.DataFrame], folder: str | None, names: Sequence[str]) -> None:
-    """Each frame of ``names`` as ``<folder>/<name>.csv`` (the chapter's ``results_dir``; ``None``: nothing saved)."""
-    if folder is None:
-        return
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    for name in names:
-        frames[name].to_csv(Path(folder) / f"{name}.csv", index=False)
-
-
 def overlap_reading(rho: float, partial: float) -> str:
     """What the label-subset donor association and its partial correlation given label overlap
     (means over the seeds) say, in words: whether there is a positive association for the overlap
@@ -1034,5 +1024,5 @@ __all__ = ["BASELINES", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDC_
            "activation_table", "claims_reading", "cost_frame", "cost_table", "donor_seeds", "donor_table", "donor_view",
            "exercise_cell", "exercise_numbers", "in_run_order", "ledger_costs", "macro_table", "main_tables",
            "nearest_donor_gain", "overlap_pairs", "overlap_reading", "paired_rows", "per_seed", "plot_dynamics",
-           "refresh_summary", "results", "results_numbers", "rotation_reading", "run_cell", "save_frames", "scale", "server_seconds",
+           "refresh_summary", "results", "results_numbers", "rotation_reading", "run_cell", "scale", "server_seconds",
            "server_text", "setting_numbers", "substitutions", "step_pairs", "step_text", "steps_text", "tail_metrics", "two_histories"]

@@ -26,7 +26,7 @@ What the chapter reads of the frames: the claim-ready frames (:func:`table_frame
 figures (:func:`plot_scenario`, :func:`plot_rounds`, :func:`plot_distances`,
 :func:`plot_distance_f1`, :func:`plot_cost`: each returns its figure closed, so that a notebook cell
 ending with the call shows it once); a history over seeds is read with :func:`per_seed`,
-:func:`seed_curves`, :func:`mean_at` and :func:`history_value`; :func:`save_frames` keeps the
+:func:`seed_curves`, :func:`mean_at` and :func:`history_value`; :func:`fedbook.page.save_frames` keeps the
 tidy frames as CSV files (the chapter's ``results_dir``).
 """
 
@@ -37,7 +37,6 @@ import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -344,17 +343,6 @@ def reduced_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, m
                                      **({"variants": tuple(variants)} if variants else {}))
     return {"history": history,
             "runs": _run_frame(n_remaining=scenario.n_rare_remaining, seconds=time.perf_counter() - start)}
-
-
-def save_frames(folder: str | Path | None, frames: Mapping[str, pd.DataFrame]) -> None:
-    """Each frame as ``<folder>/<name>.csv`` (the folder made if needed); nothing when ``folder`` is
-    ``None`` (a chapter's ``results_dir`` that is not set)."""
-    if folder is None:
-        return
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, frame in frames.items():
-        frame.to_csv(folder / f"{name}.csv", index=False)
 
 
 # ----------------------------------------------------------------- reading a history over seeds
@@ -1053,5 +1041,5 @@ __all__ = ["EX_DEFAULT", "LABELS", "MPTStudy", "TIME_KEYS", "TIME_PARTS", "bytes
            "figure_cell", "figure_frames", "figure_numbers", "fraction_tables", "history_value", "last_round_table",
            "ldc_numbers", "ldc_steps_numbers", "mean_at", "median_seconds", "per_seed", "plot_cost",
            "plot_distance_f1", "plot_distances", "plot_rounds", "plot_scenario", "reduced_cell", "round_axis",
-           "save_frames", "scenario_numbers", "seed_curves", "sizes_text", "table_cell", "table_frames",
+           "scenario_numbers", "seed_curves", "sizes_text", "table_cell", "table_frames",
            "table_numbers", "time_table"]

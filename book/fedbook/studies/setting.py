@@ -31,7 +31,6 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
@@ -42,7 +41,6 @@ import torch
 from fedlib.algorithms import FedAvg, FedAvgFT
 from fedlib.data import ArrayDataset, load_dataset, plot_partition, subsample
 from fedlib.federation import Federation, make_federations
-from fedlib.io import atomic_write_bytes
 from fedlib.loop import LoopConfig
 from fedlib.results import RunResult, per_client_table
 from fedlib.run import RunOptions
@@ -473,15 +471,6 @@ def traffic_table(traffic: pd.DataFrame, alpha: float) -> pd.DataFrame:
     return at.set_index(["direction", "kind"])["bytes"].rename("bytes in the whole run").to_frame()
 
 
-def save_frames(frames: Mapping[str, pd.DataFrame], folder: str | Path | None) -> list[Path]:
-    """Write each frame as ``<folder>/<name>.csv`` atomically (:func:`fedlib.io.atomic_write_bytes`);
-    nothing without a folder (``None``)."""
-    if folder is None:
-        return []
-    return [atomic_write_bytes(Path(folder) / f"{name}.csv", frame.to_csv(index=False).encode())
-            for name, frame in frames.items()]
-
-
 def _at(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
     """The rows of ``frame`` where every column of ``where`` holds its value (``None`` matches a missing value)."""
     rows = np.ones(len(frame), dtype=bool)
@@ -569,5 +558,5 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
 __all__ = ["ANCHORS", "BATCH", "CHANGES", "FLOORS", "MEANS", "METHODS", "MOMENTUM", "RHOS", "SHOWN", "TAILS",
            "SettingConfig", "anchor_cell", "anchor_table", "by_method", "central_accuracy", "exercise_cell",
            "exercise_tables", "finetune_cell", "finetune_sweep", "mean_unseen", "numbers", "partition_label",
-           "partition_table", "plot_abilities", "plot_clients", "plot_partitions", "rare_thresholds", "save_frames",
+           "partition_table", "plot_abilities", "plot_clients", "plot_partitions", "rare_thresholds",
            "sweep_cell", "traffic_table", "unseen_classes"]
