@@ -213,11 +213,13 @@ R.update(cc.lemma52_section(checks, numpy_rng(seed, 311), P.lemma_trials, tol=TO
 #
 # ### On real COSMOS runs
 #
-# We run COSMOS on the UCI digits at 8×8 pixels: a public set of 20 % of every class (its labels
-# kept aside for this analysis only), and {glue:text}`rr_clients` clients split as in the paper's
-# experiments (five disjoint label groups, Dirichlet $\alpha = 5$ inside a group, 10 % of every
-# client's samples pooled and redistributed), alternately a small CNN and an MLP; the server model
-# is a wider MLP; the threshold is the smallest that forms at most 5 clusters. To read every
+# We run COSMOS on the UCI digits at 8×8 pixels: a public set of {glue:text}`rr_public_pct:.0f` %
+# of every class (its labels kept aside for this analysis only), and {glue:text}`rr_clients`
+# clients split as in the paper's experiments ({glue:text}`rr_groups` disjoint label groups,
+# Dirichlet $\alpha =$ {glue:text}`rr_alpha:g` inside a group, {glue:text}`rr_pool_pct:.0f` % of
+# every client's samples pooled and redistributed), alternately a small CNN and an MLP; the server
+# model is a wider MLP; the threshold is the smallest that forms at most
+# {glue:text}`rr_max_clusters` clusters. To read every
 # iteration's client pseudo-labels $f_i^{(t,1)}(U)$ the run is checkpointed and stopped after each
 # round $t$, and resumed. **Support rule**: client $i$'s support is the set of classes that hold at
 # least {glue:text}`rr_share:.0%` of its training samples (so the few pooled samples of other groups'
@@ -316,7 +318,7 @@ checks.add("λ = 2c/(c+1) lies in (3/2, 2) for every c > 3, so the experiments' 
 # The posterior of equal-covariance Gaussians is a softmax of linear functions, so each client's
 # Bayes classifier is in the model class. COSMOS runs unchanged on {glue:text}`sy_clients` clients
 # under two label skews (the smoke profile runs the first only): *mild skew* (Dirichlet,
-# $\alpha = 5$: every client holds every class) and *label groups* (the paper's split with two
+# $\alpha =$ {glue:text}`sy_alpha:g`: every client holds every class) and *label groups* (the paper's split with two
 # groups of two classes, {glue:text}`sy_pool_pct:.0f` % pooled). The consistency term uses Gaussian input noise of standard
 # deviation {glue:text}`sy_noise:g` and $\lambda =$ {glue:text}`sy_lam:g` (the theorems' value for
 # $c =$ {glue:text}`sy_lam_c:g`).

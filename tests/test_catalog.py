@@ -69,7 +69,7 @@ def test_the_open_claims_nearest_to_a_decision_are_the_ones_the_pages_code_lists
     open_ = findings[(findings["kind"] == "claim") & (findings["verdict"] == "inconclusive at this scale")]
     needed = open_["seeds to decide"].str.extract(r"n = ([\d,]+)")[0].str.replace(",", "").astype(float)
     near = open_.assign(needed=needed).dropna(subset=["needed"])
-    assert R["ex2_text"].startswith(f"1 claims are open; for {len(near)} of them")
+    assert R["ex2_text"].startswith(f"1 claim is open; for {len(near)} of them")
     none = nearest_decisions(findings[findings["key"] == "a"])
     assert none["ex2_text"].startswith("0 claims are open; for 0 of them") and "no open claim" in repr(none["ex2_table"])
 

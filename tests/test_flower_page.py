@@ -6,11 +6,13 @@ numbers are read from the study's frames and the saved benchmark."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from fedbook.studies.flower import (EQUIVALENCE, WIRE, bench_tables, bytes_table, check_settings, equivalence_cell,
                                     equivalence_table, job_of, mirrored_bytes, node_failure, numbers, trust_refusal)
@@ -47,6 +49,13 @@ def test_a_loopback_run_is_the_in_process_run_bit_for_bit(frames):
     job = job_of("fedavg", 2, 1, 0)
     a, b = job.run_in_process(), job.run_in_process()
     assert not run_differences(a, b) and largest_difference(a.server.arrays, b.server.arrays) == 0.0
+    # and both see one ulp moved in one server array
+    arrays = dict(b.server.arrays)
+    name = sorted(arrays)[0]
+    arrays[name] = arrays[name].clone()
+    arrays[name].view(-1)[0] = torch.nextafter(arrays[name].view(-1)[0], torch.tensor(float("inf")))
+    moved = dataclasses.replace(b, server=dataclasses.replace(b.server, arrays=arrays))
+    assert run_differences(a, moved) == ["server"] and largest_difference(a.server.arrays, arrays) > 0.0
 
 
 def test_a_method_not_run_on_the_runtimes_has_no_rows_there(frames):

@@ -161,7 +161,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                  "fedlib.engines.flower.records", "fedlib.engines.flower.remote", "fedlib.engines.flower.loopback")),
     ("results", ("fedlib.results",)),
     ("the round loop", ("fedlib.loop",)),
-    ("running and deployment", ("fedlib.run", "fedlib.posthoc")),
+    ("running and post-hoc heads", ("fedlib.run", "fedlib.posthoc")),
     ("Flower's job, apps and drivers", ("fedlib.engines.flower", "fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.entrypoint",
                                         "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
@@ -170,7 +170,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evidence", ("fedbook.intervals", "fedbook.claims", "fedbook.checks")),
     ("the study runner", ("fedbook.study",)),
     ("pages", ("fedbook.page",)),
-    ("the build's records and the book's index", ("fedbook.catalog",)),
+    ("the book's catalog", ("fedbook.catalog",)),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
     ("measurements", ("fedbook.benchmarks", "fedbook.studies.performance")),
 ]
@@ -249,3 +249,13 @@ def test_the_library_never_imports_the_books_machinery():
                        for d in deps if d.split(".")[0] == "fedbook")
     assert not importers, "\n".join(importers)
     assert "fedbook.claims" in _graph()["fedbook.page"]  # its claims report decides with fedbook.claims
+
+
+def test_the_inside_page_draws_the_declared_layers_in_order():
+    """The page *Inside fedlib* tables the layers a reader is told the test enforces: the same
+    names, packages and order as :data:`LAYERS`."""
+    rows = [line.split("|")[1:3] for line in (ROOT / "book" / "inside.md").read_text().splitlines()
+            if line.startswith("| fedlib |") or line.startswith("| fedbook |")]
+    drawn = [(package.strip(), layer.strip()) for package, layer in rows]
+    declared = [("fedbook" if any(m.startswith("fedbook") for m in mods) else "fedlib", name) for name, mods in LAYERS]
+    assert drawn == declared

@@ -445,7 +445,7 @@ def nearest_decisions(findings: pd.DataFrame) -> dict[str, Any]:
     needed = open_["seeds to decide"].str.extract(r"n = ([\d,]+)")[0].str.replace(",", "").astype(float)
     near = open_.assign(needed=needed).dropna(subset=["needed"]).sort_values("needed", kind="stable")
     within = near[near["needed"] <= 2 * near["n"]]
-    text = (f"{len(open_)} claims are open; for {len(near)} of them a number of seeds would decide at the observed "
+    text = (f"{len(open_)} claim{' is' if len(open_) == 1 else 's are'} open; for {len(near)} of them a number of seeds would decide at the observed "
             f"spread, and {len(within)} would need at most twice the seeds they rest on now"
             + (f" ({', '.join(f'{p}: {k}' for p, k in within.groupby('paper', sort=False).size().items())})."
                if len(within) else ".")

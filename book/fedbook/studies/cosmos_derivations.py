@@ -60,6 +60,10 @@ from fedlib.training import TrainConfig
 from fedlib.validation import check_int
 
 TOL = 1e-12
+REAL_SPLIT = {"public_share": 0.2, "groups": 5, "alpha": 5.0, "pool_fraction": 0.1, "clusters": 5}
+"""The real runs' split (:func:`real_runs`): the share of every class kept as the public set, the
+disjoint label groups, the Dirichlet concentration inside a group, the share of every client's
+samples pooled and redistributed, and the most clusters the threshold may form."""
 """The round-off allowance of the float64 comparisons."""
 
 GRADIENT_MODEL, GRADIENT_BATCH, GRADIENT_DRAW = 342, 343, 344
@@ -703,23 +707,24 @@ class RealRuns:
 
 def real_runs(seed: int, *, n_clients: int, rounds: int, pretrain_epochs: int, server_epochs: int) -> RealRuns:
     """COSMOS on the UCI digits at 8 × 8, recorded after every round (:func:`cosmos_iterations`):
-    20 % of every class as :math:`U` (its labels kept aside), ``n_clients`` clients of the paper's
-    split (five label groups, Dirichlet :math:`\\alpha = 5` inside a group, 10 % pooled),
+    a share of every class as :math:`U` (its labels kept aside), ``n_clients`` clients of the paper's
+    split (label groups, Dirichlet inside a group, a share pooled: :data:`REAL_SPLIT`),
     alternately a small CNN and an MLP, a wider MLP server, Adam at 1e-3 (``pretrain_epochs``
     pre-training, 3 local and 1 distillation epoch per round, ``server_epochs`` on the server),
-    the smallest threshold forming at most 5 clusters; every draw from ``seed``."""
+    the smallest threshold forming at most ``REAL_SPLIT['clusters']`` clusters; every draw from ``seed``."""
     adam = functools.partial(TrainConfig, batch_size=32, optimizer="adam")
     uci = load_dataset("uci8")
-    public, rest, hidden = make_public_set(uci, 0.2, seed=seed)
-    fed = make_federation(rest, n_clients=n_clients, partition="grouped_dirichlet", n_groups=5, alpha=5.0,
-                          pool_fraction=0.1, global_test_per_class=10, seed=seed)
+    split = REAL_SPLIT
+    public, rest, hidden = make_public_set(uci, split["public_share"], seed=seed)
+    fed = make_federation(rest, n_clients=n_clients, partition="grouped_dirichlet", n_groups=split["groups"],
+                          alpha=split["alpha"], pool_fraction=split["pool_fraction"], global_test_per_class=10, seed=seed)
     archs = ClientArchitectures.mixture({"cnn": {"model": "cnn", "width": 8, "feature_dim": 32},
                                          "mlp": {"model": "mlp", "hidden": (64,)}}, n_clients, in_channels=1,
                                         n_classes=uci.n_classes, input_size=8)
     server_fn = functools.partial(build_model, "mlp", in_channels=1, n_classes=uci.n_classes, input_size=8, hidden=(256,))
     method = COSMOS(public=public, server_model=server_fn, server_train=adam(epochs=server_epochs, lr=1e-3),
                     pretrain=adam(epochs=pretrain_epochs, lr=1e-3), train=adam(epochs=3, lr=1e-3),
-                    distill=adam(epochs=1, lr=1e-3), target_clusters=5, seed=seed)
+                    distill=adam(epochs=1, lr=1e-3), target_clusters=split["clusters"], seed=seed)
     counts = fed.train_counts()
     iterations = cosmos_iterations(method, fed, archs, rounds, seed)
     return RealRuns(iterations=iterations, counts=counts, hidden=hidden, n_public=len(public), n_clients=n_clients, rounds=rounds)
@@ -748,7 +753,10 @@ def real_run_section(checks: CheckTable, runs: RealRuns, real: pd.DataFrame, *, 
     mean_reading_fail = int((~real["mean reading holds"]).sum())
     later = over_time.iloc[1:]
     numbers = {
-        "rr_clients": int(runs.n_clients), "rr_share": float(support_share), "rr_rounds": int(runs.rounds), "rr_n": int(n_real),
+        "rr_clients": int(runs.n_clients), "rr_share": float(support_share),
+        "rr_public_pct": 100 * REAL_SPLIT["public_share"], "rr_groups": REAL_SPLIT["groups"], "rr_alpha": REAL_SPLIT["alpha"],
+        "rr_pool_pct": 100 * REAL_SPLIT["pool_fraction"], "rr_max_clusters": REAL_SPLIT["clusters"],
+        "rr_rounds": int(runs.rounds), "rr_n": int(n_real),
         "rr_b0": float(b0), "rr_k": int(over_time["clusters"].iloc[0]), "rr_public": int(runs.n_public),
         "rr_holds_pct": 100 * float(real["holds"].mean()), "rr_median_gamma": float(real["γ"].median()),
         "rr_min_gamma": float(real["γ"].min()), "rr_median_term": float(real["2B/(γ|U_i|)"].median()),
@@ -883,7 +891,7 @@ def exercise_numbers(runs: RealRuns, real: pd.DataFrame, rng: np.random.Generato
     return out
 
 
-__all__ = ["GRADIENT_BATCH", "GRADIENT_DRAW", "GRADIENT_MODEL", "TOL", "RealRuns", "algorithm1_checks", "algorithm1_section",
+__all__ = ["GRADIENT_BATCH", "GRADIENT_DRAW", "GRADIENT_MODEL", "REAL_SPLIT", "TOL", "RealRuns", "algorithm1_checks", "algorithm1_section",
            "assumption51_over_time", "b0_search_checks", "b0_search_section", "cluster_count", "consistency_gradient_checks",
            "consistency_gradient_section", "cosmos_iterations", "exercise_numbers", "greedy_rule_violations",
            "lemma52_random_checks", "lemma52_section", "lemma_rows", "monotonicity_search", "monotonicity_section",

@@ -51,8 +51,11 @@ from fedlib.training import TrainConfig, local_train
 from fedlib.validation import check_int
 
 SETTINGS = ("mild skew", "label groups")
-"""The label skews of :func:`synthetic_run`: Dirichlet with :math:`\\alpha = 5` (every client holds
-every class), and the paper's split into two label groups with a share of the data pooled."""
+"""The label skews of :func:`synthetic_run`: Dirichlet with :math:`\\alpha =` :data:`SKEW_ALPHA`
+(every client holds every class), and the paper's split into two label groups with a share of the
+data pooled."""
+SKEW_ALPHA = 5.0
+"""The Dirichlet concentration of both settings (over all classes under mild skew, inside a group under label groups)."""
 
 DATA, EVALUATION, LOCAL, HESSIAN_AUGMENT, HESSIAN_POINTS = 321, 322, 323, 331, 332
 """The streams under the chapter's seed: the circle's data set, the fresh evaluation samples, each
@@ -259,11 +262,11 @@ def synthetic_run(setting: str, *, seed: int, n_clients: int, n_eval: int, local
     data = ArrayDataset(torch.tensor(x, dtype=torch.float32), torch.tensor(y), n_classes=C, name="circle")
     pub, rest, _ = make_public_set(data, 0.3, seed=seed)
     if setting == "mild skew":
-        fed = make_federation(rest, n_clients=n, partition="dirichlet", alpha=5.0, min_size=10,
+        fed = make_federation(rest, n_clients=n, partition="dirichlet", alpha=SKEW_ALPHA, min_size=10,
                               global_test_per_class=20, seed=seed)
         target = 1
     else:
-        fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=2, alpha=5.0,
+        fed = make_federation(rest, n_clients=n, partition="grouped_dirichlet", n_groups=2, alpha=SKEW_ALPHA,
                               pool_fraction=circle.pool, global_test_per_class=20, seed=seed)
         target = 2
     held_counts = np.stack([np.bincount(np.r_[c.train.labels_np, c.test.labels_np], minlength=C) for c in fed.clients])
@@ -501,7 +504,7 @@ def synthetic_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], cont
     (dict, Table)
         The numbers the prose reads (the setting's constants ``sy_radius``, ``sy_wd``,
         ``sy_noise``, ``sy_lam``, ``sy_lam_c`` (the :math:`c` whose :math:`\\lambda = 2c/(c+1)`
-        is ``circle.lam``), ``sy_clients``, ``sy_pool_pct``, ``sy_n_eval``, ``sy_rounds``; the
+        is ``circle.lam``), ``sy_clients``, ``sy_alpha``, ``sy_pool_pct``, ``sy_n_eval``, ``sy_rounds``; the
         sentences ``sy_sentences``, one per setting with its measurements, and
         ``sy_groups_sentence``, the label groups' teachers' largest error where that setting
         runs), and the table of :func:`theory_table` (:func:`fedbook.page.show_table`).
@@ -509,7 +512,7 @@ def synthetic_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], cont
     theory = theory_table(runs, controls)
     numbers = {f"sy_{key}": float(value) for key, value in dict(
         radius=circle.radius, wd=circle.weight_decay, noise=circle.noise, lam=circle.lam, lam_c=circle.lam / (2 - circle.lam)).items()}
-    numbers.update(sy_clients=int(n_clients), sy_pool_pct=100 * circle.pool, sy_n_eval=f"{n_eval:,}", sy_rounds=int(rounds))
+    numbers.update(sy_clients=int(n_clients), sy_alpha=SKEW_ALPHA, sy_pool_pct=100 * circle.pool, sy_n_eval=f"{n_eval:,}", sy_rounds=int(rounds))
     sentences = []
     for setting, row in theory.iterrows():
         ratio, ratio_ex = row["fitted ratio of R†"], row["fitted ratio of R† − Bayes"]
@@ -603,7 +606,7 @@ def hessian_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], *, see
                                                    "share of points with negative curvature": 2})
 
 
-__all__ = ["DATA", "EVALUATION", "HESSIAN_AUGMENT", "HESSIAN_POINTS", "LOCAL", "SETTINGS", "Circle", "Linear", "SyntheticRun",
+__all__ = ["DATA", "EVALUATION", "HESSIAN_AUGMENT", "HESSIAN_POINTS", "LOCAL", "SETTINGS", "SKEW_ALPHA", "Circle", "Linear", "SyntheticRun",
            "WithoutTeacher",
            "client_objective", "error_rate", "fitted_ratio", "hessian_checks", "hessian_section", "linear_from", "plot_risks",
            "shift_basis", "synthetic_run", "synthetic_section", "theory_table"]

@@ -70,6 +70,14 @@ SHOWN = ("local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25")
 """The abilities of the chapter's bar chart (:func:`plot_abilities`)."""
 BATCH, MOMENTUM = 32, 0.9
 """Every local update's batch size and SGD momentum (the central anchor keeps TrainConfig's default momentum)."""
+CENTRAL_TARGET, ANCHOR_TOLERANCE = 95.0, 3.0
+"""The anchors' yardsticks, as the prose states them: the central model's global-test accuracy
+should reach ``CENTRAL_TARGET`` percent at the book profile, and FedAvg on the IID partition
+should come within ``ANCHOR_TOLERANCE`` points of it."""
+EX1_DROP = 5.0
+"""Exercise 1's question: at which concentration FedAvg falls more than this many points below the IID anchor."""
+SWEEP_EPOCHS = (1, 5, 20)
+"""Exercise 4's numbers of fine-tuning epochs (beside 0, plain FedAvg)."""
 
 
 def partition_label(alpha: float | None) -> str:
@@ -366,7 +374,7 @@ def finetune_sweep(run: RunResult, federation: Federation, model_fn: Callable[[]
     return pd.DataFrame(rows).set_index("fine-tuning epochs")
 
 
-def sweep_cell(seed: int, alpha: float, *, config: SettingConfig, epochs: Sequence[int] = (1, 5, 20)) -> pd.DataFrame:
+def sweep_cell(seed: int, alpha: float, *, config: SettingConfig, epochs: Sequence[int] = SWEEP_EPOCHS) -> pd.DataFrame:
     """Exercise 4: the reduced FedAvg run at ``alpha`` (:func:`exercise_cell`'s, the chapter's
     learning rate) deployed with 0 and each number of ``epochs`` of fine-tuning
     (:func:`finetune_sweep`), one row per number of epochs (``fine-tuning epochs`` first)."""
@@ -528,6 +536,7 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
     rare, ex2 = tables["ex2"], {}
     for m, key in (("FedAvg", "fedavg"), ("FedAvg-FT", "ft")):
         ex2[f"ex2_spread_{key}"] = float(rare[f"F@25 {m}"].max() - rare[f"F@25 {m}"].min())
+    swept = [int(e) for e in frames["ex_sweep"]["fine-tuning epochs"] if e > 0]
     return {
         "n_clients": P.n_clients, "n_global_test": n_global_test, "alpha_last": a,
         "seen_last": float(partitions.loc[last, "classes seen (mean)"]),
@@ -535,7 +544,8 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
         "seen_iid": float(partitions.loc["IID", "classes seen (mean)"]),
         "rho": P.rare_ratio, "rare_pct": 100 * P.rare_ratio / n_classes,
         "central_acc": float(100 * central), "iid_acc": float(100 * iid), "anchor_gap": float(100 * (central - iid)),
-        "central_epochs": P.central_epochs, "central_lr": P.central_lr,
+        "central_epochs": P.central_epochs, "central_lr": P.central_lr, "batch": BATCH, "momentum": MOMENTUM,
+        "central_target": CENTRAL_TARGET, "anchor_tolerance": ANCHOR_TOLERANCE, "ex1_drop": EX1_DROP,
         "ft_epochs": P.finetune_epochs, "ft_lr": P.finetune_lr, "local_epochs": P.local_epochs, "train_lr": P.lr,
         "rounds": P.rounds, **{f"ft_change_{k}": v for k, v in change.items()}, "alpha_ft": a,
         **{f"ft_{m}_{when}": float(100 * ft.loc[method, m]) for m in ("local", "global")
@@ -552,10 +562,12 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
         "ex3_skew_base": ex3[(0.1, P.lr)], "ex3_skew_larger": ex3[(0.1, larger)],
         "ex3_iid_change": ex3[(None, larger)] - ex3[(None, P.lr)], "ex3_skew_change": ex3[(0.1, larger)] - ex3[(0.1, P.lr)],
         "ex4_table": show_table(tables["ex4"], digits=1),
+        "ex4_epochs": ", ".join(map(str, swept[:-1])) + f" and {swept[-1]}" if len(swept) > 1 else str(swept[0]),
     }
 
 
-__all__ = ["ANCHORS", "BATCH", "CHANGES", "FLOORS", "MEANS", "METHODS", "MOMENTUM", "RHOS", "SHOWN", "TAILS",
+__all__ = ["ANCHORS", "ANCHOR_TOLERANCE", "BATCH", "CENTRAL_TARGET", "CHANGES", "EX1_DROP", "FLOORS", "MEANS",
+           "METHODS", "MOMENTUM", "RHOS", "SHOWN", "SWEEP_EPOCHS", "TAILS",
            "SettingConfig", "anchor_cell", "anchor_table", "by_method", "central_accuracy", "exercise_cell",
            "exercise_tables", "finetune_cell", "finetune_sweep", "mean_unseen", "numbers", "partition_label",
            "partition_table", "plot_abilities", "plot_clients", "plot_partitions", "rare_thresholds",
