@@ -259,3 +259,31 @@ def test_the_inside_page_draws_the_declared_layers_in_order():
     drawn = [(package.strip(), layer.strip()) for package, layer in rows]
     declared = [("fedbook" if any(m.startswith("fedbook") for m in mods) else "fedlib", name) for name, mods in LAYERS]
     assert drawn == declared
+
+
+PAGE_PACKAGES = ("IPython", "myst_nb", "papermill", "jupytext", "nbformat")
+"""What executes or renders a page: the book's packages, never the library's."""
+
+
+def test_the_library_imports_no_page_machinery():
+    """fedlib is the library, not the book: none of its modules imports a package that executes or
+    renders pages (:data:`PAGE_PACKAGES`), at module level or inside a function."""
+    found = []
+    for module, path in MODULES.items():
+        if not module.startswith("fedlib"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{module}:{node.lineno} imports {n}" for n in names if n.split(".")[0] in PAGE_PACKAGES]
+    assert not found, "\n".join(found)
+    assert any(m.startswith("fedlib.engines") for m in MODULES)  # the walk sees the library's modules
+
+
+def test_importing_every_module_of_the_library_loads_no_plotting():
+    """matplotlib is imported only by the one function that draws (a partition's heat map,
+    :func:`fedlib.data.partition.plot_partition`), when it is called: the library loads without it."""
+    names = sorted(m for m in MODULES if m.startswith("fedlib") and not m.endswith("__main__"))
+    code = (f"import importlib, sys\nfor m in {names!r}: importlib.import_module(m)\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'IPython')))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
