@@ -466,10 +466,25 @@ def plot_clients(clients: pd.DataFrame, alphas: Sequence[float]) -> plt.Figure:
 
 def anchor_table(anchors: pd.DataFrame) -> pd.DataFrame:
     """The anchors' study as the page's table: one row per anchor, its global-test accuracy in
-    percent, its passes over the data and its seconds."""
+    percent, its passes over the data, its seconds, its yardstick (central SGD: at least
+    :data:`CENTRAL_TARGET` percent; FedAvg on the IID partition: within :data:`ANCHOR_TOLERANCE`
+    points of central SGD) and whether it meets it.
+
+    Examples
+    --------
+    >>> anchors = pd.DataFrame({"anchor": ["central SGD", "FedAvg, IID"], "accuracy": [0.978, 0.944],
+    ...                         "passes": [10, 10], "seconds": [1.0, 2.0]})
+    >>> anchor_table(anchors)["meets it"].tolist()
+    ['yes', 'no']
+    """
     table = anchors.set_index("anchor")[["accuracy", "passes", "seconds"]]
-    return pd.DataFrame({"global-test accuracy (%)": 100 * table["accuracy"], "passes over the data": table["passes"],
-                         "seconds": table["seconds"]})
+    accuracy = 100 * table["accuracy"]
+    central = accuracy["central SGD"]
+    met = {"central SGD": central >= CENTRAL_TARGET, "FedAvg, IID": central - accuracy["FedAvg, IID"] <= ANCHOR_TOLERANCE}
+    yardstick = {"central SGD": f"≥ {CENTRAL_TARGET:g} %", "FedAvg, IID": f"within {ANCHOR_TOLERANCE:g} points of central SGD"}
+    return pd.DataFrame({"global-test accuracy (%)": accuracy, "passes over the data": table["passes"],
+                         "seconds": table["seconds"], "yardstick": pd.Series(yardstick).reindex(accuracy.index),
+                         "meets it": pd.Series({k: "yes" if v else "no" for k, v in met.items()}).reindex(accuracy.index)})
 
 
 def traffic_table(traffic: pd.DataFrame, alpha: float) -> pd.DataFrame:
