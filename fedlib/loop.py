@@ -47,7 +47,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import numpy as np
 import pandas as pd
@@ -432,7 +432,8 @@ def algorithm_configuration(obj, _depth: int = 0):
     """A method's full configuration as plain JSON data, for a checkpoint's fingerprint: its
     public attributes (not those that start with ``_``, a method's caches), recursively;
     dataclasses (``TrainConfig``, ``HDCConfig``, ...) by their fields, tensors and arrays by a
-    SHA-256 digest of their bytes, a ``functools.partial`` by its function and arguments, a
+    SHA-256 digest of their bytes (bytes too; pandas frames, series and indexes by a digest of
+    their values with their dtypes and columns; torch dtypes, devices and paths by name), a ``functools.partial`` by its function and arguments, a
     function by its qualified name, its defaults and the values it closes over, NaN and
     infinities as text. A structure nested deeper than 16 levels is refused.
 
@@ -452,6 +453,18 @@ def algorithm_configuration(obj, _depth: int = 0):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else repr(obj)
+    if isinstance(obj, complex):
+        return {"complex": repr(obj)}
+    if isinstance(obj, (bytes, bytearray)):
+        return {"bytes": hashlib.sha256(bytes(obj)).hexdigest()}
+    if isinstance(obj, (torch.dtype, torch.device, PurePath)):
+        return str(obj)
+    if isinstance(obj, (pd.DataFrame, pd.Series, pd.Index)):  # by value: its labels, dtypes and every cell
+        frame = obj.to_frame() if isinstance(obj, (pd.Series, pd.Index)) else obj
+        return {"pandas": type(obj).__name__, "dtypes": [str(d) for d in frame.dtypes],
+                "columns": [str(c) for c in frame.columns],
+                "sha256": hashlib.sha256(pd.util.hash_pandas_object(obj, index=not isinstance(obj, pd.Index))
+                                         .to_numpy().tobytes()).hexdigest()}
     if isinstance(obj, np.generic):
         return algorithm_configuration(obj.item(), _depth + 1)
     if isinstance(obj, (torch.Tensor, np.ndarray)):

@@ -57,8 +57,8 @@ import numpy as np
 import pandas as pd
 
 from fedbook.page import format_bytes, glue_all, save_frames, setup, show_table
-from fedbook.studies.setting import (FLOORS, MEANS, TAILS, SettingConfig, anchor_cell, anchor_table, by_method,
-                                     exercise_cell, finetune_cell, numbers, partition_table, plot_abilities,
+from fedbook.studies.setting import (ANCHORS, EX_ALPHAS, EX_LR, EX_SKEW_ALPHA, FLOORS, MEANS, TAILS, SettingConfig,
+                                     anchor_cell, anchor_table, by_method, exercise_cell, finetune_cell, numbers, partition_table, plot_abilities,
                                      plot_clients, plot_partitions, sweep_cell, traffic_table)
 from fedbook.study import Study, run_study
 from fedlib.federation import make_federations
@@ -194,9 +194,8 @@ show_table(pd.DataFrame([toy]), digits=3)
 
 
 # %%
-ANCHORS = Study("anchors", partial(anchor_cell, config=config), grid={"anchor": ["central SGD", "FedAvg, IID"]},
-                seeds=[seed])
-frames = run_study(ANCHORS, workers=workers, cache=cache_dir)
+ANCHOR_STUDY = Study("anchors", partial(anchor_cell, config=config), grid={"anchor": list(ANCHORS)}, seeds=[seed])
+frames = run_study(ANCHOR_STUDY, workers=workers, cache=cache_dir)
 
 # %% tags=["hide-input"]
 show_table(anchor_table(frames["anchors"]), digits={"global-test accuracy (%)": 1, "seconds": 1})
@@ -217,7 +216,7 @@ show_table(anchor_table(frames["anchors"]), digits={"global-test accuracy (%)": 
 # the same global model and then, on every client, fine-tunes it on the client's own training
 # split before deployment ({glue:text}`ft_epochs` epoch(s) of SGD at learning rate
 # {glue:text}`ft_lr`). Every client trains for {glue:text}`local_epochs` local epoch(s) per round
-# (SGD, momentum 0.9, batch 32, learning rate {glue:text}`train_lr`) and all clients take part in
+# (SGD, momentum {glue:text}`momentum`, batch {glue:text}`batch`, learning rate {glue:text}`train_lr`) and all clients take part in
 # every round, for {glue:text}`rounds` rounds.
 # Because only the deployment hook differs, we train once per $\alpha$ and evaluate both
 # deployments of the same final global model: one cell of the study below per $\alpha$
@@ -322,10 +321,10 @@ show_table(traffic_table(frames["traffic"], P.alphas[-1]), formats={"bytes in th
 # The exercises' reduced runs, one seed: FedAvg on a seeded subset of the chapter's data with fewer clients and
 # rounds, per partition (Exercise 1) and with a larger learning rate (Exercise 3), and one run fine-tuned (Exercise 4)
 EXERCISES = [
-    Study("ex_skew", partial(exercise_cell, config=config), grid={"alpha": [None, 1.0, 0.3, 0.1, 0.03], "lr": [P.lr]},
+    Study("ex_skew", partial(exercise_cell, config=config), grid={"alpha": list(EX_ALPHAS), "lr": [P.lr]}, seeds=[seed]),
+    Study("ex_lr", partial(exercise_cell, config=config), grid={"alpha": [None, EX_SKEW_ALPHA], "lr": [EX_LR]},
           seeds=[seed]),
-    Study("ex_lr", partial(exercise_cell, config=config), grid={"alpha": [None, 0.1], "lr": [0.05]}, seeds=[seed]),
-    Study("ex_sweep", partial(sweep_cell, config=config), grid={"alpha": [0.1]}, seeds=[seed]),
+    Study("ex_sweep", partial(sweep_cell, config=config), grid={"alpha": [EX_SKEW_ALPHA]}, seeds=[seed]),
 ]
 ex_runs = [run_study(study, workers=workers, cache=cache_dir) for study in EXERCISES]
 frames |= {name: frame for ran in ex_runs for name, frame in ran.items()}
@@ -379,8 +378,9 @@ glue_all({**numbers(frames, P, federations, data, config, seed), "ex_seconds": s
 # ```{glue:figure} ex2_table
 # ```
 #
-# Raising $\rho$ only adds rare classes (the rare set at 0.25 is contained in the one at 1.0):
-# the added ones are better-represented classes, and from $\rho = 0.25$ to 1.0 FedAvg-FT's rare
+# Raising $\rho$ only adds rare classes (the rare set at {glue:text}`ex2_rho_lo` is contained in the
+# one at {glue:text}`ex2_rho_hi`): the added ones are better-represented classes, and from
+# $\rho =$ {glue:text}`ex2_rho_lo` to {glue:text}`ex2_rho_hi` FedAvg-FT's rare
 # accuracy changes by {glue:text}`ex2_rare_ft_change:+.1f` points. Across the three thresholds
 # F@25 moves by {glue:text}`ex2_spread_fedavg:.1f` points for FedAvg and
 # {glue:text}`ex2_spread_ft:.1f` for FedAvg-FT: the floor that moves more depends more on the
@@ -392,7 +392,7 @@ glue_all({**numbers(frames, P, federations, data, config, seed), "ex_seconds": s
 # :::
 #
 # 3. *(parameters only)* **A learning rate that drifts.** Re-run with `lr=0.05` (the default is
-#    {glue:text}`train_lr`). Compare the IID anchor and the $\alpha = 0.1$ federation: which one
+#    {glue:text}`train_lr`). Compare the IID anchor and the $\alpha =$ {glue:text}`ex_skew_alpha` federation: which one
 #    suffers, and why does a larger local step hurt more when each client sees only a few classes
 #    (client drift)?
 #
@@ -406,7 +406,7 @@ glue_all({**numbers(frames, P, federations, data, config, seed), "ex_seconds": s
 # A **reduced run** ({glue:text}`ex_scale`, global accuracy of FedAvg) gives the IID federation
 # {glue:text}`ex3_iid_base:.1f` % at learning rate {glue:text}`train_lr` and
 # {glue:text}`ex3_iid_larger:.1f` % at {glue:text}`ex3_lr` ({glue:text}`ex3_iid_change:+.1f`
-# points), and the $\alpha = 0.1$ federation {glue:text}`ex3_skew_base:.1f` % and
+# points), and the $\alpha =$ {glue:text}`ex_skew_alpha` federation {glue:text}`ex3_skew_base:.1f` % and
 # {glue:text}`ex3_skew_larger:.1f` % ({glue:text}`ex3_skew_change:+.1f` points). Client drift
 # predicts that the skewed federation suffers more from the larger step: a lower change than the
 # IID federation's; where it is not lower, this reduced run does not show the drift effect (more
@@ -418,7 +418,7 @@ glue_all({**numbers(frames, P, federations, data, config, seed), "ex_seconds": s
 # full-scale run (`-p lr=0.05`) separates the two effects better.
 # :::
 #
-# 4. *(parameters only)* **How much fine-tuning?** Vary `finetune_epochs` over 1, 5 and 20. Plot
+# 4. *(parameters only)* **How much fine-tuning?** Vary `finetune_epochs` over {glue:text}`ex4_epochs`. Plot
 #    local and global accuracy against it: is there a number of epochs that improves local
 #    accuracy without lowering the F@25 floor?
 #
@@ -429,7 +429,7 @@ glue_all({**numbers(frames, P, federations, data, config, seed), "ex_seconds": s
 # :::
 #
 # :::{dropdown} Worked solution
-# On the **reduced** $\alpha = 0.1$ federation ({glue:text}`ex_scale`), one FedAvg run
+# On the **reduced** $\alpha =$ {glue:text}`ex_skew_alpha` federation ({glue:text}`ex_scale`), one FedAvg run
 # deployed with 0 (plain FedAvg) and {glue:text}`ex4_epochs` epochs of fine-tuning gives:
 #
 # ```{glue:figure} ex4_table

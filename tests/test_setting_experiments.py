@@ -77,6 +77,7 @@ def test_the_partition_table_is_the_one_the_chapter_wrote_out(federations):
     assert mean_unseen(federations[0.1]) == pytest.approx(partition_table(federations, rho).iloc[2, 4])
     fig = plot_partitions(federations)
     assert len(fig.axes) >= 3 and fig.axes[0].get_title() == "IID"
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["IID", "Dirichlet α = 0.5", "Dirichlet α = 0.1"]
     plt.close(fig)
 
 
@@ -245,7 +246,13 @@ def test_the_numbers_of_the_prose_are_signed_changes_of_the_frames():
     assert R["ex2_few"] == 1 and R["ex_scale"].startswith("200 samples (3 global test images per class), 3 clients")
     assert R["seen_iid"] == float(partition_table(federations, 0.5).loc["IID", "classes seen (mean)"])
     assert all(type(R[k]) is float for k in ("seen_last", "central_acc", "ft_change_l25", "ex3_iid_base", "rare_pct"))
-    tables = exercise_tables(_frames(None), unseen_classes(data, [1.0, 0.1], TINY, 0))
+    # the values: every class seen under IID (10 classes); ρ = 0.5 of 10 classes is 5 %; L@25 0.30 → 0.45
+    assert R["seen_iid"] == 10.0 and R["seen_last"] + R["unseen_last"] == 10.0 and R["rare_pct"] == 5.0
+    assert R["ft_change_l25"] == pytest.approx(15.0) and R["ex3_iid_base"] == 90.0 and R["ex3_skew_base"] == 80.0
+    assert R["ex4_epochs"] == "1 and 5" and (R["ex2_rho_lo"], R["ex2_rho_hi"]) == (0.25, 1.0)
+    unseen = unseen_classes(data, [1.0, 0.1], TINY, 0)
+    assert unseen == {1.0: 0.75, 0.1: 5.0}  # the seeded partitions': the skewed one hides half the classes
+    tables = exercise_tables(_frames(None), unseen)
     assert tables["ex1"].index.tolist() == [1.0, 0.1]
     assert tables["ex1"]["change from IID (points)"].tolist() == pytest.approx([-2.0, -10.0])
     assert tables["ex1"]["unseen classes per client"].tolist() == [mean_unseen(TINY.federation(data, a, 0))

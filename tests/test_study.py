@@ -226,3 +226,46 @@ def test_a_cells_named_index_becomes_columns_and_an_unnamed_one_is_dropped():
     frames = run_study(Study("index", cell))
     assert list(frames["filtered"].columns) == ["seed", "m", "x"] and frames["filtered"]["m"].tolist() == ["b", "c"]
     assert list(frames["named"].columns) == ["seed", "m", "x"]
+
+
+def _closing_over(value):
+    def cell(seed: int) -> pd.DataFrame:
+        return pd.DataFrame({"x": [value(seed)]})
+    return cell
+
+
+def test_code_of_another_package_in_a_closure_or_a_default_leaves_a_cell_uncached(cacheable):
+    from collections import OrderedDict
+
+    assert study_module._foreign(_closing_over(OrderedDict)) == "a class of module 'collections' (OrderedDict)"
+    assert study_module._foreign(_closing_over(abs)) is None  # a builtin: nothing to change
+    assert study_module._foreign(_closing_over(noisy_cell)) is None  # this module's own (cacheable here)
+
+    def with_default(seed, make=OrderedDict):
+        return pd.DataFrame({"x": [seed]})
+    assert "OrderedDict" in study_module._foreign(with_default)
+
+
+def test_a_cell_bound_to_foreign_code_runs_while_the_others_are_read_back(tmp_path, cacheable):
+    from collections import OrderedDict
+
+    CALLS.clear()
+    study = Study("mixed", lambda_free_cell, grid={"make": [OrderedDict, 1]}, seeds=[0])
+    first = run_study(study, cache=tmp_path)
+    again = run_study(study, cache=tmp_path)
+    assert first.cached == 0 and again.cached == 1  # the foreign cell runs each time, the other is read back
+    assert CALLS == [(0, "OrderedDict"), (0, "1"), (0, "OrderedDict")]
+    assert not (tmp_path / "mixed" / "None.json").exists()
+
+
+def lambda_free_cell(seed: int, make) -> pd.DataFrame:
+    CALLS.append((seed, getattr(make, "__name__", str(make))))
+    return pd.DataFrame({"y": [seed]})
+
+
+def test_bound_frames_dtypes_and_bytes_are_keyed_by_their_values(cacheable):
+    def key(value):
+        return cell_key(Study("t", functools.partial(lambda_free_cell, make=value)), {"seed": 0}, 1)
+    for a, b in ((pd.DataFrame({"x": [1.0]}), pd.DataFrame({"x": [2.0]})), (pd.Series([1, 2]), pd.Series([1.0, 2.0])),
+                 (torch.float32, torch.float64), (b"a", b"b"), (1 + 2j, 1 + 3j), (pd.Index([1, 2]), pd.Index([1, 3]))):
+        assert key(a) is not None and key(a) != key(b) and key(a) == key(a.copy() if hasattr(a, "copy") else a)

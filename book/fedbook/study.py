@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
@@ -186,17 +186,14 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
         raise ValueError(f"run_study takes a Study, got {type(study).__name__}")
     cells = study.cells()
     folder = None if cache is None else Path(cache) / study.name
-    covered = folder is not None and _covered_module(study) is not None
-    common = study_key_parts(study) if covered else None  # once per study: every cell runs the same function
+    common = _key_parts(study) if folder is not None else None  # once per study: every cell runs the same function
     keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads(), common=common)
-            if covered else None for cell in cells]
+            if common is not None else None for cell in cells]
     found: dict[int, dict[str, pd.DataFrame]] = {}
     seconds: dict[int, float] = {}
-    if folder is not None and keys[0] is not None:
-        for i, key in enumerate(keys):
-            path = folder / f"{key}.json"
-            if path.exists():
-                found[i], seconds[i] = _read(path)
+    for i, key in enumerate(keys):  # each cell on its own: one cell bound to foreign code leaves the others cached
+        if key is not None and (folder / f"{key}.json").exists():
+            found[i], seconds[i] = _read(folder / f"{key}.json")
     cached = len(found)
     todo = [i for i in range(len(cells)) if i not in found]
 
@@ -256,7 +253,7 @@ def _covered_module(study: Study) -> str | None:
 
 
 _DATA = (str, bytes, bool, int, float, complex, type(None), np.generic, np.ndarray, torch.Tensor, torch.dtype,
-         torch.device, pd.DataFrame, pd.Series, pd.Index, Enum)
+         torch.device, pd.DataFrame, pd.Series, pd.Index, Enum, PurePath)
 """What a key covers by its value alone (the bytes of arrays and tensors by a digest)."""
 
 
@@ -291,7 +288,12 @@ def _foreign(obj: Any, depth: int = 0) -> str | None:
         module = getattr(obj, "__module__", "") or ""
         if module.split(".")[0] not in PACKAGES:
             return f"{'a class' if isinstance(obj, type) else 'a function'} of module {module!r} ({obj.__qualname__})"
-        return None  # its source is in the digest; what it closes over, in its description
+        if isinstance(obj, type):
+            return None  # its source is in the digest
+        # its source is in the digest; what it closes over and its defaults may be code of another package
+        bound = [c.cell_contents for c in obj.__closure__ or ()
+                 if c.cell_contents is not obj]  # a closure's cells are filled once the function can be called
+        return _foreign([*bound, *(obj.__defaults__ or ()), *(obj.__kwdefaults__ or {}).values()], depth + 1)
     if inspect.isroutine(obj) or isinstance(obj, torch.nn.Module) and type(obj).__module__.startswith("torch."):
         return None  # a builtin, or a layer of torch itself (its weights are in the key)
     module = type(obj).__module__ or ""
@@ -301,31 +303,28 @@ def _foreign(obj: Any, depth: int = 0) -> str | None:
     return next((f for f in (_foreign(v, depth + 1) for v in public.values()) if f is not None), None)
 
 
-def _sources(study: Study) -> str | None:
-    """The digest of the sources the study's cell function executes (:func:`fedbook.sources.module_files`),
-    ``None`` when the cache cannot cover it."""
-    module = _covered_module(study)
-    return None if module is None else digest(module_files(module))
-
-
 def cell_key(study: Study, cell: Mapping[str, Any], threads: int, *, common: Mapping[str, Any] | None = None) -> str | None:
     """The cache key of one cell (a hex digest), or ``None`` when the cell's function cannot be
-    covered: one that is not a function of fedlib or fedbook (a notebook's own). ``common``: what
-    every cell of the study shares (:func:`study_key_parts`), when the caller has it
-    (:func:`run_study` computes it once for all its cells; the same key)."""
-    if _covered_module(study) is None or _foreign(dict(cell)) is not None:
+    covered: one that is not a function of fedlib or fedbook (a notebook's own), or a cell bound
+    to code of another package. ``common``: what every cell of the study shares (``_key_parts``),
+    when the caller has it (:func:`run_study` computes it once for all its cells; the same key)."""
+    common = _key_parts(study) if common is None else common
+    if common is None or _foreign(dict(cell)) is not None:
         return None
-    described = {**(study_key_parts(study) if common is None else common),
-                 "cell": algorithm_configuration(dict(cell)), "threads": int(threads)}
+    described = {**common, "cell": algorithm_configuration(dict(cell)), "threads": int(threads)}
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=json_default).encode()).hexdigest()[:40]
 
 
-def study_key_parts(study: Study) -> dict[str, Any]:
+def _key_parts(study: Study) -> dict[str, Any] | None:
     """What every cell's key of ``study`` shares: the format, the study's name, its function with its
     bound arguments (:func:`fedlib.loop.algorithm_configuration`), the libraries' versions and the
-    sources digest of the function's module (``_sources``: the digest of the modules it runs)."""
+    digest of the sources the function executes (:func:`fedbook.sources.module_files`); ``None``
+    when the cache cannot cover the function (:func:`_covered_module`)."""
+    module = _covered_module(study)
+    if module is None:
+        return None
     return {"format": CACHE_FORMAT, "study": study.name, "run": algorithm_configuration(study.run),
-            "libraries": {name: _version(name) for name in LIBRARIES}, "sources": _sources(study)}
+            "libraries": {name: _version(name) for name in LIBRARIES}, "sources": digest(module_files(module))}
 
 
 def _version(name: str) -> str:
@@ -368,4 +367,4 @@ def _read(path: Path) -> tuple[dict[str, pd.DataFrame], float]:
     return out, float(record["seconds"])
 
 
-__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "run_study", "study_key_parts"]
+__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "run_study"]

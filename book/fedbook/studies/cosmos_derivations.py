@@ -60,11 +60,11 @@ from fedlib.training import TrainConfig
 from fedlib.validation import check_int
 
 TOL = 1e-12
+"""The round-off allowance of the float64 comparisons."""
 REAL_SPLIT = {"public_share": 0.2, "groups": 5, "alpha": 5.0, "pool_fraction": 0.1, "clusters": 5}
 """The real runs' split (:func:`real_runs`): the share of every class kept as the public set, the
 disjoint label groups, the Dirichlet concentration inside a group, the share of every client's
 samples pooled and redistributed, and the most clusters the threshold may form."""
-"""The round-off allowance of the float64 comparisons."""
 
 GRADIENT_MODEL, GRADIENT_BATCH, GRADIENT_DRAW = 342, 343, 344
 """The streams of :func:`consistency_gradient_checks` under the chapter's seed, keyed by (key, trial):

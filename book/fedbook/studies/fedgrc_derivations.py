@@ -72,12 +72,8 @@ F64 = torch.float64
 T = float64_tensor
 
 
-def _t(a) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))
-
-
 def _moments(h, y, c: int) -> ClassMoments:
-    return ClassMoments.from_features(_t(h), torch.as_tensor(np.asarray(y)), c)
+    return ClassMoments.from_features(T(h), torch.as_tensor(np.asarray(y)), c)
 
 
 def _fit(parts, c: int, dims, gamma: float | None = None) -> MMS:
@@ -126,7 +122,7 @@ def trace_identities(rng: np.random.Generator, trials: int, dim: int) -> dict:
         total_blocks, total_pairs = 0.0, 0.0
         for ell in range(len(dims)):
             hl = h[:, bounds[ell]:bounds[ell + 1]]
-            cov = ClassMoments.from_features(_t(hl), torch.as_tensor(y), C).class_covariances()  # 1/N_c, raw layer features
+            cov = ClassMoments.from_features(T(hl), torch.as_tensor(y), C).class_covariances()  # 1/N_c, raw layer features
             s2 = float(mms.scales_[ell]) ** 2
             for c in range(C):
                 hc = hl[y == c]
@@ -139,7 +135,7 @@ def trace_identities(rng: np.random.Generator, trials: int, dim: int) -> dict:
         eq28_err = max(eq28_err, abs(lhs28 - total_blocks) / lhs28)
         eq28_pair_err = max(eq28_pair_err, abs(lhs28 - total_pairs) / lhs28)
         # aligned directions, different norms: the trace is all radial
-        direction = unit(_t(rng.normal(size=(1, dims[0])))).numpy()
+        direction = unit(T(rng.normal(size=(1, dims[0])))).numpy()
         aligned = direction * rng.uniform(0.5, 3.0, size=(10, 1))
         full, radial, angular = trace_from_pairs(aligned)
         aligned_radial.append(abs(full - radial) / full)
@@ -196,9 +192,9 @@ def layer_scaling_invariance(rng: np.random.Generator, trials: int, dim: int) ->
         def rel(a, b):
             return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
 
-        inv_mms = max(inv_mms, rel(m2.scales_, m1.scales_ * _t(factors)), rel(m2.transform(_t(h * f_rep)), m1.transform(_t(h))),
+        inv_mms = max(inv_mms, rel(m2.scales_, m1.scales_ * T(factors)), rel(m2.transform(T(h * f_rep)), m1.transform(T(h))),
                       rel(m2.means_, m1.means_), rel(m2.covariance_, m1.covariance_), rel(m2.metric_, m1.metric_))
-        inv_pred += int((m1.predict(_t(h)) != m2.predict(_t(h * f_rep))).sum())
+        inv_pred += int((m1.predict(T(h)) != m2.predict(T(h * f_rep))).sum())
     return dict(geometry=inv_geom, mms=inv_mms, predictions=inv_pred)
 
 
@@ -442,7 +438,7 @@ def sasp_minimizer(rng: np.random.Generator, trials: int, dim: int) -> dict:
         m0 = float(10.0 ** rng.uniform(-1, 2))
         ph, py = parts[int(rng.integers(0, 3))]
         sasp = SASP(m0=m0).fit(mms, _moments(ph, py, C))
-        z = mms.transform(_t(ph)).numpy()
+        z = mms.transform(T(ph)).numpy()
         d = z.shape[1]
         B_ = rng.normal(size=(d, d))
         other_metric = B_ @ B_.T / d + 0.1 * np.eye(d)
@@ -515,14 +511,14 @@ def bayes_equivalence(rng: np.random.Generator, trials: int, dim: int) -> dict:
         ph, py = parts[int(rng.integers(0, 3))]
         sasp = SASP(m0=float(10.0 ** rng.uniform(-1, 2))).fit(mms, _moments(ph, py, C))
         hq = np.concatenate([p[0] for p in parts])
-        z = mms.transform(_t(hq))
-        scores = sasp.decision_function(_t(hq))
-        d2 = sasp.squared_distances(_t(hq))
+        z = mms.transform(T(hq))
+        scores = sasp.decision_function(T(hq))
+        d2 = sasp.squared_distances(T(hq))
         za = torch.einsum("nd,de,ne->n", z, mms.metric_, z)
         bayes_err = max(bayes_err, float(((scores + 0.5 * d2 - 0.5 * za[:, None]).abs() / (1 + za[:, None])).max()))
         cov = np.linalg.inv(mms.metric_.numpy())
         loglik = np.stack([multivariate_normal(sasp.means_[c].numpy(), cov).logpdf(z.numpy()).reshape(-1) for c in range(C)], 1)
-        pred = sasp.predict(_t(hq)).numpy()
+        pred = sasp.predict(T(hq)).numpy()
         head_vs_nn += int((pred != d2.argmin(1).numpy()).sum())
         head_vs_gauss += int((pred != loglik.argmax(1)).sum())
         n_queries += len(hq)
@@ -560,7 +556,7 @@ def stability_on_random_federations(rng: np.random.Generator, trials: int, dim: 
         sasp = SASP(m0=float(10.0 ** rng.uniform(-1, 1.5))).fit(mms, _moments(*parts[k], C))
         hq = np.concatenate([p[0] for p in parts])  # queries from every client: the all-class population
         yq = np.concatenate([p[1] for p in parts])
-        terms = stability_terms(mms, sasp, _t(hq))
+        terms = stability_terms(mms, sasp, T(hq))
         tally.add(terms, stability_summary(terms, yq))
     return tally
 

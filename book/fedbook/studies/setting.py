@@ -78,6 +78,9 @@ EX1_DROP = 5.0
 """Exercise 1's question: at which concentration FedAvg falls more than this many points below the IID anchor."""
 SWEEP_EPOCHS = (1, 5, 20)
 """Exercise 4's numbers of fine-tuning epochs (beside 0, plain FedAvg)."""
+EX_ALPHAS, EX_SKEW_ALPHA, EX_LR = (None, 1.0, 0.3, 0.1, 0.03), 0.1, 0.05
+"""The exercises' reduced runs: the partitions of Exercise 1 (``None``: IID), the skewed
+federation that Exercises 3 and 4 train on, and Exercise 3's larger learning rate."""
 
 
 def partition_label(alpha: float | None) -> str:
@@ -545,7 +548,7 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
     change = {key: float(100 * (ft.loc["FedAvg-FT", m] - ft.loc["FedAvg", m])) for m, key in CHANGES.items()}
     skew, lr = frames["ex_skew"], frames["ex_lr"]
     ex3 = {(alpha, rate): 100 * float(_at(f, alpha=alpha)["global"].iloc[0])
-           for f, rate in ((skew, P.lr), (lr, lr["lr"].iloc[0])) for alpha in (None, 0.1)}
+           for f, rate in ((skew, P.lr), (lr, lr["lr"].iloc[0])) for alpha in (None, EX_SKEW_ALPHA)}
     larger = float(lr["lr"].iloc[0])
     tables = exercise_tables(frames, unseen)
     rare, ex2 = tables["ex2"], {}
@@ -572,17 +575,18 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
         "ex1_table": show_table(tables["ex1"], digits=1, formats={"α": "g"}),
         "ex2_alpha": a, "ex2_table": show_table(tables["ex2"], digits=1, formats={"ρ": "g"}),
         **ex2, "ex2_rare_ft_change": float(rare["rare FedAvg-FT"].iloc[-1] - rare["rare FedAvg-FT"].iloc[0]),
-        "ex2_few": int(rare["clients with rare"].iloc[0]),
+        "ex2_few": int(rare["clients with rare"].iloc[0]), "ex2_rho_lo": min(RHOS), "ex2_rho_hi": max(RHOS),
         "ex3_lr": larger, "ex3_iid_base": ex3[(None, P.lr)], "ex3_iid_larger": ex3[(None, larger)],
-        "ex3_skew_base": ex3[(0.1, P.lr)], "ex3_skew_larger": ex3[(0.1, larger)],
-        "ex3_iid_change": ex3[(None, larger)] - ex3[(None, P.lr)], "ex3_skew_change": ex3[(0.1, larger)] - ex3[(0.1, P.lr)],
+        "ex3_skew_base": ex3[(EX_SKEW_ALPHA, P.lr)], "ex3_skew_larger": ex3[(EX_SKEW_ALPHA, larger)],
+        "ex3_iid_change": ex3[(None, larger)] - ex3[(None, P.lr)],
+        "ex3_skew_change": ex3[(EX_SKEW_ALPHA, larger)] - ex3[(EX_SKEW_ALPHA, P.lr)], "ex_skew_alpha": EX_SKEW_ALPHA,
         "ex4_table": show_table(tables["ex4"], digits=1),
         "ex4_epochs": ", ".join(map(str, swept[:-1])) + f" and {swept[-1]}" if len(swept) > 1 else str(swept[0]),
     }
 
 
 __all__ = ["ANCHORS", "ANCHOR_TOLERANCE", "BATCH", "CENTRAL_TARGET", "CHANGES", "EX1_DROP", "FLOORS", "MEANS",
-           "METHODS", "MOMENTUM", "RHOS", "SHOWN", "SWEEP_EPOCHS", "TAILS",
+           "METHODS", "MOMENTUM", "RHOS", "SHOWN", "SWEEP_EPOCHS", "TAILS", "EX_ALPHAS", "EX_LR", "EX_SKEW_ALPHA",
            "SettingConfig", "anchor_cell", "anchor_table", "by_method", "central_accuracy", "exercise_cell",
            "exercise_tables", "finetune_cell", "finetune_sweep", "mean_unseen", "numbers", "partition_label",
            "partition_table", "plot_abilities", "plot_clients", "plot_partitions", "rare_thresholds",
