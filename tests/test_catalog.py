@@ -95,4 +95,7 @@ def test_the_demonstration_is_fedavg_and_fedavgm_on_one_federation():
     plain = demo_methods(ROOT / "book" / "exercises", beta=0.0)
     same = [demo_cell(0, m, algorithms=plain, clients=4, rounds=2)["global"].iloc[0] for m in ("fedavg", "fedavgm")]
     assert same[0] == pytest.approx(same[1])
+    momentum = demo_methods(ROOT / "book" / "exercises", beta=0.9)  # and with momentum the runs part
+    apart = [demo_cell(0, m, algorithms=momentum, clients=4, rounds=2)["global"].iloc[0] for m in ("fedavg", "fedavgm")]
+    assert apart[0] != apart[1]
     assert isinstance(demo, pd.DataFrame)

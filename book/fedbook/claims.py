@@ -408,7 +408,7 @@ class Claim:
             if values is None:
                 return None
             if not values.index.equals(ours.index):
-                if len(values) != len(ours) or set(values.index) != set(ours.index) or not ours.index.is_unique:
+                if len(values) != len(ours) or set(values.index) != set(ours.index):  # Read refuses repeated units
                     raise ValueError(f"claim {self.key!r}: {what} ({x!r}) holds the units {list(values.index)}, ours "
                                      f"({self.ours!r}) {list(ours.index)}; the two sides must be paired unit by unit")
                 values = values.reindex(ours.index)

@@ -357,7 +357,8 @@ class VectorizedTransport(InProcessTransport):
             gens = {c: self._clients[c].train_generator(round_, self._seed) for c in chunk}
             programs = {c: works[c] for c in chunk}
             while programs:  # a finish may continue with the client's next program (Ditto's global model), stacked again
-                group = [c for c in programs if _signature(programs[c]) == _signature(next(iter(programs.values())))]
+                head = _signature(next(iter(programs.values())))
+                group = [c for c in programs if _signature(programs[c]) == head]
                 try:
                     trained = train_programs(self._workspace, [programs[c] for c in group], [gens[c] for c in group])
                 except Exception as err:

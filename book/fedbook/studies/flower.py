@@ -31,7 +31,7 @@ import pandas as pd
 from fedlib.algorithms import ALGORITHMS
 from fedlib.engines.flower import ENGINES, FlowerJob, LocalDeployment, example_job, free_port_block, run_flower
 from fedlib.results import run_differences
-from fedlib.messages import largest_difference
+from fedlib.messages import largest_difference, same_arrays
 from fedbook.page import format_bytes
 
 TRAIN = {"call": "fedlib.training:TrainConfig", "kwargs": {"epochs": 1, "batch_size": 32, "lr": 0.05}}
@@ -155,15 +155,17 @@ def node_failure(seed: int, silent: int = 1) -> dict[str, Any]:
 
 def mirrored_bytes(n_clients: int, rounds: int, seed: int) -> dict[str, str]:
     """Exercise 2: Ditto on the loopback engine with and without its client states mirrored up
-    with every reply: Flower's bytes up each way, and whether the final server states agree."""
+    with every reply: Flower's bytes up each way (``ex2_up_extra``: what the mirror adds, in bytes),
+    and whether the final server states agree."""
     job = example_job("ditto", n_clients=n_clients, rounds=rounds, seed=seed, threads=1)
     mirrored, kept = run_flower(job, "loopback"), run_flower(job, "loopback", mirror_states=False)
 
     def up(w: pd.DataFrame) -> int:
         return int(w.loc[w["direction"] == "up", "flower_bytes"].sum())
 
-    same = largest_difference(mirrored.result.server.arrays, kept.result.server.arrays) == 0.0
+    same = same_arrays(mirrored.result.server.arrays, kept.result.server.arrays)
     return {"ex2_up_mirror": format_bytes(up(mirrored.wire)), "ex2_up_nomirror": format_bytes(up(kept.wire)),
+            "ex2_up_extra": up(mirrored.wire) - up(kept.wire),
             "ex2_same": "the same final server state" if same else "another final server state (a defect)"}
 
 

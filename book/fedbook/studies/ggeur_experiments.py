@@ -1069,7 +1069,7 @@ def yardstick(result: ClaimResult) -> float:
     >>> yardstick(r) == (r.interval.high - r.interval.low) / 2, round(yardstick(r), 2)
     (True, 1.24)
     """
-    return (result.interval.high - result.interval.low) / 2
+    return result.interval.width / 2
 
 
 def exercise1(runs: pd.DataFrame, label: pd.DataFrame, seed: int, beta: float, embeddings: ArrayDataset, scale: float,
@@ -1202,7 +1202,7 @@ def exercise3(alt: Mapping[str, pd.DataFrame], own: Mapping[str, pd.DataFrame], 
     d_full = own["domain"][own["domain"].full]
     std = d_full[(d_full.base == "FedAvg") & (d_full.method == "FedAvg")]["STD"].to_numpy()
     std_iv = mean_interval(std, level)
-    std_noise, s2_noise = std_iv.high - std_iv.mean, yardstick(step2)
+    std_noise, s2_noise = std_iv.half_width, yardstick(step2)
     within = [abs(d["STD, FedAvg (points)"]) < std_noise, abs(d[GAIN_STEP2]) < s2_noise]
     return {"ex3_table": show_table(table, digits=2), "ex3_alt": other,
             "ex3_n_public": int(alt["domain_encoder"]["public images"].iloc[0]),

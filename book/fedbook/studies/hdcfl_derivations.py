@@ -50,6 +50,7 @@ from fedlib.algorithms.hdcfl import (HDCConfig, HDCFL, cached_clients, personali
 from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membership, head_descriptors, lowrank_basis,
                                membership_entropy, soft_membership)
 from fedbook.checks import CheckTable
+from fedbook.page import sign_word
 from fedlib.data import load_uci_digits
 from fedlib.federation import Federation, make_federation
 from fedlib.loop import LoopConfig
@@ -1009,11 +1010,12 @@ def drift_section(checks: CheckTable, fed: Federation, model_fn: Callable[..., t
         "ls_agree_reading": "falls with every step of the grid" if agree_monotone else "does not fall at every step of the grid",
         "ls_size_min": float(sizes[0]), "ls_size_max": float(sizes[-1]), "ls_cos_first": float(cosines[0]),
         "ls_cos_last": float(cosines[-1]),
-        "ls_cos_sentence": "longer local training makes the clients' encoder changes larger and, on this run, more alike in "
-        "direction, not less." if cosines[-1] - cosines[0] > COS_STEP else
-        "longer local training makes the clients' encoder changes larger and, on this run, less aligned."
-        if cosines[-1] - cosines[0] < -COS_STEP else
-        "longer local training makes the clients' encoder changes larger, about as aligned as before.",
+        "ls_cos_sentence": sign_word(
+            float(cosines[-1] - cosines[0]),
+            "longer local training makes the clients' encoder changes larger and, on this run, more alike in "
+            "direction, not less.",
+            "longer local training makes the clients' encoder changes larger and, on this run, less aligned.",
+            "longer local training makes the clients' encoder changes larger, about as aligned as before.", tol=COS_STEP),
         "ls_rho_short": float(short.iloc[-1]) if len(short) else float("nan"),
         "ls_s_short": int(short.index[-1]) if len(short) else 0, "ls_rho_long": float(tracking.iloc[-1]),
         "ls_track_reading": ("positive at every short s and weaker at the longest" if short_ok and weakens else

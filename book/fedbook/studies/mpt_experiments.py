@@ -606,7 +606,7 @@ def table_numbers(frames: Mapping[str, pd.DataFrame], baselines: Sequence[str], 
     datasets = list(pd.unique(table["dataset"]))
     best_name = cell_means[list(baselines)].mean().idxmax()
     half = table.groupby(["dataset", "fraction", "method"])["f1"].apply(
-        lambda v: (mean_interval(v.to_numpy()).high - mean_interval(v.to_numpy()).low) / 2)
+        lambda v: mean_interval(v.to_numpy()).width / 2)
     growth = runs.groupby("dataset")["growth"]
     return {
         "n_cells": len(cell_means),

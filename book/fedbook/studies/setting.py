@@ -571,7 +571,7 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
         "bytes_per_round": format_bytes(float(ft.loc["FedAvg", "down_per_round"])),
         "ex_scale": (f"{int(skew['samples'].iloc[0]):,} samples ({P.ex_test_per_class} global test images per "
                      f"class), {P.ex_clients} clients, {P.ex_rounds} round(s), seed {seed}"),
-        "ex1_iid": 100 * float(_at(skew, alpha=None)["global"].iloc[0]),
+        "ex1_iid": ex3[(None, P.lr)],  # the IID run of the skew exercise, at the chapter's learning rate
         "ex1_table": show_table(tables["ex1"], digits=1, formats={"α": "g"}),
         "ex2_alpha": a, "ex2_table": show_table(tables["ex2"], digits=1, formats={"ρ": "g"}),
         **ex2, "ex2_rare_ft_change": float(rare["rare FedAvg-FT"].iloc[-1] - rare["rare FedAvg-FT"].iloc[0]),
