@@ -835,3 +835,13 @@ def test_the_table_names_the_comparators_and_how_many_seeds_would_decide():
     assert table["verdict"].tolist() == [INCONCLUSIVE, HOLDS, INCONCLUSIVE, INCONCLUSIVE]
     assert says(r).startswith(f"every is inconclusive at this scale (vs {r.binding} ")
     assert "seeds to decide" in show(results).to_html()
+
+
+def test_a_claim_lists_the_reads_of_its_sides_in_order():
+    ours, a, b, within = Read("runs", "acc", method="x"), Read("runs", "acc", method="a"), Read("runs", "acc", method="b"), \
+        Read("noise", "step")
+    c = Claim("every", "X beats A and B.", "Table 1", "accuracy, points", "greater", resolution=0.1, versus=("a", "b"),
+              ours=ours, baseline={"a": a, "b": b}, within=within)
+    assert c.reads == [ours, a, b, within]
+    assert Claim("n", "X beats 50.", "Table 1", "accuracy, points", "greater", resolution=0.1, ours=ours,
+                 baseline=50.0).reads == [ours]

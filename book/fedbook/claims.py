@@ -353,6 +353,12 @@ class Claim:
         object.__setattr__(self, "versus", _check_versus(self.versus))
         self._check_reads()
 
+    @property
+    def reads(self) -> list[Read]:
+        """Every :class:`Read` of the claim's sides (ours, the baselines, ``within``), in that order."""
+        sides = [self.ours, self.baseline, self.within]
+        return [r for s in sides for r in (s.values() if isinstance(s, Mapping) else [s]) if isinstance(r, Read)]
+
     def _check_reads(self) -> None:
         if self.ours is not None and not isinstance(self.ours, Read):
             raise ValueError(f"claim {self.key!r}: ours must be a Read (where the values are), got {self.ours!r}")

@@ -53,7 +53,7 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, Read, claims_records,
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, claims_records,
                            evaluate, headline_summary, show, tally)
 from fedbook.tables import table_of
 from fedlib.io import atomic_write_bytes
@@ -438,16 +438,10 @@ def claims_report(
         glue(f"{prefix}{key}", value, display=False)
     display(show(out, digits))
     if absent:
-        frames = sorted({r.frame for c in claims if c.key in absent for r in _reads(c)} - set(results))
+        frames = sorted({r.frame for c in claims if c.key in absent for r in c.reads} - set(results))
         print(f"Not decided at this profile, because it does not compute {', '.join(map(repr, frames))}: "
               f"{', '.join(absent)}.")
     return {r.claim.key: r for r in out}
-
-
-def _reads(claim: Claim) -> list[Read]:
-    """Every :class:`~fedbook.claims.Read` of ``claim``'s sides."""
-    sides = [claim.ours, claim.baseline, claim.within]
-    return [r for s in sides for r in (s.values() if isinstance(s, Mapping) else [s]) if isinstance(r, Read)]
 
 
 def save_frames(frames: Mapping[str, pd.DataFrame], folder: str | os.PathLike | None) -> list[Path]:

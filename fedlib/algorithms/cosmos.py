@@ -53,9 +53,6 @@ from .fedmd import PublicDistillation, PublicServer, _adam, client_model
 
 DEPLOYS = ("server", "client")
 """What COSMOS deploys for a client: its cluster's server model (the paper) or its own model."""
-SERVER = "server/"
-"""Where the cluster models lie in the flattened server state (``server/<k>/<parameter>``:
-``COSMOSServer.server``)."""
 
 
 @dataclass
@@ -218,4 +215,4 @@ def cosmos_history(server: State) -> list[dict]:
     return [asdict(c) for c in from_state(COSMOSServer, server).history]
 
 
-__all__ = ["COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "SERVER", "cosmos_history"]
+__all__ = ["COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "cosmos_history"]

@@ -47,10 +47,6 @@ from ..rng import DISTILL_CLIENT_INIT, derive_seed
 from ..training import TrainConfig, local_train
 from ..validation import is_int
 
-TEACHER = "teacher/"
-"""Where a group's targets on :math:`U` lie in the flattened server state (``teacher/<g>``:
-``PublicServer.teacher``)."""
-
 
 @dataclass
 class Grouping:
@@ -292,4 +288,4 @@ class FedMD(PublicDistillation):
     name = "fedmd"
 
 
-__all__ = ["TEACHER", "FedMD", "Grouping", "PublicDistillation", "PublicServer", "cached_labels", "client_model", "grouping"]
+__all__ = ["FedMD", "Grouping", "PublicDistillation", "PublicServer", "cached_labels", "client_model", "grouping"]

@@ -37,9 +37,8 @@ from torch import nn
 
 from fedbook.checks import CheckTable
 from fedbook.page import format_number, show_table
-from fedlib.algorithms.cosmos import COSMOS, SERVER
-from fedlib.algorithms.fedmd import TEACHER, grouping
-from fedlib.messages import Message, State
+from fedlib.algorithms.cosmos import COSMOS, COSMOSServer
+from fedlib.messages import Message, State, from_state
 from fedlib.data import ArrayDataset
 from fedlib.distill import PublicSet, consistency_loss, make_public_set
 from fedlib.federation import make_federation
@@ -298,9 +297,10 @@ def synthetic_run(setting: str, *, seed: int, n_clients: int, n_eval: int, local
     rows, hessian_points = [], []
 
     def observe(t, server, states):
-        groups = grouping(server)
+        typed = from_state(COSMOSServer, server)
+        groups = typed.client_groups()
         clients = [linear_from(states[i].with_prefix("model/"), circle.dim, C) for i in range(n)]
-        servers = {g: linear_from(server.with_prefix(f"{SERVER}{g}/"), circle.dim, C) for g in set(groups.values())}
+        servers = {g: linear_from(typed.server[g], circle.dim, C) for g in set(groups.values())}
 
         def mean_of(g):
             members = [clients[j] for j in range(n) if groups[j] == g]
@@ -313,7 +313,7 @@ def synthetic_run(setting: str, *, seed: int, n_clients: int, n_eval: int, local
         rows.append({"t": t, "R†(h)": float(np.mean(r_server)), "mean R(f_i^(t,1))": float(np.mean(r_client)),
                      "b̄ on Q": b_q, "b̄ on D_i": b_d})
         # the clients' distillation objective at their final parameters (Definition 5.4)
-        hessian_points[:] = [(clients[i], server.arrays[f"{TEACHER}{groups[i]}"].double()) for i in range(n)]
+        hessian_points[:] = [(clients[i], typed.teacher[groups[i]].double()) for i in range(n)]
 
     run_federated(cosmos, fed, linear, LoopConfig(rounds=rounds, seed=seed, evaluate_last=False), RunOptions(observe=observe))
     return SyntheticRun(frame=pd.DataFrame(rows).set_index("t"), bayes=float(bayes.mean()), local=float(np.mean(local)),

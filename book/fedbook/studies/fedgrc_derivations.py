@@ -1007,7 +1007,8 @@ def record_traces(checks: CheckTable, traces: dict, trials: int) -> dict:
 def record_invariance(checks: CheckTable, inv: dict, trials: int) -> dict:
     """The layer-scaling invariance's rows of ``checks`` from :func:`layer_scaling_invariance`."""
     checks.add("layer scaling: norm ratios, log-norm variance, class log-norm mean differences unchanged",
-               f"{trials} federations, factors 1e-3..1e3 per layer", inv["geometry"], 1e-9)
+               f"{trials} federations, factors 1e-3..1e3 per layer (numpy: the statement's arithmetic, no fedlib code; "
+               "the rows below test fedlib's MMS)", inv["geometry"], 1e-9)
     checks.add("MMS is invariant to per-layer rescaling (s_l scales; z, mu, Sigma_w, A unchanged)",
                "MMS fitted before and after, relative error", inv["mms"], 1e-8)
     checks.add("... and so are its predictions", "same instances, changed predictions", inv["predictions"], 0, kind="count")

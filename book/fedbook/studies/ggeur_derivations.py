@@ -658,11 +658,6 @@ def eq4_section(checks: CheckTable, seed: int, trials: int) -> Section:
     return Section(numbers, (show_table(table, formats={"max relative error": ".1e"}),))
 
 
-def _three_significant(v: float) -> str:
-    """``0.0192``, ``1``, ``192``: a ratio of the scale table."""
-    return f"{v:.3g}"
-
-
 def generation_section(checks: CheckTable, seed: int, n_draws: int) -> Section:
     """Section 2: :func:`generation_covariances` with ``n_draws`` draws, its three rows of
     ``checks`` (each formula's covariance; the paper's differs from Σ), the formula and scale
@@ -689,8 +684,8 @@ def generation_section(checks: CheckTable, seed: int, n_draws: int) -> Section:
                "scale_paper_small": float(scale_table.iloc[0, 1]), "scale_paper_large": float(scale_table.iloc[-1, 1])}
     tables = (show_table(formula_table, digits={"relative error empirical vs analytic": 3,
                                                 "relative distance of Cov(β) from Σ": 2}),
-              show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, code": _three_significant,
-                                               "tr Cov(β) / tr Σ, paper": _three_significant}))
+              show_table(scale_table, formats={"feature scale c": "g", "tr Cov(β) / tr Σ, code": ".3g",
+                                               "tr Cov(β) / tr Σ, paper": ".3g"}))  # 0.0192, 1, 192
     return Section(numbers, tables)
 
 
