@@ -55,8 +55,14 @@ def _check_level(level: float) -> float:
     return float(level)
 
 
-def _signed(x: float, digits: int) -> str:
-    """``+1.23`` / ``−0.40`` / ``+∞`` with a typographic minus."""
+def signed(x: float, digits: int) -> str:
+    """``+1.23`` / ``−0.40`` / ``+∞`` with a typographic minus.
+
+    Examples
+    --------
+    >>> signed(1.234, 2), signed(-0.4, 2), signed(float("-inf"), 1)
+    ('+1.23', '−0.40', '−∞')
+    """
     if math.isinf(x):
         return ("+" if x > 0 else _MINUS) + "\N{INFINITY}"
     return f"{x:+.{digits}f}".replace("-", _MINUS)
@@ -178,7 +184,7 @@ class Interval:
         """``"+1.23 [+0.40, +2.06], 5 seeds"``: the mean, the interval and what it rests on."""
         unit = self.unit[:-1] if self.n == 1 and self.unit.endswith("s") else self.unit
         return (
-            f"{_signed(self.mean, digits)} [{_signed(self.low, digits)}, {_signed(self.high, digits)}], "
+            f"{signed(self.mean, digits)} [{signed(self.low, digits)}, {signed(self.high, digits)}], "
             f"{self.n} {unit}"
         )
 
@@ -779,5 +785,5 @@ def seed_table(
 
 
 __all__ = ["METHODS", "Interval", "SeedValues", "bootstrap_means", "defined_pairs", "interval_band", "interval_text",
-           "mean_interval", "paired_bootstrap", "paired_interval", "plus_minus", "resolution_of", "seed_band", "seed_table",
+           "mean_interval", "paired_bootstrap", "paired_interval", "plus_minus", "resolution_of", "seed_band", "seed_table", "signed",
            "simulate_coverage"]

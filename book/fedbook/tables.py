@@ -62,6 +62,22 @@ class Html:
         printer.text(self.text)
 
 
+def rows_where(frame: pd.DataFrame, **where) -> pd.DataFrame:
+    """The rows of a tidy ``frame`` where every column named in ``where`` holds its value (``None``
+    matches a missing value: the IID rows of a concentration column).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"alpha": [None, 0.1, 0.1], "method": ["a", "a", "b"], "acc": [1.0, 2.0, 3.0]})
+    >>> rows_where(t, alpha=0.1, method="b")["acc"].tolist(), rows_where(t, alpha=None)["acc"].tolist()
+    ([3.0], [1.0])
+    """
+    keep = pd.Series(True, index=frame.index)
+    for column, value in where.items():
+        keep &= frame[column].isna() if value is None else frame[column] == value
+    return frame[keep]
+
+
 def table_of(frame: pd.DataFrame) -> Table:
     """``frame.style`` as a :class:`Table`.
 
@@ -75,4 +91,4 @@ def table_of(frame: pd.DataFrame) -> Table:
     return Table(frame)
 
 
-__all__ = ["Html", "Table", "table_of"]
+__all__ = ["Html", "Table", "rows_where", "table_of"]

@@ -50,6 +50,7 @@ from matplotlib.ticker import MaxNLocator
 from fedbook.claims import HOLDS, INCONCLUSIVE, ClaimResult
 from fedbook.intervals import defined_pairs, resolution_of, seed_table
 from fedbook.page import format_bytes, show_table
+from fedbook.tables import rows_where
 from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
 from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
@@ -533,10 +534,7 @@ def per_seed(frame: pd.DataFrame, column: str, **where: Any) -> np.ndarray:
     >>> per_seed(t, "acc", method="a").tolist()
     [1.0, 2.0]
     """
-    rows = frame
-    for key, value in where.items():
-        rows = rows[rows[key] == value]
-    return rows.sort_values("seed")[column].to_numpy()
+    return rows_where(frame, **where).sort_values("seed")[column].to_numpy()
 
 
 def paired_rows(ours: pd.Series, baseline: pd.Series, names: tuple[str, str] = ("ours", "baseline")) -> pd.DataFrame:

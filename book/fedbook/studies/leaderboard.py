@@ -45,7 +45,7 @@ from fedlib.algorithms import ALGORITHMS, make_algorithm, registered
 from fedlib.algorithms.ggeur import StatisticsFirst
 from fedlib.algorithms.mpt import METHOD_PAYLOAD
 from fedlib.cgrl import CGRLConfig
-from fedbook.intervals import bootstrap_means, mean_interval, plus_minus
+from fedbook.intervals import bootstrap_means, mean_interval, plus_minus, signed
 from fedbook.page import format_bytes
 from fedlib.data import ArrayDataset, load_dataset
 from fedbook.studies.setting import MEANS, TAILS, partition_label
@@ -644,8 +644,7 @@ def winner_words(ranks: pd.DataFrame, alpha: float, rows: pd.DataFrame | None = 
     other = 1.0 - float(r.loc[leader, "first"])
     lead = lead_interval(rows, alpha, metric, leader, runner) if rows is not None and runner != "none" else None
     if lead is not None:
-        points = " ".join(f"{x:+.1f}".replace("-", "\N{MINUS SIGN}") for x in (lead.mean, lead.low, lead.high))
-        mean_, low_, high_ = points.split()
+        mean_, low_, high_ = (signed(x, 1) for x in (lead.mean, lead.low, lead.high))
     lead_text = ("" if lead is None else
                  f"{leader}'s lead over {runner} is {mean_} points [{low_}, {high_}] (95 %, paired over seeds)")
     if other > CONTENDER_SHARE:

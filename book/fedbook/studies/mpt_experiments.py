@@ -46,6 +46,7 @@ from matplotlib.ticker import MaxNLocator
 from scipy.stats import t as student_t
 
 from fedbook.intervals import interval_band, mean_interval, seed_table
+from fedbook.tables import rows_where
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, MPTServer, evaluate_history
 from fedlib.data import ArrayDataset, load_dataset, plot_partition
 from fedlib.federation import DepartureScenario, make_departure_scenario
@@ -390,8 +391,7 @@ def mean_at(history: pd.DataFrame, metric: str, round_: int, method: str) -> flo
     >>> mean_at(h, "f1", 3, "a")
     0.6
     """
-    rows = history[(history["metric"] == metric) & (history["round"] == round_) & (history["method"] == method)]
-    return float(rows["value"].mean())
+    return float(rows_where(history, metric=metric, round=round_, method=method)["value"].mean())
 
 
 def history_value(history: pd.DataFrame, method: str, metric: str, round_: int | None = None) -> float:
@@ -788,19 +788,15 @@ def ldc_steps_numbers(study: MPTStudy, wide: pd.DataFrame, datasets: Sequence[st
 
 
 # ----------------------------------------------------------------- tables
-def _at(history: pd.DataFrame, metric: str, round_: int) -> pd.DataFrame:
-    return history[(history["metric"] == metric) & (history["round"] == round_)]
-
-
 def last_round_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """The figure runs' last round: each method's rare-class F1 and overall accuracy, mean ±
     half-width of the 95 % interval over seeds (:func:`fedbook.intervals.seed_table`), rows named by
     :data:`LABELS`."""
     last = int(history["round"].max())
     final = pd.concat([
-        seed_table(_at(history, "f1", last), "method", None, "value", digits=3).rename(
+        seed_table(rows_where(history, metric="f1", round=last), "method", None, "value", digits=3).rename(
             columns={"value": "rare-class F1"}),
-        seed_table(_at(history, "accuracy", last), "method", None, "value", digits=3).rename(
+        seed_table(rows_where(history, metric="accuracy", round=last), "method", None, "value", digits=3).rename(
             columns={"value": "overall accuracy"}),
     ], axis=1).loc[list(methods)]
     final.index = pd.Index([LABELS[m] for m in final.index], name="method")
@@ -821,7 +817,8 @@ def fraction_tables(table: pd.DataFrame, methods: Sequence[str]) -> dict[str, pd
 
 def distance_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """Each method's Mahalanobis distance to the oracle at the last round, mean ± half-width over seeds."""
-    table = seed_table(_at(history, "dist_oracle", int(history["round"].max())), "method", None, "value", digits=2)
+    last = int(history["round"].max())
+    table = seed_table(rows_where(history, metric="dist_oracle", round=last), "method", None, "value", digits=2)
     table = table.loc[list(methods)]
     table.index = [LABELS[m] for m in table.index]
     return table.rename(columns={"value": "distance to the oracle at the last round"}).rename_axis("method")

@@ -51,6 +51,7 @@ from fedlib.rng import INIT, derive_seed, isolated_torch_rng, torch_generator
 from fedlib.run import evaluate_deployment, run_federated
 from fedlib.training import TrainConfig, local_train, predict
 from fedbook.page import format_bytes, show_table
+from fedbook.tables import rows_where
 
 METHODS = ("FedAvg", "FedAvg-FT")
 """The two deployments of one FedAvg run that the chapter compares."""
@@ -497,14 +498,6 @@ def traffic_table(traffic: pd.DataFrame, alpha: float) -> pd.DataFrame:
     return at.set_index(["direction", "kind"])["bytes"].rename("bytes in the whole run").to_frame()
 
 
-def _at(frame: pd.DataFrame, **where: Any) -> pd.DataFrame:
-    """The rows of ``frame`` where every column of ``where`` holds its value (``None`` matches a missing value)."""
-    rows = np.ones(len(frame), dtype=bool)
-    for column, value in where.items():
-        rows &= frame[column].isna().to_numpy() if value is None else (frame[column] == value).to_numpy()
-    return frame[rows]
-
-
 def exercise_tables(frames: Mapping[str, pd.DataFrame], unseen: Mapping[float | None, float]
                     ) -> dict[str, pd.DataFrame]:
     """The worked solutions' tables: ``ex1`` (per Dirichlet concentration, the mean unseen classes
@@ -513,7 +506,7 @@ def exercise_tables(frames: Mapping[str, pd.DataFrame], unseen: Mapping[float | 
     scored under each rare threshold), ``ex4`` (the reduced run deployed with more and more
     fine-tuning: local, global and ``F@25``, percent)."""
     skew = frames["ex_skew"]
-    iid = 100 * _at(skew, alpha=None)["global"].iloc[0]
+    iid = 100 * rows_where(skew, alpha=None)["global"].iloc[0]
     dirichlet = skew[skew["alpha"].notna()]
     ex1 = pd.DataFrame({"α": dirichlet["alpha"].astype(float).to_numpy(),
                         "unseen classes per client": [unseen[a] for a in dirichlet["alpha"]],
@@ -544,10 +537,10 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
     unseen = unseen_classes(data, [x for x in frames["ex_skew"]["alpha"] if pd.notna(x)], config, seed)
     last, anchors = partition_label(a), frames["anchors"].set_index("anchor")["accuracy"]
     central, iid = anchors["central SGD"], anchors["FedAvg, IID"]
-    ft = _at(frames["finetune"], alpha=a).set_index("method")
+    ft = rows_where(frames["finetune"], alpha=a).set_index("method")
     change = {key: float(100 * (ft.loc["FedAvg-FT", m] - ft.loc["FedAvg", m])) for m, key in CHANGES.items()}
     skew, lr = frames["ex_skew"], frames["ex_lr"]
-    ex3 = {(alpha, rate): 100 * float(_at(f, alpha=alpha)["global"].iloc[0])
+    ex3 = {(alpha, rate): 100 * float(rows_where(f, alpha=alpha)["global"].iloc[0])
            for f, rate in ((skew, P.lr), (lr, lr["lr"].iloc[0])) for alpha in (None, EX_SKEW_ALPHA)}
     larger = float(lr["lr"].iloc[0])
     tables = exercise_tables(frames, unseen)
