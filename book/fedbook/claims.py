@@ -1,25 +1,38 @@
 r"""Claims a careful reviewer would accept: declarations, paired intervals, fixed decision rules.
 
 A claim of a paper is checked in the book as a **declaration made before the numbers exist**:
-the paper's sentence quoted verbatim with its section, the
-quantity it is about, the claimed direction of the difference (ours − baseline), the smallest
-difference that counts, the smallest difference the quantity can show at all (its resolution:
-one test image of 1,000 is 0.1 points, :func:`~fedbook.intervals.resolution_of`), the comparator (one named baseline,
-or every baseline of a list) and the substitution of our small scale that affects it. The numbers
-then enter as one value per seed (or per test sample / client) for each side, paired, and the
-verdict is *computed* from the interval of the paired difference by the declared rule:
+the paper's sentence quoted verbatim with its section, the quantity it is about, the claimed
+direction of the difference (ours − baseline), the **smallest effect of interest** :math:`m`
+(declared by one rule for every chapter, :func:`effect`), the smallest difference the quantity
+can show at all (its resolution: one test image of 1,000 is 0.1 points,
+:func:`~fedbook.intervals.resolution_of`), the comparator (one named baseline, or every baseline
+of a list), the **regime checks** the setting must pass for the claim to be testable at all
+(:class:`RegimeCheck`) and the substitution of our small scale that affects it. The numbers then
+enter as one value per seed (or per test sample / client) for each side, paired, and the verdict
+is *computed* from the interval of the paired difference by the declared rule:
 
-- ``"holds"`` when the interval clears the minimum effect in the claimed direction;
-- ``"does not hold"`` when it clears it in the other direction;
-- ``"inconclusive at this scale"`` otherwise: an honest answer, not a failure.
+- ``"untestable at this resolution"`` when the quantity cannot resolve :math:`m` (its resolution
+  is above :data:`RESOLUTION_SHARE` of :math:`m`), and ``"untestable in this setting"`` when a
+  regime check fails: both read before the interval;
+- ``"holds"`` when the interval lies beyond :math:`+m` in the claimed direction;
+- ``"does not hold"`` when it lies short of :math:`+m`: the data exclude an effect of the claimed
+  size, of one of two kinds, *smaller than claimed* (the interval reaches the claimed side of 0)
+  or *the opposite direction* (it lies wholly on the other side of 0);
+- ``"inconclusive at this scale"`` only while the interval straddles :math:`m`: more seeds
+  decide it unless the true effect sits exactly on :math:`m`.
 
-There is no "partly": a claim with several parts is several claims (several rows).
+There is no "partly": a claim with several parts is several claims (several rows). At a true
+effect equal to :math:`m`, each wrong verdict is at most the one-sided 2.5 % of a 95 % interval,
+for one comparator and for every baseline of a tuple (``tests/test_claims.py`` simulates it at
+3, 5 and 10 seeds).
 
 The interval comes from :mod:`fedbook.intervals`: Student's t of the mean paired difference
 over seeds, floored by the test noise inside each seed (:func:`fedbook.intervals.paired_interval`),
 or the paired bootstrap over the units of one run (:func:`fedbook.intervals.paired_bootstrap`).
 A claim names where its two sides are (:class:`Read`: a frame of the chapter's results, its rows
-and its column), and :meth:`Claim.read` pairs them unit by unit.
+and its column), and :meth:`Claim.read` pairs them unit by unit. Beside the mean difference, a
+result carries the **probability of improvement** (:class:`Improvement`): the share of seeds in
+which ours beats the comparator in the claimed direction, with its Wilson interval.
 
 Given an :class:`~fedbook.intervals.Interval`, :func:`decide` applies a :class:`Claim`'s rule to it,
 :func:`evaluate` does both, :func:`claims_table` renders the book's table (each row's rule
@@ -38,12 +51,14 @@ about 40 % of experiments of 5 seeds, see :func:`strongest_baseline`):
 Examples
 --------
 >>> claim = Claim("gain", "Method X improves accuracy.", "Section 5, Table 2",
-...               "global accuracy, X − FedAvg, points", "greater", min_effect=0.5, resolution=0.1)
+...               "global accuracy, X − FedAvg, points", "greater", effect("points", paper=1.8), resolution=0.1)
+>>> claim.min_effect  # half the paper's +1.8
+0.9
 >>> result = evaluate(claim, [91.9, 92.4, 92.1, 91.7, 92.3], [90.1, 90.6, 90.2, 90.0, 90.4])
 >>> print(result.interval)
 +1.82 [+1.72, +1.92], 5 seeds
->>> result.verdict
-'holds'
+>>> result.verdict, str(result.improvement)
+('holds', '100 % [57, 100] of 5 seeds')
 """
 
 from __future__ import annotations
@@ -60,25 +75,38 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
 
-from fedbook.intervals import _MINUS, Interval, _check_level, _check_resolution, _t, paired_bootstrap, paired_interval
+from fedbook.intervals import (_MINUS, Interval, _check_level, _check_resolution, _paired_differences, _t,
+                               paired_bootstrap, paired_interval)
 from fedbook.tables import table_of
 from fedlib.validation import is_real
 
 HOLDS = "holds"
-"""The verdict when the interval clears the minimum effect in the claimed direction."""
+"""The verdict when the interval lies beyond the smallest effect of interest in the claimed direction."""
 DOES_NOT_HOLD = "does not hold"
-"""The verdict when the interval clears the minimum effect in the other direction."""
+"""The verdict when the interval lies short of the smallest effect of interest (:data:`SHORTFALLS` says how)."""
 INCONCLUSIVE = "inconclusive at this scale"
-"""The verdict when the interval clears neither side (it includes one run's infinite interval)."""
-VERDICTS = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)
+"""The verdict while the interval straddles the smallest effect of interest (it includes one run's infinite interval)."""
+UNTESTABLE_RESOLUTION = "untestable at this resolution"
+"""The verdict when the quantity's resolution is above :data:`RESOLUTION_SHARE` of the smallest effect of interest."""
+UNTESTABLE_SETTING = "untestable in this setting"
+"""The verdict when a regime check of the claim fails (:class:`RegimeCheck`): the setting cannot test it."""
+VERDICTS = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING)
 """Every verdict, in the order of :func:`tally` and of the book's tallies."""
+UNTESTABLE = (UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING)
+"""The verdicts read before the interval: counted apart from "inconclusive"."""
+SMALLER = "smaller than claimed"
+"""A "does not hold" whose interval excludes the claimed size but not the claimed sign."""
+OPPOSITE = "the opposite direction"
+"""A "does not hold" whose interval lies wholly on the other side of 0 (of the tolerance, for non-inferiority)."""
+SHORTFALLS = (SMALLER, OPPOSITE)
+"""The two kinds of "does not hold"."""
 DIRECTIONS = ("greater", "less", "at least", "at most")
 """The claim about the difference ours − baseline: a sign ("greater", "less"), or non-inferiority
 within a tolerance ("at least": ours is no worse than the baseline by more than ``min_effect``;
 "at most": ours exceeds it by no more than ``min_effect``)."""
 OVER = ("seeds", "test samples", "clients")
 """What :func:`evaluate` pairs over: seeds (t interval) or the units of one run (paired bootstrap)."""
-TABLE_COLUMNS = ("claim", "quantity", "ours", "rule", "verdict", "seeds to decide", "substitution")
+TABLE_COLUMNS = ("claim", "quantity", "ours", "how often", "rule", "verdict", "seeds to decide", "substitution")
 """The columns of :func:`claims_table`."""
 KINDS = ("claim", "control")
 """A paper's claim (counted by :func:`tally`), or a control the book adds to read a claim (not counted)."""
@@ -86,12 +114,140 @@ KINDS = ("claim", "control")
 MAX_SEEDS = 10_000
 """The largest number of seeds :func:`seeds_to_decide` looks for."""
 NOT_AT_THIS_MEAN = "not at this mean"
-"""What :func:`seeds_to_decide` answers when no number of seeds decides at the observed mean."""
+"""What :func:`seeds_to_decide` answers when no number of seeds decides at the observed mean (it sits on a threshold)."""
+
+EFFECT_SHARE = 0.5
+"""The smallest effect of interest, where the paper reports the gain of the comparison: this share of it.
+
+Half the reported gain: a replication at our scale that finds half the paper's effect has found
+the effect (a smaller scale, fewer rounds and stand-in backbones shrink gains), and one that
+excludes half of it has shown that the claimed size does not carry over."""
+RESOLUTION_SHARE = 0.25
+"""A claim is testable at its quantity's resolution when the resolution is at most this share of
+:math:`m`: an effect of interest of fewer than four units of resolution (four test images) is
+read off the quantization, not measured."""
+
+
+@dataclass(frozen=True)
+class EffectKind:
+    """A kind of quantity and its default smallest effect of interest (where the paper reports no gain).
+
+    Parameters
+    ----------
+    name : str
+        The kind's name, a key of :data:`EFFECT_KINDS`.
+    default : float
+        The default smallest effect of interest, in the kind's units.
+    unit : str
+        What the kind measures.
+    why : str
+        Why the default is the smallest effect worth a sentence.
+    """
+
+    name: str
+    default: float
+    unit: str
+    why: str
+
+
+EFFECT_KINDS = {k.name: k for k in (
+    EffectKind("points", 1.0, "an accuracy, F1 or share in percentage points",
+               "one point: ten images of a 1,000-image test set, the smallest gain the papers' tables discuss"),
+    EffectKind("score", 0.01, "an F1, accuracy or rate on the 0–1 scale", "the same one point on the 0–1 scale"),
+    EffectKind("correlation", 0.1, "a correlation, an AUROC, an average precision, a silhouette or a cosine",
+               "a tenth of the unit scale, Cohen's 'small' correlation"),
+    EffectKind("relative", 0.1, "a relative difference (a ratio − 1, a share of the quantity's own size)",
+               "10 % of the quantity's own size"),
+    EffectKind("log10 ratio", 0.05, "a difference of base-10 logarithms of a ratio", "a factor of 10^0.05, about 1.12"),
+    EffectKind("count", 1.0, "a count (clients, rounds, clusters)", "one unit of the count"),
+)}
+"""The declared default smallest effect of interest of each kind of quantity (:func:`effect`)."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A smallest effect of interest :math:`m`, declared by the book's one rule (:func:`effect`).
+
+    Parameters
+    ----------
+    m : float
+        The effect, in the quantity's units (> 0).
+    kind : str
+        The kind of quantity (a key of :data:`EFFECT_KINDS`).
+    paper : float or None
+        The gain the paper reports for the comparison, in the same units, when it reports one.
+    share : float
+        The share of ``paper`` that :math:`m` is.
+    """
+
+    m: float
+    kind: str
+    paper: float | None
+    share: float
+
+    def describe(self) -> str:
+        """Where :math:`m` comes from, in a phrase for the rule column.
+
+        Examples
+        --------
+        >>> effect("points", paper=1.44).describe()
+        'm = 0.72: 0.5 of the paper’s +1.44'
+        >>> effect("points").describe()
+        'm = 1: the default for points'
+        """
+        if self.paper is None:
+            return f"m = {_effect(self.m)}: the default for {self.kind}"
+        return f"m = {_effect(self.m)}: {self.share:g} of the paper\N{RIGHT SINGLE QUOTATION MARK}s {_signed_effect(self.paper)}"
+
+
+def effect(kind: str, paper: float | None = None, *, share: float = EFFECT_SHARE) -> Effect:
+    r"""The smallest effect of interest of a claim, by the book's one rule.
+
+    .. math:: m = \begin{cases} \text{share} \times |g| & \text{where the paper reports the gain } g,\\
+              \text{the default of the kind} & \text{otherwise (:data:`EFFECT_KINDS`)}.\end{cases}
+
+    Parameters
+    ----------
+    kind : str
+        The kind of quantity, a key of :data:`EFFECT_KINDS` (``"points"``, ``"score"``, ...).
+    paper : float, optional
+        The gain (or the difference) the paper reports for this comparison, in the quantity's units.
+    share : float, default :data:`EFFECT_SHARE`
+        The share of ``paper`` that counts (in (0, 1]).
+
+    Raises
+    ------
+    ValueError
+        On an unknown kind, a ``paper`` that is not a finite non-zero number, or a share outside (0, 1].
+
+    Examples
+    --------
+    >>> effect("points", paper=-2.13).m, effect("score").m, effect("correlation").m
+    (1.065, 0.01, 0.1)
+    >>> effect("percent")
+    Traceback (most recent call last):
+    ...
+    ValueError: unknown effect kind 'percent'; valid: 'points', 'score', 'correlation', 'relative', 'log10 ratio', 'count'
+    """
+    if kind not in EFFECT_KINDS:
+        raise ValueError(f"unknown effect kind {kind!r}; valid: {', '.join(map(repr, EFFECT_KINDS))}")
+    if not is_real(share) or not 0 < share <= 1:
+        raise ValueError(f"share must be a number in (0, 1], got {share!r}")
+    if paper is None:
+        return Effect(EFFECT_KINDS[kind].default, kind, None, float(share))
+    if not is_real(paper) or not math.isfinite(paper) or paper == 0:
+        raise ValueError(f"paper must be the gain the paper reports, a finite non-zero number, got {paper!r}")
+    return Effect(round(float(share) * abs(float(paper)), 12), kind, float(paper), float(share))
+
 
 def _effect(x: float) -> str:
     """A minimum effect as declared, in its shortest form to three significant digits: ``0.5``,
     ``2.17``, ``0.714`` (one image of 140 in points, 0.714285...)."""
     return f"{x:.3g}".replace("-", _MINUS)
+
+
+def _signed_effect(x: float) -> str:
+    return ("+" if x > 0 else "") + _effect(x)
 
 
 def _percent(level: float) -> str:
@@ -207,6 +363,157 @@ class Read:
         return values.astype(np.float64)
 
 
+REGIME_OPS = ("at least", "at most")
+"""How a regime check compares its value with its threshold."""
+REGIME_SUMMARIES = ("mean", "min", "max")
+"""How a regime check makes one number of its units' values (every seed, domain or client)."""
+
+
+@dataclass(frozen=True)
+class RegimeCheck:
+    """A condition the setting must meet for a claim to be testable, declared before the runs.
+
+    A claim can be false in a setting only if the setting can show it: a backbone that is still
+    reshaping its features when a client departs, a domain whose embeddings carry no signal, a
+    score read on a handful of images, or a baseline already at its ceiling makes the verdict a
+    finding about the setting, not about the paper. A regime check names a quantity computed from
+    the same runs (:class:`Read`), the threshold it must meet and why; a claim that fails one
+    reads ``"untestable in this setting"`` and names it (:class:`ClaimResult`).
+
+    Parameters
+    ----------
+    key : str
+        A short name, shown in the verdict (``"backbone stable at departure"``).
+    quantity : str
+        What is measured, with its units.
+    read : Read
+        Where its values are (one per seed, domain or client).
+    op : {"at least", "at most"}
+        The condition on the summary of the values.
+    threshold : float
+        The threshold, fixed before the runs.
+    why : str
+        Why a setting outside it cannot test the claim.
+    summary : {"mean", "min", "max"}, default "mean"
+        How the units' values become one number (``"min"`` where *every* domain must pass).
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> probe = RegimeCheck("signal in every domain", "linear-probe accuracy of the worst domain, %",
+    ...                     Read("probe", "acc"), "at least", 50.0, "a domain without signal cannot show a gain",
+    ...                     summary="min")
+    >>> reading = probe.check({"probe": pd.DataFrame({"domain": ["a", "b"], "acc": [91.0, 31.0]})})
+    >>> reading.passes, reading.text()
+    (False, 'signal in every domain: linear-probe accuracy of the worst domain, % = 31 (needs at least 50)')
+    """
+
+    key: str
+    quantity: str
+    read: Read
+    op: str
+    threshold: float
+    why: str
+    summary: str = "mean"
+
+    def __post_init__(self) -> None:
+        for name in ("key", "quantity", "why"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"RegimeCheck.{name} must be a non-empty string, got {value!r}")
+        if not isinstance(self.read, Read):
+            raise ValueError(f"RegimeCheck {self.key!r}: read must be a Read (where the values are), got {self.read!r}")
+        if self.op not in REGIME_OPS:
+            raise ValueError(f"RegimeCheck {self.key!r}: unknown op {self.op!r}; valid: {', '.join(map(repr, REGIME_OPS))}")
+        if not is_real(self.threshold) or not math.isfinite(self.threshold):
+            raise ValueError(f"RegimeCheck {self.key!r}: threshold must be a finite number, got {self.threshold!r}")
+        if self.summary not in REGIME_SUMMARIES:
+            raise ValueError(f"RegimeCheck {self.key!r}: unknown summary {self.summary!r}; valid: "
+                             f"{', '.join(map(repr, REGIME_SUMMARIES))}")
+        object.__setattr__(self, "threshold", float(self.threshold))
+
+    def check(self, results: Mapping[str, pd.DataFrame]) -> RegimeReading | None:
+        """The check read from ``results``; ``None`` when its frame was not computed at this profile."""
+        values = self.read(results)
+        if values is None:
+            return None
+        x = values.to_numpy(dtype=np.float64)
+        if len(x) == 0 or not np.isfinite(x).all():
+            raise ValueError(f"RegimeCheck {self.key!r}: {self.read!r} must give finite values, got {x.tolist()}")
+        return RegimeReading(self, float(getattr(np, self.summary)(x)))
+
+    def describe(self) -> str:
+        """The declaration in a phrase: ``"<key>: <quantity> at least <threshold>"``."""
+        return f"{self.key}: {self.quantity} {self.op} {_score(self.threshold)}"
+
+
+@dataclass(frozen=True)
+class RegimeReading:
+    """A :class:`RegimeCheck` and the value the runs gave it."""
+
+    check: RegimeCheck
+    value: float
+
+    @property
+    def passes(self) -> bool:
+        """Whether the value meets the threshold (a value on the threshold passes)."""
+        c = self.check
+        return self.value >= c.threshold if c.op == "at least" else self.value <= c.threshold
+
+    def text(self) -> str:
+        """``"<key>: <quantity> = <value> (needs at least <threshold>)"``."""
+        c = self.check
+        return f"{c.key}: {c.quantity} = {_score(self.value)} (needs {c.op} {_score(c.threshold)})"
+
+
+@dataclass(frozen=True)
+class Improvement:
+    r"""The probability of improvement over paired units: how often ours beats the comparator.
+
+    The share of units (seeds) in which the difference lies in the claimed direction (a tie
+    counts one half; against every baseline of a tuple, a unit counts when ours beats all of
+    them), with the Wilson score interval at the claim's level, the count a reader asks for
+    beside the mean ("in how many seeds?", rliable's probability of improvement for paired runs).
+
+    .. math:: \hat p = w / n, \qquad \frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}
+
+    Examples
+    --------
+    >>> print(Improvement.of([[1.0, 2.0, -0.5, 0.0, 3.0]], "greater"))
+    70 % [30, 93] of 5 seeds
+    """
+
+    wins: float
+    n: int
+    low: float
+    high: float
+    unit: str = "seeds"
+
+    @classmethod
+    def of(cls, differences: Sequence[ArrayLike], direction: str, level: float = 0.95,
+           unit: str = "seeds") -> Improvement:
+        """From the per-unit differences ours − baseline (one array per baseline)."""
+        d = np.asarray(differences, dtype=np.float64)
+        sign = 1.0 if direction in ("greater", "at least") else -1.0
+        s = sign * d  # of shape (n_baselines, n)
+        wins = float(np.sum(np.where((s > 0).all(axis=0), 1.0, np.where((s >= 0).all(axis=0), 0.5, 0.0))))
+        n = d.shape[1]
+        z = float(stats.norm.ppf((1 + level) / 2))
+        p = wins / n
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+        return cls(wins, n, max(0.0, centre - half), min(1.0, centre + half), unit)
+
+    @property
+    def share(self) -> float:
+        """``wins / n``."""
+        return self.wins / self.n
+
+    def __str__(self) -> str:
+        unit = self.unit[:-1] if self.n == 1 and self.unit.endswith("s") else self.unit
+        return f"{100 * self.share:.0f} % [{100 * self.low:.0f}, {100 * self.high:.0f}] of {self.n} {unit}"
+
+
 @dataclass(frozen=True)
 class Claim:
     r"""One claim of a paper, declared before the numbers exist.
@@ -226,11 +533,14 @@ class Claim:
         The claimed sign of the difference; or, for a claim of *closeness* ("competitive with",
         "closely tracks"), non-inferiority: "at least" (the difference is above
         ``-min_effect``) or "at most" (below ``+min_effect``).
-    min_effect : float, optional
-        The smallest difference that counts, in the quantity's units, at least ``resolution``
-        (a smaller one, 0 included, is refused: a difference below one unit of resolution cannot
-        be measured, and with 0 a one-image difference could hold); for "at least" / "at most",
-        the tolerance. Default (``None``): the resolution.
+    min_effect : Effect or float, optional
+        The smallest effect of interest :math:`m`, in the quantity's units: an :class:`Effect`
+        of the book's one rule (:func:`effect`: a share of the paper's reported gain, else the
+        default of the quantity's kind); a bare number is a hand-made declaration, which the
+        book's chapters do not use (:func:`fedbook.page.claims_report` refuses it). For "at
+        least" / "at most", the tolerance. Default (``None``): the smallest effect the resolution
+        resolves, ``resolution / RESOLUTION_SHARE``. When the resolution is above
+        :data:`RESOLUTION_SHARE` of :math:`m`, the claim is ``"untestable at this resolution"``.
     substitution : str, default ""
         What our scale substitutes that affects this claim (a backbone, a baseline, a data set).
     level : float, default 0.95
@@ -264,47 +574,54 @@ class Claim:
     within : Read or dict of str to Read, keyword-only, optional
         The per-unit variance of the difference from the test sample alone (the floor of
         :func:`~fedbook.intervals.paired_interval`; default: the floor of ``resolution``).
+    regimes : tuple of RegimeCheck, keyword-only, default ()
+        The conditions the setting must meet for the claim to be testable, declared before the
+        runs and read from the same results (:class:`RegimeCheck`).
 
     Raises
     ------
     ValueError
         On an empty text, an unknown direction or kind, a ``resolution`` that is not a finite
-        number > 0, a ``min_effect`` below the resolution (0 included), or a
-        ``versus`` that is neither a name, a tuple of distinct names nor ``None``.
+        number > 0, a ``min_effect`` that is not an :class:`Effect` or a finite number > 0, a
+        ``versus`` that is neither a name, a tuple of distinct names nor ``None``, or a regime
+        that is not a :class:`RegimeCheck`.
 
     Notes
     -----
     The decision rule, with :math:`[L, U]` the interval of the paired difference and
-    :math:`m` the minimum effect:
+    :math:`m` the smallest effect of interest:
 
     .. math::
 
-        \text{greater: holds} \iff L > m, \quad \text{does not hold} \iff U < -m;
-        \qquad \text{less: holds} \iff U < -m, \quad \text{does not hold} \iff L > m;
+        \text{greater: holds} \iff L > m, \quad \text{does not hold} \iff U < m;
+        \qquad \text{less: holds} \iff U < -m, \quad \text{does not hold} \iff L > -m;
 
-    otherwise "inconclusive at this scale". The rule is symmetric: "does not hold" asserts the
-    *opposite* direction with the same margin, so an interval that reaches into
-    :math:`[-m, +m]` (for instance one that lies inside it: the difference is smaller than the
-    claimed size, but not shown to go the other way) is inconclusive, not a failure. Declare
-    ``min_effect`` with that in mind. Non-inferiority reads one threshold on both sides:
+    otherwise "inconclusive at this scale" (the interval straddles the claimed size). A "does
+    not hold" is *the opposite direction* when the interval lies wholly on the other side of 0
+    (:math:`U < 0` for "greater"), *smaller than claimed* otherwise. Both thresholds sit on the
+    same :math:`m`, so as seeds accrue the interval leaves it on one side, and at a true effect
+    equal to :math:`m` each wrong verdict has the one-sided rate :math:`(1 - \text{level})/2`.
+    Non-inferiority reads one threshold on both sides:
 
     .. math::
 
         \text{at least: holds} \iff L > -m, \quad \text{does not hold} \iff U < -m;
         \qquad \text{at most: holds} \iff U < m, \quad \text{does not hold} \iff L > m.
 
-    Against every baseline of a tuple, the same rule per baseline (:func:`decide`).
+    Against every baseline of a tuple, the same rule per baseline (:func:`decide`). Before the
+    interval is read, a claim whose resolution is above :data:`RESOLUTION_SHARE` of :math:`m` is
+    "untestable at this resolution", and one whose regime check fails "untestable in this setting".
 
     Examples
     --------
-    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1)
     >>> print(c.rule())
-    claimed greater than +0.5: holds if the whole 95 % interval of the paired difference lies
-    above +0.5; does not hold if it lies below −0.5; otherwise inconclusive at this scale
-    >>> Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.05, resolution=0.1)
-    Traceback (most recent call last):
-    ...
-    ValueError: claim 'gain': min_effect 0.05 is below the resolution 0.1; declare min_effect >= resolution: a difference below one unit of resolution (0.1) cannot be measured
+    claimed greater than +1 (m = 1: the default for points): holds if the whole 95 % interval of the paired
+    difference lies above +1; does not hold if it lies below +1; otherwise inconclusive at this scale
+    >>> Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", effect("points", paper=0.4),
+    ...       resolution=0.1).testable
+    False
     """
 
     key: str
@@ -322,6 +639,8 @@ class Claim:
     ours: Read | None = field(default=None, kw_only=True)
     baseline: Read | float | Mapping[str, Read] = field(default=0.0, kw_only=True)
     within: Read | Mapping[str, Read] | None = field(default=None, kw_only=True)
+    regimes: tuple[RegimeCheck, ...] = field(default=(), kw_only=True)
+    effect: Effect | None = field(default=None, init=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("key", "quote", "source", "quantity"):
@@ -339,14 +658,19 @@ class Claim:
         if self.headline and self.kind == "control":
             raise ValueError(f"claim {self.key!r}: a control cannot be a headline claim (headline=True, kind='control')")
         r = _check_resolution(self.resolution, "Claim.resolution")
-        m = r if self.min_effect is None else self.min_effect
-        if not is_real(m) or not (math.isfinite(m) and m >= 0):
-            raise ValueError(f"claim {self.key!r}: min_effect must be a finite number >= the resolution (None: the resolution), got {m!r}")
-        if m < r and not math.isclose(m, r):
-            raise ValueError(
-                f"claim {self.key!r}: min_effect {m:g} is below the resolution {r:g}; declare min_effect >= "
-                f"resolution: a difference below one unit of resolution ({r:g}) cannot be measured"
-            )
+        m = self.min_effect
+        if isinstance(m, Effect):
+            object.__setattr__(self, "effect", m)
+            m = m.m
+        elif m is None:
+            m = r / RESOLUTION_SHARE
+        if not is_real(m) or not (math.isfinite(m) and m > 0):
+            raise ValueError(f"claim {self.key!r}: min_effect must be an Effect (fedbook.claims.effect) or a finite "
+                             f"number > 0 (None: the resolution / {RESOLUTION_SHARE:g}), got {m!r}")
+        regimes = tuple(self.regimes) if isinstance(self.regimes, (tuple, list)) else self.regimes
+        if not isinstance(regimes, tuple) or not all(isinstance(g, RegimeCheck) for g in regimes):
+            raise ValueError(f"claim {self.key!r}: regimes must be a tuple of RegimeCheck, got {self.regimes!r}")
+        object.__setattr__(self, "regimes", regimes)
         object.__setattr__(self, "min_effect", float(m))
         object.__setattr__(self, "resolution", r)
         object.__setattr__(self, "level", _check_level(self.level))
@@ -355,9 +679,16 @@ class Claim:
 
     @property
     def reads(self) -> list[Read]:
-        """Every :class:`Read` of the claim's sides (ours, the baselines, ``within``), in that order."""
+        """Every :class:`Read` of the claim (ours, the baselines, ``within``, then its regime checks'), in that order."""
         sides = [self.ours, self.baseline, self.within]
-        return [r for s in sides for r in (s.values() if isinstance(s, Mapping) else [s]) if isinstance(r, Read)]
+        own = [r for s in sides for r in (s.values() if isinstance(s, Mapping) else [s]) if isinstance(r, Read)]
+        return own + [g.read for g in self.regimes]
+
+    @property
+    def testable(self) -> bool:
+        """Whether the quantity resolves the smallest effect of interest: ``resolution <=
+        RESOLUTION_SHARE * min_effect`` (else the claim is ``"untestable at this resolution"``)."""
+        return self.resolution <= RESOLUTION_SHARE * self.min_effect * (1 + 1e-9)
 
     def _check_reads(self) -> None:
         if self.ours is not None and not isinstance(self.ours, Read):
@@ -433,42 +764,45 @@ class Claim:
     def rule(self) -> str:
         """The decision rule as a sentence, rendered from the declaration (the table's rule column).
 
-        Against every baseline of a tuple, the rule names them and the Bonferroni level of the
-        "does not hold" side (:func:`decide`).
+        It says where :math:`m` comes from (:meth:`Effect.describe`), the resolution check when
+        the quantity cannot resolve :math:`m`, and the regime checks. Against every baseline of a
+        tuple, the rule names them and the Bonferroni level of the "does not hold" side (:func:`decide`).
 
         Examples
         --------
-        >>> c = Claim("gain", "X beats all.", "Table 2", "accuracy, X − best baseline, points", "greater", 0.5,
-        ...           resolution=0.1, versus=("A", "B"))
+        >>> c = Claim("gain", "X beats all.", "Table 2", "accuracy, X − best baseline, points", "greater",
+        ...           effect("points", paper=1.2), resolution=0.1, versus=("A", "B"))
         >>> print(c.rule())
-        claimed greater than +0.5 against each of A, B: holds if the whole 95 % interval of every paired
-        difference lies above +0.5; does not hold if, for any one, the whole 97.5 % interval (Bonferroni over 2)
-        lies below −0.5; otherwise inconclusive at this scale
+        claimed greater than +0.6 (m = 0.6: 0.5 of the paper’s +1.2) against each of A, B: holds if the whole 95 %
+        interval of every paired difference lies above +0.6; does not hold if, for any one, the whole 97.5 %
+        interval (Bonferroni over 2) lies below +0.6; otherwise inconclusive at this scale
         """
         m = self.min_effect
+        (_, hold_at), (_, not_at) = _sides(self)
+        bound, other = _signed_effect(hold_at), _signed_effect(not_at)
+        toward, away = ("above", "below") if self.direction in ("greater", "at least") else ("below", "above")
+        source = self.effect.describe() if self.effect is not None else f"m = {_effect(m)}: declared by hand"
         if self.direction in ("at least", "at most"):
-            bound = (f"{_MINUS}{_effect(m)}" if self.direction == "at least" else f"+{_effect(m)}") if m > 0 else "0"
-            toward, away = ("above", "below") if self.direction == "at least" else ("below", "above")
-            claimed = f"claimed {self.direction} {bound} (within {_effect(m)} of the baseline)"
-            other = bound
+            claimed = f"claimed {self.direction} {bound} (within {_effect(m)} of the baseline; {source})"
         else:
-            plus = f"+{_effect(m)}" if m > 0 else "0"
-            minus = f"{_MINUS}{_effect(m)}" if m > 0 else "0"
-            bound, other = (plus, minus) if self.direction == "greater" else (minus, plus)
-            toward, away = ("above", "below") if self.direction == "greater" else ("below", "above")
-            claimed = f"claimed {self.direction} than {bound}"
+            claimed = f"claimed {self.direction} than {bound} ({source})"
         if self.every:
             k = len(self.versus)
-            return (
+            text = (
                 f"{claimed} against each of {', '.join(self.versus)}: holds if the whole {_percent(self.level)} "
                 f"interval of every paired difference lies {toward} {bound}; does not hold if, for any one, the "
                 f"whole {_percent(_bonferroni(self.level, k))} interval (Bonferroni over {k}) lies {away} {other}; "
                 f"otherwise {INCONCLUSIVE}"
             )
-        return (
-            f"{claimed}: holds if the whole {_percent(self.level)} interval of the paired difference lies "
-            f"{toward} {bound}; does not hold if it lies {away} {other}; otherwise {INCONCLUSIVE}"
-        )
+        else:
+            text = (f"{claimed}: holds if the whole {_percent(self.level)} interval of the paired difference lies "
+                    f"{toward} {bound}; does not hold if it lies {away} {other}; otherwise {INCONCLUSIVE}")
+        if not self.testable:
+            text += (f"; {UNTESTABLE_RESOLUTION}: the resolution {_effect(self.resolution)} is above "
+                     f"{RESOLUTION_SHARE:g} × m = {_effect(RESOLUTION_SHARE * m)}")
+        for g in self.regimes:
+            text += f"; testable only with {g.describe()} ({g.why})"
+        return text
 
 
 def _bonferroni(level: float, k: int) -> float:
@@ -481,11 +815,18 @@ def _sides(claim: Claim) -> tuple[tuple[str, float], tuple[str, float]]:
     threshold``, ``"below"`` is ``U < threshold`` (the rule of :class:`Claim`)."""
     m = claim.min_effect
     return {
-        "greater": (("above", m), ("below", -m)),
-        "less": (("below", -m), ("above", m)),
+        "greater": (("above", m), ("below", m)),
+        "less": (("below", -m), ("above", -m)),
         "at least": (("above", -m), ("below", -m)),
         "at most": (("below", m), ("above", m)),
     }[claim.direction]
+
+
+def _shortfall(claim: Claim, interval: Interval) -> str:
+    """The kind of a "does not hold" on ``interval`` (which clears the "does not hold" side)."""
+    if claim.direction in ("at least", "at most"):
+        return OPPOSITE
+    return OPPOSITE if _clears(interval, "below" if claim.direction == "greater" else "above", 0.0) else SMALLER
 
 
 def _clears(interval: Interval, side: str, threshold: float) -> bool:
@@ -577,12 +918,16 @@ def decide(claim: Claim, interval: Interval | Mapping[str, Interval]) -> str:
       the chance of a wrong "holds" is at most that of one of them (Berger, *Statistical Science*
       1982; Berger & Hsu, *Statistical Science* 1996): the intersection-union test is level-α as is.
     - **does not hold** when *any one* baseline's interval at the Bonferroni level
-      :math:`1 - (1 - \text{level}) / k` (the same Student's t interval, widened) clears it in
-      the other direction. This side is a union: without the correction, a tie of ours and six
-      baselines (per-seed SD 3 points, pairwise correlation 0.5, 5 seeds) gives "does not hold"
-      in 10.9 % of 2,000 simulated experiments; with it, in 2.0 % (at most 2.5 % by Bonferroni's
-      inequality).
+      :math:`1 - (1 - \text{level}) / k` (the same Student's t interval, widened) lies short of
+      :math:`m`. This side is a union: without the correction, at a true effect of :math:`m`
+      against each of six baselines the wrong "does not hold" would exceed the one-sided level
+      several times over; with it, it stays at most :math:`(1 - \text{level})/2` by Bonferroni's
+      inequality (``tests/test_claims.py`` simulates both sides at 3, 5 and 10 seeds).
     - otherwise inconclusive at this scale.
+
+    A claim whose quantity cannot resolve :math:`m` (:attr:`Claim.testable`) is
+    ``"untestable at this resolution"`` whatever the interval. Regime checks are read by
+    :class:`ClaimResult`, which holds their values.
 
     Raises
     ------
@@ -593,12 +938,13 @@ def decide(claim: Claim, interval: Interval | Mapping[str, Interval]) -> str:
 
     Examples
     --------
-    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
-    >>> [decide(c, Interval(0.0, lo, hi, 5, 0.95, "t")) for lo, hi in [(0.6, 2), (-2, -0.6), (-0.4, 0.4)]]
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1)
+    >>> [decide(c, Interval(0.0, lo, hi, 5, 0.95, "t")) for lo, hi in [(1.1, 2), (-0.4, 0.4), (0.5, 1.5)]]
     ['holds', 'does not hold', 'inconclusive at this scale']
-    >>> every = Claim("all", "X beats all.", "Table 2", "accuracy, X − baseline, points", "greater", 0.5,
+    >>> every = Claim("all", "X beats all.", "Table 2", "accuracy, X − baseline, points", "greater", effect("points"),
     ...               resolution=0.1, versus=("A", "B"))
-    >>> decide(every, {"A": Interval(2.0, 1.0, 3.0, 5, 0.95, "t"), "B": Interval(1.0, 0.2, 1.8, 5, 0.95, "t")})
+    >>> decide(every, {"A": Interval(2.0, 1.5, 2.5, 5, 0.95, "t"), "B": Interval(1.0, 0.2, 1.8, 5, 0.95, "t")})
     'inconclusive at this scale'
     """
     if not isinstance(claim, Claim):
@@ -607,6 +953,8 @@ def decide(claim: Claim, interval: Interval | Mapping[str, Interval]) -> str:
         intervals = _check_intervals(claim, interval, "decide")
         for iv in intervals.values():
             _check_level_of(claim, iv)
+        if not claim.testable:
+            return UNTESTABLE_RESOLUTION
         verdicts = [_decide_one(claim, iv) for iv in intervals.values()]
         if all(v == HOLDS for v in verdicts):
             return HOLDS
@@ -621,12 +969,12 @@ def decide(claim: Claim, interval: Interval | Mapping[str, Interval]) -> str:
                "claim it beats every baseline of a dict" if isinstance(interval, Mapping) else "")
         )
     _check_level_of(claim, interval)
-    return _decide_one(claim, interval)
+    return _decide_one(claim, interval) if claim.testable else UNTESTABLE_RESOLUTION
 
 
 @dataclass(frozen=True)
 class ClaimResult:
-    """A claim and the intervals it was decided on; the verdict is computed from them, never stored.
+    """A claim and what it was decided on; the verdict is computed from them, never stored.
 
     Parameters
     ----------
@@ -639,6 +987,11 @@ class ClaimResult:
         Each baseline's interval, in the order of ``claim.versus``: one per name for a tuple;
         ``{versus: interval}`` for a single named comparator (filled in when not given); empty
         when the claim names none.
+    regimes : tuple of RegimeReading, optional
+        The values of the claim's regime checks, one per :attr:`Claim.regimes`, in their order
+        (required when the claim declares any).
+    improvement : Improvement, optional
+        How often ours beats the comparator (:func:`evaluate` fills it in).
 
     Examples
     --------
@@ -650,6 +1003,8 @@ class ClaimResult:
     claim: Claim
     interval: Interval
     intervals: Mapping[str, Interval] = field(default_factory=dict, hash=False)
+    regimes: tuple[RegimeReading, ...] = ()
+    improvement: Improvement | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.claim, Claim) or not isinstance(self.interval, Interval):
@@ -676,12 +1031,64 @@ class ClaimResult:
                 )
             intervals = expected
         object.__setattr__(self, "intervals", intervals)
+        regimes = tuple(self.regimes)
+        if tuple(r.check for r in regimes if isinstance(r, RegimeReading)) != c.regimes or len(regimes) != len(c.regimes):
+            raise ValueError(f"claim {c.key!r} declares the regime checks {[g.key for g in c.regimes]}: regimes must "
+                             f"be one RegimeReading of each, in that order; got {regimes!r}")
+        object.__setattr__(self, "regimes", regimes)
+        if self.improvement is not None and not isinstance(self.improvement, Improvement):
+            raise ValueError(f"claim {c.key!r}: improvement must be an Improvement or None, got {self.improvement!r}")
         _ = self.verdict  # validates the levels once
 
     @property
+    def failed(self) -> tuple[RegimeReading, ...]:
+        """The regime checks that failed, in the declaration's order."""
+        return tuple(r for r in self.regimes if not r.passes)
+
+    @property
     def verdict(self) -> str:
-        """``decide(claim, ...)``: one of :data:`VERDICTS`."""
-        return decide(self.claim, self.intervals if self.claim.every else self.interval)
+        """One of :data:`VERDICTS`: ``"untestable at this resolution"`` when the claim's quantity
+        cannot resolve its :math:`m`, ``"untestable in this setting"`` when a regime check fails,
+        else ``decide(claim, ...)``."""
+        verdict = decide(self.claim, self.intervals if self.claim.every else self.interval)
+        if verdict != UNTESTABLE_RESOLUTION and self.failed:
+            return UNTESTABLE_SETTING
+        return verdict
+
+    @property
+    def shortfall(self) -> str | None:
+        """For a "does not hold", its kind (:data:`SMALLER` or :data:`OPPOSITE`); else ``None``.
+        Against every baseline of a tuple, the opposite direction when any baseline that fails
+        the claim shows it (at the Bonferroni level of the rule)."""
+        if self.verdict != DOES_NOT_HOLD:
+            return None
+        c = self.claim
+        if not c.every:
+            return _shortfall(c, self.interval)
+        level = _bonferroni(c.level, len(self.intervals))
+        failing = [_at_level(iv, level) for iv in self.intervals.values() if _decide_one(c, iv, level) == DOES_NOT_HOLD]
+        return OPPOSITE if any(_shortfall(c, iv) == OPPOSITE for iv in failing) else SMALLER
+
+    def verdict_text(self) -> str:
+        """The verdict as the table shows it: with its kind (``"does not hold: smaller than
+        claimed"``), or what makes it untestable (both numbers, or the failed check and its value).
+
+        Examples
+        --------
+        >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater",
+        ...           effect("points", paper=1.44), resolution=2.04)
+        >>> evaluate(c, [2.0, 3.0, 2.5]).verdict_text()
+        'untestable at this resolution: the resolution 2.04 is above 0.25 × m = 0.18'
+        """
+        v, c = self.verdict, self.claim
+        if v == DOES_NOT_HOLD:
+            return f"{v}: {self.shortfall}"
+        if v == UNTESTABLE_RESOLUTION:
+            return (f"{v}: the resolution {_effect(c.resolution)} is above {RESOLUTION_SHARE:g} × m = "
+                    f"{_effect(RESOLUTION_SHARE * c.min_effect)}")
+        if v == UNTESTABLE_SETTING:
+            return f"{v}: " + "; ".join(r.text() for r in self.failed)
+        return v
 
     @property
     def binding(self) -> str | None:
@@ -700,6 +1107,7 @@ def evaluate(
     over: str = "seeds",
     seed: int | np.random.Generator | None = None,
     n_boot: int = 2000,
+    regimes: Sequence[RegimeReading] = (),
 ) -> ClaimResult:
     """Decide ``claim`` on paired values: the intervals at the claim's level, and the verdict.
 
@@ -722,6 +1130,14 @@ def evaluate(
         The bootstrap's randomness; required unless ``over="seeds"`` (where it is not used).
     n_boot : int, default 2000
         The bootstrap's resamples.
+    regimes : sequence of RegimeReading, default ()
+        The values of the claim's regime checks (:meth:`RegimeCheck.check` on the same results),
+        one per :attr:`Claim.regimes`.
+
+    Returns
+    -------
+    ClaimResult
+        The intervals, the regime readings and the probability of improvement (:class:`Improvement`).
 
     Raises
     ------
@@ -765,7 +1181,9 @@ def evaluate(
             name: paired_interval(ours, baseline[name], claim.level, within=withins[name], resolution=claim.resolution)
             for name in claim.versus
         }
-        return ClaimResult(claim, _binding(claim, intervals)[1], intervals)
+        improvement = Improvement.of([_paired_differences(ours, baseline[name]) for name in claim.versus],
+                                     claim.direction, claim.level)
+        return ClaimResult(claim, _binding(claim, intervals)[1], intervals, tuple(regimes), improvement)
     for what, x in (("baseline", baseline), ("within", within)):
         if isinstance(x, Mapping):
             raise ValueError(
@@ -782,7 +1200,8 @@ def evaluate(
         if within is not None:
             raise ValueError(f"within is the floor of an interval over seeds; a bootstrap over {over} takes none")
         interval = paired_bootstrap(ours, baseline, seed=seed, n_boot=n_boot, level=claim.level, unit=over)
-    return ClaimResult(claim, interval)
+    improvement = Improvement.of([_paired_differences(ours, baseline)], claim.direction, claim.level, interval.unit)
+    return ClaimResult(claim, interval, regimes=tuple(regimes), improvement=improvement)
 
 
 @functools.lru_cache(maxsize=64)
@@ -818,9 +1237,9 @@ def seeds_to_decide(claim: Claim, interval_or_result: Interval | ClaimResult) ->
     of that side (the claim's; against a tuple of :math:`k` baselines, the Bonferroni
     :math:`1 - (1 - \text{level})/k` of :func:`decide`). A threshold :math:`a` on the side
     "above" needs :math:`\bar d - a > t\sigma/\sqrt n`, so it can be reached only when
-    :math:`\bar d > a` (and "below" only when :math:`\bar d < a`). For "greater" and "less",
-    no n decides when :math:`|\bar d| \le m` (``min_effect``); for "at least" / "at most", only
-    when :math:`\bar d` equals the threshold :math:`\mp m` exactly. Where the floor bound at
+    :math:`\bar d > a` (and "below" only when :math:`\bar d < a`). Both sides of the rule sit on
+    one threshold (:math:`+m` for "greater", :math:`-m` for "less" and "at least", :math:`+m` for
+    "at most"), so some n decides every claim unless :math:`\bar d` equals it exactly. Where the floor bound at
     the observed :math:`n`, :math:`\sigma` is kept as it is although the floor's share of the test
     noise grows with :math:`n`: the number is then a lower bound, an estimate of the order of
     magnitude that would settle the claim, not a promise.
@@ -840,8 +1259,9 @@ def seeds_to_decide(claim: Claim, interval_or_result: Interval | ClaimResult) ->
     int or str
         The observed number of seeds when the claim is already decided; otherwise the smallest
         number that would decide it (greater than the observed one); or a reason, when none can:
-        :data:`NOT_AT_THIS_MEAN` (``"not at this mean"``: the mean lies where no threshold can be
-        cleared), ``"not from one seed"`` (no spread to extrapolate from),
+        ``"untestable"`` (the claim is untestable at this resolution, or, given its result, in
+        this setting: seeds do not help), :data:`NOT_AT_THIS_MEAN` (``"not at this mean"``: the
+        mean sits on the threshold), ``"not from one seed"`` (no spread to extrapolate from),
         ``"not over seeds"`` (a bootstrap interval over the units of one run), or
         ``"more than 10,000"``.
 
@@ -855,11 +1275,14 @@ def seeds_to_decide(claim: Claim, interval_or_result: Interval | ClaimResult) ->
     --------
     >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
     >>> iv = paired_interval([1.0 - 2.0, 1.0, 1.0 + 2.0])  # mean 1, sd 2 over 3 seeds
-    >>> seeds_to_decide(c, iv)  # the smallest n with t_{0.975, n-1} * 2 / sqrt(n) < 1 - 0.1 (the minimum effect)
-    22
-    >>> seeds_to_decide(Claim("big", "X beats Y by 2.", "Table 2", "accuracy, X − Y, points", "greater", 2.0,
-    ...                       resolution=0.1), iv)
-    'not at this mean'
+    >>> seeds_to_decide(c, iv)  # the smallest n with t_{0.975, n-1} * 2 / sqrt(n) < 1 - 0.4 (m = 4 x 0.1)
+    46
+    >>> seeds_to_decide(Claim("big", "X beats Y by 2.", "Table 2", "accuracy, X − Y, points", "greater",
+    ...                       effect("points", paper=4.0), resolution=0.1), iv)  # the mean is not 2: some n shows it
+    18
+    >>> seeds_to_decide(Claim("fine", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater",
+    ...                       effect("points", paper=0.2), resolution=0.1), iv)
+    'untestable'
     """
     if not isinstance(claim, Claim):
         raise ValueError(f"seeds_to_decide needs a Claim, got {type(claim).__name__}")
@@ -880,8 +1303,13 @@ def seeds_to_decide(claim: Claim, interval_or_result: Interval | ClaimResult) ->
         raise ValueError(
             f"seeds_to_decide reads an Interval or a ClaimResult, got a {type(interval_or_result).__name__}"
         )
-    verdict = decide(claim, intervals if claim.every else intervals[None])
+    if isinstance(interval_or_result, ClaimResult):
+        verdict = interval_or_result.verdict
+    else:
+        verdict = decide(claim, intervals[None])
     n = next(iter(intervals.values())).n
+    if verdict in UNTESTABLE:
+        return "untestable"
     if verdict != INCONCLUSIVE:
         return n
     if any(iv.method == "bootstrap" for iv in intervals.values()):
@@ -1037,6 +1465,8 @@ def _ours_text(result: ClaimResult, digits: int) -> str:
 
 
 def _seeds_text(result: ClaimResult) -> str:
+    if result.verdict in UNTESTABLE:
+        return "untestable"
     if result.verdict != INCONCLUSIVE:
         return "decided"
     n = seeds_to_decide(result.claim, result)
@@ -1052,9 +1482,12 @@ def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFram
     when the declaration names a comparator the text does not, ``" (vs A, B, C)"`` for a tuple),
     ``ours`` (the mean paired difference, its interval and what it rests on, e.g.
     ``"+1.23 [+0.40, +2.06], 5 seeds"``; against a tuple, every baseline's:
-    ``"vs A +1.23 [+0.40, +2.06]; vs B ..., 5 seeds"``), ``rule`` (:meth:`Claim.rule`),
-    ``verdict`` (:func:`decide`), ``seeds to decide`` (``"decided"``, ``"n = 12"`` from
-    :func:`seeds_to_decide`, or its reason, e.g. ``"not at this mean"``) and ``substitution``.
+    ``"vs A +1.23 [+0.40, +2.06]; vs B ..., 5 seeds"``), ``how often`` (the probability of
+    improvement, :class:`Improvement`: ``"80 % [38, 96] of 5 seeds"``), ``rule``
+    (:meth:`Claim.rule`), ``verdict`` (:meth:`ClaimResult.verdict_text`: the verdict, with the
+    kind of a "does not hold" or what makes a row untestable), ``seeds to decide``
+    (``"decided"``, ``"n = 12"`` from :func:`seeds_to_decide`, or its reason, e.g.
+    ``"untestable"``) and ``substitution``.
 
     Raises
     ------
@@ -1063,15 +1496,16 @@ def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFram
 
     Examples
     --------
-    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1)
     >>> table = claims_table([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
     >>> table.loc[0, "claim"], table.loc[0, "ours"], table.loc[0, "verdict"], table.loc[0, "seeds to decide"]
     ('“X beats Y.” (Table 2)', '+2.00 [+1.34, +2.66], 3 seeds', 'holds', 'decided')
-    >>> every = Claim("all", "X beats all.", "Table 2", "accuracy, X − baseline, points", "greater", 0.5,
-    ...               resolution=0.1, versus=("A", "B"))
+    >>> every = Claim("all", "X beats all.", "Table 2", "accuracy, X − baseline, points", "greater",
+    ...               effect("points", paper=1.0), resolution=0.1, versus=("A", "B"))
     >>> row = claims_table([evaluate(every, [2.1, 1.8, 2.4], {"A": [0.0, 0.1, 0.2], "B": [1.0, 1.5, 1.2]})]).loc[0]
-    >>> row["quantity"], row["ours"], row["seeds to decide"]
-    ('accuracy, X − baseline, points (vs A, B)', 'vs A +2.00 [+1.34, +2.66]; vs B +0.87 [−0.36, +2.09], 3 seeds', 'n = 10')
+    >>> row["quantity"], row["ours"], row["how often"], row["seeds to decide"]
+    ('accuracy, X − baseline, points (vs A, B)', 'vs A +2.00 [+1.34, +2.66]; vs B +0.87 [−0.36, +2.09], 3 seeds', '100 % [44, 100] of 3 seeds', 'n = 10')
     """
     results = list(results)
     for i, r in enumerate(results):
@@ -1086,8 +1520,9 @@ def claims_table(results: Sequence[ClaimResult], digits: int = 2) -> pd.DataFram
             "claim": _claim_text(r.claim),
             "quantity": _quantity_text(r.claim),
             "ours": _ours_text(r, digits),
+            "how often": "" if r.improvement is None else str(r.improvement),
             "rule": r.claim.rule(),
-            "verdict": r.verdict,
+            "verdict": r.verdict_text(),
             "seeds to decide": _seeds_text(r),
             "substitution": r.claim.substitution,
         }
@@ -1105,8 +1540,9 @@ def tally(results: Sequence[ClaimResult]) -> dict[str, int]:
     Examples
     --------
     >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
-    >>> tally([evaluate(c, [2.0, 3.0, 2.5]), evaluate(c, [1.0])])
-    {'holds': 1, 'does not hold': 0, 'inconclusive at this scale': 1}
+    >>> tally([evaluate(c, [2.0, 3.0, 2.5]), evaluate(c, [1.0])])  # doctest: +NORMALIZE_WHITESPACE
+    {'holds': 1, 'does not hold': 0, 'inconclusive at this scale': 1, 'untestable at this resolution': 0,
+     'untestable in this setting': 0}
     """
     counts = dict.fromkeys(VERDICTS, 0)
     for r in results:
@@ -1137,14 +1573,15 @@ def headline_summary(results: Sequence[ClaimResult]) -> dict[str, float]:
     widths = [r.interval.half_width for r in head]
     return {
         "n": len(head),
-        "decided": sum(r.verdict != INCONCLUSIVE for r in head),
+        "decided": sum(r.verdict in (HOLDS, DOES_NOT_HOLD) for r in head),
         "half_width": float(np.median(widths)) if widths else float("nan"),
     }
 
 
 def says(result: ClaimResult, digits: int = 1) -> str:
     """A decided row in a sentence: ``"<key> holds (<interval>)"``, ``"<key> does not hold
-    (...)"`` or ``"<key> is inconclusive at this scale (...)"``, the interval with ``digits``
+    (...)"``, ``"<key> is inconclusive at this scale (...)"`` or ``"<key> is untestable in this
+    setting (...)"``, the interval with ``digits``
     decimals (:meth:`fedbook.intervals.Interval.format`); against every baseline of a tuple, the binding one's,
     named: ``"<key> holds (vs Ditto <interval>)"``.
 
@@ -1158,7 +1595,7 @@ def says(result: ClaimResult, digits: int = 1) -> str:
         raise ValueError(f"says reads a ClaimResult, got a {type(result).__name__}")
     v = result.verdict
     vs = f"vs {result.binding} " if result.claim.every else ""
-    return f"{result.claim.key} {'is ' if v == INCONCLUSIVE else ''}{v} ({vs}{result.interval.format(digits)})"
+    return f"{result.claim.key} {'' if v in (HOLDS, DOES_NOT_HOLD) else 'is '}{v} ({vs}{result.interval.format(digits)})"
 
 
 
@@ -1167,14 +1604,21 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
     book's findings page): plain JSON values, in the table's order.
 
     ``key``, ``kind`` (claim or control), ``headline``, ``quote`` (whole), ``source`` and
-    ``quantity`` come from the declaration; ``ours``, ``verdict`` and ``seeds_to_decide`` are the
-    table's cells (:func:`claims_table`); ``mean``, ``low``, ``high``, ``n`` and ``unit`` are the
+    ``quantity`` come from the declaration, with ``m`` (the smallest effect of interest),
+    ``m_rule`` (where it comes from, :meth:`Effect.describe`) and ``resolution``; ``ours``,
+    ``how_often`` and ``seeds_to_decide`` are the table's cells (:func:`claims_table`);
+    ``verdict`` is one of :data:`VERDICTS`, ``shortfall`` the kind of a "does not hold"
+    (:data:`SHORTFALLS`, else ``None``), ``verdict_text`` the table's cell, ``regimes`` each
+    regime check's key, value, threshold and whether it passed, ``improvement`` the share of
+    units in which ours beats the comparator (``None`` when not computed); ``mean``, ``low``,
+    ``high``, ``n`` and ``unit`` are the
     interval the verdict reads (against every baseline of a tuple, the binding one); ``anchor`` is
     the id of the row's first cell in the table :func:`show` renders, so a page can link to the row.
 
     Examples
     --------
-    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1)
     >>> (r,) = claims_records([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
     >>> r["verdict"], r["ours"], r["n"], r["anchor"] in show([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])]).to_html()
     ('holds', '+2.00 [+1.34, +2.66], 3 seeds', 3, True)
@@ -1191,15 +1635,27 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
             "key": r.claim.key, "kind": r.claim.kind, "headline": bool(r.claim.headline), "quote": r.claim.quote,
             "source": r.claim.source, "quantity": table.loc[i, "quantity"], "ours": table.loc[i, "ours"],
             "mean": number(r.interval.mean), "low": number(r.interval.low), "high": number(r.interval.high),
-            "n": int(r.interval.n), "unit": r.interval.unit, "verdict": r.verdict,
+            "n": int(r.interval.n), "unit": r.interval.unit, "verdict": r.verdict, "shortfall": r.shortfall,
+            "verdict_text": table.loc[i, "verdict"], "m": r.claim.min_effect,
+            "m_rule": r.claim.effect.describe() if r.claim.effect is not None else "declared by hand",
+            "resolution": r.claim.resolution, "how_often": table.loc[i, "how often"],
+            "improvement": None if r.improvement is None else r.improvement.share,
+            "regimes": [{"key": g.check.key, "value": g.value, "op": g.check.op, "threshold": g.check.threshold,
+                         "passes": g.passes} for g in r.regimes],
             "seeds_to_decide": table.loc[i, "seeds to decide"], "anchor": f"T_{uuid}_row{i}_col0",
         }
         for i, r in enumerate(results)
     ]
 
 
-VERDICT_COLOURS = {HOLDS: "#d9f2d9", DOES_NOT_HOLD: "#f8d7d7", INCONCLUSIVE: "#eeeeee"}
-"""The shade of each verdict in the book's tables (green, red, grey)."""
+VERDICT_COLOURS = {HOLDS: "#d9f2d9", DOES_NOT_HOLD: "#f8d7d7", INCONCLUSIVE: "#eeeeee",
+                   UNTESTABLE_RESOLUTION: "#fbedc8", UNTESTABLE_SETTING: "#fbedc8"}
+"""The shade of each verdict in the book's tables (green, red, grey, and sand for the untestable)."""
+
+
+def verdict_colour(text: str) -> str:
+    """The shade of a verdict cell (:data:`VERDICT_COLOURS`; a cell may add the verdict's kind after a colon)."""
+    return VERDICT_COLOURS.get(str(text).split(":", 1)[0], "transparent")
 
 
 def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
@@ -1231,13 +1687,15 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
     return (
         table_of(table).set_uuid(f"claims-{uuid}")
         .hide(axis="index")
-        .map(lambda v: f"background-color: {VERDICT_COLOURS.get(v, 'transparent')}", subset=["verdict"])
+        .map(lambda v: f"background-color: {verdict_colour(v)}", subset=["verdict"])
         .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
         .set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
     )
 
 
-__all__ = ["DIRECTIONS", "DOES_NOT_HOLD", "HOLDS", "INCONCLUSIVE", "KINDS", "MAX_SEEDS", "NOT_AT_THIS_MEAN", "OVER",
-           "TABLE_COLUMNS", "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Read",
-           "claims_records", "claims_table", "decide", "evaluate", "headline_summary", "says", "seeds_to_decide", "show",
-           "strongest_baseline", "tally"]
+__all__ = ["DIRECTIONS", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SHARE", "HOLDS", "INCONCLUSIVE", "KINDS",
+           "MAX_SEEDS", "NOT_AT_THIS_MEAN", "OPPOSITE", "OVER", "REGIME_OPS", "REGIME_SUMMARIES", "RESOLUTION_SHARE",
+           "SHORTFALLS", "SMALLER", "TABLE_COLUMNS", "UNTESTABLE", "UNTESTABLE_RESOLUTION", "UNTESTABLE_SETTING",
+           "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Effect", "EffectKind", "Improvement",
+           "Read", "RegimeCheck", "RegimeReading", "claims_records", "claims_table", "decide", "effect", "evaluate",
+           "headline_summary", "says", "seeds_to_decide", "show", "strongest_baseline", "tally", "verdict_colour"]

@@ -53,8 +53,8 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, ClaimResult, claims_records,
-                           evaluate, headline_summary, show, tally)
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE, Claim, ClaimResult,
+                            claims_records, evaluate, headline_summary, show, tally)
 from fedbook.tables import table_of
 from fedlib.io import atomic_write_bytes
 from fedlib.validation import is_int, is_real
@@ -68,9 +68,11 @@ BEST_KINDS = ("max", "min")
 MISSING = "\N{EM DASH}"
 """How :func:`show_table` shows an undefined value (NaN, None): a dash, never ``nan``."""
 
-REPORT_KEYS = ("n_claims", "n_holds", "n_not", "n_inconclusive")
+REPORT_KEYS = ("n_claims", "n_holds", "n_not", "n_inconclusive", "n_untestable", "n_not_smaller", "n_not_opposite")
 """The counts :func:`claims_report` glues (after the chapter's prefix): the claims decided (the
-controls are not counted), and how many of them hold, do not hold, and are inconclusive."""
+controls are not counted), how many of them hold, do not hold, are inconclusive and are
+untestable (at this resolution or in this setting), and how many of those that do not hold are
+smaller than claimed or go the opposite direction."""
 
 
 CLAIMS_RECORDS = "claims_records"
@@ -351,9 +353,13 @@ def claims_report(
     not in ``results`` (the chapter did not run what it needs at this profile) is left out of the
     table and the counts, and a line shown under the table names them and the frames they lack
     (so a misspelled frame cannot pass for one this profile does not run). The others are decided
-    by :func:`fedbook.claims.evaluate` over seeds.
+    by :func:`fedbook.claims.evaluate` over seeds, with their regime checks read from the same
+    ``results`` (:meth:`fedbook.claims.RegimeCheck.check`). Every declaration must take its
+    smallest effect of interest from the book's rule (an :class:`~fedbook.claims.Effect` of
+    :func:`fedbook.claims.effect`), never a number typed for the row.
     Then, with ``prefix`` before each key, it glues :data:`REPORT_KEYS` (the counts of
-    :func:`fedbook.claims.tally`: controls are not counted), where some claims are headline claims
+    :func:`fedbook.claims.tally`: controls are not counted; ``n_untestable`` counts both kinds of
+    untestable rows, ``n_not_smaller`` and ``n_not_opposite`` the two kinds of "does not hold"), where some claims are headline claims
     ``n_headline``, ``headline_decided`` and ``headline_half_width``
     (:func:`fedbook.claims.headline_summary`), ``total_seconds`` when given, and the rows as JSON
     under :data:`CLAIMS_RECORDS` (:func:`fedbook.claims.claims_records`: the findings page gathers
@@ -391,16 +397,17 @@ def claims_report(
     >>> from fedbook.claims import Read
     >>> runs = pd.DataFrame({"seed": [0, 1, 2] * 2, "method": ["x"] * 3 + ["y"] * 3,
     ...                      "acc": [92.1, 91.8, 92.4, 90.0, 90.1, 90.2]})
-    >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1,
-    ...              ours=Read("runs", "acc", method="x"), baseline=Read("runs", "acc", method="y"))
-    >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater", resolution=0.1,
-    ...              ours=Read("wide_runs", "acc"))  # not run at this profile: left out
+    >>> from fedbook.claims import effect
+    >>> gain = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", effect("points"),
+    ...              resolution=0.1, ours=Read("runs", "acc", method="x"), baseline=Read("runs", "acc", method="y"))
+    >>> wide = Claim("wide", "X beats Z.", "Table 3", "accuracy, X − Z, points", "greater", effect("points"),
+    ...              resolution=0.1, ours=Read("wide_runs", "acc"))  # not run at this profile: left out
     >>> glued = {}
     >>> R = claims_report([gain, wide], {"runs": runs}, glue=lambda k, v, display: glued.update({k: v}),
     ...                   display=lambda t: None)
     Not decided at this profile, because it does not compute 'wide_runs': wide.
     >>> R["gain"].verdict, list(R), {k: v for k, v in glued.items() if k != CLAIMS_RECORDS}
-    ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0})
+    ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0, 'n_untestable': 0, 'n_not_smaller': 0, 'n_not_opposite': 0})
     >>> [(r["key"], r["verdict"]) for r in json.loads(glued[CLAIMS_RECORDS])]
     [('gain', 'holds')]
     """
@@ -408,6 +415,10 @@ def claims_report(
     for c in claims:
         if not isinstance(c, Claim):
             raise ValueError(f"claims_report takes Claims, got a {type(c).__name__}")
+    by_hand = [c.key for c in claims if c.effect is None]
+    if by_hand:
+        raise ValueError(f"claims {by_hand} declare min_effect by hand: declare it by the book's rule, "
+                         "fedbook.claims.effect(kind, paper=the paper's reported gain)")
     missing = [c.key for c in claims if c.ours is None]
     if missing:
         raise ValueError(f"claims {missing} read nothing: declare ours=Read(frame, column, ...) (and baseline=)")
@@ -419,15 +430,18 @@ def claims_report(
     for c in claims:
         try:
             read = c.read(results)
-            if read is None:  # a frame it reads was not run at this profile: said below the table, never silent
+            regimes = [g.check(results) for g in c.regimes]
+            if read is None or None in regimes:  # a frame it reads was not run at this profile: said below the table
                 absent.append(c.key)
                 continue
-            out.append(evaluate(c, *read))  # within, else the floor of c.resolution
+            out.append(evaluate(c, *read, regimes=regimes))  # within, else the floor of c.resolution
         except ValueError as err:
             err.add_note(f"(deciding claim {c.key!r})")
             raise
     counts = tally(out)
-    glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE])))
+    kinds = [r.shortfall for r in out if r.claim.kind == "claim"]
+    glued = dict(zip(REPORT_KEYS, (sum(counts.values()), counts[HOLDS], counts[DOES_NOT_HOLD], counts[INCONCLUSIVE],
+                                   sum(counts[v] for v in UNTESTABLE), kinds.count(SMALLER), kinds.count(OPPOSITE))))
     head = headline_summary(out)
     if head["n"]:
         glued.update(n_headline=head["n"], headline_decided=head["decided"], headline_half_width=head["half_width"])
