@@ -4,6 +4,7 @@ checked, torch threads, the clock), tables for reading, the exercises' index, an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -20,7 +21,8 @@ import fedbook.page as book
 from fedbook.page import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, claims_report, clipped_error, format_bytes,
                          format_number, format_value, place_labels, resolve, setup, show_table)
 from fedbook.catalog import chapter_times, chapter_title, exercise_index, exercises, record_seconds, toc_chapters
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, Claim, Read, evaluate, show
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, Claim, Read,
+                            RegimeCheck, effect, evaluate, show)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -248,12 +250,13 @@ class _Glue:
             self.values[key] = value
 
 
-def _claim(key, direction="greater", min_effect=0.1, kind="claim", versus=None, within=False, headline=False):
+def _claim(key, direction="greater", min_effect=0.4, kind="claim", versus=None, within=False, headline=False):
     """A claim that reads the frame named after it: columns ``ours``, ``baseline`` (or one per
-    baseline of ``versus``) and ``within``, one row per seed (:func:`_frame`)."""
+    baseline of ``versus``) and ``within``, one row per seed (:func:`_frame`); its m is half a
+    paper's gain of ``2 * min_effect`` (the book's rule), read at the resolution 0.1."""
     baseline = {name: Read(key, name) for name in versus} if isinstance(versus, tuple) else Read(key, "baseline")
     return Claim(key, f"{key} is so.", "Abstract" if headline else "Table 1", "accuracy, ours − baseline, points",
-                 direction, min_effect, kind=kind, resolution=0.1, versus=versus, headline=headline,
+                 direction, effect("points", paper=2 * min_effect), kind=kind, resolution=0.1, versus=versus, headline=headline,
                  ours=Read(key, "ours"), baseline=baseline,
                  within=({n: Read(key, f"within_{n}") for n in versus} if isinstance(versus, tuple) else Read(key, "within"))
                  if within else None)
@@ -277,7 +280,7 @@ def _frame(ours, baseline=0.0, within=None):
 def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(capsys):
     claims = [
         _claim("gain", min_effect=0.5),  # every difference +2: holds
-        _claim("loss"),  # every difference −1: does not hold
+        _claim("loss"),  # every difference −1: does not hold (the opposite direction)
         _claim("one-seed"),  # one seed, an infinite interval: inconclusive
         _claim("ctrl", direction="less", kind="control"),  # holds, not counted
         _claim("not-run"),  # not run at this profile (no frame): left out
@@ -288,7 +291,8 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     R = claims_report(claims, results, prefix="x_", total_seconds=12.5, glue=glue, display=shown.append)
     assert list(R) == ["gain", "loss", "one-seed", "ctrl"]
     assert [R[k].verdict for k in R] == [HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, HOLDS]
-    assert glue.values == {"x_n_claims": 3, "x_n_holds": 1, "x_n_not": 1, "x_n_inconclusive": 1, "x_total_seconds": 12.5}
+    assert glue.values == {"x_n_claims": 3, "x_n_holds": 1, "x_n_not": 1, "x_n_inconclusive": 1, "x_n_untestable": 0,
+                           "x_n_not_smaller": 0, "x_n_not_opposite": 1, "x_total_seconds": 12.5}
     # and every row as a record, with the table's verdict and an anchor to the row's first cell
     assert [(r["key"], r["verdict"], r["kind"]) for r in glue.records] == [
         ("gain", HOLDS, "claim"), ("loss", DOES_NOT_HOLD, "claim"), ("one-seed", INCONCLUSIVE, "claim"), ("ctrl", HOLDS, "control")]
@@ -297,7 +301,9 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     html = shown[0].to_html()
     assert all(f'id="{r["anchor"]}"' in html for r in glue.records)
     assert all(type(v) is int for k, v in glue.values.items() if k != "x_total_seconds")  # glued as the page shows them
-    assert [k.removeprefix("x_") for k in glue.values][:4] == list(REPORT_KEYS)
+    assert [k.removeprefix("x_") for k in glue.values][:len(REPORT_KEYS)] == list(REPORT_KEYS)
+    assert glue.records[1]["shortfall"] == "the opposite direction" and glue.records[0]["m"] == 0.5
+    assert glue.records[0]["m_rule"] == "m = 0.5: 0.5 of the paper’s +1" and glue.records[0]["how_often"]
     assert R["gain"].interval == evaluate(claims[0], [3.0, 3.0, 3.0], [1.0, 1.0, 1.0]).interval
     # every difference +2: the seeds agree, but each is read at the resolution 0.1, so the interval keeps a
     # floor from that quantization, w = 0.1² / 6, at the share chi2_{2, 0.05} / 2 of it that 3 seeds make
@@ -316,7 +322,8 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
 def test_claims_report_without_prefix_or_time_glues_the_four_counts_and_a_digits_choice():
     glue, shown = _Glue(), []
     R = claims_report([_claim("gain")], {"gain": _frame([2.0, 3.0, 2.5])}, digits=3, glue=glue, display=shown.append)
-    assert glue.values == {"n_claims": 1, "n_holds": 1, "n_not": 0, "n_inconclusive": 0}
+    assert glue.values == {"n_claims": 1, "n_holds": 1, "n_not": 0, "n_inconclusive": 0, "n_untestable": 0,
+                           "n_not_smaller": 0, "n_not_opposite": 0}
     assert "+2.500 [" in shown[0].to_html() and R["gain"].verdict == HOLDS
 
 
@@ -339,7 +346,8 @@ def test_claims_report_takes_within_and_every_baseline_of_a_tuple():
     assert R["within"].interval.high == pytest.approx(1 + half) and R["within"].verdict == INCONCLUSIVE
     assert list(R["every"].intervals) == ["A", "B"] and R["every"].binding == "A"
     assert R["every"].interval == R["every"].intervals["A"] == evaluate(claims[1], ours, every["A"], within).interval
-    assert glue.values == {"n_claims": 3, "n_holds": 1, "n_not": 0, "n_inconclusive": 2}
+    assert glue.values == {"n_claims": 3, "n_holds": 1, "n_not": 0, "n_inconclusive": 2, "n_untestable": 0,
+                           "n_not_smaller": 0, "n_not_opposite": 0}
     html = shown[0].to_html()
     assert "(vs A, B)" in html and "vs A +" in html and "; vs B +" in html and "seeds to decide" in html
 
@@ -366,6 +374,27 @@ def test_claims_report_glues_the_headline_claims_count_decided_and_median_half_w
     assert set(quiet.values) == set(REPORT_KEYS)
 
 
+def test_claims_report_reads_each_regime_check_from_the_results_and_counts_the_untestable_apart():
+    stable = RegimeCheck("backbone stable", "spread growth after the departure, ×", Read("stability", "growth"),
+                         "at most", 2.0, "a backbone still reshaping its features cannot test tracking")
+    regime = dataclasses.replace(_claim("regime"), regimes=(stable,))
+    coarse = dataclasses.replace(_claim("coarse"), resolution=0.2)  # 0.2 > 0.25 × 0.4
+    later = dataclasses.replace(_claim("later"), regimes=(dataclasses.replace(stable, read=Read("later_runs", "x")),))
+    results = {"regime": _frame([3.0, 3.0, 3.0]), "coarse": _frame([3.0, 3.0, 3.0]), "later": _frame([3.0, 3.0]),
+               "stability": pd.DataFrame({"seed": [0, 1, 2], "growth": [6.6, 5.0, 7.1]})}
+    glue, shown = _Glue(), []
+    R = claims_report([regime, coarse, later], results, glue=glue, display=shown.append)
+    assert list(R) == ["regime", "coarse"]  # the regime check of 'later' was not computed: left out, said
+    assert (R["regime"].verdict, R["coarse"].verdict) == (UNTESTABLE_SETTING, UNTESTABLE_RESOLUTION)
+    assert R["regime"].regimes[0].value == pytest.approx(6.233333333)
+    assert glue.values["n_untestable"] == 2 and glue.values["n_inconclusive"] == 0
+    assert glue.records[0]["regimes"] == [{"key": "backbone stable", "value": pytest.approx(6.233333333), "op": "at most",
+                                           "threshold": 2.0, "passes": False}]
+    html = shown[0].to_html()
+    assert "untestable in this setting: backbone stable: spread growth after the departure, × = 6.233" in html
+    assert "#fbedc8" in html  # the untestable rows' own shade
+
+
 def test_a_control_cannot_be_a_headline_claim_and_headline_is_a_bool():
     with pytest.raises(ValueError, match="a control cannot be a headline claim"):
         Claim("c", "q", "s", "x", "greater", resolution=0.1, kind="control", headline=True)
@@ -376,12 +405,14 @@ def test_a_control_cannot_be_a_headline_claim_and_headline_is_a_bool():
 def test_claims_report_refuses_what_it_cannot_decide():
     quiet = dict(glue=_Glue(), display=lambda table: None)
     with pytest.raises(ValueError, match=r"claims \['bare'\] read nothing: declare ours=Read"):
-        claims_report([Claim("bare", "q", "s", "x", "greater", resolution=0.1)], {}, **quiet)
+        claims_report([Claim("bare", "q", "s", "x", "greater", effect("points"), resolution=0.1)], {}, **quiet)
+    with pytest.raises(ValueError, match=r"claims \['typed'\] declare min_effect by hand: .*fedbook.claims.effect"):
+        claims_report([Claim("typed", "q", "s", "x", "greater", 0.5, resolution=0.1, ours=Read("t", "x"))], {}, **quiet)
     with pytest.raises(ValueError, match=r"duplicates \['a'\]"):
         claims_report([_claim("a"), _claim("a")], {"a": _frame([1.0])}, **quiet)
     with pytest.raises(ValueError, match=r"claim 'short': baseline \(Read\('other', 'baseline'\)\) holds the units \[0, 1\], "
                                          r"ours \(Read\('short', 'ours'\)\) \[0, 1, 2\]"):
-        claim = Claim("short", "q", "s", "x", "greater", resolution=0.1, ours=Read("short", "ours"),
+        claim = Claim("short", "q", "s", "x", "greater", effect("points"), resolution=0.1, ours=Read("short", "ours"),
                       baseline=Read("other", "baseline"))
         claims_report([claim], {"short": _frame([1.0, 2.0, 3.0]), "other": _frame([1.0, 2.0])}, **quiet)
     with pytest.raises(ValueError, match="claims_report takes Claims, got a str"):

@@ -577,6 +577,9 @@ class Claim:
     regimes : tuple of RegimeCheck, keyword-only, default ()
         The conditions the setting must meet for the claim to be testable, declared before the
         runs and read from the same results (:class:`RegimeCheck`).
+    effect : Effect, keyword-only, optional
+        Set from ``min_effect`` when that is an :class:`Effect` (``min_effect`` then holds its
+        :math:`m`); kept by :func:`dataclasses.replace` while ``min_effect`` stays its :math:`m`.
 
     Raises
     ------
@@ -640,7 +643,7 @@ class Claim:
     baseline: Read | float | Mapping[str, Read] = field(default=0.0, kw_only=True)
     within: Read | Mapping[str, Read] | None = field(default=None, kw_only=True)
     regimes: tuple[RegimeCheck, ...] = field(default=(), kw_only=True)
-    effect: Effect | None = field(default=None, init=False, compare=False)
+    effect: Effect | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in ("key", "quote", "source", "quantity"):
@@ -664,6 +667,8 @@ class Claim:
             m = m.m
         elif m is None:
             m = r / RESOLUTION_SHARE
+        if self.effect is not None and (not isinstance(self.effect, Effect) or not is_real(m) or self.effect.m != m):
+            object.__setattr__(self, "effect", None)  # a number that is not the rule's (dataclasses.replace keeps it)
         if not is_real(m) or not (math.isfinite(m) and m > 0):
             raise ValueError(f"claim {self.key!r}: min_effect must be an Effect (fedbook.claims.effect) or a finite "
                              f"number > 0 (None: the resolution / {RESOLUTION_SHARE:g}), got {m!r}")
