@@ -56,8 +56,11 @@ glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_
 # ## The verdicts, counted
 #
 # This build ({glue:text}`profile` profile) tests {glue:text}`n_claims` claims of
-# {glue:text}`n_papers` papers: {glue:text}`n_holds` hold, {glue:text}`n_not` do not hold and
-# {glue:text}`n_inconclusive` are inconclusive at this scale, so
+# {glue:text}`n_papers` papers: {glue:text}`n_holds` hold, {glue:text}`n_not` do not hold
+# ({glue:text}`n_not_smaller` smaller than claimed, {glue:text}`n_not_opposite` in the opposite
+# direction), {glue:text}`n_inconclusive` are inconclusive at this scale and
+# {glue:text}`n_untestable` are untestable here ({glue:text}`n_untestable_resolution` at their
+# quantity's resolution, {glue:text}`n_untestable_setting` in this setting), so
 # {glue:text}`decided_percent:.0f` % are decided either way. Of the {glue:text}`n_headline`
 # headline claims (those of a paper's abstract or conclusion), {glue:text}`headline_decided` are
 # decided. {glue:text}`most_holds_paper` has the most claims that hold
@@ -66,14 +69,42 @@ glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_
 # claims below. For this page {glue:text}`not_built_text`.
 #
 # A verdict is a statement about our scale: small federations, few rounds, the substitutions each
-# chapter names. "Does not hold" means the interval over seeds clears the claimed direction the
-# other way; "inconclusive" means it does not clear either side, and the last column of the table
-# below says how many seeds the observed spread would need to decide it.
+# chapter names.
+#
+# **How a row is decided.** Each claim declares, before anything runs, its *smallest effect of
+# interest* $m$: {glue:text}`effect_share` of the gain the paper reports for that comparison, or,
+# where the paper reports none, a default for the kind of quantity (one point of accuracy, 0.1 of
+# a correlation). The paired difference *ours − baseline* over seeds then gives a 95 % interval,
+# and the figure below shows the three zones it can fall in. If the whole interval lies beyond $m$
+# in the claimed direction, the claim **holds**. If the whole interval lies short of $m$, the data
+# exclude an effect of the claimed size and the claim **does not hold**: *smaller than claimed*
+# when the interval still reaches the claimed side of zero (a tie lands here), *the opposite
+# direction* when it lies wholly on the other side. An interval across $m$ is **inconclusive**,
+# and more seeds would decide it, unless the true effect sits exactly on $m$. Two checks come
+# before the interval is read, and a row that fails either is **untestable**, counted apart from
+# the inconclusive ones: *at this resolution*, when one unit of the quantity (one test image of
+# the set it is read on) is more than {glue:text}`resolution_share` of $m$, so the effect could not
+# be measured; *in this setting*, when a regime check declared with the claim fails (the
+# backbone still reshaping its features when a client departs, a domain whose embeddings carry no
+# signal): then the row says which check failed, and its chapter says what setting would test it.
+# The details are in {ref}`reading-claims`.
+#
+# ```{figure} ../figures/rule-zones.svg
+# :name: fig-findings-zones
+# :alt: An axis of the paired difference with 0 and m marked; right of m a green zone where an interval holds, left of m a red zone where it does not hold; five example intervals: one wholly beyond m (holds), one across m (inconclusive), one between 0 and m (smaller than claimed), one around 0 (a tie, smaller than claimed) and one wholly below 0 (the opposite direction).
+#
+# The three zones around the smallest effect of interest $m$: an interval wholly beyond $m$
+# holds, one wholly short of it does not hold (smaller than claimed, or in the opposite
+# direction), one across it is inconclusive.
+# ```
+#
+# The last column of the table of every claim, further down, says how many seeds the observed
+# spread would need to decide an open row.
 
 # %% tags=["hide-input"]
 show_table(counts.rename(columns={"claims": "claims tested"}), digits=0, best={HOLDS: "max"} if len(counts) > 2 else None)
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "The verdicts of each paper's claims at this build's scale: claims that hold (green), that do not hold (red) and that are inconclusive at this scale (grey), one bar per paper; controls are not counted.", "name": "fig-findings-verdicts"}, "image": {"alt": "Horizontal stacked bars, one per paper, split into the number of claims that hold in green, that do not hold in red and that are inconclusive in grey."}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "The verdicts of each paper's claims at this build's scale: claims that hold (green), that do not hold because the effect is smaller than claimed (light red) or goes the opposite way (red), that are inconclusive at this scale (grey) and that are untestable at their quantity's resolution (sand, hatched) or in this setting (sand), one bar per paper; controls are not counted.", "name": "fig-findings-verdicts"}, "image": {"alt": "Horizontal stacked bars, one per paper, split into the number of claims that hold in green, that do not hold in two shades of red, that are inconclusive in grey and that are untestable in sand."}}
 plot_verdicts(counts)
 plt.show()
 

@@ -99,3 +99,40 @@ def test_the_demonstration_is_fedavg_and_fedavgm_on_one_federation():
     apart = [demo_cell(0, m, algorithms=momentum, clients=4, rounds=2)["global"].iloc[0] for m in ("fedavg", "fedavgm")]
     assert apart[0] != apart[1]
     assert isinstance(demo, pd.DataFrame)
+
+
+def test_the_findings_count_each_kind_of_does_not_hold_and_the_untestable_apart(tmp_path):
+    from fedbook.claims import RESOLUTION_SHARE, effect
+    rows = [evaluate(Claim("tie", "t.", "T", "accuracy, points", "greater", effect("points"), resolution=0.1),
+                     [0.1, -0.1, 0.0, 0.05]),
+            evaluate(Claim("worse", "w.", "T", "accuracy, points", "greater", effect("points"), resolution=0.1),
+                     [-3.0, -3.1, -2.9]),
+            evaluate(Claim("coarse", "c.", "T", "accuracy, points", "greater", effect("points", paper=1.0),
+                           resolution=2.0), [5.0, 5.0, 5.0])]
+    (tmp_path / "x.json").write_text(json.dumps({"seconds": 1.0, "claims": claims_records(rows)}))
+    findings, _ = read_findings(tmp_path, [("X paper", ["x"])])
+    assert findings["shortfall"].tolist() == ["smaller than claimed", "the opposite direction", ""]
+    assert findings.loc[2, "verdict text"].startswith("untestable at this resolution: the resolution 2 is above")
+    counts = findings_counts(findings).loc["X paper"]
+    assert (counts["does not hold"], counts["of which smaller"], counts["of which opposite"],
+            counts["untestable at this resolution"], counts["inconclusive at this scale"]) == (2, 1, 1, 1, 0)
+    R = findings_numbers(findings, findings_counts(findings), [], "book")
+    assert (R["n_not_smaller"], R["n_not_opposite"], R["n_untestable"], R["decided_percent"]) == (1, 1, 1,
+                                                                                                  pytest.approx(200 / 3))
+    assert R["resolution_share"] == f"{100 * RESOLUTION_SHARE:g} %"
+    fig = plot_verdicts(findings_counts(findings))
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1", "1", "1"]
+    plt.close(fig)
+
+
+def test_the_rule_figure_in_the_repository_is_the_one_the_code_draws_and_the_reading_page_says_the_rule(tmp_path):
+    from fedbook.catalog import ZONES_FIGURE, write_rule_zones
+    from fedbook.claims import EFFECT_KINDS, EFFECT_SHARE, RESOLUTION_SHARE
+    assert write_rule_zones(tmp_path / "zones.svg") == ZONES_FIGURE.read_bytes(), \
+        "the rule's figure changed: run fedbook.catalog.write_rule_zones() and commit book/figures/rule-zones.svg"
+    reading = (ROOT / "book" / "reading.md").read_text()
+    assert "figures/rule-zones.svg" in reading and "../figures/rule-zones.svg" in (ROOT / "notebooks" / "findings.py").read_text()
+    # the reading page says the rule's constants in words: keep them in step with the code
+    assert EFFECT_SHARE == 0.5 and "takes half the gain the paper reports" in reading
+    assert RESOLUTION_SHARE == 0.25 and "more than a quarter of $m$" in reading
+    assert [k.default for k in EFFECT_KINDS.values()] == [1.0, 0.01, 0.1, 0.1, 0.05, 1.0]

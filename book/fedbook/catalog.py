@@ -37,7 +37,9 @@ import nbformat
 import pandas as pd
 import yaml
 
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, VERDICT_COLOURS
+from fedbook.claims import (DOES_NOT_HOLD, EFFECT_SHARE, HOLDS, INCONCLUSIVE, OPPOSITE, RESOLUTION_SHARE, SMALLER,
+                            UNTESTABLE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, VERDICT_COLOURS, VERDICTS,
+                            verdict_colour)
 from fedbook.page import show_table
 from fedbook.tables import Html
 from fedlib.validation import is_int
@@ -202,10 +204,14 @@ def exercise_index(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequ
 
 
 FINDINGS_COLUMNS = ("paper", "chapter", "key", "kind", "headline", "quote", "source", "quantity", "verdict",
-                    "interval", "n", "unit", "seeds to decide", "anchor")
+                    "shortfall", "verdict text", "interval", "n", "unit", "seeds to decide", "anchor")
 """The columns of :func:`read_findings`: the part of the table of contents (the paper), the
 chapter, and the fields of each claim's record (:func:`fedbook.claims.claims_records`), ``interval``
-being the table's ``ours`` without its trailing count of seeds."""
+being the table's ``ours`` without its trailing count of seeds, ``shortfall`` the kind of a "does
+not hold" ("" otherwise) and ``verdict text`` the verdict as the chapter's table shows it."""
+
+SHORTFALL_COLUMNS = {SMALLER: "of which smaller", OPPOSITE: "of which opposite"}
+"""The columns of :func:`findings_counts` that split "does not hold" by its kind."""
 
 
 def short_quote(text: str, words: int = 12) -> str:
@@ -252,7 +258,7 @@ def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence
     >>> import tempfile, pathlib
     >>> from fedbook.claims import Claim, claims_records, evaluate
     >>> folder = pathlib.Path(tempfile.mkdtemp())
-    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, resolution=0.1)
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
     >>> rows = claims_records([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
     >>> _ = (folder / "x_experiments.json").write_text(json.dumps({"seconds": 1.0, "claims": rows}))
     >>> frame, missing = read_findings(folder, [("X", ["x_experiments", "x_derivations"])])
@@ -269,6 +275,7 @@ def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence
             for r in json.loads(path.read_text(encoding="utf-8")).get("claims", ()):
                 rows.append({"paper": part, "chapter": name, "key": r["key"], "kind": r["kind"], "headline": r["headline"],
                              "quote": r["quote"], "source": r["source"], "quantity": r["quantity"], "verdict": r["verdict"],
+                             "shortfall": r.get("shortfall") or "", "verdict text": r.get("verdict_text", r["verdict"]),
                              "interval": _interval_only(r["ours"], r["n"], r["unit"]), "n": r["n"], "unit": r["unit"],
                              "seeds to decide": r["seeds_to_decide"], "anchor": r["anchor"]})
     return pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS)), missing
@@ -277,7 +284,9 @@ def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence
 def findings_counts(frame: pd.DataFrame) -> pd.DataFrame:
     """The verdicts per paper (controls not counted, as in each chapter's report): one row per
     paper of ``frame`` (:func:`read_findings`) in its order and a last row ``"all papers"``;
-    columns ``claims``, one per verdict, ``headline claims`` and ``headline decided``.
+    columns ``claims``, one per verdict (:data:`fedbook.claims.VERDICTS`), with "does not hold"
+    split by its kind after it (:data:`SHORTFALL_COLUMNS`), ``headline claims`` and
+    ``headline decided`` (holds or does not hold).
 
     Examples
     --------
@@ -290,10 +299,16 @@ def findings_counts(frame: pd.DataFrame) -> pd.DataFrame:
     claims = frame[frame["kind"] == "claim"]
     papers = list(dict.fromkeys(frame["paper"]))
 
+    shortfall = frame["shortfall"] if "shortfall" in frame.columns else pd.Series("", index=frame.index)
+
     def row(part: pd.DataFrame) -> dict:
         head = part[part["headline"].astype(bool)]
-        return {"claims": len(part), **{v: int((part["verdict"] == v).sum()) for v in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE)},
-                "headline claims": len(head), "headline decided": int((head["verdict"] != INCONCLUSIVE).sum())}
+        counts = {v: int((part["verdict"] == v).sum()) for v in VERDICTS}
+        kinds = {name: int((shortfall[part.index] == kind).sum()) for kind, name in SHORTFALL_COLUMNS.items()}
+        ordered = {HOLDS: counts[HOLDS], DOES_NOT_HOLD: counts[DOES_NOT_HOLD], **kinds,
+                   **{v: counts[v] for v in VERDICTS[2:]}}
+        return {"claims": len(part), **ordered, "headline claims": len(head),
+                "headline decided": int(head["verdict"].isin([HOLDS, DOES_NOT_HOLD]).sum())}
 
     table = pd.DataFrame([row(claims[claims["paper"] == p]) for p in papers] + [row(claims)],
                          index=pd.Index([*papers, "all papers"], name="paper"))
@@ -312,6 +327,7 @@ def findings_html(frame: pd.DataFrame) -> Html:
     --------
     >>> f = pd.DataFrame([{"paper": "A", "chapter": "a_experiments", "key": "k", "kind": "claim", "headline": True,
     ...     "quote": "X beats Y.", "source": "Table 2", "quantity": "accuracy, points", "verdict": "holds",
+    ...     "shortfall": "", "verdict text": "holds",
     ...     "interval": "+2.0 [+1.3, +2.7]", "n": 3, "unit": "seeds", "seeds to decide": "decided", "anchor": "T_c_row0_col0"}])
     >>> h = findings_html(f)
     >>> 'href="a_experiments.html#T_c_row0_col0"' in h._repr_html_(), 'data-verdict="holds"' in h._repr_html_()
@@ -325,7 +341,7 @@ def findings_html(frame: pd.DataFrame) -> Html:
     if missing:
         raise ValueError(f"findings_html needs the columns of read_findings, missing {missing}")
     papers = list(dict.fromkeys(frame["paper"]))
-    verdicts = [v for v in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE) if v in set(frame["verdict"])]
+    verdicts = [v for v in VERDICTS if v in set(frame["verdict"])]
 
     def options(values: list[str], every: str) -> str:
         return f'<option value="">{every}</option>' + "".join(f'<option value="{escape(v)}">{escape(v)}</option>' for v in values)
@@ -342,14 +358,15 @@ def findings_html(frame: pd.DataFrame) -> Html:
         cell, plain = claim_cell(r)
         n, unit = int(r["n"]), r["unit"]
         seeds = f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
-        colour = VERDICT_COLOURS.get(r["verdict"], "transparent")
+        colour = verdict_colour(r["verdict"])
+        said = r.get("verdict text") or r["verdict"]
         body.append(
             f'<tr data-paper="{escape(r["paper"])}" data-verdict="{escape(r["verdict"])}" data-kind="{escape(r["kind"])}">'
             f"<td>{escape(r['paper'])}</td><td>{cell}</td>"
-            f'<td style="background-color: {colour}">{escape(r["verdict"])}</td>'
+            f'<td style="background-color: {colour}">{escape(said)}</td>'
             f"<td>{escape(r['interval'])}</td><td>{escape(seeds)}</td><td>{escape(r['seeds to decide'])}</td></tr>"
         )
-        lines.append(" | ".join([r["paper"], plain, r["verdict"], r["interval"], seeds, r["seeds to decide"]]))
+        lines.append(" | ".join([r["paper"], plain, said, r["interval"], seeds, r["seeds to decide"]]))
     head = "".join(f'<th style="text-align: left">{h}</th>' for h in
                    ("paper", "claim (the link opens its row in the chapter)", "verdict", "ours [95 % interval]", "seeds",
                     "seeds to decide"))
@@ -386,6 +403,11 @@ def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Se
     most = counts.loc[papers, HOLDS].idxmax() if papers else "none"
     return {"n_claims": int(total["claims"]), "n_holds": int(total[HOLDS]), "n_not": int(total[DOES_NOT_HOLD]),
             "n_inconclusive": int(total[INCONCLUSIVE]), "n_papers": len(papers),
+            "n_not_smaller": int(total[SHORTFALL_COLUMNS[SMALLER]]), "n_not_opposite": int(total[SHORTFALL_COLUMNS[OPPOSITE]]),
+            "n_untestable": int(sum(total[v] for v in UNTESTABLE)),
+            "n_untestable_resolution": int(total[UNTESTABLE_RESOLUTION]),
+            "n_untestable_setting": int(total[UNTESTABLE_SETTING]),
+            "effect_share": f"{100 * EFFECT_SHARE:g} %", "resolution_share": f"{100 * RESOLUTION_SHARE:g} %",
             "n_controls": int((findings["kind"] == "control").sum()), "n_rows": len(findings),
             "n_headline": int(total["headline claims"]), "headline_decided": int(total["headline decided"]),
             "decided_percent": float(100 * (total[HOLDS] + total[DOES_NOT_HOLD]) / max(int(total["claims"]), 1)),
@@ -394,25 +416,98 @@ def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Se
             "most_holds_paper": most, "most_holds": int(counts.loc[most, HOLDS]) if papers else 0, "profile": profile}
 
 
+BAR_SEGMENTS = (
+    (HOLDS, HOLDS, VERDICT_COLOURS[HOLDS], None),
+    ("does not hold: smaller than claimed", SHORTFALL_COLUMNS[SMALLER], VERDICT_COLOURS[DOES_NOT_HOLD], None),
+    ("does not hold: the opposite direction", SHORTFALL_COLUMNS[OPPOSITE], "#e29a9a", None),
+    (INCONCLUSIVE, INCONCLUSIVE, VERDICT_COLOURS[INCONCLUSIVE], None),
+    (UNTESTABLE_RESOLUTION, UNTESTABLE_RESOLUTION, VERDICT_COLOURS[UNTESTABLE_RESOLUTION], "//"),
+    (UNTESTABLE_SETTING, UNTESTABLE_SETTING, VERDICT_COLOURS[UNTESTABLE_SETTING], None),
+)
+"""The segments of :func:`plot_verdicts`' bars: (label, column of :func:`findings_counts`, colour, hatch)."""
+
+
 def plot_verdicts(counts: pd.DataFrame):
-    """The verdicts of each paper's claims as horizontal stacked bars (holds, does not hold,
-    inconclusive, in the verdicts' colours, each count written on its bar). ``counts``:
-    :func:`findings_counts` (its ``"all papers"`` row is left out)."""
+    """The verdicts of each paper's claims as horizontal stacked bars (holds; does not hold,
+    smaller than claimed and the opposite direction; inconclusive; untestable at this resolution
+    and in this setting; each count written on its bar). ``counts``: :func:`findings_counts`
+    (its ``"all papers"`` row is left out)."""
     papers = [p for p in counts.index if p != "all papers"]
-    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(papers), 1) + 1.2))
+    fig, ax = plt.subplots(figsize=(8, 0.55 * max(len(papers), 1) + 1.8))
     left = pd.Series(0, index=papers, dtype=float)
-    for verdict in (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE):
-        values = counts.loc[papers, verdict].astype(float)
-        ax.barh(papers, values, left=left, color=VERDICT_COLOURS[verdict], edgecolor="#555555", label=verdict)
+    for label, column, colour, hatch in BAR_SEGMENTS:
+        values = counts.loc[papers, column].astype(float)
+        ax.barh(papers, values, left=left, color=colour, edgecolor="#555555", hatch=hatch, label=label)
         for y, (x0, v) in enumerate(zip(left, values)):
             if v:
                 ax.text(x0 + v / 2, y, f"{int(v)}", ha="center", va="center", fontsize=9)
         left += values
     ax.invert_yaxis()
     ax.set_xlabel("claims")
-    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
+
+
+ZONES_FIGURE = Path(__file__).resolve().parents[1] / "figures" / "rule-zones.svg"
+"""The reading page's figure of the rule (:func:`plot_rule_zones`), written by
+:func:`write_rule_zones` and kept in the repository (a test checks it is current)."""
+
+
+def plot_rule_zones():
+    """The decision rule as a figure: the axis of the paired difference (ours − baseline, in the
+    claimed direction), the smallest effect of interest :math:`m` and 0 marked, and five example
+    95 % intervals with the verdict each gets. Beyond :math:`m` (green) an interval holds; short
+    of it (red) it does not hold, *smaller than claimed* while it reaches above 0 and *the
+    opposite direction* below it; an interval across :math:`m` is inconclusive. No measured
+    number is drawn: the figure explains the rule, in units of :math:`m`."""
+    m = 1.0
+    examples = [  # (low, high, verdict)
+        (1.25, 2.6, HOLDS),
+        (0.35, 1.9, INCONCLUSIVE),
+        (0.15, 0.8, "does not hold: smaller than claimed"),
+        (-0.7, 0.65, "does not hold: smaller than claimed (a tie)"),
+        (-1.9, -0.3, "does not hold: the opposite direction"),
+    ]
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    ax.axvspan(m, 3.0, color=VERDICT_COLOURS[HOLDS], zorder=0)
+    ax.axvspan(-2.4, m, color=VERDICT_COLOURS[DOES_NOT_HOLD], alpha=0.55, zorder=0)
+    for x, label in ((0.0, "0"), (m, "m")):
+        ax.axvline(x, color="#333333", lw=1.2, ls="-" if x else ":", zorder=1)
+    for i, (lo, hi, verdict) in enumerate(examples):
+        y = len(examples) - i
+        ax.plot([lo, hi], [y, y], color="#222222", lw=2.2, solid_capstyle="butt", zorder=2)
+        ax.plot([(lo + hi) / 2], [y], "o", color="#222222", ms=4, zorder=3)
+        ax.text(3.05, y, verdict, va="center", ha="left", fontsize=8.5)
+    ax.text(2.1, len(examples) + 0.75, "holds if the whole\ninterval lies here", ha="center", va="center", fontsize=8)
+    ax.text(-0.9, len(examples) + 0.75, "does not hold if the whole\ninterval lies here", ha="center", va="center",
+            fontsize=8)
+    ax.set_xlim(-2.4, 3.0)
+    ax.set_ylim(0.4, len(examples) + 1.3)
+    ax.set_yticks([])
+    ax.set_xticks([-m, 0.0, m, 2 * m], ["−m", "0", "m", "2m"])
+    ax.set_xlabel("ours − baseline, in the claimed direction\n(each bar: a 95 % interval over seeds)")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    fig.subplots_adjust(left=0.02, right=0.6, bottom=0.22, top=0.97)
+    return fig
+
+
+def write_rule_zones(path: str | os.PathLike = ZONES_FIGURE) -> bytes:
+    """:func:`plot_rule_zones` as SVG (text kept as text, no date, a fixed id salt: the same bytes
+    on every machine), written to ``path`` atomically; returns the bytes."""
+    import io
+
+    from fedlib.io import atomic_write_bytes
+
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "fedbook-rule-zones"}):
+        fig = plot_rule_zones()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="svg", metadata={"Date": None, "Creator": None})
+        plt.close(fig)
+    data = buffer.getvalue()
+    atomic_write_bytes(Path(path), data)
+    return data
 
 
 def verdict_changes(findings: pd.DataFrame, records: Mapping[str, str | os.PathLike], profile: str,
@@ -450,7 +545,7 @@ def nearest_decisions(findings: pd.DataFrame) -> dict[str, Any]:
             + (f" ({', '.join(f'{p}: {k}' for p, k in within.groupby('paper', sort=False).size().items())})."
                if len(within) else ".")
             + " The others need more seeds than a chapter can afford, or no number of seeds would decide them at the "
-            "observed mean (a mean inside the band the rule leaves undecided).")
+            "observed mean (a mean on the smallest effect of interest itself).")
     table = (near[["paper", "key", "n", "needed"]].rename(columns={"n": "seeds now", "needed": "seeds to decide"})
              if len(near) else pd.DataFrame({"note": ["no open claim has a number"]}))
     return {"ex2_text": text, "ex2_table": show_table(table, digits=0, index=False)}
