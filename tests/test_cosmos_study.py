@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbook.claims import Claim, Read, evaluate
-from fedbook.studies.cosmos_experiments import (BASE, FEDAVG, MAIN_METHODS, METRICS, COSMOSStudy, accuracy_points, alpha_cell, alpha_table,
-                                    exercise_cell, exercise_numbers, fedavg_bytes, fedavg_total, homogeneous_cell,
-                                    homogeneous_table, kept_clients, local_cell, main_cell, main_table, matched_epochs,
-                                    mixture_cell, mixture_table, numbers, paper_scale, pilot_cell, planted_groups, public_part,
-                                    sensitivity_table, sweep_cell, sweep_reads, sweep_settings, tidy, traffic_table,
-                                    training_bytes, verdicts)
+from fedbook.claims import DOES_NOT_HOLD, SHORTFALLS, VERDICTS, Claim, Read, RegimeCheck, effect, evaluate
+from fedbook.studies.cosmos_experiments import (BASE, FEDAVG, LOCAL_READINGS, MAIN_METHODS, METRICS, COSMOSStudy, accuracy_points,
+                                    alpha_cell, alpha_table, exercise_cell, exercise_numbers, fedavg_bytes, fedavg_total,
+                                    homogeneous_cell, homogeneous_table, kept_clients, local_cell, local_reading, main_cell,
+                                    main_table, matched_epochs, mixture_cell, mixture_table, numbers, paper_scale, pilot_cell,
+                                    planted_groups, public_part, sensitivity_table, sweep_cell, sweep_reads, sweep_settings,
+                                    tidy, traffic_table, training_bytes, verdicts)
 from fedbook.study import Study, run_study
 from fedlib.algorithms import FedAvg
 from fedlib.algorithms.cosmos import LocalOnly
@@ -326,10 +326,10 @@ def test_the_exercises_readings_follow_their_numbers():
 
 def test_the_verdicts_the_prose_reads():
     def claim(key, versus=None, substitution=""):
-        return Claim(key, "q", "s", "accuracy, points", "greater", 0.5, substitution, resolution=0.1, versus=versus)
+        return Claim(key, "q", "s", "accuracy, points", "greater", effect("points"), substitution, resolution=0.1, versus=versus)
 
     up, down = [3.0, 3.2, 2.9], [-3.0, -3.1, -2.8]
-    results = {"beats": evaluate(claim("beats", ("A", "B")), up, {"A": [0.0, 0.1, 0.0], "B": [2.9, 3.1, 2.7]}),
+    results = {"beats": evaluate(claim("beats", ("A", "B")), up, {"A": [0.0, 0.1, 0.0], "B": [2.0, 3.2, 1.5]}),
                "beats-own": evaluate(claim("beats-own"), down), "comm": evaluate(claim("comm"), up),
                **{k: evaluate(claim(k), up) for k in ("homogeneous", "alpha-gain", "mixtures", "mixtures-edge")},
                "local": evaluate(claim("local"), down)}
@@ -337,9 +337,29 @@ def test_the_verdicts_the_prose_reads():
                                               claim("rule")]
     V = verdicts(results, declared, comm_ratio=1.2)
     assert (V["beats_verdict"], V["beats_binding"], V["own_verdict"], V["local_verdict"]) == (
-        "inconclusive at this scale", "B", "does not hold", "does not hold")
+        "inconclusive at this scale", "B", "does not hold: the opposite direction", "does not hold: the opposite direction")
     assert V["alpha_gain_verdict"] == "holds" and V["mixtures_edge_verdict"] == "holds"
-    assert V["local_reading"].endswith("COSMOS does not beat its clients' own training")
+    assert V["local_reading"].endswith("COSMOS does worse than its clients' own training")
     assert V["comm_reading"].startswith("with models this small") and V["local_interval"] == "−3.0 [−3.3, −2.6], 3 seeds"
     assert V["undecided_text"] == ("This profile leaves out of the table, undecided, the declared rows “T” (no other T, so this row "
                                    "is not decided here); “rule” (its sweep is not run at this profile).")
+    coarse = Claim("local", "q", "s", "accuracy, points", "greater", effect("points"), resolution=2.0)
+    V = verdicts({**results, "local": evaluate(coarse, up)}, declared, comm_ratio=12.0)
+    assert V["local_verdict"] == "untestable at this resolution: the resolution 2 is above 0.25 × m = 0.25"
+    assert V["local_reading"] == LOCAL_READINGS["untestable at this resolution"]
+    assert V["comm_reading"].startswith("the pseudo-label matrix is an order of magnitude")
+
+
+def test_the_reading_of_local_training_covers_every_verdict():
+    assert set(LOCAL_READINGS) == (set(VERDICTS) - {DOES_NOT_HOLD}) | set(SHORTFALLS)
+    frame = pd.DataFrame({"seed": [0, 1, 2], "n": [5.0, 5.0, 5.0]})
+    check = RegimeCheck("enough", "clients", Read("f", "n"), "at least", 10.0, "a regime check that fails here")
+    c = Claim("local", "q", "s", "accuracy, points", "greater", effect("points"), resolution=0.1)
+    results = {"holds": evaluate(c, [3.0, 3.2, 2.9]), "smaller than claimed": evaluate(c, [0.2, 0.3, 0.25]),
+               "the opposite direction": evaluate(c, [-3.0, -3.1, -2.8]), "inconclusive at this scale": evaluate(c, [1.0]),
+               "untestable at this resolution": evaluate(dataclasses.replace(c, resolution=2.0), [3.0, 3.2, 2.9]),
+               "untestable in this setting": evaluate(dataclasses.replace(c, regimes=(check,)), [3.0, 3.2, 2.9],
+                                                      regimes=[check.check({"f": frame})])}
+    for expected, result in results.items():
+        assert (result.shortfall or result.verdict) == expected
+        assert local_reading(result) == LOCAL_READINGS[expected]

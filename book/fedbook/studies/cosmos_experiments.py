@@ -20,8 +20,8 @@ pilot; :func:`tidy` turns the studies' frames into the frames the tables and the
 row per seed and method or setting, :func:`accuracy_points` in points); :func:`main_table`,
 :func:`mixture_table`, :func:`alpha_table`, :func:`homogeneous_table`, :func:`traffic_table`,
 :func:`paper_scale` and :func:`sensitivity_table` are the chapter's tables, :func:`plot_curves`
-its figure; :func:`parameters`, :func:`numbers`, :func:`verdicts` and :func:`exercise_numbers`
-the numbers its prose reads.
+its figure; :func:`parameters`, :func:`numbers`, :func:`verdicts` (with :func:`local_reading`)
+and :func:`exercise_numbers` the numbers its prose reads.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ import pandas as pd
 import torch
 from torch import nn
 
-from fedbook.claims import Claim, ClaimResult, Comparator, Read, strongest_baseline
+from fedbook.claims import (HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, Claim,
+                            ClaimResult, Comparator, Read, strongest_baseline)
 from fedbook.intervals import paired_interval, seed_table
 from fedbook.page import format_bytes
 from fedlib.algorithms import COMET, COSMOS, Ditto, FedBABU, FedCT, FedMD, FedRep
@@ -1040,29 +1041,60 @@ def numbers(F: Mapping[str, pd.DataFrame], study: COSMOSStudy, *, n_classes: int
     return out
 
 
+_LOCAL_CAVEAT = ("the corollary speaks only of sufficiently large n and T, and ours are small, so this verdict cannot refute "
+                 "it; it says only that at this n and T ")
+LOCAL_READINGS = {
+    HOLDS: "COSMOS beats local training alone already at our small n and T",
+    SMALLER: _LOCAL_CAVEAT + "COSMOS's edge over its clients' own training, if it has one, is smaller than the declared m",
+    OPPOSITE: _LOCAL_CAVEAT + "COSMOS does worse than its clients' own training",
+    INCONCLUSIVE: _LOCAL_CAVEAT + "the seeds do not show COSMOS beating its clients' own training by the declared m",
+    UNTESTABLE_RESOLUTION: "the pooled test set is too small at this profile to resolve the declared m, so the row tests "
+                           "nothing here, neither the corollary nor COSMOS against its clients' own training at this n and T",
+    UNTESTABLE_SETTING: "a regime check of the row fails, so this setting cannot test COSMOS against its clients' own "
+                        "training (and, with its small n and T, could not test the corollary)",
+}
+"""What the verdict on Corollary 5.13 (the ``local`` row) says at this scale: one sentence per verdict
+of :data:`fedbook.claims.VERDICTS`, "does not hold" split into its two kinds
+(:data:`fedbook.claims.SHORTFALLS`)."""
+
+
+def local_reading(result: ClaimResult) -> str:
+    """What the ``local`` row's result says of Corollary 5.13 at this scale (:data:`LOCAL_READINGS`,
+    read by the verdict, or by the kind of a "does not hold").
+
+    Examples
+    --------
+    >>> from fedbook.claims import effect, evaluate
+    >>> c = Claim("local", "q", "s", "accuracy, points", "greater", effect("points"), resolution=0.1)
+    >>> local_reading(evaluate(c, [-3.0, -3.1, -2.8])).endswith("COSMOS does worse than its clients' own training")
+    True
+    >>> local_reading(evaluate(c, [0.2, 0.3, 0.25])).endswith("is smaller than the declared m")
+    True
+    """
+    return LOCAL_READINGS[result.shortfall or result.verdict]
+
+
 def verdicts(report: Mapping[str, ClaimResult], claims: Sequence[Claim], *, comm_ratio: float) -> dict:
     """What the prose reads of the claims report (``report``: :func:`fedbook.page.claims_report`'s
-    results of ``claims``): each discussed claim's verdict (``<key>_verdict``, the key's ``-`` as
-    ``_``; ``own_verdict`` for ``beats-own``), the intervals and binding baselines of ``beats``,
-    ``homogeneous``, ``local`` and ``alpha-gain``; and the sentences that depend on them:
-    ``local_reading`` (what the verdict on Corollary 5.13 says at this scale), ``comm_reading``
+    results of ``claims``): each discussed claim's verdict as the table shows it (``<key>_verdict``,
+    the key's ``-`` as ``_``; ``own_verdict`` for ``beats-own``:
+    :meth:`fedbook.claims.ClaimResult.verdict_text`, with the kind of a "does not hold" or what
+    makes a row untestable), the intervals and binding baselines of ``beats``, ``homogeneous``,
+    ``local`` and ``alpha-gain``; and the sentences that depend on them: ``local_reading`` (what
+    the verdict on Corollary 5.13 says at this scale, :func:`local_reading`), ``comm_reading``
     (``comm_ratio``: FedAvg's bytes over COSMOS's, below 10 or not) and ``undecided_text`` (the
     declared rows this profile does not decide, each with the first part of its substitution when
     it says why, else that its sweep is not run)."""
-    out = {"beats_verdict": report["beats"].verdict, "beats_interval": report["beats"].interval.format(1),
-           "beats_binding": report["beats"].binding, "own_verdict": report["beats-own"].verdict,
-           "comm_verdict": report["comm"].verdict}
+    out = {"beats_verdict": report["beats"].verdict_text(), "beats_interval": report["beats"].interval.format(1),
+           "beats_binding": report["beats"].binding, "own_verdict": report["beats-own"].verdict_text(),
+           "comm_verdict": report["comm"].verdict_text()}
     for key in ("homogeneous", "local", "alpha-gain", "mixtures", "mixtures-edge"):
-        out[f"{key.replace('-', '_')}_verdict"] = report[key].verdict
-    local = report["local"].verdict
+        out[f"{key.replace('-', '_')}_verdict"] = report[key].verdict_text()
     undecided = [c for c in claims if c.key not in report]  # declared rows this profile does not run
     out.update({
         "homog_binding": report["homogeneous"].binding, "homog_interval": report["homogeneous"].interval.format(1),
         "local_interval": report["local"].interval.format(1),
-        "local_reading": "COSMOS beats local training alone already at our small n and T" if local == "holds" else
-        "the corollary speaks only of sufficiently large n and T, and ours are small, so this verdict cannot refute it; it says "
-        "only that at this n and T " + ("COSMOS does not beat its clients' own training" if local == "does not hold"
-                                        else "the seeds do not show COSMOS beating its clients' own training"),
+        "local_reading": local_reading(report["local"]),
         "alpha_interval": report["alpha-gain"].interval.format(1),
         "comm_reading": "with models this small the pseudo-label matrix is about as large as the model" if comm_ratio < 10
         else "the pseudo-label matrix is an order of magnitude or more smaller than the model",
@@ -1101,10 +1133,11 @@ def exercise_numbers(exercises: pd.DataFrame) -> dict:
         "one cluster's model serves the other clusters nearly as well here: the clusters matter less than the server's training"}
 
 
-__all__ = ["BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "MAIN_METHODS", "METRICS", "PFL", "PSEUDO_BATCH",
-           "PSEUDO_LR_METHODS", "STUDIES", "U_PAPER", "COSMOSStudy", "Pilot", "accuracy_points", "alpha_cell", "alpha_table",
-           "exercise_cell", "exercise_numbers", "fedavg_bytes", "fedavg_total", "homogeneous_cell", "homogeneous_table",
-           "kept_clients", "lambda_note", "local_cell", "main_cell", "main_table", "matched_epochs", "mixture_cell", "mixture_table",
-           "numbers", "paper_scale", "parameters", "pilot_cell", "pilot_choice", "planted_groups", "plot_curves",
-           "public_part", "sensitivity", "sensitivity_table", "split_epochs", "sweep_cell", "sweep_label", "sweep_reads",
-           "sweep_settings", "temperature_note", "tidy", "training_bytes", "traffic_table", "verdicts"]
+__all__ = ["BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
+           "PSEUDO_BATCH", "PSEUDO_LR_METHODS", "STUDIES", "U_PAPER", "COSMOSStudy", "Pilot", "accuracy_points", "alpha_cell",
+           "alpha_table", "exercise_cell", "exercise_numbers", "fedavg_bytes", "fedavg_total", "homogeneous_cell",
+           "homogeneous_table", "kept_clients", "lambda_note", "local_cell", "local_reading", "main_cell", "main_table",
+           "matched_epochs", "mixture_cell", "mixture_table", "numbers", "paper_scale", "parameters", "pilot_cell",
+           "pilot_choice", "planted_groups", "plot_curves", "public_part", "sensitivity", "sensitivity_table", "split_epochs",
+           "sweep_cell", "sweep_label", "sweep_reads", "sweep_settings", "temperature_note", "tidy", "training_bytes",
+           "traffic_table", "verdicts"]
