@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import fedbook.studies.hdcfl_experiments as hdcfl
-from fedbook.claims import Claim, Read, evaluate
+from fedbook.claims import HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, VERDICTS, Claim, Read, effect, evaluate
 from fedbook.study import Study, run_study
 from fedbook.studies.hdcfl_experiments import (BASELINES, DEFAULT_VARIANT, METHODS, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT, STEP_COLUMN, HDCFLStudy, activation_steps,
                                    activation_table, donor_seeds, donor_table, exercise_cell, exercise_numbers, in_run_order,
@@ -123,7 +123,7 @@ def test_the_macro_frame_and_the_claims_reading_it_by_hand():
     assert per_seed(macro, "mean", method="HDC-FL").tolist() == [0.0, 1.0]  # seeds 0, 1; HDC-FL's v is 0
     assert per_seed(macro, "mean", method="IFCA").tolist() == [6.0, 100.0]
     # a claim against every baseline reads each one by name, paired by seed (never the per-seed maximum)
-    claim = Claim("mean", "X is competitive.", "Table 2", "macro mean, X − each baseline, points", "at least", 1.0,
+    claim = Claim("mean", "X is competitive.", "Table 2", "macro mean, X − each baseline, points", "at least", effect("points"),
                   resolution=0.1, versus=BASELINES, ours=Read("macro", "mean", method="HDC-FL"),
                   baseline={b: Read("macro", "mean", method=b) for b in BASELINES})
     ours, baseline, _ = claim.read({"macro": macro})
@@ -162,11 +162,21 @@ def test_readings_in_words():
     assert hdcfl.server_text(10.0, 1.0).startswith("A refresh round takes the server 10 ms against 1.0 ms")
     assert hdcfl.rotation_reading(False, False)["ex2_rot_reading"] == "do not recover the rotations well on this seed"
     assert hdcfl.rotation_reading(True, True)["ex2_rot_conclusion"].startswith("on this seed the label histograms find")
-    claim = functools.partial(Claim, quote="X.", source="S", quantity="q", direction="at least", min_effect=1.0, resolution=0.1)
+    claim = functools.partial(Claim, quote="X.", source="S", quantity="q", direction="at least", min_effect=effect("points"),
+                              resolution=0.1)
     decided = {"worst": evaluate(claim("worst"), [5.0, 5.2, 4.8]), "bottom": evaluate(claim("bottom"), [0.0, 3.0, -3.0]),
                "mean": evaluate(claim("mean", versus=("A", "B")), [1.0, 2.0, 3.0], {"A": [0.0, 0.0, 0.0], "B": [1.0, 2.0, 3.0]})}
     text = hdcfl.claims_reading(decided)
-    assert "on one of the two tail metrics only" in text and "HDC-FL − A, the baseline nearest to failing it" in text
+    assert (f"on the worst client, {hdcfl.TAIL_READINGS[HOLDS]}; on the bottom 20 %, {hdcfl.TAIL_READINGS[INCONCLUSIVE]}"
+            in text and "HDC-FL − A, the baseline nearest to failing it" in text)
+    # every verdict is read, the untestable ones too: tails the pools cannot resolve, a mean that does not hold
+    assert set(hdcfl.TAIL_READINGS) == set(VERDICTS)
+    coarse = functools.partial(claim, resolution=2.0)
+    decided = {"worst": evaluate(coarse("worst"), [5.0, 5.2, 4.8]), "bottom": evaluate(coarse("bottom"), [0.0, 3.0, -3.0]),
+               "mean": evaluate(claim("mean", versus=("A",)), [-5.0, -5.1, -4.9], {"A": [0.0, 0.0, 0.0]})}
+    text = hdcfl.claims_reading(decided)
+    assert f"on both tail metrics (worst client and bottom 20 %), {hdcfl.TAIL_READINGS[UNTESTABLE_RESOLUTION]}." in text
+    assert "The mean claim is *does not hold: the opposite direction*" in text
 
 
 def test_exercise_numbers_by_hand():

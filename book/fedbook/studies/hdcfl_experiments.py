@@ -47,7 +47,7 @@ import torch
 from IPython.display import Markdown
 from matplotlib.ticker import MaxNLocator
 
-from fedbook.claims import HOLDS, INCONCLUSIVE, ClaimResult
+from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult
 from fedbook.intervals import defined_pairs, resolution_of, seed_table
 from fedbook.page import format_bytes, show_table
 from fedbook.tables import rows_where
@@ -872,24 +872,45 @@ def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, f
     return out
 
 
+TAIL_READINGS = {
+    HOLDS: "HDC-FL is on top as the paper words it: no baseline lies above it by more than the row's m",
+    DOES_NOT_HOLD: "HDC-FL is not on top: a baseline's tail clients fare better by more than the row's m",
+    INCONCLUSIVE: "whether a baseline lies above HDC-FL by more than the row's m is within the seed-to-seed spread",
+    UNTESTABLE_RESOLUTION: "the pooled tail scores cannot resolve the row's m: one image moves them by more than a quarter of it",
+    UNTESTABLE_SETTING: "a regime check of the setting fails, so the claim cannot be tested here",
+}
+"""What each verdict of a tail claim (``worst``, ``bottom``) says, in the words of :func:`claims_reading`: one
+phrase for every verdict of :data:`fedbook.claims.VERDICTS`."""
+
+
 def claims_reading(decided: Mapping[str, ClaimResult]) -> str:
-    """The claims table's reading in a paragraph (Markdown): whether HDC-FL is on top on the two
-    tail claims (``worst``, ``bottom``) as the paper words it, and the mean claim's verdict with
-    the interval of the baseline nearest to failing it."""
-    tails = [decided["worst"].verdict, decided["bottom"].verdict]
-    if all(v == HOLDS for v in tails):
-        reading = ("At this scale HDC-FL is on top on both tail metrics as the paper words it: no baseline lies above it by "
-                   "more than one image.")
-    elif any(v == HOLDS for v in tails):
-        reading = "At this scale HDC-FL is on top, as the paper words it, on one of the two tail metrics only."
-    elif all(v == INCONCLUSIVE for v in tails):
-        reading = ("At this scale the tail claims are inconclusive: whether a baseline lies above HDC-FL is within "
-                   "the seed-to-seed spread.")
+    """The claims table's reading in a paragraph (Markdown): what the two tail claims (``worst``,
+    ``bottom``) say as the paper words them (:data:`TAIL_READINGS`, one phrase per verdict, so
+    every verdict is read), and the mean claim's verdict with the interval of the baseline
+    nearest to failing it.
+
+    Examples
+    --------
+    >>> from fedbook.claims import Claim, effect, evaluate
+    >>> c = Claim("worst", "X.", "S", "q", "at least", effect("points"), resolution=0.1)
+    >>> d = {"worst": evaluate(c, [5.0, 5.2, 4.8]), "bottom": evaluate(c, [5.0, 5.2, 4.8]),
+    ...      "mean": evaluate(Claim("mean", "X.", "S", "q", "at least", effect("points"), resolution=2.0, versus=("A",)),
+    ...                       [1.0, 2.0], {"A": [0.0, 0.0]})}
+    >>> print(claims_reading(d))  # doctest: +NORMALIZE_WHITESPACE
+    **Reading the table.** At this scale, on both tail metrics (worst client and bottom 20 %), HDC-FL is on top as the
+    paper words it: no baseline lies above it by more than the row's m. The mean claim is *untestable at this resolution: the
+    resolution 2 is above 0.25 × m = 0.25* (HDC-FL − A, the baseline nearest to failing it: +1.5 [−4.9, +7.9], 2 seeds,
+    in points).
+    """
+    worst, bottom = (decided[key].verdict for key in ("worst", "bottom"))
+    if worst == bottom:
+        reading = f"At this scale, on both tail metrics (worst client and bottom 20 %), {TAIL_READINGS[worst]}."
     else:
-        reading = "At this scale HDC-FL is not on top on the tails: a baseline's tail clients fare better."
+        reading = (f"At this scale the two tail metrics part: on the worst client, {TAIL_READINGS[worst]}; on the bottom "
+                   f"20 %, {TAIL_READINGS[bottom]}.")
     mean = decided["mean"]
-    return (f"**Reading the table.** {reading} The mean claim is *{mean.verdict}* (HDC-FL − {mean.binding}, the baseline "
-            f"nearest to failing it: {mean.interval.format(1)}, in points).")
+    return (f"**Reading the table.** {reading} The mean claim is *{mean.verdict_text()}* (HDC-FL − {mean.binding}, the "
+            f"baseline nearest to failing it: {mean.interval.format(1)}, in points).")
 
 
 def exercise_numbers(ex: Mapping[str, pd.DataFrame], settings: Sequence[str], temperatures: Sequence[float],
