@@ -74,7 +74,7 @@ from functools import partial
 
 import matplotlib.pyplot as plt
 
-from fedbook.claims import Claim, Read, strongest_baseline
+from fedbook.claims import Claim, Read, effect, strongest_baseline
 from fedbook.page import claims_report, glue_all, save_frames, setup, show_table
 from fedbook.studies import fedgrc_experiments as fedgrc
 from fedbook.studies.fedgrc_experiments import BASELINES, FEDGRC, key, reads
@@ -179,35 +179,42 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 #
 # Each claim of the paper is checked as a declaration fixed here, before any number exists
 # ({mod}`fedbook.claims`): the paper's sentence, the quantity (a paired difference ours −
-# baseline, one value per run seed), the claimed direction, the smallest difference that counts
-# (`min_effect`) and the substitution of our scale that affects it. A row **holds** when the
-# whole 95 % interval of the paired difference over the seeds clears the minimum effect in the
-# claimed direction, **does not hold** when it clears it in the other direction, and is
-# **inconclusive at this scale** otherwise. A claim with several parts is several rows.
+# baseline, one value per run seed), the claimed direction, the smallest effect of interest $m$
+# and the substitution of our scale that affects it. A row **holds** when the whole 95 % interval
+# of the paired difference over the seeds lies beyond $m$ in the claimed direction, **does not
+# hold** when it lies short of $m$ (smaller than claimed, or in the opposite direction), is
+# **inconclusive at this scale** while it straddles $m$, and is **untestable at this resolution**
+# when one test image moves the quantity by more than a quarter of $m$ ({ref}`reading-claims`).
+# A claim with several parts is several rows.
 #
-# The minimum effects: the resolution (below) where the paper claims only a direction ("the
-# highest", "higher", "positive"); where the paper claims a size, the rows test the size itself: the quantity is our
-# gain minus the paper's smallest reported gain (the lower ends of its ranges of gains over the
-# best baselines, in global accuracy and in F@25), claimed positive, so such a row holds when our
-# gain is surely at least the paper's and does not hold when it is surely smaller; one point
-# where the paper speaks of a substantial change ("substantially reducing") or of a contrast between two backbones, the
-# smallest change we would call more than a handful of test images; and a one-point tolerance
-# for "largely retaining", declared as non-inferiority (direction "at least": the change in global
-# accuracy is surely above minus one point).
+# **The smallest effects.** Every row takes $m$ from the book's one rule
+# ({func}`fedbook.claims.effect`): half the gain the paper reports for the same comparison, and the
+# default of one point where it reports none. The text reports few of them (its tables are
+# missing), so the sentences it has give them: for a lead over every baseline, the paper's gain
+# over its best baseline, and the smallest of the settings it reports (our MNIST concentrations
+# are none of them): the lower ends of its ranges in global accuracy and F@25, FedRS's gains in
+# unseen, rare and local accuracy and in the floors (the only ones the text gives), the smallest
+# of the Dir(0.1) trails, the smallest of the fine-tuning changes and of SASP's gains (Table IV's
+# text), the smallest gain over a single replacement and the smallest excess gain (Table IX's
+# text), FedLog's change from Dir(0.3) to Dir(0.1) (the example of Fig. 1's sentence) and the
+# smallest contrast the heads' ranges allow. The code beside each declaration quotes its number.
+# Two rows are non-inferiority rows with the default tolerance of one point, the paper stating
+# none: "largely retaining" (the change in global accuracy is surely above minus one point), and
+# the size of the gains, where the quantity is our gain minus the paper's smallest (so the row
+# holds when our gain surely comes within a point of the paper's, and does not hold when it
+# surely falls short by more). The rule column of the table shows each row's $m$ and its origin.
 #
 # **Which baseline.** "The highest … scores" means ahead of *every* baseline, and a gain "over
 # the respective best baselines" is a gain over each of them, so those rows hold one paired
 # interval per named baseline ({func}`fedbook.claims.evaluate`): a row holds when every interval
-# clears the minimum effect in the claimed direction (an intersection-union test), does not hold
-# when one of them, at the Bonferroni level, clears it in the other, and is inconclusive
-# otherwise. No comparator is picked from the test results (the maximum over the baselines, seed
+# lies beyond $m$ in the claimed direction (an intersection-union test), does not hold when one
+# of them, at the Bonferroni level, lies short of $m$, and is inconclusive otherwise. No comparator is picked from the test results (the maximum over the baselines, seed
 # by seed, would be biased upwards under a tie and reject a true claim more often the more seeds
 # are run). The baselines are the personalized-FL methods, FedAvg-Aug, FedCGS fine-tuned on the
 # FedAvg backbone (our stand-in for the paper's pFedGM) and the baseline heads on the FedAvg and
 # FedAvg-Aug backbones; rows built from FedGRC's own parts (CGRL's backbone, MMS,
 # SASP) are ablations. Against {glue:text}`fge_n_baselines` baselines and few seeds, the side
-# that says "does not hold" is wide (its Bonferroni level is high), so those rows mostly hold or
-# stay inconclusive.
+# that says "does not hold" is wide (its Bonferroni level is high), so those rows rarely say it.
 #
 # The paper's Dir(0.1) **trade-off** says the opposite of a lead: some baseline is ahead of FedGRC
 # in local accuracy, and in L@25. Each of those two rows compares with one named baseline, the
@@ -236,8 +243,9 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 # dropping FedBABU (a baseline the paper does not name) and by scoring the shared baseline heads
 # on features extracted once per backbone.
 #
-# **Resolution.** Every row declares the smallest difference its quantity can show, and its
-# minimum effect is at least that. The rule: the step one test image makes in the quantity when
+# **Resolution.** Every row declares the smallest difference its quantity can show, and a row
+# whose resolution is above a quarter of its $m$ is untestable at this resolution: its effect of
+# interest is a handful of test images. The rule: the step one test image makes in the quantity when
 # it changes in every client's evaluation, read on the test set the quantity uses (sizes from the
 # first seed's federations). For global accuracy, which weighs every image of the global test
 # set, that is {glue:text}`fge_res_global:.2f` points; for the unseen and rare accuracies, means
@@ -245,8 +253,12 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 # accuracy one image of a mean local test split, {glue:text}`fge_res_local:.1f` points (the
 # clients' own test splits are small); and for the floors, which take each client's weakest of
 # the three, the coarser of those, {glue:text}`fge_res_floor:.1f` points (L@25, U@25 and R@25, each
-# the floor of one ability, take that ability's step). Where the paper claims
-# only a direction, the minimum effect is that resolution.
+# the floor of one ability, take that ability's step). A client's own test split holds
+# {glue:text}`fge_local_split` images on average, so the rows read on it (local accuracy, L@25)
+# can test only an $m$ of at least {glue:text}`fge_m_local:.1f` points, those on unseen and rare
+# accuracy (and U@25, R@25) one of at least {glue:text}`fge_m_class:.1f` points, those on F@25 one
+# of at least {glue:text}`fge_m_floor:.1f` points, and those on global accuracy one of at least
+# {glue:text}`fge_m_global:.2f` points; which rows that leaves untestable is said under the table.
 
 # %% tags=["hide-input"]
 ABSENT = "absent baselines (BTFL, pFedFDA, FedLog, FedROD, FedTHE, HPFL, FedYoYo) are not in the comparison"
@@ -275,68 +287,97 @@ Q_I = ("The excess gain I measures how much the joint improvement exceeds the su
 Q_FLOORS = "FedGRC achieves the highest U@25, R@25, and F@25 in all 4 CIFAR heterogeneity settings."
 Q_FLOOR_L = ("Under Dir(0.3), it also leads in L@25; under Dir(0.1), its L@25 trails the best baseline by 13.57% on "
              "CIFAR-10 and 3.59% on CIFAR-100.")
-SIZES = {"global": 2.17, "F@25": 2.13}  # the lower ends of the paper's ranges, quoted in Q_SIZE
+# Each row's smallest effect of interest m, by the book's rule (fedbook.claims.effect): half the gain the paper reports
+# for the comparison; against every baseline of a list, its gain over its best baseline, the smallest of the settings
+# it reports (our MNIST α are none of them); the default of points where it reports none.
+LEAD_GAINS = {"global": 2.17,  # Section V-B: "2.17%–4.15% in global accuracy" over the best baselines (smallest)
+              "unseen": 3.46,  # Section V-B, FedRS: +3.46 over the best baseline (the only unseen gain in the text)
+              "rare": 1.44,  # Section V-B, FedRS: +1.44 (the only rare gain in the text)
+              "F@25": 2.13}  # Section V-B, Appendix B: 2.13–6.46 over the best F@25 baseline (smallest: CIFAR-10 Dir(0.3))
+FLOOR_GAINS = {"U@25": 4.83, "R@25": 2.09,  # Section V-B, FedRS, over the best baseline of each metric (Tables XI–XII,
+               "L@25": 4.24}  # with the CIFAR gains, are missing): the only floor gains in the text
+SIZES = {m: LEAD_GAINS[m] for m in ("global", "F@25")}  # the lower ends of the paper's ranges, quoted in Q_SIZE
 # Each claim reads its sides from a frame of fedgrc.claim_frames, one row per run seed (a seed where a side is
 # undefined is dropped from every side): "versus" holds FedGRC and every baseline per alpha and metric.
 CLAIMS = []
 for a in P.alphas:  # the headline: the paper's main result, every baseline, both concentrations
     for m in ("global", "unseen", "rare", "F@25"):
         CLAIMS.append(Claim(f"lead-{m}-{a}", Q_LEAD, "Section V-B, Tables I–III; stand-in headline for the missing "
-                            "abstract and conclusion", f"{m} (α = {a}), FedGRC − each baseline, points", "greater", RES[m],
+                            "abstract and conclusion", f"{m} (α = {a}), FedGRC − each baseline, points", "greater",
+                            effect("points", paper=LEAD_GAINS[m]),
                             f"{SCALE}; {ABSENT}; {BUDGET}" + (f"; {RARE}" if m == "rare" else ""), resolution=RES[m],
                             versus=tuple(BASELINES), headline=True, ours=Read("versus", FEDGRC, alpha=a, metric=m),
                             baseline=reads("versus", BASELINES, alpha=a, metric=m)))
 for a in P.alphas:
     for m, size in SIZES.items():
         CLAIMS.append(Claim(f"size-{m}-{a}", Q_SIZE, "Section V-B, Tables I–III",
-                            f"{m} (α = {a}), FedGRC − each baseline − {size:g} (the paper's smallest gain), points", "greater",
-                            RES[m], f"{SCALE}; {ABSENT}; the paper's sizes are on CIFAR and FedRS: where the baselines' heads "
+                            f"{m} (α = {a}), FedGRC − each baseline − {size:g} (the paper's smallest gain), points",
+                            # our gain at least the paper's smallest, within the default tolerance (the paper states
+                            # none): "greater" with any m > 0 would ask for more than the paper's own smallest gain
+                            "at least", effect("points"),
+                            f"{SCALE}; {ABSENT}; the paper's sizes are on CIFAR and FedRS: where the baselines' heads "
                             "sit near the ceiling of MNIST, a gain of that size has no room (read with the table)",
                             resolution=RES[m], versus=tuple(BASELINES),
                             ours=Read("versus", "FedGRC − the paper's gain", alpha=a, metric=m),
                             baseline=reads("versus", BASELINES, alpha=a, metric=m)))
 CLAIMS.append(Claim(f"local-lead-{a_hi}", Q_LOCAL_LEAD, "Section V-B, Tables I–II",
-                    f"local (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["local"], f"{SCALE}; {ABSENT}",
+                    f"local (α = {a_hi}), FedGRC − each baseline, points", "greater",
+                    effect("points", paper=2.15), f"{SCALE}; {ABSENT}",  # Section V-B, FedRS: +2.15 local (the only one)
                     resolution=RES["local"], versus=tuple(BASELINES), ours=Read("versus", FEDGRC, alpha=a_hi, metric="local"),
                     baseline=reads("versus", BASELINES, alpha=a_hi, metric="local")))
 # "local-trail" and "floor-L25-trail" (the Dir(0.1) trade-off: a baseline is ahead in local accuracy, in L@25) each
 # compare with one named baseline, the strongest in that metric at the smaller α on a pilot seed that is not among
 # the claims' seeds: inserted with the training below, once the pilot has named it (fedbook.claims.strongest_baseline)
-TRAILS = {"local": dict(key=f"local-trail-{a_lo}", quote=Q_LOCAL_LEAD, source="Section V-B, Tables I–II"),
-          "L@25": dict(key=f"floor-L25-trail-{a_lo}", quote=Q_FLOOR_L, source="Appendix B, Tables XI–XII")}
+TRAILS = {"local": dict(key=f"local-trail-{a_lo}", quote=Q_LOCAL_LEAD, source="Section V-B, Tables I–II",
+                        # Section V-B: trails the best local baseline by 15.64 (CIFAR-10) and 3.72 (CIFAR-100): smallest
+                        min_effect=effect("points", paper=-3.72)),
+          "L@25": dict(key=f"floor-L25-trail-{a_lo}", quote=Q_FLOOR_L, source="Appendix B, Tables XI–XII",
+                       min_effect=effect("points", paper=-3.59))}  # Appendix B: 13.57 (CIFAR-10), 3.59 (CIFAR-100)
 for a in P.alphas:
     for m in ("U@25", "R@25"):  # F@25 is the lead rows' (the same quantity, not counted twice)
         CLAIMS.append(Claim(f"floor-{key(m)}-{a}", Q_FLOORS, "Appendix B, Tables XI–XII",
                             f"{m} (α = {a}), FedGRC − each baseline, points (F@25: the lead-F@25 rows)", "greater",
-                            RES[m], f"{SCALE}; {ABSENT}" + (f"; {RARE}" if m == "R@25" else ""), resolution=RES[m],
+                            effect("points", paper=FLOOR_GAINS[m]),
+                            f"{SCALE}; {ABSENT}" + (f"; {RARE}" if m == "R@25" else ""), resolution=RES[m],
                             versus=tuple(BASELINES), ours=Read("versus", FEDGRC, alpha=a, metric=m),
                             baseline=reads("versus", BASELINES, alpha=a, metric=m)))
 CLAIMS.append(Claim(f"floor-L25-{a_hi}", Q_FLOOR_L, "Appendix B, Tables XI–XII",
-                    f"L@25 (α = {a_hi}), FedGRC − each baseline, points", "greater", RES["L@25"], f"{SCALE}; {ABSENT}",
+                    f"L@25 (α = {a_hi}), FedGRC − each baseline, points", "greater",
+                    effect("points", paper=FLOOR_GAINS["L@25"]), f"{SCALE}; {ABSENT}",
                     resolution=RES["L@25"], versus=tuple(BASELINES), ours=Read("versus", FEDGRC, alpha=a_hi, metric="L@25"),
                     baseline=reads("versus", BASELINES, alpha=a_hi, metric="L@25")))
 SHIFT_METHODS = {"FedRep": "FedRep, named by the paper",
                  "FedAvg + FedCGS + FT": "pFedGM → FedCGS + fine-tuning (pFedGM is not implemented)",
                  "Ditto": "Ditto stands in for the absent pFedFDA, FedLog, FedROD, BTFL"}
-for m, d in (("local", "greater"), ("global", "less")):  # one row per half, every named method (one interval each)
+# one row per half, every named method (one interval each); the paper's only change is FedLog's on CIFAR-10 (Section
+# V-B: local 76.80 → 88.90, global 29.32 → 19.50), the method Ditto stands in for
+for m, d, gain in (("local", "greater", 12.10), ("global", "less", -9.82)):
     CLAIMS.append(Claim(f"shift-{m}", Q_SHIFT, "Section V-B, Fig. 1",
-                        f"{m} at α = {a_lo} − at α = {a_hi}, of each of {', '.join(SHIFT_METHODS)}, points", d, RES[m],
+                        f"{m} at α = {a_lo} − at α = {a_hi}, of each of {', '.join(SHIFT_METHODS)}, points", d,
+                        effect("points", paper=gain),
                         f"{'; '.join(SHIFT_METHODS.values())}; {SCALE}", resolution=RES[m], versus=tuple(SHIFT_METHODS),
                         ours=Read("shift", "no change", metric=m), baseline=reads("shift", SHIFT_METHODS, metric=m)))
 HEAD_SUB = ("FedYoYo → FedAvg-Aug (FedAvg on the same two augmented views); the heads are our five baseline heads "
             f"plus MMS and MMS + SASP; the paper's sentence is about CIFAR-100 Dir(0.3): our α = {a_hi}")
 CLAIMS.append(Claim(f"heads-gain-{a_hi}", Q_HEADS, "Section V-B",
                     f"global (α = {a_hi}), gain of the mean head over the backbone's own head, FedAvg-Aug − FedAvg, points",
-                    "greater", 1.0, HEAD_SUB, resolution=RES["global"],
+                    # Section V-B: the heads gain at least 48.51 − 34.59 = 13.92 on FedYoYo and at most 35.47 − 34.80 =
+                    # 0.67 on FedAvg: a contrast of at least 13.25, the smallest the paper's ranges allow
+                    "greater", effect("points", paper=13.25), HEAD_SUB, resolution=RES["global"],
                     ours=Read("heads", "gain over its own head", backbone="FedAvg-Aug"),
                     baseline=Read("heads", "gain over its own head", backbone="FedAvg")))
 CLAIMS.append(Claim(f"heads-level-{a_hi}", Q_HEADS, "Section V-B",
                     f"global (α = {a_hi}), mean accuracy of the heads, FedAvg-Aug backbone − FedAvg backbone, points",
-                    "greater", 1.0, HEAD_SUB, resolution=RES["global"], ours=Read("heads", "mean head", backbone="FedAvg-Aug"),
+                    # Section V-B: heads on FedYoYo 48.51–51.56, on FedAvg 33.05–35.47: at least 48.51 − 35.47 = 13.04
+                    "greater", effect("points", paper=13.04), HEAD_SUB, resolution=RES["global"],
+                    ours=Read("heads", "mean head", backbone="FedAvg-Aug"),
                     baseline=Read("heads", "mean head", backbone="FedAvg")))
 FT_PAIRS = {"FedETF → FedETF-FT": ("FedETF", "FedETF-FT"), "FedCGS → FedCGS + FT": ("FedAvg + FedCGS", "FedAvg + FedCGS + FT")}
 FT_SUB = "FedETF, as in the paper; pFedGM → FedCGS + fine-tuning on the FedAvg backbone (pFedGM is not implemented)"
-for m, d, eff in (("local", "greater", RES["local"]), ("global", "less", 1.0), ("F@25", "less", max(1.0, RES["F@25"]))):
+# Section V-C, CIFAR-100 Dir(0.3): local gains 7.12–13.40, losses 6.99–13.19 in global and 17.54–22.69 in F@25 (FedRS:
+# +15.75, −25.25, −31.78): the smallest change of each, over both methods
+for m, d, eff in (("local", "greater", effect("points", paper=7.12)), ("global", "less", effect("points", paper=-6.99)),
+                  ("F@25", "less", effect("points", paper=-17.54))):
     CLAIMS.append(Claim(f"ft-{m}", Q_FT, "Section V-C, Table IV",
                         f"{m}, after − before personalization, mean over α ∈ {P.alphas}, of each of {', '.join(FT_PAIRS)}, "
                         "points", d, eff, f"{FT_SUB}; {SCALE}", resolution=RES[m], versus=tuple(FT_PAIRS),
@@ -345,8 +386,12 @@ for m, d, eff in (("local", "greater", RES["local"]), ("global", "less", 1.0), (
 SASP_SUB = (f"{SCALE}; label skew only: a client's class-conditional features are the federation's, so the "
             "displacement SASP adapts to is sampling noise and a local gain has little room (the paper's CIFAR-100 "
             "Dir(0.3) gain is 0.08 points; Exercise 2 rotates half the clients to give it a real shift)")
-for m, d, eff, sub in (("local", "greater", RES["local"], SASP_SUB), ("F@25", "greater", RES["F@25"], SASP_SUB),
-                       ("global", "at least", 1.0, f"{SCALE}; 'largely retaining' read as a loss under one point")):
+# Section V-C: SASP's gains are +0.08 local and +0.63 F@25 on CIFAR-100 Dir(0.3), +1.41 and +1.61 on FedRS (the smaller
+# of each); "largely retaining" states no tolerance (its −0.27 is an observed change, half of which would fail the
+# paper's own result): the default tolerance of points
+for m, d, eff, sub in (("local", "greater", effect("points", paper=0.08), SASP_SUB),
+                       ("F@25", "greater", effect("points", paper=0.63), SASP_SUB),
+                       ("global", "at least", effect("points"), f"{SCALE}; 'largely retaining' read as a loss under one point")):
     CLAIMS.append(Claim(f"sasp-{key(m)}", Q_SASP, "Section V-C, Table IV",
                         f"{m}, FedGRC − CGRL + MMS (SASP − the shared head), mean over α ∈ {P.alphas}, points", d, eff, sub,
                         resolution=RES[m], ours=Read("sasp", FEDGRC, metric=m), baseline=Read("sasp", "CGRL + MMS", metric=m)))
@@ -355,14 +400,19 @@ T9_SUB = ("B0 = FedAvg-Aug (for FedYoYo); H0 = the baseline head of best validat
 for a in P.alphas:
     CLAIMS.append(Claim(f"t9-{a}", Q_T9, "Section V-D, Table IX",
                         f"F@25 (α = {a}), B1 + H1 − each single replacement (B1 + H0, B0 + H1), points",
-                        "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"], versus=("B1 + H0", "B0 + H1"),
+                        # Section V-D, CIFAR-100 Dir(0.3): MMS + SASP adds 2.49 on CGRL (over B1 + H0; over B0 + H1,
+                        # 3.97 + 2.49 + 0.12 = 6.58; on FedRS 4.61 + 0.16 = 4.77): the smallest gain, 2.49
+                        "greater", effect("points", paper=2.49), T9_SUB, resolution=RES["F@25"],
+                        versus=("B1 + H0", "B0 + H1"),
                         ours=Read("excess", "B1 + H1 (FedGRC)", alpha=a, metric="F@25"),
                         baseline=reads("excess", ("B1 + H0", "B0 + H1"), alpha=a, metric="F@25")))
     CLAIMS.append(Claim(f"excess-F25-{a}", Q_I, "Section V-D, Table IX", f"excess gain I in F@25 (α = {a}), points",
-                        "greater", RES["F@25"], T9_SUB, resolution=RES["F@25"],
+                        "greater", effect("points", paper=0.86), T9_SUB,  # Section V-D: I is 0.86–2.61, the smallest
+                        resolution=RES["F@25"],
                         ours=Read("excess", "excess gain I", alpha=a, metric="F@25"), baseline=0.0))
 CLAIMS.append(Claim("excess-global", Q_I, "Section V-D, Table IX",
-                    f"excess gain I in global accuracy, mean over α ∈ {P.alphas}, points", "greater", RES["global"],
+                    f"excess gain I in global accuracy, mean over α ∈ {P.alphas}, points", "greater",
+                    effect("points"),  # Section V-D gives no size for global accuracy: the default
                     f"{T9_SUB}; 'in four settings' (of five) read as positive on average over our two",
                     resolution=RES["global"], ours=Read("excess_over_alphas", "excess gain I", metric="global"), baseline=0.0))
 print(f"{len(CLAIMS)} claims declared")
@@ -402,7 +452,7 @@ for m, row in TRAILS.items():
     after = f"local-lead-{a_hi}" if m == "local" else f"floor-L25-{a_hi}"
     CLAIMS.insert([c.key for c in CLAIMS].index(after) + 1, Claim(
         **row, quantity=f"{m} (α = {a_lo}), FedGRC − {L.name} (the strongest baseline in {m} on the pilot seed {PILOT}), "
-        "points", direction="less", min_effect=RES[m], resolution=RES[m], substitution=f"{SCALE}; {ABSENT}",
+        "points", direction="less", resolution=RES[m], substitution=f"{SCALE}; {ABSENT}",
         versus=L.name, ours=Read("trail", FEDGRC, metric=m), baseline=Read("trail", L.name, metric=m)))
 print(f"{len(CLAIMS)} claims declared, {sum(c.headline for c in CLAIMS)} of them headline")
 R.update(fge_pilot=PILOT, fge_leader=LEADERS["local"].name, fge_leader_L25=LEADERS["L@25"].name,
@@ -596,13 +646,28 @@ fedgrc.show_costs(fedgrc.cost_table(frames["costs"], seed, P.alphas))
 CLAIM_FRAMES = fedgrc.claim_frames(frames["runs"], tidy9, SEEDS, P.alphas, leaders={m: L.name for m, L in LEADERS.items()},
                                    shift_methods=list(SHIFT_METHODS), ft_pairs=FT_PAIRS, sizes=SIZES)
 results = claims_report(CLAIMS, CLAIM_FRAMES, prefix="fge_", total_seconds=P.elapsed())
+R["fge_untestable_text"] = fedgrc.untestable_text(results)  # glued with the page's numbers, at the end
 
 # %% [markdown]
 # Of {glue:text}`fge_n_claims` rows, {glue:text}`fge_n_holds` hold here,
-# {glue:text}`fge_n_not` do not hold and {glue:text}`fge_n_inconclusive` are inconclusive at this
-# scale. **Why a verdict can differ from the paper's.** {glue:text}`fge_ceiling_text`; the rows
-# with a size (the paper's smallest gain) ask for more
-# than a direction. SASP's premise is that a client's classes *look* different from the
+# {glue:text}`fge_n_not` do not hold, {glue:text}`fge_n_inconclusive` are inconclusive at this
+# scale and {glue:text}`fge_n_untestable` are untestable ({ref}`reading-claims`).
+#
+# **Untestable at this resolution.** {glue:text}`fge_untestable_text`. A row is untestable when
+# one test image moves its quantity by more than a quarter of its $m$: its effect of interest would
+# be a handful of images, read off the quantization rather than measured. A client's own test
+# split holds {glue:text}`fge_local_split` images on average (one image is
+# {glue:text}`fge_res_local:.1f` points of local accuracy and L@25), and one image of a class of
+# the global test set is {glue:text}`fge_res_class:.2f` points of unseen and rare accuracy, U@25
+# and R@25 (F@25 takes the coarser step, {glue:text}`fge_res_floor:.1f` points; global accuracy
+# {glue:text}`fge_res_global:.2f`), while the
+# $m$ of those rows, half the gains the paper reports, are the few points listed above. That is an
+# outcome of how clients are scored here, each on its own split, not a verdict
+# on FedGRC: scoring each client on a held-out pool drawn from its own distribution
+# ({ref}`reading-claims`) would make those rows testable, and this chapter does not do it yet.
+#
+# **Why a verdict can differ from the paper's.** {glue:text}`fge_ceiling_text`; the rows with a
+# size (the paper's smallest gain) ask for the paper's gain within a point, not half of it. SASP's premise is that a client's classes *look* different from the
 # federation's (sensors, regions, styles); a Dirichlet label skew of MNIST changes only how many
 # images of each class a client holds, not what they look like (the $m_0$ curve above). Our
 # training budget ({glue:text}`fge_rounds` rounds) is short for a method whose auxiliary losses

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from fedbook.claims import Claim, Read
+from fedbook.claims import UNTESTABLE_RESOLUTION, Claim, Read, effect, evaluate
 from fedbook.intervals import SeedValues, defined_pairs, interval_text, seed_band
 from fedbook.study import Study, run_study
 from fedbook.page import save_frames
@@ -21,7 +21,7 @@ from fedbook.studies.fedgrc_experiments import (BASELINE_HEAD_NAMES, BASELINES, 
                                     SharedRule, ablation_cell, baseline_head, before_after, chapter_study, claim_frames,
                                     cost_table, defined, deployed_name, excess_gain_rows, final_round, mean_over_alphas,
                                     mean_over_heads, numbers, reads, refitted_heads, rotate, rotate_odd_clients,
-                                    rotated_cell, seed_values, train_cell)
+                                    rotated_cell, seed_values, train_cell, untestable_text)
 from fedlib.algorithms import CGRL, Ditto, FedAvg
 from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset, make_gaussian_mixture
@@ -238,7 +238,8 @@ def test_the_claim_frames_give_what_the_claims_read_by_hand():
                           shift_methods=["FedRep", "Ditto"], ft_pairs=ft, sizes={"global": 2.17})
 
     def read(ours, baseline=0.0, versus=None):
-        c = Claim("c", "q", "s", "x", "greater", 0.1, resolution=0.1, versus=versus, ours=ours, baseline=baseline)
+        c = Claim("c", "q", "s", "x", "greater", effect("points"), resolution=0.1, versus=versus, ours=ours,
+                  baseline=baseline)
         o, b, _ = c.read(frames)
         return o.tolist(), ({k: x.tolist() for k, x in b.items()} if isinstance(b, dict) else b if isinstance(b, float) else b.tolist())
 
@@ -285,6 +286,19 @@ def test_an_undefined_metric_on_every_seed_gives_one_zero_pair():
                           seeds, alphas, leaders={}, shift_methods=[], ft_pairs={}, sizes={})
     unseen = frames["versus"][frames["versus"]["metric"] == "unseen"]
     assert len(unseen) == 1 and unseen[FEDGRC].item() == 0.0 and (unseen[BASELINES] == 0.0).all(axis=None)
+
+
+def test_the_untestable_rows_are_named_by_resolution_with_their_m():
+    """Only the rows untestable at this resolution are named, grouped by resolution, coarsest first."""
+    def row(key, paper, res):
+        return evaluate(Claim(key, "q", "s", "x, points", "greater", effect("points", paper=paper), resolution=res),
+                        [5.0, 6.0, 7.0])
+    rows = {r.claim.key: r for r in (row("global", 2.17, 0.2), row("rare", 1.44, 2.0), row("F@25", 2.13, 4.0),
+                                     row("local", 2.15, 4.0))}
+    assert [k for k, r in rows.items() if r.verdict == UNTESTABLE_RESOLUTION] == ["rare", "F@25", "local"]
+    assert untestable_text(rows) == ("3 rows are untestable at this resolution: at a resolution of 4.00 points, "
+                                     "F@25 (m = 1.06) and local (m = 1.07); at a resolution of 2.00 points, rare (m = 0.72)")
+    assert untestable_text({"global": rows["global"]}) == "No row is untestable at this resolution"
 
 
 def test_the_cost_table_reads_the_first_seed_and_averages_the_seconds():

@@ -22,8 +22,8 @@ functions of this module, called as ``cell(seed=s, **setting)``:
 The rest reads their frames: :func:`results_table` (Tables I/II), :func:`before_after`
 (Table IV), :func:`baseline_head` and :func:`excess_gain_rows` (Table IX),
 :func:`cost_table`, :func:`plot_local_global` and :func:`plot_sensitivity` (the figures),
-:func:`claim_frames` (what the claims read, one row per seed) and :func:`numbers` (every number
-the prose quotes). A reader ``v(alpha, method, metric)`` of one value per seed is a
+:func:`claim_frames` (what the claims read, one row per seed), :func:`untestable_text` (the rows
+their resolution cannot test) and :func:`numbers` (every number the prose quotes). A reader ``v(alpha, method, metric)`` of one value per seed is a
 :class:`fedbook.intervals.SeedValues` of the ``runs`` frame (:func:`seed_values`).
 """
 
@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedbook.claims import Read
+from fedbook.claims import RESOLUTION_SHARE, UNTESTABLE_RESOLUTION, ClaimResult, Read
 from fedbook.intervals import SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
 from fedbook.page import clipped_error, format_bytes, format_value, place_labels, show_table
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
@@ -972,6 +972,31 @@ def ceiling_text(low: float, high: float, ceiling: float = CEILING) -> str:
             "MNIST's ease alone does not explain a verdict")
 
 
+def untestable_text(results: Mapping[str, ClaimResult]) -> str:
+    """The rows of ``results`` (:func:`fedbook.page.claims_report`'s) that are "untestable at this
+    resolution", in a sentence: grouped by their resolution in points, coarsest first, each key
+    with its smallest effect of interest :math:`m`.
+
+    >>> from fedbook.claims import Claim, effect, evaluate
+    >>> c = lambda k, m, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=m), resolution=r)
+    >>> rows = {k: evaluate(c(k, m, r), [3.0, 4.0]) for k, m, r in [("a", 2.13, 4.0), ("b", 12.1, 0.5), ("d", 7.12, 4.0)]}
+    >>> untestable_text(rows)
+    '2 rows are untestable at this resolution: at a resolution of 4.00 points, a (m = 1.06) and d (m = 3.56)'
+    >>> untestable_text({"b": rows["b"]})
+    'No row is untestable at this resolution'
+    """
+    groups: dict[float, list[str]] = {}
+    for r in results.values():
+        if r.verdict == UNTESTABLE_RESOLUTION:
+            groups.setdefault(r.claim.resolution, []).append(f"{r.claim.key} (m = {r.claim.min_effect:.3g})")
+    n = sum(map(len, groups.values()))
+    if not n:
+        return "No row is untestable at this resolution"
+    joined = (f"at a resolution of {res:.2f} points, {', '.join(keys[:-1])}{' and ' * (len(keys) > 1)}{keys[-1]}"
+              for res, keys in sorted(groups.items(), reverse=True))
+    return f"{n} row{'s are' if n > 1 else ' is'} untestable at this resolution: {'; '.join(joined)}"
+
+
 def ablation_reading(drops: Sequence[float], spread: float) -> tuple[str, str]:
     """Exercise 1's reading: whether the larger change of ``F@25`` that switching off one CGRL term
     makes is ``"larger than"`` or ``"within"`` the half-width ``spread`` of the chapter's own
@@ -1002,7 +1027,10 @@ def rotation_reading(rotated_change: float, upright_change: float) -> str:
 
 def setting_numbers(P, study: FedGRCStudy, n_samples: int, seeds: Sequence[int], res: Mapping[str, float]) -> dict:
     """The settings the prose quotes (``fge_`` keys): the profile's values, CGRL's defaults, the
-    resolutions ``res`` (:func:`resolutions`) and the counts of baselines and trained methods."""
+    resolutions ``res`` (:func:`resolutions`) with the mean local test split they read
+    (``fge_local_split``) and the smallest :math:`m` each resolution can test
+    (``fge_m_local``, ``fge_m_class``, ``fge_m_floor``, ``fge_m_global``: the resolution over
+    :data:`fedbook.claims.RESOLUTION_SHARE`), and the counts of baselines and trained methods."""
     return {
         "fge_n_samples": n_samples, "fge_n_seeds": P.n_seeds, "fge_n_clients": P.n_clients, "fge_rounds": P.rounds,
         "fge_epochs": P.local_epochs, "fge_tau": P.tau, "fge_ldir": P.lambda_dir, "fge_lrad": P.lambda_rad,
@@ -1013,6 +1041,9 @@ def setting_numbers(P, study: FedGRCStudy, n_samples: int, seeds: Sequence[int],
         "fge_val_pct": 100 * P.val_fraction, "fge_rare_ratio": RARE_RATIO, "fge_alpha_hi": P.alphas[0],
         "fge_alpha_lo": P.alphas[-1], "fge_seeds": ", ".join(map(str, seeds)), "fge_res_class": res["unseen"],
         "fge_res_global": res["global"], "fge_res_local": res["local"], "fge_res_floor": res["F@25"],
+        "fge_local_split": round(100 / res["local"]),  # resolutions: one image of the mean split (rounded down)
+        "fge_m_local": res["local"] / RESOLUTION_SHARE, "fge_m_class": res["unseen"] / RESOLUTION_SHARE,
+        "fge_m_floor": res["F@25"] / RESOLUTION_SHARE, "fge_m_global": res["global"] / RESOLUTION_SHARE,
         "fge_n_baselines": len(BASELINES), "fge_n_algs": len(study.methods()),
     }
 
@@ -1140,4 +1171,4 @@ __all__ = ["ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILIN
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
            "plot_sensitivity", "reads", "refitted_heads", "resolutions", "results_table", "rotate", "rotate_odd_clients",
            "rotated_cell", "rotation_reading", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
-           "show_costs", "show_excess", "show_m0", "show_results", "train_cell"]
+           "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
