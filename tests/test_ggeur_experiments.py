@@ -17,14 +17,15 @@ import torch
 
 import fedbook.studies.ggeur_experiments as gg
 from fedbook.page import sign_word
-from fedbook.claims import Claim, Read, evaluate, says
+from fedbook.claims import (DOES_NOT_HOLD, OPPOSITE, SHORTFALLS, SMALLER, UNTESTABLE_SETTING, VERDICTS, Claim, Read,
+                            RegimeCheck, evaluate, says)
 from fedbook.study import Study, run_study
 from fedlib.data import ArrayDataset
 from fedlib.engines.vectorized import SequentialFallback
 from fedbook.studies.ggeur_experiments import (DIFFERENT, DOM_ORDER, GAIN_STEP2, GGEUR_CODE, GGEUR_PAPER, HEADLINE_DOM, HEADLINE_LABEL,
-                                   LABEL_METHODS, LOW_BETA_ONLY, ROWMAX, SAME, STEP1, STEPS12, GGEURStudy, chapter_frames,
-                                   claims_reading, curve_drops, diagonal_gap, domain_cell, encoder_column, label_cell,
-                                   similarity_rows)
+                                   LABEL_METHODS, LOW_BETA_ONLY, NORM, PROBE, PROBE_THRESHOLD, ROWMAX, SAME, STEP1, STEPS12,
+                                   ZEROS, GGEURStudy, chapter_frames, claims_reading, curve_drops, diagonal_gap, domain_cell,
+                                   encoder_column, label_cell, probe_numbers, probe_rows, similarity_rows)
 from fedlib.geometry import class_shapes, numerical_ranks, similarity_matrix, trace_ratio
 from fedlib.stats import ClassMoments
 from fedlib.training import TrainConfig
@@ -163,7 +164,11 @@ def _domain_frames(seeds=(0, 1, 2), full=(0, 1), names=("mnist", "uci", "mnist_r
             "domain_sizes": pd.DataFrame([{"seed": s, "domain": n, "domain size": 100, "client train": 10, "domain test": 20,
                                            "classes held": 10} for s in seeds for n in names]),
             "domain_encoder": pd.DataFrame({"seed": list(seeds), "public images": [30] * len(seeds), "classes": [10] * len(seeds),
-                                            "embedding dimension": [8] * len(seeds)})}
+                                            "embedding dimension": [8] * len(seeds)}),
+            # the probe: the last domain is the weakest (30 % on seed 0, 10 points more per seed), the others 85, 80, 75 % + seed
+            "probe": pd.DataFrame([{"seed": s, "domain": n, PROBE: 30.0 + 10 * s if j == 3 else 85.0 - 5 * j + s,
+                                    ZEROS: 99.0 if j == 3 else 80.0 + j, NORM: 0.5 if j == 3 else 8.0 - j}
+                                   for s in seeds for j, n in enumerate(names)])}
 
 
 def test_chapter_frames_equal_the_former_arithmetic():
@@ -207,6 +212,61 @@ def test_chapter_frames_equal_the_former_arithmetic():
     broken = label[~((label.seed == 2) & (label.method == "FedAvg"))]
     with pytest.raises(ValueError, match=r"at beta = 0.5, GGEUR ran on seeds \[0, 1, 2\] and FedAvg on \[0, 1\]"):
         chapter_frames({"label": broken}, domain)
+
+
+def test_probe_rows_by_hand():
+    """The probe of each domain is scikit-learn's logistic regression on standardized coordinates, fitted on the client's
+    train embeddings and scored on its test embeddings; a domain whose embeddings are all zero scores at chance."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from fedlib.federation import ClientData, Federation
+    g = torch.Generator().manual_seed(1)
+    y = torch.arange(120) % 3
+    signal = ArrayDataset(torch.randn(120, 4, generator=g) + 2.0 * torch.nn.functional.one_hot(y, 4), y, 3, "toy")
+    dead = ArrayDataset(torch.zeros(120, 4), y, 3, "toy")
+    fed = Federation([ClientData(signal.subset(range(60)), signal.subset(range(60, 120))),
+                      ClientData(dead.subset(range(60)), dead.subset(range(60, 120)))], signal, 3, {})
+    rows = probe_rows(fed, ["a", "b"])
+    by_hand = make_pipeline(StandardScaler(), LogisticRegression(max_iter=gg.PROBE_MAX_ITER))
+    by_hand.fit(signal.x[:60].double().numpy(), y[:60].numpy())
+    assert rows[0][PROBE] == 100 * by_hand.score(signal.x[60:].double().numpy(), y[60:].numpy()) and rows[0][PROBE] > 60
+    assert rows[1][PROBE] == pytest.approx(100 / 3) and rows[1][ZEROS] == 100.0 and rows[1][NORM] == 0.0
+    assert rows[0][NORM] == pytest.approx(float(signal.x.double().norm(dim=1).mean())) and rows[0][ZEROS] == 0.0
+    assert probe_rows(fed, ["a", "b"]) == rows  # deterministic
+    with pytest.raises(ValueError, match=r"names must name each of the 2 clients' domains, got \['a'\]"):
+        probe_rows(fed, ["a"])
+
+
+def test_the_signal_check_reads_every_domain_of_every_seed():
+    F = chapter_frames({"label": _label_frame()}, _domain_frames(), "paper")
+    assert F["probe"].index.names == ["seed", "domain"] and len(F["probe"]) == 3 * 4
+    check = RegimeCheck("signal in every domain", "probe, %", Read("probe", PROBE), "at least", PROBE_THRESHOLD, "why",
+                        summary="min")
+    reading = check.check(F)
+    assert reading.value == 30.0 and not reading.passes  # mnist_inverted on seed 0
+    c = Claim("dom", "q", "s", "AVG, points", "greater", resolution=0.1, regimes=(check,))
+    assert evaluate(c, [2.0, 3.0, 2.5], regimes=[reading]).verdict == UNTESTABLE_SETTING
+    passing = chapter_frames({"label": _label_frame()}, _domain_frames(seeds=(2,), full=(2,)), "paper")
+    assert check.check(passing).value == 50.0 and check.check(passing).passes  # 30 + 10 × 2
+    no_probe = {k: v for k, v in _domain_frames().items() if k != "probe"}
+    assert "probe" not in chapter_frames({"label": _label_frame()}, no_probe, "paper")
+
+
+def test_probe_numbers_by_hand_and_both_readings():
+    names = ["mnist", "uci", "mnist_rotated", "mnist_inverted"]
+    F = chapter_frames({"label": _label_frame()}, _domain_frames(), "paper")
+    n, table = probe_numbers(F["probe"], PROBE_THRESHOLD, names)
+    assert (n["probe_min"], n["probe_min_domain"], n["probe_min_seed"], n["probe_threshold"]) == (30.0, "mnist_inverted", 0, 50.0)
+    assert (n["probe_failed"], n["probe_units"], n["probe_weak"]) == (2, 12, "mnist_inverted")  # seeds 0 and 1 fall below
+    assert n["probe_weak_acc"] == 40.0 and n["probe_weak_zeros"] == 99.0 and n["probe_weak_norm"] == 0.5
+    assert n["probe_rest_acc"] == 76.0 and n["probe_rest_zeros"] == 82.0 and n["probe_rest_norm"] == 6.0
+    assert n["probe_reading"].startswith("the check fails: 2 of the 12 domain-and-seed pairs fall below it (mnist_inverted)")
+    assert "as CLIP does in the paper" in n["probe_reading"]
+    html = table.to_html()
+    assert PROBE in html and [html.index(f">{d}<") for d in names] == sorted(html.index(f">{d}<") for d in names)
+    ok, _ = probe_numbers(F["probe"], 20.0, names)
+    assert ok["probe_failed"] == 0 and ok["probe_reading"].startswith("the check passes")
 
 
 def test_label_numbers_and_table_by_hand():
@@ -342,16 +402,25 @@ def test_the_worked_solutions_numbers_and_sentences_by_hand():
     assert swapped["ex3_alt"] == "all" and swapped["ex3_std_d"] == x["ex3_std_d"] and swapped["ex3_s2_mn"] == 3.0
 
 
+_FAILING = RegimeCheck("signal in every domain", "probe, %", Read("probe", PROBE), "at least", 50.0, "why", summary="min")
+
+
 def _results(verdicts: dict[str, str], betas) -> dict:
-    """Decided rows with the wanted verdicts: holds from (2, 3, 2.5), does not hold from their negatives, else one seed."""
-    values = {"holds": [2.0, 3.0, 2.5], "does not hold": [-2.0, -3.0, -2.5], "inconclusive at this scale": [1.0]}
+    """Decided rows with the wanted outcomes (m = 0.4, the resolution's floor): holds from (2, 3, 2.5), the opposite direction
+    from their negatives ("does not hold"), smaller than claimed from (0.2, 0.3, 0.25), untestable in this setting from a
+    failing regime check, else one seed (inconclusive)."""
+    values = {"holds": [2.0, 3.0, 2.5], "does not hold": [-2.0, -3.0, -2.5], SMALLER: [0.2, 0.3, 0.25],
+              UNTESTABLE_SETTING: [2.0, 3.0, 2.5], "inconclusive at this scale": [1.0]}
     keys = [f"{k}-{b}" for b in betas for k in ("label-gain", "ctrl-rebalanced", "ctrl-matched", "label-outperforms")]
     keys += [f"ctrl-fedmix-matched-{min(betas)}", "label-convergence", "ctrl-convergence-matched", "label-smoother",
              "dom-gain-FedAvg", "ctrl-dom-matched", "digits-vs-peers"]
     out = {}
     for key in keys:
-        c = Claim(key, "q", "s", "accuracy, X − Y, points", "greater", resolution=0.1)
-        out[key] = evaluate(c, values[verdicts.get(key, "inconclusive at this scale")])
+        wanted = verdicts.get(key, "inconclusive at this scale")
+        regimes = (_FAILING,) if wanted == UNTESTABLE_SETTING else ()
+        c = Claim(key, "q", "s", "accuracy, X − Y, points", "greater", resolution=0.1, regimes=regimes)
+        readings = [_FAILING.check({"probe": pd.DataFrame({"domain": ["a"], PROBE: [30.0]}).set_index("domain")})] if regimes else ()
+        out[key] = evaluate(c, values[wanted], regimes=readings)
     return out
 
 
@@ -374,6 +443,17 @@ def test_claims_reading_branches():
     assert "on smoothness, label-smoother is inconclusive" in text and "digits-vs-peers is inconclusive" in text
     with pytest.raises(KeyError):
         claims_reading(_results({}, [0.5]), [0.5, 0.05])
+    # the new outcomes: a control smaller than claimed, and untestable rows (a failing regime check)
+    text = claims_reading(_results({"ctrl-rebalanced-0.5": SMALLER, "dom-gain-FedAvg": UNTESTABLE_SETTING,
+                                    "ctrl-dom-matched": UNTESTABLE_SETTING}, betas), betas)
+    assert gg.VS_COPIES[SMALLER] in text and "dom-gain-FedAvg is untestable in this setting (" in text
+    assert "ctrl-dom-matched is untestable in this setting (" in text and gg.VS_STEPS[UNTESTABLE_SETTING] in text
+
+
+def test_every_outcome_of_a_control_has_words():
+    outcomes = {v for v in VERDICTS if v != DOES_NOT_HOLD} | set(SHORTFALLS)
+    assert set(gg.VS_COPIES) == outcomes and set(gg.VS_STEPS) == outcomes
+    assert gg.outcome(_results({"label-gain-0.5": "does not hold"}, [0.5])["label-gain-0.5"]) == OPPOSITE
 
 
 def test_says_and_sign_word():
@@ -494,6 +574,10 @@ def test_a_tiny_domain_study_with_a_headline_seed(tiny):
     assert len(maps) == 2 * 2 * 3 * 10 * 10 and frames["domain_encoder"]["classes"].tolist() == [10, 10]
     F = chapter_frames({"label": tiny[3]["label"]}, frames)
     assert F["fig6"]["seed"].tolist() == [0, 1] and F["leads"].groupby("seed").size().tolist() == [3, 3]
+    # the probe of every domain of every seed, the regime check's unit
+    probe = frames["probe"]
+    assert probe.columns.tolist() == ["seed", "domain", PROBE, ZEROS, NORM] and probe["domain"].tolist() == names * 2
+    assert probe[PROBE].between(0, 100).all() and F["probe"].index.is_unique
 
 
 def test_the_cells_repeat_themselves_in_workers_from_the_cache_and_in_the_worked_solutions(tiny, tmp_path):
