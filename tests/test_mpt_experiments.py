@@ -17,7 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedbook.claims import Claim, Read
+from fedbook.claims import (HOLDS, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, Claim, Read, RegimeCheck, effect,
+                            evaluate)
 from fedbook.intervals import interval_band, mean_interval
 from fedbook.studies import mpt_experiments as M
 from fedbook.page import save_frames
@@ -29,6 +30,9 @@ from fedbook.studies.mpt_experiments import (
     bytes_cell,
     figure_cell,
     history_value,
+    paper_lead,
+    regime_numbers,
+    spread_change,
     mean_at,
     median_seconds,
     per_seed,
@@ -135,7 +139,7 @@ def figure(study):
 
 
 def test_the_figure_cell_is_one_run_and_its_measurements(study, figure):
-    assert list(figure) == ["history", "figure_runs", "times"]
+    assert list(figure) == ["history", "figure_runs", "times", "stability"]
     hist = figure["history"]
     assert list(hist.columns[:3]) == ["dataset", "fraction", "seed"] and list(pd.unique(hist["seed"])) == [0, 1]
     ds = study.data("mix", 1)
@@ -147,6 +151,8 @@ def test_the_figure_cell_is_one_run_and_its_measurements(study, figure):
     times = figure["times"]
     assert list(times.loc[times["seed"] == 0, "part"]) == list(TIME_PARTS)
     assert all(math.isfinite(t) and t > 0 for t in times["relative"])
+    stability = figure["stability"].set_index("seed")
+    assert stability.loc[1].drop(["dataset", "fraction"]).to_dict() == spread_change(result.server, 2)
 
 
 def test_the_table_cell_reads_the_last_round_and_the_round_before_from_one_run(study):
@@ -165,9 +171,75 @@ def test_the_table_cell_reads_the_last_round_and_the_round_before_from_one_run(s
     # before the departure every prototype method is the direct estimate: MPT and frozen agree
     assert table.loc["mpt", "f1_before"] == table.loc["frozen", "f1_before"]
     assert out["table_runs"]["growth"].iloc[0] == float(result.server.meta["growth"])
+    assert out["table_stability"].iloc[0].to_dict() == spread_change(result.server, study.departure_round)
     for bad in (0, 3, 1.5):
         with pytest.raises(ValueError, match="before must be an int"):
             table_cell(study, 1, dataset="mix", fraction=0.3, model="mlp", methods=["mpt"], before=bad)
+
+
+def test_spread_change_is_the_ratio_of_the_kept_covariances_traces(study):
+    """The remaining classes' within-class variance at the departure round and the round after, read
+    from the run's kept covariances by hand; the change is the factor up or down; a round not kept
+    gives NaN (a run that ends at the departure round)."""
+    from fedlib.algorithms.mpt import MPTServer
+    from fedlib.messages import from_state
+
+    ds = study.data("mix", 0)
+    result, _, _ = study.run(ds, study.model_fn("mlp", ds), 0.1, 0, eval_rounds=[3])
+    kept = from_state(MPTServer, result.server).history
+    before, after = (float(np.trace(kept[r].cov.numpy())) for r in (2, 3))
+    out = spread_change(result.server, 2)
+    assert out == pytest.approx({"variance_departure": before, "variance_after": after, "growth": after / before,
+                                 "change": max(after / before, before / after)}, rel=1e-12)
+    assert out["change"] >= 1.0
+    ended = spread_change(result.server, 3)  # no round 4 kept
+    assert ended["variance_departure"] == out["variance_after"]
+    assert all(math.isnan(ended[k]) for k in ("variance_after", "growth", "change"))
+
+
+def test_paper_lead_is_table_ii_mpt_minus_its_strongest_baseline():
+    t = M.TABLE_II_NUIMAGES
+    assert t.loc["mpt", 0.01] == 0.516 and t.loc["sdc", 0.02] == 0.436  # the abstract's 1 %, the default 2 %
+    lead, over = paper_lead([0.02, 0.1])
+    assert over == "ccvr" and lead == pytest.approx(((0.510 - 0.433) + (0.509 - 0.479)) / 2)
+    assert paper_lead([0.01]) == (pytest.approx(0.516 - 0.435), "sdc")  # the abstract's 8.1 %p
+    assert paper_lead([0.02, 0.1, 0.3]) == paper_lead([0.02, 0.1])  # a fraction the table lacks is left out
+    assert paper_lead([0.3]) == paper_lead(list(t.columns))  # none reported: all four
+
+
+def test_regime_numbers_say_where_the_check_passes_fails_and_what_would_test_the_rows():
+    def check(frame):
+        return RegimeCheck("stable", "a factor", Read(frame, "x"), "at most", 1.5, "the paper's regime")
+
+    frames = {"fig": pd.DataFrame({"x": [2.0, 2.5]}), "tab": pd.DataFrame({"x": [1.2, 1.4]})}
+    fig, tab = check("fig"), check("tab")
+
+    def decided(key, values, m, resolution, g):
+        c = Claim(key, "A.", "T", "q", "greater", m, resolution=resolution, regimes=(g,))
+        return evaluate(c, values, regimes=[g.check(frames)])
+
+    results = {"a": decided("a", [1.0, 1.1, 1.2], effect("relative"), 0.01, fig),  # check fails
+               "b": decided("b", [0.5, 0.6, 0.7], effect("score"), 0.025, fig),  # fails, and too coarse
+               "c": decided("c", [1.0, 1.1, 1.2], effect("relative"), 0.01, tab),  # passes
+               "d": evaluate(Claim("d", "D.", "T", "q", "greater", effect("relative"), resolution=0.01),
+                             [1.0, 1.1, 1.2])}  # no check
+    assert [r.verdict for r in results.values()] == [UNTESTABLE_SETTING, UNTESTABLE_RESOLUTION, HOLDS, HOLDS]
+    out = regime_numbers(results, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)
+    assert out["regime_rows"] == "a, b, c"
+    assert out["regime_text"] == (
+        "The check “stable” (a factor; it needs at most 1.5) passes for c (1.30). It fails for a, b (2.25): "
+        "after 1 local epoch per round the setting cannot test them; re-run with the paper’s 5 local epochs per "
+        "round (`-p local_epochs=5`), the regime the threshold was set from, to test them. b is untestable at this "
+        "resolution whatever the check reads: one rare-class test image of 40 is 0.025 F1, above a quarter of its "
+        "m; a global test set of at least 400 images per class resolves it.")
+    passing = regime_numbers({"c": results["c"]}, "stable", local_epochs=5, paper_local_epochs=5, test_per_class=600)
+    assert passing["regime_text"] == "The check “stable” (a factor; it needs at most 1.5) passes for c (1.30)."
+    failing = {"a": results["a"], "d": results["d"]}
+    text = regime_numbers(failing, "stable", local_epochs=2, paper_local_epochs=5, test_per_class=40)["regime_text"]
+    assert text.startswith("The check “stable” (a factor; it needs at most 1.5) fails for a (2.25): after 2 local "
+                           "epochs per round the setting cannot test it;")
+    none = regime_numbers({"d": results["d"]}, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)
+    assert none == {"regime_rows": "none", "regime_text": "No row declares the check “stable”."}
 
 
 def test_a_cached_table_reads_back_the_same_bits(study, tmp_path):
@@ -183,6 +255,7 @@ def test_a_cached_table_reads_back_the_same_bits(study, tmp_path):
                                                                             (0.3, 1, "mpt"), (0.3, 1, "oracle")]
     pd.testing.assert_frame_equal(again["table"], frame)
     pd.testing.assert_frame_equal(again["table_runs"], first["table_runs"])
+    pd.testing.assert_frame_equal(again["table_stability"], first["table_stability"])
 
 
 def test_ldc_alone_trains_the_same_backbone(study):
@@ -253,7 +326,7 @@ def test_table_frames_are_what_the_claims_read_per_seed():
     assert out["before_seed"].loc[("a", 1), "mpt"] == 0.4 and out["all_before"].index.tolist() == [0, 1]
     assert out["cell_means"].loc[("a", 0.2), "oracle"] == 0.75 and out["wide"].loc[("a", 0.2, 1), "sdc"] == 0.75
     # a claim per data set reads by_seed's rows of that data set, indexed by seed
-    claim = Claim("beats", "X beats Y.", "T", "F1, MPT − SDC", "greater", 0.1, resolution=0.1,
+    claim = Claim("beats", "X beats Y.", "T", "F1, MPT − SDC", "greater", effect("score"), resolution=0.001,
                   ours=Read("by_seed", "mpt", dataset="a"), baseline=Read("by_seed", "sdc", dataset="a"))
     ours, base, _ = claim.read(out)
     assert ours.tolist() == [0.375, 0.625] and base.tolist() == [0.375, 0.625]
@@ -287,7 +360,7 @@ def test_figure_frames_hold_each_seeds_values_as_the_chapter_read_them():
     assert per.loc[1, "alpha"] == (1 + 2 + 3 + 4) / 8 / 4 + 1 / 16
     assert per.loc[0, "rho"] == pytest.approx(-1.0)  # the closer prototype scores higher in every round
     assert out["early_rounds"]["round"].tolist() == [4]
-    claim = Claim("frozen", "F degrades.", "T", "F1", "less", 0.1, resolution=0.1,
+    claim = Claim("frozen", "F degrades.", "T", "F1", "less", effect("score"), resolution=0.001,
                   ours=Read("figure", "f1_last", method="frozen"), baseline=Read("figure", "f1_pre", method="frozen"))
     ours, base, _ = claim.read(out)
     assert ours.tolist() == [0.6, 0.6] and base.tolist() == [0.8, 0.8]

@@ -18,10 +18,16 @@ functions of this module, one seed and one setting each:
 * :func:`bytes_cell`: Figure 5 (a), each method's bytes per client and round through the ledger;
 * :func:`reduced_cell`: the exercises' reduced runs (MPT's payload only).
 
+The figure and table cells also measure whether the backbone was stable at the departure
+(:func:`spread_change`: how much the remaining classes' within-class variance changes in the round
+after it), the value of the chapter's regime check; :func:`paper_lead` reads the paper's Table II
+(:data:`TABLE_II_NUIMAGES`) for the smallest effect of interest of the claim against all baselines.
+
 What the chapter reads of the frames: the claim-ready frames (:func:`table_frames`,
-:func:`figure_frames`), the numbers of its prose (:func:`data_numbers`, :func:`scenario_numbers`,
-:func:`figure_numbers`, :func:`table_numbers`, :func:`ldc_numbers`, :func:`distance_numbers`,
-:func:`cost_numbers`, :func:`exercise_numbers`, :func:`ldc_steps_numbers`), its tables (:func:`last_round_table`,
+:func:`stability_by_seed`, :func:`figure_frames`), the numbers of its prose (:func:`data_numbers`,
+:func:`scenario_numbers`, :func:`figure_numbers`, :func:`table_numbers`, :func:`ldc_numbers`,
+:func:`distance_numbers`, :func:`cost_numbers`, :func:`regime_numbers`, :func:`exercise_numbers`,
+:func:`ldc_steps_numbers`), its tables (:func:`last_round_table`,
 :func:`fraction_tables`, :func:`distance_table`, :func:`bytes_table`, :func:`time_table`) and its
 figures (:func:`plot_scenario`, :func:`plot_rounds`, :func:`plot_distances`,
 :func:`plot_distance_f1`, :func:`plot_cost`: each returns its figure closed, so that a notebook cell
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +52,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 from scipy.stats import t as student_t
 
+from fedbook.claims import RESOLUTION_SHARE, UNTESTABLE_RESOLUTION, ClaimResult
 from fedbook.intervals import interval_band, mean_interval, seed_table
 from fedbook.tables import rows_where
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, MPTServer, evaluate_history
@@ -52,7 +60,7 @@ from fedlib.data import ArrayDataset, load_dataset, plot_partition
 from fedlib.federation import DepartureScenario, make_departure_scenario
 from fedlib.heads import ccvr_calibrate
 from fedlib.loop import LoopConfig
-from fedlib.messages import from_state
+from fedlib.messages import State, from_state
 from fedlib.results import RunResult
 from fedlib.models import build_model
 from fedlib.protocol import Event
@@ -79,6 +87,13 @@ LABELS = {"fedavg": "FedAvg (softmax)", "ccvr": "CCVR", "icarl": "iCaRL-NME", "s
 
 EX_DEFAULT = "default (affine span, rare noise, Euclidean)"
 """How Exercise 3 names MPT with its default settings."""
+
+TABLE_II_NUIMAGES = pd.DataFrame(
+    {0.01: [0.384, 0.393, 0.435, 0.421, 0.516], 0.02: [0.433, 0.419, 0.436, 0.425, 0.510],
+     0.05: [0.478, 0.459, 0.456, 0.457, 0.513], 0.1: [0.479, 0.434, 0.451, 0.451, 0.509]},
+    index=pd.Index(["ccvr", "icarl", "sdc", "ldc", "mpt"], name="method")).rename_axis(columns="fraction")
+"""The paper's Table II, nuImages (Truck), three-layer CNN: the rare-class F1 of MPT and of the four
+baselines it reports (FedAvg is in Figure 4 only), by remaining fraction (the means; the ± parts left out)."""
 
 
 @dataclass(frozen=True)
@@ -222,6 +237,64 @@ class MPTStudy:
 
 
 
+def paper_lead(fractions: Sequence[float]) -> tuple[float, str]:
+    """The paper's lead of MPT over its strongest baseline for the fraction table's comparison:
+    in :data:`TABLE_II_NUIMAGES` (the paper's default data set), MPT − each baseline averaged over
+    the ``fractions`` the table reports, the smallest of them (the baseline every claim against all
+    baselines is bound by); over all four of the table's fractions when it reports none of them.
+
+    Returns
+    -------
+    (float, str)
+        The lead in F1 (0–1) and the baseline it is over.
+
+    Examples
+    --------
+    >>> lead, baseline = paper_lead([0.02, 0.1])  # (.510 − .433 + .509 − .479) / 2
+    >>> round(lead, 4), baseline
+    (0.0535, 'ccvr')
+    >>> paper_lead([0.2, 0.5])  # none reported: the table's four fractions (.512 − .4445)
+    (0.0675, 'sdc')
+    """
+    table = TABLE_II_NUIMAGES
+    cols = [c for c in table.columns if any(math.isclose(c, f) for f in fractions)] or list(table.columns)
+    means = table[cols].mean(axis=1)
+    leads = means["mpt"] - means.drop("mpt")
+    return float(leads.min()), str(leads.idxmin())
+
+
+def spread_change(server: State, departure_round: int) -> dict[str, float]:
+    r"""How much the remaining classes' within-class spread changes in the round after the departure.
+
+    The spread is the total within-class variance of the remaining classes,
+    :math:`\operatorname{tr}\Sigma_r` of the pooled covariance the server computed from round ``r``'s
+    statistics (kept in the run's history, :class:`fedlib.algorithms.mpt.KeptRound`), at the
+    departure round :math:`d` (under the model the departing client last trained) and at
+    :math:`d + 1` (after the first round of training without it). A backbone whose features have
+    settled changes it little; one still reshaping its features at the departure changes it by a
+    large factor, either way.
+
+    Returns
+    -------
+    dict of str to float
+        ``variance_departure`` (:math:`\operatorname{tr}\Sigma_d`), ``variance_after``
+        (:math:`\operatorname{tr}\Sigma_{d+1}`), ``growth`` (their ratio) and ``change``
+        (``max(growth, 1 / growth)``: the factor of the change, up or down); NaN where a round was
+        not kept (a run that ends at the departure round, no history or no scatter statistics).
+    """
+    check_int("departure_round", departure_round, low=1)
+    kept = from_state(MPTServer, server).history
+
+    def variance(r: int) -> float:
+        k = kept.get(r)
+        return float(torch.trace(k.cov)) if k is not None and k.cov is not None else float("nan")
+
+    before, after = variance(departure_round), variance(departure_round + 1)
+    growth = after / before if before > 0 and after > 0 else float("nan")
+    return {"variance_departure": before, "variance_after": after, "growth": growth,
+            "change": max(growth, 1 / growth) if math.isfinite(growth) else float("nan")}
+
+
 # ----------------------------------------------------------------- the studies' cells
 def _run_frame(**values: Any) -> pd.DataFrame:
     """One row of a cell's own values (a run's growth factor, its seconds)."""
@@ -239,7 +312,9 @@ def figure_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mo
         ``history``: the run's history (``round, method, metric, value``:
         :func:`fedlib.algorithms.mpt.evaluate_history`); ``figure_runs``: one row, MPT-lite's growth
         factor at the last round (``growth``, NaN when the run never tracked) and the run's
-        ``seconds``; ``times``: ``part, relative`` (:data:`TIME_PARTS`, over a client's local training).
+        ``seconds``; ``times``: ``part, relative`` (:data:`TIME_PARTS`, over a client's local training);
+        ``stability``: one row, the remaining classes' spread at the departure round and the round
+        after (:func:`spread_change`: ``variance_departure, variance_after, growth, change``).
     """
     start = time.perf_counter()
     ds = study.data(dataset, seed)
@@ -249,7 +324,8 @@ def figure_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mo
     times = extra_work_times(study, result, scenario, model_fn, seed)
     return {"history": history,
             "figure_runs": _run_frame(growth=float(result.server.meta.get("growth", float("nan"))), seconds=seconds),
-            "times": pd.DataFrame({"part": list(times), "relative": list(times.values())})}
+            "times": pd.DataFrame({"part": list(times), "relative": list(times.values())}),
+            "stability": _run_frame(**spread_change(result.server, study.departure_round))}
 
 
 def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str, methods: Sequence[str],
@@ -263,7 +339,8 @@ def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
         ``table``: one row per method of ``methods``, ``method, f1, n_remaining`` (the rare-class
         F1 at the last round, the remaining rare samples) and, with ``before``, ``f1_before``;
         ``table_runs``: one row, MPT-lite's growth factor at the last round (``growth``) and the
-        run's ``seconds``.
+        run's ``seconds``; ``table_stability``: one row, the remaining classes' spread at the
+        departure round and the round after (:func:`spread_change`).
 
     Raises
     ------
@@ -283,7 +360,8 @@ def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
                            **({} if pre is None else {"f1_before": float(pre[m])})} for m in methods])
     runs = _run_frame(growth=float(result.server.meta.get("growth", float("nan"))),
                       seconds=time.perf_counter() - start)
-    return {"table": table, "table_runs": runs}
+    return {"table": table, "table_runs": runs,
+            "table_stability": _run_frame(**spread_change(result.server, study.departure_round))}
 
 
 def bytes_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str,
@@ -443,6 +521,20 @@ def table_frames(table: pd.DataFrame, seeds: Sequence[int]) -> dict[str, pd.Data
             "all_seed": wide.groupby("seed").mean().loc[list(seeds)],
             "all_before": wide_before.groupby("seed").mean().loc[list(seeds)],
             "cell_means": wide.groupby(["dataset", "fraction"]).mean()}
+
+
+def stability_by_seed(stability: pd.DataFrame) -> pd.DataFrame:
+    """The table runs' :func:`spread_change` per data set and seed, the mean over the fractions (as
+    the claims per data set average their F1 over the fractions: :func:`table_frames`' ``by_seed``).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"dataset": "d", "fraction": [0.1, 0.1, 0.2, 0.2], "seed": [0, 1, 0, 1],
+    ...                   "growth": [2.0, 0.5, 1.0, 1.0], "change": [2.0, 2.0, 1.0, 1.0]})
+    >>> stability_by_seed(t)["change"].tolist()
+    [1.5, 1.5]
+    """
+    return stability.drop(columns="fraction").groupby(["dataset", "seed"]).mean()
 
 
 def _distance_f1(dist: pd.DataFrame, f1: pd.DataFrame, methods: Sequence[str],
@@ -673,6 +765,80 @@ def cost_numbers(bytes_frame: pd.DataFrame, times: pd.DataFrame, methods: Sequen
     spent = times.pivot(index="seed", columns="part", values="relative")
     return {**{f"comm_{m}": float(comm[m].mean()) for m in methods},
             **{f"time_{key}": float(spent[part].mean()) for key, part in zip(TIME_KEYS, TIME_PARTS)}}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:g} {word}{'' if n == 1 else 's'}"
+
+
+def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epochs: int, paper_local_epochs: int,
+                   test_per_class: int) -> dict[str, str]:
+    """What the claims table says of the rows that declare the regime check ``check``, in a sentence
+    built from the decided rows (it stays true for every verdict and every value of the check).
+
+    Parameters
+    ----------
+    results : mapping of str to ClaimResult
+        The decided rows (:func:`fedbook.page.claims_report`'s answer).
+    check : str
+        The regime check's key (:class:`fedbook.claims.RegimeCheck`).
+    local_epochs, paper_local_epochs : int
+        The local epochs per round of this profile and of the paper (the setting the sentence names
+        where the check fails).
+    test_per_class : int
+        The global test set's images per class: a row declaring the check that is untestable at
+        this resolution (an F1 read on this test set, one image its resolution) is told how many
+        images per class would resolve its :math:`m`.
+
+    Returns
+    -------
+    dict of str to str
+        ``regime_rows`` (the rows that declare the check) and ``regime_text``: which of them the
+        check passes and fails for, with its values, and, where it fails, the setting that would
+        make them testable.
+
+    Examples
+    --------
+    >>> from fedbook.claims import Claim, RegimeCheck, Read, effect, evaluate
+    >>> g = RegimeCheck("stable", "a factor", Read("s", "x"), "at most", 1.5, "why")
+    >>> c = Claim("a", "A.", "T", "q", "greater", effect("relative"), resolution=0.01, regimes=(g,))
+    >>> r = evaluate(c, [1.0, 1.2, 1.1], regimes=[g.check({"s": pd.DataFrame({"x": [2.0, 2.2]})})])
+    >>> regime_numbers({"a": r}, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)["regime_text"]
+    'The check “stable” (a factor; it needs at most 1.5) fails for a (2.10): after 1 local epoch per round the setting cannot test it; re-run with the paper’s 5 local epochs per round (`-p local_epochs=5`), the regime the threshold was set from, to test it.'
+    """
+    rows = {k: next(g for g in r.regimes if g.check.key == check) for k, r in results.items()
+            if any(g.check.key == check for g in r.regimes)}
+    if not rows:
+        return {"regime_rows": "none", "regime_text": f"No row declares the check “{check}”."}
+
+    def grouped(keys: list[str]) -> str:
+        by_value: dict[str, list[str]] = {}
+        for k in keys:
+            by_value.setdefault(f"{rows[k].value:.2f}", []).append(k)
+        return "; ".join(f"{', '.join(ks)} ({v})" for v, ks in by_value.items())
+
+    reading = next(iter(rows.values())).check
+    failing = [k for k, g in rows.items() if not g.passes]
+    passing = [k for k in rows if k not in failing]
+    head = f"The check \N{LEFT DOUBLE QUOTATION MARK}{check}\N{RIGHT DOUBLE QUOTATION MARK} ({reading.quantity}; " \
+           f"it needs {reading.op} {reading.threshold:g})"
+    said = f"{head} passes for {grouped(passing)}" if passing else head
+    parts = [said] if passing else []
+    if failing:
+        them = "it" if len(failing) == 1 else "them"
+        paper = f"the paper\N{RIGHT SINGLE QUOTATION MARK}s {_plural(paper_local_epochs, 'local epoch')}"
+        parts.append(f"{said if not passing else 'It'} fails for {grouped(failing)}: after "
+                     f"{_plural(local_epochs, 'local epoch')} per round the setting cannot test {them}; re-run with "
+                     f"{paper} per round (`-p local_epochs={paper_local_epochs}`), the regime the threshold was set "
+                     f"from, to test {them}")
+    coarse = [k for k in rows if results[k].verdict == UNTESTABLE_RESOLUTION]
+    if coarse:
+        needed = max(math.ceil(1 / (RESOLUTION_SHARE * results[k].claim.min_effect) - 1e-9) for k in coarse)
+        parts.append(f"{', '.join(coarse)} {'is' if len(coarse) == 1 else 'are'} untestable at this resolution "
+                     f"whatever the check reads: one rare-class test image of {test_per_class} is {1 / test_per_class:.3g} F1, above a "
+                     f"quarter of {'its' if len(coarse) == 1 else 'their'} m; a global test set of at least "
+                     f"{needed} images per class resolves {'it' if len(coarse) == 1 else 'them'}")
+    return {"regime_rows": ", ".join(rows), "regime_text": ". ".join(parts) + "."}
 
 
 def exercise_numbers(drift: Mapping[str, pd.DataFrame], fractions: Mapping[str, pd.DataFrame], *,
@@ -1033,10 +1199,11 @@ def plot_cost(history: pd.DataFrame, bytes_frame: pd.DataFrame, times: pd.DataFr
     return fig
 
 
-__all__ = ["EX_DEFAULT", "LABELS", "MPTStudy", "TIME_KEYS", "TIME_PARTS", "bytes_cell", "bytes_table", "cost_numbers",
-           "data_numbers", "data_sizes", "distance_numbers", "distance_table", "exercise_numbers", "extra_work_times",
-           "figure_cell", "figure_frames", "figure_numbers", "fraction_tables", "history_value", "last_round_table",
-           "ldc_numbers", "ldc_steps_numbers", "mean_at", "median_seconds", "per_seed", "plot_cost",
-           "plot_distance_f1", "plot_distances", "plot_rounds", "plot_scenario", "reduced_cell", "round_axis",
-           "scenario_numbers", "seed_curves", "sizes_text", "table_cell", "table_frames",
-           "table_numbers", "time_table"]
+__all__ = ["EX_DEFAULT", "LABELS", "MPTStudy", "TABLE_II_NUIMAGES", "TIME_KEYS", "TIME_PARTS", "bytes_cell",
+           "bytes_table", "cost_numbers", "data_numbers", "data_sizes", "distance_numbers", "distance_table",
+           "exercise_numbers", "extra_work_times", "figure_cell", "figure_frames", "figure_numbers", "fraction_tables",
+           "history_value", "last_round_table", "ldc_numbers", "ldc_steps_numbers", "mean_at", "median_seconds",
+           "paper_lead", "per_seed", "plot_cost", "plot_distance_f1", "plot_distances", "plot_rounds",
+           "plot_scenario", "reduced_cell", "regime_numbers", "round_axis", "scenario_numbers", "seed_curves",
+           "sizes_text", "spread_change", "stability_by_seed", "table_cell", "table_frames", "table_numbers",
+           "time_table"]
