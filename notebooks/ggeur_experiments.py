@@ -195,8 +195,9 @@ print(f"profile {P.profile}: seeds {FULL} (headline claims: {SEEDS}), betas {P.b
 #   every domain carries class signal. Every row that reads the domain-skew runs or their encoder
 #   (the gains, steps and STD rows, the peers, Figure 6 and the domain control) carries the check
 #   "signal in every domain": a linear probe fitted on each domain's frozen train embeddings must
-#   reach {glue:text}`probe_threshold:.0f` % on that domain's test embeddings, in every seed
-#   (five times chance, and below the paper's weakest domain under CLIP:
+#   reach {glue:text}`probe_threshold:.0f` % on that domain's test embeddings, on average over
+#   the seeds, in every domain (the check reads each domain's mean over the seeds and takes the
+#   weakest, so that more seeds sharpen it rather than draw a lower minimum from more noise; five times chance, and below the paper's weakest domain under CLIP:
 #   {data}`~fedbook.studies.ggeur_experiments.PROBE_THRESHOLD` gives the reason). A row whose
 #   check fails reads "untestable in this setting";
 # - the convergence sentence has two halves, faster and smoother: two rows (the lead after
@@ -257,11 +258,11 @@ R.update(res_label=RES_LABEL, res_dom=RES_DOM, res_sim=RES_SIM, res_share=RES_SH
          label_paper_betas=", ".join(f"β = {b}" for b in P.betas if b in PAPER_LABEL_GAIN) or "none of this run's concentrations")
 # The regime check of every domain-skew row, fixed before the runs (gg.PROBE_THRESHOLD gives the reason): every domain of every
 # seed must carry class signal in its frozen embeddings (frame "probe", gg.probe_rows; one unit per seed and domain)
-SIGNAL = RegimeCheck("signal in every domain", "linear-probe test accuracy of the weakest domain and seed, %",
+SIGNAL = RegimeCheck("signal in every domain", "linear-probe test accuracy of the weakest domain, mean over the seeds, %",
                      Read("probe", gg.PROBE), "at least", gg.PROBE_THRESHOLD,
                      "a domain whose frozen embeddings a linear classifier cannot read carries no class signal for GGEUR's "
                      "augmentation or any classifier to use; the threshold is five times chance on ten classes and below "
-                     "the paper's weakest domain under CLIP (SVHN, 56.36 % for FedAvg, Table 4)", summary="min")
+                     "the paper's weakest domain under CLIP (SVHN, 56.36 % for FedAvg, Table 4)", summary="min", by="domain")
 DOM_REGIMES = (SIGNAL,)
 Q_ABS = ("Extensive experimental results demonstrate that our method significantly enhances the performance of existing "
          "approaches in handling highly heterogeneous data, including scenarios with label skew, domain skew, and their "
@@ -543,9 +544,9 @@ probe_table
 # exactly zero and its embeddings' mean norm is {glue:text}`probe_weak_norm:.2f`; the other domains
 # reach at least {glue:text}`probe_rest_acc:.1f` %, with at most {glue:text}`probe_rest_zeros:.1f` %
 # zero coordinates and a mean norm of at least {glue:text}`probe_rest_norm:.2f`. The check reads the
-# lowest accuracy of any domain and seed, {glue:text}`probe_min:.1f` % ({glue:text}`probe_min_domain`,
-# seed {glue:text}`probe_min_seed`), against {glue:text}`probe_threshold:.0f` %:
-# {glue:text}`probe_reading`.
+# weakest domain's mean over the seeds, {glue:text}`probe_weak_acc:.1f` %, against
+# {glue:text}`probe_threshold:.0f` % (the lowest single seed: {glue:text}`probe_min:.1f` %,
+# {glue:text}`probe_min_domain` in seed {glue:text}`probe_min_seed`): {glue:text}`probe_reading`.
 
 # %% [markdown]
 # ## Geometry similarity between domains (Figure 6)
@@ -614,7 +615,7 @@ table
 # {glue:text}`headline_decided` of them are decided, and the median half-width of their {glue:text}`level_pct:.0f` %
 # intervals is {glue:text}`headline_half_width:.1f` points. The controls below them are the
 # book's own questions, decided by the same rule and not counted. Every domain-skew row carries
-# the check "signal in every domain", whose value here is {glue:text}`probe_min:.1f` % against
+# the check "signal in every domain", whose value here is {glue:text}`probe_weak_acc:.1f` % against
 # {glue:text}`probe_threshold:.0f` %: {glue:text}`probe_reading`.
 
 # %% tags=["hide-input"]
@@ -636,8 +637,8 @@ display(Markdown("**The claims read with their controls.** " + gg.claims_reading
 # encoder was trained on {glue:text}`dom_enc_sees`; an encoder that has seen every domain may
 # leave less domain skew for step 2 to remove (exercise 3 tests this), and the domain-skew rows are
 # testable only where it gives every domain class signal (the weakest domain here,
-# {glue:text}`probe_weak`, reaches {glue:text}`probe_weak_acc:.1f` % on average, against the
-# check's {glue:text}`probe_threshold:.0f` % in every seed). The whole page took
+# {glue:text}`probe_weak`, reaches {glue:text}`probe_weak_acc:.1f` % on average over the seeds,
+# against the check's {glue:text}`probe_threshold:.0f` %). The whole page took
 # {glue:text}`total_seconds:.0f` s to compute.
 #
 # ## Exercises

@@ -135,4 +135,17 @@ def test_the_rule_figure_in_the_repository_is_the_one_the_code_draws_and_the_rea
     # the reading page says the rule's constants in words: keep them in step with the code
     assert EFFECT_SHARE == 0.5 and "takes half the gain the paper reports" in reading
     assert RESOLUTION_SHARE == 0.25 and "more than a quarter of $m$" in reading
-    assert [k.default for k in EFFECT_KINDS.values()] == [1.0, 0.01, 0.1, 0.1, 0.05, 1.0]
+    assert [k.default for k in EFFECT_KINDS.values()] == [1.0, 0.01, 0.1, 0.1, 0.05, 0.2]
+    assert "0.2 of a within-class standard deviation" in reading
+
+
+def test_a_record_of_the_old_rule_is_refused_by_name_and_not_compared(builds, tmp_path):
+    old = json.loads((Path(builds["smoke"]) / "x.json").read_text())
+    for r in old["claims"]:
+        del r["m"]
+    (Path(builds["smoke"]) / "x.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"predates the book's smallest-effect rule .* rebuild the chapter 'x'"):
+        read_findings(builds["smoke"], [("X paper", ["x"])])
+    findings = read_findings(builds["book"], [("X paper", ["x"])])[0]
+    changes = verdict_changes(findings, builds, "book", [("X paper", ["x"])])
+    assert changes["ex1_text"].startswith("The smoke-profile build on this machine is older than this page's rule")

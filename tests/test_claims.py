@@ -69,8 +69,8 @@ def test_planted_effects_are_found_and_mirror_under_the_other_direction(name, di
     assert result.interval.n == n and result.interval.method == "t"
 
 
-def test_a_null_effect_is_rarely_decided_either_way():
-    # with min_effect 0, a null effect on 3 seeds is decided (either way) in about 5 % of experiments
+def test_at_a_zero_m_a_null_effect_is_rarely_decided_either_way():
+    # with m (practically) 0, a null effect sits on m: on 3 seeds it is decided (either way) in about 5 % of experiments
     rng = np.random.default_rng(3)
     counts = tally([evaluate(_claim(), rng.normal(0.0, 1.0, 3)) for _ in range(1000)])
     assert 0.03 <= (counts[HOLDS] + counts[DOES_NOT_HOLD]) / 1000 <= 0.07, counts
@@ -685,9 +685,8 @@ def test_every_baseline_holds_only_if_every_interval_clears_and_fails_on_one_at_
     assert ClaimResult(c, opposite["B"], opposite).shortfall == OPPOSITE
     just = {**clear, "B": iv(0.5 - 1.01, 1.0)}  # below +0.5 at 95 %, not at the Bonferroni level
     assert decide(_claim("greater", 0.5), just["B"]) == DOES_NOT_HOLD and decide(c, just) == INCONCLUSIVE
-    for direction in ("less",):  # mirror
-        mirrored = {k: Interval(-v.mean, -v.high, -v.low, 5, 0.95, "t") for k, v in below.items()}
-        assert decide(_claim(direction, 0.5, versus=("A", "B", "C")), mirrored) == DOES_NOT_HOLD
+    mirrored = {k: Interval(-v.mean, -v.high, -v.low, 5, 0.95, "t") for k, v in below.items()}
+    assert decide(_claim("less", 0.5, versus=("A", "B", "C")), mirrored) == DOES_NOT_HOLD
     at_most = {k: Interval(-v.mean, -v.high, -v.low, 5, 0.95, "t") for k, v in
                {**clear, "B": iv(-0.5 - 1.01 * ratio, 1.0)}.items()}  # beyond the tolerance the other way
     assert decide(_claim("at most", 0.5, versus=("A", "B", "C")), at_most) == DOES_NOT_HOLD
@@ -942,8 +941,6 @@ def test_a_regime_check_reads_its_quantity_from_the_same_results_and_summarizes_
     assert (best.check(_runs()).value, best.check(_runs()).passes) == (95.0, True)
     assert dataclasses.replace(worst, threshold=31.0).check(_runs()).passes  # on the threshold: passes
     assert growth.check({"runs": _runs()["runs"]}) is None  # not computed at this profile
-    with pytest.raises(ValueError, match="finite values"):
-        growth.check({"stability": pd.DataFrame({"seed": [0], "growth": [float("nan")]})})
 
 
 def test_a_failed_regime_check_makes_the_row_untestable_in_this_setting_and_names_the_check():
@@ -990,3 +987,26 @@ def test_a_tie_counts_half_and_against_a_tuple_a_seed_counts_when_ours_beats_eve
     assert r.improvement.wins == 2 and r.improvement.n == 3
     boot = evaluate(_claim(), [1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0], over="test samples", seed=0)
     assert str(boot.improvement).endswith("of 4 test samples") and boot.improvement.wins == 3.0
+
+
+def test_a_regime_check_that_cannot_be_computed_fails_and_says_so():
+    stable = RegimeCheck("backbone stable", "spread change, ×", Read("stability", "change"), "at most", 1.5, "why")
+    reading = stable.check({"stability": pd.DataFrame({"seed": [0, 1], "change": [1.1, float("nan")]})})
+    assert math.isnan(reading.value) and not reading.passes  # a run that ends at the departure round, say
+    assert reading.text() == "backbone stable: spread change, × not computable in this setting (needs at most 1.5)"
+    r = evaluate(_claim(regimes=(stable,)), [1.0, 2.0, 3.0], regimes=[reading])
+    assert r.verdict == UNTESTABLE_SETTING and "not computable" in r.verdict_text()
+    frame = pd.DataFrame({"seed": [0, 0, 1, 1], "domain": ["a", "b"] * 2, "acc": [90.0, 40.0, 92.0, 70.0]})
+    probe = RegimeCheck("signal", "probe, %", Read("probe", "acc"), "at least", 50.0, "why", summary="min", by="domain")
+    assert probe.check({"probe": frame.set_index(["seed", "domain"])}).value == 55.0  # b's mean, not its worst seed
+    with pytest.raises(ValueError, match=r"by='dataset' is not a unit of Read\('probe', 'acc'\); valid: \['seed', 'domain'\]"):
+        dataclasses.replace(probe, by="dataset").check({"probe": frame.set_index(["seed", "domain"])})
+    with pytest.raises(ValueError, match="effect must be an Effect"):
+        Claim("k", "q", "s", "x", "greater", 1.0, resolution=0.1, effect=1.0)
+
+
+def test_the_outcome_splits_does_not_hold_by_its_kind():
+    from fedbook.claims import OUTCOMES
+    c = _claim("greater", 0.5)
+    outcomes = [evaluate(c, v).outcome for v in ([2.0, 3.0, 2.5], [0.2, 0.3, 0.25], [-2.0, -3.0, -2.5], [1.0])]
+    assert outcomes == [HOLDS, SMALLER, OPPOSITE, INCONCLUSIVE] and set(outcomes) <= set(OUTCOMES)

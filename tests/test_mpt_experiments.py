@@ -200,9 +200,10 @@ def test_spread_change_is_the_ratio_of_the_kept_covariances_traces(study):
 def test_paper_lead_is_table_ii_mpt_minus_its_strongest_baseline():
     t = M.TABLE_II_NUIMAGES
     assert t.loc["mpt", 0.01] == 0.516 and t.loc["sdc", 0.02] == 0.436  # the abstract's 1 %, the default 2 %
-    lead, over = paper_lead([0.02, 0.1])
+    lead, over, used = paper_lead([0.02, 0.1])
+    assert used == [0.02, 0.1]
     assert over == "ccvr" and lead == pytest.approx(((0.510 - 0.433) + (0.509 - 0.479)) / 2)
-    assert paper_lead([0.01]) == (pytest.approx(0.516 - 0.435), "sdc")  # the abstract's 8.1 %p
+    assert paper_lead([0.01]) == (pytest.approx(0.516 - 0.435), "sdc", [0.01])  # the abstract's 8.1 %p
     assert paper_lead([0.02, 0.1, 0.3]) == paper_lead([0.02, 0.1])  # a fraction the table lacks is left out
     assert paper_lead([0.3]) == paper_lead(list(t.columns))  # none reported: all four
 
@@ -229,7 +230,7 @@ def test_regime_numbers_say_where_the_check_passes_fails_and_what_would_test_the
     assert out["regime_text"] == (
         "The check “stable” (a factor; it needs at most 1.5) passes for c (1.30). It fails for a, b (2.25): "
         "after 1 local epoch per round the setting cannot test them; re-run with the paper’s 5 local epochs per "
-        "round (`-p local_epochs=5`), the regime the threshold was set from, to test them. b is untestable at this "
+        "round (`-p local_epochs=5`) to test them. b is untestable at this "
         "resolution whatever the check reads: one rare-class test image of 40 is 0.025 F1, above a quarter of its "
         "m; a global test set of at least 400 images per class resolves it.")
     passing = regime_numbers({"c": results["c"]}, "stable", local_epochs=5, paper_local_epochs=5, test_per_class=600)

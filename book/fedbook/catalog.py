@@ -273,6 +273,9 @@ def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence
                 missing.append(name)
                 continue
             for r in json.loads(path.read_text(encoding="utf-8")).get("claims", ()):
+                if "m" not in r:  # a record of the rule before the smallest effect of interest: not comparable
+                    raise ValueError(f"the record {path} predates the book's smallest-effect rule (its claims carry no "
+                                     f"'m'): rebuild the chapter {name!r} (book/build.py --only {name})")
                 rows.append({"paper": part, "chapter": name, "key": r["key"], "kind": r["kind"], "headline": r["headline"],
                              "quote": r["quote"], "source": r["source"], "quantity": r["quantity"], "verdict": r["verdict"],
                              "shortfall": r.get("shortfall") or "", "verdict text": r.get("verdict_text", r["verdict"]),
@@ -518,7 +521,12 @@ def verdict_changes(findings: pd.DataFrame, records: Mapping[str, str | os.PathL
     exist. Returns ``ex1_text`` and ``ex1_table`` (a table, :func:`fedbook.page.show_table`)."""
     other = "smoke" if profile != "smoke" else "book"
     folder = (records or {}).get(other)
-    theirs = read_findings(folder, parts)[0] if folder and Path(folder).exists() else None
+    try:
+        theirs = read_findings(folder, parts)[0] if folder and Path(folder).exists() else None
+    except ValueError as stale:  # that build predates the rule: say so, do not compare across rules
+        return {"ex1_text": f"The {other}-profile build on this machine is older than this page's rule ({stale}); "
+                f"rebuild it and re-run this page to compare.",
+                "ex1_table": show_table(pd.DataFrame({"note": [f"the {other} build is stale"]}), index=False)}
     if theirs is None or theirs.empty:
         return {"ex1_text": f"This machine has no {other}-profile build to compare with: build it and re-run this page.",
                 "ex1_table": show_table(pd.DataFrame({"note": [f"no {other} build"]}), index=False)}

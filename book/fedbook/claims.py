@@ -63,6 +63,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import math
@@ -159,7 +160,8 @@ EFFECT_KINDS = {k.name: k for k in (
     EffectKind("relative", 0.1, "a relative difference (a ratio − 1, a share of the quantity's own size)",
                "10 % of the quantity's own size"),
     EffectKind("log10 ratio", 0.05, "a difference of base-10 logarithms of a ratio", "a factor of 10^0.05, about 1.12"),
-    EffectKind("count", 1.0, "a count (clients, rounds, clusters)", "one unit of the count"),
+    EffectKind("standardized", 0.2, "a difference in within-class standard deviations (a Mahalanobis distance, an "
+               "effect size)", "Cohen's 'small' standardized effect"),
 )}
 """The declared default smallest effect of interest of each kind of quantity (:func:`effect`)."""
 
@@ -227,7 +229,7 @@ def effect(kind: str, paper: float | None = None, *, share: float = EFFECT_SHARE
     >>> effect("percent")
     Traceback (most recent call last):
     ...
-    ValueError: unknown effect kind 'percent'; valid: 'points', 'score', 'correlation', 'relative', 'log10 ratio', 'count'
+    ValueError: unknown effect kind 'percent'; valid: 'points', 'score', 'correlation', 'relative', 'log10 ratio', 'standardized'
     """
     if kind not in EFFECT_KINDS:
         raise ValueError(f"unknown effect kind {kind!r}; valid: {', '.join(map(repr, EFFECT_KINDS))}")
@@ -395,7 +397,17 @@ class RegimeCheck:
     why : str
         Why a setting outside it cannot test the claim.
     summary : {"mean", "min", "max"}, default "mean"
-        How the units' values become one number (``"min"`` where *every* domain must pass).
+        How the values become one number: over the seeds, the mean; with ``by``, over the groups
+        of their means (``"min"`` where *every* domain must pass).
+    by : str, optional
+        A column or index level of the read's units (``"domain"``): the values are first averaged
+        over the seeds within each of its groups, then summarized over the groups. The book's
+        policy: a check reads the mean over seeds of each thing that must pass (each domain, each
+        data set), then the worst of them, so that adding seeds sharpens the check rather than
+        drawing a lower minimum from more noise.
+
+    A value that cannot be computed (NaN: a run that ends at the departure round, say) fails the
+    check, and the verdict says so.
 
     Examples
     --------
@@ -406,6 +418,10 @@ class RegimeCheck:
     >>> reading = probe.check({"probe": pd.DataFrame({"domain": ["a", "b"], "acc": [91.0, 31.0]})})
     >>> reading.passes, reading.text()
     (False, 'signal in every domain: linear-probe accuracy of the worst domain, % = 31 (needs at least 50)')
+    >>> seeds = pd.DataFrame({"seed": [0, 0, 1, 1], "domain": ["a", "b", "a", "b"], "acc": [91.0, 48.0, 89.0, 56.0]})
+    >>> by_unit = {"probe": seeds.set_index(["seed", "domain"])}  # the units: a seed and a domain
+    >>> dataclasses.replace(probe, by="domain").check(by_unit).value  # domain b: the mean of 48 and 56
+    52.0
     """
 
     key: str
@@ -415,8 +431,11 @@ class RegimeCheck:
     threshold: float
     why: str
     summary: str = "mean"
+    by: str | None = None
 
     def __post_init__(self) -> None:
+        if self.by is not None and (not isinstance(self.by, str) or not self.by):
+            raise ValueError(f"RegimeCheck.by must be a column or index level's name or None, got {self.by!r}")
         for name in ("key", "quantity", "why"):
             value = getattr(self, name)
             if not isinstance(value, str) or not value.strip():
@@ -437,9 +456,16 @@ class RegimeCheck:
         values = self.read(results)
         if values is None:
             return None
+        if len(values) == 0:
+            raise ValueError(f"RegimeCheck {self.key!r}: {self.read!r} selects no value")
+        if self.by is not None:
+            levels = [n for n in values.index.names if n is not None]
+            if self.by not in levels:
+                raise ValueError(f"RegimeCheck {self.key!r}: by={self.by!r} is not a unit of {self.read!r}; valid: {levels}")
+            values = values.groupby(level=self.by, sort=False).mean()  # each group's mean over the seeds
         x = values.to_numpy(dtype=np.float64)
-        if len(x) == 0 or not np.isfinite(x).all():
-            raise ValueError(f"RegimeCheck {self.key!r}: {self.read!r} must give finite values, got {x.tolist()}")
+        if np.isinf(x).any() or np.isnan(x).any():  # not computed in this setting: the check fails, and says so
+            return RegimeReading(self, math.nan)
         return RegimeReading(self, float(getattr(np, self.summary)(x)))
 
     def describe(self) -> str:
@@ -456,24 +482,30 @@ class RegimeReading:
 
     @property
     def passes(self) -> bool:
-        """Whether the value meets the threshold (a value on the threshold passes)."""
+        """Whether the value meets the threshold (a value on the threshold passes; NaN, a value
+        the setting could not compute, fails)."""
         c = self.check
         return self.value >= c.threshold if c.op == "at least" else self.value <= c.threshold
 
     def text(self) -> str:
         """``"<key>: <quantity> = <value> (needs at least <threshold>)"``."""
         c = self.check
-        return f"{c.key}: {c.quantity} = {_score(self.value)} (needs {c.op} {_score(c.threshold)})"
+        value = "not computable in this setting" if math.isnan(self.value) else f"= {_score(self.value)}"
+        return f"{c.key}: {c.quantity} {value} (needs {c.op} {_score(c.threshold)})"
 
 
 @dataclass(frozen=True)
 class Improvement:
     r"""The probability of improvement over paired units: how often ours beats the comparator.
 
-    The share of units (seeds) in which the difference lies in the claimed direction (a tie
-    counts one half; against every baseline of a tuple, a unit counts when ours beats all of
-    them), with the Wilson score interval at the claim's level, the count a reader asks for
-    beside the mean ("in how many seeds?", rliable's probability of improvement for paired runs).
+    The share of units (seeds) in which the difference lies in the claimed direction, beyond 0
+    (for a non-inferiority claim too: "how often is ours ahead", beside its tolerance), a tie
+    counting one half; against every baseline of a tuple, a unit counts when ours beats all of
+    them. With its Wilson score interval at the claim's level: the count a reader asks for beside
+    the mean ("in how many seeds?"). It is the paired analogue of rliable's probability of
+    improvement, which compares unpaired runs (:math:`P(X > Y)` over all pairs of runs); our
+    seeds are paired (both sides share a seed's partition and test sets), so the sign of each
+    seed's difference is the natural count.
 
     .. math:: \hat p = w / n, \qquad \frac{\hat p + z^2/2n \pm z\sqrt{\hat p(1-\hat p)/n + z^2/4n^2}}{1 + z^2/n}
 
@@ -667,8 +699,10 @@ class Claim:
             m = m.m
         elif m is None:
             m = r / RESOLUTION_SHARE
-        if self.effect is not None and (not isinstance(self.effect, Effect) or not is_real(m) or self.effect.m != m):
-            object.__setattr__(self, "effect", None)  # a number that is not the rule's (dataclasses.replace keeps it)
+        if self.effect is not None and not isinstance(self.effect, Effect):
+            raise ValueError(f"claim {self.key!r}: effect must be an Effect (fedbook.claims.effect) or None, got {self.effect!r}")
+        if self.effect is not None and (not is_real(m) or self.effect.m != m):
+            object.__setattr__(self, "effect", None)  # replaced by a number that is not the rule's: declared by hand
         if not is_real(m) or not (math.isfinite(m) and m > 0):
             raise ValueError(f"claim {self.key!r}: min_effect must be an Effect (fedbook.claims.effect) or a finite "
                              f"number > 0 (None: the resolution / {RESOLUTION_SHARE:g}), got {m!r}")
@@ -1095,6 +1129,12 @@ class ClaimResult:
         if v == UNTESTABLE_SETTING:
             return f"{v}: " + "; ".join(r.text() for r in self.failed)
         return v
+
+    @property
+    def outcome(self) -> str:
+        """The verdict, with a "does not hold" replaced by its kind (:data:`SMALLER` or
+        :data:`OPPOSITE`): one of six outcomes a chapter can word a sentence for."""
+        return self.shortfall or self.verdict
 
     @property
     def binding(self) -> str | None:
@@ -1699,7 +1739,11 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
     )
 
 
-__all__ = ["DIRECTIONS", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SHARE", "HOLDS", "INCONCLUSIVE", "KINDS",
+OUTCOMES = (HOLDS, SMALLER, OPPOSITE, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING)
+"""Every :attr:`ClaimResult.outcome`: the verdicts, with "does not hold" split by its kind."""
+
+
+__all__ = ["DIRECTIONS", "OUTCOMES", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SHARE", "HOLDS", "INCONCLUSIVE", "KINDS",
            "MAX_SEEDS", "NOT_AT_THIS_MEAN", "OPPOSITE", "OVER", "REGIME_OPS", "REGIME_SUMMARIES", "RESOLUTION_SHARE",
            "SHORTFALLS", "SMALLER", "TABLE_COLUMNS", "UNTESTABLE", "UNTESTABLE_RESOLUTION", "UNTESTABLE_SETTING",
            "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Effect", "EffectKind", "Improvement",

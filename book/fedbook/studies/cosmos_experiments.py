@@ -1071,7 +1071,7 @@ def local_reading(result: ClaimResult) -> str:
     >>> local_reading(evaluate(c, [0.2, 0.3, 0.25])).endswith("is smaller than the declared m")
     True
     """
-    return LOCAL_READINGS[result.shortfall or result.verdict]
+    return LOCAL_READINGS[result.outcome]
 
 
 def verdicts(report: Mapping[str, ClaimResult], claims: Sequence[Claim], *, comm_ratio: float) -> dict:

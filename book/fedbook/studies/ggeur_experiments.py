@@ -264,7 +264,7 @@ VS_COPIES = {HOLDS: "generated samples beat copies of real samples at the same c
                            "effect of interest stays open at this scale",
              **UNTESTABLE_WORDS}
 """The rebalancing-only control's outcome in words (:func:`claims_reading`), by verdict, a "does not hold" by its kind
-(:func:`outcome`)."""
+(:attr:`fedbook.claims.ClaimResult.outcome`)."""
 VS_STEPS = {HOLDS: "the lead survives giving the baseline GGEUR's local steps",
             SMALLER: "GGEUR's lead over the baseline given its local steps, if any, is smaller than the smallest effect of "
                      "interest",
@@ -272,21 +272,7 @@ VS_STEPS = {HOLDS: "the lead survives giving the baseline GGEUR's local steps",
             INCONCLUSIVE: "whether the lead survives giving the baseline GGEUR's local steps stays open at this scale",
             **UNTESTABLE_WORDS}
 """A matched-steps control's outcome in words (:func:`claims_reading`), by verdict, a "does not hold" by its kind
-(:func:`outcome`)."""
-
-
-def outcome(result: ClaimResult) -> str:
-    """The key of a decided row in :data:`VS_COPIES` and :data:`VS_STEPS`: its verdict, or, for a
-    "does not hold", its kind (:data:`fedbook.claims.SMALLER` or :data:`fedbook.claims.OPPOSITE`).
-
-    Examples
-    --------
-    >>> from fedbook.claims import Claim, effect, evaluate
-    >>> c = Claim("x", "q", "s", "accuracy, X − Y, points", "greater", effect("points"), resolution=0.1)
-    >>> [outcome(evaluate(c, v)) for v in ([2.0, 3.0, 2.5], [-2.0, -3.0, -2.5], [0.2, 0.3, 0.25], [1.0])]
-    ['holds', 'the opposite direction', 'smaller than claimed', 'inconclusive at this scale']
-    """
-    return result.shortfall or result.verdict
+(:attr:`fedbook.claims.ClaimResult.outcome`)."""
 
 
 def claims_reading(results: Mapping[str, ClaimResult], betas: Sequence[float]) -> str:
@@ -303,7 +289,7 @@ def claims_reading(results: Mapping[str, ClaimResult], betas: Sequence[float]) -
         return results[key].verdict
 
     def o(key):
-        return outcome(results[key])
+        return results[key].outcome
 
     def s(key):
         return says(results[key])
@@ -1102,9 +1088,10 @@ def probe_numbers(probe: pd.DataFrame, threshold: float, names: Sequence[str], l
     seed) and the check's ``threshold`` (%): the table per domain of ``names`` (the probe accuracy,
     the zero coordinates and the mean norm, each the mean ± the half-width of its interval over
     the seeds at ``level``) and the numbers ``probe_min`` (the lowest accuracy of any domain and
-    seed: the check's value), ``probe_min_domain``, ``probe_min_seed``, ``probe_threshold``,
-    ``probe_failed`` (how many domain-and-seed units fall below it, of ``probe_units``), the
-    accuracy, zeros and norm of the weakest domain (``probe_weak_*``, means over the seeds) and of
+    seed), ``probe_min_domain``, ``probe_min_seed``, ``probe_threshold``, ``probe_failed`` (how
+    many domains' means over the seeds fall below it, of ``probe_domains``), the accuracy, zeros
+    and norm of the weakest domain (``probe_weak_*``, means over the seeds; its accuracy is the
+    check's value) and of
     the others (``probe_rest_*``: the lowest accuracy, the lowest zeros and norm ranges), and
     ``probe_reading``: whether the check passes and, where it fails, what setting would make the
     domain-skew rows testable.
@@ -1114,8 +1101,8 @@ def probe_numbers(probe: pd.DataFrame, threshold: float, names: Sequence[str], l
     >>> probe = pd.DataFrame({"seed": [0, 0, 1, 1], "domain": ["a", "b"] * 2, PROBE: [90.0, 30.0, 88.0, 60.0],
     ...                       ZEROS: [80.0, 99.0, 81.0, 97.0], NORM: [8.0, 0.2, 9.0, 1.0]}).set_index(["seed", "domain"])
     >>> n, _ = probe_numbers(probe, 50.0, ["a", "b"])
-    >>> n["probe_min"], n["probe_min_domain"], n["probe_failed"], n["probe_units"], n["probe_weak_acc"]
-    (30.0, 'b', 1, 4, 45.0)
+    >>> n["probe_min"], n["probe_min_domain"], n["probe_failed"], n["probe_domains"], n["probe_weak_acc"]
+    (30.0, 'b', 1, 2, 45.0)
     >>> n["probe_reading"].split(":")[0]
     'the check fails'
     """
@@ -1125,22 +1112,23 @@ def probe_numbers(probe: pd.DataFrame, threshold: float, names: Sequence[str], l
     per_domain = tidy.groupby("domain")[[PROBE, ZEROS, NORM]].mean().reindex(list(names))
     weak = str(per_domain[PROBE].idxmin())
     rest = per_domain.drop(index=weak)
-    failed = int((acc < threshold).sum())
+    below = per_domain[PROBE] < threshold  # the check: each domain's mean over the seeds
+    failed = int(below.sum())
     out = {"probe_min": float(acc.min()), "probe_min_domain": str(worst[1]), "probe_min_seed": int(worst[0]),
-           "probe_threshold": float(threshold), "probe_failed": failed, "probe_units": int(len(acc)),
+           "probe_threshold": float(threshold), "probe_failed": failed, "probe_domains": int(len(per_domain)),
            "probe_weak": weak, "probe_weak_acc": float(per_domain.loc[weak, PROBE]),
            "probe_weak_zeros": float(per_domain.loc[weak, ZEROS]), "probe_weak_norm": float(per_domain.loc[weak, NORM]),
            "probe_rest_acc": float(rest[PROBE].min()) if len(rest) else float("nan"),
            "probe_rest_zeros": float(rest[ZEROS].max()) if len(rest) else float("nan"),
            "probe_rest_norm": float(rest[NORM].min()) if len(rest) else float("nan")}
-    failing = sorted({str(d) for (_, d), a in acc.items() if a < threshold}, key=list(names).index)
+    failing = [str(d) for d in per_domain.index[below]]
     out["probe_reading"] = (
-        f"the check fails: {failed} of the {len(acc)} domain-and-seed pairs fall below it ({', '.join(failing)}), so every "
+        f"the check fails: {failed} of the {len(per_domain)} domains fall below it on average ({', '.join(failing)}), so every "
         "domain-skew row reads “untestable in this setting”: a domain whose frozen embeddings a linear classifier cannot "
         "read cannot show what GGEUR's augmentation does to it. The rows become testable with an encoder, pre-trained on "
         "other data, that separates the classes of every domain, as CLIP does in the paper (the `clip_checkpoint` "
         "option loads one)" if failed else
-        "the check passes: every domain of every seed carries class signal, so the domain-skew rows are testable in this "
+        "the check passes: every domain carries class signal on average over the seeds, so the domain-skew rows are testable in this "
         "setting, as far as this check goes")
     long = tidy.melt(id_vars=["seed", "domain"], value_vars=[PROBE, ZEROS, NORM], var_name="column", value_name="value")
     table = seed_table(long, "domain", "column", "value", digits=1, level=level).reindex(index=list(names), columns=[PROBE, ZEROS, NORM])
@@ -1381,6 +1369,6 @@ __all__ = ["ABLATION_BASES", "BASES", "DIFFERENT", "DOMAINS", "DOM_ORDER", "Doma
            "SAME", "SEES_TEXT", "SIZE_NAMES", "STEP1", "STEPS12", "UNTESTABLE_WORDS", "VS_COPIES", "VS_STEPS", "ZEROS",
            "chapter_frames", "claims_reading", "cost_summary", "curve_drops", "diagonal_gap", "domain_cell",
            "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "exercise1",
-           "exercise2", "exercise2_totals", "exercise3", "label_cell", "label_numbers", "label_table", "of_seed", "outcome",
+           "exercise2", "exercise2_totals", "exercise3", "label_cell", "label_numbers", "label_table", "of_seed",
            "plot_label_curves", "plot_similarity", "probe_numbers", "probe_rows", "setting_numbers", "similarity_numbers",
            "similarity_rows", "substitutions", "swing_reading", "yardstick"]

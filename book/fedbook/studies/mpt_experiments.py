@@ -237,7 +237,7 @@ class MPTStudy:
 
 
 
-def paper_lead(fractions: Sequence[float]) -> tuple[float, str]:
+def paper_lead(fractions: Sequence[float]) -> tuple[float, str, list[float]]:
     """The paper's lead of MPT over its strongest baseline for the fraction table's comparison:
     in :data:`TABLE_II_NUIMAGES` (the paper's default data set), MPT − each baseline averaged over
     the ``fractions`` the table reports, the smallest of them (the baseline every claim against all
@@ -245,22 +245,23 @@ def paper_lead(fractions: Sequence[float]) -> tuple[float, str]:
 
     Returns
     -------
-    (float, str)
-        The lead in F1 (0–1) and the baseline it is over.
+    (float, str, list of float)
+        The lead in F1 (0–1), the baseline it is over and the table's fractions it averages (for
+        the chapter to say which).
 
     Examples
     --------
-    >>> lead, baseline = paper_lead([0.02, 0.1])  # (.510 − .433 + .509 − .479) / 2
-    >>> round(lead, 4), baseline
-    (0.0535, 'ccvr')
+    >>> lead, baseline, used = paper_lead([0.02, 0.1])  # (.510 − .433 + .509 − .479) / 2
+    >>> round(lead, 4), baseline, used
+    (0.0535, 'ccvr', [0.02, 0.1])
     >>> paper_lead([0.2, 0.5])  # none reported: the table's four fractions (.512 − .4445)
-    (0.0675, 'sdc')
+    (0.0675, 'sdc', [0.01, 0.02, 0.05, 0.1])
     """
     table = TABLE_II_NUIMAGES
     cols = [c for c in table.columns if any(math.isclose(c, f) for f in fractions)] or list(table.columns)
     means = table[cols].mean(axis=1)
     leads = means["mpt"] - means.drop("mpt")
-    return float(leads.min()), str(leads.idxmin())
+    return float(leads.min()), str(leads.idxmin()), [float(c) for c in cols]
 
 
 def spread_change(server: State, departure_round: int) -> dict[str, float]:
@@ -804,7 +805,9 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
     >>> c = Claim("a", "A.", "T", "q", "greater", effect("relative"), resolution=0.01, regimes=(g,))
     >>> r = evaluate(c, [1.0, 1.2, 1.1], regimes=[g.check({"s": pd.DataFrame({"x": [2.0, 2.2]})})])
     >>> regime_numbers({"a": r}, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)["regime_text"]
-    'The check “stable” (a factor; it needs at most 1.5) fails for a (2.10): after 1 local epoch per round the setting cannot test it; re-run with the paper’s 5 local epochs per round (`-p local_epochs=5`), the regime the threshold was set from, to test it.'
+    'The check “stable” (a factor; it needs at most 1.5) fails for a (2.10): after 1 local epoch per round the setting cannot test it; re-run with the paper’s 5 local epochs per round (`-p local_epochs=5`) to test it.'
+    >>> regime_numbers({"a": r}, "stable", local_epochs=5, paper_local_epochs=5, test_per_class=40)["regime_text"]
+    'The check “stable” (a factor; it needs at most 1.5) fails for a (2.10): with the paper’s 5 local epochs per round the backbone still changes by more than the check allows at the departure; a later departure (`-p departure_round=...`) gives it longer to settle.'
     """
     rows = {k: next(g for g in r.regimes if g.check.key == check) for k, r in results.items()
             if any(g.check.key == check for g in r.regimes)}
@@ -814,7 +817,8 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
     def grouped(keys: list[str]) -> str:
         by_value: dict[str, list[str]] = {}
         for k in keys:
-            by_value.setdefault(f"{rows[k].value:.2f}", []).append(k)
+            value = rows[k].value
+            by_value.setdefault("not computable" if math.isnan(value) else f"{value:.2f}", []).append(k)
         return "; ".join(f"{', '.join(ks)} ({v})" for v, ks in by_value.items())
 
     reading = next(iter(rows.values())).check
@@ -827,10 +831,13 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
     if failing:
         them = "it" if len(failing) == 1 else "them"
         paper = f"the paper\N{RIGHT SINGLE QUOTATION MARK}s {_plural(paper_local_epochs, 'local epoch')}"
-        parts.append(f"{said if not passing else 'It'} fails for {grouped(failing)}: after "
-                     f"{_plural(local_epochs, 'local epoch')} per round the setting cannot test {them}; re-run with "
-                     f"{paper} per round (`-p local_epochs={paper_local_epochs}`), the regime the threshold was set "
-                     f"from, to test {them}")
+        if local_epochs != paper_local_epochs:
+            advice = (f"after {_plural(local_epochs, 'local epoch')} per round the setting cannot test {them}; re-run "
+                      f"with {paper} per round (`-p local_epochs={paper_local_epochs}`) to test {them}")
+        else:
+            advice = (f"with {paper} per round the backbone still changes by more than the check allows at the "
+                      "departure; a later departure (`-p departure_round=...`) gives it longer to settle")
+        parts.append(f"{said if not passing else 'It'} fails for {grouped(failing)}: {advice}")
     coarse = [k for k in rows if results[k].verdict == UNTESTABLE_RESOLUTION]
     if coarse:
         needed = max(math.ceil(1 / (RESOLUTION_SHARE * results[k].claim.min_effect) - 1e-9) for k in coarse)
