@@ -42,6 +42,7 @@ from fedbook.claims import (DOES_NOT_HOLD, EFFECT_SHARE, HOLDS, INCONCLUSIVE, OP
                             verdict_colour)
 from fedbook.page import show_table
 from fedbook.tables import Html
+from fedlib.io import atomic_write_bytes
 from fedlib.validation import is_int
 
 EXERCISE_KINDS = ("parameters only", "code")
@@ -501,8 +502,6 @@ def write_rule_zones(path: str | os.PathLike = ZONES_FIGURE) -> bytes:
     on every machine), written to ``path`` atomically; returns the bytes."""
     import io
 
-    from fedlib.io import atomic_write_bytes
-
     with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "fedbook-rule-zones"}):
         fig = plot_rule_zones()
         buffer = io.BytesIO()
@@ -608,7 +607,8 @@ def handout_cell(build: str | os.PathLike, chapter: str = "setting", seed: int =
     return injected.source, sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
 
 
-__all__ = ["EXERCISE_KINDS", "FINDINGS_COLUMNS", "chapter_times", "chapter_title", "exercise_index", "exercise_numbers",
-           "exercises", "findings_counts", "findings_html", "findings_numbers", "handout_cell", "nearest_decisions",
+__all__ = ["BAR_SEGMENTS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "SHORTFALL_COLUMNS", "ZONES_FIGURE",
+           "chapter_times", "chapter_title", "exercise_index", "exercise_numbers", "exercises", "findings_counts",
+           "findings_html", "findings_numbers", "handout_cell", "nearest_decisions", "plot_rule_zones",
            "plot_verdicts", "read_findings", "record_seconds", "short_quote", "timing_numbers", "toc_chapters",
-           "verdict_changes"]
+           "verdict_changes", "write_rule_zones"]

@@ -611,7 +611,7 @@ class Claim:
         runs and read from the same results (:class:`RegimeCheck`).
     effect : Effect, keyword-only, optional
         Set from ``min_effect`` when that is an :class:`Effect` (``min_effect`` then holds its
-        :math:`m`); kept by :func:`dataclasses.replace` while ``min_effect`` stays its :math:`m`.
+        :math:`m`); kept by ``dataclasses.replace`` while ``min_effect`` stays its :math:`m`.
 
     Raises
     ------
@@ -1028,7 +1028,7 @@ class ClaimResult:
         ``{versus: interval}`` for a single named comparator (filled in when not given); empty
         when the claim names none.
     regimes : tuple of RegimeReading, optional
-        The values of the claim's regime checks, one per :attr:`Claim.regimes`, in their order
+        The values of the claim's regime checks, one per ``Claim.regimes``, in their order
         (required when the claim declares any).
     improvement : Improvement, optional
         How often ours beats the comparator (:func:`evaluate` fills it in).
@@ -1178,7 +1178,7 @@ def evaluate(
         The bootstrap's resamples.
     regimes : sequence of RegimeReading, default ()
         The values of the claim's regime checks (:meth:`RegimeCheck.check` on the same results),
-        one per :attr:`Claim.regimes`.
+        one per ``Claim.regimes``.
 
     Returns
     -------

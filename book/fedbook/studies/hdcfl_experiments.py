@@ -1037,11 +1037,12 @@ def plot_dynamics(history: pd.DataFrame, settings: Sequence[str]):
     return fig
 
 
-__all__ = ["BASELINES", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDC_FIELDS", "HDCFLStudy", "METHODS",
-           "MODEL_LABELS", "ONE_GROUP_VARIANT", "RAW_RUN", "REFRESH_RUNS", "SETTINGS", "SHARED_VARIANT", "STEP_COLUMN",
-           "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "T_GAP", "T_OLD", "ablation_tables", "activation_steps",
-           "activation_table", "claims_reading", "cost_frame", "cost_table", "donor_seeds", "donor_table", "donor_view",
-           "exercise_cell", "exercise_numbers", "in_run_order", "ledger_costs", "macro_table", "main_tables",
-           "nearest_donor_gain", "overlap_pairs", "overlap_reading", "paired_rows", "per_seed", "plot_dynamics",
-           "refresh_summary", "results", "results_numbers", "rotation_reading", "run_cell", "scale", "server_seconds",
-           "server_text", "setting_numbers", "substitutions", "step_pairs", "step_text", "steps_text", "tail_metrics", "two_histories"]
+__all__ = ["BASELINES", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDCFLStudy", "HDC_FIELDS", "METHODS",
+           "MODEL_LABELS", "ONE_GROUP_VARIANT", "RAW_RUN", "REFRESH_RUNS", "SETTINGS", "SHARED_VARIANT",
+           "STEP_COLUMN", "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "TAIL_READINGS", "T_GAP", "T_OLD",
+           "ablation_tables", "activation_steps", "activation_table", "claims_reading", "cost_frame", "cost_table",
+           "donor_seeds", "donor_table", "donor_view", "exercise_cell", "exercise_numbers", "in_run_order",
+           "ledger_costs", "macro_table", "main_tables", "nearest_donor_gain", "overlap_pairs", "overlap_reading",
+           "paired_rows", "per_seed", "plot_dynamics", "refresh_summary", "results", "results_numbers",
+           "rotation_reading", "run_cell", "scale", "server_seconds", "server_text", "setting_numbers", "step_pairs",
+           "step_text", "steps_text", "substitutions", "tail_metrics", "two_histories"]
