@@ -238,7 +238,7 @@ def stable(frame: str, by: str | None = None, **rows) -> RegimeCheck:
     every data set), each data set's mean over the seeds, the worst of them."""
     over = f"the worst {by}'s mean over the seeds" if by else "mean over the seeds"
     return RegimeCheck(STABLE, "the factor by which the remaining classes' within-class variance changes in the round "
-                       f"after the departure, tr Σ_{{d+1}} / tr Σ_d or its inverse, {over}",
+                       f"after the departure (the ratio of the two rounds' variances, or its inverse), {over}",
                        Read(frame, "change", **rows), "at most", STABLE_MAX, STABLE_WHY,
                        summary="max" if by else "mean", by=by)
 
