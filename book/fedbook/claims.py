@@ -63,7 +63,6 @@ Examples
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import math
@@ -248,6 +247,26 @@ def _effect(x: float) -> str:
     return f"{x:.3g}".replace("-", _MINUS)
 
 
+def _check_texts(owner: str, obj: Any, names: Sequence[str]) -> None:
+    """Refuse an empty or non-string field of a declaration, naming it (``Claim.quote``, ...)."""
+    for name in names:
+        value = getattr(obj, name)
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"{owner}.{name} must be a non-empty string, got {value!r}")
+
+
+def smallest_resolvable(resolution: float) -> float:
+    """The smallest effect of interest a quantity of this resolution can test:
+    ``resolution / RESOLUTION_SHARE`` (four units of resolution).
+
+    Examples
+    --------
+    >>> smallest_resolvable(0.1)  # one test image of 1,000, in points
+    0.4
+    """
+    return _check_resolution(resolution) / RESOLUTION_SHARE
+
+
 def _signed_effect(x: float) -> str:
     return ("+" if x > 0 else "") + _effect(x)
 
@@ -418,6 +437,7 @@ class RegimeCheck:
     >>> reading = probe.check({"probe": pd.DataFrame({"domain": ["a", "b"], "acc": [91.0, 31.0]})})
     >>> reading.passes, reading.text()
     (False, 'signal in every domain: linear-probe accuracy of the worst domain, % = 31 (needs at least 50)')
+    >>> import dataclasses
     >>> seeds = pd.DataFrame({"seed": [0, 0, 1, 1], "domain": ["a", "b", "a", "b"], "acc": [91.0, 48.0, 89.0, 56.0]})
     >>> by_unit = {"probe": seeds.set_index(["seed", "domain"])}  # the units: a seed and a domain
     >>> dataclasses.replace(probe, by="domain").check(by_unit).value  # domain b: the mean of 48 and 56
@@ -436,10 +456,7 @@ class RegimeCheck:
     def __post_init__(self) -> None:
         if self.by is not None and (not isinstance(self.by, str) or not self.by):
             raise ValueError(f"RegimeCheck.by must be a column or index level's name or None, got {self.by!r}")
-        for name in ("key", "quantity", "why"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"RegimeCheck.{name} must be a non-empty string, got {value!r}")
+        _check_texts("RegimeCheck", self, ("key", "quantity", "why"))
         if not isinstance(self.read, Read):
             raise ValueError(f"RegimeCheck {self.key!r}: read must be a Read (where the values are), got {self.read!r}")
         if self.op not in REGIME_OPS:
@@ -678,10 +695,7 @@ class Claim:
     effect: Effect | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("key", "quote", "source", "quantity"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"Claim.{name} must be a non-empty string, got {value!r}")
+        _check_texts("Claim", self, ("key", "quote", "source", "quantity"))
         if not isinstance(self.substitution, str):
             raise ValueError(f"Claim.substitution must be a string ('' for none), got {self.substitution!r}")
         if self.kind not in KINDS:
@@ -698,7 +712,7 @@ class Claim:
             object.__setattr__(self, "effect", m)
             m = m.m
         elif m is None:
-            m = r / RESOLUTION_SHARE
+            m = smallest_resolvable(r)
         if self.effect is not None and not isinstance(self.effect, Effect):
             raise ValueError(f"claim {self.key!r}: effect must be an Effect (fedbook.claims.effect) or None, got {self.effect!r}")
         if self.effect is not None and (not is_real(m) or self.effect.m != m):
@@ -727,7 +741,12 @@ class Claim:
     def testable(self) -> bool:
         """Whether the quantity resolves the smallest effect of interest: ``resolution <=
         RESOLUTION_SHARE * min_effect`` (else the claim is ``"untestable at this resolution"``)."""
-        return self.resolution <= RESOLUTION_SHARE * self.min_effect * (1 + 1e-9)
+        return self.resolution <= self.coarsest_resolution * (1 + 1e-9)
+
+    @property
+    def coarsest_resolution(self) -> float:
+        """The coarsest resolution that resolves the claim's :math:`m`: ``RESOLUTION_SHARE * min_effect``."""
+        return RESOLUTION_SHARE * self.min_effect
 
     def _check_reads(self) -> None:
         if self.ours is not None and not isinstance(self.ours, Read):
@@ -838,7 +857,7 @@ class Claim:
                     f"{toward} {bound}; does not hold if it lies {away} {other}; otherwise {INCONCLUSIVE}")
         if not self.testable:
             text += (f"; {UNTESTABLE_RESOLUTION}: the resolution {_effect(self.resolution)} is above "
-                     f"{RESOLUTION_SHARE:g} × m = {_effect(RESOLUTION_SHARE * m)}")
+                     f"{RESOLUTION_SHARE:g} × m = {_effect(self.coarsest_resolution)}")
         for g in self.regimes:
             text += f"; testable only with {g.describe()} ({g.why})"
         return text
@@ -1125,7 +1144,7 @@ class ClaimResult:
             return f"{v}: {self.shortfall}"
         if v == UNTESTABLE_RESOLUTION:
             return (f"{v}: the resolution {_effect(c.resolution)} is above {RESOLUTION_SHARE:g} × m = "
-                    f"{_effect(RESOLUTION_SHARE * c.min_effect)}")
+                    f"{_effect(c.coarsest_resolution)}")
         if v == UNTESTABLE_SETTING:
             return f"{v}: " + "; ".join(r.text() for r in self.failed)
         return v
@@ -1748,4 +1767,4 @@ __all__ = ["DIRECTIONS", "OUTCOMES", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SH
            "SHORTFALLS", "SMALLER", "TABLE_COLUMNS", "UNTESTABLE", "UNTESTABLE_RESOLUTION", "UNTESTABLE_SETTING",
            "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Effect", "EffectKind", "Improvement",
            "Read", "RegimeCheck", "RegimeReading", "claims_records", "claims_table", "decide", "effect", "evaluate",
-           "headline_summary", "says", "seeds_to_decide", "show", "strongest_baseline", "tally", "verdict_colour"]
+           "headline_summary", "says", "seeds_to_decide", "show", "smallest_resolvable", "strongest_baseline", "tally", "verdict_colour"]

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedbook.claims import RESOLUTION_SHARE, UNTESTABLE_RESOLUTION, ClaimResult, Read
+from fedbook.claims import UNTESTABLE_RESOLUTION, ClaimResult, Read, smallest_resolvable
 from fedbook.intervals import SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
 from fedbook.page import clipped_error, format_bytes, format_value, place_labels, show_table
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
@@ -1030,7 +1030,7 @@ def setting_numbers(P, study: FedGRCStudy, n_samples: int, seeds: Sequence[int],
     resolutions ``res`` (:func:`resolutions`) with the mean local test split they read
     (``fge_local_split``) and the smallest :math:`m` each resolution can test
     (``fge_m_local``, ``fge_m_class``, ``fge_m_floor``, ``fge_m_global``: the resolution over
-    :data:`fedbook.claims.RESOLUTION_SHARE`), and the counts of baselines and trained methods."""
+    :func:`fedbook.claims.smallest_resolvable`), and the counts of baselines and trained methods."""
     return {
         "fge_n_samples": n_samples, "fge_n_seeds": P.n_seeds, "fge_n_clients": P.n_clients, "fge_rounds": P.rounds,
         "fge_epochs": P.local_epochs, "fge_tau": P.tau, "fge_ldir": P.lambda_dir, "fge_lrad": P.lambda_rad,
@@ -1042,8 +1042,8 @@ def setting_numbers(P, study: FedGRCStudy, n_samples: int, seeds: Sequence[int],
         "fge_alpha_lo": P.alphas[-1], "fge_seeds": ", ".join(map(str, seeds)), "fge_res_class": res["unseen"],
         "fge_res_global": res["global"], "fge_res_local": res["local"], "fge_res_floor": res["F@25"],
         "fge_local_split": round(100 / res["local"]),  # resolutions: one image of the mean split (rounded down)
-        "fge_m_local": res["local"] / RESOLUTION_SHARE, "fge_m_class": res["unseen"] / RESOLUTION_SHARE,
-        "fge_m_floor": res["F@25"] / RESOLUTION_SHARE, "fge_m_global": res["global"] / RESOLUTION_SHARE,
+        "fge_m_local": smallest_resolvable(res["local"]), "fge_m_class": smallest_resolvable(res["unseen"]),
+        "fge_m_floor": smallest_resolvable(res["F@25"]), "fge_m_global": smallest_resolvable(res["global"]),
         "fge_n_baselines": len(BASELINES), "fge_n_algs": len(study.methods()),
     }
 

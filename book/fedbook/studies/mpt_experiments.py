@@ -52,7 +52,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 from scipy.stats import t as student_t
 
-from fedbook.claims import RESOLUTION_SHARE, UNTESTABLE_RESOLUTION, ClaimResult
+from fedbook.claims import UNTESTABLE_RESOLUTION, ClaimResult
 from fedbook.intervals import interval_band, mean_interval, seed_table
 from fedbook.tables import rows_where
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, MPTServer, evaluate_history
@@ -840,7 +840,7 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
         parts.append(f"{said if not passing else 'It'} fails for {grouped(failing)}: {advice}")
     coarse = [k for k in rows if results[k].verdict == UNTESTABLE_RESOLUTION]
     if coarse:
-        needed = max(math.ceil(1 / (RESOLUTION_SHARE * results[k].claim.min_effect) - 1e-9) for k in coarse)
+        needed = max(math.ceil(1 / results[k].claim.coarsest_resolution - 1e-9) for k in coarse)  # F1: one image is 1/n
         parts.append(f"{', '.join(coarse)} {'is' if len(coarse) == 1 else 'are'} untestable at this resolution "
                      f"whatever the check reads: one rare-class test image of {test_per_class} is {1 / test_per_class:.3g} F1, above a "
                      f"quarter of {'its' if len(coarse) == 1 else 'their'} m; a global test set of at least "
