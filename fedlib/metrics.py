@@ -133,6 +133,7 @@ __all__ = [
     "tail_mean",
     "summarize",
     "protocol_summary",
+    "floor_at25",
     "format_metric",
 ]
 
@@ -991,6 +992,49 @@ def protocol_summary(per_client: pd.DataFrame) -> dict[str, float]:
     if "f1" in table.index:
         out["f1"] = float(table.loc["f1", "mean"])
     return out
+
+
+def floor_at25(per_client: pd.DataFrame, abilities: tuple[str, ...] = FLOOR_ABILITIES,
+               fraction: float = _FLOOR_FRACTION) -> float:
+    r"""The @25 client floor over a chosen set of abilities: ``F@25`` with another ability in the
+    place of ``local``.
+
+    :func:`protocol_summary`'s ``F@25`` takes each client's weakest of ``local, unseen, rare``
+    before the tail; a client's local test split may hold a handful of images, so a chapter can
+    put the client-weighted recall ``pooled`` (:func:`pooled_accuracy`, read on the global test
+    set) in the place of ``local``:
+
+    .. math:: F^{(k)}_S = \min \{A^{(k)}_a : a \in S\} \setminus \{\mathrm{NaN}\}, \qquad
+              \operatorname{tail}_{q}\big(F^{(1)}_S, \dots, F^{(K)}_S\big)
+
+    Parameters
+    ----------
+    per_client : DataFrame of shape (n_clients, n_abilities)
+        As for :func:`summarize`; must contain every column of ``abilities``.
+    abilities : tuple of str, default :data:`FLOOR_ABILITIES`
+        The abilities whose minimum is each client's floor (with the default, the result is
+        :func:`protocol_summary`'s ``F@25``).
+    fraction : float in (0, 1], default 0.25
+        The tail :math:`q`.
+
+    Returns
+    -------
+    float
+        NaN when no client has a defined ability of ``abilities``.
+
+    Example
+    -------
+    >>> t = pd.DataFrame({"local": [1.0, 0.2, 0.9, 0.8], "pooled": [0.9, 0.8, 0.7, 0.95],
+    ...                   "global": [0.5] * 4, "unseen": [0.6, float("nan"), 0.8, 0.9], "rare": [float("nan")] * 4})
+    >>> floor_at25(t), floor_at25(t, ("pooled", "unseen", "rare"))  # the lowest of 4 clients' floors
+    (0.2, 0.6)
+    """
+    if not isinstance(abilities, tuple) or not abilities or any(a not in ABILITIES for a in abilities):
+        raise ValueError(f"abilities must be a non-empty tuple of names among {ABILITIES}, got {abilities!r}")
+    _check_per_client(per_client, required=abilities)
+    fraction = _check_fraction(fraction)
+    floors = _row_floor(per_client[list(abilities)].to_numpy(dtype=float))  # (n_clients,)
+    return _tail(floors, fraction)
 
 
 def format_metric(value, digits: int = 1, percent: bool = True) -> str:

@@ -694,3 +694,38 @@ def test_pooled_largest_step_by_hand():
     assert math.isnan(pooled_largest_step([10, 40, 5], [0, 0, 0]))
     with pytest.raises(ValueError, match="pool_class_counts has 2 classes but train_counts has 3"):
         pooled_largest_step([10, 40], [1, 1, 1])
+
+
+# --------------------------------------------------------------------------- floor_at25 (FedGRC, issue 38)
+
+
+def test_floor_at25_default_is_protocol_F25_and_pooled_replaces_local():
+    from fedlib.metrics import floor_at25
+
+    nan = float("nan")
+    t = pd.DataFrame({"local": [1.0, 0.25, 0.5, 0.75, 0.9, 0.6, 0.95, 0.8],
+                      "pooled": [0.9, 0.85, 0.7, 0.95, 0.8, 0.9, 0.88, 0.99],
+                      "global": [0.5] * 8,
+                      "unseen": [0.6, nan, 0.8, 0.9, 0.3, nan, 0.7, 0.65],
+                      "rare": [nan, 0.55, nan, nan, nan, 0.45, nan, nan]})
+    # local floors: 0.6, 0.25, 0.5, 0.75, 0.3, 0.45, 0.7, 0.65 -> the 2 lowest of 8: (0.25 + 0.3) / 2
+    assert floor_at25(t) == pytest.approx(0.275)
+    assert floor_at25(t) == pytest.approx(protocol_summary(t)["F@25"])
+    # pooled floors: 0.6, 0.55, 0.7, 0.9, 0.3, 0.45, 0.7, 0.65 -> (0.3 + 0.45) / 2
+    assert floor_at25(t, ("pooled", "unseen", "rare")) == pytest.approx(0.375)
+    # a mutation that takes the mean of the abilities instead of their minimum gives another value
+    mutated = t[["pooled", "unseen", "rare"]].mean(axis=1).nsmallest(2).mean()
+    assert mutated != pytest.approx(0.375)
+
+
+def test_floor_at25_refuses_unknown_abilities_and_missing_columns():
+    from fedlib.metrics import floor_at25
+
+    t = pd.DataFrame({"local": [1.0], "global": [0.5], "unseen": [0.5], "rare": [0.5]})
+    with pytest.raises(ValueError, match="abilities must be"):
+        floor_at25(t, ("loocal",))
+    with pytest.raises(ValueError, match="abilities must be"):
+        floor_at25(t, ["local"])
+    with pytest.raises(ValueError, match="lacks required column"):
+        floor_at25(t, ("pooled", "unseen"))
+    assert math.isnan(floor_at25(t.assign(unseen=float("nan"), rare=float("nan")), ("unseen", "rare")))
