@@ -530,6 +530,11 @@ class FrozenFeatures:
     def summary(self, heads: Sequence, *, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
         """:func:`fedlib.metrics.protocol_summary` of one fitted head per registered client (in order);
         each head has ``predict(h)`` on unscaled concatenated features."""
+        return protocol_summary(self.abilities(heads, rare_ratio=rare_ratio))
+
+    def abilities(self, heads: Sequence, *, rare_ratio: float = RARE_RATIO) -> pd.DataFrame:
+        """The per-client abilities behind :meth:`summary`, of shape (n_registered_clients, n_abilities),
+        indexed by client (:func:`fedlib.metrics.client_predictions_abilities` of each client)."""
         if len(heads) != len(self.clients):
             raise ValueError(f"need one head per registered client ({len(self.clients)}), got {len(heads)}")
         fed, C = self._federation, self._federation.n_classes
@@ -540,7 +545,7 @@ class FrozenFeatures:
             rows[k] = client_predictions_abilities(
                 data.test.labels_np, head.predict(h_local).numpy(), fed.global_test.labels_np,
                 head.predict(self._global).numpy(), data.train_counts(C), rare_ratio=rare_ratio, **pool)
-        return protocol_summary(pd.DataFrame.from_dict(rows, orient="index"))
+        return pd.DataFrame.from_dict(rows, orient="index")
 
 
 __all__ = ["STATS", "FrozenFeatures", "StatHead", "StatPredictor", "TerminalStatistics", "collect_statistics", "evaluate_heads",
