@@ -27,7 +27,8 @@
 # 1. Eq. 4 equals the covariance of the pooled samples, exactly;
 # 2. the covariance of the generated samples under the paper's formula and under the authors' code;
 # 3. the properties of the geometry similarity $S$ (Eq. 3);
-# 4. that augmentation moves each client's local distribution toward the global one, as a number;
+# 4. that augmentation moves each client's local distribution toward the global one, as a number,
+#    and that the global *shape* is what moves it (against isotropic noise of the same size);
 # 5. what the library does with degenerate inputs, and that batched generation equals the loop.
 #
 # The chapter ends with a live check table. The same statements are property tests in
@@ -162,6 +163,15 @@ section.tables[0]
 # ($\Sigma_{\text{local}}\approx 0$), about twice too wide for a client whose samples already
 # represent the class. The distances are
 # {func}`fedbook.studies.ggeur_derivations.augmentation_distances`.
+#
+# "The distance shrinks" is not the check: for a client with two or three samples of a class, whose
+# fitted covariance is nearly zero, *any* added spread of about the class's size brings the fit
+# closer, whatever its direction. The paper's statement is about the *shape*: samples generated
+# along the global eigenvectors simulate the global class. So the check compares GGEUR's fill with
+# a fill that adds as much noise in no particular direction (the same draws, every eigenvalue
+# replaced by their mean, {func}`fedbook.studies.ggeur_derivations.isotropic_like`): the global
+# shape must bring every pair closer to the global fit than that. A wrong shape (the true spread
+# along randomly rotated eigenvectors, the mutation of the chapter's tests) fails the check.
 
 # %% tags=["hide-input"]
 section = gc.augmentation_section(checks, seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
@@ -185,6 +195,11 @@ plt.show()
 # generated noise adds a second $\Sigma$ on top of the local spread: for the pairs with at least
 # {glue:text}`n_small_cut` samples the augmented covariance has a median trace of
 # {glue:text}`tr_ratio_large:.2f` times the global one: {glue:text}`aug_reading`.
+#
+# The check itself reads the shape: under the code's formula, GGEUR's fill ends closer to the
+# global fit than the isotropic fill of the same total variance for {glue:text}`share_iso_code:.0f` %
+# of the pairs ({glue:text}`share_iso_paper:.0f` % under the paper's formula), so where augmentation
+# helps, it is the global geometry, not the mere added spread, that helps.
 #
 # ## 5. Degenerate inputs and batched generation
 #

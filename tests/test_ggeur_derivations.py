@@ -135,6 +135,7 @@ def test_augmentation_distances_on_a_tiny_mixture():
     assert set(dist.formula) == {"code", "paper"} and len(dist) == 2 * (len(dist) // 2)
     assert ((dist["n"] >= 2) & (dist["n"] < 60)).all() and (dist["before"] >= 0).all()
     assert (dist["shrinks"] == (dist["after"] < dist["before"])).all()
+    assert (dist["beats isotropic"] == (dist["after"] < dist["after (isotropic)"])).all()
     assert (dist["small"] == np.where(dist["n"] < 10, "fewer than 10", "10 or more")).all()
     code = dist[dist.formula == "code"].set_index(["client", "class"])
     paper = dist[dist.formula == "paper"].set_index(["client", "class"])
@@ -220,10 +221,10 @@ def test_the_sections_record_their_checks_and_read_the_same_numbers():
     assert rows["worst error / counterexamples"].tolist()[8] == "S = 3 of 5"
     assert rows["how checked"].tolist()[-1] == "10 samples, d = 4, same draws"
     verdicts = rows["verdict"].tolist()
-    assert verdicts[:9] + verdicts[10:] == ["holds"] * 11  # the augmentation row (10th) is a measurement:
-    share = s4.numbers["share_code"]
-    assert verdicts[9] == ("holds" if share == 100 else "partly" if share > 0 else "FAILS")
-    assert rows["worst error / counterexamples"].tolist()[9] == f"shrinks for {share:.0f} %"
+    assert verdicts[:9] + verdicts[10:] == ["holds"] * 11  # the augmentation row (10th) reads the shape against isotropic noise:
+    share = s4.numbers["share_iso_code"]
+    assert verdicts[9] == ("holds" if share == 100 else "partly" if share > 50 else "FAILS")
+    assert rows["worst error / counterexamples"].tolist()[9] == f"closer for {share:.0f} %"
     assert len(s1.tables) == 1 and len(s2.tables) == 2 and len(s3.tables) == 1
 
 
@@ -252,3 +253,41 @@ def test_the_figures_draw_both_formulas():
     assert sum(c.get_offsets().shape[0] for c in ax.collections) == len(dist) and ax.get_xscale() == "log"
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["code's formula", "paper's formula", "no change"]
     plt.close(fig)
+
+
+def test_isotropic_like_keeps_the_total_variance_by_hand():
+    """Eigenvalues (4, 0): the code's noise has total variance 4, so the isotropic shape is (2, 2); the paper's has
+    4² = 16, so the isotropic eigenvalue is sqrt(16 / 2) = 2·sqrt(2). Means and counts are kept."""
+    sh = gc.GeometricShapes(torch.tensor([[4.0, 0.0]], dtype=torch.float64), torch.eye(2, dtype=torch.float64)[None],
+                            torch.tensor([[1.0, 2.0]], dtype=torch.float64), torch.tensor([5.0]), torch.tensor([False]))
+    code, paper = gc.isotropic_like(sh, "code"), gc.isotropic_like(sh, "paper")
+    assert code.eigenvalues.tolist() == [[2.0, 2.0]] and paper.eigenvalues[0].tolist() == pytest.approx([8 ** 0.5] * 2)
+    assert torch.equal(code.eigenvectors[0], torch.eye(2, dtype=torch.float64)) and torch.equal(code.means, sh.means)
+    with pytest.raises(ValueError, match="unknown formula 'wrong'; valid: code, paper"):
+        gc.isotropic_like(sh, "wrong")
+
+
+def _rotated_shapes(moments, **kw):
+    """A mutation: the true global shapes with their eigenvectors replaced by a fixed random rotation (same spread,
+    wrong directions)."""
+    shapes = _REAL(moments, **kw)
+    g = torch.Generator().manual_seed(123)
+    q, _ = torch.linalg.qr(torch.randn(shapes.n_classes, shapes.dim, shapes.dim, generator=g, dtype=shapes.eigenvectors.dtype))
+    return gc.GeometricShapes(shapes.eigenvalues, q, shapes.means, shapes.counts, shapes.fallback)
+
+
+_REAL = gc.class_shapes
+
+
+def test_the_shape_check_holds_and_fails_when_the_shape_is_wrong(monkeypatch):
+    """The check of Section 4 reads the operative statement (the global *shape* brings a client's class toward the
+    global one, more than as much spread in no direction); with the eigenvectors replaced by a random rotation (the
+    mutation) it must fail."""
+    kw = dict(n_per_class=200, n_classes=4, dim=6, n_clients=6, alpha=0.1, total=200)
+    checks = CheckTable()
+    good = gc.augmentation_section(checks, 0, **kw)
+    assert good.numbers["share_iso_code"] == 100 and checks.frame()["verdict"].tolist() == ["holds"]
+    monkeypatch.setattr(gc, "class_shapes", _rotated_shapes)
+    bad_checks = CheckTable()
+    bad = gc.augmentation_section(bad_checks, 0, **kw)
+    assert bad.numbers["share_iso_code"] <= 50 and bad_checks.frame()["verdict"].tolist() == ["FAILS"]
