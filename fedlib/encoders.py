@@ -9,7 +9,11 @@ so the default encoder is an honest stand-in:
 that is disjoint from every client's data and from every test set (:func:`public_split`), then
 freezes it. Like CLIP it is trained once, by someone else, before federated learning starts; unlike
 CLIP it has seen only a few hundred images of the same task, so its embeddings are far more
-task-specific and far less general. :class:`OpenCLIPEncoder` is the hook for a reader who has
+task-specific and far less general. Two options bring it closer to how CLIP reads an image:
+``standardize`` (every image standardized on its own pixels, :func:`standardize_images`, so an
+inverted or dimmer domain is not a different input range) and ``features="linear"`` (the
+penultimate layer before its ReLU: a linear projection's output, as CLIP's image embedding is, with
+no coordinate clamped to zero). :class:`OpenCLIPEncoder` is the hook for a reader who has
 open_clip and a checkpoint file locally; it never downloads anything.
 
 Every encoder is a :class:`FrozenEncoder`: ``embed(x)`` returns ``(n, d)`` float32 features, in
@@ -31,7 +35,13 @@ from .models import build_model
 from .rng import ENCODER_INIT, ENCODER_TRAIN, PUBLIC_SPLIT, derive_seed, isolated_torch_rng, torch_generator
 from .training import TrainConfig, local_train
 
-__all__ = ["FrozenEncoder", "public_split", "train_public_encoder", "encode_dataset", "OpenCLIPEncoder"]
+__all__ = ["FrozenEncoder", "public_split", "standardize_images", "train_public_encoder", "encode_dataset",
+           "OpenCLIPEncoder", "ENCODER_FEATURES"]
+
+ENCODER_FEATURES = ("relu", "linear")
+"""What :func:`train_public_encoder`'s embedding is: the CNN's penultimate layer after its ReLU (``"relu"``, the
+model's ``embed``), or the same layer's linear output before the ReLU (``"linear"``: no coordinate is clamped to 0,
+like CLIP's image embedding, the output of a linear projection)."""
 
 
 class FrozenEncoder:
@@ -90,23 +100,55 @@ def public_split(dataset: ArrayDataset, fraction: float, *, seed: int = 0) -> tu
     return pub, rest
 
 
+def standardize_images(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Every image shifted and scaled to mean 0 and standard deviation 1 over its own pixels (and channels).
+
+    ``x`` of shape ``(n, ...)``; returns the same shape. An image and its negative ``1 - x`` (the inverted
+    digits) then differ only in sign, and no domain enters the network at another brightness or contrast;
+    a constant image becomes 0 (``eps``, added to the variance, keeps the division finite).
+
+    Examples
+    --------
+    >>> x = torch.tensor([[[[0.0, 1.0], [0.0, 1.0]]]])
+    >>> standardize_images(x).flatten().tolist(), standardize_images(1 - x).flatten().tolist()
+    ([-1.0, 1.0, -1.0, 1.0], [1.0, -1.0, 1.0, -1.0])
+    """
+    if x.ndim < 2:
+        raise ValueError(f"x must be a batch of images of shape (n, ...), got shape {tuple(x.shape)}")
+    flat = x.reshape(len(x), -1).float()
+    mean = flat.mean(dim=1, keepdim=True)
+    var = flat.var(dim=1, unbiased=False, keepdim=True)
+    return ((flat - mean) / torch.sqrt(var + eps)).reshape(x.shape)
+
+
 def train_public_encoder(
     public: ArrayDataset, *, epochs: int = 5, lr: float = 0.05, batch_size: int = 32, feature_dim: int = 128,
-    width: int = 32, seed: int = 0,
+    width: int = 32, seed: int = 0, standardize: bool = False, features: str = "relu",
 ) -> FrozenEncoder:
     """Train the small CNN on the public split with SGD, then freeze it; its penultimate layer is the embedding.
 
-    Returns a :class:`FrozenEncoder` of dimension ``feature_dim`` (ReLU features, not normalized,
-    like the raw CLIP features of the authors' code).
+    Returns a :class:`FrozenEncoder` of dimension ``feature_dim`` (not normalized, like the raw CLIP
+    features of the authors' code). ``standardize``: every image, in training and when embedding, is
+    first standardized on its own pixels (:func:`standardize_images`). ``features``: the penultimate
+    layer after its ReLU or before it (:data:`ENCODER_FEATURES`).
     """
     if len(public) == 0:
         raise ValueError("the public split is empty; valid: at least one sample")
+    if features not in ENCODER_FEATURES:
+        raise ValueError(f"unknown encoder features {features!r}; valid: {', '.join(ENCODER_FEATURES)}")
     with isolated_torch_rng(derive_seed(seed, ENCODER_INIT)):
         model = build_model("cnn", in_channels=public.x.shape[1], n_classes=public.n_classes,
                             input_size=public.x.shape[-1], feature_dim=feature_dim, width=width)
-    local_train(model, public.x, public.y, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=0.9),
+    prep = standardize_images if standardize else (lambda x: x)
+    local_train(model, prep(public.x), public.y, TrainConfig(epochs=epochs, batch_size=batch_size, lr=lr, momentum=0.9),
                 torch_generator(seed, ENCODER_TRAIN))
-    return FrozenEncoder(model.embed, feature_dim, f"CNN trained on {len(public)} public images, frozen", module=model)
+    if features == "relu":
+        fn = lambda x: model.embed(prep(x))  # noqa: E731
+    else:
+        fn = lambda x: model.fc(model.conv2(model.conv1(prep(x))).flatten(1))  # noqa: E731
+    what = ", standardized inputs" if standardize else ""
+    what += ", features before the ReLU" if features == "linear" else ""
+    return FrozenEncoder(fn, feature_dim, f"CNN trained on {len(public)} public images{what}, frozen", module=model)
 
 
 def encode_dataset(encoder: FrozenEncoder, dataset: ArrayDataset) -> ArrayDataset:

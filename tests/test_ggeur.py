@@ -9,7 +9,8 @@ import torch
 from fedlib.algorithms import ALGORITHMS, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx, GGEUR, make_algorithm
 from fedlib.algorithms.ggeur import CACHE, KNOW, LinearClassifier, Rebalanced, classifier_fn
 from fedlib.data import ArrayDataset, make_gaussian_mixture
-from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
+from fedlib.encoders import (FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, standardize_images,
+                             train_public_encoder)
 from fedlib.federation import ClientData, Federation, make_federation
 from fedlib.geometry import GeometricShapes, class_shapes
 from fedlib.loop import LoopConfig
@@ -179,6 +180,34 @@ def test_public_encoder_is_frozen_and_deterministic():
     emb = encode_dataset(e1, ds)
     assert emb.x.shape == (40, 16) and torch.equal(emb.y, ds.y)
     assert not z.requires_grad
+
+
+def test_standardize_images_by_hand():
+    """Pixels (0, 1, 0, 1): mean 1/2, standard deviation 1/2, so (-1, 1, -1, 1); the inverted image 1 - x is its negative;
+    a constant image becomes 0."""
+    x = torch.tensor([[[[0.0, 1.0], [0.0, 1.0]]], [[[0.3, 0.3], [0.3, 0.3]]]])
+    z = standardize_images(x)
+    assert z.shape == x.shape and z[0].flatten().tolist() == [-1.0, 1.0, -1.0, 1.0]
+    assert torch.allclose(standardize_images(1 - x)[0], -z[0]) and z[1].abs().max() < 1e-5
+    with pytest.raises(ValueError, match=r"batch of images of shape \(n, ...\), got shape \(4,\)"):
+        standardize_images(torch.zeros(4))
+
+
+def test_the_encoder_options_standardize_and_read_before_the_relu():
+    """standardize: an image and any shift or positive scaling of it embed alike; features="linear": the ReLU's input, so
+    its positive part is the "relu" embedding of the same weights; an unknown option is refused by name."""
+    g = torch.Generator().manual_seed(0)
+    ds = ArrayDataset(torch.rand(40, 1, 12, 12, generator=g), torch.arange(40) % 4, 4, "img")
+    lin = train_public_encoder(ds, epochs=1, feature_dim=16, width=8, seed=3, standardize=True, features="linear")
+    relu = train_public_encoder(ds, epochs=1, feature_dim=16, width=8, seed=3, standardize=True)
+    z = lin.embed(ds.x)
+    assert (z < 0).any() and torch.allclose(relu.embed(ds.x), z.clamp(min=0), atol=1e-6)
+    assert torch.allclose(lin.embed(0.5 * ds.x + 0.2), z, atol=1e-4)
+    assert "standardized inputs, features before the ReLU" in lin.name
+    plain = train_public_encoder(ds, epochs=1, feature_dim=16, width=8, seed=3)
+    assert not torch.allclose(plain.embed(0.5 * ds.x + 0.2), plain.embed(ds.x), atol=1e-4)
+    with pytest.raises(ValueError, match="unknown encoder features 'gelu'; valid: relu, linear"):
+        train_public_encoder(ds, epochs=1, feature_dim=16, width=8, seed=3, features="gelu")
 
 
 def test_frozen_encoder_checks_output_and_openclip_needs_local_file(tmp_path):
