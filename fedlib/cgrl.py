@@ -410,8 +410,49 @@ def update_magnitudes(references: torch.Tensor, flags: torch.Tensor, sums, count
     return upd.to(references.dtype), flags | now
 
 
+def within_class_share(moments) -> float:
+    r"""The within-class share of a feature set's scatter: how much of the features' spread lies
+    inside the classes rather than between them, from additive class moments.
+
+    CGRL's directional loss is there "to promote within-class alignment and between-class
+    separation" and its magnitude loss penalizes within-class log-norm dispersion (Section IV-A,
+    Eq. (11), Lemma IV.1); Eq. (28) ties both to the within-class covariance MMS uses. With
+    :math:`S_W = \sum_c \sum_{i: y_i = c} (z_i - \mu_c)(z_i - \mu_c)^	op` and
+    :math:`S_T = \sum_i (z_i - ar z)(z_i - ar z)^	op`,
+
+    .. math:: w = rac{\operatorname{tr} S_W}{\operatorname{tr} S_T} \in [0, 1],
+
+    unchanged by a common scale or shift of the features, so two backbones whose features have
+    different norms compare on it (a smaller :math:`w`: tighter classes relative to their spread).
+
+    Parameters
+    ----------
+    moments : fedlib.stats.ClassMoments
+        Counts, sums and Gram matrices of the features (the server's merged statistics round).
+
+    Returns
+    -------
+    float
+        :math:`w`; NaN when the features have no spread (:math:`\operatorname{tr} S_T = 0`).
+
+    Examples
+    --------
+    >>> from fedlib.stats import ClassMoments
+    >>> z = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0], [12.0, 0.0]])
+    >>> m = ClassMoments.from_features(z, torch.tensor([0, 0, 1, 1]), n_classes=2)
+    >>> round(within_class_share(m), 6)  # S_W: 4 * 1 = 4; S_T about the mean 6: 36 + 16 + 16 + 36 = 104
+    0.038462
+    """
+    n = float(moments.counts.sum())
+    if n <= 0:
+        raise ValueError(f"within_class_share needs at least one feature, got counts summing to {n:g}")
+    within = float(torch.trace(moments.within_scatter()))
+    total = n * float(torch.trace(moments.total_covariance()))  # tr S_T = N tr(total covariance)
+    return within / total if total > 0 else math.nan
+
+
 __all__ = [
     "AUGMENT_DOMAINS", "CGRLConfig", "augment", "directional_loss", "dispersion_plus_offset", "log_norm", "magnitude_gate",
     "magnitude_loss", "prototype_ce", "supcon_loss", "trace_from_pairs", "unit", "update_directions", "update_magnitudes",
-    "warmup_weight",
+    "warmup_weight", "within_class_share",
 ]

@@ -7,6 +7,8 @@ import functools
 import json
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -243,3 +245,58 @@ def test_direction_pass_train_matches_eval_when_the_model_does_not_move(tiny):
     a, b = (runs[p].server.arrays["cgrl/prototypes"] for p in ("eval", "train"))
     assert torch.allclose(a, b, atol=1e-5)
     assert torch.equal(runs["eval"].server.arrays["cgrl/proto_flags"], runs["train"].server.arrays["cgrl/proto_flags"])
+
+
+# --------------------------------------------------------------------------- within-class share (issue 38)
+
+
+def _direct_share(z: np.ndarray, y: np.ndarray) -> float:
+    """tr S_W / tr S_T computed from the samples themselves."""
+    within = sum(((z[y == c] - z[y == c].mean(0)) ** 2).sum() for c in np.unique(y))
+    return float(within / ((z - z.mean(0)) ** 2).sum())
+
+
+def test_within_class_share_matches_samples_and_is_scale_free():
+    from fedlib.cgrl import within_class_share
+    from fedlib.stats import ClassMoments
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.randint(0, 4, (200,), generator=g)
+    z = torch.randn(200, 6, generator=g, dtype=torch.float64) + 3.0 * torch.nn.functional.one_hot(y, 6).double()
+    m = ClassMoments.from_features(z, y, 5)  # class 4 unobserved
+    share = within_class_share(m)
+    assert share == pytest.approx(_direct_share(z.numpy(), y.numpy()), rel=1e-10)
+    assert 0.0 < share < 1.0
+    scaled = ClassMoments.from_features(7.0 * z + 2.0, y, 5)
+    assert within_class_share(scaled) == pytest.approx(share, rel=1e-10)
+    # one class per client-merged part: the share of merged moments is the share of the pooled samples
+    half = ClassMoments.from_features(z[:100], y[:100], 5) + ClassMoments.from_features(z[100:], y[100:], 5)
+    assert within_class_share(half) == pytest.approx(share, rel=1e-10)
+
+
+def test_within_class_share_mutations_fail_the_check():
+    """The check that the formula equals the samples' tr S_W / tr S_T fails for a wrong formula:
+    scatter about the global mean in the numerator (no class centring) gives 1, and dividing by the
+    uncentred total Gram trace gives a smaller number."""
+    from fedlib.stats import ClassMoments
+
+    g = torch.Generator().manual_seed(1)
+    y = torch.randint(0, 3, (90,), generator=g)
+    z = torch.randn(90, 4, generator=g, dtype=torch.float64) + 2.0 * torch.nn.functional.one_hot(y, 4).double() + 5.0
+    m = ClassMoments.from_features(z, y, 3)
+    direct = _direct_share(z.numpy(), y.numpy())
+    n = float(m.counts.sum())
+    no_centring = n * float(torch.trace(m.total_covariance())) / (n * float(torch.trace(m.total_covariance())))
+    uncentred_total = float(torch.trace(m.within_scatter())) / float(torch.trace(m.total_gram()))
+    assert no_centring != pytest.approx(direct, rel=1e-3)
+    assert uncentred_total != pytest.approx(direct, rel=1e-3)
+
+
+def test_within_class_share_refuses_empty_moments():
+    from fedlib.cgrl import within_class_share
+    from fedlib.stats import ClassMoments
+
+    with pytest.raises(ValueError, match="at least one feature"):
+        within_class_share(ClassMoments.zeros(3, 2))
+    same = ClassMoments.from_features(torch.ones(4, 2, dtype=torch.float64), torch.tensor([0, 0, 1, 1]), 2)
+    assert math.isnan(within_class_share(same))

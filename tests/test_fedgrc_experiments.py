@@ -17,7 +17,7 @@ from fedbook.claims import UNTESTABLE_RESOLUTION, Claim, Read, effect, evaluate
 from fedbook.intervals import SeedValues, defined_pairs, interval_text, seed_band
 from fedbook.study import Study, run_study
 from fedbook.page import save_frames
-from fedbook.studies.fedgrc_experiments import (BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
+from fedbook.studies.fedgrc_experiments import (REGIME_COLUMNS, SCATTER, effective_images, protocol_row, regime_row, resolutions, weakest_quarter, BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
                                     SharedRule, ablation_cell, baseline_head, before_after, chapter_study, claim_frames,
                                     cost_table, defined, deployed_name, excess_gain_rows, final_round, mean_over_alphas,
                                     mean_over_heads, numbers, reads, refitted_heads, rotate, rotate_odd_clients,
@@ -81,7 +81,13 @@ def deployment():
 
 def test_the_cell_trains_every_method_and_deploys_every_head(cell, tmp_path):
     study, frames, edited, out = cell
-    assert set(frames) == {"runs", "validation", "costs", "sensitivity", "penultimate"}
+    assert set(frames) == {"runs", "validation", "costs", "sensitivity", "penultimate", "scatter", "regime"}
+    scatter = frames["scatter"]
+    assert scatter["backbone"].tolist() == list(study.backbones)
+    assert ((scatter[SCATTER] > 0) & (scatter[SCATTER] < 100)).all() and (scatter["images"] > 0).all()
+    assert frames["regime"].columns.tolist() == ["alpha", "seed", *REGIME_COLUMNS] and len(frames["regime"]) == 1
+    runs = frames["runs"]
+    assert {"pooled", "P@25", "PF@25"} <= set(runs["metric"])
     assert len(edited) == 1 and len(study.methods()) == 5 and "FedAvg" not in study.methods()
     methods = set(frames["runs"]["method"])
     expected = {deployed_name(m) for m in study.methods()} | {"FedAvg", "FedAvg-FT", "FedETF-FT", "FedAvg + FedCGS + FT"}
@@ -234,8 +240,10 @@ def test_the_claim_frames_give_what_the_claims_read_by_hand():
     h0 = {(s, a): "LDA" for s in seeds for a in alphas}
     tidy9 = excess_gain_rows(v, h0, seeds, alphas)
     ft = {"FedETF → FedETF-FT": ("FedETF", "FedETF-FT")}
-    frames = claim_frames(runs, tidy9, seeds, alphas, leaders={"local": "Ditto", "L@25": "FedRep"},
-                          shift_methods=["FedRep", "Ditto"], ft_pairs=ft, sizes={"global": 2.17})
+    scatter = pd.DataFrame([{"alpha": a, "seed": s, "backbone": b, SCATTER: 10.0 * (b == "CGRL") + s + a}
+                            for a in alphas for s in seeds for b in ("FedAvg-Aug", "CGRL")])
+    frames = claim_frames(runs, tidy9, seeds, alphas, leaders={"pooled": "Ditto", "P@25": "FedRep"},
+                          shift_methods=["FedRep", "Ditto"], ft_pairs=ft, sizes={"global": 2.17}, scatter=scatter)
 
     def read(ours, baseline=0.0, versus=None):
         c = Claim("c", "q", "s", "x", "greater", effect("points"), resolution=0.1, versus=versus, ours=ours,
@@ -254,10 +262,15 @@ def test_the_claim_frames_give_what_the_claims_read_by_hand():
     assert read(Read("versus", "FedGRC − the paper's gain", alpha=0.3, metric="global"),
                 reads("versus", BASELINES, alpha=0.3, metric="global"), tuple(BASELINES)) == \
         by_hand(v(0.3, FEDGRC, "global") - 2.17, every(0.3, "global"))
-    assert read(Read("trail", FEDGRC, metric="L@25"), Read("trail", "FedRep", metric="L@25")) == \
-        by_hand(v(0.1, FEDGRC, "L@25"), v(0.1, "FedRep", "L@25"))
-    assert read(Read("shift", "no change", metric="local"), reads("shift", ["FedRep", "Ditto"], metric="local"),
-                ("FedRep", "Ditto")) == by_hand(np.zeros(3), {n: v(0.3, n, "local") - v(0.1, n, "local") for n in ("FedRep", "Ditto")})
+    assert read(Read("trail", FEDGRC, metric="P@25"), Read("trail", "FedRep", metric="P@25")) == \
+        by_hand(v(0.1, FEDGRC, "P@25"), v(0.1, "FedRep", "P@25"))
+    assert read(Read("shift", "no change", metric="pooled"), reads("shift", ["FedRep", "Ditto"], metric="pooled"),
+                ("FedRep", "Ditto")) == by_hand(np.zeros(3), {n: v(0.3, n, "pooled") - v(0.1, n, "pooled") for n in ("FedRep", "Ditto")})
+    assert read(Read("scatter", "CGRL", alpha=0.1), Read("scatter", "FedAvg-Aug", alpha=0.1)) == \
+        by_hand(np.array([10.1, 11.1, 12.1]), np.array([0.1, 1.1, 2.1]))
+    room = Read("headroom", "value", alpha=0.1, metric="PF@25")(frames)
+    assert room.index.names == ["method", "seed"] and len(room) == len(BASELINES) * 3
+    assert room.loc[("Ditto", 2)] == v(0.1, "Ditto", "PF@25")[2]
     heads = lambda b: mean_over_heads(v, 0.3, b, HEADS)  # noqa: E731
     assert read(Read("heads", "gain over its own head", backbone="FedAvg-Aug"),
                 Read("heads", "gain over its own head", backbone="FedAvg")) == \
@@ -265,10 +278,10 @@ def test_the_claim_frames_give_what_the_claims_read_by_hand():
     assert read(Read("heads", "mean head", backbone="FedAvg-Aug"), Read("heads", "mean head", backbone="FedAvg")) == \
         by_hand(heads("FedAvg-Aug"), heads("FedAvg"))
     over = lambda name, m: np.mean([v(a, name, m) for a in alphas], axis=0)  # noqa: E731
-    assert read(Read("personalization", "no change", metric="F@25"), reads("personalization", ft, metric="F@25"), tuple(ft)) == \
-        by_hand(np.zeros(3), {"FedETF → FedETF-FT": over("FedETF", "F@25") - over("FedETF-FT", "F@25")})
-    assert read(Read("sasp", FEDGRC, metric="local"), Read("sasp", "CGRL + MMS", metric="local")) == \
-        by_hand(over(FEDGRC, "local"), over("CGRL + MMS", "local"))
+    assert read(Read("personalization", "no change", metric="PF@25"), reads("personalization", ft, metric="PF@25"), tuple(ft)) == \
+        by_hand(np.zeros(3), {"FedETF → FedETF-FT": over("FedETF", "PF@25") - over("FedETF-FT", "PF@25")})
+    assert read(Read("sasp", FEDGRC, metric="pooled"), Read("sasp", "CGRL + MMS", metric="pooled")) == \
+        by_hand(over(FEDGRC, "pooled"), over("CGRL + MMS", "pooled"))
     v9 = SeedValues(tidy9, ["alpha", "metric", "pairing"], seeds)
     assert read(Read("excess", "B1 + H1 (FedGRC)", alpha=0.3, metric="F@25"),
                 reads("excess", ("B1 + H0", "B0 + H1"), alpha=0.3, metric="F@25"), ("B1 + H0", "B0 + H1")) == \
@@ -343,3 +356,57 @@ def test_a_shared_baseline_head_on_frozen_features_equals_its_deployment(deploym
         assert ours.keys() == theirs.keys()
         for k in ours:
             assert ours[k] == pytest.approx(theirs[k], abs=1e-9, nan_ok=True), (type(head).__name__, k)
+
+
+
+# --------------------------------------------------------------------------- issue 38: client-weighted scores, regimes
+
+
+def _two_client_federation():
+    """Hand-made: 2 classes, a global test set of 4 + 6 images, client 0 trains 9 of class 0 and 1 of
+    class 1, client 1 trains 5 and 5."""
+    from fedlib.federation import ClientData, Federation
+
+    def ds(labels):
+        y = torch.tensor(labels)
+        return ArrayDataset(torch.zeros(len(labels), 1, 2, 2), y, 2, "toy")
+    clients = [ClientData(ds([0] * 9 + [1]), ds([0, 1])), ClientData(ds([0] * 5 + [1] * 5), ds([0, 1]))]
+    return Federation(clients, ds([0] * 4 + [1] * 6), 2, "toy")
+
+
+def test_effective_images_and_regime_row_by_hand():
+    fed = _two_client_federation()
+    n_eff = effective_images(fed)
+    # client 0: 1 / (0.9^2 / 4 + 0.1^2 / 6); client 1: 1 / (0.25 / 4 + 0.25 / 6)
+    assert n_eff == pytest.approx([1 / (0.81 / 4 + 0.01 / 6), 1 / (0.25 / 4 + 0.25 / 6)])
+    row = regime_row(fed, m0=10.0)
+    assert row["effective images, weakest quarter"] == pytest.approx(min(n_eff))  # ceil(0.25 * 2) = 1 client
+    # rare: n_c / n < 0.5 / 2 -> client 0's class 1 (1 of 10); client 1 none
+    assert row["rare-class support"] == 1.0
+    # SASP weight: client 0: 0.9 * 9/19 + 0.1 * 1/11; client 1: 0.5 * 5/15 * 2
+    assert row["SASP weight on own data"] == pytest.approx(np.mean([0.9 * 9 / 19 + 0.1 / 11, 1 / 3]))
+    # a mutation that weighs every class equally instead of by the client's mix gives another value
+    assert np.mean([(9 / 19 + 1 / 11) / 2, 1 / 3]) != pytest.approx(row["SASP weight on own data"])
+    assert math.isnan(regime_row(fed, m0=10.0, rare_ratio=0.01)["rare-class support"])  # no rare class: fails by name
+
+
+def test_weakest_quarter_and_client_weighted_resolutions():
+    assert weakest_quarter(np.array([4.0, 1.0, 3.0, 2.0, 9.0, 8.0, 7.0, 6.0])).tolist() == [1.0, 2.0]
+    fed = _two_client_federation()
+    res = resolutions({0.5: fed})
+    n_eff = effective_images(fed)
+    mean_mix = np.array([0.7, 0.3])  # (0.9 + 0.5) / 2, (0.1 + 0.5) / 2
+    assert res["pooled"] == pytest.approx(100 * (0.49 / 4 + 0.09 / 6))
+    assert res["P@25"] == pytest.approx(100 / min(n_eff))
+    assert res["PF@25"] == max(res["P@25"], res["rare"]) and res["scatter"] == pytest.approx(100 / 20)
+    assert res["pooled"] != pytest.approx(100 / 10)  # not one image of the 10-image test set: the mix weighs it
+    del mean_mix
+
+
+def test_protocol_row_adds_the_client_weighted_floor():
+    nan = float("nan")
+    t = pd.DataFrame({"local": [1.0, 0.0, 1.0, 1.0], "pooled": [0.9, 0.8, 0.7, 0.95], "global": [0.5] * 4,
+                      "unseen": [0.6, nan, 0.8, 0.9], "rare": [nan] * 4})
+    row = protocol_row(t)
+    assert row["F@25"] == 0.0 and row["PF@25"] == pytest.approx(0.6)  # the 3-image local split vs the pooled score
+    assert {k: v for k, v in row.items() if k != "PF@25"}.keys() == protocol_summary(t).keys()

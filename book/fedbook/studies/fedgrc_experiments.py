@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedbook.claims import UNTESTABLE_RESOLUTION, ClaimResult, Read, smallest_resolvable
+from fedbook.claims import UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult, Read, smallest_resolvable
 from fedbook.intervals import SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
 from fedbook.page import clipped_error, format_bytes, format_value, place_labels, show_table
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
@@ -53,7 +53,8 @@ from fedlib.federation import ClientData, Federation, hold_out_validation, make_
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
 from fedlib.loop import LoopConfig
 from fedlib.results import RunResult, per_client_table
-from fedlib.metrics import RARE_RATIO, protocol_summary
+from fedlib.cgrl import within_class_share
+from fedlib.metrics import RARE_RATIO, floor_at25, pooled_effective_size, protocol_summary, rare_classes
 from fedlib.models import build_model
 from fedlib.posthoc import FrozenFeatures, StatHead, collect_statistics
 from fedlib.protocol import Algorithm
@@ -77,8 +78,24 @@ stand-in for pFedGM) and the baseline heads on the FedAvg and FedAvg-Aug backbon
 of FedGRC's own parts are ablations."""
 ORDER = [*PFL, "FedAvg + FedCGS + FT", *(f"{b} + {h}" for b in BACKBONES for h in HEADS)]
 """The rows of Tables I/II, in the paper's grouping."""
-METRICS = ("local", "global", "unseen", "rare", "L@25", "U@25", "R@25", "F@25")
-"""The columns of Tables I/II: the four abilities, then the four floors."""
+ABILITY_COLUMNS = ("local", "pooled", "global", "unseen", "rare")
+"""The abilities of Tables I/II: the four of the paper, with the client-weighted recall ``pooled``
+beside ``local`` (:func:`fedlib.metrics.pooled_accuracy`)."""
+FLOOR_COLUMNS = ("L@25", "P@25", "U@25", "R@25", "F@25", "PF@25")
+"""The floors of Tables I/II: the paper's four, with ``P@25`` (the floor of ``pooled``) and ``PF@25``
+(:data:`CLIENT_WEIGHTED_FLOOR`) beside them."""
+METRICS = (*ABILITY_COLUMNS, *FLOOR_COLUMNS)
+"""The columns of Tables I/II: the abilities, then the floors."""
+CLIENT_WEIGHTED_FLOOR = ("pooled", "unseen", "rare")
+"""The abilities whose minimum is a client's floor in ``PF@25``: ``F@25`` with the client-weighted
+recall in the place of the local test split's accuracy (:func:`fedlib.metrics.floor_at25`)."""
+CLIENT_WEIGHTED = {"local": "pooled", "L@25": "P@25", "F@25": "PF@25"}
+"""The metric a claim about the paper's metric reads (the others read themselves): each client's
+personalized model on the global test set, each class's recall weighted by the client's training
+label mix :math:`p_k(c)` (exact under label skew), instead of its own test split of a few images."""
+SCATTER = "within-class share (%)"
+"""The column of the ``scatter`` frame: :func:`fedlib.cgrl.within_class_share` of a backbone's
+penultimate training features, in percent."""
 PAIRS = (("FedETF", "FedETF-FT"), ("FedAvg + FedCGS", "FedAvg + FedCGS + FT"), ("CGRL + MMS", FEDGRC))
 """Table IV's (before, after) personalization pairs."""
 SENSITIVITY_CURVES = ("local", "global", "F@25")
@@ -86,6 +103,8 @@ SENSITIVITY_CURVES = ("local", "global", "F@25")
 GAMMA_CURVES = ("MMS global", "MMS + SASP local", "MMS + SASP global")
 """The curves of the :math:`\\gamma` sweep (:func:`sensitivity`)."""
 EXCESS_COLUMNS = ("B0 + H0", "B1 + H0", "B0 + H1", "B1 + H1 (FedGRC)", "excess gain I")
+EXCESS_METRICS = ("F@25", "PF@25", "global")
+"""The metrics of Table IX (:func:`excess_gain_rows`)."""
 """The columns of Table IX (:func:`excess_gain_rows`)."""
 ROUND_ROWS = {"Ditto": "FedAvg's messages (Ditto's run: its global model)", "FedAvg-Aug": "FedAvg-Aug", "CGRL": "CGRL"}
 """The training rounds the cost table shows, by trained method (FedAvg's messages are Ditto's global model's)."""
@@ -96,6 +115,12 @@ HEAD_EPOCHS = 1
 """FedRep's head epochs per round."""
 CEILING = 90.0
 """Percent: a statistical head at or above it leaves the paper's differences little room (:func:`ceiling_text`)."""
+
+
+def protocol_row(per_client: pd.DataFrame) -> dict[str, float]:
+    """:func:`fedlib.metrics.protocol_summary` of a per-client ability table, with ``PF@25``
+    (:func:`fedlib.metrics.floor_at25` over :data:`CLIENT_WEIGHTED_FLOOR`)."""
+    return protocol_summary(per_client) | {"PF@25": floor_at25(per_client, CLIENT_WEIGHTED_FLOOR)}
 
 
 def final_round(run: RunResult) -> pd.DataFrame:
@@ -171,6 +196,9 @@ class Deployment:
         ``kind`` ``"penultimate"`` or ``"multilayer"``.
     features : dict
         ``(backbone, kind)``: the :class:`fedlib.posthoc.FrozenFeatures` of that round.
+    scatter : list of dict
+        ``backbone, within-class share (%), images``: :func:`fedlib.cgrl.within_class_share` of each
+        backbone's penultimate features on the clients' training images (the statistics round).
     """
 
     federation: Federation
@@ -179,6 +207,7 @@ class Deployment:
     runs: dict = field(default_factory=dict)
     statistics: dict = field(default_factory=dict)
     features: dict = field(default_factory=dict)
+    scatter: list = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -312,7 +341,7 @@ class FedGRCStudy:
             val_frozen = FrozenFeatures(pen, fed_val, model_fn) if backbone == "FedAvg-Aug" else None
             for label, head in self.baseline_heads.items():
                 rule = SharedRule.fit(head, pen, s)
-                summaries[f"{backbone} + {label}"] = pen_frozen.summary([rule] * len(pen_frozen.clients))
+                summaries[f"{backbone} + {label}"] = protocol_row(pen_frozen.abilities([rule] * len(pen_frozen.clients)))
                 if val_frozen is not None:  # the selection of H0 (Table IX's B0) on the validation images
                     val_global = val_frozen.summary([rule] * len(val_frozen.clients))["global"]
                     out.validation.append({"backbone": backbone, "head": label, "validation global (%)": 100 * val_global})
@@ -320,13 +349,16 @@ class FedGRCStudy:
             # backbone pass over the global test set per client)
             frozen = FrozenFeatures(multi, fed, model_fn)
             mms = MMS(gamma=self.gamma).fit(frozen.moments, frozen.layer_dims)
-            summaries[f"{backbone} + MMS"] = frozen.summary([mms] * len(frozen.client_moments))
-            summaries[f"{backbone} + MMS + SASP"] = frozen.summary([SASP(m0=self.m0).fit(mms, mom) for mom in frozen.client_moments])
+            summaries[f"{backbone} + MMS"] = protocol_row(frozen.abilities([mms] * len(frozen.client_moments)))
+            summaries[f"{backbone} + MMS + SASP"] = protocol_row(
+                frozen.abilities([SASP(m0=self.m0).fit(mms, mom) for mom in frozen.client_moments]))
+            out.scatter.append({"backbone": backbone, SCATTER: 100 * within_class_share(pen_frozen.moments),
+                                "images": float(pen_frozen.moments.counts.sum())})
             out.features[(backbone, "penultimate")], out.features[(backbone, "multilayer")] = pen_frozen, frozen
             if backbone == "FedAvg":
                 deployments["FedAvg + FedCGS + FT"] = evaluate_deployment(
                     StatHead(FedCGSHead(), finetune=self.finetune, seed=s), pen, fed, model_fn, lc)
-        summaries.update({name: protocol_summary(per_client_table(frame)) for name, frame in deployments.items()})
+        summaries.update({name: protocol_row(per_client_table(frame)) for name, frame in deployments.items()})
         for name, summary in summaries.items():
             out.rows += [{"method": name, "metric": m, "value": 100 * v} for m, v in summary.items()]
         if results_dir is not None:
@@ -396,7 +428,9 @@ def train_cell(seed: int, alpha: float, *, study: FedGRCStudy, data: Callable[..
     dict of str to DataFrame
         ``runs`` (``method, metric, value``: every row of Tables I/II, percent), ``validation``
         (``backbone, head, validation global (%)``), ``costs`` (``method, round, bytes per
-        client, seconds per round``: each training run, and each backbone's statistics rounds);
+        client, seconds per round``: each training run, and each backbone's statistics rounds); ``scatter``
+        (``backbone, within-class share (%), images``: :attr:`Deployment.scatter`); ``regime`` (one row,
+        :func:`regime_row` of the federation);
         with CGRL among the backbones, ``sensitivity`` (:func:`sensitivity` on its multilayer
         features) and ``penultimate`` (``method, metric, value``: ``"CGRL + MMS"`` and FedGRC's
         heads refitted on its penultimate features only).
@@ -413,7 +447,9 @@ def train_cell(seed: int, alpha: float, *, study: FedGRCStudy, data: Callable[..
                       "bytes per client": stats.ledger.per_client_and_round(phase="all", rounds=rounds + 1,
                                                                             n_clients=study.n_clients, n_rounds=1)})
     frames = {"runs": pd.DataFrame(cell.rows), "validation": pd.DataFrame(cell.validation),
-              "costs": pd.DataFrame(costs, columns=["method", "round", "bytes per client", "seconds per round"])}
+              "costs": pd.DataFrame(costs, columns=["method", "round", "bytes per client", "seconds per round"]),
+              "scatter": pd.DataFrame(cell.scatter, columns=["backbone", SCATTER, "images"]),
+              "regime": pd.DataFrame([regime_row(cell.federation, study.m0)], columns=list(REGIME_COLUMNS))}
     if "CGRL" in study.backbones:
         frames["sensitivity"] = sensitivity(cell.features[("CGRL", "multilayer")], m0_grid, gamma_grid,
                                             gamma=study.gamma, m0=study.m0)
@@ -524,14 +560,73 @@ def rotated_cell(seed: int, alpha: float, *, study: FedGRCStudy, data: Callable[
     return pd.DataFrame(rows)
 
 
+FLOOR_QUARTER = 0.25
+"""The share of clients a floor averages (the @25 floors)."""
+REGIME_COLUMNS = ("effective images, weakest quarter", "rare-class support", "SASP weight on own data")
+"""The columns of :func:`regime_row`."""
+
+
+def effective_images(fed: Federation) -> np.ndarray:
+    """Each client's effective test images behind its client-weighted recall on ``fed``'s global
+    test set (:func:`fedlib.metrics.pooled_effective_size`: the size of a plain sample with the
+    same variance), of shape (n_clients,)."""
+    pool = np.bincount(fed.global_test.labels_np, minlength=fed.n_classes)
+    return np.array([pooled_effective_size(pool, counts) for counts in fed.train_counts()], dtype=float)
+
+
+def weakest_quarter(values: np.ndarray, fraction: float = FLOOR_QUARTER) -> np.ndarray:
+    """The ``ceil(fraction * n)`` smallest of ``values`` (a floor's clients at worst), sorted.
+
+    >>> weakest_quarter(np.array([5.0, 1.0, 4.0, 2.0, 3.0])).tolist()  # ceil(1.25) = 2 of 5
+    [1.0, 2.0]
+    """
+    return np.sort(values)[: max(1, math.ceil(round(fraction * len(values), 9)))]
+
+
+def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
+    r"""What the chapter's regime checks read from one federation (one seed and :math:`lpha`),
+    all fixed by the partition, none by a method:
+
+    * ``effective images, weakest quarter``: the mean, over the quarter of clients with the fewest,
+      of the effective test images behind a client's client-weighted recall
+      (:func:`effective_images`): the clients a floor reads at worst;
+    * ``rare-class support``: the median training count of a client's rare class, over every
+      (client, rare class) pair (NaN without one);
+    * ``SASP weight on own data``: the mean over clients of :math:`\sum_c p_k(c)\,lpha(n_c)`,
+      SASP's weight :math:`lpha(n) = n/(n + m_0)` on the client's own means (Eq. (35)) averaged
+      over the images the client is scored on (its training label mix :math:`p_k`).
+
+    Examples
+    --------
+    >>> from fedlib.data import make_gaussian_mixture
+    >>> data = make_gaussian_mixture(n_per_class=40, n_classes=2, dim=4, seed=0).dataset
+    >>> fed = make_federation(data, n_clients=2, partition="dirichlet", alpha=1.0, global_test_per_class=10, seed=0)
+    >>> sorted(regime_row(fed, m0=10.0))
+    ['SASP weight on own data', 'effective images, weakest quarter', 'rare-class support']
+    """
+    counts = fed.train_counts().astype(float)  # (K, C)
+    rare = np.concatenate([c[rare_classes(c, rare_ratio)] for c in counts])
+    mix = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)
+    weight = counts / (counts + m0) if math.isfinite(m0) else np.zeros_like(counts)
+    return {REGIME_COLUMNS[0]: float(weakest_quarter(effective_images(fed)).mean()),
+            REGIME_COLUMNS[1]: float(np.median(rare)) if rare.size else math.nan,
+            REGIME_COLUMNS[2]: float(np.mean((mix * weight).sum(1)))}
+
+
 def resolutions(federations: Mapping[float, Federation]) -> dict[str, float]:
-    """Each metric's resolution (:func:`fedbook.intervals.resolution_of`): the step one test image
+    r"""Each metric's resolution (:func:`fedbook.intervals.resolution_of`): the step one test image
     makes, on the test set the metric uses, sizes from ``federations`` (the first seed's, by
     :math:`\\alpha`; the global test set's smallest class of the last one). Global accuracy weighs
     every image of the global test set; unseen and rare accuracy are means of class recalls (one
     image of a class); local accuracy one image of a mean local test split (rounded down); ``F@25``
     the coarser of local and rare (a floor takes each client's weakest ability); ``L@25``, ``U@25`` and
-    ``R@25`` their ability's step.
+    ``R@25`` their ability's step. The client-weighted recall ``pooled`` (:func:`fedlib.metrics.pooled_accuracy`)
+    weighs the global test set's classes by a client's training label mix: a plain sample of
+    :math:`n_{\mathrm{eff}}` images (:func:`fedlib.metrics.pooled_effective_size`) has its variance,
+    so its step is :math:`100 / n_{\mathrm{eff}}`; the mean over clients reads the mean mix
+    (``pooled``), a floor the mean step of the quarter of clients with the fewest effective images
+    (``P@25``; ``PF@25`` the coarser of that and rare's), the coarsest over :math:`\alpha`.
+    ``scatter``: one training image of the smallest federation (the within-class share, in points).
 
     Examples
     --------
@@ -549,6 +644,18 @@ def resolutions(federations: Mapping[float, Federation]) -> dict[str, float]:
            "rare": resolution_of(n_class), "local": resolution_of(max(1, math.floor(local)))}
     res["F@25"] = max(res["local"], res["rare"])
     res["L@25"], res["U@25"], res["R@25"] = res["local"], res["unseen"], res["rare"]
+    # the client-weighted recall: a plain sample of n_eff images has its variance, so one image of it is 100 / n_eff;
+    # the mean over clients reads the mean mix, a floor its weakest quarter of clients (coarsest over alpha)
+    mean_mix, floor = [], []
+    for f in federations.values():
+        pool = np.bincount(f.global_test.labels_np, minlength=f.n_classes)
+        mix = f.train_counts() / np.maximum(f.train_counts().sum(1, keepdims=True), 1)  # (K, C): each client's p_k
+        mean_mix.append(100.0 / pooled_effective_size(pool, mix.mean(0)))
+        floor.append(float(np.mean(100.0 / weakest_quarter(effective_images(f)))))
+    res["pooled"], res["P@25"] = max(mean_mix), max(floor)
+    res["PF@25"] = max(res["P@25"], res["rare"])
+    # the within-class share of the training features: one training image of the smallest federation, in points
+    res["scatter"] = resolution_of(min(sum(len(c.train) for c in f.clients) for f in federations.values()))
     return res
 
 
@@ -573,7 +680,7 @@ def show_results(table: pd.DataFrame, alphas: Sequence[float]) -> list:
     each column in bold."""
     shown = []
     for a in alphas:
-        for part, cols in (("abilities", METRICS[:4]), ("floors", METRICS[4:])):
+        for part, cols in (("abilities", ABILITY_COLUMNS), ("floors", FLOOR_COLUMNS)):
             t = table.loc[a, list(cols)].rename(columns=lambda m: f"{m} (%)")
             shown.append(show_table(t, best={f"{m} (%)": "max" for m in cols}).set_caption(f"Tables I/II, α = {a}: {part} (%)"))
     return shown
@@ -659,7 +766,7 @@ def baseline_head(validation: pd.DataFrame, backbone: str = "FedAvg-Aug") -> dic
 
 
 def excess_gain_rows(v: Callable[..., np.ndarray], h0: Mapping[tuple, str], seeds: Sequence[int], alphas: Sequence[float],
-                     metrics: Sequence[str] = ("F@25", "global"), b0: str = "FedAvg-Aug", b1: str = "CGRL",
+                     metrics: Sequence[str] = EXCESS_METRICS, b0: str = "FedAvg-Aug", b1: str = "CGRL",
                      h1: str = "MMS + SASP") -> pd.DataFrame:
     """Table IX per seed: each backbone × head pairing :math:`F(B, H)` and the excess gain
 
@@ -703,12 +810,12 @@ def excess_gain_rows(v: Callable[..., np.ndarray], h0: Mapping[tuple, str], seed
 
 
 def show_excess(tidy9: pd.DataFrame, h0: Mapping[tuple, str]) -> list:
-    """Table IX as shown (``F@25`` and global accuracy of each pairing, the excess gain in points,
+    """Table IX as shown (``F@25``, ``PF@25`` and global accuracy of each pairing, the excess gain in points,
     mean over the seeds ± 95 % interval), and the head :math:`H_0` chosen per seed."""
     table9 = seed_table(tidy9.dropna(subset=["value"]), ["alpha", "metric"], "pairing", "value", digits=2)
     table9 = table9[list(EXCESS_COLUMNS)].rename(columns=lambda c: f"{c} (points)" if c == "excess gain I" else f"{c} (%)")
     choice = pd.Series(h0).rename_axis(["seed", "alpha"]).unstack("alpha")
-    caption = "Table IX: F@25 and global accuracy of each backbone × head pairing"
+    caption = "Table IX: F@25, PF@25 (F@25 with the client-weighted recall) and global accuracy of each backbone × head pairing"
     return [show_table(table9, formats={"alpha": "g"}).set_caption(caption),
             show_table(choice.rename(columns=lambda a: f"H0 chosen on validation, α = {a:g}")).set_caption(
                 "The baseline head H0, per seed")]
@@ -864,7 +971,8 @@ def defined(frame: pd.DataFrame, columns: Sequence[str], seed: str = "seed") -> 
 
 def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[float], *,
                  leaders: Mapping[str, str], shift_methods: Sequence[str], ft_pairs: Mapping[str, tuple[str, str]],
-                 sizes: Mapping[str, float]) -> dict[str, pd.DataFrame]:
+                 sizes: Mapping[str, float], scatter: pd.DataFrame | None = None,
+                 regime: pd.DataFrame | None = None) -> dict[str, pd.DataFrame]:
     """What the chapter's claims read: one row per seed (per seed and backbone in ``heads``), the
     same floats the tables show, each claim's group keeping the seeds where all its sides are
     defined (:func:`defined`).
@@ -884,7 +992,9 @@ def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], 
     ft_pairs : mapping of str to (str, str)
         The personalization pairs ``(before, after)`` by name.
     sizes : mapping of str to float
-        The paper's smallest gain per metric.
+        The paper's smallest gain per metric (by the metric the claim reads).
+    scatter, regime : DataFrame, optional
+        The training study's ``scatter`` and ``regime`` frames (:func:`train_cell`).
 
     Returns
     -------
@@ -898,7 +1008,10 @@ def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], 
         seed, no change`` and each pair's before minus after, means over α; ``sasp``: ``metric,
         seed``, FedGRC and ``"CGRL + MMS"``, means over α; ``excess``: ``alpha, metric, seed`` and
         the :data:`EXCESS_COLUMNS`; ``excess_over_alphas``: ``metric, seed, excess gain I``, the
-        mean over α.
+        mean over α; ``headroom``: ``value`` indexed by ``alpha, metric, method, seed``, every baseline's
+        value (what the ceiling checks read, each baseline a unit); with ``scatter``, ``scatter``: ``alpha, seed`` and each
+        backbone's within-class share (%); with ``regime``, ``regime`` as given (``alpha, seed`` and
+        :data:`REGIME_COLUMNS`).
     """
     v = seed_values(runs, seeds)
     v9 = SeedValues(tidy9, ["alpha", "metric", "pairing"], seeds)
@@ -918,21 +1031,29 @@ def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], 
             add("versus", {**sides, **gain}, [*sides, *gain] if m in sizes else list(sides), alpha=a, metric=m)
     for m, name in leaders.items():
         add("trail", {FEDGRC: v(a_lo, FEDGRC, m), name: v(a_lo, name, m)}, metric=m)
-    for m in ("local", "global"):
+    for m in ("pooled", "global"):
         add("shift", {"no change": np.zeros(n), **{k: v(a_hi, k, m) - v(a_lo, k, m) for k in shift_methods}}, metric=m)
-    for m in ("local", "global", "F@25"):
+    for m in ("pooled", "global", "PF@25"):
         add("personalization", {"no change": np.zeros(n), **{k: over(b, m) - over(f, m) for k, (b, f) in ft_pairs.items()}},
             metric=m)
         add("sasp", {FEDGRC: over(FEDGRC, m), "CGRL + MMS": over("CGRL + MMS", m)}, metric=m)
     for a in alphas:
-        for m in ("F@25", "global"):
+        for m in EXCESS_METRICS:
             add("excess", {c: v9(a, m, c) for c in EXCESS_COLUMNS}, alpha=a, metric=m)
-    for m in ("F@25", "global"):
+    for m in EXCESS_METRICS:
         add("excess_over_alphas", {"excess gain I": np.mean([v9(a, m, "excess gain I") for a in alphas], axis=0)}, metric=m)
     heads = pd.concat([pd.DataFrame({"backbone": b, "seed": list(seeds), "mean head": mean_over_heads(v, a_hi, b),
                                      "gain over its own head": mean_over_heads(v, a_hi, b) - v(a_hi, b, "global")})
                        for b in ("FedAvg-Aug", "FedAvg")], ignore_index=True)
-    out = {"heads": defined(heads, ["mean head", "gain over its own head"]).reset_index(drop=True)}
+    out = {"heads": defined(heads, ["mean head", "gain over its own head"]).reset_index(drop=True),
+           "headroom": pd.DataFrame([{"alpha": a, "metric": m, "method": b, "seed": s, "value": x}
+                                     for a in alphas for m in METRICS for b in BASELINES
+                                     for s, x in zip(seeds, v(a, b, m))]).set_index(["alpha", "metric", "method", "seed"])}
+    if scatter is not None:
+        wide = scatter.pivot_table(index=["alpha", "seed"], columns="backbone", values=SCATTER).reset_index()
+        out["scatter"] = wide[wide["seed"].isin(list(seeds))].reset_index(drop=True)
+    if regime is not None:
+        out["regime"] = regime[regime["seed"].isin(list(seeds))].reset_index(drop=True)
     return out | {name: pd.concat(frames, ignore_index=True) for name, frames in parts.items()}
 
 
@@ -997,6 +1118,31 @@ def untestable_text(results: Mapping[str, ClaimResult]) -> str:
     return f"{n} row{'s are' if n > 1 else ' is'} untestable at this resolution: {'; '.join(joined)}"
 
 
+def setting_text(results: Mapping[str, ClaimResult]) -> str:
+    """The rows of ``results`` that are "untestable in this setting", in a sentence: grouped by the
+    first regime check each fails (its text: quantity, value, threshold).
+
+    >>> import pandas as pd
+    >>> from fedbook.claims import Claim, RegimeCheck, effect, evaluate
+    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    >>> c = Claim("a", "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=0.1, regimes=(chk,))
+    >>> r = evaluate(c, [3.0, 4.0], regimes=(chk.check({"r": pd.DataFrame({"n": [1.0, 2.0]})}),))
+    >>> setting_text({"a": r})
+    '1 row is untestable in this setting: a (support: median count = 1.5 (needs at least 10))'
+    >>> setting_text({})
+    'No row is untestable in this setting'
+    """
+    groups: dict[str, list[str]] = {}
+    for r in results.values():
+        if r.verdict == UNTESTABLE_SETTING:
+            groups.setdefault(r.failed[0].text(), []).append(r.claim.key)
+    n = sum(map(len, groups.values()))
+    if not n:
+        return "No row is untestable in this setting"
+    joined = (f"{', '.join(keys)} ({text})" for text, keys in groups.items())
+    return f"{n} row{'s are' if n > 1 else ' is'} untestable in this setting: {'; '.join(joined)}"
+
+
 def ablation_reading(drops: Sequence[float], spread: float) -> tuple[str, str]:
     """Exercise 1's reading: whether the larger change of ``F@25`` that switching off one CGRL term
     makes is ``"larger than"`` or ``"within"`` the half-width ``spread`` of the chapter's own
@@ -1045,6 +1191,9 @@ def setting_numbers(P, study: FedGRCStudy, n_samples: int, seeds: Sequence[int],
         "fge_m_local": smallest_resolvable(res["local"]), "fge_m_class": smallest_resolvable(res["unseen"]),
         "fge_m_floor": smallest_resolvable(res["F@25"]), "fge_m_global": smallest_resolvable(res["global"]),
         "fge_n_baselines": len(BASELINES), "fge_n_algs": len(study.methods()),
+        "fge_res_pooled": res["pooled"], "fge_res_pfloor": res["PF@25"], "fge_res_P25": res["P@25"],
+        "fge_m_pooled": smallest_resolvable(res["pooled"]), "fge_m_pfloor": smallest_resolvable(res["PF@25"]),
+        "fge_res_scatter": res["scatter"],
     }
 
 
@@ -1163,7 +1312,9 @@ def exercise_numbers(frames: Mapping[str, pd.DataFrame], ablation: pd.DataFrame,
     return R
 
 
-__all__ = ["ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
+__all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCESS_METRICS", "FLOOR_COLUMNS",
+           "FLOOR_QUARTER", "REGIME_COLUMNS", "SCATTER", "effective_images", "protocol_row", "regime_row",
+           "weakest_quarter", "ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
            "FEDGRC", "FedGRCStudy", "GAMMA_CURVES", "HEADS", "HEAD_EPOCHS", "METRICS", "ORDER", "PAIRS", "PFL",
            "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "baseline_head",
            "before_after", "ceiling_text", "chapter_study", "claim_frames", "cost_table", "defined", "deployed_name",
@@ -1171,4 +1322,4 @@ __all__ = ["ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILIN
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
            "plot_sensitivity", "reads", "refitted_heads", "resolutions", "results_table", "rotate", "rotate_odd_clients",
            "rotated_cell", "rotation_reading", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
-           "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
+           "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
