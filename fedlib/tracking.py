@@ -14,8 +14,10 @@ remaining classes:
   :math:`T_t = \tilde\Sigma_d^{-1/2}(\tilde\Sigma_d^{1/2}\tilde\Sigma_t\tilde\Sigma_d^{1/2})^{1/2}\tilde\Sigma_d^{-1/2}`;
 * the projector off the span of the remaining prototypes: :func:`span_projector`;
 * measured residual, Eq. (5): :func:`measured_residual`; adaptive weight, Eq. (7):
-  :func:`adaptive_alpha`; the reconstruction, Eq. (4): :func:`reconstruct_mpt`;
+  :func:`adaptive_alpha` (its two terms :func:`discrepancy_terms`); the reconstruction, Eq. (4): :func:`reconstruct_mpt`;
 * MPT-lite (the paper names it only): :func:`growth_factor`, :func:`reconstruct_lite`;
+* the diagnostic of Eq. (6)'s assumption (the residual transported, no projector):
+  :func:`transported_prototype`;
 * baselines: frozen, iCaRL nearest-mean (:func:`icarl_prototype`), SDC (:func:`sdc_client_sums`,
   :func:`sdc_step`), LDC (:func:`ldc_fit_map`, its Adam steps :func:`ldc_steps_per_round`,
   :func:`ldc_step`); CCVR's calibration is a head
@@ -188,6 +190,24 @@ def measured_residual(rare_mean: torch.Tensor, M_t: torch.Tensor, w0: torch.Tens
     return P @ (_t(rare_mean) - _t(M_t).T @ _t(w0))
 
 
+def discrepancy_terms(r_ho: torch.Tensor, r_pred: torch.Tensor, sigma2: float, n: float) -> tuple[float, float]:
+    r"""The two terms of Eq. (7): the discrepancy :math:`D = \tfrac1d\lVert \hat r_{ho} - \hat r_{pred}\rVert^2`
+    and the measured residual's noise :math:`\hat\sigma^2/N`, so that :math:`D - \hat\sigma^2/N`
+    is the method-of-moments estimate of :math:`\tau^2` before the clip at :math:`\varepsilon`
+    (:math:`\mathbb E[D] = \tau^2 + \sigma^2/N` when :math:`\hat r_{ho}` is the mean of :math:`N`
+    samples of per-coordinate variance :math:`\sigma^2` about the true residual).
+
+    >>> discrepancy_terms(torch.tensor([2.0, 0.0]), torch.zeros(2), 1.0, 4)
+    (2.0, 0.25)
+    """
+    if not n > 0:
+        raise ValueError(f"n must be > 0 (the remaining rare samples), got {n!r}")
+    if not (sigma2 >= 0 and sigma2 == sigma2):
+        raise ValueError(f"sigma2 must be >= 0, got {sigma2!r}")
+    r_ho, r_pred = _t(r_ho), _t(r_pred)
+    return float(((r_ho - r_pred) ** 2).sum()) / r_ho.numel(), float(sigma2) / float(n)
+
+
 def adaptive_alpha(r_ho: torch.Tensor, r_pred: torch.Tensor, sigma2: float, n: float, eps: float = 1e-12) -> float:
     r"""The adaptive weight of the measured residual, Eq. (7).
 
@@ -199,11 +219,7 @@ def adaptive_alpha(r_ho: torch.Tensor, r_pred: torch.Tensor, sigma2: float, n: f
     """
     if not n > 0:
         return 0.0
-    if not (sigma2 >= 0 and sigma2 == sigma2):
-        raise ValueError(f"sigma2 must be >= 0, got {sigma2!r}")
-    r_ho, r_pred = _t(r_ho), _t(r_pred)
-    D = float(((r_ho - r_pred) ** 2).sum()) / r_ho.numel()
-    noise = sigma2 / n
+    D, noise = discrepancy_terms(r_ho, r_pred, sigma2, n)
     tau2 = max(D - noise, eps)
     return tau2 / (tau2 + noise)
 
@@ -312,6 +328,11 @@ def reconstruct_mpt(
     rare_n, rare_mean, rare_cov : count, mean (d,) and covariance (d, d, unbiased) of the remaining
         rare samples under the current model (``rare_n = 0``: none)
     alpha : force :math:`\alpha_t` (0: "predicted only", 1: "measured only"); default adaptive
+
+    As :math:`N_t` grows, :math:`\alpha_t \to 1` and the reconstruction tends to
+    :math:`M_t^\top w_0 + P^\perp_t(\bar h - M_t^\top w_0)`, not to the rare samples' mean
+    :math:`\bar h`: the measurement corrects only the part off the span, and the in-span part stays
+    the barycentric estimate, however many samples remain.
     """
     M_t = _check_protos(M_t, "M_t")
     cov_t = _t(cov_t)
@@ -336,6 +357,22 @@ def reconstruct_mpt(
         a = 0.0  # nothing measured: the prediction is all there is
     proto = in_span + (a * r_ho if r_ho is not None else 0.0) + (1.0 - a) * r_pred
     return Reconstruction(proto, in_span, r_pred, r_ho, a)
+
+
+def transported_prototype(snap: Snapshot, M_t: torch.Tensor, cov_t: torch.Tensor,
+                          cfg: TrackingConfig = TrackingConfig()) -> torch.Tensor:
+    r"""The barycentric part plus the residual transported by Eq. (6), **without** the projector:
+    :math:`M_t^\top w_0 + T_t r_0`, with :math:`T_t` from the regularized ``cov_t`` (d, d).
+
+    Not a method of the paper: the diagnostic of what Eq. (6) assumes, that the rare class's offset
+    from the span moves with the remaining classes' covariance. Against the stored residual
+    (:func:`stored_residual_prototype`, :math:`M_t^\top w_0 + r_0`) it isolates the transport: the
+    two share the in-span part, so their distances to the oracle prototype are the distances of
+    :math:`T_t r_0` and :math:`r_0` to the oracle's residual :math:`\mu_c(t) - M_t^\top w_0`.
+    """
+    M_t = _check_protos(M_t, "M_t")
+    T = transport_map(snap.cov_d, regularized_covariance(_t(cov_t), cfg.reg), half=snap.half, ihalf=snap.ihalf)
+    return M_t.T @ snap.w0 + T @ snap.r0
 
 
 # --------------------------------------------------------------------- MPT-lite
@@ -459,8 +496,8 @@ def ldc_step(prototype: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
 
 __all__ = [
     "METRICS", "NOISE", "SPANS", "Reconstruction", "Snapshot", "TrackingConfig", "adaptive_alpha", "barycentric_decomposition",
-    "barycentric_prototype", "barycentric_weights", "growth_factor", "icarl_prototype", "inv_sqrtm_pd",
+    "barycentric_prototype", "barycentric_weights", "discrepancy_terms", "growth_factor", "icarl_prototype", "inv_sqrtm_pd",
     "ldc_fit_map", "ldc_step", "ldc_steps_per_round", "measured_residual", "reconstruct_lite", "reconstruct_mpt",
     "sdc_client_sums", "sdc_step", "span_projector", "sqrtm_psd", "stored_residual_prototype", "take_snapshot",
-    "transport_map",
+    "transport_map", "transported_prototype",
 ]

@@ -24,6 +24,8 @@ from fedbook.studies.mpt_derivations import (
     drift_checks,
     kkt_check,
     known_drift_table,
+    measurement_limit,
+    measurement_limit_check,
     projector_check,
     projector_errors,
     random_normal,
@@ -105,6 +107,8 @@ def test_known_drift_table_exact_and_blind_cells():
     assert t.loc["translation", "bary + stored residual"] < 1e-8  # the stored residual moves with a translation
     assert t.loc["axis-aligned scaling", "MPT without the projector"] < 1e-8  # then T = A
     assert t.loc["rotation", "MPT-lite"] > 1e-3 and t.loc["translation", "frozen"] > 1e-3
+    stay = t.loc["remaining classes only (rare offset stays)"]
+    assert stay["bary + stored residual"] < 1e-8 and stay["MPT without the projector"] > 1e-3
     with pytest.raises(ValueError, match="dim"):
         known_drift_table(0, 4, 0)
 
@@ -119,18 +123,23 @@ def test_every_check_records_its_rows_in_the_chapters_order_and_holds():
     assert projector_check(checks, 0, 5, 3, 6) == projector_errors(0, 5, 3, 6)
     alpha = alpha_star_checks(checks)
     assert str(alpha["alpha*"]) == "N*tau2/(N*tau2 + sigma2)" and (alpha["N -> oo"], alpha["tau2 -> 0"]) == (1, 0)
+    assert measurement_limit_check(checks, 0, 3, 4, 8) == dict(zip(("limit_err", "limit_gap"), measurement_limit(0, 3, 4, 8)))
     table = alpha_risk_table(0, 6, 4000, n_samples=(1, 20, 1000), biases=(0.0, 1.0))
     ratios = alpha_risk_checks(checks, table)
     biased = table[table["bias tau"] > 0]
     assert ratios == {"alpha_worst_ratio": biased["adaptive / best"].max(),
-                      "alpha_large_n_ratio": biased.loc[biased["N"] >= 20, "adaptive / best"].max()}
+                      "alpha_large_n_ratio": biased.loc[biased["N"] >= 20, "adaptive / best"].max(),
+                      "alpha_worst_z": table["z"].abs().max()}
     drift = known_drift_table(0, 4, 8)
     errors = drift_checks(checks, drift)
     assert errors["lite_rot"] == drift.loc["rotation", "MPT-lite"] and errors["noproj_axis"] < 1e-8
+    assert errors["noproj_spd"] < 1e-8 and errors["stay_stored"] < 1e-8 and errors["stay_transported"] > 1e-3
     frame = checks.frame()
     assert len(checks) == 17 and checks.n_fail == 0, frame[frame["verdict"] != "holds"]
     assert frame["statement"].iloc[0] == "KKT solution of Eq. (1) equals the closed form"
     assert frame["statement"].iloc[7].startswith("P_perp is an orthogonal projector")
+    assert frame["statement"].iloc[9].startswith("as N grows (alpha -> 1) MPT tends to")
+    assert not frame["statement"].str.contains("never worse than the worse|tracked exactly|alpha -> 1 as N -> oo").any()
     assert frame["statement"].iloc[-1].startswith("Eq. (4)'s projector discards")
     shown = table.rename(columns=ALPHA_RISK_COLUMNS)
     assert set(ALPHA_RISK_DIGITS) <= set(shown.columns) and len(shown.columns) == len(table.columns)
@@ -147,4 +156,51 @@ def test_a_wrong_implementation_fails_its_rows(monkeypatch):
     drift_checks(checks, drift)
     verdicts = checks.frame()["verdict"].tolist()
     assert verdicts[0] == "FAILS" and verdicts[1] == "FAILS"  # the projector; the weight's limits
-    assert verdicts[5] == "FAILS" and verdicts.count("FAILS") == 3
+    assert verdicts[6] == "FAILS" and verdicts.count("FAILS") == 3  # MPT-lite's rotation
+
+
+# ----------------------------------------------------------------- the replaced checks, each failed by a mutation
+def test_moment_identity_fails_when_the_noise_is_not_divided_by_n(monkeypatch):
+    table = alpha_risk_table(0, 6, 4000, n_samples=(2, 20, 1000), biases=(0.0, 1.0))
+    assert table["z"].abs().max() <= 4  # fedlib's terms: the unclipped estimate is unbiased
+    # hand-checked cell: no bias, so tau2 = 0 and the estimate's mean is near 0
+    assert table.loc[0, "tau2"] == 0.0 and abs(table.loc[0, "tau2 hat"]) < 0.2
+    wrong = lambda r_ho, r_pred, s2, n: (float(((r_ho - r_pred) ** 2).mean()), float(s2))  # noqa: E731  noise not / N
+    monkeypatch.setattr(mpt_checks, "discrepancy_terms", wrong)
+    checks = CheckTable()
+    out = alpha_risk_checks(checks, alpha_risk_table(0, 6, 4000, n_samples=(2, 20, 1000), biases=(0.0, 1.0)))
+    assert out["alpha_worst_z"] > 4 and checks.frame()["verdict"].tolist()[-1] == "FAILS"
+
+
+def test_measurement_limit_fails_when_the_measurement_is_not_projected(monkeypatch):
+    import fedlib.tracking as tracking
+
+    err, gap = measurement_limit(0, 4, 4, 8)
+    assert err < 1e-8 and gap > 1e-3
+    # a measured residual that is not projected off the span: then MPT tends to the samples' mean
+    monkeypatch.setattr(tracking, "span_projector", lambda M, span="affine", tol=1e-9: torch.eye(M.shape[1], dtype=F))
+    checks = CheckTable()
+    out = measurement_limit_check(checks, 0, 4, 4, 8)
+    assert out["limit_err"] > 1e-3 and checks.frame()["verdict"].tolist() == ["FAILS"]
+
+
+def _pushforward_not_ot(cov_d, cov_t):
+    """A push-forward of N(0, cov_d) to N(0, cov_t) that is not the optimal-transport map."""
+    e, V = torch.linalg.eigh(cov_d)
+    f, W = torch.linalg.eigh(cov_t)
+    return ((W * f.clamp_min(0).sqrt()) @ W.T) @ ((V / e.sqrt()) @ V.T)
+
+
+def test_transport_rows_fail_on_a_wrong_map(monkeypatch):
+    monkeypatch.setattr(mpt_checks, "transport_map", _pushforward_not_ot)
+    t = known_drift_table(0, 4, 8)
+    assert t.loc["axis-aligned scaling", "MPT without the projector"] < 1e-8  # commuting: the old row could not see it
+    assert t.loc["symmetric positive definite map", "MPT without the projector"] > 1e-3
+    checks = CheckTable()
+    drift_checks(checks, t)
+    assert checks.frame()["verdict"].tolist()[0] == "FAILS"
+    # a transport that does nothing: the stored residual again, and the assumption's counterexample is gone
+    monkeypatch.setattr(mpt_checks, "transport_map", lambda Sd, St: torch.eye(Sd.shape[0], dtype=F))
+    checks = CheckTable()
+    drift_checks(checks, known_drift_table(0, 4, 8))
+    assert checks.frame()["verdict"].tolist()[:2] == ["FAILS", "FAILS"]
