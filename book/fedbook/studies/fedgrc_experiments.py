@@ -1118,6 +1118,47 @@ def untestable_text(results: Mapping[str, ClaimResult]) -> str:
     return f"{n} row{'s are' if n > 1 else ' is'} untestable at this resolution: {'; '.join(joined)}"
 
 
+def scatter_numbers(scatter: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[float]) -> dict:
+    """The within-class share of each backbone's penultimate training features the prose quotes
+    (``fge_`` keys, ``hi``: the first α, ``lo``: the last): ``fge_scatter_<backbone>_<hi|lo>``
+    (mean over the seeds, percent; backbone ``cgrl``, ``aug``, ``avg``) and
+    ``fge_scatter_diff_<hi|lo>``, CGRL − FedAvg-Aug with its interval (:func:`fedbook.intervals.interval_text`).
+
+    >>> f = pd.DataFrame([{"alpha": 0.1, "seed": s, "backbone": b, SCATTER: x + s}
+    ...                   for s in (0, 1) for b, x in (("FedAvg", 40.0), ("FedAvg-Aug", 30.0), ("CGRL", 20.0))])
+    >>> n = scatter_numbers(f, [0, 1], [0.1])
+    >>> n["fge_scatter_cgrl_lo"], n["fge_scatter_aug_lo"], n["fge_scatter_diff_lo"]
+    (20.5, 30.5, '−10.0 [−10.0, −10.0], 2 seeds')
+    """
+    v = SeedValues(scatter, ["alpha", "backbone"], seeds, value=SCATTER)
+    out = {}
+    for tag, a in (("hi", alphas[0]), ("lo", alphas[-1])):
+        for name, b in (("cgrl", "CGRL"), ("aug", "FedAvg-Aug"), ("avg", "FedAvg")):
+            out[f"fge_scatter_{name}_{tag}"] = float(np.mean(v(a, b)))
+        out[f"fge_scatter_diff_{tag}"] = interval_text(v(a, "CGRL") - v(a, "FedAvg-Aug"))
+    return out
+
+
+def regime_numbers(regime: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[float]) -> dict:
+    """The regime values the prose quotes (``fge_`` keys, means over the seeds): per α (``hi``,
+    ``lo``) the effective images behind the weakest quarter of clients (``fge_neff_<tag>``), the
+    median rare-class support (``fge_rare_support_<tag>``), and SASP's weight on the clients' own
+    data averaged over α (``fge_sasp_weight``).
+
+    >>> f = pd.DataFrame([{"alpha": a, "seed": s, REGIME_COLUMNS[0]: 60.0 + s, REGIME_COLUMNS[1]: 1.0,
+    ...                    REGIME_COLUMNS[2]: 0.5 + a} for a in (0.3, 0.1) for s in (0, 1)])
+    >>> n = regime_numbers(f, [0, 1], [0.3, 0.1])
+    >>> n["fge_neff_lo"], n["fge_rare_support_hi"], round(n["fge_sasp_weight"], 3)
+    (60.5, 1.0, 0.7)
+    """
+    r = regime[regime["seed"].isin(list(seeds))]
+    at = lambda a, c: float(r.loc[r["alpha"] == a, c].mean())  # noqa: E731
+    out = {"fge_sasp_weight": float(r[REGIME_COLUMNS[2]].mean())}
+    for tag, a in (("hi", alphas[0]), ("lo", alphas[-1])):
+        out[f"fge_neff_{tag}"], out[f"fge_rare_support_{tag}"] = at(a, REGIME_COLUMNS[0]), at(a, REGIME_COLUMNS[1])
+    return out
+
+
 def setting_text(results: Mapping[str, ClaimResult]) -> str:
     """The rows of ``results`` that are "untestable in this setting", in a sentence: grouped by the
     first regime check each fails (its text: quantity, value, threshold).
@@ -1322,4 +1363,4 @@ __all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCES
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
            "plot_sensitivity", "reads", "refitted_heads", "resolutions", "results_table", "rotate", "rotate_odd_clients",
            "rotated_cell", "rotation_reading", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
-           "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
+           "regime_numbers", "scatter_numbers", "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
