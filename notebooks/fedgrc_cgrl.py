@@ -206,6 +206,26 @@ R.update(fc.record_parameter_space(checks, fc.parameter_gradient_cosines(rng_for
 # {glue:text}`fgd_param_cos:.2f`: in weight space the terms interact, which is why the paper
 # frames Eq. (20) as a statement about feature-space gradients only.
 #
+# ## 4. Does the directional loss tighten the classes? (Section IV-A's reason for CGRL)
+#
+# The paper introduces the supervised contrastive loss "to promote within-class alignment and
+# between-class separation". The operative statement is about the features' within-class
+# scatter: a step down $\mathcal L_{dir}$ should lower the share of the final-layer directions'
+# scatter that lies within the classes ({func}`fedlib.cgrl.within_class_share`, free of scale). On
+# random linear backbones, gradient descent on $\mathcal L_{dir}$ from random weights
+# ({func}`fedbook.studies.fedgrc_derivations.scatter_descent`; the test suite checks that the
+# same routine stepping *up* the loss fails the check):
+
+# %%
+R.update(fc.record_scatter(checks, fc.scatter_descent(rng_for(5), P.trials)))
+
+# %% [markdown]
+# Over {glue:text}`fgd_scatter_instances` instances the within-class share changed by a median of
+# {glue:text}`fgd_scatter_median:.1f` points (the largest change {glue:text}`fgd_scatter_worst:+.1f`).
+# Whether CGRL's trained backbone holds tighter classes than the same training without its
+# losses is measured on the runs of {ref}`chapter-fedgrc-experiments` (its `cgrl-scatter-*`
+# controls and the paragraph "Does CGRL reduce within-class scatter here?").
+#
 # ## The check table
 
 # %% tags=["remove-cell"]

@@ -185,3 +185,19 @@ def test_the_trained_cnn_check_on_a_small_federation():
     assert numbers["fgd_cnn_changed"] == int(table["changed"].sum())
     assert [t.caption for t in fc.stability_tables(table)] == ["On the global test set (R = Q)",
                                                                 "On each client's local test split (R = P_k)"]
+
+
+def test_scatter_descent_passes_and_its_mutation_fails():
+    """Descent on the directional loss lowers the within-class share of the directions on every
+    instance (the check holds); stepping up the loss (the mutation) leaves counterexamples."""
+    from fedbook.checks import CheckTable
+    from fedbook.studies.fedgrc_derivations import record_scatter, scatter_descent
+
+    down = scatter_descent(np.random.default_rng(5), 12, steps=10)
+    up = scatter_descent(np.random.default_rng(5), 12, steps=10, ascent=True)
+    assert len(down) == 3 and (down < 0).all()
+    ok, bad = CheckTable(), CheckTable()
+    numbers = record_scatter(ok, down, steps=10)
+    record_scatter(bad, up, steps=10)
+    assert ok.n_fail == 0 and bad.n_fail == 1
+    assert numbers["fgd_scatter_instances"] == 3 and numbers["fgd_scatter_median"] < 0
