@@ -225,7 +225,7 @@ def test_regime_numbers_say_where_the_check_passes_fails_and_what_would_test_the
                "d": evaluate(Claim("d", "D.", "T", "q", "greater", effect("relative"), resolution=0.01),
                              [1.0, 1.1, 1.2])}  # no check
     assert [r.verdict for r in results.values()] == [UNTESTABLE_SETTING, UNTESTABLE_RESOLUTION, HOLDS, HOLDS]
-    out = regime_numbers(results, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)
+    out = regime_numbers(results, "stable", local_epochs=1, paper_local_epochs=5)
     assert out["regime_rows"] == "a, b, c"
     assert out["regime_text"] == (
         "The check “stable” (a factor; it needs at most 1.5) passes for c (1.30). It fails for a, b (2.25): "
@@ -233,13 +233,13 @@ def test_regime_numbers_say_where_the_check_passes_fails_and_what_would_test_the
         "round (`-p local_epochs=5`) to test them. b is untestable at this "
         "resolution whatever the check reads: one rare-class test image of 40 is 0.025 F1, above a quarter of its "
         "m; a global test set of at least 400 images per class resolves it.")
-    passing = regime_numbers({"c": results["c"]}, "stable", local_epochs=5, paper_local_epochs=5, test_per_class=600)
+    passing = regime_numbers({"c": results["c"]}, "stable", local_epochs=5, paper_local_epochs=5)
     assert passing["regime_text"] == "The check “stable” (a factor; it needs at most 1.5) passes for c (1.30)."
     failing = {"a": results["a"], "d": results["d"]}
-    text = regime_numbers(failing, "stable", local_epochs=2, paper_local_epochs=5, test_per_class=40)["regime_text"]
+    text = regime_numbers(failing, "stable", local_epochs=2, paper_local_epochs=5)["regime_text"]
     assert text.startswith("The check “stable” (a factor; it needs at most 1.5) fails for a (2.25): after 2 local "
                            "epochs per round the setting cannot test it;")
-    none = regime_numbers({"d": results["d"]}, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)
+    none = regime_numbers({"d": results["d"]}, "stable", local_epochs=1, paper_local_epochs=5)
     assert none == {"regime_rows": "none", "regime_text": "No row declares the check “stable”."}
 
 
@@ -422,7 +422,7 @@ def test_ldc_numbers_count_the_steps_and_read_the_table(study):
     assert out["ldc_steps_old"] == ldc_steps_per_round(sizes, 128, 1)
     assert out["ldc_steps_new"] == ldc_steps_per_round(sizes, 32, 1)
     ex4 = M.ldc_steps_numbers(study, wide, ["mix"], 0.1, 1, 128)
-    assert ex4["ex4_text"].startswith("mix: ") and ex4["ex4_text"].endswith("LDC's F1 with batch 32 0.750")
+    assert ex4["ex4_text"].startswith("mix: ") and ex4["ex4_text"].endswith("LDC's F1 in the table ('rare' budget) 0.750")
     assert ex4["ex4_answer"].startswith("mix, whose clients' maps get the fewest steps with batch 128")
 
 

@@ -310,3 +310,84 @@ def test_reconstruction_options_give_finite_alpha_in_unit_interval(seed, metric,
     assert 0.0 <= rec.alpha <= 1.0 and bool(torch.isfinite(rec.prototype).all())
     with pytest.raises(ValueError, match="metric"):
         TrackingConfig(metric="cosine")
+
+
+# ----------------------------------------------------------------- issue 38: the weight's terms, the transport diagnostic,
+# SDC's and LDC's sample budget, the one-product readout
+def test_discrepancy_terms_hand_computed():
+    from fedlib.tracking import discrepancy_terms
+
+    D, noise = discrepancy_terms(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 1.0]), 2.0, 8)
+    assert (D, noise) == (2.0, 0.25)  # |(2, 0)|^2 / 2, 2 / 8
+    tau2 = max(D - noise, 1e-12)
+    assert adaptive_alpha(torch.tensor([3.0, 1.0]), torch.tensor([1.0, 1.0]), 2.0, 8) == pytest.approx(tau2 / (tau2 + noise))
+    with pytest.raises(ValueError, match="n must be > 0"):
+        discrepancy_terms(torch.zeros(2), torch.zeros(2), 1.0, 0)
+    with pytest.raises(ValueError, match="sigma2"):
+        discrepancy_terms(torch.zeros(2), torch.zeros(2), -1.0, 3)
+
+
+def test_transported_prototype_moves_the_residual_by_the_covariance_map():
+    from fedlib.tracking import transported_prototype
+
+    cfg = TrackingConfig(ridge=0.0, reg=0.0)
+    M = torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 2.0, 0.0]], dtype=F)
+    mu = torch.tensor([0.5, 0.5, 3.0], dtype=F)  # r0 = (0, 0, 3): off the plane of the remaining prototypes
+    snap = take_snapshot(mu, M, torch.eye(3, dtype=F), cfg)
+    assert torch.allclose(snap.r0, torch.tensor([0.0, 0.0, 3.0], dtype=F), atol=1e-12)
+    Mt = M + 1.0
+    out = transported_prototype(snap, Mt, 4.0 * torch.eye(3, dtype=F), cfg)  # T = 2 I
+    assert torch.allclose(out, Mt.T @ snap.w0 + 2.0 * snap.r0, atol=1e-10)
+    assert torch.allclose(transported_prototype(snap, Mt, torch.eye(3, dtype=F), cfg), stored_residual_prototype(snap, Mt))
+
+
+def _drift_reply(scenario, drift_samples, client):
+    """One client's reply in the round after the departure, with the given drift budget."""
+    algo = MPT(train=TrainConfig(epochs=1), rare_class=1, train_rare_on=(0,), ldc_epochs=1, ccvr_steps=2,
+               drift_samples=drift_samples)
+    res = run_federated(algo, scenario.federation, _model_fn(), LoopConfig(rounds=3, events=(Event(3, 0, "leave"),)))
+    from fedlib.algorithms.mpt import MPTClient
+    from fedlib.messages import prefixed, to_state
+    from fedlib.protocol import ClientContext
+
+    model = _model_fn()()
+    message = algo.configure_train(res.server, 4, [client])[client]
+    assert message.meta["tracking"]
+    model.load_state_dict(res.server.with_prefix("model/"))
+    state = to_state(MPTClient(3, prefixed("", model.state_dict())))
+    data = scenario.federation.clients[client]
+    _, reply = algo.local_update(ClientContext(client, 4, _model_fn()(), 3), state, message, data,
+                                 torch.Generator().manual_seed(0))
+    return reply, data
+
+
+def test_drift_budget_rare_uses_only_the_remaining_rare_samples(scenario):
+    counts = scenario.federation.train_counts()
+    holder = int(np.flatnonzero(counts[1:, 1] > 0)[0]) + 1  # a remaining client with rare samples
+    reply, data = _drift_reply(scenario, "rare", holder)
+    assert float(reply.arrays["ldc/n"][0]) == float((data.train.y == 1).sum()) == counts[holder, 1]
+    reply_all, _ = _drift_reply(scenario, "all", holder)
+    assert float(reply_all.arrays["ldc/n"][0]) == len(data.train.y)
+    # the SDC weights: one Gaussian weight per sample used, each at most 1
+    assert 0 < float(reply.arrays["sdc/sum_w"][0]) <= counts[holder, 1] < float(reply_all.arrays["sdc/sum_w"][0])
+    if (counts[1:, 1] == 0).any():  # a client without rare samples sends the identity with weight 0
+        empty = int(np.flatnonzero(counts[1:, 1] == 0)[0]) + 1
+        reply, _ = _drift_reply(scenario, "rare", empty)
+        assert float(reply.arrays["ldc/n"][0]) == 0.0 and float(reply.arrays["sdc/sum_w"][0]) == 0.0
+        assert torch.equal(reply.arrays["ldc/map"], torch.eye(reply.arrays["ldc/map"].shape[0], dtype=F))
+    with pytest.raises(ValueError, match="drift_samples"):
+        MPT(drift_samples="some")
+
+
+def test_one_product_readout_predicts_as_the_mahalanobis_head():
+    from fedlib.algorithms.mpt import _mahalanobis_predict
+    from fedlib.heads import MahalanobisNCM
+
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(300, 6, generator=g, dtype=F)
+    means = torch.randn(4, 6, generator=g, dtype=F)
+    means[2] = float("nan")  # a class never observed is never predicted
+    A = torch.randn(6, 6, generator=g, dtype=F)
+    head = MahalanobisNCM(0.1).fit(means=means, covariance=A @ A.T / 6)
+    pred = _mahalanobis_predict(z @ head.precision_, means, head.precision_)
+    assert (pred == head.predict(z).numpy()).all() and not (pred == 2).any()

@@ -10,7 +10,8 @@ One round ``r`` (the loop's hooks only):
    the server aggregated at the end of round ``r-1``: the paper's step 4, moved to the start of the
    next round because the loop has one client step per round), computes the class statistics its
    ``payload`` asks for, the SDC/LDC aggregates between :math:`\theta_{r-1}` and :math:`\theta_r`
-   after the departure, trains locally, and replies with the update and the statistics in one
+   after the departure (on its remaining rare-class samples, the paper's budget, or on all its
+   samples: ``drift_samples``, :data:`DRIFT_SAMPLES`), trains locally, and replies with the update and the statistics in one
    message (so the ledger counts every byte);
 3. ``aggregate``: FedAvg for the model; the merged statistics give the prototypes under
    :math:`\theta_r`; after the departure the rare-class prototype of every tracking method is
@@ -74,6 +75,7 @@ from ..tracking import (
     sdc_step,
     stored_residual_prototype,
     take_snapshot,
+    transported_prototype,
 )
 from ..training import TrainConfig, local_train
 from ..aggregate import model_average
@@ -90,6 +92,7 @@ METHOD_PAYLOAD: dict[str, tuple[str, ...]] = {
     "icarl": ("moments", "scatter"),
     "barycentric": ("moments", "scatter"),
     "stored_residual": ("moments", "scatter"),
+    "transported": ("moments", "scatter"),
     "mpt_lite": ("moments", "scatter", "sqnorm"),
     "mpt": ("moments", "scatter", "rare_gram"),
     "sdc": ("moments", "scatter", "sdc"),
@@ -97,7 +100,11 @@ METHOD_PAYLOAD: dict[str, tuple[str, ...]] = {
 }
 """The payload parts each method needs (all prototype methods share the Mahalanobis readout)."""
 
-PROTO_METHODS = ("frozen", "icarl", "barycentric", "stored_residual", "mpt_lite", "mpt", "mpt_predicted",
+DRIFT_SAMPLES = ("rare", "all")
+"""The sample budgets of SDC's and LDC's drift (``MPT(drift_samples=...)``): the remaining rare-class
+samples only (the paper's, Section V-A) or every sample of every remaining client."""
+
+PROTO_METHODS = ("frozen", "icarl", "barycentric", "stored_residual", "transported", "mpt_lite", "mpt", "mpt_predicted",
                  "mpt_measured", "sdc", "ldc")
 """Methods that differ only in the server's rare-class prototype (one training run serves all)."""
 
@@ -227,6 +234,7 @@ PROTOTYPES: dict[str, Callable[["MPT", str, MPTServer, RoundStats], torch.Tensor
     "icarl": lambda mpt, m, s, r: icarl_prototype(r.n, r.sums[mpt.rare_class], s.departure.snapshot.prototype),
     "barycentric": lambda mpt, m, s, r: barycentric_prototype(s.departure.snapshot, r.M_t),
     "stored_residual": lambda mpt, m, s, r: stored_residual_prototype(s.departure.snapshot, r.M_t),
+    "transported": lambda mpt, m, s, r: transported_prototype(s.departure.snapshot, r.M_t, r.cov, mpt.tracking),
     "mpt_lite": _mpt_lite, "mpt": _mpt, "mpt_predicted": _mpt, "mpt_measured": _mpt, VARIANT: _mpt, "sdc": _sdc, "ldc": _ldc,
 }
 """Each tracking method's rare-class prototype in a round after the departure, from the typed
@@ -269,6 +277,11 @@ class MPT(Algorithm):
     deploy_method : the prototype method the loop's own evaluation deploys
     sdc_sigma, ldc_epochs, ldc_lr, ldc_batch : SDC's kernel width (on L2-normalized features) and
         LDC's training (Adam, MSE, from the identity; the reference uses 20 epochs, lr 1e-3)
+    drift_samples : the samples SDC and LDC measure the drift on (:data:`DRIFT_SAMPLES`):
+        ``"rare"`` (default), each remaining client's rare-class samples only, the paper's "same
+        post-departure rare-class sample budget as MPT" (Section V-A, Baselines); ``"all"``, every
+        sample of every class on every remaining client (the baselines' own papers, where the
+        current task's data is at hand)
     ccvr_virtual, ccvr_steps, ccvr_lr : CCVR's virtual features per class and head re-training
     history : keep every round's model, prototype sets and covariance in the server state
     seed : seed of the server's own randomness (CCVR's virtual features)
@@ -288,6 +301,7 @@ class MPT(Algorithm):
     ldc_epochs: int = 20
     ldc_lr: float = 1e-3
     ldc_batch: int = 32
+    drift_samples: str = "rare"
     ccvr_virtual: int = 100
     ccvr_steps: int = 100
     ccvr_lr: float = 0.01
@@ -302,6 +316,8 @@ class MPT(Algorithm):
         if bad:
             raise ValueError(f"unknown payload part(s) {bad}; valid: {', '.join(PARTS)}")
         self.payload = tuple(self.payload)
+        if self.drift_samples not in DRIFT_SAMPLES:
+            raise ValueError(f"unknown drift_samples {self.drift_samples!r}; valid: {', '.join(map(repr, DRIFT_SAMPLES))}")
         if self.deploy_method not in PROTO_METHODS:
             raise ValueError(f"unknown deploy_method {self.deploy_method!r}; valid: {', '.join(PROTO_METHODS)}")
         if self.payload and "moments" not in self.payload:
@@ -452,16 +468,19 @@ class MPT(Algorithm):
             if drift:
                 prev = from_state(MPTClient, state)
                 if prev.prev_round == ctx.round - 1 and bool(message.meta.get("tracking")):
+                    # the drift's sample budget: the client's rare-class samples (the paper's) or all of them
+                    used = (y == c) if self.drift_samples == "rare" else torch.ones(len(y), dtype=torch.bool)
+                    n_used, z_now = int(used.sum()), z[used]
                     ctx.model.load_state_dict(prev.prev_model)
-                    z_old = ctx.model.extract(x).to(torch.float64)
+                    z_old = ctx.model.extract(x[used]).to(torch.float64) if n_used else z_now
                     model = load_model(ctx.model, message)
                     if "sdc" in self.payload:
-                        swd, sw = sdc_client_sums(z_old, z, message.arrays["sdc/prototype"], self.sdc_sigma)
+                        swd, sw = sdc_client_sums(z_old, z_now, message.arrays["sdc/prototype"], self.sdc_sigma)
                         arrays["sdc/sum_w_delta"], arrays["sdc/sum_w"] = swd, torch.tensor([sw], dtype=torch.float64)
-                    if "ldc" in self.payload:
-                        W = ldc_fit_map(z_old, z, epochs=self.ldc_epochs, lr=self.ldc_lr, batch_size=self.ldc_batch,
-                                        generator=generator)
-                        arrays["ldc/map"], arrays["ldc/n"] = W, torch.tensor([float(len(x))], dtype=torch.float64)
+                    if "ldc" in self.payload:  # no sample: the identity with weight 0 (the same message size)
+                        W = ldc_fit_map(z_old, z_now, epochs=self.ldc_epochs, lr=self.ldc_lr, batch_size=self.ldc_batch,
+                                        generator=generator) if n_used else torch.eye(z.shape[1], dtype=torch.float64)
+                        arrays["ldc/map"], arrays["ldc/n"] = W, torch.tensor([float(n_used)], dtype=torch.float64)
                 new_state = to_state(MPTClient(ctx.round, prefixed("", message.with_prefix(MODEL))))
         keep = torch.ones(len(y), dtype=torch.bool)
         if self.train_rare_on is not None and ctx.client not in self.train_rare_on:
@@ -484,6 +503,19 @@ def method_payload(method: str) -> tuple[str, ...]:
     if method not in METHOD_PAYLOAD and method not in PROTO_METHODS:
         raise ValueError(f"unknown method {method!r}; valid: {', '.join(sorted(set(METHOD_PAYLOAD) | set(PROTO_METHODS)))}")
     return _needs(method)
+
+
+def _mahalanobis_predict(Pz: torch.Tensor, means: torch.Tensor, precision: torch.Tensor) -> np.ndarray:
+    r"""The Mahalanobis nearest-class-mean predictions of :class:`fedlib.heads.MahalanobisNCM` from
+    ``Pz`` :math:`= Z\tilde\Sigma^{-1}` (n, d), computed once per round: :math:`\arg\min_c
+    (z-\mu_c)^\top P (z-\mu_c) = \arg\max_c\, 2 z^\top P\mu_c - \mu_c^\top P\mu_c` (the term
+    :math:`z^\top P z` is the same for every class), an (n, d) × (d, C) product instead of an
+    (n, C, d, d) one; a class without a finite prototype is never predicted."""
+    ok = torch.isfinite(means).all(dim=1)
+    safe = torch.where(ok[:, None], means, torch.zeros_like(means)).to(Pz.dtype)
+    scores = 2.0 * Pz @ safe.T - ((safe @ precision.to(Pz.dtype)) * safe).sum(1)[None, :]
+    scores = torch.where(ok[None, :], scores, torch.full_like(scores, -float("inf")))
+    return scores.argmax(1).numpy()
 
 
 @torch.no_grad()
@@ -528,14 +560,16 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
         base[rare_class] = oracle
         sets["oracle"] = base
         cov = kept.cov
-        precision = None
+        precision = Pz = None
         for m, P in sets.items():
             if readout == "mahalanobis" and cov is not None:
-                head = MahalanobisNCM(reg).fit(means=P, covariance=cov)
-                precision = head.precision_
+                if precision is None:  # one covariance per round: every method's readout shares its precision
+                    precision = MahalanobisNCM(reg).fit(means=P, covariance=cov).precision_
+                    Pz = z @ precision  # (n, d)
+                pred = _mahalanobis_predict(Pz, P, precision)
             else:
-                head = NearestClassMean().fit(means=P)
-            conf = Confusion.from_predictions(ynp, head.predict(z).numpy(), C)
+                pred = NearestClassMean().fit(means=P).predict(z).numpy()
+            conf = Confusion.from_predictions(ynp, pred, C)
             rows += [(r, m, "f1", conf.f1(rare_class)), (r, m, "accuracy", conf.accuracy())]
             if precision is not None and bool(torch.isfinite(P[rare_class]).all()):
                 rows.append((r, m, "dist_oracle", mahalanobis(P[rare_class], oracle, precision)))
@@ -545,6 +579,6 @@ def evaluate_history(server: State, global_test, model_fn, *, rare_class: int, r
     return frame.astype({"round": "int64", "method": str, "metric": str, "value": "float64"})
 
 
-__all__ = ["METHOD_PAYLOAD", "MPT", "PROTOTYPES", "Departure", "KeptRound", "MPTClient", "MPTServer", "NCMPredictor", "PARTS",
+__all__ = ["DRIFT_SAMPLES", "METHOD_PAYLOAD", "MPT", "PROTOTYPES", "Departure", "KeptRound", "MPTClient", "MPTServer", "NCMPredictor", "PARTS",
            "PROTO_METHODS", "RoundStats", "VARIANT", "evaluate_history",
            "method_payload"]

@@ -24,7 +24,8 @@ after it), the value of the chapter's regime check; :func:`paper_lead` reads the
 (:data:`TABLE_II_NUIMAGES`) for the smallest effect of interest of the claim against all baselines.
 
 What the chapter reads of the frames: the claim-ready frames (:func:`table_frames`,
-:func:`stability_by_seed`, :func:`figure_frames`), the numbers of its prose (:func:`data_numbers`,
+:func:`stability_by_seed`, :func:`distance_seed`, :func:`figure_frames`, :func:`backbone_frame`),
+the numbers of its prose (:func:`data_numbers`, :func:`resolution_numbers`, :func:`transport_numbers`,
 :func:`scenario_numbers`, :func:`figure_numbers`, :func:`table_numbers`, :func:`ldc_numbers`,
 :func:`distance_numbers`, :func:`cost_numbers`, :func:`regime_numbers`, :func:`exercise_numbers`,
 :func:`ldc_steps_numbers`), its tables (:func:`last_round_table`,
@@ -52,7 +53,7 @@ import torch
 from matplotlib.ticker import MaxNLocator
 from scipy.stats import t as student_t
 
-from fedbook.claims import UNTESTABLE_RESOLUTION, ClaimResult
+from fedbook.claims import RESOLUTION_SHARE, UNTESTABLE_RESOLUTION, ClaimResult
 from fedbook.intervals import interval_band, mean_interval, seed_table
 from fedbook.tables import rows_where
 from fedlib.algorithms.mpt import METHOD_PAYLOAD, MPT, VARIANT, MPTServer, evaluate_history
@@ -82,6 +83,7 @@ TIME_KEYS = ("stats", "sdc", "ldc", "server", "ccvr", "mpt")
 LABELS = {"fedavg": "FedAvg (softmax)", "ccvr": "CCVR", "icarl": "iCaRL-NME", "sdc": "SDC", "ldc": "LDC",
           "frozen": "frozen prototype", "mpt_lite": "MPT-lite", "mpt": "MPT", "oracle": "oracle (unavailable)",
           "barycentric": "barycentric only", "stored_residual": "barycentric + stored residual",
+          "transported": "barycentric + transported residual (no projector)",
           "mpt_predicted": "MPT, predicted residual only", "mpt_measured": "MPT, measured residual only"}
 """How the chapter's tables and figures name each method."""
 
@@ -113,7 +115,8 @@ class MPTStudy:
     local_epochs, lr : int, float
         Local training of a round (SGD with momentum 0.9, mini-batches of ``batch``).
     global_test_per_class : int
-        Samples of every class held out as the global test set.
+        Samples of every class held out as the global test set (every data set not in
+        ``test_per_class``).
     ldc_epochs, ldc_batch, ccvr_steps, ccvr_virtual : int
         LDC's map training and CCVR's head re-training (:class:`fedlib.algorithms.mpt.MPT`).
     n_samples : int or None, default None
@@ -126,6 +129,13 @@ class MPTStudy:
         The departing client.
     batch : int, default 32
         The local training mini-batch.
+    test_per_class : tuple of (str, int) pairs, default ()
+        A data set's own global test size per class, by name (:meth:`test_size`): the rare
+        class's F1 resolves one test image in that many, so a data set with the images for it
+        holds out more.
+    drift_samples : str, default "rare"
+        SDC's and LDC's sample budget (:data:`fedlib.algorithms.mpt.DRIFT_SAMPLES`): the remaining
+        rare-class samples (the paper's) or every sample of the remaining clients.
 
     Raises
     ------
@@ -160,8 +170,13 @@ class MPTStudy:
     tracking: TrackingConfig = TrackingConfig()
     departing: int = 0
     batch: int = 32
+    test_per_class: tuple[tuple[str, int], ...] = ()
+    drift_samples: str = "rare"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "test_per_class", tuple((str(k), int(v)) for k, v in dict(self.test_per_class).items()))
+        for name, n in self.test_per_class:
+            check_int(f"test_per_class[{name!r}]", n, low=1)
         check_int("rounds", self.rounds, low=2)
         check_int("n_clients", self.n_clients, low=2)
         if not 1 < self.departure_round <= self.rounds:
@@ -184,6 +199,20 @@ class MPTStudy:
             self._data[name, seed] = load_dataset(name, n_samples=self.n_samples, seed=seed, root=self.cifar_root)
         return self._data[name, seed]
 
+    def test_size(self, name: str) -> int:
+        """The global test images per class of data set ``name`` (``test_per_class``, else
+        ``global_test_per_class``).
+
+        Examples
+        --------
+        >>> s = MPTStudy(rounds=4, departure_round=3, n_clients=4, rare_class=5, local_epochs=1, lr=0.05,
+        ...              global_test_per_class=10, ldc_epochs=2, ldc_batch=32, ccvr_steps=10, ccvr_virtual=20,
+        ...              test_per_class={"mnist5k": 400})
+        >>> s.test_size("mnist5k"), s.test_size("uci")
+        (400, 10)
+        """
+        return dict(self.test_per_class).get(name, self.global_test_per_class)
+
     def model_fn(self, model: str, ds: ArrayDataset) -> Callable[[], torch.nn.Module]:
         """A fresh ``model`` (:func:`fedlib.models.build_model`) for the shapes of ``ds``."""
         return functools.partial(build_model, model, in_channels=ds.x.shape[1], n_classes=ds.n_classes,
@@ -194,7 +223,7 @@ class MPTStudy:
         client holds the share ``1 - fraction``)."""
         return make_departure_scenario(ds, n_clients=self.n_clients, rare_class=self.rare_class,
                                        departing_share=1 - fraction, departing_client=self.departing,
-                                       global_test_per_class=self.global_test_per_class, seed=seed)
+                                       global_test_per_class=self.test_size(ds.name), seed=seed)
 
     def algorithm(self, seed: int, payload: tuple[str, ...] | None = None, steps: int | None = None,
                   **overrides: Any) -> MPT:
@@ -204,7 +233,7 @@ class MPTStudy:
         training (the paper's Fig. 7 (c): only the departing client trains on the rare class)."""
         train = TrainConfig(epochs=self.local_epochs, steps=steps, batch_size=self.batch, lr=self.lr, momentum=0.9)
         kw = dict(tracking=self.tracking, ldc_epochs=self.ldc_epochs, ldc_batch=self.ldc_batch,
-                  ccvr_steps=self.ccvr_steps, ccvr_virtual=self.ccvr_virtual)
+                  drift_samples=self.drift_samples, ccvr_steps=self.ccvr_steps, ccvr_virtual=self.ccvr_virtual)
         kw.update(overrides)
         if payload is not None:
             kw["payload"] = payload
@@ -339,6 +368,8 @@ def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
     dict of str to DataFrame
         ``table``: one row per method of ``methods``, ``method, f1, n_remaining`` (the rare-class
         F1 at the last round, the remaining rare samples) and, with ``before``, ``f1_before``;
+        ``table_distances``: one row per prototype method, ``method, dist`` (the Mahalanobis
+        distance of its rare-class prototype to the oracle at the last round);
         ``table_runs``: one row, MPT-lite's growth factor at the last round (``growth``) and the
         run's ``seconds``; ``table_stability``: one row, the remaining classes' spread at the
         departure round and the round after (:func:`spread_change`).
@@ -361,7 +392,9 @@ def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
                            **({} if pre is None else {"f1_before": float(pre[m])})} for m in methods])
     runs = _run_frame(growth=float(result.server.meta.get("growth", float("nan"))),
                       seconds=time.perf_counter() - start)
+    dist = history[(history["metric"] == "dist_oracle") & (history["round"] == study.rounds)]
     return {"table": table, "table_runs": runs,
+            "table_distances": dist[["method", "value"]].rename(columns={"value": "dist"}).reset_index(drop=True),
             "table_stability": _run_frame(**spread_change(result.server, study.departure_round))}
 
 
@@ -391,7 +424,9 @@ def bytes_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
                          f"valid: {', '.join(METHOD_PAYLOAD)}")
     ds = study.data(dataset, seed)
     model_fn = study.model_fn(model, ds)
-    small = study.scenario(ds.subset(np.arange(0, len(ds), 2)), fraction, seed)  # half the data: every client keeps samples at the smoke profile
+    # half the data (every client keeps samples at the smoke profile) and the default test size (a data set's own
+    # larger test set may not fit in half of it): message sizes depend on shapes only
+    small = dataclasses.replace(study, test_per_class=()).scenario(ds.subset(np.arange(0, len(ds), 2)), fraction, seed)
     rows = []
     for m in methods:
         alg = study.algorithm(seed, payload=METHOD_PAYLOAD[m], steps=1, history=False, ldc_epochs=1, ccvr_steps=1)
@@ -492,6 +527,21 @@ def history_value(history: pd.DataFrame, method: str, metric: str, round_: int |
 
 
 # ----------------------------------------------------------------- what the chapter reads of the frames
+def distance_seed(distances: pd.DataFrame) -> pd.DataFrame:
+    """The table runs' distances to the oracle at the last round (:func:`table_cell`'s
+    ``table_distances``, over cells) per data set and seed, the mean over the fractions: index
+    ``(dataset, seed)``, one column per method.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"dataset": "d", "fraction": [0.1, 0.2], "seed": 0, "method": "mpt", "dist": [1.0, 3.0]})
+    >>> distance_seed(t)["mpt"].tolist()
+    [2.0]
+    """
+    wide = distances.pivot_table(index=["dataset", "fraction", "seed"], columns="method", values="dist")
+    return wide.groupby(["dataset", "seed"]).mean()
+
+
 def table_frames(table: pd.DataFrame, seeds: Sequence[int]) -> dict[str, pd.DataFrame]:
     """The fraction table's frames the claims and the prose read, from the tidy ``table``
     (``dataset, fraction, seed, method, f1, f1_before``: :func:`table_cell`'s rows).
@@ -653,6 +703,101 @@ def data_numbers(study: MPTStudy, datasets: Sequence[str], seeds: Sequence[int])
                                         + [whole] * bool(full))}
 
 
+def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1: float, m_lead: float) -> dict[str, Any]:
+    """What the chapter says of its global test sets and the F1 resolution they give.
+
+    Parameters
+    ----------
+    study : MPTStudy
+    datasets : sequence of str
+        The fraction table's data sets.
+    seed : int
+        A run seed (the class sizes do not depend on it where the data set is used whole).
+    m_f1, m_lead : float
+        The smallest effects of interest of the F1 rows and of the lead over all baselines.
+
+    Returns
+    -------
+    dict
+        ``rare_test_text`` (each data set's test images per class), ``one_image_text`` (one
+        rare-class test image in F1, per data set), ``fine_dataset`` (the data set with the largest
+        test set), ``fine_test``, ``fine_class`` (its smallest class) and ``fine_train`` (what that
+        class keeps for training), ``needed_f1`` and ``needed_lead`` (the rare test images an F1 row
+        and the lead need: :data:`fedbook.claims.RESOLUTION_SHARE` of their m), ``coarse_text`` (the
+        data sets whose test set cannot resolve an F1 row's m, and why no split of them can).
+
+    Examples
+    --------
+    >>> s = MPTStudy(rounds=4, departure_round=3, n_clients=4, rare_class=5, local_epochs=1, lr=0.05,
+    ...              global_test_per_class=40, ldc_epochs=2, ldc_batch=32, ccvr_steps=10, ccvr_virtual=20,
+    ...              test_per_class={"mnist5k": 400})
+    >>> out = resolution_numbers(s, ["mnist5k", "uci"], 0, 0.01, 0.02675)
+    >>> out["needed_f1"], out["needed_lead"], out["one_image_text"]
+    (400, 150, '0.0025 on mnist5k, 0.025 on uci')
+    """
+    sizes = {name: study.test_size(name) for name in datasets}
+    classes = {name: np.bincount(study.data(name, seed).labels_np) for name in datasets}
+    needed_f1 = math.ceil(1 / (RESOLUTION_SHARE * m_f1) - 1e-9)
+    needed_lead = math.ceil(1 / (RESOLUTION_SHARE * m_lead) - 1e-9)
+    fine = max(datasets, key=lambda name: sizes[name])
+    coarse = []
+    for name in datasets:
+        if sizes[name] >= needed_f1:
+            continue
+        big, small = int(classes[name].max()), int(classes[name].min())
+        can = (f"no split of it can: its classes hold {small} to {big} images"
+               if big < needed_f1 else f"a test split of {needed_f1} images per class would (its classes hold "
+               f"{small} to {big})")
+        lead = (f"; the lead's m would need {needed_lead} of them, leaving about {small - needed_lead} per class to "
+                "train on" if small > needed_lead else "")
+        coarse.append(f"{name} holds out {sizes[name]} test images per class, so its F1 rows are untestable at this "
+                      f"resolution; {can}, fewer than the {needed_f1} an m of {m_f1:g} F1 needs{lead}: only a larger "
+                      "data set (as the paper's nuImages) makes them testable")
+    return {"rare_test_text": ", ".join(f"{sizes[n]} on {n}" for n in datasets),
+            "one_image_text": ", ".join(f"{1 / sizes[n]:.3g} on {n}" for n in datasets),
+            "fine_dataset": fine, "fine_test": sizes[fine], "fine_class": int(classes[fine].min()),
+            "fine_train": int(classes[fine].min()) - sizes[fine], "needed_f1": needed_f1, "needed_lead": needed_lead,
+            "coarse_text": "; ".join(coarse) if coarse else "every data set's test set resolves the F1 rows' m"}
+
+
+def backbone_frame(study: MPTStudy, model: str, dataset: str, seed: int) -> pd.DataFrame:
+    """The figure runs' backbone, for the regime check "a convolutional backbone": one row,
+    ``model`` and ``conv_layers`` (its :class:`torch.nn.Conv2d` modules, built for ``dataset``).
+
+    Examples
+    --------
+    >>> s = MPTStudy(rounds=4, departure_round=3, n_clients=4, rare_class=5, local_epochs=1, lr=0.05,
+    ...              global_test_per_class=10, ldc_epochs=2, ldc_batch=32, ccvr_steps=10, ccvr_virtual=20, n_samples=200)
+    >>> backbone_frame(s, "mlp", "uci8", 0)["conv_layers"].tolist(), backbone_frame(s, "cnn", "uci8", 0)["conv_layers"].tolist()
+    ([0], [2])
+    """
+    net = study.model_fn(model, study.data(dataset, seed))()
+    return pd.DataFrame({"model": [model], "conv_layers": [sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())]})
+
+
+def transport_numbers(dist_seed: pd.DataFrame, datasets: Sequence[str]) -> dict[str, str]:
+    """What the table runs say of Eq. (6)'s assumption (the rare residual moves with the remaining
+    classes' covariance): per data set, the mean over seeds of the distance to the oracle at the
+    last round of the stored residual, the transported one (no projector), MPT's prediction (the
+    transported residual projected), its measurement alone and iCaRL (the same samples' mean),
+    from :func:`distance_seed`.
+
+    Examples
+    --------
+    >>> d = pd.DataFrame({"stored_residual": [1.0, 3.0], "transported": 4.0, "mpt_predicted": 5.0,
+    ...                   "mpt_measured": 2.0, "icarl": 1.0},
+    ...                  index=pd.MultiIndex.from_tuples([("a", 0), ("a", 1)], names=["dataset", "seed"]))
+    >>> transport_numbers(d, ["a"])["transport_text"]
+    'a: stored 2.00, transported 4.00, MPT’s prediction 5.00'
+    """
+    means = dist_seed.groupby("dataset").mean()
+    return {"transport_text": "; ".join(
+        f"{n}: stored {means.loc[n, 'stored_residual']:.2f}, transported {means.loc[n, 'transported']:.2f}, "
+        f"MPT\N{RIGHT SINGLE QUOTATION MARK}s prediction {means.loc[n, 'mpt_predicted']:.2f}" for n in datasets),
+        "measured_text": "; ".join(f"{n}: {means.loc[n, 'mpt_measured']:.2f} against {means.loc[n, 'icarl']:.2f}"
+                                   for n in datasets)}
+
+
 def scenario_numbers(scenario: DepartureScenario, fraction: float, dataset: str, departure_round: int,
                      rounds: int, rare_class: int) -> dict[str, Any]:
     """The figure's departure scenario in numbers: the rare class, its training samples on the
@@ -772,8 +917,8 @@ def _plural(n: int, word: str) -> str:
     return f"{n:g} {word}{'' if n == 1 else 's'}"
 
 
-def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epochs: int, paper_local_epochs: int,
-                   test_per_class: int) -> dict[str, str]:
+def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epochs: int,
+                   paper_local_epochs: int) -> dict[str, str]:
     """What the claims table says of the rows that declare the regime check ``check``, in a sentence
     built from the decided rows (it stays true for every verdict and every value of the check).
 
@@ -786,10 +931,10 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
     local_epochs, paper_local_epochs : int
         The local epochs per round of this profile and of the paper (the setting the sentence names
         where the check fails).
-    test_per_class : int
-        The global test set's images per class: a row declaring the check that is untestable at
-        this resolution (an F1 read on this test set, one image its resolution) is told how many
-        images per class would resolve its :math:`m`.
+
+    A row declaring the check that is untestable at this resolution (an F1 read on a test set of
+    :math:`n` rare-class images, one image :math:`1/n` its resolution) is told how many images per
+    class would resolve its :math:`m`.
 
     Returns
     -------
@@ -804,9 +949,9 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
     >>> g = RegimeCheck("stable", "a factor", Read("s", "x"), "at most", 1.5, "why")
     >>> c = Claim("a", "A.", "T", "q", "greater", effect("relative"), resolution=0.01, regimes=(g,))
     >>> r = evaluate(c, [1.0, 1.2, 1.1], regimes=[g.check({"s": pd.DataFrame({"x": [2.0, 2.2]})})])
-    >>> regime_numbers({"a": r}, "stable", local_epochs=1, paper_local_epochs=5, test_per_class=40)["regime_text"]
+    >>> regime_numbers({"a": r}, "stable", local_epochs=1, paper_local_epochs=5)["regime_text"]
     'The check “stable” (a factor; it needs at most 1.5) fails for a (2.10): after 1 local epoch per round the setting cannot test it; re-run with the paper’s 5 local epochs per round (`-p local_epochs=5`) to test it.'
-    >>> regime_numbers({"a": r}, "stable", local_epochs=5, paper_local_epochs=5, test_per_class=40)["regime_text"]
+    >>> regime_numbers({"a": r}, "stable", local_epochs=5, paper_local_epochs=5)["regime_text"]
     'The check “stable” (a factor; it needs at most 1.5) fails for a (2.10): with the paper’s 5 local epochs per round the backbone still changes by more than the check allows at the departure; a later departure (`-p departure_round=...`) gives it longer to settle.'
     """
     rows = {k: next(g for g in r.regimes if g.check.key == check) for k, r in results.items()
@@ -840,9 +985,10 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
         parts.append(f"{said if not passing else 'It'} fails for {grouped(failing)}: {advice}")
     coarse = [k for k in rows if results[k].verdict == UNTESTABLE_RESOLUTION]
     if coarse:
-        needed = max(math.ceil(1 / results[k].claim.coarsest_resolution - 1e-9) for k in coarse)  # F1: one image is 1/n
+        res = max(results[k].claim.resolution for k in coarse)  # F1: one image of n is 1/n
+        needed = max(math.ceil(1 / (RESOLUTION_SHARE * results[k].claim.effect.m) - 1e-9) for k in coarse)
         parts.append(f"{', '.join(coarse)} {'is' if len(coarse) == 1 else 'are'} untestable at this resolution "
-                     f"whatever the check reads: one rare-class test image of {test_per_class} is {1 / test_per_class:.3g} F1, above a "
+                     f"whatever the check reads: one rare-class test image of {round(1 / res)} is {res:.3g} F1, above a "
                      f"quarter of {'its' if len(coarse) == 1 else 'their'} m; a global test set of at least "
                      f"{needed} images per class resolves {'it' if len(coarse) == 1 else 'them'}")
     return {"regime_rows": ", ".join(rows), "regime_text": ". ".join(parts) + "."}
@@ -935,8 +1081,9 @@ def exercise_numbers(drift: Mapping[str, pd.DataFrame], fractions: Mapping[str, 
 
 def ldc_steps_numbers(study: MPTStudy, wide: pd.DataFrame, datasets: Sequence[str], fraction: float, seed: int,
                       old_batch: int) -> dict[str, str]:
-    """Exercise 4: LDC's Adam steps per round on every data set at ``fraction`` for ``seed``
-    (counted, :func:`fedlib.tracking.ldc_steps_per_round`, no run) with the study's mini-batch and
+    """Exercise 4: LDC's Adam steps per round on every data set at ``fraction`` for ``seed`` with
+    every sample of a remaining client (``drift_samples="all"``; counted,
+    :func:`fedlib.tracking.ldc_steps_per_round`, no run) with the study's mini-batch and
     with ``old_batch``, and LDC's F1 in the fraction table (``wide`` of :func:`table_frames`).
 
     Returns
@@ -955,7 +1102,7 @@ def ldc_steps_numbers(study: MPTStudy, wide: pd.DataFrame, datasets: Sequence[st
     b = study.ldc_batch
     return {"ex4_text": "; ".join(f"{r['name']}: {r['n']:.0f} training samples per remaining client, {r[b]:.0f} Adam "
                                   f"steps per round with batch {b} and {r[old_batch]:.0f} with batch {old_batch}; "
-                                  f"LDC's F1 with batch {b} {r['new']:.3f}" for r in rows),
+                                  f"LDC's F1 in the table ({study.drift_samples!r} budget) {r['new']:.3f}" for r in rows),
             "ex4_answer": f"{fewest['name']}, whose clients' maps get the fewest steps with batch {old_batch} "
                           f"({fewest[old_batch]:.0f} per round)"}
 
@@ -1033,11 +1180,13 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
                      model_fn: Callable[[], torch.nn.Module], seed: int) -> dict[str, float]:
     """Figure 5 (b): the extra work each method adds to a round, relative to one client's local
     training of a round (median of 3 repeats; LDC's map training once), measured on the final
-    model of ``result`` and the data of the first remaining client of ``scenario``.
+    model of ``result`` and the data of the remaining client of ``scenario`` with the most rare-class
+    training samples (the first of them on a tie).
 
     The parts (:data:`TIME_PARTS`): the clients' re-embedding and class statistics (every prototype
-    method); SDC's second embedding and drift sums; LDC's second embedding and map training (the
-    old embedding a stand-in: the current one plus noise); the server's aggregation of the run's
+    method); SDC's second embedding and drift sums and LDC's second embedding and map training, on
+    the study's drift budget (``drift_samples``: the client's rare-class samples, or all of them;
+    the old embedding a stand-in: the current one plus noise); the server's aggregation of the run's
     last round (every method together: MPT's reconstruction, CCVR's virtual features and head);
     and, apart, the two server computations the paper's Figure 5 (b) compares: CCVR's
     calibration (:func:`fedlib.heads.ccvr_calibrate` with the study's virtual features and steps)
@@ -1051,8 +1200,12 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
     dict of str to float
         Each part's seconds over the local training's.
     """
-    client = scenario.federation.clients[1 if scenario.departing_client == 0 else 0]
+    rare = int(study.rare_class)
+    remaining = [k for k in range(len(scenario.federation.clients)) if k != scenario.departing_client]
+    client = scenario.federation.clients[max(remaining, key=lambda k: (
+        int((scenario.federation.clients[k].train.y == rare).sum()), -k))]
     x, y = client.train.x, client.train.y
+    used = (y == rare) if study.drift_samples == "rare" else torch.ones(len(y), dtype=torch.bool)
     model = model_fn()
     model.load_state_dict(result.server.with_prefix("model/"))
     init = {k: v.clone() for k, v in model.state_dict().items()}
@@ -1067,14 +1220,23 @@ def extra_work_times(study: MPTStudy, result: RunResult, scenario: DepartureScen
         model.eval()
         return model.embed(x).double()
 
-    z_now = embed()
+    z_now = embed()[used]  # the drift budget's samples
     z_old = z_now + 0.01 * torch.randn(z_now.shape, generator=torch_generator(seed, LOCAL_TRAIN, 1), dtype=z_now.dtype)
     t_train = median_seconds(train_once)
     model.load_state_dict(init)
     t_stats = median_seconds(lambda: ClassMoments.from_features(embed(), y, scenario.federation.n_classes))
-    t_sdc = median_seconds(lambda: (embed(), sdc_client_sums(z_old, z_now, z_now.mean(0))))
-    t_ldc = median_seconds(lambda: (embed(), ldc_fit_map(z_old, z_now, epochs=study.ldc_epochs, batch_size=study.ldc_batch,
-                                                         generator=torch_generator(seed, LOCAL_TRAIN))), repeats=1)
+    xs = x[used]
+
+    @torch.no_grad()
+    def embed_used():
+        model.eval()
+        return model.embed(xs).double()
+
+    t_sdc = median_seconds(lambda: (embed_used(), sdc_client_sums(z_old, z_now, z_now.mean(0) if len(z_now) else
+                                                                  torch.zeros(z_old.shape[1], dtype=torch.float64))))
+    t_ldc = median_seconds(lambda: (embed_used(), len(z_now) and ldc_fit_map(
+        z_old, z_now, epochs=study.ldc_epochs, batch_size=study.ldc_batch, generator=torch_generator(seed, LOCAL_TRAIN))),
+        repeats=1)
     server = float(result.server_seconds[-1])
     t_ccvr = t_mpt = float("nan")
     state = from_state(MPTServer, result.server)
