@@ -618,8 +618,9 @@ plt.show()
 # %% [markdown]
 # ## Tables I/II: every method under the protocol
 #
-# Mean local, global, unseen and rare accuracy over the clients (the *abilities*) and the four
-# floors (%), each cell the mean over the seeds ± the half-width of its 95 % interval, one pair
+# Mean local, client-weighted local ("pooled"), global, unseen and rare accuracy over the clients
+# (the *abilities*) and the floors (%): the paper's four, with P@25 and PF@25, the floors read
+# with the client-weighted score (the setting above), each cell the mean over the seeds ± the half-width of its 95 % interval, one pair
 # of tables per $\alpha$; the best mean of each column is in bold. FedGRC is the last row: the
 # CGRL backbone with the MMS metric and SASP heads. Rows are grouped as in the paper:
 # personalized-FL methods, statistical heads on the FedAvg, FedAvg-Aug and CGRL backbones.
