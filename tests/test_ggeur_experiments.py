@@ -283,8 +283,8 @@ def test_label_numbers_and_table_by_hand():
     html = gg.label_table(label, [0.5, 0.1]).to_html()
     assert "accuracy (%), β = 0.5" in html and "—" in html  # FedMix-style with matched steps: the lowest β only
     assert gg.of_seed(label, 1, 0.5, "FedAvg") == 10.5
-    with pytest.raises(ValueError, match=r"no label-skew run 'FedAvg, rebalanced' at beta = 0.5 on seed 2"):
-        gg.of_seed(label, 2, 0.5, "FedAvg, rebalanced")
+    with pytest.raises(ValueError, match=r"no label-skew run 'FedAvg, matched steps' at beta = 0.5 on seed 2"):
+        gg.of_seed(label, 2, 0.5, "FedAvg, matched steps")
 
 
 def test_domain_and_similarity_numbers_by_hand():
@@ -322,7 +322,8 @@ def _settings(**change):
                   lr=1e-2, local_epochs=1, rounds=9, total_per_class=10, betas=[0.5, 0.1], domain_public=0.2, domain_test=0.2,
                   domain_client=0.2, encoder_sees="all", hidden=8, k=2, n_samples=300, encoder_width=8, global_test_per_class=3,
                   per_prototype=5, domain_rounds=1, label_classifier="linear", domain_classifier="mlp", prox_mu=0.01,
-                  proto_lam=2.0, domain_max=60, embedding_scale=1.0, eval_every=1, similarity="paper")
+                  proto_lam=2.0, domain_max=60, embedding_scale=1.0, eval_every=1, similarity="paper",
+                  encoder_standardize=True, encoder_features="linear")
     return SimpleNamespace(**{**values, **change})
 
 
@@ -346,6 +347,13 @@ def test_the_study_from_the_settings_and_the_settings_republished():
     assert sub["label"].startswith("CLIP (ViT-B/16") and "10 instead of 2000 samples per class; 9 rounds × 1" in sub["label"]
     assert "public 20 % of every domain" in sub["dom"] and "nearly guaranteed by the design" in sub["fig6"]
     assert "MNIST only" in gg.substitutions(_settings(encoder_sees="mnist"), paper)["fig6"]
+    assert "(1 epochs; inputs standardized per image, the embedding taken before the last ReLU), frozen" in sub["label"]
+    plain = gg.substitutions(_settings(encoder_standardize=False, encoder_features="relu"), paper)
+    assert "(1 epochs), frozen" in plain["label"] and "every domain, one trained per seed" in plain["dom"]
+    assert gg.encoder_words(_settings(encoder_standardize=False)) == "; the embedding taken before the last ReLU"
+    assert cfg.encoder_standardize and cfg.encoder_features == "linear"
+    with pytest.raises(ValueError, match="unknown encoder_features 'pooled'; valid: relu, linear"):
+        GGEURStudy.from_settings(_settings(encoder_features="pooled"))
 
 
 def test_curve_drops_by_hand():

@@ -58,7 +58,7 @@ from fedbook.page import show_table, sign_word
 from fedlib.algorithms import GGEUR, FedAvg, FedFAStyle, FedMixStyle, FedProto, FedProx
 from fedlib.algorithms.ggeur import Rebalanced, augmented_size, classifier_fn, filled_size, matched_train
 from fedlib.data import ArrayDataset, load_dataset, make_digit_domains
-from fedlib.encoders import FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
+from fedlib.encoders import ENCODER_FEATURES, FrozenEncoder, OpenCLIPEncoder, encode_dataset, public_split, train_public_encoder
 from fedlib.federation import Federation, make_federation, one_client_per_domain
 from fedlib.geometry import SIMILARITY_METHODS, augment, class_shapes, numerical_ranks, similarity_matrix, trace_ratio
 from fedlib.loop import LoopConfig
@@ -80,8 +80,9 @@ LABEL_METHODS = ("FedAvg", "FedAvg, matched steps", "FedAvg, rebalanced", GGEUR_
 """The label-skew runs of every seed and concentration (:meth:`GGEURStudy.label_methods`), in the table's order."""
 LOW_BETA_ONLY = ("FedMix-style, matched steps",)
 """The label-skew runs made at the lowest concentration only (the one control that reads them is declared there)."""
-HEADLINE_LABEL = ("FedAvg", GGEUR_CODE)
-"""The label-skew runs of the headline claims: the only runs of a seed beyond the chapter's full seeds."""
+HEADLINE_LABEL = ("FedAvg", "FedAvg, rebalanced", GGEUR_CODE)
+"""The label-skew runs of the headline claims and of the control read beside each of them (GGEUR against FedAvg on
+real samples rebalanced to GGEUR's class counts): the only runs of a seed beyond the chapter's full seeds."""
 BASES = ("FedAvg", "FedProx", "FedProto")
 """The domain-skew bases, each run alone and with GGEUR's steps."""
 ABLATION_BASES = ("FedAvg", "FedProx")
@@ -388,6 +389,14 @@ class GGEURStudy:
         Multiplies every label-skew embedding.
     encoder_sees : {"all", "mnist"}
         What the domain encoder trains on.
+    encoder_standardize : bool
+        Every image standardized on its own pixels before the encoder, in its training and when
+        embedding (:func:`fedlib.encoders.standardize_images`: an inverted digit is then the negative
+        of a digit, not an image of another brightness).
+    encoder_features : {"relu", "linear"}
+        The encoder's embedding: its penultimate layer after the ReLU, or before it
+        (:data:`fedlib.encoders.ENCODER_FEATURES`; ``"linear"`` is a linear projection's output, as
+        CLIP's image embedding is, with no coordinate clamped to 0).
     eval_every : int
         Evaluate every this many rounds. Only 1 is accepted while the convergence claim reads
         round ``early`` of every curve: a method with a statistics round is evaluated one round
@@ -438,6 +447,8 @@ class GGEURStudy:
     domain_client: float = 0.1
     embedding_scale: float = 1.0
     encoder_sees: str = "all"
+    encoder_standardize: bool = False
+    encoder_features: str = "relu"
     eval_every: int = 1
     clip_checkpoint: str | None = None
     options: RunOptions = field(default_factory=RunOptions)
@@ -457,6 +468,10 @@ class GGEURStudy:
         check_real("embedding_scale", self.embedding_scale, low=0.0, low_open=True)
         if self.encoder_sees not in ENCODER_SEES:
             raise ValueError(f"encoder_sees must be 'all' or 'mnist', got {self.encoder_sees!r}")
+        if self.encoder_features not in ENCODER_FEATURES:
+            raise ValueError(f"unknown encoder_features {self.encoder_features!r}; valid: {', '.join(ENCODER_FEATURES)}")
+        if not isinstance(self.encoder_standardize, bool):
+            raise ValueError(f"encoder_standardize must be True or False, got {self.encoder_standardize!r}")
         if self.early > self.rounds:
             raise ValueError(f"early must be a training round, 1 to rounds = {self.rounds}, got {self.early}")
         if self.eval_every != 1:
@@ -484,7 +499,7 @@ class GGEURStudy:
         names = ("n_samples", "public_fraction", "encoder_epochs", "encoder_width", "n_clients", "global_test_per_class",
                  "total_per_class", "per_prototype", "rounds", "domain_rounds", "label_classifier", "domain_classifier",
                  "hidden", "prox_mu", "proto_lam", "k", "domain_max", "domain_public", "domain_test", "domain_client",
-                 "embedding_scale", "encoder_sees", "eval_every")
+                 "embedding_scale", "encoder_sees", "encoder_standardize", "encoder_features", "eval_every")
         return cls(**{n: getattr(P, n) for n in names}, train=train, early=max(1, P.rounds // 5),
                    clip_checkpoint=clip_checkpoint, options=RunOptions() if options is None else options)
 
@@ -519,7 +534,8 @@ class GGEURStudy:
         if self.clip_checkpoint is not None:
             enc = OpenCLIPEncoder("ViT-B-32", self.clip_checkpoint)
         else:
-            enc = train_public_encoder(data.subset(pub), epochs=self.encoder_epochs, width=self.encoder_width, seed=seed)
+            enc = train_public_encoder(data.subset(pub), epochs=self.encoder_epochs, width=self.encoder_width, seed=seed,
+                                       standardize=self.encoder_standardize, features=self.encoder_features)
         e = encode_dataset(enc, data.subset(rest))
         if self.embedding_scale != 1.0:
             e = ArrayDataset(self.embedding_scale * e.x, e.y, e.n_classes, e.name)
@@ -559,7 +575,7 @@ class GGEURStudy:
         ...                    global_test_per_class=2, total_per_class=10, per_prototype=5, rounds=1, domain_rounds=1,
         ...                    train=TrainConfig(epochs=1, batch_size=16, optimizer="adam", lr=1e-2), early=1)
         >>> len(study.label_names(0.5, 0.1)), len(study.label_names(0.1, 0.1)), study.label_names(0.5, 0.5, False)
-        (7, 8, ['FedAvg', '+GGEUR (code: N(x, Σ))'])
+        (7, 8, ['FedAvg', 'FedAvg, rebalanced', '+GGEUR (code: N(x, Σ))'])
         """
         if not full:
             return list(HEADLINE_LABEL)
@@ -591,7 +607,8 @@ class GGEURStudy:
         enc_pub = pub if sees == "all" else pub[d_all.domain.numpy()[pub] == 0]
         if self.clip_checkpoint is None:
             enc = train_public_encoder(d_all.subset(enc_pub), epochs=self.encoder_epochs, width=self.encoder_width,
-                                       seed=seed)  # train_public_encoder derives its own streams
+                                       seed=seed, standardize=self.encoder_standardize,
+                                       features=self.encoder_features)  # train_public_encoder derives its own streams
         else:
             enc = OpenCLIPEncoder("ViT-B-32", self.clip_checkpoint)
         e = encode_dataset(enc, d_all.subset(rest))
@@ -813,7 +830,10 @@ def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.Da
       domain's classes whose most similar class of another domain is the same class, over every
       other domain);
     - ``leads``: per seed and other domain (``other``), ``lead`` (mean :math:`S` on the diagonal
-      minus off it: one heat map's diagonal lead) and ``minus lead``;
+      minus off it: one heat map's diagonal lead), ``minus lead``, ``rowmax share (%)`` (that heat
+      map's share of rows whose maximum is on the diagonal) and ``minus rowmax excess`` (minus that
+      share's excess over chance, one class in ``classes``), so that a row read against ``zero``
+      decides each heat map;
     - ``probe`` (when the domain-skew frames have it): :func:`probe_rows` per seed and domain,
       indexed by ``(seed, domain)``, so that a regime check reads every domain of every seed as
       one unit each (``Read("probe", PROBE)``).
@@ -834,6 +854,8 @@ def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.Da
     >>> F = chapter_frames({"label": label}, {"similarity": sims, "heatmaps": sims.iloc[:0], "domain_encoder": encoder})
     >>> F["label_gain"]["gain"].tolist(), F["leads"]["lead"].tolist(), F["fig6"]["rowmax share (%)"].tolist()
     ([2.5, 1.0], [0.5], [30.0])
+    >>> F["leads"]["minus rowmax excess"].tolist()  # 30 % against 10 % by chance
+    [-20.0]
     """
     if similarity not in SIMILARITY_METHODS:
         raise ValueError(f"unknown similarity {similarity!r}; valid: {', '.join(SIMILARITY_METHODS)}")
@@ -856,8 +878,10 @@ def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.Da
     share = (sim.groupby("seed")[ROWMAX].sum().reindex(seeds) / (n_classes * sim["other domain"].nunique())).to_numpy()
     out["fig6"] = pd.DataFrame({"seed": seeds, "zero": np.zeros(len(seeds)), "rowmax share (%)": 100 * share})
     lead = (sim[SAME] - sim[DIFFERENT]).to_numpy()
+    own_share = 100 * sim[ROWMAX].to_numpy(dtype=float) / n_classes
     out["leads"] = pd.DataFrame({"seed": sim["seed"].to_numpy(), "other": sim["other domain"].to_numpy(), "lead": lead,
-                                 "minus lead": -lead})
+                                 "minus lead": -lead, "rowmax share (%)": own_share,
+                                 "minus rowmax excess": -(own_share - 100 / n_classes)})
     if "probe" in domain:
         out["probe"] = domain["probe"].set_index(["seed", "domain"])
     return out
@@ -871,7 +895,7 @@ def substitutions(P: Any, paper: Mapping[str, Any]) -> dict[str, str]:
     which depend on what the domain encoder sees)."""
     enc = (f"CLIP (ViT-B/16 in the paper's text, ViT-B/32 in the authors' code; the clip_checkpoint option loads ViT-B-32) "
            f"→ small CNN encoder trained on a {100 * P.public_fraction:.0f} % public split of MNIST-5k "
-           f"({P.encoder_epochs} epochs), frozen, the same for every seed")
+           f"({P.encoder_epochs} epochs{encoder_words(P)}), frozen, the same for every seed")
     formula = "GGEUR = the authors' code formula N(x, Σ), fixed before the runs; the paper's text formula is in the results table"
     return {
         "label": (f"{enc}; CIFAR-100 / Tiny-ImageNet → MNIST-5k embeddings; {P.total_per_class} instead of "
@@ -880,7 +904,7 @@ def substitutions(P: Any, paper: Mapping[str, Any]) -> dict[str, str]:
         "dom": (f"Digits (MNIST, USPS, SVHN, SYN) → MNIST, UCI digits, rotated and inverted MNIST; CLIP → small CNN trained on "
                 f"the public {100 * P.domain_public:.0f} % of "
                 + ("every domain" if P.encoder_sees == "all" else "MNIST only")
-                + f", one trained per seed; {P.total_per_class} samples per class and {P.per_prototype} per prototype instead of "
+                + f"{encoder_words(P)}, one trained per seed; {P.total_per_class} samples per class and {P.per_prototype} per prototype instead of "
                 f"{paper['total_per_class']} per class; {P.domain_rounds} rounds × {P.local_epochs} local epoch(s) instead of "
                 f"{paper['domain_rounds']}; {formula}"),
         "steps": ("by construction a GGEUR client takes more local steps per round on a class-balanced set "
@@ -891,9 +915,23 @@ def substitutions(P: Any, paper: Mapping[str, Any]) -> dict[str, str]:
                  + ("and the encoder trains on every domain's public part, so a shared class shape there is nearly "
                     "guaranteed by the design; " if P.encoder_sees == "all" else
                     "so a shared class shape there is close to built in even with an encoder trained on MNIST only; ")
-                 + "only the UCI-digits heat map compares two separately collected digit sets (its own interval in "
-                 "fig6-diagonal; fig6-rowmax pools all three)"),
+                 + "only the UCI-digits heat map compares two separately collected digit sets: its two rows are the "
+                 "claims, the other two heat maps' rows are controls"),
     }
+
+
+def encoder_words(P: Any) -> str:
+    """How the public-split encoder reads an image, in words for the substitutions (empty for the plain CNN).
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> encoder_words(SimpleNamespace(encoder_standardize=True, encoder_features="linear"))
+    '; inputs standardized per image, the embedding taken before the last ReLU'
+    """
+    words = (["inputs standardized per image"] if P.encoder_standardize else []) + (
+        ["the embedding taken before the last ReLU"] if P.encoder_features == "linear" else [])
+    return "".join("; " + w if i == 0 else ", " + w for i, w in enumerate(words))
 
 
 def of_seed(label: pd.DataFrame, seed: int, beta: float, method: str) -> float:
@@ -933,19 +971,26 @@ def setting_numbers(P: Any, paper: Mapping[str, Any], early: int) -> dict[str, A
 
 def embedding_summary(setup: LabelSetup, seconds: float):
     """The label-skew embedding space: the table (encoder, dimension, public and embedded images,
-    mean norm, mean rank of a class covariance, median :math:`\\mathrm{tr}(\\Sigma^2)/\\mathrm{tr}(\\Sigma)`,
-    ``seconds`` to train and embed) and the numbers ``n_public``, ``emb_dim``, ``emb_rank`` and ``emb_ratio``."""
+    mean norm, share of coordinates exactly 0, mean rank of a class covariance, median
+    :math:`\\mathrm{tr}(\\Sigma^2)/\\mathrm{tr}(\\Sigma)`, ``seconds`` to train and embed) and the numbers
+    ``n_public``, ``emb_dim``, ``emb_rank``, ``emb_zeros`` (%), ``emb_ratio`` and ``emb_rank_reading`` (what the rank
+    leaves augmentation, in words)."""
     encoder, emb, n_public = setup
     shapes = class_shapes(ClassMoments.from_features(emb.x, emb.y, emb.n_classes))
     ranks = numerical_ranks(shapes.eigenvalues).double()
     ratio = trace_ratio(shapes.eigenvalues)  # tr(Σ²)/tr(Σ) per class
     table = pd.Series({
         "encoder": encoder.name, "embedding dimension": encoder.dim, "public images": n_public, "embedded images": len(emb),
-        "mean norm of an embedding": float(emb.x.norm(dim=1).mean()), "mean rank of a class covariance": float(ranks.mean()),
+        "mean norm of an embedding": float(emb.x.norm(dim=1).mean()),
+        "coordinates exactly 0 (%)": 100 * float((emb.x == 0).double().mean()), "mean rank of a class covariance": float(ranks.mean()),
         "tr(Σ²)/tr(Σ), median over classes": float(ratio.median()), "seconds (train + embed)": seconds,
     }, name="value").rename_axis("property").to_frame()
+    full = float(ranks.mean()) > encoder.dim - 0.5
     return show_table(table), {"n_public": n_public, "emb_dim": encoder.dim, "emb_rank": float(ranks.mean()),
-                               "emb_ratio": float(ratio.median())}
+                               "emb_zeros": 100 * float((emb.x == 0).double().mean()), "emb_ratio": float(ratio.median()),
+                               "emb_rank_reading": ("every class covariance is of full rank, so augmentation can move samples "
+                                                    "in every direction" if full else "augmentation moves samples only within a "
+                                                    "subspace of that dimension per class")}
 
 
 def label_table(label: pd.DataFrame, betas: Sequence[float]):
@@ -1368,7 +1413,7 @@ __all__ = ["ABLATION_BASES", "BASES", "DIFFERENT", "DOMAINS", "DOM_ORDER", "Doma
            "LABEL_METHODS", "LOW_BETA_ONLY", "LabelSetup", "NORM", "PROBE", "PROBE_MAX_ITER", "PROBE_THRESHOLD", "ROWMAX",
            "SAME", "SEES_TEXT", "SIZE_NAMES", "STEP1", "STEPS12", "UNTESTABLE_WORDS", "VS_COPIES", "VS_STEPS", "ZEROS",
            "chapter_frames", "claims_reading", "cost_summary", "curve_drops", "diagonal_gap", "domain_cell",
-           "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "exercise1",
+           "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "encoder_words", "exercise1",
            "exercise2", "exercise2_totals", "exercise3", "label_cell", "label_numbers", "label_table", "of_seed",
            "plot_label_curves", "plot_similarity", "probe_numbers", "probe_rows", "setting_numbers", "similarity_numbers",
            "similarity_rows", "substitutions", "swing_reading", "yardstick"]
