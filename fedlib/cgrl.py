@@ -417,10 +417,10 @@ def within_class_share(moments) -> float:
     CGRL's directional loss is there "to promote within-class alignment and between-class
     separation" and its magnitude loss penalizes within-class log-norm dispersion (Section IV-A,
     Eq. (11), Lemma IV.1); Eq. (28) ties both to the within-class covariance MMS uses. With
-    :math:`S_W = \sum_c \sum_{i: y_i = c} (z_i - \mu_c)(z_i - \mu_c)^	op` and
-    :math:`S_T = \sum_i (z_i - ar z)(z_i - ar z)^	op`,
+    :math:`S_W = \sum_c \sum_{i: y_i = c} (z_i - \mu_c)(z_i - \mu_c)^\top` and
+    :math:`S_T = \sum_i (z_i - \bar z)(z_i - \bar z)^\top`,
 
-    .. math:: w = rac{\operatorname{tr} S_W}{\operatorname{tr} S_T} \in [0, 1],
+    .. math:: w = \frac{\operatorname{tr} S_W}{\operatorname{tr} S_T} \in [0, 1],
 
     unchanged by a common scale or shift of the features, so two backbones whose features have
     different norms compare on it (a smaller :math:`w`: tighter classes relative to their spread).

@@ -835,7 +835,7 @@ def scatter_descent(rng: np.random.Generator, trials: int, steps: int = 20, lr: 
     alignment and between-class separation", on random instances: a linear backbone
     :math:`h = W x` (3 Gaussian classes of 12 inputs in 6 dimensions, 4 features) takes ``steps``
     gradient steps of size ``lr`` on :math:`\mathcal L_{dir}` (Eq. (13): supervised contrastive
-    plus prototype cross-entropy, :math:`	au = 0.5`, :math:`eta = 1`, the prototypes the unit
+    plus prototype cross-entropy, :math:`\tau = 0.5`, :math:`\beta = 1`, the prototypes the unit
     class means at the start), and the within-class share of the final-layer directions
     :math:`u = \operatorname{unit}(h)` (:func:`fedlib.cgrl.within_class_share`) is measured before
     and after, on ``max(3, trials // 4)`` instances.

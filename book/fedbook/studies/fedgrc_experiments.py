@@ -584,7 +584,7 @@ def weakest_quarter(values: np.ndarray, fraction: float = FLOOR_QUARTER) -> np.n
 
 
 def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
-    r"""What the chapter's regime checks read from one federation (one seed and :math:`lpha`),
+    r"""What the chapter's regime checks read from one federation (one seed and :math:`\alpha`),
     all fixed by the partition, none by a method:
 
     * ``effective images, weakest quarter``: the mean, over the quarter of clients with the fewest,
@@ -592,8 +592,8 @@ def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> di
       (:func:`effective_images`): the clients a floor reads at worst;
     * ``rare-class support``: the median training count of a client's rare class, over every
       (client, rare class) pair (NaN without one);
-    * ``SASP weight on own data``: the mean over clients of :math:`\sum_c p_k(c)\,lpha(n_c)`,
-      SASP's weight :math:`lpha(n) = n/(n + m_0)` on the client's own means (Eq. (35)) averaged
+    * ``SASP weight on own data``: the mean over clients of :math:`\sum_c p_k(c)\,\alpha(n_c)`,
+      SASP's weight :math:`\alpha(n) = n/(n + m_0)` on the client's own means (Eq. (35)) averaged
       over the images the client is scored on (its training label mix :math:`p_k`).
 
     Examples
