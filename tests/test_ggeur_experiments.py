@@ -205,6 +205,17 @@ def test_chapter_frames_equal_the_former_arithmetic():
               ours=Read("fig6", "zero"), baseline={o: Read("leads", "minus lead", other=o) for o in ("uci", "mnist_rotated")})
     ours, baseline, _ = c.read(F)
     assert np.array_equal(ours - baseline["uci"], gaps["uci"].to_numpy())
+    # per heat map, its own row-maximum share (the claim reads UCI's against chance; the controls each transform's excess)
+    rowmax = sim.pivot(index="seed", columns="other domain", values=ROWMAX)
+    for o in ("uci", "mnist_rotated", "mnist_inverted"):
+        own = 100 * rowmax[o].reindex([0, 1, 2]).to_numpy() / 10
+        assert np.array_equal(Read("leads", "rowmax share (%)", other=o)(F).to_numpy(), own)
+        assert np.allclose(Read("leads", "minus rowmax excess", other=o)(F).to_numpy(), -(own - 10.0))
+    t = Claim("t", "q", "s", "share − chance", "greater", resolution=10.0, versus=("mnist_rotated", "mnist_inverted"),
+              ours=Read("fig6", "zero"), baseline={o: Read("leads", "minus rowmax excess", other=o)
+                                                   for o in ("mnist_rotated", "mnist_inverted")})
+    ours, baseline, _ = t.read(F)
+    assert np.allclose(ours - baseline["mnist_inverted"], 100 * rowmax["mnist_inverted"].reindex([0, 1, 2]).to_numpy() / 10 - 10)
     subspace = chapter_frames({"label": label}, domain, "subspace")
     assert subspace["similarity"][SAME].tolist()[:3] == [3.0, 3.1, 3.2]
     with pytest.raises(ValueError, match="unknown similarity 'cosine'; valid: paper, subspace"):
