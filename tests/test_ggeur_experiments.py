@@ -216,6 +216,12 @@ def test_chapter_frames_equal_the_former_arithmetic():
                                                    for o in ("mnist_rotated", "mnist_inverted")})
     ours, baseline, _ = t.read(F)
     assert np.allclose(ours - baseline["mnist_inverted"], 100 * rowmax["mnist_inverted"].reindex([0, 1, 2]).to_numpy() / 10 - 10)
+    per_cosine = chapter_frames({"label": label}, domain, "paper", k=4)["leads"]  # S / k: the lead per cosine
+    assert np.allclose(per_cosine["lead per cosine"], F["leads"]["lead"] / 4)
+    assert np.allclose(per_cosine["minus lead per cosine"], -F["leads"]["lead"] / 4)
+    assert "lead per cosine" not in F["leads"]
+    with pytest.raises(ValueError, match="k must be an int >= 1, got 0"):
+        chapter_frames({"label": label}, domain, "paper", k=0)
     subspace = chapter_frames({"label": label}, domain, "subspace")
     assert subspace["similarity"][SAME].tolist()[:3] == [3.0, 3.1, 3.2]
     with pytest.raises(ValueError, match="unknown similarity 'cosine'; valid: paper, subspace"):

@@ -817,7 +817,7 @@ def domain_cell(seed: int, *, study: GGEURStudy, runs: Sequence[tuple[str, str]]
 
 
 def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.DataFrame],
-                   similarity: str = "paper") -> dict[str, pd.DataFrame]:
+                   similarity: str = "paper", k: int | None = None) -> dict[str, pd.DataFrame]:
     """The chapter's results mapping, from the frames of its label-skew study (:func:`label_cell`)
     and its domain-skew study (:func:`domain_cell`): every frame of both, the similarity rows and
     heat maps under the chapter's ``similarity`` only (without their ``similarity`` column), and
@@ -833,7 +833,9 @@ def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.Da
       minus off it: one heat map's diagonal lead), ``minus lead``, ``rowmax share (%)`` (that heat
       map's share of rows whose maximum is on the diagonal) and ``minus rowmax excess`` (minus that
       share's excess over chance, one class in ``classes``), so that a row read against ``zero``
-      decides each heat map;
+      decides each heat map; with ``k`` (the eigenvectors :math:`S` sums over) also ``lead per
+      cosine`` and ``minus lead per cosine``, the lead divided by ``k``: :math:`S/k` is a mean
+      absolute cosine, on the unit scale of the ``correlation`` kind of :func:`fedbook.claims.effect`;
     - ``probe`` (when the domain-skew frames have it): :func:`probe_rows` per seed and domain,
       indexed by ``(seed, domain)``, so that a regime check reads every domain of every seed as
       one unit each (``Read("probe", PROBE)``).
@@ -856,6 +858,9 @@ def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.Da
     ([2.5, 1.0], [0.5], [30.0])
     >>> F["leads"]["minus rowmax excess"].tolist()  # 30 % against 10 % by chance
     [-20.0]
+    >>> chapter_frames({"label": label}, {"similarity": sims, "heatmaps": sims.iloc[:0], "domain_encoder": encoder},
+    ...                k=5)["leads"]["lead per cosine"].tolist()  # a lead of 0.5 in S, summed over 5 cosines
+    [0.1]
     """
     if similarity not in SIMILARITY_METHODS:
         raise ValueError(f"unknown similarity {similarity!r}; valid: {', '.join(SIMILARITY_METHODS)}")
@@ -882,6 +887,10 @@ def chapter_frames(label: Mapping[str, pd.DataFrame], domain: Mapping[str, pd.Da
     out["leads"] = pd.DataFrame({"seed": sim["seed"].to_numpy(), "other": sim["other domain"].to_numpy(), "lead": lead,
                                  "minus lead": -lead, "rowmax share (%)": own_share,
                                  "minus rowmax excess": -(own_share - 100 / n_classes)})
+    if k is not None:
+        check_int("k", k, low=1)
+        out["leads"]["lead per cosine"] = lead / k
+        out["leads"]["minus lead per cosine"] = -lead / k
     if "probe" in domain:
         out["probe"] = domain["probe"].set_index(["seed", "domain"])
     return out
