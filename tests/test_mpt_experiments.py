@@ -239,6 +239,13 @@ def test_regime_numbers_say_where_the_check_passes_fails_and_what_would_test_the
     text = regime_numbers(failing, "stable", local_epochs=2, paper_local_epochs=5)["regime_text"]
     assert text.startswith("The check “stable” (a factor; it needs at most 1.5) fails for a (2.25): after 2 local "
                            "epochs per round the setting cannot test it;")
+    e = decided("e", [0.5, 0.6, 0.7], effect("score"), 0.01, tab)  # not an F1: a declared resolution of 0.01
+    text = regime_numbers({"b": results["b"], "e": e}, "stable", local_epochs=5, paper_local_epochs=5,
+                          f1_rows=["b"])["regime_text"]
+    assert text.endswith("b is untestable at this resolution whatever the check reads: one rare-class test image of 40 "
+                         "is 0.025 F1, above a quarter of its m; a global test set of at least 400 images per class "
+                         "resolves it. e is untestable at this resolution whatever the check reads: its declared "
+                         "resolution 0.01 is above a quarter of its m (0.0025).")
     none = regime_numbers({"d": results["d"]}, "stable", local_epochs=1, paper_local_epochs=5)
     assert none == {"regime_rows": "none", "regime_text": "No row declares the check “stable”."}
 

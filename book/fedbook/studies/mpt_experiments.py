@@ -918,7 +918,7 @@ def _plural(n: int, word: str) -> str:
 
 
 def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epochs: int,
-                   paper_local_epochs: int) -> dict[str, str]:
+                   paper_local_epochs: int, f1_rows: Sequence[str] | None = None) -> dict[str, str]:
     """What the claims table says of the rows that declare the regime check ``check``, in a sentence
     built from the decided rows (it stays true for every verdict and every value of the check).
 
@@ -932,9 +932,11 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
         The local epochs per round of this profile and of the paper (the setting the sentence names
         where the check fails).
 
-    A row declaring the check that is untestable at this resolution (an F1 read on a test set of
-    :math:`n` rare-class images, one image :math:`1/n` its resolution) is told how many images per
-    class would resolve its :math:`m`.
+    f1_rows : sequence of str, optional
+        The rows that read a rare-class F1 (default: every row). One of them that declares the
+        check and is untestable at this resolution (an F1 read on a test set of :math:`n`
+        rare-class images, one image :math:`1/n` its resolution) is told how many images per class
+        would resolve its :math:`m`; any other such row, its declared resolution.
 
     Returns
     -------
@@ -984,13 +986,19 @@ def regime_numbers(results: Mapping[str, ClaimResult], check: str, *, local_epoc
                       "departure; a later departure (`-p departure_round=...`) gives it longer to settle")
         parts.append(f"{said if not passing else 'It'} fails for {grouped(failing)}: {advice}")
     coarse = [k for k in rows if results[k].verdict == UNTESTABLE_RESOLUTION]
-    if coarse:
-        res = max(results[k].claim.resolution for k in coarse)  # F1: one image of n is 1/n
-        needed = max(math.ceil(1 / (RESOLUTION_SHARE * results[k].claim.effect.m) - 1e-9) for k in coarse)
-        parts.append(f"{', '.join(coarse)} {'is' if len(coarse) == 1 else 'are'} untestable at this resolution "
+    f1 = [k for k in coarse if f1_rows is None or k in f1_rows]
+    other = [k for k in coarse if k not in f1]
+    if f1:
+        res = max(results[k].claim.resolution for k in f1)  # F1: one image of n is 1/n
+        needed = max(math.ceil(1 / results[k].claim.coarsest_resolution - 1e-9) for k in f1)
+        parts.append(f"{', '.join(f1)} {'is' if len(f1) == 1 else 'are'} untestable at this resolution "
                      f"whatever the check reads: one rare-class test image of {round(1 / res)} is {res:.3g} F1, above a "
-                     f"quarter of {'its' if len(coarse) == 1 else 'their'} m; a global test set of at least "
-                     f"{needed} images per class resolves {'it' if len(coarse) == 1 else 'them'}")
+                     f"quarter of {'its' if len(f1) == 1 else 'their'} m; a global test set of at least "
+                     f"{needed} images per class resolves {'it' if len(f1) == 1 else 'them'}")
+    for k in other:
+        c = results[k].claim
+        parts.append(f"{k} is untestable at this resolution whatever the check reads: its declared resolution "
+                     f"{c.resolution:.3g} is above a quarter of its m ({c.coarsest_resolution:.3g})")
     return {"regime_rows": ", ".join(rows), "regime_text": ". ".join(parts) + "."}
 
 
@@ -1313,7 +1321,7 @@ def plot_distances(history: pd.DataFrame, methods: Sequence[str], departure_roun
     fig, ax = plt.subplots(figsize=(9, 5))
     for m in methods:
         rounds, curves = seed_curves(history, "dist_oracle", m, seeds)
-        _band(ax, rounds, curves, LABELS[m], 0, None, alpha=0.1)
+        _band(ax, rounds, curves, LABELS[m], 0, None, alpha=0.1, **({"ls": "--"} if m == "transported" else {}))
     round_axis(ax, departure_round)
     ax.set_ylabel("Mahalanobis distance to the oracle prototype")
     ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
