@@ -792,6 +792,7 @@ CLAIM_FRAMES = fedgrc.claim_frames(frames["runs"], tidy9, SEEDS, P.alphas, leade
                                    shift_methods=list(SHIFT_METHODS), ft_pairs=FT_PAIRS,
                                    sizes={READS(m): g for m, g in SIZES.items()}, scatter=frames["scatter"],
                                    regime=frames["regime"])
+CLAIM_FRAMES["regime"] = CLAIM_FRAMES["regime"].set_index(["alpha", "seed"])  # units: a seed at one alpha
 results = claims_report(CLAIMS, CLAIM_FRAMES, prefix="fge_", total_seconds=P.elapsed())
 R["fge_untestable_text"] = fedgrc.untestable_text(results)  # glued with the page's numbers, at the end
 R["fge_setting_text"] = fedgrc.setting_text(results)
