@@ -833,7 +833,7 @@ def augmentation_section(checks: CheckTable, seed: int, *, n_per_class: int, n_c
     # check compares the shape with as much noise in no particular direction, so a wrong shape (its eigenvectors, the
     # mutation of the tests) fails it.
     checks.add("the global shape, not the added spread, moves a client's class toward the global one",
-               f"Fréchet distance to the global fit after GGEUR's fill < after an isotropic fill of the same total variance "
+               f"Fréchet distance to the global fit after GGEUR's fill, below that after an isotropic fill of the same total variance "
                f"(the same draws), {len(dist) // 2} (client, class) pairs, code's formula",
                f"closer for {100 * share_iso:.0f} %", ok=share_iso == 1, partly=share_iso > 0.5)
     table = show_table(distance_summary(dist), digits={"distance shrinks (% of pairs)": 0, "median d² before": 3,
