@@ -243,7 +243,9 @@ def test_the_claim_frames_give_what_the_claims_read_by_hand():
     scatter = pd.DataFrame([{"alpha": a, "seed": s, "backbone": b, SCATTER: 10.0 * (b == "CGRL") + s + a}
                             for a in alphas for s in seeds for b in ("FedAvg-Aug", "CGRL")])
     frames = claim_frames(runs, tidy9, seeds, alphas, leaders={"pooled": "Ditto", "P@25": "FedRep"},
-                          shift_methods=["FedRep", "Ditto"], ft_pairs=ft, sizes={"global": 2.17}, scatter=scatter)
+                          shift_methods=["FedRep", "Ditto"], ft_pairs=ft, sizes={"global": 2.17}, scatter=scatter,
+                          regime=pd.DataFrame([{"alpha": a, "seed": s, **{c: 10 * a + s for c in REGIME_COLUMNS}}
+                                               for a in alphas for s in [*seeds, 9]]))
 
     def read(ours, baseline=0.0, versus=None):
         c = Claim("c", "q", "s", "x", "greater", effect("points"), resolution=0.1, versus=versus, ours=ours,
@@ -268,6 +270,9 @@ def test_the_claim_frames_give_what_the_claims_read_by_hand():
                 ("FedRep", "Ditto")) == by_hand(np.zeros(3), {n: v(0.3, n, "pooled") - v(0.1, n, "pooled") for n in ("FedRep", "Ditto")})
     assert read(Read("scatter", "CGRL", alpha=0.1), Read("scatter", "FedAvg-Aug", alpha=0.1)) == \
         by_hand(np.array([10.1, 11.1, 12.1]), np.array([0.1, 1.1, 2.1]))
+    col = REGIME_COLUMNS[0]  # one unit per seed at one alpha; over both alphas, one per (alpha, seed); seed 9 left out
+    assert Read("regime", col, alpha=0.1)(frames).tolist() == [1.0, 2.0, 3.0]
+    assert sorted(Read("regime", col)(frames).tolist()) == [1.0, 2.0, 3.0, 3.0, 4.0, 5.0]
     room = Read("headroom", "value", alpha=0.1, metric="PF@25")(frames)
     assert room.index.names == ["method", "seed"] and len(room) == len(BASELINES) * 3
     assert room.loc[("Ditto", 2)] == v(0.1, "Ditto", "PF@25")[2]

@@ -1010,8 +1010,8 @@ def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], 
         the :data:`EXCESS_COLUMNS`; ``excess_over_alphas``: ``metric, seed, excess gain I``, the
         mean over α; ``headroom``: ``value`` indexed by ``alpha, metric, method, seed``, every baseline's
         value (what the ceiling checks read, each baseline a unit); with ``scatter``, ``scatter``: ``alpha, seed`` and each
-        backbone's within-class share (%); with ``regime``, ``regime`` as given (``alpha, seed`` and
-        :data:`REGIME_COLUMNS`).
+        backbone's within-class share (%); with ``regime``, ``regime``: the :data:`REGIME_COLUMNS`
+        indexed by ``alpha, seed``.
     """
     v = seed_values(runs, seeds)
     v9 = SeedValues(tidy9, ["alpha", "metric", "pairing"], seeds)
@@ -1052,8 +1052,8 @@ def claim_frames(runs: pd.DataFrame, tidy9: pd.DataFrame, seeds: Sequence[int], 
     if scatter is not None:
         wide = scatter.pivot_table(index=["alpha", "seed"], columns="backbone", values=SCATTER).reset_index()
         out["scatter"] = wide[wide["seed"].isin(list(seeds))].reset_index(drop=True)
-    if regime is not None:
-        out["regime"] = regime[regime["seed"].isin(list(seeds))].reset_index(drop=True)
+    if regime is not None:  # the units of a check: a seed at one alpha
+        out["regime"] = regime[regime["seed"].isin(list(seeds))].set_index(["alpha", "seed"])
     return out | {name: pd.concat(frames, ignore_index=True) for name, frames in parts.items()}
 
 
@@ -1157,6 +1157,36 @@ def regime_numbers(regime: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[
     for tag, a in (("hi", alphas[0]), ("lo", alphas[-1])):
         out[f"fge_neff_{tag}"], out[f"fge_rare_support_{tag}"] = at(a, REGIME_COLUMNS[0]), at(a, REGIME_COLUMNS[1])
     return out
+
+
+def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
+    """Every regime check of ``results`` once (by its key and threshold), with its value, whether it
+    passes and the rows it guards, each marked "(also untestable at this resolution)" where the
+    row's resolution already decides it.
+
+    >>> from fedbook.claims import Claim, RegimeCheck, effect, evaluate
+    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    >>> c = lambda k, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=r, regimes=(chk,))
+    >>> reading = chk.check({"r": pd.DataFrame({"n": [1.0, 2.0]})})
+    >>> t = regime_table({k: evaluate(c(k, r), [3.0, 4.0], regimes=(reading,)) for k, r in (("a", 0.1), ("b", 3.0))})
+    >>> t[["check", "value", "threshold", "passes"]].values.tolist()
+    [['support', 1.5, 'at least 10', 'no']]
+    >>> t["rows"].item()
+    'a; b (also untestable at this resolution)'
+    """
+    rows: dict[tuple, dict] = {}
+    for r in results.values():
+        for reading in r.regimes:
+            c = reading.check
+            row = rows.setdefault((c.key, c.quantity, c.threshold), {
+                "check": c.key, "quantity": c.quantity, "value": reading.value,
+                "threshold": f"{c.op} {c.threshold:.4g}", "passes": "yes" if reading.passes else "no", "why": c.why,
+                "rows": []})
+            row["rows"].append(r.claim.key + (" (also untestable at this resolution)"
+                                              if r.verdict == UNTESTABLE_RESOLUTION and not reading.passes else ""))
+    table = pd.DataFrame(list(rows.values()), columns=["check", "quantity", "value", "threshold", "passes", "why", "rows"])
+    table["rows"] = table["rows"].map("; ".join)
+    return table
 
 
 def setting_text(results: Mapping[str, ClaimResult]) -> str:
@@ -1363,4 +1393,4 @@ __all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCES
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
            "plot_sensitivity", "reads", "refitted_heads", "resolutions", "results_table", "rotate", "rotate_odd_clients",
            "rotated_cell", "rotation_reading", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
-           "regime_numbers", "scatter_numbers", "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
+           "regime_numbers", "regime_table", "scatter_numbers", "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
