@@ -247,7 +247,7 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 # **A second regime check: a CNN backbone.** One row tests a sentence about convolutional
 # backbones ("MPT-lite remains competitive with MPT across CNN backbones"); it declares the check
 # that the figure runs' backbone has convolutional layers (at least one), read from the runs'
-# model ({func}`fedbook.studies.mpt_experiments.backbone_numbers`). The book profile's MLP has
+# model ({func}`fedbook.studies.mpt_experiments.backbone_frame`). The book profile's MLP has
 # none, so the row is untestable in this setting; `-p` cannot change the model, `PROFILES`
 # can (`fig_model="cnn"`, about five times the figure runs' time).
 
