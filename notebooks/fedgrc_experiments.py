@@ -375,9 +375,11 @@ IMAGES_WHY = ("a floor reads the quarter of clients with the weakest scores: one
 
 
 def images_check(m: float, **where) -> RegimeCheck:
-    """The effective test images behind the floor clients' scores, for a row of smallest effect m."""
-    return RegimeCheck("images behind the floor clients' scores", "effective global-test images behind the client-"
-                       "weighted recall of the quarter of clients with the fewest, their mean, mean over the seeds",
+    """The effective test images behind the floor clients' scores, for a row of smallest effect m (at ``alpha`` if
+    given, else over every α: the α is in the quantity, so readings at two α are two rows of the regime table)."""
+    at = f"α = {where['alpha']}" if "alpha" in where else "every α"
+    return RegimeCheck("images behind the floor clients' scores", f"effective global-test images behind the client-"
+                       f"weighted recall of the quarter of clients with the fewest ({at}), their mean, mean over the seeds",
                        Read("regime", "effective images, weakest quarter", **where), "at least",
                        100 / (RESOLUTION_SHARE * m), IMAGES_WHY)
 

@@ -1160,7 +1160,8 @@ def regime_numbers(regime: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[
 
 
 def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
-    """Every regime check of ``results`` once (by its key and threshold), with its value, whether it
+    """Every regime check of ``results`` once (by its key, quantity, threshold and the value read, so two
+    readings that differ are two rows, never one showing the first's value), with its value, whether it
     passes and the rows it guards, each marked "(also untestable at this resolution)" where the
     row's resolution already decides it.
 
@@ -1178,7 +1179,7 @@ def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
     for r in results.values():
         for reading in r.regimes:
             c = reading.check
-            row = rows.setdefault((c.key, c.quantity, c.threshold), {
+            row = rows.setdefault((c.key, c.quantity, c.threshold, str(float(reading.value)), reading.passes), {
                 "check": c.key, "quantity": c.quantity, "value": reading.value,
                 "threshold": f"{c.op} {c.threshold:.4g}", "passes": "yes" if reading.passes else "no", "why": c.why,
                 "rows": []})
