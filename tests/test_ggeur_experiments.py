@@ -643,3 +643,29 @@ def test_a_scaled_cell_is_the_cell_of_scaled_embeddings(tiny):
     assert scaled["accuracy (%)"].tolist() == direct["accuracy (%)"].tolist()
     other = _quiet(label_cell, 0, 0.5, study=study, embeddings=emb, methods=[GGEUR_CODE], total=20)["label"]
     assert len(other) == 1 and other["full"].tolist() == [True]
+
+
+def test_the_rank_reading_is_full_only_if_every_class_is_of_full_rank():
+    from fedbook.studies.ggeur_experiments import rank_reading
+    full = rank_reading(torch.tensor([8., 8., 8.]), 8)
+    assert full.startswith("every class covariance is of full rank")
+    # one class one rank short: the mean (7.67) is above dim - 0.5 = 7.5, the former test; now a subspace
+    one_short = rank_reading(torch.tensor([8., 8., 7.]), 8)
+    assert one_short.startswith("1 of 3 class covariances is below full rank (the lowest has rank 7 of 8)")
+    assert "full rank, so augmentation can move samples in every direction" not in one_short
+    assert rank_reading(np.array([3., 2., 8.]), 8).startswith("2 of 3 class covariances are below full rank (the lowest has rank 2")
+    with pytest.raises(ValueError, match="at least one class rank"):
+        rank_reading(np.array([]), 8)
+
+
+def test_embedding_summary_reads_one_class_one_rank_short_as_a_subspace():
+    # 2 classes in 3 dimensions: class 0 spread in all 3 directions, class 1 only in 2 (its third coordinate constant)
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randn(40, 3, generator=g)
+    x1 = torch.randn(40, 3, generator=g)
+    x1[:, 2] = 1.0
+    emb = ArrayDataset(torch.cat([x0, x1]), torch.cat([torch.zeros(40), torch.ones(40)]).long(), 2, "toy")
+    setup = gg.LabelSetup(SimpleNamespace(name="toy", dim=3), emb, 0)
+    _, numbers = gg.embedding_summary(setup, seconds=0.0)
+    assert numbers["emb_rank"] == pytest.approx(2.5)
+    assert numbers["emb_rank_reading"].startswith("1 of 2 class covariances is below full rank (the lowest has rank 2 of 3)")

@@ -994,12 +994,31 @@ def embedding_summary(setup: LabelSetup, seconds: float):
         "coordinates exactly 0 (%)": 100 * float((emb.x == 0).double().mean()), "mean rank of a class covariance": float(ranks.mean()),
         "tr(Σ²)/tr(Σ), median over classes": float(ratio.median()), "seconds (train + embed)": seconds,
     }, name="value").rename_axis("property").to_frame()
-    full = float(ranks.mean()) > encoder.dim - 0.5
     return show_table(table), {"n_public": n_public, "emb_dim": encoder.dim, "emb_rank": float(ranks.mean()),
                                "emb_zeros": 100 * float((emb.x == 0).double().mean()), "emb_ratio": float(ratio.median()),
-                               "emb_rank_reading": ("every class covariance is of full rank, so augmentation can move samples "
-                                                    "in every direction" if full else "augmentation moves samples only within a "
-                                                    "subspace of that dimension per class")}
+                               "emb_rank_reading": rank_reading(ranks, encoder.dim)}
+
+
+def rank_reading(ranks: Any, dim: int) -> str:
+    """What the class covariances' numerical ranks ``ranks`` (shape ``(C,)``, a tensor or an array)
+    leave GGEUR's augmentation in ``dim`` dimensions, in words: full rank only if **every** class is
+    of rank ``dim`` (a single class one rank short fills a subspace, not every direction).
+
+    >>> rank_reading(np.array([4., 4.]), 4)
+    'every class covariance is of full rank, so augmentation can move samples in every direction'
+    >>> print(rank_reading(np.array([4., 3.]), 4))
+    1 of 2 class covariances is below full rank (the lowest has rank 3 of 4), so augmentation moves such a class's samples only within the subspace its covariance spans, not in every direction
+    """
+    ranks = np.asarray(ranks, dtype=float).reshape(-1)
+    if not len(ranks) or dim < 1:
+        raise ValueError(f"rank_reading needs at least one class rank and dim >= 1, got {len(ranks)} ranks and dim = {dim!r}")
+    short = int((ranks != dim).sum())
+    if not short:
+        return "every class covariance is of full rank, so augmentation can move samples in every direction"
+    verb = "is" if short == 1 else "are"
+    return (f"{short} of {len(ranks)} class covariances {verb} below full rank (the lowest has rank {ranks.min():.0f} of "
+            f"{dim}), so augmentation moves such a class's samples only within the subspace its covariance spans, not in "
+            "every direction")
 
 
 def label_table(label: pd.DataFrame, betas: Sequence[float]):
@@ -1422,7 +1441,7 @@ __all__ = ["ABLATION_BASES", "BASES", "DIFFERENT", "DOMAINS", "DOM_ORDER", "Doma
            "LABEL_METHODS", "LOW_BETA_ONLY", "LabelSetup", "NORM", "PROBE", "PROBE_MAX_ITER", "PROBE_THRESHOLD", "ROWMAX",
            "SAME", "SEES_TEXT", "SIZE_NAMES", "STEP1", "STEPS12", "UNTESTABLE_WORDS", "VS_COPIES", "VS_STEPS", "ZEROS",
            "chapter_frames", "claims_reading", "cost_summary", "curve_drops", "diagonal_gap", "domain_cell",
-           "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "encoder_words", "exercise1",
+           "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "rank_reading", "encoder_words", "exercise1",
            "exercise2", "exercise2_totals", "exercise3", "label_cell", "label_numbers", "label_table", "of_seed",
            "plot_label_curves", "plot_similarity", "probe_numbers", "probe_rows", "setting_numbers", "similarity_numbers",
            "similarity_rows", "substitutions", "swing_reading", "yardstick"]
