@@ -380,6 +380,7 @@ def _two_client_federation():
 
 
 def test_effective_images_and_regime_row_by_hand():
+    from fedlib.federation import ClientData, Federation
     fed = _two_client_federation()
     n_eff = effective_images(fed)
     # client 0: 1 / (0.9^2 / 4 + 0.1^2 / 6); client 1: 1 / (0.25 / 4 + 0.25 / 6)
@@ -393,6 +394,13 @@ def test_effective_images_and_regime_row_by_hand():
     # a mutation that weighs every class equally instead of by the client's mix gives another value
     assert np.mean([(9 / 19 + 1 / 11) / 2, 1 / 3]) != pytest.approx(row["SASP weight on own data"])
     assert math.isnan(regime_row(fed, m0=10.0, rare_ratio=0.01)["rare-class support"])  # no rare class: fails by name
+    # m0 = 0: alpha = 1 on every class a client holds (both hold both), 0 on an absent one, never 0/0
+    assert regime_row(fed, m0=0.0)["SASP weight on own data"] == pytest.approx(1.0)
+    absent = Federation([ClientData(ArrayDataset(torch.zeros(3, 1, 2, 2), torch.tensor([0, 0, 0]), 2, "toy"),
+                                    ArrayDataset(torch.zeros(2, 1, 2, 2), torch.tensor([0, 1]), 2, "toy"))],
+                        fed.global_test, 2, "toy")
+    assert regime_row(absent, m0=0.0)["SASP weight on own data"] == 1.0  # class 1 absent: weight 0, mix 0, not NaN
+    assert regime_row(fed, m0=float("inf"))["SASP weight on own data"] == 0.0
 
 
 def test_weakest_quarter_and_client_weighted_resolutions():

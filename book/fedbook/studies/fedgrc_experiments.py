@@ -51,6 +51,7 @@ from fedlib.cgrl import CGRLConfig
 from fedlib.data import ArrayDataset, plot_partition, subsample
 from fedlib.federation import ClientData, Federation, hold_out_validation, make_federation
 from fedlib.heads import MMS, SASP, CCVRHead, FedCGSHead, Fed3RHead, FedNCMHead, LDAHead
+from fedlib.heads.mms import adaptation_weights
 from fedlib.loop import LoopConfig
 from fedlib.results import RunResult, per_client_table
 from fedlib.cgrl import within_class_share
@@ -607,7 +608,7 @@ def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> di
     counts = fed.train_counts().astype(float)  # (K, C)
     rare = np.concatenate([c[rare_classes(c, rare_ratio)] for c in counts])
     mix = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)
-    weight = counts / (counts + m0) if math.isfinite(m0) else np.zeros_like(counts)
+    weight = adaptation_weights(torch.from_numpy(counts), m0).numpy()  # SASP's own alpha: 0 where n = 0, also at m0 = 0
     return {REGIME_COLUMNS[0]: float(weakest_quarter(effective_images(fed)).mean()),
             REGIME_COLUMNS[1]: float(np.median(rare)) if rare.size else math.nan,
             REGIME_COLUMNS[2]: float(np.mean((mix * weight).sum(1)))}
