@@ -274,10 +274,12 @@ def test_within_class_share_matches_samples_and_is_scale_free():
     assert within_class_share(half) == pytest.approx(share, rel=1e-10)
 
 
-def test_within_class_share_mutations_fail_the_check():
-    """The check that the formula equals the samples' tr S_W / tr S_T fails for a wrong formula:
-    scatter about the global mean in the numerator (no class centring) gives 1, and dividing by the
-    uncentred total Gram trace gives a smaller number."""
+def test_within_class_share_mutations_fail_the_check(monkeypatch):
+    """The check that ``within_class_share`` equals the samples' tr S_W / tr S_T fails for a wrong
+    formula in the library: scatter about the global mean in the numerator (no class centring:
+    ``within_scatter`` returning the total scatter) gives 1, and an uncentred denominator
+    (``total_covariance`` returning the total Gram / N) gives a smaller number."""
+    from fedlib.cgrl import within_class_share
     from fedlib.stats import ClassMoments
 
     g = torch.Generator().manual_seed(1)
@@ -285,11 +287,16 @@ def test_within_class_share_mutations_fail_the_check():
     z = torch.randn(90, 4, generator=g, dtype=torch.float64) + 2.0 * torch.nn.functional.one_hot(y, 4).double() + 5.0
     m = ClassMoments.from_features(z, y, 3)
     direct = _direct_share(z.numpy(), y.numpy())
-    n = float(m.counts.sum())
-    no_centring = n * float(torch.trace(m.total_covariance())) / (n * float(torch.trace(m.total_covariance())))
-    uncentred_total = float(torch.trace(m.within_scatter())) / float(torch.trace(m.total_gram()))
-    assert no_centring != pytest.approx(direct, rel=1e-3)
-    assert uncentred_total != pytest.approx(direct, rel=1e-3)
+    assert within_class_share(m) == pytest.approx(direct, rel=1e-10)  # the unmutated library passes
+    total_cov = ClassMoments.total_covariance
+    with monkeypatch.context() as mp:  # no class centring: the numerator is the total scatter N * Sigma_T
+        mp.setattr(ClassMoments, "within_scatter", lambda self, centers=None: self.counts.sum() * total_cov(self))
+        assert within_class_share(m) == pytest.approx(1.0)
+        assert within_class_share(m) != pytest.approx(direct, rel=1e-3)
+    with monkeypatch.context() as mp:  # no centring in the denominator: the uncentred Gram / N
+        mp.setattr(ClassMoments, "total_covariance", lambda self: self.total_gram() / self.counts.sum())
+        assert within_class_share(m) < direct
+        assert within_class_share(m) != pytest.approx(direct, rel=1e-3)
 
 
 def test_within_class_share_refuses_empty_moments():
