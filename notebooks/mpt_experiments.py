@@ -160,10 +160,13 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   {glue:text}`rare_test_text` images of every class, the rare one included, so one rare-class
 #   image moves its recall by {glue:text}`one_image_text`: every F1 row declares one image as its
 #   resolution ({func}`fedbook.intervals.resolution_of` of the data set's test images per class,
-#   in F1). That is an upper bound on the step of the F1 itself: moving one image from a miss to a
-#   hit changes $F_1 = 2\mathrm{TP}/(n + \hat n)$ (with $n$ the rare test images and $\hat n$ the
-#   images predicted rare) by $(2 - F_1)/(n + \hat n + 1) \le 1/n$ when $\hat n \ge n - 1$, and one
-#   more false alarm by less. A row whose $m$ that resolution cannot resolve (a resolution above a
+#   in F1). That is the step of the recall, not always the step of the F1: moving one image from a
+#   miss to a hit changes $F_1 = 2\mathrm{TP}/(n + \hat n)$ (with $n$ the rare test images and
+#   $\hat n$ the images predicted rare) by $(2 - F_1)/(n + \hat n + 1)$, which (since
+#   $\mathrm{TP} \le \hat n$) is at most $1/n$ exactly when $F_1 \ge 2 - \sqrt 2$
+#   ({glue:text}`f1_floor:.3f`), and approaches $2/(n + 1)$ when few images are predicted rare
+#   ({func}`fedbook.studies.mpt_experiments.f1_step`). On these runs
+#   {glue:text}`f1_step_text`; {glue:text}`res_boundary_text`. A row whose $m$ that resolution cannot resolve (a resolution above a
 #   quarter of $m$) is untestable at this resolution: an $m$ of {glue:text}`m_f1:.3g` F1 needs at
 #   least {glue:text}`needed_f1` rare test images, the lead's $m$ {glue:text}`needed_lead`. The
 #   book profile takes {glue:text}`fine_test` test images per class from {glue:text}`fine_dataset`
@@ -307,6 +310,7 @@ R |= dict(res_cont=RES, stored_rounds=STORED_ROUNDS, paper_lead=PAPER_LEAD, pape
           earlier_local_epochs=EARLIER["local_epochs"], earlier_departure=EARLIER["departure_round"],
           earlier_departure_epochs=(EARLIER["departure_round"] - 1) * EARLIER["local_epochs"])
 R |= M.resolution_numbers(study, P.datasets, seed, F1.m, LEAD.m)  # the test sets and the F1 resolution they give
+R["res_boundary_text"] = M.boundary_text(RES_F1[FINE], F1.m, FINE)  # the finest data set's resolution against ¼ m
 size_text = M.sizes_text(M.data_sizes(study, P.datasets, SEEDS))
 FRAC_TEXT = ", ".join(f"{100 * f:g} %" for f in P.fractions)
 SETTING = (f"{P.local_epochs} local epoch(s) per round (the paper: {PAPER['local_epochs']}); {P.rounds} rounds, the "
@@ -804,6 +808,9 @@ M.plot_cost(history, frames["bytes"], frames["times"], COMM_METHODS)
 results = claims_report(CLAIMS, frames, digits=3, total_seconds=float(P.elapsed()))
 R |= M.regime_numbers(results, STABLE, local_epochs=P.local_epochs, paper_local_epochs=PAPER["local_epochs"],
                       f1_rows=F1_ROWS)  # the rows needing a stable backbone
+# the lowest F1 each F1 row reads (its methods and seeds) against 2 − √2, where one image's step may exceed 1/n
+R |= M.f1_step_numbers(M.lowest_read(CLAIMS, F1_ROWS, frames),
+                       {c.key: round(1 / c.resolution) for c in CLAIMS if c.key in F1_ROWS})
 R |= dict(cnn_layers=int(frames["backbone"]["conv_layers"].iloc[0]), fig_model=P.fig_model,
           lite_cnn_verdict=results["lite-cnn"].verdict)
 

@@ -606,3 +606,42 @@ def test_variants_are_mpt_with_other_settings_on_the_same_trajectory(study):
         study.algorithm(0, variants=(("a/b", linear),))
     with pytest.raises(ValueError, match="variants must be"):
         study.algorithm(0, variants=(("a", linear), ("a", linear)))
+
+
+def _f1(tp: int, n: int, n_hat: int) -> float:
+    return 2 * tp / (n + n_hat)
+
+
+def test_f1_step_bounds_one_images_step_hand_computed():
+    # n = 10 rare test images. Nothing predicted rare (TP = 0, n̂ = 0): one hit gives 2/11, the bound at F1 = 0.
+    assert M.f1_step(0.0, 10) == pytest.approx(2 / 11)
+    assert _f1(1, 10, 1) - _f1(0, 10, 0) == pytest.approx(2 / 11)
+    # TP = n̂ = 3 (no false alarm): F1 = 6/13, step to TP = n̂ = 4: 8/14 − 6/13 = (2 − 6/13)/14, above 1/n = 0.1
+    f1 = _f1(3, 10, 3)
+    step = _f1(4, 10, 4) - f1
+    assert step == pytest.approx((2 - f1) / 14) and step > 1 / 10
+    assert M.f1_step(f1, 10) == pytest.approx(step)  # no false alarm: the bound is reached
+    # every (TP, n̂) with n = 10: the step never exceeds the bound, and is ≤ 1/n whenever F1 ≥ 2 − √2
+    for n_hat in range(0, 20):
+        for tp in range(0, min(n_hat, 9) + 1):
+            f1 = _f1(tp, 10, n_hat) if n_hat else 0.0
+            step = _f1(tp + 1, 10, n_hat + 1) - f1
+            assert step <= M.f1_step(f1, 10) + 1e-12
+            if f1 >= M.F1_STEP_FLOOR:
+                assert step <= 1 / 10 + 1e-12
+    assert M.F1_STEP_FLOOR == pytest.approx(0.5858, abs=1e-4)
+    # a mutation (the bound without TP ≤ n̂, i.e. 1/n) fails on the hand-computed no-false-alarm case
+    assert not (_f1(4, 10, 4) - _f1(3, 10, 3) <= 1 / 10)
+    with pytest.raises(ValueError, match="f1"):
+        M.f1_step(1.5, 10)
+
+
+def test_f1_step_numbers_name_the_rows_below_the_floor():
+    above = M.f1_step_numbers({"a": 0.6, "b": 0.9}, {"a": 400, "b": 400})
+    assert above["f1_lowest"] == 0.6 and "bounds the step" in above["f1_step_text"]
+    below = M.f1_step_numbers({"a": 0.9, "b": 0.5, "c": 0.2}, {"a": 400, "b": 400, "c": 40})
+    text = below["f1_step_text"]
+    assert below["f1_lowest"] == 0.2 and "understates" in text and "b (" in text and "c (" in text and "a (" not in text
+    assert f"{(2 - 0.5) ** 2 / (800 + 1.5):.3g}" in text  # b: (2 − F1)² / (2n + 2 − F1), hand-computed 0.00281
+    assert M.boundary_text(1 / 400, 0.01, "mnist5k").startswith("on mnist5k the resolution 0.0025 equals a quarter")
+    assert "above" in M.boundary_text(1 / 40, 0.01, "uci") and "below" in M.boundary_text(0.001, 0.01, "x")

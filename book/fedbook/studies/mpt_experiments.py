@@ -760,6 +760,115 @@ def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1
             "coarse_text": "; ".join(coarse) if coarse else "every data set's test set resolves the F1 rows' m"}
 
 
+F1_STEP_FLOOR = 2 - math.sqrt(2)  # the lowest F1 at which one image's step is at most 1/n, whatever n̂ is
+
+
+def f1_step(f1: float, n: int) -> float:
+    r"""The largest change of a class's F1 when one of its ``n`` test images moves from a miss to
+    a hit, given the F1 before the move (the resolution argument of the chapter's F1 rows).
+
+    With :math:`F_1 = 2\mathrm{TP}/(n + \hat n)` (:math:`\hat n` the images predicted as the
+    class), the move adds one to TP and to :math:`\hat n`, so :math:`F_1` grows by
+    :math:`(2 - F_1)/(n + \hat n + 1)`. Since :math:`\mathrm{TP} \le \hat n`,
+    :math:`\hat n \ge F_1 n/(2 - F_1)`, and the step is at most
+    :math:`(2 - F_1)^2/(2n + 2 - F_1)`: 2/(n + 1) at :math:`F_1 = 0`, and at most 1/n exactly
+    when :math:`(1 - F_1)(2 - F_1) \le F_1`, i.e. :math:`F_1 \ge 2 - \sqrt 2` (:data:`F1_STEP_FLOOR`).
+
+    Examples
+    --------
+    >>> round(f1_step(0.0, 10), 6), round(2 / 11, 6)  # nothing predicted: 0 → 2/11
+    (0.181818, 0.181818)
+    >>> f1_step(F1_STEP_FLOOR, 400) <= 1 / 400 + 1e-15
+    True
+    """
+    if not 0 <= f1 <= 1 or n < 1:
+        raise ValueError(f"f1_step needs 0 <= f1 <= 1 and n >= 1, got f1={f1!r}, n={n!r}")
+    return (2 - f1) ** 2 / (2 * n + 2 - f1)
+
+
+def lowest_read(claims: Sequence, keys: Sequence[str], results: Mapping[str, pd.DataFrame]) -> dict[str, float]:
+    """The lowest value each of the claims ``keys`` reads on its own sides (ours and every
+    baseline, over their methods and seeds; not its regime checks'); a claim whose frames are not in
+    ``results`` is left out.
+
+    Examples
+    --------
+    >>> from fedbook.claims import Claim, Read
+    >>> f = pd.DataFrame({"seed": [0, 1, 0, 1], "method": ["a", "a", "b", "b"], "f1": [0.9, 0.7, 0.5, 0.8]})
+    >>> c = Claim("x", "A beats B.", "Table 1", "F1, a − b", "greater", 0.01, resolution=0.001,
+    ...           ours=Read("f", "f1", method="a"), baseline=Read("f", "f1", method="b"))
+    >>> lowest_read([c], ["x"], {"f": f})
+    {'x': 0.5}
+    """
+    out = {}
+    for c in claims:
+        if c.key not in keys:
+            continue
+        reads = c.reads[:len(c.reads) - len(c.regimes)]
+        values = [r(results) for r in reads]
+        if any(v is None for v in values):
+            continue
+        out[c.key] = float(min(np.nanmin(np.asarray(v, dtype=float)) for v in values))
+    return out
+
+
+def f1_step_numbers(lowest: Mapping[str, float], n: Mapping[str, int]) -> dict[str, Any]:
+    """What the chapter says of its F1 rows' declared resolution (one test image, 1/n) against the
+    step one image can make (:func:`f1_step`), from the lowest F1 each row reads
+    (:func:`lowest_read`) and the rare test images ``n`` of each row's test set.
+
+    Returns
+    -------
+    dict
+        ``f1_lowest`` (the lowest over the rows), ``f1_floor`` (:data:`F1_STEP_FLOOR`) and
+        ``f1_step_text``: a sentence worded from them, naming the rows whose lowest F1 lies below the
+        floor and the step there against 1/n.
+
+    Examples
+    --------
+    >>> f1_step_numbers({"a": 0.8, "b": 0.9}, {"a": 400, "b": 400})["f1_step_text"]
+    'every F1 row reads an F1 of at least 0.800, above 2 − √2, so the declared resolution 1/n bounds the step of every F1 it reads'
+    >>> out = f1_step_numbers({"a": 0.8, "b": 0.1}, {"a": 400, "b": 40})
+    >>> out["f1_lowest"], out["f1_step_text"]
+    (0.1, 'the lowest F1 an F1 row reads is 0.100, below 2 − √2, so for those rows the declared resolution 1/n understates the step one image can make: b (lowest F1 0.100: up to 0.0441 against 1/n = 0.025)')
+    """
+    if not lowest:
+        return {"f1_lowest": float("nan"), "f1_floor": F1_STEP_FLOOR,
+                "f1_step_text": "no F1 row was read at this profile, so the step of its F1 is not bounded here"}
+    low = min(lowest.values())
+    below = {k: v for k, v in lowest.items() if v < F1_STEP_FLOOR}
+    if not below:
+        text = (f"every F1 row reads an F1 of at least {low:.3f}, above 2 − √2, so the declared resolution 1/n bounds "
+                "the step of every F1 it reads")
+    else:
+        rows = ", ".join(f"{k} (lowest F1 {v:.3f}: up to {f1_step(v, n[k]):.3g} against 1/n = {1 / n[k]:.3g})"
+                         for k, v in below.items())
+        text = (f"the lowest F1 an F1 row reads is {low:.3f}, below 2 − √2, so for those rows the declared resolution "
+                f"1/n understates the step one image can make: {rows}")
+    return {"f1_lowest": low, "f1_floor": F1_STEP_FLOOR, "f1_step_text": text}
+
+
+def boundary_text(resolution: float, m: float, name: str) -> str:
+    """Where a data set's F1 resolution stands against the rule's boundary
+    (:data:`fedbook.claims.RESOLUTION_SHARE` of m), worded from the two numbers.
+
+    Examples
+    --------
+    >>> boundary_text(0.0025, 0.01, "mnist5k")
+    'on mnist5k the resolution 0.0025 equals a quarter of m (0.0025) exactly: the rule’s boundary, still testable (a row is testable when its resolution is at most a quarter of m), and one test image fewer per class would make its F1 rows untestable'
+    >>> boundary_text(0.025, 0.01, "uci")[:60]
+    'on uci the resolution 0.025 lies above a quarter of m (0.002'
+    """
+    share = RESOLUTION_SHARE * m
+    rule = "a row is testable when its resolution is at most a quarter of m"
+    if math.isclose(resolution, share, rel_tol=1e-9):
+        return (f"on {name} the resolution {resolution:.3g} equals a quarter of m ({share:.3g}) exactly: the rule\u2019s "
+                f"boundary, still testable ({rule}), and one test image fewer per class would make its F1 rows "
+                "untestable")
+    where = "below" if resolution < share else "above"
+    return f"on {name} the resolution {resolution:.3g} lies {where} a quarter of m ({share:.3g}; {rule})"
+
+
 def backbone_frame(study: MPTStudy, model: str, dataset: str, seed: int) -> pd.DataFrame:
     """The figure runs' backbone, for the regime check "a convolutional backbone": one row,
     ``model`` and ``conv_layers`` (its :class:`torch.nn.Conv2d` modules, built for ``dataset``).
