@@ -116,6 +116,9 @@ from .validation import is_real
 
 __all__ = [
     "rescore",
+    "FLOOR_FRACTION",
+    "tail_count",
+    "lowest_tail",
     "RARE_RATIO",
     "ABILITIES",
     "FLOOR_ABILITIES",
@@ -147,7 +150,9 @@ FLOOR_ABILITIES = ("local", "unseen", "rare")
 """Abilities whose per-client minimum is the client floor :math:`F^{(k)}`."""
 
 _BOTTOM_FRACTION = 0.2  # HDC-FL: bottom-20 % (4 of 20 clients)
-_FLOOR_FRACTION = 0.25  # FedGRC: @25 floors
+FLOOR_FRACTION = 0.25
+"""The share of clients an @25 floor averages (FedGRC's ``F@25``): :func:`tail_count` of them."""
+_FLOOR_FRACTION = FLOOR_FRACTION  # the private name, kept for its callers
 
 
 # --------------------------------------------------------------------------- validation helpers
@@ -835,16 +840,34 @@ def _as_values(values, name: str) -> np.ndarray:
     return arr
 
 
-def _tail_count(fraction: float, m: int) -> int:
+def tail_count(fraction: float, m: int) -> int:
+    r"""How many of ``m`` values a tail of share ``fraction`` holds: :math:`\max(1, \lceil q\,m \rceil)`
+    (what :func:`tail_mean` and the @25 floors average).
+
+    >>> tail_count(0.25, 5), tail_count(0.07, 100), tail_count(0.25, 1)
+    (2, 7, 1)
+    """
     # round first so that e.g. 0.07 * 100 = 7.000000000000001 gives 7, not 8
     return max(1, math.ceil(round(fraction * m, 9)))
 
 
-def _tail(arr: np.ndarray, fraction: float) -> float:
+_tail_count = tail_count  # the private name, kept for its callers
+
+
+def lowest_tail(values, fraction: float = FLOOR_FRACTION) -> np.ndarray:
+    """The :func:`tail_count` smallest defined (non-NaN) ``values``, sorted, shape (k,); empty without one.
+
+    >>> lowest_tail(np.array([5.0, 1.0, np.nan, 4.0, 2.0, 3.0])).tolist()  # ceil(0.25 * 5) = 2 of 5 defined
+    [1.0, 2.0]
+    """
+    arr = np.asarray(values, dtype=float).ravel()
     defined = np.sort(arr[~np.isnan(arr)])
-    if defined.size == 0:
-        return math.nan
-    return float(defined[: _tail_count(fraction, defined.size)].mean())
+    return defined[: tail_count(fraction, defined.size)] if defined.size else defined
+
+
+def _tail(arr: np.ndarray, fraction: float) -> float:
+    lowest = lowest_tail(arr, fraction)
+    return float(lowest.mean()) if lowest.size else math.nan
 
 
 def _summary_row(arr: np.ndarray) -> dict[str, float]:

@@ -17,7 +17,7 @@ from fedbook.claims import UNTESTABLE_RESOLUTION, Claim, Read, effect, evaluate
 from fedbook.intervals import SeedValues, defined_pairs, interval_text, seed_band
 from fedbook.study import Study, run_study
 from fedbook.page import save_frames
-from fedbook.studies.fedgrc_experiments import (REGIME_COLUMNS, SCATTER, effective_images, protocol_row, regime_row, resolutions, weakest_quarter, BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
+from fedbook.studies.fedgrc_experiments import (REGIME_COLUMNS, SCATTER, effective_images, protocol_row, regime_row, resolutions, BASELINE_HEAD_NAMES, BASELINES, EXCESS_COLUMNS, FEDGRC, HEADS, METRICS, ORDER, PAIRS, FedGRCStudy,
                                     SharedRule, ablation_cell, baseline_head, before_after, chapter_study, claim_frames,
                                     cost_table, defined, deployed_name, excess_gain_rows, final_round, mean_over_alphas,
                                     mean_over_heads, numbers, reads, refitted_heads, rotate, rotate_odd_clients,
@@ -404,7 +404,8 @@ def test_effective_images_and_regime_row_by_hand():
 
 
 def test_weakest_quarter_and_client_weighted_resolutions():
-    assert weakest_quarter(np.array([4.0, 1.0, 3.0, 2.0, 9.0, 8.0, 7.0, 6.0])).tolist() == [1.0, 2.0]
+    from fedlib.metrics import FLOOR_FRACTION, lowest_tail
+    assert lowest_tail(np.array([4.0, 1.0, 3.0, 2.0, 9.0, 8.0, 7.0, 6.0]), FLOOR_FRACTION).tolist() == [1.0, 2.0]
     fed = _two_client_federation()
     res = resolutions({0.5: fed})
     n_eff = effective_images(fed)

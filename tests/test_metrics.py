@@ -729,3 +729,16 @@ def test_floor_at25_refuses_unknown_abilities_and_missing_columns():
     with pytest.raises(ValueError, match="lacks required column"):
         floor_at25(t, ("pooled", "unseen"))
     assert math.isnan(floor_at25(t.assign(unseen=float("nan"), rare=float("nan")), ("unseen", "rare")))
+
+
+def test_tail_count_and_lowest_tail_are_what_tail_mean_averages():
+    from fedlib.metrics import FLOOR_FRACTION, _FLOOR_FRACTION, _tail_count, lowest_tail, tail_count
+
+    assert (tail_count(0.25, 5), tail_count(0.07, 100), tail_count(0.25, 1), tail_count(0.25, 8)) == (2, 7, 1, 2)
+    assert _tail_count is tail_count and _FLOOR_FRACTION == FLOOR_FRACTION == 0.25
+    v = np.array([4.0, np.nan, 1.0, 3.0, 2.0, 9.0])  # 5 defined: ceil(1.25) = 2
+    assert lowest_tail(v).tolist() == [1.0, 2.0]
+    assert float(lowest_tail(v, 0.5).mean()) == tail_mean(v, 0.5) == 2.0  # ceil(2.5) = 3: 1, 2, 3
+    assert lowest_tail(np.array([np.nan])).size == 0
+    # a floor without the ceiling (floor(q m), or q m unrounded) would take 1 of 5 here, and 8 of 100 at 0.07
+    assert tail_count(0.25, 5) != int(0.25 * 5) and tail_count(0.07, 100) != math.ceil(0.07 * 100)

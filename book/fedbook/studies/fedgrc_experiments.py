@@ -55,7 +55,7 @@ from fedlib.heads.mms import adaptation_weights
 from fedlib.loop import LoopConfig
 from fedlib.results import RunResult, per_client_table
 from fedlib.cgrl import within_class_share
-from fedlib.metrics import RARE_RATIO, floor_at25, pooled_effective_size, protocol_summary, rare_classes
+from fedlib.metrics import FLOOR_FRACTION, RARE_RATIO, floor_at25, lowest_tail, pooled_effective_size, protocol_summary, rare_classes
 from fedlib.models import build_model
 from fedlib.posthoc import FrozenFeatures, StatHead, collect_statistics
 from fedlib.protocol import Algorithm
@@ -561,8 +561,6 @@ def rotated_cell(seed: int, alpha: float, *, study: FedGRCStudy, data: Callable[
     return pd.DataFrame(rows)
 
 
-FLOOR_QUARTER = 0.25
-"""The share of clients a floor averages (the @25 floors)."""
 REGIME_COLUMNS = ("effective images, weakest quarter", "rare-class support", "SASP weight on own data")
 """The columns of :func:`regime_row`."""
 
@@ -573,15 +571,6 @@ def effective_images(fed: Federation) -> np.ndarray:
     same variance), of shape (n_clients,)."""
     pool = np.bincount(fed.global_test.labels_np, minlength=fed.n_classes)
     return np.array([pooled_effective_size(pool, counts) for counts in fed.train_counts()], dtype=float)
-
-
-def weakest_quarter(values: np.ndarray, fraction: float = FLOOR_QUARTER) -> np.ndarray:
-    """The ``ceil(fraction * n)`` smallest of ``values`` (a floor's clients at worst), sorted.
-
-    >>> weakest_quarter(np.array([5.0, 1.0, 4.0, 2.0, 3.0])).tolist()  # ceil(1.25) = 2 of 5
-    [1.0, 2.0]
-    """
-    return np.sort(values)[: max(1, math.ceil(round(fraction * len(values), 9)))]
 
 
 def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> dict[str, float]:
@@ -609,7 +598,7 @@ def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> di
     rare = np.concatenate([c[rare_classes(c, rare_ratio)] for c in counts])
     mix = counts / np.maximum(counts.sum(1, keepdims=True), 1.0)
     weight = adaptation_weights(torch.from_numpy(counts), m0).numpy()  # SASP's own alpha: 0 where n = 0, also at m0 = 0
-    return {REGIME_COLUMNS[0]: float(weakest_quarter(effective_images(fed)).mean()),
+    return {REGIME_COLUMNS[0]: float(lowest_tail(effective_images(fed), FLOOR_FRACTION).mean()),
             REGIME_COLUMNS[1]: float(np.median(rare)) if rare.size else math.nan,
             REGIME_COLUMNS[2]: float(np.mean((mix * weight).sum(1)))}
 
@@ -652,7 +641,7 @@ def resolutions(federations: Mapping[float, Federation]) -> dict[str, float]:
         pool = np.bincount(f.global_test.labels_np, minlength=f.n_classes)
         mix = f.train_counts() / np.maximum(f.train_counts().sum(1, keepdims=True), 1)  # (K, C): each client's p_k
         mean_mix.append(100.0 / pooled_effective_size(pool, mix.mean(0)))
-        floor.append(float(np.mean(100.0 / weakest_quarter(effective_images(f)))))
+        floor.append(float(np.mean(100.0 / lowest_tail(effective_images(f), FLOOR_FRACTION))))
     res["pooled"], res["P@25"] = max(mean_mix), max(floor)
     res["PF@25"] = max(res["P@25"], res["rare"])
     # the within-class share of the training features: one training image of the smallest federation, in points
@@ -1386,8 +1375,8 @@ def exercise_numbers(frames: Mapping[str, pd.DataFrame], ablation: pd.DataFrame,
 
 
 __all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCESS_METRICS", "FLOOR_COLUMNS",
-           "FLOOR_QUARTER", "REGIME_COLUMNS", "SCATTER", "effective_images", "protocol_row", "regime_row",
-           "weakest_quarter", "ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
+           "REGIME_COLUMNS", "SCATTER", "effective_images", "protocol_row", "regime_row",
+           "ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
            "FEDGRC", "FedGRCStudy", "GAMMA_CURVES", "HEADS", "HEAD_EPOCHS", "METRICS", "ORDER", "PAIRS", "PFL",
            "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "baseline_head",
            "before_after", "ceiling_text", "chapter_study", "claim_frames", "cost_table", "defined", "deployed_name",
