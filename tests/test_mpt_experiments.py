@@ -645,3 +645,16 @@ def test_f1_step_numbers_name_the_rows_below_the_floor():
     assert f"{(2 - 0.5) ** 2 / (800 + 1.5):.3g}" in text  # b: (2 − F1)² / (2n + 2 − F1), hand-computed 0.00281
     assert M.boundary_text(1 / 400, 0.01, "mnist5k").startswith("on mnist5k the resolution 0.0025 equals a quarter")
     assert "above" in M.boundary_text(1 / 40, 0.01, "uci") and "below" in M.boundary_text(0.001, 0.01, "x")
+
+
+def test_measurement_only_against_icarl_is_worded_from_the_means_and_m():
+    idx = pd.MultiIndex.from_tuples([("a", 0), ("a", 1), ("b", 0)], names=["dataset", "seed"])
+    d = pd.DataFrame({"stored_residual": 1.0, "transported": 1.0, "mpt_predicted": 1.0,
+                      "mpt_measured": [4.1, 4.2, 6.47], "icarl": [4.06, 4.06, 6.11]}, index=idx)
+    text = M.transport_numbers(d, ["a", "b"], m=0.2)["measured_compare_text"]
+    # a: 4.15 − 4.06 = 0.09 ≤ 0.2; b: 6.47 − 6.11 = 0.36 > 0.2
+    assert text == ("on a, measurement only lies within m = 0.2 of iCaRL (4.15 against 4.06); on b, measurement only "
+                    "lies farther from the oracle than iCaRL by more than m = 0.2 (6.47 against 6.11)")
+    d["icarl"] = [4.5, 4.5, 6.11]  # a: 4.15 − 4.5 = −0.35: closer
+    assert "on a, measurement only lies closer to the oracle than iCaRL by more than m" in \
+        M.transport_numbers(d, ["a", "b"], m=0.2)["measured_compare_text"]

@@ -884,7 +884,7 @@ def backbone_frame(study: MPTStudy, model: str, dataset: str, seed: int) -> pd.D
     return pd.DataFrame({"model": [model], "conv_layers": [sum(isinstance(m, torch.nn.Conv2d) for m in net.modules())]})
 
 
-def transport_numbers(dist_seed: pd.DataFrame, datasets: Sequence[str]) -> dict[str, str]:
+def transport_numbers(dist_seed: pd.DataFrame, datasets: Sequence[str], m: float | None = None) -> dict[str, str]:
     """What the table runs say of Eq. (6)'s assumption (the rare residual moves with the remaining
     classes' covariance): per data set, the mean over seeds of the distance to the oracle at the
     last round of the stored residual, the transported one (no projector), MPT's prediction (the
@@ -898,13 +898,25 @@ def transport_numbers(dist_seed: pd.DataFrame, datasets: Sequence[str]) -> dict[
     ...                  index=pd.MultiIndex.from_tuples([("a", 0), ("a", 1)], names=["dataset", "seed"]))
     >>> transport_numbers(d, ["a"])["transport_text"]
     'a: stored 2.00, transported 4.00, MPT’s prediction 5.00'
+    >>> transport_numbers(d, ["a"], m=0.2)["measured_compare_text"]  # with the distances' m: how far apart, in words
+    'on a, measurement only lies farther from the oracle than iCaRL by more than m = 0.2 (2.00 against 1.00)'
     """
     means = dist_seed.groupby("dataset").mean()
     return {"transport_text": "; ".join(
         f"{n}: stored {means.loc[n, 'stored_residual']:.2f}, transported {means.loc[n, 'transported']:.2f}, "
         f"MPT\N{RIGHT SINGLE QUOTATION MARK}s prediction {means.loc[n, 'mpt_predicted']:.2f}" for n in datasets),
         "measured_text": "; ".join(f"{n}: {means.loc[n, 'mpt_measured']:.2f} against {means.loc[n, 'icarl']:.2f}"
-                                   for n in datasets)}
+                                   for n in datasets),
+        "measured_compare_text": "; ".join(_compare(n, means.loc[n, "mpt_measured"], means.loc[n, "icarl"], m)
+                                           for n in datasets) if m is not None else ""}
+
+
+def _compare(name: str, measured: float, icarl: float, m: float) -> str:
+    """One data set's measurement-only distance against iCaRL's, worded from the two means and m."""
+    diff = measured - icarl
+    how = (f"within m = {m:g} of iCaRL" if abs(diff) <= m else
+           f"{'farther from' if diff > 0 else 'closer to'} the oracle than iCaRL by more than m = {m:g}")
+    return f"on {name}, measurement only lies {how} ({measured:.2f} against {icarl:.2f})"
 
 
 def scenario_numbers(scenario: DepartureScenario, fraction: float, dataset: str, departure_round: int,
