@@ -170,8 +170,13 @@ section.tables[0]
 # along the global eigenvectors simulate the global class. So the check compares GGEUR's fill with
 # a fill that adds as much noise in no particular direction (the same draws, every eigenvalue
 # replaced by their mean, {func}`fedbook.studies.ggeur_derivations.isotropic_like`): the global
-# shape must bring every pair closer to the global fit than that. A wrong shape (the true spread
-# along randomly rotated eigenvectors, the mutation of the chapter's tests) fails the check.
+# shape must bring every pair closer to the class than that. The class is read from samples the
+# augmentation never saw: a Gaussian fitted on held-out samples of each class, drawn from the
+# mixture's own class distributions. Against the merged fit itself the comparison would be nearly
+# true by construction (filling along the very $\Sigma$ of the target beats $\bar\lambda I$ for any
+# anisotropic $\Sigma$); against held-out samples it holds only if the shape the clients estimated
+# together is the class's real shape. A wrong shape (the true spread along randomly rotated
+# eigenvectors, the mutation of the chapter's tests) fails the check.
 
 # %% tags=["hide-input"]
 section = gc.augmentation_section(checks, seed, n_per_class=P.mix_per_class, n_classes=P.mix_classes, dim=P.mix_dim,
@@ -197,9 +202,9 @@ plt.show()
 # {glue:text}`tr_ratio_large:.2f` times the global one: {glue:text}`aug_reading`.
 #
 # The check itself reads the shape: under the code's formula, GGEUR's fill ends closer to the
-# global fit than the isotropic fill of the same total variance for {glue:text}`share_iso_code:.0f` %
-# of the pairs ({glue:text}`share_iso_paper:.0f` % under the paper's formula), so where augmentation
-# helps, it is the global geometry, not the mere added spread, that helps.
+# held-out fit than the isotropic fill of the same total variance for {glue:text}`share_iso_code:.0f` %
+# of the pairs ({glue:text}`share_iso_paper:.0f` % under the paper's formula, whose noise is not
+# the class's covariance), {glue:text}`shape_reading`.
 #
 # ## 5. Degenerate inputs and batched generation
 #

@@ -267,6 +267,28 @@ def test_isotropic_like_keeps_the_total_variance_by_hand():
         gc.isotropic_like(sh, "wrong")
 
 
+def test_the_shape_check_reads_a_held_out_fit_not_the_merged_moments():
+    """The target of the shape comparison is a Gaussian fitted on held-out samples of each class (the mixture's true
+    class Gaussians, their own stream), so it can fail without a mutation: on this mixture one scarce pair ends
+    closer to the held-out fit after the isotropic fill (against the merged fit the global shape won every pair)."""
+    dist = augmentation_distances(0, n_per_class=200, n_classes=4, dim=6, n_clients=6, alpha=0.1, total=200)
+    assert (dist["beats isotropic"] == (dist["held out, GGEUR"] < dist["held out, isotropic"])).all()
+    assert not np.allclose(dist["held out, GGEUR"], dist["after"])  # a different target from the merged fit
+    code = dist[dist.formula == "code"]
+    assert 0.5 < code["beats isotropic"].mean() < 1  # partly: the check can fail
+    checks = CheckTable()
+    s = gc.augmentation_section(checks, 0, n_per_class=200, n_classes=4, dim=6, n_clients=6, alpha=0.1, total=200)
+    assert checks.frame()["verdict"].tolist() == ["partly"] and "holds only partly" in s.numbers["shape_reading"]
+
+
+def test_the_shape_reading_words_every_case():
+    assert gc.shape_reading(1.0).startswith("so where augmentation helps, it is the global geometry")
+    assert "not for all" in gc.shape_reading(0.9) and "global geometry, not the mere" not in gc.shape_reading(0.9)
+    assert gc.shape_reading(0.5).endswith("the check fails")
+    with pytest.raises(ValueError, match="share_iso must be a fraction"):
+        gc.shape_reading(1.5)
+
+
 def _rotated_shapes(moments, **kw):
     """A mutation: the true global shapes with their eigenvectors replaced by a fixed random rotation (same spread,
     wrong directions)."""
@@ -283,10 +305,11 @@ def test_the_shape_check_holds_and_fails_when_the_shape_is_wrong(monkeypatch):
     """The check of Section 4 reads the operative statement (the global *shape* brings a client's class toward the
     global one, more than as much spread in no direction); with the eigenvectors replaced by a random rotation (the
     mutation) it must fail."""
-    kw = dict(n_per_class=200, n_classes=4, dim=6, n_clients=6, alpha=0.1, total=200)
+    kw = dict(n_per_class=120, n_classes=4, dim=6, n_clients=6, alpha=0.1, total=120)  # the smoke profile's mixture
     checks = CheckTable()
     good = gc.augmentation_section(checks, 0, **kw)
     assert good.numbers["share_iso_code"] == 100 and checks.frame()["verdict"].tolist() == ["holds"]
+    assert good.numbers["shape_reading"] == gc.shape_reading(1.0)
     monkeypatch.setattr(gc, "class_shapes", _rotated_shapes)
     bad_checks = CheckTable()
     bad = gc.augmentation_section(bad_checks, 0, **kw)
