@@ -221,7 +221,7 @@ R.update(fc.record_scatter(checks, fc.scatter_descent(rng_for(5), P.trials)))
 
 # %% [markdown]
 # Over {glue:text}`fgd_scatter_instances` instances the within-class share changed by a median of
-# {glue:text}`fgd_scatter_median:.1f` points (the largest change {glue:text}`fgd_scatter_worst:+.1f`).
+# {glue:text}`fgd_scatter_median:.1f` points ({glue:text}`fgd_scatter_extreme`).
 # Whether CGRL's trained backbone holds tighter classes than the same training without its
 # losses is measured on the runs of {ref}`chapter-fedgrc-experiments` (its `cgrl-scatter-*`
 # controls and the paragraph "Does CGRL reduce within-class scatter here?").

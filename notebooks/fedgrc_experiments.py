@@ -828,9 +828,8 @@ show_table(fedgrc.regime_table(results), formats={"value": ".3g"}, index=False)
 # {glue:text}`fge_neff_lo:.0f` at $\alpha =$ {glue:text}`fge_alpha_lo`; a rare class has a median
 # of {glue:text}`fge_rare_support_lo:.0f` training images at $\alpha =$ {glue:text}`fge_alpha_lo`
 # ({glue:text}`fge_rare_support_hi:.0f` at {glue:text}`fge_alpha_hi`), where SASP's weight on it,
-# $\alpha(n) = n/(n + m_0)$, is {glue:text}`fge_rare_alpha:.2f`: FedGRC is the shared head on
-# rare classes here, and SASP's weight on the clients' own data averages
-# {glue:text}`fge_sasp_weight:.2f`. **What would make these rows testable:** for a floor row of
+# $\alpha(n) = n/(n + m_0)$, is {glue:text}`fge_rare_alpha:.2f`, {glue:text}`fge_rare_reading`;
+# SASP's weight on the clients' own data averages {glue:text}`fge_sasp_weight:.2f`. **What would make these rows testable:** for a floor row of
 # smallest effect $m$, a global test set with at least $100/(m/4)$ images of every class (the
 # floor clients hold mostly one class): {glue:text}`fge_need_L25:.0f` for the L@25 rows and
 # {glue:text}`fge_need_F25:.0f` for the F@25 lead, against the {glue:text}`fge_test_per_class:.0f`
@@ -964,7 +963,8 @@ R.update(fedgrc.numbers(frames, SEEDS, P.alphas, h0, tidy9))
 R.update(fedgrc.exercise_numbers(frames, ablation, rotated, SEEDS, P.alphas, P.rounds))
 R.update(fedgrc.scatter_numbers(frames["scatter"], SEEDS, P.alphas), **fedgrc.regime_numbers(frames["regime"], SEEDS, P.alphas))
 TEST_PER_CLASS = min(np.bincount(f.global_test.labels_np, minlength=data.n_classes).min() for f in FED0.values())
-R.update(fge_rare_alpha=R["fge_rare_support_lo"] / (R["fge_rare_support_lo"] + P.m0),  # SASP's alpha(n) at that support
+R.update(fge_rare_alpha=R["fge_rare_support_lo"] / (R["fge_rare_support_lo"] + P.m0))  # SASP's alpha(n) at that support
+R.update(fge_rare_reading=fedgrc.rare_weight_reading(R["fge_rare_alpha"]),
          fge_need_L25=100 / (RESOLUTION_SHARE * effect("points", paper=FLOOR_GAINS["L@25"]).m),
          fge_need_F25=100 / (RESOLUTION_SHARE * effect("points", paper=LEAD_GAINS["F@25"]).m),
          fge_test_per_class=float(TEST_PER_CLASS), fge_paper_gt=PROFILES["paper"]["global_test_per_class"],

@@ -201,3 +201,6 @@ def test_scatter_descent_passes_and_its_mutation_fails():
     record_scatter(bad, up, steps=10)
     assert ok.n_fail == 0 and bad.n_fail == 1
     assert numbers["fgd_scatter_instances"] == 3 and numbers["fgd_scatter_median"] < 0
+    # every instance fell: the largest change is the smallest fall, worded as one (not "the largest change")
+    assert numbers["fgd_scatter_extreme"] == f"every instance lowered it, the least by {-numbers['fgd_scatter_worst']:.1f} points"
+    assert record_scatter(CheckTable(), up, steps=10)["fgd_scatter_extreme"].startswith("the largest rise +")

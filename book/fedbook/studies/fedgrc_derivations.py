@@ -884,8 +884,28 @@ def record_scatter(checks: CheckTable, changes: np.ndarray, steps: int = 20) -> 
     n_up = int((changes >= 0).sum())
     checks.add("descent on L_dir lowers the within-class share of the final-layer directions (Section IV-A's reason)",
                f"{len(changes)} random linear backbones, {steps} steps; instances where it did not", n_up, 0, kind="count")
+    worst = float(np.max(changes) * 100)
     return {"fgd_scatter_instances": len(changes), "fgd_scatter_median": float(np.median(changes) * 100),
-            "fgd_scatter_worst": float(np.max(changes) * 100)}
+            "fgd_scatter_worst": worst, "fgd_scatter_extreme": scatter_extreme_text(worst)}
+
+
+def scatter_extreme_text(worst: float) -> str:
+    """The prose's reading of the largest change ``worst`` (points) of the within-class share over
+    :func:`scatter_descent`'s instances, worded from its sign: below zero every instance lowered
+    the share and ``worst`` is the smallest fall; above zero it is the largest rise.
+
+    >>> scatter_extreme_text(-2.34)
+    'every instance lowered it, the least by 2.3 points'
+    >>> scatter_extreme_text(1.25)
+    'the largest rise +1.2 points'
+    >>> scatter_extreme_text(0.0)
+    'at least one instance left it unchanged'
+    """
+    if worst < 0:
+        return f"every instance lowered it, the least by {-worst:.1f} points"
+    if worst > 0:
+        return f"the largest rise {worst:+.1f} points"
+    return "at least one instance left it unchanged"
 
 
 def record_eq10(checks: CheckTable, symbolic: tuple[bool, sp.Expr], eq10: dict) -> dict:
@@ -1186,7 +1206,7 @@ def record_trained_cnn(checks: CheckTable, cnn: dict) -> dict:
             "fgd_cnn_min_slack": float(100 * worst.min_slack)}
 
 
-__all__ = ["record_scatter", "scatter_descent", "MOMENT_QUANTITIES", "PERCENT", "bayes_equivalence", "centralized_mms", "gradient_geometry",
+__all__ = ["record_scatter", "scatter_extreme_text", "scatter_descent", "MOMENT_QUANTITIES", "PERCENT", "bayes_equivalence", "centralized_mms", "gradient_geometry",
            "layer_scaling_invariance", "magnitude_decomposition", "magnitude_lemma_symbolic", "metric_bounds",
            "moments_against_centralized", "moments_table", "parameter_gradient_cosines", "radial_angular_split",
            "radial_angular_symbolic", "record_bayes", "record_bounds", "record_eq10", "record_gradients",

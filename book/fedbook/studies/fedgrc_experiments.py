@@ -1205,6 +1205,25 @@ def setting_text(results: Mapping[str, ClaimResult]) -> str:
     return f"{n} row{'s are' if n > 1 else ' is'} untestable in this setting: {'; '.join(joined)}"
 
 
+def rare_weight_reading(alpha: float) -> str:
+    r"""The prose's reading of SASP's weight :math:`\alpha(n) = n/(n + m_0)` (Eq. (35)) on a client's
+    own mean at the median rare-class support: below one half (:math:`n < m_0`, the threshold of the
+    rare-support check) the shared mean outweighs the client's own on rare classes.
+
+    >>> rare_weight_reading(0.2)
+    "below one half: on rare classes FedGRC's head leans on the shared mean more than on the client's own"
+    >>> rare_weight_reading(0.5)
+    "at least one half: on rare classes the client's own mean weighs at least as much as the shared one"
+    >>> rare_weight_reading(float("nan"))
+    'undefined: no client holds a rare class'
+    """
+    if math.isnan(alpha):
+        return "undefined: no client holds a rare class"
+    if alpha < 0.5:
+        return "below one half: on rare classes FedGRC's head leans on the shared mean more than on the client's own"
+    return "at least one half: on rare classes the client's own mean weighs at least as much as the shared one"
+
+
 def ablation_reading(drops: Sequence[float], spread: float) -> tuple[str, str]:
     """Exercise 1's reading: whether the larger change of ``F@25`` that switching off one CGRL term
     makes is ``"larger than"`` or ``"within"`` the half-width ``spread`` of the chapter's own
@@ -1378,7 +1397,7 @@ __all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCES
            "REGIME_COLUMNS", "SCATTER", "effective_images", "protocol_row", "regime_row",
            "ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
            "FEDGRC", "FedGRCStudy", "GAMMA_CURVES", "HEADS", "HEAD_EPOCHS", "METRICS", "ORDER", "PAIRS", "PFL",
-           "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "baseline_head",
+           "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "rare_weight_reading", "baseline_head",
            "before_after", "ceiling_text", "chapter_study", "claim_frames", "cost_table", "defined", "deployed_name",
            "excess_gain_rows", "exercise_numbers", "final_round", "head_reading", "key", "mean_over_alphas",
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
