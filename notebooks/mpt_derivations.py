@@ -196,11 +196,11 @@ show_table(alpha_table.rename(columns=C.ALPHA_RISK_COLUMNS), digits=C.ALPHA_RISK
 
 # %%
 R |= C.alpha_risk_checks(checks, alpha_table)
+R["alpha_bias_text"] = C.alpha_bias_text(R["alpha_worst_z"])  # the moment identity's result, in words
 
 # %% [markdown]
-# The unclipped estimate is unbiased in every cell (the largest $|z|$ is
-# {glue:text}`alpha_worst_z:.2f` standard errors): a discrepancy or a noise term off by a factor,
-# e.g. the noise not divided by $N$, would move it by many. With twenty or more remaining samples
+# {glue:text}`alpha_bias_text`: a discrepancy or a noise term off by a factor, e.g. the noise not
+# divided by $N$, would move it by many. With twenty or more remaining samples
 # the plug-in blend's risk is at most {glue:text}`alpha_large_n_ratio:.2f` times that of the
 # better pure estimate (below 1: it beats both). With very few samples $\hat\sigma^2$ itself is
 # noisy and the blend can cost up to {glue:text}`alpha_worst_ratio:.2f` times the better source:

@@ -252,7 +252,8 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 # that the figure runs' backbone has convolutional layers (at least one), read from the runs'
 # model ({func}`fedbook.studies.mpt_experiments.backbone_frame`). The book profile's MLP has
 # none, so the row is untestable in this setting; `-p` cannot change the model, `PROFILES`
-# can (`fig_model="cnn"`, about five times the figure runs' time).
+# can (`fig_model="cnn"`; the CNN's figure runs take longer, by a factor this page does not
+# measure).
 
 # %% tags=["hide-input"]
 RES_F1 = {name: resolution_of(TEST[name], scale=1.0) for name in P.datasets}  # one rare-class test image, in F1

@@ -204,3 +204,10 @@ def test_transport_rows_fail_on_a_wrong_map(monkeypatch):
     checks = CheckTable()
     drift_checks(checks, known_drift_table(0, 4, 8))
     assert checks.frame()["verdict"].tolist()[:2] == ["FAILS", "FAILS"]
+
+
+def test_the_moment_identitys_sentence_follows_its_check():
+    from fedbook.studies.mpt_derivations import Z_MAX, alpha_bias_text
+    assert alpha_bias_text(Z_MAX).startswith("The unclipped estimate agrees with τ² in every cell")  # the boundary passes
+    assert "fails" in alpha_bias_text(Z_MAX + 0.01) and "agrees" not in alpha_bias_text(Z_MAX + 0.01)
+    assert "(the largest |z| is 2.50)" in alpha_bias_text(2.5)

@@ -557,7 +557,28 @@ def alpha_star_checks(checks: CheckTable) -> dict[str, Any]:
     return {"alpha*": sp.simplify(alpha_star), "N -> oo": lim_N, "tau2 -> 0": lim_tau}
 
 
-def alpha_risk_checks(checks: CheckTable, table: pd.DataFrame, z_max: float = 4.0) -> dict[str, float]:
+Z_MAX = 4.0  # the moment identity's check: every cell's |z| at most this many standard errors
+
+
+def alpha_bias_text(worst_z: float, z_max: float = Z_MAX) -> str:
+    """The moment identity's result in words (:func:`alpha_risk_checks`), worded from the largest
+    ``|z|`` and the check's bound.
+
+    Examples
+    --------
+    >>> alpha_bias_text(1.234)
+    'The unclipped estimate agrees with τ² in every cell within the check’s 4 standard errors (the largest |z| is 1.23)'
+    >>> alpha_bias_text(7.0)[:70]
+    'The unclipped estimate misses τ² by more than the check’s 4 standard e'
+    """
+    if worst_z <= z_max:
+        return (f"The unclipped estimate agrees with τ² in every cell within the check\u2019s {z_max:g} standard errors "
+                f"(the largest |z| is {worst_z:.2f})")
+    return (f"The unclipped estimate misses τ² by more than the check\u2019s {z_max:g} standard errors in at least one "
+            f"cell (the largest |z| is {worst_z:.2f}): the moment identity fails here")
+
+
+def alpha_risk_checks(checks: CheckTable, table: pd.DataFrame, z_max: float = Z_MAX) -> dict[str, float]:
     r"""Eq. (7)'s implementation (:func:`fedlib.tracking.adaptive_alpha`) at its limits and the
     Monte Carlo of :func:`alpha_risk_table` (``table``), as three rows of ``checks``: the weight's
     limits (0 with no rare sample, 0 when the residuals agree); with N >= 20 the blend within 10 %
