@@ -60,8 +60,9 @@
 # ({func}`fedlib.encoders.standardize_images`): an inverted digit then enters as the negative of a
 # digit, not as a bright image whose features the ReLUs switch off (`encoder_standardize=False`
 # restores the plain CNN; the section on domain skew checks every domain). The embedding is the
-# CNN's penultimate layer after its ReLU, so most of its coordinates are exactly zero, unlike
-# CLIP's; `encoder_features="linear"` takes it before the ReLU, as CLIP's image embedding is a
+# CNN's penultimate layer after its ReLU, which clamps coordinates to zero: {glue:text}`emb_zeros:.1f` %
+# of its coordinates are exactly zero in the label-skew embedding, where CLIP's are not clamped;
+# `encoder_features="linear"` takes it before the ReLU, as CLIP's image embedding is a
 # linear projection's output. Absolute accuracies are not comparable with the paper's, and the
 # embedding geometry ({glue:text}`emb_dim` dimensions learned from a few hundred digits) differs
 # from CLIP's. A reader with open_clip and a local checkpoint can set
