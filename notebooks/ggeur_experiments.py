@@ -63,7 +63,7 @@
 # CNN's penultimate layer after its ReLU, which clamps coordinates to zero: {glue:text}`emb_zeros:.1f` %
 # of its coordinates are exactly zero in the label-skew embedding, where CLIP's are not clamped;
 # `encoder_features="linear"` takes it before the ReLU, as CLIP's image embedding is a
-# linear projection's output. Absolute accuracies are not comparable with the paper's, and the
+# linear projection's output (the section on the embeddings says why it is not the default). Absolute accuracies are not comparable with the paper's, and the
 # embedding geometry ({glue:text}`emb_dim` dimensions learned from a few hundred digits) differs
 # from CLIP's. A reader with open_clip and a local checkpoint can set
 # `clip_checkpoint` ({class}`fedlib.encoders.OpenCLIPEncoder`; the option loads a ViT-B-32, the
@@ -464,7 +464,17 @@ table
 
 # %% [markdown]
 # Of the embeddings' coordinates, {glue:text}`emb_zeros:.1f` % are exactly zero. A class covariance
-# has rank about {glue:text}`emb_rank:.0f` of {glue:text}`emb_dim`: {glue:text}`emb_rank_reading`. On these
+# has rank about {glue:text}`emb_rank:.0f` of {glue:text}`emb_dim`: {glue:text}`emb_rank_reading`.
+# GGEUR's step 1 adds spread only along the eigenvectors of a class covariance with a non-zero
+# eigenvalue, so the rank is the dimension of the space its generated samples can fill: the
+# label-skew rows test GGEUR's augmentation within that space, not in all {glue:text}`emb_dim`
+# dimensions of the embedding. The option `encoder_features="linear"` takes the same layer before
+# its ReLU, where no coordinate is clamped to zero, as in CLIP's embedding. It is not the book's
+# setting: those embeddings are far larger in norm than the ones in the table, and at the book's
+# learning rate ({glue:text}`lr`) the federated linear classifier did not train on them in the
+# builds that tried it (the option's documentation in
+# {class}`fedbook.studies.ggeur_experiments.GGEURStudy` says so); a reader who sets it may need a
+# smaller learning rate or `embedding_scale`. On these
 # embeddings $\mathrm{tr}(\Sigma^2)/\mathrm{tr}(\Sigma) \approx$ {glue:text}`emb_ratio:.1f`: the
 # paper's formula spreads new samples with {glue:text}`emb_ratio:.1f` times the code's total
 # variance here (the ratio is above 1 when the class eigenvalues are mostly above 1, below 1 when

@@ -652,6 +652,7 @@ def test_the_rank_reading_is_full_only_if_every_class_is_of_full_rank():
     # one class one rank short: the mean (7.67) is above dim - 0.5 = 7.5, the former test; now a subspace
     one_short = rank_reading(torch.tensor([8., 8., 7.]), 8)
     assert one_short.startswith("1 of 3 class covariances is below full rank (the lowest has rank 7 of 8)")
+    assert "(7.7 of 8 dimensions on average over the classes)" in one_short
     assert "full rank, so augmentation can move samples in every direction" not in one_short
     assert rank_reading(np.array([3., 2., 8.]), 8).startswith("2 of 3 class covariances are below full rank (the lowest has rank 2")
     with pytest.raises(ValueError, match="at least one class rank"):

@@ -396,7 +396,11 @@ class GGEURStudy:
     encoder_features : {"relu", "linear"}
         The encoder's embedding: its penultimate layer after the ReLU, or before it
         (:data:`fedlib.encoders.ENCODER_FEATURES`; ``"linear"`` is a linear projection's output, as
-        CLIP's image embedding is, with no coordinate clamped to 0).
+        CLIP's image embedding is, with no coordinate clamped to 0). ``"relu"`` is the book's setting:
+        the ``"linear"`` embeddings are far larger in norm, and at the book's learning rate the
+        federated linear classifier did not train on them in the builds that tried it (a smaller
+        ``lr`` or ``embedding_scale`` may be needed); ``"relu"`` clamps coordinates to 0 and leaves the
+        class covariances of low rank, so augmentation fills a subspace (the chapter measures both).
     eval_every : int
         Evaluate every this many rounds. Only 1 is accepted while the convergence claim reads
         round ``early`` of every curve: a method with a statistics round is evaluated one round
@@ -1007,7 +1011,7 @@ def rank_reading(ranks: Any, dim: int) -> str:
     >>> rank_reading(np.array([4., 4.]), 4)
     'every class covariance is of full rank, so augmentation can move samples in every direction'
     >>> print(rank_reading(np.array([4., 3.]), 4))
-    1 of 2 class covariances is below full rank (the lowest has rank 3 of 4), so augmentation moves such a class's samples only within the subspace its covariance spans, not in every direction
+    1 of 2 class covariances is below full rank (the lowest has rank 3 of 4), so augmentation moves such a class's samples only within the subspace its covariance spans (3.5 of 4 dimensions on average over the classes), not in every direction
     """
     ranks = np.asarray(ranks, dtype=float).reshape(-1)
     if not len(ranks) or dim < 1:
@@ -1017,8 +1021,8 @@ def rank_reading(ranks: Any, dim: int) -> str:
         return "every class covariance is of full rank, so augmentation can move samples in every direction"
     verb = "is" if short == 1 else "are"
     return (f"{short} of {len(ranks)} class covariances {verb} below full rank (the lowest has rank {ranks.min():.0f} of "
-            f"{dim}), so augmentation moves such a class's samples only within the subspace its covariance spans, not in "
-            "every direction")
+            f"{dim}), so augmentation moves such a class's samples only within the subspace its covariance spans "
+            f"({ranks.mean():.1f} of {dim} dimensions on average over the classes), not in every direction")
 
 
 def label_table(label: pd.DataFrame, betas: Sequence[float]):
