@@ -301,7 +301,7 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples, {P.n_clients} cli
 #   over the seeds is below 100 % by more than the gain claimed ($m$ for a lead, the paper's own
 #   gain for a size row);
 # - *rare-class support for SASP* (the rare and R@25 rows): SASP weighs a class's own mean by
-#   $\alpha(n) = n/(n + m_0)$ (Eq. (35)), so a rare row tests support-adaptive personalization only
+#   $\alpha(n) = n/(n + m_0)$ (the weight of Eq. (33)), so a rare row tests support-adaptive personalization only
 #   where a rare class's own mean weighs at least as much as the shared one: a median rare class
 #   with at least $m_0$ = {glue:text}`fge_m0` training images; below it the row reads the shared head;
 # - *SASP's weight on the clients' own data* (the SASP rows): the mean over clients of
@@ -366,7 +366,7 @@ CW = ("read with the client-weighted recall: each client's personalized model on
 #   most a quarter of the row's m, the book's resolution rule applied to the clients a floor reads;
 # - a lead or a size needs room: the strongest baseline's mean below 100 % by more than the gain claimed (m for a
 #   lead, the paper's gain for a size);
-# - SASP personalizes a class by alpha(n) = n / (n + m0) (Eq. (35)): a rare row tests support-adaptive
+# - SASP personalizes a class by alpha(n) = n / (n + m0) (the weight of Eq. (33)): a rare row tests support-adaptive
 #   personalization only where a rare class's own mean weighs at least as much as the shared one (n >= m0), and a
 #   SASP row only where the images a client is scored on are mostly of classes SASP moves at least half-way.
 IMAGES_WHY = ("a floor reads the quarter of clients with the weakest scores: one test image of each of their scores must "

@@ -24,7 +24,7 @@
 #   computed exactly from additive client moments (Appendix A-E), and a ridge that bounds the
 #   metric's norm and condition number (Eq. (31)).
 # * **SASP** (Section IV-C) shrinks each client's class means toward the shared ones with weight
-#   $\alpha(n) = n/(n+m_0)$ (Proposition IV.2, Eq. (35)), and predicts with the equal-prior linear
+#   $\alpha(n) = n/(n+m_0)$ (the weight of Eq. (33), Proposition IV.2), and predicts with the equal-prior linear
 #   head (Eq. (36)); adaptation can flip a prediction only inside a computable budget
 #   (Eq. (37)-(40)) and the risk bounds of Appendix A-H follow.
 #

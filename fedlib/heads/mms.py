@@ -285,6 +285,9 @@ def _metric_distances(z: torch.Tensor, means: torch.Tensor, metric: torch.Tensor
 def adaptation_weights(counts: torch.Tensor, m0: float) -> torch.Tensor:
     r""":math:`\alpha(n) = n/(n+m_0)`, shape of ``counts``; :math:`\alpha(0) = 0` (also for :math:`m_0=0`), :math:`\alpha = 0` for :math:`m_0=\infty`.
 
+    SASP's adaptation weight, the weight of the personalized mean of Eq. (33) (Section IV-C defines it in the
+    sentence after that equation).
+
     >>> adaptation_weights(torch.tensor([0.0, 1.0, 3.0]), 1.0).tolist()
     [0.0, 0.5, 0.75]
     """
@@ -366,7 +369,7 @@ class SASP(LinearHead):
         self.counts_ = n
         self.feature_scale_ = mms.feature_scale_
         self.metric_ = mms.metric_
-        self.alpha_ = adaptation_weights(n, m0)  # Eq. (34)
+        self.alpha_ = adaptation_weights(n, m0)  # the weight of Eq. (33), defined after it in Section IV-C
         seen = n > 0
         local = (t * mms.feature_scale_[None, :]) / torch.where(seen, n, torch.ones_like(n))[:, None]
         self.local_means_ = torch.where(seen[:, None], local, mms.means_)

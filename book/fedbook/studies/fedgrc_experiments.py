@@ -583,7 +583,7 @@ def regime_row(fed: Federation, m0: float, rare_ratio: float = RARE_RATIO) -> di
     * ``rare-class support``: the median training count of a client's rare class, over every
       (client, rare class) pair (NaN without one);
     * ``SASP weight on own data``: the mean over clients of :math:`\sum_c p_k(c)\,\alpha(n_c)`,
-      SASP's weight :math:`\alpha(n) = n/(n + m_0)` on the client's own means (Eq. (35)) averaged
+      SASP's weight :math:`\alpha(n) = n/(n + m_0)` on the client's own means (the weight of Eq. (33)) averaged
       over the images the client is scored on (its training label mix :math:`p_k`).
 
     Examples
@@ -1206,7 +1206,7 @@ def setting_text(results: Mapping[str, ClaimResult]) -> str:
 
 
 def rare_weight_reading(alpha: float) -> str:
-    r"""The prose's reading of SASP's weight :math:`\alpha(n) = n/(n + m_0)` (Eq. (35)) on a client's
+    r"""The prose's reading of SASP's weight :math:`\alpha(n) = n/(n + m_0)` (the weight of Eq. (33)) on a client's
     own mean at the median rare-class support: below one half (:math:`n < m_0`, the threshold of the
     rare-support check) the shared mean outweighs the client's own on rare classes.
 
