@@ -686,7 +686,8 @@ def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
     transport map moves the residual exactly when every class moves by one symmetric positive
     definite map (axis-aligned or not; without the projector); the assumption this rests on, that
     the rare class's offset follows the remaining classes' covariance, broken (a counterexample:
-    then the stored residual is exact and the transported one is not); MPT-lite blind to a
+    then the transported residual errs; the stored residual's error is shown but not checked, since
+    this drift defines the rare prototype as :math:`M_t^\top w_0 + r_0`); MPT-lite blind to a
     rotation; and the projector's blind spot (a counterexample). The row "translation and isotropic
     scaling are tracked exactly" is gone from the checks (it follows from the sum-to-one weights
     and says nothing of the covariance); the table still shows those drifts.
@@ -713,11 +714,14 @@ def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
     checks.add("T_t r_0 is the exactly moved residual when every class moves by one symmetric positive definite map A "
                "(then T = A, the unique OT map), axis-aligned or not", "known drifts: diagonal A and a random "
                "non-diagonal SPD A; error of M_t'w0 + T r0", f"{exact:.1e}", ok=exact < 1e-8)
+    # The stored residual's error on this drift is shown, not checked: the drift defines the rare prototype as
+    # M_t'w0 + r0, which is the stored-residual reconstruction itself, so its error is 0 by construction.
     checks.add("the transported residual assumes the rare offset follows the remaining classes' covariance: where it "
-               "does not, the stored residual is exact and T_t r_0 is not (counterexample)",
+               "does not, T_t r_0 misses the rare prototype (counterexample)",
                "the remaining classes move by the SPD A, the rare prototype keeps M_t'w0 + r0",
-               f"relative error: stored {out['stay_stored']:.1e}, transported {out['stay_transported']:.3f}",
-               ok=out["stay_stored"] < 1e-8 and out["stay_transported"] > 1e-3)
+               f"relative error of the transported residual {out['stay_transported']:.3f} (the stored residual's, "
+               f"{out['stay_stored']:.1e}, is shown, not checked: the drift defines the prototype by it)",
+               ok=out["stay_transported"] > 1e-3)
     checks.add("MPT-lite's scalar cannot follow a rotation (counterexample)", "random rotation of the feature space",
                f"relative error {out['lite_rot']:.2f}", ok=out["lite_rot"] > 1e-3)
     checks.add("Eq. (4)'s projector discards the part of T r0 that drifts into the new span (counterexample)",
