@@ -329,6 +329,8 @@ def reconstruct_mpt(
         rare samples under the current model (``rare_n = 0``: none)
     alpha : force :math:`\alpha_t` (0: "predicted only", 1: "measured only"); default adaptive
 
+    Notes
+    -----
     As :math:`N_t` grows, :math:`\alpha_t \to 1` and the reconstruction tends to
     :math:`M_t^\top w_0 + P^\perp_t(\bar h - M_t^\top w_0)`, not to the rare samples' mean
     :math:`\bar h`: the measurement corrects only the part off the span, and the in-span part stays
