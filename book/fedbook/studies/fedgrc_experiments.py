@@ -1180,6 +1180,47 @@ def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
     return table
 
 
+def check_reach_text(results: Mapping[str, ClaimResult], key: str) -> str:
+    """What the regime check ``key`` did to the verdicts of ``results``, in words from its readings:
+    the rows it guards, those it fails, how many of those a resolution already leaves untestable
+    (a row untestable at this resolution is counted there, so the check changes no verdict on it)
+    and, of its passing readings, the closest one's distance to the threshold (in the check's units).
+
+    >>> from fedbook.claims import Claim, RegimeCheck, effect, evaluate
+    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    >>> c = lambda k, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=r, regimes=(chk,))
+    >>> low, high = (chk.check({"r": pd.DataFrame({"n": v})}) for v in ([1.0, 2.0], [12.0, 13.0]))
+    >>> res = {"a": evaluate(c("a", 3.0), [3.0, 4.0], regimes=(low,)), "b": evaluate(c("b", 0.1), [3.0, 4.0], regimes=(high,))}
+    >>> check_reach_text(res, "support")
+    'guards 2 rows and fails on 1, every one of them already untestable at this resolution, so it changes no verdict here; its closest passing reading is 2.5 from its threshold'
+    >>> res["a"] = evaluate(c("a", 0.1), [3.0, 4.0], regimes=(low,))
+    >>> check_reach_text(res, "support").split("; ")[0]
+    'guards 2 rows and fails on 1, 1 of them not already untestable at this resolution: it makes those untestable in this setting'
+    """
+    guarded, failing, margins = 0, [], []
+    for r in results.values():
+        for reading in r.regimes:
+            if reading.check.key != key:
+                continue
+            guarded += 1
+            if not reading.passes:
+                failing.append(r)
+            else:
+                c = reading.check
+                margins.append(reading.value - c.threshold if c.op == "at least" else c.threshold - reading.value)
+    if not guarded:
+        return "guards no row"
+    text = f"guards {guarded} row{'s' if guarded > 1 else ''} and fails on {len(failing)}"
+    decided = sum(r.verdict != UNTESTABLE_RESOLUTION for r in failing)
+    if failing and not decided:
+        text += ", every one of them already untestable at this resolution, so it changes no verdict here"
+    elif failing:
+        text += f", {decided} of them not already untestable at this resolution: it makes those untestable in this setting"
+    if margins:
+        text += f"; its closest passing reading is {min(margins):.3g} from its threshold"
+    return text
+
+
 def setting_text(results: Mapping[str, ClaimResult]) -> str:
     """The rows of ``results`` that are "untestable in this setting", in a sentence: grouped by the
     first regime check each fails (its text: quantity, value, threshold).
@@ -1397,7 +1438,7 @@ __all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCES
            "REGIME_COLUMNS", "SCATTER", "effective_images", "protocol_row", "regime_row",
            "ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
            "FEDGRC", "FedGRCStudy", "GAMMA_CURVES", "HEADS", "HEAD_EPOCHS", "METRICS", "ORDER", "PAIRS", "PFL",
-           "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "rare_weight_reading", "baseline_head",
+           "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "rare_weight_reading", "check_reach_text", "baseline_head",
            "before_after", "ceiling_text", "chapter_study", "claim_frames", "cost_table", "defined", "deployed_name",
            "excess_gain_rows", "exercise_numbers", "final_round", "head_reading", "key", "mean_over_alphas",
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
