@@ -670,3 +670,17 @@ def test_embedding_summary_reads_one_class_one_rank_short_as_a_subspace():
     _, numbers = gg.embedding_summary(setup, seconds=0.0)
     assert numbers["emb_rank"] == pytest.approx(2.5)
     assert numbers["emb_rank_reading"].startswith("1 of 2 class covariances is below full rank (the lowest has rank 2 of 3)")
+
+
+def test_rowmax_testability_by_the_book_s_rule():
+    from fedbook.claims import smallest_resolvable  # the book's rule the helper restates
+    for n in (10, 399, 400, 1000):
+        r = gg.rowmax_testability(n, 1.0)
+        assert ("can be decided" in r["rowmax_testable"]) == (smallest_resolvable(100 / n) <= 1.0 + 1e-12)
+    ten = gg.rowmax_testability(10, 1.0)
+    assert ten["rowmax_res"] == 10.0 and ten["rowmax_classes_needed"] == 400
+    assert "untestable at this resolution" in ten["rowmax_testable"]
+    assert "can be decided" in gg.rowmax_testability(400, 1.0)["rowmax_testable"]  # 0.25 points: exactly a quarter of m
+    assert "untestable" in gg.rowmax_testability(399, 1.0)["rowmax_testable"]
+    with pytest.raises(ValueError):
+        gg.rowmax_testability(0, 1.0)

@@ -51,7 +51,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from fedbook.claims import (HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult,
+from fedbook.claims import (HOLDS, INCONCLUSIVE, OPPOSITE, RESOLUTION_SHARE, SMALLER, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult,
                             says)
 from fedbook.intervals import mean_interval, seed_table
 from fedbook.page import show_table, sign_word
@@ -1025,6 +1025,33 @@ def rank_reading(ranks: Any, dim: int) -> str:
             f"({ranks.mean():.1f} of {dim} dimensions on average over the classes), not in every direction")
 
 
+def rowmax_testability(n_classes: int, m: float) -> dict[str, Any]:
+    """Whether a share of ``n_classes`` classes (resolution one class, ``100 / n_classes`` points)
+    can decide a row whose smallest effect of interest is ``m`` points, by the book's rule
+    (:data:`fedbook.claims.RESOLUTION_SHARE`: the resolution at most a quarter of ``m``): the numbers
+    ``rowmax_res`` (points), ``rowmax_classes_needed`` (the fewest classes that would make it
+    testable) and the sentence ``rowmax_testable`` (for Figure 6's row-maximum reading).
+
+    >>> r = rowmax_testability(10, 1.0)
+    >>> r["rowmax_res"], r["rowmax_classes_needed"]
+    (10.0, 400)
+    >>> rowmax_testability(500, 1.0)["rowmax_testable"]
+    'so one class is at most a quarter of m and the row can be decided'
+    """
+    check_int("n_classes", n_classes, low=1)
+    check_real("m", m, low=0, low_open=True)
+    res = 100 / n_classes
+    needed = int(np.ceil(100 / (RESOLUTION_SHARE * m) - 1e-9))
+    if res <= RESOLUTION_SHARE * m:
+        words = "so one class is at most a quarter of m and the row can be decided"
+    else:
+        words = ("so one class is more than a quarter of m and the row is untestable at this resolution whatever the "
+                 "seeds show: it could be decided only with more classes, or with a finer quantity than a share of "
+                 "classes (such as each row's margin, the same class's S / k minus the largest other class's, in "
+                 "cosine units)")
+    return {"rowmax_res": res, "rowmax_classes_needed": needed, "rowmax_testable": words}
+
+
 def label_table(label: pd.DataFrame, betas: Sequence[float]):
     """The label-skew results over the full seeds: per run (rows, :data:`LABEL_METHODS`) and
     concentration (columns), the mean accuracy ± the half-width of its interval
@@ -1445,7 +1472,7 @@ __all__ = ["ABLATION_BASES", "BASES", "DIFFERENT", "DOMAINS", "DOM_ORDER", "Doma
            "LABEL_METHODS", "LOW_BETA_ONLY", "LabelSetup", "NORM", "PROBE", "PROBE_MAX_ITER", "PROBE_THRESHOLD", "ROWMAX",
            "SAME", "SEES_TEXT", "SIZE_NAMES", "STEP1", "STEPS12", "UNTESTABLE_WORDS", "VS_COPIES", "VS_STEPS", "ZEROS",
            "chapter_frames", "claims_reading", "cost_summary", "curve_drops", "diagonal_gap", "domain_cell",
-           "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "rank_reading", "encoder_words", "exercise1",
+           "domain_numbers", "domain_sizes_table", "domain_tables", "embedding_summary", "encoder_column", "rank_reading", "rowmax_testability", "encoder_words", "exercise1",
            "exercise2", "exercise2_totals", "exercise3", "label_cell", "label_numbers", "label_table", "of_seed",
            "plot_label_curves", "plot_similarity", "probe_numbers", "probe_rows", "setting_numbers", "similarity_numbers",
            "similarity_rows", "substitutions", "swing_reading", "yardstick"]
