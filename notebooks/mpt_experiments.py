@@ -157,7 +157,7 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   must fall by more than $m$; "progressively" is a second row: it must still fall by more than
 #   $m$ *after* the departure round (a loss that is complete within the first round after the
 #   departure is a cliff, not a progressive degradation). The global test set holds
-#   {glue:text}`rare_test_text` images of every class, the rare one included, so one rare-class
+#   {glue:text}`rare_test_text`, the rare class included, so one rare-class
 #   image moves its recall by {glue:text}`one_image_text`: every F1 row declares one image as its
 #   resolution ({func}`fedbook.intervals.resolution_of` of the data set's test images per class,
 #   in F1). That is the step of the recall, not always the step of the F1: moving one image from a
@@ -170,8 +170,8 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   quarter of $m$) is untestable at this resolution: an $m$ of {glue:text}`m_f1:.3g` F1 needs at
 #   least {glue:text}`needed_f1` rare test images, the lead's $m$ {glue:text}`needed_lead`. The
 #   book profile takes {glue:text}`fine_test` test images per class from {glue:text}`fine_dataset`
-#   (its {glue:text}`fine_class` images per class leave {glue:text}`fine_train` per class to
-#   train on); {glue:text}`coarse_text`;
+#   (its smallest class holds {glue:text}`fine_class` images, so every class keeps at least
+#   {glue:text}`fine_train` to train on); {glue:text}`coarse_text`;
 # * **Figure 6 (b)**: the Spearman correlation between distance and F1 must lie below −$m$, the
 #   default of a correlation, {glue:text}`m_rho:.3g`;
 # * **distances (Figures 6 (a) and 7 (a))**: the Mahalanobis distance is measured in within-class
@@ -216,39 +216,41 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 # in the paper's Section V-A: "an upper reference that is unavailable in the actual departure
 # scenario"); it is a reference, never a method that is selected or tuned.
 #
-# How the settings were chosen. Earlier builds of this chapter trained
+# **How the settings were chosen: the departure round.** Earlier builds of this chapter trained
 # {glue:text}`earlier_local_epochs` local epoch per round and let the client leave at round
 # {glue:text}`earlier_departure`, after {glue:text}`earlier_departure_epochs` local epochs in all:
 # the remaining classes' spread then still changed by more than the check allows in the round
-# after the departure, and the rows it guards read the setting. The book profile now trains the paper's
-# {glue:text}`local_epochs_profile` local epochs per round and departs at round
+# after the departure, and the rows it guards read the setting. The book profile now trains the
+# paper's {glue:text}`local_epochs_profile` local epochs per round and departs at round
 # {glue:text}`departure_round` (after {glue:text}`departure_epochs` local epochs, half the
 # paper's {glue:text}`paper_departure_epochs`), with {glue:text}`rounds_after` rounds of training
-# without the departing client (the paper: {glue:text}`paper_rounds_after`); to pay for the longer local training it uses
-# the MLP for the figure runs too (no CNN at this profile: the one row about CNN backbones is
-# untestable in this setting, see its regime check) and evaluates the readouts in one matrix
-# product per method ({func}`fedlib.algorithms.mpt.evaluate_history`). The departure round was
-# chosen after seeing the check's value on one seed of {glue:text}`fine_dataset` at the earlier
-# builds' departure round and at this one, with the paper's local epochs (both below the
-# threshold); the threshold itself was declared in an earlier build, before
-# these runs, and is unchanged. The other settings (clients, learning rate, the two data sets) are
-# the chapter's earlier ones. **SDC's and LDC's sample budget.** The paper runs both "using the
-# same post-departure rare-class sample budget as MPT" (Section V-A): each remaining client
-# measures the drift between the previous and the current model on its **remaining rare-class
-# samples only** (`drift_samples="rare"`, {data}`fedlib.algorithms.mpt.DRIFT_SAMPLES`), and that
-# is the book's default. SDC's and LDC's own papers measure it on every sample at hand, which here
-# would be every class on every remaining client (`drift_samples="all"`, the budget of this
-# chapter's earlier builds); that gives the two baselines far more evidence than MPT's
-# measurement gets, so it is a parameter (`-p drift_samples=all`) and not the default. The
-# fraction table keeps two of the paper's four remaining fractions, chosen by their *sample
-# counts* before any run of this design: 2 % (the paper's default, Figures 4–7) and 10 %, which at
-# our data sets' size leaves {glue:text}`n_remaining_top` remaining rare samples, the order of the
-# paper's 1 % (1 % of Car-1000's up to 1,000 images per class is up to 10); our 1 % leaves
+# without the departing client (the paper: {glue:text}`paper_rounds_after`). The departure round
+# was chosen after seeing the check's value on one seed of {glue:text}`fine_dataset` at the
+# earlier builds' departure round and at this one, with the paper's local epochs (both below the
+# threshold); the threshold itself was declared in an earlier build, before these runs, and is
+# unchanged. The other settings (clients, learning rate, the two data sets) are the chapter's
+# earlier ones.
+#
+# **SDC's and LDC's sample budget.** The paper runs both "using the same post-departure
+# rare-class sample budget as MPT" (Section V-A): each remaining client measures the drift
+# between the previous and the current model on its **remaining rare-class samples only**
+# (`drift_samples="rare"`, {data}`fedlib.algorithms.mpt.DRIFT_SAMPLES`), and that is the book's
+# default. SDC's and LDC's own papers measure it on every sample at hand, which here would be
+# every class on every remaining client (`drift_samples="all"`, the budget of this chapter's
+# earlier builds); that gives the two baselines far more evidence than MPT's measurement gets, so
+# it is a parameter (`-p drift_samples=all`) and not the default. The fraction table keeps two of
+# the paper's four remaining fractions, chosen by their *sample counts* before any run of this
+# design: 2 % (the paper's default, Figures 4–7) and 10 %, which at our data sets' size leaves
+# {glue:text}`n_remaining_top` remaining rare samples, the order of the paper's 1 % (1 % of
+# Car-1000's up to 1,000 images per class is up to 10); our 1 % leaves
 # {glue:text}`n_remaining_one`, where MPT's noise estimate falls back to the pooled covariance (the
 # rare samples' own needs two). The freed runs pay for {glue:text}`n_seeds` seeds.
 #
-# **A second regime check: a CNN backbone.** One row tests a sentence about convolutional
-# backbones ("MPT-lite remains competitive with MPT across CNN backbones"); it declares the check
+# **A second regime check: a CNN backbone.** To pay for the longer local training, the book
+# profile uses the MLP for the figure runs too and evaluates the readouts in one matrix product
+# per method ({func}`fedlib.algorithms.mpt.evaluate_history`). One row tests a sentence about
+# convolutional backbones ("MPT-lite remains competitive with MPT across CNN backbones"); it
+# declares the check
 # that the figure runs' backbone has convolutional layers (at least one), read from the runs'
 # model ({func}`fedbook.studies.mpt_experiments.backbone_frame`). The book profile's MLP has
 # none, so the row is untestable in this setting; `-p` cannot change the model, `PROFILES`

@@ -719,10 +719,11 @@ def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1
     Returns
     -------
     dict
-        ``rare_test_text`` (each data set's test images per class), ``one_image_text`` (one
-        rare-class test image in F1, per data set), ``fine_dataset`` (the data set with the largest
-        test set), ``fine_test``, ``fine_class`` (its smallest class) and ``fine_train`` (what that
-        class keeps for training), ``needed_f1`` and ``needed_lead`` (the rare test images an F1 row
+        ``rare_test_text`` (each data set's test images per class, e.g. "400 test images per class
+        on mnist5k and 40 on uci"), ``one_image_text`` (one rare-class test image in F1, per data
+        set), ``fine_dataset`` (the data set with the largest test set), ``fine_test``,
+        ``fine_class`` (the size of its smallest class, whichever class that is: not the rare
+        class's size) and ``fine_train`` (what that smallest class keeps for training), ``needed_f1`` and ``needed_lead`` (the rare test images an F1 row
         and the lead need: :data:`fedbook.claims.RESOLUTION_SHARE` of their m), ``coarse_text`` (the
         data sets whose test set cannot resolve an F1 row's m, and why no split of them can).
 
@@ -734,6 +735,8 @@ def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1
     >>> out = resolution_numbers(s, ["mnist5k", "uci"], 0, 0.01, 0.02675)
     >>> out["needed_f1"], out["needed_lead"], out["one_image_text"]
     (400, 150, '0.0025 on mnist5k, 0.025 on uci')
+    >>> out["rare_test_text"]
+    '400 test images per class on mnist5k and 40 on uci'
     """
     sizes = {name: study.test_size(name) for name in datasets}
     classes = {name: np.bincount(study.data(name, seed).labels_np) for name in datasets}
@@ -753,7 +756,8 @@ def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1
         coarse.append(f"{name} holds out {sizes[name]} test images per class, so its F1 rows are untestable at this "
                       f"resolution; {can}, fewer than the {needed_f1} an m of {m_f1:g} F1 needs{lead}: only a larger "
                       "data set (as the paper's nuImages) makes them testable")
-    return {"rare_test_text": ", ".join(f"{sizes[n]} on {n}" for n in datasets),
+    per = [f"{sizes[n]} test images per class on {n}" if i == 0 else f"{sizes[n]} on {n}" for i, n in enumerate(datasets)]
+    return {"rare_test_text": " and ".join(per) if len(per) < 3 else ", ".join(per[:-1]) + " and " + per[-1],
             "one_image_text": ", ".join(f"{1 / sizes[n]:.3g} on {n}" for n in datasets),
             "fine_dataset": fine, "fine_test": sizes[fine], "fine_class": int(classes[fine].min()),
             "fine_train": int(classes[fine].min()) - sizes[fine], "needed_f1": needed_f1, "needed_lead": needed_lead,
