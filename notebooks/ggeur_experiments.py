@@ -479,8 +479,8 @@ table
 # has rank about {glue:text}`emb_rank:.0f` of {glue:text}`emb_dim`: {glue:text}`emb_rank_reading`.
 # GGEUR's step 1 adds spread only along the eigenvectors of a class covariance with a non-zero
 # eigenvalue, so the rank is the dimension of the space its generated samples can fill: the
-# label-skew rows test GGEUR's augmentation within that space, not in all {glue:text}`emb_dim`
-# dimensions of the embedding. The option `encoder_features="linear"` takes the same layer before
+# label-skew rows test GGEUR's augmentation within the space the class covariances span here. The
+# option `encoder_features="linear"` takes the same layer before
 # its ReLU, where no coordinate is clamped to zero, as in CLIP's embedding. It is not the book's
 # setting: those embeddings are far larger in norm than the ones in the table, and at the book's
 # learning rate ({glue:text}`lr`) the federated linear classifier did not train on them in the
