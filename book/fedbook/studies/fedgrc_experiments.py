@@ -1193,6 +1193,8 @@ def check_reach_text(results: Mapping[str, ClaimResult], key: str) -> str:
     >>> res = {"a": evaluate(c("a", 3.0), [3.0, 4.0], regimes=(low,)), "b": evaluate(c("b", 0.1), [3.0, 4.0], regimes=(high,))}
     >>> check_reach_text(res, "support")
     'guards 2 rows and fails on 1, every one of them already untestable at this resolution, so it changes no verdict here; its closest passing reading is 2.5 from its threshold'
+    >>> check_reach_text({"b": res["b"]}, "support")
+    'guards 1 row and fails on none; its closest passing reading is 2.5 from its threshold'
     >>> res["a"] = evaluate(c("a", 0.1), [3.0, 4.0], regimes=(low,))
     >>> check_reach_text(res, "support").split("; ")[0]
     'guards 2 rows and fails on 1, 1 of them not already untestable at this resolution: it makes those untestable in this setting'
@@ -1210,7 +1212,7 @@ def check_reach_text(results: Mapping[str, ClaimResult], key: str) -> str:
                 margins.append(reading.value - c.threshold if c.op == "at least" else c.threshold - reading.value)
     if not guarded:
         return "guards no row"
-    text = f"guards {guarded} row{'s' if guarded > 1 else ''} and fails on {len(failing)}"
+    text = f"guards {guarded} row{'s' if guarded > 1 else ''} and fails on {len(failing) or 'none'}"
     decided = sum(r.verdict != UNTESTABLE_RESOLUTION for r in failing)
     if failing and not decided:
         text += ", every one of them already untestable at this resolution, so it changes no verdict here"
