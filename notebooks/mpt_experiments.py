@@ -181,7 +181,10 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   non-inferiority within the same $m$. "Reduces the initial gap", "moves steadily farther" and "rises again" are read on
 #   the mean distance over the {glue:text}`stored_rounds` rounds after the departure round (at the
 #   departure round itself the stored residual reproduces the departure prototype);
-# * **the adaptive weight** $\alpha_t$ lies on the 0–1 scale: $m =$ {glue:text}`m_weight:.3g`;
+# * **the adaptive weight** $\alpha_t$ lies on the 0–1 scale: $m =$ {glue:text}`m_weight:.3g`.
+#   It is a continuous number (no count of units bounds its step), so its row declares the
+#   resolution to which the claims table reads it, {glue:text}`claim_digits` decimals:
+#   {glue:text}`res_weight:.3g`;
 # * **costs (Figure 5)**: bytes relative to FedAvg's and time relative to a client's local
 #   training, $m$ the default of a relative quantity, {glue:text}`m_cost:.3g`. Bytes are
 #   deterministic given the shapes, so only the resolution's floor gives their interval a width,
@@ -189,8 +192,8 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   are the two time rows: how much longer LDC's map training and CCVR's head re-training take
 #   than MPT's reconstruction is set by our own settings of their epochs, virtual features and
 #   steps (the paper gives none), so the rows ask the paper's question of our settings and are
-#   not evidence for or against the paper. Distances, correlations, weights and relative costs
-#   declare the resolution {glue:text}`res_cont`.
+#   not evidence for or against the paper. Distances, correlations and relative costs declare
+#   the resolution {glue:text}`res_cont`.
 #
 # **A regime check: the backbone stable at the departure.** MPT fixes the barycentric weights and
 # the residual at the departure and carries them forward; the paper departs after
@@ -260,7 +263,9 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 # %% tags=["hide-input"]
 RES_F1 = {name: resolution_of(TEST[name], scale=1.0) for name in P.datasets}  # one rare-class test image, in F1
 RES_FIG = RES_F1[P.datasets[0]]  # the figure runs' data set
-RES = 0.01  # the declared resolution of distances, correlations, weights and relative costs: smaller differences are not read
+RES = 0.01  # the declared resolution of distances, correlations and relative costs: smaller differences are not read
+CLAIM_DIGITS = 3  # the decimals of the claims table
+RES_WEIGHT = 10.0 ** -CLAIM_DIGITS  # the adaptive weight, a continuous number, read to the claims table's decimals
 # The smallest effects of interest, by the book's one rule (fedbook.claims.effect): half the paper's gain where it
 # reports one for the comparison, else the default of the quantity's kind.
 PAPER_LEAD, PAPER_LEAD_OVER, PAPER_LEAD_FRACTIONS = M.paper_lead(P.fractions)  # Table II, nuImages (CNN), MPT − its strongest baseline,
@@ -303,7 +308,7 @@ CNN_CHECK = RegimeCheck(CNN, "convolutional layers in the figure runs' backbone"
                         "a backbone without a convolutional layer is not one, so an MLP cannot test it")
 
 
-R |= dict(res_cont=RES, stored_rounds=STORED_ROUNDS, paper_lead=PAPER_LEAD, paper_lead_over=M.LABELS[PAPER_LEAD_OVER],
+R |= dict(res_cont=RES, res_weight=RES_WEIGHT, claim_digits=CLAIM_DIGITS, stored_rounds=STORED_ROUNDS, paper_lead=PAPER_LEAD, paper_lead_over=M.LABELS[PAPER_LEAD_OVER],
           paper_lead_fractions=", ".join(f"{100 * f:g} %" for f in PAPER_LEAD_FRACTIONS),
           m_lead=LEAD.m, m_f1=F1.m, m_rho=RHO.m, m_dist=DIST.m, m_weight=WEIGHT.m, m_cost=COST.m,
           stable_max=STABLE_MAX, paper_local_epochs=PAPER["local_epochs"],
@@ -466,7 +471,7 @@ CLAIMS += [
           ours=fig("d_post", method="mpt_measured"), baseline=fig("d_post", method="mpt_predicted"),
           regimes=(STABLE_FIG,)),
     Claim("fig7a-weight", *Q["fig7a_weight"], "figure runs (2 %): the first half: MPT's adaptive weight α_t on the "
-          "measurement, mean over the rounds after the departure, − 0.5", "less", WEIGHT, SUB_7A, resolution=RES,
+          "measurement, mean over the rounds after the departure, − 0.5", "less", WEIGHT, SUB_7A, resolution=RES_WEIGHT,
           ours=Read("figure_seed", "alpha"), baseline=0.5, regimes=(STABLE_FIG,)),
     Claim("fig7a-close", *Q["fig7a_weight"], "figure runs (2 %): the second half: Mahalanobis distance to the oracle, "
           "MPT − MPT with the predicted residual only", "at most", DIST, SUB_7A, resolution=RES,
@@ -809,7 +814,7 @@ M.plot_cost(history, frames["bytes"], frames["times"], COMM_METHODS)
 # check, the verdict with its kind or its reason, and the substitution that affects it).
 
 # %% tags=["hide-input"]
-results = claims_report(CLAIMS, frames, digits=3, total_seconds=float(P.elapsed()))
+results = claims_report(CLAIMS, frames, digits=CLAIM_DIGITS, total_seconds=float(P.elapsed()))
 R |= M.regime_numbers(results, STABLE, local_epochs=P.local_epochs, paper_local_epochs=PAPER["local_epochs"],
                       f1_rows=F1_ROWS)  # the rows needing a stable backbone
 # the lowest F1 each F1 row reads (its methods and seeds) against 2 − √2, where one image's step may exceed 1/n
