@@ -751,8 +751,8 @@ def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1
         can = (f"no split of it can: its classes hold {small} to {big} images"
                if big < needed_f1 else f"a test split of {needed_f1} images per class would (its classes hold "
                f"{small} to {big})")
-        lead = (f"; the lead's m would need {needed_lead} of them, leaving about {small - needed_lead} per class to "
-                "train on" if small > needed_lead else "")
+        lead = (f"; the lead's m would need {needed_lead} of them, leaving its smallest class about "
+                f"{small - needed_lead} images to train on" if small > needed_lead else "")
         coarse.append(f"{name} holds out {sizes[name]} test images per class, so its F1 rows are untestable at this "
                       f"resolution; {can}, fewer than the {needed_f1} an m of {m_f1:g} F1 needs{lead}: only a larger "
                       "data set (as the paper's nuImages) makes them testable")
