@@ -166,8 +166,8 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   $\mathrm{TP} \le \hat n$) is at most $1/n$ exactly when $F_1 \ge 2 - \sqrt 2$
 #   ({glue:text}`f1_floor:.3f`), and approaches $2/(n + 1)$ when few images are predicted rare
 #   ({func}`fedbook.studies.mpt_experiments.f1_step`). On these runs
-#   {glue:text}`f1_step_text`; {glue:text}`res_boundary_text`. A row whose $m$ that resolution cannot resolve (a resolution above a
-#   quarter of $m$) is untestable at this resolution: an $m$ of {glue:text}`m_f1:.3g` F1 needs at
+#   {glue:text}`f1_step_text`; {glue:text}`res_boundary_text`. A row whose $m$ that resolution
+#   cannot resolve (a resolution above a quarter of $m$) is untestable at this resolution: an $m$ of {glue:text}`m_f1:.3g` F1 needs at
 #   least {glue:text}`needed_f1` rare test images, the lead's $m$ {glue:text}`needed_lead`. The
 #   book profile takes {glue:text}`fine_test` test images per class from {glue:text}`fine_dataset`
 #   (its smallest class holds {glue:text}`fine_class` images, so every class keeps at least
