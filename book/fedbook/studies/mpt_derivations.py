@@ -557,7 +557,8 @@ def alpha_star_checks(checks: CheckTable) -> dict[str, Any]:
     return {"alpha*": sp.simplify(alpha_star), "N -> oo": lim_N, "tau2 -> 0": lim_tau}
 
 
-Z_MAX = 4.0  # the moment identity's check: every cell's |z| at most this many standard errors
+Z_MAX = 4.0
+"""The moment identity's check (:func:`alpha_risk_checks`): every cell's ``|z|`` at most this many standard errors."""
 
 
 def alpha_bias_text(worst_z: float, z_max: float = Z_MAX) -> str:
@@ -730,7 +731,8 @@ def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-__all__ = ["ALPHA_RISK_COLUMNS", "ALPHA_RISK_DIGITS", "DRIFTS", "LAMBDAS", "RECONSTRUCTIONS", "alpha_risk_checks",
-           "alpha_risk_table", "alpha_star_checks", "barycentric_against_slsqp", "barycentric_check", "drift_checks",
-           "kkt_check", "known_drift_table", "measurement_limit", "measurement_limit_check", "projector_check", "projector_errors", "random_normal", "random_spd",
-           "residual_check", "residual_off_span", "transport_checks", "transport_map_against_scipy"]
+__all__ = ["ALPHA_RISK_COLUMNS", "ALPHA_RISK_DIGITS", "DRIFTS", "LAMBDAS", "RECONSTRUCTIONS", "Z_MAX",
+           "alpha_bias_text", "alpha_risk_checks", "alpha_risk_table", "alpha_star_checks",
+           "barycentric_against_slsqp", "barycentric_check", "drift_checks", "kkt_check", "known_drift_table",
+           "measurement_limit", "measurement_limit_check", "projector_check", "projector_errors", "random_normal",
+           "random_spd", "residual_check", "residual_off_span", "transport_checks", "transport_map_against_scipy"]

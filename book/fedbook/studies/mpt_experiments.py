@@ -764,7 +764,9 @@ def resolution_numbers(study: MPTStudy, datasets: Sequence[str], seed: int, m_f1
             "coarse_text": "; ".join(coarse) if coarse else "every data set's test set resolves the F1 rows' m"}
 
 
-F1_STEP_FLOOR = 2 - math.sqrt(2)  # the lowest F1 at which one image's step is at most 1/n, whatever n̂ is
+F1_STEP_FLOOR = 2 - math.sqrt(2)
+"""The lowest F1 at which one test image moved from a miss to a hit changes F1 by at most 1/n, whatever the
+number of images predicted as the class (:func:`f1_step`)."""
 
 
 def f1_step(f1: float, n: int) -> float:
@@ -1501,11 +1503,12 @@ def plot_cost(history: pd.DataFrame, bytes_frame: pd.DataFrame, times: pd.DataFr
     return fig
 
 
-__all__ = ["EX_DEFAULT", "LABELS", "MPTStudy", "TABLE_II_NUIMAGES", "TIME_KEYS", "TIME_PARTS", "bytes_cell",
-           "bytes_table", "cost_numbers", "data_numbers", "data_sizes", "distance_numbers", "distance_table",
-           "exercise_numbers", "extra_work_times", "figure_cell", "figure_frames", "figure_numbers", "fraction_tables",
-           "history_value", "last_round_table", "ldc_numbers", "ldc_steps_numbers", "mean_at", "median_seconds",
-           "paper_lead", "per_seed", "plot_cost", "plot_distance_f1", "plot_distances", "plot_rounds",
-           "plot_scenario", "reduced_cell", "regime_numbers", "round_axis", "scenario_numbers", "seed_curves",
-           "sizes_text", "spread_change", "stability_by_seed", "table_cell", "table_frames", "table_numbers",
-           "time_table"]
+__all__ = ["EX_DEFAULT", "F1_STEP_FLOOR", "LABELS", "MPTStudy", "TABLE_II_NUIMAGES", "TIME_KEYS", "TIME_PARTS",
+           "backbone_frame", "boundary_text", "bytes_cell", "bytes_table", "cost_numbers", "data_numbers",
+           "data_sizes", "distance_numbers", "distance_seed", "distance_table", "exercise_numbers", "extra_work_times",
+           "f1_step", "f1_step_numbers", "figure_cell", "figure_frames", "figure_numbers", "fraction_tables",
+           "history_value", "last_round_table", "ldc_numbers", "ldc_steps_numbers", "lowest_read", "mean_at",
+           "median_seconds", "paper_lead", "per_seed", "plot_cost", "plot_distance_f1", "plot_distances",
+           "plot_rounds", "plot_scenario", "reduced_cell", "regime_numbers", "resolution_numbers", "round_axis",
+           "scenario_numbers", "seed_curves", "sizes_text", "spread_change", "stability_by_seed", "table_cell",
+           "table_frames", "table_numbers", "time_table", "transport_numbers"]
