@@ -163,8 +163,9 @@ print(f"profile {P.profile}: {', '.join(P.datasets)}; table seeds {SEEDS}, figur
 #   in F1). That is the step of the recall, not always the step of the F1: moving one image from a
 #   miss to a hit changes $F_1 = 2\mathrm{TP}/(n + \hat n)$ (with $n$ the rare test images and
 #   $\hat n$ the images predicted rare) by $(2 - F_1)/(n + \hat n + 1)$, which (since
-#   $\mathrm{TP} \le \hat n$) is at most $1/n$ exactly when $F_1 \ge 2 - \sqrt 2$
-#   ({glue:text}`f1_floor:.3f`), and approaches $2/(n + 1)$ when few images are predicted rare
+#   $\mathrm{TP} \le \hat n$) is at most $1/n$ for every $n$ when $F_1 \ge 2 - \sqrt 2$
+#   ({glue:text}`f1_floor:.3f`; as $n$ grows, only then), and approaches $2/(n + 1)$ when few
+#   images are predicted rare
 #   ({func}`fedbook.studies.mpt_experiments.f1_step`). On these runs
 #   {glue:text}`f1_step_text`; {glue:text}`res_boundary_text`. A row whose $m$ that resolution
 #   cannot resolve (a resolution above a quarter of $m$) is untestable at this resolution: an $m$ of {glue:text}`m_f1:.3g` F1 needs at

@@ -658,3 +658,11 @@ def test_measurement_only_against_icarl_is_worded_from_the_means_and_m():
     d["icarl"] = [4.5, 4.5, 6.11]  # a: 4.15 − 4.5 = −0.35: closer
     assert "on a, measurement only lies closer to the oracle than iCaRL by more than m" in \
         M.transport_numbers(d, ["a", "b"], m=0.2)["measured_compare_text"]
+
+
+def test_f1_step_numbers_name_only_rows_whose_step_exceeds_one_image():
+    # F1 = 0.58 < 2 − √2 at n = 10: (1.42)² / (20 + 1.42) = 0.0941 ≤ 0.1, so no row is named
+    out = M.f1_step_numbers({"a": 0.58}, {"a": 10})["f1_step_text"]
+    assert "below 2 − √2, but" in out and "understates" not in out
+    # the same F1 at n = 400: (1.42)² / 801.42 = 0.002516 > 0.0025, named
+    assert "a (lowest F1 0.580: up to 0.00252 against 1/n = 0.0025)" in M.f1_step_numbers({"a": 0.58}, {"a": 400})["f1_step_text"]

@@ -777,8 +777,10 @@ def f1_step(f1: float, n: int) -> float:
     class), the move adds one to TP and to :math:`\hat n`, so :math:`F_1` grows by
     :math:`(2 - F_1)/(n + \hat n + 1)`. Since :math:`\mathrm{TP} \le \hat n`,
     :math:`\hat n \ge F_1 n/(2 - F_1)`, and the step is at most
-    :math:`(2 - F_1)^2/(2n + 2 - F_1)`: 2/(n + 1) at :math:`F_1 = 0`, and at most 1/n exactly
-    when :math:`(1 - F_1)(2 - F_1) \le F_1`, i.e. :math:`F_1 \ge 2 - \sqrt 2` (:data:`F1_STEP_FLOOR`).
+    :math:`(2 - F_1)^2/(2n + 2 - F_1)`: 2/(n + 1) at :math:`F_1 = 0`, and at most 1/n for every
+    :math:`n` when :math:`(1 - F_1)(2 - F_1) \le F_1`, i.e. :math:`F_1 \ge 2 - \sqrt 2`
+    (:data:`F1_STEP_FLOOR`; the condition is also necessary as :math:`n` grows, while at a given
+    :math:`n` the term :math:`2 - F_1` lets a slightly lower F1 pass).
 
     Examples
     --------
@@ -827,8 +829,8 @@ def f1_step_numbers(lowest: Mapping[str, float], n: Mapping[str, int]) -> dict[s
     -------
     dict
         ``f1_lowest`` (the lowest over the rows), ``f1_floor`` (:data:`F1_STEP_FLOOR`) and
-        ``f1_step_text``: a sentence worded from them, naming the rows whose lowest F1 lies below the
-        floor and the step there against 1/n.
+        ``f1_step_text``: a sentence worded from them, naming the rows where one image's step at
+        their lowest F1 exceeds 1/n, and that step.
 
     Examples
     --------
@@ -836,21 +838,26 @@ def f1_step_numbers(lowest: Mapping[str, float], n: Mapping[str, int]) -> dict[s
     'every F1 row reads an F1 of at least 0.800, above 2 − √2, so the declared resolution 1/n bounds the step of every F1 it reads'
     >>> out = f1_step_numbers({"a": 0.8, "b": 0.1}, {"a": 400, "b": 40})
     >>> out["f1_lowest"], out["f1_step_text"]
-    (0.1, 'the lowest F1 an F1 row reads is 0.100, below 2 − √2, so for those rows the declared resolution 1/n understates the step one image can make: b (lowest F1 0.100: up to 0.0441 against 1/n = 0.025)')
+    (0.1, 'the lowest F1 an F1 row reads is 0.100; where one image can move the F1 by more than 1/n, the declared resolution understates the step: b (lowest F1 0.100: up to 0.0441 against 1/n = 0.025)')
+    >>> f1_step_numbers({"a": 0.58}, {"a": 10})["f1_step_text"]  # below the floor, yet within 1/n at n = 10
+    "the lowest F1 an F1 row reads is 0.580, below 2 − √2, but at each row's n one image's step is still at most the declared resolution 1/n"
     """
     if not lowest:
         return {"f1_lowest": float("nan"), "f1_floor": F1_STEP_FLOOR,
                 "f1_step_text": "no F1 row was read at this profile, so the step of its F1 is not bounded here"}
     low = min(lowest.values())
-    below = {k: v for k, v in lowest.items() if v < F1_STEP_FLOOR}
-    if not below:
+    over = {k: v for k, v in lowest.items() if f1_step(v, n[k]) > (1 + 1e-12) / n[k]}
+    if not over and low >= F1_STEP_FLOOR:
         text = (f"every F1 row reads an F1 of at least {low:.3f}, above 2 − √2, so the declared resolution 1/n bounds "
                 "the step of every F1 it reads")
+    elif not over:
+        text = (f"the lowest F1 an F1 row reads is {low:.3f}, below 2 − √2, but at each row's n one image's step is "
+                "still at most the declared resolution 1/n")
     else:
         rows = ", ".join(f"{k} (lowest F1 {v:.3f}: up to {f1_step(v, n[k]):.3g} against 1/n = {1 / n[k]:.3g})"
-                         for k, v in below.items())
-        text = (f"the lowest F1 an F1 row reads is {low:.3f}, below 2 − √2, so for those rows the declared resolution "
-                f"1/n understates the step one image can make: {rows}")
+                         for k, v in over.items())
+        text = (f"the lowest F1 an F1 row reads is {low:.3f}; where one image can move the F1 by more than 1/n, the "
+                f"declared resolution understates the step: {rows}")
     return {"f1_lowest": low, "f1_floor": F1_STEP_FLOOR, "f1_step_text": text}
 
 
