@@ -104,9 +104,9 @@ SENSITIVITY_CURVES = ("local", "global", "F@25")
 GAMMA_CURVES = ("MMS global", "MMS + SASP local", "MMS + SASP global")
 """The curves of the :math:`\\gamma` sweep (:func:`sensitivity`)."""
 EXCESS_COLUMNS = ("B0 + H0", "B1 + H0", "B0 + H1", "B1 + H1 (FedGRC)", "excess gain I")
+"""The columns of Table IX (:func:`excess_gain_rows`)."""
 EXCESS_METRICS = ("F@25", "PF@25", "global")
 """The metrics of Table IX (:func:`excess_gain_rows`)."""
-"""The columns of Table IX (:func:`excess_gain_rows`)."""
 ROUND_ROWS = {"Ditto": "FedAvg's messages (Ditto's run: its global model)", "FedAvg-Aug": "FedAvg-Aug", "CGRL": "CGRL"}
 """The training rounds the cost table shows, by trained method (FedAvg's messages are Ditto's global model's)."""
 ABLATIONS = {"FedAvg-Aug (both weights 0)": dict(lambda_dir=0.0, lambda_rad=0.0, direction_pass="train"), "CGRL": {},
