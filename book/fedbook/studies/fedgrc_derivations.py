@@ -848,6 +848,8 @@ def scatter_descent(rng: np.random.Generator, trials: int, steps: int = 20, lr: 
         The change of the within-class share (after − before); negative where the loss tightened
         the classes.
 
+    Examples
+    --------
     >>> (scatter_descent(np.random.default_rng(0), 4, steps=3) < 0).all()
     True
     """
