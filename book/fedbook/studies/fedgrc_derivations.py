@@ -850,7 +850,7 @@ def scatter_descent(rng: np.random.Generator, trials: int, steps: int = 20, lr: 
 
     Examples
     --------
-    >>> (scatter_descent(np.random.default_rng(0), 4, steps=3) < 0).all()
+    >>> bool((scatter_descent(np.random.default_rng(0), 4, steps=3) < 0).all())
     True
     """
     check_int("trials", trials, low=1)
