@@ -12,7 +12,7 @@ import torch
 from scipy.spatial.distance import cdist
 
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
-from fedlib.algorithms.cosmos import cosmos_history
+from fedlib.algorithms.cosmos import cosmos_fits, cosmos_history, hard_labels
 from fedlib.algorithms.fedmd import PublicServer, cached_labels, grouping
 from fedlib.clustering import GreedyB0, b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
@@ -360,9 +360,57 @@ def test_cosmos_clusters_deploys_and_records_its_history(split, archs):
     own = evaluate_deployment(dataclasses.replace(method, deploy_model="client"), run, fed, archs, LoopConfig(rounds=2, seed=0))
     assert set(own["metric"]) >= {"local", "global"}
     again = run_federated(dataclasses.replace(method, recluster=True), fed, archs, LoopConfig(rounds=2, seed=0))
-    # re-clustered on round 2's labels: Algorithm 1 on those labels gives the recorded seeds
-    from_labels = GreedyB0(target=2).fit(l1_distances(torch.stack([cached_labels(again.server)[k] for k in range(4)])))
+    # re-clustered on round 2's labels: Algorithm 1 on those labels' hard label vectors gives the recorded seeds
+    hard = torch.stack([hard_labels(cached_labels(again.server)[k].float()) for k in range(4)])
+    from_labels = GreedyB0(target=2).fit(l1_distances(hard))
     assert cosmos_history(again.server)[1]["seeds"] == from_labels.seeds_
+    # every round and cluster records how often the server model's argmax agrees with its targets'
+    fits = cosmos_fits(run.server)
+    assert sorted({(f["round"], f["cluster"]) for f in fits}) == sorted({(r, g) for r in (1, 2) for g in set(groups.values())})
+    assert all(0.0 <= f["agreement"] <= 1.0 for f in fits)
+
+
+def test_hard_labels_make_the_distance_count_disagreements():
+    # two clients whose soft labels are close (l1 0.2) but whose argmax differs on one image: 2 apart when hard
+    a = torch.tensor([[0.55, 0.45], [0.9, 0.1]])
+    b = torch.tensor([[0.45, 0.55], [0.9, 0.1]])
+    assert np.isclose(float(l1_distances(torch.stack([a, b]))[0, 1]), 0.2)
+    assert float(l1_distances(torch.stack([hard_labels(a), hard_labels(b)]))[0, 1]) == 2.0
+    with pytest.raises(ValueError, match=r"labels must have shape \(n, C\)"):
+        hard_labels(torch.zeros(3))
+
+
+def test_cosmos_clusters_hard_labels_by_default_and_soft_on_request(split, archs):
+    # a low-margin client: soft labels near another group's, hard labels its own; the input changes the grouping
+    _, public, _, _, _ = split
+    method = COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, **FAST)
+    n = len(public)
+    one = torch.zeros(n, 2); one[:, 0] = 1.0
+    two = torch.zeros(n, 2); two[:, 1] = 1.0
+    low = torch.full((n, 2), 0.5); low[:, 0] += 0.01; low[:, 1] -= 0.01  # argmax class 0, barely
+    labels = {0: one, 1: one.clone(), 2: two, 3: two.clone(), 4: low}
+    from fedlib.algorithms.cosmos import COSMOSServer
+    s_hard, s_soft = COSMOSServer(n_classes=2, n_public=n), COSMOSServer(n_classes=2, n_public=n)
+    hard = method.group(s_hard, labels, 1)
+    assert hard[4] == hard[0] and hard[0] != hard[2] and s_hard.b0 == 0.0  # client 4's hard labels are client 0's
+    soft = dataclasses.replace(method, cluster_on="soft").group(s_soft, labels, 1)
+    # soft: client 4 is 0.98 per image from clients 0-1 (1.02 from 2-3), so two clusters need B0 = 0.98 n
+    assert np.isclose(s_soft.b0, 0.98 * n, rtol=1e-4) and soft[4] == soft[0] and soft[0] != soft[2]
+    with pytest.raises(ValueError, match="unknown cluster_on 'argmax'; valid: hard, soft"):
+        dataclasses.replace(method, cluster_on="argmax")
+
+
+def test_cosmos_radius_scales_the_ball_to_the_images(split):
+    _, public, _, _, _ = split
+    m = COSMOS(public=public, server_model=server_fn, radius=0.1)
+    flat = public.x.reshape(len(public.x), -1).float()
+    assert m.shift == 0 and np.isclose(m.noise, 0.1 * float(flat.norm(dim=1).mean()) / np.sqrt(flat.shape[1]))
+    # the noise's norm is about radius x the mean norm
+    drawn = augment(public.x.float(), torch.Generator().manual_seed(0), shift=m.shift, noise=m.noise) - public.x.float()
+    assert abs(float(drawn.reshape(len(drawn), -1).norm(dim=1).mean()) / float(flat.norm(dim=1).mean()) - 0.1) < 0.02
+    assert COSMOS(public=public, server_model=server_fn).shift == 1  # without radius: the family's augmentation
+    with pytest.raises(ValueError, match="radius must be a finite number > 0"):
+        COSMOS(public=public, server_model=server_fn, radius=-0.1)
 
 
 def test_cosmos_bad_input_is_refused(split):

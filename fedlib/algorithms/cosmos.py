@@ -9,7 +9,10 @@ revisit, communicate) with the paper's consistency term on the clients too (Eq. 
 1. **Greedy clustering** (Algorithm 1; :class:`fedlib.clustering.GreedyB0`) of the clients by the
    :math:`\ell_1` distance of their pseudo-labels (:func:`fedlib.distill.l1_distances`), with a
    given threshold ``b0`` or, as the authors' code, the smallest threshold that forms at most
-   ``target_clusters`` clusters. The paper clusters once, on the PTC phase's labels
+   ``target_clusters`` clusters. Algorithm 1's input is the clients' *hard* label vectors
+   (``cluster_on="hard"``, the default: each pseudo-label row one-hot at its argmax, so the
+   distance is twice the number of public images two clients label differently);
+   ``cluster_on="soft"`` clusters the soft labels themselves. The paper clusters once, on the PTC phase's labels
    (:math:`d^{(1)}`), and keeps :math:`\pi` fixed (``recluster=False``); a client first seen later
    joins the cluster of its nearest clustered client (this project's rule: the paper assumes every
    client takes part in round 1).
@@ -17,10 +20,20 @@ revisit, communicate) with the paper's consistency term on the clients too (Eq. 
    (``server_model``: a factory, larger than the clients' by default in the book), trained on
    :math:`U` toward the cluster's aggregated labels :math:`\bar f_k` (``rule``: mean, median, max
    or confidence-weighted) plus :math:`\lambda` times the consistency regularizer, with the
-   ``server_train`` optimizer; each round continues from the cluster's previous model.
+   ``server_train`` optimizer; each round continues from the cluster's previous model. How
+   often the trained model's argmax on :math:`U` agrees with its targets' is recorded per round
+   and cluster (:class:`ServerFit`, :func:`cosmos_fits`): a server that does not reproduce its
+   own targets has not been trained to the objective the analysis assumes.
 3. **Back to the clients**: the cluster model's pseudo-labels :math:`h_k(U)` at temperature ``T``
    are its clients' targets for the next round's digest
    (:meth:`~fedlib.algorithms.fedmd.PublicDistillation.configure_train`).
+
+The consistency ball (Section 4.1: :math:`\mathcal{B}(x)` is the inputs within a radius
+:math:`d` of a transformed :math:`x`, with :math:`d` "significantly smaller than the typical norm
+of :math:`x`"): by default the family's augmentation (``shift`` pixels of translation and
+Gaussian ``noise``); with ``radius`` the ball is scaled to the images instead: no translation, and
+Gaussian noise whose expected norm is ``radius`` times the mean norm of the public images
+(:func:`ball_noise`), on the server and on the clients alike.
 
 Deployment (``deploy_model``): ``"server"`` is the paper's protocol (Appendix C: client ``i`` is
 evaluated with :math:`h_{\pi(i)}`, sent as its evaluation message, so the ledger counts it under
@@ -54,6 +67,39 @@ from .fedmd import PublicDistillation, PublicServer, _adam, client_model
 DEPLOYS = ("server", "client")
 """What COSMOS deploys for a client: its cluster's server model (the paper) or its own model."""
 
+CLUSTER_INPUTS = ("hard", "soft")
+"""What Algorithm 1 clusters: the clients' hard label vectors (the paper) or their soft labels."""
+
+
+def hard_labels(labels: torch.Tensor) -> torch.Tensor:
+    """Each row of ``labels`` (shape ``(n, C)``) one-hot at its argmax (ties to the lowest class):
+    Algorithm 1's hard label vectors.
+
+    Examples
+    --------
+    >>> hard_labels(torch.tensor([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]])).tolist()
+    [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
+    """
+    if labels.ndim != 2 or labels.shape[1] < 1:
+        raise ValueError(f"labels must have shape (n, C) with C >= 1, got {tuple(labels.shape)}")
+    return torch.nn.functional.one_hot(labels.argmax(dim=1), labels.shape[1]).to(labels.dtype)
+
+
+def ball_noise(x: torch.Tensor, radius: float) -> float:
+    r"""The standard deviation of Gaussian noise whose expected norm is ``radius`` times the mean
+    norm of the inputs ``x`` (one per row): :math:`\sigma = r\,\overline{\lVert x\rVert} / \sqrt{D}`
+    over :math:`D` numbers per input (the noise's norm is about :math:`\sigma\sqrt{D}`).
+
+    Examples
+    --------
+    >>> round(ball_noise(torch.full((2, 1, 4, 4), 0.5), 0.1), 6)  # norm 2, D = 16: 0.1 * 2 / 4
+    0.05
+    """
+    if not (isinstance(radius, (int, float)) and np.isfinite(radius) and radius > 0):
+        raise ValueError(f"radius must be a finite number > 0 (a share of the inputs' mean norm), got {radius!r}")
+    flat = x.reshape(len(x), -1).float()
+    return float(radius * flat.norm(dim=1).mean() / np.sqrt(flat.shape[1]))
+
 
 @dataclass
 class Clustering:
@@ -67,6 +113,16 @@ class Clustering:
 
 
 @dataclass
+class ServerFit:
+    """How well one cluster model reproduces its targets after a round's distillation: the share
+    of public images whose argmax agrees with the target's."""
+
+    round: int
+    cluster: int
+    agreement: float
+
+
+@dataclass
 class COSMOSServer(PublicServer):
     """COSMOS's server state: the family's (:class:`~fedlib.algorithms.fedmd.PublicServer`) and its own."""
 
@@ -75,6 +131,7 @@ class COSMOSServer(PublicServer):
     b0: float | None = None
     seeds: list[int] = field(default_factory=list)
     history: list[Clustering] = field(default_factory=list)
+    fits: list[ServerFit] = field(default_factory=list)
 
 
 @dataclass
@@ -89,6 +146,8 @@ class COSMOS(PublicDistillation):
     rule: str = "mean"
     lam: float = 5.0
     deploy_model: str = "server"
+    cluster_on: str = "hard"
+    radius: float | None = None
     name = "cosmos"
     state_type = COSMOSServer
 
@@ -105,6 +164,10 @@ class COSMOS(PublicDistillation):
             raise ValueError(f"target_clusters must be None or an int >= 1, got {self.target_clusters!r}")
         if self.deploy_model not in DEPLOYS:
             raise ValueError(f"unknown deploy_model {self.deploy_model!r}; valid: {', '.join(DEPLOYS)}")
+        if self.cluster_on not in CLUSTER_INPUTS:
+            raise ValueError(f"unknown cluster_on {self.cluster_on!r}; valid: {', '.join(CLUSTER_INPUTS)}")
+        if self.radius is not None:  # the ball scaled to the images: noise only, its norm radius x the mean norm
+            self.shift, self.noise = 0, ball_noise(self.public.x, self.radius)
 
     def _server_module(self) -> nn.Module:
         """The server architecture, built under the run's ``DISTILL_SERVER_INIT`` stream (its initial weights)."""
@@ -127,7 +190,8 @@ class COSMOS(PublicDistillation):
         seeds and the round's :class:`Clustering` are recorded in ``server``."""
         old = server.client_groups()
         clients = sorted(labels)
-        d = l1_distances(torch.stack([labels[k].float() for k in clients]))
+        vectors = [labels[k].float() for k in clients]
+        d = l1_distances(torch.stack([hard_labels(v) for v in vectors] if self.cluster_on == "hard" else vectors))
         if old and not self.recluster:
             groups = dict(old)
             known = [i for i, k in enumerate(clients) if k in old]
@@ -158,7 +222,10 @@ class COSMOS(PublicDistillation):
         distill(model, self.public.x, target.float(), self.server_train, gen, lam=self.lam, n_augment=self.n_augment,
                 detach_target=self.detach_target, shift=self.shift, noise=self.noise)
         server.server[g] = prefixed("", model.state_dict())
-        return pseudo_labels(model, self.public.x, self.temperature)
+        out = pseudo_labels(model, self.public.x, self.temperature)
+        agree = (pseudo_labels(model, self.public.x, 1.0).argmax(dim=1) == target.argmax(dim=1)).float().mean()
+        server.fits.append(ServerFit(int(round_), int(g), float(agree)))
+        return out
 
     def aggregate(self, server: State, replies, round_: int) -> State:
         """The family's aggregation; the models of clusters that no longer exist are dropped."""
@@ -215,4 +282,11 @@ def cosmos_history(server: State) -> list[dict]:
     return [asdict(c) for c in from_state(COSMOSServer, server).history]
 
 
-__all__ = ["COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "cosmos_history"]
+def cosmos_fits(server: State) -> list[dict]:
+    """Each round's and cluster's :class:`ServerFit` as a dict: how often the cluster model's
+    argmax on :math:`U` agrees with its targets' after that round's distillation."""
+    return [asdict(f) for f in from_state(COSMOSServer, server).fits]
+
+
+__all__ = ["CLUSTER_INPUTS", "COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "ServerFit", "ball_noise",
+           "cosmos_fits", "cosmos_history", "hard_labels"]
