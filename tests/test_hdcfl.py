@@ -18,7 +18,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 
 from fedlib.algorithms import FedAvgSE, FedRep, HDCFL, IFCA
-from fedlib.algorithms.hdcfl import (CachedPair, HDCConfig, HDCServer, cached_clients, cached_pair, donor_ranking, donor_swap,
+from fedlib.algorithms.hdcfl import (GATES, CachedPair, HDCConfig, HDCServer, cached_clients, cached_pair, donor_ranking, donor_swap,
                                      head_matrix, partial_spearman, personalized_encoder, refresh, refresh_history,
                                      with_variant)
 from fedlib.algorithms.ifca import cluster_losses
@@ -189,6 +189,7 @@ def test_entropy_drift_and_agreement_by_hand():
     (dict(refresh_every=0), "refresh_every must be an integer >= 1, got 0"),
     (dict(max_drift=-1.0), "max_drift must be a finite number >= 0"),
     (dict(rank=0), "rank must be an integer >= 1, got 0"),
+    (dict(gate="any"), "unknown gate 'any'; valid: either, both"),
 ])
 def test_bad_hdc_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -255,6 +256,25 @@ def test_the_gate_waits_for_stable_refreshes_or_the_maximum_round():
     strict = HDCConfig(rank=2, k_max=3, min_silhouette=1.0, max_activation_round=4)
     t = refresh(refresh(server, 2, strict, 0), 4, strict, 0)
     assert refresh_history(t)["active"].tolist() == [False, True] and refresh_history(t)["stable"].tolist() == [False, False]
+
+
+def test_the_both_gate_needs_the_partition_unchanged_not_only_a_small_drift():
+    # the same heads twice (drift 0), but the previous refresh's partition replaced by another one:
+    # "either" counts the refresh as persistent on the drift alone; "both" needs the ARI too
+    heads, _ = planted_heads(n_per_group=3, groups=2, C=3, d=3, noise=0.01)
+    server = _server_with_cache(heads, [1] * 6, [torch.zeros(2)] * 6)
+    rows = {}
+    for gate in GATES:
+        cfg = HDCConfig(rank=2, k_max=3, patience=1, max_activation_round=10, min_silhouette=0.1, min_ari=0.9, gate=gate)
+        s1 = refresh(server, 2, cfg, seed=0)
+        s1.arrays["hdcfl/labels"] = torch.tensor([0, 1, 0, 1, 0, 1])  # a partition crossing the planted one
+        rows[gate] = refresh_history(refresh(s1, 4, cfg, seed=0)).iloc[-1]
+    assert rows["either"]["drift"] == 0.0 and rows["either"]["ari"] < 0.9
+    assert bool(rows["either"]["stable"]) and bool(rows["either"]["active"])  # the old gate opens on the drift alone
+    assert not bool(rows["both"]["stable"]) and not bool(rows["both"]["active"])
+    # with the partition kept, both gates open
+    cfg = HDCConfig(rank=2, k_max=3, patience=1, max_activation_round=10, min_silhouette=0.1, min_ari=0.9, gate="both")
+    assert bool(refresh_history(refresh(refresh(server, 2, cfg, 0), 4, cfg, 0)).iloc[-1]["active"])
 
 
 def test_identical_heads_refresh_into_one_group():

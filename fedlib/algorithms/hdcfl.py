@@ -16,9 +16,10 @@ averaged, each head stays on its client) and is **not changed**; the method adds
    (:func:`fedlib.aggregate.weighted_average`), and each client's membership is a softmax of its
    descriptor's cosine similarity to the group centroids over a temperature ``T``.
 3. **Gate** (Section 3.5, Appendix A.2): personalization starts once the grouping has been stable
-   for ``patience`` consecutive refreshes (silhouette at least ``min_silhouette``, and either the
-   adjusted Rand index with the previous refresh at least ``min_ari`` or the descriptor drift at
-   most ``max_drift``), or at ``max_activation_round``.
+   for ``patience`` consecutive refreshes (silhouette at least ``min_silhouette``, and, with
+   ``gate="either"``, either the adjusted Rand index with the previous refresh at least
+   ``min_ari`` or the descriptor drift at most ``max_drift``; with ``gate="both"``, the two at
+   once: the partition unchanged, not only the descriptors slow), or at ``max_activation_round``.
 4. **Personalized encoder** (Section 3.4), sent to each client for evaluation
    (:meth:`HDCFL.configure_evaluate`) and deployed with the client's own head:
 
@@ -61,6 +62,10 @@ HEAD_REPLY = "head/"
 """Prefix of the head in a client's reply (``head/weight``, ``head/bias``): cached, never averaged."""
 GROUPINGS = ("kmeans", "random")
 """How a refresh groups the clients: k-means on the descriptors, or random groups (the ablation)."""
+GATES = ("either", "both")
+"""How the gate reads persistence: the ARI with the previous refresh at least ``min_ari`` *or* the
+descriptor drift at most ``max_drift`` (``"either"``), or both at once (``"both"``: a small drift
+alone cannot open it while the partition still changes)."""
 MEMBERSHIPS = ("soft", "hard")
 """Soft membership (softmax over ``T``) or hard assignment to the client's own group (the ablation)."""
 HISTORY_COLUMNS = ("round", "k", "silhouette", "ari", "drift", "entropy", "stable", "active", "n_cached")
@@ -88,6 +93,8 @@ class HDCConfig:
     lam : λ in [0, 1], the weight of the prototype mixture against the shared encoder (the paper: 1)
     refresh_every : R, refresh the grouping every R rounds
     min_silhouette, min_ari, max_drift, patience : the stability gate (see the module's docstring)
+    gate : ``"either"`` (default) or ``"both"``: whether the ARI *or* the drift, or both, must
+        pass for a refresh to count as persistent (:data:`GATES`)
     max_activation_round : personalization starts at this round at the latest
     n_init : k-means restarts per k
     compare_raw : also group the raw heads of the same cache at every refresh (the raw-head
@@ -108,6 +115,7 @@ class HDCConfig:
     min_ari: float = 0.8
     max_drift: float = 0.05
     patience: int = 2
+    gate: str = "either"
     max_activation_round: int = 20
     n_init: int = 10
     compare_raw: bool = False
@@ -120,6 +128,8 @@ class HDCConfig:
         SilhouetteKMeans(self.k_min, self.k_max, self.n_init)  # checks the k range and n_init
         if self.grouping not in GROUPINGS:
             raise ValueError(f"unknown grouping {self.grouping!r}; valid: {', '.join(GROUPINGS)}")
+        if self.gate not in GATES:
+            raise ValueError(f"unknown gate {self.gate!r}; valid: {', '.join(GATES)}")
         if self.membership not in MEMBERSHIPS:
             raise ValueError(f"unknown membership {self.membership!r}; valid: {', '.join(MEMBERSHIPS)}")
         if not is_real(self.temperature) or not (math.isfinite(self.temperature) and self.temperature > 0):
@@ -281,7 +291,9 @@ def refresh(server: State, round_: int, config: HDCConfig, seed: int) -> State:
             drift = descriptor_drift(prev.gram.numpy()[np.ix_(before, before)], gram.numpy()[np.ix_(now, now)])
     # one group by design (k_max = 1) needs no separation; one group because the heads are too alike has none
     separated = config.k_max == 1 or (k > 1 and silhouette >= config.min_silhouette)
-    persistent = (not math.isnan(ari) and ari >= config.min_ari) or (not math.isnan(drift) and drift <= config.max_drift)
+    same_partition = not math.isnan(ari) and ari >= config.min_ari
+    slow_descriptors = not math.isnan(drift) and drift <= config.max_drift
+    persistent = same_partition and slow_descriptors if config.gate == "both" else same_partition or slow_descriptors
     stable = bool(separated and persistent)
     was_active = prev is not None and prev.active
     streak = (0 if prev is None else prev.streak) + 1 if stable else 0
@@ -513,6 +525,6 @@ def donor_ranking(table: pd.DataFrame) -> dict[str, float]:
     return out
 
 
-__all__ = ["GROUPINGS", "CachedPair", "HDCConfig", "HDCFL", "HDCServer", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS",
+__all__ = ["GATES", "GROUPINGS", "CachedPair", "HDCConfig", "HDCFL", "HDCServer", "HEAD_REPLY", "HISTORY_COLUMNS", "MEMBERSHIPS",
            "Prototype", "RAW_HISTORY_COLUMNS", "RefreshRow", "RefreshState", "cached_clients", "cached_pair", "donor_ranking", "donor_swap", "head_matrix",
            "partial_spearman", "personalized_encoder", "refresh", "refresh_history", "shared_encoder", "with_variant"]
