@@ -15,22 +15,26 @@ chapter's :class:`HDCFLStudy` bound:
 * :func:`run_cell`: every method trained on one setting and seed, the server-side ablations on
   the same HDC-FL run, its refresh history, its accuracy curve, the donor swaps on its final
   cache, the ledger's bytes and the server's times: the frames ``main``, ``variants``,
-  ``history``, ``curves``, ``donors``, ``costs`` and ``server``;
+  ``history``, ``activation``, ``donors``, ``costs`` and ``server``;
 * :func:`exercise_cell`: the worked solutions' reduced runs, the first seed's HDC-FL run
   re-evaluated at other temperatures (``ex1``) and grouped by label histograms (``ex2``).
 
 :func:`results` adds the frames the claims read, one row per seed (``macro``, ``donor_seed``,
-``refreshes``, ``steps``, ``overlap``); :func:`scale` gives the resolutions declared before the
+``refreshes``, ``contrasts``, ``overlap``); :func:`scale` gives the resolutions declared before the
 runs; :func:`setting_numbers`, :func:`results_numbers` and :func:`exercise_numbers` the numbers the
 prose quotes; :func:`main_tables`, :func:`ablation_tables`, :func:`donor_view`, :func:`cost_table`
 and :func:`plot_dynamics` what the chapter shows. The pieces of one run are free functions:
 :func:`tail_metrics`, :func:`ledger_costs`, :func:`server_seconds`, :func:`donor_table`,
-:func:`nearest_donor_gain`, :func:`two_histories`; the activation step is :func:`activation_steps`
-(per seed) and :func:`activation_table` (per setting).
+:func:`nearest_donor_gain`, :func:`two_histories`. Personalization's start is read on the run
+as it stood at its activation round (:func:`activation_snapshot`): the grouping against a
+reference (:func:`reference_groups`), whether the gate opened it (:func:`gate_opened`) and the
+activation contrast, HDC-FL − FedAvg-SE on that same state (:func:`activation_contrast`; per
+setting :func:`activation_table`, paired across settings :func:`contrast_pairs`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import math
@@ -48,18 +52,18 @@ from IPython.display import Markdown
 from matplotlib.ticker import MaxNLocator
 
 from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult
-from fedbook.intervals import defined_pairs, resolution_of, seed_table
+from fedbook.intervals import defined_pairs, paired_interval, resolution_of, seed_table
 from fedbook.page import format_bytes, show_table
 from fedbook.tables import rows_where
 from fedlib.algorithms import HDCFL, IFCA, Ditto, FedAvg, FedAvgFT, FedAvgSE, FedBABU, FedRep
-from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, donor_ranking, donor_swap, refresh_history, with_variant
+from fedlib.algorithms.hdcfl import RAW_HISTORY_COLUMNS, HDCConfig, HDCServer, donor_ranking, donor_swap, refresh_history, with_variant
 from fedlib.clustering import SilhouetteKMeans, assignment_agreement
 from fedlib.data import ArrayDataset, load_dataset
 from fedlib.federation import Federation, make_federation, make_rotation_federation
 from fedlib.loop import LoopConfig
 from fedlib.results import RunResult, per_client_table
 from fedlib.run import RunOptions
-from fedlib.messages import DOWN, UP, Ledger, State
+from fedlib.messages import DOWN, UP, Ledger, State, from_state
 from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
 from fedlib.run import evaluate_deployment, run_federated
@@ -93,8 +97,6 @@ DONOR_COLUMNS = {"rho_raw": "ρ (raw heads)", "rho_lowrank": "ρ (rank-r)", "aur
                  "base_same_group": "same-rotation share", "mean_gain": "mean gain (points)",
                  "rho_overlap": "ρ(similarity, overlap)", "partial_rho": "partial ρ given overlap"}
 """The columns of the ``donor_seed`` frame (:func:`donor_seeds`): :func:`fedlib.algorithms.hdcfl.donor_ranking`'s keys, renamed."""
-STEP_COLUMN = "mean accuracy step at activation (points)"
-"""The column of :func:`activation_table` that :func:`step_text` reads."""
 DATA_LABELS = {"uci8": "UCI digits at 8 x 8", "mnist5k": "MNIST-5k", "uci": "UCI digits", "cifar10": "CIFAR-10",
                "cifar100": "CIFAR-100"}
 """Each data set's name in the claims' substitutions and the prose."""
@@ -220,74 +222,108 @@ def two_histories(history: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([own, raw], ignore_index=True)
 
 
-def activation_steps(history: pd.DataFrame, curves: pd.DataFrame, setting: str, refresh_every: int) -> pd.Series:
-    """Per seed of ``setting`` (the index, sorted), the step in mean accuracy at activation: the
-    first personalized evaluation (the first active refresh round of the rank-r descriptors' run)
-    minus the evaluation ``refresh_every`` rounds before it, in points; NaN where activation comes
-    at the first refresh (no evaluation before it) or never. What :func:`activation_table`
-    averages, and what a claim on the steps compares, seed by seed.
+CONTRAST_COLUMN = "mean activation contrast (points)"
+"""The column of :func:`activation_table` that :func:`contrast_text` reads."""
+
+
+def activation_table(activation: pd.DataFrame, settings: Sequence[str]) -> pd.DataFrame:
+    """When and on what personalization starts, per setting, from the ``activation`` frame
+    (:func:`activation_contrast`, one row per setting and seed): the activation round (mean,
+    earliest and latest over the seeds), the share of the seeds whose gate opened it (the rest:
+    the deadline), the mean ``k`` and the mean adjusted Rand index with the reference grouping at
+    that round, and the mean activation contrast (:data:`CONTRAST_COLUMN`: HDC-FL − FedAvg-SE on
+    the same state).
 
     Examples
     --------
-    >>> history = pd.DataFrame({"setting": "a", "seed": [0, 0, 1, 1], "descriptor": REFRESH_RUNS[0],
-    ...                         "round": [2, 4, 2, 4], "active": [False, True, True, True]})
-    >>> curves = pd.DataFrame({"setting": "a", "seed": [0, 0, 1, 1], "round": [2, 4, 2, 4], "mean": [50.0, 54.0, 60.0, 61.0]})
-    >>> activation_steps(history, curves, "a", refresh_every=2).tolist()
-    [4.0, nan]
+    >>> act = pd.DataFrame({"setting": ["a", "a", "b"], "seed": [0, 1, 0], "round": [4.0, 8.0, 6.0],
+    ...                     "gate opened": [1.0, 0.0, 1.0], "k": [2.0, 4.0, 3.0], "ARI with the reference": [1.0, 0.5, 0.2],
+    ...                     "contrast": [2.0, 1.0, -1.0]})
+    >>> activation_table(act, ["b", "a"]).loc["a"].tolist()
+    [6.0, 4.0, 8.0, 50.0, 3.0, 0.75, 1.5]
     """
-    check_int("refresh_every", refresh_every, low=1)
-    main = history[(history.descriptor == REFRESH_RUNS[0]) & (history.setting == setting)]  # the run's own refreshes
-    seeds = sorted(main.seed.unique())
-    r_act = main[main.active].groupby("seed")["round"].min()
-    at = curves[curves.setting == setting]
-
-    def mean_at(s, r):
-        v = at[(at.seed == s) & (at["round"] == r)]["mean"]
-        return float(v.mean()) if len(v) else math.nan
-
-    steps = {s: mean_at(s, r_act[s]) - mean_at(s, r_act[s] - refresh_every) if s in r_act.index else math.nan
-             for s in seeds}
-    return pd.Series(steps, dtype=float).sort_index()
+    g = activation.groupby("setting")
+    table = pd.DataFrame({"activation round (mean)": g["round"].mean(), "earliest": g["round"].min(), "latest": g["round"].max(),
+                          "gate opened (% of seeds)": 100 * g["gate opened"].mean(), "k (mean)": g["k"].mean(),
+                          "ARI with the reference": g["ARI with the reference"].mean(), CONTRAST_COLUMN: g["contrast"].mean()})
+    return table.reindex(settings)
 
 
-def activation_table(history: pd.DataFrame, curves: pd.DataFrame, settings: Sequence[str],
-                     refresh_every: int) -> pd.DataFrame:
-    """When personalization starts, per setting: the first active refresh round of the rank-r
-    descriptors' runs (mean, earliest and latest over seeds), and the mean step in mean accuracy
-    from the evaluation ``refresh_every`` rounds before it to the first personalized evaluation
-    (:data:`STEP_COLUMN`, the mean over seeds of :func:`activation_steps`; NaN where activation
-    comes at the first refresh).
-
-    Parameters
-    ----------
-    history : DataFrame
-        The ``history`` frame (:func:`run_cell`): refresh rows with ``setting``, ``seed``, ``descriptor``, ``round``, ``active``.
-    curves : DataFrame
-        The ``curves`` frame: ``setting``, ``seed``, ``round``, ``mean`` (points).
-    """
-    main = history[history.descriptor == REFRESH_RUNS[0]]  # the run's own refreshes
-    table = main[main.active].groupby(["setting", "seed"])["round"].min().groupby("setting").agg(["mean", "min", "max"])
-    table = table.reindex(settings)
-    table.columns = ["activation round (mean)", "earliest", "latest"]
-    step = {}
-    for setting in settings:
-        steps = activation_steps(history, curves, setting, refresh_every).to_numpy()
-        with warnings.catch_warnings():  # every step NaN (activation at the first refresh): NaN, said in the docstring
-            warnings.simplefilter("ignore", RuntimeWarning)
-            step[setting] = float(np.nanmean(steps)) if len(steps) else math.nan
-    table[STEP_COLUMN] = pd.Series(step)
-    return table
-
-
-def step_text(points: float) -> str:
-    """The activation step for the prose: ``"+1.2 points"``, or why there is none (NaN).
+def contrast_text(points: float) -> str:
+    """The activation contrast for the prose: ``"+1.2 points"``, or why there is none (NaN).
 
     Examples
     --------
-    >>> step_text(1.23), step_text(float("nan"))
-    ('+1.2 points', 'not measurable (activation at the first refresh)')
+    >>> contrast_text(1.23), contrast_text(float("nan"))
+    ('+1.2 points', 'not measurable (personalization never started)')
     """
-    return "not measurable (activation at the first refresh)" if math.isnan(points) else f"{points:+.1f} points"
+    return "not measurable (personalization never started)" if math.isnan(points) else f"{points:+.1f} points"
+
+
+def activation_snapshot(into: dict, round_: int, server: State, clients: Mapping[int, State]) -> None:
+    """An observer of an HDC-FL run (``RunOptions.observe``): at the round whose refresh turns
+    personalization on, keep a copy of the server state and the clients' states in ``into``
+    (keys ``round``, ``server``, ``clients``), so that both deployments can be evaluated on the
+    state of that round (:func:`activation_contrast`). Every other round leaves ``into`` as it is."""
+    if into or "hdcfl/clients" not in server.arrays:
+        return
+    refreshed = from_state(HDCServer, server).hdcfl
+    if refreshed is not None and refreshed.activated_round == round_:
+        into.update(round=int(round_), server=copy.deepcopy(server), clients=copy.deepcopy(dict(clients)))
+
+
+def reference_groups(fed: Federation, planted: np.ndarray | None, hdc: HDCConfig, seed: int) -> tuple[np.ndarray, str]:
+    """The grouping HDC-FL's should match: the planted rotations where the setting plants them,
+    else the clients grouped by their normalized label histograms
+    (:class:`fedlib.clustering.SilhouetteKMeans` over HDC-FL's ``k`` range, seeded by ``seed``),
+    the heterogeneity a label-skew head can see; and its name."""
+    if planted is not None:
+        return np.asarray(planted), "planted rotations"
+    counts = fed.train_counts().astype(float)
+    km = SilhouetteKMeans(hdc.k_min, hdc.k_max, seed=seed).fit(counts / counts.sum(axis=1, keepdims=True))
+    return km.labels_, "label histograms"
+
+
+def gate_opened(history: pd.DataFrame, round_: int, patience: int) -> bool:
+    """Whether the gate, not the deadline, turned personalization on at ``round_``: the refreshes
+    up to it (the run's own, rank-r) end in ``patience`` stable ones in a row.
+
+    Examples
+    --------
+    >>> h = pd.DataFrame({"round": [2, 4, 6], "stable": [False, True, True]})
+    >>> gate_opened(h, 6, patience=2), gate_opened(h, 4, patience=2)
+    (True, False)
+    """
+    check_int("patience", patience, low=1)
+    stable = history[history["round"] <= round_].sort_values("round")["stable"].tolist()
+    return len(stable) >= patience and all(stable[-patience:])
+
+
+ACTIVATION_COLUMNS = ("round", "gate opened", "k", "ARI with the reference", "contrast", "contrast worst", "contrast bottom-20 %")
+"""The columns of the ``activation`` frame (:func:`activation_contrast`)."""
+
+
+def activation_contrast(study: "HDCFLStudy", at: RunResult | None, fed: Federation, model_fn: Callable,
+                        reference: np.ndarray, seed: int) -> dict[str, float]:
+    """The run at its activation round ``at`` (:meth:`HDCFLStudy.train_hdcfl`), read on one
+    state: the round, whether the gate opened it (:func:`gate_opened`, 1 or 0), the chosen
+    ``k``, the adjusted Rand index of that refresh's grouping with ``reference``
+    (:func:`reference_groups`) and the **activation contrast**: HDC-FL's deployment minus
+    FedAvg-SE's (the shared encoder with each client's head) on that same state, on the mean,
+    the worst client and the bottom 20 % (points, :func:`tail_metrics`). No training lies between
+    the two sides. All NaN where personalization never started."""
+    if at is None:
+        return dict.fromkeys(ACTIVATION_COLUMNS, math.nan)
+    cfg = study.loop(seed)
+    hdc = tail_metrics(evaluate_deployment(HDCFL(train=study.train, config=study.hdc, seed=seed), at, fed, model_fn, cfg))
+    se = tail_metrics(evaluate_deployment(FedAvgSE(train=study.train), at, fed, model_fn, cfg))
+    history = refresh_history(at.server)
+    ids = at.server.arrays["hdcfl/clients"].numpy()
+    return {"round": float(at.rounds_done), "gate opened": float(gate_opened(history, at.rounds_done, study.hdc.patience)),
+            "k": float(history.iloc[-1]["k"]),
+            "ARI with the reference": assignment_agreement(at.server.arrays["hdcfl/labels"].numpy(), reference[ids]),
+            "contrast": hdc["mean"] - se["mean"], "contrast worst": hdc["worst"] - se["worst"],
+            "contrast bottom-20 %": hdc["bottom-20 %"] - se["bottom-20 %"]}
 
 
 @dataclass(frozen=True)
@@ -405,17 +441,22 @@ class HDCFLStudy:
         """Every method's loop: ``rounds`` rounds, ``participation``, the run seed."""
         return LoopConfig(rounds=self.rounds, seed=seed, participation=self.participation)
 
-    def train_hdcfl(self, setting: str, seed: int) -> tuple[Federation, np.ndarray | None, Callable, RunResult]:
-        """The setting's federation for ``seed``, its planted groups, the model builder, and the
-        HDC-FL run on it (evaluated at every refresh; its server groups the raw heads too,
-        ``compare_raw``): what :func:`run_cell` and :func:`exercise_cell` both start from, the
-        same bits in both."""
+    def train_hdcfl(self, setting: str, seed: int) -> tuple[Federation, np.ndarray | None, Callable, RunResult, RunResult | None]:
+        """The setting's federation for ``seed``, its planted groups, the model builder, the
+        HDC-FL run on it (evaluated at the last round; its server groups the raw heads too,
+        ``compare_raw``) and the run as it stood at the end of its activation round (the server
+        state and the clients' states of that round, :func:`activation_snapshot`; ``None`` if
+        personalization never started): what :func:`run_cell` and :func:`exercise_cell` both start
+        from, the same bits in both."""
         fed, groups = self.federation(setting, seed)
         model_fn = self.model_fn(fed.global_test)
         config = dataclasses.replace(self.hdc, compare_raw=True)  # the raw heads grouped too: diagnostics only
-        run = run_federated(HDCFL(train=self.train, config=config, seed=seed), fed, model_fn,
-                            dataclasses.replace(self.loop(seed), eval_every=self.hdc.refresh_every), self.options)
-        return fed, groups, model_fn, run
+        snapshot: dict[str, Any] = {}
+        run = run_federated(HDCFL(train=self.train, config=config, seed=seed), fed, model_fn, self.loop(seed),
+                            dataclasses.replace(self.options, observe=functools.partial(activation_snapshot, snapshot)))
+        at = dataclasses.replace(run, server=snapshot["server"], client_states=snapshot["clients"],
+                                 rounds_done=snapshot["round"]) if snapshot else None
+        return fed, groups, model_fn, run, at
 
     def deploy_variant(self, run: RunResult, fed: Federation, model_fn: Callable, config: HDCConfig,
                        seed: int) -> tuple[dict[str, float], State]:
@@ -438,7 +479,8 @@ def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.Data
         last round) for every method of :data:`METHODS`; ``variants``: ``variant`` (in
         :attr:`HDCFLStudy.variant_names` order), :data:`TAIL_METRICS`, and the last refresh's
         ``k`` and ``silhouette``; ``history``: :func:`two_histories` of the HDC-FL run;
-        ``curves``: ``round, mean``, HDC-FL's mean accuracy at every evaluated round;
+        ``activation``: :func:`activation_contrast` at its activation round, against
+        :func:`reference_groups`;
         ``donors``: :func:`donor_table` on its final cache; ``costs``: ``method`` and
         :func:`ledger_costs` (HDC-FL and FedRep); ``server``: :func:`server_seconds` of the HDC-FL
         run, the median client's ``top weight`` (its weight on its nearest prototype at the last
@@ -446,7 +488,7 @@ def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.Data
         ``setting`` and ``seed`` in front.
     """
     t0 = time.perf_counter()
-    fed, group, model_fn, hdc = study.train_hdcfl(setting, seed)
+    fed, group, model_fn, hdc, at = study.train_hdcfl(setting, seed)
     cfg = study.loop(seed)
     main, variants, costs = [], [], []
 
@@ -466,8 +508,7 @@ def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.Data
         last = refresh_history(state).iloc[-1]
         variants.append({"variant": name, **metrics, "k": int(last["k"]), "silhouette": float(last["silhouette"])})
     history = two_histories(refresh_history(hdc.server))
-    curve = hdc.curve("pooled")  # the clients' pooled scores, as the tables
-    curves = pd.DataFrame({"round": curve.index, "mean": 100 * curve.values})
+    activation = activation_contrast(study, at, fed, model_fn, reference_groups(fed, group, study.hdc, seed)[0], seed)
     costs.append({"method": "HDC-FL", **ledger_costs(hdc.ledger, study.rounds, study.n_clients)})
     server = {**server_seconds(hdc.server_seconds, study.hdc.refresh_every),
               "top weight": float(hdc.server.arrays["hdcfl/membership"].max(dim=1).values.median())}
@@ -484,7 +525,8 @@ def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.Data
         if name == "FedRep":
             costs.append({"method": "FedRep", **ledger_costs(run.ledger, study.rounds, study.n_clients)})
     server["seconds"] = time.perf_counter() - t0
-    return {"main": pd.DataFrame(main), "variants": pd.DataFrame(variants), "history": history, "curves": curves,
+    return {"main": pd.DataFrame(main), "variants": pd.DataFrame(variants), "history": history,
+            "activation": pd.DataFrame([activation]),
             "donors": donors, "costs": pd.DataFrame(costs), "server": pd.DataFrame([server])}
 
 
@@ -502,19 +544,18 @@ def exercise_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: S
         ``k`` range) against HDC-FL's last grouping and the planted rotations (adjusted Rand
         indices; NaN without planted groups).
     """
-    fed, planted, model_fn, run = study.train_hdcfl(setting, seed)
+    fed, planted, model_fn, run, _ = study.train_hdcfl(setting, seed)
     ex1 = []
     for t in temperatures:
         scores, state = study.deploy_variant(run, fed, model_fn, dataclasses.replace(study.hdc, temperature=t), seed)
         ex1.append({"T": t, **scores, "entropy": float(refresh_history(state).iloc[-1]["entropy"])})
-    counts = fed.train_counts().astype(float)
-    by_labels = SilhouetteKMeans(study.hdc.k_min, study.hdc.k_max, seed=seed).fit(counts / counts.sum(axis=1, keepdims=True))
+    by_labels = reference_groups(fed, None, study.hdc, seed)[0]
     heads = run.server.arrays["hdcfl/labels"].numpy()
     seen = run.server.arrays["hdcfl/clients"].numpy()  # the clients cached at the last refresh
-    ex2 = {"k (labels)": by_labels.k_, "k (heads)": int(heads.max() + 1),
-           "ARI(heads, labels)": assignment_agreement(heads, by_labels.labels_[seen]),
+    ex2 = {"k (labels)": int(by_labels.max() + 1), "k (heads)": int(heads.max() + 1),
+           "ARI(heads, labels)": assignment_agreement(heads, by_labels[seen]),
            "ARI(heads, planted rotations)": assignment_agreement(heads, planted[seen]) if planted is not None else float("nan"),
-           "ARI(labels, planted rotations)": assignment_agreement(by_labels.labels_, planted) if planted is not None
+           "ARI(labels, planted rotations)": assignment_agreement(by_labels, planted) if planted is not None
            else float("nan")}
     return {"ex1": pd.DataFrame(ex1), "ex2": pd.DataFrame([ex2])}
 
@@ -605,55 +646,62 @@ def refresh_summary(history: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def step_pairs(history: pd.DataFrame, curves: pd.DataFrame, refresh_every: int) -> pd.DataFrame:
-    """Per setting of label subsets and rotation and per seed, HDC-FL's step in mean accuracy at
-    activation (``step``, :func:`activation_steps`) beside the same seed's step under Dirichlet
-    skew (``Dirichlet step``), on the seeds where both are measurable (:func:`paired_rows`)."""
-    seeds = sorted(history.seed.unique())
-    base = activation_steps(history, curves, S_DIR, refresh_every).reindex(seeds)
-    frames = [paired_rows(activation_steps(history, curves, s, refresh_every).reindex(seeds), base,
-                          ("step", "Dirichlet step")).assign(setting=s) for s in (S_LS, S_ROT)]
-    return pd.concat(frames, ignore_index=True)
-
-
-def overlap_pairs(donor_seed: pd.DataFrame, floor: float) -> pd.DataFrame:
-    """Per label-skew setting and seed, the share of the donor-ranking association that
-    label-support overlap takes, (ρ − partial ρ given overlap) / ρ (``share``), beside ½
-    (``half``: "more than half explained"), on the seeds whose ρ (the Spearman correlation of
-    raw-head similarity and swap gain) is above ``floor`` (no positive association has nothing
-    to explain; :func:`paired_rows`).
+def contrast_pairs(activation: pd.DataFrame) -> pd.DataFrame:
+    """Per setting of label subsets and rotation and per seed, HDC-FL's activation contrast
+    (``contrast``, :func:`activation_contrast`) beside the same seed's contrast under Dirichlet
+    skew (``Dirichlet contrast``), on the seeds where both are defined (:func:`paired_rows`).
 
     Examples
     --------
-    >>> d = pd.DataFrame({"setting": "label subsets", "seed": [0, 1, 2], "ρ (raw heads)": [0.4, 0.0, 0.005],
-    ...                   "partial ρ given overlap": [0.1, -0.05, -0.2]})
-    >>> pairs = overlap_pairs(pd.concat([d, d.assign(setting="Dirichlet")]), 0.01)
-    >>> pairs[["setting", "seed", "half"]].values.tolist(), pairs["share"].round(6).tolist()
-    ([['label subsets', 0, 0.5], ['Dirichlet', 0, 0.5]], [0.75, 0.75])
+    >>> act = pd.DataFrame({"setting": [S_LS, S_DIR, S_ROT] * 2, "seed": [0, 0, 0, 1, 1, 1],
+    ...                     "contrast": [3.0, 1.0, 2.0, 4.0, float("nan"), 0.5]})
+    >>> contrast_pairs(act)[["setting", "seed", "contrast", "Dirichlet contrast"]].values.tolist()
+    [['label subsets', 0, 3.0, 1.0], ['rotation', 0, 2.0, 1.0]]
     """
-    frames = []
-    for setting in (S_LS, S_DIR):
-        d = donor_seed[donor_seed.setting == setting].sort_values("seed")
-        rho, partial = d[DONOR_COLUMNS["rho_raw"]].to_numpy(), d[DONOR_COLUMNS["partial_rho"]].to_numpy()
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = np.where(rho > floor, (rho - partial) / rho, np.nan)
-        half = pd.Series(0.5, index=d.seed.to_numpy())
-        frames.append(paired_rows(pd.Series(share, index=d.seed.to_numpy()), half, ("share", "half")).assign(setting=setting))
-    return pd.concat(frames, ignore_index=True)
+    def by_seed(setting):
+        return activation[activation.setting == setting].set_index("seed")["contrast"].sort_index()
+
+    base = by_seed(S_DIR)
+    return pd.concat([paired_rows(by_seed(s), base, ("contrast", "Dirichlet contrast")).assign(setting=s) for s in (S_LS, S_ROT)],
+                     ignore_index=True)
 
 
-def results(frames: Mapping[str, pd.DataFrame], *, refresh_every: int, floor: float) -> dict[str, pd.DataFrame]:
+HALF_RHO = "½ ρ (raw heads)"
+"""The ``overlap`` frame's column of half the donor association (:func:`overlap_frame`)."""
+
+
+def overlap_frame(donor_seed: pd.DataFrame) -> pd.DataFrame:
+    """Per label-skew setting and seed (every seed), half the Spearman correlation of raw-head
+    similarity and swap gain, :data:`HALF_RHO`, beside the partial correlation given the
+    label-support overlap. "Largely explained by the overlap" (the overlap takes more than half
+    of ρ, ρ − partial ρ > ρ / 2) is ½ ρ − partial ρ > 0: a difference defined on every seed,
+    with no division by ρ and no seed left out for its ρ (a selection on the outcome).
+
+    Examples
+    --------
+    >>> d = pd.DataFrame({"setting": "label subsets", "seed": [1, 0], "ρ (raw heads)": [0.0, 0.4],
+    ...                   "partial ρ given overlap": [-0.05, 0.1]})
+    >>> f = overlap_frame(pd.concat([d, d.assign(setting="Dirichlet")]))
+    >>> f[f.setting == "label subsets"][["seed", HALF_RHO, "partial ρ given overlap"]].values.tolist()
+    [[0.0, 0.2, 0.1], [1.0, 0.0, -0.05]]
+    """
+    d = donor_seed[donor_seed.setting.isin([S_LS, S_DIR])].sort_values(["setting", "seed"], kind="stable")
+    return pd.DataFrame({"setting": d.setting.to_numpy(), "seed": d.seed.to_numpy(),
+                         HALF_RHO: d[DONOR_COLUMNS["rho_raw"]].to_numpy() / 2,
+                         DONOR_COLUMNS["partial_rho"]: d[DONOR_COLUMNS["partial_rho"]].to_numpy()})
+
+
+def results(frames: Mapping[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
     """The main study's frames (:func:`run_cell` through :func:`fedbook.study.run_study`) with
     the frames the claims read added: ``macro`` (:func:`macro_table`), ``donor_seed``
-    (:func:`donor_seeds`), ``refreshes`` (:func:`refresh_summary`), ``steps``
-    (:func:`step_pairs`, over ``refresh_every``) and ``overlap`` (:func:`overlap_pairs`, above
-    ``floor``)."""
+    (:func:`donor_seeds`), ``refreshes`` (:func:`refresh_summary`), ``contrasts``
+    (:func:`contrast_pairs`) and ``overlap`` (:func:`overlap_frame`)."""
     out = dict(frames)
     out["macro"] = macro_table(frames["main"])
     out["donor_seed"] = donor_seeds(frames["donors"])
     out["refreshes"] = refresh_summary(frames["history"])
-    out["steps"] = step_pairs(frames["history"], frames["curves"], refresh_every)
-    out["overlap"] = overlap_pairs(out["donor_seed"], floor)
+    out["contrasts"] = contrast_pairs(frames["activation"])
+    out["overlap"] = overlap_frame(out["donor_seed"])
     return out
 
 
@@ -797,11 +845,12 @@ def server_text(refresh_ms: float, other_ms: float) -> str:
             if not math.isnan(other_ms) else f"Every round is a refresh round at this profile; one takes the server {refresh_ms:.0f} ms")
 
 
-def steps_text(activation: pd.DataFrame) -> str:
-    """The activation steps of label subsets, rotation and Dirichlet skew (:func:`activation_table`)
-    in one phrase for the prose (:func:`step_text` of each; the prose names the last setting)."""
-    return (f"{step_text(activation.loc[S_LS, STEP_COLUMN])} under label subsets, "
-            f"{step_text(activation.loc[S_ROT, STEP_COLUMN])} under rotation and {step_text(activation.loc[S_DIR, STEP_COLUMN])}")
+def contrasts_text(activation: pd.DataFrame) -> str:
+    """The activation contrasts of label subsets, rotation and Dirichlet skew (:func:`activation_table`)
+    in one phrase for the prose (:func:`contrast_text` of each; the prose names the last setting)."""
+    return (f"{contrast_text(activation.loc[S_LS, CONTRAST_COLUMN])} under label subsets, "
+            f"{contrast_text(activation.loc[S_ROT, CONTRAST_COLUMN])} under rotation and "
+            f"{contrast_text(activation.loc[S_DIR, CONTRAST_COLUMN])}")
 
 
 def cost_frame(costs: pd.DataFrame) -> pd.DataFrame:
@@ -809,8 +858,7 @@ def cost_frame(costs: pd.DataFrame) -> pd.DataFrame:
     return in_run_order(costs).groupby("method").mean(numeric_only=True).drop(columns="seed")
 
 
-def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, first_seed: int,
-                    refresh_every: int) -> dict[str, Any]:
+def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, first_seed: int) -> dict[str, Any]:
     """The numbers of the runs the prose quotes, from :func:`results`' frames ``R`` (the ablations
     read the ``variants`` rows :data:`DEFAULT_VARIANT`, :data:`ONE_GROUP_VARIANT` and :data:`SHARED_VARIANT`).
 
@@ -821,8 +869,13 @@ def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, f
         highest on each (``macro_<metric>_hdc``, ``_best``, ``_best_value``) and FedAvg-SE's
         worst client; the ablations' mean gains (``rot_k1_gain``, ``rot_proto_alone``,
         ``lam0_gain``) and the median client's weight on its nearest prototype at the first
-        seed's last refreshes (``top_weight_median``, %); the activation steps (``step_text``,
-        :func:`steps_text`) over ``refresh_every``; the donor swaps (``nearest_same_pct``,
+        seed's last refreshes (``top_weight_median``, %); the activation contrasts
+        (``contrast_text``, :func:`contrasts_text`) and, per setting (``ls``, ``dir``, ``rot``),
+        the mean ARI with the reference grouping, the share of seeds the gate opened, the mean
+        activation round and ``k`` at it (``act_ari_*``, ``act_gate_*``, ``act_round_*``,
+        ``act_k_*``: :func:`activation_table`); HDC-FL − FedAvg-FT on the three macro metrics,
+        paired intervals over the seeds (``ft_mean_text``, ``ft_worst_text``, ``ft_bottom_text``);
+        the donor swaps (``nearest_same_pct``,
         ``base_same_pct``, ``same_gain``, ``diff_gain``, ``auroc_rot``, ``nearest_gain``,
         ``random_gain``, ``rho_*``, ``partial_*``, ``overlap_rho_*`` per setting and
         ``overlap_reading``); the bytes HDC-FL adds to the upload (``extra_up_bytes``,
@@ -846,8 +899,17 @@ def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, f
     server = in_run_order(R["server"])
     top = server[server.seed == first_seed]["top weight"].tolist()  # the first seed's last refresh, median client
     out["top_weight_median"] = 100 * float(np.median(top))
-    out["step_text"] = steps_text(activation_table(R["history"], R["curves"], settings, refresh_every))
-    out["refresh_every"] = refresh_every
+    act = activation_table(R["activation"], settings)
+    out["contrast_text"] = contrasts_text(act)
+    for setting, key in ((S_LS, "ls"), (S_DIR, "dir"), (S_ROT, "rot")):
+        out[f"act_ari_{key}"] = float(act.loc[setting, "ARI with the reference"])
+        out[f"act_gate_{key}"] = float(act.loc[setting, "gate opened (% of seeds)"])
+        out[f"act_round_{key}"] = float(act.loc[setting, "activation round (mean)"])
+        out[f"act_k_{key}"] = float(act.loc[setting, "k (mean)"])
+    macro = R["macro"]
+    for metric, key in (("mean", "mean"), ("worst", "worst"), ("bottom-20 %", "bottom")):
+        out[f"ft_{key}_text"] = paired_interval(per_seed(macro, metric, method="HDC-FL"),
+                                                per_seed(macro, metric, method="FedAvg-FT")).format(2)
     donors, view = R["donors"], donor_view(R, settings)
     rot = donors[donors.setting == S_ROT].astype({"same_group": bool})
     nearest = rot.loc[rot.groupby(["seed", "target"])["head_cosine"].idxmax()]
@@ -1037,12 +1099,13 @@ def plot_dynamics(history: pd.DataFrame, settings: Sequence[str]):
     return fig
 
 
-__all__ = ["BASELINES", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HDCFLStudy", "HDC_FIELDS", "METHODS",
-           "MODEL_LABELS", "ONE_GROUP_VARIANT", "RAW_RUN", "REFRESH_RUNS", "SETTINGS", "SHARED_VARIANT",
-           "STEP_COLUMN", "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "TAIL_READINGS", "T_GAP", "T_OLD",
-           "ablation_tables", "activation_steps", "activation_table", "claims_reading", "cost_frame", "cost_table",
-           "donor_seeds", "donor_table", "donor_view", "exercise_cell", "exercise_numbers", "in_run_order",
-           "ledger_costs", "macro_table", "main_tables", "nearest_donor_gain", "overlap_pairs", "overlap_reading",
-           "paired_rows", "per_seed", "plot_dynamics", "refresh_summary", "results", "results_numbers",
-           "rotation_reading", "run_cell", "scale", "server_seconds", "server_text", "setting_numbers", "step_pairs",
-           "step_text", "steps_text", "substitutions", "tail_metrics", "two_histories"]
+__all__ = ["ACTIVATION_COLUMNS", "BASELINES", "CONTRAST_COLUMN", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HALF_RHO",
+           "HDCFLStudy", "HDC_FIELDS", "METHODS", "MODEL_LABELS", "ONE_GROUP_VARIANT", "RAW_RUN", "REFRESH_RUNS", "SETTINGS",
+           "SHARED_VARIANT", "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "TAIL_READINGS", "T_GAP", "T_OLD",
+           "ablation_tables", "activation_contrast", "activation_snapshot", "activation_table", "claims_reading",
+           "contrast_pairs", "contrast_text", "contrasts_text", "cost_frame", "cost_table", "donor_seeds", "donor_table",
+           "donor_view", "exercise_cell", "exercise_numbers", "gate_opened", "in_run_order", "ledger_costs", "macro_table",
+           "main_tables", "nearest_donor_gain", "overlap_frame", "overlap_reading", "paired_rows", "per_seed",
+           "plot_dynamics", "reference_groups", "refresh_summary", "results", "results_numbers", "rotation_reading",
+           "run_cell", "scale", "server_seconds", "server_text", "setting_numbers", "substitutions", "tail_metrics",
+           "two_histories"]
