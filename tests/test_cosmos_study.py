@@ -19,7 +19,8 @@ from fedbook.studies.cosmos_experiments import (BASE, FEDAVG, LOCAL_READINGS, MA
                                     homogeneous_cell, homogeneous_table, kept_clients, local_cell, local_reading, main_cell,
                                     main_table, matched_epochs, mixture_cell, mixture_table, numbers, paper_scale, pilot_cell,
                                     planted_groups, public_part, sensitivity_table, sweep_cell, sweep_reads, sweep_settings,
-                                    tidy, traffic_table, training_bytes, verdicts)
+                                    server_choice, server_pilot_cell, tidy, traffic_table, training_bytes, verdicts,
+                                    vote_dynamics)
 from fedbook.study import Study, run_study
 from fedlib.algorithms import FedAvg
 from fedlib.algorithms.cosmos import LocalOnly
@@ -269,7 +270,7 @@ def test_every_cell_runs_through_the_study_runner_and_counts_pseudo_label_bytes(
     assert runs["main"].method.tolist() == list(MAIN_METHODS[:-1]) and runs["local"].method.tolist() == ["Local"]
     assert runs["homogeneous"].method.tolist() == ["COSMOS", "Ditto", "FedBABU", "FedRep"]
     assert runs["mixture"][["mixture", "method"]].values.tolist() == [["two", "COSMOS"], ["two", "COMET"]]
-    assert runs["alpha"][["alpha", "method"]].values.tolist() == [[1.0, "COSMOS"], [1.0, "COMET"]]
+    assert runs["alpha"][["alpha", "method"]].values.tolist() == [[1.0, m] for m in ("COSMOS", *BASE)]  # every baseline
     assert runs["sweep"][["setting", "study", "value"]].values.tolist() == [
         ["λ = 0", "λ", "0.0"], ["clusters = 1", "clusters", "1"], ["|U| share = 0.1", "|U| share", "0.1"]]
     assert (runs["sweep"].loc[runs["sweep"].study == "clusters", "clusters"] == 1).all()
@@ -308,6 +309,40 @@ def test_every_cell_runs_through_the_study_runner_and_counts_pseudo_label_bytes(
     ex = exercise_cell(study, 0).iloc[0]
     assert ex["fixed"] == points["mean"] and ex["fixed_sweep"] == runs["default"]["mean"].iloc[0]
     assert ex["diam_round"] == 2 and 0 <= ex["re_purity"] <= 1 and ex["one_model"] <= 100
+    # the regime checks' quantities: the server's fit in %, the ball (the family's one-pixel shift: most of an 8 x 8 image's
+    # norm, the mutation the ball check must fail), FedCT's votes per round, each baseline's gain over local training
+    assert 0 <= measures["server_fit"] <= 100 and measures["ball"] > 0.25
+    assert [int(measures[f"vote_top_count_{r}"]) <= measures["vote_n_public"] for r in (1, 2)] == [True, True]
+    gain = F["collaboration"]["gain"]
+    assert gain.index.names == ["seed", "method"] and gain.loc[(0, "FedMD")] == pytest.approx(
+        runs["main"].set_index("method").loc["FedMD", "mean"] - runs["local"]["mean"].iloc[0])
+    assert set(F["alpha_change"].method) == {"COSMOS", *BASE} and set(F["mixture_change"].method) == {"COSMOS", "COMET"}
+    assert "FedCT reaches" in R["fedct_reading"]
+
+
+def test_the_scaled_ball_passes_the_ball_check_and_the_same_clients_are_compared():
+    study = _study(n_clients=10, radius=0.1, sweeps={"clients": [5]})
+    out = main_cell(study, 0)
+    assert out["measures"]["ball"].iloc[0] == pytest.approx(0.1, abs=0.03)  # noise of 10 % of the mean norm
+    # the default run scored on the clients the 5-client federation keeps: their mean pooled score, in points
+    public, hidden, fed, planted = study.split(0)
+    archs = study.architectures(study.base_mix, study.n_clients, fed.global_test)
+    run = run_federated(study.cosmos_method(fed.global_test, public, 0), fed, archs, LoopConfig(rounds=2, seed=0, eval_every=1))
+    kept = kept_clients(10, study.n_groups, 5)
+    table = per_client_table(run.frame, study.sweep_rounds)
+    assert out["default"]["kept_5"].iloc[0] == pytest.approx(100 * table.loc[kept, "pooled"].mean())
+
+
+def test_the_server_pilot_reads_the_fit_and_the_vote_dynamics_count_the_public_points():
+    study = _study()
+    row = server_pilot_cell(study, 7, 1e-3, 3, rounds=1).iloc[0]
+    assert 0 <= row["fit"] <= 100 and 0 <= row["mean"] <= 100
+    assert study.with_server(1e-3, 3).server_train.steps == 3 and study.with_server(1e-3, 3).pseudo_lr["COSMOS"] == 1e-3
+    frame = pd.DataFrame({"lr": [1e-4, 1e-3], "steps": [3, 3], "seed": 7, "mean": [50.0, 40.0], "fit": [80.0, 96.0]})
+    assert server_choice(frame, 95.0)["lr"] == 1e-3  # the only one that fits, though it scores lower
+    assert server_choice(frame.assign(fit=[96.0, 96.0]), 95.0)["lr"] == 1e-4  # both fit: the higher mean
+    v = vote_dynamics([torch.tensor([2, 2, 2, 1])], np.array([2, 0, 1, 1]), 3).iloc[0]
+    assert (v["accuracy"], v["top_class"], v["top_count"]) == (50.0, 2, 3)
 
 
 def test_the_exercises_readings_follow_their_numbers():

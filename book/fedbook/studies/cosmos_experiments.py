@@ -324,8 +324,8 @@ class COSMOSStudy:
                    global_test_per_class=P.global_test_per_class, arch_specs={**P.archs, **P.extra_archs},
                    base_mix=list(P.archs), mixtures=P.mixtures, server=P.server, small_server=P.small_server,
                    client_train=client_train,
-                   server_train=adam(epochs=P.server_epochs, steps=P.server_steps[0], lr=P.lr_pseudo_candidates[0],
-                                     batch_size=PSEUDO_BATCH), radius=P.radius,
+                   server_train=adam(epochs=P.server_epochs, steps=getattr(P, "server_steps", (None,))[0],
+                                     lr=P.lr_pseudo_candidates[0], batch_size=PSEUDO_BATCH), radius=getattr(P, "radius", None),
                    pfl_train=pfl, finetune=dataclasses.replace(pfl, epochs=FT_EPOCHS, lr=P.sgd_lr / 5),
                    temperature=P.temperature, lam=P.lam, target_clusters=P.target_clusters, comet_k=P.comet_k,
                    rounds=P.rounds, sweep_rounds=P.sweep_rounds, sweeps=P.sweeps)
