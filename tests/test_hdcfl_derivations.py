@@ -221,10 +221,19 @@ def test_the_federation_sections_on_a_small_federation():
     assert numbers["id_eval"] == "identical" and len(checks) == 4 and checks.n_fail == 0
     assert numbers["id_partial_sentence"].startswith("the one-group prototype differs" if numbers["id_partial"] > 0 else "yet here")
     assert numbers["id_participation"] == 0.5 and numbers["id_partial"] == ident.partial_diff
-    table, numbers = drift_section(checks, fed, model_fn, train, [1, 2], 1, seed=0)
+    feds = [(fed, model_fn), hc.small_federation(4, 0.3, seed=1)]
+    table, numbers = drift_section(checks, feds, train, [1, 2], 1, [0, 1], min_move=0.0)  # every move testable
     assert table.index.tolist() == [1, 2] and numbers["ls_steps"] == "1, 2" and numbers["ls_s_short"] == 2
     assert numbers["ls_move_min"] == table["(c) feature movement"].iloc[0] and 0 <= numbers["ls_agree_max"] <= 100
+    assert numbers["ls_n_seeds"] == 2 and numbers["ls_rho_short"].endswith("2 seeds")
     assert len(checks) == 7
+    # the same runs with a regime the short updates do not reach: the two tracking checks are left out, said untestable
+    fewer = CheckTable()
+    again, numbers = drift_section(fewer, feds, train, [1, 2], 1, [0, 1], min_move=1.0)
+    assert len(fewer) == 1 and numbers["ls_track_reading"].startswith("untestable in this setting")
+    assert again.equals(table) and numbers["ls_size_short"] < 100.0
+    with pytest.raises(ValueError, match="one federation per seed, got 2 federation"):
+        drift_section(fewer, feds, train, [1, 2], 1, [0])
     numbers = refresh_section(checks, ident.run.server, 3, 2, seed=0)
     assert numbers["rf_n"] == 4 and numbers["rf_trials"] == 3 and len(checks) == 12
     assert numbers["rf_reading"].startswith("each within its range. Personalization is read-only")

@@ -17,11 +17,12 @@ import pytest
 import fedbook.studies.hdcfl_experiments as hdcfl
 from fedbook.claims import HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, VERDICTS, Claim, Read, effect, evaluate
 from fedbook.study import Study, run_study
-from fedbook.studies.hdcfl_experiments import (BASELINES, DEFAULT_VARIANT, METHODS, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT, STEP_COLUMN, HDCFLStudy, activation_steps,
-                                   activation_table, donor_seeds, donor_table, exercise_cell, exercise_numbers, in_run_order,
-                                   ledger_costs, macro_table, nearest_donor_gain, overlap_pairs, paired_rows, per_seed,
-                                   refresh_summary, results, results_numbers, run_cell, server_seconds, step_pairs, step_text,
-                                   tail_metrics)
+from fedbook.studies.hdcfl_experiments import (BASELINES, CONTRAST_COLUMN, DEFAULT_VARIANT, HALF_RHO, METHODS, ONE_GROUP_VARIANT,
+                                   RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT, HDCFLStudy, activation_contrast,
+                                   activation_table, contrast_pairs, contrast_text, donor_seeds, donor_table, exercise_cell,
+                                   exercise_numbers, gate_opened, in_run_order, ledger_costs, macro_table, nearest_donor_gain,
+                                   overlap_frame, paired_rows, per_seed, reference_groups, refresh_summary, results,
+                                   results_numbers, run_cell, server_seconds, tail_metrics)
 from fedlib.algorithms.hdcfl import HDCConfig, HDCFL, cached_clients
 from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
@@ -49,46 +50,41 @@ def test_server_seconds_by_hand_and_without_plain_rounds():
         server_seconds([1.0], 0)
 
 
-def test_step_text():
-    assert step_text(-0.04) == "-0.0 points" and step_text(2.0) == "+2.0 points"
-    assert step_text(float("nan")).startswith("not measurable")
+def test_contrast_text():
+    assert contrast_text(-0.04) == "-0.0 points" and contrast_text(2.0) == "+2.0 points"
+    assert contrast_text(float("nan")).startswith("not measurable")
+
+
+def _activation() -> pd.DataFrame:
+    return pd.DataFrame({"setting": [S_LS] * 3 + [S_DIR] * 3 + [S_ROT] * 3, "seed": [0, 1, 2] * 3,
+                         "round": [4.0, 8.0, 6.0, 16.0, 16.0, 16.0, 12.0, 14.0, np.nan],
+                         "gate opened": [1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, np.nan],
+                         "k": [8.0, 7.0, 6.0, 2.0, 3.0, 4.0, 4.0, 4.0, np.nan],
+                         "ARI with the reference": [1.0, 0.5, 0.6, 0.1, 0.2, 0.0, 1.0, 0.8, np.nan],
+                         "contrast": [3.0, 1.0, 2.0, 1.0, 0.5, -1.0, 2.0, 0.5, np.nan]})
 
 
 def test_activation_table_by_hand():
-    history = pd.DataFrame({"setting": ["a"] * 4 + ["b"] * 2, "seed": [0, 0, 1, 1, 0, 0],
-                            "descriptor": ["rank-r descriptors"] * 6, "round": [2, 4, 2, 4, 2, 4],
-                            "active": [False, True, False, True, True, True]})
-    raw = history.assign(descriptor="raw heads", active=True)  # the raw-head runs are not read
-    curves = pd.DataFrame({"setting": ["a"] * 4 + ["b"] * 2, "seed": [0, 0, 1, 1, 0, 0], "round": [2, 4, 2, 4, 2, 4],
-                           "mean": [50.0, 54.0, 60.0, 61.0, 70.0, 75.0]})
-    table = activation_table(pd.concat([history, raw]), curves, ["b", "a"], refresh_every=2)
-    assert table.index.tolist() == ["b", "a"]
-    assert table.loc["a"].tolist() == [4.0, 4, 4, 2.5]  # steps 4 and 1
-    assert table.loc["b", "earliest"] == 2 and math.isnan(table.loc["b", STEP_COLUMN])  # active at the first refresh
+    table = activation_table(_activation(), [S_ROT, S_LS, S_DIR])
+    assert table.index.tolist() == [S_ROT, S_LS, S_DIR]
+    assert table.loc[S_LS].tolist() == pytest.approx([6.0, 4.0, 8.0, 100 * 2 / 3, 7.0, 0.7, 2.0])
+    assert table.loc[S_ROT, "ARI with the reference"] == pytest.approx(0.9)  # a seed never activated (NaN) left out
+    assert table.loc[S_DIR, "gate opened (% of seeds)"] == 0.0 and table.loc[S_DIR, CONTRAST_COLUMN] == pytest.approx(0.5 / 3)
 
 
-def _step_history() -> tuple[pd.DataFrame, pd.DataFrame]:
-    history = pd.DataFrame({"setting": [S_LS] * 6 + [S_DIR] * 6 + [S_ROT] * 6, "seed": [0, 0, 1, 1, 2, 2] * 3,
-                            "descriptor": "rank-r descriptors", "round": [2, 4] * 9,
-                            "active": [False, True, False, True, True, True]     # label subsets: seed 2 active at the first refresh
-                                      + [False, True, False, False, False, True]  # Dirichlet: seed 1 never active
-                                      + [True] * 6})                              # rotation: active at the first refresh
-    curves = history[["setting", "seed", "round"]].assign(mean=[50.0, 54.0, 60.0, 61.0, 70.0, 75.0,
-                                                                40.0, 41.0, 30.0, 35.0, 20.0, 22.0] + [80.0] * 6)
-    return history, curves
+def test_contrast_pairs_by_seed_against_dirichlet():
+    pairs = contrast_pairs(_activation())
+    # label subsets − Dirichlet on every seed; rotation's seed 2 (never activated) left out
+    assert pairs[["setting", "seed", "contrast", "Dirichlet contrast"]].values.tolist() == [
+        [S_LS, 0, 3.0, 1.0], [S_LS, 1, 1.0, 0.5], [S_LS, 2, 2.0, -1.0], [S_ROT, 0, 2.0, 1.0], [S_ROT, 1, 0.5, 0.5]]
 
 
-def test_activation_steps_per_seed_by_hand_and_paired_across_settings():
-    history, curves = _step_history()
-    a = activation_steps(history, curves, S_LS, refresh_every=2)
-    assert a.index.tolist() == [0, 1, 2] and a.tolist()[:2] == [4.0, 1.0] and math.isnan(a[2])
-    b = activation_steps(history, curves, S_DIR, refresh_every=2)
-    assert b[0] == 1.0 and math.isnan(b[1]) and b[2] == 2.0
-    assert activation_table(history, curves, [S_LS, S_DIR], 2)[STEP_COLUMN].tolist() == [2.5, 1.5]  # the means of the steps
-    # the claim's frame: by seed, only the seeds where both steps are measurable (seed 0: 4 against 1); with no
-    # such seed (rotation), one row of zeros: a one-seed interval, inconclusive
-    pairs = step_pairs(history, curves, refresh_every=2)
-    assert pairs[["setting", "seed", "step", "Dirichlet step"]].values.tolist() == [[S_LS, 0, 4.0, 1.0], [S_ROT, -1, 0.0, 0.0]]
+def test_gate_opened_reads_the_trailing_stable_refreshes():
+    h = pd.DataFrame({"round": [8, 2, 4, 6], "stable": [True, True, False, True]})  # any order: sorted by round
+    assert gate_opened(h, 8, patience=2) and not gate_opened(h, 6, patience=2) and gate_opened(h, 6, patience=1)
+    assert not gate_opened(h, 2, patience=2)  # fewer refreshes than the patience
+    with pytest.raises(ValueError, match="patience must be an int >= 1, got 0"):
+        gate_opened(h, 8, patience=0)
 
 
 def test_paired_rows_keeps_the_seeds_where_both_sides_are_defined():
@@ -98,15 +94,16 @@ def test_paired_rows_keeps_the_seeds_where_both_sides_are_defined():
     assert paired_rows(ours, base, ("a", "b")).columns.tolist() == ["seed", "a", "b"]
 
 
-def test_overlap_pairs_read_only_seeds_with_an_association_to_explain():
-    donor_seed = pd.DataFrame({"setting": [S_LS] * 3 + [S_DIR] * 3, "seed": [2, 1, 0] * 2,
-                               "ρ (raw heads)": [0.005, 0.0, 0.4, -0.1, -0.2, -0.3],
-                               "partial ρ given overlap": [-0.2, -0.05, 0.1, 0.0, 0.0, 0.0]})
-    pairs = overlap_pairs(donor_seed, floor=0.01)
-    # (0.4 − 0.1) / 0.4 on seed 0; ρ = 0 with a negative partial ρ (seed 1) and ρ below the floor (seed 2): nothing to
-    # explain, left out; Dirichlet has no seed left: one row of zeros
-    assert pairs[["setting", "seed", "share", "half"]].values.tolist() == [[S_LS, 0, pytest.approx(0.75), 0.5],
-                                                                            [S_DIR, -1, 0.0, 0.0]]
+def test_overlap_frame_keeps_every_seed_and_halves_rho():
+    donor_seed = pd.DataFrame({"setting": [S_LS] * 3 + [S_DIR] * 3 + [S_ROT], "seed": [2, 1, 0] * 2 + [0],
+                               "ρ (raw heads)": [0.005, 0.0, 0.4, -0.1, -0.2, -0.3, 0.9],
+                               "partial ρ given overlap": [-0.2, -0.05, 0.1, 0.0, 0.0, 0.0, 0.0]})
+    f = overlap_frame(donor_seed)
+    # every label-skew seed, no floor on ρ (the former rule left out seeds 1 and 2, a selection on the outcome);
+    # rotation is not a label-skew setting
+    assert f[["setting", "seed", HALF_RHO, "partial ρ given overlap"]].values.tolist() == [
+        [S_DIR, 0, -0.15, 0.0], [S_DIR, 1, -0.1, 0.0], [S_DIR, 2, -0.05, 0.0],
+        [S_LS, 0, 0.2, 0.1], [S_LS, 1, 0.0, -0.05], [S_LS, 2, 0.0025, -0.2]]
 
 
 def _main() -> pd.DataFrame:
@@ -250,7 +247,7 @@ def tiny_frames(tiny_study):
 def test_a_tiny_study_end_to_end(tiny_study, tiny_frames):
     main = tiny_frames["main"][tiny_frames["main"].setting == "rotation"]
     assert main.method.tolist() == list(METHODS) and set(main.seed) == {3}
-    assert list(tiny_frames) == ["main", "variants", "history", "curves", "donors", "costs", "server"]
+    assert list(tiny_frames) == ["main", "variants", "history", "activation", "donors", "costs", "server"]
     variants = tiny_frames["variants"][tiny_frames["variants"].setting == "rotation"]
     assert variants.variant.tolist() == [DEFAULT_VARIANT, ONE_GROUP_VARIANT, SHARED_VARIANT, RAW_RUN] == tiny_study.variant_names
     assert set(tiny_frames["history"].descriptor) == {"rank-r descriptors", "raw heads"}
@@ -263,8 +260,16 @@ def test_a_tiny_study_end_to_end(tiny_study, tiny_frames):
     # the two rows copied rather than computed again are what computing them gives: λ = 0 deploys the shared
     # encoder with each client's head (FedAvg-SE's deployment), and the default refreshed again at the last
     # round (active by then) is what the run itself deployed; the run trained again is the same run
-    fed, _, model_fn, run = tiny_study.train_hdcfl("rotation", 3)
+    fed, planted, model_fn, run, at = tiny_study.train_hdcfl("rotation", 3)
     assert tail_metrics(run.frame) == {m: by.loc["HDC-FL", m] for m in tails}
+    # the activation round's state: active there, the round the run's refresh history names; the contrast read on it
+    act = tiny_frames["activation"][tiny_frames["activation"].setting == "rotation"].iloc[0]
+    first_active = int(hdcfl.refresh_history(run.server).query("active")["round"].min())
+    assert at.rounds_done == first_active == act["round"] and bool(at.server.arrays["hdcfl/membership"].numel())
+    again = activation_contrast(tiny_study, at, fed, model_fn, reference_groups(fed, planted, tiny_study.hdc, 3)[0], 3)
+    assert again == pytest.approx({c: act[c] for c in hdcfl.ACTIVATION_COLUMNS}, nan_ok=True)
+    if at.rounds_done == tiny_study.rounds:  # activated at the last round: the contrast is the main table's, HDC-FL − FedAvg-SE
+        assert act["contrast"] == pytest.approx(by.loc["HDC-FL", "mean"] - by.loc["FedAvg-SE", "mean"], abs=1e-9)
     for name, change in ((SHARED_VARIANT, dict(lam=0.0)), (DEFAULT_VARIANT, {})):
         again, _ = tiny_study.deploy_variant(run, fed, model_fn, dataclasses.replace(tiny_study.hdc, **change), 3)
         assert v.loc[name, tails].tolist() == pytest.approx([again[m] for m in tails], abs=1e-9)
@@ -278,12 +283,13 @@ def test_a_tiny_study_end_to_end(tiny_study, tiny_frames):
 
 
 def test_the_claims_frames_and_numbers_of_a_tiny_study(tiny_study, tiny_frames):
-    R = results(tiny_frames, refresh_every=1, floor=0.01)
-    assert {"macro", "donor_seed", "refreshes", "steps", "overlap"} <= set(R)
+    R = results(tiny_frames)
+    assert {"macro", "donor_seed", "refreshes", "contrasts", "overlap"} <= set(R)
     assert set(R["macro"].method) == set(METHODS) and (R["macro"].setting == "macro").all() and set(R["macro"].seed) == {3}
     assert R["refreshes"].groupby(["setting", "descriptor"]).size().tolist() == [1] * 6  # one seed each
-    numbers = results_numbers(R, list(hdcfl.SETTINGS), first_seed=3, refresh_every=1)
-    assert numbers["macro_mean_best"] in BASELINES and numbers["refresh_every"] == 1
+    numbers = results_numbers(R, list(hdcfl.SETTINGS), first_seed=3)
+    assert numbers["macro_mean_best"] in BASELINES and numbers["ft_mean_text"].endswith("1 seed")
+    assert numbers["act_round_rot"] == float(R["activation"].set_index("setting").loc[S_ROT, "round"])
     assert numbers["macro_mean_hdc"] == float(R["macro"].set_index("method").loc["HDC-FL", "mean"])
     assert 0 < numbers["top_weight_median"] <= 100 and numbers["extra_up_pct"] > 0
     assert all(isinstance(numbers[k], float) for k in ("rot_k1_gain", "lam0_gain", "nearest_gain", "rho_ls", "extra_up_pct"))
