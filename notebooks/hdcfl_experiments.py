@@ -70,7 +70,6 @@ cache_dir = None  # where the studies keep each cell's frames (book/build.py giv
 # %% tags=["hide-input"]
 import functools
 import math
-import time
 import warnings
 
 import matplotlib.pyplot as plt
@@ -97,7 +96,7 @@ COMMON = dict(settings=["label subsets", "Dirichlet", "rotation"], class_fractio
 PROFILES = {
     "smoke": dict(COMMON, dataset="uci8", n_samples=300, n_clients=6, rounds=2, local_epochs=1, n_seeds=2, refresh_every=1,
                   global_test_per_class=5, model="cnn", width=8, feature_dim=16, max_activation_round=2),
-    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=7,
+    "book": dict(COMMON, dataset="uci8", n_samples=None, n_clients=20, rounds=16, local_epochs=1, n_seeds=8,
                  global_test_per_class=40, model="cnn", width=8, feature_dim=32, max_activation_round=16),
     "paper": dict(COMMON, dataset="cifar10", n_samples=None, n_clients=20, rounds=100, local_epochs=1, n_seeds=5,
                   global_test_per_class=100, model="resnet18", width=None, feature_dim=None, max_activation_round=100,
@@ -487,22 +486,22 @@ CLAIMS = [
 # %% [markdown]
 # ## The runs
 #
-# Per setting and seed: one HDC-FL run (evaluated at every refresh, for the dynamics below; its
-# server groups the raw heads of the same cache too, for the raw-head ablation), and one run of
+# Per setting and seed: one HDC-FL run (evaluated at the last round and, on the state of its
+# activation round, beside FedAvg-SE; its server groups the raw heads of the same cache too, for
+# the raw-head ablation), and one run of
 # each baseline (FedAvg-FT is FedAvg's run fine-tuned, FedAvg-SE HDC-FL's run deployed with the
 # shared encoder). The
 # evaluation reads each client's pooled score at the last round. The runs are a study
 # ({class}`fedbook.study.Study`): the grid of the settings crossed with the seeds, each cell one
 # setting and one seed ({func}`fedbook.studies.hdcfl_experiments.run_cell`, every method's runs), which
 # returns tidy frames, run in `workers` processes and cached by what they depend on. The worked
-# solutions of the exercises are a second, smaller study on the first seed
-# ({func}`fedbook.studies.hdcfl_experiments.exercise_cell`).
+# solutions of the exercises are computed by the first seed's cells on their own HDC-FL runs
+# ({func}`fedbook.studies.hdcfl_experiments.exercise_frames`).
 
 # %% tags=["hide-input"]
-MAIN = Study("main", functools.partial(hdcfl.run_cell, study=STUDY), grid={"setting": P.settings}, seeds=SEEDS)
 EX1_T = sorted({0.01, 0.05, P.temperature, 1.0})  # exercise 1's temperatures, on the first seed's HDC-FL runs
-EXERCISES = Study("exercises", functools.partial(hdcfl.exercise_cell, study=STUDY, temperatures=EX1_T),
-                  grid={"setting": P.settings}, seeds=[seed])
+MAIN = Study("main", functools.partial(hdcfl.run_cell, study=STUDY, temperatures=EX1_T, exercise_seed=seed),
+             grid={"setting": P.settings}, seeds=SEEDS)
 frames = hdcfl.results(run_study(MAIN, workers=workers, cache=cache_dir))
 R.update(hdcfl.results_numbers(frames, P.settings, first_seed=seed))
 save_frames({name: frames[name] for name in ("main", "variants", "history", "donors")}, results_dir)
@@ -659,15 +658,13 @@ display(show_table(regime_table(decided), formats={"value": ".3g"}, index=False)
 # Each exercise re-runs this chapter with other parameters (e.g.
 # `python book/build.py --only hdcfl_experiments -p temperature=0.2 --out runs/mine`) or changes
 # a little code. The worked solutions are computed when the page is built from **reduced runs**:
-# the first seed's HDC-FL runs (the main study's, trained again: the same bits), re-evaluated on the server side
+# the first seed's HDC-FL runs (the main study's own), re-evaluated on the server side
 # only, so each takes seconds. One seed gives no interval; as a yardstick, the chapter's interval
 # for HDC-FL − {glue:text}`ex_noise_baseline` on the macro mean (the comparison nearest to
 # failing the mean claim) has a half-width of {glue:text}`ex_noise:.1f` points.
 
 # %% tags=["remove-cell"]
-t_ex = time.perf_counter()
-R.update(hdcfl.exercise_numbers(run_study(EXERCISES, workers=workers, cache=cache_dir), P.settings, EX1_T, decided))
-R["ex_seconds"] = time.perf_counter() - t_ex
+R.update(hdcfl.exercise_numbers({name: frames[name] for name in ("ex1", "ex2")}, P.settings, EX1_T, decided))
 
 # %% [markdown]
 # ### Exercise 1: How sharp should the membership be?

@@ -309,6 +309,17 @@ def test_the_exercise_cell_reevaluates_the_main_study_s_run(tiny_study, tiny_fra
     assert math.isnan(exercise_cell(3, "Dirichlet", study=tiny_study, temperatures=[t])["ex2"]["ARI(labels, planted rotations)"].iloc[0])
 
 
+def test_the_main_cell_computes_the_exercises_on_its_own_run_for_the_exercise_seed_only(tiny_study):
+    t = tiny_study.hdc.temperature
+    own = run_cell(3, "rotation", study=tiny_study, temperatures=[0.01, t], exercise_seed=3)
+    alone = exercise_cell(3, "rotation", study=tiny_study, temperatures=[0.01, t])  # the run trained again: the same bits
+    pd.testing.assert_frame_equal(own["ex1"], alone["ex1"])
+    pd.testing.assert_frame_equal(own["ex2"], alone["ex2"])
+    other = run_cell(4, "rotation", study=tiny_study, temperatures=[t], exercise_seed=3)
+    assert other["ex1"].empty and other["ex2"].empty and list(other["ex2"].columns) == list(hdcfl.EX2_COLUMNS)
+    assert "ex1" not in run_cell(4, "rotation", study=tiny_study)  # no temperatures: no exercise frames
+
+
 def test_a_cell_under_partial_participation_samples_half_the_clients_for_every_method(tiny_study):
     half = dataclasses.replace(tiny_study, participation=0.5)
     out = run_cell(1, "Dirichlet", study=half)

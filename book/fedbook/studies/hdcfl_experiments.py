@@ -8,16 +8,17 @@ Section 4: the main comparison (Sections 4.2-4.3: mean, worst-client and bottom-
 the ablations (Section 4.4, Appendix E), the grouping dynamics and the activation step (Appendix
 D), the donor swap (Section 4.5, Appendix F) and the communication cost.
 
-The chapter declares two studies (:class:`fedbook.study.Study`) over the heterogeneity
+The chapter declares one study (:class:`fedbook.study.Study`) over the heterogeneity
 ``setting`` (:data:`SETTINGS`) and the run seeds, each cell a function of this module with the
 chapter's :class:`HDCFLStudy` bound:
 
 * :func:`run_cell`: every method trained on one setting and seed, the server-side ablations on
-  the same HDC-FL run, its refresh history, its accuracy curve, the donor swaps on its final
+  the same HDC-FL run, its refresh history, its activation round, the donor swaps on its final
   cache, the ledger's bytes and the server's times: the frames ``main``, ``variants``,
   ``history``, ``activation``, ``donors``, ``costs`` and ``server``;
-* :func:`exercise_cell`: the worked solutions' reduced runs, the first seed's HDC-FL run
-  re-evaluated at other temperatures (``ex1``) and grouped by label histograms (``ex2``).
+* the worked solutions' frames, computed by the first seed's cells on their own HDC-FL runs
+  (:func:`exercise_frames`; :func:`exercise_cell` on its own): the run re-evaluated at other
+  temperatures (``ex1``) and grouped by label histograms (``ex2``).
 
 :func:`results` adds the frames the claims read, one row per seed (``macro``, ``donor_seed``,
 ``refreshes``, ``contrasts``, ``overlap``); :func:`scale` gives the resolutions declared before the
@@ -469,8 +470,12 @@ class HDCFLStudy:
         return tail_metrics(rows), state
 
 
-def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.DataFrame]:
+def run_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: Sequence[float] = (),
+             exercise_seed: int | None = None) -> dict[str, pd.DataFrame]:
     """The main study's cell: every run of one setting and seed, as the frames the chapter reads.
+    With ``temperatures``, the cell of ``exercise_seed`` also computes the worked solutions'
+    frames ``ex1`` and ``ex2`` on its own HDC-FL run (:func:`exercise_frames`: no run trained
+    again), every other cell returns them empty.
 
     Returns
     -------
@@ -524,15 +529,24 @@ def run_cell(seed: int, setting: str, *, study: HDCFLStudy) -> dict[str, pd.Data
         add(name, run.frame)
         if name == "FedRep":
             costs.append({"method": "FedRep", **ledger_costs(run.ledger, study.rounds, study.n_clients)})
+    exercises = {}
+    if len(temperatures):
+        exercises = exercise_frames(study, fed, group, model_fn, hdc, seed, temperatures) if seed == exercise_seed else \
+            {"ex1": pd.DataFrame(columns=["T", *TAIL_METRICS, "entropy"]), "ex2": pd.DataFrame(columns=list(EX2_COLUMNS))}
     server["seconds"] = time.perf_counter() - t0
     return {"main": pd.DataFrame(main), "variants": pd.DataFrame(variants), "history": history,
-            "activation": pd.DataFrame([activation]),
+            "activation": pd.DataFrame([activation]), **exercises,
             "donors": donors, "costs": pd.DataFrame(costs), "server": pd.DataFrame([server])}
 
 
-def exercise_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: Sequence[float]) -> dict[str, pd.DataFrame]:
-    """The exercises' cell: the HDC-FL run of one setting and seed (:meth:`HDCFLStudy.train_hdcfl`,
-    the main study's run) re-evaluated on the server side only.
+EX2_COLUMNS = ("k (labels)", "k (heads)", "ARI(heads, labels)", "ARI(heads, planted rotations)", "ARI(labels, planted rotations)")
+"""The columns of exercise 2's frame (:func:`exercise_frames`)."""
+
+
+def exercise_frames(study: HDCFLStudy, fed: Federation, planted: np.ndarray | None, model_fn: Callable, run: RunResult,
+                    seed: int, temperatures: Sequence[float]) -> dict[str, pd.DataFrame]:
+    """The exercises' frames from an HDC-FL run of one setting and seed (``run`` on ``fed``,
+    :meth:`HDCFLStudy.train_hdcfl`), re-evaluated on the server side only.
 
     Returns
     -------
@@ -540,11 +554,10 @@ def exercise_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: S
         ``ex1``: per temperature ``T`` of ``temperatures``, the final state refreshed at that
         temperature (:meth:`HDCFLStudy.deploy_variant`): :data:`TAIL_METRICS` and the mean
         membership ``entropy`` of its last refresh. ``ex2``: one row, the clients grouped by their
-        normalized label histograms (:class:`fedlib.clustering.SilhouetteKMeans` with HDC-FL's
-        ``k`` range) against HDC-FL's last grouping and the planted rotations (adjusted Rand
-        indices; NaN without planted groups).
+        normalized label histograms (:func:`reference_groups` without planted groups) against
+        HDC-FL's last grouping and the planted rotations (adjusted Rand indices; NaN without
+        planted groups), :data:`EX2_COLUMNS`.
     """
-    fed, planted, model_fn, run, _ = study.train_hdcfl(setting, seed)
     ex1 = []
     for t in temperatures:
         scores, state = study.deploy_variant(run, fed, model_fn, dataclasses.replace(study.hdc, temperature=t), seed)
@@ -552,12 +565,18 @@ def exercise_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: S
     by_labels = reference_groups(fed, None, study.hdc, seed)[0]
     heads = run.server.arrays["hdcfl/labels"].numpy()
     seen = run.server.arrays["hdcfl/clients"].numpy()  # the clients cached at the last refresh
-    ex2 = {"k (labels)": int(by_labels.max() + 1), "k (heads)": int(heads.max() + 1),
-           "ARI(heads, labels)": assignment_agreement(heads, by_labels[seen]),
-           "ARI(heads, planted rotations)": assignment_agreement(heads, planted[seen]) if planted is not None else float("nan"),
-           "ARI(labels, planted rotations)": assignment_agreement(by_labels, planted) if planted is not None
-           else float("nan")}
+    ex2 = dict(zip(EX2_COLUMNS, (int(by_labels.max() + 1), int(heads.max() + 1), assignment_agreement(heads, by_labels[seen]),
+                                 assignment_agreement(heads, planted[seen]) if planted is not None else float("nan"),
+                                 assignment_agreement(by_labels, planted) if planted is not None else float("nan"))))
     return {"ex1": pd.DataFrame(ex1), "ex2": pd.DataFrame([ex2])}
+
+
+def exercise_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: Sequence[float]) -> dict[str, pd.DataFrame]:
+    """The exercises' frames (:func:`exercise_frames`) of the HDC-FL run of one setting and seed,
+    trained again (:meth:`HDCFLStudy.train_hdcfl`, the main study's run, the same bits): what
+    :func:`run_cell` returns for its ``exercise_seed``, on its own."""
+    fed, planted, model_fn, run, _ = study.train_hdcfl(setting, seed)
+    return exercise_frames(study, fed, planted, model_fn, run, seed, temperatures)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1104,7 +1123,7 @@ __all__ = ["ACTIVATION_COLUMNS", "BASELINES", "CONTRAST_COLUMN", "DATA_LABELS", 
            "SHARED_VARIANT", "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "TAIL_READINGS", "T_GAP", "T_OLD",
            "ablation_tables", "activation_contrast", "activation_snapshot", "activation_table", "claims_reading",
            "contrast_pairs", "contrast_text", "contrasts_text", "cost_frame", "cost_table", "donor_seeds", "donor_table",
-           "donor_view", "exercise_cell", "exercise_numbers", "gate_opened", "in_run_order", "ledger_costs", "macro_table",
+           "donor_view", "EX2_COLUMNS", "exercise_cell", "exercise_frames", "exercise_numbers", "gate_opened", "in_run_order", "ledger_costs", "macro_table",
            "main_tables", "nearest_donor_gain", "overlap_frame", "overlap_reading", "paired_rows", "per_seed",
            "plot_dynamics", "reference_groups", "refresh_summary", "results", "results_numbers", "rotation_reading",
            "run_cell", "scale", "server_seconds", "server_text", "setting_numbers", "substitutions", "tail_metrics",
