@@ -81,6 +81,54 @@ def _pool(h: Tensor) -> Tensor:
     return h.mean(dim=(2, 3)) if h.dim() == 4 else h
 
 
+class _MaxPool2(torch.autograd.Function):
+    """2x2 max-pooling of an ``(n, c, h, w)`` map with the bits of ``F.max_pool2d(x, 2)`` and its
+    gradient, in about half the CPU time (a quarter without gradients): the pooling runs on a
+    channels-last copy (torch's vectorized CPU kernel; the NCHW kernel is scalar), whose window
+    maxima and argmax indices are those of the NCHW kernel (the first maximum of each window,
+    a NaN propagated); the output is returned contiguous, so the next layer reads the same
+    tensor; the backward pass scatters each output gradient onto its window's argmax (windows do
+    not overlap: no sum, exactly the NCHW kernel's gradient).
+
+    >>> x = torch.relu(torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(0))).requires_grad_()
+    >>> y = _MaxPool2.apply(x); y.sum().backward()
+    >>> x2 = x.detach().clone().requires_grad_(); y2 = nn.functional.max_pool2d(x2, 2); y2.sum().backward()
+    >>> bool(torch.equal(y, y2)), bool(torch.equal(x.grad, x2.grad))
+    (True, True)
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        out, idx = nn.functional.max_pool2d_with_indices(x.contiguous(memory_format=torch.channels_last), 2)
+        ctx.save_for_backward(idx)
+        ctx.in_shape = x.shape
+        return out.contiguous()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (idx,) = ctx.saved_tensors
+        n, c, h, w = ctx.in_shape
+        out = grad.new_zeros(n, c, h * w)
+        out.scatter_(2, idx.contiguous().view(n, c, -1), grad.contiguous().view(n, c, -1))
+        return out.view(n, c, h, w)
+
+
+def _run_block(block: nn.Sequential, x: Tensor) -> Tensor:
+    """``block(x)`` for a :class:`SmallCNN` block, its ``MaxPool2d(2)`` computed by
+    ``_MaxPool2`` (the same bits, faster); the module itself is called when hooks watch it,
+    under ``torch.func`` transforms (the vectorized engine's ``vmap``), or for any other pooling."""
+    for module in block:
+        if (type(module) is nn.MaxPool2d and x.dim() == 4 and module.kernel_size == 2 and module.stride == 2
+                and module.padding == 0 and module.dilation == 1 and not module.ceil_mode and not module.return_indices
+                and not (module._forward_hooks or module._forward_pre_hooks or nn.modules.module._global_forward_hooks
+                         or nn.modules.module._global_forward_pre_hooks)
+                and not torch._C._functorch.is_functorch_wrapped_tensor(x)):
+            x = _MaxPool2.apply(x)
+        else:
+            x = module(x)
+    return x
+
+
 def _group_norm(channels: int) -> nn.GroupNorm:
     """GroupNorm for the torchvision backbones: ``gcd(32, channels)`` groups.
 
@@ -307,10 +355,10 @@ class SmallCNN(FeatureModel):
 
     def _forward_layers(self, x: Tensor, layers: frozenset[str]) -> tuple[Tensor, dict[str, Tensor]]:
         pooled: dict[str, Tensor] = {}
-        h = self.conv1(x)  # (n, width, s/2, s/2)
+        h = _run_block(self.conv1, x)  # (n, width, s/2, s/2)
         if "conv1" in layers:
             pooled["conv1"] = _pool(h)
-        h = self.conv2(h)  # (n, 2 width, s/4, s/4)
+        h = _run_block(self.conv2, h)  # (n, 2 width, s/4, s/4)
         if "conv2" in layers:
             pooled["conv2"] = _pool(h)
         z = torch.relu(self.fc(h.flatten(1)))  # (n, feature_dim)

@@ -243,3 +243,63 @@ def test_bad_norm(make, valid):
 def test_bad_arguments(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+# --- SmallCNN's 2x2 max-pool (fedlib.models._MaxPool2): the bits of F.max_pool2d, faster ---
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from fedlib.models import _MaxPool2, _run_block  # noqa: E402
+
+
+def _pool_pair(x: torch.Tensor, grad: torch.Tensor):
+    """Output and input gradient of nn.functional.max_pool2d(x, 2) and of _MaxPool2 on copies of x."""
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = nn.functional.max_pool2d(a, 2), _MaxPool2.apply(b)
+    ya.backward(grad)
+    yb.backward(grad)
+    return ya, yb, a.grad, b.grad
+
+
+def test_max_pool2_ties_nan_and_odd_sizes_by_hand():
+    # window [[1, 3], [3, 0]]: the maximum 3 twice; the NCHW kernel routes the gradient to the
+    # first (row-major) one, so must _MaxPool2; an odd side drops its last row and column
+    x = torch.tensor([[[[1.0, 3.0, 0.0], [3.0, 0.0, 5.0], [7.0, 7.0, 7.0]]]])
+    ya, yb, ga, gb = _pool_pair(x, torch.tensor([[[[2.0]]]]))
+    assert yb.tolist() == [[[[3.0]]]] and torch.equal(ya, yb)
+    assert gb.tolist() == [[[[0.0, 2.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]]] and torch.equal(ga, gb)
+    x = torch.tensor([[[[float("nan"), 1.0], [2.0, 3.0]]]])  # a NaN in a window is its maximum
+    ya, yb, ga, gb = _pool_pair(x, torch.ones(1, 1, 1, 1))
+    assert torch.isnan(yb).all() and gb.tolist() == [[[[1.0, 0.0], [0.0, 0.0]]]] and torch.equal(ga, gb)
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 4), c=st.integers(1, 9), h=st.integers(2, 11), w=st.integers(2, 11),
+       levels=st.integers(1, 4), seed=st.integers(0, 2**31 - 1))
+def test_max_pool2_is_max_pool2d_bit_for_bit(n, c, h, w, levels, seed):
+    # few distinct values (levels): windows full of ties, as ReLU's zeros and flat image regions give
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(0, levels, (n, c, h, w), generator=g).float() * torch.rand(1, generator=g)
+    grad = torch.randn(n, c, h // 2, w // 2, generator=g)
+    ya, yb, ga, gb = _pool_pair(x, grad)
+    assert torch.equal(ya, yb) and yb.is_contiguous()
+    assert torch.equal(ga, gb) and gb.is_contiguous()
+
+
+def test_run_block_keeps_hooks_and_vmap():
+    # the module itself runs when a hook watches it or under torch.func.vmap (a custom autograd
+    # Function has no batching rule): the hook fires, vmap computes the same bits as the loop
+    torch.manual_seed(0)
+    model = SmallCNN(width=8, feature_dim=16)
+    x = torch.randn(3, 1, 28, 28)
+    seen = []
+    handle = model.conv1[3].register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    try:
+        plain = model(x)
+    finally:
+        handle.remove()
+    assert seen == [torch.Size([3, 8, 14, 14])]
+    assert torch.equal(_run_block(model.conv1, x), model.conv1(x))
+    batched = torch.func.vmap(model)(x.unsqueeze(1))  # (3, 1, classes): each image its own batch
+    assert torch.allclose(batched.squeeze(1), plain, atol=1e-5)
