@@ -622,8 +622,7 @@ def build_model(
 
     if seed is None:
         return make()
-    with torch.random.fork_rng(devices=[]):  # CPU RNG only; restored on exit
-        torch.manual_seed(seed)
+    with isolated_torch_rng(seed):  # the CPU RNG only, seeded as torch.manual_seed(seed) seeds it; restored on exit
         return make()
 
 
