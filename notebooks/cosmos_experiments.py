@@ -170,10 +170,12 @@ R = {**cosmos.parameters(P, STUDY, SIDE), **pilot.numbers(P.n_clients), "server_
 # baseline runs at a rate tuned for COSMOS. The pilot {glue:text}`pilot_federation`. The
 # pilot's means: {glue:text}`lr_rule`. COSMOS alone trains a server model, so its **server budget**
 # is piloted as a whole on the same seed and clients: the rate (for its server and its clients)
-# and the server's optimizer steps per cluster and round are chosen together, by the rule: of the
-# settings whose servers reproduce the argmax of their own targets on at least
-# {glue:text}`fit_min:g` % of $U$ (the server-fit regime check below), the one with the highest
-# mean accuracy (else the highest fit). The candidates ({glue:text}`server_rule`) give
+# and the server's optimizer steps per cluster and round are chosen together, by the rule: the
+# fewest steps at which the servers reproduce the argmax of their own targets on at least
+# {glue:text}`fit_min:g` % of $U$ (the server-fit regime check below: the budget it asks for and no
+# more), at the rate with the higher mean accuracy there (else the setting with the highest fit).
+# The clusters' servers are trained together, one stacked step for every cluster
+# ({func}`fedlib.algorithms.cosmos.distill_stacked`: the same random streams as one at a time). The candidates ({glue:text}`server_rule`) give
 # {glue:text}`server_lr` with {glue:text}`server_steps` steps, which {glue:text}`server_met` the
 # threshold on the pilot seed. The server's budget is a number of steps, not of epochs, so the
 # sweeps that change $U$ or the server's architecture leave it unchanged.
@@ -516,7 +518,9 @@ for table in (cosmos.mixture_table(F, STUDY), cosmos.alpha_table(F, STUDY)):
 # personal models, and FedRep's head and body, share those epochs
 # ({func}`fedbook.studies.cosmos_experiments.split_epochs`: {glue:text}`split_first` then
 # {glue:text}`split_second` per round), so no method trains more than another. FedBABU fine-tunes for
-# {glue:text}`ft_epochs` epoch(s) before deployment. COSMOS is the one-architecture run above.
+# {glue:text}`ft_epochs` epoch(s) before deployment. Their clients train stacked, one batched step
+# for every client ({mod}`fedlib.engines.vectorized`: the same batches and updates as one client at a
+# time, to float32 rounding). COSMOS is the one-architecture run above.
 # FedAvg, which does not personalize (no claim compares with it; the paper's Table 7 leaves it
 # out too), is not run.
 

@@ -12,7 +12,7 @@ import torch
 from scipy.spatial.distance import cdist
 
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
-from fedlib.algorithms.cosmos import cosmos_fits, cosmos_history, hard_labels
+from fedlib.algorithms.cosmos import cosmos_fits, cosmos_history, distill_stacked, hard_labels
 from fedlib.algorithms.fedmd import PublicServer, cached_labels, grouping
 from fedlib.clustering import GreedyB0, b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
@@ -554,3 +554,55 @@ def test_more_bad_values_are_refused():
         greedy_b0(np.zeros((2, 2)), float("nan"))
     with pytest.raises(ValueError, match="the target number of clusters must be an int >= 1, got 0"):
         GreedyB0(target=0)
+
+
+def test_the_stacked_server_distillation_is_each_clusters_own():
+    # distill_stacked trains every cluster's model with its own stream: the same weights as one distill per model
+    x = torch.rand(40, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # images: the shift and the noise both drawn
+    cfg = TrainConfig(steps=7, batch_size=16, optimizer="adam", lr=1e-2)
+    targets = [torch.softmax(torch.randn(len(x), 3, generator=torch.Generator().manual_seed(k)), 1) for k in range(3)]
+    make = lambda k: build_model("mlp", in_channels=x.shape[1], n_classes=3, input_size=x.shape[-1], hidden=(8,))
+    torch.manual_seed(0)
+    ref, stacked = [make(k) for k in range(3)], []
+    for m in ref:
+        stacked.append(make(0)); stacked[-1].load_state_dict(m.state_dict())
+    for k, m in enumerate(ref):
+        distill(m, x, targets[k], cfg, torch.Generator().manual_seed(10 + k), lam=2.0, shift=1, noise=0.05)
+    distill_stacked(stacked, x, targets, cfg, [torch.Generator().manual_seed(10 + k) for k in range(3)], lam=2.0, shift=1,
+                    noise=0.05)
+    for a, b in zip(ref, stacked):
+        for (n, p), q in zip(a.named_parameters(), b.parameters()):
+            assert torch.allclose(p, q, atol=1e-5), n
+    # a mutation: one generator shared by every model draws other batches, and the weights differ
+    torch.manual_seed(0)
+    shared = [make(k) for k in range(3)]
+    gen = torch.Generator().manual_seed(10)
+    distill_stacked(shared, x, targets, cfg, [gen] * 3, lam=2.0, shift=1, noise=0.05)
+    assert not torch.allclose(shared[1].head.weight, ref[1].head.weight, atol=1e-5)
+    with pytest.raises(ValueError, match="one target and one generator per model"):
+        distill_stacked(stacked, x, targets[:2], cfg, [torch.Generator()] * 3)
+
+
+def test_cosmos_aggregation_matches_teaching_one_cluster_at_a_time(split, archs):
+    _, public, _, _, fed = split
+    method = COSMOS(public=public, server_model=server_fn, target_clusters=2, server_train=ADAM, radius=0.1, **FAST)
+    run = run_federated(method, fed, archs, LoopConfig(rounds=1, seed=0))
+    # the same round with teach() per cluster: the family's aggregation
+    one_by_one = run_federated(type("Sequential", (COSMOS,), {"aggregate": lambda self, server, replies, r:
+                                                              _sequential(self, server, replies, r)})(**{
+        f.name: getattr(method, f.name) for f in dataclasses.fields(COSMOS) if f.init}), fed, archs, LoopConfig(rounds=1, seed=0))
+    a, b = run.server.arrays, one_by_one.server.arrays
+    assert sorted(a) == sorted(b)
+    for k in a:
+        assert torch.allclose(a[k].float(), b[k].float(), atol=1e-4), k
+
+
+def _sequential(self, server, replies, round_):
+    from fedlib.algorithms.cosmos import COSMOSServer
+    from fedlib.algorithms.fedmd import PublicDistillation
+    from fedlib.messages import from_state, to_state
+    state = PublicDistillation.aggregate(self, server, replies, round_)
+    s = from_state(COSMOSServer, state)
+    live = set(s.client_groups().values())
+    s.server = {g: m for g, m in s.server.items() if g in live}
+    return to_state(s)

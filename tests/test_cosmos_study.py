@@ -341,6 +341,8 @@ def test_the_server_pilot_reads_the_fit_and_the_vote_dynamics_count_the_public_p
     frame = pd.DataFrame({"lr": [1e-4, 1e-3], "steps": [3, 3], "seed": 7, "mean": [50.0, 40.0], "fit": [80.0, 96.0]})
     assert server_choice(frame, 95.0)["lr"] == 1e-3  # the only one that fits, though it scores lower
     assert server_choice(frame.assign(fit=[96.0, 96.0]), 95.0)["lr"] == 1e-4  # both fit: the higher mean
+    more = pd.DataFrame({"lr": [1e-3, 1e-3], "steps": [3, 9], "seed": 7, "mean": [40.0, 70.0], "fit": [96.0, 99.0]})
+    assert server_choice(more, 95.0)["steps"] == 3  # the fewest steps that fit, not the best-scoring budget
     v = vote_dynamics([torch.tensor([2, 2, 2, 1])], np.array([2, 0, 1, 1]), 3).iloc[0]
     assert (v["accuracy"], v["top_class"], v["top_count"]) == (50.0, 2, 3)
 

@@ -56,13 +56,15 @@ import torch
 from torch import nn
 
 from ..clustering import GreedyB0, check_b0, cluster_diameters
-from ..distill import distill, l1_distances, pseudo_labels
+from torch.func import functional_call, vmap
+
+from ..distill import augment, check_lam, consistency_loss, distill, kl_rows, l1_distances, pseudo_labels
 from ..messages import Message, State, from_state, prefixed, to_state
 from ..protocol import MODEL, ClientContext, Predictor
 from ..rng import DISTILL_SERVER, DISTILL_SERVER_INIT, derive_seed, isolated_torch_rng, torch_generator
-from ..training import TrainConfig
+from ..training import TrainConfig, make_optimizer, minibatches
 from ..validation import is_int
-from .fedmd import PublicDistillation, PublicServer, _adam, client_model
+from .fedmd import Grouping, PublicDistillation, PublicServer, _adam, client_model
 
 DEPLOYS = ("server", "client")
 """What COSMOS deploys for a client: its cluster's server model (the paper) or its own model."""
@@ -110,6 +112,65 @@ class Clustering:
     n_clusters: int
     max_diameter: float
     seeds: list[int]
+
+
+def distill_stacked(models: list[nn.Module], x: torch.Tensor, targets: list[torch.Tensor], cfg: TrainConfig,
+                    generators: list[torch.Generator], *, lam: float = 0.0, n_augment: int = 1, detach_target: bool = False,
+                    shift: int = 1, noise: float = 0.05) -> None:
+    """:func:`fedlib.distill.distill` of several models of one architecture at once, each toward its
+    own ``targets`` with its own ``generators`` (its mini-batches and augmentations drawn in the same
+    order as :func:`~fedlib.distill.distill` draws them): the models' parameters are stacked and one
+    ``vmap`` of ``functional_call`` takes every model's step together, the optimizer acting on the
+    stack (Adam and SGD act element by element, so each model's slice follows its own
+    trajectory). The models are trained in place; buffers are not supported (COSMOS's server
+    models have none).
+
+    Examples
+    --------
+    >>> torch.manual_seed(0) is not None
+    True
+    >>> models = [nn.Linear(3, 2) for _ in range(2)]
+    >>> x, t = torch.randn(8, 3), [torch.softmax(torch.randn(8, 2), 1) for _ in range(2)]
+    >>> distill_stacked(models, x, t, TrainConfig(steps=3, batch_size=4, lr=0.1, optimizer="adam"),
+    ...                 [torch.Generator().manual_seed(k) for k in range(2)], lam=1.0)
+    >>> models[0].weight.shape
+    torch.Size([2, 3])
+    """
+    lam = check_lam(lam)
+    if not models or len(targets) != len(models) or len(generators) != len(models):
+        raise ValueError(f"distill_stacked needs one target and one generator per model, got {len(models)} models, "
+                         f"{len(targets)} targets and {len(generators)} generators")
+    base = models[0]
+    if list(base.named_buffers()):
+        raise ValueError("distill_stacked does not support models with buffers")
+    names = [n for n, _ in base.named_parameters()]
+    stack = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in models]).clone().requires_grad_() for n in names}
+    opt = make_optimizer(list(stack.values()), cfg)
+
+    def one(p, xb, tb, xa):
+        logits = functional_call(base, p, (xb,))
+        per = kl_rows(tb, logits)
+        for a in range(xa.shape[0]):
+            per = per + lam * consistency_loss(functional_call(base, p, (xa[a],)), logits, detach_target=detach_target)
+        return per.mean()
+
+    batched = vmap(one)
+    k_aug = n_augment if lam > 0 else 0
+    base.train()
+    for idxs in zip(*(minibatches(len(x), cfg, g) for g in generators)):
+        xb = torch.stack([x[i] for i in idxs])
+        tb = torch.stack([t[i] for t, i in zip(targets, idxs)])
+        xa = torch.stack([torch.stack([augment(x[i], g, shift=shift, noise=noise) for _ in range(k_aug)]) if k_aug else
+                          x[i][None][:0] for i, g in zip(idxs, generators)])
+        loss = batched(stack, xb, tb, xa).sum()  # the sum: each model's gradient is its own mean loss's
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        for k, m in enumerate(models):
+            for n, p in m.named_parameters():
+                p.copy_(stack[n][k])
+            m.eval()
 
 
 @dataclass
@@ -207,10 +268,9 @@ class COSMOS(PublicDistillation):
                                          float(cluster_diameters(d, lab).max()), list(server.seeds)))
         return groups
 
-    def teach(self, old: COSMOSServer, server: COSMOSServer, g: int, target: torch.Tensor, round_: int) -> torch.Tensor:
-        """Eq. (1): cluster ``g``'s model, continued from its previous weights (the common initial
-        ones when it is new; after a re-clustering, those of its seed client's previous cluster),
-        distilled on :math:`U` toward ``target``; returns its pseudo-labels at temperature ``T``."""
+    def _start(self, old: COSMOSServer, server: COSMOSServer, g: int) -> nn.Module:
+        """Cluster ``g``'s model before this round's distillation: its previous weights (the common
+        initial ones when it is new; after a re-clustering, those of its seed client's previous cluster)."""
         model = self._server_module()
         if self.recluster:
             seed, groups = server.seeds[g] if g < len(server.seeds) else None, old.client_groups()
@@ -218,23 +278,54 @@ class COSMOS(PublicDistillation):
         else:
             prev = old.server.get(g, {})
         model.load_state_dict(prev or old.server_init)
-        gen = torch_generator(self.seed, round_, g, DISTILL_SERVER)
-        distill(model, self.public.x, target.float(), self.server_train, gen, lam=self.lam, n_augment=self.n_augment,
-                detach_target=self.detach_target, shift=self.shift, noise=self.noise)
+        return model
+
+    def _finish(self, server: COSMOSServer, g: int, model: nn.Module, target: torch.Tensor, round_: int) -> torch.Tensor:
+        """Record cluster ``g``'s trained model and its fit; its pseudo-labels at temperature ``T``."""
         server.server[g] = prefixed("", model.state_dict())
         out = pseudo_labels(model, self.public.x, self.temperature)
         agree = (pseudo_labels(model, self.public.x, 1.0).argmax(dim=1) == target.argmax(dim=1)).float().mean()
         server.fits.append(ServerFit(int(round_), int(g), float(agree)))
         return out
 
+    def teach(self, old: COSMOSServer, server: COSMOSServer, g: int, target: torch.Tensor, round_: int) -> torch.Tensor:
+        """Eq. (1): cluster ``g``'s model, continued from its previous weights (the common initial
+        ones when it is new; after a re-clustering, those of its seed client's previous cluster),
+        distilled on :math:`U` toward ``target``; returns its pseudo-labels at temperature ``T``.
+        The aggregation distils every cluster at once (:meth:`aggregate`, :func:`distill_stacked`),
+        with the same random streams; this is one cluster's, the reference it is tested against."""
+        model = self._start(old, server, g)
+        gen = torch_generator(self.seed, round_, g, DISTILL_SERVER)
+        distill(model, self.public.x, target.float(), self.server_train, gen, lam=self.lam, n_augment=self.n_augment,
+                detach_target=self.detach_target, shift=self.shift, noise=self.noise)
+        return self._finish(server, g, model, target, round_)
+
     def aggregate(self, server: State, replies, round_: int) -> State:
-        """The family's aggregation; the models of clusters that no longer exist are dropped."""
-        state = super().aggregate(server, replies, round_)
-        if state is server:  # nothing to aggregate yet
-            return state
-        s = from_state(COSMOSServer, state)
-        live = set(s.client_groups().values())
-        s.server = {g: m for g, m in s.server.items() if g in live}
+        """The family's aggregation (:meth:`fedlib.algorithms.fedmd.PublicDistillation.aggregate`:
+        cache the labels, group, one target per group), with every cluster's server model distilled
+        at once (:func:`distill_stacked`, each with its own random stream, as :meth:`teach` would);
+        the models of clusters that no longer exist are dropped."""
+        updates = list(replies)
+        old = from_state(COSMOSServer, server)
+        fresh = {k: self.check_reply(old, k, m.arrays["labels"]) for k, m in updates}
+        labels = {**old.labels, **fresh}
+        if not labels:
+            return server
+        s = from_state(COSMOSServer, server)
+        s.labels, s.teacher = labels, {}
+        groups = self.group(s, labels, round_)
+        clients = sorted(groups)
+        s.groups = Grouping.of(groups)
+        live = sorted(set(groups.values()))
+        targets = {g: self.consensus(torch.stack([labels[k] for k in clients if groups[k] == g])) for g in live}
+        models = {g: self._start(old, s, g) for g in live}
+        distill_stacked([models[g] for g in live], self.public.x, [targets[g].float() for g in live], self.server_train,
+                        [torch_generator(self.seed, round_, g, DISTILL_SERVER) for g in live], lam=self.lam,
+                        n_augment=self.n_augment, detach_target=self.detach_target, shift=self.shift, noise=self.noise)
+        for g in live:
+            s.teacher[g] = self._finish(s, g, models[g], targets[g], round_).detach().clone()
+        s.n_groups = len(live)
+        s.server = {g: m for g, m in s.server.items() if g in set(live)}
         return to_state(s)
 
     # ---- evaluation ------------------------------------------------------------------------
@@ -288,5 +379,5 @@ def cosmos_fits(server: State) -> list[dict]:
     return [asdict(f) for f in from_state(COSMOSServer, server).fits]
 
 
-__all__ = ["CLUSTER_INPUTS", "COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "ServerFit", "ball_noise",
+__all__ = ["distill_stacked", "CLUSTER_INPUTS", "COSMOS", "COSMOSServer", "Clustering", "DEPLOYS", "LocalOnly", "ServerFit", "ball_noise",
            "cosmos_fits", "cosmos_history", "hard_labels"]

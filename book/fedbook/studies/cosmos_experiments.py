@@ -52,7 +52,7 @@ from fedlib.results import RunResult, per_client_table
 from fedlib.messages import DOWN, UP
 from fedlib.metrics import protocol_summary
 from fedlib.models import ClientArchitectures, build_model, count_parameters
-from fedlib.run import evaluate_deployment, run_federated
+from fedlib.run import RunOptions, evaluate_deployment, run_federated
 from fedlib.training import TrainConfig
 
 STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "detach")
@@ -496,25 +496,26 @@ def last_fit(server) -> float:
 
 
 def server_choice(pilot: pd.DataFrame, fit_threshold: float) -> dict:
-    """COSMOS's server budget from the server pilot's frame (``lr, steps, seed, mean, fit``): of the
-    settings whose servers reproduce their targets on at least ``fit_threshold`` % of :math:`U`, the
-    one with the highest mean accuracy (a tie: the fewest steps, then the first rate); where none
-    does, the one with the highest fit. Returns ``lr``, ``steps``, ``met`` (whether the threshold
-    was met) and ``text`` (every setting's scores).
+    """COSMOS's server budget from the server pilot's frame (``lr, steps, seed, mean, fit``): the
+    fewest steps at which a rate's servers reproduce their targets on at least ``fit_threshold`` % of
+    :math:`U` (the budget the server-fit regime check asks for, and no more), at the rate with the
+    higher mean accuracy there (a tie: the first rate); where none does, the setting with the
+    highest fit. Returns ``lr``, ``steps``, ``met`` (whether the threshold was met) and ``text``
+    (every setting's scores).
 
     Examples
     --------
-    >>> f = pd.DataFrame({"lr": [1e-4, 1e-3, 1e-3], "steps": [150, 18, 150], "seed": 9, "mean": [80.0, 85.0, 84.0],
-    ...                   "fit": [90.0, 93.0, 97.0]})
+    >>> f = pd.DataFrame({"lr": [1e-4, 1e-3, 1e-3, 1e-3], "steps": [150, 18, 60, 150], "seed": 9,
+    ...                   "mean": [80.0, 85.0, 84.0, 86.0], "fit": [90.0, 93.0, 96.0, 97.0]})
     >>> c = server_choice(f, 95.0)
     >>> c["lr"], c["steps"], bool(c["met"])
-    (0.001, 150, True)
+    (0.001, 60, True)
     >>> server_choice(f, 99.0)["steps"]  # none meets 99 %: the highest fit
     150
     """
     f = pilot.reset_index(drop=True).assign(order=lambda d: range(len(d)))
     ok = f[f["fit"] >= fit_threshold]
-    pick = (ok.sort_values(["mean", "steps", "order"], ascending=[False, True, True]) if len(ok) else
+    pick = (ok.sort_values(["steps", "mean", "order"], ascending=[True, False, True]) if len(ok) else
             f.sort_values(["fit", "steps", "order"], ascending=[False, True, True])).iloc[0]
     text = "; ".join(f"{r.lr:g} × {int(r.steps)} steps: {r.mean:.1f} %, fit {r.fit:.1f} %" for r in f.itertuples())
     return {"lr": float(pick["lr"]), "steps": int(pick["steps"]), "met": bool(len(ok)), "text": text}
@@ -628,7 +629,9 @@ def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     """One architecture for every client (the first of ``mixtures``) at ``seed``: COSMOS, Ditto,
     FedBABU and FedRep (FedAvg, no personalized method, is no run: its bytes are
     :func:`fedavg_bytes`), each training ``COSMOSStudy.pfl_train``'s epochs per round in all
-    (:func:`split_epochs`). Columns: ``method`` and :func:`accuracy_points`."""
+    (:func:`split_epochs`); the parameter-sharing methods' clients train stacked
+    (``execution="vectorized"``, :mod:`fedlib.engines.vectorized`). Columns: ``method`` and
+    :func:`accuracy_points`."""
     public, hidden, fed, planted = study.split(seed)
     ds = fed.global_test
     archs = study.architectures(list(study.mixtures.values())[0], study.n_clients, ds)
@@ -637,7 +640,11 @@ def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     first, second = split_epochs(train)  # two models (Ditto) or two parts (FedRep): the same epochs in all
     methods = {"COSMOS": study.cosmos_method(ds, public, seed), "Ditto": Ditto(train=first, personal_train=second),
                "FedBABU": FedBABU(train=train, finetune=study.finetune), "FedRep": FedRep(head_train=first, train=second)}
-    return pd.DataFrame([{"method": name, **accuracy_points(run_federated(m, fed, archs, cfg).frame)}
+    # the parameter-sharing methods' clients train stacked (their local work is a LocalProgram: the same batches and
+    # updates as one client at a time, to float32 rounding); COSMOS's clients, with their own losses, one at a time
+    stacked = RunOptions(execution="vectorized")
+    return pd.DataFrame([{"method": name, **accuracy_points(run_federated(m, fed, archs, cfg, RunOptions() if name == "COSMOS"
+                                                                          else stacked).frame)}
                          for name, m in methods.items()])
 
 
