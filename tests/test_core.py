@@ -74,6 +74,19 @@ def test_nonfinite_detection():
     assert Message(arrays={"w": torch.ones(2)}).nonfinite_array() is None
 
 
+@settings(max_examples=60, deadline=None)
+@given(dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]),
+       values=st.lists(st.sampled_from([0.0, 1.5, -2.0, float("nan"), float("inf"), -float("inf")]), min_size=1, max_size=6),
+       view=st.sampled_from(["plain", "neg", "transposed", "grad"]))
+def test_nonfinite_detection_is_torch_isfinite(dtype, values, view):
+    # numpy checks the CPU float16/32/64 arrays, torch the others (bfloat16): both name the array
+    # torch.isfinite names, through a lazy negation, a non-contiguous view or a tensor with gradients
+    t = torch.tensor(values, dtype=dtype).repeat(2, 1)
+    t = {"plain": t, "neg": t.neg(), "transposed": t.T, "grad": t.clone().requires_grad_()}[view]
+    expected = None if bool(torch.isfinite(t).all()) else "b"
+    assert State({"a": torch.ones(3, dtype=dtype), "b": t, "i": torch.tensor([1, 2])}).nonfinite_array() == expected
+
+
 def test_state_round_trips_through_dict():
     s = Message(arrays={"a": torch.ones(2)}, meta={"k": 1}, kind="z")
     back = Message.from_dict(s.to_dict())
