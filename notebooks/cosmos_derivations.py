@@ -236,7 +236,10 @@ tables["summary"]
 # %% [markdown]
 # Over the {glue:text}`rr_n` client-iterations (the threshold $B_0 =$ {glue:text}`rr_b0:.1f`,
 # summed over the {glue:text}`rr_public` public points, formed {glue:text}`rr_k` clusters) the lemma
-# holds in {glue:text}`rr_holds_pct:.0f` % of them, as it must. It is not informative: the median
+# holds in {glue:text}`rr_holds_pct:.0f` % of them. A proven bound cannot fail on correct
+# arithmetic, so this row tests our reading of its terms (B summed over $U_i$: the per-sample-mean
+# reading fails, in the random instances above), not the paper; the row that can fail is whether
+# the bound is informative. It is not informative: the median
 # margin floor is $\gamma =$ {glue:text}`rr_median_gamma:.4f` (the smallest {glue:text}`rr_min_gamma:.1e`),
 # because a trained network is unsure of at least one of its supported public points, so the
 # median extra term is {glue:text}`rr_median_term:.1f` and the bound is vacuous on
@@ -363,7 +366,10 @@ table
 # data only). The theorems' contraction runs through that teacher (Theorem 5.12 bounds a client's
 # next risk by its cluster model's), so the check asks that COSMOS's excess contract faster than
 # the control's; a COSMOS whose teacher is disabled runs exactly the control, and the check fails
-# (`tests/test_cosmos_chapters.py`). {glue:text}`sy_groups_sentence`
+# (`tests/test_cosmos_chapters.py`). The ratio is fitted on one seed, without an interval, so it
+# reads as an illustration, not a measurement. Each setting also gets a row for $\kappa_2$ itself: its
+# measured lower bound must be below 1 for the theorems' rate to contract at all (a bound of 1 or
+# more rules it out, whatever the unmeasurable $\bar c$). {glue:text}`sy_groups_sentence`
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "COSMOS on the synthetic circle federations: the personalization risk R† of the cluster models and the mean risk of the clients' own models after each iteration's local training, with each setting's mean Bayes risk (dotted) and the risk of local training alone (dashed).", "name": "fig-cosmos-synthetic-risk"}, "image": {"alt": "Line plots of risk against the COSMOS iteration, one panel per synthetic setting: a solid line for the cluster models' personalization risk, a line with markers for the clients' own models, a dotted horizontal line at the Bayes risk and a dashed one at the risk of local training alone."}}
 plot_risks(synth)

@@ -334,11 +334,17 @@ def test_the_synthetic_sections_record_their_rows_and_draw_one_panel_per_setting
     circle = Circle()
     numbers, table = synthetic_section(checks, {"mild skew": runs[True]}, {"mild skew": runs[False]}, circle=circle, n_clients=3,
                                        rounds=2, n_eval=200)
-    assert len(checks) == 2 and numbers["sy_rounds"] == 2 and numbers["sy_n_eval"] == "200"
+    assert len(checks) == 3 and numbers["sy_rounds"] == 2 and numbers["sy_n_eval"] == "200"
+    # the third row tests κ2: its measured lower bound against 1, the row failing where the bound leaves no contraction
+    from fedbook.studies.cosmos_synthetic import kappa2_can_contract, theory_table
+    k2 = float(theory_table({"mild skew": runs[True]}, {"mild skew": runs[False]})["κ2 ≥"].iloc[0])
+    assert checks.rows[2]["statement"].startswith("mild skew: κ2's measured lower bound")
+    assert (checks.rows[2]["verdict"] == "holds") == kappa2_can_contract(k2)
+    assert kappa2_can_contract(0.5) and not kappa2_can_contract(1.5) and not kappa2_can_contract(float("nan"))
     assert numbers["sy_lam_c"] == circle.lam / (2 - circle.lam) and numbers["sy_sentences"].startswith("*mild skew*: w1 = ")
     assert numbers["sy_groups_sentence"] == "(The label-group federation runs at the book and paper profiles.)"
     numbers, table = hessian_section(checks, {"mild skew": runs[True]}, seed=0, hessian_points=2, circle=circle)
-    assert len(checks) == 5 and numbers["sy_h_points"] == 2 and numbers["sy_shift_dims"] == circle.dim + 1
+    assert len(checks) == 6 and numbers["sy_h_points"] == 2 and numbers["sy_shift_dims"] == circle.dim + 1
     fig = plot_risks({"a": runs[True], "b": runs[False]})
     assert [ax.get_title() for ax in fig.axes] == ["a", "b"]
     plt.close(fig)

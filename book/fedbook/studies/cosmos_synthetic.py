@@ -552,12 +552,29 @@ def synthetic_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], cont
                    f"least squares on log(R† − Bayes) over {rounds} iterations, COSMOS against the control",
                    f"ratio {format_number(ratio_ex)} against {format_number(ratio_ctl)} without the teacher; κ2 ≥ "
                    f"{format_number(row['κ2 ≥'])}", ok=ratio_ex is not None and ratio_ctl is not None and ratio_ex < ratio_ctl)
+        checks.add(f"{setting}: κ2's measured lower bound 4 w1 w2 / (1/b̄ − 1)² is below 1, so the theorems' contraction "
+                   "rate can be below 1 here (a bound of 1 or more rules it out whatever the unmeasurable c̄)",
+                   f"w1, w2 on the sampled region and b̄ on {n_eval:,} fresh samples", f"κ2 ≥ {format_number(row['κ2 ≥'])}",
+                   ok=kappa2_can_contract(row["κ2 ≥"]))
     table = show_table(theory.drop(columns=["R† first", "R† last"]), digits=3,
                        formats={"w2": lambda v: format_number(v, ".2f"), "κ2 ≥": lambda v: format_number(v, ".3g"),
                                 "κ2 ≥ (Monte Carlo w)": lambda v: format_number(v, ".3g"),
                                 "fitted ratio of R†": format_number, "fitted ratio of R† − Bayes": format_number,
                                 "fitted ratio without the teacher": format_number})
     return numbers, table
+
+
+def kappa2_can_contract(kappa2_low: float) -> bool:
+    """Whether a measured lower bound on Theorem 5.11's :math:`\\kappa_2` leaves room for a rate
+    below 1: finite and below 1 (``inf`` or NaN, e.g. :math:`w_2 = \\infty` when a client lacks a
+    class, rule it out).
+
+    Examples
+    --------
+    >>> kappa2_can_contract(0.4), kappa2_can_contract(1.0), kappa2_can_contract(float("inf"))
+    (True, False, False)
+    """
+    return kappa2_low is not None and bool(np.isfinite(kappa2_low) and kappa2_low < 1)
 
 
 def plot_risks(runs: Mapping[str, SyntheticRun]):
@@ -608,5 +625,6 @@ def hessian_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], *, see
 
 __all__ = ["DATA", "EVALUATION", "HESSIAN_AUGMENT", "HESSIAN_POINTS", "LOCAL", "SETTINGS", "SKEW_ALPHA", "Circle", "Linear", "SyntheticRun",
            "WithoutTeacher",
-           "client_objective", "error_rate", "fitted_ratio", "hessian_checks", "hessian_section", "linear_from", "plot_risks",
+           "client_objective", "error_rate", "fitted_ratio", "hessian_checks", "hessian_section", "kappa2_can_contract",
+           "linear_from", "plot_risks",
            "shift_basis", "synthetic_run", "synthetic_section", "theory_table"]
