@@ -996,7 +996,7 @@ def claims_reading(decided: Mapping[str, ClaimResult]) -> str:
 
 def exercise_numbers(ex: Mapping[str, pd.DataFrame], settings: Sequence[str], temperatures: Sequence[float],
                      decided: Mapping[str, ClaimResult]) -> dict[str, Any]:
-    """The worked solutions' numbers from the exercises' frames ``ex`` (:func:`exercise_cell`):
+    """The worked solutions' numbers from the exercises' frames ``ex`` (:func:`exercise_frames`):
     the seed-to-seed yardstick (``ex_noise``: the half-width of the mean claim's binding
     interval, and its baseline), exercise 1's temperatures, best temperature per setting, largest
     spread of the mean and its reading against the yardstick, exercise 2's adjusted Rand indices
