@@ -606,6 +606,10 @@ glue_all({**R, **cosmos.verdicts(REPORT, CLAIMS, comm_ratio=R["comm_ratio"])})
 
 # %% tags=["hide-input"]
 display(show_table(regime_table(REPORT), formats={"value": ".3g"}, index=False))
+glue_all({"regime_reading": cosmos.regime_reading(REPORT)})
+
+# %% [markdown]
+# {glue:text}`regime_reading`
 
 # %% [markdown]
 # **Reading the table.** {glue:text}`undecided_text` The first headline claim, that COSMOS beats every model-agnostic
