@@ -17,7 +17,7 @@
 #
 # COSMOS {cite:p}`cosmos` lets every client keep its own architecture: clients send only their
 # soft pseudo-labels on a public unlabeled set $U$, the server groups them greedily by the
-# $\ell_1$ distance of those labels (Algorithm 1, a threshold $B_0$), trains **one server model
+# $\ell_1$ distance of their hard label vectors (Algorithm 1, a threshold $B_0$), trains **one server model
 # per cluster** on $U$ by distillation with a consistency regularizer, and sends the cluster
 # model's labels back for the clients to distil on. The paper deploys each client's cluster
 # model. This chapter re-makes its comparisons at a laptop's scale, in fedlib's one round loop,
@@ -699,8 +699,9 @@ glue_all({**cosmos.exercise_numbers(ex_runs["exercises"]), "ex_seconds": ex_runs
 #
 # :::{dropdown} Worked solution
 # The `T` block of the sensitivity table gives the answer on {glue:text}`n_side` seeds. A hard
-# label carries the argmax only: the cluster distances then count disagreements, and the server
-# model is distilled toward one-hot targets, which removes the "dark knowledge" of the soft labels.
+# label carries the argmax only. Algorithm 1 clusters hard label vectors whatever $T$, so the
+# clusters are the same; what changes is that the server model is distilled toward one-hot
+# targets, which removes the "dark knowledge" of the soft labels.
 # FedCT's message is $C \times 4$ times smaller than COSMOS's at $T = 0$ for the same information:
 # COSMOS sends the one-hot rows as floats.
 # :::
