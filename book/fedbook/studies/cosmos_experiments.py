@@ -696,8 +696,8 @@ def sweep_cell(study: COSMOSStudy, seed: int, setting: str) -> pd.DataFrame:
 
 
 def exercise_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
-    """The exercises' runs at ``seed``: the main COSMOS run (evaluated every round, as
-    :func:`main_cell`'s), COSMOS re-clustering every round for ``sweep_rounds`` rounds, and the
+    """The exercises' runs at ``seed``: the main COSMOS run (evaluated after ``sweep_rounds``
+    rounds and at the end; the same training as :func:`main_cell`'s), COSMOS re-clustering every round for ``sweep_rounds`` rounds, and the
     main run's clients deployed with the model of cluster 0.
 
     Returns
@@ -714,8 +714,9 @@ def exercise_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     public, hidden, fed, planted = study.split(seed)
     ds = fed.global_test
     method = study.cosmos_method(ds, public, seed)
+    every = study.sweep_rounds if study.rounds % study.sweep_rounds == 0 else 1  # the two rounds it reads, evaluated
     run = run_federated(method, fed, study.architectures(study.base_mix, study.n_clients, ds),
-                        LoopConfig(rounds=study.rounds, seed=seed, eval_every=1))
+                        LoopConfig(rounds=study.rounds, seed=seed, eval_every=every))
     public0, hidden0, fed0, planted0 = study.split(seed)
     archs0 = study.architectures(study.base_mix, study.n_clients, fed0.global_test)
     cfg0 = LoopConfig(rounds=study.rounds, seed=seed)
