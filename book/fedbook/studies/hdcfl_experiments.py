@@ -305,19 +305,24 @@ ACTIVATION_COLUMNS = ("round", "gate opened", "k", "ARI with the reference", "co
 
 
 def activation_contrast(study: "HDCFLStudy", at: RunResult | None, fed: Federation, model_fn: Callable,
-                        reference: np.ndarray, seed: int) -> dict[str, float]:
+                        reference: np.ndarray, seed: int, final: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
     """The run at its activation round ``at`` (:meth:`HDCFLStudy.train_hdcfl`), read on one
     state: the round, whether the gate opened it (:func:`gate_opened`, 1 or 0), the chosen
     ``k``, the adjusted Rand index of that refresh's grouping with ``reference``
     (:func:`reference_groups`) and the **activation contrast**: HDC-FL's deployment minus
     FedAvg-SE's (the shared encoder with each client's head) on that same state, on the mean,
     the worst client and the bottom 20 % (points, :func:`tail_metrics`). No training lies between
-    the two sides. All NaN where personalization never started."""
+    the two sides. All NaN where personalization never started. Where it started at the last
+    round, the state is the run's final one and ``final`` (the run's own :func:`tail_metrics` of
+    ``"HDC-FL"`` and ``"FedAvg-SE"``), when given, is read instead of evaluating both again."""
     if at is None:
         return dict.fromkeys(ACTIVATION_COLUMNS, math.nan)
     cfg = study.loop(seed)
-    hdc = tail_metrics(evaluate_deployment(HDCFL(train=study.train, config=study.hdc, seed=seed), at, fed, model_fn, cfg))
-    se = tail_metrics(evaluate_deployment(FedAvgSE(train=study.train), at, fed, model_fn, cfg))
+    if final is not None and at.rounds_done == study.rounds:  # the final state: the main table's two deployments
+        hdc, se = final["HDC-FL"], final["FedAvg-SE"]
+    else:
+        hdc = tail_metrics(evaluate_deployment(HDCFL(train=study.train, config=study.hdc, seed=seed), at, fed, model_fn, cfg))
+        se = tail_metrics(evaluate_deployment(FedAvgSE(train=study.train), at, fed, model_fn, cfg))
     history = refresh_history(at.server)
     ids = at.server.arrays["hdcfl/clients"].numpy()
     return {"round": float(at.rounds_done), "gate opened": float(gate_opened(history, at.rounds_done, study.hdc.patience)),
@@ -513,7 +518,8 @@ def run_cell(seed: int, setting: str, *, study: HDCFLStudy, temperatures: Sequen
         last = refresh_history(state).iloc[-1]
         variants.append({"variant": name, **metrics, "k": int(last["k"]), "silhouette": float(last["silhouette"])})
     history = two_histories(refresh_history(hdc.server))
-    activation = activation_contrast(study, at, fed, model_fn, reference_groups(fed, group, study.hdc, seed)[0], seed)
+    activation = activation_contrast(study, at, fed, model_fn, reference_groups(fed, group, study.hdc, seed)[0], seed,
+                                     final={m: done[m] for m in ("HDC-FL", "FedAvg-SE")})
     costs.append({"method": "HDC-FL", **ledger_costs(hdc.ledger, study.rounds, study.n_clients)})
     server = {**server_seconds(hdc.server_seconds, study.hdc.refresh_every),
               "top weight": float(hdc.server.arrays["hdcfl/membership"].max(dim=1).values.median())}
