@@ -73,12 +73,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
 
-from fedbook.claims import RESOLUTION_SHARE, Claim, Read, RegimeCheck, effect
+from fedbook.claims import RESOLUTION_SHARE, Claim, Read, RegimeCheck, effect, regime_table
 from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies import cosmos_experiments as cosmos
 from fedbook.studies.cosmos_experiments import BASE, METRICS, PFL, sweep_label, sweep_reads
-from fedbook.studies.fedgrc_experiments import regime_table
 from fedbook.study import Study, run_study
 from fedlib.data import load_dataset
 

@@ -75,7 +75,8 @@ from functools import partial
 import matplotlib.pyplot as plt
 import numpy as np
 
-from fedbook.claims import RESOLUTION_SHARE, Claim, Read, RegimeCheck, effect, strongest_baseline
+from fedbook.claims import (RESOLUTION_SHARE, Claim, Read, RegimeCheck, check_reach_text, effect, regime_table,
+                            strongest_baseline)
 from fedbook.page import claims_report, glue_all, save_frames, setup, show_table
 from fedbook.studies import fedgrc_experiments as fedgrc
 from fedbook.studies.fedgrc_experiments import BASELINES, CLIENT_WEIGHTED, FEDGRC, key, reads
@@ -797,8 +798,8 @@ CLAIM_FRAMES = fedgrc.claim_frames(frames["runs"], tidy9, SEEDS, P.alphas, leade
 results = claims_report(CLAIMS, CLAIM_FRAMES, prefix="fge_", total_seconds=P.elapsed())
 R["fge_untestable_text"] = fedgrc.untestable_text(results)  # glued with the page's numbers, at the end
 R["fge_setting_text"] = fedgrc.setting_text(results)
-R.update(fge_reach_images=fedgrc.check_reach_text(results, "images behind the floor clients' scores"),
-         fge_reach_room=fedgrc.check_reach_text(results, "room below the ceiling"))
+R.update(fge_reach_images=check_reach_text(results, "images behind the floor clients' scores"),
+         fge_reach_room=check_reach_text(results, "room below the ceiling"))
 
 # %% [markdown]
 # Of {glue:text}`fge_n_claims` rows, {glue:text}`fge_n_holds` hold here,
@@ -822,7 +823,7 @@ R.update(fge_reach_images=fedgrc.check_reach_text(results, "images behind the fl
 # and the rows it guards:
 
 # %% tags=["hide-input"]
-show_table(fedgrc.regime_table(results), formats={"value": ".3g"}, index=False)
+show_table(regime_table(results), formats={"value": ".3g"}, index=False)
 
 # %% [markdown]
 # **What each check can and cannot catch here.** The images check {glue:text}`fge_reach_images`.

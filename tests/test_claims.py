@@ -24,7 +24,8 @@ from scipy import stats
 from fedbook.claims import (DOES_NOT_HOLD, EFFECT_KINDS, HOLDS, INCONCLUSIVE, NOT_AT_THIS_MEAN, OPPOSITE,
                             RESOLUTION_SHARE, SMALLER, TABLE_COLUMNS, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING,
                             VERDICTS, Claim, ClaimResult, Comparator, Improvement, Read, RegimeCheck, claims_table,
-                            decide, effect, evaluate, says, seeds_to_decide, show, strongest_baseline, tally)
+                            decide, effect, evaluate, regime_table, says, seeds_to_decide, show, strongest_baseline,
+                            tally)
 from fedbook.intervals import (METHODS, Interval, SeedValues, defined_pairs, interval_text, mean_interval,
                                bootstrap_means, paired_bootstrap, seed_band, paired_interval, resolution_of,
                                seed_table, simulate_coverage)
@@ -1010,3 +1011,22 @@ def test_the_outcome_splits_does_not_hold_by_its_kind():
     c = _claim("greater", 0.5)
     outcomes = [evaluate(c, v).outcome for v in ([2.0, 3.0, 2.5], [0.2, 0.3, 0.25], [-2.0, -3.0, -2.5], [1.0])]
     assert outcomes == [HOLDS, SMALLER, OPPOSITE, INCONCLUSIVE] and set(outcomes) <= set(OUTCOMES)
+
+
+def test_regime_table_keeps_two_readings_that_differ_as_two_rows():
+    chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    c = lambda k: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=0.1,  # noqa: E731
+                        regimes=(chk,))
+    low, high = chk.check({"r": pd.DataFrame({"n": [1.0, 2.0]})}), chk.check({"r": pd.DataFrame({"n": [20.0, 30.0]})})
+    t = regime_table({"a": evaluate(c("a"), [3.0, 4.0], regimes=(low,)),
+                      "b": evaluate(c("b"), [3.0, 4.0], regimes=(high,))})
+    assert t[["value", "passes", "rows"]].values.tolist() == [[1.5, "no", "a"], [25.0, "yes", "b"]]
+    # the same reading twice is one row guarding both
+    t = regime_table({k: evaluate(c(k), [3.0, 4.0], regimes=(low,)) for k in ("a", "b")})
+    assert t["rows"].tolist() == ["a; b"]
+
+
+def test_regime_table_and_check_reach_text_stay_importable_from_fedgrc_experiments():
+    from fedbook.claims import check_reach_text, regime_table
+    from fedbook.studies import fedgrc_experiments
+    assert fedgrc_experiments.regime_table is regime_table and fedgrc_experiments.check_reach_text is check_reach_text

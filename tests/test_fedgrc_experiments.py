@@ -424,18 +424,3 @@ def test_protocol_row_adds_the_client_weighted_floor():
     row = protocol_row(t)
     assert row["F@25"] == 0.0 and row["PF@25"] == pytest.approx(0.6)  # the 3-image local split vs the pooled score
     assert {k: v for k, v in row.items() if k != "PF@25"}.keys() == protocol_summary(t).keys()
-
-
-def test_regime_table_keeps_two_readings_that_differ_as_two_rows():
-    from fedbook.claims import RegimeCheck
-    from fedbook.studies.fedgrc_experiments import regime_table
-    chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
-    c = lambda k: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=0.1,  # noqa: E731
-                        regimes=(chk,))
-    low, high = chk.check({"r": pd.DataFrame({"n": [1.0, 2.0]})}), chk.check({"r": pd.DataFrame({"n": [20.0, 30.0]})})
-    t = regime_table({"a": evaluate(c("a"), [3.0, 4.0], regimes=(low,)),
-                      "b": evaluate(c("b"), [3.0, 4.0], regimes=(high,))})
-    assert t[["value", "passes", "rows"]].values.tolist() == [[1.5, "no", "a"], [25.0, "yes", "b"]]
-    # the same reading twice is one row guarding both
-    t = regime_table({k: evaluate(c(k), [3.0, 4.0], regimes=(low,)) for k in ("a", "b")})
-    assert t["rows"].tolist() == ["a; b"]

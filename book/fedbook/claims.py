@@ -1758,6 +1758,78 @@ def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
     )
 
 
+def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
+    """Every regime check of ``results`` once (by its key, quantity, threshold and the value read, so two
+    readings that differ are two rows, never one showing the first's value), with its value, whether it
+    passes and the rows it guards, each marked "(also untestable at this resolution)" where the
+    row's resolution already decides it.
+
+    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    >>> c = lambda k, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=r, regimes=(chk,))
+    >>> reading = chk.check({"r": pd.DataFrame({"n": [1.0, 2.0]})})
+    >>> t = regime_table({k: evaluate(c(k, r), [3.0, 4.0], regimes=(reading,)) for k, r in (("a", 0.1), ("b", 3.0))})
+    >>> t[["check", "value", "threshold", "passes"]].values.tolist()
+    [['support', 1.5, 'at least 10', 'no']]
+    >>> t["rows"].item()
+    'a; b (also untestable at this resolution)'
+    """
+    rows: dict[tuple, dict] = {}
+    for r in results.values():
+        for reading in r.regimes:
+            c = reading.check
+            row = rows.setdefault((c.key, c.quantity, c.threshold, str(float(reading.value)), reading.passes), {
+                "check": c.key, "quantity": c.quantity, "value": reading.value,
+                "threshold": f"{c.op} {c.threshold:.4g}", "passes": "yes" if reading.passes else "no", "why": c.why,
+                "rows": []})
+            row["rows"].append(r.claim.key + (" (also untestable at this resolution)"
+                                              if r.verdict == UNTESTABLE_RESOLUTION and not reading.passes else ""))
+    table = pd.DataFrame(list(rows.values()), columns=["check", "quantity", "value", "threshold", "passes", "why", "rows"])
+    table["rows"] = table["rows"].map("; ".join)
+    return table
+
+
+def check_reach_text(results: Mapping[str, ClaimResult], key: str) -> str:
+    """What the regime check ``key`` did to the verdicts of ``results``, in words from its readings:
+    the rows it guards, those it fails, how many of those a resolution already leaves untestable
+    (a row untestable at this resolution is counted there, so the check changes no verdict on it)
+    and, of its passing readings, the closest one's distance to the threshold (in the check's units).
+
+    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    >>> c = lambda k, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=r, regimes=(chk,))
+    >>> low, high = (chk.check({"r": pd.DataFrame({"n": v})}) for v in ([1.0, 2.0], [12.0, 13.0]))
+    >>> res = {"a": evaluate(c("a", 3.0), [3.0, 4.0], regimes=(low,)), "b": evaluate(c("b", 0.1), [3.0, 4.0], regimes=(high,))}
+    >>> check_reach_text(res, "support")
+    'guards 2 rows and fails on 1, every one of them already untestable at this resolution, so it changes no verdict here; its closest passing reading is 2.5 from its threshold'
+    >>> check_reach_text({"b": res["b"]}, "support")
+    'guards 1 row and fails on none; its closest passing reading is 2.5 from its threshold'
+    >>> res["a"] = evaluate(c("a", 0.1), [3.0, 4.0], regimes=(low,))
+    >>> check_reach_text(res, "support").split("; ")[0]
+    'guards 2 rows and fails on 1, 1 of them not already untestable at this resolution: it makes those untestable in this setting'
+    """
+    guarded, failing, margins = 0, [], []
+    for r in results.values():
+        for reading in r.regimes:
+            if reading.check.key != key:
+                continue
+            guarded += 1
+            if not reading.passes:
+                failing.append(r)
+            else:
+                c = reading.check
+                margins.append(reading.value - c.threshold if c.op == "at least" else c.threshold - reading.value)
+    if not guarded:
+        return "guards no row"
+    text = f"guards {guarded} row{'s' if guarded > 1 else ''} and fails on {len(failing) or 'none'}"
+    decided = sum(r.verdict != UNTESTABLE_RESOLUTION for r in failing)
+    if failing and not decided:
+        text += ", every one of them already untestable at this resolution, so it changes no verdict here"
+    elif failing:
+        text += f", {decided} of them not already untestable at this resolution: it makes those untestable in this setting"
+    if margins:
+        text += f"; its closest passing reading is {min(margins):.3g} from its threshold"
+    return text
+
+
 OUTCOMES = (HOLDS, SMALLER, OPPOSITE, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING)
 """Every :attr:`ClaimResult.outcome`: the verdicts, with "does not hold" split by its kind."""
 
@@ -1766,5 +1838,6 @@ __all__ = ["DIRECTIONS", "OUTCOMES", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SH
            "MAX_SEEDS", "NOT_AT_THIS_MEAN", "OPPOSITE", "OVER", "REGIME_OPS", "REGIME_SUMMARIES", "RESOLUTION_SHARE",
            "SHORTFALLS", "SMALLER", "TABLE_COLUMNS", "UNTESTABLE", "UNTESTABLE_RESOLUTION", "UNTESTABLE_SETTING",
            "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Effect", "EffectKind", "Improvement",
-           "Read", "RegimeCheck", "RegimeReading", "claims_records", "claims_table", "decide", "effect", "evaluate",
-           "headline_summary", "says", "seeds_to_decide", "show", "smallest_resolvable", "strongest_baseline", "tally", "verdict_colour"]
+           "Read", "RegimeCheck", "RegimeReading", "check_reach_text", "claims_records", "claims_table", "decide", "effect",
+           "evaluate", "headline_summary", "regime_table", "says", "seeds_to_decide", "show", "smallest_resolvable",
+           "strongest_baseline", "tally", "verdict_colour"]

@@ -43,6 +43,7 @@ import pandas as pd
 import torch
 
 from fedbook.claims import UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult, Read, smallest_resolvable
+from fedbook.claims import check_reach_text, regime_table  # noqa: F401  (moved to fedbook.claims; kept importable from here)
 from fedbook.intervals import SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
 from fedbook.page import clipped_error, format_bytes, format_value, place_labels, show_table
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
@@ -1149,80 +1150,6 @@ def regime_numbers(regime: pd.DataFrame, seeds: Sequence[int], alphas: Sequence[
     return out
 
 
-def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
-    """Every regime check of ``results`` once (by its key, quantity, threshold and the value read, so two
-    readings that differ are two rows, never one showing the first's value), with its value, whether it
-    passes and the rows it guards, each marked "(also untestable at this resolution)" where the
-    row's resolution already decides it.
-
-    >>> from fedbook.claims import Claim, RegimeCheck, effect, evaluate
-    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
-    >>> c = lambda k, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=r, regimes=(chk,))
-    >>> reading = chk.check({"r": pd.DataFrame({"n": [1.0, 2.0]})})
-    >>> t = regime_table({k: evaluate(c(k, r), [3.0, 4.0], regimes=(reading,)) for k, r in (("a", 0.1), ("b", 3.0))})
-    >>> t[["check", "value", "threshold", "passes"]].values.tolist()
-    [['support', 1.5, 'at least 10', 'no']]
-    >>> t["rows"].item()
-    'a; b (also untestable at this resolution)'
-    """
-    rows: dict[tuple, dict] = {}
-    for r in results.values():
-        for reading in r.regimes:
-            c = reading.check
-            row = rows.setdefault((c.key, c.quantity, c.threshold, str(float(reading.value)), reading.passes), {
-                "check": c.key, "quantity": c.quantity, "value": reading.value,
-                "threshold": f"{c.op} {c.threshold:.4g}", "passes": "yes" if reading.passes else "no", "why": c.why,
-                "rows": []})
-            row["rows"].append(r.claim.key + (" (also untestable at this resolution)"
-                                              if r.verdict == UNTESTABLE_RESOLUTION and not reading.passes else ""))
-    table = pd.DataFrame(list(rows.values()), columns=["check", "quantity", "value", "threshold", "passes", "why", "rows"])
-    table["rows"] = table["rows"].map("; ".join)
-    return table
-
-
-def check_reach_text(results: Mapping[str, ClaimResult], key: str) -> str:
-    """What the regime check ``key`` did to the verdicts of ``results``, in words from its readings:
-    the rows it guards, those it fails, how many of those a resolution already leaves untestable
-    (a row untestable at this resolution is counted there, so the check changes no verdict on it)
-    and, of its passing readings, the closest one's distance to the threshold (in the check's units).
-
-    >>> from fedbook.claims import Claim, RegimeCheck, effect, evaluate
-    >>> chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
-    >>> c = lambda k, r: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=r, regimes=(chk,))
-    >>> low, high = (chk.check({"r": pd.DataFrame({"n": v})}) for v in ([1.0, 2.0], [12.0, 13.0]))
-    >>> res = {"a": evaluate(c("a", 3.0), [3.0, 4.0], regimes=(low,)), "b": evaluate(c("b", 0.1), [3.0, 4.0], regimes=(high,))}
-    >>> check_reach_text(res, "support")
-    'guards 2 rows and fails on 1, every one of them already untestable at this resolution, so it changes no verdict here; its closest passing reading is 2.5 from its threshold'
-    >>> check_reach_text({"b": res["b"]}, "support")
-    'guards 1 row and fails on none; its closest passing reading is 2.5 from its threshold'
-    >>> res["a"] = evaluate(c("a", 0.1), [3.0, 4.0], regimes=(low,))
-    >>> check_reach_text(res, "support").split("; ")[0]
-    'guards 2 rows and fails on 1, 1 of them not already untestable at this resolution: it makes those untestable in this setting'
-    """
-    guarded, failing, margins = 0, [], []
-    for r in results.values():
-        for reading in r.regimes:
-            if reading.check.key != key:
-                continue
-            guarded += 1
-            if not reading.passes:
-                failing.append(r)
-            else:
-                c = reading.check
-                margins.append(reading.value - c.threshold if c.op == "at least" else c.threshold - reading.value)
-    if not guarded:
-        return "guards no row"
-    text = f"guards {guarded} row{'s' if guarded > 1 else ''} and fails on {len(failing) or 'none'}"
-    decided = sum(r.verdict != UNTESTABLE_RESOLUTION for r in failing)
-    if failing and not decided:
-        text += ", every one of them already untestable at this resolution, so it changes no verdict here"
-    elif failing:
-        text += f", {decided} of them not already untestable at this resolution: it makes those untestable in this setting"
-    if margins:
-        text += f"; its closest passing reading is {min(margins):.3g} from its threshold"
-    return text
-
-
 def setting_text(results: Mapping[str, ClaimResult]) -> str:
     """The rows of ``results`` that are "untestable in this setting", in a sentence: grouped by the
     first regime check each fails (its text: quantity, value, threshold).
@@ -1440,10 +1367,10 @@ __all__ = ["ABILITY_COLUMNS", "CLIENT_WEIGHTED", "CLIENT_WEIGHTED_FLOOR", "EXCES
            "REGIME_COLUMNS", "SCATTER", "effective_images", "protocol_row", "regime_row",
            "ABLATIONS", "BACKBONES", "BASELINES", "BASELINE_HEAD_NAMES", "CEILING", "Deployment", "EXCESS_COLUMNS",
            "FEDGRC", "FedGRCStudy", "GAMMA_CURVES", "HEADS", "HEAD_EPOCHS", "METRICS", "ORDER", "PAIRS", "PFL",
-           "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "rare_weight_reading", "check_reach_text", "baseline_head",
+           "ROUND_ROWS", "SENSITIVITY_CURVES", "SharedRule", "ablation_cell", "ablation_reading", "rare_weight_reading", "baseline_head",
            "before_after", "ceiling_text", "chapter_study", "claim_frames", "cost_table", "defined", "deployed_name",
            "excess_gain_rows", "exercise_numbers", "final_round", "head_reading", "key", "mean_over_alphas",
            "mean_over_heads", "numbers", "personalization_table", "plot_local_global", "plot_federations",
            "plot_sensitivity", "reads", "refitted_heads", "resolutions", "results_table", "rotate", "rotate_odd_clients",
            "rotated_cell", "rotation_reading", "seed_values", "sensitivity", "sensitivity_at", "setting_numbers",
-           "regime_numbers", "regime_table", "scatter_numbers", "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
+           "regime_numbers", "scatter_numbers", "setting_text", "show_costs", "show_excess", "show_m0", "show_results", "train_cell", "untestable_text"]
