@@ -76,10 +76,9 @@ import matplotlib.pyplot as plt
 from IPython.display import Markdown, display
 
 import fedbook.studies.hdcfl_experiments as hdcfl
-from fedbook.claims import Claim, Read, RegimeCheck, effect
+from fedbook.claims import Claim, Read, RegimeCheck, effect, regime_table
 from fedbook.page import claims_report, glue_all, save_frames, setup, show_table
 from fedbook.study import Study, run_study
-from fedbook.studies.fedgrc_experiments import regime_table
 from fedbook.studies.hdcfl_experiments import BASELINES, DEFAULT_VARIANT, ONE_GROUP_VARIANT, RAW_RUN, SHARED_VARIANT, S_DIR, S_LS, S_ROT
 from fedlib.algorithms.hdcfl import HDCConfig
 from fedlib.engines.vectorized import SequentialFallback
