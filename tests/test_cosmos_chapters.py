@@ -67,6 +67,46 @@ def test_algorithm1_checks_pass_on_greedy_b0_and_fail_on_a_wrong_rule(monkeypatc
     assert wrong["partition_bad"] == 0 and wrong["rule_bad"] > 0
 
 
+def test_same_partition_ignores_the_cluster_numbers_only():
+    assert cc.same_partition(np.array([0, 0, 1, 2]), np.array([2, 2, 0, 1]))
+    assert not cc.same_partition(np.array([0, 0, 1, 2]), np.array([0, 0, 1, 1]))
+    assert not cc.same_partition(np.array([0, 1]), np.array([0, 0]))
+
+
+def test_planted_hard_labels_are_one_hot_and_seeded():
+    labels, groups = cc.planted_hard_labels(np.random.default_rng(3))
+    again, groups_again = cc.planted_hard_labels(np.random.default_rng(3))
+    assert torch.equal(labels, again) and np.array_equal(groups, groups_again)
+    assert labels.dtype == F64 and bool((labels.sum(dim=2) == 1).all()) and 2 <= len(set(groups.tolist())) <= 5
+    d = l1_distances(labels)  # twice the number of disagreements: even integers
+    assert np.array_equal(d, 2 * np.round(d / 2))
+
+
+def test_recovery_holds_inside_the_window_and_a_wrong_radius_fails_it():
+    """Inside W <= B0 < D Algorithm 1 returns the planted groups on every run; outside it some runs
+    miss them. A neighbourhood of radius 2 B0 (or B0 / 2) is the mutation: it fails the inside row."""
+    r = cc.recovery_checks(numpy_rng(0, 304), 60)
+    assert r["separated"] > 20 and r["inside"] == 3 * r["separated"] and r["inside_bad"] == 0
+    assert 0 < r["outside_bad"] <= r["outside"]
+    for wrong in (lambda d, b0: greedy_b0(d, 2 * b0), lambda d, b0: greedy_b0(d, b0 / 2)):
+        bad = cc.recovery_checks(numpy_rng(0, 304), 60, cluster=wrong)
+        assert bad["separated"] == r["separated"] and bad["inside_bad"] > 0
+    # the section records the rows: the first fails on the mutation (monkeypatched as the chapter calls it)
+    from fedbook.checks import CheckTable
+    checks = CheckTable()
+    numbers = cc.recovery_section(checks, numpy_rng(0, 304), 60)
+    assert len(checks) == 2 and checks.n_fail == 0 and numbers["rc_inside_bad"] == 0 and numbers["rc_separated"] == r["separated"]
+
+
+def test_recovery_section_fails_on_a_wrong_radius(monkeypatch):
+    from fedbook.checks import CheckTable
+    true_greedy, original = cc.greedy_b0, cc.recovery_checks
+    monkeypatch.setattr(cc, "recovery_checks", lambda rng, trials: original(rng, trials, cluster=lambda d, b0: true_greedy(d, 2 * b0)))
+    checks = CheckTable()
+    cc.recovery_section(checks, numpy_rng(0, 304), 60)
+    assert checks.rows[0]["verdict"] == "FAILS"
+
+
 def test_the_reference_algorithm1_counts_as_the_library_does_on_random_instances():
     rng = np.random.default_rng(5)
     for _ in range(60):
@@ -154,14 +194,32 @@ def test_cosmos_iterations_record_every_round():
 
 # ---- the consistency gradient ----------------------------------------------------------------------
 
-def test_the_gradient_checks_hold_and_catch_an_objective_that_ignores_the_detach(monkeypatch):
+def test_the_gradient_checks_hold_and_catch_an_objective_that_ignores_the_detach():
     r = consistency_gradient_checks(numpy_rng(0, 341), 0, 3)
     assert r["clean_grad_is_none"] and max(r["err_logits"], r["err_none"], r["err_params_nd"], r["err_params_d"],
                                            r["err_objective"]) < 1e-12
     assert min(r["rel_diff"]) > 0 and len(r["cosines"]) == len(r["clean_share"]) == 3
     true_objective = cc.distillation_objective
-    monkeypatch.setattr(cc, "distillation_objective", lambda *a, detach_target, **k: true_objective(*a, detach_target=False, **k))
-    assert consistency_gradient_checks(numpy_rng(0, 341), 0, 3)["err_objective"] > 1e-6
+    ignored = lambda *a, detach_target, **k: true_objective(*a, detach_target=False, **k)  # noqa: E731
+    assert consistency_gradient_checks(numpy_rng(0, 341), 0, 3, objective=ignored)["err_objective"] > 1e-6
+
+
+def test_the_symbolic_check_holds_on_fedlibs_loss_and_fails_on_a_swapped_kl():
+    r = cc.symbolic_gradient_checks(numpy_rng(0, 340), 4)
+    assert r["formula_ok"] and r["err"] < 1e-12
+    swapped = lambda z_aug, z, detach_target=False: kl_rows(torch.softmax(z_aug, 1), z)  # KL(q ‖ p): the mutation  # noqa: E731
+    assert cc.symbolic_gradient_checks(numpy_rng(0, 340), 4, loss=swapped)["err"] > 1e-3
+    from fedbook.checks import CheckTable
+    checks = CheckTable()
+    numbers = cc.symbolic_gradient_section(checks, numpy_rng(0, 340), 2)
+    assert len(checks) == 1 and checks.n_fail == 0 and numbers["sg_trials"] == 2 and numbers["sg_err"] < 1e-12
+
+
+def test_the_logit_gradient_rows_fail_on_a_swapped_kl_and_on_a_detach_ignored():
+    swapped = lambda z_aug, z, detach_target=False: kl_rows(torch.softmax(z_aug, 1), z)  # noqa: E731
+    assert consistency_gradient_checks(numpy_rng(0, 341), 0, 2, loss=swapped)["err_logits"] > 1e-3
+    ignored = lambda z_aug, z, detach_target=False: consistency_loss(z_aug, z)  # noqa: E731
+    assert not consistency_gradient_checks(numpy_rng(0, 341), 0, 2, loss=ignored)["clean_grad_is_none"]
 
 
 # ---- the synthetic federation --------------------------------------------------------------------
@@ -277,6 +335,19 @@ def test_the_contraction_check_compares_with_the_control_and_fails_when_the_teac
     monkeypatch.setattr(COSMOS, "configure_train", WithoutTeacher.configure_train)
     ratio, control = _contraction_check()
     assert not ratio < control and ratio == control
+    from fedbook.studies.cosmos_synthetic import contraction_verdict
+    assert contraction_verdict([ratio, ratio], [control, control])[1] == "inconclusive"  # equal on every seed: not decided
+
+
+def test_the_contraction_verdict_reads_the_interval_over_seeds():
+    from fedbook.studies.cosmos_synthetic import contraction_verdict
+    from fedbook.intervals import paired_interval
+    iv, verdict, n = contraction_verdict([0.5, 0.6, 0.55, 0.52, 0.58], [0.9, 0.95, 0.92, 0.91, 0.9])
+    assert (verdict, n) == ("holds", 5) and iv.high < 0
+    assert iv.format(4) == paired_interval([0.5, 0.6, 0.55, 0.52, 0.58], [0.9, 0.95, 0.92, 0.91, 0.9]).format(4)
+    assert contraction_verdict([0.9, 0.95, 0.92], [0.5, 0.6, 0.55])[1] == "opposite"
+    assert contraction_verdict([0.5, 0.9, 0.7], [0.6, 0.8, 0.7])[1] == "inconclusive"
+    assert contraction_verdict([0.5, None, 0.6], [0.9, 0.9, None]) == (None, "inconclusive", 1)
 
 
 # ---- the chapter's sections: the rows they record and the numbers they return ---------------------
@@ -287,21 +358,21 @@ def test_the_random_instance_sections_record_their_rows_and_return_what_the_chec
     checks = CheckTable()
     numbers, table = cc.algorithm1_section(checks, numpy_rng(0, 301), 15)
     A1 = algorithm1_checks(numpy_rng(0, 301), 15)  # the same stream: the same instances
-    assert len(checks) == 5 and checks.n_fail == 0 and "random instances" in table.to_html()
+    assert len(checks) == 3 and checks.n_fail == 0 and "random instances" in table.to_html()
     assert (numbers["s1_trials"], numbers["s1_clusters"], numbers["s1_over"]) == (15, A1["n_clusters"], A1["over_b0"])
     assert numbers["s1_rule"] == "matches Algorithm 1 replayed step by step on every instance"
     assert numbers["s1_inst_over_pct"] == 100 * A1["inst_over_b0"] / 15
     numbers = cc.b0_search_section(checks, numpy_rng(0, 302), 4, 60)
-    assert len(checks) == 8 and numbers["s1_grid"] == 60 and numbers["s1_over_max"] <= 1 + 1e-12
+    assert len(checks) == 6 and numbers["s1_grid"] == 60 and numbers["s1_over_max"] <= 1 + 1e-12
     numbers = cc.monotonicity_section(checks, numpy_rng(0, 303), 30)
     found, example = monotonicity_search(numpy_rng(0, 303), 30)
-    assert len(checks) == 9 and numbers["s1_mono_found"] == found
+    assert len(checks) == 7 and numbers["s1_mono_found"] == found
     assert numbers["s1_mono_sentence"].startswith(f"One is found in {found} of 30" if found else "No increase is found")
     numbers = cc.lemma52_section(checks, numpy_rng(0, 311), 40)
-    assert len(checks) == 14 and numbers["lm_reading"].startswith("the lemma holds on every one")
+    assert len(checks) == 12 and numbers["lm_reading"].startswith("the lemma holds on every one")
     assert numbers["lm_trials"] == len(lemma52_random_checks(numpy_rng(0, 311), 40)["slack"])
     numbers = cc.consistency_gradient_section(checks, numpy_rng(0, 341), 0, 2)
-    assert len(checks) == 19 and numbers["cg_trials"] == 2 and numbers["cg_err_logits"] < 1e-12
+    assert len(checks) == 16 and numbers["cg_trials"] == 2 and numbers["cg_err_logits"] < 1e-12
     assert numbers["cg_none"].startswith("no gradient at all") and checks.n_fail == 0
 
 
@@ -332,9 +403,14 @@ def test_the_synthetic_sections_record_their_rows_and_draw_one_panel_per_setting
     runs = {t: synthetic_run("mild skew", seed=0, n_clients=3, n_eval=200, local_epochs=1, rounds=2, teacher=t) for t in (True, False)}
     checks = CheckTable()
     circle = Circle()
+    more = {1: tuple({"mild skew": synthetic_run("mild skew", seed=1, n_clients=3, n_eval=200, local_epochs=1, rounds=2, teacher=t,
+                                                 local_only=False)} for t in (True, False))}
+    assert math.isnan(more[1][0]["mild skew"].local)
     numbers, table = synthetic_section(checks, {"mild skew": runs[True]}, {"mild skew": runs[False]}, circle=circle, n_clients=3,
-                                       rounds=2, n_eval=200)
-    assert len(checks) == 3 and numbers["sy_rounds"] == 2 and numbers["sy_n_eval"] == "200"
+                                       rounds=2, n_eval=200, more_seeds=more)
+    assert len(checks) == 3 and numbers["sy_rounds"] == 2 and numbers["sy_n_eval"] == "200" and numbers["sy_seeds"] == 2
+    assert numbers["sy_contraction_sentence"].startswith("*mild skew*: over 2 seeds")
+    assert checks.rows[1]["how checked"].endswith("2 seeds, 95 % interval below 0")
     # the third row tests κ2: its measured lower bound against 1, the row failing where the bound leaves no contraction
     from fedbook.studies.cosmos_synthetic import kappa2_can_contract, theory_table
     k2 = float(theory_table({"mild skew": runs[True]}, {"mild skew": runs[False]})["κ2 ≥"].iloc[0])

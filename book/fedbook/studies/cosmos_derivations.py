@@ -8,7 +8,9 @@ computes with an independent computation of the paper's statement, and returns t
 counterexamples and the worst errors; the chapter records each in its check table:
 
 * Algorithm 1 (Section 4.1): :func:`algorithm1_checks` (a partition, the greedy rule replayed by
-  :func:`greedy_rule_violations`, the radius :math:`B_0` and the diameter :math:`2B_0`),
+  :func:`greedy_rule_violations`, the radius :math:`B_0` and the diameter :math:`2B_0` shown),
+  :func:`recovery_checks` (planted groups of noisy hard label vectors, :func:`planted_hard_labels`,
+  returned whenever the threshold lies between the within-group and the between-group distances),
   :func:`b0_search_checks` (the smallest :math:`B_0` for a target number of clusters, against a
   fixed-step scan) and :func:`monotonicity_search` (a larger :math:`B_0` forming more clusters),
   on the instances of :func:`random_pseudo_labels`;
@@ -16,14 +18,15 @@ counterexamples and the worst errors; the chapter records each in its check tabl
   a real run's recorded pseudo-labels (:func:`cosmos_iterations`) :func:`lemma_rows` per client
   and iteration and :func:`assumption51_over_time`, Assumption 5.1 re-measured on the clusters
   of the first round;
-* the consistency regularizer's gradient (Section 4.1, Eq. 1) with and without the detach of the
-  authors' code: :func:`consistency_gradient_checks`.
+* the consistency regularizer's gradient (Section 4.1, Eq. 1): sympy's derivative against
+  fedlib's loss, :func:`symbolic_gradient_checks`, and with and without the detach of the
+  authors' code, :func:`consistency_gradient_checks`.
 
 The chapter calls one function per section, which records that section's rows in its check table
 (:class:`fedbook.checks.CheckTable`) and returns the numbers its prose reads (and the tables it
-shows): :func:`algorithm1_section`, :func:`b0_search_section`, :func:`monotonicity_section`,
+shows): :func:`algorithm1_section`, :func:`recovery_section`, :func:`b0_search_section`, :func:`monotonicity_section`,
 :func:`lemma52_section`, :func:`real_run_section` (on :func:`real_runs`, a :class:`RealRuns`) and
-:func:`consistency_gradient_section`; :func:`exercise_numbers` computes the exercises' worked
+:func:`symbolic_gradient_section` and :func:`consistency_gradient_section`; :func:`exercise_numbers` computes the exercises' worked
 solutions.
 
 The contraction theorems' synthetic federation is :mod:`fedbook.studies.cosmos_synthetic`.
@@ -206,6 +209,96 @@ def algorithm1_checks(rng: np.random.Generator, trials: int, *, tol: float = TOL
         inst_over_b0 += int((diam > b0 + tol).any())
     return dict(partition_bad=partition_bad, rule_bad=rule_bad, radius_excess=radius_excess, diam_excess=diam_excess,
                 worst_ratio=worst_ratio, n_clusters=n_clusters, over_b0=over_b0, inst_over_b0=inst_over_b0)
+
+
+def same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two labelings split the clients alike, whatever the numbers of their clusters.
+
+    Examples
+    --------
+    >>> same_partition(np.array([0, 0, 1]), np.array([5, 5, 2])), same_partition(np.array([0, 0, 1]), np.array([0, 1, 1]))
+    (True, False)
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    return bool(((a[:, None] == a[None, :]) == (b[:, None] == b[None, :])).all())
+
+
+def planted_hard_labels(rng: np.random.Generator) -> tuple[torch.Tensor, np.ndarray]:
+    """A random instance of Algorithm 1's input as the paper states it, hard label vectors: ``2 <= k
+    <= 5`` planted groups of 1 to 6 clients, each group a random label vector on ``20 <= n <= 80``
+    public points and ``2 <= C <= 6`` classes, each client its group's vector with every label
+    replaced by another class with a probability drawn once per instance in [0, 0.3].
+
+    Returns
+    -------
+    labels : torch.Tensor of shape (m, n, C), float64
+        One-hot rows (so :func:`fedlib.distill.l1_distances` is twice the number of disagreements).
+    groups : np.ndarray of shape (m,)
+        Each client's planted group.
+
+    Examples
+    --------
+    >>> labels, groups = planted_hard_labels(np.random.default_rng(0))
+    >>> labels.shape[0] == len(groups), bool((labels.sum(dim=2) == 1).all())
+    (True, True)
+    """
+    k, n, C = int(rng.integers(2, 6)), int(rng.integers(20, 81)), int(rng.integers(2, 7))
+    groups = np.repeat(np.arange(k), rng.integers(1, 7, size=k))
+    proto = rng.integers(0, C, size=(k, n))
+    flip = rng.uniform(0.0, 0.3)
+    hard = proto[groups]
+    hard = np.where(rng.random(hard.shape) < flip, (hard + rng.integers(1, C, size=hard.shape)) % C, hard)
+    return torch.nn.functional.one_hot(torch.as_tensor(hard), C).double(), groups
+
+
+def recovery_checks(rng: np.random.Generator, trials: int, *,
+                    cluster: Callable[[np.ndarray, float], tuple[np.ndarray, list[int]]] = greedy_b0) -> dict:
+    """What Algorithm 1's threshold is for, tested on ``trials`` instances of
+    :func:`planted_hard_labels`: with :math:`W` the largest distance within a planted group and
+    :math:`D` the smallest between two groups, a threshold :math:`W \\le B_0 < D` makes every
+    client's :math:`B_0`-close neighbours exactly its group, so Algorithm 1 must return the planted
+    groups; outside that window nothing guarantees it. On every separated instance (:math:`W < D`)
+    ``cluster`` runs at three thresholds inside the window (:math:`W`, :math:`D - 1`, the largest
+    below :math:`D` since distances of hard labels are even integers, and one uniform in between)
+    and at two outside it (:math:`D`, and :math:`W - 1` where :math:`W > 0`).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+    trials : int
+    cluster : callable, default :func:`fedlib.clustering.greedy_b0`
+        ``(distances, b0) -> (labels, seeds)``; the tests pass a mutated one.
+
+    Returns
+    -------
+    dict
+        ``separated`` (instances with :math:`W < D`), ``inside`` and ``inside_bad`` (runs inside
+        the window, and those that do not return the planted groups), ``outside`` and
+        ``outside_bad`` (the same outside it).
+
+    Examples
+    --------
+    >>> r = recovery_checks(np.random.default_rng(0), 20)
+    >>> r["inside_bad"], r["inside"] == 3 * r["separated"], r["outside_bad"] > 0
+    (0, True, True)
+    """
+    check_int("trials", trials, low=1)
+    separated = inside = inside_bad = outside = outside_bad = 0
+    for _ in range(trials):
+        labels, groups = planted_hard_labels(rng)
+        d = l1_distances(labels)
+        same = groups[:, None] == groups[None, :]
+        W, D = float(d[same].max()), float(d[~same].min())
+        if not W < D:
+            continue
+        separated += 1
+        for b0 in (W, D - 1, float(rng.uniform(W, D))):
+            inside += 1
+            inside_bad += int(not same_partition(cluster(d, b0)[0], groups))
+        for b0 in (D, W - 1) if W > 0 else (D,):
+            outside += 1
+            outside_bad += int(not same_partition(cluster(d, b0)[0], groups))
+    return dict(separated=separated, inside=inside, inside_bad=inside_bad, outside=outside, outside_bad=outside_bad)
 
 
 def reference_cluster_count(d: np.ndarray, b0: float) -> int:
@@ -466,11 +559,65 @@ def assumption51_over_time(iterations: Sequence[dict]) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index("t")
 
 
+def symbolic_gradient_checks(rng: np.random.Generator, trials: int, *,
+                             loss: Callable[..., torch.Tensor] = consistency_loss) -> dict:
+    """The paper's consistency term differentiated by sympy, against the gradient of the loss fedlib
+    trains with: for :math:`C = 2` and 3, sympy differentiates :math:`\\ell(g(x'), g(x)) =
+    \\mathrm{KL}(\\mathrm{softmax}(z) \\,\\Vert\\, \\mathrm{softmax}(z'))` (Eq. 1, written out from the
+    logits) with respect to every clean and augmented logit, and checks the hand formulas
+    :math:`p \\odot (a - \\langle p, a\\rangle)` and :math:`q - p`; then its derivatives, evaluated
+    numerically, are compared with autograd's gradient of ``loss`` (``(logits_aug, logits_clean)
+    -> (n,)``, :func:`fedlib.distill.consistency_loss` by default) on ``trials`` random batches of
+    logits (float64, 2 to 16 rows, scale up to 5) per :math:`C`. A loss with the KL's arguments
+    swapped, or the wrong softmax, fails it (``tests/test_cosmos_chapters.py``).
+
+    Returns
+    -------
+    dict
+        ``formula_ok`` (sympy's derivative minus each hand formula simplifies to 0) and ``err``
+        (the largest absolute difference between sympy's derivatives and ``loss``'s gradients).
+
+    Examples
+    --------
+    >>> r = symbolic_gradient_checks(np.random.default_rng(0), 3)
+    >>> r["formula_ok"], r["err"] < 1e-12
+    (True, True)
+    """
+    import sympy as sp
+    check_int("trials", trials, low=1)
+    formula_ok, err = True, 0.0
+    for n_cls in (2, 3):
+        z, w = sp.symbols(f"z0:{n_cls}", real=True), sp.symbols(f"w0:{n_cls}", real=True)
+        Sz, Sw = sum(sp.exp(v) for v in z), sum(sp.exp(v) for v in w)
+        log_p = [v - sp.log(Sz) for v in z]
+        log_q = [v - sp.log(Sw) for v in w]
+        p_ = [sp.exp(v) / Sz for v in z]
+        q_ = [sp.exp(v) / Sw for v in w]
+        kl = sum(pk * (lp - lq) for pk, lp, lq in zip(p_, log_p, log_q))
+        d_clean, d_aug = [sp.diff(kl, v) for v in z], [sp.diff(kl, v) for v in w]
+        a = [lp - lq + 1 for lp, lq in zip(log_p, log_q)]
+        mean_a = sum(pk * ak for pk, ak in zip(p_, a))
+        formula_ok &= all(sp.simplify(d_clean[j] - p_[j] * (a[j] - mean_a)) == 0 and sp.simplify(d_aug[j] - (q_[j] - p_[j])) == 0
+                          for j in range(n_cls))
+        grad = sp.lambdify([z, w], [d_clean, d_aug], "numpy")
+        for _ in range(trials):
+            n = int(rng.integers(2, 17))
+            zc, za = (rng.normal(size=(n, n_cls)) * rng.uniform(0.1, 5.0) for _ in range(2))
+            zc_t, za_t = torch.tensor(zc, requires_grad=True), torch.tensor(za, requires_grad=True)
+            g_aug, g_clean = torch.autograd.grad(loss(za_t, zc_t).sum(), [za_t, zc_t])
+            dc, da = (np.stack([np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in part], axis=1)
+                      for part in grad(list(zc.T), list(za.T)))
+            err = max(err, float(np.abs(dc - g_clean.numpy()).max()), float(np.abs(da - g_aug.numpy()).max()))
+    return dict(formula_ok=bool(formula_ok), err=err)
+
+
 def _flat(grads: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat([g.flatten() for g in grads])
 
 
-def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int) -> dict:
+def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int, *,
+                                loss: Callable[..., torch.Tensor] = consistency_loss,
+                                objective: Callable[..., torch.Tensor] = distillation_objective) -> dict:
     """The consistency regularizer's gradient with and without the detach, on ``trials`` random
     MLPs in float64 (2 to 6 classes, inputs of 2×2 to 4×4, batches of 4 to 32, augmentation noise
     of radius 0.05 to 1).
@@ -491,6 +638,8 @@ def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int
         The chapter's seed: each trial's model, batch and augmentation draw come from the streams
         :data:`GRADIENT_MODEL`, :data:`GRADIENT_BATCH` and :data:`GRADIENT_DRAW` under it.
     trials : int
+    loss, objective : callable, default :func:`fedlib.distill.consistency_loss` and :func:`fedlib.distill.distillation_objective`
+        What is checked (the tests pass mutated ones, which fail the checks).
 
     Returns
     -------
@@ -526,14 +675,14 @@ def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int
         a = torch.log(p) - torch.log(q) + 1
         g_clean = (p * (a - (p * a).sum(1, keepdim=True))).detach()
         g_aug_formula = (q - p).detach()
-        loss = consistency_loss(z_aug, z).sum()
-        dz_aug, dz = torch.autograd.grad(loss, [z_aug, z], retain_graph=True)
+        loss_ = loss(z_aug, z).sum()
+        dz_aug, dz = torch.autograd.grad(loss_, [z_aug, z], retain_graph=True)
         err_logits = max(err_logits, float((dz - g_clean).abs().max()), float((dz_aug - g_aug_formula).abs().max()))
-        loss_d = consistency_loss(z_aug, z, detach_target=True).sum()
+        loss_d = loss(z_aug, z, detach_target=True).sum()
         dz_aug_d, dz_d = torch.autograd.grad(loss_d, [z_aug, z], retain_graph=True, allow_unused=True)
         clean_grad_is_none &= dz_d is None
         err_none = max(err_none, float((dz_aug_d - g_aug_formula).abs().max()))
-        G_nd = torch.autograd.grad(loss, params, retain_graph=True)
+        G_nd = torch.autograd.grad(loss_, params, retain_graph=True)
         G_d = torch.autograd.grad(loss_d, params, retain_graph=True)
         G_a = torch.autograd.grad(z_aug, params, grad_outputs=g_aug_formula, retain_graph=True)
         G_c = torch.autograd.grad(z, params, grad_outputs=g_clean, retain_graph=True)
@@ -548,8 +697,8 @@ def consistency_gradient_checks(rng: np.random.Generator, seed: int, trials: int
         draw_seed = derive_seed(seed, GRADIENT_DRAW, trial)
         grads = {}
         for detach in (False, True):
-            obj = distillation_objective(model, x, targets, torch.Generator().manual_seed(draw_seed), lam=lam,
-                                         detach_target=detach, noise=0.1)
+            obj = objective(model, x, targets, torch.Generator().manual_seed(draw_seed), lam=lam,
+                            detach_target=detach, noise=0.1)
             grads[detach] = _flat(torch.autograd.grad(obj, params))
         x_draw = augment(x, torch.Generator().manual_seed(draw_seed), noise=0.1)
         z_draw, zc = model(x_draw), model(x)
@@ -569,9 +718,11 @@ def _show_value(v) -> str:
 
 
 def algorithm1_section(checks: CheckTable, rng: np.random.Generator, trials: int, *, tol: float = TOL) -> tuple[dict, object]:
-    """Section 1's first checks: :func:`algorithm1_checks` on ``trials`` instances, its five rows
-    recorded in ``checks`` (a partition, the greedy rule, the radius :math:`B_0`, the diameter
-    :math:`2B_0`, and diameters above :math:`B_0`).
+    """Section 1's first checks: :func:`algorithm1_checks` on ``trials`` instances, its three rows
+    recorded in ``checks`` (a partition, the greedy rule, and diameters above :math:`B_0`). The
+    radius :math:`B_0` and the diameter :math:`2B_0` are shown in the table, not checked: they hold
+    by the algorithm's construction and the triangle inequality, so no run could fail them; what
+    the threshold is for is checked by :func:`recovery_section`.
 
     Returns
     -------
@@ -604,12 +755,35 @@ def algorithm1_section(checks: CheckTable, rng: np.random.Generator, trials: int
                how, A1["partition_bad"], 0, kind="count")
     checks.add("greedy_b0 is Algorithm 1: each seed has the most B₀-close unassigned neighbours and its cluster is exactly them",
                how, rule_bad, 0, kind="count")
-    checks.add("every member lies within B₀ of its cluster's seed (a radius)", how, max(radius_excess, 0.0), tol)
-    checks.add("every cluster's diameter is at most 2B₀ (triangle inequality), so Assumption 5.1 holds with B = 2B₀",
-               how + f"; worst diameter/(2B₀) = {worst_ratio:.3f}", max(diam_excess, 0.0), tol)
     checks.add("B = B₀ is not enough for Assumption 5.1: some cluster diameters exceed B₀",
                how, f"{A1['over_b0']} of {A1['n_clusters']} clusters", ok=A1["over_b0"] > 0)
     return numbers, show_table(table, formats={"value": _show_value})
+
+
+def recovery_section(checks: CheckTable, rng: np.random.Generator, trials: int) -> dict:
+    """Section 1's recovery check: :func:`recovery_checks` on ``trials`` instances of noisy hard
+    label vectors around planted groups, its two rows recorded in ``checks`` (inside the window
+    :math:`W \\le B_0 < D` Algorithm 1 returns the planted groups; outside it, not always). A
+    mutated Algorithm 1 (a neighbourhood of radius :math:`2B_0` or :math:`B_0/2`) fails the first
+    (``tests/test_cosmos_chapters.py``).
+
+    Returns
+    -------
+    dict
+        The numbers the prose reads: ``rc_trials``, ``rc_separated``, ``rc_inside``,
+        ``rc_inside_bad``, ``rc_outside``, ``rc_outside_bad`` and ``rc_outside_bad_pct``.
+    """
+    RC = recovery_checks(rng, trials)
+    how = (f"{RC['separated']} of {trials} random instances separated (W < D): 2 to 5 planted groups of 1 to 6 clients, "
+           "20 to 80 points, 2 to 6 classes, each label flipped with a probability up to 0.3")
+    checks.add("Algorithm 1 on hard label vectors returns the planted groups whenever the largest within-group distance "
+               "W ≤ B₀ < D, the smallest between-group distance", how + f"; B₀ = W, D − 1 and uniform between: {RC['inside']} runs",
+               RC["inside_bad"], 0, kind="count")
+    checks.add("outside that window Algorithm 1 does not always return them (the window is what the threshold must hit)",
+               how + f"; B₀ = D and W − 1: {RC['outside']} runs",
+               f"{RC['outside_bad']} of {RC['outside']} runs miss the planted groups", ok=RC["outside_bad"] > 0)
+    return {"rc_trials": int(trials), **{f"rc_{k}": int(v) for k, v in RC.items()},
+            "rc_outside_bad_pct": 100 * RC["outside_bad"] / max(RC["outside"], 1)}
 
 
 def b0_search_section(checks: CheckTable, rng: np.random.Generator, trials: int, grid: int, *, tol: float = TOL) -> dict:
@@ -799,11 +973,26 @@ def real_run_section(checks: CheckTable, runs: RealRuns, real: pd.DataFrame, *, 
     return numbers, tables
 
 
+def symbolic_gradient_section(checks: CheckTable, rng: np.random.Generator, trials: int) -> dict:
+    """Section 4's symbolic check: :func:`symbolic_gradient_checks`, its row recorded in ``checks``
+    (sympy's derivative of Eq. 1's term equals the hand formulas and the gradient of
+    :func:`fedlib.distill.consistency_loss`); the numbers the prose reads (``sg_trials``, ``sg_err``)."""
+    SG = symbolic_gradient_checks(rng, trials)
+    checks.add("the gradient of fedlib's consistency_loss is sympy's derivative of KL(softmax(z) ‖ softmax(z')), which "
+               "equals p ⊙ (a − ⟨p, a⟩), a = log p − log q + 1, in z and q − p in z'",
+               f"sympy, C = 2 and 3: formulas simplified, derivatives evaluated on {trials} random logit batches per C "
+               "against autograd", SG["err"] if SG["formula_ok"] else "a formula differs from sympy's derivative",
+               **({"tol": 1e-12} if SG["formula_ok"] else {"ok": False}))
+    return {"sg_trials": int(trials), "sg_err": float(SG["err"])}
+
+
 def consistency_gradient_section(checks: CheckTable, rng: np.random.Generator, seed: int, trials: int) -> dict:
-    """Section 4's numerical checks: :func:`consistency_gradient_checks`, its five rows recorded in
-    ``checks``; the numbers the prose reads (``cg_...``, with the sentences ``cg_close_sentence``,
-    whether the two gradients are far apart on every trial, and ``cg_none``, whether the clean
-    branch gets no gradient)."""
+    """Section 4's numerical checks: :func:`consistency_gradient_checks`, its four rows recorded in
+    ``checks`` (the parameter gradients' split into the two branches' vector-Jacobian products is
+    the chain rule, so it is reported in the prose, not checked); the numbers the prose reads
+    (``cg_...``, with the sentences ``cg_close_sentence``, whether the two gradients are far apart
+    on every trial, and ``cg_none``, whether the clean branch gets no gradient). A mutated loss or
+    objective fails the rows that remain (``tests/test_cosmos_chapters.py``)."""
     CG = consistency_gradient_checks(rng, seed, trials)
     err_logits, err_none, err_params_nd, err_params_d = CG["err_logits"], CG["err_none"], CG["err_params_nd"], CG["err_params_d"]
     err_objective, clean_grad_is_none, rel_diff, cosines = CG["err_objective"], CG["clean_grad_is_none"], CG["rel_diff"], CG["cosines"]
@@ -813,8 +1002,6 @@ def consistency_gradient_section(checks: CheckTable, rng: np.random.Generator, s
     checks.add("with the detach the clean branch gets no gradient, and the augmented branch's is q − p", how,
                f"None on every trial, max error {err_none:.1e}" if clean_grad_is_none else "a clean-branch gradient exists",
                ok=clean_grad_is_none and err_none <= 1e-12)
-    checks.add("parameter gradient without the detach = augmented-branch VJP + clean-branch VJP; with it = augmented VJP only",
-               how, max(err_params_nd, err_params_d), 1e-12)
     checks.add("distillation_objective: the two detach_target settings differ by exactly λ/n times the clean branch",
                how + ", random λ in [0.5, 5]", err_objective, 1e-12)
     checks.add("the detach changes the gradient (relative difference > 1 % on every trial)", how,
@@ -895,4 +1082,6 @@ __all__ = ["GRADIENT_BATCH", "GRADIENT_DRAW", "GRADIENT_MODEL", "REAL_SPLIT", "T
            "assumption51_over_time", "b0_search_checks", "b0_search_section", "cluster_count", "consistency_gradient_checks",
            "consistency_gradient_section", "cosmos_iterations", "exercise_numbers", "greedy_rule_violations",
            "lemma52_random_checks", "lemma52_section", "lemma_rows", "monotonicity_search", "monotonicity_section",
-           "off_diagonal", "random_pseudo_labels", "real_run_section", "real_runs", "reference_cluster_count"]
+           "off_diagonal", "planted_hard_labels", "random_pseudo_labels", "real_run_section", "real_runs", "recovery_checks",
+           "recovery_section", "reference_cluster_count", "same_partition", "symbolic_gradient_checks",
+           "symbolic_gradient_section"]
