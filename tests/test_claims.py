@@ -1024,9 +1024,3 @@ def test_regime_table_keeps_two_readings_that_differ_as_two_rows():
     # the same reading twice is one row guarding both
     t = regime_table({k: evaluate(c(k), [3.0, 4.0], regimes=(low,)) for k in ("a", "b")})
     assert t["rows"].tolist() == ["a; b"]
-
-
-def test_regime_table_and_check_reach_text_stay_importable_from_fedgrc_experiments():
-    from fedbook.claims import check_reach_text, regime_table
-    from fedbook.studies import fedgrc_experiments
-    assert fedgrc_experiments.regime_table is regime_table and fedgrc_experiments.check_reach_text is check_reach_text

@@ -43,7 +43,6 @@ import pandas as pd
 import torch
 
 from fedbook.claims import UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult, Read, smallest_resolvable
-from fedbook.claims import check_reach_text, regime_table  # noqa: F401  (moved to fedbook.claims; kept importable from here)
 from fedbook.intervals import SeedValues, interval_text, mean_interval, resolution_of, seed_band, seed_table
 from fedbook.page import clipped_error, format_bytes, format_value, place_labels, show_table
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, FedETF, FedRep
