@@ -73,7 +73,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import display
 
-from fedbook.claims import RESOLUTION_SHARE, Claim, Read, RegimeCheck, effect, regime_table
+from fedbook.claims import RESOLUTION_SHARE, Claim, Read, RegimeCheck, effect, regime_reading, regime_table
 from fedbook.intervals import resolution_of
 from fedbook.page import claims_report, format_bytes, glue_all, save_frames, setup, show_table
 from fedbook.studies import cosmos_experiments as cosmos
@@ -605,7 +605,7 @@ glue_all({**R, **cosmos.verdicts(REPORT, CLAIMS, comm_ratio=R["comm_ratio"])})
 
 # %% tags=["hide-input"]
 display(show_table(regime_table(REPORT), formats={"value": ".3g"}, index=False))
-glue_all({"regime_reading": cosmos.regime_reading(REPORT)})
+glue_all({"regime_reading": regime_reading(REPORT, cosmos.TESTABLE_IF)})
 
 # %% [markdown]
 # {glue:text}`regime_reading`

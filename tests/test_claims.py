@@ -24,7 +24,7 @@ from scipy import stats
 from fedbook.claims import (DOES_NOT_HOLD, EFFECT_KINDS, HOLDS, INCONCLUSIVE, NOT_AT_THIS_MEAN, OPPOSITE,
                             RESOLUTION_SHARE, SMALLER, TABLE_COLUMNS, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING,
                             VERDICTS, Claim, ClaimResult, Comparator, Improvement, Read, RegimeCheck, claims_table,
-                            decide, effect, evaluate, regime_table, says, seeds_to_decide, show, strongest_baseline,
+                            decide, effect, evaluate, regime_reading, regime_table, says, seeds_to_decide, show, strongest_baseline,
                             tally)
 from fedbook.intervals import (METHODS, Interval, SeedValues, defined_pairs, interval_text, mean_interval,
                                bootstrap_means, paired_bootstrap, seed_band, paired_interval, resolution_of,
@@ -1011,6 +1011,25 @@ def test_the_outcome_splits_does_not_hold_by_its_kind():
     c = _claim("greater", 0.5)
     outcomes = [evaluate(c, v).outcome for v in ([2.0, 3.0, 2.5], [0.2, 0.3, 0.25], [-2.0, -3.0, -2.5], [1.0])]
     assert outcomes == [HOLDS, SMALLER, OPPOSITE, INCONCLUSIVE] and set(outcomes) <= set(OUTCOMES)
+
+
+def test_regime_reading_groups_failing_readings_by_check_and_value():
+    chk = RegimeCheck("support", "median count", Read("r", "n"), "at least", 10.0, "too few")
+    c = lambda k: Claim(k, "q", "s", "x, points", "greater", effect("points", paper=2.0), resolution=0.1,  # noqa: E731
+                        regimes=(chk,))
+    read = lambda v: chk.check({"r": pd.DataFrame({"n": [v]})})  # noqa: E731
+    low, lower, high = read(1.0), read(2.0), read(20.0)
+    text = regime_reading({"a": evaluate(c("a"), [3.0, 4.0], regimes=(low,)),
+                           "b": evaluate(c("b"), [3.0, 4.0], regimes=(lower,)),
+                           "c": evaluate(c("c"), [3.0, 4.0], regimes=(low,)),
+                           "d": evaluate(c("d"), [3.0, 4.0], regimes=(high,))}, {"support": "more data"})
+    # two values of one check: two sentences, each naming its own rows; the passing reading names none
+    assert text.count("The check “support” fails") == 2
+    assert "(median count = 1, needs at least 10) and makes “a”, “c” untestable in this setting" in text
+    assert "(median count = 2, needs at least 10) and makes “b” untestable in this setting" in text
+    assert "“d”" not in text and text.endswith("what would make it testable: more data.")
+    assert "another setting" in regime_reading({"a": evaluate(c("a"), [3.0, 4.0], regimes=(low,))})
+    assert regime_reading({"d": evaluate(c("d"), [3.0, 4.0], regimes=(high,))}).startswith("Every regime check passes")
 
 
 def test_regime_table_keeps_two_readings_that_differ_as_two_rows():

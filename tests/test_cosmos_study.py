@@ -403,12 +403,13 @@ def test_the_reading_of_local_training_covers_every_verdict():
 
 
 def test_the_regime_reading_names_the_failing_check_its_rows_and_what_would_make_them_testable():
-    from fedbook.studies.cosmos_experiments import TESTABLE_IF, regime_reading
+    from fedbook.claims import regime_reading
+    from fedbook.studies.cosmos_experiments import TESTABLE_IF
     chk = RegimeCheck("the baselines' collaboration beats local training", "gain, points", Read("c", "gain"), "at least", 0.0,
                       "why")
     claim = lambda k: Claim(k, "q", "s", "x, points", "greater", effect("points"), resolution=0.1, regimes=(chk,))
     low, high = chk.check({"c": pd.DataFrame({"gain": [-0.5]})}), chk.check({"c": pd.DataFrame({"gain": [2.0]})})
-    text = regime_reading({k: evaluate(claim(k), [3.0, 4.0], regimes=(low,)) for k in ("beats", "alpha-beats")})
+    text = regime_reading({k: evaluate(claim(k), [3.0, 4.0], regimes=(low,)) for k in ("beats", "alpha-beats")}, TESTABLE_IF)
     assert "makes “beats”, “alpha-beats” untestable in this setting" in text and "= -0.5, needs at least 0" in text
     assert text.endswith(TESTABLE_IF[chk.key] + ".")
-    assert regime_reading({"beats": evaluate(claim("beats"), [3.0, 4.0], regimes=(high,))}).startswith("Every regime check passes")
+    assert regime_reading({"beats": evaluate(claim("beats"), [3.0, 4.0], regimes=(high,))}, TESTABLE_IF).startswith("Every regime check passes")

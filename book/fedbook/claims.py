@@ -1788,6 +1788,58 @@ def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
     return table
 
 
+def regime_reading(results: Mapping[str, ClaimResult], testable_if: Mapping[str, str] | None = None) -> str:
+    """The failing regime checks of ``results`` in words: each failing reading, grouped by the check's
+    key **and** the value read (two readings of one check that differ are two sentences, never one
+    showing the first's value), with its value and threshold, the rows it makes untestable in this
+    setting and what would make them testable (``testable_if``, by the check's key: the chapter's
+    own sentence; "another setting" where it has none); or that every check passes.
+
+    Parameters
+    ----------
+    results : mapping of str to ClaimResult
+        The claims report, by row key.
+    testable_if : mapping of str to str, optional
+        By a check's key, what would make the rows it fails testable.
+
+    Returns
+    -------
+    str
+        The sentences, one per failing (check, value).
+
+    Examples
+    --------
+    >>> chk = RegimeCheck("fit", "fit, %", Read("m", "fit"), "at least", 95.0, "why")
+    >>> c = lambda k: Claim(k, "q", "s", "x, points", "greater", effect("points"), resolution=0.1, regimes=(chk,))
+    >>> low, lower = (chk.check({"m": pd.DataFrame({"fit": [v]})}) for v in (90.0, 80.0))
+    >>> text = regime_reading({"a": evaluate(c("a"), [3.0, 4.0], regimes=(low,)),
+    ...                        "b": evaluate(c("b"), [3.0, 4.0], regimes=(lower,))}, {"fit": "a larger server"})
+    >>> print(text.replace(". ", ".\\n"))
+    The check “fit” fails (fit, % = 90, needs at least 95) and makes “a” untestable in this setting; what would make it testable: a larger server.
+    The check “fit” fails (fit, % = 80, needs at least 95) and makes “b” untestable in this setting; what would make it testable: a larger server.
+    >>> regime_reading({})
+    'Every regime check passes, so every row can test its sentence in this setting.'
+    """
+    testable_if = {} if testable_if is None else testable_if
+    failing: dict[tuple, dict] = {}
+    for key, r in results.items():
+        for reading in r.regimes:
+            if not reading.passes:
+                c = reading.check
+                f = failing.setdefault((c.key, c.quantity, c.op, c.threshold, str(float(reading.value))),
+                                       {"reading": reading, "rows": []})
+                f["rows"].append(key)
+    if not failing:
+        return "Every regime check passes, so every row can test its sentence in this setting."
+    out = []
+    for f in failing.values():
+        rd, rows = f["reading"], ", ".join(f"“{k}”" for k in f["rows"])
+        out.append(f"The check “{rd.check.key}” fails ({rd.check.quantity} = {rd.value:.3g}, needs {rd.check.op} "
+                   f"{rd.check.threshold:g}) and makes {rows} untestable in this setting; what would make "
+                   f"{'it' if len(f['rows']) == 1 else 'them'} testable: {testable_if.get(rd.check.key, 'another setting')}.")
+    return " ".join(out)
+
+
 def check_reach_text(results: Mapping[str, ClaimResult], key: str) -> str:
     """What the regime check ``key`` did to the verdicts of ``results``, in words from its readings:
     the rows it guards, those it fails, how many of those a resolution already leaves untestable
@@ -1839,5 +1891,5 @@ __all__ = ["DIRECTIONS", "OUTCOMES", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SH
            "SHORTFALLS", "SMALLER", "TABLE_COLUMNS", "UNTESTABLE", "UNTESTABLE_RESOLUTION", "UNTESTABLE_SETTING",
            "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Effect", "EffectKind", "Improvement",
            "Read", "RegimeCheck", "RegimeReading", "check_reach_text", "claims_records", "claims_table", "decide", "effect",
-           "evaluate", "headline_summary", "regime_table", "says", "seeds_to_decide", "show", "smallest_resolvable",
+           "evaluate", "headline_summary", "regime_reading", "regime_table", "says", "seeds_to_decide", "show", "smallest_resolvable",
            "strongest_baseline", "tally", "verdict_colour"]

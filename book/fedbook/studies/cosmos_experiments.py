@@ -1211,38 +1211,8 @@ TESTABLE_IF = {
     "consistency ball small against the images": "a smaller radius, or a translation that moves a small share of the "
                                                   "image (larger images)",
 }
-"""What would make a row that a regime check of the chapter fails testable, by the check's key."""
-
-
-def regime_reading(report: Mapping[str, ClaimResult]) -> str:
-    """The regime checks in words, from the claims report: each failing check with its value and
-    threshold, the rows it makes untestable in this setting and what would make them testable
-    (:data:`TESTABLE_IF`); or that every check passes.
-
-    Examples
-    --------
-    >>> from fedbook.claims import RegimeCheck, Read, effect, evaluate
-    >>> chk = RegimeCheck("server reproduces its targets", "fit, %", Read("m", "fit"), "at least", 95.0, "why")
-    >>> c = Claim("beats", "q", "s", "x, points", "greater", effect("points"), resolution=0.1, regimes=(chk,))
-    >>> low = chk.check({"m": pd.DataFrame({"fit": [90.0]})})
-    >>> regime_reading({"beats": evaluate(c, [3.0, 4.0], regimes=(low,))}).split(";")[0]
-    'The check “server reproduces its targets” fails (fit, % = 90, needs at least 95) and makes “beats” untestable in this setting'
-    """
-    failing: dict[str, dict] = {}
-    for key, r in report.items():
-        for reading in r.regimes:
-            if not reading.passes:
-                f = failing.setdefault(reading.check.key, {"reading": reading, "rows": []})
-                f["rows"].append(key)
-    if not failing:
-        return "Every regime check passes, so every row can test its sentence in this setting."
-    out = []
-    for name, f in failing.items():
-        rd, rows = f["reading"], ", ".join(f"“{k}”" for k in f["rows"])
-        out.append(f"The check “{name}” fails ({rd.check.quantity} = {rd.value:.3g}, needs {rd.check.op} "
-                   f"{rd.check.threshold:g}) and makes {rows} untestable in this setting; what would make "
-                   f"{'it' if len(f['rows']) == 1 else 'them'} testable: {TESTABLE_IF.get(name, 'another setting')}.")
-    return " ".join(out)
+"""What would make a row that a regime check of the chapter fails testable, by the check's key (read by
+:func:`fedbook.claims.regime_reading`)."""
 
 
 _LOCAL_CAVEAT = ("the corollary speaks only of sufficiently large n and T, and ours are small, so this verdict cannot refute "
@@ -1337,7 +1307,7 @@ def exercise_numbers(exercises: pd.DataFrame) -> dict:
         "one cluster's model serves the other clusters nearly as well here: the clusters matter less than the server's training"}
 
 
-__all__ = ["TESTABLE_IF", "regime_reading", "VoteRecorder", "fedct_reading", "last_fit", "server_choice", "server_pilot_cell", "vote_dynamics", "BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
+__all__ = ["TESTABLE_IF", "VoteRecorder", "fedct_reading", "last_fit", "server_choice", "server_pilot_cell", "vote_dynamics", "BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
            "PSEUDO_BATCH", "PSEUDO_LR_METHODS", "STUDIES", "U_PAPER", "COSMOSStudy", "Pilot", "accuracy_points", "alpha_cell",
            "alpha_table", "exercise_cell", "exercise_numbers", "fedavg_bytes", "fedavg_total", "homogeneous_cell",
            "homogeneous_table", "kept_clients", "lambda_note", "local_cell", "local_reading", "main_cell", "main_table",
