@@ -85,10 +85,11 @@ class _MaxPool2(torch.autograd.Function):
     """2x2 max-pooling of an ``(n, c, h, w)`` map with the bits of ``F.max_pool2d(x, 2)`` and its
     gradient, in about half the CPU time (a quarter without gradients): the pooling runs on a
     channels-last copy (torch's vectorized CPU kernel; the NCHW kernel is scalar), whose window
-    maxima and argmax indices are those of the NCHW kernel (the first maximum of each window,
-    a NaN propagated); the output is returned contiguous, so the next layer reads the same
-    tensor; the backward pass scatters each output gradient onto its window's argmax (windows do
-    not overlap: no sum, exactly the NCHW kernel's gradient).
+    maxima and argmax indices are those of the NCHW kernel (the first maximum of each window in
+    row-major order; a window holding NaNs gives NaN, with the index of its last NaN); the
+    output is returned contiguous, so the next layer reads the same tensor; the backward pass
+    scatters each output gradient onto its window's argmax (windows do not overlap: no sum,
+    exactly the NCHW kernel's gradient).
 
     >>> x = torch.relu(torch.randn(2, 8, 6, 6, generator=torch.Generator().manual_seed(0))).requires_grad_()
     >>> y = _MaxPool2.apply(x); y.sum().backward()
@@ -251,7 +252,7 @@ class FeatureModel(nn.Module):
         evaluation mode (no dropout, normalization statistics fixed), without gradients. The one
         batched extraction every statistics round, head and tracker uses.
 
-        >>> model = SmallCNN(width=8, feature_dim=8)
+        >>> model = build_model("cnn", in_channels=1, n_classes=10, seed=0, width=8, feature_dim=8)
         >>> model.extract(torch.zeros(300, 1, 28, 28), ("conv1", "penultimate")).shape
         torch.Size([300, 16])
         >>> model.extract(torch.zeros(0, 1, 28, 28)).shape
@@ -311,7 +312,9 @@ class SmallCNN(FeatureModel):
 
     Examples
     --------
-    >>> SmallCNN(in_channels=3, input_size=32)(torch.zeros(4, 3, 32, 32)).shape
+    >>> with isolated_torch_rng(0):  # initial weights from seed 0; the caller's generator is left alone
+    ...     model = SmallCNN(in_channels=3, input_size=32)
+    >>> model(torch.zeros(4, 3, 32, 32)).shape
     torch.Size([4, 10])
     """
 
@@ -384,7 +387,9 @@ class MLP(FeatureModel):
 
     Examples
     --------
-    >>> MLP(in_features=64, hidden=(32,), n_classes=10)(torch.zeros(5, 1, 8, 8)).shape
+    >>> with isolated_torch_rng(0):  # initial weights from seed 0; the caller's generator is left alone
+    ...     model = MLP(in_features=64, hidden=(32,), n_classes=10)
+    >>> model(torch.zeros(5, 1, 8, 8)).shape
     torch.Size([5, 10])
     """
 

@@ -137,23 +137,40 @@ def numpy_rng(seed: int, *keys: int) -> np.random.Generator:
 
 @contextlib.contextmanager
 def isolated_torch_rng(seed: int) -> Iterator[None]:
-    """Run a block with torch's global CPU RNG seeded to ``seed``, restoring it afterwards.
+    """Run a block with torch's global CPU generator seeded to ``seed``, restoring its state afterwards.
 
-    Modules that draw from the global RNG (weight initialisation, dropout) become deterministic
-    without changing the caller's RNG state. Only the CPU generator is seeded and restored (what
-    ``torch.random.fork_rng(devices=[])`` with ``torch.manual_seed`` did to it, the same bits):
-    ``torch.manual_seed`` would also queue a seeding of every accelerator's generator, each with a
-    formatted stack trace (about 0.4 ms a call on a CPU, thousands of calls a chapter), and leave
-    them seeded.
+    Modules that draw from the global generator (weight initialisation, dropout) become
+    deterministic without changing the caller's random state. What it guarantees:
 
+    - inside the block, the global CPU generator draws the stream of
+      ``torch.Generator().manual_seed(seed)`` (the stream ``torch.manual_seed(seed)`` starts);
+    - on leaving the block, normally or by an exception (the exception propagates), the global CPU
+      generator's state is restored to the one it had on entry, byte for byte: the state is saved
+      before seeding and set back in a ``finally`` clause, so the caller's later draws are the
+      ones it would have made without the block.
+
+    Only the CPU generator is seeded and restored (what ``torch.random.fork_rng(devices=[])`` with
+    ``torch.manual_seed`` did to it, the same bits): ``torch.manual_seed`` would also queue a
+    seeding of every accelerator's generator, each with a formatted stack trace (about 0.4 ms a
+    call on a CPU, thousands of calls a chapter), and leave them seeded. The global generator is
+    shared by every thread: a thread drawing from it during the block draws from the seeded stream.
+
+    Examples
+    --------
     >>> before = torch.get_rng_state()
     >>> with isolated_torch_rng(7):
     ...     a = torch.rand(2)
     >>> with isolated_torch_rng(7):
     ...     b = torch.rand(2)
-    >>> bool(torch.equal(a, b)), bool(torch.equal(torch.get_rng_state(), before))
+    >>> bool(torch.equal(a, b)), bool(torch.equal(a, torch.rand(2, generator=torch.Generator().manual_seed(7))))
     (True, True)
-    >>> _ = torch.manual_seed(7); bool(torch.equal(a, torch.rand(2)))  # the stream torch.manual_seed(7) gives
+    >>> try:
+    ...     with isolated_torch_rng(7):
+    ...         _ = torch.rand(5)
+    ...         raise RuntimeError("the block fails")
+    ... except RuntimeError:
+    ...     pass
+    >>> bool(torch.equal(torch.get_rng_state(), before))  # the caller's state, the failed block included
     True
     """
     state = torch.get_rng_state()

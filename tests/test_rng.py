@@ -1,9 +1,11 @@
-"""fedlib.rng: no two consumers of a run share a stream, and seeds outside the supported range are refused."""
+"""fedlib.rng: no two consumers of a run share a stream, seeds outside the supported range are refused, and
+isolated_torch_rng draws the seed's stream and restores the caller's state, a failing block included."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from fedlib import rng
 from fedlib.rng import derive_seed
@@ -71,3 +73,34 @@ def test_the_largest_supported_seed_and_numpy_integers_are_accepted():
     assert derive_seed(2**32 - 1, 1) != derive_seed(0, 1)
     assert derive_seed(np.int64(4), np.uint32(2)) == derive_seed(4, 2)
     assert 0 <= derive_seed(7, 1, 2) < 2**63
+
+
+# --- isolated_torch_rng: the seeded stream inside, the caller's state restored after (a finally clause) ---
+
+
+@pytest.mark.parametrize("seed", [0, 5, 2**32 - 1, derive_seed(3, rng.INIT)])
+def test_isolated_torch_rng_draws_the_seeds_stream(seed):
+    with rng.isolated_torch_rng(seed):
+        inside = torch.rand(4)
+    assert torch.equal(inside, torch.rand(4, generator=torch.Generator().manual_seed(seed)))
+    with torch.random.fork_rng(devices=[]):  # the stream torch.manual_seed starts, the global state restored after
+        torch.manual_seed(seed)
+        assert torch.equal(inside, torch.rand(4))
+
+
+def test_isolated_torch_rng_restores_the_global_state_when_the_block_ends_or_raises():
+    before = torch.get_rng_state()
+    with rng.isolated_torch_rng(5):
+        a = torch.rand(3)
+    assert torch.equal(torch.get_rng_state(), before)
+    with pytest.raises(RuntimeError, match="the block fails"):  # the exception propagates ...
+        with rng.isolated_torch_rng(5):
+            b = torch.rand(3)
+            torch.randn(100)  # draws past a's, so a missing restore would leave another state
+            raise RuntimeError("the block fails")
+    assert torch.equal(torch.get_rng_state(), before)  # ... and the state is restored all the same
+    assert torch.equal(a, b)
+    # the caller's next draws are those of its saved state (checked on a copy, the global state restored)
+    with torch.random.fork_rng(devices=[]):
+        expected = torch.rand(3, generator=torch.Generator().set_state(before))
+        assert torch.equal(torch.rand(3), expected)
