@@ -28,6 +28,17 @@ def test_check_table_verdicts_and_columns():
         only_ok.add("f", "h", 0.0, 1.0, kind="relative")
 
 
+def test_an_untestable_row_stays_in_the_table_whatever_its_condition_and_is_not_a_failure():
+    checks = CheckTable()
+    checks.add("a", "h", "reliability 0.1 < 0.5", ok=True, untestable=True)  # the setting overrides ok
+    checks.add("b", "h", 3, 0, kind="count", untestable=True)  # and a tolerance
+    checks.add("c", "h", 3, 0, kind="count")
+    assert checks.frame()["verdict"].tolist() == ["untestable", "untestable", "FAILS"]
+    assert (len(checks), checks.n_fail, checks.n_untestable) == (3, 1, 2)
+    html = checks.show().to_html()
+    assert "#e6e6e6" in html and "#f8d7d7" in html and "#d9f2d9" not in html
+
+
 def test_check_table_show_wraps_and_shades_every_verdict():
     checks = CheckTable()
     checks.add("a long statement " * 8, "h", 1e-13, 1e-12)

@@ -29,6 +29,10 @@ CHECK_KINDS = ("error", "count", "at least")
 """How :meth:`CheckTable.add` compares a measured value with its tolerance."""
 
 
+SHADES = {"holds": "#d9f2d9", "untestable": "#e6e6e6"}
+"""The check table's verdict shading; any other verdict is shaded red."""
+
+
 def float64_tensor(a: Any) -> torch.Tensor:
     """``a`` (an array, a nested list, a number) as a float64 tensor: the derivations chapters
     check identities in double precision.
@@ -45,7 +49,9 @@ class CheckTable:
     """The live table of checks that closes a derivations chapter.
 
     Each row is a statement, how it was checked, the worst error (or the counterexamples) found,
-    and a computed verdict: ``"holds"``, ``"partly"`` or ``"FAILS"``. A row is decided either by a
+    and a computed verdict: ``"holds"``, ``"partly"`` or ``"FAILS"``, or ``"untestable"`` where the
+    chapter's own computed regime condition says the setting cannot test the statement
+    (``untestable``; the row stays in the table, its value saying why). A row is decided either by a
     tolerance (``tol`` with ``kind``; the table then shows the tolerance too) or by the chapter's
     own computed condition (``ok``).
 
@@ -59,6 +65,9 @@ class CheckTable:
     (3, 1)
     >>> checks.frame()[["worst error / counterexamples", "tolerance", "verdict"]].values.tolist()
     [['3.0e-16', '<= 1e-12', 'holds'], ['2 counterexamples', '<= 0', 'FAILS'], ['gap 0.0', '', 'holds']]
+    >>> checks.add("a trend", "too noisy a probe", "reliability 0.2 < 0.5", ok=False, untestable=True)
+    >>> checks.frame()["verdict"].iloc[-1], checks.n_fail, checks.n_untestable
+    ('untestable', 1, 1)
     """
 
     COLUMNS = ("statement", "how checked", "worst error / counterexamples", "tolerance", "verdict")
@@ -76,6 +85,7 @@ class CheckTable:
         kind: str = "error",
         ok: bool | None = None,
         partly: bool = False,
+        untestable: bool = False,
     ) -> None:
         """Record one check (the call returns nothing, so a cell that ends with it shows nothing).
 
@@ -94,6 +104,9 @@ class CheckTable:
             The chapter's computed condition, instead of ``tol``.
         partly : bool, default False
             With ``ok`` false: the statement holds in part (verdict ``"partly"``, not ``"FAILS"``).
+        untestable : bool, default False
+            The chapter's computed regime condition is not met: the verdict is ``"untestable"``
+            whatever ``ok`` or ``tol`` say (``worst`` should say why).
         """
         if (tol is None) == (ok is None):
             raise ValueError(f"give exactly one of tol and ok, got tol={tol!r}, ok={ok!r}")
@@ -107,15 +120,21 @@ class CheckTable:
         else:
             ok, shown, bound = bool(ok), worst, ""
         self.rows.append({"statement": statement, "how checked": how, "worst error / counterexamples": shown,
-                          "tolerance": bound, "verdict": "holds" if ok else ("partly" if partly else "FAILS")})
+                          "tolerance": bound, "verdict": "untestable" if untestable else "holds" if ok
+                          else ("partly" if partly else "FAILS")})
 
     def __len__(self) -> int:
         return len(self.rows)
 
     @property
     def n_fail(self) -> int:
-        """How many checks do not hold (``"FAILS"`` and ``"partly"``)."""
-        return sum(row["verdict"] != "holds" for row in self.rows)
+        """How many checks do not hold (``"FAILS"`` and ``"partly"``; not the untestable ones)."""
+        return sum(row["verdict"] in ("FAILS", "partly") for row in self.rows)
+
+    @property
+    def n_untestable(self) -> int:
+        """How many checks the setting cannot test (verdict ``"untestable"``)."""
+        return sum(row["verdict"] == "untestable" for row in self.rows)
 
     def frame(self) -> pd.DataFrame:
         """The table; the ``tolerance`` column only where some check has one."""
@@ -124,7 +143,7 @@ class CheckTable:
 
     def show(self):
         """The table for a page: every cell as text, statements wrapped so the verdict column stays
-        on screen, the index hidden, verdicts shaded (holds green, anything else red).
+        on screen, the index hidden, verdicts shaded (holds green, untestable grey, anything else red).
 
         Returns
         -------
@@ -149,8 +168,8 @@ class CheckTable:
             .format(str)
             .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
             .set_table_styles(styles)
-            .map(lambda v: f"background-color: {'#d9f2d9' if v == 'holds' else '#f8d7d7'}", subset=["verdict"])
+            .map(lambda v: f"background-color: {SHADES.get(v, '#f8d7d7')}", subset=["verdict"])
         )
 
 
-__all__ = ["CHECK_KINDS", "CheckTable", "float64_tensor"]
+__all__ = ["CHECK_KINDS", "CheckTable", "SHADES", "float64_tensor"]
