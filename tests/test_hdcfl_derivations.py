@@ -222,16 +222,19 @@ def test_the_federation_sections_on_a_small_federation():
     assert numbers["id_partial_sentence"].startswith("the one-group prototype differs" if numbers["id_partial"] > 0 else "yet here")
     assert numbers["id_participation"] == 0.5 and numbers["id_partial"] == ident.partial_diff
     feds = [(fed, model_fn), hc.small_federation(4, 0.3, seed=1)]
-    table, numbers = drift_section(checks, feds, train, [1, 2], 1, [0, 1], min_move=0.0)  # every move testable
+    table, numbers = drift_section(checks, feds, train, [1, 2], 1, [0, 1], min_reliability=-math.inf)  # always testable
     assert table.index.tolist() == [1, 2] and numbers["ls_steps"] == "1, 2" and numbers["ls_s_short"] == 2
     assert numbers["ls_move_min"] == table["(c) feature movement"].iloc[0] and 0 <= numbers["ls_agree_max"] <= 100
     assert numbers["ls_n_seeds"] == 2 and numbers["ls_rho_short"].endswith("2 seeds")
-    assert len(checks) == 7
-    # the same runs with a regime the short updates do not reach: the two tracking checks are left out, said untestable
+    assert numbers["ls_rel_short"] == table.loc[2, "(f) reliability of compatibility"] and numbers["ls_folds"] == hc.PROBE_FOLDS
+    assert len(checks) == 7 and "untestable" not in checks.frame()["verdict"].tolist()
+    # the same runs with a regime the short updates do not reach: both tracking rows stay, the first untestable
     fewer = CheckTable()
-    again, numbers = drift_section(fewer, feds, train, [1, 2], 1, [0, 1], min_move=1.0)
-    assert len(fewer) == 1 and numbers["ls_track_reading"].startswith("untestable in this setting")
-    assert again.equals(table) and numbers["ls_size_short"] < 100.0
+    again, numbers = drift_section(fewer, feds, train, [1, 2], 1, [0, 1], min_reliability=2.0)  # a reliability is <= 1
+    assert len(fewer) == 3 and fewer.frame()["verdict"].tolist()[0] == "untestable" and fewer.n_untestable == 1
+    assert fewer.frame()["verdict"].tolist()[1] != "untestable"  # the trend is decided on its intervals
+    assert numbers["ls_track_reading"].startswith("the first is untestable in this setting")
+    assert again.equals(table) and numbers["ls_min_rel"] == 2.0
     with pytest.raises(ValueError, match="one federation per seed, got 2 federation"):
         drift_section(fewer, feds, train, [1, 2], 1, [0])
     numbers = refresh_section(checks, ident.run.server, 3, 2, seed=0)
@@ -251,3 +254,32 @@ def test_the_planted_section_by_its_instances():
     assert numbers["pl_noisy_sigma"] == 2.0 and numbers["pl_noisy_raw"] == float(noisy["ARI raw"].mean())
     assert numbers["pl_noisy_lowrank"] == float(noisy["ARI lowrank"].mean())
     assert table.equals(planted_summary(planted)) and len(checks) == 2 and checks.frame()["verdict"].iloc[0] == "holds"
+
+
+def test_compatibility_reliability_by_hand_and_on_pure_probe_noise():
+    # 3 clients, 4 probe inputs, 1 class; own logits 1; client k's head on l's features 1 + d_kl on every input:
+    # c_kl = -d_kl on every fold, so the probe's error is 0 and the reliability 1
+    d = torch.tensor([[0.0, 0.2, 0.6], [0.2, 0.0, 0.4], [0.6, 0.4, 0.0]])
+    logits = 1 + d[:, :, None, None] * torch.ones(3, 3, 4, 1)
+    assert hc.compatibility_reliability(logits, folds=2) == 1.0
+    # the same mean change for every pair, alternating by input: folds [0, 1] and [2, 3] give
+    # c = -sqrt(mean of squares) alike, so all pairs equal: no spread, NaN
+    flip = torch.tensor([0.0, 2.0, 0.0, 2.0])
+    same = 1 + (1 - torch.eye(3))[:, :, None, None] * flip[None, None, :, None]
+    assert math.isnan(hc.compatibility_reliability(same, folds=2))
+    # pure probe noise: every pair's change drawn alike per input, so pairs differ only by the probe
+    g = torch.Generator().manual_seed(0)
+    noise = 1 + (1 - torch.eye(6))[:, :, None, None] * torch.rand(6, 6, 20, 2, generator=g)
+    assert hc.compatibility_reliability(noise, folds=10) < hc.MIN_RELIABILITY
+    with pytest.raises(ValueError, match="fewer than the 10 folds"):
+        hc.compatibility_reliability(logits, folds=10)
+
+
+def test_track_reading_names_the_opposite_direction_and_the_untestable_first_statement():
+    from fedbook.intervals import mean_interval
+    opposite = hc.track_reading(True, mean_interval([-0.1, 0.0, 0.1]), mean_interval([0.5, 0.6, 0.7]), 0.9, 0.5, 4)
+    assert opposite.endswith("the opposite of the statement that the tracking weakens")
+    assert opposite.startswith("ρ is of either sign")
+    untestable = hc.track_reading(False, mean_interval([-0.1, 0.0, 0.1]), mean_interval([0.5, 0.6, 0.7]), 0.2, 0.5, 4)
+    assert "reliability of 0.20" in untestable and "below the 0.5 declared" in untestable
+    assert untestable.endswith("the opposite of the statement that the tracking weakens")

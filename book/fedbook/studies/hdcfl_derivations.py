@@ -602,15 +602,74 @@ def head_compatibility_rho(heads: torch.Tensor, logits: torch.Tensor) -> float:
     flat = heads.reshape(n, -1).double()
     unit = flat / flat.norm(dim=1, keepdim=True)
     cos = unit @ unit.T
+    iu = torch.triu_indices(n, n, 1)
+    sim = cos[iu[0], iu[1]].numpy()
+    compat = _compatibilities(logits)
+    if np.ptp(sim) == 0 or np.ptp(compat) == 0:
+        return math.nan
+    return float(spearmanr(sim, compat).statistic)
+
+
+def _compatibilities(logits: torch.Tensor) -> np.ndarray:
+    """The pairwise compatibilities :math:`c_{kl}` of :func:`head_compatibility_rho`, over the
+    pairs ``k < l`` in ``triu_indices`` order."""
+    n = logits.shape[0]
     own = torch.stack([logits[k, k] for k in range(n)]).double()  # (n, m, C)
     rel = torch.stack([torch.stack([(logits[k, l].double() - own[k]).norm() / own[k].norm() for l in range(n)])
                        for k in range(n)])  # (n, n): client k's head on client l's encoder
     iu = torch.triu_indices(n, n, 1)
-    sim = cos[iu[0], iu[1]].numpy()
-    compat = (-(rel + rel.T) / 2)[iu[0], iu[1]].numpy()
-    if np.ptp(sim) == 0 or np.ptp(compat) == 0:
+    return (-(rel + rel.T) / 2)[iu[0], iu[1]].numpy()
+
+
+PROBE_FOLDS = 10
+"""The disjoint parts of the probe whose spread measures the probe's standard error of a
+compatibility (:func:`compatibility_reliability`)."""
+
+MIN_RELIABILITY = 0.5
+r"""The regime of section 5's first tracking check, declared with its measurement: the
+compatibilities being ranked must differ by more than the probe's noise, the share of their
+spread over the pairs that is not the probe's (:func:`compatibility_reliability`, mean over the
+seeds at the longest short update) at least this. A correlation with a quantity of reliability
+:math:`r` is attenuated by :math:`\sqrt r` (Spearman's correction); at 0.5 a perfect tracking
+could read no higher than 0.71, and below it half the ranking or more is the probe's noise. Below
+it the check is untestable in this setting."""
+
+
+def compatibility_reliability(logits: torch.Tensor, folds: int = PROBE_FOLDS) -> float:
+    r"""How far the pairwise compatibilities of :func:`head_compatibility_rho` differ by more
+    than the probe's noise: :math:`1 - \overline{\mathrm{se}^2} / \mathrm{var}(c)`, with
+    :math:`\mathrm{var}(c)` the variance of the compatibilities over the pairs and
+    :math:`\mathrm{se}_{kl}` the probe's standard error of :math:`c_{kl}`: the standard deviation
+    of :math:`c_{kl}` computed on ``folds`` disjoint parts of the probe (``logits``' third axis,
+    in order), over :math:`\sqrt{\text{folds}}`. 1: the ranking is the encoders'; 0 or below:
+    the probe's noise alone spreads the compatibilities as much as they spread. NaN where the
+    compatibilities are all equal.
+
+    Examples
+    --------
+    Three clients whose logit changes differ by pair and are the same on every probe input are
+    reliable; the same changes drowned by a per-input noise are not:
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> change = torch.tensor([[0.0, 0.1, 0.9], [0.1, 0.0, 0.5], [0.9, 0.5, 0.0]])
+    >>> logits = 1 + change[:, :, None, None] * torch.ones(3, 3, 40, 2)
+    >>> compatibility_reliability(logits, folds=4)
+    1.0
+    >>> noisy = 1 + change[:, :, None, None] * torch.randn(3, 3, 40, 2, generator=g).abs() * 3
+    >>> bool(compatibility_reliability(noisy, folds=4) < compatibility_reliability(logits, folds=4))
+    True
+    """
+    check_int("probe folds", folds, low=2)
+    m = logits.shape[2]
+    if m < folds:
+        raise ValueError(f"the probe has {m} inputs, fewer than the {folds} folds asked for")
+    compat = _compatibilities(logits)
+    var = float(np.var(compat, ddof=1)) if len(compat) > 1 else 0.0
+    if var == 0:
         return math.nan
-    return float(spearmanr(sim, compat).statistic)
+    parts = np.stack([_compatibilities(logits[:, :, idx]) for idx in torch.arange(m).tensor_split(folds)])
+    se2 = np.var(parts, axis=0, ddof=1) / folds
+    return float(1 - se2.mean() / var)
 
 
 def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.nn.Module], train: TrainConfig,
@@ -629,7 +688,9 @@ def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.
         :math:`\lVert f_k(x) - f_0(x)\rVert / \lVert f_0(x)\rVert`; (d) the mean share of the
         probe on which a client's trained head predicts the same class on the common features
         :math:`f_0(x)` as on its own :math:`f_k(x)`; (e) how far head similarity tracks encoder
-        compatibility (:func:`head_compatibility_rho` of the trained heads, on the probe).
+        compatibility (:func:`head_compatibility_rho` of the trained heads, on the probe); (f) how
+        far the compatibilities being ranked differ by more than the probe's noise
+        (:func:`compatibility_reliability`).
 
     Raises
     ------
@@ -670,7 +731,8 @@ def local_drift(warm: RunResult, fed: Federation, model_fn: Callable[..., torch.
         rows.append({"local steps s": s, "(a) mean pairwise cosine of Δθ": float((unit @ unit.T)[iu[0], iu[1]].mean()),
                      "(b) ‖Δθ‖ / ‖θ₀‖": float((D.norm(dim=1) / theta0.norm()).mean()),
                      "(c) feature movement": float(np.mean(moves)), "(d) same prediction on f₀": float(np.mean(agree)),
-                     "(e) ρ(head cosine, compatibility)": head_compatibility_rho(torch.stack(heads), logits)})
+                     "(e) ρ(head cosine, compatibility)": head_compatibility_rho(torch.stack(heads), logits),
+                     "(f) reliability of compatibility": compatibility_reliability(logits)})
     return pd.DataFrame(rows).set_index("local steps s")
 
 
@@ -974,17 +1036,9 @@ def planted_section(checks: CheckTable, spec: PlantedHeads, noises: Sequence[flo
     return table, numbers
 
 
-MIN_MOVE = 0.10
-"""The regime of section 5's tracking checks: the clients' encoder changes after a round's short
-local update, ‖Δθ‖ / ‖θ₀‖ at the longest short step count (mean over the seeds), must reach this
-share of the common encoder's norm. Below it the clients' encoders are all within a few per cent of
-one another, the compatibilities being ranked differ by little more than the noise of the probe,
-and a correlation with head similarity tests nothing: the checks are untestable in this setting."""
-
-
 def drift_section(checks: CheckTable, federations: Sequence[tuple[Federation, Callable[..., torch.nn.Module]]],
                   train: TrainConfig, steps: Sequence[int], warm_rounds: int, seeds: Sequence[int],
-                  min_move: float = MIN_MOVE) -> tuple[pd.DataFrame, dict[str, Any]]:
+                  min_reliability: float = MIN_RELIABILITY) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Section 5 over several seeds: per seed of ``seeds``, a FedAvg-SE run of ``warm_rounds``
     rounds on that seed's federation of ``federations`` (one ``(fed, model_fn)`` per seed), then
     :func:`local_drift` from its common point at each local step count of ``steps``
@@ -995,10 +1049,12 @@ def drift_section(checks: CheckTable, federations: Sequence[tuple[Federation, Ca
     encoder compatibility at the short updates; the ranking weakens at the longest) are decided
     on the seeds' intervals (:func:`fedbook.intervals.mean_interval` of ρ at the longest short
     s, :func:`fedbook.intervals.paired_interval` of ρ at the longest s minus it): a check holds
-    when its interval lies on its side of 0, fails when it lies on the other, and holds in part
-    otherwise. They are added only when the short updates move the encoders by at least
-    ``min_move`` of their norm (:data:`MIN_MOVE`); otherwise they are untestable in this setting,
-    left out of the table and said in ``ls_track_reading``.
+    when its interval lies on its side of 0, fails when it lies on the other (the opposite
+    direction), and holds in part otherwise. Both rows are always in ``checks``; the first is
+    untestable in this setting (its verdict, with the measured reliability in its value) where
+    the compatibilities it ranks at the short updates differ by little more than the probe's
+    noise: their reliability (:func:`compatibility_reliability`, mean over the seeds) below
+    ``min_reliability`` (:data:`MIN_RELIABILITY`).
 
     Returns
     -------
@@ -1009,9 +1065,10 @@ def drift_section(checks: CheckTable, federations: Sequence[tuple[Federation, Ca
         first and the last step count (``ls_move_*``, ``ls_agree_*``, ``ls_size_*``, ``ls_cos_*``)
         with their readings in words (``ls_move_reading``, ``ls_agree_reading``,
         ``ls_cos_sentence``: a change of the cosine below :data:`COS_STEP` is no change), the
-        encoder change at the longest short update (``ls_size_short``, %) against ``min_move``
-        (``ls_min_move``, %), and the rank correlation of head similarity with encoder
-        compatibility over the seeds at the longest short update and at the longest
+        encoder change at the longest short update (``ls_size_short``, %), the compatibilities'
+        reliability there and at the longest (``ls_rel_short``, ``ls_rel_long``) against
+        ``min_reliability`` (``ls_min_rel``), and the rank correlation of head similarity with
+        encoder compatibility over the seeds at the longest short update and at the longest
         (``ls_rho_short``, ``ls_s_short``, ``ls_rho_long``: interval texts; ``ls_track_reading``).
     """
     if len(federations) != len(seeds) or not len(seeds):
@@ -1031,9 +1088,11 @@ def drift_section(checks: CheckTable, federations: Sequence[tuple[Federation, Ca
     rho_long = np.array([t.loc[steps[-1], rho] for t in tables])
     short_iv, weaken_iv = mean_interval(rho_short), paired_interval(rho_long, rho_short)
     size_short = float(table.loc[s_short, "(b) ‖Δθ‖ / ‖θ₀‖"])
-    testable = bool(short_steps) and size_short >= min_move
+    rel_short = float(table.loc[s_short, "(f) reliability of compatibility"])
+    rel_long = float(table.loc[steps[-1], "(f) reliability of compatibility"])
+    testable = bool(short_steps) and rel_short >= min_reliability  # NaN (no spread at all) is untestable
     numbers = {
-        "ls_warm": int(warm_rounds), "ls_steps": ", ".join(str(s) for s in steps), "ls_s_min": int(steps[0]),
+        "ls_warm": int(warm_rounds), "ls_steps": ", ".join(str(s_) for s_ in steps), "ls_s_min": int(steps[0]),
         "ls_s_max": int(steps[-1]), "ls_n_seeds": len(seeds), "ls_move_min": float(movement[0]), "ls_move_max": float(movement[-1]),
         "ls_agree_min": 100 * float(agreement[0]), "ls_agree_max": 100 * float(agreement[-1]),
         "ls_move_reading": "grows with every step of the grid" if move_monotone else
@@ -1047,50 +1106,58 @@ def drift_section(checks: CheckTable, federations: Sequence[tuple[Federation, Ca
             "direction, not less.",
             "longer local training makes the clients' encoder changes larger and, on these runs, less aligned.",
             "longer local training makes the clients' encoder changes larger, about as aligned as before.", tol=COS_STEP),
-        "ls_size_short": 100 * size_short, "ls_min_move": 100 * float(min_move),
+        "ls_size_short": 100 * size_short, "ls_rel_short": rel_short, "ls_rel_long": rel_long,
+        "ls_min_rel": float(min_reliability), "ls_folds": PROBE_FOLDS,
         "ls_rho_short": short_iv.format(2), "ls_s_short": int(s_short), "ls_rho_long": mean_interval(rho_long).format(2),
-        "ls_track_reading": track_reading(testable, short_iv, weaken_iv, size_short, min_move, s_short)}
+        "ls_track_reading": track_reading(testable, short_iv, weaken_iv, rel_short, min_reliability, s_short)}
     how = f"{fed.n_clients} clients, s in {{{', '.join(map(str, steps))}}}, probe: the global test set, {len(seeds)} seeds"
-    if testable:
-        checks.add(f"short local updates (s ≤ {train.steps}, a round's): head similarity ranks encoder compatibility "
-                   "(Spearman ρ of pairwise head cosine and compatibility > 0, 95 % interval over the seeds)", how,
-                   f"s = {s_short}: ρ = {short_iv.format(3)}", ok=bool(short_iv.low > 0), partly=bool(short_iv.high > 0))
-        checks.add(f"the tracking weakens as updates lengthen: ρ at s = {steps[-1]} below ρ at s = {s_short} (95 % interval "
-                   "over the seeds)", how, f"ρ(s = {steps[-1]}) − ρ(s = {s_short}) = {weaken_iv.format(3)}",
-                   ok=bool(weaken_iv.high < 0), partly=bool(weaken_iv.low < 0))
+    rel = f"reliability of the compatibilities {rel_short:.2f}"
+    checks.add(f"short local updates (s ≤ {train.steps}, a round's): head similarity ranks encoder compatibility "
+               "(Spearman ρ of pairwise head cosine and compatibility > 0, 95 % interval over the seeds)",
+               how + f"; testable where the compatibilities' reliability at s = {s_short} (probe in {PROBE_FOLDS} parts) "
+               f"is ≥ {min_reliability:g}",
+               f"s = {s_short}: ρ = {short_iv.format(3)}; {rel}" + ("" if testable else f" < {min_reliability:g}"),
+               ok=bool(short_iv.low > 0), partly=bool(short_iv.high > 0), untestable=not testable)
+    checks.add(f"the tracking weakens as updates lengthen: ρ at s = {steps[-1]} below ρ at s = {s_short} (95 % interval "
+               "over the seeds)", how, f"ρ(s = {steps[-1]}) − ρ(s = {s_short}) = {weaken_iv.format(3)}"
+               + ("; the opposite: stronger at the longest" if weaken_iv.low > 0 else "")
+               + f"; reliability {rel_short:.2f} at s = {s_short}, {rel_long:.2f} at s = {steps[-1]}",
+               ok=bool(weaken_iv.high < 0), partly=bool(weaken_iv.low < 0))
     checks.add("a client's head reads the common features less faithfully as s grows (same prediction on f₀ and f_k)",
                how, "monotone" if agree_monotone else "not monotone: " + ", ".join(f"{v:.3f}" for v in agreement),
                ok=agree_monotone, partly=bool(agreement[-1] < agreement[0]))
     return table, numbers
 
 
-def track_reading(testable: bool, short: Interval, weaken: Interval, size_short: float, min_move: float, s_short: int) -> str:
-    """Section 5's tracking checks in words: untestable in this setting (the short updates move the
-    encoders by ``size_short`` < ``min_move`` of their norm, with what would make them testable),
-    or what the intervals ``short`` (ρ at the short updates) and ``weaken`` (ρ at the longest minus
-    it) say.
+def track_reading(testable: bool, short: Interval, weaken: Interval, rel_short: float, min_reliability: float,
+                  s_short: int) -> str:
+    """Section 5's tracking checks in words: the first untestable in this setting (the
+    compatibilities at the short updates have reliability ``rel_short`` < ``min_reliability``,
+    with what would make it testable) or what the interval ``short`` (ρ at the short updates)
+    says; then what ``weaken`` (ρ at the longest minus ρ at the short updates) says, the opposite
+    direction named.
 
     Examples
     --------
     >>> from fedbook.intervals import mean_interval
-    >>> track_reading(False, mean_interval([0.1, -0.1]), mean_interval([0.3, 0.5]), 0.047, 0.1, 4)[:28]
-    'untestable in this setting: '
-    >>> track_reading(True, mean_interval([0.3, 0.4, 0.5]), mean_interval([-0.3, -0.25, -0.2]), 0.2, 0.1, 4)
-    "positive at the short updates and weaker at the longest, both beyond the seeds' spread"
+    >>> track_reading(False, mean_interval([0.1, -0.1]), mean_interval([0.3, 0.5]), 0.2, 0.5, 4)[:57]
+    'the first is untestable in this setting: at s = 4 the com'
+    >>> track_reading(True, mean_interval([0.3, 0.4, 0.5]), mean_interval([-0.3, -0.25, -0.2]), 0.9, 0.5, 4)
+    "ρ is positive at the short updates, and weaker at the longest, beyond the seeds' spread: the tracking weakens as the statement says"
     """
     if not testable:
-        return (f"untestable in this setting: a round of s = {s_short} local steps moves the encoders by "
-                f"{100 * size_short:.1f} % of their norm, below the {100 * min_move:.0f} % this check declares, so the "
-                "encoders being ranked are nearly one encoder and their compatibilities differ by little more than the "
-                "probe's noise; the two tracking statements are therefore not in the check table. A federation whose "
-                "rounds move the encoders further (more local steps per round, or a larger learning rate) would make "
-                "them testable")
-    first = ("positive at the short updates" if short.low > 0 else "negative at the short updates" if short.high < 0
-             else "of either sign at the short updates within the seeds' spread")
-    second = ("weaker at the longest" if weaken.high < 0 else "stronger at the longest" if weaken.low > 0
-              else "neither clearly weaker nor stronger at the longest")
-    both = short.low > 0 or short.high < 0
-    return f"{first} and {second}" + (", both beyond the seeds' spread" if both and (weaken.high < 0 or weaken.low > 0) else "")
+        first = (f"the first is untestable in this setting: at s = {s_short} the compatibilities being ranked have a "
+                 f"reliability of {rel_short:.2f} against the probe's noise, below the {min_reliability:g} declared, so "
+                 "their ranking is mostly the probe's noise; a larger probe, or rounds that move the encoders further "
+                 "apart (more local steps per round, a larger learning rate), would make it testable")
+    else:
+        first = "ρ is " + ("positive at the short updates" if short.low > 0 else "negative at the short updates"
+                           if short.high < 0 else "of either sign at the short updates within the seeds' spread")
+    second = ("weaker at the longest, beyond the seeds' spread: the tracking weakens as the statement says"
+              if weaken.high < 0 else "stronger at the longest, beyond the seeds' spread: the opposite of the statement "
+              "that the tracking weakens" if weaken.low > 0 else
+              "neither clearly weaker nor stronger at the longest within the seeds' spread")
+    return f"{first}, and {second}" if testable else f"{first}. The correlation is {second}"
 
 
 def refresh_section(checks: CheckTable, server: State, trials: int, first_round: int, seed: int) -> dict[str, Any]:
@@ -1125,7 +1192,7 @@ def refresh_section(checks: CheckTable, server: State, trials: int, first_round:
 
 __all__ = ["ARI_STEP", "COS_STEP", "DESCRIPTOR_ERRORS", "DESCRIPTOR_QUANTITIES", "MAX_RANK", "OneGroupIdentity", "PLANTED_COLUMNS",
            "PLANTED_FAMILIES", "PlantedHeads", "SHARE", "arrays_kept", "descriptor_invariance", "descriptor_section",
-           "descriptors_in_basis", "drift_section", "MIN_MOVE", "track_reading", "head_compatibility_rho", "identity_section", "local_drift",
+           "descriptors_in_basis", "drift_section", "MIN_RELIABILITY", "PROBE_FOLDS", "compatibility_reliability", "track_reading", "head_compatibility_rho", "identity_section", "local_drift",
            "membership_limits", "membership_section", "one_group_identity", "planted_grouping", "planted_section",
            "planted_summary", "random_orthogonal", "refresh_invariants", "refresh_section", "small_federation", "snapshot",
            "two_group_membership"]
