@@ -351,3 +351,40 @@ def test_the_study_s_federations_variants_and_its_refusals(tiny_study):
         HDCFLStudy(**{**kwargs, "rounds": 1})
     with pytest.raises(ValueError, match="may not be named 'raw heads'"):
         HDCFLStudy(**{**kwargs, "variants": {RAW_RUN: {}}})
+
+
+def test_standing_text_reads_each_metric_by_the_sign_of_its_interval():
+    from fedbook.intervals import paired_interval
+    behind, ahead, level = paired_interval([-3.0, -2.5, -3.5]), paired_interval([2.0, 2.5, 3.0]), paired_interval([-1.0, 1.0, 0.5])
+    text = hdcfl.standing_text({"mean": behind, "worst": behind, "tail": behind}, "A", "B")
+    assert text == "B leads A on all of the mean, the worst and the tail beyond the seeds' spread: it is the baseline to beat here"
+    assert hdcfl.standing_text({"mean": ahead}, "A", "B") == "A leads B on all of the mean beyond the seeds' spread"
+    mixed = hdcfl.standing_text({"mean": behind, "worst": ahead, "tail": level}, "A", "B")
+    assert mixed == ("B leads A on the mean beyond the seeds' spread; A leads B on the worst beyond the seeds' spread; "
+                     "the tail is within it")
+    assert hdcfl.standing_text({"mean": level, "tail": level}, "A", "B") == "A and B are within the seeds' spread on the mean and the tail"
+    # flipping the sign of every difference swaps the sides (the mutation a typed "the one to beat" would miss)
+    flipped = paired_interval([3.0, 2.5, 3.5])
+    assert hdcfl.standing_text({"mean": flipped}, "A", "B").startswith("A leads B")
+
+
+def test_the_regime_reading_names_the_failing_checks_and_what_would_make_their_rows_testable():
+    from fedbook.claims import RegimeCheck, regime_reading
+    remedies = hdcfl.what_makes_testable(hdcfl.SETTINGS)
+    assert set(remedies) == {k.format(s) for k in (hdcfl.ARI_CHECK, hdcfl.GATE_CHECK) for s in hdcfl.SETTINGS}
+    assert "grouped_dirichlet" in remedies[hdcfl.GATE_CHECK.format(hdcfl.S_DIR)]
+    chk = RegimeCheck(hdcfl.ARI_CHECK.format(hdcfl.S_DIR), "ARI, mean over the seeds", Read("activation", "ARI"), "at least", 0.5, "why")
+    claim = Claim("se-mean-Dirichlet", "q", "s", "x, points", "at least", effect("points"), resolution=0.25, regimes=(chk,))
+    failing, passing = (chk.check({"activation": pd.DataFrame({"ARI": [v]})}) for v in (0.04, 0.9))
+    text = regime_reading({"se-mean-Dirichlet": evaluate(claim, [0.1, 0.3], regimes=(failing,))}, remedies)
+    assert "makes “se-mean-Dirichlet” untestable in this setting" in text and "grouped_dirichlet" in text and "0.04" in text
+    assert regime_reading({"se-mean-Dirichlet": evaluate(claim, [0.1, 0.3], regimes=(passing,))}, remedies).startswith("Every regime check passes")
+    with pytest.raises(ValueError, match="unknown setting 'iid'"):
+        hdcfl.what_makes_testable(["iid"])
+
+
+def test_level_note_ties_the_margin_to_the_resolution_and_says_why_the_row_can_fail():
+    assert "the smallest margin this pooled score can resolve" in hdcfl.level_note(1.0, 0.25)  # 4 × 0.25 = m
+    finer = hdcfl.level_note(1.0, 0.05)
+    assert "above the smallest margin" in finer and "four images of the pool are 0.2 points" in finer
+    assert "fails where personalization costs more than m" in finer

@@ -52,7 +52,8 @@ import torch
 from IPython.display import Markdown
 from matplotlib.ticker import MaxNLocator
 
-from fedbook.claims import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult
+from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, ClaimResult,
+                            smallest_resolvable)
 from fedbook.intervals import defined_pairs, paired_interval, resolution_of, seed_table
 from fedbook.page import format_bytes, show_table
 from fedbook.tables import rows_where
@@ -878,6 +879,104 @@ def contrasts_text(activation: pd.DataFrame) -> str:
             f"{contrast_text(activation.loc[S_DIR, CONTRAST_COLUMN])}")
 
 
+TAIL_WORDS = {"mean": "macro mean", "worst": "worst client", "bottom-20 %": "bottom 20 %"}
+"""The macro metrics as :func:`standing_text` names them."""
+
+
+def standing_text(intervals: Mapping[str, Any], ours: str, theirs: str) -> str:
+    """Where ``theirs`` stands against ``ours`` on several metrics, from the sign of each interval
+    of ``ours`` − ``theirs`` (by metric name, :class:`fedbook.intervals.Interval`): a metric is
+    led by one side when its interval lies beyond 0 on that side, and is within the seeds' spread
+    otherwise.
+
+    Examples
+    --------
+    >>> from fedbook.intervals import paired_interval
+    >>> behind, level = paired_interval([-3.0, -2.5, -3.5]), paired_interval([-1.0, 1.0, 0.5])
+    >>> standing_text({"mean": behind, "worst": behind}, "HDC-FL", "FedAvg-FT")
+    "FedAvg-FT leads HDC-FL on all of the mean and the worst beyond the seeds' spread: it is the baseline to beat here"
+    >>> standing_text({"mean": behind, "worst": level}, "HDC-FL", "FedAvg-FT")
+    "FedAvg-FT leads HDC-FL on the mean beyond the seeds' spread; the worst is within it"
+    """
+    groups: dict[str, list[str]] = {"theirs": [], "ours": [], "level": []}
+    for name, iv in intervals.items():
+        groups["theirs" if iv.high < 0 else "ours" if iv.low > 0 else "level"].append(f"the {name}")
+
+    def listed(names):
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+    if len(groups["theirs"]) == len(intervals):
+        return f"{theirs} leads {ours} on all of {listed(groups['theirs'])} beyond the seeds' spread: it is the baseline to beat here"
+    if len(groups["ours"]) == len(intervals):
+        return f"{ours} leads {theirs} on all of {listed(groups['ours'])} beyond the seeds' spread"
+    parts = [f"{who} leads {other} on {listed(groups[key])} beyond the seeds' spread"
+             for key, who, other in (("theirs", theirs, ours), ("ours", ours, theirs)) if groups[key]]
+    if groups["level"]:
+        level = listed(groups["level"])
+        parts.append(f"{level} {'is' if len(groups['level']) == 1 else 'are'} within it" if parts else
+                     f"{ours} and {theirs} are within the seeds' spread on {level}")
+    return "; ".join(parts)
+
+
+ARI_CHECK = "activation on the setting's groups ({})"
+"""The key of a setting's regime check "HDC-FL's grouping at the activation round matches the reference" (``format`` with the setting)."""
+
+GATE_CHECK = "activation opened by the gate ({})"
+"""The key of a setting's regime check "the gate, not the deadline, opened personalization" (``format`` with the setting)."""
+
+
+def what_makes_testable(settings: Sequence[str]) -> dict[str, str]:
+    """What would make the rows that a setting's regime check (:data:`ARI_CHECK`,
+    :data:`GATE_CHECK`) fails testable, by the check's key, for each of ``settings`` (read by
+    :func:`fedbook.claims.regime_reading`).
+
+    Examples
+    --------
+    >>> sorted(what_makes_testable(["Dirichlet"]))
+    ["activation on the setting's groups (Dirichlet)", 'activation opened by the gate (Dirichlet)']
+    >>> "grouped_dirichlet" in what_makes_testable(["Dirichlet"])[ARI_CHECK.format("Dirichlet")]
+    True
+    """
+    groups = {
+        S_DIR: ("groups for the grouping to find: a plain Dirichlet partition plants none (every client draws its own "
+                "class proportions), while fedlib's grouped_dirichlet partition (disjoint label groups, a Dirichlet "
+                "skew over the clients inside each) plants them and keeps a Dirichlet skew within each group"),
+        S_LS: ("label subsets that set the clients apart more sharply (fewer classes per client, fewer subsets shared "
+               "by chance), so that the label-histogram grouping has well-separated groups to find"),
+        S_ROT: "more training before the first refresh, so that the heads have separated the rotations when the gate looks",
+    }
+    out = {}
+    for setting in settings:
+        if setting not in groups:
+            raise ValueError(f"unknown setting {setting!r}; valid: {', '.join(map(repr, groups))}")
+        out[ARI_CHECK.format(setting)] = groups[setting]
+        out[GATE_CHECK.format(setting)] = (groups[setting] + "; a grouping that holds from one refresh to the next is "
+                                           "what the gate waits for")
+    return out
+
+
+def level_note(m: float, resolution: float) -> str:
+    """Why a "remains level" row (HDC-FL − FedAvg-SE in the same run, "at least" −``m``) is a
+    claim and not a control, for its note: ``m`` against the smallest margin the row's
+    ``resolution`` can test (:func:`fedbook.claims.smallest_resolvable`), and why the row can fail.
+
+    Examples
+    --------
+    >>> level_note(1.0, 0.25)[:75]
+    'm is the default for points, declared before the runs, and the smallest mar'
+    >>> "four images of the pool are 0.4 points" in level_note(1.0, 0.1)
+    True
+    """
+    finest = smallest_resolvable(resolution)
+    where = ("the smallest margin this pooled score can resolve (four images of the pool)" if finest >= m - 1e-12
+             else f"above the smallest margin this pooled score can resolve (four images of the pool are {finest:.2g} points)")
+    return (f"m is the default for points, declared before the runs, and {where}. The row's quantity is the "
+            "personalization effect itself, so it fails where personalization costs more than m, and nothing in the "
+            "method bounds that cost (a client's mixture of the wrong groups' prototypes can be worse than the shared "
+            "encoder by any amount); the low-rank accuracy rows are controls for another reason: the descriptor acts "
+            "only through that effect, so they cannot reach m while the whole effect stays below it")
+
+
 def cost_frame(costs: pd.DataFrame) -> pd.DataFrame:
     """The ``costs`` frame's bytes per method, means over the settings and seeds."""
     return in_run_order(costs).groupby("method").mean(numeric_only=True).drop(columns="seed")
@@ -899,7 +998,8 @@ def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, f
         the mean ARI with the reference grouping, the share of seeds the gate opened, the mean
         activation round and ``k`` at it (``act_ari_*``, ``act_gate_*``, ``act_round_*``,
         ``act_k_*``: :func:`activation_table`); HDC-FL − FedAvg-FT on the three macro metrics,
-        paired intervals over the seeds (``ft_mean_text``, ``ft_worst_text``, ``ft_bottom_text``);
+        paired intervals over the seeds (``ft_mean_text``, ``ft_worst_text``, ``ft_bottom_text``)
+        and their reading by sign (``ft_standing``, :func:`standing_text`);
         the donor swaps (``nearest_same_pct``,
         ``base_same_pct``, ``same_gain``, ``diff_gain``, ``auroc_rot``, ``nearest_gain``,
         ``random_gain``, ``rho_*``, ``partial_*``, ``overlap_rho_*`` per setting and
@@ -931,10 +1031,11 @@ def results_numbers(R: Mapping[str, pd.DataFrame], settings: Sequence[str], *, f
         out[f"act_gate_{key}"] = float(act.loc[setting, "gate opened (% of seeds)"])
         out[f"act_round_{key}"] = float(act.loc[setting, "activation round (mean)"])
         out[f"act_k_{key}"] = float(act.loc[setting, "k (mean)"])
-    macro = R["macro"]
+    macro, ft = R["macro"], {}
     for metric, key in (("mean", "mean"), ("worst", "worst"), ("bottom-20 %", "bottom")):
-        out[f"ft_{key}_text"] = paired_interval(per_seed(macro, metric, method="HDC-FL"),
-                                                per_seed(macro, metric, method="FedAvg-FT")).format(2)
+        ft[TAIL_WORDS[metric]] = paired_interval(per_seed(macro, metric, method="HDC-FL"), per_seed(macro, metric, method="FedAvg-FT"))
+        out[f"ft_{key}_text"] = ft[TAIL_WORDS[metric]].format(2)
+    out["ft_standing"] = standing_text(ft, "HDC-FL", "FedAvg-FT")
     donors, view = R["donors"], donor_view(R, settings)
     rot = donors[donors.setting == S_ROT].astype({"same_group": bool})
     nearest = rot.loc[rot.groupby(["seed", "target"])["head_cosine"].idxmax()]
@@ -1124,7 +1225,7 @@ def plot_dynamics(history: pd.DataFrame, settings: Sequence[str]):
     return fig
 
 
-__all__ = ["ACTIVATION_COLUMNS", "BASELINES", "CONTRAST_COLUMN", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HALF_RHO",
+__all__ = ["ARI_CHECK", "GATE_CHECK", "TAIL_WORDS", "level_note", "standing_text", "what_makes_testable", "ACTIVATION_COLUMNS", "BASELINES", "CONTRAST_COLUMN", "DATA_LABELS", "DEFAULT_VARIANT", "DONOR_COLUMNS", "HALF_RHO",
            "HDCFLStudy", "HDC_FIELDS", "METHODS", "MODEL_LABELS", "ONE_GROUP_VARIANT", "RAW_RUN", "REFRESH_RUNS", "SETTINGS",
            "SHARED_VARIANT", "S_DIR", "S_LS", "S_ROT", "TAIL_METRICS", "TAIL_READINGS", "T_GAP", "T_OLD",
            "ablation_tables", "activation_contrast", "activation_snapshot", "activation_table", "claims_reading",
