@@ -9,10 +9,11 @@ import functools
 import numpy as np
 import pytest
 import torch
+from torch import nn
 from scipy.spatial.distance import cdist
 
 from fedlib.algorithms import COMET, COSMOS, FedAvg, FedCT, FedMD, make_algorithm
-from fedlib.algorithms.cosmos import cosmos_fits, cosmos_history, distill_stacked, hard_labels
+from fedlib.algorithms.cosmos import COSMOSServer, cosmos_fits, cosmos_history, distill_stacked, hard_labels
 from fedlib.algorithms.fedmd import PublicServer, cached_labels, grouping
 from fedlib.clustering import GreedyB0, b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0, group_purity
 from fedlib.data import make_gaussian_mixture
@@ -556,7 +557,8 @@ def test_more_bad_values_are_refused():
         GreedyB0(target=0)
 
 
-def test_the_stacked_server_distillation_is_each_clusters_own():
+@pytest.mark.parametrize("lam, n_augment, detach", [(2.0, 1, False), (0.0, 1, False), (2.0, 2, True)])
+def test_the_stacked_server_distillation_is_each_clusters_own(lam, n_augment, detach):
     # distill_stacked trains every cluster's model with its own stream: the same weights as one distill per model
     x = torch.rand(40, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # images: the shift and the noise both drawn
     cfg = TrainConfig(steps=7, batch_size=16, optimizer="adam", lr=1e-2)
@@ -567,9 +569,10 @@ def test_the_stacked_server_distillation_is_each_clusters_own():
     for m in ref:
         stacked.append(make(0)); stacked[-1].load_state_dict(m.state_dict())
     for k, m in enumerate(ref):
-        distill(m, x, targets[k], cfg, torch.Generator().manual_seed(10 + k), lam=2.0, shift=1, noise=0.05)
-    distill_stacked(stacked, x, targets, cfg, [torch.Generator().manual_seed(10 + k) for k in range(3)], lam=2.0, shift=1,
-                    noise=0.05)
+        distill(m, x, targets[k], cfg, torch.Generator().manual_seed(10 + k), lam=lam, n_augment=n_augment,
+                detach_target=detach, shift=1, noise=0.05)
+    distill_stacked(stacked, x, targets, cfg, [torch.Generator().manual_seed(10 + k) for k in range(3)], lam=lam, shift=1,
+                    noise=0.05, n_augment=n_augment, detach_target=detach)
     for a, b in zip(ref, stacked):
         for (n, p), q in zip(a.named_parameters(), b.parameters()):
             assert torch.allclose(p, q, atol=1e-5), n
@@ -577,10 +580,54 @@ def test_the_stacked_server_distillation_is_each_clusters_own():
     torch.manual_seed(0)
     shared = [make(k) for k in range(3)]
     gen = torch.Generator().manual_seed(10)
-    distill_stacked(shared, x, targets, cfg, [gen] * 3, lam=2.0, shift=1, noise=0.05)
+    distill_stacked(shared, x, targets, cfg, [gen] * 3, lam=lam, shift=1, noise=0.05, n_augment=n_augment, detach_target=detach)
     assert not torch.allclose(shared[1].head.weight, ref[1].head.weight, atol=1e-5)
     with pytest.raises(ValueError, match="one target and one generator per model"):
         distill_stacked(stacked, x, targets[:2], cfg, [torch.Generator()] * 3)
+
+
+def test_distill_stacked_refuses_no_augmentation_as_distill_does():
+    x, t = torch.randn(8, 3), [torch.softmax(torch.randn(8, 2), 1)]
+    cfg = TrainConfig(steps=1, batch_size=4, lr=0.1, optimizer="adam")
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="n_augment must be an int >= 1"):
+            distill(nn.Linear(3, 2), x, t[0], cfg, torch.Generator(), lam=1.0, n_augment=bad)
+        with pytest.raises(ValueError, match="n_augment must be an int >= 1"):
+            distill_stacked([nn.Linear(3, 2)], x, t, cfg, [torch.Generator()], lam=1.0, n_augment=bad)
+
+
+def test_the_server_fit_is_the_share_of_u_where_the_argmax_agrees_with_the_target(split):
+    # hand fixtures: a model whose argmax is the target's everywhere agrees on all of U; a constant model agrees on the
+    # share of U whose target is its class (the majority share, when its class is the majority)
+    public = split[1]
+    method = COSMOS(public=public, server_model=server_fn)
+    flat = public.x.reshape(len(public.x), -1).float()
+    label = flat[:, :3].argmax(1)
+    target = torch.nn.functional.one_hot(label, 3).float()
+    exact = nn.Sequential(nn.Flatten(), nn.Linear(flat.shape[1], 3))
+    constant = nn.Sequential(nn.Flatten(), nn.Linear(flat.shape[1], 3))
+    with torch.no_grad():
+        exact[1].weight.zero_(); exact[1].weight[:, :3] = torch.eye(3); exact[1].bias.zero_()
+        constant[1].weight.zero_(); constant[1].bias.copy_(torch.tensor([0.0, 0.0, 0.0]))
+        majority = int(torch.bincount(label, minlength=3).argmax()); constant[1].bias[majority] = 1.0
+    server = COSMOSServer(n_classes=3, n_public=len(public.x))
+    method._finish(server, 0, exact, target, 1)
+    method._finish(server, 1, constant, target, 1)
+    assert server.fits[0].agreement == 1.0
+    assert server.fits[1].agreement == pytest.approx(float((label == majority).float().mean()))
+    assert server.fits[1].agreement == pytest.approx(float(torch.bincount(label, minlength=3).max()) / len(label))
+
+
+def test_radius_and_a_ball_of_the_callers_are_not_both_taken(split):
+    public = split[1]
+    with pytest.raises(ValueError, match="give radius or shift/noise, not both"):
+        COSMOS(public=public, server_model=server_fn, radius=0.1, noise=0.2)
+    with pytest.raises(ValueError, match="give radius or shift/noise, not both"):
+        COSMOS(public=public, server_model=server_fn, radius=0.1, shift=2)
+    m = COSMOS(public=public, server_model=server_fn, radius=0.1)
+    assert dataclasses.replace(m, lam=1.0).noise == m.noise  # a copy keeps what radius set
+    with pytest.raises(ValueError, match="radius must be a finite number > 0"):
+        COSMOS(public=public, server_model=server_fn, radius=True)
 
 
 def test_cosmos_aggregation_matches_teaching_one_cluster_at_a_time(split, archs):
@@ -593,6 +640,9 @@ def test_cosmos_aggregation_matches_teaching_one_cluster_at_a_time(split, archs)
         f.name: getattr(method, f.name) for f in dataclasses.fields(COSMOS) if f.init}), fed, archs, LoopConfig(rounds=1, seed=0))
     a, b = run.server.arrays, one_by_one.server.arrays
     assert sorted(a) == sorted(b)
+    fa, fb = cosmos_fits(run.server), cosmos_fits(one_by_one.server)
+    assert len(fa) == len(fb) and [(f["round"], f["cluster"]) for f in fa] == [(f["round"], f["cluster"]) for f in fb]
+    assert np.allclose([f["agreement"] for f in fa], [f["agreement"] for f in fb], atol=1e-6)
     for k in a:
         assert torch.allclose(a[k].float(), b[k].float(), atol=1e-4), k
 

@@ -311,7 +311,16 @@ def test_every_cell_runs_through_the_study_runner_and_counts_pseudo_label_bytes(
     assert ex["diam_round"] == 2 and 0 <= ex["re_purity"] <= 1 and ex["one_model"] <= 100
     # the regime checks' quantities: the server's fit in %, the ball (the family's one-pixel shift: most of an 8 x 8 image's
     # norm, the mutation the ball check must fail), FedCT's votes per round, each baseline's gain over local training
-    assert 0 <= measures["server_fit"] <= 100 and measures["ball"] > 0.25
+    assert 0 <= measures["server_fit"] <= 100 and measures["ball"] > 0.25 and measures["shift_ratio"] > 0.25
+    # the convexity check the ball regime check reads: the one-pixel shift (this study's ball) fails it at every point
+    assert measures["ball_nonconvex"] == 1.0
+    # each COSMOS run records its own server fit and purity (the regime checks read the runs a row reads)
+    assert runs["main"].set_index("method").loc["COSMOS", ["fit", "purity"]].tolist() == [measures["server_fit"], measures["purity"]]
+    assert 0 <= runs["default"]["fit"].iloc[0] <= 100 and 0 <= runs["sweep"]["fit"].min() <= runs["sweep"]["fit"].max() <= 100
+    for name in ("homogeneous", "mixture", "alpha"):
+        own = runs[name].set_index("method")
+        assert 0 <= own.loc["COSMOS", "fit"] <= 100 and 0 <= own.loc["COSMOS", "purity"] <= 1
+        assert own.drop("COSMOS")[["fit", "purity"]].isna().all().all()  # the other methods have no server to fit
     assert [int(measures[f"vote_top_count_{r}"]) <= measures["vote_n_public"] for r in (1, 2)] == [True, True]
     gain = F["collaboration"]["gain"]
     assert gain.index.names == ["seed", "method"] and gain.loc[(0, "FedMD")] == pytest.approx(
@@ -400,6 +409,18 @@ def test_the_reading_of_local_training_covers_every_verdict():
     for expected, result in results.items():
         assert (result.shortfall or result.verdict) == expected
         assert local_reading(result) == LOCAL_READINGS[expected]
+
+
+def test_the_ball_check_passes_a_small_ball_and_fails_a_large_one_or_a_one_pixel_shift():
+    from fedbook.studies.cosmos_experiments import ball_convexity
+    from fedlib.algorithms.cosmos import ball_noise
+    x = torch.rand(60, 1, 8, 8, generator=torch.Generator().manual_seed(0))
+    x[:, :, :, :2] = 0  # pixels that are blank in every image, as a digit's border is
+    check = lambda **ball: ball_convexity(x, lam=5.0, n_classes=10, seed=0, **ball)  # noqa: E731
+    assert check(shift=0, noise=ball_noise(x, 0.001)) == 0.0
+    assert check(shift=0, noise=ball_noise(x, 0.5)) > 0 and check(shift=1, noise=0.0) > 0
+    assert check(shift=0, noise=ball_noise(x, 0.5)) == ball_convexity(x, lam=5.0, n_classes=10, seed=0, shift=0,
+                                                                     noise=ball_noise(x, 0.5))  # same seed, same share
 
 
 def test_the_regime_reading_names_the_failing_check_its_rows_and_what_would_make_them_testable():

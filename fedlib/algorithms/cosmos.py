@@ -49,6 +49,7 @@ the first round, ``train`` afterwards), and no server feedback at all.
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -97,7 +98,7 @@ def ball_noise(x: torch.Tensor, radius: float) -> float:
     >>> round(ball_noise(torch.full((2, 1, 4, 4), 0.5), 0.1), 6)  # norm 2, D = 16: 0.1 * 2 / 4
     0.05
     """
-    if not (isinstance(radius, (int, float)) and np.isfinite(radius) and radius > 0):
+    if isinstance(radius, bool) or not (isinstance(radius, (int, float)) and np.isfinite(radius) and radius > 0):
         raise ValueError(f"radius must be a finite number > 0 (a share of the inputs' mean norm), got {radius!r}")
     flat = x.reshape(len(x), -1).float()
     return float(radius * flat.norm(dim=1).mean() / np.sqrt(flat.shape[1]))
@@ -137,6 +138,8 @@ def distill_stacked(models: list[nn.Module], x: torch.Tensor, targets: list[torc
     torch.Size([2, 3])
     """
     lam = check_lam(lam)
+    if not (is_int(n_augment) and n_augment >= 1):  # as distill checks it, whether or not lam uses it
+        raise ValueError(f"n_augment must be an int >= 1, got {n_augment!r}")
     if not models or len(targets) != len(models) or len(generators) != len(models):
         raise ValueError(f"distill_stacked needs one target and one generator per model, got {len(models)} models, "
                          f"{len(targets)} targets and {len(generators)} generators")
@@ -228,7 +231,13 @@ class COSMOS(PublicDistillation):
         if self.cluster_on not in CLUSTER_INPUTS:
             raise ValueError(f"unknown cluster_on {self.cluster_on!r}; valid: {', '.join(CLUSTER_INPUTS)}")
         if self.radius is not None:  # the ball scaled to the images: noise only, its norm radius x the mean norm
-            self.shift, self.noise = 0, ball_noise(self.public.x, self.radius)
+            scaled = ball_noise(self.public.x, self.radius)
+            family = {f.name: f.default for f in dataclasses.fields(PublicDistillation) if f.name in ("shift", "noise")}
+            # the family's defaults, or what radius itself set (dataclasses.replace of a COSMOS with radius)
+            if (self.shift, self.noise) not in ((family["shift"], family["noise"]), (0, scaled)):
+                raise ValueError(f"radius sets the ball (shift 0, noise {scaled:.4g}); give radius or shift/noise, not "
+                                 f"both: got radius={self.radius!r}, shift={self.shift!r}, noise={self.noise!r}")
+            self.shift, self.noise = 0, scaled
 
     def _server_module(self) -> nn.Module:
         """The server architecture, built under the run's ``DISTILL_SERVER_INIT`` stream (its initial weights)."""

@@ -495,6 +495,62 @@ def last_fit(server) -> float:
     return float(100 * fits[fits["round"] == fits["round"].max()]["agreement"].mean())
 
 
+def fit_at(server, round_: int | None = None) -> float:
+    """:func:`last_fit` at ``round_`` (the last round where None): the mean over clusters of the
+    server models' agreement with their targets on :math:`U` after that round's distillation, in %."""
+    fits = pd.DataFrame(cosmos_fits(server))
+    at = fits["round"].max() if round_ is None else round_
+    if at not in set(fits["round"]):
+        raise ValueError(f"no server fit recorded at round {round_!r}; rounds: {sorted(set(fits['round']))}")
+    return float(100 * fits[fits["round"] == at]["agreement"].mean())
+
+
+BALL_POINTS = 4
+"""How many random parameter points :func:`ball_convexity` measures the Hessian at."""
+BALL_IMAGES = 100
+"""How many images of :math:`U` (its first ones) :func:`ball_convexity` reads."""
+
+
+def ball_convexity(x: torch.Tensor, *, shift: int, noise: float, lam: float, n_classes: int, seed: int,
+                   points: int = BALL_POINTS) -> float:
+    r"""The derivations' convexity check of the two-sided consistency term (Definition 5.4, the
+    synthetic chapter's :func:`~fedbook.studies.cosmos_synthetic.hessian_checks`) on images ``x``
+    with the ball the chapter draws (``shift``, ``noise``, :func:`fedlib.distill.augment`): the
+    share of ``points`` random parameter points of a linear softmax client (random teacher labels)
+    at which the Hessian of its objective, :math:`\mathrm{KL} + \lambda` times the two-sided
+    consistency term (:func:`~fedbook.studies.cosmos_synthetic.client_objective`, float64), has an
+    eigenvalue below :math:`-10^{-9}` off the logit-shift directions. 0 is the regime the
+    analysis assumes; a ball large against the images makes the term non-convex.
+
+    Examples
+    --------
+    >>> x = torch.rand(20, 1, 3, 3, generator=torch.Generator().manual_seed(0))
+    >>> ball_convexity(x, shift=0, noise=1e-4, lam=5.0, n_classes=3, seed=0)
+    0.0
+    >>> ball_convexity(x, shift=0, noise=3.0, lam=5.0, n_classes=3, seed=0) > 0
+    True
+    """
+    from fedbook.studies.cosmos_synthetic import client_objective, shift_basis
+    from torch.func import hessian
+
+    f64 = torch.float64
+    flat = x.reshape(len(x), -1).to(f64)
+    D, C = flat.shape[1], int(n_classes)
+    x_aug = augment(x.float(), torch.Generator().manual_seed(int(seed)), shift=shift, noise=noise).reshape(len(x), -1).to(f64)
+    S = shift_basis(C, D)
+    n = C * (D + 1)
+    complement = torch.linalg.eigh(torch.eye(n, dtype=f64) - S @ S.T)[1][:, S.shape[1]:]
+    rng = np.random.default_rng(int(seed))
+    teacher = torch.softmax(torch.tensor(rng.normal(size=(len(x), C)) * 2), 1)
+    scale = float(flat.norm(dim=1).mean().clamp_min(1e-12))  # logits of a few units at the images' norm
+    negative = 0
+    for _ in range(points):
+        theta = torch.tensor(rng.normal(size=n) * rng.uniform(0.1, 5.0) / scale)
+        H = hessian(lambda th: client_objective(th, flat, x_aug, teacher, lam, C, D))(theta)
+        negative += float(torch.linalg.eigvalsh(complement.T @ H @ complement).min()) < -1e-9
+    return negative / points
+
+
 def server_choice(pilot: pd.DataFrame, fit_threshold: float) -> dict:
     """COSMOS's server budget from the server pilot's frame (``lr, steps, seed, mean, fit``): the
     fewest steps at which a rate's servers reproduce their targets on at least ``fit_threshold`` % of
@@ -566,7 +622,11 @@ def main_cell(study: COSMOSStudy, seed: int) -> dict[str, pd.DataFrame]:
         ``method, up, down`` (:func:`training_bytes`); ``clusters``: COSMOS's clustering per round
         (:func:`fedlib.algorithms.cosmos.cosmos_history`, less the seeds); ``default``: the
         sensitivity runs' default setting, COSMOS after ``sweep_rounds`` rounds, with its
-        ``clusters`` and ``purity``; ``measures``: one row of ``purity`` and ``comet_purity``
+        ``clusters``, ``purity`` and ``fit`` (:func:`fit_at` that round); COSMOS's ``main`` row also
+        carries its ``fit`` and ``purity``; ``measures``: one row of ``server_fit`` (:func:`last_fit`),
+        ``ball`` (one draw of the ball's mean relative move), ``shift_ratio`` (a one-pixel
+        translation's), ``ball_nonconvex`` (:func:`ball_convexity` at COSMOS's ball and λ),
+        ``purity`` and ``comet_purity``
         (against the planted groups), ``deploy_bytes`` (a cluster model's evaluation message),
         ``n_public``, ``test_size``, ``train_size`` (mean local split sizes) and ``params`` (the
         one-architecture client model's parameters).
@@ -596,11 +656,16 @@ def main_cell(study: COSMOSStudy, seed: int) -> dict[str, pd.DataFrame]:
             kept = {f"kept_{n}": 100 * protocol_summary(table.loc[kept_clients(study.n_clients, study.n_groups, n)])["pooled"]
                     for n in study.sweeps.get("clients", [])}
             default.append({**accuracy_points(run.frame, study.sweep_rounds), "clusters": int(run.server.meta["n_groups"]),
-                            "purity": purity, **kept})
+                            "purity": purity, "fit": fit_at(run.server, study.sweep_rounds), **kept})
             x = public.x.float()
             drawn = augment(x, torch.Generator().manual_seed(int(seed)), shift=m.shift, noise=m.noise) - x
+            moved = augment(x, torch.Generator().manual_seed(int(seed)), shift=1, noise=0.0) - x  # a one-pixel translation
             measures.update(server_fit=last_fit(run.server),
-                            ball=float((drawn.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()))
+                            shift_ratio=float((moved.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()),
+                            ball=float((drawn.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()),
+                            ball_nonconvex=ball_convexity(public.x[:BALL_IMAGES], shift=m.shift, noise=m.noise, lam=m.lam,
+                                                          n_classes=ds.n_classes, seed=int(seed)))
+            rows[0].update(fit=last_fit(run.server), purity=purity)  # COSMOS's row: its server fit and purity
             one = list(study.mixtures.values())[0]
             measures.update(purity=purity, deploy_bytes=float(led[led["kind"] == "eval:cluster_model"]["bytes"].mean()),
                             n_public=len(public), test_size=float(np.mean([len(c.test) for c in fed.clients])),
@@ -630,8 +695,8 @@ def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     FedBABU and FedRep (FedAvg, no personalized method, is no run: its bytes are
     :func:`fedavg_bytes`), each training ``COSMOSStudy.pfl_train``'s epochs per round in all
     (:func:`split_epochs`); the parameter-sharing methods' clients train stacked
-    (``execution="vectorized"``, :mod:`fedlib.engines.vectorized`). Columns: ``method`` and
-    :func:`accuracy_points`."""
+    (``execution="vectorized"``, :mod:`fedlib.engines.vectorized`). Columns: ``method``,
+    :func:`accuracy_points`, and COSMOS's ``fit`` and ``purity`` (NaN for the others)."""
     public, hidden, fed, planted = study.split(seed)
     ds = fed.global_test
     archs = study.architectures(list(study.mixtures.values())[0], study.n_clients, ds)
@@ -643,9 +708,19 @@ def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     # the parameter-sharing methods' clients train stacked (their local work is a LocalProgram: the same batches and
     # updates as one client at a time, to float32 rounding); COSMOS's clients, with their own losses, one at a time
     stacked = RunOptions(execution="vectorized")
-    return pd.DataFrame([{"method": name, **accuracy_points(run_federated(m, fed, archs, cfg, RunOptions() if name == "COSMOS"
-                                                                          else stacked).frame)}
-                         for name, m in methods.items()])
+    rows = []
+    for name, m in methods.items():
+        run = run_federated(m, fed, archs, cfg, RunOptions() if name == "COSMOS" else stacked)
+        rows.append({"method": name, **accuracy_points(run.frame), **_server_measures(run, planted, name)})
+    return pd.DataFrame(rows)
+
+
+def _server_measures(run: RunResult, planted: np.ndarray, name: str) -> dict:
+    """COSMOS's server fit (:func:`last_fit`) and purity against ``planted`` in its run (``fit``,
+    ``purity``); NaN for another method's run."""
+    if name != "COSMOS":
+        return {"fit": np.nan, "purity": np.nan}
+    return {"fit": last_fit(run.server), "purity": group_purity(grouping(run.server), planted)}
 
 
 def _cosmos_and_comet(study: COSMOSStudy, seed: int, names: Sequence[str], alpha: float | None,
@@ -656,19 +731,23 @@ def _cosmos_and_comet(study: COSMOSStudy, seed: int, names: Sequence[str], alpha
     cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=0)
     base = study.baselines(public, seed)
     methods = (("COSMOS", study.cosmos_method(ds, public, seed)), *((b, base[b]) for b in baselines))
-    return pd.DataFrame([{"method": name, **accuracy_points(run_federated(m, fed, archs, cfg).frame)} for name, m in methods])
+    rows = []
+    for name, m in methods:
+        run = run_federated(m, fed, archs, cfg)
+        rows.append({"method": name, **accuracy_points(run.frame), **_server_measures(run, planted, name)})
+    return pd.DataFrame(rows)
 
 
 def mixture_cell(study: COSMOSStudy, seed: int, mixture: str) -> pd.DataFrame:
     """COSMOS and COMET with the clients of ``mixture`` (a name of ``mixtures``) at ``seed``:
-    ``method`` and :func:`accuracy_points`."""
+    ``method``, :func:`accuracy_points`, and COSMOS's ``fit`` and ``purity`` (NaN for COMET)."""
     return _cosmos_and_comet(study, seed, study.mixtures[mixture], None)
 
 
 def alpha_cell(study: COSMOSStudy, seed: int, alpha: float) -> pd.DataFrame:
     """COSMOS and every model-agnostic baseline (:data:`BASE`) on the default mixture with the
-    Dirichlet ``alpha`` at ``seed`` (the same :math:`U`, another partition of the rest): ``method``
-    and :func:`accuracy_points`."""
+    Dirichlet ``alpha`` at ``seed`` (the same :math:`U`, another partition of the rest):
+    ``method``, :func:`accuracy_points`, and COSMOS's ``fit`` and ``purity`` (NaN for the baselines)."""
     return _cosmos_and_comet(study, seed, study.base_mix, alpha, BASE)
 
 
@@ -677,7 +756,8 @@ def sweep_cell(study: COSMOSStudy, seed: int, setting: str) -> pd.DataFrame:
     for ``sweep_rounds`` rounds at ``seed``: a smaller :math:`U` is a class-balanced part of the
     default one (:func:`public_part`), fewer clients are kept from the default federation
     (:meth:`COSMOSStudy.fewer_clients`). Columns: ``study``, ``value`` (the value as text),
-    :func:`accuracy_points`, ``clusters`` (formed) and ``purity`` (against the planted groups)."""
+    :func:`accuracy_points`, ``clusters`` (formed), ``purity`` (against the planted groups) and ``fit``
+    (:func:`last_fit`)."""
     name, value = study.swept(setting)
     public, hidden, fed, planted = study.split(seed)
     if name == "|U| share":
@@ -692,7 +772,8 @@ def sweep_cell(study: COSMOSStudy, seed: int, setting: str) -> pd.DataFrame:
     run = run_federated(study.cosmos_method(ds, public, seed, **change), fed, archs,
                         LoopConfig(rounds=study.sweep_rounds, seed=seed, eval_every=0))
     return pd.DataFrame([{"study": name, "value": str(value), **accuracy_points(run.frame),
-                          "clusters": int(run.server.meta["n_groups"]), "purity": group_purity(grouping(run.server), planted)}])
+                          "clusters": int(run.server.meta["n_groups"]), "purity": group_purity(grouping(run.server), planted),
+                          "fit": last_fit(run.server)}])
 
 
 def exercise_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
@@ -971,7 +1052,7 @@ def sensitivity(runs: Mapping[str, pd.DataFrame], study: COSMOSStudy, side: Sequ
         rows = default.assign(study=name, value=str(value), setting=sweep_label(name, value))
         own = sweep[sweep.study == name]
         blocks += [rows, own] if name == "λ" else [own, rows]
-    columns = ["study", "value", "setting", "seed", *METRICS, "clusters", "purity",
+    columns = ["study", "value", "setting", "seed", *METRICS, "clusters", "purity", "fit",
                *[c for c in default.columns if str(c).startswith("kept_")]]
     return pd.concat(blocks, ignore_index=True).reindex(columns=columns)
 
@@ -1139,6 +1220,8 @@ def numbers(F: Mapping[str, pd.DataFrame], study: COSMOSStudy, *, n_classes: int
         "fedct_reading": fedct_reading(measures, fedct_mean, float(mm.loc["FedCT", "worst"]), chance, study.rounds),
         "server_fit": float(np.mean(measures["server_fit"].to_numpy())),
         "ball_pct": 100 * float(np.mean(measures["ball"].to_numpy())),
+        "shift_pct": 100 * float(np.mean(measures["shift_ratio"].to_numpy())),
+        "ball_nonconvex_pct": 100 * float(np.mean(measures["ball_nonconvex"].to_numpy())),
         "purity": float(np.mean(measures["purity"].to_numpy())),
         "comet_purity": float(np.mean(measures["comet_purity"].to_numpy())),
         "n_formed": float(clusters[clusters["round"] == 1]["n_clusters"].mean()),
@@ -1179,7 +1262,9 @@ def fedct_reading(measures: pd.DataFrame, fedct_mean: float, fedct_worst: float,
     --------
     >>> m = pd.DataFrame({"vote_accuracy_1": [41.5, 50.0], "vote_top_class_1": [5, 3], "vote_top_count_1": [104, 90],
     ...                   "vote_accuracy_2": [10.0, 12.0], "vote_top_class_2": [5, 3], "vote_top_count_2": [359, 300],
-    ...                   "vote_n_public": [359, 359]})
+    ...                   "vote_n_public": [359, 359], "n_public": [359, 359], "train_size": [60.0, 60.0]})
+    >>> "U is 6.0 times a client's data" in fedct_reading(m, 12.0, 0.0, 10.0, 2)
+    True
     >>> fedct_reading(m, 12.0, 0.0, 10.0, 2).split(": ")[1].split(";")[0]
     'its majority vote labels 41.5 % of the public points right after round 1, and its most frequent class (class 5) takes 104, then 359 of the 359 public points in rounds 1 to 2'
     """
@@ -1193,8 +1278,8 @@ def fedct_reading(measures: pd.DataFrame, fedct_mean: float, fedct_worst: float,
             f"after round 1, and its most frequent class (class {int(first['vote_top_class_1'])}) takes {counts} of the "
             f"{int(first['vote_n_public'])} public points in rounds 1 to {last}; over the seeds the first vote is "
             f"{top1:.1f} % right and the last vote's most frequent class takes {share:.0f} % of the public points. " + (
-                "Each client trains on its own data and the vote-labelled U together (FedCT's Algorithm 1), and U is several "
-                "times a client's data, so a vote drawn from clients that each know one label group pulls every client toward "
+                "Each client trains on its own data and the vote-labelled U together (FedCT's Algorithm 1), and U is "
+                f"{int(measures['n_public'].iloc[0]) / float(measures['train_size'].iloc[0]):.1f} times a client's data, so a vote drawn from clients that each know one label group pulls every client toward "
                 "one class: the collapse is the method under this partition, not a failure of the run." if share > 50 else
                 "The vote does not collapse onto one class here."))
 
@@ -1203,13 +1288,15 @@ TESTABLE_IF = {
     "the baselines' collaboration beats local training": (
         "a setting where a client's own data teach it less than the others' labels on U can: fewer training images per "
         "client (the same data over more clients), clients whose test distribution reaches beyond their training classes, "
-        "or a public set that carries more than the clients already know. Our pilot tried only the baselines' learning "
-        "rate; their digest epochs and the share of U are the next settings to try"),
+        "or a public set that carries more than the clients already know. Our pilot tried the baselines' learning "
+        "rate only, not their digest epochs as it tried COSMOS's server steps: a second pilot grid of three baselines "
+        "would add about as many runs as the chapter's side studies, beyond its time budget; their digest epochs and "
+        "the share of U are the next settings to try"),
     "server reproduces its targets": "a larger server budget (more optimizer steps, or a larger server) on the pilot seed",
     "clusters match the planted groups": "clients with more data per label group, or a target number of clusters at the "
                                          "planted one, so that Algorithm 1's hard labels separate the groups",
-    "consistency ball small against the images": "a smaller radius, or a translation that moves a small share of the "
-                                                  "image (larger images)",
+    "the consistency term keeps the objective convex": "a smaller radius (a ball whose two-sided term leaves the "
+                                                       "objective convex at every random point), or a smaller λ",
 }
 """What would make a row that a regime check of the chapter fails testable, by the check's key (read by
 :func:`fedbook.claims.regime_reading`)."""
@@ -1307,7 +1394,7 @@ def exercise_numbers(exercises: pd.DataFrame) -> dict:
         "one cluster's model serves the other clusters nearly as well here: the clusters matter less than the server's training"}
 
 
-__all__ = ["TESTABLE_IF", "VoteRecorder", "fedct_reading", "last_fit", "server_choice", "server_pilot_cell", "vote_dynamics", "BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
+__all__ = ["BALL_IMAGES", "BALL_POINTS", "TESTABLE_IF", "ball_convexity", "fit_at", "VoteRecorder", "fedct_reading", "last_fit", "server_choice", "server_pilot_cell", "vote_dynamics", "BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
            "PSEUDO_BATCH", "PSEUDO_LR_METHODS", "STUDIES", "U_PAPER", "COSMOSStudy", "Pilot", "accuracy_points", "alpha_cell",
            "alpha_table", "exercise_cell", "exercise_numbers", "fedavg_bytes", "fedavg_total", "homogeneous_cell",
            "homogeneous_table", "kept_clients", "lambda_note", "local_cell", "local_reading", "main_cell", "main_table",
