@@ -973,8 +973,9 @@ def level_note(m: float, resolution: float) -> str:
     return (f"m is the default for points, declared before the runs, and {where}. The row's quantity is the "
             "personalization effect itself, so it fails where personalization costs more than m, and nothing in the "
             "method bounds that cost (a client's mixture of the wrong groups' prototypes can be worse than the shared "
-            "encoder by any amount); the low-rank accuracy rows are controls for another reason: the descriptor acts "
-            "only through that effect, so they cannot reach m while the whole effect stays below it")
+            "encoder by any amount). The low-rank accuracy rows are controls for another reason: their sentence is about "
+            "the descriptor, which acts only through this effect, so where the whole effect is below m a margin of m "
+            "cannot tell a descriptor that matters from one that does not; here the sentence is about the effect itself")
 
 
 def cost_frame(costs: pd.DataFrame) -> pd.DataFrame:
