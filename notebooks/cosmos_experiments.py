@@ -273,7 +273,7 @@ LAM_NEAR = min((v for v in P.sweeps.get("λ", []) if v > 0), key=lambda v: abs(n
 SATURATE = ("We observe that performance saturates once the number of clusters reaches approximately five, with no further "
             "improvement beyond this point.")
 # Each claim reads a frame of cosmos.tidy's, made from the runs below: "main", "homogeneous" and "traffic" on every seed;
-# "side", "mixtures", "alphas" and "alpha_change" on the side seeds; a sensitivity claim reads the frames named after its
+# "local" and "collaboration" on every seed too; "side", "mixtures", "alphas" and "alpha_change" on the side seeds; a sensitivity claim reads the frames named after its
 # settings (sweep_label), which exist only where this profile sweeps them (a setting it does not try, e.g. "λ = None",
 # has no frame: the claim is left out, undecided).
 MORE_CLUSTERS = max((v for v in P.sweeps.get("clusters", []) if v > P.target_clusters), default=None)
@@ -474,8 +474,8 @@ R.update(m_points=effect("points").m, m_log=effect("log10 ratio").m, resolution_
 #
 # On each of the {glue:text}`n_seeds` seeds, what the headline claims read: the four
 # model-agnostic methods on the default mixture (evaluated every round, for the curves), and with
-# one architecture COSMOS, Ditto, FedBABU and FedRep. On the first {glue:text}`n_side` seeds also:
-# local training alone; COSMOS and COMET on the weak-heavy mixture and at
+# one architecture COSMOS, Ditto, FedBABU and FedRep, and local training alone. On the first {glue:text}`n_side`
+# seeds also: COSMOS and COMET on the weak-heavy mixture and at
 # $\alpha =$ {glue:text}`alpha_low`; one COSMOS run per sensitivity setting other than the default
 # ({glue:text}`sweep_rounds` rounds). The sensitivity default is no run of its own: the main COSMOS
 # run is evaluated every round, and its scores after {glue:text}`sweep_rounds` rounds are the
@@ -509,7 +509,7 @@ save_frames(runs, results_dir)
 # protocol's tails of the same scores: the worst client, the bottom 20 % of clients and the @25
 # floor P@25 (the mean of the lowest quarter, {ref}`chapter-setting`). The first round is COSMOS's pre-training and clustering phase: the
 # clients have trained on their own data only, and the cluster models have just been distilled.
-# "Local" is local training alone (Corollary 5.13's comparator), on the first {glue:text}`n_side` seeds.
+# "Local" is local training alone (Corollary 5.13's comparator), on every seed.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean client accuracy per round on the default mixture of architectures (COSMOS deploys each client's cluster model), mean over the seeds with the 95 % interval as a band.", "name": "fig-cosmos-curves"}, "image": {"alt": "Line plot of mean client accuracy in percent against the round for COSMOS, FedMD, FedCT and COMET, one line per method with a shaded band over seeds."}}
 cosmos.plot_curves(F["curves"], level=P.level)

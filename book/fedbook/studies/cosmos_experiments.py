@@ -968,11 +968,11 @@ def tidy(runs: Mapping[str, pd.DataFrame], study: COSMOSStudy, side: Sequence[in
     runs : mapping of str to DataFrame
         The studies' frames (:func:`fedbook.study.run_study`): :func:`main_cell`'s ``main``,
         ``curves``, ``bytes``, ``clusters``, ``default`` and ``measures`` on every seed;
-        ``homogeneous`` (:func:`homogeneous_cell`) on every seed; ``local``, ``mixture`` (by
+        ``homogeneous`` (:func:`homogeneous_cell`) and ``local`` on every seed; ``mixture`` (by
         ``mixture``), ``alpha`` (by ``alpha``) and ``sweep`` (by ``setting``) on the side seeds.
     study : COSMOSStudy
     side : sequence of int
-        The side seeds (those of local training alone, the mixtures, the other :math:`\\alpha` and
+        The side seeds (those of the mixtures, the other :math:`\\alpha` and
         the sweeps).
 
     Returns
@@ -1019,7 +1019,7 @@ def tidy(runs: Mapping[str, pd.DataFrame], study: COSMOSStudy, side: Sequence[in
             mix.append(pd.DataFrame({"mixture": name, "method": m, "seed": there.index,
                                      "change": (there - pair[pair.method == m].set_index("seed")["mean"].loc[there.index]).to_numpy()}))
     out["mixture_change"] = pd.concat(mix, ignore_index=True)
-    # each baseline's collaboration: its mean accuracy minus local training alone's, per seed (the side seeds)
+    # each baseline's collaboration: its mean accuracy minus local training alone's, per seed (every seed local ran on)
     local = runs["local"].set_index("seed")["mean"]
     out["collaboration"] = pd.concat([pd.DataFrame({"method": b, "seed": local.index, "gain": (
         main[(main.method == b)].set_index("seed")["mean"].loc[local.index] - local).to_numpy()}) for b in ("FedMD", "COMET")],
