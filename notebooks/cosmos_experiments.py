@@ -190,10 +190,10 @@ R = {**cosmos.parameters(P, STUDY, SIDE), **pilot.numbers(P.n_clients), "server_
 # (Section 4.1), the inputs within a radius $d$ of a transformed $x$, with $d$ "significantly
 # smaller than the typical norm of $x$". A translation by one pixel (at most one in each
 # direction, drawn) moves an image of $U$ by {glue:text}`shift_pct:.0f` % of its own norm on average, so we translate nothing and draw Gaussian noise whose expected norm is
-# {glue:text}`radius_pct:.0f` % of the mean image norm on $U$ (ten times that radius, the first we tried,
-# left the two-sided term non-convex at most of the convexity check's points on these digits, so the
-# regime check below would have failed it) (COSMOS's `radius`, on the server and
-# on the clients alike): the augmentation moves an image of $U$ by {glue:text}`ball_pct:.0f` % of its
+# {glue:text}`radius_pct:.0f` % of the mean image norm on $U$ (COSMOS's `radius`, on the server and
+# on the clients alike; ten times that radius, the first we tried, left the two-sided term non-convex
+# at most of the convexity check's points on these digits, so the regime check below would have
+# failed it): the augmentation moves an image of $U$ by {glue:text}`ball_pct:.0f` % of its
 # norm on average (a recorded setting, not a check). The regime check reads what the analysis needs of the ball:
 # the derivations' convexity check of the two-sided term, on the chapter's images, ball and λ, finds negative
 # curvature at {glue:text}`ball_nonconvex_pct:.0f` % of its random parameter points (mean over seeds). COMET gets
