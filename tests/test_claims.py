@@ -1027,7 +1027,8 @@ def test_regime_reading_groups_failing_readings_by_check_and_value():
     assert text.count("The check “support” fails") == 2
     assert "(median count = 1, needs at least 10) and makes “a”, “c” untestable in this setting" in text
     assert "(median count = 2, needs at least 10) and makes “b” untestable in this setting" in text
-    assert "“d”" not in text and text.endswith("what would make it testable: more data.")
+    assert "“d”" not in text and "what would make them testable: more data." in text  # the remedy, at the first reading
+    assert text.count("more data") == 1 and text.endswith("what would make it testable: as above.")  # said once
     assert "another setting" in regime_reading({"a": evaluate(c("a"), [3.0, 4.0], regimes=(low,))})
     assert regime_reading({"d": evaluate(c("d"), [3.0, 4.0], regimes=(high,))}).startswith("Every regime check passes")
 

@@ -1793,7 +1793,8 @@ def regime_reading(results: Mapping[str, ClaimResult], testable_if: Mapping[str,
     key **and** the value read (two readings of one check that differ are two sentences, never one
     showing the first's value), with its value and threshold, the rows it makes untestable in this
     setting and what would make them testable (``testable_if``, by the check's key: the chapter's
-    own sentence; "another setting" where it has none); or that every check passes.
+    own sentence, said at the check's first failing reading, "as above" at the next; "another
+    setting" where it has none); or that every check passes.
 
     Parameters
     ----------
@@ -1816,7 +1817,7 @@ def regime_reading(results: Mapping[str, ClaimResult], testable_if: Mapping[str,
     ...                        "b": evaluate(c("b"), [3.0, 4.0], regimes=(lower,))}, {"fit": "a larger server"})
     >>> print(text.replace(". ", ".\\n"))
     The check “fit” fails (fit, % = 90, needs at least 95) and makes “a” untestable in this setting; what would make it testable: a larger server.
-    The check “fit” fails (fit, % = 80, needs at least 95) and makes “b” untestable in this setting; what would make it testable: a larger server.
+    The check “fit” fails (fit, % = 80, needs at least 95) and makes “b” untestable in this setting; what would make it testable: as above.
     >>> regime_reading({})
     'Every regime check passes, so every row can test its sentence in this setting.'
     """
@@ -1831,12 +1832,15 @@ def regime_reading(results: Mapping[str, ClaimResult], testable_if: Mapping[str,
                 f["rows"].append(key)
     if not failing:
         return "Every regime check passes, so every row can test its sentence in this setting."
-    out = []
+    out, said = [], set()
     for f in failing.values():
         rd, rows = f["reading"], ", ".join(f"“{k}”" for k in f["rows"])
+        remedy = ("as above" if rd.check.key in said  # a check's remedy is said once, at its first failing reading
+                  else testable_if.get(rd.check.key, "another setting"))
+        said.add(rd.check.key)
         out.append(f"The check “{rd.check.key}” fails ({rd.check.quantity} = {rd.value:.3g}, needs {rd.check.op} "
                    f"{rd.check.threshold:g}) and makes {rows} untestable in this setting; what would make "
-                   f"{'it' if len(f['rows']) == 1 else 'them'} testable: {testable_if.get(rd.check.key, 'another setting')}.")
+                   f"{'it' if len(f['rows']) == 1 else 'them'} testable: {remedy}.")
     return " ".join(out)
 
 
