@@ -40,6 +40,7 @@ from fedbook.claims import (HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE_R
                             ClaimResult, Comparator, Read, strongest_baseline)
 from fedbook.intervals import paired_interval, seed_table
 from fedbook.page import format_bytes
+from fedbook.studies.cosmos_synthetic import client_objective, shift_basis
 from fedlib.algorithms import COMET, COSMOS, Ditto, FedBABU, FedCT, FedMD, FedRep
 from fedlib.algorithms.cosmos import LocalOnly, cosmos_fits, cosmos_history
 from fedlib.algorithms.fedmd import grouping
@@ -530,7 +531,6 @@ def ball_convexity(x: torch.Tensor, *, shift: int, noise: float, lam: float, n_c
     >>> ball_convexity(x, shift=0, noise=3.0, lam=5.0, n_classes=3, seed=0) > 0
     True
     """
-    from fedbook.studies.cosmos_synthetic import client_objective, shift_basis
     from torch.func import hessian
 
     f64 = torch.float64
