@@ -960,6 +960,18 @@ def public_part(public: PublicSet, hidden: np.ndarray, fraction: float) -> Publi
 
 # ---- the frames the chapter reads ------------------------------------------------------------------
 
+
+def _changes(runs: pd.DataFrame, by: str, reference: pd.DataFrame) -> pd.DataFrame:
+    """Each method's mean accuracy in every ``by`` value of ``runs`` minus its own in ``reference``,
+    per seed (the seeds of ``runs``): columns ``by``, ``method``, ``seed``, ``change``."""
+    parts = []
+    for value, part in runs.groupby(by, sort=False):
+        for m in part.method.unique():
+            there = part[part.method == m].set_index("seed")["mean"]
+            base = reference[reference.method == m].set_index("seed")["mean"].loc[there.index]
+            parts.append(pd.DataFrame({by: value, "method": m, "seed": there.index, "change": (there - base).to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
 def tidy(runs: Mapping[str, pd.DataFrame], study: COSMOSStudy, side: Sequence[int]) -> dict[str, pd.DataFrame]:
     """The frames the chapter's tables, claims and prose read, from its studies' frames.
 
@@ -1004,21 +1016,9 @@ def tidy(runs: Mapping[str, pd.DataFrame], study: COSMOSStudy, side: Sequence[in
     every = main[main.seed.isin(side) & main.method.isin(["COSMOS", *BASE])]
     alphas = pd.concat([every.assign(alpha=study.alpha), runs["alpha"]], ignore_index=True)
     out["alphas"] = alphas
-    changes = []
-    for a, part in runs["alpha"].groupby("alpha", sort=False):
-        for m in part.method.unique():
-            low = part[part.method == m].set_index("seed")["mean"]
-            changes.append(pd.DataFrame({"alpha": a, "method": m, "seed": low.index,
-                                         "change": (low - every[every.method == m].set_index("seed")["mean"].loc[low.index]).to_numpy()}))
-    out["alpha_change"] = pd.concat(changes, ignore_index=True)
+    out["alpha_change"] = _changes(runs["alpha"], "alpha", every)
     # each mixture's change against the default one, per method and seed (the robustness row reads COSMOS's against COMET's)
-    mix = []
-    for name, part in runs["mixture"].groupby("mixture", sort=False):
-        for m in part.method.unique():
-            there = part[part.method == m].set_index("seed")["mean"]
-            mix.append(pd.DataFrame({"mixture": name, "method": m, "seed": there.index,
-                                     "change": (there - pair[pair.method == m].set_index("seed")["mean"].loc[there.index]).to_numpy()}))
-    out["mixture_change"] = pd.concat(mix, ignore_index=True)
+    out["mixture_change"] = _changes(runs["mixture"], "mixture", pair)
     # each baseline's collaboration: its mean accuracy minus local training alone's, per seed (every seed local ran on)
     local = runs["local"].set_index("seed")["mean"]
     out["collaboration"] = pd.concat([pd.DataFrame({"method": b, "seed": local.index, "gain": (
