@@ -10,7 +10,10 @@ import io
 import json
 import os
 import pickle
+import re
+import socket
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,20 +22,161 @@ import numpy as np
 import torch
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
+def current_umask() -> int:
+    """The process's file-mode creation mask (read from ``/proc/self/status`` where Linux has it,
+    so that no other thread sees a changed umask; else set and restored at once)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def umask_mode(*, directory: bool = False) -> int:
+    """The mode ``open`` (``0o666``) or ``mkdir`` (``0o777``) would give a new file or folder
+    under the process's umask.
+
+    >>> old = os.umask(0o002)
+    >>> oct(umask_mode()), oct(umask_mode(directory=True))
+    ('0o664', '0o775')
+    >>> _ = os.umask(old)
+    """
+    return (0o777 if directory else 0o666) & ~current_umask()
+
+
+def apply_umask(path: str | os.PathLike) -> Path:
+    """Give ``path`` the permissions a plain ``open`` (a file) or ``mkdir`` (a folder) would have
+    given it under the process's umask, and return it: a temporary file made by
+    :func:`tempfile.mkstemp` is private (``0600``), which would leave a group-shared results folder
+    unreadable to the group.
+
+    >>> import tempfile
+    >>> old = os.umask(0o002)
+    >>> fd, name = tempfile.mkstemp(); os.close(fd)
+    >>> oct(apply_umask(name).stat().st_mode & 0o777)
+    '0o664'
+    >>> _ = os.umask(old); os.unlink(name)
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    path.chmod(umask_mode(directory=path.is_dir()))
+    return path
+
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<host>[0-9a-f]{6})-(?P<pid>[0-9]+)\.[A-Za-z0-9_]+(?P<suffix>\.[A-Za-z0-9]+)$")
+STALE_FOREIGN_SECONDS = 24 * 3600.0  # a temporary file of another machine is left alone for a day
+
+
+def temporary_sibling(path: str | os.PathLike, suffix: str = ".tmp") -> tuple[int, Path]:
+    """A new temporary file beside ``path`` (``(fd, its path)``, made by :func:`tempfile.mkstemp`
+    with the umask's mode, see :func:`apply_umask`), named ``.<name>.<host>-<pid>.<random><suffix>``
+    so that :func:`remove_stale_temporaries` can tell one left by a dead writer."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{_HOST}-{os.getpid()}.", suffix=suffix)
+    try:
+        os.fchmod(fd, umask_mode())
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return fd, Path(tmp)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files an interrupted write (:func:`temporary_sibling`) left in
+    ``folder``: those of this machine whose writing process is gone, and those of another machine
+    (a shared folder) older than a day. Files of any other name, and those of a live writer, are
+    left alone. Returns the files removed.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> (folder / f".x.csv.{_HOST}-999999999.abc123.tmp").write_text("half")
+    4
+    >>> mine = temporary_sibling(folder / "y.csv")
+    >>> [p.name for p in remove_stale_temporaries(folder)] == [f".x.csv.{_HOST}-999999999.abc123.tmp"]
+    True
+    >>> os.close(mine[0]); mine[1].exists()
+    True
+    """
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return removed
+    now = time.time()
+    for entry in entries:
+        match = _TEMPORARY.match(entry.name)
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        pid = int(match["pid"])
+        if match["host"] == _HOST:
+            if pid == os.getpid() or _alive(pid):
+                continue
+        else:
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_FOREIGN_SECONDS:
+                    continue
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(entry.path)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def write_error(err: OSError, path: str | os.PathLike, kept: str) -> OSError:
+    """``err`` (an ``OSError`` of a write) again, of the same errno and class, with a message that
+    names the file and says what is kept (``kept``), e.g. "No space left on device writing
+    results/state.pt; the previous results in results/ are unchanged".
+
+    >>> import errno
+    >>> e = write_error(OSError(errno.ENOSPC, "No space left on device"), "r/state.pt", "r/state.pt is unchanged")
+    >>> type(e).__name__, e.errno, str(e)
+    ('OSError', 28, '[Errno 28] No space left on device writing r/state.pt; r/state.pt is unchanged')
+    """
+    reason = err.strerror or str(err)
+    new = OSError(err.errno, f"{reason} writing {path}; {kept}") if err.errno is not None else OSError(f"{reason} writing {path}; {kept}")
+    return new
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    The file gets the umask's mode (:func:`apply_umask`), as ``open`` would give it. Temporary files
+    that an interrupted earlier write left in the folder are removed first
+    (:func:`remove_stale_temporaries`). A failed write (a full disk, a read-only folder) leaves
+    ``path`` as it was and raises an ``OSError`` of the same errno that names ``path`` and says so.
+    """
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(path.parent)
+        fd, tmp = temporary_sibling(path)
+    except OSError as err:
+        raise write_error(err, path, f"nothing was written in {path.parent}") from err
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(err, OSError):
+            kept = f"the previous {path} is unchanged" if path.exists() else f"{path} was not written"
+            raise write_error(err, path, kept) from err
         raise
     return path
 
