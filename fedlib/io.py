@@ -11,6 +11,8 @@ import json
 import os
 import pickle
 import re
+import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -20,6 +22,11 @@ from typing import Any
 
 import numpy as np
 import torch
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no advisory locks (FolderLock then only records its owner)
+    fcntl = None
 
 
 def current_umask() -> int:
@@ -95,11 +102,36 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """The temporary files and folders an interrupted write (:func:`temporary_sibling`, a
+    results folder's save) left in ``folder``: those of this machine whose writing process is
+    gone, and those of another machine (a shared folder) older than a day. Entries of any other
+    name, and those of a live writer, are not listed."""
+    found = []
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return found
+    now = time.time()
+    for entry in entries:
+        match = _TEMPORARY.match(entry.name)
+        if match is None or entry.is_symlink():
+            continue
+        pid = int(match["pid"])
+        if match["host"] == _HOST:
+            if pid == os.getpid() or _alive(pid):
+                continue
+        else:
+            with contextlib.suppress(OSError):
+                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_FOREIGN_SECONDS:
+                    continue
+        found.append(Path(entry.path))
+    return sorted(found)
+
+
 def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files an interrupted write (:func:`temporary_sibling`) left in
-    ``folder``: those of this machine whose writing process is gone, and those of another machine
-    (a shared folder) older than a day. Files of any other name, and those of a live writer, are
-    left alone. Returns the files removed.
+    """Remove what :func:`stale_temporaries` lists in ``folder`` (files, and folders with their
+    content); returns what was removed.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -112,27 +144,30 @@ def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
     True
     """
     removed = []
-    try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
-        return removed
-    now = time.time()
-    for entry in entries:
-        match = _TEMPORARY.match(entry.name)
-        if match is None or not entry.is_file(follow_symlinks=False):
-            continue
-        pid = int(match["pid"])
-        if match["host"] == _HOST:
-            if pid == os.getpid() or _alive(pid):
-                continue
-        else:
-            with contextlib.suppress(OSError):
-                if now - entry.stat(follow_symlinks=False).st_mtime < STALE_FOREIGN_SECONDS:
-                    continue
+    for path in stale_temporaries(folder):
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(entry.path)
-            removed.append(Path(entry.path))
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+            removed.append(path)
     return removed
+
+
+def temporary_name(name: str, suffix: str = ".tmp") -> str:
+    """A fresh name ``.<name>.<host>-<pid>.<random><suffix>`` for a temporary file or folder of
+    this process, which :func:`stale_temporaries` lists once the process is gone."""
+    return f".{name}.{_HOST}-{os.getpid()}.{secrets.token_hex(4)}{suffix}"
+
+
+def fsync_folder(folder: str | os.PathLike) -> None:
+    """Flush a folder's entries (renames, new files) to disk, where the file system allows it."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_error(err: OSError, path: str | os.PathLike, kept: str) -> OSError:
@@ -203,7 +238,13 @@ def _digest(tensors: Mapping[str, torch.Tensor], text: str) -> str:
 
 
 def save_tensors_json(path: str | os.PathLike, tensors: Mapping[str, torch.Tensor], meta: Any) -> Path:
-    """Write named tensors plus JSON metadata to one file, atomically, in a format that
+    """Write :func:`tensors_json_bytes` of ``tensors`` and ``meta`` to ``path``, atomically
+    (:func:`atomic_write_bytes`)."""
+    return atomic_write_bytes(path, tensors_json_bytes(tensors, meta))
+
+
+def tensors_json_bytes(tensors: Mapping[str, torch.Tensor], meta: Any) -> bytes:
+    """Named tensors plus JSON metadata as the bytes of one file (:func:`save_tensors_json`), in a format that
     :func:`load_tensors_json` reads with ``torch.load(weights_only=True)``: a dict of tensors,
     one JSON string (numbers, strings, lists, dicts; NaN and infinities allowed) and a SHA-256
     checksum of both, which the reader verifies (a bit flipped inside a saved tensor is refused).
@@ -222,7 +263,7 @@ def save_tensors_json(path: str | os.PathLike, tensors: Mapping[str, torch.Tenso
     cpu = {k: v.detach().cpu() for k, v in tensors.items()}
     buffer = io.BytesIO()
     torch.save({"format": _FORMAT, "tensors": cpu, "json": text, "sha256": _digest(cpu, text)}, buffer)
-    return atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
 
 
 def load_tensors_json(path: str | os.PathLike) -> tuple[dict[str, torch.Tensor], Any]:
@@ -273,3 +314,103 @@ def json_default(v: Any) -> Any:
     if isinstance(v, np.generic):
         return v.item()
     raise TypeError(f"cannot store {v!r} ({type(v).__name__}) as JSON metadata; use numbers, strings, lists or dicts")
+
+
+class FolderInUse(RuntimeError):
+    """A folder (a results folder, a disk state store) is held by another process's
+    :class:`FolderLock`; the message names that process."""
+
+
+class FolderLock:
+    """An advisory, exclusive lock on a folder in use (``fcntl.flock`` on ``<folder>/.lock``),
+    holding a record of its owner (process id, host, command, since when) that the refusal of a
+    second user names. The lock goes with the process: a process that dies, however it dies,
+    holds nothing (no stale lock to delete by hand). A second lock of the same folder is refused
+    in the same process too. ``wait`` seconds: how long :meth:`acquire` tries before it refuses.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> with FolderLock(folder, "results folder"):
+    ...     try:
+    ...         FolderLock(folder, "results folder").acquire()
+    ...     except FolderInUse as err:
+    ...         print(f"is in use by process {os.getpid()}" in str(err), "(this process)" in str(err))
+    True True
+    """
+
+    NAME = ".lock"
+
+    def __init__(self, folder: str | os.PathLike, what: str = "folder", *, wait: float = 0.0) -> None:
+        self.folder, self.what, self.wait = Path(folder), what, float(wait)
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this lock is held (acquired and not released)."""
+        return self._fd is not None
+
+    def acquire(self) -> "FolderLock":
+        """Take the lock (creating the folder if need be), or raise :class:`FolderInUse` naming
+        the process that holds it."""
+        if self._fd is not None:
+            return self
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / self.NAME
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
+        try:
+            if fcntl is not None:
+                deadline = time.monotonic() + self.wait
+                while True:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() >= deadline:
+                            raise FolderInUse(self._refusal(fd)) from None
+                        time.sleep(0.05)
+            record = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command(),
+                      "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def _refusal(self, fd: int) -> str:
+        try:
+            owner = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
+        except (OSError, ValueError):
+            owner = {}
+        who = f"process {owner.get('pid', '?')} on {owner.get('host', '?')}"
+        if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+            who += " (this process)"
+        return (f"the {self.what} {self.folder} is in use by {who} (command: {owner.get('command', '?')}; since "
+                f"{owner.get('since', '?')}): two users of one {self.what} at once would mix their files; wait "
+                f"for it to finish, or give another folder")
+
+    def release(self) -> None:
+        """Let the lock go (nothing when it is not held)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+            os.close(fd)  # closing the file releases the flock
+
+    def __enter__(self) -> "FolderLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.release()
+
+
+def _command() -> str:
+    import sys
+
+    text = " ".join(sys.argv) or sys.executable
+    return text if len(text) <= 200 else text[:197] + "..."

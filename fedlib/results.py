@@ -19,7 +19,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .io import atomic_write_bytes, load_tensors_json_bytes, save_tensors_json
+import contextlib
+import os
+import shutil
+
+from .io import (FolderLock, apply_umask, fsync_folder, load_tensors_json_bytes, remove_stale_temporaries, stale_temporaries,
+                 temporary_name, tensors_json_bytes, umask_mode, write_error)
 from .messages import Ledger, State, same_arrays
 from .metrics import protocol_summary
 
@@ -67,6 +72,20 @@ class RunResult:
         gone = set(self.departed)
         return [k for k in sorted(self.client_states) if k not in gone]
 
+    @property
+    def dropped(self) -> pd.DataFrame:
+        """The clients the run went on without (``LoopConfig(on_failure="drop")``,
+        ``on_nonfinite="drop"``), one row per round and client: ``round, client, cause`` (``"no
+        reply"`` to training, ``"no evaluation"``, ``"non-finite"`` reply or state); empty when none.
+
+        >>> rows = [(1, -1, "dropped_failed", 2.0), (1, 0, "local", 0.5), (2, -1, "dropped_nonfinite", 0.0)]
+        >>> RunResult(tidy_frame(rows), Ledger(), State(), {}, 2).dropped.values.tolist()
+        [[1, 2, 'no reply'], [2, 0, 'non-finite']]
+        """
+        rows = self.frame[self.frame["metric"].isin(list(_DROPPED))]
+        return pd.DataFrame({"round": rows["round"].astype(int).to_numpy(), "client": rows["value"].astype(int).to_numpy(),
+                             "cause": rows["metric"].map(_DROPPED).to_numpy()})
+
     def evaluated(self, round_: int | None = None) -> int | None:
         """How many clients round ``round_`` (default: the last evaluated) evaluated when it
         evaluated a sample of them (``LoopConfig(eval_clients=...)``); ``None`` when it evaluated
@@ -88,30 +107,43 @@ class RunResult:
         f = self.frame[(self.frame["metric"] == metric) & (self.frame["client"] >= 0)]
         return f.groupby("round")["value"].mean()
 
-    def save(self, folder: str | Path) -> Path:
-        """Write ``frame.csv``, ``ledger.csv`` and ``state.pt`` into ``folder`` (atomically),
-        then, last, ``manifest.json``: the run's id, fedlib's version, the row counts and a
-        SHA-256 digest of each file, which :meth:`load` checks.
+    def save(self, folder: str | Path, *, wait: float = 60.0) -> Path:
+        """Write ``frame.csv``, ``ledger.csv``, ``state.pt`` and ``manifest.json`` (the run's id,
+        fedlib's version, the row counts and a SHA-256 digest of each file, which :meth:`load`
+        checks) into ``folder``, whole or not at all.
+
+        The files are written first into a temporary folder inside ``folder`` (the digests are
+        those of the bytes written) and only then moved into place, the manifest last; a save
+        that fails (a full disk, a read-only folder) raises an ``OSError`` that names the file and
+        leaves the previous results in ``folder`` as they were, loadable. The folder is locked
+        while it is saved into (:class:`fedlib.io.FolderLock`): a second save waits up to ``wait``
+        seconds and then replaces the first run whole, or is refused with
+        :class:`fedlib.io.FolderInUse` naming the process that holds the folder; never a mix of
+        two runs. Other files in the folder (a checkpoint, an engine's records) are left alone.
 
         ``state.pt`` holds the server's and every client's arrays (tensors) and, as one JSON
         string, the metadata (states' scalars, rounds, departed clients, timings): it is read
         back with ``torch.load(weights_only=True)``, which can run no code."""
         folder = Path(folder)
-        (folder / MANIFEST).unlink(missing_ok=True)  # a folder saved into again: never a stale manifest beside new files
-        frame_csv = self.frame.to_csv(index=False).encode()
         ledger_frame = self.ledger.to_frame()
-        atomic_write_bytes(folder / "frame.csv", frame_csv)
-        atomic_write_bytes(folder / "ledger.csv", ledger_frame.to_csv(index=False).encode())
         tensors, metas = pack_states({"server": self.server, **{f"client/{k}": v for k, v in self.client_states.items()}})
         meta = {"states": metas, "rounds_done": self.rounds_done, "algorithm": self.algorithm,
                 "departed": list(self.departed), "seconds": self.seconds, "server_seconds": self.server_seconds}
-        save_tensors_json(folder / "state.pt", tensors, meta)
-        digests = {name: _file_digest(folder / name) for name in _RESULT_FILES}
+        contents = {"frame.csv": self.frame.to_csv(index=False).encode(),
+                    "ledger.csv": ledger_frame.to_csv(index=False).encode(),
+                    "state.pt": tensors_json_bytes(tensors, meta)}
+        digests = {name: hashlib.sha256(contents[name]).hexdigest() for name in _RESULT_FILES}  # of the bytes written
         manifest = {"format": _MANIFEST_FORMAT, "run_id": hashlib.sha256(json.dumps(digests, sort_keys=True).encode()).hexdigest()[:16],
                     "fedlib": _fedlib_version(), "algorithm": self.algorithm, "rows": {"frame.csv": len(self.frame),
                                                                                  "ledger.csv": len(ledger_frame)},
                     "sha256": digests}
-        atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+        contents[MANIFEST] = json.dumps(manifest, indent=1, sort_keys=True).encode()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise write_error(err, folder, "nothing was saved") from err
+        with FolderLock(folder, "results folder", wait=wait):
+            _replace_whole(folder, contents)
         return folder
 
     @staticmethod
@@ -126,8 +158,11 @@ class RunResult:
         """The manifest and each result file's bytes, read once and checked against it."""
         path = folder / MANIFEST
         if not path.exists():
-            raise ValueError(f"{folder} has no {MANIFEST}: the save did not finish, or it is not a folder RunResult.save "
-                             "wrote; refusing to read a results folder that may be partial")
+            kept = sorted(folder.glob(f".{_PREVIOUS}.*.tmp")) if folder.is_dir() else []
+            hint = (f"; an interrupted save left the previous results in {kept[0]} (move its files back into {folder} "
+                    "to read them)" if kept else "")
+            raise ValueError(f"{folder} has no {MANIFEST}: the save did not finish (or is in progress), or it is not a "
+                             f"folder RunResult.save wrote; refusing to read a results folder that may be partial{hint}")
         try:
             manifest = json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError) as err:
@@ -179,6 +214,10 @@ _MANIFEST_FORMAT = "fedlib-run-1"
 _RESULT_FILES = ("frame.csv", "ledger.csv", "state.pt")
 
 
+_DROPPED = {"dropped_failed": "no reply", "dropped_failed_eval": "no evaluation", "dropped_nonfinite": "non-finite"}
+"""The frame's rows of a dropped client (the loop's ``LoopConfig(on_failure=..., on_nonfinite=...)``) and their causes."""
+
+
 def _fedlib_version() -> str:
     try:
         return importlib.metadata.version("fedlib")
@@ -186,12 +225,67 @@ def _fedlib_version() -> str:
         return "unknown"
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+_SAVE, _PREVIOUS = "save", "previous"  # the names of a save's temporary folders (fedlib.io.temporary_name)
+
+
+def _replace_whole(folder: Path, contents: dict[str, bytes]) -> None:
+    """Put ``contents`` (file name -> bytes, the manifest among them) into ``folder`` whole or not
+    at all: written and flushed into a temporary folder first, then the old files moved aside
+    into another, the new moved in (the manifest last) and the old removed; any failure puts the
+    old files back. The caller holds the folder's lock."""
+    for stale in stale_temporaries(folder):  # a save killed while it swapped: its previous files come back first
+        if stale.is_dir() and stale.name.startswith(f".{_PREVIOUS}.") and not (folder / MANIFEST).exists():
+            for f in stale.iterdir():
+                if f.name in contents:
+                    os.replace(f, folder / f.name)
+    remove_stale_temporaries(folder)
+    had_results = (folder / MANIFEST).exists()
+    kept = f"the previous results in {folder} are unchanged" if had_results else f"nothing was saved in {folder}"
+    staging = folder / temporary_name(_SAVE)
+    name = staging.name
+    try:
+        staging.mkdir(mode=umask_mode(directory=True))
+        apply_umask(staging)
+        for name in contents:
+            with open(os.open(staging / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, umask_mode()), "wb") as f:
+                f.write(contents[name])
+                f.flush()
+                os.fsync(f.fileno())
+        fsync_folder(staging)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise write_error(err, folder / name, kept) from err
+    previous = folder / temporary_name(_PREVIOUS)
+    old = [n for n in (MANIFEST, *_RESULT_FILES) if (folder / n).exists()]  # the manifest first: the old run stops being whole
+    moved_aside: list[str] = []
+    moved_in: list[str] = []
+    try:
+        if old:
+            previous.mkdir(mode=umask_mode(directory=True))
+            for n in old:
+                os.replace(folder / n, previous / n)
+                moved_aside.append(n)
+        for n in (*_RESULT_FILES, MANIFEST):  # the manifest last: the new run is whole only once every file is in
+            os.replace(staging / n, folder / n)
+            moved_in.append(n)
+        fsync_folder(folder)
+    except BaseException as err:
+        for n in moved_in:
+            with contextlib.suppress(OSError):
+                (folder / n).unlink()
+        for n in moved_aside:
+            with contextlib.suppress(OSError):
+                os.replace(previous / n, folder / n)
+        restored = all((folder / n).exists() for n in old)
+        shutil.rmtree(staging, ignore_errors=True)
+        if restored:
+            shutil.rmtree(previous, ignore_errors=True)
+        if isinstance(err, OSError):
+            raise write_error(err, folder, kept if restored else f"the previous results could not all be put back; "
+                                                                 f"they are in {previous}") from err
+        raise
+    shutil.rmtree(previous, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
 
 
 def pack_states(states: dict[str, State]) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:

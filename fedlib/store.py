@@ -13,11 +13,13 @@ federation of thousands of FedAvg clients costs no file and no memory per client
 
 from __future__ import annotations
 
+import os
 import shutil
+import weakref
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from .io import load_tensors_json, save_tensors_json
+from .io import FolderLock, load_tensors_json, remove_stale_temporaries, save_tensors_json
 from .messages import State
 
 STATE_STORES = ("memory", "disk")
@@ -41,6 +43,12 @@ class DiskStates(MutableMapping):
     that already holds state files is refused, unless ``overwrite`` (a resumed run, which refills
     the store from its checkpoint).
 
+    The store locks its folder while it lives (:class:`fedlib.io.FolderLock`, until :meth:`close`,
+    :meth:`remove` or the end of the process): a store of another process on the same folder is
+    refused with :class:`fedlib.io.FolderInUse`, which names that process (two runs sharing one
+    folder would read each other's states). A second store of the folder in the same process (a
+    resumed run) takes it over, and the earlier store's writes are then refused.
+
     Examples
     --------
     >>> import tempfile, torch
@@ -56,14 +64,44 @@ class DiskStates(MutableMapping):
     def __init__(self, folder: str | Path, *, overwrite: bool = False) -> None:
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
-        stale = sorted(self.folder.glob("client-*.pt"))
-        if stale and not overwrite:
-            raise ValueError(f"{self.folder} already holds {len(stale)} client state file(s) "
-                             f"(e.g. {stale[0].name}); give an empty folder, or delete them")
-        for path in stale:  # a resumed run refills the store from its checkpoint
-            path.unlink()
+        key = os.path.realpath(self.folder)
+        earlier = _OPEN.get(key)
+        earlier = earlier() if earlier is not None else None
+        if earlier is not None and earlier._lock is not None:
+            lock, earlier._lock = earlier._lock, None  # the same process opens the folder again: the newer store owns it
+            earlier._superseded = True
+        else:
+            lock = FolderLock(self.folder, "state folder").acquire()  # another process's store: FolderInUse, naming it
+        try:
+            stale = sorted(self.folder.glob("client-*.pt"))
+            if stale and not overwrite:
+                raise ValueError(f"{self.folder} already holds {len(stale)} client state file(s) "
+                                 f"(e.g. {stale[0].name}); give an empty folder, or delete them")
+            for path in stale:  # a resumed run refills the store from its checkpoint
+                path.unlink()
+        except BaseException:
+            lock.release()
+            raise
+        remove_stale_temporaries(self.folder)
+        self._lock: FolderLock | None = lock
+        self._superseded = False
+        _OPEN[key] = weakref.ref(self)
         self._clients: set[int] = set()
         self._with_file: set[int] = set()
+
+    def _check_owner(self) -> None:
+        """Refuse to write unless this store holds the folder's lock (checked on every write)."""
+        if self._lock is None or not self._lock.held:
+            why = ("a newer store of the same folder in this process took it over (a resumed run?)" if self._superseded
+                   else "the store was closed")
+            raise RuntimeError(f"this state store no longer owns {self.folder}: {why}; refusing to write a client state "
+                               "into a folder another run may be using")
+
+    def close(self) -> None:
+        """Let the folder go (its lock): the state files stay; this store writes nothing more."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _path(self, client: int) -> Path:
         return self.folder / f"client-{int(client)}.pt"
@@ -85,6 +123,7 @@ class DiskStates(MutableMapping):
     def __setitem__(self, client: int, state: State) -> None:
         if not isinstance(state, State):
             raise TypeError(f"a client state must be a State, got {type(state).__name__}")
+        self._check_owner()
         path = self._path(client)
         if _empty(state):
             path.unlink(missing_ok=True)
@@ -97,6 +136,7 @@ class DiskStates(MutableMapping):
     def __delitem__(self, client: int) -> None:
         if client not in self._clients:
             raise KeyError(client)
+        self._check_owner()
         self._path(client).unlink(missing_ok=True)
         self._clients.discard(int(client))
         self._with_file.discard(int(client))
@@ -116,12 +156,18 @@ class DiskStates(MutableMapping):
 
     def remove(self) -> None:
         """Delete the folder's state files (and the folder if nothing else is in it)."""
+        self._check_owner()
         for path in self.folder.glob("client-*.pt"):
             path.unlink()
         self._clients.clear()
         self._with_file.clear()
-        if self.folder.exists() and not any(self.folder.iterdir()):
+        if self.folder.exists() and [p.name for p in self.folder.iterdir()] == [FolderLock.NAME]:
+            (self.folder / FolderLock.NAME).unlink()
             shutil.rmtree(self.folder)
+        self.close()
+
+
+_OPEN: dict[str, weakref.ref] = {}  # this process's stores by folder (a second store of a folder takes it over)
 
 
 def make_states(kind: str = "memory", folder: str | Path | None = None, *, overwrite: bool = False) -> MutableMapping:
