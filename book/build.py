@@ -185,6 +185,8 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
     import jupytext
     import papermill
 
+    from fedlib.io import remove_stale_temporaries, temporary_sibling
+
     source = NOTEBOOKS / f"{name}.py"
     if not source.exists():
         valid = ", ".join(sorted(p.stem for p in NOTEBOOKS.glob("*.py")))
@@ -192,8 +194,10 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
     nb = jupytext.read(source)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=".ipynb")
+    remove_stale_temporaries(output.parent)  # the notebooks an interrupted build left half written
+    fd, tmp = temporary_sibling(output, suffix=".ipynb")  # named by this process: removed once it is gone
     os.close(fd)
+    tmp = str(tmp)
     t0 = time.perf_counter()
     try:
         papermill.execute_notebook(
