@@ -214,29 +214,35 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
     return time.perf_counter() - t0
 
 
-def handout(names: list[str], profile: str, overrides: dict, folder: Path) -> list[Path]:
-    """A notebook per chapter for a student: the chapter with ``profile`` and ``overrides``
-    injected (papermill's ``prepare_only``: nothing executed, no output, no local path), to run
-    in Jupyter from the repository's ``notebooks/`` folder. Returns the notebooks written."""
+def handout(names: list[str], profile: str, overrides: dict, folder: Path, *, hints: bool = False) -> list[Path]:
+    """A course's notebooks for a student and for the teacher (:func:`fedbook.course.write_handout`):
+    each chapter with ``profile`` and ``overrides`` injected (papermill's ``prepare_only``: nothing
+    executed, no output, no local path), to run in Jupyter from the repository's ``notebooks/``
+    folder; ``<folder>/student/`` without the worked solutions and hints (with the hints where
+    ``hints``), ``<folder>/teacher/`` with them and the graders. Returns the files written."""
     import jupytext
+    import nbformat
     import papermill
 
+    from fedbook.course import build_values, parameter_defaults, write_handout
+
     folder.mkdir(parents=True, exist_ok=True)
-    written = []
+    prepared, params, values = {}, {}, {}
     for name in names:
         nb = jupytext.read(NOTEBOOKS / f"{name}.py")
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         declared = notebook_parameters(name)
-        params = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared}}
-        target = folder / f"{name}.ipynb"
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".ipynb")
-        os.close(fd)
-        papermill.execute_notebook(nb, tmp, parameters=params, prepare_only=True, kernel_name="python3",
-                                   progress_bar=False, log_output=False)
-        scrub_paths(Path(tmp))
-        os.replace(tmp, target)
-        written.append(target)
-    return written
+        params[name] = {"profile": profile, **{k: v for k, v in overrides.items() if k in declared}}
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / f"{name}.ipynb"
+            papermill.execute_notebook(nb, str(path), parameters=params[name], prepare_only=True, kernel_name="python3",
+                                       progress_bar=False, log_output=False)
+            scrub_paths(path)
+            prepared[name] = nbformat.read(path, as_version=4)
+        values[name] = build_values(output_dir(profile) / "chapters" / f"{name}.ipynb", params[name],
+                                    parameter_defaults(nb))
+    written = write_handout(prepared, params, folder, ROOT, hints=hints, values=values)
+    return written["student"] + written["teacher"]
 
 
 def scrub_paths(path: Path) -> None:
@@ -588,8 +594,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads of each chapter's kernel (default 1: the same bits however many run at once)")
     parser.add_argument("--handout", metavar="DIR",
-                        help="write each chosen chapter (--only) as a notebook with --profile and -p injected, "
-                        "not executed, into DIR: a notebook to hand to a student")
+                        help="write each chosen chapter (--only) with --profile and -p injected, not executed: "
+                        "DIR/student/ without the worked solutions and hints (the notebooks to hand out), "
+                        "DIR/teacher/ with them and the graders (book/grade.py)")
+    parser.add_argument("--hints", action="store_true",
+                        help="with --handout: keep the hints in the student's notebooks (never the worked solutions)")
     parser.add_argument("--compare", metavar="DIR",
                         help="compare the glued values of the chapters executed in DIR (a --out folder) with "
                         "the profile's own build; prints what differs, executes nothing")
@@ -617,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown parameter(s) {', '.join(unknown)} for {', '.join(names)}; "
                              f"valid: {', '.join(sorted(declared))}")
-        for path in handout(names, args.profile, overrides, Path(args.handout).resolve()):
+        for path in handout(names, args.profile, overrides, Path(args.handout).resolve(), hints=args.hints):
             print(f"[handout]  {path}")
         return 0
     if args.compare:

@@ -510,7 +510,7 @@ checks.show()
 # The worked solutions are computed when the page is built, from what the chapter already has (the
 # real run's stored pseudo-labels and small random instances), so each takes a second or two.
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 t_ex = time.perf_counter()
 R.update(cc.exercise_numbers(REAL, real, numpy_rng(seed, 351), support_share=support_share, mono_trials=P.mono_trials, tol=TOL))
 glue_all({**R, "ex_seconds": float(time.perf_counter() - t_ex)})

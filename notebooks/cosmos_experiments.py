@@ -684,7 +684,7 @@ glue_all({"regime_reading": regime_reading(REPORT, cosmos.TESTABLE_IF),
 # code. The worked solutions are computed when the page is built from reduced runs (the first
 # seed only).
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 EXERCISES = Study("exercises", functools.partial(cosmos.exercise_cell, STUDY), seeds=[seed])  # reduced runs: the first seed
 ex_runs = run_study(EXERCISES, cache=cache_dir)
 glue_all({**cosmos.exercise_numbers(ex_runs["exercises"]), "ex_seconds": ex_runs.seconds})

@@ -881,7 +881,7 @@ show_table(regime_table(results), formats={"value": ".3g"}, index=False)
 # wherever they can; where an exercise asks for new training, the solution computes a reduced
 # version and says at what scale.
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-cell", "solution"]
 # Exercise 1, reduced: one seed, the smaller alpha, a smaller federation (the profile's exercise_run), the
 # chapter's rounds; the same CGRL code with one term switched off at a time, every backbone under MMS + SASP.
 ABLATION = Study("ablation", partial(fedgrc.ablation_cell, study=study, data=DATA, rounds=P.rounds, alpha=a_lo,
@@ -926,7 +926,7 @@ ablation = run_study(ABLATION, workers=workers, cache=cache_dir)["ablation"]
 # of training.
 # :::
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-cell", "solution"]
 # Exercise 2, reduced: the chapter's CGRL backbone (seed, smaller alpha), trained on upright digits, stays frozen;
 # only the odd-numbered clients' images are rotated before the statistics round, then MMS and SASP are refitted
 # for every m0 of the grid.
@@ -970,7 +970,7 @@ rotated = run_study(ROTATED, cache=cache_dir)["rotated"]
 # seed and one frozen backbone: read it as the direction of the effect, not its size.
 # :::
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-cell", "solution"]
 # Exercise 3, reduced: MMS and SASP refitted on the penultimate-layer statistics of the chapter's CGRL backbones
 # (every seed and alpha: the training study's frame "penultimate"); then every number of the page, glued.
 R.update(fedgrc.numbers(frames, SEEDS, P.alphas, h0, tidy9))

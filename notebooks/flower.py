@@ -280,7 +280,7 @@ show_table(bench_view, digits={"wall (s)": 1, "wall ratio": 1, "round (s)": 2, "
 #
 # ## Exercises
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 # the trust model, live (a job whose federation seed is a call of os:system), and the exercises' runs
 glue_all({**numbers(frames["equivalence"], frames["wire"], P, seconds=flower_seconds, saved=saved, bench=bench),
           "fl_trust_refusal": trust_refusal(job_of(P.methods[0], P.n_clients, P.rounds, seed)),

@@ -738,7 +738,7 @@ display(Markdown("**The claims read with their controls.** " + gg.claims_reading
 # {glue:text}`ex_noise:.1f` points: single-seed differences of that size are within the
 # seed-to-seed spread.
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 # The worked solutions' reduced runs: the first seed, β = b_lo, the chapter's other settings; each a study of its own.
 t_ex = time.perf_counter()
 R["ex_noise"] = ex_noise = gg.yardstick(decided[f"label-gain-{b_lo}"])  # the seed-to-seed yardstick
@@ -782,7 +782,7 @@ R.update(gg.exercise1(run_study(EX1, cache=cache_dir)["label"], label["label"], 
 # full answer needs `embedding_scale=0.1` over all {glue:text}`n_seeds` seeds.
 # :::
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 # Exercise 2: GGEUR and its two controls at other step-1 totals (the chapter's total is its own run).
 EX2 = Study("ex2", partial(gg.label_cell, study=cfg, embeddings=emb, methods=gg.EX2_NAMES),
             grid={"beta": [b_lo], "total": [t for t in gg.exercise2_totals(P.total_per_class) if t != P.total_per_class]},
@@ -818,7 +818,7 @@ R.update(gg.exercise2(run_study(EX2, workers=workers, cache=cache_dir)["label"],
 # {glue:text}`ex2_reading`; the exercise's full version averages over all seeds.
 # ::::
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 # Exercise 3: the domain encoder trained on the other choice of public images, FedAvg with and without GGEUR's steps.
 EX3 = Study("ex3", partial(gg.domain_cell, study=cfg, runs=gg.EX3_RUNS, sees="mnist" if P.encoder_sees == "all" else "all"),
             seeds=[seed])
@@ -858,5 +858,5 @@ R["ex_seconds"] = time.perf_counter() - t_ex
 # The full answer re-runs every seed with `-p encoder_sees=mnist`.
 # ::::
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 glue_all({**R, "total_seconds": P.elapsed()})  # every number the prose reads

@@ -665,7 +665,7 @@ display(Markdown(R["regime_text"]))  # make untestable and what would make those
 # for HDC-FL − {glue:text}`ex_noise_baseline` on the macro mean (the comparison nearest to
 # failing the mean claim) has a half-width of {glue:text}`ex_noise:.1f` points.
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 R.update(hdcfl.exercise_numbers({name: frames[name] for name in ("ex1", "ex2")}, P.settings, EX1_T, decided))
 
 # %% [markdown]
@@ -724,6 +724,6 @@ R.update(hdcfl.exercise_numbers({name: frames[name] for name in ("ex1", "ex2")},
 # (ARI {glue:text}`ex2_rot_heads:.2f`): {glue:text}`ex2_rot_conclusion`.
 # :::
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 R["total_seconds"] = P.elapsed()
 glue_all(R)

@@ -851,7 +851,7 @@ R |= dict(cnn_layers=int(frames["backbone"]["conv_layers"].iloc[0]), fig_model=P
 # {glue:text}`departure_round` (the studies `DRIFT` and `MORE` of {func}`fedbook.studies.mpt_experiments.reduced_cell`).
 # Re-run the chapter with the exercise's parameters for the full answer.
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-cell", "solution"]
 # Reduced runs (one seed, the table model, MPT's payload): the figure's fraction once, to Exercise 2's horizon (its
 # first rounds are Exercise 1's run; Exercise 3's settings are server-side variants of it), and two larger fractions
 EX_ROUNDS, EX_LONG = min(P.rounds, P.departure_round + 4), 2 * P.rounds

@@ -317,7 +317,7 @@ show_table(traffic_table(frames["traffic"], P.alphas[-1]), formats={"bytes in th
 # the scale is stated in each) so that the whole page stays cheap; re-run the chapter with the
 # parameters of the exercise for the full-scale answer.
 
-# %% tags=["hide-cell"]
+# %% tags=["hide-cell", "solution"]
 # The exercises' reduced runs, one seed: FedAvg on a seeded subset of the chapter's data with fewer clients and
 # rounds, per partition (Exercise 1) and with a larger learning rate (Exercise 3), and one run fine-tuned (Exercise 4)
 EXERCISES = [

@@ -176,7 +176,7 @@ print(f"cells with an output: {executed}")
 # of the experiments chapters), but it shows that the method runs in the loop unchanged.
 # :::
 
-# %% tags=["remove-cell"]
+# %% tags=["remove-cell", "solution"]
 # FedAvg and the worked solution's FedAvgM on the same seed, federation and client steps: a study of one seed
 METHODS = demo_methods(ROOT / "book" / "exercises", beta=P.beta)
 DEMO = Study("demo", partial(demo_cell, algorithms=METHODS, clients=P.demo_clients, rounds=P.demo_rounds),

@@ -350,7 +350,10 @@ def test_a_handout_has_the_students_parameters_and_nothing_executed():
 
     with tempfile.TemporaryDirectory(dir=ROOT) as folder:  # inside the repository, as handouts/ana is
         written = build.handout(["setting"], "smoke", {"seed": 7}, Path(folder) / "ana")
-        assert written == [Path(folder) / "ana" / "setting.ipynb"] and not list((Path(folder) / "ana").glob(".*"))
+        ana = Path(folder) / "ana"
+        assert written == [ana / "student" / "setting.ipynb", ana / "teacher" / "setting.ipynb", ana / "teacher" / "answers.json"]
+        assert not [p for p in ana.rglob(".*")]  # no temporary file left
+        assert all(p.stat().st_mode & 0o044 == 0o044 for p in written[:2])  # readable by the group and others
         text = written[0].read_text()
         nb = nbformat.reads(text, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", ())]

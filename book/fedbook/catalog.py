@@ -596,13 +596,13 @@ def exercise_numbers(table: pd.DataFrame) -> dict[str, int]:
 def handout_cell(build: str | os.PathLike, chapter: str = "setting", seed: int = 7) -> tuple[str, int]:
     """What a handout carries: ``book/build.py --handout`` (``build``: its path) run for
     ``chapter`` at the smoke profile with ``-p seed=<seed>`` into a temporary folder; the source
-    of its cell of injected parameters, and how many of its code cells have an output (none: it
-    is handed out unexecuted)."""
+    of the student's notebook's cell of injected parameters, and how many of its code cells have
+    an output (none: it is handed out unexecuted)."""
     with tempfile.TemporaryDirectory() as folder:
         cmd = [sys.executable, str(build), "--handout", folder, "--profile", "smoke", "--only", chapter, "-p",
                f"seed={seed}"]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
-        handed = nbformat.read(Path(folder) / f"{chapter}.ipynb", as_version=4)
+        handed = nbformat.read(Path(folder) / "student" / f"{chapter}.ipynb", as_version=4)
     injected = next(c for c in handed.cells if "injected-parameters" in c.metadata.get("tags", ()))
     return injected.source, sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
 

@@ -574,6 +574,8 @@ def numbers(frames: Mapping[str, pd.DataFrame], settings: Any, federations: Mapp
         "ex3_iid_change": ex3[(None, larger)] - ex3[(None, P.lr)],
         "ex3_skew_change": ex3[(EX_SKEW_ALPHA, larger)] - ex3[(EX_SKEW_ALPHA, P.lr)], "ex_skew_alpha": EX_SKEW_ALPHA,
         "ex4_table": show_table(tables["ex4"], digits=1),
+        # the graded answer of Exercise 4 (fedbook.course): the most fine-tuning's change of F@25, points
+        "ex4_f25_change": float(tables["ex4"]["F@25 (%)"].iloc[-1] - tables["ex4"]["F@25 (%)"].iloc[0]),
         "ex4_epochs": ", ".join(map(str, swept[:-1])) + f" and {swept[-1]}" if len(swept) > 1 else str(swept[0]),
     }
 
