@@ -5,6 +5,7 @@ written) and a state format that is safe to open (tensors plus JSON metadata, re
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -56,7 +57,7 @@ def umask_mode(*, directory: bool = False) -> int:
 def apply_umask(path: str | os.PathLike) -> Path:
     """Give ``path`` the permissions a plain ``open`` (a file) or ``mkdir`` (a folder) would have
     given it under the process's umask, and return it: a temporary file made by
-    :func:`tempfile.mkstemp` is private (``0600``), which would leave a group-shared results folder
+    ``tempfile.mkstemp`` is private (``0600``), which would leave a group-shared results folder
     unreadable to the group.
 
     >>> import tempfile
@@ -77,7 +78,7 @@ STALE_FOREIGN_SECONDS = 24 * 3600.0  # a temporary file of another machine is le
 
 
 def temporary_sibling(path: str | os.PathLike, suffix: str = ".tmp") -> tuple[int, Path]:
-    """A new temporary file beside ``path`` (``(fd, its path)``, made by :func:`tempfile.mkstemp`
+    """A new temporary file beside ``path`` (``(fd, its path)``, made by ``tempfile.mkstemp``
     with the umask's mode, see :func:`apply_umask`), named ``.<name>.<host>-<pid>.<random><suffix>``
     so that :func:`remove_stale_temporaries` can tell one left by a dead writer."""
     path = Path(path)
@@ -326,7 +327,7 @@ class FolderLock:
     holding a record of its owner (process id, host, command, since when) that the refusal of a
     second user names. The lock goes with the process: a process that dies, however it dies,
     holds nothing (no stale lock to delete by hand). A second lock of the same folder is refused
-    in the same process too. ``wait`` seconds: how long :meth:`acquire` tries before it refuses.
+    in the same process too. ``wait`` seconds: how long :meth:`FolderLock.acquire` tries before it refuses.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -368,6 +369,10 @@ class FolderLock:
                         if time.monotonic() >= deadline:
                             raise FolderInUse(self._refusal(fd)) from None
                         time.sleep(0.05)
+                    except OSError as err:  # a file system without locks (some network mounts): the record only
+                        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                            raise
+                        break
             record = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command(),
                       "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
             os.ftruncate(fd, 0)

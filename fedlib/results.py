@@ -119,7 +119,8 @@ class RunResult:
         while it is saved into (:class:`fedlib.io.FolderLock`): a second save waits up to ``wait``
         seconds and then replaces the first run whole, or is refused with
         :class:`fedlib.io.FolderInUse` naming the process that holds the folder; never a mix of
-        two runs. Other files in the folder (a checkpoint, an engine's records) are left alone.
+        two runs. Other files in the folder (a checkpoint, an engine's records) are left alone; the
+        lock's file (``.lock``, empty once the save is done) stays.
 
         ``state.pt`` holds the server's and every client's arrays (tensors) and, as one JSON
         string, the metadata (states' scalars, rounds, departed clients, timings): it is read
@@ -142,7 +143,13 @@ class RunResult:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise write_error(err, folder, "nothing was saved") from err
-        with FolderLock(folder, "results folder", wait=wait):
+        lock = FolderLock(folder, "results folder", wait=wait)
+        try:
+            lock.acquire()
+        except OSError as err:
+            kept = f"the previous results in {folder} are unchanged" if (folder / MANIFEST).exists() else "nothing was saved"
+            raise write_error(err, folder / FolderLock.NAME, kept) from err
+        with lock:
             _replace_whole(folder, contents)
         return folder
 

@@ -67,7 +67,8 @@ class RunOptions:
     progress : show a progress bar over rounds with the current metrics
     states : where the clients' persistent states live, ``"memory"`` (default) or ``"disk"``
         (one file per client in ``states_dir``: :mod:`fedlib.store`); the results are the same
-    states_dir : the folder of the ``"disk"`` store (it must hold no state files yet)
+    states_dir : the folder of the ``"disk"`` store (it must hold no state files yet; the store locks it
+        while it lives, so that another process's run refuses it: :class:`fedlib.store.DiskStates`)
     keep_predictions : keep every evaluated client's predicted labels of the last evaluated
         round in :attr:`fedlib.results.RunResult.predictions` (to score them again, e.g. under another rare
         threshold: :func:`fedlib.metrics.rescore`)

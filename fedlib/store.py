@@ -43,8 +43,8 @@ class DiskStates(MutableMapping):
     that already holds state files is refused, unless ``overwrite`` (a resumed run, which refills
     the store from its checkpoint).
 
-    The store locks its folder while it lives (:class:`fedlib.io.FolderLock`, until :meth:`close`,
-    :meth:`remove` or the end of the process): a store of another process on the same folder is
+    The store locks its folder while it lives (:class:`fedlib.io.FolderLock`, until :meth:`DiskStates.close`,
+    :meth:`DiskStates.remove` or the end of the process): a store of another process on the same folder is
     refused with :class:`fedlib.io.FolderInUse`, which names that process (two runs sharing one
     folder would read each other's states). A second store of the folder in the same process (a
     resumed run) takes it over, and the earlier store's writes are then refused.

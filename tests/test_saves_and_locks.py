@@ -309,8 +309,8 @@ def test_every_file_written_has_the_umasks_mode(federation, tmp_path, mask, file
     assert {name: m for name, m in modes.items() if (tmp_path / name).is_dir() and m != folder_mode} == {}
 
 
-def _interrupted(path: str) -> None:
-    fd, _ = temporary_sibling(Path(path))
+def _interrupted(path: str, suffix: str = ".tmp") -> None:
+    fd, _ = temporary_sibling(Path(path), suffix=suffix)
     os.write(fd, b"half a checkpoint")
     os.kill(os.getpid(), signal.SIGKILL)  # killed in the middle of the write
 
@@ -362,3 +362,18 @@ def test_a_run_saved_twice_and_loaded_is_the_same_run(federation, tmp_path):
     run.save(tmp_path / "r")
     run.save(tmp_path / "r")
     assert run_differences(run, RunResult.load(tmp_path / "r")) == []
+
+
+def test_the_notebook_an_interrupted_chapter_build_left_is_removed_at_the_next_build(tmp_path):
+    from fedlib.io import remove_stale_temporaries
+
+    chapter = tmp_path / "chapters" / "setting.ipynb"  # book/build.py's execute_chapter writes through temporary_sibling
+    chapter.parent.mkdir()
+    proc = FORK.Process(target=_interrupted, args=(str(chapter), ".ipynb"))
+    proc.start()
+    proc.join()
+    [left] = list(chapter.parent.iterdir())
+    assert left.name.startswith(".setting.ipynb.") and left.suffix == ".ipynb"
+    (chapter.parent / "setting.json").write_text("{}")
+    assert remove_stale_temporaries(chapter.parent) == [left]
+    assert [p.name for p in chapter.parent.iterdir()] == ["setting.json"]
