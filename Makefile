@@ -2,7 +2,8 @@
 #   make book   set up .venv, execute every chapter (papermill, cached) and render the HTML book
 #   make test   set up .venv, run the test suite
 # and a third on top of the book:
-#   make pdf    the rendered book as PDF (Debian's chromium): book/_build/html/pdf/book.pdf and one per page
+#   make pdf    the rendered book as PDF (Debian's chromium): book/_build/html/pdf/book.pdf (without the
+#               API reference, which is pdf/api.pdf) and one per page
 # Set PYTHON to choose the interpreter that creates the virtual environment (Python 3.11).
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -25,8 +26,8 @@ book: $(STAMP)
 	$(BIN)/python book/build.py --profile smoke --no-render
 	$(BIN)/python book/build.py
 
-# the rendered book printed by the system chromium: one PDF per page and the whole book in
-# book/_build/html/pdf/, linked from the landing page
+# the rendered book printed by the system chromium: one PDF per page and the reader's book (every
+# page but the API reference) in book/_build/html/pdf/, linked from the landing page
 pdf: book
 	$(BIN)/python book/pdf.py
 

@@ -2,10 +2,11 @@
 
     python book/build.py                       # every chapter at the default ("book") profile
     python book/build.py --profile smoke       # seconds: the tests' parameters, into book/_smoke/
-    python book/build.py --only setting -p seed=1 -p alphas='[0.5]'   # one chapter, own parameters
+    python book/build.py --only setting -p seed=1 -p alphas='[0.5]' --out runs/x   # one chapter, own parameters
     python book/build.py --no-render           # execute only
     python book/build.py --out /tmp/x --force  # execute into another folder (leaves the book alone)
     python book/build.py --compare runs/mine   # which glued values of runs/mine differ from the book's
+    python book/build.py --compare runs/mine --against https://<owner>.github.io/<repository>/  # the published book's
 
 Pipeline (the book's page *Inside fedlib*): ``notebooks/<name>.py`` (jupytext percent format) ->
 ``jupytext.read`` -> ``papermill.execute_notebook`` with parameters -> ``<out>/chapters/<name>.ipynb``
@@ -18,7 +19,11 @@ holds a copy of the book's own pages next to its executed chapters and renders t
 invalidates the book's cache. ``--out DIR`` executes into ``DIR`` instead and does not render (``--render`` renders it too).
 
 Parameters: ``-p key=value`` goes to every selected chapter whose ``parameters`` cell declares
-``key``; a key that no selected chapter declares stops the build before anything runs.
+``key``; a key that no selected chapter declares, or a value of another kind than the one it
+replaces (:func:`check_parameters`: ``-p alphas=0.5`` for a list, ``-p seed=1.5``), stops the build
+in a second, before any kernel starts. Values are Python literals (``-p seed=1``,
+``-p 'alphas=[0.5]'`` or ``-p alphas=0.5,0.1``, ``-p dataset=uci8``). The build prints where each
+executed notebook, record and rendered page went.
 
 Execution cache: a chapter is re-executed only when its key changes; the key hashes the
 notebook's source, the fedlib and fedbook modules it imports (transitively: :func:`chapter_modules`), the
@@ -48,7 +53,6 @@ from pathlib import Path
 
 import yaml
 
-from fedbook.page import CLAIMS_RECORDS  # the glued key of a chapter's claims, copied into its record
 from fedbook.sources import source_modules
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +65,10 @@ DATA = BOOK / "data"
 each file of it whose name the chapter's source mentions."""
 PROFILES = ("smoke", "book", "paper")
 DEFAULT_PROFILE = "book"
+CLAIMS_RECORDS = "claims_records"
+"""The glued key of a chapter's claims, copied into its record: :data:`fedbook.page.CLAIMS_RECORDS`
+(the same text, checked by ``tests/test_commands.py``; not imported, so that the build checks its
+arguments without importing torch)."""
 
 
 def toc_files(toc: Path = TOC) -> list[str]:
@@ -173,11 +181,172 @@ def _claims_rows(text: str) -> list[dict]:
 
 
 def parse_value(text: str):
-    """``-p key=value`` values: Python literals where they parse (numbers, lists, None), else strings."""
+    """``-p key=value`` values: Python literals where they parse (numbers, lists, None, True), else
+    strings; values apart by commas are a list (``-p alphas=0.5,0.1`` is ``[0.5, 0.1]``)."""
     try:
-        return ast.literal_eval(text)
+        value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+    return list(value) if isinstance(value, tuple) else value
+
+
+UNKNOWN = type("Unknown", (), {"__repr__": lambda self: "<not a literal>"})()
+"""What :func:`parameter_defaults` reads where the source holds no literal (a name, a call)."""
+
+
+def _literal(node: ast.AST, names: dict):
+    """The value of a node of a notebook's source where it is a literal, a ``{...}`` or
+    ``dict(...)`` of literals or a name assigned one earlier; :data:`UNKNOWN` otherwise."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        pass
+    if isinstance(node, ast.Name):
+        return names.get(node.id, UNKNOWN)
+    if isinstance(node, ast.Dict):
+        keys = [_literal(k, names) if k is not None else None for k in node.keys]
+        out = {}
+        for key, value in zip(keys, node.values):
+            if key is None:  # {**other}
+                other = _literal(value, names)
+                out.update(other if isinstance(other, dict) else {})
+            elif key is not UNKNOWN:
+                out[key] = _literal(value, names)
+        return out
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "dict":
+        out = {}
+        for arg in node.args:
+            other = _literal(arg, names)
+            out.update(other if isinstance(other, dict) else {})
+        for kw in node.keywords:
+            if kw.arg is None:
+                other = _literal(kw.value, names)
+                out.update(other if isinstance(other, dict) else {})
+            else:
+                out[kw.arg] = _literal(kw.value, names)
+        return out
+    return UNKNOWN
+
+
+def parameter_defaults(name: str, profile: str) -> dict:
+    """What each parameter of a chapter stands for at ``profile``, read from its source without
+    running it: the parameters cell's value where it is not ``None``, else the value of the
+    chapter's ``PROFILES[profile]`` that ``setup(PROFILES, profile, key=parameter)`` fills in;
+    ``None`` (anything goes) where neither is a literal. The kinds :func:`check_parameters`
+    holds a ``-p`` value to are these values' (as :func:`fedbook.page.setup` does in the kernel)."""
+    tree = ast.parse((NOTEBOOKS / f"{name}.py").read_text())  # a percent-format notebook is Python
+    names: dict = {}
+    for node in tree.body:  # top-level NAME = literal, in order
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            names[node.targets[0].id] = _literal(node.value, names)
+    declared = notebook_parameters(name)
+    from_profile: dict = {}
+    for node in ast.walk(tree):
+        func = getattr(node, "func", None)
+        if (isinstance(node, ast.Call) and getattr(func, "id", getattr(func, "attr", None)) == "setup"
+                and node.args and isinstance(node.args[0], ast.Name)):
+            profiles = names.get(node.args[0].id)
+            values = profiles.get(profile) if isinstance(profiles, dict) else None
+            for kw in node.keywords if isinstance(values, dict) else ():
+                if isinstance(kw.value, ast.Name) and kw.arg in values:
+                    from_profile[kw.value.id] = values[kw.arg]
+    out = {}
+    for key in declared:
+        value = names.get(key, UNKNOWN)
+        if value is None:
+            value = from_profile.get(key)
+        out[key] = None if value is UNKNOWN else value
+    return out
+
+
+def _kind(value) -> str | None:
+    """The kind a ``-p`` value must be of, by the value it replaces (``None``: any), in the words
+    of :func:`fedbook.page.resolve`."""
+    import numbers
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, numbers.Integral):
+        return "an integer"
+    if isinstance(value, numbers.Real):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a dict"
+    return None
+
+
+def _kind_error(key: str, value, default) -> str | None:
+    """Why ``value`` cannot replace ``default`` (the rules of :func:`fedbook.page.resolve`: an
+    integer is a number, a list takes items of its items' kind, ``None`` keeps the default), or ``None``."""
+    import math
+    import numbers
+
+    kind = _kind(default)
+    if value is None or kind is None:
+        return None
+    integer = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    ok = {"true or false": isinstance(value, bool), "an integer": integer,
+          "a number": integer or (isinstance(value, numbers.Real) and not isinstance(value, bool)),
+          "a string": isinstance(value, str), "a list": isinstance(value, (list, tuple)),
+          "a dict": isinstance(value, dict)}[kind]
+    if not ok:
+        return f"must be {kind} (like {default!r}), got {value!r}"
+    if kind in ("an integer", "a number"):
+        if not math.isfinite(value):
+            return f"must be a finite number (like {default!r}), got {value!r}"
+        if default >= 0 and value < 0:
+            return f"must be >= 0 (like {default!r}), got {value!r}"
+    if kind == "a list" and len(default) and len({_kind(d) for d in default}) == 1 and _kind(default[0]):
+        for i, item in enumerate(value):
+            why = _kind_error(key, item, default[0])
+            if why:
+                return f"item {i} {why}: every item must be like {default[0]!r}"
+    return None
+
+
+PARAMETER_SYNTAX = ("values are Python literals: -p seed=1, -p 'alphas=[0.5]' or -p alphas=0.5,0.1, "
+                    "-p dataset=uci8, -p n_clients=None (the profile's)")
+"""How ``-p`` values are written (the message of a refused one ends with it)."""
+
+
+def check_parameters(names: list[str], profile: str, overrides: dict) -> None:
+    """Refuse, before any kernel starts, a ``-p`` value of another kind than the value it replaces
+    in a chapter that declares it (:func:`parameter_defaults` at ``profile``): one line naming the
+    chapter, the parameter, the bad value, the kind expected and how to write it.
+
+    A list where one value was given (``-p alphas=0.5``) says how to write the list; a parameter
+    named ``*_root`` (a folder of data sets: ``cifar_root``) must name a folder that exists.
+    """
+    for key, value in overrides.items():  # a data folder the chapters would read (cifar_root=...)
+        if key.endswith("_root") and isinstance(value, str) and not Path(value).expanduser().is_dir():
+            raise SystemExit(f"-p {key}: no folder {value} (it must hold the data sets' folders, "
+                             "e.g. cifar-10-batches-py/)")
+    for name in names:
+        defaults = parameter_defaults(name, profile)
+        for key, value in overrides.items():
+            if key not in defaults:
+                continue
+            why = _kind_error(key, value, defaults[key])
+            if why:
+                hint = (f"; for one value write -p '{key}=[{value!r}]'" if _kind(defaults[key]) == "a list"
+                        and _kind(value) not in ("a list", None) else "")
+                raise SystemExit(f"-p {key}: chapter {name} (profile {profile}) {why}{hint} ({PARAMETER_SYNTAX})")
+
+
+def kernel_config():
+    """The kernel manager's configuration for every chapter's kernel: CurveZMQ transport
+    encryption where the kernel declares it (``transport_encryption = "auto"``; ipykernel's
+    ``python3`` does), so that the kernel's messages on 127.0.0.1 are encrypted and it does not
+    warn that they are not ("Kernel is running over TCP without encryption")."""
+    from traitlets.config import Config
+
+    return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
 def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBOOKS) -> float:
@@ -201,7 +370,8 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
     t0 = time.perf_counter()
     try:
         papermill.execute_notebook(
-            nb, tmp, parameters=params, kernel_name="python3", cwd=str(cwd), progress_bar=False
+            nb, tmp, parameters=params, kernel_name="python3", cwd=str(cwd), progress_bar=False,
+            config=kernel_config(),
         )
     except BaseException:
         failed = output.with_suffix(".failed.ipynb")
@@ -293,19 +463,95 @@ def stage_pages(out: Path) -> None:
     shutil.copytree(BOOK, out, ignore=ignore, dirs_exist_ok=True)
 
 
+def _chapter_labels(name: str) -> tuple[str, list[str]]:
+    """A chapter's title (its first ``# Title`` in markdown) and the labels (``(label)=``) its source declares."""
+    import re
+
+    source = (NOTEBOOKS / f"{name}.py").read_text(encoding="utf-8")
+    title = re.search(r"^# # (.+)$", source, flags=re.M)
+    return (title.group(1).strip() if title else name), re.findall(r"^# \(([\w.:-]+)\)=\s*$", source, flags=re.M)
+
+
+def partial_toc(toc: dict, keep: set[str]) -> dict:
+    """The table of contents ``toc`` (as read from ``_toc.yml``) without the chapters
+    (``chapters/<name>`` entries) not in ``keep``, and without a part left empty by that."""
+    import copy
+
+    toc = copy.deepcopy(toc)
+
+    def kept(entries: list) -> list:
+        out = []
+        for entry in entries:
+            file = str(entry.get("file", ""))
+            if file.startswith("chapters/") and file.split("/", 1)[1] not in keep:
+                continue
+            for key in ("chapters", "sections"):
+                if entry.get(key):
+                    entry[key] = kept(entry[key])
+            out.append(entry)
+        return out
+
+    for key in ("chapters", "sections"):
+        if toc.get(key):
+            toc[key] = kept(toc[key])
+    if toc.get("parts"):
+        toc["parts"] = [part for part in toc["parts"] if kept(part.get("chapters") or [])]
+        for part in toc["parts"]:
+            part["chapters"] = kept(part["chapters"])
+    return toc
+
+
+def partial_config(out: Path, absent: list[str]) -> tuple[Path, Path]:
+    """The configuration and table of contents of a render of only the chapters executed in
+    ``out`` (written under ``out/_build/partial/``): the chapters in ``absent`` left out of the
+    toc, and the extension ``book/_ext/partial.py`` told their pages, titles and labels, so that a
+    reference to them prints as text instead of failing the render."""
+    folder = out / "_build" / "partial"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    sphinx = config.setdefault("sphinx", {})
+    extensions = {k: str((ROOT / v).resolve()) for k, v in (sphinx.get("local_extensions") or {}).items()}
+    sphinx["local_extensions"] = {**extensions, "partial": str(BOOK / "_ext")}
+    labels = {f"chapters/{n}": dict(zip(("title", "labels"), _chapter_labels(n))) for n in absent}
+    sphinx.setdefault("config", {})["fedbook_absent"] = labels
+    toc = partial_toc(yaml.safe_load(TOC.read_text()), set(chapter_names()) - set(absent))
+    (folder / "_config.yml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (folder / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False))
+    return folder / "_config.yml", folder / "_toc.yml"
+
+
 def render_book(out: Path) -> int:
-    """Render the book whose source folder is ``out`` (``book/`` or a staged copy) with warnings as errors."""
+    """Render the book whose source folder is ``out`` (``book/`` or a staged copy) with warnings as errors.
+
+    Where only some chapters are executed in ``out`` (``--only setting --out runs/x --render``),
+    it renders those with the book's own pages (:func:`partial_config`): the other chapters are
+    left out of the toc and the references to them print as text. Returns the exit status.
+    """
     if out != BOOK:
         stage_pages(out)
+    names = chapter_names()
+    absent = [n for n in names if not (out / "chapters" / f"{n}.ipynb").exists()]
+    if len(absent) == len(names):
+        raise SystemExit(f"no executed chapter in {out / 'chapters'} to render")
+    config, toc = ROOT / "_config.yml", out / "_toc.yml"
+    if absent:
+        config, toc = partial_config(out, absent)
+        print(f"[render]   {len(names) - len(absent)} of {len(names)} chapters executed in {out / 'chapters'}: "
+              f"rendering those and the book's own pages; references to the other {len(absent)} print as text",
+              flush=True)
     cmd = [
         str(Path(sys.executable).parent / "jupyter-book"), "build", str(out),
-        "--config", str(ROOT / "_config.yml"), "--toc", str(out / "_toc.yml"), "--path-output", str(out),
+        "--config", str(config), "--toc", str(toc), "--path-output", str(out),
         "-W", "-n", "--keep-going", "--all",
     ]
     print("[render]  ", " ".join(cmd), flush=True)
     rc = subprocess.call(cmd, cwd=ROOT)
+    html = out / "_build" / "html"
     if rc == 0:
-        print(f"\nThe book is at {out / '_build' / 'html' / 'index.html'}")
+        print(f"\nThe book is at {html / 'index.html'}")
+        for name in names:
+            if name not in absent and (html / "chapters" / f"{name}.html").exists():
+                print(f"[page]     {name}: {html / 'chapters' / f'{name}.html'}")
     return rc
 
 
@@ -435,6 +681,7 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     if unknown:
         valid = sorted({p for ps in declared.values() for p in ps})
         raise SystemExit(f"unknown parameter(s) {', '.join(unknown)} for {', '.join(names)}; valid: {', '.join(valid)}")
+    check_parameters(names, profile, overrides)  # the kinds too, before any kernel starts
     out = Path(out) if out is not None else output_dir(profile)
     chapters, results = out / "chapters", out / "results"
 
@@ -484,7 +731,21 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
             print(f"[plan]     {len(todo)} chapter(s) to execute{workers}{estimate}", flush=True)
         _run(todo, jobs, threads, t0, hints)
     print(f"[built]    {len(names)} chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
+    where(out, names)
     return render_book(out) if render else 0
+
+
+def where(out: Path, names: list[str]) -> None:
+    """Say where the build's output is: each chapter's executed notebook and record, its saved
+    results and the study cache (those that exist)."""
+    for name in names:
+        notebook = out / "chapters" / f"{name}.ipynb"
+        if notebook.exists():
+            results = out / "results" / name
+            also = f"; results {results}" if results.is_dir() else ""
+            print(f"[output]   {name}: {notebook} (record {notebook.with_suffix('.json').name}{also})", flush=True)
+    if (out / "cache").is_dir():
+        print(f"[output]   the studies' cells: {out / 'cache'}", flush=True)
 
 
 def glued_values(path: Path) -> dict[str, str]:
@@ -536,12 +797,48 @@ def claims_rows_apart(values: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = MEASURED_KEYS
+SITE_NOTEBOOKS = "_sources/chapters"
+"""Where a rendered site keeps each chapter's executed notebook (the page's download,
+``<site>/_sources/chapters/<name>.ipynb``): what :func:`compare` reads of a published book."""
+
+
+def reference_notebook(reference: str | Path, name: str):
+    """The executed notebook of chapter ``name`` in ``reference``, as ``nbformat`` reads it (a path
+    or an open file), or ``None`` where it has none: ``reference`` is a build's folder
+    (``<folder>/chapters/<name>.ipynb``), a rendered site's html folder
+    (``<site>/_sources/chapters/<name>.ipynb``) or the URL of a rendered site (``https://...``,
+    ``file://...``; the same ``_sources`` path under it)."""
+    import io
+    import urllib.error
+    import urllib.request
+
+    text = str(reference)
+    if "://" in text:
+        url = f"{text.rstrip('/')}/{SITE_NOTEBOOKS}/{name}.ipynb"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                return io.StringIO(response.read().decode("utf-8"))
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return None
+            raise SystemExit(f"cannot read {url}: {err}") from None
+        except (urllib.error.URLError, OSError) as err:
+            if isinstance(getattr(err, "reason", None), FileNotFoundError) or isinstance(err, FileNotFoundError):
+                return None
+            raise SystemExit(f"cannot read {url}: {getattr(err, 'reason', err)}") from None
+    for path in (Path(reference) / "chapters" / f"{name}.ipynb", Path(reference) / SITE_NOTEBOOKS / f"{name}.ipynb"):
+        if path.exists():
+            return path
+    return None
+
+
+def compare(reference: str | Path, other: Path, rtol: float = 0.0, skip: str | None = MEASURED_KEYS
             ) -> tuple[list[dict], int]:
-    """The glued values of the chapters executed in both folders (``<folder>/chapters/*.ipynb``):
-    one row per value that differs (numbers beyond ``rtol``, relative) or that only one side has,
-    and how many values were compared (the keys of either side, less those matching the regular
-    expression ``skip``, by default :data:`MEASURED_KEYS`)."""
+    """The glued values of the chapters executed in ``other`` (``<other>/chapters/*.ipynb``) against
+    the same chapters in ``reference`` (a build's folder, a rendered site's html folder or its URL:
+    :func:`reference_notebook`): one row per value that differs (numbers beyond ``rtol``, relative)
+    or that only one side has, and how many values were compared (the keys of either side, less
+    those matching the regular expression ``skip``, by default :data:`MEASURED_KEYS`)."""
     import re
 
     skipped = re.compile(skip) if skip else None
@@ -551,9 +848,11 @@ def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = 
     if not theirs:
         raise SystemExit(f"no executed chapter in {other / 'chapters'}; run book/build.py --out {other} first")
     for name, path in sorted(theirs.items()):
-        ours_path = reference / "chapters" / f"{name}.ipynb"
-        if not ours_path.exists():
-            raise SystemExit(f"{name} is not executed in {reference / 'chapters'}; build it there first")
+        ours_path = reference_notebook(reference, name)
+        if ours_path is None:
+            raise SystemExit(f"{name} is not executed in {reference}: build it there (make book), or compare "
+                             "with the published book: --against https://<owner>.github.io/<repository>/ "
+                             "(or a rendered site's html folder)")
         a, b = claims_rows_apart(glued_values(ours_path)), claims_rows_apart(glued_values(path))
         for key in sorted(set(a) | set(b)):
             if skipped is not None and skipped.search(key):
@@ -568,6 +867,28 @@ def compare(reference: Path, other: Path, rtol: float = 0.0, skip: str | None = 
             if not same:
                 rows.append({"chapter": name, "key": key, "reference": x, "yours": y})
     return rows, compared
+
+
+def shown(x: str | None, y: str | None) -> tuple[str, str]:
+    """Two glued values as :func:`compare`'s report prints them: numbers with the fewest
+    significant digits (at least 4) that tell them apart, not a float's 17
+    (``25.999999999999996`` -> ``26``), a missing value as ``(none)``.
+
+    >>> shown("25.999999999999996", "26.5")
+    ('26', '26.5')
+    >>> shown("0.1234567", "0.1234599")
+    ('0.123457', '0.12346')
+    >>> shown("'FedAvg'", None)
+    ("'FedAvg'", '(none)')
+    """
+    nx, ny = _as_number(x or ""), _as_number(y or "")
+    if x is None or y is None or nx is None or ny is None:
+        return tuple("(none)" if v is None else (f"{n:.6g}" if n is not None else v) for v, n in ((x, nx), (y, ny)))
+    for digits in range(4, 18):
+        a, b = f"{nx:.{digits}g}", f"{ny:.{digits}g}"
+        if a != b:
+            return a, b
+    return a, b
 
 
 def _minutes(seconds: float) -> str:
@@ -601,7 +922,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --handout: keep the hints in the student's notebooks (never the worked solutions)")
     parser.add_argument("--compare", metavar="DIR",
                         help="compare the glued values of the chapters executed in DIR (a --out folder) with "
-                        "the profile's own build; prints what differs, executes nothing")
+                        "the profile's own build (or --against); prints what differs, executes nothing")
+    parser.add_argument("--against", metavar="FOLDER_OR_URL",
+                        help="with --compare: the build to compare with instead of the profile's own: a build's "
+                        "folder, a rendered site's html folder or the URL of the published book "
+                        "(https://<owner>.github.io/<repository>/), whose pages offer each executed chapter")
     parser.add_argument("--rtol", type=float, default=0.0,
                         help="with --compare: relative tolerance for numbers (default 0: bit for bit)")
     parser.add_argument("--timings", action="store_true",
@@ -626,15 +951,21 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             raise SystemExit(f"unknown parameter(s) {', '.join(unknown)} for {', '.join(names)}; "
                              f"valid: {', '.join(sorted(declared))}")
+        check_parameters(names, args.profile, overrides)
         for path in handout(names, args.profile, overrides, Path(args.handout).resolve(), hints=args.hints):
             print(f"[handout]  {path}")
         return 0
     if args.compare:
         other = Path(args.compare).resolve()
-        rows, total = compare(output_dir(args.profile), other, args.rtol, None if args.timings else MEASURED_KEYS)
+        against = args.against or output_dir(args.profile)
+        rows, total = compare(against, other, args.rtol, None if args.timings else MEASURED_KEYS)
         for r in rows:
-            print(f"{r['chapter']}: {r['key']}: the book has {r['reference']}, yours {r['yours']}")
+            ours, yours = shown(r["reference"], r["yours"])
+            nx, ny = _as_number(r["reference"] or ""), _as_number(r["yours"] or "")
+            change = f" ({(ny - nx) / abs(nx):+.2%})" if nx and ny is not None and r["yours"] is not None else ""
+            print(f"{r['chapter']}: {r['key']}: the book has {ours}, yours {yours}{change}")
         print(f"{total - len(rows)} of {total} glued values agree with the {args.profile} build"
+              + (f" ({args.against})" if args.against else "")
               + (f" (numbers within a relative {args.rtol:g})" if args.rtol else " (bit for bit)")
               + ("" if args.timings else "; measured times and memory left out (--timings compares them too)"))
         return 0

@@ -4,7 +4,9 @@
     python book/pdf.py --site /tmp/x/_build/html    # another rendered build (a smoke build)
 
 Writes ``<site>/pdf/<page>.pdf`` for every page of the toc (``chapters/setting`` ->
-``pdf/setting.pdf``) and ``<site>/pdf/book.pdf``, then links them from the landing page (the toc's
+``pdf/setting.pdf``) and ``<site>/pdf/book.pdf``, the reader's book: every page but the API
+reference (:data:`REFERENCE_PAGES`; about half the sheets), which is its own ``pdf/api.pdf``.
+Then it links them from the landing page (the toc's
 root, ``intro.html``): a paragraph under its title, replaced on every run (idempotent), written
 only once every PDF exists.
 
@@ -17,8 +19,8 @@ MathJax 3 (``MathJax.startup.promise``, then ``MathJax.typesetPromise``), hides 
 and every collapsed or removed cell (:data:`PRINT_CSS`), shrinks a formula or a table wider than
 the column to fit, and prints it once with ``page.pdf`` (A4, two browsers at a time).
 
-The whole book is those PDFs merged with pypdf in reading order, one bookmark per page (its
-title). Page numbers are drawn afterwards, so that each page's PDF reads ``i / n`` and the book
+The book is those PDFs but the reference's merged with pypdf in reading order, one bookmark per
+page (its title). Page numbers are drawn afterwards, so that each page's PDF reads ``i / n`` and the book
 ``k / N`` continuously from one printing: Chromium prints one blank sheet per label (the number
 in the bottom margin, :func:`page_number_stamps`) and :func:`stamp` lays each sheet over its page
 as a form XObject. A link to another local file (another page, a notebook download) loses its
@@ -47,6 +49,9 @@ BOOK = ROOT / "book"
 SITE = BOOK / "_build" / "html"
 PDF_DIR = "pdf"
 BOOK_PDF = "book.pdf"
+REFERENCE_PAGES = ("api",)
+"""Pages printed on their own but left out of ``book.pdf``: the API reference (``pdf/api.pdf``),
+about half the book's sheets, which a reader looks up on the site rather than prints."""
 INSTALL = "apt-get install -y chromium && pip install -r requirements.txt"
 
 LINKS_START, LINKS_END = "<!-- pdf-links -->", "<!-- /pdf-links -->"
@@ -350,11 +355,13 @@ def pdf_page_count(path: Path) -> int:
     return len(PdfReader(path).pages)
 
 
-def link_landing(site: Path, root: Path, book: Path, pages: dict[str, Path], n_pages: int) -> Path:
+def link_landing(site: Path, root: Path, book: Path, pages: dict[str, Path], n_pages: int,
+                 reference: dict[str, int] | None = None) -> Path:
     """Put (or replace) the paragraph that links the PDFs under the landing page's title.
 
-    Every link is relative to the landing page; the PDFs must exist (checked). Running it twice
-    leaves one paragraph.
+    ``reference``: the pages left out of the book (:data:`REFERENCE_PAGES`) and their number of
+    pages, linked as their own PDFs. Every link is relative to the landing page; the PDFs must
+    exist (checked). Running it twice leaves one paragraph.
     """
     missing = [str(p) for p in [book, *pages.values()] if not p.exists()]
     if missing:
@@ -362,9 +369,13 @@ def link_landing(site: Path, root: Path, book: Path, pages: dict[str, Path], n_p
     rel = lambda p: p.relative_to(root.parent).as_posix()  # noqa: E731
     chapters = ", ".join(f'<a class="reference external" href="{html.escape(rel(p))}">{html.escape(n)}</a>'
                          for n, p in pages.items())
+    if reference is None:  # the pages of the book left out of it, as export found them
+        reference = {n: pdf_page_count(pages[n]) for n in REFERENCE_PAGES if n in pages}
+    apart = "".join(f'; the API reference apart: <a class="reference external" href="{html.escape(rel(pages[n]))}">'
+                    f'{html.escape(pages[n].name)}</a> ({k} pages)' for n, k in (reference or {}).items() if n in pages)
     block = (f'{LINKS_START}<div class="pdf-links"><p>The book as PDF: '
              f'<a class="reference external" href="{html.escape(rel(book))}">{BOOK_PDF}</a> '
-             f'({n_pages} pages).</p><details><summary>One PDF per page</summary><p>{chapters}</p>'
+             f'({n_pages} pages{apart}).</p><details><summary>One PDF per page</summary><p>{chapters}</p>'
              f'</details></div>{LINKS_END}')
     text = root.read_text(encoding="utf-8")
     text = re.sub(re.escape(LINKS_START) + ".*?" + re.escape(LINKS_END), "", text, flags=re.S)
@@ -402,11 +413,12 @@ def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, lin
     t0 = time.perf_counter()
     printed = render_pages(chromium, [path for _, path in pages], jobs)
     counts = {name: len(PdfReader(io.BytesIO(printed[path][1])).pages) for name, path in pages}
-    total = sum(counts.values())
+    in_book = [(name, path) for name, path in pages if name not in REFERENCE_PAGES]
+    total = sum(counts[name] for name, _ in in_book)
     labels = [f"{i} / {n}" for n in counts.values() for i in range(1, n + 1)]
     labels += [f"{k} / {total}" for k in range(1, total + 1)]
     stamps = page_number_stamps(chromium, labels)
-    log(f"[pdf]      {len(pages)} pages printed ({total} sheets) in {time.perf_counter() - t0:.0f} s")
+    log(f"[pdf]      {len(pages)} pages printed ({sum(counts.values())} sheets) in {time.perf_counter() - t0:.0f} s")
 
     result = Export(site=site)
     folder, at = site / PDF_DIR, 0
@@ -417,7 +429,7 @@ def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, lin
         result.pages[name] = _write(writer, folder / f"{name}.pdf")
         at += counts[name]
     book = PdfWriter()
-    for name, path in pages:
+    for name, path in in_book:  # the reader's book: every page but the reference
         book.append(io.BytesIO(printed[path][1]), outline_item=printed[path][0])
     stamp(book, stamps[at:])
     book.add_metadata({"/Title": printed[pages[0][1]][0]})
@@ -426,9 +438,12 @@ def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, lin
     for stale in sorted(set(folder.glob("*.pdf")) - {result.book, *result.pages.values()}):
         stale.unlink()
         log(f"[pdf]      removed {stale.relative_to(site)} (no longer a page of the book)")
-    log(f"[pdf]      {result.book.relative_to(site)}: {total} pages, and one PDF per page in {folder.relative_to(site)}/")
+    left = ", ".join(f"{result.pages[n].relative_to(site)} ({counts[n]} pages)" for n in REFERENCE_PAGES if n in result.pages)
+    log(f"[pdf]      {result.book.relative_to(site)}: {total} pages" + (f" without the API reference: {left}" if left else "")
+        + f"; one PDF per page in {folder.relative_to(site)}/")
     if link:
-        root = link_landing(site, pages[0][1], result.book, result.pages, total)
+        root = link_landing(site, pages[0][1], result.book, result.pages, total,
+                            {n: counts[n] for n in REFERENCE_PAGES if n in result.pages})
         log(f"[pdf]      linked from {root.relative_to(site)}")
     result.seconds = time.perf_counter() - t0
     log(f"[pdf]      done in {result.seconds:.0f} s")

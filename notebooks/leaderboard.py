@@ -250,9 +250,11 @@ plt.show()
 # ## Re-running this chapter
 #
 # ```bash
-# .venv/bin/python book/build.py --only leaderboard --no-render \
+# .venv/bin/python book/build.py --only leaderboard --out runs/leaderboard \
 #     -p n_seeds=10 -p "alphas=[0.05, 1.0]" -p rank_by=worst_pooled
 # ```
+#
+# (`--out` keeps the run apart from the book's own executed chapter.)
 #
 # The whole page took {glue:text}`leaderboard_cpu_seconds:.0f` CPU seconds at this profile
 # (the runs themselves {glue:text}`lb_run_seconds:.0f` s, each measured when it ran: a run read back

@@ -298,16 +298,19 @@ show_table(traffic_table(frames["traffic"], P.alphas[-1]), formats={"bytes in th
 # for example another seed, one $\alpha$ and 10 clients:
 #
 # ```bash
-# .venv/bin/python book/build.py --only setting --no-render \
+# .venv/bin/python book/build.py --only setting --out runs/setting-seed1 \
 #     -p seed=1 -p "alphas=[0.5]" -p n_clients=10
 # ```
 #
-# or with papermill directly on the paired notebook:
+# (`--out` keeps the run apart from the book's own executed chapter; `--profile smoke` runs it in
+# seconds at the smoke scale) or with papermill directly on the paired notebook (a list goes in as
+# YAML, `-y`):
 #
 # ```bash
-# .venv/bin/jupytext --to ipynb notebooks/setting.py -o /tmp/setting.ipynb
-# .venv/bin/papermill /tmp/setting.ipynb /tmp/setting-seed1.ipynb \
-#     -p seed 1 -p alphas "[0.5]" --cwd notebooks
+# mkdir -p runs
+# .venv/bin/jupytext --to ipynb notebooks/setting.py -o runs/setting.ipynb
+# .venv/bin/papermill runs/setting.ipynb runs/setting-seed1.ipynb \
+#     -p seed 1 -y "alphas: [0.5]" -p n_clients 10 --cwd notebooks
 # ```
 #
 # ## Exercises

@@ -2,7 +2,7 @@
 Debian's ``chromium`` into a temporary copy of the site, then read back with pypdf.
 
 Checked: one PDF per page of the navigation and ``book.pdf``, which has more pages than the book
-has pages of HTML and is numbered continuously; each page's title is in its PDF and on the book's page where that page starts;
+has pages of HTML, is numbered continuously and holds no API page (the reference is ``api.pdf``, linked apart); each page's title is in its PDF and on the book's page where that page starts;
 each page's PDF shows the first value its prose glued, as the page shows it; no raw TeX
 (``\\frac``, ``\\mathbf``, ``\\sum``, ``$$``) is left anywhere (MathJax typeset every formula) and no
 collapsed cell prints; the landing page links ``pdf/book.pdf`` exactly once, also after a second
@@ -92,6 +92,8 @@ def exported(site, tmp_path_factory):
     # the book is the pages' PDFs merged: read the page where each one starts (its title is there)
     book, starts, at = PdfReader(result.book), {}, 0
     for name, path in result.pages.items():
+        if name in pdf.REFERENCE_PAGES:  # printed on its own, not in the reader's book
+            continue
         starts[name] = _normal(book.pages[at].extract_text())
         at += len(PdfReader(path).pages)
     return result, texts, starts
@@ -104,7 +106,8 @@ def test_every_page_has_its_pdf_and_the_book_numbers_its_pages_continuously(expo
     for name, path in result.pages.items():
         assert path == result.site / "pdf" / f"{name}.pdf" and path.stat().st_size > 0
     book = PdfReader(result.book)
-    assert len(book.pages) == result.book_pages == sum(len(PdfReader(p).pages) for p in result.pages.values())
+    assert len(book.pages) == result.book_pages == sum(len(PdfReader(p).pages) for n, p in result.pages.items()
+                                                       if n not in pdf.REFERENCE_PAGES)
     assert len(book.pages) > len(pages)
     n = len(book.pages)
     for k in (1, n // 2, n):  # the stamped number at the foot of the page
@@ -112,6 +115,12 @@ def test_every_page_has_its_pdf_and_the_book_numbers_its_pages_continuously(expo
     first = PdfReader(result.pages["setting"])
     assert f"1 / {len(first.pages)}" in _normal(first.pages[0].extract_text())
     assert [o.title for o in book.outline if hasattr(o, "title")][:2] == [_title(p) for _, p in pages[:2]]
+    # the reader's book has no API page: the reference is its own PDF, linked apart
+    assert pdf.REFERENCE_PAGES == ("api",) and "api" in result.pages
+    outline = [o.title for o in book.outline if hasattr(o, "title")]
+    assert outline == [_title(p) for n, p in pages if n != "api"] and _title(dict(pages)["api"]) not in outline
+    api_first = _normal(PdfReader(result.pages["api"]).pages[0].extract_text())
+    assert all(_normal(page.extract_text()) != api_first for page in book.pages[-3:])
     assert not list(result.site.rglob("*.tmp")), "a temporary file was left behind"
     # readable as the rest of the site (an atomic write's temporary file is private)
     for path in [result.book, *result.pages.values(), pages[0][1]]:
@@ -123,7 +132,8 @@ def test_each_page_title_is_in_its_pdf_and_where_it_starts_in_the_book(exported)
     for name, page in pdf.toc_pages(result.site):
         title = _title(page)
         assert title in texts[name], f"{name}.pdf lacks its title {title!r}"
-        assert title in starts[name], f"book.pdf lacks the title {title!r} where {name} starts"
+        if name not in pdf.REFERENCE_PAGES:
+            assert title in starts[name], f"book.pdf lacks the title {title!r} where {name} starts"
 
 
 _PASTED = re.compile(r'<span class="pasted-text">(.*?)</span>', re.S)
@@ -160,6 +170,7 @@ def test_the_landing_page_links_the_book_once_even_when_linked_again(exported):
     pdf.link_landing(result.site, root, result.book, result.pages, result.book_pages)  # a second run
     text = root.read_text(encoding="utf-8")
     assert text.count('href="pdf/book.pdf"') == 1
+    assert f"({result.book_pages} pages; the API reference apart: " in text  # the reader's book, the reference apart
     assert text.count(pdf.LINKS_START) == 1 and text.count(pdf.LINKS_END) == 1
     for path in result.pages.values():
         assert f'href="pdf/{path.name}"' in text
