@@ -17,7 +17,7 @@ def test_check_table_verdicts_and_columns():
     table = checks.frame()
     assert list(table.columns) == ["statement", "how checked", "worst error / counterexamples", "tolerance", "verdict"]
     assert table["verdict"].tolist() == ["holds", "FAILS", "holds", "partly"]
-    assert table["tolerance"].tolist() == ["<= 1e-12", "<= 0", ">= 1e-03", ""]
+    assert table["tolerance"].tolist() == ["≤ 10⁻¹²", "≤ 0", "≥ 0.001", ""]
     assert (len(checks), checks.n_fail) == (4, 2)
     only_ok = CheckTable()
     only_ok.add("e", "h", "0 (symbolic)", ok=True)
@@ -57,5 +57,5 @@ def test_check_table_show_is_laid_out_like_the_books_tables_with_a_stable_id():
 
     html = table().show().to_html()
     assert "padding: 0.2em 0.8em 0.2em 0.3em" in html and 'id="T_table-' in html  # show_table's layout and ids
-    assert "gap 0.1, attained" in html and "3.0e-16" in html  # every cell as its text
+    assert "gap 0.1, attained" in html and "3.0 × 10⁻¹⁶" in html  # every cell as its text
     assert html == table().show().to_html()  # the same table, the same page

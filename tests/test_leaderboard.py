@@ -20,6 +20,7 @@ from scipy import stats
 from fedlib.algorithms import registered
 from fedbook.intervals import bootstrap_means, plus_minus
 from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board, boards,
+                                         display_name, named,
                                          build_method, communication_rounds, digit_vectors,
                                          exclusion_reason, first_shares, lead_interval, leaderboard_cell,
                                          method_table, numbers, pareto_front, plot_accuracy, rank_bootstrap,
@@ -302,17 +303,18 @@ def test_the_pages_numbers_read_the_summary_and_the_ranks():
                               finetune_epochs=1, n_seeds=2, methods=None, n_boot=200, rank_by="pooled")
     excluded = pd.DataFrame({"class": ["FedMD"], "reason": ["x"]}, index=pd.Index(["fedmd"], name="method"))
     R = numbers(rows, summary, ranks, P, ["fedavg", "fedrep", "ditto"], excluded, digit_vectors(120, 0), TINY, seed=3)
-    w = winner_words(ranks, 0.1, rows, "pooled")
+    # the prose names the methods as the tables do (display_name): the words of the renamed rows
+    w = winner_words(named(ranks), 0.1, rows.assign(method=rows["method"].map(display_name)), "pooled")
+    assert w["leader"] == "FedRep" and "fedrep" not in w["verdict"]
     assert (R["lb_alpha_hard"], R["lb_alpha_mild"], R["lb_leader_hard"], R["lb_verdict_hard"]) == (0.1, 0.5, w["leader"],
                                                                                                    w["verdict"])
-    assert R["lb_ref_hard"] == R["lb_ref"] == "fedavg" and R["lb_ref_acc_hard"] == pytest.approx(65.0)
-    assert R["lb_personal_hard"] == "fedrep" and R["lb_personal_gap_hard"] == pytest.approx(60.0)  # 85 - 25
-    assert R["lb_best_global_hard"] == "ditto" and R["lb_cheapest"] == "fedrep" and R["lb_dearest"] == "ditto"
+    assert R["lb_ref_hard"] == R["lb_ref"] == "FedAvg" and R["lb_ref_acc_hard"] == pytest.approx(65.0)
+    assert R["lb_personal_hard"] == "FedRep" and R["lb_personal_gap_hard"] == pytest.approx(60.0)  # 85 - 25
+    assert R["lb_best_global_hard"] == "Ditto" and R["lb_cheapest"] == "FedRep" and R["lb_dearest"] == "Ditto"
     assert R["lb_cheapest_bytes"] == "50 B" and R["lb_n_resamples"] == 3 and R["lb_hidden"] == "8 × 4"
-    assert R["ex1_front"] == "fedrep (85.0 %, 50 B)" and R["ex1_n_front"] == 1 and R["ex1_dominate"] == "fedrep (+20.0)"
-    assert R["ex2_metric"] == COLUMNS["worst_pooled"] and R["lb_n_samples"] == "120" and R["lb_excluded_names"] == "fedmd"
-    assert R["lb_example_cell"] == plus_minus(summary.loc[(0.1, w["leader"]), "pooled"],
-                                             summary.loc[(0.1, w["leader"]), "pooled ±"])
+    assert R["ex1_front"] == "FedRep (85.0 %, 50 B)" and R["ex1_n_front"] == 1 and R["ex1_dominate"] == "FedRep (+20.0)"
+    assert R["ex2_metric"] == COLUMNS["worst_pooled"] and R["lb_n_samples"] == "120" and R["lb_excluded_names"] == "FedMD"
+    assert R["lb_example_cell"] == plus_minus(summary.loc[(0.1, "fedrep"), "pooled"], summary.loc[(0.1, "fedrep"), "pooled ±"])
     table = boards(summary, ranks, [0.1, 0.5], "pooled")
     assert table.index.names == ["α", "method"] and table.loc[0.1].index[0] == "fedrep"
     fig = plot_accuracy(summary, [0.5, 0.1])

@@ -17,13 +17,15 @@ Examples
 from __future__ import annotations
 
 import hashlib
+import html
+import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 
-from fedbook.tables import table_of
+from fedbook.tables import format_small, table_of
 
 CHECK_KINDS = ("error", "count", "at least")
 """How :meth:`CheckTable.add` compares a measured value with its tolerance."""
@@ -45,6 +47,25 @@ def float64_tensor(a: Any) -> torch.Tensor:
     return torch.as_tensor(np.asarray(a, dtype=np.float64))
 
 
+_MATH = re.compile(r"\$([^$]+)\$")
+
+
+def with_math(text: str) -> str:
+    r"""A cell's text as markup for the page: each ``$…$`` part inline TeX that the book's MathJax
+    typesets (a ``span.math``, as Sphinx writes inline math), the rest escaped. A check's statement
+    writes its formulas in TeX between dollars, as the chapter's prose does.
+
+    Examples
+    --------
+    >>> print(with_math(r"Eq. (21): $\operatorname{tr}\Sigma_{l,c} \ge 0$ for a < b"))
+    Eq. (21): <span class="math notranslate nohighlight">\(\operatorname{tr}\Sigma_{l,c} \ge 0\)</span> for a &lt; b
+    """
+    parts = _MATH.split(str(text))
+    return "".join(html.escape(p, quote=False) if i % 2 == 0 else
+                   f'<span class="math notranslate nohighlight">\\({html.escape(p, quote=False)}\\)</span>'
+                   for i, p in enumerate(parts))
+
+
 class CheckTable:
     """The live table of checks that closes a derivations chapter.
 
@@ -64,7 +85,7 @@ class CheckTable:
     >>> len(checks), checks.n_fail
     (3, 1)
     >>> checks.frame()[["worst error / counterexamples", "tolerance", "verdict"]].values.tolist()
-    [['3.0e-16', '<= 1e-12', 'holds'], ['2 counterexamples', '<= 0', 'FAILS'], ['gap 0.0', '', 'holds']]
+    [['3.0 × 10⁻¹⁶', '≤ 10⁻¹²', 'holds'], ['2 counterexamples', '≤ 0', 'FAILS'], ['gap 0.0', '', 'holds']]
     >>> checks.add("a trend", "too noisy a probe", "reliability 0.2 < 0.5", ok=False, untestable=True)
     >>> checks.frame()["verdict"].iloc[-1], checks.n_fail, checks.n_untestable
     ('untestable', 1, 1)
@@ -94,7 +115,7 @@ class CheckTable:
         statement, how : str
             What is claimed, and how it was checked.
         worst : float or str
-            With ``tol``: the measured worst value (shown as ``1.0e-12``, or as ``n
+            With ``tol``: the measured worst value (shown by :func:`fedbook.tables.format_small`: ``1.0 × 10⁻¹²``, zero as ``0``; or as ``n
             counterexamples`` for ``kind="count"``). With ``ok``: shown as given.
         tol : float, optional
             The tolerance: the check holds if ``worst <= tol`` (``kind`` ``"error"`` or ``"count"``)
@@ -115,8 +136,9 @@ class CheckTable:
         if tol is not None:
             worst = float(worst)
             ok = worst >= tol if kind == "at least" else worst <= tol
-            shown = f"{int(worst)} counterexamples" if kind == "count" else f"{worst:.1e}"
-            bound = {"error": f"<= {tol:.0e}", "count": f"<= {int(tol)}", "at least": f">= {tol:.0e}"}[kind]
+            shown = f"{int(worst)} counterexamples" if kind == "count" else format_small(worst)
+            bound = {"error": f"≤ {format_small(tol, None)}", "count": f"≤ {int(tol)}",
+                     "at least": f"≥ {format_small(tol, None)}"}[kind]
         else:
             ok, shown, bound = bool(ok), worst, ""
         self.rows.append({"statement": statement, "how checked": how, "worst error / counterexamples": shown,
@@ -163,13 +185,15 @@ class CheckTable:
         uuid = hashlib.sha1(table.to_json(default_handler=str).encode()).hexdigest()[:8]
         styles = [{"selector": "th", "props": [("text-align", "left")]},
                   {"selector": "td, th", "props": [("padding", "0.2em 0.8em 0.2em 0.3em")]}]
+        shown = table_of(table)
+        shown.text_form = table_of(table).hide(axis="index").format(str).to_string().rstrip("\n")
         return (
-            table_of(table).set_uuid(f"table-{uuid}").hide(axis="index")
-            .format(str)
+            shown.set_uuid(f"table-{uuid}").set_table_attributes('class="check-table"').hide(axis="index")
+            .format(with_math)
             .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
             .set_table_styles(styles)
             .map(lambda v: f"background-color: {SHADES.get(v, '#f8d7d7')}", subset=["verdict"])
         )
 
 
-__all__ = ["CHECK_KINDS", "CheckTable", "SHADES", "float64_tensor"]
+__all__ = ["CHECK_KINDS", "CheckTable", "SHADES", "float64_tensor", "with_math"]

@@ -707,17 +707,36 @@ class SeedValues:
         return self.series.loc[cell].reindex(self.seeds).to_numpy(dtype=float)
 
 
-def plus_minus(mean: float, half_width: float, digits: int = 1) -> str:
+def plus_minus(mean: float, half_width: float, digits: int = 1,
+               bounds: tuple[float | None, float | None] | None = None) -> str:
     """A mean over seeds with the half-width of its interval, as a table cell shows it:
     ``"91.2 ± 1.3"``; an infinite part as ``∞`` (one seed: ``"91.2 ± ∞"``), a NaN mean as ``"n/a"``.
+
+    ``bounds`` is the metric's range (``(0, 1)`` for an F1, ``(0, 100)`` for an accuracy in
+    percent, ``(0, None)`` for a distance): an interval that would leave it is shown clipped to
+    it, as its ends, ``"0.306 [0.000, 1.000]"`` (never ``"0.306 ± 1.030"`` for an F1); a page that
+    passes bounds says so next to its table.
 
     Examples
     --------
     >>> plus_minus(91.234, 1.25), plus_minus(50.0, math.inf), plus_minus(math.nan, math.nan)
     ('91.2 ± 1.2', '50.0 ± ∞', 'n/a')
+    >>> plus_minus(0.306, 1.030, 3, bounds=(0, 1)), plus_minus(0.5, 0.2, 3, bounds=(0, 1))
+    ('0.306 [0.000, 1.000]', '0.500 ± 0.200')
+    >>> plus_minus(2.0, 3.0, 2, bounds=(0, None)), plus_minus(99.0, 2.5, bounds=(0, 100))
+    ('2.00 [0.00, 5.00]', '99.0 [96.5, 100.0]')
     """
     if math.isnan(mean):
         return "n/a"
+    if bounds is not None:
+        low, high = bounds
+        if low is not None and high is not None and not low < high:
+            raise ValueError(f"bounds must be (low, high) with low < high (None: unbounded), got {bounds!r}")
+        if math.isfinite(half_width) and ((low is not None and mean - half_width < low)
+                                          or (high is not None and mean + half_width > high)):
+            ends = (mean - half_width if low is None else max(low, mean - half_width),
+                    mean + half_width if high is None else min(high, mean + half_width))
+            return f"{mean:.{digits}f} [{ends[0]:.{digits}f}, {ends[1]:.{digits}f}]".replace("-", _MINUS)
     return f"{mean:.{digits}f} ± {half_width:.{digits}f}".replace("inf", "\N{INFINITY}")
 
 
@@ -730,8 +749,10 @@ def seed_table(
     seed: str = "seed",
     digits: int = 1,
     level: float = 0.95,
+    bounds: tuple[float | None, float | None] | None = None,
 ) -> pd.DataFrame:
-    """A results table over seeds: each cell ``"mean ± half-width"`` of the t interval.
+    """A results table over seeds: each cell ``"mean ± half-width"`` of the t interval (clipped to
+    the metric's range ``bounds`` where it would leave it: :func:`plus_minus`).
 
     Parameters
     ----------
@@ -745,6 +766,8 @@ def seed_table(
         The column naming the seed; every cell must have the same seeds.
     digits : int, default 1
     level : float, default 0.95
+    bounds : (low, high), optional
+        The metric's range (either end ``None``: unbounded); see :func:`plus_minus`.
 
     Raises
     ------
@@ -776,7 +799,7 @@ def seed_table(
 
     def cell(x: pd.Series) -> str:
         iv = mean_interval(x.to_numpy(), level)
-        return plus_minus(iv.mean, iv.half_width, digits)
+        return plus_minus(iv.mean, iv.half_width, digits, bounds)
 
     out = frame.groupby(keys, sort=False)[values].apply(cell)
     if not cols:

@@ -12,6 +12,8 @@ markup a page builds itself (the findings page's filterable table).
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 from pandas.io.formats.style import Styler
 
@@ -29,8 +31,11 @@ class Table(Styler):
     True
     """
 
+    text_form: str | None = None
+    """The text form, where the cells hold markup (a formula's MathJax span); ``None``: the formatted table."""
+
     def __repr__(self) -> str:
-        return self.to_string().rstrip("\n")
+        return self.text_form if self.text_form is not None else self.to_string().rstrip("\n")
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython's text/plain formatter
         printer.text(repr(self))
@@ -62,6 +67,41 @@ class Html:
         printer.text(self.text)
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "\N{SUPERSCRIPT MINUS}⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def format_small(x: float, digits: int | None = 1) -> str:
+    """A measured error or a tolerance as a reader reads it: zero as ``0``, a number between 0.001
+    and 10,000 as itself (``digits`` + 1 significant digits), any other as a power of ten
+    (``3.0 × 10⁻¹⁶``), never ``0.0e+00`` or ``1e-12``. ``digits=None`` (a tolerance): the fewest
+    digits that give the number exactly (``10⁻¹²``, ``1.5 × 10⁻⁹``).
+
+    Examples
+    --------
+    >>> format_small(0.0), format_small(3e-16), format_small(1e-12, None), format_small(1.5e-9, None)
+    ('0', '3.0 × 10⁻¹⁶', '10⁻¹²', '1.5 × 10⁻⁹')
+    >>> format_small(0.0123), format_small(0.5, None), format_small(-2.5e-7), format_small(float("inf"))
+    ('0.012', '0.5', '−2.5 × 10⁻⁷', '∞')
+    """
+    if digits is not None and (isinstance(digits, bool) or not isinstance(digits, int) or digits < 0):
+        raise ValueError(f"digits must be an integer >= 0 or None (exact), got {digits!r}")
+    x = float(x)
+    if digits is None:
+        digits = next((d for d in range(17) if float(f"{x:.{d}e}") == x), 16) if math.isfinite(x) else 0
+    sign = "\N{MINUS SIGN}" if x < 0 else ""
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return sign + "\N{INFINITY}"
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e4:
+        return sign + f"{abs(x):.{digits + 1}g}"
+    mantissa, exponent = f"{abs(x):.{digits}e}".split("e")
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    return sign + (power if mantissa == "1" else f"{mantissa} × {power}")
+
+
 def rows_where(frame: pd.DataFrame, **where) -> pd.DataFrame:
     """The rows of a tidy ``frame`` where every column named in ``where`` holds its value (``None``
     matches a missing value: the IID rows of a concentration column).
@@ -91,4 +131,4 @@ def table_of(frame: pd.DataFrame) -> Table:
     return Table(frame)
 
 
-__all__ = ["Html", "Table", "rows_where", "table_of"]
+__all__ = ["Html", "Table", "format_small", "rows_where", "table_of"]

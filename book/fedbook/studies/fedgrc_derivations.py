@@ -884,7 +884,7 @@ def record_scatter(checks: CheckTable, changes: np.ndarray, steps: int = 20) -> 
     descent on the directional loss failed to lower the within-class share of the directions); the
     numbers the prose quotes."""
     n_up = int((changes >= 0).sum())
-    checks.add("descent on L_dir lowers the within-class share of the final-layer directions (Section IV-A's reason)",
+    checks.add(r"descent on $L_{\mathrm{dir}}$ lowers the within-class share of the final-layer directions (Section IV-A's reason)",
                f"{len(changes)} random linear backbones, {steps} steps; instances where it did not", n_up, 0, kind="count")
     worst = float(np.max(changes) * 100)
     return {"fgd_scatter_instances": len(changes), "fgd_scatter_median": float(np.median(changes) * 100),
@@ -914,7 +914,7 @@ def record_eq10(checks: CheckTable, symbolic: tuple[bool, sp.Expr], eq10: dict) 
     """Eq. (10)'s rows of ``checks`` (sympy, numerically, ``unit(0) = 0``) from
     :func:`radial_angular_symbolic` and :func:`radial_angular_split`; the numbers the prose quotes."""
     ok, residual = symbolic
-    checks.add("Eq. (10): |h_i - h_j|^2 = (R_i - R_j)^2 + 2 R_i R_j (1 - u_i'u_j)", "sympy expansion (d = 3)",
+    checks.add(r"Eq. (10): $\lVert h_i - h_j\rVert^2 = (R_i - R_j)^2 + 2 R_i R_j (1 - u_i^\top u_j)$", "sympy expansion (d = 3)",
                "symbolic difference 0" if ok else f"difference {residual}", ok=bool(ok))
     checks.add("Eq. (10) numerically, u = fedlib.cgrl.unit(h)",
                f"{eq10['pairs']} random pairs, norms 1e-3..1e3, error / (R_i^2 + R_j^2)", eq10["error"], 1e-12)
@@ -927,7 +927,7 @@ def record_lemma(checks: CheckTable, symbolic: sp.Expr, lemma: dict) -> dict:
     :func:`magnitude_decomposition`; the numbers the prose quotes."""
     checks.add("Lemma IV.1 (Eq. (16)) under a batch's empirical distribution", "sympy, 5 views, gate (1,0,1,1,0)",
                "symbolic difference 0" if symbolic == 0 else f"difference {symbolic}", ok=bool(symbolic == 0))
-    checks.add("fedlib.cgrl.magnitude_loss = mean over layers of sum_c (n_c/n) p_chi [Var + offset^2]",
+    checks.add(r"fedlib.cgrl.magnitude_loss = mean over layers of $\sum_c (n_c/n)\, p_\chi\, [\mathrm{Var} + \mathrm{offset}^2]$",
                f"{lemma['batches']} random batches (1-3 layers, 1-4 classes, gates from r_min and flags)", lemma["error"], 1e-12)
     return {"fgd_lemma_err": float(lemma["error"]), "fgd_lemma_zero_p": int(lemma["zero_p"])}
 
@@ -935,15 +935,15 @@ def record_lemma(checks: CheckTable, symbolic: sp.Expr, lemma: dict) -> dict:
 def record_gradients(checks: CheckTable, grads: dict) -> dict:
     """Eq. (17)-(20)'s rows of ``checks`` from :func:`gradient_geometry`; the numbers the prose quotes."""
     n_views = grads["views"]
-    checks.add("directional gradient is tangent: h_i' g_i = 0 (supcon + beta proto-CE)",
+    checks.add(r"directional gradient is tangent: $h_i^\top g_i = 0$ (supcon + $\beta$ proto-CE)",
                f"autograd through fedlib.cgrl, {n_views} views, |h'g| / (|h||g|)", grads["tangent"], 1e-10)
-    checks.add("squared norm changes at second order: |h - s g|^2 = |h|^2 + s^2 |g|^2",
+    checks.add(r"squared norm changes at second order: $\lVert h - s g\rVert^2 = \lVert h\rVert^2 + s^2 \lVert g\rVert^2$",
                "3 step sizes per view, error / |h|^2", grads["second_order"], 1e-10)
     checks.add("Eq. (18b): closed-form prototype-CE gradient = autograd", "relative error per batch", grads["ce"], 1e-12)
-    checks.add("Eq. (19): closed-form magnitude gradient = autograd (chi, a fixed)", "relative error per batch",
+    checks.add(r"Eq. (19): closed-form magnitude gradient = autograd ($\chi$, $a$ fixed)", "relative error per batch",
                grads["radial"], 1e-12)
     checks.add("magnitude gradient is radial (parallel to h)", "norm of the tangential part / |v|", grads["parallel"], 1e-12)
-    checks.add("Eq. (20): g_i' v_i = 0 at the final layer", "|g'v| / (|g||v|)", grads["orthogonal"], 1e-10)
+    checks.add(r"Eq. (20): $g_i^\top v_i = 0$ at the final layer", r"$|g^\top v| / (\lVert g\rVert\,\lVert v\rVert)$", grads["orthogonal"], 1e-10)
     checks.add("a small magnitude descent step contracts above the reference, expands below",
                f"{n_views} views, step 1e-4 |h|", grads["sign_violations"], 0, kind="count")
     return {"fgd_tang_err": float(grads["tangent"]), "fgd_ce_err": float(grads["ce"]), "fgd_rad_err": float(grads["radial"]),
@@ -1076,11 +1076,11 @@ def moments_table(errs: dict[str, float]):
 
 def record_traces(checks: CheckTable, traces: dict, trials: int) -> dict:
     """Eq. (21) and Eq. (28)'s rows of ``checks`` from :func:`trace_identities`; the numbers the prose quotes."""
-    checks.add("Eq. (21): tr Sigma_{l,c} = (1/2N_c^2) sum_ij [(R_i-R_j)^2 + 2R_iR_j(1-cos)]",
+    checks.add(r"Eq. (21): $\operatorname{tr}\Sigma_{l,c} = \frac{1}{2N_c^2} \sum_{i,j} [(R_i-R_j)^2 + 2R_iR_j(1-\cos\theta_{ij})]$",
                f"{trials} random federations, ClassMoments vs explicit pairs, error / mean |h|^2", traces["eq21"], 1e-10)
     checks.add("Eq. (21): aligned directions leave a purely radial, nonzero trace", "10 collinear features of different norms",
                traces["aligned_radial"], 1e-12)
-    checks.add("Eq. (28): N tr Sigma_w = sum_l s_l^-2 sum_c N_c tr Sigma_{l,c} (also in pairwise form)",
+    checks.add(r"Eq. (28): $N \operatorname{tr}\Sigma_w = \sum_l s_l^{-2} \sum_c N_c \operatorname{tr}\Sigma_{l,c}$ (also in pairwise form)",
                "MMS fitted on client moments vs per-layer class traces, relative error", traces["eq28"], 1e-10)
     return {"fgd_eq21_err": float(traces["eq21"]), "fgd_eq28_err": float(traces["eq28"])}
 
@@ -1090,7 +1090,7 @@ def record_invariance(checks: CheckTable, inv: dict, trials: int) -> dict:
     checks.add("layer scaling: norm ratios, log-norm variance, class log-norm mean differences unchanged",
                f"{trials} federations, factors 1e-3..1e3 per layer (numpy: the statement's arithmetic, no fedlib code; "
                "the rows below test fedlib's MMS)", inv["geometry"], 1e-9)
-    checks.add("MMS is invariant to per-layer rescaling (s_l scales; z, mu, Sigma_w, A unchanged)",
+    checks.add(r"MMS is invariant to per-layer rescaling ($s_l$ scales; $z$, $\mu$, $\Sigma_w$, $A$ unchanged)",
                "MMS fitted before and after, relative error", inv["mms"], 1e-8)
     checks.add("... and so are its predictions", "same instances, changed predictions", inv["predictions"], 0, kind="count")
     return {"fgd_inv_mms": float(inv["mms"])}
@@ -1099,7 +1099,7 @@ def record_invariance(checks: CheckTable, inv: dict, trials: int) -> dict:
 def record_shift(checks: CheckTable, prop1: dict, trials: int) -> dict:
     """Proposition IV.1's row of ``checks`` from :func:`shift_decomposition`; with the median
     share of the between-client term."""
-    checks.add("Prop. IV.1: Sigma_w = (1/N) sum_k sum_c n_c^k (Sigma_c^k + Delta Delta')",
+    checks.add(r"Prop. IV.1: $\Sigma_w = \frac{1}{N} \sum_k \sum_c n_c^k (\Sigma_c^k + \Delta\Delta^\top)$",
                f"{trials} random federations (2-5 clients), entrywise / max|Sigma_w|", prop1["error"], 1e-10)
     return {"fgd_prop1_err": float(prop1["error"]), "fgd_between_share": float(np.median(prop1["between_share"]))}
 
@@ -1114,10 +1114,10 @@ def record_moments(checks: CheckTable, errs: dict[str, float], trials: int) -> d
 
 def record_bounds(checks: CheckTable, bounds: dict, trials: int) -> dict:
     """Eq. (29)-(31)'s rows of ``checks`` from :func:`metric_bounds`."""
-    checks.add("Eq. (31) identities: |A|_2 = 1/(s_min + lam), kappa = (s_max + lam)/(s_min + lam)",
+    checks.add(r"Eq. (31) identities: $\lVert A\rVert_2 = 1/(s_{\min} + \lambda)$, $\kappa = (s_{\max} + \lambda)/(s_{\min} + \lambda)$",
                f"{trials} random covariances ({bounds['n_singular']} singular), relative error", bounds["identities"], 1e-8)
-    checks.add("|A|_2 <= 1/lambda_A", "largest relative excess over the bound", bounds["op_bound"], 1e-9)
-    checks.add("kappa(A) <= 1 + d/gamma, including singular covariances", "largest relative excess", bounds["kappa_bound"], 1e-9)
+    checks.add(r"$\lVert A\rVert_2 \le 1/\lambda_A$", "largest relative excess over the bound", bounds["op_bound"], 1e-9)
+    checks.add(r"$\kappa(A) \le 1 + d/\gamma$, including singular covariances", "largest relative excess", bounds["kappa_bound"], 1e-9)
     checks.add("the condition bound is attained by a rank-one covariance",
                f"{trials} rank-one instances, |kappa/(1+d/gamma) - 1|", bounds["tight"], 1e-8)
     return {"fgd_op_exact": float(bounds["identities"]), "fgd_n_singular": int(bounds["n_singular"]),
@@ -1126,9 +1126,9 @@ def record_bounds(checks: CheckTable, bounds: dict, trials: int) -> dict:
 
 def record_sasp_symbolic(checks: CheckTable, symbolic: dict) -> dict:
     """Proposition IV.2's symbolic rows of ``checks`` from :func:`sasp_symbolic` (no number for the prose)."""
-    checks.add("Prop. IV.2 in 1-d: m* = (t + m0 mu)/(n + m0), independent of a; J'' = 2a(n + m0) > 0", "sympy, symbolic n, t",
+    checks.add(r"Prop. IV.2 in 1-d: $m^* = (t + m_0\mu)/(n + m_0)$, independent of $a$; $J'' = 2a(n + m_0) > 0$", "sympy, symbolic n, t",
                "symbolic difference 0" if symbolic["ok_1d"] else "the closed form differs", ok=symbolic["ok_1d"])
-    checks.add("Prop. IV.2 in 2-d with a symbolic A: m* = (sum z + m0 mu)/(n + m0), A cancels", "sympy, 3 symbolic samples",
+    checks.add(r"Prop. IV.2 in 2-d with a symbolic $A$: $m^* = (\sum z + m_0\mu)/(n + m_0)$, $A$ cancels", "sympy, 3 symbolic samples",
                "symbolic difference 0" if symbolic["ok_2d"] else "the closed form differs", ok=symbolic["ok_2d"])
     return {}
 
@@ -1143,11 +1143,11 @@ def record_sasp(checks: CheckTable, opt: dict, increases: int) -> dict:
     checks.add("A cancels: the minimizer under a different random SPD metric is the same", "same instances", opt["cancel"], 1e-6)
     checks.add("n = 0: the SASP mean is the shared mean", f"{opt['n_absent']} locally absent (client, class) pairs",
                opt["absent"], 0.0)
-    checks.add("Eq. (35): |mu~ - mu_local|_A = (1 - alpha)|Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)",
+    checks.add(r"Eq. (35): $\lVert\tilde\mu - \mu_{\mathrm{local}}\rVert_A = (1 - \alpha)\lVert\Delta\rVert_A$", "observed classes, error / (|Delta|_A + |mu_c|_A)",
                opt["eq35_local"], 1e-10)
-    checks.add("departure |mu~ - mu|_A = alpha |Delta|_A", "observed classes, error / (|Delta|_A + |mu_c|_A)",
+    checks.add(r"departure $\lVert\tilde\mu - \mu\rVert_A = \alpha \lVert\Delta\rVert_A$", "observed classes, error / (|Delta|_A + |mu_c|_A)",
                opt["eq35_departure"], 1e-10)
-    checks.add("1 - alpha(n) decreases with the support n", "n = 0..199, m0 = 10, increases counted", increases, 0, kind="count")
+    checks.add(r"$1 - \alpha(n)$ decreases with the support $n$", "n = 0..199, m0 = 10, increases counted", increases, 0, kind="count")
     return {"fgd_opt_err": float(opt["optimum"]), "fgd_cancel_err": float(opt["cancel"]),
             "fgd_opt_classes": int(opt["n_classes"]), "fgd_absent": int(opt["n_absent"])}
 
@@ -1155,10 +1155,10 @@ def record_sasp(checks: CheckTable, opt: dict, increases: int) -> dict:
 def record_bayes(checks: CheckTable, bayes: dict) -> dict:
     """Eq. (36)'s rows of ``checks`` from :func:`bayes_equivalence`."""
     n = bayes["n_queries"]
-    checks.add("Eq. (36): s_c(z) = -1/2 |z - mu~_c|_A^2 + 1/2 z'Az", f"{n} queries, error / (1 + z'Az)", bayes["scores"], 1e-10)
+    checks.add(r"Eq. (36): $s_c(z) = -\frac12 \lVert z - \tilde\mu_c\rVert_A^2 + \frac12 z^\top A z$", f"{n} queries, error / (1 + z'Az)", bayes["scores"], 1e-10)
     checks.add("SASP head argmax = nearest personalized mean under A", f"{n} queries, disagreements",
                bayes["nearest_mean"], 0, kind="count")
-    checks.add("SASP head argmax = equal-prior Gaussian Bayes rule N(mu~_c, A^-1)",
+    checks.add(r"SASP head argmax = equal-prior Gaussian Bayes rule $N(\tilde\mu_c, A^{-1})$",
                "scipy.stats.multivariate_normal, disagreements", bayes["gaussian"], 0, kind="count")
     return {"fgd_bayes_queries": int(n), "fgd_bayes_disagree": int(bayes["nearest_mean"] + bayes["gaussian"])}
 
@@ -1166,19 +1166,19 @@ def record_bayes(checks: CheckTable, bayes: dict) -> dict:
 def record_random_stability(checks: CheckTable, rand: StabilityTally, trials: int) -> dict:
     """Eq. (37)-(40)'s and the risk bounds' rows of ``checks`` from :func:`stability_on_random_federations`."""
     how = f"{trials} random federations, {rand.n} queries"
-    checks.add("Eq. (37): s_c - s_c^0 = delta'A(z - mu_c) - 1/2 |delta|_A^2 (also in alpha, Delta form)",
+    checks.add(r"Eq. (37): $s_c - s_c^0 = \delta^\top A(z - \mu_c) - \frac12 \lVert\delta\rVert_A^2$ (also in $\alpha$, $\Delta$ form)",
                how + ", error / score scale", rand.eq37, 1e-10)
     checks.add("locally absent classes keep their scores", how, rand.absent_change, 1e-9)
-    checks.add("Eq. (38): |s_c - s_c^0| <= b_c(z) (Cauchy-Schwarz)", how + ", (query, class) violations", rand.budget_viol, 0,
+    checks.add(r"Eq. (38): $|s_c - s_c^0| \le b_c(z)$ (Cauchy-Schwarz)", how + ", (query, class) violations", rand.budget_viol, 0,
                kind="count")
-    checks.add("Eq. (40): M^0 > B => unchanged prediction", how + ", certified but flipped", rand.certified_flipped, 0,
+    checks.add(r"Eq. (40): $M^0 > B \Rightarrow$ unchanged prediction", how + ", certified but flipped", rand.certified_flipped, 0,
                kind="count")
-    checks.add("pointwise: 1{f^k != y} <= 1{f^0 != y} + 1{M^0 <= B}", how, rand.pointwise, 0, kind="count")
-    checks.add("risk bound E(f^k) <= E(f^0) + Pr(M^0 <= B)", how + ", smallest slack (bound - risk)", rand.min_slack, 0.0,
+    checks.add(r"pointwise: $\mathbb{1}\{f^k \ne y\} \le \mathbb{1}\{f^0 \ne y\} + \mathbb{1}\{M^0 \le B\}$", how, rand.pointwise, 0, kind="count")
+    checks.add(r"risk bound $E(f^k) \le E(f^0) + \Pr(M^0 \le B)$", how + ", smallest slack (bound - risk)", rand.min_slack, 0.0,
                kind="at least")
-    checks.add("class-wise bound e_c^k <= e_c^0 + Pr_Qc(M^0 <= B)", how + ", (instance, class) violations", rand.classwise, 0,
+    checks.add(r"class-wise bound $e_c^k \le e_c^0 + \Pr_{Q_c}(M^0 \le B)$", how + ", (instance, class) violations", rand.classwise, 0,
                kind="count")
-    checks.add("SASP's budget <= the local-mean (alpha = 1) budget", how, rand.budget_larger, 0, kind="count")
+    checks.add(r"SASP's budget $\le$ the local-mean ($\alpha = 1$) budget", how, rand.budget_larger, 0, kind="count")
     out = {f"fgd_rand_{key}": int(getattr(rand, key)) for key in ("n", "flipped", "certified", "certified_flipped", "budget_viol")}
     return out | {"fgd_rand_uncertified": int(rand.n - rand.certified), "fgd_rand_eq37": float(rand.eq37)}
 
@@ -1192,13 +1192,13 @@ def record_trained_cnn(checks: CheckTable, cnn: dict) -> dict:
     checks.add("trained CNN: Eq. (37) exact score change", how + ", error / score scale", worst.eq37, 1e-9)
     checks.add("trained CNN: locally absent classes keep their scores", how, worst.absent_change, 1e-8)
     checks.add("trained CNN: Eq. (38) budget", how + ", violations", worst.budget_viol, 0, kind="count")
-    checks.add("trained CNN: Eq. (40) margin > budget => unchanged prediction", how + ", certified but changed",
+    checks.add(r"trained CNN: Eq. (40) margin $>$ budget $\Rightarrow$ unchanged prediction", how + ", certified but changed",
                worst.certified_flipped, 0, kind="count")
     checks.add("trained CNN: pointwise and class-wise risk bounds", how + ", violations", worst.pointwise + worst.classwise, 0,
                kind="count")
-    checks.add("trained CNN: E_R(f^k) <= E_R(f^0) + Pr_R(M^0 <= B) for R = Q and R = P_k", how + ", smallest slack",
+    checks.add(r"trained CNN: $E_R(f^k) \le E_R(f^0) + \Pr_R(M^0 \le B)$ for $R = Q$ and $R = P_k$", how + ", smallest slack",
                worst.min_slack, 0.0, kind="at least")
-    checks.add("trained CNN: SASP's budget <= the local-mean budget", how, worst.budget_larger, 0, kind="count")
+    checks.add(r"trained CNN: SASP's budget $\le$ the local-mean budget", how, worst.budget_larger, 0, kind="count")
     g_tab = table[table["target"] == "global (Q)"]
     return {"fgd_gamma": float(DEFAULT_GAMMA), "fgd_m0": float(DEFAULT_M0), "fgd_cnn_clients": int(cnn["n_clients"]),
             "fgd_cnn_rounds": int(cnn["rounds"]), "fgd_cnn_dim": int(cnn["dim"]),

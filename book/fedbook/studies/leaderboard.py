@@ -101,6 +101,48 @@ SHARED = {
 ``"fedavg"`` (a FedAvg with the local update, the base of a statistics-first method). FedETF
 keeps its default of no fine-tuning (FedETF, not FedETF-FT)."""
 
+DISPLAY_NAMES = {
+    "cgrl": "CGRL (FedGRC)", "comet": "COMET", "cosmos": "COSMOS", "ditto": "Ditto", "fedavg": "FedAvg",
+    "fedavg_ft": "FedAvg-FT", "fedavg_se": "FedAvg-SE", "fedbabu": "FedBABU", "fedct": "FedCT", "fedetf": "FedETF",
+    "fedfa_style": "FedFA-style", "fedmd": "FedMD", "fedmix_style": "FedMix-style", "fedproto": "FedProto",
+    "fedprox": "FedProx", "fedrep": "FedRep", "ggeur": "GGEUR", "hdcfl": "HDC-FL", "ifca": "IFCA", "mpt": "MPT",
+    "rebalanced": "rebalancing control",
+}
+"""The name a page shows for each registered method (its registry key is what code passes:
+``fedavg_ft`` is FedAvg-FT, FedAvg with fine-tuning before deployment; ``rebalanced`` the control
+that fills each class by resampling the client's own samples). A registered method missing here
+is shown by its class's name (:func:`display_name`)."""
+
+
+def display_name(key: str) -> str:
+    """The page's name of the registered method ``key`` (:data:`DISPLAY_NAMES`, else its class's name).
+
+    Examples
+    --------
+    >>> display_name("fedavg_ft"), display_name("rebalanced")
+    ('FedAvg-FT', 'rebalancing control')
+    """
+    _names([key])
+    return DISPLAY_NAMES.get(key, ALGORITHMS[key].__name__)
+
+
+def named(frame: pd.DataFrame, key_column: bool = False) -> pd.DataFrame:
+    """``frame`` with its ``method`` index level (registry keys) shown by :func:`display_name`;
+    ``key_column``: the registry key kept as a column beside it (what ``-p methods=[...]`` takes).
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"rounds": [5]}, index=pd.Index(["fedavg_ft"], name="method"))
+    >>> named(t, key_column=True).reset_index().values.tolist()
+    [['FedAvg-FT', 'fedavg_ft', 5]]
+    """
+    out = frame.copy()
+    keys = out.index.get_level_values("method")
+    if key_column:
+        out.insert(0, "registry key", list(keys))
+    return out.rename(index={k: display_name(k) for k in dict.fromkeys(keys)}, level="method")
+
+
 _SETTING_WORDS = {"train": "local update", "finetune": "fine-tuning", "fedavg": "FedAvg(local update)"}
 
 SEEDED = ("ifca", "hdcfl", "mpt")
@@ -446,11 +488,16 @@ def summary_table(rows: pd.DataFrame, metrics: Sequence[str] = tuple(COLUMNS), l
     return pd.DataFrame(out).set_index(["alpha", "method"])
 
 
+PERCENT = (0.0, 100.0)
+"""The range of every metric of the board (percent): a cell's interval that would leave it is shown
+clipped to it (:func:`fedbook.intervals.plus_minus`)."""
+
+
 def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None,
           metrics: Sequence[str] = tuple(COLUMNS), digits: int = 1, sort_by: str | None = None) -> pd.DataFrame:
     """The leaderboard at ``alpha`` for reading: one row per method, sorted by the mean of
     ``sort_by`` (default: the first metric; best first), each metric as ``mean ± half-width``
-    (:func:`fedbook.intervals.plus_minus`) under its name
+    (:func:`fedbook.intervals.plus_minus`, clipped to :data:`PERCENT`) under its name
     (:data:`COLUMNS`), the bytes per client and round, and with ``ranks``
     (:func:`rank_bootstrap`) the share of resamples ranked first and the median rank.
 
@@ -468,7 +515,7 @@ def board(summary: pd.DataFrame, alpha: float, ranks: pd.DataFrame | None = None
     s = summary.loc[alpha].sort_values(sort_by, ascending=False, kind="stable")
     out = pd.DataFrame(index=s.index)
     for k in metrics:
-        out[COLUMNS.get(k, k)] = [plus_minus(m, h, digits) for m, h in zip(s[k], s[f"{k} ±"])]
+        out[COLUMNS.get(k, k)] = [plus_minus(m, h, digits, PERCENT) for m, h in zip(s[k], s[f"{k} ±"])]
     out["bytes per client and round"] = s[BYTES]
     if ranks is not None:
         r = ranks.loc[alpha].reindex(s.index)
@@ -673,7 +720,7 @@ def plot_accuracy(summary: pd.DataFrame, alphas: Sequence[float]) -> plt.Figure:
         ax.errorbar(s["pooled"], ys, xerr=np.where(np.isfinite(half), half, 0.0), fmt="o", color="C0", capsize=2,
                     label="mean client accuracy")
         ax.scatter(s["worst_pooled"], ys, marker="x", color="C3", label="worst client", zorder=3)
-        ax.set_yticks(ys, order)
+        ax.set_yticks(ys, [display_name(m) for m in order])
         ax.set_xlim(0, 100)
         ax.set_xlabel("accuracy (%)")
         ax.set_title(partition_label(a))
@@ -709,7 +756,11 @@ def numbers(rows: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame, sett
     """
     P = settings
     hard, mild = min(P.alphas), max(P.alphas)
-    ref = "fedavg" if "fedavg" in names else names[0]
+    # the prose names the methods as the tables do (display_name): the same rows, renamed
+    rows = rows.assign(method=rows["method"].map(display_name))
+    summary, ranks, excluded = named(summary), named(ranks), named(excluded)
+    names = [display_name(n) for n in names]
+    ref = display_name("fedavg") if "FedAvg" in names else names[0]
     out = {"lb_clients": P.n_clients, "lb_n_samples": f"{len(data):,}", "lb_n_features": int(data.x.shape[1]),
            "lb_test_percent": round(100 * inspect.signature(make_federation).parameters["test_fraction"].default),
            "lb_momentum": config.momentum, "lb_batch": config.batch_size, "lb_hidden": " × ".join(map(str, P.hidden)),
@@ -758,8 +809,8 @@ def numbers(rows: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame, sett
                   "ex2_moved": int((moved >= MOVE).sum()), "ex2_moved_most": f"{moved.idxmax()} ({moved.max():g} places)"}
 
 
-__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "MOVE", "RANK_METRICS", "SEEDED", "SHARED",
+__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "DISPLAY_NAMES", "MOVE", "PERCENT", "RANK_METRICS", "SEEDED", "SHARED",
            "LeaderboardConfig", "board", "boards", "build_method", "communication_rounds", "digit_vectors",
-           "exclusion_reason", "first_shares", "lead_interval", "leaderboard_cell", "method_table", "numbers",
+           "display_name", "exclusion_reason", "first_shares", "lead_interval", "leaderboard_cell", "method_table", "named", "numbers",
            "pareto_front", "plot_accuracy", "rank_bootstrap", "ranks_of", "run_one", "split_methods",
            "statistics_rounds", "summary_table", "winner_words"]

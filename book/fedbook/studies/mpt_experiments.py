@@ -1250,15 +1250,25 @@ def ldc_steps_numbers(study: MPTStudy, wide: pd.DataFrame, datasets: Sequence[st
 
 
 # ----------------------------------------------------------------- tables
+UNIT_RANGE = (0.0, 1.0)
+"""The range of an F1 and of an accuracy as fractions: a table's interval is clipped to it
+(:func:`fedbook.intervals.plus_minus`)."""
+
+CLIPPED_NOTE = ("Mean ± half-width of the 95 % interval over seeds; where that interval would leave the "
+                "metric's range, it is shown clipped to the range, as [low, high].")
+"""The caption of the chapter's tables over seeds (:func:`fedbook.intervals.plus_minus`'s bounds)."""
+
+
 def last_round_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """The figure runs' last round: each method's rare-class F1 and overall accuracy, mean ±
     half-width of the 95 % interval over seeds (:func:`fedbook.intervals.seed_table`), rows named by
     :data:`LABELS`."""
     last = int(history["round"].max())
     final = pd.concat([
-        seed_table(rows_where(history, metric="f1", round=last), "method", None, "value", digits=3).rename(
-            columns={"value": "rare-class F1"}),
-        seed_table(rows_where(history, metric="accuracy", round=last), "method", None, "value", digits=3).rename(
+        seed_table(rows_where(history, metric="f1", round=last), "method", None, "value", digits=3,
+                   bounds=UNIT_RANGE).rename(columns={"value": "rare-class F1"}),
+        seed_table(rows_where(history, metric="accuracy", round=last), "method", None, "value", digits=3,
+                   bounds=UNIT_RANGE).rename(
             columns={"value": "overall accuracy"}),
     ], axis=1).loc[list(methods)]
     final.index = pd.Index([LABELS[m] for m in final.index], name="method")
@@ -1270,7 +1280,7 @@ def fraction_tables(table: pd.DataFrame, methods: Sequence[str]) -> dict[str, pd
     fractions, each cell the rare-class F1 at the last round, mean ± half-width over seeds."""
     out = {}
     for name in pd.unique(table["dataset"]):
-        t = seed_table(table[table["dataset"] == name], "method", "fraction", "f1", digits=3)
+        t = seed_table(table[table["dataset"] == name], "method", "fraction", "f1", digits=3, bounds=UNIT_RANGE)
         t = t.loc[list(methods)].rename(index=LABELS).rename_axis(f"{name}: method")
         t.columns = [f"rare-class F1, f = {f:g}" for f in t.columns]
         out[name] = t
@@ -1280,7 +1290,8 @@ def fraction_tables(table: pd.DataFrame, methods: Sequence[str]) -> dict[str, pd
 def distance_table(history: pd.DataFrame, methods: Sequence[str]) -> pd.DataFrame:
     """Each method's Mahalanobis distance to the oracle at the last round, mean ± half-width over seeds."""
     last = int(history["round"].max())
-    table = seed_table(rows_where(history, metric="dist_oracle", round=last), "method", None, "value", digits=2)
+    table = seed_table(rows_where(history, metric="dist_oracle", round=last), "method", None, "value", digits=2,
+                       bounds=(0.0, None))
     table = table.loc[list(methods)]
     table.index = [LABELS[m] for m in table.index]
     return table.rename(columns={"value": "distance to the oracle at the last round"}).rename_axis("method")
@@ -1296,7 +1307,7 @@ def bytes_table(bytes_frame: pd.DataFrame, methods: Sequence[str]) -> pd.DataFra
 
 def time_table(times: pd.DataFrame) -> pd.DataFrame:
     """Each extra work relative to one client's local training, mean ± half-width over seeds."""
-    return seed_table(times, "part", None, "relative", digits=2).rename(
+    return seed_table(times, "part", None, "relative", digits=2, bounds=(0.0, None)).rename(
         columns={"relative": "time relative to one client's local training"}).rename_axis("extra work")
 
 
@@ -1415,13 +1426,43 @@ def plot_scenario(scenario: DepartureScenario, name: str, rare_class: int):
     return fig
 
 
+SUBJECT_COLOR = "#c0392b"
+"""MPT's colour in the per-round figures: the figures' subject, drawn strong and on top."""
+
+MUTED = ("#4c72b0", "#55a868", "#8172b2", "#ccb974", "#64b5cd", "#dd8452", "#937860", "#da8bc3", "#8c8c8c",
+         "#2f4b7c", "#7aa974")
+"""The other methods' colours in the per-round figures, in the order they are drawn (muted: thin,
+lighter lines and faint bands, so that MPT stands out)."""
+
+LEGEND_PT = 10.5
+"""The per-round figures' legend size in points, on a figure 8 inches wide: shown 688 px wide in
+the book's text column at 1280 px, a point is drawn 1.19 px, so the legend reads at 12.5 px (9.4 pt)."""
+
+
+def method_style(method: str, i: int) -> tuple[dict, float]:
+    """The line style of ``method``, the ``i``-th drawn, in the per-round figures, and its band's
+    opacity: MPT strong (:data:`SUBJECT_COLOR`, thick, on top), the oracle dashed black, every other
+    method muted (:data:`MUTED`).
+
+    Examples
+    --------
+    >>> method_style("mpt", 7)[0]["color"], method_style("oracle", 8)[0]["ls"], method_style("sdc", 3)[0]["color"]
+    ('#c0392b', '--', '#ccb974')
+    """
+    if method == "mpt":
+        return {"color": SUBJECT_COLOR, "lw": 2.6, "zorder": 5}, 0.22
+    if method == "oracle":
+        return {"color": "k", "ls": "--", "lw": 1.3, "zorder": 4}, 0.05
+    return {"color": MUTED[i % len(MUTED)], "lw": 1.1, "zorder": 2}, 0.06
+
+
 def _band(ax, rounds, curves, label, low=0.0, high=None, alpha=0.12, **style) -> None:
     """One method's line (the mean over seeds) and band (its 95 % interval, clipped) per round."""
     mu, lo, hi = interval_band(curves)  # mean over seeds and its 95 % interval per round
     line, = ax.plot(rounds, mu, label=label, **style)
     if np.isfinite(lo).all():
         ax.fill_between(rounds, np.clip(lo, low, high), hi if high is None else np.clip(hi, low, high),
-                        color=line.get_color(), alpha=alpha, lw=0)
+                        color=line.get_color(), alpha=alpha, lw=0, zorder=style.get("zorder", 2) - 0.5)
 
 
 def plot_rounds(history: pd.DataFrame, methods: Sequence[str], departure_round: int):
@@ -1430,18 +1471,19 @@ def plot_rounds(history: pd.DataFrame, methods: Sequence[str], departure_round: 
     import matplotlib.pyplot as plt
 
     seeds = list(pd.unique(history["seed"]))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.6))
-    for m in methods:
+    fig, axes = plt.subplots(1, 2, figsize=(8, 4.6))
+    for i, m in enumerate(methods):
+        style, alpha = method_style(m, i)
         for ax, metric in zip(axes, ["f1", "accuracy"]):
             rounds, curves = seed_curves(history, metric, m, seeds)  # (rounds,), (seeds, rounds)
-            _band(ax, rounds, curves, LABELS[m], 0, 1, **(dict(ls="--", color="k") if m == "oracle" else {}))
+            _band(ax, rounds, curves, LABELS[m], 0, 1, alpha=alpha, **style)
     for ax, title in zip(axes, ["rare-class F1", "overall accuracy"]):
         round_axis(ax, departure_round)
         ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel(title)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=5, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=LEGEND_PT, frameon=False)
+    fig.tight_layout(rect=(0, 0.2, 1, 1))
     plt.close(fig)  # shown once, as the value of the notebook's cell
     return fig
 
@@ -1452,13 +1494,14 @@ def plot_distances(history: pd.DataFrame, methods: Sequence[str], departure_roun
     import matplotlib.pyplot as plt
 
     seeds = list(pd.unique(history["seed"]))
-    fig, ax = plt.subplots(figsize=(9, 5))
-    for m in methods:
+    fig, ax = plt.subplots(figsize=(8, 5.6))
+    for i, m in enumerate(methods):
+        style, alpha = method_style(m, i)
         rounds, curves = seed_curves(history, "dist_oracle", m, seeds)
-        _band(ax, rounds, curves, LABELS[m], 0, None, alpha=0.1, **({"ls": "--"} if m == "transported" else {}))
+        _band(ax, rounds, curves, LABELS[m], 0, None, alpha=alpha, **{**style, **({"ls": "--"} if m == "transported" else {})})
     round_axis(ax, departure_round)
     ax.set_ylabel("Mahalanobis distance to the oracle prototype")
-    ax.legend(fontsize=8, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    ax.legend(fontsize=LEGEND_PT, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     fig.tight_layout()
     plt.close(fig)  # shown once, as the value of the notebook's cell
     return fig
@@ -1510,12 +1553,12 @@ def plot_cost(history: pd.DataFrame, bytes_frame: pd.DataFrame, times: pd.DataFr
     return fig
 
 
-__all__ = ["EX_DEFAULT", "F1_STEP_FLOOR", "LABELS", "MPTStudy", "TABLE_II_NUIMAGES", "TIME_KEYS", "TIME_PARTS",
+__all__ = ["CLIPPED_NOTE", "EX_DEFAULT", "F1_STEP_FLOOR", "LABELS", "LEGEND_PT", "MUTED", "MPTStudy", "SUBJECT_COLOR", "UNIT_RANGE", "TABLE_II_NUIMAGES", "TIME_KEYS", "TIME_PARTS",
            "backbone_frame", "boundary_text", "bytes_cell", "bytes_table", "cost_numbers", "data_numbers",
            "data_sizes", "distance_numbers", "distance_seed", "distance_table", "exercise_numbers", "extra_work_times",
            "f1_step", "f1_step_numbers", "figure_cell", "figure_frames", "figure_numbers", "fraction_tables",
            "history_value", "last_round_table", "ldc_numbers", "ldc_steps_numbers", "lowest_read", "mean_at",
-           "median_seconds", "paper_lead", "per_seed", "plot_cost", "plot_distance_f1", "plot_distances",
+           "median_seconds", "method_style", "paper_lead", "per_seed", "plot_cost", "plot_distance_f1", "plot_distances",
            "plot_rounds", "plot_scenario", "reduced_cell", "regime_numbers", "resolution_numbers", "round_axis",
            "scenario_numbers", "seed_curves", "sizes_text", "spread_change", "stability_by_seed", "table_cell",
            "table_frames", "table_numbers", "time_table", "transport_numbers"]
