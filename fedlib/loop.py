@@ -56,7 +56,7 @@ import torch
 from .io import json_default, load_tensors_json, save_tensors_json
 from .messages import DOWN, UP, Ledger, Message, State
 from .metrics import RARE_RATIO
-from .protocol import Algorithm, Event, map_messages
+from .protocol import MODEL, Algorithm, Event, map_messages
 from .results import RunResult, pack_states, tidy_frame, unpack_states
 from .rng import EVAL_SAMPLE, SAMPLING, STREAMS_VERSION, numpy_rng
 from .store import make_states
@@ -75,6 +75,16 @@ class NonFiniteUpdateError(RuntimeError):
 class ClientFailedError(RuntimeError):
     """A client gave no reply (on Flower: its node failed, or did not reply in time); nothing of
     it was aggregated."""
+
+
+class InvalidReplyError(ValueError):
+    """A client's reply does not fit the server's model (an array of another shape or dtype, or
+    one the method does not declare); the round was not aggregated."""
+
+
+class TooFewRepliesError(RuntimeError):
+    """A round kept fewer replies than ``LoopConfig(min_replies=..., min_reply_share=...)``
+    asks; the round was not aggregated and the run stopped."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +115,13 @@ class LoopConfig:
         (stream ``EVAL_SAMPLE``; ``None``, the default: every active client). The protocol's means,
         floors and tails are then those of the sample: each such round has a row
         ``(round, -1, "eval_sample", m)`` saying so (:meth:`fedlib.results.RunResult.evaluated`)
+    min_replies : the fewest replies a round must keep (after dropped ones) to be aggregated,
+        capped at the round's sampled clients (default 1: a round whose every client was dropped
+        fails); below it the run stops with :class:`TooFewRepliesError` listing the dropped
+        clients and their causes, and the round is neither aggregated nor checkpointed
+    min_reply_share : the same as a share of the round's sampled clients, in [0, 1] (rounded up;
+        default 0: ``min_replies`` alone), e.g. 0.5 with ``on_failure="drop"``: a round that lost
+        more than half its clients fails
     """
 
     rounds: int = 20
@@ -118,6 +135,8 @@ class LoopConfig:
     f1_class: int | None = None
     evaluate_last: bool = True
     eval_clients: int | None = None
+    min_replies: int = 1
+    min_reply_share: float = 0.0
 
     def __post_init__(self) -> None:
         check_int("rounds", self.rounds, low=0)
@@ -142,6 +161,18 @@ class LoopConfig:
             raise ValueError(f"unknown on_failure {self.on_failure!r}; valid: {', '.join(FAILURE_POLICIES)}")
         if self.eval_clients is not None and not (is_int(self.eval_clients) and self.eval_clients >= 1):
             raise ValueError(f"eval_clients must be None (every client) or an integer >= 1, got {self.eval_clients!r}")
+        check_int("min_replies", self.min_replies, low=0)
+        check_real("min_reply_share", self.min_reply_share, low=0.0, high=1.0)
+
+    def required_replies(self, sampled: int) -> int:
+        """The fewest replies a round of ``sampled`` clients keeps to be aggregated.
+
+        >>> LoopConfig().required_replies(4), LoopConfig(min_reply_share=0.5).required_replies(5)
+        (1, 3)
+        >>> LoopConfig(min_replies=8).required_replies(4), LoopConfig().required_replies(0)
+        (4, 0)
+        """
+        return min(int(sampled), max(int(self.min_replies), math.ceil(self.min_reply_share * sampled - 1e-9)))
 
     def fingerprint(self) -> dict:
         """What must match for a checkpoint to be resumed: every setting (a default added since
@@ -151,6 +182,9 @@ class LoopConfig:
             d.pop("on_failure")
         if d["eval_clients"] is None:
             d.pop("eval_clients")
+        if d["min_replies"] == 1 and d["min_reply_share"] == 0.0:  # the defaults: earlier checkpoints resume
+            d.pop("min_replies")
+            d.pop("min_reply_share")
         d["events"] = [asdict(e) for e in self.events]
         return d
 
@@ -211,21 +245,71 @@ class _Replies:
         return sum(1 for _ in self._replies)
 
 
-def _accepted(algorithm, transport, r, messages, states, ledger, rows, config, clock: dict) -> Iterator[tuple[int, Message]]:
+def _model_reference(algorithm: Algorithm, transport: Transport) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """The shape and dtype of each array of the run's model as a reply names it (``model/...``),
+    for the reply check; none when the clients' architectures differ."""
+    if getattr(transport, "heterogeneous", False):
+        return {}
+    return {f"{MODEL}{k}": (tuple(v.shape), v.dtype) for k, v in transport.initial_model.state_dict().items()}
+
+
+def _declared_replies(algorithm: Algorithm) -> tuple[str, ...]:
+    """The reply arrays ``algorithm`` declares (``Capabilities(reply_arrays=...)``), with those of
+    the method it wraps (its attribute ``base``, as GGEUR's around FedProto) in turn."""
+    base = getattr(algorithm, "base", None)
+    inner = _declared_replies(base) if isinstance(base, Algorithm) and base is not algorithm else ()
+    return tuple(algorithm.capabilities.reply_arrays) + inner
+
+
+def _check_reply(up: Message, server: State, model: Mapping, algorithm: Algorithm, k: int, r: int) -> None:
+    """Refuse a reply whose arrays do not fit the server's model: an array named as one of the
+    server state's (or of the run's model, ``model/...``) must have its shape and dtype; any other
+    must be declared by the method (``Capabilities(reply_arrays=...)``)."""
+    declared = _declared_replies(algorithm)
+    undeclared = []
+    for name, a in up.arrays.items():
+        want = server.arrays.get(name)
+        want = (tuple(want.shape), want.dtype) if want is not None else model.get(name)
+        if not isinstance(a, torch.Tensor):
+            raise InvalidReplyError(f"client {k}'s reply in round {r} has '{name}' of type {type(a).__name__}; valid: a "
+                                    f"torch.Tensor; round {r} was not aggregated")
+        if want is None:
+            if not any(name == d or (d.endswith("/") and name.startswith(d)) for d in declared):
+                undeclared.append(name)
+        elif (tuple(a.shape), a.dtype) != want:
+            raise InvalidReplyError(
+                f"client {k}'s reply in round {r} has '{name}' of shape {tuple(a.shape)} and dtype {a.dtype}, but the "
+                f"server's model has shape {want[0]} and dtype {want[1]}; round {r} was not aggregated (the server state "
+                f"and any checkpoint stay those of round {r - 1})")
+    if undeclared:
+        size = sum(up.arrays[n].numel() * up.arrays[n].element_size() for n in undeclared)
+        raise InvalidReplyError(
+            f"client {k}'s reply in round {r} holds array(s) {undeclared[:5]}{' ...' if len(undeclared) > 5 else ''} "
+            f"({size} bytes) that the server's model does not have and {type(algorithm).__name__} does not declare "
+            f"(its Capabilities(reply_arrays=...): {list(declared) or 'none'}); round {r} was not aggregated")
+
+
+def _accepted(algorithm, transport, r, messages, states, ledger, rows, config, clock: dict, server: State,
+              model: Mapping, dropped: list) -> Iterator[tuple[int, Message]]:
     """Round ``r``'s replies as the transport brings them (a client trains when its reply is asked
-    for), each one recorded in the ledger and checked; a failed client (``on_failure``) and a reply
-    or a new client state with a NaN or an infinity (``on_nonfinite``) raise or are dropped and
-    recorded; an accepted reply's client state is kept and its reply yielded, then freed.
-    ``clock`` counts the pairs yielded (``read``) and the seconds spent here (``clients``: the
-    clients' and the loop's, not the server's own)."""
+    for), each one recorded in the ledger and checked; a reply that does not fit the server's
+    model raises; a failed client (``on_failure``) and a reply or a new client state with a NaN
+    or an infinity (``on_nonfinite``) raise or are dropped and recorded (``dropped`` receives
+    ``(round, client, cause)``); an accepted reply's client state is kept and its reply yielded,
+    then freed. Fewer kept replies than ``config.required_replies`` raise
+    :class:`TooFewRepliesError` once every reply was received. ``clock`` counts the pairs
+    yielded (``read``) and the seconds spent here (``clients``: the clients' and the loop's, not
+    the server's own)."""
     start = time.perf_counter()
     for k, new_state, up in transport.local_updates(algorithm, r, messages, states):
         ledger.record(r, k, DOWN, messages[k])
         if isinstance(up, ClientFailure):
             rows.extend(_failed(up, config, r, "dropped_failed"))
+            dropped.append((r, k, f"no reply ({up.reason})"))
             continue
         if not isinstance(up, Message):
             raise TypeError(f"the server receives Message objects only, got {type(up).__name__} from client {k} in round {r}")
+        _check_reply(up, server, model, algorithm, k, r)
         ledger.record(r, k, UP, up)
         bad = up.nonfinite_array()
         where = "sent" if bad is not None else "kept"
@@ -240,6 +324,7 @@ def _accepted(algorithm, transport, r, messages, states, ledger, rows, config, c
             # dropped: the reply is not aggregated and the client keeps the state it had before the round, so
             # it is evaluated on that state (never on NaN weights scored as 0 % without a flag)
             rows.append((r, -1, "dropped_nonfinite", float(k)))
+            dropped.append((r, k, f"a non-finite value in '{bad}' ({where})"))
             transport.discard_state(k)  # a Flower node holding the dropped state gets the kept one back
             continue
         states[k] = new_state
@@ -251,6 +336,19 @@ def _accepted(algorithm, transport, r, messages, states, ledger, rows, config, c
         del up, new_state
         start = time.perf_counter()
     clock["clients"] += time.perf_counter() - start
+    _check_enough(config, r, len(messages), clock["read"], dropped, "trained")
+
+
+def _check_enough(config: LoopConfig, r: int, asked: int, kept: int, dropped: list, what: str) -> None:
+    """Raise :class:`TooFewRepliesError` when round ``r`` kept fewer of its ``asked`` clients'
+    replies than the configuration requires, listing the round's dropped clients."""
+    need = config.required_replies(asked)
+    if kept < need:
+        causes = "; ".join(f"client {k}: {cause}" for rr, k, cause in dropped if rr == r) or "none recorded"
+        raise TooFewRepliesError(
+            f"round {r} kept {kept} of the {asked} replies of the clients it {what}, fewer than the {need} required "
+            f"(LoopConfig(min_replies={config.min_replies}, min_reply_share={config.min_reply_share})); dropped: {causes}; "
+            f"round {r} was not aggregated, and the server state and any checkpoint stay those of round {r - 1}")
 
 
 def _validate_events(events: Sequence[Event], n_clients: int) -> None:
@@ -354,6 +452,8 @@ def run_rounds(
         bar = tqdm(total=config.rounds, initial=start - 1, desc=algorithm.name, unit="round")
     predictions: dict[int, tuple[np.ndarray, np.ndarray]] | None = {} if keep_predictions else None
     rounds_done = start - 1
+    model = _model_reference(algorithm, transport)
+    dropped: list[tuple[int, int, str]] = []  # this call's (round, client, cause), reported at the end
     for r in range(start, last + 1):
         t0 = time.perf_counter()
         for e in (e for e in config.events if e.round == r):
@@ -372,7 +472,8 @@ def run_rounds(
         # the clients train as aggregate reads their replies: a rule that folds each reply in and frees it (FedAvg's)
         # holds one at a time, one that needs them all reads list(replies)
         clock = {"clients": 0.0, "read": 0}
-        replies = _Replies(_accepted(algorithm, transport, r, messages, clients, ledger, rows, config, clock))
+        replies = _Replies(_accepted(algorithm, transport, r, messages, clients, ledger, rows, config, clock, server,
+                                     model, dropped))
         t_server = time.perf_counter()
         server = _new_state(algorithm.aggregate(server, replies, r), algorithm, "aggregate", r)
         t_server = time.perf_counter() - t_server - clock["clients"]  # the server's own time, not the clients'
@@ -387,7 +488,7 @@ def run_rounds(
         if (r == config.rounds and config.evaluate_last) or (config.eval_every and r % config.eval_every == 0):
             if predictions is not None:
                 predictions = {}
-            rows.extend(_evaluate(algorithm, server, transport, clients, active, config, r, ledger, predictions))
+            rows.extend(_evaluate(algorithm, server, transport, clients, active, config, r, ledger, predictions, dropped))
         seconds.append(time.perf_counter() - t0)
         rounds_done = r
         if ckpt is not None:
@@ -402,6 +503,10 @@ def run_rounds(
             bar.update(1)
             _postfix(bar, rows, r)
     if bar is not None:
+        if dropped:
+            bar.write(f"{algorithm.name}: {len(dropped)} client repl{'y' if len(dropped) == 1 else 'ies'} dropped: "
+                      + "; ".join(f"round {rr} client {k}: {cause}" for rr, k, cause in dropped[:10])
+                      + (f"; and {len(dropped) - 10} more" if len(dropped) > 10 else "") + " (RunResult.dropped)")
         bar.close()
     return RunResult(tidy_frame(rows), ledger, server, clients, rounds_done, algorithm.name, departed, seconds, server_seconds,
                      predictions)
@@ -540,21 +645,30 @@ def _evaluated_clients(active: list[int], eval_clients: int | None, seed: int, r
     return sorted(int(c) for c in rng.choice(np.asarray(active), size=eval_clients, replace=False))
 
 
-def _evaluate(algorithm, server, transport, states, active, config, r, ledger, predictions=None) -> list[tuple]:
+def _evaluate(algorithm, server, transport, states, active, config, r, ledger, predictions=None,
+              dropped: list | None = None) -> list[tuple]:
     """Every active client (or the round's evaluation sample) receives its evaluation message,
-    deploys and is evaluated; ``predictions`` (a dict) collects their predicted labels."""
+    deploys and is evaluated; ``predictions`` (a dict) collects their predicted labels. With
+    ``dropped`` (the run's list), fewer evaluations than ``config.required_replies`` raise
+    :class:`TooFewRepliesError`."""
     clients = _evaluated_clients(active, config.eval_clients, config.seed, r)
     messages = _evaluation_messages(algorithm, server, r, clients)
     for k in clients:
         ledger.record(r, k, DOWN, messages[k])
     rows = [(r, -1, "eval_sample", float(len(clients)))] if len(clients) < len(active) else []
     extra = {} if predictions is None else {"predictions": predictions}
+    evaluated = 0
     for k, abilities in transport.evaluate(algorithm, r, messages, states, rare_ratio=config.rare_ratio,
                                            f1_class=config.f1_class, **extra):
         if isinstance(abilities, ClientFailure):
             rows.extend(_failed(abilities, config, r, "dropped_failed_eval"))
+            if dropped is not None:
+                dropped.append((r, k, f"no evaluation ({abilities.reason})"))
             continue
         rows.extend((r, k, name, float(v)) for name, v in abilities.items())
+        evaluated += 1
+    if dropped is not None:
+        _check_enough(config, r, len(clients), evaluated, dropped, "evaluated")
     return rows
 
 
@@ -601,5 +715,6 @@ def evaluate_result(
     return tidy_frame(rows)
 
 
-__all__ = ["ClientFailedError", "FAILURE_POLICIES", "LoopConfig", "NONFINITE_POLICIES", "NonFiniteUpdateError",
+__all__ = ["ClientFailedError", "FAILURE_POLICIES", "InvalidReplyError", "LoopConfig", "NONFINITE_POLICIES",
+           "NonFiniteUpdateError", "TooFewRepliesError",
            "algorithm_configuration", "evaluate_result", "fingerprint_differences", "run_rounds"]

@@ -149,7 +149,7 @@ class _StatisticsRound(Algorithm):
     layers: Sequence[str] | str | None = None
     grams: str = "class"
     name = "statistics"
-    capabilities = Capabilities(streams=False)  # one terminal round of class moments, summed at once
+    capabilities = Capabilities(streams=False, reply_arrays=(STATS,))  # one terminal round of class moments, summed at once
 
     def init_server(self, model: torch.nn.Module) -> State:
         names = model._check_layers(self.layers)  # the model's own ValueError, before any client works

@@ -99,6 +99,11 @@ class Capabilities:
         at once (``list(replies)``)
     needs_public : its constructor needs a public unlabeled set (:class:`fedlib.distill.PublicSet`),
         which a federation alone does not hold
+    reply_arrays : the arrays its replies carry besides the server's model, by name or by prefix
+        (ending in ``/``), e.g. ``("stats/",)``: the loop refuses a reply with an array that is
+        neither one of these nor one of the server state's or the model's (``model/...``), whose
+        shapes and dtypes it must have (:class:`fedlib.loop.InvalidReplyError`); a method that
+        wraps another (an attribute ``base``, as GGEUR's around FedProto) adds the base's
 
     Examples
     --------
@@ -110,6 +115,7 @@ class Capabilities:
     stacks: bool = False
     streams: bool = True
     needs_public: bool = False
+    reply_arrays: tuple[str, ...] = ()
 
 
 @dataclass

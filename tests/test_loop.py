@@ -11,7 +11,7 @@ import torch
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, make_algorithm
 from fedlib.aggregate import model_average
 from fedlib.protocol import Algorithm, Event, model_message
-from fedlib.loop import LoopConfig, NonFiniteUpdateError
+from fedlib.loop import InvalidReplyError, LoopConfig, NonFiniteUpdateError, TooFewRepliesError
 from fedlib.messages import largest_difference
 from fedlib.results import RunResult, run_differences
 from fedlib.run import RunOptions, evaluate_deployment, run_federated
@@ -735,3 +735,92 @@ def test_a_transport_that_does_not_say_what_it_carries_is_refused(tiny_federatio
 
     with pytest.raises(TypeError, match="lacks initial_model, seed, n_clients, description"):
         run_rounds(FedAvg(train=TRAIN), Transport(), LoopConfig(rounds=1))
+
+
+class _Misshapen(Algorithm):
+    """FedAvg whose clients of ``_bad`` (in rounds from ``_from``) change their reply by ``_how``:
+    ``"rows"`` (the head's weight one row short), ``"float64"``, ``"extra"`` (an undeclared 1000-float
+    array). The settings are private, so a healthy instance resumes a broken one's checkpoint."""
+
+    def __init__(self, bad=(), how="rows", from_round=1):
+        self.fedavg = FedAvg(train=TRAIN)
+        self._bad, self._how, self._from = set(bad), how, from_round
+
+    def local_update(self, ctx, state, message, data, generator):
+        state, reply = self.fedavg.local_update(ctx, state, message, data, generator)
+        if ctx.client in self._bad and ctx.round >= self._from:
+            w = reply.arrays["model/head.weight"]
+            if self._how == "rows":
+                reply.arrays["model/head.weight"] = w[:-1].clone()
+            elif self._how == "float64":
+                reply.arrays["model/head.weight"] = w.double()
+            else:
+                reply.arrays["junk"] = torch.zeros(1000)
+        return state, reply
+
+
+def test_a_lone_misshapen_reply_never_becomes_the_server_state(tiny_federation, tiny_model_fn, tmp_path):
+    """Participation 0.25 of 4 clients: one reply a round, nothing to compare it with but the server's
+    model. Round 2's wrongly shaped reply stops the run naming its client and round; the checkpoint
+    keeps round 1, from which a healthy run resumes bit for bit."""
+    cfg = LoopConfig(rounds=3, seed=2, participation=0.25)
+    ckpt = RunOptions(checkpoint=str(tmp_path / "run.pt"))
+    with pytest.raises(InvalidReplyError, match=r"client \d's reply in round 2 has 'model/head.weight' of shape \(2, 8\) and "
+                       r"dtype torch.float32, but the server's model has shape \(3, 8\) and dtype torch.float32; round 2 was "
+                       r"not aggregated \(the server state and any checkpoint stay those of round 1\)"):
+        run_federated(_Misshapen(bad=range(4), from_round=2), tiny_federation, tiny_model_fn, cfg, ckpt)
+    resumed = run_federated(_Misshapen(), tiny_federation, tiny_model_fn, cfg, ckpt)
+    full = run_federated(_Misshapen(), tiny_federation, tiny_model_fn, cfg)
+    assert _same_state(full.server, resumed.server) and full.server.arrays["model/head.weight"].shape == (3, 8)
+    pd.testing.assert_frame_equal(full.frame, resumed.frame)
+
+
+@pytest.mark.parametrize("how, match", [
+    ("rows", r"client 0's reply in round 1 has 'model/head.weight' of shape \(2, 8\)"),  # the first reply: client 0 blamed
+    ("float64", r"client 0's reply in round 1 has 'model/head.weight' of shape \(3, 8\) and dtype torch.float64, but the "
+                r"server's model has shape \(3, 8\) and dtype torch.float32"),
+    ("extra", r"client 0's reply in round 1 holds array\(s\) \['junk'\] \(4000 bytes\) that the server's model does not "
+              r"have and _Misshapen does not declare \(its Capabilities\(reply_arrays=...\): none\)"),
+])
+def test_a_reply_that_does_not_fit_the_model_names_its_client_and_round(tiny_federation, tiny_model_fn, how, match):
+    with pytest.raises(InvalidReplyError, match=match):
+        run_federated(_Misshapen(bad={0}, how=how), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+
+
+class _Offline(FedAvg):
+    """FedAvg whose clients of ``offline`` raise in rounds from ``from_round`` on."""
+
+    def __init__(self, offline=(), from_round=1):
+        super().__init__(train=TRAIN)
+        self._offline, self._from = set(offline), from_round
+
+    def program(self, ctx, state, message, data):
+        if ctx.client in self._offline and ctx.round >= self._from:
+            raise OSError(f"node {ctx.client} offline")
+        return super().program(ctx, state, message, data)
+
+
+def test_a_round_that_dropped_every_client_fails_listing_them(tiny_federation, tiny_model_fn):
+    cfg = LoopConfig(rounds=3, on_failure="drop")
+    with pytest.raises(TooFewRepliesError, match=r"round 2 kept 0 of the 4 replies of the clients it trained, fewer than "
+                       r"the 1 required \(LoopConfig\(min_replies=1, min_reply_share=0.0\)\); dropped: client 0: no reply "
+                       r"\(local_update raised OSError: node 0 offline\); client 1: .*client 3: .*not aggregated"):
+        run_federated(_Offline(range(4), from_round=2), tiny_federation, tiny_model_fn, cfg)
+    # a share: 2 of 4 clients lost is within half, 3 is not
+    half = dataclasses.replace(cfg, min_reply_share=0.5)
+    run = run_federated(_Offline({1, 2}, from_round=2), tiny_federation, tiny_model_fn, half)
+    assert run.dropped.values.tolist() == [[2, 1, "no reply"], [2, 2, "no reply"], [3, 1, "no reply"], [3, 2, "no reply"]]
+    with pytest.raises(TooFewRepliesError, match="round 2 kept 1 of the 4 replies .* fewer than the 2 required"):
+        run_federated(_Offline({0, 1, 2}, from_round=2), tiny_federation, tiny_model_fn, half)
+    with pytest.raises(ValueError, match="min_reply_share"):
+        LoopConfig(min_reply_share=1.5)
+
+
+def test_dropped_clients_are_reported_when_the_run_ends(tiny_federation, tiny_model_fn, capsys):
+    run = run_federated(_Offline({3}), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"),
+                        RunOptions(progress=True))
+    assert "2 client replies dropped: round 1 client 3: no reply (local_update raised OSError: node 3 offline); round 2 " \
+           "client 3" in capsys.readouterr().out
+    assert run.dropped["client"].tolist() == [3, 3]
+    healthy = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    assert healthy.dropped.empty

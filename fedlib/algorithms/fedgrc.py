@@ -66,7 +66,7 @@ class CGRL(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     cgrl: CGRLConfig = field(default_factory=CGRLConfig)
     name = "cgrl"
-    capabilities = Capabilities(streams=False)  # the reference update (update_directions) takes every client's directions at once
+    capabilities = Capabilities(streams=False, reply_arrays=("cgrl/",))  # the reference update (update_directions) takes every client's directions at once
 
     def _layers(self, model) -> tuple[str, ...]:
         layers = self.cgrl.layers if self.cgrl.layers is not None else tuple(model.feature_layers)

@@ -146,7 +146,7 @@ class PublicDistillation(Algorithm):
     noise: float = 0.05
     seed: int = 0
     name = "public_distillation"
-    capabilities = Capabilities(model_agnostic=True, streams=False, needs_public=True)
+    capabilities = Capabilities(model_agnostic=True, streams=False, needs_public=True, reply_arrays=("labels",))
     rule = "mean"
     state_type = PublicServer  # the server state's class (COSMOS's adds its server models)
 

@@ -45,7 +45,7 @@ class FedProto(Algorithm):
     train: TrainConfig = field(default_factory=TrainConfig)
     lam: float = 2.0
     name = "fedproto"
-    capabilities = Capabilities(streams=False)  # the global prototypes are stacked from every reply (C x d each)
+    capabilities = Capabilities(streams=False, reply_arrays=("proto/",))  # the global prototypes are stacked from every reply (C x d each)
 
     def __post_init__(self) -> None:
         if not self.lam >= 0:

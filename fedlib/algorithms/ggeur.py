@@ -116,7 +116,7 @@ class StatisticsFirst(ProgramMethod):
 
     base: Algorithm = field(default_factory=FedAvg)
     suffix = "statistics"
-    capabilities = Capabilities(stacks=True, streams=False)  # round 1 reads every client's statistics at once
+    capabilities = Capabilities(stacks=True, streams=False, reply_arrays=("stats/",))  # round 1 reads every client's statistics at once
 
     @property
     def name(self) -> str:  # type: ignore[override]
@@ -346,7 +346,7 @@ class FedMixStyle(StatisticsFirst):
     mix_batch: int = 10
     lam: float = 0.1
     suffix = "fedmix_style"
-    capabilities = Capabilities(streams=False)  # every round's work mixes batches with the generator inside its loss
+    capabilities = Capabilities(streams=False, reply_arrays=("xbar", "ybar"))  # every round's work mixes batches with the generator inside its loss
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.lam < 1.0:
@@ -410,6 +410,7 @@ class Rebalanced(StatisticsFirst):
     """
 
     total_per_class: int = 500
+    capabilities = dataclasses.replace(StatisticsFirst.capabilities, reply_arrays=("counts",))  # the statistics round's counts
     suffix = "rebalanced"
 
     def __post_init__(self) -> None:

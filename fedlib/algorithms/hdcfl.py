@@ -379,6 +379,7 @@ class HDCFL(FedAvgSE):
     config: HDCConfig = field(default_factory=HDCConfig)
     seed: int = 0  # k-means initializations and random groups: streams derived from it per refresh
     name = "hdcfl"
+    capabilities = replace(FedAvgSE.capabilities, reply_arrays=(HEAD_REPLY,))  # each client's head, cached on the server
 
     def reply(self, model: torch.nn.Module, n_samples: int, loss: float) -> Message:
         """The encoder (averaged) and the head (cached on the server, never averaged nor sent on)."""

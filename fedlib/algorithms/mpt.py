@@ -309,7 +309,7 @@ class MPT(Algorithm):
     seed: int = 0
     variants: tuple[tuple[str, TrackingConfig], ...] = ()
     name = "mpt"
-    capabilities = Capabilities(streams=False)  # tracking reads each client's rare-class count and statistics at once
+    capabilities = Capabilities(streams=False, reply_arrays=("stats/", "sdc/", "ldc/"))  # tracking reads each client's rare-class count and statistics at once
 
     def __post_init__(self) -> None:
         bad = [p for p in self.payload if p not in PARTS]
