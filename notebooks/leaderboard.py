@@ -52,9 +52,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from fedbook.page import format_bytes, glue_all, save_frames, setup, show_table
-from fedbook.studies.leaderboard import (COLUMNS, LeaderboardConfig, boards, digit_vectors, leaderboard_cell,
-                                         method_table, numbers, plot_accuracy, rank_bootstrap, split_methods,
+from fedbook.studies.leaderboard import (COLUMNS, LeaderboardConfig, board, digit_vectors, leaderboard_cell,
+                                         method_table, named, numbers, plot_accuracy, rank_bootstrap, split_methods,
                                          summary_table)
+from fedbook.studies.setting import partition_label
 from fedbook.study import Study, run_study
 
 PROFILES = {
@@ -105,7 +106,7 @@ print(f"profile {P.profile}: {data.name}, {len(data)} samples of {data.x.shape[1
 # a default, with the reason.
 
 # %% tags=["hide-input"]
-show_table(method_table(names, config), wrap=True)
+show_table(named(method_table(names, config), key_column=True), wrap=True)
 
 # %% [markdown]
 # **Who is not on the board.** Of the {glue:text}`lb_n_registered` registered methods,
@@ -118,8 +119,8 @@ show_table(method_table(names, config), wrap=True)
 # compared among themselves in the COSMOS chapters instead.
 
 # %% tags=["hide-input"]
-show_table(excluded if len(excluded) else pd.DataFrame({"reason": ["every method runs"]}, index=pd.Index(["—"], name="method")),
-           wrap=True)
+show_table(named(excluded, key_column=True) if len(excluded) else
+           pd.DataFrame({"reason": ["every method runs"]}, index=pd.Index(["—"], name="method")), wrap=True)
 
 # %% [markdown]
 # **What each column means.** Every number is read at the **final round**, never at the best
@@ -164,8 +165,11 @@ ranks = rank_bootstrap(rows, P.rank_by, n_boot=P.n_boot, seed=seed)
 # the method ranks first, and its median rank.
 
 # %% tags=["hide-input"]
-show_table(boards(summary, ranks, P.alphas, P.rank_by), digits={"ranked first (%)": 0, "median rank": 1},
-           formats={"α": "g", "bytes per client and round": format_bytes})
+for a in P.alphas:  # one table per α; the methods by the names of the method table above
+    display(show_table(named(board(summary, a, ranks, sort_by=P.rank_by)), digits={"ranked first (%)": 0, "median rank": 1},
+                       formats={"bytes per client and round": format_bytes}).set_caption(
+        f"{partition_label(a)}: mean ± half-width of the 95 % interval over seeds (where that interval would "
+        f"leave [0, 100] %, it is shown clipped to it, as [low, high])"))
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean client accuracy (dot) with its 95 % interval over seeds (bar) and the worst client (cross) of every method, one panel per Dirichlet concentration $\\alpha$; methods ordered by their mean client accuracy at the most skewed $\\alpha$. Final round, pooled scores.", "name": "fig-leaderboard-accuracy"}, "image": {"alt": "Horizontal dot plots, one panel per alpha, with one row per method: a dot with a horizontal error bar for the mean client accuracy over seeds and a cross for the worst client, on a 0 to 100 percent axis. The order of the rows is the same in every panel."}}
 plot_accuracy(summary, P.alphas)

@@ -584,7 +584,8 @@ M.plot_rounds(history, SHOW, P.departure_round)
 # highest, which may be the oracle, a reference that is unavailable in practice):
 
 # %% tags=["hide-input"]
-show_table(M.last_round_table(history, SHOW), best={"rare-class F1": "max", "overall accuracy": "max"})
+show_table(M.last_round_table(history, SHOW), best={"rare-class F1": "max", "overall accuracy": "max"}).set_caption(
+    M.CLIPPED_NOTE)
 
 # %% [markdown]
 # Before the departure every prototype method is the direct estimate (rare-class F1
@@ -623,7 +624,7 @@ save_frames({"figure_runs_history": history, "fraction_table": frames["table"]},
 
 # %% tags=["hide-input"]
 for t in M.fraction_tables(frames["table"], TABLE_METHODS).values():
-    display(show_table(t, best={c: "max" for c in t.columns}))
+    display(show_table(t, best={c: "max" for c in t.columns}).set_caption(M.CLIPPED_NOTE))
 
 # %% [markdown]
 # Over the {glue:text}`n_cells` data set × fraction cells (model {glue:text}`table_model`,
@@ -695,7 +696,8 @@ M.plot_distance_f1(history, ABL, P.departure_round)
 # closest):
 
 # %% tags=["hide-input"]
-show_table(M.distance_table(history, ABL), best={"distance to the oracle at the last round": "min"})
+show_table(M.distance_table(history, ABL), best={"distance to the oracle at the last round": "min"}).set_caption(
+    M.CLIPPED_NOTE)
 
 # %% [markdown]
 # At the last round (means over seeds) the frozen prototype is {glue:text}`dist_frozen:.2f` from
@@ -773,7 +775,7 @@ show_table(M.bytes_table(frames["bytes"], COMM_METHODS), digits=3, formats={"byt
 # training).
 
 # %% tags=["hide-input"]
-show_table(M.time_table(frames["times"]))  # measured in the figure runs' cells (figure_cell), on their final models
+show_table(M.time_table(frames["times"])).set_caption(M.CLIPPED_NOTE)  # measured in the figure runs' cells (figure_cell), on their final models
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Final rare-class F1 of each method (mean over seeds) against its cost: bytes per client and round relative to FedAvg (left) and extra client time per round relative to local training (right). Up and to the left is better; methods that cost the same overlap.", "name": "fig-mpt-cost"}, "image": {"alt": "Two scatter plots with one marker per method (FedAvg, CCVR, frozen prototype, iCaRL, SDC, LDC, MPT-lite, MPT), final rare-class F1 on the vertical axis, and relative bytes (left) or relative extra client time (right) on the horizontal axis; a legend below names the markers."}}
 M.plot_cost(history, frames["bytes"], frames["times"], COMM_METHODS)

@@ -11,6 +11,7 @@ import json
 import math
 import re
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -34,7 +35,9 @@ from fedlib.engines.flower import (
     Call, FlowerConversionError, FlowerJob, FlowerSetupError, LocalDeployment, LoopbackGrid, free_port_block,
     flower_bytes, make_client_app, make_server_app, message_to_records, records_to_message, run_flower,
 )
-from fedlib.engines.flower.deployment import _APP_TOML, _task_identity
+from fedlib.engines.flower.apps import SERVERAPP_ERROR
+from fedlib.engines.flower.deployment import _APP_TOML, _task_identity, failure_report, port_free
+from fedlib.engines.flower.watchdog import MARKER_VARIABLE, marked_pids
 from fedlib.engines.flower.job import ALLOW_ENV, allowed_targets
 from fedlib.engines.inprocess import InProcessTransport
 from fedlib.loop import ClientFailedError, LoopConfig
@@ -539,6 +542,60 @@ def test_a_failed_deployment_run_leaves_no_process():
             assert len(dep.pids()) >= 3  # the SuperLink, the SuperNode, their SuperExecs
             run_flower(job("fedavg"), "deployment", deployment=dep)
     assert dep.pids() == []
+
+
+def _deployment_of(port: int, timeout: float = 120.0) -> tuple[str, str]:
+    """(the marker, the Flower home) of the deployment whose SuperLink serves ``port``, once its
+    ``flwr run`` has started (its ServerApp's run under way)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        for entry in Path("/proc").iterdir():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0")
+                env = dict(v.split(b"=", 1) for v in (entry / "environ").read_bytes().split(b"\0") if b"=" in v)
+                ours = (MARKER_VARIABLE.encode() in env and any(c.endswith(b"flwr") for c in cmd[:2]) and b"run" in cmd
+                        and f":{port}\"" in (Path(env[b"FLWR_HOME"].decode()) / "config.toml").read_text())
+            except (OSError, ValueError, KeyError):
+                continue
+            if ours:
+                return env[MARKER_VARIABLE.encode()].decode(), env[b"FLWR_HOME"].decode()
+        time.sleep(0.2)
+    raise AssertionError(f"no deployment on port {port} started its run within {timeout} s")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGHUP])
+def test_a_killed_deployment_command_leaves_no_process(sig, tmp_path):
+    """A closed terminal (HUP) or a KILL of ``python -m fedlib.engines.flower --engine deployment``
+    mid-run: within seconds no process of its deployment is left (SuperLink, SuperNodes,
+    SuperExecs, apps, flwr run), its ports are free and its temporary Flower home is gone."""
+    port = free_port_block(3)
+    (tmp_path / "job.json").write_text(job("fedavg", rounds=500, n_clients=2).to_json())
+    cmd = [sys.executable, "-m", "fedlib.engines.flower", "--engine", "deployment", "--job", str(tmp_path / "job.json"),
+           "--out", str(tmp_path / "out"), "--port", str(port), "--quiet"]
+    command = subprocess.Popen(cmd, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        marker, home = _deployment_of(port)
+        assert len(marked_pids(marker)) >= 5  # the SuperLink, two SuperNodes, their SuperExecs, flwr run
+        os.kill(command.pid, sig)
+        command.wait(timeout=30)
+        t0 = time.monotonic()
+        while (marked_pids(marker) or Path(home).exists()) and time.monotonic() - t0 < 20:
+            time.sleep(0.2)
+        assert marked_pids(marker) == [], f"processes of the deployment outlived its command: {marked_pids(marker)}"
+        assert all(port_free(p) for p in range(port, port + 3)) and not Path(home).exists()
+    finally:
+        if command.poll() is None:
+            command.kill()
+        command.wait()
+
+
+def test_a_failed_run_says_why_and_where_a_rerun_resumes(tmp_path):
+    j = job("fedavg", rounds=3, checkpoint="ckpt.pt")
+    run_flower(j, "loopback", out=tmp_path, stop_after=1)
+    assert failure_report(j, tmp_path).endswith(f"checkpoint {tmp_path / 'ckpt.pt'} holds rounds 1..1: the same command "
+                                                "resumes from round 2")
+    (tmp_path / SERVERAPP_ERROR).write_text("Traceback ...\nOSError: disk full")
+    assert failure_report(j, tmp_path).startswith("the ServerApp failed with Traceback ...\nOSError: disk full")
 
 
 class RefusingGrid(LoopbackGrid):

@@ -163,7 +163,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("the round loop", ("fedlib.loop",)),
     ("running and post-hoc heads", ("fedlib.run", "fedlib.posthoc")),
     ("Flower's job, apps and drivers", ("fedlib.engines.flower", "fedlib.engines.flower.job", "fedlib.engines.flower.apps", "fedlib.engines.flower.entrypoint",
-                                        "fedlib.engines.flower.deployment", "fedlib.engines.flower.cli",
+                                        "fedlib.engines.flower.deployment", "fedlib.engines.flower.watchdog", "fedlib.engines.flower.cli",
                                         "fedlib.engines.flower.__main__")),
     # fedbook: the book's machinery, every layer of it above the library
     ("the book's foundation", ("fedbook", "fedbook.sources", "fedbook.parallel", "fedbook.tables")),

@@ -579,6 +579,11 @@ def format_value(x: float) -> str:
     return power if mantissa == "1" else f"{mantissa} × {power}"
 
 
+_NUMBER_TEXT = re.compile(r"[-−+]?(\d[\d,.]*|∞)( × 10[⁻⁰¹²³⁴⁵⁶⁷⁸⁹]+)?( ?%| [kMGT]?i?B)?( ± (\d[\d,.]*|∞))?( \[[-−+\d,.∞ ]*\])?( ?%)?"
+                          r"|n/a|" + MISSING)
+"""A cell that reads as one number (with its interval or unit): kept on one line by :func:`show_table`."""
+
+
 def _format_cell(value: Any, spec: Any) -> str:
     """One cell as text: ``spec`` a format spec (``".2f"``), a callable, or ``None`` (the default rule)."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
@@ -675,7 +680,11 @@ def show_table(
     # some space between columns, and numbers (every column but the first) kept on one line
     styles = [{"selector": "th", "props": [("text-align", "left")]},
               {"selector": "td, th", "props": [("padding", "0.2em 0.8em 0.2em 0.3em")]}]
-    numeric = [c for c in table.columns[1:] if pd.api.types.is_numeric_dtype(table[c])]
+    # numbers never wrap inside a value: numeric columns and the ones whose every cell reads as a
+    # number (with its interval: "93.2 ± 1.6", a size "15.2 kB"); the first column too when it does
+    numeric = [c for i, c in enumerate(table.columns) if (i > 0 and pd.api.types.is_numeric_dtype(table[c]))
+               or all(_NUMBER_TEXT.fullmatch(_format_cell(v, formats.get(c, per_column.get(c, default_digits))))
+                      for v in table[c])]
     styler = styler.set_properties(subset=numeric, **{"white-space": "nowrap"}) if numeric else styler
     return styler.set_properties(**dict(props)).set_table_styles(styles)
 

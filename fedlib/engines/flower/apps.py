@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,11 @@ def make_client_app(job: FlowerJob | None = None) -> ClientApp:
 # the server side: a ServerApp that runs the one loop over the transport
 # --------------------------------------------------------------------------------------------
 
+SERVERAPP_ERROR = "serverapp-error.txt"
+"""The file a failed ServerApp leaves in its output folder: its exception's traceback (read by
+:func:`fedlib.engines.flower.deployment.failure_report`; removed when a run starts)."""
+
+
 def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None, *, timeout: float | None = None,
                     mirror_states: bool = True, setup_timeout: float = 600.0, stop_after: int | None = None,
                     max_in_flight: int | None = None) -> ServerApp:
@@ -181,15 +187,20 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
         t0 = time.perf_counter()
         j = _context_job(job, context)
         folder = Path(out if out is not None else context.run_config["fedlib-out"])
-        config = j.loop_config()
-        n = int(context.run_config.get("fedlib-clients", 0)) or j.n_clients()
-        nodes, federation = handshake(grid, j.digest, n, setup_timeout)
-        t_setup = time.perf_counter() - t0
+        (folder / SERVERAPP_ERROR).unlink(missing_ok=True)
         threads = torch.get_num_threads()
-        if j.threads is not None:  # the server's arithmetic too (a deployment's ServerApp is a process of its own)
-            torch.set_num_threads(j.threads)
         try:
+            config = j.loop_config()
+            n = int(context.run_config.get("fedlib-clients", 0)) or j.n_clients()
+            nodes, federation = handshake(grid, j.digest, n, setup_timeout)
+            t_setup = time.perf_counter() - t0
+            if j.threads is not None:  # the server's arithmetic too (a deployment's ServerApp is a process of its own)
+                torch.set_num_threads(j.threads)
             _serve(j, grid, context, folder, config, nodes, federation, t0, t_setup)
+        except BaseException:  # the cause, for the command that submitted the run (a deployment's app is a process)
+            folder.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(folder / SERVERAPP_ERROR, traceback.format_exc().encode())
+            raise
         finally:
             torch.set_num_threads(threads)
 
@@ -210,4 +221,4 @@ def make_server_app(job: FlowerJob | None = None, out: str | Path | None = None,
     return app
 
 
-__all__ = ["make_client_app", "make_server_app"]
+__all__ = ["SERVERAPP_ERROR", "make_client_app", "make_server_app"]

@@ -8,6 +8,7 @@ measures it (:func:`fedlib.memory.measure_command`: wall seconds and the process
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -40,7 +41,7 @@ def run_job(job: FlowerJob, engine: str, out: str | Path, *, timeout: float | No
     t0 = time.perf_counter()
     if job.threads is not None:
         torch.set_num_threads(job.threads)
-    result = job.run_in_process()
+    result = job.run_in_process(folder)  # a job's checkpoint inside ``out``, as the ServerApp keeps it
     result.save(folder)
     wire = pd.DataFrame(columns=["round", "client", "direction", "kind", "bytes", "flower_bytes"])
     atomic_write_bytes(folder / "wire.csv", wire.to_csv(index=False).encode())
@@ -106,10 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="flower-run", help="the results folder (default: ./flower-run)")
     parser.add_argument("--port", type=int, default=19091, help="the local deployment's SuperLink port")
     parser.add_argument("--timeout", type=float, default=None, help="seconds a round waits for its replies")
+    parser.add_argument("--checkpoint", default=None,
+                        help="checkpoint every round into this file, a relative path inside --out (e.g. checkpoint.pt); "
+                             "the same command run again resumes from the last round it holds")
     parser.add_argument("--quiet", action="store_true", help="print nothing but errors")
     args = parser.parse_args(argv)
     job = (FlowerJob.from_json(Path(args.job).read_text()) if args.job else
            example_job(args.algorithm, n_clients=args.clients, rounds=args.rounds, dataset=args.dataset, model=args.model))
+    if args.checkpoint is not None:  # inside the output folder, as the ServerApp resolves it (the in-process run too)
+        job = dataclasses.replace(job, config={**job.config, "checkpoint": args.checkpoint})
     if args.engine == "deployment":
         # a TERM (e.g. from a benchmark's timeout) unwinds like an error, so the deployment stops its processes
         n = job.n_clients()
@@ -124,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         run = run_job(job, args.engine, args.out, timeout=args.timeout)
     if not args.quiet:
         print(f"{args.engine}: {run.seconds:.1f} s in all, rounds {', '.join(f'{s:.2f}' for s in run.result.seconds)} s")
+        dropped = run.result.dropped
+        if len(dropped):
+            print(f"dropped: {len(dropped)} repl{'y' if len(dropped) == 1 else 'ies'} (round: clients) "
+                  + ", ".join(f"{r}: {sorted(g['client'])}" for r, g in dropped.groupby("round")))
         print("protocol summary:", {k: round(v, 4) for k, v in run.result.summary().items()})
         if len(run.wire):
             print(run.wire.groupby(["direction", "kind"])[["bytes", "flower_bytes"]].sum().to_string())

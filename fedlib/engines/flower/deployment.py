@@ -33,10 +33,12 @@ from flwr.app import Context, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 from ...results import RunResult
-from .apps import make_client_app, make_server_app
+from ...io import load_tensors_json
+from .apps import SERVERAPP_ERROR, make_client_app, make_server_app
 from .job import FlowerJob
 from .loopback import LoopbackGrid
 from .remote import FlowerSetupError
+from .watchdog import MARKER_VARIABLE, marked_pids
 
 ENGINES = ("simulation", "deployment", "loopback")
 """The engines :func:`run_flower` drives: Flower's two, and
@@ -166,16 +168,23 @@ def _quiet(verbose: bool) -> Iterator[None]:
         flwr_logger.setLevel(level)
 
 
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+"""The signals :func:`term_exits` turns into an orderly exit: TERM (a benchmark's timeout), HUP
+(a closed terminal, a dropped ssh session) and INT (Ctrl-C)."""
+
+
 @contextlib.contextmanager
 def term_exits() -> Iterator[None]:
-    """A TERM signal (e.g. from a benchmark's timeout) unwinds like an error while inside (exit
-    status 128 + 15), so a :class:`LocalDeployment` stops its processes on its way out; the
-    previous handler is restored afterwards. Main thread only (Python's signal handlers)."""
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    """A TERM, HUP or INT signal (:data:`EXIT_SIGNALS`) unwinds like an error while inside (exit
+    status 128 + the signal's number), so a :class:`LocalDeployment` stops its processes on its
+    way out; the previous handlers are restored afterwards. Main thread only (Python's signal
+    handlers). A KILL, which no handler sees, is the deployment's watchdog's to clean up."""
+    previous = {sig: signal.signal(sig, lambda signum, frame: sys.exit(128 + signum)) for sig in EXIT_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _simulate(job: FlowerJob, folder: Path, n: int, timeout: float | None, mirror_states: bool, verbose: bool,
@@ -242,6 +251,38 @@ fedlib-max-in-flight = 0
 """
 
 
+def failure_report(job: FlowerJob, out: str | Path) -> str:
+    """Why a run wrote no results into ``out``, and the round a rerun of ``job`` would start from:
+    the ServerApp's error (the traceback it left in ``out``), or that it ended without one (its
+    process was killed); the rounds its checkpoint holds, or that it has none.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from fedlib.engines.flower import example_job
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     print(failure_report(example_job("fedavg", rounds=2), out))
+    the ServerApp ended without results and without an error (its process was killed or died); the job has no checkpoint, so a rerun starts from round 1 (give it one: --checkpoint NAME on the command line, or 'checkpoint' in the job's config)
+    """
+    folder = Path(out)
+    error = folder / SERVERAPP_ERROR
+    if error.exists():
+        cause = f"the ServerApp failed with {error.read_text(errors='replace').strip()[-2000:]}\n(its error: {error})"
+    else:
+        cause = "the ServerApp ended without results and without an error (its process was killed or died)"
+    if job.config.get("checkpoint") is None:
+        return (f"{cause}; the job has no checkpoint, so a rerun starts from round 1 (give it one: --checkpoint NAME on the "
+                "command line, or 'checkpoint' in the job's config)")
+    path = Path(job.run_options(folder).checkpoint)
+    if not path.exists():
+        return f"{cause}; no round was checkpointed yet ({path}): a rerun starts from round 1"
+    try:
+        done = int(load_tensors_json(path)[1]["rounds_done"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return f"{cause}; its checkpoint {path} cannot be read ({e})"
+    return f"{cause}; checkpoint {path} holds rounds 1..{done}: the same command resumes from round {done + 1}"
+
+
 class LocalDeployment:
     """Flower's deployment engine on this machine: a SuperLink and ``n_nodes`` SuperNodes, each a
     separate process on 127.0.0.1, in insecure mode (plain HTTP, no TLS, no node
@@ -249,7 +290,10 @@ class LocalDeployment:
     ``--node-config 'partition-id=k num-partitions=n_nodes'``.
 
     Use it as a context manager: every process it started (and every process those started, found
-    by a marker in their environment) is stopped on exit, also when the run failed.
+    by a marker in their environment) is stopped on exit, also when the run failed; and a
+    watchdog process (:mod:`fedlib.engines.flower.watchdog`) stops them and removes the temporary
+    Flower home when the process that entered it dies without exiting it (KILLed, or a signal
+    that :func:`term_exits` does not turn into an exit).
 
     Parameters
     ----------
@@ -277,6 +321,7 @@ class LocalDeployment:
         self._procs: list[subprocess.Popen] = []
         self._marker = uuid.uuid4().hex
         self._tmp: tempfile.TemporaryDirectory | None = None
+        self._watchdog: subprocess.Popen | None = None
         self.home: Path | None = None
         self.logs: Path | None = None
 
@@ -286,7 +331,7 @@ class LocalDeployment:
         bindir = str(Path(sys.executable).parent)
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
         env["FLWR_HOME"] = str(self.home)
-        env["FEDLIB_FLOWER_DEPLOYMENT"] = self._marker
+        env[MARKER_VARIABLE] = self._marker
         # the SuperExecs look for work to start every second by default; a local deployment can afford 0.2 s
         env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", "0.2")
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -320,6 +365,11 @@ class LocalDeployment:
         (self.home / "app" / "pyproject.toml").write_text(_APP_TOML)  # once: runs submitted side by side read it
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "fedlib"\n\n[superlink.fedlib]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        # the watchdog first, in a session of its own: its standard input's only writer is this process
+        watchdog = [sys.executable, str(Path(__file__).with_name("watchdog.py")), self._marker]
+        self._watchdog = subprocess.Popen(watchdog + ([str(self.home)] if self._tmp is not None else []),
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                          start_new_session=True)
         try:
             self._start("superlink", ["flower-superlink", "--insecure", "--host", "127.0.0.1", "--port", str(self.port),
                                       "--database", ":flwr-in-memory:", "--disable-runtime-dependency-installation"])
@@ -332,7 +382,7 @@ class LocalDeployment:
             for k in range(self.n_nodes):
                 self._wait_port(self.port + 1 + k, f"SuperNode {k}")
         except BaseException:
-            self.stop()
+            self.__exit__(None, None, None)
             raise
         return self
 
@@ -363,6 +413,7 @@ class LocalDeployment:
             f"fedlib-clients = {n}\nfedlib-timeout = {-1.0 if timeout is None else float(timeout)}\n"
             f"fedlib-max-in-flight = {self.max_in_flight or 0}\n")
         (Path(out) / "flower.json").unlink(missing_ok=True)
+        (Path(out) / SERVERAPP_ERROR).unlink(missing_ok=True)
         exe = Path(sys.executable).parent / "flwr"
         done = subprocess.run([str(exe), "run", str(app), "fedlib", "--stream", "--run-config", str(overrides)],
                               env=self._env(), capture_output=True, text=True, timeout=run_timeout)
@@ -370,28 +421,13 @@ class LocalDeployment:
         if self.verbose:
             print(done.stdout + done.stderr)
         if done.returncode != 0 or not (Path(out) / "flower.json").exists():
-            raise RuntimeError(f"the Flower run failed (flwr run exit {done.returncode}); its output:\n"
-                               f"{(done.stdout + done.stderr)[-4000:]}")
+            raise RuntimeError(f"the Flower run failed (flwr run exit {done.returncode}): {failure_report(job, out)}; the "
+                               f"logs: {self.logs}; flwr run's output:\n{(done.stdout + done.stderr)[-3000:]}")
 
     def pids(self) -> list[int]:
         """Every live process of this deployment: those it started and their descendants (found by
         the marker in their environment, which detached children keep)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                env = (entry / "environ").read_bytes()
-            except OSError:
-                continue
-            if f"FEDLIB_FLOWER_DEPLOYMENT={self._marker}".encode() in env.split(b"\0"):
-                try:
-                    state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                except (OSError, IndexError):
-                    continue
-                if state != "Z":
-                    found.append(int(entry.name))
-        return sorted(found)
+        return marked_pids(self._marker)
 
     def stop(self) -> None:
         """Stop every process of this deployment (TERM, then KILL after 5 s)."""
@@ -420,8 +456,13 @@ class LocalDeployment:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+        if self._watchdog is not None:  # its input closed, it finds nothing left to stop and exits
+            self._watchdog.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._watchdog.wait(timeout=10)
+            self._watchdog = None
 
 
 
 
-__all__ = ["ENGINES", "FlowerRun", "LocalDeployment", "free_port_block", "port_free", "run_flower", "term_exits"]
+__all__ = ["ENGINES", "EXIT_SIGNALS", "FlowerRun", "failure_report", "LocalDeployment", "free_port_block", "port_free", "run_flower", "term_exits"]

@@ -131,7 +131,8 @@ def _check_checkpoint(path: object) -> str:
     return path
 
 
-_RESERVED = frozenset({"frame.csv", "ledger.csv", "state.pt", "manifest.json", "wire.csv", "flower.json"})
+_RESERVED = frozenset({"frame.csv", "ledger.csv", "state.pt", "manifest.json", "wire.csv", "flower.json",
+                       "serverapp-error.txt"})
 """The files a run's output folder holds (:meth:`fedlib.results.RunResult.save`, the ServerApp): no checkpoint takes their names."""
 
 
@@ -212,7 +213,7 @@ def _resolve(value: Any) -> Any:
 
 
 _LOOP_FIELDS = ("rounds", "participation", "eval_every", "seed", "on_nonfinite", "on_failure", "events", "rare_ratio",
-                "f1_class", "evaluate_last", "eval_clients")
+                "f1_class", "evaluate_last", "eval_clients", "min_replies", "min_reply_share")
 _RUN_FIELDS = ("checkpoint",)
 """The run options a job may set (:class:`~fedlib.run.RunOptions`): the server's checkpoint."""
 
@@ -342,11 +343,12 @@ class FlowerJob:
             return RunOptions()
         return RunOptions(checkpoint=str(ckpt if folder is None else os.path.join(folder, _check_checkpoint(ckpt))))
 
-    def run_in_process(self) -> RunResult:
+    def run_in_process(self, folder: str | os.PathLike | None = None) -> RunResult:
         """The job run by the in-process loop (:func:`fedlib.run.run_federated`): the reference
-        that every Flower engine equals bit for bit (with the same torch threads)."""
+        that every Flower engine equals bit for bit (with the same torch threads); its checkpoint,
+        if any, inside ``folder`` (:meth:`run_options`)."""
         return run_federated(self.build_algorithm(), self.build_federation(), self.model_fn(), self.loop_config(),
-                             self.run_options())
+                             self.run_options(folder))
 
     def build_algorithm(self) -> Algorithm:
         """The method: ``make_algorithm(algorithm, **algorithm_kwargs)``, nested calls made."""
