@@ -128,8 +128,10 @@ def test_every_command_of_the_readme_and_the_book_is_covered():
     missing = sorted(f"{found[c]}: {c}" for c in set(found) - set(COVERAGE))
     assert not missing, ("commands without a test (add each to COVERAGE in tests/test_commands.py: RUN, PARSED, "
                          "or the test that runs it):\n" + "\n".join(missing))
-    stale = sorted(set(COVERAGE) - set(found))
-    assert not stale, f"COVERAGE names commands no page gives any more: {stale}"
+    # a command this module runs or parses must still be on a page (one covered elsewhere may go
+    # first: a page and its test change in separate commits)
+    stale = sorted(c for c in set(COVERAGE) - set(found) if COVERAGE[c] in (RUN, PARSED))
+    assert not stale, f"COVERAGE runs commands no page gives any more: {stale}"
 
 
 @pytest.fixture(scope="module")
