@@ -33,6 +33,7 @@ from pathlib import Path
 from fedbook.page import glue_all, setup, show_table
 from fedbook.catalog import (chapter_times, exercise_index, exercise_numbers, handout_cell, timing_numbers,
                              toc_chapters)
+from fedbook.course import REFERENCE_SEEDS, answer_numbers, answer_table
 from fedbook.studies.teaching import demo_cell, demo_methods
 from fedbook.study import Study, run_study
 
@@ -76,15 +77,27 @@ show_table(timing, digits={"smoke (s)": 0, "book (min)": 1}, index=False)
 # worked solution, each folded away until a student opens it. The worked solutions' numbers are
 # computed when the book is built; where an exercise asks for a run larger than the book can
 # afford, its solution computes a reduced version and says at what scale.
+#
+# Every exercise also declares what a correct answer is (`book/fedbook/course.py`), so that a
+# grader can mark it: **a number** the student sets (`answer_1 = ...`), accepted within the
+# prediction interval described under *Grading* below; **a phrase** (the name of a method, the
+# rounds a node was dropped in), accepted when it is one of the values the worked solution gives
+# on the reference seeds; or **code** (a class), run against public tests that the student has and
+# hidden tests that the teacher keeps. The list below gives, for each exercise, what the student
+# hands in and how long its chapter took at the smoke profile on this machine: a student runs the
+# whole chapter once per try (a dash: the smoke profile has not been built here).
 
 # %% tags=["hide-input"]
 exercise_table = exercise_index(ROOT / "notebooks", parts)
-show_table(exercise_table, index=False, wrap=True)
+answers = answer_table(ROOT / "notebooks", parts, records.get("smoke"))
+show_table(answers, digits={"smoke (s)": 0}, index=False, wrap=True)
 
 # %% [markdown]
-# Of the {glue:text}`n_exercises` exercises, {glue:text}`n_parameters_only` need only parameters
-# and {glue:text}`n_code` need code. The last exercise of this page is a method of the student's
-# own, with a test to pass.
+# Of the {glue:text}`n_exercises` exercises of the chapters, {glue:text}`n_parameters_only` need
+# only parameters and {glue:text}`n_code` need code; with this page's own, {glue:text}`n_declared`
+# exercises have an answer declaration: {glue:text}`n_number` numbers, {glue:text}`n_choice`
+# phrases and {glue:text}`n_code_answers` piece of code. The last exercise of this page is a method
+# of the student's own, with a test to pass.
 #
 # ## Handing a chapter out
 #
@@ -97,18 +110,26 @@ show_table(exercise_table, index=False, wrap=True)
 # .venv/bin/python -m pip install --no-deps -e .      # fedlib, editable
 # ```
 #
-# (`make test` does the same and then runs the tests.) To give each student a chapter with their
-# own seed at the smoke profile, write one notebook per student: the chapter with its parameters
-# injected, nothing executed yet, no output and no path of your machine in it:
+# (`make test` does the same and then runs the tests.) To give each student chapters with their
+# own seed at the smoke profile, write one handout per student: the chapters with their
+# parameters injected, nothing executed yet, no output and no path of your machine in them:
 #
 # ```bash
-# .venv/bin/python book/build.py --handout handouts/ana --profile smoke --only setting -p seed=7
+# .venv/bin/python book/build.py --handout handouts/ana --profile smoke --only setting teaching -p seed=7
 # ```
 #
-# The student opens `handouts/ana/setting.ipynb` in Jupyter with the repository's `notebooks/`
-# folder as the working directory and runs it top to bottom. The notebook refuses a misspelled or
-# ill-typed parameter in its first cells, before any work. Here is the cell such a handout
-# carries, made by the command above while this page was built:
+# It writes two folders from the one source of each chapter. `handouts/ana/student/` is what the
+# student gets: each chapter without its worked solutions, its hints and the cells that compute
+# the solutions, its MyST markup turned into plain markdown that Jupyter shows (a glued number
+# becomes the build's value where this machine's build of the profile has the same parameters,
+# else a `[key]` placeholder), a cell per exercise at the end to fill in, and the skeleton and
+# public test of a code exercise under `exercises/`. `--hints` keeps the hints (never the worked
+# solutions). `handouts/ana/teacher/` holds the chapters whole, the hidden tests, the worked
+# solution of the code exercise and `answers.json`, what the grader reads. The student opens
+# `student/setting.ipynb` in Jupyter with the repository's `notebooks/` folder as the working
+# directory and runs it top to bottom. The notebook refuses a misspelled or ill-typed parameter in
+# its first cells, before any work. Here is the cell such a handout carries, made by the command
+# above (for the setting chapter alone) while this page was built:
 
 # %% tags=["hide-input"]
 injected, executed = handout_cell(ROOT / "book" / "build.py", "setting", seed=7)
@@ -133,6 +154,49 @@ print(f"cells with an output: {executed}")
 # many agree. Measured times differ from machine to machine: the values whose key names
 # `seconds`, `minutes` or `time` are left out unless `--timings` is given. `--profile smoke`
 # compares with the smoke build instead.
+#
+# ## Grading
+#
+# Collect each student's notebooks as `submissions/<student>/<chapter>.ipynb` and run
+#
+# ```bash
+# .venv/bin/python book/grade.py handouts/ana/teacher submissions --csv marks.csv
+# ```
+#
+# Each notebook is executed with papermill in a fresh kernel from the repository's `notebooks/`
+# folder, every cell under a time limit (`--timeout`, 600 s by default). Each answer cell is
+# guarded: one that raises marks its own exercise 0 with the error as its message, and the others
+# are still read; a notebook that stops earlier, in the chapter itself, marks each of its
+# exercises 0 with the cell and the error. The grader prints one table, tab-separated, one row per
+# student, chapter and exercise (the answer, the accepted range or values, a mark of 1 or 0 and a
+# message), ready to paste into a grade book, and writes it as CSV with `--csv`.
+#
+# **Numbers that vary with the seed.** A student's number comes from their own seed, so it is not
+# compared with one value. The grader executes the teacher's chapter, solutions included, at the
+# parameters the student's notebook records, once for each of the
+# {glue:text}`reference_seeds_n` reference seeds ({glue:text}`reference_seeds`), reads the number
+# the worked solution glues, and accepts the student's if it falls in the 95 % prediction interval
+# of one more seed: $\bar x \pm t_{0.975,\,n-1}\, s \sqrt{1 + 1/n}$ ($\bar x$ and $s$ the
+# mean and standard deviation of the $n$ reference values). Where the reference has no spread (a
+# count, a deterministic ratio), the half-width is the declared floor of the exercise (half a
+# unit for a count, a point for an accuracy), so that a correct answer does not have to be equal
+# to the last bit. The references are computed on demand, at the first grading at new
+# parameters, and kept under `teacher/references/` (one file per chapter and parameters), so the
+# book's build does not get slower and the next grading executes nothing. An exercise that asks
+# for a re-run with other parameters declares them, and its reference is computed with them.
+#
+# **Why not otter-grader or nbgrader.** Both were checked against this book: otter-grader 7 builds
+# student and teacher versions and runs hidden tests, and nbgrader strips marked solution regions
+# and grades. Neither fits here. Both want their own notebook format (otter-grader's assignment
+# cells in an `.ipynb`, nbgrader's cell metadata and a course directory with its database), while
+# the chapters are jupytext files whose hints and worked solutions are MyST blocks the book
+# already renders. otter-grader grades in Docker (it depends on `python-on-whales`, `fica` and
+# `ipylab`), and nbgrader brings a Jupyter server, JupyterLab 4, Notebook 7, SQLAlchemy and
+# Alembic, none of which the book needs. Above all, neither accepts a number within an interval
+# computed by executing the chapter at the student's parameters on several seeds, and a fixed
+# tolerance would mark correct answers wrong. The grader is therefore a few hundred lines on
+# papermill, which the book already uses to execute its chapters (`book/fedbook/course.py`,
+# tested in `tests/test_course.py` with a right, a wrong and a crashing submission per exercise).
 #
 # (teaching-own-method)=
 # ## Exercise: write your own method
@@ -182,6 +246,8 @@ METHODS = demo_methods(ROOT / "book" / "exercises", beta=P.beta)
 DEMO = Study("demo", partial(demo_cell, algorithms=METHODS, clients=P.demo_clients, rounds=P.demo_rounds),
              grid={"method": list(METHODS)}, seeds=[seed])
 demo = run_study(DEMO)["demo"].set_index("method")["global"]
-glue_all({**timing_numbers(timing), **exercise_numbers(exercise_table), "demo_clients": P.demo_clients,
+glue_all({**timing_numbers(timing), **exercise_numbers(exercise_table), **answer_numbers(answers),
+          "reference_seeds": ", ".join(map(str, REFERENCE_SEEDS)), "reference_seeds_n": len(REFERENCE_SEEDS),
+          "demo_clients": P.demo_clients,
           "demo_rounds": P.demo_rounds, "demo_beta": P.beta, "demo_fedavg": 100 * float(demo["fedavg"]),
           "demo_fedavgm": 100 * float(demo["fedavgm"])})

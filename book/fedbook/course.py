@@ -50,6 +50,8 @@ import nbformat
 import pandas as pd
 from scipy import stats
 
+from fedbook.catalog import chapter_title, exercises, record_seconds
+
 KINDS = ("number", "choice", "code")
 """What an exercise's answer is: a number within a prediction interval over seeds, a word or
 phrase among the values the seeds give, or code checked by tests."""
@@ -206,6 +208,50 @@ def declared(chapter: str | None = None) -> list[Exercise]:
     []
     """
     return [e for e in EXERCISES if chapter is None or e.chapter == chapter]
+
+
+ANSWER_WORDS = {"number": "a number, within its prediction interval", "choice": "a phrase, among the seeds' values",
+                "code": "code, public and hidden tests"}
+"""How the teaching page's list names each kind of answer (:data:`KINDS`)."""
+
+
+def answer_table(notebooks: str | Path, parts: Sequence[tuple[str, Sequence[str]]],
+                 smoke: str | Path | None) -> pd.DataFrame:
+    """The teaching page's list of exercises: one row per declaration of :data:`EXERCISES`, in
+    the book's order (``parts``: the table of contents' chapters, :func:`fedbook.catalog.toc_chapters`),
+    with its chapter's title, its title and what it needs (:func:`fedbook.catalog.exercises`, from
+    ``<notebooks>/<name>.py``), its answer (:data:`ANSWER_WORDS`), what the student hands in, and
+    the seconds its chapter took at the smoke profile in the records of ``smoke`` (a folder of
+    chapter records; ``None`` or a missing record: NaN): what one run of the exercise costs a
+    student, who re-runs the chapter."""
+    rows = []
+    for _, names in parts:
+        for name in names:
+            found = exercises(Path(notebooks) / f"{name}.py").set_index("exercise")
+            for e in declared(name):
+                title = found["title"].get(e.number, "Write your own method") if len(found) else "Write your own method"
+                needs = found["kind"].get(e.number) if len(found) else "code"
+                seconds = record_seconds(smoke, name)
+                rows.append({"chapter": chapter_title(Path(notebooks) / f"{name}.py"), "exercise": e.number,
+                             "title": title, "needs": needs or "not marked", "answer": ANSWER_WORDS[e.kind],
+                             "hands in": f"{e.variable}: {e.asks}",
+                             "smoke (s)": float("nan") if seconds is None else float(seconds)})
+    return pd.DataFrame(rows, columns=["chapter", "exercise", "title", "needs", "answer", "hands in", "smoke (s)"])
+
+
+def answer_numbers(table: pd.DataFrame) -> dict[str, int]:
+    """The teaching page's counts of :func:`answer_table`, by their glued keys: the exercises
+    declared, and those whose answer is a number, a phrase or code.
+
+    Examples
+    --------
+    >>> answer_numbers(pd.DataFrame({"answer": [ANSWER_WORDS["number"], ANSWER_WORDS["code"], ANSWER_WORDS["number"]]}))
+    {'n_declared': 3, 'n_number': 2, 'n_choice': 0, 'n_code_answers': 1}
+    """
+    counts = table["answer"].value_counts()
+    return {"n_declared": len(table), "n_number": int(counts.get(ANSWER_WORDS["number"], 0)),
+            "n_choice": int(counts.get(ANSWER_WORDS["choice"], 0)),
+            "n_code_answers": int(counts.get(ANSWER_WORDS["code"], 0))}
 
 
 # --- numbers: the prediction interval --------------------------------------------------------------
@@ -519,7 +565,7 @@ def parameter_defaults(nb: nbformat.NotebookNode) -> dict[str, Any]:
 
     Examples
     --------
-    >>> cell = nbformat.v4.new_code_cell("seed = 0  # the seed\nalphas = None\nP = f(1)", metadata={"tags": ["parameters"]})
+    >>> cell = nbformat.v4.new_code_cell("seed = 0  # the seed\\nalphas = None\\nP = f(1)", metadata={"tags": ["parameters"]})
     >>> parameter_defaults(nbformat.v4.new_notebook(cells=[cell]))
     {'seed': 0, 'alphas': None}
     """
@@ -802,8 +848,8 @@ def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
     return pd.DataFrame(rows, columns=list(GRADE_COLUMNS))
 
 
-__all__ = ["ANSWER_TAG", "EXERCISES", "Exercise", "GRADER_MARK", "GRADE_COLUMNS", "KINDS", "LEVEL",
-           "REFERENCE_SEEDS", "SOLUTION_TAG", "answer_cells", "as_number", "build_values", "check", "declared",
+__all__ = ["ANSWER_TAG", "ANSWER_WORDS", "EXERCISES", "Exercise", "GRADER_MARK", "GRADE_COLUMNS", "KINDS", "LEVEL",
+           "REFERENCE_SEEDS", "SOLUTION_TAG", "answer_cells", "answer_numbers", "answer_table", "as_number", "build_values", "check", "declared",
            "parameter_defaults",
            "glued_answer", "grade", "grade_notebook", "plain_markdown", "prediction_interval", "prepare_submission",
            "references", "solution_texts", "student_version", "teacher_version", "write_handout"]
