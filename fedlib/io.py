@@ -344,6 +344,7 @@ class FolderLock:
     def __init__(self, folder: str | os.PathLike, what: str = "folder", *, wait: float = 0.0) -> None:
         self.folder, self.what, self.wait = Path(folder), what, float(wait)
         self._fd: int | None = None
+        self._pid = os.getpid()
 
     @property
     def held(self) -> bool:
@@ -380,7 +381,7 @@ class FolderLock:
         except BaseException:
             os.close(fd)
             raise
-        self._fd = fd
+        self._fd, self._pid = fd, os.getpid()
         return self
 
     def _refusal(self, fd: int) -> str:
@@ -399,9 +400,14 @@ class FolderLock:
         """Let the lock go (nothing when it is not held)."""
         fd, self._fd = self._fd, None
         if fd is not None:
+            if self._pid == os.getpid():  # not a forked child's copy: the parent may still hold the lock
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)
-            os.close(fd)  # closing the file releases the flock
+                os.close(fd)  # closing the last descriptor of the file releases the flock
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_fd": None}  # a copy (pickled, deep-copied) does not hold the lock
 
     def __enter__(self) -> "FolderLock":
         return self.acquire()

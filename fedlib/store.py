@@ -80,7 +80,10 @@ class DiskStates(MutableMapping):
             for path in stale:  # a resumed run refills the store from its checkpoint
                 path.unlink()
         except BaseException:
-            lock.release()
+            if earlier is not None and earlier._superseded and earlier._lock is None:
+                earlier._lock, earlier._superseded = lock, False  # refused: the earlier store keeps the folder
+            else:
+                lock.release()
             raise
         remove_stale_temporaries(self.folder)
         self._lock: FolderLock | None = lock

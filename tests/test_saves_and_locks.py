@@ -377,3 +377,20 @@ def test_the_notebook_an_interrupted_chapter_build_left_is_removed_at_the_next_b
     (chapter.parent / "setting.json").write_text("{}")
     assert remove_stale_temporaries(chapter.parent) == [left]
     assert [p.name for p in chapter.parent.iterdir()] == ["setting.json"]
+
+
+def test_a_refused_second_store_leaves_the_folder_to_the_first_and_a_copy_holds_no_lock(tmp_path):
+    import copy
+    import pickle
+
+    first = DiskStates(tmp_path / "s")
+    first[0] = State(arrays={"w": torch.ones(1)})
+    with pytest.raises(ValueError, match="already holds 1 client state file"):
+        DiskStates(tmp_path / "s")  # refused: the first store goes on writing
+    first[1] = State(arrays={"w": torch.ones(1)})
+    lock = FolderLock(tmp_path / "other").acquire()
+    for twin in (copy.deepcopy(lock), pickle.loads(pickle.dumps(lock))):
+        assert not twin.held
+        twin.release()  # closes nothing of the original's
+    assert lock.held and os.fstat(lock._fd)
+    lock.release()
