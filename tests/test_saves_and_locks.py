@@ -394,3 +394,26 @@ def test_a_refused_second_store_leaves_the_folder_to_the_first_and_a_copy_holds_
         twin.release()  # closes nothing of the original's
     assert lock.held and os.fstat(lock._fd)
     lock.release()
+
+
+@pytest.mark.notebook
+def test_a_smoke_builds_files_have_the_umasks_mode_no_temporaries_and_whole_results_folders(smoke_out):
+    """The setting chapter (tidy tables) and GGEUR's experiments (run folders) of the session's smoke build."""
+    import importlib.util
+
+    from fedlib.io import current_umask
+
+    spec = importlib.util.spec_from_file_location("book_build", Path(__file__).resolve().parent.parent / "book" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    assert build.build("smoke", ["setting", "ggeur_experiments"], {}, render=False, force=False, out=smoke_out) == 0
+    files = [p for d in ("chapters", "results") for p in sorted((smoke_out / d).rglob("*")) if p.is_file()]
+    mode = 0o666 & ~current_umask()
+    assert len(files) > 20
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in files if p.stat().st_mode & 0o777 != mode} == {}
+    assert [p for p in files if p.name.startswith(".") and p.name != FolderLock.NAME] == []  # no temporary left
+    runs = sorted((smoke_out / "results" / "ggeur_experiments").rglob(MANIFEST))
+    assert runs
+    for manifest in runs:
+        assert {p.name for p in manifest.parent.iterdir()} == RESULT_FILES | {FolderLock.NAME}
+        RunResult.check_folder(manifest.parent)
