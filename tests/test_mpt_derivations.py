@@ -137,8 +137,8 @@ def test_every_check_records_its_rows_in_the_chapters_order_and_holds():
     frame = checks.frame()
     assert len(checks) == 17 and checks.n_fail == 0, frame[frame["verdict"] != "holds"]
     assert frame["statement"].iloc[0] == "KKT solution of Eq. (1) equals the closed form"
-    assert frame["statement"].iloc[7].startswith("P_perp is an orthogonal projector")
-    assert frame["statement"].iloc[9].startswith("as N grows (alpha -> 1) MPT tends to")
+    assert frame["statement"].iloc[7].startswith(r"$P_\perp$ is an orthogonal projector")
+    assert frame["statement"].iloc[9].startswith(r"as $N$ grows ($\alpha \to 1$) MPT tends to")
     assert not frame["statement"].str.contains("never worse than the worse|tracked exactly|alpha -> 1 as N -> oo").any()
     assert frame["statement"].iloc[-1].startswith("Eq. (4)'s projector discards")
     shown = table.rename(columns=ALPHA_RISK_COLUMNS)

@@ -833,15 +833,17 @@ def lemma52_section(checks: CheckTable, rng: np.random.Generator, trials: int, *
     lemma_bad, chain_bad, mean_reading_bad, bound_terms = LM["lemma_bad"], LM["chain_bad"], LM["mean_reading_bad"], LM["bound_terms"]
     n_lemma = len(LM["slack"])
     how = f"{n_lemma} random instances (m ≤ 8, n ≤ 60, C ≤ 6, random U_i), fedlib.distill.lemma52"
-    checks.add("Lemma 5.2: Err_{U_i}(f̄_k) ≤ Err_{U_i}(f_i) + 2B/(γ|U_i|), with 2B = max_j d_{U_i}(i, j) (sums over U_i)",
+    checks.add(r"Lemma 5.2: $\mathrm{Err}_{U_i}(\bar f_k) \le \mathrm{Err}_{U_i}(f_i) + 2B/(\gamma|U_i|)$, with "
+               r"$2B = \max_j d_{U_i}(i, j)$ (sums over $U_i$)",
                how, lemma_bad, 0, kind="count")
-    checks.add("the proof chain: γ|Bad| ≤ Σ_{U_i}‖f̄ − f_i‖₁ ≤ mean_j d_{U_i}(i, j) ≤ max_j d_{U_i}(i, j) = 2B", how,
+    checks.add(r"the proof chain: $\gamma|\mathrm{Bad}| \le \sum_{U_i}\lVert\bar f - f_i\rVert_1 \le \operatorname{mean}_j "
+               r"d_{U_i}(i, j) \le \max_j d_{U_i}(i, j) = 2B$", how,
                chain_bad, 0, kind="count")
-    checks.add("with B the cluster's diameter (Assumption 5.1) the lemma holds with B/(γ|U_i|): the factor 2 is spare",
+    checks.add(r"with $B$ the cluster's diameter (Assumption 5.1) the lemma holds with $B/(\gamma|U_i|)$: the factor 2 is spare",
                how, LM["diam_bad"], 0, kind="count")
-    checks.add("the margin-profile version min_τ [P(Δ < τ) + 2B/(τ|U_i|)] is also a valid bound", how, LM["profile_bad"], 0,
+    checks.add(r"the margin-profile version $\min_\tau [P(\Delta < \tau) + 2B/(\tau|U_i|)]$ is also a valid bound", how, LM["profile_bad"], 0,
                kind="count")
-    checks.add("B must be a sum over U_i: read as a per-sample mean (B/|U_i|) the bound is false",
+    checks.add(r"$B$ must be a sum over $U_i$: read as a per-sample mean ($B/|U_i|$) the bound is false",
                how, f"{mean_reading_bad} counterexamples", ok=mean_reading_bad > 0)
     return {"lm_trials": int(n_lemma), "lm_mean_bad": int(mean_reading_bad),
             "lm_mean_bad_pct": 100 * mean_reading_bad / max(n_lemma, 1), "lm_median_term": float(np.median(bound_terms)),
@@ -950,11 +952,11 @@ def real_run_section(checks: CheckTable, runs: RealRuns, real: pd.DataFrame, *, 
                 if later["max diameter / B₀"].max() <= 2 + tol else
                 "the diameter leaves 2B₀: Assumption 5.1 with B = 2B₀ is not maintained after the first round on this run."))}
     how = f"{n_real} client-iterations: {runs.n_clients} clients × {runs.rounds} COSMOS iterations on UCI digits"
-    checks.add("Lemma 5.2 on real COSMOS runs (U_i from the support rule, B summed over U_i)", how,
+    checks.add(r"Lemma 5.2 on real COSMOS runs ($U_i$ from the support rule, $B$ summed over $U_i$)", how,
                int((~real["holds"]).sum()), 0, kind="count")
     checks.add("Lemma 5.2 on real runs with Assumption 5.1's B (the cluster's diameter over U at iteration t)", how,
                int((~real["holds, B = diameter on U"]).sum()), 0, kind="count")
-    checks.add("on real runs the lemma's term 2B/(γ|U_i|) is informative (below 1)", how,
+    checks.add(r"on real runs the lemma's term $2B/(\gamma|U_i|)$ is informative (below 1)", how,
                f"below 1 for {100 - 100 * float((real['2B/(γ|U_i|)'] >= 1).mean()):.0f} % of them",
                ok=bool((real["2B/(γ|U_i|)"] < 1).all()), partly=bool((real["2B/(γ|U_i|)"] < 1).any()))
     if not later.empty:

@@ -497,7 +497,7 @@ def residual_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int)
         ``orth_linear_loss``: the largest part of the residual the linear span would discard.
     """
     worst_orth, worst_lin = residual_off_span(seed, trials, K, dim)
-    checks.add("with lambda = 0, r0 is orthogonal to the affine directions (P_aff r0 = r0)",
+    checks.add(r"with $\lambda = 0$, $r_0$ is orthogonal to the affine directions ($P_{\mathrm{aff}} r_0 = r_0$)",
                f"{trials} random instances, relative error", f"{worst_orth:.1e}", ok=worst_orth < 1e-8)
     return {"orth_linear_loss": float(worst_lin)}
 
@@ -513,14 +513,14 @@ def transport_checks(checks: CheckTable, seed: int, trials: int, dim: int) -> di
     """
     ot = transport_map_against_scipy(seed, trials, dim)
     pairs = f"{trials} random SPD pairs"  # SPD: symmetric positive definite
-    checks.add("T_t is symmetric positive definite", pairs,
+    checks.add(r"$T_t$ is symmetric positive definite", pairs,
                f"asymmetry {ot['asymmetry']:.1e}, min eigenvalue {ot['min_eigenvalue']:.3g}",
                ok=ot["asymmetry"] < 1e-10 and ot["min_eigenvalue"] > 0)
-    checks.add("T_t Sigma_d T_t = Sigma_t", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
+    checks.add(r"$T_t \Sigma_d T_t = \Sigma_t$", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
                ok=ot["pushforward"] < 1e-8)
-    checks.add("T_t equals the Gaussian OT map computed with SciPy sqrtm", f"{pairs}, relative max error",
+    checks.add(r"$T_t$ equals the Gaussian OT map computed with SciPy sqrtm", f"{pairs}, relative max error",
                f"{ot['scipy']:.1e}", ok=ot["scipy"] < 1e-6)
-    checks.add("T_t attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
+    checks.add(r"$T_t$ attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
                f"{trials} pairs; a random orthogonal Q per pair",
                f"relative gap {ot['w2_gap']:.1e}; {ot['n_cheaper']} cheaper maps",
                ok=ot["w2_gap"] < 1e-6 and ot["n_cheaper"] == 0)
@@ -530,7 +530,7 @@ def transport_checks(checks: CheckTable, seed: int, trials: int, dim: int) -> di
 def projector_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int) -> float:
     """:func:`projector_errors` as one row of ``checks`` (up to 1e-9); returns the worst error."""
     worst = projector_errors(seed, trials, K, dim)
-    checks.add("P_perp is an orthogonal projector off the span (both spans, collinear cases included)",
+    checks.add(r"$P_\perp$ is an orthogonal projector off the span (both spans, collinear cases included)",
                f"{trials} instances x 2 spans; every 5th collinear", f"{worst:.1e}", ok=worst < 1e-9)
     return worst
 
@@ -552,7 +552,7 @@ def alpha_star_checks(checks: CheckTable) -> dict[str, Any]:
     alpha_star = sp.solve(sp.diff(mse, al), al)[0]
     ok = sp.simplify(alpha_star - tau2 / (tau2 + s2 / N)) == 0
     lim_N, lim_tau = sp.limit(alpha_star, N, sp.oo), sp.limit(alpha_star, tau2, 0)
-    checks.add("alpha* = tau2 / (tau2 + sigma2/N) minimizes the blend's MSE", "sympy: d MSE / d alpha = 0",
+    checks.add(r"$\alpha^* = \tau^2 / (\tau^2 + \sigma^2/N)$ minimizes the blend's MSE", r"sympy: $d\,\mathrm{MSE} / d\alpha = 0$",
                "0 (symbolic)" if ok else "differs", ok=ok)
     return {"alpha*": sp.simplify(alpha_star), "N -> oo": lim_N, "tau2 -> 0": lim_tau}
 
@@ -602,12 +602,12 @@ def alpha_risk_checks(checks: CheckTable, table: pd.DataFrame, z_max: float = Z_
     worst_ratio = float(biased["adaptive / best"].max())
     large_n_ratio = float(biased.loc[biased["N"] >= 20, "adaptive / best"].max())
     worst_z = float(table["z"].abs().max())
-    checks.add("implementation: alpha = 0 with no rare sample and -> 0 when the residuals agree",
+    checks.add(r"implementation: $\alpha = 0$ with no rare sample and $\alpha \to 0$ when the residuals agree",
                "adaptive_alpha at N = 0 and at equal residuals", f"{2 - sum(limits)} of 2 fail", ok=all(limits))
-    checks.add("with N >= 20 the plug-in blend is within 10 % of the better pure estimate (or beats both)",
+    checks.add(r"with $N \ge 20$ the plug-in blend is within 10 % of the better pure estimate (or beats both)",
                "Monte Carlo, N in {20, 100, 1000} x bias in {0.3, 1}", f"worst risk ratio {large_n_ratio:.2f}",
                ok=large_n_ratio <= 1.1)
-    checks.add("the moment identity behind Eq. (7): E[D - sigma2_hat/N] = tau2 (the unclipped estimate is unbiased)",
+    checks.add(r"the moment identity behind Eq. (7): $E[D - \hat\sigma^2/N] = \tau^2$ (the unclipped estimate is unbiased)",
                f"Monte Carlo, every cell (N x bias), |mean - tau2| in standard errors, at most {z_max:g}",
                f"worst |z| {worst_z:.2f}", ok=worst_z <= z_max)
     return {"alpha_worst_ratio": worst_ratio, "alpha_large_n_ratio": large_n_ratio, "alpha_worst_z": worst_z}
@@ -674,8 +674,8 @@ def measurement_limit_check(checks: CheckTable, seed: int, trials: int, K: int, 
         ``limit_err`` and ``limit_gap`` (:func:`measurement_limit`'s two numbers).
     """
     err, gap = measurement_limit(seed, trials, K, dim)
-    checks.add("as N grows (alpha -> 1) MPT tends to M_t'w0 + P_perp (h_bar - M_t'w0): the measurement corrects only "
-               "the out-of-span part, so the limit is not the rare samples' mean h_bar",
+    checks.add(r"as $N$ grows ($\alpha \to 1$) MPT tends to $M_t^\top w_0 + P_\perp (\bar h - M_t^\top w_0)$: the measurement "
+               r"corrects only the out-of-span part, so the limit is not the rare samples' mean $\bar h$",
                f"{trials} random instances, N = 1e12; the limit's projector from NumPy's SVD",
                f"relative error {err:.1e}; smallest in-span share of h_bar - M_t'w0 {gap:.2f}",
                ok=err < 1e-8 and gap > 1e-3)
@@ -712,8 +712,8 @@ def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
            "stay_stored": float(table.loc[stay, "bary + stored residual"]),
            "stay_transported": float(table.loc[stay, "MPT without the projector"])}
     exact = max(out["noproj_axis"], out["noproj_spd"])
-    checks.add("T_t r_0 is the exactly moved residual when every class moves by one symmetric positive definite map A "
-               "(then T = A, the unique OT map), axis-aligned or not", "known drifts: diagonal A and a random "
+    checks.add(r"$T_t r_0$ is the exactly moved residual when every class moves by one symmetric positive definite map $A$ "
+               r"(then $T = A$, the unique OT map), axis-aligned or not", "known drifts: diagonal A and a random "
                "non-diagonal SPD A; error of M_t'w0 + T r0", f"{exact:.1e}", ok=exact < 1e-8)
     # The stored residual's error on this drift is shown, not checked: the drift defines the rare prototype as
     # M_t'w0 + r0, which is the stored-residual reconstruction itself, so its error is 0 by construction.
@@ -725,7 +725,7 @@ def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
                ok=out["stay_transported"] > 1e-3)
     checks.add("MPT-lite's scalar cannot follow a rotation (counterexample)", "random rotation of the feature space",
                f"relative error {out['lite_rot']:.2f}", ok=out["lite_rot"] > 1e-3)
-    checks.add("Eq. (4)'s projector discards the part of T r0 that drifts into the new span (counterexample)",
+    checks.add(r"Eq. (4)'s projector discards the part of $T r_0$ that drifts into the new span (counterexample)",
                "axis-aligned drift, with P_perp", f"relative error {out['mpt_axis']:.3f} (lite {out['lite_axis']:.3f})",
                ok=out["mpt_axis"] > 1e-3)
     return out
