@@ -417,3 +417,11 @@ def test_a_smoke_builds_files_have_the_umasks_mode_no_temporaries_and_whole_resu
     for manifest in runs:
         assert {p.name for p in manifest.parent.iterdir()} == RESULT_FILES | {FolderLock.NAME}
         RunResult.check_folder(manifest.parent)
+
+
+def test_a_flower_jobs_checkpoint_may_not_take_the_name_of_the_results_folders_lock():
+    from fedlib.engines.flower.job import _check_checkpoint
+
+    with pytest.raises(ValueError, match=r"checkpoint may not be named '\.lock'"):
+        _check_checkpoint(FolderLock.NAME)
+    assert _check_checkpoint("checkpoint.pt") == "checkpoint.pt"

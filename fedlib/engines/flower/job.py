@@ -132,7 +132,7 @@ def _check_checkpoint(path: object) -> str:
 
 
 _RESERVED = frozenset({"frame.csv", "ledger.csv", "state.pt", "manifest.json", "wire.csv", "flower.json",
-                       "serverapp-error.txt"})
+                       "serverapp-error.txt", ".lock"})
 """The files a run's output folder holds (:meth:`fedlib.results.RunResult.save`, the ServerApp): no checkpoint takes their names."""
 
 
