@@ -46,6 +46,7 @@ from torch import nn
 
 from fedbook.checks import CheckTable
 from fedbook.page import show_table
+from fedbook.tables import format_small
 from fedlib.algorithms.cosmos import COSMOS, cosmos_history
 from fedlib.algorithms.fedmd import cached_labels, grouping
 from fedlib.clustering import b0_for_clusters, candidate_thresholds, cluster_diameters, greedy_b0
@@ -743,9 +744,9 @@ def algorithm1_section(checks: CheckTable, rng: np.random.Generator, trials: int
                                         name="quantity"))
     numbers = {
         "s1_trials": int(trials), "s1_radius": float(radius_excess),
-        "s1_diam_sentence": f"is {diam_excess:.2e} (negative: no diameter reaches 2B₀)" if diam_excess < 0 else
-        f"is {diam_excess:.1e}: a diameter attains 2B₀ up to round-off" if diam_excess <= tol else
-        f"is {diam_excess:.2e}: a diameter exceeds 2B₀",
+        "s1_diam_sentence": f"is {format_small(diam_excess, 2)} (negative: no diameter reaches 2B₀)" if diam_excess < 0 else
+        f"is {format_small(diam_excess)}: a diameter attains 2B₀ up to round-off" if diam_excess <= tol else
+        f"is {format_small(diam_excess, 2)}: a diameter exceeds 2B₀",
         "s1_ratio": float(worst_ratio), "s1_clusters": int(A1["n_clusters"]), "s1_over": int(A1["over_b0"]),
         "s1_inst_over": int(A1["inst_over_b0"]), "s1_inst_over_pct": 100 * A1["inst_over_b0"] / trials,
         "s1_rule": "matches Algorithm 1 replayed step by step on every instance" if rule_bad == 0 else
@@ -1002,7 +1003,7 @@ def consistency_gradient_section(checks: CheckTable, rng: np.random.Generator, s
     how = f"{trials} random MLPs (float64) and batches, noise radius 0.05 to 1"
     checks.add("autograd's logit gradients of the consistency term equal the hand-derived formulas", how, err_logits, 1e-12)
     checks.add("with the detach the clean branch gets no gradient, and the augmented branch's is q − p", how,
-               f"None on every trial, max error {err_none:.1e}" if clean_grad_is_none else "a clean-branch gradient exists",
+               f"None on every trial, max error {format_small(err_none)}" if clean_grad_is_none else "a clean-branch gradient exists",
                ok=clean_grad_is_none and err_none <= 1e-12)
     checks.add("distillation_objective: the two detach_target settings differ by exactly λ/n times the clean branch",
                how + ", random λ in [0.5, 5]", err_objective, 1e-12)

@@ -38,6 +38,7 @@ from torch import nn
 from fedbook.checks import CheckTable
 from fedbook.intervals import Interval, paired_interval
 from fedbook.page import format_number, show_table
+from fedbook.tables import format_small
 from fedlib.algorithms.cosmos import COSMOS, COSMOSServer
 from fedlib.messages import Message, State, from_state
 from fedlib.data import ArrayDataset
@@ -664,7 +665,7 @@ def hessian_section(checks: CheckTable, runs: Mapping[str, SyntheticRun], *, see
     checks.add("without the ridge a linear softmax client's objective is flat along the D + 1 logit-shift directions (μ = 0)",
                "Hessian of F̂ times the shift basis, every point evaluated", flat_err, 1e-10)
     checks.add("at the clients' final parameters F̂ is convex off the shift directions (so μ = the ridge weight)",
-               "smallest Hessian eigenvalue on the complement", f"{final_min:.2e}", ok=final_min > -1e-9)
+               "smallest Hessian eigenvalue on the complement", format_small(final_min, 2), ok=final_min > -1e-9)
     checks.add("the paper's two-sided consistency term keeps F̂ convex for larger augmentation radii",
                f"{hessian_points} random parameter points per radius 1 and 3",
                f"negative curvature at {100 * large_neg:.0f} % of them", ok=large_neg == 0)

@@ -53,6 +53,7 @@ from matplotlib.lines import Line2D
 
 from fedbook.checks import CheckTable
 from fedbook.page import show_table
+from fedbook.tables import format_small
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
 from fedlib.geometry import (FORMULAS, augment, augment_around_prototypes, augment_loop, class_shapes,
@@ -377,7 +378,7 @@ def similarity_table(props: dict[str, float], trials: int) -> pd.DataFrame:
     """
     p = props
     return pd.DataFrame({
-        "result": [f"{p['out_of_range']} of {trials}", f"{p['sign_dev']:.1e}", f"{p['max_at_equal']:.1e}",
+        "result": [f"{p['out_of_range']} of {trials}", format_small(p['sign_dev']), format_small(p['max_at_equal']),
                    f"{p['near_mean']:.3f}", f"S = {p['s_swap']:.0f} (subspace similarity {p['s_swap_sub']:.0f})"],
     }, index=pd.Index(["S outside [0, k] for random bases", "largest change of S under sign flips",
                        "|S - k| for identical bases up to sign", "mean S/k for a 5 % perturbation",
@@ -625,7 +626,7 @@ def degenerate_inputs(seed: int) -> pd.DataFrame:
     near_psd = torch.tensor(x2.T @ x2 / 5) - 1e-13 * torch.eye(50, dtype=F64)
     v_np, _ = eigen_shape(near_psd)
     raw_min = float(torch.linalg.eigvalsh(near_psd).min())
-    bad_rows.append((f"negative eigenvalues from round-off (min {raw_min:.1e})", "clipped to 0", False, float(v_np.min()) == 0.0))
+    bad_rows.append((f"negative eigenvalues from round-off (min {format_small(raw_min)})", "clipped to 0", False, float(v_np.min()) == 0.0))
     try:
         eigen_shape(torch.diag(torch.tensor([1.0, -0.5], dtype=F64)))
         raised = False
@@ -721,9 +722,9 @@ def eq4_section(checks: CheckTable, seed: int, trials: int) -> Section:
     }, index=pd.Index(["Eq. 4 vs numpy.cov of pooled samples", "ClassMoments (merged) vs numpy.cov",
                        "cross term of the expansion"], name="quantity compared"))
     checks.add("Eq. 4 equals the covariance of the pooled samples (unequal sizes, single-client and one-sample classes)",
-               f"{trials} random federations vs numpy.cov(bias=True)", f"{e.eq4:.1e}", ok=e.eq4 < 1e-10)
+               f"{trials} random federations vs numpy.cov(bias=True)", format_small(e.eq4), ok=e.eq4 < 1e-10)
     checks.add("the cross terms of the expansion vanish exactly (the paper: 'in expectation')",
-               "sum of (x − μ_k)(μ_k − μ)ᵀ per client and class", f"{e.cross:.1e}", ok=e.cross < 1e-10)
+               "sum of (x − μ_k)(μ_k − μ)ᵀ per client and class", format_small(e.cross), ok=e.cross < 1e-10)
     numbers = {"eq4_err": float(e.eq4), "eq4_trials": int(trials), "single_client_cases": int(e.single_client_cases)}
     return Section(numbers, (show_table(table, formats={"max relative error": ".1e"}),))
 
@@ -795,10 +796,10 @@ def similarity_section(checks: CheckTable, seed: int, trials: int) -> Section:
     sim = similarity_properties(seed, trials)
     checks.add("S lies in [0, k]", f"{trials} random orthonormal bases", f"{sim['out_of_range']} counterexamples",
                ok=sim["out_of_range"] == 0)
-    checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", f"{sim['sign_dev']:.1e}",
+    checks.add("S is invariant to eigenvector signs", "random sign flips of both bases", format_small(sim['sign_dev']),
                ok=sim["sign_dev"] < 1e-12)
     checks.add("S = k iff the top-k eigenvectors coincide pairwise up to sign",
-               "identical bases with random signs; perturbed bases score < k", f"{sim['max_at_equal']:.1e}",
+               "identical bases with random signs; perturbed bases score < k", format_small(sim['max_at_equal']),
                ok=sim["max_at_equal"] < 1e-12 and sim["near_max"] < 1)
     checks.add("S is not a similarity of subspaces: it depends on the order of the eigenvectors",
                "same subspace, two eigenvectors swapped (e.g. near-equal eigenvalues)", f"S = {sim['s_swap']:.0f} of 5",
@@ -943,7 +944,7 @@ def batched_section(checks: CheckTable, seed: int, dim: int = 32, n_new: int = 3
     (True, 0)
     """
     loop_err, t_fast, t_slow = batched_against_loop(seed, dim, n_new)
-    checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dim}, same draws", f"{loop_err:.1e}",
+    checks.add("batched generation equals the per-sample loop", f"{n_new} samples, d = {dim}, same draws", format_small(loop_err),
                ok=loop_err < 1e-10)
     return Section({"loop_err": loop_err, "loop_time_ratio": t_slow / t_fast})
 

@@ -52,6 +52,7 @@ from fedlib.clustering import (SilhouetteKMeans, descriptor_drift, hard_membersh
 from fedbook.checks import CheckTable
 from fedbook.intervals import Interval, mean_interval, paired_interval
 from fedbook.page import sign_word
+from fedbook.tables import format_small
 from fedlib.data import load_uci_digits
 from fedlib.federation import Federation, make_federation
 from fedlib.loop import LoopConfig
@@ -852,7 +853,7 @@ def descriptor_section(checks: CheckTable, trials: int, seed: int) -> tuple[pd.D
     table = pd.DataFrame({"max abs error": list(err.values())}, index=pd.Index(DESCRIPTOR_QUANTITIES, name="quantity"))
     numbers = {"desc_trials": int(trials),
                "desc_reading": "every deviation is round-off" if max(err.values()) <= 1e-12 else
-               f"the largest deviation is {max(err.values()):.1e}, more than round-off",
+               f"the largest deviation is {format_small(max(err.values()))}, more than round-off",
                "desc_moved": float(np.median(moved)) if moved else float("nan"), "desc_rot_err": float(err["rotation"]),
                "desc_full_err": float(err["full"])}
     how = f"{trials} random head sets, n ≤ 8, C ≤ 12, d ≤ 5, r ≤ C"
@@ -932,7 +933,7 @@ def membership_section(checks: CheckTable, trials: int, temperatures: Sequence[f
                "memb_gap": float(default_t * math.log(SHARE / (1 - SHARE)))}
     how = f"{M['n_rows']} membership rows: {M['n_instances']} random instances × {len(temperatures)} temperatures"
     checks.add("soft membership rows lie on the simplex (nonnegative, sum to 1)", how,
-               f"min entry {M['min_entry']:.1e}, max |Σ − 1| {M['simplex_err']:.1e}",
+               f"min entry {format_small(M['min_entry'])}, max |Σ − 1| {format_small(M['simplex_err'])}",
                ok=M["min_entry"] >= 0 and M["simplex_err"] < 1e-12)
     checks.add("T → 0: soft membership → hard_membership, with |m − hard| ≤ (k−1)·exp(−gap/T)", how,
                M["cold_viol"], 0, kind="count")
@@ -963,7 +964,7 @@ def identity_section(checks: CheckTable, fed: Federation, model_fn: Callable[...
     numbers = {"id_rounds": int(rounds), "id_diff": ident.identity_diff, "id_bits": bits, "id_zero": ident.zero_diff,
                "id_k": ident.k_grouped, "id_rel_k": float(np.median(ident.rel_moves)), "id_partial": ident.partial_diff,
                "id_participation": ident.participation,
-               "id_partial_sentence": f"the one-group prototype differs from the round's average by up to {ident.partial_diff:.1e}."
+               "id_partial_sentence": f"the one-group prototype differs from the round's average by up to {format_small(ident.partial_diff)}."
                if ident.partial_diff > 0 else "yet here the one-group prototype equals the round's average (the same clients "
                "were sampled in every round).",
                "id_eval": "identical" if ident.same_eval else "not identical"}

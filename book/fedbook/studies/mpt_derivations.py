@@ -40,6 +40,7 @@ import sympy as sp
 import torch
 
 from fedbook.checks import CheckTable
+from fedbook.tables import format_small
 from fedlib.heads import regularized_covariance
 from fedlib.rng import torch_generator
 from fedlib.tracking import (
@@ -482,7 +483,7 @@ def barycentric_check(checks: CheckTable, seed: int, trials: int, K: int, dim: i
     worst_obj, worst_sum = barycentric_against_slsqp(seed, trials, K, dim)
     checks.add("closed form is optimal (never worse than SciPy SLSQP) and sums to one",
                f"{trials} random instances, lambda in {{1e-3, 0.1, 1, 10}}",
-               f"objective excess {worst_obj:.1e}, |1'w - 1| {worst_sum:.1e}",
+               f"objective excess {format_small(worst_obj)}, |1'w - 1| {format_small(worst_sum)}",
                ok=worst_obj <= 1e-8 and worst_sum < 1e-9)
     return {"bary_worst_obj": float(worst_obj)}
 
@@ -498,7 +499,7 @@ def residual_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int)
     """
     worst_orth, worst_lin = residual_off_span(seed, trials, K, dim)
     checks.add(r"with $\lambda = 0$, $r_0$ is orthogonal to the affine directions ($P_{\mathrm{aff}} r_0 = r_0$)",
-               f"{trials} random instances, relative error", f"{worst_orth:.1e}", ok=worst_orth < 1e-8)
+               f"{trials} random instances, relative error", format_small(worst_orth), ok=worst_orth < 1e-8)
     return {"orth_linear_loss": float(worst_lin)}
 
 
@@ -514,15 +515,15 @@ def transport_checks(checks: CheckTable, seed: int, trials: int, dim: int) -> di
     ot = transport_map_against_scipy(seed, trials, dim)
     pairs = f"{trials} random SPD pairs"  # SPD: symmetric positive definite
     checks.add(r"$T_t$ is symmetric positive definite", pairs,
-               f"asymmetry {ot['asymmetry']:.1e}, min eigenvalue {ot['min_eigenvalue']:.3g}",
+               f"asymmetry {format_small(ot['asymmetry'])}, min eigenvalue {ot['min_eigenvalue']:.3g}",
                ok=ot["asymmetry"] < 1e-10 and ot["min_eigenvalue"] > 0)
-    checks.add(r"$T_t \Sigma_d T_t = \Sigma_t$", f"{pairs}, relative max error", f"{ot['pushforward']:.1e}",
+    checks.add(r"$T_t \Sigma_d T_t = \Sigma_t$", f"{pairs}, relative max error", format_small(ot['pushforward']),
                ok=ot["pushforward"] < 1e-8)
     checks.add(r"$T_t$ equals the Gaussian OT map computed with SciPy sqrtm", f"{pairs}, relative max error",
-               f"{ot['scipy']:.1e}", ok=ot["scipy"] < 1e-6)
+               format_small(ot['scipy']), ok=ot["scipy"] < 1e-6)
     checks.add(r"$T_t$ attains the 2-Wasserstein cost; no rotated push-forward is cheaper",
                f"{trials} pairs; a random orthogonal Q per pair",
-               f"relative gap {ot['w2_gap']:.1e}; {ot['n_cheaper']} cheaper maps",
+               f"relative gap {format_small(ot['w2_gap'])}; {ot['n_cheaper']} cheaper maps",
                ok=ot["w2_gap"] < 1e-6 and ot["n_cheaper"] == 0)
     return ot
 
@@ -531,7 +532,7 @@ def projector_check(checks: CheckTable, seed: int, trials: int, K: int, dim: int
     """:func:`projector_errors` as one row of ``checks`` (up to 1e-9); returns the worst error."""
     worst = projector_errors(seed, trials, K, dim)
     checks.add(r"$P_\perp$ is an orthogonal projector off the span (both spans, collinear cases included)",
-               f"{trials} instances x 2 spans; every 5th collinear", f"{worst:.1e}", ok=worst < 1e-9)
+               f"{trials} instances x 2 spans; every 5th collinear", format_small(worst), ok=worst < 1e-9)
     return worst
 
 
@@ -677,7 +678,7 @@ def measurement_limit_check(checks: CheckTable, seed: int, trials: int, K: int, 
     checks.add(r"as $N$ grows ($\alpha \to 1$) MPT tends to $M_t^\top w_0 + P_\perp (\bar h - M_t^\top w_0)$: the measurement "
                r"corrects only the out-of-span part, so the limit is not the rare samples' mean $\bar h$",
                f"{trials} random instances, N = 1e12; the limit's projector from NumPy's SVD",
-               f"relative error {err:.1e}; smallest in-span share of h_bar - M_t'w0 {gap:.2f}",
+               f"relative error {format_small(err)}; smallest in-span share of h_bar - M_t'w0 {gap:.2f}",
                ok=err < 1e-8 and gap > 1e-3)
     return {"limit_err": err, "limit_gap": gap}
 
@@ -714,14 +715,14 @@ def drift_checks(checks: CheckTable, table: pd.DataFrame) -> dict[str, float]:
     exact = max(out["noproj_axis"], out["noproj_spd"])
     checks.add(r"$T_t r_0$ is the exactly moved residual when every class moves by one symmetric positive definite map $A$ "
                r"(then $T = A$, the unique OT map), axis-aligned or not", "known drifts: diagonal A and a random "
-               "non-diagonal SPD A; error of M_t'w0 + T r0", f"{exact:.1e}", ok=exact < 1e-8)
+               "non-diagonal SPD A; error of M_t'w0 + T r0", format_small(exact), ok=exact < 1e-8)
     # The stored residual's error on this drift is shown, not checked: the drift defines the rare prototype as
     # M_t'w0 + r0, which is the stored-residual reconstruction itself, so its error is 0 by construction.
     checks.add("the transported residual assumes the rare offset follows the remaining classes' covariance: where it "
                "does not, T_t r_0 misses the rare prototype (counterexample)",
                "the remaining classes move by the SPD A, the rare prototype keeps M_t'w0 + r0",
                f"relative error of the transported residual {out['stay_transported']:.3f} (the stored residual's, "
-               f"{out['stay_stored']:.1e}, is shown, not checked: the drift defines the prototype by it)",
+               f"{format_small(out['stay_stored'])}, is shown, not checked: the drift defines the prototype by it)",
                ok=out["stay_transported"] > 1e-3)
     checks.add("MPT-lite's scalar cannot follow a rotation (counterexample)", "random rotation of the feature space",
                f"relative error {out['lite_rot']:.2f}", ok=out["lite_rot"] > 1e-3)
