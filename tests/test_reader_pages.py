@@ -170,3 +170,9 @@ def test_mpt_s_per_round_figures_draw_mpt_on_top_and_a_legible_legend(which):
     shown_px = size_pt * 688 / (fig.get_figwidth() * 72)
     assert shown_px >= 12, f"legend drawn {shown_px:.1f} px high at 1280 px (9 pt = 12 px)"
     plt.close(fig)
+
+
+def test_a_table_s_scientific_column_reads_as_a_power_of_ten():
+    frame = pd.DataFrame({"check": ["a", "b"], "max difference": [0.0, 3e-16]})
+    text = repr(show_table(frame, formats={"max difference": ".1e"}, index=False))
+    assert text.splitlines()[1:] == ["a 0", "b 3.0 × 10⁻¹⁶"]

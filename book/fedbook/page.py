@@ -55,7 +55,7 @@ from myst_nb import glue as myst_glue
 
 from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE, Claim, ClaimResult,
                             claims_records, evaluate, headline_summary, show, tally)
-from fedbook.tables import table_of
+from fedbook.tables import format_small, table_of
 from fedlib.io import atomic_write_bytes
 from fedlib.validation import is_int, is_real
 
@@ -590,6 +590,8 @@ def _format_cell(value: Any, spec: Any) -> str:
         return MISSING
     if callable(spec):
         return str(spec(value))
+    if isinstance(spec, str) and re.fullmatch(r"\.\d+e", spec) and isinstance(value, numbers.Real):
+        return format_small(float(value), int(spec[1:-1]))  # 0 as 0, 3.0 × 10⁻¹⁶: never 0.0e+00
     if isinstance(spec, str):
         return format(value, spec)
     if isinstance(value, bool | np.bool_):
@@ -622,7 +624,9 @@ def show_table(
     digits : int or dict, default 2
         Decimals of float cells (one number, or per column; integers get thousands separators).
     formats : dict, optional
-        Per column: a format spec (``".1e"``, ``".1%"``) or a callable (e.g. :func:`format_bytes`).
+        Per column: a format spec (``".1%"``; ``".1e"`` writes a power of ten as a reader reads it,
+        ``3.0 × 10⁻¹⁶`` and zero as ``0``: :func:`fedbook.tables.format_small`) or a callable (e.g.
+        :func:`format_bytes`).
     best : dict, optional
         Per column: ``"max"`` or ``"min"``; the best value (ties: every one) is shown in bold.
         Cells that are text (``"91.0 ± 2.5"``) compare by the number they start with.
