@@ -186,18 +186,24 @@ def write_error(err: OSError, path: str | os.PathLike, kept: str) -> OSError:
     return new
 
 
+_SWEPT: set[str] = set()  # the folders this process has cleared of stale temporary files
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
 
     The file gets the umask's mode (:func:`apply_umask`), as ``open`` would give it. Temporary files
-    that an interrupted earlier write left in the folder are removed first
-    (:func:`remove_stale_temporaries`). A failed write (a full disk, a read-only folder) leaves
+    that an interrupted earlier write left in the folder are removed at the process's first write
+    into it (:func:`remove_stale_temporaries`). A failed write (a full disk, a read-only folder) leaves
     ``path`` as it was and raises an ``OSError`` of the same errno that names ``path`` and says so.
     """
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        remove_stale_temporaries(path.parent)
+        folder = os.path.abspath(path.parent)
+        if folder not in _SWEPT:  # once per folder and process: a store of thousands of files is not scanned per write
+            remove_stale_temporaries(folder)
+            _SWEPT.add(folder)
         fd, tmp = temporary_sibling(path)
     except OSError as err:
         raise write_error(err, path, f"nothing was written in {path.parent}") from err
