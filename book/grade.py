@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{teacher} has no answers.json: give the teacher folder of book/build.py --handout")
     if not submissions.is_dir():
         raise SystemExit(f"no folder {submissions}")
-    if args.seeds < 2:
-        raise SystemExit(f"--seeds must be at least 2 (a spread needs two values), got {args.seeds}")
+    if args.seeds < 3:
+        raise SystemExit(f"--seeds must be at least 3 (with two, the t quantile alone is 12.7), got {args.seeds}")
     table = grade(teacher, submissions, root=ROOT, timeout=args.timeout, seeds=tuple(range(args.seeds)),
                   log=lambda line: print(line, file=sys.stderr, flush=True))
     print(table.to_csv(sep="\t", index=False), end="")

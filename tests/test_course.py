@@ -168,7 +168,7 @@ def test_grading_a_folder_marks_right_wrong_and_crashed_answers(tmp_path):
     assert no_first_round != solution
     subs = tmp_path / "submissions"
     right = {1: "answer_1 = 42.5", 2: "answer_2 = 5.1", 3: "answer_3 = -1", 4: "answer_4 = '-12 points'"}
-    wrong = {1: "answer_1 = 80.0", 2: "answer_2 = 6.0", 3: "answer_3 = 12.0", 4: "answer_4 = None"}
+    wrong = {1: "answer_1 = 80.0", 2: "answer_2 = 'five'", 3: "answer_3 = 12.0", 4: "answer_4 = None"}
     for who, setting, teaching in (
             ("ana", _submission(student, "setting", right), _submission(student, "teaching", {1: solution})),
             ("ben", _submission(student, "setting", wrong), _submission(student, "teaching", {1: no_first_round})),
@@ -185,10 +185,12 @@ def test_grading_a_folder_marks_right_wrong_and_crashed_answers(tmp_path):
     msg = {(r.student, r.chapter, r.exercise): r.message for r in table.itertuples()}
     assert msg[("cy", "setting", 2)] == "crashed: the notebook stopped at cell 2: ValueError: my data went missing"
     assert msg[("cy", "teaching", 1)] == "crashed: RuntimeError: unfinished"
-    assert msg[("ben", "setting", 1)] == "outside" and msg[("ben", "setting", 4)] == "no answer given"
+    assert msg[("ben", "setting", 2)] == "not a number: 'five'"
+    assert msg[("ben", "setting", 1)] == "outside the accepted interval" and msg[("ben", "setting", 4)] == "no answer given"
     assert msg[("ben", "teaching", 1)].startswith("failed: ") and "test_one_round_by_hand" in msg[("ben", "teaching", 1)]
     accepted = {r.exercise: r.accepted for r in table.itertuples() if r.student == "ana" and r.chapter == "setting"}
-    assert accepted[2] == "[4.5, 5.5]"  # no spread over the seeds: 5 ± the declared floor of half a point
+    assert accepted[2] == "[4.50, 5.50]"  # no spread over the seeds: 5 ± the declared floor of half a point
+    assert accepted[1] == "[32.1, 51.9]"  # 42 ± t(0.975, 2) 4.303 × s 2 × sqrt(4/3) = 9.94
 
 
 def test_references_execute_the_teachers_notebook_once_per_seed_and_parameters(tmp_path):

@@ -336,7 +336,7 @@ def check(exercise: Exercise, answer: Any, reference: Sequence[str]) -> tuple[bo
     --------
     >>> e = Exercise("c", 1, "number", "a rate", key="k", floor=0.5)
     >>> check(e, 52.0, ["50.0", "52.0", "54.0"])
-    (True, '[42.06, 61.94]')
+    (True, '[42.1, 61.9]')
     >>> check(e, 70, ["50.0", "52.0", "54.0"])[0], check(e, None, ["1"])[0]
     (False, False)
     >>> check(Exercise("c", 2, "choice", "a name", key="k"), " FedAvg ", ["'fedavg'", "'mpt'"])
@@ -345,7 +345,9 @@ def check(exercise: Exercise, answer: Any, reference: Sequence[str]) -> tuple[bo
     if exercise.kind == "number":
         values = [as_number(glued_answer(t, exercise.pick)) for t in reference]
         lo, hi = prediction_interval(values, exercise.floor)
-        accepted = f"[{lo:.4g}, {hi:.4g}]"
+        half = (hi - lo) / 2
+        decimals = max(0, 1 - math.floor(math.log10(half))) if half > 0 else 6  # two significant digits of the half-width
+        accepted = f"[{lo:.{decimals}f}, {hi:.{decimals}f}]"
         try:
             x = as_number(answer)
         except ValueError:
@@ -781,6 +783,19 @@ def references(chapter: str, params: Mapping[str, Any], keys: Iterable[str], *, 
     return {int(s): known[str(s)] for s in seeds}
 
 
+def _why_not(exercise: Exercise, answer: Any) -> str:
+    """The message of an answer that was not accepted: none given, not a number, or outside."""
+    if answer is None:
+        return "no answer given"
+    if exercise.kind == "number":
+        try:
+            as_number(answer)
+        except ValueError:
+            return f"not a number: {answer!r}"
+        return "outside the accepted interval"
+    return "not among the accepted values"
+
+
 GRADE_COLUMNS = ("student", "chapter", "exercise", "kind", "answer", "accepted", "mark", "message")
 """The columns of :func:`grade`'s table: one row per student, chapter and exercise; ``mark`` 1 or 0."""
 
@@ -843,7 +858,7 @@ def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
                             rows.append(row)
                             continue
                         row.update(answer=got["answer"], accepted=accepted, mark=int(ok),
-                                   message="" if ok else ("no answer given" if got["answer"] is None else "outside"))
+                                   message="" if ok else _why_not(e, got["answer"]))
                 rows.append(row)
     return pd.DataFrame(rows, columns=list(GRADE_COLUMNS))
 
