@@ -279,8 +279,7 @@ def _check_reply(up: Message, server: State, model: Mapping, algorithm: Algorith
         elif (tuple(a.shape), a.dtype) != want:
             raise InvalidReplyError(
                 f"client {k}'s reply in round {r} has '{name}' of shape {tuple(a.shape)} and dtype {a.dtype}, but the "
-                f"server's model has shape {want[0]} and dtype {want[1]}; round {r} was not aggregated (the server state "
-                f"and any checkpoint stay those of round {r - 1})")
+                f"server's model has shape {want[0]} and dtype {want[1]}; round {r} was not aggregated ({_kept(r)})")
     if undeclared:
         size = sum(up.arrays[n].numel() * up.arrays[n].element_size() for n in undeclared)
         raise InvalidReplyError(
@@ -348,7 +347,13 @@ def _check_enough(config: LoopConfig, r: int, asked: int, kept: int, dropped: li
         raise TooFewRepliesError(
             f"round {r} kept {kept} of the {asked} replies of the clients it {what}, fewer than the {need} required "
             f"(LoopConfig(min_replies={config.min_replies}, min_reply_share={config.min_reply_share})); dropped: {causes}; "
-            f"round {r} was not aggregated, and the server state and any checkpoint stay those of round {r - 1}")
+            f"round {r} was not aggregated, and {_kept(r)}")
+
+
+def _kept(r: int) -> str:
+    """What a failed round ``r`` leaves: the state and checkpoint of the round before."""
+    return ("the server state stays the initial one (no round checkpointed)" if r == 1 else
+            f"the server state and any checkpoint stay those of round {r - 1}")
 
 
 def _validate_events(events: Sequence[Event], n_clients: int) -> None:

@@ -40,7 +40,7 @@ from fedlib.engines.flower.deployment import _APP_TOML, _task_identity, failure_
 from fedlib.engines.flower.watchdog import MARKER_VARIABLE, marked_pids
 from fedlib.engines.flower.job import ALLOW_ENV, allowed_targets
 from fedlib.engines.inprocess import InProcessTransport
-from fedlib.loop import ClientFailedError, LoopConfig
+from fedlib.loop import ClientFailedError, LoopConfig, TooFewRepliesError
 from fedlib.results import run_differences
 from fedlib.messages import same_arrays
 from fedlib.run import run_federated
@@ -596,6 +596,20 @@ def test_a_failed_run_says_why_and_where_a_rerun_resumes(tmp_path):
                                                 "resumes from round 2")
     (tmp_path / SERVERAPP_ERROR).write_text("Traceback ...\nOSError: disk full")
     assert failure_report(j, tmp_path).startswith("the ServerApp failed with Traceback ...\nOSError: disk full")
+
+
+def test_a_round_whose_every_node_was_dropped_fails_and_the_serverapp_says_why(tmp_path, one_thread):
+    """Every node silent after the handshake, on_failure="drop": round 1 kept no reply, so the run
+    fails (never a normal return with nothing evaluated), and the ServerApp leaves its error for
+    the command that submitted it (a deployment's app is a process of its own)."""
+    j = job("fedavg", rounds=2, on_failure="drop", checkpoint="ckpt.pt")
+    with pytest.raises(TooFewRepliesError, match=r"round 1 kept 0 of the 4 replies .* dropped: client 0: no reply \(node "
+                       r"1000 did not reply within 0.01 s of the message\); client 1: .*client 3: .*round 1 was not "
+                       r"aggregated, and the server state stays the initial one \(no round checkpointed\)"):
+        run_flower(j, "loopback", out=tmp_path, unresponsive={0, 1, 2, 3}, timeout=0.01)
+    report = failure_report(j, tmp_path)
+    assert "TooFewRepliesError: round 1 kept 0 of the 4 replies" in report and report.endswith(
+        f"no round was checkpointed yet ({tmp_path / 'ckpt.pt'}): a rerun starts from round 1")
 
 
 class RefusingGrid(LoopbackGrid):

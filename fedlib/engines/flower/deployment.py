@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -421,8 +422,11 @@ class LocalDeployment:
         if self.verbose:
             print(done.stdout + done.stderr)
         if done.returncode != 0 or not (Path(out) / "flower.json").exists():
+            logs = Path(out) / "flower-logs"  # kept: a temporary Flower home goes with the deployment
+            with contextlib.suppress(OSError):
+                shutil.copytree(self.logs, logs, dirs_exist_ok=True)
             raise RuntimeError(f"the Flower run failed (flwr run exit {done.returncode}): {failure_report(job, out)}; the "
-                               f"logs: {self.logs}; flwr run's output:\n{(done.stdout + done.stderr)[-3000:]}")
+                               f"deployment's logs: {logs}; flwr run's output:\n{(done.stdout + done.stderr)[-3000:]}")
 
     def pids(self) -> list[int]:
         """Every live process of this deployment: those it started and their descendants (found by
