@@ -47,7 +47,7 @@ bench: $(STAMP)
 # a real Flower deployment on this machine: a SuperLink and 4 SuperNodes as processes on 127.0.0.1
 # (insecure mode: loopback only), 3 rounds of FedAvg; every process is stopped at the end
 flower: $(STAMP)
-	$(BIN)/python -m fedlib.engines.flower --engine deployment --clients 4 --rounds 3 --out flower-run
+	$(BIN)/python -m fedlib.engines.flower --engine deployment --clients 4 --rounds 3 --out flower-run --checkpoint checkpoint.pt
 
 clean:
 	rm -rf book/_build book/chapters book/results book/cache book/_smoke book/_paper
