@@ -1060,7 +1060,8 @@ def sensitivity(runs: Mapping[str, pd.DataFrame], study: COSMOSStudy, side: Sequ
 # ---- tables and the figure --------------------------------------------------------------------------
 
 def _metric_table(frame: pd.DataFrame, order: Sequence[str]) -> pd.DataFrame:
-    return pd.concat({m: seed_table(frame, "method", None, m, digits=1)[m] for m in METRICS}, axis=1).reindex(order)
+    return pd.concat({m: seed_table(frame, "method", None, m, digits=1, bounds=(0, 100))[m] for m in METRICS},
+                     axis=1).reindex(order)
 
 
 def main_table(F: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
@@ -1083,7 +1084,7 @@ def mixture_table(F: Mapping[str, pd.DataFrame], study: COSMOSStudy) -> pd.DataF
     """COSMOS and COMET per mixture of architectures (Figure 3 and Table 3), the one-architecture
     mixture, the default and the others, over the side seeds."""
     order = [list(study.mixtures)[0], study.default_mixture, *list(study.mixtures)[1:]]
-    table = seed_table(F["mixtures"], "method", "mixture", "mean", digits=1)
+    table = seed_table(F["mixtures"], "method", "mixture", "mean", digits=1, bounds=(0, 100))
     table = table.reindex(columns=order)
     table.columns.name = None
     return table.rename_axis("method")
@@ -1093,7 +1094,7 @@ def alpha_table(F: Mapping[str, pd.DataFrame], study: COSMOSStudy) -> pd.DataFra
     """COSMOS and COMET per Dirichlet :math:`\\alpha` (Tables 5-6), the default first, over the side seeds."""
     alphas = F["alphas"].assign(setting=lambda f: "α = " + f.alpha.astype(float).map("{:g}".format))
     order = list(dict.fromkeys(alphas.setting))
-    table = seed_table(alphas, "method", "setting", "mean", digits=1).reindex(columns=order)
+    table = seed_table(alphas, "method", "setting", "mean", digits=1, bounds=(0, 100)).reindex(columns=order)
     table.columns.name = None
     return table.rename_axis("method")
 

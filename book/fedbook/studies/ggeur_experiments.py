@@ -1057,7 +1057,7 @@ def label_table(label: pd.DataFrame, betas: Sequence[float]):
     concentration (columns), the mean accuracy ± the half-width of its interval
     (:func:`fedbook.intervals.seed_table`), a dash where a run was not made, the best in bold."""
     full = label[label.full]
-    table = pd.concat([seed_table(full[full.beta == b], "method", None, "accuracy (%)").rename(columns=lambda _: b)
+    table = pd.concat([seed_table(full[full.beta == b], "method", None, "accuracy (%)", bounds=(0, 100)).rename(columns=lambda _: b)
                        for b in betas], axis=1).reindex(index=list(LABEL_METHODS), columns=list(betas)).fillna("—")
     table.columns = [f"accuracy (%), β = {b}" for b in betas]
     return show_table(table, best={c: "max" for c in table.columns})

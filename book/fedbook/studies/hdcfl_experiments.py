@@ -1162,7 +1162,7 @@ def main_tables(R: Mapping[str, pd.DataFrame], settings: Sequence[str]) -> list:
     both = pd.concat([R["main"], R["macro"]], ignore_index=True)
     shown = []
     for metric in TAIL_METRICS:
-        cells = seed_table(both, "method", "setting", metric, digits=1).reindex(list(METHODS))[[*settings, "macro"]]
+        cells = seed_table(both, "method", "setting", metric, digits=1, bounds=(0, 100)).reindex(list(METHODS))[[*settings, "macro"]]
         means = both.groupby(["method", "setting"])[metric].mean().unstack()[list(settings)]
         ranks = means.rank(axis=0, ascending=metric == "gap", method="average").mean(axis=1)
         cells["average rank"] = ranks.reindex(list(METHODS)).map(lambda v: f"{v:.1f}")
@@ -1180,9 +1180,10 @@ def ablation_tables(R: Mapping[str, pd.DataFrame], settings: Sequence[str], name
     shown = []
     for setting in settings:
         v = R["variants"][R["variants"].setting == setting]
-        table = seed_table(v, "variant", None, "mean", digits=1).reindex(names)
-        table["worst"] = seed_table(v, "variant", None, "worst", digits=1).reindex(names)["worst"]
-        table["bottom-20 %"] = seed_table(v, "variant", None, "bottom-20 %", digits=1).reindex(names)["bottom-20 %"]
+        table = seed_table(v, "variant", None, "mean", digits=1, bounds=(0, 100)).reindex(names)
+        table["worst"] = seed_table(v, "variant", None, "worst", digits=1, bounds=(0, 100)).reindex(names)["worst"]
+        table["bottom-20 %"] = seed_table(v, "variant", None, "bottom-20 %", digits=1, bounds=(0, 100)).reindex(names)[
+            "bottom-20 %"]
         table["k"] = v.groupby("variant")["k"].mean().reindex(names)
         table["silhouette"] = v.groupby("variant")["silhouette"].mean().reindex(names)
         shown.append(Markdown(f"**{setting}**"))
