@@ -489,19 +489,6 @@ def answer_cells(chapter: str, root: Path) -> list[nbformat.NotebookNode]:
     return cells
 
 
-def _is_exercise_section(cells: list) -> list[bool]:
-    """For each cell, whether it lies in the chapter's exercises (after a ``## Exercises`` or
-    ``## Exercise:`` heading, up to the next ``## `` heading)."""
-    inside, out = False, []
-    for cell in cells:
-        if cell.cell_type == "markdown":
-            for line in cell.source.splitlines():
-                if line.startswith("## "):
-                    inside = line[3:].strip().lower().startswith("exercise")
-        out.append(inside)
-    return out
-
-
 def student_version(nb: nbformat.NotebookNode, chapter: str, root: Path, *, hints: bool = False,
                     values: Mapping[str, str] | None = None) -> nbformat.NotebookNode:
     """The student's notebook of ``chapter`` from its teacher's source ``nb``: without the cells
