@@ -519,7 +519,7 @@ def teacher_version(nb: nbformat.NotebookNode, chapter: str, root: Path) -> nbfo
 
 def solution_texts(source: str) -> list[str]:
     """The lines of the hints and worked solutions of a chapter's jupytext ``source`` (their
-    markdown without the ``# `` prefix; lines of fewer than 25 characters left out): what a
+    markdown without the leading ``#``; lines of fewer than 25 characters left out): what a
     student's notebook must not contain."""
     lines = [line[2:] if line.startswith("# ") else line.lstrip("#") for line in source.splitlines()]
     out = []
