@@ -49,6 +49,9 @@ BOOK = ROOT / "book"
 SITE = BOOK / "_build" / "html"
 PDF_DIR = "pdf"
 BOOK_PDF = "book.pdf"
+PAGE_TIMEOUT_MS = 300_000
+"""How long a page may take to load, typeset and print: the API reference is several MB of HTML
+that Chromium needs more than Playwright's default 30 s for on a busy 2-core machine."""
 REFERENCE_PAGES = ("api",)
 """Pages printed on their own but left out of ``book.pdf``: the API reference (``pdf/api.pdf``),
 about half the book's sheets, which a reader looks up on the site rather than prints."""
@@ -240,6 +243,7 @@ def render_page(ctx, path: Path) -> tuple[str, bytes]:
     wider than the column shrunk to fit, links to other local files dropped.
     """
     page = ctx.new_page()
+    page.set_default_timeout(PAGE_TIMEOUT_MS)
     try:
         page.emulate_media(media="print")
         page.goto(path.as_uri(), wait_until="load")
