@@ -191,6 +191,7 @@ def test_the_readmes_rerun_commands_run_as_written(sandbox):
     assert done.returncode == 0, done.stderr[-3000:]
     written = [Path(line.split(maxsplit=1)[1]) for line in done.stdout.splitlines() if line.startswith("[handout]")]
     assert written and all(p.is_relative_to(sandbox / "handouts" / "ana") and p.exists() for p in written)
+    assert all(p.stat().st_mode & 0o044 == 0o044 & ~_umask() for p in written)  # readable by the group, not 0600
     print(f"the README's re-run commands: {time.perf_counter() - t0:.0f} s")
 
 
