@@ -15,6 +15,12 @@
 # (chapter-cosmos-experiments)=
 # # COSMOS: can pseudo-labels alone personalize clients of different architectures?
 #
+# ```{glue} claims_summary
+# ```
+#
+# The rest of this chapter sets up the runs, shows them and decides every claim in the claims table
+# at its end; the {doc}`glossary <../glossary>` defines the table's terms.
+#
 # COSMOS {cite:p}`cosmos` lets every client keep its own architecture: clients send only their
 # soft pseudo-labels on a public unlabeled set $U$, the server groups them greedily by the
 # $\ell_1$ distance of their hard label vectors (Algorithm 1, a threshold $B_0$), trains **one server model

@@ -15,10 +15,17 @@
 # (chapter-fedgrc-experiments)=
 # # FedGRC: is high local accuracy enough? The experiments
 #
+# ```{glue} fge_claims_summary
+# ```
+#
+# The rest of this chapter sets up the runs, shows them and decides every claim in the claims table
+# at its end; the {doc}`glossary <../glossary>` defines the table's terms.
+#
 # FedGRC {cite:p}`fedgrc` asks every client's deployed model to do two things at once: fit the
 # client's own data (local accuracy) and still recognize every class the federation knows,
-# including the classes the client never saw (global, unseen and rare accuracy, and the client
-# floors L@25, U@25, R@25 and F@25 of {ref}`chapter-setting`). It combines three parts, whose
+# including the classes the client never saw (global, {term}`unseen <unseen classes>` and
+# {term}`rare <rare classes>` accuracy, and the client {term}`floors <@25 floor>` L@25, U@25, R@25 and
+# {term}`F@25` of {ref}`chapter-setting`). It combines three parts, whose
 # mathematics the previous chapters checked ({ref}`chapter-fedgrc-cgrl`, {ref}`chapter-fedgrc-statistics`):
 #
 # 1. **CGRL**, a representation trained with cross-entropy on a weak and a strong view of every

@@ -394,9 +394,9 @@ print(f"{len(cnn['table'])} evaluations of a client's head on a target")
 
 # %% [markdown]
 # Per client, the shared head's and the SASP head's error, the uncertified share
-# $\Pr(M^0 \le B)$ and the bound (their sum, Eq. (40)'s consequence), all in % of the queries,
-# then how many predictions SASP changed and how many of those were certified (the theorem
-# allows none). First on the global test set ($R = Q$), then on each client's local test split
+# $\Pr(M^0 \le B)$ (the column {term}`Pr(M⁰ ≤ B)`) and the bound (their sum, Eq. (40)'s
+# consequence), all in % of the queries, then how many predictions SASP changed and how many of
+# those were certified ({term}`certified & changed`: the theorem allows none). First on the global test set ($R = Q$), then on each client's local test split
 # ($R = P^{(k)}$):
 
 # %% tags=["hide-input"]

@@ -15,14 +15,14 @@
 # (chapter-findings)=
 # # Findings: every claim at a glance
 #
-# This page gathers what the book found: every claim of the papers that a chapter tests, with
-# its verdict, the interval it rests on, the seeds behind it and how many seeds would decide it if
-# it is still open. Nothing on it is typed: it reads the claims records that the build wrote for
-# each experiments chapter (each chapter's claims table, row by row), so it says what the
-# chapters say. Each quotation is shortened here; its link opens the chapter's table at that row,
-# where the whole quotation, the quantity, the decision rule and the substitution that affects it
-# stand. How a verdict is decided from an interval over seeds is explained in
-# {ref}`reading-claims`.
+# What the book found, paper by paper: which of each paper's headline claims (those of its abstract
+# or conclusion) hold, which do not, which remain open and what would decide them. The sentences
+# are written from the build's records of each chapter's claims table (nothing here is typed),
+# and the same sentences open each experiments chapter; each claim's name links to its row.
+# The {term}`verdicts <holds>` and the other terms are defined in the {doc}`../glossary`.
+#
+# ```{glue} paper_summaries
+# ```
 
 # %% tags=["parameters", "hide-input"]
 profile = "book"  # "smoke", "book" or "paper": which build's records this page reads (it trains nothing)
@@ -37,8 +37,8 @@ from IPython.display import display
 
 from fedbook.claims import HOLDS
 from fedbook.page import glue_all, setup, show_table
-from fedbook.catalog import (findings_counts, findings_html, findings_numbers, nearest_decisions, plot_verdicts,
-                             read_findings, toc_chapters, verdict_changes)
+from fedbook.catalog import (findings_counts, findings_html, findings_numbers, nearest_decisions, paper_summaries,
+                             plot_verdicts, read_findings, toc_chapters, verdict_changes)
 
 PROFILES = {"smoke": {}, "book": {}, "paper": {}}
 P = setup(PROFILES, profile)
@@ -50,7 +50,16 @@ findings, not_built = read_findings(records[profile], parts)
 not_built = [n for n in not_built if n != "findings" and "claims_report(" in (ROOT / "notebooks" / f"{n}.py").read_text()]
 counts = findings_counts(findings)
 glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_changes(findings, records, P.profile, parts),
-          **nearest_decisions(findings)})
+          **nearest_decisions(findings), "paper_summaries": paper_summaries(records[profile], parts)})
+
+# %% [markdown]
+# This page gathers every claim of the papers that a chapter tests, with its verdict, the interval
+# it rests on, the seeds behind it and how many seeds would decide it if it is still open. It
+# reads the claims records that the build wrote for each experiments chapter (each chapter's claims
+# table, row by row), so it says what the chapters say. Each quotation is shortened here; its link
+# opens the chapter's table at that row, where the whole quotation, the quantity, the decision
+# rule and the substitution that affects it stand. How a verdict is decided from an interval over
+# seeds is explained in {ref}`reading-claims`.
 
 # %% [markdown]
 # ## The verdicts, counted
@@ -63,8 +72,12 @@ glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_
 # quantity's resolution, {glue:text}`n_untestable_setting` in this setting), so
 # {glue:text}`decided_percent:.0f` % are decided either way. Of the {glue:text}`n_headline`
 # headline claims (those of a paper's abstract or conclusion), {glue:text}`headline_decided` are
-# decided. {glue:text}`most_holds_paper` has the most claims that hold
-# ({glue:text}`most_holds`). The counts leave out the book's {glue:text}`n_controls` controls
+# decided. Of the {glue:text}`n_headline_method` headline claims about the papers' own methods,
+# {glue:text}`headline_method_holds` hold, {glue:text}`headline_method_not` do not hold and
+# {glue:text}`headline_method_open` remain open (inconclusive or untestable); the
+# {glue:text}`n_headline_problem` about the problems the papers address (a baseline's failure, which
+# motivates a method but is not the method working) are counted apart, and
+# {glue:text}`headline_problem_holds` of them hold. The counts leave out the book's {glue:text}`n_controls` {term}`controls <control>`
 # (questions of our own that check a setting can test a claim at all); they are listed with the
 # claims below. For this page {glue:text}`not_built_text`.
 #

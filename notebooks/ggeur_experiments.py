@@ -15,6 +15,12 @@
 # (chapter-ggeur-experiments)=
 # # GGEUR: label skew and domain skew on digit embeddings
 #
+# ```{glue} claims_summary
+# ```
+#
+# The rest of this chapter sets up the runs, shows them and decides every claim in the claims table
+# at its end; the {doc}`glossary <../glossary>` defines the table's terms.
+#
 # GGEUR (Global Geometry-Guided Embedding Uncertainty Representation) {cite:p}`ggeur` trains only
 # a classifier, federatedly, on frozen embeddings. Before
 # training, clients send per-class means and covariances; the server returns each class's global

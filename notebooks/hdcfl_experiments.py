@@ -15,6 +15,12 @@
 # (chapter-hdcfl-experiments)=
 # # HDC-FL: do head-derived encoder mixtures lift the worst clients?
 #
+# ```{glue} claims_summary
+# ```
+#
+# The rest of this chapter sets up the runs, shows them and decides every claim in the claims table
+# at its end; the {doc}`glossary <../glossary>` defines the table's terms.
+#
 # HDC-FL {cite:p}`hdcfl` reads which clients should share an encoder off the geometry of their
 # private classifier heads, and sends each client a soft mixture of per-group encoder prototypes
 # paired with its own head. Its claim is about the **tails**: a mean accuracy comparable to the
@@ -201,7 +207,7 @@ R = hdcfl.setting_numbers(STUDY, P.n_seeds, N_CLASSES)  # the numbers the prose 
 # is the average over the three settings, per seed; every interval is Student's t over the
 # {glue:text}`n_seeds` seeds, paired by seed ({mod}`fedbook.claims`).
 #
-# **Every client accuracy here is its pooled score.** Our clients' own test splits hold about
+# **Every client accuracy here is its {term}`pooled` score.** Our clients' own test splits hold about
 # {glue:text}`test_size:.0f` images, so one image moves a client's accuracy by about
 # {glue:text}`one_image:.1f` points, and the worst client would be decided by a handful of images.
 # Each client is therefore scored on a held-out pool drawn from its own distribution

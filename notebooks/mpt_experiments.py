@@ -15,6 +15,12 @@
 # (chapter-mpt-experiments)=
 # # MPT: a departed client's rare class, tracked
 #
+# ```{glue} claims_summary
+# ```
+#
+# The rest of this chapter sets up the runs, shows them and decides every claim in the claims table
+# at its end; the {doc}`glossary <../glossary>` defines the table's terms.
+#
 # A client that holds almost every sample of one class leaves the federation for good; the
 # backbone keeps training on the others; how long does the federation still recognize that class,
 # and can the server keep its prototype aligned from class-level statistics alone? This chapter
@@ -31,8 +37,8 @@
 # * **LDC** {cite:p}`ldc` (learnable drift compensation): a bias-free linear old-to-new feature map trained on each client (MSE,
 #   Adam from the identity, learning rate and epochs as in the reference, see {ref}`mpt-ldc-steps`)
 #   and averaged by the server;
-# * **frozen** (the departure prototype), **oracle** (the current rare-class *test* mean,
-#   unavailable in practice), **MPT-lite** and **MPT**, plus the ablations of the paper's
+# * **frozen** (the departure prototype), **{term}`oracle`** (the current rare-class *test* mean,
+#   unavailable in practice), **{term}`MPT-lite`** and **MPT**, plus the ablations of the paper's
 #   Section V-D (barycentric only, barycentric + stored residual, prediction only, measurement
 #   only).
 #
@@ -408,7 +414,7 @@ for name in P.datasets:
         Claim(f"degrade-{name}", *Q["degrade"], f"{name}: the frozen prototype's rare-class F1 (the class's recognition "
               "with no tracking), last round − the round before the departure, mean over the fractions", "less",
               F1, SUB_TABLE + "; “silently” (overall accuracy does not show it) is drawn in the figure, not "
-              "decided here", resolution=RES_F1[name], headline=True,
+              "decided here", resolution=RES_F1[name], headline=True, about="problem",
               ours=Read("by_seed", "frozen", **on), baseline=Read("before_seed", "frozen", **on),
               regimes=(stable("stability_seed", **on),)),
     ]
@@ -417,14 +423,15 @@ STABLE_FIG = stable("stability")  # the regime check on the figure runs (one val
 CLAIMS += [
     Claim("pre-ncm", *Q["pre"], f"table runs on {FINE} (the data set whose test set resolves m; mean over the "
           "fractions): rare-class F1 at the round before the departure, prototype NCM (the direct estimate) − FedAvg's "
-          "softmax head", "greater", F1, SUB_TABLE, resolution=RES_F1[FINE],
+          "softmax head", "greater", F1, SUB_TABLE, resolution=RES_F1[FINE], about="problem",
           ours=Read("before_seed", "mpt", dataset=FINE), baseline=Read("before_seed", "fedavg", dataset=FINE)),
     Claim("frozen", *Q["frozen"], "figure runs: frozen prototype's rare-class F1, last round − round before the "
-          "departure", "less", F1, SUB_FIG, resolution=RES_FIG, regimes=(STABLE_FIG,),
+          "departure", "less", F1, SUB_FIG, resolution=RES_FIG, regimes=(STABLE_FIG,), about="problem",
           ours=fig("f1_last", method="frozen"), baseline=fig("f1_pre", method="frozen")),
     Claim("frozen-gradual", *Q["frozen"], "figure runs: “progressively”: frozen prototype's rare-class F1, last round "
           "− the departure round (the fall after the first post-departure round)", "less", F1, SUB_FIG,
-          resolution=RES_FIG, ours=fig("f1_last", method="frozen"), baseline=fig("f1_departure", method="frozen"),
+          resolution=RES_FIG, about="problem", ours=fig("f1_last", method="frozen"),
+          baseline=fig("f1_departure", method="frozen"),
           regimes=(STABLE_FIG,)),
     Claim("lite-cnn", *Q["lite"], f"figure runs ({P.fig_model}): rare-class F1 at the last round, MPT-lite − MPT (the "
           "first half)", "at least", F1, SUB_FIG + "; MPT-lite's form (scalar growth of the stored residual) is our "
@@ -442,7 +449,8 @@ CLAIMS += [
           ours=Read("figure_seed", "rho"), baseline=0.0, regimes=(STABLE_FIG,)),
     Claim("fig6a-frozen", *Q["fig6a_frozen"], "figure runs: the frozen prototype's Mahalanobis distance to the "
           f"oracle, last round − mean over the {STORED_ROUNDS} rounds after the departure round", "greater", DIST,
-          SUB_FIG, resolution=RES, ours=fig("d_last", method="frozen"), baseline=fig("d_early", method="frozen"),
+          SUB_FIG, resolution=RES, about="problem", ours=fig("d_last", method="frozen"),
+          baseline=fig("d_early", method="frozen"),
           regimes=(STABLE_FIG,)),
     Claim("fig6a-stored", *Q["fig6a_stored"], "figure runs: Mahalanobis distance to the oracle, mean over the "
           f"{STORED_ROUNDS} rounds after the departure round, barycentric + stored residual − barycentric only",
@@ -599,6 +607,7 @@ show_table(M.last_round_table(history, SHOW), best={"rare-class F1": "max", "ove
 # the rare class is one class in ten, so its loss moves overall accuracy by a tenth at most. One run
 # took {glue:text}`fig_run_seconds:.0f` s on average.
 #
+# (mpt-table-ii)=
 # ## Final rare-class F1 by remaining fraction (Table II style)
 #
 # The table model on every data set, for each remaining fraction and seed (the study `TABLE`, a cell
@@ -817,7 +826,11 @@ M.plot_cost(history, frames["bytes"], frames["times"], COMM_METHODS)
 # check, the verdict with its kind or its reason, and the substitution that affects it).
 
 # %% tags=["hide-input"]
-results = claims_report(CLAIMS, frames, digits=CLAIM_DIGITS, total_seconds=float(P.elapsed()))
+EVIDENCE = {frame: ("mpt-table-ii", "the Table II runs") for frame in ("by_seed", "before_seed", "dist_seed")} | {
+    "figure.f1_last": ("fig-mpt-f1-rounds", "Figure 4's runs"), "figure_seed.rho": ("fig-mpt-distance-f1", "Figure 6 (b)"),
+    **{f"figure.{c}": ("fig-mpt-distance-rounds", "Figure 6 (a)") for c in ("d_last", "d_early", "d_post")},
+    "bytes": ("fig-mpt-cost", "the cost figure"), "times": ("fig-mpt-cost", "the cost figure")}  # where each row's numbers are shown
+results = claims_report(CLAIMS, frames, digits=CLAIM_DIGITS, total_seconds=float(P.elapsed()), evidence=EVIDENCE)
 R |= M.regime_numbers(results, STABLE, local_epochs=P.local_epochs, paper_local_epochs=PAPER["local_epochs"],
                       f1_rows=F1_ROWS)  # the rows needing a stable backbone
 # the lowest F1 each F1 row reads (its methods and seeds) against 2 − √2, where one image's step may exceed 1/n

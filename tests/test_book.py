@@ -151,7 +151,7 @@ def test_chapter_executes_at_smoke_profile_and_is_cached(name, smoke_out, capsys
     if name.endswith("_experiments"):  # its claims table comes from fedbook.claims.show, shaded verdicts and all
         html = "".join("".join(o.get("data", {}).get("text/html", ""))  # a str or a list of lines
                        for cell in nb.cells for o in cell.get("outputs", []))
-        assert 'id="T_claims-' in html, "an experiments chapter shows its claims with fedbook.claims.show"
+        assert 'class="claims-table"' in html, "an experiments chapter shows its claims with fedbook.claims.show"
         assert not re.search(r">\s*partly\s*<", html), "there is no 'partly' verdict any more"
     # a table's text form is the table, not a memory address (a pandas Styler's), so that comparing
     # two builds' glued values (book/build.py --compare) reports only what changed

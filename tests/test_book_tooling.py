@@ -18,8 +18,8 @@ import torch
 from scipy import stats
 
 import fedbook.page as book
-from fedbook.page import (CLAIMS_RECORDS, MISSING, REPORT_KEYS, Settings, claims_report, clipped_error, format_bytes,
-                         format_number, format_value, place_labels, resolve, setup, show_table)
+from fedbook.page import (CLAIMS_RECORDS, CLAIMS_SUMMARY, MISSING, REPORT_KEYS, Settings, claims_report, clipped_error,
+                         format_bytes, format_number, format_value, place_labels, resolve, setup, show_table)
 from fedbook.catalog import chapter_times, chapter_title, exercise_index, exercises, record_seconds, toc_chapters
 from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, Claim, Read,
                             RegimeCheck, effect, evaluate, show)
@@ -240,12 +240,14 @@ class _Glue:
     and that nothing was displayed by the glue."""
 
     def __init__(self):
-        self.values, self.shown, self.records = {}, [], None
+        self.values, self.shown, self.records, self.summary = {}, [], None, None
 
     def __call__(self, key, value, display=True):
         assert display is False and key not in self.values
         if key.endswith(CLAIMS_RECORDS):
             self.records = json.loads(value)
+        elif key.endswith(CLAIMS_SUMMARY):
+            self.summary = value
         else:
             self.values[key] = value
 
@@ -299,7 +301,14 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     assert glue.records[0]["quote"] == "gain is so." and glue.records[0]["n"] == 3
     assert glue.records[2]["low"] is None  # one seed: an unbounded interval, which JSON cannot hold
     html = shown[0].to_html()
-    assert all(f'id="{r["anchor"]}"' in html for r in glue.records)
+    assert all(f'<tr id="{r["anchor"]}"' in html for r in glue.records)
+    assert [r["anchor"] for r in glue.records] == ["claim-gain", "claim-loss", "claim-one-seed", "claim-ctrl"]
+    assert '<tr id="claim-ctrl" class="claims-row claims-control"' in html  # a control shaded apart
+    # the chapter's opening: its sentences (no headline claim here), the others counted, links to the table and findings
+    assert repr(glue.summary).startswith("What this chapter found: the paper has no headline claim tested here. Of its "
+                                         "3 other claims, 1 holds, 1 does not hold and 1 is inconclusive at this scale; "
+                                         "the book’s 1 control is not counted.")
+    assert f'href="#{shown[0].id}"' in glue.summary._repr_html_() and 'href="findings.html"' in glue.summary._repr_html_()
     assert all(type(v) is int for k, v in glue.values.items() if k != "x_total_seconds")  # glued as the page shows them
     assert [k.removeprefix("x_") for k in glue.values][:len(REPORT_KEYS)] == list(REPORT_KEYS)
     assert glue.records[1]["shortfall"] == "the opposite direction" and glue.records[0]["m"] == 0.5
@@ -313,7 +322,7 @@ def test_claims_report_decides_every_claim_glues_the_counts_and_shows_the_table(
     assert R["gain"].interval.method == "t+floor"
     (table,) = shown  # one table, fedbook.claims.show's (shaded verdicts, stable id)
     html = table.to_html()
-    assert html == show(list(R.values())).to_html() and 'id="T_claims-' in html
+    assert html == show(list(R.values())).to_html() and 'class="claims-table"' in html
     assert "Control: ctrl is so." in html and "not-run" not in html
     # and the claim left out is named, with the frame it lacks, so a misspelled frame cannot pass for one not run
     assert capsys.readouterr().out == "Not decided at this profile, because it does not compute 'not-run': not-run.\n"

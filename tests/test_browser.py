@@ -383,18 +383,17 @@ def test_setup_cells_are_collapsed_and_chapters_offer_their_sources(site):
     assert not problems, "\n".join(problems)
 
 
-_CLAIMS_TABLE = re.compile(r'<table id="(T_claims-[0-9a-f]+)".*?</table>', re.S)
+_CLAIMS_TABLE = re.compile(r'<table id="(claims-[0-9a-f]+)" class="claims-table">.*?</table>', re.S)
 
 
 def _claims_rows(text: str) -> dict[str, str]:
-    """Every row of every claims table of a chapter's HTML: the id of its first cell -> its verdict."""
+    """Every row of every claims table of a chapter's HTML (fedbook.claims.show): the row's id
+    (claim-<key>) -> its verdict (the cell of class claims-verdict)."""
     rows = {}
     for table in _CLAIMS_TABLE.finditer(text):
-        uid, body = table.group(1), table.group(0)
-        heads = re.findall(rf'<th id="{uid}_level0_col(\d+)"[^>]*>(.*?)</th>', body, re.S)
-        col = next(c for c, h in heads if h.strip() == "verdict")
-        for row, verdict in re.findall(rf'<td id="{uid}_row(\d+)_col{col}"[^>]*>(.*?)</td>', body, re.S):
-            rows[f"{uid}_row{row}_col0"] = html.unescape(verdict.strip())
+        for anchor, verdict in re.findall(r'<tr id="(claim-[^"]+)"[^>]*>.*?<td class="claims-verdict"[^>]*>(.*?)</td>',
+                                          table.group(0), re.S):
+            rows[anchor] = html.unescape(verdict.strip())
     return rows
 
 
@@ -483,3 +482,36 @@ def test_no_scrollbar_where_nothing_needs_scrolling(site, browser):
         page.close()
     ctx.close()
     assert not problems, "\n".join(problems[:40])
+
+
+def test_the_findings_page_and_every_experiments_chapter_open_with_their_summary(site):
+    """A reader's answer in one minute: right under each experiments chapter's title, what it found
+    (fedbook.page.claims_opening: its sentences and its headline claims), and on the findings page,
+    one such summary per paper (fedbook.catalog.paper_summaries); every claim named in them links to
+    its row, which exists (the row's id comes from the claim's key), and the chapter links back to
+    the findings page."""
+    problems = []
+    findings = (site / "chapters" / "findings.html").read_text(encoding="utf-8")
+    article = findings[findings.index('<article'):]
+    title, summaries = article.find("<h1"), article.find('class="paper-summaries"')
+    if not title < summaries < article.find("<h2", title) or "Show code cell" in article[title:summaries]:
+        problems.append("findings: the paper summaries are not the first thing under the title")
+    chapters = sorted((site / "chapters").glob("*_experiments.html"))
+    assert chapters, "no experiments chapter rendered"
+    for path in chapters:
+        text = path.read_text(encoding="utf-8")
+        body = text[text.index('<article'):]
+        title, opening = body.find("<h1"), body.find('class="claims-opening"')
+        if not title < opening < body.find("<h2", title):
+            problems.append(f"{path.stem}: its summary is not the first thing under the title")
+            continue
+        if f'href="{path.stem}.html#' not in findings:
+            problems.append(f"{path.stem}: the findings page has no summary linking to it")
+        block = body[opening:body.index("</div>", body.index('class="claims-links"'))]
+        ids = set(re.findall(r'<tr id="(claim-[^"]+)"', text))
+        for anchor in re.findall(r'href="#(claim-[^"]+)"', block):
+            if anchor not in ids:
+                problems.append(f"{path.stem}: the summary links to {anchor!r}, which is no row of its claims table")
+        if 'href="findings.html"' not in block or not re.search(r'href="#claims-[0-9a-f]+"', block):
+            problems.append(f"{path.stem}: the opening links neither to its claims table nor to the findings page")
+    assert not problems, "\n".join(problems)

@@ -16,9 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from fedbook.claims import Claim, claims_records, evaluate  # noqa: E402
+from fedbook.claims import Claim, claims_records, effect, evaluate, seeds_to_decide, table_anchor  # noqa: E402
 from fedbook.catalog import (findings_counts, findings_numbers, handout_cell, nearest_decisions,  # noqa: E402
-                             plot_verdicts, read_findings, verdict_changes)
+                             paper_summaries, plot_verdicts, read_findings, verdict_changes)
 from fedbook.studies.teaching import demo_cell, demo_methods  # noqa: E402
 from fedbook.study import Study, run_study  # noqa: E402
 
@@ -47,8 +47,8 @@ def test_the_findings_numbers_and_the_changed_verdicts(builds):
     findings, missing = read_findings(builds["book"], parts)
     counts = findings_counts(findings)
     R = findings_numbers(findings, counts, missing, "book")
-    assert (R["n_claims"], R["n_holds"], R["n_inconclusive"], R["n_papers"], R["most_holds_paper"]) == (3, 2, 1, 1,
-                                                                                                       "X paper")
+    assert (R["n_claims"], R["n_holds"], R["n_inconclusive"], R["n_papers"]) == (3, 2, 1, 1)
+    assert (R["n_headline_method"], R["n_headline_problem"]) == (0, 0)  # the fixture declares no headline claim
     assert R["not_built_text"] == ("the chapters with claims x_derivations have no record in this build, so their "
                                    "claims are missing")
     assert R["decided_percent"] == pytest.approx(200 / 3) and type(R["decided_percent"]) is float
@@ -61,6 +61,34 @@ def test_the_findings_numbers_and_the_changed_verdicts(builds):
     fig = plot_verdicts(counts)
     assert [t.get_text() for t in fig.axes[0].texts] == ["2", "1"]
     plt.close(fig)
+
+
+def test_a_papers_summary_says_its_methods_headline_claims_apart_from_those_about_its_problem(tmp_path):
+    """The issue's case: the paper's own headline claim is open while a claim about the problem it
+    addresses holds (with the most rows that hold). The summary must not read as the method working."""
+    def claim(key, about="method", headline=True, kind="claim"):
+        return Claim(key, f"{key} is so.", "Abstract", "accuracy, X − Y, points", "greater", effect("points"),
+                     resolution=0.1, headline=headline, about=about, kind=kind)
+    results = [evaluate(claim("beats"), [1.0, 1.9, 0.6], [0.0] * 3),  # mean 1.17, straddles m = 1: open
+               evaluate(claim("degrades", about="problem"), [3.0, 3.1, 2.9], [0.0] * 3),  # holds
+               evaluate(claim("side", headline=False), [3.0, 3.1, 2.9], [0.0] * 3),  # holds, not headline
+               evaluate(claim("ctrl", headline=False, kind="control"), [0.0, 0.1, 0.0], [0.0] * 3)]
+    (tmp_path / "x.json").write_text(json.dumps({"claims": claims_records(results)}))
+    said = paper_summaries(tmp_path, [("X paper", ["x"]), ("Y paper", ["y"])])
+    n = seeds_to_decide(results[0].claim, results[0])
+    assert repr(said) == (
+        "X paper’s 1 headline claim about its method (those of its abstract or conclusion): none is decided at this "
+        f"scale; beats is inconclusive at this scale. What would decide the open ones: more seeds would decide beats "
+        f"({n} seeds). About the problem the paper addresses (not its method), its headline claim: degrades holds. "
+        "Of its 1 other claim, 1 holds; the book’s 1 control is not counted.")
+    html = said._repr_html_()
+    assert 'href="x.html#claim-beats"' in html and 'href="x.html#claim-degrades"' in html
+    assert f'href="x.html#{table_anchor(["beats", "degrades", "side", "ctrl"])}"' in html  # the chapter's claims table
+    assert "Y paper" not in html  # no record: no summary
+    findings = read_findings(tmp_path, [("X paper", ["x"])])[0]
+    R = findings_numbers(findings, findings_counts(findings), [], "book")
+    assert (R["n_headline_method"], R["headline_method_holds"], R["headline_method_open"]) == (1, 0, 1)
+    assert (R["n_headline_problem"], R["headline_problem_holds"]) == (1, 1)
 
 
 def test_the_open_claims_nearest_to_a_decision_are_the_ones_the_pages_code_lists(builds):

@@ -394,9 +394,28 @@ def test_show_keeps_every_cell_whole_and_shades_each_verdict():
     assert long_quote.strip() in html and c.rule() in html and ("an MLP for ResNet-18 " * 4).strip() in html
     assert "#d9f2d9" in html and "#f8d7d7" in html  # holds / does not hold (with its kind) shaded
     assert ">0<" not in html  # the index is hidden
-    assert show(claims_table(results)).to_html() == html
-    with pytest.raises(ValueError, match="'verdict' column"):
-        show(pd.DataFrame({"a": [1]}))
+    assert show(results).to_html() == html  # the same rows, the same markup
+    with pytest.raises(ValueError, match="has lost the keys"):
+        show(claims_table(results))
+
+
+def test_show_states_each_rule_and_substitution_once_and_folds_a_row_against_many_baselines():
+    sub = "an MLP for ResNet-18"
+    rows = [Claim(k, "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 0.5, substitution=s, resolution=0.1)
+            for k, s in (("a", sub), ("b", sub), ("c", sub + "; two rounds"), ("d", ""))]
+    names = tuple(f"B{i}" for i in range(6))  # more than FOLD_BASELINES
+    every = Claim("every", "X beats all.", "Table 3", "accuracy, X − each baseline, points", "greater", 0.5,
+                  resolution=0.1, versus=names)
+    results = [evaluate(c, [2.1, 1.8, 2.4]) for c in rows]
+    results.append(evaluate(every, [2.0, 2.2, 2.1], {n: [0.1 * i, 0.1 * i, 0.2 * i] for i, n in enumerate(names)}))
+    html = show(results).to_html()
+    assert html.count(rows[0].rule()) == 1  # four rows, one rule: stated once, in the notes
+    assert html.count(sub) == 1 and ">S1</a>; two rounds</dd>" in html  # the longer substitution cites the shorter
+    assert html.count(">R1</a>") == 4 and html.count(">S1</a>") == 3  # rows a, b and the note of c's S2, which extends S1
+    # against six baselines: the binding one's interval (B5, the highest baseline), the six folded under it
+    row = html[html.index('<tr id="claim-every"'):]
+    assert "vs B5 " in row and "<details><summary>all 6</summary>vs B0 " in row and "(vs each of 6 baselines)" in row
+    assert ['claim-a', 'claim-b', 'claim-c', 'claim-d', 'claim-every'] == re.findall(r'<tr id="([^"]+)"', html)
 
 
 def test_mean_interval_is_the_one_sample_t_interval():

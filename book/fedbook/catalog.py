@@ -9,7 +9,8 @@ their exercises, :func:`exercises`).
 
 Two pages read them and train nothing of their own (bar the teaching page's small demonstration):
 
-- the findings page: every claim of every chapter (:func:`read_findings`), counted per paper
+- the findings page: what each paper's chapter found, in a few sentences (:func:`paper_summaries`),
+  and every claim of every chapter (:func:`read_findings`), counted per paper
   (:func:`findings_counts`), as one filterable table (:func:`findings_html`, quotations shortened
   by :func:`short_quote`);
 - the teaching page: each chapter's execution time at the smoke and book profiles
@@ -39,7 +40,7 @@ import yaml
 
 from fedbook.claims import (DOES_NOT_HOLD, EFFECT_SHARE, HOLDS, INCONCLUSIVE, OPPOSITE, RESOLUTION_SHARE, SMALLER,
                             UNTESTABLE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, VERDICT_COLOURS, VERDICTS,
-                            verdict_colour)
+                            summary_html, table_anchor, verdict_colour)
 from fedbook.page import show_table
 from fedbook.tables import Html
 from fedlib.io import atomic_write_bytes
@@ -205,11 +206,12 @@ def exercise_index(notebooks: str | os.PathLike, parts: Sequence[tuple[str, Sequ
 
 
 FINDINGS_COLUMNS = ("paper", "chapter", "key", "kind", "headline", "quote", "source", "quantity", "verdict",
-                    "shortfall", "verdict text", "interval", "n", "unit", "seeds to decide", "anchor")
+                    "shortfall", "verdict text", "interval", "n", "unit", "seeds to decide", "anchor", "about")
 """The columns of :func:`read_findings`: the part of the table of contents (the paper), the
 chapter, and the fields of each claim's record (:func:`fedbook.claims.claims_records`), ``interval``
 being the table's ``ours`` without its trailing count of seeds, ``shortfall`` the kind of a "does
-not hold" ("" otherwise) and ``verdict text`` the verdict as the chapter's table shows it."""
+not hold" ("" otherwise), ``verdict text`` the verdict as the chapter's table shows it and ``about``
+what the claim is about (:data:`fedbook.claims.ABOUTS`; "method" in a record that predates it)."""
 
 SHORTFALL_COLUMNS = {SMALLER: "of which smaller", OPPOSITE: "of which opposite"}
 """The columns of :func:`findings_counts` that split "does not hold" by its kind."""
@@ -281,8 +283,50 @@ def read_findings(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence
                              "quote": r["quote"], "source": r["source"], "quantity": r["quantity"], "verdict": r["verdict"],
                              "shortfall": r.get("shortfall") or "", "verdict text": r.get("verdict_text", r["verdict"]),
                              "interval": _interval_only(r["ours"], r["n"], r["unit"]), "n": r["n"], "unit": r["unit"],
-                             "seeds to decide": r["seeds_to_decide"], "anchor": r["anchor"]})
+                             "seeds to decide": r["seeds_to_decide"], "anchor": r["anchor"],
+                             "about": r.get("about", "method")})
     return pd.DataFrame(rows, columns=list(FINDINGS_COLUMNS)), missing
+
+
+def paper_summaries(folder: str | os.PathLike, parts: Sequence[tuple[str, Sequence[str]]]) -> Html:
+    """The findings page's opening: for each paper (a part of ``parts`` with a chapter that has
+    claims records in ``folder``), what its chapter found in a few sentences
+    (:func:`fedbook.claims.summary_html`, the sentences that open the chapter itself), with a
+    link to the chapter's claims table. Its text form is the sentences, one paper a line.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from fedbook.claims import Claim, claims_records, effect, evaluate
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> c = Claim("gain", "X beats Y.", "Abstract", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1, headline=True)
+    >>> rows = claims_records([evaluate(c, [2.1, 1.8, 2.4], [0.0, 0.1, 0.2])])
+    >>> _ = (folder / "x_experiments.json").write_text(json.dumps({"claims": rows}))
+    >>> h = paper_summaries(folder, [("X", ["x_experiments"]), ("Y", ["y_experiments"])])
+    >>> print(repr(h))
+    X’s 1 headline claim about its method (those of its abstract or conclusion): gain holds. No other claim is tested.
+    >>> 'href="x_experiments.html#claim-gain"' in h._repr_html_(), 'href="x_experiments.html#claims-' in h._repr_html_()
+    (True, True)
+    """
+    from html import escape
+
+    html, text = [], []
+    for part, names in parts:
+        for name in names:
+            path = Path(folder) / f"{name}.json"
+            records = json.loads(path.read_text(encoding="utf-8")).get("claims") if path.exists() else None
+            if not records:
+                continue
+            said = summary_html(records, part, f"{name}.html")
+            table = table_anchor([r["key"] for r in records])
+            html.append(f'<div class="paper-summary" data-paper="{escape(part)}"><p class="paper-summary-title">'
+                        f'<strong>{escape(part)}</strong> · <a href="{escape(name)}.html#{table}">its claims table'
+                        f"</a></p>{said.html}</div>")
+            text.append(said.text)
+    if not html:
+        return Html("<p>No chapter of this build has claims records.</p>", "no chapter has claims records")
+    return Html(f'<div class="paper-summaries">{"".join(html)}</div>', "\n".join(text))
 
 
 def findings_counts(frame: pd.DataFrame) -> pd.DataFrame:
@@ -332,9 +376,10 @@ def findings_html(frame: pd.DataFrame) -> Html:
     >>> f = pd.DataFrame([{"paper": "A", "chapter": "a_experiments", "key": "k", "kind": "claim", "headline": True,
     ...     "quote": "X beats Y.", "source": "Table 2", "quantity": "accuracy, points", "verdict": "holds",
     ...     "shortfall": "", "verdict text": "holds",
-    ...     "interval": "+2.0 [+1.3, +2.7]", "n": 3, "unit": "seeds", "seeds to decide": "decided", "anchor": "T_c_row0_col0"}])
+    ...     "interval": "+2.0 [+1.3, +2.7]", "n": 3, "unit": "seeds", "seeds to decide": "decided", "anchor": "claim-k",
+    ...     "about": "method"}])
     >>> h = findings_html(f)
-    >>> 'href="a_experiments.html#T_c_row0_col0"' in h._repr_html_(), 'data-verdict="holds"' in h._repr_html_()
+    >>> 'href="a_experiments.html#claim-k"' in h._repr_html_(), 'data-verdict="holds"' in h._repr_html_()
     (True, True)
     >>> repr(h)
     'A | “X beats Y.” (Table 2; headline) | holds | +2.0 [+1.3, +2.7] | 3 seeds | decided'
@@ -355,7 +400,9 @@ def findings_html(frame: pd.DataFrame) -> Html:
         quote = short_quote(r["quote"])
         text = f"Control: {quote}" if r["kind"] == "control" else f"\N{LEFT DOUBLE QUOTATION MARK}{quote}\N{RIGHT DOUBLE QUOTATION MARK}"
         link = f'<a href="{escape(r["chapter"])}.html#{escape(r["anchor"])}">{escape(text)}</a>'
-        return f"{link} ({escape(where)})<br><small>{escape(r['quantity'])}</small>", f"{text} ({where})"
+        about = " · about the problem, not the method" if r.get("about") == "problem" else ""
+        return (f"{link} ({escape(where)})<br><small>{escape(r['quantity'])}{about}</small>",
+                f"{text} ({where})")
 
     body, lines = [], []
     for r in frame.to_dict("records"):
@@ -365,7 +412,8 @@ def findings_html(frame: pd.DataFrame) -> Html:
         colour = verdict_colour(r["verdict"])
         said = r.get("verdict text") or r["verdict"]
         body.append(
-            f'<tr data-paper="{escape(r["paper"])}" data-verdict="{escape(r["verdict"])}" data-kind="{escape(r["kind"])}">'
+            f'<tr data-paper="{escape(r["paper"])}" data-verdict="{escape(r["verdict"])}" data-kind="{escape(r["kind"])}"'
+            f' class="findings-{escape(r["kind"])}">'
             f"<td>{escape(r['paper'])}</td><td>{cell}</td>"
             f'<td style="background-color: {colour}">{escape(said)}</td>'
             f"<td>{escape(r['interval'])}</td><td>{escape(seeds)}</td><td>{escape(r['seeds to decide'])}</td></tr>"
@@ -391,7 +439,8 @@ def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Se
     """The findings page's numbers, by their glued keys: the claims tested (controls apart) and
     their verdicts, the papers, the rows and controls, the headline claims decided, the share
     decided either way, the chapters with claims that this build has no record of
-    (``not_built``), the paper with the most claims that hold, and the ``profile``.
+    (``not_built``), the headline claims about the papers' methods (and how many hold, do not
+    hold, remain open) and about their problems (:data:`fedbook.claims.ABOUTS`), and the ``profile``.
     ``findings``: :func:`read_findings`; ``counts``: :func:`findings_counts` of it.
 
     Examples
@@ -399,12 +448,16 @@ def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Se
     >>> f = pd.DataFrame({"paper": ["A", "A", "B"], "kind": ["claim", "control", "claim"],
     ...                   "verdict": ["holds", "holds", "does not hold"], "headline": [True, False, False]})
     >>> R = findings_numbers(f, findings_counts(f), [], "book")
-    >>> R["n_claims"], R["n_holds"], R["n_controls"], R["decided_percent"], R["most_holds_paper"], R["not_built_text"]
-    (2, 1, 1, 100.0, 'A', 'every chapter with claims was built for it')
+    >>> R["n_claims"], R["n_holds"], R["n_controls"], R["decided_percent"], R["not_built_text"]
+    (2, 1, 1, 100.0, 'every chapter with claims was built for it')
+    >>> R["n_headline_method"], R["headline_method_holds"], R["n_headline_problem"]
+    (1, 1, 0)
     """
     total = counts.loc["all papers"]
     papers = [p for p in counts.index if p != "all papers"]
-    most = counts.loc[papers, HOLDS].idxmax() if papers else "none"
+    about = findings["about"] if "about" in findings.columns else pd.Series("method", index=findings.index)
+    head = findings[(findings["kind"] == "claim") & findings["headline"].astype(bool)]
+    method, problem = head[about[head.index] == "method"], head[about[head.index] == "problem"]
     return {"n_claims": int(total["claims"]), "n_holds": int(total[HOLDS]), "n_not": int(total[DOES_NOT_HOLD]),
             "n_inconclusive": int(total[INCONCLUSIVE]), "n_papers": len(papers),
             "n_not_smaller": int(total[SHORTFALL_COLUMNS[SMALLER]]), "n_not_opposite": int(total[SHORTFALL_COLUMNS[OPPOSITE]]),
@@ -417,7 +470,11 @@ def findings_numbers(findings: pd.DataFrame, counts: pd.DataFrame, not_built: Se
             "decided_percent": float(100 * (total[HOLDS] + total[DOES_NOT_HOLD]) / max(int(total["claims"]), 1)),
             "not_built_text": "every chapter with claims was built for it" if not not_built else
             f"the chapters with claims {', '.join(not_built)} have no record in this build, so their claims are missing",
-            "most_holds_paper": most, "most_holds": int(counts.loc[most, HOLDS]) if papers else 0, "profile": profile}
+            "n_headline_method": len(method), "headline_method_holds": int((method["verdict"] == HOLDS).sum()),
+            "headline_method_not": int((method["verdict"] == DOES_NOT_HOLD).sum()),
+            "headline_method_open": int((~method["verdict"].isin([HOLDS, DOES_NOT_HOLD])).sum()),
+            "n_headline_problem": len(problem), "headline_problem_holds": int((problem["verdict"] == HOLDS).sum()),
+            "profile": profile}
 
 
 BAR_SEGMENTS = (
@@ -609,6 +666,6 @@ def handout_cell(build: str | os.PathLike, chapter: str = "setting", seed: int =
 
 __all__ = ["BAR_SEGMENTS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "SHORTFALL_COLUMNS", "ZONES_FIGURE",
            "chapter_times", "chapter_title", "exercise_index", "exercise_numbers", "exercises", "findings_counts",
-           "findings_html", "findings_numbers", "handout_cell", "nearest_decisions", "plot_rule_zones",
+           "findings_html", "findings_numbers", "handout_cell", "paper_summaries", "nearest_decisions", "plot_rule_zones",
            "plot_verdicts", "read_findings", "record_seconds", "short_quote", "timing_numbers", "toc_chapters",
            "verdict_changes", "write_rule_zones"]

@@ -66,6 +66,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 from dataclasses import dataclass, field
@@ -77,7 +79,7 @@ from scipy import stats
 
 from fedbook.intervals import (_MINUS, Interval, _check_level, _check_resolution, _paired_differences, _t,
                                paired_bootstrap, paired_interval)
-from fedbook.tables import table_of
+from fedbook.tables import Html
 from fedlib.validation import is_real
 
 HOLDS = "holds"
@@ -110,6 +112,11 @@ TABLE_COLUMNS = ("claim", "quantity", "ours", "how often", "rule", "verdict", "s
 """The columns of :func:`claims_table`."""
 KINDS = ("claim", "control")
 """A paper's claim (counted by :func:`tally`), or a control the book adds to read a claim (not counted)."""
+ABOUTS = ("method", "problem")
+"""What a paper's claim is about: its **method** (what the method does better), or the **problem** the
+paper addresses (a baseline's failure that motivates the method: the frozen prototype degrades, FedAvg
+misses the rare class). A summary says the two apart (:func:`summary_html`): a problem that is real is
+not a method that works."""
 
 MAX_SEEDS = 10_000
 """The largest number of seeds :func:`seeds_to_decide` looks for."""
@@ -629,6 +636,9 @@ class Claim:
     effect : Effect, keyword-only, optional
         Set from ``min_effect`` when that is an :class:`Effect` (``min_effect`` then holds its
         :math:`m`); kept by ``dataclasses.replace`` while ``min_effect`` stays its :math:`m`.
+    about : {"method", "problem"}, keyword-only, default "method"
+        What the paper's sentence is about (:data:`ABOUTS`): its method, or the problem it
+        addresses (a baseline's failure); a control is about the method's reading ("method").
 
     Raises
     ------
@@ -693,9 +703,15 @@ class Claim:
     within: Read | Mapping[str, Read] | None = field(default=None, kw_only=True)
     regimes: tuple[RegimeCheck, ...] = field(default=(), kw_only=True)
     effect: Effect | None = field(default=None, kw_only=True, compare=False, repr=False)
+    about: str = field(default="method", kw_only=True)
 
     def __post_init__(self) -> None:
         _check_texts("Claim", self, ("key", "quote", "source", "quantity"))
+        if self.about not in ABOUTS:
+            raise ValueError(f"claim {self.key!r}: unknown about {self.about!r}; valid: {', '.join(map(repr, ABOUTS))}")
+        if self.about == "problem" and self.kind == "control":
+            raise ValueError(f"claim {self.key!r}: a control is the book's question, not a paper's claim about its "
+                             "problem (about='problem', kind='control')")
         if not isinstance(self.substitution, str):
             raise ValueError(f"Claim.substitution must be a string ('' for none), got {self.substitution!r}")
         if self.kind not in KINDS:
@@ -1678,7 +1694,8 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
     units in which ours beats the comparator (``None`` when not computed); ``mean``, ``low``,
     ``high``, ``n`` and ``unit`` are the
     interval the verdict reads (against every baseline of a tuple, the binding one); ``anchor`` is
-    the id of the row's first cell in the table :func:`show` renders, so a page can link to the row.
+    the id of the row in the table :func:`show` renders (:func:`claim_anchor`: from the key alone),
+    so a page can link to the row; ``about`` what the claim is about (:data:`ABOUTS`).
 
     Examples
     --------
@@ -1690,7 +1707,7 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
     """
     results = list(results)
     table = claims_table(results, digits)
-    uuid = show(table).uuid
+    anchors = _anchors([r.claim.key for r in results])
 
     def number(x: float) -> float | None:
         return float(x) if math.isfinite(x) else None  # JSON has no infinity (one seed: an unbounded interval)
@@ -1707,7 +1724,7 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
             "improvement": None if r.improvement is None else r.improvement.share,
             "regimes": [{"key": g.check.key, "value": g.value, "op": g.check.op, "threshold": g.check.threshold,
                          "passes": g.passes} for g in r.regimes],
-            "seeds_to_decide": table.loc[i, "seeds to decide"], "anchor": f"T_{uuid}_row{i}_col0",
+            "seeds_to_decide": table.loc[i, "seeds to decide"], "anchor": anchors[i], "about": r.claim.about,
         }
         for i, r in enumerate(results)
     ]
@@ -1723,39 +1740,414 @@ def verdict_colour(text: str) -> str:
     return VERDICT_COLOURS.get(str(text).split(":", 1)[0], "transparent")
 
 
-def show(results: Sequence[ClaimResult] | pd.DataFrame, digits: int = 2):
-    """The claims table for a notebook page: every cell in full (pandas cuts text at 50
-    characters by default), text wrapped and top-aligned, the index hidden, each verdict shaded.
+GLOSSARY = "../glossary.html"
+"""The glossary page, as a chapter's page (``chapters/<name>.html``) links to it; its terms'
+anchors are Sphinx's: ``term-<the term>``, in ASCII, each run of characters other than letters,
+digits, ``.`` and ``_`` a hyphen."""
 
-    Takes the results (rendered by :func:`claims_table`) or a table already rendered.
+FINDINGS = "findings.html"
+"""The findings page, as a chapter's page links to it."""
+
+FOLD_BASELINES = 4
+"""Against more baselines than this, a row's "ours" shows the binding baseline's interval and
+folds every baseline's under it (a row against 18 baselines would fill a screen)."""
+
+
+def glossary_link(term: str, text: str | None = None, glossary: str = GLOSSARY) -> str:
+    """An HTML link to ``term`` of the book's glossary (``book/glossary.md``), showing ``text``.
+
+    Examples
+    --------
+    >>> glossary_link("seeds to decide")
+    '<a class="claims-term" href="../glossary.html#term-seeds-to-decide">seeds to decide</a>'
+    >>> glossary_link("F@25", "F@25", glossary="glossary.html")
+    '<a class="claims-term" href="glossary.html#term-F-25">F@25</a>'
+    """
+    from html import escape
+
+    anchor = unicodedata.normalize("NFKD", f"term-{term}").encode("ascii", "ignore").decode("ascii")
+    anchor = re.sub(r"^[-0-9._]+|-+$", "", re.sub(r"[^a-zA-Z0-9._]+", "-", " ".join(anchor.split())))  # as Sphinx
+    return f'<a class="claims-term" href="{glossary}#{anchor}">{escape(text if text is not None else term)}</a>'
+
+
+def claim_anchor(key: str) -> str:
+    """The id of a claim's row in its chapter's claims table, from the claim's key alone (so a
+    link to the row survives any change of its numbers): ``claim-<key>``, every run of
+    characters other than letters, digits, ``_``, ``.`` and ``-`` made one hyphen.
+
+    Examples
+    --------
+    >>> claim_anchor("lead-F@25-0.3"), claim_anchor("se-mean-label subsets")
+    ('claim-lead-F-25-0.3', 'claim-se-mean-label-subsets')
+    """
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError(f"a claim's key must be a non-empty string, got {key!r}")
+    return "claim-" + re.sub(r"[^A-Za-z0-9_.-]+", "-", key).strip("-")
+
+
+def table_anchor(keys: Sequence[str]) -> str:
+    """The id of a chapter's claims table, from its rows' keys alone: ``claims-<8 hex digits>``.
+
+    Examples
+    --------
+    >>> table_anchor(["gain", "loss"])
+    'claims-4aa84f4d'
+    """
+    return "claims-" + hashlib.sha1("|".join(keys).encode()).hexdigest()[:8]
+
+
+def _anchors(keys: Sequence[str]) -> list[str]:
+    anchors = [claim_anchor(k) for k in keys]
+    clash = sorted({a for a in anchors if anchors.count(a) > 1})
+    if clash:
+        raise ValueError(f"two claim keys give the same row anchor {clash}: rename one "
+                         f"(keys: {[k for k, a in zip(keys, anchors) if a in clash]})")
+    return anchors
+
+
+def _labels(texts: Sequence[str], prefix: str) -> dict[str, str]:
+    """A short label (``R1``, ``R2``, ...) for each distinct non-empty text, in order of first use."""
+    distinct = list(dict.fromkeys(t for t in texts if t))
+    return {t: f"{prefix}{i + 1}" for i, t in enumerate(distinct)}
+
+
+def _factored(text: str, labels: Mapping[str, str]) -> tuple[str | None, str]:
+    """A text as the longest other labelled text it extends (``"<base>; <rest>"``) and the rest."""
+    bases = [b for b in labels if b != text and text.startswith(b + "; ")]
+    if not bases:
+        return None, text
+    base = max(bases, key=len)
+    return base, text[len(base) + 2:]
+
+
+class ClaimsTable(Html):
+    """The claims table of a chapter (:func:`show`): its markup, its text form, the frame of
+    :func:`claims_table` it renders (``frame``) and the table's id (``id``, from its rows' keys)."""
+
+    def __init__(self, html: str, text: str, frame: pd.DataFrame, id: str) -> None:
+        super().__init__(html, text)
+        self.frame, self.id = frame, id
+
+    def to_html(self) -> str:
+        """The table's markup (as a notebook shows it)."""
+        return self.html
+
+
+def show(results: Sequence[ClaimResult], digits: int = 2, *, evidence: Mapping[str, tuple[str, str]] | None = None,
+         findings: str = FINDINGS, glossary: str = GLOSSARY) -> ClaimsTable:
+    """The claims table for a chapter's page: one row per claim, in the given order, built to be read.
+
+    Each row carries the cells of :func:`claims_table` but states the **rule** and the
+    **substitution** once for the rows that share them: the row shows a short label (``R1``,
+    ``S2``, linked) and the notes under the table state each once (a substitution that extends
+    another is written as that one's label and what it adds). A row against more than
+    :data:`FOLD_BASELINES` baselines shows the binding baseline's interval (the one its verdict
+    reads) and folds every baseline's under it. A row's id comes from its claim's key
+    (:func:`claim_anchor`), so links to it survive any change of its numbers; a control's row
+    has the class ``claims-control`` (shaded apart from the papers' claims), a headline claim's
+    ``claims-headline``; each verdict is shaded (:data:`VERDICT_COLOURS`). The column heads link
+    to the book's glossary, a line above the table to the findings page, and, where ``evidence``
+    names them, each row to the table or figure it reads.
+
+    Parameters
+    ----------
+    results : sequence of ClaimResult
+        The decided rows (:func:`evaluate`), in the table's order.
+    digits : int, default 2
+        Decimals of the intervals.
+    evidence : mapping of str to (str, str), optional
+        By a frame's name (the frame a row's ``ours`` reads), or ``"<frame>.<column>"`` where one
+        frame feeds several figures, the id of the table or figure on the page that shows it and
+        its name in words (``{"by_seed": ("mpt-table", "the F1 table")}``).
+    findings, glossary : str
+        Where the findings page and the glossary are, from the chapter's page.
 
     Returns
     -------
-    fedbook.tables.Table
-        The notebook displays it as an HTML table; ``.to_html()`` gives the markup, the same
-        for the same table (its id is derived from the content).
+    ClaimsTable
+        Shown as HTML in a notebook; ``.to_html()`` gives the markup (the same for the same
+        rows), its text form lists each row's key, claim, verdict and interval.
+
+    Raises
+    ------
+    ValueError
+        On an element that is not a :class:`ClaimResult` (a rendered table has lost the keys
+        and kinds the rows need), or two keys with one anchor.
 
     Examples
     --------
     >>> c = Claim("gain", "X beats Y by a margin worth quoting in full, longer than fifty characters.",
-    ...           "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1)
+    ...           "Table 2", "accuracy, X − Y, points", "greater", resolution=0.1, substitution="an MLP")
     >>> html = show([evaluate(c, [2.1, 1.8, 2.4])]).to_html()
-    >>> "longer than fifty characters." in html, "holds" in html
-    (True, True)
+    >>> "longer than fifty characters." in html, 'id="claim-gain"' in html, ">R1</a>" in html, ">S1</a>" in html
+    (True, True, True, True)
     """
-    table = results if isinstance(results, pd.DataFrame) else claims_table(results, digits)
-    missing = [c for c in ("verdict",) if c not in table.columns]
-    if missing:
-        raise ValueError(f"show needs a claims table with a 'verdict' column, got columns {list(table.columns)}")
-    # a stable id from the content (pandas draws a random one): the same table, the same page
-    uuid = hashlib.sha1(table.to_json().encode()).hexdigest()[:8]
-    return (
-        table_of(table).set_uuid(f"claims-{uuid}")
-        .hide(axis="index")
-        .map(lambda v: f"background-color: {verdict_colour(v)}", subset=["verdict"])
-        .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
-        .set_table_styles([{"selector": "th", "props": [("text-align", "left")]}])
+    from html import escape
+
+    if isinstance(results, pd.DataFrame):
+        raise ValueError("show renders the ClaimResults themselves (evaluate, claims_report): a rendered table "
+                         "(claims_table) has lost the keys, kinds and baselines its rows need")
+    results = list(results)
+    frame = claims_table(results, digits)
+    anchors = _anchors([r.claim.key for r in results])
+    evidence = dict(evidence or {})
+    rules = _labels([r.claim.rule() for r in results], "R")
+    subs = _labels([r.claim.substitution for r in results], "S")
+    table_id = table_anchor([r.claim.key for r in results])
+
+    def note_link(text: str, labels: Mapping[str, str], kind: str) -> str:
+        if not text:
+            return "none"
+        label = labels[text]
+        return f'<a href="#{table_id}-{kind}-{label[1:]}">{label}</a>'
+
+    def ours_cell(r: ClaimResult, i: int) -> str:
+        c = r.claim
+        if not c.every or len(c.versus) <= FOLD_BASELINES:
+            return escape(frame.loc[i, "ours"])
+        n, unit = r.interval.n, r.interval.unit
+        seeds = f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
+        binding = f"vs {r.binding} {r.interval.format(digits).rsplit(', ', 1)[0]}, {seeds}"
+        every = "; ".join(f"vs {name} {iv.format(digits).rsplit(', ', 1)[0]}" for name, iv in r.intervals.items())
+        return (f"{escape(binding)}<br><small>the nearest to failing the claim of its {len(c.versus)} baselines"
+                f"</small><details><summary>all {len(c.versus)}</summary>{escape(every)}</details>")
+
+    def quantity_cell(r: ClaimResult, i: int) -> str:
+        c = r.claim
+        if c.every and len(c.versus) > FOLD_BASELINES and frame.loc[i, "quantity"] != c.quantity:
+            return escape(f"{c.quantity} (vs each of {len(c.versus)} baselines)")
+        return escape(frame.loc[i, "quantity"])
+
+    heads = [("claim", None), ("quantity", None), ("ours [95 % interval]", "interval"), ("verdict", "verdict"),
+             ("seeds to decide", "seeds to decide")]
+    head = "".join(f"<th>{glossary_link(term, text, glossary) if term else escape(text)}</th>" for text, term in heads)
+    head = head.replace("</a></th><th>" + glossary_link("verdict", "verdict", glossary),
+                        f"</a>, {glossary_link('how often', 'how often', glossary)}</th><th>"
+                        + glossary_link("verdict", "verdict", glossary), 1)
+    head += (f"<th>{glossary_link('smallest effect of interest m', 'm', glossary)}, "
+             f"{glossary_link('rule', 'rule', glossary)}, {glossary_link('substitution', 'substitution', glossary)}</th>")
+    body, lines = [], []
+    for i, (r, anchor) in enumerate(zip(results, anchors)):
+        c = r.claim
+        classes = ["claims-row", f"claims-{c.kind}"] + (["claims-headline"] if c.headline else [])
+        claim = escape(frame.loc[i, "claim"]) + f'<br><small><code>{escape(c.key)}</code>'
+        where = None if c.ours is None else evidence.get(f"{c.ours.frame}.{c.ours.column}", evidence.get(c.ours.frame))
+        if where is not None:
+            target, words = where
+            claim += f' · reads <a href="#{escape(target)}">{escape(words)}</a>'
+        claim += "</small>"
+        m = f"m = {_effect(c.min_effect)}"
+        body.append(
+            f'<tr id="{anchor}" class="{" ".join(classes)}" data-verdict="{escape(r.verdict)}">'
+            f'<td class="claims-text">{claim}</td><td>{quantity_cell(r, i)}</td><td>{ours_cell(r, i)}'
+            + (f"<br><small>ahead in {escape(frame.loc[i, 'how often'])}</small>" if frame.loc[i, "how often"] else "")
+            + "</td>"
+            f'<td class="claims-verdict" style="background-color: {verdict_colour(r.verdict)}">'
+            f"{escape(frame.loc[i, 'verdict'])}</td><td>{escape(frame.loc[i, 'seeds to decide'])}</td>"
+            f'<td class="claims-note">{escape(m)}<br>{note_link(c.rule(), rules, "rule")} · '
+            f'{note_link(c.substitution, subs, "sub")}</td></tr>')
+        lines.append(f"{c.key}: {frame.loc[i, 'claim']} | {frame.loc[i, 'verdict']} | {frame.loc[i, 'ours']}")
+
+    def notes(labels: Mapping[str, str], kind: str) -> str:
+        items = []
+        for text, label in labels.items():
+            base, rest = _factored(text, labels) if kind == "sub" else (None, text)
+            said = escape(rest) if base is None else f"{note_link(base, labels, kind)}; {escape(rest)}"
+            items.append(f'<dt id="{table_id}-{kind}-{label[1:]}">{label}</dt><dd>{said}</dd>')
+        return "".join(items)
+
+    controls = sum(r.claim.kind == "control" for r in results)
+    legend = (f'<p>Each row links its rule and substitution to the notes under the table, where each is stated once. '
+              f'{"Rows shaded blue are " + glossary_link("control", "controls", glossary) + ": the book’s own questions, not the paper’s claims, and not counted. " if controls else ""}'
+              f'Every paper’s verdicts: <a href="{findings}">the findings page</a>.</p>')
+    html = (
+        f'<div class="claims">{legend}<table id="{table_id}" class="claims-table">'
+        f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f'<div class="claims-notes"><p><strong>Rules</strong> (how each row is decided from its 95 % interval and its '
+        f'{glossary_link("smallest effect of interest m", "smallest effect of interest m", glossary)})</p>'
+        f'<dl class="claims-rules">{notes(rules, "rule")}</dl>'
+        + (f'<p><strong>Substitutions</strong> (what our scale changes that affects the rows)</p>'
+           f'<dl class="claims-subs">{notes(subs, "sub")}</dl>' if subs else "")
+        + "</div></div>"
     )
+    return ClaimsTable(html, "\n".join(lines), frame, table_id)
+
+
+def _seeds_words(text: str) -> str:
+    """A record's "seeds to decide" in words for a sentence: ``"n = 33"`` -> ``"33 seeds"``."""
+    return text[4:] + " seeds" if text.startswith("n = ") else text
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _join(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def summary_html(records: Sequence[Mapping[str, Any]], paper: str | None = None, href: str = "") -> Html:
+    """What a chapter found, in two to four sentences, from its claims records
+    (:func:`claims_records`): the paper's **headline** claims about its **method** (those of its
+    abstract and conclusion, ``Claim.headline``) named by verdict, what would decide those
+    still open (the seeds the observed spread needs, :func:`seeds_to_decide`; the regime check
+    that fails; a finer quantity), then the headline claims about the **problem** the paper
+    addresses (:data:`ABOUTS`: a baseline's failure is not the method working), then the other
+    claims counted (controls apart). Each claim is named by its key, linked to its row.
+
+    Parameters
+    ----------
+    records : sequence of dict
+        One chapter's claims records, in its table's order.
+    paper : str, optional
+        The paper's name (the findings page); ``None``: "the paper" (its own chapter).
+    href : str, default ""
+        Put before each row's anchor: ``""`` on the chapter's own page, ``"<chapter>.html"`` elsewhere.
+
+    Returns
+    -------
+    Html
+        The sentences as a paragraph (links to the rows), and as plain text.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Abstract", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1, headline=True)
+    >>> bad = Claim("lead", "X leads.", "Abstract", "accuracy, X − Z, points", "greater", effect("points"),
+    ...             resolution=0.1, headline=True)
+    >>> fail = Claim("fails", "Y fails.", "Abstract", "accuracy, Y − X, points", "less", effect("points"),
+    ...              resolution=0.1, headline=True, about="problem")
+    >>> rows = claims_records([evaluate(c, [2.1, 1.8, 2.4]), evaluate(bad, [-2.0, -2.5, -2.1]),
+    ...                        evaluate(fail, [-2.1, -1.8, -2.4])])
+    >>> print(repr(summary_html(rows, "X")))
+    X’s 2 headline claims about its method (those of its abstract or conclusion): gain holds; lead does not hold (the opposite direction). About the problem the paper addresses (not its method), its headline claim: fails holds. No other claim is tested.
+    """
+    from html import escape
+
+    rows = [r for r in records if r["kind"] == "claim"]
+    head = [r for r in rows if r["headline"] and r.get("about", "method") == "method"]
+    problem = [r for r in rows if r["headline"] and r.get("about", "method") == "problem"]
+    others = [r for r in rows if not r["headline"]]
+    controls = sum(r["kind"] == "control" for r in records)
+    name = paper if paper else "the paper"
+    Name = name[0].upper() + name[1:]
+
+    def link(r: Mapping[str, Any]) -> tuple[str, str]:
+        anchor = r.get("anchor") or claim_anchor(r["key"])
+        return f'<a href="{escape(href)}#{escape(anchor)}"><code>{escape(r["key"])}</code></a>', r["key"]
+
+    def named(group: Sequence[Mapping[str, Any]], note=None) -> tuple[str, str]:
+        parts = [link(r) for r in group]
+        notes = [note(r) if note else "" for r in group]
+        return (_join([h + (f" ({escape(n)})" if n else "") for (h, _), n in zip(parts, notes)]),
+                _join([t + (f" ({n})" if n else "") for (_, t), n in zip(parts, notes)]))
+
+    def verdicts(group: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str]]:
+        html, text = [], []
+        said = [(HOLDS, None, "holds", "hold"),
+                (DOES_NOT_HOLD, SMALLER, f"does not hold ({SMALLER})", f"do not hold ({SMALLER})"),
+                (DOES_NOT_HOLD, OPPOSITE, f"does not hold ({OPPOSITE})", f"do not hold ({OPPOSITE})"),
+                (INCONCLUSIVE, None, "is inconclusive at this scale", "are inconclusive at this scale"),
+                (UNTESTABLE_RESOLUTION, None, "is untestable at this resolution", "are untestable at this resolution"),
+                (UNTESTABLE_SETTING, None, "is untestable in this setting", "are untestable in this setting")]
+        for verdict, kind, one, many in said:
+            these = [r for r in group if r["verdict"] == verdict and (kind is None or r.get("shortfall") == kind)]
+            if these:
+                h, t = named(these)
+                html.append(f"{h} {escape(one if len(these) == 1 else many)}")
+                text.append(f"{t} {one if len(these) == 1 else many}")
+        return html, text
+
+    html, text = [], []
+    if head:
+        h, t = verdicts(head)
+        decided = sum(r["verdict"] in (HOLDS, DOES_NOT_HOLD) for r in head)
+        lead = (f"{escape(Name)}’s {_count(len(head), 'headline claim', 'headline claims')} about its method "
+                "(those of its abstract or conclusion): " + ("none is decided at this scale; " if not decided else ""))
+        html.append(lead + "; ".join(h) + ".")
+        text.append(lead + "; ".join(t) + ".")
+        decide = []
+        seeds = [r for r in head if r["verdict"] == INCONCLUSIVE]
+        if seeds:
+            decide.append(("more seeds would decide ", named(seeds, lambda r: _seeds_words(r["seeds_to_decide"]))))
+        fine = [r for r in head if r["verdict"] == UNTESTABLE_RESOLUTION]
+        if fine:
+            decide.append(("a finer quantity, one that resolves the row’s m (for an accuracy or an F1: more test "
+                           "images), would test ", named(fine)))
+        setting = [r for r in head if r["verdict"] == UNTESTABLE_SETTING]
+        checks: dict[str, list] = {}
+        for r in setting:
+            failed = [g["key"] for g in r.get("regimes", ()) if not g["passes"]]
+            checks.setdefault("”, “".join(failed), []).append(r)
+        for check, these in checks.items():
+            where = f"a setting that passes the check “{check}”" if check else "another setting"
+            decide.append((f"{where} would test ", named(these)))
+        if decide:
+            html.append("What would decide the open ones: " + "; ".join(w + h for w, (h, _) in decide) + ".")
+            text.append("What would decide the open ones: " + "; ".join(w + t for w, (_, t) in decide) + ".")
+    else:
+        html.append(f"{escape(Name)} has no headline claim tested here.")
+        text.append(f"{Name} has no headline claim tested here.")
+    if problem:
+        h, t = verdicts(problem)
+        lead = (f"About the problem the paper addresses (not its method), "
+                f"{'its headline claim' if len(problem) == 1 else 'of its headline claims'}: ")
+        html.append(lead + "; ".join(h) + ".")
+        text.append(lead + "; ".join(t) + ".")
+    if others:
+        verbs = {HOLDS: ("holds", "hold"), DOES_NOT_HOLD: ("does not hold", "do not hold"),
+                 INCONCLUSIVE: (f"is {INCONCLUSIVE}", f"are {INCONCLUSIVE}"),
+                 UNTESTABLE_RESOLUTION: (f"is {UNTESTABLE_RESOLUTION}", f"are {UNTESTABLE_RESOLUTION}"),
+                 UNTESTABLE_SETTING: (f"is {UNTESTABLE_SETTING}", f"are {UNTESTABLE_SETTING}")}
+        counts = [(sum(r["verdict"] == v for r in others), v) for v in VERDICTS]
+        problem_holds = sum(r["verdict"] == HOLDS and r.get("about", "method") == "problem" for r in others)
+        said = _join([f"{k} {verbs[v][k != 1]}" + (f" ({problem_holds} of them about the problem, not the method)"
+                                                   if v == HOLDS and problem_holds else "") for k, v in counts if k])
+        tail = (f"; the book’s {_count(controls, 'control', 'controls')} {'is' if controls == 1 else 'are'} not counted"
+                if controls else "")
+        sentence = f"Of its {_count(len(others), 'other claim', 'other claims')}, {said}{tail}."
+        html.append(escape(sentence))
+        text.append(sentence)
+    else:
+        html.append("No other claim is tested.")
+        text.append("No other claim is tested.")
+    return Html(f'<p class="claims-summary">{" ".join(html)}</p>', " ".join(text))
+
+
+def headline_html(records: Sequence[Mapping[str, Any]], href: str = "") -> Html:
+    """The headline claims of a chapter as a short table: each claim's key (linked to its row),
+    its quotation's source, the quantity, ours with its 95 % interval, the verdict (shaded) and the
+    seeds to decide; the claims about the problem marked so.
+
+    Examples
+    --------
+    >>> c = Claim("gain", "X beats Y.", "Abstract", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1, headline=True)
+    >>> h = headline_html(claims_records([evaluate(c, [2.1, 1.8, 2.4])]))
+    >>> 'href="#claim-gain"' in h._repr_html_(), repr(h)
+    (True, 'gain | holds | +2.10 [+1.35, +2.85], 3 seeds')
+    """
+    from html import escape
+
+    head = [r for r in records if r["kind"] == "claim" and r["headline"]]
+    body, lines = [], []
+    for r in head:
+        anchor = r.get("anchor") or claim_anchor(r["key"])
+        about = " <small>(the problem)</small>" if r.get("about", "method") == "problem" else ""
+        body.append(
+            f'<tr data-verdict="{escape(r["verdict"])}"><td><a href="{escape(href)}#{escape(anchor)}">'
+            f'<code>{escape(r["key"])}</code></a>{about}<br><small>{escape(r["source"])}</small></td>'
+            f"<td>{escape(r['quantity'])}</td><td>{escape(r['ours'])}</td>"
+            f'<td class="claims-verdict" style="background-color: {verdict_colour(r["verdict"])}">'
+            f"{escape(r['verdict_text'])}</td><td>{escape(r['seeds_to_decide'])}</td></tr>")
+        lines.append(f"{r['key']} | {r['verdict_text']} | {r['ours']}")
+    if not head:
+        return Html('<p class="claims-headline-none">No headline claim is tested here.</p>', "no headline claim")
+    thead = "".join(f"<th>{h}</th>" for h in ("headline claim", "quantity", "ours [95 % interval]", "verdict",
+                                              "seeds to decide"))
+    return Html(f'<table class="claims-headlines"><thead><tr>{thead}</tr></thead><tbody>{"".join(body)}</tbody></table>',
+                "\n".join(lines))
 
 
 def regime_table(results: Mapping[str, ClaimResult]) -> pd.DataFrame:
@@ -1890,7 +2282,8 @@ OUTCOMES = (HOLDS, SMALLER, OPPOSITE, INCONCLUSIVE, UNTESTABLE_RESOLUTION, UNTES
 """Every :attr:`ClaimResult.outcome`: the verdicts, with "does not hold" split by its kind."""
 
 
-__all__ = ["DIRECTIONS", "OUTCOMES", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SHARE", "HOLDS", "INCONCLUSIVE", "KINDS",
+__all__ = ["ABOUTS", "FINDINGS", "FOLD_BASELINES", "GLOSSARY", "ClaimsTable", "claim_anchor", "glossary_link",
+           "headline_html", "summary_html", "table_anchor", "DIRECTIONS", "OUTCOMES", "DOES_NOT_HOLD", "EFFECT_KINDS", "EFFECT_SHARE", "HOLDS", "INCONCLUSIVE", "KINDS",
            "MAX_SEEDS", "NOT_AT_THIS_MEAN", "OPPOSITE", "OVER", "REGIME_OPS", "REGIME_SUMMARIES", "RESOLUTION_SHARE",
            "SHORTFALLS", "SMALLER", "TABLE_COLUMNS", "UNTESTABLE", "UNTESTABLE_RESOLUTION", "UNTESTABLE_SETTING",
            "VERDICTS", "VERDICT_COLOURS", "Claim", "ClaimResult", "Comparator", "Effect", "EffectKind", "Improvement",

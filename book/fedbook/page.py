@@ -53,9 +53,10 @@ from matplotlib.transforms import Bbox
 from IPython.display import display as ipython_display
 from myst_nb import glue as myst_glue
 
-from fedbook.claims import (DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE, Claim, ClaimResult,
-                            claims_records, evaluate, headline_summary, show, tally)
-from fedbook.tables import format_small, table_of
+from fedbook.claims import (DOES_NOT_HOLD, FINDINGS, HOLDS, INCONCLUSIVE, OPPOSITE, SMALLER, UNTESTABLE, Claim,
+                            ClaimResult, claims_records, evaluate, headline_html, headline_summary, show, summary_html,
+                            tally)
+from fedbook.tables import Html, format_small, table_of
 from fedlib.io import atomic_write_bytes
 from fedlib.validation import is_int, is_real
 
@@ -79,6 +80,39 @@ CLAIMS_RECORDS = "claims_records"
 """The key (after the chapter's prefix) under which :func:`claims_report` glues its rows as JSON
 (:func:`fedbook.claims.claims_records`); ``book/build.py`` copies them into the chapter's build
 record, which the findings page reads (:func:`fedbook.catalog.read_findings`)."""
+
+
+CLAIMS_SUMMARY = "claims_summary"
+"""The key (after the chapter's prefix) under which :func:`claims_report` glues the chapter's
+opening (:func:`claims_opening`); the chapter pastes it under its title with
+``{glue} claims_summary`` (a glued value can be pasted above the cell that glues it)."""
+
+
+def claims_opening(records: Sequence[Mapping[str, Any]], table_id: str) -> Html:
+    """A chapter's opening, from its claims records (:func:`fedbook.claims.claims_records`): what it
+    found in a few sentences (:func:`fedbook.claims.summary_html`, the sentences the findings page
+    shows for the paper), its headline claims' table (:func:`fedbook.claims.headline_html`) and
+    links to the whole claims table (``table_id``) and to the findings page.
+
+    Examples
+    --------
+    >>> from fedbook.claims import claims_records, evaluate, effect
+    >>> c = Claim("gain", "X beats Y.", "Abstract", "accuracy, X − Y, points", "greater", effect("points"),
+    ...           resolution=0.1, headline=True)
+    >>> o = claims_opening(claims_records([evaluate(c, [2.1, 1.8, 2.4])]), "claims-0")
+    >>> 'href="#claims-0"' in o._repr_html_(), repr(o).splitlines()[0]
+    (True, 'What this chapter found: the paper’s 1 headline claim about its method (those of its abstract or conclusion): gain holds. No other claim is tested.')
+    """
+    summary, head = summary_html(records), headline_html(records)
+    text = summary.text[0].lower() + summary.text[1:]
+    html = summary.html.replace('<p class="claims-summary">', '<p class="claims-summary"><strong>What this chapter '
+                                'found:</strong> ', 1)
+    first = html.index("</strong> ") + len("</strong> ")
+    html = html[:first] + html[first].lower() + html[first + 1:]
+    links = (f'<p class="claims-links">Every claim, with its rule and substitution: <a href="#{table_id}">the claims '
+             f'table</a> at the end of this chapter; every paper: <a href="{FINDINGS}">the findings page</a>.</p>')
+    return Html(f'<div class="claims-opening">{html}{head.html}{links}</div>',
+                f"What this chapter found: {text}\n{head.text}")
 
 
 class Settings(SimpleNamespace):
@@ -344,6 +378,7 @@ def claims_report(
     total_seconds: float | None = None,
     glue: Callable[..., Any] = myst_glue,
     display: Callable[[Any], Any] = ipython_display,
+    evidence: Mapping[str, tuple[str, str]] | None = None,
 ) -> dict[str, ClaimResult]:
     """Decide every declared claim and control, glue the counts, show the table: an experiments
     chapter's closing call.
@@ -363,7 +398,9 @@ def claims_report(
     ``n_headline``, ``headline_decided`` and ``headline_half_width``
     (:func:`fedbook.claims.headline_summary`), ``total_seconds`` when given, and the rows as JSON
     under :data:`CLAIMS_RECORDS` (:func:`fedbook.claims.claims_records`: the findings page gathers
-    them), and displays :func:`fedbook.claims.show` of the results.
+    them) and, under :data:`CLAIMS_SUMMARY`, the chapter's opening (:func:`claims_opening`: what it
+    found in a few sentences and its headline claims, which the chapter pastes under its title),
+    and displays :func:`fedbook.claims.show` of the results.
 
     Parameters
     ----------
@@ -380,6 +417,9 @@ def claims_report(
     glue, display : callable
         What glues (``glue(key, value, display=False)``; default ``myst_nb.glue``) and what shows
         the table (default IPython's ``display``); a test passes its own.
+    evidence : mapping of str to (str, str), optional
+        By a frame's name, the id of the table or figure of the page that shows it and its name
+        in words: each row links to the evidence it reads (:func:`fedbook.claims.show`).
 
     Returns
     -------
@@ -406,7 +446,7 @@ def claims_report(
     >>> R = claims_report([gain, wide], {"runs": runs}, glue=lambda k, v, display: glued.update({k: v}),
     ...                   display=lambda t: None)
     Not decided at this profile, because it does not compute 'wide_runs': wide.
-    >>> R["gain"].verdict, list(R), {k: v for k, v in glued.items() if k != CLAIMS_RECORDS}
+    >>> R["gain"].verdict, list(R), {k: v for k, v in glued.items() if k not in (CLAIMS_RECORDS, CLAIMS_SUMMARY)}
     ('holds', ['gain'], {'n_claims': 1, 'n_holds': 1, 'n_not': 0, 'n_inconclusive': 0, 'n_untestable': 0, 'n_not_smaller': 0, 'n_not_opposite': 0})
     >>> [(r["key"], r["verdict"]) for r in json.loads(glued[CLAIMS_RECORDS])]
     [('gain', 'holds')]
@@ -447,10 +487,13 @@ def claims_report(
         glued.update(n_headline=head["n"], headline_decided=head["decided"], headline_half_width=head["half_width"])
     if total_seconds is not None:
         glued["total_seconds"] = total_seconds
-    glued[CLAIMS_RECORDS] = json.dumps(claims_records(out, digits), ensure_ascii=False)
+    records = claims_records(out, digits)
+    glued[CLAIMS_RECORDS] = json.dumps(records, ensure_ascii=False)
+    table = show(out, digits, evidence=evidence)
+    glued[CLAIMS_SUMMARY] = claims_opening(records, table.id)
     for key, value in glued.items():
         glue(f"{prefix}{key}", value, display=False)
-    display(show(out, digits))
+    display(table)
     if absent:
         frames = sorted({r.frame for c in claims if c.key in absent for r in c.reads} - set(results))
         print(f"Not decided at this profile, because it does not compute {', '.join(map(repr, frames))}: "
@@ -766,6 +809,6 @@ def place_labels(ax, labels: Sequence[tuple[str, tuple[float, float]]], points: 
         taken.append(placed)
 
 
-__all__ = ["BEST_KINDS", "CLAIMS_RECORDS", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "check_injected", "claims_report",
+__all__ = ["BEST_KINDS", "CLAIMS_RECORDS", "CLAIMS_SUMMARY", "MISSING", "PROFILE_NAMES", "REPORT_KEYS", "check_injected", "claims_opening", "claims_report",
            "clipped_error", "format_bytes", "format_number", "format_value", "glue_all", "notebook_history", "save_frames",
            "place_labels", "resolve", "Settings", "setup", "show_table", "sign_word"]
