@@ -111,13 +111,14 @@ def test_seed_table_clips_to_the_bounds_it_is_given():
     assert seed_table(tidy, "method", None, "f1", digits=3, bounds=(0, 1)).loc["a", "f1"] == "0.300 [0.000, 1.000]"
 
 
-def test_a_number_with_its_interval_is_never_wrapped_and_text_is():
+def test_a_number_is_never_wrapped_and_its_interval_only_before_it():
     frame = pd.DataFrame({"method": ["FedAvg", "Ditto"], "accuracy": ["93.2 ± 1.6", "0.306 [0.000, 1.000]"],
                           "bytes": ["15.2 kB", "1.05 MB"], "note": ["a long sentence that wraps", "another"]})
     html = show_table(frame, index=False).to_html()
     rules = re.findall(r"([^{}]+)\{([^}]*)\}", html.split("</style>")[0])
     nowrap = {c for selectors, body in rules if "nowrap" in body for c in re.findall(r"_row\d+_col(\d+)", selectors)}
-    assert {"1", "2"} <= nowrap and "3" not in nowrap and "0" not in nowrap
+    assert nowrap == {"2"}  # the size; the text columns wrap, the intervals below only before them
+    assert "93.2 ±\xa01.6<" in html and "0.306 [0.000,\xa01.000]<" in html and ">a long sentence that wraps<" in html
 
 
 # ------------------------------------------------------------------ leaderboard
@@ -176,3 +177,16 @@ def test_a_table_s_scientific_column_reads_as_a_power_of_ten():
     frame = pd.DataFrame({"check": ["a", "b"], "max difference": [0.0, 3e-16]})
     text = repr(show_table(frame, formats={"max difference": ".1e"}, index=False))
     assert text.splitlines()[1:] == ["a 0", "b 3.0 × 10⁻¹⁶"]
+
+
+def test_a_check_table_keeps_a_measured_value_its_tolerance_and_its_verdict_on_one_line():
+    checks = CheckTable()
+    checks.add("x = y", "random pairs", 3e-16, 1e-12)
+    checks.add("a bound is attained", "rank-one cases", "gap 0.1 on every one of the cases", ok=True)
+    html = checks.show().to_html()
+    rules = re.findall(r"([^{}]+)\{([^}]*)\}", html.split("</style>")[0])
+    nowrap = {cell for selectors, body in rules if body.strip().endswith("nowrap;")
+              for cell in re.findall(r"_(row\d+_col\d+)", selectors)}
+    # row 0: its value (col 2), tolerance (col 3), verdict (col 4); row 1: its tolerance (empty) and verdict,
+    # not its text value
+    assert nowrap == {"row0_col2", "row0_col3", "row0_col4", "row1_col3", "row1_col4"}

@@ -92,6 +92,7 @@ class CheckTable:
     """
 
     COLUMNS = ("statement", "how checked", "worst error / counterexamples", "tolerance", "verdict")
+    WORST = "worst error / counterexamples"
 
     def __init__(self) -> None:
         self.rows: list[dict[str, str]] = []
@@ -165,7 +166,9 @@ class CheckTable:
 
     def show(self):
         """The table for a page: every cell as text, statements wrapped so the verdict column stays
-        on screen, the index hidden, verdicts shaded (holds green, untestable grey, anything else red).
+        on screen (their formulas, written ``$…$``, typeset: :func:`with_math`), a measured value,
+        its tolerance and the verdict never wrapped inside, the index hidden, verdicts shaded (holds
+        green, untestable grey, anything else red).
 
         Returns
         -------
@@ -192,7 +195,10 @@ class CheckTable:
             .format(with_math)
             .set_properties(**{"text-align": "left", "vertical-align": "top", "white-space": "normal"})
             .set_table_styles(styles)
-            .map(lambda v: f"background-color: {SHADES.get(v, '#f8d7d7')}", subset=["verdict"])
+            .map(lambda v: f"background-color: {SHADES.get(v, '#f8d7d7')}; white-space: nowrap", subset=["verdict"])
+            # a measured value and its tolerance never wrap inside the number (3.0 × 10⁻¹⁶)
+            .apply(lambda col: ["white-space: nowrap" if row["tolerance"] else "" for row in self.rows], subset=[self.WORST])
+            .map(lambda v: "white-space: nowrap", subset=[c for c in ("tolerance",) if c in table.columns])
         )
 
 

@@ -1100,7 +1100,7 @@ def record_shift(checks: CheckTable, prop1: dict, trials: int) -> dict:
     """Proposition IV.1's row of ``checks`` from :func:`shift_decomposition`; with the median
     share of the between-client term."""
     checks.add(r"Prop. IV.1: $\Sigma_w = \frac{1}{N} \sum_k \sum_c n_c^k (\Sigma_c^k + \Delta\Delta^\top)$",
-               f"{trials} random federations (2-5 clients), entrywise / max|Sigma_w|", prop1["error"], 1e-10)
+               f"{trials} random federations (2-5 clients), entrywise / " r"$\max|\Sigma_w|$", prop1["error"], 1e-10)
     return {"fgd_prop1_err": float(prop1["error"]), "fgd_between_share": float(np.median(prop1["between_share"]))}
 
 
