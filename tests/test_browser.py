@@ -14,7 +14,7 @@ button while no repository is configured. At 1280 px no scrollbar shows where no
 scrolling: no element of a page's text is wider inside than its box by more than a pixel unless it
 is a code block, a table or a display formula (inline formulas included). Every row of every
 chapter's claims table is on the findings page with the same verdict and a link to that row, and
-the findings page's menus keep one paper's or one verdict's rows. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
+the findings page's menus keep one paper's or one verdict's rows. At 1280 px every column of every table is on screen (its header cell inside the box that shows the table), and on a phone (390 px) every verdict of every claims table and check table, labelled; the check tables typeset their formulas. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
 ``<build>/screenshots/`` for a person to look at, and checked for what they show (the title and
 the first paragraph drawn inside the picture, the navigation shown on a wide screen and folded
 away on a phone).
@@ -482,6 +482,96 @@ def test_no_scrollbar_where_nothing_needs_scrolling(site, browser):
         page.close()
     ctx.close()
     assert not problems, "\n".join(problems[:40])
+
+
+# every column of every table on screen at 1280 px: a table fits the box that shows it, or (a wide
+# one scrolls in its own box) every cell of its header row lies inside the part of that box a
+# reader sees without scrolling sideways
+_HIDDEN_COLUMNS = """() => {
+  const W = document.documentElement.clientWidth, out = [];
+  for (const t of document.querySelectorAll('.bd-article table')) {
+    if (t.closest('details:not([open])') || t.getClientRects().length === 0) continue;
+    let box = t;  // the box that shows the table: itself or the nearest ancestor that clips or scrolls
+    while (box.parentElement && getComputedStyle(box).overflowX === 'visible' && !box.classList.contains('bd-article'))
+      box = box.parentElement;
+    const b = box.getBoundingClientRect(), left = Math.max(b.left, 0), right = Math.min(b.right, W);
+    const head = t.querySelector(':scope > thead > tr:last-child') || t.querySelector('tr');
+    const hidden = [...(head ? head.children : [])].filter(c => {
+      const r = c.getBoundingClientRect(); return r.width > 0 && (r.right > right + 1 || r.left < left - 1); });
+    if (hidden.length)
+      out.push(`${t.id || t.className || 'a table'} (${t.scrollWidth} px in ${Math.round(right - left)}): `
+               + hidden.map(c => (c.textContent || '').trim().slice(0, 30)).join(' | '));
+  }
+  return out;
+}"""
+
+
+def test_no_table_hides_a_column_at_1280_px(site, browser):
+    """At 1280 px every column of every table of every page is on screen: its header cell lies
+    inside the box that shows the table, so no reader has to scroll a table sideways to find a
+    column (the leaderboard's "ranked first (%)", a check table's verdict, a claims table's notes)."""
+    ctx = _context(browser)
+    problems, n_tables = [], 0
+    for path in _pages(site, redirects=False):
+        page, _, _ = _open(ctx, path)
+        n_tables += page.evaluate("() => document.querySelectorAll('.bd-article table').length")
+        problems += [f"{path.relative_to(site).as_posix()}: {p}" for p in page.evaluate(_HIDDEN_COLUMNS)]
+        page.close()
+    ctx.close()
+    assert n_tables > 30 and not problems, f"{n_tables} tables\n" + "\n".join(problems[:40])
+
+
+# a claims table's verdict (and a check table's) on a phone: inside the viewport and inside every
+# box around it that clips or scrolls, labelled with its column's name (static/tables.js)
+_VERDICTS_ON_A_PHONE = """() => {
+  const W = document.documentElement.clientWidth, out = [];
+  const cells = [...document.querySelectorAll('table.claims-table td.claims-verdict, table.check-table td:last-child')];
+  for (const c of cells) {
+    if (c.closest('details:not([open])')) continue;
+    const r = c.getBoundingClientRect();
+    let off = r.width === 0 || r.left < -1 || r.right > W + 1;
+    for (let a = c.parentElement; a && !off && a !== document.body; a = a.parentElement) {
+      if (getComputedStyle(a).overflowX === 'visible') continue;
+      const b = a.getBoundingClientRect();
+      off = r.left < b.left - 1 || r.right > b.right + 1;
+    }
+    const label = getComputedStyle(c, '::before').content;
+    if (off || !/verdict/.test(label)) out.push(`${(c.closest('tr') || {}).id || ''} ${c.textContent.trim().slice(0, 30)} (${label})`);
+  }
+  return {n: cells.length, out};
+}"""
+
+
+def test_every_verdict_is_on_screen_on_a_phone(site, browser):
+    """At 390 px every verdict of every claims table (and of every derivations chapter's check
+    table) is on screen without scrolling sideways, labelled: the table is one card per row, its
+    verdict first."""
+    ctx = _context(browser, "phone")
+    problems, n = [], 0
+    for path in sorted((site / "chapters").glob("*.html")):
+        page, _, _ = _open(ctx, path)
+        found = page.evaluate(_VERDICTS_ON_A_PHONE)
+        n += found["n"]
+        problems += [f"{path.stem}: {p}" for p in found["out"][:3]]
+        page.close()
+    ctx.close()
+    assert n > 20 and not problems, f"{n} verdicts\n" + "\n".join(problems[:30])
+
+
+def test_check_tables_typeset_their_formulas(site, browser):
+    """A derivations chapter's check table writes its formulas in TeX (fedbook.checks.with_math):
+    the FedGRC chapters' tables hold typeset formulas and no formula written in ASCII."""
+    ctx = _context(browser)
+    found = {}
+    for name in ("fedgrc_cgrl", "fedgrc_statistics"):
+        page, _, _ = _open(ctx, site / "chapters" / f"{name}.html")
+        found[name] = page.evaluate("() => [...document.querySelectorAll('table.check-table')].map(t => "
+                                    "({math: t.querySelectorAll('mjx-container').length, text: t.innerText}))")
+        page.close()
+    ctx.close()
+    tables = [t for ts in found.values() for t in ts]
+    assert tables and sum(t["math"] for t in tables) >= 10, found
+    assert not any(re.search(r"Sigma_|sum_[a-z]|\^-1|<=", t["text"]) for t in tables), "ASCII formula in a check table"
 
 
 def test_the_findings_page_and_every_experiments_chapter_open_with_their_summary(site):

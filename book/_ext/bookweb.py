@@ -18,6 +18,11 @@ page, each checked by ``tests/test_browser.py``:
 The findings page's table is filtered by paper and verdict in the reader's browser by
 ``static/findings.js`` (loaded on every page, it acts only on a ``.findings`` block).
 
+Every column of every table on screen at 1280 px, and every claims table's verdict on a phone:
+``static/bookweb.css`` sets the chapters' tables smaller and lets a header break inside a word;
+below 576 px a claims table (and a derivations chapter's check table) becomes one card per row,
+its verdict first, each cell labelled with its column's header by ``static/tables.js``.
+
 And three additions for readers who take a chapter away:
 
 - each executed chapter's download menu offers its jupytext source (``notebooks/<name>.py``,
@@ -158,5 +163,6 @@ def setup(app) -> dict[str, Any]:
     app.connect("build-finished", _finished)
     app.add_css_file("bookweb.css")
     app.add_js_file("findings.js")
+    app.add_js_file("tables.js")
     app.connect("html-page-context", _page_context, priority=900)  # after the themes have filled the context
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -627,6 +627,22 @@ _NUMBER_TEXT = re.compile(r"[-−+]?(\d[\d,.]*|∞)( × 10[⁻⁰¹²³⁴⁵⁶
 """A cell that reads as one number (with its interval or unit): kept on one line by :func:`show_table`."""
 
 
+def _together(text: str) -> str:
+    """A number with its interval, the interval's spaces made no-break: a line may break only
+    between the number and its interval (``"93.2"`` / ``"± 1.6"``, never ``"93.2 ±"`` / ``"1.6"``).
+
+    Examples
+    --------
+    >>> _together("93.2 ± 1.6"), _together("0.306 [0.000, 1.000]"), _together("15.2 kB")
+    ('93.2 ±\xa01.6', '0.306 [0.000,\xa01.000]', '15.2 kB')
+    """
+    for mark in (" ± ", " ["):
+        if mark in text:
+            head, tail = text.split(mark, 1)
+            return f"{head} {(mark[1:] + tail).replace(' ', chr(0xA0))}"
+    return text
+
+
 def _format_cell(value: Any, spec: Any) -> str:
     """One cell as text: ``spec`` a format spec (``".2f"``), a callable, or ``None`` (the default rule)."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA or value is pd.NaT:
@@ -713,9 +729,17 @@ def show_table(
     default_digits = digits if isinstance(digits, int) else 2
     uuid = hashlib.sha1(table.to_json(default_handler=str).encode()).hexdigest()[:8]
     styler = table_of(table).set_uuid(f"table-{uuid}").hide(axis="index")
+    # a number and its interval ("93.2 ± 1.6", "0.306 [0.000, 1.000]") may wrap only between the two,
+    # never inside either: a table of many such columns still fits its box
+    texts = {c: [_format_cell(v, formats.get(c, per_column.get(c, default_digits))) for v in table[c]]
+             for c in table.columns}
+    number_text = [c for c in table.columns if all(_NUMBER_TEXT.fullmatch(t) for t in texts[c])]
+    with_interval = {c for c in number_text if any(" ± " in t or " [" in t for t in texts[c])}
     for column in table.columns:
         spec = formats.get(column, per_column.get(column, default_digits))
-        styler = styler.format(lambda v, spec=spec: _format_cell(v, spec), subset=[column])
+        shown = (lambda v, spec=spec: _together(_format_cell(v, spec))) if column in with_interval else \
+            (lambda v, spec=spec: _format_cell(v, spec))
+        styler = styler.format(shown, subset=[column])
     for column, kind in best.items():
         values = table[column].map(_leading_number)
         target = values.max() if kind == "max" else values.min()
@@ -728,10 +752,9 @@ def show_table(
     styles = [{"selector": "th", "props": [("text-align", "left")]},
               {"selector": "td, th", "props": [("padding", "0.2em 0.8em 0.2em 0.3em")]}]
     # numbers never wrap inside a value: numeric columns and the ones whose every cell reads as a
-    # number (with its interval: "93.2 ± 1.6", a size "15.2 kB"); the first column too when it does
-    numeric = [c for i, c in enumerate(table.columns) if (i > 0 and pd.api.types.is_numeric_dtype(table[c]))
-               or all(_NUMBER_TEXT.fullmatch(_format_cell(v, formats.get(c, per_column.get(c, default_digits))))
-                      for v in table[c])]
+    # number (a size "15.2 kB"; one with its interval wraps only before it, _together)
+    numeric = [c for i, c in enumerate(table.columns) if ((i > 0 and pd.api.types.is_numeric_dtype(table[c]))
+                                                          or c in number_text) and c not in with_interval]
     styler = styler.set_properties(subset=numeric, **{"white-space": "nowrap"}) if numeric else styler
     return styler.set_properties(**dict(props)).set_table_styles(styles)
 
