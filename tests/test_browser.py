@@ -14,7 +14,7 @@ button while no repository is configured. At 1280 px no scrollbar shows where no
 scrolling: no element of a page's text is wider inside than its box by more than a pixel unless it
 is a code block, a table or a display formula (inline formulas included). Every row of every
 chapter's claims table is on the findings page with the same verdict and a link to that row, and
-the findings page's menus keep one paper's or one verdict's rows. At 1280 px every column of every table is on screen (its header cell inside the box that shows the table), and on a phone (390 px) every verdict of every claims table and check table, labelled; the check tables typeset their formulas. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
+the findings page's menus keep one paper's or one verdict's rows. At 1280 px every column of every table is on screen (its header cell inside the box that shows the table), and on a phone (390 px) every verdict of every claims table and check table, labelled; the check tables typeset their formulas; every glossary link of a chapter lands on a term the glossary defines. The built-in search finds a term offline. Screenshots of the home page and of one chapter at 1280 and 390 px are written to
 ``<build>/screenshots/`` for a person to look at, and checked for what they show (the title and
 the first paragraph drawn inside the picture, the navigation shown on a wide screen and folded
 away on a phone).
@@ -605,3 +605,24 @@ def test_the_findings_page_and_every_experiments_chapter_open_with_their_summary
         if 'href="findings.html"' not in block or not re.search(r'href="#claims-[0-9a-f]+"', block):
             problems.append(f"{path.stem}: the opening links neither to its claims table nor to the findings page")
     assert not problems, "\n".join(problems)
+
+
+def test_the_glossary_defines_the_terms_the_claims_tables_link_to(site, browser):
+    """The glossary page holds the terms (each with its anchor), and every glossary link of a
+    claims table or a chapter's opening lands on a defined term."""
+    ctx = _context(browser)
+    page, _, _ = _open(ctx, site / "glossary.html")
+    terms = set(page.evaluate("() => [...document.querySelectorAll('dl.glossary dt[id]')].map(d => d.id)"))
+    page.close()
+    assert len(terms) >= 15, sorted(terms)
+    linked, problems = 0, []
+    for path in sorted((site / "chapters").glob("*.html")):
+        page, _, _ = _open(ctx, path)
+        for href in page.evaluate("() => [...document.querySelectorAll('a[href*=\"glossary.html#\"]')]"
+                                  ".map(a => a.getAttribute('href'))"):
+            linked += 1
+            if href.split("#", 1)[1] not in terms:
+                problems.append(f"{path.stem}: {href}")
+        page.close()
+    ctx.close()
+    assert linked >= 20 and not problems, f"{linked} links\n" + "\n".join(sorted(set(problems))[:20])
