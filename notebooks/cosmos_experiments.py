@@ -510,6 +510,7 @@ R.update(cosmos.numbers(F, STUDY, n_classes=N_CLASSES))
 save_frames(runs, results_dir)
 
 # %% [markdown]
+# (cosmos-table-2)=
 # ## Model-agnostic methods on mixed architectures (the paper's Figure 2 and Table 2)
 #
 # Mean client accuracy per round (the clients' pooled scores, points; the mean over the
@@ -535,6 +536,7 @@ display(show_table(cosmos.main_table(F), best={m: "max" for m in METRICS}))
 # clients whose cluster's majority group is their own) is {glue:text}`purity:.2f` for COSMOS and
 # {glue:text}`comet_purity:.2f` for COMET's k-means.
 #
+# (cosmos-mixtures)=
 # ## Architecture mixtures (the paper's Figure 3 and Table 3)
 #
 # The same federation with one architecture for every client (COSMOS only: it is the
@@ -550,6 +552,7 @@ for table in (cosmos.mixture_table(F, STUDY), cosmos.alpha_table(F, STUDY)):
     display(show_table(table, best={c: "max" for c in table.columns}))
 
 # %% [markdown]
+# (cosmos-table-7)=
 # ## With one architecture: against parameter sharing (the paper's Table 7)
 #
 # Every client runs the same small CNN. The parameter-sharing methods train with SGD with
@@ -570,6 +573,7 @@ for table in (cosmos.mixture_table(F, STUDY), cosmos.alpha_table(F, STUDY)):
 display(show_table(cosmos.homogeneous_table(F), best={m: "max" for m in METRICS}))
 
 # %% [markdown]
+# (cosmos-table-4)=
 # ## Communication (the paper's Table 4)
 #
 # Bytes per client and round of training traffic, from the ledger (evaluation messages are left
@@ -606,6 +610,7 @@ display(show_table(cosmos.paper_scale(), digits={"parameters ÷ pseudo-labels": 
 # public set, fewer classes, compressed labels (FedCT's one byte per image; float16 halves them)
 # or bigger models (the paper's text does not say how its Table 4 counted bytes).
 #
+# (cosmos-sensitivity)=
 # ## Sensitivity (the paper's Figures 7-9)
 #
 # One COSMOS run per setting and seed on the first {glue:text}`n_side` seeds
@@ -640,7 +645,13 @@ display(show_table(cosmos.sensitivity_table(F, STUDY), digits={"clusters": 1, "p
 # {glue:text}`n_headline` headline claims are decided, and the median half-width of their 95 % intervals is {glue:text}`headline_half_width:.1f` points.
 
 # %% tags=["hide-input"]
-REPORT = claims_report(CLAIMS, F, total_seconds=P.elapsed())
+EVIDENCE = {"main": ("cosmos-table-2", "Table 2"), "homogeneous": ("cosmos-table-7", "Table 7"),
+            **{frame: ("cosmos-mixtures", "the mixture and α tables") for frame in ("mixtures", "mixture_change", "alphas",
+                                                                                     "alpha_change")},
+            "traffic": ("cosmos-table-4", "Table 4"),
+            **{frame: ("cosmos-sensitivity", "the sensitivity table") for frame in F
+               if frame.split(" = ", 1)[0] in P.sweeps}}  # where each row's numbers are shown (a sweep's frames by its settings)
+REPORT = claims_report(CLAIMS, F, total_seconds=P.elapsed(), evidence=EVIDENCE)
 glue_all({**R, **cosmos.verdicts(REPORT, CLAIMS, comm_ratio=R["comm_ratio"])})
 
 # %% [markdown]

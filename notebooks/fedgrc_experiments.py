@@ -626,6 +626,7 @@ fedgrc.plot_federations(FED0, seed)
 plt.show()
 
 # %% [markdown]
+# (fedgrc-tables-i-ii)=
 # ## Tables I/II: every method under the protocol
 #
 # Mean local, client-weighted local ("pooled"), global, unseen and rare accuracy over the clients
@@ -681,6 +682,7 @@ fedgrc.plot_local_global(v, P.alphas)
 plt.show()
 
 # %% [markdown]
+# (fedgrc-table-iv)=
 # ## Table IV: what personalization does
 #
 # Three methods with an explicit personalization stage, each compared immediately before and
@@ -705,6 +707,7 @@ show_table(fedgrc.personalization_table(v, SEEDS, P.alphas).rename(columns=lambd
 # class's *mean*: its mean stays the shared one (Eq. (32)), so unseen accuracy moves only through
 # the other classes' adapted means.
 #
+# (fedgrc-table-ix)=
 # ## Table IX: backbone × head
 #
 # The baseline combination is the augmentation-matched backbone $B_0$ = FedAvg-Aug (our stand-in
@@ -802,7 +805,11 @@ CLAIM_FRAMES = fedgrc.claim_frames(frames["runs"], tidy9, SEEDS, P.alphas, leade
                                    shift_methods=list(SHIFT_METHODS), ft_pairs=FT_PAIRS,
                                    sizes={READS(m): g for m, g in SIZES.items()}, scatter=frames["scatter"],
                                    regime=frames["regime"])
-results = claims_report(CLAIMS, CLAIM_FRAMES, prefix="fge_", total_seconds=P.elapsed())
+EVIDENCE = {**{frame: ("fedgrc-tables-i-ii", "Tables I/II") for frame in ("versus", "trail", "shift", "heads", "sasp")},
+            "personalization": ("fedgrc-table-iv", "Table IV"),
+            **{frame: ("fedgrc-table-ix", "Table IX") for frame in ("excess", "excess_over_alphas")},
+            "scatter": ("fedgrc-scatter", "the within-class scatter")}  # where each row's numbers are shown
+results = claims_report(CLAIMS, CLAIM_FRAMES, prefix="fge_", total_seconds=P.elapsed(), evidence=EVIDENCE)
 R["fge_untestable_text"] = fedgrc.untestable_text(results)  # glued with the page's numbers, at the end
 R["fge_setting_text"] = fedgrc.setting_text(results)
 R.update(fge_reach_images=check_reach_text(results, "images behind the floor clients' scores"),
@@ -862,6 +869,7 @@ show_table(regime_table(results), formats={"value": ".3g"}, index=False)
 # that many images costs one forward pass per client and image, which the page's time budget
 # does not cover at this profile.
 #
+# (fedgrc-scatter)=
 # **Does CGRL reduce within-class scatter here?** On the clients' training images, the share of
 # the penultimate features' scatter that lies within the classes is
 # {glue:text}`fge_scatter_cgrl_lo:.1f` % for CGRL, {glue:text}`fge_scatter_aug_lo:.1f` % for

@@ -498,6 +498,7 @@ table
 # variance here (the ratio is above 1 when the class eigenvalues are mostly above 1, below 1 when
 # they are mostly below 1).
 #
+# (ggeur-label-skew)=
 # ## Label skew
 #
 # The embeddings go through the same federation builder as every chapter: a class-balanced global
@@ -560,6 +561,7 @@ plt.show()
 # {glue:text}`early_ms:.1f` % (matched steps) and {glue:text}`early_ggeur:.1f` % (GGEUR). Whether
 # these differences are larger than the spread over seeds is the claims table's business.
 #
+# (ggeur-domain-skew)=
 # ## Domain skew
 #
 # Four digit domains ({func}`fedlib.data.datasets.make_digit_domains`): MNIST, UCI digits (8×8 scans
@@ -634,6 +636,7 @@ probe_table
 # {glue:text}`probe_min_domain` in seed {glue:text}`probe_min_seed`): {glue:text}`probe_reading`.
 
 # %% [markdown]
+# (ggeur-figure-6)=
 # ## Geometry similarity between domains (Figure 6)
 #
 # The paper's premise for the multi-domain case is that a class's geometric shape is similar
@@ -711,7 +714,11 @@ table
 # %% tags=["hide-input"]
 # the table's order: each headline label-gain row with its rebalancing control right after it, then the other rows
 ORDER = [row for c in claims for row in ((c, BESIDE[c.key]) if c.key in BESIDE else (c,))]
-decided = claims_report(ORDER + controls, frames)
+EVIDENCE = {"label": ("ggeur-label-skew", "the label-skew table"), "label_gain": ("ggeur-label-skew", "the label-skew table"),
+            "label.early (%)": ("fig-ggeur-label-curves", "the label-skew curves"),
+            "domain": ("ggeur-domain-skew", "the domain-skew tables"),
+            **{frame: ("ggeur-figure-6", "Figure 6 and its table") for frame in ("leads", "fig6")}}  # where each row's numbers are shown
+decided = claims_report(ORDER + controls, frames, evidence=EVIDENCE)
 
 # %% tags=["hide-input"]
 display(Markdown("**The claims read with their controls.** " + gg.claims_reading(decided, P.betas)))  # a paragraph computed from the verdicts

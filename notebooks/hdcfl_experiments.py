@@ -517,6 +517,7 @@ R.update(hdcfl.results_numbers(frames, P.settings, first_seed=seed))
 save_frames({name: frames[name] for name in ("main", "variants", "history", "donors")}, results_dir)
 
 # %% [markdown]
+# (hdcfl-main-table)=
 # ## The main table
 #
 # Per setting and method: the mean client accuracy, the worst client, the bottom 20 % and the
@@ -536,6 +537,7 @@ display(*hdcfl.main_tables(frames, P.settings))
 # {glue:text}`macro_worst_se:.1f` %. The claims table below decides what these differences say
 # once the seed-to-seed spread is accounted for.
 #
+# (hdcfl-ablations)=
 # ## Ablations: what the server's choices change
 #
 # Every row is evaluated on the same HDC-FL run per seed (the training is not changed by any of
@@ -556,6 +558,7 @@ display(*hdcfl.ablation_tables(frames, P.settings, STUDY.variant_names))
 # {glue:text}`top_weight_median:.0f` % of its weight on its nearest prototype (100 % would make
 # soft membership hard).
 #
+# (hdcfl-dynamics)=
 # ## Dynamics: how the grouping settles, and when personalization starts
 #
 # At each refresh: the chosen $k$, the silhouette of the chosen grouping, the ARI with the
@@ -587,6 +590,7 @@ display(show_table(hdcfl.activation_table(frames["activation"], P.settings), dig
 # (gate: {glue:text}`act_gate_dir:.0f` % of the seeds). The regime checks of these rows (declared
 # with the claims, {ref}`chapter-hdcfl-claims`) read: {glue:text}`regime_text`
 #
+# (hdcfl-donor-swap)=
 # ## Does head similarity predict encoder compatibility? The donor swap
 #
 # For every target client and every other client as donor: the target's cached head on the
@@ -642,7 +646,11 @@ display(hdcfl.cost_table(frames))
 # the {glue:text}`n_headline` headline claims (marked after their source) are decided.
 
 # %% tags=["hide-input"]
-decided = claims_report(CLAIMS, frames)
+EVIDENCE = {**{frame: ("hdcfl-main-table", "the main table") for frame in ("macro", "main")},
+            "variants": ("hdcfl-ablations", "the ablation tables"),
+            "contrasts": ("hdcfl-dynamics", "the activation table"), "refreshes": ("fig-hdcfl-dynamics", "the dynamics figure"),
+            **{frame: ("hdcfl-donor-swap", "the donor-swap table") for frame in ("donor_seed", "overlap")}}  # where each row's numbers are shown
+decided = claims_report(CLAIMS, frames, evidence=EVIDENCE)
 display(Markdown(hdcfl.claims_reading(decided)))
 display(Markdown("**The regime checks** (declared with the claims; a row guarded by a failing check is untestable in this "
                  "setting):"))

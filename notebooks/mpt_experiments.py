@@ -709,6 +709,7 @@ show_table(M.distance_table(history, ABL), best={"distance to the oracle at the 
     M.CLIPPED_NOTE)
 
 # %% [markdown]
+# (mpt-adaptive-weight)=
 # At the last round (means over seeds) the frozen prototype is {glue:text}`dist_frozen:.2f` from
 # the oracle, the barycentric in-span part alone {glue:text}`dist_barycentric:.2f`, barycentric +
 # stored residual {glue:text}`dist_stored_residual:.2f`, MPT {glue:text}`dist_mpt:.2f` (its
@@ -828,6 +829,7 @@ M.plot_cost(history, frames["bytes"], frames["times"], COMM_METHODS)
 # %% tags=["hide-input"]
 EVIDENCE = {frame: ("mpt-table-ii", "the Table II runs") for frame in ("by_seed", "before_seed", "dist_seed")} | {
     "figure.f1_last": ("fig-mpt-f1-rounds", "Figure 4's runs"), "figure_seed.rho": ("fig-mpt-distance-f1", "Figure 6 (b)"),
+    "figure_seed.alpha": ("mpt-adaptive-weight", "the adaptive weight α_t"),
     **{f"figure.{c}": ("fig-mpt-distance-rounds", "Figure 6 (a)") for c in ("d_last", "d_early", "d_post")},
     "bytes": ("fig-mpt-cost", "the cost figure"), "times": ("fig-mpt-cost", "the cost figure")}  # where each row's numbers are shown
 results = claims_report(CLAIMS, frames, digits=CLAIM_DIGITS, total_seconds=float(P.elapsed()), evidence=EVIDENCE)

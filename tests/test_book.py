@@ -153,6 +153,15 @@ def test_chapter_executes_at_smoke_profile_and_is_cached(name, smoke_out, capsys
                        for cell in nb.cells for o in cell.get("outputs", []))
         assert 'class="claims-table"' in html, "an experiments chapter shows its claims with fedbook.claims.show"
         assert not re.search(r">\s*partly\s*<", html), "there is no 'partly' verdict any more"
+        # every row, claim or control, links to the table or figure it reads: a MyST (label)= of this
+        # chapter's prose, or a figure's name in a cell's mystnb metadata
+        labels = set(re.findall(r"^\(([^)\s]+)\)=[ \t]*$", source, re.M)) | {
+            c.metadata.get("mystnb", {}).get("figure", {}).get("name") for c in nb.cells} - {None}
+        rows = re.findall(r'<tr id="(claim-[^"]*)"(.*?)</tr>', html, re.S)
+        links = {anchor: re.findall(r'· reads <a href="#([^"]+)">', row) for anchor, row in rows}
+        assert rows and all(links.values()), f"claims rows without evidence: {[a for a, t in links.items() if not t]}"
+        unresolved = {a: t for a, t in links.items() if not set(t) <= labels}
+        assert not unresolved, f"evidence links to no label of {name}: {unresolved}"
     # a table's text form is the table, not a memory address (a pandas Styler's), so that comparing
     # two builds' glued values (book/build.py --compare) reports only what changed
     addresses = [k for k, v in build.glued_values(smoke_out / "chapters" / f"{name}.ipynb").items()
