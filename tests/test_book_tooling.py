@@ -122,9 +122,9 @@ def test_show_table_puts_the_key_columns_first_and_formats_every_cell():
                           "clients": [20, 1500, 3], "gamma": [1e-4, 1e-3, 0.5]},
                          index=pd.Index(["FedAvg", "Ditto", "FedRep"], name="method"))
     styler = show_table(frame, digits={"accuracy (%)": 1}, formats={"bytes": format_bytes, "gamma": ".0e"})
-    assert _cells(styler) == [["FedAvg", "91.2", "3.37 MB", "20", "1e-04"],
-                              ["Ditto", MISSING, "512 B", "1,500", "1e-03"],
-                              ["FedRep", "88.0", "25.0 GB", "3", "5e-01"]]
+    assert _cells(styler) == [["FedAvg", "91.2", "3.37 MB", "20", "10⁻⁴"],  # ".0e": fedbook.tables.format_small
+                              ["Ditto", MISSING, "512 B", "1,500", "0.001"],
+                              ["FedRep", "88.0", "25.0 GB", "3", "0.5"]]
     html = styler.to_html()
     assert ">method<" in html and "row_heading" not in html  # the index is a column, not pandas' index
     assert "padding: 0.2em 0.8em" in html and "white-space: nowrap" in html  # columns apart, numbers unbroken
