@@ -17,6 +17,7 @@ import shutil
 import socket
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -325,86 +326,160 @@ def json_default(v: Any) -> Any:
 
 class FolderInUse(RuntimeError):
     """A folder (a results folder, a disk state store) is held by another process's
-    :class:`FolderLock`; the message names that process."""
+    :class:`FolderLock`, or by another user in this process; the message names that process and
+    what holds the folder (its role: a state store, a results save)."""
+
+
+class FolderLockWarning(UserWarning):
+    """A :class:`FolderLock` on a file system without locks (some network mounts): the folder is
+    guarded by its owner record only, which cannot stop two processes that take it at the same
+    moment, nor tell whether a process of another machine is still alive."""
 
 
 class FolderLock:
     """An advisory, exclusive lock on a folder in use (``fcntl.flock`` on ``<folder>/.lock``),
-    holding a record of its owner (process id, host, command, since when) that the refusal of a
-    second user names. The lock goes with the process: a process that dies, however it dies,
-    holds nothing (no stale lock to delete by hand). A second lock of the same folder is refused
-    in the same process too. ``wait`` seconds: how long :meth:`FolderLock.acquire` tries before it refuses.
+    holding a record of its owner (process id, host, command, since when, and ``role``: what holds
+    it, such as ``"state store"`` or ``"results save"``) that the refusal of a second user names.
+    The lock goes with the process: a process that dies, however it dies, holds nothing (no stale
+    lock to delete by hand). A second lock of the same folder is refused in the same process too,
+    at once (it would wait for itself), naming the role of the lock this process holds
+    (:meth:`FolderLock.held_here` finds it). ``wait`` seconds: how long :meth:`FolderLock.acquire`
+    waits for another process before it refuses.
+
+    On a file system without ``flock`` (some network mounts: ``ENOLCK``, ``EOPNOTSUPP``) the owner
+    record is all there is: a record of a live process of this machine is refused, a record of
+    another machine's process is taken over with a :class:`FolderLockWarning` (whether it is alive
+    cannot be known from here), and two processes that take the folder at the same moment are not
+    kept apart; a :class:`FolderLockWarning` says so.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
-    >>> with FolderLock(folder, "results folder"):
+    >>> with FolderLock(folder, "results folder", role="results save"):
     ...     try:
     ...         FolderLock(folder, "results folder").acquire()
     ...     except FolderInUse as err:
-    ...         print(f"is in use by process {os.getpid()}" in str(err), "(this process)" in str(err))
+    ...         print(f"is in use by process {os.getpid()}" in str(err), "(this process) for its results save" in str(err))
     True True
     """
 
     NAME = ".lock"
 
-    def __init__(self, folder: str | os.PathLike, what: str = "folder", *, wait: float = 0.0) -> None:
+    def __init__(self, folder: str | os.PathLike, what: str = "folder", *, role: str | None = None,
+                 wait: float = 0.0) -> None:
         self.folder, self.what, self.wait = Path(folder), what, float(wait)
+        self.role = what if role is None else role
         self._fd: int | None = None
         self._pid = os.getpid()
+        self._key: str | None = None
+        self._since = "?"
 
     @property
     def held(self) -> bool:
         """Whether this lock is held (acquired and not released)."""
         return self._fd is not None
 
+    @classmethod
+    def held_here(cls, folder: str | os.PathLike) -> "FolderLock | None":
+        """The lock this process holds on ``folder`` (its ``role`` says what for), or ``None``."""
+        lock = _HELD.get(os.path.realpath(folder))
+        return lock if lock is not None and lock.held and lock._pid == os.getpid() else None
+
     def acquire(self) -> "FolderLock":
         """Take the lock (creating the folder if need be), or raise :class:`FolderInUse` naming
-        the process that holds it."""
+        the process that holds it and its role (at once when that process is this one)."""
         if self._fd is not None:
             return self
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / self.NAME
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
-        try:
-            if fcntl is not None:
-                deadline = time.monotonic() + self.wait
-                while True:
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                        break
-                    except BlockingIOError:
-                        if time.monotonic() >= deadline:
-                            raise FolderInUse(self._refusal(fd)) from None
-                        time.sleep(0.05)
-                    except OSError as err:  # a file system without locks (some network mounts): the record only
-                        if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
-                            raise
-                        break
-            record = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command(),
-                      "since": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
-        except BaseException:
-            os.close(fd)
-            raise
+        mine = FolderLock.held_here(self.folder)
+        if mine is not None:  # flock would make this process wait for itself
+            raise FolderInUse(self._message(os.getpid(), socket.gethostname(), _command(), mine._since, mine.role))
+        while True:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / self.NAME
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, umask_mode())
+            try:
+                locked = self._lock(fd)
+                try:  # the file locked must still be the folder's lock file: a holder may delete it (DiskStates.remove)
+                    same = os.path.samestat(os.fstat(fd), os.stat(path))
+                except FileNotFoundError:
+                    same = False
+                if not same:
+                    os.close(fd)
+                    continue
+                if not locked:
+                    self._check_record(fd)
+                self._since = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+                record = {"pid": os.getpid(), "host": socket.gethostname(), "command": _command(),
+                          "since": self._since, "role": self.role}
+                data = (json.dumps(record) + "\n").encode()
+                os.pwrite(fd, data, 0)  # the record first, then cut to its length: never an empty record to read
+                os.ftruncate(fd, len(data))
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                raise
+            break
         self._fd, self._pid = fd, os.getpid()
+        self._key = os.path.realpath(self.folder)
+        _HELD[self._key] = self
         return self
 
-    def _refusal(self, fd: int) -> str:
-        try:
-            owner = json.loads(os.pread(fd, 65536, 0).decode() or "{}")
-        except (OSError, ValueError):
-            owner = {}
-        who = f"process {owner.get('pid', '?')} on {owner.get('host', '?')}"
-        if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+    def _lock(self, fd: int) -> bool:
+        """``flock`` the file (waiting up to ``wait``): ``True``, or ``False`` on a file
+        system without locks (with a :class:`FolderLockWarning`)."""
+        if fcntl is None:
+            why = "this system has no fcntl.flock"
+        else:
+            deadline = time.monotonic() + self.wait
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise FolderInUse(self._refusal(fd)) from None
+                    time.sleep(0.05)
+                except OSError as err:  # a file system without locks (some network mounts): the record only
+                    if err.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                        raise
+                    why = f"its file system has no locks ({os.strerror(err.errno)})"
+                    break
+        warnings.warn(f"{self.folder}: {why}; the {self.what} is guarded by its owner record only, which cannot keep "
+                      "apart two processes that take it at the same moment", FolderLockWarning, stacklevel=3)
+        return False
+
+    def _check_record(self, fd: int) -> None:
+        """Without ``flock``: refuse a record of a live process of this machine (or of this process)."""
+        owner = _read_record(fd)
+        pid, host = owner.get("pid"), owner.get("host")
+        if not isinstance(pid, int) or not host:
+            return
+        if host != socket.gethostname():
+            warnings.warn(f"{self.folder}: the {self.what} is recorded as held by process {pid} on {host}, which cannot "
+                          "be checked from this machine (no file locks); taking it over", FolderLockWarning, stacklevel=3)
+            return
+        if pid == os.getpid() or _alive(pid):
+            raise FolderInUse(self._refusal(fd))
+
+    def _message(self, pid: Any, host: Any, command: Any, since: Any, role: Any) -> str:
+        who = f"process {pid} on {host}"
+        if pid == os.getpid() and host == socket.gethostname():
             who += " (this process)"
-        return (f"the {self.what} {self.folder} is in use by {who} (command: {owner.get('command', '?')}; since "
-                f"{owner.get('since', '?')}): two users of one {self.what} at once would mix their files; wait "
-                f"for it to finish, or give another folder")
+        if role:
+            who += f" for its {role}"
+        return (f"the {self.what} {self.folder} is in use by {who} (command: {command}; since {since}): two users of "
+                f"one {self.what} at once would mix their files; wait for it to finish, or give another folder")
+
+    def _refusal(self, fd: int) -> str:
+        owner = _read_record(fd)
+        return self._message(owner.get("pid", "?"), owner.get("host", "?"), owner.get("command", "?"),
+                             owner.get("since", "?"), owner.get("role"))
 
     def release(self) -> None:
         """Let the lock go (nothing when it is not held)."""
         fd, self._fd = self._fd, None
+        if self._key is not None and _HELD.get(self._key) is self:
+            del _HELD[self._key]
+        self._key = None
         if fd is not None:
             if self._pid == os.getpid():  # not a forked child's copy: the parent may still hold the lock
                 with contextlib.suppress(OSError):
@@ -413,7 +488,7 @@ class FolderLock:
                 os.close(fd)  # closing the last descriptor of the file releases the flock
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_fd": None}  # a copy (pickled, deep-copied) does not hold the lock
+        return {**self.__dict__, "_fd": None, "_key": None}  # a copy (pickled, deep-copied) does not hold the lock
 
     def __enter__(self) -> "FolderLock":
         return self.acquire()
@@ -424,6 +499,34 @@ class FolderLock:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.release()
+
+
+STORE_ROLE = "state store"
+"""The ``role`` of a disk state store's lock (:class:`fedlib.store.DiskStates`): a results
+save into that folder in the same process goes on under it (:meth:`fedlib.results.RunResult.save`)."""
+
+_HELD: dict[str, FolderLock] = {}  # the folders this process holds a FolderLock on (real path -> lock)
+
+
+def _read_record(fd: int) -> dict:
+    """A lock file's owner record (its first line), or ``{}``."""
+    try:
+        owner = json.loads(os.pread(fd, 65536, 0).decode().split("\n", 1)[0] or "{}")
+    except (OSError, ValueError):
+        return {}
+    return owner if isinstance(owner, dict) else {}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def _command() -> str:

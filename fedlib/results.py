@@ -23,7 +23,7 @@ import contextlib
 import os
 import shutil
 
-from .io import (FolderLock, apply_umask, fsync_folder, load_tensors_json_bytes, remove_stale_temporaries, stale_temporaries,
+from .io import (STORE_ROLE, FolderLock, apply_umask, fsync_folder, load_tensors_json_bytes, remove_stale_temporaries, stale_temporaries,
                  temporary_name, tensors_json_bytes, umask_mode, write_error)
 from .messages import Ledger, State, same_arrays
 from .metrics import protocol_summary
@@ -118,8 +118,11 @@ class RunResult:
         leaves the previous results in ``folder`` as they were, loadable. The folder is locked
         while it is saved into (:class:`fedlib.io.FolderLock`): a second save waits up to ``wait``
         seconds and then replaces the first run whole, or is refused with
-        :class:`fedlib.io.FolderInUse` naming the process that holds the folder; never a mix of
-        two runs. Other files in the folder (a checkpoint, an engine's records) are left alone; the
+        :class:`fedlib.io.FolderInUse` naming the process that holds the folder and what for; never
+        a mix of two runs. A save refused by a lock of this very process (another save under way in
+        another thread) is refused at once. The folder may be the run's own disk state store
+        (``RunOptions(states_dir=...)``, still open): the store's lock then keeps other processes
+        out, and its files (``client-<k>.pt``) are left alone. Other files in the folder (a checkpoint, an engine's records) are left alone; the
         lock's file (``.lock``, empty once the save is done) stays.
 
         ``state.pt`` holds the server's and every client's arrays (tensors) and, as one JSON
@@ -143,7 +146,13 @@ class RunResult:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise write_error(err, folder, "nothing was saved") from err
-        lock = FolderLock(folder, "results folder", wait=wait)
+        own = FolderLock.held_here(folder)
+        if own is not None and own.role == STORE_ROLE:
+            # the folder is this process's disk state store (states_dir): the store's lock keeps every other process
+            # out, and its files (client-<k>.pt) are not the results' files, which are replaced here whole as always
+            _replace_whole(folder, contents)
+            return folder
+        lock = FolderLock(folder, "results folder", role="results save", wait=wait)
         try:
             lock.acquire()
         except OSError as err:

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Iterator, MutableMapping
 from pathlib import Path
 
-from .io import FolderLock, load_tensors_json, remove_stale_temporaries, save_tensors_json
+from .io import STORE_ROLE, FolderLock, load_tensors_json, remove_stale_temporaries, save_tensors_json
 from .messages import State
 
 STATE_STORES = ("memory", "disk")
@@ -71,7 +71,7 @@ class DiskStates(MutableMapping):
             lock, earlier._lock = earlier._lock, None  # the same process opens the folder again: the newer store owns it
             earlier._superseded = True
         else:
-            lock = FolderLock(self.folder, "state folder").acquire()  # another process's store: FolderInUse, naming it
+            lock = FolderLock(self.folder, "state folder", role=STORE_ROLE).acquire()  # another process's store: FolderInUse, naming it
         try:
             stale = sorted(self.folder.glob("client-*.pt"))
             if stale and not overwrite:
@@ -165,6 +165,9 @@ class DiskStates(MutableMapping):
         self._clients.clear()
         self._with_file.clear()
         if self.folder.exists() and [p.name for p in self.folder.iterdir()] == [FolderLock.NAME]:
+            # deleted while still held, on purpose: released first, another process could take the lock between the
+            # release and the deletion and lose its lock file. A process that opened the file before the deletion
+            # and locks it after finds it is no longer the folder's lock file and starts again (FolderLock.acquire)
             (self.folder / FolderLock.NAME).unlink()
             shutil.rmtree(self.folder)
         self.close()

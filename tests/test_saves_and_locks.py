@@ -22,7 +22,7 @@ import torch
 from fedlib.algorithms import Ditto, FedAvg
 from fedlib.data import make_gaussian_mixture
 from fedlib.federation import make_federation
-from fedlib.io import (FolderInUse, FolderLock, atomic_write_json, load_tensors_json, remove_stale_temporaries,
+from fedlib.io import (FolderInUse, FolderLock, FolderLockWarning, atomic_write_json, load_tensors_json, remove_stale_temporaries,
                        save_tensors_json, temporary_name, temporary_sibling)
 from fedlib.loop import LoopConfig
 from fedlib.messages import Ledger, State
@@ -97,7 +97,7 @@ def _hold(folder: str, ready, done, what: str) -> None:
         states = DiskStates(folder)
         states[0] = State(arrays={"w": torch.ones(2)})
     else:
-        lock = FolderLock(folder, "results folder").acquire()  # noqa: F841 (held until the process ends)
+        lock = FolderLock(folder, "results folder", role="results save").acquire()  # noqa: F841 (held until the process ends)
     ready.set()
     done.wait(60)
 
@@ -114,7 +114,7 @@ def test_a_results_folder_another_process_is_saving_into_is_refused_naming_that_
     folder = tmp_path / "res"
     proc, done = _holder(folder, "results")
     try:
-        with pytest.raises(FolderInUse, match=rf"results folder {folder} is in use by process {proc.pid} on .*command: "):
+        with pytest.raises(FolderInUse, match=rf"results folder {folder} is in use by process {proc.pid} on \S+ for its results save \(command: "):
             _tagged_run(1).save(folder, wait=0.2)
         assert not (folder / MANIFEST).exists()
     finally:
@@ -128,7 +128,7 @@ def test_a_disk_state_store_in_use_by_another_run_is_refused_and_freed_when_that
     folder = tmp_path / "states"
     proc, done = _holder(folder, "store")
     try:
-        with pytest.raises(FolderInUse, match=rf"state folder {folder} is in use by process {proc.pid}"):
+        with pytest.raises(FolderInUse, match=rf"state folder {folder} is in use by process {proc.pid} on \S+ for its state store \("):
             run_federated(Ditto(train=TRAIN, personal_train=TRAIN), federation, MODEL_FN, LoopConfig(rounds=1),
                           RunOptions(states="disk", states_dir=str(folder)))
         assert len(list(folder.glob("client-*.pt"))) == 1  # the other run's state untouched
@@ -425,3 +425,119 @@ def test_a_flower_jobs_checkpoint_may_not_take_the_name_of_the_results_folders_l
     with pytest.raises(ValueError, match=r"checkpoint may not be named '\.lock'"):
         _check_checkpoint(FolderLock.NAME)
     assert _check_checkpoint("checkpoint.pt") == "checkpoint.pt"
+
+
+def test_a_run_saved_into_its_own_disk_state_folder_is_saved_at_once_beside_the_states(federation, tmp_path):
+    folder = tmp_path / "run"  # states_dir and results folder at once, as before the folders were locked
+    run = run_federated(Ditto(train=TRAIN, personal_train=TRAIN), federation, MODEL_FN, LoopConfig(rounds=1),
+                        RunOptions(states="disk", states_dir=str(folder)))
+    clients = sorted(p.name for p in folder.glob("client-*.pt"))
+    assert len(clients) == 3
+    start = time.monotonic()
+    run.save(folder)  # the store of this very process holds the folder: no wait for itself
+    assert time.monotonic() - start < 10
+    assert run_differences(run, RunResult.load(folder)) == []
+    assert sorted(p.name for p in folder.glob("client-*.pt")) == clients  # the store's files left alone
+    run.client_states[0] = run.client_states[0]  # and the store still owns its folder
+    with pytest.raises(FolderInUse, match=rf"state folder {folder} is in use by process {os.getpid()} on \S+ "
+                                          r"\(this process\) for its state store"):
+        FolderLock(folder, "state folder", wait=30).acquire()
+    run.client_states.close()
+
+
+def test_a_second_lock_in_the_same_process_is_refused_at_once_naming_the_role_of_the_first(tmp_path):
+    with FolderLock(tmp_path, "results folder", role="results save"):
+        start = time.monotonic()
+        with pytest.raises(FolderInUse, match=r"\(this process\) for its results save"):
+            FolderLock(tmp_path, "results folder", wait=30).acquire()
+        with pytest.raises(FolderInUse, match=r"\(this process\) for its results save"):
+            _tagged_run(1).save(tmp_path, wait=30)  # a save under way in another thread: refused, never waited for
+        assert time.monotonic() - start < 5
+    assert FolderLock.held_here(tmp_path) is None
+    _tagged_run(1).save(tmp_path, wait=0)
+    assert _tag_of(tmp_path) == 1
+
+
+def _no_flock(monkeypatch):
+    import fedlib.io
+
+    def flock(fd, op):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fedlib.io.fcntl, "flock", flock)
+
+
+def test_without_file_locks_a_live_owner_of_this_machine_is_refused_and_the_missing_protection_is_said(tmp_path, monkeypatch):
+    import json
+    import socket
+
+    _no_flock(monkeypatch)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (tmp_path / FolderLock.NAME).write_text(json.dumps({"pid": sleeper.pid, "host": socket.gethostname(),
+                                                            "command": "sleeper", "since": "now", "role": "results save"}) + "\n")
+        with pytest.warns(FolderLockWarning, match="no locks"):
+            with pytest.raises(FolderInUse, match=rf"in use by process {sleeper.pid} on \S+ for its results save \(command: sleeper"):
+                FolderLock(tmp_path, "results folder").acquire()
+        assert "sleeper" in (tmp_path / FolderLock.NAME).read_text()  # the live owner's record is kept
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with pytest.warns(FolderLockWarning, match="guarded by its owner record only"):
+        lock = FolderLock(tmp_path, "results folder").acquire()  # the owner is dead: its record is taken over
+    assert json.loads((tmp_path / FolderLock.NAME).read_text())["pid"] == os.getpid()
+    lock.release()
+
+
+def test_the_owner_record_is_never_empty_or_cut_while_a_lock_is_taken(tmp_path, monkeypatch):
+    import json
+
+    import fedlib.io
+
+    (tmp_path / FolderLock.NAME).write_text(json.dumps({"pid": 1, "host": "a-previous-owner-with-a-long-name" * 4}) + "\n")
+    seen = []
+    lock = FolderLock(tmp_path, "results folder", role="results save")
+    real = {name: getattr(os, name) for name in ("ftruncate", "pwrite")}
+
+    def watched(name):
+        def call(fd, *args):
+            out = real[name](fd, *args)
+            seen.append(lock._refusal(fd))  # what a refused process reading the record now would print
+            return out
+        return call
+
+    for name in real:
+        monkeypatch.setattr(fedlib.io.os, name, watched(name))
+    lock.acquire()
+    monkeypatch.undo()
+    assert len(seen) == 2 and all(f"process {os.getpid()} on" in text and "for its results save" in text for text in seen), seen
+    lock.release()
+
+
+def test_a_lock_file_deleted_by_its_holder_before_it_was_locked_is_not_the_lock_taken(tmp_path, monkeypatch):
+    import fedlib.io
+
+    real = fedlib.io.fcntl.flock
+    deleted = []
+
+    def flock(fd, op):
+        if not deleted:  # the holder's DiskStates.remove() deletes the file this process opened, then lets it go
+            (tmp_path / "s" / FolderLock.NAME).unlink()
+            deleted.append(True)
+        return real(fd, op)
+
+    monkeypatch.setattr(fedlib.io.fcntl, "flock", flock)
+    lock = FolderLock(tmp_path / "s", "state folder").acquire()
+    assert os.path.samestat(os.fstat(lock._fd), os.stat(tmp_path / "s" / FolderLock.NAME))  # the folder's lock file
+    lock.release()
+
+
+def test_a_removed_store_lets_its_folder_go_to_the_next(tmp_path):
+    states = DiskStates(tmp_path / "s")
+    states[0] = State(arrays={"w": torch.ones(1)})
+    states.remove()
+    assert not (tmp_path / "s").exists() and FolderLock.held_here(tmp_path / "s") is None
+    again = DiskStates(tmp_path / "s")
+    again[0] = State(arrays={"w": torch.ones(1)})
+    assert FolderLock.held_here(tmp_path / "s") is again._lock
+    again.close()
