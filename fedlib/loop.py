@@ -44,6 +44,7 @@ import inspect
 import json
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -82,6 +83,13 @@ class InvalidReplyError(ValueError):
     one the method does not declare); the round was not aggregated."""
 
 
+class DroppedClientsWarning(UserWarning):
+    """A run ended with client replies dropped (``LoopConfig(on_failure="drop")``,
+    ``on_nonfinite="drop"``): the warning names the rounds, clients and causes (the first ten),
+    so that a quiet run says so too; ``RunResult.dropped`` holds every one. Silence it with
+    ``warnings.simplefilter("ignore", DroppedClientsWarning)`` where drops are expected."""
+
+
 class TooFewRepliesError(RuntimeError):
     """A round kept fewer replies than ``LoopConfig(min_replies=..., min_reply_share=...)``
     asks; the round was not aggregated and the run stopped."""
@@ -105,7 +113,9 @@ class LoopConfig:
         node failed or did not reply in time): ``"raise"`` (default: stop; the hook's own exception,
         or :class:`ClientFailedError` naming client, node and round) or ``"drop"`` (go on without
         it and record a ``dropped_failed`` row, ``dropped_failed_eval`` in an evaluation; clients
-        trained stacked by ``RunOptions(execution="vectorized")`` still raise)
+        trained stacked by ``RunOptions(execution="vectorized")`` still raise). A run that ended
+        with dropped replies (either policy) says so in a :class:`DroppedClientsWarning` and in
+        ``RunResult.dropped``
     events : client departures / arrivals (:class:`~fedlib.protocol.Event`)
     rare_ratio : the protocol's definition of a locally rare class (:mod:`fedlib.metrics`)
     f1_class : a designated class whose F1 every evaluation reports (optional)
@@ -507,11 +517,14 @@ def run_rounds(
         if bar is not None:
             bar.update(1)
             _postfix(bar, rows, r)
+    if dropped:
+        said = (f"{algorithm.name}: {len(dropped)} client repl{'y' if len(dropped) == 1 else 'ies'} dropped: "
+                + "; ".join(f"round {rr} client {k}: {cause}" for rr, k, cause in dropped[:10])
+                + (f"; and {len(dropped) - 10} more" if len(dropped) > 10 else "") + " (RunResult.dropped)")
+        if bar is not None:
+            bar.write(said)
+        warnings.warn(said, DroppedClientsWarning, stacklevel=2)  # a quiet run (no progress bar) says so too
     if bar is not None:
-        if dropped:
-            bar.write(f"{algorithm.name}: {len(dropped)} client repl{'y' if len(dropped) == 1 else 'ies'} dropped: "
-                      + "; ".join(f"round {rr} client {k}: {cause}" for rr, k, cause in dropped[:10])
-                      + (f"; and {len(dropped) - 10} more" if len(dropped) > 10 else "") + " (RunResult.dropped)")
         bar.close()
     return RunResult(tidy_frame(rows), ledger, server, clients, rounds_done, algorithm.name, departed, seconds, server_seconds,
                      predictions)
@@ -720,6 +733,6 @@ def evaluate_result(
     return tidy_frame(rows)
 
 
-__all__ = ["ClientFailedError", "FAILURE_POLICIES", "InvalidReplyError", "LoopConfig", "NONFINITE_POLICIES",
+__all__ = ["ClientFailedError", "DroppedClientsWarning", "FAILURE_POLICIES", "InvalidReplyError", "LoopConfig", "NONFINITE_POLICIES",
            "NonFiniteUpdateError", "TooFewRepliesError",
            "algorithm_configuration", "evaluate_result", "fingerprint_differences", "run_rounds"]

@@ -402,6 +402,7 @@ def test_a_node_that_never_replies_is_an_error_naming_it(one_thread):
         run_flower(job("fedavg"), "loopback", unresponsive={2}, timeout=0.01)
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_a_node_that_never_replies_is_dropped_and_recorded_when_asked(one_thread):
     run = run_flower(job("fedavg", on_failure="drop"), "loopback", unresponsive={2}, timeout=0.01)
     f = run.result.frame
@@ -447,6 +448,7 @@ def test_a_client_that_fails_mid_run_is_an_error_naming_node_and_reason(tmp_path
         run_on_grid(j, LoopbackGrid(failing_client_app(j, 1), 4), tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_a_client_that_fails_mid_run_is_dropped_when_asked(tmp_path, one_thread):
     j = job("fedavg", rounds=3, on_failure="drop")
     run_on_grid(j, LoopbackGrid(failing_client_app(j, 1), 4), tmp_path)
@@ -622,6 +624,7 @@ class RefusingGrid(LoopbackGrid):
         return super().push_messages(msgs)
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_a_message_flower_cannot_send_is_a_failure_naming_the_node(tmp_path, one_thread):
     j = job("fedavg", on_failure="drop")
     run_on_grid(j, RefusingGrid(make_client_app(j), 4), tmp_path)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import re
+import warnings
 
 import pandas as pd
 import pytest
@@ -11,7 +13,7 @@ import torch
 from fedlib.algorithms import Ditto, FedAvg, FedAvgFT, make_algorithm
 from fedlib.aggregate import model_average
 from fedlib.protocol import Algorithm, Event, model_message
-from fedlib.loop import InvalidReplyError, LoopConfig, NonFiniteUpdateError, TooFewRepliesError
+from fedlib.loop import DroppedClientsWarning, InvalidReplyError, LoopConfig, NonFiniteUpdateError, TooFewRepliesError
 from fedlib.messages import largest_difference
 from fedlib.results import RunResult, run_differences
 from fedlib.run import RunOptions, evaluate_deployment, run_federated
@@ -209,6 +211,7 @@ def test_nonfinite_update_stops_the_run_naming_client_and_round(tiny_federation,
         run_federated(_Poisoned(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2))
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_nonfinite_update_dropped_and_recorded_when_configured(tiny_federation, tiny_model_fn):
     run = run_federated(_Poisoned(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_nonfinite="drop"))
     drops = run.frame[run.frame["metric"] == "dropped_nonfinite"]
@@ -232,6 +235,7 @@ class _PoisonedPersonal(Algorithm):
         return state, reply
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_a_dropped_client_keeps_its_state_and_is_never_scored_on_nan_weights(tiny_federation, tiny_model_fn):
     with pytest.raises(NonFiniteUpdateError, match=r"client 1 kept a non-finite value in .* round 2"):
         run_federated(_PoisonedPersonal(), tiny_federation, tiny_model_fn, LoopConfig(rounds=2))
@@ -535,6 +539,7 @@ def test_a_truncated_state_file_gets_a_clear_error(tiny_federation, tiny_model_f
         _load_state_only(folder)  # and the file read on its own says what it is
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_in_process_a_raising_client_is_dropped_when_asked(tiny_federation, tiny_model_fn):
     class Faulty(FedAvg):
         def program(self, ctx, state, message, data):
@@ -800,6 +805,7 @@ class _Offline(FedAvg):
         return super().program(ctx, state, message, data)
 
 
+@pytest.mark.filterwarnings("ignore::fedlib.loop.DroppedClientsWarning")  # drops expected
 def test_a_round_that_dropped_every_client_fails_listing_them(tiny_federation, tiny_model_fn):
     cfg = LoopConfig(rounds=3, on_failure="drop")
     with pytest.raises(TooFewRepliesError, match=r"round 2 kept 0 of the 4 replies of the clients it trained, fewer than "
@@ -817,10 +823,17 @@ def test_a_round_that_dropped_every_client_fails_listing_them(tiny_federation, t
 
 
 def test_dropped_clients_are_reported_when_the_run_ends(tiny_federation, tiny_model_fn, capsys):
-    run = run_federated(_Offline({3}), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"),
-                        RunOptions(progress=True))
-    assert "2 client replies dropped: round 1 client 3: no reply (local_update raised OSError: node 3 offline); round 2 " \
-           "client 3" in capsys.readouterr().out
+    said = ("2 client replies dropped: round 1 client 3: no reply (local_update raised OSError: node 3 offline); round 2 "
+            "client 3")
+    with pytest.warns(DroppedClientsWarning, match=re.escape(said)):
+        run = run_federated(_Offline({3}), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"),
+                            RunOptions(progress=True))
+    assert said in capsys.readouterr().out
     assert run.dropped["client"].tolist() == [3, 3]
-    healthy = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
+    with pytest.warns(DroppedClientsWarning, match=re.escape(said)):  # a quiet run (no progress bar) says so too
+        quiet = run_federated(_Offline({3}), tiny_federation, tiny_model_fn, LoopConfig(rounds=2, on_failure="drop"))
+    assert quiet.dropped.values.tolist() == run.dropped.values.tolist()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DroppedClientsWarning)  # and a run that dropped no one says nothing
+        healthy = run_federated(FedAvg(train=TRAIN), tiny_federation, tiny_model_fn, LoopConfig(rounds=1))
     assert healthy.dropped.empty
