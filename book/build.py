@@ -127,6 +127,13 @@ the table of contents, and a reader's cache key also covers every notebook's sou
 records of the other chapters and of the readers before it (not those after it: two readers
 would otherwise invalidate each other on every build)."""
 
+SET_BY_BUILD = {"profile": "--profile", "results_dir": "--out (each chapter saves under <out>/results/<chapter>)",
+                CACHE: "--out (the cells are kept under <out>/cache)", RECORDS: "--profile and --out (the records read are "
+                "those of the build's chapters)"}
+"""The parameters the build gives a chapter itself (``-p`` may not: it would be silently overridden),
+and the options that set them."""
+
+
 def chapter_modules(name: str) -> list[Path]:
     """The files of fedlib and fedbook a chapter executes: the modules its code cells import and,
     transitively, everything they import (:func:`fedbook.sources.source_modules`)."""
@@ -677,6 +684,9 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
             raise SystemExit(f"unknown chapter(s) {', '.join(bad)}; valid: {', '.join(names)}")
         names = only
     declared = {name: notebook_parameters(name) for name in names}
+    clash = sorted(set(overrides) & set(SET_BY_BUILD))  # the build sets these itself, after the -p parameters
+    if clash:
+        raise SystemExit(f"-p {clash[0]}=... is set by the build, not by -p: give {SET_BY_BUILD[clash[0]]}")
     unknown = sorted(set(overrides) - {p for ps in declared.values() for p in ps})
     if unknown:
         valid = sorted({p for ps in declared.values() for p in ps})

@@ -417,3 +417,12 @@ def test_the_build_checks_its_arguments_without_importing_torch():
     from fedbook.page import CLAIMS_RECORDS
 
     assert build.CLAIMS_RECORDS == CLAIMS_RECORDS
+
+
+@pytest.mark.parametrize("key, option", [("results_dir", "--out"), ("cache_dir", "--out"), ("records", "--profile and --out"),
+                                         ("profile", "--profile")])
+def test_a_parameter_the_build_sets_itself_is_refused_naming_the_option_that_sets_it(key, option, tmp_path):
+    """``-p results_dir=...`` was overridden without a word by the build's own results/<chapter>."""
+    with pytest.raises(SystemExit, match=rf"^-p {key}=\.\.\. is set by the build, not by -p: give {option}"):
+        build.main(["--only", "setting", "--no-render", "--out", str(tmp_path), "-p", f"{key}=elsewhere"])
+    assert list(tmp_path.iterdir()) == []  # refused before anything ran
