@@ -334,22 +334,12 @@ def stamp(writer, stamps: list) -> None:
         page[NameObject("/Contents")] = ArrayObject([writer._add_object(before), *old, writer._add_object(after)])
 
 
-def _published(path: Path) -> Path:
-    """``path`` readable as the site's other files are (an atomic write's temporary file is
-    private, 0600, and a web server or the Pages upload would then be refused it): ``0666`` less
-    the process's umask, as ``open`` would have made it."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o666 & ~umask)
-    return path
-
-
 def _write(writer, path: Path) -> Path:
-    from fedlib.io import atomic_write_bytes
+    from fedlib.io import atomic_write_bytes  # the umask's mode, as open gives (a web server can read it)
 
     buffer = io.BytesIO()
     writer.write(buffer)
-    return _published(atomic_write_bytes(path, buffer.getvalue()))
+    return atomic_write_bytes(path, buffer.getvalue())
 
 
 def pdf_page_count(path: Path) -> int:
@@ -389,7 +379,7 @@ def link_landing(site: Path, root: Path, book: Path, pages: dict[str, Path], n_p
     text = text[:heading.end()] + "\n" + block + text[heading.end():]
     from fedlib.io import atomic_write_text
 
-    return _published(atomic_write_text(root, text))
+    return atomic_write_text(root, text)  # the umask's mode, as the site's other files
 
 
 def export(site: Path = SITE, *, chromium: str | None = None, jobs: int = 2, link: bool = True,

@@ -541,3 +541,36 @@ def test_a_removed_store_lets_its_folder_go_to_the_next(tmp_path):
     again[0] = State(arrays={"w": torch.ones(1)})
     assert FolderLock.held_here(tmp_path / "s") is again._lock
     again.close()
+
+
+def test_the_pdf_exports_files_have_the_umasks_mode_and_the_process_umask_is_never_changed(tmp_path, monkeypatch):
+    import importlib.util
+
+    from pypdf import PdfWriter
+
+    spec = importlib.util.spec_from_file_location("book_pdf_modes", Path(__file__).resolve().parent.parent / "book" / "pdf.py")
+    pdf = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, pdf)  # (its dataclasses look their module up)
+    spec.loader.exec_module(pdf)
+    site = tmp_path / "html"
+    (site / "pdf").mkdir(parents=True)
+    root = site / "intro.html"
+    root.write_text("<html><body><article><h1>Title</h1><p>text</p></article></body></html>")
+    book, page = site / "pdf" / "book.pdf", site / "pdf" / "intro.pdf"
+    writer = PdfWriter()
+    writer.add_blank_page(72, 72)
+    old = os.umask(0o002)
+    try:
+        def umask(mask):  # process-global: while flipped to 0, any other thread's new file would be world-writable
+            raise AssertionError("os.umask called by the PDF export")
+
+        monkeypatch.setattr(os, "umask", umask)
+        pdf._write(writer, book)
+        pdf._write(writer, page)
+        pdf.link_landing(site, root, book, {"intro": page}, 1, reference={})
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert 'href="pdf/book.pdf"' in root.read_text()
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in (book, page, root)} == \
+        {"book.pdf": "0o664", "intro.pdf": "0o664", "intro.html": "0o664"}
