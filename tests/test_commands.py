@@ -60,9 +60,9 @@ COVERAGE = {
     "-p n_clients 10 --cwd notebooks": RUN,
     ".venv/bin/python book/build.py --handout handouts/ana --profile smoke --only setting -p seed=7": RUN,
     ".venv/bin/python book/build.py --profile smoke --compare runs/setting-seed1 --rtol 0.05": RUN,
-    ".venv/bin/python book/build.py --compare runs/setting-seed1 --against 'https://<owner>.github.io/<repository>/'":
+    ".venv/bin/python book/build.py --compare runs/setting-seed1 --against '$BOOK_URL'":
         "test_compare_against_a_published_site_reads_its_notebooks (the same command against a site served on "
-        "127.0.0.1: no network in the tests)",
+        "127.0.0.1: no network in the tests; BOOK_URL, the reader's site, set as the README says)",
     ".venv/bin/python -m pytest book/exercises": RUN,
     ".venv/bin/python book/build.py --profile paper -p cifar_root=/path/to/root": RUN,
     # the chapters' pages: the book-profile re-runs (minutes), checked up to the kernel
@@ -132,6 +132,14 @@ def test_every_command_of_the_readme_and_the_book_is_covered():
     # first: a page and its test change in separate commits)
     stale = sorted(c for c in set(COVERAGE) - set(found) if COVERAGE[c] in (RUN, PARSED))
     assert not stale, f"COVERAGE runs commands no page gives any more: {stale}"
+
+
+def test_no_command_holds_a_placeholder_that_cannot_run_as_written():
+    """``--against https://<owner>.github.io/<repository>/`` in a shell block: bash reads ``<owner>``
+    as a redirection from a file named owner. A value the reader supplies is a variable the text
+    says how to set."""
+    found = sorted(f"{p.relative_to(ROOT)}: {c}" for p in SOURCES for c in commands(p) if re.search(r"<[\w-]+>", c))
+    assert found == []
 
 
 @pytest.fixture(scope="module")
