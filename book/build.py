@@ -401,7 +401,7 @@ def handout(names: list[str], profile: str, overrides: dict, folder: Path, *, hi
     import nbformat
     import papermill
 
-    from fedbook.course import build_values, parameter_defaults, write_handout
+    from fedbook.course import build_values, write_handout
 
     folder.mkdir(parents=True, exist_ok=True)
     prepared, params, values = {}, {}, {}
@@ -417,7 +417,7 @@ def handout(names: list[str], profile: str, overrides: dict, folder: Path, *, hi
             scrub_paths(path)
             prepared[name] = nbformat.read(path, as_version=4)
         values[name] = build_values(output_dir(profile) / "chapters" / f"{name}.ipynb", params[name],
-                                    parameter_defaults(nb))
+                                    parameter_defaults(name, profile))
     written = write_handout(prepared, params, folder, ROOT, hints=hints, values=values)
     return written["student"] + written["teacher"]
 

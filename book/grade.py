@@ -4,6 +4,7 @@
     #   ... hand course/student/ out; collect each student's notebooks as subs/<student>/<chapter>.ipynb
     python book/grade.py course/teacher subs                 # one table, tab-separated, on stdout
     python book/grade.py course/teacher subs --csv marks.csv --timeout 900
+    python book/grade.py course/teacher subs --hidden ~/my-hidden-tests      # the teacher's own hidden tests
 
 Each notebook is executed with papermill in a fresh kernel from the repository's ``notebooks/``
 folder, each cell under ``--timeout`` seconds; every answer cell is guarded, so a crash marks only
@@ -11,7 +12,10 @@ its own exercise (a crash in the chapter before the answers marks them all, with
 error). A number is checked against the chapter's worked solution executed at the notebook's
 parameters on the seeds of ``fedbook.course.REFERENCE_SEEDS`` (cached under
 ``<teacher>/references/``: the first grading at new parameters executes the chapter once per
-seed); code against its public and hidden tests. See ``fedbook.course``.
+seed); code against its public and hidden tests, in a process of its own (the answer cell written
+as the skeleton's file, beside the tests alone). The book's hidden tests are in its public
+repository (``book/exercises/hidden/``): a teacher who needs them secret keeps a copy of their own
+outside the students' clone and passes its folder with ``--hidden DIR``. See ``fedbook.course``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=len(REFERENCE_SEEDS),
                         help=f"reference seeds 0, 1, ... (default {len(REFERENCE_SEEDS)})")
     parser.add_argument("--csv", help="also write the table to this CSV file")
+    parser.add_argument("--hidden", help="a folder of the teacher's own holding the hidden tests (by their file "
+                        "names, e.g. test_fedavgm_hidden.py) to run instead of <teacher>/exercises/'s: the "
+                        "book's are in its public repository (book/exercises/hidden/)")
     args = parser.parse_args(argv)
     teacher, submissions = Path(args.teacher).resolve(), Path(args.submissions).resolve()
     if not (teacher / "answers.json").exists():
@@ -42,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no folder {submissions}")
     if args.seeds < 3:
         raise SystemExit(f"--seeds must be at least 3 (with two, the t quantile alone is 12.7), got {args.seeds}")
+    hidden = Path(args.hidden).resolve() if args.hidden else None
+    if hidden is not None and not hidden.is_dir():
+        raise SystemExit(f"--hidden: no folder {hidden}")
     table = grade(teacher, submissions, root=ROOT, timeout=args.timeout, seeds=tuple(range(args.seeds)),
-                  log=lambda line: print(line, file=sys.stderr, flush=True))
+                  log=lambda line: print(line, file=sys.stderr, flush=True), hidden=hidden)
     print(table.to_csv(sep="\t", index=False), end="")
     if args.csv:
         table.to_csv(args.csv, index=False)

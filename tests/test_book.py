@@ -355,14 +355,22 @@ def test_the_injected_parameters_are_collapsed_on_the_page(tmp_path):
 
 
 def test_a_handout_has_the_students_parameters_and_nothing_executed():
+    import os
     import tempfile
 
+    from fedlib.io import umask_mode
+
     with tempfile.TemporaryDirectory(dir=ROOT) as folder:  # inside the repository, as handouts/ana is
-        written = build.handout(["setting"], "smoke", {"seed": 7}, Path(folder) / "ana")
+        old = os.umask(0o027)  # a group's umask: 0640, neither the 0644 of a fixed chmod nor mkstemp's 0600
+        try:
+            written = build.handout(["setting"], "smoke", {"seed": 7}, Path(folder) / "ana")
+            mode = umask_mode()
+        finally:
+            os.umask(old)
         ana = Path(folder) / "ana"
         assert written == [ana / "student" / "setting.ipynb", ana / "teacher" / "setting.ipynb", ana / "teacher" / "answers.json"]
         assert not [p for p in ana.rglob(".*")]  # no temporary file left
-        assert all(p.stat().st_mode & 0o044 == 0o044 for p in written[:2])  # readable by the group and others
+        assert mode == 0o640 and all(p.stat().st_mode & 0o777 == mode for p in written)  # the umask's mode
         text = written[0].read_text()
         nb = nbformat.reads(text, as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", ())]

@@ -82,8 +82,9 @@ COVERAGE = {
         "tests/test_course.py::test_student_versions_hold_no_solution_or_hint_and_teacher_versions_all (every "
         "chapter's handout) and the README's --handout command (RUN here: the same code path)",
     ".venv/bin/python book/grade.py handouts/ana/teacher submissions --csv marks.csv":
-        "tests/test_course.py::test_grading_a_folder_marks_right_wrong_and_crashed_answers (a folder of "
-        "submissions graded; 'submissions' is the teacher's own folder)",
+        "tests/test_course.py::test_grading_marks_every_exercise_right_wrong_and_crashed (a folder of "
+        "submissions graded; 'submissions' is the teacher's own folder) and "
+        "test_code_is_graded_apart_from_the_students_kernel_and_a_collection_error_said (grade's hidden=, --hidden)",
     # the teaching page's set-up of a student's machine: what make's venv target runs before every make test
     "python3.11 -m venv .venv": "CI (make test's venv target: $(PYTHON) -m venv .venv)",
     ".venv/bin/python -m pip install -r requirements.txt": "CI (make test's venv target installs requirements.txt)",

@@ -1,8 +1,11 @@
 """A course from the book (``fedbook.course``): every exercise has an answer declaration; the
 student's version of every chapter with exercises holds no worked solution or hint; the
 prediction interval is the one written on the teaching page; grading a folder with a correct, a
-wrong and a crashing submission per exercise gives the right marks and says what crashed; every
-declared answer is glued by its chapter at the smoke profile and checked right and wrong."""
+wrong and a crashing submission for every declared exercise gives the right marks and says what
+crashed; code is tested apart from the student's kernel (a notebook cannot point the tests at the
+worked solution), a test file that cannot be collected is said, and a teacher's own hidden tests
+are used; a handout shows the build's numbers at the profile's own values; every declared answer
+is glued by its chapter at the smoke profile and checked right and wrong."""
 
 from __future__ import annotations
 
@@ -16,7 +19,8 @@ import pytest
 
 from fedbook.catalog import exercises
 from fedbook.course import (ANSWER_TAG, EXERCISES, SOLUTION_TAG, Exercise, as_number, check, declared, glued_answer,
-                            grade, prediction_interval, references, solution_texts, student_version)
+                            grade, prediction_interval, references, solution_texts, student_version,
+                            write_handout)
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("book_build_course", ROOT / "book" / "build.py")
@@ -133,64 +137,160 @@ SETTING_REFERENCE = {"ex1_iid": [40.0, 42.0, 44.0], "ex2_spread_fedavg": [5.0, 5
 """Hand-made references of the setting chapter's four exercises on three seeds (the grading test's)."""
 
 
-def _submission(handout: Path, chapter: str, answers: dict[int, str], body: str | None = None) -> nbformat.NotebookNode:
-    """A small submission: the handed-out notebook's injected parameters and answer cells (filled
-    with ``answers``: exercise -> cell source), and ``body`` as a chapter cell before them."""
-    nb = nbformat.read(handout / f"{chapter}.ipynb", as_version=4)
-    kept = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", ())]
-    if body is not None:
-        kept.append(nbformat.v4.new_code_cell(body))
+PICKED = {("findings", 1): "Of the 9 rows both builds have, {} change verdict",
+          ("findings", 2): "3 open claims rest on few seeds, and {} would need at most twice the seeds",
+          ("mpt_experiments", 4): "{}, with the fewest steps",
+          ("cosmos_derivations", 3): "The smallest m with a counterexample in this search is {}."}
+"""How the worked solutions of the exercises read with ``pick`` glue their answer (a sentence around it)."""
+
+OUTCOMES = ("right", "wrong", "crash")
+
+
+def _reference(e: Exercise) -> tuple[list, object]:
+    """Hand-made values of ``e``'s worked solution on three seeds (what it glues), and the right answer."""
+    if e.chapter == "setting":
+        values = SETTING_REFERENCE[e.key]
+        return values, sum(values) / len(values)
+    if e.kind == "choice":
+        right = f"variant {e.number}"
+        return [PICKED.get((e.chapter, e.number), "{}").format(right)] * 3, right
+    right = 10 * e.number + 3
+    text = PICKED.get((e.chapter, e.number))
+    return ([text.format(right)] * 3 if text else [float(right)] * 3), right
+
+
+def _answer(e: Exercise, outcome: str, right) -> str:
+    """The answer cell's source of ``e`` for a right, a wrong or a crashing submission."""
+    if outcome == "crash":
+        return f"raise ValueError('crash {e.chapter} {e.number}')"
+    if e.kind == "code":
+        solution = (ROOT / "book" / "exercises" / "fedavgm_solution.py").read_text()
+        # a classic wrong answer: the first round reads a velocity that does not exist yet (its tests fail fast)
+        wrong = solution.replace("server.arrays[key] + delta if key in server.arrays else delta", "server.arrays[key] + delta")
+        assert wrong != solution
+        return solution if outcome == "right" else wrong
+    if outcome == "right":
+        return f"{e.variable} = {right!r}"
+    return f"{e.variable} = {right + 100 + 10 * e.floor!r}" if e.kind == "number" else f"{e.variable} = 'none of these'"
+
+
+def _handout(folder: Path, chapters) -> tuple[Path, Path]:
+    """A handout of small notebooks: each chapter's parameters cell only (and its answer cells)."""
+    prepared = {c: nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "profile = 'smoke'\nseed = 0", metadata={"tags": ["parameters"]})]) for c in chapters}
+    write_handout(prepared, {c: {"profile": "smoke"} for c in chapters}, folder, ROOT)
+    return folder / "teacher", folder / "student"
+
+
+def _fill(student: Path, chapter: str, answers: dict[int, str], body: str | None = None) -> nbformat.NotebookNode:
+    """The handed-out small notebook of ``chapter`` with its answer cells filled (exercise -> the
+    cell's source) and ``body`` as a chapter cell before them."""
+    nb = nbformat.read(student / f"{chapter}.ipynb", as_version=4)
     for cell in nb.cells:
         tags = cell.metadata.get("tags", ())
         if ANSWER_TAG in tags:
             number = int(next(t for t in tags if t.startswith("exercise-")).split("-")[1])
             cell.source = answers.get(number, cell.source)
-            kept.append(cell)
-    nb.cells = kept
+    if body is not None:
+        nb.cells.insert(1, nbformat.v4.new_code_cell(body))
     return nb
 
 
 @pytest.mark.notebook
-def test_grading_a_folder_marks_right_wrong_and_crashed_answers(tmp_path):
-    build.handout(["setting", "teaching"], "smoke", {"seed": 3}, tmp_path / "course")
-    teacher, student = tmp_path / "course" / "teacher", tmp_path / "course" / "student"
+def test_grading_marks_every_exercise_right_wrong_and_crashed(tmp_path):
+    teacher, student = _handout(tmp_path / "course", WITH_EXERCISES)
+    refs = {(e.chapter, e.number): _reference(e) for e in EXERCISES}
+    for chapter in WITH_EXERCISES:  # the references cached as a grading computes them: hand-made values here
+        groups = {}
+        for e in declared(chapter):
+            if e.kind != "code":
+                groups.setdefault(json.dumps(dict(e.params), sort_keys=True), []).append(e)
+        for at, group in groups.items():
+            def execute(nb, params, out, cwd, group=group):
+                values = {e.key: refs[(e.chapter, e.number)][0][params["seed"]] for e in group}
+                nbformat.write(nbformat.v4.new_notebook(cells=[_glued_cell(values)]), out)
 
-    def execute(nb, params, out, cwd):  # the chapter with its solutions, at a reference seed: hand-made values
-        i = [0, 1, 2].index(params["seed"])
-        nbformat.write(nbformat.v4.new_notebook(cells=[_glued_cell({k: v[i] for k, v in SETTING_REFERENCE.items()})]), out)
-
-    references("setting", {"profile": "smoke", "seed": 3}, SETTING_REFERENCE, source=teacher / "setting.ipynb",
-               cache=teacher / "references", cwd=ROOT / "notebooks", seeds=(0, 1, 2), execute=execute)
-    solution = (ROOT / "book" / "exercises" / "fedavgm_solution.py").read_text()
-    # a classic wrong answer: the first round reads a velocity that does not exist yet (its tests fail fast)
-    no_first_round = solution.replace("server.arrays[key] + delta if key in server.arrays else delta",
-                                      "server.arrays[key] + delta")
-    assert no_first_round != solution
+            references(chapter, {"profile": "smoke", **json.loads(at)}, [e.key for e in group],
+                       source=teacher / f"{chapter}.ipynb", cache=teacher / "references", cwd=ROOT / "notebooks",
+                       seeds=(0, 1, 2), execute=execute)
     subs = tmp_path / "submissions"
-    right = {1: "answer_1 = 42.5", 2: "answer_2 = 5.1", 3: "answer_3 = -1", 4: "answer_4 = '-12 points'"}
-    wrong = {1: "answer_1 = 80.0", 2: "answer_2 = 'five'", 3: "answer_3 = 12.0", 4: "answer_4 = None"}
-    for who, setting, teaching in (
-            ("ana", _submission(student, "setting", right), _submission(student, "teaching", {1: solution})),
-            ("ben", _submission(student, "setting", wrong), _submission(student, "teaching", {1: no_first_round})),
-            ("cy", _submission(student, "setting", right, body="raise ValueError('my data went missing')"),
-             _submission(student, "teaching", {1: "raise RuntimeError('unfinished')"}))):
-        (subs / who).mkdir(parents=True)
-        nbformat.write(setting, subs / who / "setting.ipynb")
-        nbformat.write(teaching, subs / who / "teaching.ipynb")
+    expected = {}
+    for r in range(3):  # three students: exercise i of a chapter is right, wrong or crashes by (i + r) mod 3
+        (subs / f"s{r}").mkdir(parents=True)
+        for chapter in WITH_EXERCISES:
+            answers = {}
+            for i, e in enumerate(declared(chapter)):
+                outcome = OUTCOMES[(i + r) % 3]
+                answers[e.number] = _answer(e, outcome, refs[(e.chapter, e.number)][1])
+                expected[(f"s{r}", chapter, e.number)] = outcome
+            nbformat.write(_fill(student, chapter, answers), subs / f"s{r}" / f"{chapter}.ipynb")
+    (subs / "t").mkdir()  # a crash in the chapter before the answers marks them all, naming the cell
+    nbformat.write(_fill(student, "setting", {}, body="raise ValueError('my data went missing')"),
+                   subs / "t" / "setting.ipynb")
     table = grade(teacher, subs, root=ROOT, timeout=300, seeds=(0, 1, 2), log=lambda line: None)
-    marks = {(r.student, r.chapter, r.exercise): r.mark for r in table.itertuples()}
-    assert marks == {**{("ana", c, n): 1 for c, ns in (("setting", range(1, 5)), ("teaching", [1])) for n in ns},
-                     **{("ben", c, n): 0 for c, ns in (("setting", range(1, 5)), ("teaching", [1])) for n in ns},
-                     **{("cy", c, n): 0 for c, ns in (("setting", range(1, 5)), ("teaching", [1])) for n in ns}}
-    msg = {(r.student, r.chapter, r.exercise): r.message for r in table.itertuples()}
-    assert msg[("cy", "setting", 2)] == "crashed: the notebook stopped at cell 2: ValueError: my data went missing"
-    assert msg[("cy", "teaching", 1)] == "crashed: RuntimeError: unfinished"
-    assert msg[("ben", "setting", 2)] == "not a number: 'five'"
-    assert msg[("ben", "setting", 1)] == "outside the accepted interval" and msg[("ben", "setting", 4)] == "no answer given"
-    assert msg[("ben", "teaching", 1)].startswith("failed: ") and "test_one_round_by_hand" in msg[("ben", "teaching", 1)]
-    accepted = {r.exercise: r.accepted for r in table.itertuples() if r.student == "ana" and r.chapter == "setting"}
+    got = {(r.student, r.chapter, r.exercise): r for r in table.itertuples()}
+    assert len({(c, n) for _, c, n in expected}) == len(EXERCISES) == 30
+    for key, outcome in expected.items():
+        row, e = got[key], next(x for x in declared(key[1]) if x.number == key[2])
+        assert row.mark == (outcome == "right"), (key, outcome, row.message)
+        if outcome == "crash":
+            assert row.message == f"crashed: ValueError: crash {key[1]} {key[2]}", key
+        elif outcome == "wrong":
+            said = {"number": "outside the accepted interval", "choice": "not among the accepted values",
+                    "code": "failed: "}[e.kind]
+            assert row.message == said or (e.kind == "code" and row.message.startswith(said)), (key, row.message)
+        else:
+            assert row.message == "", key
+    assert "test_one_round_by_hand" in next(r.message for k, r in got.items() if expected.get(k) == "wrong"
+                                            and k[1] == "teaching")
+    assert {(n, got[("t", "setting", n)].message) for n in range(1, 5)} == {
+        (n, "crashed: the notebook stopped at cell 2: ValueError: my data went missing") for n in range(1, 5)}
+    assert all(r.message == "no teaching.ipynb submitted" and r.mark == 0 for k, r in got.items()
+               if k[:2] == ("t", "teaching"))
+    accepted = {k[2]: r.accepted for k, r in got.items() if k[1] == "setting" and expected.get(k) == "right"}
     assert accepted[2] == "[4.50, 5.50]"  # no spread over the seeds: 5 ± the declared floor of half a point
     assert accepted[1] == "[32.1, 51.9]"  # 42 ± t(0.975, 2) 4.303 × s 2 × sqrt(4/3) = 9.94
+
+
+@pytest.mark.notebook
+def test_code_is_graded_apart_from_the_students_kernel_and_a_collection_error_said(tmp_path):
+    teacher, student = _handout(tmp_path / "course", ["teaching"])
+    wrong = _answer(declared("teaching")[0], "wrong", None)
+    subs = tmp_path / "submissions"
+    cases = {  # a wrong class that points the tests at the worked solution; a cell that leans on another cell's import
+        "cheat": wrong + "\nimport os\nos.environ['FEDLIB_EXERCISE'] = 'fedavgm_solution'\n",
+        "noimport": "class FedAvgM(fedlib.algorithms.FedAvg):\n    pass\n"}
+    cases["right"] = _answer(declared("teaching")[0], "right", None)
+    for who, source in cases.items():
+        (subs / who).mkdir(parents=True)
+        nb = _fill(student, "teaching", {1: source}, body="import fedlib.algorithms")
+        nbformat.write(nb, subs / who / "teaching.ipynb")
+    own = tmp_path / "own-hidden"  # a teacher's own hidden tests, kept outside the handout: one the solution fails
+    own.mkdir()
+    hidden_tests = (ROOT / "book" / "exercises" / "hidden" / "test_fedavgm_hidden.py").read_text()
+    (own / "test_fedavgm_hidden.py").write_text(hidden_tests + "\n\ndef test_kept_by_the_teacher():\n    assert False\n")
+    table = grade(teacher, subs, root=ROOT, timeout=300, seeds=(0, 1, 2), log=lambda line: None, hidden=own)
+    got = {r.student: r for r in table.itertuples()}
+    assert got["right"].mark == 0 and got["right"].message == "failed: test_kept_by_the_teacher"
+    assert got["cheat"].mark == 0 and "test_one_round_by_hand" in got["cheat"].message
+    assert "not collected: test_fedavgm_hidden.py: ModuleNotFoundError: No module named 'fedavgm_solution'" in got["cheat"].message
+    assert got["noimport"].mark == 0 and got["noimport"].answer == "0/0 tests passed"
+    assert got["noimport"].message.startswith("no test ran: test_fedavgm.py: NameError: name 'fedlib' is not defined")
+
+
+def test_a_handout_shows_the_builds_numbers_at_the_profiles_own_values(tmp_path, monkeypatch):
+    # the smoke profile fills rounds = None with 2 (setting's PROFILES): a student who passes -p rounds=2 runs the build's chapter
+    assert build.parameter_defaults("setting", "smoke")["rounds"] == 2
+    built = tmp_path / "_smoke" / "chapters"
+    built.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[_glued_cell({"n_clients": 4})]), built / "setting.ipynb")
+    (built / "setting.json").write_text(json.dumps({"params": {"profile": "smoke"}}))
+    monkeypatch.setattr(build, "output_dir", lambda profile: tmp_path / f"_{profile}")
+    for overrides, placeholder in (({"rounds": 2}, False), ({"rounds": 3}, True)):
+        build.handout(["setting"], "smoke", overrides, tmp_path / "course")
+        text = "\n".join(c.source for c in nbformat.read(tmp_path / "course" / "student" / "setting.ipynb",
+                                                         as_version=4).cells if c.cell_type == "markdown")
+        assert ("[n_clients]" in text) == placeholder, overrides  # the build's 4 clients, or a placeholder
 
 
 def test_references_execute_the_teachers_notebook_once_per_seed_and_parameters(tmp_path):

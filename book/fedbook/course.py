@@ -16,7 +16,9 @@ solutions carry the cell tag :data:`SOLUTION_TAG`. What a correct answer is live
 - ``"choice"``: the student sets ``answer_<n>`` to a word or phrase the worked solution glues;
   accepted when it equals (case and surrounding spaces aside) the value of one of those seeds;
 - ``"code"``: the student writes the object ``name`` in the answer cell; the public tests
-  (handed out) and the hidden tests (kept by the teacher) run against it.
+  (handed out) and the hidden tests (in the teacher's folder, or a folder of the teacher's own:
+  they are in the book's public repository) run against it, in a process of their own
+  (:func:`run_code_tests`).
 
 **Versions.** :func:`student_version` removes the worked solutions, the hints (or keeps the
 hints, converted to plain markdown) and the solution cells, renders the glue roles and MyST
@@ -51,6 +53,7 @@ import pandas as pd
 from scipy import stats
 
 from fedbook.catalog import chapter_title, exercises, record_seconds
+from fedlib.io import atomic_write_text
 
 KINDS = ("number", "choice", "code")
 """What an exercise's answer is: a number within a prediction interval over seeds, a word or
@@ -549,30 +552,6 @@ _LOCAL = ("results_dir", "cache_dir", "records")
 """Parameters that say where the build writes or reads, not what it computes."""
 
 
-def parameter_defaults(nb: nbformat.NotebookNode) -> dict[str, Any]:
-    """The values the cell tagged ``parameters`` of ``nb`` assigns (those that are Python literals).
-
-    Examples
-    --------
-    >>> cell = nbformat.v4.new_code_cell("seed = 0  # the seed\\nalphas = None\\nP = f(1)", metadata={"tags": ["parameters"]})
-    >>> parameter_defaults(nbformat.v4.new_notebook(cells=[cell]))
-    {'seed': 0, 'alphas': None}
-    """
-    import ast
-
-    for cell in nb.cells:
-        if cell.cell_type == "code" and "parameters" in cell.metadata.get("tags", ()):
-            out = {}
-            for node in ast.parse(cell.source).body:
-                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                    try:
-                        out[node.targets[0].id] = ast.literal_eval(node.value)
-                    except ValueError:
-                        pass
-            return out
-    return {}
-
-
 def build_values(executed: Path, params: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
                  ) -> dict[str, str] | None:
     """The glued values of the build's executed chapter ``executed`` (``<name>.ipynb``, its record
@@ -622,21 +601,16 @@ def write_handout(prepared: Mapping[str, nbformat.NotebookNode], params: Mapping
                     written[side.name].append(target)
     if prepared:
         teacher.mkdir(parents=True, exist_ok=True)
-        (teacher / "answers.json").write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(teacher / "answers.json", json.dumps(spec, indent=1, sort_keys=True) + "\n")
         written["teacher"].append(teacher / "answers.json")
     return written
 
 
 def _write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
-    """Write ``nb`` to ``path`` atomically, readable by the group (0644)."""
-    import os
-
+    """Write ``nb`` to ``path`` atomically, with the mode the umask gives a new file
+    (:func:`fedlib.io.atomic_write_text`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".ipynb")
-    os.close(fd)
-    nbformat.write(nb, tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write_text(path, nbformat.writes(nb))
 
 
 # --- grading ---------------------------------------------------------------------------------------------
@@ -656,7 +630,7 @@ except Exception as __fedbook_err__:
 _READ = """\
 import json as __fedbook_json__
 __fedbook_report__ = {{}}
-for __fedbook_n__, __fedbook_var__, __fedbook_kind__, __fedbook_tests__ in {plan!r}:
+for __fedbook_n__, __fedbook_var__, __fedbook_kind__ in {plan!r}:
     __fedbook_e__ = globals().get("__fedbook_errors__", {{}}).get(__fedbook_n__)
     if __fedbook_e__ is not None:
         __fedbook_report__[__fedbook_n__] = {{"error": __fedbook_e__}}
@@ -665,53 +639,114 @@ for __fedbook_n__, __fedbook_var__, __fedbook_kind__, __fedbook_tests__ in {plan
     elif __fedbook_kind__ != "code":
         __fedbook_v__ = globals()[__fedbook_var__]
         __fedbook_report__[__fedbook_n__] = {{"answer": __fedbook_v__ if isinstance(__fedbook_v__, (int, float, str, type(None))) else repr(__fedbook_v__)}}
-    else:
-        import sys as __fedbook_sys__, types as __fedbook_types__, pytest as __fedbook_pytest__
-        __fedbook_m__ = __fedbook_types__.ModuleType(__fedbook_tests__[0])
-        setattr(__fedbook_m__, __fedbook_var__, globals()[__fedbook_var__])
-        __fedbook_sys__.modules[__fedbook_tests__[0]] = __fedbook_m__
-        class __FedbookCollect__:
-            def __init__(self):
-                self.passed, self.failed = [], []
-            def pytest_runtest_logreport(self, report):
-                if report.when == "call" or report.outcome == "failed":
-                    (self.passed if report.outcome == "passed" else self.failed).append(report.nodeid.split("::")[-1])
-        __fedbook_c__ = __FedbookCollect__()
-        __fedbook_pytest__.main([*__fedbook_tests__[1:], "-q", "-p", "no:cacheprovider", "--no-header"], plugins=[__fedbook_c__])
-        __fedbook_report__[__fedbook_n__] = {{"passed": __fedbook_c__.passed, "failed": __fedbook_c__.failed}}
+    else:  # code: its tests run apart, in a clean process (grade_notebook)
+        __fedbook_report__[__fedbook_n__] = {{"defined": True}}
 print({mark!r} + __fedbook_json__.dumps(__fedbook_report__))
 """
 
 
-def prepare_submission(nb: nbformat.NotebookNode, exercises: Sequence[Exercise], tests: Mapping[int, list[str]]
-                       ) -> nbformat.NotebookNode:
+def prepare_submission(nb: nbformat.NotebookNode, exercises: Sequence[Exercise]) -> nbformat.NotebookNode:
     """The notebook the grader executes: ``nb`` with every answer cell guarded (an exception is
     recorded for its exercise and the notebook goes on) and a last cell that prints the answers
-    (and runs each code exercise's ``tests``: exercise number -> the test files) after
-    :data:`GRADER_MARK`."""
+    after :data:`GRADER_MARK` (a code exercise's: that its object is defined; its tests run apart,
+    :func:`run_code_tests`)."""
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         tags = cell.metadata.get("tags", ())
         if cell.cell_type == "code" and ANSWER_TAG in tags:
-            number = next((int(t.split("-", 1)[1]) for t in tags if re.fullmatch(r"exercise-\d+", t)), 0)
-            cell.source = _GUARD.format(source=cell.source, number=number)
-    plan = [(e.number, e.variable, e.kind, [Path(e.skeleton).stem, *tests.get(e.number, [])] if e.kind == "code" else [])
-            for e in exercises]
+            cell.source = _GUARD.format(source=cell.source, number=_exercise_number(tags))
+    plan = [(e.number, e.variable, e.kind) for e in exercises]
     nb.cells.append(nbformat.v4.new_code_cell(_READ.format(plan=plan, mark=GRADER_MARK), metadata={"tags": ["grader"]}))
     return nb
+
+
+def _exercise_number(tags: Iterable[str]) -> int:
+    """The exercise an answer cell's tags name (``exercise-<n>``; 0 where none does)."""
+    return next((int(t.split("-", 1)[1]) for t in tags if re.fullmatch(r"exercise-\d+", t)), 0)
+
+
+_REPORTER = """\
+import json, os
+
+
+class Reporter:
+    def __init__(self):
+        self.passed, self.failed, self.uncollected = [], [], []
+
+    def pytest_collectreport(self, report):
+        if report.failed:
+            lines = [l.strip() for l in str(report.longrepr).splitlines() if l.strip()]
+            last = next((l[1:].strip() for l in reversed(lines) if l.startswith("E ")), lines[-1] if lines else "")
+            self.uncollected.append(f"{report.nodeid or 'collection'}: {last}")
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.outcome == "failed":
+            (self.passed if report.outcome == "passed" else self.failed).append(report.nodeid.split("::")[-1])
+
+    def pytest_sessionfinish(self, session):
+        with open(os.environ["FEDBOOK_GRADER_REPORT"], "w") as f:
+            json.dump({"passed": self.passed, "failed": self.failed, "uncollected": self.uncollected}, f)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Reporter(), "fedbook_grader_reporter_instance")
+"""
+
+_KEPT_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+"""The variables of the grader's environment its tests' process keeps (no other: none the student set)."""
+
+
+def run_code_tests(exercise: Exercise, source: str, tests: Sequence[str | Path], *, timeout: float) -> dict:
+    """Run a code exercise's ``tests`` against the student's answer cell ``source``, apart from
+    the student's kernel: the cell written as ``<skeleton's name>.py`` into an empty temporary
+    folder with copies of the test files only (no worked solution on the path), and pytest run
+    there in a new process whose environment holds a few of the grader's variables
+    (:data:`_KEPT_ENVIRONMENT`) and ``FEDLIB_EXERCISE`` set to the student's module. Returns
+    ``{"passed": [...], "failed": [...], "uncollected": [...]}`` (test names; a test file that
+    could not be collected, with its error); where the process wrote no report,
+    ``{"error": ...}``."""
+    import os
+    import subprocess
+
+    module = Path(exercise.skeleton).stem if exercise.skeleton else exercise.name.lower()
+    with tempfile.TemporaryDirectory() as folder:
+        work, plugin = Path(folder) / "answer", Path(folder) / "plugin"
+        work.mkdir()
+        plugin.mkdir()
+        (work / f"{module}.py").write_text(source)
+        for test in tests:
+            shutil.copyfile(test, work / Path(test).name)
+        (plugin / "fedbook_grader_reporter.py").write_text(_REPORTER)
+        report = Path(folder) / "report.json"
+        env = {k: os.environ[k] for k in _KEPT_ENVIRONMENT if k in os.environ}
+        env.update(FEDLIB_EXERCISE=module, PYTHONPATH=str(plugin), FEDBOOK_GRADER_REPORT=str(report),
+                   PYTHONDONTWRITEBYTECODE="1")
+        try:
+            done = subprocess.run([sys.executable, "-m", "pytest", *(Path(t).name for t in tests), "-q",
+                                   "-p", "no:cacheprovider", "-p", "fedbook_grader_reporter", "--no-header", "--continue-on-collection-errors",
+                                   "--rootdir", str(work)],
+                                  cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"its tests did not finish in {timeout:g} s"}
+        if not report.exists():
+            tail = (done.stdout + done.stderr).strip().splitlines()
+            return {"error": f"its tests did not run: {tail[-1] if tail else f'pytest exited {done.returncode}'}"}
+        return json.loads(report.read_text())
 
 
 def grade_notebook(path: Path, exercises: Sequence[Exercise], tests: Mapping[int, list[str]], *, cwd: Path,
                    timeout: float) -> dict[int, dict]:
     """Execute the submitted notebook ``path`` (:func:`prepare_submission`) with papermill in a
     fresh kernel from ``cwd``, each cell under ``timeout`` seconds, and return what it answered:
-    exercise number -> ``{"answer": ...}``, ``{"passed": [...], "failed": [...]}`` (code) or
-    ``{"error": message}`` (its cell raised, or the notebook stopped before the answers: then the
-    message names the cell and the error)."""
+    exercise number -> ``{"answer": ...}``, ``{"passed": [...], "failed": [...], "uncollected": [...]}``
+    (code: its answer cell tested by ``tests``, exercise number -> the test files, with
+    :func:`run_code_tests`) or ``{"error": message}`` (its cell raised, or the notebook stopped
+    before the answers: then the message names the cell and the error)."""
     import papermill
     from papermill.exceptions import PapermillExecutionError
 
-    nb = prepare_submission(nbformat.read(path, as_version=4), exercises, tests)
+    submitted = nbformat.read(path, as_version=4)
+    nb = prepare_submission(submitted, exercises)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "executed.ipynb"
@@ -725,11 +760,19 @@ def grade_notebook(path: Path, exercises: Sequence[Exercise], tests: Mapping[int
         except Exception as err:  # a timeout, a dead kernel
             message = f"the notebook did not finish: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
             return {e.number: {"error": message} for e in exercises}
+    answers = None
     for output in executed.cells[-1].get("outputs", ()):
         for line in str(output.get("text", "")).splitlines():
             if line.startswith(GRADER_MARK):
-                return {int(k): v for k, v in json.loads(line[len(GRADER_MARK):]).items()}
-    return {e.number: {"error": "the grader's cell printed nothing"} for e in exercises}
+                answers = {int(k): v for k, v in json.loads(line[len(GRADER_MARK):]).items()}
+    if answers is None:
+        return {e.number: {"error": "the grader's cell printed nothing"} for e in exercises}
+    cells = {_exercise_number(c.metadata.get("tags", ())): c.source for c in submitted.cells
+             if c.cell_type == "code" and ANSWER_TAG in c.metadata.get("tags", ())}
+    for e in exercises:
+        if e.kind == "code" and answers.get(e.number, {}).get("defined"):
+            answers[e.number] = run_code_tests(e, cells.get(e.number, ""), tests.get(e.number, []), timeout=timeout)
+    return answers
 
 
 def references(chapter: str, params: Mapping[str, Any], keys: Iterable[str], *, source: Path, cache: Path,
@@ -766,7 +809,7 @@ def references(chapter: str, params: Mapping[str, Any], keys: Iterable[str], *, 
         changed = True
     if changed:
         cache.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+        atomic_write_text(path, json.dumps(known, indent=1, sort_keys=True) + "\n")
     return {int(s): known[str(s)] for s in seeds}
 
 
@@ -788,13 +831,16 @@ GRADE_COLUMNS = ("student", "chapter", "exercise", "kind", "answer", "accepted",
 
 
 def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
-          seeds: Sequence[int] = REFERENCE_SEEDS, log: Callable[[str], None] = print) -> pd.DataFrame:
+          seeds: Sequence[int] = REFERENCE_SEEDS, log: Callable[[str], None] = print,
+          hidden: Path | None = None) -> pd.DataFrame:
     """Grade every submitted notebook under ``submissions`` (``<student>/<chapter>.ipynb``) against
     the handout's ``teacher`` folder (its ``answers.json``, tests and notebooks): each notebook
     executed (:func:`grade_notebook`, from ``<root>/notebooks``, ``timeout`` seconds a cell), each
     number or phrase checked against the references at the parameters the notebook records
-    (:func:`references`, :func:`check`), each code exercise by its public and hidden tests. One
-    row per student, chapter and exercise (:data:`GRADE_COLUMNS`)."""
+    (:func:`references`, :func:`check`), each code exercise by its public and hidden tests
+    (:func:`run_code_tests`; the hidden ones read from ``hidden``, a folder of the teacher's own,
+    where given, else from ``<teacher>/exercises``: the book's hidden tests are in its public
+    repository). One row per student, chapter and exercise (:data:`GRADE_COLUMNS`)."""
     spec = json.loads((teacher / "answers.json").read_text())
     wanted = {(x["chapter"], x["number"]) for x in spec["exercises"]}
     rows = []
@@ -809,8 +855,12 @@ def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
                 rows += [dict(student=student.name, chapter=chapter, exercise=e.number, kind=e.kind, answer=None,
                               accepted=None, mark=0, message=f"no {chapter}.ipynb submitted") for e in exercises]
                 continue
-            tests = {e.number: [str(teacher / "exercises" / Path(t).name) for t in (*e.public, *e.hidden)]
+            tests = {e.number: [teacher / "exercises" / Path(t).name for t in e.public]
+                     + [(hidden or teacher / "exercises") / Path(t).name for t in e.hidden]
                      for e in exercises if e.kind == "code"}
+            missing = [str(t) for ts in tests.values() for t in ts if not t.exists()]
+            if missing:
+                raise SystemExit(f"no test file {', '.join(missing)}: the handout's tests, or --hidden's folder")
             log(f"[grade]    {student.name}/{chapter}.ipynb")
             answers = grade_notebook(path, exercises, tests, cwd=root / "notebooks", timeout=timeout)
             recorded = nbformat.read(path, as_version=4).metadata.get("papermill", {}).get("parameters")
@@ -830,9 +880,13 @@ def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
                 if "error" in got:
                     row["message"] = f"crashed: {got['error']}"
                 elif e.kind == "code":
-                    n, failed = len(got["passed"]) + len(got["failed"]), got["failed"]
-                    row.update(answer=f"{len(got['passed'])}/{n} tests passed", mark=int(n > 0 and not failed),
-                               message="failed: " + ", ".join(failed) if failed else "")
+                    n, failed, uncollected = len(got["passed"]) + len(got["failed"]), got["failed"], got.get("uncollected", [])
+                    said = (["failed: " + ", ".join(failed)] if failed else []) + (
+                        [("no test ran: " if n == 0 else "not collected: ") + "; ".join(uncollected)] if uncollected else [])
+                    if n == 0 and not said:
+                        said = ["no test ran"]
+                    row.update(answer=f"{len(got['passed'])}/{n} tests passed",
+                               mark=int(n > 0 and not failed and not uncollected), message="; ".join(said))
                 else:
                     ref = [v[e.key] for v in refs[e.number].values() if e.key in v]
                     if not ref:
@@ -852,6 +906,5 @@ def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
 
 __all__ = ["ANSWER_TAG", "ANSWER_WORDS", "EXERCISES", "Exercise", "GRADER_MARK", "GRADE_COLUMNS", "KINDS", "LEVEL",
            "REFERENCE_SEEDS", "SOLUTION_TAG", "answer_cells", "answer_numbers", "answer_table", "as_number", "build_values", "check", "declared",
-           "parameter_defaults",
            "glued_answer", "grade", "grade_notebook", "plain_markdown", "prediction_interval", "prepare_submission",
-           "references", "solution_texts", "student_version", "teacher_version", "write_handout"]
+           "references", "run_code_tests", "solution_texts", "student_version", "teacher_version", "write_handout"]
