@@ -83,7 +83,7 @@ show_table(timing, digits={"smoke (s)": 0, "book (min)": 1}, index=False)
 # prediction interval described under *Grading* below; **a phrase** (the name of a method, the
 # rounds a node was dropped in), accepted when it is one of the values the worked solution gives
 # on the reference seeds; or **code** (a class), run against public tests that the student has and
-# hidden tests that the teacher keeps. The list below gives, for each exercise, what the student
+# hidden tests in the teacher's folder (not secret: see *Grading*). The list below gives, for each exercise, what the student
 # hands in and how long its chapter took at the smoke profile on this machine: a student runs the
 # whole chapter once per try (a dash: the smoke profile has not been built here).
 
@@ -185,18 +185,35 @@ print(f"cells with an output: {executed}")
 # book's build does not get slower and the next grading executes nothing. An exercise that asks
 # for a re-run with other parameters declares them, and its reference is computed with them.
 #
+# **Code is tested apart from the student's notebook.** The answer cell of a code exercise is
+# written as the skeleton's file (`fedavgm.py`) into an empty folder beside copies of the test
+# files alone, and pytest runs there in a process of its own, whose environment the student's
+# notebook cannot touch: a notebook that sets `FEDLIB_EXERCISE` or reaches for the worked solution
+# gets no further than its own cell. So the cell must hold its imports, as the skeleton does; a
+# test file that cannot even be imported is reported as such (`no test ran: ...`, with the error).
+#
+# **The hidden tests are not secret here.** They are in the book's public repository
+# (`book/exercises/hidden/`), like the worked solutions, and the handout copies them into
+# `teacher/exercises/`. A teacher who needs them secret keeps tests of their own, under the same
+# file names, in a folder outside the students' clone and grades with it:
+# `book/grade.py handouts/ana/teacher submissions --hidden ~/my-hidden-tests`.
+#
 # **Why not otter-grader or nbgrader.** Both were checked against this book: otter-grader 7 builds
 # student and teacher versions and runs hidden tests, and nbgrader strips marked solution regions
-# and grades. Neither fits here. Both want their own notebook format (otter-grader's assignment
-# cells in an `.ipynb`, nbgrader's cell metadata and a course directory with its database), while
-# the chapters are jupytext files whose hints and worked solutions are MyST blocks the book
-# already renders. otter-grader grades in Docker (it depends on `python-on-whales`, `fica` and
-# `ipylab`), and nbgrader brings a Jupyter server, JupyterLab 4, Notebook 7, SQLAlchemy and
-# Alembic, none of which the book needs. Above all, neither accepts a number within an interval
-# computed by executing the chapter at the student's parameters on several seeds, and a fixed
-# tolerance would mark correct answers wrong. The grader is therefore a few hundred lines on
-# papermill, which the book already uses to execute its chapters (`book/fedbook/course.py`,
-# tested in `tests/test_course.py` with a right, a wrong and a crashing submission per exercise).
+# and grades. Neither fits here. Above all, neither accepts a number within an interval computed
+# by executing the chapter at the student's parameters on several seeds, and a fixed tolerance
+# would mark correct answers wrong when the answer varies with the seed. Both also want their own
+# assignment format (otter-grader's questions, solutions and tests marked in the cells of its
+# master notebook, nbgrader's cell metadata and a course directory with its database), while the
+# chapters are jupytext percent files whose hints and worked solutions are MyST blocks the book
+# already renders. And both are heavy for what they would do here: otter-grader grades a folder
+# of submissions in Docker containers (`otter grade`), or one submission at a time without
+# them (`otter run`), and installs a Docker client (`python-on-whales`), `fica`, `ipylab`,
+# `ipywidgets` and nbconvert's `webpdf` extra either way; nbgrader brings a Jupyter server,
+# JupyterLab 4, Notebook 7, SQLAlchemy and Alembic, none of which the book needs. The grader is
+# therefore a few hundred lines on papermill, which the book already uses to execute its chapters
+# (`book/fedbook/course.py`, tested in `tests/test_course.py` with a right, a wrong and a crashing
+# submission for each of the {glue:text}`n_declared` declared exercises).
 #
 # (teaching-own-method)=
 # ## Exercise: write your own method
