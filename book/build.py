@@ -759,18 +759,11 @@ def where(out: Path, names: list[str]) -> None:
 
 
 def glued_values(path: Path) -> dict[str, str]:
-    """The values an executed chapter glued (``myst_nb.glue``), as the text the page shows: key -> text."""
-    import nbformat
+    """The values an executed chapter glued (``myst_nb.glue``), as the text the page shows: key -> text
+    (:func:`fedbook.course.glued_values`, imported when needed: the build's argument checks stay light)."""
+    from fedbook.course import glued_values as read
 
-    nb = nbformat.read(path, as_version=4)
-    values = {}
-    for cell in nb.cells:
-        for output in cell.get("outputs", ()) if cell.cell_type == "code" else ():
-            record = output.get("metadata", {}).get("scrapbook")
-            if record:
-                prefix = record.get("mime_prefix", "")
-                values[record["name"]] = str(output.get("data", {}).get(prefix + "text/plain", ""))
-    return values
+    return read(path)
 
 
 def _as_number(text: str) -> float | None:

@@ -535,8 +535,9 @@ def solution_texts(source: str) -> list[str]:
 
 # --- the handout: both versions and the graders ---------------------------------------------------------
 
-def _read_glued(path: Path) -> dict[str, str]:
-    """The values an executed notebook glued: key -> the ``text/plain`` the page shows."""
+def glued_values(path: Path) -> dict[str, str]:
+    """The values an executed notebook glued (``myst_nb.glue``): key -> the ``text/plain`` the page
+    shows (the build's ``glued_values`` reads them with this function)."""
     nb = nbformat.read(path, as_version=4)
     values = {}
     for cell in nb.cells:
@@ -567,7 +568,7 @@ def build_values(executed: Path, params: Mapping[str, Any], defaults: Mapping[st
 
     if effective(json.loads(record.read_text()).get("params", {})) != effective(params):
         return None
-    return _read_glued(executed)
+    return glued_values(executed)
 
 
 def write_handout(prepared: Mapping[str, nbformat.NotebookNode], params: Mapping[str, Mapping[str, Any]],
@@ -804,7 +805,7 @@ def references(chapter: str, params: Mapping[str, Any], keys: Iterable[str], *, 
         with tempfile.TemporaryDirectory() as folder:
             out = Path(folder) / f"{chapter}.ipynb"
             execute(nb, {**base, "seed": seed}, out, cwd)
-            glued = _read_glued(out)
+            glued = glued_values(out)
         known[str(seed)] = {k: glued[k] for k in keys if k in glued}
         changed = True
     if changed:
@@ -906,5 +907,5 @@ def grade(teacher: Path, submissions: Path, *, root: Path, timeout: float = 600,
 
 __all__ = ["ANSWER_TAG", "ANSWER_WORDS", "EXERCISES", "Exercise", "GRADER_MARK", "GRADE_COLUMNS", "KINDS", "LEVEL",
            "REFERENCE_SEEDS", "SOLUTION_TAG", "answer_cells", "answer_numbers", "answer_table", "as_number", "build_values", "check", "declared",
-           "glued_answer", "grade", "grade_notebook", "plain_markdown", "prediction_interval", "prepare_submission",
+           "glued_answer", "glued_values", "grade", "grade_notebook", "plain_markdown", "prediction_interval", "prepare_submission",
            "references", "run_code_tests", "solution_texts", "student_version", "teacher_version", "write_handout"]
