@@ -181,16 +181,20 @@ class RunResult:
                              f"folder RunResult.save wrote; refusing to read a results folder that may be partial{hint}")
         try:
             manifest = json.loads(path.read_text())
+        except FileNotFoundError:  # a save moved it aside between the check and the read
+            raise ValueError(f"{folder}: {MANIFEST} went away while being read (a save is in progress); "
+                             "refusing to read a results folder that may be partial") from None
         except (ValueError, UnicodeDecodeError) as err:
             raise ValueError(f"{path} is not readable JSON ({err}); the folder's results are refused") from None
         if not isinstance(manifest, dict) or manifest.get("format") != _MANIFEST_FORMAT or not isinstance(manifest.get("sha256"), dict):
             raise ValueError(f"{path} is not a fedlib results manifest (format {_MANIFEST_FORMAT!r})")
         contents = {}
         for name in _RESULT_FILES:
-            f = folder / name
-            if not f.exists():
-                raise ValueError(f"{folder}: {name} is missing (the manifest of run {manifest.get('run_id')} lists it)")
-            contents[name] = f.read_bytes()
+            try:  # read, not checked then read: a save may move the file between the two
+                contents[name] = (folder / name).read_bytes()
+            except FileNotFoundError:
+                raise ValueError(f"{folder}: {name} is missing (the manifest of run {manifest.get('run_id')} lists it; "
+                                 "a save may be in progress)") from None
             if hashlib.sha256(contents[name]).hexdigest() != manifest["sha256"].get(name):
                 raise ValueError(f"{folder}: {name} does not match the manifest of run {manifest.get('run_id')} (cut, "
                                  "changed, or written by another run); refusing to read the folder")

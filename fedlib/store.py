@@ -70,6 +70,8 @@ class DiskStates(MutableMapping):
         if earlier is not None and earlier._lock is not None:
             lock, earlier._lock = earlier._lock, None  # the same process opens the folder again: the newer store owns it
             earlier._superseded = True
+        elif (orphan := FolderLock.held_here(self.folder)) is not None and orphan.role == STORE_ROLE:
+            lock = orphan  # a store of this process that is gone (collected) left its lock: the newer store owns it
         else:
             lock = FolderLock(self.folder, "state folder", role=STORE_ROLE).acquire()  # another process's store: FolderInUse, naming it
         try:

@@ -114,10 +114,10 @@ def test_every_page_has_its_pdf_and_the_book_numbers_its_pages_continuously(expo
         assert f"{k} / {n}" in _normal(book.pages[k - 1].extract_text()), f"page {k} of the book is not numbered"
     first = PdfReader(result.pages["setting"])
     assert f"1 / {len(first.pages)}" in _normal(first.pages[0].extract_text())
-    assert [o.title for o in book.outline if hasattr(o, "title")][:2] == [_title(p) for _, p in pages[:2]]
+    assert [_normal(o.title) for o in book.outline if hasattr(o, "title")][:2] == [_title(p) for _, p in pages[:2]]
     # the reader's book has no API page: the reference is its own PDF, linked apart
     assert pdf.REFERENCE_PAGES == ("api",) and "api" in result.pages
-    outline = [o.title for o in book.outline if hasattr(o, "title")]
+    outline = [_normal(o.title) for o in book.outline if hasattr(o, "title")]  # typographic quotes plain, as _title's
     assert outline == [_title(p) for n, p in pages if n != "api"] and _title(dict(pages)["api"]) not in outline
     api_first = _normal(PdfReader(result.pages["api"]).pages[0].extract_text())
     assert all(_normal(page.extract_text()) != api_first for page in book.pages[-3:])

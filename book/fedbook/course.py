@@ -702,7 +702,7 @@ def run_code_tests(exercise: Exercise, source: str, tests: Sequence[str | Path],
     the student's kernel: the cell written as ``<skeleton's name>.py`` into an empty temporary
     folder with copies of the test files only (no worked solution on the path), and pytest run
     there in a new process whose environment holds a few of the grader's variables
-    (:data:`_KEPT_ENVIRONMENT`) and ``FEDLIB_EXERCISE`` set to the student's module. Returns
+    (``PATH``, ``HOME``, the locale, ``TMPDIR`` and the thread counts) and ``FEDLIB_EXERCISE`` set to the student's module. Returns
     ``{"passed": [...], "failed": [...], "uncollected": [...]}`` (test names; a test file that
     could not be collected, with its error); where the process wrote no report,
     ``{"error": ...}``."""
