@@ -356,8 +356,26 @@ def kernel_config():
     return Config({"KernelManager": {"transport_encryption": "auto"}})
 
 
-def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBOOKS) -> float:
-    """Execute ``notebooks/<name>.py`` with ``params`` into ``output`` (atomically); return seconds."""
+class Seconds(float):
+    """A chapter's wall-clock seconds (the float), with ``cpu``: the CPU seconds its kernel and the
+    kernel's own worker processes spent (user + system, from ``getrusage(RUSAGE_CHILDREN)`` around
+    the execution: the kernel is this process's child and is reaped before the call returns).
+    Wall time counts waiting (the Flower appendix polls its runtimes) and the other chapters of a
+    parallel build sharing the cores; CPU time counts the work."""
+
+    cpu: float = float("nan")
+
+
+def _children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBOOKS) -> Seconds:
+    """Execute ``notebooks/<name>.py`` with ``params`` into ``output`` (atomically); return its
+    seconds (:class:`Seconds`: wall clock, and the CPU in ``.cpu``)."""
     import jupytext
     import papermill
 
@@ -374,7 +392,7 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
     fd, tmp = temporary_sibling(output, suffix=".ipynb")  # named by this process: removed once it is gone
     os.close(fd)
     tmp = str(tmp)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _children_cpu()
     try:
         papermill.execute_notebook(
             nb, tmp, parameters=params, kernel_name="python3", cwd=str(cwd), progress_bar=False,
@@ -388,7 +406,9 @@ def execute_chapter(name: str, params: dict, output: Path, *, cwd: Path = NOTEBO
         raise
     collapse_injected(Path(tmp))
     os.replace(tmp, output)
-    return time.perf_counter() - t0
+    seconds = Seconds(time.perf_counter() - t0)
+    seconds.cpu = _children_cpu() - cpu0
+    return seconds
 
 
 def handout(names: list[str], profile: str, overrides: dict, folder: Path, *, hints: bool = False) -> list[Path]:
@@ -626,6 +646,8 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str,
 
     def finished(name: str, params: dict, key: str, meta: Path, seconds: float) -> None:
         record = {"key": key, "params": params, "seconds": round(seconds, 2)}
+        if getattr(seconds, "cpu", None) is not None and seconds.cpu == seconds.cpu:
+            record["cpu_seconds"] = round(seconds.cpu, 2)  # the work, without the waiting (Seconds)
         claims = claims_of(meta.with_suffix(".ipynb"))
         if claims is not None:
             record["claims"] = claims
