@@ -2,9 +2,9 @@
 
 A :class:`Study` says what an experiment runs: a function of one **cell** (one setting of the
 grid and one seed) that returns tidy frames, the grid of settings (each name's values, crossed)
-and the seeds. :func:`run_study` runs every cell, in parallel over worker processes
-(:func:`fedbook.parallel.map_parallel`: each cell derives every random stream from its own seed,
-so the bits do not depend on the process that runs it), caches each cell's frames on disk under a
+and the seeds. :func:`run_study` runs every cell, in parallel over worker processes or the
+machines of a Ray cluster (:func:`fedbook.parallel.map_cells`: each cell derives every random
+stream from its own seed, so the bits do not depend on the process that runs it), caches each cell's frames on disk under a
 key of everything they depend on, and returns one tidy frame per table, the setting and the seed
 as its first columns::
 
@@ -27,6 +27,29 @@ not. Only functions of fedlib and fedbook are cached (a function defined in a no
 source the key could cover: it runs, uncached). The frames are stored as JSON, whose numbers
 read back bit for bit (Python's ``repr`` of a float round-trips), written atomically: an
 interrupted run resumes from the cells it finished.
+
+**Where the cells run** (``executor``, :func:`fedbook.parallel.map_cells`). By default in this
+process (``workers=1``) or in ``workers`` forked processes. ``executor="ray"`` runs each cell as a
+task of a local Ray instance of ``workers`` CPUs, started by the call and stopped after (a script
+running several studies can hold one for all: :func:`fedbook.parallel.local_ray`). On a cluster,
+start Ray on one machine, ``ray start --head --port=6379``, and on each other
+``ray start --address=HEAD:6379``, every machine with this repository and its environment (the
+same versions: a worker of other numerical libraries' versions is refused), then run the
+studies with ``executor="HEAD:6379"`` (or ``"auto"`` on a machine of the cluster, or
+``"ray://HEAD:10001"`` through Ray Client); a chapter takes it as a parameter,
+``python book/build.py --only <chapter> -p executor=HEAD:6379``. Whatever the executor:
+
+- the same frames bit for bit (each cell derives every random stream from its own seed and runs
+  with ``threads`` torch threads; the executor is not part of a cell's key, so a cell cached by
+  one executor is read back by another);
+- a cell that raises is run once more, a fresh attempt (on Ray, a new task; a pool whose worker
+  died is replaced): if the second attempt succeeds the study goes on and
+  ``StudyFrames.retried`` names the cell and its first error; if it fails too, the study
+  raises that error, noted with the cell and the first error;
+- each finished cell is cached at once by this process, so a study interrupted, killed or
+  stopped by a failing cell resumes from the cells it finished;
+- ``progress`` (a file, or a function) is told of each finished cell, with how many are done and
+  an estimate of the time left (:func:`read_progress`).
 """
 
 from __future__ import annotations
@@ -36,6 +59,8 @@ import hashlib
 import importlib.metadata
 import inspect
 import itertools
+import contextlib
+import datetime
 import json
 import os
 import time
@@ -49,7 +74,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from fedbook.parallel import map_parallel
+from fedbook.parallel import check_executor, describe_error, map_cells, runs_here
 from fedbook.sources import PACKAGES, digest, module_files
 from fedlib.io import atomic_write_text, json_default
 from fedlib.loop import algorithm_configuration
@@ -63,11 +88,17 @@ class StudyFrames(dict):
     """What :func:`run_study` returns: each table's frame by name (a ``dict``), and what the cells
     cost: ``seconds``, the sum of every cell's own compute time, measured when it ran (now, or when
     it was cached: a time read back from the cache is the time the cell took then, never the time
-    of reading it); ``cached``, how many of the ``cells`` were read from the cache."""
+    of reading it); ``cached``, how many of the ``cells`` were read from the cache; ``retried``,
+    the cells that failed once and succeeded on their second attempt, each as
+    ``{"cell": its settings and seed, "error": what the first attempt raised}``."""
 
     seconds: float = 0.0
     cached: int = 0
     cells: int = 0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.retried: list[dict[str, Any]] = []
 
 
 CACHE_FORMAT = "fedbook-study-2"
@@ -141,7 +172,8 @@ class Study:
                 for values in itertools.product(*self.grid.values()) for seed in self.seeds]
 
 
-def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | os.PathLike | None = None
+def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | os.PathLike | None = None,
+              executor: str | None = None, progress: str | os.PathLike | Callable[[dict], Any] | None = None
               ) -> StudyFrames:
     """Every cell of ``study``: one tidy frame per table, the setting's columns and ``seed`` first.
 
@@ -149,13 +181,28 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
     ----------
     study : Study
     workers : int, default 1
-        Processes the cells are spread over (:func:`fedbook.parallel.map_parallel`; 1: in this
-        process). The frames are the same bits whatever the number.
+        Processes the cells are spread over (1: in this process), or the CPUs of a local Ray
+        instance (``executor="ray"``). The frames are the same bits whatever the number.
     threads : int, default 1
-        Torch threads of each worker process (in this process: the caller's own).
+        Torch threads each cell runs with (in this process: the caller's own).
     cache : path, optional
         The folder of the cells' cache (``None``: no cache). A cell whose key (see the module's
-        docstring) is there is read back instead of run; a cell that runs is written there.
+        docstring) is there is read back instead of run; a cell that runs is written there as
+        soon as it is done (by this process, whichever executor ran it).
+    executor : str, optional
+        Where the cells run (:func:`fedbook.parallel.map_cells`): ``None`` or ``"process"``, this
+        process or the pool of ``workers`` forked processes; ``"ray"``, a local Ray instance of
+        ``workers`` CPUs (started and stopped by the call, unless this process joined a Ray
+        already); ``"auto"``, ``"ray://HOST:PORT"`` or ``"HOST:PORT"``, an existing Ray cluster.
+        The executor is not part of a cell's key: it changes no bit.
+    progress : path or callable, optional
+        Told when the study starts (with its cells read from the cache counted done) and after
+        each cell: a file gets one JSON line appended per event (:func:`read_progress` reads it
+        back), a callable gets each event as a dict: ``event`` (``"start"``, ``"cell"``,
+        ``"retry"`` or ``"failed"``), ``study``, ``done``, ``total``, ``cached``, ``cell`` (its
+        settings and seed), ``seconds`` (the cell's), ``elapsed`` (since the call began),
+        ``eta`` (seconds left, at the pace of the cells run so far), ``error`` and ``at`` (UTC,
+        ISO 8601). ``None``: nothing.
 
     Returns
     -------
@@ -163,13 +210,19 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
         Each table the cells return, by name (a cell that returns one frame: the study's name),
         the cells' frames concatenated in the study's order, with the cell's settings and seed as
         leading columns (a column a cell returns itself must agree with them); and what the cells
-        cost (``seconds``, ``cached``, ``cells``).
+        cost (``seconds``, ``cached``, ``cells``) and the cells retried (``retried``).
 
     Raises
     ------
     ValueError
         When a cell returns something else than a DataFrame or a dict of them, or the cells do
-        not all return the same tables.
+        not all return the same tables; an unknown ``executor``; a cell function that cannot
+        travel to Ray's workers; Ray workers of other numerical libraries' versions than this
+        process's.
+    Exception
+        What a cell raised on its second attempt (a failed cell is run once more, a fresh
+        attempt), noted with the cell and the first attempt's error; the cells finished before
+        stay in the cache, so a rerun resumes.
 
     Examples
     --------
@@ -184,10 +237,14 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
     """
     if not isinstance(study, Study):
         raise ValueError(f"run_study takes a Study, got {type(study).__name__}")
+    address = check_executor(executor)
+    tell = _progress_sink(progress)
+    started = time.perf_counter()
     cells = study.cells()
     folder = None if cache is None else Path(cache) / study.name
     common = _key_parts(study) if folder is not None else None  # once per study: every cell runs the same function
-    keys = [cell_key(study, cell, threads if workers > 1 else torch.get_num_threads(), common=common)
+    here = runs_here(executor, workers)
+    keys = [cell_key(study, cell, torch.get_num_threads() if here else threads, common=common)
             if common is not None else None for cell in cells]
     found: dict[int, dict[str, pd.DataFrame]] = {}
     seconds: dict[int, float] = {}
@@ -196,30 +253,123 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
             found[i], seconds[i] = _read(folder / f"{key}.json")
     cached = len(found)
     todo = [i for i in range(len(cells)) if i not in found]
+    out = StudyFrames()
 
-    def run(i: int) -> tuple[dict[str, pd.DataFrame], float]:
-        t0 = time.perf_counter()
-        frames = _frames(study, cells[i])
-        took = time.perf_counter() - t0
-        if folder is not None and keys[i] is not None:  # kept as soon as it is done: an interrupted study resumes
-            _write(folder / f"{keys[i]}.json", study, cells[i], frames, took)
-        return frames, took
+    def event(kind: str, i: int | None = None, took: float | None = None, error: str | None = None) -> None:
+        if tell is None:
+            return
+        done, elapsed = len(found), time.perf_counter() - started
+        ran = done - cached
+        tell({"event": kind, "study": study.name, "done": done, "total": len(cells), "cached": cached,
+              "cell": None if i is None else dict(cells[i]), "seconds": took, "elapsed": elapsed,
+              "eta": elapsed / ran * (len(cells) - done) if ran else (0.0 if done == len(cells) else None),
+              "error": error, "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
 
-    for i, (frames, took) in zip(todo, map_parallel(run, todo, workers, threads=threads)):
-        found[i], seconds[i] = frames, took
+    event("start")
+    libraries = None if address is None else {name: _version(name) for name in LIBRARIES}  # another machine's, checked
+    finished = map_cells(functools.partial(_run_cell, study, libraries=libraries), [cells[i] for i in todo], workers,
+                         threads=threads, executor=executor, retries=1,
+                         on_retry=lambda j, error: event("retry", todo[j], error=error))
+    try:
+        with contextlib.closing(finished):
+            for one in finished:
+                i = todo[one.index]
+                raw, took = one.value
+                frames = _frames(study, cells[i], raw)
+                if folder is not None and keys[i] is not None:  # kept as soon as it is done: an interrupted study resumes
+                    _write(folder / f"{keys[i]}.json", study, cells[i], frames, took)
+                found[i], seconds[i] = frames, took
+                if one.errors:
+                    out.retried.append({"cell": dict(cells[i]), "error": one.errors[0]})
+                event("cell", i, took)
+    except Exception as err:
+        err.add_note(f"(study {study.name!r}: {len(found)} of {len(cells)} cells done"
+                     f"{', kept in the cache: a rerun resumes from them' if folder is not None and found else ''})")
+        event("failed", error=describe_error(err))
+        raise
     names = list(found[0])
     for i in range(len(cells)):
         if list(found[i]) != names:
             raise ValueError(f"study {study.name!r}: the cell {cells[i]} returned tables {list(found[i])}, the first "
                              f"cell {names}; every cell must return the same tables")
-    out = StudyFrames({name: pd.concat([found[i][name] for i in range(len(cells))], ignore_index=True) for name in names})
+    out.update({name: pd.concat([found[i][name] for i in range(len(cells))], ignore_index=True) for name in names})
     out.seconds, out.cached, out.cells = float(sum(seconds.values())), cached, len(cells)
     return out
 
 
-def _frames(study: Study, cell: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
-    """One cell run: its frames by name, each with the cell's settings and seed in front."""
+def _progress_sink(progress: str | os.PathLike | Callable[[dict], Any] | None) -> Callable[[dict], Any] | None:
+    """What :func:`run_study` tells its events to: ``progress`` itself (a callable), a function that
+    appends each as a JSON line to the file ``progress`` names, or ``None``."""
+    if progress is None or callable(progress):
+        return progress
+    if not isinstance(progress, (str, os.PathLike)):
+        raise ValueError(f"progress must be None, a file's path or a function of one dict, got {progress!r}")
+    path = Path(progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(event: dict) -> None:
+        with open(path, "a", encoding="utf-8") as f:  # one write per line: a reader sees whole lines
+            f.write(json.dumps(event, default=_plain) + "\n")
+            f.flush()
+    return append
+
+
+def _plain(value: Any) -> Any:
+    """A progress line's value that JSON cannot hold: numpy's scalars as numbers, the rest as ``repr``."""
+    return value.item() if isinstance(value, np.generic) else repr(value)
+
+
+def read_progress(path: str | os.PathLike) -> pd.DataFrame:
+    """The events a :func:`run_study` with ``progress=path`` appended (every study that wrote
+    there, in order), one row each, with the columns the events have (``event``, ``study``,
+    ``done``, ``total``, ``cached``, ``cell``, ``seconds``, ``elapsed``, ``eta``, ``error``, ``at``);
+    a line still being written (a run killed mid-line) is left out; no file: no rows.
+
+    Examples
+    --------
+    >>> import tempfile, pandas as pd
+    >>> log = Path(tempfile.mkdtemp()) / "progress.jsonl"
+    >>> _ = run_study(Study("toy", run=lambda seed: pd.DataFrame({"x": [seed]}), seeds=[0, 1]), progress=log)
+    >>> read_progress(log)[["event", "study", "done", "total", "cached"]]
+       event study  done  total  cached
+    0  start   toy     0      2       0
+    1   cell   toy     1      2       0
+    2   cell   toy     2      2       0
+    >>> read_progress(log).groupby("study").tail(1)[["study", "done", "total", "eta"]]  # where each study stands
+      study  done  total  eta
+    2   toy     2      2  0.0
+    """
+    path = Path(path)
+    rows = []
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    columns = ["event", "study", "done", "total", "cached", "cell", "seconds", "elapsed", "eta", "error", "at"]
+    return pd.DataFrame(rows, columns=list(dict.fromkeys([*columns, *(k for r in rows for k in r)])))
+
+
+def _run_cell(study: Study, cell: Mapping[str, Any], libraries: Mapping[str, str] | None = None) -> tuple[Any, float]:
+    """One cell run, wherever it runs: what the study's function returns and the seconds it took.
+    ``libraries``: the versions the caller's key names, which this process must have (a Ray
+    worker on another machine)."""
+    if libraries is not None:
+        here = {name: _version(name) for name in LIBRARIES}
+        if here != dict(libraries):
+            other = [f"{name} {here[name]} (the caller's: {libraries[name]})" for name in LIBRARIES
+                     if here[name] != libraries.get(name)]
+            raise ValueError(f"study {study.name!r}: this worker runs {', '.join(other)}; every machine must run "
+                             "the same versions (the cells' keys name the caller's)")
+    t0 = time.perf_counter()
     out = study.run(**cell)
+    return out, time.perf_counter() - t0
+
+
+def _frames(study: Study, cell: Mapping[str, Any], out: Any) -> dict[str, pd.DataFrame]:
+    """A cell's frames by name (from what its function returned, ``out``), each with the cell's
+    settings and seed in front."""
     frames = {study.name: out} if isinstance(out, pd.DataFrame) else out
     if not isinstance(frames, Mapping) or not all(isinstance(f, pd.DataFrame) for f in frames.values()):
         raise ValueError(f"study {study.name!r}: a cell must return a DataFrame or a dict of DataFrames, got "
@@ -367,4 +517,4 @@ def _read(path: Path) -> tuple[dict[str, pd.DataFrame], float]:
     return out, float(record["seconds"])
 
 
-__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "run_study"]
+__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "read_progress", "run_study"]
