@@ -88,3 +88,116 @@ def test_the_numbers_of_the_prose():
     assert R["perf_vec_stack_reading_measured"] == "grows" and R["perf_vec_clients"] == 20
     assert R["perf_n_fold"] == len(registered(streams=True))
     assert type(R["perf_vec_maxdiff"]) is float and type(R["perf_vec_stack_lo"]) is int
+
+
+# ---- what deciding every open claim would cost: a hand-made build's records and study cache ----
+
+def _cell(folder, study: str, name: str, cell: dict, seconds: float, mtime: float) -> None:
+    import json
+    import os
+
+    path = folder / study / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"study": study, "cell": cell, "seconds": seconds}))
+    os.utime(path, (mtime, mtime))
+
+
+def test_seed_costs_group_a_chapters_own_newest_cells_by_seed(tmp_path):
+    import json
+
+    from fedbook.studies.performance import seed_costs
+
+    cache = tmp_path / "cache"
+    for seed, (a, b) in enumerate([(10.0, 5.0), (12.0, 6.0), (9.0, 4.0)]):  # "runs" over two alphas: 15, 18, 13 s
+        _cell(cache, "runs", f"a{seed}", {"alpha": 0.1, "seed": seed}, a, 2000)
+        _cell(cache, "runs", f"b{seed}", {"alpha": 0.5, "seed": seed}, b, 2000)
+    _cell(cache, "runs", "stale", {"alpha": 0.1, "seed": 1}, 99.0, 1000)  # an older version of a cell: not read
+    _cell(cache, "runs", "other", {"seed": 0}, 50.0, 3000)  # another chapter's study of the same name: not read
+    _cell(cache, "runs", "beyond", {"alpha": 0.1, "seed": 3}, 70.0, 3000)  # a seed the claims do not read
+    _cell(cache, "figure", "f0", {"seed": 0}, 7.0, 2000)  # a study of the first seed only: the fixed part
+    record = {"seconds": 80.0, "params": {"cache_dir": str(cache)}, "claims": [
+        {"kind": "claim", "n": 3}, {"kind": "claim", "n": 2}, {"kind": "control", "n": 9}]}
+    (tmp_path / "x_experiments.json").write_text(json.dumps(record))
+    costs, left_out = seed_costs(tmp_path, {"x_experiments": {"runs": ("alpha",), "figure": ()},
+                                            "y_experiments": {"runs": ()}})
+    assert left_out == ["y_experiments"]
+    row = costs.iloc[0]
+    assert (row["seeds"], row["cells_per_seed"], row["cells"]) == (3, 2, 7)  # 6 runs cells and the figure's
+    assert row["per_seed"] == 15.0  # median of 15, 18 and 13
+    assert row["fixed"] == 80.0 - 3 * 15.0
+
+
+def test_seed_costs_first_seed_comes_from_the_records_parameters(tmp_path):
+    import json
+
+    from fedbook.studies.performance import seed_costs
+
+    cache = tmp_path / "cache"
+    for seed in (0, 5, 6):
+        _cell(cache, "runs", f"s{seed}", {"seed": seed}, 10.0 + seed, 2000)
+    (tmp_path / "x.json").write_text(json.dumps({"seconds": 30.0, "params": {"cache_dir": str(cache), "seed": 5},
+                                                 "claims": [{"kind": "claim", "n": 2}]}))
+    costs, _ = seed_costs(tmp_path, {"x": {"runs": ()}})
+    assert costs.iloc[0]["per_seed"] == 15.5 and costs.iloc[0]["fixed"] == 0.0  # 30 - 2 * 15.5 < 0: no fixed part
+
+
+def test_the_declared_studies_are_the_chapters_own():
+    from pathlib import Path
+
+    from fedbook.studies.performance import EXPERIMENTS_STUDIES
+
+    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+    for chapter, studies in EXPERIMENTS_STUDIES.items():
+        source = (notebooks / f"{chapter}.py").read_text()
+        for study, settings in studies.items():
+            assert f'Study("{study}"' in source, (chapter, study)
+            for setting in settings:
+                assert f'"{setting}"' in source, (chapter, study, setting)
+
+
+def test_the_cost_of_deciding_and_its_numbers():
+    from fedbook.studies.performance import confirm_costs, confirm_numbers
+
+    costs = pd.DataFrame([{"chapter": "x", "seconds": 0.0, "seeds": 5, "cells_per_seed": 2, "per_seed": 60.0,
+                           "fixed": 30.0, "cells": 10},
+                          {"chapter": "y", "seconds": 0.0, "seeds": 5, "cells_per_seed": 1, "per_seed": 10.0,
+                           "fixed": 5.0, "cells": 5}])
+    claims = pd.DataFrame({"chapter": ["x", "x", "x", "y"], "planned_n": pd.array([4, None, 9, None], dtype="Int64"),
+                           "pilot_verdict": ["inconclusive at this scale"] * 3 + ["holds"],
+                           "reason": ["", "more than the cap", "", ""]})
+    chapters = pd.DataFrame({"chapter": ["x"], "seeds": [9]})
+    table = confirm_costs(costs, claims, chapters, cores=(2, 64))
+    x, y, total = (table.iloc[i] for i in range(3))
+    assert (x["open claims"], x["planned"], x["fresh seeds"]) == (3, 2, 9)
+    assert x["CPU-hours"] == (30 + 60 * 9) / 3600
+    assert x["wall, 2 cores (min)"] == (30 + 9 * 30) / 60  # 18 cells of 30 s, two at a time
+    assert x["wall, 64 cores (min)"] == (30 + 30) / 60  # one wave
+    assert (y["open claims"], y["fresh seeds"], y["CPU-hours"], y["wall, 2 cores (min)"]) == (0, 0, 0.0, 0.0)
+    assert total["chapter"] == "all" and total["fresh seeds"] == 9 and total["CPU-hours"] == x["CPU-hours"]
+    decided = {"seconds": 600.0, "decided": 4, "chapters": 3, "minutes_per_claim": 2.5}
+    R = confirm_numbers(table, claims, decided, ["z"], power=0.8, cap=40, cores=(2, 64))
+    assert (R["perf_confirm_open"], R["perf_confirm_planned"], R["perf_confirm_unplanned"]) == (3, 2, 1)
+    assert R["perf_confirm_reasons"] == "1: more than the cap"
+    assert R["perf_confirm_power"] == "80 %" and R["perf_confirm_cores"] == "2 and 64"
+    assert R["perf_confirm_wall_2_measured"] == "5.0 minutes" and "z" in R["perf_confirm_left_out"]
+    assert R["perf_claim_minutes_measured"] == 2.5 and R["perf_claim_cpu_minutes_measured"] == 10.0
+
+
+def test_bench_seed_cost_helpers(monkeypatch):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "bench_seed_cost.py"
+    spec = importlib.util.spec_from_file_location("bench_seed_cost", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_seed_cost", bench)  # its dataclass looks its module up
+    spec.loader.exec_module(bench)
+    assert bench.seed_parameters("ggeur_experiments", 3) == {"n_seeds": 3, "headline_seeds": 3}
+    assert bench.marginal(100.0, 130.0, 2) == (30.0, 40.0)  # 40 + 30 * 2 = 100, 40 + 30 * 3 = 130
+    with pytest.raises(ValueError, match="unknown seeded chapter 'findings'"):
+        bench.seed_parameters("findings", 2)
+    notebooks = path.parent.parent / "notebooks"
+    for chapter, names in bench.SEED_PARAMETERS.items():  # every seed-count parameter is the chapter's own
+        source = (notebooks / f"{chapter}.py").read_text()
+        assert all(f"\n{name} = None" in source for name in names), chapter
