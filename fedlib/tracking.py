@@ -49,14 +49,16 @@ collinear prototypes are handled by the ridge (or the minimum-norm KKT solution 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from torch.nn import functional as F
 
 from .heads import regularized_covariance
-from .training import TrainConfig, local_train
-from .validation import check_int
+from .training import TrainConfig, minibatches
+from .validation import check_int, is_real
 
 SPANS = ("affine", "linear")
 NOISE = ("rare", "pooled")
@@ -441,20 +443,98 @@ def sdc_step(prototype: torch.Tensor, sum_w_delta: torch.Tensor, sum_w: float) -
     return _t(prototype) + _t(sum_w_delta) / sum_w
 
 
+class _PlainAdam:
+    r"""Adam's update exactly as :class:`torch.optim.Adam` computes it on CPU (its single-tensor
+    path, torch's default there; no weight decay, no AMSGrad), without the optimizer's per-step
+    machinery: the same operations on the same tensors in the same order, so the same bits, for a
+    tight loop of many small steps (LDC's map, :func:`ldc_fit_map`), where that machinery costs
+    more than the arithmetic. ``tests/test_tracking.py`` holds it to torch's optimizer.
+
+    Per parameter :math:`p` with gradient :math:`g` at step :math:`t`:
+    :math:`m \leftarrow m + (1 - \beta_1)(g - m)` (``lerp_``),
+    :math:`v \leftarrow \beta_2 v + (1 - \beta_2) g^2`, and
+    :math:`p \leftarrow p - \tfrac{\text{lr}}{1 - \beta_1^t}\, m / (\sqrt{v} / \sqrt{1 - \beta_2^t} + \epsilon)`.
+
+    Parameters
+    ----------
+    params : sequence of torch.Tensor
+        The tensors to update in place (leaves; updated under ``torch.no_grad``).
+    lr : float
+        The learning rate (> 0).
+    betas : (float, float), default (0.9, 0.999)
+    eps : float, default 1e-8
+
+    Examples
+    --------
+    >>> w1 = torch.linspace(-1, 1, 6).reshape(2, 3).requires_grad_()
+    >>> w2 = w1.detach().clone().requires_grad_()
+    >>> ref, plain = torch.optim.Adam([w1], lr=0.01), _PlainAdam([w2], lr=0.01)
+    >>> for k in range(5):
+    ...     ref.zero_grad(); (w1 ** 3 + k * w1).sum().backward(); ref.step()
+    ...     plain.step(torch.autograd.grad((w2 ** 3 + k * w2).sum(), [w2]))
+    >>> bool(torch.equal(w1, w2)), plain.steps
+    (True, 5)
+    >>> _PlainAdam([w2], lr=0.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a finite number > 0, got 0.0
+    """
+
+    def __init__(self, params, *, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        if not (is_real(lr) and math.isfinite(lr) and lr > 0):
+            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
+        if not (len(betas) == 2 and all(is_real(b) and 0 <= b < 1 for b in betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+        if not (is_real(eps) and math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
+        self.params = list(params)
+        self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
+        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
+        self.steps = 0
+
+    @torch.no_grad()
+    def step(self, grads) -> None:
+        """One update of every parameter from ``grads`` (one tensor per parameter, in order)."""
+        beta1, beta2 = self.betas
+        self.steps += 1
+        t = float(self.steps)  # torch keeps the count in a float32 tensor and reads it with .item()
+        step_size = self.lr / (1 - beta1 ** t)
+        bias_correction2_sqrt = (1 - beta2 ** t) ** 0.5
+        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq, strict=True):
+            m.lerp_(g, 1 - beta1)
+            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+            p.addcdiv_(m, (v.sqrt() / bias_correction2_sqrt).add_(self.eps), value=-step_size)
+
+
 def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, lr: float = 1e-3, batch_size: int = 32,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     r"""LDC: a bias-free linear map :math:`W` (d, d) with :math:`z^{new} \approx W z^{old}`, trained
     with MSE (:math:`\tfrac1B\sum_i \lVert W z_i^{old} - z_i^{new}\rVert^2` per batch) and Adam from the
-    identity through :func:`fedlib.training.local_train` (one client's part; the server averages
-    the maps). ``generator`` orders the batches (default: torch's global generator)."""
+    identity, in float32 (one client's part; the server averages the maps). ``generator`` orders
+    the batches (default: torch's global generator).
+
+    The batches are :func:`fedlib.training.minibatches`' (``epochs`` passes of ``batch_size``) and
+    the update :class:`torch.optim.Adam`'s arithmetic (a plain loop of it): the map
+    :func:`fedlib.training.local_train` trains with ``TrainConfig(optimizer="adam")`` on a
+    bias-free ``torch.nn.Linear`` from the identity, bit for bit, without its per-step machinery
+    (a client's rare-class samples are few, so that machinery cost more than the arithmetic).
+
+    Examples
+    --------
+    >>> z = torch.linspace(-1, 1, 12, dtype=torch.float64).reshape(4, 3)
+    >>> W = ldc_fit_map(z, 2 * z, epochs=50, lr=0.05, batch_size=2, generator=torch.Generator().manual_seed(0))
+    >>> W.dtype, W.shape, bool((W @ z.T - 2 * z.T).abs().max() < (z.T - 2 * z.T).abs().max())
+    (torch.float64, torch.Size([3, 3]), True)
+    """
     z_old, z_new = _t(z_old).float(), _t(z_new).float()
-    d = z_old.shape[1]
-    linear = torch.nn.utils.skip_init(torch.nn.Linear, d, d, bias=False)  # no draw from torch's global RNG
-    with torch.no_grad():
-        linear.weight.copy_(torch.eye(d))
+    W = torch.eye(z_old.shape[1]).requires_grad_()  # no draw from torch's global RNG
+    adam = _PlainAdam([W], lr=lr)
     cfg = TrainConfig(epochs=epochs, batch_size=batch_size, optimizer="adam", lr=lr)
-    local_train(linear, z_old, z_new, cfg, torch.default_generator if generator is None else generator, loss_fn=_mse_rows)
-    return linear.weight.detach().to(F64)
+    for idx in minibatches(len(z_new), cfg, torch.default_generator if generator is None else generator):
+        loss = ((F.linear(z_old[idx], W) - z_new[idx]) ** 2).sum(1).mean()  # nn.Linear's forward, bias-free
+        adam.step(torch.autograd.grad(loss, [W]))
+    return W.detach().to(F64)
 
 
 def ldc_steps_per_round(sizes, batch_size: int, epochs: int) -> float:
@@ -485,10 +565,6 @@ def ldc_steps_per_round(sizes, batch_size: int, epochs: int) -> float:
     check_int("batch_size", batch_size, low=1)
     check_int("epochs", epochs, low=1)
     return float(np.mean(np.ceil(sizes / batch_size)) * epochs)
-
-
-def _mse_rows(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return ((model(x) - y) ** 2).sum(1).mean()
 
 
 def ldc_step(prototype: torch.Tensor, W: torch.Tensor) -> torch.Tensor:

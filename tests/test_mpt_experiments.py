@@ -50,6 +50,7 @@ from fedlib.messages import largest_difference
 from fedlib.protocol import Event
 from fedlib.run import run_federated
 from fedlib.tracking import TrackingConfig, ldc_fit_map, ldc_steps_per_round
+from fedlib import tracking
 
 matplotlib.use("Agg")
 SETTINGS = dict(rounds=3, departure_round=2, n_clients=4, rare_class=1, local_epochs=1, lr=0.05,
@@ -175,6 +176,30 @@ def test_the_table_cell_reads_the_last_round_and_the_round_before_from_one_run(s
     for bad in (0, 3, 1.5):
         with pytest.raises(ValueError, match="before must be an int"):
             table_cell(study, 1, dataset="mix", fraction=0.3, model="mlp", methods=["mpt"], before=bad)
+
+
+def test_a_table_cell_reads_the_figure_run_of_its_settings_and_gets_the_same_frames(monkeypatch):
+    """A figure cell keeps its run in the study until the table cell of the same data set,
+    fraction, model and seed takes it: that table cell trains nothing and its frames are, every bit,
+    those of a table cell that trains (CCVR calibrated at its two rounds only); the cell of
+    another seed finds nothing and trains."""
+    methods = ["fedavg", "ccvr", "ldc", "mpt", "oracle"]
+    trained = table_cell(_study(), 0, dataset="mix", fraction=0.2, model="mlp", methods=methods, before=1)
+    study = _study()
+    figure_cell(study, 0, dataset="mix", fraction=0.2, model="mlp")
+    assert list(study._runs) == [("mix", "mlp", 0.2, 0)]
+    table_cell(study, 1, dataset="mix", fraction=0.2, model="mlp", methods=["mpt"])  # another seed: trains
+    assert list(study._runs) == [("mix", "mlp", 0.2, 0)]
+    calls = []
+    original = M.run_federated
+    monkeypatch.setattr(M, "run_federated", lambda *a, **k: (calls.append(1), original(*a, **k))[1])
+    shared = table_cell(study, 0, dataset="mix", fraction=0.2, model="mlp", methods=methods, before=1)
+    assert calls == [] and not study._runs  # read, not trained; taken once
+    assert list(shared) == list(trained)
+    for name in trained:
+        pd.testing.assert_frame_equal(shared[name].drop(columns=["seconds"], errors="ignore"),
+                                      trained[name].drop(columns=["seconds"], errors="ignore"), check_exact=True)
+    assert "ccvr" in set(trained["table"]["method"])
 
 
 def test_spread_change_is_the_ratio_of_the_kept_covariances_traces(study):
@@ -563,8 +588,8 @@ def test_interval_band_is_mean_interval_per_column(n_seeds, n_points, seed):
 def test_ldc_steps_per_round_counts_ldc_fit_maps_adam_steps(monkeypatch):
     assert ldc_steps_per_round([32, 33, 100], 32, 20) == (1 + 2 + 4) / 3 * 20
     steps = []
-    original = torch.optim.Adam.step
-    monkeypatch.setattr(torch.optim.Adam, "step", lambda self, *a, **k: (steps.append(1), original(self, *a, **k))[1])
+    original = tracking._PlainAdam.step  # ldc_fit_map's Adam (torch.optim.Adam's arithmetic)
+    monkeypatch.setattr(tracking._PlainAdam, "step", lambda self, *a, **k: (steps.append(1), original(self, *a, **k))[1])
     z = torch.randn(70, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     ldc_fit_map(z, z, epochs=3, batch_size=32, generator=torch.Generator().manual_seed(1))
     assert len(steps) == ldc_steps_per_round([70], 32, 3) == 9

@@ -78,6 +78,7 @@ from ..tracking import (
     transported_prototype,
 )
 from ..training import TrainConfig, local_train
+from ..validation import is_int
 from ..aggregate import model_average
 from ..models import HEAD_PREFIX
 from ..protocol import (MODEL, Algorithm, Capabilities, ClientContext, Event, Predictor, load_model, model_arrays,
@@ -283,6 +284,11 @@ class MPT(Algorithm):
         sample of every class on every remaining client (the baselines' own papers, where the
         current task's data is at hand)
     ccvr_virtual, ccvr_steps, ccvr_lr : CCVR's virtual features per class and head re-training
+    ccvr_rounds : the rounds whose CCVR head is calibrated (``None``: every round). CCVR's head
+        is an evaluator's readout that nothing else in a run reads, drawn from a generator of its
+        own round, so an offline evaluation of a few rounds (:func:`evaluate_history`'s
+        ``rounds``) passes them and every other number of the run is unchanged; a round left out
+        keeps no CCVR head (its evaluation has no ``ccvr`` rows)
     history : keep every round's model, prototype sets and covariance in the server state
     seed : seed of the server's own randomness (CCVR's virtual features)
     variants : ``(name, TrackingConfig)`` pairs: MPT again with other settings, server-side on the
@@ -305,6 +311,7 @@ class MPT(Algorithm):
     ccvr_virtual: int = 100
     ccvr_steps: int = 100
     ccvr_lr: float = 0.01
+    ccvr_rounds: tuple[int, ...] | None = None
     history: bool = True
     seed: int = 0
     variants: tuple[tuple[str, TrackingConfig], ...] = ()
@@ -322,6 +329,11 @@ class MPT(Algorithm):
             raise ValueError(f"unknown deploy_method {self.deploy_method!r}; valid: {', '.join(PROTO_METHODS)}")
         if self.payload and "moments" not in self.payload:
             raise ValueError("every statistics payload needs the 'moments' part (class counts and sums)")
+        if self.ccvr_rounds is not None:
+            rounds = self.ccvr_rounds
+            if not isinstance(rounds, (tuple, list)) or not all(is_int(r) and r >= 1 for r in rounds):
+                raise ValueError(f"ccvr_rounds must be None or rounds (ints >= 1), got {self.ccvr_rounds!r}")
+            self.ccvr_rounds = tuple(sorted({int(r) for r in self.ccvr_rounds}))
         self.variants = tuple(tuple(v) for v in self.variants)
         names = [v[0] for v in self.variants]
         bad = [v for v in self.variants if len(v) != 2 or not isinstance(v[0], str) or not v[0]
@@ -422,7 +434,9 @@ class MPT(Algorithm):
             s.protos = torch.stack(protos)
         if r.cov is not None:
             s.cov = r.cov
-        if "class_grams" in self.payload:
+        if "class_grams" in self.payload and self.ccvr_rounds is not None and round_ not in self.ccvr_rounds:
+            s.ccvr = {}  # not calibrated this round (ccvr_rounds): no head kept, not the previous round's
+        elif "class_grams" in self.payload:
             mom = ClassMoments(counts, sums, r.total("stats/grams"))
             w, b = s.stats_model[HEAD_PREFIX + "weight"], s.stats_model[HEAD_PREFIX + "bias"]
             gen = torch_generator(self.seed, round_, CCVR_VIRTUAL)

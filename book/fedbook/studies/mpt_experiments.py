@@ -185,6 +185,9 @@ class MPTStudy:
         # the loaded data sets, by (name, seed): a cache, not a setting (no field: a study's cache key
         # and its equality cover its settings only)
         object.__setattr__(self, "_data", {})
+        # the figure runs of this process, by (dataset, model, fraction, seed), until a table cell of the
+        # same run takes it (:func:`table_cell`: the same training, read at other rounds)
+        object.__setattr__(self, "_runs", {})
 
     @classmethod
     def from_settings(cls, settings: Any, **values: Any) -> MPTStudy:
@@ -251,6 +254,8 @@ class MPTStudy:
         (default every kept round) on the global test set.
 
         ``overrides`` go to :meth:`MPTStudy.algorithm` (``payload``, ``steps``, constructor arguments).
+        With ``eval_rounds`` given, CCVR's head is calibrated at those rounds only
+        (``MPT(ccvr_rounds=eval_rounds)``: an evaluator's readout, nothing else of the run reads it).
 
         Returns
         -------
@@ -259,10 +264,18 @@ class MPTStudy:
             :func:`fedlib.algorithms.mpt.evaluate_history`).
         """
         sc = self.scenario(ds, fraction, seed)
-        result = run_federated(self.algorithm(seed, **overrides), sc.federation, model_fn, self.loop_config(seed, rounds))
-        history = evaluate_history(result.server, sc.federation.global_test, model_fn, rare_class=self.rare_class,
-                                   rounds=eval_rounds, reg=self.tracking.reg)
-        return result, sc, history
+        ccvr = {} if eval_rounds is None else {"ccvr_rounds": tuple(eval_rounds)}
+        result = run_federated(self.algorithm(seed, **{**ccvr, **overrides}), sc.federation, model_fn,
+                               self.loop_config(seed, rounds))
+        return result, sc, self.evaluate(result, sc, model_fn, eval_rounds)
+
+    def evaluate(self, result: RunResult, scenario: DepartureScenario, model_fn: Callable[[], torch.nn.Module],
+                 eval_rounds: Sequence[int] | None = None) -> pd.DataFrame:
+        """The offline evaluation of a run's kept rounds ``eval_rounds`` (default every kept round)
+        on the global test set of ``scenario`` (:func:`fedlib.algorithms.mpt.evaluate_history`, the
+        study's readout regularization)."""
+        return evaluate_history(result.server, scenario.federation.global_test, model_fn, rare_class=self.rare_class,
+                                rounds=eval_rounds, reg=self.tracking.reg)
 
 
 
@@ -334,7 +347,9 @@ def _run_frame(**values: Any) -> pd.DataFrame:
 def figure_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, model: str) -> dict[str, pd.DataFrame]:
     """One figure run (Figure 4 and Figure 6): ``dataset`` at the remaining ``fraction`` with
     ``model``, every round evaluated, and the extra work of each method measured on its final
-    model (Figure 5 (b), :func:`extra_work_times`).
+    model (Figure 5 (b), :func:`extra_work_times`). The run stays in the study's memory until the
+    table cell of the same data set, fraction, model and seed takes it (:func:`table_cell`: the same
+    training, read at two of its rounds; in the same process only, e.g. ``workers=1``).
 
     Returns
     -------
@@ -350,6 +365,7 @@ def figure_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mo
     ds = study.data(dataset, seed)
     model_fn = study.model_fn(model, ds)
     result, scenario, history = study.run(ds, model_fn, fraction, seed)
+    study._runs[dataset, model, fraction, seed] = result, scenario  # for the table cell of this run
     seconds = time.perf_counter() - start
     times = extra_work_times(study, result, scenario, model_fn, seed)
     return {"history": history,
@@ -362,6 +378,9 @@ def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
                before: int | None = None) -> dict[str, pd.DataFrame]:
     """One run of Table II: ``dataset`` at the remaining ``fraction`` with ``model``, the last round
     evaluated (and the round ``before``, when given: the same run read once more, no training).
+    A figure run of the same data set, fraction, model and seed done earlier in this process
+    (:func:`figure_cell`) is the same training: the cell reads it instead of training again (the
+    same numbers; its ``seconds`` are then this cell's reading only).
 
     Returns
     -------
@@ -383,8 +402,13 @@ def table_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mod
         check_int("before", before, low=1, high=study.rounds - 1)
     start = time.perf_counter()
     ds = study.data(dataset, seed)
-    result, scenario, history = study.run(ds, study.model_fn(model, ds), fraction, seed,
-                                          eval_rounds=[study.rounds] if before is None else [before, study.rounds])
+    eval_rounds = [study.rounds] if before is None else [before, study.rounds]
+    shared = study._runs.pop((dataset, model, fraction, seed), None)  # the figure run of these settings, if any
+    if shared is None:
+        result, scenario, history = study.run(ds, study.model_fn(model, ds), fraction, seed, eval_rounds=eval_rounds)
+    else:
+        result, scenario = shared
+        history = study.evaluate(result, scenario, study.model_fn(model, ds), eval_rounds)
     f1 = history[history["metric"] == "f1"]
     last = f1[f1["round"] == study.rounds].set_index("method")["value"]
     pre = f1[f1["round"] == before].set_index("method")["value"] if before is not None else None
