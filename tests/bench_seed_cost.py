@@ -1,7 +1,7 @@
 """Benchmark of what a seed costs: the CPU seconds per seed of each seeded chapter, at a base
 revision (before) and in the working tree (after), side by side in this run.
 
-    .venv/bin/python tests/bench_seed_cost.py                              # book profile: about 35 minutes on 2 cores
+    .venv/bin/python tests/bench_seed_cost.py                              # book profile: 35-40 minutes on 2 idle cores
     .venv/bin/python tests/bench_seed_cost.py --profile smoke              # a few minutes
     .venv/bin/python tests/bench_seed_cost.py --chapters mpt_experiments --before HEAD~3 --seeds 3 --json seed_cost.json
     .venv/bin/python tests/bench_seed_cost.py --simple                     # one run per chapter and revision: CPU(S) / S
@@ -25,6 +25,10 @@ at ``S`` and at ``S + 1`` (default ``S = 2``), and
 so that a chapter's CPU at ``n`` seeds is about ``fixed + per seed * n``. ``--simple`` runs ``S``
 seeds only and prints CPU(S) / S (labelled so). A chapter without a seed-count parameter
 (``setting``: one run seed) runs once; its whole CPU is its cost of one seed.
+
+The book profile's time is an estimate from the cold build's cells (about 2,300 CPU seconds per
+revision at S = 2 and 3, two runs at a time); the smoke profile's seeds cost little next to its
+fixed part, so its per-seed figures are mostly noise: it checks the benchmark, not the chapters.
 """
 
 from __future__ import annotations

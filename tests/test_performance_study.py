@@ -174,13 +174,14 @@ def test_the_cost_of_deciding_and_its_numbers():
     assert x["wall, 64 cores (min)"] == (30 + 30) / 60  # one wave
     assert (y["open claims"], y["fresh seeds"], y["CPU-hours"], y["wall, 2 cores (min)"]) == (0, 0, 0.0, 0.0)
     assert total["chapter"] == "all" and total["fresh seeds"] == 9 and total["CPU-hours"] == x["CPU-hours"]
-    decided = {"seconds": 600.0, "decided": 4, "chapters": 3, "minutes_per_claim": 2.5}
+    decided = {"seconds": 600.0, "decided": 4, "chapters": 3, "wall": 1, "minutes_per_claim": 2.5}
     R = confirm_numbers(table, claims, decided, ["z"], power=0.8, cap=40, cores=(2, 64))
     assert (R["perf_confirm_open"], R["perf_confirm_planned"], R["perf_confirm_unplanned"]) == (3, 2, 1)
     assert R["perf_confirm_reasons"] == "1: more than the cap"
     assert R["perf_confirm_power"] == "80 %" and R["perf_confirm_cores"] == "2 and 64"
     assert R["perf_confirm_wall_2_measured"] == "5.0 minutes" and "z" in R["perf_confirm_left_out"]
     assert R["perf_claim_minutes_measured"] == 2.5 and R["perf_claim_cpu_minutes_measured"] == 10.0
+    assert R["perf_claim_wall"].startswith(" (1 of them by their wall time")
 
 
 def test_bench_seed_cost_helpers(monkeypatch):

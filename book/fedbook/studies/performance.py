@@ -229,7 +229,7 @@ def seed_costs(records: str | os.PathLike, chapters: Mapping[str, Mapping[str, S
     r"""What a seed of each experiments chapter cost in a build: its seconds per seed and the fixed rest.
 
     A chapter's record (``<records>/<chapter>.json``, written by ``book/build.py``) gives its
-    seconds, its parameters (``cache_dir``: its study cache, relative to the directory the chapter
+    CPU seconds (``cpu_seconds``; its wall ``seconds`` in a record from before they were kept), its parameters (``cache_dir``: its study cache, relative to the directory the chapter
     ran in, as this function is called from; ``seed``: its first seed, default 0) and its claims;
     the headline claims read the ``n`` seeds ``seed, ..., seed + n - 1`` (``n``: the largest
     ``n`` of its claims). The cells of its studies (``chapters``) in the cache are grouped by
@@ -239,8 +239,8 @@ def seed_costs(records: str | os.PathLike, chapters: Mapping[str, Mapping[str, S
               \qquad \text{fixed} = \max(0, \text{chapter seconds} - n \cdot \text{per seed}),
 
     so the chapter's time at ``k`` seeds is about ``fixed + k * per seed`` (fixed: loading data,
-    pilots, exercises and the runs only some seeds make). The seconds are each cell's and the
-    chapter's own, measured when they ran with one torch thread, so about their CPU seconds.
+    pilots, exercises and the runs only some seeds make). A cell's seconds are its wall time,
+    measured when it ran with one torch thread: about its CPU seconds on a core of its own.
 
     Parameters
     ----------
@@ -290,7 +290,7 @@ def seed_costs(records: str | os.PathLike, chapters: Mapping[str, Mapping[str, S
             left_out.append(chapter)
             continue
         per_seed = float(work.groupby("seed")["seconds"].sum().median())
-        total = float(record["seconds"])
+        total = float(record.get("cpu_seconds", record["seconds"]))
         rows.append({"chapter": chapter, "seconds": total, "seeds": len(seeds),
                      "cells_per_seed": int(round(len(work) / len(seeds))), "per_seed": per_seed,
                      "fixed": max(0.0, total - len(seeds) * per_seed), "cells": len(cells)})
@@ -366,30 +366,32 @@ def confirm_costs(costs: pd.DataFrame, planned_claims: pd.DataFrame, planned_cha
 
 
 def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dict[str, float]:
-    """The CPU of a build's chapter execution per decided claim: the seconds of every chapter record
-    in ``records`` but ``exclude`` (each chapter's own execution, one torch thread: about its CPU)
-    and the claims decided (kind ``"claim"``, verdict holds or does not hold).
+    """The CPU of a build's chapter execution per decided claim: the CPU seconds of every chapter
+    record in ``records`` but ``exclude`` (``cpu_seconds``: the kernel's and its workers'; a record
+    without them gives its wall ``seconds``, counted in ``wall``) and the claims decided (kind
+    ``"claim"``, verdict holds or does not hold).
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
     >>> claims = [{"kind": "claim", "verdict": "holds"}, {"kind": "claim", "verdict": "does not hold"},
     ...           {"kind": "control", "verdict": "holds"}, {"kind": "claim", "verdict": "inconclusive at this scale"}]
-    >>> _ = (root / "a.json").write_text(json.dumps({"seconds": 150.0, "claims": claims}))
+    >>> _ = (root / "a.json").write_text(json.dumps({"seconds": 170.0, "cpu_seconds": 150.0, "claims": claims}))
     >>> _ = (root / "b.json").write_text(json.dumps({"seconds": 90.0}))
     >>> decided_cost(root)
-    {'seconds': 240.0, 'decided': 2, 'chapters': 2, 'minutes_per_claim': 2.0}
+    {'seconds': 240.0, 'decided': 2, 'chapters': 2, 'wall': 1, 'minutes_per_claim': 2.0}
     """
-    seconds, decided, chapters = 0.0, 0, 0
+    seconds, decided, chapters, wall = 0.0, 0, 0, 0
     for path in sorted(Path(records).glob("*.json")):
         if path.stem in exclude:
             continue
         record = json.loads(path.read_text())
         if "seconds" not in record:
             continue
-        seconds, chapters = seconds + float(record["seconds"]), chapters + 1
+        wall += "cpu_seconds" not in record
+        seconds, chapters = seconds + float(record.get("cpu_seconds", record["seconds"])), chapters + 1
         decided += sum(1 for c in record.get("claims") or () if c.get("kind") == "claim"
                        and c.get("verdict") in (HOLDS, DOES_NOT_HOLD))
-    return {"seconds": seconds, "decided": decided, "chapters": chapters,
+    return {"seconds": seconds, "decided": decided, "chapters": chapters, "wall": wall,
             "minutes_per_claim": seconds / 60 / decided if decided else float("nan")}
 
 
@@ -428,6 +430,8 @@ def confirm_numbers(table: pd.DataFrame, planned_claims: pd.DataFrame, decided: 
            f" ({', '.join(left_out)}: no record or no cached cell in this build, left out)",
            "perf_claim_decided": int(decided["decided"]), "perf_claim_chapters": int(decided["chapters"]),
            "perf_claim_cpu_minutes_measured": decided["seconds"] / 60,
+           "perf_claim_wall": "" if not decided.get("wall") else
+           f" ({decided['wall']} of them by their wall time: records from before the build kept CPU time)",
            "perf_claim_minutes_measured": decided["minutes_per_claim"]}
     for n in cores:
         out[f"perf_confirm_wall_{n}_measured"] = _duration(get(f"wall, {n} cores (min)") * 60)
