@@ -139,6 +139,11 @@ def test_seed_costs_first_seed_comes_from_the_records_parameters(tmp_path):
                                                  "claims": [{"kind": "claim", "n": 2}]}))
     costs, _ = seed_costs(tmp_path, {"x": {"runs": ()}})
     assert costs.iloc[0]["per_seed"] == 15.5 and costs.iloc[0]["fixed"] == 0.0  # 30 - 2 * 15.5 < 0: no fixed part
+    # a record with CPU seconds: the chapter had half a core, so the cells' wall seconds count half
+    (tmp_path / "x.json").write_text(json.dumps({"seconds": 40.0, "cpu_seconds": 20.0, "claims": [{"kind": "claim", "n": 2}],
+                                                 "params": {"cache_dir": str(cache), "seed": 5}}))
+    costs, _ = seed_costs(tmp_path, {"x": {"runs": ()}})
+    assert costs.iloc[0]["per_seed"] == 15.5 / 2 and costs.iloc[0]["fixed"] == 20.0 - 15.5
 
 
 def test_the_declared_studies_are_the_chapters_own():

@@ -240,7 +240,8 @@ def seed_costs(records: str | os.PathLike, chapters: Mapping[str, Mapping[str, S
 
     so the chapter's time at ``k`` seeds is about ``fixed + k * per seed`` (fixed: loading data,
     pilots, exercises and the runs only some seeds make). A cell's seconds are its wall time,
-    measured when it ran with one torch thread: about its CPU seconds on a core of its own.
+    measured when it ran with one torch thread; on a shared machine they are made CPU seconds by
+    the chapter's share of a core (its CPU seconds over its wall seconds; 1 for an old record).
 
     Parameters
     ----------
@@ -289,8 +290,9 @@ def seed_costs(records: str | os.PathLike, chapters: Mapping[str, Mapping[str, S
         if work.empty:
             left_out.append(chapter)
             continue
-        per_seed = float(work.groupby("seed")["seconds"].sum().median())
         total = float(record.get("cpu_seconds", record["seconds"]))
+        share = total / float(record["seconds"]) if record["seconds"] else 1.0  # of a core the chapter had
+        per_seed = float(work.groupby("seed")["seconds"].sum().median()) * share
         rows.append({"chapter": chapter, "seconds": total, "seeds": len(seeds),
                      "cells_per_seed": int(round(len(work) / len(seeds))), "per_seed": per_seed,
                      "fixed": max(0.0, total - len(seeds) * per_seed), "cells": len(cells)})
