@@ -117,6 +117,49 @@ def test_local_train_with_params_leaves_the_other_parameters_untouched():
         assert torch.equal(v, before[k]) != k.startswith("head."), k  # only the head moved
 
 
+def test_local_train_with_params_freezes_the_others_and_keeps_the_former_bits():
+    """A head-only phase: the body takes no gradient while it trains (its requires_grad off,
+    restored after, also after an error), and the head ends where the former loop left it, bit
+    for bit: SGD with momentum over the head's parameters, every parameter taking gradients."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 1, 2, 2, generator=g), torch.randint(0, 3, (40,), generator=g)
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=0.1, momentum=0.9)
+    model, ref = _mlp(0), _mlp(0)
+    seen = []
+
+    def loss_fn(m, xb, yb):
+        seen.append(tuple(p.requires_grad for p in m.parameters()))
+        return nn.functional.cross_entropy(m(xb), yb)
+
+    local_train(model, x, y, cfg, torch.Generator().manual_seed(1), loss_fn=loss_fn, params=model.head_parameters())
+    heads = [name.startswith("head.") for name, _ in model.named_parameters()]
+    assert len(seen) == 10 and set(seen) == {tuple(heads)}  # 2 epochs of 5 batches, only the head trained
+    assert all(p.requires_grad for p in model.parameters())
+    assert all((p.grad is None) != h for p, h in zip(model.parameters(), heads))  # the body took no gradient
+    # the former loop: every parameter requires gradients, the optimizer steps the head's only
+    opt = torch.optim.SGD(list(ref.head_parameters()), lr=cfg.lr, momentum=cfg.momentum)
+    gen = torch.Generator().manual_seed(1)
+    ref.train()
+    for _ in range(cfg.epochs):
+        perm = torch.randperm(40, generator=gen)
+        for start in range(0, 40, cfg.batch_size):
+            idx = perm[start:start + cfg.batch_size]
+            loss = nn.functional.cross_entropy(ref(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    assert all(p.grad is not None for p in ref.parameters())  # the former loop took every gradient
+    for (k, v), r in zip(model.state_dict().items(), ref.state_dict().values()):
+        assert torch.equal(v, r), k
+
+    def failing(m, xb, yb):
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        local_train(model, x, y, cfg, torch.Generator().manual_seed(1), loss_fn=failing, params=model.head_parameters())
+    assert all(p.requires_grad for p in model.parameters())
+
+
 def test_local_train_is_plain_sgd_by_hand():
     """Momentum 0, one batch per epoch: each step is w <- w - lr * grad of the mean cross-entropy."""
     g = torch.Generator().manual_seed(0)
