@@ -8,7 +8,10 @@ Batches are drawn by index from tensors that already sit in memory (no ``DataLoa
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -137,64 +140,199 @@ def local_train(
     x : torch.Tensor of shape (n, ...)
     y : torch.Tensor of shape (n,)
     params : iterable of parameters to optimise (default: all of ``model``'s); the others are
-        left untouched (FedRep/FedBABU-style partial training) and take no gradient while it
-        trains (:func:`frozen_except`: the backward pass skips what no step reads; the trained
-        parameters' gradients, so the result, are the same bits).
+        left untouched (FedRep/FedBABU-style partial training).
     """
+    memo = _ACTIVE_MEMO.get()
+    if memo is not None and loss_fn is cross_entropy_loss and params is None and cfg in memo.configs:
+        return memo.train(model, x, y, cfg, generator)
+    return _train(model, x, y, cfg, generator, loss_fn=loss_fn, params=params)
+
+
+def _train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, generator: torch.Generator, *,
+           loss_fn: LossFn = cross_entropy_loss, params=None) -> float:
+    """:func:`local_train`'s work."""
     model.train()
     params = list(model.parameters()) if params is None else list(params)
     opt = make_optimizer(params, cfg)
     total, count = 0.0, 0
-    with frozen_except(model, params):
-        for idx in minibatches(len(y), cfg, generator):
-            loss = loss_fn(model, x[idx], y[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total += float(loss.detach())
-            count += 1
+    for idx in minibatches(len(y), cfg, generator):
+        loss = loss_fn(model, x[idx], y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+        count += 1
     model.eval()
     return total / count if count else float("nan")
 
 
-@contextlib.contextmanager
-def frozen_except(model: nn.Module, params) -> Iterator[list[nn.Parameter]]:
-    """Within the block, every parameter of ``model`` that is not one of ``params`` (by identity)
-    and requires gradients has ``requires_grad`` off; restored on leaving (also on an error).
+_TORCH_FIELDS = frozenset({"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set",
+                           "_is_full_backward_hook"})
+"""Attributes of a module that :class:`TrainingMemo`'s key covers otherwise (its tensors, its
+submodules) or that :func:`local_train` sets itself (``training``)."""
 
-    A parameter no optimizer step reads then takes no gradient: the backward pass of a head-only
-    phase (FedRep's head epochs) stops at the head instead of running through the body, and
-    the gradients of ``params`` are computed by the same operations as before.
+_ACTIVE_MEMO: contextvars.ContextVar[TrainingMemo | None] = contextvars.ContextVar("fedlib_training_memo", default=None)
+
+
+def _describe(value, depth: int = 0) -> str:
+    """A module attribute's value as text for :class:`TrainingMemo`'s key: plain data by its
+    ``repr``, containers element by element, functions and classes by module and qualified name;
+    anything else by its ``repr`` (an object's default ``repr`` holds its address, so two such
+    objects never share a key)."""
+    if depth > 8:
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__ + "(" + ",".join(_describe(v, depth + 1) for v in value) + ")"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{_describe(k, depth + 1)}:{_describe(v, depth + 1)}" for k, v in value.items()) + "}"
+    if isinstance(value, (set, frozenset)):
+        return "set(" + ",".join(sorted(_describe(v, depth + 1) for v in value)) + ")"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"<{getattr(value, '__module__', '')}.{value.__qualname__}>"
+    return repr(value)
+
+
+def _tensor_bytes(h, name: str, t: torch.Tensor | None) -> None:
+    h.update(name.encode())
+    if t is None:
+        h.update(b"<none>")
+        return
+    t = t.detach()
+    h.update(f"{t.dtype}{tuple(t.shape)}{t.device}{t.requires_grad}".encode())
+    h.update(t.contiguous().cpu().numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().contiguous().numpy().tobytes())
+
+
+class TrainingMemo:
+    r"""A store of :func:`local_train`'s results, to train once what several runs train alike.
+
+    Inside :meth:`covering`, a call of :func:`local_train` with the default loss and every parameter
+    (``loss_fn`` and ``params`` left out) whose ``cfg`` is one of the covered configurations is
+    looked up by everything its result depends on: the model (each module's class and
+    attributes, every parameter and every buffer, bit for bit; not the gradients, which the
+    first step sets afresh), the data ``x`` and
+    ``y``, ``cfg``, the state of ``generator`` and of torch's global generator, and torch's CPU
+    threads. A call seen before is not trained again: the model's parameters, gradients and
+    buffers, both generators' states and the returned loss are set to what the first call left,
+    so the caller sees the same bits as from training; a new call trains and is kept (the oldest
+    entry goes once ``max_entries`` are kept). A call that takes no step, a model with hooks, or
+    tensors on another device than the CPU always train.
+
+    Several methods whose clients start alike share their first training this way (e.g. the
+    pre-training round of the model-agnostic methods of :mod:`fedlib.algorithms.fedmd`, which
+    depends on the client's data, its architecture and the run's seed only); a run that repeats
+    another's training is served whole.
 
     Parameters
     ----------
-    model : torch.nn.Module
-    params : iterable of torch.nn.Parameter
-        The parameters that keep their gradients (those :func:`local_train` optimizes).
-
-    Yields
-    ------
-    list of torch.nn.Parameter
-        The parameters it froze.
+    max_entries : int
+        How many trainings are kept.
 
     Examples
     --------
-    >>> m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
-    >>> with frozen_except(m, m[1].parameters()) as frozen:
-    ...     [p.requires_grad for p in m.parameters()], len(frozen)
-    ([False, False, True, True], 2)
-    >>> [p.requires_grad for p in m.parameters()]
-    [True, True, True, True]
+    >>> from fedlib.models import build_model
+    >>> memo = TrainingMemo()
+    >>> cfg = TrainConfig(epochs=2, batch_size=4, lr=0.1)
+    >>> x, y = torch.randn(8, 1, 2, 2, generator=torch.Generator().manual_seed(0)), torch.tensor([0, 1] * 4)
+    >>> def trained():
+    ...     model = build_model("mlp", in_channels=1, n_classes=2, input_size=2, hidden=(3,), seed=0)
+    ...     loss = local_train(model, x, y, cfg, torch.Generator().manual_seed(1))
+    ...     return loss, model.head.weight.detach().clone()
+    >>> with memo.covering(cfg):
+    ...     (a, wa), (b, wb) = trained(), trained()
+    >>> c, wc = trained()  # outside: trained again
+    >>> (memo.hits, memo.misses, a == b == c, bool(torch.equal(wa, wb)), bool(torch.equal(wa, wc)))
+    (1, 1, True, True, True)
     """
-    keep = {id(p) for p in params}
-    frozen = [p for p in model.parameters() if id(p) not in keep and p.requires_grad]
-    for p in frozen:
-        p.requires_grad_(False)
-    try:
-        yield frozen
-    finally:
-        for p in frozen:
-            p.requires_grad_(True)
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        if not (is_int(max_entries) and max_entries >= 1):
+            raise ValueError(f"max_entries must be an int >= 1, got {max_entries!r}")
+        self.max_entries = int(max_entries)
+        self.configs: tuple[TrainConfig, ...] = ()
+        self.hits = 0
+        self.misses = 0
+        self._store: OrderedDict[str, tuple] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @contextlib.contextmanager
+    def covering(self, *configs: TrainConfig) -> Iterator[TrainingMemo]:
+        """Serve and keep the :func:`local_train` calls of ``configs`` (each a :class:`TrainConfig`)
+        made inside the ``with`` block (in this thread or task); the previous memo, if any, applies
+        again after it."""
+        bad = [c for c in configs if not isinstance(c, TrainConfig)]
+        if bad or not configs:
+            raise ValueError(f"covering takes one or more TrainConfig, got {[type(c).__name__ for c in configs]}")
+        before = self.configs
+        self.configs = tuple(configs)
+        token = _ACTIVE_MEMO.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE_MEMO.reset(token)
+            self.configs = before
+
+    def key(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
+            generator: torch.Generator) -> str | None:
+        """The digest a call is kept under, ``None`` for a call that always trains (no step, a
+        model with hooks, or a tensor off the CPU)."""
+        if len(y) == 0 or (cfg.steps == 0 if cfg.steps is not None else cfg.epochs == 0):
+            return None  # no step: nothing to save
+        h = hashlib.sha256()
+        h.update(f"{cfg!r}|threads={torch.get_num_threads()}".encode())
+        for name, module in model.named_modules():
+            cls = type(module)
+            h.update(f"|{name}:{cls.__module__}.{cls.__qualname__}".encode())
+            for attr, value in sorted(vars(module).items()):
+                if attr in _TORCH_FIELDS:
+                    continue
+                if attr.endswith("_hooks") or attr.endswith("_hooks_with_kwargs") or attr.endswith("_hooks_always_called"):
+                    if value:
+                        return None
+                    continue
+                h.update(f"{attr}={_describe(value)};".encode())
+        for name, p in model.named_parameters():
+            if p.device.type != "cpu":
+                return None
+            _tensor_bytes(h, f"p:{name}", p)  # not its gradient: the first step sets every gradient afresh
+        for name, b in model.named_buffers():
+            _tensor_bytes(h, f"b:{name}", b)
+        for name, t in (("x", x), ("y", y)):
+            if t.device.type != "cpu":
+                return None
+            _tensor_bytes(h, name, t)
+        _tensor_bytes(h, "generator", generator.get_state())
+        _tensor_bytes(h, "torch", torch.get_rng_state())
+        return h.hexdigest()
+
+    def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig, generator: torch.Generator) -> float:
+        """:func:`local_train` of ``model`` on ``(x, y)`` with ``cfg`` and ``generator``, served from
+        the memo when the same call was trained before (the class's docstring)."""
+        key = self.key(model, x, y, cfg, generator)
+        if key is not None and key in self._store:
+            self.hits += 1
+            self._store.move_to_end(key)
+            params, grads, buffers, gen_state, rng_state, loss = self._store[key]
+            with torch.no_grad():
+                for (name, p), value, grad in zip(model.named_parameters(), params, grads, strict=True):
+                    p.copy_(value)
+                    p.grad = None if grad is None else grad.clone()
+                for (name, b), value in zip(model.named_buffers(), buffers, strict=True):
+                    b.copy_(value)
+            model.eval()
+            generator.set_state(gen_state)
+            torch.set_rng_state(rng_state)
+            return loss
+        self.misses += 1
+        loss = _train(model, x, y, cfg, generator)
+        if key is not None:
+            self._store[key] = ([p.detach().clone() for p in model.parameters()],
+                                [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()],
+                                [b.detach().clone() for b in model.buffers()], generator.get_state(), torch.get_rng_state(), loss)
+            while len(self._store) > self.max_entries:
+                self._store.popitem(last=False)
+        return loss
 
 
 PHASE_PARAMS = ("all", "head", "body")

@@ -4,6 +4,7 @@ pilot, the numbers of its prose, and every cell run end to end through fedbook.s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ from fedbook.studies.cosmos_experiments import (BASE, FEDAVG, LOCAL_READINGS, MA
                                     planted_groups, public_part, sensitivity_table, sweep_cell, sweep_reads, sweep_settings,
                                     server_choice, server_pilot_cell, tidy, traffic_table, training_bytes, verdicts,
                                     vote_dynamics)
+from fedbook.studies import cosmos_experiments
 from fedbook.study import Study, run_study
 from fedlib.algorithms import FedAvg
 from fedlib.algorithms.cosmos import LocalOnly
@@ -29,7 +31,7 @@ from fedlib.loop import LoopConfig
 from fedlib.run import run_federated
 from fedlib.results import per_client_table
 from fedlib.messages import DOWN, UP, Ledger, Message
-from fedlib.training import TrainConfig
+from fedlib.training import TrainConfig, TrainingMemo
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -206,6 +208,26 @@ def test_local_training_alone_is_cosmos_without_any_target():
     two = run_federated(study.local_only(public, 0), fed, archs, LoopConfig(rounds=2, seed=0))
     kinds = set(two.ledger.to_frame()["kind"])
     assert not any("teacher" in k for k in kinds) and isinstance(study.local_only(public, 0), LocalOnly)
+
+
+def test_the_cells_share_their_clients_pretraining_and_keep_every_bit(monkeypatch):
+    """The four methods of a cell start from the same pre-trained clients, and local training alone
+    and a sensitivity run of the same seed and partition from those of that cell (PRETRAINED): the
+    frames are those of cells that train every client themselves."""
+    study = _study(client_train=dict(pretrain=dataclasses.replace(ADAM, epochs=2), train=ADAM,
+                                     distill=dataclasses.replace(ADAM, batch_size=64)))
+    cells = (lambda: alpha_cell(study, 0, study.alpha), lambda: local_cell(study, 0), lambda: sweep_cell(study, 0, "λ = 0"))
+    monkeypatch.setattr(cosmos_experiments, "shared_pretraining", lambda study: contextlib.nullcontext())
+    alone = [cell() for cell in cells]
+    monkeypatch.undo()
+    memo = TrainingMemo()
+    monkeypatch.setattr(cosmos_experiments, "PRETRAINED", memo)
+    shared = [cell() for cell in cells]
+    # 5 clients pre-trained once, by the first cell's first method; its three others, local training and the sweep reuse them
+    assert (memo.misses, memo.hits) == (5, 5 * 5)
+    for a, b in zip(alone, shared):
+        for name in a if isinstance(a, dict) else [None]:
+            pd.testing.assert_frame_equal(a[name] if name else a, b[name] if name else b, check_exact=True)
 
 
 def test_the_pseudo_label_learning_rate_is_set_on_both_sides():

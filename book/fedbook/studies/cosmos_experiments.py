@@ -15,7 +15,8 @@ architecture, against parameter sharing), Table 4 (communication), Tables 5-6 (t
 profile). The chapter declares its studies (:class:`fedbook.study.Study`) over the functions of
 one cell each, with the study bound (``functools.partial``): :func:`pilot_cell`,
 :func:`main_cell`, :func:`local_cell`, :func:`homogeneous_cell`, :func:`mixture_cell`,
-:func:`alpha_cell`, :func:`sweep_cell` and :func:`exercise_cell`. :func:`pilot_choice` reads the
+:func:`alpha_cell`, :func:`sweep_cell` and :func:`exercise_cell`; the runs of a process pre-train each
+client once (:data:`PRETRAINED`, :func:`shared_pretraining`: the same bits). :func:`pilot_choice` reads the
 pilot; :func:`tidy` turns the studies' frames into the frames the tables and the claims read (one
 row per seed and method or setting, :func:`accuracy_points` in points); :func:`main_table`,
 :func:`mixture_table`, :func:`alpha_table`, :func:`homogeneous_table`, :func:`traffic_table`,
@@ -54,7 +55,7 @@ from fedlib.messages import DOWN, UP
 from fedlib.metrics import protocol_summary
 from fedlib.models import ClientArchitectures, build_model, count_parameters
 from fedlib.run import RunOptions, evaluate_deployment, run_federated
-from fedlib.training import TrainConfig
+from fedlib.training import TrainConfig, TrainingMemo
 
 STUDIES = ("λ", "T", "rule", "clusters", "|U| share", "clients", "server", "detach")
 """The sensitivity studies a study can sweep (the ``sweeps`` of :class:`COSMOSStudy`)."""
@@ -90,6 +91,21 @@ FEDAVG = "FedAvg (one architecture, computed)"
 U_PAPER, C_PAPER = 10_000, 100
 """The paper's CIFAR-100 scale for :func:`paper_scale`: 20 % of the 50,000 training images as
 :math:`U`, and the classes."""
+
+PRETRAINED = TrainingMemo(max_entries=1024)
+"""The clients' pre-trainings (the first round of every model-agnostic method, and of local
+training alone) this process has run, kept by everything they depend on
+(:class:`fedlib.training.TrainingMemo`): the four methods of a seed start from the same
+pre-trained clients, and the other studies of the seed (local training alone, the sensitivity
+runs, the exercises) from those of its main runs, so each is trained once. The cells read and
+fill it through :func:`shared_pretraining`; the results are the same bits as training every time
+(``tests/test_cosmos_study.py``)."""
+
+
+def shared_pretraining(study: COSMOSStudy):
+    """The context in which a cell's runs share their clients' pre-training (``study``'s
+    ``client_train["pretrain"]``) through :data:`PRETRAINED`."""
+    return PRETRAINED.covering(study.client_train["pretrain"])
 
 
 def sweep_label(study: str, value) -> str:
@@ -468,8 +484,9 @@ def pilot_cell(study: COSMOSStudy, seed: int, lr: float, method: str, rounds: in
     """One pilot score: ``method``'s mean accuracy (points) on the default mixture after ``rounds``
     rounds at ``seed`` with the learning rate ``lr`` on pseudo-labels (:meth:`COSMOSStudy.with_pseudo_lr`,
     :meth:`COSMOSStudy.pilot_scores`, on ``n_clients`` of the clients). Columns: ``mean``."""
-    score = study.with_pseudo_lr(lr).pilot_scores(seed, rounds, (method,), n_clients=n_clients)[method]
-    return pd.DataFrame({"mean": [score]})
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        score = study.with_pseudo_lr(lr).pilot_scores(seed, rounds, (method,), n_clients=n_clients)[method]
+        return pd.DataFrame({"mean": [score]})
 
 
 def server_pilot_cell(study: COSMOSStudy, seed: int, lr: float, steps: int, rounds: int, n_clients: int | None = None
@@ -479,14 +496,15 @@ def server_pilot_cell(study: COSMOSStudy, seed: int, lr: float, steps: int, roun
     at the learning rate ``lr`` (:meth:`COSMOSStudy.with_server`), on ``n_clients`` of the clients,
     and how well its servers reproduce their targets (``fit``: the last round's mean over clusters
     of :func:`fedlib.algorithms.cosmos.cosmos_fits`, %). Columns: ``mean``, ``fit``."""
-    st = study.with_server(lr, steps)
-    public, hidden, fed, planted = st.split(seed)
-    if n_clients is not None and n_clients != st.n_clients:
-        fed, planted = st.fewer_clients(fed, planted, n_clients)
-    ds = fed.global_test
-    run = run_federated(st.cosmos_method(ds, public, seed), fed, st.architectures(st.base_mix, fed.n_clients, ds),
-                        LoopConfig(rounds=rounds, seed=seed, eval_every=0))
-    return pd.DataFrame({"mean": [accuracy_points(run.frame)["mean"]], "fit": [last_fit(run.server)]})
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        st = study.with_server(lr, steps)
+        public, hidden, fed, planted = st.split(seed)
+        if n_clients is not None and n_clients != st.n_clients:
+            fed, planted = st.fewer_clients(fed, planted, n_clients)
+        ds = fed.global_test
+        run = run_federated(st.cosmos_method(ds, public, seed), fed, st.architectures(st.base_mix, fed.n_clients, ds),
+                            LoopConfig(rounds=rounds, seed=seed, eval_every=0))
+        return pd.DataFrame({"mean": [accuracy_points(run.frame)["mean"]], "fit": [last_fit(run.server)]})
 
 
 def last_fit(server) -> float:
@@ -631,63 +649,65 @@ def main_cell(study: COSMOSStudy, seed: int) -> dict[str, pd.DataFrame]:
         ``n_public``, ``test_size``, ``train_size`` (mean local split sizes) and ``params`` (the
         one-architecture client model's parameters).
     """
-    public, hidden, fed, planted = study.split(seed)
-    ds = fed.global_test
-    archs = study.architectures(study.base_mix, study.n_clients, ds)
-    cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=1)
-    methods = {"COSMOS": study.cosmos_method(ds, public, seed), **study.baselines(public, seed)}
-    methods["FedCT"] = VoteRecorder(**{f.name: getattr(methods["FedCT"], f.name) for f in dataclasses.fields(FedCT) if f.init})
-    rows, curves, nbytes, clusters, default, measures = [], [], [], [], [], {}
-    for name, m in methods.items():
-        run = run_federated(m, fed, archs, cfg)
-        rows.append({"method": name, **accuracy_points(run.frame)})
-        curve = run.curve("pooled")  # the clients' pooled scores, as the table
-        curves.append(pd.DataFrame({"method": name, "round": curve.index, "mean": 100 * curve.values}))
-        nbytes.append({"method": name, **training_bytes(run, study.n_clients, study.rounds)})
-        if name == "COSMOS":  # the paper's protocol: each evaluated client downloads its cluster model
-            led = run.ledger.to_frame()
-            own = evaluate_deployment(dataclasses.replace(m, deploy_model="client"), run, fed, archs, cfg)
-            rows.append({"method": "COSMOS (client models)", **accuracy_points(own)})
-            clusters += [{k: v for k, v in h.items() if k != "seeds"} for h in cosmos_history(run.server)]
-            purity = group_purity(grouping(run.server), planted)
-            # the sensitivity runs' default setting: this run after sweep_rounds rounds (the clusters are fixed after round 1),
-            # and its mean over the clients each smaller federation of the clients sweep keeps (the same clients compared)
-            table = per_client_table(run.frame, study.sweep_rounds)
-            kept = {f"kept_{n}": 100 * protocol_summary(table.loc[kept_clients(study.n_clients, study.n_groups, n)])["pooled"]
-                    for n in study.sweeps.get("clients", [])}
-            default.append({**accuracy_points(run.frame, study.sweep_rounds), "clusters": int(run.server.meta["n_groups"]),
-                            "purity": purity, "fit": fit_at(run.server, study.sweep_rounds), **kept})
-            x = public.x.float()
-            drawn = augment(x, torch.Generator().manual_seed(int(seed)), shift=m.shift, noise=m.noise) - x
-            moved = augment(x, torch.Generator().manual_seed(int(seed)), shift=1, noise=0.0) - x  # a one-pixel translation
-            measures.update(server_fit=last_fit(run.server),
-                            shift_ratio=float((moved.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()),
-                            ball=float((drawn.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()),
-                            ball_nonconvex=ball_convexity(public.x[:BALL_IMAGES], shift=m.shift, noise=m.noise, lam=m.lam,
-                                                          n_classes=ds.n_classes, seed=int(seed)))
-            rows[0].update(fit=last_fit(run.server), purity=purity)  # COSMOS's row: its server fit and purity
-            one = list(study.mixtures.values())[0]
-            measures.update(purity=purity, deploy_bytes=float(led[led["kind"] == "eval:cluster_model"]["bytes"].mean()),
-                            n_public=len(public), test_size=float(np.mean([len(c.test) for c in fed.clients])),
-                            train_size=float(np.mean([len(c.train) for c in fed.clients])),
-                            params=study.architectures(one, 1, ds).parameters()[one[0]])
-        if name == "COMET":
-            measures["comet_purity"] = group_purity(grouping(run.server), planted)
-        if name == "FedCT":
-            votes = vote_dynamics(m.votes, hidden, ds.n_classes)
-            measures.update({f"vote_{c}_{int(r['round'])}": r[c] for _, r in votes.iterrows()
-                             for c in ("accuracy", "top_class", "top_count")}, vote_n_public=int(votes["n_public"].iloc[0]))
-    return {"main": pd.DataFrame(rows), "curves": pd.concat(curves, ignore_index=True), "bytes": pd.DataFrame(nbytes),
-            "clusters": pd.DataFrame(clusters), "default": pd.DataFrame(default), "measures": pd.DataFrame([measures])}
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        public, hidden, fed, planted = study.split(seed)
+        ds = fed.global_test
+        archs = study.architectures(study.base_mix, study.n_clients, ds)
+        cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=1)
+        methods = {"COSMOS": study.cosmos_method(ds, public, seed), **study.baselines(public, seed)}
+        methods["FedCT"] = VoteRecorder(**{f.name: getattr(methods["FedCT"], f.name) for f in dataclasses.fields(FedCT) if f.init})
+        rows, curves, nbytes, clusters, default, measures = [], [], [], [], [], {}
+        for name, m in methods.items():
+            run = run_federated(m, fed, archs, cfg)
+            rows.append({"method": name, **accuracy_points(run.frame)})
+            curve = run.curve("pooled")  # the clients' pooled scores, as the table
+            curves.append(pd.DataFrame({"method": name, "round": curve.index, "mean": 100 * curve.values}))
+            nbytes.append({"method": name, **training_bytes(run, study.n_clients, study.rounds)})
+            if name == "COSMOS":  # the paper's protocol: each evaluated client downloads its cluster model
+                led = run.ledger.to_frame()
+                own = evaluate_deployment(dataclasses.replace(m, deploy_model="client"), run, fed, archs, cfg)
+                rows.append({"method": "COSMOS (client models)", **accuracy_points(own)})
+                clusters += [{k: v for k, v in h.items() if k != "seeds"} for h in cosmos_history(run.server)]
+                purity = group_purity(grouping(run.server), planted)
+                # the sensitivity runs' default setting: this run after sweep_rounds rounds (the clusters are fixed after round 1),
+                # and its mean over the clients each smaller federation of the clients sweep keeps (the same clients compared)
+                table = per_client_table(run.frame, study.sweep_rounds)
+                kept = {f"kept_{n}": 100 * protocol_summary(table.loc[kept_clients(study.n_clients, study.n_groups, n)])["pooled"]
+                        for n in study.sweeps.get("clients", [])}
+                default.append({**accuracy_points(run.frame, study.sweep_rounds), "clusters": int(run.server.meta["n_groups"]),
+                                "purity": purity, "fit": fit_at(run.server, study.sweep_rounds), **kept})
+                x = public.x.float()
+                drawn = augment(x, torch.Generator().manual_seed(int(seed)), shift=m.shift, noise=m.noise) - x
+                moved = augment(x, torch.Generator().manual_seed(int(seed)), shift=1, noise=0.0) - x  # a one-pixel translation
+                measures.update(server_fit=last_fit(run.server),
+                                shift_ratio=float((moved.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()),
+                                ball=float((drawn.flatten(1).norm(dim=1) / x.flatten(1).norm(dim=1).clamp_min(1e-12)).mean()),
+                                ball_nonconvex=ball_convexity(public.x[:BALL_IMAGES], shift=m.shift, noise=m.noise, lam=m.lam,
+                                                              n_classes=ds.n_classes, seed=int(seed)))
+                rows[0].update(fit=last_fit(run.server), purity=purity)  # COSMOS's row: its server fit and purity
+                one = list(study.mixtures.values())[0]
+                measures.update(purity=purity, deploy_bytes=float(led[led["kind"] == "eval:cluster_model"]["bytes"].mean()),
+                                n_public=len(public), test_size=float(np.mean([len(c.test) for c in fed.clients])),
+                                train_size=float(np.mean([len(c.train) for c in fed.clients])),
+                                params=study.architectures(one, 1, ds).parameters()[one[0]])
+            if name == "COMET":
+                measures["comet_purity"] = group_purity(grouping(run.server), planted)
+            if name == "FedCT":
+                votes = vote_dynamics(m.votes, hidden, ds.n_classes)
+                measures.update({f"vote_{c}_{int(r['round'])}": r[c] for _, r in votes.iterrows()
+                                 for c in ("accuracy", "top_class", "top_count")}, vote_n_public=int(votes["n_public"].iloc[0]))
+        return {"main": pd.DataFrame(rows), "curves": pd.concat(curves, ignore_index=True), "bytes": pd.DataFrame(nbytes),
+                "clusters": pd.DataFrame(clusters), "default": pd.DataFrame(default), "measures": pd.DataFrame([measures])}
 
 
 def local_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     """Local training alone (Corollary 5.13's comparator, :meth:`COSMOSStudy.local_only`) on the
     default mixture at ``seed``: ``method`` (``"Local"``) and :func:`accuracy_points`."""
-    public, hidden, fed, planted = study.split(seed)
-    archs = study.architectures(study.base_mix, study.n_clients, fed.global_test)
-    run = run_federated(study.local_only(public, seed), fed, archs, LoopConfig(rounds=study.rounds, seed=seed, eval_every=0))
-    return pd.DataFrame([{"method": "Local", **accuracy_points(run.frame)}])
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        public, hidden, fed, planted = study.split(seed)
+        archs = study.architectures(study.base_mix, study.n_clients, fed.global_test)
+        run = run_federated(study.local_only(public, seed), fed, archs, LoopConfig(rounds=study.rounds, seed=seed, eval_every=0))
+        return pd.DataFrame([{"method": "Local", **accuracy_points(run.frame)}])
 
 
 def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
@@ -697,22 +717,23 @@ def homogeneous_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
     (:func:`split_epochs`); the parameter-sharing methods' clients train stacked
     (``execution="vectorized"``, :mod:`fedlib.engines.vectorized`). Columns: ``method``,
     :func:`accuracy_points`, and COSMOS's ``fit`` and ``purity`` (NaN for the others)."""
-    public, hidden, fed, planted = study.split(seed)
-    ds = fed.global_test
-    archs = study.architectures(list(study.mixtures.values())[0], study.n_clients, ds)
-    cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=0)
-    train = study.pfl_train
-    first, second = split_epochs(train)  # two models (Ditto) or two parts (FedRep): the same epochs in all
-    methods = {"COSMOS": study.cosmos_method(ds, public, seed), "Ditto": Ditto(train=first, personal_train=second),
-               "FedBABU": FedBABU(train=train, finetune=study.finetune), "FedRep": FedRep(head_train=first, train=second)}
-    # the parameter-sharing methods' clients train stacked (their local work is a LocalProgram: the same batches and
-    # updates as one client at a time, to float32 rounding); COSMOS's clients, with their own losses, one at a time
-    stacked = RunOptions(execution="vectorized")
-    rows = []
-    for name, m in methods.items():
-        run = run_federated(m, fed, archs, cfg, RunOptions() if name == "COSMOS" else stacked)
-        rows.append({"method": name, **accuracy_points(run.frame), **_server_measures(run, planted, name)})
-    return pd.DataFrame(rows)
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        public, hidden, fed, planted = study.split(seed)
+        ds = fed.global_test
+        archs = study.architectures(list(study.mixtures.values())[0], study.n_clients, ds)
+        cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=0)
+        train = study.pfl_train
+        first, second = split_epochs(train)  # two models (Ditto) or two parts (FedRep): the same epochs in all
+        methods = {"COSMOS": study.cosmos_method(ds, public, seed), "Ditto": Ditto(train=first, personal_train=second),
+                   "FedBABU": FedBABU(train=train, finetune=study.finetune), "FedRep": FedRep(head_train=first, train=second)}
+        # the parameter-sharing methods' clients train stacked (their local work is a LocalProgram: the same batches and
+        # updates as one client at a time, to float32 rounding); COSMOS's clients, with their own losses, one at a time
+        stacked = RunOptions(execution="vectorized")
+        rows = []
+        for name, m in methods.items():
+            run = run_federated(m, fed, archs, cfg, RunOptions() if name == "COSMOS" else stacked)
+            rows.append({"method": name, **accuracy_points(run.frame), **_server_measures(run, planted, name)})
+        return pd.DataFrame(rows)
 
 
 def _server_measures(run: RunResult, planted: np.ndarray, name: str) -> dict:
@@ -725,17 +746,18 @@ def _server_measures(run: RunResult, planted: np.ndarray, name: str) -> dict:
 
 def _cosmos_and_comet(study: COSMOSStudy, seed: int, names: Sequence[str], alpha: float | None,
                       baselines: Sequence[str] = ("COMET",)) -> pd.DataFrame:
-    public, hidden, fed, planted = study.split(seed, alpha=alpha)
-    ds = fed.global_test
-    archs = study.architectures(names, study.n_clients, ds)
-    cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=0)
-    base = study.baselines(public, seed)
-    methods = (("COSMOS", study.cosmos_method(ds, public, seed)), *((b, base[b]) for b in baselines))
-    rows = []
-    for name, m in methods:
-        run = run_federated(m, fed, archs, cfg)
-        rows.append({"method": name, **accuracy_points(run.frame), **_server_measures(run, planted, name)})
-    return pd.DataFrame(rows)
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        public, hidden, fed, planted = study.split(seed, alpha=alpha)
+        ds = fed.global_test
+        archs = study.architectures(names, study.n_clients, ds)
+        cfg = LoopConfig(rounds=study.rounds, seed=seed, eval_every=0)
+        base = study.baselines(public, seed)
+        methods = (("COSMOS", study.cosmos_method(ds, public, seed)), *((b, base[b]) for b in baselines))
+        rows = []
+        for name, m in methods:
+            run = run_federated(m, fed, archs, cfg)
+            rows.append({"method": name, **accuracy_points(run.frame), **_server_measures(run, planted, name)})
+        return pd.DataFrame(rows)
 
 
 def mixture_cell(study: COSMOSStudy, seed: int, mixture: str) -> pd.DataFrame:
@@ -758,22 +780,23 @@ def sweep_cell(study: COSMOSStudy, seed: int, setting: str) -> pd.DataFrame:
     (:meth:`COSMOSStudy.fewer_clients`). Columns: ``study``, ``value`` (the value as text),
     :func:`accuracy_points`, ``clusters`` (formed), ``purity`` (against the planted groups) and ``fit``
     (:func:`last_fit`)."""
-    name, value = study.swept(setting)
-    public, hidden, fed, planted = study.split(seed)
-    if name == "|U| share":
-        public = public_part(public, hidden, value / study.public_share)
-    if name == "clients":
-        fed, planted = study.fewer_clients(fed, planted, value)
-    ds = fed.global_test
-    archs = study.architectures(study.base_mix, fed.n_clients, ds)
-    change = {"λ": dict(lam=value), "T": dict(temperature=value), "rule": dict(rule=value),
-              "clusters": dict(target_clusters=value), "detach": dict(detach_target=value),
-              "server": dict(server_model=study.server_factory(ds, study.small_server))}.get(name, {})
-    run = run_federated(study.cosmos_method(ds, public, seed, **change), fed, archs,
-                        LoopConfig(rounds=study.sweep_rounds, seed=seed, eval_every=0))
-    return pd.DataFrame([{"study": name, "value": str(value), **accuracy_points(run.frame),
-                          "clusters": int(run.server.meta["n_groups"]), "purity": group_purity(grouping(run.server), planted),
-                          "fit": last_fit(run.server)}])
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        name, value = study.swept(setting)
+        public, hidden, fed, planted = study.split(seed)
+        if name == "|U| share":
+            public = public_part(public, hidden, value / study.public_share)
+        if name == "clients":
+            fed, planted = study.fewer_clients(fed, planted, value)
+        ds = fed.global_test
+        archs = study.architectures(study.base_mix, fed.n_clients, ds)
+        change = {"λ": dict(lam=value), "T": dict(temperature=value), "rule": dict(rule=value),
+                  "clusters": dict(target_clusters=value), "detach": dict(detach_target=value),
+                  "server": dict(server_model=study.server_factory(ds, study.small_server))}.get(name, {})
+        run = run_federated(study.cosmos_method(ds, public, seed, **change), fed, archs,
+                            LoopConfig(rounds=study.sweep_rounds, seed=seed, eval_every=0))
+        return pd.DataFrame([{"study": name, "value": str(value), **accuracy_points(run.frame),
+                              "clusters": int(run.server.meta["n_groups"]), "purity": group_purity(grouping(run.server), planted),
+                              "fit": last_fit(run.server)}])
 
 
 def exercise_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
@@ -792,32 +815,33 @@ def exercise_cell(study: COSMOSStudy, seed: int) -> pd.DataFrame:
         first and last rounds, and the last round), ``one_model`` (the mean accuracy with every
         client on cluster 0's model).
     """
-    public, hidden, fed, planted = study.split(seed)
-    ds = fed.global_test
-    method = study.cosmos_method(ds, public, seed)
-    every = study.sweep_rounds if study.rounds % study.sweep_rounds == 0 else 1  # the two rounds it reads, evaluated
-    run = run_federated(method, fed, study.architectures(study.base_mix, study.n_clients, ds),
-                        LoopConfig(rounds=study.rounds, seed=seed, eval_every=every))
-    public0, hidden0, fed0, planted0 = study.split(seed)
-    archs0 = study.architectures(study.base_mix, study.n_clients, fed0.global_test)
-    cfg0 = LoopConfig(rounds=study.rounds, seed=seed)
-    re_run = run_federated(dataclasses.replace(method, recluster=True), fed0, archs0,
-                           dataclasses.replace(cfg0, rounds=study.sweep_rounds))
-    re_history = cosmos_history(re_run.server)
-    clients = sorted(grouping(run.server))
-    history = cosmos_history(run.server)  # the run that clusters once: every round's largest within-cluster distance
-    state = run.server  # every client deployed with the model of cluster 0
-    wrong = dataclasses.replace(run, server=type(state)(
-        arrays={**state.arrays, "groups/labels": torch.zeros_like(state.arrays["groups/labels"])}, meta=dict(state.meta)))
-    return pd.DataFrame([{
-        "fixed_sweep": accuracy_points(run.frame, study.sweep_rounds)["mean"], "fixed": accuracy_points(run.frame)["mean"],
-        "re": accuracy_points(re_run.frame)["mean"], "re_purity": group_purity(grouping(re_run.server), planted0),
-        "changes": int(sum(h["seeds"] != re_history[0]["seeds"] for h in re_history)),
-        "ari": assignment_agreement(np.array([grouping(run.server)[k] for k in clients]),
-                                    np.array([grouping(re_run.server)[k] for k in clients])),
-        "diam_first": history[0]["max_diameter"], "diam_last": history[-1]["max_diameter"],
-        "diam_round": int(history[-1]["round"]),
-        "one_model": accuracy_points(evaluate_deployment(method, wrong, fed0, archs0, cfg0))["mean"]}])
+    with shared_pretraining(study):  # the clients' pre-training, trained once per process (PRETRAINED)
+        public, hidden, fed, planted = study.split(seed)
+        ds = fed.global_test
+        method = study.cosmos_method(ds, public, seed)
+        every = study.sweep_rounds if study.rounds % study.sweep_rounds == 0 else 1  # the two rounds it reads, evaluated
+        run = run_federated(method, fed, study.architectures(study.base_mix, study.n_clients, ds),
+                            LoopConfig(rounds=study.rounds, seed=seed, eval_every=every))
+        public0, hidden0, fed0, planted0 = study.split(seed)
+        archs0 = study.architectures(study.base_mix, study.n_clients, fed0.global_test)
+        cfg0 = LoopConfig(rounds=study.rounds, seed=seed)
+        re_run = run_federated(dataclasses.replace(method, recluster=True), fed0, archs0,
+                               dataclasses.replace(cfg0, rounds=study.sweep_rounds))
+        re_history = cosmos_history(re_run.server)
+        clients = sorted(grouping(run.server))
+        history = cosmos_history(run.server)  # the run that clusters once: every round's largest within-cluster distance
+        state = run.server  # every client deployed with the model of cluster 0
+        wrong = dataclasses.replace(run, server=type(state)(
+            arrays={**state.arrays, "groups/labels": torch.zeros_like(state.arrays["groups/labels"])}, meta=dict(state.meta)))
+        return pd.DataFrame([{
+            "fixed_sweep": accuracy_points(run.frame, study.sweep_rounds)["mean"], "fixed": accuracy_points(run.frame)["mean"],
+            "re": accuracy_points(re_run.frame)["mean"], "re_purity": group_purity(grouping(re_run.server), planted0),
+            "changes": int(sum(h["seeds"] != re_history[0]["seeds"] for h in re_history)),
+            "ari": assignment_agreement(np.array([grouping(run.server)[k] for k in clients]),
+                                        np.array([grouping(re_run.server)[k] for k in clients])),
+            "diam_first": history[0]["max_diameter"], "diam_last": history[-1]["max_diameter"],
+            "diam_round": int(history[-1]["round"]),
+            "one_model": accuracy_points(evaluate_deployment(method, wrong, fed0, archs0, cfg0))["mean"]}])
 
 
 # ---- the pilot ----------------------------------------------------------------------------------------
@@ -1395,7 +1419,7 @@ def exercise_numbers(exercises: pd.DataFrame) -> dict:
         "one cluster's model serves the other clusters nearly as well here: the clusters matter less than the server's training"}
 
 
-__all__ = ["BALL_IMAGES", "BALL_POINTS", "TESTABLE_IF", "ball_convexity", "fit_at", "VoteRecorder", "fedct_reading", "last_fit", "server_choice", "server_pilot_cell", "vote_dynamics", "BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
+__all__ = ["BALL_IMAGES", "BALL_POINTS", "PRETRAINED", "shared_pretraining", "TESTABLE_IF", "ball_convexity", "fit_at", "VoteRecorder", "fedct_reading", "last_fit", "server_choice", "server_pilot_cell", "vote_dynamics", "BASE", "C_PAPER", "DATA_LABELS", "FEDAVG", "FT_EPOCHS", "LOCAL_READINGS", "MAIN_METHODS", "METRICS", "PFL",
            "PSEUDO_BATCH", "PSEUDO_LR_METHODS", "STUDIES", "U_PAPER", "COSMOSStudy", "Pilot", "accuracy_points", "alpha_cell",
            "alpha_table", "exercise_cell", "exercise_numbers", "fedavg_bytes", "fedavg_total", "homogeneous_cell",
            "homogeneous_table", "kept_clients", "lambda_note", "local_cell", "local_reading", "main_cell", "main_table",
