@@ -140,7 +140,9 @@ def local_train(
     x : torch.Tensor of shape (n, ...)
     y : torch.Tensor of shape (n,)
     params : iterable of parameters to optimise (default: all of ``model``'s); the others are
-        left untouched (FedRep/FedBABU-style partial training).
+        left untouched (FedRep/FedBABU-style partial training) and take no gradient while it
+        trains (:func:`frozen_except`: the backward pass skips what no step reads; the trained
+        parameters' gradients, so the result, are the same bits).
     """
     memo = _ACTIVE_MEMO.get()
     if memo is not None and loss_fn is cross_entropy_loss and params is None and cfg in memo.configs:
@@ -155,13 +157,14 @@ def _train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
     params = list(model.parameters()) if params is None else list(params)
     opt = make_optimizer(params, cfg)
     total, count = 0.0, 0
-    for idx in minibatches(len(y), cfg, generator):
-        loss = loss_fn(model, x[idx], y[idx])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        total += float(loss.detach())
-        count += 1
+    with frozen_except(model, params):
+        for idx in minibatches(len(y), cfg, generator):
+            loss = loss_fn(model, x[idx], y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += float(loss.detach())
+            count += 1
     model.eval()
     return total / count if count else float("nan")
 
@@ -333,6 +336,46 @@ class TrainingMemo:
             while len(self._store) > self.max_entries:
                 self._store.popitem(last=False)
         return loss
+
+
+@contextlib.contextmanager
+def frozen_except(model: nn.Module, params) -> Iterator[list[nn.Parameter]]:
+    """Within the block, every parameter of ``model`` that is not one of ``params`` (by identity)
+    and requires gradients has ``requires_grad`` off; restored on leaving (also on an error).
+
+    A parameter no optimizer step reads then takes no gradient: the backward pass of a head-only
+    phase (FedRep's head epochs) stops at the head instead of running through the body, and
+    the gradients of ``params`` are computed by the same operations as before.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+    params : iterable of torch.nn.Parameter
+        The parameters that keep their gradients (those :func:`local_train` optimizes).
+
+    Yields
+    ------
+    list of torch.nn.Parameter
+        The parameters it froze.
+
+    Examples
+    --------
+    >>> m = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))
+    >>> with frozen_except(m, m[1].parameters()) as frozen:
+    ...     [p.requires_grad for p in m.parameters()], len(frozen)
+    ([False, False, True, True], 2)
+    >>> [p.requires_grad for p in m.parameters()]
+    [True, True, True, True]
+    """
+    keep = {id(p) for p in params}
+    frozen = [p for p in model.parameters() if id(p) not in keep and p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        yield frozen
+    finally:
+        for p in frozen:
+            p.requires_grad_(True)
 
 
 PHASE_PARAMS = ("all", "head", "body")
