@@ -66,6 +66,8 @@ n_clients = None  # clients (25 in the paper)
 lam = None  # COSMOS's consistency weight λ (the paper: 5)
 temperature = None  # the pseudo-labels' temperature T (0: hard labels; the paper: 1)
 workers = 1  # processes the runs are spread over: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
+executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
+progress = None  # a file that receives one line per finished cell (book/build.py --confirm shows it)
 threads = 1  # torch CPU threads per process
 cifar_root = None  # paper profile: folder holding cifar-100-python/
 results_dir = None  # where tidy results are saved (None: not saved)
@@ -134,8 +136,9 @@ SERVER_PILOT = Study("server_pilot", functools.partial(cosmos.server_pilot_cell,
                                                        n_clients=PILOT_CLIENTS),
                      grid={"lr": P.lr_pseudo_candidates, "steps": list(P.server_steps)}, seeds=[seed + 1000])
 assert P.lr_pseudo_candidates[0] == 1e-4  # the authors' rate first: a tie keeps the first candidate
-server = cosmos.server_choice(run_study(SERVER_PILOT, workers=workers, threads=threads, cache=cache_dir)["server_pilot"], FIT_MIN)
-pilot = cosmos.pilot_choice(run_study(PILOT, workers=workers, threads=threads, cache=cache_dir)["pilot"],
+server = cosmos.server_choice(run_study(SERVER_PILOT, workers=workers, threads=threads, cache=cache_dir, executor=executor,
+                                        progress=progress)["server_pilot"], FIT_MIN)
+pilot = cosmos.pilot_choice(run_study(PILOT, workers=workers, threads=threads, cache=cache_dir, executor=executor, progress=progress)["pilot"],
                             n_clients=PILOT_CLIENTS, rounds=P.sweep_rounds,
                             fixed={"FedCT": P.lr_pseudo_candidates[0], "COSMOS": server["lr"]})
 STUDY = STUDY.with_pseudo_lrs(pilot.rates).with_server(server["lr"], server["steps"])
@@ -501,7 +504,7 @@ LOCAL = Study("local", functools.partial(cosmos.local_cell, STUDY), seeds=SEEDS)
 MIXTURES = Study("mixture", functools.partial(cosmos.mixture_cell, STUDY), grid={"mixture": list(P.mixtures)[1:]}, seeds=SIDE)
 ALPHAS = Study("alpha", functools.partial(cosmos.alpha_cell, STUDY), grid={"alpha": P.alphas}, seeds=SIDE)
 SWEEPS = Study("sweep", functools.partial(cosmos.sweep_cell, STUDY), grid={"setting": cosmos.sweep_settings(P.sweeps)}, seeds=SIDE)
-ran = [run_study(study, workers=workers, threads=threads, cache=cache_dir)
+ran = [run_study(study, workers=workers, threads=threads, cache=cache_dir, executor=executor, progress=progress)
        for study in (MAIN, HOMOGENEOUS, LOCAL, MIXTURES, ALPHAS, SWEEPS)]
 runs = {name: frame for frames in ran for name, frame in frames.items()}
 R["run_seconds"] = sum(frames.seconds for frames in ran)  # the cells' own time, cached ones included

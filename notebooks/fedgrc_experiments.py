@@ -72,6 +72,8 @@ val_fraction = None  # share of each class of the global test set held out for s
 cifar_root = None  # paper profile: folder holding cifar-10-batches-py/ (or cifar-100-python/)
 results_dir = None  # where tidy results are saved (None: not saved)
 workers = 1  # processes the studies' cells are spread over (the numbers are the same bits for any number)
+executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
+progress = None  # a file that receives one line per finished cell (book/build.py --confirm shows it)
 cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 
 # %% tags=["hide-input"]
@@ -615,7 +617,7 @@ R.update(fge_pilot=PILOT, fge_leader=LEADERS["pooled"].name, fge_leader_L25=LEAD
 # every method at every alpha and seed; each cell also refits the heads of the sensitivity sweeps on its CGRL backbone
 TRAINING = Study("training", partial(fedgrc.train_cell, study=study, data=DATA, rounds=P.rounds, m0_grid=P.m0_grid,
                                      gamma_grid=P.gamma_grid, results_dir=results_dir), grid={"alpha": P.alphas}, seeds=SEEDS)
-frames = run_study(TRAINING, workers=workers, cache=cache_dir)  # runs, validation, costs, sensitivity, penultimate
+frames = run_study(TRAINING, workers=workers, cache=cache_dir, executor=executor, progress=progress)  # runs, validation, costs, sensitivity, penultimate
 save_frames({"fedgrc_results": frames["runs"]}, results_dir)  # beside the runs the cells saved there
 
 # %% [markdown]
@@ -901,7 +903,7 @@ show_table(regime_table(results), formats={"value": ".3g"}, index=False)
 # chapter's rounds; the same CGRL code with one term switched off at a time, every backbone under MMS + SASP.
 ABLATION = Study("ablation", partial(fedgrc.ablation_cell, study=study, data=DATA, rounds=P.rounds, alpha=a_lo,
                                      **P.exercise_run), grid={"variant": list(fedgrc.ABLATIONS)}, seeds=[seed])
-ablation = run_study(ABLATION, workers=workers, cache=cache_dir)["ablation"]
+ablation = run_study(ABLATION, workers=workers, cache=cache_dir, executor=executor, progress=progress)["ablation"]
 
 # %% [markdown]
 # ### Exercise 1: Where does the backbone matter?

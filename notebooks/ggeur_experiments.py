@@ -106,6 +106,8 @@ similarity = None  # the heat maps' and Figure 6 claims' similarity: "paper" (Eq
 clip_checkpoint = None  # optional: path of a local open_clip checkpoint (ViT-B-32); never downloaded
 execution = "vectorized"  # "vectorized": a round's clients train stacked where the method allows; "sequential"
 workers = 1  # processes the studies' cells run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
+executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
+progress = None  # a file that receives one line per finished cell (book/build.py --confirm shows it)
 results_dir = None  # where tidy results are saved (None: not saved)
 cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 
@@ -534,7 +536,7 @@ table
 # make the headline runs only, and FedMix-style with matched steps runs at the lowest β only
 LABEL = Study("label", partial(gg.label_cell, study=cfg, embeddings=emb, full_seeds=FULL, low_beta=b_lo, results_dir=results_dir),
               grid={"beta": P.betas}, seeds=SEEDS)
-label = run_study(LABEL, workers=workers, cache=cache_dir)  # "label": a row per β, seed and run; "label_curves"
+label = run_study(LABEL, workers=workers, cache=cache_dir, executor=executor, progress=progress)  # "label": a row per β, seed and run; "label_curves"
 R.update(gg.label_numbers(label["label"], b_lo, b_hi))
 gg.label_table(label["label"], P.betas)
 
@@ -579,7 +581,7 @@ plt.show()
 # %% tags=["hide-input"]
 # every seed on its own encoder (the seeds beyond FULL make the headline runs only), its similarity rows and heat maps
 DOMAIN = Study("domain", partial(gg.domain_cell, study=cfg, full_seeds=FULL, results_dir=results_dir), seeds=SEEDS)
-domain_runs = run_study(DOMAIN, workers=workers, cache=cache_dir)
+domain_runs = run_study(DOMAIN, workers=workers, cache=cache_dir, executor=executor, progress=progress)
 frames = gg.chapter_frames(label, domain_runs, P.similarity, k=P.k)  # every frame of the chapter, those the claims read included
 R["dom_n_public"] = int(frames["domain_encoder"]["public images"].iloc[0])  # the first seed's
 gg.domain_sizes_table(frames["domain_sizes"], seed)
@@ -800,7 +802,7 @@ R.update(gg.exercise1(run_study(EX1, cache=cache_dir)["label"], label["label"], 
 EX2 = Study("ex2", partial(gg.label_cell, study=cfg, embeddings=emb, methods=gg.EX2_NAMES),
             grid={"beta": [b_lo], "total": [t for t in gg.exercise2_totals(P.total_per_class) if t != P.total_per_class]},
             seeds=[seed])
-R.update(gg.exercise2(run_study(EX2, workers=workers, cache=cache_dir)["label"], label["label"], seed, b_lo, P.total_per_class,
+R.update(gg.exercise2(run_study(EX2, workers=workers, cache=cache_dir, executor=executor, progress=progress)["label"], label["label"], seed, b_lo, P.total_per_class,
                       ex_noise))
 
 # %% [markdown]

@@ -68,6 +68,8 @@ n_clients = None  # clients (20 as in the paper)
 temperature = None  # HDC-FL's soft-membership temperature T
 execution = "vectorized"  # "vectorized": a round's clients train stacked where the method allows; "sequential"
 workers = 1  # processes the seeds run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
+executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
+progress = None  # a file that receives one line per finished cell (book/build.py --confirm shows it)
 threads = 1  # torch CPU threads per process
 cifar_root = None  # paper profile: folder holding cifar-10-batches-py/
 results_dir = None  # where tidy results are saved (None: not saved)
@@ -512,7 +514,7 @@ CLAIMS = [
 EX1_T = sorted({0.01, 0.05, P.temperature, 1.0})  # exercise 1's temperatures, on the first seed's HDC-FL runs
 MAIN = Study("main", functools.partial(hdcfl.run_cell, study=STUDY, temperatures=EX1_T, exercise_seed=seed),
              grid={"setting": P.settings}, seeds=SEEDS)
-frames = hdcfl.results(run_study(MAIN, workers=workers, cache=cache_dir))
+frames = hdcfl.results(run_study(MAIN, workers=workers, cache=cache_dir, executor=executor, progress=progress))
 R.update(hdcfl.results_numbers(frames, P.settings, first_seed=seed))
 save_frames({name: frames[name] for name in ("main", "variants", "history", "donors")}, results_dir)
 

@@ -69,6 +69,8 @@ cifar_root = None  # paper profile: folder holding cifar-10-batches-py/
 results_dir = None  # where tidy results are saved (None: not saved)
 cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 workers = 1  # processes the studies' cells run in, each seed on its own (the numbers do not depend on it)
+executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
+progress = None  # a file that receives one line per finished cell (book/build.py --confirm shows it)
 
 # %% tags=["hide-input"]
 import functools
@@ -107,7 +109,7 @@ study = M.MPTStudy.from_settings(P, cifar_root=cifar_root, tracking=TRACK)
 TEST = {name: study.test_size(name) for name in P.datasets}  # each data set's global test images per class
 FINE = max(P.datasets, key=lambda name: TEST[name])  # the data set with the largest test set (the finest F1)
 fig_name, fig_fraction = P.datasets[0], 0.02 if 0.02 in P.fractions else P.fractions[0]  # the figure runs' data and fraction
-run = functools.partial(run_study, workers=workers, threads=threads, cache=cache_dir)  # how every study below runs
+run = functools.partial(run_study, workers=workers, threads=threads, cache=cache_dir, executor=executor, progress=progress)  # how every study below runs
 R = dict(n_seeds=P.n_seeds, n_seeds_figure=P.n_seeds_figure, local_batch=study.batch, ldc_epochs=P.ldc_epochs,
          ldc_batch=P.ldc_batch, ldc_batch_old=LDC_BATCH_OLD, ldc_lr=study.algorithm(seed).ldc_lr, table_model=P.table_model,
          one_image=1 / TEST[fig_name], **M.data_numbers(study, P.datasets, SEEDS))

@@ -32,6 +32,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -354,7 +355,7 @@ class _Ray:
     :func:`local_ray`) or connects to a cluster, and stops or leaves it when closed."""
 
     def __init__(self, fn: Callable, items: list, workers: int, threads: int, address: str) -> None:
-        import ray  # only when asked for: Ray takes a second to import
+        ray = _import_ray()
 
         self.ray, self.items, self.threads, self.refs = ray, items, threads, {}
         self.stack = contextlib.ExitStack()
@@ -400,11 +401,20 @@ class _Ray:
             self.refs.clear()
 
 
+def _import_ray():
+    """Ray, imported when asked for (it takes a second), without the notes its import prints in a
+    notebook (a missing ``ipywidgets``, tqdm's missing ``IProgress``): an executed chapter keeps its
+    outputs."""
+    logging.getLogger("ray.widgets.util").setLevel(logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="IProgress not found")
+        import ray
+    return ray
+
+
 def _ray_joined() -> bool:
     """Whether this process is connected to a Ray (which :func:`map_cells` then joins)."""
-    import ray
-
-    return ray.is_initialized()
+    return _import_ray().is_initialized()
 
 
 @contextlib.contextmanager
@@ -419,8 +429,7 @@ def local_ray(cpus: int) -> Iterator[None]:
             table = run_study(TABLE, executor="ray")
             figure = run_study(FIGURE, executor="ray")
     """
-    import ray
-
+    ray = _import_ray()
     cpus = _check_count("cpus", cpus)
     if ray.is_initialized():
         raise RuntimeError("local_ray: this process is connected to a Ray already (ray.shutdown() first)")
