@@ -127,9 +127,17 @@ the table of contents, and a reader's cache key also covers every notebook's sou
 records of the other chapters and of the readers before it (not those after it: two readers
 would otherwise invalidate each other on every build)."""
 
+CONFIRM = BOOK / "_confirm"
+"""Where confirmatory runs go (:func:`confirm`): ``_confirm/<profile>/`` holds ``plan.json``, the
+executed ``chapters/`` with their records, the studies' ``cache/`` and each chapter's ``progress/`` log."""
+CONFIRM_RECORDS = "confirm_records"
+"""A chapter whose parameters cell declares ``confirm_records`` (the findings page) gets the folder of
+the profile's confirmatory records, ``_confirm/<profile>/chapters`` (relative to ``notebooks/``),
+whether or not one exists; its cache key covers the records there."""
+
 SET_BY_BUILD = {"profile": "--profile", "results_dir": "--out (each chapter saves under <out>/results/<chapter>)",
                 CACHE: "--out (the cells are kept under <out>/cache)", RECORDS: "--profile and --out (the records read are "
-                "those of the build's chapters)"}
+                "those of the build's chapters)", CONFIRM_RECORDS: "--profile (the confirmatory run of that profile)"}
 """The parameters the build gives a chapter itself (``-p`` may not: it would be silently overridden),
 and the options that set them."""
 
@@ -170,6 +178,10 @@ def cache_key(name: str, params: dict, threads: int = 1, later: frozenset[str] =
                 if path.stem != name and path.stem not in later:
                     h.update(path.name.encode())
                     h.update(path.read_bytes())
+    if CONFIRM_RECORDS in params:  # the confirmatory records the page reads
+        for path in sorted((NOTEBOOKS / params[CONFIRM_RECORDS]).glob("*.json")):
+            h.update(b"confirm/" + path.name.encode())
+            h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -651,6 +663,9 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str,
         claims = claims_of(meta.with_suffix(".ipynb"))
         if claims is not None:
             record["claims"] = claims
+            seeds = pilot_seeds(name, params)
+            if seeds:
+                record["seeds"] = seeds  # what sizes a confirmatory run of this build (fedbook.confirm.plan)
         atomic_write_json(meta, record)
         print(f"[done]     {name}  {seconds:.1f} s", flush=True)
 
@@ -738,6 +753,8 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                 params[CACHE] = os.path.relpath(out / "cache", NOTEBOOKS)
             if RECORDS in declared[name]:
                 params[RECORDS] = records
+            if CONFIRM_RECORDS in declared[name]:
+                params[CONFIRM_RECORDS] = os.path.relpath(CONFIRM / profile / "chapters", NOTEBOOKS)
             later = frozenset(all_readers[all_readers.index(name) + 1:]) if name in all_readers else frozenset()
             key = cache_key(name, params, threads, later)
             output, meta = chapters / f"{name}.ipynb", chapters / f"{name}.json"
@@ -765,6 +782,166 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     print(f"[built]    {len(names)} chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
     where(out, names)
     return render_book(out) if render else 0
+
+
+def pilot_seeds(name: str, params: dict) -> dict:
+    """The run seeds a chapter executed with ``params`` used: its ``seed`` and its seed parameters
+    (:func:`fedbook.confirm.seed_parameters`: ``n_seeds``, ``side_seeds``, ...), each the value
+    passed or else the profile's (:func:`parameter_defaults`); ``{}`` for a chapter without them."""
+    from fedbook.confirm import seed_parameters
+
+    tiers = seed_parameters(notebook_parameters(name))
+    if not tiers or "seed" not in notebook_parameters(name):
+        return {}
+    defaults = parameter_defaults(name, params.get("profile", DEFAULT_PROFILE))
+    return {k: params[k] if params.get(k) is not None else defaults.get(k) for k in ["seed", *tiers]}
+
+
+def _show_plan(plan, profile: str) -> None:
+    """Print a confirmatory plan: one line per open claim, then per chapter its seeds and estimated time."""
+    print(f"[confirm]  plan from the {profile} build's records: power {plan.power:g}, at most {plan.cap} seeds a claim, "
+          f"fresh seeds from {plan.first_seed}", flush=True)
+    for r in plan.to_dict()["claims"]:
+        planned = f"{r['planned_n']} fresh seeds" if r["planned_n"] is not None else f"not planned: {r['reason']}"
+        head = " (headline)" if r["headline"] else ""
+        print(f"[claim]    {r['chapter']}  {r['key']}{head}  pilot: {r['pilot_verdict']}, {r['pilot_n']} seeds  ->  {planned}",
+              flush=True)
+    for c in plan.chapters.to_dict("records"):
+        estimate = f", about {_minutes(c['estimated_seconds'])} of CPU (the pilot's {_minutes(c['pilot_seconds'])} " \
+                   "scaled by the seeds)" if c["estimated_seconds"] is not None else ""
+        print(f"[chapter]  {c['chapter']}: {c['seeds']} fresh seeds ({c['first_seed']}..{c['first_seed'] + c['seeds'] - 1}) "
+              f"for {c['claims']} open claim(s){estimate}; parameters {json.dumps(c['parameters'])}", flush=True)
+    if plan.chapters.empty:
+        print("[confirm]  no open claim can be planned: nothing to run", flush=True)
+
+
+def _execute_showing(name: str, params: dict, output: Path, progress: Path | None, threads: int) -> float:
+    """:func:`execute_chapter` in a thread, printing the new lines of its progress log as they come."""
+    import threading
+
+    done: dict = {}
+
+    def run() -> None:
+        try:
+            with _with_threads(threads):
+                done["seconds"] = execute_chapter(name, params, output)
+        except BaseException as err:  # re-raised in the caller's thread
+            done["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    offset = 0
+
+    def show() -> None:
+        nonlocal offset
+        if progress is not None and progress.exists():
+            with open(progress, encoding="utf-8") as f:
+                f.seek(offset)
+                text = f.read()
+            complete = text[: text.rfind("\n") + 1]
+            offset += len(complete.encode("utf-8"))
+            for line in complete.splitlines():
+                print(f"[progress] {name}: {line}", flush=True)
+
+    while worker.is_alive():
+        worker.join(1.0)
+        show()
+    show()
+    if "error" in done:
+        raise done["error"]
+    return done["seconds"]
+
+
+def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: float, cap: int, first_seed: int,
+            threads: int = 1, plan_only: bool = False, plan_file: Path | None = None, out: Path | None = None) -> int:
+    """A confirmatory run (:mod:`fedbook.confirm`): plan it from the ``profile`` build's records,
+    print and save the plan (``_confirm/<profile>/plan.json``), then execute each planned chapter
+    (``only``: those of them) on the plan's fresh seeds into ``_confirm/<profile>/chapters/``,
+    writing its record with ``"claims"`` and ``"confirmatory"`` (the plan's rows and the seeds).
+
+    The studies keep their cells in ``_confirm/<profile>/cache`` (so a killed run, run again with the
+    same plan, reads the cells it finished) and append a line per finished cell to
+    ``_confirm/<profile>/progress/<chapter>.log``, which the command prints as it comes. ``overrides``
+    are the ``-p`` parameters that the plan does not set (``executor``, ``workers``, ``threads``).
+    ``plan_file``: execute that plan (a ``plan.json`` of an earlier run, or one made by hand)
+    instead of planning; ``out``: the folder instead of ``_confirm/<profile>``.
+    """
+    from fedbook.confirm import ConfirmPlan, seed_parameters
+    from fedbook.confirm import plan as make_plan
+    from fedlib.io import atomic_write_json
+
+    if profile not in PROFILES:
+        raise SystemExit(f"unknown profile {profile!r}; valid: {', '.join(PROFILES)}")
+    pilot = output_dir(profile) / "chapters"
+    names = [n for n in chapter_names() if (pilot / f"{n}.json").exists()]
+    given = {}
+    for name in names:
+        record = json.loads((pilot / f"{name}.json").read_text())
+        if record.get("claims") and "seeds" not in record:  # a record of a build before the seeds were recorded
+            given[name] = pilot_seeds(name, record.get("params", {"profile": profile}))
+    try:
+        plan = (make_plan(pilot, power=power, cap=cap, first_seed=first_seed, pilot_seeds=given) if plan_file is None
+                else ConfirmPlan.from_dict(json.loads(Path(plan_file).read_text())))
+    except (ValueError, KeyError, OSError) as err:
+        raise SystemExit(f"--confirm: {err}")
+    if only:
+        bad = [n for n in only if n not in set(plan.chapters["chapter"])]
+        if bad:
+            raise SystemExit(f"--only {', '.join(bad)}: no planned claim in that chapter; planned: "
+                             f"{', '.join(plan.chapters['chapter']) or 'none'}")
+        plan = type(plan)(plan.claims[plan.claims["chapter"].isin(only)].reset_index(drop=True),
+                          plan.chapters[plan.chapters["chapter"].isin(only)].reset_index(drop=True),
+                          plan.power, plan.cap, plan.first_seed)
+    _show_plan(plan, profile)
+    out = Path(out) if out is not None else CONFIRM / profile
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "plan.json", {"profile": profile, **plan.to_dict()})
+    print(f"[output]   the plan: {out / 'plan.json'}", flush=True)
+    if plan_only or plan.chapters.empty:
+        return 0
+    todo = []
+    for c in plan.chapters.to_dict("records"):
+        name = c["chapter"]
+        declared = notebook_parameters(name)
+        set_by_plan = sorted(set(overrides) & {"seed", *seed_parameters(declared)})
+        if set_by_plan:
+            raise SystemExit(f"-p {set_by_plan[0]}: the confirmatory plan sets the seeds itself (--first-seed, --power, --cap)")
+        missing = sorted(k for k in overrides if k not in declared)
+        if missing:
+            raise SystemExit(f"-p {missing[0]}: chapter {name} declares no such parameter (valid: {', '.join(declared)})")
+        params = {"profile": profile, **overrides, **c["parameters"]}
+        if CACHE in declared:
+            params[CACHE] = os.path.relpath(out / "cache", NOTEBOOKS)
+        if "results_dir" in declared:
+            params["results_dir"] = os.path.relpath(out / "results" / name, NOTEBOOKS)
+        progress = None
+        if "progress" in declared:
+            progress = out / "progress" / f"{name}.log"
+            progress.parent.mkdir(parents=True, exist_ok=True)
+            params["progress"] = os.path.relpath(progress, NOTEBOOKS)
+        todo.append((name, params, progress, c))
+    check_parameters([t[0] for t in todo], profile, overrides)
+    t0 = time.perf_counter()
+    for i, (name, params, progress, c) in enumerate(todo, 1):
+        output, meta = out / "chapters" / f"{name}.ipynb", out / "chapters" / f"{name}.json"
+        key = cache_key(name, {k: v for k, v in params.items() if k != "progress"}, threads)
+        last = json.loads(meta.read_text()) if meta.exists() else {}
+        if output.exists() and last.get("key") == key:
+            print(f"[cached]   {name}", flush=True)
+            continue
+        _started(i, len(todo), name, params, None, time.perf_counter() - t0)
+        seconds = _execute_showing(name, params, output, progress, threads)
+        record = {"key": key, "params": params, "seconds": round(seconds, 2),
+                  "claims": claims_of(output) or [], "seeds": pilot_seeds(name, params),
+                  "confirmatory": {"profile": profile, "power": plan.power, "cap": plan.cap,
+                                   "first_seed": plan.first_seed,
+                                   "seeds": list(range(plan.first_seed, plan.first_seed + int(c["seeds"]))),
+                                   "rows": plan.rows(name)}}
+        atomic_write_json(meta, record)
+        print(f"[done]     {name}  {seconds:.1f} s", flush=True)
+    print(f"[built]    {len(todo)} confirmatory chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
+    where(out, [t[0] for t in todo])
+    return 0
 
 
 def where(out: Path, names: list[str]) -> None:
@@ -956,6 +1133,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --compare: relative tolerance for numbers (default 0: bit for bit)")
     parser.add_argument("--timings", action="store_true",
                         help="with --compare: compare the glued measurements (times, memory) too (left out by default: they differ by machine)")
+    parser.add_argument("--confirm", action="store_true",
+                        help="a confirmatory run: plan fresh seeds for the open claims of the --profile build's records, "
+                        "then execute the planned chapters (--only: some of them) into book/_confirm/<profile>/")
+    parser.add_argument("--power", type=float, default=0.8,
+                        help="with --confirm: the power each open claim is planned for (default 0.8)")
+    parser.add_argument("--cap", type=int, default=40,
+                        help="with --confirm: the most fresh seeds one claim may get (default 40)")
+    parser.add_argument("--first-seed", type=int, default=1000,
+                        help="with --confirm: the first fresh seed (default 1000; disjoint from the build's)")
+    parser.add_argument("--workers", type=int,
+                        help="with --confirm: processes (or Ray CPUs, -p executor=ray) each chapter's studies run on")
+    parser.add_argument("--plan-only", action="store_true", help="with --confirm: print and save the plan, execute nothing")
+    parser.add_argument("--plan", metavar="FILE",
+                        help="with --confirm: execute this plan (the plan.json of an earlier run, or one made by hand) "
+                        "instead of planning from the records")
     args = parser.parse_args(argv)
     overrides = {}
     for item in args.param:
@@ -963,6 +1155,18 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"parameters are KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         overrides[k.strip()] = parse_value(v)
+    if args.confirm:
+        if args.workers is not None:
+            overrides["workers"] = args.workers
+        try:
+            from fedbook.confirm import _check_settings
+
+            _check_settings(args.power, args.cap, args.first_seed)
+        except ValueError as err:
+            raise SystemExit(f"--confirm: {err}")
+        return confirm(args.profile, args.only, overrides, power=args.power, cap=args.cap, first_seed=args.first_seed,
+                       threads=args.threads, plan_only=args.plan_only, plan_file=args.plan,
+                       out=Path(args.out).resolve() if args.out else None)
     if args.handout:
         if args.profile not in PROFILES:
             raise SystemExit(f"unknown profile {args.profile!r}; valid: {', '.join(PROFILES)}")

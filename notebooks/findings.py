@@ -28,6 +28,7 @@
 profile = "book"  # "smoke", "book" or "paper": which build's records this page reads (it trains nothing)
 seed = 0  # unused: the page trains nothing (every chapter declares a seed)
 records = None  # {profile: folder of that build's chapter records}; book/build.py passes it
+confirm_records = None  # folder of the profile's confirmatory records (book/_confirm/<profile>/chapters); book/build.py passes it
 
 # %% tags=["hide-input"]
 from pathlib import Path
@@ -37,8 +38,8 @@ from IPython.display import display
 
 from fedbook.claims import HOLDS
 from fedbook.page import glue_all, setup, show_table
-from fedbook.catalog import (findings_counts, findings_html, findings_numbers, nearest_decisions, paper_summaries,
-                             plot_verdicts, read_findings, toc_chapters, verdict_changes)
+from fedbook.catalog import (confirm_numbers, findings_counts, findings_html, findings_numbers, nearest_decisions,
+                             paper_summaries, plot_verdicts, read_findings, toc_chapters, verdict_changes)
 
 PROFILES = {"smoke": {}, "book": {}, "paper": {}}
 P = setup(PROFILES, profile)
@@ -133,6 +134,39 @@ plt.show()
 
 # %% tags=["hide-input"]
 display(findings_html(findings))
+
+# %% [markdown]
+# (findings-confirmatory)=
+# ## Confirmatory runs
+#
+# A claim still open here can be decided by a **confirmatory run** on more machines:
+#
+# ```bash
+# .venv/bin/python book/build.py --confirm --plan-only     # print and save the plan from the book build's records
+# .venv/bin/python book/build.py --confirm                 # plan, then run the planned chapters on their fresh seeds
+# .venv/bin/python book/build.py --confirm -p executor=ray --workers 16   # the same on a local Ray instance of 16 CPUs
+# ```
+#
+# From this build's records, the command plans how many **fresh seeds** (from
+# {glue:text}`confirm_first_seed` on, none of them the book's) would decide each open claim with a
+# power of {glue:text}`confirm_power`, at most {glue:text}`confirm_cap` seeds a claim: the power at
+# a true effect $m$ away from the decision threshold (the paper's effect at twice $m$ if the claim
+# holds, no effect if it does not), with the spread the book's seeds measured. It then runs the
+# chapters that hold such claims on those seeds and decides each planned claim on the fresh seeds
+# alone. The book's seeds only size the run: their mean is not used, and they are not reused,
+# because adding seeds to the book's until a claim decides would make the number of seeds depend on
+# the results, and a claim looked at again after every seed gets many chances to cross a threshold
+# by chance: both error rates of the rule would grow. For the claims a confirmatory run was planned
+# for, its verdict stands; for every other claim, this page's.
+#
+# {glue:text}`confirm_text`
+#
+# ```{glue} confirm_table
+# ```
+
+# %% tags=["hide-input"]
+confirm_records = confirm_records or f"../book/_confirm/{profile}/chapters"
+glue_all(confirm_numbers(records[profile], confirm_records, parts))
 
 # %% [markdown]
 # ## Exercises

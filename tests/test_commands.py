@@ -77,6 +77,15 @@ COVERAGE = {
                                                         "profile, which needs make book's build first",
     ".venv/bin/python book/build.py --compare runs/ana --rtol 0.05": "the README's --compare command (RUN here), "
                                                                     "which it is at the smoke profile",
+    # the findings page's confirmatory runs: every check before the kernel, the plan's parameters and the Ray executor
+    ".venv/bin/python book/build.py --confirm --plan-only":
+        "tests/test_confirm.py::test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters",
+    ".venv/bin/python book/build.py --confirm":
+        "tests/test_confirm.py::test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters "
+        "(execution stubbed) and test_a_confirmatory_run_resumes_after_a_kill_and_ray_gives_the_same_bits (run)",
+    ".venv/bin/python book/build.py --confirm -p executor=ray --workers 16":
+        "tests/test_confirm.py::test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters "
+        "(execution stubbed) and test_a_confirmatory_run_resumes_after_a_kill_and_ray_gives_the_same_bits (Ray of 2 CPUs)",
     # the teaching page's course commands
     ".venv/bin/python book/build.py --handout handouts/ana --profile smoke --only setting teaching -p seed=7":
         "tests/test_course.py::test_student_versions_hold_no_solution_or_hint_and_teacher_versions_all (every "

@@ -170,7 +170,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("evidence", ("fedbook.intervals", "fedbook.claims", "fedbook.checks")),
     ("the study runner", ("fedbook.study",)),
     ("pages", ("fedbook.page",)),
-    ("the book's catalog", ("fedbook.catalog", "fedbook.course")),
+    ("the book's catalog", ("fedbook.catalog", "fedbook.course", "fedbook.confirm")),
     ("chapter studies", ("fedbook.studies", "fedbook.studies.*")),
     ("measurements", ("fedbook.benchmarks", "fedbook.studies.performance")),
 ]

@@ -13,6 +13,10 @@ Two pages read them and train nothing of their own (bar the teaching page's smal
   and every claim of every chapter (:func:`read_findings`), counted per paper
   (:func:`findings_counts`), as one filterable table (:func:`findings_html`, quotations shortened
   by :func:`short_quote`);
+- the findings page's confirmatory runs (``book/build.py --confirm``, :mod:`fedbook.confirm`): per
+  planned claim the pilot's verdict, the confirmatory one and which stands (:func:`read_confirmations`,
+  :func:`confirmations_html`), or the plan a build's records give (:func:`plan_summary`,
+  :func:`confirm_numbers`);
 - the teaching page: each chapter's execution time at the smoke and book profiles
   (:func:`record_seconds`, :func:`chapter_times`) and every chapter's exercises
   (:func:`exercise_index`).
@@ -41,6 +45,7 @@ import yaml
 from fedbook.claims import (DOES_NOT_HOLD, EFFECT_SHARE, HOLDS, INCONCLUSIVE, OPPOSITE, RESOLUTION_SHARE, SMALLER,
                             UNTESTABLE, UNTESTABLE_RESOLUTION, UNTESTABLE_SETTING, VERDICT_COLOURS, VERDICTS,
                             summary_html, table_anchor, verdict_colour)
+from fedbook import confirm as confirmatory
 from fedbook.page import show_table
 from fedbook.tables import Html
 from fedlib.io import atomic_write_bytes
@@ -669,3 +674,230 @@ __all__ = ["BAR_SEGMENTS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "SHORTFALL_COLU
            "findings_html", "findings_numbers", "handout_cell", "paper_summaries", "nearest_decisions", "plot_rule_zones",
            "plot_verdicts", "read_findings", "record_seconds", "short_quote", "timing_numbers", "toc_chapters",
            "verdict_changes", "write_rule_zones"]
+
+
+CONFIRM_COLUMNS = ("paper", "chapter", "key", "anchor", "headline", "pilot verdict", "pilot interval", "pilot n",
+                   "confirmatory verdict", "confirmatory interval", "confirmatory n", "fresh seeds", "stands",
+                   "standing verdict")
+"""The columns of :func:`read_confirmations`."""
+
+
+def _seed_range(seeds: Sequence[int]) -> str:
+    seeds = list(seeds)
+    if not seeds:
+        return ""
+    return str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}\N{EN DASH}{seeds[-1]}"
+
+
+def read_confirmations(pilot: str | os.PathLike, confirm: str | os.PathLike,
+                       parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
+    """The claims a confirmatory run (``book/build.py --confirm``, :mod:`fedbook.confirm`) was planned
+    for, each with the pilot's verdict (the build's records in ``pilot``) and the confirmatory one
+    (the records in ``confirm``: ``"claims"`` decided on the fresh seeds alone, ``"confirmatory"``
+    the plan's rows and seeds), in the book's order; which one stands: the confirmatory verdict,
+    planned before its seeds ran, for every claim it was planned for (``"pilot"`` only where the
+    confirmatory chapter did not read the claim).
+
+    Returns
+    -------
+    DataFrame
+        Columns :data:`CONFIRM_COLUMNS`; empty when ``confirm`` holds no confirmatory record.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from fedbook.claims import Claim, claims_records, evaluate
+    >>> a, b = pathlib.Path(tempfile.mkdtemp()), pathlib.Path(tempfile.mkdtemp())
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
+    >>> _ = (a / "x_experiments.json").write_text(json.dumps({"claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])])}))
+    >>> fresh = claims_records([evaluate(c, [1.9, 2.3, 2.1, 2.0, 2.2, 1.8, 2.4, 2.1, 2.0, 2.2])])
+    >>> rows = [{"chapter": "x_experiments", "key": "gain", "planned_n": 10}]
+    >>> _ = (b / "x_experiments.json").write_text(json.dumps(
+    ...     {"claims": fresh, "confirmatory": {"seeds": list(range(1000, 1010)), "rows": rows}}))
+    >>> f = read_confirmations(a, b, [("X", ["x_experiments"])])
+    >>> f.loc[0, ["pilot verdict", "confirmatory verdict", "fresh seeds", "stands", "standing verdict"]].tolist()
+    ['inconclusive at this scale', 'holds', '1000–1009', 'confirmatory', 'holds']
+    """
+    rows = []
+    for part, names in parts:
+        for name in names:
+            path = Path(confirm) / f"{name}.json"
+            if not path.exists():
+                continue
+            record = json.loads(path.read_text(encoding="utf-8"))
+            planned = (record.get("confirmatory") or {}).get("rows") or ()
+            seeds = (record.get("confirmatory") or {}).get("seeds") or ()
+            fresh = {r["key"]: r for r in record.get("claims") or ()}
+            pilot_path = Path(pilot) / f"{name}.json"
+            before = ({r["key"]: r for r in json.loads(pilot_path.read_text(encoding="utf-8")).get("claims") or ()}
+                      if pilot_path.exists() else {})
+            for p in planned:
+                key, old, new = p["key"], before.get(p["key"]), fresh.get(p["key"])
+                rows.append({
+                    "paper": part, "chapter": name, "key": key,
+                    "anchor": (new or old or {}).get("anchor", ""), "headline": bool(p.get("headline")),
+                    "pilot verdict": old["verdict"] if old else "not in the pilot's records",
+                    "pilot interval": _interval_only(old["ours"], old["n"], old["unit"]) if old else "",
+                    "pilot n": int(old["n"]) if old else 0,
+                    "confirmatory verdict": new["verdict"] if new else "not read by the confirmatory run",
+                    "confirmatory interval": _interval_only(new["ours"], new["n"], new["unit"]) if new else "",
+                    "confirmatory n": int(new["n"]) if new else 0, "fresh seeds": _seed_range(seeds),
+                    "stands": "confirmatory" if new else "pilot",
+                    "standing verdict": new["verdict"] if new else (old["verdict"] if old else "")})
+    return pd.DataFrame(rows, columns=list(CONFIRM_COLUMNS))
+
+
+def confirmations_html(frame: pd.DataFrame) -> Html:
+    """The confirmatory verdicts as a table for a page (a claims table's card per row on a phone,
+    the standing verdict first): the claim (linked to its row in the chapter), the pilot's verdict
+    with its interval and seeds, the confirmatory verdict with its interval and fresh seeds, and
+    which one stands (shaded by its verdict). Its text form lists the rows.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame([{"paper": "X", "chapter": "x_experiments", "key": "gain", "anchor": "claim-gain",
+    ...     "headline": True, "pilot verdict": "inconclusive at this scale", "pilot interval": "+1.0 [-1.5, +3.5]",
+    ...     "pilot n": 3, "confirmatory verdict": "holds", "confirmatory interval": "+2.1 [+1.9, +2.3]",
+    ...     "confirmatory n": 10, "fresh seeds": "1000–1009", "stands": "confirmatory", "standing verdict": "holds"}])
+    >>> h = confirmations_html(f)
+    >>> 'href="x_experiments.html#claim-gain"' in h._repr_html_(), 'class="claims-table' in h._repr_html_()
+    (True, True)
+    >>> repr(h)
+    'X gain (headline) | pilot: inconclusive at this scale, +1.0 [-1.5, +3.5], 3 seeds | confirmatory: holds, +2.1 [+1.9, +2.3], 10 fresh seeds 1000–1009 | stands: the confirmatory verdict, holds'
+    """
+    from html import escape
+
+    missing = [c for c in CONFIRM_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"confirmations_html needs the columns of read_confirmations, missing {missing}")
+    body, lines = [], []
+    for r in frame.to_dict("records"):
+        head = " (headline)" if r["headline"] else ""
+        claim = (f'{escape(r["paper"])}: <a href="{escape(r["chapter"])}.html#{escape(r["anchor"])}">'
+                 f'<code>{escape(r["key"])}</code></a>{escape(head)}')
+        pilot = f"{r['pilot verdict']}, {r['pilot interval']}, {r['pilot n']} seeds"
+        fresh = (f"{r['confirmatory verdict']}, {r['confirmatory interval']}, {r['confirmatory n']} fresh seeds "
+                 f"{r['fresh seeds']}" if r["stands"] == "confirmatory" else r["confirmatory verdict"])
+        stands = f"the {r['stands']} verdict, {r['standing verdict']}"
+        body.append(
+            f'<tr><td class="claims-text">{claim}</td>'
+            f'<td style="background-color: {verdict_colour(r["pilot verdict"])}">{escape(pilot)}</td>'
+            f'<td style="background-color: {verdict_colour(r["confirmatory verdict"])}">{escape(fresh)}</td>'
+            f'<td class="claims-verdict" style="background-color: {verdict_colour(r["standing verdict"])}">'
+            f"{escape(stands)}</td></tr>")
+        lines.append(f"{r['paper']} {r['key']}{head} | pilot: {pilot} | confirmatory: {fresh} | stands: {stands}")
+    heads = ("claim", "pilot (the book's seeds)", "confirmatory (fresh seeds)", "stands")
+    thead = "".join(f'<th style="text-align: left">{h}</th>' for h in heads)
+    return Html(f'<table class="claims-table confirm-table"><thead><tr>{thead}</tr></thead>'
+                f'<tbody>{"".join(body)}</tbody></table>', "\n".join(lines))
+
+
+def plan_summary(plan, parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
+    """A confirmatory plan (:class:`fedbook.confirm.ConfirmPlan`) per paper, for a page: the open
+    claims, how many are planned, the fresh seeds and the estimated CPU minutes of the run (the
+    pilot's time scaled by the seeds), in the book's order, and a last row of the totals.
+
+    Examples
+    --------
+    >>> from fedbook.confirm import ConfirmPlan
+    >>> claims = pd.DataFrame({"chapter": ["x_experiments"] * 2, "key": ["a", "b"], "planned_n": pd.array([7, None], "Int64")})
+    >>> chapters = pd.DataFrame({"chapter": ["x_experiments"], "seeds": [7], "estimated_seconds": [120.0]})
+    >>> plan_summary(ConfirmPlan(claims, chapters), [("X", ["x_experiments"])]).to_dict("records")
+    [{'paper': 'X', 'open claims': 2, 'planned': 1, 'fresh seeds': 7, 'CPU minutes': 2.0}, {'paper': 'all papers', 'open claims': 2, 'planned': 1, 'fresh seeds': 7, 'CPU minutes': 2.0}]
+    """
+    rows = []
+    for part, names in parts:
+        for name in names:
+            claims = plan.claims[plan.claims["chapter"] == name]
+            if claims.empty:
+                continue
+            chapter = plan.chapters[plan.chapters["chapter"] == name]
+            seeds = int(chapter["seeds"].iloc[0]) if len(chapter) else 0
+            seconds = chapter["estimated_seconds"].iloc[0] if len(chapter) else 0.0
+            rows.append({"paper": part, "open claims": len(claims), "planned": int(claims["planned_n"].notna().sum()),
+                         "fresh seeds": seeds, "CPU minutes": round(float(seconds or 0.0) / 60, 1)})
+    frame = pd.DataFrame(rows, columns=["paper", "open claims", "planned", "fresh seeds", "CPU minutes"])
+    total = {"paper": "all papers", "open claims": int(frame["open claims"].sum()), "planned": int(frame["planned"].sum()),
+             "fresh seeds": int(frame["fresh seeds"].sum()), "CPU minutes": round(float(frame["CPU minutes"].sum()), 1)}
+    return pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
+
+
+def confirm_settings(folder: str | os.PathLike, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings a confirmatory run was planned with (``power``, ``cap``, ``first_seed``), read from
+    its records in ``folder`` (``"confirmatory"``); ``defaults`` where none is there.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "x.json").write_text(json.dumps({"confirmatory": {"power": 0.9, "cap": 20, "first_seed": 500}}))
+    >>> confirm_settings(folder, {"power": 0.8, "cap": 40, "first_seed": 1000})
+    {'power': 0.9, 'cap': 20, 'first_seed': 500}
+    >>> confirm_settings(folder / "none", {"power": 0.8})
+    {'power': 0.8}
+    """
+    out = dict(defaults)
+    for path in sorted(Path(folder).glob("*.json")) if Path(folder).is_dir() else ():
+        said = json.loads(path.read_text(encoding="utf-8")).get("confirmatory") or {}
+        out.update({k: said[k] for k in defaults if k in said})
+    return out
+
+
+def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
+                    parts: Sequence[tuple[str, Sequence[str]]]) -> dict[str, Any]:
+    """The findings page's section on confirmatory runs, by its glued keys: ``confirm_power``,
+    ``confirm_cap`` and ``confirm_first_seed`` (the run's settings, else :mod:`fedbook.confirm`'s
+    defaults), ``confirm_text`` and ``confirm_table``. Where ``confirm`` holds confirmatory
+    records: what they decided and which verdict stands (:func:`read_confirmations`,
+    :func:`confirmations_html`); else the plan the build's records in ``pilot`` give
+    (:func:`fedbook.confirm.plan`, :func:`plan_summary`): the claims it would decide, the
+    fresh seeds and the CPU time, and why the others are not planned.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from fedbook.claims import Claim, claims_records, evaluate
+    >>> a = pathlib.Path(tempfile.mkdtemp())
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
+    >>> record = {"seconds": 60.0, "claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])]), "seeds": {"seed": 0, "n_seeds": 3}}
+    >>> _ = (a / "x_experiments.json").write_text(json.dumps(record))
+    >>> R = confirm_numbers(a, a / "none", [("X", ["x_experiments"])])
+    >>> R["confirm_power"], R["confirm_cap"], R["confirm_first_seed"]
+    ('80 %', 40, 1000)
+    >>> print(R["confirm_text"])
+    No confirmatory run of this build exists yet. Its plan: of the 1 open claim, 1 would be decided with that power within the cap, on 10 fresh seeds in all (each chapter runs the most its claims need), about 3 CPU-minutes by this build's time per seed. The table gives the plan per paper; the command prints it claim by claim.
+    """
+    said = confirm_settings(confirm, {"power": confirmatory.POWER, "cap": confirmatory.CAP,
+                                      "first_seed": confirmatory.FIRST_SEED})
+    out = {"confirm_power": f"{100 * said['power']:g} %", "confirm_cap": said["cap"],
+           "confirm_first_seed": said["first_seed"]}
+    confirmed = read_confirmations(pilot, confirm, parts) if Path(confirm).is_dir() else None
+    if confirmed is not None and len(confirmed):
+        standing, k, n = confirmed["standing verdict"], confirmed["chapter"].nunique(), len(confirmed)
+        other = ~standing.isin([HOLDS, DOES_NOT_HOLD, INCONCLUSIVE])
+        text = (f"A confirmatory run of this build ({k} chapter{'s' if k > 1 else ''}) read the {n} "
+                f"claim{'s' if n > 1 else ''} it was planned for on its fresh seeds alone: "
+                f"{int((standing == HOLDS).sum())} hold, {int((standing == DOES_NOT_HOLD).sum())} do not hold, "
+                f"{int((standing == INCONCLUSIVE).sum())} remain inconclusive"
+                + (f" and {int(other.sum())} are untestable there" if other.any() else "")
+                + ". The table gives each claim's verdict on the book's seeds and on the fresh seeds, and which one "
+                "stands.")
+        return {**out, "confirm_text": text, "confirm_table": confirmations_html(confirmed)}
+    try:
+        pending = confirmatory.plan(pilot)
+    except ValueError as why:  # no records to plan from
+        return {**out, "confirm_text": f"No confirmatory run of this build exists, and none can be planned yet: {why}.",
+                "confirm_table": show_table(pd.DataFrame({"note": ["no plan"]}), index=False)}
+    per_paper = plan_summary(pending, parts)
+    total = per_paper.iloc[-1]
+    minutes = float(total["CPU minutes"])
+    cpu = f"{minutes:.0f} CPU-minutes" if minutes < 90 else f"{minutes / 60:.1f} CPU-hours"
+    why = pending.claims.loc[pending.claims["planned_n"].isna(), "reason"].value_counts()
+    n_open = int(total["open claims"])
+    text = (f"No confirmatory run of this build exists yet. Its plan: of the {n_open} open claim{'s' if n_open != 1 else ''}, "
+            f"{int(total['planned'])} would be decided with that power within the cap, on "
+            f"{int(total['fresh seeds'])} fresh seeds in all (each chapter runs the most its claims need), "
+            f"about {cpu} by this build's time per seed"
+            + (f"; the others are not planned ({'; '.join(f'{k}: {r}' for r, k in why.items())})" if len(why) else "")
+            + ". The table gives the plan per paper; the command prints it claim by claim.")
+    return {**out, "confirm_text": text, "confirm_table": show_table(per_paper, digits={"CPU minutes": 1}, index=False)}

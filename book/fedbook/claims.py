@@ -1695,7 +1695,12 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
     ``high``, ``n`` and ``unit`` are the
     interval the verdict reads (against every baseline of a tuple, the binding one); ``anchor`` is
     the id of the row in the table :func:`show` renders (:func:`claim_anchor`: from the key alone),
-    so a page can link to the row; ``about`` what the claim is about (:data:`ABOUTS`).
+    so a page can link to the row; ``about`` what the claim is about (:data:`ABOUTS`);
+    ``direction``, ``level`` and ``versus`` (a name, a list of names, or ``None``) are the
+    declaration's, ``method`` the interval's (``"t"`` over seeds, ``"bootstrap"`` over units) and
+    ``intervals`` each named baseline's interval (``mean``, ``low``, ``high``, ``n``, ``level``,
+    ``method``; empty when the claim names none): what a confirmatory plan needs to size each
+    side of the rule (:func:`fedbook.confirm.plan`).
 
     Examples
     --------
@@ -1725,6 +1730,11 @@ def claims_records(results: Sequence[ClaimResult], digits: int = 2) -> list[dict
             "regimes": [{"key": g.check.key, "value": g.value, "op": g.check.op, "threshold": g.check.threshold,
                          "passes": g.passes} for g in r.regimes],
             "seeds_to_decide": table.loc[i, "seeds to decide"], "anchor": anchors[i], "about": r.claim.about,
+            "direction": r.claim.direction, "level": r.claim.level, "method": r.interval.method,
+            "versus": list(r.claim.versus) if r.claim.every else r.claim.versus,
+            "intervals": {name: {"mean": number(iv.mean), "low": number(iv.low), "high": number(iv.high),
+                                 "n": int(iv.n), "level": iv.level, "method": iv.method}
+                          for name, iv in r.intervals.items()},
         }
         for i, r in enumerate(results)
     ]

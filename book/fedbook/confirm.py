@@ -1,0 +1,320 @@
+r"""Confirmatory runs: the open claims of a build decided on fresh seeds, sized before they run.
+
+A build of the book (the *pilot*) decides some claims and leaves others "inconclusive at this
+scale". Adding seeds to the pilot's until a claim decides would make the number of seeds depend on
+the results and inflate both error rates of the rule (:class:`fedbook.claims.Claim`): a claim
+looked at after every seed is tried many times. A **confirmatory run** instead fixes its number of
+seeds in advance from the pilot, runs it on **fresh seeds** (``first_seed``, ``first_seed + 1``,
+..., disjoint from the pilot's) and decides each claim it was planned for on those seeds alone; the
+pilot only sizes it.
+
+The size (:func:`plan`): for each open claim, the smallest number of seeds :math:`n` at which the
+rule decides it with the declared **power** (80 % by default) when the true effect lies :math:`m`
+(the claim's smallest effect of interest) away from the decision threshold on either side: the
+paper's effect at twice :math:`m` when the claim holds, no effect when it does not. The spread is
+the pilot's: the effective standard deviation :math:`\sigma` recovered from the half-width of the
+pilot's interval, as :func:`fedbook.claims.seeds_to_decide` does. The pilot's observed mean is not
+used: power computed at the observed effect ("observed power") only restates the pilot's interval.
+With :math:`t_c` the critical value of the claim's level and :math:`n - 1` degrees of freedom, the
+interval clears a threshold :math:`m` away from the true mean with probability
+
+.. math:: \pi(n) = P\left(T_{n-1}(\sqrt{n}\, m / \sigma) > t_c\right),
+
+:math:`T_\nu(\delta)` the noncentral t with :math:`\nu` degrees of freedom and noncentrality
+:math:`\delta` (``scipy.stats.nct``). Against every baseline of a tuple (:func:`fedbook.claims.decide`),
+"holds" needs all :math:`k` intervals (the product of their powers) and "does not hold" one at the
+Bonferroni level :math:`1 - (1 - \text{level})/k` (the smallest of the baselines' powers: any one
+may be the one that falls short). The planned :math:`n` gives both sides the declared power.
+
+A chapter runs its confirmatory seeds through its notebook's seed parameters (``n_seeds``,
+``side_seeds``, ``headline_seeds``, ``n_seeds_figure``: :func:`seed_parameters`); a claim is sized by
+the parameter whose pilot value equals its number of seeds (its *tier*). Every tier that serves an
+open claim gets the chapter's largest planned :math:`n`, the others their smallest valid value
+(:data:`MIN_TIER`), and ``seed`` the first fresh seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fedbook.claims import INCONCLUSIVE
+from fedlib.validation import is_int, is_real
+
+POWER = 0.8
+"""The default power a confirmatory run is planned for."""
+CAP = 40
+"""The default largest number of fresh seeds planned for one claim."""
+FIRST_SEED = 1000
+"""The default first fresh seed (the book's pilot runs seeds from 0)."""
+MIN_TIER = 2
+"""The seeds a seed parameter that serves no open claim gets: the fewest an interval over seeds needs."""
+NESTED = (("side_seeds", "n_seeds"), ("n_seeds", "headline_seeds"))
+"""Seed parameters whose seeds are the first of another's, ``(inner, outer)``: a chapter needs
+``outer >= inner`` (COSMOS runs its side studies on the first ``side_seeds`` of ``n_seeds``; GGEUR
+runs every study on the first ``n_seeds`` of ``headline_seeds``)."""
+_TIER = re.compile(r"^(n_seeds\w*|\w+_seeds)$")
+
+CLAIM_COLUMNS = ("chapter", "key", "headline", "pilot_verdict", "pilot_n", "tier", "planned_n", "reason")
+"""The columns of :attr:`ConfirmPlan.claims`."""
+CHAPTER_COLUMNS = ("chapter", "seeds", "first_seed", "parameters", "claims", "pilot_seconds", "estimated_seconds")
+"""The columns of :attr:`ConfirmPlan.chapters`."""
+
+
+def seed_parameters(names: Sequence[str]) -> list[str]:
+    """The seed parameters (*tiers*) among a chapter's parameters: ``n_seeds``, ``n_seeds_*`` and
+    ``*_seeds`` (how many of the run seeds a group of runs uses).
+
+    Examples
+    --------
+    >>> seed_parameters(["profile", "seed", "n_seeds", "side_seeds", "rounds", "n_seeds_figure"])
+    ['n_seeds', 'side_seeds', 'n_seeds_figure']
+    """
+    return [n for n in names if _TIER.match(n)]
+
+
+def _check_settings(power: Any, cap: Any, first_seed: Any) -> None:
+    if not is_real(power) or isinstance(power, bool) or not 0 < power < 1:
+        raise ValueError(f"power must be a number in (0, 1), e.g. 0.8, got {power!r}")
+    if not is_int(cap) or cap < MIN_TIER:
+        raise ValueError(f"cap must be an integer >= {MIN_TIER} (the most fresh seeds one claim may get), got {cap!r}")
+    if not is_int(first_seed) or first_seed < 0:
+        raise ValueError(f"first_seed must be an integer >= 0, got {first_seed!r}")
+
+
+def power_at(n: Any, sd: float, m: float, level: float) -> np.ndarray:
+    r"""The chance that an interval of ``n`` seeds clears a threshold that lies ``m`` from the true
+    mean difference, per-seed standard deviation ``sd``, at ``level``:
+    :math:`P(T_{n-1}(\sqrt n\, m/\sigma) > t_{(1+\text{level})/2,\, n-1})`.
+
+    Examples
+    --------
+    >>> round(float(power_at(10, 1.0, 1.0, 0.95)), 4)  # the one-sample t test's power at effect size 1, 10 seeds
+    0.8031
+    """
+    n = np.asarray(n, dtype=np.float64)
+    if sd <= 0:
+        return np.ones_like(n)
+    critical = stats.t.ppf((1 + level) / 2, n - 1)
+    return stats.nct.sf(critical, n - 1, np.sqrt(n) * m / sd)
+
+
+def _sd(iv: Mapping[str, Any]) -> float:
+    """The effective per-seed standard deviation of a t interval: half-width × √n / t."""
+    n = int(iv["n"])
+    return (float(iv["high"]) - float(iv["low"])) / 2 * math.sqrt(n) / float(stats.t.ppf((1 + iv["level"]) / 2, n - 1))
+
+
+def seeds_for(record: Mapping[str, Any], power: float = POWER, cap: int = CAP) -> tuple[int | None, str]:
+    """The fresh seeds that decide one open claim with ``power`` (module docstring), at most
+    ``cap``; or ``None`` and the reason none is planned.
+
+    Parameters
+    ----------
+    record : dict
+        The claim's record (:func:`fedbook.claims.claims_records`).
+    power : float, default :data:`POWER`
+    cap : int, default :data:`CAP`
+
+    Returns
+    -------
+    (int or None, str)
+        The seeds and ``""``, or ``None`` and the reason.
+
+    Examples
+    --------
+    >>> from fedbook.claims import Claim, claims_records, evaluate
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
+    >>> (r,) = claims_records([evaluate(c, [0.0, 2.0, 1.0])])  # sd 1: about 10 seeds for 80 %
+    >>> r["verdict"], seeds_for(r)
+    ('inconclusive at this scale', (10, ''))
+    >>> seeds_for(r, cap=8)
+    (None, 'more than the cap of 8 seeds')
+    """
+    _check_settings(power, cap, FIRST_SEED)
+    if record.get("kind") != "claim":
+        return None, "a control, not a paper's claim"
+    if record.get("verdict") != INCONCLUSIVE:
+        return None, f"not open: {record.get('verdict')}"
+    if "level" not in record or "intervals" not in record:
+        return None, "its record predates confirmatory plans (rebuild the chapter)"
+    if record.get("unit") != "seeds" or record.get("method") == "bootstrap":
+        return None, f"an interval over {record.get('unit')}, not over seeds"
+    if int(record["n"]) < 2 or record.get("low") is None or record.get("high") is None:
+        return None, "no spread from one seed"
+    m, level = float(record["m"]), float(record["level"])
+    intervals = list(record["intervals"].values()) if isinstance(record.get("versus"), list) else [record]
+    intervals = [{**iv, "level": iv.get("level", level)} for iv in intervals]
+    if any(iv.get("low") is None or iv.get("high") is None or int(iv["n"]) < 2 for iv in intervals):
+        return None, "no spread from one seed"
+    ns = np.arange(MIN_TIER, cap + 1)
+    sds = [_sd(iv) for iv in intervals]
+    holds = np.prod([power_at(ns, sd, m, level) for sd in sds], axis=0)
+    if len(sds) > 1:  # does not hold: any one baseline at the Bonferroni level (fedbook.claims.decide)
+        fails = np.min([power_at(ns, sd, m, 1 - (1 - level) / len(sds)) for sd in sds], axis=0)
+    else:
+        fails = holds
+    ok = np.flatnonzero(np.minimum(holds, fails) >= power)
+    if not len(ok):
+        return None, f"more than the cap of {cap} seeds"
+    return int(ns[ok[0]]), ""
+
+
+@dataclass(frozen=True)
+class ConfirmPlan:
+    """A confirmatory run, planned from a pilot's records (:func:`plan`).
+
+    Parameters
+    ----------
+    claims : pandas.DataFrame
+        One row per open claim (columns :data:`CLAIM_COLUMNS`): its chapter and key, whether it is
+        a headline claim, the pilot's verdict and seeds, its tier (the seed parameter that sizes
+        it, several joined by ``", "`` where the pilot's values tie), the fresh seeds planned
+        (``<NA>`` when none) and the reason when none.
+    chapters : pandas.DataFrame
+        One row per chapter with a planned claim (columns :data:`CHAPTER_COLUMNS`): the fresh seeds
+        (the largest planned n of its claims), the first fresh seed, the papermill parameters, how
+        many open claims it serves, the pilot's seconds and an estimate of the run's (the pilot's
+        scaled by the seeds of its seed parameters).
+    power : float, default :data:`POWER`
+    cap : int, default :data:`CAP`
+    first_seed : int, default :data:`FIRST_SEED`
+        The plan's settings.
+    """
+
+    claims: pd.DataFrame
+    chapters: pd.DataFrame
+    power: float = POWER
+    cap: int = CAP
+    first_seed: int = FIRST_SEED
+
+    def to_dict(self) -> dict:
+        """Plain JSON values: the settings, and the two tables' rows."""
+        claims = self.claims.astype(object).where(self.claims.notna(), None)
+        return {"power": self.power, "cap": self.cap, "first_seed": self.first_seed,
+                "claims": claims.to_dict("records"), "chapters": self.chapters.to_dict("records")}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConfirmPlan:
+        """The plan :meth:`to_dict` wrote."""
+        claims = pd.DataFrame(list(data["claims"]), columns=list(CLAIM_COLUMNS))
+        claims["planned_n"] = claims["planned_n"].astype("Int64")
+        return cls(claims, pd.DataFrame(list(data["chapters"]), columns=list(CHAPTER_COLUMNS)),
+                   float(data["power"]), int(data["cap"]), int(data["first_seed"]))
+
+    def rows(self, chapter: str) -> list[dict]:
+        """The claims rows planned for one chapter (:attr:`claims` where ``planned_n`` is set), as plain values."""
+        these = self.claims[(self.claims["chapter"] == chapter) & self.claims["planned_n"].notna()]
+        return [{**r, "planned_n": int(r["planned_n"])} for r in these.astype(object).to_dict("records")]
+
+
+def _pilot_seeds(record: Mapping[str, Any], chapter: str, given: Mapping[str, Mapping[str, int]] | None) -> dict:
+    seeds = dict(record.get("seeds") or (given or {}).get(chapter) or {})
+    return seeds
+
+
+def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, first_seed: int = FIRST_SEED,
+         pilot_seeds: Mapping[str, Mapping[str, int]] | None = None) -> ConfirmPlan:
+    """Plan a confirmatory run of every open claim of a build (module docstring).
+
+    Parameters
+    ----------
+    records : path
+        The folder of a build's chapter records (``book/chapters``, ``book/_smoke/chapters``):
+        ``<chapter>.json`` with ``"claims"`` (:func:`fedbook.claims.claims_records`), ``"seeds"``
+        (the pilot's ``seed`` and seed parameters, which ``book/build.py`` records) and ``"seconds"``.
+    power : float, default 0.8
+        The chance, in (0, 1), that the run decides each claim when the true effect lies
+        :math:`m` from the threshold.
+    cap : int, default 40
+        The most fresh seeds one claim may get; a claim that needs more gets a reason instead.
+    first_seed : int, default 1000
+        The first fresh seed: the run uses ``first_seed``, ``first_seed + 1``, ...
+    pilot_seeds : dict of str to dict, optional
+        Per chapter, the pilot's ``seed`` and seed parameters, for records that do not hold them.
+
+    Returns
+    -------
+    ConfirmPlan
+
+    Raises
+    ------
+    ValueError
+        On a ``power`` outside (0, 1), a ``cap`` below 2 or a negative ``first_seed``; when a
+        pilot's seeds reach ``first_seed`` (the fresh seeds would not be fresh); on a folder
+        without records.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from fedbook.claims import Claim, claims_records, evaluate
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
+    >>> rows = claims_records([evaluate(c, [0.0, 2.0, 1.0])])
+    >>> record = {"seconds": 30.0, "claims": rows, "seeds": {"seed": 0, "n_seeds": 3, "n_seeds_figure": 2}}
+    >>> _ = (folder / "x_experiments.json").write_text(json.dumps(record))
+    >>> p = plan(folder)
+    >>> p.claims[["key", "pilot_n", "tier", "planned_n"]].to_dict("records")
+    [{'key': 'gain', 'pilot_n': 3, 'tier': 'n_seeds', 'planned_n': 10}]
+    >>> p.chapters.loc[0, "parameters"], float(p.chapters.loc[0, "estimated_seconds"])
+    ({'seed': 1000, 'n_seeds': 10, 'n_seeds_figure': 2}, 72.0)
+    """
+    _check_settings(power, cap, first_seed)
+    folder = Path(records)
+    paths = sorted(folder.glob("*.json"))
+    if not folder.is_dir() or not paths:
+        raise ValueError(f"no chapter records in {folder} (build the pilot first: python book/build.py)")
+    claim_rows, chapter_rows = [], []
+    for path in paths:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        opened = [r for r in record.get("claims") or () if r.get("kind") == "claim" and r.get("verdict") == INCONCLUSIVE]
+        if not opened:
+            continue
+        chapter = path.stem
+        seeds = _pilot_seeds(record, chapter, pilot_seeds)
+        tiers = {k: int(v) for k, v in seeds.items() if k != "seed" and v is not None}
+        if tiers and "seed" in seeds:
+            last = int(seeds["seed"]) + max(tiers.values())  # one beyond: a chapter's own extra seed (FedGRC's pilot seed)
+            if last >= first_seed:
+                raise ValueError(f"chapter {chapter}: the pilot's seeds {seeds['seed']}..{last} reach first_seed="
+                                 f"{first_seed}; the confirmatory seeds must be fresh: give a first_seed above {last}")
+        rows = []
+        for r in opened:
+            n, reason = seeds_for(r, power, cap)
+            tier = [k for k, v in tiers.items() if v == int(r["n"])]
+            if n is not None and not tiers:
+                n, reason = None, "the pilot's record names no seed parameters (rebuild the chapter)"
+            elif n is not None and not tier:
+                n, reason = None, f"its {r['n']} seeds match none of the pilot's seed parameters {tiers}"
+            rows.append({"chapter": chapter, "key": r["key"], "headline": bool(r.get("headline")),
+                         "pilot_verdict": r["verdict"], "pilot_n": int(r["n"]), "tier": ", ".join(tier),
+                         "planned_n": n, "reason": reason})
+        claim_rows += rows
+        planned = [r for r in rows if r["planned_n"] is not None]
+        if not planned:
+            continue
+        big = max(r["planned_n"] for r in planned)
+        serving = {t for r in planned for t in r["tier"].split(", ")}
+        params = {"seed": int(first_seed), **{t: big if t in serving else min(MIN_TIER, v) for t, v in tiers.items()}}
+        for inner, outer in NESTED:
+            if inner in params and outer in params:
+                params[outer] = max(params[outer], params[inner])
+        seconds = record.get("seconds")
+        estimate = (None if seconds is None else
+                    round(float(seconds) * sum(params[t] for t in tiers) / sum(tiers.values()), 1))
+        chapter_rows.append({"chapter": chapter, "seeds": big, "first_seed": int(first_seed), "parameters": params,
+                             "claims": len(planned), "pilot_seconds": seconds, "estimated_seconds": estimate})
+    claims = pd.DataFrame(claim_rows, columns=list(CLAIM_COLUMNS))
+    claims["planned_n"] = claims["planned_n"].astype("Int64")
+    return ConfirmPlan(claims, pd.DataFrame(chapter_rows, columns=list(CHAPTER_COLUMNS)), float(power), int(cap),
+                       int(first_seed))
