@@ -115,6 +115,20 @@ def test_the_same_bits_in_this_process_on_the_pool_and_on_a_local_ray_instance(t
     assert events[-1]["eta"] == 0.0 and all(e["seconds"] > 0 and e["total"] == 6 for e in events[1:])
 
 
+def test_a_cluster_is_joined_at_its_address_and_left_running(ray_up, monkeypatch):
+    """``executor="HOST:PORT"``: this process connects to that cluster and disconnects after (the
+    module's instance stands for the cluster: connecting a second time in this process is Ray's
+    refusal, so ``ray.init`` and ``ray.shutdown`` are recorded, and the tasks run on the module's)."""
+    calls = []
+    monkeypatch.setattr(parallel_module, "_ray_joined", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(("init", kw)))
+    monkeypatch.setattr(ray, "shutdown", lambda: calls.append(("shutdown", {})))
+    frames = run_study(Study("joined", fail_always, seeds=[0, 1]), executor="head.example:6379")
+    assert frames["joined"]["y"].tolist() == [0.0, 1.0]
+    assert calls == [("init", {"address": "head.example:6379", "log_to_driver": False, "logging_level": 30}),
+                     ("shutdown", {})]
+
+
 def fail_once(seed: int, marker: Path) -> pd.DataFrame:
     """Fails on its first attempt of seed 1 (leaving ``marker`` behind), succeeds after."""
     if seed == 1 and not marker.exists():

@@ -32,6 +32,7 @@ import re
 import shutil
 import sys
 import tempfile
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -341,12 +342,21 @@ class _Pool:
             _TASK = None
 
 
-def _ray_call(pickled: bytes, item: Any, threads: int) -> Any:
-    """One item in a Ray worker, with ``threads`` torch threads (``pickled``: the function, by cloudpickle)."""
+_LOADED: tuple[str, Callable] | None = None
+"""In a Ray worker: the function of the last :func:`map_cells` it ran items of, by its token (so a
+function bound to data, a chapter's data set, is unpickled once per worker, not once per item)."""
+
+
+def _ray_call(token: str, pickled: bytes, item: Any, threads: int) -> Any:
+    """One item in a Ray worker, with ``threads`` torch threads (``pickled``: the function, by
+    cloudpickle; ``token``: names it, the same for every item of one call)."""
     import ray
 
+    global _LOADED
+    if _LOADED is None or _LOADED[0] != token:
+        _LOADED = (token, ray.cloudpickle.loads(pickled))
     torch.set_num_threads(threads)
-    return ray.cloudpickle.loads(pickled)(item)
+    return _LOADED[1](item)
 
 
 class _Ray:
@@ -369,17 +379,19 @@ class _Ray:
             if address == "local":
                 self.stack.enter_context(local_ray(workers * threads))
             else:
-                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+                with _environ(RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO="0"):
+                    ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
                 self.stack.callback(ray.shutdown)  # this process leaves the cluster, which goes on
         try:
             self.task = ray.remote(num_cpus=threads, max_retries=0, retry_exceptions=False)(_ray_call)
             self.fn = ray.put(pickled)  # once, for every task
+            self.token = uuid.uuid4().hex
         except BaseException:
             self.stack.close()
             raise
 
     def submit(self, index: int) -> None:
-        self.refs[self.task.remote(self.fn, self.items[index], self.threads)] = index
+        self.refs[self.task.remote(self.token, self.fn, self.items[index], self.threads)] = index
 
     def next_done(self) -> tuple[int, Any, BaseException | None]:
         ready, _ = self.ray.wait(list(self.refs), num_returns=1)
