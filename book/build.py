@@ -815,6 +815,35 @@ def _show_plan(plan, profile: str) -> None:
         print("[confirm]  no open claim can be planned: nothing to run", flush=True)
 
 
+def progress_line(text: str) -> str:
+    """A line of a study's progress log (:func:`fedbook.study.run_study`'s JSON events) as the
+    command prints it: the study, the cells done of its total, those read from the cache, the time
+    left; a line that is not such an event as it is.
+
+    Examples
+    --------
+    >>> progress_line('{"event": "cell", "study": "main", "done": 3, "total": 6, "cached": 1, "eta": 65.2}')
+    'main: 3 of 6 cells (1 from the cache, about 1 min 05 s left)'
+    >>> progress_line('{"event": "retry", "study": "main", "done": 3, "total": 6, "cached": 0, "error": "Killed"}')
+    'main: 3 of 6 cells (retry: Killed)'
+    """
+    try:
+        event = json.loads(text)
+    except json.JSONDecodeError:
+        return text
+    if not isinstance(event, dict) or "study" not in event:
+        return text
+    said = []
+    if event.get("cached"):
+        said.append(f"{event['cached']} from the cache")
+    if event.get("event") in ("retry", "failed"):
+        said.append(f"{event['event']}: {event.get('error', '')}")
+    elif event.get("event") == "cell" and isinstance(event.get("eta"), (int, float)) and event.get("done") != event.get("total"):
+        said.append(f"about {_minutes(event['eta'])} left")
+    return (f"{event['study']}: {event.get('done', '?')} of {event.get('total', '?')} cells"
+            + (f" ({', '.join(said)})" if said else ""))
+
+
 def _execute_showing(name: str, params: dict, output: Path, progress: Path | None, threads: int) -> float:
     """:func:`execute_chapter` in a thread, printing the new lines of its progress log as they come."""
     import threading
@@ -828,9 +857,9 @@ def _execute_showing(name: str, params: dict, output: Path, progress: Path | Non
         except BaseException as err:  # re-raised in the caller's thread
             done["error"] = err
 
+    offset = progress.stat().st_size if progress is not None and progress.exists() else 0  # the new lines only
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
-    offset = 0
 
     def show() -> None:
         nonlocal offset
@@ -841,7 +870,7 @@ def _execute_showing(name: str, params: dict, output: Path, progress: Path | Non
             complete = text[: text.rfind("\n") + 1]
             offset += len(complete.encode("utf-8"))
             for line in complete.splitlines():
-                print(f"[progress] {name}: {line}", flush=True)
+                print(f"[progress] {name}: {progress_line(line)}", flush=True)
 
     while worker.is_alive():
         worker.join(1.0)
