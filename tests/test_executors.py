@@ -204,6 +204,10 @@ def test_an_unknown_executor_is_refused_by_name():
         run_study(TRAIN, executor="dask")
     with pytest.raises(ValueError, match="progress must be None, a file's path or a function"):
         run_study(TRAIN, progress=3)
+    events = []
+    with pytest.raises(ValueError, match="workers must be an integer >= 1, got 0"):
+        run_study(TRAIN, workers=0, progress=events.append)
+    assert events == []  # refused before the study starts
     assert check_executor("ray://head:10001") == "ray://head:10001" and check_executor("auto") == "auto"
     assert [f.value for f in map_cells(abs, [], executor="ray")] == []  # nothing to run: Ray is not even started
 

@@ -136,8 +136,6 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
         _TASK = None
 
 
-
-
 EXECUTORS = ("process", "ray", "auto", "ray://HOST:PORT", "HOST:PORT")
 """Where :func:`map_cells` runs the items: ``"process"`` (or ``None``), this process (1 worker) or
 the forked pool of :func:`map_parallel`; ``"ray"``, a local Ray instance of ``workers`` CPUs that
@@ -243,7 +241,12 @@ def map_cells(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, thr
     if not is_int(retries) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
     address = check_executor(executor)
-    items = list(items)
+    return _finished(fn, list(items), workers, threads, address, retries, on_retry)
+
+
+def _finished(fn: Callable, items: list, workers: int, threads: int, address: str | None, retries: int,
+              on_retry: Callable[[int, str], None] | None) -> Iterator[Finished]:
+    """:func:`map_cells`' generator (its arguments checked when it is called, not when iterated)."""
     if not items:
         return
     if address is not None:

@@ -265,11 +265,11 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
               "eta": elapsed / ran * (len(cells) - done) if ran else (0.0 if done == len(cells) else None),
               "error": error, "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
 
-    event("start")
     libraries = None if address is None else {name: _version(name) for name in LIBRARIES}  # another machine's, checked
     finished = map_cells(functools.partial(_run_cell, study, libraries=libraries), [cells[i] for i in todo], workers,
                          threads=threads, executor=executor, retries=1,
-                         on_retry=lambda j, error: event("retry", todo[j], error=error))
+                         on_retry=lambda j, error: event("retry", todo[j], error=error))  # checks workers, threads
+    event("start")
     try:
         with contextlib.closing(finished):
             for one in finished:
