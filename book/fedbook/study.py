@@ -33,11 +33,15 @@ process (``workers=1``) or in ``workers`` forked processes. ``executor="ray"`` r
 task of a local Ray instance of ``workers`` CPUs, started by the call and stopped after (a script
 running several studies can hold one for all: :func:`fedbook.parallel.local_ray`). On a cluster,
 start Ray on one machine, ``ray start --head --port=6379``, and on each other
-``ray start --address=HEAD:6379``, every machine with this repository and its environment (the
-same versions: a worker of other numerical libraries' versions is refused), then run the
+``ray start --address=HEAD:6379``, every machine with this repository, its environment (the
+same versions: a worker of other numerical libraries' versions is refused) and the data sets the
+cells read at the same paths (a file a cell writes itself lands on the machine that ran it; the
+frames come back to the caller, who caches them), then run the
 studies with ``executor="HEAD:6379"`` (or ``"auto"`` on a machine of the cluster, or
 ``"ray://HEAD:10001"`` through Ray Client); a chapter takes it as a parameter,
-``python book/build.py --only <chapter> -p executor=HEAD:6379``. Whatever the executor:
+``python book/build.py --only <chapter> -p executor=HEAD:6379``. Ray's servers accept whoever
+reaches their ports (a local instance's too: they listen on every interface of the machine), so
+run them on a private network. Whatever the executor:
 
 - the same frames bit for bit (each cell derives every random stream from its own seed and runs
   with ``threads`` torch threads; the executor is not part of a cell's key, so a cell cached by
