@@ -605,6 +605,22 @@ def test_a_tiny_domain_study_with_a_headline_seed(tiny):
     assert probe[PROBE].between(0, 100).all() and F["probe"].index.is_unique
 
 
+def test_a_run_without_its_curve_is_evaluated_after_its_last_round_only_with_the_same_bits(tiny_federation):
+    """What a domain-skew row reads (the last round's per-client accuracies) is the same bits
+    whether the run is evaluated every round or after its last round only (``full_curve=False``)."""
+    from fedlib.algorithms.ggeur import classifier_fn
+    study = GGEURStudy(**{**SIZES, "rounds": 3})
+    fn = classifier_fn("mlp", 16, 3, hidden=8)
+    alg, extra = study.domain_runs(tiny_federation)[("FedProto", STEPS12)]
+    every, curve, _ = _quiet(study.run, alg, tiny_federation, fn, 3, extra, 0)
+    last, point, _ = _quiet(study.run, alg, tiny_federation, fn, 3, extra, 0, full_curve=False)
+    assert curve.index.tolist() == [0, 1, 2, 3] and point.index.tolist() == [3]  # round 0: the statistics round
+    evaluated = lambda res: sorted(set(res.frame.loc[res.frame["metric"] == "global", "round"]))  # noqa: E731
+    assert evaluated(every) == [1, 2, 3, 4] and evaluated(last) == [4] and point.iloc[0] == curve.iloc[-1]
+    pd.testing.assert_frame_equal(last.per_client(), every.per_client(), check_exact=True)
+    assert all(torch.equal(last.server.arrays[k], every.server.arrays[k]) for k in every.server.arrays)
+
+
 def test_the_cells_repeat_themselves_in_workers_from_the_cache_and_in_the_worked_solutions(tiny, tmp_path):
     """Same cell, same bits: in two worker processes, read back from the cache, and as the worked
     solutions' reduced runs (a label cell with named runs; a domain cell with named runs)."""

@@ -405,6 +405,8 @@ class GGEURStudy:
         Evaluate every this many rounds. Only 1 is accepted while the convergence claim reads
         round ``early`` of every curve: a method with a statistics round is evaluated one round
         later than one without, so a longer period leaves one of the two without round ``early``.
+        The label-skew runs are evaluated so; a domain-skew run, whose curve no row reads, after
+        its last round only (:meth:`run` with ``full_curve=False``).
     clip_checkpoint : str, optional
         A local open_clip checkpoint (ViT-B-32): the encoder instead of the public-split CNN.
     options : RunOptions
@@ -510,11 +512,13 @@ class GGEURStudy:
     # -- the pieces of a run ------------------------------------------------------------------
 
     def run(self, alg: Algorithm, fed: Federation, model_fn, training_rounds: int, extra_round: bool,
-            seed: int) -> tuple[RunResult, pd.Series, float]:
+            seed: int, *, full_curve: bool = True) -> tuple[RunResult, pd.Series, float]:
         """One run of ``seed``: the result, its global accuracy curve indexed by *training*
         rounds (``extra_round``: the method's statistics round comes first and is not counted),
-        and its seconds."""
-        cfg = LoopConfig(rounds=training_rounds + int(extra_round), seed=seed, eval_every=self.eval_every)
+        and its seconds. ``full_curve=False`` evaluates after the last round only (the curve is that
+        one point): what a run whose curve nobody reads needs (evaluation draws no random number,
+        so the training and the last round's numbers are the same bits)."""
+        cfg = LoopConfig(rounds=training_rounds + int(extra_round), seed=seed, eval_every=self.eval_every if full_curve else 0)
         t0 = time.perf_counter()
         res = run_federated(alg, fed, model_fn, cfg, self.options)
         curve = res.curve("global")
@@ -642,8 +646,9 @@ class GGEURStudy:
     def domain_row(self, alg: Algorithm, extra: bool, fed: Federation, model_fn, names: Sequence[str],
                    seed: int) -> tuple[dict[str, float], RunResult, float]:
         """One domain-skew run: its accuracy (%) per domain (client ``k`` is domain ``names[k]``),
-        ``AVG`` and ``STD`` (population) over the domains, the result and its seconds."""
-        res, curve, secs = self.run(alg, fed, model_fn, self.domain_rounds, extra, seed)
+        ``AVG`` and ``STD`` (population) over the domains, the result (evaluated after its last
+        round only: no domain-skew row reads a curve) and its seconds."""
+        res, _, secs = self.run(alg, fed, model_fn, self.domain_rounds, extra, seed, full_curve=False)
         per = res.per_client()["local"] * 100
         row = {names[k]: float(per.loc[k]) for k in per.index}
         row["AVG"] = float(per.mean())
