@@ -66,9 +66,9 @@ runs every study on the first ``n_seeds`` of ``headline_seeds``)."""
 _TIER = re.compile(r"^(n_seeds\w*|\w+_seeds)$")
 
 CLAIM_COLUMNS = ("chapter", "key", "headline", "pilot_verdict", "pilot_n", "tier", "planned_n", "reason")
-"""The columns of :attr:`ConfirmPlan.claims`."""
+"""The columns of a plan's ``claims`` (:class:`ConfirmPlan`)."""
 CHAPTER_COLUMNS = ("chapter", "seeds", "first_seed", "parameters", "claims", "pilot_seconds", "estimated_seconds")
-"""The columns of :attr:`ConfirmPlan.chapters`."""
+"""The columns of a plan's ``chapters`` (:class:`ConfirmPlan`)."""
 
 
 def seed_parameters(names: Sequence[str]) -> list[str]:
@@ -184,8 +184,8 @@ class ConfirmPlan:
     chapters : pandas.DataFrame
         One row per chapter with a planned claim (columns :data:`CHAPTER_COLUMNS`): the fresh seeds
         (the largest planned n of its claims), the first fresh seed, the papermill parameters, how
-        many open claims it serves, the pilot's seconds and an estimate of the run's (the pilot's
-        scaled by the seeds of its seed parameters).
+        many open claims it serves, the pilot's CPU seconds (its wall seconds in a record without
+        them) and an estimate of the run's (the pilot's scaled by the seeds of its seed parameters).
     power : float, default :data:`POWER`
     cap : int, default :data:`CAP`
     first_seed : int, default :data:`FIRST_SEED`
@@ -206,21 +206,16 @@ class ConfirmPlan:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConfirmPlan:
-        """The plan :meth:`to_dict` wrote."""
+        """The plan :meth:`ConfirmPlan.to_dict` wrote."""
         claims = pd.DataFrame(list(data["claims"]), columns=list(CLAIM_COLUMNS))
         claims["planned_n"] = claims["planned_n"].astype("Int64")
         return cls(claims, pd.DataFrame(list(data["chapters"]), columns=list(CHAPTER_COLUMNS)),
                    float(data["power"]), int(data["cap"]), int(data["first_seed"]))
 
     def rows(self, chapter: str) -> list[dict]:
-        """The claims rows planned for one chapter (:attr:`claims` where ``planned_n`` is set), as plain values."""
+        """The claims rows planned for one chapter (the ``claims`` rows where ``planned_n`` is set), as plain values."""
         these = self.claims[(self.claims["chapter"] == chapter) & self.claims["planned_n"].notna()]
         return [{**r, "planned_n": int(r["planned_n"])} for r in these.astype(object).to_dict("records")]
-
-
-def _pilot_seeds(record: Mapping[str, Any], chapter: str, given: Mapping[str, Mapping[str, int]] | None) -> dict:
-    seeds = dict(record.get("seeds") or (given or {}).get(chapter) or {})
-    return seeds
 
 
 def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, first_seed: int = FIRST_SEED,
@@ -232,7 +227,8 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
     records : path
         The folder of a build's chapter records (``book/chapters``, ``book/_smoke/chapters``):
         ``<chapter>.json`` with ``"claims"`` (:func:`fedbook.claims.claims_records`), ``"seeds"``
-        (the pilot's ``seed`` and seed parameters, which ``book/build.py`` records) and ``"seconds"``.
+        (the pilot's ``seed`` and seed parameters, which ``book/build.py`` records) and
+        ``"cpu_seconds"`` (else ``"seconds"``: the estimate scales it by the seeds).
     power : float, default 0.8
         The chance, in (0, 1), that the run decides each claim when the true effect lies
         :math:`m` from the threshold.
@@ -281,7 +277,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         if not opened:
             continue
         chapter = path.stem
-        seeds = _pilot_seeds(record, chapter, pilot_seeds)
+        seeds = dict(record.get("seeds") or (pilot_seeds or {}).get(chapter) or {})
         tiers = {k: int(v) for k, v in seeds.items() if k != "seed" and v is not None}
         if tiers and "seed" in seeds:
             last = int(seeds["seed"]) + max(tiers.values())  # one beyond: a chapter's own extra seed (FedGRC's pilot seed)
@@ -309,7 +305,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         for inner, outer in NESTED:
             if inner in params and outer in params:
                 params[outer] = max(params[outer], params[inner])
-        seconds = record.get("seconds")
+        seconds = record.get("cpu_seconds", record.get("seconds"))  # the CPU the pilot took, else its wall time
         estimate = (None if seconds is None else
                     round(float(seconds) * sum(params[t] for t in tiers) / sum(tiers.values()), 1))
         chapter_rows.append({"chapter": chapter, "seeds": big, "first_seed": int(first_seed), "parameters": params,
