@@ -252,6 +252,32 @@ def test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters(
         build.main(["--confirm", "--power", "1.5"])
 
 
+def test_the_findings_page_gets_the_profiles_confirmatory_records_and_its_key_covers_them(monkeypatch, tmp_path, capsys):
+    build, ran = _build_module(), {}
+
+    def execute(name, params, output, cwd=None):
+        ran[name] = params
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("{}")
+        return 1.0
+
+    monkeypatch.setattr(build, "execute_chapter", execute)
+    monkeypatch.setattr(build, "CONFIRM", tmp_path / "confirm")
+    monkeypatch.setattr(build, "claims_of", lambda notebook: None)
+    build.build("smoke", ["findings"], {}, render=False, force=False, out=tmp_path / "out")
+    folder = Path(build.NOTEBOOKS, ran["findings"]["confirm_records"]).resolve()
+    assert folder == (tmp_path / "confirm" / "smoke" / "chapters").resolve()
+    ran.clear()
+    build.build("smoke", ["findings"], {}, render=False, force=False, out=tmp_path / "out")
+    assert ran == {}  # cached
+    folder.mkdir(parents=True)
+    (folder / "hdcfl_experiments.json").write_text(json.dumps({"claims": [], "confirmatory": {"seeds": [1000]}}))
+    build.build("smoke", ["findings"], {}, render=False, force=False, out=tmp_path / "out")
+    assert list(ran) == ["findings"]  # a new confirmatory record re-runs the page
+    with pytest.raises(SystemExit, match="confirm_records=... is set by the build"):
+        build.build("smoke", ["findings"], {"confirm_records": "x"}, render=False, force=False, out=tmp_path / "out")
+
+
 # --- a confirmatory run of one cheap chapter at the smoke profile (book/build.py --confirm) ---
 
 CHAPTER = "hdcfl_experiments"
