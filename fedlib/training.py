@@ -217,7 +217,8 @@ class TrainingMemo:
     threads. A call seen before is not trained again: the model's parameters, gradients and
     buffers, both generators' states and the returned loss are set to what the first call left,
     so the caller sees the same bits as from training; a new call trains and is kept (the oldest
-    entry goes once ``max_entries`` are kept). A call that takes no step, a model with hooks, or
+    entries go once more than ``max_entries`` or ``max_bytes`` are kept; a training larger than
+    ``max_bytes`` on its own is not kept). A call that takes no step, a model with hooks, or
     tensors on another device than the CPU always train.
 
     Several methods whose clients start alike share their first training this way (e.g. the
@@ -229,6 +230,8 @@ class TrainingMemo:
     ----------
     max_entries : int
         How many trainings are kept.
+    max_bytes : int
+        How many bytes of tensors (weights, gradients, buffers, generator states) they may hold.
 
     Examples
     --------
@@ -247,10 +250,13 @@ class TrainingMemo:
     (1, 1, True, True, True)
     """
 
-    def __init__(self, max_entries: int = 1024) -> None:
+    def __init__(self, max_entries: int = 1024, max_bytes: int = 2**28) -> None:
         if not (is_int(max_entries) and max_entries >= 1):
             raise ValueError(f"max_entries must be an int >= 1, got {max_entries!r}")
-        self.max_entries = int(max_entries)
+        if not (is_int(max_bytes) and max_bytes >= 1):
+            raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
+        self.max_entries, self.max_bytes = int(max_entries), int(max_bytes)
+        self.nbytes = 0
         self.configs: tuple[TrainConfig, ...] = ()
         self.hits = 0
         self.misses = 0
@@ -316,7 +322,7 @@ class TrainingMemo:
         if key is not None and key in self._store:
             self.hits += 1
             self._store.move_to_end(key)
-            params, grads, buffers, gen_state, rng_state, loss = self._store[key]
+            params, grads, buffers, gen_state, rng_state, loss, _ = self._store[key]
             with torch.no_grad():
                 for (name, p), value, grad in zip(model.named_parameters(), params, grads, strict=True):
                     p.copy_(value)
@@ -330,11 +336,15 @@ class TrainingMemo:
         self.misses += 1
         loss = _train(model, x, y, cfg, generator)
         if key is not None:
-            self._store[key] = ([p.detach().clone() for p in model.parameters()],
-                                [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()],
-                                [b.detach().clone() for b in model.buffers()], generator.get_state(), torch.get_rng_state(), loss)
-            while len(self._store) > self.max_entries:
-                self._store.popitem(last=False)
+            entry = ([p.detach().clone() for p in model.parameters()],
+                     [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()],
+                     [b.detach().clone() for b in model.buffers()], generator.get_state(), torch.get_rng_state(), loss)
+            size = sum(t.nbytes for group in entry[:3] for t in group if t is not None) + entry[3].nbytes + entry[4].nbytes
+            if size <= self.max_bytes:
+                self._store[key] = (*entry, size)
+                self.nbytes += size
+                while len(self._store) > self.max_entries or self.nbytes > self.max_bytes:
+                    self.nbytes -= self._store.popitem(last=False)[1][-1]
         return loss
 
 

@@ -83,8 +83,17 @@ def test_the_oldest_entry_goes_and_bad_arguments_are_refused():
     _train(memo, generator_seed=1)  # evicted: trained again
     _train(memo, generator_seed=3)  # kept
     assert (memo.misses, memo.hits, len(memo)) == (4, 1, 2)
+    one = memo.nbytes // 2  # every entry of one model holds as many bytes
+    small = TrainingMemo(max_bytes=one + 1)  # room for one training
+    _train(small, generator_seed=1), _train(small, generator_seed=2), _train(small, generator_seed=2)
+    assert (small.misses, small.hits, len(small), small.nbytes) == (2, 1, 1, one)
+    tiny = TrainingMemo(max_bytes=one - 1)  # a training larger than the budget is not kept
+    _train(tiny), _train(tiny)
+    assert (tiny.misses, tiny.hits, len(tiny), tiny.nbytes) == (2, 0, 0, 0)
     with pytest.raises(ValueError, match="max_entries must be an int >= 1, got 0"):
         TrainingMemo(max_entries=0)
+    with pytest.raises(ValueError, match="max_bytes must be an int >= 1, got 0.5"):
+        TrainingMemo(max_bytes=0.5)
     with pytest.raises(ValueError, match="covering takes one or more TrainConfig"):
         with memo.covering({"epochs": 1}):
             pass

@@ -92,12 +92,14 @@ U_PAPER, C_PAPER = 10_000, 100
 """The paper's CIFAR-100 scale for :func:`paper_scale`: 20 % of the 50,000 training images as
 :math:`U`, and the classes."""
 
-PRETRAINED = TrainingMemo(max_entries=1024)
+PRETRAINED = TrainingMemo(max_entries=1024, max_bytes=2**28)
 """The clients' pre-trainings (the first round of every model-agnostic method, and of local
 training alone) this process has run, kept by everything they depend on
 (:class:`fedlib.training.TrainingMemo`): the four methods of a seed start from the same
 pre-trained clients, and the other studies of the seed (local training alone, the sensitivity
-runs, the exercises) from those of its main runs, so each is trained once. The cells read and
+runs, the exercises) from those of its main runs, so each is trained once. At most 256 MiB are
+kept (the book profile's small models fit many times over; the paper profile's keep fewer, the
+oldest go first). The cells read and
 fill it through :func:`shared_pretraining`; the results are the same bits as training every time
 (``tests/test_cosmos_study.py``)."""
 
