@@ -176,7 +176,8 @@ def run(chapters: list[str], profile: str, seeds: int, before: Path, after: Path
                     costs[label].cpu[n] = cpu
         except RuntimeError as err:  # said, and the other chapters still measured
             failures[chapter] = str(err)
-            print(f"{chapter:<20} FAILED: {str(err).splitlines()[0]} ... {str(err).strip().splitlines()[-1]}", flush=True)
+            last = [line for line in str(err).splitlines() if line.strip()][-2:]  # the error and its note
+            print(f"{chapter:<20} FAILED: {str(err).splitlines()[0]} ... {' '.join(last)}", flush=True)
             continue
         for cost in costs.values():
             if len(counts) == 2:
