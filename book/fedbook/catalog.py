@@ -669,13 +669,6 @@ def handout_cell(build: str | os.PathLike, chapter: str = "setting", seed: int =
     return injected.source, sum(1 for c in handed.cells if c.cell_type == "code" and c.get("outputs"))
 
 
-__all__ = ["BAR_SEGMENTS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "SHORTFALL_COLUMNS", "ZONES_FIGURE",
-           "chapter_times", "chapter_title", "exercise_index", "exercise_numbers", "exercises", "findings_counts",
-           "findings_html", "findings_numbers", "handout_cell", "paper_summaries", "nearest_decisions", "plot_rule_zones",
-           "plot_verdicts", "read_findings", "record_seconds", "short_quote", "timing_numbers", "toc_chapters",
-           "verdict_changes", "write_rule_zones"]
-
-
 CONFIRM_COLUMNS = ("paper", "chapter", "key", "anchor", "headline", "pilot verdict", "pilot interval", "pilot n",
                    "confirmatory verdict", "confirmatory interval", "confirmatory n", "fresh seeds", "stands",
                    "standing verdict")
@@ -888,6 +881,10 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
     except ValueError as why:  # no records to plan from
         return {**out, "confirm_text": f"No confirmatory run of this build exists, and none can be planned yet: {why}.",
                 "confirm_table": show_table(pd.DataFrame({"note": ["no plan"]}), index=False)}
+    if pending.claims.empty:
+        return {**out, "confirm_text": "This build leaves no claim open (inconclusive at this scale): there is nothing "
+                "for a confirmatory run to decide.", "confirm_table": show_table(pd.DataFrame({"note": ["no open claim"]}),
+                                                                                   index=False)}
     per_paper = plan_summary(pending, parts)
     total = per_paper.iloc[-1]
     minutes = float(total["CPU minutes"])
@@ -901,3 +898,11 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
             + (f"; the others are not planned ({'; '.join(f'{k}: {r}' for r, k in why.items())})" if len(why) else "")
             + ". The table gives the plan per paper; the command prints it claim by claim.")
     return {**out, "confirm_text": text, "confirm_table": show_table(per_paper, digits={"CPU minutes": 1}, index=False)}
+
+
+__all__ = ["BAR_SEGMENTS", "CONFIRM_COLUMNS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "SHORTFALL_COLUMNS", "ZONES_FIGURE",
+           "chapter_times", "chapter_title", "confirm_numbers", "confirm_settings", "confirmations_html",
+           "exercise_index", "exercise_numbers", "exercises", "findings_counts",
+           "findings_html", "findings_numbers", "handout_cell", "paper_summaries", "nearest_decisions", "plan_summary",
+           "plot_rule_zones", "plot_verdicts", "read_confirmations", "read_findings", "record_seconds", "short_quote",
+           "timing_numbers", "toc_chapters", "verdict_changes", "write_rule_zones"]
