@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from fedlib.models import build_model
-from fedlib.training import TrainConfig, local_train, proximal_term
+from fedlib.training import PlainOptimizer, TrainConfig, local_train, make_optimizer, proximal_term
 
 # --- TrainConfig ---------------------------------------------------------------------------------
 
@@ -158,6 +158,33 @@ def test_local_train_with_params_freezes_the_others_and_keeps_the_former_bits():
     with pytest.raises(RuntimeError, match="boom"):
         local_train(model, x, y, cfg, torch.Generator().manual_seed(1), loss_fn=failing, params=model.head_parameters())
     assert all(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.parametrize("cfg", [
+    TrainConfig(lr=0.1, momentum=0.0), TrainConfig(lr=0.05, momentum=0.9), TrainConfig(lr=0.05, momentum=0.9, weight_decay=1e-3),
+    TrainConfig(optimizer="adam", lr=0.01), TrainConfig(optimizer="adam", lr=0.01, weight_decay=1e-3)],
+    ids=["sgd", "momentum", "momentum-wd", "adam", "adam-wd"])
+def test_plain_optimizer_steps_as_torch_s_optimizer_bit_for_bit(cfg):
+    """PlainOptimizer against torch.optim (make_optimizer) on the same model and batches: the same
+    weights bit for bit after every step, a parameter without a gradient skipped by both (its
+    step count too: it trains again from step 1 of its own)."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(30, 1, 2, 2, generator=g), torch.randint(0, 3, (30,), generator=g)
+    models = _mlp(3), _mlp(3)
+    opts = make_optimizer(list(models[0].parameters()), cfg), PlainOptimizer(models[1].parameters(), cfg)
+    for step in range(6):
+        for model, opt in zip(models, opts):
+            idx = torch.arange(step * 5, step * 5 + 5)
+            opt.zero_grad(set_to_none=True)
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+            if step < 3:  # the head alone in the first steps: the body has no gradient, no step
+                loss = nn.functional.cross_entropy(model.head(model.embed(x[idx]).detach()), y[idx])
+            loss.backward()
+            opt.step()
+        for (k, a), b in zip(models[0].state_dict().items(), models[1].state_dict().values()):
+            assert torch.equal(a, b), (step, k)
+    moved = [not torch.equal(a, b) for a, b in zip(models[0].state_dict().values(), _mlp(3).state_dict().values())]
+    assert all(moved)
 
 
 def test_local_train_is_plain_sgd_by_hand():
