@@ -7,6 +7,7 @@ the page's prose read from it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import types
@@ -22,12 +23,13 @@ from fedbook.intervals import bootstrap_means, plus_minus
 from fedbook.studies.leaderboard import (BOOTSTRAP, BYTES, COLUMNS, SHARED, LeaderboardConfig, board, boards,
                                          display_name, named,
                                          build_method, communication_rounds, digit_vectors,
-                                         exclusion_reason, first_shares, lead_interval, leaderboard_cell,
+                                         execution_of, exclusion_reason, first_shares, lead_interval, leaderboard_cell,
                                          method_table, numbers, pareto_front, plot_accuracy, rank_bootstrap,
                                          ranks_of, run_one, split_methods, summary_table, winner_words)
 from fedbook.page import save_frames
 from fedbook.studies.setting import TAILS
 from fedbook.study import Study, run_study
+from fedlib.engines import vectorized
 from fedlib.federation import make_federations
 from fedlib.rng import PURPOSES, numpy_rng
 
@@ -241,6 +243,7 @@ def _cell(**kwargs):
     (dict(alpha=None), r"no IID None"),
     (dict(method="fedmd"), r"fedmd cannot run on the shared federation; valid: .*fedavg"),
     (dict(method="fedsgd"), r"unknown method\(s\) 'fedsgd'; valid: .*fedavg"),
+    (dict(execution="stacked"), r"unknown execution 'stacked'; valid: vectorized, sequential"),
 ])
 def test_a_cell_refuses_bad_input(setting, message):
     with pytest.raises(ValueError, match=message):
@@ -280,6 +283,32 @@ def test_a_cell_is_the_run_on_its_seeds_federation_among_every_concentration(tin
     for key, value in expected.items():
         if key != "cpu_seconds":  # the clock is not a result
             assert got[key] == value or (math.isnan(value) and math.isnan(got[key])), key
+
+
+def test_stacked_clients_give_the_sequential_accuracies_bit_for_bit(monkeypatch):
+    # the methods that stack train stacked (execution_of), the others sequentially, whatever is asked
+    assert [execution_of(m) for m in ("fedavg", "ditto", "fedproto", "mpt")] == ["vectorized", "vectorized",
+                                                                                 "sequential", "sequential"]
+    assert execution_of("ditto", "sequential") == "sequential"
+    stacked = []  # the clients each stacked call trains: the vectorized cells do stack, the sequential ones do not
+    train_programs = vectorized.train_programs
+    monkeypatch.setattr(vectorized, "train_programs", lambda model, programs, gens: (
+        stacked.append(len(programs)), train_programs(model, programs, gens))[1])
+    config = dataclasses.replace(TINY, rounds=2)
+    cell = functools.partial(leaderboard_cell, config=config, n_samples=150, data_seed=0, n_clients=3,
+                             global_test_per_class=5)
+    for method in ("fedavg", "ditto"):
+        before = len(stacked)
+        seq = cell(seed=0, alpha=0.5, method=method, execution="sequential")
+        assert len(stacked) == before
+        vec = cell(seed=0, alpha=0.5, method=method)  # the default: vectorized
+        assert len(stacked) > before and max(stacked[before:]) == 3  # the round's 3 clients in one stack
+        accuracy = [*COLUMNS, "rounds"]
+        pd.testing.assert_frame_equal(seq[accuracy], vec[accuracy], check_exact=True)
+        # a reply's train_loss (metadata) may round differently: its JSON text a character longer or shorter
+        assert abs(seq.loc[0, "bytes_per_round"] - vec.loc[0, "bytes_per_round"]) <= 1.0
+        assert abs(seq.loc[0, BYTES] - vec.loc[0, BYTES]) <= 1.0 / 3 + 1e-9  # the same per client (3 of them)
+        assert seq.loc[0, "bytes_per_round"] > 1000  # the whole MLP up and down: the bound is tight by comparison
 
 
 def test_the_same_seed_gives_the_same_table(tiny_board):

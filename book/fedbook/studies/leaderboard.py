@@ -22,6 +22,13 @@ The protocol, once:
   accuracy and mean local-test accuracy (:data:`COLUMNS`, the keys of
   :func:`fedlib.metrics.protocol_summary`), and the training bytes per client and round from the
   run's ledger (:class:`fedlib.messages.Ledger`);
+- **execution**: the clients of a method that can stack them (its class's
+  :attr:`fedlib.protocol.Capabilities.stacks`) train stacked (``execution="vectorized"``,
+  :mod:`fedlib.engines.vectorized`), the others one after another (:func:`execution_of`): the same
+  accuracies bit for bit at less CPU; the bytes may differ from a sequential run's by a fraction of a
+  byte per client and round, because a reply's metadata carries the client's mean training loss
+  (``train_loss``), which the stacked computation rounds differently in its last bits, and the
+  JSON text of a float is as long as its shortest exact decimal (:meth:`fedlib.messages.Message.nbytes`);
 - **uncertainty**: each cell as the mean over seeds with its 95 % Student's t interval
   (:func:`fedbook.intervals.mean_interval`), and the rank of every method re-drawn over bootstrap
   resamples of the seeds (:func:`rank_bootstrap`).
@@ -33,6 +40,7 @@ import dataclasses
 import inspect
 import math
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +56,7 @@ from fedlib.cgrl import CGRLConfig
 from fedbook.intervals import bootstrap_means, mean_interval, plus_minus, signed
 from fedbook.page import format_bytes
 from fedlib.data import ArrayDataset, load_dataset
+from fedlib.engines.vectorized import SequentialFallback
 from fedbook.studies.setting import MEANS, TAILS, partition_label
 from fedlib.federation import make_federation, make_federations
 from fedlib.loop import LoopConfig
@@ -55,7 +64,7 @@ from fedlib.metrics import protocol_summary
 from fedlib.models import build_model
 from fedlib.protocol import Algorithm
 from fedlib.rng import LEADERBOARD_BOOTSTRAP, numpy_rng
-from fedlib.run import run_federated
+from fedlib.run import RunOptions, run_federated
 from fedlib.training import TrainConfig
 from fedlib.validation import check_int, check_real, is_int, is_real
 
@@ -367,19 +376,48 @@ def method_table(names: Sequence[str], config: LeaderboardConfig) -> pd.DataFram
     return pd.DataFrame(rows).set_index("method")
 
 
-def run_one(name: str, federation, config: LeaderboardConfig, seed: int) -> dict:
+EXECUTIONS = ("vectorized", "sequential")
+"""How a leaderboard run's clients may train (:func:`execution_of`): ``"vectorized"`` (the
+default) stacks the clients of every method that can stack them, ``"sequential"`` trains every
+method's clients one after another."""
+
+
+def execution_of(name: str, execution: str = "vectorized") -> str:
+    """The :class:`fedlib.run.RunOptions` ``execution`` a leaderboard run of ``name`` uses: ``"vectorized"``
+    only where asked (``execution``) and where the method's class can stack its clients
+    (:attr:`fedlib.protocol.Capabilities.stacks`), else ``"sequential"``. Stacked clients reach
+    the same weights and accuracies bit for bit here; a reply's reported mean training loss
+    (``train_loss``, metadata) may differ in its last bits, so its size in bytes may differ by one.
+
+    Examples
+    --------
+    >>> execution_of("fedavg"), execution_of("fedproto"), execution_of("fedavg", "sequential")
+    ('vectorized', 'sequential', 'sequential')
+    """
+    _names([name])
+    if execution not in EXECUTIONS:
+        raise ValueError(f"unknown execution {execution!r}; valid: {', '.join(EXECUTIONS)}")
+    return "vectorized" if execution == "vectorized" and ALGORITHMS[name].capabilities.stacks else "sequential"
+
+
+def run_one(name: str, federation, config: LeaderboardConfig, seed: int, execution: str = "vectorized") -> dict:
     """One run of ``name`` on ``federation`` (the shared MLP, :func:`build_method`) and its
     final-round reading: every key of :func:`fedlib.metrics.protocol_summary`, ``bytes_per_round``
     (training messages up and down, all clients) and :data:`BYTES` (the same per client), the
-    ``rounds`` run and the process's ``cpu_seconds``.
+    ``rounds`` run and the process's ``cpu_seconds``. ``execution``: :data:`EXECUTIONS`, applied
+    by :func:`execution_of` (a round whose work cannot stack runs sequentially within a
+    vectorized run, silently: that is the declared behaviour, not a fault).
     """
+    options = RunOptions(execution=execution_of(name, execution))
     vectors = federation.global_test.x.dim() == 2
     in_features = int(np.prod(federation.global_test.x.shape[1:]))
     model_fn = _MLP(in_features, federation.n_classes, config.hidden)
     rounds = communication_rounds(name, config.rounds)
     t0 = time.process_time()
-    run = run_federated(build_method(name, config, seed, vectors=vectors), federation, model_fn,
-                        LoopConfig(rounds=rounds, seed=seed))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SequentialFallback)
+        run = run_federated(build_method(name, config, seed, vectors=vectors), federation, model_fn,
+                            LoopConfig(rounds=rounds, seed=seed), options)
     seconds = time.process_time() - t0
     if run.rounds_done != rounds:
         raise RuntimeError(f"{name} stopped after round {run.rounds_done} of {rounds}")
@@ -413,13 +451,15 @@ def _check_alphas(alphas) -> list[float]:
 
 
 def leaderboard_cell(seed: int, alpha: float, method: str, *, config: LeaderboardConfig, n_samples: int | None,
-                     data_seed: int, n_clients: int, global_test_per_class: int) -> pd.DataFrame:
+                     data_seed: int, n_clients: int, global_test_per_class: int,
+                     execution: str = "vectorized") -> pd.DataFrame:
     """One cell of the leaderboard's study (methods × ``alpha`` × seeds): ``method`` with run seed
     ``seed`` (:func:`run_one`) on the federation of ``seed`` at ``alpha``, the one that
     :func:`fedlib.federation.make_federations` builds for every concentration of a seed, over the
     digits of :func:`digit_vectors` (``n_samples`` of them, drawn by ``data_seed``: the page's
     seed, the same data for every seed). Every method of a seed trains on the same federation
-    from the same initial weights: the cells of a seed are paired.
+    from the same initial weights: the cells of a seed are paired. ``execution``: how the
+    clients train (:data:`EXECUTIONS`, :func:`execution_of`).
 
     Returns
     -------
@@ -439,9 +479,10 @@ def leaderboard_cell(seed: int, alpha: float, method: str, *, config: Leaderboar
     (alpha,) = _check_alphas([alpha])
     check_int("n_clients", n_clients, low=2)
     check_int("global_test_per_class", global_test_per_class, low=1)
+    execution_of(method, execution)  # a bad execution is refused before the data are built
     data = digit_vectors(n_samples, seed=data_seed)
     fed = make_federations(data, [alpha], n_clients=n_clients, global_test_per_class=global_test_per_class, seed=seed)
-    return pd.DataFrame([run_one(method, fed[alpha], config, seed)])
+    return pd.DataFrame([run_one(method, fed[alpha], config, seed, execution)])
 
 
 def _check_rows(rows, metrics: Iterable[str]) -> None:
@@ -809,8 +850,8 @@ def numbers(rows: pd.DataFrame, summary: pd.DataFrame, ranks: pd.DataFrame, sett
                   "ex2_moved": int((moved >= MOVE).sum()), "ex2_moved_most": f"{moved.idxmax()} ({moved.max():g} places)"}
 
 
-__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "DISPLAY_NAMES", "MOVE", "PERCENT", "RANK_METRICS", "SEEDED", "SHARED",
+__all__ = ["BOOTSTRAP", "BYTES", "COLUMNS", "CONTENDER_SHARE", "DISPLAY_NAMES", "EXECUTIONS", "MOVE", "PERCENT", "RANK_METRICS", "SEEDED", "SHARED",
            "LeaderboardConfig", "board", "boards", "build_method", "communication_rounds", "digit_vectors",
-           "display_name", "exclusion_reason", "first_shares", "lead_interval", "leaderboard_cell", "method_table", "named", "numbers",
+           "display_name", "exclusion_reason", "execution_of", "first_shares", "lead_interval", "leaderboard_cell", "method_table", "named", "numbers",
            "pareto_front", "plot_accuracy", "rank_bootstrap", "ranks_of", "run_one", "split_methods",
            "statistics_rounds", "summary_table", "winner_words"]
