@@ -49,7 +49,6 @@ collinear prototypes are handled by the ridge (or the minimum-norm KKT solution 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,8 +56,8 @@ import torch
 from torch.nn import functional as F
 
 from .heads import regularized_covariance
-from .training import TrainConfig, minibatches
-from .validation import check_int, is_real
+from .training import PlainOptimizer, TrainConfig, minibatches
+from .validation import check_int
 
 SPANS = ("affine", "linear")
 NOISE = ("rare", "pooled")
@@ -443,70 +442,6 @@ def sdc_step(prototype: torch.Tensor, sum_w_delta: torch.Tensor, sum_w: float) -
     return _t(prototype) + _t(sum_w_delta) / sum_w
 
 
-class _PlainAdam:
-    r"""Adam's update exactly as :class:`torch.optim.Adam` computes it on CPU (its single-tensor
-    path, torch's default there; no weight decay, no AMSGrad), without the optimizer's per-step
-    machinery: the same operations on the same tensors in the same order, so the same bits, for a
-    tight loop of many small steps (LDC's map, :func:`ldc_fit_map`), where that machinery costs
-    more than the arithmetic. ``tests/test_tracking.py`` holds it to torch's optimizer.
-
-    Per parameter :math:`p` with gradient :math:`g` at step :math:`t`:
-    :math:`m \leftarrow m + (1 - \beta_1)(g - m)` (``lerp_``),
-    :math:`v \leftarrow \beta_2 v + (1 - \beta_2) g^2`, and
-    :math:`p \leftarrow p - \tfrac{\text{lr}}{1 - \beta_1^t}\, m / (\sqrt{v} / \sqrt{1 - \beta_2^t} + \epsilon)`.
-
-    Parameters
-    ----------
-    params : sequence of torch.Tensor
-        The tensors to update in place (leaves; updated under ``torch.no_grad``).
-    lr : float
-        The learning rate (> 0).
-    betas : (float, float), default (0.9, 0.999)
-    eps : float, default 1e-8
-
-    Examples
-    --------
-    >>> w1 = torch.linspace(-1, 1, 6).reshape(2, 3).requires_grad_()
-    >>> w2 = w1.detach().clone().requires_grad_()
-    >>> ref, plain = torch.optim.Adam([w1], lr=0.01), _PlainAdam([w2], lr=0.01)
-    >>> for k in range(5):
-    ...     ref.zero_grad(); (w1 ** 3 + k * w1).sum().backward(); ref.step()
-    ...     plain.step(torch.autograd.grad((w2 ** 3 + k * w2).sum(), [w2]))
-    >>> bool(torch.equal(w1, w2)), plain.steps
-    (True, 5)
-    >>> _PlainAdam([w2], lr=0.0)
-    Traceback (most recent call last):
-    ...
-    ValueError: lr must be a finite number > 0, got 0.0
-    """
-
-    def __init__(self, params, *, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
-        if not (is_real(lr) and math.isfinite(lr) and lr > 0):
-            raise ValueError(f"lr must be a finite number > 0, got {lr!r}")
-        if not (len(betas) == 2 and all(is_real(b) and 0 <= b < 1 for b in betas)):
-            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
-        if not (is_real(eps) and math.isfinite(eps) and eps >= 0):
-            raise ValueError(f"eps must be a finite number >= 0, got {eps!r}")
-        self.params = list(params)
-        self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
-        self.exp_avg = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.exp_avg_sq = [torch.zeros_like(p, memory_format=torch.preserve_format) for p in self.params]
-        self.steps = 0
-
-    @torch.no_grad()
-    def step(self, grads) -> None:
-        """One update of every parameter from ``grads`` (one tensor per parameter, in order)."""
-        beta1, beta2 = self.betas
-        self.steps += 1
-        t = float(self.steps)  # torch keeps the count in a float32 tensor and reads it with .item()
-        step_size = self.lr / (1 - beta1 ** t)
-        bias_correction2_sqrt = (1 - beta2 ** t) ** 0.5
-        for p, g, m, v in zip(self.params, grads, self.exp_avg, self.exp_avg_sq, strict=True):
-            m.lerp_(g, 1 - beta1)
-            v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-            p.addcdiv_(m, (v.sqrt() / bias_correction2_sqrt).add_(self.eps), value=-step_size)
-
-
 def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, lr: float = 1e-3, batch_size: int = 32,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     r"""LDC: a bias-free linear map :math:`W` (d, d) with :math:`z^{new} \approx W z^{old}`, trained
@@ -515,9 +450,9 @@ def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, l
     the batches (default: torch's global generator).
 
     The batches are :func:`fedlib.training.minibatches`' (``epochs`` passes of ``batch_size``) and
-    the update :class:`torch.optim.Adam`'s arithmetic (a plain loop of it): the map
-    :func:`fedlib.training.local_train` trains with ``TrainConfig(optimizer="adam")`` on a
-    bias-free ``torch.nn.Linear`` from the identity, bit for bit, without its per-step machinery
+    the update :class:`fedlib.training.PlainOptimizer`'s (:class:`torch.optim.Adam`'s arithmetic): the map
+    a bias-free ``torch.nn.Linear`` from the identity trained by ``torch.optim.Adam`` on these
+    batches, bit for bit, in a loop without a module or an optimizer object's per-step machinery
     (a client's rare-class samples are few, so that machinery cost more than the arithmetic).
 
     Examples
@@ -529,11 +464,13 @@ def ldc_fit_map(z_old: torch.Tensor, z_new: torch.Tensor, *, epochs: int = 20, l
     """
     z_old, z_new = _t(z_old).float(), _t(z_new).float()
     W = torch.eye(z_old.shape[1]).requires_grad_()  # no draw from torch's global RNG
-    adam = _PlainAdam([W], lr=lr)
     cfg = TrainConfig(epochs=epochs, batch_size=batch_size, optimizer="adam", lr=lr)
+    adam = PlainOptimizer([W], cfg)
     for idx in minibatches(len(z_new), cfg, torch.default_generator if generator is None else generator):
         loss = ((F.linear(z_old[idx], W) - z_new[idx]) ** 2).sum(1).mean()  # nn.Linear's forward, bias-free
-        adam.step(torch.autograd.grad(loss, [W]))
+        adam.zero_grad()
+        loss.backward()
+        adam.step()
     return W.detach().to(F64)
 
 

@@ -50,7 +50,7 @@ from fedlib.messages import largest_difference
 from fedlib.protocol import Event
 from fedlib.run import run_federated
 from fedlib.tracking import TrackingConfig, ldc_fit_map, ldc_steps_per_round
-from fedlib import tracking
+from fedlib import training
 
 matplotlib.use("Agg")
 SETTINGS = dict(rounds=3, departure_round=2, n_clients=4, rare_class=1, local_epochs=1, lr=0.05,
@@ -588,8 +588,8 @@ def test_interval_band_is_mean_interval_per_column(n_seeds, n_points, seed):
 def test_ldc_steps_per_round_counts_ldc_fit_maps_adam_steps(monkeypatch):
     assert ldc_steps_per_round([32, 33, 100], 32, 20) == (1 + 2 + 4) / 3 * 20
     steps = []
-    original = tracking._PlainAdam.step  # ldc_fit_map's Adam (torch.optim.Adam's arithmetic)
-    monkeypatch.setattr(tracking._PlainAdam, "step", lambda self, *a, **k: (steps.append(1), original(self, *a, **k))[1])
+    original = training.PlainOptimizer.step  # ldc_fit_map's Adam (torch.optim.Adam's arithmetic)
+    monkeypatch.setattr(training.PlainOptimizer, "step", lambda self, *a, **k: (steps.append(1), original(self, *a, **k))[1])
     z = torch.randn(70, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     ldc_fit_map(z, z, epochs=3, batch_size=32, generator=torch.Generator().manual_seed(1))
     assert len(steps) == ldc_steps_per_round([70], 32, 3) == 9

@@ -24,7 +24,6 @@ from fedlib.run import run_federated
 from fedlib.models import build_model
 from fedlib.tracking import (
     TrackingConfig,
-    _PlainAdam,
     adaptive_alpha,
     barycentric_decomposition,
     barycentric_weights,
@@ -40,7 +39,7 @@ from fedlib.tracking import (
     take_snapshot,
     transport_map,
 )
-from fedlib.training import TrainConfig, local_train
+from fedlib.training import TrainConfig, minibatches
 
 F = torch.float64
 
@@ -395,56 +394,39 @@ def test_one_product_readout_predicts_as_the_mahalanobis_head():
     assert (pred == head.predict(z).numpy()).all() and not (pred == 2).any()
 
 
-# ----------------------------------------------------------------- the plain loops: the same bits as torch's
-def _ldc_through_local_train(z_old, z_new, *, epochs, lr, batch_size, generator):
+# ----------------------------------------------------------------- less work, the same bits
+def _ldc_with_torch_adam(z_old, z_new, *, epochs, lr, batch_size, generator):
     """LDC's map as fedlib trained it before the plain loop: a bias-free nn.Linear from the identity,
-    MSE summed over features and averaged over the batch, through local_train with torch.optim.Adam."""
+    MSE summed over features and averaged over the batch, torch.optim.Adam on minibatches' batches."""
     d = z_old.shape[1]
     linear = torch.nn.utils.skip_init(torch.nn.Linear, d, d, bias=False)
     with torch.no_grad():
         linear.weight.copy_(torch.eye(d))
-    local_train(linear, z_old.float(), z_new.float(), TrainConfig(epochs=epochs, batch_size=batch_size, optimizer="adam",
-                                                                  lr=lr), generator,
-                loss_fn=lambda model, x, y: ((model(x) - y) ** 2).sum(1).mean())
+    opt = torch.optim.Adam(linear.parameters(), lr=lr)
+    x, y = z_old.float(), z_new.float()
+    for idx in minibatches(len(y), TrainConfig(epochs=epochs, batch_size=batch_size), generator):
+        loss = ((linear(x[idx]) - y[idx]) ** 2).sum(1).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
     return linear.weight.detach().to(torch.float64)
 
 
 @pytest.mark.parametrize("n, batch, epochs, lr", [(1, 32, 20, 1e-3), (7, 32, 20, 1e-3), (70, 32, 3, 1e-2),
                                                    (64, 16, 2, 5e-2), (0, 32, 5, 1e-3)])
-def test_ldc_fit_map_is_local_trains_map_bit_for_bit(n, batch, epochs, lr):
+def test_ldc_fit_map_is_torch_adams_map_bit_for_bit(n, batch, epochs, lr):
     """One sample, fewer than a batch, a partial last batch, full batches, none: the plain loop gives
-    the map local_train gives, every bit, and leaves the generator where local_train leaves it."""
+    the map of nn.Linear and torch.optim.Adam on the same batches, every bit, and leaves the
+    generator where that loop leaves it."""
     g = torch.Generator().manual_seed(n)
     z_old = torch.randn(n, 6, generator=g, dtype=torch.float64)
     z_new = z_old @ torch.randn(6, 6, generator=g, dtype=torch.float64) + 0.1
     g1, g2 = torch.Generator().manual_seed(5), torch.Generator().manual_seed(5)
-    ref = _ldc_through_local_train(z_old, z_new, epochs=epochs, lr=lr, batch_size=batch, generator=g1)
+    ref = _ldc_with_torch_adam(z_old, z_new, epochs=epochs, lr=lr, batch_size=batch, generator=g1)
     W = ldc_fit_map(z_old, z_new, epochs=epochs, lr=lr, batch_size=batch, generator=g2)
     assert W.dtype == torch.float64 and torch.equal(W, ref)
     assert torch.equal(g1.get_state(), g2.get_state())
     assert torch.equal(W, torch.eye(6, dtype=torch.float64)) == (n == 0)
-
-
-def test_plain_adam_is_torch_adam_bit_for_bit():
-    """Two parameters (a matrix and a vector), other betas and eps, 30 steps of a non-quadratic loss:
-    every bit of torch.optim.Adam's single-tensor update; bad arguments are named."""
-    g = torch.Generator().manual_seed(0)
-    w1, b1 = torch.randn(4, 3, generator=g).requires_grad_(), torch.randn(4, generator=g).requires_grad_()
-    w2, b2 = w1.detach().clone().requires_grad_(), b1.detach().clone().requires_grad_()
-    x = torch.randn(9, 3, generator=g)
-    ref = torch.optim.Adam([w1, b1], lr=0.03, betas=(0.8, 0.99), eps=1e-6)
-    plain = _PlainAdam([w2, b2], lr=0.03, betas=(0.8, 0.99), eps=1e-6)
-    for k in range(30):
-        ref.zero_grad()
-        torch.nn.functional.softplus(x @ w1.T + b1 * k).pow(3).mean().backward()
-        ref.step()
-        plain.step(torch.autograd.grad(torch.nn.functional.softplus(x @ w2.T + b2 * k).pow(3).mean(), [w2, b2]))
-        assert torch.equal(w1, w2) and torch.equal(b1, b2)
-    assert not torch.equal(w1, torch.randn(4, 3, generator=torch.Generator().manual_seed(0)))  # it moved
-    for bad, match in [({"lr": float("inf")}, "lr"), ({"lr": 0.1, "betas": (0.9, 1.0)}, "betas"),
-                       ({"lr": 0.1, "eps": -1.0}, "eps")]:
-        with pytest.raises(ValueError, match=match):
-            _PlainAdam([w2], **bad)
 
 
 def test_ccvr_rounds_calibrate_ccvr_there_only_and_change_nothing_else(scenario):
