@@ -657,9 +657,13 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str,
     from fedlib.io import atomic_write_json
 
     def finished(name: str, params: dict, key: str, meta: Path, seconds: float) -> None:
-        record = {"key": key, "params": params, "seconds": round(seconds, 2)}
+        record = {"key": key, "params": {k: v for k, v in params.items() if k != PROGRESS}, "seconds": round(seconds, 2)}
         if getattr(seconds, "cpu", None) is not None and seconds.cpu == seconds.cpu:
             record["cpu_seconds"] = round(seconds.cpu, 2)  # the work, without the waiting (Seconds)
+        if params.get(PROGRESS):
+            studies = studies_of(NOTEBOOKS / params[PROGRESS])
+            if studies:
+                record["studies"] = studies
         claims = claims_of(meta.with_suffix(".ipynb"))
         if claims is not None:
             record["claims"] = claims
@@ -762,6 +766,11 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
             if not force and output.exists() and last.get("key") == key:
                 print(f"[cached]   {name}")
                 continue
+            if PROGRESS in declared[name] and PROGRESS not in params:  # its studies' log: the record's "studies"
+                log = out / "progress" / f"{name}.log"  # (not in the key: where a log goes changes no number)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.unlink(missing_ok=True)
+                params = {**params, PROGRESS: os.path.relpath(log, NOTEBOOKS)}
             todo.append((name, params, key, output, meta, last.get("seconds")))
             for p in PROFILES:  # a cold build orders by the other profiles' times (the smoke build runs first)
                 other = (chapters if p == profile else output_dir(p) / "chapters") / f"{name}.json"
@@ -782,6 +791,49 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     print(f"[built]    {len(names)} chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
     where(out, names)
     return render_book(out) if render else 0
+
+
+PROGRESS = "progress"
+"""The parameter by which a chapter's studies log each finished cell (:func:`fedbook.study.run_study`)."""
+
+
+def studies_of(log: Path) -> list[dict]:
+    r"""What a chapter's studies cost and ran, from their progress log (the JSON events of
+    :func:`fedbook.study.run_study`), one entry per study run in the order they ran: ``study``,
+    ``cells``, ``cached`` (cells read from the cache), ``cached_seconds`` (what those took when
+    they were computed), ``computed_seconds`` (the cells computed in this execution) and ``seeds``.
+    A chapter's record keeps them (``"studies"``), so its cost counts the cells a warm cache
+    served, and its seeds are every seed its studies ran (a confirmatory plan's fresh seeds
+    must avoid them all).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> log = Path(tempfile.mkdtemp()) / "x.log"
+    >>> _ = log.write_text('{"event": "start", "study": "main", "total": 3, "cached": 1, "seeds": [0, 1, 2], '
+    ...                    '"cached_seconds": 4.0}\n{"event": "cell", "study": "main", "seconds": 2.5}\n'
+    ...                    '{"event": "cell", "study": "main", "seconds": 3.5}\n{"event": "cell", "stu')
+    >>> studies_of(log)
+    [{'study': 'main', 'cells': 3, 'cached': 1, 'cached_seconds': 4.0, 'computed_seconds': 6.0, 'seeds': [0, 1, 2]}]
+    """
+    out: list[dict] = []
+    if not log.exists():
+        return out
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short
+            continue
+        if event.get("event") == "start":
+            out.append({"study": event["study"], "cells": int(event.get("total", 0)), "cached": int(event.get("cached", 0)),
+                        "cached_seconds": float(event.get("cached_seconds") or 0.0), "computed_seconds": 0.0,
+                        "seeds": sorted(int(s) for s in event.get("seeds", []))})
+        elif event.get("event") == "cell" and out and out[-1]["study"] == event.get("study"):
+            out[-1]["computed_seconds"] += float(event.get("seconds") or 0.0)
+    for entry in out:
+        entry["cached_seconds"], entry["computed_seconds"] = (round(entry["cached_seconds"], 2),
+                                                              round(entry["computed_seconds"], 2))
+    return out
 
 
 def pilot_seeds(name: str, params: dict) -> dict:

@@ -267,7 +267,8 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
         tell({"event": kind, "study": study.name, "done": done, "total": len(cells), "cached": cached,
               "cell": None if i is None else dict(cells[i]), "seconds": took, "elapsed": elapsed,
               "eta": elapsed / ran * (len(cells) - done) if ran else (0.0 if done == len(cells) else None),
-              "error": error, "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")})
+              "error": error, "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              **({"seeds": list(study.seeds), "cached_seconds": float(sum(seconds.values()))} if kind == "start" else {})})
 
     libraries = None if address is None else {name: _version(name) for name in LIBRARIES}  # another machine's, checked
     finished = map_cells(functools.partial(_run_cell, study, libraries=libraries), [cells[i] for i in todo], workers,
@@ -326,8 +327,10 @@ def _plain(value: Any) -> Any:
 def read_progress(path: str | os.PathLike) -> pd.DataFrame:
     """The events a :func:`run_study` with ``progress=path`` appended (every study that wrote
     there, in order), one row each, with the columns the events have (``event``, ``study``,
-    ``done``, ``total``, ``cached``, ``cell``, ``seconds``, ``elapsed``, ``eta``, ``error``, ``at``);
-    a line still being written (a run killed mid-line) is left out; no file: no rows.
+    ``done``, ``total``, ``cached``, ``cell``, ``seconds``, ``elapsed``, ``eta``, ``error``, ``at``;
+    a ``start`` event also has ``seeds``, the study's seeds, and ``cached_seconds``, what its cached
+    cells took when they ran); a line still being written (a run killed mid-line) is left out; no
+    file: no rows.
 
     Examples
     --------
