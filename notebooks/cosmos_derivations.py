@@ -374,13 +374,16 @@ checks.add("λ = 2c/(c+1) lies in (3/2, 2) for every c > 3, so the experiments' 
 SY = Circle(n_classes=4, radius=3.0, n_per_class=250, weight_decay=1e-2, lam=1.8, noise=0.1, lr=1e-2, pool=0.1)
 synth = {setting: synthetic_run(setting, seed=seed, n_clients=P.synth_clients, n_eval=P.n_eval, local_epochs=P.local_epochs,
                                 rounds=P.synth_rounds, circle=SY) for setting in P.synth_settings}
-# the control: the same federation, models and streams, the cluster teacher never sent back (no digest, no consistency)
+# the control: the same federation, models and streams, the cluster teacher never sent back (no digest, no consistency);
+# the check reads its risks only (no local training alone, no errors of the clients' models)
 control = {setting: synthetic_run(setting, seed=seed, n_clients=P.synth_clients, n_eval=P.n_eval, local_epochs=P.local_epochs,
-                                  rounds=P.synth_rounds, circle=SY, teacher=False) for setting in P.synth_settings}
-# the contraction check's further seeds: COSMOS and the control only (no local training alone, which the check does not read)
+                                  rounds=P.synth_rounds, circle=SY, teacher=False, local_only=False, risk_only=True)
+           for setting in P.synth_settings}
+# the contraction check's further seeds: COSMOS and the control, their risks only
 more_seeds = {s_: tuple({setting: synthetic_run(setting, seed=s_, n_clients=P.synth_clients, n_eval=P.n_eval,
                                                 local_epochs=P.local_epochs, rounds=P.synth_rounds, circle=SY, teacher=t,
-                                                local_only=False) for setting in P.synth_settings} for t in (True, False))
+                                                local_only=False, risk_only=True) for setting in P.synth_settings}
+                        for t in (True, False))
               for s_ in range(seed + 1, seed + P.contraction_seeds)}
 numbers, table = synthetic_section(checks, synth, control, circle=SY, n_clients=P.synth_clients, rounds=P.synth_rounds,
                                    n_eval=P.n_eval, more_seeds=more_seeds)

@@ -316,6 +316,19 @@ def test_synthetic_run_does_not_depend_on_torchs_global_random_state():
         synthetic_run("wild", seed=0, n_clients=3, n_eval=10, local_epochs=1, rounds=1)
 
 
+def test_a_risk_only_run_measures_the_same_risks_and_nothing_else():
+    """``risk_only`` (the contraction check's controls and further seeds) runs the same federation:
+    R† and the Bayes risk equal the full run's bit for bit, the other measurements are NaN; and a
+    full run's b̄ on D_i is at least every cluster model's error there (R† is their mean)."""
+    kw = dict(seed=0, n_clients=3, n_eval=200, local_epochs=1, rounds=2, teacher=False, local_only=False)
+    full, risk = synthetic_run("mild skew", **kw), synthetic_run("mild skew", risk_only=True, **kw)
+    pd.testing.assert_series_equal(full.frame["R†(h)"], risk.frame["R†(h)"], check_exact=True)
+    assert risk.bayes == full.bayes and risk.prior.tolist() == full.prior.tolist() and risk.w_exact == full.w_exact
+    assert risk.frame.drop(columns="R†(h)").isna().all().all() and not full.frame.isna().any().any()
+    assert all(math.isnan(w) for w in risk.w_mc) and risk.hessian_points == [] and len(full.hessian_points) == 3
+    assert (full.frame["b̄ on D_i"] >= full.frame["R†(h)"]).all()
+
+
 def _contraction_check(**kw) -> tuple[float, float]:
     """The chapter's contraction check: COSMOS's fitted ratio of R† − Bayes, and the control's (the teacher never sent back)."""
     runs = {t: synthetic_run("mild skew", seed=0, n_clients=4, n_eval=4000, local_epochs=5, rounds=4, teacher=t, **kw)
