@@ -17,6 +17,7 @@ import sys
 import textwrap
 import threading
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import pandas as pd
@@ -175,20 +176,64 @@ def test_a_cell_that_fails_twice_stops_the_study_and_the_finished_cells_stay_cac
     assert again.cached == 2 and again["broken"]["y"].tolist() == [0.0, 1.0]
 
 
-def exit_once(seed: int, marker: Path) -> pd.DataFrame:
-    """Kills its worker process on its first attempt of seed 0 (the pool breaks)."""
-    if seed == 0 and not marker.exists():
-        marker.write_text("died")
+def dies(seed: int, folder: Path, deaths: int) -> pd.DataFrame:
+    """Seed 0 kills its worker process on its first ``deaths`` attempts, once seed 1 runs (so the
+    pool breaks with seed 1 in flight; alone, at once); the other seeds sleep 0.3 s."""
+    if seed == 0 and len(list(folder.glob("died*"))) < deaths:
+        deadline = time.monotonic() + 20
+        while not (folder / "started1").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (folder / f"died{len(list(folder.glob('died*')))}").write_text("")
         os._exit(3)
+    if seed != 0:
+        (folder / f"started{seed}").write_text("")
+        time.sleep(0.3)
     return pd.DataFrame({"y": [float(seed)]})
 
 
-def test_a_worker_that_dies_breaks_the_pool_and_its_cells_run_again_in_a_fresh_one(tmp_path):
-    study = Study("dies", functools.partial(exit_once, marker=tmp_path / "marker"), seeds=[0, 1, 2])
-    frames = run_study(study, workers=2)
-    assert frames["dies"]["y"].tolist() == [0.0, 1.0, 2.0]
-    retried = {json.dumps(r["cell"]): r["error"] for r in frames.retried}
-    assert '{"seed": 0}' in retried and retried['{"seed": 0}'].startswith("BrokenProcessPool")
+def test_a_worker_that_dies_breaks_the_pool_and_its_cells_run_again_alone_without_using_up_their_retry(tmp_path):
+    """Seed 0 kills its worker once, seed 1 in flight: both run again, each alone, and succeed (a
+    break that is not shown to be one cell's is no cell's attempt); seed 2 runs in a fresh pool."""
+    events = []
+    study = Study("dies", functools.partial(dies, folder=tmp_path, deaths=1), seeds=[0, 1, 2])
+    frames = run_study(study, workers=2, progress=events.append)
+    assert frames["dies"]["y"].tolist() == [0.0, 1.0, 2.0] and frames.retried == []
+    assert len(list(tmp_path.glob("died*"))) == 1 and "retry" not in [e["event"] for e in events]
+
+
+def test_a_cell_that_always_kills_its_worker_is_named_and_the_innocent_cell_in_flight_is_kept(tmp_path):
+    """Seed 0 kills every worker it runs in, seed 1 in flight the first time: alone, seed 0 breaks
+    its pool again (its first attempt), seed 1 succeeds and is cached; seed 0's retry breaks a
+    fresh pool, and the study stops with seed 0's error."""
+    events, cache = [], tmp_path / "cache"
+    study = Study("guilty", functools.partial(dies, folder=tmp_path, deaths=99), seeds=[0, 1])
+    with pytest.raises(BrokenProcessPool) as info:
+        run_study(study, workers=2, cache=cache, progress=events.append)
+    notes = "\n".join(info.value.__notes__)
+    assert "for item {'seed': 0} on attempt 2 of 2; attempt 1 raised BrokenProcessPool" in notes
+    assert "study 'guilty': 1 of 2 cells done, kept in the cache" in notes
+    assert len(list(tmp_path.glob("died*"))) == 3  # with seed 1 in flight, alone, and its retry
+    assert [(e["event"], e["cell"]) for e in events if e["event"] in ("retry", "cell")] == \
+        [("retry", {"seed": 0}), ("cell", {"seed": 1})]
+    kept = run_study(Study("guilty", functools.partial(dies, folder=tmp_path, deaths=99), seeds=[1]), cache=cache)
+    assert kept.cached == 1 and kept["guilty"]["y"].tolist() == [1.0]
+
+
+def fails_fast_or_sleeps(item: int) -> int:
+    if item == 0:
+        raise ArithmeticError("item 0 always fails")
+    time.sleep(0.5)
+    return item * 10
+
+
+def test_a_final_failure_in_the_pool_still_hands_over_the_cells_in_flight():
+    """Item 0 fails twice while item 1 runs: item 1's result reaches the caller (who caches it)
+    before item 0's error, not waited for and thrown away."""
+    got = []
+    with pytest.raises(ArithmeticError, match="item 0 always fails"):
+        for one in map_cells(fails_fast_or_sleeps, [0, 1], workers=2):
+            got.append((one.index, one.value, one.errors))
+    assert got == [(1, 10, ())]
 
 
 def test_a_cell_function_that_cannot_travel_to_ray_is_refused_by_name(ray_up):

@@ -54,8 +54,9 @@ def fork_available() -> bool:
 
 
 _TASK: tuple[Callable, list] | None = None
-"""The function and items of the running :func:`map_parallel`: forked workers inherit them, so
-only an item's index is sent to a worker and only its result comes back (``fn`` need not pickle)."""
+"""The function and items of the running pool of :func:`map_cells` (and so :func:`map_parallel`):
+forked workers inherit them, so only an item's index is sent to a worker and only its result comes
+back (``fn`` need not pickle)."""
 
 
 def _init_worker(threads: int) -> None:
@@ -101,39 +102,11 @@ def map_parallel(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, 
     >>> map_parallel(lambda s: s * s, [1, 2, 3])
     [1, 4, 9]
     """
-    workers = _check_count("workers", workers)
-    threads = _check_count("threads", threads)
-    items = list(items)
-    if workers == 1:
-        return [fn(item) for item in items]
-    if len(items) <= 1 or not fork_available():  # asked for workers, run here: with the workers' threads all the same
-        before = torch.get_num_threads()
-        torch.set_num_threads(threads)
-        try:
-            return [fn(item) for item in items]
-        finally:
-            torch.set_num_threads(before)
-    global _TASK
-    if _TASK is not None:
-        raise RuntimeError("map_parallel cannot be nested: call it from the top level of a notebook or script")
-    _TASK = (fn, items)
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(workers, len(items)), mp_context=context, initializer=_init_worker,
-                                 initargs=(threads,)) as pool:
-            futures = [pool.submit(_run, i) for i in range(len(items))]
-            results = []
-            for item, future in zip(items, futures):
-                try:
-                    results.append(future.result())
-                except Exception as err:
-                    err.add_note(f"(raised in a worker process for item {item!r})")
-                    for f in futures:
-                        f.cancel()
-                    raise
-            return results
-    finally:
-        _TASK = None
+    results: list = [None] * len(items := list(items))
+    with contextlib.closing(map_cells(fn, items, workers, threads=threads, retries=0)) as finished:
+        for one in finished:
+            results[one.index] = one.value
+    return results
 
 
 EXECUTORS = ("process", "ray", "auto", "ray://HOST:PORT", "HOST:PORT")
@@ -214,7 +187,9 @@ def map_cells(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, thr
         caller's); on Ray each task asks for that many CPUs
     executor : None or one of :data:`EXECUTORS`
     retries : how many fresh attempts a failed item gets (on Ray a new task; in the pool, a new
-        pool when a worker died)
+        pool when a worker died). A worker's death fails every item in flight in its pool: they run
+        again one at a time, each alone, and only the one whose lone run breaks its pool has failed
+        (an attempt that counts); the others' attempts do not count
     on_retry : called with the item's index and its error (:func:`describe_error`) when a failed
         item is tried again
 
@@ -228,8 +203,9 @@ def map_cells(fn: Callable[[T], R], items: Iterable[T], workers: int = 1, *, thr
     ValueError
         ``workers`` or ``threads`` not an integer >= 1, an unknown ``executor``, or ``fn`` that
         cannot travel to Ray's workers. An item that fails ``retries + 1`` times: the last
-        exception is raised, with the item and the earlier attempts' errors noted; the items in
-        flight are cancelled.
+        exception is raised, with the item and the earlier attempts' errors noted, once the items
+        already in flight in the pool have finished (those that succeed are yielded first, so the
+        caller keeps them); on Ray the tasks done by then are yielded and the others cancelled.
 
     Examples
     --------
@@ -276,6 +252,8 @@ def _finished(fn: Callable, items: list, workers: int, threads: int, address: st
                 earlier = "; ".join(f"attempt {k + 1} raised {e}" for k, e in enumerate(errors[index]))
                 err.add_note(f"(raised for item {items[index]!r} on attempt {len(errors[index]) + 1} of {retries + 1}"
                              f"{'; ' + earlier if earlier else ''})")
+                for index, value in runner.settle():  # the items in flight that succeed still reach the caller
+                    yield Finished(index, value, tuple(errors.pop(index, ())))
                 raise err
 
 
@@ -302,14 +280,20 @@ class _Here:
         finally:
             torch.set_num_threads(before)
 
+    def settle(self) -> list[tuple[int, Any]]:
+        return []  # nothing runs but the item asked for
+
     def close(self) -> None:
         self.queue.clear()
 
 
 class _Pool:
-    """Runs the items in processes forked from this one (:func:`map_parallel`'s way: only an item's
-    index goes to a worker); a pool that broke (a worker died) is replaced by a fresh one for the
-    items submitted after."""
+    """Runs the items in processes forked from this one (only an item's index goes to a worker), at
+    most ``workers`` at a time. A worker that dies breaks its pool, and every item in flight there
+    fails with it: an item alone in its pool broke it (that attempt counts); several in flight, they
+    run again one at a time, each alone in a pool of one worker, before anything else, so the one
+    that breaks its pool again is found and the others' attempts do not count; then a fresh pool
+    runs the rest."""
 
     def __init__(self, fn: Callable, items: list, workers: int, threads: int) -> None:
         global _TASK
@@ -318,23 +302,57 @@ class _Pool:
         _TASK = (fn, items)
         self.workers, self.threads = min(workers, len(items)), threads
         self.pool: ProcessPoolExecutor | None = None
-        self.futures: dict = {}  # future -> (index, the pool it runs in)
+        self.size = 0  # the pool's workers
+        self.waiting: collections.deque[int] = collections.deque()  # submitted, not started
+        self.suspects: collections.deque[int] = collections.deque()  # in flight when a pool broke: to run alone
+        self.futures: dict = {}  # future -> index, the items in flight
 
     def submit(self, index: int) -> None:
+        self.waiting.append(index)
+
+    def _start(self) -> None:
+        """Fill the pool: the suspects one at a time, each alone in a pool of one worker, then the
+        waiting items, up to ``workers`` in flight."""
+        if self.futures and (self.suspects or self.size == 1):  # (workers > 1: a pool of one runs a suspect)
+            return
+        if self.suspects:
+            self._send(self.suspects.popleft(), 1)
+            return
+        while self.waiting and len(self.futures) < self.workers:
+            self._send(self.waiting.popleft(), self.workers)
+
+    def _send(self, index: int, size: int) -> None:
+        if self.pool is not None and self.size != size:
+            self.pool.shutdown(wait=True)
+            self.pool = None
         if self.pool is None:
-            self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("fork"),
+            self.pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("fork"),
                                             initializer=_init_worker, initargs=(self.threads,))
-        self.futures[self.pool.submit(_run, index)] = (index, self.pool)
+            self.size = size
+        self.futures[self.pool.submit(_run, index)] = index
 
     def next_done(self) -> tuple[int, Any, BaseException | None]:
-        done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
-        future = min(done, key=lambda f: self.futures[f][0])
-        index, pool = self.futures.pop(future)
-        err = future.exception()
-        if isinstance(err, BrokenProcessPool) and pool is self.pool:
-            pool.shutdown(wait=True, cancel_futures=True)
+        while True:
+            self._start()
+            done, _ = wait(list(self.futures), return_when=FIRST_COMPLETED)
+            future = min(done, key=lambda f: (f.exception() is not None, self.futures[f]))  # successes first
+            err = future.exception()
+            if not isinstance(err, BrokenProcessPool):
+                return self.futures.pop(future), None if err is not None else future.result(), err
+            self.pool.shutdown(wait=True)  # broken: every future of it is done now
             self.pool = None
-        return index, None if err is not None else future.result(), err
+            broken = sorted(i for f, i in self.futures.items() if f.exception() is not None)
+            self.futures = {f: i for f, i in self.futures.items() if f.exception() is None}  # done before the break
+            if len(broken) == 1:
+                return broken[0], None, err
+            self.suspects.extend(broken)
+
+    def settle(self) -> list[tuple[int, Any]]:
+        """The items in flight (at most ``workers``, started before a failure) that succeed, waited for."""
+        wait(list(self.futures))
+        out = [(i, f.result()) for f, i in sorted(self.futures.items(), key=lambda fi: fi[1]) if f.exception() is None]
+        self.futures.clear()
+        return out
 
     def close(self) -> None:
         global _TASK
@@ -408,6 +426,16 @@ class _Ray:
                 return index, None, cause
             return index, None, err
 
+    def settle(self) -> list[tuple[int, Any]]:
+        """The tasks done by now that succeeded (the others are cancelled when closed)."""
+        ready, _ = self.ray.wait(list(self.refs), num_returns=len(self.refs), timeout=0) if self.refs else ([], [])
+        out = []
+        for ref in ready:
+            index = self.refs.pop(ref)
+            with contextlib.suppress(Exception):
+                out.append((index, self.ray.get(ref)))
+        return out
+
     def close(self) -> None:
         with self.stack:
             for ref in list(self.refs):  # a failed study's cells still running
@@ -434,9 +462,11 @@ def _ray_joined() -> bool:
 
 @contextlib.contextmanager
 def local_ray(cpus: int) -> Iterator[None]:
-    """A local Ray instance of ``cpus`` CPUs while inside, on 127.0.0.1 only (no dashboard, no
-    usage statistics sent), its files in a temporary folder removed after; its workers import what
-    this process can (its ``sys.path``). :func:`map_cells` (and so :func:`fedbook.study.run_study`)
+    """A local Ray instance of ``cpus`` CPUs while inside, its files in a temporary folder removed
+    after; its workers import what this process can (its ``sys.path``). It advertises 127.0.0.1
+    and contacts nothing outside (no dashboard, no usage statistics sent), but its servers listen
+    on every interface of the machine and accept whoever reaches their ports: run it on a private
+    network. :func:`map_cells` (and so :func:`fedbook.study.run_study`)
     with ``executor="ray"`` starts one per call (5-10 s); a script that runs several studies can
     hold one for all of them, each call joining it::
 

@@ -47,9 +47,11 @@ run them on a private network. Whatever the executor:
   with ``threads`` torch threads; the executor is not part of a cell's key, so a cell cached by
   one executor is read back by another);
 - a cell that raises is run once more, a fresh attempt (on Ray, a new task; a pool whose worker
-  died is replaced): if the second attempt succeeds the study goes on and
-  ``StudyFrames.retried`` names the cell and its first error; if it fails too, the study
-  raises that error, noted with the cell and the first error;
+  died is replaced, and the cells that were in flight there run again one at a time, each alone,
+  so that only the cell whose run kills its worker uses up an attempt): if the second attempt
+  succeeds the study goes on and ``StudyFrames.retried`` names the cell and its first error; if
+  it fails too, the study raises that error, noted with the cell and the first error (the cells
+  in flight in the pool finish first and are cached);
 - each finished cell is cached at once by this process, so a study interrupted, killed or
   stopped by a failing cell resumes from the cells it finished;
 - ``progress`` (a file, or a function) is told of each finished cell, with how many are done and
