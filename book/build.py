@@ -601,22 +601,9 @@ computes the same bits whether the build runs it alone or next to others."""
 
 def _with_threads(threads: int):
     """Context: the thread variables of :data:`THREAD_VARIABLES` set for kernels started inside it."""
-    import contextlib
+    from fedbook.parallel import _environ  # imports torch: here, where executing a chapter does (fedlib.io) anyway
 
-    @contextlib.contextmanager
-    def scope():
-        saved = {k: os.environ.get(k) for k in THREAD_VARIABLES}
-        os.environ.update({k: str(threads) for k in THREAD_VARIABLES})
-        try:
-            yield
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
-    return scope()
+    return _environ(**{k: str(threads) for k in THREAD_VARIABLES})
 
 
 def _started(i: int, n: int, name: str, params: dict, last_seconds, elapsed: float) -> None:
