@@ -48,6 +48,8 @@ cifar_root = None  # paper profile: folder holding cifar-10-batches-py/
 results_dir = None  # where tidy results are saved (None: not saved)
 cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 workers = 1  # processes the studies' cells run in (the numbers do not depend on it)
+executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
+progress = None  # a file that receives one line per finished cell (the build's record lists the studies from it)
 
 # %% tags=["hide-input"]
 from functools import partial
@@ -195,7 +197,7 @@ show_table(pd.DataFrame([toy]), digits=3)
 
 # %%
 ANCHOR_STUDY = Study("anchors", partial(anchor_cell, config=config), grid={"anchor": list(ANCHORS)}, seeds=[seed])
-frames = run_study(ANCHOR_STUDY, workers=workers, cache=cache_dir)
+frames = run_study(ANCHOR_STUDY, workers=workers, cache=cache_dir, executor=executor, progress=progress)
 
 # %% tags=["hide-input"]
 show_table(anchor_table(frames["anchors"]), digits={"global-test accuracy (%)": 1, "seconds": 1})
@@ -227,7 +229,7 @@ show_table(anchor_table(frames["anchors"]), digits={"global-test accuracy (%)": 
 
 # %%
 FINETUNE = Study("finetune", partial(finetune_cell, config=config), grid={"alpha": P.alphas}, seeds=[seed])
-frames |= run_study(FINETUNE, workers=workers, cache=cache_dir)
+frames |= run_study(FINETUNE, workers=workers, cache=cache_dir, executor=executor, progress=progress)
 save_frames(frames, results_dir)
 
 # %% [markdown]
@@ -329,7 +331,7 @@ EXERCISES = [
           seeds=[seed]),
     Study("ex_sweep", partial(sweep_cell, config=config), grid={"alpha": [EX_SKEW_ALPHA]}, seeds=[seed]),
 ]
-ex_runs = [run_study(study, workers=workers, cache=cache_dir) for study in EXERCISES]
+ex_runs = [run_study(study, workers=workers, cache=cache_dir, executor=executor, progress=progress) for study in EXERCISES]
 frames |= {name: frame for ran in ex_runs for name, frame in ran.items()}
 # ex_seconds: the runs' own time, each measured when it ran (a cell read back from the cache counts its time then)
 glue_all({**numbers(frames, P, federations, data, config, seed), "ex_seconds": sum(ran.seconds for ran in ex_runs)})
