@@ -513,7 +513,8 @@ def _chapter_labels(name: str) -> tuple[str, list[str]]:
 
 def partial_toc(toc: dict, keep: set[str]) -> dict:
     """The table of contents ``toc`` (as read from ``_toc.yml``) without the chapters
-    (``chapters/<name>`` entries) not in ``keep``, and without a part left empty by that."""
+    (``chapters/<name>`` entries) not in ``keep``, and without a part left empty by that; a kept
+    section of a chapter left out takes that chapter's place."""
     import copy
 
     toc = copy.deepcopy(toc)
@@ -522,11 +523,12 @@ def partial_toc(toc: dict, keep: set[str]) -> dict:
         out = []
         for entry in entries:
             file = str(entry.get("file", ""))
-            if file.startswith("chapters/") and file.split("/", 1)[1] not in keep:
-                continue
             for key in ("chapters", "sections"):
                 if entry.get(key):
                     entry[key] = kept(entry[key])
+            if file.startswith("chapters/") and file.split("/", 1)[1] not in keep:
+                out += [*(entry.get("sections") or ()), *(entry.get("chapters") or ())]
+                continue
             out.append(entry)
         return out
 
@@ -846,8 +848,9 @@ def _show_plan(plan, profile: str) -> None:
         print(f"[claim]    {r['chapter']}  {r['key']}{head}  pilot: {r['pilot_verdict']}, {r['pilot_n']} seeds  ->  {planned}",
               flush=True)
     for c in plan.chapters.to_dict("records"):
-        estimate = f", about {_minutes(c['estimated_seconds'])} of CPU (the pilot's {_minutes(c['pilot_seconds'])} " \
-                   "scaled by the seeds)" if c["estimated_seconds"] is not None else ""
+        estimate = (f", about {_minutes(c['estimated_seconds'])} of CPU (fedbook.confirm.estimate_seconds: the pilot's "
+                    "fixed part and its studies' seconds per seed times the planned seeds)"
+                    if c["estimated_seconds"] is not None else "")
         print(f"[chapter]  {c['chapter']}: {c['seeds']} fresh seeds ({c['first_seed']}..{c['first_seed'] + c['seeds'] - 1}) "
               f"for {c['claims']} open claim(s){estimate}; parameters {json.dumps(c['parameters'])}", flush=True)
     if plan.chapters.empty:

@@ -18,9 +18,7 @@
 # This page measures, when the book is built and on the machine that builds it, what fedlib's
 # machinery costs: the round loop against a hand-written training loop; a round's memory and time
 # against the number of clients it samples; how much faster a round's clients train when
-# they are stacked into one computation ({ref}`chapter-performance-vectorized`); and, from the
-# build's own records, what deciding every claim the build left open would cost
-# ({ref}`chapter-performance-confirm`).
+# they are stacked into one computation ({ref}`chapter-performance-vectorized`).
 #
 # Cross-device federated learning has thousands of clients with a few samples each, a small
 # share of them sampled in each round (LEAF's FEMNIST has 3,500 writers). A laptop can simulate
@@ -46,7 +44,6 @@ clients = None  # numbers of clients to measure, e.g. [20, 200, 1000]
 models = None  # models to measure, e.g. ["mlp"] or ["mlp", "cnn"]
 workloads = None  # local-training workloads timed sequential against vectorized, e.g. ["linear", "cnn"]
 results_dir = None  # where the measurements are saved as CSV (None: not saved)
-records = None  # {profile: folder of that build's chapter records}; book/build.py passes it (the last section reads them)
 
 # %% tags=["hide-input"]
 from functools import partial
@@ -237,57 +234,5 @@ glue_all(numbers(ovh, costs_of(frames["round_cost"]), frames["speed"], frames["s
 # notebook, the fedlib modules it imports (followed transitively, and through the lazy registry
 # `fedlib.algorithms`, so that a change to MPT's module re-runs MPT's chapters and not FedGRC's),
 # its parameters and the requirements. Each chapter's minutes at the smoke and book profiles, read
-# from the build's own records, are on {ref}`the teaching page <chapter-teaching>`.
-#
-# (chapter-performance-confirm)=
-# ## What deciding every open claim would cost
-#
-# The book's profile is a pilot: each experiments chapter runs a few seeds, and a claim whose
-# interval still straddles its margin stays open, *inconclusive at this scale*
-# ({ref}`the findings page <chapter-findings>`). A confirmatory run decides such claims on fresh
-# seeds, disjoint from the book's: {func}`fedbook.confirm.plan` sizes each open claim's run from
-# the pilot's spread at its margin (power {glue:text}`perf_confirm_power`, at most
-# {glue:text}`perf_confirm_cap` seeds per claim), and `book/build.py` runs only that work, on a
-# process pool or a Ray cluster. The table says what the plan for this build would cost.
-#
-# **How to read it.** Each row is a chapter of experiments: *open claims* are the claims this build
-# left undecided, *planned* those the plan can decide within its cap of seeds, *fresh seeds* the
-# new seeds it would run for them. The cost follows from what this build measured: a chapter's
-# time is a fixed part (loading data, pilots, exercises, the runs only the first seeds make) plus
-# a cost per seed, *chapter CPU ≈ fixed + per seed × seeds*
-# ({func}`fedbook.studies.performance.seed_costs`: the per seed cost is the median over the seeds
-# of the seconds of the study cells that every seed runs, times the chapter's share of a core; the
-# chapter's CPU seconds less that many seeds' cost is the fixed part). *CPU-hours* is that total; the three last columns are the minutes one would wait on a
-# laptop, a workstation and a small cluster. A seed's cells are independent, so on *c* cores they
-# run in waves, *wall ≈ fixed + ⌈cells / c⌉ × a cell's time*
-# ({func}`fedbook.studies.performance.wall_seconds`); the fixed part is counted whole and on one
-# core, so each wall time is an upper bound.
-
-# %% tags=["hide-input"]
-from inspect import signature
-
-from fedbook.confirm import plan as confirm_plan
-from fedbook.studies.performance import confirm_costs, confirm_numbers, decided_cost, seed_costs
-
-records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
-seed_cost, left_out = seed_costs(records[profile])  # this build's seconds per seed, from its records and study cache
-PLAN = confirm_plan(records[profile])
-decide = confirm_costs(seed_cost, PLAN.claims, PLAN.chapters)
-defaults = signature(confirm_plan).parameters
-glue_all(confirm_numbers(decide, PLAN.claims, decided_cost(records[profile], exclude=["performance"]), left_out,
-                         power=defaults["power"].default, cap=defaults["cap"].default))
-show_table(decide, digits={"per seed (s)": 1, "fixed (s)": 0, "CPU-hours": 2, "wall, 2 cores (min)": 1,
-                           "wall, 16 cores (min)": 1, "wall, 64 cores (min)": 1}, index=False)
-
-# %% [markdown]
-# Deciding the {glue:text}`perf_confirm_planned` open claims that the plan can decide (of
-# {glue:text}`perf_confirm_open`{glue:text}`perf_confirm_left_out`) takes
-# {glue:text}`perf_confirm_seeds` fresh seeds and {glue:text}`perf_confirm_cpu_hours_measured:.1f`
-# CPU-hours: on {glue:text}`perf_confirm_cores` cores about {glue:text}`perf_confirm_wall_2_measured`,
-# {glue:text}`perf_confirm_wall_16_measured` and {glue:text}`perf_confirm_wall_64_measured`, the
-# chapters one after another, each on every core. The plan leaves the other
-# {glue:text}`perf_confirm_unplanned` out, and says why (how many, and the reason):
-# {glue:text}`perf_confirm_reasons`. For comparison, this build's chapters ({glue:text}`perf_claim_chapters`
-# records, this page's own left out{glue:text}`perf_claim_wall`) took
-# {glue:text}`perf_claim_cpu_minutes_measured:.1f` CPU-minutes for the {glue:text}`perf_claim_decided` claims they decided:
-# {glue:text}`perf_claim_minutes_measured:.2f` CPU-minutes per decided claim.
+# from the build's own records, are on {ref}`the teaching page <chapter-teaching>`, and what
+# deciding every claim the build left open would cost is on {ref}`a page of its own <chapter-deciding-cost>`.

@@ -57,7 +57,8 @@ SEED_PARAMETERS = {
     "leaderboard": ("n_seeds",),
 }
 """The seeded chapters and the parameters that set how many seeds they run (all set to the same
-count; ``setting`` runs one run seed and has none)."""
+count; ``setting`` runs one run seed and has none): each chapter's
+``fedbook.confirm.seed_parameters`` of its notebook's parameters, which a test holds it to."""
 
 RUNNER = r"""
 import importlib.util, json, sys

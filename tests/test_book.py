@@ -293,7 +293,7 @@ def test_the_inside_fedlib_example_runs_clips_and_equals_fedavg_without_a_bound(
 
 def test_a_chapter_that_reads_the_records_runs_last_and_its_key_covers_them(stub_execution, tmp_path, capsys):
     readers = [n for n in CHAPTERS if build.RECORDS in build.notebook_parameters(n)]
-    assert readers == ["findings", "teaching", "performance"]
+    assert readers == ["findings", "teaching", "deciding_cost"]
     build.build("smoke", ["teaching", "setting"], {}, render=False, force=False, out=tmp_path)
     assert list(stub_execution) == ["setting", "teaching"]  # in toc order teaching comes first
     records = stub_execution["teaching"][build.RECORDS]

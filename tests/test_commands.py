@@ -385,6 +385,10 @@ def test_a_one_chapter_render_leaves_the_other_chapters_out_of_its_toc_and_confi
     assert files == [f for f in build.toc_files()[1:] if not f.startswith("chapters/") or f == "chapters/setting"]
     assert {p["caption"] for p in kept["parts"]} <= {p["caption"] for p in toc["parts"]}
     assert all(p["chapters"] for p in kept["parts"]) and kept["root"] == toc["root"]
+    # a section kept, its chapter left out (the page on deciding's cost, a section of the performance page): it takes the
+    # chapter's place
+    back = {p["caption"]: p for p in build.partial_toc(toc, {"deciding_cost"})["parts"]}["Back matter"]
+    assert [e["file"] for e in back["chapters"]][:1] == ["chapters/deciding_cost"]
     absent = [n for n in build.chapter_names() if n != "setting"]
     config_path, toc_path = build.partial_config(tmp_path, absent)
     config = yaml.safe_load(config_path.read_text())

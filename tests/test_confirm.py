@@ -130,7 +130,7 @@ def test_only_open_claims_over_seeds_are_planned_and_the_others_say_why(tmp_path
     assert "predates" in got["old"][1]
     assert p.chapters.to_dict("records") == [{"chapter": "x_experiments", "seeds": 10, "first_seed": 1000,
                                               "parameters": {"seed": 1000, "n_seeds": 10}, "claims": 1,
-                                              "pilot_seconds": 60.0, "estimated_seconds": 200.0}]
+                                              "pilot_seconds": 60.0, "estimated_seconds": None}]  # no studies: no estimate
     assert p.rows("x_experiments") == [{"chapter": "x_experiments", "key": "open", "headline": False,
                                         "pilot_verdict": "inconclusive at this scale", "pilot_n": 3, "tier": "n_seeds",
                                         "planned_n": 10, "reason": ""}]
@@ -229,8 +229,7 @@ def test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters(
         printed = capsys.readouterr().out
         assert "[claim]    hdcfl_experiments  donor-ls (headline)  pilot: inconclusive at this scale, 8 seeds  ->  " \
                "10 fresh seeds" in printed
-        assert "[chapter]  hdcfl_experiments: 10 fresh seeds (1000..1009) for 1 open claim(s), about 5 min 19 s of " \
-               "CPU" in printed  # 255 s x 10 / 8
+        assert "[chapter]  hdcfl_experiments: 10 fresh seeds (1000..1009) for 1 open claim(s)" in printed
         saved = json.loads((out / "book" / "plan.json").read_text())
         assert saved["chapters"][0]["parameters"] == {"seed": 1000, "n_seeds": 10}
         if "--plan-only" in command:

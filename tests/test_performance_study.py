@@ -90,103 +90,118 @@ def test_the_numbers_of_the_prose():
     assert type(R["perf_vec_maxdiff"]) is float and type(R["perf_vec_stack_lo"]) is int
 
 
-# ---- what deciding every open claim would cost: a hand-made build's records and study cache ----
+# ---- what deciding every open claim would cost: hand-made records with their studies ----
 
-def _cell(folder, study: str, name: str, cell: dict, seconds: float, mtime: float) -> None:
+def _study(name: str, seeds: list, cells: int, cached: int, cached_seconds: float, computed_seconds: float) -> dict:
+    return {"study": name, "cells": cells, "cached": cached, "cached_seconds": cached_seconds,
+            "computed_seconds": computed_seconds, "seeds": seeds}
+
+
+RECORD = {"seconds": 60.0, "cpu_seconds": 50.0, "seeds": {"seed": 0, "n_seeds": 3, "side_seeds": 2, "n_seeds_figure": 2},
+          "studies": [_study("main", [0, 1, 2], 6, 3, 24.0, 12.0),  # 36 s: 12 s a seed of n_seeds
+                      _study("side", [0, 1], 2, 0, 0.0, 10.0),  # 5 s a seed; 2 seeds: side_seeds and n_seeds_figure tie
+                      _study("pilot", [1000], 1, 0, 0.0, 5.0)]}  # 1 seed: no tier has 1
+"""A chapter of cost 50 + 24 = 74 s (its CPU and its cached cells'), 51 s of it in studies: 23 s fixed."""
+
+
+def test_the_estimate_prices_each_study_by_its_tier_and_the_rest_as_fixed():
+    from fedbook.confirm import chapter_seconds, estimate_parts, estimate_seconds
+
+    assert chapter_seconds(RECORD) == 74.0
+    parts = estimate_parts(RECORD, {"seed": 10000, "n_seeds": 10, "side_seeds": 2, "n_seeds_figure": 4})
+    # main 12 x 10; side (a tie) at the dearer tier, n_seeds_figure: 5 x 4; pilot (no match) at n_seeds: 5 x 10
+    assert parts["seconds"] == 23 + 120 + 20 + 50 and parts["fixed"] == 23.0 and parts["unmatched"] == 2
+    assert parts["cells"] == 20 + 4 + 10 and parts["per_seed"] == 22.0
+    assert (parts["cached"], parts["pilot_cells"]) == (3, 9)
+    assert parts["cell_seconds"] == (120 + 20 + 50) / 34
+    # at the pilot's own parameters the estimate is the pilot's cost, but for the studies placed by a guess
+    pilot = dict(RECORD["seeds"])
+    assert estimate_seconds(RECORD, pilot) == 74.0 + 5.0 * (3 - 1)  # the pilot study charged 3 seeds, not 1
+    # a tier the parameters leave out keeps its pilot value; computed cells over the CPU (a busy machine): no fixed part
+    busy = {**RECORD, "cpu_seconds": 1.0, "studies": RECORD["studies"][:1]}
+    assert estimate_parts(busy, {"n_seeds": 6})["fixed"] == 0.0 and estimate_seconds(busy, {"n_seeds": 6}) == 72.0
+    # without studies, seed parameters or seconds: nothing prices it
+    for record in ({"cpu_seconds": 5.0, "seeds": {"n_seeds": 2}}, {k: v for k, v in RECORD.items() if k != "seeds"},
+                   {"studies": RECORD["studies"], "seeds": RECORD["seeds"]}):
+        assert estimate_seconds(record, pilot) is None
+
+
+def test_the_plan_carries_the_estimate(tmp_path):
     import json
-    import os
 
-    path = folder / study / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"study": study, "cell": cell, "seconds": seconds}))
-    os.utime(path, (mtime, mtime))
+    from fedbook.claims import Claim, claims_records, evaluate
+    from fedbook.confirm import estimate_seconds, plan
 
-
-def test_seed_costs_group_a_chapters_own_newest_cells_by_seed(tmp_path):
-    import json
-
-    from fedbook.studies.performance import seed_costs
-
-    cache = tmp_path / "cache"
-    for seed, (a, b) in enumerate([(10.0, 5.0), (12.0, 6.0), (9.0, 4.0)]):  # "runs" over two alphas: 15, 18, 13 s
-        _cell(cache, "runs", f"a{seed}", {"alpha": 0.1, "seed": seed}, a, 2000)
-        _cell(cache, "runs", f"b{seed}", {"alpha": 0.5, "seed": seed}, b, 2000)
-    _cell(cache, "runs", "stale", {"alpha": 0.1, "seed": 1}, 99.0, 1000)  # an older version of a cell: not read
-    _cell(cache, "runs", "other", {"seed": 0}, 50.0, 3000)  # another chapter's study of the same name: not read
-    _cell(cache, "runs", "beyond", {"alpha": 0.1, "seed": 3}, 70.0, 3000)  # a seed the claims do not read
-    _cell(cache, "figure", "f0", {"seed": 0}, 7.0, 2000)  # a study of the first seed only: the fixed part
-    record = {"seconds": 80.0, "params": {"cache_dir": str(cache)}, "claims": [
-        {"kind": "claim", "n": 3}, {"kind": "claim", "n": 2}, {"kind": "control", "n": 9}]}
+    c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X - Y, points", "greater", 1.0, resolution=0.1)
+    record = {**RECORD, "claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])])}  # open, 3 seeds: n_seeds
     (tmp_path / "x_experiments.json").write_text(json.dumps(record))
-    costs, left_out = seed_costs(tmp_path, {"x_experiments": {"runs": ("alpha",), "figure": ()},
-                                            "y_experiments": {"runs": ()}})
-    assert left_out == ["y_experiments"]
-    row = costs.iloc[0]
-    assert (row["seeds"], row["cells_per_seed"], row["cells"]) == (3, 2, 7)  # 6 runs cells and the figure's
-    assert row["per_seed"] == 15.0  # median of 15, 18 and 13
-    assert row["fixed"] == 80.0 - 3 * 15.0
+    row = plan(tmp_path).chapters.iloc[0]
+    assert row["pilot_seconds"] == 74.0
+    assert row["estimated_seconds"] == estimate_seconds(record, row["parameters"]) > 74.0
 
 
-def test_seed_costs_first_seed_comes_from_the_records_parameters(tmp_path):
+def test_decided_cost_counts_the_cached_cells_of_every_chapter_but_the_excluded(tmp_path):
     import json
 
-    from fedbook.studies.performance import seed_costs
+    from fedbook.studies.deciding_cost import decided_cost
 
-    cache = tmp_path / "cache"
-    for seed in (0, 5, 6):
-        _cell(cache, "runs", f"s{seed}", {"seed": seed}, 10.0 + seed, 2000)
-    (tmp_path / "x.json").write_text(json.dumps({"seconds": 30.0, "params": {"cache_dir": str(cache), "seed": 5},
-                                                 "claims": [{"kind": "claim", "n": 2}]}))
-    costs, _ = seed_costs(tmp_path, {"x": {"runs": ()}})
-    assert costs.iloc[0]["per_seed"] == 15.5 and costs.iloc[0]["fixed"] == 0.0  # 30 - 2 * 15.5 < 0: no fixed part
-    # a record with CPU seconds: the chapter had half a core, so the cells' wall seconds count half
-    (tmp_path / "x.json").write_text(json.dumps({"seconds": 40.0, "cpu_seconds": 20.0, "claims": [{"kind": "claim", "n": 2}],
-                                                 "params": {"cache_dir": str(cache), "seed": 5}}))
-    costs, _ = seed_costs(tmp_path, {"x": {"runs": ()}})
-    assert costs.iloc[0]["per_seed"] == 15.5 / 2 and costs.iloc[0]["fixed"] == 20.0 - 15.5
-
-
-def test_the_declared_studies_are_the_chapters_own():
-    from pathlib import Path
-
-    from fedbook.studies.performance import EXPERIMENTS_STUDIES
-
-    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
-    for chapter, studies in EXPERIMENTS_STUDIES.items():
-        source = (notebooks / f"{chapter}.py").read_text()
-        for study, settings in studies.items():
-            assert f'Study("{study}"' in source, (chapter, study)
-            for setting in settings:
-                assert f'"{setting}"' in source, (chapter, study, setting)
+    claims = [{"kind": "claim", "verdict": "holds"}, {"kind": "claim", "verdict": "does not hold"},
+              {"kind": "control", "verdict": "holds"}, {"kind": "claim", "verdict": "inconclusive at this scale"}]
+    records = {"a": {"seconds": 70.0, "cpu_seconds": 60.0, "claims": claims, "studies": [_study("m", [0], 4, 3, 90.0, 2.0)]},
+               "b": {"seconds": 90.0, "claims": claims[:1]},  # an old record: its wall seconds, no studies
+               "c": {"seconds": 12.0, "cpu_seconds": 10.0, "studies": []},  # a page that runs no study
+               "me": {"seconds": 5.0, "cpu_seconds": 5.0, "claims": claims}}
+    for name, record in records.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    got = decided_cost(tmp_path, exclude=["me"])
+    assert got["seconds"] == 60 + 90 + 90 + 10 and got["decided"] == 3 and got["chapters"] == 3
+    assert (got["wall"], got["no_studies"], got["cached"], got["cells"]) == (1, 1, 3, 4)
+    assert got["minutes_per_claim"] == 250 / 60 / 3
 
 
-def test_the_cost_of_deciding_and_its_numbers():
-    from fedbook.studies.performance import confirm_costs, confirm_numbers
+def test_the_cost_of_deciding_and_its_numbers(tmp_path):
+    import json
 
-    costs = pd.DataFrame([{"chapter": "x", "seconds": 0.0, "seeds": 5, "cells_per_seed": 2, "per_seed": 60.0,
-                           "fixed": 30.0, "cells": 10},
-                          {"chapter": "y", "seconds": 0.0, "seeds": 5, "cells_per_seed": 1, "per_seed": 10.0,
-                           "fixed": 5.0, "cells": 5}])
-    claims = pd.DataFrame({"chapter": ["x", "x", "x", "y"], "planned_n": pd.array([4, None, 9, None], dtype="Int64"),
-                           "pilot_verdict": ["inconclusive at this scale"] * 3 + ["holds"],
-                           "reason": ["", "more than the cap", "", ""]})
-    chapters = pd.DataFrame({"chapter": ["x"], "seeds": [9]})
-    table = confirm_costs(costs, claims, chapters, cores=(2, 64))
-    x, y, total = (table.iloc[i] for i in range(3))
+    from fedbook.studies.deciding_cost import confirm_costs, cost_numbers
+
+    x = {"cpu_seconds": 30.0, "seeds": {"seed": 0, "n_seeds": 5},  # 30 s fixed; 60 s a seed in 2 cells of 30 s
+         "studies": [_study("main", [0, 1, 2, 3, 4], 10, 10, 300.0, 0.0)]}
+    (tmp_path / "x.json").write_text(json.dumps(x))
+    (tmp_path / "z.json").write_text(json.dumps({"seconds": 9.0, "seeds": {"seed": 0, "n_seeds": 5}}))  # no studies
+    claims = pd.DataFrame({"chapter": ["x", "x", "x", "y", "w", "z"],
+                           "planned_n": pd.array([4, None, 9, None, None, 3], dtype="Int64"),
+                           "pilot_verdict": ["inconclusive at this scale"] * 3 + ["holds"]
+                           + ["inconclusive at this scale"] * 2,
+                           "reason": ["", "more than the cap", "", "", "more than the cap", ""]})
+    chapters = pd.DataFrame({"chapter": ["x", "z"], "seeds": [9, 3],
+                             "parameters": [{"seed": 1000, "n_seeds": 9}, {"seed": 1000, "n_seeds": 3}]})
+    table, left_out = confirm_costs(tmp_path, claims, chapters, cores=(2, 64))
+    assert left_out == ["z"] and table["chapter"].tolist() == ["x", "w", "all"]  # y has no open claim
+    x, w, total = (table.iloc[i] for i in range(3))
     assert (x["open claims"], x["planned"], x["fresh seeds"]) == (3, 2, 9)
     assert x["CPU-hours"] == (30 + 60 * 9) / 3600
     assert x["wall, 2 cores (min)"] == (30 + 9 * 30) / 60  # 18 cells of 30 s, two at a time
     assert x["wall, 64 cores (min)"] == (30 + 30) / 60  # one wave
-    assert (y["open claims"], y["fresh seeds"], y["CPU-hours"], y["wall, 2 cores (min)"]) == (0, 0, 0.0, 0.0)
-    assert total["chapter"] == "all" and total["fresh seeds"] == 9 and total["CPU-hours"] == x["CPU-hours"]
-    decided = {"seconds": 600.0, "decided": 4, "chapters": 3, "wall": 1, "minutes_per_claim": 2.5}
-    R = confirm_numbers(table, claims, decided, ["z"], power=0.8, cap=40, cores=(2, 64))
-    assert (R["perf_confirm_open"], R["perf_confirm_planned"], R["perf_confirm_unplanned"]) == (3, 2, 1)
-    assert R["perf_confirm_reasons"] == "1: more than the cap"
-    assert R["perf_confirm_power"] == "80 %" and R["perf_confirm_cores"] == "2 and 64"
-    assert R["perf_confirm_wall_2_measured"] == "5.0 minutes" and "z" in R["perf_confirm_left_out"]
-    assert R["perf_claim_minutes_measured"] == 2.5 and R["perf_claim_cpu_minutes_measured"] == 10.0
-    assert R["perf_claim_wall"].startswith(" (1 of them by their wall time")
+    assert (w["open claims"], w["fresh seeds"], w["CPU-hours"], w["wall, 2 cores (min)"]) == (1, 0, 0.0, 0.0)
+    assert total["fresh seeds"] == 9 and total["CPU-hours"] == x["CPU-hours"] and total["open claims"] == 4
+    decided = {"seconds": 600.0, "decided": 4, "chapters": 3, "wall": 1, "no_studies": 2, "cached": 5, "cells": 8,
+               "minutes_per_claim": 2.5}
+    R = cost_numbers(table, claims, decided, left_out, power=0.8, cap=40, cores=(2, 64))
+    assert (R["cost_open"], R["cost_planned"], R["cost_unplanned"]) == (4, 2, 2)
+    assert R["cost_reasons"] == "2: more than the cap" and R["cost_no_plan"] == ""
+    assert R["cost_power"] == "80 %" and R["cost_cores"] == "2 and 64"
+    assert R["cost_wall_2_measured"] == "5.0 minutes" and "z left out" in R["cost_left_out"]
+    assert R["cost_minutes_measured"] == 2.5 and R["cost_cpu_minutes_measured"] == 10.0
+    assert R["cost_cached"] == "the study cache served 5 of their 8 study cells"
+    assert R["cost_no_studies"] == "2 records keep" and R["cost_wall"] == "; 1 record from before the build kept CPU time counts its wall seconds instead"
+    # no plan (fedbook.confirm.plan refused): an empty table, and the page says why
+    from fedbook.confirm import CHAPTER_COLUMNS, CLAIM_COLUMNS
+
+    empty = pd.DataFrame(columns=list(CLAIM_COLUMNS)).astype({"planned_n": "Int64"})
+    table, left_out = confirm_costs(tmp_path, empty, pd.DataFrame(columns=list(CHAPTER_COLUMNS)))
+    R = cost_numbers(table, empty, decided, left_out, power=0.8, cap=40, no_plan="the pilot's seeds reach first_seed")
+    assert table.empty and "wall, 64 cores (min)" in table and R["cost_open"] == 0 and R["cost_wall_64_measured"] == "0.0 minutes"
+    assert R["cost_no_plan"] == " No plan could be made from this build's records: the pilot's seeds reach first_seed."
 
 
 def test_bench_seed_cost_helpers(monkeypatch):
@@ -203,7 +218,11 @@ def test_bench_seed_cost_helpers(monkeypatch):
     assert bench.marginal(100.0, 130.0, 2) == (30.0, 40.0)  # 40 + 30 * 2 = 100, 40 + 30 * 3 = 130
     with pytest.raises(ValueError, match="unknown seeded chapter 'findings'"):
         bench.seed_parameters("findings", 2)
-    notebooks = path.parent.parent / "notebooks"
-    for chapter, names in bench.SEED_PARAMETERS.items():  # every seed-count parameter is the chapter's own
-        source = (notebooks / f"{chapter}.py").read_text()
-        assert all(f"\n{name} = None" in source for name in names), chapter
+    # the hand list is the chapters' seed parameters as the confirmatory plans find them
+    from fedbook.confirm import seed_parameters
+
+    spec = importlib.util.spec_from_file_location("book_build", path.parent.parent / "book" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    for chapter, names in bench.SEED_PARAMETERS.items():
+        assert list(names) == seed_parameters(build.notebook_parameters(chapter)), chapter

@@ -788,7 +788,8 @@ def confirmations_html(frame: pd.DataFrame) -> Html:
 def plan_summary(plan, parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
     """A confirmatory plan (:class:`fedbook.confirm.ConfirmPlan`) per paper, for a page: the open
     claims, how many are planned, the fresh seeds and the estimated CPU minutes of the run (the
-    pilot's time scaled by the seeds), in the book's order, and a last row of the totals.
+    plan's ``estimated_seconds``: :func:`fedbook.confirm.estimate_seconds`), in the book's order,
+    and a last row of the totals.
 
     Examples
     --------
@@ -808,10 +809,10 @@ def plan_summary(plan, parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFra
             seeds = int(chapter["seeds"].iloc[0]) if len(chapter) else 0
             seconds = chapter["estimated_seconds"].iloc[0] if len(chapter) else 0.0
             rows.append({"paper": part, "open claims": len(claims), "planned": int(claims["planned_n"].notna().sum()),
-                         "fresh seeds": seeds, "CPU minutes": round(float(seconds or 0.0) / 60, 1)})
+                         "fresh seeds": seeds, "CPU minutes": round(float(seconds) / 60, 1) if pd.notna(seconds) else float("nan")})
     frame = pd.DataFrame(rows, columns=["paper", "open claims", "planned", "fresh seeds", "CPU minutes"])
     total = {"paper": "all papers", "open claims": int(frame["open claims"].sum()), "planned": int(frame["planned"].sum()),
-             "fresh seeds": int(frame["fresh seeds"].sum()), "CPU minutes": round(float(frame["CPU minutes"].sum()), 1)}
+             "fresh seeds": int(frame["fresh seeds"].sum()), "CPU minutes": round(float(frame["CPU minutes"].sum(skipna=False)), 1)}
     return pd.concat([frame, pd.DataFrame([total])], ignore_index=True)
 
 
@@ -852,7 +853,9 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
     >>> from fedbook.claims import Claim, claims_records, evaluate
     >>> a = pathlib.Path(tempfile.mkdtemp())
     >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
-    >>> record = {"seconds": 60.0, "claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])]), "seeds": {"seed": 0, "n_seeds": 3}}
+    >>> record = {"seconds": 60.0, "claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])]), "seeds": {"seed": 0, "n_seeds": 3},
+    ...           "cpu_seconds": 60.0, "studies": [{"study": "main", "cells": 3, "cached": 0, "cached_seconds": 0.0,
+    ...                                             "computed_seconds": 45.0, "seeds": [0, 1, 2]}]}
     >>> _ = (a / "x_experiments.json").write_text(json.dumps(record))
     >>> R = confirm_numbers(a, a / "none", [("X", ["x_experiments"])])
     >>> R["confirm_power"], R["confirm_cap"], R["confirm_first_seed"]
@@ -888,13 +891,15 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
     per_paper = plan_summary(pending, parts)
     total = per_paper.iloc[-1]
     minutes = float(total["CPU minutes"])
-    cpu = f"{minutes:.0f} CPU-minutes" if minutes < 90 else f"{minutes / 60:.1f} CPU-hours"
+    cpu = ("its CPU time not estimated (a chapter's record keeps no studies to price it: rebuild the chapter)"
+           if minutes != minutes else f"about {minutes:.0f} CPU-minutes by this build's time per seed" if minutes < 90
+           else f"about {minutes / 60:.1f} CPU-hours by this build's time per seed")
     why = pending.claims.loc[pending.claims["planned_n"].isna(), "reason"].value_counts()
     n_open = int(total["open claims"])
     text = (f"No confirmatory run of this build exists yet. Its plan: of the {n_open} open claim{'s' if n_open != 1 else ''}, "
             f"{int(total['planned'])} would be decided with that power within the cap, on "
             f"{int(total['fresh seeds'])} fresh seeds in all (each chapter runs the most its claims need), "
-            f"about {cpu} by this build's time per seed"
+            f"{cpu}"
             + (f"; the others are not planned ({'; '.join(f'{k}: {r}' for r, k in why.items())})" if len(why) else "")
             + ". The table gives the plan per paper; the command prints it claim by claim.")
     return {**out, "confirm_text": text, "confirm_table": show_table(per_paper, digits={"CPU minutes": 1}, index=False)}

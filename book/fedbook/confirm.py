@@ -184,8 +184,10 @@ class ConfirmPlan:
     chapters : pandas.DataFrame
         One row per chapter with a planned claim (columns :data:`CHAPTER_COLUMNS`): the fresh seeds
         (the largest planned n of its claims), the first fresh seed, the papermill parameters, how
-        many open claims it serves, the pilot's CPU seconds (its wall seconds in a record without
-        them) and an estimate of the run's (the pilot's scaled by the seeds of its seed parameters).
+        many open claims it serves, the pilot's cost (:func:`chapter_seconds`: its CPU seconds and
+        its cached cells') and an estimate of the run's (:func:`estimate_seconds`: the fixed part
+        and each study's seconds per seed times its tier's planned seeds; none without the record's
+        studies).
     power : float, default :data:`POWER`
     cap : int, default :data:`CAP`
     first_seed : int, default :data:`FIRST_SEED`
@@ -228,7 +230,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         The folder of a build's chapter records (``book/chapters``, ``book/_smoke/chapters``):
         ``<chapter>.json`` with ``"claims"`` (:func:`fedbook.claims.claims_records`), ``"seeds"``
         (the pilot's ``seed`` and seed parameters, which ``book/build.py`` records) and
-        ``"cpu_seconds"`` (else ``"seconds"``: the estimate scales it by the seeds).
+        ``"cpu_seconds"`` and ``"studies"`` (what the estimate prices: :func:`estimate_seconds`).
     power : float, default 0.8
         The chance, in (0, 1), that the run decides each claim when the true effect lies
         :math:`m` from the threshold.
@@ -257,13 +259,16 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
     >>> rows = claims_records([evaluate(c, [0.0, 2.0, 1.0])])
-    >>> record = {"seconds": 30.0, "claims": rows, "seeds": {"seed": 0, "n_seeds": 3, "n_seeds_figure": 2}}
+    >>> studies = [{"study": "main", "cells": 3, "cached": 0, "cached_seconds": 0.0, "computed_seconds": 21.0,
+    ...             "seeds": [0, 1, 2]}]  # 7 s a seed of n_seeds; the other 9 s of the 30 are fixed
+    >>> record = {"cpu_seconds": 30.0, "claims": rows, "seeds": {"seed": 0, "n_seeds": 3, "n_seeds_figure": 2},
+    ...           "studies": studies}
     >>> _ = (folder / "x_experiments.json").write_text(json.dumps(record))
     >>> p = plan(folder)
     >>> p.claims[["key", "pilot_n", "tier", "planned_n"]].to_dict("records")
     [{'key': 'gain', 'pilot_n': 3, 'tier': 'n_seeds', 'planned_n': 10}]
     >>> p.chapters.loc[0, "parameters"], float(p.chapters.loc[0, "estimated_seconds"])
-    ({'seed': 1000, 'n_seeds': 10, 'n_seeds_figure': 2}, 72.0)
+    ({'seed': 1000, 'n_seeds': 10, 'n_seeds_figure': 2}, 79.0)
     """
     _check_settings(power, cap, first_seed)
     folder = Path(records)
@@ -305,12 +310,118 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         for inner, outer in NESTED:
             if inner in params and outer in params:
                 params[outer] = max(params[outer], params[inner])
-        seconds = record.get("cpu_seconds", record.get("seconds"))  # the CPU the pilot took, else its wall time
-        estimate = (None if seconds is None else
-                    round(float(seconds) * sum(params[t] for t in tiers) / sum(tiers.values()), 1))
+        seconds = chapter_seconds(record)  # the pilot's cost, its cached cells counted (else its wall time)
+        estimate = estimate_seconds(record, params)  # None for a record without its studies
         chapter_rows.append({"chapter": chapter, "seeds": big, "first_seed": int(first_seed), "parameters": params,
                              "claims": len(planned), "pilot_seconds": seconds, "estimated_seconds": estimate})
     claims = pd.DataFrame(claim_rows, columns=list(CLAIM_COLUMNS))
     claims["planned_n"] = claims["planned_n"].astype("Int64")
     return ConfirmPlan(claims, pd.DataFrame(chapter_rows, columns=list(CHAPTER_COLUMNS)), float(power), int(cap),
                        int(first_seed))
+
+def chapter_seconds(record: Mapping[str, Any]) -> float | None:
+    """What a chapter's execution costs as if every study cell were computed: its CPU seconds in
+    this execution (``cpu_seconds``: the kernel's and its workers') plus what the cells the study
+    cache served took when they were computed (each study's ``cached_seconds`` in the record's
+    ``"studies"``: a cell's wall seconds when it ran on one torch thread, about its CPU). A record
+    without ``cpu_seconds`` gives its wall ``seconds`` instead; ``None`` without either.
+
+    Examples
+    --------
+    >>> chapter_seconds({"seconds": 9.0, "cpu_seconds": 5.0, "studies": [{"cached_seconds": 30.0}]})
+    35.0
+    >>> chapter_seconds({"seconds": 9.0}), chapter_seconds({})
+    (9.0, None)
+    """
+    seconds = record.get("cpu_seconds", record.get("seconds"))
+    if seconds is None:
+        return None
+    return float(seconds) + sum(float(s.get("cached_seconds") or 0.0) for s in record.get("studies") or ())
+
+
+def estimate_parts(record: Mapping[str, Any], parameters: Mapping[str, Any]) -> dict[str, Any] | None:
+    r"""A chapter's run at ``parameters`` priced from its pilot's record: one cost model for the
+    confirmatory plan (:func:`plan`), the build's printed plan and the book's page on what deciding
+    every open claim costs.
+
+    Each study run of the record's ``"studies"`` (``book/build.py`` records them) costs, per seed,
+    its cells' seconds (``cached_seconds + computed_seconds``) over its seeds; it belongs to the seed
+    parameter (tier) whose pilot value (the record's ``"seeds"``) equals its number of seeds. A
+    study whose seeds match several tiers, or none, goes to the tier planned largest in
+    ``parameters`` (the dearer guess; counted in ``unmatched``). The chapter's fixed part is its cost
+    (:func:`chapter_seconds`) less its studies', at least 0, and
+
+    .. math:: \text{seconds} = \text{fixed} + \sum_{\text{studies}} \text{per seed} \times \text{parameters}[\text{tier}].
+
+    Parameters
+    ----------
+    record : dict
+        A chapter's record: ``"studies"``, ``"seeds"`` and ``cpu_seconds`` (or ``seconds``).
+    parameters : dict
+        The planned seed parameters (a :class:`ConfirmPlan`'s ``parameters``); a tier missing from
+        it keeps its pilot value.
+
+    Returns
+    -------
+    dict or None
+        ``seconds`` (the estimate), ``fixed``, ``per_seed`` (seconds one seed of every tier adds),
+        ``cells`` (the study cells the run would compute), ``cell_seconds`` (their mean seconds),
+        ``unmatched`` (study runs assigned by the dearer guess), ``cached`` and ``pilot_cells`` (the
+        pilot's cells the cache served, of all); ``None`` for a record without ``"studies"``,
+        seed parameters or seconds (rebuild the chapter).
+
+    Examples
+    --------
+    >>> record = {"cpu_seconds": 20.0, "seeds": {"seed": 0, "n_seeds": 3, "n_seeds_figure": 2},
+    ...           "studies": [{"study": "main", "cells": 6, "cached": 6, "cached_seconds": 30.0,
+    ...                        "computed_seconds": 0.0, "seeds": [0, 1, 2]},
+    ...                       {"study": "figure", "cells": 2, "cached": 0, "cached_seconds": 0.0,
+    ...                        "computed_seconds": 8.0, "seeds": [0, 1]}]}
+    >>> # cost 20 + 30 = 50 s; main 10 s a seed (n_seeds), figure 4 s a seed (n_seeds_figure); fixed 50 - 38 = 12 s
+    >>> parts = estimate_parts(record, {"seed": 1000, "n_seeds": 10, "n_seeds_figure": 2})
+    >>> parts["seconds"], parts["fixed"], parts["cells"], parts["unmatched"]
+    (120.0, 12.0, 22.0, 0)
+    >>> estimate_parts({"seconds": 9.0}, {"n_seeds": 4}) is None
+    True
+    """
+    studies = record.get("studies")
+    tiers = {k: int(v) for k, v in (record.get("seeds") or {}).items() if k != "seed" and v is not None}
+    total = chapter_seconds(record)
+    if not studies or not tiers or total is None:
+        return None
+    planned = {t: int(parameters.get(t, v) if parameters.get(t) is not None else v) for t, v in tiers.items()}
+    fixed, seconds, cells, per_seed, unmatched = total, 0.0, 0.0, 0.0, 0
+    for s in studies:
+        n = len(s.get("seeds") or ())
+        cost = float(s.get("cached_seconds") or 0.0) + float(s.get("computed_seconds") or 0.0)
+        fixed -= cost
+        if not n:
+            continue
+        match = [t for t, v in tiers.items() if v == n]
+        unmatched += len(match) != 1
+        tier = match[0] if len(match) == 1 else max(match or tiers, key=lambda t: planned[t])
+        seconds += cost / n * planned[tier]
+        cells += int(s.get("cells", 0)) / n * planned[tier]
+        per_seed += cost / n
+    fixed = max(0.0, fixed)
+    return {"seconds": round(fixed + seconds, 2), "fixed": round(fixed, 2), "per_seed": round(per_seed, 2),
+            "cells": round(cells, 2), "cell_seconds": seconds / cells if cells else 0.0, "unmatched": unmatched,
+            "cached": sum(int(s.get("cached", 0)) for s in studies),
+            "pilot_cells": sum(int(s.get("cells", 0)) for s in studies)}
+
+
+def estimate_seconds(record: Mapping[str, Any], parameters: Mapping[str, Any]) -> float | None:
+    """The seconds a chapter's run at ``parameters`` would take, from its pilot's record
+    (:func:`estimate_parts`: the fixed part plus each study's seconds per seed times its tier's
+    planned seeds); ``None`` for a record without ``"studies"`` (rebuild the chapter).
+
+    Examples
+    --------
+    >>> record = {"cpu_seconds": 4.0, "seeds": {"seed": 0, "n_seeds": 2},
+    ...           "studies": [{"study": "main", "cells": 2, "cached": 0, "cached_seconds": 0.0,
+    ...                        "computed_seconds": 3.0, "seeds": [0, 1]}]}
+    >>> estimate_seconds(record, {"seed": 1000, "n_seeds": 10})  # 1 s fixed + 1.5 s a seed x 10
+    16.0
+    """
+    parts = estimate_parts(record, parameters)
+    return None if parts is None else parts["seconds"]
