@@ -28,7 +28,7 @@ The protocol, once:
   accuracies bit for bit at less CPU; the bytes may differ from a sequential run's by a fraction of a
   byte per client and round, because a reply's metadata carries the client's mean training loss
   (``train_loss``), which the stacked computation rounds differently in its last bits, and the
-  JSON text of a float is as long as its shortest exact decimal (:meth:`fedlib.messages.Message.nbytes`);
+  JSON text of a float is as long as its shortest exact decimal (the ``nbytes`` of a :class:`fedlib.messages.Message`);
 - **uncertainty**: each cell as the mean over seeds with its 95 % Student's t interval
   (:func:`fedbook.intervals.mean_interval`), and the rank of every method re-drawn over bootstrap
   resamples of the seeds (:func:`rank_bootstrap`).
