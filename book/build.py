@@ -786,14 +786,15 @@ PROGRESS = "progress"
 """The parameter by which a chapter's studies log each finished cell (:func:`fedbook.study.run_study`)."""
 
 
-def studies_of(log: Path) -> list[dict]:
+def studies_of(log: Path, start: int = 0) -> list[dict]:
     r"""What a chapter's studies cost and ran, from their progress log (the JSON events of
     :func:`fedbook.study.run_study`), one entry per study run in the order they ran: ``study``,
     ``cells``, ``cached`` (cells read from the cache), ``cached_seconds`` (what those took when
     they were computed), ``computed_seconds`` (the cells computed in this execution) and ``seeds``.
     A chapter's record keeps them (``"studies"``), so its cost counts the cells a warm cache
     served, and its seeds are every seed its studies ran (a confirmatory plan's fresh seeds
-    must avoid them all).
+    must avoid them all). ``start``: the byte of the log where this execution's lines begin (a
+    confirmatory run appends to the log of the run it resumes).
 
     Examples
     --------
@@ -808,7 +809,10 @@ def studies_of(log: Path) -> list[dict]:
     out: list[dict] = []
     if not log.exists():
         return out
-    for line in log.read_text(encoding="utf-8").splitlines():
+    with open(log, "rb") as f:
+        f.seek(start)
+        text = f.read().decode("utf-8", errors="replace")
+    for line in text.splitlines():
         try:
             event = json.loads(line)
         except json.JSONDecodeError:  # a line cut short
@@ -928,16 +932,23 @@ def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: flo
     """A confirmatory run (:mod:`fedbook.confirm`): plan it from the ``profile`` build's records,
     print and save the plan (``_confirm/<profile>/plan.json``), then execute each planned chapter
     (``only``: those of them) on the plan's fresh seeds into ``_confirm/<profile>/chapters/``,
-    writing its record with ``"claims"`` and ``"confirmatory"`` (the plan's rows and the seeds).
+    writing its record with ``"claims"``, ``"confirmatory"`` (the plan's rows, the seeds and the
+    pilot record's key it was planned from), ``"cpu_seconds"`` and ``"studies"`` (:func:`studies_of`,
+    this execution's lines of the chapter's progress log). A chapter's key leaves out
+    ``executor``, ``workers`` and ``progress``: a finished chapter is not executed again when the
+    same plan resumes on another executor.
 
     The studies keep their cells in ``_confirm/<profile>/cache`` (so a killed run, run again with the
     same plan, reads the cells it finished) and append a line per finished cell to
     ``_confirm/<profile>/progress/<chapter>.log``, which the command prints as it comes. ``overrides``
     are the ``-p`` parameters that the plan does not set (``executor``, ``workers``, ``threads``).
     ``plan_file``: execute that plan (a ``plan.json`` of an earlier run, or one made by hand)
-    instead of planning; ``out``: the folder instead of ``_confirm/<profile>``.
+    instead of planning, checked as a plan is (:func:`fedbook.confirm.check_plan`: its settings,
+    its fresh seeds against every seed the pilot ran, the pilot build it was made from; here its
+    profile against ``profile`` and its parameters against each chapter's seed parameters);
+    ``out``: the folder instead of ``_confirm/<profile>``.
     """
-    from fedbook.confirm import ConfirmPlan, seed_parameters
+    from fedbook.confirm import ConfirmPlan, check_plan, seed_parameters
     from fedbook.confirm import plan as make_plan
     from fedlib.io import atomic_write_json
 
@@ -950,11 +961,27 @@ def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: flo
         record = json.loads((pilot / f"{name}.json").read_text())
         if record.get("claims") and "seeds" not in record:  # a record of a build before the seeds were recorded
             given[name] = pilot_seeds(name, record.get("params", {"profile": profile}))
+    unchecked = []
     try:
-        plan = (make_plan(pilot, power=power, cap=cap, first_seed=first_seed, pilot_seeds=given) if plan_file is None
-                else ConfirmPlan.from_dict(json.loads(Path(plan_file).read_text())))
-    except (ValueError, KeyError, OSError) as err:
+        if plan_file is None:
+            plan = make_plan(pilot, power=power, cap=cap, first_seed=first_seed, pilot_seeds=given)
+        else:
+            data = json.loads(Path(plan_file).read_text())
+            if data.get("profile", profile) != profile:
+                raise ValueError(f"the plan {plan_file} is of the {data['profile']!r} build, not of --profile {profile}")
+            plan = ConfirmPlan.from_dict(data)
+            for c in plan.chapters.to_dict("records"):
+                if c["chapter"] not in chapter_names():
+                    raise ValueError(f"the plan names chapter {c['chapter']!r}; valid: {', '.join(chapter_names())}")
+                tiers = {"seed", *seed_parameters(notebook_parameters(c["chapter"]))}
+                if not isinstance(c["parameters"], dict) or set(c["parameters"]) != tiers:
+                    raise ValueError(f"chapter {c['chapter']}: the plan's parameters must be its seed and seed parameters "
+                                     f"{sorted(tiers)}, got {c['parameters']!r}")
+            unchecked = check_plan(plan, pilot, pilot_seeds=given)
+    except (ValueError, KeyError, TypeError, OSError) as err:
         raise SystemExit(f"--confirm: {err}")
+    for name in unchecked:
+        print(f"[confirm]  {name}: no record of the {profile} build to check the plan's fresh seeds against", flush=True)
     if only:
         bad = [n for n in only if n not in set(plan.chapters["chapter"])]
         if bad:
@@ -995,19 +1022,28 @@ def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: flo
     t0 = time.perf_counter()
     for i, (name, params, progress, c) in enumerate(todo, 1):
         output, meta = out / "chapters" / f"{name}.ipynb", out / "chapters" / f"{name}.json"
-        key = cache_key(name, {k: v for k, v in params.items() if k != "progress"}, threads)
+        key = cache_key(name, {k: v for k, v in params.items() if k not in ("progress", "executor", "workers")}, threads)
         last = json.loads(meta.read_text()) if meta.exists() else {}
         if output.exists() and last.get("key") == key:
             print(f"[cached]   {name}", flush=True)
             continue
         _started(i, len(todo), name, params, None, time.perf_counter() - t0)
+        start = progress.stat().st_size if progress is not None and progress.exists() else 0  # this run's lines
         seconds = _execute_showing(name, params, output, progress, threads)
-        record = {"key": key, "params": params, "seconds": round(seconds, 2),
-                  "claims": claims_of(output) or [], "seeds": pilot_seeds(name, params),
-                  "confirmatory": {"profile": profile, "power": plan.power, "cap": plan.cap,
-                                   "first_seed": plan.first_seed,
-                                   "seeds": list(range(plan.first_seed, plan.first_seed + int(c["seeds"]))),
-                                   "rows": plan.rows(name)}}
+        planned_from = c.get("pilot_key")
+        if planned_from is None and (pilot / f"{name}.json").exists():  # a plan made by hand: checked against this pilot
+            planned_from = json.loads((pilot / f"{name}.json").read_text()).get("key")
+        record = {"key": key, "params": params, "seconds": round(seconds, 2)}
+        if getattr(seconds, "cpu", None) is not None and seconds.cpu == seconds.cpu:
+            record["cpu_seconds"] = round(seconds.cpu, 2)
+        if progress is not None:
+            record["studies"] = studies_of(progress, start)
+        first = int(c["parameters"]["seed"])
+        record.update({"claims": claims_of(output) or [], "seeds": pilot_seeds(name, params),
+                       "confirmatory": {"profile": profile, "power": plan.power, "cap": plan.cap,
+                                        "first_seed": plan.first_seed, "pilot_key": planned_from,
+                                        "seeds": list(range(first, first + int(c["seeds"]))),
+                                        "rows": plan.rows(name)}})
         atomic_write_json(meta, record)
         print(f"[done]     {name}  {seconds:.1f} s", flush=True)
     print(f"[built]    {len(todo)} confirmatory chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
@@ -1211,8 +1247,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --confirm: the power each open claim is planned for (default 0.8)")
     parser.add_argument("--cap", type=int, default=40,
                         help="with --confirm: the most fresh seeds one claim may get (default 40)")
-    parser.add_argument("--first-seed", type=int, default=1000,
-                        help="with --confirm: the first fresh seed (default 1000; disjoint from the build's)")
+    parser.add_argument("--first-seed", type=int, default=10000,
+                        help="with --confirm: the first fresh seed (default 10000; none of the fresh seeds may be one "
+                        "the build's chapters or their studies ran)")
     parser.add_argument("--workers", type=int,
                         help="with --confirm: processes (or Ray CPUs, -p executor=ray) each chapter's studies run on")
     parser.add_argument("--plan-only", action="store_true", help="with --confirm: print and save the plan, execute nothing")

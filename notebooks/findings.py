@@ -38,8 +38,9 @@ from IPython.display import display
 
 from fedbook.claims import HOLDS
 from fedbook.page import glue_all, setup, show_table
-from fedbook.catalog import (confirm_numbers, findings_counts, findings_html, findings_numbers, nearest_decisions,
-                             paper_summaries, plot_verdicts, read_findings, toc_chapters, verdict_changes)
+from fedbook.catalog import (confirm_note, confirm_numbers, findings_counts, findings_html, findings_numbers,
+                             nearest_decisions, paper_summaries, plot_verdicts, read_confirmations, read_findings,
+                             toc_chapters, verdict_changes, with_confirmations)
 
 PROFILES = {"smoke": {}, "book": {}, "paper": {}}
 P = setup(PROFILES, profile)
@@ -50,8 +51,13 @@ findings, not_built = read_findings(records[profile], parts)
 # the chapters with a claims table (those that call claims_report) that this build has no record of
 not_built = [n for n in not_built if n != "findings" and "claims_report(" in (ROOT / "notebooks" / f"{n}.py").read_text()]
 counts = findings_counts(findings)
+confirm_records = confirm_records or f"../book/_confirm/{profile}/chapters"
+# the claims whose confirmatory verdict stands (section "Confirmatory runs"), marked in the table of every claim
+findings = with_confirmations(findings, read_confirmations(records[profile], confirm_records, parts)
+                              if Path(confirm_records).is_dir() else None)
 glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_changes(findings, records, P.profile, parts),
-          **nearest_decisions(findings), "paper_summaries": paper_summaries(records[profile], parts)})
+          **nearest_decisions(findings), "paper_summaries": paper_summaries(records[profile], parts),
+          "confirm_note": confirm_note(findings)})
 
 # %% [markdown]
 # This page gathers every claim of the papers that a chapter tests, with its verdict, the interval
@@ -80,7 +86,7 @@ glue_all({**findings_numbers(findings, counts, not_built, P.profile), **verdict_
 # motivates a method but is not the method working) are counted apart, and
 # {glue:text}`headline_problem_holds` of them hold. The counts leave out the book's {glue:text}`n_controls` {term}`controls <control>`
 # (questions of our own that check a setting can test a claim at all); they are listed with the
-# claims below. For this page {glue:text}`not_built_text`.
+# claims below. For this page {glue:text}`not_built_text`. {glue:text}`confirm_note`
 #
 # A verdict is a statement about our scale: small federations, few rounds, the substitutions each
 # chapter names.
@@ -150,14 +156,19 @@ display(findings_html(findings))
 # From this build's records, the command plans how many **fresh seeds** (from
 # {glue:text}`confirm_first_seed` on, none of them the book's) would decide each open claim with a
 # power of {glue:text}`confirm_power`, at most {glue:text}`confirm_cap` seeds a claim: the power at
-# a true effect $m$ away from the decision threshold (the paper's effect at twice $m$ if the claim
-# holds, no effect if it does not), with the spread the book's seeds measured. It then runs the
-# chapters that hold such claims on those seeds and decides each planned claim on the fresh seeds
-# alone. The book's seeds only size the run: their mean is not used, and they are not reused,
+# a true effect $m$ away from the decision threshold (for a claimed gain or drop, an effect of twice
+# $m$ if the claim holds and none if it does not; for a claim that ours is no worse, or no more, than
+# a baseline by $m$, no effect if it holds and $2m$ the wrong way if it does not), with the spread the
+# book's seeds measured. That power is nominal: it takes the spread of the book's few seeds as the
+# true one. Against every baseline of a tuple it multiplies the baselines' powers as if they were
+# independent; they share the method's runs, so that product errs low. None of the fresh seeds is
+# one the book's chapters or their studies ran. The command then runs the chapters that hold such
+# claims on those seeds and decides each planned claim on the fresh seeds alone. The book's seeds only size the run: their mean is not used, and they are not reused,
 # because adding seeds to the book's until a claim decides would make the number of seeds depend on
 # the results, and a claim looked at again after every seed gets many chances to cross a threshold
 # by chance: both error rates of the rule would grow. For the claims a confirmatory run was planned
-# for, its verdict stands; for every other claim, this page's.
+# for from this build's records, its verdict stands; for every other claim (and where the run was
+# planned from an earlier build of the chapter), this page's.
 #
 # {glue:text}`confirm_text`
 #
@@ -165,7 +176,6 @@ display(findings_html(findings))
 # ```
 
 # %% tags=["hide-input"]
-confirm_records = confirm_records or f"../book/_confirm/{profile}/chapters"
 glue_all(confirm_numbers(records[profile], confirm_records, parts))
 
 # %% [markdown]

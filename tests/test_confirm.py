@@ -51,9 +51,9 @@ def _every(key: str, sds: list[float], n: int, m: float = 1.0) -> dict:
     return {**_record(key, 1.0, n, m), "versus": names, "intervals": ivs, "low": binding["low"], "high": binding["high"]}
 
 
-def _write(folder: Path, chapter: str, claims: list[dict], seeds: dict, seconds: float = 60.0) -> None:
+def _write(folder: Path, chapter: str, claims: list[dict], seeds: dict, seconds: float = 60.0, **more) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{chapter}.json").write_text(json.dumps({"seconds": seconds, "claims": claims, "seeds": seeds}))
+    (folder / f"{chapter}.json").write_text(json.dumps({"seconds": seconds, "claims": claims, "seeds": seeds, **more}))
 
 
 def _smallest(power_of_n, target: float = 0.8) -> int:
@@ -128,9 +128,10 @@ def test_only_open_claims_over_seeds_are_planned_and_the_others_say_why(tmp_path
     assert got["wide"][0] is pd.NA and got["wide"][1] == "more than the cap of 12 seeds"
     assert got["boot"][1] == "an interval over test samples, not over seeds"
     assert "predates" in got["old"][1]
-    assert p.chapters.to_dict("records") == [{"chapter": "x_experiments", "seeds": 10, "first_seed": 1000,
-                                              "parameters": {"seed": 1000, "n_seeds": 10}, "claims": 1,
-                                              "pilot_seconds": 60.0, "estimated_seconds": None}]  # no studies: no estimate
+    assert p.chapters.to_dict("records") == [{"chapter": "x_experiments", "seeds": 10, "first_seed": 10000,
+                                              "parameters": {"seed": 10000, "n_seeds": 10}, "claims": 1,
+                                              "pilot_seconds": 60.0, "estimated_seconds": None,  # no studies: no estimate
+                                              "pilot_key": None}]  # a record without its key
     assert p.rows("x_experiments") == [{"chapter": "x_experiments", "key": "open", "headline": False,
                                         "pilot_verdict": "inconclusive at this scale", "pilot_n": 3, "tier": "n_seeds",
                                         "planned_n": 10, "reason": ""}]
@@ -151,9 +152,9 @@ def test_the_seed_parameters_of_a_chapter(tmp_path):
     _write(tmp_path, "d_experiments", [_record("odd", 1.0, 4)], {"seed": 0, "n_seeds": 5})
     p = plan(tmp_path)
     params = dict(zip(p.chapters["chapter"], p.chapters["parameters"]))
-    assert params["a_experiments"] == {"seed": 1000, "n_seeds": 10, "side_seeds": 10}
-    assert params["b_experiments"] == {"seed": 1000, "n_seeds": 2, "headline_seeds": 10}
-    assert params["c_experiments"] == {"seed": 1000, "n_seeds": 34, "n_seeds_figure": 34}  # the chapter's largest n
+    assert params["a_experiments"] == {"seed": 10000, "n_seeds": 10, "side_seeds": 10}
+    assert params["b_experiments"] == {"seed": 10000, "n_seeds": 2, "headline_seeds": 10}
+    assert params["c_experiments"] == {"seed": 10000, "n_seeds": 34, "n_seeds_figure": 34}  # the chapter's largest n
     assert "d_experiments" not in params
     tiers = dict(zip(p.claims["key"], p.claims["tier"]))
     assert tiers == {"side": "side_seeds", "head": "headline_seeds", "tie": "n_seeds, n_seeds_figure",
@@ -162,14 +163,30 @@ def test_the_seed_parameters_of_a_chapter(tmp_path):
 
 
 def test_the_fresh_seeds_must_be_fresh(tmp_path):
-    _write(tmp_path, "x_experiments", [_record("open", 1.0, 3)], {"seed": 998, "n_seeds": 3})
-    with pytest.raises(ValueError, match=r"x_experiments: the pilot's seeds 998..1001 reach first_seed=1000"):
+    # one open claim of sd 1: 10 fresh seeds, first_seed..first_seed + 10 (one beyond, as the pilot's seed + n_seeds)
+    _write(tmp_path, "x_experiments", [_record("open", 1.0, 3)], {"seed": 9998, "n_seeds": 3})  # ran 9998..10001
+    with pytest.raises(ValueError, match=r"x_experiments: the pilot ran seeds 10000..10001 of the fresh seeds 10000..10010"):
         plan(tmp_path)
-    assert plan(tmp_path, first_seed=1002).chapters.loc[0, "parameters"]["seed"] == 1002
+    assert plan(tmp_path, first_seed=10002).chapters.loc[0, "parameters"]["seed"] == 10002
+    assert plan(tmp_path, first_seed=9987).chapters.loc[0, "parameters"]["seed"] == 9987  # 9987..9997: wholly below
+    with pytest.raises(ValueError, match=r"the pilot ran seed 9998 of the fresh seeds 9988..9998"):
+        plan(tmp_path, first_seed=9988)
+    # COSMOS-like: seeds 0..2 (and 3, one beyond), and a pilot study at seed + 1000 that the records' studies name
+    studies = [{"study": "main", "seeds": [0, 1, 2]}, {"study": "pilot", "seeds": [1000]}]
+    _write(tmp_path, "x_experiments", [_record("open", 1.0, 3)], {"seed": 0, "n_seeds": 3}, studies=studies)
+    for first in (990, 995, 1000):  # every range that holds 1000 is refused
+        with pytest.raises(ValueError, match=rf"the pilot ran seed 1000 of the fresh seeds {first}..{first + 10}; .* "
+                                             "give a first_seed above 1000"):
+            plan(tmp_path, first_seed=first)
+    assert plan(tmp_path).chapters.loc[0, "parameters"]["seed"] == 10000  # the default lies above them all
+    # a pilot wholly above the fresh seeds is no overlap: 4..14 avoids 0..3 and 1000
+    assert plan(tmp_path, first_seed=4).chapters.loc[0, "parameters"]["seed"] == 4
+    with pytest.raises(ValueError, match=r"the pilot ran seed 3 of the fresh seeds 3..13"):
+        plan(tmp_path, first_seed=3)
     # a record without its seeds takes them from pilot_seeds=, and is checked the same
     _write(tmp_path, "x_experiments", [_record("open", 1.0, 3)], {})
-    with pytest.raises(ValueError, match="reach first_seed"):
-        plan(tmp_path, pilot_seeds={"x_experiments": {"seed": 999, "n_seeds": 3}})
+    with pytest.raises(ValueError, match="the pilot ran seeds 10000..10002 of the fresh seeds"):
+        plan(tmp_path, pilot_seeds={"x_experiments": {"seed": 9999, "n_seeds": 3}})
     assert "names no seed parameters" in plan(tmp_path).claims.loc[0, "reason"]
 
 
@@ -209,13 +226,19 @@ def test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters(
     pilot, out, ran = tmp_path / "pilot", tmp_path / "confirm", {}
     # a book-profile pilot of HDC-FL (8 seeds): one open claim of sd 1 (10 fresh seeds), one decided
     _write(pilot, "hdcfl_experiments", [_record("donor-ls", 1.0, 8, headline=True), _record("mean", 1.0, 8, verdict="holds")],
-           {"seed": 0, "n_seeds": 8}, seconds=255.0)
+           {"seed": 0, "n_seeds": 8}, seconds=255.0, key="pilot-1")
+    start = {"event": "start", "study": "main", "total": 20, "cached": 0, "seeds": list(range(10000, 10010)),
+             "cached_seconds": 0.0}
 
     def execute(name, params, output, cwd=None):
         ran[name] = params
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text("{}")
-        return 1.0
+        with open(Path(build.NOTEBOOKS, params["progress"]), "a") as log:  # the studies' progress, as run_study logs it
+            log.write(json.dumps(start) + "\n" + json.dumps({"event": "cell", "study": "main", "seconds": 2.5}) + "\n")
+        seconds = build.Seconds(1.0)
+        seconds.cpu = 0.75
+        return seconds
 
     monkeypatch.setattr(build, "output_dir", lambda profile: tmp_path if profile == "book" else tmp_path / profile)
     monkeypatch.setattr(build, "CONFIRM", out)
@@ -229,26 +252,103 @@ def test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters(
         printed = capsys.readouterr().out
         assert "[claim]    hdcfl_experiments  donor-ls (headline)  pilot: inconclusive at this scale, 8 seeds  ->  " \
                "10 fresh seeds" in printed
-        assert "[chapter]  hdcfl_experiments: 10 fresh seeds (1000..1009) for 1 open claim(s)" in printed
+        assert "[chapter]  hdcfl_experiments: 10 fresh seeds (10000..10009) for 1 open claim(s)" in printed
         saved = json.loads((out / "book" / "plan.json").read_text())
-        assert saved["chapters"][0]["parameters"] == {"seed": 1000, "n_seeds": 10}
+        assert saved["chapters"][0]["parameters"] == {"seed": 10000, "n_seeds": 10}
+        assert saved["profile"] == "book" and saved["chapters"][0]["pilot_key"] == "pilot-1"
         if "--plan-only" in command:
             assert ran == {}
             continue
         params = ran["hdcfl_experiments"]
-        assert {k: params[k] for k in ("profile", "seed", "n_seeds")} == {"profile": "book", "seed": 1000, "n_seeds": 10}
+        assert {k: params[k] for k in ("profile", "seed", "n_seeds")} == {"profile": "book", "seed": 10000, "n_seeds": 10}
         assert Path(build.NOTEBOOKS, params["cache_dir"]).resolve() == (out / "book" / "cache").resolve()
         assert Path(build.NOTEBOOKS, params["progress"]).resolve() == (out / "book" / "progress" / "hdcfl_experiments.log")
         assert (params.get("executor"), params.get("workers")) == (("ray", 16) if "executor" in command else (None, None))
         record = json.loads((out / "book" / "chapters" / "hdcfl_experiments.json").read_text())
-        assert record["confirmatory"]["seeds"] == list(range(1000, 1010))
+        assert record["confirmatory"]["seeds"] == list(range(10000, 10010))
         assert [r["key"] for r in record["confirmatory"]["rows"]] == ["donor-ls"]
+        assert record["confirmatory"]["pilot_key"] == "pilot-1"  # the pilot build it was planned from
+        # its cost and studies, as a build's record has them: this execution's lines of the log alone (the log keeps
+        # the earlier command's lines: a resumed run appends)
+        assert record["cpu_seconds"] == 0.75 and record["seconds"] == 1.0
+        assert record["studies"] == [{"study": "main", "cells": 20, "cached": 0, "cached_seconds": 0.0,
+                                      "computed_seconds": 2.5, "seeds": list(range(10000, 10010))}]
         (out / "book" / "chapters" / "hdcfl_experiments.json").unlink()  # the next command executes again
+    # a finished chapter is not executed again when the same plan resumes on another executor or with other workers
+    assert build.main(shlex.split(FINDINGS_COMMANDS[1])[2:]) == 0 and list(ran) == ["hdcfl_experiments"]
+    ran.clear()
+    assert build.main(shlex.split(FINDINGS_COMMANDS[2])[2:]) == 0 and ran == {}
+    assert "[cached]   hdcfl_experiments" in capsys.readouterr().out
     # the plan's seeds come from the build's -p values: a seed the plan sets is refused
     with pytest.raises(SystemExit, match="the confirmatory plan sets the seeds itself"):
         build.main(["--confirm", "-p", "n_seeds=3"])
     with pytest.raises(SystemExit, match="power must be a number in"):
         build.main(["--confirm", "--power", "1.5"])
+
+
+def test_a_loaded_plan_is_checked_as_a_plan_is_and_a_verdict_planned_from_an_earlier_build_does_not_stand(
+        monkeypatch, tmp_path, capsys):
+    from fedbook.catalog import read_confirmations
+
+    build, ran = _build_module(), {}
+    pilot, out = tmp_path / "chapters", tmp_path / "confirm"
+    studies = [{"study": "main", "seeds": list(range(8))}, {"study": "side", "seeds": [10012]}]  # a study far above
+    _write(pilot, "hdcfl_experiments", [_record("donor-ls", 1.0, 8)], {"seed": 0, "n_seeds": 8}, key="pilot-1",
+           studies=studies)
+    fresh = claims_records([evaluate(Claim("donor-ls", "X beats Y.", "T", "acc, X − Y, points", "greater", 1.0,
+                                           resolution=0.1), [2.0, 2.2, 1.9, 2.1, 2.0, 2.3, 1.8, 2.1, 2.2, 2.0])])
+
+    def execute(name, params, output, cwd=None):
+        ran[name] = params
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("{}")
+        return 1.0
+
+    monkeypatch.setattr(build, "output_dir", lambda profile: tmp_path)
+    monkeypatch.setattr(build, "CONFIRM", out)
+    monkeypatch.setattr(build, "execute_chapter", execute)
+    monkeypatch.setattr(build, "claims_of", lambda notebook: fresh)
+    assert build.main(["--confirm", "--plan-only"]) == 0
+    good = json.loads((out / "book" / "plan.json").read_text())
+    assert good["chapters"][0]["parameters"] == {"seed": 10000, "n_seeds": 10}  # 10000..10010 avoids 10012
+    with pytest.raises(SystemExit, match="the pilot ran seed 10012 of the fresh seeds 10002..10012"):
+        build.main(["--confirm", "--plan-only", "--first-seed", "10002"])
+    capsys.readouterr()
+
+    def refused(change, message: str, profile: str = "book") -> None:
+        data = json.loads(json.dumps(good))
+        change(data)
+        (tmp_path / "plan.json").write_text(json.dumps(data))
+        with pytest.raises(SystemExit, match=message):
+            build.main(["--confirm", "--profile", profile, "--plan", str(tmp_path / "plan.json")])
+        assert ran == {}
+
+    refused(lambda d: d.update(power=1.5), "power must be a number in")
+    refused(lambda d: d.update(cap=1), "cap must be an integer >= 2")
+    refused(lambda d: None, "is of the 'book' build, not of --profile smoke", profile="smoke")
+    refused(lambda d: d["chapters"][0].update(parameters={"seed": 10000, "n_seeds": 10, "rounds": 3}),
+            r"hdcfl_experiments: the plan's parameters must be its seed and seed parameters \['n_seeds', 'seed'\]")
+    refused(lambda d: d["chapters"][0]["parameters"].update(n_seeds=1), "each seed parameter must be an integer >= 2")
+    refused(lambda d: d["chapters"][0]["parameters"].update(seed=5), "the pilot ran seeds 5..8 of the fresh seeds 5..15")
+    refused(lambda d: d["chapters"][0]["parameters"].update(seed=10005), "the pilot ran seed 10012 of the fresh")
+    refused(lambda d: d["chapters"][0].update(pilot_key="pilot-0"), "the plan was made from an earlier build")
+    refused(lambda d: d["claims"][0].update(planned_n=41), "planned_n must be an integer in 2..40")
+    # the plan as saved runs, and its record names the pilot it was planned from
+    (tmp_path / "plan.json").write_text(json.dumps(good))
+    assert build.main(["--confirm", "--plan", str(tmp_path / "plan.json")]) == 0 and list(ran) == ["hdcfl_experiments"]
+    record = json.loads((out / "book" / "chapters" / "hdcfl_experiments.json").read_text())
+    assert record["confirmatory"]["pilot_key"] == "pilot-1"
+    parts = [("HDC-FL", ["hdcfl_experiments"])]
+    f = read_confirmations(pilot, out / "book" / "chapters", parts)
+    assert f[["confirmatory verdict", "stands", "standing verdict"]].values.tolist() == [["holds", "confirmatory", "holds"]]
+    # the pilot is rebuilt (its record's key changes): the confirmatory verdict no longer stands
+    _write(pilot, "hdcfl_experiments", [_record("donor-ls", 1.0, 8)], {"seed": 0, "n_seeds": 8}, key="pilot-2")
+    f = read_confirmations(pilot, out / "book" / "chapters", parts)
+    assert f[["confirmatory verdict", "stands", "standing verdict"]].values.tolist() == [
+        ["planned from an earlier build", "pilot", "inconclusive at this scale"]]
+    ran.clear()
+    with pytest.raises(SystemExit, match="the plan was made from an earlier build"):  # and its plan is refused
+        build.main(["--confirm", "--plan", str(tmp_path / "plan.json")])
 
 
 def test_the_findings_page_gets_the_profiles_confirmatory_records_and_its_key_covers_them(monkeypatch, tmp_path, capsys):
@@ -314,6 +414,33 @@ def _cells(out: Path) -> dict[str, tuple[dict, dict[str, pd.DataFrame]]]:
     return found
 
 
+def _descendants(pid: int) -> set[int]:
+    """The processes below ``pid`` (by the parent ids in /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
 def test_a_confirmatory_run_resumes_after_a_kill_and_ray_gives_the_same_bits(tmp_path):
     plan_file = _hand_plan(tmp_path / "plan.json")
     pool, ray = tmp_path / "pool", tmp_path / "ray"
@@ -329,9 +456,16 @@ def test_a_confirmatory_run_resumes_after_a_kill_and_ray_gives_the_same_bits(tmp
         assert first and ended is None, f"the run ended ({ended}) before a cell was cached and it could be killed: " \
             + (killed.stdout.read()[-3000:] if ended is not None else "")
     finally:
+        kernel = _descendants(killed.pid)  # the kernel papermill started (and any worker below the build)
         if killed.poll() is None:
-            os.killpg(killed.pid, signal.SIGKILL)  # the build and the kernel it started
+            # the build's process group: jupyter_client starts the kernel in a session of its own, so only the build
+            # dies here; the kernel sees its parent gone and exits a moment later
+            os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
+    deadline = time.monotonic() + 60  # the rerun must not race the killed build's kernel (it may still write a cell)
+    while any(_alive(pid) for pid in kernel) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in kernel), f"the killed build's kernel {sorted(kernel)} still runs"
     assert not (pool / "chapters" / f"{CHAPTER}.json").exists()
     again = subprocess.run(_confirm_command(plan_file, pool, "--workers", "1"), cwd=ROOT / "book", env=_env(),
                            capture_output=True, text=True, timeout=600)

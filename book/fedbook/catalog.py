@@ -15,8 +15,9 @@ Two pages read them and train nothing of their own (bar the teaching page's smal
   by :func:`short_quote`);
 - the findings page's confirmatory runs (``book/build.py --confirm``, :mod:`fedbook.confirm`): per
   planned claim the pilot's verdict, the confirmatory one and which stands (:func:`read_confirmations`,
-  :func:`confirmations_html`), or the plan a build's records give (:func:`plan_summary`,
-  :func:`confirm_numbers`);
+  :func:`confirmations_html`; the table of every claim marks the rows where a confirmatory verdict
+  stands: :func:`with_confirmations`, :func:`confirm_note`), or the plan a build's records give
+  (:func:`plan_summary`, :func:`confirm_numbers`);
 - the teaching page: each chapter's execution time at the smoke and book profiles
   (:func:`record_seconds`, :func:`chapter_times`) and every chapter's exercises
   (:func:`exercise_index`).
@@ -416,14 +417,18 @@ def findings_html(frame: pd.DataFrame) -> Html:
         seeds = f"{n} {unit[:-1] if n == 1 and unit.endswith('s') else unit}"
         colour = verdict_colour(r["verdict"])
         said = r.get("verdict text") or r["verdict"]
+        confirmed = r.get("confirmatory") or ""  # with_confirmations: the confirmatory verdict that stands
         body.append(
             f'<tr data-paper="{escape(r["paper"])}" data-verdict="{escape(r["verdict"])}" data-kind="{escape(r["kind"])}"'
             f' class="findings-{escape(r["kind"])}">'
             f"<td>{escape(r['paper'])}</td><td>{cell}</td>"
-            f'<td style="background-color: {colour}">{escape(said)}</td>'
+            f'<td style="background-color: {colour}">{escape(said)}'
+            + (f'<br><small><a href="#findings-confirmatory">{escape(confirmed)}</a></small>' if confirmed else "")
+            + "</td>"
             f"<td>{escape(r['interval'])}</td><td>{escape(seeds)}</td><td>{escape(r['seeds to decide'])}</td></tr>"
         )
-        lines.append(" | ".join([r["paper"], plain, said, r["interval"], seeds, r["seeds to decide"]]))
+        lines.append(" | ".join([r["paper"], plain, said + (f" ({confirmed})" if confirmed else ""), r["interval"], seeds,
+                                 r["seeds to decide"]]))
     head = "".join(f'<th style="text-align: left">{h}</th>' for h in
                    ("paper", "claim (the link opens its row in the chapter)", "verdict", "ours [95 % interval]", "seeds",
                     "seeds to decide"))
@@ -682,14 +687,22 @@ def _seed_range(seeds: Sequence[int]) -> str:
     return str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}\N{EN DASH}{seeds[-1]}"
 
 
+_STALE = "planned from an earlier build"
+"""A confirmatory verdict of a run planned from another build of the pilot chapter than the one
+the page reads (the records' keys differ): it does not stand."""
+
+
 def read_confirmations(pilot: str | os.PathLike, confirm: str | os.PathLike,
                        parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
     """The claims a confirmatory run (``book/build.py --confirm``, :mod:`fedbook.confirm`) was planned
     for, each with the pilot's verdict (the build's records in ``pilot``) and the confirmatory one
     (the records in ``confirm``: ``"claims"`` decided on the fresh seeds alone, ``"confirmatory"``
     the plan's rows and seeds), in the book's order; which one stands: the confirmatory verdict,
-    planned before its seeds ran, for every claim it was planned for (``"pilot"`` only where the
-    confirmatory chapter did not read the claim).
+    planned before its seeds ran, for every claim it was planned for (``"pilot"`` where the
+    confirmatory chapter did not read the claim, and where the run was planned from another build
+    of the pilot chapter than the one in ``pilot``: its record's ``"confirmatory"`` names the pilot
+    record's ``"key"`` it was planned from, and a record that names another one, or none, is
+    marked "planned from an earlier build" and does not stand).
 
     Returns
     -------
@@ -702,14 +715,19 @@ def read_confirmations(pilot: str | os.PathLike, confirm: str | os.PathLike,
     >>> from fedbook.claims import Claim, claims_records, evaluate
     >>> a, b = pathlib.Path(tempfile.mkdtemp()), pathlib.Path(tempfile.mkdtemp())
     >>> c = Claim("gain", "X beats Y.", "Table 2", "accuracy, X − Y, points", "greater", 1.0, resolution=0.1)
-    >>> _ = (a / "x_experiments.json").write_text(json.dumps({"claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])])}))
+    >>> pilot = {"key": "k1", "claims": claims_records([evaluate(c, [0.0, 2.0, 1.0])])}
+    >>> _ = (a / "x_experiments.json").write_text(json.dumps(pilot))
     >>> fresh = claims_records([evaluate(c, [1.9, 2.3, 2.1, 2.0, 2.2, 1.8, 2.4, 2.1, 2.0, 2.2])])
     >>> rows = [{"chapter": "x_experiments", "key": "gain", "planned_n": 10}]
-    >>> _ = (b / "x_experiments.json").write_text(json.dumps(
-    ...     {"claims": fresh, "confirmatory": {"seeds": list(range(1000, 1010)), "rows": rows}}))
-    >>> f = read_confirmations(a, b, [("X", ["x_experiments"])])
-    >>> f.loc[0, ["pilot verdict", "confirmatory verdict", "fresh seeds", "stands", "standing verdict"]].tolist()
-    ['inconclusive at this scale', 'holds', '1000–1009', 'confirmatory', 'holds']
+    >>> def run(planned_from):
+    ...     _ = (b / "x_experiments.json").write_text(json.dumps({"claims": fresh, "confirmatory": {
+    ...         "pilot_key": planned_from, "seeds": list(range(10000, 10010)), "rows": rows}}))
+    ...     f = read_confirmations(a, b, [("X", ["x_experiments"])])
+    ...     return f.loc[0, ["pilot verdict", "confirmatory verdict", "fresh seeds", "stands", "standing verdict"]].tolist()
+    >>> run("k1")
+    ['inconclusive at this scale', 'holds', '10000–10009', 'confirmatory', 'holds']
+    >>> run("k0")  # planned from another build of the pilot chapter
+    ['inconclusive at this scale', 'planned from an earlier build', '10000–10009', 'pilot', 'inconclusive at this scale']
     """
     rows = []
     for part, names in parts:
@@ -722,17 +740,21 @@ def read_confirmations(pilot: str | os.PathLike, confirm: str | os.PathLike,
             seeds = (record.get("confirmatory") or {}).get("seeds") or ()
             fresh = {r["key"]: r for r in record.get("claims") or ()}
             pilot_path = Path(pilot) / f"{name}.json"
-            before = ({r["key"]: r for r in json.loads(pilot_path.read_text(encoding="utf-8")).get("claims") or ()}
-                      if pilot_path.exists() else {})
+            pilot_record = json.loads(pilot_path.read_text(encoding="utf-8")) if pilot_path.exists() else {}
+            before = {r["key"]: r for r in pilot_record.get("claims") or ()}
+            planned_from = (record.get("confirmatory") or {}).get("pilot_key")
+            stale = planned_from is None or planned_from != pilot_record.get("key")
             for p in planned:
                 key, old, new = p["key"], before.get(p["key"]), fresh.get(p["key"])
+                read = "" if new is None else (_STALE if stale else new["verdict"])
+                new = None if stale else new
                 rows.append({
                     "paper": part, "chapter": name, "key": key,
                     "anchor": (new or old or {}).get("anchor", ""), "headline": bool(p.get("headline")),
                     "pilot verdict": old["verdict"] if old else "not in the pilot's records",
                     "pilot interval": _interval_only(old["ours"], old["n"], old["unit"]) if old else "",
                     "pilot n": int(old["n"]) if old else 0,
-                    "confirmatory verdict": new["verdict"] if new else "not read by the confirmatory run",
+                    "confirmatory verdict": read or "not read by the confirmatory run",
                     "confirmatory interval": _interval_only(new["ours"], new["n"], new["unit"]) if new else "",
                     "confirmatory n": int(new["n"]) if new else 0, "fresh seeds": _seed_range(seeds),
                     "stands": "confirmatory" if new else "pilot",
@@ -785,6 +807,50 @@ def confirmations_html(frame: pd.DataFrame) -> Html:
                 f'<tbody>{"".join(body)}</tbody></table>', "\n".join(lines))
 
 
+def with_confirmations(findings: pd.DataFrame, confirmed: pd.DataFrame | None) -> pd.DataFrame:
+    """The findings (:func:`read_findings`) with a column ``"confirmatory"``: for each row whose
+    confirmatory verdict stands (``confirmed``: :func:`read_confirmations`), that verdict and its
+    fresh seeds (``"confirmatory: holds, 22 fresh seeds"``); ``""`` for the others (the pilot's
+    verdict stands). :func:`findings_html` shows it under the row's verdict.
+
+    Examples
+    --------
+    >>> f = pd.DataFrame({"chapter": ["x", "x"], "key": ["a", "b"]})
+    >>> c = pd.DataFrame({"chapter": ["x", "x"], "key": ["a", "b"], "stands": ["confirmatory", "pilot"],
+    ...                   "confirmatory verdict": ["holds", "planned from an earlier build"], "confirmatory n": [22, 0]})
+    >>> with_confirmations(f, c)["confirmatory"].tolist()
+    ['confirmatory: holds, 22 fresh seeds', '']
+    """
+    out = findings.copy()
+    notes: dict[tuple[str, str], str] = {}
+    if confirmed is not None and len(confirmed):
+        for r in confirmed[confirmed["stands"] == "confirmatory"].to_dict("records"):
+            notes[(r["chapter"], r["key"])] = f"confirmatory: {r['confirmatory verdict']}, {int(r['confirmatory n'])} fresh seeds"
+    out["confirmatory"] = [notes.get((c, k), "") for c, k in zip(out["chapter"], out["key"])]
+    return out
+
+
+def confirm_note(findings: pd.DataFrame) -> str:
+    """A sentence for the findings page's counts: for how many claims a confirmatory verdict stands
+    (the ``"confirmatory"`` column of :func:`with_confirmations`), and that the counts are the
+    pilot's.
+
+    Examples
+    --------
+    >>> print(confirm_note(pd.DataFrame({"confirmatory": ["confirmatory: holds, 22 fresh seeds", ""]})))
+    For 1 of these claims the verdict that stands is a confirmatory run's, on fresh seeds (marked in the table of every claim below; see the section on confirmatory runs); the counts here are those of this build's own seeds.
+    >>> print(confirm_note(pd.DataFrame({"confirmatory": ["", ""]})))
+    No verdict here is yet a confirmatory run's: every one is that of this build's own seeds.
+    """
+    n = int((findings.get("confirmatory", pd.Series(dtype=object)).fillna("") != "").sum())
+    if not n:
+        return ("No verdict here is yet a confirmatory run's: every one is that "
+                "of this build's own seeds.")
+    return (f"For {n} of these claims the verdict that stands is a confirmatory run's, on fresh seeds "
+            "(marked in the table of every claim below; see the section on confirmatory runs); the counts here are "
+            "those of this build's own seeds.")
+
+
 def plan_summary(plan, parts: Sequence[tuple[str, Sequence[str]]]) -> pd.DataFrame:
     """A confirmatory plan (:class:`fedbook.confirm.ConfirmPlan`) per paper, for a page: the open
     claims, how many are planned, the fresh seeds and the estimated CPU minutes of the run (the
@@ -825,7 +891,7 @@ def confirm_settings(folder: str | os.PathLike, defaults: Mapping[str, Any]) -> 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "x.json").write_text(json.dumps({"confirmatory": {"power": 0.9, "cap": 20, "first_seed": 500}}))
-    >>> confirm_settings(folder, {"power": 0.8, "cap": 40, "first_seed": 1000})
+    >>> confirm_settings(folder, {"power": 0.8, "cap": 40, "first_seed": 10000})
     {'power': 0.9, 'cap': 20, 'first_seed': 500}
     >>> confirm_settings(folder / "none", {"power": 0.8})
     {'power': 0.8}
@@ -859,7 +925,7 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
     >>> _ = (a / "x_experiments.json").write_text(json.dumps(record))
     >>> R = confirm_numbers(a, a / "none", [("X", ["x_experiments"])])
     >>> R["confirm_power"], R["confirm_cap"], R["confirm_first_seed"]
-    ('80 %', 40, 1000)
+    ('80 %', 40, 10000)
     >>> print(R["confirm_text"])
     No confirmatory run of this build exists yet. Its plan: of the 1 open claim, 1 would be decided with that power within the cap, on 10 fresh seeds in all (each chapter runs the most its claims need), about 3 CPU-minutes by this build's time per seed. The table gives the plan per paper; the command prints it claim by claim.
     """
@@ -869,14 +935,23 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
            "confirm_first_seed": said["first_seed"]}
     confirmed = read_confirmations(pilot, confirm, parts) if Path(confirm).is_dir() else None
     if confirmed is not None and len(confirmed):
-        standing, k, n = confirmed["standing verdict"], confirmed["chapter"].nunique(), len(confirmed)
-        other = ~standing.isin([HOLDS, DOES_NOT_HOLD, INCONCLUSIVE])
-        text = (f"A confirmatory run of this build ({k} chapter{'s' if k > 1 else ''}) read the {n} "
-                f"claim{'s' if n > 1 else ''} it was planned for on its fresh seeds alone: "
-                f"{int((standing == HOLDS).sum())} hold, {int((standing == DOES_NOT_HOLD).sum())} do not hold, "
-                f"{int((standing == INCONCLUSIVE).sum())} remain inconclusive"
-                + (f" and {int(other.sum())} are untestable there" if other.any() else "")
-                + ". The table gives each claim's verdict on the book's seeds and on the fresh seeds, and which one "
+        k, n = confirmed["chapter"].nunique(), len(confirmed)
+        read = confirmed.loc[confirmed["stands"] == "confirmatory", "confirmatory verdict"]
+        stale = int((confirmed["confirmatory verdict"] == _STALE).sum())
+        unread = n - len(read) - stale
+        other = ~read.isin([HOLDS, DOES_NOT_HOLD, INCONCLUSIVE])
+        text = (f"A confirmatory run of this build ({k} chapter{'s' if k > 1 else ''}) was planned for {n} "
+                f"claim{'s' if n > 1 else ''}. "
+                + (f"It read {len(read)} of them on its fresh seeds alone, and those verdicts stand: "
+                   f"{int((read == HOLDS).sum())} hold, {int((read == DOES_NOT_HOLD).sum())} do not hold, "
+                   f"{int((read == INCONCLUSIVE).sum())} remain inconclusive"
+                   + (f" and {int(other.sum())} are untestable there" if other.any() else "") + "."
+                   if len(read) else "No verdict of its fresh seeds stands yet.")
+                + (f" {stale} {'were' if stale > 1 else 'was'} planned from an earlier build of the pilot chapter "
+                   "(rebuilt since), so the pilot's verdict stands until the run is planned and run again."
+                   if stale else "")
+                + (f" The run did not read {unread}, and the pilot's verdict stands there." if unread else "")
+                + " The table gives each claim's verdict on the book's seeds and on the fresh seeds, and which one "
                 "stands.")
         return {**out, "confirm_text": text, "confirm_table": confirmations_html(confirmed)}
     try:
@@ -906,8 +981,8 @@ def confirm_numbers(pilot: str | os.PathLike, confirm: str | os.PathLike,
 
 
 __all__ = ["BAR_SEGMENTS", "CONFIRM_COLUMNS", "EXERCISE_KINDS", "FINDINGS_COLUMNS", "SHORTFALL_COLUMNS", "ZONES_FIGURE",
-           "chapter_times", "chapter_title", "confirm_numbers", "confirm_settings", "confirmations_html",
+           "chapter_times", "chapter_title", "confirm_note", "confirm_numbers", "confirm_settings", "confirmations_html",
            "exercise_index", "exercise_numbers", "exercises", "findings_counts",
            "findings_html", "findings_numbers", "handout_cell", "paper_summaries", "nearest_decisions", "plan_summary",
            "plot_rule_zones", "plot_verdicts", "read_confirmations", "read_findings", "record_seconds", "short_quote",
-           "timing_numbers", "toc_chapters", "verdict_changes", "write_rule_zones"]
+           "timing_numbers", "toc_chapters", "verdict_changes", "with_confirmations", "write_rule_zones"]

@@ -5,16 +5,21 @@ scale". Adding seeds to the pilot's until a claim decides would make the number 
 the results and inflate both error rates of the rule (:class:`fedbook.claims.Claim`): a claim
 looked at after every seed is tried many times. A **confirmatory run** instead fixes its number of
 seeds in advance from the pilot, runs it on **fresh seeds** (``first_seed``, ``first_seed + 1``,
-..., disjoint from the pilot's) and decides each claim it was planned for on those seeds alone; the
-pilot only sizes it.
+..., none of them a seed any of the pilot's studies ran) and decides each claim it was planned for
+on those seeds alone; the pilot only sizes it.
 
 The size (:func:`plan`): for each open claim, the smallest number of seeds :math:`n` at which the
 rule decides it with the declared **power** (80 % by default) when the true effect lies :math:`m`
-(the claim's smallest effect of interest) away from the decision threshold on either side: the
-paper's effect at twice :math:`m` when the claim holds, no effect when it does not. The spread is
-the pilot's: the effective standard deviation :math:`\sigma` recovered from the half-width of the
-pilot's interval, as :func:`fedbook.claims.seeds_to_decide` does. The pilot's observed mean is not
-used: power computed at the observed effect ("observed power") only restates the pilot's interval.
+(the claim's smallest effect of interest) away from the decision threshold on either side: for a
+claim of a gain or a drop ("greater", "less"), an effect of twice :math:`m` in the claimed direction
+when the claim holds and no effect when it does not; for a tolerance ("at least": the threshold
+is :math:`-m`; "at most": :math:`+m`), no effect when it holds and :math:`-2m` ("at least") or
+:math:`+2m` ("at most") when it does not. The spread is the pilot's: the
+effective standard deviation :math:`\sigma` recovered from the half-width of the pilot's interval,
+as :func:`fedbook.claims.seeds_to_decide` does, and taken as known: the declared power is nominal
+(the pilot's :math:`\sigma` is itself an estimate from few seeds, so the true power may be lower
+or higher). The pilot's observed mean is not used: power computed at the observed effect
+("observed power") only restates the pilot's interval.
 With :math:`t_c` the critical value of the claim's level and :math:`n - 1` degrees of freedom, the
 interval clears a threshold :math:`m` away from the true mean with probability
 
@@ -22,9 +27,11 @@ interval clears a threshold :math:`m` away from the true mean with probability
 
 :math:`T_\nu(\delta)` the noncentral t with :math:`\nu` degrees of freedom and noncentrality
 :math:`\delta` (``scipy.stats.nct``). Against every baseline of a tuple (:func:`fedbook.claims.decide`),
-"holds" needs all :math:`k` intervals (the product of their powers) and "does not hold" one at the
-Bonferroni level :math:`1 - (1 - \text{level})/k` (the smallest of the baselines' powers: any one
-may be the one that falls short). The planned :math:`n` gives both sides the declared power.
+"holds" needs all :math:`k` intervals (the product of their powers, as if the baselines' differences
+were independent; they share the method's runs and are positively correlated, so the product is
+conservative: the true chance is at least that) and "does not hold" one at the Bonferroni level
+:math:`1 - (1 - \text{level})/k` (the smallest of the baselines' powers: any one may be the one that
+falls short). The planned :math:`n` gives both sides the declared power.
 
 A chapter runs its confirmatory seeds through its notebook's seed parameters (``n_seeds``,
 ``side_seeds``, ``headline_seeds``, ``n_seeds_figure``: :func:`seed_parameters`); a claim is sized by
@@ -55,8 +62,9 @@ POWER = 0.8
 """The default power a confirmatory run is planned for."""
 CAP = 40
 """The default largest number of fresh seeds planned for one claim."""
-FIRST_SEED = 1000
-"""The default first fresh seed (the book's pilot runs seeds from 0)."""
+FIRST_SEED = 10000
+"""The default first fresh seed (the book's pilot runs seeds from 0, and COSMOS its pilot studies
+from ``seed + 1000``)."""
 MIN_TIER = 2
 """The seeds a seed parameter that serves no open claim gets: the fewest an interval over seeds needs."""
 NESTED = (("side_seeds", "n_seeds"), ("n_seeds", "headline_seeds"))
@@ -67,7 +75,8 @@ _TIER = re.compile(r"^(n_seeds\w*|\w+_seeds)$")
 
 CLAIM_COLUMNS = ("chapter", "key", "headline", "pilot_verdict", "pilot_n", "tier", "planned_n", "reason")
 """The columns of a plan's ``claims`` (:class:`ConfirmPlan`)."""
-CHAPTER_COLUMNS = ("chapter", "seeds", "first_seed", "parameters", "claims", "pilot_seconds", "estimated_seconds")
+CHAPTER_COLUMNS = ("chapter", "seeds", "first_seed", "parameters", "claims", "pilot_seconds", "estimated_seconds",
+                   "pilot_key")
 """The columns of a plan's ``chapters`` (:class:`ConfirmPlan`)."""
 
 
@@ -90,6 +99,46 @@ def _check_settings(power: Any, cap: Any, first_seed: Any) -> None:
         raise ValueError(f"cap must be an integer >= {MIN_TIER} (the most fresh seeds one claim may get), got {cap!r}")
     if not is_int(first_seed) or first_seed < 0:
         raise ValueError(f"first_seed must be an integer >= 0, got {first_seed!r}")
+
+
+def pilot_seed_set(record: Mapping[str, Any], seeds: Mapping[str, Any] | None = None) -> set[int]:
+    """Every seed a pilot chapter ran: those its studies ran (the record's ``"studies"``, each with
+    its ``"seeds"``: ``book/build.py`` records them), and ``seed`` to ``seed + t`` for its largest
+    seed parameter ``t`` (one beyond: a chapter's own extra seed, FedGRC's pilot seed) from
+    ``seeds`` (else the record's ``"seeds"``).
+
+    Examples
+    --------
+    >>> record = {"seeds": {"seed": 0, "n_seeds": 3}, "studies": [{"study": "pilot", "seeds": [1000]}]}
+    >>> sorted(pilot_seed_set(record))
+    [0, 1, 2, 3, 1000]
+    """
+    seeds = dict(seeds if seeds is not None else record.get("seeds") or {})
+    out = {int(s) for study in record.get("studies") or () for s in study.get("seeds") or ()}
+    tiers = [int(v) for k, v in seeds.items() if k != "seed" and v is not None]
+    if tiers and seeds.get("seed") is not None:
+        out.update(range(int(seeds["seed"]), int(seeds["seed"]) + max(tiers) + 1))
+    return out
+
+
+def check_fresh(chapter: str, pilot: set[int], first_seed: int, seeds: int) -> None:
+    """Refuse fresh seeds ``first_seed`` to ``first_seed + seeds`` (one beyond, as the pilot's) that
+    a pilot ran (``pilot``: :func:`pilot_seed_set`); a pilot wholly below or above them is fine.
+
+    Examples
+    --------
+    >>> check_fresh("x", {0, 1, 2, 1000}, 10000, 10)
+    >>> check_fresh("x", {0, 1, 2, 1000}, 995, 10)
+    Traceback (most recent call last):
+    ...
+    ValueError: chapter x: the pilot ran seed 1000 of the fresh seeds 995..1005; the confirmatory seeds must be fresh: give a first_seed above 1000 (or one whose range avoids the pilot's seeds)
+    """
+    hit = sorted(s for s in pilot if first_seed <= s <= first_seed + seeds)
+    if hit:
+        said = f"seed {hit[0]}" if len(hit) == 1 else f"seeds {hit[0]}..{hit[-1]}"
+        raise ValueError(f"chapter {chapter}: the pilot ran {said} of the fresh seeds {first_seed}..{first_seed + seeds}; "
+                         f"the confirmatory seeds must be fresh: give a first_seed above {max(pilot)} "
+                         "(or one whose range avoids the pilot's seeds)")
 
 
 def power_at(n: Any, sd: float, m: float, level: float) -> np.ndarray:
@@ -187,7 +236,8 @@ class ConfirmPlan:
         many open claims it serves, the pilot's cost (:func:`chapter_seconds`: its CPU seconds and
         its cached cells') and an estimate of the run's (:func:`estimate_seconds`: the fixed part
         and each study's seconds per seed times its tier's planned seeds; none without the record's
-        studies).
+        studies), and the pilot record's ``key`` (a confirmatory record names the pilot build it
+        was planned from).
     power : float, default :data:`POWER`
     cap : int, default :data:`CAP`
     first_seed : int, default :data:`FIRST_SEED`
@@ -211,13 +261,81 @@ class ConfirmPlan:
         """The plan :meth:`ConfirmPlan.to_dict` wrote."""
         claims = pd.DataFrame(list(data["claims"]), columns=list(CLAIM_COLUMNS))
         claims["planned_n"] = claims["planned_n"].astype("Int64")
-        return cls(claims, pd.DataFrame(list(data["chapters"]), columns=list(CHAPTER_COLUMNS)),
-                   float(data["power"]), int(data["cap"]), int(data["first_seed"]))
+        chapters = pd.DataFrame(list(data["chapters"]), columns=list(CHAPTER_COLUMNS))
+        chapters["pilot_key"] = [c.get("pilot_key") for c in data["chapters"]]  # None in a plan made by hand
+        return cls(claims, chapters, float(data["power"]), int(data["cap"]), int(data["first_seed"]))
 
     def rows(self, chapter: str) -> list[dict]:
         """The claims rows planned for one chapter (the ``claims`` rows where ``planned_n`` is set), as plain values."""
         these = self.claims[(self.claims["chapter"] == chapter) & self.claims["planned_n"].notna()]
         return [{**r, "planned_n": int(r["planned_n"])} for r in these.astype(object).to_dict("records")]
+
+
+def check_plan(plan: ConfirmPlan, records: str | os.PathLike, *,
+               pilot_seeds: Mapping[str, Mapping[str, int]] | None = None) -> list[str]:
+    """Check a plan loaded from a file (a ``plan.json`` of an earlier run, or one made by hand)
+    as :func:`plan` checks its own: its settings, each chapter's ``seed`` and seed parameters
+    (integers, ``seed >= 0``, each at least :data:`MIN_TIER`), each planned claim's seeds within
+    the cap, its fresh seeds against every seed the pilot's record in ``records`` ran
+    (:func:`check_fresh`), and its ``pilot_key`` (where it names one) against that record's key.
+
+    Returns
+    -------
+    list of str
+        The plan's chapters without a pilot record in ``records`` (nothing to check their seeds
+        against).
+
+    Raises
+    ------
+    ValueError
+        Naming the first bad value.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "x.json").write_text(json.dumps({"key": "k1", "seeds": {"seed": 0, "n_seeds": 3}}))
+    >>> def one(seed):
+    ...     chapters = pd.DataFrame([{"chapter": "x", "seeds": 5, "parameters": {"seed": seed, "n_seeds": 5},
+    ...                               "pilot_key": "k1"}])
+    ...     return ConfirmPlan(pd.DataFrame(columns=list(CLAIM_COLUMNS)), chapters)
+    >>> check_plan(one(2), folder)
+    Traceback (most recent call last):
+    ...
+    ValueError: chapter x: the pilot ran seeds 2..3 of the fresh seeds 2..7; the confirmatory seeds must be fresh: give a first_seed above 3 (or one whose range avoids the pilot's seeds)
+    >>> check_plan(one(10), folder)
+    []
+    """
+    _check_settings(plan.power, plan.cap, plan.first_seed)
+    for r in plan.claims.to_dict("records"):
+        n = r.get("planned_n")
+        if n is not None and n is not pd.NA and not (is_int(n) and MIN_TIER <= n <= plan.cap):
+            raise ValueError(f"claim {r.get('chapter')} {r.get('key')}: planned_n must be an integer in "
+                             f"{MIN_TIER}..{plan.cap} (the cap), got {n!r}")
+    missing = []
+    for c in plan.chapters.to_dict("records"):
+        chapter, params = c["chapter"], c["parameters"]
+        if not isinstance(params, Mapping) or "seed" not in params:
+            raise ValueError(f"chapter {chapter}: parameters must be a dict with 'seed' and the seed parameters, "
+                             f"got {params!r}")
+        if not is_int(params["seed"]) or params["seed"] < 0:
+            raise ValueError(f"chapter {chapter}: seed must be an integer >= 0, got {params['seed']!r}")
+        tiers = {k: v for k, v in params.items() if k != "seed"}
+        bad = [k for k, v in tiers.items() if not is_int(v) or v < MIN_TIER]
+        if not tiers or bad:
+            raise ValueError(f"chapter {chapter}: each seed parameter must be an integer >= {MIN_TIER}, got "
+                             f"{ {k: tiers[k] for k in bad} if bad else tiers!r}")
+        path = Path(records) / f"{chapter}.json"
+        if not path.exists():
+            missing.append(chapter)
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if c.get("pilot_key") is not None and c["pilot_key"] != record.get("key"):
+            raise ValueError(f"chapter {chapter}: the plan was made from an earlier build of the pilot (its record's "
+                             f"key is now {record.get('key')!r}, the plan's {c['pilot_key']!r}): plan again")
+        seeds = record.get("seeds") or (pilot_seeds or {}).get(chapter)
+        check_fresh(chapter, pilot_seed_set(record, seeds), int(params["seed"]), max(int(v) for v in tiers.values()))
+    return missing
 
 
 def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, first_seed: int = FIRST_SEED,
@@ -233,11 +351,14 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         ``"cpu_seconds"`` and ``"studies"`` (what the estimate prices: :func:`estimate_seconds`).
     power : float, default 0.8
         The chance, in (0, 1), that the run decides each claim when the true effect lies
-        :math:`m` from the threshold.
+        :math:`m` from the threshold. It is nominal: the pilot's spread is taken as the true one,
+        though it is an estimate from the pilot's few seeds.
     cap : int, default 40
         The most fresh seeds one claim may get; a claim that needs more gets a reason instead.
-    first_seed : int, default 1000
-        The first fresh seed: the run uses ``first_seed``, ``first_seed + 1``, ...
+    first_seed : int, default 10000
+        The first fresh seed: the run uses ``first_seed``, ``first_seed + 1``, ...; none of them
+        may be a seed the pilot ran (:func:`pilot_seed_set`: its seed parameters' range and every
+        seed its studies ran, which a pilot above the fresh seeds may hold too).
     pilot_seeds : dict of str to dict, optional
         Per chapter, the pilot's ``seed`` and seed parameters, for records that do not hold them.
 
@@ -249,8 +370,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
     ------
     ValueError
         On a ``power`` outside (0, 1), a ``cap`` below 2 or a negative ``first_seed``; when a
-        pilot's seeds reach ``first_seed`` (the fresh seeds would not be fresh); on a folder
-        without records.
+        pilot ran one of a chapter's fresh seeds (:func:`check_fresh`); on a folder without records.
 
     Examples
     --------
@@ -268,7 +388,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
     >>> p.claims[["key", "pilot_n", "tier", "planned_n"]].to_dict("records")
     [{'key': 'gain', 'pilot_n': 3, 'tier': 'n_seeds', 'planned_n': 10}]
     >>> p.chapters.loc[0, "parameters"], float(p.chapters.loc[0, "estimated_seconds"])
-    ({'seed': 1000, 'n_seeds': 10, 'n_seeds_figure': 2}, 79.0)
+    ({'seed': 10000, 'n_seeds': 10, 'n_seeds_figure': 2}, 79.0)
     """
     _check_settings(power, cap, first_seed)
     folder = Path(records)
@@ -284,11 +404,6 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         chapter = path.stem
         seeds = dict(record.get("seeds") or (pilot_seeds or {}).get(chapter) or {})
         tiers = {k: int(v) for k, v in seeds.items() if k != "seed" and v is not None}
-        if tiers and "seed" in seeds:
-            last = int(seeds["seed"]) + max(tiers.values())  # one beyond: a chapter's own extra seed (FedGRC's pilot seed)
-            if last >= first_seed:
-                raise ValueError(f"chapter {chapter}: the pilot's seeds {seeds['seed']}..{last} reach first_seed="
-                                 f"{first_seed}; the confirmatory seeds must be fresh: give a first_seed above {last}")
         rows = []
         for r in opened:
             n, reason = seeds_for(r, power, cap)
@@ -305,6 +420,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         if not planned:
             continue
         big = max(r["planned_n"] for r in planned)
+        check_fresh(chapter, pilot_seed_set(record, seeds), int(first_seed), big)
         serving = {t for r in planned for t in r["tier"].split(", ")}
         params = {"seed": int(first_seed), **{t: big if t in serving else min(MIN_TIER, v) for t, v in tiers.items()}}
         for inner, outer in NESTED:
@@ -313,7 +429,8 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         seconds = chapter_seconds(record)  # the pilot's cost, its cached cells counted (else its wall time)
         estimate = estimate_seconds(record, params)  # None for a record without its studies
         chapter_rows.append({"chapter": chapter, "seeds": big, "first_seed": int(first_seed), "parameters": params,
-                             "claims": len(planned), "pilot_seconds": seconds, "estimated_seconds": estimate})
+                             "claims": len(planned), "pilot_seconds": seconds, "estimated_seconds": estimate,
+                             "pilot_key": record.get("key")})
     claims = pd.DataFrame(claim_rows, columns=list(CLAIM_COLUMNS))
     claims["planned_n"] = claims["planned_n"].astype("Int64")
     return ConfirmPlan(claims, pd.DataFrame(chapter_rows, columns=list(CHAPTER_COLUMNS)), float(power), int(cap),
