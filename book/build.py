@@ -649,6 +649,8 @@ def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str,
         record = {"key": key, "params": {k: v for k, v in params.items() if k != PROGRESS}, "seconds": round(seconds, 2)}
         if getattr(seconds, "cpu", None) is not None and seconds.cpu == seconds.cpu:
             record["cpu_seconds"] = round(seconds.cpu, 2)  # the work, without the waiting (Seconds)
+            if name in CPU_ESCAPES:
+                record["cpu_escapes"] = CPU_ESCAPES[name]
         if params.get(PROGRESS):
             studies = studies_of(NOTEBOOKS / params[PROGRESS])
             if studies:
@@ -781,6 +783,14 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
     where(out, names)
     return render_book(out) if render else 0
 
+
+CPU_ESCAPES = {
+    "flower": "Flower starts each ClientApp as a process that no process waits for, so their CPU reaches no "
+              "parent's count: cpu_seconds counts a fraction of the appendix's work",
+}
+"""The chapters whose work runs partly in processes the build cannot count (:class:`Seconds`):
+their record says why (``cpu_escapes``), and a cost reads their wall seconds instead
+(:func:`fedbook.confirm.chapter_seconds`)."""
 
 PROGRESS = "progress"
 """The parameter by which a chapter's studies log each finished cell (:func:`fedbook.study.run_study`)."""

@@ -441,7 +441,9 @@ def chapter_seconds(record: Mapping[str, Any]) -> float | None:
     this execution (``cpu_seconds``: the kernel's and its workers') plus what the cells the study
     cache served took when they were computed (each study's ``cached_seconds`` in the record's
     ``"studies"``: a cell's wall seconds when it ran on one torch thread, about its CPU). A record
-    without ``cpu_seconds`` gives its wall ``seconds`` instead; ``None`` without either.
+    without ``cpu_seconds``, or whose CPU escapes the count (``cpu_escapes``: the Flower appendix,
+    whose ClientApp processes nobody waits for), gives its wall ``seconds`` instead (the larger of
+    the two, then: wall time also counts waiting); ``None`` without either.
 
     Examples
     --------
@@ -449,8 +451,12 @@ def chapter_seconds(record: Mapping[str, Any]) -> float | None:
     35.0
     >>> chapter_seconds({"seconds": 9.0}), chapter_seconds({})
     (9.0, None)
+    >>> chapter_seconds({"seconds": 9.0, "cpu_seconds": 2.0, "cpu_escapes": "Flower's ClientApps"})
+    9.0
     """
     seconds = record.get("cpu_seconds", record.get("seconds"))
+    if record.get("cpu_escapes") and record.get("seconds") is not None:
+        seconds = max(float(record["seconds"]), float(seconds))
     if seconds is None:
         return None
     return float(seconds) + sum(float(s.get("cached_seconds") or 0.0) for s in record.get("studies") or ())

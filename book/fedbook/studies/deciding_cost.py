@@ -125,7 +125,8 @@ def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dic
     ``records`` but ``exclude``, each at its cost as if every study cell were computed
     (:func:`fedbook.confirm.chapter_seconds`: its CPU seconds plus its cached cells' seconds), over
     the claims decided (kind ``"claim"``, verdict holds or does not hold). Also counted: the
-    records without CPU seconds (their wall ``seconds`` used, ``wall``), those without studies
+    records without CPU seconds or whose CPU escapes the count (their wall ``seconds`` used,
+    ``wall``), those without studies
     (their cached cells unknown, ``no_studies``: every chapter that runs no study has none), and the
     study cells the cache served of all the records' cells.
 
@@ -148,7 +149,7 @@ def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dic
             continue
         out["seconds"] += seconds
         out["chapters"] += 1
-        out["wall"] += "cpu_seconds" not in record
+        out["wall"] += "cpu_seconds" not in record or bool(record.get("cpu_escapes"))
         out["no_studies"] += "studies" not in record
         for s in record.get("studies") or ():
             out["cached"] += int(s.get("cached", 0))
@@ -213,7 +214,8 @@ def cost_numbers(table: pd.DataFrame, planned_claims: pd.DataFrame, decided: Map
            "cost_cached": f"the study cache served {decided['cached']} of their {decided['cells']} study cells",
            "cost_no_studies": some(int(decided["no_studies"]), "record keeps", "records keep"),
            "cost_wall": "" if not decided.get("wall") else
-           f"; {some(int(decided['wall']), 'record', 'records')} from before the build kept CPU time "
+           f"; {some(int(decided['wall']), 'record', 'records')} without a whole CPU count (from before the build "
+           f"kept CPU time, or the Flower appendix, whose ClientApp processes no process waits for) "
            f"{'counts its' if decided['wall'] == 1 else 'count their'} wall seconds instead",
            "cost_minutes_measured": decided["minutes_per_claim"]}
     for n in cores:
