@@ -108,7 +108,7 @@ execution = "vectorized"  # "vectorized": a round's clients train stacked where 
 workers = 1  # processes the studies' cells run in: 1 inside the book's parallel build; 2 on a 2-core machine running this alone
 executor = None  # where the studies' cells run: None, the local process pool over workers; "ray", a local Ray instance; "auto" or "ray://HOST:PORT", a Ray cluster
 progress = None  # a file that receives one line per finished cell (book/build.py --confirm shows it)
-results_dir = None  # where tidy results are saved (None: not saved)
+results_dir = None  # where tidy results are saved (None: not saved); a domain-skew run is evaluated after its last round only, so its saved result holds that round's evaluation, no curve
 cache_dir = None  # where the studies keep each cell's frames (book/build.py gives the profile's own); None: no cache
 
 # %% tags=["hide-input"]

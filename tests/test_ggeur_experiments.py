@@ -605,18 +605,21 @@ def test_a_tiny_domain_study_with_a_headline_seed(tiny):
     assert probe[PROBE].between(0, 100).all() and F["probe"].index.is_unique
 
 
-def test_a_run_without_its_curve_is_evaluated_after_its_last_round_only_with_the_same_bits(tiny_federation):
+@pytest.mark.parametrize("run", DOM_ORDER, ids=[f"{b}/{v}" for b, v in DOM_ORDER])
+def test_a_run_without_its_curve_is_evaluated_after_its_last_round_only_with_the_same_bits(tiny_federation, run):
     """What a domain-skew row reads (the last round's per-client accuracies) is the same bits
-    whether the run is evaluated every round or after its last round only (``full_curve=False``)."""
+    whether the run is evaluated every round or after its last round only (``full_curve=False``),
+    for every run the domain-skew study makes."""
     from fedlib.algorithms.ggeur import classifier_fn
     study = GGEURStudy(**{**SIZES, "rounds": 3})
     fn = classifier_fn("mlp", 16, 3, hidden=8)
-    alg, extra = study.domain_runs(tiny_federation)[("FedProto", STEPS12)]
+    alg, extra = study.domain_runs(tiny_federation)[run]
     every, curve, _ = _quiet(study.run, alg, tiny_federation, fn, 3, extra, 0)
     last, point, _ = _quiet(study.run, alg, tiny_federation, fn, 3, extra, 0, full_curve=False)
-    assert curve.index.tolist() == [0, 1, 2, 3] and point.index.tolist() == [3]  # round 0: the statistics round
+    rounds = [1, 2, 3, 4] if extra else [1, 2, 3]  # with a statistics round first: one more, training round 0
+    assert curve.index.tolist() == [r - int(extra) for r in rounds] and point.index.tolist() == [3]
     evaluated = lambda res: sorted(set(res.frame.loc[res.frame["metric"] == "global", "round"]))  # noqa: E731
-    assert evaluated(every) == [1, 2, 3, 4] and evaluated(last) == [4] and point.iloc[0] == curve.iloc[-1]
+    assert evaluated(every) == rounds and evaluated(last) == rounds[-1:] and point.iloc[0] == curve.iloc[-1]
     pd.testing.assert_frame_equal(last.per_client(), every.per_client(), check_exact=True)
     assert all(torch.equal(last.server.arrays[k], every.server.arrays[k]) for k in every.server.arrays)
 

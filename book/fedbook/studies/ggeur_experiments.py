@@ -772,7 +772,9 @@ def domain_cell(seed: int, *, study: GGEURStudy, runs: Sequence[tuple[str, str]]
     sees : {"all", "mnist"}, optional
         What the encoder trains on (``None``: the study's ``encoder_sees``; exercise 3).
     results_dir : path, optional
-        Where each run's result is saved (``None``: not saved).
+        Where each run's result is saved (``None``: not saved). A run is evaluated after its last
+        round only (``GGEURStudy.domain_row``), so its saved result holds that round's
+        evaluation, not a curve.
 
     Returns
     -------
