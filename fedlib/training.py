@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
+import enum
 import hashlib
 import math
+import sys
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -81,8 +86,8 @@ class PlainOptimizer:
     r"""The optimizer of :func:`local_train`: the update ``torch.optim.SGD`` or ``torch.optim.Adam``
     makes on CPU (their single-tensor path, torch's default there), written out without the
     optimizer's per-step machinery (hooks, profiling records, parameter groups): the same
-    operations on the same tensors in the same order, so the same bits, for about a fifth less
-    CPU in a loop of many small steps.
+    operations on the same tensors in the same order, so the same bits, without that machinery's
+    cost at every step (which a loop of many small steps pays many times).
 
     SGD, per parameter with a gradient :math:`g`: :math:`g \leftarrow g + \lambda p` (weight decay
     :math:`\lambda`), with momentum :math:`\mu` a buffer :math:`b \leftarrow g` at its first step
@@ -233,9 +238,9 @@ def local_train(
         trains (:func:`frozen_except`: the backward pass skips what no step reads; the trained
         parameters' gradients, so the result, are the same bits).
     """
-    memo = _ACTIVE_MEMO.get()
-    if memo is not None and loss_fn is cross_entropy_loss and params is None and cfg in memo.configs:
-        return memo.train(model, x, y, cfg, generator)
+    active = _ACTIVE_MEMO.get()
+    if active is not None and loss_fn is cross_entropy_loss and params is None and cfg in active[1]:
+        return active[0].train(model, x, y, cfg, generator)
     return _train(model, x, y, cfg, generator, loss_fn=loss_fn, params=params)
 
 
@@ -263,25 +268,75 @@ _TORCH_FIELDS = frozenset({"training", "_parameters", "_buffers", "_modules", "_
 """Attributes of a module that :class:`TrainingMemo`'s key covers otherwise (its tensors, its
 submodules) or that :func:`local_train` sets itself (``training``)."""
 
-_ACTIVE_MEMO: contextvars.ContextVar[TrainingMemo | None] = contextvars.ContextVar("fedlib_training_memo", default=None)
+_ACTIVE_MEMO: contextvars.ContextVar[tuple[TrainingMemo, tuple[TrainConfig, ...]] | None] = contextvars.ContextVar(
+    "fedlib_training_memo", default=None)
+"""The memo of the innermost :meth:`TrainingMemo.covering` block of this thread or task, and the
+configurations it covers."""
+
+
+class _Uncacheable(Exception):
+    """A module attribute :class:`TrainingMemo`'s key cannot describe by its value."""
+
+
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), torch.dtype, torch.device)
+
+
+def _by_name(value) -> bool:
+    """Whether ``value`` (a class or a function) is the object its module's attribute of that
+    qualified name holds: importable by name, so its name says which one it is (not a closure,
+    a lambda, a function defined in a function, or a method bound to an object)."""
+    if isinstance(value, types.FunctionType) and value.__closure__:
+        return False
+    name, module = getattr(value, "__qualname__", None), getattr(value, "__module__", None)
+    if not isinstance(name, str) or not isinstance(module, str) or "<" in name:
+        return False
+    found = sys.modules.get(module)
+    for part in name.split("."):
+        found = getattr(found, part, None)
+    return found is value
+
+
+def _array_text(kind: str, dtype, shape, data: bytes) -> str:
+    return f"{kind}({dtype},{tuple(shape)},{hashlib.sha256(data).hexdigest()})"
 
 
 def _describe(value, depth: int = 0) -> str:
-    """A module attribute's value as text for :class:`TrainingMemo`'s key: plain data by its
-    ``repr``, containers element by element, functions and classes by module and qualified name;
-    anything else by its ``repr`` (an object's default ``repr`` holds its address, so two such
-    objects never share a key)."""
+    """A module attribute's value as text for :class:`TrainingMemo`'s key, raising
+    :class:`_Uncacheable` for a value that is not plain data.
+
+    Plain data: ``None``, bools, numbers, strings, bytes, torch dtypes and devices, enum members
+    (by their ``repr``); tensors (on the CPU) and numpy arrays and scalars by dtype, shape and a
+    digest of their bytes (a ``repr`` summarises a large one with "..."); lists, tuples, dicts,
+    sets and dataclass instances element by element; classes and functions importable by their
+    module and qualified name (:func:`_by_name`), by that name. Anything else (a module held
+    outside the registered submodules, a closure, a lambda, a bound method, an object of another
+    kind) is not described: the call always trains."""
     if depth > 8:
+        raise _Uncacheable("nested too deep")
+    if isinstance(value, enum.Enum) or type(value) in _PLAIN:
         return repr(value)
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cpu" or value.dtype == torch.bfloat16 or value.layout != torch.strided:
+            raise _Uncacheable("a tensor the key does not read")
+        t = value.detach().resolve_conj().resolve_neg().contiguous()
+        return _array_text(f"tensor{value.requires_grad}", t.dtype, t.shape, t.numpy().tobytes())
+    if isinstance(value, (np.ndarray, np.generic)):
+        a = np.asarray(value)
+        if a.dtype.hasobject:
+            raise _Uncacheable("an object array")
+        return _array_text(type(value).__name__, a.dtype.str, a.shape, np.ascontiguousarray(a).tobytes())
     if isinstance(value, (list, tuple)):
         return type(value).__name__ + "(" + ",".join(_describe(v, depth + 1) for v in value) + ")"
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return "{" + ",".join(f"{_describe(k, depth + 1)}:{_describe(v, depth + 1)}" for k, v in value.items()) + "}"
     if isinstance(value, (set, frozenset)):
         return "set(" + ",".join(sorted(_describe(v, depth + 1) for v in value)) + ")"
-    if callable(value) and hasattr(value, "__qualname__"):
-        return f"<{getattr(value, '__module__', '')}.{value.__qualname__}>"
-    return repr(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type) and _by_name(type(value)):
+        state = vars(value) if hasattr(value, "__dict__") else {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return f"<{type(value).__module__}.{type(value).__qualname__}>({_describe(dict(sorted(state.items())), depth + 1)})"
+    if isinstance(value, (type, types.FunctionType, types.BuiltinFunctionType)) and _by_name(value):
+        return f"<{value.__module__}.{value.__qualname__}>"
+    raise _Uncacheable(f"a {type(value).__name__}")
 
 
 def _tensor_bytes(h, name: str, t: torch.Tensor | None) -> None:
@@ -289,8 +344,9 @@ def _tensor_bytes(h, name: str, t: torch.Tensor | None) -> None:
     if t is None:
         h.update(b"<none>")
         return
+    requires_grad = t.requires_grad  # before detaching, which turns it off: a frozen parameter is not trained
     t = t.detach()
-    h.update(f"{t.dtype}{tuple(t.shape)}{t.device}{t.requires_grad}".encode())
+    h.update(f"{t.dtype}{tuple(t.shape)}{t.device}{requires_grad}".encode())
     h.update(t.contiguous().cpu().numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().contiguous().numpy().tobytes())
 
 
@@ -307,13 +363,20 @@ class TrainingMemo:
     buffers, both generators' states and the returned loss are set to what the first call left,
     so the caller sees the same bits as from training; a new call trains and is kept (the oldest
     entries go once more than ``max_entries`` or ``max_bytes`` are kept; a training larger than
-    ``max_bytes`` on its own is not kept). A call that takes no step, a model with hooks, or
-    tensors on another device than the CPU always train.
+    ``max_bytes`` on its own is not kept). A call that takes no step, a model with hooks,
+    tensors on another device than the CPU, or a module attribute that is not plain data (a
+    module held outside the registered submodules, a closure, a lambda, a bound method, an
+    object of another kind: ``_describe``) always trains, and counts in ``uncached``, not in
+    ``misses``.
 
     Several methods whose clients start alike share their first training this way (e.g. the
     pre-training round of the model-agnostic methods of :mod:`fedlib.algorithms.fedmd`, which
     depends on the client's data, its architecture and the run's seed only); a run that repeats
     another's training is served whole.
+
+    The covered configurations belong to the thread or task that entered :meth:`covering` (a
+    context variable): a call in another thread is not served. The store and the counters are
+    not locked: let one thread at a time train through a memo (give each thread its own).
 
     Parameters
     ----------
@@ -337,6 +400,12 @@ class TrainingMemo:
     >>> c, wc = trained()  # outside: trained again
     >>> (memo.hits, memo.misses, a == b == c, bool(torch.equal(wa, wb)), bool(torch.equal(wa, wc)))
     (1, 1, True, True, True)
+    >>> with memo.covering(cfg):  # a model holding a function made in a function: not described, trained
+    ...     model = build_model("mlp", in_channels=1, n_classes=2, input_size=2, hidden=(3,), seed=0)
+    ...     model.scale = (lambda k: lambda v: k * v)(2)
+    ...     _ = local_train(model, x, y, cfg, torch.Generator().manual_seed(1))
+    >>> (memo.hits, memo.misses, memo.uncached)
+    (1, 1, 1)
     """
 
     def __init__(self, max_entries: int = 1024, max_bytes: int = 2**28) -> None:
@@ -346,35 +415,39 @@ class TrainingMemo:
             raise ValueError(f"max_bytes must be an int >= 1, got {max_bytes!r}")
         self.max_entries, self.max_bytes = int(max_entries), int(max_bytes)
         self.nbytes = 0
-        self.configs: tuple[TrainConfig, ...] = ()
         self.hits = 0
         self.misses = 0
+        self.uncached = 0
         self._store: OrderedDict[str, tuple] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._store)
 
+    @property
+    def configs(self) -> tuple[TrainConfig, ...]:
+        """The configurations this memo covers in this thread or task (``()`` outside its
+        :meth:`covering` blocks)."""
+        active = _ACTIVE_MEMO.get()
+        return active[1] if active is not None and active[0] is self else ()
+
     @contextlib.contextmanager
     def covering(self, *configs: TrainConfig) -> Iterator[TrainingMemo]:
         """Serve and keep the :func:`local_train` calls of ``configs`` (each a :class:`TrainConfig`)
-        made inside the ``with`` block (in this thread or task); the previous memo, if any, applies
-        again after it."""
+        made inside the ``with`` block in this thread or task (a context variable holds them, not
+        the memo); the previous memo, if any, applies again after it."""
         bad = [c for c in configs if not isinstance(c, TrainConfig)]
         if bad or not configs:
             raise ValueError(f"covering takes one or more TrainConfig, got {[type(c).__name__ for c in configs]}")
-        before = self.configs
-        self.configs = tuple(configs)
-        token = _ACTIVE_MEMO.set(self)
+        token = _ACTIVE_MEMO.set((self, tuple(configs)))
         try:
             yield self
         finally:
             _ACTIVE_MEMO.reset(token)
-            self.configs = before
 
     def key(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, cfg: TrainConfig,
             generator: torch.Generator) -> str | None:
         """The digest a call is kept under, ``None`` for a call that always trains (no step, a
-        model with hooks, or a tensor off the CPU)."""
+        model with hooks, a tensor off the CPU, or a module attribute that is not plain data)."""
         if len(y) == 0 or (cfg.steps == 0 if cfg.steps is not None else cfg.epochs == 0):
             return None  # no step: nothing to save
         h = hashlib.sha256()
@@ -389,7 +462,10 @@ class TrainingMemo:
                     if value:
                         return None
                     continue
-                h.update(f"{attr}={_describe(value)};".encode())
+                try:
+                    h.update(f"{attr}={_describe(value)};".encode())
+                except _Uncacheable:
+                    return None
         for name, p in model.named_parameters():
             if p.device.type != "cpu":
                 return None
@@ -408,7 +484,10 @@ class TrainingMemo:
         """:func:`local_train` of ``model`` on ``(x, y)`` with ``cfg`` and ``generator``, served from
         the memo when the same call was trained before (the class's docstring)."""
         key = self.key(model, x, y, cfg, generator)
-        if key is not None and key in self._store:
+        if key is None:
+            self.uncached += 1
+            return _train(model, x, y, cfg, generator)
+        if key in self._store:
             self.hits += 1
             self._store.move_to_end(key)
             params, grads, buffers, gen_state, rng_state, loss, _ = self._store[key]
@@ -424,16 +503,15 @@ class TrainingMemo:
             return loss
         self.misses += 1
         loss = _train(model, x, y, cfg, generator)
-        if key is not None:
-            entry = ([p.detach().clone() for p in model.parameters()],
-                     [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()],
-                     [b.detach().clone() for b in model.buffers()], generator.get_state(), torch.get_rng_state(), loss)
-            size = sum(t.nbytes for group in entry[:3] for t in group if t is not None) + entry[3].nbytes + entry[4].nbytes
-            if size <= self.max_bytes:
-                self._store[key] = (*entry, size)
-                self.nbytes += size
-                while len(self._store) > self.max_entries or self.nbytes > self.max_bytes:
-                    self.nbytes -= self._store.popitem(last=False)[1][-1]
+        entry = ([p.detach().clone() for p in model.parameters()],
+                 [None if p.grad is None else p.grad.detach().clone() for p in model.parameters()],
+                 [b.detach().clone() for b in model.buffers()], generator.get_state(), torch.get_rng_state(), loss)
+        size = sum(t.nbytes for group in entry[:3] for t in group if t is not None) + entry[3].nbytes + entry[4].nbytes
+        if size <= self.max_bytes:
+            self._store[key] = (*entry, size)
+            self.nbytes += size
+            while len(self._store) > self.max_entries or self.nbytes > self.max_bytes:
+                self.nbytes -= self._store.popitem(last=False)[1][-1]
         return loss
 
 

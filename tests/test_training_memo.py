@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from torch.nn import functional as F
 
 from fedlib.models import build_model
 from fedlib.training import TrainConfig, TrainingMemo, cross_entropy_loss, local_train
@@ -33,6 +35,25 @@ def _train(memo: TrainingMemo | None, *, model=None, x=X, y=Y, cfg=CFG, generato
             "training": model.training, "draw": torch.rand(3, generator=g)}
 
 
+def _frozen_body():
+    """A model whose body takes no gradient (``requires_grad`` off): local_train trains its head only."""
+    model = _model()
+    for name, p in model.named_parameters():
+        if not name.startswith("head."):
+            p.requires_grad_(False)
+    return model
+
+
+def _holding(**attrs):
+    """A function making a model that holds ``attrs`` in plain attributes (``object.__setattr__``: no registration)."""
+    def make():
+        model = _model()
+        for name, value in attrs.items():
+            object.__setattr__(model, name, value)
+        return model
+    return make
+
+
 def _same(a, b) -> bool:
     return (a["loss"] == b["loss"] and a["training"] == b["training"]
             and all(torch.equal(p, q) for k in ("params", "grads") for p, q in zip(a[k], b[k], strict=True))
@@ -55,13 +76,58 @@ def test_a_served_training_leaves_the_bits_of_training():
 @pytest.mark.parametrize("change", [
     dict(x=X + 1e-6), dict(y=torch.roll(Y, 1)), dict(generator_seed=3), dict(torch_seed=4),
     dict(cfg=TrainConfig(epochs=3, batch_size=4, lr=0.02, optimizer="adam")), dict(model=lambda: _model(seed=1)),
-    dict(model=lambda: _model(hidden=(6,)))])  # a model each call: a model object would be trained by the first
+    dict(model=lambda: _model(hidden=(6,))),
+    dict(model=_frozen_body)])  # a model each call: a model object would be trained by the first
 def test_anything_the_training_depends_on_changes_the_key(change):
     memo = TrainingMemo()
     _train(memo, covered=(CFG, TrainConfig(epochs=3, batch_size=4, lr=0.02, optimizer="adam")))
     out = _train(memo, covered=(CFG, TrainConfig(epochs=3, batch_size=4, lr=0.02, optimizer="adam")), **change)
     assert (memo.hits, memo.misses) == (0, 2)
     assert _same(out, _train(None, **change))
+
+
+def _big(k: int):
+    """2000 zeros but a 1 at ``k``: its repr is the same "..." summary for any ``k`` inside."""
+    t = torch.zeros(2000)
+    t[k] = 1.0
+    return t
+
+
+@pytest.mark.parametrize("make", [torch.Tensor.clone, lambda t: t.numpy().copy()], ids=["tensor", "ndarray"])
+def test_tensors_and_arrays_in_attributes_are_read_by_their_bytes(make):
+    a, b = make(_big(1000)), make(_big(1001))
+    assert repr(a) == repr(b)  # what a key from the repr would have read
+    memo = TrainingMemo()
+    first = _train(memo, model=_holding(table=a))
+    again = _train(memo, model=_holding(table=make(_big(1000))))  # equal bytes: served
+    other = _train(memo, model=_holding(table=b))  # one element apart: trained
+    assert (memo.hits, memo.misses, memo.uncached) == (1, 2, 0)
+    assert _same(first, again) and _same(other, _train(None, model=_holding(table=b)))
+
+
+class _Opaque:
+    def __repr__(self) -> str:
+        return "Opaque()"  # says nothing of its state
+
+
+@pytest.mark.parametrize("value", [
+    torch.nn.Linear(2, 2), [torch.nn.Linear(2, 2)], (lambda k: lambda v: k * v)(2), lambda v: v,
+    torch.nn.Linear(2, 2).forward, object(), _Opaque(), {"inner": object()}],
+    ids=["module", "module in a list", "closure", "lambda", "bound method", "object", "opaque repr", "nested object"])
+def test_attributes_that_are_not_plain_data_make_the_call_always_train(value):
+    memo = TrainingMemo()
+    first, second = _train(memo, model=_holding(extra=value)), _train(memo, model=_holding(extra=value))
+    assert (memo.hits, memo.misses, memo.uncached, len(memo)) == (0, 0, 2, 0)
+    fresh = _train(None, model=_holding(extra=value))
+    assert _same(first, fresh) and _same(second, fresh)
+
+
+@pytest.mark.parametrize("value", [F.relu, torch.nn.Linear, CFG, np.float32(0.5), torch.float64, {"a": (1, 2.5, "x")}],
+                         ids=["function", "class", "dataclass", "numpy scalar", "dtype", "container"])
+def test_plain_data_and_functions_named_by_their_module_are_kept(value):
+    memo = TrainingMemo()
+    first, second = _train(memo, model=_holding(extra=value)), _train(memo, model=_holding(extra=value))
+    assert (memo.hits, memo.misses, memo.uncached, len(memo)) == (1, 1, 0, 1) and _same(first, second)
 
 
 def test_only_covered_default_trainings_inside_the_block_are_kept():
@@ -72,8 +138,9 @@ def test_only_covered_default_trainings_inside_the_block_are_kept():
     _train(memo, model=model, params=list(model.head.parameters()))  # partial training: params given
     assert (memo.hits, memo.misses, len(memo)) == (0, 0, 0)
     with memo.covering(CFG):
+        assert memo.configs == (CFG,)
         local_train(_model(), X[:0], Y[:0], CFG, torch.Generator())  # no step: trained, not kept
-    assert len(memo) == 0 and memo.configs == ()
+    assert len(memo) == 0 and memo.uncached == 1 and memo.configs == ()
 
 
 def test_the_oldest_entry_goes_and_bad_arguments_are_refused():
@@ -97,3 +164,23 @@ def test_the_oldest_entry_goes_and_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="covering takes one or more TrainConfig"):
         with memo.covering({"epochs": 1}):
             pass
+
+
+def test_the_covered_configurations_belong_to_the_thread_that_covers():
+    """Another thread, running while one covers, is not served: its memo is none (a context variable)."""
+    import threading
+    memo, seen, inside, done = TrainingMemo(), [], threading.Event(), threading.Event()
+
+    def other():
+        inside.wait()
+        seen.append(memo.configs)
+        _train(None)  # local_train in this thread: not through the memo
+        done.set()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    with memo.covering(CFG):
+        inside.set()
+        done.wait()
+    thread.join()
+    assert seen == [()] and (memo.hits, memo.misses, memo.uncached) == (0, 0, 0)
