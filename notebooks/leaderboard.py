@@ -138,11 +138,14 @@ show_table(named(excluded, key_column=True) if len(excluded) else
 # | bytes per client and round | the training messages (down and up) of the whole run over clients × rounds, from the run's ledger ({class}`fedlib.messages.Ledger`) |
 #
 # The clients of every method that can stack them (its class's `Capabilities.stacks`) train
-# stacked, as one batched computation ({mod}`fedlib.engines.vectorized`, parameter `execution`):
-# the accuracies are those of training them one after another, bit for bit, at less CPU. The bytes
-# column may differ from a sequential run's by a fraction of a byte per client and round: a reply's metadata
-# carries the client's mean training loss, which the stacked computation rounds differently in
-# its last bits, and a float's text can be a digit longer or shorter.
+# stacked, as one batched computation ({mod}`fedlib.engines.vectorized`, parameter `execution`),
+# at less CPU. A batched computation sums in another order: the weights agree with those of
+# training the clients one after another to float32 rounding, not bit for bit, so an accuracy
+# may differ in a rare case (a score on the edge between two classes). The run stays
+# deterministic: the same seed gives the same bits, stacked. The bytes column may differ from a
+# sequential run's by a few bytes per client and round: a reply's metadata carries the client's
+# mean training loss, which the stacked computation rounds differently in its last bits, and a
+# float's text can be a few digits longer or shorter.
 #
 # Why the pooled score for the client's accuracy, and above all for the worst client? A client's
 # local test split holds a few dozen digits here, and fewer for a small client: one image moves

@@ -24,11 +24,14 @@ The protocol, once:
   run's ledger (:class:`fedlib.messages.Ledger`);
 - **execution**: the clients of a method that can stack them (its class's
   :attr:`fedlib.protocol.Capabilities.stacks`) train stacked (``execution="vectorized"``,
-  :mod:`fedlib.engines.vectorized`), the others one after another (:func:`execution_of`): the same
-  accuracies bit for bit at less CPU; the bytes may differ from a sequential run's by a fraction of a
-  byte per client and round, because a reply's metadata carries the client's mean training loss
-  (``train_loss``), which the stacked computation rounds differently in its last bits, and the
-  JSON text of a float is as long as its shortest exact decimal (the ``nbytes`` of a :class:`fedlib.messages.Message`);
+  :mod:`fedlib.engines.vectorized`), the others one after another (:func:`execution_of`), at less
+  CPU. A stacked computation sums in another order, so its weights agree with a sequential run's to
+  float32 rounding, not bit for bit, and an accuracy may therefore differ in a rare case (a score on
+  the edge between two classes); it is still deterministic: the same seed gives the same bits, run
+  stacked. The bytes may differ from a sequential run's by a few bytes per client and round, because
+  a reply's metadata carries the client's mean training loss (``train_loss``), which the stacked
+  computation rounds differently in its last bits, and the JSON text of a float is as long as its
+  shortest exact decimal (the ``nbytes`` of a :class:`fedlib.messages.Message`);
 - **uncertainty**: each cell as the mean over seeds with its 95 % Student's t interval
   (:func:`fedbook.intervals.mean_interval`), and the rank of every method re-drawn over bootstrap
   resamples of the seeds (:func:`rank_bootstrap`).
@@ -386,8 +389,10 @@ def execution_of(name: str, execution: str = "vectorized") -> str:
     """The :class:`fedlib.run.RunOptions` ``execution`` a leaderboard run of ``name`` uses: ``"vectorized"``
     only where asked (``execution``) and where the method's class can stack its clients
     (:attr:`fedlib.protocol.Capabilities.stacks`), else ``"sequential"``. Stacked clients reach
-    the same weights and accuracies bit for bit here; a reply's reported mean training loss
-    (``train_loss``, metadata) may differ in its last bits, so its size in bytes may differ by one.
+    the weights of a sequential run to float32 rounding, not bit for bit (a batched computation
+    sums in another order), so an accuracy may differ in a rare case; the same seed still gives
+    the same bits when run stacked. A reply's reported mean training loss (``train_loss``,
+    metadata) may differ in its last bits, so its size in bytes may differ by a few characters.
 
     Examples
     --------
