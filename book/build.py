@@ -638,20 +638,24 @@ def longest_first(todo: list[tuple], hints: dict[str, float]) -> list[tuple]:
     return sorted(todo, key=lambda t: -expected(t))
 
 
-def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str, float] | None = None) -> None:
+def _run(todo: list[tuple], jobs: int, threads: int, t0: float, hints: dict[str, float] | None = None,
+         own_logs: dict[str, str] | None = None) -> None:
     """Execute the planned chapters, ``jobs`` at a time (the longest last build first; a chapter
     this profile never built is placed by ``hints``, its seconds at another profile), writing
     each record as its chapter finishes; after a failure the waiting chapters are cancelled, the
-    running ones finish, and the first failure is raised."""
+    running ones finish, and the first failure is raised. ``own_logs``: the progress log the
+    build set for a chapter (its ``progress`` parameter), the only log a record's ``"studies"``
+    are read from (a user's ``-p progress=FILE`` is shared by every chapter and not emptied)."""
     from fedlib.io import atomic_write_json
 
     def finished(name: str, params: dict, key: str, meta: Path, seconds: float) -> None:
         record = {"key": key, "params": {k: v for k, v in params.items() if k != PROGRESS}, "seconds": round(seconds, 2)}
         if getattr(seconds, "cpu", None) is not None and seconds.cpu == seconds.cpu:
             record["cpu_seconds"] = round(seconds.cpu, 2)  # the work, without the waiting (Seconds)
-            if name in CPU_ESCAPES:
-                record["cpu_escapes"] = CPU_ESCAPES[name]
-        if params.get(PROGRESS):
+            escapes = cpu_escapes(name, params)
+            if escapes:
+                record["cpu_escapes"] = escapes
+        if params.get(PROGRESS) and (own_logs or {}).get(name) == params[PROGRESS]:
             studies = studies_of(NOTEBOOKS / params[PROGRESS])
             if studies:
                 record["studies"] = studies
@@ -731,6 +735,7 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                for p in PROFILES}
 
     hints: dict[str, float] = {}
+    own_logs: dict[str, str] = {}  # the progress logs the build set itself: the records' "studies"
 
     # the chapters that read the build's records run last, once the others' records are written,
     # one at a time in the toc's order: each reads the records of the readers before it
@@ -762,6 +767,7 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
                 log.parent.mkdir(parents=True, exist_ok=True)
                 log.unlink(missing_ok=True)
                 params = {**params, PROGRESS: os.path.relpath(log, NOTEBOOKS)}
+                own_logs[name] = params[PROGRESS]
             todo.append((name, params, key, output, meta, last.get("seconds")))
             for p in PROFILES:  # a cold build orders by the other profiles' times (the smoke build runs first)
                 other = (chapters if p == profile else output_dir(p) / "chapters") / f"{name}.json"
@@ -778,7 +784,7 @@ def build(profile: str, only: list[str] | None, overrides: dict, render: bool, f
             estimate = f"; the last builds took {_minutes(sum(known))}" if len(known) == len(todo) else ""
             workers = f", {min(jobs, len(todo))} at a time" if jobs > 1 and len(todo) > 1 else ""
             print(f"[plan]     {len(todo)} chapter(s) to execute{workers}{estimate}", flush=True)
-        _run(todo, jobs, threads, t0, hints)
+        _run(todo, jobs, threads, t0, hints, own_logs)
     print(f"[built]    {len(names)} chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
     where(out, names)
     return render_book(out) if render else 0
@@ -791,6 +797,33 @@ CPU_ESCAPES = {
 """The chapters whose work runs partly in processes the build cannot count (:class:`Seconds`):
 their record says why (``cpu_escapes``), and a cost reads their wall seconds instead
 (:func:`fedbook.confirm.chapter_seconds`)."""
+
+EXECUTORS_COUNTED = (None, "process")
+"""The ``executor`` parameters whose study workers the build's CPU count sees: none (this kernel)
+and the kernel's own pool of forked processes. A Ray instance's workers are no child of the
+kernel (:func:`cpu_escapes`)."""
+
+
+def cpu_escapes(name: str, params: dict) -> str | None:
+    """Why the CPU count (:class:`Seconds`) misses part of chapter ``name``'s work with ``params``,
+    or ``None``: a chapter of :data:`CPU_ESCAPES`, or studies run on Ray (an ``executor`` other
+    than those of :data:`EXECUTORS_COUNTED`), whose workers ``getrusage`` does not see.
+
+    Examples
+    --------
+    >>> cpu_escapes("setting", {"executor": None}) is None, cpu_escapes("setting", {"executor": "process"}) is None
+    (True, True)
+    >>> cpu_escapes("setting", {"executor": "ray"})[:42]
+    "the chapter's studies ran on Ray (executor"
+    >>> cpu_escapes("flower", {}) == CPU_ESCAPES["flower"]
+    True
+    """
+    reasons = [CPU_ESCAPES[name]] if name in CPU_ESCAPES else []
+    if params.get("executor") not in EXECUTORS_COUNTED:
+        reasons.append(f"the chapter's studies ran on Ray (executor={params['executor']!r}), whose worker processes "
+                       f"are no children of the kernel, so getrusage does not see them: cpu_seconds counts a "
+                       f"fraction of the chapter's work")
+    return "; ".join(reasons) or None
 
 PROGRESS = "progress"
 """The parameter by which a chapter's studies log each finished cell (:func:`fedbook.study.run_study`)."""
@@ -946,7 +979,8 @@ def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: flo
     pilot record's key it was planned from), ``"cpu_seconds"`` and ``"studies"`` (:func:`studies_of`,
     this execution's lines of the chapter's progress log). A chapter's key leaves out
     ``executor``, ``workers`` and ``progress``: a finished chapter is not executed again when the
-    same plan resumes on another executor.
+    same plan resumes on another executor. It covers the ``"confirmatory"`` block (the pilot
+    record's key, the planned rows): a plan from another pilot build executes the chapter again.
 
     The studies keep their cells in ``_confirm/<profile>/cache`` (so a killed run, run again with the
     same plan, reads the cells it finished) and append a line per finished cell to
@@ -1032,7 +1066,17 @@ def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: flo
     t0 = time.perf_counter()
     for i, (name, params, progress, c) in enumerate(todo, 1):
         output, meta = out / "chapters" / f"{name}.ipynb", out / "chapters" / f"{name}.json"
-        key = cache_key(name, {k: v for k, v in params.items() if k not in ("progress", "executor", "workers")}, threads)
+        planned_from = c.get("pilot_key")
+        if planned_from is None and (pilot / f"{name}.json").exists():  # a plan made by hand: checked against this pilot
+            planned_from = json.loads((pilot / f"{name}.json").read_text()).get("key")
+        first = int(c["parameters"]["seed"])
+        confirmatory = {"profile": profile, "power": plan.power, "cap": plan.cap, "first_seed": plan.first_seed,
+                        "pilot_key": planned_from, "seeds": list(range(first, first + int(c["seeds"]))),
+                        "rows": plan.rows(name)}
+        # the key covers the record's confirmatory block (its pilot and planned rows): a plan from another pilot
+        # executes the chapter again rather than keep a record that names the earlier one
+        key = cache_key(name, {**{k: v for k, v in params.items() if k not in ("progress", "executor", "workers")},
+                               "(confirmatory)": json.loads(json.dumps(confirmatory, default=str))}, threads)
         last = json.loads(meta.read_text()) if meta.exists() else {}
         if output.exists() and last.get("key") == key:
             print(f"[cached]   {name}", flush=True)
@@ -1040,20 +1084,16 @@ def confirm(profile: str, only: list[str] | None, overrides: dict, *, power: flo
         _started(i, len(todo), name, params, None, time.perf_counter() - t0)
         start = progress.stat().st_size if progress is not None and progress.exists() else 0  # this run's lines
         seconds = _execute_showing(name, params, output, progress, threads)
-        planned_from = c.get("pilot_key")
-        if planned_from is None and (pilot / f"{name}.json").exists():  # a plan made by hand: checked against this pilot
-            planned_from = json.loads((pilot / f"{name}.json").read_text()).get("key")
         record = {"key": key, "params": params, "seconds": round(seconds, 2)}
         if getattr(seconds, "cpu", None) is not None and seconds.cpu == seconds.cpu:
             record["cpu_seconds"] = round(seconds.cpu, 2)
+            escapes = cpu_escapes(name, params)
+            if escapes:
+                record["cpu_escapes"] = escapes
         if progress is not None:
             record["studies"] = studies_of(progress, start)
-        first = int(c["parameters"]["seed"])
         record.update({"claims": claims_of(output) or [], "seeds": pilot_seeds(name, params),
-                       "confirmatory": {"profile": profile, "power": plan.power, "cap": plan.cap,
-                                        "first_seed": plan.first_seed, "pilot_key": planned_from,
-                                        "seeds": list(range(first, first + int(c["seeds"]))),
-                                        "rows": plan.rows(name)}})
+                       "confirmatory": confirmatory})
         atomic_write_json(meta, record)
         print(f"[done]     {name}  {seconds:.1f} s", flush=True)
     print(f"[built]    {len(todo)} confirmatory chapter(s) in {_minutes(time.perf_counter() - t0)}", flush=True)
@@ -1253,13 +1293,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--confirm", action="store_true",
                         help="a confirmatory run: plan fresh seeds for the open claims of the --profile build's records, "
                         "then execute the planned chapters (--only: some of them) into book/_confirm/<profile>/")
-    parser.add_argument("--power", type=float, default=0.8,
-                        help="with --confirm: the power each open claim is planned for (default 0.8)")
-    parser.add_argument("--cap", type=int, default=40,
-                        help="with --confirm: the most fresh seeds one claim may get (default 40)")
-    parser.add_argument("--first-seed", type=int, default=10000,
-                        help="with --confirm: the first fresh seed (default 10000; none of the fresh seeds may be one "
-                        "the build's chapters or their studies ran)")
+    # the defaults are fedbook.confirm's (POWER, CAP, FIRST_SEED), read once --confirm is given: importing it
+    # (scipy, pandas) would slow every other command
+    parser.add_argument("--power", type=float,
+                        help="with --confirm: the power each open claim is planned for (default: fedbook.confirm.POWER)")
+    parser.add_argument("--cap", type=int,
+                        help="with --confirm: the most fresh seeds one claim may get (default: fedbook.confirm.CAP)")
+    parser.add_argument("--first-seed", type=int,
+                        help="with --confirm: the first fresh seed (default: fedbook.confirm.FIRST_SEED; none of the "
+                        "fresh seeds may be one the build's chapters or their studies ran)")
     parser.add_argument("--workers", type=int,
                         help="with --confirm: processes (or Ray CPUs, -p executor=ray) each chapter's studies run on")
     parser.add_argument("--plan-only", action="store_true", help="with --confirm: print and save the plan, execute nothing")
@@ -1276,9 +1318,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.confirm:
         if args.workers is not None:
             overrides["workers"] = args.workers
-        try:
-            from fedbook.confirm import _check_settings
+        from fedbook.confirm import CAP, FIRST_SEED, POWER, _check_settings
 
+        args.power = POWER if args.power is None else args.power
+        args.cap = CAP if args.cap is None else args.cap
+        args.first_seed = FIRST_SEED if args.first_seed is None else args.first_seed
+        try:
             _check_settings(args.power, args.cap, args.first_seed)
         except ValueError as err:
             raise SystemExit(f"--confirm: {err}")

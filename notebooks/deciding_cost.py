@@ -65,7 +65,9 @@ glue_all(cost_numbers(decide, claims, decided_cost(records[profile], exclude=["d
 # fixed part on one core, then the run's cells, independent of each other, spread over the cores
 # in waves at their mean time ({func}`fedbook.studies.deciding_cost.wall_seconds`; a Ray
 # instance's start-up left out). That is an estimate, not a bound: a wave lasts as long as its
-# slowest cell.
+# slowest cell. And the pilot's per-seed costs were measured with what one process shares (MPT's
+# table cells reuse its figure's runs, COSMOS's pre-trained weights are memoised), which a run
+# spread over worker processes or Ray loses: for such a run the estimate is low.
 
 # %% tags=["hide-input"]
 show_table(decide, digits={"per seed (s)": 1, "fixed (s)": 0, "CPU-hours": 2, "wall, 2 cores (min)": 1,

@@ -21,7 +21,7 @@ import pytest
 from scipy import stats
 
 from fedbook.claims import Claim, claims_records, evaluate
-from fedbook.confirm import ConfirmPlan, plan, power_at, seeds_for
+from fedbook.confirm import ConfirmPlan, check_plan, plan, power_at, seeds_for
 from fedbook.study import _read as study_cache_read
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,15 +150,20 @@ def test_the_seed_parameters_of_a_chapter(tmp_path):
            {"seed": 0, "n_seeds": 2, "n_seeds_figure": 2})
     # a claim whose seeds match no tier is not planned
     _write(tmp_path, "d_experiments", [_record("odd", 1.0, 4)], {"seed": 0, "n_seeds": 5})
+    # a tier that serves no claim gets MIN_TIER (2) even where its pilot ran 1 seed: what check_plan accepts
+    _write(tmp_path, "e_experiments", [_record("head", 1.0, 11)], {"seed": 0, "n_seeds_figure": 1, "headline_seeds": 11})
     p = plan(tmp_path)
     params = dict(zip(p.chapters["chapter"], p.chapters["parameters"]))
     assert params["a_experiments"] == {"seed": 10000, "n_seeds": 10, "side_seeds": 10}
     assert params["b_experiments"] == {"seed": 10000, "n_seeds": 2, "headline_seeds": 10}
     assert params["c_experiments"] == {"seed": 10000, "n_seeds": 34, "n_seeds_figure": 34}  # the chapter's largest n
     assert "d_experiments" not in params
-    tiers = dict(zip(p.claims["key"], p.claims["tier"]))
-    assert tiers == {"side": "side_seeds", "head": "headline_seeds", "tie": "n_seeds, n_seeds_figure",
-                     "tie2": "n_seeds, n_seeds_figure", "odd": ""}
+    assert params["e_experiments"] == {"seed": 10000, "n_seeds_figure": 2, "headline_seeds": 10}
+    assert check_plan(p, tmp_path) == []  # the plan passes its own check
+    tiers = dict(zip(p.claims["chapter"] + ":" + p.claims["key"], p.claims["tier"]))
+    assert tiers == {"a_experiments:side": "side_seeds", "b_experiments:head": "headline_seeds",
+                     "e_experiments:head": "headline_seeds", "c_experiments:tie": "n_seeds, n_seeds_figure",
+                     "c_experiments:tie2": "n_seeds, n_seeds_figure", "d_experiments:odd": ""}
     assert "match none" in p.claims.set_index("key").loc["odd", "reason"]
 
 
@@ -271,6 +276,9 @@ def test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters(
         # its cost and studies, as a build's record has them: this execution's lines of the log alone (the log keeps
         # the earlier command's lines: a resumed run appends)
         assert record["cpu_seconds"] == 0.75 and record["seconds"] == 1.0
+        # on Ray the workers are no children of the kernel: the record says its CPU count misses them
+        assert ("cpu_escapes" in record) == ("executor" in command)
+        assert "executor" not in command or "ran on Ray (executor='ray')" in record["cpu_escapes"]
         assert record["studies"] == [{"study": "main", "cells": 20, "cached": 0, "cached_seconds": 0.0,
                                       "computed_seconds": 2.5, "seeds": list(range(10000, 10010))}]
         (out / "book" / "chapters" / "hdcfl_experiments.json").unlink()  # the next command executes again
@@ -279,6 +287,13 @@ def test_the_findings_pages_confirm_commands_plan_and_pass_the_plans_parameters(
     ran.clear()
     assert build.main(shlex.split(FINDINGS_COMMANDS[2])[2:]) == 0 and ran == {}
     assert "[cached]   hdcfl_experiments" in capsys.readouterr().out
+    # but a plan from another pilot build executes it again: the record's confirmatory block names the new pilot
+    _write(pilot, "hdcfl_experiments", [_record("donor-ls", 1.0, 8, headline=True), _record("mean", 1.0, 8, verdict="holds")],
+           {"seed": 0, "n_seeds": 8}, seconds=255.0, key="pilot-2")
+    assert build.main(shlex.split(FINDINGS_COMMANDS[1])[2:]) == 0 and list(ran) == ["hdcfl_experiments"]
+    record = json.loads((out / "book" / "chapters" / "hdcfl_experiments.json").read_text())
+    assert record["confirmatory"]["pilot_key"] == "pilot-2"
+    ran.clear()
     # the plan's seeds come from the build's -p values: a seed the plan sets is refused
     with pytest.raises(SystemExit, match="the confirmatory plan sets the seeds itself"):
         build.main(["--confirm", "-p", "n_seeds=3"])
@@ -333,6 +348,13 @@ def test_a_loaded_plan_is_checked_as_a_plan_is_and_a_verdict_planned_from_an_ear
     refused(lambda d: d["chapters"][0]["parameters"].update(seed=10005), "the pilot ran seed 10012 of the fresh")
     refused(lambda d: d["chapters"][0].update(pilot_key="pilot-0"), "the plan was made from an earlier build")
     refused(lambda d: d["claims"][0].update(planned_n=41), "planned_n must be an integer in 2..40")
+    refused(lambda d: d["chapters"][0].update(seeds=12),
+            r"seeds must be the largest of its seed parameters \{'n_seeds': 10\}, 10, got 12")
+    refused(lambda d: d["claims"][0].update(chapter="mpt_experiments"),
+            r"its chapter 'mpt_experiments' is not among the plan's chapters \(hdcfl_experiments\)")
+    refused(lambda d: d["claims"][0].update(tier="side_seeds"),
+            r"tier must name the chapter's seed parameters \(n_seeds\), got 'side_seeds'")
+    refused(lambda d: d["claims"][0].update(planned_n=12), r"planned_n 12 exceeds its tier's planned seeds \{'n_seeds': 10\}")
     # the plan as saved runs, and its record names the pilot it was planned from
     (tmp_path / "plan.json").write_text(json.dumps(good))
     assert build.main(["--confirm", "--plan", str(tmp_path / "plan.json")]) == 0 and list(ran) == ["hdcfl_experiments"]
@@ -375,6 +397,37 @@ def test_the_findings_page_gets_the_profiles_confirmatory_records_and_its_key_co
     assert list(ran) == ["findings"]  # a new confirmatory record re-runs the page
     with pytest.raises(SystemExit, match="confirm_records=... is set by the build"):
         build.build("smoke", ["findings"], {"confirm_records": "x"}, render=False, force=False, out=tmp_path / "out")
+
+
+def test_a_builds_record_reads_studies_from_its_own_log_only_and_says_when_its_cpu_count_misses_workers(monkeypatch, tmp_path):
+    build, ran = _build_module(), {}
+    start = {"event": "start", "study": "main", "total": 2, "cached": 0, "seeds": [0], "cached_seconds": 0.0}
+
+    def execute(name, params, output, cwd=None):
+        ran[name] = params
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text("{}")
+        with open(Path(build.NOTEBOOKS, params["progress"]), "a") as log:
+            log.write(json.dumps(start) + "\n" + json.dumps({"event": "cell", "study": "main", "seconds": 2.5}) + "\n")
+        seconds = build.Seconds(1.0)
+        seconds.cpu = 0.75
+        return seconds
+
+    monkeypatch.setattr(build, "execute_chapter", execute)
+    monkeypatch.setattr(build, "claims_of", lambda notebook: None)
+    record = tmp_path / "out" / "chapters" / f"{CHAPTER}.json"
+    # a user's progress file is shared by every chapter and never emptied: no studies are read from it
+    shared = tmp_path / "progress.log"
+    shared.write_text(json.dumps({**start, "study": "other chapter's"}) + "\n")
+    build.build("smoke", [CHAPTER], {"progress": str(shared), "executor": "ray"}, render=False, force=True,
+                out=tmp_path / "out")
+    got = json.loads(record.read_text())
+    assert "studies" not in got and got["cpu_seconds"] == 0.75
+    assert "ran on Ray (executor='ray')" in got["cpu_escapes"]  # getrusage does not see Ray's workers
+    # the log the build sets itself (and empties) is the record's studies; a forked pool's CPU is counted
+    build.build("smoke", [CHAPTER], {"executor": "process"}, render=False, force=True, out=tmp_path / "out")
+    got = json.loads(record.read_text())
+    assert [s["study"] for s in got["studies"]] == ["main"] and "cpu_escapes" not in got
 
 
 # --- a confirmatory run of one cheap chapter at the smoke profile (book/build.py --confirm) ---

@@ -275,9 +275,11 @@ def check_plan(plan: ConfirmPlan, records: str | os.PathLike, *,
                pilot_seeds: Mapping[str, Mapping[str, int]] | None = None) -> list[str]:
     """Check a plan loaded from a file (a ``plan.json`` of an earlier run, or one made by hand)
     as :func:`plan` checks its own: its settings, each chapter's ``seed`` and seed parameters
-    (integers, ``seed >= 0``, each at least :data:`MIN_TIER`), each planned claim's seeds within
-    the cap, its fresh seeds against every seed the pilot's record in ``records`` ran
-    (:func:`check_fresh`), and its ``pilot_key`` (where it names one) against that record's key.
+    (integers, ``seed >= 0``, each at least :data:`MIN_TIER`) and its ``seeds`` (the largest of its
+    seed parameters), each planned claim's seeds within the cap and within its tier's planned
+    value, its chapter among the plan's chapters, the fresh seeds against every seed the pilot's
+    record in ``records`` ran (:func:`check_fresh`), and the ``pilot_key`` (where a chapter names
+    one) against that record's key.
 
     Returns
     -------
@@ -325,6 +327,9 @@ def check_plan(plan: ConfirmPlan, records: str | os.PathLike, *,
         if not tiers or bad:
             raise ValueError(f"chapter {chapter}: each seed parameter must be an integer >= {MIN_TIER}, got "
                              f"{ {k: tiers[k] for k in bad} if bad else tiers!r}")
+        if not is_int(c.get("seeds")) or c["seeds"] != max(tiers.values()):
+            raise ValueError(f"chapter {chapter}: seeds must be the largest of its seed parameters {tiers!r}, "
+                             f"{max(tiers.values())}, got {c.get('seeds')!r}")
         path = Path(records) / f"{chapter}.json"
         if not path.exists():
             missing.append(chapter)
@@ -335,6 +340,26 @@ def check_plan(plan: ConfirmPlan, records: str | os.PathLike, *,
                              f"key is now {record.get('key')!r}, the plan's {c['pilot_key']!r}): plan again")
         seeds = record.get("seeds") or (pilot_seeds or {}).get(chapter)
         check_fresh(chapter, pilot_seed_set(record, seeds), int(params["seed"]), max(int(v) for v in tiers.values()))
+    parameters = {c["chapter"]: c["parameters"] for c in plan.chapters.to_dict("records")}
+    for r in plan.claims.to_dict("records"):
+        n = r.get("planned_n")
+        if n is None or n is pd.NA:
+            continue
+        name = f"claim {r.get('chapter')} {r.get('key')}"
+        if r.get("chapter") not in parameters:
+            raise ValueError(f"{name}: its chapter {r.get('chapter')!r} is not among the plan's chapters "
+                             f"({', '.join(map(str, parameters)) or 'none'})")
+        params = parameters[r["chapter"]]
+        tiers = [t for t in str(r.get("tier") or "").split(", ") if t]
+        valid = sorted(k for k in params if k != "seed")
+        bad = [t for t in tiers if t not in valid]
+        if not tiers or bad:
+            raise ValueError(f"{name}: tier must name the chapter's seed parameters ({', '.join(valid)}), "
+                             f"got {r.get('tier')!r}")
+        short = {t: params[t] for t in tiers if n > params[t]}
+        if short:
+            raise ValueError(f"{name}: planned_n {n} exceeds its tier's planned seeds {short!r}: each tier must run "
+                             f"at least planned_n seeds")
     return missing
 
 
@@ -422,7 +447,7 @@ def plan(records: str | os.PathLike, *, power: float = POWER, cap: int = CAP, fi
         big = max(r["planned_n"] for r in planned)
         check_fresh(chapter, pilot_seed_set(record, seeds), int(first_seed), big)
         serving = {t for r in planned for t in r["tier"].split(", ")}
-        params = {"seed": int(first_seed), **{t: big if t in serving else min(MIN_TIER, v) for t, v in tiers.items()}}
+        params = {"seed": int(first_seed), **{t: big if t in serving else MIN_TIER for t in tiers}}
         for inner, outer in NESTED:
             if inner in params and outer in params:
                 params[outer] = max(params[outer], params[inner])
@@ -475,6 +500,10 @@ def estimate_parts(record: Mapping[str, Any], parameters: Mapping[str, Any]) -> 
     (:func:`chapter_seconds`) less its studies', at least 0, and
 
     .. math:: \text{seconds} = \text{fixed} + \sum_{\text{studies}} \text{per seed} \times \text{parameters}[\text{tier}].
+
+    The pilot's per-seed costs were measured with what one process shares (MPT's table cells reuse
+    its figure's runs, COSMOS's pretrained weights are memoised), which a run spread over worker
+    processes or Ray loses: the estimate of such a run is then low.
 
     Parameters
     ----------

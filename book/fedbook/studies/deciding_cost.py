@@ -5,7 +5,9 @@ of the build's own chapter records, with no measurement of its own.
   (:func:`fedbook.confirm.plan`) decides of them and its fresh seeds, priced by the one cost model
   of the confirmatory runs (:func:`fedbook.confirm.estimate_parts`: a fixed part plus each study's
   seconds per seed times its tier's planned seeds), in CPU-hours and in wall time on 2, 16 and 64
-  cores (:func:`wall_seconds`, an estimate);
+  cores (:func:`wall_seconds`, an estimate; low for a run spread over processes or Ray, which
+  loses what the pilot's one process shared: MPT's table cells reuse its figure's runs, COSMOS's
+  pre-trained weights are memoised);
 - :func:`decided_cost`: the build's CPU per decided claim, each chapter counted as if every study
   cell were computed (:func:`fedbook.confirm.chapter_seconds`), so a warm study cache does not
   make the build look cheap;
