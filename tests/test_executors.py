@@ -257,6 +257,23 @@ def test_an_unknown_executor_is_refused_by_name():
     assert [f.value for f in map_cells(abs, [], executor="ray")] == []  # nothing to run: Ray is not even started
 
 
+def test_a_worker_of_another_cpu_kind_or_library_version_is_refused_by_name(monkeypatch):
+    # what a Ray worker on another machine checks before it runs a cell (no Ray needed: the check is the cell's)
+    caller = study_module._environment()
+    assert caller[study_module.CPU_CAPABILITY] == torch.backends.cpu.get_cpu_capability()
+    out, _ = study_module._run_cell(TRAIN, {"seed": 0, "width": 3}, libraries=caller)  # the same machine: it runs
+    assert all(isinstance(f, pd.DataFrame) for f in out.values())
+    other = "DEFAULT" if caller[study_module.CPU_CAPABILITY] != "DEFAULT" else "AVX2"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)  # a worker whose torch picks other kernels
+    with pytest.raises(ValueError, match=rf"this worker runs torch CPU capability {other} \(the caller's: "
+                                         rf"{caller[study_module.CPU_CAPABILITY]}\); every machine must run the same "
+                                         rf"versions on the same CPU kind"):
+        study_module._run_cell(TRAIN, {"seed": 0, "width": 3}, libraries=caller)
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"this worker runs numpy \S+ \(the caller's: 0.0\)"):
+        study_module._run_cell(TRAIN, {"seed": 0, "width": 3}, libraries={**caller, "numpy": "0.0"})
+
+
 SLOW = '''
 import time
 

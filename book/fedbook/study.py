@@ -4,7 +4,8 @@ A :class:`Study` says what an experiment runs: a function of one **cell** (one s
 grid and one seed) that returns tidy frames, the grid of settings (each name's values, crossed)
 and the seeds. :func:`run_study` runs every cell, in parallel over worker processes or the
 machines of a Ray cluster (:func:`fedbook.parallel.map_cells`: each cell derives every random
-stream from its own seed, so the bits do not depend on the process that runs it), caches each cell's frames on disk under a
+stream from its own seed, so the bits do not depend on the process that runs it, on machines of
+the same CPU kind and library builds: torch picks its kernels by instruction set), caches each cell's frames on disk under a
 key of everything they depend on, and returns one tidy frame per table, the setting and the seed
 as its first columns::
 
@@ -34,7 +35,8 @@ task of a local Ray instance of ``workers`` CPUs, started by the call and stoppe
 running several studies can hold one for all: :func:`fedbook.parallel.local_ray`). On a cluster,
 start Ray on one machine, ``ray start --head --port=6379``, and on each other
 ``ray start --address=HEAD:6379``, every machine with this repository, its environment (the
-same versions: a worker of other numerical libraries' versions is refused) and the data sets the
+same versions: a worker of other numerical libraries' versions, or of another
+:data:`CPU_CAPABILITY`, is refused) and the data sets the
 cells read at the same paths (a file a cell writes itself lands on the machine that ran it; the
 frames come back to the caller, who caches them), then run the
 studies with ``executor="HEAD:6379"`` (or ``"auto"`` on a machine of the cluster, or
@@ -43,9 +45,11 @@ studies with ``executor="HEAD:6379"`` (or ``"auto"`` on a machine of the cluster
 reaches their ports (a local instance's too: they listen on every interface of the machine), so
 run them on a private network. Whatever the executor:
 
-- the same frames bit for bit (each cell derives every random stream from its own seed and runs
-  with ``threads`` torch threads; the executor is not part of a cell's key, so a cell cached by
-  one executor is read back by another);
+- the same frames bit for bit on machines of the same CPU kind and library builds (each cell
+  derives every random stream from its own seed and runs with ``threads`` torch threads; torch
+  picks its kernels by instruction set, :data:`CPU_CAPABILITY`, which a Ray worker must share with
+  the caller; the executor is not part of a cell's key, so a cell cached by one executor is read
+  back by another);
 - a cell that raises is run once more, a fresh attempt (on Ray, a new task; a pool whose worker
   died is replaced, and the cells that were in flight there run again one at a time, each alone,
   so that only the cell whose run kills its worker uses up an attempt): if the second attempt
@@ -112,6 +116,10 @@ CACHE_FORMAT = "fedbook-study-2"
 
 LIBRARIES = ("torch", "numpy", "scipy", "pandas", "scikit-learn")
 """The numerical libraries whose versions a cell's key covers."""
+CPU_CAPABILITY = "torch CPU capability"
+"""The instruction set torch picks its CPU kernels for (``torch.backends.cpu.get_cpu_capability()``,
+e.g. ``"AVX2"``, ``"AVX512"``): a Ray worker on another machine must report the caller's, since
+kernels of another instruction set may sum in another order."""
 
 
 @dataclass(frozen=True)
@@ -223,8 +231,8 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
     ValueError
         When a cell returns something else than a DataFrame or a dict of them, or the cells do
         not all return the same tables; an unknown ``executor``; a cell function that cannot
-        travel to Ray's workers; Ray workers of other numerical libraries' versions than this
-        process's.
+        travel to Ray's workers; Ray workers of other numerical libraries' versions or another
+        :data:`CPU_CAPABILITY` than this process's.
     Exception
         What a cell raised on its second attempt (a failed cell is run once more, a fresh
         attempt), noted with the cell and the first attempt's error; the cells finished before
@@ -272,7 +280,7 @@ def run_study(study: Study, *, workers: int = 1, threads: int = 1, cache: str | 
               "error": error, "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               **({"seeds": list(study.seeds), "cached_seconds": float(sum(seconds.values()))} if kind == "start" else {})})
 
-    libraries = None if address is None else {name: _version(name) for name in LIBRARIES}  # another machine's, checked
+    libraries = None if address is None else _environment()  # another machine's, checked
     finished = map_cells(functools.partial(_run_cell, study, libraries=libraries), [cells[i] for i in todo], workers,
                          threads=threads, executor=executor, retries=1,
                          on_retry=lambda j, error: event("retry", todo[j], error=error))  # checks workers, threads
@@ -362,15 +370,15 @@ def read_progress(path: str | os.PathLike) -> pd.DataFrame:
 
 def _run_cell(study: Study, cell: Mapping[str, Any], libraries: Mapping[str, str] | None = None) -> tuple[Any, float]:
     """One cell run, wherever it runs: what the study's function returns and the seconds it took.
-    ``libraries``: the versions the caller's key names, which this process must have (a Ray
-    worker on another machine)."""
+    ``libraries``: the versions the caller's key names and its :data:`CPU_CAPABILITY`
+    (:func:`_environment`), which this process must have (a Ray worker on another machine)."""
     if libraries is not None:
-        here = {name: _version(name) for name in LIBRARIES}
+        here = _environment()
         if here != dict(libraries):
-            other = [f"{name} {here[name]} (the caller's: {libraries[name]})" for name in LIBRARIES
+            other = [f"{name} {here[name]} (the caller's: {libraries.get(name)})" for name in here
                      if here[name] != libraries.get(name)]
             raise ValueError(f"study {study.name!r}: this worker runs {', '.join(other)}; every machine must run "
-                             "the same versions (the cells' keys name the caller's)")
+                             "the same versions on the same CPU kind (the cells' keys name the caller's versions)")
     t0 = time.perf_counter()
     out = study.run(**cell)
     return out, time.perf_counter() - t0
@@ -486,6 +494,12 @@ def _key_parts(study: Study) -> dict[str, Any] | None:
             "libraries": {name: _version(name) for name in LIBRARIES}, "sources": digest(module_files(module))}
 
 
+def _environment() -> dict[str, str]:
+    """What a cell's bits depend on beyond its key's arguments and sources: the versions of
+    :data:`LIBRARIES` and the :data:`CPU_CAPABILITY` torch's kernels were picked for."""
+    return {**{name: _version(name) for name in LIBRARIES}, CPU_CAPABILITY: torch.backends.cpu.get_cpu_capability()}
+
+
 def _version(name: str) -> str:
     try:
         return importlib.metadata.version(name)
@@ -526,4 +540,4 @@ def _read(path: Path) -> tuple[dict[str, pd.DataFrame], float]:
     return out, float(record["seconds"])
 
 
-__all__ = ["CACHE_FORMAT", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "read_progress", "run_study"]
+__all__ = ["CACHE_FORMAT", "CPU_CAPABILITY", "Frames", "LIBRARIES", "Study", "StudyFrames", "cell_key", "read_progress", "run_study"]
