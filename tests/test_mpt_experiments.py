@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import math
+import pickle
 from types import SimpleNamespace
 
 import matplotlib
@@ -195,6 +196,11 @@ def test_a_table_cell_reads_the_figure_run_of_its_settings_and_gets_the_same_fra
     monkeypatch.setattr(M, "run_federated", lambda *a, **k: (calls.append(1), original(*a, **k))[1])
     shared = table_cell(study, 0, dataset="mix", fraction=0.2, model="mlp", methods=methods, before=1)
     assert calls == [] and not study._runs  # read, not trained; taken once
+    figure_cell(study, 1, dataset="mix", fraction=0.2, model="mlp")
+    assert list(study._runs) == [("mix", "mlp", 0.2, 1)]
+    sent = pickle.loads(pickle.dumps(study))  # as to a worker: the settings and the data, not the runs
+    assert sent == study and not sent._runs and list(study._runs) == [("mix", "mlp", 0.2, 1)]
+    assert ("mix", 1) in sent._data and study.forget_runs() == 1 and not study._runs and study.forget_runs() == 0
     assert list(shared) == list(trained)
     for name in trained:
         pd.testing.assert_frame_equal(shared[name].drop(columns=["seconds"], errors="ignore"),

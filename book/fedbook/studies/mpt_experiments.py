@@ -186,8 +186,36 @@ class MPTStudy:
         # and its equality cover its settings only)
         object.__setattr__(self, "_data", {})
         # the figure runs of this process, by (dataset, model, fraction, seed), until a table cell of the
-        # same run takes it (:func:`table_cell`: the same training, read at other rounds)
+        # same run takes it (:func:`table_cell`: the same training, read at other rounds) or
+        # :meth:`forget_runs`; never pickled (__getstate__)
         object.__setattr__(self, "_runs", {})
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The study's state for pickling (a study sent to a worker process or a Ray task) without
+        the figure runs this process keeps (:meth:`forget_runs`): they stay with the process that
+        ran them."""
+        state = dict(self.__dict__)
+        state["_runs"] = {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def forget_runs(self) -> int:
+        """Drop the figure runs this process keeps for a table cell (:func:`figure_cell`) that has
+        not read them, e.g. once the table's study has run (its cells read from a cache or run in
+        other processes take none); the number dropped.
+
+        Examples
+        --------
+        >>> study = MPTStudy(rounds=4, departure_round=3, n_clients=4, rare_class=5, local_epochs=1, lr=0.05,
+        ...                  global_test_per_class=10, ldc_epochs=2, ldc_batch=32, ccvr_steps=10, ccvr_virtual=20)
+        >>> study.forget_runs()
+        0
+        """
+        n = len(self._runs)
+        self._runs.clear()
+        return n
 
     @classmethod
     def from_settings(cls, settings: Any, **values: Any) -> MPTStudy:
@@ -349,7 +377,8 @@ def figure_cell(study: MPTStudy, seed: int, *, dataset: str, fraction: float, mo
     ``model``, every round evaluated, and the extra work of each method measured on its final
     model (Figure 5 (b), :func:`extra_work_times`). The run stays in the study's memory until the
     table cell of the same data set, fraction, model and seed takes it (:func:`table_cell`: the same
-    training, read at two of its rounds; in the same process only, e.g. ``workers=1``).
+    training, read at two of its rounds; in the same process only, e.g. ``workers=1``) or
+    :meth:`MPTStudy.forget_runs` drops it; a pickled study leaves it behind.
 
     Returns
     -------
@@ -996,7 +1025,8 @@ def table_numbers(frames: Mapping[str, pd.DataFrame], baselines: Sequence[str], 
         ``best_baseline_f1``), ``gap_oracle`` (MPT − oracle), the median and largest half-width of
         the cells' 95 % intervals (``half_median``, ``half_max``), Student's t multiplier of
         ``n_seeds`` (``t_mult``), MPT-lite's growth factor per data set (``growth_table_text``),
-        MPT-lite's mean F1 per data set (``lite_mean_text``) and the runs' ``table_seconds``.
+        MPT-lite's mean F1 per data set (``lite_mean_text``) and the runs' ``table_seconds`` (a
+        cell that read a figure run counts its reading only: :func:`table_cell`).
     """
     cell_means, table, runs = frames["cell_means"], frames["table"], frames["table_runs"]
     datasets = list(pd.unique(table["dataset"]))
