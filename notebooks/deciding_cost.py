@@ -20,8 +20,9 @@
 # ({ref}`the findings page <chapter-findings>`). A confirmatory run decides such claims on fresh
 # seeds, disjoint from the book's: {func}`fedbook.confirm.plan` sizes each open claim's run from
 # the pilot's spread at its margin (power {glue:text}`cost_power`, at most
-# {glue:text}`cost_cap` seeds per claim), and `book/build.py --confirm` runs only that work, on a
-# process pool or a Ray cluster. This page prices the plan for this build, from the build's own
+# {glue:text}`cost_cap` seeds per claim), and `book/build.py --confirm` runs the chapters those
+# claims belong to at the planned seeds (a chapter's seed tiers that serve no open claim at their
+# smallest), on a process pool or a Ray cluster. This page prices the plan for this build, from the build's own
 # records; it measures nothing itself.{glue:text}`cost_no_plan`
 
 # %% tags=["parameters", "hide-input"]
