@@ -34,8 +34,12 @@ pdf: book
 smoke: $(STAMP)
 	$(BIN)/python book/build.py --profile smoke
 
+# the tests over TEST_WORKERS processes (pytest-xdist; 0: in this process): the tests that read the
+# session's smoke build share one worker (tests/conftest.py), so each chapter executes once
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # the browser tests on the book-profile build that make book rendered (not a fresh smoke build)
 browser-book: $(STAMP)

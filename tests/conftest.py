@@ -57,6 +57,20 @@ def tiny_model_fn():
     return functools.partial(build_model, "mlp", in_channels=1, n_classes=3, input_size=4, hidden=(16, 8))
 
 
+SMOKE_BOOK_GROUP = "smoke_book"
+"""The pytest-xdist group of every test that reads the session's smoke build (:func:`smoke_out`)."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Put every test that uses :func:`smoke_out` (directly or through another fixture, such as the
+    browser tests' rendered site) in the xdist group :data:`SMOKE_BOOK_GROUP`: under ``make test``
+    (``-n 2 --dist loadgroup``) they all run in one worker, whose session executes each chapter
+    once, as a run without xdist does. Without xdist the mark does nothing."""
+    for item in items:
+        if "smoke_out" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SMOKE_BOOK_GROUP))
+
+
 @pytest.fixture(scope="session")
 def smoke_out(tmp_path_factory):
     """The ``out`` folder of a smoke-profile build for this session (chapters execute into it once)."""
