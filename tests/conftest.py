@@ -9,6 +9,7 @@ import os
 
 import pytest
 import torch
+from _pytest.nodeid import NodeId  # pytest 9.2's test ids (pytest_collection_modifyitems)
 from hypothesis import settings
 from threadpoolctl import threadpool_limits
 
@@ -61,14 +62,23 @@ SMOKE_BOOK_GROUP = "smoke_book"
 """The pytest-xdist group of every test that reads the session's smoke build (:func:`smoke_out`)."""
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Put every test that uses :func:`smoke_out` (directly or through another fixture, such as the
     browser tests' rendered site) in the xdist group :data:`SMOKE_BOOK_GROUP`: under ``make test``
     (``-n 2 --dist loadgroup``) they all run in one worker, whose session executes each chapter
-    once, as a run without xdist does. Without xdist the mark does nothing."""
+    once, as a run without xdist does. Without xdist the mark does nothing.
+
+    pytest-xdist 3.8 groups a test by an ``@group`` suffix of its id, which it writes where pytest
+    9.2 no longer reads it (pytest-xdist issue 1386: every group is silently spread over the
+    workers); under ``--dist loadgroup`` the suffix is written here, into the id pytest 9.2 reads
+    (its ``NodeId``), which xdist then leaves as it is."""
+    loadgroup = bool(config.getvalue("loadgroup")) if hasattr(config.option, "loadgroup") else False
     for item in items:
         if "smoke_out" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(SMOKE_BOOK_GROUP))
+            if loadgroup and not item.nodeid.endswith(f"@{SMOKE_BOOK_GROUP}"):
+                item._id = NodeId.parse(f"{item.nodeid}@{SMOKE_BOOK_GROUP}")
 
 
 @pytest.fixture(scope="session")

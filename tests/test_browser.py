@@ -113,28 +113,64 @@ def _open(ctx, path: Path, query: str = ""):
     return page, errors, failed
 
 
-def test_every_page_loads_offline_without_errors_and_its_math_is_typeset(site, browser):
+def _read(browser, paths: list[Path], width: str, queries: dict[str, str]) -> dict[Path, dict]:
+    """Open each page once at ``width`` (one context, as a reader going from page to page) and run
+    every query of ``queries`` (read-only scripts: they look, they change nothing) on it:
+    ``{path: {query name: its result, "errors": console errors, "failed": requests that failed}}``.
+    The checks of one width share these readings, so a page loads (and MathJax typesets it) once
+    per width, not once per check."""
+    ctx = _context(browser, width)
+    out = {}
+    try:
+        for path in paths:
+            page, errors, failed = _open(ctx, path)
+            out[path] = {name: page.evaluate(query) for name, query in queries.items()}
+            page.close()
+            out[path].update(errors=errors, failed=failed)
+    finally:
+        ctx.close()
+    return out
+
+
+def _pages_and_chapters(site: Path) -> list[Path]:
+    """The pages the checks of a width read: every page but the redirects, and every chapter."""
+    return sorted(set(_pages(site, redirects=False)) | set((site / "chapters").glob("*.html")))
+
+
+@pytest.fixture(scope="module")
+def wide(site, browser) -> dict[Path, dict]:
+    """Every page read once at 1280 px with the queries of the wide checks (:func:`_read`)."""
+    return _read(browser, _pages_and_chapters(site), "wide", {
+        # sphinx wraps every formula in .math; MathJax puts an mjx-container inside each one it typeset
+        "raw": "() => [...document.querySelectorAll('span.math, div.math')]"
+               ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))",
+        "merror": "() => document.querySelectorAll('mjx-merror').length",
+        "n_math": "() => document.querySelectorAll('mjx-container').length",
+        "figures": _FIGURES, "glued": _GLUED_AND_TABLES, "overflowing": _OVERFLOWING,
+        "hidden_columns": _HIDDEN_COLUMNS, "n_tables": "() => document.querySelectorAll('.bd-article table').length",
+        "glossary_terms": "() => [...document.querySelectorAll('dl.glossary dt[id]')].map(d => d.id)",
+        "glossary_links": "() => [...document.querySelectorAll('a[href*=\"glossary.html#\"]')].map(a => a.getAttribute('href'))",
+    })
+
+
+@pytest.fixture(scope="module")
+def phone(site, browser) -> dict[Path, dict]:
+    """Every page read once at 390 px with the queries of the phone checks (:func:`_read`)."""
+    return _read(browser, _pages_and_chapters(site), "phone", {"cut": _CUT_OFF, "verdicts": _VERDICTS_ON_A_PHONE})
+
+
+def test_every_page_loads_offline_without_errors_and_its_math_is_typeset(site, wide):
     pages = _pages(site, redirects=False)
     assert len(pages) >= len(build.toc_files()), f"missing pages in {site}"
-    ctx = _context(browser)
     problems, n_math = [], 0
     for path in pages:
-        page, errors, failed = _open(ctx, path)
-        name = path.relative_to(site).as_posix()
-        # sphinx wraps every formula in .math; MathJax puts an mjx-container inside each one it typeset
-        raw = page.evaluate(
-            "() => [...document.querySelectorAll('span.math, div.math')]"
-            ".filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.slice(0, 60))"
-        )
-        merror = page.evaluate("() => document.querySelectorAll('mjx-merror').length")
-        n_math += page.evaluate("() => document.querySelectorAll('mjx-container').length")
-        problems += [f"{name}: console: {e}" for e in errors]
-        problems += [f"{name}: request left the book: {u}" for u in failed]
-        problems += [f"{name}: raw TeX: {t!r}" for t in raw[:3]]
-        if merror:
-            problems.append(f"{name}: {merror} MathJax error node(s)")
-        page.close()
-    ctx.close()
+        seen, name = wide[path], path.relative_to(site).as_posix()
+        n_math += seen["n_math"]
+        problems += [f"{name}: console: {e}" for e in seen["errors"]]
+        problems += [f"{name}: request left the book: {u}" for u in seen["failed"]]
+        problems += [f"{name}: raw TeX: {t!r}" for t in seen["raw"][:3]]
+        if seen["merror"]:
+            problems.append(f"{name}: {seen['merror']} MathJax error node(s)")
     assert not problems, "\n".join(problems)
     assert n_math > 100, f"only {n_math} typeset formulas in the whole book: is MathJax loading?"
 
@@ -158,15 +194,10 @@ _CUT_OFF = """() => {
 }"""
 
 
-def test_nothing_is_cut_off_at_phone_width(site, browser):
-    ctx = _context(browser, "phone")
+def test_nothing_is_cut_off_at_phone_width(site, phone):
     problems = []
     for path in _pages(site, redirects=False):
-        page, _, _ = _open(ctx, path)
-        cut = page.evaluate(_CUT_OFF)
-        problems += [f"{path.relative_to(site).as_posix()}: {c}" for c in cut[:3]]
-        page.close()
-    ctx.close()
+        problems += [f"{path.relative_to(site).as_posix()}: {c}" for c in phone[path]["cut"][:3]]
     assert not problems, "\n".join(problems)
 
 
@@ -307,13 +338,11 @@ _FIGURES = """() => [...document.querySelectorAll('article img, main img')]
             caption: c ? c.textContent.trim() : '', number: c ? !!c.querySelector('.caption-number') : false}; })"""
 
 
-def test_every_figure_has_a_number_a_caption_and_alt_text(site, browser):
-    ctx = _context(browser)
+def test_every_figure_has_a_number_a_caption_and_alt_text(site, wide):
     problems, n = [], 0
     for path in _pages(site, redirects=False):
-        page, _, _ = _open(ctx, path)
         name = path.relative_to(site).as_posix()
-        for fig in page.evaluate(_FIGURES):
+        for fig in wide[path]["figures"]:
             n += 1
             src = fig["src"].rsplit("/", 1)[-1]
             if not fig["caption"] or not fig["number"]:
@@ -321,8 +350,6 @@ def test_every_figure_has_a_number_a_caption_and_alt_text(site, browser):
             alt = fig["alt"].strip()
             if len(alt) < 15 or re.fullmatch(r"[0-9a-f]{16,}(\.\w+)?", alt) or alt == src:
                 problems.append(f"{name}: {src}: alt text {alt!r} does not describe the figure")
-        page.close()
-    ctx.close()
     assert n >= 10 and not problems, f"{n} figures\n" + "\n".join(problems[:30])
 
 
@@ -340,13 +367,11 @@ _GLUED_AND_TABLES = """() => {
 }"""
 
 
-def test_glued_values_and_table_cells_read_as_formatted_numbers(site, browser):
-    ctx = _context(browser)
+def test_glued_values_and_table_cells_read_as_formatted_numbers(site, wide):
     problems, n_glued = [], 0
     for path in _pages(site, redirects=False):
-        page, _, _ = _open(ctx, path)
         name = path.relative_to(site).as_posix()
-        found = page.evaluate(_GLUED_AND_TABLES)
+        found = wide[path]["glued"]
         n_glued += len(found["glued"])
         for kind in ("glued", "cells"):
             for text in found[kind]:
@@ -354,8 +379,6 @@ def test_glued_values_and_table_cells_read_as_formatted_numbers(site, browser):
                     problems.append(f"{name}: {kind[:-1] if kind == 'cells' else 'glued value'}: {text.strip()[:60]!r}")
         if found["index"]:
             problems.append(f"{name}: {found['index']} pandas index header cell(s): show tables with show_table")
-        page.close()
-    ctx.close()
     assert n_glued > 100 and not problems, f"{n_glued} glued values\n" + "\n".join(problems[:30])
 
 
@@ -470,17 +493,13 @@ _OVERFLOWING = """() => {
 }"""
 
 
-def test_no_scrollbar_where_nothing_needs_scrolling(site, browser):
+def test_no_scrollbar_where_nothing_needs_scrolling(site, wide):
     """At 1280 px no element of a page's text is wider inside than its box (inline formulas
     included: a one-pixel overflow of a scrolling box draws a scrollbar with arrows), except code
     blocks, tables and display formulas, which scroll in their own box when they are wide."""
-    ctx = _context(browser)
     problems = []
     for path in _pages(site, redirects=False):
-        page, _, _ = _open(ctx, path)
-        problems += [f"{path.relative_to(site).as_posix()}: {p}" for p in page.evaluate(_OVERFLOWING)[:3]]
-        page.close()
-    ctx.close()
+        problems += [f"{path.relative_to(site).as_posix()}: {p}" for p in wide[path]["overflowing"][:3]]
     assert not problems, "\n".join(problems[:40])
 
 
@@ -506,18 +525,14 @@ _HIDDEN_COLUMNS = """() => {
 }"""
 
 
-def test_no_table_hides_a_column_at_1280_px(site, browser):
+def test_no_table_hides_a_column_at_1280_px(site, wide):
     """At 1280 px every column of every table of every page is on screen: its header cell lies
     inside the box that shows the table, so no reader has to scroll a table sideways to find a
     column (the leaderboard's "ranked first (%)", a check table's verdict, a claims table's notes)."""
-    ctx = _context(browser)
     problems, n_tables = [], 0
     for path in _pages(site, redirects=False):
-        page, _, _ = _open(ctx, path)
-        n_tables += page.evaluate("() => document.querySelectorAll('.bd-article table').length")
-        problems += [f"{path.relative_to(site).as_posix()}: {p}" for p in page.evaluate(_HIDDEN_COLUMNS)]
-        page.close()
-    ctx.close()
+        n_tables += wide[path]["n_tables"]
+        problems += [f"{path.relative_to(site).as_posix()}: {p}" for p in wide[path]["hidden_columns"]]
     assert n_tables > 30 and not problems, f"{n_tables} tables\n" + "\n".join(problems[:40])
 
 
@@ -542,19 +557,15 @@ _VERDICTS_ON_A_PHONE = """() => {
 }"""
 
 
-def test_every_verdict_is_on_screen_on_a_phone(site, browser):
+def test_every_verdict_is_on_screen_on_a_phone(site, phone):
     """At 390 px every verdict of every claims table (and of every derivations chapter's check
     table) is on screen without scrolling sideways, labelled: the table is one card per row, its
     verdict first."""
-    ctx = _context(browser, "phone")
     problems, n = [], 0
     for path in sorted((site / "chapters").glob("*.html")):
-        page, _, _ = _open(ctx, path)
-        found = page.evaluate(_VERDICTS_ON_A_PHONE)
+        found = phone[path]["verdicts"]
         n += found["n"]
         problems += [f"{path.stem}: {p}" for p in found["out"][:3]]
-        page.close()
-    ctx.close()
     assert n > 20 and not problems, f"{n} verdicts\n" + "\n".join(problems[:30])
 
 
@@ -607,22 +618,15 @@ def test_the_findings_page_and_every_experiments_chapter_open_with_their_summary
     assert not problems, "\n".join(problems)
 
 
-def test_the_glossary_defines_the_terms_the_claims_tables_link_to(site, browser):
+def test_the_glossary_defines_the_terms_the_claims_tables_link_to(site, wide):
     """The glossary page holds the terms (each with its anchor), and every glossary link of a
     claims table or a chapter's opening lands on a defined term."""
-    ctx = _context(browser)
-    page, _, _ = _open(ctx, site / "glossary.html")
-    terms = set(page.evaluate("() => [...document.querySelectorAll('dl.glossary dt[id]')].map(d => d.id)"))
-    page.close()
+    terms = set(wide[site / "glossary.html"]["glossary_terms"])
     assert len(terms) >= 15, sorted(terms)
     linked, problems = 0, []
     for path in sorted((site / "chapters").glob("*.html")):
-        page, _, _ = _open(ctx, path)
-        for href in page.evaluate("() => [...document.querySelectorAll('a[href*=\"glossary.html#\"]')]"
-                                  ".map(a => a.getAttribute('href'))"):
+        for href in wide[path]["glossary_links"]:
             linked += 1
             if href.split("#", 1)[1] not in terms:
                 problems.append(f"{path.stem}: {href}")
-        page.close()
-    ctx.close()
     assert linked >= 20 and not problems, f"{linked} links\n" + "\n".join(sorted(set(problems))[:20])
