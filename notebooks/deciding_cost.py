@@ -37,7 +37,7 @@ import pandas as pd
 from fedbook.confirm import CHAPTER_COLUMNS, CLAIM_COLUMNS
 from fedbook.confirm import plan as confirm_plan
 from fedbook.page import glue_all, setup, show_table
-from fedbook.studies.deciding_cost import confirm_costs, cost_numbers, decided_cost
+from fedbook.studies.deciding_cost import confirm_costs, cost_numbers, decided_cost, spent_by_chapter, spent_numbers
 
 P = setup({"smoke": {}, "book": {}, "paper": {}}, profile)
 records = records or {profile: "../book/chapters" if profile == "book" else f"../book/_{profile}/chapters"}
@@ -51,6 +51,8 @@ except ValueError as why:  # no records, or a pilot's seeds reaching the first f
 decide, left_out = confirm_costs(records[profile], claims, chapters)
 glue_all(cost_numbers(decide, claims, decided_cost(records[profile], exclude=["deciding_cost"]), left_out,
                       power=defaults["power"].default, cap=defaults["cap"].default, no_plan=no_plan))
+spent = spent_by_chapter(records[profile], exclude=["deciding_cost"])  # where those minutes went
+glue_all(spent_numbers(spent))
 
 # %% [markdown]
 # **How to read it.** Each row is a chapter of experiments that this build left with open claims:
@@ -94,3 +96,14 @@ show_table(decide, digits={"per seed (s)": 1, "fixed (s)": 0, "CPU-hours": 2, "w
 # a cell's seconds are its wall time on one torch thread, about its CPU). In this build
 # {glue:text}`cost_cached`; {glue:text}`cost_no_studies` no study cells (a page that runs no study,
 # or a record from before the build kept them: only its own seconds count){glue:text}`cost_wall`.
+#
+# Where those minutes went, chapter by chapter (*counted*: CPU, or wall where a chapter's CPU
+# escapes the count), the most expensive first. The {glue:text}`cost_deciding_chapters` chapters
+# that decided a claim spent {glue:text}`cost_deciding_minutes_measured:.1f` of them,
+# {glue:text}`cost_deciding_per_claim_measured:.2f` CPU-minutes per decided claim; the other
+# {glue:text}`cost_other_chapters` decided none ({glue:text}`cost_other_names`) and spent
+# {glue:text}`cost_other_minutes_measured:.1f`: they check the papers' mathematics and the engines,
+# rank the methods or describe the build, and a confirmatory run does not re-run them.
+
+# %% tags=["hide-input"]
+show_table(spent, digits={"minutes": 2, "share (%)": 1, "minutes per decided claim": 2}, index=False)

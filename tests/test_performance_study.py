@@ -158,6 +158,20 @@ def test_decided_cost_counts_the_cached_cells_of_every_chapter_but_the_excluded(
     assert got["seconds"] == 60 + 90 + 90 + 10 + 30 and got["decided"] == 3 and got["chapters"] == 4
     assert (got["wall"], got["no_studies"], got["cached"], got["cells"]) == (2, 1, 3, 4)
     assert got["minutes_per_claim"] == 280 / 60 / 3
+    # where those seconds went: the same chapters and totals, split by chapter
+    from fedbook.studies.deciding_cost import spent_by_chapter, spent_numbers
+
+    spent = spent_by_chapter(tmp_path, exclude=["me"])
+    assert spent["chapter"].tolist() == ["a", "b", "f", "c", "all"]  # 150 s (60 + 90 cached), 90, 30, 10
+    assert spent["minutes"].tolist() == [150 / 60, 90 / 60, 30 / 60, 10 / 60, got["seconds"] / 60]
+    assert spent["counted"].tolist() == ["CPU", "wall", "wall", "CPU", ""]
+    assert spent["decided"].tolist() == [2, 1, 0, 0, got["decided"]]
+    assert spent["share (%)"].iloc[-1] == 100.0 and abs(spent["share (%)"].iloc[:-1].sum() - 100.0) < 1e-9
+    assert spent["minutes per decided claim"].iloc[:2].tolist() == [150 / 60 / 2, 90 / 60 / 1]
+    assert spent["minutes per decided claim"].iloc[2:4].isna().all()
+    assert spent_numbers(spent) == {"cost_deciding_chapters": 2, "cost_deciding_minutes_measured": 240 / 60,
+                                    "cost_deciding_per_claim_measured": 240 / 60 / 3, "cost_other_chapters": 2,
+                                    "cost_other_names": "f, c", "cost_other_minutes_measured": 40 / 60}
 
 
 def test_the_cost_of_deciding_and_its_numbers(tmp_path):

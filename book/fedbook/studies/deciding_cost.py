@@ -11,6 +11,8 @@ of the build's own chapter records, with no measurement of its own.
 - :func:`decided_cost`: the build's CPU per decided claim, each chapter counted as if every study
   cell were computed (:func:`fedbook.confirm.chapter_seconds`), so a warm study cache does not
   make the build look cheap;
+- :func:`spent_by_chapter`: where those seconds went, chapter by chapter, and which chapters
+  decided claims (:func:`spent_numbers`: the split the page quotes);
 - :func:`cost_numbers`: the numbers the page's prose reads.
 """
 
@@ -122,6 +124,12 @@ def confirm_costs(records: str | os.PathLike, planned_claims: pd.DataFrame, plan
     return table, left_out
 
 
+def _decided(record: Mapping[str, Any]) -> int:
+    """How many claims (kind ``"claim"``) a chapter record decided (holds or does not hold)."""
+    return sum(1 for c in record.get("claims") or () if c.get("kind") == "claim"
+               and c.get("verdict") in (HOLDS, DOES_NOT_HOLD))
+
+
 def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dict[str, Any]:
     """The CPU of a build's chapter execution per decided claim: every chapter record in
     ``records`` but ``exclude``, each at its cost as if every study cell were computed
@@ -156,10 +164,67 @@ def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dic
         for s in record.get("studies") or ():
             out["cached"] += int(s.get("cached", 0))
             out["cells"] += int(s.get("cells", 0))
-        out["decided"] += sum(1 for c in record.get("claims") or () if c.get("kind") == "claim"
-                              and c.get("verdict") in (HOLDS, DOES_NOT_HOLD))
+        out["decided"] += _decided(record)
     out["minutes_per_claim"] = out["seconds"] / 60 / out["decided"] if out["decided"] else float("nan")
     return out
+
+
+def spent_by_chapter(records: str | os.PathLike, exclude: Sequence[str] = ()) -> pd.DataFrame:
+    """Where :func:`decided_cost`'s seconds went: per chapter record in ``records`` but ``exclude``,
+    its minutes as :func:`decided_cost` counts them (:func:`fedbook.confirm.chapter_seconds`),
+    whether they are CPU or wall (a record whose CPU escapes the count, or from before the build
+    kept it), its share of the total, the claims it decided and its minutes per decided claim
+    (empty when it decided none); the most expensive first, a last row *all*.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> decided = [{"kind": "claim", "verdict": "holds"}, {"kind": "claim", "verdict": "does not hold"}]
+    >>> _ = (root / "a.json").write_text(json.dumps({"seconds": 70.0, "cpu_seconds": 60.0, "claims": decided}))
+    >>> _ = (root / "b.json").write_text(json.dumps({"seconds": 180.0}))
+    >>> table = spent_by_chapter(root)
+    >>> table[["chapter", "minutes", "counted", "share (%)", "decided"]].to_dict("records")
+    ... # doctest: +NORMALIZE_WHITESPACE
+    [{'chapter': 'b', 'minutes': 3.0, 'counted': 'wall', 'share (%)': 75.0, 'decided': 0},
+     {'chapter': 'a', 'minutes': 1.0, 'counted': 'CPU', 'share (%)': 25.0, 'decided': 2},
+     {'chapter': 'all', 'minutes': 4.0, 'counted': '', 'share (%)': 100.0, 'decided': 2}]
+    >>> table["minutes per decided claim"].tolist()[1:]  # b decided none: no number
+    [0.5, 2.0]
+    """
+    rows = []
+    for name, record in _records(records).items():
+        seconds = chapter_seconds(record)
+        if name in exclude or seconds is None:
+            continue
+        wall = "cpu_seconds" not in record or bool(record.get("cpu_escapes"))
+        rows.append({"chapter": name, "minutes": seconds / 60, "counted": "wall" if wall else "CPU",
+                     "decided": _decided(record)})
+    columns = ["chapter", "minutes", "counted", "share (%)", "decided", "minutes per decided claim"]
+    table = pd.DataFrame(rows, columns=["chapter", "minutes", "counted", "decided"])
+    total = {"chapter": "all", "minutes": table["minutes"].sum(), "counted": "", "decided": int(table["decided"].sum())}
+    table = table.sort_values("minutes", ascending=False, kind="stable")
+    table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
+    table["share (%)"] = 100 * table["minutes"] / total["minutes"] if total["minutes"] else float("nan")
+    table["minutes per decided claim"] = [m / d if d else float("nan") for m, d in zip(table["minutes"], table["decided"])]
+    return table[columns]
+
+
+def spent_numbers(table: pd.DataFrame) -> dict[str, Any]:
+    """The numbers the page reads from :func:`spent_by_chapter`'s ``table``: the chapters that decided
+    a claim (their count, minutes and minutes per decided claim) and the others (count, names,
+    minutes).
+
+    >>> table = pd.DataFrame({"chapter": ["b", "a", "all"], "minutes": [3.0, 1.0, 4.0], "decided": [0, 2, 2]})
+    >>> spent_numbers(table)  # doctest: +NORMALIZE_WHITESPACE
+    {'cost_deciding_chapters': 1, 'cost_deciding_minutes_measured': 1.0, 'cost_deciding_per_claim_measured': 0.5,
+     'cost_other_chapters': 1, 'cost_other_names': 'b', 'cost_other_minutes_measured': 3.0}
+    """
+    rows = table[table["chapter"] != "all"]
+    deciding, other = rows[rows["decided"] > 0], rows[rows["decided"] == 0]
+    claims = int(deciding["decided"].sum())
+    return {"cost_deciding_chapters": len(deciding), "cost_deciding_minutes_measured": float(deciding["minutes"].sum()),
+            "cost_deciding_per_claim_measured": float(deciding["minutes"].sum()) / claims if claims else float("nan"),
+            "cost_other_chapters": len(other), "cost_other_names": ", ".join(other["chapter"]) or "none",
+            "cost_other_minutes_measured": float(other["minutes"].sum())}
 
 
 def _duration(seconds: float) -> str:
@@ -225,4 +290,4 @@ def cost_numbers(table: pd.DataFrame, planned_claims: pd.DataFrame, decided: Map
     return out
 
 
-__all__ = ["CORES", "confirm_costs", "cost_numbers", "decided_cost", "wall_seconds"]
+__all__ = ["CORES", "confirm_costs", "cost_numbers", "decided_cost", "spent_by_chapter", "spent_numbers", "wall_seconds"]
