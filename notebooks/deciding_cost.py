@@ -98,12 +98,14 @@ show_table(decide, digits={"per seed (s)": 1, "fixed (s)": 0, "CPU-hours": 2, "w
 # or a record from before the build kept them: only its own seconds count){glue:text}`cost_wall`.
 #
 # Where those minutes went, chapter by chapter (*counted*: CPU, or wall where a chapter's CPU
-# escapes the count), the most expensive first. The {glue:text}`cost_deciding_chapters` chapters
-# that decided a claim spent {glue:text}`cost_deciding_minutes_measured:.1f` of them,
-# {glue:text}`cost_deciding_per_claim_measured:.2f` CPU-minutes per decided claim; the other
-# {glue:text}`cost_other_chapters` decided none ({glue:text}`cost_other_names`) and spent
-# {glue:text}`cost_other_minutes_measured:.1f`: they check the papers' mathematics and the engines,
-# rank the methods or describe the build, and a confirmatory run does not re-run them.
+# escapes the count; *claims*: its claims, not its controls), the most expensive first. The
+# {glue:text}`cost_deciding_chapters` chapters that decided a claim spent
+# {glue:text}`cost_deciding_minutes_measured:.1f` of these minutes,
+# {glue:text}`cost_deciding_per_claim_measured:.2f` per decided claim{glue:text}`cost_open`; the
+# {glue:text}`cost_other_chapters` chapters that declare no claim ({glue:text}`cost_other_names`)
+# spent {glue:text}`cost_other_minutes_measured:.1f`: they check the papers' mathematics, the
+# engines and the shared setting, rank the methods or describe the build, and a confirmatory run
+# does not re-run them.
 
 # %% tags=["hide-input"]
 show_table(spent, digits={"minutes": 2, "share (%)": 1, "minutes per decided claim": 2}, index=False)

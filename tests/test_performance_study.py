@@ -161,17 +161,23 @@ def test_decided_cost_counts_the_cached_cells_of_every_chapter_but_the_excluded(
     # where those seconds went: the same chapters and totals, split by chapter
     from fedbook.studies.deciding_cost import spent_by_chapter, spent_numbers
 
+    (tmp_path / "u.json").write_text(json.dumps({"seconds": 7.0, "cpu_seconds": 6.0, "studies": [],  # all open
+                                                 "claims": [claims[3], claims[3]]}))
     spent = spent_by_chapter(tmp_path, exclude=["me"])
-    assert spent["chapter"].tolist() == ["a", "b", "f", "c", "all"]  # 150 s (60 + 90 cached), 90, 30, 10
-    assert spent["minutes"].tolist() == [150 / 60, 90 / 60, 30 / 60, 10 / 60, got["seconds"] / 60]
-    assert spent["counted"].tolist() == ["CPU", "wall", "wall", "CPU", ""]
-    assert spent["decided"].tolist() == [2, 1, 0, 0, got["decided"]]
-    assert spent["share (%)"].iloc[-1] == 100.0 and abs(spent["share (%)"].iloc[:-1].sum() - 100.0) < 1e-9
+    assert spent["chapter"].tolist() == ["a", "b", "f", "c", "u", "all"]  # 150 s (60 + 90 cached), 90, 30, 10, 6
+    assert spent["minutes"].iloc[:-1].tolist() == [150 / 60, 90 / 60, 30 / 60, 10 / 60, 6 / 60]
+    assert spent["minutes"].iloc[-1] == pytest.approx((got["seconds"] + 6) / 60)
+    assert spent["counted"].tolist() == ["CPU", "wall", "wall", "CPU", "CPU", ""]
+    assert spent["claims"].tolist() == [3, 1, 0, 0, 2, 6] and spent["decided"].tolist() == [2, 1, 0, 0, 0, got["decided"]]
+    assert spent["share (%)"].iloc[-1] == 100.0 and spent["share (%)"].iloc[:-1].sum() == pytest.approx(100.0)
     assert spent["minutes per decided claim"].iloc[:2].tolist() == [150 / 60 / 2, 90 / 60 / 1]
-    assert spent["minutes per decided claim"].iloc[2:4].isna().all()
-    assert spent_numbers(spent) == {"cost_deciding_chapters": 2, "cost_deciding_minutes_measured": 240 / 60,
-                                    "cost_deciding_per_claim_measured": 240 / 60 / 3, "cost_other_chapters": 2,
-                                    "cost_other_names": "f, c", "cost_other_minutes_measured": 40 / 60}
+    assert spent["minutes per decided claim"].iloc[2:5].isna().all()
+    R = spent_numbers(spent)
+    assert R["cost_deciding_chapters"] == 2 and R["cost_deciding_minutes_measured"] == pytest.approx(240 / 60)
+    assert R["cost_deciding_per_claim_measured"] == pytest.approx(240 / 60 / 3)
+    assert R["cost_open"] == "; the 1 chapter with claims of which it decided none (u) spent 0.1 minutes"
+    assert (R["cost_other_chapters"], R["cost_other_names"]) == (2, "f, c")
+    assert R["cost_other_minutes_measured"] == pytest.approx(40 / 60)
 
 
 def test_the_cost_of_deciding_and_its_numbers(tmp_path):

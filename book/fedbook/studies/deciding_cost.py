@@ -124,10 +124,21 @@ def confirm_costs(records: str | os.PathLike, planned_claims: pd.DataFrame, plan
     return table, left_out
 
 
-def _decided(record: Mapping[str, Any]) -> int:
-    """How many claims (kind ``"claim"``) a chapter record decided (holds or does not hold)."""
-    return sum(1 for c in record.get("claims") or () if c.get("kind") == "claim"
-               and c.get("verdict") in (HOLDS, DOES_NOT_HOLD))
+def _claims(record: Mapping[str, Any]) -> tuple[int, int]:
+    """A chapter record's claims (kind ``"claim"``, not the controls) and how many it decided
+    (holds or does not hold)."""
+    claims = [c for c in record.get("claims") or () if c.get("kind") == "claim"]
+    return len(claims), sum(1 for c in claims if c.get("verdict") in (HOLDS, DOES_NOT_HOLD))
+
+
+def _counted(records: str | os.PathLike, exclude: Sequence[str]):
+    """Each chapter record in ``records`` but ``exclude`` that has a cost, with that cost in seconds
+    (:func:`fedbook.confirm.chapter_seconds`) and whether it is wall time (the record has no CPU
+    seconds, or its CPU escapes the count): ``(name, record, seconds, wall)``."""
+    for name, record in _records(records).items():
+        seconds = chapter_seconds(record)
+        if name not in exclude and seconds is not None:
+            yield name, record, seconds, "cpu_seconds" not in record or bool(record.get("cpu_escapes"))
 
 
 def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dict[str, Any]:
@@ -153,18 +164,15 @@ def decided_cost(records: str | os.PathLike, exclude: Sequence[str] = ()) -> dic
     {'seconds': 240.0, 'decided': 2, 'chapters': 2, 'wall': 1, 'no_studies': 1, 'cached': 3, 'cells': 4, 'minutes_per_claim': 2.0}
     """
     out = {"seconds": 0.0, "decided": 0, "chapters": 0, "wall": 0, "no_studies": 0, "cached": 0, "cells": 0}
-    for name, record in _records(records).items():
-        seconds = chapter_seconds(record)
-        if name in exclude or seconds is None:
-            continue
+    for _, record, seconds, wall in _counted(records, exclude):
         out["seconds"] += seconds
         out["chapters"] += 1
-        out["wall"] += "cpu_seconds" not in record or bool(record.get("cpu_escapes"))
+        out["wall"] += wall
         out["no_studies"] += "studies" not in record
         for s in record.get("studies") or ():
             out["cached"] += int(s.get("cached", 0))
             out["cells"] += int(s.get("cells", 0))
-        out["decided"] += _decided(record)
+        out["decided"] += _claims(record)[1]
     out["minutes_per_claim"] = out["seconds"] / 60 / out["decided"] if out["decided"] else float("nan")
     return out
 
@@ -173,8 +181,9 @@ def spent_by_chapter(records: str | os.PathLike, exclude: Sequence[str] = ()) ->
     """Where :func:`decided_cost`'s seconds went: per chapter record in ``records`` but ``exclude``,
     its minutes as :func:`decided_cost` counts them (:func:`fedbook.confirm.chapter_seconds`),
     whether they are CPU or wall (a record whose CPU escapes the count, or from before the build
-    kept it), its share of the total, the claims it decided and its minutes per decided claim
-    (empty when it decided none); the most expensive first, a last row *all*.
+    kept it), its share of the total, its claims (not its controls), the claims it decided and its
+    minutes per decided claim (empty when it decided none); the most expensive first, a last row
+    *all*.
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -182,25 +191,21 @@ def spent_by_chapter(records: str | os.PathLike, exclude: Sequence[str] = ()) ->
     >>> _ = (root / "a.json").write_text(json.dumps({"seconds": 70.0, "cpu_seconds": 60.0, "claims": decided}))
     >>> _ = (root / "b.json").write_text(json.dumps({"seconds": 180.0}))
     >>> table = spent_by_chapter(root)
-    >>> table[["chapter", "minutes", "counted", "share (%)", "decided"]].to_dict("records")
+    >>> table[["chapter", "minutes", "counted", "share (%)", "claims", "decided"]].to_dict("records")
     ... # doctest: +NORMALIZE_WHITESPACE
-    [{'chapter': 'b', 'minutes': 3.0, 'counted': 'wall', 'share (%)': 75.0, 'decided': 0},
-     {'chapter': 'a', 'minutes': 1.0, 'counted': 'CPU', 'share (%)': 25.0, 'decided': 2},
-     {'chapter': 'all', 'minutes': 4.0, 'counted': '', 'share (%)': 100.0, 'decided': 2}]
+    [{'chapter': 'b', 'minutes': 3.0, 'counted': 'wall', 'share (%)': 75.0, 'claims': 0, 'decided': 0},
+     {'chapter': 'a', 'minutes': 1.0, 'counted': 'CPU', 'share (%)': 25.0, 'claims': 2, 'decided': 2},
+     {'chapter': 'all', 'minutes': 4.0, 'counted': '', 'share (%)': 100.0, 'claims': 2, 'decided': 2}]
     >>> table["minutes per decided claim"].tolist()[1:]  # b decided none: no number
     [0.5, 2.0]
     """
-    rows = []
-    for name, record in _records(records).items():
-        seconds = chapter_seconds(record)
-        if name in exclude or seconds is None:
-            continue
-        wall = "cpu_seconds" not in record or bool(record.get("cpu_escapes"))
-        rows.append({"chapter": name, "minutes": seconds / 60, "counted": "wall" if wall else "CPU",
-                     "decided": _decided(record)})
-    columns = ["chapter", "minutes", "counted", "share (%)", "decided", "minutes per decided claim"]
-    table = pd.DataFrame(rows, columns=["chapter", "minutes", "counted", "decided"])
-    total = {"chapter": "all", "minutes": table["minutes"].sum(), "counted": "", "decided": int(table["decided"].sum())}
+    rows = [{"chapter": name, "minutes": seconds / 60, "counted": "wall" if wall else "CPU",
+             **dict(zip(("claims", "decided"), _claims(record)))}
+            for name, record, seconds, wall in _counted(records, exclude)]
+    columns = ["chapter", "minutes", "counted", "share (%)", "claims", "decided", "minutes per decided claim"]
+    table = pd.DataFrame(rows, columns=["chapter", "minutes", "counted", "claims", "decided"])
+    total = {"chapter": "all", "minutes": table["minutes"].sum(), "counted": "", "claims": int(table["claims"].sum()),
+             "decided": int(table["decided"].sum())}
     table = table.sort_values("minutes", ascending=False, kind="stable")
     table = pd.concat([table, pd.DataFrame([total])], ignore_index=True)
     table["share (%)"] = 100 * table["minutes"] / total["minutes"] if total["minutes"] else float("nan")
@@ -209,20 +214,31 @@ def spent_by_chapter(records: str | os.PathLike, exclude: Sequence[str] = ()) ->
 
 
 def spent_numbers(table: pd.DataFrame) -> dict[str, Any]:
-    """The numbers the page reads from :func:`spent_by_chapter`'s ``table``: the chapters that decided
-    a claim (their count, minutes and minutes per decided claim) and the others (count, names,
-    minutes).
+    """The numbers the page reads from :func:`spent_by_chapter`'s ``table``, its chapters in three
+    groups: those that decided a claim (their count, minutes and minutes per decided claim), those
+    with claims but none decided (all open or untestable: a sentence with their count, names and
+    minutes, ``cost_open``) and those without claims (count, names, minutes).
 
-    >>> table = pd.DataFrame({"chapter": ["b", "a", "all"], "minutes": [3.0, 1.0, 4.0], "decided": [0, 2, 2]})
-    >>> spent_numbers(table)  # doctest: +NORMALIZE_WHITESPACE
-    {'cost_deciding_chapters': 1, 'cost_deciding_minutes_measured': 1.0, 'cost_deciding_per_claim_measured': 0.5,
-     'cost_other_chapters': 1, 'cost_other_names': 'b', 'cost_other_minutes_measured': 3.0}
+    >>> table = pd.DataFrame({"chapter": ["b", "c", "a", "all"], "minutes": [3.0, 0.5, 1.0, 4.5],
+    ...                       "claims": [0, 4, 2, 6], "decided": [0, 0, 2, 2]})
+    >>> R = spent_numbers(table)
+    >>> R["cost_deciding_chapters"], R["cost_deciding_minutes_measured"], R["cost_deciding_per_claim_measured"]
+    (1, 1.0, 0.5)
+    >>> R["cost_open"]
+    '; the 1 chapter with claims of which it decided none (c) spent 0.5 minutes'
+    >>> R["cost_other_chapters"], R["cost_other_names"], R["cost_other_minutes_measured"]
+    (1, 'b', 3.0)
     """
     rows = table[table["chapter"] != "all"]
-    deciding, other = rows[rows["decided"] > 0], rows[rows["decided"] == 0]
+    deciding = rows[rows["decided"] > 0]
+    undecided, other = rows[(rows["decided"] == 0) & (rows["claims"] > 0)], rows[rows["claims"] == 0]
     claims = int(deciding["decided"].sum())
+    some = lambda n, one, many: f"{n} {one if n == 1 else many}"  # noqa: E731
     return {"cost_deciding_chapters": len(deciding), "cost_deciding_minutes_measured": float(deciding["minutes"].sum()),
             "cost_deciding_per_claim_measured": float(deciding["minutes"].sum()) / claims if claims else float("nan"),
+            "cost_open": "" if not len(undecided) else
+            f"; the {some(len(undecided), 'chapter with claims of which it', 'chapters with claims of which they')} "
+            f"decided none ({', '.join(undecided['chapter'])}) spent {undecided['minutes'].sum():.1f} minutes",
             "cost_other_chapters": len(other), "cost_other_names": ", ".join(other["chapter"]) or "none",
             "cost_other_minutes_measured": float(other["minutes"].sum())}
 
