@@ -9,7 +9,6 @@ import os
 
 import pytest
 import torch
-from _pytest.nodeid import NodeId  # pytest 9.2's test ids (pytest_collection_modifyitems)
 from hypothesis import settings
 from threadpoolctl import threadpool_limits
 
@@ -62,22 +61,27 @@ SMOKE_BOOK_GROUP = "smoke_book"
 """The pytest-xdist group of every test that reads the session's smoke build (:func:`smoke_out`)."""
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(trylast=True)  # after xdist's own hook: a pytest-xdist that writes the group itself wins
 def pytest_collection_modifyitems(config, items):
-    """Put every test that uses :func:`smoke_out` (directly or through another fixture, such as the
-    browser tests' rendered site) in the xdist group :data:`SMOKE_BOOK_GROUP`: under ``make test``
-    (``-n 2 --dist loadgroup``) they all run in one worker, whose session executes each chapter
-    once, as a run without xdist does. Without xdist the mark does nothing.
+    """Under ``--dist loadgroup`` (``make test``: ``-n 2 --dist loadgroup``), put every test that
+    uses :func:`smoke_out` (directly or through another fixture, such as the browser tests' rendered
+    site) in the xdist group :data:`SMOKE_BOOK_GROUP`, so that they all run in one worker, whose
+    session executes each chapter once, as a run without xdist does. Without xdist, or with
+    ``-n 0``, it does nothing.
 
-    pytest-xdist 3.8 groups a test by an ``@group`` suffix of its id, which it writes where pytest
-    9.2 no longer reads it (pytest-xdist issue 1386: every group is silently spread over the
-    workers); under ``--dist loadgroup`` the suffix is written here, into the id pytest 9.2 reads
-    (its ``NodeId``), which xdist then leaves as it is."""
-    loadgroup = bool(config.getvalue("loadgroup")) if hasattr(config.option, "loadgroup") else False
+    pytest-xdist groups a test by an ``@group`` suffix of its id, which version 3.8 writes where
+    pytest 9.2 no longer reads it (pytest-xdist issue 1386: every group is silently spread over the
+    workers); this hook writes the suffix into the id pytest 9.2 reads (``item._id``, a ``NodeId``),
+    unless it is there already. A parametrized test's id then carries a stray ``]`` where pytest
+    rebuilds it from its parts (the JUnit XML's test names, ``test_x[a]@smoke_book]``): cosmetic."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers under --dist loadgroup
+        return
+    from _pytest.nodeid import NodeId  # pytest 9.2's structured test ids
+
     for item in items:
         if "smoke_out" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group(SMOKE_BOOK_GROUP))
-            if loadgroup and not item.nodeid.endswith(f"@{SMOKE_BOOK_GROUP}"):
+            if not item.nodeid.endswith(f"@{SMOKE_BOOK_GROUP}"):
                 item._id = NodeId.parse(f"{item.nodeid}@{SMOKE_BOOK_GROUP}")
 
 

@@ -148,6 +148,8 @@ def wide(site, browser) -> dict[Path, dict]:
         "n_math": "() => document.querySelectorAll('mjx-container').length",
         "figures": _FIGURES, "glued": _GLUED_AND_TABLES, "overflowing": _OVERFLOWING,
         "hidden_columns": _HIDDEN_COLUMNS, "n_tables": "() => document.querySelectorAll('.bd-article table').length",
+        "check_tables": "() => [...document.querySelectorAll('table.check-table')].map(t => "
+                        "({math: t.querySelectorAll('mjx-container').length, text: t.innerText}))",
         "glossary_terms": "() => [...document.querySelectorAll('dl.glossary dt[id]')].map(d => d.id)",
         "glossary_links": "() => [...document.querySelectorAll('a[href*=\"glossary.html#\"]')].map(a => a.getAttribute('href'))",
     })
@@ -569,17 +571,10 @@ def test_every_verdict_is_on_screen_on_a_phone(site, phone):
     assert n > 20 and not problems, f"{n} verdicts\n" + "\n".join(problems[:30])
 
 
-def test_check_tables_typeset_their_formulas(site, browser):
+def test_check_tables_typeset_their_formulas(site, wide):
     """A derivations chapter's check table writes its formulas in TeX (fedbook.checks.with_math):
     the FedGRC chapters' tables hold typeset formulas and no formula written in ASCII."""
-    ctx = _context(browser)
-    found = {}
-    for name in ("fedgrc_cgrl", "fedgrc_statistics"):
-        page, _, _ = _open(ctx, site / "chapters" / f"{name}.html")
-        found[name] = page.evaluate("() => [...document.querySelectorAll('table.check-table')].map(t => "
-                                    "({math: t.querySelectorAll('mjx-container').length, text: t.innerText}))")
-        page.close()
-    ctx.close()
+    found = {name: wide[site / "chapters" / f"{name}.html"]["check_tables"] for name in ("fedgrc_cgrl", "fedgrc_statistics")}
     tables = [t for ts in found.values() for t in ts]
     assert tables and sum(t["math"] for t in tables) >= 10, found
     assert not any(re.search(r"Sigma_|sum_[a-z]|\^-1|<=", t["text"]) for t in tables), "ASCII formula in a check table"
@@ -621,6 +616,7 @@ def test_the_findings_page_and_every_experiments_chapter_open_with_their_summary
 def test_the_glossary_defines_the_terms_the_claims_tables_link_to(site, wide):
     """The glossary page holds the terms (each with its anchor), and every glossary link of a
     claims table or a chapter's opening lands on a defined term."""
+    assert site / "glossary.html" in wide, f"no glossary page in {site}"
     terms = set(wide[site / "glossary.html"]["glossary_terms"])
     assert len(terms) >= 15, sorted(terms)
     linked, problems = 0, []
