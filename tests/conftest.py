@@ -61,7 +61,7 @@ SMOKE_BOOK_GROUP = "smoke_book"
 """The pytest-xdist group of every test that reads the session's smoke build (:func:`smoke_out`)."""
 
 
-@pytest.hookimpl(trylast=True)  # after xdist's own hook: a pytest-xdist that writes the group itself wins
+@pytest.hookimpl(trylast=True)  # after xdist's own hook, which reads the marks it can see
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (``make test``: ``-n 2 --dist loadgroup``), put every test that
     uses :func:`smoke_out` (directly or through another fixture, such as the browser tests' rendered
