@@ -101,7 +101,7 @@ show_table(decide, digits={"per seed (s)": 1, "fixed (s)": 0, "CPU-hours": 2, "w
 # escapes the count; *claims*: its claims, not its controls), the most expensive first. The
 # {glue:text}`cost_deciding_chapters` chapters that decided a claim spent
 # {glue:text}`cost_deciding_minutes_measured:.1f` of these minutes,
-# {glue:text}`cost_deciding_per_claim_measured:.2f` per decided claim{glue:text}`cost_open`; the
+# {glue:text}`cost_deciding_per_claim_measured:.2f` per decided claim{glue:text}`cost_undecided`; the
 # {glue:text}`cost_other_chapters` chapters that declare no claim ({glue:text}`cost_other_names`)
 # spent {glue:text}`cost_other_minutes_measured:.1f`: they check the papers' mathematics, the
 # engines and the shared setting, rank the methods or describe the build, and a confirmatory run

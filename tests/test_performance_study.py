@@ -175,7 +175,7 @@ def test_decided_cost_counts_the_cached_cells_of_every_chapter_but_the_excluded(
     R = spent_numbers(spent)
     assert R["cost_deciding_chapters"] == 2 and R["cost_deciding_minutes_measured"] == pytest.approx(240 / 60)
     assert R["cost_deciding_per_claim_measured"] == pytest.approx(240 / 60 / 3)
-    assert R["cost_open"] == "; the 1 chapter with claims of which it decided none (u) spent 0.1 minutes"
+    assert R["cost_undecided"] == "; the 1 chapter with claims of which it decided none (u) spent 0.1 minutes"
     assert (R["cost_other_chapters"], R["cost_other_names"]) == (2, "f, c")
     assert R["cost_other_minutes_measured"] == pytest.approx(40 / 60)
 
@@ -209,6 +209,10 @@ def test_the_cost_of_deciding_and_its_numbers(tmp_path):
                "minutes_per_claim": 2.5}
     R = cost_numbers(table, claims, decided, left_out, power=0.8, cap=40, cores=(2, 64))
     assert (R["cost_open"], R["cost_planned"], R["cost_unplanned"]) == (4, 2, 2)
+    from fedbook.studies.deciding_cost import spent_by_chapter, spent_numbers
+
+    shared = set(R) & set(spent_numbers(spent_by_chapter(tmp_path)))  # one page glues both: a key twice fails its render
+    assert not shared, f"glue keys of both cost_numbers and spent_numbers: {sorted(shared)}"
     assert R["cost_reasons"] == "2: more than the cap" and R["cost_no_plan"] == ""
     assert R["cost_power"] == "80 %" and R["cost_cores"] == "2 and 64"
     assert R["cost_wall_2_measured"] == "5.0 minutes" and "z left out" in R["cost_left_out"]

@@ -217,14 +217,14 @@ def spent_numbers(table: pd.DataFrame) -> dict[str, Any]:
     """The numbers the page reads from :func:`spent_by_chapter`'s ``table``, its chapters in three
     groups: those that decided a claim (their count, minutes and minutes per decided claim), those
     with claims but none decided (all open or untestable: a sentence with their count, names and
-    minutes, ``cost_open``) and those without claims (count, names, minutes).
+    minutes, ``cost_undecided``) and those without claims (count, names, minutes).
 
     >>> table = pd.DataFrame({"chapter": ["b", "c", "a", "all"], "minutes": [3.0, 0.5, 1.0, 4.5],
     ...                       "claims": [0, 4, 2, 6], "decided": [0, 0, 2, 2]})
     >>> R = spent_numbers(table)
     >>> R["cost_deciding_chapters"], R["cost_deciding_minutes_measured"], R["cost_deciding_per_claim_measured"]
     (1, 1.0, 0.5)
-    >>> R["cost_open"]
+    >>> R["cost_undecided"]
     '; the 1 chapter with claims of which it decided none (c) spent 0.5 minutes'
     >>> R["cost_other_chapters"], R["cost_other_names"], R["cost_other_minutes_measured"]
     (1, 'b', 3.0)
@@ -236,7 +236,7 @@ def spent_numbers(table: pd.DataFrame) -> dict[str, Any]:
     some = lambda n, one, many: f"{n} {one if n == 1 else many}"  # noqa: E731
     return {"cost_deciding_chapters": len(deciding), "cost_deciding_minutes_measured": float(deciding["minutes"].sum()),
             "cost_deciding_per_claim_measured": float(deciding["minutes"].sum()) / claims if claims else float("nan"),
-            "cost_open": "" if not len(undecided) else
+            "cost_undecided": "" if not len(undecided) else
             f"; the {some(len(undecided), 'chapter with claims of which it', 'chapters with claims of which they')} "
             f"decided none ({', '.join(undecided['chapter'])}) spent {undecided['minutes'].sum():.1f} minutes",
             "cost_other_chapters": len(other), "cost_other_names": ", ".join(other["chapter"]) or "none",
