@@ -133,6 +133,7 @@ def _glued_keys(nb) -> set[str]:
         for out in cell.get("outputs", []):
             key = out.get("metadata", {}).get("scrapbook", {}).get("name")
             if key:
+                assert key not in keys, f"glue key {key!r} glued twice (the render refuses a duplicate key)"
                 keys.add(key)
     return keys
 
