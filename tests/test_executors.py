@@ -170,10 +170,16 @@ def test_a_cell_that_fails_twice_stops_the_study_and_the_finished_cells_stay_cac
                   progress=events.append)
     notes = "\n".join(info.value.__notes__)
     assert "for item {'seed': 2} on attempt 2 of 2; attempt 1 raised ArithmeticError: seed 2 always fails" in notes
-    assert "study 'broken': 2 of 3 cells done, kept in the cache" in notes
+    # in this process seeds 0 and 1 finish before seed 2 runs; on Ray the cells still running when
+    # seed 2 fails for good are cancelled (fedbook.parallel.map_cells), so how many finished first
+    # depends on the machine's load: whatever finished is said and kept
+    kept = len(list((tmp_path / "broken").glob("*.json")))
+    assert kept == 2 if executor is None else kept <= 2
+    assert f"study 'broken': {kept} of 3 cells done" in notes
+    assert ("kept in the cache: a rerun resumes from them" in notes) == (kept > 0)
     assert [e["event"] for e in events].count("retry") == 1 and events[-1]["event"] == "failed"
     again = run_study(Study("broken", fail_always, seeds=[0, 1]), cache=tmp_path)
-    assert again.cached == 2 and again["broken"]["y"].tolist() == [0.0, 1.0]
+    assert again.cached == kept and again["broken"]["y"].tolist() == [0.0, 1.0]
 
 
 def dies(seed: int, folder: Path, deaths: int) -> pd.DataFrame:
