@@ -59,7 +59,7 @@ class RoundCost:
     data : ``"mnist5k"`` or ``"synthetic"``
     n_parameters : the model's parameter count
     baseline_mib : resident memory before the round (interpreter, torch, data, clients)
-    peak_mib : peak resident memory of the whole process (the round included)
+    peak_mib : peak resident memory of the whole process (the round included; at least the baseline)
     seconds : wall-clock seconds of the round
     """
 
@@ -125,7 +125,9 @@ def _measure(n_clients: int, model: str, aggregation: str, min_per_client: int, 
     t0 = time.perf_counter()
     run_federated(method, fed, model_fn, LoopConfig(rounds=1, seed=seed, evaluate_last=False))
     seconds = time.perf_counter() - t0
-    peak = peak_rss_mib()
+    # ru_maxrss lags the resident size /proc reads by a few pages (the kernel batches each thread's
+    # counts): the peak is at least every reading of this process, the baseline included
+    peak = max(peak_rss_mib(), rss_mib(), baseline)
     return asdict(RoundCost(n_clients, model, aggregation, name, n_parameters, baseline, peak, seconds))
 
 
