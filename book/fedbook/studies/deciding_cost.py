@@ -124,6 +124,11 @@ def confirm_costs(records: str | os.PathLike, planned_claims: pd.DataFrame, plan
     return table, left_out
 
 
+def _some(n: int, one: str, many: str) -> str:
+    """``n`` and the word in the number it takes: ``_some(1, "record", "records") == "1 record"``."""
+    return f"{n} {one if n == 1 else many}"
+
+
 def _claims(record: Mapping[str, Any]) -> tuple[int, int]:
     """A chapter record's claims (kind ``"claim"``, not the controls) and how many it decided
     (holds or does not hold)."""
@@ -233,11 +238,10 @@ def spent_numbers(table: pd.DataFrame) -> dict[str, Any]:
     deciding = rows[rows["decided"] > 0]
     undecided, other = rows[(rows["decided"] == 0) & (rows["claims"] > 0)], rows[rows["claims"] == 0]
     claims = int(deciding["decided"].sum())
-    some = lambda n, one, many: f"{n} {one if n == 1 else many}"  # noqa: E731
     return {"cost_deciding_chapters": len(deciding), "cost_deciding_minutes_measured": float(deciding["minutes"].sum()),
             "cost_deciding_per_claim_measured": float(deciding["minutes"].sum()) / claims if claims else float("nan"),
             "cost_undecided": "" if not len(undecided) else
-            f"; the {some(len(undecided), 'chapter with claims of which it', 'chapters with claims of which they')} "
+            f"; the {_some(len(undecided), 'chapter with claims of which it', 'chapters with claims of which they')} "
             f"decided none ({', '.join(undecided['chapter'])}) spent {undecided['minutes'].sum():.1f} minutes",
             "cost_other_chapters": len(other), "cost_other_names": ", ".join(other["chapter"]) or "none",
             "cost_other_minutes_measured": float(other["minutes"].sum())}
@@ -280,7 +284,6 @@ def cost_numbers(table: pd.DataFrame, planned_claims: pd.DataFrame, decided: Map
     counts = claims.loc[claims["planned_n"].isna(), "reason"].value_counts() if len(claims) else pd.Series(dtype=int)
     total = table.set_index("chapter").loc["all"] if len(table) else pd.Series(dtype=float)
     get = lambda col: float(total.get(col, 0.0))  # noqa: E731  (an empty table: nothing planned)
-    some = lambda n, one, many: f"{n} {one if n == 1 else many}"  # noqa: E731
     out = {"cost_open": int(get("open claims")), "cost_planned": int(get("planned")),
            "cost_unplanned": int(get("open claims") - get("planned")), "cost_seeds": int(get("fresh seeds")),
            "cost_reasons": "; ".join(f"{n}: {reason}" for reason, n in counts.iloc[:4].items())
@@ -295,9 +298,9 @@ def cost_numbers(table: pd.DataFrame, planned_claims: pd.DataFrame, decided: Map
            "cost_decided": int(decided["decided"]), "cost_chapters": int(decided["chapters"]),
            "cost_cpu_minutes_measured": decided["seconds"] / 60,
            "cost_cached": f"the study cache served {decided['cached']} of their {decided['cells']} study cells",
-           "cost_no_studies": some(int(decided["no_studies"]), "record keeps", "records keep"),
+           "cost_no_studies": _some(int(decided["no_studies"]), "record keeps", "records keep"),
            "cost_wall": "" if not decided.get("wall") else
-           f"; {some(int(decided['wall']), 'record', 'records')} without a whole CPU count (from before the build "
+           f"; {_some(int(decided['wall']), 'record', 'records')} without a whole CPU count (from before the build "
            f"kept CPU time, or the Flower appendix, whose ClientApp processes no process waits for) "
            f"{'counts its' if decided['wall'] == 1 else 'count their'} wall seconds instead",
            "cost_minutes_measured": decided["minutes_per_claim"]}
